@@ -1,0 +1,1 @@
+"""kcollect: benchmark Triton kernels against their baselines, store the results, publish a site."""

@@ -1,0 +1,131 @@
+"""The types a kernel file declares itself with.
+
+A kernel is data: one `KernelSpec` per file, with an explicit name. The runner reads the spec and
+does everything else (inputs on the device, the correctness gate, timing, units, storage).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import torch
+
+MODES = ("fwd", "bwd", "fwd+bwd")
+
+# Names used on the command line and in the store, mapped to torch dtypes.
+DTYPES: dict[str, torch.dtype] = {
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+    "float32": torch.float32,
+}
+DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
+
+Inputs = dict[str, Any]  # tensors and plain parameters (eps, ignore_index, ...), passed as keywords
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One point of a shape grid. `dims` may hold ints and short strings (a variant such as
+    approx='tanh'); `why` says why the point is in the grid."""
+
+    dims: Mapping[str, int | str]
+    why: str
+
+    @property
+    def label(self) -> str:
+        return "x".join(str(v) for v in self.dims.values())
+
+
+def always_available(device: str) -> str | None:
+    return None
+
+
+@dataclass(frozen=True)
+class Provider:
+    """One implementation of the kernel. `fn(**inputs)` returns a tensor or a tuple of tensors.
+    `available(device)` returns None when it can run on that device type ('cuda' or 'cpu'),
+    otherwise the reason it cannot (reported as unavailable, never as an error)."""
+
+    name: str
+    fn: Callable[..., Any]
+    available: Callable[[str], str | None] = always_available
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    name: str
+    description: str
+    modes: tuple[str, ...]
+    providers: tuple[Provider, ...]
+    baseline: str  # the provider the speedup column divides by
+    # plain maths in float64: takes the inputs with floating tensors upcast, returns like fn
+    reference: Callable[..., Any]
+    # (dims, dtype, device, seed) -> Inputs; fresh random data, never zeros
+    make_inputs: Callable[[Mapping[str, Any], torch.dtype, str, int], Inputs]
+    grad_inputs: tuple[str, ...]  # the inputs that get gradients in bwd modes
+    grids: Mapping[str, tuple[Shape, ...]]  # 'quick' and 'full'
+    # cost model: (dims, dtype, mode) -> bytes; (dims, mode) -> flops. The collector turns them
+    # into GB/s, TFLOP/s and the fraction of the measured ceiling.
+    bytes_moved: Callable[[Mapping[str, Any], torch.dtype, str], int]
+    flops: Callable[[Mapping[str, Any], str], float]
+    bound: str  # 'memory' (compare with copy bandwidth) or 'compute' (with matmul peak)
+    tolerance: Mapping[torch.dtype, float]  # max relative error against the reference, per dtype
+    dtypes: tuple[torch.dtype, ...]  # every dtype the kernel claims (the tests cover each)
+    bench_dtypes: tuple[torch.dtype, ...] = (torch.bfloat16,)  # what `kcollect run` times by default
+    # dims -> None, or the reason this kernel cannot take the shape
+    check_shape: Callable[[Mapping[str, Any]], str | None] = lambda dims: None
+    # maps a provider's (tuple) output to what is compared with the reference (e.g. dequantise)
+    compare: Callable[[tuple], tuple] | None = None
+    regression_threshold: float = 0.05  # relative change the regression flags need at least
+    notes: str = ""
+
+    def provider(self, name: str) -> Provider:
+        for p in self.providers:
+            if p.name == name:
+                return p
+        raise KeyError(f"{self.name} has no provider {name!r}; known: {', '.join(self.provider_names)}")
+
+    @property
+    def provider_names(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.providers)
+
+    def grid(self, name: str) -> tuple[Shape, ...]:
+        return self.grids[name]
+
+
+def compiled(eager_fn: Callable[..., Any]) -> Callable[..., Any]:
+    """torch.compile of the eager code, built on first call. dynamic=False: each shape gets its own
+    specialised graph (the best case for compile; the runner raises dynamo's recompile limit)."""
+    holder: dict[str, Callable[..., Any]] = {}
+
+    def call(**inputs: Any) -> Any:
+        if "fn" not in holder:
+            holder["fn"] = torch.compile(eager_fn, dynamic=False)
+        return holder["fn"](**inputs)
+
+    return call
+
+
+def standard_providers(triton_fn: Callable[..., Any], eager_fn: Callable[..., Any]) -> tuple[Provider, ...]:
+    """ours, PyTorch eager, and torch.compile of the same eager code."""
+    return (
+        Provider("triton", triton_fn),
+        Provider("torch", eager_fn),
+        Provider("compile", compiled(eager_fn)),
+    )
+
+
+def peer_available(module: str) -> Callable[[str], str | None]:
+    """Availability of a peer package: importable, and on a CUDA device (peers' Triton kernels are
+    not written for Triton's CPU interpreter; Liger's fail there)."""
+
+    def check(device: str) -> str | None:
+        import importlib.util
+
+        if importlib.util.find_spec(module) is None:
+            return f"{module} is not installed"
+        if device != "cuda":
+            return f"{module} needs a CUDA GPU (its kernels do not run under Triton's interpreter)"
+        return None
+
+    return check

@@ -1,0 +1,25 @@
+"""The kernel registry: an explicit tuple of specs, one per kernel file.
+
+Importing this package defines Triton kernels, so whoever wants Triton's CPU interpreter must set
+TRITON_INTERPRET=1 before the first import (the CLI and tests/conftest.py do).
+"""
+from __future__ import annotations
+
+from kcollect.spec import KernelSpec
+
+from . import swiglu
+
+SPECS: tuple[KernelSpec, ...] = (
+    swiglu.SPEC,
+)
+
+
+def names() -> tuple[str, ...]:
+    return tuple(s.name for s in SPECS)
+
+
+def get(name: str) -> KernelSpec:
+    for s in SPECS:
+        if s.name == name:
+            return s
+    raise KeyError(f"unknown kernel {name!r}; known: {', '.join(names())}")
