@@ -1,0 +1,252 @@
+"""kcollect: the command line. Builds a frozen RunConfig from the options and hands it down.
+
+Bad input exits 2 with one line saying what is wrong and what is valid; a store that cannot be
+opened or written exits 1 with one line; Ctrl-C exits 130 after marking the run interrupted.
+"""
+from __future__ import annotations
+
+import os
+import random
+import signal
+import sys
+from pathlib import Path
+
+import click
+
+from .spec import DTYPES, MODES
+from .store import Store, StoreError
+
+ROOT = Path(__file__).resolve().parent.parent  # the checkout: git commit, data/
+DEFAULT_DB = "data/kbench.duckdb"
+DEFAULT_RUNS = "data/runs"
+
+
+def fail(message: str, code: int = 2) -> None:
+    click.echo(f"kcollect: error: {message}", err=True)
+    sys.exit(code)
+
+
+def resolve_device(device: str) -> str:
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        fail("--device cuda: no CUDA device is visible here; valid: auto, cpu")
+    return device
+
+
+def load_registry(device: str):
+    """Imports the kernels; on the CPU, Triton's interpreter must be on before they are defined."""
+    if device == "cpu":
+        os.environ["TRITON_INTERPRET"] = "1"
+    from . import kernels  # noqa: F401  (kcollect.kernels)
+
+    return kernels
+
+
+def open_store(path: str, read_only: bool = False) -> Store:
+    try:
+        return Store(path, read_only=read_only)
+    except StoreError as e:
+        fail(str(e), code=1)
+
+
+def check_choices(kind: str, given: tuple[str, ...], valid) -> None:
+    valid = list(valid)
+    for g in given:
+        if g not in valid:
+            fail(f"unknown {kind} {g!r}; valid: {', '.join(valid)}")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """Benchmark Triton kernels against their baselines, store results in DuckDB, publish a site."""
+
+
+@main.command("list")
+@click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto", show_default=True,
+              help="Device whose provider availability is shown.")
+def list_cmd(device: str) -> None:
+    """List kernels, their modes, providers (available here or why not) and grid sizes."""
+    device = resolve_device(device)
+    registry = load_registry(device)
+    for spec in registry.SPECS:
+        grids = ", ".join(f"{g}: {len(shapes)} shapes" for g, shapes in spec.grids.items())
+        click.echo(f"{spec.name}  ({spec.description})")
+        click.echo(f"  modes: {', '.join(spec.modes)} | dtypes: {', '.join(str(d).split('.')[-1] for d in spec.dtypes)}"
+                   f" | {grids} | baseline: {spec.baseline}")
+        for p in spec.providers:
+            reason = p.available(device)
+            click.echo(f"  - {p.name:<12} {'available' if reason is None else 'unavailable: ' + reason}")
+
+
+@main.command()
+@click.argument("names", nargs=-1)
+@click.option("--all", "all_", is_flag=True, help="Run every kernel in the registry.")
+@click.option("--quick/--full", "quick", default=None,
+              help="Shape grid: quick (seconds) or full (realistic model shapes). Default: full on CUDA, "
+                   "quick on the CPU (Triton interpreter).")
+@click.option("--mode", "modes", multiple=True, help=f"Only these modes (repeatable): {', '.join(MODES)}.")
+@click.option("--provider", "providers", multiple=True,
+              help="Only these providers (repeatable), e.g. triton, torch, compile, liger.")
+@click.option("--dtype", "dtypes", multiple=True,
+              help=f"Only these dtypes (repeatable): {', '.join(DTYPES)}. Default: each kernel's bench dtypes.")
+@click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto", show_default=True,
+              help="Where to run; cpu uses Triton's interpreter and marks the rows so.")
+@click.option("--warmup-ms", type=click.FloatRange(min=0), default=25.0, show_default=True,
+              help="Warm-up budget per measurement, in ms.")
+@click.option("--rep-ms", type=click.FloatRange(min=0), default=100.0, show_default=True,
+              help="Timed budget per measurement, in ms.")
+@click.option("--min-reps", type=click.IntRange(min=1), default=10, show_default=True,
+              help="Floor on the number of timed calls, whatever the budget.")
+@click.option("--cuda-graph", is_flag=True, help="Time CUDA-graph replays (for tiny launches); rows are labelled.")
+@click.option("--seed", type=int, default=None, help="Seed for the random inputs. Default: a fresh one per run.")
+@click.option("--db", default=DEFAULT_DB, show_default=True, help="DuckDB file the rows are appended to.")
+@click.option("--commit", default=None,
+              help="Git commit to record, for a copy of the tree without .git. Default: read from git.")
+@click.option("--commit-time", default=None, help="ISO time of --commit (UTC).")
+def run(names, all_, quick, modes, providers, dtypes, device, warmup_ms, rep_ms, min_reps, cuda_graph, seed, db,
+        commit, commit_time) -> None:
+    """Run kernels against their baselines, gate on correctness, time, and store one row per
+    (kernel, mode, provider, shape, dtype)."""
+    if not names and not all_:
+        fail("name at least one kernel, or pass --all (see `kcollect list`)")
+    if names and all_:
+        fail("give kernel names or --all, not both")
+    check_choices("mode", modes, MODES)
+    check_choices("dtype", dtypes, DTYPES)
+    device = resolve_device(device)
+    registry = load_registry(device)
+    check_choices("kernel", names, registry.names())
+    specs = list(registry.SPECS) if all_ else [registry.get(n) for n in dict.fromkeys(names)]
+    check_choices("provider", providers, dict.fromkeys(p for s in specs for p in s.provider_names))
+    grid = ("quick" if device == "cpu" else "full") if quick is None else ("quick" if quick else "full")
+    from .runner import RunConfig, plan  # after load_registry: it imports Triton
+
+    config = RunConfig(kernels=tuple(s.name for s in specs), grid=grid, device=device, modes=modes or None,
+                       providers=providers or None, dtypes=dtypes or None, warmup_ms=warmup_ms, rep_ms=rep_ms,
+                       min_reps=min_reps, cuda_graph=cuda_graph,
+                       seed=random.randrange(2**31) if seed is None else seed, commit=commit,
+                       commit_time=commit_time)
+    cases = plan(specs, config)
+    if not cases:
+        fail("the selection leaves nothing to run (check --mode/--provider/--dtype against `kcollect list`)")
+    store = open_store(db)
+    _execute(config, store, cases)
+
+
+def _execute(config, store: Store, cases) -> None:
+    from .environment import describe
+    from .report import table_lines
+    from .runner import Runner
+
+    runner = Runner(config, store)
+    # SIGTERM (a job scheduler's time limit) ends the run like Ctrl-C: rows kept, run marked.
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    rows: list[dict] = []
+    status, run = "unfinished", None
+    try:
+        click.echo("measuring the device's ceilings (copy bandwidth, bf16 matmul)...", err=True)
+        run = runner.start(ROOT)
+        click.echo(f"run {run.run_id[:8]} on {describe(runner.env)}: copy {run.copy_gbps:.0f} GB/s, "
+                   f"matmul {run.matmul_tflops:.1f} TFLOP/s; {len(cases)} cases, grid {config.grid}", err=True)
+
+        def label(case):
+            return f"{case.spec.name} {case.shape.label} {str(case.dtype).split('.')[-1]}" if case else ""
+
+        with click.progressbar(cases, label="collecting", item_show_func=label, file=sys.stderr,
+                               show_pos=True) as bar:
+            for case in bar:
+                rows.extend(runner.run_case(case))
+        status = "finished"
+    except KeyboardInterrupt:
+        status = "interrupted"
+    except StoreError as e:
+        status = "unfinished"
+        click.echo(f"kcollect: error: {e}", err=True)
+    finally:
+        try:
+            runner.finish(status)
+        except StoreError:
+            pass
+        store.close()
+    if rows and run is not None:
+        click.echo("\n".join(table_lines(rows, run.copy_gbps, run.matmul_tflops)))
+    failed = sum(r["status"] in ("failed", "error") for r in rows)
+    click.echo(f"{len(rows)} rows in {store.path} (run {runner.run_id[:8]}, {status})"
+               + (f"; {failed} failed or errored" if failed else ""), err=True)
+    if status == "interrupted":
+        sys.exit(130)
+    if status != "finished":
+        sys.exit(1)
+
+
+@main.command()
+@click.option("--db", default=DEFAULT_DB, show_default=True, help="DuckDB file to read.")
+@click.option("--run", "run_id", default=None, help="Run id (or a prefix). Default: the latest run.")
+@click.option("--markdown", is_flag=True, help="Print a Markdown table.")
+def summary(db, run_id, markdown) -> None:
+    """Print the summary table of one run."""
+    from .report import markdown_lines, table_lines
+
+    store = open_store(db, read_only=True)
+    runs = store.query("SELECT * FROM runs ORDER BY started_at DESC")
+    if run_id:
+        runs = [r for r in runs if r["run_id"].startswith(run_id)]
+    if not runs:
+        fail(f"no run {'matching ' + repr(run_id) if run_id else ''} in {db}", code=1 if not run_id else 2)
+    run = runs[0]
+    rows = store.query("SELECT * FROM results WHERE run_id = ? ORDER BY seq", [run["run_id"]])
+    fmt = markdown_lines if markdown else table_lines
+    click.echo("\n".join(fmt(rows, run["copy_gbps"], run["matmul_tflops"])))
+
+
+@main.command("export")
+@click.option("--db", default=DEFAULT_DB, show_default=True, help="DuckDB file to read.")
+@click.option("--out", default=DEFAULT_RUNS, show_default=True, help="Folder that receives one folder per run.")
+@click.option("--run", "run_ids", multiple=True, help="Only these run ids (repeatable). Default: every run.")
+def export_cmd(db, out, run_ids) -> None:
+    """Write runs as Parquet folders (the history kept in git); runs already exported are skipped."""
+    from .history import export_runs
+
+    store = open_store(db, read_only=True)
+    known = store.run_ids()
+    full_ids = []
+    for rid in run_ids:
+        match = [k for k in known if k.startswith(rid)]
+        if len(match) != 1:
+            fail(f"run {rid!r} matches {len(match)} runs in {db}")
+        full_ids.append(match[0])
+    try:
+        written = export_runs(store, Path(out), full_ids or None)
+    except OSError as e:
+        fail(f"cannot write to {out}: {e.strerror or e}", code=1)
+    for w in written:
+        click.echo(f"wrote {w}")
+    click.echo(f"{len(written)} run(s) exported to {out}", err=True)
+
+
+@main.command("import")
+@click.argument("paths", nargs=-1)
+@click.option("--db", default=DEFAULT_DB, show_default=True, help="DuckDB file to fold the runs into.")
+def import_cmd(paths, db) -> None:
+    """Fold run folders, folders of them (default: data/runs) or other kcollect DuckDB files into the
+    store. Idempotent: runs already there are skipped."""
+    from .history import import_path
+
+    store = open_store(db)
+    added = skipped = 0
+    try:
+        for p in paths or (DEFAULT_RUNS,):
+            a, s = import_path(store, Path(p))
+            added, skipped = added + a, skipped + s
+    except StoreError as e:
+        fail(str(e), code=1)
+    finally:
+        store.close()
+    click.echo(f"{added} run(s) imported, {skipped} already present, into {db}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,296 @@
+"""The results store: one DuckDB file, long format.
+
+Tables
+- meta(key, value): 'app' = 'kcollect', 'schema_version' = N.
+- environments: one row per distinct machine/software fingerprint (GPU, driver, CUDA, torch, ...).
+- runs: one row per `kcollect run`: commit, timing config, measured ceilings, status.
+- results: one row per (run, kernel, mode, provider, shape, dtype).
+- view results_v: results joined with runs and environments, with GB/s, TFLOP/s and the fraction
+  of the run's measured ceiling derived (never stored, so they cannot disagree with the times).
+
+Everything that writes goes through `Store`; opening problems become `StoreError` with one clear
+sentence (the CLI prints it and exits 1).
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import duckdb
+
+SCHEMA_VERSION = 1
+APP = "kcollect"
+
+
+class StoreError(Exception):
+    """A store that cannot be opened or written, explained in one sentence."""
+
+
+ENV_COLUMNS = {
+    "env_id": "VARCHAR PRIMARY KEY",
+    "device_kind": "VARCHAR",  # 'cuda' or 'cpu' (cpu rows come from Triton's interpreter)
+    "gpu_name": "VARCHAR",
+    "sm_count": "INTEGER",
+    "gpu_mem_bytes": "BIGINT",
+    "driver": "VARCHAR",
+    "cuda": "VARCHAR",
+    "torch": "VARCHAR",
+    "triton": "VARCHAR",
+    "python": "VARCHAR",
+    "interpreted": "BOOLEAN",
+}
+
+RUN_COLUMNS = {
+    "run_id": "VARCHAR PRIMARY KEY",
+    "env_id": "VARCHAR",
+    "started_at": "TIMESTAMP",
+    "finished_at": "TIMESTAMP",
+    # 'unfinished' until the run ends: a crash or kill leaves it so; 'interrupted' on Ctrl-C
+    "status": "VARCHAR",
+    "git_commit": "VARCHAR",
+    "commit_time": "TIMESTAMP",
+    "git_dirty": "BOOLEAN",
+    "grid": "VARCHAR",
+    "copy_gbps": "DOUBLE",  # measured device-to-device copy, read + write
+    "matmul_tflops": "DOUBLE",  # measured bf16 matmul
+    "config": "VARCHAR",  # JSON of the run configuration (warm-up, repeats, seed, selection)
+}
+
+RESULT_COLUMNS = {
+    "run_id": "VARCHAR",
+    "kernel": "VARCHAR",
+    "mode": "VARCHAR",
+    "provider": "VARCHAR",
+    "shape": "VARCHAR",  # label, e.g. 4096x14336
+    "dims": "VARCHAR",  # JSON object of the named dims
+    "dtype": "VARCHAR",
+    "baseline": "VARCHAR",  # the kernel's baseline provider (so the site needs no kernel import)
+    "bound": "VARCHAR",  # 'memory' or 'compute'
+    "status": "VARCHAR",  # 'ok', 'failed' (correctness gate), 'error' (exception), 'unavailable'
+    "error": "VARCHAR",  # the reason for any status but ok
+    "rel_err": "DOUBLE",
+    "tolerance": "DOUBLE",
+    "timing": "VARCHAR",  # 'cuda-events', 'cuda-graph' or 'cpu-clock'
+    "median_ms": "DOUBLE",
+    "p20_ms": "DOUBLE",
+    "p80_ms": "DOUBLE",
+    "mean_ms": "DOUBLE",
+    "std_ms": "DOUBLE",
+    "min_ms": "DOUBLE",
+    "reps": "INTEGER",
+    "peak_mem_bytes": "BIGINT",  # memory one call allocates beyond what existed before it
+    "bytes": "BIGINT",
+    "flops": "DOUBLE",
+    "seq": "INTEGER",  # order of measurement within the run
+}
+RESULT_KEY = ("run_id", "kernel", "mode", "provider", "shape", "dtype")
+
+
+def _create(columns: dict[str, str], table: str, key: Sequence[str] = ()) -> str:
+    cols = ", ".join(f"{n} {t}" for n, t in columns.items())
+    pk = f", PRIMARY KEY ({', '.join(key)})" if key else ""
+    return f"CREATE TABLE IF NOT EXISTS {table} ({cols}{pk})"
+
+
+RESULTS_VIEW = """
+CREATE OR REPLACE VIEW results_v AS
+SELECT r.*, u.started_at, u.finished_at, u.status AS run_status, u.git_commit, u.commit_time,
+       u.git_dirty, u.grid, u.copy_gbps, u.matmul_tflops, e.*,
+       CASE WHEN r.status = 'ok' THEN r.bytes / (r.median_ms * 1e6) END AS gbps,
+       CASE WHEN r.status = 'ok' THEN r.flops / (r.median_ms * 1e9) END AS tflops,
+       CASE WHEN r.status <> 'ok' THEN NULL
+            WHEN r.bound = 'compute' THEN r.flops / (r.median_ms * 1e9) / u.matmul_tflops
+            ELSE r.bytes / (r.median_ms * 1e6) / u.copy_gbps END AS frac_of_peak
+FROM results r JOIN runs u USING (run_id) JOIN environments e USING (env_id)
+"""
+
+# Migrations from version N to N+1, in order. Version 1 is the first schema, so none yet; a
+# change appends a list of statements here and bumps SCHEMA_VERSION.
+MIGRATIONS: dict[int, list[str]] = {}
+
+
+@dataclass
+class Environment:
+    env_id: str
+    device_kind: str
+    gpu_name: str | None
+    sm_count: int | None
+    gpu_mem_bytes: int | None
+    driver: str | None
+    cuda: str | None
+    torch: str
+    triton: str
+    python: str
+    interpreted: bool
+
+
+@dataclass
+class Run:
+    run_id: str
+    env_id: str
+    started_at: Any
+    finished_at: Any
+    status: str
+    git_commit: str | None
+    commit_time: Any
+    git_dirty: bool | None
+    grid: str
+    copy_gbps: float | None
+    matmul_tflops: float | None
+    config: str
+
+
+def _values(obj: Any) -> list[Any]:
+    return [getattr(obj, f.name) for f in fields(obj)]
+
+
+class Store:
+    """A kcollect DuckDB file. `read_only` opens without a write lock (for build-site, export)."""
+
+    def __init__(self, path: str | os.PathLike, read_only: bool = False):
+        self.path = Path(path)
+        if read_only and not self.path.exists():
+            raise StoreError(f"no store at {self.path}: run `kcollect run` or `kcollect import` first")
+        if not read_only:
+            parent = self.path.parent
+            try:
+                parent.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise StoreError(f"cannot create the folder {parent}: {e.strerror}") from None
+            if not os.access(parent, os.W_OK) or (self.path.exists() and not os.access(self.path, os.W_OK)):
+                raise StoreError(f"cannot write the store {self.path}: permission denied (choose another --db)")
+        try:
+            self.con = duckdb.connect(str(self.path), read_only=read_only)
+        except duckdb.IOException as e:
+            msg = str(e)
+            if "lock" in msg.lower():
+                raise StoreError(f"the store {self.path} is in use by another kcollect process; "
+                                 "wait for it to finish or use another --db") from None
+            raise StoreError(f"{self.path} is not a readable DuckDB file ({msg.splitlines()[0]})") from None
+        except duckdb.Error as e:
+            raise StoreError(f"{self.path} is not a readable DuckDB file ({str(e).splitlines()[0]})") from None
+        self._check_or_init(read_only)
+
+    # -- schema ---------------------------------------------------------------------------------
+
+    def _tables(self) -> set[str]:
+        rows = self.con.execute("SELECT table_name FROM information_schema.tables WHERE table_schema = 'main'").fetchall()
+        return {r[0] for r in rows}
+
+    def _check_or_init(self, read_only: bool) -> None:
+        tables = self._tables()
+        if not tables:
+            if read_only:
+                raise StoreError(f"{self.path} is an empty DuckDB file, not a kcollect store")
+            self._create_schema()
+            return
+        if "meta" not in tables:
+            raise StoreError(f"{self.path} is a DuckDB file of another program (tables: "
+                             f"{', '.join(sorted(tables))}); refusing to touch it")
+        meta = dict(self.con.execute("SELECT key, value FROM meta").fetchall())
+        if meta.get("app") != APP:
+            raise StoreError(f"{self.path} is a DuckDB file of another program; refusing to touch it")
+        version = int(meta.get("schema_version", 0))
+        if version > SCHEMA_VERSION:
+            raise StoreError(f"{self.path} has schema version {version}, newer than this kcollect "
+                             f"({SCHEMA_VERSION}); upgrade kcollect")
+        if version < SCHEMA_VERSION:
+            if read_only:
+                raise StoreError(f"{self.path} has schema version {version}; open it once with "
+                                 "`kcollect import` to migrate it")
+            self._migrate(version)
+
+    def _create_schema(self) -> None:
+        with self.transaction():
+            self.con.execute("CREATE TABLE meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
+            self.con.execute(_create(ENV_COLUMNS, "environments"))
+            self.con.execute(_create(RUN_COLUMNS, "runs"))
+            self.con.execute(_create(RESULT_COLUMNS, "results", RESULT_KEY))
+            self.con.execute(RESULTS_VIEW)
+            self.con.execute("INSERT INTO meta VALUES ('app', ?), ('schema_version', ?)", [APP, str(SCHEMA_VERSION)])
+
+    def _migrate(self, version: int) -> None:
+        with self.transaction():
+            for v in range(version, SCHEMA_VERSION):
+                for stmt in MIGRATIONS[v]:
+                    self.con.execute(stmt)
+            self.con.execute(RESULTS_VIEW)
+            self.con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(SCHEMA_VERSION)])
+
+    # -- writing --------------------------------------------------------------------------------
+
+    def transaction(self):
+        store = self
+
+        class _Tx:
+            def __enter__(self):
+                store.con.execute("BEGIN TRANSACTION")
+
+            def __exit__(self, exc_type, exc, tb):
+                if exc_type is None:
+                    store.con.execute("COMMIT")
+                else:
+                    store.con.execute("ROLLBACK")
+                return False
+
+        return _Tx()
+
+    def _write(self, fn) -> None:
+        try:
+            with self.transaction():
+                fn()
+            # Checkpoint so that what was just written is in the main file, not only in the WAL.
+            self.con.execute("CHECKPOINT")
+        except duckdb.IOException as e:
+            raise StoreError(f"could not write to {self.path} ({str(e).splitlines()[0]}); "
+                             "rows written before this are kept") from None
+
+    def add_environment(self, env: Environment) -> None:
+        def go():
+            self.con.execute(f"INSERT OR IGNORE INTO environments VALUES ({', '.join('?' * len(ENV_COLUMNS))})",
+                             _values(env))
+
+        self._write(go)
+
+    def start_run(self, run: Run) -> None:
+        self._write(lambda: self.con.execute(
+            f"INSERT INTO runs VALUES ({', '.join('?' * len(RUN_COLUMNS))})", _values(run)))
+
+    def finish_run(self, run_id: str, status: str, finished_at: Any) -> None:
+        self._write(lambda: self.con.execute(
+            "UPDATE runs SET status = ?, finished_at = ? WHERE run_id = ?", [status, finished_at, run_id]))
+
+    def add_results(self, rows: Iterable[dict[str, Any]]) -> None:
+        rows = list(rows)
+        if not rows:
+            return
+        cols = list(RESULT_COLUMNS)
+        values = [[row.get(c) for c in cols] for row in rows]
+        self._write(lambda: self.con.executemany(
+            f"INSERT OR REPLACE INTO results VALUES ({', '.join('?' * len(cols))})", values))
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        cur = self.con.execute(sql, list(params))
+        names = [d[0] for d in cur.description]
+        return [dict(zip(names, row)) for row in cur.fetchall()]
+
+    def run_ids(self) -> set[str]:
+        return {r[0] for r in self.con.execute("SELECT run_id FROM runs").fetchall()}
+
+    def close(self) -> None:
+        self.con.close()
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def config_json(config: Any) -> str:
+    return json.dumps(asdict(config) if hasattr(config, "__dataclass_fields__") else config, sort_keys=True, default=str)
