@@ -94,9 +94,9 @@ def list_cmd(device: str) -> None:
               help=f"Only these dtypes (repeatable): {', '.join(DTYPES)}. Default: each kernel's bench dtypes.")
 @click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto", show_default=True,
               help="Where to run; cpu uses Triton's interpreter and marks the rows so.")
-@click.option("--warmup-ms", type=click.FloatRange(min=0), default=25.0, show_default=True,
+@click.option("--warmup-ms", type=click.FloatRange(min=0), default=10.0, show_default=True,
               help="Warm-up budget per measurement, in ms.")
-@click.option("--rep-ms", type=click.FloatRange(min=0), default=100.0, show_default=True,
+@click.option("--rep-ms", type=click.FloatRange(min=0), default=40.0, show_default=True,
               help="Timed budget per measurement, in ms.")
 @click.option("--min-reps", type=click.IntRange(min=1), default=10, show_default=True,
               help="Floor on the number of timed calls, whatever the budget.")
@@ -136,6 +136,25 @@ def run(names, all_, quick, modes, providers, dtypes, device, warmup_ms, rep_ms,
     _execute(config, store, cases)
 
 
+def _progress(cases):
+    """A progress bar on a terminal; elsewhere (CI logs, a device's captured output) one line per
+    case with the elapsed time, so a log shows where the time went."""
+    import time
+
+    def label(case):
+        return f"{case.spec.name} {case.shape.label} {str(case.dtype).split('.')[-1]}" if case else ""
+
+    if sys.stderr.isatty():
+        with click.progressbar(cases, label="collecting", item_show_func=label, file=sys.stderr,
+                               show_pos=True) as bar:
+            yield from bar
+        return
+    t0 = time.perf_counter()
+    for i, case in enumerate(cases, 1):
+        yield case
+        click.echo(f"[{i}/{len(cases)}] {label(case)}  {time.perf_counter() - t0:.1f} s", err=True)
+
+
 def _execute(config, store: Store, cases) -> None:
     from .environment import describe
     from .report import table_lines
@@ -152,13 +171,8 @@ def _execute(config, store: Store, cases) -> None:
         click.echo(f"run {run.run_id[:8]} on {describe(runner.env)}: copy {run.copy_gbps:.0f} GB/s, "
                    f"matmul {run.matmul_tflops:.1f} TFLOP/s; {len(cases)} cases, grid {config.grid}", err=True)
 
-        def label(case):
-            return f"{case.spec.name} {case.shape.label} {str(case.dtype).split('.')[-1]}" if case else ""
-
-        with click.progressbar(cases, label="collecting", item_show_func=label, file=sys.stderr,
-                               show_pos=True) as bar:
-            for case in bar:
-                rows.extend(runner.run_case(case))
+        for case in _progress(cases):
+            rows.extend(runner.run_case(case))
         status = "finished"
     except KeyboardInterrupt:
         status = "interrupted"

@@ -32,17 +32,18 @@ def _sql_str(path: Path) -> str:
 def export_runs(store: Store, out_dir: Path, run_ids: Iterable[str] | None = None) -> list[Path]:
     """Writes each run (all runs when run_ids is None) that has no folder yet; returns the new folders."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    existing = {p.name.rsplit("-", 1)[-1] for p in out_dir.iterdir() if p.is_dir()}
+    existing = [p.name for p in out_dir.iterdir() if p.is_dir() and not p.name.endswith(".partial")]
     runs = store.query("SELECT r.*, e.gpu_name, e.device_kind FROM runs r JOIN environments e USING (env_id) "
                        "ORDER BY started_at")
     wanted = set(run_ids) if run_ids is not None else None
     written = []
     for run in runs:
-        if (wanted is not None and run["run_id"] not in wanted) or run["run_id"][:8] in existing:
+        tail = "-" + run["run_id"][:8]
+        if (wanted is not None and run["run_id"] not in wanted) or any(n.endswith(tail) for n in existing):
             continue
         folder = out_dir / run_folder_name(run)
         tmp = folder.with_name(folder.name + ".partial")
-        tmp.mkdir(parents=True, exist_ok=True)
+        tmp.mkdir(parents=True, exist_ok=True)  # a leftover .partial from a killed export is reused
         rid = run["run_id"]
         queries = {
             "environment": ("SELECT * FROM environments WHERE env_id = ?", [run["env_id"]]),

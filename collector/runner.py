@@ -27,8 +27,8 @@ class RunConfig:
     modes: tuple[str, ...] | None = None  # None: each kernel's own modes
     providers: tuple[str, ...] | None = None  # None: all of each kernel's providers
     dtypes: tuple[str, ...] | None = None  # None: each kernel's bench dtypes
-    warmup_ms: float = 25.0
-    rep_ms: float = 100.0
+    warmup_ms: float = 10.0
+    rep_ms: float = 40.0
     min_reps: int = 10
     cuda_graph: bool = False
     seed: int = 0

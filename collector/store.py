@@ -169,6 +169,8 @@ class Store:
             if "lock" in msg.lower():
                 raise StoreError(f"the store {self.path} is in use by another kcollect process; "
                                  "wait for it to finish or use another --db") from None
+            if not self.path.exists():
+                raise StoreError(f"cannot create the store {self.path} ({msg.splitlines()[0]})") from None
             raise StoreError(f"{self.path} is not a readable DuckDB file ({msg.splitlines()[0]})") from None
         except duckdb.Error as e:
             raise StoreError(f"{self.path} is not a readable DuckDB file ({str(e).splitlines()[0]})") from None

@@ -183,8 +183,8 @@ SPEC = KernelSpec(
     bytes_moved=bytes_moved,
     flops=flops,
     bound="memory",
-    # bf16/fp16: one rounding of the output (eager also rounds silu(a) before the multiply, so
-    # its error is about twice ours); fp32: transcendental rounding only.
-    tolerance={torch.bfloat16: 1.6e-2, torch.float16: 2e-3, torch.float32: 1e-5},
+    # About 2-3x the error one rounding of the output gives (bf16 eps 2^-8, fp16 2^-11; the CPU
+    # interpreter truncates instead of rounding, which doubles it), so a 1% systematic error fails.
+    tolerance={torch.bfloat16: 8e-3, torch.float16: 1e-3, torch.float32: 1e-5},
     dtypes=(torch.bfloat16, torch.float16, torch.float32),
 )

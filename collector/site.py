@@ -1,0 +1,248 @@
+"""`kcollect build-site`: the static dashboard, rendered from the store alone.
+
+Publishing follows asv's publish: check the output folder, fold the Parquet history into the
+store, query, run the pure analysis (regression flags), render, then swap the new site in. The
+site is built in a staging folder beside the output, so a failed build leaves the old site whole.
+
+The output works from file:// and from GitHub Pages: relative links only, plotly.js shipped once
+as a local asset, data for the trend charts in small .js files loaded with <script> tags (fetch()
+of a local JSON file is blocked under file://).
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import click
+import jinja2
+
+from . import site_data, site_pages
+from .store import Store, StoreError
+
+MARKER = ".kcollect-site"  # written into every output; a folder without it is never wiped
+# kcollect.templates is the repository's templates/ folder (see pyproject's package-dir).
+TEMPLATES = Path(importlib.import_module("kcollect.templates").__file__).resolve().parent
+STATIC = ("style.css", "site.js")
+
+
+class SiteError(Exception):
+    """An output folder or asset problem, explained in one sentence."""
+
+
+@dataclass
+class BuildResult:
+    out: Path
+    files: int
+    pages: int
+    largest: tuple[str, int]  # the largest file other than plotly.min.js: (relative path, bytes)
+    seconds: float
+    imported: int
+
+
+# -- the output folder ------------------------------------------------------------------------
+
+
+def check_out(out: Path) -> None:
+    """Refuses to touch a folder this command did not write: it wipes what it is given."""
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise SiteError(f"{out} exists and is not a folder; choose another --out")
+    if (out / MARKER).is_file() or not any(out.iterdir()):
+        return
+    raise SiteError(f"refusing to wipe {out}: it is not empty and holds no {MARKER} marker from an earlier "
+                    "build-site; choose another --out or empty it yourself")
+
+
+def plotly_js() -> Path:
+    import plotly
+
+    path = Path(plotly.__file__).resolve().parent / "package_data" / "plotly.min.js"
+    if not path.is_file():
+        raise SiteError(f"the plotly package has no {path.name} (looked in {path.parent}); reinstall plotly")
+    return path
+
+
+def _swap(staging: Path, out: Path) -> None:
+    old = out.with_name(f".{out.name}.kcollect-old")
+    if old.exists():
+        shutil.rmtree(old)
+    if out.exists():
+        out.rename(old)
+    staging.rename(out)
+    if old.exists():
+        shutil.rmtree(old)
+
+
+# -- rendering --------------------------------------------------------------------------------
+
+
+def _fmt(spec: str):
+    def f(v: Any) -> str:
+        return "—" if v is None else format(v, spec)
+
+    return f
+
+
+def environment() -> jinja2.Environment:
+    # Autoescape everything: kernel names, shapes, error messages and GPU names come from the data.
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True,
+                             trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
+    env.filters.update({
+        "ms": _fmt(".4g"), "num": _fmt(",.0f"), "sci": _fmt(".1e"),
+        "rate": lambda v: "—" if v is None else (format(v, ",.0f") if v >= 100 else format(v, ".3g")),
+        "pct": lambda v: "—" if v is None else f"{100 * v:.0f}%",
+        "x": lambda v: "—" if v is None else f"{v:.2f}×",
+        "signed_pct": lambda v: "—" if v is None else f"{100 * v:+.1f}%",
+        "gib": lambda v: "—" if not v else f"{v / 2**30:.0f} GiB",
+        "when": lambda v: "—" if v is None else v.strftime("%Y-%m-%d %H:%M"),
+    })
+    return env
+
+
+class Writer:
+    """Writes pages and data files under the staging root, counting sizes."""
+
+    def __init__(self, root: Path, env: jinja2.Environment, common: dict[str, Any]):
+        self.root, self.env, self.common = root, env, common
+        self.sizes: dict[str, int] = {}
+        self.pages = 0
+
+    def write(self, rel: str, text: str) -> None:
+        path = self.root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = text.encode()
+        path.write_bytes(data)
+        self.sizes[rel] = len(data)
+
+    def page(self, rel: str, template: str, **ctx: Any) -> None:
+        root = "../" * rel.count("/")
+        self.write(rel, self.env.get_template(template).render(**self.common, root=root, here=rel, **ctx))
+        self.pages += 1
+
+
+def data_js(name: str, payload: Any) -> str:
+    """A data file: one call that hands the payload to site.js under its path."""
+    return f"KC.put({json.dumps(name)},{json.dumps(payload, separators=(',', ':'))});\n"
+
+
+def render(data: site_data.SiteData, flags_by_series: dict, staging: Path, db: Path) -> Writer:
+    slugs = site_pages.kernel_slugs(data.kernels)
+    ids = {g.key: g.id for g in data.groups}
+    flags = site_pages.flag_rows(data, flags_by_series, slugs)
+    common = {
+        "built": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "db_name": db.name,
+        "kernels": [(k, slugs[k]) for k in data.kernels], "groups": site_pages.group_options(data.groups),
+        "modes": data.modes, "dtypes": data.dtypes, "providers": data.providers,
+        "n_runs": len(data.runs), "n_open": sum(f["open"] and f["kind"] == "regression" for f in flags),
+    }
+    w = Writer(staging, environment(), common)
+    trend_files: dict[tuple[str, str, str, str], str] = {}
+    for n, (key, series) in enumerate(sorted(data.trends.items())):
+        gkey, kernel = key[0], key[1]
+        if kernel not in slugs:
+            continue
+        rel = f"data/{slugs[kernel]}.{ids[gkey]}.{n}.js"
+        w.write(rel, data_js(rel, series))
+        trend_files[key] = rel
+    w.page("index.html", "overview.html", title="Overview", sections=site_pages.overview(data, slugs))
+    for k in data.kernels:
+        mine = [f for f in flags if f["kernel"] == k]
+        w.page(f"kernels/{slugs[k]}.html", "kernel.html", title=k,
+               k=site_pages.kernel_page(data, k, slugs, mine, trend_files))
+    w.page("regressions.html", "regressions.html", title="Regressions", flags=flags,
+           n_gpu_groups=sum(g.kind == "gpu" for g in data.groups),
+           has_cpu=any(g.kind == "cpu" for g in data.groups))
+    w.page("compare.html", "compare.html", title="Compare", cmp=site_pages.compare_page(data, trend_files))
+    w.page("environments.html", "environments.html", title="Environments",
+           sections=site_pages.environments(data))
+    return w
+
+
+# -- the build --------------------------------------------------------------------------------
+
+
+def import_history(db: Path, data_dir: Path | None) -> int:
+    """Folds the Parquet history into the store (idempotent), so that a clean checkout builds the
+    site from data/ with one command. Nothing to do when the folder holds no runs."""
+    from .history import _run_folders, import_path
+
+    if data_dir is None or not data_dir.is_dir() or not _run_folders(data_dir):
+        return 0
+    with Store(db) as store:
+        added, _ = import_path(store, data_dir)
+    return added
+
+
+def analyse(store: Store) -> dict:
+    """Regression flags of every GPU series. CPU-interpreter timings are not analysed: they say
+    nothing about speed on a GPU, and a flag on them would only be noise."""
+    from .regress import detect_all
+
+    return detect_all(site_data.regress_rows(store), None)
+
+
+def build_site(db: str | Path, out: str | Path, data_dir: str | Path | None = None) -> BuildResult:
+    """Builds the site from the store at db into out. Raises StoreError or SiteError."""
+    t0 = time.perf_counter()
+    db, out = Path(db), Path(out)
+    if out.is_symlink():
+        out = out.resolve()
+    check_out(out)
+    plotly = plotly_js()
+    imported = import_history(db, Path(data_dir) if data_dir else None)
+    with Store(db, read_only=True) as store:
+        data = site_data.load(store)
+        flags = analyse(store)
+    staging = out.with_name(f".{out.name}.kcollect-staging")
+    if staging.exists():
+        shutil.rmtree(staging)
+    staging.mkdir(parents=True)
+    try:
+        (staging / MARKER).write_text("Written by `kcollect build-site`, which wipes and rewrites this folder.\n")
+        (staging / ".nojekyll").write_text("")  # GitHub Pages: serve the files as they are
+        (staging / "assets").mkdir()
+        shutil.copyfile(plotly, staging / "assets" / "plotly.min.js")
+        for name in STATIC:
+            shutil.copyfile(TEMPLATES / name, staging / "assets" / name)
+        w = render(data, flags, staging, db)
+        _swap(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    for name in STATIC:
+        w.sizes["assets/" + name] = (out / "assets" / name).stat().st_size
+    largest = max(w.sizes.items(), key=lambda kv: kv[1])
+    return BuildResult(out=out, files=len(w.sizes) + 1, pages=w.pages, largest=largest,
+                       seconds=time.perf_counter() - t0, imported=imported)
+
+
+@click.command("build-site")
+@click.option("--db", default="data/kbench.duckdb", show_default=True, help="DuckDB store to read.")
+@click.option("--out", default="site", show_default=True,
+              help="Output folder; wiped and rewritten (only if empty or written by build-site before).")
+@click.option("--data", "data_dir", default="data/runs", show_default=True,
+              help="Parquet history folded into --db first when it holds runs; '' to skip.")
+def build_site_cmd(db: str, out: str, data_dir: str) -> None:
+    """Render the static dashboard (overview, one page per kernel, regressions, compare,
+    environments) from the store into --out."""
+    try:
+        result = build_site(db, out, data_dir or None)
+    except StoreError as e:
+        click.echo(f"kcollect: error: {e}", err=True)
+        sys.exit(1)
+    except SiteError as e:
+        click.echo(f"kcollect: error: {e}", err=True)
+        sys.exit(2)
+    if result.imported:
+        click.echo(f"imported {result.imported} run(s) from {data_dir} into {db}", err=True)
+    rel, size = result.largest
+    click.echo(f"site written to {result.out}/ ({result.pages} pages, {result.files} files, largest "
+               f"{rel} {size / 1024:.0f} KiB) in {result.seconds:.1f} s; open {result.out}/index.html")

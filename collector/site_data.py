@@ -1,0 +1,292 @@
+"""What the site shows, read from the store: device groups, the commit order of each group, the
+latest run of every kernel, trend series and sparkline series.
+
+Queries and aggregation only: no HTML here and no kernel import (the site reads the store alone).
+Heavy lifting (per-commit aggregation over the whole history) stays inside DuckDB so that a long
+history costs one pass over the results table, not a Python loop per row.
+
+A device group is one GPU model (environments.gpu_name) or the CPU interpreter. CPU/interpreted
+rows form their own group and are never aggregated together with GPU rows.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from .store import Store
+
+CPU_LABEL = "CPU (Triton interpreter)"
+SPARK_POINTS = 60  # a sparkline is ~100 px wide: more points than this only add bytes
+
+# Runs with their device group (gkey) and the index of their commit within that group (ci).
+# Commits are ordered by commit time, then by their first run's start (DESIGN: "order points by
+# runs.commit_time then started_at"); a run outside git counts as its own commit.
+RUNS_CTE = """
+WITH rk AS (
+  SELECT u.*, e.device_kind, e.gpu_name,
+         e.device_kind || ':' || CASE WHEN e.device_kind = 'cpu' THEN '' ELSE coalesce(e.gpu_name, '?') END AS gkey,
+         coalesce(u.git_commit, 'run-' || left(u.run_id, 8)) AS commit,
+         coalesce(u.commit_time, u.started_at) AS ctime
+  FROM runs u JOIN environments e USING (env_id)),
+cm AS (
+  SELECT gkey, commit, min(ctime) AS ctime, min(started_at) AS first_start,
+         row_number() OVER (PARTITION BY gkey ORDER BY min(ctime), min(started_at), commit) - 1 AS ci
+  FROM rk GROUP BY gkey, commit),
+rc AS (SELECT rk.* EXCLUDE (ctime), cm.ci, cm.ctime FROM rk JOIN cm USING (gkey, commit))
+"""
+
+
+def sig(col: str, digits: int = 4) -> str:
+    """SQL rounding of a positive column to `digits` significant digits: the trend files carry
+    thousands of numbers, and 4 digits is well below run-to-run noise."""
+    return (f"CASE WHEN {col} > 0 THEN round({col}, {digits - 1} - CAST(floor(log10({col})) AS INTEGER)) "
+            f"ELSE {col} END")
+
+
+def slug(text: str, taken: set[str]) -> str:
+    """A file-name and URL-safe id for text, unique within taken (which it joins). Names come from
+    the data, so nothing here may let one escape its folder or collide with another."""
+    base = re.sub(r"[^a-z0-9_-]+", "-", text.lower()).strip("-_")[:40] or "x"
+    out = base if base not in taken else f"{base}-{hashlib.sha1(text.encode()).hexdigest()[:6]}"
+    while out in taken:
+        out += "x"
+    taken.add(out)
+    return out
+
+
+@dataclass
+class Group:
+    key: str  # 'cuda:<gpu name>' or 'cpu:'
+    id: str  # slug, used in URLs (filters) and file names
+    label: str
+    kind: str  # 'gpu' or 'cpu'
+    commits: list[dict[str, Any]] = field(default_factory=list)  # in order: sha, short, date
+    latest: dict[str, Any] | None = None  # the group's latest run
+    kernels: list[str] = field(default_factory=list)
+
+
+@dataclass
+class SiteData:
+    groups: list[Group]
+    kernels: list[str]  # every kernel with rows, sorted
+    kernel_info: dict[str, dict[str, Any]]  # kernel -> baseline, bound, unit
+    providers: list[str]  # every provider, baseline-like names first
+    modes: list[str]
+    dtypes: list[str]
+    latest: dict[tuple[str, str], list[dict[str, Any]]]  # (gkey, kernel) -> rows of its latest run
+    trends: dict[tuple[str, str, str, str], dict[str, dict[str, list]]]  # (gkey, kernel, mode, dtype) -> provider -> shape -> [ci, med, p20, p80]
+    sparks: dict[tuple[str, str, str, str, str], list[float]]  # (gkey, kernel, provider, mode|*, dtype|*) -> values
+    environments: list[dict[str, Any]]
+    runs: list[dict[str, Any]]
+
+    def group(self, key: str) -> Group:
+        return next(g for g in self.groups if g.key == key)
+
+
+MODE_ORDER = ("fwd", "bwd", "fwd+bwd")
+DTYPE_ORDER = ("bfloat16", "float16", "float32")
+PROVIDER_ORDER = ("triton", "torch", "compile", "liger")
+
+
+def _ordered(values, preferred) -> list[str]:
+    values = set(values)
+    return [v for v in preferred if v in values] + sorted(values - set(preferred))
+
+
+def load(store: Store) -> SiteData:
+    runs = store.query(RUNS_CTE + """
+        SELECT rc.run_id, rc.env_id, rc.gkey, rc.device_kind, rc.gpu_name, rc.commit, rc.ci, rc.ctime,
+               rc.started_at, rc.finished_at, rc.status, rc.grid, rc.copy_gbps, rc.matmul_tflops, rc.git_dirty,
+               count(r.run_id) AS n_rows, count(*) FILTER (WHERE r.status = 'ok') AS n_ok,
+               count(*) FILTER (WHERE r.status IN ('failed', 'error')) AS n_bad
+        FROM rc LEFT JOIN results r USING (run_id) GROUP BY ALL ORDER BY rc.started_at DESC""")
+    groups = _groups(runs)
+    latest = _latest(store)
+    for (gkey, kernel) in latest:
+        next(g for g in groups if g.key == gkey).kernels.append(kernel)
+    for g in groups:
+        g.kernels.sort()
+    kinfo = {}
+    for (gkey, kernel), rows in sorted(latest.items()):
+        r = rows[0]
+        kinfo.setdefault(kernel, {"baseline": r["baseline"], "bound": r["bound"],
+                                  "unit": "TFLOP/s" if r["bound"] == "compute" else "GB/s"})
+    kernels = sorted(kinfo)
+    all_rows = [r for rows in latest.values() for r in rows]
+    return SiteData(
+        groups=groups, kernels=kernels, kernel_info=kinfo,
+        providers=_ordered({r["provider"] for r in all_rows}, PROVIDER_ORDER),
+        modes=_ordered({r["mode"] for r in all_rows}, MODE_ORDER),
+        dtypes=_ordered({r["dtype"] for r in all_rows}, DTYPE_ORDER),
+        latest=latest, trends=_trends(store), sparks=_sparks(store),
+        environments=_environments(store), runs=runs)
+
+
+def _groups(runs: list[dict[str, Any]]) -> list[Group]:
+    by_key: dict[str, Group] = {}
+    taken: set[str] = set()
+    # GPUs by name, the CPU interpreter last: it is the least interesting and never mixed in.
+    keys = sorted({r["gkey"] for r in runs}, key=lambda k: (k.startswith("cpu:"), k))
+    for key in keys:
+        kind, _, name = key.partition(":")
+        label = CPU_LABEL if kind == "cpu" else name
+        by_key[key] = Group(key=key, id=slug("cpu-interpreter" if kind == "cpu" else name, taken),
+                            label=label, kind="cpu" if kind == "cpu" else "gpu")
+    commits: dict[str, dict[int, dict]] = {k: {} for k in keys}
+    for r in runs:  # newest first
+        g = by_key[r["gkey"]]
+        if g.latest is None or (r["ci"], r["started_at"]) > (g.latest["ci"], g.latest["started_at"]):
+            g.latest = r
+        c = commits[r["gkey"]].setdefault(r["ci"], {"sha": r["commit"], "short": r["commit"][:8],
+                                                    "date": r["ctime"].strftime("%Y-%m-%d %H:%M") if r["ctime"] else "",
+                                                    "runs": 0})
+        c["runs"] += 1
+    for key, g in by_key.items():
+        g.commits = [commits[key][i] for i in sorted(commits[key])]
+    return list(by_key.values())
+
+
+LATEST_COLUMNS = ("kernel, mode, provider, shape, dims, dtype, baseline, bound, status, error, rel_err, tolerance, "
+                  "timing, median_ms, p20_ms, p80_ms, reps, bytes, flops, seq, gbps, tflops, frac_of_peak, "
+                  "copy_gbps, matmul_tflops, run_id, git_commit, started_at")
+
+
+def _latest(store: Store) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """The rows of the latest run of each (group, kernel): a run that measured a kernel measured all
+    its providers together, so speedups are taken within one run."""
+    rows = store.query(RUNS_CTE + f""",
+        lk AS (SELECT rc.gkey, k.kernel, k.run_id,
+                      row_number() OVER (PARTITION BY rc.gkey, k.kernel ORDER BY rc.ci DESC, rc.started_at DESC) AS rn
+               FROM (SELECT DISTINCT run_id, kernel FROM results) k JOIN rc USING (run_id))
+        SELECT lk.gkey, {', '.join('v.' + c.strip() for c in LATEST_COLUMNS.split(','))}
+        FROM lk JOIN results_v v USING (run_id, kernel) WHERE lk.rn = 1
+        ORDER BY lk.gkey, v.kernel, v.seq""")
+    out: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        for k in ("median_ms", "p20_ms", "p80_ms", "gbps", "tflops", "frac_of_peak", "rel_err"):
+            if r[k] is not None and not math.isfinite(r[k]):
+                r[k] = None
+        out.setdefault((r["gkey"], r["kernel"]), []).append(r)
+    return out
+
+
+def _trends(store: Store) -> dict[tuple[str, str, str, str], dict[str, dict[str, list]]]:
+    """Per series, one point per commit: the median over that commit's runs (repeated runs of a
+    commit are repeated measurements of it) of the median, p20 and p80. Only rows that passed the
+    correctness gate have times; a failed commit is a gap in the line, never a point."""
+    cur = store.con.execute(RUNS_CTE + f"""
+        SELECT gkey, kernel, mode, dtype, provider, shape,
+               list(ci ORDER BY ci), list({sig('med')} ORDER BY ci), list({sig('p20')} ORDER BY ci),
+               list({sig('p80')} ORDER BY ci)
+        FROM (SELECT rc.gkey, r.kernel, r.mode, r.dtype, r.provider, r.shape, rc.ci,
+                     median(r.median_ms) AS med, median(r.p20_ms) AS p20, median(r.p80_ms) AS p80
+              FROM results r JOIN rc USING (run_id)
+              WHERE r.status = 'ok' AND r.median_ms > 0 AND isfinite(r.median_ms)
+              GROUP BY ALL)
+        GROUP BY ALL""")
+    out: dict[tuple[str, str, str, str], dict[str, dict[str, list]]] = {}
+    for gkey, kernel, mode, dtype, provider, shape, ci, med, p20, p80 in cur.fetchall():
+        out.setdefault((gkey, kernel, mode, dtype), {}).setdefault(provider, {})[shape] = [ci, med, p20, p80]
+    return out
+
+
+def _sparks(store: Store) -> dict[tuple[str, str, str, str, str], list[float]]:
+    """Median fraction of the measured ceiling per commit, for each overview cell: over every
+    mode, shape and dtype of a kernel (mode = dtype = '*'), and per (mode, dtype)."""
+    cur = store.con.execute(RUNS_CTE + """
+        SELECT gkey, kernel, provider, coalesce(mode, '*'), coalesce(dtype, '*'), list(f ORDER BY ci)
+        FROM (SELECT rc.gkey, v.kernel, v.provider, v.mode, v.dtype, rc.ci, median(v.frac_of_peak) AS f
+              FROM results_v v JOIN rc USING (run_id)
+              WHERE v.status = 'ok' AND isfinite(v.frac_of_peak)
+              GROUP BY GROUPING SETS ((rc.gkey, v.kernel, v.provider, rc.ci),
+                                      (rc.gkey, v.kernel, v.provider, v.mode, v.dtype, rc.ci)))
+        GROUP BY ALL""")
+    return {tuple(row[:5]): _downsample(row[5], SPARK_POINTS) for row in cur.fetchall()}
+
+
+def _downsample(values: list[float], n: int) -> list[float]:
+    """Bucket means: keeps a step visible (taking every k-th point could skip it)."""
+    if len(values) <= n:
+        return list(values)
+    out = []
+    for i in range(n):
+        chunk = values[i * len(values) // n:(i + 1) * len(values) // n]
+        out.append(sum(chunk) / len(chunk))
+    return out
+
+
+def _environments(store: Store) -> list[dict[str, Any]]:
+    return store.query(RUNS_CTE + """
+        SELECT e.*, rc.gkey, count(rc.run_id) AS n_runs, min(rc.started_at) AS first_run,
+               max(rc.started_at) AS last_run,
+               median(rc.copy_gbps) AS copy_med, min(rc.copy_gbps) AS copy_min, max(rc.copy_gbps) AS copy_max,
+               median(rc.matmul_tflops) AS mm_med, min(rc.matmul_tflops) AS mm_min, max(rc.matmul_tflops) AS mm_max
+        FROM environments e JOIN rc USING (env_id)
+        GROUP BY ALL ORDER BY rc.gkey, last_run DESC""")
+
+
+# -- aggregation over the latest rows (pure functions, also used by the tests) ----------------
+
+
+def geomean(values: list[float]) -> float | None:
+    values = [v for v in values if v and v > 0 and math.isfinite(v)]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+def median(values: list[float]) -> float | None:
+    values = sorted(v for v in values if v is not None)
+    if not values:
+        return None
+    mid = len(values) // 2
+    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+
+
+def annotate(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Adds, to each row of one run of one kernel, its rate (GB/s or TFLOP/s), its speedup over the
+    baseline and over the best other provider. Only rows that passed the gate get either; the
+    others keep None, so a failed provider can never show a speed."""
+    by_case: dict[tuple[str, str, str], dict[str, dict]] = {}
+    for r in rows:
+        by_case.setdefault((r["mode"], r["shape"], r["dtype"]), {})[r["provider"]] = r
+    for r in rows:
+        ok = r["status"] == "ok" and r["median_ms"]
+        r["rate"] = (r["tflops"] if r["bound"] == "compute" else r["gbps"]) if ok else None
+        r["vs_base"] = r["vs_best"] = None
+        if not ok:
+            continue
+        peers = by_case[(r["mode"], r["shape"], r["dtype"])]
+        base = peers.get(r["baseline"])
+        if base and base["status"] == "ok" and base["median_ms"]:
+            r["vs_base"] = base["median_ms"] / r["median_ms"]
+        others = [p["median_ms"] for n, p in peers.items() if n != r["provider"] and p["status"] == "ok" and p["median_ms"]]
+        if others:
+            r["vs_best"] = min(others) / r["median_ms"]
+    return rows
+
+
+def cell(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """One overview cell from the annotated rows of one (kernel, provider[, mode, dtype]):
+    geometric-mean speedup over the baseline and median fraction of the ceiling, over the rows
+    that passed; and how many did not."""
+    counts = {s: sum(r["status"] == s for r in rows) for s in ("ok", "failed", "error", "unavailable")}
+    ok = [r for r in rows if r["status"] == "ok"]
+    return {"n": len(rows), **counts,
+            "speedup": geomean([r["vs_base"] for r in ok if r["vs_base"]]),
+            "frac": median([r["frac_of_peak"] for r in ok if r["frac_of_peak"] is not None]),
+            "reason": next((r["error"] for r in rows if r["status"] != "ok" and r["error"]), None)}
+
+
+def regress_rows(store: Store) -> list[dict[str, Any]]:
+    """Every GPU row that passed the gate, as the regression analysis takes them. Commits outside
+    git get the same stand-in name as in the commit order above."""
+    cur = store.con.execute(RUNS_CTE + """
+        SELECT r.kernel, r.mode, r.provider, r.shape, r.dtype, rc.gpu_name, rc.commit AS git_commit,
+               rc.ctime AS commit_time, rc.started_at, r.run_id, r.status, r.median_ms, r.p20_ms, r.p80_ms
+        FROM results r JOIN rc USING (run_id)
+        WHERE rc.device_kind <> 'cpu' AND r.status = 'ok'
+        ORDER BY rc.ci, rc.started_at""")
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, row)) for row in cur.fetchall()]

@@ -1,0 +1,111 @@
+"""The command line as a user meets it: real processes, a real DuckDB file, the CPU interpreter."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from kcollect.store import Store
+
+KCOLLECT = [sys.executable, "-m", "kcollect.cli"]
+
+
+def kc(*args, timeout=600):
+    return subprocess.run(KCOLLECT + list(args), capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("args, words", [
+    (["run", "nope"], "unknown kernel 'nope'; valid: "),
+    (["run", "swiglu", "--mode", "sideways"], "unknown mode 'sideways'; valid: fwd, bwd, fwd+bwd"),
+    (["run", "swiglu", "--dtype", "int3"], "unknown dtype 'int3'; valid: bfloat16, float16, float32"),
+    (["run", "swiglu", "--provider", "magic"], "unknown provider 'magic'; valid: triton, torch, compile"),
+    (["run"], "name at least one kernel, or pass --all"),
+    (["run", "swiglu", "--all"], "not both"),
+])
+def test_bad_input_exits_2_with_one_line(args, words, tmp_path):
+    out = kc(*args, "--db", str(tmp_path / "k.duckdb"))
+    assert out.returncode == 2, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and words in lines[0], out.stderr
+    assert not (tmp_path / "k.duckdb").exists()  # nothing is created for a refused command
+
+
+def test_list_shows_kernels_and_availability():
+    out = kc("list", "--device", "cpu")
+    assert out.returncode == 0, out.stderr
+    assert "swiglu" in out.stdout and "quick:" in out.stdout
+    assert "liger" in out.stdout and "unavailable" in out.stdout
+
+
+def test_help_explains_every_run_option():
+    out = kc("run", "--help")
+    for opt in ("--all", "--quick", "--mode", "--provider", "--dtype", "--device", "--warmup-ms", "--rep-ms",
+                "--min-reps", "--cuda-graph", "--seed", "--db", "--commit"):
+        assert opt in out.stdout
+
+
+def test_run_summary_export_import(tmp_path):
+    db = tmp_path / "k.duckdb"
+    out = kc("run", "swiglu", "--mode", "fwd", "--provider", "triton", "--provider", "torch", "--db", str(db),
+             "--rep-ms", "5", "--warmup-ms", "1")
+    assert out.returncode == 0, out.stderr
+    assert "swiglu" in out.stdout and "triton" in out.stdout and "1.00x" in out.stdout
+    with Store(db, read_only=True) as s:
+        rows = s.query("SELECT * FROM results_v")
+    assert rows and {r["status"] for r in rows} == {"ok"}
+    assert {r["device_kind"] for r in rows} == {"cpu"} and all(r["interpreted"] for r in rows)
+    assert {r["run_status"] for r in rows} == {"finished"}
+    assert all(r["git_commit"] for r in rows)
+
+    summary = kc("summary", "--db", str(db), "--markdown")
+    assert summary.returncode == 0 and summary.stdout.startswith("| kernel |")
+
+    runs = tmp_path / "runs"
+    assert kc("export", "--db", str(db), "--out", str(runs)).returncode == 0
+    other = tmp_path / "other.duckdb"
+    first = kc("import", str(runs), "--db", str(other))
+    again = kc("import", str(runs), "--db", str(other))
+    assert "1 run(s) imported" in first.stdout and "0 run(s) imported, 1 already present" in again.stdout
+
+
+def test_corrupt_db_exits_1_and_is_untouched(tmp_path):
+    db = tmp_path / "k.duckdb"
+    db.write_bytes(b"garbage" * 1000)
+    out = kc("run", "swiglu", "--provider", "torch", "--db", str(db))
+    assert out.returncode == 1
+    assert "not a readable DuckDB file" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    assert db.read_bytes() == b"garbage" * 1000
+
+
+def _start_slow_run(db):
+    # Generous budgets make each case take a few seconds, so the run can be hit midway.
+    return subprocess.Popen(KCOLLECT + ["run", "swiglu", "--provider", "torch", "--db", str(db),
+                                        "--rep-ms", "1500", "--warmup-ms", "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for_first_case(proc):
+    deadline = time.time() + 300
+    for line in proc.stderr:
+        if line.startswith("[1/"):
+            return
+        assert time.time() < deadline
+    pytest.fail("the run ended before its first case finished")
+
+
+@pytest.mark.parametrize("sig, status, code", [(signal.SIGKILL, "unfinished", -9), (signal.SIGINT, "interrupted", 130)])
+def test_killed_run_keeps_finished_rows(tmp_path, sig, status, code):
+    db = tmp_path / "k.duckdb"
+    proc = _start_slow_run(db)
+    _wait_for_first_case(proc)
+    os.kill(proc.pid, sig)
+    proc.communicate(timeout=120)
+    assert proc.returncode == code
+    with Store(db, read_only=True) as s:
+        runs = s.query("SELECT status FROM runs")
+        rows = s.query("SELECT shape, status FROM results")
+    assert runs == [{"status": status}]
+    kept = {r["shape"] for r in rows}
+    assert "64x1024" in kept and len(kept) < 3, kept  # the first case survived, the run did not finish

@@ -1,0 +1,95 @@
+"""The runner's gate and bookkeeping, with a real store and the swiglu spec plus planted providers."""
+import dataclasses
+from pathlib import Path
+
+import pytest
+import torch
+
+from kcollect import report, timing
+from kcollect.kernels import swiglu
+from kcollect.runner import Runner, RunConfig, plan
+from kcollect.spec import Provider, Shape
+from kcollect.store import Store
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _off_by_three_percent(a, b):
+    return swiglu.swiglu_eager(a, b) * 1.03
+
+
+def _raises(a, b):
+    raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+
+def _nan(a, b):
+    out = swiglu.swiglu_eager(a, b)
+    out.view(-1)[7] = float("nan")
+    return out
+
+
+PLANTED = dataclasses.replace(
+    swiglu.SPEC,
+    providers=swiglu.SPEC.providers[:2] + (
+        Provider("wrong", _off_by_three_percent),
+        Provider("boom", _raises),
+        Provider("nan", _nan),
+        Provider("absent", swiglu.swiglu_eager, lambda device: "not installed here"),
+    ),
+    grids={"quick": (Shape({"M": 33, "N": 515}, "awkward"),), "full": ()},
+)
+
+
+def _run(tmp_path, spec=PLANTED, modes=("fwd",)):
+    config = RunConfig(kernels=(spec.name,), grid="quick", device="cpu", modes=modes, warmup_ms=1, rep_ms=5,
+                       min_reps=3, seed=1)
+    with Store(tmp_path / "k.duckdb") as store:
+        runner = Runner(config, store)
+        run = runner.start(ROOT)
+        rows = [r for case in plan([spec], config) for r in runner.run_case(case)]
+        runner.finish("finished")
+        stored = store.query("SELECT * FROM results_v ORDER BY seq")
+    return run, rows, stored
+
+
+def test_gate_statuses_and_no_speed_for_failures(tmp_path):
+    run, rows, stored = _run(tmp_path)
+    by = {r["provider"]: r for r in stored}
+    assert by["triton"]["status"] == "ok" and by["torch"]["status"] == "ok"
+    assert by["wrong"]["status"] == "failed" and by["wrong"]["rel_err"] > by["wrong"]["tolerance"]
+    assert by["nan"]["status"] == "failed" and by["nan"]["rel_err"] is None
+    assert by["boom"]["status"] == "error" and "illegal memory access" in by["boom"]["error"]
+    assert by["absent"]["status"] == "unavailable" and by["absent"]["error"] == "not installed here"
+    for name in ("wrong", "nan", "boom", "absent"):
+        assert by[name]["median_ms"] is None and by[name]["gbps"] is None and by[name]["frac_of_peak"] is None
+    ups = report.speedups(rows)
+    assert {rows[i]["provider"] for i in ups} == {"triton", "torch"}
+    table = "\n".join(report.table_lines(rows, run.copy_gbps, run.matmul_tflops))
+    assert "FAILED" in table and "ERROR" in table and "UNAVAILABLE" in table
+
+
+def test_timed_rows_have_consistent_statistics(tmp_path):
+    _, _, stored = _run(tmp_path, spec=dataclasses.replace(PLANTED, providers=swiglu.SPEC.providers[:2]),
+                        modes=("fwd", "bwd"))
+    assert {(r["mode"], r["provider"]) for r in stored} == {(m, p) for m in ("fwd", "bwd") for p in ("triton", "torch")}
+    for r in stored:
+        assert r["min_ms"] <= r["p20_ms"] <= r["median_ms"] <= r["p80_ms"]
+        assert r["reps"] >= 3 and r["timing"] == "cpu-clock" and r["bytes"] > 0
+        assert r["shape"] == "33x515" and r["baseline"] == "torch"
+
+
+def test_plan_respects_filters_and_claimed_dtypes():
+    config = RunConfig(kernels=("swiglu",), grid="quick", device="cpu", modes=("bwd",), providers=("torch",),
+                       dtypes=("float16", "float32"))
+    cases = plan([swiglu.SPEC], config)
+    assert len(cases) == 2 * len(swiglu.SPEC.grid("quick"))
+    assert {c.dtype for c in cases} == {torch.float16, torch.float32}
+    assert all(c.modes == ("bwd",) and c.providers == ("torch",) for c in cases)
+    fp8_only = dataclasses.replace(swiglu.SPEC, dtypes=(torch.bfloat16,))
+    assert plan([fp8_only], config) == []
+
+
+def test_quantiles_and_summary():
+    t = timing.summarize("cpu-clock", [5.0, 1.0, 3.0, 2.0, 4.0])
+    assert (t.min_ms, t.median_ms, t.mean_ms, t.reps) == (1.0, 3.0, 3.0, 5)
+    assert t.p20_ms == pytest.approx(1.8) and t.p80_ms == pytest.approx(4.2)

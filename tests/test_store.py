@@ -1,0 +1,152 @@
+"""The DuckDB store and the Parquet history: round trips, idempotent import, refusing bad files."""
+from datetime import datetime
+
+import duckdb
+import pytest
+
+from kcollect import history
+from kcollect.store import SCHEMA_VERSION, Environment, Run, Store, StoreError
+
+
+def _env(env_id="e1", gpu="NVIDIA H200"):
+    return Environment(env_id=env_id, device_kind="cuda", gpu_name=gpu, sm_count=132, gpu_mem_bytes=141 << 30,
+                       driver="580", cuda="13.0", torch="2.11", triton="3.6", python="3.12", interpreted=False)
+
+
+def _run(run_id, env_id="e1", commit="abc", status="finished"):
+    return Run(run_id=run_id, env_id=env_id, started_at=datetime(2026, 11, 22, 3, 0, 0), finished_at=None,
+               status=status, git_commit=commit, commit_time=datetime(2026, 11, 21, 12, 0), git_dirty=False,
+               grid="full", copy_gbps=4000.0, matmul_tflops=700.0, config="{}")
+
+
+def _result(run_id, provider="triton", median=1.0, status="ok", shape="4096x4096"):
+    spread = dict(p20_ms=median * 0.99, p80_ms=median * 1.01, min_ms=median * 0.98) if median else {}
+    return spread | dict(run_id=run_id, kernel="rms_norm", mode="fwd", provider=provider, shape=shape,
+                dims='{"M": 4096, "N": 4096}', dtype="bfloat16", baseline="torch", bound="memory", status=status,
+                error=None, rel_err=1e-3, tolerance=1e-2, timing="cuda-events", median_ms=median, mean_ms=median,
+                std_ms=0.01, reps=100,
+                peak_mem_bytes=1 << 20, bytes=2 * 4096 * 4096 * 2, flops=0.0, seq=1)
+
+
+def _fill(path, run_id="r-0000001", **kw):
+    with Store(path) as s:
+        s.add_environment(_env())
+        s.start_run(_run(run_id, **kw))
+        s.add_results([_result(run_id), _result(run_id, provider="torch", median=2.0)])
+    return path
+
+
+def test_new_store_has_schema_version(tmp_path):
+    with Store(tmp_path / "k.duckdb") as s:
+        meta = dict(s.con.execute("SELECT key, value FROM meta").fetchall())
+    assert meta == {"app": "kcollect", "schema_version": str(SCHEMA_VERSION)}
+
+
+def test_round_trip_and_derived_rates(tmp_path):
+    path = _fill(tmp_path / "k.duckdb")
+    with Store(path, read_only=True) as s:
+        rows = s.query("SELECT provider, median_ms, gbps, frac_of_peak, gpu_name FROM results_v ORDER BY provider")
+    assert [r["provider"] for r in rows] == ["torch", "triton"]
+    triton = rows[1]
+    assert triton["gbps"] == pytest.approx(2 * 4096 * 4096 * 2 / 1e6)
+    assert triton["frac_of_peak"] == pytest.approx(triton["gbps"] / 4000.0)
+    assert triton["gpu_name"] == "NVIDIA H200"
+
+
+def test_failed_rows_have_no_rate(tmp_path):
+    path = tmp_path / "k.duckdb"
+    with Store(path) as s:
+        s.add_environment(_env())
+        s.start_run(_run("r1"))
+        s.add_results([_result("r1", status="failed", median=None)])
+        assert s.query("SELECT gbps, frac_of_peak FROM results_v")[0] == {"gbps": None, "frac_of_peak": None}
+
+
+def test_foreign_duckdb_is_refused_and_untouched(tmp_path):
+    path = tmp_path / "other.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute("CREATE TABLE sales (x INTEGER)")
+    con.execute("INSERT INTO sales VALUES (42)")
+    con.close()
+    with pytest.raises(StoreError, match="another program"):
+        Store(path)
+    con = duckdb.connect(str(path))
+    assert con.execute("SELECT * FROM sales").fetchall() == [(42,)]
+    assert {r[0] for r in con.execute("SHOW TABLES").fetchall()} == {"sales"}
+
+
+def test_corrupt_file_is_refused_and_untouched(tmp_path):
+    path = tmp_path / "k.duckdb"
+    junk = b"this is not a database" * 100
+    path.write_bytes(junk)
+    with pytest.raises(StoreError, match="not a readable DuckDB file"):
+        Store(path)
+    assert path.read_bytes() == junk
+
+
+def test_newer_schema_is_refused(tmp_path):
+    path = _fill(tmp_path / "k.duckdb")
+    con = duckdb.connect(str(path))
+    con.execute("UPDATE meta SET value = '999' WHERE key = 'schema_version'")
+    con.close()
+    with pytest.raises(StoreError, match="newer than this kcollect"):
+        Store(path)
+
+
+def test_uncreatable_path_is_explained(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(StoreError, match="cannot create"):
+        Store(blocker / "k.duckdb")
+
+
+def test_missing_store_read_only(tmp_path):
+    with pytest.raises(StoreError, match="no store"):
+        Store(tmp_path / "none.duckdb", read_only=True)
+
+
+def test_second_writer_gets_a_clear_message(tmp_path):
+    # DuckDB's lock is per process; a second process is what a user would start.
+    import subprocess
+    import sys
+
+    path = _fill(tmp_path / "k.duckdb")
+    holder = Store(path)
+    try:
+        code = ("from kcollect.store import Store, StoreError\n"
+                f"try:\n    Store({str(path)!r})\nexcept StoreError as e:\n    print(e)\n")
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    finally:
+        holder.close()
+    assert "in use by another kcollect process" in out.stdout, out.stdout + out.stderr
+
+
+def test_export_import_round_trip_is_idempotent(tmp_path):
+    src = _fill(tmp_path / "src.duckdb")
+    runs_dir = tmp_path / "runs"
+    with Store(src, read_only=True) as s:
+        written = history.export_runs(s, runs_dir)
+        assert len(written) == 1 and (written[0] / "results.parquet").exists()
+        assert history.export_runs(s, runs_dir) == []  # already exported: nothing new
+    dst = tmp_path / "dst.duckdb"
+    with Store(dst) as d:
+        assert history.import_path(d, runs_dir) == (1, 0)
+        assert history.import_path(d, runs_dir) == (0, 1)
+        rows = d.query("SELECT provider, median_ms FROM results ORDER BY provider")
+        assert rows == [{"provider": "torch", "median_ms": 2.0}, {"provider": "triton", "median_ms": 1.0}]
+        assert d.query("SELECT count(*) AS n FROM environments")[0]["n"] == 1
+
+
+def test_import_from_another_duckdb_merges_runs(tmp_path):
+    a = _fill(tmp_path / "a.duckdb", run_id="run-a")
+    b = _fill(tmp_path / "b.duckdb", run_id="run-b", commit="def")
+    with Store(a) as s:
+        assert history.import_path(s, b) == (1, 0)
+        assert history.import_path(s, b) == (0, 1)
+        assert s.run_ids() == {"run-a", "run-b"}
+        assert s.query("SELECT count(*) AS n FROM results")[0]["n"] == 4
+
+
+def test_import_of_nothing_is_an_error(tmp_path):
+    with Store(tmp_path / "k.duckdb") as s, pytest.raises(StoreError, match="nothing to import"):
+        history.import_path(s, tmp_path / "missing")
