@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from kcollect.spec import KernelSpec
 
-from . import swiglu
+from . import gelu, swiglu
 
 SPECS: tuple[KernelSpec, ...] = (
     swiglu.SPEC,
+    gelu.SPEC,
 )
 
 
