@@ -6,7 +6,8 @@ binary segmentation (docs/regressions.md has the long form):
 
 - levels: at each candidate index i the level before is the median of up to WINDOW points before i,
   the level after the median of up to WINDOW points from i on; medians, so one outlier moves nothing;
-- persistence: a step needs at least PERSIST points on each side, so the last PERSIST - 1 commits
+- persistence: a step needs at least PERSIST points on each side, and of the NEAR points next to it
+  on each side all but one on their own side of the halfway level; so the last PERSIST - 1 commits
   can never be flagged (that is `kcollect compare`'s job);
 - a flag needs all of: |change| beyond the relative threshold; the step at least MIN_Z standard errors
   of the difference of the two window medians, the standard error coming from the series' own
@@ -31,8 +32,8 @@ import numpy as np
 DEFAULT_THRESHOLD = 0.05
 WINDOW = 10  # points each side that set the levels: long enough to average noise, short enough to be local
 PERSIST = 3  # points a new level must last (and the old one must have lasted): one outlier is not a step
-PERSIST_SHARE = 0.75  # share of each window's points that must lie on its side of the halfway level
-MIN_Z = 4.0  # step / its standard error; with ~50 candidate indices per series this keeps false flags rare
+NEAR, PERSIST_SHARE = 4, 0.75  # of the 4 points next to a step, 3 must lie on their side of it
+MIN_Z = 3.5  # step / its standard error; with ~50 candidate indices per series this keeps false flags rare
 MEDIAN_SE = math.sqrt(math.pi / 2)  # standard error of a median = this * sigma / sqrt(n) (normal noise)
 SIGMA_FLOOR = 1e-4  # 0.01%: identical repeated values must not make every change infinitely significant
 
@@ -147,10 +148,11 @@ def _scatter(y: np.ndarray) -> float:
     return max(1.4826 * float(np.median(d)) / math.sqrt(2), SIGMA_FLOOR)
 
 
-def _windows(a: np.ndarray, idx: np.ndarray, lo: int, hi: int, before: bool) -> tuple[np.ndarray, np.ndarray]:
-    """Each index's window of a (before: [i-WINDOW, i), after: [i, i+WINDOW)) clipped to [lo, hi),
+def _windows(a: np.ndarray, idx: np.ndarray, lo: int, hi: int, before: bool,
+             width: int = WINDOW) -> tuple[np.ndarray, np.ndarray]:
+    """Each index's window of a (before: [i-width, i), after: [i, i+width)) clipped to [lo, hi),
     as sorted rows padded with NaN at the end, and the number of real values in each row."""
-    cols = idx[:, None] + np.arange(WINDOW)[None, :] - (WINDOW if before else 0)
+    cols = idx[:, None] + np.arange(width)[None, :] - (width if before else 0)
     valid = (cols >= lo) & (cols < hi)
     return np.sort(np.where(valid, a[np.clip(cols, 0, len(a) - 1)], np.nan), axis=1), valid.sum(axis=1)
 
@@ -170,12 +172,14 @@ def _test(s: _Series, idx: np.ndarray, lo: int, hi: int) -> tuple[np.ndarray, np
     z = np.abs(step) / (MEDIAN_SE * s.sigma * np.sqrt(1 / nb + 1 / na))
     passes = (np.abs(step) >= s.log_t) & (z >= MIN_Z)
     if passes.any():  # the rest only where these hold: it is rarely needed
-        sign = np.sign(step)[:, None]
-        mid = ((before + after) / 2)[:, None]
-        # Persistence: most points on each side sit on their own side of the halfway level, so two
-        # outliers among the last four commits (which move a median of four) are not a step.
-        persists = ((np.sum((wa - mid) * sign > 0, axis=1) >= PERSIST_SHARE * na)
-                    & (np.sum((mid - wb) * sign > 0, axis=1) >= PERSIST_SHARE * nb))
+        # Persistence: of the NEAR points next to the step on each side, all but one sit on their own
+        # side of the halfway level (all of them when only three are left), so two outliers among the
+        # last four commits, which move a median of four, are not a step.
+        sign, mid = np.sign(step)[:, None], ((before + after) / 2)[:, None]
+        near_a, ka = _windows(s.y, idx, lo, hi, before=False, width=NEAR)
+        near_b, kb = _windows(s.y, idx, lo, hi, before=True, width=NEAR)
+        persists = ((np.sum((near_a - mid) * sign > 0, axis=1) >= PERSIST_SHARE * ka)
+                    & (np.sum((mid - near_b) * sign > 0, axis=1) >= PERSIST_SHARE * kb))
         # Beyond the spread: the new level lies outside the p20-p80 band of the points before it.
         band_hi = _median(*_windows(s.hi, idx, lo, hi, before=True))
         band_lo = _median(*_windows(s.lo, idx, lo, hi, before=True))
