@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The command for the workplace's lent GPU machine (see ../shared/device/README.md): installs the
+# carried wheels (.whl/: duckdb, liger-kernel) beside the machine's torch and Triton, installs
+# kcollect, and collects into $OUT/gpu.duckdb, which comes back and is imported here with
+# `kcollect import`. Usage: bash scripts/gpu_collect.sh COMMIT COMMIT_TIME [kcollect run options]
+set -uo pipefail
+commit=$1 commit_time=$2
+shift 2
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site:${PYTHONPATH:-} PYTHONUNBUFFERED=1
+python3 -m pip install -q --no-deps --no-build-isolation -e . || exit 1
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv
+kcollect run --db "$OUT/gpu.duckdb" --commit "$commit" --commit-time "$commit_time" "$@" 2>&1 | tee "$OUT/run.log"
