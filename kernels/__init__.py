@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from kcollect.spec import KernelSpec
 
-from . import gelu, swiglu
+from . import geglu, gelu, swiglu
 
 SPECS: tuple[KernelSpec, ...] = (
     swiglu.SPEC,
     gelu.SPEC,
+    geglu.SPEC,
 )
 
 
