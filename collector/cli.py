@@ -262,5 +262,11 @@ def import_cmd(paths, db) -> None:
     click.echo(f"{added} run(s) imported, {skipped} already present, into {db}")
 
 
+# compare lives in compare.py (it reads the store only); registered here so `kcollect` lists it.
+from .compare import compare_cmd  # noqa: E402
+
+main.add_command(compare_cmd)
+
+
 if __name__ == "__main__":
     main()
