@@ -186,9 +186,10 @@ SPEC = KernelSpec(
     bytes_moved=bytes_moved,
     flops=flops,
     bound="memory",
-    # bf16/fp16: one rounding of each output, plus the rounding of dc in bwd (interpreter, bf16:
-    # ~4e-3; eager and Liger also round gelu(a), and Liger dc * b, before the multiply, so theirs
-    # is up to ~3x ours on the GPU); fp32: exp/reciprocal rounding only (~3e-7).
-    tolerance={torch.bfloat16: 1e-2, torch.float16: 1.5e-3, torch.float32: 1e-5},
+    # About 2-3x the error one rounding of each output gives (bf16 eps 2^-8, fp16 2^-11; the CPU
+    # interpreter truncates instead of rounding, which doubles it: measured 4e-3 bf16, 3e-4 fp16),
+    # so a 1% systematic error fails. Eager and Liger round gelu(a) (Liger also dc * b) before the
+    # multiply: ~2-3 roundings, still well inside on the GPU. fp32: exp/reciprocal rounding (3e-7).
+    tolerance={torch.bfloat16: 8e-3, torch.float16: 1e-3, torch.float32: 1e-5},
     dtypes=(torch.bfloat16, torch.float16, torch.float32),
 )

@@ -1,0 +1,364 @@
+"""RoPE: rotary position embedding of q and k in one launch, HF LLaMA layout (rotate_half).
+
+    y = x * cos + rotate_half(x) * sin,   rotate_half([x1, x2]) = [-x2, x1]   (halves of head_dim)
+
+q [B, Hq, T, D] and k [B, Hk, T, D] may have different head counts (GQA/MQA). cos and sin are
+[1, T, D] or [B, T, D] (or [T, D]), i.e. what HF's rotary-embedding module returns for explicit
+position ids and what Liger's liger_rotary_pos_emb takes, so that every provider gets the same
+inputs. The inputs are laid out as HF's attention makes them: the projection gives [B, T, H, D],
+viewed as [B, H, T, D] through a transpose. Any layout with a contiguous head_dim works.
+Gradients flow to q and k; cos and sin are constants.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from kcollect.spec import KernelSpec, Provider, Shape, peer_available, standard_providers
+
+POS = ("ids", "shared")
+
+
+# ---------------------------------------------------------------------------------------------
+# Triton kernels.
+#
+# One program = BT tokens x HB heads of q or of k, both halves of head_dim: [BT, HB, D/2] tiles.
+# The threads of a program cover [BT, D/2] once, one 16-byte vector each (VEC = 16 / element size
+# elements), and the HB heads repeat in registers: each thread loads its cos/sin vectors once and
+# reuses them for HB heads, and has 2 * HB independent 16-byte loads of q/k in flight (HB = 4:
+# 128 bytes a thread; 102 registers in bf16, 64 in fp32, in the sm_90 SASS). One head per thread
+# instead (cos/sin duplicated in registers per head) keeps a quarter of those bytes in flight for
+# half the registers. HB is the largest power of two <= 4 dividing the head count, chosen for q
+# and for k separately, so no lane is spent on padded heads. Heads land in registers because the
+# tile is [BT, HB, D/2]: Triton's coalescing orders the two non-contiguous dims as written (0
+# before 1) and so spreads threads over head_dim, then tokens (a [HB, BT, D/2] tile spreads them
+# over heads and converts cos/sin through shared memory: checked in the SASS).
+#
+# The flat 1-D grid walks token blocks and, within a token block, the head blocks of q and then of
+# k: q and k share one launch, and the programs that read a token block's cos/sin rows run
+# together (cos/sin come from DRAM about once, then L2). Tokens are flattened over (B, T), so any
+# T fills tiles. Every row of D elements is contiguous, so the loads are 16-byte vectors in any
+# layout (HF's transposed [B, T, H, D] or a contiguous [B, H, T, D]).
+#
+# cos and sin are read in full (both halves) rather than assuming HF's cat(freqs, freqs): the
+# kernel computes exactly the formula above for any cos/sin, for 2 Bc T D of extra reads against
+# 2 B T (Hq + Hk) D of q/k traffic (2.5% for LLaMA-3-8B with per-sequence positions).
+#
+# Forward:  y1 = x1 c1 - x2 s1,   y2 = x2 c2 + x1 s2
+# Backward: the transpose of that map: dx1 = dy1 c1 + dy2 s2,   dx2 = dy2 c2 - dy1 s1
+# i.e. the same code with (s1, s2) replaced by (-s2, -s1).
+
+
+@triton.jit
+def _rope_tile(x_ptr, y_ptr, tok_off, head0, stride_h, d, mask, c1, c2, sa, sb,
+               HALF: tl.constexpr, HB: tl.constexpr):
+    h = (head0 + tl.arange(0, HB)).to(tl.int64)
+    offs = tok_off[:, None, None] + (h * stride_h)[None, :, None] + d[None, None, :]  # [BT, HB, HALF_P]
+    x1 = tl.load(x_ptr + offs, mask=mask).to(tl.float32)
+    x2 = tl.load(x_ptr + offs + HALF, mask=mask).to(tl.float32)
+    tl.store(y_ptr + offs, (x1 * c1 - x2 * sa).to(y_ptr.dtype.element_ty), mask=mask)
+    tl.store(y_ptr + offs + HALF, (x2 * c2 + x1 * sb).to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _rope_qk(q_ptr, k_ptr, qo_ptr, ko_ptr, cos_ptr, sin_ptr,
+             n_tok, T, n_qblocks, n_blocks,
+             sq_b, sq_t, sq_h, sk_b, sk_t, sk_h, sc_b, sc_t,
+             HALF: tl.constexpr, HALF_P: tl.constexpr, HBQ: tl.constexpr, HBK: tl.constexpr,
+             BT: tl.constexpr, BACKWARD: tl.constexpr):
+    pid = tl.program_id(0)
+    tb = pid // n_blocks
+    j = pid - tb * n_blocks  # head block: [0, n_qblocks) of q, then those of k
+    tok = tb * BT + tl.arange(0, BT)
+    bi = tok // T
+    b = bi.to(tl.int64)
+    t = (tok - bi * T).to(tl.int64)
+    d = tl.arange(0, HALF_P)
+    # [BT, 1, HALF_P]: the same thread layout as the [BT, HB, HALF_P] tiles (threads over tokens
+    # and head_dim, heads in registers), so the broadcast over heads costs nothing.
+    mask = ((tok < n_tok)[:, None] & (d < HALF)[None, :])[:, None, :]
+    coff = ((b * sc_b + t * sc_t)[:, None] + d[None, :])[:, None, :]
+    c1 = tl.load(cos_ptr + coff, mask=mask).to(tl.float32)
+    c2 = tl.load(cos_ptr + coff + HALF, mask=mask).to(tl.float32)
+    s1 = tl.load(sin_ptr + coff, mask=mask).to(tl.float32)
+    s2 = tl.load(sin_ptr + coff + HALF, mask=mask).to(tl.float32)
+    if BACKWARD:
+        sa = -s2
+        sb = -s1
+    else:
+        sa = s1
+        sb = s2
+
+    if j < n_qblocks:
+        _rope_tile(q_ptr, qo_ptr, b * sq_b + t * sq_t, j * HBQ, sq_h, d, mask, c1, c2, sa, sb,
+                   HALF=HALF, HB=HBQ)
+    else:
+        _rope_tile(k_ptr, ko_ptr, b * sk_b + t * sk_t, (j - n_qblocks) * HBK, sk_h, d, mask, c1, c2, sa, sb,
+                   HALF=HALF, HB=HBK)
+
+
+# ---------------------------------------------------------------------------------------------
+# Launchers
+
+_WARPS = 4
+_MAX_HB = 4  # heads per thread: 2 * 4 16-byte loads in flight; more costs occupancy (registers)
+
+
+def _same_layout(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return all(sa == sb for n, sa, sb in zip(a.shape, a.stride(), b.stride()) if n > 1)
+
+
+def _with_output(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """x with a contiguous head_dim, and an output of the same strides (one set of strides for
+    both in the kernel). Dense layouts (HF's transposed one included) are kept as they are."""
+    y = torch.empty_like(x)
+    if x.stride(-1) != 1 or not _same_layout(x, y):
+        x = x.contiguous()
+        y = torch.empty_like(x)
+    return x, y
+
+
+def _heads_per_program(h: int) -> int:
+    """The largest power of two <= _MAX_HB that divides the head count h."""
+    hb = 1
+    while hb * 2 <= _MAX_HB and h % (hb * 2) == 0:
+        hb *= 2
+    return hb
+
+
+def _tokens_per_program(half_p: int, elem_size: int, n_tok: int) -> int:
+    """Tokens such that the program's threads cover [BT, HALF_P] once with one 16-byte vector each."""
+    vec = 16 // elem_size
+    bt = max(1, _WARPS * 32 * vec // half_p)
+    return min(bt, triton.next_power_of_2(n_tok))
+
+
+def _cos_sin(cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    if cos.dim() == 2:
+        cos, sin = cos.unsqueeze(0), sin.unsqueeze(0)
+    if cos.stride(-1) != 1 or sin.stride() != cos.stride():
+        cos, sin = cos.contiguous(), sin.contiguous()
+    return cos, sin
+
+
+def rope_apply(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+               backward: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """The rotation (or its transpose, for gradients) of q and k in one launch; new outputs."""
+    B, hq, T, D = q.shape
+    hk = k.shape[1]
+    q, qo = _with_output(q)
+    k, ko = _with_output(k)
+    cos, sin = _cos_sin(cos, sin)
+    half = D // 2
+    half_p = triton.next_power_of_2(half)
+    n_tok = B * T
+    hbq, hbk = _heads_per_program(hq), _heads_per_program(hk)
+    bt = _tokens_per_program(half_p, q.element_size(), n_tok)
+    n_qblocks = hq // hbq
+    n_blocks = n_qblocks + hk // hbk
+    sc_b = cos.stride(0) if cos.shape[0] > 1 else 0  # shared positions: every sequence reads row t
+    grid = (triton.cdiv(n_tok, bt) * n_blocks,)
+    _rope_qk[grid](
+        q, k, qo, ko, cos, sin,
+        n_tok, T, n_qblocks, n_blocks,
+        q.stride(0), q.stride(2), q.stride(1), k.stride(0), k.stride(2), k.stride(1), sc_b, cos.stride(1),
+        HALF=half, HALF_P=half_p, HBQ=hbq, HBK=hbk, BT=bt, BACKWARD=backward, num_warps=_WARPS,
+    )
+    return qo, ko
+
+
+# ---------------------------------------------------------------------------------------------
+# Autograd wrapper
+
+
+class RoPEFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, cos, sin):
+        ctx.save_for_backward(cos, sin)
+        ctx.hq, ctx.hk = q.shape[1], k.shape[1]
+        return rope_apply(q, k, cos, sin)
+
+    @staticmethod
+    def backward(ctx, dq, dk):
+        cos, sin = ctx.saved_tensors
+        # an output that took no part in the loss has no gradient: rotate zeros for it
+        like = dq if dq is not None else dk
+        B, T, D = like.shape[0], like.shape[2], like.shape[3]
+        if dq is None:
+            dq = like.new_zeros((B, ctx.hq, T, D))
+        if dk is None:
+            dk = like.new_zeros((B, ctx.hk, T, D))
+        dq, dk = rope_apply(dq, dk, cos, sin, backward=True)
+        return dq, dk, None, None
+
+
+def rope(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    if q.dim() != 4 or k.dim() != 4:
+        raise ValueError(f"q and k must be [B, H, T, D], got {tuple(q.shape)} and {tuple(k.shape)}")
+    B, _, T, D = q.shape
+    if (k.shape[0], k.shape[2], k.shape[3]) != (B, T, D) or k.dtype != q.dtype:
+        raise ValueError(f"q and k must share batch, sequence, head_dim and dtype: {tuple(q.shape)} {q.dtype} "
+                         f"vs {tuple(k.shape)} {k.dtype}")
+    if D % 2:
+        raise ValueError(f"head_dim must be even for the half rotation, got {D}")
+    ok = (cos.dim() == 2 and tuple(cos.shape) == (T, D)) or (
+        cos.dim() == 3 and cos.shape[0] in (1, B) and tuple(cos.shape[1:]) == (T, D))
+    if not ok or cos.shape != sin.shape:
+        raise ValueError(f"cos and sin must be [T, D], [1, T, D] or [B, T, D] with T={T}, D={D}, "
+                         f"got {tuple(cos.shape)} and {tuple(sin.shape)}")
+    return RoPEFunction.apply(q, k, cos, sin)
+
+
+# ---------------------------------------------------------------------------------------------
+# Baselines and peers
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def rope_eager(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+    """HF LLaMA's apply_rotary_pos_emb (unsqueeze_dim=1)."""
+    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+    return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+
+
+def rope_liger(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+    # Liger rotates q and k in place (its outputs are views of its inputs) and reads only the
+    # first half of cos/sin (it assumes cat(freqs, freqs)); it copies q/k (and dq/dk) first when
+    # their physical layout is not [B, T, H, D].
+    from liger_kernel.ops.rope import LigerRopeFunction
+
+    return LigerRopeFunction.apply(q, k, cos, sin)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reference: plain maths, float64
+
+
+def reference(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+    c = cos if cos.dim() == 3 else cos[None]
+    s = sin if sin.dim() == 3 else sin[None]
+    c, s = c[:, None], s[:, None]  # [B or 1, 1, T, D]: the same rotation for every head
+    half = q.shape[-1] // 2
+
+    def rotate(x):
+        x1, x2 = x[..., :half], x[..., half:]
+        return torch.cat((x1 * c[..., :half] - x2 * s[..., :half], x2 * c[..., half:] + x1 * s[..., half:]), dim=-1)
+
+    return rotate(q), rotate(k)
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs
+
+ROPE_THETA = 500000.0  # LLaMA-3
+
+
+def make_inputs(dims, dtype, device, seed):
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    B, hq, hk, T, D = dims["B"], dims["Hq"], dims["Hk"], dims["T"], dims["D"]
+    # HF layout: the projections give [B, T, H, D]; attention views them as [B, H, T, D].
+    q = torch.randn((B, T, hq, D), generator=g, dtype=torch.float32).transpose(1, 2)
+    k = torch.randn((B, T, hk, D), generator=g, dtype=torch.float32).transpose(1, 2)
+    if dims["pos"] == "ids":
+        # explicit position ids, a different offset per sequence (continued or packed sequences)
+        position_ids = torch.randint(0, 8192, (B, 1), generator=g) + torch.arange(T)
+    else:
+        position_ids = torch.arange(T)[None]  # [1, T]: every sequence starts at 0
+    # HF's rotary embedding: cos/sin of position * inv_freq, duplicated over the two halves
+    inv_freq = 1.0 / ROPE_THETA ** (torch.arange(0, D, 2, dtype=torch.float64) / D)
+    freqs = position_ids[..., None].to(torch.float64) * inv_freq
+    emb = torch.cat((freqs, freqs), dim=-1)
+    out = {"q": q, "k": k, "cos": emb.cos(), "sin": emb.sin()}
+    return {name: t.to(device=device, dtype=dtype) for name, t in out.items()}
+
+
+# ---------------------------------------------------------------------------------------------
+# Shape grids: B = sequences, Hq/Hk = query/key-value heads, T = tokens per sequence,
+# D = head_dim, pos = "ids" (cos/sin [B, T, D] from per-sequence position ids) or "shared"
+# (cos/sin [1, T, D], positions 0..T-1 for every sequence).
+
+
+def _s(b: int, hq: int, hk: int, t: int, d: int, pos: str, why: str) -> Shape:
+    return Shape({"B": b, "Hq": hq, "Hk": hk, "T": t, "D": d, "pos": pos}, why)
+
+
+QUICK = (
+    _s(2, 4, 2, 8, 16, "ids", "tiny GQA, per-sequence positions"),
+    _s(3, 6, 3, 5, 24, "shared", "awkward: heads 6/3 (one head per tile), T=5, half-dim 12 padded to 16"),
+    _s(1, 2, 1, 17, 64, "ids", "MQA, token count not a multiple of the token block"),
+)
+
+FULL = (
+    _s(1, 32, 8, 1, 128, "ids", "one token (decode), LLaMA-3-8B heads: launch latency dominates"),
+    _s(4, 32, 8, 4096, 128, "ids", "LLaMA-3-8B, 4 x 4k tokens: the published comparison point"),
+    _s(1, 32, 32, 4096, 128, "shared", "LLaMA-2-7B (MHA), positions shared by the batch as in Liger's benchmark"),
+    _s(2, 64, 8, 8192, 128, "ids", "LLaMA-3-70B, 2 x 8k: the largest q"),
+    _s(1, 28, 4, 32768, 128, "ids", "Qwen2-7B at 32k context: head counts not powers of two"),
+    _s(8, 14, 2, 2048, 64, "ids", "Qwen2-0.5B: head_dim 64, 14/2 heads"),
+    _s(4, 8, 1, 4096, 256, "shared", "Gemma-2B: MQA, head_dim 256"),
+    _s(3, 32, 32, 1000, 80, "ids", "awkward: head_dim 80 (half 40 padded to 64), B=3, T=1000"),
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# Cost model (minimum traffic, s = element size). Counted: q and k read once and written once
+# (fwd: q, k -> rotated q, k; bwd: dq, dk in -> dq, dk out), cos and sin read once each, in full
+# (Bc x T x D each, Bc = B for "ids", 1 for "shared"):
+#   fwd = bwd = s * (2 * B * T * (Hq + Hk) * D + 2 * Bc * T * D);   fwd+bwd = the two passes
+# FLOPs: 3 per element of q and k (two multiplies and an add per output).
+
+
+def _elements(dims) -> tuple[int, int]:
+    qk = dims["B"] * dims["T"] * (dims["Hq"] + dims["Hk"]) * dims["D"]
+    cs = (dims["B"] if dims["pos"] == "ids" else 1) * dims["T"] * dims["D"]
+    return qk, cs
+
+
+def check_shape(dims) -> str | None:
+    if dims["D"] % 2:
+        return f"head_dim must be even, got {dims['D']}"
+    if dims["pos"] not in POS:
+        return f"pos must be one of {POS}, got {dims['pos']!r}"
+    if min(dims["B"], dims["Hq"], dims["Hk"], dims["T"]) < 1:
+        return "B, Hq, Hk and T must be positive"
+    return None
+
+
+def bytes_moved(dims, dtype, mode) -> int:
+    qk, cs = _elements(dims)
+    one_pass = (2 * qk + 2 * cs) * torch.tensor([], dtype=dtype).element_size()
+    return one_pass * (2 if mode == "fwd+bwd" else 1)
+
+
+def flops(dims, mode) -> float:
+    qk, _ = _elements(dims)
+    return float(3 * qk * (2 if mode == "fwd+bwd" else 1))
+
+
+SPEC = KernelSpec(
+    name="rope",
+    description="rotary position embedding of q and k (HF rotate_half, GQA) in one launch, forward and backward",
+    modes=("fwd", "bwd", "fwd+bwd"),
+    providers=standard_providers(rope, rope_eager)
+    + (Provider("liger", rope_liger, peer_available("liger_kernel")),),
+    baseline="torch",
+    reference=reference,
+    make_inputs=make_inputs,
+    grad_inputs=("q", "k"),
+    grids={"quick": QUICK, "full": FULL},
+    bytes_moved=bytes_moved,
+    flops=flops,
+    bound="memory",
+    # About 2-3x the error one rounding of the output gives (bf16 eps 2^-8, fp16 2^-11; doubled by
+    # the CPU interpreter's truncation); cos and sin are rounded to the dtype in the inputs, which
+    # the float64 reference sees too. Eager rounds q*cos and rotate_half(q)*sin before the sum.
+    tolerance={torch.bfloat16: 8e-3, torch.float16: 1e-3, torch.float32: 1e-5},
+    dtypes=(torch.bfloat16, torch.float16, torch.float32),
+    check_shape=check_shape,
+)

@@ -1,0 +1,159 @@
+"""rope against its float64 reference: every provider, mode and dtype, on awkward shapes; layouts,
+cos/sin forms, GQA head counts, one launch for q and k."""
+import random
+
+import pytest
+import torch
+
+from kcollect import verify
+from kcollect.kernels import rope
+
+SPEC = rope.SPEC
+SHAPES = [shape.dims for shape in SPEC.grids["quick"]]
+RUNNABLE = [p.name for p in SPEC.providers if p.available("cpu") is None]
+
+
+@pytest.mark.parametrize("provider", RUNNABLE)
+@pytest.mark.parametrize("mode", SPEC.modes)
+@pytest.mark.parametrize("dtype", SPEC.dtypes, ids=str)
+@pytest.mark.parametrize("dims", SHAPES, ids=lambda d: "x".join(map(str, d.values())))
+def test_matches_reference(provider, mode, dtype, dims):
+    if provider == "compile" and dims != SHAPES[0]:
+        pytest.skip("compile is checked once per mode and dtype: each shape costs a CPU compile")
+    result = verify.check(SPEC, provider, dims, dtype, mode, seed=random.randrange(2**31))
+    assert result.ok, f"{provider} {mode} {dtype} {dims}: error {result.error:.3g} > {result.tolerance:.3g}"
+
+
+def test_grid_shapes_are_accepted():
+    for grid in SPEC.grids.values():
+        assert {s.dims["pos"] for s in grid} == set(rope.POS), "both cos/sin forms in every grid"
+        for shape in grid:
+            assert SPEC.check_shape(shape.dims) is None, shape
+
+
+def test_liger_is_a_provider():
+    assert "liger" in SPEC.provider_names
+    assert SPEC.provider("liger").available("cpu") is not None  # Liger's kernels need a GPU
+
+
+def _inputs(b=2, hq=6, hk=2, t=9, d=32, pos="ids", seed=0):
+    return rope.make_inputs({"B": b, "Hq": hq, "Hk": hk, "T": t, "D": d, "pos": pos}, torch.float32, "cpu", seed)
+
+
+def _check(q, k, cos, sin):
+    got = rope.rope(q, k, cos, sin)
+    want = rope.reference(q.double(), k.double(), cos.double(), sin.double())
+    for g, w in zip(got, want):
+        assert g.shape == w.shape
+        torch.testing.assert_close(g.double(), w, rtol=1e-5, atol=1e-6)
+    return got
+
+
+def test_inputs_have_the_hf_layout():
+    x = _inputs()
+    assert x["q"].shape == (2, 6, 9, 32) and x["k"].shape == (2, 2, 9, 32)
+    assert x["q"].transpose(1, 2).is_contiguous()  # [B, T, H, D] in memory, as HF's projections
+    assert x["cos"].shape == (2, 9, 32) and _inputs(pos="shared")["cos"].shape == (1, 9, 32)
+
+
+@pytest.mark.parametrize("layout", ["hf", "contiguous"])
+def test_any_layout_with_contiguous_head_dim(layout):
+    x = _inputs()
+    q, k = x["q"], x["k"]
+    if layout == "contiguous":
+        q, k = q.contiguous(), k.contiguous()
+    _check(q, k, x["cos"], x["sin"])
+
+
+def test_cos_sin_forms_agree():
+    # [T, D], [1, T, D] and the same rows expanded to [B, T, D] give the same rotation.
+    x = _inputs(pos="shared")
+    cos, sin = x["cos"], x["sin"]
+    a = _check(x["q"], x["k"], cos[0], sin[0])
+    b = _check(x["q"], x["k"], cos, sin)
+    c = _check(x["q"], x["k"], cos.expand(2, -1, -1).contiguous(), sin.expand(2, -1, -1).contiguous())
+    for u, v, w in zip(a, b, c):
+        assert torch.equal(u, v) and torch.equal(u, w)
+
+
+def test_position_ids_are_per_sequence():
+    # With explicit per-sequence positions, sequence 1 must use its own cos/sin rows.
+    x = _inputs(pos="ids")
+    got = rope.rope(x["q"], x["k"], x["cos"], x["sin"])[0]
+    first_rows_only = rope.reference(x["q"], x["k"], x["cos"][:1], x["sin"][:1])[0]
+    assert not torch.allclose(got[1], first_rows_only[1], atol=1e-3)
+    _check(x["q"], x["k"], x["cos"], x["sin"])
+
+
+def test_general_cos_sin_both_halves_are_read():
+    # cos/sin whose halves differ (not cat(freqs, freqs)): the exact formula, not a shortcut.
+    x = _inputs()
+    g = torch.Generator().manual_seed(1)
+    cos, sin = torch.randn(x["cos"].shape, generator=g), torch.randn(x["sin"].shape, generator=g)
+    _check(x["q"], x["k"], cos, sin)
+    q, k = x["q"].detach().clone().requires_grad_(True), x["k"].detach().clone().requires_grad_(True)
+    qd, kd = q.detach().double().requires_grad_(True), k.detach().double().requires_grad_(True)
+    outs = rope.rope(q, k, cos, sin)
+    ref = rope.reference(qd, kd, cos.double(), sin.double())
+    dys = [torch.randn(o.shape, generator=g) for o in outs]
+    got = torch.autograd.grad(outs, (q, k), dys)
+    want = torch.autograd.grad(ref, (qd, kd), [dy.double() for dy in dys])
+    for u, w in zip(got, want):
+        torch.testing.assert_close(u.double(), w, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("hq,hk", [(12, 4), (5, 5), (7, 1), (40, 8)])
+def test_head_counts(hq, hk):
+    x = _inputs(b=1, hq=hq, hk=hk, t=3, d=16)
+    _check(x["q"], x["k"], x["cos"], x["sin"])
+
+
+def test_one_launch_per_direction(monkeypatch):
+    real = rope._rope_qk
+    launches = []
+
+    class Counting:
+        def __getitem__(self, grid):
+            launches.append(grid)
+            return real[grid]
+
+    monkeypatch.setattr(rope, "_rope_qk", Counting())
+    x = _inputs()
+    q, k = x["q"].requires_grad_(True), x["k"].requires_grad_(True)
+    qo, ko = rope.rope(q, k, x["cos"], x["sin"])
+    assert len(launches) == 1
+    torch.autograd.grad((qo, ko), (q, k), (torch.ones_like(qo), torch.ones_like(ko)))
+    assert len(launches) == 2
+
+
+def test_inputs_are_not_modified():
+    x = _inputs()
+    before = {n: v.clone() for n, v in x.items()}
+    rope.rope(x["q"], x["k"], x["cos"], x["sin"])
+    for n, v in x.items():
+        assert torch.equal(v, before[n]), n
+
+
+def test_gradient_of_an_unused_output_is_zero():
+    x = _inputs()
+    q, k = x["q"].requires_grad_(True), x["k"].requires_grad_(True)
+    qo, _ = rope.rope(q, k, x["cos"], x["sin"])
+    dq, dk = torch.autograd.grad(qo.sum(), (q, k))
+    assert torch.count_nonzero(dk) == 0
+    want = torch.autograd.grad(rope.reference(q.double(), k.double(), x["cos"].double(), x["sin"].double())[0].sum(), q)[0]
+    torch.testing.assert_close(dq, want, rtol=1e-5, atol=1e-6)
+
+
+def test_refused_shapes():
+    x = _inputs()
+    q, k, cos, sin = x["q"], x["k"], x["cos"], x["sin"]
+    with pytest.raises(ValueError, match="head_dim must be even"):
+        rope.rope(q[..., :31], k[..., :31], cos[..., :31], sin[..., :31])
+    with pytest.raises(ValueError, match="share batch, sequence"):
+        rope.rope(q, k[:, :, :5], cos, sin)
+    with pytest.raises(ValueError, match="cos and sin must be"):
+        rope.rope(q, k, cos[:, :5], sin[:, :5])
+    with pytest.raises(ValueError, match=r"\[B, H, T, D\]"):
+        rope.rope(q[0], k[0], cos, sin)
+    assert "even" in SPEC.check_shape({"B": 1, "Hq": 2, "Hk": 1, "T": 4, "D": 15, "pos": "ids"})
+    assert "pos must be" in SPEC.check_shape({"B": 1, "Hq": 2, "Hk": 1, "T": 4, "D": 16, "pos": "arange"})
