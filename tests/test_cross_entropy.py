@@ -1,0 +1,186 @@
+"""cross_entropy against its float64 reference: every provider, mode and dtype on awkward shapes,
+plus the op's own contract (ignored rows, smoothing, fused gradient, upstream scaling, in place)."""
+import random
+
+import pytest
+import torch
+
+from kcollect import verify
+from kcollect.kernels import cross_entropy as ce
+
+SPEC = ce.SPEC
+SHAPES = [
+    {"tokens": 37, "vocab": 1000, "smoothing": "0"},  # more rows than programs: the row loop
+    {"tokens": 6, "vocab": 20011, "smoothing": "0.1"},  # full chunks plus a masked tail
+    {"tokens": 1, "vocab": 4099, "smoothing": "0.1"},  # one row, one partial chunk
+]
+RUNNABLE = [p.name for p in SPEC.providers if p.available("cpu") is None]
+
+
+def _ids(d):
+    return "x".join(map(str, d.values()))
+
+
+@pytest.mark.parametrize("provider", RUNNABLE)
+@pytest.mark.parametrize("mode", SPEC.modes)
+@pytest.mark.parametrize("dtype", SPEC.dtypes, ids=str)
+@pytest.mark.parametrize("dims", SHAPES, ids=_ids)
+def test_matches_reference(provider, mode, dtype, dims):
+    if provider == "compile" and dims["tokens"] != 37:
+        pytest.skip("compile is checked once per mode and dtype: each shape costs a CPU compile")
+    if provider in ("torch", "compile") and dtype == torch.float16 and dims["vocab"] * 15 > 65504:
+        pytest.skip("eager's fp16 label smoothing sums -log p over the row in fp16 and overflows to inf")
+    result = verify.check(SPEC, provider, dims, dtype, mode, seed=random.randrange(2**31))
+    assert result.ok, f"{provider} {mode} {dtype} {dims}: error {result.error:.3g} > {result.tolerance:.3g}"
+
+
+def test_grid_shapes_are_accepted():
+    for grid in SPEC.grids.values():
+        for shape in grid:
+            assert SPEC.check_shape(shape.dims) is None, shape
+    assert "outside" in SPEC.check_shape({"tokens": 2, "vocab": 8, "smoothing": "1.5"})
+
+
+def _reference_grad(x, y, ignore_index=ce.IGNORE_INDEX, eps=0.0):
+    xr = x.double().requires_grad_(True)
+    loss = ce.reference(xr, y, ignore_index, eps)
+    loss.backward()
+    return loss.detach(), xr.grad
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("n,v,block", [(9, 1000, 256), (9, 1024, 256), (5, 100, None), (4, 2053, 512)])
+@pytest.mark.parametrize("eps", [0.0, 0.2])
+def test_chunking_variants(dtype, n, v, block, eps):
+    # Small chunks force the paths the default chunk size only takes at LM widths: several full
+    # chunks with a masked tail, no tail at all, and a row narrower than one chunk.
+    x = (torch.randn(n, v) * 3).to(dtype)
+    y = torch.randint(0, v, (n,))
+    y[1] = ce.IGNORE_INDEX
+    rows = torch.empty(n)
+    dx = torch.full_like(x, float("nan"))  # every element must be written
+    ce.cross_entropy_rows(x, y, rows, dx, ce.IGNORE_INDEX, eps, block=block)
+    want, want_dx = _reference_grad(x, y, eps=eps)
+    got = ce.finish_mean(rows, y, ce.IGNORE_INDEX, torch.float32)
+    assert torch.allclose(got.double(), want, rtol=1e-5)
+    tol = 1e-5 if dtype == torch.float32 else 8e-3  # elementwise, against the largest entry
+    assert (dx.double() - want_dx).abs().max() <= tol * want_dx.abs().max()
+    assert (dx[1] == 0).all()  # the ignored row
+
+
+def test_in_place_and_given_count_match_out_of_place():
+    # fused_linear_cross_entropy writes the gradient over its logits chunk and passes n_valid.
+    x = torch.randn(7, 3000) * 2
+    y = torch.randint(0, 3000, (7,))
+    y[3] = ce.IGNORE_INDEX
+    rows_a, dx_a = torch.empty(7), torch.empty_like(x)
+    ce.cross_entropy_rows(x, y, rows_a, dx_a, ce.IGNORE_INDEX, 0.1, block=1024)
+    x_b, rows_b = x.clone(), torch.empty(7)
+    n_valid = (y != ce.IGNORE_INDEX).sum().to(torch.float32)
+    ce.cross_entropy_rows(x_b, y, rows_b, x_b, ce.IGNORE_INDEX, 0.1, n_valid=n_valid, block=1024)
+    assert torch.equal(rows_a, rows_b)
+    assert torch.equal(dx_a, x_b)
+
+
+def test_training_step_leaves_logits_intact_and_scales_by_upstream_grad():
+    x = torch.randn(11, 777) * 2
+    y = torch.randint(0, 777, (11,))
+    y[::4] = ce.IGNORE_INDEX
+    logits = x.clone().requires_grad_(True)
+    loss = ce.cross_entropy(logits, y, label_smoothing=0.1)
+    (g,) = torch.autograd.grad(loss * 2.5, logits)  # upstream gradient 2.5 reaches backward
+    assert torch.equal(logits.detach(), x)
+    want, want_dx = _reference_grad(x, y, eps=0.1)
+    assert torch.allclose(loss.double(), want, rtol=1e-5)
+    assert torch.allclose(g.double(), 2.5 * want_dx, rtol=1e-4, atol=1e-9)
+    logits.grad = None
+    ce.cross_entropy(logits, y, label_smoothing=0.1).backward()  # upstream 1: no scaling pass
+    assert torch.allclose(logits.grad.double(), want_dx, rtol=1e-4, atol=1e-9)
+
+
+def test_no_gradient_work_under_no_grad(monkeypatch):
+    seen = []
+    real = ce.cross_entropy_rows
+
+    def spy(logits, target, loss_rows, dlogits, *args, **kwargs):
+        seen.append(dlogits is None)
+        return real(logits, target, loss_rows, dlogits, *args, **kwargs)
+
+    monkeypatch.setattr(ce, "cross_entropy_rows", spy)
+    logits = torch.randn(3, 50, requires_grad=True)
+    y = torch.randint(0, 50, (3,))
+    with torch.no_grad():
+        ce.cross_entropy(logits, y)
+    ce.cross_entropy(logits, y)
+    assert seen == [True, False]
+
+
+def test_second_backward_is_refused():
+    logits = torch.randn(3, 40, requires_grad=True)
+    loss = ce.cross_entropy(logits, torch.randint(0, 40, (3,)))
+    torch.autograd.grad(loss, logits, retain_graph=True)
+    with pytest.raises(RuntimeError, match="already consumed"):
+        torch.autograd.grad(loss, logits)
+
+
+def test_scale_skips_unit_gradient():
+    g = torch.randn(5, 300)
+    before = g.clone()
+    ce.scale_(g, torch.tensor(1.0))
+    assert torch.equal(g, before)
+    ce.scale_(g, torch.tensor(-0.5, dtype=torch.bfloat16))
+    assert torch.equal(g, before * -0.5)
+
+
+def test_all_rows_ignored_gives_nan_like_torch():
+    logits = torch.randn(4, 30, requires_grad=True)
+    y = torch.full((4,), ce.IGNORE_INDEX)
+    loss = ce.cross_entropy(logits, y)
+    assert torch.isnan(loss) and torch.isnan(torch.nn.functional.cross_entropy(logits, y))
+    (g,) = torch.autograd.grad(loss, logits)
+    assert (g == 0).all()
+
+
+def test_custom_ignore_index_and_strided_rows():
+    # Rows with a stride wider than the vocabulary (a slice of a padded head) are read in place.
+    wide = torch.randn(6, 520) * 2
+    logits = wide[:, :500]
+    y = torch.randint(0, 500, (6,))
+    y[2] = 7
+    loss = ce.cross_entropy(logits, y, ignore_index=7)
+    want = torch.nn.functional.cross_entropy(logits.double(), y, ignore_index=7)
+    assert torch.allclose(loss.double(), want, rtol=1e-5)
+
+
+def test_out_of_range_target_gives_nan():
+    logits = torch.randn(3, 20)
+    assert torch.isnan(ce.cross_entropy(logits, torch.tensor([1, 20, 2])))
+    assert torch.isnan(ce.cross_entropy(logits, torch.tensor([1, -3, 2])))
+
+
+def test_confident_rows_keep_their_gradient_in_bf16():
+    # p_y -> 1: softmax_y - 1 is formed in fp32 before the one rounding to bf16.
+    x = torch.zeros(2, 300)
+    y = torch.tensor([5, 9])
+    x[0, 5], x[1, 9] = 9.0, 12.0
+    logits = x.to(torch.bfloat16).requires_grad_(True)
+    (g,) = torch.autograd.grad(ce.cross_entropy(logits, y), logits)
+    _, want = _reference_grad(x.to(torch.bfloat16), y)
+    rel = (g[[0, 1], [5, 9]].double() - want[[0, 1], [5, 9]]).abs() / want[[0, 1], [5, 9]].abs()
+    assert (rel < 8e-3).all(), rel
+
+
+def test_bad_inputs_are_refused():
+    with pytest.raises(ValueError, match=r"\[N, V\]"):
+        ce.cross_entropy(torch.randn(2, 3, 4), torch.zeros(2, dtype=torch.int64))
+    with pytest.raises(ValueError, match="int64 or int32"):
+        ce.cross_entropy(torch.randn(2, 3), torch.zeros(2))
+    with pytest.raises(ValueError, match="label_smoothing"):
+        ce.cross_entropy(torch.randn(2, 3), torch.zeros(2, dtype=torch.int64), label_smoothing=-0.1)
+
+
+def test_cost_model():
+    dims = {"tokens": 8192, "vocab": 128256, "smoothing": "0"}
+    logits_bytes = 8192 * 128256 * 2
+    assert SPEC.bytes_moved(dims, torch.bfloat16, "fwd") == logits_bytes + 8 * 8192
+    assert SPEC.bytes_moved(dims, torch.bfloat16, "fwd+bwd") == 2 * logits_bytes + 8 * 8192
