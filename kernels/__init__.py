@@ -7,12 +7,13 @@ from __future__ import annotations
 
 from kcollect.spec import KernelSpec
 
-from . import geglu, gelu, swiglu
+from . import geglu, gelu, rope, swiglu
 
 SPECS: tuple[KernelSpec, ...] = (
     swiglu.SPEC,
     gelu.SPEC,
     geglu.SPEC,
+    rope.SPEC,
 )
 
 
