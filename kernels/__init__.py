@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from kcollect.spec import KernelSpec
 
-from . import geglu, gelu, rope, swiglu
+from . import cross_entropy, geglu, gelu, rope, swiglu
 
 SPECS: tuple[KernelSpec, ...] = (
     swiglu.SPEC,
+    cross_entropy.SPEC,
     gelu.SPEC,
     geglu.SPEC,
     rope.SPEC,
