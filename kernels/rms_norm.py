@@ -1,0 +1,554 @@
+"""RMSNorm: y = x * rsqrt(mean(x^2, -1) + eps) * w, the normalisation of LLaMA-style models.
+
+Forward and backward (gradients for x and w), over rows of any width: rows up to 16384 elements
+are held in registers, wider rows are streamed in chunks.
+"""
+from __future__ import annotations
+
+import warnings
+
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+
+from kcollect.spec import KernelSpec, Provider, Shape, peer_available, standard_providers
+
+from ._utils import sm_count
+
+
+# ---------------------------------------------------------------------------------------------
+# Triton kernels. The same kernels serve add_rms_norm (h = x + residual, y = rms_norm(h)): the
+# constexpr HAS_RES adds the residual in the forward and writes h, HAS_DH adds h's own upstream
+# gradient in the backward. With the flags off, the code for them is not generated.
+#
+# Register path (next_pow2(N) <= MAX_REG_BLOCK): a program owns a tile of ROWS x BLOCK_N elements
+# (ROWS > 1 only for rows narrower than MIN_TILE, so that every program still moves a few KB) and
+# strides over the tiles of the matrix. The grid is persistent, sized to what the GPU keeps
+# resident (see _resident_programs), and each program loads its next tile before it reduces the
+# current one, so that every warp has a load in flight at all times, not only between its launch
+# and its reduction. w is loaded once per program. Math in fp32, one rounding per output.
+#
+# Wide rows (next_pow2(N) > MAX_REG_BLOCK): _fwd_chunked; _bwd_row_dot then _bwd_cols.
+#
+# Loops are `while` loops: Triton 3.6's interpreter cannot take a runtime bound in range() under
+# NumPy >= 2.4 (its scalars are 1-element arrays); a while loop compiles to the same code.
+
+
+@triton.jit
+def _load_tile(ptr, rows, cols, M, N, policy: tl.constexpr):
+    mask = (rows < M)[:, None] & (cols < N)[None, :]
+    return tl.load(ptr + rows.to(tl.int64)[:, None] * N + cols[None, :], mask=mask, other=0.0,
+                   eviction_policy=policy)
+
+
+@triton.jit
+def _store_tile(ptr, val, rows, cols, M, N):
+    mask = (rows < M)[:, None] & (cols < N)[None, :]
+    tl.store(ptr + rows.to(tl.int64)[:, None] * N + cols[None, :], val.to(ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit(do_not_specialize=["iters"])  # one binary whatever the trip count
+def _fwd_rows(x_ptr, r_ptr, h_ptr, w_ptr, y_ptr, rstd_ptr, M, N, eps, iters,
+              BLOCK_N: tl.constexpr, ROWS: tl.constexpr, HAS_RES: tl.constexpr, STORE_RSTD: tl.constexpr):
+    pid = tl.program_id(0)
+    step = tl.num_programs(0) * ROWS
+    cols = tl.arange(0, BLOCK_N)
+    w = tl.load(w_ptr + cols, mask=cols < N, other=0.0, eviction_policy="evict_last").to(tl.float32)
+
+    rows = pid * ROWS + tl.arange(0, ROWS)
+    x = _load_tile(x_ptr, rows, cols, M, N, "evict_first")
+    if HAS_RES:
+        r = _load_tile(r_ptr, rows, cols, M, N, "evict_first")
+    i = 0
+    while i < iters:
+        rows = pid * ROWS + i * step + tl.arange(0, ROWS)
+        i += 1
+        # prefetch: the next tile's load is issued before this tile's reduction waits on its data
+        x_next = _load_tile(x_ptr, rows + step, cols, M, N, "evict_first")
+        if HAS_RES:
+            r_next = _load_tile(r_ptr, rows + step, cols, M, N, "evict_first")
+            # h is rounded to its dtype before the norm: the norm sees the h that is returned and
+            # that the backward reads back
+            h = (x.to(tl.float32) + r.to(tl.float32)).to(h_ptr.dtype.element_ty)
+            _store_tile(h_ptr, h, rows, cols, M, N)
+            xf = h.to(tl.float32)
+            r = r_next
+        else:
+            xf = x.to(tl.float32)
+        rstd = tl.math.rsqrt(tl.sum(xf * xf, axis=1) / N + eps)
+        _store_tile(y_ptr, xf * rstd[:, None] * w[None, :], rows, cols, M, N)
+        if STORE_RSTD:
+            tl.store(rstd_ptr + rows, rstd, mask=rows < M)
+        x = x_next
+
+
+@triton.jit(do_not_specialize=["iters"])
+def _fwd_chunked(x_ptr, r_ptr, h_ptr, w_ptr, y_ptr, rstd_ptr, M, N, eps, iters,
+                 CHUNK: tl.constexpr, HAS_RES: tl.constexpr, STORE_RSTD: tl.constexpr):
+    # One row at a time per program, two passes over the row: the sum of squares (which also
+    # writes h = x + residual), then the normalisation. The second pass re-reads the row (x, or
+    # the h just written) from L2: the grid is persistent and capped so that the rows in flight
+    # (one per program) fit in L2, and the second pass walks the chunks backwards so that it
+    # starts with the ones touched last. HBM traffic stays the minimum (read x [and residual]
+    # once, write y [and h] once) as long as L2 keeps the row.
+    pid = tl.program_id(0)
+    cols = tl.arange(0, CHUNK)
+    n_chunks = tl.cdiv(N, CHUNK)
+    src_ptr = h_ptr if HAS_RES else x_ptr
+    i = 0
+    while i < iters:
+        row = pid + i * tl.num_programs(0)
+        i += 1
+        live = row < M  # the last sweep may run past the end: all masked, no traffic
+        base = row.to(tl.int64) * N
+        acc = tl.zeros([CHUNK], dtype=tl.float32)
+        # x is read again in pass 2 unless h replaces it there
+        x_policy: tl.constexpr = "evict_first" if HAS_RES else "evict_last"
+        x = tl.load(x_ptr + base + cols, mask=(cols < N) & live, other=0.0, eviction_policy=x_policy)
+        if HAS_RES:
+            r = tl.load(r_ptr + base + cols, mask=(cols < N) & live, other=0.0, eviction_policy="evict_first")
+        start = 0
+        while start < N:
+            c = start + cols
+            cm = (c < N) & live
+            start += CHUNK
+            x_next = tl.load(x_ptr + base + start + cols, mask=(start + cols < N) & live, other=0.0,
+                             eviction_policy=x_policy)
+            if HAS_RES:
+                r_next = tl.load(r_ptr + base + start + cols, mask=(start + cols < N) & live, other=0.0,
+                                 eviction_policy="evict_first")
+                h = (x.to(tl.float32) + r.to(tl.float32)).to(h_ptr.dtype.element_ty)
+                tl.store(h_ptr + base + c, h, mask=cm, eviction_policy="evict_last")
+                xf = h.to(tl.float32)
+                r = r_next
+            else:
+                xf = x.to(tl.float32)
+            acc += xf * xf
+            x = x_next
+        rstd = tl.math.rsqrt(tl.sum(acc, axis=0) / N + eps)
+        j = n_chunks
+        while j > 0:
+            j -= 1
+            c = j * CHUNK + cols
+            cm = (c < N) & live
+            xf = tl.load(src_ptr + base + c, mask=cm, other=0.0, eviction_policy="evict_first").to(tl.float32)
+            w = tl.load(w_ptr + c, mask=cm, other=0.0, eviction_policy="evict_last").to(tl.float32)
+            tl.store(y_ptr + base + c, (xf * rstd * w).to(y_ptr.dtype.element_ty), mask=cm)
+        if STORE_RSTD:
+            tl.store(rstd_ptr + row, rstd, mask=live)
+
+
+@triton.jit(do_not_specialize=["iters"])
+def _bwd_rows(x_ptr, w_ptr, dy_ptr, dh_ptr, rstd_ptr, dx_ptr, part_ptr, M, N, iters,
+              BLOCK_N: tl.constexpr, ROWS: tl.constexpr, HAS_DH: tl.constexpr):
+    # dx = rstd * (m - xhat * mean(m * xhat)) [+ dh] with xhat = x * rstd, m = dy * w;
+    # dw = sum over rows of dy * xhat, accumulated in fp32 registers over all the tiles this
+    # program visits and written once, as row `pid` of the [programs, N] partial buffer.
+    pid = tl.program_id(0)
+    step = tl.num_programs(0) * ROWS
+    cols = tl.arange(0, BLOCK_N)
+    w = tl.load(w_ptr + cols, mask=cols < N, other=0.0, eviction_policy="evict_last").to(tl.float32)
+    acc = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)
+
+    rows = pid * ROWS + tl.arange(0, ROWS)
+    x = _load_tile(x_ptr, rows, cols, M, N, "evict_first")
+    dy = _load_tile(dy_ptr, rows, cols, M, N, "evict_first")
+    if HAS_DH:
+        dh = _load_tile(dh_ptr, rows, cols, M, N, "evict_first")
+    i = 0
+    while i < iters:
+        rows = pid * ROWS + i * step + tl.arange(0, ROWS)
+        i += 1
+        x_next = _load_tile(x_ptr, rows + step, cols, M, N, "evict_first")
+        dy_next = _load_tile(dy_ptr, rows + step, cols, M, N, "evict_first")
+        rstd = tl.load(rstd_ptr + rows, mask=rows < M, other=0.0)
+        xhat = x.to(tl.float32) * rstd[:, None]
+        dyf = dy.to(tl.float32)
+        acc += dyf * xhat
+        m = dyf * w[None, :]
+        c = tl.sum(m * xhat, axis=1) / N
+        dx = (m - xhat * c[:, None]) * rstd[:, None]
+        if HAS_DH:
+            dh_next = _load_tile(dh_ptr, rows + step, cols, M, N, "evict_first")
+            dx += dh.to(tl.float32)
+            dh = dh_next
+        _store_tile(dx_ptr, dx, rows, cols, M, N)
+        x = x_next
+        dy = dy_next
+    tl.store(part_ptr + pid.to(tl.int64) * N + cols, tl.sum(acc, axis=0), mask=cols < N)
+
+
+@triton.jit
+def _bwd_row_dot(x_ptr, w_ptr, dy_ptr, rstd_ptr, c_ptr, M, N, CHUNK: tl.constexpr):
+    # Wide rows, pass 1 of 2: c = mean(m * xhat) per row, the only cross-column quantity dx needs.
+    row = tl.program_id(0)
+    base = row.to(tl.int64) * N
+    cols = tl.arange(0, CHUNK)
+    acc = tl.zeros([CHUNK], dtype=tl.float32)
+    start = 0
+    while start < N:
+        c = start + cols
+        start += CHUNK
+        cm = c < N
+        x = tl.load(x_ptr + base + c, mask=cm, other=0.0, eviction_policy="evict_first").to(tl.float32)
+        dy = tl.load(dy_ptr + base + c, mask=cm, other=0.0, eviction_policy="evict_first").to(tl.float32)
+        w = tl.load(w_ptr + c, mask=cm, other=0.0, eviction_policy="evict_last").to(tl.float32)
+        acc += dy * w * x
+    rstd = tl.load(rstd_ptr + row)
+    tl.store(c_ptr + row, tl.sum(acc, axis=0) * rstd / N)
+
+
+@triton.jit(do_not_specialize=["iters"])
+def _bwd_cols(x_ptr, w_ptr, dy_ptr, dh_ptr, rstd_ptr, c_ptr, dx_ptr, part_ptr, M, N, iters,
+              BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, HAS_DH: tl.constexpr):
+    # Wide rows, pass 2 of 2: program (column block, row group) walks its rows in BLOCK_R x BLOCK_C
+    # tiles, writes dx and keeps its columns' dw partial in fp32 registers (partial row = group).
+    cb = tl.program_id(0)
+    g = tl.program_id(1)
+    step = tl.num_programs(1) * BLOCK_R
+    cols = cb * BLOCK_C + tl.arange(0, BLOCK_C)
+    w = tl.load(w_ptr + cols, mask=cols < N, other=0.0, eviction_policy="evict_last").to(tl.float32)
+    acc = tl.zeros([BLOCK_R, BLOCK_C], dtype=tl.float32)
+    i = 0
+    while i < iters:
+        rows = g * BLOCK_R + i * step + tl.arange(0, BLOCK_R)
+        i += 1
+        x = _load_tile(x_ptr, rows, cols, M, N, "evict_first").to(tl.float32)
+        dy = _load_tile(dy_ptr, rows, cols, M, N, "evict_first").to(tl.float32)
+        rstd = tl.load(rstd_ptr + rows, mask=rows < M, other=0.0)
+        c = tl.load(c_ptr + rows, mask=rows < M, other=0.0)
+        xhat = x * rstd[:, None]
+        acc += dy * xhat
+        dx = (dy * w[None, :] - xhat * c[:, None]) * rstd[:, None]
+        if HAS_DH:
+            dx += _load_tile(dh_ptr, rows, cols, M, N, "evict_first").to(tl.float32)
+        _store_tile(dx_ptr, dx, rows, cols, M, N)
+    tl.store(part_ptr + g.to(tl.int64) * N + cols, tl.sum(acc, axis=0), mask=cols < N)
+
+
+@triton.jit
+def _sum_partials(part_ptr, out_ptr, P, N, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr):
+    # dw = column sums of the [P, N] fp32 partial buffer (still in L2: it was just written), cast once.
+    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    acc = tl.zeros([BLOCK_P, BLOCK_N], dtype=tl.float32)
+    start = 0
+    while start < P:
+        acc += _load_tile(part_ptr, start + tl.arange(0, BLOCK_P), cols, P, N, "evict_first")
+        start += BLOCK_P
+    tl.store(out_ptr + cols, tl.sum(acc, axis=0).to(out_ptr.dtype.element_ty), mask=cols < N)
+
+
+# ---------------------------------------------------------------------------------------------
+# Launchers
+
+# Widest row (next power of two) a program keeps in registers: 32 warps x 32 threads x 16 elements.
+MAX_REG_BLOCK = 16384
+# Rows narrower than this are packed several to a program.
+MIN_TILE = 2048
+# Elements per thread per tile, chosen with ptxas's register counts for sm_90 (Triton 3.6) so that
+# each SM holds 32-64 KB of prefetched loads (Little's law at 3-4.8 TB/s and ~1 us of loaded
+# latency needs ~20-30 KB per SM): 16 in the forward (tile, prefetch and w in registers, 56-71
+# registers); 8 in the backward, which also holds dy, its prefetch and the dw accumulator (64
+# registers: 16 warps x 2 programs per SM at 4096 wide); 16 (2-byte types) in the backward with
+# dh, whose 80 registers at 8 per thread would leave one program per SM. No spills, except the
+# backward at 16384 wide (one 32-warp program per SM; 126 bytes per thread in bf16, to L1): still
+# better than giving up the prefetch, the only latency hiding at one program per SM.
+FWD_PER_THREAD = 16
+BWD_PER_THREAD = 8
+CHUNK_BYTES = 32768  # chunk of a wide row in _fwd_chunked: 32 warps x 32 bytes per thread
+DOT_CHUNK = 8192  # chunk of a wide row in _bwd_row_dot: 16 warps x 16 elements
+COLS_TILE = (4, 1024)  # BLOCK_R x BLOCK_C of _bwd_cols, 8 warps: 64 registers, 4 programs per SM
+
+
+def _tile(n: int, per_thread: int) -> tuple[int, int, int]:
+    """(BLOCK_N, ROWS, num_warps) of the register path."""
+    block_n = triton.next_power_of_2(n)
+    rows = max(1, MIN_TILE // block_n)
+    warps = min(32, max(4, rows * block_n // (32 * per_thread)))
+    return block_n, rows, warps
+
+
+_RESIDENT: dict[tuple, int] = {}
+
+
+def _resident_programs(kernel, args: tuple, constexprs: dict, num_warps: int, device: torch.device) -> int:
+    """How many programs of this compiled kernel the GPU holds at once (registers, threads and shared
+    memory per SM, as in Triton's fused-softmax tutorial), so that a persistent grid never spills into
+    a second wave. On the CPU interpreter: a few programs, enough to exercise the striding."""
+    if device.type != "cuda":
+        return sm_count(device)
+    key = (kernel.fn.__name__, tuple(sorted(constexprs.items())), num_warps, device.index,
+           tuple(a.dtype for a in args if torch.is_tensor(a)))
+    if key not in _RESIDENT:
+        props = torch.cuda.get_device_properties(device)
+        by_threads = props.max_threads_per_multi_processor // (32 * num_warps)
+        try:
+            compiled = kernel.warmup(*args, grid=(1,), num_warps=num_warps, **constexprs)
+            compiled._init_handles()
+            regs_per_warp = triton.cdiv(max(compiled.n_regs, 1) * 32, 256) * 256  # allocation granularity
+            by_regs = getattr(props, "regs_per_multiprocessor", 65536) // regs_per_warp // num_warps
+            smem = compiled.metadata.shared
+            by_smem = props.shared_memory_per_multiprocessor // (smem + 1024) if smem else 32
+            per_sm = min(by_regs, by_threads, by_smem, 32)
+        except Exception as e:  # a Triton whose warmup API differs: slower, never wrong
+            warnings.warn(f"rms_norm: occupancy query failed ({e!r}); assuming 64 registers per thread")
+            per_sm = min(65536 // (64 * 32 * num_warps), by_threads)
+        _RESIDENT[key] = max(1, per_sm) * props.multi_processor_count
+    return _RESIDENT[key]
+
+
+def _persistent_grid(tiles: int, resident: int) -> tuple[int, int]:
+    """(programs, tiles per program) for `tiles` units of work striped over at most `resident`
+    programs. Fewest programs for the same number of sweeps, so that the last sweep is as full as
+    it can be (528 slots, 8192 tiles: 512 programs x 16 tiles, rather than 528 programs of which
+    272 do a 16th tile while the other 256 idle)."""
+    per = triton.cdiv(tiles, resident)
+    return triton.cdiv(tiles, per), per
+
+
+def _chunked_programs(device: torch.device, row_bytes: int) -> int:
+    """One 32-warp program per SM, fewer if the rows they hold would not fit in ~3/4 of L2."""
+    n = sm_count(device)
+    if device.type == "cuda":
+        n = min(n, max(1, 3 * torch.cuda.get_device_properties(device).L2_cache_size // 4 // row_bytes))
+    return n
+
+
+def _as_rows(t: torch.Tensor, n: int) -> torch.Tensor:
+    return t.reshape(-1, n).contiguous()
+
+
+def _check(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor | None = None) -> None:
+    if w.dim() != 1 or x.dim() == 0 or x.shape[-1] != w.shape[0]:
+        raise ValueError(f"weight must be [N] with N = x.shape[-1]: x {tuple(x.shape)}, w {tuple(w.shape)}")
+    if x.numel() == 0:
+        raise ValueError(f"empty input {tuple(x.shape)}")
+    if residual is not None and (residual.shape != x.shape or residual.dtype != x.dtype):
+        raise ValueError(f"x and residual must match: {tuple(x.shape)} {x.dtype} vs "
+                         f"{tuple(residual.shape)} {residual.dtype}")
+
+
+def rms_norm_forward(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6, residual: torch.Tensor | None = None,
+                     need_rstd: bool = True, max_block: int = MAX_REG_BLOCK):
+    """(y, h, rstd). With a residual, h = x + residual (returned, and normalised in place of x);
+    otherwise h is None. rstd: fp32 [rows], None unless need_rstd. `max_block` is the widest row
+    kept in registers; the tests lower it to run the chunked path on small shapes."""
+    _check(x, w, residual)
+    N = x.shape[-1]
+    x2 = _as_rows(x, N)
+    M = x2.shape[0]
+    w = w.contiguous()
+    y = torch.empty_like(x2)
+    has_res = residual is not None
+    r2 = _as_rows(residual, N) if has_res else x2  # x2, y: stand-ins for pointers the flags leave unused
+    h = torch.empty_like(x2) if has_res else y
+    rstd = torch.empty(M, dtype=torch.float32, device=x.device) if need_rstd else y
+    if triton.next_power_of_2(N) <= max_block:
+        block_n, rows, warps = _tile(N, FWD_PER_THREAD)
+        meta = dict(BLOCK_N=block_n, ROWS=rows, HAS_RES=has_res, STORE_RSTD=need_rstd)
+        args = (x2, r2, h, w, y, rstd, M, N, eps)
+        resident = _resident_programs(_fwd_rows, args + (1,), meta, warps, x.device)
+        grid, iters = _persistent_grid(triton.cdiv(M, rows), resident)
+        _fwd_rows[(grid,)](*args, iters, num_warps=warps, **meta)
+    else:
+        chunk = min(CHUNK_BYTES // x2.element_size(), triton.next_power_of_2(max_block) // 2)
+        grid = min(M, _chunked_programs(x.device, N * x2.element_size()))
+        _fwd_chunked[(grid,)](x2, r2, h, w, y, rstd, M, N, eps, triton.cdiv(M, grid), CHUNK=chunk,
+                              HAS_RES=has_res, STORE_RSTD=need_rstd,
+                              num_warps=max(4, min(32, chunk * x2.element_size() // 1024)))
+    return y.view(x.shape), (h.view(x.shape) if has_res else None), (rstd if need_rstd else None)
+
+
+def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: torch.Tensor,
+                      dh: torch.Tensor | None = None, max_block: int = MAX_REG_BLOCK):
+    """(dx, dw) for y = rms_norm(x) * w; with dh (add_rms_norm: x is h, dh the gradient reaching h
+    directly), dx includes it."""
+    N = x.shape[-1]
+    x2 = _as_rows(x, N)
+    dy2 = _as_rows(dy, N)
+    M = x2.shape[0]
+    has_dh = dh is not None
+    dh2 = _as_rows(dh, N) if has_dh else dy2
+    dx = torch.empty_like(x2)
+    if triton.next_power_of_2(N) <= max_block:
+        per_thread = 16 if has_dh and x2.element_size() == 2 else BWD_PER_THREAD
+        block_n, rows, warps = _tile(N, per_thread)
+        meta = dict(BLOCK_N=block_n, ROWS=rows, HAS_DH=has_dh)
+        # the partial buffer's size depends on the answer: rstd (fp32 too) stands in for it
+        resident = _resident_programs(_bwd_rows, (x2, w, dy2, dh2, rstd, dx, rstd, M, N, 1), meta, warps, x.device)
+        grid, iters = _persistent_grid(triton.cdiv(M, rows), resident)
+        part = torch.empty((grid, N), dtype=torch.float32, device=x.device)
+        _bwd_rows[(grid,)](x2, w, dy2, dh2, rstd, dx, part, M, N, iters, num_warps=warps, **meta)
+    else:
+        c = torch.empty(M, dtype=torch.float32, device=x.device)
+        dot_chunk = min(DOT_CHUNK, triton.next_power_of_2(max_block) // 2)
+        _bwd_row_dot[(M,)](x2, w, dy2, rstd, c, M, N, CHUNK=dot_chunk, num_warps=max(4, min(16, dot_chunk // 512)))
+        block_r, block_c = COLS_TILE
+        block_c = min(block_c, triton.next_power_of_2(max_block) // 4)
+        n_cb = triton.cdiv(N, block_c)
+        meta = dict(BLOCK_R=block_r, BLOCK_C=block_c, HAS_DH=has_dh)
+        resident = _resident_programs(_bwd_cols, (x2, w, dy2, dh2, rstd, c, dx, rstd, M, N, 1), meta, 8, x.device)
+        # as many row groups as fill the resident slots, each group at least 4 tiles deep
+        groups = max(1, min(resident // n_cb, triton.cdiv(M, 4 * block_r)))
+        part = torch.empty((groups, N), dtype=torch.float32, device=x.device)
+        _bwd_cols[(n_cb, groups)](x2, w, dy2, dh2, rstd, c, dx, part, M, N, triton.cdiv(M, groups * block_r),
+                                  num_warps=8, **meta)
+    dw = torch.empty_like(w)
+    # Tiles of 4096 fp32: with hundreds of partial rows, 128 rows x 32 columns (one 128-byte line
+    # each), i.e. N/32 programs with 16 KB of loads in flight each, so that summing the L2-resident
+    # partials takes ~1-2 us; with few partial rows (small M, or the interpreter), wider and fewer.
+    block_p = min(128, triton.next_power_of_2(part.shape[0]))
+    block_n = 4096 // block_p
+    _sum_partials[(triton.cdiv(N, block_n),)](part, dw, part.shape[0], N, BLOCK_P=block_p, BLOCK_N=block_n,
+                                              num_warps=4)
+    return dx.view(x.shape), dw
+
+
+# ---------------------------------------------------------------------------------------------
+# Autograd wrapper
+
+
+class RMSNormFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w, eps):
+        y, _, rstd = rms_norm_forward(x, w, eps)
+        ctx.save_for_backward(x, w, rstd)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, w, rstd = ctx.saved_tensors
+        dx, dw = rms_norm_backward(dy, x, w, rstd)
+        return dx, dw, None
+
+
+def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad):
+        return RMSNormFunction.apply(x, w, eps)
+    return rms_norm_forward(x, w, eps, need_rstd=False)[0]  # inference: no rstd to keep
+
+
+# ---------------------------------------------------------------------------------------------
+# Baselines and peers
+
+
+def rms_norm_eager(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """HF LlamaRMSNorm: statistics and normalisation in fp32, cast back, then the weight."""
+    h = x.to(torch.float32)
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return w * h.to(x.dtype)
+
+
+def rms_norm_torch_fused(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """PyTorch's own RMSNorm (a fused CUDA kernel on GPU)."""
+    return F.rms_norm(x, (x.shape[-1],), w, eps)
+
+
+def rms_norm_liger(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    from liger_kernel.ops.rms_norm import LigerRMSNormFunction
+
+    # (X, W, eps, offset, casting_mode, in_place): no Gemma offset, LLaMA casting, and Liger's
+    # default in_place=True (dx is written over the upstream gradient: the gate checks the first
+    # call, the timed repeats only see changed values, not changed work).
+    return LigerRMSNormFunction.apply(x, w, eps, 0.0, "llama", True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reference: plain maths, float64
+
+
+def reference(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    return x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps) * w
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs
+
+
+def make_inputs(dims, dtype, device, seed):
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    m, n = dims["M"], dims["N"]
+    # hidden states: unit-scale features with a per-token scale spread over two orders of magnitude
+    # (rstd differs from row to row, as between tokens of a real residual stream)
+    x = torch.randn((m, n), generator=g) * torch.exp(torch.randn((m, 1), generator=g))
+    w = 1.0 + 0.3 * torch.randn(n, generator=g)  # trained norm weights scatter around one
+    return {"x": x.to(device=device, dtype=dtype), "w": w.to(device=device, dtype=dtype), "eps": 1e-6}
+
+
+# ---------------------------------------------------------------------------------------------
+# Shape grids: M = tokens, N = hidden size.
+
+
+def _s(m: int, n: int, why: str) -> Shape:
+    return Shape({"M": m, "N": n}, why)
+
+
+QUICK = (
+    _s(64, 1024, "small, power of two: several rows per program"),
+    _s(37, 1000, "awkward: rows and width not powers of two, tail masked"),
+    _s(3, 20000, "rows wider than the register block: chunked path"),
+)
+
+FULL = (
+    _s(1, 4096, "a single token (decode): launch latency dominates"),
+    _s(1024, 2048, "small model (Qwen2-1.5B width), short batch: latency-bound"),
+    _s(8192, 4096, "LLaMA-3-8B, 8k tokens"),
+    _s(32768, 4096, "LLaMA-3-8B, 32k tokens: the largest, far beyond L2"),
+    _s(16384, 5120, "LLaMA-2-13B / Qwen-14B width"),
+    _s(4096, 8192, "LLaMA-3-70B width"),
+    _s(2048, 16384, "LLaMA-3-405B width: the widest row kept in registers"),
+    _s(3000, 3584, "awkward token count, Qwen2-7B width (not a power of two: masked tail)"),
+    _s(999, 5003, "odd width: rows not 16-byte aligned, no vector loads for anyone"),
+    _s(1024, 65536, "very wide rows: chunked two-pass path"),
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# Cost model (minimum traffic, s = element size; rstd is our own M*4-byte side output, not counted):
+#   fwd:      read x, w; write y                     -> (2*M*N + N) * s
+#   bwd:      read x, dy, w; write dx, dw            -> (3*M*N + 2*N) * s
+#   fwd+bwd:  the two passes                         -> (5*M*N + 3*N) * s
+# What our kernels move beyond that: the backward's fp32 [programs, N] dw partials (written and
+# summed while in L2); for rows wider than MAX_REG_BLOCK the backward reads x and dy twice
+# (5*M*N*s instead of 3*M*N*s, see _bwd_row_dot / _bwd_cols).
+# FLOPs: fwd 4 per element (square, sum, scale, weight); bwd 9 (xhat, m, dot, dx, dw).
+
+
+def bytes_moved(dims, dtype, mode) -> int:
+    m, n = dims["M"], dims["N"]
+    fwd = 2 * m * n + n
+    bwd = 3 * m * n + 2 * n
+    per = {"fwd": fwd, "bwd": bwd, "fwd+bwd": fwd + bwd}[mode]
+    return per * torch.tensor([], dtype=dtype).element_size()
+
+
+def flops(dims, mode) -> float:
+    per = {"fwd": 4, "bwd": 9, "fwd+bwd": 13}[mode]
+    return float(per * dims["M"] * dims["N"])
+
+
+SPEC = KernelSpec(
+    name="rms_norm",
+    description="x * rsqrt(mean(x^2) + eps) * w over the last dimension, forward and backward",
+    modes=("fwd", "bwd", "fwd+bwd"),
+    providers=standard_providers(rms_norm, rms_norm_eager)
+    + (
+        Provider("torch_fused", rms_norm_torch_fused),
+        Provider("liger", rms_norm_liger, peer_available("liger_kernel")),
+    ),
+    baseline="torch",
+    reference=reference,
+    make_inputs=make_inputs,
+    grad_inputs=("x", "w"),
+    grids={"quick": QUICK, "full": FULL},
+    bytes_moved=bytes_moved,
+    flops=flops,
+    bound="memory",
+    # Measured worst over seeds and the test shapes: bf16 3.9e-3 (ours in the interpreter, whose
+    # fp32->bf16 cast truncates; eager 3.4e-3: it rounds h before the weight, then dy * w, ...),
+    # fp16 4.4e-4, fp32 1.2e-7. bf16/fp16 ~2.5-3x above that; fp32 leaves room for the longer
+    # fp32 sums of the full grid (65536-wide rows, dw over 32k rows) in every provider.
+    tolerance={torch.bfloat16: 1e-2, torch.float16: 1.5e-3, torch.float32: 1e-5},
+    dtypes=(torch.bfloat16, torch.float16, torch.float32),
+)

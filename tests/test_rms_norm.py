@@ -1,0 +1,150 @@
+"""rms_norm against its float64 reference: every provider, mode and dtype, on awkward shapes; the
+chunked wide-row paths forced onto small shapes; the persistent grid's arithmetic."""
+import random
+
+import pytest
+import torch
+
+from kcollect import verify
+from kcollect.kernels import rms_norm as K
+
+SPEC = K.SPEC
+# 37 x 1000: two rows per program, tail masked, several sweeps of the persistent grid;
+# 1 x 4099: one row, odd width; 5 x 7: rows narrower than a vector; 3 x 20000: chunked path
+SHAPES = [{"M": 37, "N": 1000}, {"M": 1, "N": 4099}, {"M": 5, "N": 7}, {"M": 3, "N": 20000}]
+RUNNABLE = [p.name for p in SPEC.providers if p.available("cpu") is None]
+
+
+def _id(d):
+    return "x".join(map(str, d.values()))
+
+
+@pytest.mark.parametrize("provider", RUNNABLE)
+@pytest.mark.parametrize("mode", SPEC.modes)
+@pytest.mark.parametrize("dtype", SPEC.dtypes, ids=str)
+@pytest.mark.parametrize("dims", SHAPES, ids=_id)
+def test_matches_reference(provider, mode, dtype, dims):
+    if provider == "compile" and dims["M"] != 37:
+        pytest.skip("compile is checked once per mode and dtype: each shape costs a CPU compile")
+    result = verify.check(SPEC, provider, dims, dtype, mode, seed=random.randrange(2**31))
+    assert result.ok, f"{provider} {mode} {dtype} {dims}: error {result.error:.3g} > {result.tolerance:.3g}"
+
+
+def _inputs(m, n, dtype, seed=None):
+    inp = SPEC.make_inputs({"M": m, "N": n}, dtype, "cpu", random.randrange(2**31) if seed is None else seed)
+    return inp["x"], inp["w"], inp["eps"]
+
+
+def _reference_grads(x, w, eps, dy):
+    xd = x.double().requires_grad_(True)
+    wd = w.double().requires_grad_(True)
+    y = K.reference(xd, wd, eps)
+    dx, dw = torch.autograd.grad(y, (xd, wd), dy.double())
+    return y.detach(), dx, dw
+
+
+def _rel(got, want):
+    return (torch.linalg.vector_norm(got.double() - want) / torch.linalg.vector_norm(want)).item()
+
+
+@pytest.mark.parametrize("dtype", SPEC.dtypes, ids=str)
+@pytest.mark.parametrize("dims", [(37, 1000), (6, 4099)], ids=["37x1000", "6x4099"])
+def test_chunked_paths(dtype, dims):
+    # max_block=256 sends these shapes through the wide-row kernels (_fwd_chunked: 128-element
+    # chunks, the last one partial; _bwd_row_dot + _bwd_cols: 64-column blocks), which the grid
+    # only reaches at 65536 wide.
+    x, w, eps = _inputs(*dims, dtype)
+    dy = torch.randn(dims).to(dtype)
+    y, h, rstd = K.rms_norm_forward(x, w, eps, max_block=256)
+    dx, dw = K.rms_norm_backward(dy, x, w, rstd, max_block=256)
+    y_ref, dx_ref, dw_ref = _reference_grads(x, w, eps, dy)
+    tol = SPEC.tolerance[dtype]
+    assert h is None
+    assert _rel(y, y_ref) <= tol and _rel(dx, dx_ref) <= tol and _rel(dw, dw_ref) <= tol
+    # the register path on the same inputs: both round once per output from fp32 maths
+    y2, _, rstd2 = K.rms_norm_forward(x, w, eps)
+    torch.testing.assert_close(rstd, rstd2, rtol=1e-5, atol=0)
+    torch.testing.assert_close(y, y2, rtol=tol, atol=tol)
+
+
+def test_every_element_is_written_and_rstd_saved():
+    # fp32, elementwise: a skipped tile, row or column block would show wherever empty() left
+    # garbage; rstd is what the backward relies on.
+    x, w, eps = _inputs(23, 1500, torch.float32)
+    dy = torch.randn(23, 1500)
+    y, _, rstd = K.rms_norm_forward(x, w, eps)
+    dx, dw = K.rms_norm_backward(dy, x, w, rstd)
+    y_ref, dx_ref, dw_ref = _reference_grads(x, w, eps, dy)
+    rstd_ref = 1.0 / torch.sqrt(x.double().pow(2).mean(-1) + eps)
+    torch.testing.assert_close(rstd.double(), rstd_ref, rtol=1e-6, atol=0)
+    torch.testing.assert_close(y.double(), y_ref, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(dx.double(), dx_ref, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(dw.double(), dw_ref, rtol=1e-5, atol=1e-5)
+
+
+def test_inference_keeps_no_rstd():
+    x, w, eps = _inputs(9, 300, torch.float32)
+    y, _, rstd = K.rms_norm_forward(x, w, eps, need_rstd=False)
+    assert rstd is None
+    with torch.no_grad():
+        torch.testing.assert_close(K.rms_norm(x, w, eps), y, rtol=0, atol=0)
+    torch.testing.assert_close(y, K.rms_norm_forward(x, w, eps)[0], rtol=0, atol=0)
+
+
+def test_batched_input_and_fp32_weight():
+    # [B, T, N] input; a weight kept in fp32 next to bf16 activations: y takes x's dtype, dw w's.
+    x = torch.randn(2, 5, 384).to(torch.bfloat16).requires_grad_(True)
+    w = (1.0 + 0.3 * torch.randn(384)).requires_grad_(True)
+    y = K.rms_norm(x, w, 1e-6)
+    dy = torch.randn(2, 5, 384).to(torch.bfloat16)
+    dx, dw = torch.autograd.grad(y, (x, w), dy)
+    assert y.dtype == torch.bfloat16 and y.shape == x.shape
+    assert dx.dtype == torch.bfloat16 and dx.shape == x.shape and dw.dtype == torch.float32
+    y_ref, dx_ref, dw_ref = _reference_grads(x.detach(), w.detach(), 1e-6, dy)
+    tol = SPEC.tolerance[torch.bfloat16]
+    assert _rel(y, y_ref) <= tol and _rel(dx, dx_ref) <= tol and _rel(dw, dw_ref) <= tol
+
+
+@pytest.mark.parametrize("tiles,resident", [(8192, 528), (19, 4), (1, 132), (1000, 1000), (32768, 264), (7, 3)])
+def test_persistent_grid(tiles, resident):
+    programs, per = K._persistent_grid(tiles, resident)
+    assert programs <= resident and programs * per >= tiles  # fits one wave, covers every tile
+    assert (programs - 1) * per < tiles  # no program is left without a tile
+    assert per == -(-tiles // resident)  # as few sweeps as the resident slots allow
+    if (tiles, resident) == (8192, 528):
+        assert (programs, per) == (512, 16)
+
+
+def test_tile_settings():
+    # several rows per program below MIN_TILE, one row up to MAX_REG_BLOCK; 4-32 warps
+    assert K._tile(1000, K.FWD_PER_THREAD) == (1024, 2, 4)
+    assert K._tile(4096, K.FWD_PER_THREAD) == (4096, 1, 8)
+    assert K._tile(16384, K.FWD_PER_THREAD) == (16384, 1, 32)
+    assert K._tile(4096, K.BWD_PER_THREAD) == (4096, 1, 16)
+    assert K._tile(7, K.BWD_PER_THREAD) == (8, 256, 8)
+
+
+def test_bad_weight_is_refused():
+    with pytest.raises(ValueError, match="weight must be"):
+        K.rms_norm(torch.randn(4, 8), torch.randn(7))
+    with pytest.raises(ValueError, match="weight must be"):
+        K.rms_norm(torch.randn(4, 8), torch.randn(1, 8))
+
+
+def test_grid_shapes_are_accepted():
+    for grid in SPEC.grids.values():
+        for shape in grid:
+            assert SPEC.check_shape(shape.dims) is None, shape
+    assert {"quick", "full"} <= set(SPEC.grids)
+    assert any(s.dims["N"] > K.MAX_REG_BLOCK for s in SPEC.grids["full"])  # the chunked path is timed
+
+
+def test_cost_model():
+    dims = {"M": 4096, "N": 4096}
+    fwd = SPEC.bytes_moved(dims, torch.bfloat16, "fwd")
+    bwd = SPEC.bytes_moved(dims, torch.bfloat16, "bwd")
+    assert fwd == (2 * 4096 * 4096 + 4096) * 2
+    assert bwd == (3 * 4096 * 4096 + 2 * 4096) * 2
+    assert SPEC.bytes_moved(dims, torch.bfloat16, "fwd+bwd") == fwd + bwd
+    assert SPEC.bytes_moved(dims, torch.float32, "fwd") == 2 * fwd
+    assert set(SPEC.tolerance) == set(SPEC.dtypes)
