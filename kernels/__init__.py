@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from kcollect.spec import KernelSpec
 
-from . import cross_entropy, geglu, gelu, rope, swiglu
+from . import cross_entropy, fp8_quant, geglu, gelu, rope, swiglu
 
 SPECS: tuple[KernelSpec, ...] = (
     swiglu.SPEC,
@@ -15,6 +15,7 @@ SPECS: tuple[KernelSpec, ...] = (
     gelu.SPEC,
     geglu.SPEC,
     rope.SPEC,
+    fp8_quant.SPEC,
 )
 
 
