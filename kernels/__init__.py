@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from kcollect.spec import KernelSpec
 
-from . import cross_entropy, fp8_quant, geglu, gelu, rope, swiglu
+from . import cross_entropy, fp8_quant, geglu, gelu, rms_norm, rope, swiglu
 
 SPECS: tuple[KernelSpec, ...] = (
+    rms_norm.SPEC,
     swiglu.SPEC,
     cross_entropy.SPEC,
     gelu.SPEC,
