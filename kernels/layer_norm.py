@@ -1,0 +1,426 @@
+"""LayerNorm over the last dim with weight and bias: y = (x - mean) / sqrt(var + eps) * w + b."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+
+from kcollect.spec import KernelSpec, Provider, Shape, peer_available, standard_providers
+
+from ._utils import sm_count
+
+
+# ---------------------------------------------------------------------------------------------
+# Triton kernels.
+#
+# Forward, rows that fit in registers (next_pow2(N) <= 16384): one program normalises a tile of
+# ROWS whole rows, so narrow rows still give each program ~16 KB of x (enough loads in flight to
+# cover DRAM latency) and amortise the loads of w and b. Mean and variance are two reductions over
+# the registers (exact two-pass variance, no E[x^2] - E[x]^2 cancellation).
+#
+# Forward, wider rows: a persistent grid of one program per SM walks the rows; per row, pass 1
+# streams the row in 32 KB chunks and merges per-chunk (count, mean, M2) with Chan's formula;
+# pass 2 re-reads the row and writes y. One open row per SM keeps the re-read in L2 (132 rows of
+# 128 KB = 17 MB at N = 65536 bf16), and a 32 KB chunk keeps the SM's loads in flight.
+#
+# Backward: dx needs two row sums, c1 = mean(xhat * w * dy) and c2 = mean(w * dy); dw and db are
+# column sums over all rows. A persistent grid of programs owns [row group, column block]; each
+# keeps its dw/db partials in fp32 registers while it strides over its rows, writes one partial row
+# to a small [groups, 2, N] buffer, and a second tiny kernel sums the groups (the partials are still
+# in L2). When a whole row fits in registers (next_pow2(N) <= 8192) the column block is the row and
+# c1, c2 come from the same registers: one read of x and dy, one write of dx. Wider rows do not fit
+# with their dw/db accumulators (about 5 fp32 registers per element), so a first pass computes
+# c1, c2 per row and the column-blocked kernel reads x and dy a second time (as PyTorch does).
+#
+# Row starts and column masks go through _row_start/_col_mask with N_ALIGN, the largest power of
+# two dividing N: rows of 1000 or 5000 elements then still get 16-byte loads (the JIT itself only
+# marks ints divisible by 16, and otherwise every load of a row is scalar). Loops with runtime bounds
+# are `while` loops and grid sizes are passed as arguments (P, G): under NumPy 2.4 the interpreter
+# cannot turn its 1-element scalars into a `range` bound.
+
+
+@triton.jit
+def _row_start(row, N, N_ALIGN: tl.constexpr):
+    # row * N in int64, written so that the compiler sees it is a multiple of N_ALIGN
+    return row.to(tl.int64) * (N // N_ALIGN) * N_ALIGN
+
+
+@triton.jit
+def _col_mask(cols, N, N_ALIGN: tl.constexpr):
+    # cols < N, written so that the compiler sees it is constant over runs of N_ALIGN columns
+    return cols // N_ALIGN < N // N_ALIGN
+
+
+@triton.jit
+def _ln_fwd(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, M, N, eps,
+            ROWS: tl.constexpr, BLOCK_N: tl.constexpr, N_ALIGN: tl.constexpr):
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    cols = tl.arange(0, BLOCK_N)
+    rmask = rows < M
+    cmask = _col_mask(cols, N, N_ALIGN)
+    mask = rmask[:, None] & cmask[None, :]
+    offs = _row_start(rows, N, N_ALIGN)[:, None] + cols[None, :]
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+    mean = tl.sum(x, axis=1) / N
+    xc = tl.where(mask, x - mean[:, None], 0.0)
+    var = tl.sum(xc * xc, axis=1) / N
+    rstd = tl.rsqrt(var + eps)
+    # w and b (L2 hits: every program reads them) are loaded only now, after the reductions' barriers,
+    # so that they do not hold registers while x is in flight: fewer registers, more programs per SM
+    w = tl.load(w_ptr + cols, mask=cmask, other=0.0, eviction_policy="evict_last").to(tl.float32)
+    b = tl.load(b_ptr + cols, mask=cmask, other=0.0, eviction_policy="evict_last").to(tl.float32)
+    y = xc * rstd[:, None] * w[None, :] + b[None, :]
+    tl.store(y_ptr + offs, y.to(y_ptr.dtype.element_ty), mask=mask)
+    tl.store(mean_ptr + rows, mean, mask=rmask)
+    tl.store(rstd_ptr + rows, rstd, mask=rmask)
+
+
+@triton.jit
+def _ln_fwd_wide(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, M, N, eps, P,
+                 CHUNK: tl.constexpr, N_ALIGN: tl.constexpr):
+    offs = tl.arange(0, CHUNK)
+    row = tl.program_id(0)
+    while row < M:
+        base = _row_start(row, N, N_ALIGN)
+        count = 0.0
+        mean = 0.0
+        m2 = 0.0
+        start = 0
+        while start < N:
+            cols = start + offs
+            mask = _col_mask(cols, N, N_ALIGN)
+            # keep the row in L2 for pass 2
+            x = tl.load(x_ptr + base + cols, mask=mask, other=0.0, eviction_policy="evict_last").to(tl.float32)
+            n_c = tl.minimum(N - start, CHUNK).to(tl.float32)
+            mean_c = tl.sum(x, axis=0) / n_c
+            d = tl.where(mask, x - mean_c, 0.0)
+            m2_c = tl.sum(d * d, axis=0)
+            # Chan et al.: merge (count, mean, m2) with the chunk's (n_c, mean_c, m2_c)
+            delta = mean_c - mean
+            total = count + n_c
+            mean += delta * (n_c / total)
+            m2 += m2_c + delta * delta * (count * (n_c / total))
+            count = total
+            start += CHUNK
+        rstd = tl.rsqrt(m2 / N + eps)
+        tl.store(mean_ptr + row, mean)
+        tl.store(rstd_ptr + row, rstd)
+        start = 0
+        while start < N:
+            cols = start + offs
+            mask = _col_mask(cols, N, N_ALIGN)
+            x = tl.load(x_ptr + base + cols, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+            w = tl.load(w_ptr + cols, mask=mask, other=0.0, eviction_policy="evict_last").to(tl.float32)
+            b = tl.load(b_ptr + cols, mask=mask, other=0.0, eviction_policy="evict_last").to(tl.float32)
+            y = (x - mean) * rstd * w + b
+            tl.store(y_ptr + base + cols, y.to(y_ptr.dtype.element_ty), mask=mask, eviction_policy="evict_first")
+            start += CHUNK
+        row += P
+
+
+@triton.jit
+def _ln_bwd_row_sums(x_ptr, dy_ptr, w_ptr, mean_ptr, rstd_ptr, c_ptr, M, N,
+                     CHUNK: tl.constexpr, N_ALIGN: tl.constexpr):
+    # Wide rows only: c1 = mean(xhat * w * dy) -> c[row], c2 = mean(w * dy) -> c[M + row].
+    # Vector accumulators, reduced once at the end (one cross-warp reduction per row, not per chunk).
+    row = tl.program_id(0)
+    base = _row_start(row, N, N_ALIGN)
+    offs = tl.arange(0, CHUNK)
+    mean = tl.load(mean_ptr + row)
+    rstd = tl.load(rstd_ptr + row)
+    acc1 = tl.zeros([CHUNK], dtype=tl.float32)
+    acc2 = tl.zeros([CHUNK], dtype=tl.float32)
+    start = 0
+    while start < N:
+        cols = start + offs
+        mask = _col_mask(cols, N, N_ALIGN)
+        x = tl.load(x_ptr + base + cols, mask=mask, other=0.0).to(tl.float32)
+        dy = tl.load(dy_ptr + base + cols, mask=mask, other=0.0).to(tl.float32)
+        w = tl.load(w_ptr + cols, mask=mask, other=0.0, eviction_policy="evict_last").to(tl.float32)
+        wdy = w * dy  # 0 where masked, so xhat's value there does not matter
+        acc1 += (x - mean) * rstd * wdy
+        acc2 += wdy
+        start += CHUNK
+    tl.store(c_ptr + row, tl.sum(acc1, axis=0) / N)
+    tl.store(c_ptr + M + row, tl.sum(acc2, axis=0) / N)
+
+
+@triton.jit
+def _ln_bwd(x_ptr, dy_ptr, w_ptr, mean_ptr, rstd_ptr, c_ptr, dx_ptr, part_ptr, M, N, G,
+            ROWS: tl.constexpr, BLOCK_C: tl.constexpr, FUSED: tl.constexpr, N_ALIGN: tl.constexpr):
+    # Program (g, j): rows g*ROWS.. strided by G*ROWS, columns of block j. FUSED: block j is the
+    # whole row and c1, c2 are reduced here; otherwise they come from _ln_bwd_row_sums.
+    g = tl.program_id(0)
+    cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    cmask = _col_mask(cols, N, N_ALIGN)
+    w = tl.load(w_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
+    dw = tl.zeros([ROWS, BLOCK_C], dtype=tl.float32)
+    db = tl.zeros([ROWS, BLOCK_C], dtype=tl.float32)
+    r0 = g * ROWS
+    while r0 < M:
+        rows = r0 + tl.arange(0, ROWS)
+        rmask = rows < M
+        mask = rmask[:, None] & cmask[None, :]
+        offs = _row_start(rows, N, N_ALIGN)[:, None] + cols[None, :]
+        x = tl.load(x_ptr + offs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+        dy = tl.load(dy_ptr + offs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+        mean = tl.load(mean_ptr + rows, mask=rmask, other=0.0)
+        rstd = tl.load(rstd_ptr + rows, mask=rmask, other=0.0)
+        xhat = (x - mean[:, None]) * rstd[:, None]
+        wdy = w[None, :] * dy  # 0 wherever masked
+        if FUSED:
+            c1 = tl.sum(xhat * wdy, axis=1) / N
+            c2 = tl.sum(wdy, axis=1) / N
+        else:
+            c1 = tl.load(c_ptr + rows, mask=rmask, other=0.0)
+            c2 = tl.load(c_ptr + M + rows, mask=rmask, other=0.0)
+        dx = (wdy - (xhat * c1[:, None] + c2[:, None])) * rstd[:, None]
+        tl.store(dx_ptr + offs, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+        dw += dy * xhat
+        db += dy
+        r0 += G * ROWS
+    part = part_ptr + _row_start(g, 2 * N, N_ALIGN)
+    tl.store(part + cols, tl.sum(dw, axis=0), mask=cmask)
+    tl.store(part + N + cols, tl.sum(db, axis=0), mask=cmask)
+
+
+@triton.jit
+def _ln_sum_partials(part_ptr, out_ptr, G, n2, BLOCK_G: tl.constexpr, BLOCK_C: tl.constexpr,
+                     N_ALIGN: tl.constexpr):
+    # out[c] = sum_g part[g, c] over the [G, 2N] partials (dw then db), cast to the weight dtype.
+    cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
+    cmask = _col_mask(cols, n2, N_ALIGN)
+    acc = tl.zeros([BLOCK_G, BLOCK_C], dtype=tl.float32)
+    g0 = 0
+    while g0 < G:
+        gs = g0 + tl.arange(0, BLOCK_G)
+        mask = (gs < G)[:, None] & cmask[None, :]
+        acc += tl.load(part_ptr + _row_start(gs, n2, N_ALIGN)[:, None] + cols[None, :], mask=mask, other=0.0)
+        g0 += BLOCK_G
+    tl.store(out_ptr + cols, tl.sum(acc, axis=0).to(out_ptr.dtype.element_ty), mask=cmask)
+
+
+# ---------------------------------------------------------------------------------------------
+# Launchers
+
+_FWD_TILE_BYTES = 16384  # bytes of x per forward program: 16 elements (2-4 16-byte loads) per thread
+_FWD_MAX_BLOCK = 16384   # widest row the forward keeps in registers (16 warps, 32 fp32 per thread)
+_FWD_CHUNK_BYTES = 32768  # chunk of a wider row: 16 warps x 32 bytes per thread
+_BWD_TILE = 4096         # elements per backward tile (x and dy each; ~5 fp32 registers per element)
+_BWD_MAX_BLOCK = 8192    # widest row whose dw/db accumulators fit in registers with x and dy
+_BWD_CHUNK = 4096        # column block for wider rows
+_SUM_BLOCK_G, _SUM_BLOCK_C = 32, 128  # partial sums: many small column blocks so that all SMs help
+
+
+def _align(n: int) -> int:
+    """The largest power of two (up to 16) dividing n. Passed as a constexpr hint so that rows of
+    e.g. 1000 or 5000 elements still get 16-byte vector loads: the JIT only marks ints divisible by
+    16 on its own, and without the hint every load of a row is scalar."""
+    return min(16, n & -n)
+
+
+def _warps(tile: int) -> int:
+    """~16 elements per thread: enough loads in flight per thread without spilling."""
+    return max(4, min(16, tile // 512))
+
+
+def layer_norm_forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float,
+                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """x [M, N] contiguous -> (y, mean, rstd); mean and rstd in fp32, kept for the backward."""
+    M, N = x.shape
+    y = torch.empty_like(x)
+    mean = torch.empty(M, dtype=torch.float32, device=x.device)
+    rstd = torch.empty(M, dtype=torch.float32, device=x.device)
+    block = triton.next_power_of_2(N)
+    if block <= _FWD_MAX_BLOCK:
+        rows = max(1, _FWD_TILE_BYTES // (block * x.element_size()))
+        _ln_fwd[(triton.cdiv(M, rows),)](x, weight, bias, y, mean, rstd, M, N, eps,
+                                          ROWS=rows, BLOCK_N=block, N_ALIGN=_align(N),
+                                          num_warps=_warps(rows * block))
+    else:
+        programs = min(M, sm_count(x.device))
+        _ln_fwd_wide[(programs,)](x, weight, bias, y, mean, rstd, M, N, eps, programs,
+                                  CHUNK=_FWD_CHUNK_BYTES // x.element_size(), N_ALIGN=_align(N),
+                                  num_warps=16)
+    return y, mean, rstd
+
+
+def layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, mean: torch.Tensor,
+                        rstd: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """-> (dx, dw, db); dw and db in the weight's dtype, summed in fp32."""
+    M, N = x.shape
+    dx = torch.empty_like(x)
+    block = triton.next_power_of_2(N)
+    sms = sm_count(x.device)
+    if block <= _BWD_MAX_BLOCK:
+        fused, rows, block_c, n_col_blocks = True, max(1, _BWD_TILE // block), block, 1
+        sums = mean  # not read when FUSED
+    else:
+        fused, rows, block_c = False, 1, _BWD_CHUNK
+        n_col_blocks = triton.cdiv(N, block_c)
+        sums = torch.empty(2 * M, dtype=torch.float32, device=x.device)
+        _ln_bwd_row_sums[(M,)](x, dy, weight, mean, rstd, sums, M, N,
+                               CHUNK=_BWD_CHUNK, N_ALIGN=_align(N), num_warps=_warps(_BWD_CHUNK))
+    # ~2 programs per SM in all; with few rows, at least one per SM, and each program takes
+    # several row tiles where possible so that the partial buffer stays small next to x and dy.
+    row_tiles = triton.cdiv(M, rows)
+    groups = max(1, min(row_tiles, triton.cdiv(2 * sms, n_col_blocks),
+                        max(triton.cdiv(sms, n_col_blocks), triton.cdiv(row_tiles, 8))))
+    partial = torch.empty((groups, 2, N), dtype=torch.float32, device=x.device)
+    _ln_bwd[(groups, n_col_blocks)](x, dy, weight, mean, rstd, sums, dx, partial, M, N, groups,
+                                    ROWS=rows, BLOCK_C=block_c, FUSED=fused, N_ALIGN=_align(N),
+                                    num_warps=_warps(rows * block_c))
+    out = torch.empty(2 * N, dtype=weight.dtype, device=x.device)
+    _ln_sum_partials[(triton.cdiv(2 * N, _SUM_BLOCK_C),)](partial, out, groups, 2 * N,
+                                                         BLOCK_G=_SUM_BLOCK_G, BLOCK_C=_SUM_BLOCK_C,
+                                                         N_ALIGN=_align(2 * N),
+                                                         num_warps=4)
+    return dx, out[:N], out[N:]
+
+
+# ---------------------------------------------------------------------------------------------
+# Autograd wrapper
+
+
+class LayerNormFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias, eps):
+        y, mean, rstd = layer_norm_forward(x, weight, bias, eps)
+        ctx.save_for_backward(x, weight, mean, rstd)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, weight, mean, rstd = ctx.saved_tensors
+        dx, dw, db = layer_norm_backward(dy.contiguous(), x, weight, mean, rstd)
+        return dx, dw, db, None
+
+
+def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
+    """LayerNorm over the last dim of x [..., N]; weight and bias [N] (one dtype, may differ from x's)."""
+    n = x.shape[-1]
+    if tuple(weight.shape) != (n,) or tuple(bias.shape) != (n,):
+        raise ValueError(f"weight and bias must have shape ({n},): got {tuple(weight.shape)} and {tuple(bias.shape)}")
+    if weight.dtype != bias.dtype:
+        raise ValueError(f"weight and bias must share a dtype: got {weight.dtype} and {bias.dtype}")
+    if x.numel() == 0:
+        raise ValueError(f"x must not be empty: got shape {tuple(x.shape)}")
+    y = LayerNormFunction.apply(x.reshape(-1, n).contiguous(), weight.contiguous(), bias.contiguous(), eps)
+    return y.view(x.shape)
+
+
+# ---------------------------------------------------------------------------------------------
+# Baselines and peers
+
+
+def layer_norm_eager(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
+    return F.layer_norm(x, (x.shape[-1],), weight, bias, eps)
+
+
+def layer_norm_liger(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
+    from liger_kernel.ops.layer_norm import LigerLayerNormFunction
+
+    return LigerLayerNormFunction.apply(x, weight, bias, eps)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reference: plain maths, float64
+
+
+def reference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
+    mean = x.mean(dim=-1, keepdim=True)
+    var = ((x - mean) ** 2).mean(dim=-1, keepdim=True)
+    return (x - mean) / torch.sqrt(var + eps) * weight + bias
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs
+
+
+def make_inputs(dims, dtype, device, seed):
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    m, n = dims["M"], dims["N"]
+    # residual-stream-like activations: each row has its own offset and scale, so centring and
+    # scaling both matter; weight near 1 and a small bias, as a trained LayerNorm has
+    x = torch.randn(m, n, generator=g) * (1.0 + torch.rand(m, 1, generator=g) * 3.0) + torch.randn(m, 1, generator=g)
+    weight = 1.0 + 0.2 * torch.randn(n, generator=g)
+    bias = 0.1 * torch.randn(n, generator=g)
+    return {
+        "x": x.to(device=device, dtype=dtype),
+        "weight": weight.to(device=device, dtype=dtype),
+        "bias": bias.to(device=device, dtype=dtype),
+        "eps": 1e-5,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Shape grids: M = tokens, N = hidden size.
+
+
+def _s(m: int, n: int, why: str) -> Shape:
+    return Shape({"M": m, "N": n}, why)
+
+
+QUICK = (
+    _s(64, 1024, "small, power of two: several rows per program"),
+    _s(37, 1000, "awkward: rows and width not powers of two, tail masked"),
+    _s(3, 20000, "wide rows: chunked forward, row sums plus column-blocked backward"),
+)
+
+FULL = (
+    _s(1, 4096, "a single token (decode): launch latency dominates"),
+    _s(1024, 2048, "TinyLlama-1.1B / GPT-2-XL-sized hidden, short batch: two rows per program"),
+    _s(4096, 4096, "LLaMA-7B hidden, 4k tokens"),
+    _s(32768, 4096, "LLaMA-7B hidden, 32k tokens: 256 MB bf16, far beyond L2 (Liger's headline shape)"),
+    _s(8192, 8192, "LLaMA-70B hidden: the widest row with a fused backward"),
+    _s(3000, 5120, "awkward token count, LLaMA-13B / Qwen-14B hidden (not a power of two)"),
+    _s(4096, 16384, "LLaMA-3-405B hidden: widest forward in registers, column-blocked backward"),
+    _s(2048, 65536, "very wide rows (128 KB bf16): chunked two-pass forward"),
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# Cost model (minimum traffic; s = element size, stats are fp32):
+#   fwd:      read x, w, b; write y, mean, rstd            -> (2*M*N + 2*N) * s + 8*M
+#   bwd:      read dy, x, w, mean, rstd; write dx, dw, db   -> (3*M*N + 3*N) * s + 8*M
+#   fwd+bwd:  the sum of the two
+# Our wide-row backward (next_pow2(N) > 8192) reads x and dy twice, (5*M*N) * s, as PyTorch's does;
+# it is still charged the minimum. FLOPs, approximately per element: fwd 8 (two sums, centre,
+# square, scale, affine), bwd 13 (xhat, w*dy, two row sums, dx, dw and db accumulation).
+
+
+def bytes_moved(dims, dtype, mode) -> int:
+    m, n = dims["M"], dims["N"]
+    s = torch.tensor([], dtype=dtype).element_size()
+    fwd = (2 * m * n + 2 * n) * s + 8 * m
+    bwd = (3 * m * n + 3 * n) * s + 8 * m
+    return {"fwd": fwd, "bwd": bwd, "fwd+bwd": fwd + bwd}[mode]
+
+
+def flops(dims, mode) -> float:
+    per = {"fwd": 8, "bwd": 13, "fwd+bwd": 21}[mode]
+    return float(per * dims["M"] * dims["N"])
+
+
+SPEC = KernelSpec(
+    name="layer_norm",
+    description="LayerNorm over the last dim with weight and bias (eps 1e-5), forward and backward",
+    modes=("fwd", "bwd", "fwd+bwd"),
+    providers=standard_providers(layer_norm, layer_norm_eager)
+    + (Provider("liger", layer_norm_liger, peer_available("liger_kernel")),),
+    baseline="torch",
+    reference=reference,
+    make_inputs=make_inputs,
+    grad_inputs=("x", "weight", "bias"),
+    grids={"quick": QUICK, "full": FULL},
+    bytes_moved=bytes_moved,
+    flops=flops,
+    bound="memory",
+    # Ours sums statistics and gradients in fp32: one rounding of each output to the storage dtype
+    # (bf16 measured <= 5.2e-3 under the interpreter's truncating casts, fp16 <= 5e-4). PyTorch's CPU
+    # kernel rounds more in its bf16/fp16 backward (measured up to 7.7e-3 / 9.6e-4), hence the
+    # headroom. fp32: rounding of the sums over N and over M rows (measured ~1e-7).
+    tolerance={torch.bfloat16: 1.6e-2, torch.float16: 3e-3, torch.float32: 1e-5},
+    dtypes=(torch.bfloat16, torch.float16, torch.float32),
+)
