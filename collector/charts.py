@@ -56,7 +56,7 @@ def _hover(row: dict[str, Any] | None, unit: str) -> str:
 def sparkline(values: list[float], width: int = 100, height: int = 24) -> str:
     """SVG polyline points for values, scaled to the box. Rounded to whole units of a 100x24 box: a sparkline has no more resolution than that, and
     the overview carries hundreds of them."""
-    if not values:
+    if len(values) < 2:  # one commit has no trend to draw
         return ""
     lo, hi = min(values), max(values)
     # A span of at least 20% of the level: run-to-run noise of a percent stays a wiggle instead of

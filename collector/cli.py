@@ -262,6 +262,12 @@ def import_cmd(paths, db) -> None:
     click.echo(f"{added} run(s) imported, {skipped} already present, into {db}")
 
 
+# build-site lives in site.py (it reads the store only); registered here so `kcollect` lists it.
+from .site import build_site_cmd  # noqa: E402
+
+main.add_command(build_site_cmd)
+
+
 # compare lives in compare.py (it reads the store only); registered here so `kcollect` lists it.
 from .compare import compare_cmd  # noqa: E402
 

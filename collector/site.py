@@ -91,6 +91,18 @@ def _fmt(spec: str):
     return f
 
 
+def _pct(v: float | None) -> str:
+    if v is None:
+        return "—"
+    return f"{100 * v:.0f}%" if v >= 0.01 or v == 0 else f"{100 * v:.1g}%"  # interpreter rows: 0.02%
+
+
+def _speedup(v: float | None) -> str:
+    if v is None:
+        return "—"
+    return f"{v:.0f}×" if v >= 100 else f"{v:.1f}×" if v >= 10 else f"{v:.2f}×" if v >= 0.1 else f"{v:.2g}×"
+
+
 def environment() -> jinja2.Environment:
     # Autoescape everything: kernel names, shapes, error messages and GPU names come from the data.
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True,
@@ -98,8 +110,7 @@ def environment() -> jinja2.Environment:
     env.filters.update({
         "ms": _fmt(".4g"), "num": _fmt(",.0f"), "sci": _fmt(".1e"),
         "rate": lambda v: "—" if v is None else (format(v, ",.0f") if v >= 100 else format(v, ".3g")),
-        "pct": lambda v: "—" if v is None else f"{100 * v:.0f}%",
-        "x": lambda v: "—" if v is None else f"{v:.2f}×",
+        "pct": _pct, "x": _speedup,
         "signed_pct": lambda v: "—" if v is None else f"{100 * v:+.1f}%",
         "gib": lambda v: "—" if not v else f"{v / 2**30:.0f} GiB",
         "when": lambda v: "—" if v is None else v.strftime("%Y-%m-%d %H:%M"),
@@ -160,7 +171,7 @@ def render(data: site_data.SiteData, flags_by_series: dict, staging: Path, db: P
     w.page("regressions.html", "regressions.html", title="Regressions", flags=flags,
            n_gpu_groups=sum(g.kind == "gpu" for g in data.groups),
            has_cpu=any(g.kind == "cpu" for g in data.groups))
-    w.page("compare.html", "compare.html", title="Compare", cmp=site_pages.compare_page(data, trend_files))
+    w.page("compare.html", "compare.html", title="Compare", cmp=site_pages.compare_page(data, trend_files, slugs))
     w.page("environments.html", "environments.html", title="Environments",
            sections=site_pages.environments(data))
     return w
@@ -181,12 +192,29 @@ def import_history(db: Path, data_dir: Path | None) -> int:
     return added
 
 
-def analyse(store: Store) -> dict:
-    """Regression flags of every GPU series. CPU-interpreter timings are not analysed: they say
-    nothing about speed on a GPU, and a flag on them would only be noise."""
-    from .regress import detect_all
+def analyse(data: site_data.SiteData) -> dict[tuple, list]:
+    """Regression flags of every GPU series, keyed like regress.detect_all's answer.
 
-    return detect_all(site_data.regress_rows(store), None)
+    The points are the per-commit aggregates that site_data already made in DuckDB, by the same
+    rule as regress.points_from_rows (tests/test_site.py checks that the flags equal detect_all's),
+    because building them in Python from every row costs seconds on a long history. CPU-interpreter
+    timings are not analysed: they say nothing about speed on a GPU, so a flag there is noise."""
+    from .regress import Point, detect
+
+    flags = {}
+    for (gkey, kernel, mode, dtype), providers in data.exact_trends.items():
+        group = data.group(gkey)
+        if group.kind != "gpu":
+            continue
+        gpu_name = gkey.partition(":")[2]
+        for provider, shapes in providers.items():
+            for shape, (ci, med, p20, p80) in shapes.items():
+                points = [Point(commit=group.commits[i]["sha"], commit_time=None, median_ms=m, p20_ms=lo,
+                                p80_ms=hi, runs=group.commits[i]["runs"]) for i, m, lo, hi in zip(ci, med, p20, p80)]
+                found = detect(points)
+                if found:
+                    flags[(kernel, mode, provider, shape, dtype, gpu_name)] = found
+    return flags
 
 
 def build_site(db: str | Path, out: str | Path, data_dir: str | Path | None = None) -> BuildResult:
@@ -200,7 +228,7 @@ def build_site(db: str | Path, out: str | Path, data_dir: str | Path | None = No
     imported = import_history(db, Path(data_dir) if data_dir else None)
     with Store(db, read_only=True) as store:
         data = site_data.load(store)
-        flags = analyse(store)
+    flags = analyse(data)
     staging = out.with_name(f".{out.name}.kcollect-staging")
     if staging.exists():
         shutil.rmtree(staging)

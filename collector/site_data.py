@@ -28,7 +28,7 @@ RUNS_CTE = """
 WITH rk AS (
   SELECT u.*, e.device_kind, e.gpu_name,
          e.device_kind || ':' || CASE WHEN e.device_kind = 'cpu' THEN '' ELSE coalesce(e.gpu_name, '?') END AS gkey,
-         coalesce(u.git_commit, 'run-' || left(u.run_id, 8)) AS commit,
+         coalesce(u.git_commit, 'run:' || left(u.run_id, 8)) AS commit,
          coalesce(u.commit_time, u.started_at) AS ctime
   FROM runs u JOIN environments e USING (env_id)),
 cm AS (
@@ -77,7 +77,9 @@ class SiteData:
     modes: list[str]
     dtypes: list[str]
     latest: dict[tuple[str, str], list[dict[str, Any]]]  # (gkey, kernel) -> rows of its latest run
-    trends: dict[tuple[str, str, str, str], dict[str, dict[str, list]]]  # (gkey, kernel, mode, dtype) -> provider -> shape -> [ci, med, p20, p80]
+    # (gkey, kernel, mode, dtype) -> provider -> shape -> [commit indexes, median, p20, p80]
+    trends: dict[tuple[str, str, str, str], dict[str, dict[str, list]]]  # 4 significant digits
+    exact_trends: dict[tuple[str, str, str, str], dict[str, dict[str, list]]]  # as measured
     sparks: dict[tuple[str, str, str, str, str], list[float]]  # (gkey, kernel, provider, mode|*, dtype|*) -> values
     environments: list[dict[str, Any]]
     runs: list[dict[str, Any]]
@@ -116,12 +118,13 @@ def load(store: Store) -> SiteData:
                                   "unit": "TFLOP/s" if r["bound"] == "compute" else "GB/s"})
     kernels = sorted(kinfo)
     all_rows = [r for rows in latest.values() for r in rows]
+    trends, exact_trends = _trends(store)
     return SiteData(
         groups=groups, kernels=kernels, kernel_info=kinfo,
         providers=_ordered({r["provider"] for r in all_rows}, PROVIDER_ORDER),
         modes=_ordered({r["mode"] for r in all_rows}, MODE_ORDER),
         dtypes=_ordered({r["dtype"] for r in all_rows}, DTYPE_ORDER),
-        latest=latest, trends=_trends(store), sparks=_sparks(store),
+        latest=latest, trends=trends, exact_trends=exact_trends, sparks=_sparks(store),
         environments=_environments(store), runs=runs)
 
 
@@ -173,24 +176,31 @@ def _latest(store: Store) -> dict[tuple[str, str], list[dict[str, Any]]]:
     return out
 
 
-def _trends(store: Store) -> dict[tuple[str, str, str, str], dict[str, dict[str, list]]]:
-    """Per series, one point per commit: the median over that commit's runs (repeated runs of a
-    commit are repeated measurements of it) of the median, p20 and p80. Only rows that passed the
-    correctness gate have times; a failed commit is a gap in the line, never a point."""
+def _trends(store: Store) -> tuple[dict, dict]:
+    """Per series, one point per commit, as regress.points_from_rows makes it: the median of the
+    commit's runs' medians (repeated runs of a commit are repeated measurements of it), with a band
+    from the median of their p20s to the median of their p80s, widened to hold every run's median.
+    Only rows that passed the correctness gate have times; a failed commit is a gap, never a point.
+    Returns (rounded for the data files, exact for the regression analysis), both keyed
+    (gkey, kernel, mode, dtype) -> provider -> shape -> [commit indexes, median, p20, p80]."""
     cur = store.con.execute(RUNS_CTE + f"""
-        SELECT gkey, kernel, mode, dtype, provider, shape,
-               list(ci ORDER BY ci), list({sig('med')} ORDER BY ci), list({sig('p20')} ORDER BY ci),
-               list({sig('p80')} ORDER BY ci)
+        SELECT gkey, kernel, mode, dtype, provider, shape, list(ci ORDER BY ci),
+               list({sig('med')} ORDER BY ci), list({sig('p20')} ORDER BY ci), list({sig('p80')} ORDER BY ci),
+               list(med ORDER BY ci), list(p20 ORDER BY ci), list(p80 ORDER BY ci)
         FROM (SELECT rc.gkey, r.kernel, r.mode, r.dtype, r.provider, r.shape, rc.ci,
-                     median(r.median_ms) AS med, median(r.p20_ms) AS p20, median(r.p80_ms) AS p80
+                     median(r.median_ms) AS med,
+                     least(median(coalesce(r.p20_ms, r.median_ms)), min(r.median_ms)) AS p20,
+                     greatest(median(coalesce(r.p80_ms, r.median_ms)), max(r.median_ms)) AS p80
               FROM results r JOIN rc USING (run_id)
               WHERE r.status = 'ok' AND r.median_ms > 0 AND isfinite(r.median_ms)
               GROUP BY ALL)
         GROUP BY ALL""")
-    out: dict[tuple[str, str, str, str], dict[str, dict[str, list]]] = {}
-    for gkey, kernel, mode, dtype, provider, shape, ci, med, p20, p80 in cur.fetchall():
-        out.setdefault((gkey, kernel, mode, dtype), {}).setdefault(provider, {})[shape] = [ci, med, p20, p80]
-    return out
+    rounded: dict = {}
+    exact: dict = {}
+    for gkey, kernel, mode, dtype, provider, shape, ci, med, p20, p80, emed, ep20, ep80 in cur.fetchall():
+        rounded.setdefault((gkey, kernel, mode, dtype), {}).setdefault(provider, {})[shape] = [ci, med, p20, p80]
+        exact.setdefault((gkey, kernel, mode, dtype), {}).setdefault(provider, {})[shape] = [ci, emed, ep20, ep80]
+    return rounded, exact
 
 
 def _sparks(store: Store) -> dict[tuple[str, str, str, str, str], list[float]]:
@@ -278,15 +288,3 @@ def cell(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "frac": median([r["frac_of_peak"] for r in ok if r["frac_of_peak"] is not None]),
             "reason": next((r["error"] for r in rows if r["status"] != "ok" and r["error"]), None)}
 
-
-def regress_rows(store: Store) -> list[dict[str, Any]]:
-    """Every GPU row that passed the gate, as the regression analysis takes them. Commits outside
-    git get the same stand-in name as in the commit order above."""
-    cur = store.con.execute(RUNS_CTE + """
-        SELECT r.kernel, r.mode, r.provider, r.shape, r.dtype, rc.gpu_name, rc.commit AS git_commit,
-               rc.ctime AS commit_time, rc.started_at, r.run_id, r.status, r.median_ms, r.p20_ms, r.p80_ms
-        FROM results r JOIN rc USING (run_id)
-        WHERE rc.device_kind <> 'cpu' AND r.status = 'ok'
-        ORDER BY rc.ci, rc.started_at""")
-    names = [d[0] for d in cur.description]
-    return [dict(zip(names, row)) for row in cur.fetchall()]

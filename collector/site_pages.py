@@ -144,11 +144,12 @@ def flag_rows(data: SiteData, flags_by_series: dict[tuple, list[Any]], slugs: di
 # -- compare ----------------------------------------------------------------------------------
 
 
-def compare_page(data: SiteData, trend_files: dict[tuple[str, str, str, str], str]) -> dict[str, Any]:
+def compare_page(data: SiteData, trend_files: dict[tuple[str, str, str, str], str],
+                 slugs: dict[str, str]) -> dict[str, Any]:
     groups = [{"id": g.id, "label": g.label, "kind": g.kind,
                "commits": [[c["short"], c["date"]] for c in g.commits]} for g in data.groups]
     ids = {g.key: g.id for g in data.groups}
-    manifest = [{"g": ids[gk], "k": k, "m": m, "d": d, "f": f} for (gk, k, m, d), f in sorted(trend_files.items())]
+    manifest = [{"g": ids[gk], "k": k, "s": slugs[k], "m": m, "d": d, "f": f} for (gk, k, m, d), f in sorted(trend_files.items())]
     return {"groups": groups, "manifest": manifest}
 
 
