@@ -192,15 +192,16 @@ def import_history(db: Path, data_dir: Path | None) -> int:
     return added
 
 
-def analyse(data: site_data.SiteData) -> dict[tuple, list]:
+def analyse(data: site_data.SiteData, thresholds: dict[str, float] | None = None) -> dict[tuple, list]:
     """Regression flags of every GPU series, keyed like regress.detect_all's answer.
 
     The points are the per-commit aggregates that site_data already made in DuckDB, by the same
     rule as regress.points_from_rows (tests/test_site.py checks that the flags equal detect_all's),
     because building them in Python from every row costs seconds on a long history. CPU-interpreter
     timings are not analysed: they say nothing about speed on a GPU, so a flag there is noise."""
-    from .regress import Point, detect
+    from .regress import DEFAULT_THRESHOLD, Point, detect
 
+    thresholds = thresholds or {}  # kernel -> relative threshold; the store does not hold them yet
     flags = {}
     for (gkey, kernel, mode, dtype), providers in data.exact_trends.items():
         group = data.group(gkey)
@@ -211,7 +212,7 @@ def analyse(data: site_data.SiteData) -> dict[tuple, list]:
             for shape, (ci, med, p20, p80) in shapes.items():
                 points = [Point(commit=group.commits[i]["sha"], commit_time=None, median_ms=m, p20_ms=lo,
                                 p80_ms=hi, runs=group.commits[i]["runs"]) for i, m, lo, hi in zip(ci, med, p20, p80)]
-                found = detect(points)
+                found = detect(points, thresholds.get(kernel, DEFAULT_THRESHOLD))
                 if found:
                     flags[(kernel, mode, provider, shape, dtype, gpu_name)] = found
     return flags

@@ -19,7 +19,7 @@ from typing import Any
 from .store import Store
 
 CPU_LABEL = "CPU (Triton interpreter)"
-SPARK_POINTS = 60  # a sparkline is ~100 px wide: more points than this only add bytes
+SPARK_POINTS = 40  # a sparkline is ~110 px wide: more points only add bytes to the overview
 
 # Runs with their device group (gkey) and the index of their commit within that group (ci).
 # Commits are ordered by commit time, then by their first run's start (DESIGN: "order points by

@@ -155,13 +155,16 @@ def compare_page(data: SiteData, trend_files: dict[tuple[str, str, str, str], st
 
 # -- environments -----------------------------------------------------------------------------
 
+RUNS_LISTED = 100
+
 
 def environments(data: SiteData) -> list[dict[str, Any]]:
     out = []
     for g in data.groups:
         envs = [e for e in data.environments if e["gkey"] == g.key]
-        runs = [r for r in data.runs if r["gkey"] == g.key]
-        out.append({"group": g, "envs": envs, "runs": runs})
+        runs = [r for r in data.runs if r["gkey"] == g.key]  # newest first
+        # The newest runs only: the page must stay small however long the history grows.
+        out.append({"group": g, "envs": envs, "runs": runs[:RUNS_LISTED], "n_runs": len(runs)})
     return out
 
 

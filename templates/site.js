@@ -284,12 +284,13 @@
       const g = groups.find((x) => x.id === s.g) || groups[0];
       if (!g) return out;
       gsel.value = g.id;
-      g.commits.forEach((c, i) => {
-        option(a, String(i), `${c[0]} · ${c[1]}`);
-        option(b, String(i), `${c[0]} · ${c[1]}`);
+      // Commits by their short hash (newest first), so a linked comparison survives new history.
+      g.commits.slice().reverse().forEach((c) => {
+        option(a, c[0], `${c[0]} · ${c[1]}`);
+        option(b, c[0], `${c[0]} · ${c[1]}`);
       });
       const n = g.commits.length;
-      const pick = (v, dflt) => (v !== undefined && Number(v) >= 0 && Number(v) < n ? String(Number(v)) : String(dflt));
+      const pick = (v, dflt) => (g.commits.some((c) => c[0] === v) ? v : g.commits[dflt][0]);
       a.value = pick(s.a, Math.max(n - 2, 0));
       b.value = pick(s.b, n - 1);
       Object.assign(out, {g: g.id, a: a.value, b: b.value});
@@ -350,8 +351,9 @@
       if (token !== runCompare.token) return;
       const rows = [];
       if (s.cmp === "commits") {
-        const ia = Number(s.a);
-        const ib = Number(s.b);
+        const commits = page.groups.find((x) => x.id === s.g).commits;
+        const ia = commits.findIndex((c) => c[0] === s.a);
+        const ib = commits.findIndex((c) => c[0] === s.b);
         for (const e of entries) {
           const series = loaded[e.f];
           for (const p of Object.keys(series)) {
@@ -390,7 +392,7 @@
     const summary = document.getElementById("kc-compare-summary");
     const detail = document.getElementById("kc-compare-detail");
     const names = s.cmp === "commits"
-      ? (() => { const g = page.groups.find((x) => x.id === s.g); return [g.commits[s.a][0], g.commits[s.b][0]]; })()
+      ? [s.a, s.b]
       : [s.a, s.b].map((id) => page.groups.find((g) => g.id === id).label);
     if (!rows.length) {
       status.textContent = `No series was measured at both ${names[0]} and ${names[1]} with these filters.`;

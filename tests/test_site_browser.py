@@ -6,6 +6,7 @@ Needs `pip install playwright` and `apt-get install chromium` (Playwright's own 
 not used); without them the module is skipped with that reason."""
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 from urllib.parse import unquote, urlparse
@@ -187,10 +188,13 @@ def test_regression_link_opens_the_step(sites, tab):
 
 
 def test_compare_two_commits_then_two_gpus(sites, tab):
-    t = tab.open(sites["main"] / "compare.html")
+    a, b = site_store.sha(site_store.STEP_AT - 1)[:8], site_store.sha(site_store.STEP_AT)[:8]
+    t = tab.open(sites["main"] / "compare.html", f"#cmp=commits&g={H100}&a={a}&b={b}")  # a linked view
     p = t.page
     p.wait_for_selector("#kc-compare-detail table")
-    assert p.locator("#kc-compare-detail tbody tr").count() > 0
+    assert p.input_value("select[name=a]") == a and p.input_value("select[name=b]") == b
+    top = p.locator("#kc-compare-detail tbody tr").first.inner_text()
+    assert "4096x14336" in top and re.search(r"\+2[45]\.\d%", top), top  # the planted 25% step leads
     assert "cmp=commits" in t.hash()
     p.select_option("select[name=cmp]", "gpus")
     p.wait_for_function("document.querySelector('#kc-compare-status').textContent.includes('NVIDIA H200')")
