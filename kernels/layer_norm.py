@@ -234,7 +234,7 @@ def layer_norm_forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
     rstd = torch.empty(M, dtype=torch.float32, device=x.device)
     block = triton.next_power_of_2(N)
     if block <= _FWD_MAX_BLOCK:
-        rows = max(1, _FWD_TILE_BYTES // (block * x.element_size()))
+        rows = max(1, min(_FWD_TILE_BYTES // (block * x.element_size()), triton.next_power_of_2(M)))
         _ln_fwd[(triton.cdiv(M, rows),)](x, weight, bias, y, mean, rstd, M, N, eps,
                                           ROWS=rows, BLOCK_N=block, N_ALIGN=_align(N),
                                           num_warps=_warps(rows * block))
@@ -254,7 +254,8 @@ def layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
     block = triton.next_power_of_2(N)
     sms = sm_count(x.device)
     if block <= _BWD_MAX_BLOCK:
-        fused, rows, block_c, n_col_blocks = True, max(1, _BWD_TILE // block), block, 1
+        fused, block_c, n_col_blocks = True, block, 1
+        rows = max(1, min(_BWD_TILE // block, triton.next_power_of_2(M)))
         sums = mean  # not read when FUSED
     else:
         fused, rows, block_c = False, 1, _BWD_CHUNK

@@ -231,7 +231,7 @@ def _warps(tile: int) -> int:
 
 def _fused_launch(kernel, tensors, M: int, N: int, elem: int) -> None:
     block = triton.next_power_of_2(N)
-    rows = max(1, _TILE_BYTES // (block * elem))
+    rows = max(1, min(_TILE_BYTES // (block * elem), triton.next_power_of_2(M)))
     kernel[(triton.cdiv(M, rows),)](*tensors, M, N, ROWS=rows, BLOCK_N=block, N_ALIGN=_align(N),
                                     num_warps=_warps(rows * block))
 
