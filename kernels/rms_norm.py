@@ -22,14 +22,14 @@ from ._utils import sm_count
 # constexpr HAS_RES adds the residual in the forward and writes h, HAS_DH adds h's own upstream
 # gradient in the backward. With the flags off, the code for them is not generated.
 #
-# Register path (next_pow2(N) <= MAX_REG_BLOCK): a program owns a tile of ROWS x BLOCK_N elements
+# Register path (rows up to MAX_REG_BLOCK): a program owns a tile of ROWS x BLOCK_N elements
 # (ROWS > 1 only for rows narrower than MIN_TILE, so that every program still moves a few KB) and
 # strides over the tiles of the matrix. The grid is persistent, sized to what the GPU keeps
 # resident (see _resident_programs), and each program loads its next tile before it reduces the
 # current one, so that every warp has a load in flight at all times, not only between its launch
 # and its reduction. w is loaded once per program. Math in fp32, one rounding per output.
 #
-# Wide rows (next_pow2(N) > MAX_REG_BLOCK): _fwd_chunked; _bwd_row_dot then _bwd_cols.
+# Wider rows: _fwd_chunked; _bwd_row_dot then _bwd_cols.
 #
 # Loops are `while` loops: Triton 3.6's interpreter cannot take a runtime bound in range() under
 # NumPy >= 2.4 (its scalars are 1-element arrays); a while loop compiles to the same code.
@@ -48,39 +48,69 @@ def _store_tile(ptr, val, rows, cols, M, N):
     tl.store(ptr + rows.to(tl.int64)[:, None] * N + cols[None, :], val.to(ptr.dtype.element_ty), mask=mask)
 
 
+@triton.jit
+def _fwd_input(x, r, h_ptr, rows, cols, M, N, HAS_RES: tl.constexpr):
+    """The fp32 values that get normalised: x, or with a residual h = x + r, rounded to its dtype
+    first and stored (the norm sees the h that is returned and that the backward reads back)."""
+    if HAS_RES:
+        h = (x.to(tl.float32) + r.to(tl.float32)).to(h_ptr.dtype.element_ty)
+        _store_tile(h_ptr, h, rows, cols, M, N)
+        return h.to(tl.float32)
+    else:
+        return x.to(tl.float32)
+
+
 @triton.jit(do_not_specialize=["iters"])  # one binary whatever the trip count
 def _fwd_rows(x_ptr, r_ptr, h_ptr, w_ptr, y_ptr, rstd_ptr, M, N, eps, iters,
-              BLOCK_N: tl.constexpr, ROWS: tl.constexpr, HAS_RES: tl.constexpr, STORE_RSTD: tl.constexpr):
+              BLOCK_N: tl.constexpr, BLOCK_B: tl.constexpr, ROWS: tl.constexpr,
+              HAS_RES: tl.constexpr, STORE_RSTD: tl.constexpr):
+    # Columns [0, BLOCK_N), plus [BLOCK_N, BLOCK_N + BLOCK_B) when BLOCK_B > 0 (see _tile: a
+    # 5120-wide row is 4096 + 1024, not 8192 with 3072 lanes masked off). Suffix b: that segment.
     pid = tl.program_id(0)
     step = tl.num_programs(0) * ROWS
     cols = tl.arange(0, BLOCK_N)
     w = tl.load(w_ptr + cols, mask=cols < N, other=0.0, eviction_policy="evict_last").to(tl.float32)
-
     rows = pid * ROWS + tl.arange(0, ROWS)
     x = _load_tile(x_ptr, rows, cols, M, N, "evict_first")
-    if HAS_RES:
-        r = _load_tile(r_ptr, rows, cols, M, N, "evict_first")
+    r = _load_tile(r_ptr, rows, cols, M, N, "evict_first") if HAS_RES else x  # else: unused
+    if BLOCK_B > 0:
+        colsb = BLOCK_N + tl.arange(0, BLOCK_B)
+        wb = tl.load(w_ptr + colsb, mask=colsb < N, other=0.0, eviction_policy="evict_last").to(tl.float32)
+        xb = _load_tile(x_ptr, rows, colsb, M, N, "evict_first")
+        rb = _load_tile(r_ptr, rows, colsb, M, N, "evict_first") if HAS_RES else xb
+
     i = 0
     while i < iters:
         rows = pid * ROWS + i * step + tl.arange(0, ROWS)
         i += 1
-        # prefetch: the next tile's load is issued before this tile's reduction waits on its data
+        # prefetch: the next tile's loads are issued before this tile's reduction waits on its data
         x_next = _load_tile(x_ptr, rows + step, cols, M, N, "evict_first")
         if HAS_RES:
             r_next = _load_tile(r_ptr, rows + step, cols, M, N, "evict_first")
-            # h is rounded to its dtype before the norm: the norm sees the h that is returned and
-            # that the backward reads back
-            h = (x.to(tl.float32) + r.to(tl.float32)).to(h_ptr.dtype.element_ty)
-            _store_tile(h_ptr, h, rows, cols, M, N)
-            xf = h.to(tl.float32)
-            r = r_next
-        else:
-            xf = x.to(tl.float32)
-        rstd = tl.math.rsqrt(tl.sum(xf * xf, axis=1) / N + eps)
+        if BLOCK_B > 0:
+            xb_next = _load_tile(x_ptr, rows + step, colsb, M, N, "evict_first")
+            if HAS_RES:
+                rb_next = _load_tile(r_ptr, rows + step, colsb, M, N, "evict_first")
+
+        xf = _fwd_input(x, r, h_ptr, rows, cols, M, N, HAS_RES)
+        ss = tl.sum(xf * xf, axis=1)
+        if BLOCK_B > 0:
+            xbf = _fwd_input(xb, rb, h_ptr, rows, colsb, M, N, HAS_RES)
+            ss += tl.sum(xbf * xbf, axis=1)
+        rstd = tl.math.rsqrt(ss / N + eps)
         _store_tile(y_ptr, xf * rstd[:, None] * w[None, :], rows, cols, M, N)
+        if BLOCK_B > 0:
+            _store_tile(y_ptr, xbf * rstd[:, None] * wb[None, :], rows, colsb, M, N)
         if STORE_RSTD:
             tl.store(rstd_ptr + rows, rstd, mask=rows < M)
+
         x = x_next
+        if HAS_RES:
+            r = r_next
+        if BLOCK_B > 0:
+            xb = xb_next
+            if HAS_RES:
+                rb = rb_next
 
 
 @triton.jit(do_not_specialize=["iters"])
@@ -145,12 +175,13 @@ def _bwd_rows(x_ptr, w_ptr, dy_ptr, dh_ptr, rstd_ptr, dx_ptr, part_ptr, M, N, it
     # dx = rstd * (m - xhat * mean(m * xhat)) [+ dh] with xhat = x * rstd, m = dy * w;
     # dw = sum over rows of dy * xhat, accumulated in fp32 registers over all the tiles this
     # program visits and written once, as row `pid` of the [programs, N] partial buffer.
+    # One column block (unlike the forward: a second block costs the backward more registers
+    # than the masked lanes do, for the same loads in flight; ptxas -v, sm_90).
     pid = tl.program_id(0)
     step = tl.num_programs(0) * ROWS
     cols = tl.arange(0, BLOCK_N)
     w = tl.load(w_ptr + cols, mask=cols < N, other=0.0, eviction_policy="evict_last").to(tl.float32)
     acc = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)
-
     rows = pid * ROWS + tl.arange(0, ROWS)
     x = _load_tile(x_ptr, rows, cols, M, N, "evict_first")
     dy = _load_tile(dy_ptr, rows, cols, M, N, "evict_first")
@@ -162,15 +193,25 @@ def _bwd_rows(x_ptr, w_ptr, dy_ptr, dh_ptr, rstd_ptr, dx_ptr, part_ptr, M, N, it
         i += 1
         x_next = _load_tile(x_ptr, rows + step, cols, M, N, "evict_first")
         dy_next = _load_tile(dy_ptr, rows + step, cols, M, N, "evict_first")
+        if HAS_DH and BLOCK_N < 16384:  # 16384 wide: issued after the reduction, fewer spills
+            dh_next = _load_tile(dh_ptr, rows + step, cols, M, N, "evict_first")
         rstd = tl.load(rstd_ptr + rows, mask=rows < M, other=0.0)
+        # (this order of the terms: 64 registers for fp32 at 4096 wide, two programs per SM;
+        # computing the dot before the dw term takes 79, one program)
         xhat = x.to(tl.float32) * rstd[:, None]
         dyf = dy.to(tl.float32)
         acc += dyf * xhat
-        m = dyf * w[None, :]
+        if BLOCK_N >= 16384:
+            # at one 32-warp program per SM (64 registers a thread at most) w is re-read from
+            # L1 every row instead of held: 40 bytes of spills per thread instead of 126 (bf16)
+            m = dyf * tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)[None, :]
+        else:
+            m = dyf * w[None, :]
         c = tl.sum(m * xhat, axis=1) / N
         dx = (m - xhat * c[:, None]) * rstd[:, None]
         if HAS_DH:
-            dh_next = _load_tile(dh_ptr, rows + step, cols, M, N, "evict_first")
+            if BLOCK_N >= 16384:
+                dh_next = _load_tile(dh_ptr, rows + step, cols, M, N, "evict_first")
             dx += dh.to(tl.float32)
             dh = dh_next
         _store_tile(dx_ptr, dx, rows, cols, M, N)
@@ -247,26 +288,52 @@ MAX_REG_BLOCK = 16384
 # Rows narrower than this are packed several to a program.
 MIN_TILE = 2048
 # Elements per thread per tile, chosen with ptxas's register counts for sm_90 (Triton 3.6) so that
-# each SM holds 32-64 KB of prefetched loads (Little's law at 3-4.8 TB/s and ~1 us of loaded
-# latency needs ~20-30 KB per SM): 16 in the forward (tile, prefetch and w in registers, 56-71
-# registers); 8 in the backward, which also holds dy, its prefetch and the dw accumulator (64
-# registers: 16 warps x 2 programs per SM at 4096 wide); 16 (2-byte types) in the backward with
-# dh, whose 80 registers at 8 per thread would leave one program per SM. No spills, except the
-# backward at 16384 wide (one 32-warp program per SM; 126 bytes per thread in bf16, to L1): still
+# each SM holds ~30-64 KB of prefetched loads (Little's law at 3-4.8 TB/s and ~1 us of loaded
+# latency needs ~20-30 KB per SM): 16 in the forward (tile, prefetch and w in registers, 48-64
+# registers with _FWD_MAXNREG: 5 programs of 8 warps per SM at 4096 wide in bf16); 8 in the
+# backward, which also holds dy, its prefetch and the dw accumulator (64 registers: 2 programs of
+# 16 warps at 4096 wide); 16 (2-byte types) in the backward with dh, whose 80 registers at 8 per
+# thread would leave one program per SM. No spills, except the backward at 16384 wide (one 32-warp
+# program per SM, 64 registers at most: 40 bytes per thread in bf16, 152 with dh, to L1), still
 # better than giving up the prefetch, the only latency hiding at one program per SM.
 FWD_PER_THREAD = 16
 BWD_PER_THREAD = 8
+# Register caps for the forward on sm_90 (Hopper), (HAS_RES, element size) -> {(BLOCK_N, BLOCK_B):
+# maxnreg}: ptxas (Triton 3.6) allocates a few registers more than it needs, which at these sizes
+# costs a resident program per SM; each cap here is the smallest that buys one more program (e.g.
+# 4096 wide, 2-byte types: 56-64 -> 48 registers, 4 -> 5 programs of 8 warps; 5120: 80 -> 64,
+# 3 -> 4) with at most one register spilled. Measured with ptxas -v for STORE_RSTD on and off;
+# other GPUs get no cap.
+_FWD_MAXNREG = {
+    (False, 2): {(1024, 0): 48, (2048, 0): 48, (4096, 0): 48, (2048, 512): 64, (2048, 1024): 72,
+                 (4096, 1024): 64},
+    (False, 4): {(1024, 0): 56, (2048, 0): 64, (4096, 0): 56, (8192, 0): 64, (2048, 512): 72},
+    (True, 2): {(1024, 0): 64, (4096, 0): 64, (8192, 0): 64, (2048, 512): 80, (4096, 1024): 80},
+    (True, 4): {(1024, 0): 72, (2048, 0): 80, (4096, 0): 80, (2048, 512): 96},
+}
 CHUNK_BYTES = 32768  # chunk of a wide row in _fwd_chunked: 32 warps x 32 bytes per thread
 DOT_CHUNK = 8192  # chunk of a wide row in _bwd_row_dot: 16 warps x 16 elements
 COLS_TILE = (4, 1024)  # BLOCK_R x BLOCK_C of _bwd_cols, 8 warps: 64 registers, 4 programs per SM
 
 
-def _tile(n: int, per_thread: int) -> tuple[int, int, int]:
-    """(BLOCK_N, ROWS, num_warps) of the register path."""
+def _tile(n: int, per_thread: int, split: bool = True) -> tuple[int, int, int, int]:
+    """(BLOCK_N, BLOCK_B, ROWS, num_warps) of the register path. A row is one power-of-two block,
+    or (split, the forward) two when that wastes fewer lanes: 5120 = 4096 + 1024 (all lanes live)
+    rather than 8192 (37.5% masked off, registers and occupancy spent on nothing); 3584 stays 4096
+    (2048 + 2048 would waste as much). BLOCK_B = 0: one block."""
     block_n = triton.next_power_of_2(n)
+    block_b = 0
+    if split and block_n > n and triton.next_power_of_2(n - block_n // 2) < block_n // 2:
+        block_n //= 2
+        block_b = triton.next_power_of_2(n - block_n)
     rows = max(1, MIN_TILE // block_n)
-    warps = min(32, max(4, rows * block_n // (32 * per_thread)))
-    return block_n, rows, warps
+    per_program = rows * (block_n + block_b) // (32 * per_thread)
+    warps = min(32, max(4, 1 << (per_program.bit_length() - 1) if per_program else 4))
+    return block_n, block_b, rows, warps
+
+
+def _in_registers(n: int, max_block: int) -> bool:
+    return triton.next_power_of_2(n) <= max_block
 
 
 _RESIDENT: dict[tuple, int] = {}
@@ -296,6 +363,12 @@ def _resident_programs(kernel, args: tuple, constexprs: dict, num_warps: int, de
             per_sm = min(65536 // (64 * 32 * num_warps), by_threads)
         _RESIDENT[key] = max(1, per_sm) * props.multi_processor_count
     return _RESIDENT[key]
+
+
+def _fwd_maxnreg(device: torch.device, has_res: bool, elem: int, block_n: int, block_b: int) -> int | None:
+    if device.type != "cuda" or torch.cuda.get_device_capability(device) != (9, 0):
+        return None
+    return _FWD_MAXNREG[(has_res, elem)].get((block_n, block_b))
 
 
 def _persistent_grid(tiles: int, resident: int) -> tuple[int, int]:
@@ -344,9 +417,10 @@ def rms_norm_forward(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6, residu
     r2 = _as_rows(residual, N) if has_res else x2  # x2, y: stand-ins for pointers the flags leave unused
     h = torch.empty_like(x2) if has_res else y
     rstd = torch.empty(M, dtype=torch.float32, device=x.device) if need_rstd else y
-    if triton.next_power_of_2(N) <= max_block:
-        block_n, rows, warps = _tile(N, FWD_PER_THREAD)
-        meta = dict(BLOCK_N=block_n, ROWS=rows, HAS_RES=has_res, STORE_RSTD=need_rstd)
+    if _in_registers(N, max_block):
+        block_n, block_b, rows, warps = _tile(N, FWD_PER_THREAD)
+        meta = dict(BLOCK_N=block_n, BLOCK_B=block_b, ROWS=rows, HAS_RES=has_res, STORE_RSTD=need_rstd,
+                    maxnreg=_fwd_maxnreg(x.device, has_res, x2.element_size(), block_n, block_b))
         args = (x2, r2, h, w, y, rstd, M, N, eps)
         resident = _resident_programs(_fwd_rows, args + (1,), meta, warps, x.device)
         grid, iters = _persistent_grid(triton.cdiv(M, rows), resident)
@@ -371,9 +445,9 @@ def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: 
     has_dh = dh is not None
     dh2 = _as_rows(dh, N) if has_dh else dy2
     dx = torch.empty_like(x2)
-    if triton.next_power_of_2(N) <= max_block:
+    if _in_registers(N, max_block):
         per_thread = 16 if has_dh and x2.element_size() == 2 else BWD_PER_THREAD
-        block_n, rows, warps = _tile(N, per_thread)
+        block_n, _, rows, warps = _tile(N, per_thread, split=False)
         meta = dict(BLOCK_N=block_n, ROWS=rows, HAS_DH=has_dh)
         # the partial buffer's size depends on the answer: rstd (fp32 too) stands in for it
         resident = _resident_programs(_bwd_rows, (x2, w, dy2, dh2, rstd, dx, rstd, M, N, 1), meta, warps, x.device)

@@ -11,8 +11,10 @@ from kcollect.kernels import rms_norm
 
 SPEC = K.SPEC
 # 37 x 1000: two rows per program, tail masked, several sweeps of the persistent grid;
-# 1 x 4099: one row, odd width; 5 x 7: rows narrower than a vector; 3 x 20000: chunked path
-SHAPES = [{"M": 37, "N": 1000}, {"M": 1, "N": 4099}, {"M": 5, "N": 7}, {"M": 3, "N": 20000}]
+# 9 x 1536: forward in two column blocks (1024 + 512), two rows per program; 1 x 4099: one row,
+# odd width, forward blocks 4096 + 4; 5 x 7: rows narrower than a vector; 3 x 20000: chunked path
+SHAPES = [{"M": 37, "N": 1000}, {"M": 9, "N": 1536}, {"M": 1, "N": 4099}, {"M": 5, "N": 7},
+          {"M": 3, "N": 20000}]
 RUNNABLE = [p.name for p in SPEC.providers if p.available("cpu") is None]
 
 

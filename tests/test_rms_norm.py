@@ -10,8 +10,10 @@ from kcollect.kernels import rms_norm as K
 
 SPEC = K.SPEC
 # 37 x 1000: two rows per program, tail masked, several sweeps of the persistent grid;
-# 1 x 4099: one row, odd width; 5 x 7: rows narrower than a vector; 3 x 20000: chunked path
-SHAPES = [{"M": 37, "N": 1000}, {"M": 1, "N": 4099}, {"M": 5, "N": 7}, {"M": 3, "N": 20000}]
+# 9 x 1536: forward in two column blocks (1024 + 512), two rows per program; 1 x 4099: one row,
+# odd width, forward blocks 4096 + 4; 5 x 7: rows narrower than a vector; 3 x 20000: chunked path
+SHAPES = [{"M": 37, "N": 1000}, {"M": 9, "N": 1536}, {"M": 1, "N": 4099}, {"M": 5, "N": 7},
+          {"M": 3, "N": 20000}]
 RUNNABLE = [p.name for p in SPEC.providers if p.available("cpu") is None]
 
 
@@ -116,12 +118,20 @@ def test_persistent_grid(tiles, resident):
 
 
 def test_tile_settings():
-    # several rows per program below MIN_TILE, one row up to MAX_REG_BLOCK; 4-32 warps
-    assert K._tile(1000, K.FWD_PER_THREAD) == (1024, 2, 4)
-    assert K._tile(4096, K.FWD_PER_THREAD) == (4096, 1, 8)
-    assert K._tile(16384, K.FWD_PER_THREAD) == (16384, 1, 32)
-    assert K._tile(4096, K.BWD_PER_THREAD) == (4096, 1, 16)
-    assert K._tile(7, K.BWD_PER_THREAD) == (8, 256, 8)
+    # (BLOCK_N, BLOCK_B, ROWS, warps): several rows per program below MIN_TILE, one row up to
+    # MAX_REG_BLOCK, 4-32 warps; a second block where it saves lanes (5120 = 4096 + 1024, and
+    # 4099 = 4096 + 4 rather than 8192), not where it would not (3584 -> 4096, 1000 -> 1024)
+    assert K._tile(1000, K.FWD_PER_THREAD) == (1024, 0, 2, 4)
+    assert K._tile(4096, K.FWD_PER_THREAD) == (4096, 0, 1, 8)
+    assert K._tile(16384, K.FWD_PER_THREAD) == (16384, 0, 1, 32)
+    assert K._tile(4096, K.BWD_PER_THREAD) == (4096, 0, 1, 16)
+    assert K._tile(7, K.BWD_PER_THREAD) == (8, 0, 256, 8)
+    assert K._tile(5120, K.FWD_PER_THREAD) == (4096, 1024, 1, 8)
+    assert K._tile(4099, K.FWD_PER_THREAD) == (4096, 4, 1, 8)
+    assert K._tile(3584, K.FWD_PER_THREAD) == (4096, 0, 1, 8)
+    assert K._tile(1536, K.FWD_PER_THREAD) == (1024, 512, 2, 4)
+    assert K._tile(5120, K.BWD_PER_THREAD, split=False) == (8192, 0, 1, 32)  # the backward: one block
+    assert K._in_registers(16384, K.MAX_REG_BLOCK) and not K._in_registers(16385, K.MAX_REG_BLOCK)
 
 
 def test_bad_weight_is_refused():
