@@ -442,6 +442,7 @@ def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: 
     x2 = _as_rows(x, N)
     dy2 = _as_rows(dy, N)
     M = x2.shape[0]
+    w = w.contiguous()
     has_dh = dh is not None
     dh2 = _as_rows(dh, N) if has_dh else dy2
     dx = torch.empty_like(x2)
