@@ -100,7 +100,10 @@ def list_cmd(device: str) -> None:
               help="Timed budget per measurement, in ms.")
 @click.option("--min-reps", type=click.IntRange(min=1), default=10, show_default=True,
               help="Floor on the number of timed calls, whatever the budget.")
-@click.option("--cuda-graph", is_flag=True, help="Time CUDA-graph replays (for tiny launches); rows are labelled.")
+@click.option("--cuda-graph/--no-cuda-graph", default=True, show_default=True,
+              help="Time replays of a CUDA graph of each call, so that Python and autograd launch overhead "
+                   "(hidden in real training, where the CPU runs ahead) is not timed; a provider that cannot "
+                   "be captured is timed with plain CUDA events. Each row records which method timed it.")
 @click.option("--seed", type=int, default=None, help="Seed for the random inputs. Default: a fresh one per run.")
 @click.option("--db", default=DEFAULT_DB, show_default=True, help="DuckDB file the rows are appended to.")
 @click.option("--commit", default=None,

@@ -30,7 +30,7 @@ class RunConfig:
     warmup_ms: float = 10.0
     rep_ms: float = 40.0
     min_reps: int = 10
-    cuda_graph: bool = False
+    cuda_graph: bool = True  # time graph replays (device work only); events where capture fails
     seed: int = 0
     commit: str | None = None  # overrides git (for a copy of the tree without .git)
     commit_time: str | None = None
@@ -166,7 +166,10 @@ class Runner:
         if self.config.device != "cuda":
             return timing.time_cpu(call, self.budget)
         if self.config.cuda_graph:
-            return timing.time_cuda_graph(call, self.budget, self.flush)
+            try:
+                return timing.time_cuda_graph(call, self.budget, self.flush)
+            except Exception:  # not capturable (a host sync, say): events, and the row says so
+                torch.cuda.synchronize()
         return timing.time_cuda(call, self.budget, self.flush)
 
     def _row(self, case: Case, mode: str, provider: str, *, status: str, error: str | None = None,

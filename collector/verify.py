@@ -35,8 +35,10 @@ def _differentiable(outs: tuple) -> tuple:
 
 
 def make_grad_outputs(spec: KernelSpec, inputs: Inputs, seed: int) -> tuple:
-    """Random upstream gradients, one per differentiable output, shaped like the reference's
-    outputs and in the outputs' dtype, drawn once so that every provider gets the same ones."""
+    """Upstream gradients, one per differentiable output, drawn once so that every provider gets
+    the same ones: random for tensors; 1 for a scalar, which is a loss, whose backward starts from
+    1 as `loss.backward()` does (fused losses such as cross-entropy skip their scaling pass then,
+    exactly as in training)."""
     ref_in = upcast(inputs)
     for name in spec.grad_inputs:
         ref_in[name].requires_grad_(True)
@@ -44,7 +46,7 @@ def make_grad_outputs(spec: KernelSpec, inputs: Inputs, seed: int) -> tuple:
     gen = torch.Generator(device="cpu").manual_seed(seed)
     dys = []
     for o in outs:
-        dy = torch.randn(o.shape, generator=gen, dtype=torch.float64)
+        dy = torch.randn(o.shape, generator=gen, dtype=torch.float64) if o.dim() else torch.ones((), dtype=torch.float64)
         dys.append(dy.to(device=o.device))
     return tuple(dys)
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from kcollect.spec import KernelSpec
 
-from . import cross_entropy, fp8_quant, geglu, gelu, rms_norm, rope, swiglu
+from . import (add_rms_norm, cross_entropy, fp8_quant, fused_linear_cross_entropy, geglu, gelu, layer_norm,
+               rms_norm, rope, softmax, swiglu)
 
 SPECS: tuple[KernelSpec, ...] = (
     rms_norm.SPEC,
@@ -17,6 +18,10 @@ SPECS: tuple[KernelSpec, ...] = (
     geglu.SPEC,
     rope.SPEC,
     fp8_quant.SPEC,
+    layer_norm.SPEC,
+    softmax.SPEC,
+    add_rms_norm.SPEC,
+    fused_linear_cross_entropy.SPEC,
 )
 
 
