@@ -371,6 +371,15 @@ def _fwd_maxnreg(device: torch.device, has_res: bool, elem: int, block_n: int, b
     return _FWD_MAXNREG[(has_res, elem)].get((block_n, block_b))
 
 
+def _fwd_persistent(n: int, has_res: bool) -> bool:
+    """Persistent grid or one tile per program, for the forward. Measured on the H200 with
+    benchmarks/rms_norm_grid_ab.py (bf16, GB/s, 2026-11-22): one tile per program wins with a
+    residual (8192x4096: 3650 against 3488) and at exactly 4096 wide (32768x4096: 3870 against
+    3540); the persistent grid wins at 8192 and 16384 wide (2048x16384: 3337 against 2573); the
+    other widths of the grid tie within 5%."""
+    return not has_res and n != 4096
+
+
 def _persistent_grid(tiles: int, resident: int) -> tuple[int, int]:
     """(programs, tiles per program) for `tiles` units of work striped over at most `resident`
     programs. Fewest programs for the same number of sweeps, so that the last sweep is as full as
@@ -403,7 +412,7 @@ def _check(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor | None = Non
 
 
 def rms_norm_forward(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6, residual: torch.Tensor | None = None,
-                     need_rstd: bool = True, max_block: int = MAX_REG_BLOCK):
+                     need_rstd: bool = True, max_block: int = MAX_REG_BLOCK, persistent: bool | None = None):
     """(y, h, rstd). With a residual, h = x + residual (returned, and normalised in place of x);
     otherwise h is None. rstd: fp32 [rows], None unless need_rstd. `max_block` is the widest row
     kept in registers; the tests lower it to run the chunked path on small shapes."""
@@ -422,8 +431,13 @@ def rms_norm_forward(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6, residu
         meta = dict(BLOCK_N=block_n, BLOCK_B=block_b, ROWS=rows, HAS_RES=has_res, STORE_RSTD=need_rstd,
                     maxnreg=_fwd_maxnreg(x.device, has_res, x2.element_size(), block_n, block_b))
         args = (x2, r2, h, w, y, rstd, M, N, eps)
-        resident = _resident_programs(_fwd_rows, args + (1,), meta, warps, x.device)
-        grid, iters = _persistent_grid(triton.cdiv(M, rows), resident)
+        tiles = triton.cdiv(M, rows)
+        if persistent is None:
+            persistent = _fwd_persistent(N, has_res)
+        if persistent:
+            grid, iters = _persistent_grid(tiles, _resident_programs(_fwd_rows, args + (1,), meta, warps, x.device))
+        else:  # one tile per program (its prefetch of a tile past the end is fully masked: no traffic)
+            grid, iters = tiles, 1
         _fwd_rows[(grid,)](*args, iters, num_warps=warps, **meta)
     else:
         chunk = min(CHUNK_BYTES // x2.element_size(), triton.next_power_of_2(max_block) // 2)
