@@ -164,6 +164,7 @@ def _execute(config, store: Store, cases) -> None:
     from .runner import Runner
 
     runner = Runner(config, store)
+    runner.warn = lambda message: click.echo(f"kcollect: warning: {message}", err=True)
     # SIGTERM (a job scheduler's time limit) ends the run like Ctrl-C: rows kept, run marked.
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     rows: list[dict] = []

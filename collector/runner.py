@@ -78,6 +78,7 @@ class Runner:
         self.flush = None
         self.seq = 0
         self.run_id = str(uuid.uuid4())
+        self.warn: Callable[[str], None] = lambda message: None  # the CLI prints these
 
     # -- a whole run --------------------------------------------------------------------------
 
@@ -125,8 +126,7 @@ class Runner:
         spec, device = case.spec, self.config.device
         want = None
         try:
-            dys = verify.make_grad_outputs(spec, inputs, seed + 1) if mode != "fwd" else ()
-            want = verify.expected(spec, inputs, mode, dys)
+            dys, want = self._expected(spec, inputs, mode, seed)
         except Exception as e:  # the float64 reference itself could not run (memory, most likely)
             reason = "reference failed: " + _error_text(e)
             for name in case.providers:
@@ -140,6 +140,19 @@ class Runner:
                 continue
             yield self._measure_provider(case, mode, provider, inputs, dys, want)
             _release(device)
+
+    def _expected(self, spec, inputs, mode: str, seed: int):
+        """Upstream gradients and the float64 reference's answers. Out of memory, the cached blocks
+        that earlier providers left behind are returned to the device and the reference is tried
+        once more: on the GPU it is the largest allocation of a case (8 bytes per element)."""
+        for attempt in (0, 1):
+            try:
+                dys = verify.make_grad_outputs(spec, inputs, seed + 1) if mode != "fwd" else ()
+                return dys, verify.expected(spec, inputs, mode, dys)
+            except torch.cuda.OutOfMemoryError:
+                if attempt:
+                    raise
+                _release(self.config.device)
 
     def _measure_provider(self, case, mode, provider, inputs, dys, want) -> dict[str, Any]:
         spec, dtype, fn, name = case.spec, case.dtype, provider.fn, provider.name
@@ -168,8 +181,10 @@ class Runner:
         if self.config.cuda_graph:
             try:
                 return timing.time_cuda_graph(call, self.budget, self.flush)
-            except Exception:  # not capturable (a host sync, say): events, and the row says so
+            except Exception as e:  # not capturable (a host sync, say): events, and the row says so
                 torch.cuda.synchronize()
+                _release("cuda")
+                self.warn(f"CUDA-graph capture failed ({_error_text(e)}); timed with events")
         return timing.time_cuda(call, self.budget, self.flush)
 
     def _row(self, case: Case, mode: str, provider: str, *, status: str, error: str | None = None,

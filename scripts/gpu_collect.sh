@@ -10,4 +10,12 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 export PYTHONPATH=/tmp/site:${PYTHONPATH:-} PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-deps --no-build-isolation -e . || exit 1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv
-kcollect run --db "$OUT/gpu.duckdb" --commit "$commit" --commit-time "$commit_time" "$@" 2>&1 | tee "$OUT/run.log"
+# kcollect runs as this shell's own child, not inside a pipeline, so that a `timeout` around this
+# script reaches it: SIGTERM ends the run as Ctrl-C does (rows kept, run marked interrupted).
+kcollect run --db "$OUT/gpu.duckdb" --commit "$commit" --commit-time "$commit_time" "$@" > "$OUT/run.log" 2>&1 &
+pid=$!
+trap 'kill -TERM $pid 2>/dev/null; wait $pid' TERM INT
+wait $pid
+rc=$?
+tail -n 40 "$OUT/run.log"
+exit $rc
