@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-HEADER = ("kernel", "mode", "shape", "dtype", "provider", "median ms", "GB/s|TFLOP/s", "% peak", "vs base", "error")
+HEADER = ("kernel", "mode", "shape", "dtype", "provider", "median ms", "GB/s or TFLOP/s", "% peak", "vs base", "error")
 
 
 def metric(row: dict[str, Any]) -> tuple[float, str] | None:
