@@ -5,7 +5,7 @@ does everything else (inputs on the device, the correctness gate, timing, units,
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 import torch
@@ -30,6 +30,11 @@ class Shape:
 
     dims: Mapping[str, int | str]
     why: str
+
+    @classmethod
+    def rows(cls, m: int, n: int, why: str) -> "Shape":
+        """The common case: M rows (tokens) of N elements."""
+        return cls({"M": m, "N": n}, why)
 
     @property
     def label(self) -> str:

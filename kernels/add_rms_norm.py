@@ -106,8 +106,7 @@ def make_inputs(dims, dtype, device, seed):
 # on more shapes).
 
 
-def _s(m: int, n: int, why: str) -> Shape:
-    return Shape({"M": m, "N": n}, why)
+_s = Shape.rows
 
 
 QUICK = (
@@ -144,7 +143,7 @@ def bytes_moved(dims, dtype, mode) -> int:
     fwd = 4 * m * n + n
     bwd = 4 * m * n + 2 * n
     per = {"fwd": fwd, "bwd": bwd, "fwd+bwd": fwd + bwd}[mode]
-    return per * torch.tensor([], dtype=dtype).element_size()
+    return per * dtype.itemsize
 
 
 def flops(dims, mode) -> float:

@@ -351,7 +351,7 @@ def bytes_moved(dims, dtype, mode) -> int:
     M, N = dims["M"], dims["N"]
     br, bc = block_shape(M, N, dims["gran"])
     n_scales = -(-M // br) * -(-N // bc)
-    return M * N * torch.tensor([], dtype=dtype).element_size() + M * N + 4 * n_scales
+    return M * N * dtype.itemsize + M * N + 4 * n_scales
 
 
 def flops(dims, mode) -> float:

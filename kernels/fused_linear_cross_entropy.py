@@ -203,7 +203,7 @@ FULL = (
 
 def bytes_moved(dims, dtype, mode) -> int:
     t, h, v = dims["tokens"], dims["hidden"], dims["vocab"]
-    s = torch.tensor([], dtype=dtype).element_size()
+    s = dtype.itemsize
     return 2 * (t * h + v * h) * s + 8 * t
 
 

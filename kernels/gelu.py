@@ -253,7 +253,7 @@ def check_shape(dims) -> str | None:
 
 def bytes_moved(dims, dtype, mode) -> int:
     per = {"fwd": 2, "bwd": 3, "fwd+bwd": 5}[mode]
-    return per * dims["M"] * dims["N"] * torch.tensor([], dtype=dtype).element_size()
+    return per * dims["M"] * dims["N"] * dtype.itemsize
 
 
 def flops(dims, mode) -> float:

@@ -359,8 +359,7 @@ def make_inputs(dims, dtype, device, seed):
 # Shape grids: M = tokens, N = hidden size.
 
 
-def _s(m: int, n: int, why: str) -> Shape:
-    return Shape({"M": m, "N": n}, why)
+_s = Shape.rows
 
 
 QUICK = (
@@ -393,7 +392,7 @@ FULL = (
 
 def bytes_moved(dims, dtype, mode) -> int:
     m, n = dims["M"], dims["N"]
-    s = torch.tensor([], dtype=dtype).element_size()
+    s = dtype.itemsize
     fwd = (2 * m * n + 2 * n) * s + 8 * m
     bwd = (3 * m * n + 3 * n) * s + 8 * m
     return {"fwd": fwd, "bwd": bwd, "fwd+bwd": fwd + bwd}[mode]

@@ -569,8 +569,7 @@ def make_inputs(dims, dtype, device, seed):
 # Shape grids: M = tokens, N = hidden size.
 
 
-def _s(m: int, n: int, why: str) -> Shape:
-    return Shape({"M": m, "N": n}, why)
+_s = Shape.rows
 
 
 QUICK = (
@@ -609,7 +608,7 @@ def bytes_moved(dims, dtype, mode) -> int:
     fwd = 2 * m * n + n
     bwd = 3 * m * n + 2 * n
     per = {"fwd": fwd, "bwd": bwd, "fwd+bwd": fwd + bwd}[mode]
-    return per * torch.tensor([], dtype=dtype).element_size()
+    return per * dtype.itemsize
 
 
 def flops(dims, mode) -> float:

@@ -332,7 +332,7 @@ def check_shape(dims) -> str | None:
 
 def bytes_moved(dims, dtype, mode) -> int:
     qk, cs = _elements(dims)
-    one_pass = (2 * qk + 2 * cs) * torch.tensor([], dtype=dtype).element_size()
+    one_pass = (2 * qk + 2 * cs) * dtype.itemsize
     return one_pass * (2 if mode == "fwd+bwd" else 1)
 
 

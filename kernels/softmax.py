@@ -338,8 +338,7 @@ def make_inputs(dims, dtype, device, seed):
 # Shape grids: M = rows (tokens, or heads x queries), N = softmax width.
 
 
-def _s(m: int, n: int, why: str) -> Shape:
-    return Shape({"M": m, "N": n}, why)
+_s = Shape.rows
 
 
 QUICK = (
@@ -373,7 +372,7 @@ FULL = (
 
 def bytes_moved(dims, dtype, mode) -> int:
     per = {"fwd": 2, "bwd": 3, "fwd+bwd": 5}[mode]
-    return per * dims["M"] * dims["N"] * torch.tensor([], dtype=dtype).element_size()
+    return per * dims["M"] * dims["N"] * dtype.itemsize
 
 
 def flops(dims, mode) -> float:

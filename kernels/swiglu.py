@@ -129,8 +129,7 @@ def make_inputs(dims, dtype, device, seed):
 # Shape grids: M = tokens, N = intermediate size of the MLP.
 
 
-def _s(m: int, n: int, why: str) -> Shape:
-    return Shape({"M": m, "N": n}, why)
+_s = Shape.rows
 
 
 QUICK = (
@@ -161,7 +160,7 @@ FULL = (
 
 def bytes_moved(dims, dtype, mode) -> int:
     per = {"fwd": 3, "bwd": 5, "fwd+bwd": 8}[mode]
-    return per * dims["M"] * dims["N"] * torch.tensor([], dtype=dtype).element_size()
+    return per * dims["M"] * dims["N"] * dtype.itemsize
 
 
 def flops(dims, mode) -> float:
