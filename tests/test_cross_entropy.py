@@ -21,10 +21,12 @@ def _ids(d):
     return "x".join(map(str, d.values()))
 
 
-def _eager_fp16_smoothing_overflows(dims):
+def _eager_fp16_smoothing_is_imprecise(dims):
     # F.cross_entropy sums -log_softmax (~12 per logit here) over the whole batch into an fp16
-    # scalar before dividing: past 65504 it is inf (on the GPU too).
-    return float(dims["smoothing"]) > 0 and dims["tokens"] * dims["vocab"] * 12 > 65504
+    # scalar before dividing: the sum's spacing grows with it (32 at 49000, one token of 4099 logits;
+    # 6.8e-3 relative error seen in CI) and past 65504 it is inf (on the GPU too). The collector
+    # stores such rows as failed; the tests check eager's fp16 path without smoothing.
+    return float(dims["smoothing"]) > 0
 
 
 @pytest.mark.parametrize("provider", RUNNABLE)
@@ -34,8 +36,8 @@ def _eager_fp16_smoothing_overflows(dims):
 def test_matches_reference(provider, mode, dtype, dims):
     if provider == "compile" and dims["tokens"] != 37:
         pytest.skip("compile is checked once per mode and dtype: each shape costs a CPU compile")
-    if provider in ("torch", "compile") and dtype == torch.float16 and _eager_fp16_smoothing_overflows(dims):
-        pytest.skip("eager's fp16 label smoothing sums -log p over the batch into fp16: inf")
+    if provider in ("torch", "compile") and dtype == torch.float16 and _eager_fp16_smoothing_is_imprecise(dims):
+        pytest.skip("eager's fp16 label smoothing sums -log p over the batch in fp16: imprecise, then inf")
     result = verify.check(SPEC, provider, dims, dtype, mode, seed=random.randrange(2**31))
     assert result.ok, f"{provider} {mode} {dtype} {dims}: error {result.error:.3g} > {result.tolerance:.3g}"
 
