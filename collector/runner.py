@@ -147,8 +147,7 @@ class Runner:
         once more: on the GPU it is the largest allocation of a case (8 bytes per element)."""
         for attempt in (0, 1):
             try:
-                dys = verify.make_grad_outputs(spec, inputs, seed + 1) if mode != "fwd" else ()
-                return dys, verify.expected(spec, inputs, mode, dys)
+                return verify.reference_answers(spec, inputs, mode, seed + 1)
             except torch.cuda.OutOfMemoryError:
                 if attempt:
                     raise

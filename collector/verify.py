@@ -34,21 +34,35 @@ def _differentiable(outs: tuple) -> tuple:
     return tuple(o for o in outs if torch.is_tensor(o) and o.requires_grad)
 
 
-def make_grad_outputs(spec: KernelSpec, inputs: Inputs, seed: int) -> tuple:
+def _grad_outputs(outs: tuple, seed: int) -> tuple:
     """Upstream gradients, one per differentiable output, drawn once so that every provider gets
     the same ones: random for tensors; 1 for a scalar, which is a loss, whose backward starts from
     1 as `loss.backward()` does (fused losses such as cross-entropy skip their scaling pass then,
     exactly as in training)."""
-    ref_in = upcast(inputs)
-    for name in spec.grad_inputs:
-        ref_in[name].requires_grad_(True)
-    outs = _differentiable(as_tuple(spec.reference(**ref_in)))
     gen = torch.Generator(device="cpu").manual_seed(seed)
     dys = []
     for o in outs:
         dy = torch.randn(o.shape, generator=gen, dtype=torch.float64) if o.dim() else torch.ones((), dtype=torch.float64)
         dys.append(dy.to(device=o.device))
     return tuple(dys)
+
+
+def reference_answers(spec: KernelSpec, inputs: Inputs, mode: str, seed: int) -> tuple[tuple, tuple]:
+    """(upstream gradients, what the reference answers) for one (inputs, mode), from a single
+    float64 forward (and backward): computed once and shared by all providers. fwd -> outputs;
+    bwd -> input gradients; fwd+bwd -> outputs then input gradients."""
+    ref_in = upcast(inputs)
+    if mode == "fwd":
+        with torch.no_grad():
+            return (), as_tuple(spec.reference(**ref_in))
+    leaves = [ref_in[n].requires_grad_(True) for n in spec.grad_inputs]
+    outs = as_tuple(spec.reference(**ref_in))
+    diff = _differentiable(outs)
+    dys = _grad_outputs(diff, seed)
+    grads = torch.autograd.grad(diff, leaves, dys)
+    if mode == "bwd":
+        return dys, grads
+    return dys, tuple(o.detach() for o in outs) + grads
 
 
 def build_call(spec: KernelSpec, fn: Callable[..., Any], inputs: Inputs, mode: str, dys: tuple) -> Callable[[], tuple]:
@@ -109,29 +123,10 @@ def max_error(got: tuple, want: tuple) -> float:
     return max((rel_error(g, w) for g, w in zip(got, want)), default=0.0)
 
 
-@dataclass
-class Expected:
-    """The reference's answers for one (inputs, mode): computed once, shared by all providers."""
-
-    values: tuple
-
-
-def expected(spec: KernelSpec, inputs: Inputs, mode: str, dys: tuple) -> Expected:
-    ref_in = upcast(inputs)
-    if mode == "fwd":
-        with torch.no_grad():
-            return Expected(as_tuple(spec.reference(**ref_in)))
-    call = build_call(spec, spec.reference, ref_in, "fwd+bwd", dys)
-    both = call()
-    if mode == "bwd":
-        return Expected(both[len(both) - len(spec.grad_inputs):])
-    return Expected(both)
-
-
-def error_of(spec: KernelSpec, got: tuple, want: Expected, mode: str) -> float:
+def error_of(spec: KernelSpec, got: tuple, want: tuple, mode: str) -> float:
     if spec.compare is not None and mode == "fwd":
         got = spec.compare(got)
-    return max_error(got, want.values)
+    return max_error(got, want)
 
 
 @dataclass
@@ -150,7 +145,6 @@ def check(spec: KernelSpec, provider: Provider | str, dims: Mapping[str, Any], d
     if isinstance(provider, str):
         provider = spec.provider(provider)
     inputs = spec.make_inputs(dims, dtype, device, seed)
-    dys = make_grad_outputs(spec, inputs, seed + 1) if mode != "fwd" else ()
-    want = expected(spec, inputs, mode, dys)
+    dys, want = reference_answers(spec, inputs, mode, seed + 1)
     got = build_call(spec, provider.fn, clone_inputs(inputs), mode, dys)()
     return CheckResult(error_of(spec, got, want, mode), spec.tolerance[dtype])
