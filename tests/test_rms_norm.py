@@ -5,6 +5,7 @@ import random
 import pytest
 import torch
 
+import gate
 from kcollect import verify
 from kcollect.kernels import rms_norm as K
 
@@ -26,6 +27,8 @@ def _id(d):
 @pytest.mark.parametrize("dtype", SPEC.dtypes, ids=str)
 @pytest.mark.parametrize("dims", SHAPES, ids=_id)
 def test_matches_reference(provider, mode, dtype, dims):
+    if gate.too_few_for_bf16(dims, dtype):
+        pytest.skip("bf16 over a few dozen elements is too noisy to gate on (tests/gate.py)")
     if provider == "compile" and dims["M"] != 37:
         pytest.skip("compile is checked once per mode and dtype: each shape costs a CPU compile")
     result = verify.check(SPEC, provider, dims, dtype, mode, seed=random.randrange(2**31))

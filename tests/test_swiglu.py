@@ -4,6 +4,7 @@ import random
 import pytest
 import torch
 
+import gate
 from kcollect import verify
 from kcollect.kernels import swiglu
 
@@ -17,6 +18,8 @@ RUNNABLE = [p.name for p in SPEC.providers if p.available("cpu") is None]
 @pytest.mark.parametrize("dtype", SPEC.dtypes, ids=str)
 @pytest.mark.parametrize("dims", SHAPES, ids=lambda d: "x".join(map(str, d.values())))
 def test_matches_reference(provider, mode, dtype, dims):
+    if gate.too_few_for_bf16(dims, dtype):
+        pytest.skip("bf16 over a few dozen elements is too noisy to gate on (tests/gate.py)")
     if provider == "compile" and dims["M"] != 37:
         pytest.skip("compile is checked once per mode and dtype: each shape costs a CPU compile")
     result = verify.check(SPEC, provider, dims, dtype, mode, seed=random.randrange(2**31))
