@@ -1,0 +1,80 @@
+"""Compile a Triton kernel offline for sm_90 (no GPU needed) and report what the compiler made of
+it: registers per thread, spill stores/loads, shared memory, and counts of the SASS instructions
+that matter for a memory-bound kernel (global loads/stores by width, barriers, local memory).
+
+Used as evidence for launch choices: a variant that spills, or whose loads are not 16 bytes wide,
+explains a bandwidth shortfall before any GPU time is spent.
+
+    from benchmarks.compile_report import report
+    print(report(fn, {"x_ptr": "*bf16", "N": "i32", "BLOCK": "constexpr"}, {"BLOCK": 4096},
+                 num_warps=8, aligned=("x_ptr", "N")))
+"""
+from __future__ import annotations
+
+import collections
+import os
+import re
+import subprocess
+import tempfile
+
+os.environ.pop("TRITON_INTERPRET", None)  # compile for the GPU even inside the CPU test session
+
+import triton  # noqa: E402
+import triton.backends.nvidia as _nv  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource  # noqa: E402
+
+_BIN = os.path.join(os.path.dirname(_nv.__file__), "bin")
+_TARGET = GPUTarget("cuda", 90, 32)
+
+
+def compile_sm90(fn, signature: dict, constexprs: dict, num_warps: int, aligned=(), num_stages: int = 3):
+    """The compiled kernel. `aligned` names pointer/int arguments to mark divisible by 16, as the
+    JIT does for 16-byte-aligned pointers and ints that are multiples of 16."""
+    while not hasattr(fn, "arg_names"):  # unwrap autotune/heuristics wrappers
+        fn = fn.fn
+    names = list(signature)
+    attrs = {(names.index(a),): [["tt.divisibility", 16]] for a in aligned}
+    src = ASTSource(fn, signature, constexprs, attrs)
+    return triton.compile(src, target=_TARGET, options={"num_warps": num_warps, "num_stages": num_stages})
+
+
+def _resource_usage(cubin: bytes) -> dict:
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        out = subprocess.run([os.path.join(_BIN, "cuobjdump"), "--dump-resource-usage", f.name],
+                             capture_output=True, text=True, check=True).stdout
+        sass = subprocess.run([os.path.join(_BIN, "cuobjdump"), "--dump-sass", f.name],
+                              capture_output=True, text=True, check=True).stdout
+    usage = {k: int(v) for k, v in re.findall(r"(REG|STACK|SHARED|LOCAL):(\d+)", out)}
+    return usage, sass
+
+
+def _sass_counts(sass: str) -> dict:
+    ops = collections.Counter()
+    for line in sass.splitlines():
+        m = re.search(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]+)", line)
+        if m:
+            op = m.group(1)
+            if op.startswith(("LDG", "STG", "LDL", "STL", "BAR", "ATOMG", "RED", "LDS", "STS", "SHFL")):
+                ops[op] += 1
+    return dict(sorted(ops.items()))
+
+
+def report(fn, signature: dict, constexprs: dict, num_warps: int, aligned=(), num_stages: int = 3,
+           sass: bool = False) -> dict:
+    k = compile_sm90(fn, signature, constexprs, num_warps, aligned, num_stages)
+    usage, text = _resource_usage(k.asm["cubin"])
+    out = {"registers": usage.get("REG"), "local_bytes": usage.get("LOCAL", 0),
+           "stack": usage.get("STACK", 0), "shared": k.metadata.shared, "num_warps": num_warps,
+           "sass_ops": _sass_counts(text)}
+    if sass:
+        out["sass"] = text
+    return out
+
+
+def format_report(label: str, r: dict) -> str:
+    ops = " ".join(f"{k}:{v}" for k, v in r["sass_ops"].items())
+    return (f"{label}: {r['registers']} regs, {r['num_warps']} warps, local {r['local_bytes']} B, "
+            f"shared {r['shared']} B | {ops}")
