@@ -265,16 +265,29 @@ def annotate(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         ok = r["status"] == "ok" and r["median_ms"]
         r["rate"] = (r["tflops"] if r["bound"] == "compute" else r["gbps"]) if ok else None
         r["vs_base"] = r["vs_best"] = None
+        r["vs_base_mixed"] = r["vs_best_mixed"] = None
         if not ok:
             continue
         peers = by_case[(r["mode"], r["shape"], r["dtype"])]
         base = peers.get(r["baseline"])
         if base and base["status"] == "ok" and base["median_ms"]:
             r["vs_base"] = base["median_ms"] / r["median_ms"]
-        others = [p["median_ms"] for n, p in peers.items() if n != r["provider"] and p["status"] == "ok" and p["median_ms"]]
+            r["vs_base_mixed"] = _mixed(r, base)
+        others = [p for n, p in peers.items() if n != r["provider"] and p["status"] == "ok" and p["median_ms"]]
         if others:
-            r["vs_best"] = min(others) / r["median_ms"]
+            best = min(others, key=lambda p: p["median_ms"])
+            r["vs_best"] = best["median_ms"] / r["median_ms"]
+            r["vs_best_mixed"] = _mixed(r, best)
     return rows
+
+
+def _mixed(r: dict[str, Any], other: dict[str, Any]) -> str | None:
+    """A note when two rows were timed by different methods (a provider that CUDA graphs cannot
+    capture is timed with events, which include host overhead): their ratio is not like for like."""
+    a, b = r.get("timing"), other.get("timing")
+    if a and b and a != b:
+        return f"{r['provider']} timed by {a}, {other['provider']} by {b}: not like for like"
+    return None
 
 
 def cell(rows: list[dict[str, Any]]) -> dict[str, Any]:

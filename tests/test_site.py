@@ -217,3 +217,16 @@ def test_sparkline_keeps_noise_small_and_steps_visible():
     step = [1.0] * 5 + [1.3] * 5
     ys = [int(p.split(",")[1]) for p in charts.sparkline(step).split()]
     assert ys[0] - ys[-1] >= 15
+
+
+def test_speedups_between_timing_methods_are_marked():
+    # the graph-timed provider is compared with an event-timed one: the ratio carries a note
+    rows = [dict(kernel="k", mode="fwd", provider=p, shape="a", dtype="bfloat16", baseline="torch", bound="memory",
+                 status="ok", median_ms=ms, gbps=1.0 / ms, tflops=None, frac_of_peak=0.5, error=None, timing=t)
+            for p, ms, t in [("torch", 2.0, "cuda-graph"), ("triton", 1.0, "cuda-graph"), ("liger", 1.5, "cuda-events")]]
+    site_data.annotate(rows)
+    torch_row, triton_row, liger_row = rows
+    assert triton_row["vs_base_mixed"] is None  # both graph-timed
+    assert "liger by cuda-events" in triton_row["vs_best_mixed"]  # best other is liger
+    assert "triton by cuda-graph" in liger_row["vs_best_mixed"]
+    assert torch_row["vs_best"] == pytest.approx(0.5) and torch_row["vs_best_mixed"] is None
