@@ -14,7 +14,7 @@ import triton.language as tl
 
 from kcollect.spec import KernelSpec, Provider, Shape, peer_available, standard_providers
 
-from ._utils import sm_count
+from ._utils import row_settings, sm_count
 
 
 # ---------------------------------------------------------------------------------------------
@@ -63,34 +63,45 @@ def _fwd_input(x, r, h_ptr, rows, cols, M, N, HAS_RES: tl.constexpr):
 @triton.jit(do_not_specialize=["iters"])  # one binary whatever the trip count
 def _fwd_rows(x_ptr, r_ptr, h_ptr, w_ptr, y_ptr, rstd_ptr, M, N, eps, iters,
               BLOCK_N: tl.constexpr, BLOCK_B: tl.constexpr, ROWS: tl.constexpr,
-              HAS_RES: tl.constexpr, STORE_RSTD: tl.constexpr):
+              HAS_RES: tl.constexpr, STORE_RSTD: tl.constexpr, PREFETCH: tl.constexpr = True):
     # Columns [0, BLOCK_N), plus [BLOCK_N, BLOCK_N + BLOCK_B) when BLOCK_B > 0 (see _tile: a
     # 5120-wide row is 4096 + 1024, not 8192 with 3072 lanes masked off). Suffix b: that segment.
+    # PREFETCH off (an A/B variant): each tile is loaded at the top of its own iteration, as in
+    # Liger; with one tile per program the prefetch only ever loads a fully masked tile.
     pid = tl.program_id(0)
     step = tl.num_programs(0) * ROWS
     cols = tl.arange(0, BLOCK_N)
     w = tl.load(w_ptr + cols, mask=cols < N, other=0.0, eviction_policy="evict_last").to(tl.float32)
-    rows = pid * ROWS + tl.arange(0, ROWS)
-    x = _load_tile(x_ptr, rows, cols, M, N, "evict_first")
-    r = _load_tile(r_ptr, rows, cols, M, N, "evict_first") if HAS_RES else x  # else: unused
     if BLOCK_B > 0:
         colsb = BLOCK_N + tl.arange(0, BLOCK_B)
         wb = tl.load(w_ptr + colsb, mask=colsb < N, other=0.0, eviction_policy="evict_last").to(tl.float32)
-        xb = _load_tile(x_ptr, rows, colsb, M, N, "evict_first")
-        rb = _load_tile(r_ptr, rows, colsb, M, N, "evict_first") if HAS_RES else xb
+    if PREFETCH:
+        rows = pid * ROWS + tl.arange(0, ROWS)
+        x = _load_tile(x_ptr, rows, cols, M, N, "evict_first")
+        r = _load_tile(r_ptr, rows, cols, M, N, "evict_first") if HAS_RES else x  # else: unused
+        if BLOCK_B > 0:
+            xb = _load_tile(x_ptr, rows, colsb, M, N, "evict_first")
+            rb = _load_tile(r_ptr, rows, colsb, M, N, "evict_first") if HAS_RES else xb
 
     i = 0
     while i < iters:
         rows = pid * ROWS + i * step + tl.arange(0, ROWS)
         i += 1
-        # prefetch: the next tile's loads are issued before this tile's reduction waits on its data
-        x_next = _load_tile(x_ptr, rows + step, cols, M, N, "evict_first")
-        if HAS_RES:
-            r_next = _load_tile(r_ptr, rows + step, cols, M, N, "evict_first")
-        if BLOCK_B > 0:
-            xb_next = _load_tile(x_ptr, rows + step, colsb, M, N, "evict_first")
+        if PREFETCH:
+            # the next tile's loads are issued before this tile's reduction waits on its data
+            x_next = _load_tile(x_ptr, rows + step, cols, M, N, "evict_first")
             if HAS_RES:
-                rb_next = _load_tile(r_ptr, rows + step, colsb, M, N, "evict_first")
+                r_next = _load_tile(r_ptr, rows + step, cols, M, N, "evict_first")
+            if BLOCK_B > 0:
+                xb_next = _load_tile(x_ptr, rows + step, colsb, M, N, "evict_first")
+                if HAS_RES:
+                    rb_next = _load_tile(r_ptr, rows + step, colsb, M, N, "evict_first")
+        else:
+            x = _load_tile(x_ptr, rows, cols, M, N, "evict_first")
+            r = _load_tile(r_ptr, rows, cols, M, N, "evict_first") if HAS_RES else x
+            if BLOCK_B > 0:
+                xb = _load_tile(x_ptr, rows, colsb, M, N, "evict_first")
+                rb = _load_tile(r_ptr, rows, colsb, M, N, "evict_first") if HAS_RES else xb
 
         xf = _fwd_input(x, r, h_ptr, rows, cols, M, N, HAS_RES)
         ss = tl.sum(xf * xf, axis=1)
@@ -104,13 +115,14 @@ def _fwd_rows(x_ptr, r_ptr, h_ptr, w_ptr, y_ptr, rstd_ptr, M, N, eps, iters,
         if STORE_RSTD:
             tl.store(rstd_ptr + rows, rstd, mask=rows < M)
 
-        x = x_next
-        if HAS_RES:
-            r = r_next
-        if BLOCK_B > 0:
-            xb = xb_next
+        if PREFETCH:
+            x = x_next
             if HAS_RES:
-                rb = rb_next
+                r = r_next
+            if BLOCK_B > 0:
+                xb = xb_next
+                if HAS_RES:
+                    rb = rb_next
 
 
 @triton.jit(do_not_specialize=["iters"])
@@ -171,30 +183,39 @@ def _fwd_chunked(x_ptr, r_ptr, h_ptr, w_ptr, y_ptr, rstd_ptr, M, N, eps, iters,
 
 @triton.jit(do_not_specialize=["iters"])
 def _bwd_rows(x_ptr, w_ptr, dy_ptr, dh_ptr, rstd_ptr, dx_ptr, part_ptr, M, N, iters,
-              BLOCK_N: tl.constexpr, ROWS: tl.constexpr, HAS_DH: tl.constexpr):
+              BLOCK_N: tl.constexpr, ROWS: tl.constexpr, HAS_DH: tl.constexpr, PREFETCH: tl.constexpr = True):
     # dx = rstd * (m - xhat * mean(m * xhat)) [+ dh] with xhat = x * rstd, m = dy * w;
     # dw = sum over rows of dy * xhat, accumulated in fp32 registers over all the tiles this
     # program visits and written once, as row `pid` of the [programs, N] partial buffer.
     # One column block (unlike the forward: a second block costs the backward more registers
     # than the masked lanes do, for the same loads in flight; ptxas -v, sm_90).
+    # PREFETCH off (an A/B variant): no next tile in registers, as in Liger; fewer registers,
+    # no spills at 16384 wide, but nothing in flight while a program reduces.
     pid = tl.program_id(0)
     step = tl.num_programs(0) * ROWS
     cols = tl.arange(0, BLOCK_N)
     w = tl.load(w_ptr + cols, mask=cols < N, other=0.0, eviction_policy="evict_last").to(tl.float32)
     acc = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)
-    rows = pid * ROWS + tl.arange(0, ROWS)
-    x = _load_tile(x_ptr, rows, cols, M, N, "evict_first")
-    dy = _load_tile(dy_ptr, rows, cols, M, N, "evict_first")
-    if HAS_DH:
-        dh = _load_tile(dh_ptr, rows, cols, M, N, "evict_first")
+    if PREFETCH:
+        rows = pid * ROWS + tl.arange(0, ROWS)
+        x = _load_tile(x_ptr, rows, cols, M, N, "evict_first")
+        dy = _load_tile(dy_ptr, rows, cols, M, N, "evict_first")
+        if HAS_DH:
+            dh = _load_tile(dh_ptr, rows, cols, M, N, "evict_first")
     i = 0
     while i < iters:
         rows = pid * ROWS + i * step + tl.arange(0, ROWS)
         i += 1
-        x_next = _load_tile(x_ptr, rows + step, cols, M, N, "evict_first")
-        dy_next = _load_tile(dy_ptr, rows + step, cols, M, N, "evict_first")
-        if HAS_DH and BLOCK_N < 16384:  # 16384 wide: issued after the reduction, fewer spills
-            dh_next = _load_tile(dh_ptr, rows + step, cols, M, N, "evict_first")
+        if PREFETCH:
+            x_next = _load_tile(x_ptr, rows + step, cols, M, N, "evict_first")
+            dy_next = _load_tile(dy_ptr, rows + step, cols, M, N, "evict_first")
+            if HAS_DH and BLOCK_N < 16384:  # 16384 wide: issued after the reduction, fewer spills
+                dh_next = _load_tile(dh_ptr, rows + step, cols, M, N, "evict_first")
+        else:
+            x = _load_tile(x_ptr, rows, cols, M, N, "evict_first")
+            dy = _load_tile(dy_ptr, rows, cols, M, N, "evict_first")
+            if HAS_DH:
+                dh = _load_tile(dh_ptr, rows, cols, M, N, "evict_first")
         rstd = tl.load(rstd_ptr + rows, mask=rows < M, other=0.0)
         # (this order of the terms: 64 registers for fp32 at 4096 wide, two programs per SM;
         # computing the dot before the dw term takes 79, one program)
@@ -210,13 +231,15 @@ def _bwd_rows(x_ptr, w_ptr, dy_ptr, dh_ptr, rstd_ptr, dx_ptr, part_ptr, M, N, it
         c = tl.sum(m * xhat, axis=1) / N
         dx = (m - xhat * c[:, None]) * rstd[:, None]
         if HAS_DH:
-            if BLOCK_N >= 16384:
+            if PREFETCH and BLOCK_N >= 16384:
                 dh_next = _load_tile(dh_ptr, rows + step, cols, M, N, "evict_first")
             dx += dh.to(tl.float32)
-            dh = dh_next
+            if PREFETCH:
+                dh = dh_next
         _store_tile(dx_ptr, dx, rows, cols, M, N)
-        x = x_next
-        dy = dy_next
+        if PREFETCH:
+            x = x_next
+            dy = dy_next
     tl.store(part_ptr + pid.to(tl.int64) * N + cols, tl.sum(acc, axis=0), mask=cols < N)
 
 
@@ -412,10 +435,19 @@ def _check(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor | None = Non
 
 
 def rms_norm_forward(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6, residual: torch.Tensor | None = None,
-                     need_rstd: bool = True, max_block: int = MAX_REG_BLOCK, persistent: bool | None = None):
+                     need_rstd: bool = True, max_block: int = MAX_REG_BLOCK, persistent: bool | None = None,
+                     *, rows: int | None = None, num_warps: int | None = None, split: bool | None = None,
+                     maxnreg: bool | None = None, prefetch: bool | None = None, liger_like: bool = False):
     """(y, h, rstd). With a residual, h = x + residual (returned, and normalised in place of x);
     otherwise h is None. rstd: fp32 [rows], None unless need_rstd. `max_block` is the widest row
-    kept in registers; the tests lower it to run the chunked path on small shapes."""
+    kept in registers; the tests lower it to run the chunked path on small shapes.
+
+    Register-path knobs for GPU A/Bs (None: the default choice): `rows` per program (a power of
+    two), `num_warps`, `split` (a second column block, see _tile), `maxnreg` (the sm_90 register cap
+    of _FWD_MAXNREG: it was measured for _tile's own tiles, so other tiles never get one), `prefetch`
+    of the next tile, `persistent` grid. `liger_like` changes the defaults to Liger's forward: one
+    row per program, BLOCK = next_pow2(N), Liger's num_warps (_utils.row_settings), no register
+    cap, one tile per program, no prefetch."""
     _check(x, w, residual)
     N = x.shape[-1]
     x2 = _as_rows(x, N)
@@ -427,9 +459,22 @@ def rms_norm_forward(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6, residu
     h = torch.empty_like(x2) if has_res else y
     rstd = torch.empty(M, dtype=torch.float32, device=x.device) if need_rstd else y
     if _in_registers(N, max_block):
-        block_n, block_b, rows, warps = _tile(N, FWD_PER_THREAD)
+        if liger_like:
+            split = False if split is None else split
+            rows = 1 if rows is None else rows
+            num_warps = row_settings(N)[1] if num_warps is None else num_warps
+            maxnreg = False if maxnreg is None else maxnreg
+            prefetch = False if prefetch is None else prefetch
+            persistent = False if persistent is None else persistent
+        block_n, block_b, rows0, warps0 = _tile(N, FWD_PER_THREAD, split=split is not False)
+        rows, warps = rows or rows0, num_warps or warps0
+        if rows & (rows - 1) or rows * (block_n + block_b) > MAX_REG_BLOCK:
+            raise ValueError(f"rows per program must be a power of two, at most {MAX_REG_BLOCK} elements: {rows}")
+        default_tile = (block_n, block_b, rows, warps) == _tile(N, FWD_PER_THREAD)
+        cap = (_fwd_maxnreg(x.device, has_res, x2.element_size(), block_n, block_b)
+               if maxnreg is not False and default_tile else None)
         meta = dict(BLOCK_N=block_n, BLOCK_B=block_b, ROWS=rows, HAS_RES=has_res, STORE_RSTD=need_rstd,
-                    maxnreg=_fwd_maxnreg(x.device, has_res, x2.element_size(), block_n, block_b))
+                    PREFETCH=prefetch is not False, maxnreg=cap)
         args = (x2, r2, h, w, y, rstd, M, N, eps)
         tiles = triton.cdiv(M, rows)
         if persistent is None:
@@ -449,9 +494,15 @@ def rms_norm_forward(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6, residu
 
 
 def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: torch.Tensor,
-                      dh: torch.Tensor | None = None, max_block: int = MAX_REG_BLOCK):
+                      dh: torch.Tensor | None = None, max_block: int = MAX_REG_BLOCK,
+                      *, num_warps: int | None = None, prefetch: bool = True,
+                      cols_tile: tuple[int, int] | None = None):
     """(dx, dw) for y = rms_norm(x) * w; with dh (add_rms_norm: x is h, dh the gradient reaching h
-    directly), dx includes it."""
+    directly), dx includes it.
+
+    Knobs for GPU A/Bs (defaults: the current choice): `num_warps` and `prefetch` of the register
+    path (_bwd_rows), `cols_tile` = (BLOCK_R, BLOCK_C) of the wide-row path (_bwd_cols, 8 warps);
+    a `max_block` below N's block sends a row through the wide-row path."""
     N = x.shape[-1]
     x2 = _as_rows(x, N)
     dy2 = _as_rows(dy, N)
@@ -463,7 +514,8 @@ def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: 
     if _in_registers(N, max_block):
         per_thread = 16 if has_dh and x2.element_size() == 2 else BWD_PER_THREAD
         block_n, _, rows, warps = _tile(N, per_thread, split=False)
-        meta = dict(BLOCK_N=block_n, ROWS=rows, HAS_DH=has_dh)
+        warps = num_warps or warps
+        meta = dict(BLOCK_N=block_n, ROWS=rows, HAS_DH=has_dh, PREFETCH=prefetch)
         # the partial buffer's size depends on the answer: rstd (fp32 too) stands in for it
         resident = _resident_programs(_bwd_rows, (x2, w, dy2, dh2, rstd, dx, rstd, M, N, 1), meta, warps, x.device)
         grid, iters = _persistent_grid(triton.cdiv(M, rows), resident)
@@ -473,7 +525,7 @@ def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: 
         c = torch.empty(M, dtype=torch.float32, device=x.device)
         dot_chunk = min(DOT_CHUNK, triton.next_power_of_2(max_block) // 2)
         _bwd_row_dot[(M,)](x2, w, dy2, rstd, c, M, N, CHUNK=dot_chunk, num_warps=max(4, min(16, dot_chunk // 512)))
-        block_r, block_c = COLS_TILE
+        block_r, block_c = cols_tile or COLS_TILE
         block_c = min(block_c, triton.next_power_of_2(max_block) // 4)
         n_cb = triton.cdiv(N, block_c)
         meta = dict(BLOCK_R=block_r, BLOCK_C=block_c, HAS_DH=has_dh)

@@ -140,13 +140,27 @@ def _wait_row(slots, sidx, S):
 
 
 @triton.jit
+def _take(queue, t, ISOLATE: tl.constexpr):
+    # The next item: from the queue counter, or (ISOLATE == 2) at a fixed stride with no atomic
+    if ISOLATE == 2:
+        nxt = t + tl.num_programs(0)
+    else:
+        nxt = tl.atomic_add(queue, 1) + 1
+    return nxt
+
+
+@triton.jit
 def _softmax_fwd_split(x_ptr, y_ptr, slot_ptr, M, N, S, LAG,
-                       SEG: tl.constexpr, S_BLOCK: tl.constexpr, N_ALIGN: tl.constexpr):
+                       SEG: tl.constexpr, S_BLOCK: tl.constexpr, N_ALIGN: tl.constexpr,
+                       ISOLATE: tl.constexpr = 0):
+    # ISOLATE measures what the queue costs, for timing only (the output is then WRONG): 1 = write
+    # items read the slots once instead of spinning until published; 2 = also no queue counter
+    # (item t goes to program t % grid).
     offs = tl.arange(0, SEG)
     sidx = tl.arange(0, S_BLOCK)
     n_items = 2 * M * S
     queue = slot_ptr + M * S  # the counter sits after the slots; starts at -1
-    t = tl.atomic_add(queue, 1) + 1
+    t = _take(queue, tl.program_id(0).to(tl.int64) - tl.num_programs(0), ISOLATE)
     while t < n_items:
         row, seg, is_write = _split_item(t, M, S, LAG)
         base = _row_start(row, N, N_ALIGN)
@@ -158,8 +172,11 @@ def _softmax_fwd_split(x_ptr, y_ptr, slot_ptr, M, N, S, LAG,
         if is_write:
             x = tl.load(x_ptr + base + cols, mask=mask, other=-float("inf"),
                         eviction_policy="evict_first").to(tl.float32)
-            nxt = tl.atomic_add(queue, 1) + 1
-            packed = _wait_row(slots, sidx, S)
+            nxt = _take(queue, t, ISOLATE)
+            if ISOLATE == 0:
+                packed = _wait_row(slots, sidx, S)
+            else:
+                packed = tl.load(slots + sidx, mask=sidx < S, other=0)
             m_i = tl.where(sidx < S, _hi(packed), -float("inf"))
             s_i = tl.where(sidx < S, _lo(packed), 0.0)
             m = tl.max(m_i, axis=0)
@@ -170,7 +187,7 @@ def _softmax_fwd_split(x_ptr, y_ptr, slot_ptr, M, N, S, LAG,
             # keep the segment in L2 for its write item
             x = tl.load(x_ptr + base + cols, mask=mask, other=-float("inf"),
                         eviction_policy="evict_last").to(tl.float32)
-            nxt = tl.atomic_add(queue, 1) + 1
+            nxt = _take(queue, t, ISOLATE)
             m = tl.max(x, axis=0)
             s = tl.sum(tl.exp(x - m), axis=0)
             s = tl.where(m == -float("inf"), 0.0, s)  # a segment all -inf (masked scores) adds 0
@@ -208,6 +225,77 @@ def _softmax_bwd_split(y_ptr, dy_ptr, dx_ptr, slot_ptr, M, N, S, LAG,
         t = nxt
 
 
+# Row streaming (an A/B variant for wide rows, not the default): each program owns whole rows and
+# streams each row twice in chunks of CHUNK elements, with no queue, atomics or slots. Pass 1 reads
+# the row (evict_last, to keep it in L2) for its statistics; pass 2 reads it again and writes. Pass
+# 2 runs the chunks in reverse order, so that it starts with those read last, the likeliest still in
+# L2 if the rows in flight (programs x row bytes) overflow it. The grid is M programs, or a
+# persistent grid of a few programs per SM to bound the rows in flight.
+
+
+@triton.jit
+def _softmax_fwd_stream(x_ptr, y_ptr, M, N, CHUNK: tl.constexpr, N_ALIGN: tl.constexpr):
+    offs = tl.arange(0, CHUNK)
+    n_chunks = tl.cdiv(N, CHUNK)
+    row = tl.program_id(0)
+    while row < M:
+        base = _row_start(row, N, N_ALIGN)
+        # online max and sum of exp, one rescale per chunk (one exp per element). The next chunk's
+        # load is issued before this chunk's two block reductions, so that their barriers do not
+        # leave the program with no bytes in flight (past the row end it is fully masked: no traffic).
+        m = -float("inf")
+        s = 0.0
+        c = 0
+        nxt = tl.load(x_ptr + base + offs, mask=_col_mask(offs, N, N_ALIGN), other=-float("inf"),
+                      eviction_policy="evict_last")
+        while c < n_chunks:
+            x = nxt.to(tl.float32)
+            cols = (c + 1) * CHUNK + offs
+            nxt = tl.load(x_ptr + base + cols, mask=_col_mask(cols, N, N_ALIGN), other=-float("inf"),
+                          eviction_policy="evict_last")
+            m_new = tl.maximum(m, tl.max(x, axis=0))
+            m_safe = tl.where(m_new == -float("inf"), 0.0, m_new)  # all -inf so far: add 0, no NaN
+            s = s * tl.exp(m - m_safe) + tl.sum(tl.exp(x - m_safe), axis=0)
+            m = m_new
+            c += 1
+        r = 1.0 / s
+        while c > 0:
+            c -= 1
+            cols = c * CHUNK + offs
+            mask = _col_mask(cols, N, N_ALIGN)
+            x = tl.load(x_ptr + base + cols, mask=mask, other=-float("inf"),
+                        eviction_policy="evict_first").to(tl.float32)
+            tl.store(y_ptr + base + cols, (tl.exp(x - m) * r).to(y_ptr.dtype.element_ty), mask=mask)
+        row += tl.num_programs(0)
+
+
+@triton.jit
+def _softmax_bwd_stream(y_ptr, dy_ptr, dx_ptr, M, N, CHUNK: tl.constexpr, N_ALIGN: tl.constexpr):
+    offs = tl.arange(0, CHUNK)
+    n_chunks = tl.cdiv(N, CHUNK)
+    row = tl.program_id(0)
+    while row < M:
+        base = _row_start(row, N, N_ALIGN)
+        acc = tl.zeros((CHUNK,), tl.float32)  # per-lane partial sums of y * dy: one reduction per row
+        c = 0
+        while c < n_chunks:
+            cols = c * CHUNK + offs
+            mask = _col_mask(cols, N, N_ALIGN)
+            y = tl.load(y_ptr + base + cols, mask=mask, other=0.0, eviction_policy="evict_last").to(tl.float32)
+            dy = tl.load(dy_ptr + base + cols, mask=mask, other=0.0, eviction_policy="evict_last").to(tl.float32)
+            acc += y * dy
+            c += 1
+        dot = tl.sum(acc, axis=0)
+        while c > 0:
+            c -= 1
+            cols = c * CHUNK + offs
+            mask = _col_mask(cols, N, N_ALIGN)
+            y = tl.load(y_ptr + base + cols, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+            dy = tl.load(dy_ptr + base + cols, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+            tl.store(dx_ptr + base + cols, (y * (dy - dot)).to(dx_ptr.dtype.element_ty), mask=mask)
+        row += tl.num_programs(0)
+
+
 # ---------------------------------------------------------------------------------------------
 # Launchers
 
@@ -224,49 +312,77 @@ def _align(n: int) -> int:
     return min(16, n & -n)
 
 
-def _warps(tile: int) -> int:
-    """~16 elements per thread: enough loads in flight per thread without spilling."""
-    return max(4, min(16, tile // 512))
+def _warps(tile: int, max_warps: int = 16) -> int:
+    """~16 elements per thread: enough loads in flight per thread without spilling. Up to 16 warps
+    by default; max_warps=32 (an A/B variant) lets a 32768-element tile run 32 warps (1024 threads:
+    the hardware then caps a thread at 64 registers)."""
+    return max(4, min(max_warps, tile // 512))
 
 
-def _fused_launch(kernel, tensors, M: int, N: int, elem: int) -> None:
+def _fused_launch(kernel, tensors, M: int, N: int, elem: int, max_warps: int) -> None:
     block = triton.next_power_of_2(N)
     rows = max(1, min(_TILE_BYTES // (block * elem), triton.next_power_of_2(M)))
     kernel[(triton.cdiv(M, rows),)](*tensors, M, N, ROWS=rows, BLOCK_N=block, N_ALIGN=_align(N),
-                                    num_warps=_warps(rows * block))
+                                    num_warps=_warps(rows * block, max_warps))
 
 
-def _split_launch(kernel, tensors, M: int, N: int, elem: int, device, seg: int | None) -> None:
+def _split_launch(kernel, tensors, M: int, N: int, elem: int, device, seg: int | None, max_warps: int,
+                  programs_per_sm: int | None, **isolate) -> None:
     seg = seg or _SEG_BYTES // elem
     S = triton.cdiv(N, seg)
-    programs = min(_SPLIT_PROGRAMS_PER_SM * sm_count(device), 2 * M * S)
+    programs = min((programs_per_sm or _SPLIT_PROGRAMS_PER_SM) * sm_count(device), 2 * M * S)
     lag = min(M, triton.cdiv(programs, 2 * S))
     # one slot per (row, segment), then the queue counter; -1 = unpublished / counter before item 0
     slots = torch.full((M * S + 1,), -1, dtype=torch.int64, device=device)
     kernel[(programs,)](*tensors, slots, M, N, S, lag, SEG=seg, S_BLOCK=triton.next_power_of_2(S),
-                        N_ALIGN=_align(N), num_warps=_warps(seg))
+                        N_ALIGN=_align(N), num_warps=_warps(seg, max_warps), **isolate)
 
 
-def softmax_forward(x: torch.Tensor, *, max_block: int = _MAX_BLOCK, seg: int | None = None) -> torch.Tensor:
-    """x [M, N] contiguous -> y. max_block and seg (a power of two) exist so that the tests can
-    drive the split path with small rows."""
+def _stream_launch(kernel, tensors, M: int, N: int, elem: int, device, seg: int | None, max_warps: int,
+                   programs_per_sm: int | None) -> None:
+    chunk = seg or _SEG_BYTES // elem
+    programs = M if programs_per_sm is None else min(M, programs_per_sm * sm_count(device))
+    kernel[(programs,)](*tensors, M, N, CHUNK=chunk, N_ALIGN=_align(N), num_warps=_warps(chunk, max_warps))
+
+
+# Keywords of softmax_forward / softmax_backward. Defaults are the production choice; the others
+# exist for the tests (small rows through the wide-row paths) and for GPU A/B runs:
+#   max_block        widest row (next power of two) kept in registers; wider rows take `wide`
+#   max_warps        most warps per program (16; 32 lets one program hold 32768 elements at 32 each)
+#   wide             wide-row path: "split" (work queue over segments) or "stream" (row streaming)
+#   seg              elements per split segment / stream chunk (a power of two; default 16 KB)
+#   programs_per_sm  persistent grid size: split default 4; stream default None = one program per row
+#   isolate          split forward only, timing isolation, WRONG output: 1 = no spin-wait for the
+#                    row's stats, 2 = also no queue counter (see _softmax_fwd_split)
+_PATHS = {"split": (_split_launch, _softmax_fwd_split, _softmax_bwd_split),
+          "stream": (_stream_launch, _softmax_fwd_stream, _softmax_bwd_stream)}
+
+
+def softmax_forward(x: torch.Tensor, *, max_block: int = _MAX_BLOCK, seg: int | None = None,
+                    max_warps: int = 16, wide: str = "split", programs_per_sm: int | None = None,
+                    isolate: int = 0) -> torch.Tensor:
+    """x [M, N] contiguous -> y. Keywords: see the comment above _PATHS."""
     M, N = x.shape
     y = torch.empty_like(x)
     if triton.next_power_of_2(N) <= max_block:
-        _fused_launch(_softmax_fwd, (x, y), M, N, x.element_size())
+        _fused_launch(_softmax_fwd, (x, y), M, N, x.element_size(), max_warps)
     else:
-        _split_launch(_softmax_fwd_split, (x, y), M, N, x.element_size(), x.device, seg)
+        launch, kernel, _ = _PATHS[wide]
+        extra = {"ISOLATE": isolate} if isolate else {}
+        launch(kernel, (x, y), M, N, x.element_size(), x.device, seg, max_warps, programs_per_sm, **extra)
     return y
 
 
 def softmax_backward(dy: torch.Tensor, y: torch.Tensor, *, max_block: int = _MAX_BLOCK,
-                     seg: int | None = None) -> torch.Tensor:
+                     seg: int | None = None, max_warps: int = 16, wide: str = "split",
+                     programs_per_sm: int | None = None) -> torch.Tensor:
     M, N = y.shape
     dx = torch.empty_like(y)
     if triton.next_power_of_2(N) <= max_block:
-        _fused_launch(_softmax_bwd, (y, dy, dx), M, N, y.element_size())
+        _fused_launch(_softmax_bwd, (y, dy, dx), M, N, y.element_size(), max_warps)
     else:
-        _split_launch(_softmax_bwd_split, (y, dy, dx), M, N, y.element_size(), y.device, seg)
+        launch, _, kernel = _PATHS[wide]
+        launch(kernel, (y, dy, dx), M, N, y.element_size(), y.device, seg, max_warps, programs_per_sm)
     return dx
 
 

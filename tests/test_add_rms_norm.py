@@ -79,6 +79,55 @@ def test_chunked_paths(dtype):
         assert _rel(got, want) <= tol
 
 
+# The A/B variants (benchmarks/rms_norm_ab.py) with the residual flags on: forward knobs of
+# rms_norm_forward (see tests/test_rms_norm.py for the shapes), backward knobs with dh.
+FWD_VARIANTS = {
+    "liger_like": dict(liger_like=True),
+    "no_cap": dict(maxnreg=False),
+    "no_prefetch": dict(prefetch=False),
+    "no_prefetch_persistent": dict(prefetch=False, persistent=True),
+    "persistent": dict(persistent=True),
+    "rows2_16w": dict(rows=2, num_warps=16),
+    "unsplit": dict(split=False),
+}
+
+
+@pytest.mark.parametrize("variant", FWD_VARIANTS)
+@pytest.mark.parametrize("dtype", SPEC.dtypes, ids=str)
+@pytest.mark.parametrize("dims", [(37, 1000), (7, 1536), (5, 4099)], ids=["37x1000", "7x1536", "5x4099"])
+def test_forward_variants(variant, dtype, dims):
+    x, r, w, eps = _inputs(*dims, dtype)
+    y, h, rstd = rms_norm.rms_norm_forward(x, w, eps, residual=r, **FWD_VARIANTS[variant])
+    h_ref, y_ref = K.reference(x.double(), r.double(), w.double(), eps)
+    tol = SPEC.tolerance[dtype]
+    assert _rel(h, h_ref) <= tol and _rel(y, y_ref) <= tol
+    if dtype != torch.bfloat16:  # (the interpreter's bf16 cast truncates, torch's rounds)
+        assert torch.equal(h, x + r)
+    rstd_ref = 1.0 / torch.sqrt(h.double().pow(2).mean(-1) + eps)
+    torch.testing.assert_close(rstd.double(), rstd_ref, rtol=1e-5, atol=0)
+
+
+BWD_VARIANTS = {
+    "no_prefetch": dict(prefetch=False),
+    "4w": dict(num_warps=4),
+    "16w": dict(num_warps=16),
+    "cols_8x64": dict(max_block=256, cols_tile=(8, 64)),
+}
+
+
+@pytest.mark.parametrize("variant", BWD_VARIANTS)
+@pytest.mark.parametrize("dtype", SPEC.dtypes, ids=str)
+@pytest.mark.parametrize("dims", [(37, 1000), (6, 4099)], ids=["37x1000", "6x4099"])
+def test_backward_variants(variant, dtype, dims):
+    x, r, w, eps = _inputs(*dims, dtype)
+    dh, dy = torch.randn(dims).to(dtype), torch.randn(dims).to(dtype)
+    _, h, rstd = rms_norm.rms_norm_forward(x, w, eps, residual=r)
+    dx, dw = rms_norm.rms_norm_backward(dy, h, w, rstd, dh=dh, **BWD_VARIANTS[variant])
+    _, _, dx_ref, _, dw_ref = _reference_grads(x, r, w, eps, dh, dy)
+    tol = SPEC.tolerance[dtype]
+    assert _rel(dx, dx_ref) <= tol and _rel(dw, dw_ref) <= tol
+
+
 def test_one_gradient_for_x_and_residual():
     x, r, w, eps = _inputs(19, 640, torch.float32)
     x.requires_grad_(True), r.requires_grad_(True), w.requires_grad_(True)

@@ -72,6 +72,67 @@ def test_chunked_paths(dtype, dims):
     torch.testing.assert_close(y, y2, rtol=tol, atol=tol)
 
 
+# The A/B variants of the register path (benchmarks/rms_norm_ab.py), each through the same checks.
+# Shapes: 37 x 1000 (two rows per program by default, 19 tiles striding over the CPU's 4-program
+# persistent grid, tail masked), 7 x 1536 (two column blocks 1024 + 512; one block of 2048 unsplit),
+# 5 x 4099 (4096 + 4, odd width).
+FWD_VARIANTS = {
+    "liger_like": dict(liger_like=True),
+    "liger_like_prefetch": dict(liger_like=True, prefetch=True),
+    "no_cap": dict(maxnreg=False),
+    "no_prefetch": dict(prefetch=False),
+    "no_prefetch_persistent": dict(prefetch=False, persistent=True),
+    "no_prefetch_one_tile": dict(prefetch=False, persistent=False),
+    "rows2_16w": dict(rows=2, num_warps=16),
+    "rows2_4w": dict(rows=2, num_warps=4),
+    "unsplit": dict(split=False),
+}
+
+
+@pytest.mark.parametrize("variant", FWD_VARIANTS)
+@pytest.mark.parametrize("dtype", SPEC.dtypes, ids=str)
+@pytest.mark.parametrize("dims", [(37, 1000), (7, 1536), (5, 4099)], ids=["37x1000", "7x1536", "5x4099"])
+def test_forward_variants(variant, dtype, dims):
+    x, w, eps = _inputs(*dims, dtype)
+    y, h, rstd = K.rms_norm_forward(x, w, eps, **FWD_VARIANTS[variant])
+    assert h is None
+    assert _rel(y, K.reference(x.double(), w.double(), eps)) <= SPEC.tolerance[dtype]
+    rstd_ref = 1.0 / torch.sqrt(x.double().pow(2).mean(-1) + eps)
+    torch.testing.assert_close(rstd.double(), rstd_ref, rtol=1e-5, atol=0)
+    y2, _, none = K.rms_norm_forward(x, w, eps, need_rstd=False, **FWD_VARIANTS[variant])
+    assert none is None and torch.equal(y, y2)
+
+
+def test_forward_rows_must_be_a_power_of_two_within_the_register_block():
+    x, w, eps = _inputs(4, 4099, torch.float32)
+    for rows in (3, 4):  # 4 x (4096 + 4) > MAX_REG_BLOCK
+        with pytest.raises(ValueError, match="power of two"):
+            K.rms_norm_forward(x, w, eps, rows=rows)
+
+
+BWD_VARIANTS = {
+    "no_prefetch": dict(prefetch=False),
+    "4w": dict(num_warps=4),  # default 8 warps at 1000 wide, 32 at 4099 (one 8192 block)
+    "16w": dict(num_warps=16),
+    "no_prefetch_8w": dict(prefetch=False, num_warps=8),
+    "cols_8x64": dict(max_block=256, cols_tile=(8, 64)),
+    "cols_2x32": dict(max_block=256, cols_tile=(2, 32)),
+}
+
+
+@pytest.mark.parametrize("variant", BWD_VARIANTS)
+@pytest.mark.parametrize("dtype", SPEC.dtypes, ids=str)
+@pytest.mark.parametrize("dims", [(37, 1000), (6, 4099)], ids=["37x1000", "6x4099"])
+def test_backward_variants(variant, dtype, dims):
+    x, w, eps = _inputs(*dims, dtype)
+    dy = torch.randn(dims).to(dtype)
+    _, _, rstd = K.rms_norm_forward(x, w, eps)
+    dx, dw = K.rms_norm_backward(dy, x, w, rstd, **BWD_VARIANTS[variant])
+    _, dx_ref, dw_ref = _reference_grads(x, w, eps, dy)
+    tol = SPEC.tolerance[dtype]
+    assert _rel(dx, dx_ref) <= tol and _rel(dw, dw_ref) <= tol
+
+
 def test_every_element_is_written_and_rstd_saved():
     # fp32, elementwise: a skipped tile, row or column block would show wherever empty() left
     # garbage; rstd is what the backward relies on.

@@ -1,0 +1,221 @@
+"""GPU A/B of rms_norm's and add_rms_norm's launch variants against the default and Liger.
+
+Each (shape, variant) is first checked against the float64 reference (FAIL: not timed), then timed
+exactly like the collector (CUDA graph replays, L2 flushed before each, timing.Budget(5, 25)), bf16.
+One line per case: ms, GB/s from the kernel's own bytes_moved, % of the H200's measured copy
+bandwidth, and our default's time over this one (x > 1: faster than the default). Variants whose
+launch (kernel, grid, constexprs, warps, register cap) is the default's or an earlier one's are
+named and not timed again. The forward is timed as the collector's fwd mode calls it: no rstd (the
+inference path), except the "+rstd" row (what training's forward writes).
+
+    python benchmarks/rms_norm_ab.py              # on the GPU, < 75 s (later cases skipped past --budget-s)
+    TRITON_INTERPRET=1 python benchmarks/rms_norm_ab.py --dry-run   # CPU: tiny shapes, checks only
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import time
+
+T0 = time.perf_counter()
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import torch  # noqa: E402
+import triton  # noqa: E402
+from triton.runtime.jit import KernelInterface  # noqa: E402
+
+from kcollect import timing, verify  # noqa: E402
+from kcollect.kernels import add_rms_norm as A  # noqa: E402
+from kcollect.kernels import rms_norm as K  # noqa: E402
+
+COPY_GBPS = 4250.0  # H200, measured copy (read + write)
+DTYPE = torch.bfloat16
+EPS = 1e-6
+
+
+def _tile(n):
+    return K._tile(n, K.FWD_PER_THREAD)  # the forward's default (BLOCK_N, BLOCK_B, ROWS, warps)
+
+
+# (label, keywords of rms_norm_forward given (N, has_residual)); need_rstd=False unless given
+FWD_VARIANTS = [
+    ("default", lambda n, res: {}),
+    ("+rstd", lambda n, res: {"need_rstd": True}),
+    ("no_cap", lambda n, res: {"maxnreg": False}),
+    ("no_prefetch", lambda n, res: {"prefetch": False}),
+    ("no_cap+no_prefetch", lambda n, res: {"maxnreg": False, "prefetch": False}),
+    ("liger_like", lambda n, res: {"liger_like": True}),
+    ("liger_like+rstd", lambda n, res: {"liger_like": True, "need_rstd": True}),
+    ("2x_rows+2x_warps", lambda n, res: {"rows": 2 * _tile(n)[2], "num_warps": min(32, 2 * _tile(n)[3])}),
+    ("2x_warps", lambda n, res: {"num_warps": min(32, 2 * _tile(n)[3])}),
+    ("half_warps", lambda n, res: {"num_warps": max(4, _tile(n)[3] // 2)}),
+    ("grid_flip", lambda n, res: {"persistent": not K._fwd_persistent(n, res)}),
+]
+
+# (label, keywords of rms_norm_backward given N)
+BWD_VARIANTS = [
+    ("default", lambda n: {}),
+    ("no_prefetch", lambda n: {"prefetch": False}),
+    ("16w", lambda n: {"num_warps": 16}),
+    ("16w+no_prefetch", lambda n: {"num_warps": 16, "prefetch": False}),
+    ("wide-row path 4x1024", lambda n: {"max_block": triton.next_power_of_2(n) // 2}),
+    ("wide-row path 8x512", lambda n: {"max_block": triton.next_power_of_2(n) // 2, "cols_tile": (8, 512)}),
+]
+
+# (kernel, mode, M, N), most important first: past --budget-s the rest is skipped
+CASES = [
+    ("rms_norm", "fwd", 32768, 4096),
+    ("add_rms_norm", "fwd", 32768, 4096),
+    ("add_rms_norm", "bwd", 2048, 16384),
+    ("rms_norm", "fwd", 8192, 4096),
+    ("add_rms_norm", "fwd", 8192, 4096),
+    ("rms_norm", "fwd", 16384, 5120),
+    ("rms_norm", "fwd", 4096, 8192),
+]
+DRY_M = {4096: 6, 5120: 3, 8192: 2, 16384: 3}  # --dry-run: the same widths, a few rows
+
+
+@contextlib.contextmanager
+def recorded(calls: list):
+    """Triton launches (fn[grid](...)) record what would run instead of running."""
+    saved = KernelInterface.__getitem__
+
+    def record(self, grid):
+        return lambda *args, **kwargs: calls.append((self, tuple(grid), args, kwargs))
+
+    KernelInterface.__getitem__ = record
+    try:
+        yield
+    finally:
+        KernelInterface.__getitem__ = saved
+
+
+def launches(fn) -> tuple:
+    """What fn would launch: (kernel, grid, scalar arguments, keywords) per launch."""
+    calls = []
+    with recorded(calls):
+        fn()
+    return tuple((k.fn.__name__, grid, tuple(a for a in args if not torch.is_tensor(a)), tuple(sorted(kw.items())))
+                 for k, grid, args, kw in calls)
+
+
+def lazy(make):
+    """A call of make()'s callable, built on first use (inside the case's try: a peer's forward)."""
+    built = []
+
+    def call():
+        if not built:
+            built.append(make())
+        return built[0]()
+    return call
+
+
+def make_inputs(kernel, m, n, device, seed=0):
+    """The distributions of the kernels' own make_inputs, drawn on the device (a CPU draw of 32768 x
+    4096 would eat the time budget)."""
+    g = torch.Generator(device=device).manual_seed(seed)
+    scaled = torch.randn((m, n), generator=g, device=device) * torch.exp(torch.randn((m, 1), generator=g, device=device))
+    w = (1.0 + 0.3 * torch.randn(n, generator=g, device=device)).to(DTYPE)
+    if kernel == "rms_norm":
+        return {"x": scaled.to(DTYPE), "w": w, "eps": EPS}
+    x = (0.5 * torch.randn((m, n), generator=g, device=device)).to(DTYPE)
+    return {"x": x, "residual": scaled.to(DTYPE), "w": w, "eps": EPS}
+
+
+def run_case(kernel, mode, m, n, device, dry, flush, budget, deadline):
+    spec = K.SPEC if kernel == "rms_norm" else A.SPEC
+    tol = spec.tolerance[DTYPE]
+    dims = {"M": m, "N": n}
+    nbytes = spec.bytes_moved(dims, DTYPE, mode)
+    inp = make_inputs(kernel, m, n, device)
+    x, w = inp["x"], inp["w"]
+    r = inp.get("residual")
+    has_res = r is not None
+    dys, want = verify.reference_answers(spec, inp, mode, seed=1)  # float64, on the device
+    cases = []  # (label, callable returning the outputs compared with `want`, launches or None)
+    if mode == "fwd":
+        for label, kw in FWD_VARIANTS:
+            kw = {"need_rstd": False, **kw(n, has_res)}
+
+            def ours(kw=kw):
+                y, h, _ = K.rms_norm_forward(x, w, EPS, residual=r, **kw)
+                return (h, y) if has_res else (y,)
+            cases.append((label, ours, True))
+        if has_res:
+            cases.append(("liger", lambda: A.add_rms_norm_liger(x, r, w, EPS), False))
+        else:
+            cases.append(("liger", lambda: (K.rms_norm_liger(x, w, EPS),), False))
+    else:  # add_rms_norm bwd: our backward kernels on the h and rstd of our forward
+        dh, dy = (d.to(DTYPE) for d in dys)
+        _, h, rstd = K.rms_norm_forward(x, w, EPS, residual=r)
+        for label, kw in BWD_VARIANTS:
+            def ours(kw=kw(n)):
+                dx, dw = K.rms_norm_backward(dy, h, w, rstd, dh=dh, **kw)
+                return dx, dx, dw  # d/dx and d/dresidual: one tensor
+            cases.append((label, ours, True))
+        for label, fn in (("ours via autograd (collector)", A.add_rms_norm), ("liger", A.add_rms_norm_liger)):
+            cases.append((label, lazy(lambda fn=fn: verify.build_call(spec, fn, verify.clone_inputs(inp), "bwd", dys)),
+                          False))
+
+    seen = {}
+    default_ms = None
+    for label, fn, is_ours in cases:
+        name = f"{kernel:12s} {mode} {m}x{n} {label:30s}"
+        if time.perf_counter() > deadline:
+            print(f"{name} SKIP (past the time budget)", flush=True)
+            continue
+        try:
+            if is_ours:
+                key = launches(fn)
+                if key in seen:
+                    print(f"{name} same launch as {seen[key]}", flush=True)
+                    continue
+                seen[key] = label
+            with torch.no_grad() if mode == "fwd" else contextlib.nullcontext():
+                err = verify.max_error(verify.as_tuple(fn()), want)
+                if not err <= tol:
+                    print(f"{name} FAIL error {err:.3g} > {tol:.3g}", flush=True)
+                    continue
+                if dry:
+                    print(f"{name} ok (dry run, error {err:.2e})", flush=True)
+                    continue
+                ms = timing.time_cuda_graph(fn, budget, flush).median_ms
+            if label == "default":
+                default_ms = ms
+            gbps = nbytes / ms / 1e6
+            vs = f"x{default_ms / ms:.3f} vs default" if default_ms else ""
+            print(f"{name} {ms:8.4f} ms {gbps:7.0f} GB/s {100 * gbps / COPY_GBPS:5.1f}% of copy  {vs}"
+                  f"  (error {err:.1e})", flush=True)
+        except Exception as e:  # one failing case (a missing peer, a compile error) is a result
+            print(f"{name} ERROR {type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}", flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dry-run", action="store_true", help="CPU (TRITON_INTERPRET=1): tiny shapes, checks only")
+    ap.add_argument("--only", default="", help="comma-separated substrings of 'kernel mode MxN': only those cases")
+    ap.add_argument("--budget-s", type=float, default=68.0, help="skip the cases left after this many seconds")
+    args = ap.parse_args()
+    device = "cpu" if args.dry_run else "cuda"
+    flush = None if args.dry_run else torch.empty(timing.L2_FLUSH_BYTES, dtype=torch.int8, device=device)
+    budget = timing.Budget(5, 25)
+    where = "dry run, CPU interpreter" if args.dry_run else torch.cuda.get_device_name()
+    print(f"rms_norm / add_rms_norm A/B, bf16, {where}; % of {COPY_GBPS:.0f} GB/s copy", flush=True)
+    for kernel, mode, m, n in CASES:
+        if args.only and not any(o in f"{kernel} {mode} {m}x{n}" for o in args.only.split(",")):
+            continue
+        if args.dry_run:
+            m = DRY_M[n]
+        try:
+            run_case(kernel, mode, m, n, device, args.dry_run, flush, budget, T0 + args.budget_s)
+        except Exception as e:
+            print(f"{kernel} {mode} {m}x{n}: ERROR {type(e).__name__}: {str(e)[:200]}", flush=True)
+        if not args.dry_run:
+            torch.cuda.empty_cache()
+    print(f"total {time.perf_counter() - T0:.1f} s", flush=True)
+
+
+if __name__ == "__main__":
+    main()
