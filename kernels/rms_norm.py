@@ -66,8 +66,8 @@ def _fwd_rows(x_ptr, r_ptr, h_ptr, w_ptr, y_ptr, rstd_ptr, M, N, eps, iters,
               HAS_RES: tl.constexpr, STORE_RSTD: tl.constexpr, PREFETCH: tl.constexpr = True):
     # Columns [0, BLOCK_N), plus [BLOCK_N, BLOCK_N + BLOCK_B) when BLOCK_B > 0 (see _tile: a
     # 5120-wide row is 4096 + 1024, not 8192 with 3072 lanes masked off). Suffix b: that segment.
-    # PREFETCH off (an A/B variant): each tile is loaded at the top of its own iteration, as in
-    # Liger; with one tile per program the prefetch only ever loads a fully masked tile.
+    # PREFETCH off (rows of 4096 and narrower): each tile is loaded at the top of its own iteration,
+    # as in Liger; with one tile per program the prefetch only ever loads a fully masked tile.
     pid = tl.program_id(0)
     step = tl.num_programs(0) * ROWS
     cols = tl.arange(0, BLOCK_N)
@@ -189,8 +189,8 @@ def _bwd_rows(x_ptr, w_ptr, dy_ptr, dh_ptr, rstd_ptr, dx_ptr, part_ptr, M, N, it
     # program visits and written once, as row `pid` of the [programs, N] partial buffer.
     # One column block (unlike the forward: a second block costs the backward more registers
     # than the masked lanes do, for the same loads in flight; ptxas -v, sm_90).
-    # PREFETCH off (an A/B variant): no next tile in registers, as in Liger; fewer registers,
-    # no spills at 16384 wide, but nothing in flight while a program reduces.
+    # PREFETCH off (16384 wide): no next tile in registers, as in Liger; fewer registers and
+    # spills, but nothing in flight while a program reduces.
     pid = tl.program_id(0)
     step = tl.num_programs(0) * ROWS
     cols = tl.arange(0, BLOCK_N)
@@ -317,8 +317,7 @@ MIN_TILE = 2048
 # backward, which also holds dy, its prefetch and the dw accumulator (64 registers: 2 programs of
 # 16 warps at 4096 wide); 16 (2-byte types) in the backward with dh, whose 80 registers at 8 per
 # thread would leave one program per SM. No spills, except the backward at 16384 wide (one 32-warp
-# program per SM, 64 registers at most: 40 bytes per thread in bf16, 152 with dh, to L1), still
-# better than giving up the prefetch, the only latency hiding at one program per SM.
+# program per SM, 64 registers at most), which therefore runs without the prefetch (below).
 FWD_PER_THREAD = 16
 BWD_PER_THREAD = 8
 # Register caps for the forward on sm_90 (Hopper), (HAS_RES, element size) -> {(BLOCK_N, BLOCK_B):
@@ -334,6 +333,11 @@ _FWD_MAXNREG = {
     (True, 2): {(1024, 0): 64, (4096, 0): 64, (8192, 0): 64, (2048, 512): 80, (4096, 1024): 80},
     (True, 4): {(1024, 0): 72, (2048, 0): 80, (4096, 0): 80, (2048, 512): 96},
 }
+# Prefetch of the next tile (GPU A/B, H200, bf16, benchmarks/rms_norm_ab.py; docs/evidence): the
+# forward prefetches only rows wider than 4096 (at 4096 the 48-register cap leaves 5 programs per
+# SM, which hide each other's latency better than a prefetched tile did; at 5120 and 8192 the
+# prefetch won); the backward not at 16384 wide, where the prefetched tiles spill (ptxas: 88 bytes
+# of stack per thread with dh, 24 without the prefetch) and cost more than they hide.
 CHUNK_BYTES = 32768  # chunk of a wide row in _fwd_chunked: 32 warps x 32 bytes per thread
 DOT_CHUNK = 8192  # chunk of a wide row in _bwd_row_dot: 16 warps x 16 elements
 COLS_TILE = (4, 1024)  # BLOCK_R x BLOCK_C of _bwd_cols, 8 warps: 64 registers, 4 programs per SM
@@ -474,7 +478,7 @@ def rms_norm_forward(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6, residu
         cap = (_fwd_maxnreg(x.device, has_res, x2.element_size(), block_n, block_b)
                if maxnreg is not False and default_tile else None)
         meta = dict(BLOCK_N=block_n, BLOCK_B=block_b, ROWS=rows, HAS_RES=has_res, STORE_RSTD=need_rstd,
-                    PREFETCH=prefetch is not False, maxnreg=cap)
+                    PREFETCH=block_n + block_b > 4096 if prefetch is None else prefetch, maxnreg=cap)
         args = (x2, r2, h, w, y, rstd, M, N, eps)
         tiles = triton.cdiv(M, rows)
         if persistent is None:
@@ -495,7 +499,7 @@ def rms_norm_forward(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6, residu
 
 def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: torch.Tensor,
                       dh: torch.Tensor | None = None, max_block: int = MAX_REG_BLOCK,
-                      *, num_warps: int | None = None, prefetch: bool = True,
+                      *, num_warps: int | None = None, prefetch: bool | None = None,
                       cols_tile: tuple[int, int] | None = None):
     """(dx, dw) for y = rms_norm(x) * w; with dh (add_rms_norm: x is h, dh the gradient reaching h
     directly), dx includes it.
@@ -515,7 +519,8 @@ def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: 
         per_thread = 16 if has_dh and x2.element_size() == 2 else BWD_PER_THREAD
         block_n, _, rows, warps = _tile(N, per_thread, split=False)
         warps = num_warps or warps
-        meta = dict(BLOCK_N=block_n, ROWS=rows, HAS_DH=has_dh, PREFETCH=prefetch)
+        meta = dict(BLOCK_N=block_n, ROWS=rows, HAS_DH=has_dh,
+                    PREFETCH=block_n < 16384 if prefetch is None else prefetch)
         # the partial buffer's size depends on the answer: rstd (fp32 too) stands in for it
         resident = _resident_programs(_bwd_rows, (x2, w, dy2, dh2, rstd, dx, rstd, M, N, 1), meta, warps, x.device)
         grid, iters = _persistent_grid(triton.cdiv(M, rows), resident)
