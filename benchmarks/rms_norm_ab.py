@@ -43,30 +43,28 @@ def _tile(n):
 FWD_VARIANTS = [
     ("default", lambda n, res: {}),
     ("+rstd", lambda n, res: {"need_rstd": True}),
-    ("no_cap", lambda n, res: {"maxnreg": False}),
+    ("no_hint", lambda n, res: {"x_policy": ""}),
+    ("evict_last", lambda n, res: {"x_policy": "evict_last"}),
+    ("prefetch", lambda n, res: {"prefetch": True}),
     ("no_prefetch", lambda n, res: {"prefetch": False}),
-    ("no_cap+no_prefetch", lambda n, res: {"maxnreg": False, "prefetch": False}),
     ("liger_like", lambda n, res: {"liger_like": True}),
-    ("liger_like+rstd", lambda n, res: {"liger_like": True, "need_rstd": True}),
+    ("liger_like+no_hint", lambda n, res: {"liger_like": True, "x_policy": ""}),
     ("2x_rows+2x_warps", lambda n, res: {"rows": 2 * _tile(n)[2], "num_warps": min(32, 2 * _tile(n)[3])}),
-    ("2x_warps", lambda n, res: {"num_warps": min(32, 2 * _tile(n)[3])}),
     ("half_warps", lambda n, res: {"num_warps": max(4, _tile(n)[3] // 2)}),
-    ("grid_flip", lambda n, res: {"persistent": not K._fwd_persistent(n, res)}),
 ]
 
 # (label, keywords of rms_norm_backward given N)
 BWD_VARIANTS = [
     ("default", lambda n: {}),
+    ("prefetch", lambda n: {"prefetch": True}),
     ("no_prefetch", lambda n: {"prefetch": False}),
-    ("16w", lambda n: {"num_warps": 16}),
     ("16w+no_prefetch", lambda n: {"num_warps": 16, "prefetch": False}),
-    ("wide-row path 4x1024", lambda n: {"max_block": triton.next_power_of_2(n) // 2}),
-    ("wide-row path 8x512", lambda n: {"max_block": triton.next_power_of_2(n) // 2, "cols_tile": (8, 512)}),
 ]
 
 # (kernel, mode, M, N), most important first: past --budget-s the rest is skipped
 CASES = [
     ("rms_norm", "fwd", 32768, 4096),
+    ("rms_norm", "bwd", 2048, 16384),
     ("add_rms_norm", "fwd", 32768, 4096),
     ("add_rms_norm", "bwd", 2048, 16384),
     ("rms_norm", "fwd", 8192, 4096),
@@ -147,17 +145,21 @@ def run_case(kernel, mode, m, n, device, dry, flush, budget, deadline):
             cases.append(("liger", lambda: A.add_rms_norm_liger(x, r, w, EPS), False))
         else:
             cases.append(("liger", lambda: (K.rms_norm_liger(x, w, EPS),), False))
-    else:  # add_rms_norm bwd: our backward kernels on the h and rstd of our forward
-        dh, dy = (d.to(DTYPE) for d in dys)
+    else:  # bwd: our backward kernels on the (h and) rstd of our forward
+        if has_res:
+            dh, dy = (d.to(DTYPE) for d in dys)
+        else:
+            dh, dy = None, dys[0].to(DTYPE)
         _, h, rstd = K.rms_norm_forward(x, w, EPS, residual=r)
+        xin = h if has_res else x
         for label, kw in BWD_VARIANTS:
             def ours(kw=kw(n)):
-                dx, dw = K.rms_norm_backward(dy, h, w, rstd, dh=dh, **kw)
-                return dx, dx, dw  # d/dx and d/dresidual: one tensor
+                dx, dw = K.rms_norm_backward(dy, xin, w, rstd, dh=dh, **kw)
+                return (dx, dx, dw) if has_res else (dx, dw)  # add_rms_norm: d/dx = d/dresidual
             cases.append((label, ours, True))
-        for label, fn in (("ours via autograd (collector)", A.add_rms_norm), ("liger", A.add_rms_norm_liger)):
-            cases.append((label, lazy(lambda fn=fn: verify.build_call(spec, fn, verify.clone_inputs(inp), "bwd", dys)),
-                          False))
+        liger = A.add_rms_norm_liger if has_res else K.rms_norm_liger
+        cases.append(("liger", lazy(lambda: verify.build_call(spec, liger, verify.clone_inputs(inp), "bwd", dys)),
+                      False))
 
     seen = {}
     default_ms = None

@@ -63,11 +63,13 @@ def _fwd_input(x, r, h_ptr, rows, cols, M, N, HAS_RES: tl.constexpr):
 @triton.jit(do_not_specialize=["iters"])  # one binary whatever the trip count
 def _fwd_rows(x_ptr, r_ptr, h_ptr, w_ptr, y_ptr, rstd_ptr, M, N, eps, iters,
               BLOCK_N: tl.constexpr, BLOCK_B: tl.constexpr, ROWS: tl.constexpr,
-              HAS_RES: tl.constexpr, STORE_RSTD: tl.constexpr, PREFETCH: tl.constexpr = True):
+              HAS_RES: tl.constexpr, STORE_RSTD: tl.constexpr, PREFETCH: tl.constexpr = True,
+              X_POLICY: tl.constexpr = "evict_first"):
     # Columns [0, BLOCK_N), plus [BLOCK_N, BLOCK_N + BLOCK_B) when BLOCK_B > 0 (see _tile: a
     # 5120-wide row is 4096 + 1024, not 8192 with 3072 lanes masked off). Suffix b: that segment.
     # PREFETCH off (rows of 4096 and narrower): each tile is loaded at the top of its own iteration,
     # as in Liger; with one tile per program the prefetch only ever loads a fully masked tile.
+    # X_POLICY: the cache hint of the x (and residual) loads; "" (no hint, as Liger) is an A/B variant.
     pid = tl.program_id(0)
     step = tl.num_programs(0) * ROWS
     cols = tl.arange(0, BLOCK_N)
@@ -77,11 +79,11 @@ def _fwd_rows(x_ptr, r_ptr, h_ptr, w_ptr, y_ptr, rstd_ptr, M, N, eps, iters,
         wb = tl.load(w_ptr + colsb, mask=colsb < N, other=0.0, eviction_policy="evict_last").to(tl.float32)
     if PREFETCH:
         rows = pid * ROWS + tl.arange(0, ROWS)
-        x = _load_tile(x_ptr, rows, cols, M, N, "evict_first")
-        r = _load_tile(r_ptr, rows, cols, M, N, "evict_first") if HAS_RES else x  # else: unused
+        x = _load_tile(x_ptr, rows, cols, M, N, X_POLICY)
+        r = _load_tile(r_ptr, rows, cols, M, N, X_POLICY) if HAS_RES else x  # else: unused
         if BLOCK_B > 0:
-            xb = _load_tile(x_ptr, rows, colsb, M, N, "evict_first")
-            rb = _load_tile(r_ptr, rows, colsb, M, N, "evict_first") if HAS_RES else xb
+            xb = _load_tile(x_ptr, rows, colsb, M, N, X_POLICY)
+            rb = _load_tile(r_ptr, rows, colsb, M, N, X_POLICY) if HAS_RES else xb
 
     i = 0
     while i < iters:
@@ -89,19 +91,19 @@ def _fwd_rows(x_ptr, r_ptr, h_ptr, w_ptr, y_ptr, rstd_ptr, M, N, eps, iters,
         i += 1
         if PREFETCH:
             # the next tile's loads are issued before this tile's reduction waits on its data
-            x_next = _load_tile(x_ptr, rows + step, cols, M, N, "evict_first")
+            x_next = _load_tile(x_ptr, rows + step, cols, M, N, X_POLICY)
             if HAS_RES:
-                r_next = _load_tile(r_ptr, rows + step, cols, M, N, "evict_first")
+                r_next = _load_tile(r_ptr, rows + step, cols, M, N, X_POLICY)
             if BLOCK_B > 0:
-                xb_next = _load_tile(x_ptr, rows + step, colsb, M, N, "evict_first")
+                xb_next = _load_tile(x_ptr, rows + step, colsb, M, N, X_POLICY)
                 if HAS_RES:
-                    rb_next = _load_tile(r_ptr, rows + step, colsb, M, N, "evict_first")
+                    rb_next = _load_tile(r_ptr, rows + step, colsb, M, N, X_POLICY)
         else:
-            x = _load_tile(x_ptr, rows, cols, M, N, "evict_first")
-            r = _load_tile(r_ptr, rows, cols, M, N, "evict_first") if HAS_RES else x
+            x = _load_tile(x_ptr, rows, cols, M, N, X_POLICY)
+            r = _load_tile(r_ptr, rows, cols, M, N, X_POLICY) if HAS_RES else x
             if BLOCK_B > 0:
-                xb = _load_tile(x_ptr, rows, colsb, M, N, "evict_first")
-                rb = _load_tile(r_ptr, rows, colsb, M, N, "evict_first") if HAS_RES else xb
+                xb = _load_tile(x_ptr, rows, colsb, M, N, X_POLICY)
+                rb = _load_tile(r_ptr, rows, colsb, M, N, X_POLICY) if HAS_RES else xb
 
         xf = _fwd_input(x, r, h_ptr, rows, cols, M, N, HAS_RES)
         ss = tl.sum(xf * xf, axis=1)
@@ -441,7 +443,8 @@ def _check(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor | None = Non
 def rms_norm_forward(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6, residual: torch.Tensor | None = None,
                      need_rstd: bool = True, max_block: int = MAX_REG_BLOCK, persistent: bool | None = None,
                      *, rows: int | None = None, num_warps: int | None = None, split: bool | None = None,
-                     maxnreg: bool | None = None, prefetch: bool | None = None, liger_like: bool = False):
+                     maxnreg: bool | None = None, prefetch: bool | None = None, liger_like: bool = False,
+                     x_policy: str = "evict_first"):
     """(y, h, rstd). With a residual, h = x + residual (returned, and normalised in place of x);
     otherwise h is None. rstd: fp32 [rows], None unless need_rstd. `max_block` is the widest row
     kept in registers; the tests lower it to run the chunked path on small shapes.
@@ -451,7 +454,7 @@ def rms_norm_forward(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6, residu
     of _FWD_MAXNREG: it was measured for _tile's own tiles, so other tiles never get one), `prefetch`
     of the next tile, `persistent` grid. `liger_like` changes the defaults to Liger's forward: one
     row per program, BLOCK = next_pow2(N), Liger's num_warps (_utils.row_settings), no register
-    cap, one tile per program, no prefetch."""
+    cap, one tile per program, no prefetch. `x_policy`: the cache hint of the x loads ("" = none)."""
     _check(x, w, residual)
     N = x.shape[-1]
     x2 = _as_rows(x, N)
@@ -478,7 +481,8 @@ def rms_norm_forward(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6, residu
         cap = (_fwd_maxnreg(x.device, has_res, x2.element_size(), block_n, block_b)
                if maxnreg is not False and default_tile else None)
         meta = dict(BLOCK_N=block_n, BLOCK_B=block_b, ROWS=rows, HAS_RES=has_res, STORE_RSTD=need_rstd,
-                    PREFETCH=block_n + block_b > 4096 if prefetch is None else prefetch, maxnreg=cap)
+                    PREFETCH=block_n + block_b > 4096 if prefetch is None else prefetch, maxnreg=cap,
+                    X_POLICY=x_policy)
         args = (x2, r2, h, w, y, rstd, M, N, eps)
         tiles = triton.cdiv(M, rows)
         if persistent is None:

@@ -81,6 +81,8 @@ FWD_VARIANTS = {
     "liger_like_prefetch": dict(liger_like=True, prefetch=True),
     "no_cap": dict(maxnreg=False),
     "no_prefetch": dict(prefetch=False),
+    "prefetch": dict(prefetch=True),
+    "no_hint": dict(x_policy=""),
     "no_prefetch_persistent": dict(prefetch=False, persistent=True),
     "no_prefetch_one_tile": dict(prefetch=False, persistent=False),
     "rows2_16w": dict(rows=2, num_warps=16),
@@ -112,6 +114,7 @@ def test_forward_rows_must_be_a_power_of_two_within_the_register_block():
 
 BWD_VARIANTS = {
     "no_prefetch": dict(prefetch=False),
+    "prefetch": dict(prefetch=True),
     "4w": dict(num_warps=4),  # default 8 warps at 1000 wide, 32 at 4099 (one 8192 block)
     "16w": dict(num_warps=16),
     "no_prefetch_8w": dict(prefetch=False, num_warps=8),
