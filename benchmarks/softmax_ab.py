@@ -29,18 +29,21 @@ DEADLINE_S = 68  # cases not started by then are skipped, so the script stays un
 VARIANTS = [
     ("default", {}, lambda n: True, ("fwd", "bwd")),
     ("reg32k/16w", {"max_warps": 16}, lambda n: 16384 < n <= 32768, ("fwd", "bwd")),
-    ("stream 32K", {"max_block": 0}, lambda n: n <= 32768, ("fwd", "bwd")),
-    ("stream 32K pipe", {"max_block": 0, "pipe": True}, lambda n: True, ("fwd", "bwd")),
+    ("persist1", {"persist": 1}, lambda n: n <= 32768, ("fwd",)),
+    ("persist2", {"persist": 2}, lambda n: n <= 32768, ("fwd",)),
+    ("persist4", {"persist": 4}, lambda n: n <= 4096, ("fwd",)),
+    ("stream 32K", {"max_block": 0}, lambda n: 16384 < n <= 32768, ("fwd", "bwd")),
+    ("stream 32K pipe", {"max_block": 0, "pipe": True}, lambda n: n > 16384, ("fwd", "bwd")),
     ("stream 16K/16w pipe", {"max_block": 0, "chunk": 8192, "max_warps": 16, "pipe": True},
      lambda n: n > 32768, ("fwd", "bwd")),
     ("stream 64K/32w", {"chunk": 32768}, lambda n: n > 32768, ("fwd", "bwd")),
     ("stream 32K pps2/16w pipe", {"programs_per_sm": 2, "max_warps": 16, "pipe": True},
      lambda n: n > 32768, ("fwd", "bwd")),
 ]
-SHAPES = [(4096, 32000), (2048, 65536), (2048, 128256), (1024, 262144)]
+SHAPES = [(4096, 32000), (2048, 65536), (2048, 128256), (1024, 262144), (4096, 4096), (32768, 4096)]
 COMPILE_SHAPES = [(4096, 32000), (2048, 65536)]  # fwd only
 # --dry-run: tiny rows that still reach every variant's path (<= 32768, <= 65536, > 65536)
-DRY_SHAPES = [(3, 20000), (2, 40000), (2, 70000)]
+DRY_SHAPES = [(3, 20000), (2, 40000), (2, 70000), (9, 4096)]
 
 
 def inputs(m, n, device, seed):

@@ -57,6 +57,35 @@ def _softmax_fwd(x_ptr, y_ptr, M, N, ROWS: tl.constexpr, BLOCK_N: tl.constexpr, 
     tl.store(y_ptr + offs, y.to(y_ptr.dtype.element_ty), mask=mask)
 
 
+@triton.jit(do_not_specialize=["iters"])  # one binary whatever the trip count
+def _softmax_fwd_persist(x_ptr, y_ptr, M, N, iters, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
+                         N_ALIGN: tl.constexpr):
+    # An A/B variant of _softmax_fwd: a persistent grid whose programs stride over the row tiles and
+    # load the next tile (kept in the input dtype) before reducing the current one, so that an SM
+    # holding a single 32-warp program still has loads in flight while it reduces and stores.
+    step = tl.num_programs(0) * ROWS
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    cols = tl.arange(0, BLOCK_N)
+    cmask = _col_mask(cols, N, N_ALIGN)[None, :]
+    x = tl.load(x_ptr + _row_start(rows, N, N_ALIGN)[:, None] + cols[None, :],
+                mask=(rows < M)[:, None] & cmask, other=-float("inf"), eviction_policy="evict_first")
+    i = 0
+    while i < iters:
+        nxt = rows + step  # past the end: fully masked, no traffic
+        x_next = tl.load(x_ptr + _row_start(nxt, N, N_ALIGN)[:, None] + cols[None, :],
+                         mask=(nxt < M)[:, None] & cmask, other=-float("inf"), eviction_policy="evict_first")
+        xf = x.to(tl.float32)
+        rmask = rows < M
+        m = tl.where(rmask, tl.max(xf, axis=1), 0.0)
+        e = tl.exp(xf - m[:, None])
+        y = e * (1.0 / tl.where(rmask, tl.sum(e, axis=1), 1.0))[:, None]
+        tl.store(y_ptr + _row_start(rows, N, N_ALIGN)[:, None] + cols[None, :], y.to(y_ptr.dtype.element_ty),
+                 mask=rmask[:, None] & cmask)
+        x = x_next
+        rows = nxt
+        i += 1
+
+
 @triton.jit
 def _softmax_bwd(y_ptr, dy_ptr, dx_ptr, M, N, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
                  N_ALIGN: tl.constexpr):
@@ -215,16 +244,23 @@ def _warps(tile: int, max_warps: int) -> int:
 #   chunk            elements per stream chunk (a power of two; default 32 KB of the dtype)
 #   programs_per_sm  stream grid: programs per SM (default 1), or "rows" for one program per row
 #   pipe             stream: issue the next chunk's load before this chunk's store in pass 2
+#   persist          forward register path: a persistent grid of this many programs per SM, each
+#                    prefetching its next row tile (_softmax_fwd_persist); None: one tile per program
 
 
 def _launch(fused, stream, tensors, M: int, N: int, elem: int, device, max_block, max_warps,
-            chunk, programs_per_sm, pipe) -> None:
+            chunk, programs_per_sm, pipe, persist=None) -> None:
     block = triton.next_power_of_2(N)
     if block <= (_MAX_ROW_BYTES // elem if max_block is None else max_block):
         rows = max(1, min(_TILE_BYTES // (block * elem), triton.next_power_of_2(M)))
         warps = _warps(rows * block, max_warps or (32 if block > _MAX_BLOCK else 16))
-        fused[(triton.cdiv(M, rows),)](*tensors, M, N, ROWS=rows, BLOCK_N=block, N_ALIGN=_align(N),
-                                       num_warps=warps)
+        meta = dict(ROWS=rows, BLOCK_N=block, N_ALIGN=_align(N), num_warps=warps)
+        tiles = triton.cdiv(M, rows)
+        if persist:  # forward only
+            programs = min(tiles, persist * sm_count(device))
+            _softmax_fwd_persist[(programs,)](*tensors, M, N, triton.cdiv(tiles, programs), **meta)
+        else:
+            fused[(tiles,)](*tensors, M, N, **meta)
         return
     chunk = chunk or _STREAM_CHUNK_BYTES // elem
     pps = programs_per_sm or _STREAM_PROGRAMS_PER_SM
@@ -234,12 +270,13 @@ def _launch(fused, stream, tensors, M: int, N: int, elem: int, device, max_block
 
 
 def softmax_forward(x: torch.Tensor, *, max_block: int | None = None, max_warps: int | None = None,
-                    chunk: int | None = None, programs_per_sm=None, pipe: bool = False) -> torch.Tensor:
+                    chunk: int | None = None, programs_per_sm=None, pipe: bool = False,
+                    persist: int | None = None) -> torch.Tensor:
     """x [M, N] contiguous -> y. Keywords: see the comment above _launch."""
     M, N = x.shape
     y = torch.empty_like(x)
     _launch(_softmax_fwd, _softmax_fwd_stream, (x, y), M, N, x.element_size(), x.device,
-            max_block, max_warps, chunk, programs_per_sm, pipe)
+            max_block, max_warps, chunk, programs_per_sm, pipe, persist)
     return y
 
 
