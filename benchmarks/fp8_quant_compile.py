@@ -29,7 +29,7 @@ from kcollect.kernels import fp8_quant as K  # noqa: E402
 
 _TYPES = {torch.bfloat16: "*bf16", torch.float16: "*fp16", torch.float32: "*fp32", torch.float8_e4m3fn: "*fp8e4nv"}
 H200_SMS = 132
-SHOWN = ("BM", "G", "GW", "ROWS_PER_PROGRAM", "STEPS", "CHUNK", "IN_FLIGHT", "EVICT", "PREFETCH")
+SHOWN = ("BM", "G", "GW", "ROWS_PER_PROGRAM", "PAIRS", "CHUNK", "P1", "P2")
 
 
 def compile_launch(fn, args, kwargs):

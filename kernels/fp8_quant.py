@@ -30,7 +30,14 @@ AMAX_FLOOR = 1e-10  # as in common per-token-group quantisers: below it a block 
 GRANULARITIES = ("row", "1x128", "128x128")
 GROUP = 128  # the block edge of "1x128" and "128x128"
 ROW_MAX = 16384  # widest row kept in registers by the one-pass row kernel
-WIDE_CHUNK = 8192  # columns per load in the two-pass kernel for wider rows
+# Launch choices measured on the H200 (benchmarks/fp8_quant_ab.py, docs/evidence/fp8_quant_ab_h200.txt):
+# wider rows: one program per SM of 16 warps, 16384 columns per load, cache hints -- 74% of copy at
+# 1024x128256 where 2 programs per SM of 8 warps, 8192 columns, no hints reached 61%; 128x128
+# tiles: 4 warps (86-87% at 4096x14336 and 14336x4096, 83% with 8).
+WIDE_CHUNK = 16384  # columns per load in the two-pass kernel for wider rows
+WIDE_PROGRAMS_PER_SM = 1
+WIDE_WARPS = 16
+TILE_WARPS = 4
 
 _FP8_MAX = tl.constexpr(FP8_MAX)
 _AMAX_FLOOR = tl.constexpr(AMAX_FLOOR)
@@ -141,17 +148,15 @@ def _quant_tiles(x_ptr, q_ptr, s_ptr, M, N, n_tile_cols, B: tl.constexpr, EMULAT
 
 @triton.jit
 def _quant_wide_rows(x_ptr, q_ptr, s_ptr, M, N, n_programs, ROWS_PER_PROGRAM: tl.constexpr,
-                     STEPS: tl.constexpr, CHUNK: tl.constexpr, EMULATE: tl.constexpr,
-                     IN_FLIGHT: tl.constexpr = 2, EVICT: tl.constexpr = False):
+                     PAIRS: tl.constexpr, CHUNK: tl.constexpr, EMULATE: tl.constexpr,
+                     P1: tl.constexpr = "evict_last", P2: tl.constexpr = "evict_first"):
     # Rows wider than registers: pass 1 takes the amax chunk by chunk, pass 2 re-reads the row and
-    # quantises it. Persistent grid (about 2 programs per SM, rows strided over them) so that the
-    # rows in flight (2 * SMs * N * 2 bytes: 34 MB at N = 64k bf16) stay within the 50 MB L2 for the
-    # re-read. Both passes take chunks in pairs (IN_FLIGHT = 2), two loads issued before either is
-    # used (64 KB of bf16 in flight per SM with 2 programs); pass 2 walks the steps newest first, so
-    # that when the rows in flight do exceed L2 the re-read starts with what is most likely still
-    # there. IN_FLIGHT = 1 (A/B variant): one chunk per step. EVICT (A/B variant): pass 1 loads
-    # evict_last and pass 2's loads and q stores evict_first, so that L2 prefers keeping the rows
-    # still to be re-read over those already done and over q.
+    # quantises it. Persistent grid (one program per SM by default, rows strided over them) so that
+    # the rows in flight (SMs * N * 2 bytes: 34 MB at N = 128256 bf16) fit in the 50 MB L2 for the
+    # re-read. Both passes take chunks in pairs, two loads issued before either is used; pass 2
+    # walks the pairs newest first, so that the re-read starts with what is most likely still in
+    # L2. Cache hints: pass 1 loads evict_last, pass 2's loads and q stores evict_first, so that L2
+    # prefers keeping the rows still to be re-read (P1 = P2 = "": no hints, an A/B variant).
     # Trip counts are constexpr: Triton 3.6's interpreter (with numpy 2.4) cannot run a loop whose
     # bounds are runtime values or program_id; on the GPU this only specialises the compile on them.
     cols = tl.arange(0, CHUNK)
@@ -160,135 +165,21 @@ def _quant_wide_rows(x_ptr, q_ptr, s_ptr, M, N, n_programs, ROWS_PER_PROGRAM: tl
         n_valid = tl.where(row < M, N, 0)  # a row past the end loads and stores nothing
         base = row.to(tl.int64) * N
         acc = tl.zeros([CHUNK], dtype=tl.float32)
-        for p in range(STEPS):
-            c0 = p * (IN_FLIGHT * CHUNK) + cols
-            if EVICT:
-                a = tl.load(x_ptr + base + c0, mask=c0 < n_valid, other=0.0,
-                            eviction_policy="evict_last").to(tl.float32)
-            else:
-                a = tl.load(x_ptr + base + c0, mask=c0 < n_valid, other=0.0).to(tl.float32)
-            if IN_FLIGHT == 2:
-                c1 = c0 + CHUNK
-                if EVICT:
-                    b = tl.load(x_ptr + base + c1, mask=c1 < n_valid, other=0.0,
-                                eviction_policy="evict_last").to(tl.float32)
-                else:
-                    b = tl.load(x_ptr + base + c1, mask=c1 < n_valid, other=0.0).to(tl.float32)
-                acc = tl.maximum(acc, tl.maximum(tl.abs(a), tl.abs(b)))
-            else:
-                acc = tl.maximum(acc, tl.abs(a))
+        for p in range(PAIRS):
+            c0 = p * (2 * CHUNK) + cols
+            c1 = c0 + CHUNK
+            a = tl.load(x_ptr + base + c0, mask=c0 < n_valid, other=0.0, eviction_policy=P1).to(tl.float32)
+            b = tl.load(x_ptr + base + c1, mask=c1 < n_valid, other=0.0, eviction_policy=P1).to(tl.float32)
+            acc = tl.maximum(acc, tl.maximum(tl.abs(a), tl.abs(b)))
         scale, inv = _scales_of(tl.max(acc, axis=0))
-        for p in range(STEPS):
-            c0 = (STEPS - 1 - p) * (IN_FLIGHT * CHUNK) + cols
-            if EVICT:
-                a = tl.load(x_ptr + base + c0, mask=c0 < n_valid, other=0.0,
-                            eviction_policy="evict_first").to(tl.float32)
-            else:
-                a = tl.load(x_ptr + base + c0, mask=c0 < n_valid, other=0.0).to(tl.float32)
-            if IN_FLIGHT == 2:
-                c1 = c0 + CHUNK
-                if EVICT:
-                    b = tl.load(x_ptr + base + c1, mask=c1 < n_valid, other=0.0,
-                                eviction_policy="evict_first").to(tl.float32)
-                else:
-                    b = tl.load(x_ptr + base + c1, mask=c1 < n_valid, other=0.0).to(tl.float32)
-            if EVICT:
-                tl.store(q_ptr + base + c0, _to_e4m3(a, scale, inv, EMULATE), mask=c0 < n_valid,
-                         eviction_policy="evict_first")
-            else:
-                tl.store(q_ptr + base + c0, _to_e4m3(a, scale, inv, EMULATE), mask=c0 < n_valid)
-            if IN_FLIGHT == 2:
-                if EVICT:
-                    tl.store(q_ptr + base + c1, _to_e4m3(b, scale, inv, EMULATE), mask=c1 < n_valid,
-                             eviction_policy="evict_first")
-                else:
-                    tl.store(q_ptr + base + c1, _to_e4m3(b, scale, inv, EMULATE), mask=c1 < n_valid)
+        for p in range(PAIRS):
+            c0 = (PAIRS - 1 - p) * (2 * CHUNK) + cols
+            c1 = c0 + CHUNK
+            a = tl.load(x_ptr + base + c0, mask=c0 < n_valid, other=0.0, eviction_policy=P2).to(tl.float32)
+            b = tl.load(x_ptr + base + c1, mask=c1 < n_valid, other=0.0, eviction_policy=P2).to(tl.float32)
+            tl.store(q_ptr + base + c0, _to_e4m3(a, scale, inv, EMULATE), mask=c0 < n_valid, eviction_policy=P2)
+            tl.store(q_ptr + base + c1, _to_e4m3(b, scale, inv, EMULATE), mask=c1 < n_valid, eviction_policy=P2)
         tl.store(s_ptr + row, scale, mask=row < M)
-
-
-# Persistent variants of the one-pass kernels (A/B candidates, not the default): a grid of a few
-# programs per SM, each walking tiles t = pid, pid + P, ... (P programs) with a runtime trip count
-# (a while loop: see above on range() in the interpreter; do_not_specialize keeps one binary for
-# every M). PREFETCH issues the next tile's load before this tile's amax waits on its data, so a
-# program has two tiles in flight; a tile past the end is fully masked (no traffic).
-
-
-@triton.jit
-def _group_tile(t, n_gblocks, M, N, BM: tl.constexpr, G: tl.constexpr, GW: tl.constexpr):
-    """Rows, groups, offsets and mask of tile t of _quant_row_groups' grid (groups fastest)."""
-    rows = (t // n_gblocks) * BM + tl.arange(0, BM)
-    groups = (t % n_gblocks) * G + tl.arange(0, G)
-    cols = groups[:, None] * GW + tl.arange(0, GW)[None, :]
-    mask = (rows < M)[:, None, None] & (cols < N)[None, :, :]
-    offs = rows.to(tl.int64)[:, None, None] * N + cols[None, :, :]
-    return rows, groups, offs, mask
-
-
-@triton.jit(do_not_specialize=["iters"])
-def _quant_row_groups_persistent(x_ptr, q_ptr, s_ptr, M, N, n_groups, n_gblocks, iters,
-                                 BM: tl.constexpr, G: tl.constexpr, GW: tl.constexpr,
-                                 EMULATE: tl.constexpr, PREFETCH: tl.constexpr):
-    # Only the loaded tile is carried across iterations; offsets and masks are recomputed (carried
-    # int64 offsets would cost registers per element).
-    pid = tl.program_id(0)
-    step = tl.num_programs(0)
-    if PREFETCH:
-        _, _, offs, mask = _group_tile(pid, n_gblocks, M, N, BM, G, GW)
-        x = tl.load(x_ptr + offs, mask=mask, other=0.0)
-    i = 0
-    while i < iters:
-        t = pid + i * step
-        i += 1
-        rows, groups, offs, mask = _group_tile(t, n_gblocks, M, N, BM, G, GW)
-        if PREFETCH:
-            _, _, offs_n, mask_n = _group_tile(t + step, n_gblocks, M, N, BM, G, GW)
-            x_next = tl.load(x_ptr + offs_n, mask=mask_n, other=0.0)
-        else:
-            x = tl.load(x_ptr + offs, mask=mask, other=0.0)
-        xf = x.to(tl.float32)
-        amax = tl.max(tl.abs(xf), axis=2)
-        scale, inv = _scales_of(amax)
-        tl.store(q_ptr + offs, _to_e4m3(xf, scale[:, :, None], inv[:, :, None], EMULATE), mask=mask)
-        s_offs = rows.to(tl.int64)[:, None] * n_groups + groups[None, :]
-        tl.store(s_ptr + s_offs, scale, mask=(rows < M)[:, None] & (groups < n_groups)[None, :])
-        if PREFETCH:
-            x = x_next
-
-
-@triton.jit
-def _tile_offs(t, n_tile_cols, M, N, B: tl.constexpr):
-    """Offsets and mask of B x B tile t (tile columns fastest, as _quant_tiles' grid)."""
-    rows = (t // n_tile_cols) * B + tl.arange(0, B)
-    cols = (t % n_tile_cols) * B + tl.arange(0, B)
-    mask = (rows < M)[:, None] & (cols < N)[None, :]
-    return rows.to(tl.int64)[:, None] * N + cols[None, :], mask
-
-
-@triton.jit(do_not_specialize=["iters"])
-def _quant_tiles_persistent(x_ptr, q_ptr, s_ptr, M, N, n_tile_cols, n_tiles, iters, B: tl.constexpr,
-                            EMULATE: tl.constexpr, PREFETCH: tl.constexpr):
-    pid = tl.program_id(0)
-    step = tl.num_programs(0)
-    if PREFETCH:
-        offs, mask = _tile_offs(pid, n_tile_cols, M, N, B)
-        x = tl.load(x_ptr + offs, mask=mask, other=0.0)
-    i = 0
-    while i < iters:
-        t = pid + i * step
-        i += 1
-        offs, mask = _tile_offs(t, n_tile_cols, M, N, B)
-        if PREFETCH:
-            offs_n, mask_n = _tile_offs(t + step, n_tile_cols, M, N, B)
-            x_next = tl.load(x_ptr + offs_n, mask=mask_n, other=0.0)
-        else:
-            x = tl.load(x_ptr + offs, mask=mask, other=0.0)
-        xf = x.to(tl.float32)
-        amax = tl.max(tl.max(tl.abs(xf), axis=1), axis=0)
-        scale, inv = _scales_of(amax)
-        tl.store(q_ptr + offs, _to_e4m3(xf, scale, inv, EMULATE), mask=mask)
-        tl.store(s_ptr + t, scale, mask=t < n_tiles)  # scales are [tile rows, tile cols]: index t
-        if PREFETCH:
-            x = x_next
 
 
 # ---------------------------------------------------------------------------------------------
@@ -310,25 +201,22 @@ def _warps(elements: int) -> int:
     # 32-64 elements per thread: 2-4 16-byte loads in flight per thread, few enough registers for
     # several programs per SM to hide each other's reduction and stores. Compiled offline for sm_90
     # (Triton 3.6, bf16, N % 16 == 0): 1x128 8x8x128 tiles 58 registers (4 programs per SM, 64 KB
-    # in flight), 16k-wide rows 102, 128x128 tiles 93 (2 per SM, 64 KB), wide rows 80; no spills.
+    # in flight), 16k-wide rows 89; no spills. 128x128 tiles and wider rows: TILE_WARPS, WIDE_WARPS.
     return max(1, min(8, elements // 1024))
 
 
 def fp8_quant_forward(x: torch.Tensor, gran: str, emulate: bool | None = None, *,
                       num_warps: int | None = None, rows: int | None = None,
-                      persistent: int | None = None, prefetch: bool = True,
-                      chunk: int | None = None, in_flight: int = 2, evict: bool = False):
+                      programs_per_sm: int = WIDE_PROGRAMS_PER_SM, chunk: int = WIDE_CHUNK,
+                      hints: bool = True):
     """(q, scales). `emulate` rounds in float32 before the cast (see the kernels' comment); by
     default only under Triton's interpreter (CPU tensors), where the cast itself is wrong.
 
-    Launch knobs for GPU A/Bs (defaults: today's launch):
-      num_warps   warps of whichever kernel runs
-      rows        rows per program of the one-pass "row" / "1x128" kernel (a power of two)
-      persistent  programs per SM of a persistent grid: for "row" / "1x128" / "128x128" it switches
-                  to the persistent kernels (with `prefetch` of the next tile, default on); for rows
-                  wider than ROW_MAX (always persistent) it replaces the default 2
-      chunk, in_flight, evict   the wide-row kernel's columns per load, chunks per step (2: pairs,
-                  1: single chunks) and eviction hints (pass 1 evict_last, pass 2 evict_first)"""
+    Launch knobs for GPU A/Bs (the defaults are the measured choice):
+      num_warps        warps of whichever kernel runs
+      rows             rows per program of the one-pass "row" / "1x128" kernel (a power of two)
+      programs_per_sm, chunk, hints   the wide-row kernel's persistent grid, columns per load and
+                       cache hints (False: none)"""
     M, N = x.shape
     br, bc = block_shape(M, N, gran)
     x = x.contiguous()
@@ -336,24 +224,15 @@ def fp8_quant_forward(x: torch.Tensor, gran: str, emulate: bool | None = None, *
     s = torch.empty((triton.cdiv(M, br), triton.cdiv(N, bc)), dtype=torch.float32, device=x.device)
     emulate = x.device.type != "cuda" if emulate is None else emulate
     if gran == "128x128":
-        if persistent:
-            n_tiles = s.numel()
-            grid = min(n_tiles, persistent * sm_count(x.device))
-            _quant_tiles_persistent[(grid,)](x, q, s, M, N, s.shape[1], n_tiles, triton.cdiv(n_tiles, grid),
-                                             B=GROUP, EMULATE=emulate, PREFETCH=prefetch,
-                                             num_warps=num_warps or 8)
-        else:
-            grid = (s.shape[1], s.shape[0])
-            _quant_tiles[grid](x, q, s, M, N, s.shape[1], B=GROUP, EMULATE=emulate, num_warps=num_warps or 8)
+        grid = (s.shape[1], s.shape[0])
+        _quant_tiles[grid](x, q, s, M, N, s.shape[1], B=GROUP, EMULATE=emulate, num_warps=num_warps or TILE_WARPS)
     elif gran == "row" and N > ROW_MAX:
-        chunk = chunk or WIDE_CHUNK
-        if in_flight not in (1, 2):
-            raise ValueError(f"in_flight must be 1 or 2, got {in_flight}")
-        n_programs = min(M, (persistent or 2) * sm_count(x.device))
+        n_programs = min(M, programs_per_sm * sm_count(x.device))
+        policies = {} if hints else {"P1": "", "P2": ""}
         _quant_wide_rows[(n_programs,)](
             x, q, s, M, N, n_programs, ROWS_PER_PROGRAM=triton.cdiv(M, n_programs),
-            STEPS=triton.cdiv(N, in_flight * chunk), CHUNK=chunk, EMULATE=emulate,
-            IN_FLIGHT=in_flight, EVICT=evict, num_warps=num_warps or 8)
+            PAIRS=triton.cdiv(N, 2 * chunk), CHUNK=chunk, EMULATE=emulate,
+            num_warps=num_warps or WIDE_WARPS, **policies)
     else:
         # ~8192 elements (16 KB of bf16) per program. "1x128": up to 8 groups (1024 columns) per
         # row, then as many rows as fill the tile; "row": whole rows, several if narrow.
@@ -363,18 +242,9 @@ def fp8_quant_forward(x: torch.Tensor, gran: str, emulate: bool | None = None, *
         else:
             g, gw = min(8, triton.next_power_of_2(n_groups)), GROUP
         bm = rows or max(1, min(triton.next_power_of_2(M), 8192 // (g * gw)))
-        warps = num_warps or _warps(bm * g * gw)
-        if persistent:
-            n_gblocks = triton.cdiv(n_groups, g)
-            n_tiles = n_gblocks * triton.cdiv(M, bm)
-            grid = min(n_tiles, persistent * sm_count(x.device))
-            _quant_row_groups_persistent[(grid,)](x, q, s, M, N, n_groups, n_gblocks, triton.cdiv(n_tiles, grid),
-                                                  BM=bm, G=g, GW=gw, EMULATE=emulate, PREFETCH=prefetch,
-                                                  num_warps=warps)
-        else:
-            grid = (triton.cdiv(n_groups, g), triton.cdiv(M, bm))
-            _quant_row_groups[grid](x, q, s, M, N, n_groups, BM=bm, G=g, GW=gw, EMULATE=emulate,
-                                    num_warps=warps)
+        grid = (triton.cdiv(n_groups, g), triton.cdiv(M, bm))
+        _quant_row_groups[grid](x, q, s, M, N, n_groups, BM=bm, G=g, GW=gw, EMULATE=emulate,
+                                num_warps=num_warps or _warps(bm * g * gw))
     return q, s
 
 
