@@ -60,9 +60,10 @@ def _softmax_fwd(x_ptr, y_ptr, M, N, ROWS: tl.constexpr, BLOCK_N: tl.constexpr, 
 @triton.jit(do_not_specialize=["iters"])  # one binary whatever the trip count
 def _softmax_fwd_persist(x_ptr, y_ptr, M, N, iters, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
                          N_ALIGN: tl.constexpr):
-    # An A/B variant of _softmax_fwd: a persistent grid whose programs stride over the row tiles and
-    # load the next tile (kept in the input dtype) before reducing the current one, so that an SM
-    # holding a single 32-warp program still has loads in flight while it reduces and stores.
+    # _softmax_fwd on a persistent grid (the default for rows over 16384 elements): programs stride
+    # over the row tiles and load the next tile (kept in the input dtype) before reducing the
+    # current one, so that an SM holding a single 32-warp program still has loads in flight while
+    # it reduces and stores.
     step = tl.num_programs(0) * ROWS
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK_N)
@@ -217,6 +218,11 @@ _TILE_BYTES = 16384      # bytes per input tensor per program in the register pa
 # spill (ptxas, docs/evidence/softmax_compile.txt).
 _MAX_ROW_BYTES = 65536
 _MAX_BLOCK = 16384       # rows up to this many elements run at most 16 warps (~16 elements per thread)
+# Wider rows in registers take one program of 32 warps (1024 threads, 64 registers) per SM; the
+# forward then runs a persistent grid that prefetches the next row (_softmax_fwd_persist), so the SM
+# is not idle while its one program reduces: 70% -> 84% of copy at 4096x32000 bf16 on the H200
+# (docs/evidence/softmax_ab_h200_run2.txt; at 4096 wide, 2 programs per SM, it lost: 68% -> 64%).
+_PERSIST_WIDE = 1
 # Wider rows stream: 32 KB chunks per input tensor, 32 warps, one program per SM. On the H200 this
 # beat 16 KB chunks, more programs per SM and the removed split queue at every wide shape measured
 # (65536 to 262144 wide; see the evidence file above).
@@ -239,23 +245,27 @@ def _warps(tile: int, max_warps: int) -> int:
 # others exist for the tests (small rows through the streaming path) and for GPU A/B runs:
 #   max_block        widest row (next power of two) kept in registers (default: 64 KB of the
 #                    input dtype); wider rows stream
+#   tile_bytes       register path: bytes of input per program (rows per tile; default 16 KB)
 #   max_warps        most warps per program (default 32 for a row over 16384 elements in registers
 #                    and for stream chunks, else 16)
 #   chunk            elements per stream chunk (a power of two; default 32 KB of the dtype)
 #   programs_per_sm  stream grid: programs per SM (default 1), or "rows" for one program per row
 #   pipe             stream: issue the next chunk's load before this chunk's store in pass 2
 #   persist          forward register path: a persistent grid of this many programs per SM, each
-#                    prefetching its next row tile (_softmax_fwd_persist); None: one tile per program
+#                    prefetching its next row tile (_softmax_fwd_persist); 0: one tile per program;
+#                    default: 1 for rows over 16384 elements, else 0
 
 
 def _launch(fused, stream, tensors, M: int, N: int, elem: int, device, max_block, max_warps,
-            chunk, programs_per_sm, pipe, persist=None) -> None:
+            chunk, programs_per_sm, pipe, persist=None, tile_bytes=None) -> None:
     block = triton.next_power_of_2(N)
     if block <= (_MAX_ROW_BYTES // elem if max_block is None else max_block):
-        rows = max(1, min(_TILE_BYTES // (block * elem), triton.next_power_of_2(M)))
+        rows = max(1, min((tile_bytes or _TILE_BYTES) // (block * elem), triton.next_power_of_2(M)))
         warps = _warps(rows * block, max_warps or (32 if block > _MAX_BLOCK else 16))
         meta = dict(ROWS=rows, BLOCK_N=block, N_ALIGN=_align(N), num_warps=warps)
         tiles = triton.cdiv(M, rows)
+        if persist is None and fused is _softmax_fwd and block > _MAX_BLOCK:
+            persist = _PERSIST_WIDE  # the forward of one 32-warp row per program: see above
         if persist:  # forward only
             programs = min(tiles, persist * sm_count(device))
             _softmax_fwd_persist[(programs,)](*tensors, M, N, triton.cdiv(tiles, programs), **meta)
@@ -271,23 +281,23 @@ def _launch(fused, stream, tensors, M: int, N: int, elem: int, device, max_block
 
 def softmax_forward(x: torch.Tensor, *, max_block: int | None = None, max_warps: int | None = None,
                     chunk: int | None = None, programs_per_sm=None, pipe: bool = False,
-                    persist: int | None = None) -> torch.Tensor:
+                    persist: int | None = None, tile_bytes: int | None = None) -> torch.Tensor:
     """x [M, N] contiguous -> y. Keywords: see the comment above _launch."""
     M, N = x.shape
     y = torch.empty_like(x)
     _launch(_softmax_fwd, _softmax_fwd_stream, (x, y), M, N, x.element_size(), x.device,
-            max_block, max_warps, chunk, programs_per_sm, pipe, persist)
+            max_block, max_warps, chunk, programs_per_sm, pipe, persist, tile_bytes)
     return y
 
 
 def softmax_backward(dy: torch.Tensor, y: torch.Tensor, *, max_block: int | None = None,
                      max_warps: int | None = None, chunk: int | None = None, programs_per_sm=None,
-                     pipe: bool = False) -> torch.Tensor:
+                     pipe: bool = False, tile_bytes: int | None = None) -> torch.Tensor:
     """dx = y * (dy - sum(dy * y)); y, dy [M, N] contiguous. Keywords as softmax_forward's."""
     M, N = y.shape
     dx = torch.empty_like(y)
     _launch(_softmax_bwd, _softmax_bwd_stream, (y, dy, dx), M, N, y.element_size(), y.device,
-            max_block, max_warps, chunk, programs_per_sm, pipe)
+            max_block, max_warps, chunk, programs_per_sm, pipe, tile_bytes=tile_bytes)
     return dx
 
 

@@ -82,8 +82,10 @@ VARIANTS = {
     "stream-1024-pps2-16w": ({"max_block": 0, "chunk": 1024, "programs_per_sm": 2, "max_warps": 16}, _NARROW),
     "stream-256-pipe": ({"max_block": 0, "chunk": 256, "pipe": True}, _NARROW),
     # persistent register-path forward (CPU: 4 "SMs"), several tiles per program, the last partial
+    "persist0": ({"persist": 0, "max_block": 32768}, [{"M": 9, "N": 20000}]),
     "persist1": ({"persist": 1}, [{"M": 37, "N": 1000}, {"M": 11, "N": 4099}, {"M": 9, "N": 20000}]),
     "persist2": ({"persist": 2}, [{"M": 37, "N": 1000}, {"M": 5, "N": 7}]),
+    "tile8k": ({"tile_bytes": 8192}, [{"M": 37, "N": 1000}, {"M": 3, "N": 4099}]),
 }
 VARIANT_CASES = [(v, d) for v, (_, shapes) in VARIANTS.items() for d in shapes]
 
