@@ -34,6 +34,9 @@ VARIANTS = [
     ("tile 8K (1 row/8w at 4096)", {"tile_bytes": 8192}, lambda n: n <= 4096, ("fwd", "bwd")),
     ("tile 8K max 8w", {"tile_bytes": 8192, "max_warps": 8}, lambda n: n <= 4096, ("fwd", "bwd")),
     ("tile 32K", {"tile_bytes": 32768}, lambda n: n <= 4096, ("fwd", "bwd")),
+    ("evict_last", {"policy": "evict_last"}, lambda n: n <= 32768, ("fwd", "bwd")),
+    ("no hint", {"policy": ""}, lambda n: n <= 32768, ("fwd", "bwd")),
+    ("tile 8K evict_last", {"tile_bytes": 8192, "policy": "evict_last"}, lambda n: n <= 4096, ("fwd", "bwd")),
     ("stream 32K pps2/16w pipe", {"programs_per_sm": 2, "max_warps": 16, "pipe": True},
      lambda n: n > 32768, ("fwd",)),
 ]

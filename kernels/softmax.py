@@ -44,12 +44,14 @@ def _col_mask(cols, N, N_ALIGN: tl.constexpr):
 
 
 @triton.jit
-def _softmax_fwd(x_ptr, y_ptr, M, N, ROWS: tl.constexpr, BLOCK_N: tl.constexpr, N_ALIGN: tl.constexpr):
+def _softmax_fwd(x_ptr, y_ptr, M, N, ROWS: tl.constexpr, BLOCK_N: tl.constexpr, N_ALIGN: tl.constexpr,
+                 POLICY: tl.constexpr = "evict_first"):
+    # POLICY: the cache hint of the loads (an A/B option of the launcher: `policy`)
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK_N)
     mask = (rows < M)[:, None] & _col_mask(cols, N, N_ALIGN)[None, :]
     offs = _row_start(rows, N, N_ALIGN)[:, None] + cols[None, :]
-    x = tl.load(x_ptr + offs, mask=mask, other=-float("inf"), eviction_policy="evict_first").to(tl.float32)
+    x = tl.load(x_ptr + offs, mask=mask, other=-float("inf"), eviction_policy=POLICY).to(tl.float32)
     rmask = rows < M
     m = tl.where(rmask, tl.max(x, axis=1), 0.0)  # padding rows: no -inf - -inf (per-row ops: free)
     e = tl.exp(x - m[:, None])  # 0 where masked
@@ -59,7 +61,7 @@ def _softmax_fwd(x_ptr, y_ptr, M, N, ROWS: tl.constexpr, BLOCK_N: tl.constexpr, 
 
 @triton.jit(do_not_specialize=["iters"])  # one binary whatever the trip count
 def _softmax_fwd_persist(x_ptr, y_ptr, M, N, iters, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
-                         N_ALIGN: tl.constexpr):
+                         N_ALIGN: tl.constexpr, POLICY: tl.constexpr = "evict_first"):
     # _softmax_fwd on a persistent grid (the default for rows over 16384 elements): programs stride
     # over the row tiles and load the next tile (kept in the input dtype) before reducing the
     # current one, so that an SM holding a single 32-warp program still has loads in flight while
@@ -69,12 +71,12 @@ def _softmax_fwd_persist(x_ptr, y_ptr, M, N, iters, ROWS: tl.constexpr, BLOCK_N:
     cols = tl.arange(0, BLOCK_N)
     cmask = _col_mask(cols, N, N_ALIGN)[None, :]
     x = tl.load(x_ptr + _row_start(rows, N, N_ALIGN)[:, None] + cols[None, :],
-                mask=(rows < M)[:, None] & cmask, other=-float("inf"), eviction_policy="evict_first")
+                mask=(rows < M)[:, None] & cmask, other=-float("inf"), eviction_policy=POLICY)
     i = 0
     while i < iters:
         nxt = rows + step  # past the end: fully masked, no traffic
         x_next = tl.load(x_ptr + _row_start(nxt, N, N_ALIGN)[:, None] + cols[None, :],
-                         mask=(nxt < M)[:, None] & cmask, other=-float("inf"), eviction_policy="evict_first")
+                         mask=(nxt < M)[:, None] & cmask, other=-float("inf"), eviction_policy=POLICY)
         xf = x.to(tl.float32)
         rmask = rows < M
         m = tl.where(rmask, tl.max(xf, axis=1), 0.0)
@@ -89,13 +91,13 @@ def _softmax_fwd_persist(x_ptr, y_ptr, M, N, iters, ROWS: tl.constexpr, BLOCK_N:
 
 @triton.jit
 def _softmax_bwd(y_ptr, dy_ptr, dx_ptr, M, N, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
-                 N_ALIGN: tl.constexpr):
+                 N_ALIGN: tl.constexpr, POLICY: tl.constexpr = "evict_first"):
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK_N)
     mask = (rows < M)[:, None] & _col_mask(cols, N, N_ALIGN)[None, :]
     offs = _row_start(rows, N, N_ALIGN)[:, None] + cols[None, :]
-    y = tl.load(y_ptr + offs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
-    dy = tl.load(dy_ptr + offs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+    y = tl.load(y_ptr + offs, mask=mask, other=0.0, eviction_policy=POLICY).to(tl.float32)
+    dy = tl.load(dy_ptr + offs, mask=mask, other=0.0, eviction_policy=POLICY).to(tl.float32)
     dot = tl.sum(y * dy, axis=1)
     dx = y * (dy - dot[:, None])
     tl.store(dx_ptr + offs, dx.to(dx_ptr.dtype.element_ty), mask=mask)
@@ -245,6 +247,7 @@ def _warps(tile: int, max_warps: int) -> int:
 # others exist for the tests (small rows through the streaming path) and for GPU A/B runs:
 #   max_block        widest row (next power of two) kept in registers (default: 64 KB of the
 #                    input dtype); wider rows stream
+#   policy           register path: cache hint of the loads ("evict_first", "evict_last", "")
 #   tile_bytes       register path: bytes of input per program (rows per tile; default 16 KB)
 #   max_warps        most warps per program (default 32 for a row over 16384 elements in registers
 #                    and for stream chunks, else 16)
@@ -257,12 +260,12 @@ def _warps(tile: int, max_warps: int) -> int:
 
 
 def _launch(fused, stream, tensors, M: int, N: int, elem: int, device, max_block, max_warps,
-            chunk, programs_per_sm, pipe, persist=None, tile_bytes=None) -> None:
+            chunk, programs_per_sm, pipe, persist=None, tile_bytes=None, policy="evict_first") -> None:
     block = triton.next_power_of_2(N)
     if block <= (_MAX_ROW_BYTES // elem if max_block is None else max_block):
         rows = max(1, min((tile_bytes or _TILE_BYTES) // (block * elem), triton.next_power_of_2(M)))
         warps = _warps(rows * block, max_warps or (32 if block > _MAX_BLOCK else 16))
-        meta = dict(ROWS=rows, BLOCK_N=block, N_ALIGN=_align(N), num_warps=warps)
+        meta = dict(ROWS=rows, BLOCK_N=block, N_ALIGN=_align(N), POLICY=policy, num_warps=warps)
         tiles = triton.cdiv(M, rows)
         if persist is None and fused is _softmax_fwd and block > _MAX_BLOCK:
             persist = _PERSIST_WIDE  # the forward of one 32-warp row per program: see above
@@ -281,23 +284,25 @@ def _launch(fused, stream, tensors, M: int, N: int, elem: int, device, max_block
 
 def softmax_forward(x: torch.Tensor, *, max_block: int | None = None, max_warps: int | None = None,
                     chunk: int | None = None, programs_per_sm=None, pipe: bool = False,
-                    persist: int | None = None, tile_bytes: int | None = None) -> torch.Tensor:
+                    persist: int | None = None, tile_bytes: int | None = None,
+                    policy: str = "evict_first") -> torch.Tensor:
     """x [M, N] contiguous -> y. Keywords: see the comment above _launch."""
     M, N = x.shape
     y = torch.empty_like(x)
     _launch(_softmax_fwd, _softmax_fwd_stream, (x, y), M, N, x.element_size(), x.device,
-            max_block, max_warps, chunk, programs_per_sm, pipe, persist, tile_bytes)
+            max_block, max_warps, chunk, programs_per_sm, pipe, persist, tile_bytes, policy)
     return y
 
 
 def softmax_backward(dy: torch.Tensor, y: torch.Tensor, *, max_block: int | None = None,
                      max_warps: int | None = None, chunk: int | None = None, programs_per_sm=None,
-                     pipe: bool = False, tile_bytes: int | None = None) -> torch.Tensor:
+                     pipe: bool = False, tile_bytes: int | None = None,
+                     policy: str = "evict_first") -> torch.Tensor:
     """dx = y * (dy - sum(dy * y)); y, dy [M, N] contiguous. Keywords as softmax_forward's."""
     M, N = y.shape
     dx = torch.empty_like(y)
     _launch(_softmax_bwd, _softmax_bwd_stream, (y, dy, dx), M, N, y.element_size(), y.device,
-            max_block, max_warps, chunk, programs_per_sm, pipe, tile_bytes=tile_bytes)
+            max_block, max_warps, chunk, programs_per_sm, pipe, tile_bytes=tile_bytes, policy=policy)
     return dx
 
 

@@ -86,6 +86,8 @@ VARIANTS = {
     "persist1": ({"persist": 1}, [{"M": 37, "N": 1000}, {"M": 11, "N": 4099}, {"M": 9, "N": 20000}]),
     "persist2": ({"persist": 2}, [{"M": 37, "N": 1000}, {"M": 5, "N": 7}]),
     "tile8k": ({"tile_bytes": 8192}, [{"M": 37, "N": 1000}, {"M": 3, "N": 4099}]),
+    "evict_last": ({"policy": "evict_last"}, [{"M": 37, "N": 1000}, {"M": 9, "N": 20000}]),
+    "no_hint": ({"policy": ""}, [{"M": 37, "N": 1000}]),
 }
 VARIANT_CASES = [(v, d) for v, (_, shapes) in VARIANTS.items() for d in shapes]
 
