@@ -30,13 +30,13 @@ AMAX_FLOOR = 1e-10  # as in common per-token-group quantisers: below it a block 
 GRANULARITIES = ("row", "1x128", "128x128")
 GROUP = 128  # the block edge of "1x128" and "128x128"
 ROW_MAX = 16384  # widest row kept in registers by the one-pass row kernel
-# Launch choices measured on the H200 (benchmarks/fp8_quant_ab.py, docs/evidence/fp8_quant_ab_h200.txt):
-# wider rows: one program per SM of 16 warps, 16384 columns per load, cache hints -- 74% of copy at
-# 1024x128256 where 2 programs per SM of 8 warps, 8192 columns, no hints reached 61%; 128x128
-# tiles: 4 warps (86-87% at 4096x14336 and 14336x4096, 83% with 8).
+# Launch choices measured on the H200 (benchmarks/fp8_quant_ab.py, docs/evidence/fp8_quant_ab_h200_run*.txt):
+# wider rows: one program per SM of 32 warps, 16384 columns per load, cache hints -- 79% of copy
+# at 1024x128256 (16 warps 74%; 2 programs per SM of 8 warps, 8192 columns, no hints: 61%);
+# 128x128 tiles: 4 warps (86-87% at 4096x14336 and 14336x4096, 83% with 8).
 WIDE_CHUNK = 16384  # columns per load in the two-pass kernel for wider rows
 WIDE_PROGRAMS_PER_SM = 1
-WIDE_WARPS = 16
+WIDE_WARPS = 32
 TILE_WARPS = 4
 
 _FP8_MAX = tl.constexpr(FP8_MAX)
@@ -177,8 +177,10 @@ def _quant_wide_rows(x_ptr, q_ptr, s_ptr, M, N, n_programs, ROWS_PER_PROGRAM: tl
             c1 = c0 + CHUNK
             a = tl.load(x_ptr + base + c0, mask=c0 < n_valid, other=0.0, eviction_policy=P2).to(tl.float32)
             b = tl.load(x_ptr + base + c1, mask=c1 < n_valid, other=0.0, eviction_policy=P2).to(tl.float32)
-            tl.store(q_ptr + base + c0, _to_e4m3(a, scale, inv, EMULATE), mask=c0 < n_valid, eviction_policy=P2)
-            tl.store(q_ptr + base + c1, _to_e4m3(b, scale, inv, EMULATE), mask=c1 < n_valid, eviction_policy=P2)
+            tl.store(q_ptr + base + c0, _to_e4m3(a, scale, inv, EMULATE), mask=c0 < n_valid,
+                     eviction_policy=P2)
+            tl.store(q_ptr + base + c1, _to_e4m3(b, scale, inv, EMULATE), mask=c1 < n_valid,
+                     eviction_policy=P2)
         tl.store(s_ptr + row, scale, mask=row < M)
 
 
@@ -225,7 +227,8 @@ def fp8_quant_forward(x: torch.Tensor, gran: str, emulate: bool | None = None, *
     emulate = x.device.type != "cuda" if emulate is None else emulate
     if gran == "128x128":
         grid = (s.shape[1], s.shape[0])
-        _quant_tiles[grid](x, q, s, M, N, s.shape[1], B=GROUP, EMULATE=emulate, num_warps=num_warps or TILE_WARPS)
+        _quant_tiles[grid](x, q, s, M, N, s.shape[1], B=GROUP, EMULATE=emulate,
+                           num_warps=num_warps or TILE_WARPS)
     elif gran == "row" and N > ROW_MAX:
         n_programs = min(M, programs_per_sm * sm_count(x.device))
         policies = {} if hints else {"P1": "", "P2": ""}

@@ -15,8 +15,9 @@ from ._utils import sm_count
 # Triton kernels.
 #
 # Rows that fit in registers (next_pow2(N) <= 32768 in 2-byte types, 16384 in fp32): one program
-# holds a tile of ROWS whole rows (~16 KB per input tensor, so narrow rows still give each program
-# enough loads in flight) and does max, exp, sum and the write in one read of x. The backward is the same with y and dy.
+# holds a tile of ROWS whole rows (~8 KB per input tensor, so narrow rows still give each program
+# enough loads in flight) and does max, exp, sum and the write in one read of x. The backward is
+# the same with y and dy.
 #
 # Wider rows stream: each program owns whole rows and reads each row twice in chunks, with the
 # row's statistics (running max and sum of exp -- bwd: sum(dy * y)) from pass 1 and the write in
@@ -212,7 +213,14 @@ def _softmax_bwd_stream(y_ptr, dy_ptr, dx_ptr, M, N, CHUNK: tl.constexpr, N_ALIG
 # ---------------------------------------------------------------------------------------------
 # Launchers
 
-_TILE_BYTES = 16384      # bytes per input tensor per program in the register path
+# Register path: 8 KB of each input per program (a 4096-wide bf16 row: one row, 8 warps), loads
+# hinted evict_last although each element is read once. Both measured on the H200 (softmax_ab run 3,
+# docs/evidence/softmax_ab_h200_run3.txt): fwd 32768x4096 92.7% -> 98.5% of copy, 65536x2048
+# 85.1% -> 98.5%, 4096x32000 83.7% -> 89.7%; bwd 94% -> 101-102% (the hint; the tile size did not
+# matter there). We have not found out why evict_last beats evict_first for streaming reads on this
+# GPU; it did so for every kernel we tried it on (rms_norm too).
+_TILE_BYTES = 8192
+_POLICY = "evict_last"
 # Widest row kept in registers, in bytes of one input row: 32768 bf16 elements (or 16384 fp32) in
 # one program of 32 warps, 32 elements per thread. Measured on the H200 (benchmarks/softmax_ab.py,
 # docs/evidence/softmax_ab_h200_run1.txt): at 4096x32000 bf16 this path took the forward from 44% of
@@ -248,7 +256,7 @@ def _warps(tile: int, max_warps: int) -> int:
 #   max_block        widest row (next power of two) kept in registers (default: 64 KB of the
 #                    input dtype); wider rows stream
 #   policy           register path: cache hint of the loads ("evict_first", "evict_last", "")
-#   tile_bytes       register path: bytes of input per program (rows per tile; default 16 KB)
+#   tile_bytes       register path: bytes of input per program (rows per tile; default 8 KB)
 #   max_warps        most warps per program (default 32 for a row over 16384 elements in registers
 #                    and for stream chunks, else 16)
 #   chunk            elements per stream chunk (a power of two; default 32 KB of the dtype)
@@ -260,7 +268,7 @@ def _warps(tile: int, max_warps: int) -> int:
 
 
 def _launch(fused, stream, tensors, M: int, N: int, elem: int, device, max_block, max_warps,
-            chunk, programs_per_sm, pipe, persist=None, tile_bytes=None, policy="evict_first") -> None:
+            chunk, programs_per_sm, pipe, persist=None, tile_bytes=None, policy=_POLICY) -> None:
     block = triton.next_power_of_2(N)
     if block <= (_MAX_ROW_BYTES // elem if max_block is None else max_block):
         rows = max(1, min((tile_bytes or _TILE_BYTES) // (block * elem), triton.next_power_of_2(M)))
@@ -285,7 +293,7 @@ def _launch(fused, stream, tensors, M: int, N: int, elem: int, device, max_block
 def softmax_forward(x: torch.Tensor, *, max_block: int | None = None, max_warps: int | None = None,
                     chunk: int | None = None, programs_per_sm=None, pipe: bool = False,
                     persist: int | None = None, tile_bytes: int | None = None,
-                    policy: str = "evict_first") -> torch.Tensor:
+                    policy: str = _POLICY) -> torch.Tensor:
     """x [M, N] contiguous -> y. Keywords: see the comment above _launch."""
     M, N = x.shape
     y = torch.empty_like(x)
@@ -297,7 +305,7 @@ def softmax_forward(x: torch.Tensor, *, max_block: int | None = None, max_warps:
 def softmax_backward(dy: torch.Tensor, y: torch.Tensor, *, max_block: int | None = None,
                      max_warps: int | None = None, chunk: int | None = None, programs_per_sm=None,
                      pipe: bool = False, tile_bytes: int | None = None,
-                     policy: str = "evict_first") -> torch.Tensor:
+                     policy: str = _POLICY) -> torch.Tensor:
     """dx = y * (dy - sum(dy * y)); y, dy [M, N] contiguous. Keywords as softmax_forward's."""
     M, N = y.shape
     dx = torch.empty_like(y)
