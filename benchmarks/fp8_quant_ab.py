@@ -34,20 +34,21 @@ SPEC = K.SPEC
 
 # Keywords of fp8_quant_forward per launch path; the first run of this script chose today's
 # defaults (docs/evidence/fp8_quant_ab_h200_run1.txt). Wide rows (N > ROW_MAX, two-pass kernel;
-# default: one program per SM, 16 warps, 16384 columns per load, cache hints).
+# default: one program per SM, 32 warps, 16384 columns per load, cache hints).
 WIDE = [
     ("default", {}),
+    ("16w", {"num_warps": 16}),
     ("former default: 2/SM 8w 8k no hints", {"programs_per_sm": 2, "num_warps": 8, "chunk": 8192, "hints": False}),
     ("no hints", {"hints": False}),
-    ("32w", {"num_warps": 32}),
     ("chunk 8k", {"chunk": 8192}),
     ("32w chunk 32k", {"num_warps": 32, "chunk": 32768}),
 ]
 # One-pass row kernel (default: 8192 // next_pow2(N) rows per program, min 1; warps by tile size)
-ROWS_16K = [("default", {}), ("16w", {"num_warps": 16}), ("4w", {"num_warps": 4})]
-ROWS_4K = [("default", {}), ("1 row", {"rows": 1}), ("4w", {"num_warps": 4})]
+ROWS_16K = [("default", {}), ("16w", {"num_warps": 16}), ("evict_last", {"policy": "evict_last"}),
+            ("evict_first", {"policy": "evict_first"}), ("16w evict_last", {"num_warps": 16, "policy": "evict_last"})]
+ROWS_4K = [("default", {}), ("evict_last", {"policy": "evict_last"}), ("evict_first", {"policy": "evict_first"})]
 # 128x128 tiles (default: one tile per program, 4 warps)
-TILES = [("default", {}), ("8w", {"num_warps": 8})]
+TILES = [("default", {}), ("evict_last", {"policy": "evict_last"}), ("evict_first", {"policy": "evict_first"})]
 
 # (gran, M, N, variants), most important first: past --budget-s the rest is skipped
 CASES = [

@@ -113,7 +113,8 @@ def _to_e4m3(x, scale, inv, EMULATE: tl.constexpr):
 
 @triton.jit
 def _quant_row_groups(x_ptr, q_ptr, s_ptr, M, N, n_groups,
-                      BM: tl.constexpr, G: tl.constexpr, GW: tl.constexpr, EMULATE: tl.constexpr):
+                      BM: tl.constexpr, G: tl.constexpr, GW: tl.constexpr, EMULATE: tl.constexpr,
+                      POLICY: tl.constexpr = ""):
     # A [BM rows, G groups, GW columns] tile, one scale per (row, group). "1x128": GW = 128 and
     # G groups side by side (the G scales of a row are then one contiguous store). "row": G = 1 and
     # GW = next_pow2(N) >= N, i.e. one group is the whole row (the mask drops the padding).
@@ -123,7 +124,8 @@ def _quant_row_groups(x_ptr, q_ptr, s_ptr, M, N, n_groups,
     row_ok = rows < M
     mask = row_ok[:, None, None] & (cols < N)[None, :, :]
     offs = rows.to(tl.int64)[:, None, None] * N + cols[None, :, :]
-    x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)  # padding 0 never wins the amax
+    # padding 0 never wins the amax; POLICY: cache hint of the load (an A/B option, `policy`)
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0, eviction_policy=POLICY).to(tl.float32)
     amax = tl.max(tl.abs(x), axis=2)  # [BM, G], a reduction inside each warp for GW = 128
     scale, inv = _scales_of(amax)
     tl.store(q_ptr + offs, _to_e4m3(x, scale[:, :, None], inv[:, :, None], EMULATE), mask=mask)
@@ -132,14 +134,15 @@ def _quant_row_groups(x_ptr, q_ptr, s_ptr, M, N, n_groups,
 
 
 @triton.jit
-def _quant_tiles(x_ptr, q_ptr, s_ptr, M, N, n_tile_cols, B: tl.constexpr, EMULATE: tl.constexpr):
+def _quant_tiles(x_ptr, q_ptr, s_ptr, M, N, n_tile_cols, B: tl.constexpr, EMULATE: tl.constexpr,
+                 POLICY: tl.constexpr = ""):
     # One B x B tile (B = 128) per program: 32 KB of bf16 in flight, one scale.
     pid_n, pid_m = tl.program_id(0), tl.program_id(1)
     rows = pid_m * B + tl.arange(0, B)
     cols = pid_n * B + tl.arange(0, B)
     mask = (rows < M)[:, None] & (cols < N)[None, :]
     offs = rows.to(tl.int64)[:, None] * N + cols[None, :]
-    x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0, eviction_policy=POLICY).to(tl.float32)
     amax = tl.max(tl.max(tl.abs(x), axis=1), axis=0)
     scale, inv = _scales_of(amax)
     tl.store(q_ptr + offs, _to_e4m3(x, scale, inv, EMULATE), mask=mask)
@@ -210,7 +213,7 @@ def _warps(elements: int) -> int:
 def fp8_quant_forward(x: torch.Tensor, gran: str, emulate: bool | None = None, *,
                       num_warps: int | None = None, rows: int | None = None,
                       programs_per_sm: int = WIDE_PROGRAMS_PER_SM, chunk: int = WIDE_CHUNK,
-                      hints: bool = True):
+                      hints: bool = True, policy: str = ""):
     """(q, scales). `emulate` rounds in float32 before the cast (see the kernels' comment); by
     default only under Triton's interpreter (CPU tensors), where the cast itself is wrong.
 
@@ -218,7 +221,8 @@ def fp8_quant_forward(x: torch.Tensor, gran: str, emulate: bool | None = None, *
       num_warps        warps of whichever kernel runs
       rows             rows per program of the one-pass "row" / "1x128" kernel (a power of two)
       programs_per_sm, chunk, hints   the wide-row kernel's persistent grid, columns per load and
-                       cache hints (False: none)"""
+                       cache hints (False: none)
+      policy           cache hint of the one-pass kernels' loads ("", "evict_first", "evict_last")"""
     M, N = x.shape
     br, bc = block_shape(M, N, gran)
     x = x.contiguous()
@@ -227,7 +231,7 @@ def fp8_quant_forward(x: torch.Tensor, gran: str, emulate: bool | None = None, *
     emulate = x.device.type != "cuda" if emulate is None else emulate
     if gran == "128x128":
         grid = (s.shape[1], s.shape[0])
-        _quant_tiles[grid](x, q, s, M, N, s.shape[1], B=GROUP, EMULATE=emulate,
+        _quant_tiles[grid](x, q, s, M, N, s.shape[1], B=GROUP, EMULATE=emulate, POLICY=policy,
                            num_warps=num_warps or TILE_WARPS)
     elif gran == "row" and N > ROW_MAX:
         n_programs = min(M, programs_per_sm * sm_count(x.device))
@@ -247,7 +251,7 @@ def fp8_quant_forward(x: torch.Tensor, gran: str, emulate: bool | None = None, *
         bm = rows or max(1, min(triton.next_power_of_2(M), 8192 // (g * gw)))
         grid = (triton.cdiv(n_groups, g), triton.cdiv(M, bm))
         _quant_row_groups[grid](x, q, s, M, N, n_groups, BM=bm, G=g, GW=gw, EMULATE=emulate,
-                                num_warps=num_warps or _warps(bm * g * gw))
+                                POLICY=policy, num_warps=num_warps or _warps(bm * g * gw))
     return q, s
 
 

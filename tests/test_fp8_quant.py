@@ -215,6 +215,8 @@ VARIANTS = [
     ({"M": 5, "N": 40000, "gran": "row"}, {"programs_per_sm": 2, "num_warps": 8, "chunk": 8192}),
     ({"M": 9, "N": 40000, "gran": "row"}, {"hints": False}),  # 9 rows over 4 CPU "SMs": ragged end
     ({"M": 5, "N": 40000, "gran": "row"}, {"chunk": 4096, "num_warps": 4}),
+    ({"M": 37, "N": 1000, "gran": "1x128"}, {"policy": "evict_last"}),
+    ({"M": 200, "N": 300, "gran": "128x128"}, {"policy": "evict_first"}),
 ]
 
 
