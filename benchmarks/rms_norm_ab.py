@@ -42,28 +42,23 @@ def _tile(n):
 # (label, keywords of rms_norm_forward given (N, has_residual)); need_rstd=False unless given
 FWD_VARIANTS = [
     ("default", lambda n, res: {}),
-    ("+rstd", lambda n, res: {"need_rstd": True}),
-    ("no_hint", lambda n, res: {"x_policy": ""}),
-    ("evict_last", lambda n, res: {"x_policy": "evict_last"}),
-    ("prefetch", lambda n, res: {"prefetch": True}),
-    ("no_prefetch", lambda n, res: {"prefetch": False}),
+    ("evict_first", lambda n, res: {"x_policy": "evict_first"}),
     ("liger_like", lambda n, res: {"liger_like": True}),
-    ("liger_like+no_hint", lambda n, res: {"liger_like": True, "x_policy": ""}),
-    ("2x_rows+2x_warps", lambda n, res: {"rows": 2 * _tile(n)[2], "num_warps": min(32, 2 * _tile(n)[3])}),
+    ("liger_like+evict_first", lambda n, res: {"liger_like": True, "x_policy": "evict_first"}),
     ("half_warps", lambda n, res: {"num_warps": max(4, _tile(n)[3] // 2)}),
 ]
 
 # (label, keywords of rms_norm_backward given N)
 BWD_VARIANTS = [
     ("default", lambda n: {}),
-    ("prefetch", lambda n: {"prefetch": True}),
-    ("no_prefetch", lambda n: {"prefetch": False}),
-    ("16w+no_prefetch", lambda n: {"num_warps": 16, "prefetch": False}),
+    ("evict_last", lambda n: {"policy": "evict_last"}),
+    ("no hint", lambda n: {"policy": ""}),
 ]
 
 # (kernel, mode, M, N), most important first: past --budget-s the rest is skipped
 CASES = [
     ("rms_norm", "fwd", 32768, 4096),
+    ("rms_norm", "bwd", 32768, 4096),
     ("rms_norm", "bwd", 2048, 16384),
     ("add_rms_norm", "fwd", 32768, 4096),
     ("add_rms_norm", "bwd", 2048, 16384),

@@ -188,7 +188,8 @@ def _fwd_chunked(x_ptr, r_ptr, h_ptr, w_ptr, y_ptr, rstd_ptr, M, N, eps, iters,
 
 @triton.jit(do_not_specialize=["iters"])
 def _bwd_rows(x_ptr, w_ptr, dy_ptr, dh_ptr, rstd_ptr, dx_ptr, part_ptr, M, N, iters,
-              BLOCK_N: tl.constexpr, ROWS: tl.constexpr, HAS_DH: tl.constexpr, PREFETCH: tl.constexpr = True):
+              BLOCK_N: tl.constexpr, ROWS: tl.constexpr, HAS_DH: tl.constexpr, PREFETCH: tl.constexpr = True,
+              POLICY: tl.constexpr = "evict_first"):
     # dx = rstd * (m - xhat * mean(m * xhat)) [+ dh] with xhat = x * rstd, m = dy * w;
     # dw = sum over rows of dy * xhat, accumulated in fp32 registers over all the tiles this
     # program visits and written once, as row `pid` of the [programs, N] partial buffer.
@@ -203,24 +204,24 @@ def _bwd_rows(x_ptr, w_ptr, dy_ptr, dh_ptr, rstd_ptr, dx_ptr, part_ptr, M, N, it
     acc = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)
     if PREFETCH:
         rows = pid * ROWS + tl.arange(0, ROWS)
-        x = _load_tile(x_ptr, rows, cols, M, N, "evict_first")
-        dy = _load_tile(dy_ptr, rows, cols, M, N, "evict_first")
+        x = _load_tile(x_ptr, rows, cols, M, N, POLICY)
+        dy = _load_tile(dy_ptr, rows, cols, M, N, POLICY)
         if HAS_DH:
-            dh = _load_tile(dh_ptr, rows, cols, M, N, "evict_first")
+            dh = _load_tile(dh_ptr, rows, cols, M, N, POLICY)
     i = 0
     while i < iters:
         rows = pid * ROWS + i * step + tl.arange(0, ROWS)
         i += 1
         if PREFETCH:
-            x_next = _load_tile(x_ptr, rows + step, cols, M, N, "evict_first")
-            dy_next = _load_tile(dy_ptr, rows + step, cols, M, N, "evict_first")
+            x_next = _load_tile(x_ptr, rows + step, cols, M, N, POLICY)
+            dy_next = _load_tile(dy_ptr, rows + step, cols, M, N, POLICY)
             if HAS_DH and BLOCK_N < 16384:  # 16384 wide: issued after the reduction, fewer spills
-                dh_next = _load_tile(dh_ptr, rows + step, cols, M, N, "evict_first")
+                dh_next = _load_tile(dh_ptr, rows + step, cols, M, N, POLICY)
         else:
-            x = _load_tile(x_ptr, rows, cols, M, N, "evict_first")
-            dy = _load_tile(dy_ptr, rows, cols, M, N, "evict_first")
+            x = _load_tile(x_ptr, rows, cols, M, N, POLICY)
+            dy = _load_tile(dy_ptr, rows, cols, M, N, POLICY)
             if HAS_DH:
-                dh = _load_tile(dh_ptr, rows, cols, M, N, "evict_first")
+                dh = _load_tile(dh_ptr, rows, cols, M, N, POLICY)
         rstd = tl.load(rstd_ptr + rows, mask=rows < M, other=0.0)
         # (this order of the terms: 64 registers for fp32 at 4096 wide, two programs per SM;
         # computing the dot before the dw term takes 79, one program)
@@ -237,7 +238,7 @@ def _bwd_rows(x_ptr, w_ptr, dy_ptr, dh_ptr, rstd_ptr, dx_ptr, part_ptr, M, N, it
         dx = (m - xhat * c[:, None]) * rstd[:, None]
         if HAS_DH:
             if PREFETCH and BLOCK_N >= 16384:
-                dh_next = _load_tile(dh_ptr, rows + step, cols, M, N, "evict_first")
+                dh_next = _load_tile(dh_ptr, rows + step, cols, M, N, POLICY)
             dx += dh.to(tl.float32)
             if PREFETCH:
                 dh = dh_next
@@ -507,12 +508,12 @@ def rms_norm_forward(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6, residu
 def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: torch.Tensor,
                       dh: torch.Tensor | None = None, max_block: int = MAX_REG_BLOCK,
                       *, num_warps: int | None = None, prefetch: bool | None = None,
-                      cols_tile: tuple[int, int] | None = None):
+                      cols_tile: tuple[int, int] | None = None, policy: str = "evict_first"):
     """(dx, dw) for y = rms_norm(x) * w; with dh (add_rms_norm: x is h, dh the gradient reaching h
     directly), dx includes it.
 
     Knobs for GPU A/Bs (defaults: the current choice): `num_warps` and `prefetch` of the register
-    path (_bwd_rows), `cols_tile` = (BLOCK_R, BLOCK_C) of the wide-row path (_bwd_cols, 8 warps);
+    path (_bwd_rows) and the cache `policy` of its loads, `cols_tile` = (BLOCK_R, BLOCK_C) of the wide-row path (_bwd_cols, 8 warps);
     a `max_block` below N's block sends a row through the wide-row path."""
     N = x.shape[-1]
     x2 = _as_rows(x, N)
@@ -527,7 +528,7 @@ def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: 
         block_n, _, rows, warps = _tile(N, per_thread, split=False)
         warps = num_warps or warps
         meta = dict(BLOCK_N=block_n, ROWS=rows, HAS_DH=has_dh,
-                    PREFETCH=block_n < 16384 if prefetch is None else prefetch)
+                    PREFETCH=block_n < 16384 if prefetch is None else prefetch, POLICY=policy)
         # the partial buffer's size depends on the answer: rstd (fp32 too) stands in for it
         resident = _resident_programs(_bwd_rows, (x2, w, dy2, dh2, rstd, dx, rstd, M, N, 1), meta, warps, x.device)
         grid, iters = _persistent_grid(triton.cdiv(M, rows), resident)
