@@ -54,14 +54,15 @@ def _col_mask(cols, N, N_ALIGN: tl.constexpr):
 
 @triton.jit
 def _ln_fwd(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, M, N, eps,
-            ROWS: tl.constexpr, BLOCK_N: tl.constexpr, N_ALIGN: tl.constexpr):
+            ROWS: tl.constexpr, BLOCK_N: tl.constexpr, N_ALIGN: tl.constexpr,
+            POLICY: tl.constexpr = "evict_first"):
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK_N)
     rmask = rows < M
     cmask = _col_mask(cols, N, N_ALIGN)
     mask = rmask[:, None] & cmask[None, :]
     offs = _row_start(rows, N, N_ALIGN)[:, None] + cols[None, :]
-    x = tl.load(x_ptr + offs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0, eviction_policy=POLICY).to(tl.float32)
     mean = tl.sum(x, axis=1) / N
     xc = tl.where(mask, x - mean[:, None], 0.0)
     var = tl.sum(xc * xc, axis=1) / N
@@ -148,7 +149,8 @@ def _ln_bwd_row_sums(x_ptr, dy_ptr, w_ptr, mean_ptr, rstd_ptr, c_ptr, M, N,
 
 @triton.jit
 def _ln_bwd(x_ptr, dy_ptr, w_ptr, mean_ptr, rstd_ptr, c_ptr, dx_ptr, part_ptr, M, N, G,
-            ROWS: tl.constexpr, BLOCK_C: tl.constexpr, FUSED: tl.constexpr, N_ALIGN: tl.constexpr):
+            ROWS: tl.constexpr, BLOCK_C: tl.constexpr, FUSED: tl.constexpr, N_ALIGN: tl.constexpr,
+            POLICY: tl.constexpr = "evict_first"):
     # Program (g, j): rows g*ROWS.. strided by G*ROWS, columns of block j. FUSED: block j is the
     # whole row and c1, c2 are reduced here; otherwise they come from _ln_bwd_row_sums.
     g = tl.program_id(0)
@@ -163,8 +165,8 @@ def _ln_bwd(x_ptr, dy_ptr, w_ptr, mean_ptr, rstd_ptr, c_ptr, dx_ptr, part_ptr, M
         rmask = rows < M
         mask = rmask[:, None] & cmask[None, :]
         offs = _row_start(rows, N, N_ALIGN)[:, None] + cols[None, :]
-        x = tl.load(x_ptr + offs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
-        dy = tl.load(dy_ptr + offs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+        x = tl.load(x_ptr + offs, mask=mask, other=0.0, eviction_policy=POLICY).to(tl.float32)
+        dy = tl.load(dy_ptr + offs, mask=mask, other=0.0, eviction_policy=POLICY).to(tl.float32)
         mean = tl.load(mean_ptr + rows, mask=rmask, other=0.0)
         rstd = tl.load(rstd_ptr + rows, mask=rmask, other=0.0)
         xhat = (x - mean[:, None]) * rstd[:, None]
@@ -202,11 +204,173 @@ def _ln_sum_partials(part_ptr, out_ptr, G, n2, BLOCK_G: tl.constexpr, BLOCK_C: t
 
 
 # ---------------------------------------------------------------------------------------------
+# Forward variants for GPU A/Bs (benchmarks/layer_norm_ab.py); the defaults above do not use them.
+#
+# _ln_fwd_rows: _ln_fwd's tile, plus (a) a persistent grid (each program strides over `iters`
+# tiles; one binary for any trip count), (b) PREFETCH: the next tile's loads are issued before the
+# current tile's reductions wait on its data (as rms_norm's _fwd_rows), (c) ONE_PASS: mean and
+# variance from one fused reduction of (sum d, sum d^2) with d = x - x[row, 0] instead of two
+# dependent reductions. The shift by the row's first element keeps the cancellation of
+# E[d^2] - E[d]^2 small whenever that element lies within a few standard deviations of the mean
+# (true of activations; rows centred at 1e4 with unit spread are exact enough, see the tests).
+
+
+@triton.jit
+def _ln_load_rows(x_ptr, rows, cols, M, N, N_ALIGN: tl.constexpr, ONE_PASS: tl.constexpr,
+                  POLICY: tl.constexpr):
+    # (x tile, per-row shift): the shift, x[row, 0], only for ONE_PASS (else a dummy)
+    rmask = rows < M
+    mask = rmask[:, None] & _col_mask(cols, N, N_ALIGN)[None, :]
+    start = _row_start(rows, N, N_ALIGN)
+    x = tl.load(x_ptr + start[:, None] + cols[None, :], mask=mask, other=0.0, eviction_policy=POLICY)
+    if ONE_PASS:
+        k = tl.load(x_ptr + start, mask=rmask, other=0.0)
+    else:
+        k = rmask
+    return x, k
+
+
+@triton.jit
+def _add_pairs(a1, a2, b1, b2):
+    return a1 + b1, a2 + b2
+
+
+@triton.jit(do_not_specialize=["iters"])
+def _ln_fwd_rows(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, M, N, eps, iters,
+                 ROWS: tl.constexpr, BLOCK_N: tl.constexpr, N_ALIGN: tl.constexpr,
+                 PREFETCH: tl.constexpr, ONE_PASS: tl.constexpr, POLICY: tl.constexpr = "evict_first"):
+    pid = tl.program_id(0)
+    step = tl.num_programs(0) * ROWS
+    cols = tl.arange(0, BLOCK_N)
+    cmask = _col_mask(cols, N, N_ALIGN)
+    if PREFETCH:
+        x, k = _ln_load_rows(x_ptr, pid * ROWS + tl.arange(0, ROWS), cols, M, N, N_ALIGN, ONE_PASS, POLICY)
+    i = 0
+    while i < iters:
+        rows = pid * ROWS + i * step + tl.arange(0, ROWS)
+        i += 1
+        if PREFETCH:
+            # past the last tile the rows are >= M: fully masked, no traffic
+            x_next, k_next = _ln_load_rows(x_ptr, rows + step, cols, M, N, N_ALIGN, ONE_PASS, POLICY)
+        else:
+            x, k = _ln_load_rows(x_ptr, rows, cols, M, N, N_ALIGN, ONE_PASS, POLICY)
+        rmask = rows < M
+        mask = rmask[:, None] & cmask[None, :]
+        xf = x.to(tl.float32)
+        if ONE_PASS:
+            kf = k.to(tl.float32)
+            d = tl.where(mask, xf - kf[:, None], 0.0)
+            s1, s2 = tl.reduce((d, d * d), 1, _add_pairs)
+            mean_d = s1 / N
+            var = tl.maximum(s2 / N - mean_d * mean_d, 0.0)
+            mean = kf + mean_d
+            xc = xf - mean[:, None]  # masked lanes are not stored
+        else:
+            mean = tl.sum(xf, axis=1) / N
+            xc = tl.where(mask, xf - mean[:, None], 0.0)
+            var = tl.sum(xc * xc, axis=1) / N
+        rstd = tl.rsqrt(var + eps)
+        # w and b after the reductions, as in _ln_fwd (L1/L2 hits)
+        w = tl.load(w_ptr + cols, mask=cmask, other=0.0, eviction_policy="evict_last").to(tl.float32)
+        b = tl.load(b_ptr + cols, mask=cmask, other=0.0, eviction_policy="evict_last").to(tl.float32)
+        y = xc * rstd[:, None] * w[None, :] + b[None, :]
+        offs = _row_start(rows, N, N_ALIGN)[:, None] + cols[None, :]
+        tl.store(y_ptr + offs, y.to(y_ptr.dtype.element_ty), mask=mask)
+        tl.store(mean_ptr + rows, mean, mask=rmask)
+        tl.store(rstd_ptr + rows, rstd, mask=rmask)
+        if PREFETCH:
+            x = x_next
+            k = k_next
+
+
+@triton.jit
+def _ln_fwd_wide_v(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, M, N, eps, P,
+                   CHUNK: tl.constexpr, N_ALIGN: tl.constexpr, ONE_PASS: tl.constexpr,
+                   REVERSE: tl.constexpr):
+    # _ln_fwd_wide with two options. ONE_PASS: pass 1 accumulates d = x - k and d^2 in vector
+    # registers, two cross-warp reductions per row instead of two per chunk, and loads the
+    # next chunk before adding the current one (a while loop is not software-pipelined).
+    # REVERSE: pass 2 walks the chunks last to first, starting with those pass 1 touched last
+    # (most likely still in L2).
+    offs = tl.arange(0, CHUNK)
+    row = tl.program_id(0)
+    n_chunks = tl.cdiv(N, CHUNK)
+    while row < M:
+        base = _row_start(row, N, N_ALIGN)
+        if ONE_PASS:
+            acc1 = tl.zeros([CHUNK], dtype=tl.float32)
+            acc2 = tl.zeros([CHUNK], dtype=tl.float32)
+            x = tl.load(x_ptr + base + offs, mask=_col_mask(offs, N, N_ALIGN), other=0.0,
+                        eviction_policy="evict_last")
+            # shift: the first chunk's mean (one reduction per row), within a fraction of a standard
+            # deviation of the row's mean, so E[d^2] - E[d]^2 cancels almost nothing
+            k = tl.sum(x.to(tl.float32), axis=0) / tl.minimum(N, CHUNK).to(tl.float32)
+            start = 0
+            while start < N:
+                mask = _col_mask(start + offs, N, N_ALIGN)
+                start += CHUNK
+                x_next = tl.load(x_ptr + base + start + offs, mask=_col_mask(start + offs, N, N_ALIGN),
+                                 other=0.0, eviction_policy="evict_last")
+                d = tl.where(mask, x.to(tl.float32) - k, 0.0)
+                acc1 += d
+                acc2 += d * d
+                x = x_next
+            s1, s2 = tl.reduce((acc1, acc2), 0, _add_pairs)
+            mean_d = s1 / N
+            mean = k + mean_d
+            rstd = tl.rsqrt(tl.maximum(s2 / N - mean_d * mean_d, 0.0) + eps)
+        else:
+            count = 0.0
+            mean = 0.0
+            m2 = 0.0
+            start = 0
+            while start < N:
+                cols = start + offs
+                mask = _col_mask(cols, N, N_ALIGN)
+                x = tl.load(x_ptr + base + cols, mask=mask, other=0.0, eviction_policy="evict_last").to(tl.float32)
+                n_c = tl.minimum(N - start, CHUNK).to(tl.float32)
+                mean_c = tl.sum(x, axis=0) / n_c
+                d = tl.where(mask, x - mean_c, 0.0)
+                m2_c = tl.sum(d * d, axis=0)
+                delta = mean_c - mean
+                total = count + n_c
+                mean += delta * (n_c / total)
+                m2 += m2_c + delta * delta * (count * (n_c / total))
+                count = total
+                start += CHUNK
+            rstd = tl.rsqrt(m2 / N + eps)
+        tl.store(mean_ptr + row, mean)
+        tl.store(rstd_ptr + row, rstd)
+        j = 0
+        while j < n_chunks:
+            if REVERSE:
+                cols = (n_chunks - 1 - j) * CHUNK + offs
+            else:
+                cols = j * CHUNK + offs
+            j += 1
+            mask = _col_mask(cols, N, N_ALIGN)
+            # xv, not x: with ONE_PASS, x is pass 1's loop-carried tensor of the input dtype
+            xv = tl.load(x_ptr + base + cols, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+            w = tl.load(w_ptr + cols, mask=mask, other=0.0, eviction_policy="evict_last").to(tl.float32)
+            b = tl.load(b_ptr + cols, mask=mask, other=0.0, eviction_policy="evict_last").to(tl.float32)
+            y = (xv - mean) * rstd * w + b
+            tl.store(y_ptr + base + cols, y.to(y_ptr.dtype.element_ty), mask=mask, eviction_policy="evict_first")
+        row += P
+
+
+# ---------------------------------------------------------------------------------------------
 # Launchers
 
-_FWD_TILE_BYTES = 16384  # bytes of x per forward program: 16 elements (2-4 16-byte loads) per thread
+_FWD_TILE_BYTES = 16384  # bytes of x per forward program
 _FWD_MAX_BLOCK = 16384   # widest row the forward keeps in registers (16 warps, 32 fp32 per thread)
 _FWD_CHUNK_BYTES = 32768  # chunk of a wider row: 16 warps x 32 bytes per thread
+# Measured on the H200 (benchmarks/layer_norm_ab.py, docs/evidence/layer_norm_ab_h200_run1.txt, bf16):
+# 32 elements per thread (half the warps of 16) took fwd 32768x4096 from 82% of copy to 91% and
+# 8192x8192 from 64% to 82%; rows of 16384 need more than that: a persistent grid with the next
+# tile prefetched, 55% -> 82%; wider rows, two programs per SM on the chunked path: 60% -> 71%.
+_FWD_PER_THREAD = 32
+_FWD_PERSIST_FROM = 16384
+_FWD_WIDE_PER_SM = 2
 _BWD_TILE = 4096         # elements per backward tile (x and dy each; ~5 fp32 registers per element)
 _BWD_MAX_BLOCK = 8192    # widest row whose dw/db accumulators fit in registers with x and dy
 _BWD_CHUNK = 4096        # column block for wider rows
@@ -225,40 +389,122 @@ def _warps(tile: int) -> int:
     return max(4, min(16, tile // 512))
 
 
-def layer_norm_forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float,
+def _resident_programs(kernel, args: tuple, constexprs: dict, num_warps: int, maxnreg, device) -> int:
+    """Programs of this compiled kernel the GPU holds at once (registers, threads, shared memory per
+    SM), for the persistent-grid variant; on the CPU interpreter a few, enough to exercise striding."""
+    if device.type != "cuda":
+        return sm_count(device)
+    key = (kernel.fn.__name__, tuple(sorted(constexprs.items())), num_warps, maxnreg, device.index,
+           tuple(a.dtype for a in args if torch.is_tensor(a)))
+    if key not in _RESIDENT:
+        props = torch.cuda.get_device_properties(device)
+        extra = {"maxnreg": maxnreg} if maxnreg else {}
+        compiled = kernel.warmup(*args, grid=(1,), num_warps=num_warps, **extra, **constexprs)
+        compiled._init_handles()
+        regs_per_warp = triton.cdiv(max(compiled.n_regs, 1) * 32, 256) * 256  # allocation granularity
+        by_regs = getattr(props, "regs_per_multiprocessor", 65536) // regs_per_warp // num_warps
+        by_threads = props.max_threads_per_multi_processor // (32 * num_warps)
+        smem = compiled.metadata.shared
+        by_smem = props.shared_memory_per_multiprocessor // (smem + 1024) if smem else 32
+        _RESIDENT[key] = max(1, min(by_regs, by_threads, by_smem, 32)) * props.multi_processor_count
+    return _RESIDENT[key]
+
+
+_RESIDENT: dict[tuple, int] = {}
+
+
+def _persistent_grid(tiles: int, resident: int) -> tuple[int, int]:
+    """(programs, tiles per program): fewest programs for the same number of sweeps."""
+    per = triton.cdiv(tiles, resident)
+    return triton.cdiv(tiles, per), per
+
+
+def layer_norm_forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float, *,
+                       rows: int | None = None, num_warps: int | None = None,
+                       per_thread: int = _FWD_PER_THREAD, persistent: bool | None = None,
+                       prefetch: bool | None = None, one_pass: bool = False,
+                       maxnreg: int | None = None, max_block: int = _FWD_MAX_BLOCK,
+                       chunk: int | None = None, wide_warps: int | None = None,
+                       wide_per_sm: int = _FWD_WIDE_PER_SM, wide_one_pass: bool = False,
+                       wide_reverse: bool = False, policy: str = "evict_first",
                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """x [M, N] contiguous -> (y, mean, rstd); mean and rstd in fp32, kept for the backward."""
+    """x [M, N] contiguous -> (y, mean, rstd); mean and rstd in fp32, kept for the backward.
+
+    Keyword options for GPU A/Bs (benchmarks/layer_norm_ab.py); left out, the measured default.
+    Register path (next_pow2(N) <= max_block): `rows` per program (a power of two), `num_warps` or
+    `per_thread` (elements of x per thread, which sets num_warps), `maxnreg` (register cap),
+    `persistent` grid sized to the resident programs, `prefetch` of the next tile, `one_pass`
+    statistics (one fused reduction of shifted sums); the last three use _ln_fwd_rows. A
+    `max_block` above 16384 keeps 32768/65536-wide rows in registers (up to 32 warps).
+    Wide path: `chunk` (elements), `wide_warps`, `wide_per_sm` (programs per SM),
+    `wide_one_pass` and `wide_reverse` (see _ln_fwd_wide_v). `policy`: cache hint of the x loads
+    on the register path."""
     M, N = x.shape
     y = torch.empty_like(x)
     mean = torch.empty(M, dtype=torch.float32, device=x.device)
     rstd = torch.empty(M, dtype=torch.float32, device=x.device)
     block = triton.next_power_of_2(N)
-    if block <= _FWD_MAX_BLOCK:
-        rows = max(1, min(_FWD_TILE_BYTES // (block * x.element_size()), triton.next_power_of_2(M)))
-        _ln_fwd[(triton.cdiv(M, rows),)](x, weight, bias, y, mean, rstd, M, N, eps,
-                                          ROWS=rows, BLOCK_N=block, N_ALIGN=_align(N),
-                                          num_warps=_warps(rows * block))
+    if block <= max_block:
+        if rows is None:
+            rows = max(1, min(_FWD_TILE_BYTES // (block * x.element_size()), triton.next_power_of_2(M)))
+        if rows & (rows - 1):
+            raise ValueError(f"rows per program must be a power of two: {rows}")
+        tile = rows * block
+        if num_warps is None:
+            num_warps = max(4, min(32, tile // (32 * per_thread)))
+        extra = {"maxnreg": maxnreg} if maxnreg else {}
+        big = block >= _FWD_PERSIST_FROM  # the measured default: persistent and prefetching
+        persistent = big if persistent is None else persistent
+        prefetch = big if prefetch is None else prefetch
+        if not (persistent or prefetch or one_pass):
+            _ln_fwd[(triton.cdiv(M, rows),)](x, weight, bias, y, mean, rstd, M, N, eps,
+                                              ROWS=rows, BLOCK_N=block, N_ALIGN=_align(N), POLICY=policy,
+                                              num_warps=num_warps, **extra)
+        else:
+            meta = dict(ROWS=rows, BLOCK_N=block, N_ALIGN=_align(N), PREFETCH=prefetch, ONE_PASS=one_pass,
+                        POLICY=policy)
+            args = (x, weight, bias, y, mean, rstd, M, N, eps)
+            tiles = triton.cdiv(M, rows)
+            if persistent:
+                grid, iters = _persistent_grid(tiles, _resident_programs(
+                    _ln_fwd_rows, args + (1,), meta, num_warps, maxnreg, x.device))
+            else:
+                grid, iters = tiles, 1
+            _ln_fwd_rows[(grid,)](*args, iters, num_warps=num_warps, **extra, **meta)
     else:
-        programs = min(M, sm_count(x.device))
-        _ln_fwd_wide[(programs,)](x, weight, bias, y, mean, rstd, M, N, eps, programs,
-                                  CHUNK=_FWD_CHUNK_BYTES // x.element_size(), N_ALIGN=_align(N),
-                                  num_warps=16)
+        chunk = chunk or _FWD_CHUNK_BYTES // x.element_size()
+        programs = min(M, wide_per_sm * sm_count(x.device))
+        warps = wide_warps or 16
+        if wide_one_pass or wide_reverse:
+            _ln_fwd_wide_v[(programs,)](x, weight, bias, y, mean, rstd, M, N, eps, programs,
+                                        CHUNK=chunk, N_ALIGN=_align(N), ONE_PASS=wide_one_pass,
+                                        REVERSE=wide_reverse, num_warps=warps)
+        else:
+            _ln_fwd_wide[(programs,)](x, weight, bias, y, mean, rstd, M, N, eps, programs,
+                                      CHUNK=chunk, N_ALIGN=_align(N), num_warps=warps)
     return y, mean, rstd
 
 
 def layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, mean: torch.Tensor,
-                        rstd: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """-> (dx, dw, db); dw and db in the weight's dtype, summed in fp32."""
+                        rstd: torch.Tensor, *, rows: int | None = None, num_warps: int | None = None,
+                        max_block: int = _BWD_MAX_BLOCK, chunk: int = _BWD_CHUNK, groups_per_sm: int = 2,
+                        policy: str = "evict_first") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """-> (dx, dw, db); dw and db in the weight's dtype, summed in fp32.
+
+    Keyword options for GPU A/Bs; left out, the launch is today's: `rows` per tile and `num_warps`
+    of _ln_bwd, `max_block` (widest next_pow2(N) with the fused, one-read path), `chunk` (column
+    block of wider rows), `groups_per_sm` (row groups per SM and column block, about), `policy`
+    (cache hint of _ln_bwd's x and dy loads)."""
     M, N = x.shape
     dx = torch.empty_like(x)
     block = triton.next_power_of_2(N)
     sms = sm_count(x.device)
-    if block <= _BWD_MAX_BLOCK:
+    if block <= max_block:
         fused, block_c, n_col_blocks = True, block, 1
-        rows = max(1, min(_BWD_TILE // block, triton.next_power_of_2(M)))
+        rows = rows or max(1, min(_BWD_TILE // block, triton.next_power_of_2(M)))
         sums = mean  # not read when FUSED
     else:
-        fused, rows, block_c = False, 1, _BWD_CHUNK
+        fused, rows, block_c = False, rows or 1, chunk
         n_col_blocks = triton.cdiv(N, block_c)
         sums = torch.empty(2 * M, dtype=torch.float32, device=x.device)
         _ln_bwd_row_sums[(M,)](x, dy, weight, mean, rstd, sums, M, N,
@@ -266,12 +512,12 @@ def layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
     # ~2 programs per SM in all; with few rows, at least one per SM, and each program takes
     # several row tiles where possible so that the partial buffer stays small next to x and dy.
     row_tiles = triton.cdiv(M, rows)
-    groups = max(1, min(row_tiles, triton.cdiv(2 * sms, n_col_blocks),
+    groups = max(1, min(row_tiles, triton.cdiv(groups_per_sm * sms, n_col_blocks),
                         max(triton.cdiv(sms, n_col_blocks), triton.cdiv(row_tiles, 8))))
     partial = torch.empty((groups, 2, N), dtype=torch.float32, device=x.device)
     _ln_bwd[(groups, n_col_blocks)](x, dy, weight, mean, rstd, sums, dx, partial, M, N, groups,
-                                    ROWS=rows, BLOCK_C=block_c, FUSED=fused, N_ALIGN=_align(N),
-                                    num_warps=_warps(rows * block_c))
+                                    ROWS=rows, BLOCK_C=block_c, FUSED=fused, N_ALIGN=_align(N), POLICY=policy,
+                                    num_warps=num_warps or _warps(rows * block_c))
     out = torch.empty(2 * N, dtype=weight.dtype, device=x.device)
     _ln_sum_partials[(triton.cdiv(2 * N, _SUM_BLOCK_C),)](partial, out, groups, 2 * N,
                                                          BLOCK_G=_SUM_BLOCK_G, BLOCK_C=_SUM_BLOCK_C,

@@ -1,0 +1,240 @@
+"""GPU A/B of layer_norm's launch variants against the default and the peers (Liger, eager, compile).
+
+Each (shape, variant) is first checked against the float64 reference (FAIL: not timed), then timed
+exactly like the collector (CUDA graph replays, L2 flushed before each, timing.Budget(5, 25)), bf16.
+One line per case: ms, GB/s from layer_norm.SPEC.bytes_moved, % of the H200's measured copy
+bandwidth, and our default's time over this one (x > 1: faster than the default). Variants whose
+launches (kernels, grids, scalars, constexprs, warps) equal the default's or an earlier variant's
+are named and not timed again. The forward is timed as the collector's fwd mode calls it (y, mean
+and rstd written); the backward as our kernels on our forward's mean and rstd, plus the collector's
+autograd call and the peers. torch.compile's forward (slow to compile) comes after every other case,
+for the first two forward shapes, while time is left.
+
+    python benchmarks/layer_norm_ab.py              # on the GPU, < 75 s (later cases skipped past --budget-s)
+    TRITON_INTERPRET=1 python benchmarks/layer_norm_ab.py --dry-run   # CPU: tiny shapes, checks only
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import os
+import sys
+import time
+
+T0 = time.perf_counter()
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import torch  # noqa: E402
+import triton  # noqa: E402
+
+from triton.runtime.jit import KernelInterface  # noqa: E402
+
+from kcollect import timing, verify  # noqa: E402
+from kcollect.kernels import layer_norm as L  # noqa: E402
+
+COPY_GBPS = 4250.0  # H200, measured copy (read + write)
+DTYPE = torch.bfloat16
+EPS = 1e-5
+SPEC = L.SPEC
+HAVE_LIGER = importlib.util.find_spec("liger_kernel") is not None
+
+
+# (label, keywords of layer_norm_forward given N). Run 1 (docs/evidence/layer_norm_ab_h200_run1.txt)
+# chose today's defaults: 32 elements per thread; persistent + prefetch at 16384 wide; the chunked
+# path at 2 programs per SM. Run 2: the cache hint of the x loads, and the runners-up of run 1.
+FWD_VARIANTS = [
+    ("default", lambda n: {}),
+    ("evict_last", lambda n: {"policy": "evict_last"}),
+    ("no hint", lambda n: {"policy": ""}),
+    ("persistent+prefetch", lambda n: {"persistent": True, "prefetch": True}),
+    ("persistent+prefetch evict_last", lambda n: {"persistent": True, "prefetch": True, "policy": "evict_last"}),
+    ("16/thread", lambda n: {"per_thread": 16}),
+    ("persistent+prefetch+one_pass", lambda n: {"persistent": True, "prefetch": True, "one_pass": True}),
+    ("wide 1/SM", lambda n: {"wide_per_sm": 1}),
+    ("wide 2/SM chunk 32768 32w", lambda n: {"chunk": 32768, "wide_warps": 32}),
+]
+
+# (label, keywords of layer_norm_backward given N). Default: fused (one read) up to 8192 wide,
+# else row sums + column blocks of 4096; tiles of 1 x 4096 at 8 warps; ~2 row groups per SM.
+BWD_VARIANTS = [
+    ("default", lambda n: {}),
+    ("evict_last", lambda n: {"policy": "evict_last"}),
+    ("no hint", lambda n: {"policy": ""}),
+    ("16 warps", lambda n: {"num_warps": 16}),
+    ("16 warps evict_last", lambda n: {"num_warps": 16, "policy": "evict_last"}),
+    ("cols 2048, 2 rows", lambda n: {"chunk": 2048, "rows": 2} if n > L._BWD_MAX_BLOCK else {}),
+    ("cols 2048, 2 rows evict_last", lambda n: {"chunk": 2048, "rows": 2, "policy": "evict_last"}
+     if n > L._BWD_MAX_BLOCK else {}),
+    ("4 warps", lambda n: {"num_warps": 4}),
+]
+
+# (mode, M, N), most important first: past --budget-s the rest is skipped
+CASES = [
+    ("fwd", 4096, 16384),
+    ("fwd", 8192, 8192),
+    ("fwd", 32768, 4096),
+    ("fwd", 2048, 65536),
+    ("bwd", 4096, 16384),
+    ("bwd", 2048, 65536),
+    ("bwd", 32768, 4096),
+]
+COMPILE_CASES = [("fwd", 4096, 16384), ("fwd", 8192, 8192)]  # torch.compile peer, last
+DRY_M = {4096: 11, 8192: 5, 16384: 3, 65536: 6}  # --dry-run: the same widths, a few rows (more than
+# the interpreter's 4 'SMs' where a grid size should differ from the default's)
+
+
+@contextlib.contextmanager
+def recorded(calls: list):
+    """Triton launches (fn[grid](...)) record what would run instead of running (as in rms_norm_ab)."""
+    saved = KernelInterface.__getitem__
+
+    def record(self, grid):
+        return lambda *args, **kwargs: calls.append((self, tuple(grid), args, kwargs))
+
+    KernelInterface.__getitem__ = record
+    try:
+        yield
+    finally:
+        KernelInterface.__getitem__ = saved
+
+
+def launches(fn) -> tuple:
+    """What fn would launch: (kernel, grid, scalar arguments, keywords) per launch."""
+    calls = []
+    with recorded(calls):
+        fn()
+    return tuple((k.fn.__name__, grid, tuple(a for a in args if not torch.is_tensor(a)), tuple(sorted(kw.items())))
+                 for k, grid, args, kw in calls)
+
+
+def lazy(make):
+    """A call of make()'s callable, built on first use (inside the case's try: a peer's forward)."""
+    built = []
+
+    def call():
+        if not built:
+            built.append(make())
+        return built[0]()
+    return call
+
+
+def make_inputs(m, n, device, seed=0):
+    """layer_norm.make_inputs' distribution, drawn on the device (a CPU draw of 32768 x 4096 would
+    eat the time budget)."""
+    g = torch.Generator(device=device).manual_seed(seed)
+    x = (torch.randn((m, n), generator=g, device=device) * (1.0 + 3.0 * torch.rand((m, 1), generator=g, device=device))
+         + torch.randn((m, 1), generator=g, device=device))
+    w = 1.0 + 0.2 * torch.randn(n, generator=g, device=device)
+    b = 0.1 * torch.randn(n, generator=g, device=device)
+    return {"x": x.to(DTYPE), "weight": w.to(DTYPE), "bias": b.to(DTYPE), "eps": EPS}
+
+
+def peer_calls(mode, inp, dys, with_compile):
+    """(label, callable) of the peers, built lazily (inside the case's try)."""
+    peers = [("eager", L.layer_norm_eager)]
+    if HAVE_LIGER:
+        peers.append(("liger", L.layer_norm_liger))
+    if mode == "bwd":
+        peers.insert(0, ("ours via autograd (collector)", L.layer_norm))
+    if with_compile:
+        peers = [("compile", SPEC.provider("compile").fn)]
+    return [(label, lazy(lambda fn=fn: verify.build_call(SPEC, fn, verify.clone_inputs(inp), mode, dys)))
+            for label, fn in peers]
+
+
+def run_case(mode, m, n, device, dry, flush, budget, deadline, compile_only=False):
+    tol = SPEC.tolerance[DTYPE]
+    dims = {"M": m, "N": n}
+    nbytes = SPEC.bytes_moved(dims, DTYPE, mode)
+    inp = make_inputs(m, n, device)
+    x, w, b = inp["x"], inp["weight"], inp["bias"]
+    dys, want = verify.reference_answers(SPEC, inp, mode, seed=1)  # float64, on the device
+    cases = []  # (label, callable returning what is compared with `want`, is ours)
+    if not compile_only:
+        if mode == "fwd":
+            for label, kw in FWD_VARIANTS:
+                cases.append((label, lambda kw=kw(n): (L.layer_norm_forward(x, w, b, EPS, **kw)[0],), True))
+        else:
+            dy = dys[0].to(DTYPE)
+            _, mean, rstd = L.layer_norm_forward(x, w, b, EPS)
+            for label, kw in BWD_VARIANTS:
+                cases.append((label, lambda kw=kw(n): L.layer_norm_backward(dy, x, w, mean, rstd, **kw), True))
+    cases += [(label, fn, False) for label, fn in peer_calls(mode, inp, dys, compile_only)]
+
+    seen = {}
+    default_ms = DEFAULT_MS.get((mode, m, n))
+    for label, fn, is_ours in cases:
+        name = f"layer_norm {mode} {m}x{n} {label:34s}"
+        if time.perf_counter() > deadline:
+            print(f"{name} SKIP (past the time budget)", flush=True)
+            continue
+        try:
+            if is_ours:
+                key = launches(fn)
+                if key in seen:
+                    print(f"{name} same launch as {seen[key]}", flush=True)
+                    continue
+                seen[key] = label
+            with torch.no_grad() if mode == "fwd" else contextlib.nullcontext():
+                err = verify.max_error(verify.as_tuple(fn()), want)
+                if not err <= tol:
+                    print(f"{name} FAIL error {err:.3g} > {tol:.3g}", flush=True)
+                    continue
+                if dry:
+                    print(f"{name} ok (dry run, error {err:.2e})", flush=True)
+                    continue
+                ms = timing.time_cuda_graph(fn, budget, flush).median_ms
+            if label == "default":
+                default_ms = DEFAULT_MS[(mode, m, n)] = ms
+            gbps = nbytes / ms / 1e6
+            vs = f"x{default_ms / ms:.3f} vs default" if default_ms else ""
+            print(f"{name} {ms:8.4f} ms {gbps:7.0f} GB/s {100 * gbps / COPY_GBPS:5.1f}% of copy  {vs}"
+                  f"  (error {err:.1e})", flush=True)
+        except Exception as e:  # one failing case (a missing peer, a compile error) is a result
+            print(f"{name} ERROR {type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}", flush=True)
+
+
+DEFAULT_MS: dict[tuple, float] = {}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dry-run", action="store_true", help="CPU (TRITON_INTERPRET=1): tiny shapes, checks only")
+    ap.add_argument("--only", default="", help="comma-separated substrings of 'mode MxN': only those cases")
+    ap.add_argument("--budget-s", type=float, default=None,
+                    help="skip the cases left after this many seconds (default 68; none in a dry run)")
+    ap.add_argument("--no-compile", action="store_true", help="leave out the torch.compile peer")
+    args = ap.parse_args()
+    if args.budget_s is None:
+        args.budget_s = float("inf") if args.dry_run else 68.0
+    device = "cpu" if args.dry_run else "cuda"
+    flush = None if args.dry_run else torch.empty(timing.L2_FLUSH_BYTES, dtype=torch.int8, device=device)
+    budget = timing.Budget(5, 25)
+    where = "dry run, CPU interpreter" if args.dry_run else torch.cuda.get_device_name()
+    print(f"layer_norm A/B, bf16, {where}; % of {COPY_GBPS:.0f} GB/s copy; liger "
+          f"{'present' if HAVE_LIGER else 'not importable'}", flush=True)
+    # the compile peer is not run on the CPU: inductor's CPU compile is slow and says nothing of the GPU
+    todo = [(c, False) for c in CASES]
+    if not (args.dry_run or args.no_compile):
+        todo += [(c, True) for c in COMPILE_CASES]
+    for (mode, m, n), compile_only in todo:
+        if args.only and not any(o in f"{mode} {m}x{n}" for o in args.only.split(",")):
+            continue
+        if args.dry_run:
+            m = DRY_M[n]
+        if time.perf_counter() > T0 + args.budget_s:
+            print(f"layer_norm {mode} {m}x{n}{' compile' if compile_only else ''} SKIP (past the time budget)",
+                  flush=True)
+            continue
+        try:
+            run_case(mode, m, n, device, args.dry_run, flush, budget, T0 + args.budget_s, compile_only)
+        except Exception as e:
+            print(f"layer_norm {mode} {m}x{n}: ERROR {type(e).__name__}: {str(e)[:200]}", flush=True)
+        if not args.dry_run:
+            torch.cuda.empty_cache()
+    print(f"total {time.perf_counter() - T0:.1f} s", flush=True)
+
+
+if __name__ == "__main__":
+    main()
