@@ -368,9 +368,16 @@ _FWD_CHUNK_BYTES = 32768  # chunk of a wider row: 16 warps x 32 bytes per thread
 # 32 elements per thread (half the warps of 16) took fwd 32768x4096 from 82% of copy to 91% and
 # 8192x8192 from 64% to 82%; rows of 16384 need more than that: a persistent grid with the next
 # tile prefetched, 55% -> 82%; wider rows, two programs per SM on the chunked path: 60% -> 71%.
+# Run 2 (layer_norm_ab_h200_run2.txt): x loads hinted evict_last, though each is read once (as for
+# rms_norm and softmax: we have not found out why it wins on this GPU), 32768x4096 90% -> 97%; with
+# it, the persistent prefetching grid also pays from 8192 wide (82% -> 86%); in the backward, the
+# column-blocked path (rows over 8192) with evict_last and 16 warps, 48% -> 52% (16384 wide) and
+# 43% -> 46% (65536); the fused backward (<= 8192 wide) keeps evict_first (evict_last: no gain).
 _FWD_PER_THREAD = 32
-_FWD_PERSIST_FROM = 16384
+_FWD_PERSIST_FROM = 8192
 _FWD_WIDE_PER_SM = 2
+_FWD_POLICY = "evict_last"
+_BWD_WIDE_WARPS = 16
 _BWD_TILE = 4096         # elements per backward tile (x and dy each; ~5 fp32 registers per element)
 _BWD_MAX_BLOCK = 8192    # widest row whose dw/db accumulators fit in registers with x and dy
 _BWD_CHUNK = 4096        # column block for wider rows
@@ -426,7 +433,7 @@ def layer_norm_forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
                        maxnreg: int | None = None, max_block: int = _FWD_MAX_BLOCK,
                        chunk: int | None = None, wide_warps: int | None = None,
                        wide_per_sm: int = _FWD_WIDE_PER_SM, wide_one_pass: bool = False,
-                       wide_reverse: bool = False, policy: str = "evict_first",
+                       wide_reverse: bool = False, policy: str = _FWD_POLICY,
                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """x [M, N] contiguous -> (y, mean, rstd); mean and rstd in fp32, kept for the backward.
 
@@ -488,7 +495,7 @@ def layer_norm_forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
 def layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, mean: torch.Tensor,
                         rstd: torch.Tensor, *, rows: int | None = None, num_warps: int | None = None,
                         max_block: int = _BWD_MAX_BLOCK, chunk: int = _BWD_CHUNK, groups_per_sm: int = 2,
-                        policy: str = "evict_first") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                        policy: str | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """-> (dx, dw, db); dw and db in the weight's dtype, summed in fp32.
 
     Keyword options for GPU A/Bs; left out, the launch is today's: `rows` per tile and `num_warps`
@@ -503,8 +510,11 @@ def layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
         fused, block_c, n_col_blocks = True, block, 1
         rows = rows or max(1, min(_BWD_TILE // block, triton.next_power_of_2(M)))
         sums = mean  # not read when FUSED
+        policy = policy if policy is not None else "evict_first"
     else:
         fused, rows, block_c = False, rows or 1, chunk
+        policy = policy if policy is not None else "evict_last"
+        num_warps = num_warps or _BWD_WIDE_WARPS
         n_col_blocks = triton.cdiv(N, block_c)
         sums = torch.empty(2 * M, dtype=torch.float32, device=x.device)
         _ln_bwd_row_sums[(M,)](x, dy, weight, mean, rstd, sums, M, N,

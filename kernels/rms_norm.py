@@ -189,7 +189,7 @@ def _fwd_chunked(x_ptr, r_ptr, h_ptr, w_ptr, y_ptr, rstd_ptr, M, N, eps, iters,
 @triton.jit(do_not_specialize=["iters"])
 def _bwd_rows(x_ptr, w_ptr, dy_ptr, dh_ptr, rstd_ptr, dx_ptr, part_ptr, M, N, iters,
               BLOCK_N: tl.constexpr, ROWS: tl.constexpr, HAS_DH: tl.constexpr, PREFETCH: tl.constexpr = True,
-              POLICY: tl.constexpr = "evict_first"):
+              POLICY: tl.constexpr = "evict_last"):
     # dx = rstd * (m - xhat * mean(m * xhat)) [+ dh] with xhat = x * rstd, m = dy * w;
     # dw = sum over rows of dy * xhat, accumulated in fp32 registers over all the tiles this
     # program visits and written once, as row `pid` of the [programs, N] partial buffer.
@@ -344,6 +344,13 @@ _FWD_MAXNREG = {
 # SM, which hide each other's latency better than a prefetched tile did; at 5120 and 8192 the
 # prefetch won); the backward not at 16384 wide, where the prefetched tiles spill (ptxas: 88 bytes
 # of stack per thread with dh, 24 without the prefetch) and cost more than they hide.
+# Warps of the forward where the A/B found fewer than _tile's better (docs/evidence/
+# rms_norm_ab_h200_run3.txt, bf16): (has residual, row block) -> warps. 4096 wide without a residual:
+# 4 warps (32 elements per thread, 96 registers, no cap) 92% -> 98% of copy at 32768x4096, 81% -> 86%
+# at 8192x4096; with a residual or at 8192 wide, halving did nothing or lost.
+_FWD_WARPS = {(False, 4096): 4}
+# The backward's loads are hinted evict_last (rms_norm bwd 32768x4096 88% -> 94%, 2048x16384 72% ->
+# 75%; add_rms_norm unchanged), as the forward's are (see X_POLICY).
 CHUNK_BYTES = 32768  # chunk of a wide row in _fwd_chunked: 32 warps x 32 bytes per thread
 DOT_CHUNK = 8192  # chunk of a wide row in _bwd_row_dot: 16 warps x 16 elements
 COLS_TILE = (4, 1024)  # BLOCK_R x BLOCK_C of _bwd_cols, 8 warps: 64 registers, 4 programs per SM
@@ -478,7 +485,8 @@ def rms_norm_forward(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6, residu
             prefetch = False if prefetch is None else prefetch
             persistent = False if persistent is None else persistent
         block_n, block_b, rows0, warps0 = _tile(N, FWD_PER_THREAD, split=split is not False)
-        rows, warps = rows or rows0, num_warps or warps0
+        rows = rows or rows0
+        warps = num_warps or (_FWD_WARPS.get((has_res, block_n + block_b), warps0) if rows == rows0 else warps0)
         if rows & (rows - 1) or rows * (block_n + block_b) > MAX_REG_BLOCK:
             raise ValueError(f"rows per program must be a power of two, at most {MAX_REG_BLOCK} elements: {rows}")
         default_tile = (block_n, block_b, rows, warps) == _tile(N, FWD_PER_THREAD)
@@ -508,7 +516,7 @@ def rms_norm_forward(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6, residu
 def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: torch.Tensor,
                       dh: torch.Tensor | None = None, max_block: int = MAX_REG_BLOCK,
                       *, num_warps: int | None = None, prefetch: bool | None = None,
-                      cols_tile: tuple[int, int] | None = None, policy: str = "evict_first"):
+                      cols_tile: tuple[int, int] | None = None, policy: str = "evict_last"):
     """(dx, dw) for y = rms_norm(x) * w; with dh (add_rms_norm: x is h, dh the gradient reaching h
     directly), dx includes it.
 
