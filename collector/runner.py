@@ -86,6 +86,11 @@ class Runner:
         cfg = self.config
         if cfg.device == "cuda":
             self.flush = torch.empty(timing.L2_FLUSH_BYTES, dtype=torch.int8, device="cuda")
+            # Start autograd's CUDA worker now: started lazily by the first backward, inside a graph
+            # capture, it broke that capture (on the H200 the first backward of every run was timed
+            # with events instead of graph replays).
+            x = torch.ones(2, device="cuda", requires_grad=True)
+            (x * x).sum().backward()
         _raise_recompile_limit()
         env = fingerprint(cfg.device)
         self.store.add_environment(env)
@@ -178,12 +183,15 @@ class Runner:
         if self.config.device != "cuda":
             return timing.time_cpu(call, self.budget)
         if self.config.cuda_graph:
+            failure = None
             try:
                 return timing.time_cuda_graph(call, self.budget, self.flush)
             except Exception as e:  # not capturable (a host sync, say): events, and the row says so
-                torch.cuda.synchronize()
-                _release("cuda")
-                self.warn(f"CUDA-graph capture failed ({_error_text(e)}); timed with events")
+                failure = _error_text(e)
+            # outside the except block, so that no traceback keeps the failed capture's memory
+            torch.cuda.synchronize()
+            _release("cuda")
+            self.warn(f"CUDA-graph capture failed ({failure}); timed with events")
         return timing.time_cuda(call, self.budget, self.flush)
 
     def _row(self, case: Case, mode: str, provider: str, *, status: str, error: str | None = None,

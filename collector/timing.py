@@ -7,6 +7,7 @@ p20, p80, mean, std and min. On the CPU (interpreter) a plain clock is used and 
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import statistics
@@ -91,6 +92,10 @@ def time_cuda(fn: Callable[[], object], budget: Budget, flush: torch.Tensor) -> 
     return summarize("cuda-events", [s.elapsed_time(e) for s, e in zip(starts, ends)])
 
 
+class CaptureError(RuntimeError):
+    """A call could not be captured into a CUDA graph (a host sync inside it, say)."""
+
+
 def time_cuda_graph(fn: Callable[[], object], budget: Budget, flush: torch.Tensor) -> Timing:
     """Captures one call into a CUDA graph and times its replays, with the same L2 flush and
     budgets as time_cuda. A replay runs exactly the device work of the call without the host's
@@ -104,8 +109,19 @@ def time_cuda_graph(fn: Callable[[], object], budget: Budget, flush: torch.Tenso
             fn()
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
+    try:
+        with torch.cuda.graph(graph):
+            fn()
+    except Exception as e:
+        # Free what the failed capture allocated before the caller falls back to events: the
+        # exception's traceback would otherwise keep this frame, the graph and its private memory
+        # pool alive (on the H200 a run of failed captures of large cross-entropy cases ran the
+        # 140 GB device out of memory). The caller gets the message, without the frames.
+        message = f"{type(e).__name__}: {e}"
+        with contextlib.suppress(Exception):
+            graph.reset()
+        del graph, e
+        raise CaptureError(message) from None
     try:
         return dataclasses.replace(time_cuda(graph.replay, budget, flush), method="cuda-graph")
     finally:
