@@ -178,20 +178,15 @@ class Runner:
         if self.config.device != "cuda":
             return timing.time_cpu(call, self.budget)
         if self.config.cuda_graph:
-            # Two tries: on the H200 the first capture of a backward in a process failed
-            # ("operation failed due to a previous error during capture") whatever ran before it,
-            # and a second capture of the same call succeeded; a call that is not capturable (a
-            # host sync, say) fails both, and is timed with events, which its row says.
-            for _ in range(2):
-                failure = None
-                try:
-                    return timing.time_cuda_graph(call, self.budget, self.flush)
-                except Exception as e:
-                    failure = _error_text(e)
-                # outside the except block, so that no traceback keeps the failed capture's memory
-                torch.cuda.synchronize()
-                _release("cuda")
-            self.warn(f"CUDA-graph capture failed twice ({failure}); timed with events")
+            failure = None
+            try:
+                return timing.time_cuda_graph(call, self.budget, self.flush)
+            except Exception as e:  # not capturable (a host sync, say): events, and the row says so
+                failure = _error_text(e)
+            # outside the except block, so that no traceback keeps the failed capture's memory
+            torch.cuda.synchronize()
+            _release("cuda")
+            self.warn(f"CUDA-graph capture failed ({failure}); timed with events")
         return timing.time_cuda(call, self.budget, self.flush)
 
     def _row(self, case: Case, mode: str, provider: str, *, status: str, error: str | None = None,
