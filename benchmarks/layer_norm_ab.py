@@ -50,7 +50,6 @@ FWD_VARIANTS = [
     ("persistent+prefetch", lambda n: {"persistent": True, "prefetch": True}),
     ("persistent+prefetch evict_last", lambda n: {"persistent": True, "prefetch": True, "policy": "evict_last"}),
     ("16/thread", lambda n: {"per_thread": 16}),
-    ("persistent+prefetch+one_pass", lambda n: {"persistent": True, "prefetch": True, "one_pass": True}),
     ("wide 1/SM", lambda n: {"wide_per_sm": 1}),
     ("wide 2/SM chunk 32768 32w", lambda n: {"chunk": 32768, "wide_warps": 32}),
 ]

@@ -26,7 +26,7 @@ from benchmarks.layer_norm_ab import BWD_VARIANTS, CASES, EPS, FWD_VARIANTS, rec
 from kcollect.kernels import layer_norm as L  # noqa: E402
 
 _TYPES = {torch.bfloat16: "*bf16", torch.float16: "*fp16", torch.float32: "*fp32"}
-_SHOWN = ("ROWS", "BLOCK_N", "BLOCK_C", "CHUNK", "PREFETCH", "ONE_PASS", "REVERSE", "FUSED")
+_SHOWN = ("ROWS", "BLOCK_N", "BLOCK_C", "CHUNK", "PREFETCH", "POLICY", "FUSED")
 
 
 def compile_launch(fn, args, kwargs):

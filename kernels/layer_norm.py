@@ -204,71 +204,44 @@ def _ln_sum_partials(part_ptr, out_ptr, G, n2, BLOCK_G: tl.constexpr, BLOCK_C: t
 
 
 # ---------------------------------------------------------------------------------------------
-# Forward variants for GPU A/Bs (benchmarks/layer_norm_ab.py); the defaults above do not use them.
-#
-# _ln_fwd_rows: _ln_fwd's tile, plus (a) a persistent grid (each program strides over `iters`
-# tiles; one binary for any trip count), (b) PREFETCH: the next tile's loads are issued before the
-# current tile's reductions wait on its data (as rms_norm's _fwd_rows), (c) ONE_PASS: mean and
-# variance from one fused reduction of (sum d, sum d^2) with d = x - x[row, 0] instead of two
-# dependent reductions. The shift by the row's first element keeps the cancellation of
-# E[d^2] - E[d]^2 small whenever that element lies within a few standard deviations of the mean
-# (true of activations; rows centred at 1e4 with unit spread are exact enough, see the tests).
+# _ln_fwd_rows: _ln_fwd's tile on a persistent grid (each program strides over `iters` tiles; one
+# binary for any trip count), with PREFETCH: the next tile's loads are issued before the current
+# tile's reductions wait on its data (as rms_norm's _fwd_rows). The default from 8192 wide (see
+# _FWD_PERSIST_FROM); below that, and without the flags, an A/B variant.
 
 
 @triton.jit
-def _ln_load_rows(x_ptr, rows, cols, M, N, N_ALIGN: tl.constexpr, ONE_PASS: tl.constexpr,
-                  POLICY: tl.constexpr):
-    # (x tile, per-row shift): the shift, x[row, 0], only for ONE_PASS (else a dummy)
-    rmask = rows < M
-    mask = rmask[:, None] & _col_mask(cols, N, N_ALIGN)[None, :]
+def _ln_load_rows(x_ptr, rows, cols, M, N, N_ALIGN: tl.constexpr, POLICY: tl.constexpr):
+    mask = (rows < M)[:, None] & _col_mask(cols, N, N_ALIGN)[None, :]
     start = _row_start(rows, N, N_ALIGN)
-    x = tl.load(x_ptr + start[:, None] + cols[None, :], mask=mask, other=0.0, eviction_policy=POLICY)
-    if ONE_PASS:
-        k = tl.load(x_ptr + start, mask=rmask, other=0.0)
-    else:
-        k = rmask
-    return x, k
-
-
-@triton.jit
-def _add_pairs(a1, a2, b1, b2):
-    return a1 + b1, a2 + b2
+    return tl.load(x_ptr + start[:, None] + cols[None, :], mask=mask, other=0.0, eviction_policy=POLICY)
 
 
 @triton.jit(do_not_specialize=["iters"])
 def _ln_fwd_rows(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, M, N, eps, iters,
                  ROWS: tl.constexpr, BLOCK_N: tl.constexpr, N_ALIGN: tl.constexpr,
-                 PREFETCH: tl.constexpr, ONE_PASS: tl.constexpr, POLICY: tl.constexpr = "evict_first"):
+                 PREFETCH: tl.constexpr, POLICY: tl.constexpr = "evict_first"):
     pid = tl.program_id(0)
     step = tl.num_programs(0) * ROWS
     cols = tl.arange(0, BLOCK_N)
     cmask = _col_mask(cols, N, N_ALIGN)
     if PREFETCH:
-        x, k = _ln_load_rows(x_ptr, pid * ROWS + tl.arange(0, ROWS), cols, M, N, N_ALIGN, ONE_PASS, POLICY)
+        x = _ln_load_rows(x_ptr, pid * ROWS + tl.arange(0, ROWS), cols, M, N, N_ALIGN, POLICY)
     i = 0
     while i < iters:
         rows = pid * ROWS + i * step + tl.arange(0, ROWS)
         i += 1
         if PREFETCH:
             # past the last tile the rows are >= M: fully masked, no traffic
-            x_next, k_next = _ln_load_rows(x_ptr, rows + step, cols, M, N, N_ALIGN, ONE_PASS, POLICY)
+            x_next = _ln_load_rows(x_ptr, rows + step, cols, M, N, N_ALIGN, POLICY)
         else:
-            x, k = _ln_load_rows(x_ptr, rows, cols, M, N, N_ALIGN, ONE_PASS, POLICY)
+            x = _ln_load_rows(x_ptr, rows, cols, M, N, N_ALIGN, POLICY)
         rmask = rows < M
         mask = rmask[:, None] & cmask[None, :]
         xf = x.to(tl.float32)
-        if ONE_PASS:
-            kf = k.to(tl.float32)
-            d = tl.where(mask, xf - kf[:, None], 0.0)
-            s1, s2 = tl.reduce((d, d * d), 1, _add_pairs)
-            mean_d = s1 / N
-            var = tl.maximum(s2 / N - mean_d * mean_d, 0.0)
-            mean = kf + mean_d
-            xc = xf - mean[:, None]  # masked lanes are not stored
-        else:
-            mean = tl.sum(xf, axis=1) / N
-            xc = tl.where(mask, xf - mean[:, None], 0.0)
-            var = tl.sum(xc * xc, axis=1) / N
+        mean = tl.sum(xf, axis=1) / N
+        xc = tl.where(mask, xf - mean[:, None], 0.0)
+        var = tl.sum(xc * xc, axis=1) / N
         rstd = tl.rsqrt(var + eps)
         # w and b after the reductions, as in _ln_fwd (L1/L2 hits)
         w = tl.load(w_ptr + cols, mask=cmask, other=0.0, eviction_policy="evict_last").to(tl.float32)
@@ -280,82 +253,6 @@ def _ln_fwd_rows(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, M, N, eps, iter
         tl.store(rstd_ptr + rows, rstd, mask=rmask)
         if PREFETCH:
             x = x_next
-            k = k_next
-
-
-@triton.jit
-def _ln_fwd_wide_v(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, M, N, eps, P,
-                   CHUNK: tl.constexpr, N_ALIGN: tl.constexpr, ONE_PASS: tl.constexpr,
-                   REVERSE: tl.constexpr):
-    # _ln_fwd_wide with two options. ONE_PASS: pass 1 accumulates d = x - k and d^2 in vector
-    # registers, two cross-warp reductions per row instead of two per chunk, and loads the
-    # next chunk before adding the current one (a while loop is not software-pipelined).
-    # REVERSE: pass 2 walks the chunks last to first, starting with those pass 1 touched last
-    # (most likely still in L2).
-    offs = tl.arange(0, CHUNK)
-    row = tl.program_id(0)
-    n_chunks = tl.cdiv(N, CHUNK)
-    while row < M:
-        base = _row_start(row, N, N_ALIGN)
-        if ONE_PASS:
-            acc1 = tl.zeros([CHUNK], dtype=tl.float32)
-            acc2 = tl.zeros([CHUNK], dtype=tl.float32)
-            x = tl.load(x_ptr + base + offs, mask=_col_mask(offs, N, N_ALIGN), other=0.0,
-                        eviction_policy="evict_last")
-            # shift: the first chunk's mean (one reduction per row), within a fraction of a standard
-            # deviation of the row's mean, so E[d^2] - E[d]^2 cancels almost nothing
-            k = tl.sum(x.to(tl.float32), axis=0) / tl.minimum(N, CHUNK).to(tl.float32)
-            start = 0
-            while start < N:
-                mask = _col_mask(start + offs, N, N_ALIGN)
-                start += CHUNK
-                x_next = tl.load(x_ptr + base + start + offs, mask=_col_mask(start + offs, N, N_ALIGN),
-                                 other=0.0, eviction_policy="evict_last")
-                d = tl.where(mask, x.to(tl.float32) - k, 0.0)
-                acc1 += d
-                acc2 += d * d
-                x = x_next
-            s1, s2 = tl.reduce((acc1, acc2), 0, _add_pairs)
-            mean_d = s1 / N
-            mean = k + mean_d
-            rstd = tl.rsqrt(tl.maximum(s2 / N - mean_d * mean_d, 0.0) + eps)
-        else:
-            count = 0.0
-            mean = 0.0
-            m2 = 0.0
-            start = 0
-            while start < N:
-                cols = start + offs
-                mask = _col_mask(cols, N, N_ALIGN)
-                x = tl.load(x_ptr + base + cols, mask=mask, other=0.0, eviction_policy="evict_last").to(tl.float32)
-                n_c = tl.minimum(N - start, CHUNK).to(tl.float32)
-                mean_c = tl.sum(x, axis=0) / n_c
-                d = tl.where(mask, x - mean_c, 0.0)
-                m2_c = tl.sum(d * d, axis=0)
-                delta = mean_c - mean
-                total = count + n_c
-                mean += delta * (n_c / total)
-                m2 += m2_c + delta * delta * (count * (n_c / total))
-                count = total
-                start += CHUNK
-            rstd = tl.rsqrt(m2 / N + eps)
-        tl.store(mean_ptr + row, mean)
-        tl.store(rstd_ptr + row, rstd)
-        j = 0
-        while j < n_chunks:
-            if REVERSE:
-                cols = (n_chunks - 1 - j) * CHUNK + offs
-            else:
-                cols = j * CHUNK + offs
-            j += 1
-            mask = _col_mask(cols, N, N_ALIGN)
-            # xv, not x: with ONE_PASS, x is pass 1's loop-carried tensor of the input dtype
-            xv = tl.load(x_ptr + base + cols, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
-            w = tl.load(w_ptr + cols, mask=mask, other=0.0, eviction_policy="evict_last").to(tl.float32)
-            b = tl.load(b_ptr + cols, mask=mask, other=0.0, eviction_policy="evict_last").to(tl.float32)
-            y = (xv - mean) * rstd * w + b
-            tl.store(y_ptr + base + cols, y.to(y_ptr.dtype.element_ty), mask=mask, eviction_policy="evict_first")
-        row += P
 
 
 # ---------------------------------------------------------------------------------------------
@@ -429,23 +326,20 @@ def _persistent_grid(tiles: int, resident: int) -> tuple[int, int]:
 def layer_norm_forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float, *,
                        rows: int | None = None, num_warps: int | None = None,
                        per_thread: int = _FWD_PER_THREAD, persistent: bool | None = None,
-                       prefetch: bool | None = None, one_pass: bool = False,
+                       prefetch: bool | None = None,
                        maxnreg: int | None = None, max_block: int = _FWD_MAX_BLOCK,
                        chunk: int | None = None, wide_warps: int | None = None,
-                       wide_per_sm: int = _FWD_WIDE_PER_SM, wide_one_pass: bool = False,
-                       wide_reverse: bool = False, policy: str = _FWD_POLICY,
+                       wide_per_sm: int = _FWD_WIDE_PER_SM, policy: str = _FWD_POLICY,
                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """x [M, N] contiguous -> (y, mean, rstd); mean and rstd in fp32, kept for the backward.
 
     Keyword options for GPU A/Bs (benchmarks/layer_norm_ab.py); left out, the measured default.
     Register path (next_pow2(N) <= max_block): `rows` per program (a power of two), `num_warps` or
     `per_thread` (elements of x per thread, which sets num_warps), `maxnreg` (register cap),
-    `persistent` grid sized to the resident programs, `prefetch` of the next tile, `one_pass`
-    statistics (one fused reduction of shifted sums); the last three use _ln_fwd_rows. A
-    `max_block` above 16384 keeps 32768/65536-wide rows in registers (up to 32 warps).
-    Wide path: `chunk` (elements), `wide_warps`, `wide_per_sm` (programs per SM),
-    `wide_one_pass` and `wide_reverse` (see _ln_fwd_wide_v). `policy`: cache hint of the x loads
-    on the register path."""
+    `persistent` grid sized to the resident programs, `prefetch` of the next tile (the last two
+    use _ln_fwd_rows). A `max_block` above 16384 keeps 32768/65536-wide rows in registers (up to
+    32 warps). Wide path: `chunk` (elements), `wide_warps`, `wide_per_sm` (programs per SM).
+    `policy`: cache hint of the x loads on the register path."""
     M, N = x.shape
     y = torch.empty_like(x)
     mean = torch.empty(M, dtype=torch.float32, device=x.device)
@@ -463,13 +357,12 @@ def layer_norm_forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
         big = block >= _FWD_PERSIST_FROM  # the measured default: persistent and prefetching
         persistent = big if persistent is None else persistent
         prefetch = big if prefetch is None else prefetch
-        if not (persistent or prefetch or one_pass):
+        if not (persistent or prefetch):
             _ln_fwd[(triton.cdiv(M, rows),)](x, weight, bias, y, mean, rstd, M, N, eps,
                                               ROWS=rows, BLOCK_N=block, N_ALIGN=_align(N), POLICY=policy,
                                               num_warps=num_warps, **extra)
         else:
-            meta = dict(ROWS=rows, BLOCK_N=block, N_ALIGN=_align(N), PREFETCH=prefetch, ONE_PASS=one_pass,
-                        POLICY=policy)
+            meta = dict(ROWS=rows, BLOCK_N=block, N_ALIGN=_align(N), PREFETCH=prefetch, POLICY=policy)
             args = (x, weight, bias, y, mean, rstd, M, N, eps)
             tiles = triton.cdiv(M, rows)
             if persistent:
@@ -482,13 +375,8 @@ def layer_norm_forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
         chunk = chunk or _FWD_CHUNK_BYTES // x.element_size()
         programs = min(M, wide_per_sm * sm_count(x.device))
         warps = wide_warps or 16
-        if wide_one_pass or wide_reverse:
-            _ln_fwd_wide_v[(programs,)](x, weight, bias, y, mean, rstd, M, N, eps, programs,
-                                        CHUNK=chunk, N_ALIGN=_align(N), ONE_PASS=wide_one_pass,
-                                        REVERSE=wide_reverse, num_warps=warps)
-        else:
-            _ln_fwd_wide[(programs,)](x, weight, bias, y, mean, rstd, M, N, eps, programs,
-                                      CHUNK=chunk, N_ALIGN=_align(N), num_warps=warps)
+        _ln_fwd_wide[(programs,)](x, weight, bias, y, mean, rstd, M, N, eps, programs,
+                                  CHUNK=chunk, N_ALIGN=_align(N), num_warps=warps)
     return y, mean, rstd
 
 
