@@ -16,12 +16,15 @@ import os
 import re
 import subprocess
 import tempfile
+import time
 
 os.environ.pop("TRITON_INTERPRET", None)  # compile for the GPU even inside the CPU test session
 
+import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.backends.nvidia as _nv  # noqa: E402
-from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton._C.libtriton import native_specialize_impl  # noqa: E402
+from triton.backends.compiler import BaseBackend, GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
 _BIN = os.path.join(os.path.dirname(_nv.__file__), "bin")
@@ -78,3 +81,45 @@ def format_report(label: str, r: dict) -> str:
     ops = " ".join(f"{k}:{v}" for k, v in r["sass_ops"].items())
     return (f"{label}: {r['registers']} regs, {r['num_warps']} warps, local {r['local_bytes']} B, "
             f"shared {r['shared']} B | {ops}")
+
+
+_PTR_TYPES = {torch.bfloat16: "*bf16", torch.float16: "*fp16", torch.float32: "*fp32",
+              torch.float8_e4m3fn: "*fp8e4nv"}
+
+
+def compile_launch(fn, args: tuple, kwargs: dict) -> tuple[dict, dict, float]:
+    """(report, constexprs, compile seconds) for one launch recorded by ab_tools.recorded (a
+    launcher called on 'meta' tensors), specialised as the JIT would: tensors as 16-byte-aligned
+    pointers, ints by value (divisible by 16, equal to 1), `maxnreg` applied if the launch set it."""
+    sig, const, attrs = {}, {}, {}
+    for i, (p, a) in enumerate(zip(fn.params, args)):
+        if torch.is_tensor(a):
+            sig[p.name], spec = _PTR_TYPES[a.dtype], "D"  # fresh allocations: 16-byte aligned
+        else:
+            sig[p.name], spec = native_specialize_impl(BaseBackend, a, False, not p.do_not_specialize,
+                                                       not p.do_not_specialize_on_alignment)
+            if sig[p.name] == "constexpr":
+                const[p.name] = a
+        if spec == "D":
+            attrs[(i,)] = [["tt.divisibility", 16]]
+    for p in fn.params[len(args):]:
+        sig[p.name] = "constexpr"
+        const[p.name] = kwargs.get(p.name, p._param.default)
+    options = {"num_warps": kwargs.get("num_warps", 4), "num_stages": 3}
+    if kwargs.get("maxnreg"):
+        options["maxnreg"] = kwargs["maxnreg"]
+    t0 = time.perf_counter()
+    k = triton.compile(ASTSource(fn, sig, const, attrs), target=_TARGET, options=options)
+    secs = time.perf_counter() - t0
+    usage, sass = _resource_usage(k.asm["cubin"])
+    r = {"registers": usage.get("REG"), "local_bytes": usage.get("LOCAL", 0), "stack": usage.get("STACK", 0),
+         "shared": k.metadata.shared, "num_warps": options["num_warps"], "sass_ops": _sass_counts(sass)}
+    return r, const, secs
+
+
+def per_sm(regs: int, warps: int, shared: int = 0) -> int:
+    """Programs per SM that registers, threads and shared memory allow (H100/H200: 64K registers,
+    2048 threads, 228 KB shared, 1 KB of it reserved per program)."""
+    per_warp = triton.cdiv(regs * 32, 256) * 256
+    by_smem = 233472 // (shared + 1024) if shared else 32
+    return min(65536 // (per_warp * warps), 2048 // (32 * warps), by_smem)

@@ -14,7 +14,6 @@ one's are named and not timed again. The torch.compile peer runs on the first ca
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import sys
 import time
@@ -23,7 +22,7 @@ T0 = time.perf_counter()
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
-from triton.runtime.jit import KernelInterface  # noqa: E402
+from benchmarks.ab_tools import launches  # noqa: E402
 
 from kcollect import timing, verify  # noqa: E402
 from kcollect.kernels import fp8_quant as K  # noqa: E402
@@ -61,30 +60,6 @@ CASES = [
 # --dry-run: small shapes on the same launch paths (N > ROW_MAX stays wide, 16384 stays one-pass)
 DRY = {(1024, 128256): (3, 40000), (1024, 16384): (5, 16384), (4096, 14336): (200, 300),
        (8192, 4096): (9, 4096), (14336, 4096): (260, 384)}
-
-
-@contextlib.contextmanager
-def recorded(calls: list):
-    """Triton launches (fn[grid](...)) record what would run instead of running."""
-    saved = KernelInterface.__getitem__
-
-    def record(self, grid):
-        return lambda *args, **kwargs: calls.append((self, tuple(grid), args, kwargs))
-
-    KernelInterface.__getitem__ = record
-    try:
-        yield
-    finally:
-        KernelInterface.__getitem__ = saved
-
-
-def launches(fn) -> tuple:
-    """What fn would launch: (kernel, grid, scalar arguments, keywords) per launch."""
-    calls = []
-    with recorded(calls):
-        fn()
-    return tuple((k.fn.__name__, grid, tuple(a for a in args if not torch.is_tensor(a)), tuple(sorted(kw.items())))
-                 for k, grid, args, kw in calls)
 
 
 def make_inputs(gran, m, n, device, seed=0):

@@ -13,55 +13,18 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks import compile_report as cr  # noqa: E402  (first: compiles for the GPU, not the interpreter)
 
 import torch  # noqa: E402
-import triton  # noqa: E402
-from triton._C.libtriton import native_specialize_impl  # noqa: E402
-from triton.backends.compiler import BaseBackend  # noqa: E402
-from triton.compiler import ASTSource  # noqa: E402
 
-from benchmarks.fp8_quant_ab import CASES, recorded  # noqa: E402
+from benchmarks.ab_tools import recorded  # noqa: E402
+from benchmarks.fp8_quant_ab import CASES  # noqa: E402
 from kcollect.kernels import fp8_quant as K  # noqa: E402
 
-_TYPES = {torch.bfloat16: "*bf16", torch.float16: "*fp16", torch.float32: "*fp32", torch.float8_e4m3fn: "*fp8e4nv"}
 H200_SMS = 132
-SHOWN = ("BM", "G", "GW", "ROWS_PER_PROGRAM", "PAIRS", "CHUNK", "P1", "P2")
-
-
-def compile_launch(fn, args, kwargs):
-    """(report dict, constexprs shown, compile seconds) for one recorded launch, specialised as the JIT would."""
-    sig, const, attrs = {}, {}, {}
-    for i, (p, a) in enumerate(zip(fn.params, args)):
-        if torch.is_tensor(a):
-            sig[p.name], spec = _TYPES[a.dtype], "D"  # fresh allocations: 16-byte aligned
-        else:
-            sig[p.name], spec = native_specialize_impl(BaseBackend, a, False, not p.do_not_specialize,
-                                                       not p.do_not_specialize_on_alignment)
-            if sig[p.name] == "constexpr":
-                const[p.name] = a
-        if spec == "D":
-            attrs[(i,)] = [["tt.divisibility", 16]]
-    for p in fn.params[len(args):]:
-        sig[p.name] = "constexpr"
-        const[p.name] = kwargs.get(p.name, p._param.default)
-    options = {"num_warps": kwargs.get("num_warps", 4), "num_stages": 3}
-    t0 = time.perf_counter()
-    k = triton.compile(ASTSource(fn, sig, const, attrs), target=cr._TARGET, options=options)
-    secs = time.perf_counter() - t0
-    usage, sass = cr._resource_usage(k.asm["cubin"])
-    r = {"registers": usage.get("REG"), "local_bytes": usage.get("LOCAL", 0), "stack": usage.get("STACK", 0),
-         "shared": k.metadata.shared, "num_warps": options["num_warps"], "sass_ops": cr._sass_counts(sass)}
-    return r, {n: v for n, v in const.items() if n in SHOWN}, secs
-
-
-def per_sm(regs: int, warps: int) -> int:
-    """Programs per SM that registers and threads allow (H100/H200: 64K registers, 2048 threads)."""
-    per_warp = triton.cdiv(regs * 32, 256) * 256
-    return min(65536 // (per_warp * warps), 2048 // (32 * warps))
+SHOWN = ("BM", "G", "GW", "ROWS_PER_PROGRAM", "PAIRS", "CHUNK", "P1", "P2", "POLICY")
 
 
 def main():
@@ -86,8 +49,9 @@ def main():
                     continue
                 seen[key] = label
                 try:
-                    rep, shown, secs = compile_launch(fn, args, kwargs)
-                    print(f"{name} {fn.fn.__name__}{shown} grid {grid}, {per_sm(rep['registers'], rep['num_warps'])}"
+                    rep, const, secs = cr.compile_launch(fn, args, kwargs)
+                    shown = {k: v for k, v in const.items() if k in SHOWN}
+                    print(f"{name} {fn.fn.__name__}{shown} grid {grid}, {cr.per_sm(rep['registers'], rep['num_warps'])}"
                           f" per SM, stack {rep['stack']} B, compile {secs:.1f} s | "
                           + cr.format_report("", rep)[2:], flush=True)
                 except Exception as e:  # a variant that fails to compile is itself evidence

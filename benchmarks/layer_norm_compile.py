@@ -17,50 +17,12 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks import compile_report as cr  # noqa: E402  (first: compiles for the GPU, not the interpreter)
 
 import torch  # noqa: E402
-import triton  # noqa: E402
-from triton._C.libtriton import native_specialize_impl  # noqa: E402
-from triton.backends.compiler import BaseBackend  # noqa: E402
-from triton.compiler import ASTSource  # noqa: E402
 
-from benchmarks.layer_norm_ab import BWD_VARIANTS, CASES, EPS, FWD_VARIANTS, recorded  # noqa: E402
+from benchmarks.ab_tools import recorded  # noqa: E402
+from benchmarks.layer_norm_ab import BWD_VARIANTS, CASES, EPS, FWD_VARIANTS  # noqa: E402
 from kcollect.kernels import layer_norm as L  # noqa: E402
 
-_TYPES = {torch.bfloat16: "*bf16", torch.float16: "*fp16", torch.float32: "*fp32"}
 _SHOWN = ("ROWS", "BLOCK_N", "BLOCK_C", "CHUNK", "PREFETCH", "POLICY", "FUSED")
-
-
-def compile_launch(fn, args, kwargs):
-    """(report dict, constexprs shown) for one recorded launch, specialised as the JIT would."""
-    sig, const, attrs = {}, {}, {}
-    for i, (p, a) in enumerate(zip(fn.params, args)):
-        if torch.is_tensor(a):
-            sig[p.name], spec = _TYPES[a.dtype], "D"  # fresh allocations: 16-byte aligned
-        else:
-            sig[p.name], spec = native_specialize_impl(BaseBackend, a, False, not p.do_not_specialize,
-                                                       not p.do_not_specialize_on_alignment)
-            if sig[p.name] == "constexpr":
-                const[p.name] = a
-        if spec == "D":
-            attrs[(i,)] = [["tt.divisibility", 16]]
-    for p in fn.params[len(args):]:
-        sig[p.name] = "constexpr"
-        const[p.name] = kwargs.get(p.name, p._param.default)
-    options = {"num_warps": kwargs.get("num_warps", 4), "num_stages": 3}
-    if kwargs.get("maxnreg"):
-        options["maxnreg"] = kwargs["maxnreg"]
-    k = triton.compile(ASTSource(fn, sig, const, attrs), target=cr._TARGET, options=options)
-    usage, sass = cr._resource_usage(k.asm["cubin"])
-    r = {"registers": usage.get("REG"), "local_bytes": usage.get("LOCAL", 0), "stack": usage.get("STACK", 0),
-         "shared": k.metadata.shared, "num_warps": options["num_warps"], "sass_ops": cr._sass_counts(sass)}
-    return r, {n: v for n, v in const.items() if n in _SHOWN}
-
-
-def per_sm(regs: int, warps: int, shared: int) -> int:
-    """Programs per SM that registers, threads and shared memory allow (H100/H200: 64K registers,
-    2048 threads, 228 KB shared)."""
-    per_warp = triton.cdiv(regs * 32, 256) * 256
-    by_smem = 233472 // (shared + 1024) if shared else 32
-    return min(65536 // (per_warp * warps), 2048 // (32 * warps), by_smem)
 
 
 def main():
@@ -96,9 +58,10 @@ def main():
                     continue
                 seen[key] = label
                 try:
-                    rep, shown = compile_launch(fn, args, kwargs)
+                    rep, const, _ = cr.compile_launch(fn, args, kwargs)
+                    shown = {k: v for k, v in const.items() if k in _SHOWN}
                     print(f"{name} {fn.fn.__name__}{shown} {rep['num_warps']}w, "
-                          f"{per_sm(rep['registers'], rep['num_warps'], rep['shared'])} per SM, stack {rep['stack']} B | "
+                          f"{cr.per_sm(rep['registers'], rep['num_warps'], rep['shared'])} per SM, stack {rep['stack']} B | "
                           + cr.format_report("", rep)[2:], flush=True)
                 except Exception as e:  # a variant that fails to compile is itself evidence
                     print(f"{name} {fn.fn.__name__}: COMPILE FAILED {type(e).__name__}: {str(e)[:200]}", flush=True)

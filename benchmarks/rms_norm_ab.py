@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
 import triton  # noqa: E402
-from triton.runtime.jit import KernelInterface  # noqa: E402
+from benchmarks.ab_tools import launches, lazy  # noqa: E402
 
 from kcollect import timing, verify  # noqa: E402
 from kcollect.kernels import add_rms_norm as A  # noqa: E402
@@ -68,41 +68,6 @@ CASES = [
     ("rms_norm", "fwd", 4096, 8192),
 ]
 DRY_M = {4096: 6, 5120: 3, 8192: 2, 16384: 3}  # --dry-run: the same widths, a few rows
-
-
-@contextlib.contextmanager
-def recorded(calls: list):
-    """Triton launches (fn[grid](...)) record what would run instead of running."""
-    saved = KernelInterface.__getitem__
-
-    def record(self, grid):
-        return lambda *args, **kwargs: calls.append((self, tuple(grid), args, kwargs))
-
-    KernelInterface.__getitem__ = record
-    try:
-        yield
-    finally:
-        KernelInterface.__getitem__ = saved
-
-
-def launches(fn) -> tuple:
-    """What fn would launch: (kernel, grid, scalar arguments, keywords) per launch."""
-    calls = []
-    with recorded(calls):
-        fn()
-    return tuple((k.fn.__name__, grid, tuple(a for a in args if not torch.is_tensor(a)), tuple(sorted(kw.items())))
-                 for k, grid, args, kw in calls)
-
-
-def lazy(make):
-    """A call of make()'s callable, built on first use (inside the case's try: a peer's forward)."""
-    built = []
-
-    def call():
-        if not built:
-            built.append(make())
-        return built[0]()
-    return call
 
 
 def make_inputs(kernel, m, n, device, seed=0):
