@@ -3,7 +3,7 @@
 Registers, spills, SASS load/store widths and compile time at the A/B's shapes, no GPU.
 
 Each case calls the real fp8_quant_forward on 'meta' tensors with the Triton launches recorded
-instead of run (fp8_quant_ab.recorded), with the H200's 132 SMs for the persistent grids, so that
+instead of run (ab_tools.recorded), with the H200's 132 SMs for the persistent grids, so that
 what is compiled is what the launcher would launch there (kernel, constexprs, num_warps). Arguments
 are specialised as the JIT does (16-byte-aligned pointers, ints divisible by 16, ints equal to 1).
 

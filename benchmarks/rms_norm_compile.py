@@ -2,7 +2,7 @@
 benchmarks/rms_norm_ab.py at its shapes: registers, spills and SASS load/store widths, no GPU.
 
 Each case calls the real rms_norm_forward / rms_norm_backward on 'meta' tensors with the Triton
-launches recorded instead of run (rms_norm_ab.recorded), with the H200's register caps
+launches recorded instead of run (ab_tools.recorded), with the H200's register caps
 (_FWD_MAXNREG, which the launcher applies on sm_90 only), so that what is compiled is what the
 launcher would launch on the H200: kernel, constexprs, num_warps, maxnreg. Arguments are
 specialised as the JIT does (16-byte-aligned pointers, ints divisible by 16, ints equal to 1).
