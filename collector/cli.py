@@ -165,8 +165,19 @@ def _execute(config, store: Store, cases) -> None:
 
     runner = Runner(config, store)
     runner.warn = lambda message: click.echo(f"kcollect: warning: {message}", err=True)
-    # SIGTERM (a job scheduler's time limit) ends the run like Ctrl-C: rows kept, run marked.
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    # Ctrl-C and SIGTERM (a job scheduler's time limit) end the run: rows kept, run marked. The
+    # signal is also remembered and checked after each case, because a library can swallow the
+    # KeyboardInterrupt it raises: in CI a SIGINT once left a run that ended "finished", exit 0.
+    # DuckDB, which turns an interrupt inside a query into its own InterruptException, is the
+    # likely place; we have not reproduced it.
+    signals: list[int] = []
+
+    def on_signal(signum, _frame):
+        signals.append(signum)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
     rows: list[dict] = []
     status, run = "unfinished", None
     try:
@@ -177,12 +188,18 @@ def _execute(config, store: Store, cases) -> None:
 
         for case in _progress(cases):
             rows.extend(runner.run_case(case))
+            if signals:
+                raise KeyboardInterrupt
         status = "finished"
     except KeyboardInterrupt:
         status = "interrupted"
     except StoreError as e:
         status = "unfinished"
         click.echo(f"kcollect: error: {e}", err=True)
+    except Exception:
+        if not signals:
+            raise
+        status = "interrupted"  # the signal surfaced as a library's own exception
     finally:
         try:
             runner.finish(status)
