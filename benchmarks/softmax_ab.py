@@ -31,14 +31,10 @@ VARIANTS = [
     ("default", {}, lambda n: True, ("fwd", "bwd")),
     ("one row per program", {"persist": 0}, lambda n: 16384 < n <= 32768, ("fwd",)),
     ("persist2", {"persist": 2}, lambda n: 16384 < n <= 32768, ("fwd",)),
-    ("tile 8K (1 row/8w at 4096)", {"tile_bytes": 8192}, lambda n: n <= 4096, ("fwd", "bwd")),
-    ("tile 8K max 8w", {"tile_bytes": 8192, "max_warps": 8}, lambda n: n <= 4096, ("fwd", "bwd")),
-    ("tile 32K", {"tile_bytes": 32768}, lambda n: n <= 4096, ("fwd", "bwd")),
-    ("evict_last", {"policy": "evict_last"}, lambda n: n <= 32768, ("fwd", "bwd")),
+    ("tile 16K", {"tile_bytes": 16384}, lambda n: n <= 4096, ("fwd", "bwd")),
+    ("evict_first", {"policy": "evict_first"}, lambda n: n <= 32768, ("fwd", "bwd")),
     ("no hint", {"policy": ""}, lambda n: n <= 32768, ("fwd", "bwd")),
-    ("tile 8K evict_last", {"tile_bytes": 8192, "policy": "evict_last"}, lambda n: n <= 4096, ("fwd", "bwd")),
-    ("stream 32K pps2/16w pipe", {"programs_per_sm": 2, "max_warps": 16, "pipe": True},
-     lambda n: n > 32768, ("fwd",)),
+    ("stream 32K pps2/16w", {"programs_per_sm": 2, "max_warps": 16}, lambda n: n > 32768, ("fwd",)),
 ]
 SHAPES = [(4096, 32000), (4096, 4096), (32768, 4096), (65536, 2048), (2048, 65536), (2048, 128256), (1024, 262144)]
 COMPILE_SHAPES = [(4096, 32000), (2048, 65536)]  # fwd only

@@ -53,18 +53,20 @@ def _col_mask(cols, N, N_ALIGN: tl.constexpr):
 
 
 @triton.jit
-def _ln_fwd(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, M, N, eps,
-            ROWS: tl.constexpr, BLOCK_N: tl.constexpr, N_ALIGN: tl.constexpr,
-            POLICY: tl.constexpr = "evict_first"):
-    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
-    cols = tl.arange(0, BLOCK_N)
+def _ln_load_rows(x_ptr, rows, cols, M, N, N_ALIGN: tl.constexpr, POLICY: tl.constexpr):
+    mask = (rows < M)[:, None] & _col_mask(cols, N, N_ALIGN)[None, :]
+    start = _row_start(rows, N, N_ALIGN)
+    return tl.load(x_ptr + start[:, None] + cols[None, :], mask=mask, other=0.0, eviction_policy=POLICY)
+
+
+@triton.jit
+def _ln_tile(x, rows, cols, cmask, M, N, eps, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, N_ALIGN: tl.constexpr):
+    """Normalise a loaded [ROWS, BLOCK_N] tile of x and store y, mean and rstd (both forwards)."""
     rmask = rows < M
-    cmask = _col_mask(cols, N, N_ALIGN)
     mask = rmask[:, None] & cmask[None, :]
-    offs = _row_start(rows, N, N_ALIGN)[:, None] + cols[None, :]
-    x = tl.load(x_ptr + offs, mask=mask, other=0.0, eviction_policy=POLICY).to(tl.float32)
-    mean = tl.sum(x, axis=1) / N
-    xc = tl.where(mask, x - mean[:, None], 0.0)
+    xf = x.to(tl.float32)
+    mean = tl.sum(xf, axis=1) / N
+    xc = tl.where(mask, xf - mean[:, None], 0.0)
     var = tl.sum(xc * xc, axis=1) / N
     rstd = tl.rsqrt(var + eps)
     # w and b (L2 hits: every program reads them) are loaded only now, after the reductions' barriers,
@@ -72,9 +74,21 @@ def _ln_fwd(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, M, N, eps,
     w = tl.load(w_ptr + cols, mask=cmask, other=0.0, eviction_policy="evict_last").to(tl.float32)
     b = tl.load(b_ptr + cols, mask=cmask, other=0.0, eviction_policy="evict_last").to(tl.float32)
     y = xc * rstd[:, None] * w[None, :] + b[None, :]
+    offs = _row_start(rows, N, N_ALIGN)[:, None] + cols[None, :]
     tl.store(y_ptr + offs, y.to(y_ptr.dtype.element_ty), mask=mask)
     tl.store(mean_ptr + rows, mean, mask=rmask)
     tl.store(rstd_ptr + rows, rstd, mask=rmask)
+
+
+@triton.jit
+def _ln_fwd(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, M, N, eps,
+            ROWS: tl.constexpr, BLOCK_N: tl.constexpr, N_ALIGN: tl.constexpr,
+            POLICY: tl.constexpr = "evict_first"):
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    cols = tl.arange(0, BLOCK_N)
+    cmask = _col_mask(cols, N, N_ALIGN)
+    x = _ln_load_rows(x_ptr, rows, cols, M, N, N_ALIGN, POLICY)
+    _ln_tile(x, rows, cols, cmask, M, N, eps, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, N_ALIGN)
 
 
 @triton.jit
@@ -210,13 +224,6 @@ def _ln_sum_partials(part_ptr, out_ptr, G, n2, BLOCK_G: tl.constexpr, BLOCK_C: t
 # _FWD_PERSIST_FROM); below that, and without the flags, an A/B variant.
 
 
-@triton.jit
-def _ln_load_rows(x_ptr, rows, cols, M, N, N_ALIGN: tl.constexpr, POLICY: tl.constexpr):
-    mask = (rows < M)[:, None] & _col_mask(cols, N, N_ALIGN)[None, :]
-    start = _row_start(rows, N, N_ALIGN)
-    return tl.load(x_ptr + start[:, None] + cols[None, :], mask=mask, other=0.0, eviction_policy=POLICY)
-
-
 @triton.jit(do_not_specialize=["iters"])
 def _ln_fwd_rows(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, M, N, eps, iters,
                  ROWS: tl.constexpr, BLOCK_N: tl.constexpr, N_ALIGN: tl.constexpr,
@@ -236,21 +243,7 @@ def _ln_fwd_rows(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, M, N, eps, iter
             x_next = _ln_load_rows(x_ptr, rows + step, cols, M, N, N_ALIGN, POLICY)
         else:
             x = _ln_load_rows(x_ptr, rows, cols, M, N, N_ALIGN, POLICY)
-        rmask = rows < M
-        mask = rmask[:, None] & cmask[None, :]
-        xf = x.to(tl.float32)
-        mean = tl.sum(xf, axis=1) / N
-        xc = tl.where(mask, xf - mean[:, None], 0.0)
-        var = tl.sum(xc * xc, axis=1) / N
-        rstd = tl.rsqrt(var + eps)
-        # w and b after the reductions, as in _ln_fwd (L1/L2 hits)
-        w = tl.load(w_ptr + cols, mask=cmask, other=0.0, eviction_policy="evict_last").to(tl.float32)
-        b = tl.load(b_ptr + cols, mask=cmask, other=0.0, eviction_policy="evict_last").to(tl.float32)
-        y = xc * rstd[:, None] * w[None, :] + b[None, :]
-        offs = _row_start(rows, N, N_ALIGN)[:, None] + cols[None, :]
-        tl.store(y_ptr + offs, y.to(y_ptr.dtype.element_ty), mask=mask)
-        tl.store(mean_ptr + rows, mean, mask=rmask)
-        tl.store(rstd_ptr + rows, rstd, mask=rmask)
+        _ln_tile(x, rows, cols, cmask, M, N, eps, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, N_ALIGN)
         if PREFETCH:
             x = x_next
 

@@ -113,8 +113,7 @@ def _softmax_bwd(y_ptr, dy_ptr, dx_ptr, M, N, ROWS: tl.constexpr, BLOCK_N: tl.co
 
 
 @triton.jit
-def _softmax_fwd_stream(x_ptr, y_ptr, M, N, CHUNK: tl.constexpr, N_ALIGN: tl.constexpr,
-                        PIPE: tl.constexpr = False):
+def _softmax_fwd_stream(x_ptr, y_ptr, M, N, CHUNK: tl.constexpr, N_ALIGN: tl.constexpr):
     offs = tl.arange(0, CHUNK)
     n_chunks = tl.cdiv(N, CHUNK)
     row = tl.program_id(0)
@@ -139,34 +138,18 @@ def _softmax_fwd_stream(x_ptr, y_ptr, M, N, CHUNK: tl.constexpr, N_ALIGN: tl.con
             m = m_new
             c += 1
         r = 1.0 / s
-        if PIPE:  # pass 2 with the next (earlier) chunk's load issued before this chunk's store
+        while c > 0:
             c -= 1
             cols = c * CHUNK + offs
-            nxt = tl.load(x_ptr + base + cols, mask=_col_mask(cols, N, N_ALIGN), other=-float("inf"),
-                          eviction_policy="evict_first")
-            while c >= 0:
-                x = nxt.to(tl.float32)
-                pcols = (c - 1) * CHUNK + offs  # negative past the row start: masked, no traffic
-                nxt = tl.load(x_ptr + base + pcols, mask=(pcols >= 0) & _col_mask(pcols, N, N_ALIGN),
-                              other=-float("inf"), eviction_policy="evict_first")
-                cols = c * CHUNK + offs
-                tl.store(y_ptr + base + cols, (tl.exp(x - m) * r).to(y_ptr.dtype.element_ty),
-                         mask=_col_mask(cols, N, N_ALIGN))
-                c -= 1
-        else:
-            while c > 0:
-                c -= 1
-                cols = c * CHUNK + offs
-                mask = _col_mask(cols, N, N_ALIGN)
-                x = tl.load(x_ptr + base + cols, mask=mask, other=-float("inf"),
-                            eviction_policy="evict_first").to(tl.float32)
-                tl.store(y_ptr + base + cols, (tl.exp(x - m) * r).to(y_ptr.dtype.element_ty), mask=mask)
+            mask = _col_mask(cols, N, N_ALIGN)
+            x = tl.load(x_ptr + base + cols, mask=mask, other=-float("inf"),
+                        eviction_policy="evict_first").to(tl.float32)
+            tl.store(y_ptr + base + cols, (tl.exp(x - m) * r).to(y_ptr.dtype.element_ty), mask=mask)
         row += tl.num_programs(0)
 
 
 @triton.jit
-def _softmax_bwd_stream(y_ptr, dy_ptr, dx_ptr, M, N, CHUNK: tl.constexpr, N_ALIGN: tl.constexpr,
-                        PIPE: tl.constexpr = False):
+def _softmax_bwd_stream(y_ptr, dy_ptr, dx_ptr, M, N, CHUNK: tl.constexpr, N_ALIGN: tl.constexpr):
     offs = tl.arange(0, CHUNK)
     n_chunks = tl.cdiv(N, CHUNK)
     row = tl.program_id(0)
@@ -182,31 +165,13 @@ def _softmax_bwd_stream(y_ptr, dy_ptr, dx_ptr, M, N, CHUNK: tl.constexpr, N_ALIG
             acc += y * dy
             c += 1
         dot = tl.sum(acc, axis=0)
-        if PIPE:  # as in the forward: the earlier chunk's loads issued before this chunk's store
+        while c > 0:
             c -= 1
             cols = c * CHUNK + offs
             mask = _col_mask(cols, N, N_ALIGN)
-            y_n = tl.load(y_ptr + base + cols, mask=mask, other=0.0, eviction_policy="evict_first")
-            dy_n = tl.load(dy_ptr + base + cols, mask=mask, other=0.0, eviction_policy="evict_first")
-            while c >= 0:
-                y = y_n.to(tl.float32)
-                dy = dy_n.to(tl.float32)
-                pcols = (c - 1) * CHUNK + offs
-                pmask = (pcols >= 0) & _col_mask(pcols, N, N_ALIGN)
-                y_n = tl.load(y_ptr + base + pcols, mask=pmask, other=0.0, eviction_policy="evict_first")
-                dy_n = tl.load(dy_ptr + base + pcols, mask=pmask, other=0.0, eviction_policy="evict_first")
-                cols = c * CHUNK + offs
-                tl.store(dx_ptr + base + cols, (y * (dy - dot)).to(dx_ptr.dtype.element_ty),
-                         mask=_col_mask(cols, N, N_ALIGN))
-                c -= 1
-        else:
-            while c > 0:
-                c -= 1
-                cols = c * CHUNK + offs
-                mask = _col_mask(cols, N, N_ALIGN)
-                y = tl.load(y_ptr + base + cols, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
-                dy = tl.load(dy_ptr + base + cols, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
-                tl.store(dx_ptr + base + cols, (y * (dy - dot)).to(dx_ptr.dtype.element_ty), mask=mask)
+            y = tl.load(y_ptr + base + cols, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+            dy = tl.load(dy_ptr + base + cols, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+            tl.store(dx_ptr + base + cols, (y * (dy - dot)).to(dx_ptr.dtype.element_ty), mask=mask)
         row += tl.num_programs(0)
 
 
@@ -261,14 +226,13 @@ def _warps(tile: int, max_warps: int) -> int:
 #                    and for stream chunks, else 16)
 #   chunk            elements per stream chunk (a power of two; default 32 KB of the dtype)
 #   programs_per_sm  stream grid: programs per SM (default 1), or "rows" for one program per row
-#   pipe             stream: issue the next chunk's load before this chunk's store in pass 2
 #   persist          forward register path: a persistent grid of this many programs per SM, each
 #                    prefetching its next row tile (_softmax_fwd_persist); 0: one tile per program;
 #                    default: 1 for rows over 16384 elements, else 0
 
 
 def _launch(fused, stream, tensors, M: int, N: int, elem: int, device, max_block, max_warps,
-            chunk, programs_per_sm, pipe, persist=None, tile_bytes=None, policy=_POLICY) -> None:
+            chunk, programs_per_sm, persist=None, tile_bytes=None, policy=_POLICY) -> None:
     block = triton.next_power_of_2(N)
     if block <= (_MAX_ROW_BYTES // elem if max_block is None else max_block):
         rows = max(1, min((tile_bytes or _TILE_BYTES) // (block * elem), triton.next_power_of_2(M)))
@@ -286,31 +250,30 @@ def _launch(fused, stream, tensors, M: int, N: int, elem: int, device, max_block
     chunk = chunk or _STREAM_CHUNK_BYTES // elem
     pps = programs_per_sm or _STREAM_PROGRAMS_PER_SM
     programs = M if pps == "rows" else min(M, pps * sm_count(device))
-    stream[(programs,)](*tensors, M, N, CHUNK=chunk, N_ALIGN=_align(N), PIPE=pipe,
-                        num_warps=_warps(chunk, max_warps or 32))
+    stream[(programs,)](*tensors, M, N, CHUNK=chunk, N_ALIGN=_align(N), num_warps=_warps(chunk, max_warps or 32))
 
 
 def softmax_forward(x: torch.Tensor, *, max_block: int | None = None, max_warps: int | None = None,
-                    chunk: int | None = None, programs_per_sm=None, pipe: bool = False,
+                    chunk: int | None = None, programs_per_sm=None,
                     persist: int | None = None, tile_bytes: int | None = None,
                     policy: str = _POLICY) -> torch.Tensor:
     """x [M, N] contiguous -> y. Keywords: see the comment above _launch."""
     M, N = x.shape
     y = torch.empty_like(x)
     _launch(_softmax_fwd, _softmax_fwd_stream, (x, y), M, N, x.element_size(), x.device,
-            max_block, max_warps, chunk, programs_per_sm, pipe, persist, tile_bytes, policy)
+            max_block, max_warps, chunk, programs_per_sm, persist, tile_bytes, policy)
     return y
 
 
 def softmax_backward(dy: torch.Tensor, y: torch.Tensor, *, max_block: int | None = None,
                      max_warps: int | None = None, chunk: int | None = None, programs_per_sm=None,
-                     pipe: bool = False, tile_bytes: int | None = None,
+                     tile_bytes: int | None = None,
                      policy: str = _POLICY) -> torch.Tensor:
     """dx = y * (dy - sum(dy * y)); y, dy [M, N] contiguous. Keywords as softmax_forward's."""
     M, N = y.shape
     dx = torch.empty_like(y)
     _launch(_softmax_bwd, _softmax_bwd_stream, (y, dy, dx), M, N, y.element_size(), y.device,
-            max_block, max_warps, chunk, programs_per_sm, pipe, tile_bytes=tile_bytes, policy=policy)
+            max_block, max_warps, chunk, programs_per_sm, tile_bytes=tile_bytes, policy=policy)
     return dx
 
 

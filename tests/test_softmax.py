@@ -40,9 +40,9 @@ def test_grid_shapes_are_accepted():
 
 
 # (n, softmax_forward keywords): the register path, one 32768 block in registers, and the streaming
-# path with many chunks per row, with and without the pass-2 prefetch
+# path with many chunks per row
 PATHS = {"fused": (3000, {}), "reg32k": (20000, {"max_block": 32768}),
-         "stream": (20000, {"chunk": 1024}), "stream-pipe": (20000, {"chunk": 1024, "pipe": True})}
+         "stream": (20000, {"chunk": 1024})}
 
 
 @pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # NaN row, by design
@@ -80,7 +80,6 @@ VARIANTS = {
     "stream-256-rows": ({"max_block": 0, "chunk": 256, "programs_per_sm": "rows"}, _NARROW),
     "stream-256-pps1": ({"max_block": 0, "chunk": 256, "programs_per_sm": 1}, _NARROW),
     "stream-1024-pps2-16w": ({"max_block": 0, "chunk": 1024, "programs_per_sm": 2, "max_warps": 16}, _NARROW),
-    "stream-256-pipe": ({"max_block": 0, "chunk": 256, "pipe": True}, _NARROW),
     # persistent register-path forward (CPU: 4 "SMs"), several tiles per program, the last partial
     "persist0": ({"persist": 0, "max_block": 32768}, [{"M": 9, "N": 20000}]),
     "persist1": ({"persist": 1}, [{"M": 37, "N": 1000}, {"M": 11, "N": 4099}, {"M": 9, "N": 20000}]),
