@@ -56,30 +56,32 @@ FWD_VARIANTS = [
 
 # (label, keywords of layer_norm_backward given N). Default: fused (one read) up to 8192 wide,
 # else row sums + column blocks of 4096; tiles of 1 x 4096 at 8 warps; ~2 row groups per SM.
+# Run 3: the persistent, prefetching backward (_ln_bwd_rows), as rms_norm's, against it.
+P = {"persistent": True}
 BWD_VARIANTS = [
     ("default", lambda n: {}),
-    ("evict_last", lambda n: {"policy": "evict_last"}),
-    ("no hint", lambda n: {"policy": ""}),
-    ("16 warps", lambda n: {"num_warps": 16}),
-    ("16 warps evict_last", lambda n: {"num_warps": 16, "policy": "evict_last"}),
-    ("cols 2048, 2 rows", lambda n: {"chunk": 2048, "rows": 2} if n > L._BWD_MAX_BLOCK else {}),
-    ("cols 2048, 2 rows evict_last", lambda n: {"chunk": 2048, "rows": 2, "policy": "evict_last"}
-     if n > L._BWD_MAX_BLOCK else {}),
-    ("4 warps", lambda n: {"num_warps": 4}),
+    ("persistent", lambda n: P),
+    ("persistent 8 warps", lambda n: {**P, "num_warps": 8}),
+    ("persistent 32 warps", lambda n: {**P, "num_warps": 32}),
+    ("persistent no prefetch", lambda n: {**P, "prefetch": False}),
+    ("persistent evict_first", lambda n: {**P, "policy": "evict_first"}),
+    ("persistent cap 64 regs", lambda n: {**P, "maxnreg": 64}),
+    ("persistent 2 rows", lambda n: {**P, "rows": 2}),
+    ("persistent 16384 (w re-read)", lambda n: {**P, "max_block": 16384} if n == 16384 else {}),
+    ("persistent 16384 prefetch", lambda n: {**P, "max_block": 16384, "prefetch": True} if n == 16384 else {}),
+    ("persistent 16384 16 warps", lambda n: {**P, "max_block": 16384, "num_warps": 16} if n == 16384 else {}),
 ]
 
 # (mode, M, N), most important first: past --budget-s the rest is skipped
 CASES = [
-    ("fwd", 4096, 16384),
-    ("fwd", 8192, 8192),
-    ("fwd", 32768, 4096),
-    ("fwd", 2048, 65536),
-    ("bwd", 4096, 16384),
-    ("bwd", 2048, 65536),
     ("bwd", 32768, 4096),
+    ("bwd", 8192, 8192),
+    ("bwd", 4096, 16384),
+    ("bwd", 1, 4096),
+    ("bwd", 1024, 2048),
 ]
-COMPILE_CASES = [("fwd", 4096, 16384), ("fwd", 8192, 8192)]  # torch.compile peer, last
-DRY_M = {4096: 11, 8192: 5, 16384: 3, 65536: 6}  # --dry-run: the same widths, a few rows (more than
+COMPILE_CASES = []  # torch.compile peer (forward only), last
+DRY_M = {2048: 9, 4096: 11, 8192: 5, 16384: 3, 65536: 6}  # --dry-run: the same widths, a few rows (more than
 # the interpreter's 4 'SMs' where a grid size should differ from the default's)
 
 

@@ -31,6 +31,20 @@ def elementwise_settings(n: int) -> tuple[int, int]:
     return 4096, 8
 
 
+def launch_elementwise(kernel, n: int, *args, block: int | None = None, num_warps: int | None = None,
+                       **meta) -> None:
+    """kernel[grid](*args, n, BLOCK=, TAIL=, **meta) over n flat elements. The kernels mask their
+    block with n rounded down to a multiple of 16 and, when TAIL (n % 16 != 0), let the last
+    program finish the remaining elements with a 16-wide masked block: a mask `offs < n` with an n
+    the compiler cannot see is a multiple of 16 makes every load and store scalar (sm_90 compile of
+    _gelu_fwd at 4096 elements: 16 LDG.E.U16 per thread instead of 2 LDG.E.128, 87 registers
+    instead of 32). `block` and `num_warps` override elementwise_settings (GPU A/Bs)."""
+    default_block, default_warps = elementwise_settings(n)
+    block = block or default_block
+    kernel[(triton.cdiv(n, block),)](*args, n, BLOCK=block, TAIL=n % 16 != 0,
+                                     num_warps=num_warps or default_warps, **meta)
+
+
 def sm_count(device) -> int:
     """Multiprocessors on a CUDA device; on the CPU (interpreter) a small number keeps the
     interpreted grid short."""

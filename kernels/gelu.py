@@ -17,7 +17,7 @@ import triton.language as tl
 
 from kcollect.spec import KernelSpec, Shape, standard_providers
 
-from ._utils import elementwise_settings
+from ._utils import launch_elementwise
 
 APPROX = ("tanh", "none")
 
@@ -100,9 +100,7 @@ def gelu_erf_grad_f32(x):
 
 
 @triton.jit
-def _gelu_fwd(x_ptr, y_ptr, n, TANH: tl.constexpr, BLOCK: tl.constexpr):
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
+def _gelu_fwd_block(x_ptr, y_ptr, offs, mask, TANH: tl.constexpr):
     x = tl.load(x_ptr + offs, mask=mask).to(tl.float32)
     if TANH:
         y = gelu_tanh_f32(x)
@@ -112,9 +110,20 @@ def _gelu_fwd(x_ptr, y_ptr, n, TANH: tl.constexpr, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _gelu_bwd(dy_ptr, x_ptr, dx_ptr, n, TANH: tl.constexpr, BLOCK: tl.constexpr):
+def _gelu_fwd(x_ptr, y_ptr, n, TANH: tl.constexpr, BLOCK: tl.constexpr, TAIL: tl.constexpr):
+    # the block masked at a multiple of 16 (vector loads), the tail by the last program: see
+    # _utils.launch_elementwise
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
+    n16 = n // 16 * 16
+    _gelu_fwd_block(x_ptr, y_ptr, offs, offs < n16, TANH)
+    if TAIL:
+        if tl.program_id(0) == tl.num_programs(0) - 1:
+            tail = n16 + tl.arange(0, 16)
+            _gelu_fwd_block(x_ptr, y_ptr, tail, tail < n, TANH)
+
+
+@triton.jit
+def _gelu_bwd_block(dy_ptr, x_ptr, dx_ptr, offs, mask, TANH: tl.constexpr):
     dy = tl.load(dy_ptr + offs, mask=mask).to(tl.float32)
     x = tl.load(x_ptr + offs, mask=mask).to(tl.float32)
     if TANH:
@@ -124,12 +133,19 @@ def _gelu_bwd(dy_ptr, x_ptr, dx_ptr, n, TANH: tl.constexpr, BLOCK: tl.constexpr)
     tl.store(dx_ptr + offs, (dy * dg).to(dx_ptr.dtype.element_ty), mask=mask)
 
 
+@triton.jit
+def _gelu_bwd(dy_ptr, x_ptr, dx_ptr, n, TANH: tl.constexpr, BLOCK: tl.constexpr, TAIL: tl.constexpr):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    n16 = n // 16 * 16
+    _gelu_bwd_block(dy_ptr, x_ptr, dx_ptr, offs, offs < n16, TANH)
+    if TAIL:
+        if tl.program_id(0) == tl.num_programs(0) - 1:
+            tail = n16 + tl.arange(0, 16)
+            _gelu_bwd_block(dy_ptr, x_ptr, dx_ptr, tail, tail < n, TANH)
+
+
 # ---------------------------------------------------------------------------------------------
 # Launchers
-
-
-def _grid(n: int, block: int) -> tuple[int]:
-    return (triton.cdiv(n, block),)
 
 
 def _check_approx(approximate: str) -> None:
@@ -137,21 +153,18 @@ def _check_approx(approximate: str) -> None:
         raise ValueError(f"approximate must be one of {APPROX}, got {approximate!r}")
 
 
-def gelu_forward(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
+def gelu_forward(x: torch.Tensor, approximate: str = "none", **launch) -> torch.Tensor:
+    """`launch`: block / num_warps overrides for GPU A/Bs (see _utils.launch_elementwise)."""
     x = x.contiguous()
     y = torch.empty_like(x)
-    n = x.numel()
-    block, warps = elementwise_settings(n)
-    _gelu_fwd[_grid(n, block)](x, y, n, TANH=approximate == "tanh", BLOCK=block, num_warps=warps)
+    launch_elementwise(_gelu_fwd, x.numel(), x, y, TANH=approximate == "tanh", **launch)
     return y
 
 
-def gelu_backward(dy: torch.Tensor, x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
+def gelu_backward(dy: torch.Tensor, x: torch.Tensor, approximate: str = "none", **launch) -> torch.Tensor:
     dy = dy.contiguous()
     dx = torch.empty_like(x)
-    n = x.numel()
-    block, warps = elementwise_settings(n)
-    _gelu_bwd[_grid(n, block)](dy, x, dx, n, TANH=approximate == "tanh", BLOCK=block, num_warps=warps)
+    launch_elementwise(_gelu_bwd, x.numel(), dy, x, dx, TANH=approximate == "tanh", **launch)
     return dx
 
 

@@ -201,6 +201,62 @@ def _ln_bwd(x_ptr, dy_ptr, w_ptr, mean_ptr, rstd_ptr, c_ptr, dx_ptr, part_ptr, M
     tl.store(part + N + cols, tl.sum(db, axis=0), mask=cmask)
 
 
+@triton.jit(do_not_specialize=["iters"])
+def _ln_bwd_rows(x_ptr, dy_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, part_ptr, M, N, iters,
+                 ROWS: tl.constexpr, BLOCK_N: tl.constexpr, N_ALIGN: tl.constexpr,
+                 PREFETCH: tl.constexpr, W_RELOAD: tl.constexpr, POLICY: tl.constexpr):
+    # _ln_bwd's fused tile (whole rows in registers) on a persistent grid, as rms_norm's _bwd_rows:
+    # each program strides over `iters` row tiles with its dw/db partials in fp32 registers and
+    # writes them once, as its row of the [programs, 2, N] partial buffer (or, with one program,
+    # straight into the [2N] result: the store casts to its dtype). PREFETCH: the next tile's x and
+    # dy loads are issued before this tile's reductions wait on its data. W_RELOAD: w is re-read
+    # (an L1/L2 hit) every tile instead of held, for the widest rows' register budget.
+    pid = tl.program_id(0)
+    step = tl.num_programs(0) * ROWS
+    cols = tl.arange(0, BLOCK_N)
+    cmask = _col_mask(cols, N, N_ALIGN)
+    if not W_RELOAD:
+        w = tl.load(w_ptr + cols, mask=cmask, other=0.0, eviction_policy="evict_last").to(tl.float32)
+    dw = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)
+    db = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)
+    if PREFETCH:
+        x = _ln_load_rows(x_ptr, pid * ROWS + tl.arange(0, ROWS), cols, M, N, N_ALIGN, POLICY)
+        dy = _ln_load_rows(dy_ptr, pid * ROWS + tl.arange(0, ROWS), cols, M, N, N_ALIGN, POLICY)
+    i = 0
+    while i < iters:
+        rows = pid * ROWS + i * step + tl.arange(0, ROWS)
+        i += 1
+        if PREFETCH:  # past the last tile the rows are >= M: fully masked, no traffic
+            x_next = _ln_load_rows(x_ptr, rows + step, cols, M, N, N_ALIGN, POLICY)
+            dy_next = _ln_load_rows(dy_ptr, rows + step, cols, M, N, N_ALIGN, POLICY)
+        else:
+            x = _ln_load_rows(x_ptr, rows, cols, M, N, N_ALIGN, POLICY)
+            dy = _ln_load_rows(dy_ptr, rows, cols, M, N, N_ALIGN, POLICY)
+        rmask = rows < M
+        mean = tl.load(mean_ptr + rows, mask=rmask, other=0.0)
+        rstd = tl.load(rstd_ptr + rows, mask=rmask, other=0.0)
+        # masked rows and columns load 0 (x, dy, mean, rstd), so they add nothing to dw, db, c1, c2
+        xhat = (x.to(tl.float32) - mean[:, None]) * rstd[:, None]
+        dyf = dy.to(tl.float32)
+        dw += dyf * xhat
+        db += dyf
+        if W_RELOAD:
+            wdy = dyf * tl.load(w_ptr + cols, mask=cmask, other=0.0).to(tl.float32)[None, :]
+        else:
+            wdy = dyf * w[None, :]
+        c1 = tl.sum(xhat * wdy, axis=1) / N
+        c2 = tl.sum(wdy, axis=1) / N
+        dx = (wdy - (xhat * c1[:, None] + c2[:, None])) * rstd[:, None]
+        offs = _row_start(rows, N, N_ALIGN)[:, None] + cols[None, :]
+        tl.store(dx_ptr + offs, dx.to(dx_ptr.dtype.element_ty), mask=rmask[:, None] & cmask[None, :])
+        if PREFETCH:
+            x = x_next
+            dy = dy_next
+    part = part_ptr + _row_start(pid, 2 * N, N_ALIGN)
+    tl.store(part + cols, tl.sum(dw, axis=0), mask=cmask)
+    tl.store(part + N + cols, tl.sum(db, axis=0), mask=cmask)
+
+
 @triton.jit
 def _ln_sum_partials(part_ptr, out_ptr, G, n2, BLOCK_G: tl.constexpr, BLOCK_C: tl.constexpr,
                      N_ALIGN: tl.constexpr):
@@ -376,17 +432,22 @@ def layer_norm_forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
 def layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, mean: torch.Tensor,
                         rstd: torch.Tensor, *, rows: int | None = None, num_warps: int | None = None,
                         max_block: int = _BWD_MAX_BLOCK, chunk: int = _BWD_CHUNK, groups_per_sm: int = 2,
-                        policy: str | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                        policy: str | None = None, persistent: bool | None = None, prefetch: bool | None = None,
+                        maxnreg: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """-> (dx, dw, db); dw and db in the weight's dtype, summed in fp32.
 
     Keyword options for GPU A/Bs; left out, the launch is today's: `rows` per tile and `num_warps`
     of _ln_bwd, `max_block` (widest next_pow2(N) with the fused, one-read path), `chunk` (column
     block of wider rows), `groups_per_sm` (row groups per SM and column block, about), `policy`
-    (cache hint of _ln_bwd's x and dy loads)."""
+    (cache hint of _ln_bwd's x and dy loads). `persistent`: rows up to `max_block` go through
+    _ln_bwd_rows (persistent grid sized to the resident programs) with `prefetch` of the next tile
+    and a `maxnreg` register cap; `rows`, `num_warps` and `policy` apply to it too."""
     M, N = x.shape
     dx = torch.empty_like(x)
     block = triton.next_power_of_2(N)
     sms = sm_count(x.device)
+    if persistent and block <= max_block:
+        return _ln_bwd_persistent(dy, x, weight, mean, rstd, dx, rows, num_warps, policy, prefetch, maxnreg)
     if block <= max_block:
         fused, block_c, n_col_blocks = True, block, 1
         rows = rows or max(1, min(_BWD_TILE // block, triton.next_power_of_2(M)))
@@ -414,6 +475,30 @@ def layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
                                                          BLOCK_G=_SUM_BLOCK_G, BLOCK_C=_SUM_BLOCK_C,
                                                          N_ALIGN=_align(2 * N),
                                                          num_warps=4)
+    return dx, out[:N], out[N:]
+
+
+def _ln_bwd_persistent(dy, x, weight, mean, rstd, dx, rows, num_warps, policy, prefetch, maxnreg):
+    M, N = x.shape
+    block = triton.next_power_of_2(N)
+    rows = rows or max(1, min(_BWD_TILE // block, triton.next_power_of_2(M)))
+    warps = num_warps or _warps(rows * block)
+    wide = block >= 16384  # one 32-warp program per SM: no room for a prefetched tile or a held w
+    meta = dict(ROWS=rows, BLOCK_N=block, N_ALIGN=_align(N), PREFETCH=not wide if prefetch is None else prefetch,
+                W_RELOAD=wide, POLICY=policy if policy is not None else "evict_last")
+    extra = {"maxnreg": maxnreg} if maxnreg else {}
+    # the partial buffer stands in for itself by mean (fp32, same pointer properties)
+    resident = _resident_programs(_ln_bwd_rows, (x, dy, weight, mean, rstd, dx, mean, M, N, 1), meta, warps,
+                                  maxnreg, x.device)
+    grid, iters = _persistent_grid(triton.cdiv(M, rows), resident)
+    out = torch.empty(2 * N, dtype=weight.dtype, device=x.device)
+    # one program (a few rows: decode) writes dw and db itself, saving the summing launch
+    part = out if grid == 1 else torch.empty((grid, 2, N), dtype=torch.float32, device=x.device)
+    _ln_bwd_rows[(grid,)](x, dy, weight, mean, rstd, dx, part, M, N, iters, num_warps=warps, **extra, **meta)
+    if grid > 1:
+        _ln_sum_partials[(triton.cdiv(2 * N, _SUM_BLOCK_C),)](part, out, grid, 2 * N, BLOCK_G=_SUM_BLOCK_G,
+                                                             BLOCK_C=_SUM_BLOCK_C, N_ALIGN=_align(2 * N),
+                                                             num_warps=4)
     return dx, out[:N], out[N:]
 
 

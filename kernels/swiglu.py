@@ -8,7 +8,7 @@ import triton.language as tl
 
 from kcollect.spec import KernelSpec, Provider, Shape, peer_available, standard_providers
 
-from ._utils import elementwise_settings
+from ._utils import launch_elementwise
 
 
 # ---------------------------------------------------------------------------------------------
@@ -17,9 +17,7 @@ from ._utils import elementwise_settings
 
 
 @triton.jit
-def _swiglu_fwd(a_ptr, b_ptr, c_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
+def _swiglu_fwd_block(a_ptr, b_ptr, c_ptr, offs, mask):
     a = tl.load(a_ptr + offs, mask=mask).to(tl.float32)
     b = tl.load(b_ptr + offs, mask=mask).to(tl.float32)
     c = a * tl.sigmoid(a) * b
@@ -27,9 +25,20 @@ def _swiglu_fwd(a_ptr, b_ptr, c_ptr, n, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _swiglu_bwd(dc_ptr, a_ptr, b_ptr, da_ptr, db_ptr, n, BLOCK: tl.constexpr):
+def _swiglu_fwd(a_ptr, b_ptr, c_ptr, n, BLOCK: tl.constexpr, TAIL: tl.constexpr):
+    # the block masked at a multiple of 16 (vector loads), the tail by the last program: see
+    # _utils.launch_elementwise
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
+    n16 = n // 16 * 16
+    _swiglu_fwd_block(a_ptr, b_ptr, c_ptr, offs, offs < n16)
+    if TAIL:
+        if tl.program_id(0) == tl.num_programs(0) - 1:
+            tail = n16 + tl.arange(0, 16)
+            _swiglu_fwd_block(a_ptr, b_ptr, c_ptr, tail, tail < n)
+
+
+@triton.jit
+def _swiglu_bwd_block(dc_ptr, a_ptr, b_ptr, da_ptr, db_ptr, offs, mask):
     dc = tl.load(dc_ptr + offs, mask=mask).to(tl.float32)
     a = tl.load(a_ptr + offs, mask=mask).to(tl.float32)
     b = tl.load(b_ptr + offs, mask=mask).to(tl.float32)
@@ -42,29 +51,35 @@ def _swiglu_bwd(dc_ptr, a_ptr, b_ptr, da_ptr, db_ptr, n, BLOCK: tl.constexpr):
     tl.store(db_ptr + offs, db.to(db_ptr.dtype.element_ty), mask=mask)
 
 
+@triton.jit
+def _swiglu_bwd(dc_ptr, a_ptr, b_ptr, da_ptr, db_ptr, n, BLOCK: tl.constexpr, TAIL: tl.constexpr):
+    # the block masked at a multiple of 16 (vector loads), the tail by the last program: see
+    # _utils.launch_elementwise
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    n16 = n // 16 * 16
+    _swiglu_bwd_block(dc_ptr, a_ptr, b_ptr, da_ptr, db_ptr, offs, offs < n16)
+    if TAIL:
+        if tl.program_id(0) == tl.num_programs(0) - 1:
+            tail = n16 + tl.arange(0, 16)
+            _swiglu_bwd_block(dc_ptr, a_ptr, b_ptr, da_ptr, db_ptr, tail, tail < n)
+
+
 # ---------------------------------------------------------------------------------------------
 # Launchers
 
 
-def _grid(n: int, block: int) -> tuple[int]:
-    return (triton.cdiv(n, block),)
-
-
-def swiglu_forward(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+def swiglu_forward(a: torch.Tensor, b: torch.Tensor, **launch) -> torch.Tensor:
+    """`launch`: block / num_warps overrides for GPU A/Bs (see _utils.launch_elementwise)."""
     a, b = a.contiguous(), b.contiguous()
     c = torch.empty_like(a)
-    n = a.numel()
-    block, warps = elementwise_settings(n)
-    _swiglu_fwd[_grid(n, block)](a, b, c, n, BLOCK=block, num_warps=warps)
+    launch_elementwise(_swiglu_fwd, a.numel(), a, b, c, **launch)
     return c
 
 
-def swiglu_backward(dc: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def swiglu_backward(dc: torch.Tensor, a: torch.Tensor, b: torch.Tensor, **launch) -> tuple[torch.Tensor, torch.Tensor]:
     dc = dc.contiguous()
     da, db = torch.empty_like(a), torch.empty_like(b)
-    n = a.numel()
-    block, warps = elementwise_settings(n)
-    _swiglu_bwd[_grid(n, block)](dc, a, b, da, db, n, BLOCK=block, num_warps=warps)
+    launch_elementwise(_swiglu_bwd, a.numel(), dc, a, b, da, db, **launch)
     return da, db
 
 

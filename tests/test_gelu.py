@@ -79,3 +79,19 @@ def test_unknown_variant_is_refused():
     with pytest.raises(ValueError, match="approximate must be one of"):
         gelu.gelu(torch.randn(2, 3), "sigmoid")
     assert "approx must be one of" in SPEC.check_shape({"M": 2, "N": 3, "approx": "exact"})
+
+
+@pytest.mark.parametrize("n", [1, 15, 16, 17, 4099, 8197])
+@pytest.mark.parametrize("block", [None, 64])
+def test_unaligned_tail_forward_and_backward(n, block):
+    # n % 16 != 0: the last program finishes the tail after its 16-aligned block (launch_elementwise);
+    # block=64 puts the tail behind several programs, None in the default block
+    x = torch.randn(n) * 3
+    dy = torch.randn(n)
+    launch = {"block": block} if block else {}
+    for approx in gelu.APPROX:
+        xd = x.double().requires_grad_(True)
+        want = gelu.reference(xd, approx)
+        (want_dx,) = torch.autograd.grad(want, xd, dy.double())
+        torch.testing.assert_close(gelu.gelu_forward(x, approx, **launch).double(), want.detach(), rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(gelu.gelu_backward(dy, x, approx, **launch).double(), want_dx, rtol=1e-5, atol=1e-6)
