@@ -12,58 +12,76 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
-import warnings
 
 SCENARIOS = {
-    "collector order (fwd: triton, torch, compile; then bwd triton)": "fwd_compile",
-    "no torch.compile before": "plain",
-    "compile before, then 15 s idle": "fwd_compile sleep",
-    "compile before, thread_local capture mode": "fwd_compile thread_local",
-    "compile before, sync debug warnings": "fwd_compile syncdebug",
+    "baseline (run 1: fails whether or not torch.compile ran before, also in thread_local mode)": "",
+    "relaxed capture mode": "relaxed",
+    "sync debug mode 'error' during the capture": "syncerror",
+    "a fresh call (new forward) after the failure": "fresh",
+    "the call's forward run on a side stream": "sidefwd",
+    "torch's backward captured first": "torchfirst",
 }
 
 
-def scenario(flags: list[str]) -> None:
+def capture(call, mode: str | None, syncerror: bool):
+    """timing.time_cuda_graph's warm-up and capture, with the error mode and sync checks asked for."""
     import torch
 
-    from kcollect import timing, verify
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            call()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    kwargs = {"capture_error_mode": mode} if mode else {}
+    if syncerror:
+        torch.cuda.set_sync_debug_mode("error")
+    try:
+        with torch.cuda.graph(graph, **kwargs):
+            call()
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    graph.replay()
+    torch.cuda.synchronize()
+    return "captured and replayed"
+
+
+def scenario(flags: list[str]) -> None:
+    import traceback
+
+    import torch
+
+    from kcollect import verify
     from kcollect.kernels import get
 
-    if "thread_local" in flags or "relaxed" in flags:
-        mode = "thread_local" if "thread_local" in flags else "relaxed"
-        original = torch.cuda.graph.__init__
-
-        def init(self, *args, **kwargs):
-            kwargs["capture_error_mode"] = mode
-            original(self, *args, **kwargs)
-
-        torch.cuda.graph.__init__ = init
-    if "syncdebug" in flags:
-        torch.cuda.set_sync_debug_mode("warn")
-        warnings.simplefilter("always")
     spec = get("rms_norm")
     shape = next(s for s in spec.grid("full") if s.label == "1x4096")
-    flush = torch.empty(timing.L2_FLUSH_BYTES, dtype=torch.int8, device="cuda")
-    budget = timing.Budget(2, 5)
     inputs = spec.make_inputs(shape.dims, torch.bfloat16, "cuda", 0)
-    if "fwd_compile" in flags:
-        dys, _ = verify.reference_answers(spec, inputs, "fwd", 1)
-        for name in ("triton", "torch", "compile"):
-            call = verify.build_call(spec, spec.provider(name).fn, verify.clone_inputs(inputs), "fwd", dys)
-            call()
-            timing.time_cuda_graph(call, budget, flush)
-    if "sleep" in flags:
-        time.sleep(15)
     dys, _ = verify.reference_answers(spec, inputs, "bwd", 1)
-    call = verify.build_call(spec, spec.provider("triton").fn, verify.clone_inputs(inputs), "bwd", dys)
-    call()
+
+    def build(provider="triton"):
+        if "sidefwd" in flags:
+            side = torch.cuda.Stream()
+            with torch.cuda.stream(side):
+                call = verify.build_call(spec, spec.provider(provider).fn, verify.clone_inputs(inputs), "bwd", dys)
+            torch.cuda.current_stream().wait_stream(side)
+        else:
+            call = verify.build_call(spec, spec.provider(provider).fn, verify.clone_inputs(inputs), "bwd", dys)
+        call()
+        return call
+
+    if "torchfirst" in flags:
+        print(f"  torch first: {capture(build('torch'), None, False)}", flush=True)
+    mode = "relaxed" if "relaxed" in flags else None
     for attempt in (1, 2):
+        call = build() if attempt == 1 or "fresh" in flags else call
         try:
-            t = timing.time_cuda_graph(call, budget, flush)
-            print(f"  attempt {attempt}: captured, {t.median_ms * 1000:.1f} us", flush=True)
+            print(f"  attempt {attempt}: {capture(call, mode, 'syncerror' in flags)}", flush=True)
         except Exception as e:
+            tb = traceback.format_exc().strip().splitlines()
             print(f"  attempt {attempt}: FAILED {str(e).splitlines()[0][:200]}", flush=True)
+            print("    " + "\n    ".join(tb[-14:-1]), flush=True)
             torch.cuda.synchronize()
 
 
@@ -74,9 +92,8 @@ def main() -> None:
     for label, flags in SCENARIOS.items():
         print(label, flush=True)
         out = subprocess.run([sys.executable, __file__, *flags.split()], capture_output=True, text=True, timeout=120)
-        lines = (out.stdout + out.stderr).splitlines()
-        keep = [ln for ln in lines if ln.startswith("  attempt") or "Warning" in ln or "Error" in ln]
-        print("\n".join(keep[-12:]) or f"  (rc {out.returncode}) " + " | ".join(lines[-3:]), flush=True)
+        lines = [ln for ln in (out.stdout + out.stderr).splitlines() if "Deprecat" not in ln]
+        print("\n".join(lines[-40:]) + f"\n  (rc {out.returncode})", flush=True)
 
 
 if __name__ == "__main__":

@@ -54,34 +54,33 @@ FWD_VARIANTS = [
     ("wide 2/SM chunk 32768 32w", lambda n: {"chunk": 32768, "wide_warps": 32}),
 ]
 
-# (label, keywords of layer_norm_backward given N). Default: fused (one read) up to 8192 wide,
-# else row sums + column blocks of 4096; tiles of 1 x 4096 at 8 warps; ~2 row groups per SM.
-# Run 3: the persistent, prefetching backward (_ln_bwd_rows), as rms_norm's, against it.
-P = {"persistent": True}
+# (label, keywords of layer_norm_backward given N). Run 3 (layer_norm_ab_h200_run3.txt) chose the
+# persistent, prefetching backward with evict_first loads for rows up to 8192 (8 warps at 4096);
+# run 4: its warps, hints and prefetch once more.
 BWD_VARIANTS = [
     ("default", lambda n: {}),
-    ("persistent", lambda n: P),
-    ("persistent 8 warps", lambda n: {**P, "num_warps": 8}),
-    ("persistent 32 warps", lambda n: {**P, "num_warps": 32}),
-    ("persistent no prefetch", lambda n: {**P, "prefetch": False}),
-    ("persistent evict_first", lambda n: {**P, "policy": "evict_first"}),
-    ("persistent cap 64 regs", lambda n: {**P, "maxnreg": 64}),
-    ("persistent 2 rows", lambda n: {**P, "rows": 2}),
-    ("persistent 16384 (w re-read)", lambda n: {**P, "max_block": 16384} if n == 16384 else {}),
-    ("persistent 16384 prefetch", lambda n: {**P, "max_block": 16384, "prefetch": True} if n == 16384 else {}),
-    ("persistent 16384 16 warps", lambda n: {**P, "max_block": 16384, "num_warps": 16} if n == 16384 else {}),
+    ("16 warps", lambda n: {"num_warps": 16}),
+    ("4 warps", lambda n: {"num_warps": 4}),
+    ("evict_last", lambda n: {"policy": "evict_last"}),
+    ("no hint", lambda n: {"policy": ""}),
+    ("no prefetch", lambda n: {"prefetch": False}),
+    ("w re-read", lambda n: {"w_reload": True}),
+    ("16 warps, w re-read", lambda n: {"num_warps": 16, "w_reload": True}),
+    ("16 warps, w re-read, cap 64", lambda n: {"num_warps": 16, "w_reload": True, "maxnreg": 64}),
+    ("w re-read, cap 80", lambda n: {"w_reload": True, "maxnreg": 80}),
+    ("registers 16384 (w re-read)", lambda n: {"max_block": 16384} if n == 16384 else {}),
 ]
 
 # (mode, M, N), most important first: past --budget-s the rest is skipped
 CASES = [
     ("bwd", 32768, 4096),
     ("bwd", 8192, 8192),
-    ("bwd", 4096, 16384),
-    ("bwd", 1, 4096),
     ("bwd", 1024, 2048),
+    ("bwd", 1, 4096),
+    ("bwd", 3000, 3584),
 ]
 COMPILE_CASES = []  # torch.compile peer (forward only), last
-DRY_M = {2048: 9, 4096: 11, 8192: 5, 16384: 3, 65536: 6}  # --dry-run: the same widths, a few rows (more than
+DRY_M = {2048: 9, 3584: 7, 4096: 11, 8192: 5, 16384: 3, 65536: 6}  # --dry-run: the same widths, a few rows (more than
 # the interpreter's 4 'SMs' where a grid size should differ from the default's)
 
 

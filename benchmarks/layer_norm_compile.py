@@ -22,7 +22,7 @@ from benchmarks.ab_tools import recorded  # noqa: E402
 from benchmarks.layer_norm_ab import BWD_VARIANTS, CASES, EPS, FWD_VARIANTS  # noqa: E402
 from kcollect.kernels import layer_norm as L  # noqa: E402
 
-_SHOWN = ("ROWS", "BLOCK_N", "BLOCK_C", "CHUNK", "PREFETCH", "POLICY", "FUSED")
+_SHOWN = ("ROWS", "BLOCK_N", "BLOCK_C", "CHUNK", "PREFETCH", "POLICY", "W_RELOAD")
 
 
 def main():

@@ -25,13 +25,14 @@ from ._utils import sm_count
 # 128 KB = 17 MB at N = 65536 bf16), and a 32 KB chunk keeps the SM's loads in flight.
 #
 # Backward: dx needs two row sums, c1 = mean(xhat * w * dy) and c2 = mean(w * dy); dw and db are
-# column sums over all rows. A persistent grid of programs owns [row group, column block]; each
-# keeps its dw/db partials in fp32 registers while it strides over its rows, writes one partial row
-# to a small [groups, 2, N] buffer, and a second tiny kernel sums the groups (the partials are still
-# in L2). When a whole row fits in registers (next_pow2(N) <= 8192) the column block is the row and
-# c1, c2 come from the same registers: one read of x and dy, one write of dx. Wider rows do not fit
-# with their dw/db accumulators (about 5 fp32 registers per element), so a first pass computes
-# c1, c2 per row and the column-blocked kernel reads x and dy a second time (as PyTorch does).
+# column sums over all rows. Programs keep their dw/db partials in fp32 registers while they stride
+# over their rows, write one partial row each to a small [programs, 2, N] buffer, and a second tiny
+# kernel sums them (the partials are still in L2; a single program writes dw and db itself). When
+# a whole row fits in registers (next_pow2(N) <= 8192) a persistent grid sized to the resident
+# programs walks whole-row tiles, prefetching the next one: c1, c2 come from the same registers,
+# one read of x and dy, one write of dx. Wider rows do not fit with their dw/db accumulators (about
+# 5 fp32 registers per element), so a first pass computes c1, c2 per row and a grid of [row group,
+# column block] programs reads x and dy a second time (as PyTorch does).
 #
 # Row starts and column masks go through _row_start/_col_mask with N_ALIGN, the largest power of
 # two dividing N: rows of 1000 or 5000 elements then still get 16-byte loads (the JIT itself only
@@ -163,10 +164,9 @@ def _ln_bwd_row_sums(x_ptr, dy_ptr, w_ptr, mean_ptr, rstd_ptr, c_ptr, M, N,
 
 @triton.jit
 def _ln_bwd(x_ptr, dy_ptr, w_ptr, mean_ptr, rstd_ptr, c_ptr, dx_ptr, part_ptr, M, N, G,
-            ROWS: tl.constexpr, BLOCK_C: tl.constexpr, FUSED: tl.constexpr, N_ALIGN: tl.constexpr,
-            POLICY: tl.constexpr = "evict_first"):
-    # Program (g, j): rows g*ROWS.. strided by G*ROWS, columns of block j. FUSED: block j is the
-    # whole row and c1, c2 are reduced here; otherwise they come from _ln_bwd_row_sums.
+            ROWS: tl.constexpr, BLOCK_C: tl.constexpr, N_ALIGN: tl.constexpr, POLICY: tl.constexpr):
+    # Wide rows, pass 2 of 2. Program (g, j): rows g*ROWS.. strided by G*ROWS, columns of block j;
+    # c1, c2 come from _ln_bwd_row_sums.
     g = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     cmask = _col_mask(cols, N, N_ALIGN)
@@ -185,12 +185,8 @@ def _ln_bwd(x_ptr, dy_ptr, w_ptr, mean_ptr, rstd_ptr, c_ptr, dx_ptr, part_ptr, M
         rstd = tl.load(rstd_ptr + rows, mask=rmask, other=0.0)
         xhat = (x - mean[:, None]) * rstd[:, None]
         wdy = w[None, :] * dy  # 0 wherever masked
-        if FUSED:
-            c1 = tl.sum(xhat * wdy, axis=1) / N
-            c2 = tl.sum(wdy, axis=1) / N
-        else:
-            c1 = tl.load(c_ptr + rows, mask=rmask, other=0.0)
-            c2 = tl.load(c_ptr + M + rows, mask=rmask, other=0.0)
+        c1 = tl.load(c_ptr + rows, mask=rmask, other=0.0)
+        c2 = tl.load(c_ptr + M + rows, mask=rmask, other=0.0)
         dx = (wdy - (xhat * c1[:, None] + c2[:, None])) * rstd[:, None]
         tl.store(dx_ptr + offs, dx.to(dx_ptr.dtype.element_ty), mask=mask)
         dw += dy * xhat
@@ -205,8 +201,9 @@ def _ln_bwd(x_ptr, dy_ptr, w_ptr, mean_ptr, rstd_ptr, c_ptr, dx_ptr, part_ptr, M
 def _ln_bwd_rows(x_ptr, dy_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, part_ptr, M, N, iters,
                  ROWS: tl.constexpr, BLOCK_N: tl.constexpr, N_ALIGN: tl.constexpr,
                  PREFETCH: tl.constexpr, W_RELOAD: tl.constexpr, POLICY: tl.constexpr):
-    # _ln_bwd's fused tile (whole rows in registers) on a persistent grid, as rms_norm's _bwd_rows:
-    # each program strides over `iters` row tiles with its dw/db partials in fp32 registers and
+    # Rows in registers (next_pow2(N) <= max_block): whole-row tiles on a persistent grid, as
+    # rms_norm's _bwd_rows; c1 and c2 are reduced from the same registers (one read of x and dy).
+    # Each program strides over `iters` row tiles with its dw/db partials in fp32 registers and
     # writes them once, as its row of the [programs, 2, N] partial buffer (or, with one program,
     # straight into the [2N] result: the store casts to its dtype). PREFETCH: the next tile's x and
     # dy loads are issued before this tile's reductions wait on its data. W_RELOAD: w is re-read
@@ -324,6 +321,12 @@ _FWD_PERSIST_FROM = 8192
 _FWD_WIDE_PER_SM = 2
 _FWD_POLICY = "evict_last"
 _BWD_WIDE_WARPS = 16
+_BWD_WIDE_POLICY = "evict_last"
+# Run 3 (layer_norm_ab_h200_run3.txt): the persistent prefetching backward (_ln_bwd_rows) with
+# evict_first loads against the earlier grid of ~2 row groups per SM without prefetch: 32768x4096
+# 73% -> 83% of copy, 8192x8192 60% -> 70%, 1x4096 8.2 -> 6.2 us (one launch instead of two);
+# evict_last and no prefetch gave less; 32 warps, 2-row tiles and a 64-register cap lost.
+_BWD_POLICY = "evict_first"
 _BWD_TILE = 4096         # elements per backward tile (x and dy each; ~5 fp32 registers per element)
 _BWD_MAX_BLOCK = 8192    # widest row whose dw/db accumulators fit in registers with x and dy
 _BWD_CHUNK = 4096        # column block for wider rows
@@ -432,60 +435,56 @@ def layer_norm_forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
 def layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, mean: torch.Tensor,
                         rstd: torch.Tensor, *, rows: int | None = None, num_warps: int | None = None,
                         max_block: int = _BWD_MAX_BLOCK, chunk: int = _BWD_CHUNK, groups_per_sm: int = 2,
-                        policy: str | None = None, persistent: bool | None = None, prefetch: bool | None = None,
-                        maxnreg: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                        policy: str | None = None, prefetch: bool | None = None, maxnreg: int | None = None,
+                        w_reload: bool | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """-> (dx, dw, db); dw and db in the weight's dtype, summed in fp32.
 
-    Keyword options for GPU A/Bs; left out, the launch is today's: `rows` per tile and `num_warps`
-    of _ln_bwd, `max_block` (widest next_pow2(N) with the fused, one-read path), `chunk` (column
-    block of wider rows), `groups_per_sm` (row groups per SM and column block, about), `policy`
-    (cache hint of _ln_bwd's x and dy loads). `persistent`: rows up to `max_block` go through
-    _ln_bwd_rows (persistent grid sized to the resident programs) with `prefetch` of the next tile
-    and a `maxnreg` register cap; `rows`, `num_warps` and `policy` apply to it too."""
+    Keyword options for GPU A/Bs; left out, the measured default. Rows up to `max_block`
+    (next_pow2(N)) go through _ln_bwd_rows: `rows` per tile, `num_warps`, `prefetch` of the next
+    tile, `maxnreg` (register cap), `policy` (cache hint of the x and dy loads), `w_reload` (w
+    re-read every tile instead of held in registers; default from 16384 wide). Wider rows: row
+    sums, then _ln_bwd over column blocks of `chunk` with `groups_per_sm` row groups per SM and
+    column block (about), `rows` per tile, `num_warps`, `policy`."""
     M, N = x.shape
     dx = torch.empty_like(x)
-    block = triton.next_power_of_2(N)
-    sms = sm_count(x.device)
-    if persistent and block <= max_block:
-        return _ln_bwd_persistent(dy, x, weight, mean, rstd, dx, rows, num_warps, policy, prefetch, maxnreg)
-    if block <= max_block:
-        fused, block_c, n_col_blocks = True, block, 1
-        rows = rows or max(1, min(_BWD_TILE // block, triton.next_power_of_2(M)))
-        sums = mean  # not read when FUSED
-        policy = policy if policy is not None else "evict_first"
-    else:
-        fused, rows, block_c = False, rows or 1, chunk
-        policy = policy if policy is not None else "evict_last"
-        num_warps = num_warps or _BWD_WIDE_WARPS
-        n_col_blocks = triton.cdiv(N, block_c)
-        sums = torch.empty(2 * M, dtype=torch.float32, device=x.device)
-        _ln_bwd_row_sums[(M,)](x, dy, weight, mean, rstd, sums, M, N,
-                               CHUNK=_BWD_CHUNK, N_ALIGN=_align(N), num_warps=_warps(_BWD_CHUNK))
+    if triton.next_power_of_2(N) <= max_block:
+        return _ln_bwd_persistent(dy, x, weight, mean, rstd, dx, rows, num_warps, policy, prefetch, maxnreg,
+                                  w_reload)
+    rows, block_c = rows or 1, chunk
+    policy = policy if policy is not None else _BWD_WIDE_POLICY
+    n_col_blocks = triton.cdiv(N, block_c)
+    sums = torch.empty(2 * M, dtype=torch.float32, device=x.device)
+    _ln_bwd_row_sums[(M,)](x, dy, weight, mean, rstd, sums, M, N,
+                           CHUNK=_BWD_CHUNK, N_ALIGN=_align(N), num_warps=_warps(_BWD_CHUNK))
     # ~2 programs per SM in all; with few rows, at least one per SM, and each program takes
     # several row tiles where possible so that the partial buffer stays small next to x and dy.
+    sms = sm_count(x.device)
     row_tiles = triton.cdiv(M, rows)
     groups = max(1, min(row_tiles, triton.cdiv(groups_per_sm * sms, n_col_blocks),
                         max(triton.cdiv(sms, n_col_blocks), triton.cdiv(row_tiles, 8))))
     partial = torch.empty((groups, 2, N), dtype=torch.float32, device=x.device)
     _ln_bwd[(groups, n_col_blocks)](x, dy, weight, mean, rstd, sums, dx, partial, M, N, groups,
-                                    ROWS=rows, BLOCK_C=block_c, FUSED=fused, N_ALIGN=_align(N), POLICY=policy,
-                                    num_warps=num_warps or _warps(rows * block_c))
+                                    ROWS=rows, BLOCK_C=block_c, N_ALIGN=_align(N), POLICY=policy,
+                                    num_warps=num_warps or _BWD_WIDE_WARPS)
     out = torch.empty(2 * N, dtype=weight.dtype, device=x.device)
-    _ln_sum_partials[(triton.cdiv(2 * N, _SUM_BLOCK_C),)](partial, out, groups, 2 * N,
-                                                         BLOCK_G=_SUM_BLOCK_G, BLOCK_C=_SUM_BLOCK_C,
-                                                         N_ALIGN=_align(2 * N),
-                                                         num_warps=4)
+    _sum_partials(partial, out, groups)
     return dx, out[:N], out[N:]
 
 
-def _ln_bwd_persistent(dy, x, weight, mean, rstd, dx, rows, num_warps, policy, prefetch, maxnreg):
+def _sum_partials(partial: torch.Tensor, out: torch.Tensor, groups: int) -> None:
+    n2 = out.numel()
+    _ln_sum_partials[(triton.cdiv(n2, _SUM_BLOCK_C),)](partial, out, groups, n2, BLOCK_G=_SUM_BLOCK_G,
+                                                      BLOCK_C=_SUM_BLOCK_C, N_ALIGN=_align(n2), num_warps=4)
+
+
+def _ln_bwd_persistent(dy, x, weight, mean, rstd, dx, rows, num_warps, policy, prefetch, maxnreg, w_reload):
     M, N = x.shape
     block = triton.next_power_of_2(N)
     rows = rows or max(1, min(_BWD_TILE // block, triton.next_power_of_2(M)))
     warps = num_warps or _warps(rows * block)
     wide = block >= 16384  # one 32-warp program per SM: no room for a prefetched tile or a held w
     meta = dict(ROWS=rows, BLOCK_N=block, N_ALIGN=_align(N), PREFETCH=not wide if prefetch is None else prefetch,
-                W_RELOAD=wide, POLICY=policy if policy is not None else "evict_last")
+                W_RELOAD=wide if w_reload is None else w_reload, POLICY=policy if policy is not None else _BWD_POLICY)
     extra = {"maxnreg": maxnreg} if maxnreg else {}
     # the partial buffer stands in for itself by mean (fp32, same pointer properties)
     resident = _resident_programs(_ln_bwd_rows, (x, dy, weight, mean, rstd, dx, mean, M, N, 1), meta, warps,
@@ -496,9 +495,7 @@ def _ln_bwd_persistent(dy, x, weight, mean, rstd, dx, rows, num_warps, policy, p
     part = out if grid == 1 else torch.empty((grid, 2, N), dtype=torch.float32, device=x.device)
     _ln_bwd_rows[(grid,)](x, dy, weight, mean, rstd, dx, part, M, N, iters, num_warps=warps, **extra, **meta)
     if grid > 1:
-        _ln_sum_partials[(triton.cdiv(2 * N, _SUM_BLOCK_C),)](part, out, grid, 2 * N, BLOCK_G=_SUM_BLOCK_G,
-                                                             BLOCK_C=_SUM_BLOCK_C, N_ALIGN=_align(2 * N),
-                                                             num_warps=4)
+        _sum_partials(part, out, grid)
     return dx, out[:N], out[N:]
 
 

@@ -154,12 +154,12 @@ def test_forward_variants(name, dtype):
 
 BWD_VARIANTS = {
     "rows+warps": {"rows": 2, "num_warps": 8},
-    "fused up to 32768": {"max_block": 32768, "num_warps": 8},
+    "no prefetch, evict_last": {"prefetch": False, "policy": "evict_last"},
+    "w re-read": {"w_reload": True},
+    "registers up to 32768 (w re-read)": {"max_block": 32768},
+    "registers up to 32768, prefetch": {"max_block": 32768, "prefetch": True, "num_warps": 8},
     "column blocks 2048": {"max_block": 1024, "chunk": 2048},
     "column blocks, 2 rows, 1 group/SM": {"max_block": 1024, "chunk": 1024, "rows": 2, "groups_per_sm": 1},
-    "persistent": {"persistent": True},
-    "persistent, no prefetch, 2 rows": {"persistent": True, "prefetch": False, "rows": 2},
-    "persistent 32768 (w re-read)": {"persistent": True, "max_block": 32768},
 }
 
 
