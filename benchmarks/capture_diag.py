@@ -10,6 +10,7 @@ and prints whether the capture succeeded and with what error:
 """
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 
@@ -40,6 +41,10 @@ def capture(call, mode: str | None, syncerror: bool):
     try:
         with torch.cuda.graph(graph, **kwargs):
             call()
+    except Exception:
+        with contextlib.suppress(Exception):
+            graph.reset()  # as timing.time_cuda_graph does: a graph left half-captured hung the process
+        raise
     finally:
         torch.cuda.set_sync_debug_mode(0)
     graph.replay()
@@ -82,7 +87,7 @@ def scenario(flags: list[str]) -> None:
             tb = traceback.format_exc().strip().splitlines()
             print(f"  attempt {attempt}: FAILED {str(e).splitlines()[0][:200]}", flush=True)
             print("    " + "\n    ".join(tb[-14:-1]), flush=True)
-            torch.cuda.synchronize()
+
 
 
 def main() -> None:
@@ -91,7 +96,11 @@ def main() -> None:
         return
     for label, flags in SCENARIOS.items():
         print(label, flush=True)
-        out = subprocess.run([sys.executable, __file__, *flags.split()], capture_output=True, text=True, timeout=120)
+        try:
+            out = subprocess.run([sys.executable, __file__, *flags.split()], capture_output=True, text=True, timeout=50)
+        except subprocess.TimeoutExpired as e:
+            print(f"  TIMEOUT after 50 s; output so far: {(e.stdout or b'')[-2000:]!r}", flush=True)
+            continue
         lines = [ln for ln in (out.stdout + out.stderr).splitlines() if "Deprecat" not in ln]
         print("\n".join(lines[-40:]) + f"\n  (rc {out.returncode})", flush=True)
 

@@ -325,7 +325,9 @@ _BWD_WIDE_POLICY = "evict_last"
 # Run 3 (layer_norm_ab_h200_run3.txt): the persistent prefetching backward (_ln_bwd_rows) with
 # evict_first loads against the earlier grid of ~2 row groups per SM without prefetch: 32768x4096
 # 73% -> 83% of copy, 8192x8192 60% -> 70%, 1x4096 8.2 -> 6.2 us (one launch instead of two);
-# evict_last and no prefetch gave less; 32 warps, 2-row tiles and a 64-register cap lost.
+# evict_last and no prefetch gave less; 32 warps, 2-row tiles and a 64-register cap lost. Run 4
+# (layer_norm_ab_h200_run4.txt): 4 or 16 warps, w re-read instead of held, register caps of 64 or
+# 80 (2-3 programs per SM, with spills): none beat it at 32768x4096 (83.9%) or 8192x8192 (69.9%).
 _BWD_POLICY = "evict_first"
 _BWD_TILE = 4096         # elements per backward tile (x and dy each; ~5 fp32 registers per element)
 _BWD_MAX_BLOCK = 8192    # widest row whose dw/db accumulators fit in registers with x and dy
