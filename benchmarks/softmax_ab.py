@@ -1,45 +1,89 @@
-"""A/B of softmax's wide-row variants on a GPU (bf16), timed like the collector (CUDA graph replays,
-L2 flushed before each, Budget(5, 25)). Per (shape, mode, variant): check against the float64
-reference first (FAIL lines are not timed), then print ms, GB/s (the spec's bytes_moved) and % of
-the H200's measured 4250 GB/s copy. Peers: Liger (rows <= 65536) and torch.compile (two fwd shapes,
-run last: slow to compile). The keywords are those of softmax_forward / softmax_backward.
+"""A/B of softmax's launch variants on a GPU (bf16), timed like the collector (CUDA graph replays,
+L2 flushed before each, Budget(5, 25)): first the few-rows split path (rows cut into segments over a
+rows x segments grid, two launches) against the default and the no-split paths, then the wide-row
+register and streaming variants of the earlier runs (after torch.compile: that order puts the
+split path's comparisons first when the deadline cuts the run short). Per (shape, mode, variant): check against the
+float64 reference first (FAIL lines are not timed), then print us, GB/s (the spec's bytes_moved),
+% of the H200's measured 4250 GB/s copy and the default's time over this one (x > 1: faster than
+the default). Variants whose launches (kernels, grids, constexprs, warps) equal an earlier one's
+are named and not timed again. Peers: Liger (rows <= 65536) and torch.compile (the 1-row shapes,
+fwd and bwd, after the few-row shapes: several seconds of compile each, as its deadline allows). The keywords are those of softmax_forward /
+softmax_backward.
 
     python benchmarks/softmax_ab.py                               # GPU, < 75 s on an H200
-    TRITON_INTERPRET=1 python benchmarks/softmax_ab.py --dry-run  # CPU: tiny shapes, no timing
+    TRITON_INTERPRET=1 python benchmarks/softmax_ab.py --dry-run  # CPU: small shapes, no timing
 """
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 import time
 
-import torch
+T0 = time.perf_counter()
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from kcollect import timing, verify
-from kcollect.spec import compiled
-from kcollect.kernels import softmax
+import torch  # noqa: E402
+
+from benchmarks.ab_tools import launches  # noqa: E402
+from kcollect import timing, verify  # noqa: E402
+from kcollect.kernels import softmax  # noqa: E402
+from kcollect.spec import compiled  # noqa: E402
 
 SPEC = softmax.SPEC
 COPY_GBPS = 4250.0  # H200 copy (read + write), measured by the collector
-E = 2  # bf16 bytes
 DEADLINE_S = 68  # cases not started by then are skipped, so the script stays under 75 s
+COMPILE_DEADLINE_S = 50  # a torch.compile case compiles for several seconds before it is timed
 
-# (label, keywords, applies to width n, modes). The defaults, chosen from the earlier runs of this
-# script (docs/evidence/softmax_ab_h200_run*.txt): rows up to 64 KB in registers (32 warps and a
-# persistent prefetching forward above 16384 elements), wider rows streamed in 32 KB chunks by one
-# program per SM.
+
+def few(m, n):
+    return m <= 16
+
+
+def many(m, n):
+    return m >= 1024
+
+
+# (label, keywords, applies to the shape (m, n), modes). The defaults, chosen from the earlier runs
+# of this script (docs/evidence/softmax_ab_h200_run*.txt): rows up to 64 KB in registers (32 warps
+# and a persistent prefetching forward above 16384 elements), wider rows streamed in 32 KB chunks
+# by one program per SM, or split when there are at most softmax._SPLIT_MAX_ROWS of them
+# (provisional). Run 3's evict_first / no-hint / 16 KB-tile variants (the former defaults) are not
+# repeated.
 VARIANTS = [
-    ("default", {}, lambda n: True, ("fwd", "bwd")),
-    ("one row per program", {"persist": 0}, lambda n: 16384 < n <= 32768, ("fwd",)),
-    ("persist2", {"persist": 2}, lambda n: 16384 < n <= 32768, ("fwd",)),
-    ("tile 16K", {"tile_bytes": 16384}, lambda n: n <= 4096, ("fwd", "bwd")),
-    ("evict_first", {"policy": "evict_first"}, lambda n: n <= 32768, ("fwd", "bwd")),
-    ("no hint", {"policy": ""}, lambda n: n <= 32768, ("fwd", "bwd")),
-    ("stream 32K pps2/16w", {"programs_per_sm": 2, "max_warps": 16}, lambda n: n > 32768, ("fwd",)),
+    ("default", {}, lambda m, n: True, ("fwd", "bwd")),
+    # few rows: the split path (segments of 4096 by default) and the paths it replaces
+    ("split", {"split": True}, few, ("fwd", "bwd")),
+    ("split seg 8K", {"split": True, "split_seg": 8192}, few, ("fwd", "bwd")),
+    ("split seg 2K", {"split": True, "split_seg": 2048}, few, ("fwd", "bwd")),
+    ("split seg 1K", {"split": True, "split_seg": 1024}, few, ("fwd", "bwd")),  # 126 programs a row at 128256
+    ("split evict_first", {"split": True, "policy": "evict_first"}, lambda m, n: few(m, n) and n == 128256,
+     ("fwd", "bwd")),
+    ("no split", {"split": False}, few, ("fwd", "bwd")),
+    # many rows: the register path's forward grid and the streaming grid
+    ("one row per program", {"persist": 0}, lambda m, n: many(m, n) and 16384 < n <= 32768, ("fwd",)),
+    ("persist2", {"persist": 2}, lambda m, n: many(m, n) and 16384 < n <= 32768, ("fwd",)),
+    ("stream 32K pps2/16w", {"programs_per_sm": 2, "max_warps": 16}, lambda m, n: many(m, n) and n > 32768,
+     ("fwd",)),
 ]
-SHAPES = [(4096, 32000), (4096, 4096), (32768, 4096), (65536, 2048), (2048, 65536), (2048, 128256), (1024, 262144)]
-COMPILE_SHAPES = [(4096, 32000), (2048, 65536)]  # fwd only
-# --dry-run: tiny rows that still reach every variant's path (<= 32768, <= 65536, > 65536)
-DRY_SHAPES = [(3, 20000), (9, 4096), (2, 70000)]
+# Few rows (the split path's A/B: 1 to 16 rows of the LLaMA-3 vocabulary, wider and narrower rows;
+# 1 x 32000 and 1 x 16384 fit in registers: split=True against the register path), then the
+# many-row shapes of the earlier runs.
+FEW_SHAPES = [(1, 128256), (4, 128256), (16, 128256), (1, 262144), (8, 65536), (1, 32000), (1, 16384)]
+MANY_SHAPES = [(4096, 32000), (4096, 4096), (32768, 4096), (65536, 2048), (2048, 65536), (2048, 128256),
+               (1024, 262144)]
+SHAPES = FEW_SHAPES + MANY_SHAPES
+# torch.compile, fwd and bwd, most important first, as the deadline allows (it compiles per shape
+# and mode: several seconds each). The many-row shapes it was timed on in runs 1-3 are not repeated.
+COMPILE_SHAPES = [(1, 128256), (1, 262144), (1, 32000), (1, 16384)]
+# --dry-run: each shape whose path the A/B reaches, as a small shape on the same path of the
+# automatic rule (bf16: rows over 32768 elements do not fit in registers; <= 8 rows split): split
+# with a masked last segment, whole segments, M = 8 at the rule's bound, more rows (stream), rows
+# in registers (a 32768 and a 4096 block), a 2048-wide tile of several rows
+DRY = {(1, 128256): (1, 70001), (4, 128256): (3, 40000), (16, 128256): (10, 40000), (1, 262144): (2, 65536),
+       (8, 65536): (8, 33000), (1, 32000): (1, 20000), (1, 16384): (1, 4099), (4096, 32000): (9, 20000),
+       (65536, 2048): (20, 2048), (2048, 65536): (9, 40000)}
+DRY_COMPILE = [(1, 128256)]
 
 
 def inputs(m, n, device, seed):
@@ -61,77 +105,119 @@ def reference(x, dy64, mode):
 
 class Runner:
     def __init__(self, dry: bool):
-        self.dry, self.t0 = dry, time.perf_counter()
+        self.dry = dry
         self.device = "cpu" if dry else "cuda"
         self.flush = None if dry else torch.empty(timing.L2_FLUSH_BYTES, dtype=torch.int8, device="cuda")
         self.budget = timing.Budget(5, 25)
+        self.default_ms = {}
 
-    def case(self, m, n, mode, label, fn, want):
-        """Check fn() against want, then time it; one line, never raises."""
-        head = f"{m}x{n} {mode}"
-        if time.perf_counter() - self.t0 > DEADLINE_S:
-            print(f"{head} {label:30s} SKIPPED: past the {DEADLINE_S} s deadline", flush=True)
+    def case(self, m, n, mode, label, fn, want, seen=None, deadline=DEADLINE_S):
+        """Check fn() against want, then time it; one line, never raises. seen: launches -> label
+        of the variants already run on this shape and mode."""
+        head = f"{m}x{n} {mode} {label:22s}"
+        if time.perf_counter() - T0 > deadline:
+            print(f"{head} SKIPPED: past the {deadline} s deadline", flush=True)
             return
         try:
+            if seen is not None:
+                key = launches(fn)
+                if key in seen:
+                    print(f"{head} same launches as {seen[key]}", flush=True)
+                    return
+                seen[key] = label
             got = verify.as_tuple(fn())[0]
             err = verify.rel_error(got, want)
             if err > SPEC.tolerance[torch.bfloat16]:
-                print(f"{head} {label:30s} FAIL error {err:.3g} > {SPEC.tolerance[torch.bfloat16]:.3g}", flush=True)
+                print(f"{head} FAIL error {err:.3g} > {SPEC.tolerance[torch.bfloat16]:.3g}", flush=True)
                 return
             note = f"err {err:.1e}"
             if self.dry:
-                print(f"{head} {label:30s} dry-run ok ({note})", flush=True)
+                print(f"{head} dry-run ok ({note})", flush=True)
                 return
-            t = timing.time_cuda_graph(fn, self.budget, self.flush)
-            gbps = SPEC.bytes_moved({"M": m, "N": n}, torch.bfloat16, mode) / t.median_ms / 1e6
-            print(f"{head} {label:30s} {t.median_ms:8.4f} ms {gbps:6.0f} GB/s {100 * gbps / COPY_GBPS:5.1f}%  ({note})",
+            ms = timing.time_cuda_graph(fn, self.budget, self.flush).median_ms
+            if label == "default":
+                self.default_ms[(m, n, mode)] = ms
+            base = self.default_ms.get((m, n, mode))
+            vs = f"x{base / ms:.3f} vs default" if base else ""
+            gbps = SPEC.bytes_moved({"M": m, "N": n}, torch.bfloat16, mode) / ms / 1e6
+            print(f"{head} {ms * 1e3:9.2f} us {gbps:6.0f} GB/s {100 * gbps / COPY_GBPS:5.1f}%  {vs:18s} ({note})",
                   flush=True)
         except Exception as e:  # one failing case must not stop the others
-            print(f"{head} {label:30s} ERROR {type(e).__name__}: {str(e)[:300]}", flush=True)
+            print(f"{head} ERROR {type(e).__name__}: {str(e)[:300]}", flush=True)
 
-    def peer(self, m, n, mode, label, fn, x, dy64, want):
+    def peer(self, m, n, mode, label, fn, x, dy64, want, deadline=DEADLINE_S):
         """A provider's function (label: its name in the spec), called as the collector calls it."""
         try:
             reason = SPEC.provider(label).available(self.device)
             if reason:
-                print(f"{m}x{n} {mode} {label:30s} skipped: {reason}", flush=True)
+                print(f"{m}x{n} {mode} {label:22s} skipped: {reason}", flush=True)
+                return
+            if time.perf_counter() - T0 > deadline:  # before build_call: its first call compiles
+                print(f"{m}x{n} {mode} {label:22s} SKIPPED: past the {deadline} s deadline", flush=True)
                 return
             call = verify.build_call(SPEC, fn, {"x": x.detach().clone()}, mode, (dy64,) if mode == "bwd" else ())
-            self.case(m, n, mode, label, call, want)
+            self.case(m, n, mode, label, call, want, deadline=deadline)
         except Exception as e:
-            print(f"{m}x{n} {mode} {label:30s} ERROR {type(e).__name__}: {str(e)[:300]}", flush=True)
+            print(f"{m}x{n} {mode} {label:22s} ERROR {type(e).__name__}: {str(e)[:300]}", flush=True)
+
+
+def run_shape(run, shape):
+    m, n = DRY[shape] if run.dry else shape
+    x, dy64 = inputs(m, n, run.device, seed=m * n)
+    for mode in ("fwd", "bwd"):
+        want = reference(x, dy64, mode)
+        y = softmax.softmax_forward(x)  # bwd: the saved output, as in training
+        dy = dy64.to(torch.bfloat16)
+        seen = {}
+        for label, kw, applies, modes in VARIANTS:
+            if applies(*shape) and mode in modes:
+                if mode == "fwd":
+                    fn = lambda kw=kw: softmax.softmax_forward(x, **kw)  # noqa: E731
+                else:
+                    fn = lambda kw=kw: softmax.softmax_backward(dy, y, **kw)  # noqa: E731
+                run.case(m, n, mode, label, fn, want, seen)
+        if shape[1] <= 65536:  # Liger refuses wider rows
+            run.peer(m, n, mode, "liger", softmax.softmax_liger, x, dy64, want)
+        del want, y, dy
+    del x, dy64
+    if not run.dry:
+        torch.cuda.empty_cache()
+
+
+def run_compile(run, shape):
+    """torch.compile (dynamic=False, as the collector) of the eager softmax, fwd then bwd: one
+    compiled function per shape (dynamo compiles the grad-mode graph on its first bwd call)."""
+    m, n = DRY[shape] if run.dry else shape
+    x, dy64 = inputs(m, n, run.device, seed=m * n)
+    fn = compiled(softmax.softmax_eager)
+    for mode in ("fwd",) if run.dry else ("fwd", "bwd"):  # a CPU compile of the backward takes long
+        run.peer(m, n, mode, "compile", fn, x, dy64, reference(x, dy64, mode), deadline=COMPILE_DEADLINE_S)
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--dry-run", action="store_true", help="CPU, tiny shapes, no timing")
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dry-run", action="store_true", help="CPU (TRITON_INTERPRET=1): small shapes, no timing")
     dry = ap.parse_args().dry_run
     run = Runner(dry)
-    shapes = DRY_SHAPES if dry else SHAPES
-    for m, n in shapes:
-        x, dy64 = inputs(m, n, run.device, seed=m * n)
-        for mode in ("fwd", "bwd"):
-            want = reference(x, dy64, mode)
-            y = softmax.softmax_forward(x)  # bwd: the saved output, as in training
-            dy = dy64.to(torch.bfloat16)
-            for label, kw, applies, modes in VARIANTS:
-                if applies(n) and mode in modes:
-                    if mode == "fwd":
-                        fn = lambda kw=kw: softmax.softmax_forward(x, **kw)  # noqa: E731
-                    else:
-                        fn = lambda kw=kw: softmax.softmax_backward(dy, y, **kw)  # noqa: E731
-                    run.case(m, n, mode, label, fn, want)
-            if n <= 65536 or dry:  # Liger refuses wider rows
-                run.peer(m, n, mode, "liger", softmax.softmax_liger, x, dy64, want)
-            del want, y, dy
-        del x, dy64
-        if not dry:
-            torch.cuda.empty_cache()
-    # torch.compile last: ~5-10 s of compile per shape
-    for m, n in (DRY_SHAPES[:1] if dry else COMPILE_SHAPES):
-        x, dy64 = inputs(m, n, run.device, seed=m * n)
-        run.peer(m, n, "fwd", "compile", compiled(softmax.softmax_eager), x, dy64, reference(x, dy64, "fwd"))
-    print(f"total {time.perf_counter() - run.t0:.1f} s", flush=True)
+    where = "dry run, CPU interpreter" if dry else torch.cuda.get_device_name()
+    print(f"softmax A/B, bf16, {where}; split rule: <= {softmax._SPLIT_MAX_ROWS} rows too wide for registers, "
+          f"seg {softmax._SPLIT_SEG}; % of {COPY_GBPS:.0f} GB/s copy", flush=True)
+    for shape in FEW_SHAPES:
+        if not dry or shape in DRY:
+            run_shape(run, shape)
+    # torch.compile: a compile per shape and grad mode, all of the same eager function's code, so
+    # dynamo's recompile limit (8) must not make it fall back to eager
+    from torch import _dynamo  # (a bare "import torch._dynamo" here would make torch a local name)
+
+    for name in ("cache_size_limit", "recompile_limit"):
+        if hasattr(_dynamo.config, name):
+            setattr(_dynamo.config, name, 64)
+    for shape in DRY_COMPILE if dry else COMPILE_SHAPES:
+        run_compile(run, shape)
+    for shape in MANY_SHAPES:
+        if not dry or shape in DRY:
+            run_shape(run, shape)
+    print(f"total {time.perf_counter() - T0:.1f} s", flush=True)
 
 
 if __name__ == "__main__":

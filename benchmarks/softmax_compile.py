@@ -1,96 +1,78 @@
-"""Offline sm_90 compile of softmax's default and A/B variants (VARIANTS of benchmarks/softmax_ab.py)
-at the A/B shapes: registers, spills and SASS load/store widths per kernel, no GPU needed.
+"""Offline sm_90 compile of softmax's default launches and the A/B variants of benchmarks/softmax_ab.py
+at its shapes: registers, spills and SASS load/store widths per kernel, no GPU needed.
 
-Each case calls the real softmax_forward / softmax_backward on 'meta' tensors with JITFunction
-launches intercepted, so what is compiled is exactly what the launchers would launch (kernel,
-constexprs, num_warps); ints are marked divisible by 16 where the JIT would mark them.
+Each case calls the real softmax_forward / softmax_backward on 'meta' tensors with the Triton
+launches recorded instead of run (ab_tools.recorded), so that what is compiled is exactly what the
+launchers would launch (kernel, constexprs, num_warps; both launches of the split path), with
+arguments specialised as the JIT does (16-byte-aligned pointers, ints divisible by 16 or equal to 1).
 
     python benchmarks/softmax_compile.py > docs/evidence/softmax_compile.txt
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from benchmarks.compile_report import format_report, report  # noqa: E402  (before triton: no interpreter)
+from benchmarks import compile_report as cr  # noqa: E402  (first: compiles for the GPU, not the interpreter)
 
 import torch  # noqa: E402
-from triton.runtime.jit import JITFunction  # noqa: E402
 
+from benchmarks.ab_tools import recorded  # noqa: E402
 from benchmarks.softmax_ab import SHAPES, VARIANTS  # noqa: E402
 from kcollect.kernels import softmax  # noqa: E402
 
-softmax.sm_count = lambda device: 132  # the H200's SMs: persistent grids and LAG as launched there
+softmax.sm_count = lambda device: 132  # the H200's SMs: persistent grids as launched there
+
+_HIDDEN = ("N_ALIGN",)  # 16 at every A/B width
 
 
-@contextlib.contextmanager
-def intercepted(calls: list):
-    """JITFunction launches record (fn, args, kwargs) instead of running."""
-    saved = JITFunction.__getitem__
-    JITFunction.__getitem__ = lambda self, grid: lambda *a, **k: calls.append((self, a, k))
-    try:
-        yield
-    finally:
-        JITFunction.__getitem__ = saved
-
-
-_TYPES = {torch.bfloat16: "*bf16", torch.float16: "*fp16", torch.float32: "*fp32", torch.int64: "*i64"}
-
-
-def compile_args(fn, args, kwargs):
-    """signature, constexprs, num_warps and divisible-by-16 names, as the JIT would specialise."""
-    sig, const, aligned = {}, {}, []
-    for p, a in zip(fn.params, args):
-        if torch.is_tensor(a):
-            sig[p.name] = _TYPES[a.dtype]
-            aligned.append(p.name)  # fresh allocations are 16-byte aligned
-        elif a == 1:
-            sig[p.name], const[p.name] = "constexpr", 1  # the JIT specialises ints equal to 1
+def _launches(m, n, mode, kw):
+    x = torch.empty(m, n, dtype=torch.bfloat16, device="meta")
+    calls = []
+    with recorded(calls):
+        if mode == "fwd":
+            softmax.softmax_forward(x, **kw)
         else:
-            sig[p.name] = "i32"
-            if a % 16 == 0:
-                aligned.append(p.name)
-    for p in fn.params[len(args):]:
-        sig[p.name] = "constexpr"
-        const[p.name] = kwargs.get(p.name, p._param.default)
-    return sig, const, kwargs.get("num_warps", 4), aligned
+            softmax.softmax_backward(x, x, **kw)
+    return calls
+
+
+def _key(fn, args, kwargs):
+    # the binary: kernel, constexprs, warps and how the JIT specialises the scalar arguments
+    scalars = tuple((a == 1, a % 16 == 0) for a in args if isinstance(a, int))
+    return fn.fn.__name__, tuple(sorted(kwargs.items())), scalars
 
 
 def main():
     print(__doc__.splitlines()[0])
-    print("bf16, 132 SMs; regs = registers per thread; spills show as LDL/STL (spill loads/stores) and "
-          "stack bytes per thread; LDG.E.*.128 = 16-byte global loads, LDG.E.64/LDG.E/LDG.E.U16 "
-          "narrower (EF/EL = evict_first/evict_last).\n")
+    print("bf16, 132 SMs; regs = registers per thread; per SM = programs resident per SM by registers, "
+          "threads and shared memory; spills show as LDL/STL (spill loads/stores) and stack bytes per "
+          "thread (LOCAL stays 0 with this ptxas); LDG.E.*.128 = 16-byte global loads, LDG.E.64/LDG.E/"
+          "LDG.E.U16 narrower (EF/EL = evict_first/evict_last). grid = the launch's grid.\n")
+    seen = {}  # a binary already reported (another shape or variant, other grid): named, not recompiled
     for m, n in SHAPES:
-        x = torch.empty(m, n, dtype=torch.bfloat16, device="meta")
         for mode in ("fwd", "bwd"):
-            seen = {}  # variants that differ only in grid size compile to the same kernel: once
             for label, kw, applies, modes in VARIANTS:
-                if not applies(n) or mode not in modes:
+                if not applies(m, n) or mode not in modes:
                     continue
-                calls = []
-                with intercepted(calls):
-                    if mode == "fwd":
-                        softmax.softmax_forward(x, **kw)
-                    else:
-                        softmax.softmax_backward(x, x, **kw)
-                (fn, args, kwargs), = calls
-                sig, const, warps, aligned = compile_args(fn, args, kwargs)
-                key = (fn.__name__, tuple(sorted(const.items())), tuple(aligned), warps)
-                if key in seen:
-                    print(f"{m}x{n} {mode} {label:30s} = {seen[key]} (same kernel, other grid)")
-                    continue
-                seen[key] = label
-                shown = {k: v for k, v in const.items() if k != "N_ALIGN"}
-                name = f"{m}x{n} {mode} {label:30s} {fn.__name__}{shown}"
-                try:
-                    r = report(fn, sig, const, num_warps=warps, aligned=aligned)
-                    # spills land in STACK (LOCAL stays 0 with this ptxas): print both
-                    print(f"{format_report(name, r)} | stack {r['stack']} B", flush=True)
-                except Exception as e:  # a variant that fails to compile is itself evidence
-                    print(f"{name}: COMPILE FAILED {type(e).__name__}: {str(e)[:200]}", flush=True)
+                for fn, grid, args, kwargs in _launches(m, n, mode, kw):
+                    name = f"{m}x{n} {mode} {label:22s} {fn.fn.__name__} grid {grid}"
+                    key = _key(fn, args, kwargs)
+                    if key in seen:
+                        print(f"{name}: same binary as {seen[key]}", flush=True)
+                        continue
+                    seen[key] = f"{m}x{n} {label}"
+                    try:
+                        rep, const, _ = cr.compile_launch(fn, args, kwargs)
+                        shown = {k: v for k, v in const.items() if k not in _HIDDEN}
+                        fits = cr.per_sm(rep["registers"], rep["num_warps"], rep["shared"])
+                        print(f"{name} {shown}: {rep['registers']} regs, {rep['num_warps']} warps, {fits} per SM, "
+                              f"stack {rep['stack']} B, shared {rep['shared']} B | "
+                              + " ".join(f"{k}:{v}" for k, v in rep["sass_ops"].items()), flush=True)
+                    except Exception as e:  # a variant that fails to compile is itself evidence
+                        print(f"{name}: COMPILE FAILED {type(e).__name__}: {str(e)[:200]}", flush=True)
+
 
 if __name__ == "__main__":
     main()

@@ -92,7 +92,7 @@ def build_call(spec: KernelSpec, fn: Callable[..., Any], inputs: Inputs, mode: s
         return torch.autograd.grad(diff, leaves, gys, retain_graph=(mode == "bwd"))
 
     if mode == "bwd":
-        outs = as_tuple(fn(**inputs))
+        outs = _forward_off_the_legacy_stream(fn, inputs)
         return lambda: grads(outs)
     if mode == "fwd+bwd":
 
@@ -102,6 +102,24 @@ def build_call(spec: KernelSpec, fn: Callable[..., Any], inputs: Inputs, mode: s
 
         return fwd_bwd
     raise ValueError(f"unknown mode {mode!r}")
+
+
+def _forward_off_the_legacy_stream(fn: Callable[..., Any], inputs: Inputs) -> tuple:
+    """The bwd mode's forward, run once outside the timed call. On CUDA it runs on a side stream:
+    autograd runs each backward op on the stream its forward op ran on, and a forward on the
+    default (legacy) stream put the first backward captured in a process there, which fails the
+    capture ("operation would make the legacy stream depend on a capturing blocking stream";
+    benchmarks/capture_diag.py, docs/evidence/capture_diag_h200_run3.txt): the first backward row
+    of every run was timed with events instead of graph replays."""
+    devices = {t.device.type for t in inputs.values() if torch.is_tensor(t)}
+    if devices != {"cuda"}:
+        return as_tuple(fn(**inputs))
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        outs = as_tuple(fn(**inputs))
+    torch.cuda.current_stream().wait_stream(side)
+    return outs
 
 
 def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:

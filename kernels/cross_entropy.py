@@ -48,6 +48,9 @@ IGNORE_INDEX = -100  # PyTorch's default, and what HF trainers put on padding/pr
 # Registers (ptxas for sm_90, Triton 3.6): no-grad 8 warps 64-80/thread (3-4 programs per SM);
 # gradient 16 warps 128 (1 program per SM) or 8 warps 128 (2 per SM); no spills.
 #
+# A few wide rows (decode, RL sampling) take the split path instead (see "Split path" below): each
+# row cut into segments over a rows x segments grid, so that more than one SM reads a row.
+#
 # Loop bounds: chunk counts are constexpr and the row loop is a while loop: Triton 3.6's interpreter
 # (with numpy 2.4, triton-lang/triton#9171) cannot run a `for` whose bounds are runtime values; on
 # the GPU a constexpr chunk count only specialises the compile on the vocabulary size.
@@ -222,6 +225,158 @@ def _scale_inplace(g_ptr, s_ptr, n_blocks, n, BLOCK: tl.constexpr):
 
 
 # ---------------------------------------------------------------------------------------------
+# Split path for few wide rows (decode / RL sampling: one to a few rows of a 128k-256k vocabulary).
+#
+# _ce_rows gives each row to one program: with one row, one SM streams the whole row while the
+# others idle. Here each row is cut into S segments of SEG elements, one program each (grid
+# rows x S), so that a row is read by S SMs at once:
+#   _ce_split_partials  loads its segment once and writes the segment's max m_j, sum exp(x - m_j)
+#                       and (label smoothing) sum x to a small fp32 buffer; program (row, 0) also
+#                       copies x[target] there, so that nothing later reads the logits' target
+#                       element (in place, the gradient kernel overwrites it);
+#   _ce_split_finish    (no gradient, one program) combines each row's partials into its loss and
+#                       writes the mean over the non-ignored rows: _ce_finish's job, in the same
+#                       launch;
+#   _ce_split_grad      (gradient, grid rows x S) combines its row's partials into lse, re-reads its
+#                       segment (from L2: loaded evict_last by the first kernel) and writes the
+#                       gradient of the mean loss as _ce_rows does; program (0, 0) also writes the
+#                       per-row losses and the mean, so no _ce_finish launch follows.
+# Partials of row r live at part[r * P:], P = 3 * S + 1: m_0..m_{S-1}, d_0..d_{S-1},
+# sx_0..sx_{S-1}, x[target].
+# Registers (ptxas for sm_90, Triton 3.6, bf16 and fp32, segments of 2048-8192): 32-52 per thread,
+# up to 94 where program (0, 0) of _ce_split_grad combines an [8, 64] tile of partials; no spills.
+
+
+@triton.jit
+def _partials_lse2(m_j, d_j, AXIS: tl.constexpr):
+    # lse in base-2 units from per-segment (max, sum-exp) pairs. A segment that saw only -inf has
+    # m_j = -inf and d_j = 0: exp2(-inf) * 0 = 0. An all -inf row gives NaN, as torch does.
+    m = tl.max(m_j, AXIS)
+    m2 = m * LOG2E
+    return m2 + tl.log2(tl.sum(d_j * tl.exp2(m_j * LOG2E - tl.expand_dims(m2, AXIS)), AXIS))
+
+
+@triton.jit
+def _split_losses(part_ptr, P, y_ptr, loss_ptr, out_ptr, n_rows, V, S, ignore_index, smoothing,
+                  SMOOTH: tl.constexpr, HAS_MEAN: tl.constexpr, SBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+    # Losses of all rows, RBLOCK rows at a time (a [RBLOCK, SBLOCK] tile of partials: the rows'
+    # dependent loads overlap instead of queueing one row after another), into loss_ptr; with
+    # HAS_MEAN, their mean over the non-ignored rows into out_ptr (0/0 = NaN when all are ignored,
+    # as torch). Loss formula and fixed summation order as in _ce_rows / _ce_finish.
+    ri = tl.arange(0, RBLOCK)
+    sj = tl.arange(0, SBLOCK)[None, :]
+    acc = tl.zeros([RBLOCK], dtype=tl.float32)
+    cnt = tl.zeros([RBLOCK], dtype=tl.int32)
+    s = 0
+    while s < n_rows:
+        rows = s + ri
+        in_rows = rows < n_rows
+        y = tl.load(y_ptr + rows, mask=in_rows, other=ignore_index)
+        valid = y != ignore_index  # False past n_rows too
+        p = part_ptr + rows.to(tl.int64) * P
+        pmask = valid[:, None] & (sj < S)
+        # ignored rows (their loss is replaced by 0) get neutral partials: no -inf - -inf in them
+        m_j = tl.where(valid[:, None], tl.load(p[:, None] + sj, mask=pmask, other=float("-inf")), 0.0)
+        d_j = tl.where(valid[:, None], tl.load(p[:, None] + S + sj, mask=pmask, other=0.0), 1.0)
+        lse = _partials_lse2(m_j, d_j, 1) * LN2
+        x_y = tl.load(p + 3 * S, mask=valid, other=0.0)
+        if SMOOTH:
+            sx = tl.sum(tl.load(p[:, None] + 2 * S + sj, mask=pmask, other=0.0), 1)
+            loss = lse - (1.0 - smoothing) * x_y - smoothing * (sx / V)
+        else:
+            loss = lse - x_y
+        bad = (y < 0) | (y >= V)  # an out-of-range target gives a NaN loss, as in _ce_rows
+        loss = tl.where(valid, tl.where(bad, float("nan"), loss), 0.0)
+        tl.store(loss_ptr + rows, loss, mask=in_rows)
+        acc += loss
+        cnt += valid.to(tl.int32)
+        s += RBLOCK
+    if HAS_MEAN:
+        mean = tl.sum(acc, 0) / tl.sum(cnt, 0).to(tl.float32)
+        tl.store(out_ptr, mean.to(out_ptr.dtype.element_ty))
+
+
+@triton.jit
+def _ce_split_partials(x_ptr, x_stride, y_ptr, part_ptr, P, V, S, ignore_index,
+                       SMOOTH: tl.constexpr, EVICT: tl.constexpr, SEG: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    j = tl.program_id(1)
+    y = tl.load(y_ptr + row)
+    if y != ignore_index:  # an ignored row's partials are never read: skip its loads
+        x_row = x_ptr + row * x_stride
+        offs = j * SEG + tl.arange(0, SEG)
+        mask = offs < V
+        x = tl.load(x_row + offs, mask=mask, other=float("-inf"), eviction_policy=EVICT).to(tl.float32)
+        m = tl.max(x, 0)
+        m2 = tl.where(m == float("-inf"), 0.0, m * LOG2E)  # an all -inf segment: d = 0, no inf - inf
+        d = tl.sum(tl.exp2(x * LOG2E - m2), 0)
+        p = part_ptr + row * P
+        tl.store(p + j, m)
+        tl.store(p + S + j, d)
+        if SMOOTH:
+            tl.store(p + 2 * S + j, tl.sum(tl.where(mask, x, 0.0), 0))
+        if j == 0:
+            bad = (y < 0) | (y >= V)
+            tl.store(p + 3 * S, tl.load(x_row + tl.where(bad, 0, y)).to(tl.float32))
+
+
+@triton.jit
+def _ce_split_finish(part_ptr, P, y_ptr, loss_ptr, out_ptr, n_rows, V, S, ignore_index, smoothing,
+                     SMOOTH: tl.constexpr, HAS_MEAN: tl.constexpr, SBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+    _split_losses(part_ptr, P, y_ptr, loss_ptr, out_ptr, n_rows, V, S, ignore_index, smoothing,
+                  SMOOTH, HAS_MEAN, SBLOCK, RBLOCK)
+
+
+@triton.jit
+def _ce_split_grad(x_ptr, x_stride, y_ptr, dx_ptr, dx_stride, part_ptr, P, loss_ptr, nvalid_ptr, out_ptr,
+                   n_rows, V, S, ignore_index, smoothing,
+                   COUNT: tl.constexpr, SMOOTH: tl.constexpr, HAS_MEAN: tl.constexpr, SEG: tl.constexpr,
+                   SBLOCK: tl.constexpr, RBLOCK: tl.constexpr, YBLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    j = tl.program_id(1)
+    if row == 0:
+        if j == 0:  # the per-row losses (and mean) of all rows: one program, no extra launch
+            _split_losses(part_ptr, P, y_ptr, loss_ptr, out_ptr, n_rows, V, S, ignore_index, smoothing,
+                          SMOOTH, HAS_MEAN, SBLOCK, RBLOCK)
+    y = tl.load(y_ptr + row)
+    offs = j * SEG + tl.arange(0, SEG)
+    mask = offs < V
+    dx_ptrs = dx_ptr + row * dx_stride + offs
+    if y == ignore_index:
+        tl.store(dx_ptrs, tl.zeros([SEG], dtype=dx_ptr.dtype.element_ty), mask=mask,
+                 eviction_policy="evict_first")
+    else:
+        if COUNT:  # n_valid over all targets, as in _ce_rows (few rows here: a short loop)
+            cnt = tl.zeros([YBLOCK], dtype=tl.int32)
+            s = 0
+            while s < n_rows:
+                o = s + tl.arange(0, YBLOCK)
+                t = tl.load(y_ptr + o, mask=o < n_rows, other=ignore_index)
+                cnt += (t != ignore_index).to(tl.int32)
+                s += YBLOCK
+            n_valid = tl.sum(cnt, 0).to(tl.float32)
+        else:
+            n_valid = tl.load(nvalid_ptr).to(tl.float32)
+        inv_n = 1.0 / n_valid  # this row is valid, so n_valid >= 1
+        p = part_ptr + row * P
+        sj = tl.arange(0, SBLOCK)
+        m_j = tl.load(p + sj, mask=sj < S, other=float("-inf"))
+        d_j = tl.load(p + S + sj, mask=sj < S, other=0.0)
+        lse2 = _partials_lse2(m_j, d_j, 0)
+        x = tl.load(x_ptr + row * x_stride + offs, mask=mask, other=0.0, eviction_policy="evict_first")
+        if SMOOTH:
+            c_all = (smoothing / V) * inv_n
+        else:
+            c_all = 0.0
+        g = tl.exp2(x.to(tl.float32) * LOG2E - lse2) * inv_n - c_all
+        # The target's extra -(1 - eps) / n, folded in fp32 before the one rounding (softmax_y - 1
+        # must not cancel in bf16). A compare and select per element of the one segment, instead of
+        # _ce_rows' barrier and second store of the target element after its chunk loop.
+        g = tl.where(offs == y, g - (1.0 - smoothing) * inv_n, g)
+        tl.store(dx_ptrs, g.to(dx_ptr.dtype.element_ty), mask=mask, eviction_policy="evict_first")
+
+
+# ---------------------------------------------------------------------------------------------
 # Launchers
 
 _CHUNK_BYTES_FWD = 16384  # 8 warps: 64 B (4 x 16 B loads) per thread per chunk, 3-4 programs per SM
@@ -244,14 +399,91 @@ def _row_config(V: int, elt: int, has_grad: bool, n_rows: int, device) -> tuple[
     return block, warps, max(programs, 1)
 
 
+# Split path (see the split kernels): automatic for at most _SPLIT_MAX_ROWS rows of at least
+# _SPLIT_MIN_ROW_BYTES. H200 A/B (benchmarks/cross_entropy_ab.py, docs/evidence/
+# cross_entropy_ab_h200_run1.txt, bf16, fwd / fwd+bwd): 1x128256 7.8 / 10.5 us against 19.5 / 21.1
+# on the one-program-per-row path (torch.compile 13.2 / 18.1); 16x128256 1.9x / 1.6x faster,
+# 64x128256 1.2x / 1.2x (the most rows measured); 1x32000 (64000 bytes, the narrowest row
+# measured) 1.3x. Segments: 4096 elements won at 1 and 4 rows, 8192 at 16 and 64 rows.
+_SPLIT_MAX_ROWS = 64
+_SPLIT_MIN_ROW_BYTES = 64000
+_SPLIT_SEG = 4096  # elements per segment up to _SPLIT_SEG_ROWS rows: S = 32 at vocab 128256
+_SPLIT_SEG_WIDE, _SPLIT_SEG_ROWS = 8192, 4  # more rows than that: fewer, longer segments
+
+
+def use_split(split: bool | None, n_rows: int, V: int, elt: int) -> bool:
+    """Whether the split path runs: `split` if given, else the automatic rule. Never for 0 rows
+    (an empty grid)."""
+    if n_rows == 0:
+        return False
+    if split is not None:
+        return split
+    return n_rows <= _SPLIT_MAX_ROWS and V * elt >= _SPLIT_MIN_ROW_BYTES
+
+
+def split_segment(n_rows: int) -> int:
+    """The measured default segment (see _SPLIT_SEG)."""
+    return _SPLIT_SEG if n_rows <= _SPLIT_SEG_ROWS else _SPLIT_SEG_WIDE
+
+
+def _split_rows(logits: torch.Tensor, target: torch.Tensor, loss_rows: torch.Tensor,
+                dlogits: torch.Tensor | None, ignore_index: int, label_smoothing: float,
+                n_valid: torch.Tensor | None, seg: int, mean_out: torch.Tensor | None) -> None:
+    """The split path: loss_rows, dlogits (if given) and, if mean_out is given, the mean loss in it.
+    Two launches: the partials, then the finish (no gradient) or the gradient kernel."""
+    if seg < 16 or seg & (seg - 1):
+        raise ValueError(f"split_seg must be a power of two >= 16, got {seg}")
+    n_rows, V = logits.shape
+    elt = logits.element_size()
+    seg = min(seg, triton.next_power_of_2(V))
+    S = triton.cdiv(V, seg)
+    if S > 65535:  # the grid's second dimension
+        raise ValueError(f"split_seg {seg} cuts a row of {V} into {S} segments: more than 65535")
+    P = 3 * S + 1
+    part = torch.empty(n_rows * P, dtype=torch.float32, device=logits.device)
+    has_grad = dlogits is not None
+    warps = max(1, min(16, seg * elt // 2048))  # 64 B per thread, as in _row_config
+    sblock = triton.next_power_of_2(S)
+    # rows per step of _split_losses: a [RBLOCK, SBLOCK] tile of at most 2048 partials per array
+    rblock = max(1, min(triton.next_power_of_2(n_rows), 2048 // sblock))
+    smooth = label_smoothing > 0.0
+    _ce_split_partials[(n_rows, S)](
+        logits, logits.stride(0), target, part, P, V, S, ignore_index,
+        SMOOTH=smooth, EVICT="evict_last" if has_grad else "evict_first", SEG=seg, num_warps=warps,
+    )
+    out = mean_out if mean_out is not None else loss_rows  # unused without HAS_MEAN
+    if has_grad:
+        _ce_split_grad[(n_rows, S)](
+            logits, logits.stride(0), target, dlogits, dlogits.stride(0), part, P, loss_rows,
+            n_valid if n_valid is not None else loss_rows, out, n_rows, V, S, ignore_index,
+            float(label_smoothing), COUNT=n_valid is None, SMOOTH=smooth, HAS_MEAN=mean_out is not None,
+            SEG=seg, SBLOCK=sblock, RBLOCK=rblock, YBLOCK=1024, num_warps=warps,
+        )
+    else:
+        _ce_split_finish[(1,)](
+            part, P, target, loss_rows, out, n_rows, V, S, ignore_index, float(label_smoothing),
+            SMOOTH=smooth, HAS_MEAN=mean_out is not None, SBLOCK=sblock, RBLOCK=rblock, num_warps=4,
+        )
+
+
 def cross_entropy_rows(logits: torch.Tensor, target: torch.Tensor, loss_rows: torch.Tensor,
                        dlogits: torch.Tensor | None, ignore_index: int, label_smoothing: float,
-                       n_valid: torch.Tensor | None = None, block: int | None = None) -> None:
+                       n_valid: torch.Tensor | None = None, block: int | None = None,
+                       split: bool | None = None, split_seg: int | None = None) -> None:
     """Per-row losses into loss_rows (fp32 [N]) and, when dlogits is given (it may be logits itself:
     in place), the gradient of the mean loss. n_valid (a device scalar) is counted in the kernel
     when not given; fused_linear_cross_entropy passes it because it calls this on chunks of rows.
-    `block` overrides the chunk size (tests use it to run several chunks on small rows)."""
+    `block` overrides the chunk size of the one-program-per-row path (tests use it to run several
+    chunks on small rows; it keeps the automatic rule off the split path). `split`: None = the
+    automatic rule (use_split), True = always cut rows into segments of `split_seg` elements,
+    False = never."""
     n_rows, V = logits.shape
+    if split is None and block is not None:
+        split = False  # a chunk size is the per-row path's knob: a caller that sets it wants that path
+    if use_split(split, n_rows, V, logits.element_size()):
+        _split_rows(logits, target, loss_rows, dlogits, ignore_index, label_smoothing, n_valid,
+                    split_seg or split_segment(n_rows), None)
+        return
     has_grad = dlogits is not None
     blk, warps, programs = _row_config(V, logits.element_size(), has_grad, n_rows, logits.device)
     if block is not None:
@@ -293,15 +525,24 @@ def _check(logits: torch.Tensor, target: torch.Tensor, label_smoothing: float) -
 
 
 def cross_entropy_forward(logits: torch.Tensor, target: torch.Tensor, ignore_index: int,
-                          label_smoothing: float, need_grad: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+                          label_smoothing: float, need_grad: bool, split: bool | None = None,
+                          split_seg: int | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(mean loss in the logits' dtype, gradient of it or None). Never copies the logits (unless
-    their last dimension is strided); the gradient is a new tensor, the logits are left intact."""
+    their last dimension is strided); the gradient is a new tensor, the logits are left intact.
+    split / split_seg: as in cross_entropy_rows (the A/B's knobs)."""
     if logits.stride(-1) != 1:
         logits = logits.contiguous()
     target = target.contiguous()
     loss_rows = torch.empty(logits.shape[0], dtype=torch.float32, device=logits.device)
     dlogits = torch.empty_like(logits, memory_format=torch.contiguous_format) if need_grad else None
-    cross_entropy_rows(logits, target, loss_rows, dlogits, ignore_index, label_smoothing)
+    n_rows, V = logits.shape
+    if use_split(split, n_rows, V, logits.element_size()):
+        # the split path's last launch writes the mean too: no _ce_finish launch
+        out = torch.empty((), dtype=logits.dtype, device=logits.device)
+        _split_rows(logits, target, loss_rows, dlogits, ignore_index, label_smoothing, None,
+                    split_seg or split_segment(n_rows), out)
+        return out, dlogits
+    cross_entropy_rows(logits, target, loss_rows, dlogits, ignore_index, label_smoothing, split=False)
     return finish_mean(loss_rows, target, ignore_index, logits.dtype), dlogits
 
 
@@ -311,8 +552,9 @@ def cross_entropy_forward(logits: torch.Tensor, target: torch.Tensor, ignore_ind
 
 class CrossEntropyFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, logits, target, ignore_index, label_smoothing, need_grad):
-        loss, dlogits = cross_entropy_forward(logits, target, ignore_index, label_smoothing, need_grad)
+    def forward(ctx, logits, target, ignore_index, label_smoothing, need_grad, split=None, split_seg=None):
+        loss, dlogits = cross_entropy_forward(logits, target, ignore_index, label_smoothing, need_grad,
+                                              split, split_seg)
         ctx.dlogits = dlogits
         return loss
 
@@ -323,7 +565,7 @@ class CrossEntropyFunction(torch.autograd.Function):
             raise RuntimeError("cross_entropy: the gradient was computed in the forward and already "
                                "consumed; a second backward through the same graph is not supported")
         ctx.dlogits = None  # scaled in place: a second backward would scale it twice
-        return scale_(dlogits, dloss.reshape(())), None, None, None, None
+        return scale_(dlogits, dloss.reshape(())), None, None, None, None, None, None
 
 
 def cross_entropy(logits: torch.Tensor, target: torch.Tensor, ignore_index: int = IGNORE_INDEX,

@@ -26,6 +26,9 @@ from ._utils import sm_count
 # rows into segments shared out through an atomic work queue; it measured slower at every wide
 # shape on the H200 (docs/evidence/softmax_ab_h200_run1.txt) and was removed.
 #
+# A few rows over 16384 wide (M <= _SPLIT_MAX_ROWS) take the split path instead: each row cut into segments
+# over a 2-D grid of (row, segment) programs, in two launches (see the kernels below).
+#
 # Row starts and column masks go through _row_start/_col_mask with N_ALIGN, the largest power of
 # two dividing N, so that rows of e.g. 5000 elements still get 16-byte loads (the JIT only marks
 # ints divisible by 16). Loops with runtime bounds are `while` loops: under NumPy 2.4 the
@@ -175,6 +178,91 @@ def _softmax_bwd_stream(y_ptr, dy_ptr, dx_ptr, M, N, CHUNK: tl.constexpr, N_ALIG
         row += tl.num_programs(0)
 
 
+# Few wide rows: the split path (grid M x S). One program per row (the streaming path) leaves all
+# but M SMs idle when M is small: a single 128256-wide row is streamed by one SM. Here each row is
+# cut into S = cdiv(N, SEG) segments of SEG elements (the last one masked) and the (row, segment)
+# programs run in two launches; each segment is loaded in registers once per launch:
+#   fwd  _softmax_fwd_split_stats writes the segment's max m_j and sum d_j of exp(x - m_j) to a
+#        float32 buffer [M, S, 2]; _softmax_fwd_split_write combines its row's S partials
+#        (m = max m_j, d = sum d_j * exp(m_j - m)), re-reads its segment and writes exp(x - m) / d.
+#   bwd  _softmax_bwd_split_dot writes the segment's sum of y * dy to [M, S];
+#        _softmax_bwd_split_write sums its row's S partials, re-reads y and dy and writes dx.
+# The re-read is meant to hit L2 (the first launch loads with the POLICY hint, evict_last by
+# default; the whole few-row problem is a few MB). Every program of the second launch combines its
+# row's partials itself (one masked load of S_BLOCK = next_pow2(S) floats) rather than a third
+# launch doing it once per row. This is not the work-queue split removed above: that one served
+# every M; this one is for M <= _SPLIT_MAX_ROWS (see the launchers).
+# A segment of only -inf entries (masked scores) has m_j = -inf, d_j = 0: the shifts use 0 where a
+# max is -inf, so no -inf - -inf makes NaN; an all -inf row gives 0 / 0 = NaN, as PyTorch does.
+
+
+@triton.jit
+def _split_segment(seg, row, N, SEG: tl.constexpr, N_ALIGN: tl.constexpr):
+    # element offsets and mask of segment `seg` of `row` (masked past the row end)
+    cols = seg * SEG + tl.arange(0, SEG)
+    return _row_start(row, N, N_ALIGN) + cols, _col_mask(cols, N, N_ALIGN)
+
+
+@triton.jit
+def _finite_or_zero(m):
+    # the shift to subtract for a max m: 0 where m is -inf, so that exp(-inf - 0) = 0, not NaN
+    return tl.where(m == -float("inf"), 0.0, m)
+
+
+@triton.jit
+def _softmax_fwd_split_stats(x_ptr, part_ptr, N, S, SEG: tl.constexpr, N_ALIGN: tl.constexpr,
+                             POLICY: tl.constexpr):
+    row = tl.program_id(0)
+    seg = tl.program_id(1)
+    offs, mask = _split_segment(seg, row, N, SEG, N_ALIGN)
+    x = tl.load(x_ptr + offs, mask=mask, other=-float("inf"), eviction_policy=POLICY).to(tl.float32)
+    m = tl.max(x, axis=0)
+    d = tl.sum(tl.exp(x - _finite_or_zero(m)), axis=0)
+    p = part_ptr + (row.to(tl.int64) * S + seg) * 2
+    tl.store(p, m)
+    tl.store(p + 1, d)
+
+
+@triton.jit
+def _softmax_fwd_split_write(x_ptr, y_ptr, part_ptr, N, S, SEG: tl.constexpr, S_BLOCK: tl.constexpr,
+                             N_ALIGN: tl.constexpr, POLICY: tl.constexpr):
+    row = tl.program_id(0)
+    seg = tl.program_id(1)
+    j = tl.arange(0, S_BLOCK)
+    p = part_ptr + row.to(tl.int64) * S * 2 + j * 2
+    m_j = tl.load(p, mask=j < S, other=-float("inf"))
+    d_j = tl.load(p + 1, mask=j < S, other=0.0)
+    m = _finite_or_zero(tl.max(m_j, axis=0))
+    r = 1.0 / tl.sum(d_j * tl.exp(m_j - m), axis=0)  # -inf (or padding) segments: 0 * exp(-inf) = 0
+    offs, mask = _split_segment(seg, row, N, SEG, N_ALIGN)
+    x = tl.load(x_ptr + offs, mask=mask, other=-float("inf"), eviction_policy=POLICY).to(tl.float32)
+    tl.store(y_ptr + offs, (tl.exp(x - m) * r).to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _softmax_bwd_split_dot(y_ptr, dy_ptr, part_ptr, N, S, SEG: tl.constexpr, N_ALIGN: tl.constexpr,
+                           POLICY: tl.constexpr):
+    row = tl.program_id(0)
+    seg = tl.program_id(1)
+    offs, mask = _split_segment(seg, row, N, SEG, N_ALIGN)
+    y = tl.load(y_ptr + offs, mask=mask, other=0.0, eviction_policy=POLICY).to(tl.float32)
+    dy = tl.load(dy_ptr + offs, mask=mask, other=0.0, eviction_policy=POLICY).to(tl.float32)
+    tl.store(part_ptr + row.to(tl.int64) * S + seg, tl.sum(y * dy, axis=0))
+
+
+@triton.jit
+def _softmax_bwd_split_write(y_ptr, dy_ptr, dx_ptr, part_ptr, N, S, SEG: tl.constexpr,
+                             S_BLOCK: tl.constexpr, N_ALIGN: tl.constexpr, POLICY: tl.constexpr):
+    row = tl.program_id(0)
+    seg = tl.program_id(1)
+    j = tl.arange(0, S_BLOCK)
+    dot = tl.sum(tl.load(part_ptr + row.to(tl.int64) * S + j, mask=j < S, other=0.0), axis=0)
+    offs, mask = _split_segment(seg, row, N, SEG, N_ALIGN)
+    y = tl.load(y_ptr + offs, mask=mask, other=0.0, eviction_policy=POLICY).to(tl.float32)
+    dy = tl.load(dy_ptr + offs, mask=mask, other=0.0, eviction_policy=POLICY).to(tl.float32)
+    tl.store(dx_ptr + offs, (y * (dy - dot)).to(dx_ptr.dtype.element_ty), mask=mask)
+
+
 # ---------------------------------------------------------------------------------------------
 # Launchers
 
@@ -203,6 +291,18 @@ _PERSIST_WIDE = 1
 # (65536 to 262144 wide; see the evidence file above).
 _STREAM_CHUNK_BYTES = 32768
 _STREAM_PROGRAMS_PER_SM = 1
+# A few wide rows take the split path. Streamed, all of a 1 x 128256 bf16 softmax ran on one SM
+# (25.8 us fwd, 16.7 us bwd on the H200 in CUDA graphs, against 13.6 / 9.7 us for torch.compile).
+# H200 A/B (benchmarks/softmax_ab.py, docs/evidence/softmax_ab_h200_run4.txt): split, 1x128256
+# takes 7.4 us fwd / 7.2 us bwd, 1x262144 8.0 / 7.5, 16x128256 2.6x / 2.0x faster than streamed;
+# 1x32000 (32 warps in registers) 1.19x / 1.15x faster than the register path, 1x16384 (16 warps)
+# 0.96x / 0.86x. So: up to 16 rows (the most measured), rows over 16384 elements (_MAX_BLOCK).
+# Segments of 4096 elements (8 warps): 8192, 2048 and 1024 were no better overall.
+_SPLIT_MAX_ROWS = 16
+_SPLIT_SEG = 4096
+# The second launch loads all of a row's partials in one masked vector of next_pow2(S): a bound
+# on S (= cdiv(N, SEG)) keeps that vector small.
+_SPLIT_MAX_SEGMENTS = 1024
 
 
 def _align(n: int) -> int:
@@ -219,11 +319,17 @@ def _warps(tile: int, max_warps: int) -> int:
 # Keywords of softmax_forward / softmax_backward. The defaults are the production choice; the
 # others exist for the tests (small rows through the streaming path) and for GPU A/B runs:
 #   max_block        widest row (next power of two) kept in registers (default: 64 KB of the
-#                    input dtype); wider rows stream
-#   policy           register path: cache hint of the loads ("evict_first", "evict_last", "")
+#                    input dtype); wider rows stream, or split (below)
+#   split            None (default): the automatic rule, the split path for rows over 16384
+#                    elements when M <= _SPLIT_MAX_ROWS; True: always the split path; False: never
+#                    (register path or stream)
+#   split_seg        split path: elements per segment, a power of two (default _SPLIT_SEG = 4096);
+#                    at most _SPLIT_MAX_SEGMENTS segments per row
+#   policy           register and split paths: cache hint of the loads ("evict_first",
+#                    "evict_last", "")
 #   tile_bytes       register path: bytes of input per program (rows per tile; default 8 KB)
 #   max_warps        most warps per program (default 32 for a row over 16384 elements in registers
-#                    and for stream chunks, else 16)
+#                    and for stream chunks, else 16; split: 16, 8 at the default segment)
 #   chunk            elements per stream chunk (a power of two; default 32 KB of the dtype)
 #   programs_per_sm  stream grid: programs per SM (default 1), or "rows" for one program per row
 #   persist          forward register path: a persistent grid of this many programs per SM, each
@@ -231,10 +337,35 @@ def _warps(tile: int, max_warps: int) -> int:
 #                    default: 1 for rows over 16384 elements, else 0
 
 
-def _launch(fused, stream, tensors, M: int, N: int, elem: int, device, max_block, max_warps,
-            chunk, programs_per_sm, persist=None, tile_bytes=None, policy=_POLICY) -> None:
+def _uses_split(M: int, block: int, split: bool | None) -> bool:
+    if split is None:  # the automatic rule (measured, see _SPLIT_MAX_ROWS): few rows over 16384 wide
+        return block > _MAX_BLOCK and M <= _SPLIT_MAX_ROWS
+    return split
+
+
+def _launch_split(split_kernels, tensors, M: int, N: int, seg: int, max_warps, policy) -> None:
+    """The split path: grid (row, segment), partials in float32, two launches (see the kernels)."""
+    stats, write, per_segment = split_kernels
+    if seg < 1 or seg & (seg - 1):
+        raise ValueError(f"split_seg must be a power of two: got {seg}")
+    S = triton.cdiv(N, seg)
+    if S > _SPLIT_MAX_SEGMENTS:
+        raise ValueError(f"split_seg {seg} cuts rows of {N} into {S} segments, over {_SPLIT_MAX_SEGMENTS}")
+    part = torch.empty((M, S, per_segment), dtype=torch.float32, device=tensors[0].device)
+    meta = dict(SEG=seg, N_ALIGN=_align(N), POLICY=policy, num_warps=_warps(seg, max_warps or 16))
+    stats[(M, S)](*tensors[:-1], part, N, S, **meta)  # inputs only: the output is written by `write`
+    write[(M, S)](*tensors, part, N, S, S_BLOCK=triton.next_power_of_2(S), **meta)
+
+
+def _launch(fused, stream, split_kernels, tensors, M: int, N: int, elem: int, device, max_block,
+            max_warps, chunk, programs_per_sm, persist=None, tile_bytes=None, policy=_POLICY,
+            split=None, split_seg=None) -> None:
     block = triton.next_power_of_2(N)
-    if block <= (_MAX_ROW_BYTES // elem if max_block is None else max_block):
+    fits_registers = block <= (_MAX_ROW_BYTES // elem if max_block is None else max_block)
+    if _uses_split(M, block, split):
+        _launch_split(split_kernels, tensors, M, N, split_seg or _SPLIT_SEG, max_warps, policy)
+        return
+    if fits_registers:
         rows = max(1, min((tile_bytes or _TILE_BYTES) // (block * elem), triton.next_power_of_2(M)))
         warps = _warps(rows * block, max_warps or (32 if block > _MAX_BLOCK else 16))
         meta = dict(ROWS=rows, BLOCK_N=block, N_ALIGN=_align(N), POLICY=policy, num_warps=warps)
@@ -253,27 +384,34 @@ def _launch(fused, stream, tensors, M: int, N: int, elem: int, device, max_block
     stream[(programs,)](*tensors, M, N, CHUNK=chunk, N_ALIGN=_align(N), num_warps=_warps(chunk, max_warps or 32))
 
 
+# (first launch, second launch, float32 partials per segment) of each direction's split path
+_FWD_SPLIT = (_softmax_fwd_split_stats, _softmax_fwd_split_write, 2)
+_BWD_SPLIT = (_softmax_bwd_split_dot, _softmax_bwd_split_write, 1)
+
+
 def softmax_forward(x: torch.Tensor, *, max_block: int | None = None, max_warps: int | None = None,
                     chunk: int | None = None, programs_per_sm=None,
                     persist: int | None = None, tile_bytes: int | None = None,
-                    policy: str = _POLICY) -> torch.Tensor:
+                    policy: str = _POLICY, split: bool | None = None,
+                    split_seg: int | None = None) -> torch.Tensor:
     """x [M, N] contiguous -> y. Keywords: see the comment above _launch."""
     M, N = x.shape
     y = torch.empty_like(x)
-    _launch(_softmax_fwd, _softmax_fwd_stream, (x, y), M, N, x.element_size(), x.device,
-            max_block, max_warps, chunk, programs_per_sm, persist, tile_bytes, policy)
+    _launch(_softmax_fwd, _softmax_fwd_stream, _FWD_SPLIT, (x, y), M, N, x.element_size(), x.device,
+            max_block, max_warps, chunk, programs_per_sm, persist, tile_bytes, policy, split, split_seg)
     return y
 
 
 def softmax_backward(dy: torch.Tensor, y: torch.Tensor, *, max_block: int | None = None,
                      max_warps: int | None = None, chunk: int | None = None, programs_per_sm=None,
-                     tile_bytes: int | None = None,
-                     policy: str = _POLICY) -> torch.Tensor:
+                     tile_bytes: int | None = None, policy: str = _POLICY,
+                     split: bool | None = None, split_seg: int | None = None) -> torch.Tensor:
     """dx = y * (dy - sum(dy * y)); y, dy [M, N] contiguous. Keywords as softmax_forward's."""
     M, N = y.shape
     dx = torch.empty_like(y)
-    _launch(_softmax_bwd, _softmax_bwd_stream, (y, dy, dx), M, N, y.element_size(), y.device,
-            max_block, max_warps, chunk, programs_per_sm, tile_bytes=tile_bytes, policy=policy)
+    _launch(_softmax_bwd, _softmax_bwd_stream, _BWD_SPLIT, (y, dy, dx), M, N, y.element_size(), y.device,
+            max_block, max_warps, chunk, programs_per_sm, tile_bytes=tile_bytes, policy=policy,
+            split=split, split_seg=split_seg)
     return dx
 
 
@@ -351,7 +489,7 @@ _s = Shape.rows
 QUICK = (
     _s(64, 1024, "small, power of two: several rows per program"),
     _s(37, 1000, "awkward: rows and width not powers of two, width only 8-aligned"),
-    _s(3, 40000, "wide rows: the streaming path (3 chunks of 32 KB per row in bf16, 5 in fp32)"),
+    _s(3, 40000, "a few wide rows: the split path (10 segments of 4096 per row, the last partial)"),
 )
 
 FULL = (
@@ -363,7 +501,7 @@ FULL = (
     _s(2048, 65536, "65536-wide rows, where torch.compile falls to half its bandwidth"),
     _s(2048, 128256, "LLaMA-3 vocabulary over 2k tokens (250 KB rows in bf16)"),
     _s(1024, 262144, "262144-wide rows (512 KB bf16): far wider than any one program can hold"),
-    _s(1, 128256, "one row: a single decode step over the LLaMA-3 vocabulary"),
+    _s(1, 128256, "one row: a single decode step over the LLaMA-3 vocabulary (the split path)"),
 )
 
 
@@ -373,8 +511,9 @@ FULL = (
 #   bwd:      read y, dy; write dx           -> 3 * M * N * s
 #   fwd+bwd:  the sum of the two             -> 5 * M * N * s
 # The register path moves exactly this; the streaming path reads each row twice, the second time
-# mostly from L2 (that is what its grid of one program per SM is for). FLOPs per element: fwd 5 (max, subtract,
-# exp, sum, scale), bwd 4 (product, sum, subtract, product).
+# mostly from L2 (that is what its grid of one program per SM is for), and so does the split path
+# (its second launch re-reads the segments the first one read). FLOPs per element: fwd 5 (max,
+# subtract, exp, sum, scale), bwd 4 (product, sum, subtract, product).
 
 
 def bytes_moved(dims, dtype, mode) -> int:

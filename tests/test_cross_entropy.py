@@ -198,3 +198,149 @@ def test_cost_model():
     logits_bytes = 8192 * 128256 * 2
     assert SPEC.bytes_moved(dims, torch.bfloat16, "fwd") == logits_bytes + 8 * 8192
     assert SPEC.bytes_moved(dims, torch.bfloat16, "fwd+bwd") == 2 * logits_bytes + 8 * 8192
+
+
+# ---------------------------------------------------------------------------------------------
+# Split path (few wide rows cut into segments over a rows x S grid)
+
+SPLIT_TOL = {torch.float32: 1e-5, torch.bfloat16: 8e-3, torch.float16: 2e-3}  # gradient, vs its max
+
+
+def _split_case(n, v, dtype, eps, seed):
+    """Fresh logits with a spread per row; row 0's target in the last segment, row 1 ignored."""
+    g = torch.Generator().manual_seed(seed)
+    x = (torch.randn(n, v, generator=g) * (1 + 3 * torch.rand(n, 1, generator=g))).to(dtype)
+    y = torch.randint(0, v, (n,), generator=g)
+    y[0] = v - 1 - int(torch.randint(0, 5, (1,), generator=g))  # the last (partial) segment
+    if n > 1:
+        y[1] = ce.IGNORE_INDEX
+    return x, y
+
+
+def _reference_rows(x, y, eps):
+    xd = x.double()
+    valid = y != ce.IGNORE_INDEX
+    lse = torch.logsumexp(xd, 1)
+    rows = lse - (1 - eps) * xd.gather(1, torch.where(valid, y, 0)[:, None])[:, 0] - eps * xd.mean(1)
+    return torch.where(valid, rows, 0.0)
+
+
+def _assert_grad_close(dx, want_dx, dtype):
+    err = (dx.double() - want_dx).abs().max() / want_dx.abs().max()
+    assert err <= SPLIT_TOL[dtype], f"gradient error {err:.3g}"
+
+
+@pytest.mark.parametrize("dtype", SPEC.dtypes, ids=str)
+@pytest.mark.parametrize("v", [5003, 4096])  # 5 segments of 1024 with a masked tail; 4 full ones
+@pytest.mark.parametrize("n", [1, 2, 3])
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+def test_split_forced_matches_reference(dtype, v, n, eps):
+    x, y = _split_case(n, v, dtype, eps, seed=random.randrange(2**31))
+    want, want_dx = _reference_grad(x, y, eps=eps)
+    # fwd+bwd: cross_entropy_forward's gradient kernel writes the mean itself
+    loss, dx = ce.cross_entropy_forward(x, y, ce.IGNORE_INDEX, eps, need_grad=True, split=True, split_seg=1024)
+    rtol = 1e-5 if dtype == torch.float32 else 8e-3  # the mean is rounded to the logits' dtype
+    assert torch.allclose(loss.double(), want, rtol=rtol), (loss, want)
+    _assert_grad_close(dx, want_dx, dtype)
+    if n > 1:
+        assert (dx[1] == 0).all()
+    # fwd: the finish kernel combines the partials and writes the mean
+    loss_f, none = ce.cross_entropy_forward(x, y, ce.IGNORE_INDEX, eps, need_grad=False, split=True, split_seg=1024)
+    assert none is None and torch.allclose(loss_f.double(), want, rtol=rtol), (loss_f, want)
+    # cross_entropy_rows' contract (as fused_linear_cross_entropy calls it): per-row fp32 losses
+    for grad in (True, False):
+        rows = torch.full((n,), float("nan"))
+        dxr = torch.full_like(x, float("nan")) if grad else None
+        ce.cross_entropy_rows(x, y, rows, dxr, ce.IGNORE_INDEX, eps, split=True, split_seg=1024)
+        assert torch.allclose(rows.double(), _reference_rows(x, y, eps), rtol=1e-5, atol=1e-6)
+        if grad:
+            _assert_grad_close(dxr, want_dx, dtype)
+
+
+@pytest.mark.parametrize("dtype", SPEC.dtypes, ids=str)
+@pytest.mark.parametrize("n", [1, 3])
+def test_split_automatic_rule(dtype, n, monkeypatch):
+    # Rows over _SPLIT_MIN_ROW_BYTES: 16411 fp32 / 32771 half elements, 5 and 9 default segments
+    # with a tail.
+    v = 16411 if dtype == torch.float32 else 32771
+    assert v * torch.empty((), dtype=dtype).element_size() > ce._SPLIT_MIN_ROW_BYTES
+    grids = []
+    real = ce._ce_split_partials
+
+    class Spy:
+        def __getitem__(self, grid):
+            grids.append(tuple(grid))
+            return real[grid]
+
+    monkeypatch.setattr(ce, "_ce_split_partials", Spy())
+    x, y = _split_case(n, v, dtype, 0.1, seed=random.randrange(2**31))
+    logits = x.clone().requires_grad_(True)
+    loss = ce.cross_entropy(logits, y, label_smoothing=0.1)
+    (g,) = torch.autograd.grad(loss, logits)
+    assert grids == [(n, -(-v // ce.split_segment(n)))]
+    want, want_dx = _reference_grad(x, y, eps=0.1)
+    assert torch.allclose(loss.double(), want, rtol=1e-5 if dtype == torch.float32 else 8e-3)
+    _assert_grad_close(g, want_dx, dtype)
+    assert torch.equal(logits.detach(), x)
+
+
+def test_split_rule_thresholds():
+    m, w = ce._SPLIT_MAX_ROWS, ce._SPLIT_MIN_ROW_BYTES
+    assert ce.use_split(None, 1, 128256, 2) and ce.use_split(None, m, w // 2, 2)
+    assert not ce.use_split(None, m + 1, 128256, 2)  # many rows: one program per row fills the GPU
+    assert not ce.use_split(None, 1, w // 2 - 1, 2)  # narrow row
+    assert ce.split_segment(1) == ce._SPLIT_SEG and ce.split_segment(m) == ce._SPLIT_SEG_WIDE
+    assert ce.use_split(True, 100, 10, 4) and not ce.use_split(False, 1, 128256, 2)
+    assert not ce.use_split(True, 0, 128256, 2)  # no rows: no grid
+    with pytest.raises(ValueError, match="power of two"):
+        ce.cross_entropy_forward(torch.randn(1, 100), torch.tensor([3]), ce.IGNORE_INDEX, 0.0, False,
+                                 split=True, split_seg=1000)
+
+
+def test_split_in_place_with_given_count_matches_out_of_place():
+    # fused_linear_cross_entropy's call: gradient over the logits, n_valid of the whole batch given.
+    # The target's logit must come from the partials: the gradient kernel overwrites it in place.
+    x, y = _split_case(3, 3001, torch.float32, 0.1, seed=random.randrange(2**31))
+    rows_a, dx_a = torch.empty(3), torch.empty_like(x)
+    ce.cross_entropy_rows(x, y, rows_a, dx_a, ce.IGNORE_INDEX, 0.1, split=True, split_seg=512)
+    x_b, rows_b = x.clone(), torch.empty(3)
+    n_valid = torch.tensor(5.0)  # a larger batch than these rows: the gradient is divided by 5
+    ce.cross_entropy_rows(x_b, y, rows_b, x_b, ce.IGNORE_INDEX, 0.1, n_valid=n_valid, split=True, split_seg=512)
+    assert torch.equal(rows_a, rows_b)
+    assert torch.allclose(x_b * 5, dx_a * 2, rtol=1e-5, atol=1e-7)  # 2 valid rows counted in a
+
+
+def test_split_handles_masked_vocabulary_padding():
+    # A padded head with -inf logits: the last segments see only -inf (m_j = -inf, d_j = 0).
+    x, y = _split_case(2, 5003, torch.float32, 0.0, seed=random.randrange(2**31))
+    x[:, 3000:] = float("-inf")
+    y[0] = 2999
+    want, want_dx = _reference_grad(x, y)
+    loss, dx = ce.cross_entropy_forward(x, y, ce.IGNORE_INDEX, 0.0, need_grad=True, split=True, split_seg=1024)
+    assert torch.allclose(loss.double(), want, rtol=1e-5)
+    _assert_grad_close(dx, want_dx, torch.float32)
+
+
+def test_split_bad_target_and_all_ignored():
+    x = torch.randn(2, 3000)
+    for split_fwd in (True, False):
+        bad = ce.cross_entropy_forward(x, torch.tensor([1, 3000]), ce.IGNORE_INDEX, 0.0, split_fwd, split=True,
+                                       split_seg=1024)[0]
+        assert torch.isnan(bad)
+    loss, dx = ce.cross_entropy_forward(x, torch.full((2,), ce.IGNORE_INDEX), ce.IGNORE_INDEX, 0.0, True,
+                                        split=True, split_seg=1024)
+    assert torch.isnan(loss) and (dx == 0).all()
+
+
+def test_split_strided_rows_and_int32_targets():
+    # A slice of a padded head (row stride > vocabulary) read in place; int32 targets.
+    wide = torch.randn(3, 4200) * 2
+    x = wide[:, :4099]
+    y = torch.randint(0, 4099, (3,), dtype=torch.int32)
+    y[2] = ce.IGNORE_INDEX
+    want, want_dx = _reference_grad(x, y.long(), eps=0.1)
+    for grad in (True, False):
+        loss, dx = ce.cross_entropy_forward(x, y, ce.IGNORE_INDEX, 0.1, grad, split=True, split_seg=1024)
+        assert torch.allclose(loss.double(), want, rtol=1e-5)
+        if grad:
+            _assert_grad_close(dx, want_dx, torch.float32)

@@ -1,9 +1,11 @@
 """softmax against its float64 reference: every provider, mode and dtype, on awkward shapes, plus
-the streaming path for wide rows (-inf chunks, huge logits) and the launch variants."""
+the streaming and split paths for wide rows (-inf chunks, huge logits), the launch variants and
+the rule that picks the split path."""
 import random
 
 import pytest
 import torch
+from triton.runtime.jit import KernelInterface
 
 import gate
 from kcollect import verify
@@ -14,8 +16,8 @@ SHAPES = [
     {"M": 37, "N": 1000},   # several rows per program, tail masked, width only 8-aligned
     {"M": 1, "N": 4099},    # one row, unaligned width
     {"M": 5, "N": 7},       # tiny
-    {"M": 3, "N": 40000},   # streaming path: 3 chunks per row (5 in fp32), the last partial
-    {"M": 2, "N": 20000},   # bf16/fp16: one 32768 block in registers, 32 warps; fp32: streaming
+    {"M": 3, "N": 40000},   # few wide rows: the split path, 10 segments per row, the last partial
+    {"M": 2, "N": 20000},   # bf16/fp16: one 32768 block in registers, 32 warps; fp32: split path
 ]
 RUNNABLE = [p.name for p in SPEC.providers if p.available("cpu") is None]
 
@@ -39,10 +41,12 @@ def test_grid_shapes_are_accepted():
             assert SPEC.check_shape(shape.dims) is None, shape
 
 
-# (n, softmax_forward keywords): the register path, one 32768 block in registers, and the streaming
-# path with many chunks per row
+# (n, softmax_forward keywords): the register path, one 32768 block in registers, the streaming
+# path with many chunks per row (4 rows of 20000 fp32 would split: split=False), and the split
+# path (20 segments per row, whole -inf segments in row 0) forced and by the automatic rule
 PATHS = {"fused": (3000, {}), "reg32k": (20000, {"max_block": 32768}),
-         "stream": (20000, {"chunk": 1024})}
+         "stream": (20000, {"chunk": 1024, "split": False}),
+         "split": (20000, {"split": True, "split_seg": 1024}), "split-auto": (70001, {})}
 
 
 @pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # NaN row, by design
@@ -77,9 +81,22 @@ VARIANTS = {
     # one row of next_pow2(N) = 32768 (65536) held by one program of 32 warps
     "reg32k-32w": ({"max_block": 32768, "max_warps": 32}, [{"M": 3, "N": 20000}, {"M": 37, "N": 1000}]),
     "reg64k-32w": ({"max_block": 65536, "max_warps": 32}, [{"M": 2, "N": 40000}]),
-    "stream-256-rows": ({"max_block": 0, "chunk": 256, "programs_per_sm": "rows"}, _NARROW),
-    "stream-256-pps1": ({"max_block": 0, "chunk": 256, "programs_per_sm": 1}, _NARROW),
-    "stream-1024-pps2-16w": ({"max_block": 0, "chunk": 1024, "programs_per_sm": 2, "max_warps": 16}, _NARROW),
+    # streaming path: few rows would take the split path, so split=False
+    "stream-256-rows": ({"max_block": 0, "chunk": 256, "programs_per_sm": "rows", "split": False}, _NARROW),
+    "stream-256-pps1": ({"max_block": 0, "chunk": 256, "programs_per_sm": 1, "split": False}, _NARROW),
+    "stream-1024-pps2-16w": ({"max_block": 0, "chunk": 1024, "programs_per_sm": 2, "max_warps": 16,
+                              "split": False}, _NARROW),
+    "stream-default": ({"split": False}, [{"M": 3, "N": 40000}]),
+    # split path by the automatic rule (default 4096 segments): 18 segments, the last one of 370
+    # elements; 65536 = 16 whole segments (no tail)
+    "split-auto": ({}, [{"M": 1, "N": 70001}, {"M": 3, "N": 70001}, {"M": 2, "N": 65536}]),
+    # forced: many segments and a masked tail, whole segments (8192), rows that fit in registers,
+    # more rows than the rule splits, one segment wider than the row (S = 1)
+    "split-1k": ({"split": True, "split_seg": 1024},
+                 [{"M": 2, "N": 70001}, {"M": 3, "N": 8192}, {"M": 37, "N": 1000}, {"M": 5, "N": 7}]),
+    # unaligned width (N_ALIGN = 1), 33 segments: S_BLOCK 64 with 31 padding lanes
+    "split-128": ({"split": True, "split_seg": 128}, [{"M": 3, "N": 4099}]),
+    "split-8k-evict_first": ({"split": True, "split_seg": 8192, "policy": "evict_first"}, [{"M": 2, "N": 20000}]),
     # persistent register-path forward (CPU: 4 "SMs"), several tiles per program, the last partial
     "persist0": ({"persist": 0, "max_block": 32768}, [{"M": 9, "N": 20000}]),
     "persist1": ({"persist": 1}, [{"M": 37, "N": 1000}, {"M": 11, "N": 4099}, {"M": 9, "N": 20000}]),
@@ -117,3 +134,63 @@ def test_leading_dims_are_flattened():
 def test_empty_input_is_refused():
     with pytest.raises(ValueError, match="must not be empty"):
         softmax.softmax(torch.empty(0, 8))
+
+
+# The split path's combine, forward: a segment whose max is far above the others' (scaled by 50:
+# it takes all the mass, so the others' sums must be rescaled by exp(m_j - m), not added as they
+# are), and a single spike worth as much as the rest of its row together (its logsumexp: both
+# sides of the combine matter). Row 2: the spike in the masked tail segment. Row 3: every logit
+# far below 0 (the padding lanes of the partials must not count as a max of 0: exp underflows).
+@pytest.mark.parametrize("dtype", SPEC.dtypes, ids=str)
+@pytest.mark.parametrize("kw", [{}, {"split": True, "split_seg": 1024}], ids=["auto", "seg1k"])
+def test_split_combines_far_apart_maxima(kw, dtype):
+    m, n = 4, 70001
+    x = SPEC.make_inputs({"M": m, "N": n}, torch.float32, "cpu", random.randrange(2**31))["x"]
+    x[0, 4096:8192] *= 50
+    x[1, 5000] = torch.logsumexp(x[1], 0)
+    x[2, n - 100] = torch.logsumexp(x[2], 0)
+    x[3] -= 1000
+    x = x.to(dtype)
+    _, want = verify.reference_answers(SPEC, {"x": x}, "fwd", 0)
+    error = verify.rel_error(softmax.softmax_forward(x, **kw), want[0])
+    assert error <= SPEC.tolerance[dtype], f"{kw} {dtype}: error {error:.3g}"
+
+
+def launched(monkeypatch, call) -> list[tuple[str, tuple]]:
+    """(kernel name, grid) of each launch call() makes; nothing runs."""
+    calls = []
+    monkeypatch.setattr(KernelInterface, "__getitem__",
+                        lambda self, grid: lambda *a, **k: calls.append((self.fn.__name__, tuple(grid))))
+    call()
+    return calls
+
+
+@pytest.mark.parametrize("mode", ["fwd", "bwd"])
+def test_split_rule_picks_the_path(monkeypatch, mode):
+    def kernels(m, n, dtype=torch.bfloat16, **kw):
+        x = torch.empty(m, n, dtype=dtype)
+        if mode == "fwd":
+            return launched(monkeypatch, lambda: softmax.softmax_forward(x, **kw))
+        return launched(monkeypatch, lambda: softmax.softmax_backward(x, x, **kw))
+
+    few = softmax._SPLIT_MAX_ROWS
+    first, second = [k.__name__ for k in (softmax._FWD_SPLIT if mode == "fwd" else softmax._BWD_SPLIT)[:2]]
+    # rows that would stream, few of them: split, grid (rows, segments of 4096)
+    assert kernels(few, 128256) == [(first, (few, 32)), (second, (few, 32))]
+    assert kernels(1, 65537, torch.float32, split_seg=2048) == [(first, (1, 33)), (second, (1, 33))]
+    # more rows: stream; rows that fit in registers: the register path; split=False / True force
+    assert [k for k, _ in kernels(few + 1, 128256)] == [f"_softmax_{mode}_stream"]
+    assert [k for k, _ in kernels(1, 128256, split=False)] == [f"_softmax_{mode}_stream"]
+    # rows in registers: split over 16384 elements (1 x 32000), not at 16384
+    assert kernels(1, 32000) == [(first, (1, 8)), (second, (1, 8))]
+    assert "split" not in kernels(1, 16384)[0][0]
+    assert "split" not in kernels(few + 1, 32000)[0][0]
+    assert kernels(1, 32000, split=True, split_seg=8192) == [(first, (1, 4)), (second, (1, 4))]
+
+
+def test_split_segment_is_checked():
+    x = torch.randn(1, 5000)
+    with pytest.raises(ValueError, match="power of two"):
+        softmax.softmax_forward(x, split=True, split_seg=1000)
+    with pytest.raises(ValueError, match="segments"):
+        softmax.softmax_forward(x, split=True, split_seg=4)
