@@ -80,10 +80,10 @@ def test_mismatched_inputs_are_refused():
 
 
 @pytest.mark.parametrize("n", [1, 15, 17, 4099, 8197])
-@pytest.mark.parametrize("block", [None, 64])
+@pytest.mark.parametrize("block", [None, 64, 4096])
 def test_unaligned_tail_forward_and_backward(n, block):
     # n % 16 != 0: the last program finishes the tail after its 16-aligned block (launch_elementwise);
-    # block=64 puts the tail behind several programs, None in the default block
+    # block=64 puts the tail behind several programs, None and 4096 (the size above 2^27) in one
     a, b, dc = torch.randn(n) * 3, torch.randn(n), torch.randn(n)
     launch = {"block": block} if block else {}
     ad, bd = a.double().requires_grad_(True), b.double().requires_grad_(True)

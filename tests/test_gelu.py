@@ -82,10 +82,10 @@ def test_unknown_variant_is_refused():
 
 
 @pytest.mark.parametrize("n", [1, 15, 16, 17, 4099, 8197])
-@pytest.mark.parametrize("block", [None, 64])
+@pytest.mark.parametrize("block", [None, 64, 4096])
 def test_unaligned_tail_forward_and_backward(n, block):
     # n % 16 != 0: the last program finishes the tail after its 16-aligned block (launch_elementwise);
-    # block=64 puts the tail behind several programs, None in the default block
+    # block=64 puts the tail behind several programs, None and 4096 (the size above 2^27) in one
     x = torch.randn(n) * 3
     dy = torch.randn(n)
     launch = {"block": block} if block else {}
