@@ -25,7 +25,8 @@ POS = ("ids", "shared")
 # ---------------------------------------------------------------------------------------------
 # Triton kernels.
 #
-# One program = BT tokens x HB heads of q or of k, both halves of head_dim: [BT, HB, D/2] tiles.
+# One program = BT tokens (ROWS in the code) x HB heads of q or of k, both halves of head_dim:
+# [BT, HB, D/2] tiles (the default "half" layout; the "chunks" option is described at Launchers).
 # The threads of a program cover [BT, D/2] once, one 16-byte vector each (VEC = 16 / element size
 # elements), and the HB heads repeat in registers: each thread loads its cos/sin vectors once and
 # reuses them for HB heads, and has 2 * HB independent 16-byte loads of q/k in flight (HB = 4:
@@ -53,12 +54,12 @@ POS = ("ids", "shared")
 
 
 @triton.jit
-def _rope_tile(x_ptr, y_ptr, tok_off, head0, stride_h, d, mask, c1, c2, sa, sb,
-               HALF: tl.constexpr, HB: tl.constexpr):
+def _rope_tile(x_ptr, y_ptr, row_off, head0, stride_h, d, mask, c1, c2, sa, sb,
+               HALF: tl.constexpr, HB: tl.constexpr, POLICY: tl.constexpr):
     h = (head0 + tl.arange(0, HB)).to(tl.int64)
-    offs = tok_off[:, None, None] + (h * stride_h)[None, :, None] + d[None, None, :]  # [BT, HB, HALF_P]
-    x1 = tl.load(x_ptr + offs, mask=mask).to(tl.float32)
-    x2 = tl.load(x_ptr + offs + HALF, mask=mask).to(tl.float32)
+    offs = row_off[:, None, None] + (h * stride_h)[None, :, None] + d[:, None, :]  # [ROWS, HB, W]
+    x1 = tl.load(x_ptr + offs, mask=mask, eviction_policy=POLICY).to(tl.float32)
+    x2 = tl.load(x_ptr + offs + HALF, mask=mask, eviction_policy=POLICY).to(tl.float32)
     tl.store(y_ptr + offs, (x1 * c1 - x2 * sa).to(y_ptr.dtype.element_ty), mask=mask)
     tl.store(y_ptr + offs + HALF, (x2 * c2 + x1 * sb).to(y_ptr.dtype.element_ty), mask=mask)
 
@@ -67,24 +68,33 @@ def _rope_tile(x_ptr, y_ptr, tok_off, head0, stride_h, d, mask, c1, c2, sa, sb,
 def _rope_qk(q_ptr, k_ptr, qo_ptr, ko_ptr, cos_ptr, sin_ptr,
              n_tok, T, n_qblocks, n_blocks,
              sq_b, sq_t, sq_h, sk_b, sk_t, sk_h, sc_b, sc_t,
-             HALF: tl.constexpr, HALF_P: tl.constexpr, HBQ: tl.constexpr, HBK: tl.constexpr,
-             BT: tl.constexpr, BACKWARD: tl.constexpr):
+             HALF: tl.constexpr, W: tl.constexpr, NC: tl.constexpr, HBQ: tl.constexpr, HBK: tl.constexpr,
+             ROWS: tl.constexpr, BACKWARD: tl.constexpr, POLICY: tl.constexpr, CS_POLICY: tl.constexpr):
+    # A tile row is one token's half of head_dim (NC == 1: W = HALF_P, the "half" layout) or one
+    # W-wide chunk of it (the "chunks" layout: rows walk the NC = HALF / W chunks of each token in
+    # turn, so a half that is not a power of two is not padded).
     pid = tl.program_id(0)
     tb = pid // n_blocks
     j = pid - tb * n_blocks  # head block: [0, n_qblocks) of q, then those of k
-    tok = tb * BT + tl.arange(0, BT)
+    r = tb * ROWS + tl.arange(0, ROWS)
+    w = tl.arange(0, W)
+    if NC == 1:
+        tok = r
+        d = w[None, :]  # [1, W]
+    else:
+        tok = r // NC
+        d = ((r - tok * NC) * W)[:, None] + w[None, :]  # [ROWS, W]
     bi = tok // T
     b = bi.to(tl.int64)
     t = (tok - bi * T).to(tl.int64)
-    d = tl.arange(0, HALF_P)
-    # [BT, 1, HALF_P]: the same thread layout as the [BT, HB, HALF_P] tiles (threads over tokens
-    # and head_dim, heads in registers), so the broadcast over heads costs nothing.
-    mask = ((tok < n_tok)[:, None] & (d < HALF)[None, :])[:, None, :]
-    coff = ((b * sc_b + t * sc_t)[:, None] + d[None, :])[:, None, :]
-    c1 = tl.load(cos_ptr + coff, mask=mask).to(tl.float32)
-    c2 = tl.load(cos_ptr + coff + HALF, mask=mask).to(tl.float32)
-    s1 = tl.load(sin_ptr + coff, mask=mask).to(tl.float32)
-    s2 = tl.load(sin_ptr + coff + HALF, mask=mask).to(tl.float32)
+    # [ROWS, 1, W]: the same thread layout as the [ROWS, HB, W] tiles (threads over rows and
+    # head_dim, heads in registers), so the broadcast over heads costs nothing.
+    mask = ((tok < n_tok)[:, None] & (d < HALF))[:, None, :]
+    coff = ((b * sc_b + t * sc_t)[:, None] + d)[:, None, :]
+    c1 = tl.load(cos_ptr + coff, mask=mask, eviction_policy=CS_POLICY).to(tl.float32)
+    c2 = tl.load(cos_ptr + coff + HALF, mask=mask, eviction_policy=CS_POLICY).to(tl.float32)
+    s1 = tl.load(sin_ptr + coff, mask=mask, eviction_policy=CS_POLICY).to(tl.float32)
+    s2 = tl.load(sin_ptr + coff + HALF, mask=mask, eviction_policy=CS_POLICY).to(tl.float32)
     if BACKWARD:
         sa = -s2
         sb = -s1
@@ -94,17 +104,31 @@ def _rope_qk(q_ptr, k_ptr, qo_ptr, ko_ptr, cos_ptr, sin_ptr,
 
     if j < n_qblocks:
         _rope_tile(q_ptr, qo_ptr, b * sq_b + t * sq_t, j * HBQ, sq_h, d, mask, c1, c2, sa, sb,
-                   HALF=HALF, HB=HBQ)
+                   HALF=HALF, HB=HBQ, POLICY=POLICY)
     else:
         _rope_tile(k_ptr, ko_ptr, b * sk_b + t * sk_t, (j - n_qblocks) * HBK, sk_h, d, mask, c1, c2, sa, sb,
-                   HALF=HALF, HB=HBK)
+                   HALF=HALF, HB=HBK, POLICY=POLICY)
 
 
 # ---------------------------------------------------------------------------------------------
 # Launchers
+#
+# Launch options (keywords of rope_apply and rope; the defaults are the launch the collector
+# times, the others are for the GPU A/B in benchmarks/rope_ab.py):
+#   num_warps  warps per program (default _WARPS)
+#   max_hb     most heads per thread (default _MAX_HB; a power of two)
+#   tokens     tokens per program, a power of two (default: the threads cover [BT, HALF_P] once);
+#              in the "chunks" layout, rows = next_pow2(tokens * NC)
+#   policy     cache hint of the q/k (dq/dk) loads: "" (none), "evict_first" or "evict_last"
+#   cs_policy  cache hint of the cos/sin loads (re-read by every head block of a token block)
+#   layout     "half": [BT, HB, HALF_P] tiles, a half padded to a power of two; "chunks": rows of
+#              W = the largest power of two <= 16 bytes dividing HALF, NC = HALF / W rows a token,
+#              no padding (D = 80: HALF = 40 is 5 chunks of 8 bf16 instead of 64 lanes, 24 masked)
 
 _WARPS = 4
 _MAX_HB = 4  # heads per thread: 2 * 4 16-byte loads in flight; more costs occupancy (registers)
+_POLICIES = ("", "evict_first", "evict_last")
+_LAYOUTS = ("half", "chunks")
 
 
 def _same_layout(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -121,19 +145,53 @@ def _with_output(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return x, y
 
 
-def _heads_per_program(h: int) -> int:
-    """The largest power of two <= _MAX_HB that divides the head count h."""
+def _is_pow2(n) -> bool:
+    return isinstance(n, int) and n >= 1 and n & (n - 1) == 0
+
+
+def _heads_per_program(h: int, max_hb: int = _MAX_HB) -> int:
+    """The largest power of two <= max_hb that divides the head count h."""
     hb = 1
-    while hb * 2 <= _MAX_HB and h % (hb * 2) == 0:
+    while hb * 2 <= max_hb and h % (hb * 2) == 0:
         hb *= 2
     return hb
 
 
-def _tokens_per_program(half_p: int, elem_size: int, n_tok: int) -> int:
+def _tokens_per_program(half_p: int, elem_size: int, n_tok: int, num_warps: int = _WARPS) -> int:
     """Tokens such that the program's threads cover [BT, HALF_P] once with one 16-byte vector each."""
     vec = 16 // elem_size
-    bt = max(1, _WARPS * 32 * vec // half_p)
+    bt = max(1, num_warps * 32 * vec // half_p)
     return min(bt, triton.next_power_of_2(n_tok))
+
+
+def _chunk(half: int, elem_size: int) -> int:
+    """The chunks layout's row width: the largest power of two dividing half, at most 16 bytes."""
+    w = 1
+    while w * 2 * elem_size <= 16 and half % (w * 2) == 0:
+        w *= 2
+    return w
+
+
+def _tile(half: int, elem_size: int, n_tok: int, layout: str, num_warps: int, tokens) -> tuple[int, int, int]:
+    """(W, NC, ROWS): row width, rows per token, rows per program."""
+    if layout == "half":
+        w = triton.next_power_of_2(half)
+        rows = tokens or _tokens_per_program(w, elem_size, n_tok, num_warps)
+        return w, 1, rows
+    w = _chunk(half, elem_size)
+    nc = half // w
+    # one chunk (at most a 16-byte vector) per thread
+    rows = triton.next_power_of_2(tokens * nc) if tokens else num_warps * 32
+    return w, nc, min(rows, triton.next_power_of_2(n_tok * nc))
+
+
+def _check_options(num_warps, max_hb, tokens, policy, cs_policy, layout) -> None:
+    if not (_is_pow2(num_warps) and _is_pow2(max_hb) and (tokens is None or _is_pow2(tokens))):
+        raise ValueError(f"num_warps, max_hb and tokens must be powers of two, got {num_warps}, {max_hb}, {tokens}")
+    if policy not in _POLICIES or cs_policy not in _POLICIES:
+        raise ValueError(f"policy and cs_policy must be one of {_POLICIES}, got {policy!r}, {cs_policy!r}")
+    if layout not in _LAYOUTS:
+        raise ValueError(f"layout must be one of {_LAYOUTS}, got {layout!r}")
 
 
 def _cos_sin(cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -145,27 +203,31 @@ def _cos_sin(cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.
 
 
 def rope_apply(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-               backward: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    """The rotation (or its transpose, for gradients) of q and k in one launch; new outputs."""
+               backward: bool = False, *, num_warps: int = _WARPS, max_hb: int = _MAX_HB,
+               tokens: int | None = None, policy: str = "", cs_policy: str = "",
+               layout: str = "half") -> tuple[torch.Tensor, torch.Tensor]:
+    """The rotation (or its transpose, for gradients) of q and k in one launch; new outputs.
+    The keywords are the launch options described above Launchers; the defaults are the collector's."""
+    _check_options(num_warps, max_hb, tokens, policy, cs_policy, layout)
     B, hq, T, D = q.shape
     hk = k.shape[1]
     q, qo = _with_output(q)
     k, ko = _with_output(k)
     cos, sin = _cos_sin(cos, sin)
     half = D // 2
-    half_p = triton.next_power_of_2(half)
     n_tok = B * T
-    hbq, hbk = _heads_per_program(hq), _heads_per_program(hk)
-    bt = _tokens_per_program(half_p, q.element_size(), n_tok)
+    hbq, hbk = _heads_per_program(hq, max_hb), _heads_per_program(hk, max_hb)
+    w, nc, rows = _tile(half, q.element_size(), n_tok, layout, num_warps, tokens)
     n_qblocks = hq // hbq
     n_blocks = n_qblocks + hk // hbk
     sc_b = cos.stride(0) if cos.shape[0] > 1 else 0  # shared positions: every sequence reads row t
-    grid = (triton.cdiv(n_tok, bt) * n_blocks,)
+    grid = (triton.cdiv(n_tok * nc, rows) * n_blocks,)
     _rope_qk[grid](
         q, k, qo, ko, cos, sin,
         n_tok, T, n_qblocks, n_blocks,
         q.stride(0), q.stride(2), q.stride(1), k.stride(0), k.stride(2), k.stride(1), sc_b, cos.stride(1),
-        HALF=half, HALF_P=half_p, HBQ=hbq, HBK=hbk, BT=bt, BACKWARD=backward, num_warps=_WARPS,
+        HALF=half, W=w, NC=nc, HBQ=hbq, HBK=hbk, ROWS=rows, BACKWARD=backward,
+        POLICY=policy, CS_POLICY=cs_policy, num_warps=num_warps,
     )
     return qo, ko
 
@@ -176,10 +238,11 @@ def rope_apply(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.T
 
 class RoPEFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, cos, sin):
+    def forward(ctx, q, k, cos, sin, options):
         ctx.save_for_backward(cos, sin)
         ctx.hq, ctx.hk = q.shape[1], k.shape[1]
-        return rope_apply(q, k, cos, sin)
+        ctx.options = options
+        return rope_apply(q, k, cos, sin, **options)
 
     @staticmethod
     def backward(ctx, dq, dk):
@@ -191,11 +254,13 @@ class RoPEFunction(torch.autograd.Function):
             dq = like.new_zeros((B, ctx.hq, T, D))
         if dk is None:
             dk = like.new_zeros((B, ctx.hk, T, D))
-        dq, dk = rope_apply(dq, dk, cos, sin, backward=True)
-        return dq, dk, None, None
+        dq, dk = rope_apply(dq, dk, cos, sin, backward=True, **ctx.options)
+        return dq, dk, None, None, None
 
 
-def rope(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def rope(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+         **options) -> tuple[torch.Tensor, torch.Tensor]:
+    """options: rope_apply's launch keywords, for the forward and the backward (none: the collector's)."""
     if q.dim() != 4 or k.dim() != 4:
         raise ValueError(f"q and k must be [B, H, T, D], got {tuple(q.shape)} and {tuple(k.shape)}")
     B, _, T, D = q.shape
@@ -209,7 +274,7 @@ def rope(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor)
     if not ok or cos.shape != sin.shape:
         raise ValueError(f"cos and sin must be [T, D], [1, T, D] or [B, T, D] with T={T}, D={D}, "
                          f"got {tuple(cos.shape)} and {tuple(sin.shape)}")
-    return RoPEFunction.apply(q, k, cos, sin)
+    return RoPEFunction.apply(q, k, cos, sin, options)
 
 
 # ---------------------------------------------------------------------------------------------

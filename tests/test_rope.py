@@ -157,3 +157,138 @@ def test_refused_shapes():
         rope.rope(q[0], k[0], cos, sin)
     assert "even" in SPEC.check_shape({"B": 1, "Hq": 2, "Hk": 1, "T": 4, "D": 15, "pos": "ids"})
     assert "pos must be" in SPEC.check_shape({"B": 1, "Hq": 2, "Hk": 1, "T": 4, "D": 16, "pos": "arange"})
+
+
+# ---------------------------------------------------------------------------------------------
+# Launch options (keywords of rope_apply / rope, for the GPU A/B benchmarks/rope_ab.py): each, and
+# the combinations the A/B times, against the float64 reference, forward and backward, in every
+# dtype, with fresh random inputs on awkward shapes.
+
+OPTIONS = {
+    "warps2": {"num_warps": 2},
+    "warps8": {"num_warps": 8},
+    "max_hb1": {"max_hb": 1},
+    "max_hb2": {"max_hb": 2},
+    "max_hb8": {"max_hb": 8},
+    "tokens1": {"tokens": 1},
+    "tokens4": {"tokens": 4},
+    "qk_evict_first": {"policy": "evict_first"},
+    "qk_evict_last": {"policy": "evict_last"},
+    "cs_evict_last": {"cs_policy": "evict_last"},
+    "qk_ef_cs_el": {"policy": "evict_first", "cs_policy": "evict_last"},
+    "warps8_hb2": {"num_warps": 8, "max_hb": 2},
+    "warps2_hb8": {"num_warps": 2, "max_hb": 8},
+    "hb8_cs_el": {"max_hb": 8, "cs_policy": "evict_last"},
+    "chunks": {"layout": "chunks"},
+    "chunks_warps8": {"layout": "chunks", "num_warps": 8},
+    "chunks_hb2": {"layout": "chunks", "max_hb": 2},
+    "chunks_hb8": {"layout": "chunks", "max_hb": 8},
+    "chunks_cs_el": {"layout": "chunks", "cs_policy": "evict_last"},
+    "chunks_tokens2": {"layout": "chunks", "tokens": 2},
+}
+OPTION_SHAPES = [
+    (2, 6, 3, 5, 80, "ids"),  # head_dim 80 (half 40: padded to 64, or 5 chunks of 8 / 10 of 4), heads 6/3
+    (1, 5, 1, 1, 80, "shared"),  # one token, MQA, odd head count
+    (3, 16, 8, 7, 24, "ids"),  # half 12: chunks of 4 (8 bytes in bf16), GQA with 8 heads per thread
+    (2, 8, 2, 9, 128, "shared"),  # power-of-two half, T not a multiple of the token block
+]
+
+
+def _options_case(dims, dtype, options, seed):
+    b, hq, hk, t, d, pos = dims
+    x = rope.make_inputs({"B": b, "Hq": hq, "Hk": hk, "T": t, "D": d, "pos": pos}, dtype, "cpu", seed)
+    q, k = x["q"].requires_grad_(True), x["k"].requires_grad_(True)
+    outs = rope.rope(q, k, x["cos"], x["sin"], **options)
+    g = torch.Generator().manual_seed(seed + 1)
+    dys = [torch.randn(o.shape, generator=g, dtype=torch.float64) for o in outs]
+    grads = torch.autograd.grad(outs, (q, k), [dy.to(dtype) for dy in dys])
+    qd, kd = (v.detach().double().requires_grad_(True) for v in (q, k))
+    ref = rope.reference(qd, kd, x["cos"].double(), x["sin"].double())
+    ref_grads = torch.autograd.grad(ref, (qd, kd), dys)
+    return outs + grads, ref + ref_grads
+
+
+@pytest.mark.parametrize("options", OPTIONS.values(), ids=OPTIONS.keys())
+@pytest.mark.parametrize("dtype", SPEC.dtypes, ids=str)
+@pytest.mark.parametrize("dims", OPTION_SHAPES, ids=lambda d: "x".join(map(str, d)))
+def test_launch_options_match_reference(dims, dtype, options):
+    got, want = _options_case(dims, dtype, options, seed=random.randrange(2**31))
+    tol = SPEC.tolerance[dtype]
+    for name, g, w in zip(("q", "k", "dq", "dk"), got, want):
+        err = verify.rel_error(g, w)
+        assert err <= tol, f"{options} {dtype} {dims} {name}: error {err:.3g} > {tol:.3g}"
+
+
+def test_ab_variants_are_tested():
+    # every keyword set the GPU A/B times is one of the tested option sets above
+    from benchmarks.rope_ab import VARIANTS
+
+    tested = [o for o in OPTIONS.values()] + [{}]
+    for label, kw, _, _ in VARIANTS:
+        assert kw in tested, f"A/B variant {label!r} {kw} has no test"
+
+
+def _recorded_launch(monkeypatch, run):
+    real = rope._rope_qk
+    launches = []
+
+    class Recording:
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                launches.append((grid, kwargs))
+                return real[grid](*args, **kwargs)
+            return launch
+
+    monkeypatch.setattr(rope, "_rope_qk", Recording())
+    run()
+    return launches
+
+
+def test_options_reach_forward_and_backward(monkeypatch):
+    x = _inputs(d=80)
+    q, k = x["q"].requires_grad_(True), x["k"].requires_grad_(True)
+    opts = {"num_warps": 2, "max_hb": 1, "policy": "evict_first", "cs_policy": "evict_last", "layout": "chunks"}
+
+    def run():
+        qo, ko = rope.rope(q, k, x["cos"], x["sin"], **opts)
+        torch.autograd.grad((qo, ko), (q, k), (torch.ones_like(qo), torch.ones_like(ko)))
+
+    launches = _recorded_launch(monkeypatch, run)
+    assert len(launches) == 2
+    for _, kw in launches:
+        assert kw["num_warps"] == 2 and kw["HBQ"] == kw["HBK"] == 1
+        assert (kw["POLICY"], kw["CS_POLICY"]) == ("evict_first", "evict_last")
+        assert (kw["W"], kw["NC"]) == (4, 10)  # float32: 4-element (16-byte) chunks of the 40-wide half
+    assert [kw["BACKWARD"] for _, kw in launches] == [False, True]
+
+
+def test_default_launch_is_unchanged(monkeypatch):
+    # the collector's launch: 4 warps, up to 4 heads per thread, threads over [BT, HALF_P] once
+    # with one 16-byte vector each, no cache hints, the padded half
+    x = rope.make_inputs({"B": 3, "Hq": 32, "Hk": 8, "T": 20, "D": 80, "pos": "ids"}, torch.bfloat16, "cpu", 0)
+    launches = _recorded_launch(monkeypatch, lambda: rope.rope_apply(x["q"], x["k"], x["cos"], x["sin"]))
+    (grid, kw), = launches
+    assert (kw["num_warps"], kw["HBQ"], kw["HBK"], kw["ROWS"], kw["W"], kw["NC"]) == (4, 4, 4, 16, 64, 1)
+    assert (kw["POLICY"], kw["CS_POLICY"]) == ("", "")
+    assert grid == (4 * (8 + 2),)  # cdiv(60 tokens, 16) token blocks x (q + k head blocks)
+
+
+def test_chunks_layout_has_no_padding(monkeypatch):
+    x = rope.make_inputs({"B": 1, "Hq": 4, "Hk": 4, "T": 64, "D": 80, "pos": "ids"}, torch.bfloat16, "cpu", 0)
+    launches = _recorded_launch(
+        monkeypatch, lambda: rope.rope_apply(x["q"], x["k"], x["cos"], x["sin"], layout="chunks"))
+    (grid, kw), = launches
+    assert kw["W"] * kw["NC"] == kw["HALF"] == 40 and kw["W"] == 8  # bf16: one 16-byte vector a chunk
+    assert grid == (triton_cdiv(64 * 5, kw["ROWS"]) * 2,)
+
+
+def triton_cdiv(a, b):
+    return -(-a // b)
+
+
+@pytest.mark.parametrize("bad", [{"num_warps": 3}, {"max_hb": 6}, {"tokens": 12}, {"policy": "evict_normal"},
+                                 {"cs_policy": "last"}, {"layout": "full"}])
+def test_bad_options_are_refused(bad):
+    x = _inputs()
+    with pytest.raises(ValueError):
+        rope.rope_apply(x["q"], x["k"], x["cos"], x["sin"], **bad)
