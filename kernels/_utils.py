@@ -26,19 +26,14 @@ def row_settings(n: int) -> tuple[int, int]:
 
 
 def elementwise_settings(n: int) -> tuple[int, int]:
-    """(BLOCK_SIZE, num_warps) for flat elementwise kernels. Up to _ELEMENTWISE_BIG elements: 8
-    elements per thread (one 16-byte load per tensor in bf16), 1024 per program; larger: 4096
-    elements per program, 8 warps. Measured on the H200 (benchmarks/elementwise_ab.py,
-    docs/evidence/elementwise_ab_h200_run1.txt, and the collector's runs): against 4096 / 8 warps,
-    1024 / 4 warps made the one-row decode shapes 1.03-1.25x faster and gelu fwd 8192x16384 1.05x,
-    and every other shape up to 117M elements as fast; but the two-output backwards of swiglu and
-    geglu at 235M-268M elements ran 10% slower with it (run 9e1dbe21: swiglu bwd 16384x14336
-    610 us against 549 us in run e3d70f92; geglu bwd 16384x16384 698 against 630). Why, we have
-    not found out; above 2^27 elements the earlier blocks stay."""
-    return (4096, 8) if n > _ELEMENTWISE_BIG else (1024, 4)
-
-
-_ELEMENTWISE_BIG = 1 << 27
+    """(BLOCK_SIZE, num_warps) for flat elementwise kernels: 8 elements per thread (one 16-byte
+    load per tensor in bf16), 1024 per program. Measured on the H200 against 4096 / 8 warps
+    (benchmarks/elementwise_ab.py, docs/evidence/elementwise_ab_h200_run1.txt, and the collector's
+    runs 9e1dbe21 and 7555c5b9): the one-row decode shapes 1.03-1.25x faster, gelu fwd 8192x16384
+    1.05x, the largest swiglu/geglu shapes the same (their backwards measured 90% of copy this
+    session with either setting, against 100% in the previous session's runs: see the note in
+    benchmarks/stream_check.py)."""
+    return 1024, 4
 
 
 def launch_elementwise(kernel, n: int, *args, block: int | None = None, num_warps: int | None = None,

@@ -120,7 +120,8 @@ def _rope_qk(q_ptr, k_ptr, qo_ptr, ko_ptr, cos_ptr, sin_ptr,
 #   tokens     tokens per program, a power of two (default: the threads cover [BT, HALF_P] once);
 #              in the "chunks" layout, rows = next_pow2(tokens * NC)
 #   policy     cache hint of the q/k (dq/dk) loads: "" (none), "evict_first" or "evict_last"
-#   cs_policy  cache hint of the cos/sin loads (re-read by every head block of a token block)
+#   cs_policy  cache hint of the cos/sin loads (re-read by every head block of a token block;
+#              default _CS_POLICY)
 #   layout     "half": [BT, HB, HALF_P] tiles, a half padded to a power of two; "chunks": rows of
 #              W = the largest power of two <= 16 bytes dividing HALF, NC = HALF / W rows a token,
 #              no padding (D = 80: HALF = 40 is 5 chunks of 8 bf16 instead of 64 lanes, 24 masked)
@@ -128,6 +129,11 @@ def _rope_qk(q_ptr, k_ptr, qo_ptr, ko_ptr, cos_ptr, sin_ptr,
 _WARPS = 4
 _MAX_HB = 4  # heads per thread: 2 * 4 16-byte loads in flight; more costs occupancy (registers)
 _POLICIES = ("", "evict_first", "evict_last")
+# cos/sin loads hinted evict_last (they are re-read by every head block of a token block): H200 A/B
+# (benchmarks/rope_ab.py, docs/evidence/rope_ab_h200_run1*.txt) 1.02-1.11x faster at every shape
+# but one (1x28x4x32768x128 fwd, 0.999x); e.g. 2x64x8x8192x128 fwd 92% -> 95% of copy. The other
+# options (warps, heads per thread, q/k hints, the chunks layout) won less or lost.
+_CS_POLICY = "evict_last"
 _LAYOUTS = ("half", "chunks")
 
 
@@ -204,7 +210,7 @@ def _cos_sin(cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.
 
 def rope_apply(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                backward: bool = False, *, num_warps: int = _WARPS, max_hb: int = _MAX_HB,
-               tokens: int | None = None, policy: str = "", cs_policy: str = "",
+               tokens: int | None = None, policy: str = "", cs_policy: str = _CS_POLICY,
                layout: str = "half") -> tuple[torch.Tensor, torch.Tensor]:
     """The rotation (or its transpose, for gradients) of q and k in one launch; new outputs.
     The keywords are the launch options described above Launchers; the defaults are the collector's."""

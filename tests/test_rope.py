@@ -262,14 +262,14 @@ def test_options_reach_forward_and_backward(monkeypatch):
     assert [kw["BACKWARD"] for _, kw in launches] == [False, True]
 
 
-def test_default_launch_is_unchanged(monkeypatch):
+def test_default_launch(monkeypatch):
     # the collector's launch: 4 warps, up to 4 heads per thread, threads over [BT, HALF_P] once
-    # with one 16-byte vector each, no cache hints, the padded half
+    # with one 16-byte vector each, cos/sin hinted evict_last, the padded half
     x = rope.make_inputs({"B": 3, "Hq": 32, "Hk": 8, "T": 20, "D": 80, "pos": "ids"}, torch.bfloat16, "cpu", 0)
     launches = _recorded_launch(monkeypatch, lambda: rope.rope_apply(x["q"], x["k"], x["cos"], x["sin"]))
     (grid, kw), = launches
     assert (kw["num_warps"], kw["HBQ"], kw["HBK"], kw["ROWS"], kw["W"], kw["NC"]) == (4, 4, 4, 16, 64, 1)
-    assert (kw["POLICY"], kw["CS_POLICY"]) == ("", "")
+    assert (kw["POLICY"], kw["CS_POLICY"]) == ("", "evict_last")
     assert grid == (4 * (8 + 2),)  # cdiv(60 tokens, 16) token blocks x (q + k head blocks)
 
 
