@@ -31,8 +31,8 @@ def elementwise_settings(n: int) -> tuple[int, int]:
     (benchmarks/elementwise_ab.py, docs/evidence/elementwise_ab_h200_run1.txt, and the collector's
     runs 9e1dbe21 and 7555c5b9): the one-row decode shapes 1.03-1.25x faster, gelu fwd 8192x16384
     1.05x, the largest swiglu/geglu shapes the same (their backwards measured 90% of copy this
-    session with either setting, against 100% in the previous session's runs: see the note in
-    benchmarks/stream_check.py)."""
+    session with either setting in the collector, 100% in a standalone timing of the collector's
+    own call: see the note in benchmarks/stream_check.py)."""
     return 1024, 4
 
 
