@@ -117,6 +117,13 @@ def compile_launch(fn, args: tuple, kwargs: dict) -> tuple[dict, dict, float]:
     return r, const, secs
 
 
+def binary_key(fn, args: tuple, kwargs: dict) -> tuple:
+    """What tells two recorded launches' binaries apart: kernel, constexprs and warps, and how the
+    JIT specialises the scalar arguments (== 1, divisible by 16). Equal keys: compile once."""
+    scalars = tuple((a == 1, a % 16 == 0) for a in args if isinstance(a, int))
+    return fn.fn.__name__, tuple(sorted(kwargs.items())), scalars
+
+
 def per_sm(regs: int, warps: int, shared: int = 0) -> int:
     """Programs per SM that registers, threads and shared memory allow (H100/H200: 64K registers,
     2048 threads, 228 KB shared, 1 KB of it reserved per program)."""

@@ -44,12 +44,6 @@ def _launches(dims, mode, kw):
     return calls
 
 
-def _key(fn, args, kwargs):
-    # the binary: kernel, constexprs, warps and how the JIT specialises the scalar arguments
-    scalars = tuple((a == 1, a % 16 == 0) for a in args if isinstance(a, int))
-    return fn.fn.__name__, tuple(sorted(kwargs.items())), scalars
-
-
 def main():
     print(__doc__.splitlines()[0])
     print("bf16, shape = BxHqxHkxTxDxpos; regs = registers per thread; per SM = programs resident per SM by "
@@ -65,7 +59,7 @@ def main():
                     continue
                 for fn, grid, args, kwargs in _launches(dims, mode, kw):
                     name = f"{label_of(dims)} {mode} {label:30s} grid {grid[0]}"
-                    key = _key(fn, args, kwargs)
+                    key = cr.binary_key(fn, args, kwargs)
                     if key in seen:
                         print(f"{name}: same binary as {seen[key]}", flush=True)
                         continue
