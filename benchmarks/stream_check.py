@@ -12,9 +12,11 @@ before), both as CUDA-graph replays; the first capture of a process is made on a
 Run 1 (docs/evidence/stream_check_h200_run1.txt): no difference (swiglu bwd 16384x14336, ours
 548.3 us with the forward on the side stream, 547.9 on the default stream; torch.compile 548.2),
 yet the collector's run 737d6f99 on the same machine minutes later measured ours at 609.6 us and
-compile at 547.6. The slowdown comes from the collector's context, not from the stream or the
-kernel (same SASS and launch as the previous session's, whose runs measured 549 us); we have not
-found which part of it.
+compile at 547.6, also with our provider alone in the run (docs/evidence/
+swiglu_collector_check_h200.txt). So the slowdown comes from the collector's context, not from the
+stream, the kernel (same SASS and launch as the previous session's, whose runs measured 549 us) or
+the other providers; what differs from this script is the float64 reference computed first and the
+run's random seed. We have not found which of them it is.
 """
 from __future__ import annotations
 
