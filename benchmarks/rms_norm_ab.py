@@ -46,6 +46,10 @@ FWD_VARIANTS = [
     ("liger_like", lambda n, res: {"liger_like": True}),
     ("liger_like+evict_first", lambda n, res: {"liger_like": True, "x_policy": "evict_first"}),
     ("half_warps", lambda n, res: {"num_warps": max(4, _tile(n)[3] // 2)}),
+    # rows that are not whole 16-byte vectors (5003): the prefetch the default leaves out there,
+    # and without the register cap
+    ("prefetch", lambda n, res: {"prefetch": True}),
+    ("no cap", lambda n, res: {"maxnreg": False}),
 ]
 
 # (label, keywords of rms_norm_backward given N)
@@ -66,8 +70,10 @@ CASES = [
     ("add_rms_norm", "fwd", 8192, 4096),
     ("rms_norm", "fwd", 16384, 5120),
     ("rms_norm", "fwd", 4096, 8192),
+    ("add_rms_norm", "fwd", 999, 5003),
+    ("rms_norm", "fwd", 999, 5003),
 ]
-DRY_M = {4096: 6, 5120: 3, 8192: 2, 16384: 3}  # --dry-run: the same widths, a few rows
+DRY_M = {4096: 6, 5003: 3, 5120: 3, 8192: 2, 16384: 3}  # --dry-run: the same widths, a few rows
 
 
 def make_inputs(kernel, m, n, device, seed=0):

@@ -78,6 +78,12 @@ VARIANTS = [
     ("chunks max_hb 2", {"layout": "chunks", "max_hb": 2}, half_not_pow2, ("fwd", "bwd")),
     ("chunks max_hb 8", {"layout": "chunks", "max_hb": 8}, half_not_pow2, ("fwd", "bwd")),
     ("chunks cs evict_last", {"layout": "chunks", "cs_policy": "evict_last"}, half_not_pow2, ("fwd", "bwd")),
+    # run 2, at the shapes where Liger stayed ahead (3x32x32x1000x80, 8x14x2x2048x64): the chunks
+    # layout and fewer heads per thread together, now that cs evict_last is the default
+    ("chunks max_hb 2 warps 8", {"layout": "chunks", "max_hb": 2, "num_warps": 8}, half_not_pow2, ("fwd", "bwd")),
+    ("chunks max_hb 1", {"layout": "chunks", "max_hb": 1}, half_not_pow2, ("fwd", "bwd")),
+    ("max_hb 2 warps 2", {"max_hb": 2, "num_warps": 2}, always, ("fwd", "bwd")),
+    ("max_hb 1 warps 8", {"max_hb": 1, "num_warps": 8}, always, ("fwd", "bwd")),
 ]
 
 # The full-grid shapes where Liger or torch.compile was ahead (H200, CUDA graphs, bf16)

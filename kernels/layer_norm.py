@@ -332,7 +332,12 @@ _BWD_POLICY = "evict_first"
 _BWD_TILE = 4096         # elements per backward tile (x and dy each; ~5 fp32 registers per element)
 _BWD_MAX_BLOCK = 8192    # widest row whose dw/db accumulators fit in registers with x and dy
 _BWD_CHUNK = 4096        # column block for wider rows
-_SUM_BLOCK_G, _SUM_BLOCK_C = 32, 128  # partial sums: many small column blocks so that all SMs help
+# Partial sums: many small column blocks so that all SMs help. Run 5 (layer_norm_ab_h200_run5.txt):
+# 32 columns a program instead of 128 (4 times the programs), bwd 1024x2048 16.8 -> 13.2 us (its
+# [programs, 2, N] partials are as large as x and dy), 3000x3584 32.0 -> 30.5, 32768x4096 1.4%
+# faster; fewer, longer-striding programs for the main kernel (4 or 8 tiles each, shrinking the
+# partials) gained nothing on top of it.
+_SUM_BLOCK_G, _SUM_BLOCK_C = 32, 32
 
 
 def _align(n: int) -> int:
@@ -438,20 +443,22 @@ def layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
                         rstd: torch.Tensor, *, rows: int | None = None, num_warps: int | None = None,
                         max_block: int = _BWD_MAX_BLOCK, chunk: int = _BWD_CHUNK, groups_per_sm: int = 2,
                         policy: str | None = None, prefetch: bool | None = None, maxnreg: int | None = None,
-                        w_reload: bool | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                        w_reload: bool | None = None,
+                        sum_block: int = _SUM_BLOCK_C) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """-> (dx, dw, db); dw and db in the weight's dtype, summed in fp32.
 
     Keyword options for GPU A/Bs; left out, the measured default. Rows up to `max_block`
     (next_pow2(N)) go through _ln_bwd_rows: `rows` per tile, `num_warps`, `prefetch` of the next
     tile, `maxnreg` (register cap), `policy` (cache hint of the x and dy loads), `w_reload` (w
-    re-read every tile instead of held in registers; default from 16384 wide). Wider rows: row
+    re-read every tile instead of held in registers; default from 16384 wide), `sum_block`
+    (columns per program of the partial sums). Wider rows: row
     sums, then _ln_bwd over column blocks of `chunk` with `groups_per_sm` row groups per SM and
     column block (about), `rows` per tile, `num_warps`, `policy`."""
     M, N = x.shape
     dx = torch.empty_like(x)
     if triton.next_power_of_2(N) <= max_block:
         return _ln_bwd_persistent(dy, x, weight, mean, rstd, dx, rows, num_warps, policy, prefetch, maxnreg,
-                                  w_reload)
+                                  w_reload, sum_block)
     rows, block_c = rows or 1, chunk
     policy = policy if policy is not None else _BWD_WIDE_POLICY
     n_col_blocks = triton.cdiv(N, block_c)
@@ -469,17 +476,18 @@ def layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
                                     ROWS=rows, BLOCK_C=block_c, N_ALIGN=_align(N), POLICY=policy,
                                     num_warps=num_warps or _BWD_WIDE_WARPS)
     out = torch.empty(2 * N, dtype=weight.dtype, device=x.device)
-    _sum_partials(partial, out, groups)
+    _sum_partials(partial, out, groups, sum_block)
     return dx, out[:N], out[N:]
 
 
-def _sum_partials(partial: torch.Tensor, out: torch.Tensor, groups: int) -> None:
+def _sum_partials(partial: torch.Tensor, out: torch.Tensor, groups: int, block_c: int = _SUM_BLOCK_C) -> None:
     n2 = out.numel()
-    _ln_sum_partials[(triton.cdiv(n2, _SUM_BLOCK_C),)](partial, out, groups, n2, BLOCK_G=_SUM_BLOCK_G,
-                                                      BLOCK_C=_SUM_BLOCK_C, N_ALIGN=_align(n2), num_warps=4)
+    _ln_sum_partials[(triton.cdiv(n2, block_c),)](partial, out, groups, n2, BLOCK_G=_SUM_BLOCK_G,
+                                                  BLOCK_C=block_c, N_ALIGN=_align(n2), num_warps=4)
 
 
-def _ln_bwd_persistent(dy, x, weight, mean, rstd, dx, rows, num_warps, policy, prefetch, maxnreg, w_reload):
+def _ln_bwd_persistent(dy, x, weight, mean, rstd, dx, rows, num_warps, policy, prefetch, maxnreg, w_reload,
+                       sum_block=_SUM_BLOCK_C):
     M, N = x.shape
     block = triton.next_power_of_2(N)
     rows = rows or max(1, min(_BWD_TILE // block, triton.next_power_of_2(M)))
@@ -497,7 +505,7 @@ def _ln_bwd_persistent(dy, x, weight, mean, rstd, dx, rows, num_warps, policy, p
     part = out if grid == 1 else torch.empty((grid, 2, N), dtype=torch.float32, device=x.device)
     _ln_bwd_rows[(grid,)](x, dy, weight, mean, rstd, dx, part, M, N, iters, num_warps=warps, **extra, **meta)
     if grid > 1:
-        _sum_partials(part, out, grid)
+        _sum_partials(part, out, grid, sum_block)
     return dx, out[:N], out[N:]
 
 

@@ -343,7 +343,10 @@ _FWD_MAXNREG = {
 # forward prefetches only rows wider than 4096 (at 4096 the 48-register cap leaves 5 programs per
 # SM, which hide each other's latency better than a prefetched tile did; at 5120 and 8192 the
 # prefetch won); the backward not at 16384 wide, where the prefetched tiles spill (ptxas: 88 bytes
-# of stack per thread with dh, 24 without the prefetch) and cost more than they hide.
+# of stack per thread with dh, 24 without the prefetch) and cost more than they hide. Nor rows
+# whose width is not a multiple of a 16-byte vector (999x5003): every load is then scalar and
+# converted through shared memory, and the prefetched tile spills under the register caps (ptxas,
+# sm_90: 136 bytes of stack per thread with a residual, 80 without; none without the prefetch).
 # Warps of the forward where the A/B found fewer than _tile's better (docs/evidence/
 # rms_norm_ab_h200_run3.txt, bf16): (has residual, row block) -> warps. 4096 wide without a residual:
 # 4 warps (32 elements per thread, 96 registers, no cap) 92% -> 98% of copy at 32768x4096, 81% -> 86%
@@ -409,6 +412,12 @@ def _fwd_maxnreg(device: torch.device, has_res: bool, elem: int, block_n: int, b
     if device.type != "cuda" or torch.cuda.get_device_capability(device) != (9, 0):
         return None
     return _FWD_MAXNREG[(has_res, elem)].get((block_n, block_b))
+
+
+def _fwd_prefetch(n: int, elem: int, block: int) -> bool:
+    """Prefetch the next tile in the forward: rows wider than 4096 whose width is a whole number of
+    16-byte vectors (see the note at _FWD_WARPS)."""
+    return block > 4096 and n * elem % 16 == 0
 
 
 def _fwd_persistent(n: int, has_res: bool) -> bool:
@@ -493,7 +502,8 @@ def rms_norm_forward(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6, residu
         cap = (_fwd_maxnreg(x.device, has_res, x2.element_size(), block_n, block_b)
                if maxnreg is not False and default_tile else None)
         meta = dict(BLOCK_N=block_n, BLOCK_B=block_b, ROWS=rows, HAS_RES=has_res, STORE_RSTD=need_rstd,
-                    PREFETCH=block_n + block_b > 4096 if prefetch is None else prefetch, maxnreg=cap,
+                    PREFETCH=_fwd_prefetch(N, x2.element_size(), block_n + block_b) if prefetch is None else prefetch,
+                    maxnreg=cap,
                     X_POLICY=x_policy)
         args = (x2, r2, h, w, y, rstd, M, N, eps)
         tiles = triton.cdiv(M, rows)
