@@ -50,6 +50,13 @@ FWD_VARIANTS = [
     # and without the register cap
     ("prefetch", lambda n, res: {"prefetch": True}),
     ("no cap", lambda n, res: {"maxnreg": False}),
+    # rows too wide for registers (65536): row segments in one launch, finished by each row's last
+    # program, against the two-pass chunked default
+    ("split", lambda n, res: {"wide": "split"}),
+    ("split seg 4096", lambda n, res: {"wide": "split", "split_seg": 4096}),
+    ("split seg 16384", lambda n, res: {"wide": "split", "split_seg": 16384}),
+    ("split 16 warps", lambda n, res: {"wide": "split", "split_warps": 16}),
+    ("split seg 16384 8 warps", lambda n, res: {"wide": "split", "split_seg": 16384, "split_warps": 8}),
 ]
 
 # (label, keywords of rms_norm_backward given N)
@@ -70,10 +77,12 @@ CASES = [
     ("add_rms_norm", "fwd", 8192, 4096),
     ("rms_norm", "fwd", 16384, 5120),
     ("rms_norm", "fwd", 4096, 8192),
+    ("rms_norm", "fwd", 1024, 65536),
+    ("add_rms_norm", "fwd", 1024, 65536),
     ("add_rms_norm", "fwd", 999, 5003),
     ("rms_norm", "fwd", 999, 5003),
 ]
-DRY_M = {4096: 6, 5003: 3, 5120: 3, 8192: 2, 16384: 3}  # --dry-run: the same widths, a few rows
+DRY_M = {4096: 6, 5003: 3, 65536: 3, 5120: 3, 8192: 2, 16384: 3}  # --dry-run: the same widths, a few rows
 
 
 def make_inputs(kernel, m, n, device, seed=0):

@@ -197,13 +197,17 @@ def run_compile(run, shape):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dry-run", action="store_true", help="CPU (TRITON_INTERPRET=1): small shapes, no timing")
-    dry = ap.parse_args().dry_run
+    ap.add_argument("--only", default="", help="comma-separated MxN shapes (e.g. 2048x65536): only those, "
+                    "without the torch.compile peer")
+    args = ap.parse_args()
+    dry = args.dry_run
+    only = {tuple(int(v) for v in s.split("x")) for s in args.only.split(",") if s}
     run = Runner(dry)
     where = "dry run, CPU interpreter" if dry else torch.cuda.get_device_name()
     print(f"softmax A/B, bf16, {where}; split rule: <= {softmax._SPLIT_MAX_ROWS} rows too wide for registers, "
           f"seg {softmax._SPLIT_SEG}; % of {COPY_GBPS:.0f} GB/s copy", flush=True)
     for shape in FEW_SHAPES:
-        if not dry or shape in DRY:
+        if (not dry or shape in DRY) and (not only or shape in only):
             run_shape(run, shape)
     # torch.compile: a compile per shape and grad mode, all of the same eager function's code, so
     # dynamo's recompile limit (8) must not make it fall back to eager
@@ -212,10 +216,10 @@ def main():
     for name in ("cache_size_limit", "recompile_limit"):
         if hasattr(_dynamo.config, name):
             setattr(_dynamo.config, name, 64)
-    for shape in DRY_COMPILE if dry else COMPILE_SHAPES:
+    for shape in [] if only else DRY_COMPILE if dry else COMPILE_SHAPES:
         run_compile(run, shape)
     for shape in MANY_SHAPES:
-        if not dry or shape in DRY:
+        if (not dry or shape in DRY) and (not only or shape in only):
             run_shape(run, shape)
     print(f"total {time.perf_counter() - T0:.1f} s", flush=True)
 

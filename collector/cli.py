@@ -19,6 +19,15 @@ from .store import Store, StoreError
 ROOT = Path(__file__).resolve().parent.parent  # the checkout: git commit, data/
 DEFAULT_DB = "data/kbench.duckdb"
 DEFAULT_RUNS = "data/runs"
+# PyTorch's CUDA allocator for `kcollect run`, unless PYTORCH_CUDA_ALLOC_CONF is set already.
+# Expandable segments map each pool into one growing address range instead of one cudaMalloc per
+# large block. With the default allocator, where a provider's tensors landed depended on what the
+# cases before had allocated and freed, and that alone moved a time by 10%: our swiglu backward at
+# 16384x14336 took 610 us after the float64 reference had been computed and 547 us without it, in
+# one process, with the same launch (torch.compile's: 547 both times); with expandable segments,
+# 548 in every order (docs/evidence/swiglu_context_check_h200_run1.txt, run2.txt). Each run records
+# the setting in its config.
+ALLOC_CONF = "expandable_segments:True"
 
 
 def fail(message: str, code: int = 2) -> None:
@@ -112,7 +121,10 @@ def list_cmd(device: str) -> None:
 def run(names, all_, quick, modes, providers, dtypes, device, warmup_ms, rep_ms, min_reps, cuda_graph, seed, db,
         commit, commit_time) -> None:
     """Run kernels against their baselines, gate on correctness, time, and store one row per
-    (kernel, mode, provider, shape, dtype)."""
+    (kernel, mode, provider, shape, dtype). PyTorch's CUDA allocator runs with expandable segments
+    unless PYTORCH_CUDA_ALLOC_CONF is set (README, "What a run does")."""
+    # Before anything touches CUDA: the allocator reads this when it starts (see ALLOC_CONF).
+    os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", ALLOC_CONF)
     if not names and not all_:
         fail("name at least one kernel, or pass --all (see `kcollect list`)")
     if names and all_:
@@ -131,7 +143,7 @@ def run(names, all_, quick, modes, providers, dtypes, device, warmup_ms, rep_ms,
                        providers=providers or None, dtypes=dtypes or None, warmup_ms=warmup_ms, rep_ms=rep_ms,
                        min_reps=min_reps, cuda_graph=cuda_graph,
                        seed=random.randrange(2**31) if seed is None else seed, commit=commit,
-                       commit_time=commit_time)
+                       commit_time=commit_time, alloc_conf=os.environ["PYTORCH_CUDA_ALLOC_CONF"])
     cases = plan(specs, config)
     if not cases:
         fail("the selection leaves nothing to run (check --mode/--provider/--dtype against `kcollect list`)")

@@ -34,6 +34,7 @@ class RunConfig:
     seed: int = 0
     commit: str | None = None  # overrides git (for a copy of the tree without .git)
     commit_time: str | None = None
+    alloc_conf: str | None = None  # PYTORCH_CUDA_ALLOC_CONF the run was made with (cli.ALLOC_CONF)
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import triton
+import triton.language as tl
 
 # Largest row a single program keeps in registers; wider rows are processed in chunks.
 MAX_FUSED_SIZE = 65536
@@ -58,3 +59,27 @@ def sm_count(device) -> int:
     if torch.device(device).type == "cuda":
         return torch.cuda.get_device_properties(device).multi_processor_count
     return 4
+
+
+# ---------------------------------------------------------------------------------------------
+# Wide rows split over programs, finished by the last to arrive. A row of S segments is handled by
+# S consecutive programs of a 1-D grid (consecutive so that they are scheduled together): each
+# loads its segment once, reduces it, stores its partial and then counts itself in on the row's
+# counter; the one that counts last (sees S - 1) combines the S partials and writes the whole
+# row, re-reading it from L2, where the others' loads just put it. Nobody waits for anybody (a
+# program that spun on a counter could deadlock behind programs not yet resident, and under the
+# CPU interpreter, which runs programs one after the other, always would), and x crosses HBM once.
+# Counters: int32, zeroed before the launch.
+
+
+@triton.jit
+def last_to_arrive(count_ptr, S):
+    """True in the program that brings the counter at count_ptr to S. One thread does the atomic:
+    the barrier before it makes the stores of all the program's threads (its partial,
+    add_rms_norm's h) part of what its release publishes; acq_rel makes everything the others
+    published visible to the last one; the barrier after it (the CUTLASS semaphore pattern) puts
+    all of its threads' later loads after that acquire."""
+    tl.debug_barrier()
+    last = tl.atomic_add(count_ptr, 1, sem="acq_rel") == S - 1
+    tl.debug_barrier()
+    return last

@@ -14,7 +14,7 @@ import triton.language as tl
 
 from kcollect.spec import KernelSpec, Provider, Shape, peer_available, standard_providers
 
-from ._utils import row_settings, sm_count
+from ._utils import last_to_arrive, row_settings, sm_count
 
 
 # ---------------------------------------------------------------------------------------------
@@ -29,7 +29,7 @@ from ._utils import row_settings, sm_count
 # current one, so that every warp has a load in flight at all times, not only between its launch
 # and its reduction. w is loaded once per program. Math in fp32, one rounding per output.
 #
-# Wider rows: _fwd_chunked; _bwd_row_dot then _bwd_cols.
+# Wider rows: _fwd_split (or _fwd_chunked); _bwd_row_dot then _bwd_cols.
 #
 # Loops are `while` loops: Triton 3.6's interpreter cannot take a runtime bound in range() under
 # NumPy >= 2.4 (its scalars are 1-element arrays); a while loop compiles to the same code.
@@ -184,6 +184,50 @@ def _fwd_chunked(x_ptr, r_ptr, h_ptr, w_ptr, y_ptr, rstd_ptr, M, N, eps, iters,
             tl.store(y_ptr + base + c, (xf * rstd * w).to(y_ptr.dtype.element_ty), mask=cm)
         if STORE_RSTD:
             tl.store(rstd_ptr + row, rstd, mask=live)
+
+
+@triton.jit
+def _fwd_split(x_ptr, r_ptr, h_ptr, w_ptr, y_ptr, rstd_ptr, part_ptr, count_ptr, M, N, eps, S,
+               SEG: tl.constexpr, S_BLOCK: tl.constexpr, HAS_RES: tl.constexpr, STORE_RSTD: tl.constexpr):
+    # Wide rows, one launch (see _utils.last_to_arrive): program (row, segment) loads its SEG
+    # elements (x, or with a residual h = x + r, stored here), stores their sum of squares, and the
+    # last of the row's S programs computes rstd and writes the whole row of y from L2.
+    pid = tl.program_id(0)
+    row = pid // S
+    seg = pid % S
+    base = row.to(tl.int64) * N
+    offs = tl.arange(0, SEG)
+    cols = seg * SEG + offs
+    mask = cols < N
+    if HAS_RES:
+        x = tl.load(x_ptr + base + cols, mask=mask, other=0.0, eviction_policy="evict_first")
+        r = tl.load(r_ptr + base + cols, mask=mask, other=0.0, eviction_policy="evict_first")
+        h = (x.to(tl.float32) + r.to(tl.float32)).to(h_ptr.dtype.element_ty)
+        tl.store(h_ptr + base + cols, h, mask=mask, eviction_policy="evict_last")
+        xf = h.to(tl.float32)
+    else:
+        xf = tl.load(x_ptr + base + cols, mask=mask, other=0.0, eviction_policy="evict_last").to(tl.float32)
+    tl.store(part_ptr + pid, tl.sum(xf * xf, axis=0))
+    if last_to_arrive(count_ptr + row, S):
+        j = tl.arange(0, S_BLOCK)
+        # volatile: from L2, not from a line of this SM's L1 loaded before the others stored
+        parts = tl.load(part_ptr + row * S + j, mask=j < S, other=0.0, volatile=True)
+        rstd = tl.math.rsqrt(tl.sum(parts, axis=0) / N + eps)
+        src_ptr = h_ptr if HAS_RES else x_ptr
+        # the row again, from L2 (.cg: h was stored by other SMs), the next segment's load issued
+        # before this one's store
+        v = tl.load(src_ptr + base + offs, mask=offs < N, other=0.0, cache_modifier=".cg")
+        c = 0
+        while c < S:
+            cols = c * SEG + offs
+            c += 1
+            nxt = tl.load(src_ptr + base + c * SEG + offs, mask=c * SEG + offs < N, other=0.0,
+                          cache_modifier=".cg")
+            w = tl.load(w_ptr + cols, mask=cols < N, other=0.0, eviction_policy="evict_last").to(tl.float32)
+            tl.store(y_ptr + base + cols, (v.to(tl.float32) * rstd * w).to(y_ptr.dtype.element_ty), mask=cols < N)
+            v = nxt
+        if STORE_RSTD:
+            tl.store(rstd_ptr + row, rstd)
 
 
 @triton.jit(do_not_specialize=["iters"])
@@ -355,6 +399,15 @@ _FWD_WARPS = {(False, 4096): 4}
 # The backward's loads are hinted evict_last (rms_norm bwd 32768x4096 88% -> 94%, 2048x16384 72% ->
 # 75%; add_rms_norm unchanged), as the forward's are (see X_POLICY).
 CHUNK_BYTES = 32768  # chunk of a wide row in _fwd_chunked: 32 warps x 32 bytes per thread
+# The forward's path for rows wider than MAX_REG_BLOCK: "split" (_fwd_split, segments of
+# SPLIT_SEG_BYTES, 16 warps) or "chunked" (_fwd_chunked). H200 A/B (benchmarks/rms_norm_ab.py,
+# docs/evidence/rms_norm_ab_h200_run5.txt), bf16 fwd 1024x65536: rms_norm 63.2% of copy chunked ->
+# 70.5% split, add_rms_norm 82.3% -> 84.1%; 8 KB segments gained less, 32 KB with 8 warps the same.
+# (The same one-launch scheme for softmax and layer_norm lost to their streaming paths: 28-55% and
+# 48-63% of copy against 62-77% and 72%, docs/evidence/softmax_ab_h200_run5.txt and
+# layer_norm_ab_h200_run6.txt; the last program's serial pass over the row is the price.)
+WIDE = "split"
+SPLIT_SEG_BYTES = 32768
 DOT_CHUNK = 8192  # chunk of a wide row in _bwd_row_dot: 16 warps x 16 elements
 COLS_TILE = (4, 1024)  # BLOCK_R x BLOCK_C of _bwd_cols, 8 warps: 64 registers, 4 programs per SM
 
@@ -464,7 +517,8 @@ def rms_norm_forward(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6, residu
                      need_rstd: bool = True, max_block: int = MAX_REG_BLOCK, persistent: bool | None = None,
                      *, rows: int | None = None, num_warps: int | None = None, split: bool | None = None,
                      maxnreg: bool | None = None, prefetch: bool | None = None, liger_like: bool = False,
-                     x_policy: str = "evict_last"):
+                     x_policy: str = "evict_last", wide: str | None = None, split_seg: int | None = None,
+                     split_warps: int | None = None):
     """(y, h, rstd). With a residual, h = x + residual (returned, and normalised in place of x);
     otherwise h is None. rstd: fp32 [rows], None unless need_rstd. `max_block` is the widest row
     kept in registers; the tests lower it to run the chunked path on small shapes.
@@ -474,7 +528,9 @@ def rms_norm_forward(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6, residu
     of _FWD_MAXNREG: it was measured for _tile's own tiles, so other tiles never get one), `prefetch`
     of the next tile, `persistent` grid. `liger_like` changes the defaults to Liger's forward: one
     row per program, BLOCK = next_pow2(N), Liger's num_warps (_utils.row_settings), no register
-    cap, one tile per program, no prefetch. `x_policy`: the cache hint of the x loads ("" = none)."""
+    cap, one tile per program, no prefetch. `x_policy`: the cache hint of the x loads ("" = none).
+    Wider rows: `wide` = "chunked" (_fwd_chunked) or "split" (_fwd_split, with `split_seg`
+    elements and `split_warps` warps per program); default WIDE."""
     _check(x, w, residual)
     N = x.shape[-1]
     x2 = _as_rows(x, N)
@@ -514,6 +570,14 @@ def rms_norm_forward(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6, residu
         else:  # one tile per program (its prefetch of a tile past the end is fully masked: no traffic)
             grid, iters = tiles, 1
         _fwd_rows[(grid,)](*args, iters, num_warps=warps, **meta)
+    elif (wide or WIDE) == "split":
+        seg = split_seg or min(SPLIT_SEG_BYTES // x2.element_size(), triton.next_power_of_2(max_block) // 2)
+        S = triton.cdiv(N, seg)
+        part = torch.empty(M * S, dtype=torch.float32, device=x.device)
+        count = torch.zeros(M, dtype=torch.int32, device=x.device)
+        _fwd_split[(M * S,)](x2, r2, h, w, y, rstd, part, count, M, N, eps, S, SEG=seg,
+                             S_BLOCK=triton.next_power_of_2(S), HAS_RES=has_res, STORE_RSTD=need_rstd,
+                             num_warps=split_warps or max(4, min(16, seg * x2.element_size() // 2048)))
     else:
         chunk = min(CHUNK_BYTES // x2.element_size(), triton.next_power_of_2(max_block) // 2)
         grid = min(M, _chunked_programs(x.device, N * x2.element_size()))

@@ -13,7 +13,7 @@ from kcollect.kernels import rms_norm
 SPEC = K.SPEC
 # 37 x 1000: two rows per program, tail masked, several sweeps of the persistent grid;
 # 9 x 1536: forward in two column blocks (1024 + 512), two rows per program; 1 x 4099: one row,
-# odd width, forward blocks 4096 + 4; 5 x 7: rows narrower than a vector; 3 x 20000: chunked path
+# odd width, forward blocks 4096 + 4; 5 x 7: rows narrower than a vector; 3 x 20000: wide-row path
 SHAPES = [{"M": 37, "N": 1000}, {"M": 9, "N": 1536}, {"M": 1, "N": 4099}, {"M": 5, "N": 7},
           {"M": 3, "N": 20000}]
 RUNNABLE = [p.name for p in SPEC.providers if p.available("cpu") is None]
@@ -53,25 +53,29 @@ def _rel(got, want):
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=str)
-@pytest.mark.parametrize("max_block", [rms_norm.MAX_REG_BLOCK, 256], ids=["registers", "chunked"])
-def test_h_is_the_rounded_sum(dtype, max_block):
+@pytest.mark.parametrize("path", [(rms_norm.MAX_REG_BLOCK, None), (256, "split"), (256, "chunked")],
+                         ids=["registers", "split", "chunked"])
+def test_h_is_the_rounded_sum(dtype, path):
     # h is x + residual rounded once to the input dtype, exactly as torch's add (bf16 is left out:
     # the interpreter's fp32->bf16 cast truncates where torch rounds)
+    max_block, wide = path
     x, r, w, eps = _inputs(37, 1000, dtype)
-    y, h, _ = rms_norm.rms_norm_forward(x, w, eps, residual=r, max_block=max_block)
+    y, h, _ = rms_norm.rms_norm_forward(x, w, eps, residual=r, max_block=max_block, wide=wide)
     assert torch.equal(h, x + r)
     # and y is the norm of that rounded h
-    y_plain, _, _ = rms_norm.rms_norm_forward(h, w, eps, max_block=max_block)
+    y_plain, _, _ = rms_norm.rms_norm_forward(h, w, eps, max_block=max_block, wide=wide)
     torch.testing.assert_close(y, y_plain, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("wide", ["split", "chunked"])
 @pytest.mark.parametrize("dtype", SPEC.dtypes, ids=str)
-def test_chunked_paths(dtype):
+def test_chunked_paths(wide, dtype):
     # max_block=256 sends 6 x 4099 through the wide-row kernels with the residual flags on:
-    # _fwd_chunked (writes h in pass 1, re-reads it in pass 2) and _bwd_row_dot + _bwd_cols (dh)
+    # _fwd_split (each segment's program writes its h, the row's last program re-reads all of it)
+    # or _fwd_chunked (writes h in pass 1, re-reads it in pass 2); _bwd_row_dot + _bwd_cols (dh)
     x, r, w, eps = _inputs(6, 4099, dtype)
     dh, dy = torch.randn(6, 4099).to(dtype), torch.randn(6, 4099).to(dtype)
-    y, h, rstd = rms_norm.rms_norm_forward(x, w, eps, residual=r, max_block=256)
+    y, h, rstd = rms_norm.rms_norm_forward(x, w, eps, residual=r, max_block=256, wide=wide)
     dx, dw = rms_norm.rms_norm_backward(dy, h, w, rstd, dh=dh, max_block=256)
     h_ref, y_ref, dx_ref, dr_ref, dw_ref = _reference_grads(x, r, w, eps, dh, dy)
     tol = SPEC.tolerance[dtype]

@@ -12,8 +12,8 @@ from kcollect.store import Store
 KCOLLECT = [sys.executable, "-m", "kcollect.cli"]
 
 
-def kc(*args, timeout=600):
-    return subprocess.run(KCOLLECT + list(args), capture_output=True, text=True, timeout=timeout)
+def kc(*args, timeout=600, env=None):
+    return subprocess.run(KCOLLECT + list(args), capture_output=True, text=True, timeout=timeout, env=env)
 
 
 @pytest.mark.parametrize("args, words", [
@@ -68,6 +68,22 @@ def test_run_summary_export_import(tmp_path):
     first = kc("import", str(runs), "--db", str(other))
     again = kc("import", str(runs), "--db", str(other))
     assert "1 run(s) imported" in first.stdout and "0 run(s) imported, 1 already present" in again.stdout
+
+
+def test_run_records_the_cuda_allocator_setting(tmp_path):
+    # expandable segments unless the user set PYTORCH_CUDA_ALLOC_CONF, which is then kept
+    import json
+
+    db = tmp_path / "k.duckdb"
+    env = {k: v for k, v in os.environ.items() if k != "PYTORCH_CUDA_ALLOC_CONF"}
+    for preset in (None, "max_split_size_mb:256"):
+        run_env = env if preset is None else {**env, "PYTORCH_CUDA_ALLOC_CONF": preset}
+        out = kc("run", "swiglu", "--mode", "fwd", "--provider", "triton", "--db", str(db), "--rep-ms", "1",
+                 "--warmup-ms", "1", env=run_env)
+        assert out.returncode == 0, out.stderr
+    with Store(db, read_only=True) as s:
+        confs = [json.loads(r["config"])["alloc_conf"] for r in s.query("SELECT config FROM runs ORDER BY started_at")]
+    assert confs == ["expandable_segments:True", "max_split_size_mb:256"]
 
 
 def test_corrupt_db_exits_1_and_is_untouched(tmp_path):

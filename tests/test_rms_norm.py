@@ -1,5 +1,5 @@
 """rms_norm against its float64 reference: every provider, mode and dtype, on awkward shapes; the
-chunked wide-row paths forced onto small shapes; the persistent grid's arithmetic."""
+wide-row paths (split, chunked) forced onto small shapes; the persistent grid's arithmetic."""
 import random
 
 import pytest
@@ -12,7 +12,7 @@ from kcollect.kernels import rms_norm as K
 SPEC = K.SPEC
 # 37 x 1000: two rows per program, tail masked, several sweeps of the persistent grid;
 # 9 x 1536: forward in two column blocks (1024 + 512), two rows per program; 1 x 4099: one row,
-# odd width, forward blocks 4096 + 4; 5 x 7: rows narrower than a vector; 3 x 20000: chunked path
+# odd width, forward blocks 4096 + 4; 5 x 7: rows narrower than a vector; 3 x 20000: wide-row path
 SHAPES = [{"M": 37, "N": 1000}, {"M": 9, "N": 1536}, {"M": 1, "N": 4099}, {"M": 5, "N": 7},
           {"M": 3, "N": 20000}]
 RUNNABLE = [p.name for p in SPEC.providers if p.available("cpu") is None]
@@ -52,15 +52,17 @@ def _rel(got, want):
     return (torch.linalg.vector_norm(got.double() - want) / torch.linalg.vector_norm(want)).item()
 
 
+@pytest.mark.parametrize("wide", ["split", "chunked"])
 @pytest.mark.parametrize("dtype", SPEC.dtypes, ids=str)
 @pytest.mark.parametrize("dims", [(37, 1000), (6, 4099)], ids=["37x1000", "6x4099"])
-def test_chunked_paths(dtype, dims):
-    # max_block=256 sends these shapes through the wide-row kernels (_fwd_chunked: 128-element
-    # chunks, the last one partial; _bwd_row_dot + _bwd_cols: 64-column blocks), which the grid
-    # only reaches at 65536 wide.
+def test_chunked_paths(wide, dtype, dims):
+    # max_block=256 sends these shapes through the wide-row kernels, which the grid only reaches
+    # at 65536 wide: the forward's _fwd_split (128-element segments, 8 or 33 a row, the last one
+    # partial; the last program of each row writes it) or _fwd_chunked (128-element chunks);
+    # _bwd_row_dot + _bwd_cols (64-column blocks).
     x, w, eps = _inputs(*dims, dtype)
     dy = torch.randn(dims).to(dtype)
-    y, h, rstd = K.rms_norm_forward(x, w, eps, max_block=256)
+    y, h, rstd = K.rms_norm_forward(x, w, eps, max_block=256, wide=wide)
     dx, dw = K.rms_norm_backward(dy, x, w, rstd, max_block=256)
     y_ref, dx_ref, dw_ref = _reference_grads(x, w, eps, dy)
     tol = SPEC.tolerance[dtype]
