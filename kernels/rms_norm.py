@@ -403,6 +403,8 @@ CHUNK_BYTES = 32768  # chunk of a wide row in _fwd_chunked: 32 warps x 32 bytes 
 # SPLIT_SEG_BYTES, 16 warps) or "chunked" (_fwd_chunked). H200 A/B (benchmarks/rms_norm_ab.py,
 # docs/evidence/rms_norm_ab_h200_run5.txt), bf16 fwd 1024x65536: rms_norm 63.2% of copy chunked ->
 # 70.5% split, add_rms_norm 82.3% -> 84.1%; 8 KB segments gained less, 32 KB with 8 warps the same.
+# (Commit 9618b80 capped the segment at 8192 elements by mistake: its collector run 4e9b878f timed
+# that, 63.8% and 79.5%; rms_norm_ab_h200_run6.txt has both again, with either CUDA allocator.)
 # (The same one-launch scheme for softmax and layer_norm lost to their streaming paths: 28-55% and
 # 48-63% of copy against 62-77% and 72%, docs/evidence/softmax_ab_h200_run5.txt and
 # layer_norm_ab_h200_run6.txt; the last program's serial pass over the row is the price.)
@@ -571,7 +573,8 @@ def rms_norm_forward(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6, residu
             grid, iters = tiles, 1
         _fwd_rows[(grid,)](*args, iters, num_warps=warps, **meta)
     elif (wide or WIDE) == "split":
-        seg = split_seg or min(SPLIT_SEG_BYTES // x2.element_size(), triton.next_power_of_2(max_block) // 2)
+        # (a lowered max_block, as in the tests, lowers the segment with it)
+        seg = split_seg or min(SPLIT_SEG_BYTES // x2.element_size(), triton.next_power_of_2(max_block))
         S = triton.cdiv(N, seg)
         part = torch.empty(M * S, dtype=torch.float32, device=x.device)
         count = torch.zeros(M, dtype=torch.int32, device=x.device)
