@@ -52,6 +52,12 @@ FWD_VARIANTS = [
     ("16/thread", lambda n: {"per_thread": 16}),
     ("wide 1/SM", lambda n: {"wide_per_sm": 1}),
     ("wide 2/SM chunk 32768 32w", lambda n: {"chunk": 32768, "wide_warps": 32}),
+    # run 7: where Liger or torch.compile led (1x4096, 1024x2048, 4096x16384): more warps; none
+    # gained more than 3% (layer_norm_ab_h200_run7.txt), the defaults stayed
+    ("8 warps", lambda n: {"num_warps": 8}),
+    ("16 warps", lambda n: {"num_warps": 16}),
+    ("4 warps", lambda n: {"num_warps": 4}),
+    ("16/thread persistent+prefetch", lambda n: {"per_thread": 16, "persistent": True, "prefetch": True}),
 ]
 
 # (label, keywords of layer_norm_backward given N). Run 3 (layer_norm_ab_h200_run3.txt) chose the
@@ -75,6 +81,9 @@ BWD_VARIANTS = [
 
 # (mode, M, N), most important first: past --budget-s the rest is skipped
 CASES = [
+    ("fwd", 1, 4096),
+    ("fwd", 1024, 2048),
+    ("fwd", 4096, 16384),
     ("bwd", 32768, 4096),
     ("bwd", 8192, 8192),
     ("bwd", 1024, 2048),

@@ -17,6 +17,12 @@ swiglu_collector_check_h200.txt). So the slowdown comes from the collector's con
 stream, the kernel (same SASS and launch as the previous session's, whose runs measured 549 us) or
 the other providers; what differs from this script is the float64 reference computed first and the
 run's random seed. We have not found which of them it is.
+
+Found since (benchmarks/swiglu_context_check.py, docs/evidence/swiglu_context_check_h200_run*.txt):
+the reference's allocations, through where the default CUDA allocator then put our tensors
+(carving the same five tensors out of one buffer at any spacing, benchmarks/placement_check.py,
+always gave 547-551 us). With expandable segments, which `kcollect run` now uses, 548 us in every
+order, and the collector's run 251998cb timed ours at 549 us against torch.compile's 548.
 """
 from __future__ import annotations
 

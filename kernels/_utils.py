@@ -31,9 +31,9 @@ def elementwise_settings(n: int) -> tuple[int, int]:
     load per tensor in bf16), 1024 per program. Measured on the H200 against 4096 / 8 warps
     (benchmarks/elementwise_ab.py, docs/evidence/elementwise_ab_h200_run1.txt, and the collector's
     runs 9e1dbe21 and 7555c5b9): the one-row decode shapes 1.03-1.25x faster, gelu fwd 8192x16384
-    1.05x, the largest swiglu/geglu shapes the same (their backwards measured 90% of copy this
-    session with either setting in the collector, 100% in a standalone timing of the collector's
-    own call: see the note in benchmarks/stream_check.py)."""
+    1.05x, the largest swiglu/geglu shapes the same (their backwards measured 90% of copy in the
+    collector with either setting, which was the CUDA allocator's placement, not the kernel: 100%
+    since the collector runs with expandable segments, run 251998cb; see collector/cli.py)."""
     return 1024, 4
 
 
