@@ -187,7 +187,7 @@ def _fwd_chunked(x_ptr, r_ptr, h_ptr, w_ptr, y_ptr, rstd_ptr, M, N, eps, iters,
 
 
 @triton.jit
-def _fwd_split(x_ptr, r_ptr, h_ptr, w_ptr, y_ptr, rstd_ptr, part_ptr, count_ptr, M, N, eps, S,
+def _fwd_split(x_ptr, r_ptr, h_ptr, w_ptr, y_ptr, rstd_ptr, part_ptr, count_ptr, N, eps, S,
                SEG: tl.constexpr, S_BLOCK: tl.constexpr, HAS_RES: tl.constexpr, STORE_RSTD: tl.constexpr):
     # Wide rows, one launch (see _utils.last_to_arrive): program (row, segment) loads its SEG
     # elements (x, or with a residual h = x + r, stored here), stores their sum of squares, and the
@@ -523,7 +523,7 @@ def rms_norm_forward(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6, residu
                      split_warps: int | None = None):
     """(y, h, rstd). With a residual, h = x + residual (returned, and normalised in place of x);
     otherwise h is None. rstd: fp32 [rows], None unless need_rstd. `max_block` is the widest row
-    kept in registers; the tests lower it to run the chunked path on small shapes.
+    kept in registers; the tests lower it to run the wide-row paths on small shapes.
 
     Register-path knobs for GPU A/Bs (None: the default choice): `rows` per program (a power of
     two), `num_warps`, `split` (a second column block, see _tile), `maxnreg` (the sm_90 register cap
@@ -534,6 +534,8 @@ def rms_norm_forward(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6, residu
     Wider rows: `wide` = "chunked" (_fwd_chunked) or "split" (_fwd_split, with `split_seg`
     elements and `split_warps` warps per program); default WIDE."""
     _check(x, w, residual)
+    if wide not in (None, "split", "chunked"):
+        raise ValueError(f"wide must be 'split' or 'chunked', got {wide!r}")
     N = x.shape[-1]
     x2 = _as_rows(x, N)
     M = x2.shape[0]
@@ -578,7 +580,7 @@ def rms_norm_forward(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6, residu
         S = triton.cdiv(N, seg)
         part = torch.empty(M * S, dtype=torch.float32, device=x.device)
         count = torch.zeros(M, dtype=torch.int32, device=x.device)
-        _fwd_split[(M * S,)](x2, r2, h, w, y, rstd, part, count, M, N, eps, S, SEG=seg,
+        _fwd_split[(M * S,)](x2, r2, h, w, y, rstd, part, count, N, eps, S, SEG=seg,
                              S_BLOCK=triton.next_power_of_2(S), HAS_RES=has_res, STORE_RSTD=need_rstd,
                              num_warps=split_warps or max(4, min(16, seg * x2.element_size() // 2048)))
     else:

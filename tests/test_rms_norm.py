@@ -57,7 +57,7 @@ def _rel(got, want):
 @pytest.mark.parametrize("dims", [(37, 1000), (6, 4099)], ids=["37x1000", "6x4099"])
 def test_chunked_paths(wide, dtype, dims):
     # max_block=256 sends these shapes through the wide-row kernels, which the grid only reaches
-    # at 65536 wide: the forward's _fwd_split (128-element segments, 8 or 33 a row, the last one
+    # at 65536 wide: the forward's _fwd_split (256-element segments, 4 or 17 a row, the last one
     # partial; the last program of each row writes it) or _fwd_chunked (128-element chunks);
     # _bwd_row_dot + _bwd_cols (64-column blocks).
     x, w, eps = _inputs(*dims, dtype)
@@ -105,6 +105,12 @@ def test_forward_variants(variant, dtype, dims):
     torch.testing.assert_close(rstd.double(), rstd_ref, rtol=1e-5, atol=0)
     y2, _, none = K.rms_norm_forward(x, w, eps, need_rstd=False, **FWD_VARIANTS[variant])
     assert none is None and torch.equal(y, y2)
+
+
+def test_forward_wide_path_must_be_known():
+    x, w, eps = _inputs(3, 1000, torch.float32)
+    with pytest.raises(ValueError, match="'split' or 'chunked'"):
+        K.rms_norm_forward(x, w, eps, max_block=256, wide="streamed")
 
 
 def test_forward_rows_must_be_a_power_of_two_within_the_register_block():
