@@ -185,6 +185,10 @@ OPTIONS = {
     "chunks_hb8": {"layout": "chunks", "max_hb": 8},
     "chunks_cs_el": {"layout": "chunks", "cs_policy": "evict_last"},
     "chunks_tokens2": {"layout": "chunks", "tokens": 2},
+    "chunks_hb2_warps8": {"layout": "chunks", "max_hb": 2, "num_warps": 8},
+    "chunks_hb1": {"layout": "chunks", "max_hb": 1},
+    "hb2_warps2": {"max_hb": 2, "num_warps": 2},
+    "hb1_warps8": {"max_hb": 1, "num_warps": 8},
 }
 OPTION_SHAPES = [
     (2, 6, 3, 5, 80, "ids"),  # head_dim 80 (half 40: padded to 64, or 5 chunks of 8 / 10 of 4), heads 6/3
