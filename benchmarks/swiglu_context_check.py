@@ -6,8 +6,8 @@ benchmarks/stream_check.py timed the same call at 548 in a process of its own. T
 process and in this order: (1) the collector's own Runner.run_case on that one case, into a
 throwaway DuckDB file; (2) the stream_check timing (upstream gradient drawn on the device, no
 float64 reference); (3) the same with the float64 reference computed first and its gradients as
-the upstream gradient, as the collector does; (4) the Runner again. Each line gives the addresses
-of the tensors the timed call reads, so that a difference can be laid next to where they live.
+the upstream gradient, as the collector does; (4) the Runner again. The direct lines give where
+the call's inputs a and b lie (MiB into their GiB), so that a difference can be laid next to it.
 
     python benchmarks/swiglu_context_check.py
 """
@@ -63,10 +63,7 @@ def direct(label: str, with_reference: bool) -> None:
         mine = verify.clone_inputs(inputs)
         call = verify.build_call(spec, spec.provider(provider).fn, mine, "bwd", dys)
         out = call()
-        if want is not None:
-            err = verify.error_of(spec, out, want, "bwd")
-        else:
-            err = float("nan")
+        err = verify.error_of(spec, out, want, "bwd") if want is not None else float("nan")
         t = timing.time_cuda_graph(call, budget, flush)
         where = " ".join(f"{k}@{_addr(v)}" for k, v in mine.items() if torch.is_tensor(v))
         print(f"{label:34s} {provider:8s} ok     {t.median_ms * 1000:8.1f} us  err {err:.1e}  {where}", flush=True)
