@@ -60,6 +60,8 @@ VARIANTS = [
     ("split evict_first", {"split": True, "policy": "evict_first"}, lambda m, n: few(m, n) and n == 128256,
      ("fwd", "bwd")),
     ("no split", {"split": False}, few, ("fwd", "bwd")),
+    # the backward's register path with bf16 kept packed across its reduction (no spill at 32768)
+    ("lean", {"lean": True}, lambda m, n: n <= 32768, ("bwd",)),
     # many rows: the register path's forward grid and the streaming grid
     ("one row per program", {"persist": 0}, lambda m, n: many(m, n) and 16384 < n <= 32768, ("fwd",)),
     ("persist2", {"persist": 2}, lambda m, n: many(m, n) and 16384 < n <= 32768, ("fwd",)),

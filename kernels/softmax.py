@@ -8,7 +8,7 @@ import triton.language as tl
 
 from kcollect.spec import KernelSpec, Provider, Shape, peer_available, standard_providers
 
-from ._utils import sm_count
+from ._utils import sm_count, widen, widen_asm
 
 
 # ---------------------------------------------------------------------------------------------
@@ -95,15 +95,16 @@ def _softmax_fwd_persist(x_ptr, y_ptr, M, N, iters, ROWS: tl.constexpr, BLOCK_N:
 
 @triton.jit
 def _softmax_bwd(y_ptr, dy_ptr, dx_ptr, M, N, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
-                 N_ALIGN: tl.constexpr, POLICY: tl.constexpr = "evict_first"):
+                 N_ALIGN: tl.constexpr, POLICY: tl.constexpr = "evict_first", ASM: tl.constexpr = False):
+    # ASM: y and dy stay packed bf16 across the reduction, widened at each use (_utils.widen)
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK_N)
     mask = (rows < M)[:, None] & _col_mask(cols, N, N_ALIGN)[None, :]
     offs = _row_start(rows, N, N_ALIGN)[:, None] + cols[None, :]
-    y = tl.load(y_ptr + offs, mask=mask, other=0.0, eviction_policy=POLICY).to(tl.float32)
-    dy = tl.load(dy_ptr + offs, mask=mask, other=0.0, eviction_policy=POLICY).to(tl.float32)
-    dot = tl.sum(y * dy, axis=1)
-    dx = y * (dy - dot[:, None])
+    y = tl.load(y_ptr + offs, mask=mask, other=0.0, eviction_policy=POLICY)
+    dy = tl.load(dy_ptr + offs, mask=mask, other=0.0, eviction_policy=POLICY)
+    dot = tl.sum(widen(y, ASM) * widen(dy, ASM), axis=1)
+    dx = widen(y, ASM) * (widen(dy, ASM) - dot[:, None])
     tl.store(dx_ptr + offs, dx.to(dx_ptr.dtype.element_ty), mask=mask)
 
 
@@ -303,6 +304,11 @@ _SPLIT_SEG = 4096
 # The second launch loads all of a row's partials in one masked vector of next_pow2(S): a bound
 # on S (= cdiv(N, SEG)) keeps that vector small.
 _SPLIT_MAX_SEGMENTS = 1024
+# Backward register path: bf16 y and dy kept packed across the reduction (softmax_backward's
+# `lean`, _utils.widen). At 4096x32000 (one 32768 block, 32 warps, 64 registers a thread) the plain
+# kernel spills 8 registers a thread; lean, it does not: 199.8 -> 185.3 us, 92.6% -> 99.9% of copy
+# (Liger 188.0) on the H200; the other shapes within 0.2% (docs/evidence/softmax_ab_h200_run6.txt).
+_LEAN_BWD = True
 
 
 def _align(n: int) -> int:
@@ -359,7 +365,7 @@ def _launch_split(split_kernels, tensors, M: int, N: int, seg: int, max_warps, p
 
 def _launch(fused, stream, split_kernels, tensors, M: int, N: int, elem: int, device, max_block,
             max_warps, chunk, programs_per_sm, persist=None, tile_bytes=None, policy=_POLICY,
-            split=None, split_seg=None) -> None:
+            split=None, split_seg=None, fused_meta=None) -> None:
     block = triton.next_power_of_2(N)
     fits_registers = block <= (_MAX_ROW_BYTES // elem if max_block is None else max_block)
     if _uses_split(M, block, split):
@@ -376,7 +382,7 @@ def _launch(fused, stream, split_kernels, tensors, M: int, N: int, elem: int, de
             programs = min(tiles, persist * sm_count(device))
             _softmax_fwd_persist[(programs,)](*tensors, M, N, triton.cdiv(tiles, programs), **meta)
         else:
-            fused[(tiles,)](*tensors, M, N, **meta)
+            fused[(tiles,)](*tensors, M, N, **meta, **(fused_meta or {}))
         return
     chunk = chunk or _STREAM_CHUNK_BYTES // elem
     pps = programs_per_sm or _STREAM_PROGRAMS_PER_SM
@@ -405,13 +411,18 @@ def softmax_forward(x: torch.Tensor, *, max_block: int | None = None, max_warps:
 def softmax_backward(dy: torch.Tensor, y: torch.Tensor, *, max_block: int | None = None,
                      max_warps: int | None = None, chunk: int | None = None, programs_per_sm=None,
                      tile_bytes: int | None = None, policy: str = _POLICY,
-                     split: bool | None = None, split_seg: int | None = None) -> torch.Tensor:
-    """dx = y * (dy - sum(dy * y)); y, dy [M, N] contiguous. Keywords as softmax_forward's."""
+                     split: bool | None = None, split_seg: int | None = None,
+                     lean: bool | None = None) -> torch.Tensor:
+    """dx = y * (dy - sum(dy * y)); y, dy [M, N] contiguous. Keywords as softmax_forward's, and
+    `lean`: the register path keeps bf16 inputs packed across its reduction (_utils.widen; only
+    bf16 on the GPU, elsewhere it changes nothing)."""
     M, N = y.shape
     dx = torch.empty_like(y)
+    lean = _LEAN_BWD if lean is None else lean
     _launch(_softmax_bwd, _softmax_bwd_stream, _BWD_SPLIT, (y, dy, dx), M, N, y.element_size(), y.device,
             max_block, max_warps, chunk, programs_per_sm, tile_bytes=tile_bytes, policy=policy,
-            split=split, split_seg=split_seg)
+            split=split, split_seg=split_seg,
+            fused_meta={"ASM": lean and widen_asm(y) and widen_asm(dy)})
     return dx
 
 

@@ -1,6 +1,7 @@
 """softmax against its float64 reference: every provider, mode and dtype, on awkward shapes, plus
 the streaming and split paths for wide rows (-inf chunks, huge logits), the launch variants and
 the rule that picks the split path."""
+import os
 import random
 
 import pytest
@@ -210,3 +211,41 @@ def test_split_segment_is_checked():
         softmax.softmax_forward(x, split=True, split_seg=1000)
     with pytest.raises(ValueError, match="segments"):
         softmax.softmax_forward(x, split=True, split_seg=4)
+
+
+_LEAN_COMPILE = """
+from benchmarks.compile_report import report
+from kcollect.kernels import softmax
+sig = {"y_ptr": "*bf16", "dy_ptr": "*bf16", "dx_ptr": "*bf16", "M": "i32", "N": "i32", "ROWS": "constexpr",
+       "BLOCK_N": "constexpr", "N_ALIGN": "constexpr", "POLICY": "constexpr", "ASM": "constexpr"}
+for asm in (False, True):
+    r = report(softmax._softmax_bwd, sig, {"ROWS": 1, "BLOCK_N": 32768, "N_ALIGN": 16, "POLICY": "evict_last",
+               "ASM": asm}, 32, aligned=("y_ptr", "dy_ptr", "dx_ptr", "N"))
+    print(asm, r["stack"], sum(v for k, v in r["sass_ops"].items() if k.startswith(("LDL", "STL"))))
+"""
+
+
+def test_lean_backward_assembles_for_sm90_and_does_not_spill():
+    # The GPU half of _utils.widen is PTX, which the interpreter cannot run: compile the backward
+    # offline for sm_90 (its own process, without TRITON_INTERPRET) at the 32768-wide block it is
+    # for. Without it the kernel spills there; with it, it must assemble and not spill.
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, "-c", _LEAN_COMPILE], cwd=root, env=env, capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    spills = dict(line.split(" ", 1) for line in out.stdout.strip().splitlines())
+    assert spills["True"] == "0 0"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1",
+                    reason="the PTX path of _utils.widen runs on a CUDA GPU only")
+def test_lean_backward_on_the_gpu_is_bitwise_the_plain_one():
+    x = torch.randn(64, 32000, device="cuda").to(torch.bfloat16)
+    y = softmax.softmax_forward(x)
+    dy = torch.randn(64, 32000, device="cuda").to(torch.bfloat16)
+    assert torch.equal(softmax.softmax_backward(dy, y, lean=True), softmax.softmax_backward(dy, y, lean=False))
