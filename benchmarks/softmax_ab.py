@@ -62,10 +62,17 @@ VARIANTS = [
     ("no split", {"split": False}, few, ("fwd", "bwd")),
     # the backward's register path with bf16 kept packed across its reduction (no spill at 32768)
     ("lean", {"lean": True}, lambda m, n: n <= 32768, ("bwd",)),
+    # forward rows of 32768-65536 (bf16): in registers, x packed (the default since run 7), against
+    # the same unpacked (spills) and the 32 KB-chunk stream (the default before)
+    ("reg64k unpacked", {"max_block": 65536, "lean": False, "persist": 0}, lambda m, n: 32768 < n <= 65536,
+     ("fwd",)),
+    ("stream", {"lean": False}, lambda m, n: 32768 < n <= 65536, ("fwd",)),
+    ("reg32k lean", {"lean": True, "persist": 0}, lambda m, n: 16384 < n <= 32768, ("fwd",)),
     # many rows: the register path's forward grid and the streaming grid
     ("one row per program", {"persist": 0}, lambda m, n: many(m, n) and 16384 < n <= 32768, ("fwd",)),
     ("persist2", {"persist": 2}, lambda m, n: many(m, n) and 16384 < n <= 32768, ("fwd",)),
-    ("stream 32K pps2/16w", {"programs_per_sm": 2, "max_warps": 16}, lambda m, n: many(m, n) and n > 32768,
+    ("stream 32K pps2/16w", {"programs_per_sm": 2, "max_warps": 16, "lean": False},
+     lambda m, n: many(m, n) and n > 32768,
      ("fwd",)),
 ]
 # Few rows (the split path's A/B: 1 to 16 rows of the LLaMA-3 vocabulary, wider and narrower rows;

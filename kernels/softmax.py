@@ -49,17 +49,21 @@ def _col_mask(cols, N, N_ALIGN: tl.constexpr):
 
 @triton.jit
 def _softmax_fwd(x_ptr, y_ptr, M, N, ROWS: tl.constexpr, BLOCK_N: tl.constexpr, N_ALIGN: tl.constexpr,
-                 POLICY: tl.constexpr = "evict_first"):
-    # POLICY: the cache hint of the loads (an A/B option of the launcher: `policy`)
+                 POLICY: tl.constexpr = "evict_first", ASM: tl.constexpr = False):
+    # POLICY: the cache hint of the loads (an A/B option of the launcher: `policy`). ASM: x stays
+    # packed bf16 across the reductions, widened (and exponentiated) again at each use
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK_N)
     mask = (rows < M)[:, None] & _col_mask(cols, N, N_ALIGN)[None, :]
     offs = _row_start(rows, N, N_ALIGN)[:, None] + cols[None, :]
-    x = tl.load(x_ptr + offs, mask=mask, other=-float("inf"), eviction_policy=POLICY).to(tl.float32)
+    x = tl.load(x_ptr + offs, mask=mask, other=-float("inf"), eviction_policy=POLICY)
     rmask = rows < M
-    m = tl.where(rmask, tl.max(x, axis=1), 0.0)  # padding rows: no -inf - -inf (per-row ops: free)
-    e = tl.exp(x - m[:, None])  # 0 where masked
-    y = e * (1.0 / tl.where(rmask, tl.sum(e, axis=1), 1.0))[:, None]
+    m = tl.where(rmask, tl.max(widen(x, ASM), axis=1), 0.0)  # padding rows: no -inf - -inf (per-row ops: free)
+    e = tl.exp(widen(x, ASM) - m[:, None])  # 0 where masked
+    inv = 1.0 / tl.where(rmask, tl.sum(e, axis=1), 1.0)
+    if ASM:
+        e = tl.exp(widen(x, ASM) - m[:, None])
+    y = e * inv[:, None]
     tl.store(y_ptr + offs, y.to(y_ptr.dtype.element_ty), mask=mask)
 
 
@@ -309,6 +313,13 @@ _SPLIT_MAX_SEGMENTS = 1024
 # kernel spills 8 registers a thread; lean, it does not: 199.8 -> 185.3 us, 92.6% -> 99.9% of copy
 # (Liger 188.0) on the H200; the other shapes within 0.2% (docs/evidence/softmax_ab_h200_run6.txt).
 _LEAN_BWD = True
+# Forward: rows up to 65536 elements in registers, one 32-warp program per SM, when bf16 x stays
+# packed (32 registers a thread for the row; widened to fp32, 64K rows spilled 43 registers a
+# thread). H200 A/B run 7 (softmax_ab_h200_run7.txt): 2048x65536 fwd 202.4 -> 172.6 us, 62.4% ->
+# 73.2% of copy (the stream's second read of each row from L2 is gone); the same without `lean`
+# spills and takes 217.6 us. At 32768 the persistent prefetching grid stays (lean there, one row
+# per program: 138 -> 198 us).
+_LEAN_FWD_BLOCK = 65536
 
 
 def _align(n: int) -> int:
@@ -399,12 +410,21 @@ def softmax_forward(x: torch.Tensor, *, max_block: int | None = None, max_warps:
                     chunk: int | None = None, programs_per_sm=None,
                     persist: int | None = None, tile_bytes: int | None = None,
                     policy: str = _POLICY, split: bool | None = None,
-                    split_seg: int | None = None) -> torch.Tensor:
-    """x [M, N] contiguous -> y. Keywords: see the comment above _launch."""
+                    split_seg: int | None = None, lean: bool | None = None) -> torch.Tensor:
+    """x [M, N] contiguous -> y. Keywords: see the comment above _launch, and `lean`: rows up to
+    _LEAN_FWD_BLOCK in registers, one row per program (no persistent grid), bf16 x kept packed
+    across the reductions on the GPU (_utils.widen). Default: on for bf16 rows that only fit so."""
     M, N = x.shape
     y = torch.empty_like(x)
+    block = triton.next_power_of_2(N)
+    if lean is None:
+        lean = widen_asm(x) and _MAX_ROW_BYTES // x.element_size() < block <= _LEAN_FWD_BLOCK
+    if lean:
+        max_block = max_block or _LEAN_FWD_BLOCK
+        persist = persist or 0
     _launch(_softmax_fwd, _softmax_fwd_stream, _FWD_SPLIT, (x, y), M, N, x.element_size(), x.device,
-            max_block, max_warps, chunk, programs_per_sm, persist, tile_bytes, policy, split, split_seg)
+            max_block, max_warps, chunk, programs_per_sm, persist, tile_bytes, policy, split, split_seg,
+            fused_meta={"ASM": lean and widen_asm(x)})
     return y
 
 
