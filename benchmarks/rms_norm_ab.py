@@ -57,6 +57,8 @@ FWD_VARIANTS = [
     ("split seg 16384", lambda n, res: {"wide": "split", "split_seg": 16384}),
     ("split 16 warps", lambda n, res: {"wide": "split", "split_warps": 16}),
     ("split seg 16384 8 warps", lambda n, res: {"wide": "split", "split_seg": 16384, "split_warps": 8}),
+    # the whole row in one 32-warp program's registers, in bf16 (_fwd_packed)
+    ("packed", lambda n, res: {"wide": "packed"}),
 ]
 
 # (label, keywords of rms_norm_backward given N)

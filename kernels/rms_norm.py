@@ -1,7 +1,8 @@
 """RMSNorm: y = x * rsqrt(mean(x^2, -1) + eps) * w, the normalisation of LLaMA-style models.
 
 Forward and backward (gradients for x and w), over rows of any width: rows up to 16384 elements
-are held in registers, wider rows are streamed in chunks.
+are held in registers; wider rows, in the forward, by one program in bf16 (up to 65536 on the GPU)
+or in segments over several programs, in the backward in column blocks.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import triton.language as tl
 
 from kcollect.spec import KernelSpec, Provider, Shape, peer_available, standard_providers
 
-from ._utils import last_to_arrive, row_settings, sm_count
+from ._utils import last_to_arrive, row_settings, sm_count, widen, widen_asm
 
 
 # ---------------------------------------------------------------------------------------------
@@ -29,7 +30,7 @@ from ._utils import last_to_arrive, row_settings, sm_count
 # current one, so that every warp has a load in flight at all times, not only between its launch
 # and its reduction. w is loaded once per program. Math in fp32, one rounding per output.
 #
-# Wider rows: _fwd_split (or _fwd_chunked); _bwd_row_dot then _bwd_cols.
+# Wider rows: _fwd_packed, _fwd_split (or _fwd_chunked); _bwd_row_dot then _bwd_cols.
 #
 # Loops are `while` loops: Triton 3.6's interpreter cannot take a runtime bound in range() under
 # NumPy >= 2.4 (its scalars are 1-element arrays); a while loop compiles to the same code.
@@ -230,6 +231,31 @@ def _fwd_split(x_ptr, r_ptr, h_ptr, w_ptr, y_ptr, rstd_ptr, part_ptr, count_ptr,
             tl.store(rstd_ptr + row, rstd)
 
 
+@triton.jit
+def _fwd_packed(x_ptr, r_ptr, h_ptr, w_ptr, y_ptr, rstd_ptr, N, eps, BLOCK: tl.constexpr,
+                HAS_RES: tl.constexpr, STORE_RSTD: tl.constexpr, ASM: tl.constexpr):
+    # Wide rows (up to 65536) in registers, one row per program, held in their own dtype (x, or
+    # with a residual h = x + r, stored here) and widened at each use (ASM: _utils.widen; a 64K bf16
+    # row is then 32 registers a thread at 32 warps, half of what fp32 would take).
+    row = tl.program_id(0)
+    base = row.to(tl.int64) * N
+    cols = tl.arange(0, BLOCK)
+    mask = cols < N
+    x = tl.load(x_ptr + base + cols, mask=mask, other=0.0, eviction_policy="evict_first")
+    if HAS_RES:
+        r = tl.load(r_ptr + base + cols, mask=mask, other=0.0, eviction_policy="evict_first")
+        x = (widen(x, ASM) + widen(r, ASM)).to(h_ptr.dtype.element_ty)
+        tl.store(h_ptr + base + cols, x, mask=mask)
+    a = widen(x, ASM)
+    rstd = tl.math.rsqrt(tl.sum(a * a, axis=0) / N + eps)
+    # rstd > 0 (always; or NaN, and then y is NaN anyway) ties the w load to the reduction: w's
+    # registers are not taken while the row is still being reduced
+    w = tl.load(w_ptr + cols, mask=cols < tl.where(rstd > 0.0, N, 0), other=0.0, eviction_policy="evict_last")
+    tl.store(y_ptr + base + cols, (widen(x, ASM) * rstd * widen(w, ASM)).to(y_ptr.dtype.element_ty), mask=mask)
+    if STORE_RSTD:
+        tl.store(rstd_ptr + row, rstd)
+
+
 @triton.jit(do_not_specialize=["iters"])
 def _bwd_rows(x_ptr, w_ptr, dy_ptr, dh_ptr, rstd_ptr, dx_ptr, part_ptr, M, N, iters,
               BLOCK_N: tl.constexpr, ROWS: tl.constexpr, HAS_DH: tl.constexpr, PREFETCH: tl.constexpr = True,
@@ -408,7 +434,12 @@ CHUNK_BYTES = 32768  # chunk of a wide row in _fwd_chunked: 32 warps x 32 bytes 
 # (The same one-launch scheme for softmax and layer_norm lost to their streaming paths: 28-55% and
 # 48-63% of copy against 62-77% and 72%, docs/evidence/softmax_ab_h200_run5.txt and
 # layer_norm_ab_h200_run6.txt; the last program's serial pass over the row is the price.)
+# Since run 9 (rms_norm_ab_h200_run9.txt), bf16 rows up to PACKED_MAX_BLOCK on the GPU take
+# "packed" (_fwd_packed: the row in one 32-warp program's registers, kept bf16 and widened at each
+# use, _utils.widen): 1024x65536 rms_norm 70.4% -> 76.7% of copy, add_rms_norm 84.0% -> 88.4%.
+# Other dtypes, and the CPU (no PTX), keep WIDE: widened to fp32 the row spills.
 WIDE = "split"
+PACKED_MAX_BLOCK = 65536
 SPLIT_SEG_BYTES = 32768
 DOT_CHUNK = 8192  # chunk of a wide row in _bwd_row_dot: 16 warps x 16 elements
 COLS_TILE = (4, 1024)  # BLOCK_R x BLOCK_C of _bwd_cols, 8 warps: 64 registers, 4 programs per SM
@@ -501,6 +532,10 @@ def _chunked_programs(device: torch.device, row_bytes: int) -> int:
     return n
 
 
+def _wide_default(x: torch.Tensor, n: int) -> str:
+    return "packed" if widen_asm(x) and triton.next_power_of_2(n) <= PACKED_MAX_BLOCK else WIDE
+
+
 def _as_rows(t: torch.Tensor, n: int) -> torch.Tensor:
     return t.reshape(-1, n).contiguous()
 
@@ -531,11 +566,12 @@ def rms_norm_forward(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6, residu
     of the next tile, `persistent` grid. `liger_like` changes the defaults to Liger's forward: one
     row per program, BLOCK = next_pow2(N), Liger's num_warps (_utils.row_settings), no register
     cap, one tile per program, no prefetch. `x_policy`: the cache hint of the x loads ("" = none).
-    Wider rows: `wide` = "chunked" (_fwd_chunked) or "split" (_fwd_split, with `split_seg`
-    elements and `split_warps` warps per program); default WIDE."""
+    Wider rows: `wide` = "chunked" (_fwd_chunked), "split" (_fwd_split, with `split_seg`
+    elements and `split_warps` warps per program) or "packed" (_fwd_packed, `split_warps` warps);
+    default: "packed" for bf16 on the GPU up to PACKED_MAX_BLOCK, else WIDE."""
     _check(x, w, residual)
-    if wide not in (None, "split", "chunked"):
-        raise ValueError(f"wide must be 'split' or 'chunked', got {wide!r}")
+    if wide not in (None, "split", "chunked", "packed"):
+        raise ValueError(f"wide must be 'split', 'chunked' or 'packed', got {wide!r}")
     N = x.shape[-1]
     x2 = _as_rows(x, N)
     M = x2.shape[0]
@@ -574,7 +610,11 @@ def rms_norm_forward(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6, residu
         else:  # one tile per program (its prefetch of a tile past the end is fully masked: no traffic)
             grid, iters = tiles, 1
         _fwd_rows[(grid,)](*args, iters, num_warps=warps, **meta)
-    elif (wide or WIDE) == "split":
+    elif (wide or _wide_default(x2, N)) == "packed":
+        block = triton.next_power_of_2(N)
+        _fwd_packed[(M,)](x2, r2, h, w, y, rstd, N, eps, BLOCK=block, HAS_RES=has_res, STORE_RSTD=need_rstd,
+                          ASM=widen_asm(x2), num_warps=split_warps or max(4, min(32, block // 2048)))
+    elif (wide or _wide_default(x2, N)) == "split":
         # (a lowered max_block, as in the tests, lowers the segment with it)
         seg = split_seg or min(SPLIT_SEG_BYTES // x2.element_size(), triton.next_power_of_2(max_block))
         S = triton.cdiv(N, seg)

@@ -53,8 +53,8 @@ def _rel(got, want):
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=str)
-@pytest.mark.parametrize("path", [(rms_norm.MAX_REG_BLOCK, None), (256, "split"), (256, "chunked")],
-                         ids=["registers", "split", "chunked"])
+@pytest.mark.parametrize("path", [(rms_norm.MAX_REG_BLOCK, None), (256, "split"), (256, "chunked"),
+                                  (256, "packed")], ids=["registers", "split", "chunked", "packed"])
 def test_h_is_the_rounded_sum(dtype, path):
     # h is x + residual rounded once to the input dtype, exactly as torch's add (bf16 is left out:
     # the interpreter's fp32->bf16 cast truncates where torch rounds)
@@ -67,12 +67,13 @@ def test_h_is_the_rounded_sum(dtype, path):
     torch.testing.assert_close(y, y_plain, rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("wide", ["split", "chunked"])
+@pytest.mark.parametrize("wide", ["split", "chunked", "packed"])
 @pytest.mark.parametrize("dtype", SPEC.dtypes, ids=str)
 def test_chunked_paths(wide, dtype):
     # max_block=256 sends 6 x 4099 through the wide-row kernels with the residual flags on:
-    # _fwd_split (each segment's program writes its h, the row's last program re-reads all of it)
-    # or _fwd_chunked (writes h in pass 1, re-reads it in pass 2); _bwd_row_dot + _bwd_cols (dh)
+    # _fwd_split (each segment's program writes its h, the row's last program re-reads all of it),
+    # _fwd_chunked (writes h in pass 1, re-reads it in pass 2) or _fwd_packed (writes h and keeps
+    # it in registers); _bwd_row_dot + _bwd_cols (dh)
     x, r, w, eps = _inputs(6, 4099, dtype)
     dh, dy = torch.randn(6, 4099).to(dtype), torch.randn(6, 4099).to(dtype)
     y, h, rstd = rms_norm.rms_norm_forward(x, w, eps, residual=r, max_block=256, wide=wide)

@@ -52,13 +52,15 @@ def _rel(got, want):
     return (torch.linalg.vector_norm(got.double() - want) / torch.linalg.vector_norm(want)).item()
 
 
-@pytest.mark.parametrize("wide", ["split", "chunked"])
+@pytest.mark.parametrize("wide", ["split", "chunked", "packed"])
 @pytest.mark.parametrize("dtype", SPEC.dtypes, ids=str)
 @pytest.mark.parametrize("dims", [(37, 1000), (6, 4099)], ids=["37x1000", "6x4099"])
 def test_chunked_paths(wide, dtype, dims):
     # max_block=256 sends these shapes through the wide-row kernels, which the grid only reaches
     # at 65536 wide: the forward's _fwd_split (256-element segments, 4 or 17 a row, the last one
-    # partial; the last program of each row writes it) or _fwd_chunked (128-element chunks);
+    # partial; the last program of each row writes it), _fwd_chunked (128-element chunks) or
+    # _fwd_packed (the whole row in one program; its bf16 widening on the GPU is PTX, compiled by
+    # test_packed_forward_assembles_for_sm90);
     # _bwd_row_dot + _bwd_cols (64-column blocks).
     x, w, eps = _inputs(*dims, dtype)
     dy = torch.randn(dims).to(dtype)
@@ -109,7 +111,7 @@ def test_forward_variants(variant, dtype, dims):
 
 def test_forward_wide_path_must_be_known():
     x, w, eps = _inputs(3, 1000, torch.float32)
-    with pytest.raises(ValueError, match="'split' or 'chunked'"):
+    with pytest.raises(ValueError, match="'split', 'chunked' or 'packed'"):
         K.rms_norm_forward(x, w, eps, max_block=256, wide="streamed")
 
 
@@ -234,3 +236,35 @@ def test_cost_model():
     assert SPEC.bytes_moved(dims, torch.bfloat16, "fwd+bwd") == fwd + bwd
     assert SPEC.bytes_moved(dims, torch.float32, "fwd") == 2 * fwd
     assert set(SPEC.tolerance) == set(SPEC.dtypes)
+
+
+_PACKED_COMPILE = """
+from benchmarks.compile_report import report
+from kcollect.kernels import rms_norm
+sig = {"x_ptr": "*bf16", "r_ptr": "*bf16", "h_ptr": "*bf16", "w_ptr": "*bf16", "y_ptr": "*bf16", "rstd_ptr": "*fp32",
+       "N": "i32", "eps": "fp32", "BLOCK": "constexpr", "HAS_RES": "constexpr", "STORE_RSTD": "constexpr",
+       "ASM": "constexpr"}
+for res in (False, True):
+    r = report(rms_norm._fwd_packed, sig, {"BLOCK": 65536, "HAS_RES": res, "STORE_RSTD": True, "ASM": True}, 32,
+               aligned=("x_ptr", "r_ptr", "h_ptr", "w_ptr", "y_ptr", "N"))
+    print(res, r["stack"])
+"""
+
+
+def test_packed_forward_assembles_for_sm90():
+    # _fwd_packed's bf16 widening on the GPU is PTX (_utils.widen), which the interpreter cannot
+    # run: compile it offline for sm_90 (its own process, without TRITON_INTERPRET) at the 65536
+    # block it is the default for. It must assemble, and keep the row in registers: a few words of
+    # spill at most (Triton 3.6: 32 bytes without a residual, none with one; widened to fp32 the
+    # row spills 23-70 registers a thread).
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "-c", _PACKED_COMPILE], cwd=Path(__file__).resolve().parent.parent,
+                         env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    stack = {line.split()[0]: int(line.split()[1]) for line in out.stdout.strip().splitlines()}
+    assert stack["False"] <= 32 and stack["True"] <= 32, stack
