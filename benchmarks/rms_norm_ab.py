@@ -59,6 +59,10 @@ FWD_VARIANTS = [
     ("split seg 16384 8 warps", lambda n, res: {"wide": "split", "split_seg": 16384, "split_warps": 8}),
     # the whole row in one 32-warp program's registers, in bf16 (_fwd_packed)
     ("packed", lambda n, res: {"wide": "packed"}),
+    # small grids (1024x2048, where torch.compile led by 5%): one tile per program, tiles of 2 rows
+    ("one tile per program", lambda n, res: {"persistent": False}),
+    ("2 rows", lambda n, res: {"rows": 2}),
+    ("2 rows, one tile per program", lambda n, res: {"rows": 2, "persistent": False}),
 ]
 
 # (label, keywords of rms_norm_backward given N)
@@ -80,11 +84,12 @@ CASES = [
     ("rms_norm", "fwd", 16384, 5120),
     ("rms_norm", "fwd", 4096, 8192),
     ("rms_norm", "fwd", 1024, 65536),
+    ("rms_norm", "fwd", 1024, 2048),
     ("add_rms_norm", "fwd", 1024, 65536),
     ("add_rms_norm", "fwd", 999, 5003),
     ("rms_norm", "fwd", 999, 5003),
 ]
-DRY_M = {4096: 6, 5003: 3, 65536: 3, 5120: 3, 8192: 2, 16384: 3}  # --dry-run: the same widths, a few rows
+DRY_M = {2048: 9, 4096: 6, 5003: 3, 65536: 3, 5120: 3, 8192: 2, 16384: 3}  # --dry-run: the same widths, a few rows
 
 
 def make_inputs(kernel, m, n, device, seed=0):
