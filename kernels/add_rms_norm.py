@@ -112,7 +112,7 @@ _s = Shape.rows
 QUICK = (
     _s(64, 1024, "small, power of two: several rows per program"),
     _s(37, 1000, "awkward: rows and width not powers of two, tail masked"),
-    _s(3, 20000, "rows wider than the register block: chunked path"),
+    _s(3, 20000, "rows wider than the register block: the wide-row paths"),
 )
 
 FULL = (
@@ -123,7 +123,7 @@ FULL = (
     _s(2048, 16384, "LLaMA-3-405B width: the widest row kept in registers"),
     _s(3000, 3584, "awkward token count, Qwen2-7B width (not a power of two: masked tail)"),
     _s(999, 5003, "odd width: rows not 16-byte aligned, no vector loads for anyone"),
-    _s(1024, 65536, "very wide rows: chunked two-pass path"),
+    _s(1024, 65536, "very wide rows: forward in one program's registers (bf16), backward in column blocks"),
 )
 
 

@@ -437,7 +437,8 @@ CHUNK_BYTES = 32768  # chunk of a wide row in _fwd_chunked: 32 warps x 32 bytes 
 # Since run 9 (rms_norm_ab_h200_run9.txt), bf16 rows up to PACKED_MAX_BLOCK on the GPU take
 # "packed" (_fwd_packed: the row in one 32-warp program's registers, kept bf16 and widened at each
 # use, _utils.widen): 1024x65536 rms_norm 70.4% -> 76.7% of copy, add_rms_norm 84.0% -> 88.4%.
-# Other dtypes, and the CPU (no PTX), keep WIDE: widened to fp32 the row spills.
+# Other dtypes, and the CPU (no PTX), keep WIDE: widened to fp32 the row spills; so do fewer rows
+# than SMs (one program a row would leave SMs idle).
 WIDE = "split"
 PACKED_MAX_BLOCK = 65536
 SPLIT_SEG_BYTES = 32768
@@ -533,7 +534,10 @@ def _chunked_programs(device: torch.device, row_bytes: int) -> int:
 
 
 def _wide_default(x: torch.Tensor, n: int) -> str:
-    return "packed" if widen_asm(x) and triton.next_power_of_2(n) <= PACKED_MAX_BLOCK else WIDE
+    """"packed" for bf16 on the GPU up to PACKED_MAX_BLOCK with a row for every SM at least (fewer
+    rows, one program each, would leave SMs idle that the split's segments use), else WIDE."""
+    packs = widen_asm(x) and triton.next_power_of_2(n) <= PACKED_MAX_BLOCK and x.shape[0] >= sm_count(x.device)
+    return "packed" if packs else WIDE
 
 
 def _as_rows(t: torch.Tensor, n: int) -> torch.Tensor:
@@ -568,7 +572,7 @@ def rms_norm_forward(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6, residu
     cap, one tile per program, no prefetch. `x_policy`: the cache hint of the x loads ("" = none).
     Wider rows: `wide` = "chunked" (_fwd_chunked), "split" (_fwd_split, with `split_seg`
     elements and `split_warps` warps per program) or "packed" (_fwd_packed, `split_warps` warps);
-    default: "packed" for bf16 on the GPU up to PACKED_MAX_BLOCK, else WIDE."""
+    default: _wide_default."""
     _check(x, w, residual)
     if wide not in (None, "split", "chunked", "packed"):
         raise ValueError(f"wide must be 'split', 'chunked' or 'packed', got {wide!r}")
@@ -771,7 +775,7 @@ _s = Shape.rows
 QUICK = (
     _s(64, 1024, "small, power of two: several rows per program"),
     _s(37, 1000, "awkward: rows and width not powers of two, tail masked"),
-    _s(3, 20000, "rows wider than the register block: chunked path"),
+    _s(3, 20000, "rows wider than the register block: the wide-row paths"),
 )
 
 FULL = (
@@ -784,7 +788,7 @@ FULL = (
     _s(2048, 16384, "LLaMA-3-405B width: the widest row kept in registers"),
     _s(3000, 3584, "awkward token count, Qwen2-7B width (not a power of two: masked tail)"),
     _s(999, 5003, "odd width: rows not 16-byte aligned, no vector loads for anyone"),
-    _s(1024, 65536, "very wide rows: chunked two-pass path"),
+    _s(1024, 65536, "very wide rows: forward in one program's registers (bf16), backward in column blocks"),
 )
 
 

@@ -268,3 +268,16 @@ def test_packed_forward_assembles_for_sm90():
     assert out.returncode == 0, out.stderr[-2000:]
     stack = {line.split()[0]: int(line.split()[1]) for line in out.stdout.strip().splitlines()}
     assert stack["False"] <= 32 and stack["True"] <= 32, stack
+
+
+def test_wide_forward_rule(monkeypatch):
+    # the default wide path: packed only where its PTX runs (bf16 on a GPU, faked here), rows up
+    # to PACKED_MAX_BLOCK and at least a row per SM (the CPU counts 4); else the split
+    x = torch.empty(4, 65536, dtype=torch.bfloat16)
+    assert K._wide_default(x, 65536) == "split"  # CPU: no PTX
+    monkeypatch.setattr(K, "widen_asm", lambda t: t.dtype == torch.bfloat16)
+    assert K._wide_default(x, 65536) == "packed"
+    assert K._wide_default(x, 40000) == "packed"
+    assert K._wide_default(torch.empty(4, 65537, dtype=torch.bfloat16), 65537) == "split"  # over the block
+    assert K._wide_default(torch.empty(3, 65536, dtype=torch.bfloat16), 65536) == "split"  # fewer rows than SMs
+    assert K._wide_default(torch.empty(4, 65536, dtype=torch.float16), 65536) == "split"
