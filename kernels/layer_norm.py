@@ -197,10 +197,16 @@ def _ln_bwd(x_ptr, dy_ptr, w_ptr, mean_ptr, rstd_ptr, c_ptr, dx_ptr, part_ptr, M
     tl.store(part + N + cols, tl.sum(db, axis=0), mask=cmask)
 
 
+@triton.jit
+def _add_pair(a1, a2, b1, b2):
+    return a1 + b1, a2 + b2
+
+
 @triton.jit(do_not_specialize=["iters"])
 def _ln_bwd_rows(x_ptr, dy_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, part_ptr, M, N, iters,
                  ROWS: tl.constexpr, BLOCK_N: tl.constexpr, N_ALIGN: tl.constexpr,
-                 PREFETCH: tl.constexpr, W_RELOAD: tl.constexpr, POLICY: tl.constexpr):
+                 PREFETCH: tl.constexpr, W_RELOAD: tl.constexpr, POLICY: tl.constexpr,
+                 FUSED_SUMS: tl.constexpr = False):
     # Rows in registers (next_pow2(N) <= max_block): whole-row tiles on a persistent grid, as
     # rms_norm's _bwd_rows; c1 and c2 are reduced from the same registers (one read of x and dy).
     # Each program strides over `iters` row tiles with its dw/db partials in fp32 registers and
@@ -241,8 +247,13 @@ def _ln_bwd_rows(x_ptr, dy_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, part_ptr, M, 
             wdy = dyf * tl.load(w_ptr + cols, mask=cmask, other=0.0).to(tl.float32)[None, :]
         else:
             wdy = dyf * w[None, :]
-        c1 = tl.sum(xhat * wdy, axis=1) / N
-        c2 = tl.sum(wdy, axis=1) / N
+        if FUSED_SUMS:  # both row sums in one reduction: one exchange between warps, not two
+            c1, c2 = tl.reduce((xhat * wdy, wdy), 1, _add_pair)
+            c1 = c1 / N
+            c2 = c2 / N
+        else:
+            c1 = tl.sum(xhat * wdy, axis=1) / N
+            c2 = tl.sum(wdy, axis=1) / N
         dx = (wdy - (xhat * c1[:, None] + c2[:, None])) * rstd[:, None]
         offs = _row_start(rows, N, N_ALIGN)[:, None] + cols[None, :]
         tl.store(dx_ptr + offs, dx.to(dx_ptr.dtype.element_ty), mask=rmask[:, None] & cmask[None, :])
@@ -338,6 +349,10 @@ _BWD_CHUNK = 4096        # column block for wider rows
 # faster; fewer, longer-striding programs for the main kernel (4 or 8 tiles each, shrinking the
 # partials) gained nothing on top of it.
 _SUM_BLOCK_G, _SUM_BLOCK_C = 32, 32
+# Run 9 (layer_norm_ab_h200_run9.txt): c1 and c2 of a row in one tl.reduce over the pair (one
+# exchange between warps, 3 barriers fewer in the sm_90 SASS) instead of two sums: 32768x4096
+# 84.5% -> 86.2% of copy, 1024x2048 14.0 -> 13.5 us, 8192x8192 and 3000x3584 the same.
+_BWD_FUSED_SUMS = True
 
 
 def _align(n: int) -> int:
@@ -443,22 +458,22 @@ def layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
                         rstd: torch.Tensor, *, rows: int | None = None, num_warps: int | None = None,
                         max_block: int = _BWD_MAX_BLOCK, chunk: int = _BWD_CHUNK, groups_per_sm: int = 2,
                         policy: str | None = None, prefetch: bool | None = None, maxnreg: int | None = None,
-                        w_reload: bool | None = None,
-                        sum_block: int = _SUM_BLOCK_C) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                        w_reload: bool | None = None, sum_block: int = _SUM_BLOCK_C,
+                        fused_sums: bool = _BWD_FUSED_SUMS) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """-> (dx, dw, db); dw and db in the weight's dtype, summed in fp32.
 
     Keyword options for GPU A/Bs; left out, the measured default. Rows up to `max_block`
     (next_pow2(N)) go through _ln_bwd_rows: `rows` per tile, `num_warps`, `prefetch` of the next
     tile, `maxnreg` (register cap), `policy` (cache hint of the x and dy loads), `w_reload` (w
     re-read every tile instead of held in registers; default from 16384 wide), `sum_block`
-    (columns per program of the partial sums). Wider rows: row
+    (columns per program of the partial sums), `fused_sums` (c1 and c2 in one reduction). Wider rows: row
     sums, then _ln_bwd over column blocks of `chunk` with `groups_per_sm` row groups per SM and
     column block (about), `rows` per tile, `num_warps`, `policy`."""
     M, N = x.shape
     dx = torch.empty_like(x)
     if triton.next_power_of_2(N) <= max_block:
         return _ln_bwd_persistent(dy, x, weight, mean, rstd, dx, rows, num_warps, policy, prefetch, maxnreg,
-                                  w_reload, sum_block)
+                                  w_reload, sum_block, fused_sums)
     rows, block_c = rows or 1, chunk
     policy = policy if policy is not None else _BWD_WIDE_POLICY
     n_col_blocks = triton.cdiv(N, block_c)
@@ -487,14 +502,15 @@ def _sum_partials(partial: torch.Tensor, out: torch.Tensor, groups: int, block_c
 
 
 def _ln_bwd_persistent(dy, x, weight, mean, rstd, dx, rows, num_warps, policy, prefetch, maxnreg, w_reload,
-                       sum_block=_SUM_BLOCK_C):
+                       sum_block=_SUM_BLOCK_C, fused_sums=_BWD_FUSED_SUMS):
     M, N = x.shape
     block = triton.next_power_of_2(N)
     rows = rows or max(1, min(_BWD_TILE // block, triton.next_power_of_2(M)))
     warps = num_warps or _warps(rows * block)
     wide = block >= 16384  # one 32-warp program per SM: no room for a prefetched tile or a held w
     meta = dict(ROWS=rows, BLOCK_N=block, N_ALIGN=_align(N), PREFETCH=not wide if prefetch is None else prefetch,
-                W_RELOAD=wide if w_reload is None else w_reload, POLICY=policy if policy is not None else _BWD_POLICY)
+                W_RELOAD=wide if w_reload is None else w_reload, POLICY=policy if policy is not None else _BWD_POLICY,
+                FUSED_SUMS=fused_sums)
     extra = {"maxnreg": maxnreg} if maxnreg else {}
     # the partial buffer stands in for itself by mean (fp32, same pointer properties)
     resident = _resident_programs(_ln_bwd_rows, (x, dy, weight, mean, rstd, dx, mean, M, N, 1), meta, warps,

@@ -156,6 +156,8 @@ BWD_VARIANTS = {
     "rows+warps": {"rows": 2, "num_warps": 8},
     "no prefetch, evict_last": {"prefetch": False, "policy": "evict_last"},
     "w re-read": {"w_reload": True},
+    "two sums (c1, c2 not fused)": {"fused_sums": False},
+    "two sums, 2 rows": {"fused_sums": False, "rows": 2},
     "registers up to 32768 (w re-read)": {"max_block": 32768},
     "registers up to 32768, prefetch": {"max_block": 32768, "prefetch": True, "num_warps": 8},
     "column blocks 2048": {"max_block": 1024, "chunk": 2048},
