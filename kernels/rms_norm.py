@@ -614,11 +614,11 @@ def rms_norm_forward(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6, residu
         else:  # one tile per program (its prefetch of a tile past the end is fully masked: no traffic)
             grid, iters = tiles, 1
         _fwd_rows[(grid,)](*args, iters, num_warps=warps, **meta)
-    elif (wide or _wide_default(x2, N)) == "packed":
+    elif (path := wide or _wide_default(x2, N)) == "packed":
         block = triton.next_power_of_2(N)
         _fwd_packed[(M,)](x2, r2, h, w, y, rstd, N, eps, BLOCK=block, HAS_RES=has_res, STORE_RSTD=need_rstd,
                           ASM=widen_asm(x2), num_warps=split_warps or max(4, min(32, block // 2048)))
-    elif (wide or _wide_default(x2, N)) == "split":
+    elif path == "split":
         # (a lowered max_block, as in the tests, lowers the segment with it)
         seg = split_seg or min(SPLIT_SEG_BYTES // x2.element_size(), triton.next_power_of_2(max_block))
         S = triton.cdiv(N, seg)

@@ -14,3 +14,20 @@ MIN_BF16_ELEMENTS = 256
 def too_few_for_bf16(dims, dtype) -> bool:
     size = math.prod(v for v in dims.values() if isinstance(v, int))
     return dtype == torch.bfloat16 and size < MIN_BF16_ELEMENTS
+
+
+def run_offline_compile(script: str) -> str:
+    """Run `script` (Python that compiles kernels with benchmarks/compile_report.py and prints what
+    it found) in its own process without TRITON_INTERPRET, so that Triton compiles for sm_90
+    instead of interpreting: the way to check PTX that the CPU interpreter cannot run. Its stdout;
+    a failed compile fails the test with the script's error."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "-c", script], cwd=Path(__file__).resolve().parent.parent, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout

@@ -257,16 +257,8 @@ def test_packed_forward_assembles_for_sm90():
     # block it is the default for. It must assemble, and keep the row in registers: a few words of
     # spill at most (Triton 3.6: 32 bytes without a residual, none with one; widened to fp32 the
     # row spills 23-70 registers a thread).
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    out = subprocess.run([sys.executable, "-c", _PACKED_COMPILE], cwd=Path(__file__).resolve().parent.parent,
-                         env=env, capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-2000:]
-    stack = {line.split()[0]: int(line.split()[1]) for line in out.stdout.strip().splitlines()}
+    stdout = gate.run_offline_compile(_PACKED_COMPILE)
+    stack = {line.split()[0]: int(line.split()[1]) for line in stdout.strip().splitlines()}
     assert stack["False"] <= 32 and stack["True"] <= 32, stack
 
 

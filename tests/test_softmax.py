@@ -239,17 +239,8 @@ def test_lean_kernels_assemble_for_sm90_and_do_not_spill():
     # that use it offline for sm_90 (their own process, without TRITON_INTERPRET) at the blocks it
     # is for, the backward's 32768 and the forward's 65536. Without it both spill there; with it,
     # they must assemble and (next to) not spill.
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    root = Path(__file__).resolve().parent.parent
-    out = subprocess.run([sys.executable, "-c", _LEAN_COMPILE], cwd=root, env=env, capture_output=True,
-                         text=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-2000:]
-    print(out.stdout)
-    spills = {tuple(line.split()[:2]): tuple(map(int, line.split()[2:])) for line in out.stdout.strip().splitlines()}
+    stdout = gate.run_offline_compile(_LEAN_COMPILE)
+    spills = {tuple(line.split()[:2]): tuple(map(int, line.split()[2:])) for line in stdout.strip().splitlines()}
     assert spills["bwd", "True"] == (0, 0)
     # the forward's 64K row: a word or two at most (Triton 3.6: 8 bytes, one store and one load;
     # unpacked, 43 stores and 44 loads a thread)
