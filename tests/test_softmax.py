@@ -145,7 +145,7 @@ def test_variant_matches_reference(variant, dims, dtype, mode):
     bwd_kw = {k: v for k, v in kw.items() if k != "persist"}  # a forward-only option
     got = y if mode == "fwd" else softmax.softmax_backward(dys[0].to(dtype), y, **bwd_kw)
     error = verify.rel_error(got, want[0])
-    assert error <= SPEC.tolerance[dtype], f"{variant} {mode} {dtype} {dims}: error {error:.3g}"
+    assert error <= SPEC.tolerance[dtype], f"{variant} {mode} {dtype} {dims} seed {seed}: error {error:.3g}"
 
 
 def test_leading_dims_are_flattened():
