@@ -74,10 +74,8 @@ BWD_VARIANTS = [
     ("16 warps, w re-read", lambda n: {"num_warps": 16, "w_reload": True}),
     ("16 warps, w re-read, cap 64", lambda n: {"num_warps": 16, "w_reload": True, "maxnreg": 64}),
     ("w re-read, cap 80", lambda n: {"w_reload": True, "maxnreg": 80}),
-    # c1 and c2 in one reduction (one exchange between warps per row instead of two)
-    ("fused sums", lambda n: {"fused_sums": True}),
-    ("fused sums 16 warps", lambda n: {"fused_sums": True, "num_warps": 16}),
-    ("fused sums 4 warps", lambda n: {"fused_sums": True, "num_warps": 4}),
+    # c1 and c2 in two reductions, the default before run 9 (now one reduction over the pair)
+    ("two sums", lambda n: {"fused_sums": False}),
     ("registers 16384 (w re-read)", lambda n: {"max_block": 16384} if n == 16384 else {}),
     # run 5 chose 32 columns per program of the partial sums (was 128); this is the old setting
     ("sum 128 cols", lambda n: {"sum_block": 128}),
