@@ -54,8 +54,9 @@ def _well_conditioned_seed(dims, mode):
     whose target probability is close to 1 - eps has a gradient that cancels to almost nothing, and
     the relative error of any implementation is amplified by it (1x4099, eps 0.1, seed 1190: p_y =
     0.895, |grad| = 0.0088 against a median of 0.89; fp32 errors 6.5e-5 ours, 3.6e-4 eager, against
-    the 5e-5 tolerance). Draws whose reference gradient norm is under 0.02 (~1% of one-row draws)
-    are redrawn."""
+    the 5e-5 tolerance; seed 835789144: |grad| = 0.023, eager 1.3e-4, ours 2.1e-5). Eager's error
+    goes as ~3e-6 / |grad|, so draws whose reference gradient norm is under 0.1 (~8% of one-row
+    draws) are redrawn."""
     while True:
         seed = random.randrange(2**31)
         if mode == "fwd":
@@ -63,7 +64,7 @@ def _well_conditioned_seed(dims, mode):
         inp = SPEC.make_inputs(dims, torch.float32, "cpu", seed)
         x = inp["logits"].double().requires_grad_(True)
         loss = SPEC.reference(x, inp["target"], inp["ignore_index"], inp["label_smoothing"])
-        if torch.autograd.grad(loss, x)[0].norm() >= 0.02:
+        if torch.autograd.grad(loss, x)[0].norm() >= 0.1:
             return seed
 
 
