@@ -84,6 +84,9 @@ VARIANTS = [
     ("chunks max_hb 1", {"layout": "chunks", "max_hb": 1}, half_not_pow2, ("fwd", "bwd")),
     ("max_hb 2 warps 2", {"max_hb": 2, "num_warps": 2}, always, ("fwd", "bwd")),
     ("max_hb 1 warps 8", {"max_hb": 1, "num_warps": 8}, always, ("fwd", "bwd")),
+    # run 3: the default launch writing over its inputs as Liger does (on private copies): whether
+    # Liger's lead at the small shapes is the in-place footprint (half the L2 lines) or the kernel
+    ("in place (Liger's semantics)", {"inplace": True}, always, ("fwd", "bwd")),
 ]
 
 # The full-grid shapes where Liger or torch.compile was ahead (H200, CUDA graphs, bf16)
@@ -209,10 +212,10 @@ def run_shape(run, dims, seed):
         for label, kw, applies, modes in VARIANTS:
             if not applies(dims) or mode not in modes:
                 continue
-            if mode == "fwd":
-                fn = lambda kw=kw: rope.rope_apply(q, k, cos, sin, **kw)  # noqa: E731
-            else:
-                fn = lambda kw=kw: rope.rope_apply(dq, dk, cos, sin, backward=True, **kw)  # noqa: E731
+            a, b = (q, k) if mode == "fwd" else (dq, dk)
+            if kw.get("inplace"):  # private copies (the same strides): the others' inputs stay intact
+                a, b = a.clone(), b.clone()
+            fn = lambda kw=kw, a=a, b=b, bwd=mode == "bwd": rope.rope_apply(a, b, cos, sin, backward=bwd, **kw)  # noqa: E731
             run.case(dims, mode, label, fn, want, seen)
         if mode == "bwd":
             run.peer(dims, mode, "ours via autograd (collector)", rope.rope, inp, dys, want)

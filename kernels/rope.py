@@ -211,14 +211,20 @@ def _cos_sin(cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.
 def rope_apply(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                backward: bool = False, *, num_warps: int = _WARPS, max_hb: int = _MAX_HB,
                tokens: int | None = None, policy: str = "", cs_policy: str = _CS_POLICY,
-               layout: str = "half") -> tuple[torch.Tensor, torch.Tensor]:
+               layout: str = "half", inplace: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """The rotation (or its transpose, for gradients) of q and k in one launch; new outputs.
-    The keywords are the launch options described above Launchers; the defaults are the collector's."""
+    The keywords are the launch options described above Launchers; the defaults are the collector's.
+    `inplace` (A/B only: Liger's semantics) writes the result over q and k and returns them."""
     _check_options(num_warps, max_hb, tokens, policy, cs_policy, layout)
     B, hq, T, D = q.shape
     hk = k.shape[1]
-    q, qo = _with_output(q)
-    k, ko = _with_output(k)
+    if inplace:
+        if q.stride(-1) != 1 or k.stride(-1) != 1:
+            raise ValueError("inplace needs q and k with a contiguous head_dim")
+        qo, ko = q, k  # every element is read and then written by the same thread
+    else:
+        q, qo = _with_output(q)
+        k, ko = _with_output(k)
     cos, sin = _cos_sin(cos, sin)
     half = D // 2
     n_tok = B * T
