@@ -8,7 +8,7 @@ import triton.language as tl
 
 from kcollect.spec import KernelSpec, Provider, Shape, peer_available, standard_providers
 
-from ._utils import last_to_arrive, sm_count
+from ._utils import sm_count
 
 
 # ---------------------------------------------------------------------------------------------
@@ -71,7 +71,7 @@ def _ln_load_wb(w_ptr, b_ptr, cols, cmask):
 def _ln_tile(x, rows, cols, cmask, M, N, eps, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, N_ALIGN: tl.constexpr,
              EARLY_WB: tl.constexpr = False, w=None, b=None):
     """Normalise a loaded [ROWS, BLOCK_N] tile of x and store y, mean and rstd (both forwards).
-    EARLY_WB: w and b were loaded by the caller, with x (see _FWD_EARLY_WB_PROGRAMS)."""
+    EARLY_WB: w and b were loaded by the caller, with x (see _early_wb)."""
     rmask = rows < M
     mask = rmask[:, None] & cmask[None, :]
     xf = x.to(tl.float32)
@@ -81,8 +81,7 @@ def _ln_tile(x, rows, cols, cmask, M, N, eps, w_ptr, b_ptr, y_ptr, mean_ptr, rst
     rstd = tl.rsqrt(var + eps)
     if not EARLY_WB:
         # w and b (L2 hits: every program reads them) are loaded only now, after the reductions'
-        # barriers, so that they do not hold registers while x is in flight: fewer registers, more
-        # programs per SM
+        # barriers, so that they do not hold registers while x is in flight
         w, b = _ln_load_wb(w_ptr, b_ptr, cols, cmask)
     y = xc * rstd[:, None] * w.to(tl.float32)[None, :] + b.to(tl.float32)[None, :]
     offs = _row_start(rows, N, N_ALIGN)[:, None] + cols[None, :]
@@ -217,20 +216,17 @@ def _add_pair(a1, a2, b1, b2):
 
 
 @triton.jit(do_not_specialize=["iters"])
-def _ln_bwd_rows(x_ptr, dy_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, part_ptr, count_ptr, out_ptr, M, N, iters,
+def _ln_bwd_rows(x_ptr, dy_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, part_ptr, M, N, iters,
                  ROWS: tl.constexpr, BLOCK_N: tl.constexpr, N_ALIGN: tl.constexpr,
                  PREFETCH: tl.constexpr, W_RELOAD: tl.constexpr, POLICY: tl.constexpr,
-                 FUSED_SUMS: tl.constexpr = False, ATOMIC: tl.constexpr = False):
+                 FUSED_SUMS: tl.constexpr = False):
     # Rows in registers (next_pow2(N) <= max_block): whole-row tiles on a persistent grid, as
     # rms_norm's _bwd_rows; c1 and c2 are reduced from the same registers (one read of x and dy).
     # Each program strides over `iters` row tiles with its dw/db partials in fp32 registers and
     # writes them once, as its row of the [programs, 2, N] partial buffer (or, with one program,
     # straight into the [2N] result: the store casts to its dtype). PREFETCH: the next tile's x and
     # dy loads are issued before this tile's reductions wait on its data. W_RELOAD: w is re-read
-    # (an L1/L2 hit) every tile instead of held, for the widest rows' register budget. ATOMIC:
-    # the partials are added into part_ptr's zeroed fp32 [2N] instead, and the last program to
-    # arrive (count_ptr, zeroed) casts the sums into out_ptr: no [programs, 2, N] buffer to write
-    # and read back, no second launch.
+    # (an L1/L2 hit) every tile instead of held, for the widest rows' register budget.
     pid = tl.program_id(0)
     step = tl.num_programs(0) * ROWS
     cols = tl.arange(0, BLOCK_N)
@@ -277,19 +273,9 @@ def _ln_bwd_rows(x_ptr, dy_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, part_ptr, cou
         if PREFETCH:
             x = x_next
             dy = dy_next
-    if ATOMIC:
-        tl.atomic_add(part_ptr + cols, tl.sum(dw, axis=0), mask=cmask, sem="relaxed")
-        tl.atomic_add(part_ptr + N + cols, tl.sum(db, axis=0), mask=cmask, sem="relaxed")
-        if last_to_arrive(count_ptr, tl.num_programs(0)):
-            # volatile: from L2, where the atomics were done, not from this SM's L1
-            sw = tl.load(part_ptr + cols, mask=cmask, other=0.0, volatile=True)
-            sb = tl.load(part_ptr + N + cols, mask=cmask, other=0.0, volatile=True)
-            tl.store(out_ptr + cols, sw.to(out_ptr.dtype.element_ty), mask=cmask)
-            tl.store(out_ptr + N + cols, sb.to(out_ptr.dtype.element_ty), mask=cmask)
-    else:
-        part = part_ptr + _row_start(pid, 2 * N, N_ALIGN)
-        tl.store(part + cols, tl.sum(dw, axis=0), mask=cmask)
-        tl.store(part + N + cols, tl.sum(db, axis=0), mask=cmask)
+    part = part_ptr + _row_start(pid, 2 * N, N_ALIGN)
+    tl.store(part + cols, tl.sum(dw, axis=0), mask=cmask)
+    tl.store(part + N + cols, tl.sum(db, axis=0), mask=cmask)
 
 
 @triton.jit
@@ -306,61 +292,6 @@ def _ln_sum_partials(part_ptr, out_ptr, G, n2, BLOCK_G: tl.constexpr, BLOCK_C: t
         acc += tl.load(part_ptr + _row_start(gs, n2, N_ALIGN)[:, None] + cols[None, :], mask=mask, other=0.0)
         g0 += BLOCK_G
     tl.store(out_ptr + cols, tl.sum(acc, axis=0).to(out_ptr.dtype.element_ty), mask=cmask)
-
-
-@triton.jit
-def _ln_fwd_lanes(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, M, N, eps, P,
-                  CHUNK: tl.constexpr, N_ALIGN: tl.constexpr):
-    # Wide rows, the A/B alternative to _ln_fwd_wide: pass 1 keeps a Welford (mean, m2) per lane of
-    # the chunk (element j of every chunk goes to lane j), so its loop has no cross-thread
-    # reduction, and issues the next chunk's load before it uses the current one; the lanes are
-    # merged once per row (Chan et al.). Pass 2 re-reads the row from L2, also one chunk ahead.
-    offs = tl.arange(0, CHUNK)
-    # elements of a row in lane j: those of columns j, j + CHUNK, ... below N
-    lane_n = tl.maximum(N - offs + CHUNK - 1, 0) // CHUNK
-    row = tl.program_id(0)
-    while row < M:
-        base = _row_start(row, N, N_ALIGN)
-        mean = tl.zeros([CHUNK], dtype=tl.float32)
-        m2 = tl.zeros([CHUNK], dtype=tl.float32)
-        k = 0.0
-        x = tl.load(x_ptr + base + offs, mask=_col_mask(offs, N, N_ALIGN), other=0.0, eviction_policy="evict_last")
-        start = 0
-        while start < N:
-            cols = start + offs
-            nxt = cols + CHUNK  # past the row: fully masked, no traffic
-            x_next = tl.load(x_ptr + base + nxt, mask=_col_mask(nxt, N, N_ALIGN), other=0.0,
-                             eviction_policy="evict_last")
-            # a lane is masked in the last chunk at most, where its (mean, m2) stay as they are; the
-            # others have seen k elements
-            k += 1.0
-            xf = x.to(tl.float32)
-            delta = tl.where(_col_mask(cols, N, N_ALIGN), xf - mean, 0.0)
-            mean += delta * (1.0 / k)
-            m2 += delta * (xf - mean)
-            x = x_next
-            start += CHUNK
-        cnt = lane_n.to(tl.float32)
-        mu = tl.sum(cnt * mean, axis=0) / N
-        d = mean - mu
-        rstd = tl.rsqrt((tl.sum(m2, axis=0) + tl.sum(cnt * d * d, axis=0)) / N + eps)
-        tl.store(mean_ptr + row, mu)
-        tl.store(rstd_ptr + row, rstd)
-        x = tl.load(x_ptr + base + offs, mask=_col_mask(offs, N, N_ALIGN), other=0.0, eviction_policy="evict_first")
-        start = 0
-        while start < N:
-            cols = start + offs
-            mask = _col_mask(cols, N, N_ALIGN)
-            nxt = cols + CHUNK
-            x_next = tl.load(x_ptr + base + nxt, mask=_col_mask(nxt, N, N_ALIGN), other=0.0,
-                             eviction_policy="evict_first")
-            w = tl.load(w_ptr + cols, mask=mask, other=0.0, eviction_policy="evict_last").to(tl.float32)
-            b = tl.load(b_ptr + cols, mask=mask, other=0.0, eviction_policy="evict_last").to(tl.float32)
-            y = (x.to(tl.float32) - mu) * rstd * w + b
-            tl.store(y_ptr + base + cols, y.to(y_ptr.dtype.element_ty), mask=mask, eviction_policy="evict_first")
-            x = x_next
-            start += CHUNK
-        row += P
 
 
 # ---------------------------------------------------------------------------------------------
@@ -436,7 +367,6 @@ _SUM_BLOCK_G, _SUM_BLOCK_C = 32, 32
 # exchange between warps, 3 barriers fewer in the sm_90 SASS) instead of two sums: 32768x4096
 # 84.5% -> 86.2% of copy, 1024x2048 14.0 -> 13.5 us, 8192x8192 and 3000x3584 the same.
 _BWD_FUSED_SUMS = True
-_BWD_ATOMIC = False
 
 
 def _early_wb(programs: int, device: torch.device) -> bool:
@@ -496,8 +426,7 @@ def layer_norm_forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
                        maxnreg: int | None = None, max_block: int = _FWD_MAX_BLOCK,
                        chunk: int | None = None, wide_warps: int | None = None,
                        wide_per_sm: int = _FWD_WIDE_PER_SM, policy: str = _FWD_POLICY,
-                       early_wb: bool | None = None, lanes: bool = False,
-                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                       early_wb: bool | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """x [M, N] contiguous -> (y, mean, rstd); mean and rstd in fp32, kept for the backward.
 
     Keyword options for GPU A/Bs (benchmarks/layer_norm_ab.py); left out, the measured default.
@@ -505,8 +434,7 @@ def layer_norm_forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
     `per_thread` (elements of x per thread, which sets num_warps), `maxnreg` (register cap),
     `persistent` grid sized to the resident programs, `prefetch` of the next tile (the last two
     use _ln_fwd_rows). A `max_block` above 16384 keeps 32768/65536-wide rows in registers (up to
-    32 warps). Wide path: `chunk` (elements), `wide_warps`, `wide_per_sm` (programs per SM),
-    `lanes` (_ln_fwd_lanes instead of _ln_fwd_wide).
+    32 warps). Wide path: `chunk` (elements), `wide_warps`, `wide_per_sm` (programs per SM).
     `policy`: cache hint of the x loads on the register path. `early_wb`: w and b loaded with x
     rather than after the reductions (one tile per program only; default: _early_wb)."""
     M, N = x.shape
@@ -546,9 +474,8 @@ def layer_norm_forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
         chunk = chunk or _FWD_CHUNK_BYTES // x.element_size()
         programs = min(M, wide_per_sm * sm_count(x.device))
         warps = wide_warps or 16
-        kernel = _ln_fwd_lanes if lanes else _ln_fwd_wide
-        kernel[(programs,)](x, weight, bias, y, mean, rstd, M, N, eps, programs,
-                            CHUNK=chunk, N_ALIGN=_align(N), num_warps=warps)
+        _ln_fwd_wide[(programs,)](x, weight, bias, y, mean, rstd, M, N, eps, programs,
+                                  CHUNK=chunk, N_ALIGN=_align(N), num_warps=warps)
     return y, mean, rstd
 
 
@@ -557,24 +484,21 @@ def layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
                         max_block: int = _BWD_MAX_BLOCK, chunk: int = _BWD_CHUNK, groups_per_sm: int = 2,
                         policy: str | None = None, prefetch: bool | None = None, maxnreg: int | None = None,
                         w_reload: bool | None = None, sum_block: int = _SUM_BLOCK_C,
-                        fused_sums: bool = _BWD_FUSED_SUMS,
-                        atomic: bool = _BWD_ATOMIC) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                        fused_sums: bool = _BWD_FUSED_SUMS) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """-> (dx, dw, db); dw and db in the weight's dtype, summed in fp32.
 
     Keyword options for GPU A/Bs; left out, the measured default. Rows up to `max_block`
     (next_pow2(N)) go through _ln_bwd_rows: `rows` per tile, `num_warps`, `prefetch` of the next
     tile, `maxnreg` (register cap), `policy` (cache hint of the x and dy loads), `w_reload` (w
     re-read every tile instead of held in registers; default from 16384 wide), `sum_block`
-    (columns per program of the partial sums), `fused_sums` (c1 and c2 in one reduction), `atomic`
-    (partials added atomically, summed by the last program, instead of a buffer and a second
-    launch). Wider rows: row
+    (columns per program of the partial sums), `fused_sums` (c1 and c2 in one reduction). Wider rows: row
     sums, then _ln_bwd over column blocks of `chunk` with `groups_per_sm` row groups per SM and
     column block (about), `rows` per tile, `num_warps`, `policy`."""
     M, N = x.shape
     dx = torch.empty_like(x)
     if triton.next_power_of_2(N) <= max_block:
         return _ln_bwd_persistent(dy, x, weight, mean, rstd, dx, rows, num_warps, policy, prefetch, maxnreg,
-                                  w_reload, sum_block, fused_sums, atomic)
+                                  w_reload, sum_block, fused_sums)
     rows, block_c = rows or 1, chunk
     policy = policy if policy is not None else _BWD_WIDE_POLICY
     n_col_blocks = triton.cdiv(N, block_c)
@@ -603,7 +527,7 @@ def _sum_partials(partial: torch.Tensor, out: torch.Tensor, groups: int, block_c
 
 
 def _ln_bwd_persistent(dy, x, weight, mean, rstd, dx, rows, num_warps, policy, prefetch, maxnreg, w_reload,
-                       sum_block=_SUM_BLOCK_C, fused_sums=_BWD_FUSED_SUMS, atomic=_BWD_ATOMIC):
+                       sum_block=_SUM_BLOCK_C, fused_sums=_BWD_FUSED_SUMS):
     M, N = x.shape
     block = triton.next_power_of_2(N)
     rows = rows or max(1, min(_BWD_TILE // block, triton.next_power_of_2(M)))
@@ -611,25 +535,17 @@ def _ln_bwd_persistent(dy, x, weight, mean, rstd, dx, rows, num_warps, policy, p
     wide = block >= 16384  # one 32-warp program per SM: no room for a prefetched tile or a held w
     meta = dict(ROWS=rows, BLOCK_N=block, N_ALIGN=_align(N), PREFETCH=not wide if prefetch is None else prefetch,
                 W_RELOAD=wide if w_reload is None else w_reload, POLICY=policy if policy is not None else _BWD_POLICY,
-                FUSED_SUMS=fused_sums, ATOMIC=atomic)
+                FUSED_SUMS=fused_sums)
     extra = {"maxnreg": maxnreg} if maxnreg else {}
-    out = torch.empty(2 * N, dtype=weight.dtype, device=x.device)
-    if atomic:  # [2N] fp32 sums, then the int32 counter, zeroed in one memset
-        ws = torch.zeros(2 * N + 1, dtype=torch.float32, device=x.device)
-        sums, count = ws, ws[2 * N:].view(torch.int32)
-    else:  # the partial buffer stands in for itself by mean (fp32, same pointer properties)
-        sums, count = mean, mean
-    resident = _resident_programs(_ln_bwd_rows, (x, dy, weight, mean, rstd, dx, sums, count, out, M, N, 1), meta,
-                                  warps, maxnreg, x.device)
+    # the partial buffer stands in for itself by mean (fp32, same pointer properties)
+    resident = _resident_programs(_ln_bwd_rows, (x, dy, weight, mean, rstd, dx, mean, M, N, 1), meta, warps,
+                                  maxnreg, x.device)
     grid, iters = _persistent_grid(triton.cdiv(M, rows), resident)
-    if grid == 1:  # one program (a few rows: decode) writes dw and db itself, saving the summing launch
-        part = out
-        meta["ATOMIC"] = False
-    else:
-        part = sums if atomic else torch.empty((grid, 2, N), dtype=torch.float32, device=x.device)
-    _ln_bwd_rows[(grid,)](x, dy, weight, mean, rstd, dx, part, count, out, M, N, iters, num_warps=warps,
-                          **extra, **meta)
-    if grid > 1 and not atomic:
+    out = torch.empty(2 * N, dtype=weight.dtype, device=x.device)
+    # one program (a few rows: decode) writes dw and db itself, saving the summing launch
+    part = out if grid == 1 else torch.empty((grid, 2, N), dtype=torch.float32, device=x.device)
+    _ln_bwd_rows[(grid,)](x, dy, weight, mean, rstd, dx, part, M, N, iters, num_warps=warps, **extra, **meta)
+    if grid > 1:
         _sum_partials(part, out, grid, sum_block)
     return dx, out[:N], out[N:]
 

@@ -127,9 +127,6 @@ FWD_VARIANTS = {
     "evict_first": {"policy": "evict_first"},
     "register path 32768": {"max_block": 32768},
     "wide chunk+warps+2/SM": {"max_block": 4096, "chunk": 2048, "wide_warps": 8, "wide_per_sm": 2},
-    "wide lanes": {"max_block": 4096, "chunk": 2048, "wide_warps": 8, "lanes": True},
-    "wide lanes, chunk 1024, 1/SM": {"max_block": 1024, "chunk": 1024, "wide_warps": 4, "wide_per_sm": 1,
-                                     "lanes": True},
     "w and b loaded early": {"early_wb": True, "persistent": False, "prefetch": False},
     "w and b loaded late": {"early_wb": False, "persistent": False, "prefetch": False},
     "early w and b, 4 rows": {"early_wb": True, "rows": 4, "persistent": False, "prefetch": False},
@@ -168,8 +165,6 @@ BWD_VARIANTS = {
     "registers up to 32768, prefetch": {"max_block": 32768, "prefetch": True, "num_warps": 8},
     "column blocks 2048": {"max_block": 1024, "chunk": 2048},
     "column blocks, 2 rows, 1 group/SM": {"max_block": 1024, "chunk": 1024, "rows": 2, "groups_per_sm": 1},
-    "atomic partials": {"atomic": True},
-    "atomic partials, 2 rows, no prefetch": {"atomic": True, "rows": 2, "prefetch": False},
 }
 
 
