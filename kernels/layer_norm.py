@@ -1,6 +1,8 @@
 """LayerNorm over the last dim with weight and bias: y = (x - mean) / sqrt(var + eps) * w + b."""
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 import triton
@@ -71,7 +73,7 @@ def _ln_load_wb(w_ptr, b_ptr, cols, cmask):
 def _ln_tile(x, rows, cols, cmask, M, N, eps, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, N_ALIGN: tl.constexpr,
              EARLY_WB: tl.constexpr = False, w=None, b=None):
     """Normalise a loaded [ROWS, BLOCK_N] tile of x and store y, mean and rstd (both forwards).
-    EARLY_WB: w and b were loaded by the caller, with x (see _early_wb)."""
+    EARLY_WB: w and b were loaded by the caller, with x (see _FWD_NO_HINT_FROM)."""
     rmask = rows < M
     mask = rmask[:, None] & cmask[None, :]
     xf = x.to(tl.float32)
@@ -344,7 +346,15 @@ _FWD_PER_THREAD = 32
 _FWD_PERSIST_FROM = 8192
 _FWD_WIDE_PER_SM = 2
 _FWD_POLICY = "evict_last"
-_FWD_EARLY_WB_PER_SM = 1
+# Runs 10-11 (layer_norm_ab_h200_run10/11.txt), the one-tile-per-program forward (rows up to 4096):
+# w and b loaded with x instead of after the reductions (EARLY_WB) never lost: 1x4096 6.0-6.2 ->
+# 5.2 us (a w/b load after the reductions is one more memory round trip on a latency-bound
+# kernel), 3000x3584 2.7-4.3% faster, 4096x4096, 1024x2048 and 32768x4096 within 1%; the
+# programs per SM stay the same (sm_90 compile: 64 against 58 registers at 8 warps, 4 per SM).
+# And x loads without a hint for an x of 8 MB up to the L2's size: 4096x4096 (32 MB) 4.2-5.8%
+# faster, 3000x3584 (21 MB) 8.5-8.7%; evict_last stays above that (32768x4096: no hint 3.5% slower)
+# and below it (1x4096 6% slower, 1024x2048 the same).
+_FWD_NO_HINT_FROM = 8 << 20
 _BWD_WIDE_WARPS = 16
 _BWD_WIDE_POLICY = "evict_last"
 # Run 3 (layer_norm_ab_h200_run3.txt): the persistent prefetching backward (_ln_bwd_rows) with
@@ -369,12 +379,17 @@ _SUM_BLOCK_G, _SUM_BLOCK_C = 32, 32
 _BWD_FUSED_SUMS = True
 
 
-def _early_wb(programs: int, device: torch.device) -> bool:
-    """Whether the forward loads w and b with x: when there are at most _FWD_EARLY_WB_PER_SM
-    programs per SM, each program's latency is the kernel's, and a w/b load issued after the
-    reductions is one more round trip to memory on it; with more programs, the registers that
-    early w and b would hold while x is in flight cost programs per SM (see _ln_tile)."""
-    return programs <= _FWD_EARLY_WB_PER_SM * sm_count(device)
+def _fwd_policy(x: torch.Tensor) -> str:
+    """The x loads' cache hint on the one-tile-per-program path: none for an x between
+    _FWD_NO_HINT_FROM bytes and the L2's size, evict_last otherwise (see _FWD_NO_HINT_FROM)."""
+    return "" if _FWD_NO_HINT_FROM <= x.numel() * x.element_size() <= _l2_bytes(x.device) else _FWD_POLICY
+
+
+@functools.cache
+def _l2_bytes(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 50 << 20  # the interpreter: H100/H200's, so that the CPU tests take the same branches
+    return torch.cuda.get_device_properties(device).L2_cache_size
 
 
 def _align(n: int) -> int:
@@ -425,8 +440,8 @@ def layer_norm_forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
                        prefetch: bool | None = None,
                        maxnreg: int | None = None, max_block: int = _FWD_MAX_BLOCK,
                        chunk: int | None = None, wide_warps: int | None = None,
-                       wide_per_sm: int = _FWD_WIDE_PER_SM, policy: str = _FWD_POLICY,
-                       early_wb: bool | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                       wide_per_sm: int = _FWD_WIDE_PER_SM, policy: str | None = None,
+                       early_wb: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """x [M, N] contiguous -> (y, mean, rstd); mean and rstd in fp32, kept for the backward.
 
     Keyword options for GPU A/Bs (benchmarks/layer_norm_ab.py); left out, the measured default.
@@ -435,8 +450,9 @@ def layer_norm_forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
     `persistent` grid sized to the resident programs, `prefetch` of the next tile (the last two
     use _ln_fwd_rows). A `max_block` above 16384 keeps 32768/65536-wide rows in registers (up to
     32 warps). Wide path: `chunk` (elements), `wide_warps`, `wide_per_sm` (programs per SM).
-    `policy`: cache hint of the x loads on the register path. `early_wb`: w and b loaded with x
-    rather than after the reductions (one tile per program only; default: _early_wb)."""
+    `policy`: cache hint of the x loads on the register path (default: _fwd_policy on the
+    one-tile path, _FWD_POLICY on the persistent one). `early_wb`: w and b loaded with x rather
+    than after the reductions (one tile per program only)."""
     M, N = x.shape
     y = torch.empty_like(x)
     mean = torch.empty(M, dtype=torch.float32, device=x.device)
@@ -455,12 +471,12 @@ def layer_norm_forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
         persistent = big if persistent is None else persistent
         prefetch = big if prefetch is None else prefetch
         if not (persistent or prefetch):
-            grid = triton.cdiv(M, rows)
-            early_wb = _early_wb(grid, x.device) if early_wb is None else early_wb
-            _ln_fwd[(grid,)](x, weight, bias, y, mean, rstd, M, N, eps,
-                             ROWS=rows, BLOCK_N=block, N_ALIGN=_align(N), POLICY=policy, EARLY_WB=early_wb,
-                             num_warps=num_warps, **extra)
+            _ln_fwd[(triton.cdiv(M, rows),)](x, weight, bias, y, mean, rstd, M, N, eps,
+                                              ROWS=rows, BLOCK_N=block, N_ALIGN=_align(N),
+                                              POLICY=_fwd_policy(x) if policy is None else policy,
+                                              EARLY_WB=early_wb, num_warps=num_warps, **extra)
         else:
+            policy = _FWD_POLICY if policy is None else policy
             meta = dict(ROWS=rows, BLOCK_N=block, N_ALIGN=_align(N), PREFETCH=prefetch, POLICY=policy)
             args = (x, weight, bias, y, mean, rstd, M, N, eps)
             tiles = triton.cdiv(M, rows)

@@ -32,7 +32,7 @@ POS = ("ids", "shared")
 # reuses them for HB heads, and has 2 * HB independent 16-byte loads of q/k in flight (HB = 4:
 # 128 bytes a thread; 102 registers in bf16, 64 in fp32, in the sm_90 SASS). One head per thread
 # instead (cos/sin duplicated in registers per head) keeps a quarter of those bytes in flight for
-# half the registers. HB is the largest power of two <= 4 dividing the head count, chosen for q
+# half the registers. HB is the largest power of two <= _MAX_HB (2) dividing the head count, chosen for q
 # and for k separately, so no lane is spent on padded heads. Heads land in registers because the
 # tile is [BT, HB, D/2]: Triton's coalescing orders the two non-contiguous dims as written (0
 # before 1) and so spreads threads over head_dim, then tokens (a [HB, BT, D/2] tile spreads them
@@ -115,7 +115,7 @@ def _rope_qk(q_ptr, k_ptr, qo_ptr, ko_ptr, cos_ptr, sin_ptr,
 #
 # Launch options (keywords of rope_apply and rope; the defaults are the launch the collector
 # times, the others are for the GPU A/B in benchmarks/rope_ab.py):
-#   num_warps  warps per program (default _WARPS)
+#   num_warps  warps per program (default _WARPS, _WARPS_PADDED for a padded half)
 #   max_hb     most heads per thread (default _MAX_HB; a power of two)
 #   tokens     tokens per program, a power of two (default: the threads cover [BT, HALF_P] once);
 #              in the "chunks" layout, rows = next_pow2(tokens * NC)
@@ -127,7 +127,12 @@ def _rope_qk(q_ptr, k_ptr, qo_ptr, ko_ptr, cos_ptr, sin_ptr,
 #              no padding (D = 80: HALF = 40 is 5 chunks of 8 bf16 instead of 64 lanes, 24 masked)
 
 _WARPS = 4
-_MAX_HB = 4  # heads per thread: 2 * 4 16-byte loads in flight; more costs occupancy (registers)
+_WARPS_PADDED = 8  # when half of head_dim is not a power of two (its tile is padded)
+_MAX_HB = 2  # heads per thread: 2 * 2 16-byte loads in flight; more costs occupancy (registers)
+# Heads per thread, 2 rather than 4 (the default until run 3): H200 A/B runs 1-3
+# (rope_ab_h200_run*.txt) 1.005-1.025x at every shape where they differ but 4x8x1x4096x256 fwd
+# (0.979x in run 1, under an older cos/sin hint; run 3 measures it again). 8 warps for a padded
+# half (D = 80: 40 of 64 lanes): 1.026-1.048x over 4 warps with 2 heads in runs 2 and 3, fwd and bwd.
 _POLICIES = ("", "evict_first", "evict_last")
 # cos/sin loads hinted evict_last (they are re-read by every head block of a token block): H200 A/B
 # (benchmarks/rope_ab.py, docs/evidence/rope_ab_h200_run1*.txt) 1.02-1.11x faster at every shape
@@ -209,15 +214,18 @@ def _cos_sin(cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.
 
 
 def rope_apply(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-               backward: bool = False, *, num_warps: int = _WARPS, max_hb: int = _MAX_HB,
+               backward: bool = False, *, num_warps: int | None = None, max_hb: int = _MAX_HB,
                tokens: int | None = None, policy: str = "", cs_policy: str = _CS_POLICY,
                layout: str = "half", inplace: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """The rotation (or its transpose, for gradients) of q and k in one launch; new outputs.
     The keywords are the launch options described above Launchers; the defaults are the collector's.
     `inplace` (A/B only: Liger's semantics) writes the result over q and k and returns them."""
-    _check_options(num_warps, max_hb, tokens, policy, cs_policy, layout)
     B, hq, T, D = q.shape
     hk = k.shape[1]
+    half = D // 2
+    if num_warps is None:
+        num_warps = _WARPS if _is_pow2(half) or layout == "chunks" else _WARPS_PADDED
+    _check_options(num_warps, max_hb, tokens, policy, cs_policy, layout)
     if inplace:
         if q.stride(-1) != 1 or k.stride(-1) != 1:
             raise ValueError("inplace needs q and k with a contiguous head_dim")
@@ -226,7 +234,6 @@ def rope_apply(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.T
         q, qo = _with_output(q)
         k, ko = _with_output(k)
     cos, sin = _cos_sin(cos, sin)
-    half = D // 2
     n_tok = B * T
     hbq, hbk = _heads_per_program(hq, max_hb), _heads_per_program(hk, max_hb)
     w, nc, rows = _tile(half, q.element_size(), n_tok, layout, num_warps, tokens)
