@@ -32,11 +32,12 @@ POS = ("ids", "shared")
 # reuses them for HB heads, and has 2 * HB independent 16-byte loads of q/k in flight (HB = 4:
 # 128 bytes a thread; 102 registers in bf16, 64 in fp32, in the sm_90 SASS). One head per thread
 # instead (cos/sin duplicated in registers per head) keeps a quarter of those bytes in flight for
-# half the registers. HB is the largest power of two <= _MAX_HB (2) dividing the head count, chosen for q
-# and for k separately, so no lane is spent on padded heads. Heads land in registers because the
-# tile is [BT, HB, D/2]: Triton's coalescing orders the two non-contiguous dims as written (0
-# before 1) and so spreads threads over head_dim, then tokens (a [HB, BT, D/2] tile spreads them
-# over heads and converts cos/sin through shared memory: checked in the SASS).
+# half the registers. HB is the largest power of two <= max_hb (2; 4 from head_dim 256) dividing
+# the head count, chosen for q and for k separately, so no lane is spent on padded heads. Heads
+# land in registers because the tile is [BT, HB, D/2]: Triton's coalescing orders the two
+# non-contiguous dims as written (0 before 1) and so spreads threads over head_dim, then tokens
+# (a [HB, BT, D/2] tile spreads them over heads and converts cos/sin through shared memory:
+# checked in the SASS).
 #
 # The flat 1-D grid walks token blocks and, within a token block, the head blocks of q and then of
 # k: q and k share one launch, and the programs that read a token block's cos/sin rows run
@@ -115,8 +116,9 @@ def _rope_qk(q_ptr, k_ptr, qo_ptr, ko_ptr, cos_ptr, sin_ptr,
 #
 # Launch options (keywords of rope_apply and rope; the defaults are the launch the collector
 # times, the others are for the GPU A/B in benchmarks/rope_ab.py):
-#   num_warps  warps per program (default _WARPS, _WARPS_PADDED for a padded half)
-#   max_hb     most heads per thread (default _MAX_HB; a power of two)
+#   num_warps  warps per program (default _WARPS)
+#   max_hb     most heads per thread (a power of two; default _MAX_HB, _MAX_HB_WIDE from
+#              head_dim _WIDE_HEAD)
 #   tokens     tokens per program, a power of two (default: the threads cover [BT, HALF_P] once);
 #              in the "chunks" layout, rows = next_pow2(tokens * NC)
 #   policy     cache hint of the q/k (dq/dk) loads: "" (none), "evict_first" or "evict_last"
@@ -127,12 +129,15 @@ def _rope_qk(q_ptr, k_ptr, qo_ptr, ko_ptr, cos_ptr, sin_ptr,
 #              no padding (D = 80: HALF = 40 is 5 chunks of 8 bf16 instead of 64 lanes, 24 masked)
 
 _WARPS = 4
-_WARPS_PADDED = 8  # when half of head_dim is not a power of two (its tile is padded)
 _MAX_HB = 2  # heads per thread: 2 * 2 16-byte loads in flight; more costs occupancy (registers)
-# Heads per thread, 2 rather than 4 (the default until run 3): H200 A/B runs 1-3
-# (rope_ab_h200_run*.txt) 1.005-1.025x at every shape where they differ but 4x8x1x4096x256 fwd
-# (0.979x in run 1, under an older cos/sin hint; run 3 measures it again). 8 warps for a padded
-# half (D = 80: 40 of 64 lanes): 1.026-1.048x over 4 warps with 2 heads in runs 2 and 3, fwd and bwd.
+_MAX_HB_WIDE = 4  # for head_dim >= _WIDE_HEAD
+_WIDE_HEAD = 256
+# Heads per thread, 2 rather than 4 (the default until run 3): H200 A/B runs 1-4
+# (rope_ab_h200_run*.txt) 1.00-1.03x at every shape where they differ, e.g. 2x64x8x8192x128 fwd
+# 95.6% -> 96.8% of copy (run 4), 3x32x32x1000x80 fwd and bwd 1.02-1.03x (runs 3, 4), but
+# head_dim 256 (4x8x1x4096x256 fwd: 0.979x in run 1, 0.986x in run 4), where a program's threads
+# cover only 8 tokens: there 4 heads stay. 8 warps for D = 80 (a padded half) won 3-5% in runs 2
+# and 3 and lost 1-2% in run 4: not taken.
 _POLICIES = ("", "evict_first", "evict_last")
 # cos/sin loads hinted evict_last (they are re-read by every head block of a token block): H200 A/B
 # (benchmarks/rope_ab.py, docs/evidence/rope_ab_h200_run1*.txt) 1.02-1.11x faster at every shape
@@ -214,7 +219,7 @@ def _cos_sin(cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.
 
 
 def rope_apply(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-               backward: bool = False, *, num_warps: int | None = None, max_hb: int = _MAX_HB,
+               backward: bool = False, *, num_warps: int = _WARPS, max_hb: int | None = None,
                tokens: int | None = None, policy: str = "", cs_policy: str = _CS_POLICY,
                layout: str = "half", inplace: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """The rotation (or its transpose, for gradients) of q and k in one launch; new outputs.
@@ -223,8 +228,8 @@ def rope_apply(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.T
     B, hq, T, D = q.shape
     hk = k.shape[1]
     half = D // 2
-    if num_warps is None:
-        num_warps = _WARPS if _is_pow2(half) or layout == "chunks" else _WARPS_PADDED
+    if max_hb is None:
+        max_hb = _MAX_HB_WIDE if D >= _WIDE_HEAD else _MAX_HB
     _check_options(num_warps, max_hb, tokens, policy, cs_policy, layout)
     if inplace:
         if q.stride(-1) != 1 or k.stride(-1) != 1:

@@ -189,6 +189,8 @@ OPTIONS = {
     "chunks_hb1": {"layout": "chunks", "max_hb": 1},
     "hb2_warps2": {"max_hb": 2, "num_warps": 2},
     "hb1_warps8": {"max_hb": 1, "num_warps": 8},
+    "hb4_warps4": {"max_hb": 4, "num_warps": 4},
+    "hb2_warps4": {"max_hb": 2, "num_warps": 4},
 }
 OPTION_SHAPES = [
     (2, 6, 3, 5, 80, "ids"),  # head_dim 80 (half 40: padded to 64, or 5 chunks of 8 / 10 of 4), heads 6/3
@@ -227,9 +229,34 @@ def test_ab_variants_are_tested():
     # every keyword set the GPU A/B times is one of the tested option sets above
     from benchmarks.rope_ab import VARIANTS
 
-    tested = [o for o in OPTIONS.values()] + [{}]
+    tested = [o for o in OPTIONS.values()] + [{}, {"inplace": True}]  # inplace: test_inplace_option
     for label, kw, _, _ in VARIANTS:
         assert kw in tested, f"A/B variant {label!r} {kw} has no test"
+
+
+@pytest.mark.parametrize("backward", [False, True], ids=["fwd", "bwd"])
+@pytest.mark.parametrize("dtype", SPEC.dtypes, ids=str)
+@pytest.mark.parametrize("dims", OPTION_SHAPES, ids=lambda d: "x".join(map(str, d)))
+def test_inplace_option(dims, dtype, backward):
+    # the A/B's in-place launch (Liger's semantics): the rotation written over q and k, which are
+    # returned, and equal to the reference's on the inputs as they were (HF's transposed layout)
+    b, hq, hk, t, d, pos = dims
+    x = rope.make_inputs({"B": b, "Hq": hq, "Hk": hk, "T": t, "D": d, "pos": pos}, dtype, "cpu",
+                         random.randrange(2**31))
+    q, k = x["q"].clone(), x["k"].clone()
+    got = rope.rope_apply(q, k, x["cos"], x["sin"], backward=backward, inplace=True)
+    assert got[0] is q and got[1] is k
+    q0, k0 = x["q"].double(), x["k"].double()
+    c, s = x["cos"].double(), x["sin"].double()
+    if backward:  # the transpose of the rotation: the reference's vector-Jacobian product
+        q0.requires_grad_(True)
+        k0.requires_grad_(True)
+        ref = rope.reference(q0, k0, c, s)
+        want = torch.autograd.grad(ref, (q0, k0), (x["q"].double(), x["k"].double()))
+    else:
+        want = rope.reference(q0, k0, c, s)
+    for g, w in zip(got, want):
+        assert verify.rel_error(g, w) <= SPEC.tolerance[dtype]
 
 
 def _recorded_launch(monkeypatch, run):
