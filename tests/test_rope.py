@@ -294,14 +294,22 @@ def test_options_reach_forward_and_backward(monkeypatch):
 
 
 def test_default_launch(monkeypatch):
-    # the collector's launch: 4 warps, up to 4 heads per thread, threads over [BT, HALF_P] once
-    # with one 16-byte vector each, cos/sin hinted evict_last, the padded half
+    # the collector's launch: 4 warps, up to 2 heads per thread (4 from head_dim 256), threads over
+    # [BT, HALF_P] once with one 16-byte vector each, cos/sin hinted evict_last, the padded half
     x = rope.make_inputs({"B": 3, "Hq": 32, "Hk": 8, "T": 20, "D": 80, "pos": "ids"}, torch.bfloat16, "cpu", 0)
     launches = _recorded_launch(monkeypatch, lambda: rope.rope_apply(x["q"], x["k"], x["cos"], x["sin"]))
     (grid, kw), = launches
-    assert (kw["num_warps"], kw["HBQ"], kw["HBK"], kw["ROWS"], kw["W"], kw["NC"]) == (4, 4, 4, 16, 64, 1)
+    assert (kw["num_warps"], kw["HBQ"], kw["HBK"], kw["ROWS"], kw["W"], kw["NC"]) == (4, 2, 2, 16, 64, 1)
     assert (kw["POLICY"], kw["CS_POLICY"]) == ("", "evict_last")
-    assert grid == (4 * (8 + 2),)  # cdiv(60 tokens, 16) token blocks x (q + k head blocks)
+    assert grid == (4 * (16 + 4),)  # cdiv(60 tokens, 16) token blocks x (q + k head blocks)
+
+
+def test_default_launch_wide_heads(monkeypatch):
+    x = rope.make_inputs({"B": 2, "Hq": 8, "Hk": 2, "T": 5, "D": 256, "pos": "shared"}, torch.bfloat16, "cpu", 0)
+    launches = _recorded_launch(monkeypatch, lambda: rope.rope_apply(x["q"], x["k"], x["cos"], x["sin"]))
+    (grid, kw), = launches
+    assert (kw["num_warps"], kw["HBQ"], kw["HBK"], kw["ROWS"], kw["W"]) == (4, 4, 2, 8, 128)
+    assert grid == (2 * (2 + 1),)  # cdiv(10 tokens, 8) token blocks x (q + k head blocks)
 
 
 def test_chunks_layout_has_no_padding(monkeypatch):
@@ -310,7 +318,7 @@ def test_chunks_layout_has_no_padding(monkeypatch):
         monkeypatch, lambda: rope.rope_apply(x["q"], x["k"], x["cos"], x["sin"], layout="chunks"))
     (grid, kw), = launches
     assert kw["W"] * kw["NC"] == kw["HALF"] == 40 and kw["W"] == 8  # bf16: one 16-byte vector a chunk
-    assert grid == (triton_cdiv(64 * 5, kw["ROWS"]) * 2,)
+    assert grid == (triton_cdiv(64 * 5, kw["ROWS"]) * (2 + 2),)  # 2 heads per thread: 2 + 2 head blocks
 
 
 def triton_cdiv(a, b):
