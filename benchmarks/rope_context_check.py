@@ -7,7 +7,8 @@ At the small rope shapes the collector measured Liger's forward 6-9% faster than
 writing in place. This runs, in one process and in this order, per shape: (1) the collector's own
 Runner.run_case on the forward with ours and Liger, into a throwaway DuckDB file; (2) the A/B's
 way, each provider's call built on private copies of the inputs after the float64 reference;
-(3) the same, Liger first; (4) the Runner again. The direct lines give where q lies (MiB into its
+(3) the same, Liger first; (4) the Runner again; (5) the Runner with every provider, in the
+collector's order (ours, eager, torch.compile, Liger). The direct lines give where q lies (MiB into its
 GiB) and its strides, so that a difference can be laid next to them.
 
     python benchmarks/rope_context_check.py
@@ -36,9 +37,9 @@ def _label(dims) -> str:
     return "x".join(str(dims[k]) for k in ("B", "Hq", "Hk", "T", "D", "pos"))
 
 
-def collector_case(label: str, dims) -> None:
+def collector_case(label: str, dims, providers=PROVIDERS) -> None:
     spec = get("rope")
-    config = R.RunConfig(kernels=("rope",), grid="full", device="cuda", modes=("fwd",), providers=PROVIDERS,
+    config = R.RunConfig(kernels=("rope",), grid="full", device="cuda", modes=("fwd",), providers=providers,
                          warmup_ms=5, rep_ms=25)
     case = next(c for c in R.plan([spec], config) if c.shape.dims == dims)
     with tempfile.TemporaryDirectory() as d:
@@ -77,6 +78,8 @@ def main():
         direct("2 direct, ours first", dims, PROVIDERS)
         direct("3 direct, Liger first", dims, PROVIDERS[::-1])
         collector_case("4 collector again", dims)
+        # run 2: as in a full run, with eager and torch.compile timed between ours and Liger's
+        collector_case("5 collector, all providers", dims, ("triton", "torch", "compile", "liger"))
 
 
 if __name__ == "__main__":
