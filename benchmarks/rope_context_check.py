@@ -8,7 +8,8 @@ writing in place. This runs, in one process and in this order, per shape: (1) th
 Runner.run_case on the forward with ours and Liger, into a throwaway DuckDB file; (2) the A/B's
 way, each provider's call built on private copies of the inputs after the float64 reference;
 (3) the same, Liger first; (4) the Runner again; (5) the Runner with every provider, in the
-collector's order (ours, eager, torch.compile, Liger). The direct lines give where q lies (MiB into its
+collector's order (ours, eager, torch.compile, Liger); (6, 7) as 2 and 3 with 200 ms of matmuls
+run right before each provider is timed. The direct lines give where q lies (MiB into its
 GiB) and its strides, so that a difference can be laid next to them.
 
     python benchmarks/rope_context_check.py
@@ -53,7 +54,23 @@ def collector_case(label: str, dims, providers=PROVIDERS) -> None:
         store.close()
 
 
-def direct(label: str, dims, providers) -> None:
+def busy(ms: float) -> None:
+    """About `ms` of back-to-back bf16 matmuls (the GPU at full load, as after eager's long case)."""
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    n = 0
+    while True:
+        for _ in range(10):
+            a @ a
+        n += 10
+        end.record()
+        end.synchronize()
+        if start.elapsed_time(end) >= ms:
+            return
+
+
+def direct(label: str, dims, providers, warm_ms: float = 0.0) -> None:
     spec = get("rope")
     flush = torch.empty(timing.L2_FLUSH_BYTES, dtype=torch.int8, device="cuda")
     inputs = spec.make_inputs(dims, torch.bfloat16, "cuda", 0)
@@ -63,6 +80,8 @@ def direct(label: str, dims, providers) -> None:
         call = verify.build_call(spec, spec.provider(provider).fn, mine, "fwd", dys)
         with torch.no_grad():
             err = verify.error_of(spec, call(), want, "fwd")
+            if warm_ms:
+                busy(warm_ms)
             t = timing.time_cuda_graph(call, timing.Budget(5, 25), flush)
         q = mine["q"]
         print(f"{_label(dims)} {label:30s} {provider:7s} ok     {t.median_ms * 1000:7.1f} us  err {err:.1e}  "
@@ -80,6 +99,9 @@ def main():
         collector_case("4 collector again", dims)
         # run 2: as in a full run, with eager and torch.compile timed between ours and Liger's
         collector_case("5 collector, all providers", dims, ("triton", "torch", "compile", "liger"))
+        # run 3: the GPU kept busy for 200 ms (matmuls) right before each provider is timed
+        direct("6 direct, 200 ms busy before", dims, PROVIDERS, warm_ms=200)
+        direct("7 direct, Liger first, busy", dims, PROVIDERS[::-1], warm_ms=200)
 
 
 if __name__ == "__main__":
