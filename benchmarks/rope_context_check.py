@@ -8,7 +8,7 @@ writing in place. This runs, in one process and in this order, per shape: (1) th
 Runner.run_case on the forward with ours and Liger, into a throwaway DuckDB file; (2) the A/B's
 way, each provider's call built on private copies of the inputs after the float64 reference;
 (3) the same, Liger first; (4) the Runner again; (5) the Runner with every provider, in the
-collector's order (ours, eager, torch.compile, Liger); (6, 7), run 3 only: as 2 and 3 with
+collector's order (ours, eager, torch.compile, Liger); (6, 7) as 2 and 3 with
 200 ms of matmuls run right before each provider is timed; (8-10) the Runner with the providers
 in other orders (ours last; the usual; eager, ours, Liger). The direct lines give where q lies (MiB into its
 GiB) and its strides, so that a difference can be laid next to them.
@@ -103,7 +103,10 @@ def main():
         collector_case("4 collector again", dims)
         # run 2: as in a full run, with eager and torch.compile timed between ours and Liger's
         collector_case("5 collector, all providers", dims, ("triton", "torch", "compile", "liger"))
-        # run 4: every provider, ours last (and the reference order again)
+        # run 3: the GPU kept busy for 200 ms (matmuls) right before each provider is timed
+        direct("6 direct, 200 ms busy before", dims, PROVIDERS, warm_ms=200)
+        direct("7 direct, Liger first, busy", dims, PROVIDERS[::-1], warm_ms=200)
+        # run 4: every provider, ours last (and the usual order again)
         collector_case("8 collector, ours last", dims, ("triton", "torch", "compile", "liger"),
                        order=("torch", "compile", "liger", "triton"))
         collector_case("9 collector, all, usual order", dims, ("triton", "torch", "compile", "liger"))
