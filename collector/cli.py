@@ -5,6 +5,7 @@ opened or written exits 1 with one line; Ctrl-C exits 130 after marking the run 
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 import random
 import signal
@@ -28,6 +29,23 @@ DEFAULT_RUNS = "data/runs"
 # 548 in every order (docs/evidence/swiglu_context_check_h200_run1.txt, run2.txt). Each run records
 # the setting in its config.
 ALLOC_CONF = "expandable_segments:True"
+
+
+def pin_ptxas() -> str:
+    """TRITON_PTXAS_PATH for every Triton kernel of a run (ours, Liger's, torch.compile's), unless
+    the user set it: the ptxas that torch.compile's inductor itself switches the whole process to
+    the first time it compiles (torch/bin/ptxas, where the torch wheel ships one). Left to inductor,
+    the kernels compiled before the first torch.compile provider ran (ours, of a run's first cases)
+    were built by Triton's bundled ptxas and every later one by torch's, so a kernel's time could
+    depend on the cases before it: Liger's rope forward measured 5% faster once torch.compile had
+    run in the process, ours the same (docs/evidence/rope_context_check_h200.txt). Returns the path
+    ("" where Triton's own ptxas is used); each run records it in its config."""
+    if "TRITON_PTXAS_PATH" not in os.environ:
+        spec = importlib.util.find_spec("torch")
+        ptxas = Path(spec.origin).parent / "bin" / "ptxas" if spec and spec.origin else None
+        if ptxas is not None and ptxas.is_file() and os.access(ptxas, os.X_OK):
+            os.environ["TRITON_PTXAS_PATH"] = str(ptxas)
+    return os.environ.get("TRITON_PTXAS_PATH", "")
 
 
 def fail(message: str, code: int = 2) -> None:
@@ -125,6 +143,7 @@ def run(names, all_, quick, modes, providers, dtypes, device, warmup_ms, rep_ms,
     unless PYTORCH_CUDA_ALLOC_CONF is set (README, "What a run does")."""
     # Before anything touches CUDA: the allocator reads this when it starts (see ALLOC_CONF).
     os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", ALLOC_CONF)
+    ptxas = pin_ptxas()  # before any Triton kernel is compiled
     if not names and not all_:
         fail("name at least one kernel, or pass --all (see `kcollect list`)")
     if names and all_:
@@ -143,7 +162,7 @@ def run(names, all_, quick, modes, providers, dtypes, device, warmup_ms, rep_ms,
                        providers=providers or None, dtypes=dtypes or None, warmup_ms=warmup_ms, rep_ms=rep_ms,
                        min_reps=min_reps, cuda_graph=cuda_graph,
                        seed=random.randrange(2**31) if seed is None else seed, commit=commit,
-                       commit_time=commit_time, alloc_conf=os.environ["PYTORCH_CUDA_ALLOC_CONF"])
+                       commit_time=commit_time, alloc_conf=os.environ["PYTORCH_CUDA_ALLOC_CONF"], ptxas=ptxas)
     cases = plan(specs, config)
     if not cases:
         fail("the selection leaves nothing to run (check --mode/--provider/--dtype against `kcollect list`)")

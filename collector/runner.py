@@ -35,6 +35,7 @@ class RunConfig:
     commit: str | None = None  # overrides git (for a copy of the tree without .git)
     commit_time: str | None = None
     alloc_conf: str | None = None  # PYTORCH_CUDA_ALLOC_CONF the run was made with (cli.ALLOC_CONF)
+    ptxas: str | None = None  # TRITON_PTXAS_PATH the run's Triton kernels were built with (cli.pin_ptxas)
 
 
 @dataclass(frozen=True)

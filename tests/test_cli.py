@@ -86,6 +86,45 @@ def test_run_records_the_cuda_allocator_setting(tmp_path):
     assert confs == ["expandable_segments:True", "max_split_size_mb:256"]
 
 
+def test_run_records_the_ptxas_it_pinned(tmp_path):
+    # a TRITON_PTXAS_PATH the user set is kept and recorded; otherwise the CPU wheel has no
+    # torch/bin/ptxas and Triton's own stays ("")
+    import json
+
+    db = tmp_path / "k.duckdb"
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_PTXAS_PATH"}
+    for preset in (None, "/opt/cuda/bin/ptxas"):
+        run_env = env if preset is None else {**env, "TRITON_PTXAS_PATH": preset}
+        out = kc("run", "swiglu", "--mode", "fwd", "--provider", "triton", "--db", str(db), "--rep-ms", "1",
+                 "--warmup-ms", "1", env=run_env)
+        assert out.returncode == 0, out.stderr
+    with Store(db, read_only=True) as s:
+        got = [json.loads(r["config"])["ptxas"] for r in s.query("SELECT config FROM runs ORDER BY started_at")]
+    assert got == ["", "/opt/cuda/bin/ptxas"]
+
+
+def test_pin_ptxas_takes_torchs_bundled_ptxas(tmp_path, monkeypatch):
+    import importlib.machinery
+    import importlib.util
+
+    from kcollect import cli
+
+    torch_dir = tmp_path / "torch"
+    (torch_dir / "bin").mkdir(parents=True)
+    (torch_dir / "__init__.py").write_text("")
+    ptxas = torch_dir / "bin" / "ptxas"
+    ptxas.write_text("#!/bin/sh\n")
+    ptxas.chmod(0o755)
+    spec = importlib.machinery.ModuleSpec("torch", None, origin=str(torch_dir / "__init__.py"))
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: spec if name == "torch" else None)
+    # setenv first, so that teardown restores the variable as it was (pin_ptxas sets it directly)
+    monkeypatch.setenv("TRITON_PTXAS_PATH", "-")
+    monkeypatch.delenv("TRITON_PTXAS_PATH")
+    assert cli.pin_ptxas() == str(ptxas) == os.environ["TRITON_PTXAS_PATH"]
+    monkeypatch.setenv("TRITON_PTXAS_PATH", "/elsewhere/ptxas")  # the user's choice wins
+    assert cli.pin_ptxas() == "/elsewhere/ptxas"
+
+
 def test_corrupt_db_exits_1_and_is_untouched(tmp_path):
     db = tmp_path / "k.duckdb"
     db.write_bytes(b"garbage" * 1000)
