@@ -2,13 +2,20 @@
 from __future__ import annotations
 
 import contextlib
+import os
 
 import torch
 from triton.runtime.jit import KernelInterface
 
-from kcollect.cli import pin_ptxas
+from kcollect.cli import ALLOC_CONF, pin_ptxas
 
-# the A/Bs build their Triton kernels with the collector's ptxas (see kcollect.cli.pin_ptxas)
+# The A/Bs run as `kcollect run` does: its ptxas (kcollect.cli.pin_ptxas) and its CUDA allocator
+# (expandable segments, read when the allocator starts: the scripts make no CUDA tensor before
+# this import). Until then the allocator was one difference between an A/B and the collector
+# (the other: what ran before in the process), and a gain could stay behind: layer_norm's forward
+# at 4096x4096 without the x cache hint, 4-6% faster in layer_norm_ab runs 10-11, within 1% in
+# collector runs 56a11cd4 and 369a663a.
+os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", ALLOC_CONF)
 pin_ptxas()
 
 

@@ -13,10 +13,10 @@ collector's order (ours, eager, torch.compile, Liger); (6, 7) as 2 and 3 with
 in other orders (ours last; the usual; eager, ours, Liger). The direct lines give where q lies (MiB into its
 GiB) and its strides, so that a difference can be laid next to them.
 
-The cause: torch.compile's inductor sets TRITON_PTXAS_PATH to the torch wheel's ptxas the first
-time it compiles, so Liger's kernel, built again after that, was built by another ptxas (ours came
-out the same either way). This script leaves the variable alone, to show it; `kcollect run` and
-the A/Bs now pin it before any kernel is built (kcollect.cli.pin_ptxas).
+What it found (docs/evidence/rope_context_check_h200.txt): Liger's forward is 5% faster once
+torch.compile has been timed earlier in the process, and only then; ours is not, wherever it is
+timed. Not the clock's warm-up (steps 6-7) and not the ptxas that inductor switches the process
+to (run 5: TRITON_PTXAS_PATH pinned from the start, the same). The cause is not known.
 
     python benchmarks/rope_context_check.py
 """

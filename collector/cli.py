@@ -34,12 +34,13 @@ ALLOC_CONF = "expandable_segments:True"
 def pin_ptxas() -> str:
     """TRITON_PTXAS_PATH for every Triton kernel of a run (ours, Liger's, torch.compile's), unless
     the user set it: the ptxas that torch.compile's inductor itself switches the whole process to
-    the first time it compiles (torch/bin/ptxas, where the torch wheel ships one). Left to inductor,
-    the kernels compiled before the first torch.compile provider ran (ours, of a run's first cases)
-    were built by Triton's bundled ptxas and every later one by torch's, so a kernel's time could
-    depend on the cases before it: Liger's rope forward measured 5% faster once torch.compile had
-    run in the process, ours the same (docs/evidence/rope_context_check_h200.txt). Returns the path
-    ("" where Triton's own ptxas is used); each run records it in its config."""
+    the first time it compiles (torch/bin/ptxas, where the torch wheel ships one; on the H200
+    machine CUDA 13.0's, where Triton bundles its own). Left to inductor, the kernels built before
+    the first torch.compile provider ran (ours, of a run's first cases) got Triton's ptxas and every
+    later one torch's: a kernel's binary depended on the cases before it. No time has been seen to
+    move with it (docs/evidence/rope_context_check_h200.txt, run 5: Liger's rope forward is faster
+    after torch.compile has run with the ptxas pinned as well); the pin makes the toolchain one per
+    run and each run records the path in its config ("" where Triton's own ptxas is used)."""
     if "TRITON_PTXAS_PATH" not in os.environ:
         spec = importlib.util.find_spec("torch")
         ptxas = Path(spec.origin).parent / "bin" / "ptxas" if spec and spec.origin else None
