@@ -61,6 +61,16 @@ def sm_count(device) -> int:
     return 4
 
 
+def l2_bytes(device) -> int:
+    """The L2 cache's size on a CUDA device; on the CPU (interpreter) the H100/H200's 50 MB, so that
+    the CPU tests take the branches the GPU takes."""
+    import torch
+
+    if torch.device(device).type == "cuda":
+        return torch.cuda.get_device_properties(device).L2_cache_size
+    return 50 << 20
+
+
 # ---------------------------------------------------------------------------------------------
 # Wide rows split over programs, finished by the last to arrive. A row of S segments is handled by
 # S consecutive programs of a 1-D grid (consecutive so that they are scheduled together): each

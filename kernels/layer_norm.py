@@ -1,8 +1,6 @@
 """LayerNorm over the last dim with weight and bias: y = (x - mean) / sqrt(var + eps) * w + b."""
 from __future__ import annotations
 
-import functools
-
 import torch
 import torch.nn.functional as F
 import triton
@@ -10,7 +8,7 @@ import triton.language as tl
 
 from kcollect.spec import KernelSpec, Provider, Shape, peer_available, standard_providers
 
-from ._utils import sm_count
+from ._utils import l2_bytes, sm_count
 
 
 # ---------------------------------------------------------------------------------------------
@@ -73,7 +71,7 @@ def _ln_load_wb(w_ptr, b_ptr, cols, cmask):
 def _ln_tile(x, rows, cols, cmask, M, N, eps, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, N_ALIGN: tl.constexpr,
              EARLY_WB: tl.constexpr = False, w=None, b=None):
     """Normalise a loaded [ROWS, BLOCK_N] tile of x and store y, mean and rstd (both forwards).
-    EARLY_WB: w and b were loaded by the caller, with x (see _FWD_NO_HINT_FROM)."""
+    EARLY_WB: w and b were loaded by the caller, with x (measured: the comment at _FWD_NO_HINT_FROM)."""
     rmask = rows < M
     mask = rmask[:, None] & cmask[None, :]
     xf = x.to(tl.float32)
@@ -353,7 +351,10 @@ _FWD_POLICY = "evict_last"
 # programs per SM stay the same (sm_90 compile: 64 against 58 registers at 8 warps, 4 per SM).
 # And x loads without a hint for an x of 8 MB up to the L2's size: 4096x4096 (32 MB) 4.2-5.8%
 # faster, 3000x3584 (21 MB) 8.5-8.7%; evict_last stays above that (32768x4096: no hint 3.5% slower)
-# and below it (1x4096 6% slower, 1024x2048 the same).
+# and below it (1x4096 6% slower, 1024x2048 the same). In the collector, early w/b took 1x4096
+# from 6.0 to 5.1-5.2 us (runs dd17ebc3 -> 56a11cd4, 369a663a), but 4096x4096 stayed within 1%
+# (23.1 -> 22.8-23.0 us): the A/Bs of runs 10-11 ran with the default CUDA allocator, the
+# collector with expandable segments (since then the A/Bs use it too: benchmarks/ab_tools.py).
 _FWD_NO_HINT_FROM = 8 << 20
 _BWD_WIDE_WARPS = 16
 _BWD_WIDE_POLICY = "evict_last"
@@ -382,14 +383,7 @@ _BWD_FUSED_SUMS = True
 def _fwd_policy(x: torch.Tensor) -> str:
     """The x loads' cache hint on the one-tile-per-program path: none for an x between
     _FWD_NO_HINT_FROM bytes and the L2's size, evict_last otherwise (see _FWD_NO_HINT_FROM)."""
-    return "" if _FWD_NO_HINT_FROM <= x.numel() * x.element_size() <= _l2_bytes(x.device) else _FWD_POLICY
-
-
-@functools.cache
-def _l2_bytes(device: torch.device) -> int:
-    if device.type != "cuda":
-        return 50 << 20  # the interpreter: H100/H200's, so that the CPU tests take the same branches
-    return torch.cuda.get_device_properties(device).L2_cache_size
+    return "" if _FWD_NO_HINT_FROM <= x.numel() * x.element_size() <= l2_bytes(x.device) else _FWD_POLICY
 
 
 def _align(n: int) -> int:

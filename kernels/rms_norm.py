@@ -15,7 +15,7 @@ import triton.language as tl
 
 from kcollect.spec import KernelSpec, Provider, Shape, peer_available, standard_providers
 
-from ._utils import last_to_arrive, row_settings, sm_count, widen, widen_asm
+from ._utils import l2_bytes, last_to_arrive, row_settings, sm_count, widen, widen_asm
 
 
 # ---------------------------------------------------------------------------------------------
@@ -527,10 +527,7 @@ def _persistent_grid(tiles: int, resident: int) -> tuple[int, int]:
 
 def _chunked_programs(device: torch.device, row_bytes: int) -> int:
     """One 32-warp program per SM, fewer if the rows they hold would not fit in ~3/4 of L2."""
-    n = sm_count(device)
-    if device.type == "cuda":
-        n = min(n, max(1, 3 * torch.cuda.get_device_properties(device).L2_cache_size // 4 // row_bytes))
-    return n
+    return min(sm_count(device), max(1, 3 * l2_bytes(device) // 4 // row_bytes))
 
 
 def _wide_default(x: torch.Tensor, n: int) -> str:

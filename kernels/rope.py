@@ -132,7 +132,7 @@ _WARPS = 4
 _MAX_HB = 2  # heads per thread: 2 * 2 16-byte loads in flight; more costs occupancy (registers)
 _MAX_HB_WIDE = 4  # for head_dim >= _WIDE_HEAD
 _WIDE_HEAD = 256
-# Heads per thread, 2 rather than 4 (the default until run 3): H200 A/B runs 1-4
+# Heads per thread, 2 rather than 4 (the default before run 4): H200 A/B runs 1-4
 # (rope_ab_h200_run*.txt) 1.00-1.03x at every shape where they differ, e.g. 2x64x8x8192x128 fwd
 # 95.6% -> 96.8% of copy (run 4), 3x32x32x1000x80 fwd and bwd 1.02-1.03x (runs 3, 4), but
 # head_dim 256 (4x8x1x4096x256 fwd: 0.979x in run 1, 0.986x in run 4), where a program's threads

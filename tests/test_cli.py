@@ -70,37 +70,23 @@ def test_run_summary_export_import(tmp_path):
     assert "1 run(s) imported" in first.stdout and "0 run(s) imported, 1 already present" in again.stdout
 
 
-def test_run_records_the_cuda_allocator_setting(tmp_path):
-    # expandable segments unless the user set PYTORCH_CUDA_ALLOC_CONF, which is then kept
+def test_run_records_the_cuda_allocator_and_ptxas(tmp_path):
+    # expandable segments unless the user set PYTORCH_CUDA_ALLOC_CONF, which is then kept; a
+    # TRITON_PTXAS_PATH the user set is kept too, and otherwise the CPU wheel has no
+    # torch/bin/ptxas, so Triton's own stays ("")
     import json
 
     db = tmp_path / "k.duckdb"
-    env = {k: v for k, v in os.environ.items() if k != "PYTORCH_CUDA_ALLOC_CONF"}
-    for preset in (None, "max_split_size_mb:256"):
-        run_env = env if preset is None else {**env, "PYTORCH_CUDA_ALLOC_CONF": preset}
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTORCH_CUDA_ALLOC_CONF", "TRITON_PTXAS_PATH")}
+    preset = {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:256", "TRITON_PTXAS_PATH": "/opt/cuda/bin/ptxas"}
+    for run_env in (env, {**env, **preset}):
         out = kc("run", "swiglu", "--mode", "fwd", "--provider", "triton", "--db", str(db), "--rep-ms", "1",
                  "--warmup-ms", "1", env=run_env)
         assert out.returncode == 0, out.stderr
     with Store(db, read_only=True) as s:
-        confs = [json.loads(r["config"])["alloc_conf"] for r in s.query("SELECT config FROM runs ORDER BY started_at")]
-    assert confs == ["expandable_segments:True", "max_split_size_mb:256"]
-
-
-def test_run_records_the_ptxas_it_pinned(tmp_path):
-    # a TRITON_PTXAS_PATH the user set is kept and recorded; otherwise the CPU wheel has no
-    # torch/bin/ptxas and Triton's own stays ("")
-    import json
-
-    db = tmp_path / "k.duckdb"
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_PTXAS_PATH"}
-    for preset in (None, "/opt/cuda/bin/ptxas"):
-        run_env = env if preset is None else {**env, "TRITON_PTXAS_PATH": preset}
-        out = kc("run", "swiglu", "--mode", "fwd", "--provider", "triton", "--db", str(db), "--rep-ms", "1",
-                 "--warmup-ms", "1", env=run_env)
-        assert out.returncode == 0, out.stderr
-    with Store(db, read_only=True) as s:
-        got = [json.loads(r["config"])["ptxas"] for r in s.query("SELECT config FROM runs ORDER BY started_at")]
-    assert got == ["", "/opt/cuda/bin/ptxas"]
+        confs = [json.loads(r["config"]) for r in s.query("SELECT config FROM runs ORDER BY started_at")]
+    assert [(c["alloc_conf"], c["ptxas"]) for c in confs] == [("expandable_segments:True", ""),
+                                                             ("max_split_size_mb:256", "/opt/cuda/bin/ptxas")]
 
 
 def test_pin_ptxas_takes_torchs_bundled_ptxas(tmp_path, monkeypatch):
