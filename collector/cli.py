@@ -141,7 +141,8 @@ def run(names, all_, quick, modes, providers, dtypes, device, warmup_ms, rep_ms,
         commit, commit_time) -> None:
     """Run kernels against their baselines, gate on correctness, time, and store one row per
     (kernel, mode, provider, shape, dtype). PyTorch's CUDA allocator runs with expandable segments
-    unless PYTORCH_CUDA_ALLOC_CONF is set (README, "What a run does")."""
+    unless PYTORCH_CUDA_ALLOC_CONF is set, and every Triton kernel is built by the torch wheel's
+    ptxas unless TRITON_PTXAS_PATH is set (README, "What a run does")."""
     # Before anything touches CUDA: the allocator reads this when it starts (see ALLOC_CONF).
     os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", ALLOC_CONF)
     ptxas = pin_ptxas()  # before any Triton kernel is compiled
