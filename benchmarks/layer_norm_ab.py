@@ -58,8 +58,8 @@ FWD_VARIANTS = [
     ("16 warps", lambda n: {"num_warps": 16}),
     ("4 warps", lambda n: {"num_warps": 4}),
     ("16/thread persistent+prefetch", lambda n: {"per_thread": 16, "persistent": True, "prefetch": True}),
-    # run 10: w and b loaded with x or after the reductions (the default decides by programs per
-    # SM). Also measured in run 10 and removed since: rows of 16384 and 65536 on the chunked paths,
+    # run 10: w and b loaded with x or after the reductions (with x: the default since run 11;
+    # run 11 also without the x cache hint). Also measured in run 10 and removed since: rows of 16384 and 65536 on the chunked paths,
     # _ln_fwd_wide (chunk 8192) or a per-lane Welford kernel that prefetched the next chunk
     # (57-62% of copy at 4096x16384 against 83% by default, 48-57% at 2048x65536 against 71%)
     ("early w/b", lambda n: {"early_wb": True}),
