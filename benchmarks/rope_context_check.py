@@ -45,10 +45,11 @@ def _label(dims) -> str:
     return "x".join(str(dims[k]) for k in ("B", "Hq", "Hk", "T", "D", "pos"))
 
 
-def collector_case(label: str, dims, providers=PROVIDERS, order=None) -> None:
+def collector_case(label: str, dims, providers=PROVIDERS) -> None:
+    """The Runner on one case, timing `providers` in the order given (it times them in the spec's
+    order: a copy of the spec in this one)."""
     spec = get("rope")
-    if order:  # the Runner times providers in the spec's order: a copy of the spec in this one
-        spec = dataclasses.replace(spec, providers=tuple(spec.provider(n) for n in order))
+    spec = dataclasses.replace(spec, providers=tuple(spec.provider(n) for n in providers))
     config = R.RunConfig(kernels=("rope",), grid="full", device="cuda", modes=("fwd",), providers=providers,
                          warmup_ms=5, rep_ms=25)
     case = next(c for c in R.plan([spec], config) if c.shape.dims == dims)
@@ -68,11 +69,9 @@ def busy(ms: float) -> None:
     a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
-    n = 0
     while True:
         for _ in range(10):
             a @ a
-        n += 10
         end.record()
         end.synchronize()
         if start.elapsed_time(end) >= ms:
@@ -112,11 +111,9 @@ def main():
         direct("6 direct, 200 ms busy before", dims, PROVIDERS, warm_ms=200)
         direct("7 direct, Liger first, busy", dims, PROVIDERS[::-1], warm_ms=200)
         # run 4: every provider, ours last (and the usual order again)
-        collector_case("8 collector, ours last", dims, ("triton", "torch", "compile", "liger"),
-                       order=("torch", "compile", "liger", "triton"))
+        collector_case("8 collector, ours last", dims, ("torch", "compile", "liger", "triton"))
         collector_case("9 collector, all, usual order", dims, ("triton", "torch", "compile", "liger"))
-        collector_case("10 collector, eager then ours", dims, ("triton", "torch", "liger"),
-                       order=("torch", "triton", "liger"))
+        collector_case("10 collector, eager then ours", dims, ("torch", "triton", "liger"))
 
 
 if __name__ == "__main__":
