@@ -59,6 +59,13 @@ FWD_VARIANTS = [
     ("split seg 16384 8 warps", lambda n, res: {"wide": "split", "split_seg": 16384, "split_warps": 8}),
     # the whole row in one 32-warp program's registers, in bf16 (_fwd_packed)
     ("packed", lambda n, res: {"wide": "packed"}),
+    # wide rows in segments of co-resident programs that wait for each other (_fwd_coop)
+    ("coop", lambda n, res: {"wide": "coop", "max_block": 4096}),
+    ("coop seg 4096", lambda n, res: {"wide": "coop", "max_block": 4096, "split_seg": 4096}),
+    ("coop seg 16384 16 warps", lambda n, res: {"wide": "coop", "max_block": 4096, "split_seg": 16384,
+                                                "split_warps": 16}),
+    ("coop seg 4096 4 warps", lambda n, res: {"wide": "coop", "max_block": 4096, "split_seg": 4096,
+                                              "split_warps": 4}),
     # small grids (1024x2048, where torch.compile led by 5%): one tile per program, tiles of 2 rows
     ("one tile per program", lambda n, res: {"persistent": False}),
     ("2 rows", lambda n, res: {"rows": 2}),
@@ -70,12 +77,20 @@ BWD_VARIANTS = [
     ("default", lambda n: {}),
     ("evict_last", lambda n: {"policy": "evict_last"}),
     ("no hint", lambda n: {"policy": ""}),
+    # wide rows in segments of co-resident programs that wait for each other (_bwd_coop)
+    ("coop", lambda n: {"wide": "coop", "max_block": 2048}),
+    ("coop seg 4096", lambda n: {"wide": "coop", "max_block": 2048, "coop_seg": 4096}),
+    ("coop seg 2048 4 warps", lambda n: {"wide": "coop", "max_block": 2048, "coop_seg": 2048, "coop_warps": 4}),
+    ("coop seg 4096 4 warps", lambda n: {"wide": "coop", "max_block": 2048, "coop_seg": 4096, "coop_warps": 4}),
+    ("coop seg 8192 16 warps", lambda n: {"wide": "coop", "max_block": 2048, "coop_seg": 8192, "coop_warps": 16}),
 ]
 
 # (kernel, mode, M, N), most important first: past --budget-s the rest is skipped
 CASES = [
     ("rms_norm", "fwd", 32768, 4096),
     ("rms_norm", "bwd", 32768, 4096),
+    ("rms_norm", "bwd", 1024, 65536),
+    ("add_rms_norm", "bwd", 1024, 65536),
     ("rms_norm", "bwd", 2048, 16384),
     ("add_rms_norm", "fwd", 32768, 4096),
     ("add_rms_norm", "bwd", 2048, 16384),

@@ -96,6 +96,37 @@ def last_to_arrive(count_ptr, S):
 
 
 # ---------------------------------------------------------------------------------------------
+# Wide rows split over co-resident programs that wait for each other. A row of S segments is
+# held by S programs, each in its own registers; each stores its partial of the row's reduction,
+# counts itself in on the row's counter and waits until all S have; then every one of them reads
+# the S partials (summed in the same order by all: the same total, deterministic) and finishes its
+# own segment from registers: x crosses HBM once and nobody re-reads a row. Waiting is only safe
+# when all of the grid's programs are resident at once (the launchers size the grid to what the GPU
+# holds, see rms_norm._resident_programs) and on a GPU: the CPU interpreter runs programs one after
+# the other, so there S must be 1. The wait is bounded: after MAX_SPINS polls the total is NaN, a
+# wrong answer the correctness gate reports, rather than a hang. Counters: int32, zeroed before
+# the launch; partials: fp32 [rows, S].
+
+MAX_SPINS = tl.constexpr(1 << 20)
+
+
+@triton.jit
+def row_total(part_ptr, count_ptr, row, seg, S, value, S_BLOCK: tl.constexpr):
+    """The sum over the row's S programs of `value` (an fp32 scalar), once all have given theirs."""
+    tl.store(part_ptr + row * S + seg, value)
+    tl.debug_barrier()  # the partial's store (by one thread) before the release below
+    n = tl.atomic_add(count_ptr + row, 1, sem="acq_rel") + 1
+    spins = 0
+    while (n < S) & (spins < MAX_SPINS):
+        n = tl.atomic_add(count_ptr + row, 0, sem="acquire")
+        spins += 1
+    tl.debug_barrier()  # every thread's loads after the acquire
+    j = tl.arange(0, S_BLOCK)
+    parts = tl.load(part_ptr + row * S + j, mask=j < S, other=0.0, volatile=True)
+    return tl.where(n >= S, tl.sum(parts, axis=0), float("nan"))
+
+
+# ---------------------------------------------------------------------------------------------
 # bf16 widened late. A kernel that holds a row of bf16 values across a reduction and uses them
 # again after it (softmax's backward: dot = sum(y * dy), then y * (dy - dot)) keeps, as compiled,
 # fp32 copies of them alive across the reduction: twice the registers of the packed bf16 loaded.

@@ -15,7 +15,7 @@ import triton.language as tl
 
 from kcollect.spec import KernelSpec, Provider, Shape, peer_available, standard_providers
 
-from ._utils import l2_bytes, last_to_arrive, row_settings, sm_count, widen, widen_asm
+from ._utils import l2_bytes, last_to_arrive, row_settings, row_total, sm_count, widen, widen_asm
 
 
 # ---------------------------------------------------------------------------------------------
@@ -231,6 +231,44 @@ def _fwd_split(x_ptr, r_ptr, h_ptr, w_ptr, y_ptr, rstd_ptr, part_ptr, count_ptr,
             tl.store(rstd_ptr + row, rstd)
 
 
+@triton.jit(do_not_specialize=["iters"])
+def _fwd_coop(x_ptr, r_ptr, h_ptr, w_ptr, y_ptr, rstd_ptr, part_ptr, count_ptr, M, N, eps, S, iters,
+              SEG: tl.constexpr, S_BLOCK: tl.constexpr, HAS_RES: tl.constexpr, STORE_RSTD: tl.constexpr):
+    # Wide rows held by S co-resident programs (_utils.row_total): program (group g, segment s)
+    # keeps columns [s*SEG, (s+1)*SEG) of rows g, g+G, g+2G, ... (G groups), loading the next row's
+    # segment before it waits for this row's sum of squares.
+    pid = tl.program_id(0)
+    G = tl.num_programs(0) // S
+    g = pid // S
+    seg = pid % S
+    cols = seg * SEG + tl.arange(0, SEG)
+    cm = cols < N
+    x = tl.load(x_ptr + g.to(tl.int64) * N + cols, mask=cm & (g < M), other=0.0)
+    if HAS_RES:
+        r = tl.load(r_ptr + g.to(tl.int64) * N + cols, mask=cm & (g < M), other=0.0)
+    i = 0
+    while i < iters:
+        row = g + i * G
+        i += 1
+        live = cm & (row < M)
+        nxt = (row + G).to(tl.int64) * N + cols
+        x_next = tl.load(x_ptr + nxt, mask=cm & (row + G < M), other=0.0)
+        if HAS_RES:
+            r_next = tl.load(r_ptr + nxt, mask=cm & (row + G < M), other=0.0)
+            hv = (x.to(tl.float32) + r.to(tl.float32)).to(h_ptr.dtype.element_ty)
+            tl.store(h_ptr + row.to(tl.int64) * N + cols, hv, mask=live)
+            xf = hv.to(tl.float32)
+            r = r_next
+        else:
+            xf = x.to(tl.float32)
+        rstd = tl.math.rsqrt(row_total(part_ptr, count_ptr, row, seg, S, tl.sum(xf * xf, axis=0), S_BLOCK) / N + eps)
+        w = tl.load(w_ptr + cols, mask=cm, other=0.0).to(tl.float32)  # from L1, not held across the wait
+        tl.store(y_ptr + row.to(tl.int64) * N + cols, (xf * rstd * w).to(y_ptr.dtype.element_ty), mask=live)
+        if STORE_RSTD:
+            tl.store(rstd_ptr + row, rstd, mask=(seg == 0) & (row < M))
+        x = x_next
+
+
 @triton.jit
 def _fwd_packed(x_ptr, r_ptr, h_ptr, w_ptr, y_ptr, rstd_ptr, N, eps, BLOCK: tl.constexpr,
                 HAS_RES: tl.constexpr, STORE_RSTD: tl.constexpr, ASM: tl.constexpr):
@@ -317,6 +355,48 @@ def _bwd_rows(x_ptr, w_ptr, dy_ptr, dh_ptr, rstd_ptr, dx_ptr, part_ptr, M, N, it
             x = x_next
             dy = dy_next
     tl.store(part_ptr + pid.to(tl.int64) * N + cols, tl.sum(acc, axis=0), mask=cols < N)
+
+
+@triton.jit(do_not_specialize=["iters"])
+def _bwd_coop(x_ptr, w_ptr, dy_ptr, dh_ptr, rstd_ptr, dx_ptr, dwp_ptr, part_ptr, count_ptr, M, N, S, iters,
+              SEG: tl.constexpr, S_BLOCK: tl.constexpr, HAS_DH: tl.constexpr):
+    # Wide rows held by S co-resident programs, as _fwd_coop: program (g, s) keeps its segment of
+    # x and dy for rows g, g+G, ..., waits for the row's mean(m * xhat) (_utils.row_total) and
+    # writes its segment of dx from registers; its columns' dw partial stays in fp32 registers over
+    # all its rows and is written once, as row g of the [G, N] partial buffer.
+    pid = tl.program_id(0)
+    G = tl.num_programs(0) // S
+    g = pid // S
+    seg = pid % S
+    cols = seg * SEG + tl.arange(0, SEG)
+    cm = cols < N
+    acc = tl.zeros([SEG], dtype=tl.float32)
+    x = tl.load(x_ptr + g.to(tl.int64) * N + cols, mask=cm & (g < M), other=0.0)
+    dy = tl.load(dy_ptr + g.to(tl.int64) * N + cols, mask=cm & (g < M), other=0.0)
+    i = 0
+    while i < iters:
+        row = g + i * G
+        i += 1
+        live = cm & (row < M)
+        here = row.to(tl.int64) * N + cols
+        nxt = (row + G).to(tl.int64) * N + cols
+        x_next = tl.load(x_ptr + nxt, mask=cm & (row + G < M), other=0.0)
+        dy_next = tl.load(dy_ptr + nxt, mask=cm & (row + G < M), other=0.0)
+        if HAS_DH:  # issued before the wait, used after it
+            dh = tl.load(dh_ptr + here, mask=live, other=0.0)
+        rstd = tl.load(rstd_ptr + row, mask=row < M, other=0.0)
+        xhat = x.to(tl.float32) * rstd
+        dyf = dy.to(tl.float32)
+        acc += dyf * xhat
+        m = dyf * tl.load(w_ptr + cols, mask=cm, other=0.0).to(tl.float32)
+        c = row_total(part_ptr, count_ptr, row, seg, S, tl.sum(m * xhat, axis=0), S_BLOCK) / N
+        dx = (m - xhat * c) * rstd
+        if HAS_DH:
+            dx += dh.to(tl.float32)
+        tl.store(dx_ptr + here, dx.to(dx_ptr.dtype.element_ty), mask=live)
+        x = x_next
+        dy = dy_next
+    tl.store(dwp_ptr + g.to(tl.int64) * N + cols, acc, mask=cm)
 
 
 @triton.jit
@@ -442,6 +522,10 @@ CHUNK_BYTES = 32768  # chunk of a wide row in _fwd_chunked: 32 warps x 32 bytes 
 WIDE = "split"
 PACKED_MAX_BLOCK = 65536
 SPLIT_SEG_BYTES = 32768
+# The coop kernels (_fwd_coop, _bwd_coop: a wide row's segments in registers of programs that wait
+# for each other, _utils.row_total): bytes of a segment, warps of a program.
+COOP_SEG_BYTES = 16384
+COOP_WARPS = 8
 DOT_CHUNK = 8192  # chunk of a wide row in _bwd_row_dot: 16 warps x 16 elements
 COLS_TILE = (4, 1024)  # BLOCK_R x BLOCK_C of _bwd_cols, 8 warps: 64 registers, 4 programs per SM
 
@@ -530,6 +614,32 @@ def _chunked_programs(device: torch.device, row_bytes: int) -> int:
     return min(sm_count(device), max(1, 3 * l2_bytes(device) // 4 // row_bytes))
 
 
+def _coop_seg(x: torch.Tensor, n: int, seg: int | None) -> int:
+    """Segment of a row per program in the coop kernels: COOP_SEG_BYTES on the GPU; on the CPU the
+    whole row (one program a row: the interpreter runs programs one after the other, and a program
+    waiting for another that has not started would wait for ever)."""
+    if x.device.type != "cuda":
+        if seg is not None and seg < n:
+            raise ValueError(f"coop segments of {seg} < {n} elements need a GPU: their programs wait for each other")
+        return triton.next_power_of_2(n)
+    return seg or COOP_SEG_BYTES // x.element_size()
+
+
+def _coop_buffers(device: torch.device, rows: int, S: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Partials (fp32 [rows, S]) and counters (int32 [rows], zeroed) of _utils.row_total."""
+    return (torch.empty(rows * S, dtype=torch.float32, device=device),
+            torch.zeros(rows, dtype=torch.int32, device=device))
+
+
+def _coop_grid(kernel, args: tuple, meta: dict, warps: int, device: torch.device, M: int, S: int) -> tuple[int, int]:
+    """(row groups, rows per group) of a coop kernel: groups x S programs, all resident at once (their
+    programs wait for each other), striped over the M rows."""
+    groups = min(M, _resident_programs(kernel, args, meta, warps, device) // S)
+    if groups == 0:
+        raise ValueError(f"coop: {S} segments a row do not fit on the GPU at once; use a wider segment")
+    return _persistent_grid(M, groups)
+
+
 def _wide_default(x: torch.Tensor, n: int) -> str:
     """"packed" for bf16 on the GPU up to PACKED_MAX_BLOCK with a row for every SM at least (fewer
     rows, one program each, would leave SMs idle that the split's segments use), else WIDE."""
@@ -568,11 +678,11 @@ def rms_norm_forward(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6, residu
     row per program, BLOCK = next_pow2(N), Liger's num_warps (_utils.row_settings), no register
     cap, one tile per program, no prefetch. `x_policy`: the cache hint of the x loads ("" = none).
     Wider rows: `wide` = "chunked" (_fwd_chunked), "split" (_fwd_split, with `split_seg`
-    elements and `split_warps` warps per program) or "packed" (_fwd_packed, `split_warps` warps);
-    default: _wide_default."""
+    elements and `split_warps` warps per program), "coop" (_fwd_coop, the same two knobs) or
+    "packed" (_fwd_packed, `split_warps` warps); default: _wide_default."""
     _check(x, w, residual)
-    if wide not in (None, "split", "chunked", "packed"):
-        raise ValueError(f"wide must be 'split', 'chunked' or 'packed', got {wide!r}")
+    if wide not in (None, "split", "chunked", "packed", "coop"):
+        raise ValueError(f"wide must be 'split', 'chunked', 'packed' or 'coop', got {wide!r}")
     N = x.shape[-1]
     x2 = _as_rows(x, N)
     M = x2.shape[0]
@@ -615,6 +725,16 @@ def rms_norm_forward(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6, residu
         block = triton.next_power_of_2(N)
         _fwd_packed[(M,)](x2, r2, h, w, y, rstd, N, eps, BLOCK=block, HAS_RES=has_res, STORE_RSTD=need_rstd,
                           ASM=widen_asm(x2), num_warps=split_warps or max(4, min(32, block // 2048)))
+    elif path == "coop":
+        seg = _coop_seg(x2, N, split_seg)
+        S = triton.cdiv(N, seg)
+        warps = split_warps or COOP_WARPS
+        meta = dict(SEG=seg, S_BLOCK=triton.next_power_of_2(S), HAS_RES=has_res, STORE_RSTD=need_rstd)
+        part, count = _coop_buffers(x.device, 1, 1)  # stand-ins for the occupancy query
+        groups, iters = _coop_grid(_fwd_coop, (x2, r2, h, w, y, rstd, part, count, M, N, eps, S, 1), meta, warps,
+                                   x.device, M, S)
+        part, count = _coop_buffers(x.device, groups * iters, S)
+        _fwd_coop[(groups * S,)](x2, r2, h, w, y, rstd, part, count, M, N, eps, S, iters, num_warps=warps, **meta)
     elif path == "split":
         # (a lowered max_block, as in the tests, lowers the segment with it)
         seg = split_seg or min(SPLIT_SEG_BYTES // x2.element_size(), triton.next_power_of_2(max_block))
@@ -636,13 +756,18 @@ def rms_norm_forward(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6, residu
 def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: torch.Tensor,
                       dh: torch.Tensor | None = None, max_block: int = MAX_REG_BLOCK,
                       *, num_warps: int | None = None, prefetch: bool | None = None,
-                      cols_tile: tuple[int, int] | None = None, policy: str = "evict_last"):
+                      cols_tile: tuple[int, int] | None = None, policy: str = "evict_last",
+                      wide: str | None = None, coop_seg: int | None = None, coop_warps: int | None = None):
     """(dx, dw) for y = rms_norm(x) * w; with dh (add_rms_norm: x is h, dh the gradient reaching h
     directly), dx includes it.
 
     Knobs for GPU A/Bs (defaults: the current choice): `num_warps` and `prefetch` of the register
-    path (_bwd_rows) and the cache `policy` of its loads, `cols_tile` = (BLOCK_R, BLOCK_C) of the wide-row path (_bwd_cols, 8 warps);
-    a `max_block` below N's block sends a row through the wide-row path."""
+    path (_bwd_rows) and the cache `policy` of its loads; rows wider than `max_block` (the tests
+    lower it) take `wide` = "cols" (_bwd_row_dot then _bwd_cols, whose (BLOCK_R, BLOCK_C) is
+    `cols_tile`, 8 warps) or "coop" (_bwd_coop, `coop_seg` elements and `coop_warps` warps a
+    program); default "cols"."""
+    if wide not in (None, "cols", "coop"):
+        raise ValueError(f"wide must be 'cols' or 'coop', got {wide!r}")
     N = x.shape[-1]
     x2 = _as_rows(x, N)
     dy2 = _as_rows(dy, N)
@@ -666,6 +791,19 @@ def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: 
             return dx.view(x.shape), dw
         part = torch.empty((grid, N), dtype=torch.float32, device=x.device)
         _bwd_rows[(grid,)](x2, w, dy2, dh2, rstd, dx, part, M, N, iters, num_warps=warps, **meta)
+    elif wide == "coop":
+        seg = _coop_seg(x2, N, coop_seg)
+        S = triton.cdiv(N, seg)
+        warps = coop_warps or COOP_WARPS
+        meta = dict(SEG=seg, S_BLOCK=triton.next_power_of_2(S), HAS_DH=has_dh)
+        part, count = _coop_buffers(x.device, 1, 1)  # stand-ins for the occupancy query
+        groups, iters = _coop_grid(_bwd_coop, (x2, w, dy2, dh2, rstd, dx, part, part, count, M, N, S, 1), meta,
+                                   warps, x.device, M, S)
+        part, count = _coop_buffers(x.device, groups * iters, S)
+        dwp = torch.empty((groups, N), dtype=torch.float32, device=x.device)
+        _bwd_coop[(groups * S,)](x2, w, dy2, dh2, rstd, dx, dwp, part, count, M, N, S, iters, num_warps=warps,
+                                 **meta)
+        part = dwp
     else:
         c = torch.empty(M, dtype=torch.float32, device=x.device)
         dot_chunk = min(DOT_CHUNK, triton.next_power_of_2(max_block) // 2)
