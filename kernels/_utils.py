@@ -97,33 +97,48 @@ def last_to_arrive(count_ptr, S):
 
 # ---------------------------------------------------------------------------------------------
 # Wide rows split over co-resident programs that wait for each other. A row of S segments is
-# held by S programs, each in its own registers; each stores its partial of the row's reduction,
-# counts itself in on the row's counter and waits until all S have; then every one of them reads
-# the S partials (summed in the same order by all: the same total, deterministic) and finishes its
-# own segment from registers: x crosses HBM once and nobody re-reads a row. Waiting is only safe
-# when all of the grid's programs are resident at once (the launchers size the grid to what the GPU
-# holds, see rms_norm._resident_programs) and on a GPU: the CPU interpreter runs programs one after
-# the other, so there S must be 1. The wait is bounded: after MAX_SPINS polls the total is NaN, a
-# wrong answer the correctness gate reports, rather than a hang. Counters: int32, zeroed before
-# the launch; partials: fp32 [rows, S].
+# held by S programs, each in its own registers; each publishes its partial of the row's reduction
+# and waits until all S have; then every one of them sums the S partials (in the same order: the
+# same total in all, deterministic) and finishes its own segment from registers: x crosses HBM once
+# and nobody re-reads a row. A partial is published as one 64-bit word, (row + 1) << 32 | the fp32's
+# bits, in slot [row, segment] of a zeroed int64 buffer: a naturally aligned 64-bit store is seen
+# whole or not at all, so a reader that finds all S tags of its row has the S values, with no
+# counter, atomic or fence: one store to publish, one load of the row's S slots per poll.
+# Waiting is only safe when all of the grid's programs are resident at once (the launchers size the
+# grid to what the GPU holds, see rms_norm._resident_programs) and on a GPU: the CPU interpreter
+# runs programs one after the other, so there S must be 1. The wait is bounded: after MAX_SPINS
+# polls the total is NaN, a wrong answer the correctness gate reports, rather than a hang.
 
 MAX_SPINS = tl.constexpr(1 << 20)
 
 
 @triton.jit
-def row_total(part_ptr, count_ptr, row, seg, S, value, S_BLOCK: tl.constexpr):
-    """The sum over the row's S programs of `value` (an fp32 scalar), once all have given theirs."""
-    tl.store(part_ptr + row * S + seg, value)
-    tl.debug_barrier()  # the partial's store (by one thread) before the release below
-    n = tl.atomic_add(count_ptr + row, 1, sem="acq_rel") + 1
-    spins = 0
-    while (n < S) & (spins < MAX_SPINS):
-        n = tl.atomic_add(count_ptr + row, 0, sem="acquire")
-        spins += 1
-    tl.debug_barrier()  # every thread's loads after the acquire
+def publish(slot_ptr, row, seg, S, value):
+    """Give the row's other programs this program's partial `value` (an fp32 scalar)."""
+    tl.store(slot_ptr + row * S + seg, ((row + 1).to(tl.int64) << 32) |
+             (value.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF))
+
+
+@triton.jit
+def wait_total(slot_ptr, row, S, S_BLOCK: tl.constexpr):
+    """The sum of the row's S published partials, once all are there (NaN after MAX_SPINS polls)."""
     j = tl.arange(0, S_BLOCK)
-    parts = tl.load(part_ptr + row * S + j, mask=j < S, other=0.0, volatile=True)
-    return tl.where(n >= S, tl.sum(parts, axis=0), float("nan"))
+    slots = slot_ptr + row * S + j
+    tag = (row + 1).to(tl.int64) << 32
+    v = tl.load(slots, mask=j < S, other=tag, volatile=True)  # masked lanes: ready, value 0.0
+    spins = 0
+    while (tl.min((v >> 32) == row + 1, axis=0) == 0) & (spins < MAX_SPINS):
+        v = tl.load(slots, mask=j < S, other=tag, volatile=True)
+        spins += 1
+    total = tl.sum(v.to(tl.int32).to(tl.float32, bitcast=True), axis=0)
+    return tl.where(tl.min((v >> 32) == row + 1, axis=0) == 0, float("nan"), total)
+
+
+@triton.jit
+def row_total(slot_ptr, row, seg, S, value, S_BLOCK: tl.constexpr):
+    """publish, then wait_total."""
+    publish(slot_ptr, row, seg, S, value)
+    return wait_total(slot_ptr, row, S, S_BLOCK)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -15,7 +15,8 @@ import triton.language as tl
 
 from kcollect.spec import KernelSpec, Provider, Shape, peer_available, standard_providers
 
-from ._utils import l2_bytes, last_to_arrive, row_settings, row_total, sm_count, widen, widen_asm
+from ._utils import (l2_bytes, last_to_arrive, publish, row_settings, row_total, sm_count, wait_total, widen,
+                     widen_asm)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -232,7 +233,7 @@ def _fwd_split(x_ptr, r_ptr, h_ptr, w_ptr, y_ptr, rstd_ptr, part_ptr, count_ptr,
 
 
 @triton.jit(do_not_specialize=["iters"])
-def _fwd_coop(x_ptr, r_ptr, h_ptr, w_ptr, y_ptr, rstd_ptr, part_ptr, count_ptr, M, N, eps, S, iters,
+def _fwd_coop(x_ptr, r_ptr, h_ptr, w_ptr, y_ptr, rstd_ptr, slot_ptr, M, N, eps, S, iters,
               SEG: tl.constexpr, S_BLOCK: tl.constexpr, HAS_RES: tl.constexpr, STORE_RSTD: tl.constexpr):
     # Wide rows held by S co-resident programs (_utils.row_total): program (group g, segment s)
     # keeps columns [s*SEG, (s+1)*SEG) of rows g, g+G, g+2G, ... (G groups), loading the next row's
@@ -261,12 +262,52 @@ def _fwd_coop(x_ptr, r_ptr, h_ptr, w_ptr, y_ptr, rstd_ptr, part_ptr, count_ptr, 
             r = r_next
         else:
             xf = x.to(tl.float32)
-        rstd = tl.math.rsqrt(row_total(part_ptr, count_ptr, row, seg, S, tl.sum(xf * xf, axis=0), S_BLOCK) / N + eps)
+        rstd = tl.math.rsqrt(row_total(slot_ptr, row, seg, S, tl.sum(xf * xf, axis=0), S_BLOCK) / N + eps)
         w = tl.load(w_ptr + cols, mask=cm, other=0.0).to(tl.float32)  # from L1, not held across the wait
         tl.store(y_ptr + row.to(tl.int64) * N + cols, (xf * rstd * w).to(y_ptr.dtype.element_ty), mask=live)
         if STORE_RSTD:
             tl.store(rstd_ptr + row, rstd, mask=(seg == 0) & (row < M))
         x = x_next
+
+
+@triton.jit(do_not_specialize=["iters"])
+def _fwd_coop_defer(x_ptr, r_ptr, h_ptr, w_ptr, y_ptr, rstd_ptr, slot_ptr, M, N, eps, S, iters,
+                    SEG: tl.constexpr, S_BLOCK: tl.constexpr, HAS_RES: tl.constexpr, STORE_RSTD: tl.constexpr):
+    # _fwd_coop with the wait one row later (as _bwd_coop_defer): publish row i's sum of squares,
+    # then normalise row i - 1, still in registers, with the sum published a step ago.
+    pid = tl.program_id(0)
+    G = tl.num_programs(0) // S
+    g = pid // S
+    seg = pid % S
+    cols = seg * SEG + tl.arange(0, SEG)
+    cm = cols < N
+    x = tl.load(x_ptr + g.to(tl.int64) * N + cols, mask=cm & (g < M), other=0.0)
+    if HAS_RES:
+        r = tl.load(r_ptr + g.to(tl.int64) * N + cols, mask=cm & (g < M), other=0.0)
+    xp = x
+    i = 0
+    while i <= iters:  # step i: publish row i (past the end at i = iters: zeros), finish row i - 1
+        row = g + i * G
+        nxt = (row + G).to(tl.int64) * N + cols
+        x_next = tl.load(x_ptr + nxt, mask=cm & (row + G < M), other=0.0)
+        if HAS_RES:
+            r_next = tl.load(r_ptr + nxt, mask=cm & (row + G < M), other=0.0)
+            x = (x.to(tl.float32) + r.to(tl.float32)).to(h_ptr.dtype.element_ty)
+            tl.store(h_ptr + row.to(tl.int64) * N + cols, x, mask=cm & (row < M))
+            r = r_next
+        xf = x.to(tl.float32)
+        publish(slot_ptr, row, seg, S, tl.sum(xf * xf, axis=0))
+        if i > 0:
+            prow = row - G
+            rstd = tl.math.rsqrt(wait_total(slot_ptr, prow, S, S_BLOCK) / N + eps)
+            w = tl.load(w_ptr + cols, mask=cm, other=0.0).to(tl.float32)
+            tl.store(y_ptr + prow.to(tl.int64) * N + cols, (xp.to(tl.float32) * rstd * w).to(y_ptr.dtype.element_ty),
+                     mask=cm & (prow < M))
+            if STORE_RSTD:
+                tl.store(rstd_ptr + prow, rstd, mask=(seg == 0) & (prow < M))
+        xp = x
+        x = x_next
+        i += 1
 
 
 @triton.jit
@@ -358,7 +399,7 @@ def _bwd_rows(x_ptr, w_ptr, dy_ptr, dh_ptr, rstd_ptr, dx_ptr, part_ptr, M, N, it
 
 
 @triton.jit(do_not_specialize=["iters"])
-def _bwd_coop(x_ptr, w_ptr, dy_ptr, dh_ptr, rstd_ptr, dx_ptr, dwp_ptr, part_ptr, count_ptr, M, N, S, iters,
+def _bwd_coop(x_ptr, w_ptr, dy_ptr, dh_ptr, rstd_ptr, dx_ptr, dwp_ptr, slot_ptr, M, N, S, iters,
               SEG: tl.constexpr, S_BLOCK: tl.constexpr, HAS_DH: tl.constexpr):
     # Wide rows held by S co-resident programs, as _fwd_coop: program (g, s) keeps its segment of
     # x and dy for rows g, g+G, ..., waits for the row's mean(m * xhat) (_utils.row_total) and
@@ -389,13 +430,62 @@ def _bwd_coop(x_ptr, w_ptr, dy_ptr, dh_ptr, rstd_ptr, dx_ptr, dwp_ptr, part_ptr,
         dyf = dy.to(tl.float32)
         acc += dyf * xhat
         m = dyf * tl.load(w_ptr + cols, mask=cm, other=0.0).to(tl.float32)
-        c = row_total(part_ptr, count_ptr, row, seg, S, tl.sum(m * xhat, axis=0), S_BLOCK) / N
+        c = row_total(slot_ptr, row, seg, S, tl.sum(m * xhat, axis=0), S_BLOCK) / N
         dx = (m - xhat * c) * rstd
         if HAS_DH:
             dx += dh.to(tl.float32)
         tl.store(dx_ptr + here, dx.to(dx_ptr.dtype.element_ty), mask=live)
         x = x_next
         dy = dy_next
+    tl.store(dwp_ptr + g.to(tl.int64) * N + cols, acc, mask=cm)
+
+
+@triton.jit(do_not_specialize=["iters"])
+def _bwd_coop_defer(x_ptr, w_ptr, dy_ptr, dh_ptr, rstd_ptr, dx_ptr, dwp_ptr, slot_ptr, M, N, S, iters,
+                    SEG: tl.constexpr, S_BLOCK: tl.constexpr, HAS_DH: tl.constexpr):
+    # _bwd_coop with the wait one row later: in the step of row k a program publishes row k's
+    # partial and then finishes row k-1, whose partials were published a step ago (x and dy of
+    # row k-1 still in registers, row k+1's loads in flight), so that it seldom waits at all.
+    pid = tl.program_id(0)
+    G = tl.num_programs(0) // S
+    g = pid // S
+    seg = pid % S
+    cols = seg * SEG + tl.arange(0, SEG)
+    cm = cols < N
+    w = tl.load(w_ptr + cols, mask=cm, other=0.0)
+    acc = tl.zeros([SEG], dtype=tl.float32)
+    x = tl.load(x_ptr + g.to(tl.int64) * N + cols, mask=cm & (g < M), other=0.0)
+    dy = tl.load(dy_ptr + g.to(tl.int64) * N + cols, mask=cm & (g < M), other=0.0)
+    xp = x
+    dyp = dy
+    rstd_p = tl.load(rstd_ptr + g, mask=g < M, other=0.0)  # (a float tensor for the loop)
+    i = 0
+    while i <= iters:  # step i: publish row i (past the end at i = iters: zeros), finish row i - 1
+        row = g + i * G
+        nxt = (row + G).to(tl.int64) * N + cols
+        x_next = tl.load(x_ptr + nxt, mask=cm & (row + G < M), other=0.0)
+        dy_next = tl.load(dy_ptr + nxt, mask=cm & (row + G < M), other=0.0)
+        rstd = tl.load(rstd_ptr + row, mask=row < M, other=0.0)
+        xhat = x.to(tl.float32) * rstd
+        dyf = dy.to(tl.float32)
+        acc += dyf * xhat
+        publish(slot_ptr, row, seg, S, tl.sum(dyf * w.to(tl.float32) * xhat, axis=0))
+        if i > 0:
+            prow = row - G
+            here = prow.to(tl.int64) * N + cols
+            live = cm & (prow < M)
+            c = wait_total(slot_ptr, prow, S, S_BLOCK) / N
+            xhat_p = xp.to(tl.float32) * rstd_p
+            dx = (dyp.to(tl.float32) * w.to(tl.float32) - xhat_p * c) * rstd_p
+            if HAS_DH:
+                dx += tl.load(dh_ptr + here, mask=live, other=0.0).to(tl.float32)
+            tl.store(dx_ptr + here, dx.to(dx_ptr.dtype.element_ty), mask=live)
+        xp = x
+        dyp = dy
+        rstd_p = rstd
+        x = x_next
+        dy = dy_next
+        i += 1
     tl.store(dwp_ptr + g.to(tl.int64) * N + cols, acc, mask=cm)
 
 
@@ -625,10 +715,9 @@ def _coop_seg(x: torch.Tensor, n: int, seg: int | None) -> int:
     return seg or COOP_SEG_BYTES // x.element_size()
 
 
-def _coop_buffers(device: torch.device, rows: int, S: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Partials (fp32 [rows, S]) and counters (int32 [rows], zeroed) of _utils.row_total."""
-    return (torch.empty(rows * S, dtype=torch.float32, device=device),
-            torch.zeros(rows, dtype=torch.int32, device=device))
+def _coop_slots(device: torch.device, rows: int, S: int) -> torch.Tensor:
+    """The zeroed int64 [rows, S] slots of _utils.row_total."""
+    return torch.zeros(rows * S, dtype=torch.int64, device=device)
 
 
 def _coop_grid(kernel, args: tuple, meta: dict, warps: int, device: torch.device, M: int, S: int) -> tuple[int, int]:
@@ -666,7 +755,7 @@ def rms_norm_forward(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6, residu
                      *, rows: int | None = None, num_warps: int | None = None, split: bool | None = None,
                      maxnreg: bool | None = None, prefetch: bool | None = None, liger_like: bool = False,
                      x_policy: str = "evict_last", wide: str | None = None, split_seg: int | None = None,
-                     split_warps: int | None = None):
+                     split_warps: int | None = None, defer: bool = False):
     """(y, h, rstd). With a residual, h = x + residual (returned, and normalised in place of x);
     otherwise h is None. rstd: fp32 [rows], None unless need_rstd. `max_block` is the widest row
     kept in registers; the tests lower it to run the wide-row paths on small shapes.
@@ -730,11 +819,12 @@ def rms_norm_forward(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6, residu
         S = triton.cdiv(N, seg)
         warps = split_warps or COOP_WARPS
         meta = dict(SEG=seg, S_BLOCK=triton.next_power_of_2(S), HAS_RES=has_res, STORE_RSTD=need_rstd)
-        part, count = _coop_buffers(x.device, 1, 1)  # stand-ins for the occupancy query
-        groups, iters = _coop_grid(_fwd_coop, (x2, r2, h, w, y, rstd, part, count, M, N, eps, S, 1), meta, warps,
+        slots = _coop_slots(x.device, 1, 1)  # a stand-in for the occupancy query
+        groups, iters = _coop_grid(_fwd_coop, (x2, r2, h, w, y, rstd, slots, M, N, eps, S, 1), meta, warps,
                                    x.device, M, S)
-        part, count = _coop_buffers(x.device, groups * iters, S)
-        _fwd_coop[(groups * S,)](x2, r2, h, w, y, rstd, part, count, M, N, eps, S, iters, num_warps=warps, **meta)
+        slots = _coop_slots(x.device, groups * (iters + defer), S)
+        kernel = _fwd_coop_defer if defer else _fwd_coop
+        kernel[(groups * S,)](x2, r2, h, w, y, rstd, slots, M, N, eps, S, iters, num_warps=warps, **meta)
     elif path == "split":
         # (a lowered max_block, as in the tests, lowers the segment with it)
         seg = split_seg or min(SPLIT_SEG_BYTES // x2.element_size(), triton.next_power_of_2(max_block))
@@ -757,7 +847,8 @@ def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: 
                       dh: torch.Tensor | None = None, max_block: int = MAX_REG_BLOCK,
                       *, num_warps: int | None = None, prefetch: bool | None = None,
                       cols_tile: tuple[int, int] | None = None, policy: str = "evict_last",
-                      wide: str | None = None, coop_seg: int | None = None, coop_warps: int | None = None):
+                      wide: str | None = None, coop_seg: int | None = None, coop_warps: int | None = None,
+                      defer: bool = False):
     """(dx, dw) for y = rms_norm(x) * w; with dh (add_rms_norm: x is h, dh the gradient reaching h
     directly), dx includes it.
 
@@ -796,13 +887,13 @@ def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: 
         S = triton.cdiv(N, seg)
         warps = coop_warps or COOP_WARPS
         meta = dict(SEG=seg, S_BLOCK=triton.next_power_of_2(S), HAS_DH=has_dh)
-        part, count = _coop_buffers(x.device, 1, 1)  # stand-ins for the occupancy query
-        groups, iters = _coop_grid(_bwd_coop, (x2, w, dy2, dh2, rstd, dx, part, part, count, M, N, S, 1), meta,
+        slots = _coop_slots(x.device, 1, 1)  # a stand-in for the occupancy query
+        groups, iters = _coop_grid(_bwd_coop, (x2, w, dy2, dh2, rstd, dx, rstd, slots, M, N, S, 1), meta,
                                    warps, x.device, M, S)
-        part, count = _coop_buffers(x.device, groups * iters, S)
+        slots = _coop_slots(x.device, groups * (iters + defer), S)
         dwp = torch.empty((groups, N), dtype=torch.float32, device=x.device)
-        _bwd_coop[(groups * S,)](x2, w, dy2, dh2, rstd, dx, dwp, part, count, M, N, S, iters, num_warps=warps,
-                                 **meta)
+        kernel = _bwd_coop_defer if defer else _bwd_coop
+        kernel[(groups * S,)](x2, w, dy2, dh2, rstd, dx, dwp, slots, M, N, S, iters, num_warps=warps, **meta)
         part = dwp
     else:
         c = torch.empty(M, dtype=torch.float32, device=x.device)
