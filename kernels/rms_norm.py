@@ -284,7 +284,9 @@ def _fwd_coop_defer(x_ptr, r_ptr, h_ptr, w_ptr, y_ptr, rstd_ptr, slot_ptr, M, N,
     x = tl.load(x_ptr + g.to(tl.int64) * N + cols, mask=cm & (g < M), other=0.0)
     if HAS_RES:
         r = tl.load(r_ptr + g.to(tl.int64) * N + cols, mask=cm & (g < M), other=0.0)
-    xp = x
+    # (not `xp = x`: Triton 3.6 carries a name through a while loop only if the body gives it a value
+    # other than the one it entered with, and `xp = x` in the body would look like no change)
+    xp = tl.zeros_like(x)
     i = 0
     while i <= iters:  # step i: publish row i (past the end at i = iters: zeros), finish row i - 1
         row = g + i * G
@@ -456,8 +458,8 @@ def _bwd_coop_defer(x_ptr, w_ptr, dy_ptr, dh_ptr, rstd_ptr, dx_ptr, dwp_ptr, slo
     acc = tl.zeros([SEG], dtype=tl.float32)
     x = tl.load(x_ptr + g.to(tl.int64) * N + cols, mask=cm & (g < M), other=0.0)
     dy = tl.load(dy_ptr + g.to(tl.int64) * N + cols, mask=cm & (g < M), other=0.0)
-    xp = x
-    dyp = dy
+    xp = tl.zeros_like(x)  # (not `xp = x`: see _fwd_coop_defer)
+    dyp = tl.zeros_like(dy)
     rstd_p = tl.load(rstd_ptr + g, mask=g < M, other=0.0)  # (a float tensor for the loop)
     i = 0
     while i <= iters:  # step i: publish row i (past the end at i = iters: zeros), finish row i - 1
