@@ -71,6 +71,8 @@ FWD_VARIANTS = [
                                                     "split_warps": 4, "defer": True}),
     ("coop defer seg 4096 8 warps", lambda n, res: {"wide": "coop", "max_block": 4096, "split_seg": 4096,
                                                     "split_warps": 8, "defer": True}),
+    ("coop defer seg 16384 16 warps", lambda n, res: {"wide": "coop", "max_block": 4096, "split_seg": 16384,
+                                                      "split_warps": 16, "defer": True}),
     ("coop defer seg 2048 4 warps", lambda n, res: {"wide": "coop", "max_block": 4096, "split_seg": 2048,
                                                     "split_warps": 4, "defer": True}),
     # small grids (1024x2048, where torch.compile led by 5%): one tile per program, tiles of 2 rows
@@ -94,6 +96,8 @@ BWD_VARIANTS = [
                                                "coop_warps": 8, "defer": True}),
     ("coop defer seg 2048 4 warps", lambda n: {"wide": "coop", "max_block": 2048, "coop_seg": 2048,
                                                "coop_warps": 4, "defer": True}),
+    ("coop defer seg 2048 8 warps", lambda n: {"wide": "coop", "max_block": 2048, "coop_seg": 2048,
+                                               "coop_warps": 8, "defer": True}),
     ("coop defer seg 1024 4 warps", lambda n: {"wide": "coop", "max_block": 2048, "coop_seg": 1024,
                                                "coop_warps": 4, "defer": True}),
 ]
