@@ -113,20 +113,30 @@ MAX_SPINS = tl.constexpr(1 << 20)
 
 
 @triton.jit
-def publish(slot_ptr, row, seg, S, value):
-    """Give the row's other programs this program's partial `value` (an fp32 scalar)."""
+def publish(slot_ptr, count_ptr, row, seg, S, value, COUNT: tl.constexpr):
+    """Give the row's other programs this program's partial `value` (an fp32 scalar). COUNT: also
+    count it in on the row's counter (release), for wait_total to poll one word instead of S."""
     tl.store(slot_ptr + row * S + seg, ((row + 1).to(tl.int64) << 32) |
              (value.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF))
+    if COUNT:
+        tl.debug_barrier()  # the slot's store before the release
+        tl.atomic_add(count_ptr + row, 1, sem="release")
 
 
 @triton.jit
-def wait_total(slot_ptr, row, S, S_BLOCK: tl.constexpr):
+def wait_total(slot_ptr, count_ptr, row, S, S_BLOCK: tl.constexpr, COUNT: tl.constexpr):
     """The sum of the row's S published partials, once all are there (NaN after MAX_SPINS polls)."""
     j = tl.arange(0, S_BLOCK)
     slots = slot_ptr + row * S + j
     tag = (row + 1).to(tl.int64) << 32
-    v = tl.load(slots, mask=j < S, other=tag, volatile=True)  # masked lanes: ready, value 0.0
     spins = 0
+    if COUNT:
+        n = tl.atomic_add(count_ptr + row, 0, sem="acquire")
+        while (n < S) & (spins < MAX_SPINS):
+            n = tl.atomic_add(count_ptr + row, 0, sem="acquire")
+            spins += 1
+        tl.debug_barrier()  # every thread's loads after the acquire
+    v = tl.load(slots, mask=j < S, other=tag, volatile=True)  # masked lanes: ready, value 0.0
     while (tl.min((v >> 32) == row + 1, axis=0) == 0) & (spins < MAX_SPINS):
         v = tl.load(slots, mask=j < S, other=tag, volatile=True)
         spins += 1
@@ -135,10 +145,10 @@ def wait_total(slot_ptr, row, S, S_BLOCK: tl.constexpr):
 
 
 @triton.jit
-def row_total(slot_ptr, row, seg, S, value, S_BLOCK: tl.constexpr):
+def row_total(slot_ptr, count_ptr, row, seg, S, value, S_BLOCK: tl.constexpr, COUNT: tl.constexpr):
     """publish, then wait_total."""
-    publish(slot_ptr, row, seg, S, value)
-    return wait_total(slot_ptr, row, S, S_BLOCK)
+    publish(slot_ptr, count_ptr, row, seg, S, value, COUNT)
+    return wait_total(slot_ptr, count_ptr, row, S, S_BLOCK, COUNT)
 
 
 # ---------------------------------------------------------------------------------------------

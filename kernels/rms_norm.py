@@ -233,8 +233,9 @@ def _fwd_split(x_ptr, r_ptr, h_ptr, w_ptr, y_ptr, rstd_ptr, part_ptr, count_ptr,
 
 
 @triton.jit(do_not_specialize=["iters"])
-def _fwd_coop(x_ptr, r_ptr, h_ptr, w_ptr, y_ptr, rstd_ptr, slot_ptr, M, N, eps, S, iters,
-              SEG: tl.constexpr, S_BLOCK: tl.constexpr, HAS_RES: tl.constexpr, STORE_RSTD: tl.constexpr):
+def _fwd_coop(x_ptr, r_ptr, h_ptr, w_ptr, y_ptr, rstd_ptr, slot_ptr, count_ptr, M, N, eps, S, iters,
+              SEG: tl.constexpr, S_BLOCK: tl.constexpr, HAS_RES: tl.constexpr, STORE_RSTD: tl.constexpr,
+              COUNT: tl.constexpr = False):
     # Wide rows held by S co-resident programs (_utils.row_total): program (group g, segment s)
     # keeps columns [s*SEG, (s+1)*SEG) of rows g, g+G, g+2G, ... (G groups), loading the next row's
     # segment before it waits for this row's sum of squares.
@@ -262,7 +263,7 @@ def _fwd_coop(x_ptr, r_ptr, h_ptr, w_ptr, y_ptr, rstd_ptr, slot_ptr, M, N, eps, 
             r = r_next
         else:
             xf = x.to(tl.float32)
-        rstd = tl.math.rsqrt(row_total(slot_ptr, row, seg, S, tl.sum(xf * xf, axis=0), S_BLOCK) / N + eps)
+        rstd = tl.math.rsqrt(row_total(slot_ptr, count_ptr, row, seg, S, tl.sum(xf * xf, axis=0), S_BLOCK, COUNT) / N + eps)
         w = tl.load(w_ptr + cols, mask=cm, other=0.0).to(tl.float32)  # from L1, not held across the wait
         tl.store(y_ptr + row.to(tl.int64) * N + cols, (xf * rstd * w).to(y_ptr.dtype.element_ty), mask=live)
         if STORE_RSTD:
@@ -271,8 +272,9 @@ def _fwd_coop(x_ptr, r_ptr, h_ptr, w_ptr, y_ptr, rstd_ptr, slot_ptr, M, N, eps, 
 
 
 @triton.jit(do_not_specialize=["iters"])
-def _fwd_coop_defer(x_ptr, r_ptr, h_ptr, w_ptr, y_ptr, rstd_ptr, slot_ptr, M, N, eps, S, iters,
-                    SEG: tl.constexpr, S_BLOCK: tl.constexpr, HAS_RES: tl.constexpr, STORE_RSTD: tl.constexpr):
+def _fwd_coop_defer(x_ptr, r_ptr, h_ptr, w_ptr, y_ptr, rstd_ptr, slot_ptr, count_ptr, M, N, eps, S, iters,
+                    SEG: tl.constexpr, S_BLOCK: tl.constexpr, HAS_RES: tl.constexpr, STORE_RSTD: tl.constexpr,
+                    COUNT: tl.constexpr = False):
     # _fwd_coop with the wait one row later (as _bwd_coop_defer): publish row i's sum of squares,
     # then normalise row i - 1, still in registers, with the sum published a step ago.
     pid = tl.program_id(0)
@@ -298,10 +300,10 @@ def _fwd_coop_defer(x_ptr, r_ptr, h_ptr, w_ptr, y_ptr, rstd_ptr, slot_ptr, M, N,
             tl.store(h_ptr + row.to(tl.int64) * N + cols, x, mask=cm & (row < M))
             r = r_next
         xf = x.to(tl.float32)
-        publish(slot_ptr, row, seg, S, tl.sum(xf * xf, axis=0))
+        publish(slot_ptr, count_ptr, row, seg, S, tl.sum(xf * xf, axis=0), COUNT)
         if i > 0:
             prow = row - G
-            rstd = tl.math.rsqrt(wait_total(slot_ptr, prow, S, S_BLOCK) / N + eps)
+            rstd = tl.math.rsqrt(wait_total(slot_ptr, count_ptr, prow, S, S_BLOCK, COUNT) / N + eps)
             w = tl.load(w_ptr + cols, mask=cm, other=0.0).to(tl.float32)
             tl.store(y_ptr + prow.to(tl.int64) * N + cols, (xp.to(tl.float32) * rstd * w).to(y_ptr.dtype.element_ty),
                      mask=cm & (prow < M))
@@ -401,8 +403,8 @@ def _bwd_rows(x_ptr, w_ptr, dy_ptr, dh_ptr, rstd_ptr, dx_ptr, part_ptr, M, N, it
 
 
 @triton.jit(do_not_specialize=["iters"])
-def _bwd_coop(x_ptr, w_ptr, dy_ptr, dh_ptr, rstd_ptr, dx_ptr, dwp_ptr, slot_ptr, M, N, S, iters,
-              SEG: tl.constexpr, S_BLOCK: tl.constexpr, HAS_DH: tl.constexpr):
+def _bwd_coop(x_ptr, w_ptr, dy_ptr, dh_ptr, rstd_ptr, dx_ptr, dwp_ptr, slot_ptr, count_ptr, M, N, S, iters,
+              SEG: tl.constexpr, S_BLOCK: tl.constexpr, HAS_DH: tl.constexpr, COUNT: tl.constexpr = False):
     # Wide rows held by S co-resident programs, as _fwd_coop: program (g, s) keeps its segment of
     # x and dy for rows g, g+G, ..., waits for the row's mean(m * xhat) (_utils.row_total) and
     # writes its segment of dx from registers; its columns' dw partial stays in fp32 registers over
@@ -432,7 +434,7 @@ def _bwd_coop(x_ptr, w_ptr, dy_ptr, dh_ptr, rstd_ptr, dx_ptr, dwp_ptr, slot_ptr,
         dyf = dy.to(tl.float32)
         acc += dyf * xhat
         m = dyf * tl.load(w_ptr + cols, mask=cm, other=0.0).to(tl.float32)
-        c = row_total(slot_ptr, row, seg, S, tl.sum(m * xhat, axis=0), S_BLOCK) / N
+        c = row_total(slot_ptr, count_ptr, row, seg, S, tl.sum(m * xhat, axis=0), S_BLOCK, COUNT) / N
         dx = (m - xhat * c) * rstd
         if HAS_DH:
             dx += dh.to(tl.float32)
@@ -443,8 +445,9 @@ def _bwd_coop(x_ptr, w_ptr, dy_ptr, dh_ptr, rstd_ptr, dx_ptr, dwp_ptr, slot_ptr,
 
 
 @triton.jit(do_not_specialize=["iters"])
-def _bwd_coop_defer(x_ptr, w_ptr, dy_ptr, dh_ptr, rstd_ptr, dx_ptr, dwp_ptr, slot_ptr, M, N, S, iters,
-                    SEG: tl.constexpr, S_BLOCK: tl.constexpr, HAS_DH: tl.constexpr):
+def _bwd_coop_defer(x_ptr, w_ptr, dy_ptr, dh_ptr, rstd_ptr, dx_ptr, dwp_ptr, slot_ptr, count_ptr, M, N, S, iters,
+                    SEG: tl.constexpr, S_BLOCK: tl.constexpr, HAS_DH: tl.constexpr,
+                    COUNT: tl.constexpr = False):
     # _bwd_coop with the wait one row later: in the step of row k a program publishes row k's
     # partial and then finishes row k-1, whose partials were published a step ago (x and dy of
     # row k-1 still in registers, row k+1's loads in flight), so that it seldom waits at all.
@@ -471,12 +474,12 @@ def _bwd_coop_defer(x_ptr, w_ptr, dy_ptr, dh_ptr, rstd_ptr, dx_ptr, dwp_ptr, slo
         xhat = x.to(tl.float32) * rstd
         dyf = dy.to(tl.float32)
         acc += dyf * xhat
-        publish(slot_ptr, row, seg, S, tl.sum(dyf * w.to(tl.float32) * xhat, axis=0))
+        publish(slot_ptr, count_ptr, row, seg, S, tl.sum(dyf * w.to(tl.float32) * xhat, axis=0), COUNT)
         if i > 0:
             prow = row - G
             here = prow.to(tl.int64) * N + cols
             live = cm & (prow < M)
-            c = wait_total(slot_ptr, prow, S, S_BLOCK) / N
+            c = wait_total(slot_ptr, count_ptr, prow, S, S_BLOCK, COUNT) / N
             xhat_p = xp.to(tl.float32) * rstd_p
             dx = (dyp.to(tl.float32) * w.to(tl.float32) - xhat_p * c) * rstd_p
             if HAS_DH:
@@ -717,9 +720,10 @@ def _coop_seg(x: torch.Tensor, n: int, seg: int | None) -> int:
     return seg or COOP_SEG_BYTES // x.element_size()
 
 
-def _coop_slots(device: torch.device, rows: int, S: int) -> torch.Tensor:
-    """The zeroed int64 [rows, S] slots of _utils.row_total."""
-    return torch.zeros(rows * S, dtype=torch.int64, device=device)
+def _coop_slots(device: torch.device, rows: int, S: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The zeroed int64 [rows, S] slots and int32 [rows] counters of _utils.row_total."""
+    return (torch.zeros(rows * S, dtype=torch.int64, device=device),
+            torch.zeros(rows, dtype=torch.int32, device=device))
 
 
 def _coop_grid(kernel, args: tuple, meta: dict, warps: int, device: torch.device, M: int, S: int) -> tuple[int, int]:
@@ -757,7 +761,7 @@ def rms_norm_forward(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6, residu
                      *, rows: int | None = None, num_warps: int | None = None, split: bool | None = None,
                      maxnreg: bool | None = None, prefetch: bool | None = None, liger_like: bool = False,
                      x_policy: str = "evict_last", wide: str | None = None, split_seg: int | None = None,
-                     split_warps: int | None = None, defer: bool = False):
+                     split_warps: int | None = None, defer: bool = False, count: bool = False):
     """(y, h, rstd). With a residual, h = x + residual (returned, and normalised in place of x);
     otherwise h is None. rstd: fp32 [rows], None unless need_rstd. `max_block` is the widest row
     kept in registers; the tests lower it to run the wide-row paths on small shapes.
@@ -821,12 +825,13 @@ def rms_norm_forward(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6, residu
         S = triton.cdiv(N, seg)
         warps = split_warps or COOP_WARPS
         meta = dict(SEG=seg, S_BLOCK=triton.next_power_of_2(S), HAS_RES=has_res, STORE_RSTD=need_rstd)
-        slots = _coop_slots(x.device, 1, 1)  # a stand-in for the occupancy query
-        groups, iters = _coop_grid(_fwd_coop, (x2, r2, h, w, y, rstd, slots, M, N, eps, S, 1), meta, warps,
-                                   x.device, M, S)
-        slots = _coop_slots(x.device, groups * (iters + defer), S)
+        meta["COUNT"] = count
         kernel = _fwd_coop_defer if defer else _fwd_coop
-        kernel[(groups * S,)](x2, r2, h, w, y, rstd, slots, M, N, eps, S, iters, num_warps=warps, **meta)
+        slots, counts = _coop_slots(x.device, 1, 1)  # stand-ins for the occupancy query
+        groups, iters = _coop_grid(kernel, (x2, r2, h, w, y, rstd, slots, counts, M, N, eps, S, 1), meta, warps,
+                                   x.device, M, S)
+        slots, counts = _coop_slots(x.device, groups * (iters + defer), S)
+        kernel[(groups * S,)](x2, r2, h, w, y, rstd, slots, counts, M, N, eps, S, iters, num_warps=warps, **meta)
     elif path == "split":
         # (a lowered max_block, as in the tests, lowers the segment with it)
         seg = split_seg or min(SPLIT_SEG_BYTES // x2.element_size(), triton.next_power_of_2(max_block))
@@ -850,7 +855,7 @@ def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: 
                       *, num_warps: int | None = None, prefetch: bool | None = None,
                       cols_tile: tuple[int, int] | None = None, policy: str = "evict_last",
                       wide: str | None = None, coop_seg: int | None = None, coop_warps: int | None = None,
-                      defer: bool = False):
+                      defer: bool = False, count: bool = False):
     """(dx, dw) for y = rms_norm(x) * w; with dh (add_rms_norm: x is h, dh the gradient reaching h
     directly), dx includes it.
 
@@ -889,13 +894,15 @@ def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: 
         S = triton.cdiv(N, seg)
         warps = coop_warps or COOP_WARPS
         meta = dict(SEG=seg, S_BLOCK=triton.next_power_of_2(S), HAS_DH=has_dh)
-        slots = _coop_slots(x.device, 1, 1)  # a stand-in for the occupancy query
-        groups, iters = _coop_grid(_bwd_coop, (x2, w, dy2, dh2, rstd, dx, rstd, slots, M, N, S, 1), meta,
-                                   warps, x.device, M, S)
-        slots = _coop_slots(x.device, groups * (iters + defer), S)
-        dwp = torch.empty((groups, N), dtype=torch.float32, device=x.device)
+        meta["COUNT"] = count
         kernel = _bwd_coop_defer if defer else _bwd_coop
-        kernel[(groups * S,)](x2, w, dy2, dh2, rstd, dx, dwp, slots, M, N, S, iters, num_warps=warps, **meta)
+        slots, counts = _coop_slots(x.device, 1, 1)  # stand-ins for the occupancy query
+        groups, iters = _coop_grid(kernel, (x2, w, dy2, dh2, rstd, dx, rstd, slots, counts, M, N, S, 1), meta,
+                                   warps, x.device, M, S)
+        slots, counts = _coop_slots(x.device, groups * (iters + defer), S)
+        dwp = torch.empty((groups, N), dtype=torch.float32, device=x.device)
+        kernel[(groups * S,)](x2, w, dy2, dh2, rstd, dx, dwp, slots, counts, M, N, S, iters, num_warps=warps,
+                              **meta)
         part = dwp
     else:
         c = torch.empty(M, dtype=torch.float32, device=x.device)
