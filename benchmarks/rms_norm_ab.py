@@ -84,19 +84,13 @@ BWD_VARIANTS = [
     ("default", lambda n: {}),
     ("evict_last", lambda n: {"policy": "evict_last"}),
     ("no hint", lambda n: {"policy": ""}),
-    # wide rows in segments of co-resident programs that wait for each other (_bwd_coop; "defer" and
-    # "count" as in the forward's)
-    ("coop count seg 4096 4 warps", lambda n: {'wide': 'coop', 'max_block': 2048, 'coop_seg': 4096, 'coop_warps': 4, 'defer': False, 'count': True}),
-    ("coop defer count seg 4096 4 warps", lambda n: {'wide': 'coop', 'max_block': 2048, 'coop_seg': 4096, 'coop_warps': 4, 'defer': True, 'count': True}),
+    # wide rows in segments of co-resident programs that wait for each other (_bwd_coop; "defer":
+    # _bwd_coop_defer, the wait a row later; "count": a counter polled, not the S tagged partials)
     ("coop defer seg 4096 4 warps", lambda n: {'wide': 'coop', 'max_block': 2048, 'coop_seg': 4096, 'coop_warps': 4, 'defer': True, 'count': False}),
-    ("coop count seg 8192 8 warps", lambda n: {'wide': 'coop', 'max_block': 2048, 'coop_seg': 8192, 'coop_warps': 8, 'defer': False, 'count': True}),
-    ("coop defer count seg 8192 8 warps", lambda n: {'wide': 'coop', 'max_block': 2048, 'coop_seg': 8192, 'coop_warps': 8, 'defer': True, 'count': True}),
     ("coop defer seg 8192 8 warps", lambda n: {'wide': 'coop', 'max_block': 2048, 'coop_seg': 8192, 'coop_warps': 8, 'defer': True, 'count': False}),
-    ("coop count seg 2048 8 warps", lambda n: {'wide': 'coop', 'max_block': 2048, 'coop_seg': 2048, 'coop_warps': 8, 'defer': False, 'count': True}),
-    ("coop defer count seg 2048 8 warps", lambda n: {'wide': 'coop', 'max_block': 2048, 'coop_seg': 2048, 'coop_warps': 8, 'defer': True, 'count': True}),
     ("coop defer seg 2048 8 warps", lambda n: {'wide': 'coop', 'max_block': 2048, 'coop_seg': 2048, 'coop_warps': 8, 'defer': True, 'count': False}),
+    ("coop defer seg 2048 4 warps", lambda n: {'wide': 'coop', 'max_block': 2048, 'coop_seg': 2048, 'coop_warps': 4, 'defer': True, 'count': False}),
     ("coop count seg 4096 8 warps", lambda n: {'wide': 'coop', 'max_block': 2048, 'coop_seg': 4096, 'coop_warps': 8, 'defer': False, 'count': True}),
-    ("coop defer count seg 4096 8 warps", lambda n: {'wide': 'coop', 'max_block': 2048, 'coop_seg': 4096, 'coop_warps': 8, 'defer': True, 'count': True}),
     ("coop defer seg 4096 8 warps", lambda n: {'wide': 'coop', 'max_block': 2048, 'coop_seg': 4096, 'coop_warps': 8, 'defer': True, 'count': False}),
 ]
 
