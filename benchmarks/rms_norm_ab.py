@@ -59,20 +59,6 @@ FWD_VARIANTS = [
     ("split seg 16384 8 warps", lambda n, res: {"wide": "split", "split_seg": 16384, "split_warps": 8}),
     # the whole row in one 32-warp program's registers, in bf16 (_fwd_packed)
     ("packed", lambda n, res: {"wide": "packed"}),
-    # wide rows in segments of co-resident programs that wait for each other (_fwd_coop; "defer":
-    # _fwd_coop_defer, the wait a row later; "count": a counter polled, not the S tagged partials)
-    ("coop count seg 8192 8 warps", lambda n, res: {'wide': 'coop', 'max_block': 4096, 'split_seg': 8192, 'split_warps': 8, 'defer': False, 'count': True}),
-    ("coop defer count seg 8192 8 warps", lambda n, res: {'wide': 'coop', 'max_block': 4096, 'split_seg': 8192, 'split_warps': 8, 'defer': True, 'count': True}),
-    ("coop defer seg 8192 8 warps", lambda n, res: {'wide': 'coop', 'max_block': 4096, 'split_seg': 8192, 'split_warps': 8, 'defer': True, 'count': False}),
-    ("coop count seg 16384 16 warps", lambda n, res: {'wide': 'coop', 'max_block': 4096, 'split_seg': 16384, 'split_warps': 16, 'defer': False, 'count': True}),
-    ("coop defer count seg 16384 16 warps", lambda n, res: {'wide': 'coop', 'max_block': 4096, 'split_seg': 16384, 'split_warps': 16, 'defer': True, 'count': True}),
-    ("coop defer seg 16384 16 warps", lambda n, res: {'wide': 'coop', 'max_block': 4096, 'split_seg': 16384, 'split_warps': 16, 'defer': True, 'count': False}),
-    ("coop count seg 2048 4 warps", lambda n, res: {'wide': 'coop', 'max_block': 4096, 'split_seg': 2048, 'split_warps': 4, 'defer': False, 'count': True}),
-    ("coop defer count seg 2048 4 warps", lambda n, res: {'wide': 'coop', 'max_block': 4096, 'split_seg': 2048, 'split_warps': 4, 'defer': True, 'count': True}),
-    ("coop defer seg 2048 4 warps", lambda n, res: {'wide': 'coop', 'max_block': 4096, 'split_seg': 2048, 'split_warps': 4, 'defer': True, 'count': False}),
-    ("coop count seg 4096 8 warps", lambda n, res: {'wide': 'coop', 'max_block': 4096, 'split_seg': 4096, 'split_warps': 8, 'defer': False, 'count': True}),
-    ("coop defer count seg 4096 8 warps", lambda n, res: {'wide': 'coop', 'max_block': 4096, 'split_seg': 4096, 'split_warps': 8, 'defer': True, 'count': True}),
-    ("coop defer seg 4096 8 warps", lambda n, res: {'wide': 'coop', 'max_block': 4096, 'split_seg': 4096, 'split_warps': 8, 'defer': True, 'count': False}),
     # small grids (1024x2048, where torch.compile led by 5%): one tile per program, tiles of 2 rows
     ("one tile per program", lambda n, res: {"persistent": False}),
     ("2 rows", lambda n, res: {"rows": 2}),
@@ -84,14 +70,11 @@ BWD_VARIANTS = [
     ("default", lambda n: {}),
     ("evict_last", lambda n: {"policy": "evict_last"}),
     ("no hint", lambda n: {"policy": ""}),
-    # wide rows in segments of co-resident programs that wait for each other (_bwd_coop; "defer":
-    # _bwd_coop_defer, the wait a row later; "count": a counter polled, not the S tagged partials)
-    ("coop defer seg 4096 4 warps", lambda n: {'wide': 'coop', 'max_block': 2048, 'coop_seg': 4096, 'coop_warps': 4, 'defer': True, 'count': False}),
-    ("coop defer seg 8192 8 warps", lambda n: {'wide': 'coop', 'max_block': 2048, 'coop_seg': 8192, 'coop_warps': 8, 'defer': True, 'count': False}),
-    ("coop defer seg 2048 8 warps", lambda n: {'wide': 'coop', 'max_block': 2048, 'coop_seg': 2048, 'coop_warps': 8, 'defer': True, 'count': False}),
-    ("coop defer seg 2048 4 warps", lambda n: {'wide': 'coop', 'max_block': 2048, 'coop_seg': 2048, 'coop_warps': 4, 'defer': True, 'count': False}),
-    ("coop count seg 4096 8 warps", lambda n: {'wide': 'coop', 'max_block': 2048, 'coop_seg': 4096, 'coop_warps': 8, 'defer': False, 'count': True}),
-    ("coop defer seg 4096 8 warps", lambda n: {'wide': 'coop', 'max_block': 2048, 'coop_seg': 4096, 'coop_warps': 8, 'defer': True, 'count': False}),
+    # rows too wide for registers: the two-pass column blocks the default replaced on the GPU, and
+    # other segments and warps of the default (_bwd_coop)
+    ("cols", lambda n: {"wide": "cols"}),
+    ("coop seg 4096", lambda n: {"coop_seg": 4096}),
+    ("coop seg 2048 8 warps", lambda n: {"coop_warps": 8}),
 ]
 
 # (kernel, mode, M, N), most important first: past --budget-s the rest is skipped

@@ -76,9 +76,9 @@ def l2_bytes(device) -> int:
 # S consecutive programs of a 1-D grid (consecutive so that they are scheduled together): each
 # loads its segment once, reduces it, stores its partial and then counts itself in on the row's
 # counter; the one that counts last (sees S - 1) combines the S partials and writes the whole
-# row, re-reading it from L2, where the others' loads just put it. Nobody waits for anybody (a
-# program that spun on a counter could deadlock behind programs not yet resident, and under the
-# CPU interpreter, which runs programs one after the other, always would), and x crosses HBM once.
+# row, re-reading it from L2, where the others' loads just put it. Nobody waits for anybody (so
+# any grid works, also under the CPU interpreter, which runs programs one after the other), and x
+# crosses HBM once. (The scheme after this one waits instead, on a grid that the GPU holds whole.)
 # Counters: int32, zeroed before the launch.
 
 
@@ -106,49 +106,35 @@ def last_to_arrive(count_ptr, S):
 # counter, atomic or fence: one store to publish, one load of the row's S slots per poll.
 # Waiting is only safe when all of the grid's programs are resident at once (the launchers size the
 # grid to what the GPU holds, see rms_norm._resident_programs) and on a GPU: the CPU interpreter
-# runs programs one after the other, so there S must be 1. The wait is bounded: after MAX_SPINS
-# polls the total is NaN, a wrong answer the correctness gate reports, rather than a hang.
+# runs programs one after the other, so there S must be 1. The wait is bounded: if a group's
+# programs cannot all be resident (a GPU whose SMs are shared out, as with MPS limits), after
+# MAX_SPINS polls the total is NaN, a wrong answer the correctness gate reports, rather than a hang.
+# (A counter polled instead of the S slots, and waiting for a row's total right after publishing
+# it, both measured slower: docs/evidence/rms_norm_ab_h200_run14.txt.)
 
 MAX_SPINS = tl.constexpr(1 << 20)
 
 
 @triton.jit
-def publish(slot_ptr, count_ptr, row, seg, S, value, COUNT: tl.constexpr):
-    """Give the row's other programs this program's partial `value` (an fp32 scalar). COUNT: also
-    count it in on the row's counter (release), for wait_total to poll one word instead of S."""
+def publish(slot_ptr, row, seg, S, value):
+    """Give the row's other programs this program's partial `value` (an fp32 scalar)."""
     tl.store(slot_ptr + row * S + seg, ((row + 1).to(tl.int64) << 32) |
              (value.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF))
-    if COUNT:
-        tl.debug_barrier()  # the slot's store before the release
-        tl.atomic_add(count_ptr + row, 1, sem="release")
 
 
 @triton.jit
-def wait_total(slot_ptr, count_ptr, row, S, S_BLOCK: tl.constexpr, COUNT: tl.constexpr):
+def wait_total(slot_ptr, row, S, S_BLOCK: tl.constexpr):
     """The sum of the row's S published partials, once all are there (NaN after MAX_SPINS polls)."""
     j = tl.arange(0, S_BLOCK)
     slots = slot_ptr + row * S + j
     tag = (row + 1).to(tl.int64) << 32
-    spins = 0
-    if COUNT:
-        n = tl.atomic_add(count_ptr + row, 0, sem="acquire")
-        while (n < S) & (spins < MAX_SPINS):
-            n = tl.atomic_add(count_ptr + row, 0, sem="acquire")
-            spins += 1
-        tl.debug_barrier()  # every thread's loads after the acquire
     v = tl.load(slots, mask=j < S, other=tag, volatile=True)  # masked lanes: ready, value 0.0
+    spins = 0
     while (tl.min((v >> 32) == row + 1, axis=0) == 0) & (spins < MAX_SPINS):
         v = tl.load(slots, mask=j < S, other=tag, volatile=True)
         spins += 1
     total = tl.sum(v.to(tl.int32).to(tl.float32, bitcast=True), axis=0)
     return tl.where(tl.min((v >> 32) == row + 1, axis=0) == 0, float("nan"), total)
-
-
-@triton.jit
-def row_total(slot_ptr, count_ptr, row, seg, S, value, S_BLOCK: tl.constexpr, COUNT: tl.constexpr):
-    """publish, then wait_total."""
-    publish(slot_ptr, count_ptr, row, seg, S, value, COUNT)
-    return wait_total(slot_ptr, count_ptr, row, S, S_BLOCK, COUNT)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 
 Forward and backward (gradients for x and w), over rows of any width: rows up to 16384 elements
 are held in registers; wider rows, in the forward, by one program in bf16 (up to 65536 on the GPU)
-or in segments over several programs, in the backward in column blocks.
+or in segments over several programs; in the backward, on the GPU, in segments over programs that
+wait for each other's partial sums, elsewhere in column blocks.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import triton.language as tl
 
 from kcollect.spec import KernelSpec, Provider, Shape, peer_available, standard_providers
 
-from ._utils import (l2_bytes, last_to_arrive, publish, row_settings, row_total, sm_count, wait_total, widen,
+from ._utils import (l2_bytes, last_to_arrive, publish, row_settings, sm_count, wait_total, widen,
                      widen_asm)
 
 
@@ -31,7 +32,7 @@ from ._utils import (l2_bytes, last_to_arrive, publish, row_settings, row_total,
 # current one, so that every warp has a load in flight at all times, not only between its launch
 # and its reduction. w is loaded once per program. Math in fp32, one rounding per output.
 #
-# Wider rows: _fwd_packed, _fwd_split (or _fwd_chunked); _bwd_row_dot then _bwd_cols.
+# Wider rows: _fwd_packed, _fwd_split (or _fwd_chunked); _bwd_coop (or _bwd_row_dot then _bwd_cols).
 #
 # Loops are `while` loops: Triton 3.6's interpreter cannot take a runtime bound in range() under
 # NumPy >= 2.4 (its scalars are 1-element arrays); a while loop compiles to the same code.
@@ -232,88 +233,6 @@ def _fwd_split(x_ptr, r_ptr, h_ptr, w_ptr, y_ptr, rstd_ptr, part_ptr, count_ptr,
             tl.store(rstd_ptr + row, rstd)
 
 
-@triton.jit(do_not_specialize=["iters"])
-def _fwd_coop(x_ptr, r_ptr, h_ptr, w_ptr, y_ptr, rstd_ptr, slot_ptr, count_ptr, M, N, eps, S, iters,
-              SEG: tl.constexpr, S_BLOCK: tl.constexpr, HAS_RES: tl.constexpr, STORE_RSTD: tl.constexpr,
-              COUNT: tl.constexpr = False):
-    # Wide rows held by S co-resident programs (_utils.row_total): program (group g, segment s)
-    # keeps columns [s*SEG, (s+1)*SEG) of rows g, g+G, g+2G, ... (G groups), loading the next row's
-    # segment before it waits for this row's sum of squares.
-    pid = tl.program_id(0)
-    G = tl.num_programs(0) // S
-    g = pid // S
-    seg = pid % S
-    cols = seg * SEG + tl.arange(0, SEG)
-    cm = cols < N
-    x = tl.load(x_ptr + g.to(tl.int64) * N + cols, mask=cm & (g < M), other=0.0)
-    if HAS_RES:
-        r = tl.load(r_ptr + g.to(tl.int64) * N + cols, mask=cm & (g < M), other=0.0)
-    i = 0
-    while i < iters:
-        row = g + i * G
-        i += 1
-        live = cm & (row < M)
-        nxt = (row + G).to(tl.int64) * N + cols
-        x_next = tl.load(x_ptr + nxt, mask=cm & (row + G < M), other=0.0)
-        if HAS_RES:
-            r_next = tl.load(r_ptr + nxt, mask=cm & (row + G < M), other=0.0)
-            hv = (x.to(tl.float32) + r.to(tl.float32)).to(h_ptr.dtype.element_ty)
-            tl.store(h_ptr + row.to(tl.int64) * N + cols, hv, mask=live)
-            xf = hv.to(tl.float32)
-            r = r_next
-        else:
-            xf = x.to(tl.float32)
-        rstd = tl.math.rsqrt(row_total(slot_ptr, count_ptr, row, seg, S, tl.sum(xf * xf, axis=0), S_BLOCK, COUNT) / N + eps)
-        w = tl.load(w_ptr + cols, mask=cm, other=0.0).to(tl.float32)  # from L1, not held across the wait
-        tl.store(y_ptr + row.to(tl.int64) * N + cols, (xf * rstd * w).to(y_ptr.dtype.element_ty), mask=live)
-        if STORE_RSTD:
-            tl.store(rstd_ptr + row, rstd, mask=(seg == 0) & (row < M))
-        x = x_next
-
-
-@triton.jit(do_not_specialize=["iters"])
-def _fwd_coop_defer(x_ptr, r_ptr, h_ptr, w_ptr, y_ptr, rstd_ptr, slot_ptr, count_ptr, M, N, eps, S, iters,
-                    SEG: tl.constexpr, S_BLOCK: tl.constexpr, HAS_RES: tl.constexpr, STORE_RSTD: tl.constexpr,
-                    COUNT: tl.constexpr = False):
-    # _fwd_coop with the wait one row later (as _bwd_coop_defer): publish row i's sum of squares,
-    # then normalise row i - 1, still in registers, with the sum published a step ago.
-    pid = tl.program_id(0)
-    G = tl.num_programs(0) // S
-    g = pid // S
-    seg = pid % S
-    cols = seg * SEG + tl.arange(0, SEG)
-    cm = cols < N
-    x = tl.load(x_ptr + g.to(tl.int64) * N + cols, mask=cm & (g < M), other=0.0)
-    if HAS_RES:
-        r = tl.load(r_ptr + g.to(tl.int64) * N + cols, mask=cm & (g < M), other=0.0)
-    # (not `xp = x`: Triton 3.6 carries a name through a while loop only if the body gives it a value
-    # other than the one it entered with, and `xp = x` in the body would look like no change)
-    xp = tl.zeros_like(x)
-    i = 0
-    while i <= iters:  # step i: publish row i (past the end at i = iters: zeros), finish row i - 1
-        row = g + i * G
-        nxt = (row + G).to(tl.int64) * N + cols
-        x_next = tl.load(x_ptr + nxt, mask=cm & (row + G < M), other=0.0)
-        if HAS_RES:
-            r_next = tl.load(r_ptr + nxt, mask=cm & (row + G < M), other=0.0)
-            x = (x.to(tl.float32) + r.to(tl.float32)).to(h_ptr.dtype.element_ty)
-            tl.store(h_ptr + row.to(tl.int64) * N + cols, x, mask=cm & (row < M))
-            r = r_next
-        xf = x.to(tl.float32)
-        publish(slot_ptr, count_ptr, row, seg, S, tl.sum(xf * xf, axis=0), COUNT)
-        if i > 0:
-            prow = row - G
-            rstd = tl.math.rsqrt(wait_total(slot_ptr, count_ptr, prow, S, S_BLOCK, COUNT) / N + eps)
-            w = tl.load(w_ptr + cols, mask=cm, other=0.0).to(tl.float32)
-            tl.store(y_ptr + prow.to(tl.int64) * N + cols, (xp.to(tl.float32) * rstd * w).to(y_ptr.dtype.element_ty),
-                     mask=cm & (prow < M))
-            if STORE_RSTD:
-                tl.store(rstd_ptr + prow, rstd, mask=(seg == 0) & (prow < M))
-        xp = x
-        x = x_next
-        i += 1
-
-
 @triton.jit
 def _fwd_packed(x_ptr, r_ptr, h_ptr, w_ptr, y_ptr, rstd_ptr, N, eps, BLOCK: tl.constexpr,
                 HAS_RES: tl.constexpr, STORE_RSTD: tl.constexpr, ASM: tl.constexpr):
@@ -403,54 +322,15 @@ def _bwd_rows(x_ptr, w_ptr, dy_ptr, dh_ptr, rstd_ptr, dx_ptr, part_ptr, M, N, it
 
 
 @triton.jit(do_not_specialize=["iters"])
-def _bwd_coop(x_ptr, w_ptr, dy_ptr, dh_ptr, rstd_ptr, dx_ptr, dwp_ptr, slot_ptr, count_ptr, M, N, S, iters,
-              SEG: tl.constexpr, S_BLOCK: tl.constexpr, HAS_DH: tl.constexpr, COUNT: tl.constexpr = False):
-    # Wide rows held by S co-resident programs, as _fwd_coop: program (g, s) keeps its segment of
-    # x and dy for rows g, g+G, ..., waits for the row's mean(m * xhat) (_utils.row_total) and
-    # writes its segment of dx from registers; its columns' dw partial stays in fp32 registers over
-    # all its rows and is written once, as row g of the [G, N] partial buffer.
-    pid = tl.program_id(0)
-    G = tl.num_programs(0) // S
-    g = pid // S
-    seg = pid % S
-    cols = seg * SEG + tl.arange(0, SEG)
-    cm = cols < N
-    acc = tl.zeros([SEG], dtype=tl.float32)
-    x = tl.load(x_ptr + g.to(tl.int64) * N + cols, mask=cm & (g < M), other=0.0)
-    dy = tl.load(dy_ptr + g.to(tl.int64) * N + cols, mask=cm & (g < M), other=0.0)
-    i = 0
-    while i < iters:
-        row = g + i * G
-        i += 1
-        live = cm & (row < M)
-        here = row.to(tl.int64) * N + cols
-        nxt = (row + G).to(tl.int64) * N + cols
-        x_next = tl.load(x_ptr + nxt, mask=cm & (row + G < M), other=0.0)
-        dy_next = tl.load(dy_ptr + nxt, mask=cm & (row + G < M), other=0.0)
-        if HAS_DH:  # issued before the wait, used after it
-            dh = tl.load(dh_ptr + here, mask=live, other=0.0)
-        rstd = tl.load(rstd_ptr + row, mask=row < M, other=0.0)
-        xhat = x.to(tl.float32) * rstd
-        dyf = dy.to(tl.float32)
-        acc += dyf * xhat
-        m = dyf * tl.load(w_ptr + cols, mask=cm, other=0.0).to(tl.float32)
-        c = row_total(slot_ptr, count_ptr, row, seg, S, tl.sum(m * xhat, axis=0), S_BLOCK, COUNT) / N
-        dx = (m - xhat * c) * rstd
-        if HAS_DH:
-            dx += dh.to(tl.float32)
-        tl.store(dx_ptr + here, dx.to(dx_ptr.dtype.element_ty), mask=live)
-        x = x_next
-        dy = dy_next
-    tl.store(dwp_ptr + g.to(tl.int64) * N + cols, acc, mask=cm)
-
-
-@triton.jit(do_not_specialize=["iters"])
-def _bwd_coop_defer(x_ptr, w_ptr, dy_ptr, dh_ptr, rstd_ptr, dx_ptr, dwp_ptr, slot_ptr, count_ptr, M, N, S, iters,
-                    SEG: tl.constexpr, S_BLOCK: tl.constexpr, HAS_DH: tl.constexpr,
-                    COUNT: tl.constexpr = False):
-    # _bwd_coop with the wait one row later: in the step of row k a program publishes row k's
-    # partial and then finishes row k-1, whose partials were published a step ago (x and dy of
-    # row k-1 still in registers, row k+1's loads in flight), so that it seldom waits at all.
+def _bwd_coop(x_ptr, w_ptr, dy_ptr, dh_ptr, rstd_ptr, dx_ptr, dwp_ptr, slot_ptr, M, N, S, iters,
+              SEG: tl.constexpr, S_BLOCK: tl.constexpr, HAS_DH: tl.constexpr):
+    # Wide rows held by S co-resident programs (_utils.publish / wait_total): program (group g,
+    # segment s) keeps columns [s*SEG, (s+1)*SEG) of x and dy for rows g, g+G, g+2G, ... (G groups).
+    # In step i it loads row i+1's segment, publishes row i's partial of sum(m * xhat) and then
+    # finishes row i-1 (its x and dy still in registers) with the total its partners published a
+    # step ago, so that it seldom waits at all (waiting for row i itself: 35-43% of copy at
+    # 1024x65536, against 58-68%; docs/evidence/rms_norm_ab_h200_run14-15.txt). Its columns' dw
+    # partial stays in fp32 registers over all its rows and is written once, as row g of [G, N].
     pid = tl.program_id(0)
     G = tl.num_programs(0) // S
     g = pid // S
@@ -461,7 +341,9 @@ def _bwd_coop_defer(x_ptr, w_ptr, dy_ptr, dh_ptr, rstd_ptr, dx_ptr, dwp_ptr, slo
     acc = tl.zeros([SEG], dtype=tl.float32)
     x = tl.load(x_ptr + g.to(tl.int64) * N + cols, mask=cm & (g < M), other=0.0)
     dy = tl.load(dy_ptr + g.to(tl.int64) * N + cols, mask=cm & (g < M), other=0.0)
-    xp = tl.zeros_like(x)  # (not `xp = x`: see _fwd_coop_defer)
+    # (not `xp = x`: Triton 3.6 carries a name through a while loop only if the body gives it a
+    # value other than the one it entered with, and `xp = x` in the body would look like no change)
+    xp = tl.zeros_like(x)
     dyp = tl.zeros_like(dy)
     rstd_p = tl.load(rstd_ptr + g, mask=g < M, other=0.0)  # (a float tensor for the loop)
     i = 0
@@ -474,12 +356,12 @@ def _bwd_coop_defer(x_ptr, w_ptr, dy_ptr, dh_ptr, rstd_ptr, dx_ptr, dwp_ptr, slo
         xhat = x.to(tl.float32) * rstd
         dyf = dy.to(tl.float32)
         acc += dyf * xhat
-        publish(slot_ptr, count_ptr, row, seg, S, tl.sum(dyf * w.to(tl.float32) * xhat, axis=0), COUNT)
+        publish(slot_ptr, row, seg, S, tl.sum(dyf * w.to(tl.float32) * xhat, axis=0))
         if i > 0:
             prow = row - G
             here = prow.to(tl.int64) * N + cols
             live = cm & (prow < M)
-            c = wait_total(slot_ptr, count_ptr, prow, S, S_BLOCK, COUNT) / N
+            c = wait_total(slot_ptr, prow, S, S_BLOCK) / N
             xhat_p = xp.to(tl.float32) * rstd_p
             dx = (dyp.to(tl.float32) * w.to(tl.float32) - xhat_p * c) * rstd_p
             if HAS_DH:
@@ -617,10 +499,16 @@ CHUNK_BYTES = 32768  # chunk of a wide row in _fwd_chunked: 32 warps x 32 bytes 
 WIDE = "split"
 PACKED_MAX_BLOCK = 65536
 SPLIT_SEG_BYTES = 32768
-# The coop kernels (_fwd_coop, _bwd_coop: a wide row's segments in registers of programs that wait
-# for each other, _utils.row_total): bytes of a segment, warps of a program.
-COOP_SEG_BYTES = 16384
-COOP_WARPS = 8
+# The backward's path for rows wider than MAX_REG_BLOCK on the GPU: _bwd_coop, a row's segments in
+# the registers of programs that wait for each other (_utils.publish / wait_total), with segments
+# of COOP_SEG elements and COOP_WARPS warps a program. H200 A/B, bf16 bwd 1024x65536
+# (benchmarks/rms_norm_ab.py, docs/evidence/rms_norm_ab_h200_run15.txt, twice): rms_norm 52.2% of
+# copy (_bwd_row_dot then _bwd_cols, which read x and dy twice) -> 67.8%, add_rms_norm 55.5% ->
+# 68.8%; segments of 4096 and 8192 elements (at 4 and 8 warps) 58-68% and 53-54%, 2048 at 8 warps
+# 58-60%. The forward keeps _fwd_packed: the same scheme measured 74-78% and 80-84% of copy there,
+# against 76% and 88% (runs 13-14). On the CPU, and where a group does not fit, _bwd_cols.
+COOP_SEG = 2048
+COOP_WARPS = 4
 DOT_CHUNK = 8192  # chunk of a wide row in _bwd_row_dot: 16 warps x 16 elements
 COLS_TILE = (4, 1024)  # BLOCK_R x BLOCK_C of _bwd_cols, 8 warps: 64 registers, 4 programs per SM
 
@@ -709,30 +597,34 @@ def _chunked_programs(device: torch.device, row_bytes: int) -> int:
     return min(sm_count(device), max(1, 3 * l2_bytes(device) // 4 // row_bytes))
 
 
-def _coop_seg(x: torch.Tensor, n: int, seg: int | None) -> int:
-    """Segment of a row per program in the coop kernels: COOP_SEG_BYTES on the GPU; on the CPU the
-    whole row (one program a row: the interpreter runs programs one after the other, and a program
-    waiting for another that has not started would wait for ever)."""
-    if x.device.type != "cuda":
-        if seg is not None and seg < n:
-            raise ValueError(f"coop segments of {seg} < {n} elements need a GPU: their programs wait for each other")
-        return triton.next_power_of_2(n)
-    return seg or COOP_SEG_BYTES // x.element_size()
-
-
-def _coop_slots(device: torch.device, rows: int, S: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The zeroed int64 [rows, S] slots and int32 [rows] counters of _utils.row_total."""
-    return (torch.zeros(rows * S, dtype=torch.int64, device=device),
-            torch.zeros(rows, dtype=torch.int32, device=device))
-
-
-def _coop_grid(kernel, args: tuple, meta: dict, warps: int, device: torch.device, M: int, S: int) -> tuple[int, int]:
-    """(row groups, rows per group) of a coop kernel: groups x S programs, all resident at once (their
-    programs wait for each other), striped over the M rows."""
-    groups = min(M, _resident_programs(kernel, args, meta, warps, device) // S)
+def _coop_launch(tensors: tuple, N: int, M: int, seg: int | None, warps: int | None, has_dh: bool):
+    """(groups, rows per group, S, warps, constexprs) of _bwd_coop for its first six arguments
+    `tensors`: groups of S programs (a row in segments of `seg` elements, COOP_SEG by default), as
+    many groups as the GPU holds at once with all S programs of each (they wait for each other);
+    None when not even one group fits. On the CPU the segment is the whole row: the interpreter
+    runs programs one after the other, and a program waiting for one that has not started would
+    wait for ever."""
+    x2 = tensors[0]
+    if x2.device.type != "cuda":
+        if seg is not None and seg < N:
+            raise ValueError(f"coop segments of {seg} < {N} elements need a GPU: their programs wait for each other")
+        seg = triton.next_power_of_2(N)
+    seg = seg or COOP_SEG
+    S = triton.cdiv(N, seg)
+    warps = warps or COOP_WARPS
+    meta = dict(SEG=seg, S_BLOCK=triton.next_power_of_2(S), HAS_DH=has_dh)
+    rstd = tensors[4]  # an fp32 stand-in for the dw partials, whose size depends on the answer
+    args = (*tensors, rstd, _coop_slots(x2.device, 1, 1), M, N, S, 1)
+    groups = min(M, _resident_programs(_bwd_coop, args, meta, warps, x2.device) // S)
     if groups == 0:
-        raise ValueError(f"coop: {S} segments a row do not fit on the GPU at once; use a wider segment")
-    return _persistent_grid(M, groups)
+        return None
+    groups, iters = _persistent_grid(M, groups)
+    return groups, iters, S, warps, meta
+
+
+def _coop_slots(device: torch.device, rows: int, S: int) -> torch.Tensor:
+    """The zeroed int64 [rows, S] slots of _utils.publish / wait_total."""
+    return torch.zeros(rows * S, dtype=torch.int64, device=device)
 
 
 def _wide_default(x: torch.Tensor, n: int) -> str:
@@ -761,7 +653,7 @@ def rms_norm_forward(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6, residu
                      *, rows: int | None = None, num_warps: int | None = None, split: bool | None = None,
                      maxnreg: bool | None = None, prefetch: bool | None = None, liger_like: bool = False,
                      x_policy: str = "evict_last", wide: str | None = None, split_seg: int | None = None,
-                     split_warps: int | None = None, defer: bool = False, count: bool = False):
+                     split_warps: int | None = None):
     """(y, h, rstd). With a residual, h = x + residual (returned, and normalised in place of x);
     otherwise h is None. rstd: fp32 [rows], None unless need_rstd. `max_block` is the widest row
     kept in registers; the tests lower it to run the wide-row paths on small shapes.
@@ -773,11 +665,11 @@ def rms_norm_forward(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6, residu
     row per program, BLOCK = next_pow2(N), Liger's num_warps (_utils.row_settings), no register
     cap, one tile per program, no prefetch. `x_policy`: the cache hint of the x loads ("" = none).
     Wider rows: `wide` = "chunked" (_fwd_chunked), "split" (_fwd_split, with `split_seg`
-    elements and `split_warps` warps per program), "coop" (_fwd_coop, the same two knobs) or
-    "packed" (_fwd_packed, `split_warps` warps); default: _wide_default."""
+    elements and `split_warps` warps per program) or "packed" (_fwd_packed, `split_warps` warps);
+    default: _wide_default."""
     _check(x, w, residual)
-    if wide not in (None, "split", "chunked", "packed", "coop"):
-        raise ValueError(f"wide must be 'split', 'chunked', 'packed' or 'coop', got {wide!r}")
+    if wide not in (None, "split", "chunked", "packed"):
+        raise ValueError(f"wide must be 'split', 'chunked' or 'packed', got {wide!r}")
     N = x.shape[-1]
     x2 = _as_rows(x, N)
     M = x2.shape[0]
@@ -820,18 +712,6 @@ def rms_norm_forward(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6, residu
         block = triton.next_power_of_2(N)
         _fwd_packed[(M,)](x2, r2, h, w, y, rstd, N, eps, BLOCK=block, HAS_RES=has_res, STORE_RSTD=need_rstd,
                           ASM=widen_asm(x2), num_warps=split_warps or max(4, min(32, block // 2048)))
-    elif path == "coop":
-        seg = _coop_seg(x2, N, split_seg)
-        S = triton.cdiv(N, seg)
-        warps = split_warps or COOP_WARPS
-        meta = dict(SEG=seg, S_BLOCK=triton.next_power_of_2(S), HAS_RES=has_res, STORE_RSTD=need_rstd)
-        meta["COUNT"] = count
-        kernel = _fwd_coop_defer if defer else _fwd_coop
-        slots, counts = _coop_slots(x.device, 1, 1)  # stand-ins for the occupancy query
-        groups, iters = _coop_grid(kernel, (x2, r2, h, w, y, rstd, slots, counts, M, N, eps, S, 1), meta, warps,
-                                   x.device, M, S)
-        slots, counts = _coop_slots(x.device, groups * (iters + defer), S)
-        kernel[(groups * S,)](x2, r2, h, w, y, rstd, slots, counts, M, N, eps, S, iters, num_warps=warps, **meta)
     elif path == "split":
         # (a lowered max_block, as in the tests, lowers the segment with it)
         seg = split_seg or min(SPLIT_SEG_BYTES // x2.element_size(), triton.next_power_of_2(max_block))
@@ -854,8 +734,7 @@ def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: 
                       dh: torch.Tensor | None = None, max_block: int = MAX_REG_BLOCK,
                       *, num_warps: int | None = None, prefetch: bool | None = None,
                       cols_tile: tuple[int, int] | None = None, policy: str = "evict_last",
-                      wide: str | None = None, coop_seg: int | None = None, coop_warps: int | None = None,
-                      defer: bool = False, count: bool = False):
+                      wide: str | None = None, coop_seg: int | None = None, coop_warps: int | None = None):
     """(dx, dw) for y = rms_norm(x) * w; with dh (add_rms_norm: x is h, dh the gradient reaching h
     directly), dx includes it.
 
@@ -889,21 +768,12 @@ def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: 
             return dx.view(x.shape), dw
         part = torch.empty((grid, N), dtype=torch.float32, device=x.device)
         _bwd_rows[(grid,)](x2, w, dy2, dh2, rstd, dx, part, M, N, iters, num_warps=warps, **meta)
-    elif wide == "coop":
-        seg = _coop_seg(x2, N, coop_seg)
-        S = triton.cdiv(N, seg)
-        warps = coop_warps or COOP_WARPS
-        meta = dict(SEG=seg, S_BLOCK=triton.next_power_of_2(S), HAS_DH=has_dh)
-        meta["COUNT"] = count
-        kernel = _bwd_coop_defer if defer else _bwd_coop
-        slots, counts = _coop_slots(x.device, 1, 1)  # stand-ins for the occupancy query
-        groups, iters = _coop_grid(kernel, (x2, w, dy2, dh2, rstd, dx, rstd, slots, counts, M, N, S, 1), meta,
-                                   warps, x.device, M, S)
-        slots, counts = _coop_slots(x.device, groups * (iters + defer), S)
-        dwp = torch.empty((groups, N), dtype=torch.float32, device=x.device)
-        kernel[(groups * S,)](x2, w, dy2, dh2, rstd, dx, dwp, slots, counts, M, N, S, iters, num_warps=warps,
-                              **meta)
-        part = dwp
+    elif (wide or ("coop" if x.is_cuda else "cols")) == "coop" and (
+            coop := _coop_launch((x2, w, dy2, dh2, rstd, dx), N, M, coop_seg, coop_warps, has_dh)) is not None:
+        groups, iters, S, warps, meta = coop
+        slots = _coop_slots(x.device, groups * (iters + 1), S)  # + 1: the step past the last row
+        part = torch.empty((groups, N), dtype=torch.float32, device=x.device)
+        _bwd_coop[(groups * S,)](x2, w, dy2, dh2, rstd, dx, part, slots, M, N, S, iters, num_warps=warps, **meta)
     else:
         c = torch.empty(M, dtype=torch.float32, device=x.device)
         dot_chunk = min(DOT_CHUNK, triton.next_power_of_2(max_block) // 2)

@@ -1,5 +1,6 @@
 """rms_norm against its float64 reference: every provider, mode and dtype, on awkward shapes; the
 wide-row paths (split, chunked) forced onto small shapes; the persistent grid's arithmetic."""
+import os
 import random
 
 import pytest
@@ -131,6 +132,10 @@ BWD_VARIANTS = {
     "no_prefetch_8w": dict(prefetch=False, num_warps=8),
     "cols_8x64": dict(max_block=256, cols_tile=(8, 64)),
     "cols_2x32": dict(max_block=256, cols_tile=(2, 32)),
+    # _bwd_coop, the GPU's wide-row backward; on the CPU one segment a row (its programs would wait
+    # for each other: test_coop_backward_on_the_gpu runs it in segments), 4 programs striding
+    "coop": dict(max_block=256, wide="coop"),
+    "coop_8w": dict(max_block=256, wide="coop", coop_warps=8),
 }
 
 
@@ -145,6 +150,43 @@ def test_backward_variants(variant, dtype, dims):
     _, dx_ref, dw_ref = _reference_grads(x, w, eps, dy)
     tol = SPEC.tolerance[dtype]
     assert _rel(dx, dx_ref) <= tol and _rel(dw, dw_ref) <= tol
+
+
+def test_backward_wide_path_must_be_known_and_coop_segments_need_a_gpu():
+    x, w, eps = _inputs(3, 1000, torch.float32)
+    dy = torch.randn(3, 1000)
+    _, _, rstd = K.rms_norm_forward(x, w, eps)
+    with pytest.raises(ValueError, match="'cols' or 'coop'"):
+        K.rms_norm_backward(dy, x, w, rstd, max_block=256, wide="rows")
+    with pytest.raises(ValueError, match="need a GPU"):
+        K.rms_norm_backward(dy, x, w, rstd, max_block=256, wide="coop", coop_seg=256)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1",
+                    reason="the coop kernel's segments wait for each other: a GPU only")
+@pytest.mark.parametrize("dtype", SPEC.dtypes, ids=str)
+@pytest.mark.parametrize("dims,seg", [((37, 5003), 2048), ((300, 1000), 256), ((1024, 65536), None)],
+                         ids=["37x5003-seg2048", "300x1000-seg256", "1024x65536-default"])
+@pytest.mark.parametrize("with_dh", [False, True], ids=["", "dh"])
+def test_coop_backward_on_the_gpu(dtype, dims, seg, with_dh):
+    # S > 1 segments a row (3 with the last partial, 4, 32), row groups striding, dh (add_rms_norm)
+    g = torch.Generator(device="cuda").manual_seed(random.randrange(2**31))
+    x = (torch.randn(dims, generator=g, device="cuda") * torch.exp(torch.randn((dims[0], 1), generator=g,
+                                                                                 device="cuda"))).to(dtype)
+    w = (1 + 0.3 * torch.randn(dims[1], generator=g, device="cuda")).to(dtype)
+    dy = torch.randn(dims, generator=g, device="cuda").to(dtype)
+    dh = torch.randn(dims, generator=g, device="cuda").to(dtype) if with_dh else None
+    _, _, rstd = K.rms_norm_forward(x, w, 1e-6)
+    dx, dw = K.rms_norm_backward(dy, x, w, rstd, dh=dh, max_block=256 if seg else K.MAX_REG_BLOCK, wide="coop",
+                                 coop_seg=seg)
+    _, dx_ref, dw_ref = _reference_grads(x, w, 1e-6, dy)
+    if with_dh:
+        dx_ref = dx_ref + dh.double()
+    tol = SPEC.tolerance[dtype]
+    assert _rel(dx, dx_ref) <= tol and _rel(dw, dw_ref) <= tol
+    # deterministic: every program of a row sums the same partials in the same order
+    assert torch.equal(dx, K.rms_norm_backward(dy, x, w, rstd, dh=dh, max_block=256 if seg else K.MAX_REG_BLOCK,
+                                               wide="coop", coop_seg=seg)[0])
 
 
 def test_every_element_is_written_and_rstd_saved():
