@@ -89,6 +89,13 @@ BWD_VARIANTS = [
     ("registers 16384 (w re-read)", lambda n: {"max_block": 16384} if n == 16384 else {}),
     # run 5 chose 32 columns per program of the partial sums (was 128); this is the old setting
     ("sum 128 cols", lambda n: {"sum_block": 128}),
+    # rows wider than the register block: the two-pass column blocks the GPU's default replaced, and
+    # other segments and warps of the default (_ln_bwd_coop); at 8192 wide, coop instead of registers
+    ("cols", lambda n: {"wide": "cols"}),
+    ("coop seg 1024", lambda n: {"coop_seg": 1024}),
+    ("coop 8 warps", lambda n: {"coop_warps": 8}),
+    ("coop seg 4096 8 warps", lambda n: {"coop_seg": 4096, "coop_warps": 8}),
+    ("coop at 8192", lambda n: {"max_block": 4096} if n == 8192 else {}),
     # run 10 also measured dw and db partials added atomically (red.global) and cast by the last
     # program to arrive, in one launch: 32768x4096 the same (86.2%), 1024x2048 and 3000x3584 8-10%
     # slower; removed
@@ -105,6 +112,8 @@ CASES = [
     ("fwd", 32768, 4096),
     ("fwd", 8192, 8192),
     ("bwd", 32768, 4096),
+    ("bwd", 2048, 65536),
+    ("bwd", 4096, 16384),
     ("bwd", 8192, 8192),
     ("bwd", 1024, 2048),
     ("bwd", 1, 4096),

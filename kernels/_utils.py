@@ -137,6 +137,34 @@ def wait_total(slot_ptr, row, S, S_BLOCK: tl.constexpr):
     return tl.where(tl.min((v >> 32) == row + 1, axis=0) == 0, float("nan"), total)
 
 
+@triton.jit
+def publish2(slot_ptr, row, seg, S, a, b):
+    """publish for two partials: slots [rows, S, 2]."""
+    base = slot_ptr + (row * S + seg) * 2
+    tag = (row + 1).to(tl.int64) << 32
+    tl.store(base, tag | (a.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF))
+    tl.store(base + 1, tag | (b.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF))
+
+
+@triton.jit
+def wait_total2(slot_ptr, row, S, S_BLOCK: tl.constexpr):
+    """wait_total for two partials: (sum of the a's, sum of the b's)."""
+    k = tl.arange(0, 2)
+    j = tl.arange(0, S_BLOCK)
+    slots = slot_ptr + row * S * 2 + j[:, None] * 2 + k[None, :]
+    live = (j < S)[:, None] & (k < 2)[None, :]
+    tag = (row + 1).to(tl.int64) << 32
+    v = tl.load(slots, mask=live, other=tag, volatile=True)
+    spins = 0
+    while (tl.min(tl.min((v >> 32) == row + 1, axis=1), axis=0) == 0) & (spins < MAX_SPINS):
+        v = tl.load(slots, mask=live, other=tag, volatile=True)
+        spins += 1
+    t = tl.sum(v.to(tl.int32).to(tl.float32, bitcast=True), axis=0)
+    bad = tl.min(tl.min((v >> 32) == row + 1, axis=1), axis=0) == 0
+    return (tl.where(bad, float("nan"), tl.sum(tl.where(k == 0, t, 0.0), axis=0)),
+            tl.where(bad, float("nan"), tl.sum(tl.where(k == 1, t, 0.0), axis=0)))
+
+
 # ---------------------------------------------------------------------------------------------
 # bf16 widened late. A kernel that holds a row of bf16 values across a reduction and uses them
 # again after it (softmax's backward: dot = sum(y * dy), then y * (dy - dot)) keeps, as compiled,

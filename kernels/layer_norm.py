@@ -8,7 +8,7 @@ import triton.language as tl
 
 from kcollect.spec import KernelSpec, Provider, Shape, peer_available, standard_providers
 
-from ._utils import l2_bytes, sm_count
+from ._utils import l2_bytes, publish2, sm_count, wait_total2
 
 
 # ---------------------------------------------------------------------------------------------
@@ -210,6 +210,64 @@ def _ln_bwd(x_ptr, dy_ptr, w_ptr, mean_ptr, rstd_ptr, c_ptr, dx_ptr, part_ptr, M
     tl.store(part + N + cols, tl.sum(db, axis=0), mask=cmask)
 
 
+@triton.jit(do_not_specialize=["iters"])
+def _ln_bwd_coop(x_ptr, dy_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, part_ptr, slot_ptr, M, N, S, iters,
+                 SEG: tl.constexpr, S_BLOCK: tl.constexpr, N_ALIGN: tl.constexpr):
+    # Wide rows on the GPU, one launch: rms_norm's _bwd_coop with layer_norm's two row sums (c1, c2,
+    # _utils.publish2 / wait_total2). Program (group g, segment s) keeps columns [s*SEG, (s+1)*SEG)
+    # of x and dy for rows g, g+G, ...; in step i it loads row i+1, publishes row i's partial sums
+    # and finishes row i-1 (still in registers) with the totals published a step ago. Its dw and db
+    # partials stay in fp32 registers and are written once, as row g of the [G, 2, N] buffer.
+    pid = tl.program_id(0)
+    G = tl.num_programs(0) // S
+    g = pid // S
+    seg = pid % S
+    cols = seg * SEG + tl.arange(0, SEG)
+    cm = _col_mask(cols, N, N_ALIGN)
+    w = tl.load(w_ptr + cols, mask=cm, other=0.0)
+    dw = tl.zeros([SEG], dtype=tl.float32)
+    db = tl.zeros([SEG], dtype=tl.float32)
+    x = tl.load(x_ptr + _row_start(g, N, N_ALIGN) + cols, mask=cm & (g < M), other=0.0)
+    dy = tl.load(dy_ptr + _row_start(g, N, N_ALIGN) + cols, mask=cm & (g < M), other=0.0)
+    # (not `xp = x`: see rms_norm._bwd_coop)
+    xp = tl.zeros_like(x)
+    dyp = tl.zeros_like(dy)
+    mean_p = tl.load(mean_ptr + g, mask=g < M, other=0.0)  # (float tensors for the loop)
+    rstd_p = tl.load(rstd_ptr + g, mask=g < M, other=0.0)
+    i = 0
+    while i <= iters:  # step i: publish row i (past the end at i = iters: zeros), finish row i - 1
+        row = g + i * G
+        nxt = _row_start(row + G, N, N_ALIGN) + cols
+        x_next = tl.load(x_ptr + nxt, mask=cm & (row + G < M), other=0.0)
+        dy_next = tl.load(dy_ptr + nxt, mask=cm & (row + G < M), other=0.0)
+        mean = tl.load(mean_ptr + row, mask=row < M, other=0.0)
+        rstd = tl.load(rstd_ptr + row, mask=row < M, other=0.0)
+        # masked columns: dy = w = 0, so xhat's value there adds nothing
+        xhat = (x.to(tl.float32) - mean) * rstd
+        dyf = dy.to(tl.float32)
+        wdy = dyf * w.to(tl.float32)
+        dw += dyf * xhat
+        db += dyf
+        publish2(slot_ptr, row, seg, S, tl.sum(xhat * wdy, axis=0), tl.sum(wdy, axis=0))
+        if i > 0:
+            prow = row - G
+            c1, c2 = wait_total2(slot_ptr, prow, S, S_BLOCK)
+            xhat_p = (xp.to(tl.float32) - mean_p) * rstd_p
+            dx = (dyp.to(tl.float32) * w.to(tl.float32) - (xhat_p * (c1 / N) + c2 / N)) * rstd_p
+            tl.store(dx_ptr + _row_start(prow, N, N_ALIGN) + cols, dx.to(dx_ptr.dtype.element_ty),
+                     mask=cm & (prow < M))
+        xp = x
+        dyp = dy
+        mean_p = mean
+        rstd_p = rstd
+        x = x_next
+        dy = dy_next
+        i += 1
+    part = part_ptr + _row_start(g, 2 * N, N_ALIGN)
+    tl.store(part + cols, dw, mask=cm)
+    tl.store(part + N + cols, db, mask=cm)
+
+
 @triton.jit
 def _add_pair(a1, a2, b1, b2):
     return a1 + b1, a2 + b2
@@ -368,6 +426,10 @@ _BWD_POLICY = "evict_first"
 _BWD_TILE = 4096         # elements per backward tile (x and dy each; ~5 fp32 registers per element)
 _BWD_MAX_BLOCK = 8192    # widest row whose dw/db accumulators fit in registers with x and dy
 _BWD_CHUNK = 4096        # column block for wider rows
+# Wider rows on the GPU: _ln_bwd_coop (rms_norm's coop backward, see rms_norm.COOP_SEG), segments of
+# _BWD_COOP_SEG elements, _BWD_COOP_WARPS warps a program.
+_BWD_COOP_SEG = 2048
+_BWD_COOP_WARPS = 4
 # Partial sums: many small column blocks so that all SMs help. Run 5 (layer_norm_ab_h200_run5.txt):
 # 32 columns a program instead of 128 (4 times the programs), bwd 1024x2048 16.8 -> 13.2 us (its
 # [programs, 2, N] partials are as large as x and dy), 3000x3584 32.0 -> 30.5, 32768x4096 1.4%
@@ -494,21 +556,30 @@ def layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
                         max_block: int = _BWD_MAX_BLOCK, chunk: int = _BWD_CHUNK, groups_per_sm: int = 2,
                         policy: str | None = None, prefetch: bool | None = None, maxnreg: int | None = None,
                         w_reload: bool | None = None, sum_block: int = _SUM_BLOCK_C,
-                        fused_sums: bool = _BWD_FUSED_SUMS) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                        fused_sums: bool = _BWD_FUSED_SUMS, wide: str | None = None, coop_seg: int | None = None,
+                        coop_warps: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """-> (dx, dw, db); dw and db in the weight's dtype, summed in fp32.
 
     Keyword options for GPU A/Bs; left out, the measured default. Rows up to `max_block`
     (next_pow2(N)) go through _ln_bwd_rows: `rows` per tile, `num_warps`, `prefetch` of the next
     tile, `maxnreg` (register cap), `policy` (cache hint of the x and dy loads), `w_reload` (w
     re-read every tile instead of held in registers; default from 16384 wide), `sum_block`
-    (columns per program of the partial sums), `fused_sums` (c1 and c2 in one reduction). Wider rows: row
-    sums, then _ln_bwd over column blocks of `chunk` with `groups_per_sm` row groups per SM and
-    column block (about), `rows` per tile, `num_warps`, `policy`."""
+    (columns per program of the partial sums), `fused_sums` (c1 and c2 in one reduction). Wider rows:
+    `wide` = "coop" (the GPU's default: _ln_bwd_coop, `coop_seg` elements and `coop_warps` warps a
+    program) or "cols" (elsewhere, and where a coop group does not fit: row sums, then _ln_bwd over
+    column blocks of `chunk` with `groups_per_sm` row groups per SM and column block (about), `rows`
+    per tile, `num_warps`, `policy`)."""
+    if wide not in (None, "cols", "coop"):
+        raise ValueError(f"wide must be 'cols' or 'coop', got {wide!r}")
     M, N = x.shape
     dx = torch.empty_like(x)
     if triton.next_power_of_2(N) <= max_block:
         return _ln_bwd_persistent(dy, x, weight, mean, rstd, dx, rows, num_warps, policy, prefetch, maxnreg,
                                   w_reload, sum_block, fused_sums)
+    if (wide or ("coop" if x.is_cuda else "cols")) == "coop":
+        done = _ln_bwd_coop_launch(dy, x, weight, mean, rstd, dx, coop_seg, coop_warps, sum_block)
+        if done is not None:
+            return done
     rows, block_c = rows or 1, chunk
     policy = policy if policy is not None else _BWD_WIDE_POLICY
     n_col_blocks = triton.cdiv(N, block_c)
@@ -525,6 +596,34 @@ def layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
     _ln_bwd[(groups, n_col_blocks)](x, dy, weight, mean, rstd, sums, dx, partial, M, N, groups,
                                     ROWS=rows, BLOCK_C=block_c, N_ALIGN=_align(N), POLICY=policy,
                                     num_warps=num_warps or _BWD_WIDE_WARPS)
+    out = torch.empty(2 * N, dtype=weight.dtype, device=x.device)
+    _sum_partials(partial, out, groups, sum_block)
+    return dx, out[:N], out[N:]
+
+
+def _ln_bwd_coop_launch(dy, x, weight, mean, rstd, dx, seg, warps, sum_block):
+    """_ln_bwd_coop: groups of S programs (a row in segments of `seg` elements), as many groups as the
+    GPU holds at once with all S programs of each (they wait for each other); None when not even one
+    group fits. On the CPU one segment a row (rms_norm._coop_launch says why)."""
+    M, N = x.shape
+    if x.device.type != "cuda":
+        if seg is not None and seg < N:
+            raise ValueError(f"coop segments of {seg} < {N} elements need a GPU: their programs wait for each other")
+        seg = triton.next_power_of_2(N)
+    seg = seg or _BWD_COOP_SEG
+    S = triton.cdiv(N, seg)
+    warps = warps or _BWD_COOP_WARPS
+    meta = dict(SEG=seg, S_BLOCK=triton.next_power_of_2(S), N_ALIGN=_align(N))
+    slots = torch.zeros(2, dtype=torch.int64, device=x.device)  # stand-ins for the occupancy query
+    resident = _resident_programs(_ln_bwd_coop, (x, dy, weight, mean, rstd, dx, mean, slots, M, N, S, 1), meta,
+                                  warps, None, x.device)
+    if resident // S == 0:
+        return None
+    groups, iters = _persistent_grid(M, min(M, resident // S))
+    slots = torch.zeros(groups * (iters + 1) * S * 2, dtype=torch.int64, device=x.device)  # + 1: the step past the end
+    partial = torch.empty((groups, 2, N), dtype=torch.float32, device=x.device)
+    _ln_bwd_coop[(groups * S,)](x, dy, weight, mean, rstd, dx, partial, slots, M, N, S, iters, num_warps=warps,
+                                **meta)
     out = torch.empty(2 * N, dtype=weight.dtype, device=x.device)
     _sum_partials(partial, out, groups, sum_block)
     return dx, out[:N], out[N:]

@@ -1,5 +1,6 @@
 """layer_norm against its float64 reference: every provider, mode and dtype, on awkward shapes, plus
 the paths and numerics specific to LayerNorm (wide rows, large row offsets, the dw/db partial sums)."""
+import os
 import random
 
 import pytest
@@ -165,7 +166,42 @@ BWD_VARIANTS = {
     "registers up to 32768, prefetch": {"max_block": 32768, "prefetch": True, "num_warps": 8},
     "column blocks 2048": {"max_block": 1024, "chunk": 2048},
     "column blocks, 2 rows, 1 group/SM": {"max_block": 1024, "chunk": 1024, "rows": 2, "groups_per_sm": 1},
+    # _ln_bwd_coop, the GPU's wide-row backward: one segment a row on the CPU (test_coop_backward_on_the_gpu
+    # runs it in segments)
+    "coop": {"max_block": 256, "wide": "coop"},
+    "coop 8 warps": {"max_block": 256, "wide": "coop", "coop_warps": 8},
 }
+
+
+def test_backward_wide_path_must_be_known_and_coop_segments_need_a_gpu():
+    x, w, b = _inputs(3, 1000)
+    _, mean, rstd = layer_norm.layer_norm_forward(x, w, b, 1e-5)
+    with pytest.raises(ValueError, match="'cols' or 'coop'"):
+        layer_norm.layer_norm_backward(x, x, w, mean, rstd, max_block=256, wide="rows")
+    with pytest.raises(ValueError, match="need a GPU"):
+        layer_norm.layer_norm_backward(x, x, w, mean, rstd, max_block=256, wide="coop", coop_seg=256)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1",
+                    reason="the coop kernel's segments wait for each other: a GPU only")
+@pytest.mark.parametrize("dtype", SPEC.dtypes, ids=str)
+@pytest.mark.parametrize("dims,seg", [((37, 5003), 2048), ((300, 1000), 256), ((2048, 65536), None)],
+                         ids=["37x5003-seg2048", "300x1000-seg256", "2048x65536-default"])
+def test_coop_backward_on_the_gpu(dtype, dims, seg):
+    # S > 1 segments a row (3 with the last partial, 4, 32), row groups striding; rows offset from 0
+    g = torch.Generator(device="cuda").manual_seed(random.randrange(2**31))
+    x = (torch.randn(dims, generator=g, device="cuda") * 2 + 1).to(dtype)
+    w = (1 + 0.2 * torch.randn(dims[1], generator=g, device="cuda")).to(dtype)
+    b = (0.1 * torch.randn(dims[1], generator=g, device="cuda")).to(dtype)
+    dy = torch.randn(dims, generator=g, device="cuda").to(dtype)
+    _, mean, rstd = layer_norm.layer_norm_forward(x, w, b, 1e-5)
+    kw = dict(max_block=256 if seg else layer_norm._BWD_MAX_BLOCK, wide="coop", coop_seg=seg)
+    got = layer_norm.layer_norm_backward(dy, x, w, mean, rstd, **kw)
+    xr, wr, br = (t.double().requires_grad_(True) for t in (x, w, b))
+    want = torch.autograd.grad(layer_norm.reference(xr, wr, br, 1e-5), (xr, wr, br), dy.double())
+    for g_, w_ in zip(got, want):
+        assert verify.rel_error(g_, w_) < SPEC.tolerance[dtype]
+    assert torch.equal(got[0], layer_norm.layer_norm_backward(dy, x, w, mean, rstd, **kw)[0])  # deterministic
 
 
 @pytest.mark.parametrize("dtype", SPEC.dtypes, ids=str)
