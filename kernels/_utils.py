@@ -139,30 +139,32 @@ def wait_total(slot_ptr, row, S, S_BLOCK: tl.constexpr):
 
 @triton.jit
 def publish2(slot_ptr, row, seg, S, a, b):
-    """publish for two partials: slots [rows, S, 2]."""
-    base = slot_ptr + (row * S + seg) * 2
+    """publish for two partials: slots [rows, 2, S] (the a's of a row, then its b's)."""
     tag = (row + 1).to(tl.int64) << 32
-    tl.store(base, tag | (a.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF))
-    tl.store(base + 1, tag | (b.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF))
+    tl.store(slot_ptr + row * 2 * S + seg, tag | (a.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF))
+    tl.store(slot_ptr + row * 2 * S + S + seg, tag | (b.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF))
 
 
 @triton.jit
 def wait_total2(slot_ptr, row, S, S_BLOCK: tl.constexpr):
-    """wait_total for two partials: (sum of the a's, sum of the b's)."""
-    k = tl.arange(0, 2)
+    """wait_total for two partials: (sum of the a's, sum of the b's), both polled in one round trip.
+    (Polled as one [S, 2] block instead, the totals came out wrong at S = 32 on the H200 and right at
+    S = 16 and 64, cause not found: docs/evidence/layer_norm_ab_h200_run12.txt.)"""
     j = tl.arange(0, S_BLOCK)
-    slots = slot_ptr + row * S * 2 + j[:, None] * 2 + k[None, :]
-    live = (j < S)[:, None] & (k < 2)[None, :]
+    slots_a = slot_ptr + row * 2 * S + j
     tag = (row + 1).to(tl.int64) << 32
-    v = tl.load(slots, mask=live, other=tag, volatile=True)
+    va = tl.load(slots_a, mask=j < S, other=tag, volatile=True)
+    vb = tl.load(slots_a + S, mask=j < S, other=tag, volatile=True)
+    ready = tl.min(((va >> 32) == row + 1).to(tl.int32) * ((vb >> 32) == row + 1).to(tl.int32), axis=0)
     spins = 0
-    while (tl.min(tl.min((v >> 32) == row + 1, axis=1), axis=0) == 0) & (spins < MAX_SPINS):
-        v = tl.load(slots, mask=live, other=tag, volatile=True)
+    while (ready == 0) & (spins < MAX_SPINS):
+        va = tl.load(slots_a, mask=j < S, other=tag, volatile=True)
+        vb = tl.load(slots_a + S, mask=j < S, other=tag, volatile=True)
+        ready = tl.min(((va >> 32) == row + 1).to(tl.int32) * ((vb >> 32) == row + 1).to(tl.int32), axis=0)
         spins += 1
-    t = tl.sum(v.to(tl.int32).to(tl.float32, bitcast=True), axis=0)
-    bad = tl.min(tl.min((v >> 32) == row + 1, axis=1), axis=0) == 0
-    return (tl.where(bad, float("nan"), tl.sum(tl.where(k == 0, t, 0.0), axis=0)),
-            tl.where(bad, float("nan"), tl.sum(tl.where(k == 1, t, 0.0), axis=0)))
+    ta = tl.sum(va.to(tl.int32).to(tl.float32, bitcast=True), axis=0)
+    tb = tl.sum(vb.to(tl.int32).to(tl.float32, bitcast=True), axis=0)
+    return tl.where(ready == 0, float("nan"), ta), tl.where(ready == 0, float("nan"), tb)
 
 
 # ---------------------------------------------------------------------------------------------
