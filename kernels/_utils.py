@@ -129,12 +129,14 @@ def wait_total(slot_ptr, row, S, S_BLOCK: tl.constexpr):
     slots = slot_ptr + row * S + j
     tag = (row + 1).to(tl.int64) << 32
     v = tl.load(slots, mask=j < S, other=tag, volatile=True)  # masked lanes: ready, value 0.0
+    ready = tl.min(((v >> 32) == row + 1).to(tl.int32), axis=0)
     spins = 0
-    while (tl.min((v >> 32) == row + 1, axis=0) == 0) & (spins < MAX_SPINS):
+    while (ready == 0) & (spins < MAX_SPINS):
         v = tl.load(slots, mask=j < S, other=tag, volatile=True)
+        ready = tl.min(((v >> 32) == row + 1).to(tl.int32), axis=0)
         spins += 1
     total = tl.sum(v.to(tl.int32).to(tl.float32, bitcast=True), axis=0)
-    return tl.where(tl.min((v >> 32) == row + 1, axis=0) == 0, float("nan"), total)
+    return tl.where(ready == 0, float("nan"), total)
 
 
 @triton.jit
