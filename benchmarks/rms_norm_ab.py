@@ -75,6 +75,7 @@ BWD_VARIANTS = [
     ("cols", lambda n: {"wide": "cols"}),
     ("coop seg 4096", lambda n: {"coop_seg": 4096}),
     ("coop seg 2048 8 warps", lambda n: {"coop_warps": 8}),
+    ("coop at 16384", lambda n: {"max_block": 8192} if n == 16384 else {}),
 ]
 
 # (kernel, mode, M, N), most important first: past --budget-s the rest is skipped
