@@ -505,8 +505,10 @@ SPLIT_SEG_BYTES = 32768
 # (benchmarks/rms_norm_ab.py, docs/evidence/rms_norm_ab_h200_run15.txt, twice): rms_norm 52.2% of
 # copy (_bwd_row_dot then _bwd_cols, which read x and dy twice) -> 67.8%, add_rms_norm 55.5% ->
 # 68.8%; segments of 4096 and 8192 elements (at 4 and 8 warps) 58-68% and 53-54%, 2048 at 8 warps
-# 58-60%. The forward keeps _fwd_packed: the same scheme measured 74-78% and 80-84% of copy there,
-# against 76% and 88% (runs 13-14). On the CPU, and where a group does not fit, _bwd_cols.
+# 58-60%; the same again in docs/evidence/coop_ab_h200_run16.txt (69.9%, 70.7%). Rows of 16384 stay
+# in registers (75.4% against 61.3% coop, run 16). The forward keeps _fwd_packed: the same scheme
+# measured 74-78% and 80-84% of copy there, against 76% and 88% (runs 13-14). On the CPU, and where
+# a group does not fit, _bwd_cols.
 COOP_SEG = 2048
 COOP_WARPS = 4
 DOT_CHUNK = 8192  # chunk of a wide row in _bwd_row_dot: 16 warps x 16 elements
