@@ -67,14 +67,21 @@ VARIANTS = [
     # the same unpacked (spills) and the 32 KB-chunk stream (the default before)
     ("reg64k unpacked", {"max_block": 65536, "lean": False, "persist": 0}, lambda m, n: 32768 < n <= 65536,
      ("fwd",)),
-    ("stream", {"lean": False}, lambda m, n: 32768 < n <= 65536, ("fwd",)),
+    ("stream", {"lean": False, "coop": False}, lambda m, n: 32768 < n <= 65536, ("fwd",)),
     ("reg32k lean", {"lean": True, "persist": 0}, lambda m, n: 16384 < n <= 32768, ("fwd",)),
     # many rows: the register path's forward grid and the streaming grid
     ("one row per program", {"persist": 0}, lambda m, n: many(m, n) and 16384 < n <= 32768, ("fwd",)),
     ("persist2", {"persist": 2}, lambda m, n: many(m, n) and 16384 < n <= 32768, ("fwd",)),
-    ("stream 32K pps2/16w", {"programs_per_sm": 2, "max_warps": 16, "lean": False},
+    ("stream 32K pps2/16w", {"programs_per_sm": 2, "max_warps": 16, "lean": False, "coop": False},
      lambda m, n: many(m, n) and n > 32768,
      ("fwd",)),
+    # many rows too wide for registers: the coop path (the GPU's default; segments in registers of
+    # programs that wait for each other) against the stream it replaced, other segments and warps
+    ("stream (no coop)", {"coop": False}, lambda m, n: many(m, n) and n > 32768, ("fwd", "bwd")),
+    ("coop", {"lean": False}, lambda m, n: many(m, n) and 32768 < n <= 65536, ("fwd",)),
+    ("coop seg 4096", {"lean": False, "coop_seg": 4096}, lambda m, n: many(m, n) and n > 32768, ("fwd", "bwd")),
+    ("coop 8 warps", {"lean": False, "coop_warps": 8}, lambda m, n: many(m, n) and n > 32768, ("fwd", "bwd")),
+    ("coop seg 1024", {"lean": False, "coop_seg": 1024}, lambda m, n: many(m, n) and n > 32768, ("fwd", "bwd")),
 ]
 # Few rows (the split path's A/B: 1 to 16 rows of the LLaMA-3 vocabulary, wider and narrower rows;
 # 1 x 32000 and 1 x 16384 fit in registers: split=True against the register path), then the

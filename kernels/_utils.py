@@ -1,6 +1,8 @@
 """Launch heuristics shared by every kernel file (one place, like Liger's ops/utils.py)."""
 from __future__ import annotations
 
+import warnings
+
 import triton
 import triton.language as tl
 
@@ -61,6 +63,64 @@ def sm_count(device) -> int:
     return 4
 
 
+_RESIDENT: dict[tuple, int] = {}
+
+
+def resident_programs(kernel, args: tuple, constexprs: dict, num_warps: int, device, strict: bool = False) -> int:
+    """How many programs of this compiled kernel the GPU holds at once (registers, threads and shared
+    memory per SM, as in Triton's fused-softmax tutorial), so that a persistent grid never spills into
+    a second wave. On the CPU interpreter: a few programs, enough to exercise the striding. If the
+    query fails (a Triton whose warmup API differs): a guess of 64 registers a thread, or with
+    `strict` (grids whose programs wait for each other, which a guess could deadlock) 0."""
+    import torch
+
+    device = torch.device(device)
+    if device.type != "cuda":
+        return sm_count(device)
+    key = (kernel.fn.__name__, tuple(sorted(constexprs.items())), num_warps, device.index,
+           tuple(a.dtype for a in args if torch.is_tensor(a)), strict)
+    if key not in _RESIDENT:
+        props = torch.cuda.get_device_properties(device)
+        by_threads = props.max_threads_per_multi_processor // (32 * num_warps)
+        try:
+            compiled = kernel.warmup(*args, grid=(1,), num_warps=num_warps, **constexprs)
+            compiled._init_handles()
+            regs_per_warp = triton.cdiv(max(compiled.n_regs, 1) * 32, 256) * 256  # allocation granularity
+            by_regs = getattr(props, "regs_per_multiprocessor", 65536) // regs_per_warp // num_warps
+            smem = compiled.metadata.shared
+            by_smem = props.shared_memory_per_multiprocessor // (smem + 1024) if smem else 32
+            per_sm = max(1, min(by_regs, by_threads, by_smem, 32))
+        except Exception as e:
+            warnings.warn(f"{kernel.fn.__name__}: occupancy query failed ({e!r})"
+                          + ("" if strict else "; assuming 64 registers per thread"))
+            per_sm = 0 if strict else max(1, min(65536 // (64 * 32 * num_warps), by_threads))
+        _RESIDENT[key] = per_sm * props.multi_processor_count
+    return _RESIDENT[key]
+
+
+def coop_segment(x, n: int, seg: int | None, default: int) -> int:
+    """Elements of a row per program in a kernel whose programs wait for each other (the wide-row
+    coop kernels): `seg` or `default` on the GPU; on the CPU the whole row, one program a row (the
+    interpreter runs programs one after the other: one waiting for another not yet started would
+    wait for ever)."""
+    if x.device.type != "cuda":
+        if seg is not None and seg < n:
+            raise ValueError(f"coop segments of {seg} < {n} elements need a GPU: their programs wait for each other")
+        return triton.next_power_of_2(n)
+    return seg or default
+
+
+def coop_grid(M: int, S: int, resident: int) -> tuple[int, int] | None:
+    """(row groups, rows per group) of a coop kernel: as many groups of S programs as the GPU holds
+    at once (`resident` programs), the fewest for the same number of sweeps over the M rows; None
+    when not even one group fits."""
+    groups = min(M, resident // S)
+    if groups == 0:
+        return None
+    per = triton.cdiv(M, groups)
+    return triton.cdiv(M, per), per
+
+
 def l2_bytes(device) -> int:
     """The L2 cache's size on a CUDA device; on the CPU (interpreter) the H100/H200's 50 MB, so that
     the CPU tests take the branches the GPU takes."""
@@ -105,7 +165,7 @@ def last_to_arrive(count_ptr, S):
 # whole or not at all, so a reader that finds all S tags of its row has the S values, with no
 # counter, atomic or fence: one store to publish, one load of the row's S slots per poll.
 # Waiting is only safe when all of the grid's programs are resident at once (the launchers size the
-# grid to what the GPU holds, see rms_norm._resident_programs) and on a GPU: the CPU interpreter
+# grid to what the GPU holds, see resident_programs) and on a GPU: the CPU interpreter
 # runs programs one after the other, so there S must be 1. The wait is bounded: if a group's
 # programs cannot all be resident (a GPU whose SMs are shared out, as with MPS limits), after
 # MAX_SPINS polls the total is NaN, a wrong answer the correctness gate reports, rather than a hang.
@@ -167,6 +227,27 @@ def wait_total2(slot_ptr, row, S, S_BLOCK: tl.constexpr):
     ta = tl.sum(va.to(tl.int32).to(tl.float32, bitcast=True), axis=0)
     tb = tl.sum(vb.to(tl.int32).to(tl.float32, bitcast=True), axis=0)
     return tl.where(ready == 0, float("nan"), ta), tl.where(ready == 0, float("nan"), tb)
+
+
+@triton.jit
+def wait_slots2(slot_ptr, row, S, S_BLOCK: tl.constexpr):
+    """The row's two sets of S published partials themselves (publish2), as two fp32 [S_BLOCK]
+    vectors (0.0 past S), for a combination other than a sum; all NaN after MAX_SPINS polls."""
+    j = tl.arange(0, S_BLOCK)
+    slots_a = slot_ptr + row * 2 * S + j
+    tag = (row + 1).to(tl.int64) << 32
+    va = tl.load(slots_a, mask=j < S, other=tag, volatile=True)
+    vb = tl.load(slots_a + S, mask=j < S, other=tag, volatile=True)
+    ready = tl.min(((va >> 32) == row + 1).to(tl.int32) * ((vb >> 32) == row + 1).to(tl.int32), axis=0)
+    spins = 0
+    while (ready == 0) & (spins < MAX_SPINS):
+        va = tl.load(slots_a, mask=j < S, other=tag, volatile=True)
+        vb = tl.load(slots_a + S, mask=j < S, other=tag, volatile=True)
+        ready = tl.min(((va >> 32) == row + 1).to(tl.int32) * ((vb >> 32) == row + 1).to(tl.int32), axis=0)
+        spins += 1
+    a = va.to(tl.int32).to(tl.float32, bitcast=True)
+    b = vb.to(tl.int32).to(tl.float32, bitcast=True)
+    return tl.where(ready == 0, float("nan"), a), tl.where(ready == 0, float("nan"), b)
 
 
 # ---------------------------------------------------------------------------------------------

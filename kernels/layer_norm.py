@@ -8,7 +8,7 @@ import triton.language as tl
 
 from kcollect.spec import KernelSpec, Provider, Shape, peer_available, standard_providers
 
-from ._utils import l2_bytes, publish2, sm_count, wait_total2
+from ._utils import coop_grid, coop_segment, l2_bytes, publish2, resident_programs, sm_count, wait_total2
 
 
 # ---------------------------------------------------------------------------------------------
@@ -607,22 +607,18 @@ def layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
 def _ln_bwd_coop_launch(dy, x, weight, mean, rstd, dx, seg, warps, sum_block):
     """_ln_bwd_coop: groups of S programs (a row in segments of `seg` elements), as many groups as the
     GPU holds at once with all S programs of each (they wait for each other); None when not even one
-    group fits. On the CPU one segment a row (rms_norm._coop_launch says why)."""
+    group fits."""
     M, N = x.shape
-    if x.device.type != "cuda":
-        if seg is not None and seg < N:
-            raise ValueError(f"coop segments of {seg} < {N} elements need a GPU: their programs wait for each other")
-        seg = triton.next_power_of_2(N)
-    seg = seg or _BWD_COOP_SEG
+    seg = coop_segment(x, N, seg, _BWD_COOP_SEG)
     S = triton.cdiv(N, seg)
     warps = warps or _BWD_COOP_WARPS
     meta = dict(SEG=seg, S_BLOCK=triton.next_power_of_2(S), N_ALIGN=_align(N))
     slots = torch.zeros(2, dtype=torch.int64, device=x.device)  # stand-ins for the occupancy query
-    resident = _resident_programs(_ln_bwd_coop, (x, dy, weight, mean, rstd, dx, mean, slots, M, N, S, 1), meta,
-                                  warps, None, x.device)
-    if resident // S == 0:
+    grid = coop_grid(M, S, resident_programs(_ln_bwd_coop, (x, dy, weight, mean, rstd, dx, mean, slots, M, N, S, 1),
+                                             meta, warps, x.device, strict=True))
+    if grid is None:
         return None
-    groups, iters = _persistent_grid(M, min(M, resident // S))
+    groups, iters = grid
     slots = torch.zeros(groups * (iters + 1) * S * 2, dtype=torch.int64, device=x.device)  # + 1: the step past the end
     partial = torch.empty((groups, 2, N), dtype=torch.float32, device=x.device)
     _ln_bwd_coop[(groups * S,)](x, dy, weight, mean, rstd, dx, partial, slots, M, N, S, iters, num_warps=warps,

@@ -7,8 +7,6 @@ wait for each other's partial sums, elsewhere in column blocks.
 """
 from __future__ import annotations
 
-import warnings
-
 import torch
 import torch.nn.functional as F
 import triton
@@ -16,8 +14,9 @@ import triton.language as tl
 
 from kcollect.spec import KernelSpec, Provider, Shape, peer_available, standard_providers
 
-from ._utils import (l2_bytes, last_to_arrive, publish, row_settings, sm_count, wait_total, widen,
-                     widen_asm)
+from ._utils import (coop_grid, coop_segment, l2_bytes, last_to_arrive, publish, row_settings, sm_count,
+                     wait_total, widen, widen_asm)
+from ._utils import resident_programs as _resident_programs
 
 
 # ---------------------------------------------------------------------------------------------
@@ -535,35 +534,6 @@ def _in_registers(n: int, max_block: int) -> bool:
     return triton.next_power_of_2(n) <= max_block
 
 
-_RESIDENT: dict[tuple, int] = {}
-
-
-def _resident_programs(kernel, args: tuple, constexprs: dict, num_warps: int, device: torch.device) -> int:
-    """How many programs of this compiled kernel the GPU holds at once (registers, threads and shared
-    memory per SM, as in Triton's fused-softmax tutorial), so that a persistent grid never spills into
-    a second wave. On the CPU interpreter: a few programs, enough to exercise the striding."""
-    if device.type != "cuda":
-        return sm_count(device)
-    key = (kernel.fn.__name__, tuple(sorted(constexprs.items())), num_warps, device.index,
-           tuple(a.dtype for a in args if torch.is_tensor(a)))
-    if key not in _RESIDENT:
-        props = torch.cuda.get_device_properties(device)
-        by_threads = props.max_threads_per_multi_processor // (32 * num_warps)
-        try:
-            compiled = kernel.warmup(*args, grid=(1,), num_warps=num_warps, **constexprs)
-            compiled._init_handles()
-            regs_per_warp = triton.cdiv(max(compiled.n_regs, 1) * 32, 256) * 256  # allocation granularity
-            by_regs = getattr(props, "regs_per_multiprocessor", 65536) // regs_per_warp // num_warps
-            smem = compiled.metadata.shared
-            by_smem = props.shared_memory_per_multiprocessor // (smem + 1024) if smem else 32
-            per_sm = min(by_regs, by_threads, by_smem, 32)
-        except Exception as e:  # a Triton whose warmup API differs: slower, never wrong
-            warnings.warn(f"rms_norm: occupancy query failed ({e!r}); assuming 64 registers per thread")
-            per_sm = min(65536 // (64 * 32 * num_warps), by_threads)
-        _RESIDENT[key] = max(1, per_sm) * props.multi_processor_count
-    return _RESIDENT[key]
-
-
 def _fwd_maxnreg(device: torch.device, has_res: bool, elem: int, block_n: int, block_b: int) -> int | None:
     if device.type != "cuda" or torch.cuda.get_device_capability(device) != (9, 0):
         return None
@@ -603,25 +573,16 @@ def _coop_launch(tensors: tuple, N: int, M: int, seg: int | None, warps: int | N
     """(groups, rows per group, S, warps, constexprs) of _bwd_coop for its first six arguments
     `tensors`: groups of S programs (a row in segments of `seg` elements, COOP_SEG by default), as
     many groups as the GPU holds at once with all S programs of each (they wait for each other);
-    None when not even one group fits. On the CPU the segment is the whole row: the interpreter
-    runs programs one after the other, and a program waiting for one that has not started would
-    wait for ever."""
+    None when not even one group fits."""
     x2 = tensors[0]
-    if x2.device.type != "cuda":
-        if seg is not None and seg < N:
-            raise ValueError(f"coop segments of {seg} < {N} elements need a GPU: their programs wait for each other")
-        seg = triton.next_power_of_2(N)
-    seg = seg or COOP_SEG
+    seg = coop_segment(x2, N, seg, COOP_SEG)
     S = triton.cdiv(N, seg)
     warps = warps or COOP_WARPS
     meta = dict(SEG=seg, S_BLOCK=triton.next_power_of_2(S), HAS_DH=has_dh)
     rstd = tensors[4]  # an fp32 stand-in for the dw partials, whose size depends on the answer
     args = (*tensors, rstd, _coop_slots(x2.device, 1, 1), M, N, S, 1)
-    groups = min(M, _resident_programs(_bwd_coop, args, meta, warps, x2.device) // S)
-    if groups == 0:
-        return None
-    groups, iters = _persistent_grid(M, groups)
-    return groups, iters, S, warps, meta
+    grid = coop_grid(M, S, _resident_programs(_bwd_coop, args, meta, warps, x2.device, strict=True))
+    return None if grid is None else (*grid, S, warps, meta)
 
 
 def _coop_slots(device: torch.device, rows: int, S: int) -> torch.Tensor:

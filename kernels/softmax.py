@@ -8,7 +8,8 @@ import triton.language as tl
 
 from kcollect.spec import KernelSpec, Provider, Shape, peer_available, standard_providers
 
-from ._utils import sm_count, widen, widen_asm
+from ._utils import (coop_grid, coop_segment, publish, publish2, resident_programs, sm_count, wait_slots2,
+                     wait_total, widen, widen_asm)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -183,6 +184,83 @@ def _softmax_bwd_stream(y_ptr, dy_ptr, dx_ptr, M, N, CHUNK: tl.constexpr, N_ALIG
         row += tl.num_programs(0)
 
 
+# Wide rows on the GPU, one launch: a row's segments held in the registers of co-resident programs
+# that wait for each other's partials (_utils.publish / wait_total, publish2 / wait_slots2; the
+# scheme of rms_norm._bwd_coop). Program (group g, segment s) keeps columns [s*SEG, (s+1)*SEG) of
+# rows g, g+G, ...; in step i it loads row i+1, publishes row i's partials and finishes row i-1,
+# still in registers, with what its partners published a step ago. x (y, dy) crosses HBM once.
+
+
+@triton.jit(do_not_specialize=["iters"])
+def _softmax_fwd_coop(x_ptr, y_ptr, slot_ptr, M, N, S, iters,
+                      SEG: tl.constexpr, S_BLOCK: tl.constexpr, N_ALIGN: tl.constexpr):
+    # partials: the segment's max m_j and sum d_j of exp(x - m_j); row: m = max m_j,
+    # d = sum d_j * exp(m_j - m) (the split path's combination, -inf segments included)
+    pid = tl.program_id(0)
+    G = tl.num_programs(0) // S
+    g = pid // S
+    seg = pid % S
+    cols = seg * SEG + tl.arange(0, SEG)
+    cm = _col_mask(cols, N, N_ALIGN)
+    j = tl.arange(0, S_BLOCK)
+    x = tl.load(x_ptr + _row_start(g, N, N_ALIGN) + cols, mask=cm & (g < M), other=-float("inf"))
+    xp = tl.zeros_like(x)  # (not `xp = x`: see rms_norm._bwd_coop)
+    i = 0
+    while i <= iters:  # step i: publish row i (past the end at i = iters: -inf), finish row i - 1
+        row = g + i * G
+        x_next = tl.load(x_ptr + _row_start(row + G, N, N_ALIGN) + cols, mask=cm & (row + G < M),
+                         other=-float("inf"))
+        xf = x.to(tl.float32)
+        m_j = tl.max(xf, axis=0)
+        d_j = tl.sum(tl.exp(xf - _finite_or_zero(m_j)), axis=0)
+        publish2(slot_ptr, row, seg, S, m_j, d_j)
+        if i > 0:
+            prow = row - G
+            ms, ds = wait_slots2(slot_ptr, prow, S, S_BLOCK)
+            ms = tl.where(j < S, ms, -float("inf"))
+            m = _finite_or_zero(tl.max(ms, axis=0))
+            d = tl.sum(ds * tl.exp(ms - m), axis=0)
+            y = tl.exp(xp.to(tl.float32) - m) / d
+            tl.store(y_ptr + _row_start(prow, N, N_ALIGN) + cols, y.to(y_ptr.dtype.element_ty), mask=cm & (prow < M))
+        xp = x
+        x = x_next
+        i += 1
+
+
+@triton.jit(do_not_specialize=["iters"])
+def _softmax_bwd_coop(y_ptr, dy_ptr, dx_ptr, slot_ptr, M, N, S, iters,
+                      SEG: tl.constexpr, S_BLOCK: tl.constexpr, N_ALIGN: tl.constexpr):
+    # partial: the segment's sum of y * dy; row: dx = y * (dy - sum)
+    pid = tl.program_id(0)
+    G = tl.num_programs(0) // S
+    g = pid // S
+    seg = pid % S
+    cols = seg * SEG + tl.arange(0, SEG)
+    cm = _col_mask(cols, N, N_ALIGN)
+    y = tl.load(y_ptr + _row_start(g, N, N_ALIGN) + cols, mask=cm & (g < M), other=0.0)
+    dy = tl.load(dy_ptr + _row_start(g, N, N_ALIGN) + cols, mask=cm & (g < M), other=0.0)
+    yp = tl.zeros_like(y)  # (not `yp = y`: see rms_norm._bwd_coop)
+    dyp = tl.zeros_like(dy)
+    i = 0
+    while i <= iters:  # step i: publish row i (past the end at i = iters: zeros), finish row i - 1
+        row = g + i * G
+        nxt = _row_start(row + G, N, N_ALIGN) + cols
+        y_next = tl.load(y_ptr + nxt, mask=cm & (row + G < M), other=0.0)
+        dy_next = tl.load(dy_ptr + nxt, mask=cm & (row + G < M), other=0.0)
+        publish(slot_ptr, row, seg, S, tl.sum(y.to(tl.float32) * dy.to(tl.float32), axis=0))
+        if i > 0:
+            prow = row - G
+            dot = wait_total(slot_ptr, prow, S, S_BLOCK)
+            dx = yp.to(tl.float32) * (dyp.to(tl.float32) - dot)
+            tl.store(dx_ptr + _row_start(prow, N, N_ALIGN) + cols, dx.to(dx_ptr.dtype.element_ty),
+                     mask=cm & (prow < M))
+        yp = y
+        dyp = dy
+        y = y_next
+        dy = dy_next
+        i += 1
+
+
 # Few wide rows: the split path (grid M x S). One program per row (the streaming path) leaves all
 # but M SMs idle when M is small: a single 128256-wide row is streamed by one SM. Here each row is
 # cut into S = cdiv(N, SEG) segments of SEG elements (the last one masked) and the (row, segment)
@@ -296,6 +374,10 @@ _PERSIST_WIDE = 1
 # (65536 to 262144 wide; see the evidence file above).
 _STREAM_CHUNK_BYTES = 32768
 _STREAM_PROGRAMS_PER_SM = 1
+# On the GPU, rows too wide for registers take the coop path instead of the stream: segments of
+# _COOP_SEG elements, _COOP_WARPS warps a program (rms_norm.COOP_SEG's measurement).
+_COOP_SEG = 2048
+_COOP_WARPS = 4
 # A few wide rows take the split path. Streamed, all of a 1 x 128256 bf16 softmax ran on one SM
 # (25.8 us fwd, 16.7 us bwd on the H200 in CUDA graphs, against 13.6 / 9.7 us for torch.compile).
 # H200 A/B (benchmarks/softmax_ab.py, docs/evidence/softmax_ab_h200_run4.txt): split, 1x128256
@@ -349,6 +431,11 @@ def _warps(tile: int, max_warps: int) -> int:
 #                    and for stream chunks, else 16; split: 16, 8 at the default segment)
 #   chunk            elements per stream chunk (a power of two; default 32 KB of the dtype)
 #   programs_per_sm  stream grid: programs per SM (default 1), or "rows" for one program per row
+#   coop             rows too wide for registers, more than _SPLIT_MAX_ROWS of them: None (default)
+#                    the coop path on the GPU (_softmax_fwd_coop / _softmax_bwd_coop) and the stream
+#                    elsewhere, True / False force it on / off (on the CPU: one segment a row)
+#   coop_seg         coop path: elements per segment (default _COOP_SEG)
+#   coop_warps       coop path: warps a program (default _COOP_WARPS)
 #   persist          forward register path: a persistent grid of this many programs per SM, each
 #                    prefetching its next row tile (_softmax_fwd_persist); 0: one tile per program;
 #                    default: 1 for rows over 16384 elements, else 0
@@ -374,9 +461,28 @@ def _launch_split(split_kernels, tensors, M: int, N: int, seg: int, max_warps, p
     write[(M, S)](*tensors, part, N, S, S_BLOCK=triton.next_power_of_2(S), **meta)
 
 
+def _launch_coop(kernel, partials: int, tensors, M: int, N: int, seg, warps) -> bool:
+    """The coop path (see _softmax_fwd_coop): False, launching nothing, where not even one group of a
+    row's programs fits on the GPU at once."""
+    x = tensors[0]
+    seg = coop_segment(x, N, seg, _COOP_SEG)
+    S = triton.cdiv(N, seg)
+    warps = warps or _COOP_WARPS
+    meta = dict(SEG=seg, S_BLOCK=triton.next_power_of_2(S), N_ALIGN=_align(N))
+    slots = torch.zeros(partials, dtype=torch.int64, device=x.device)  # a stand-in for the occupancy query
+    grid = coop_grid(M, S, resident_programs(kernel, (*tensors, slots, M, N, S, 1), meta, warps, x.device, strict=True))
+    if grid is None:
+        return False
+    groups, iters = grid
+    slots = torch.zeros(groups * (iters + 1) * S * partials, dtype=torch.int64, device=x.device)  # + 1: the step past the end
+    kernel[(groups * S,)](*tensors, slots, M, N, S, iters, num_warps=warps, **meta)
+    return True
+
+
 def _launch(fused, stream, split_kernels, tensors, M: int, N: int, elem: int, device, max_block,
             max_warps, chunk, programs_per_sm, persist=None, tile_bytes=None, policy=_POLICY,
-            split=None, split_seg=None, fused_meta=None) -> None:
+            split=None, split_seg=None, fused_meta=None, coop_kernel=None, coop=None, coop_seg=None,
+            coop_warps=None) -> None:
     block = triton.next_power_of_2(N)
     fits_registers = block <= (_MAX_ROW_BYTES // elem if max_block is None else max_block)
     if _uses_split(M, block, split):
@@ -395,6 +501,9 @@ def _launch(fused, stream, split_kernels, tensors, M: int, N: int, elem: int, de
         else:
             fused[(tiles,)](*tensors, M, N, **meta, **(fused_meta or {}))
         return
+    if (device.type == "cuda" if coop is None else coop) and _launch_coop(*coop_kernel, tensors, M, N, coop_seg,
+                                                                        coop_warps):
+        return
     chunk = chunk or _STREAM_CHUNK_BYTES // elem
     pps = programs_per_sm or _STREAM_PROGRAMS_PER_SM
     programs = M if pps == "rows" else min(M, pps * sm_count(device))
@@ -410,7 +519,8 @@ def softmax_forward(x: torch.Tensor, *, max_block: int | None = None, max_warps:
                     chunk: int | None = None, programs_per_sm=None,
                     persist: int | None = None, tile_bytes: int | None = None,
                     policy: str = _POLICY, split: bool | None = None,
-                    split_seg: int | None = None, lean: bool | None = None) -> torch.Tensor:
+                    split_seg: int | None = None, lean: bool | None = None, coop: bool | None = None,
+                    coop_seg: int | None = None, coop_warps: int | None = None) -> torch.Tensor:
     """x [M, N] contiguous -> y. Keywords: see the comment above _launch, and `lean`: rows up to
     _LEAN_FWD_BLOCK in registers, one row per program (no persistent grid), bf16 x kept packed
     across the reductions on the GPU (_utils.widen). Default: on for bf16 rows that only fit so."""
@@ -424,7 +534,8 @@ def softmax_forward(x: torch.Tensor, *, max_block: int | None = None, max_warps:
         persist = persist or 0
     _launch(_softmax_fwd, _softmax_fwd_stream, _FWD_SPLIT, (x, y), M, N, x.element_size(), x.device,
             max_block, max_warps, chunk, programs_per_sm, persist, tile_bytes, policy, split, split_seg,
-            fused_meta={"ASM": lean and widen_asm(x)})
+            fused_meta={"ASM": lean and widen_asm(x)}, coop_kernel=(_softmax_fwd_coop, 2), coop=coop,
+            coop_seg=coop_seg, coop_warps=coop_warps)
     return y
 
 
@@ -432,7 +543,8 @@ def softmax_backward(dy: torch.Tensor, y: torch.Tensor, *, max_block: int | None
                      max_warps: int | None = None, chunk: int | None = None, programs_per_sm=None,
                      tile_bytes: int | None = None, policy: str = _POLICY,
                      split: bool | None = None, split_seg: int | None = None,
-                     lean: bool | None = None) -> torch.Tensor:
+                     lean: bool | None = None, coop: bool | None = None, coop_seg: int | None = None,
+                     coop_warps: int | None = None) -> torch.Tensor:
     """dx = y * (dy - sum(dy * y)); y, dy [M, N] contiguous. Keywords as softmax_forward's, and
     `lean`: the register path keeps bf16 inputs packed across its reduction (_utils.widen; only
     bf16 on the GPU, elsewhere it changes nothing)."""
@@ -442,7 +554,8 @@ def softmax_backward(dy: torch.Tensor, y: torch.Tensor, *, max_block: int | None
     _launch(_softmax_bwd, _softmax_bwd_stream, _BWD_SPLIT, (y, dy, dx), M, N, y.element_size(), y.device,
             max_block, max_warps, chunk, programs_per_sm, tile_bytes=tile_bytes, policy=policy,
             split=split, split_seg=split_seg,
-            fused_meta={"ASM": lean and widen_asm(y) and widen_asm(dy)})
+            fused_meta={"ASM": lean and widen_asm(y) and widen_asm(dy)}, coop_kernel=(_softmax_bwd_coop, 1),
+            coop=coop, coop_seg=coop_seg, coop_warps=coop_warps)
     return dx
 
 

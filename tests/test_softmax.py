@@ -63,7 +63,8 @@ def test_grid_shapes_are_accepted():
 # path (20 segments per row, whole -inf segments in row 0) forced and by the automatic rule
 PATHS = {"fused": (3000, {}), "reg32k": (20000, {"max_block": 32768}),
          "stream": (20000, {"chunk": 1024, "split": False}),
-         "split": (20000, {"split": True, "split_seg": 1024}), "split-auto": (70001, {})}
+         "split": (20000, {"split": True, "split_seg": 1024}), "split-auto": (70001, {}),
+         "coop": (20000, {"max_block": 1024, "split": False, "coop": True})}  # (CPU: one segment a row)
 
 
 @pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # NaN row, by design
@@ -126,6 +127,9 @@ VARIANTS = {
     # path takes; lean off at 40000: the stream
     "lean": ({"lean": True}, [{"M": 17, "N": 40000}, {"M": 37, "N": 1000}]),
     "not-lean": ({"lean": False}, [{"M": 17, "N": 40000}]),
+    # the GPU's path for many rows too wide for registers; on the CPU one segment a row (its
+    # programs would wait for each other: test_coop_on_the_gpu runs it in segments)
+    "coop": ({"max_block": 256, "split": False, "coop": True}, [{"M": 37, "N": 1000}, {"M": 17, "N": 4099}]),
 }
 VARIANT_CASES = [(v, d) for v, (_, shapes) in VARIANTS.items() for d in shapes]
 
@@ -255,3 +259,34 @@ def test_lean_backward_on_the_gpu_is_bitwise_the_plain_one():
     y = softmax.softmax_forward(x)
     dy = torch.randn(64, 32000, device="cuda").to(torch.bfloat16)
     assert torch.equal(softmax.softmax_backward(dy, y, lean=True), softmax.softmax_backward(dy, y, lean=False))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1",
+                    reason="the coop kernels' segments wait for each other: a GPU only")
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+@pytest.mark.parametrize("dtype", SPEC.dtypes, ids=str)
+@pytest.mark.parametrize("dims,seg", [((37, 5003), 2048), ((300, 1000), 256), ((1024, 262144), None)],
+                         ids=["37x5003-seg2048", "300x1000-seg256", "1024x262144-default"])
+def test_coop_on_the_gpu(dtype, dims, seg):
+    # S > 1 segments a row (3, the last partial; 4; 128), row groups striding; -inf entries, a whole
+    # -inf row (NaN, as PyTorch), a segment far above the others, every logit far below 0
+    m, n = dims
+    x = SPEC.make_inputs({"M": m, "N": n}, torch.float32, "cuda", random.randrange(2**31))["x"]
+    x[0, : n // 2] = -float("inf")
+    x[1, ::3] = -float("inf")
+    x[2, :] = -float("inf")
+    x[3, n // 4: n // 2] *= 50
+    x[4] -= 1000
+    x = x.to(dtype)
+    kw = dict(max_block=256 if seg else None, split=False, coop=True, coop_seg=seg)
+    y = softmax.softmax_forward(x, **kw)
+    want = torch.softmax(x.double(), dim=-1)
+    assert torch.isnan(y[2]).all() and torch.isfinite(y[[0, 1, 3, 4]]).all()
+    keep = torch.arange(m, device="cuda") != 2
+    assert verify.rel_error(y[keep], want[keep]) <= SPEC.tolerance[dtype]
+    dy = torch.randn(m, n, device="cuda").to(dtype)
+    yk = y[keep].contiguous()
+    dx = softmax.softmax_backward(dy[keep].contiguous(), yk, **kw)
+    y64, dy64 = yk.double(), dy[keep].double()
+    assert verify.rel_error(dx, y64 * (dy64 - (y64 * dy64).sum(-1, keepdim=True))) <= SPEC.tolerance[dtype]
+    assert torch.equal(y.nan_to_num(), softmax.softmax_forward(x, **kw).nan_to_num())  # deterministic
