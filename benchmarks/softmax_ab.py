@@ -78,10 +78,13 @@ VARIANTS = [
     # many rows too wide for registers: the coop path (the GPU's default; segments in registers of
     # programs that wait for each other) against the stream it replaced, other segments and warps
     ("stream (no coop)", {"coop": False}, lambda m, n: many(m, n) and n > 32768, ("fwd", "bwd")),
-    ("coop", {"lean": False}, lambda m, n: many(m, n) and 32768 < n <= 65536, ("fwd",)),
-    ("coop seg 4096", {"lean": False, "coop_seg": 4096}, lambda m, n: many(m, n) and n > 32768, ("fwd", "bwd")),
-    ("coop 8 warps", {"lean": False, "coop_warps": 8}, lambda m, n: many(m, n) and n > 32768, ("fwd", "bwd")),
-    ("coop seg 1024", {"lean": False, "coop_seg": 1024}, lambda m, n: many(m, n) and n > 32768, ("fwd", "bwd")),
+    ("coop", {"lean": False, "coop": True}, lambda m, n: many(m, n) and n > 32768, ("fwd",)),
+    ("coop seg 4096", {"lean": False, "coop": True, "coop_seg": 4096}, lambda m, n: many(m, n) and n > 32768,
+     ("fwd", "bwd")),
+    ("coop 8 warps", {"lean": False, "coop": True, "coop_warps": 8}, lambda m, n: many(m, n) and n > 32768,
+     ("fwd", "bwd")),
+    ("coop seg 1024", {"lean": False, "coop": True, "coop_seg": 1024}, lambda m, n: many(m, n) and n > 32768,
+     ("fwd", "bwd")),
 ]
 # Few rows (the split path's A/B: 1 to 16 rows of the LLaMA-3 vocabulary, wider and narrower rows;
 # 1 x 32000 and 1 x 16384 fit in registers: split=True against the register path), then the

@@ -374,10 +374,15 @@ _PERSIST_WIDE = 1
 # (65536 to 262144 wide; see the evidence file above).
 _STREAM_CHUNK_BYTES = 32768
 _STREAM_PROGRAMS_PER_SM = 1
-# On the GPU, rows too wide for registers take the coop path instead of the stream: segments of
-# _COOP_SEG elements, _COOP_WARPS warps a program (rms_norm.COOP_SEG's measurement).
+# On the GPU, many rows too wide for registers take, in the backward, the coop path instead of the
+# stream: segments of _COOP_SEG elements, _COOP_WARPS warps a program. H200 A/B run 8
+# (softmax_ab_h200_run8.txt), bf16 bwd: 2048x65536 77.3% of copy -> 83.4%, 2048x128256 68.4% ->
+# 77.1%, 1024x262144 62.1% -> 81.3% (segments of 4096: 81.1%, 82.0%, 78.1%; 8 warps or 1024: less).
+# The forward keeps the stream (_FWD_COOP): coop 2048x128256 55.2% against 61.6% streamed,
+# 1024x262144 60.1% against 58.3% (its second exp per element, and the max and sum to combine).
 _COOP_SEG = 2048
 _COOP_WARPS = 4
+_FWD_COOP = False
 # A few wide rows take the split path. Streamed, all of a 1 x 128256 bf16 softmax ran on one SM
 # (25.8 us fwd, 16.7 us bwd on the H200 in CUDA graphs, against 13.6 / 9.7 us for torch.compile).
 # H200 A/B (benchmarks/softmax_ab.py, docs/evidence/softmax_ab_h200_run4.txt): split, 1x128256
@@ -432,8 +437,9 @@ def _warps(tile: int, max_warps: int) -> int:
 #   chunk            elements per stream chunk (a power of two; default 32 KB of the dtype)
 #   programs_per_sm  stream grid: programs per SM (default 1), or "rows" for one program per row
 #   coop             rows too wide for registers, more than _SPLIT_MAX_ROWS of them: None (default)
-#                    the coop path on the GPU (_softmax_fwd_coop / _softmax_bwd_coop) and the stream
-#                    elsewhere, True / False force it on / off (on the CPU: one segment a row)
+#                    the coop path in the backward on the GPU (_softmax_bwd_coop; the forward's,
+#                    _softmax_fwd_coop, is off: _FWD_COOP) and the stream elsewhere; True / False
+#                    force it on / off (on the CPU: one segment a row)
 #   coop_seg         coop path: elements per segment (default _COOP_SEG)
 #   coop_warps       coop path: warps a program (default _COOP_WARPS)
 #   persist          forward register path: a persistent grid of this many programs per SM, each
@@ -534,8 +540,8 @@ def softmax_forward(x: torch.Tensor, *, max_block: int | None = None, max_warps:
         persist = persist or 0
     _launch(_softmax_fwd, _softmax_fwd_stream, _FWD_SPLIT, (x, y), M, N, x.element_size(), x.device,
             max_block, max_warps, chunk, programs_per_sm, persist, tile_bytes, policy, split, split_seg,
-            fused_meta={"ASM": lean and widen_asm(x)}, coop_kernel=(_softmax_fwd_coop, 2), coop=coop,
-            coop_seg=coop_seg, coop_warps=coop_warps)
+            fused_meta={"ASM": lean and widen_asm(x)}, coop_kernel=(_softmax_fwd_coop, 2),
+            coop=_FWD_COOP if coop is None else coop, coop_seg=coop_seg, coop_warps=coop_warps)
     return y
 
 
