@@ -176,6 +176,15 @@ MAX_SPINS = tl.constexpr(1 << 20)
 
 
 @triton.jit
+def coop_program(S, SEG: tl.constexpr):
+    """(G, g, seg, cols) of a coop program: rows g, g+G, g+2G, ... of its group (G groups of S
+    programs), and the columns [seg*SEG, (seg+1)*SEG) of them it holds."""
+    pid = tl.program_id(0)
+    seg = pid % S
+    return tl.num_programs(0) // S, pid // S, seg, seg * SEG + tl.arange(0, SEG)
+
+
+@triton.jit
 def publish(slot_ptr, row, seg, S, value):
     """Give the row's other programs this program's partial `value` (an fp32 scalar)."""
     tl.store(slot_ptr + row * S + seg, ((row + 1).to(tl.int64) << 32) |
@@ -208,14 +217,16 @@ def publish2(slot_ptr, row, seg, S, a, b):
 
 
 @triton.jit
-def wait_total2(slot_ptr, row, S, S_BLOCK: tl.constexpr):
-    """wait_total for two partials: (sum of the a's, sum of the b's), both polled in one round trip.
-    (Polled as one [S, 2] block instead, the totals came out wrong at S = 32 on the H200 and right at
-    S = 16 and 64, cause not found: docs/evidence/layer_norm_ab_h200_run12.txt.)"""
+def _poll2(slot_ptr, row, S, S_BLOCK: tl.constexpr):
+    """(a's, b's, ready) of a row's two sets of S published partials: the slots as two int64
+    [S_BLOCK] vectors, polled in one round trip until all 2S tags are the row's (ready = 1) or
+    MAX_SPINS polls have passed (ready = 0). (Polled as one [S, 2] block instead, the totals came
+    out wrong at S = 32 on the H200 and right at S = 16 and 64, cause not found:
+    docs/evidence/layer_norm_ab_h200_run12.txt.)"""
     j = tl.arange(0, S_BLOCK)
     slots_a = slot_ptr + row * 2 * S + j
     tag = (row + 1).to(tl.int64) << 32
-    va = tl.load(slots_a, mask=j < S, other=tag, volatile=True)
+    va = tl.load(slots_a, mask=j < S, other=tag, volatile=True)  # masked lanes: ready, value 0.0
     vb = tl.load(slots_a + S, mask=j < S, other=tag, volatile=True)
     ready = tl.min(((va >> 32) == row + 1).to(tl.int32) * ((vb >> 32) == row + 1).to(tl.int32), axis=0)
     spins = 0
@@ -224,29 +235,22 @@ def wait_total2(slot_ptr, row, S, S_BLOCK: tl.constexpr):
         vb = tl.load(slots_a + S, mask=j < S, other=tag, volatile=True)
         ready = tl.min(((va >> 32) == row + 1).to(tl.int32) * ((vb >> 32) == row + 1).to(tl.int32), axis=0)
         spins += 1
-    ta = tl.sum(va.to(tl.int32).to(tl.float32, bitcast=True), axis=0)
-    tb = tl.sum(vb.to(tl.int32).to(tl.float32, bitcast=True), axis=0)
-    return tl.where(ready == 0, float("nan"), ta), tl.where(ready == 0, float("nan"), tb)
+    return va.to(tl.int32).to(tl.float32, bitcast=True), vb.to(tl.int32).to(tl.float32, bitcast=True), ready
+
+
+@triton.jit
+def wait_total2(slot_ptr, row, S, S_BLOCK: tl.constexpr):
+    """wait_total for two partials (publish2): (sum of the a's, sum of the b's)."""
+    a, b, ready = _poll2(slot_ptr, row, S, S_BLOCK)
+    return (tl.where(ready == 0, float("nan"), tl.sum(a, axis=0)),
+            tl.where(ready == 0, float("nan"), tl.sum(b, axis=0)))
 
 
 @triton.jit
 def wait_slots2(slot_ptr, row, S, S_BLOCK: tl.constexpr):
     """The row's two sets of S published partials themselves (publish2), as two fp32 [S_BLOCK]
     vectors (0.0 past S), for a combination other than a sum; all NaN after MAX_SPINS polls."""
-    j = tl.arange(0, S_BLOCK)
-    slots_a = slot_ptr + row * 2 * S + j
-    tag = (row + 1).to(tl.int64) << 32
-    va = tl.load(slots_a, mask=j < S, other=tag, volatile=True)
-    vb = tl.load(slots_a + S, mask=j < S, other=tag, volatile=True)
-    ready = tl.min(((va >> 32) == row + 1).to(tl.int32) * ((vb >> 32) == row + 1).to(tl.int32), axis=0)
-    spins = 0
-    while (ready == 0) & (spins < MAX_SPINS):
-        va = tl.load(slots_a, mask=j < S, other=tag, volatile=True)
-        vb = tl.load(slots_a + S, mask=j < S, other=tag, volatile=True)
-        ready = tl.min(((va >> 32) == row + 1).to(tl.int32) * ((vb >> 32) == row + 1).to(tl.int32), axis=0)
-        spins += 1
-    a = va.to(tl.int32).to(tl.float32, bitcast=True)
-    b = vb.to(tl.int32).to(tl.float32, bitcast=True)
+    a, b, ready = _poll2(slot_ptr, row, S, S_BLOCK)
     return tl.where(ready == 0, float("nan"), a), tl.where(ready == 0, float("nan"), b)
 
 

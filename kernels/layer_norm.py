@@ -8,7 +8,8 @@ import triton.language as tl
 
 from kcollect.spec import KernelSpec, Provider, Shape, peer_available, standard_providers
 
-from ._utils import coop_grid, coop_segment, l2_bytes, publish2, resident_programs, sm_count, wait_total2
+from ._utils import (coop_grid, coop_program, coop_segment, l2_bytes, publish2, resident_programs, sm_count,
+                     wait_total2)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -218,11 +219,7 @@ def _ln_bwd_coop(x_ptr, dy_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, part_ptr, slo
     # of x and dy for rows g, g+G, ...; in step i it loads row i+1, publishes row i's partial sums
     # and finishes row i-1 (still in registers) with the totals published a step ago. Its dw and db
     # partials stay in fp32 registers and are written once, as row g of the [G, 2, N] buffer.
-    pid = tl.program_id(0)
-    G = tl.num_programs(0) // S
-    g = pid // S
-    seg = pid % S
-    cols = seg * SEG + tl.arange(0, SEG)
+    G, g, seg, cols = coop_program(S, SEG)
     cm = _col_mask(cols, N, N_ALIGN)
     w = tl.load(w_ptr + cols, mask=cm, other=0.0)
     dw = tl.zeros([SEG], dtype=tl.float32)

@@ -14,8 +14,8 @@ import triton.language as tl
 
 from kcollect.spec import KernelSpec, Provider, Shape, peer_available, standard_providers
 
-from ._utils import (coop_grid, coop_segment, l2_bytes, last_to_arrive, publish, row_settings, sm_count,
-                     wait_total, widen, widen_asm)
+from ._utils import (coop_grid, coop_program, coop_segment, l2_bytes, last_to_arrive, publish, row_settings,
+                     sm_count, wait_total, widen, widen_asm)
 from ._utils import resident_programs as _resident_programs
 
 
@@ -330,11 +330,7 @@ def _bwd_coop(x_ptr, w_ptr, dy_ptr, dh_ptr, rstd_ptr, dx_ptr, dwp_ptr, slot_ptr,
     # step ago, so that it seldom waits at all (waiting for row i itself: 35-43% of copy at
     # 1024x65536, against 58-68%; docs/evidence/rms_norm_ab_h200_run14-15.txt). Its columns' dw
     # partial stays in fp32 registers over all its rows and is written once, as row g of [G, N].
-    pid = tl.program_id(0)
-    G = tl.num_programs(0) // S
-    g = pid // S
-    seg = pid % S
-    cols = seg * SEG + tl.arange(0, SEG)
+    G, g, seg, cols = coop_program(S, SEG)
     cm = cols < N
     w = tl.load(w_ptr + cols, mask=cm, other=0.0)
     acc = tl.zeros([SEG], dtype=tl.float32)

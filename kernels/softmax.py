@@ -8,8 +8,8 @@ import triton.language as tl
 
 from kcollect.spec import KernelSpec, Provider, Shape, peer_available, standard_providers
 
-from ._utils import (coop_grid, coop_segment, publish, publish2, resident_programs, sm_count, wait_slots2,
-                     wait_total, widen, widen_asm)
+from ._utils import (coop_grid, coop_program, coop_segment, publish, publish2, resident_programs, sm_count,
+                     wait_slots2, wait_total, widen, widen_asm)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -196,11 +196,7 @@ def _softmax_fwd_coop(x_ptr, y_ptr, slot_ptr, M, N, S, iters,
                       SEG: tl.constexpr, S_BLOCK: tl.constexpr, N_ALIGN: tl.constexpr):
     # partials: the segment's max m_j and sum d_j of exp(x - m_j); row: m = max m_j,
     # d = sum d_j * exp(m_j - m) (the split path's combination, -inf segments included)
-    pid = tl.program_id(0)
-    G = tl.num_programs(0) // S
-    g = pid // S
-    seg = pid % S
-    cols = seg * SEG + tl.arange(0, SEG)
+    G, g, seg, cols = coop_program(S, SEG)
     cm = _col_mask(cols, N, N_ALIGN)
     j = tl.arange(0, S_BLOCK)
     x = tl.load(x_ptr + _row_start(g, N, N_ALIGN) + cols, mask=cm & (g < M), other=-float("inf"))
@@ -231,11 +227,7 @@ def _softmax_fwd_coop(x_ptr, y_ptr, slot_ptr, M, N, S, iters,
 def _softmax_bwd_coop(y_ptr, dy_ptr, dx_ptr, slot_ptr, M, N, S, iters,
                       SEG: tl.constexpr, S_BLOCK: tl.constexpr, N_ALIGN: tl.constexpr):
     # partial: the segment's sum of y * dy; row: dx = y * (dy - sum)
-    pid = tl.program_id(0)
-    G = tl.num_programs(0) // S
-    g = pid // S
-    seg = pid % S
-    cols = seg * SEG + tl.arange(0, SEG)
+    G, g, seg, cols = coop_program(S, SEG)
     cm = _col_mask(cols, N, N_ALIGN)
     y = tl.load(y_ptr + _row_start(g, N, N_ALIGN) + cols, mask=cm & (g < M), other=0.0)
     dy = tl.load(dy_ptr + _row_start(g, N, N_ALIGN) + cols, mask=cm & (g < M), other=0.0)
@@ -480,7 +472,8 @@ def _launch_coop(kernel, partials: int, tensors, M: int, N: int, seg, warps) -> 
     if grid is None:
         return False
     groups, iters = grid
-    slots = torch.zeros(groups * (iters + 1) * S * partials, dtype=torch.int64, device=x.device)  # + 1: the step past the end
+    # (iters + 1 rows a group: the step past the last row publishes too)
+    slots = torch.zeros(groups * (iters + 1) * S * partials, dtype=torch.int64, device=x.device)
     kernel[(groups * S,)](*tensors, slots, M, N, S, iters, num_warps=warps, **meta)
     return True
 
