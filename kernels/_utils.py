@@ -98,27 +98,37 @@ def resident_programs(kernel, args: tuple, constexprs: dict, num_warps: int, dev
     return _RESIDENT[key]
 
 
-def coop_segment(x, n: int, seg: int | None, default: int) -> int:
-    """Elements of a row per program in a kernel whose programs wait for each other (the wide-row
-    coop kernels): `seg` or `default` on the GPU; on the CPU the whole row, one program a row (the
-    interpreter runs programs one after the other: one waiting for another not yet started would
-    wait for ever)."""
+def coop_plan(kernel, tensors: tuple, M: int, N: int, seg: int | None, default_seg: int, warps: int, partials: int,
+              **constexprs):
+    """Launch plan of a coop kernel (see publish / wait_total below) whose arguments are `tensors`
+    (stand-ins will do for buffers sized by the answer), then slots, M, N, S, iters: a row of N in
+    S segments of `seg` (None: `default_seg`) elements, one program each, as many groups of S
+    programs as the GPU holds at once (they wait for each other), the fewest for the same sweeps
+    over the M rows. Returns
+    (groups, rows per group, S, slots, constexprs), `slots` zeroed for `partials` values a segment,
+    or None when not even one group fits. On the CPU the segment is the whole row, one program a
+    row: the interpreter runs programs one after the other, and one waiting for another not yet
+    started would wait for ever."""
+    import torch
+
+    x = tensors[0]
     if x.device.type != "cuda":
-        if seg is not None and seg < n:
-            raise ValueError(f"coop segments of {seg} < {n} elements need a GPU: their programs wait for each other")
-        return triton.next_power_of_2(n)
-    return seg or default
-
-
-def coop_grid(M: int, S: int, resident: int) -> tuple[int, int] | None:
-    """(row groups, rows per group) of a coop kernel: as many groups of S programs as the GPU holds
-    at once (`resident` programs), the fewest for the same number of sweeps over the M rows; None
-    when not even one group fits."""
-    groups = min(M, resident // S)
+        if seg is not None and seg < N:
+            raise ValueError(f"coop segments of {seg} < {N} elements need a GPU: their programs wait for each other")
+        seg = triton.next_power_of_2(N)
+    seg = seg or default_seg
+    S = triton.cdiv(N, seg)
+    meta = dict(SEG=seg, S_BLOCK=triton.next_power_of_2(S), **constexprs)
+    stand_in = torch.zeros(partials, dtype=torch.int64, device=x.device)
+    groups = min(M, resident_programs(kernel, (*tensors, stand_in, M, N, S, 1), meta, warps, x.device,
+                                      strict=True) // S)
     if groups == 0:
         return None
-    per = triton.cdiv(M, groups)
-    return triton.cdiv(M, per), per
+    iters = triton.cdiv(M, groups)
+    groups = triton.cdiv(M, iters)
+    # iters + 1 rows a group: the step past the last row publishes too
+    slots = torch.zeros(groups * (iters + 1) * S * partials, dtype=torch.int64, device=x.device)
+    return groups, iters, S, slots, meta
 
 
 def l2_bytes(device) -> int:

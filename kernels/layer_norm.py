@@ -8,8 +8,7 @@ import triton.language as tl
 
 from kcollect.spec import KernelSpec, Provider, Shape, peer_available, standard_providers
 
-from ._utils import (coop_grid, coop_program, coop_segment, l2_bytes, publish2, resident_programs, sm_count,
-                     wait_total2)
+from ._utils import coop_plan, coop_program, l2_bytes, publish2, sm_count, wait_total2
 
 
 # ---------------------------------------------------------------------------------------------
@@ -602,21 +601,15 @@ def layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
 
 
 def _ln_bwd_coop_launch(dy, x, weight, mean, rstd, dx, seg, warps, sum_block):
-    """_ln_bwd_coop: groups of S programs (a row in segments of `seg` elements), as many groups as the
-    GPU holds at once with all S programs of each (they wait for each other); None when not even one
-    group fits."""
+    """_ln_bwd_coop (see _utils.coop_plan); None when not even one group of its programs fits."""
     M, N = x.shape
-    seg = coop_segment(x, N, seg, _BWD_COOP_SEG)
-    S = triton.cdiv(N, seg)
     warps = warps or _BWD_COOP_WARPS
-    meta = dict(SEG=seg, S_BLOCK=triton.next_power_of_2(S), N_ALIGN=_align(N))
-    slots = torch.zeros(2, dtype=torch.int64, device=x.device)  # stand-ins for the occupancy query
-    grid = coop_grid(M, S, resident_programs(_ln_bwd_coop, (x, dy, weight, mean, rstd, dx, mean, slots, M, N, S, 1),
-                                             meta, warps, x.device, strict=True))
-    if grid is None:
+    # (mean: an fp32 stand-in for the dw/db partials, sized by the plan)
+    plan = coop_plan(_ln_bwd_coop, (x, dy, weight, mean, rstd, dx, mean), M, N, seg, _BWD_COOP_SEG, warps, 2,
+                     N_ALIGN=_align(N))
+    if plan is None:
         return None
-    groups, iters = grid
-    slots = torch.zeros(groups * (iters + 1) * S * 2, dtype=torch.int64, device=x.device)  # + 1: the step past the end
+    groups, iters, S, slots, meta = plan
     partial = torch.empty((groups, 2, N), dtype=torch.float32, device=x.device)
     _ln_bwd_coop[(groups * S,)](x, dy, weight, mean, rstd, dx, partial, slots, M, N, S, iters, num_warps=warps,
                                 **meta)

@@ -14,8 +14,8 @@ import triton.language as tl
 
 from kcollect.spec import KernelSpec, Provider, Shape, peer_available, standard_providers
 
-from ._utils import (coop_grid, coop_program, coop_segment, l2_bytes, last_to_arrive, publish, row_settings,
-                     sm_count, wait_total, widen, widen_asm)
+from ._utils import (coop_plan, coop_program, l2_bytes, last_to_arrive, publish, row_settings, sm_count,
+                     wait_total, widen, widen_asm)
 from ._utils import resident_programs as _resident_programs
 
 
@@ -565,27 +565,6 @@ def _chunked_programs(device: torch.device, row_bytes: int) -> int:
     return min(sm_count(device), max(1, 3 * l2_bytes(device) // 4 // row_bytes))
 
 
-def _coop_launch(tensors: tuple, N: int, M: int, seg: int | None, warps: int | None, has_dh: bool):
-    """(groups, rows per group, S, warps, constexprs) of _bwd_coop for its first six arguments
-    `tensors`: groups of S programs (a row in segments of `seg` elements, COOP_SEG by default), as
-    many groups as the GPU holds at once with all S programs of each (they wait for each other);
-    None when not even one group fits."""
-    x2 = tensors[0]
-    seg = coop_segment(x2, N, seg, COOP_SEG)
-    S = triton.cdiv(N, seg)
-    warps = warps or COOP_WARPS
-    meta = dict(SEG=seg, S_BLOCK=triton.next_power_of_2(S), HAS_DH=has_dh)
-    rstd = tensors[4]  # an fp32 stand-in for the dw partials, whose size depends on the answer
-    args = (*tensors, rstd, _coop_slots(x2.device, 1, 1), M, N, S, 1)
-    grid = coop_grid(M, S, _resident_programs(_bwd_coop, args, meta, warps, x2.device, strict=True))
-    return None if grid is None else (*grid, S, warps, meta)
-
-
-def _coop_slots(device: torch.device, rows: int, S: int) -> torch.Tensor:
-    """The zeroed int64 [rows, S] slots of _utils.publish / wait_total."""
-    return torch.zeros(rows * S, dtype=torch.int64, device=device)
-
-
 def _wide_default(x: torch.Tensor, n: int) -> str:
     """"packed" for bf16 on the GPU up to PACKED_MAX_BLOCK with a row for every SM at least (fewer
     rows, one program each, would leave SMs idle that the split's segments use), else WIDE."""
@@ -701,7 +680,7 @@ def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: 
     path (_bwd_rows) and the cache `policy` of its loads; rows wider than `max_block` (the tests
     lower it) take `wide` = "cols" (_bwd_row_dot then _bwd_cols, whose (BLOCK_R, BLOCK_C) is
     `cols_tile`, 8 warps) or "coop" (_bwd_coop, `coop_seg` elements and `coop_warps` warps a
-    program); default "cols"."""
+    program); default "coop" on the GPU (where a group of its programs fits), "cols" elsewhere."""
     if wide not in (None, "cols", "coop"):
         raise ValueError(f"wide must be 'cols' or 'coop', got {wide!r}")
     N = x.shape[-1]
@@ -727,12 +706,13 @@ def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: 
             return dx.view(x.shape), dw
         part = torch.empty((grid, N), dtype=torch.float32, device=x.device)
         _bwd_rows[(grid,)](x2, w, dy2, dh2, rstd, dx, part, M, N, iters, num_warps=warps, **meta)
-    elif (wide or ("coop" if x.is_cuda else "cols")) == "coop" and (
-            coop := _coop_launch((x2, w, dy2, dh2, rstd, dx), N, M, coop_seg, coop_warps, has_dh)) is not None:
-        groups, iters, S, warps, meta = coop
-        slots = _coop_slots(x.device, groups * (iters + 1), S)  # + 1: the step past the last row
+    elif (wide or ("coop" if x.is_cuda else "cols")) == "coop" and (plan := coop_plan(
+            _bwd_coop, (x2, w, dy2, dh2, rstd, dx, rstd), M, N, coop_seg, COOP_SEG, coop_warps or COOP_WARPS, 1,
+            HAS_DH=has_dh)) is not None:  # (rstd: an fp32 stand-in for the dw partials, sized by the plan)
+        groups, iters, S, slots, meta = plan
         part = torch.empty((groups, N), dtype=torch.float32, device=x.device)
-        _bwd_coop[(groups * S,)](x2, w, dy2, dh2, rstd, dx, part, slots, M, N, S, iters, num_warps=warps, **meta)
+        _bwd_coop[(groups * S,)](x2, w, dy2, dh2, rstd, dx, part, slots, M, N, S, iters,
+                                 num_warps=coop_warps or COOP_WARPS, **meta)
     else:
         c = torch.empty(M, dtype=torch.float32, device=x.device)
         dot_chunk = min(DOT_CHUNK, triton.next_power_of_2(max_block) // 2)

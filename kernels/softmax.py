@@ -8,8 +8,8 @@ import triton.language as tl
 
 from kcollect.spec import KernelSpec, Provider, Shape, peer_available, standard_providers
 
-from ._utils import (coop_grid, coop_program, coop_segment, publish, publish2, resident_programs, sm_count,
-                     wait_slots2, wait_total, widen, widen_asm)
+from ._utils import (coop_plan, coop_program, publish, publish2, sm_count, wait_slots2, wait_total, widen,
+                     widen_asm)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -460,20 +460,13 @@ def _launch_split(split_kernels, tensors, M: int, N: int, seg: int, max_warps, p
 
 
 def _launch_coop(kernel, partials: int, tensors, M: int, N: int, seg, warps) -> bool:
-    """The coop path (see _softmax_fwd_coop): False, launching nothing, where not even one group of a
-    row's programs fits on the GPU at once."""
-    x = tensors[0]
-    seg = coop_segment(x, N, seg, _COOP_SEG)
-    S = triton.cdiv(N, seg)
+    """The coop path (see _softmax_fwd_coop, _utils.coop_plan): False, launching nothing, where not
+    even one group of a row's programs fits on the GPU at once."""
     warps = warps or _COOP_WARPS
-    meta = dict(SEG=seg, S_BLOCK=triton.next_power_of_2(S), N_ALIGN=_align(N))
-    slots = torch.zeros(partials, dtype=torch.int64, device=x.device)  # a stand-in for the occupancy query
-    grid = coop_grid(M, S, resident_programs(kernel, (*tensors, slots, M, N, S, 1), meta, warps, x.device, strict=True))
-    if grid is None:
+    plan = coop_plan(kernel, tensors, M, N, seg, _COOP_SEG, warps, partials, N_ALIGN=_align(N))
+    if plan is None:
         return False
-    groups, iters = grid
-    # (iters + 1 rows a group: the step past the last row publishes too)
-    slots = torch.zeros(groups * (iters + 1) * S * partials, dtype=torch.int64, device=x.device)
+    groups, iters, S, slots, meta = plan
     kernel[(groups * S,)](*tensors, slots, M, N, S, iters, num_warps=warps, **meta)
     return True
 
