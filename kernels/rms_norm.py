@@ -327,8 +327,8 @@ def _bwd_coop(x_ptr, w_ptr, dy_ptr, dh_ptr, rstd_ptr, dx_ptr, dwp_ptr, slot_ptr,
     # segment s) keeps columns [s*SEG, (s+1)*SEG) of x and dy for rows g, g+G, g+2G, ... (G groups).
     # In step i it loads row i+1's segment, publishes row i's partial of sum(m * xhat) and then
     # finishes row i-1 (its x and dy still in registers) with the total its partners published a
-    # step ago, so that it seldom waits at all (waiting for row i itself: 35-43% of copy at
-    # 1024x65536, against 58-68%; docs/evidence/rms_norm_ab_h200_run14-15.txt). Its columns' dw
+    # step ago, so that it seldom waits at all (waiting for row i itself: 40-45% of copy at
+    # 1024x65536, against 56-68% deferred; docs/evidence/rms_norm_ab_h200_run14.txt). Its columns' dw
     # partial stays in fp32 registers over all its rows and is written once, as row g of [G, N].
     G, g, seg, cols = coop_program(S, SEG)
     cm = cols < N
