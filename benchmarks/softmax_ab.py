@@ -75,8 +75,9 @@ VARIANTS = [
     ("stream 32K pps2/16w", {"programs_per_sm": 2, "max_warps": 16, "lean": False, "coop": False},
      lambda m, n: many(m, n) and n > 32768,
      ("fwd",)),
-    # many rows too wide for registers: the coop path (the GPU's default; segments in registers of
-    # programs that wait for each other) against the stream it replaced, other segments and warps
+    # many rows too wide for registers: the coop path (segments in registers of programs that wait
+    # for each other; the GPU's default in the backward, off in the forward) against the stream,
+    # other segments and warps
     ("stream (no coop)", {"coop": False}, lambda m, n: many(m, n) and n > 32768, ("fwd", "bwd")),
     ("coop", {"lean": False, "coop": True}, lambda m, n: many(m, n) and n > 32768, ("fwd",)),
     ("coop seg 4096", {"lean": False, "coop": True, "coop_seg": 4096}, lambda m, n: many(m, n) and n > 32768,
