@@ -290,3 +290,36 @@ def widen_asm(t) -> bool:
     import torch
 
     return t.dtype == torch.bfloat16 and t.device.type == "cuda"
+
+
+# ---------------------------------------------------------------------------------------------
+# Online log-sum-exp over a row streamed in chunks of [L, VEC] (one 16-byte vector per line, the
+# lines spread over the threads): max and sum of exp are kept per line, so the chunk loop has no
+# cross-thread reduction and no barrier, and the lines are combined once per row. Base-2 units:
+# exp(x - m) = exp2(x * LOG2E - m * LOG2E), one FMA and one ex2 per element. Used by
+# cross_entropy's row path and softmax's wide-row forward.
+
+LOG2E = tl.constexpr(1.4426950408889634)
+
+
+@triton.jit
+def lse_update(x, m, d):
+    """(m, d) per line after chunk x [L, VEC] (fp32, -inf where masked): m the running max, d the
+    running sum of exp(x - m). A line's old sum is rescaled by exp2(m * LOG2E - new max): 0 while
+    the line has seen only -inf, whatever the new max. (Rescaling by a max stored as 0 for such a
+    line, as before, overflowed to 0 * inf = NaN once the line's first finite values were below
+    about -88: exp2(88 * LOG2E) is past fp32's range.) The new max is used as 0 while it is -inf,
+    so that no -inf - -inf appears."""
+    m_new = tl.maximum(m, tl.max(x, 1))
+    m2_new = tl.where(m_new == float("-inf"), 0.0, m_new * LOG2E)
+    d = d * tl.exp2(m * LOG2E - m2_new) + tl.sum(tl.exp2(x * LOG2E - m2_new[:, None]), 1)
+    return m_new, d
+
+
+@triton.jit
+def lse2_combine(m, d, AXIS: tl.constexpr):
+    """Log-sum-exp in base-2 units (log2 of sum exp(x), i.e. lse * LOG2E) along AXIS of partial
+    (max, sum of exp(x - max)) pairs: lse_update's lines, or a split row's segments. A part that saw
+    only -inf (m = -inf, d = 0) adds exp2(-inf) * 0 = 0; all -inf gives NaN, as torch does."""
+    m2 = tl.max(m, AXIS) * LOG2E
+    return m2 + tl.log2(tl.sum(d * tl.exp2(m * LOG2E - tl.expand_dims(m2, AXIS)), AXIS))

@@ -19,9 +19,8 @@ import triton.language as tl
 
 from kcollect.spec import KernelSpec, Provider, Shape, peer_available, standard_providers
 
-from ._utils import sm_count
+from ._utils import LOG2E, lse2_combine, lse_update, sm_count
 
-LOG2E = tl.constexpr(1.4426950408889634)  # exp(x) = exp2(x * log2(e)): ex2 is the hardware instruction
 LN2 = tl.constexpr(0.6931471805599453)
 
 IGNORE_INDEX = -100  # PyTorch's default, and what HF trainers put on padding/prompt tokens
@@ -54,17 +53,6 @@ IGNORE_INDEX = -100  # PyTorch's default, and what HF trainers put on padding/pr
 # Loop bounds: chunk counts are constexpr and the row loop is a while loop: Triton 3.6's interpreter
 # (with numpy 2.4, triton-lang/triton#9171) cannot run a `for` whose bounds are runtime values; on
 # the GPU a constexpr chunk count only specialises the compile on the vocabulary size.
-
-
-@triton.jit
-def _lse_update(x, m, m2, d):
-    # Online log-sum-exp per line (reduced along the 16-byte vector, inside a thread), in base-2
-    # units: exp(x - m) = exp2(x * log2e - m2), one FMA and one ex2 per element. m2 stays 0 while a
-    # line has seen only -inf (the masked tail), so that no inf - inf appears.
-    m_new = tl.maximum(m, tl.max(x, 1))
-    m2_new = tl.where(m_new == float("-inf"), 0.0, m_new * LOG2E)
-    d = d * tl.exp2(m2 - m2_new) + tl.sum(tl.exp2(x * LOG2E - m2_new[:, None]), 1)
-    return m_new, m2_new, d
 
 
 @triton.jit
@@ -127,7 +115,6 @@ def _ce_rows(x_ptr, x_stride, y_ptr, dx_ptr, dx_stride, loss_ptr, nvalid_ptr, n_
             bad = (y < 0) | (y >= V)
             x_y = tl.load(x_row + tl.where(bad, 0, y)).to(tl.float32)
             m = tl.full([BLOCK // VEC], float("-inf"), tl.float32)
-            m2 = tl.zeros([BLOCK // VEC], dtype=tl.float32)
             d = tl.zeros([BLOCK // VEC], dtype=tl.float32)
             sx = tl.zeros([BLOCK // VEC], dtype=tl.float32)
             # pass 1. Each load is issued one chunk ahead of its use: two chunks in flight.
@@ -137,7 +124,7 @@ def _ce_rows(x_ptr, x_stride, y_ptr, dx_ptr, dx_stride, loss_ptr, nvalid_ptr, n_
                 x_next = tl.load(x_row + offs2, eviction_policy=EVICT)
             if TAIL:
                 x = x_t.to(tl.float32)
-                m, m2, d = _lse_update(x, m, m2, d)
+                m, d = lse_update(x, m, d)
                 if SMOOTH:
                     sx += tl.sum(tl.where(t_mask, x, 0.0), 1)
             if N_FULL > 1:  # (a constexpr guard: the compiler visits a loop body even for 0 trips)
@@ -145,18 +132,16 @@ def _ce_rows(x_ptr, x_stride, y_ptr, dx_ptr, dx_stride, loss_ptr, nvalid_ptr, n_
                     cur = x_next
                     x_next = tl.load(x_row + (c + 1) * BLOCK + offs2, eviction_policy=EVICT)
                     x = cur.to(tl.float32)
-                    m, m2, d = _lse_update(x, m, m2, d)
+                    m, d = lse_update(x, m, d)
                     if SMOOTH:
                         sx += tl.sum(x, 1)
             if N_FULL > 0:
                 x = x_next.to(tl.float32)
-                m, m2, d = _lse_update(x, m, m2, d)
+                m, d = lse_update(x, m, d)
                 if SMOOTH:
                     sx += tl.sum(x, 1)
             # combine the lines: two block reductions per row
-            m_row = tl.max(m, 0)
-            m2_row = m_row * LOG2E
-            lse2 = m2_row + tl.log2(tl.sum(d * tl.exp2(m2 - m2_row), 0))  # -inf row: NaN loss, as torch
+            lse2 = lse2_combine(m, d, 0)  # -inf row: NaN loss, as torch
             lse = lse2 * LN2
             # loss = (1 - eps) * (lse - x_y) + eps * mean_j (lse - x_j)
             if SMOOTH:
@@ -254,15 +239,6 @@ def _scale_inplace(g_ptr, s_ptr, n_blocks, n, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _partials_lse2(m_j, d_j, AXIS: tl.constexpr):
-    # lse in base-2 units from per-segment (max, sum-exp) pairs. A segment that saw only -inf has
-    # m_j = -inf and d_j = 0: exp2(-inf) * 0 = 0. An all -inf row gives NaN, as torch does.
-    m = tl.max(m_j, AXIS)
-    m2 = m * LOG2E
-    return m2 + tl.log2(tl.sum(d_j * tl.exp2(m_j * LOG2E - tl.expand_dims(m2, AXIS)), AXIS))
-
-
-@triton.jit
 def _split_losses(part_ptr, P, y_ptr, loss_ptr, out_ptr, n_rows, V, S, ignore_index, smoothing,
                   SMOOTH: tl.constexpr, HAS_MEAN: tl.constexpr, SBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
     # Losses of all rows, RBLOCK rows at a time (a [RBLOCK, SBLOCK] tile of partials: the rows'
@@ -284,7 +260,7 @@ def _split_losses(part_ptr, P, y_ptr, loss_ptr, out_ptr, n_rows, V, S, ignore_in
         # ignored rows (their loss is replaced by 0) get neutral partials: no -inf - -inf in them
         m_j = tl.where(valid[:, None], tl.load(p[:, None] + sj, mask=pmask, other=float("-inf")), 0.0)
         d_j = tl.where(valid[:, None], tl.load(p[:, None] + S + sj, mask=pmask, other=0.0), 1.0)
-        lse = _partials_lse2(m_j, d_j, 1) * LN2
+        lse = lse2_combine(m_j, d_j, 1) * LN2
         x_y = tl.load(p + 3 * S, mask=valid, other=0.0)
         if SMOOTH:
             sx = tl.sum(tl.load(p[:, None] + 2 * S + sj, mask=pmask, other=0.0), 1)
@@ -361,7 +337,7 @@ def _ce_split_grad(x_ptr, x_stride, y_ptr, dx_ptr, dx_stride, part_ptr, P, loss_
         sj = tl.arange(0, SBLOCK)
         m_j = tl.load(p + sj, mask=sj < S, other=float("-inf"))
         d_j = tl.load(p + S + sj, mask=sj < S, other=0.0)
-        lse2 = _partials_lse2(m_j, d_j, 0)
+        lse2 = lse2_combine(m_j, d_j, 0)
         x = tl.load(x_ptr + row * x_stride + offs, mask=mask, other=0.0, eviction_policy="evict_first")
         if SMOOTH:
             c_all = (smoothing / V) * inv_n

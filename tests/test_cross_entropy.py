@@ -341,6 +341,21 @@ def test_split_handles_masked_vocabulary_padding():
     _assert_grad_close(dx, want_dx, torch.float32)
 
 
+@pytest.mark.parametrize("split", [False, True], ids=["rows", "split"])
+def test_masked_prefix_before_very_low_logits(split):
+    # Whole 16-byte lines of -inf (a masked prefix) and then only logits far below zero: the row
+    # path's online log-sum-exp once rescaled a line that had seen only -inf by exp2(-new max),
+    # which overflows for maxima under about -88 and gave 0 * inf = NaN for every such row.
+    x, y = _split_case(3, 5003, torch.float32, 0.0, seed=random.randrange(2**31))
+    x = x - 120.0
+    x[:, :1000] = float("-inf")
+    y[:] = torch.randint(1000, 5003, (3,))
+    want, want_dx = _reference_grad(x, y)
+    loss, dx = ce.cross_entropy_forward(x, y, ce.IGNORE_INDEX, 0.0, need_grad=True, split=split, split_seg=1024)
+    assert torch.allclose(loss.double(), want, rtol=1e-5)
+    _assert_grad_close(dx, want_dx, torch.float32)
+
+
 def test_split_bad_target_and_all_ignored():
     x = torch.randn(2, 3000)
     for split_fwd in (True, False):
