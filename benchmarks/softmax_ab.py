@@ -86,6 +86,25 @@ VARIANTS = [
      ("fwd", "bwd")),
     ("coop seg 1024", {"lean": False, "coop": True, "coop_seg": 1024}, lambda m, n: many(m, n) and n > 32768,
      ("fwd", "bwd")),
+    # many rows too wide for registers, forward: the lines path (cross_entropy's row structure: per-line
+    # max and sum of exp, both passes prefetched) instead of the stream, at its defaults (16 KB chunks
+    # of 8 warps, 2 programs per SM, for rows up to 128 KB; 32 KB of 16 warps, 1 per SM, wider) and
+    # other chunks and grids; chunk is in elements (bf16)
+    ("lines", {"lean": False, "coop": False, "lines": True}, lambda m, n: many(m, n) and n > 32768, ("fwd",)),
+    ("lines 32K pps1", {"lean": False, "coop": False, "lines": True, "chunk": 16384, "programs_per_sm": 1},
+     lambda m, n: many(m, n) and n > 32768, ("fwd",)),
+    ("lines 16K pps1", {"lean": False, "coop": False, "lines": True, "chunk": 8192, "programs_per_sm": 1},
+     lambda m, n: many(m, n) and n > 32768, ("fwd",)),
+    ("lines 16K pps2", {"lean": False, "coop": False, "lines": True, "chunk": 8192, "programs_per_sm": 2},
+     lambda m, n: many(m, n) and n > 32768, ("fwd",)),
+    ("lines 32K pps2", {"lean": False, "coop": False, "lines": True, "chunk": 16384, "programs_per_sm": 2},
+     lambda m, n: many(m, n) and n > 32768, ("fwd",)),
+    ("lines 8K pps3", {"lean": False, "coop": False, "lines": True, "chunk": 4096, "programs_per_sm": 3},
+     lambda m, n: many(m, n) and n > 32768, ("fwd",)),
+    ("lines 64K pps1 32w", {"lean": False, "coop": False, "lines": True, "chunk": 32768, "programs_per_sm": 1},
+     lambda m, n: many(m, n) and n > 32768, ("fwd",)),
+    ("lines rows", {"lean": False, "coop": False, "lines": True, "programs_per_sm": "rows"},
+     lambda m, n: many(m, n) and n > 32768, ("fwd",)),
 ]
 # Few rows (the split path's A/B: 1 to 16 rows of the LLaMA-3 vocabulary, wider and narrower rows;
 # 1 x 32000 and 1 x 16384 fit in registers: split=True against the register path), then the

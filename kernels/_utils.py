@@ -303,16 +303,23 @@ LOG2E = tl.constexpr(1.4426950408889634)
 
 
 @triton.jit
-def lse_update(x, m, d):
+def lse_update(x, m, d, EXACT: tl.constexpr):
     """(m, d) per line after chunk x [L, VEC] (fp32, -inf where masked): m the running max, d the
-    running sum of exp(x - m). A line's old sum is rescaled by exp2(m * LOG2E - new max): 0 while
+    running sum of exp(x - m). A line's old sum is rescaled by exp2((m - new max) * LOG2E): 0 while
     the line has seen only -inf, whatever the new max. (Rescaling by a max stored as 0 for such a
     line, as before, overflowed to 0 * inf = NaN once the line's first finite values were below
     about -88: exp2(88 * LOG2E) is past fp32's range.) The new max is used as 0 while it is -inf,
-    so that no -inf - -inf appears."""
+    so that no -inf - -inf appears.
+    EXACT: exp2((x - max) * LOG2E), x - max exact near the max whatever x's magnitude (softmax of
+    fp32 scores of 1e4); otherwise exp2(x * LOG2E - max * LOG2E), one FMA per element, whose
+    rounding of x * LOG2E (2^-24 of |x|) is negligible for logits of tens (cross-entropy)."""
     m_new = tl.maximum(m, tl.max(x, 1))
-    m2_new = tl.where(m_new == float("-inf"), 0.0, m_new * LOG2E)
-    d = d * tl.exp2(m * LOG2E - m2_new) + tl.sum(tl.exp2(x * LOG2E - m2_new[:, None]), 1)
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    if EXACT:
+        d = d * tl.exp2((m - m_safe) * LOG2E) + tl.sum(tl.exp2((x - m_safe[:, None]) * LOG2E), 1)
+    else:
+        m2 = m_safe * LOG2E
+        d = d * tl.exp2(m * LOG2E - m2) + tl.sum(tl.exp2(x * LOG2E - m2[:, None]), 1)
     return m_new, d
 
 

@@ -124,7 +124,7 @@ def _ce_rows(x_ptr, x_stride, y_ptr, dx_ptr, dx_stride, loss_ptr, nvalid_ptr, n_
                 x_next = tl.load(x_row + offs2, eviction_policy=EVICT)
             if TAIL:
                 x = x_t.to(tl.float32)
-                m, d = lse_update(x, m, d)
+                m, d = lse_update(x, m, d, False)
                 if SMOOTH:
                     sx += tl.sum(tl.where(t_mask, x, 0.0), 1)
             if N_FULL > 1:  # (a constexpr guard: the compiler visits a loop body even for 0 trips)
@@ -132,12 +132,12 @@ def _ce_rows(x_ptr, x_stride, y_ptr, dx_ptr, dx_stride, loss_ptr, nvalid_ptr, n_
                     cur = x_next
                     x_next = tl.load(x_row + (c + 1) * BLOCK + offs2, eviction_policy=EVICT)
                     x = cur.to(tl.float32)
-                    m, d = lse_update(x, m, d)
+                    m, d = lse_update(x, m, d, False)
                     if SMOOTH:
                         sx += tl.sum(x, 1)
             if N_FULL > 0:
                 x = x_next.to(tl.float32)
-                m, d = lse_update(x, m, d)
+                m, d = lse_update(x, m, d, False)
                 if SMOOTH:
                     sx += tl.sum(x, 1)
             # combine the lines: two block reductions per row

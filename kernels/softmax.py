@@ -8,8 +8,8 @@ import triton.language as tl
 
 from kcollect.spec import KernelSpec, Provider, Shape, peer_available, standard_providers
 
-from ._utils import (coop_plan, coop_program, publish, publish2, sm_count, wait_slots2, wait_total, widen,
-                     widen_asm)
+from ._utils import (LOG2E, coop_plan, coop_program, lse_update, publish, publish2, sm_count, wait_slots2,
+                     wait_total, widen, widen_asm)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -181,6 +181,65 @@ def _softmax_bwd_stream(y_ptr, dy_ptr, dx_ptr, M, N, CHUNK: tl.constexpr, N_ALIG
             y = tl.load(y_ptr + base + cols, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
             dy = tl.load(dy_ptr + base + cols, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
             tl.store(dx_ptr + base + cols, (y * (dy - dot)).to(dx_ptr.dtype.element_ty), mask=mask)
+        row += tl.num_programs(0)
+
+
+# Many rows too wide for registers, forward, "lines": cross_entropy's row structure (_ce_rows), for
+# softmax. A chunk is [BLOCK // VEC, VEC], one 16-byte vector per line; pass 1 keeps max and sum of
+# exp per line (_utils.lse_update), so its loop has no cross-thread reduction or barrier (the
+# stream above does two block reductions per chunk), and combines the lines once per row; both
+# passes issue the next chunk's load before using the current one. The row is N_FULL unmasked
+# chunks and, if TAIL, one masked chunk, which pass 1 takes first and pass 2 last. Pass 1 loads
+# evict_last, pass 2's loads and the stores evict_first; pass 2 runs newest chunk first; the grid
+# is persistent (programs stride over the rows) to bound the rows in flight for the re-read from L2.
+
+
+@triton.jit
+def _softmax_fwd_lines(x_ptr, y_ptr, M, N, N_FULL: tl.constexpr, TAIL: tl.constexpr, BLOCK: tl.constexpr,
+                       VEC: tl.constexpr, N_ALIGN: tl.constexpr):
+    L: tl.constexpr = BLOCK // VEC
+    offs = tl.arange(0, L)[:, None] * VEC + tl.arange(0, VEC)[None, :]
+    t_offs = N_FULL * BLOCK + offs
+    t_mask = _col_mask(t_offs, N, N_ALIGN)
+    row = tl.program_id(0)
+    while row < M:
+        base = _row_start(row, N, N_ALIGN)
+        m = tl.full([L], -float("inf"), tl.float32)
+        d = tl.zeros([L], dtype=tl.float32)
+        if TAIL:
+            x_t = tl.load(x_ptr + base + t_offs, mask=t_mask, other=-float("inf"), eviction_policy="evict_last")
+        if N_FULL > 0:
+            x_next = tl.load(x_ptr + base + offs, eviction_policy="evict_last")
+        if TAIL:
+            m, d = lse_update(x_t.to(tl.float32), m, d, True)
+        if N_FULL > 1:  # (a constexpr guard: the compiler visits a loop body even for 0 trips)
+            for c in range(N_FULL - 1):
+                cur = x_next
+                x_next = tl.load(x_ptr + base + (c + 1) * BLOCK + offs, eviction_policy="evict_last")
+                m, d = lse_update(cur.to(tl.float32), m, d, True)
+        if N_FULL > 0:
+            m, d = lse_update(x_next.to(tl.float32), m, d, True)
+        # the lines combined: y = exp(x - max) / sum (x - max exact, as in lse_update's EXACT);
+        # a row of only -inf gives NaN, as torch does
+        m_row = tl.max(m, 0)
+        r = 1.0 / tl.sum(d * tl.exp2((m - m_row) * LOG2E), 0)
+        if N_FULL > 0:
+            x_next = tl.load(x_ptr + base + (N_FULL - 1) * BLOCK + offs, eviction_policy="evict_first")
+        if N_FULL > 1:
+            for i in range(N_FULL - 1):
+                c = N_FULL - 1 - i
+                cur = x_next
+                x_next = tl.load(x_ptr + base + (c - 1) * BLOCK + offs, eviction_policy="evict_first")
+                y = tl.exp2((cur.to(tl.float32) - m_row) * LOG2E) * r
+                tl.store(y_ptr + base + c * BLOCK + offs, y.to(y_ptr.dtype.element_ty), eviction_policy="evict_first")
+        if TAIL:
+            x_t = tl.load(x_ptr + base + t_offs, mask=t_mask, other=-float("inf"), eviction_policy="evict_first")
+        if N_FULL > 0:
+            y = tl.exp2((x_next.to(tl.float32) - m_row) * LOG2E) * r
+            tl.store(y_ptr + base + offs, y.to(y_ptr.dtype.element_ty), eviction_policy="evict_first")
+        if TAIL:
+            y = tl.exp2((x_t.to(tl.float32) - m_row) * LOG2E) * r
+            tl.store(y_ptr + base + t_offs, y.to(y_ptr.dtype.element_ty), mask=t_mask, eviction_policy="evict_first")
         row += tl.num_programs(0)
 
 
@@ -366,6 +425,13 @@ _PERSIST_WIDE = 1
 # (65536 to 262144 wide; see the evidence file above).
 _STREAM_CHUNK_BYTES = 32768
 _STREAM_PROGRAMS_PER_SM = 1
+# The forward's "lines" path (_softmax_fwd_lines) instead of the stream, where `lines` (default
+# _LINES) is on: cross_entropy's chunking and grid (_row_config there: 16 KB chunks of 8 warps, 2
+# programs per SM, for rows up to 128 KB; 32 KB of 16 warps, 1 program per SM, wider).
+_LINES = False
+_LINES_NARROW_ROW_BYTES = 131072
+_LINES_CHUNK_BYTES, _LINES_PROGRAMS_PER_SM = 16384, 2
+_LINES_CHUNK_BYTES_WIDE, _LINES_PROGRAMS_PER_SM_WIDE = 32768, 1
 # On the GPU, many rows too wide for registers take, in the backward, the coop path instead of the
 # stream: segments of _COOP_SEG elements, _COOP_WARPS warps a program. H200 A/B run 8
 # (softmax_ab_h200_run8.txt), bf16 bwd: 2048x65536 77.3% of copy -> 83.4%, 2048x128256 68.4% ->
@@ -434,6 +500,8 @@ def _warps(tile: int, max_warps: int) -> int:
 #                    force it on / off (on the CPU: one segment a row)
 #   coop_seg         coop path: elements per segment (default _COOP_SEG)
 #   coop_warps       coop path: warps a program (default _COOP_WARPS)
+#   lines            forward, where the stream would run: _softmax_fwd_lines instead (default
+#                    _LINES); `chunk`, `programs_per_sm` and `max_warps` apply to it as to the stream
 #   persist          forward register path: a persistent grid of this many programs per SM, each
 #                    prefetching its next row tile (_softmax_fwd_persist); 0: one tile per program;
 #                    default: 1 for rows over 16384 elements, else 0
@@ -496,10 +564,28 @@ def _launch(fused, stream, split_kernels, tensors, M: int, N: int, elem: int, de
     if (device.type == "cuda" if coop is None else coop) and _launch_coop(*coop_kernel, tensors, M, N, coop_seg,
                                                                         coop_warps):
         return
+    if stream is _softmax_fwd_lines:
+        _launch_lines(*tensors, M, N, chunk, programs_per_sm, max_warps)
+        return
     chunk = chunk or _STREAM_CHUNK_BYTES // elem
     pps = programs_per_sm or _STREAM_PROGRAMS_PER_SM
     programs = M if pps == "rows" else min(M, pps * sm_count(device))
     stream[(programs,)](*tensors, M, N, CHUNK=chunk, N_ALIGN=_align(N), num_warps=_warps(chunk, max_warps or 32))
+
+
+def _launch_lines(x, y, M: int, N: int, chunk, programs_per_sm, max_warps) -> None:
+    """The forward's lines path (_softmax_fwd_lines): chunks of `chunk` elements (default 16 or 32 KB,
+    see _LINES_*), 64 bytes a thread, `programs_per_sm` programs per SM (or "rows": one per row)."""
+    elt = x.element_size()
+    wide = N * elt > _LINES_NARROW_ROW_BYTES
+    vec = 16 // elt
+    block = max(vec, min(chunk or (_LINES_CHUNK_BYTES_WIDE if wide else _LINES_CHUNK_BYTES) // elt,
+                         triton.next_power_of_2(N)))
+    pps = programs_per_sm or (_LINES_PROGRAMS_PER_SM_WIDE if wide else _LINES_PROGRAMS_PER_SM)
+    programs = M if pps == "rows" else min(M, pps * sm_count(x.device))
+    warps = max_warps or max(1, min(32, block * elt // 2048))
+    _softmax_fwd_lines[(programs,)](x, y, M, N, N_FULL=N // block, TAIL=N % block != 0, BLOCK=block, VEC=vec,
+                                    N_ALIGN=_align(N), num_warps=warps)
 
 
 # (first launch, second launch, float32 partials per segment) of each direction's split path
@@ -512,7 +598,8 @@ def softmax_forward(x: torch.Tensor, *, max_block: int | None = None, max_warps:
                     persist: int | None = None, tile_bytes: int | None = None,
                     policy: str = _POLICY, split: bool | None = None,
                     split_seg: int | None = None, lean: bool | None = None, coop: bool | None = None,
-                    coop_seg: int | None = None, coop_warps: int | None = None) -> torch.Tensor:
+                    coop_seg: int | None = None, coop_warps: int | None = None,
+                    lines: bool | None = None) -> torch.Tensor:
     """x [M, N] contiguous -> y. Keywords: see the comment above _launch, and `lean`: rows up to
     _LEAN_FWD_BLOCK in registers, one row per program (no persistent grid), bf16 x kept packed
     across the reductions on the GPU (_utils.widen). Default: on for bf16 rows that only fit so."""
@@ -524,7 +611,10 @@ def softmax_forward(x: torch.Tensor, *, max_block: int | None = None, max_warps:
     if lean:
         max_block = max_block or _LEAN_FWD_BLOCK
         persist = persist or 0
-    _launch(_softmax_fwd, _softmax_fwd_stream, _FWD_SPLIT, (x, y), M, N, x.element_size(), x.device,
+    if lines is None:
+        lines = _LINES
+    _launch(_softmax_fwd, _softmax_fwd_lines if lines else _softmax_fwd_stream, _FWD_SPLIT, (x, y), M, N,
+            x.element_size(), x.device,
             max_block, max_warps, chunk, programs_per_sm, persist, tile_bytes, policy, split, split_seg,
             fused_meta={"ASM": lean and widen_asm(x)}, coop_kernel=(_softmax_fwd_coop, 2),
             coop=_FWD_COOP if coop is None else coop, coop_seg=coop_seg, coop_warps=coop_warps)

@@ -64,7 +64,8 @@ def test_grid_shapes_are_accepted():
 PATHS = {"fused": (3000, {}), "reg32k": (20000, {"max_block": 32768}),
          "stream": (20000, {"chunk": 1024, "split": False}),
          "split": (20000, {"split": True, "split_seg": 1024}), "split-auto": (70001, {}),
-         "coop": (20000, {"max_block": 1024, "split": False, "coop": True})}  # (CPU: one segment a row)
+         "coop": (20000, {"max_block": 1024, "split": False, "coop": True}),  # (CPU: one segment a row)
+         "lines": (20000, {"chunk": 1024, "split": False, "lines": True, "max_block": 0, "coop": False})}
 
 
 @pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # NaN row, by design
@@ -130,6 +131,14 @@ VARIANTS = {
     # the GPU's path for many rows too wide for registers; on the CPU one segment a row (its
     # programs would wait for each other: test_coop_on_the_gpu runs it in segments)
     "coop": ({"max_block": 256, "split": False, "coop": True}, [{"M": 37, "N": 1000}, {"M": 17, "N": 4099}]),
+    # the forward's lines path where the stream would run (the backward ignores `lines`): whole
+    # chunks with a masked tail, no tail, a row narrower than one chunk (N_FULL = 0), an unaligned
+    # width, more rows than programs (CPU: 4 "SMs") and one program a row
+    "lines": ({"max_block": 0, "split": False, "coop": False, "lines": True, "chunk": 1024},
+              [{"M": 9, "N": 5003}, {"M": 3, "N": 4096}, {"M": 5, "N": 1000}, {"M": 3, "N": 4099}, {"M": 5, "N": 7}]),
+    "lines-rows-16w": ({"max_block": 0, "split": False, "coop": False, "lines": True, "chunk": 512,
+                        "programs_per_sm": "rows", "max_warps": 16}, [{"M": 6, "N": 2050}]),
+    "lines-default-chunk": ({"max_block": 0, "split": False, "coop": False, "lines": True}, [{"M": 3, "N": 40000}]),
 }
 VARIANT_CASES = [(v, d) for v, (_, shapes) in VARIANTS.items() for d in shapes]
 
@@ -146,7 +155,7 @@ def test_variant_matches_reference(variant, dims, dtype, mode):
     x = SPEC.make_inputs(dims, dtype, "cpu", seed)["x"]
     dys, want = verify.reference_answers(SPEC, {"x": x}, mode, seed + 1)
     y = softmax.softmax_forward(x, **kw)
-    bwd_kw = {k: v for k, v in kw.items() if k != "persist"}  # a forward-only option
+    bwd_kw = {k: v for k, v in kw.items() if k not in ("persist", "lines")}  # forward-only options
     got = y if mode == "fwd" else softmax.softmax_backward(dys[0].to(dtype), y, **bwd_kw)
     error = verify.rel_error(got, want[0])
     assert error <= SPEC.tolerance[dtype], f"{variant} {mode} {dtype} {dims} seed {seed}: error {error:.3g}"
