@@ -151,10 +151,11 @@ class Runner:
         self.budget = timing.Budget(5, 25)
         self.default_ms = {}
 
-    def case(self, m, n, mode, label, fn, want, seen=None, deadline=DEADLINE_S):
+    def case(self, m, n, mode, label, fn, want, seen=None, deadline=None):
         """Check fn() against want, then time it; one line, never raises. seen: launches -> label
         of the variants already run on this shape and mode."""
         head = f"{m}x{n} {mode} {label:22s}"
+        deadline = deadline or DEADLINE_S
         if time.perf_counter() - T0 > deadline:
             print(f"{head} SKIPPED: past the {deadline} s deadline", flush=True)
             return
@@ -185,13 +186,14 @@ class Runner:
         except Exception as e:  # one failing case must not stop the others
             print(f"{head} ERROR {type(e).__name__}: {str(e)[:300]}", flush=True)
 
-    def peer(self, m, n, mode, label, fn, x, dy64, want, deadline=DEADLINE_S):
+    def peer(self, m, n, mode, label, fn, x, dy64, want, deadline=None):
         """A provider's function (label: its name in the spec), called as the collector calls it."""
         try:
             reason = SPEC.provider(label).available(self.device)
             if reason:
                 print(f"{m}x{n} {mode} {label:22s} skipped: {reason}", flush=True)
                 return
+            deadline = deadline or DEADLINE_S
             if time.perf_counter() - T0 > deadline:  # before build_call: its first call compiles
                 print(f"{m}x{n} {mode} {label:22s} SKIPPED: past the {deadline} s deadline", flush=True)
                 return
@@ -239,7 +241,11 @@ def main():
     ap.add_argument("--dry-run", action="store_true", help="CPU (TRITON_INTERPRET=1): small shapes, no timing")
     ap.add_argument("--only", default="", help="comma-separated MxN shapes (e.g. 2048x65536): only those, "
                     "without the torch.compile peer")
+    ap.add_argument("--deadline", type=float, default=DEADLINE_S,
+                    help=f"seconds after which no new case starts (default {DEADLINE_S})")
     args = ap.parse_args()
+    global DEADLINE_S
+    DEADLINE_S = args.deadline
     dry = args.dry_run
     only = {tuple(int(v) for v in s.split("x")) for s in args.only.split(",") if s}
     run = Runner(dry)
