@@ -237,6 +237,7 @@ def run_compile(run, shape):
 
 
 def main():
+    global DEADLINE_S
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dry-run", action="store_true", help="CPU (TRITON_INTERPRET=1): small shapes, no timing")
     ap.add_argument("--only", default="", help="comma-separated MxN shapes (e.g. 2048x65536): only those, "
@@ -244,7 +245,6 @@ def main():
     ap.add_argument("--deadline", type=float, default=DEADLINE_S,
                     help=f"seconds after which no new case starts (default {DEADLINE_S})")
     args = ap.parse_args()
-    global DEADLINE_S
     DEADLINE_S = args.deadline
     dry = args.dry_run
     only = {tuple(int(v) for v in s.split("x")) for s in args.only.split(",") if s}
