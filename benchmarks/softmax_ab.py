@@ -67,18 +67,18 @@ VARIANTS = [
     # the same unpacked (spills) and the 32 KB-chunk stream (the default before)
     ("reg64k unpacked", {"max_block": 65536, "lean": False, "persist": 0}, lambda m, n: 32768 < n <= 65536,
      ("fwd",)),
-    ("stream", {"lean": False, "coop": False}, lambda m, n: 32768 < n <= 65536, ("fwd",)),
+    ("stream", {"lean": False, "coop": False, "lines": False}, lambda m, n: 32768 < n <= 65536, ("fwd",)),
     ("reg32k lean", {"lean": True, "persist": 0}, lambda m, n: 16384 < n <= 32768, ("fwd",)),
     # many rows: the register path's forward grid and the streaming grid
     ("one row per program", {"persist": 0}, lambda m, n: many(m, n) and 16384 < n <= 32768, ("fwd",)),
     ("persist2", {"persist": 2}, lambda m, n: many(m, n) and 16384 < n <= 32768, ("fwd",)),
-    ("stream 32K pps2/16w", {"programs_per_sm": 2, "max_warps": 16, "lean": False, "coop": False},
+    ("stream 32K pps2/16w", {"programs_per_sm": 2, "max_warps": 16, "lean": False, "coop": False, "lines": False},
      lambda m, n: many(m, n) and n > 32768,
      ("fwd",)),
     # many rows too wide for registers: the coop path (segments in registers of programs that wait
     # for each other; the GPU's default in the backward, off in the forward) against the stream,
     # other segments and warps
-    ("stream (no coop)", {"coop": False}, lambda m, n: many(m, n) and n > 32768, ("fwd", "bwd")),
+    ("stream (no coop)", {"coop": False, "lines": False}, lambda m, n: many(m, n) and n > 32768, ("fwd", "bwd")),
     ("coop", {"lean": False, "coop": True}, lambda m, n: many(m, n) and n > 32768, ("fwd",)),
     ("coop seg 4096", {"lean": False, "coop": True, "coop_seg": 4096}, lambda m, n: many(m, n) and n > 32768,
      ("fwd", "bwd")),
@@ -87,9 +87,11 @@ VARIANTS = [
     ("coop seg 1024", {"lean": False, "coop": True, "coop_seg": 1024}, lambda m, n: many(m, n) and n > 32768,
      ("fwd", "bwd")),
     # many rows too wide for registers, forward: the lines path (cross_entropy's row structure: per-line
-    # max and sum of exp, both passes prefetched) instead of the stream, at its defaults (16 KB chunks
-    # of 8 warps, 2 programs per SM, for rows up to 128 KB; 32 KB of 16 warps, 1 per SM, wider) and
-    # other chunks and grids; chunk is in elements (bf16)
+    # max and sum of exp, both passes prefetched; the default since run 9) at its defaults (16 KB
+    # chunks of 8 warps, one program a row, for rows up to 128 KB; 64 KB of 32 warps, 1 per SM, wider)
+    # and other chunks and grids (chunk in elements, bf16), against the packed one-row register path
+    # (the default at 32768 < N <= 65536 before run 9)
+    ("reg64k lean", {"lean": True}, lambda m, n: 32768 < n <= 65536, ("fwd",)),
     ("lines", {"lean": False, "coop": False, "lines": True}, lambda m, n: many(m, n) and n > 32768, ("fwd",)),
     ("lines 32K pps1", {"lean": False, "coop": False, "lines": True, "chunk": 16384, "programs_per_sm": 1},
      lambda m, n: many(m, n) and n > 32768, ("fwd",)),

@@ -22,7 +22,8 @@ from ._utils import (LOG2E, coop_plan, coop_program, lse_update, publish, publis
 #
 # Wider rows stream: each program owns whole rows and reads each row twice in chunks, with the
 # row's statistics (running max and sum of exp -- bwd: sum(dy * y)) from pass 1 and the write in
-# pass 2. One program per SM (32 warps, 32 KB chunks) keeps the rows in flight (SMs x row bytes:
+# pass 2 (the forward: the lines path by default, _softmax_fwd_lines below; the backward: the coop
+# path on the GPU). One program per SM (32 warps, 32 KB chunks) keeps the rows in flight (SMs x row bytes:
 # 33 MB at 128256 bf16) mostly within the 50 MB L2 for the second read. An earlier design split
 # rows into segments shared out through an atomic work queue; it measured slower at every wide
 # shape on the H200 (docs/evidence/softmax_ab_h200_run1.txt) and was removed.
@@ -426,12 +427,16 @@ _PERSIST_WIDE = 1
 _STREAM_CHUNK_BYTES = 32768
 _STREAM_PROGRAMS_PER_SM = 1
 # The forward's "lines" path (_softmax_fwd_lines) instead of the stream, where `lines` (default
-# _LINES) is on: cross_entropy's chunking and grid (_row_config there: 16 KB chunks of 8 warps, 2
-# programs per SM, for rows up to 128 KB; 32 KB of 16 warps, 1 program per SM, wider).
-_LINES = False
+# _LINES) is on. H200 A/B run 9 (softmax_ab_h200_run9.txt), bf16 fwd, % of copy: 2048x128256 61.7%
+# streamed -> 78.1% (64 KB chunks of 32 warps, 1 program per SM; 32 KB of 16 warps 75.6%), 1024x262144
+# 58.3% -> 69.7% (32 KB: 65.2%), 2048x65536 73.2% (the packed one-row register path, then the
+# default) -> 81.4% (16 KB chunks of 8 warps, one program a row; 2 per SM persistent 79.5%, 64 KB
+# 75.6%). So: rows up to _LINES_NARROW_ROW_BYTES take 16 KB chunks, one program a row; wider rows 64
+# KB chunks, one program per SM (rows in flight: 132 x 256 KB = 33 MB at 128256 bf16, within L2).
+_LINES = True
 _LINES_NARROW_ROW_BYTES = 131072
-_LINES_CHUNK_BYTES, _LINES_PROGRAMS_PER_SM = 16384, 2
-_LINES_CHUNK_BYTES_WIDE, _LINES_PROGRAMS_PER_SM_WIDE = 32768, 1
+_LINES_CHUNK_BYTES, _LINES_PROGRAMS_PER_SM = 16384, "rows"
+_LINES_CHUNK_BYTES_WIDE, _LINES_PROGRAMS_PER_SM_WIDE = 65536, 1
 # On the GPU, many rows too wide for registers take, in the backward, the coop path instead of the
 # stream: segments of _COOP_SEG elements, _COOP_WARPS warps a program. H200 A/B run 8
 # (softmax_ab_h200_run8.txt), bf16 bwd: 2048x65536 77.3% of copy -> 83.4%, 2048x128256 68.4% ->
@@ -458,7 +463,8 @@ _SPLIT_MAX_SEGMENTS = 1024
 # kernel spills 8 registers a thread; lean, it does not: 199.8 -> 185.3 us, 92.6% -> 99.9% of copy
 # (Liger 188.0) on the H200; the other shapes within 0.2% (docs/evidence/softmax_ab_h200_run6.txt).
 _LEAN_BWD = True
-# Forward: rows up to 65536 elements in registers, one 32-warp program per SM, when bf16 x stays
+# Forward, `lean` (off by default since softmax_ab run 9: the lines path beat it at 2048x65536, 81.4%
+# against 73.2%): rows up to 65536 elements in registers, one 32-warp program per SM, when bf16 x stays
 # packed (32 registers a thread for the row; widened to fp32, 64K rows spilled 43 registers a
 # thread). H200 A/B run 7 (softmax_ab_h200_run7.txt): 2048x65536 fwd 202.4 -> 172.6 us, 62.4% ->
 # 73.2% of copy (the stream's second read of each row from L2 is gone); the same without `lean`
@@ -574,7 +580,7 @@ def _launch(fused, stream, split_kernels, tensors, M: int, N: int, elem: int, de
 
 
 def _launch_lines(x, y, M: int, N: int, chunk, programs_per_sm, max_warps) -> None:
-    """The forward's lines path (_softmax_fwd_lines): chunks of `chunk` elements (default 16 or 32 KB,
+    """The forward's lines path (_softmax_fwd_lines): chunks of `chunk` elements (default 16 or 64 KB,
     see _LINES_*), 64 bytes a thread, `programs_per_sm` programs per SM (or "rows": one per row)."""
     elt = x.element_size()
     wide = N * elt > _LINES_NARROW_ROW_BYTES
@@ -602,17 +608,18 @@ def softmax_forward(x: torch.Tensor, *, max_block: int | None = None, max_warps:
                     lines: bool | None = None) -> torch.Tensor:
     """x [M, N] contiguous -> y. Keywords: see the comment above _launch, and `lean`: rows up to
     _LEAN_FWD_BLOCK in registers, one row per program (no persistent grid), bf16 x kept packed
-    across the reductions on the GPU (_utils.widen). Default: on for bf16 rows that only fit so."""
+    across the reductions on the GPU (_utils.widen). Default: off where `lines` is on (the default),
+    else on for bf16 rows that only fit so."""
     M, N = x.shape
     y = torch.empty_like(x)
     block = triton.next_power_of_2(N)
+    if lines is None:
+        lines = _LINES
     if lean is None:
-        lean = widen_asm(x) and _MAX_ROW_BYTES // x.element_size() < block <= _LEAN_FWD_BLOCK
+        lean = not lines and widen_asm(x) and _MAX_ROW_BYTES // x.element_size() < block <= _LEAN_FWD_BLOCK
     if lean:
         max_block = max_block or _LEAN_FWD_BLOCK
         persist = persist or 0
-    if lines is None:
-        lines = _LINES
     _launch(_softmax_fwd, _softmax_fwd_lines if lines else _softmax_fwd_stream, _FWD_SPLIT, (x, y), M, N,
             x.element_size(), x.device,
             max_block, max_warps, chunk, programs_per_sm, persist, tile_bytes, policy, split, split_seg,

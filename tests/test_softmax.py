@@ -213,9 +213,11 @@ def test_split_rule_picks_the_path(monkeypatch, mode):
     # rows that would stream, few of them: split, grid (rows, segments of 4096)
     assert kernels(few, 128256) == [(first, (few, 32)), (second, (few, 32))]
     assert kernels(1, 65537, torch.float32, split_seg=2048) == [(first, (1, 33)), (second, (1, 33))]
-    # more rows: stream; rows that fit in registers: the register path; split=False / True force
-    assert [k for k, _ in kernels(few + 1, 128256)] == [f"_softmax_{mode}_stream"]
-    assert [k for k, _ in kernels(1, 128256, split=False)] == [f"_softmax_{mode}_stream"]
+    # more rows: stream (the forward: its lines path; CPU, so no coop); rows that fit in registers:
+    # the register path; split=False / True force
+    streamed = "_softmax_fwd_lines" if mode == "fwd" else "_softmax_bwd_stream"
+    assert [k for k, _ in kernels(few + 1, 128256)] == [streamed]
+    assert [k for k, _ in kernels(1, 128256, split=False)] == [streamed]
     # rows in registers: split over 16384 elements (1 x 32000), not at 16384
     assert kernels(1, 32000) == [(first, (1, 8)), (second, (1, 8))]
     assert "split" not in kernels(1, 16384)[0][0]
