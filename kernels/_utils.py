@@ -302,6 +302,33 @@ def widen_asm(t) -> bool:
 LOG2E = tl.constexpr(1.4426950408889634)
 
 
+# Launch of a "lines" kernel (softmax's forward, rms_norm's and layer_norm's wide forwards): two
+# passes over each row in chunks of [BLOCK // VEC, VEC], 64 bytes a thread per chunk. H200 A/B
+# (softmax_ab run 9, docs/evidence/softmax_ab_h200_run9.txt, bf16 softmax fwd, % of copy): rows up to
+# LINES_NARROW_ROW_BYTES in 16 KB chunks of 8 warps, one program a row (2048x65536: 81.4%; 2 per SM
+# persistent 79.5%, 64 KB chunks 75.6%); wider rows in 64 KB chunks of 32 warps, one program per SM
+# (2048x128256: 78.1%, 32 KB of 16 warps 75.6%; 1024x262144: 69.7% against 65.2%): the rows in
+# flight for the re-read (132 x 256 KB = 33 MB at 128256 bf16) then stay within L2.
+LINES_NARROW_ROW_BYTES = 131072
+LINES_CHUNK_BYTES, LINES_PROGRAMS_PER_SM = 16384, "rows"
+LINES_CHUNK_BYTES_WIDE, LINES_PROGRAMS_PER_SM_WIDE = 65536, 1
+
+
+def lines_launch(M: int, N: int, elt: int, device, chunk: int | None = None, programs_per_sm=None,
+                 num_warps: int | None = None) -> tuple[int, dict]:
+    """(grid, launch keywords N_FULL, TAIL, BLOCK, VEC, num_warps) of a lines kernel over M rows of N
+    elements of `elt` bytes: chunks of `chunk` elements (a power of two; default above),
+    `programs_per_sm` programs per SM or "rows" (one program a row)."""
+    wide = N * elt > LINES_NARROW_ROW_BYTES
+    vec = 16 // elt
+    block = max(vec, min(chunk or (LINES_CHUNK_BYTES_WIDE if wide else LINES_CHUNK_BYTES) // elt,
+                         triton.next_power_of_2(N)))
+    pps = programs_per_sm or (LINES_PROGRAMS_PER_SM_WIDE if wide else LINES_PROGRAMS_PER_SM)
+    grid = M if pps == "rows" else min(M, pps * sm_count(device))
+    warps = num_warps or max(1, min(32, block * elt // 2048))
+    return grid, dict(N_FULL=N // block, TAIL=N % block != 0, BLOCK=block, VEC=vec, num_warps=warps)
+
+
 @triton.jit
 def lse_update(x, m, d, EXACT: tl.constexpr):
     """(m, d) per line after chunk x [L, VEC] (fp32, -inf where masked): m the running max, d the

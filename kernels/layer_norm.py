@@ -8,7 +8,7 @@ import triton.language as tl
 
 from kcollect.spec import KernelSpec, Provider, Shape, peer_available, standard_providers
 
-from ._utils import coop_plan, coop_program, l2_bytes, publish2, sm_count, wait_total2
+from ._utils import coop_plan, coop_program, l2_bytes, lines_launch, publish2, sm_count, wait_total2
 
 
 # ---------------------------------------------------------------------------------------------
@@ -382,6 +382,79 @@ def _ln_fwd_rows(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, M, N, eps, iter
 # ---------------------------------------------------------------------------------------------
 # Launchers
 
+@triton.jit
+def _ln_shifted_sums(x, k, s1, s2):
+    d = x.to(tl.float32) - k
+    return s1 + tl.sum(d, 1), s2 + tl.sum(d * d, 1)
+
+
+@triton.jit
+def _ln_fwd_lines(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, M, N, eps, N_FULL: tl.constexpr,
+                  TAIL: tl.constexpr, BLOCK: tl.constexpr, VEC: tl.constexpr, N_ALIGN: tl.constexpr):
+    # Wide rows, softmax's lines path (_softmax_fwd_lines) for the mean and variance: chunks of
+    # [BLOCK // VEC, VEC] (a 16-byte vector a line), sums kept per line (no block reduction in the
+    # loop, no division: _ln_fwd_wide does two block reductions and a Chan merge per chunk), the next
+    # chunk loaded before the current one is used in both passes; pass 2 re-reads the row from L2,
+    # newest chunk first, with w and b. The sums are of x - k, k the row's first element: the
+    # variance s2 / N - (s1 / N)^2 then loses to cancellation only (mean - k)^2 / var, which a sample
+    # of the row keeps near 1, however far the mean is from 0. N_FULL unmasked chunks and a masked
+    # one if TAIL (pass 1 first, pass 2 last; its masked lanes load k: d = 0).
+    L: tl.constexpr = BLOCK // VEC
+    offs = tl.arange(0, L)[:, None] * VEC + tl.arange(0, VEC)[None, :]
+    t_offs = N_FULL * BLOCK + offs
+    t_mask = _col_mask(t_offs, N, N_ALIGN)
+    row = tl.program_id(0)
+    while row < M:
+        base = _row_start(row, N, N_ALIGN)
+        k = tl.load(x_ptr + base).to(tl.float32)
+        s1 = tl.zeros([L], dtype=tl.float32)
+        s2 = tl.zeros([L], dtype=tl.float32)
+        if TAIL:
+            x_t = tl.load(x_ptr + base + t_offs, mask=t_mask, other=k, eviction_policy="evict_last")
+        if N_FULL > 0:
+            nxt = tl.load(x_ptr + base + offs, eviction_policy="evict_last")
+        if TAIL:
+            s1, s2 = _ln_shifted_sums(x_t, k, s1, s2)
+        if N_FULL > 1:  # (a constexpr guard: the compiler visits a loop body even for 0 trips)
+            for c in range(N_FULL - 1):
+                cur = nxt
+                nxt = tl.load(x_ptr + base + (c + 1) * BLOCK + offs, eviction_policy="evict_last")
+                s1, s2 = _ln_shifted_sums(cur, k, s1, s2)
+        if N_FULL > 0:
+            s1, s2 = _ln_shifted_sums(nxt, k, s1, s2)
+        d_mean = tl.sum(s1, 0) / N
+        mean = k + d_mean
+        rstd = tl.rsqrt(tl.maximum(tl.sum(s2, 0) / N - d_mean * d_mean, 0.0) + eps)
+        tl.store(mean_ptr + row, mean)
+        tl.store(rstd_ptr + row, rstd)
+        if N_FULL > 0:
+            o = (N_FULL - 1) * BLOCK + offs
+            v = tl.load(x_ptr + base + o, eviction_policy="evict_first")
+            w = tl.load(w_ptr + o, eviction_policy="evict_last")
+            b = tl.load(b_ptr + o, eviction_policy="evict_last")
+        if N_FULL > 1:
+            for j in range(N_FULL - 1):
+                c = N_FULL - 1 - j
+                cur, w_cur, b_cur = v, w, b
+                o = (c - 1) * BLOCK + offs
+                v = tl.load(x_ptr + base + o, eviction_policy="evict_first")
+                w = tl.load(w_ptr + o, eviction_policy="evict_last")
+                b = tl.load(b_ptr + o, eviction_policy="evict_last")
+                y = (cur.to(tl.float32) - mean) * rstd * w_cur.to(tl.float32) + b_cur.to(tl.float32)
+                tl.store(y_ptr + base + c * BLOCK + offs, y.to(y_ptr.dtype.element_ty), eviction_policy="evict_first")
+        if TAIL:
+            v_t = tl.load(x_ptr + base + t_offs, mask=t_mask, other=0.0, eviction_policy="evict_first")
+            w_t = tl.load(w_ptr + t_offs, mask=t_mask, other=0.0, eviction_policy="evict_last")
+            b_t = tl.load(b_ptr + t_offs, mask=t_mask, other=0.0, eviction_policy="evict_last")
+        if N_FULL > 0:
+            y = (v.to(tl.float32) - mean) * rstd * w.to(tl.float32) + b.to(tl.float32)
+            tl.store(y_ptr + base + offs, y.to(y_ptr.dtype.element_ty), eviction_policy="evict_first")
+        if TAIL:
+            y = (v_t.to(tl.float32) - mean) * rstd * w_t.to(tl.float32) + b_t.to(tl.float32)
+            tl.store(y_ptr + base + t_offs, y.to(y_ptr.dtype.element_ty), mask=t_mask, eviction_policy="evict_first")
+        row += tl.num_programs(0)
+
+
 _FWD_TILE_BYTES = 16384  # bytes of x per forward program
 _FWD_MAX_BLOCK = 16384   # widest row the forward keeps in registers (16 warps, 32 fp32 per thread)
 _FWD_CHUNK_BYTES = 32768  # chunk of a wider row: 16 warps x 32 bytes per thread
@@ -410,6 +483,8 @@ _FWD_POLICY = "evict_last"
 # (23.1 -> 22.8-23.0 us): the A/Bs of runs 10-11 ran with the default CUDA allocator, the
 # collector with expandable segments (since then the A/Bs use it too: benchmarks/ab_tools.py).
 _FWD_NO_HINT_FROM = 8 << 20
+# Rows wider than the register path: _ln_fwd_lines where _FWD_LINES (else _ln_fwd_wide).
+_FWD_LINES = False
 _BWD_WIDE_WARPS = 16
 _BWD_WIDE_POLICY = "evict_last"
 # Run 3 (layer_norm_ab_h200_run3.txt): the persistent prefetching backward (_ln_bwd_rows) with
@@ -496,7 +571,8 @@ def layer_norm_forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
                        maxnreg: int | None = None, max_block: int = _FWD_MAX_BLOCK,
                        chunk: int | None = None, wide_warps: int | None = None,
                        wide_per_sm: int = _FWD_WIDE_PER_SM, policy: str | None = None,
-                       early_wb: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                       early_wb: bool = True, lines: bool | None = None,
+                       lines_programs=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """x [M, N] contiguous -> (y, mean, rstd); mean and rstd in fp32, kept for the backward.
 
     Keyword options for GPU A/Bs (benchmarks/layer_norm_ab.py); left out, the measured default.
@@ -504,7 +580,9 @@ def layer_norm_forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
     `per_thread` (elements of x per thread, which sets num_warps), `maxnreg` (register cap),
     `persistent` grid sized to the resident programs, `prefetch` of the next tile (the last two
     use _ln_fwd_rows). A `max_block` above 16384 keeps 32768/65536-wide rows in registers (up to
-    32 warps). Wide path: `chunk` (elements), `wide_warps`, `wide_per_sm` (programs per SM).
+    32 warps). Wide path: `lines` (default _FWD_LINES) runs _ln_fwd_lines (`chunk` elements a chunk,
+    `lines_programs` per SM or "rows", `wide_warps`; defaults _utils.lines_launch), else _ln_fwd_wide
+    (`chunk`, `wide_warps`, `wide_per_sm` programs per SM).
     `policy`: cache hint of the x loads on the register path (default: _fwd_policy on the
     one-tile path, _FWD_POLICY on the persistent one). `early_wb`: w and b loaded with x rather
     than after the reductions (one tile per program only)."""
@@ -541,6 +619,9 @@ def layer_norm_forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
             else:
                 grid, iters = tiles, 1
             _ln_fwd_rows[(grid,)](*args, iters, num_warps=num_warps, **extra, **meta)
+    elif _FWD_LINES if lines is None else lines:
+        grid, meta = lines_launch(M, N, x.element_size(), x.device, chunk, lines_programs, wide_warps)
+        _ln_fwd_lines[(grid,)](x, weight, bias, y, mean, rstd, M, N, eps, N_ALIGN=_align(N), **meta)
     else:
         chunk = chunk or _FWD_CHUNK_BYTES // x.element_size()
         programs = min(M, wide_per_sm * sm_count(x.device))

@@ -14,7 +14,8 @@ import triton.language as tl
 
 from kcollect.spec import KernelSpec, Provider, Shape, peer_available, standard_providers
 
-from ._utils import (coop_plan, coop_program, l2_bytes, last_to_arrive, publish, row_settings, sm_count,
+from ._utils import (coop_plan, coop_program, l2_bytes, last_to_arrive, lines_launch, publish, row_settings,
+                     sm_count,
                      wait_total, widen, widen_asm)
 from ._utils import resident_programs as _resident_programs
 
@@ -186,6 +187,90 @@ def _fwd_chunked(x_ptr, r_ptr, h_ptr, w_ptr, y_ptr, rstd_ptr, M, N, eps, iters,
             tl.store(y_ptr + base + c, (xf * rstd * w).to(y_ptr.dtype.element_ty), mask=cm)
         if STORE_RSTD:
             tl.store(rstd_ptr + row, rstd, mask=live)
+
+
+@triton.jit
+def _masked_load(ptr, mask, policy: tl.constexpr):
+    # mask None: an unmasked load (a mask the compiler cannot see through would cost the 16-byte width)
+    if mask is None:
+        return tl.load(ptr, eviction_policy=policy)
+    else:
+        return tl.load(ptr, mask=mask, other=0.0, eviction_policy=policy)
+
+
+@triton.jit
+def _fwd_lines_load(x_ptr, r_ptr, h_ptr, offs, mask, HAS_RES: tl.constexpr):
+    # pass 1's chunk: x, or with a residual h = x + r, stored (evict_last: pass 2 re-reads it)
+    if HAS_RES:
+        x = _masked_load(x_ptr + offs, mask, "evict_first")
+        r = _masked_load(r_ptr + offs, mask, "evict_first")
+        h = (x.to(tl.float32) + r.to(tl.float32)).to(h_ptr.dtype.element_ty)
+        tl.store(h_ptr + offs, h, mask=mask, eviction_policy="evict_last")
+        return h
+    else:
+        return _masked_load(x_ptr + offs, mask, "evict_last")
+
+
+@triton.jit
+def _sum_sq(v):
+    return tl.sum(v.to(tl.float32) * v.to(tl.float32), 1)
+
+
+@triton.jit
+def _fwd_lines(x_ptr, r_ptr, h_ptr, w_ptr, y_ptr, rstd_ptr, M, N, eps, N_FULL: tl.constexpr,
+               TAIL: tl.constexpr, BLOCK: tl.constexpr, VEC: tl.constexpr, HAS_RES: tl.constexpr,
+               STORE_RSTD: tl.constexpr):
+    # Wide rows, softmax's lines path (_softmax_fwd_lines) for the sum of squares: chunks of
+    # [BLOCK // VEC, VEC] (a 16-byte vector a line), the sum kept per line (no block reduction in the
+    # loop), pass 1's next chunk loaded before the current one is used; pass 2 re-reads the row (x, or
+    # the h pass 1 wrote) from L2 newest chunk first, the next chunk of it and of w loaded before the
+    # current one is stored. N_FULL unmasked chunks, and a masked one if TAIL (pass 1 first, pass 2
+    # last). Programs stride over the rows.
+    L: tl.constexpr = BLOCK // VEC
+    offs = tl.arange(0, L)[:, None] * VEC + tl.arange(0, VEC)[None, :]
+    t_offs = N_FULL * BLOCK + offs
+    t_mask = t_offs < N
+    src_ptr = h_ptr if HAS_RES else x_ptr
+    row = tl.program_id(0)
+    while row < M:
+        base = row.to(tl.int64) * N
+        x_row, r_row, h_row, y_row = x_ptr + base, r_ptr + base, h_ptr + base, y_ptr + base
+        acc = tl.zeros([L], dtype=tl.float32)
+        if TAIL:
+            acc += _sum_sq(_fwd_lines_load(x_row, r_row, h_row, t_offs, t_mask, HAS_RES))
+        if N_FULL > 0:
+            nxt = _fwd_lines_load(x_row, r_row, h_row, offs, None, HAS_RES)
+        if N_FULL > 1:  # (a constexpr guard: the compiler visits a loop body even for 0 trips)
+            for c in range(N_FULL - 1):
+                cur = nxt
+                nxt = _fwd_lines_load(x_row, r_row, h_row, (c + 1) * BLOCK + offs, None, HAS_RES)
+                acc += _sum_sq(cur)
+        if N_FULL > 0:
+            acc += _sum_sq(nxt)
+        rstd = tl.math.rsqrt(tl.sum(acc, 0) / N + eps)
+        if N_FULL > 0:
+            v = tl.load(src_ptr + base + (N_FULL - 1) * BLOCK + offs, eviction_policy="evict_first")
+            w = tl.load(w_ptr + (N_FULL - 1) * BLOCK + offs, eviction_policy="evict_last")
+        if N_FULL > 1:
+            for j in range(N_FULL - 1):
+                c = N_FULL - 1 - j
+                cur, w_cur = v, w
+                v = tl.load(src_ptr + base + (c - 1) * BLOCK + offs, eviction_policy="evict_first")
+                w = tl.load(w_ptr + (c - 1) * BLOCK + offs, eviction_policy="evict_last")
+                y = cur.to(tl.float32) * rstd * w_cur.to(tl.float32)
+                tl.store(y_row + c * BLOCK + offs, y.to(y_ptr.dtype.element_ty), eviction_policy="evict_first")
+        if TAIL:
+            v_t = tl.load(src_ptr + base + t_offs, mask=t_mask, other=0.0, eviction_policy="evict_first")
+            w_t = tl.load(w_ptr + t_offs, mask=t_mask, other=0.0, eviction_policy="evict_last")
+        if N_FULL > 0:
+            y = v.to(tl.float32) * rstd * w.to(tl.float32)
+            tl.store(y_row + offs, y.to(y_ptr.dtype.element_ty), eviction_policy="evict_first")
+        if TAIL:
+            y = v_t.to(tl.float32) * rstd * w_t.to(tl.float32)
+            tl.store(y_row + t_offs, y.to(y_ptr.dtype.element_ty), mask=t_mask, eviction_policy="evict_first")
+        if STORE_RSTD:
+            tl.store(rstd_ptr + row, rstd)
+        row += tl.num_programs(0)
 
 
 @triton.jit
@@ -591,7 +676,7 @@ def rms_norm_forward(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6, residu
                      *, rows: int | None = None, num_warps: int | None = None, split: bool | None = None,
                      maxnreg: bool | None = None, prefetch: bool | None = None, liger_like: bool = False,
                      x_policy: str = "evict_last", wide: str | None = None, split_seg: int | None = None,
-                     split_warps: int | None = None):
+                     split_warps: int | None = None, lines_chunk: int | None = None, lines_programs=None):
     """(y, h, rstd). With a residual, h = x + residual (returned, and normalised in place of x);
     otherwise h is None. rstd: fp32 [rows], None unless need_rstd. `max_block` is the widest row
     kept in registers; the tests lower it to run the wide-row paths on small shapes.
@@ -603,11 +688,12 @@ def rms_norm_forward(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6, residu
     row per program, BLOCK = next_pow2(N), Liger's num_warps (_utils.row_settings), no register
     cap, one tile per program, no prefetch. `x_policy`: the cache hint of the x loads ("" = none).
     Wider rows: `wide` = "chunked" (_fwd_chunked), "split" (_fwd_split, with `split_seg`
-    elements and `split_warps` warps per program) or "packed" (_fwd_packed, `split_warps` warps);
-    default: _wide_default."""
+    elements and `split_warps` warps per program), "packed" (_fwd_packed, `split_warps` warps) or
+    "lines" (_fwd_lines: `lines_chunk` elements a chunk, `lines_programs` per SM or "rows",
+    `split_warps` warps; defaults _utils.lines_launch); default: _wide_default."""
     _check(x, w, residual)
-    if wide not in (None, "split", "chunked", "packed"):
-        raise ValueError(f"wide must be 'split', 'chunked' or 'packed', got {wide!r}")
+    if wide not in (None, "split", "chunked", "packed", "lines"):
+        raise ValueError(f"wide must be 'split', 'chunked', 'packed' or 'lines', got {wide!r}")
     N = x.shape[-1]
     x2 = _as_rows(x, N)
     M = x2.shape[0]
@@ -650,6 +736,9 @@ def rms_norm_forward(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6, residu
         block = triton.next_power_of_2(N)
         _fwd_packed[(M,)](x2, r2, h, w, y, rstd, N, eps, BLOCK=block, HAS_RES=has_res, STORE_RSTD=need_rstd,
                           ASM=widen_asm(x2), num_warps=split_warps or max(4, min(32, block // 2048)))
+    elif path == "lines":
+        grid, meta = lines_launch(M, N, x2.element_size(), x.device, lines_chunk, lines_programs, split_warps)
+        _fwd_lines[(grid,)](x2, r2, h, w, y, rstd, M, N, eps, HAS_RES=has_res, STORE_RSTD=need_rstd, **meta)
     elif path == "split":
         # (a lowered max_block, as in the tests, lowers the segment with it)
         seg = split_seg or min(SPLIT_SEG_BYTES // x2.element_size(), triton.next_power_of_2(max_block))

@@ -8,8 +8,8 @@ import triton.language as tl
 
 from kcollect.spec import KernelSpec, Provider, Shape, peer_available, standard_providers
 
-from ._utils import (LOG2E, coop_plan, coop_program, lse_update, publish, publish2, sm_count, wait_slots2,
-                     wait_total, widen, widen_asm)
+from ._utils import (LOG2E, coop_plan, coop_program, lines_launch, lse_update, publish, publish2, sm_count,
+                     wait_slots2, wait_total, widen, widen_asm)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -426,17 +426,12 @@ _PERSIST_WIDE = 1
 # (65536 to 262144 wide; see the evidence file above).
 _STREAM_CHUNK_BYTES = 32768
 _STREAM_PROGRAMS_PER_SM = 1
-# The forward's "lines" path (_softmax_fwd_lines) instead of the stream, where `lines` (default
-# _LINES) is on. H200 A/B run 9 (softmax_ab_h200_run9.txt), bf16 fwd, % of copy: 2048x128256 61.7%
-# streamed -> 78.1% (64 KB chunks of 32 warps, 1 program per SM; 32 KB of 16 warps 75.6%), 1024x262144
-# 58.3% -> 69.7% (32 KB: 65.2%), 2048x65536 73.2% (the packed one-row register path, then the
-# default) -> 81.4% (16 KB chunks of 8 warps, one program a row; 2 per SM persistent 79.5%, 64 KB
-# 75.6%). So: rows up to _LINES_NARROW_ROW_BYTES take 16 KB chunks, one program a row; wider rows 64
-# KB chunks, one program per SM (rows in flight: 132 x 256 KB = 33 MB at 128256 bf16, within L2).
+# The forward's "lines" path (_softmax_fwd_lines, launched by _utils.lines_launch, whose comment has
+# the measurements) instead of the stream, where `lines` (default _LINES) is on. H200 A/B run 9
+# (softmax_ab_h200_run9.txt), bf16 fwd, % of copy: 2048x65536 73.2% (the packed one-row register
+# path, then the default) -> 81.4%, 2048x128256 61.7% (the stream) -> 78.1%, 1024x262144 58.3% ->
+# 69.7%.
 _LINES = True
-_LINES_NARROW_ROW_BYTES = 131072
-_LINES_CHUNK_BYTES, _LINES_PROGRAMS_PER_SM = 16384, "rows"
-_LINES_CHUNK_BYTES_WIDE, _LINES_PROGRAMS_PER_SM_WIDE = 65536, 1
 # On the GPU, many rows too wide for registers take, in the backward, the coop path instead of the
 # stream: segments of _COOP_SEG elements, _COOP_WARPS warps a program. H200 A/B run 8
 # (softmax_ab_h200_run8.txt), bf16 bwd: 2048x65536 77.3% of copy -> 83.4%, 2048x128256 68.4% ->
@@ -580,18 +575,9 @@ def _launch(fused, stream, split_kernels, tensors, M: int, N: int, elem: int, de
 
 
 def _launch_lines(x, y, M: int, N: int, chunk, programs_per_sm, max_warps) -> None:
-    """The forward's lines path (_softmax_fwd_lines): chunks of `chunk` elements (default 16 or 64 KB,
-    see _LINES_*), 64 bytes a thread, `programs_per_sm` programs per SM (or "rows": one per row)."""
-    elt = x.element_size()
-    wide = N * elt > _LINES_NARROW_ROW_BYTES
-    vec = 16 // elt
-    block = max(vec, min(chunk or (_LINES_CHUNK_BYTES_WIDE if wide else _LINES_CHUNK_BYTES) // elt,
-                         triton.next_power_of_2(N)))
-    pps = programs_per_sm or (_LINES_PROGRAMS_PER_SM_WIDE if wide else _LINES_PROGRAMS_PER_SM)
-    programs = M if pps == "rows" else min(M, pps * sm_count(x.device))
-    warps = max_warps or max(1, min(32, block * elt // 2048))
-    _softmax_fwd_lines[(programs,)](x, y, M, N, N_FULL=N // block, TAIL=N % block != 0, BLOCK=block, VEC=vec,
-                                    N_ALIGN=_align(N), num_warps=warps)
+    """The forward's lines path (_softmax_fwd_lines), launched as _utils.lines_launch says."""
+    grid, meta = lines_launch(M, N, x.element_size(), x.device, chunk, programs_per_sm, max_warps)
+    _softmax_fwd_lines[(grid,)](x, y, M, N, N_ALIGN=_align(N), **meta)
 
 
 # (first launch, second launch, float32 partials per segment) of each direction's split path

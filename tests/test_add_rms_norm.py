@@ -54,7 +54,8 @@ def _rel(got, want):
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=str)
 @pytest.mark.parametrize("path", [(rms_norm.MAX_REG_BLOCK, None), (256, "split"), (256, "chunked"),
-                                  (256, "packed")], ids=["registers", "split", "chunked", "packed"])
+                                  (256, "packed"), (256, "lines")], ids=["registers", "split", "chunked", "packed",
+                                                                         "lines"])
 def test_h_is_the_rounded_sum(dtype, path):
     # h is x + residual rounded once to the input dtype, exactly as torch's add (bf16 is left out:
     # the interpreter's fp32->bf16 cast truncates where torch rounds)
@@ -67,7 +68,7 @@ def test_h_is_the_rounded_sum(dtype, path):
     torch.testing.assert_close(y, y_plain, rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("wide", ["split", "chunked", "packed"])
+@pytest.mark.parametrize("wide", ["split", "chunked", "packed", "lines"])
 @pytest.mark.parametrize("dtype", SPEC.dtypes, ids=str)
 def test_chunked_paths(wide, dtype):
     # max_block=256 sends 6 x 4099 through the wide-row kernels with the residual flags on:

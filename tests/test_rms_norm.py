@@ -53,7 +53,7 @@ def _rel(got, want):
     return (torch.linalg.vector_norm(got.double() - want) / torch.linalg.vector_norm(want)).item()
 
 
-@pytest.mark.parametrize("wide", ["split", "chunked", "packed"])
+@pytest.mark.parametrize("wide", ["split", "chunked", "packed", "lines"])
 @pytest.mark.parametrize("dtype", SPEC.dtypes, ids=str)
 @pytest.mark.parametrize("dims", [(37, 1000), (6, 4099)], ids=["37x1000", "6x4099"])
 def test_chunked_paths(wide, dtype, dims):
@@ -61,7 +61,8 @@ def test_chunked_paths(wide, dtype, dims):
     # at 65536 wide: the forward's _fwd_split (256-element segments, 4 or 17 a row, the last one
     # partial; the last program of each row writes it), _fwd_chunked (128-element chunks) or
     # _fwd_packed (the whole row in one program; its bf16 widening on the GPU is PTX, compiled by
-    # test_packed_forward_assembles_for_sm90);
+    # test_packed_forward_assembles_for_sm90), _fwd_lines (one 16 KB chunk or less a row: no full
+    # chunk at 1000 fp32, a masked tail at 4099);
     # _bwd_row_dot + _bwd_cols (64-column blocks).
     x, w, eps = _inputs(*dims, dtype)
     dy = torch.randn(dims).to(dtype)
@@ -110,9 +111,22 @@ def test_forward_variants(variant, dtype, dims):
     assert none is None and torch.equal(y, y2)
 
 
+@pytest.mark.parametrize("dtype", SPEC.dtypes, ids=str)
+@pytest.mark.parametrize("dims,chunk,programs", [((9, 5003), 1024, 1), ((3, 4096), 512, "rows"), ((5, 100), 64, 2)],
+                         ids=["tail-strided", "no-tail", "narrow"])
+def test_lines_forward_chunks(dims, chunk, programs, dtype):
+    # _fwd_lines with several chunks a row: full chunks and a masked tail, full chunks only, a
+    # row of one partial chunk and one full one; programs striding over the rows (CPU: 4 "SMs")
+    x, w, eps = _inputs(*dims, dtype)
+    y, _, rstd = K.rms_norm_forward(x, w, eps, max_block=16, wide="lines", lines_chunk=chunk, lines_programs=programs)
+    y_ref = _reference_grads(x, w, eps, torch.randn(dims).to(dtype))[0]
+    assert _rel(y, y_ref) <= SPEC.tolerance[dtype]
+    torch.testing.assert_close(rstd, K.rms_norm_forward(x, w, eps)[2], rtol=1e-5, atol=0)
+
+
 def test_forward_wide_path_must_be_known():
     x, w, eps = _inputs(3, 1000, torch.float32)
-    with pytest.raises(ValueError, match="'split', 'chunked' or 'packed'"):
+    with pytest.raises(ValueError, match="'split', 'chunked', 'packed' or 'lines'"):
         K.rms_norm_forward(x, w, eps, max_block=256, wide="streamed")
 
 
