@@ -68,6 +68,17 @@ FWD_VARIANTS = [
     ("late w/b, no hint", lambda n: {"early_wb": False, "policy": ""}),
     ("one tile, cap 64 (2/SM)", lambda n: {"persistent": False, "prefetch": False, "maxnreg": 64}
      if n == 16384 else {}),
+    # run 14: softmax's lines path for rows too wide for registers (_ln_fwd_lines: per-line sums of
+    # x - x[0] and their squares, both passes prefetched) at _utils.lines_launch's defaults (65536
+    # bf16: 16 KB chunks of 8 warps, one program a row) and other chunks (elements) and grids,
+    # against _ln_fwd_wide; at 16384 the lines path instead of the register path (max_block 8192)
+    ("chunked Chan (_ln_fwd_wide)", lambda n: {"lines": False}),
+    ("lines", lambda n: {"lines": True}),
+    ("lines 2/SM", lambda n: {"lines": True, "lines_programs": 2}),
+    ("lines 32K 16w rows", lambda n: {"lines": True, "chunk": 16384}),
+    ("lines 64K 32w 1/SM", lambda n: {"lines": True, "chunk": 32768, "lines_programs": 1}),
+    ("lines at 16384", lambda n: {"lines": True, "max_block": 8192} if n == 16384 else {}),
+    ("lines at 16384, 8K chunks", lambda n: {"lines": True, "max_block": 8192, "chunk": 4096} if n == 16384 else {}),
 ]
 
 # (label, keywords of layer_norm_backward given N). Run 3 (layer_norm_ab_h200_run3.txt) chose the

@@ -59,6 +59,14 @@ FWD_VARIANTS = [
     ("split seg 16384 8 warps", lambda n, res: {"wide": "split", "split_seg": 16384, "split_warps": 8}),
     # the whole row in one 32-warp program's registers, in bf16 (_fwd_packed)
     ("packed", lambda n, res: {"wide": "packed"}),
+    # softmax's lines path (_fwd_lines: two passes in chunks of 16-byte lines, both prefetched) at
+    # _utils.lines_launch's defaults (65536 bf16: 16 KB chunks of 8 warps, one program a row) and
+    # other chunks (elements) and grids
+    ("lines", lambda n, res: {"wide": "lines"}),
+    ("lines 2/SM", lambda n, res: {"wide": "lines", "lines_programs": 2}),
+    ("lines 32K 16w rows", lambda n, res: {"wide": "lines", "lines_chunk": 16384}),
+    ("lines 64K 32w 1/SM", lambda n, res: {"wide": "lines", "lines_chunk": 32768, "lines_programs": 1}),
+    ("lines 8K 4w rows", lambda n, res: {"wide": "lines", "lines_chunk": 4096}),
     # small grids (1024x2048, where torch.compile led by 5%): one tile per program, tiles of 2 rows
     ("one tile per program", lambda n, res: {"persistent": False}),
     ("2 rows", lambda n, res: {"rows": 2}),
