@@ -79,6 +79,17 @@ FWD_VARIANTS = [
     ("lines 64K 32w 1/SM", lambda n: {"lines": True, "chunk": 32768, "lines_programs": 1}),
     ("lines at 16384", lambda n: {"lines": True, "max_block": 8192} if n == 16384 else {}),
     ("lines at 16384, 8K chunks", lambda n: {"lines": True, "max_block": 8192, "chunk": 4096} if n == 16384 else {}),
+    # run 15: w and b loaded at their use in pass 2 instead of a chunk ahead (their prefetch cost
+    # registers: 207 -> 94 at 16 KB chunks of 8 warps, 2 programs per SM instead of 1; no spills at
+    # 16 and 32 warps, which spilled 288-360 bytes a thread)
+    ("lines wb@use", lambda n: {"lines": True, "lines_wb_ahead": False}),
+    ("lines wb@use 2/SM", lambda n: {"lines": True, "lines_wb_ahead": False, "lines_programs": 2}),
+    ("lines wb@use 32K 16w rows", lambda n: {"lines": True, "lines_wb_ahead": False, "chunk": 16384}),
+    ("lines wb@use 64K 32w 1/SM", lambda n: {"lines": True, "lines_wb_ahead": False, "chunk": 32768,
+                                             "lines_programs": 1}),
+    ("lines wb@use 8K 4w rows", lambda n: {"lines": True, "lines_wb_ahead": False, "chunk": 4096}),
+    ("lines wb@use at 16384", lambda n: {"lines": True, "lines_wb_ahead": False, "max_block": 8192}
+     if n == 16384 else {}),
 ]
 
 # (label, keywords of layer_norm_backward given N). Run 3 (layer_norm_ab_h200_run3.txt) chose the

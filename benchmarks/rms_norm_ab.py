@@ -67,6 +67,16 @@ FWD_VARIANTS = [
     ("lines 32K 16w rows", lambda n, res: {"wide": "lines", "lines_chunk": 16384}),
     ("lines 64K 32w 1/SM", lambda n, res: {"wide": "lines", "lines_chunk": 32768, "lines_programs": 1}),
     ("lines 8K 4w rows", lambda n, res: {"wide": "lines", "lines_chunk": 4096}),
+    # run 17: w loaded at its use in pass 2 instead of a chunk ahead (its prefetch cost registers:
+    # 139 -> 99 at 16 KB chunks of 8 warps, 2 programs per SM instead of 1; no spill at 16 warps)
+    ("lines w@use", lambda n, res: {"wide": "lines", "lines_w_ahead": False}),
+    ("lines w@use 2/SM", lambda n, res: {"wide": "lines", "lines_w_ahead": False, "lines_programs": 2}),
+    ("lines w@use 32K 16w rows", lambda n, res: {"wide": "lines", "lines_w_ahead": False, "lines_chunk": 16384}),
+    ("lines w@use 64K 32w 1/SM", lambda n, res: {"wide": "lines", "lines_w_ahead": False, "lines_chunk": 32768,
+                                                 "lines_programs": 1}),
+    ("lines w@use 8K 4w rows", lambda n, res: {"wide": "lines", "lines_w_ahead": False, "lines_chunk": 4096}),
+    ("lines w@use 8K 4w 4/SM", lambda n, res: {"wide": "lines", "lines_w_ahead": False, "lines_chunk": 4096,
+                                               "lines_programs": 4}),
     # small grids (1024x2048, where torch.compile led by 5%): one tile per program, tiles of 2 rows
     ("one tile per program", lambda n, res: {"persistent": False}),
     ("2 rows", lambda n, res: {"rows": 2}),

@@ -390,12 +390,14 @@ def _ln_shifted_sums(x, k, s1, s2):
 
 @triton.jit
 def _ln_fwd_lines(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, M, N, eps, N_FULL: tl.constexpr,
-                  TAIL: tl.constexpr, BLOCK: tl.constexpr, VEC: tl.constexpr, N_ALIGN: tl.constexpr):
+                  TAIL: tl.constexpr, BLOCK: tl.constexpr, VEC: tl.constexpr, N_ALIGN: tl.constexpr,
+                  WB_AHEAD: tl.constexpr):
     # Wide rows, softmax's lines path (_softmax_fwd_lines) for the mean and variance: chunks of
     # [BLOCK // VEC, VEC] (a 16-byte vector a line), sums kept per line (no block reduction in the
     # loop, no division: _ln_fwd_wide does two block reductions and a Chan merge per chunk), the next
     # chunk loaded before the current one is used in both passes; pass 2 re-reads the row from L2,
-    # newest chunk first, with w and b. The sums are of x - k, k the row's first element: the
+    # newest chunk first, with w and b (prefetched a chunk ahead too if WB_AHEAD; else loaded at their
+    # use: one row for all rows, always in L2, whose prefetched chunks cost registers). The sums are of x - k, k the row's first element: the
     # variance s2 / N - (s1 / N)^2 then loses to cancellation only (mean - k)^2 / var, which a sample
     # of the row keeps near 1, however far the mean is from 0. N_FULL unmasked chunks and a masked
     # one if TAIL (pass 1 first, pass 2 last; its masked lanes load k: d = 0).
@@ -430,16 +432,22 @@ def _ln_fwd_lines(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, M, N, eps, N_F
         if N_FULL > 0:
             o = (N_FULL - 1) * BLOCK + offs
             v = tl.load(x_ptr + base + o, eviction_policy="evict_first")
-            w = tl.load(w_ptr + o, eviction_policy="evict_last")
-            b = tl.load(b_ptr + o, eviction_policy="evict_last")
+            if WB_AHEAD:
+                w = tl.load(w_ptr + o, eviction_policy="evict_last")
+                b = tl.load(b_ptr + o, eviction_policy="evict_last")
         if N_FULL > 1:
             for j in range(N_FULL - 1):
                 c = N_FULL - 1 - j
-                cur, w_cur, b_cur = v, w, b
+                cur = v
                 o = (c - 1) * BLOCK + offs
                 v = tl.load(x_ptr + base + o, eviction_policy="evict_first")
-                w = tl.load(w_ptr + o, eviction_policy="evict_last")
-                b = tl.load(b_ptr + o, eviction_policy="evict_last")
+                if WB_AHEAD:
+                    w_cur, b_cur = w, b
+                    w = tl.load(w_ptr + o, eviction_policy="evict_last")
+                    b = tl.load(b_ptr + o, eviction_policy="evict_last")
+                else:
+                    w_cur = tl.load(w_ptr + c * BLOCK + offs, eviction_policy="evict_last")
+                    b_cur = tl.load(b_ptr + c * BLOCK + offs, eviction_policy="evict_last")
                 y = (cur.to(tl.float32) - mean) * rstd * w_cur.to(tl.float32) + b_cur.to(tl.float32)
                 tl.store(y_ptr + base + c * BLOCK + offs, y.to(y_ptr.dtype.element_ty), eviction_policy="evict_first")
         if TAIL:
@@ -447,6 +455,9 @@ def _ln_fwd_lines(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, M, N, eps, N_F
             w_t = tl.load(w_ptr + t_offs, mask=t_mask, other=0.0, eviction_policy="evict_last")
             b_t = tl.load(b_ptr + t_offs, mask=t_mask, other=0.0, eviction_policy="evict_last")
         if N_FULL > 0:
+            if not WB_AHEAD:
+                w = tl.load(w_ptr + offs, eviction_policy="evict_last")
+                b = tl.load(b_ptr + offs, eviction_policy="evict_last")
             y = (v.to(tl.float32) - mean) * rstd * w.to(tl.float32) + b.to(tl.float32)
             tl.store(y_ptr + base + offs, y.to(y_ptr.dtype.element_ty), eviction_policy="evict_first")
         if TAIL:
@@ -485,6 +496,7 @@ _FWD_POLICY = "evict_last"
 _FWD_NO_HINT_FROM = 8 << 20
 # Rows wider than the register path: _ln_fwd_lines where _FWD_LINES (else _ln_fwd_wide).
 _FWD_LINES = False
+_FWD_LINES_WB_AHEAD = True
 _BWD_WIDE_WARPS = 16
 _BWD_WIDE_POLICY = "evict_last"
 # Run 3 (layer_norm_ab_h200_run3.txt): the persistent prefetching backward (_ln_bwd_rows) with
@@ -571,8 +583,8 @@ def layer_norm_forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
                        maxnreg: int | None = None, max_block: int = _FWD_MAX_BLOCK,
                        chunk: int | None = None, wide_warps: int | None = None,
                        wide_per_sm: int = _FWD_WIDE_PER_SM, policy: str | None = None,
-                       early_wb: bool = True, lines: bool | None = None,
-                       lines_programs=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                       early_wb: bool = True, lines: bool | None = None, lines_programs=None,
+                       lines_wb_ahead: bool | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """x [M, N] contiguous -> (y, mean, rstd); mean and rstd in fp32, kept for the backward.
 
     Keyword options for GPU A/Bs (benchmarks/layer_norm_ab.py); left out, the measured default.
@@ -581,7 +593,8 @@ def layer_norm_forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
     `persistent` grid sized to the resident programs, `prefetch` of the next tile (the last two
     use _ln_fwd_rows). A `max_block` above 16384 keeps 32768/65536-wide rows in registers (up to
     32 warps). Wide path: `lines` (default _FWD_LINES) runs _ln_fwd_lines (`chunk` elements a chunk,
-    `lines_programs` per SM or "rows", `wide_warps`; defaults _utils.lines_launch), else _ln_fwd_wide
+    `lines_programs` per SM or "rows", `wide_warps`; defaults _utils.lines_launch; `lines_wb_ahead`:
+    w and b prefetched a chunk ahead too, default _FWD_LINES_WB_AHEAD), else _ln_fwd_wide
     (`chunk`, `wide_warps`, `wide_per_sm` programs per SM).
     `policy`: cache hint of the x loads on the register path (default: _fwd_policy on the
     one-tile path, _FWD_POLICY on the persistent one). `early_wb`: w and b loaded with x rather
@@ -621,7 +634,8 @@ def layer_norm_forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
             _ln_fwd_rows[(grid,)](*args, iters, num_warps=num_warps, **extra, **meta)
     elif _FWD_LINES if lines is None else lines:
         grid, meta = lines_launch(M, N, x.element_size(), x.device, chunk, lines_programs, wide_warps)
-        _ln_fwd_lines[(grid,)](x, weight, bias, y, mean, rstd, M, N, eps, N_ALIGN=_align(N), **meta)
+        _ln_fwd_lines[(grid,)](x, weight, bias, y, mean, rstd, M, N, eps, N_ALIGN=_align(N),
+                               WB_AHEAD=_FWD_LINES_WB_AHEAD if lines_wb_ahead is None else lines_wb_ahead, **meta)
     else:
         chunk = chunk or _FWD_CHUNK_BYTES // x.element_size()
         programs = min(M, wide_per_sm * sm_count(x.device))

@@ -219,12 +219,13 @@ def _sum_sq(v):
 @triton.jit
 def _fwd_lines(x_ptr, r_ptr, h_ptr, w_ptr, y_ptr, rstd_ptr, M, N, eps, N_FULL: tl.constexpr,
                TAIL: tl.constexpr, BLOCK: tl.constexpr, VEC: tl.constexpr, HAS_RES: tl.constexpr,
-               STORE_RSTD: tl.constexpr):
+               STORE_RSTD: tl.constexpr, W_AHEAD: tl.constexpr):
     # Wide rows, softmax's lines path (_softmax_fwd_lines) for the sum of squares: chunks of
     # [BLOCK // VEC, VEC] (a 16-byte vector a line), the sum kept per line (no block reduction in the
     # loop), pass 1's next chunk loaded before the current one is used; pass 2 re-reads the row (x, or
-    # the h pass 1 wrote) from L2 newest chunk first, the next chunk of it and of w loaded before the
-    # current one is stored. N_FULL unmasked chunks, and a masked one if TAIL (pass 1 first, pass 2
+    # the h pass 1 wrote) from L2 newest chunk first, its next chunk loaded before the current one is
+    # stored, and w's too if W_AHEAD (else w at its use: w is one row for all rows, always in L2, and
+    # its prefetched chunks cost registers). N_FULL unmasked chunks, and a masked one if TAIL (pass 1 first, pass 2
     # last). Programs stride over the rows.
     L: tl.constexpr = BLOCK // VEC
     offs = tl.arange(0, L)[:, None] * VEC + tl.arange(0, VEC)[None, :]
@@ -250,19 +251,26 @@ def _fwd_lines(x_ptr, r_ptr, h_ptr, w_ptr, y_ptr, rstd_ptr, M, N, eps, N_FULL: t
         rstd = tl.math.rsqrt(tl.sum(acc, 0) / N + eps)
         if N_FULL > 0:
             v = tl.load(src_ptr + base + (N_FULL - 1) * BLOCK + offs, eviction_policy="evict_first")
-            w = tl.load(w_ptr + (N_FULL - 1) * BLOCK + offs, eviction_policy="evict_last")
+            if W_AHEAD:
+                w = tl.load(w_ptr + (N_FULL - 1) * BLOCK + offs, eviction_policy="evict_last")
         if N_FULL > 1:
             for j in range(N_FULL - 1):
                 c = N_FULL - 1 - j
-                cur, w_cur = v, w
+                cur = v
                 v = tl.load(src_ptr + base + (c - 1) * BLOCK + offs, eviction_policy="evict_first")
-                w = tl.load(w_ptr + (c - 1) * BLOCK + offs, eviction_policy="evict_last")
+                if W_AHEAD:
+                    w_cur = w
+                    w = tl.load(w_ptr + (c - 1) * BLOCK + offs, eviction_policy="evict_last")
+                else:
+                    w_cur = tl.load(w_ptr + c * BLOCK + offs, eviction_policy="evict_last")
                 y = cur.to(tl.float32) * rstd * w_cur.to(tl.float32)
                 tl.store(y_row + c * BLOCK + offs, y.to(y_ptr.dtype.element_ty), eviction_policy="evict_first")
         if TAIL:
             v_t = tl.load(src_ptr + base + t_offs, mask=t_mask, other=0.0, eviction_policy="evict_first")
             w_t = tl.load(w_ptr + t_offs, mask=t_mask, other=0.0, eviction_policy="evict_last")
         if N_FULL > 0:
+            if not W_AHEAD:
+                w = tl.load(w_ptr + offs, eviction_policy="evict_last")
             y = v.to(tl.float32) * rstd * w.to(tl.float32)
             tl.store(y_row + offs, y.to(y_ptr.dtype.element_ty), eviction_policy="evict_first")
         if TAIL:
@@ -577,6 +585,7 @@ CHUNK_BYTES = 32768  # chunk of a wide row in _fwd_chunked: 32 warps x 32 bytes 
 # Other dtypes, and the CPU (no PTX), keep WIDE: widened to fp32 the row spills; so do fewer rows
 # than SMs (one program a row would leave SMs idle).
 WIDE = "split"
+LINES_W_AHEAD = True
 PACKED_MAX_BLOCK = 65536
 SPLIT_SEG_BYTES = 32768
 # The backward's path for rows wider than MAX_REG_BLOCK on the GPU: _bwd_coop, a row's segments in
@@ -676,7 +685,8 @@ def rms_norm_forward(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6, residu
                      *, rows: int | None = None, num_warps: int | None = None, split: bool | None = None,
                      maxnreg: bool | None = None, prefetch: bool | None = None, liger_like: bool = False,
                      x_policy: str = "evict_last", wide: str | None = None, split_seg: int | None = None,
-                     split_warps: int | None = None, lines_chunk: int | None = None, lines_programs=None):
+                     split_warps: int | None = None, lines_chunk: int | None = None, lines_programs=None,
+                     lines_w_ahead: bool | None = None):
     """(y, h, rstd). With a residual, h = x + residual (returned, and normalised in place of x);
     otherwise h is None. rstd: fp32 [rows], None unless need_rstd. `max_block` is the widest row
     kept in registers; the tests lower it to run the wide-row paths on small shapes.
@@ -690,7 +700,8 @@ def rms_norm_forward(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6, residu
     Wider rows: `wide` = "chunked" (_fwd_chunked), "split" (_fwd_split, with `split_seg`
     elements and `split_warps` warps per program), "packed" (_fwd_packed, `split_warps` warps) or
     "lines" (_fwd_lines: `lines_chunk` elements a chunk, `lines_programs` per SM or "rows",
-    `split_warps` warps; defaults _utils.lines_launch); default: _wide_default."""
+    `split_warps` warps, defaults _utils.lines_launch; `lines_w_ahead`: w's next chunk prefetched
+    too, default LINES_W_AHEAD); default: _wide_default."""
     _check(x, w, residual)
     if wide not in (None, "split", "chunked", "packed", "lines"):
         raise ValueError(f"wide must be 'split', 'chunked', 'packed' or 'lines', got {wide!r}")
@@ -738,7 +749,8 @@ def rms_norm_forward(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6, residu
                           ASM=widen_asm(x2), num_warps=split_warps or max(4, min(32, block // 2048)))
     elif path == "lines":
         grid, meta = lines_launch(M, N, x2.element_size(), x.device, lines_chunk, lines_programs, split_warps)
-        _fwd_lines[(grid,)](x2, r2, h, w, y, rstd, M, N, eps, HAS_RES=has_res, STORE_RSTD=need_rstd, **meta)
+        _fwd_lines[(grid,)](x2, r2, h, w, y, rstd, M, N, eps, HAS_RES=has_res, STORE_RSTD=need_rstd,
+                            W_AHEAD=LINES_W_AHEAD if lines_w_ahead is None else lines_w_ahead, **meta)
     elif path == "split":
         # (a lowered max_block, as in the tests, lowers the segment with it)
         seg = split_seg or min(SPLIT_SEG_BYTES // x2.element_size(), triton.next_power_of_2(max_block))

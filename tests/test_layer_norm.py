@@ -133,6 +133,8 @@ FWD_VARIANTS = {
     "lines": {"max_block": 512, "lines": True, "chunk": 1024},
     "lines 1/SM 8 warps": {"max_block": 512, "lines": True, "chunk": 2048, "lines_programs": 1, "wide_warps": 8},
     "lines rows": {"max_block": 512, "lines": True, "lines_programs": "rows"},
+    "lines wb at use": {"max_block": 512, "lines": True, "chunk": 1024, "lines_wb_ahead": False},
+    "lines wb ahead": {"max_block": 512, "lines": True, "chunk": 1024, "lines_wb_ahead": True},
     "stream (Chan merge)": {"max_block": 512, "lines": False, "chunk": 1024},
     "w and b loaded early": {"early_wb": True, "persistent": False, "prefetch": False},
     "w and b loaded late": {"early_wb": False, "persistent": False, "prefetch": False},

@@ -112,13 +112,16 @@ def test_forward_variants(variant, dtype, dims):
 
 
 @pytest.mark.parametrize("dtype", SPEC.dtypes, ids=str)
+@pytest.mark.parametrize("w_ahead", [True, False], ids=["w-ahead", "w-at-use"])
 @pytest.mark.parametrize("dims,chunk,programs", [((9, 5003), 1024, 1), ((3, 4096), 512, "rows"), ((5, 100), 64, 2)],
                          ids=["tail-strided", "no-tail", "narrow"])
-def test_lines_forward_chunks(dims, chunk, programs, dtype):
+def test_lines_forward_chunks(dims, chunk, programs, w_ahead, dtype):
     # _fwd_lines with several chunks a row: full chunks and a masked tail, full chunks only, a
-    # row of one partial chunk and one full one; programs striding over the rows (CPU: 4 "SMs")
+    # row of one partial chunk and one full one; programs striding over the rows (CPU: 4 "SMs");
+    # w's chunks prefetched or loaded at their use
     x, w, eps = _inputs(*dims, dtype)
-    y, _, rstd = K.rms_norm_forward(x, w, eps, max_block=16, wide="lines", lines_chunk=chunk, lines_programs=programs)
+    y, _, rstd = K.rms_norm_forward(x, w, eps, max_block=16, wide="lines", lines_chunk=chunk, lines_programs=programs,
+                                    lines_w_ahead=w_ahead)
     y_ref = _reference_grads(x, w, eps, torch.randn(dims).to(dtype))[0]
     assert _rel(y, y_ref) <= SPEC.tolerance[dtype]
     torch.testing.assert_close(rstd, K.rms_norm_forward(x, w, eps)[2], rtol=1e-5, atol=0)
