@@ -41,6 +41,14 @@ WIDE = [
     ("no hints", {"hints": False}),
     ("chunk 8k", {"chunk": 8192}),
     ("32w chunk 32k", {"num_warps": 32, "chunk": 32768}),
+    # run 4: softmax's lines path (_quant_wide_lines: per-line amax, both passes prefetched) at
+    # _utils.lines_launch's defaults (256 KB rows: 64 KB chunks of 32 warps, one program per SM) and
+    # other chunks (elements) and grids
+    ("lines", {"lines": True}),
+    ("lines 32K 16w", {"lines": True, "lines_chunk": 16384}),
+    ("lines 16K 8w 2/SM", {"lines": True, "lines_chunk": 8192, "lines_programs": 2}),
+    ("lines 32K 16w rows", {"lines": True, "lines_chunk": 16384, "lines_programs": "rows"}),
+    ("lines 64K 32w rows", {"lines": True, "lines_programs": "rows"}),
 ]
 # One-pass row kernel (default: 8192 // next_pow2(N) rows per program, min 1; warps by tile size)
 ROWS_16K = [("default", {}), ("16w", {"num_warps": 16}), ("evict_last", {"policy": "evict_last"}),

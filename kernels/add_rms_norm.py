@@ -123,7 +123,7 @@ FULL = (
     _s(2048, 16384, "LLaMA-3-405B width: the widest row kept in registers"),
     _s(3000, 3584, "awkward token count, Qwen2-7B width (not a power of two: masked tail)"),
     _s(999, 5003, "odd width: rows not 16-byte aligned, no vector loads for anyone"),
-    _s(1024, 65536, "very wide rows: forward in one program's registers (bf16), backward in column blocks"),
+    _s(1024, 65536, "very wide rows: forward in one program's registers (bf16), backward in coop segments"),
 )
 
 

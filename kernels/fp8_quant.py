@@ -23,7 +23,7 @@ import triton.language as tl
 
 from kcollect.spec import KernelSpec, Provider, Shape, compiled
 
-from ._utils import sm_count
+from ._utils import lines_launch, sm_count
 
 FP8_MAX = 448.0  # torch.finfo(torch.float8_e4m3fn).max
 AMAX_FLOOR = 1e-10  # as in common per-token-group quantisers: below it a block quantises to zeros
@@ -35,6 +35,7 @@ ROW_MAX = 16384  # widest row kept in registers by the one-pass row kernel
 # at 1024x128256 (16 warps 74%; 2 programs per SM of 8 warps, 8192 columns, no hints: 61%);
 # 128x128 tiles: 4 warps (86-87% at 4096x14336 and 14336x4096, 83% with 8). The one-pass kernels'
 # loads hinted evict_last (run 3): 128x128 86% -> 89%, row 8192x4096 78% -> 81%.
+WIDE_LINES = False  # wider rows: _quant_wide_lines instead of _quant_wide_rows
 WIDE_CHUNK = 16384  # columns per load in the two-pass kernel for wider rows
 WIDE_PROGRAMS_PER_SM = 1
 WIDE_WARPS = 32
@@ -188,6 +189,56 @@ def _quant_wide_rows(x_ptr, q_ptr, s_ptr, M, N, n_programs, ROWS_PER_PROGRAM: tl
         tl.store(s_ptr + row, scale, mask=row < M)
 
 
+@triton.jit
+def _quant_wide_lines(x_ptr, q_ptr, s_ptr, M, N, N_FULL: tl.constexpr, TAIL: tl.constexpr, BLOCK: tl.constexpr,
+                      VEC: tl.constexpr, EMULATE: tl.constexpr):
+    # Rows wider than registers, softmax's lines path (_softmax_fwd_lines) for the amax: chunks of
+    # [BLOCK // VEC, VEC] (a 16-byte vector a line), the amax kept per line (no block reduction in
+    # the loop), the next chunk loaded before the current one is used in both passes; pass 2
+    # re-reads the row from L2 newest chunk first. N_FULL unmasked chunks and a masked one if TAIL
+    # (pass 1 first, pass 2 last). Programs stride over the rows.
+    L: tl.constexpr = BLOCK // VEC
+    offs = tl.arange(0, L)[:, None] * VEC + tl.arange(0, VEC)[None, :]
+    t_offs = N_FULL * BLOCK + offs
+    t_mask = t_offs < N
+    row = tl.program_id(0)
+    while row < M:
+        base = row.to(tl.int64) * N
+        a = tl.zeros([L], dtype=tl.float32)
+        if TAIL:
+            x_t = tl.load(x_ptr + base + t_offs, mask=t_mask, other=0.0, eviction_policy="evict_last")
+        if N_FULL > 0:
+            nxt = tl.load(x_ptr + base + offs, eviction_policy="evict_last")
+        if TAIL:
+            a = tl.maximum(a, tl.max(tl.abs(x_t.to(tl.float32)), 1))
+        if N_FULL > 1:  # (a constexpr guard: the compiler visits a loop body even for 0 trips)
+            for c in range(N_FULL - 1):
+                cur = nxt
+                nxt = tl.load(x_ptr + base + (c + 1) * BLOCK + offs, eviction_policy="evict_last")
+                a = tl.maximum(a, tl.max(tl.abs(cur.to(tl.float32)), 1))
+        if N_FULL > 0:
+            a = tl.maximum(a, tl.max(tl.abs(nxt.to(tl.float32)), 1))
+        scale, inv = _scales_of(tl.max(a, 0))
+        if N_FULL > 0:
+            v = tl.load(x_ptr + base + (N_FULL - 1) * BLOCK + offs, eviction_policy="evict_first")
+        if N_FULL > 1:
+            for j in range(N_FULL - 1):
+                c = N_FULL - 1 - j
+                cur = v
+                v = tl.load(x_ptr + base + (c - 1) * BLOCK + offs, eviction_policy="evict_first")
+                tl.store(q_ptr + base + c * BLOCK + offs, _to_e4m3(cur.to(tl.float32), scale, inv, EMULATE),
+                         eviction_policy="evict_first")
+        if TAIL:
+            x_t = tl.load(x_ptr + base + t_offs, mask=t_mask, other=0.0, eviction_policy="evict_first")
+        if N_FULL > 0:
+            tl.store(q_ptr + base + offs, _to_e4m3(v.to(tl.float32), scale, inv, EMULATE), eviction_policy="evict_first")
+        if TAIL:
+            tl.store(q_ptr + base + t_offs, _to_e4m3(x_t.to(tl.float32), scale, inv, EMULATE), mask=t_mask,
+                     eviction_policy="evict_first")
+        tl.store(s_ptr + row, scale)
+        row += tl.num_programs(0)
+
+
 # ---------------------------------------------------------------------------------------------
 # Launchers
 
@@ -214,7 +265,8 @@ def _warps(elements: int) -> int:
 def fp8_quant_forward(x: torch.Tensor, gran: str, emulate: bool | None = None, *,
                       num_warps: int | None = None, rows: int | None = None,
                       programs_per_sm: int = WIDE_PROGRAMS_PER_SM, chunk: int = WIDE_CHUNK,
-                      hints: bool = True, policy: str = "evict_last"):
+                      hints: bool = True, policy: str = "evict_last", lines: bool | None = None,
+                      lines_chunk: int | None = None, lines_programs=None):
     """(q, scales). `emulate` rounds in float32 before the cast (see the kernels' comment); by
     default only under Triton's interpreter (CPU tensors), where the cast itself is wrong.
 
@@ -223,7 +275,10 @@ def fp8_quant_forward(x: torch.Tensor, gran: str, emulate: bool | None = None, *
       rows             rows per program of the one-pass "row" / "1x128" kernel (a power of two)
       programs_per_sm, chunk, hints   the wide-row kernel's persistent grid, columns per load and
                        cache hints (False: none)
-      policy           cache hint of the one-pass kernels' loads ("", "evict_first", "evict_last")"""
+      policy           cache hint of the one-pass kernels' loads ("", "evict_first", "evict_last")
+      lines            wide rows: _quant_wide_lines instead of _quant_wide_rows (default WIDE_LINES),
+                       with `lines_chunk` elements a chunk, `lines_programs` per SM or "rows" and
+                       `num_warps` (defaults: _utils.lines_launch)"""
     M, N = x.shape
     br, bc = block_shape(M, N, gran)
     x = x.contiguous()
@@ -234,6 +289,9 @@ def fp8_quant_forward(x: torch.Tensor, gran: str, emulate: bool | None = None, *
         grid = (s.shape[1], s.shape[0])
         _quant_tiles[grid](x, q, s, M, N, s.shape[1], B=GROUP, EMULATE=emulate, POLICY=policy,
                            num_warps=num_warps or TILE_WARPS)
+    elif gran == "row" and N > ROW_MAX and (WIDE_LINES if lines is None else lines):
+        grid, meta = lines_launch(M, N, x.element_size(), x.device, lines_chunk, lines_programs, num_warps)
+        _quant_wide_lines[(grid,)](x, q, s, M, N, EMULATE=emulate, **meta)
     elif gran == "row" and N > ROW_MAX:
         n_programs = min(M, programs_per_sm * sm_count(x.device))
         policies = {} if hints else {"P1": "", "P2": ""}

@@ -467,7 +467,7 @@ def _ln_fwd_lines(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, M, N, eps, N_F
 
 
 _FWD_TILE_BYTES = 16384  # bytes of x per forward program
-_FWD_MAX_BLOCK = 16384   # widest row the forward keeps in registers (16 warps, 32 fp32 per thread)
+_FWD_MAX_BLOCK = 8192    # widest row the forward keeps in registers (wider: _ln_fwd_lines, see _FWD_LINES)
 _FWD_CHUNK_BYTES = 32768  # chunk of a wider row: 16 warps x 32 bytes per thread
 # Measured on the H200 (benchmarks/layer_norm_ab.py, docs/evidence/layer_norm_ab_h200_run1.txt, bf16):
 # 32 elements per thread (half the warps of 16) took fwd 32768x4096 from 82% of copy to 91% and
@@ -494,9 +494,16 @@ _FWD_POLICY = "evict_last"
 # (23.1 -> 22.8-23.0 us): the A/Bs of runs 10-11 ran with the default CUDA allocator, the
 # collector with expandable segments (since then the A/Bs use it too: benchmarks/ab_tools.py).
 _FWD_NO_HINT_FROM = 8 << 20
-# Rows wider than the register path: _ln_fwd_lines where _FWD_LINES (else _ln_fwd_wide).
-_FWD_LINES = False
-_FWD_LINES_WB_AHEAD = True
+# Rows wider than the register path: _ln_fwd_lines where _FWD_LINES (else _ln_fwd_wide), w and b
+# loaded at their use (_FWD_LINES_WB_AHEAD off), the wide rows' launch of _utils.lines_launch from
+# rows over _FWD_LINES_NARROW_ROW_BYTES. H200 A/B runs 14-15 (layer_norm_ab_h200_run14/15.txt), bf16
+# fwd: 2048x65536 71.5% of copy (_ln_fwd_wide) -> 87.3% (64 KB chunks of 32 warps, one program per
+# SM; 16 KB of 8 warps, one program a row, 62.0%); w and b prefetched a chunk ahead as x is cost
+# registers (207 a thread at 16 KB of 8 warps, spills at 16 and 32 warps: 24.8-58.3%). And rows of
+# 16384 (max_block 8192: the lines path instead of the register path) 4096x16384 83.5% -> 85.6%.
+_FWD_LINES = True
+_FWD_LINES_WB_AHEAD = False
+_FWD_LINES_NARROW_ROW_BYTES = 65536
 _BWD_WIDE_WARPS = 16
 _BWD_WIDE_POLICY = "evict_last"
 # Run 3 (layer_norm_ab_h200_run3.txt): the persistent prefetching backward (_ln_bwd_rows) with
@@ -633,7 +640,8 @@ def layer_norm_forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
                 grid, iters = tiles, 1
             _ln_fwd_rows[(grid,)](*args, iters, num_warps=num_warps, **extra, **meta)
     elif _FWD_LINES if lines is None else lines:
-        grid, meta = lines_launch(M, N, x.element_size(), x.device, chunk, lines_programs, wide_warps)
+        grid, meta = lines_launch(M, N, x.element_size(), x.device, chunk, lines_programs, wide_warps,
+                                  narrow_row_bytes=_FWD_LINES_NARROW_ROW_BYTES)
         _ln_fwd_lines[(grid,)](x, weight, bias, y, mean, rstd, M, N, eps, N_ALIGN=_align(N),
                                WB_AHEAD=_FWD_LINES_WB_AHEAD if lines_wb_ahead is None else lines_wb_ahead, **meta)
     else:
@@ -838,8 +846,8 @@ FULL = (
     _s(32768, 4096, "LLaMA-7B hidden, 32k tokens: 256 MB bf16, far beyond L2 (Liger's headline shape)"),
     _s(8192, 8192, "LLaMA-70B hidden: the widest row with a fused backward"),
     _s(3000, 5120, "awkward token count, LLaMA-13B / Qwen-14B hidden (not a power of two)"),
-    _s(4096, 16384, "LLaMA-3-405B hidden: widest forward in registers, column-blocked backward"),
-    _s(2048, 65536, "very wide rows (128 KB bf16): chunked two-pass forward"),
+    _s(4096, 16384, "LLaMA-3-405B hidden: forward in two passes of prefetched chunks (lines), backward in coop segments"),
+    _s(2048, 65536, "very wide rows (128 KB bf16): forward in two passes of 64 KB chunks (lines), backward in coop segments"),
 )
 
 

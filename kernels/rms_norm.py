@@ -585,7 +585,15 @@ CHUNK_BYTES = 32768  # chunk of a wide row in _fwd_chunked: 32 warps x 32 bytes 
 # Other dtypes, and the CPU (no PTX), keep WIDE: widened to fp32 the row spills; so do fewer rows
 # than SMs (one program a row would leave SMs idle).
 WIDE = "split"
-LINES_W_AHEAD = True
+# Without a residual, rows too wide for registers take "lines" (_fwd_lines) where a row per SM at
+# least is there: H200 A/B runs 16-17 (rms_norm_ab_h200_run16/17.txt), bf16 fwd 1024x65536, 83.7%
+# of copy with w loaded at its use and the wide rows' launch (64 KB chunks of 32 warps, one program
+# per SM; LINES_NARROW_ROW_BYTES) against 76.6% packed and 70.1% split; w prefetched a chunk ahead
+# as x is (LINES_W_AHEAD) cost registers: 16 KB chunks of 8 warps 61.9% (139 registers, 1 program
+# per SM), 64 KB of 32 warps 67.0% (80 bytes of spill a thread). With a residual packed stays: 88.4%
+# against 86.8% for the best lines launch.
+LINES_W_AHEAD = False
+LINES_NARROW_ROW_BYTES = 65536
 PACKED_MAX_BLOCK = 65536
 SPLIT_SEG_BYTES = 32768
 # The backward's path for rows wider than MAX_REG_BLOCK on the GPU: _bwd_coop, a row's segments in
@@ -659,11 +667,15 @@ def _chunked_programs(device: torch.device, row_bytes: int) -> int:
     return min(sm_count(device), max(1, 3 * l2_bytes(device) // 4 // row_bytes))
 
 
-def _wide_default(x: torch.Tensor, n: int) -> str:
-    """"packed" for bf16 on the GPU up to PACKED_MAX_BLOCK with a row for every SM at least (fewer
-    rows, one program each, would leave SMs idle that the split's segments use), else WIDE."""
-    packs = widen_asm(x) and triton.next_power_of_2(n) <= PACKED_MAX_BLOCK and x.shape[0] >= sm_count(x.device)
-    return "packed" if packs else WIDE
+def _wide_default(x: torch.Tensor, n: int, has_res: bool) -> str:
+    """With a row for every SM at least (fewer rows, one program each, would leave SMs idle that the
+    split's segments use): "lines" without a residual, "packed" with one for bf16 on the GPU up to
+    PACKED_MAX_BLOCK (see the notes at WIDE); else WIDE."""
+    if x.shape[0] < sm_count(x.device):
+        return WIDE
+    if not has_res:
+        return "lines"
+    return "packed" if widen_asm(x) and triton.next_power_of_2(n) <= PACKED_MAX_BLOCK else WIDE
 
 
 def _as_rows(t: torch.Tensor, n: int) -> torch.Tensor:
@@ -743,12 +755,13 @@ def rms_norm_forward(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6, residu
         else:  # one tile per program (its prefetch of a tile past the end is fully masked: no traffic)
             grid, iters = tiles, 1
         _fwd_rows[(grid,)](*args, iters, num_warps=warps, **meta)
-    elif (path := wide or _wide_default(x2, N)) == "packed":
+    elif (path := wide or _wide_default(x2, N, has_res)) == "packed":
         block = triton.next_power_of_2(N)
         _fwd_packed[(M,)](x2, r2, h, w, y, rstd, N, eps, BLOCK=block, HAS_RES=has_res, STORE_RSTD=need_rstd,
                           ASM=widen_asm(x2), num_warps=split_warps or max(4, min(32, block // 2048)))
     elif path == "lines":
-        grid, meta = lines_launch(M, N, x2.element_size(), x.device, lines_chunk, lines_programs, split_warps)
+        grid, meta = lines_launch(M, N, x2.element_size(), x.device, lines_chunk, lines_programs, split_warps,
+                                  narrow_row_bytes=LINES_NARROW_ROW_BYTES)
         _fwd_lines[(grid,)](x2, r2, h, w, y, rstd, M, N, eps, HAS_RES=has_res, STORE_RSTD=need_rstd,
                             W_AHEAD=LINES_W_AHEAD if lines_w_ahead is None else lines_w_ahead, **meta)
     elif path == "split":
@@ -933,7 +946,7 @@ FULL = (
     _s(2048, 16384, "LLaMA-3-405B width: the widest row kept in registers"),
     _s(3000, 3584, "awkward token count, Qwen2-7B width (not a power of two: masked tail)"),
     _s(999, 5003, "odd width: rows not 16-byte aligned, no vector loads for anyone"),
-    _s(1024, 65536, "very wide rows: forward in one program's registers (bf16), backward in column blocks"),
+    _s(1024, 65536, "very wide rows: forward in two passes of prefetched chunks (lines), backward in coop segments"),
 )
 
 

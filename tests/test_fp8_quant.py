@@ -217,6 +217,13 @@ VARIANTS = [
     ({"M": 5, "N": 40000, "gran": "row"}, {"chunk": 4096, "num_warps": 4}),
     ({"M": 37, "N": 1000, "gran": "1x128"}, {"policy": "evict_last"}),
     ({"M": 200, "N": 300, "gran": "128x128"}, {"policy": "evict_first"}),
+    # the lines kernel for wide rows: full chunks and a masked tail (40000 = 9 x 4096 + 3136), more
+    # rows than programs, one program a row, a row of one partial chunk at the default chunk (and
+    # an unaligned width: N_ALIGN plays no part here, every chunk start is a multiple of 8)
+    ({"M": 9, "N": 40000, "gran": "row"}, {"lines": True, "lines_chunk": 4096, "lines_programs": 1}),
+    ({"M": 5, "N": 40000, "gran": "row"}, {"lines": True, "lines_programs": "rows"}),
+    ({"M": 3, "N": 16411, "gran": "row"}, {"lines": True, "lines_chunk": 2048}),
+    ({"M": 5, "N": 40000, "gran": "row"}, {"lines": False}),
 ]
 
 

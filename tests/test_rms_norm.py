@@ -322,13 +322,18 @@ def test_packed_forward_assembles_for_sm90():
 
 
 def test_wide_forward_rule(monkeypatch):
-    # the default wide path: packed only where its PTX runs (bf16 on a GPU, faked here), rows up
-    # to PACKED_MAX_BLOCK and at least a row per SM (the CPU counts 4); else the split
+    # the default wide path, with a row for every SM at least (the CPU counts 4; fewer: the split):
+    # without a residual the lines path; with one, packed only where its PTX runs (bf16 on a GPU,
+    # faked here) and for rows up to PACKED_MAX_BLOCK, else the split
     x = torch.empty(4, 65536, dtype=torch.bfloat16)
-    assert K._wide_default(x, 65536) == "split"  # CPU: no PTX
+    assert K._wide_default(x, 65536, False) == "lines"
+    assert K._wide_default(torch.empty(4, 65536, dtype=torch.float32), 65536, False) == "lines"
+    assert K._wide_default(torch.empty(3, 65536, dtype=torch.bfloat16), 65536, False) == "split"  # fewer rows than SMs
+    assert K._wide_default(x, 65536, True) == "split"  # CPU: no PTX
     monkeypatch.setattr(K, "widen_asm", lambda t: t.dtype == torch.bfloat16)
-    assert K._wide_default(x, 65536) == "packed"
-    assert K._wide_default(x, 40000) == "packed"
-    assert K._wide_default(torch.empty(4, 65537, dtype=torch.bfloat16), 65537) == "split"  # over the block
-    assert K._wide_default(torch.empty(3, 65536, dtype=torch.bfloat16), 65536) == "split"  # fewer rows than SMs
-    assert K._wide_default(torch.empty(4, 65536, dtype=torch.float16), 65536) == "split"
+    assert K._wide_default(x, 65536, True) == "packed"
+    assert K._wide_default(x, 40000, True) == "packed"
+    assert K._wide_default(torch.empty(4, 65537, dtype=torch.bfloat16), 65537, True) == "split"  # over the block
+    assert K._wide_default(torch.empty(3, 65536, dtype=torch.bfloat16), 65536, True) == "split"  # fewer rows than SMs
+    assert K._wide_default(torch.empty(4, 65536, dtype=torch.float16), 65536, True) == "split"
+    assert K._wide_default(x, 65536, False) == "lines"
