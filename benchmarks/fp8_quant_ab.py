@@ -36,16 +36,18 @@ SPEC = K.SPEC
 # default: one program per SM, 32 warps, 16384 columns per load, cache hints).
 WIDE = [
     ("default", {}),
-    ("16w", {"num_warps": 16}),
-    ("former default: 2/SM 8w 8k no hints", {"programs_per_sm": 2, "num_warps": 8, "chunk": 8192, "hints": False}),
-    ("no hints", {"hints": False}),
-    ("chunk 8k", {"chunk": 8192}),
-    ("32w chunk 32k", {"num_warps": 32, "chunk": 32768}),
-    # run 4: softmax's lines path (_quant_wide_lines: per-line amax, both passes prefetched) at
-    # _utils.lines_launch's defaults (256 KB rows: 64 KB chunks of 32 warps, one program per SM) and
-    # other chunks (elements) and grids
-    ("lines", {"lines": True}),
-    ("lines 32K 16w", {"lines": True, "lines_chunk": 16384}),
+    ("two-pass pairs (_quant_wide_rows)", {"lines": False}),
+    ("16w", {"num_warps": 16, "lines": False}),
+    ("former default: 2/SM 8w 8k no hints", {"programs_per_sm": 2, "num_warps": 8, "chunk": 8192, "hints": False,
+                                             "lines": False}),
+    ("no hints", {"hints": False, "lines": False}),
+    ("chunk 8k", {"chunk": 8192, "lines": False}),
+    ("32w chunk 32k", {"num_warps": 32, "chunk": 32768, "lines": False}),
+    # run 4: softmax's lines path (_quant_wide_lines: per-line amax, both passes prefetched; the
+    # default since, one program a row) at _utils.lines_launch's wide rows' chunks (64 KB of 32
+    # warps) and other chunks (elements) and grids
+    ("lines 1/SM", {"lines": True, "lines_programs": 1}),
+    ("lines 32K 16w", {"lines": True, "lines_chunk": 16384, "lines_programs": 1}),
     ("lines 16K 8w 2/SM", {"lines": True, "lines_chunk": 8192, "lines_programs": 2}),
     ("lines 32K 16w rows", {"lines": True, "lines_chunk": 16384, "lines_programs": "rows"}),
     ("lines 64K 32w rows", {"lines": True, "lines_programs": "rows"}),

@@ -50,8 +50,8 @@ FWD_VARIANTS = [
     ("persistent+prefetch", lambda n: {"persistent": True, "prefetch": True}),
     ("persistent+prefetch evict_last", lambda n: {"persistent": True, "prefetch": True, "policy": "evict_last"}),
     ("16/thread", lambda n: {"per_thread": 16}),
-    ("wide 1/SM", lambda n: {"wide_per_sm": 1}),
-    ("wide 2/SM chunk 32768 32w", lambda n: {"chunk": 32768, "wide_warps": 32}),
+    ("wide 1/SM", lambda n: {"wide_per_sm": 1, "lines": False}),
+    ("wide 2/SM chunk 32768 32w", lambda n: {"chunk": 32768, "wide_warps": 32, "lines": False}),
     # run 7: where Liger or torch.compile led (1x4096, 1024x2048, 4096x16384): more warps; none
     # gained more than 3% (layer_norm_ab_h200_run7.txt), the defaults stayed
     ("8 warps", lambda n: {"num_warps": 8}),
@@ -90,6 +90,13 @@ FWD_VARIANTS = [
     ("lines wb@use 8K 4w rows", lambda n: {"lines": True, "lines_wb_ahead": False, "chunk": 4096}),
     ("lines wb@use at 16384", lambda n: {"lines": True, "lines_wb_ahead": False, "max_block": 8192}
      if n == 16384 else {}),
+    # run 16: the defaults since run 15 with one program a row (fp8_quant's best at its widest rows);
+    # at 16384 a whole row a chunk (16 warps), 1-2 per SM, and the register path (the default before)
+    ("lines rows", lambda n: {"lines_programs": "rows"}),
+    ("lines 2/SM", lambda n: {"lines_programs": 2}),
+    ("lines 32K 16w", lambda n: {"chunk": 16384}),
+    ("lines 32K 16w 2/SM", lambda n: {"chunk": 16384, "lines_programs": 2}),
+    ("register path", lambda n: {"max_block": 16384} if n == 16384 else {}),
 ]
 
 # (label, keywords of layer_norm_backward given N). Run 3 (layer_norm_ab_h200_run3.txt) chose the

@@ -77,6 +77,10 @@ FWD_VARIANTS = [
     ("lines w@use 8K 4w rows", lambda n, res: {"wide": "lines", "lines_w_ahead": False, "lines_chunk": 4096}),
     ("lines w@use 8K 4w 4/SM", lambda n, res: {"wide": "lines", "lines_w_ahead": False, "lines_chunk": 4096,
                                                "lines_programs": 4}),
+    # run 18: the default (64 KB chunks of 32 warps, one per SM) with one program a row (fp8_quant's
+    # best), and with w prefetched
+    ("lines rows", lambda n, res: {"wide": "lines", "lines_programs": "rows"}),
+    ("lines w ahead", lambda n, res: {"wide": "lines", "lines_w_ahead": True}),
     # small grids (1024x2048, where torch.compile led by 5%): one tile per program, tiles of 2 rows
     ("one tile per program", lambda n, res: {"persistent": False}),
     ("2 rows", lambda n, res: {"rows": 2}),

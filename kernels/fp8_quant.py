@@ -35,7 +35,12 @@ ROW_MAX = 16384  # widest row kept in registers by the one-pass row kernel
 # at 1024x128256 (16 warps 74%; 2 programs per SM of 8 warps, 8192 columns, no hints: 61%);
 # 128x128 tiles: 4 warps (86-87% at 4096x14336 and 14336x4096, 83% with 8). The one-pass kernels'
 # loads hinted evict_last (run 3): 128x128 86% -> 89%, row 8192x4096 78% -> 81%.
-WIDE_LINES = False  # wider rows: _quant_wide_lines instead of _quant_wide_rows
+# Wider rows: _quant_wide_lines (WIDE_LINES) instead of _quant_wide_rows, 64 KB chunks of 32 warps
+# (_utils.lines_launch's wide rows), one program a row (WIDE_LINES_PROGRAMS). H200 A/B run 4
+# (fp8_quant_ab_h200_run4.txt), 1024x128256 bf16: 79.3% of copy -> 84.9% (1 program per SM: 83.6%;
+# 32 KB chunks of 16 warps 73.5-74.5%).
+WIDE_LINES = True
+WIDE_LINES_PROGRAMS = "rows"
 WIDE_CHUNK = 16384  # columns per load in the two-pass kernel for wider rows
 WIDE_PROGRAMS_PER_SM = 1
 WIDE_WARPS = 32
@@ -278,7 +283,7 @@ def fp8_quant_forward(x: torch.Tensor, gran: str, emulate: bool | None = None, *
       policy           cache hint of the one-pass kernels' loads ("", "evict_first", "evict_last")
       lines            wide rows: _quant_wide_lines instead of _quant_wide_rows (default WIDE_LINES),
                        with `lines_chunk` elements a chunk, `lines_programs` per SM or "rows" and
-                       `num_warps` (defaults: _utils.lines_launch)"""
+                       `num_warps` (defaults: _utils.lines_launch, WIDE_LINES_PROGRAMS)"""
     M, N = x.shape
     br, bc = block_shape(M, N, gran)
     x = x.contiguous()
@@ -290,7 +295,8 @@ def fp8_quant_forward(x: torch.Tensor, gran: str, emulate: bool | None = None, *
         _quant_tiles[grid](x, q, s, M, N, s.shape[1], B=GROUP, EMULATE=emulate, POLICY=policy,
                            num_warps=num_warps or TILE_WARPS)
     elif gran == "row" and N > ROW_MAX and (WIDE_LINES if lines is None else lines):
-        grid, meta = lines_launch(M, N, x.element_size(), x.device, lines_chunk, lines_programs, num_warps)
+        grid, meta = lines_launch(M, N, x.element_size(), x.device, lines_chunk, lines_programs or WIDE_LINES_PROGRAMS,
+                                  num_warps)
         _quant_wide_lines[(grid,)](x, q, s, M, N, EMULATE=emulate, **meta)
     elif gran == "row" and N > ROW_MAX:
         n_programs = min(M, programs_per_sm * sm_count(x.device))

@@ -17,7 +17,7 @@ SHAPES = [
     {"M": 1, "N": 4096, "gran": "1x128"},  # one row
     {"M": 200, "N": 300, "gran": "128x128"},  # partial tiles at both edges
     {"M": 33, "N": 4099, "gran": "row"},  # one-pass row kernel, masked tail
-    {"M": 3, "N": 40000, "gran": "row"},  # two-pass kernel for rows wider than ROW_MAX
+    {"M": 3, "N": 40000, "gran": "row"},  # two-pass (lines) kernel for rows wider than ROW_MAX
 ]
 # torch.compile costs seconds per shape on the CPU: one shape per dtype, each granularity once.
 # (Whole 128-column groups for 1x128: torch 2.13's CPU inductor miscompiles the eager code when N
@@ -212,9 +212,9 @@ VARIANTS = [
     ({"M": 37, "N": 1000, "gran": "1x128"}, {"rows": 2, "num_warps": 2}),
     ({"M": 33, "N": 4099, "gran": "row"}, {"rows": 4, "num_warps": 4}),
     ({"M": 200, "N": 300, "gran": "128x128"}, {"num_warps": 8}),
-    ({"M": 5, "N": 40000, "gran": "row"}, {"programs_per_sm": 2, "num_warps": 8, "chunk": 8192}),
-    ({"M": 9, "N": 40000, "gran": "row"}, {"hints": False}),  # 9 rows over 4 CPU "SMs": ragged end
-    ({"M": 5, "N": 40000, "gran": "row"}, {"chunk": 4096, "num_warps": 4}),
+    ({"M": 5, "N": 40000, "gran": "row"}, {"programs_per_sm": 2, "num_warps": 8, "chunk": 8192, "lines": False}),
+    ({"M": 9, "N": 40000, "gran": "row"}, {"hints": False, "lines": False}),  # 9 rows over 4 CPU "SMs": ragged end
+    ({"M": 5, "N": 40000, "gran": "row"}, {"chunk": 4096, "num_warps": 4, "lines": False}),
     ({"M": 37, "N": 1000, "gran": "1x128"}, {"policy": "evict_last"}),
     ({"M": 200, "N": 300, "gran": "128x128"}, {"policy": "evict_first"}),
     # the lines kernel for wide rows: full chunks and a masked tail (40000 = 9 x 4096 + 3136), more
@@ -223,8 +223,7 @@ VARIANTS = [
     ({"M": 9, "N": 40000, "gran": "row"}, {"lines": True, "lines_chunk": 4096, "lines_programs": 1}),
     ({"M": 5, "N": 40000, "gran": "row"}, {"lines": True, "lines_programs": "rows"}),
     ({"M": 3, "N": 16411, "gran": "row"}, {"lines": True, "lines_chunk": 2048}),
-    ({"M": 5, "N": 40000, "gran": "row"}, {"lines": False}),
-]
+    ]
 
 
 @pytest.mark.parametrize("dims,kw", VARIANTS, ids=lambda v: _label(v) if "gran" in v else str(v))
