@@ -51,6 +51,10 @@ WIDE = [
     ("lines 16K 8w 2/SM", {"lines": True, "lines_chunk": 8192, "lines_programs": 2}),
     ("lines 32K 16w rows", {"lines": True, "lines_chunk": 16384, "lines_programs": "rows"}),
     ("lines 64K 32w rows", {"lines": True, "lines_programs": "rows"}),
+    # run 5: 16 elements a line (two 16-byte loads, one 16-byte store of e4m3: 8-byte stores at 8)
+    ("lines vec16", {"lines_vec": 16}),
+    ("lines vec16 2/SM", {"lines_vec": 16, "lines_programs": 2}),
+    ("lines 2/SM", {"lines_programs": 2}),
 ]
 # One-pass row kernel (default: 8192 // next_pow2(N) rows per program, min 1; warps by tile size)
 ROWS_16K = [("default", {}), ("16w", {"num_warps": 16}), ("evict_last", {"policy": "evict_last"}),

@@ -310,23 +310,26 @@ LOG2E = tl.constexpr(1.4426950408889634)
 # (2048x128256: 78.1%, 32 KB of 16 warps 75.6%; 1024x262144: 69.7% against 65.2%): the rows in
 # flight for the re-read (132 x 256 KB = 33 MB at 128256 bf16) then stay within L2. Kernels that also
 # read a weight in pass 2 (rms_norm, layer_norm) measured best with the wide rows' launch from 128 KB
-# rows on: they pass a lower narrow_row_bytes (their comments have the numbers).
+# rows on, and with other grids for the wide rows: they pass narrow_row_bytes and wide_programs
+# (their comments have the numbers).
 LINES_NARROW_ROW_BYTES = 131072
 LINES_CHUNK_BYTES, LINES_PROGRAMS_PER_SM = 16384, "rows"
 LINES_CHUNK_BYTES_WIDE, LINES_PROGRAMS_PER_SM_WIDE = 65536, 1
 
 
 def lines_launch(M: int, N: int, elt: int, device, chunk: int | None = None, programs_per_sm=None,
-                 num_warps: int | None = None, narrow_row_bytes: int = LINES_NARROW_ROW_BYTES) -> tuple[int, dict]:
+                 num_warps: int | None = None, narrow_row_bytes: int = LINES_NARROW_ROW_BYTES,
+                 wide_programs=LINES_PROGRAMS_PER_SM_WIDE, vec: int | None = None) -> tuple[int, dict]:
     """(grid, launch keywords N_FULL, TAIL, BLOCK, VEC, num_warps) of a lines kernel over M rows of N
     elements of `elt` bytes: chunks of `chunk` elements (a power of two; default above: the narrow
     rows' up to `narrow_row_bytes` a row, the wide rows' past it), `programs_per_sm` programs per SM
-    or "rows" (one program a row)."""
+    or "rows" (one program a row; default: the narrow rows' above, `wide_programs` for wide rows),
+    `vec` elements a line (default one 16-byte vector)."""
     wide = N * elt > narrow_row_bytes
-    vec = 16 // elt
+    vec = vec or 16 // elt
     block = max(vec, min(chunk or (LINES_CHUNK_BYTES_WIDE if wide else LINES_CHUNK_BYTES) // elt,
                          triton.next_power_of_2(N)))
-    pps = programs_per_sm or (LINES_PROGRAMS_PER_SM_WIDE if wide else LINES_PROGRAMS_PER_SM)
+    pps = programs_per_sm or (wide_programs if wide else LINES_PROGRAMS_PER_SM)
     grid = M if pps == "rows" else min(M, pps * sm_count(device))
     warps = num_warps or max(1, min(32, block * elt // 2048))
     return grid, dict(N_FULL=N // block, TAIL=N % block != 0, BLOCK=block, VEC=vec, num_warps=warps)

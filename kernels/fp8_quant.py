@@ -271,7 +271,7 @@ def fp8_quant_forward(x: torch.Tensor, gran: str, emulate: bool | None = None, *
                       num_warps: int | None = None, rows: int | None = None,
                       programs_per_sm: int = WIDE_PROGRAMS_PER_SM, chunk: int = WIDE_CHUNK,
                       hints: bool = True, policy: str = "evict_last", lines: bool | None = None,
-                      lines_chunk: int | None = None, lines_programs=None):
+                      lines_chunk: int | None = None, lines_programs=None, lines_vec: int | None = None):
     """(q, scales). `emulate` rounds in float32 before the cast (see the kernels' comment); by
     default only under Triton's interpreter (CPU tensors), where the cast itself is wrong.
 
@@ -283,7 +283,8 @@ def fp8_quant_forward(x: torch.Tensor, gran: str, emulate: bool | None = None, *
       policy           cache hint of the one-pass kernels' loads ("", "evict_first", "evict_last")
       lines            wide rows: _quant_wide_lines instead of _quant_wide_rows (default WIDE_LINES),
                        with `lines_chunk` elements a chunk, `lines_programs` per SM or "rows" and
-                       `num_warps` (defaults: _utils.lines_launch, WIDE_LINES_PROGRAMS)"""
+                       `num_warps`, `lines_vec` elements a line (defaults: _utils.lines_launch,
+                       WIDE_LINES_PROGRAMS)"""
     M, N = x.shape
     br, bc = block_shape(M, N, gran)
     x = x.contiguous()
@@ -295,8 +296,8 @@ def fp8_quant_forward(x: torch.Tensor, gran: str, emulate: bool | None = None, *
         _quant_tiles[grid](x, q, s, M, N, s.shape[1], B=GROUP, EMULATE=emulate, POLICY=policy,
                            num_warps=num_warps or TILE_WARPS)
     elif gran == "row" and N > ROW_MAX and (WIDE_LINES if lines is None else lines):
-        grid, meta = lines_launch(M, N, x.element_size(), x.device, lines_chunk, lines_programs or WIDE_LINES_PROGRAMS,
-                                  num_warps)
+        grid, meta = lines_launch(M, N, x.element_size(), x.device, lines_chunk, lines_programs, num_warps,
+                                  wide_programs=WIDE_LINES_PROGRAMS, vec=lines_vec)
         _quant_wide_lines[(grid,)](x, q, s, M, N, EMULATE=emulate, **meta)
     elif gran == "row" and N > ROW_MAX:
         n_programs = min(M, programs_per_sm * sm_count(x.device))

@@ -496,14 +496,16 @@ _FWD_POLICY = "evict_last"
 _FWD_NO_HINT_FROM = 8 << 20
 # Rows wider than the register path: _ln_fwd_lines where _FWD_LINES (else _ln_fwd_wide), w and b
 # loaded at their use (_FWD_LINES_WB_AHEAD off), the wide rows' launch of _utils.lines_launch from
-# rows over _FWD_LINES_NARROW_ROW_BYTES. H200 A/B runs 14-15 (layer_norm_ab_h200_run14/15.txt), bf16
-# fwd: 2048x65536 71.5% of copy (_ln_fwd_wide) -> 87.3% (64 KB chunks of 32 warps, one program per
-# SM; 16 KB of 8 warps, one program a row, 62.0%); w and b prefetched a chunk ahead as x is cost
+# rows over _FWD_LINES_NARROW_ROW_BYTES, two programs per SM there (_FWD_LINES_WIDE_PROGRAMS). H200
+# A/B runs 14-16 (layer_norm_ab_h200_run14/15/16.txt), bf16 fwd: 2048x65536 71.5% of copy
+# (_ln_fwd_wide) -> 89.6% (64 KB chunks of 32 warps, 2 programs per SM; one per SM 87.2-87.3%, one a
+# row 85.4%; 16 KB of 8 warps, one program a row, 62.0%); w and b prefetched a chunk ahead as x is cost
 # registers (207 a thread at 16 KB of 8 warps, spills at 16 and 32 warps: 24.8-58.3%). And rows of
 # 16384 (max_block 8192: the lines path instead of the register path) 4096x16384 83.5% -> 85.6%.
 _FWD_LINES = True
 _FWD_LINES_WB_AHEAD = False
 _FWD_LINES_NARROW_ROW_BYTES = 65536
+_FWD_LINES_WIDE_PROGRAMS = 2
 _BWD_WIDE_WARPS = 16
 _BWD_WIDE_POLICY = "evict_last"
 # Run 3 (layer_norm_ab_h200_run3.txt): the persistent prefetching backward (_ln_bwd_rows) with
@@ -641,7 +643,7 @@ def layer_norm_forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
             _ln_fwd_rows[(grid,)](*args, iters, num_warps=num_warps, **extra, **meta)
     elif _FWD_LINES if lines is None else lines:
         grid, meta = lines_launch(M, N, x.element_size(), x.device, chunk, lines_programs, wide_warps,
-                                  narrow_row_bytes=_FWD_LINES_NARROW_ROW_BYTES)
+                                  narrow_row_bytes=_FWD_LINES_NARROW_ROW_BYTES, wide_programs=_FWD_LINES_WIDE_PROGRAMS)
         _ln_fwd_lines[(grid,)](x, weight, bias, y, mean, rstd, M, N, eps, N_ALIGN=_align(N),
                                WB_AHEAD=_FWD_LINES_WB_AHEAD if lines_wb_ahead is None else lines_wb_ahead, **meta)
     else:

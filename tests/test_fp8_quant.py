@@ -223,6 +223,7 @@ VARIANTS = [
     ({"M": 9, "N": 40000, "gran": "row"}, {"lines": True, "lines_chunk": 4096, "lines_programs": 1}),
     ({"M": 5, "N": 40000, "gran": "row"}, {"lines": True, "lines_programs": "rows"}),
     ({"M": 3, "N": 16411, "gran": "row"}, {"lines": True, "lines_chunk": 2048}),
+    ({"M": 3, "N": 16411, "gran": "row"}, {"lines": True, "lines_chunk": 2048, "lines_vec": 16, "lines_programs": 2}),
     ]
 
 
