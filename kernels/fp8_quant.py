@@ -36,11 +36,12 @@ ROW_MAX = 16384  # widest row kept in registers by the one-pass row kernel
 # 128x128 tiles: 4 warps (86-87% at 4096x14336 and 14336x4096, 83% with 8). The one-pass kernels'
 # loads hinted evict_last (run 3): 128x128 86% -> 89%, row 8192x4096 78% -> 81%.
 # Wider rows: _quant_wide_lines (WIDE_LINES) instead of _quant_wide_rows, 64 KB chunks of 32 warps
-# (_utils.lines_launch's wide rows), one program a row (WIDE_LINES_PROGRAMS). H200 A/B run 4
-# (fp8_quant_ab_h200_run4.txt), 1024x128256 bf16: 79.3% of copy -> 84.9% (1 program per SM: 83.6%;
-# 32 KB chunks of 16 warps 73.5-74.5%).
+# one program a row (_utils.lines_launch's wide rows), 16 elements a line (WIDE_LINES_VEC: two 16-byte
+# loads and one 16-byte store of e4m3; one load gives 8-byte stores). H200 A/B runs 4-5
+# (fp8_quant_ab_h200_run4/5.txt), 1024x128256 bf16: 79.3-79.5% of copy (_quant_wide_rows) -> 86.7%
+# (8 elements a line 84.9-85.8%; one program per SM 83.6-84.0%; 32 KB chunks of 16 warps 73.5-74.8%).
 WIDE_LINES = True
-WIDE_LINES_PROGRAMS = "rows"
+WIDE_LINES_VEC = 16
 WIDE_CHUNK = 16384  # columns per load in the two-pass kernel for wider rows
 WIDE_PROGRAMS_PER_SM = 1
 WIDE_WARPS = 32
@@ -284,7 +285,7 @@ def fp8_quant_forward(x: torch.Tensor, gran: str, emulate: bool | None = None, *
       lines            wide rows: _quant_wide_lines instead of _quant_wide_rows (default WIDE_LINES),
                        with `lines_chunk` elements a chunk, `lines_programs` per SM or "rows" and
                        `num_warps`, `lines_vec` elements a line (defaults: _utils.lines_launch,
-                       WIDE_LINES_PROGRAMS)"""
+                       WIDE_LINES_VEC)"""
     M, N = x.shape
     br, bc = block_shape(M, N, gran)
     x = x.contiguous()
@@ -297,7 +298,7 @@ def fp8_quant_forward(x: torch.Tensor, gran: str, emulate: bool | None = None, *
                            num_warps=num_warps or TILE_WARPS)
     elif gran == "row" and N > ROW_MAX and (WIDE_LINES if lines is None else lines):
         grid, meta = lines_launch(M, N, x.element_size(), x.device, lines_chunk, lines_programs, num_warps,
-                                  wide_programs=WIDE_LINES_PROGRAMS, vec=lines_vec)
+                                  vec=lines_vec or WIDE_LINES_VEC)
         _quant_wide_lines[(grid,)](x, q, s, M, N, EMULATE=emulate, **meta)
     elif gran == "row" and N > ROW_MAX:
         n_programs = min(M, programs_per_sm * sm_count(x.device))

@@ -588,14 +588,13 @@ WIDE = "split"
 # Without a residual, rows too wide for registers take "lines" (_fwd_lines) where a row per SM at
 # least is there: H200 A/B runs 16-18 (rms_norm_ab_h200_run16/17/18.txt), bf16 fwd 1024x65536, 88.2%
 # of copy with w loaded at its use and the wide rows' chunks (64 KB of 32 warps, from 128 KB rows:
-# LINES_NARROW_ROW_BYTES), one program a row (LINES_WIDE_PROGRAMS; one per SM 83.7-84.1%, two 86.2%),
+# LINES_NARROW_ROW_BYTES), one program a row (_utils.lines_launch; one per SM 83.7-84.1%, two 86.2%),
 # against 76.3-76.6% packed and 70.1% split; w prefetched a chunk ahead
 # as x is (LINES_W_AHEAD) cost registers: 16 KB chunks of 8 warps 61.9% (139 registers, 1 program
 # per SM), 64 KB of 32 warps 67.0% (80 bytes of spill a thread). With a residual packed stays: 88.4%
 # against 86.8% for the best lines launch.
 LINES_W_AHEAD = False
 LINES_NARROW_ROW_BYTES = 65536
-LINES_WIDE_PROGRAMS = "rows"
 PACKED_MAX_BLOCK = 65536
 SPLIT_SEG_BYTES = 32768
 # The backward's path for rows wider than MAX_REG_BLOCK on the GPU: _bwd_coop, a row's segments in
@@ -763,7 +762,7 @@ def rms_norm_forward(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6, residu
                           ASM=widen_asm(x2), num_warps=split_warps or max(4, min(32, block // 2048)))
     elif path == "lines":
         grid, meta = lines_launch(M, N, x2.element_size(), x.device, lines_chunk, lines_programs, split_warps,
-                                  narrow_row_bytes=LINES_NARROW_ROW_BYTES, wide_programs=LINES_WIDE_PROGRAMS)
+                                  narrow_row_bytes=LINES_NARROW_ROW_BYTES)
         _fwd_lines[(grid,)](x2, r2, h, w, y, rstd, M, N, eps, HAS_RES=has_res, STORE_RSTD=need_rstd,
                             W_AHEAD=LINES_W_AHEAD if lines_w_ahead is None else lines_w_ahead, **meta)
     elif path == "split":
