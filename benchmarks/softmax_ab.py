@@ -110,6 +110,12 @@ VARIANTS = [
     # run 10: the wide rows' grid, as rms_norm (one program a row) and layer_norm (2 per SM) chose
     ("lines 2/SM", {"lean": False, "coop": False, "lines": True, "programs_per_sm": 2},
      lambda m, n: many(m, n) and n > 65536, ("fwd",)),
+    # run 11: at 65536, the wide rows' launch one program a row (rms_norm's, layer_norm's and
+    # fp8_quant's best at their widest rows)
+    ("lines 64K 32w rows", {"lean": False, "coop": False, "lines": True, "chunk": 32768, "programs_per_sm": "rows"},
+     lambda m, n: many(m, n) and 32768 < n <= 65536, ("fwd",)),
+    ("lines 32K 16w rows", {"lean": False, "coop": False, "lines": True, "chunk": 16384, "programs_per_sm": "rows"},
+     lambda m, n: many(m, n) and 32768 < n <= 65536, ("fwd",)),
 ]
 # Few rows (the split path's A/B: 1 to 16 rows of the LLaMA-3 vocabulary, wider and narrower rows;
 # 1 x 32000 and 1 x 16384 fit in registers: split=True against the register path), then the
