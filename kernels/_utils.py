@@ -293,15 +293,6 @@ def widen_asm(t) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------
-# Online log-sum-exp over a row streamed in chunks of [L, VEC] (one 16-byte vector per line, the
-# lines spread over the threads): max and sum of exp are kept per line, so the chunk loop has no
-# cross-thread reduction and no barrier, and the lines are combined once per row. Base-2 units:
-# exp(x - m) = exp2(x * LOG2E - m * LOG2E), one FMA and one ex2 per element. Used by
-# cross_entropy's row path and softmax's wide-row forward.
-
-LOG2E = tl.constexpr(1.4426950408889634)
-
-
 # Launch of a "lines" kernel (softmax's forward, rms_norm's and layer_norm's wide forwards, fp8_quant's
 # wide rows): two passes over each row in chunks of [BLOCK // VEC, VEC], 64 bytes a thread per chunk.
 # H200 A/B, bf16 softmax fwd, % of copy (softmax_ab runs 9-10, docs/evidence/softmax_ab_h200_run9.txt,
@@ -334,6 +325,16 @@ def lines_launch(M: int, N: int, elt: int, device, chunk: int | None = None, pro
     grid = M if pps == "rows" else min(M, pps * sm_count(device))
     warps = num_warps or max(1, min(32, block * elt // 2048))
     return grid, dict(N_FULL=N // block, TAIL=N % block != 0, BLOCK=block, VEC=vec, num_warps=warps)
+
+
+# ---------------------------------------------------------------------------------------------
+# Online log-sum-exp over a row streamed in chunks of [L, VEC] (one 16-byte vector per line, the
+# lines spread over the threads): max and sum of exp are kept per line, so the chunk loop has no
+# cross-thread reduction and no barrier, and the lines are combined once per row. Base-2 units:
+# exp(x - m) = exp2(x * LOG2E - m * LOG2E), one ex2 per element. Used by cross_entropy's row path
+# and softmax's lines forward.
+
+LOG2E = tl.constexpr(1.4426950408889634)
 
 
 @triton.jit

@@ -396,10 +396,11 @@ def _ln_fwd_lines(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, M, N, eps, N_F
     # [BLOCK // VEC, VEC] (a 16-byte vector a line), sums kept per line (no block reduction in the
     # loop, no division: _ln_fwd_wide does two block reductions and a Chan merge per chunk), the next
     # chunk loaded before the current one is used in both passes; pass 2 re-reads the row from L2,
-    # newest chunk first, with w and b (prefetched a chunk ahead too if WB_AHEAD; else loaded at their
-    # use: one row for all rows, always in L2, whose prefetched chunks cost registers). The sums are of x - k, k the row's first element: the
-    # variance s2 / N - (s1 / N)^2 then loses to cancellation only (mean - k)^2 / var, which a sample
-    # of the row keeps near 1, however far the mean is from 0. N_FULL unmasked chunks and a masked
+    # newest chunk first, with w and b (prefetched a chunk ahead too if WB_AHEAD; else loaded at
+    # their use: one row for all rows, always in L2, whose prefetched chunks cost registers). The
+    # sums are of x - k, k the row's first element: the variance s2 / N - (s1 / N)^2 then loses to
+    # cancellation only (mean - k)^2 / var, which a sample of the row keeps near 1, however far the
+    # mean is from 0. N_FULL unmasked chunks and a masked
     # one if TAIL (pass 1 first, pass 2 last; its masked lanes load k: d = 0).
     L: tl.constexpr = BLOCK // VEC
     offs = tl.arange(0, L)[:, None] * VEC + tl.arange(0, VEC)[None, :]

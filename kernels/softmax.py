@@ -191,8 +191,8 @@ def _softmax_bwd_stream(y_ptr, dy_ptr, dx_ptr, M, N, CHUNK: tl.constexpr, N_ALIG
 # stream above does two block reductions per chunk), and combines the lines once per row; both
 # passes issue the next chunk's load before using the current one. The row is N_FULL unmasked
 # chunks and, if TAIL, one masked chunk, which pass 1 takes first and pass 2 last. Pass 1 loads
-# evict_last, pass 2's loads and the stores evict_first; pass 2 runs newest chunk first; the grid
-# is persistent (programs stride over the rows) to bound the rows in flight for the re-read from L2.
+# evict_last, pass 2's loads and the stores evict_first; pass 2 runs newest chunk first. Programs
+# stride over the rows (by default one program a row: _utils.lines_launch).
 
 
 @triton.jit
@@ -427,10 +427,10 @@ _PERSIST_WIDE = 1
 _STREAM_CHUNK_BYTES = 32768
 _STREAM_PROGRAMS_PER_SM = 1
 # The forward's "lines" path (_softmax_fwd_lines, launched by _utils.lines_launch, whose comment has
-# the measurements) instead of the stream, where `lines` (default _LINES) is on. H200 A/B run 9
-# (softmax_ab_h200_run9.txt), bf16 fwd, % of copy: 2048x65536 73.2% (the packed one-row register
-# path, then the default) -> 81.4%, 2048x128256 61.7% (the stream) -> 78.1%, 1024x262144 58.3% ->
-# 69.7%.
+# the measurements) instead of the stream, where `lines` (default _LINES) is on. H200 A/B runs 9-10
+# (softmax_ab_h200_run9.txt, run10.txt), bf16 fwd, % of copy: 2048x65536 73.2% (the packed one-row
+# register path, then the default) -> 81.4%, 2048x128256 61.7% (the stream) -> 82.7%, 1024x262144
+# 58.3% -> 71.9%.
 _LINES = True
 # On the GPU, many rows too wide for registers take, in the backward, the coop path instead of the
 # stream: segments of _COOP_SEG elements, _COOP_WARPS warps a program. H200 A/B run 8
