@@ -45,15 +45,22 @@ VARIANTS = [
     ("no split", {"split": False}),
     ("split seg 8192", {"split": True, "split_seg": 8192}),
     ("split seg 2048", {"split": True, "split_seg": 2048}),
+    # run 2: the per-row path's grid for many rows (default: persistent, 1-2 programs per SM with a
+    # gradient): one program a row (softmax's lines forward gained 2.5-4 points of copy so; n_valid
+    # then counted once beforehand) and 2 per SM
+    ("rows grid", {"programs": "rows"}),
+    ("2/SM grid", {"programs": 264}),
 ]
 # (tokens, vocab), most important first: the decode / RL sampling case, a few rows, rows above
 # the provisional threshold, a narrower and a wider vocabulary, and a batch the split never takes.
-SHAPES = [(1, 128256), (4, 128256), (16, 128256), (1, 32000), (1, 256000), (64, 128256)]
+SHAPES = [(1, 128256), (4, 128256), (16, 128256), (1, 32000), (1, 256000), (64, 128256), (8192, 128256),
+          (4096, 256000), (8192, 32000)]
 COMPILE_SHAPES = [(1, 128256), (4, 128256), (1, 256000), (1, 32000)]  # as the deadline allows
 # --dry-run: small shapes on the same paths of the automatic rule (rows <= 8 and > 64 KB: split;
 # 16 and 64 rows: not; 1 x 32000 bf16 is 64000 B: not) and every variant's kernels
 DRY = {(1, 128256): (1, 40000), (4, 128256): (3, 40000), (16, 128256): (10, 33000),
-       (1, 32000): (1, 20000), (1, 256000): (1, 70001), (64, 128256): (12, 20000)}
+       (1, 32000): (1, 20000), (1, 256000): (1, 70001), (64, 128256): (12, 20000), (8192, 128256): (70, 5003),
+       (4096, 256000): (9, 20000), (8192, 32000): (70, 1000)}
 DRY_COMPILE = [(1, 128256)]
 
 
@@ -66,7 +73,7 @@ def ours(kw):
     def fn(logits, target, ignore_index=ce.IGNORE_INDEX, label_smoothing=0.0):
         need_grad = torch.is_grad_enabled() and logits.requires_grad
         return ce.CrossEntropyFunction.apply(logits, target, ignore_index, float(label_smoothing), need_grad,
-                                             kw.get("split"), kw.get("split_seg"))
+                                             kw.get("split"), kw.get("split_seg"), kw.get("programs"))
     return fn
 
 
@@ -78,10 +85,11 @@ class Runner:
         self.budget = timing.Budget(5, 25)
         self.default_ms = {}
 
-    def case(self, dims, mode, label, fn, inputs, dys, want, deadline=DEADLINE_S, seen=None):
+    def case(self, dims, mode, label, fn, inputs, dys, want, deadline=None, seen=None):
         """Check fn (called as the collector calls a provider) against want, then time it; one
         line, never raises."""
         head = f"{dims['tokens']}x{dims['vocab']} {mode:7s} {label:16s}"
+        deadline = deadline or DEADLINE_S
         if time.perf_counter() - T0 > deadline:
             print(f"{head} SKIPPED: past the {deadline} s deadline", flush=True)
             return
@@ -123,15 +131,25 @@ def setup(m, n, mode, device):
 
 
 def main():
+    global DEADLINE_S
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dry-run", action="store_true", help="CPU (TRITON_INTERPRET=1): small shapes, checks only")
-    dry = ap.parse_args().dry_run
+    ap.add_argument("--only", default="", help="comma-separated TOKENSxVOCAB shapes (e.g. 8192x128256): only those, "
+                    "without the torch.compile peer")
+    ap.add_argument("--deadline", type=float, default=DEADLINE_S,
+                    help=f"seconds after which no new case starts (default {DEADLINE_S})")
+    args = ap.parse_args()
+    dry = args.dry_run
+    DEADLINE_S = args.deadline
+    only = {tuple(int(v) for v in o.split("x")) for o in args.only.split(",") if o}
     run = Runner(dry)
     where = "dry run, CPU interpreter" if dry else torch.cuda.get_device_name()
     print(f"cross_entropy A/B, bf16, {where}; split rule: <= {ce._SPLIT_MAX_ROWS} rows, >= "
           f"{ce._SPLIT_MIN_ROW_BYTES} B per row, seg {ce._SPLIT_SEG} (more than {ce._SPLIT_SEG_ROWS} rows: "
           f"{ce._SPLIT_SEG_WIDE}); % of {COPY_GBPS:.0f} GB/s copy", flush=True)
     for shape in SHAPES:
+        if only and shape not in only:
+            continue
         m, n = DRY[shape] if dry else shape
         for mode in MODES:
             try:
@@ -152,7 +170,7 @@ def main():
     for name in ("cache_size_limit", "recompile_limit"):  # more graphs than dynamo's default 8
         if hasattr(_dynamo.config, name):
             setattr(_dynamo.config, name, 64)
-    for shape in (DRY_COMPILE if dry else COMPILE_SHAPES):
+    for shape in [] if only else (DRY_COMPILE if dry else COMPILE_SHAPES):
         m, n = DRY[shape] if dry else shape
         for mode in (("fwd",) if dry else MODES):  # a CPU compile of the backward takes long
             dims, inputs, dys, want = setup(m, n, mode, run.device)

@@ -444,14 +444,16 @@ def _split_rows(logits: torch.Tensor, target: torch.Tensor, loss_rows: torch.Ten
 def cross_entropy_rows(logits: torch.Tensor, target: torch.Tensor, loss_rows: torch.Tensor,
                        dlogits: torch.Tensor | None, ignore_index: int, label_smoothing: float,
                        n_valid: torch.Tensor | None = None, block: int | None = None,
-                       split: bool | None = None, split_seg: int | None = None) -> None:
+                       split: bool | None = None, split_seg: int | None = None, programs=None) -> None:
     """Per-row losses into loss_rows (fp32 [N]) and, when dlogits is given (it may be logits itself:
     in place), the gradient of the mean loss. n_valid (a device scalar) is counted in the kernel
     when not given; fused_linear_cross_entropy passes it because it calls this on chunks of rows.
     `block` overrides the chunk size of the one-program-per-row path (tests use it to run several
     chunks on small rows; it keeps the automatic rule off the split path). `split`: None = the
     automatic rule (use_split), True = always cut rows into segments of `split_seg` elements,
-    False = never."""
+    False = never. `programs`: the per-row path's grid, a number of programs or "rows" (one a row;
+    then, with a gradient, n_valid is counted once beforehand rather than by every program);
+    default _row_config's."""
     n_rows, V = logits.shape
     if split is None and block is not None:
         split = False  # a chunk size is the per-row path's knob: a caller that sets it wants that path
@@ -460,11 +462,15 @@ def cross_entropy_rows(logits: torch.Tensor, target: torch.Tensor, loss_rows: to
                     split_seg or split_segment(n_rows), None)
         return
     has_grad = dlogits is not None
-    blk, warps, programs = _row_config(V, logits.element_size(), has_grad, n_rows, logits.device)
+    blk, warps, grid = _row_config(V, logits.element_size(), has_grad, n_rows, logits.device)
+    if programs is not None:
+        grid = n_rows if programs == "rows" else min(n_rows, programs)
+        if has_grad and n_valid is None and grid > sm_count(logits.device):
+            n_valid = (target != ignore_index).sum()  # one reduction launch, no host sync
     if block is not None:
         blk, warps = block, max(1, min(warps, block // 256))
     dx = dlogits if has_grad else logits  # unused without a gradient
-    _ce_rows[(programs,)](
+    _ce_rows[(grid,)](
         logits, logits.stride(0), target, dx, dx.stride(0), loss_rows,
         n_valid if n_valid is not None else loss_rows, n_rows, V, ignore_index, float(label_smoothing),
         HAS_GRAD=has_grad, COUNT=n_valid is None, SMOOTH=label_smoothing > 0.0,
@@ -501,10 +507,10 @@ def _check(logits: torch.Tensor, target: torch.Tensor, label_smoothing: float) -
 
 def cross_entropy_forward(logits: torch.Tensor, target: torch.Tensor, ignore_index: int,
                           label_smoothing: float, need_grad: bool, split: bool | None = None,
-                          split_seg: int | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+                          split_seg: int | None = None, programs=None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(mean loss in the logits' dtype, gradient of it or None). Never copies the logits (unless
     their last dimension is strided); the gradient is a new tensor, the logits are left intact.
-    split / split_seg: as in cross_entropy_rows (the A/B's knobs)."""
+    split / split_seg / programs: as in cross_entropy_rows (the A/B's knobs)."""
     if logits.stride(-1) != 1:
         logits = logits.contiguous()
     target = target.contiguous()
@@ -517,7 +523,8 @@ def cross_entropy_forward(logits: torch.Tensor, target: torch.Tensor, ignore_ind
         _split_rows(logits, target, loss_rows, dlogits, ignore_index, label_smoothing, None,
                     split_seg or split_segment(n_rows), out)
         return out, dlogits
-    cross_entropy_rows(logits, target, loss_rows, dlogits, ignore_index, label_smoothing, split=False)
+    cross_entropy_rows(logits, target, loss_rows, dlogits, ignore_index, label_smoothing, split=False,
+                       programs=programs)
     return finish_mean(loss_rows, target, ignore_index, logits.dtype), dlogits
 
 
@@ -527,9 +534,10 @@ def cross_entropy_forward(logits: torch.Tensor, target: torch.Tensor, ignore_ind
 
 class CrossEntropyFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, logits, target, ignore_index, label_smoothing, need_grad, split=None, split_seg=None):
+    def forward(ctx, logits, target, ignore_index, label_smoothing, need_grad, split=None, split_seg=None,
+                programs=None):
         loss, dlogits = cross_entropy_forward(logits, target, ignore_index, label_smoothing, need_grad,
-                                              split, split_seg)
+                                              split, split_seg, programs)
         ctx.dlogits = dlogits
         return loss
 
@@ -540,7 +548,7 @@ class CrossEntropyFunction(torch.autograd.Function):
             raise RuntimeError("cross_entropy: the gradient was computed in the forward and already "
                                "consumed; a second backward through the same graph is not supported")
         ctx.dlogits = None  # scaled in place: a second backward would scale it twice
-        return scale_(dlogits, dloss.reshape(())), None, None, None, None, None, None
+        return scale_(dlogits, dloss.reshape(())), None, None, None, None, None, None, None
 
 
 def cross_entropy(logits: torch.Tensor, target: torch.Tensor, ignore_index: int = IGNORE_INDEX,

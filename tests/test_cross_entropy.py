@@ -356,6 +356,20 @@ def test_masked_prefix_before_very_low_logits(split):
     _assert_grad_close(dx, want_dx, torch.float32)
 
 
+@pytest.mark.parametrize("programs", ["rows", 2], ids=["rows", "2-programs"])
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+def test_row_grid_variants_match_the_reference(programs, eps):
+    # The per-row path on other grids: one program a row (more programs than the CPU's 4 "SMs":
+    # n_valid counted once beforehand) and fewer programs than rows (each strides over several);
+    # ignored rows count neither in the mean nor in the gradient's divisor
+    x, y = _split_case(11, 3001, torch.float32, eps, seed=random.randrange(2**31))
+    y[3] = ce.IGNORE_INDEX
+    want, want_dx = _reference_grad(x, y, eps=eps)
+    loss, dx = ce.cross_entropy_forward(x, y, ce.IGNORE_INDEX, eps, need_grad=True, split=False, programs=programs)
+    assert torch.allclose(loss.double(), want, rtol=1e-5)
+    _assert_grad_close(dx, want_dx, torch.float32)
+
+
 def test_split_bad_target_and_all_ignored():
     x = torch.randn(2, 3000)
     for split_fwd in (True, False):
