@@ -37,9 +37,9 @@ IGNORE_INDEX = -100  # PyTorch's default, and what HF trainers put on padding/pr
 #           chunks are in flight per program;
 #   pass 2  (gradient only) re-reads the row newest chunk first and writes
 #           (softmax - (1 - eps) * onehot - eps / V) / n_valid.
-# With a gradient the grid is persistent (1-2 programs per SM, rows strided over them) so that the
-# rows in flight (programs x row bytes: 33 MB at 132 SMs x 128256 bf16) stay within the 50 MB L2
-# for the re-read; pass-1 loads are marked evict_last and the gradient stores and pass-2 loads
+# One program a row (see _row_config: with a gradient the grid was persistent, 1-2 programs per SM;
+# the programs resident at once, 1 per SM at 128256 bf16, bound the rows in flight, 33 MB there,
+# within the 50 MB L2 for the re-read); pass-1 loads are marked evict_last and the gradient stores and pass-2 loads
 # evict_first, so the streamed-out gradient does not push the rows waiting for their re-read out of
 # L2. Walking pass 2 newest-first makes the re-read start with what is most surely still in L2 when
 # rows in flight do exceed it (256k vocab). Without a gradient, one program per row, loads
@@ -362,13 +362,19 @@ _CHUNK_BYTES_GRAD_WIDE = 32768  # wider rows: 1 program per SM of 16 warps, 64 B
 def _row_config(V: int, elt: int, has_grad: bool, n_rows: int, device) -> tuple[int, int, int]:
     """(BLOCK, num_warps, programs). Each thread holds 64 bytes of a chunk (32 bf16 or 16 fp32
     elements: four 16-byte loads, twice that with the prefetched next chunk), i.e. 16-32 KB per
-    program in flight; the grid bounds the rows in flight when the row is re-read from L2."""
+    program in flight; one program a row (the hardware's own scheduling keeps as many resident as
+    fit, which bounds the rows in flight for the re-read from L2). With a gradient the grid was
+    persistent, 1-2 programs per SM; one program a row (n_valid then counted once beforehand, see
+    cross_entropy_rows) measured faster on the H200 (cross_entropy_ab run 2, bf16 fwd+bwd, % of
+    copy): 8192x128256 78.5% -> 83.2%, 4096x256000 68.6% -> 72.7%, 8192x32000 (smoothing 0.1)
+    70.6% -> 74.9%."""
     if not has_grad:
-        chunk, programs = _CHUNK_BYTES_FWD, n_rows
+        chunk = _CHUNK_BYTES_FWD
     elif V * elt <= 131072:
-        chunk, programs = _CHUNK_BYTES_GRAD_SMALL, min(n_rows, 2 * sm_count(device))
+        chunk = _CHUNK_BYTES_GRAD_SMALL
     else:
-        chunk, programs = _CHUNK_BYTES_GRAD_WIDE, min(n_rows, sm_count(device))
+        chunk = _CHUNK_BYTES_GRAD_WIDE
+    programs = n_rows
     block = min(chunk // elt, triton.next_power_of_2(V))
     warps = max(1, min(chunk // 2048, block * elt // 2048))  # 64 B per thread = 2048 B per warp
     return block, warps, max(programs, 1)
@@ -451,9 +457,9 @@ def cross_entropy_rows(logits: torch.Tensor, target: torch.Tensor, loss_rows: to
     `block` overrides the chunk size of the one-program-per-row path (tests use it to run several
     chunks on small rows; it keeps the automatic rule off the split path). `split`: None = the
     automatic rule (use_split), True = always cut rows into segments of `split_seg` elements,
-    False = never. `programs`: the per-row path's grid, a number of programs or "rows" (one a row;
-    then, with a gradient, n_valid is counted once beforehand rather than by every program);
-    default _row_config's."""
+    False = never. `programs`: the per-row path's grid, a number of programs or "rows" (default:
+    _row_config's, one a row). With a gradient on more programs than SMs, n_valid (when not given)
+    is counted once beforehand rather than by every program (each would read all N targets)."""
     n_rows, V = logits.shape
     if split is None and block is not None:
         split = False  # a chunk size is the per-row path's knob: a caller that sets it wants that path
@@ -465,8 +471,8 @@ def cross_entropy_rows(logits: torch.Tensor, target: torch.Tensor, loss_rows: to
     blk, warps, grid = _row_config(V, logits.element_size(), has_grad, n_rows, logits.device)
     if programs is not None:
         grid = n_rows if programs == "rows" else min(n_rows, programs)
-        if has_grad and n_valid is None and grid > sm_count(logits.device):
-            n_valid = (target != ignore_index).sum()  # one reduction launch, no host sync
+    if has_grad and n_valid is None and grid > sm_count(logits.device):
+        n_valid = (target != ignore_index).sum()  # one reduction launch, no host sync
     if block is not None:
         blk, warps = block, max(1, min(warps, block // 256))
     dx = dlogits if has_grad else logits  # unused without a gradient
