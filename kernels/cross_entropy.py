@@ -37,9 +37,9 @@ IGNORE_INDEX = -100  # PyTorch's default, and what HF trainers put on padding/pr
 #           chunks are in flight per program;
 #   pass 2  (gradient only) re-reads the row newest chunk first and writes
 #           (softmax - (1 - eps) * onehot - eps / V) / n_valid.
-# One program a row (see _row_config: with a gradient the grid was persistent, 1-2 programs per SM;
-# the programs resident at once, 1 per SM at 128256 bf16, bound the rows in flight, 33 MB there,
-# within the 50 MB L2 for the re-read); pass-1 loads are marked evict_last and the gradient stores and pass-2 loads
+# One program a row, or with a gradient on small logits a persistent grid of 1-2 programs per SM
+# (see _row_config; either way the programs resident at once, 1 per SM at 128256 bf16, bound the
+# rows in flight, 33 MB there, within the 50 MB L2 for the re-read); pass-1 loads are marked evict_last and the gradient stores and pass-2 loads
 # evict_first, so the streamed-out gradient does not push the rows waiting for their re-read out of
 # L2. Walking pass 2 newest-first makes the re-read start with what is most surely still in L2 when
 # rows in flight do exceed it (256k vocab). Without a gradient, one program per row, loads
@@ -359,25 +359,33 @@ _CHUNK_BYTES_GRAD_SMALL = 16384  # rows <= 128 KB: 2 programs per SM of 8 warps
 _CHUNK_BYTES_GRAD_WIDE = 32768  # wider rows: 1 program per SM of 16 warps, 64 B per thread per chunk
 
 
-def _row_config(V: int, elt: int, has_grad: bool, n_rows: int, device) -> tuple[int, int, int]:
+def _row_config(V: int, elt: int, has_grad: bool, n_rows: int, device, counted: bool) -> tuple[int, int, int]:
     """(BLOCK, num_warps, programs). Each thread holds 64 bytes of a chunk (32 bf16 or 16 fp32
     elements: four 16-byte loads, twice that with the prefetched next chunk), i.e. 16-32 KB per
-    program in flight; one program a row (the hardware's own scheduling keeps as many resident as
-    fit, which bounds the rows in flight for the re-read from L2). With a gradient the grid was
-    persistent, 1-2 programs per SM; one program a row (n_valid then counted once beforehand, see
-    cross_entropy_rows) measured faster on the H200 (cross_entropy_ab run 2, bf16 fwd+bwd, % of
-    copy): 8192x128256 78.5% -> 83.2%, 4096x256000 68.6% -> 72.7%, 8192x32000 (smoothing 0.1)
-    70.6% -> 74.9%."""
+    program in flight. One program a row, except with a gradient on small logits (under
+    _ROWS_GRID_MIN_BYTES) or when n_valid is given (`counted`: fused_linear_cross_entropy's chunks):
+    there a persistent grid of 1-2 programs per SM, whose programs count n_valid themselves.
+    H200 A/B (cross_entropy_ab run 2, bf16 fwd+bwd, % of copy), one program a row with n_valid
+    counted once beforehand: 8192x128256 78.5% -> 83.2%, 4096x256000 68.6% -> 72.7%, 8192x32000
+    (smoothing 0.1) 70.6% -> 74.9%; in the collector (run 5efc638f) also 3000x151936 74.0% -> 77.7%,
+    but 1024x32000 (65 MB) 53.6 -> 59.8 us (the counting launch) and fused_linear_cross_entropy
+    8192x4096x128256 40.2 -> 43.3 ms."""
     if not has_grad:
-        chunk = _CHUNK_BYTES_FWD
-    elif V * elt <= 131072:
-        chunk = _CHUNK_BYTES_GRAD_SMALL
-    else:
-        chunk = _CHUNK_BYTES_GRAD_WIDE
-    programs = n_rows
+        return _block_warps(_CHUNK_BYTES_FWD, V, elt) + (max(1, n_rows),)
+    small = V * elt <= 131072
+    block, warps = _block_warps(_CHUNK_BYTES_GRAD_SMALL if small else _CHUNK_BYTES_GRAD_WIDE, V, elt)
+    if not counted and n_rows * V * elt >= _ROWS_GRID_MIN_BYTES:
+        return block, warps, max(1, n_rows)
+    # the rows in flight (programs x row bytes: 33 MB at 132 SMs x 128256 bf16) within L2
+    return block, warps, max(1, min(n_rows, (2 if small else 1) * sm_count(device)))
+
+
+def _block_warps(chunk: int, V: int, elt: int) -> tuple[int, int]:
     block = min(chunk // elt, triton.next_power_of_2(V))
-    warps = max(1, min(chunk // 2048, block * elt // 2048))  # 64 B per thread = 2048 B per warp
-    return block, warps, max(programs, 1)
+    return block, max(1, min(chunk // 2048, block * elt // 2048))  # 64 B per thread = 2048 B per warp
+
+
+_ROWS_GRID_MIN_BYTES = 256 << 20  # see _row_config
 
 
 # Split path (see the split kernels): automatic for at most _SPLIT_MAX_ROWS rows of at least
@@ -458,8 +466,8 @@ def cross_entropy_rows(logits: torch.Tensor, target: torch.Tensor, loss_rows: to
     chunks on small rows; it keeps the automatic rule off the split path). `split`: None = the
     automatic rule (use_split), True = always cut rows into segments of `split_seg` elements,
     False = never. `programs`: the per-row path's grid, a number of programs or "rows" (default:
-    _row_config's, one a row). With a gradient on more programs than SMs, n_valid (when not given)
-    is counted once beforehand rather than by every program (each would read all N targets)."""
+    _row_config's). With a gradient on more programs than SMs, n_valid (when not given) is counted
+    once beforehand rather than by every program (each would read all N targets)."""
     n_rows, V = logits.shape
     if split is None and block is not None:
         split = False  # a chunk size is the per-row path's knob: a caller that sets it wants that path
@@ -468,7 +476,7 @@ def cross_entropy_rows(logits: torch.Tensor, target: torch.Tensor, loss_rows: to
                     split_seg or split_segment(n_rows), None)
         return
     has_grad = dlogits is not None
-    blk, warps, grid = _row_config(V, logits.element_size(), has_grad, n_rows, logits.device)
+    blk, warps, grid = _row_config(V, logits.element_size(), has_grad, n_rows, logits.device, n_valid is not None)
     if programs is not None:
         grid = n_rows if programs == "rows" else min(n_rows, programs)
     if has_grad and n_valid is None and grid > sm_count(logits.device):
