@@ -364,12 +364,14 @@ def _row_config(V: int, elt: int, has_grad: bool, n_rows: int, device, counted: 
     elements: four 16-byte loads, twice that with the prefetched next chunk), i.e. 16-32 KB per
     program in flight. One program a row, except with a gradient on small logits (under
     _ROWS_GRID_MIN_BYTES) or when n_valid is given (`counted`: fused_linear_cross_entropy's chunks):
-    there a persistent grid of 1-2 programs per SM, whose programs count n_valid themselves.
+    there a persistent grid of 1-2 programs per SM (whose programs count n_valid themselves).
     H200 A/B (cross_entropy_ab run 2, bf16 fwd+bwd, % of copy), one program a row with n_valid
     counted once beforehand: 8192x128256 78.5% -> 83.2%, 4096x256000 68.6% -> 72.7%, 8192x32000
     (smoothing 0.1) 70.6% -> 74.9%; in the collector (run 5efc638f) also 3000x151936 74.0% -> 77.7%,
-    but 1024x32000 (65 MB) 53.6 -> 59.8 us (the counting launch) and fused_linear_cross_entropy
-    8192x4096x128256 40.2 -> 43.3 ms."""
+    but 1024x32000 (65 MB) 53.6 -> 59.8 us, the counting launch (see cross_entropy_rows).
+    (fused_linear_cross_entropy 8192x4096x128256 measured 43.3-43.5 ms with either grid, runs
+    5efc638f and 60496771, against 40.2 ms at 4636796, run 9a6222c5, before the collector's
+    allocator and ptxas settings: not explained by the grid.)"""
     if not has_grad:
         return _block_warps(_CHUNK_BYTES_FWD, V, elt) + (max(1, n_rows),)
     small = V * elt <= 131072
@@ -466,8 +468,8 @@ def cross_entropy_rows(logits: torch.Tensor, target: torch.Tensor, loss_rows: to
     chunks on small rows; it keeps the automatic rule off the split path). `split`: None = the
     automatic rule (use_split), True = always cut rows into segments of `split_seg` elements,
     False = never. `programs`: the per-row path's grid, a number of programs or "rows" (default:
-    _row_config's). With a gradient on more programs than SMs, n_valid (when not given) is counted
-    once beforehand rather than by every program (each would read all N targets)."""
+    _row_config's). With a gradient on more than 2 programs per SM, n_valid (when not given) is
+    counted once beforehand rather than by every program (each would read all N targets)."""
     n_rows, V = logits.shape
     if split is None and block is not None:
         split = False  # a chunk size is the per-row path's knob: a caller that sets it wants that path
@@ -479,8 +481,10 @@ def cross_entropy_rows(logits: torch.Tensor, target: torch.Tensor, loss_rows: to
     blk, warps, grid = _row_config(V, logits.element_size(), has_grad, n_rows, logits.device, n_valid is not None)
     if programs is not None:
         grid = n_rows if programs == "rows" else min(n_rows, programs)
-    if has_grad and n_valid is None and grid > sm_count(logits.device):
-        n_valid = (target != ignore_index).sum()  # one reduction launch, no host sync
+    if has_grad and n_valid is None and grid > 2 * sm_count(logits.device):
+        # one reduction launch (no host sync) rather than every program reading all N targets; up
+        # to 2 programs per SM they count themselves (1024x32000: 53.6 us so, 59.8 with the launch)
+        n_valid = (target != ignore_index).sum()
     if block is not None:
         blk, warps = block, max(1, min(warps, block // 256))
     dx = dlogits if has_grad else logits  # unused without a gradient
