@@ -39,11 +39,11 @@ IGNORE_INDEX = -100  # PyTorch's default, and what HF trainers put on padding/pr
 #           (softmax - (1 - eps) * onehot - eps / V) / n_valid.
 # One program a row, or with a gradient on small logits a persistent grid of 1-2 programs per SM
 # (see _row_config; either way the programs resident at once, 1 per SM at 128256 bf16, bound the
-# rows in flight, 33 MB there, within the 50 MB L2 for the re-read); pass-1 loads are marked evict_last and the gradient stores and pass-2 loads
-# evict_first, so the streamed-out gradient does not push the rows waiting for their re-read out of
-# L2. Walking pass 2 newest-first makes the re-read start with what is most surely still in L2 when
-# rows in flight do exceed it (256k vocab). Without a gradient, one program per row, loads
-# evict_first (nothing is re-read).
+# rows in flight, 33 MB there, within the 50 MB L2 for the re-read); pass-1 loads are marked
+# evict_last and the gradient stores and pass-2 loads evict_first, so the streamed-out gradient does
+# not push the rows waiting for their re-read out of L2. Walking pass 2 newest-first makes the
+# re-read start with what is most surely still in L2 when rows in flight do exceed it (256k
+# vocab). Without a gradient, loads evict_first (nothing is re-read).
 # Registers (ptxas for sm_90, Triton 3.6): no-grad 8 warps 64-80/thread (3-4 programs per SM);
 # gradient 16 warps 128 (1 program per SM) or 8 warps 128 (2 per SM); no spills.
 #
@@ -369,9 +369,9 @@ def _row_config(V: int, elt: int, has_grad: bool, n_rows: int, device, counted: 
     counted once beforehand: 8192x128256 78.5% -> 83.2%, 4096x256000 68.6% -> 72.7%, 8192x32000
     (smoothing 0.1) 70.6% -> 74.9%; in the collector (run 5efc638f) also 3000x151936 74.0% -> 77.7%,
     but 1024x32000 (65 MB) 53.6 -> 59.8 us, the counting launch (see cross_entropy_rows).
-    (fused_linear_cross_entropy 8192x4096x128256 measured 43.3-43.5 ms with either grid, runs
-    5efc638f and 60496771, against 40.2 ms at 4636796, run 9a6222c5, before the collector's
-    allocator and ptxas settings: not explained by the grid.)"""
+    (fused_linear_cross_entropy, which passes n_valid, keeps the persistent grid; its 8192x4096x128256
+    measured 43.3-43.5 ms in the collector with either grid, runs 5efc638f and 60496771, but 40.7-41.3
+    ms alone in a process, flce_ab run 2: a context effect of the collector, not the grid.)"""
     if not has_grad:
         return _block_warps(_CHUNK_BYTES_FWD, V, elt) + (max(1, n_rows),)
     small = V * elt <= 131072

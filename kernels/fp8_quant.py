@@ -237,7 +237,8 @@ def _quant_wide_lines(x_ptr, q_ptr, s_ptr, M, N, N_FULL: tl.constexpr, TAIL: tl.
         if TAIL:
             x_t = tl.load(x_ptr + base + t_offs, mask=t_mask, other=0.0, eviction_policy="evict_first")
         if N_FULL > 0:
-            tl.store(q_ptr + base + offs, _to_e4m3(v.to(tl.float32), scale, inv, EMULATE), eviction_policy="evict_first")
+            tl.store(q_ptr + base + offs, _to_e4m3(v.to(tl.float32), scale, inv, EMULATE),
+                     eviction_policy="evict_first")
         if TAIL:
             tl.store(q_ptr + base + t_offs, _to_e4m3(x_t.to(tl.float32), scale, inv, EMULATE), mask=t_mask,
                      eviction_policy="evict_first")

@@ -849,8 +849,10 @@ FULL = (
     _s(32768, 4096, "LLaMA-7B hidden, 32k tokens: 256 MB bf16, far beyond L2 (Liger's headline shape)"),
     _s(8192, 8192, "LLaMA-70B hidden: the widest row with a fused backward"),
     _s(3000, 5120, "awkward token count, LLaMA-13B / Qwen-14B hidden (not a power of two)"),
-    _s(4096, 16384, "LLaMA-3-405B hidden: forward in two passes of prefetched chunks (lines), backward in coop segments"),
-    _s(2048, 65536, "very wide rows (128 KB bf16): forward in two passes of 64 KB chunks (lines), backward in coop segments"),
+    _s(4096, 16384, "LLaMA-3-405B hidden: forward in two passes of prefetched chunks (lines), "
+                    "backward in coop segments"),
+    _s(2048, 65536, "very wide rows (128 KB bf16): forward in two passes of 64 KB chunks (lines), "
+                    "backward in coop segments"),
 )
 
 
