@@ -53,3 +53,17 @@ def lazy(make):
             built.append(make())
         return built[0]()
     return call
+
+
+def add_case_options(ap, deadline: float, example: str) -> None:
+    """--only (comma-separated shapes such as `example`: only those cases, without the torch.compile
+    peer; parsed to a set of int tuples) and --deadline (seconds after which no new case starts),
+    for an A/B script whose full run fits its default deadline and a narrower one may need longer."""
+    ap.add_argument("--only", default="", type=_shapes,
+                    help=f"comma-separated shapes (e.g. {example}): only those, without the torch.compile peer")
+    ap.add_argument("--deadline", type=float, default=deadline,
+                    help=f"seconds after which no new case starts (default {deadline})")
+
+
+def _shapes(text: str) -> set:
+    return {tuple(int(v) for v in s.split("x")) for s in text.split(",") if s}

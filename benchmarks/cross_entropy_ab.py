@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
 
-from benchmarks.ab_tools import launches  # noqa: E402
+from benchmarks.ab_tools import add_case_options, launches  # noqa: E402
 from kcollect import timing, verify  # noqa: E402
 from kcollect.kernels import cross_entropy as ce  # noqa: E402
 
@@ -134,14 +134,11 @@ def main():
     global DEADLINE_S
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dry-run", action="store_true", help="CPU (TRITON_INTERPRET=1): small shapes, checks only")
-    ap.add_argument("--only", default="", help="comma-separated TOKENSxVOCAB shapes (e.g. 8192x128256): only those, "
-                    "without the torch.compile peer")
-    ap.add_argument("--deadline", type=float, default=DEADLINE_S,
-                    help=f"seconds after which no new case starts (default {DEADLINE_S})")
+    add_case_options(ap, DEADLINE_S, "8192x128256 (tokens x vocab)")
     args = ap.parse_args()
     dry = args.dry_run
     DEADLINE_S = args.deadline
-    only = {tuple(int(v) for v in o.split("x")) for o in args.only.split(",") if o}
+    only = args.only
     run = Runner(dry)
     where = "dry run, CPU interpreter" if dry else torch.cuda.get_device_name()
     print(f"cross_entropy A/B, bf16, {where}; split rule: <= {ce._SPLIT_MAX_ROWS} rows, >= "

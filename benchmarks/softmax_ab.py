@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
 
-from benchmarks.ab_tools import launches  # noqa: E402
+from benchmarks.ab_tools import add_case_options, launches  # noqa: E402
 from kcollect import timing, verify  # noqa: E402
 from kcollect.kernels import softmax  # noqa: E402
 from kcollect.spec import compiled  # noqa: E402
@@ -251,14 +251,11 @@ def main():
     global DEADLINE_S
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dry-run", action="store_true", help="CPU (TRITON_INTERPRET=1): small shapes, no timing")
-    ap.add_argument("--only", default="", help="comma-separated MxN shapes (e.g. 2048x65536): only those, "
-                    "without the torch.compile peer")
-    ap.add_argument("--deadline", type=float, default=DEADLINE_S,
-                    help=f"seconds after which no new case starts (default {DEADLINE_S})")
+    add_case_options(ap, DEADLINE_S, "2048x65536")
     args = ap.parse_args()
     DEADLINE_S = args.deadline
     dry = args.dry_run
-    only = {tuple(int(v) for v in s.split("x")) for s in args.only.split(",") if s}
+    only = args.only
     run = Runner(dry)
     where = "dry run, CPU interpreter" if dry else torch.cuda.get_device_name()
     print(f"softmax A/B, bf16, {where}; split rule: <= {softmax._SPLIT_MAX_ROWS} rows too wide for registers, "

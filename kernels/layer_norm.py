@@ -601,8 +601,8 @@ def layer_norm_forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
     Register path (next_pow2(N) <= max_block): `rows` per program (a power of two), `num_warps` or
     `per_thread` (elements of x per thread, which sets num_warps), `maxnreg` (register cap),
     `persistent` grid sized to the resident programs, `prefetch` of the next tile (the last two
-    use _ln_fwd_rows). A `max_block` above 16384 keeps 32768/65536-wide rows in registers (up to
-    32 warps). Wide path: `lines` (default _FWD_LINES) runs _ln_fwd_lines (`chunk` elements a chunk,
+    use _ln_fwd_rows). A `max_block` above the default (8192) keeps wider rows in registers (up to
+    65536, 32 warps). Wide path: `lines` (default _FWD_LINES) runs _ln_fwd_lines (`chunk` elements a chunk,
     `lines_programs` per SM or "rows", `wide_warps`; defaults _utils.lines_launch; `lines_wb_ahead`:
     w and b prefetched a chunk ahead too, default _FWD_LINES_WB_AHEAD), else _ln_fwd_wide
     (`chunk`, `wide_warps`, `wide_per_sm` programs per SM).
