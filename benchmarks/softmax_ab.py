@@ -116,6 +116,21 @@ VARIANTS = [
      lambda m, n: many(m, n) and 32768 < n <= 65536, ("fwd",)),
     ("lines 32K 16w rows", {"lean": False, "coop": False, "lines": True, "chunk": 16384, "programs_per_sm": "rows"},
      lambda m, n: many(m, n) and 32768 < n <= 65536, ("fwd",)),
+    # run 12: the backward's lines path (_softmax_bwd_lines) against coop, at lines_launch's defaults
+    # and other chunks (elements, bf16) and grids
+    ("bwd lines", {"coop": False, "lines": True}, lambda m, n: many(m, n) and n > 32768, ("bwd",)),
+    ("bwd lines 8K 4w", {"coop": False, "lines": True, "chunk": 4096}, lambda m, n: many(m, n) and n > 32768,
+     ("bwd",)),
+    ("bwd lines 32K 16w", {"coop": False, "lines": True, "chunk": 16384}, lambda m, n: many(m, n) and n > 32768,
+     ("bwd",)),
+    ("bwd lines 64K 32w", {"coop": False, "lines": True, "chunk": 32768}, lambda m, n: many(m, n) and n > 32768,
+     ("bwd",)),
+    ("bwd lines 1/SM", {"coop": False, "lines": True, "programs_per_sm": 1}, lambda m, n: many(m, n) and n > 32768,
+     ("bwd",)),
+    ("bwd lines 2/SM", {"coop": False, "lines": True, "programs_per_sm": 2}, lambda m, n: many(m, n) and n > 32768,
+     ("bwd",)),
+    ("bwd lines 8K 4w 3/SM", {"coop": False, "lines": True, "chunk": 4096, "programs_per_sm": 3},
+     lambda m, n: many(m, n) and n > 32768, ("bwd",)),
 ]
 # Few rows (the split path's A/B: 1 to 16 rows of the LLaMA-3 vocabulary, wider and narrower rows;
 # 1 x 32000 and 1 x 16384 fit in registers: split=True against the register path), then the
