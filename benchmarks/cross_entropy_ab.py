@@ -50,6 +50,10 @@ VARIANTS = [
     # then counted once beforehand) and 2 per SM
     ("rows grid", {"programs": "rows"}),
     ("2/SM grid", {"programs": 264}),
+    # run 3: at 4096x256000 (512 KB rows) fewer rows in flight than SMs (132 x 512 KB = 67 MB, more
+    # than the L2, which pass 2 re-reads from)
+    ("66 programs", {"programs": 66}),
+    ("100 programs", {"programs": 100}),
 ]
 # (tokens, vocab), most important first: the decode / RL sampling case, a few rows, rows above
 # the provisional threshold, a narrower and a wider vocabulary, and a batch the split never takes.

@@ -98,20 +98,6 @@ BWD_VARIANTS = [
     ("coop seg 4096", lambda n: {"coop_seg": 4096}),
     ("coop seg 2048 8 warps", lambda n: {"coop_warps": 8}),
     ("coop at 16384", lambda n: {"max_block": 8192} if n == 16384 else {}),
-    # _bwd_lines (the forward's lines structure, dw reduced in L2): chunk elements, warps, dw
-    # partial rows (slots), elements a line (vec: 4 bf16 matches the fp32 reductions' 16 bytes,
-    # no layout conversion through shared memory; 8, 16-byte loads)
-    ("lines 8K 8w", lambda n: {"wide": "lines", "lines_chunk": 4096, "lines_warps": 8}),
-    ("lines 8K 8w vec4", lambda n: {"wide": "lines", "lines_chunk": 4096, "lines_warps": 8, "lines_vec": 4}),
-    ("lines 8K 4w", lambda n: {"wide": "lines", "lines_chunk": 4096, "lines_warps": 4}),
-    ("lines 8K 4w vec4", lambda n: {"wide": "lines", "lines_chunk": 4096, "lines_warps": 4, "lines_vec": 4}),
-    ("lines 16K 16w", lambda n: {"wide": "lines", "lines_chunk": 8192, "lines_warps": 16}),
-    ("lines 16K 16w vec4", lambda n: {"wide": "lines", "lines_chunk": 8192, "lines_warps": 16, "lines_vec": 4}),
-    ("lines 16K 8w", lambda n: {"wide": "lines", "lines_chunk": 8192, "lines_warps": 8}),
-    ("lines 8K 8w 1 slot", lambda n: {"wide": "lines", "lines_chunk": 4096, "lines_warps": 8, "lines_slots": 1}),
-    ("lines 8K 8w 16 slots", lambda n: {"wide": "lines", "lines_chunk": 4096, "lines_warps": 8, "lines_slots": 16}),
-    ("lines 8K 8w 1/SM", lambda n: {"wide": "lines", "lines_chunk": 4096, "lines_warps": 8, "lines_programs": 1}),
-    ("lines 8K 8w 2/SM", lambda n: {"wide": "lines", "lines_chunk": 4096, "lines_warps": 8, "lines_programs": 2}),
 ]
 
 # (kernel, mode, M, N), most important first: past --budget-s the rest is skipped

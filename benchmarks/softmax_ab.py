@@ -116,28 +116,24 @@ VARIANTS = [
      lambda m, n: many(m, n) and 32768 < n <= 65536, ("fwd",)),
     ("lines 32K 16w rows", {"lean": False, "coop": False, "lines": True, "chunk": 16384, "programs_per_sm": "rows"},
      lambda m, n: many(m, n) and 32768 < n <= 65536, ("fwd",)),
-    # run 12: the backward's lines path (_softmax_bwd_lines) against coop, at lines_launch's defaults
-    # and other chunks (elements, bf16) and grids
-    ("bwd lines", {"coop": False, "lines": True}, lambda m, n: many(m, n) and n > 32768, ("bwd",)),
-    ("bwd lines 8K 4w", {"coop": False, "lines": True, "chunk": 4096}, lambda m, n: many(m, n) and n > 32768,
-     ("bwd",)),
-    ("bwd lines 32K 16w", {"coop": False, "lines": True, "chunk": 16384}, lambda m, n: many(m, n) and n > 32768,
-     ("bwd",)),
-    ("bwd lines 64K 32w", {"coop": False, "lines": True, "chunk": 32768}, lambda m, n: many(m, n) and n > 32768,
-     ("bwd",)),
-    ("bwd lines 1/SM", {"coop": False, "lines": True, "programs_per_sm": 1}, lambda m, n: many(m, n) and n > 32768,
-     ("bwd",)),
-    ("bwd lines 2/SM", {"coop": False, "lines": True, "programs_per_sm": 2}, lambda m, n: many(m, n) and n > 32768,
-     ("bwd",)),
-    ("bwd lines 8K 4w 3/SM", {"coop": False, "lines": True, "chunk": 4096, "programs_per_sm": 3},
-     lambda m, n: many(m, n) and n > 32768, ("bwd",)),
+    # run 12: 262144 wide (512 KB rows), fewer rows in flight than SMs, so that the rows pass 2
+    # re-reads (one a program) fit in L2 (132 x 512 KB = 67 MB does not)
+    ("lines 64K 32w 0.5/SM", {"lean": False, "coop": False, "lines": True, "chunk": 32768, "programs_per_sm": 0.5},
+     lambda m, n: many(m, n) and n > 131072, ("fwd",)),
+    ("lines 64K 32w 0.75/SM", {"lean": False, "coop": False, "lines": True, "chunk": 32768, "programs_per_sm": 0.75},
+     lambda m, n: many(m, n) and n > 131072, ("fwd",)),
+    ("lines 32K 16w 0.75/SM", {"lean": False, "coop": False, "lines": True, "chunk": 16384, "programs_per_sm": 0.75},
+     lambda m, n: many(m, n) and n > 131072, ("fwd",)),
 ]
 # Few rows (the split path's A/B: 1 to 16 rows of the LLaMA-3 vocabulary, wider and narrower rows;
 # 1 x 32000 and 1 x 16384 fit in registers: split=True against the register path), then the
 # many-row shapes of the earlier runs.
 FEW_SHAPES = [(1, 128256), (4, 128256), (16, 128256), (1, 262144), (8, 65536), (1, 32000), (1, 16384)]
 MANY_SHAPES = [(4096, 32000), (4096, 4096), (32768, 4096), (65536, 2048), (2048, 65536), (2048, 128256),
-               (1024, 262144)]
+               (1024, 262144),
+               # run 13 (--only): the coop segments' width question, rows of whole 2048 segments
+               # (126976, 131072) beside 128256, whose last is partial
+               (2048, 126976), (2048, 131072)]
 SHAPES = FEW_SHAPES + MANY_SHAPES
 # torch.compile, fwd and bwd, most important first, as the deadline allows (it compiles per shape
 # and mode: several seconds each). The many-row shapes it was timed on in runs 1-3 are not repeated.

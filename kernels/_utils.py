@@ -315,14 +315,14 @@ def lines_launch(M: int, N: int, elt: int, device, chunk: int | None = None, pro
     """(grid, launch keywords N_FULL, TAIL, BLOCK, VEC, num_warps) of a lines kernel over M rows of N
     elements of `elt` bytes: chunks of `chunk` elements (a power of two; default above: the narrow
     rows' up to `narrow_row_bytes` a row, the wide rows' past it), `programs_per_sm` programs per SM
-    or "rows" (one program a row; default: the narrow rows' above, `wide_programs` for wide rows),
+    (a fraction leaves SMs idle) or "rows" (one program a row; default: the narrow rows' above, `wide_programs` for wide rows),
     `vec` elements a line (default one 16-byte vector)."""
     wide = N * elt > narrow_row_bytes
     vec = vec or 16 // elt
     block = max(vec, min(chunk or (LINES_CHUNK_BYTES_WIDE if wide else LINES_CHUNK_BYTES) // elt,
                          triton.next_power_of_2(N)))
     pps = programs_per_sm or (wide_programs if wide else LINES_PROGRAMS_PER_SM)
-    grid = M if pps == "rows" else min(M, pps * sm_count(device))
+    grid = M if pps == "rows" else max(1, min(M, int(pps * sm_count(device))))
     warps = num_warps or max(1, min(32, block * elt // 2048))
     return grid, dict(N_FULL=N // block, TAIL=N % block != 0, BLOCK=block, VEC=vec, num_warps=warps)
 

@@ -464,89 +464,6 @@ def _bwd_coop(x_ptr, w_ptr, dy_ptr, dh_ptr, rstd_ptr, dx_ptr, dwp_ptr, slot_ptr,
 
 
 @triton.jit
-def _bwd_lines_write(x, dy, dh_row, dx_row, w_ptr, dwp_row, offs, mask, rstd, k, HAS_DH: tl.constexpr):
-    # pass 2's work on one chunk (x, dy loaded by the caller): dx stored, the row's dw terms added
-    # to its partial row
-    x = x.to(tl.float32)
-    dy = dy.to(tl.float32)
-    w = _masked_load(w_ptr + offs, mask, "evict_last").to(tl.float32)
-    dx = (dy * w - x * k) * rstd
-    if HAS_DH:
-        dx += _masked_load(dh_row + offs, mask, "evict_first").to(tl.float32)
-    tl.store(dx_row + offs, dx.to(dx_row.dtype.element_ty), mask=mask, eviction_policy="evict_first")
-    tl.atomic_add(dwp_row + offs, dy * x * rstd, mask=mask, sem="relaxed")
-
-
-@triton.jit
-def _bwd_dot(x, dy, w_ptr, offs, mask):
-    # pass 1's per-line sum of dy * w * x over one chunk
-    w = _masked_load(w_ptr + offs, mask, "evict_last").to(tl.float32)
-    return tl.sum(dy.to(tl.float32) * w * x.to(tl.float32), 1)
-
-
-@triton.jit
-def _bwd_lines(x_ptr, w_ptr, dy_ptr, dh_ptr, rstd_ptr, dx_ptr, dwp_ptr, M, N, P, N_FULL: tl.constexpr,
-               TAIL: tl.constexpr, BLOCK: tl.constexpr, VEC: tl.constexpr, HAS_DH: tl.constexpr):
-    # Wide rows, the forward's lines structure (_fwd_lines) for the backward: pass 1 sums dy * w * x
-    # per 16-byte line over the row's chunks from HBM (x and dy hinted evict_last: pass 2 re-reads
-    # them); pass 2 re-reads x and dy from L2, newest chunk first, writes dx and adds the row's dw
-    # terms dy * x * rstd into row (row % P) of the fp32 [P, N] partial buffer with vector
-    # reductions in L2 (red.global.add.v4.f32): dw is the one cross-row sum, and a program a row
-    # cannot keep it in registers. (Its summation order is then the programs' arrival order: dw is
-    # not bitwise reproducible from run to run.) Both passes load the next chunk before using the
-    # current one; the masked tail chunk, if TAIL, comes first in pass 1 and last in pass 2.
-    # With xhat = x * rstd, m = dy * w: dx = rstd * (m - xhat * mean(m * xhat)) = (m - x * k) * rstd,
-    # k = rstd^2 * sum(m * x) / N.
-    L: tl.constexpr = BLOCK // VEC
-    offs = tl.arange(0, L)[:, None] * VEC + tl.arange(0, VEC)[None, :]
-    t_offs = N_FULL * BLOCK + offs
-    t_mask = t_offs < N
-    row = tl.program_id(0)
-    while row < M:
-        base = row.to(tl.int64) * N
-        x_row, dy_row, dh_row, dx_row = x_ptr + base, dy_ptr + base, dh_ptr + base, dx_ptr + base
-        dwp_row = dwp_ptr + (row % P).to(tl.int64) * N
-        acc = tl.zeros([L], dtype=tl.float32)
-        if TAIL:
-            x_t = tl.load(x_row + t_offs, mask=t_mask, other=0.0, eviction_policy="evict_last")
-            dy_t = tl.load(dy_row + t_offs, mask=t_mask, other=0.0, eviction_policy="evict_last")
-        if N_FULL > 0:
-            x = tl.load(x_row + offs, eviction_policy="evict_last")
-            dy = tl.load(dy_row + offs, eviction_policy="evict_last")
-        if TAIL:
-            acc += _bwd_dot(x_t, dy_t, w_ptr, t_offs, t_mask)
-        if N_FULL > 1:  # (a constexpr guard: the compiler visits a loop body even for 0 trips)
-            for c in range(N_FULL - 1):
-                x_cur, dy_cur = x, dy
-                x = tl.load(x_row + (c + 1) * BLOCK + offs, eviction_policy="evict_last")
-                dy = tl.load(dy_row + (c + 1) * BLOCK + offs, eviction_policy="evict_last")
-                acc += _bwd_dot(x_cur, dy_cur, w_ptr, c * BLOCK + offs, None)
-        if N_FULL > 0:
-            acc += _bwd_dot(x, dy, w_ptr, (N_FULL - 1) * BLOCK + offs, None)
-        rstd = tl.load(rstd_ptr + row)
-        k = rstd * rstd * tl.sum(acc, 0) / N
-        if N_FULL > 0:
-            x = tl.load(x_row + (N_FULL - 1) * BLOCK + offs, eviction_policy="evict_first")
-            dy = tl.load(dy_row + (N_FULL - 1) * BLOCK + offs, eviction_policy="evict_first")
-        if N_FULL > 1:
-            for j in range(N_FULL - 1):
-                c = N_FULL - 1 - j
-                x_cur, dy_cur = x, dy
-                x = tl.load(x_row + (c - 1) * BLOCK + offs, eviction_policy="evict_first")
-                dy = tl.load(dy_row + (c - 1) * BLOCK + offs, eviction_policy="evict_first")
-                _bwd_lines_write(x_cur, dy_cur, dh_row, dx_row, w_ptr, dwp_row, c * BLOCK + offs, None, rstd, k,
-                                 HAS_DH)
-        if TAIL:
-            x_t = tl.load(x_row + t_offs, mask=t_mask, other=0.0, eviction_policy="evict_first")
-            dy_t = tl.load(dy_row + t_offs, mask=t_mask, other=0.0, eviction_policy="evict_first")
-        if N_FULL > 0:
-            _bwd_lines_write(x, dy, dh_row, dx_row, w_ptr, dwp_row, offs, None, rstd, k, HAS_DH)
-        if TAIL:
-            _bwd_lines_write(x_t, dy_t, dh_row, dx_row, w_ptr, dwp_row, t_offs, t_mask, rstd, k, HAS_DH)
-        row += tl.num_programs(0)
-
-
-@triton.jit
 def _bwd_row_dot(x_ptr, w_ptr, dy_ptr, rstd_ptr, c_ptr, M, N, CHUNK: tl.constexpr):
     # Wide rows, pass 1 of 2: c = mean(m * xhat) per row, the only cross-column quantity dx needs.
     row = tl.program_id(0)
@@ -691,9 +608,13 @@ SPLIT_SEG_BYTES = 32768
 # a group does not fit, _bwd_cols.
 COOP_SEG = 2048
 COOP_WARPS = 4
-# Rows of fp32 dw partials that _bwd_lines reduces into (row r into row r % LINES_SLOTS): more
-# spread the L2 reductions of programs at the same columns over more addresses.
-LINES_SLOTS = 4
+# The forward's lines structure in the backward lost (rms_norm_ab_h200_run19.txt, 1024x65536): one
+# program a row, pass 2 re-reading x and dy from L2 and adding dy * xhat into fp32 dw partial rows
+# with vector reductions in L2 (red.global.add.v4.f32, as dw cannot stay in a program's registers),
+# took 38-45% of copy for rms_norm and 46-51% for add_rms_norm over chunks, warps, 1-16 partial rows
+# and grids, against 69.9% and 70.6% coop. The reductions add 4 bytes of L2 traffic per element to
+# the 6 bytes of HBM traffic of a bf16 backward, and contend: one partial row 38.0%, four 42.6%.
+# It is not kept.
 DOT_CHUNK = 8192  # chunk of a wide row in _bwd_row_dot: 16 warps x 16 elements
 COLS_TILE = (4, 1024)  # BLOCK_R x BLOCK_C of _bwd_cols, 8 warps: 64 registers, 4 programs per SM
 
@@ -872,22 +793,17 @@ def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: 
                       dh: torch.Tensor | None = None, max_block: int = MAX_REG_BLOCK,
                       *, num_warps: int | None = None, prefetch: bool | None = None,
                       cols_tile: tuple[int, int] | None = None, policy: str = "evict_last",
-                      wide: str | None = None, coop_seg: int | None = None, coop_warps: int | None = None,
-                      lines_chunk: int | None = None, lines_programs=None, lines_warps: int | None = None,
-                      lines_slots: int | None = None, lines_vec: int | None = None):
+                      wide: str | None = None, coop_seg: int | None = None, coop_warps: int | None = None):
     """(dx, dw) for y = rms_norm(x) * w; with dh (add_rms_norm: x is h, dh the gradient reaching h
     directly), dx includes it.
 
     Knobs for GPU A/Bs (defaults: the current choice): `num_warps` and `prefetch` of the register
     path (_bwd_rows) and the cache `policy` of its loads; rows wider than `max_block` (the tests
     lower it) take `wide` = "cols" (_bwd_row_dot then _bwd_cols, whose (BLOCK_R, BLOCK_C) is
-    `cols_tile`, 8 warps), "coop" (_bwd_coop, `coop_seg` elements and `coop_warps` warps a
-    program) or "lines" (_bwd_lines: `lines_chunk` elements a chunk, `lines_programs` per SM or
-    "rows", `lines_warps` warps, `lines_vec` elements a line, defaults _utils.lines_launch;
-    `lines_slots` rows of dw partials, default LINES_SLOTS); default "coop" on the GPU (where a group of its programs fits), "cols"
-    elsewhere."""
-    if wide not in (None, "cols", "coop", "lines"):
-        raise ValueError(f"wide must be 'cols', 'coop' or 'lines', got {wide!r}")
+    `cols_tile`, 8 warps) or "coop" (_bwd_coop, `coop_seg` elements and `coop_warps` warps a
+    program); default "coop" on the GPU (where a group of its programs fits), "cols" elsewhere."""
+    if wide not in (None, "cols", "coop"):
+        raise ValueError(f"wide must be 'cols' or 'coop', got {wide!r}")
     N = x.shape[-1]
     x2 = _as_rows(x, N)
     dy2 = _as_rows(dy, N)
@@ -911,12 +827,7 @@ def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: 
             return dx.view(x.shape), dw
         part = torch.empty((grid, N), dtype=torch.float32, device=x.device)
         _bwd_rows[(grid,)](x2, w, dy2, dh2, rstd, dx, part, M, N, iters, num_warps=warps, **meta)
-    elif (wide := wide or ("coop" if x.is_cuda else "cols")) == "lines":
-        grid, meta = lines_launch(M, N, x2.element_size(), x.device, lines_chunk, lines_programs, lines_warps,
-                                  narrow_row_bytes=LINES_NARROW_ROW_BYTES, vec=lines_vec)
-        part = torch.zeros((min(M, lines_slots or LINES_SLOTS), N), dtype=torch.float32, device=x.device)
-        _bwd_lines[(grid,)](x2, w, dy2, dh2, rstd, dx, part, M, N, part.shape[0], HAS_DH=has_dh, **meta)
-    elif wide == "coop" and (plan := coop_plan(
+    elif (wide or ("coop" if x.is_cuda else "cols")) == "coop" and (plan := coop_plan(
             _bwd_coop, (x2, w, dy2, dh2, rstd, dx, rstd), M, N, coop_seg, COOP_SEG, coop_warps or COOP_WARPS, 1,
             HAS_DH=has_dh)) is not None:  # (rstd: an fp32 stand-in for the dw partials, sized by the plan)
         groups, iters, S, slots, meta = plan

@@ -244,61 +244,6 @@ def _softmax_fwd_lines(x_ptr, y_ptr, M, N, N_FULL: tl.constexpr, TAIL: tl.conste
         row += tl.num_programs(0)
 
 
-@triton.jit
-def _softmax_bwd_lines(y_ptr, dy_ptr, dx_ptr, M, N, N_FULL: tl.constexpr, TAIL: tl.constexpr, BLOCK: tl.constexpr,
-                       VEC: tl.constexpr, N_ALIGN: tl.constexpr):
-    # The backward in the forward's lines structure: pass 1 sums y * dy per line (y and dy from
-    # HBM, evict_last), pass 2 re-reads both from L2, newest chunk first, and writes
-    # dx = y * (dy - sum(y * dy)).
-    L: tl.constexpr = BLOCK // VEC
-    offs = tl.arange(0, L)[:, None] * VEC + tl.arange(0, VEC)[None, :]
-    t_offs = N_FULL * BLOCK + offs
-    t_mask = _col_mask(t_offs, N, N_ALIGN)
-    row = tl.program_id(0)
-    while row < M:
-        base = _row_start(row, N, N_ALIGN)
-        y_row, dy_row, dx_row = y_ptr + base, dy_ptr + base, dx_ptr + base
-        acc = tl.zeros([L], dtype=tl.float32)
-        if TAIL:
-            y_t = tl.load(y_row + t_offs, mask=t_mask, other=0.0, eviction_policy="evict_last")
-            dy_t = tl.load(dy_row + t_offs, mask=t_mask, other=0.0, eviction_policy="evict_last")
-        if N_FULL > 0:
-            y = tl.load(y_row + offs, eviction_policy="evict_last")
-            dy = tl.load(dy_row + offs, eviction_policy="evict_last")
-        if TAIL:
-            acc += tl.sum(y_t.to(tl.float32) * dy_t.to(tl.float32), 1)
-        if N_FULL > 1:  # (a constexpr guard: the compiler visits a loop body even for 0 trips)
-            for c in range(N_FULL - 1):
-                y_cur, dy_cur = y, dy
-                y = tl.load(y_row + (c + 1) * BLOCK + offs, eviction_policy="evict_last")
-                dy = tl.load(dy_row + (c + 1) * BLOCK + offs, eviction_policy="evict_last")
-                acc += tl.sum(y_cur.to(tl.float32) * dy_cur.to(tl.float32), 1)
-        if N_FULL > 0:
-            acc += tl.sum(y.to(tl.float32) * dy.to(tl.float32), 1)
-        dot = tl.sum(acc, 0)
-        if N_FULL > 0:
-            y = tl.load(y_row + (N_FULL - 1) * BLOCK + offs, eviction_policy="evict_first")
-            dy = tl.load(dy_row + (N_FULL - 1) * BLOCK + offs, eviction_policy="evict_first")
-        if N_FULL > 1:
-            for i in range(N_FULL - 1):
-                c = N_FULL - 1 - i
-                y_cur, dy_cur = y, dy
-                y = tl.load(y_row + (c - 1) * BLOCK + offs, eviction_policy="evict_first")
-                dy = tl.load(dy_row + (c - 1) * BLOCK + offs, eviction_policy="evict_first")
-                dx = y_cur.to(tl.float32) * (dy_cur.to(tl.float32) - dot)
-                tl.store(dx_row + c * BLOCK + offs, dx.to(dx_ptr.dtype.element_ty), eviction_policy="evict_first")
-        if TAIL:
-            y_t = tl.load(y_row + t_offs, mask=t_mask, other=0.0, eviction_policy="evict_first")
-            dy_t = tl.load(dy_row + t_offs, mask=t_mask, other=0.0, eviction_policy="evict_first")
-        if N_FULL > 0:
-            dx = y.to(tl.float32) * (dy.to(tl.float32) - dot)
-            tl.store(dx_row + offs, dx.to(dx_ptr.dtype.element_ty), eviction_policy="evict_first")
-        if TAIL:
-            dx = y_t.to(tl.float32) * (dy_t.to(tl.float32) - dot)
-            tl.store(dx_row + t_offs, dx.to(dx_ptr.dtype.element_ty), mask=t_mask, eviction_policy="evict_first")
-        row += tl.num_programs(0)
-
-
 # Wide rows on the GPU, one launch: a row's segments held in the registers of co-resident programs
 # that wait for each other's partials (_utils.publish / wait_total, publish2 / wait_slots2; the
 # scheme of rms_norm._bwd_coop). Program (group g, segment s) keeps columns [s*SEG, (s+1)*SEG) of
@@ -487,13 +432,16 @@ _STREAM_PROGRAMS_PER_SM = 1
 # register path, then the default) -> 81.4%, 2048x128256 61.7% (the stream) -> 82.7%, 1024x262144
 # 58.3% -> 71.9%.
 _LINES = True
-_LINES_BWD = False
 # On the GPU, many rows too wide for registers take, in the backward, the coop path instead of the
 # stream: segments of _COOP_SEG elements, _COOP_WARPS warps a program. H200 A/B run 8
 # (softmax_ab_h200_run8.txt), bf16 bwd: 2048x65536 77.3% of copy -> 83.4%, 2048x128256 68.4% ->
 # 77.1%, 1024x262144 62.1% -> 81.3% (segments of 4096: 81.1%, 82.0%, 78.1%; 8 warps or 1024: less).
 # The forward keeps the stream (_FWD_COOP): coop 2048x128256 55.2% against 61.6% streamed,
 # 1024x262144 60.1% against 58.3% (its second exp per element, and the max and sum to combine).
+# The lines structure in the backward (pass 1 sums y * dy per line, pass 2 re-reads y and dy from
+# L2) lost to coop, run 12 (softmax_ab_h200_run12.txt): 2048x65536 81.9% at best (32 KB chunks of 16
+# warps; coop 82.6%), 2048x128256 67.8%, 1024x262144 63.5% (coop 75.9%, 80.4%): its rows in flight
+# are twice the forward's in L2, and 64 KB chunks of 32 warps spill. It is not kept.
 _COOP_SEG = 2048
 _COOP_WARPS = 4
 _FWD_COOP = False
@@ -621,7 +569,7 @@ def _launch(fused, stream, split_kernels, tensors, M: int, N: int, elem: int, de
     if (device.type == "cuda" if coop is None else coop) and _launch_coop(*coop_kernel, tensors, M, N, coop_seg,
                                                                         coop_warps):
         return
-    if stream in (_softmax_fwd_lines, _softmax_bwd_lines):
+    if stream is _softmax_fwd_lines:
         grid, meta = lines_launch(M, N, elem, device, chunk, programs_per_sm, max_warps)
         stream[(grid,)](*tensors, M, N, N_ALIGN=_align(N), **meta)
         return
@@ -670,16 +618,14 @@ def softmax_backward(dy: torch.Tensor, y: torch.Tensor, *, max_block: int | None
                      tile_bytes: int | None = None, policy: str = _POLICY,
                      split: bool | None = None, split_seg: int | None = None,
                      lean: bool | None = None, coop: bool | None = None, coop_seg: int | None = None,
-                     coop_warps: int | None = None, lines: bool | None = None) -> torch.Tensor:
-    """dx = y * (dy - sum(dy * y)); y, dy [M, N] contiguous. Keywords as softmax_forward's (`lines`:
-    _softmax_bwd_lines where the stream would run, default _LINES_BWD), and `lean`: the register
-    path keeps bf16 inputs packed across its reduction (_utils.widen; only bf16 on the GPU,
-    elsewhere it changes nothing)."""
+                     coop_warps: int | None = None) -> torch.Tensor:
+    """dx = y * (dy - sum(dy * y)); y, dy [M, N] contiguous. Keywords as softmax_forward's, and
+    `lean`: the register path keeps bf16 inputs packed across its reduction (_utils.widen; only
+    bf16 on the GPU, elsewhere it changes nothing)."""
     M, N = y.shape
     dx = torch.empty_like(y)
     lean = _LEAN_BWD if lean is None else lean
-    lines = _LINES_BWD if lines is None else lines
-    _launch(_softmax_bwd, _softmax_bwd_lines if lines else _softmax_bwd_stream, _BWD_SPLIT, (y, dy, dx), M, N, y.element_size(), y.device,
+    _launch(_softmax_bwd, _softmax_bwd_stream, _BWD_SPLIT, (y, dy, dx), M, N, y.element_size(), y.device,
             max_block, max_warps, chunk, programs_per_sm, tile_bytes=tile_bytes, policy=policy,
             split=split, split_seg=split_seg,
             fused_meta={"ASM": lean and widen_asm(y) and widen_asm(dy)}, coop_kernel=(_softmax_bwd_coop, 1),

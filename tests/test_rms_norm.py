@@ -153,8 +153,6 @@ BWD_VARIANTS = {
     # for each other: test_coop_backward_on_the_gpu runs it in segments), 4 programs striding
     "coop": dict(max_block=256, wide="coop"),
     "coop_8w": dict(max_block=256, wide="coop", coop_warps=8),
-    # _bwd_lines: chunks with a masked tail, dw reduced into 3 partial rows (1 at 6 rows: 6 % 3)
-    "lines": dict(max_block=256, wide="lines", lines_chunk=256, lines_slots=3),
 }
 
 
@@ -171,33 +169,11 @@ def test_backward_variants(variant, dtype, dims):
     assert _rel(dx, dx_ref) <= tol and _rel(dw, dw_ref) <= tol
 
 
-@pytest.mark.parametrize("dtype", SPEC.dtypes, ids=str)
-@pytest.mark.parametrize("with_dh", [False, True], ids=["", "dh"])
-@pytest.mark.parametrize("dims,chunk,programs,slots", [((9, 5003), 1024, 1, 2), ((3, 4096), 512, "rows", 1),
-                                                        ((5, 100), 64, 2, 8)],
-                         ids=["tail-strided", "no-tail", "narrow"])
-def test_lines_backward_chunks(dims, chunk, programs, slots, with_dh, dtype):
-    # _bwd_lines with several chunks a row (as test_lines_forward_chunks), programs striding over
-    # the rows (CPU: 4 "SMs"), dw through 2, 1 and (more slots than rows) 5 partial rows, with dh
-    # (add_rms_norm) and without
-    x, w, eps = _inputs(*dims, dtype)
-    dy = torch.randn(dims).to(dtype)
-    dh = torch.randn(dims).to(dtype) if with_dh else None
-    _, _, rstd = K.rms_norm_forward(x, w, eps)
-    dx, dw = K.rms_norm_backward(dy, x, w, rstd, dh=dh, max_block=16, wide="lines", lines_chunk=chunk,
-                                 lines_programs=programs, lines_slots=slots)
-    _, dx_ref, dw_ref = _reference_grads(x, w, eps, dy)
-    if with_dh:
-        dx_ref = dx_ref + dh.double()
-    tol = SPEC.tolerance[dtype]
-    assert _rel(dx, dx_ref) <= tol and _rel(dw, dw_ref) <= tol
-
-
 def test_backward_wide_path_must_be_known_and_coop_segments_need_a_gpu():
     x, w, eps = _inputs(3, 1000, torch.float32)
     dy = torch.randn(3, 1000)
     _, _, rstd = K.rms_norm_forward(x, w, eps)
-    with pytest.raises(ValueError, match="'cols', 'coop' or 'lines'"):
+    with pytest.raises(ValueError, match="'cols' or 'coop'"):
         K.rms_norm_backward(dy, x, w, rstd, max_block=256, wide="rows")
     with pytest.raises(ValueError, match="need a GPU"):
         K.rms_norm_backward(dy, x, w, rstd, max_block=256, wide="coop", coop_seg=256)

@@ -131,7 +131,7 @@ VARIANTS = {
     # the GPU's path for many rows too wide for registers; on the CPU one segment a row (its
     # programs would wait for each other: test_coop_on_the_gpu runs it in segments)
     "coop": ({"max_block": 256, "split": False, "coop": True}, [{"M": 37, "N": 1000}, {"M": 17, "N": 4099}]),
-    # the lines paths (_softmax_fwd_lines, _softmax_bwd_lines) where the stream would run: whole
+    # the forward's lines path where the stream would run (the backward ignores `lines`): whole
     # chunks with a masked tail, no tail, a row narrower than one chunk (N_FULL = 0), an unaligned
     # width, more rows than programs (CPU: 4 "SMs") and one program a row
     "lines": ({"max_block": 0, "split": False, "coop": False, "lines": True, "chunk": 1024},
@@ -155,7 +155,7 @@ def test_variant_matches_reference(variant, dims, dtype, mode):
     x = SPEC.make_inputs(dims, dtype, "cpu", seed)["x"]
     dys, want = verify.reference_answers(SPEC, {"x": x}, mode, seed + 1)
     y = softmax.softmax_forward(x, **kw)
-    bwd_kw = {k: v for k, v in kw.items() if k != "persist"}  # a forward-only option
+    bwd_kw = {k: v for k, v in kw.items() if k not in ("persist", "lines")}  # forward-only options
     got = y if mode == "fwd" else softmax.softmax_backward(dys[0].to(dtype), y, **bwd_kw)
     error = verify.rel_error(got, want[0])
     assert error <= SPEC.tolerance[dtype], f"{variant} {mode} {dtype} {dims} seed {seed}: error {error:.3g}"
