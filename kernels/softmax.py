@@ -442,7 +442,14 @@ _LINES = True
 # L2) lost to coop, run 12 (softmax_ab_h200_run12.txt): 2048x65536 81.9% at best (32 KB chunks of 16
 # warps; coop 82.6%), 2048x128256 67.8%, 1024x262144 63.5% (coop 75.9%, 80.4%): its rows in flight
 # are twice the forward's in L2, and 64 KB chunks of 32 warps spill. It is not kept.
+# Rows of 65537-131072 elements take segments of _COOP_SEG_MID instead: 4096 against 2048, bwd
+# 2048x128256 82.0% / 81.0% / 81.8% of copy against 77.1% / 75.9% / 77.2% (runs 8, 12, 13), and
+# in run 13 2048x126976 78.3% against 77.5%, 2048x131072 82.8% against 81.5%; narrower and wider
+# rows lost with it (2048x65536 81.1% / 80.3% against 83.4% / 82.6%; 1024x262144 78.1% / 77.2% /
+# 77.9% against 81.3% / 80.4% / 81.2%). Why the middle widths prefer it, we have not found out.
 _COOP_SEG = 2048
+_COOP_SEG_MID = 4096
+_COOP_SEG_MID_WIDTHS = (65537, 131072)
 _COOP_WARPS = 4
 _FWD_COOP = False
 # A few wide rows take the split path. Streamed, all of a 1 x 128256 bf16 softmax ran on one SM
@@ -503,7 +510,8 @@ def _warps(tile: int, max_warps: int) -> int:
 #                    the coop path in the backward on the GPU (_softmax_bwd_coop; the forward's,
 #                    _softmax_fwd_coop, is off: _FWD_COOP) and the stream elsewhere; True / False
 #                    force it on / off (on the CPU: one segment a row)
-#   coop_seg         coop path: elements per segment (default _COOP_SEG)
+#   coop_seg         coop path: elements per segment (default _COOP_SEG, _COOP_SEG_MID for rows
+#                    in _COOP_SEG_MID_WIDTHS)
 #   coop_warps       coop path: warps a program (default _COOP_WARPS)
 #   lines            forward, where the stream would run: _softmax_fwd_lines instead (default
 #                    _LINES); `chunk`, `programs_per_sm` and `max_warps` apply to it as to the stream
@@ -536,7 +544,9 @@ def _launch_coop(kernel, partials: int, tensors, M: int, N: int, seg, warps) -> 
     """The coop path (see _softmax_fwd_coop, _utils.coop_plan): False, launching nothing, where not
     even one group of a row's programs fits on the GPU at once."""
     warps = warps or _COOP_WARPS
-    plan = coop_plan(kernel, tensors, M, N, seg, _COOP_SEG, warps, partials, N_ALIGN=_align(N))
+    lo, hi = _COOP_SEG_MID_WIDTHS
+    plan = coop_plan(kernel, tensors, M, N, seg, _COOP_SEG_MID if lo <= N <= hi else _COOP_SEG, warps, partials,
+                     N_ALIGN=_align(N))
     if plan is None:
         return False
     groups, iters, S, slots, meta = plan

@@ -301,3 +301,22 @@ def test_coop_on_the_gpu(dtype, dims, seg):
     y64, dy64 = yk.double(), dy[keep].double()
     assert verify.rel_error(dx, y64 * (dy64 - (y64 * dy64).sum(-1, keepdim=True))) <= SPEC.tolerance[dtype]
     assert torch.equal(y.nan_to_num(), softmax.softmax_forward(x, **kw).nan_to_num())  # deterministic
+
+
+@pytest.mark.parametrize("n,seg", [(65536, softmax._COOP_SEG), (65537, softmax._COOP_SEG_MID),
+                                   (128256, softmax._COOP_SEG_MID), (131072, softmax._COOP_SEG_MID),
+                                   (131073, softmax._COOP_SEG), (262144, softmax._COOP_SEG)])
+def test_coop_segments_by_width(monkeypatch, n, seg):
+    # the backward's coop segments: 4096 for rows of 65537-131072 elements, 2048 otherwise (measured:
+    # see _COOP_SEG_MID); a given coop_seg is passed on as it is
+    asked = []
+
+    def plan(kernel, tensors, M, N, seg, default_seg, *args, **kw):
+        asked.append((seg, default_seg))
+        return None  # no group fits: the launcher falls back to the stream, which is not run here
+
+    monkeypatch.setattr(softmax, "coop_plan", plan)
+    y = torch.empty(softmax._SPLIT_MAX_ROWS + 1, n, dtype=torch.bfloat16)  # more rows than the split takes
+    launched(monkeypatch, lambda: softmax.softmax_backward(y, y, coop=True))
+    launched(monkeypatch, lambda: softmax.softmax_backward(y, y, coop=True, coop_seg=1024))
+    assert asked == [(None, seg), (1024, seg)]
