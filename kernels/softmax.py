@@ -441,6 +441,11 @@ _STREAM_PROGRAMS_PER_SM = 1
 # register path, then the default) -> 81.4%, 2048x128256 61.7% (the stream) -> 82.7%, 1024x262144
 # 58.3% -> 71.9%.
 _LINES = True
+# Its arithmetic is not what holds it below copy speed: one FMA per exponent (x * LOG2E - max * LOG2E)
+# instead of the exact (x - max) * LOG2E measured the same within 1.8% (run 14,
+# softmax_ab_h200_run14.txt: 2048x65536 81.5% -> 81.6%, 2048x128256 82.1% -> 81.1%, 1024x262144
+# 71.6% -> 72.9%); neither did fewer rows in flight than SMs help the widest rows, whose re-read
+# rows overflow L2 (run 13: 1024x262144 0.5 program per SM 59.3%, 0.75 68.4%, one a row 68.3%).
 # On the GPU, many rows too wide for registers take, in the backward, the coop path instead of the
 # stream: segments of _COOP_SEG elements, _COOP_WARPS warps a program. H200 A/B run 8
 # (softmax_ab_h200_run8.txt), bf16 bwd: 2048x65536 77.3% of copy -> 83.4%, 2048x128256 68.4% ->
