@@ -124,9 +124,6 @@ VARIANTS = [
      lambda m, n: many(m, n) and n > 131072, ("fwd",)),
     ("lines 32K 16w 0.75/SM", {"lean": False, "coop": False, "lines": True, "chunk": 16384, "programs_per_sm": 0.75},
      lambda m, n: many(m, n) and n > 131072, ("fwd",)),
-    # run 14: is the forward's lines path bound by its arithmetic? exp2(x * LOG2E - max * LOG2E), one
-    # FMA, instead of the exact (x - max) * LOG2E, in both passes
-    ("lines inexact", {"exact": False}, lambda m, n: many(m, n) and n > 32768, ("fwd",)),
 ]
 # Few rows (the split path's A/B: 1 to 16 rows of the LLaMA-3 vocabulary, wider and narrower rows;
 # 1 x 32000 and 1 x 16384 fit in registers: split=True against the register path), then the

@@ -196,17 +196,8 @@ def _softmax_bwd_stream(y_ptr, dy_ptr, dx_ptr, M, N, CHUNK: tl.constexpr, N_ALIG
 
 
 @triton.jit
-def _exp_shifted(x, m, EXACT: tl.constexpr):
-    if EXACT:
-        return tl.exp2((x.to(tl.float32) - m) * LOG2E)
-    else:
-        return tl.exp2(x.to(tl.float32) * LOG2E - m * LOG2E)
-
-
-@triton.jit
 def _softmax_fwd_lines(x_ptr, y_ptr, M, N, N_FULL: tl.constexpr, TAIL: tl.constexpr, BLOCK: tl.constexpr,
-                       VEC: tl.constexpr, N_ALIGN: tl.constexpr, EXACT: tl.constexpr = True):
-    # EXACT off (an A/B knob): exp2(x * LOG2E - max * LOG2E), one FMA, in both passes (lse_update)
+                       VEC: tl.constexpr, N_ALIGN: tl.constexpr):
     L: tl.constexpr = BLOCK // VEC
     offs = tl.arange(0, L)[:, None] * VEC + tl.arange(0, VEC)[None, :]
     t_offs = N_FULL * BLOCK + offs
@@ -221,14 +212,14 @@ def _softmax_fwd_lines(x_ptr, y_ptr, M, N, N_FULL: tl.constexpr, TAIL: tl.conste
         if N_FULL > 0:
             x_next = tl.load(x_ptr + base + offs, eviction_policy="evict_last")
         if TAIL:
-            m, d = lse_update(x_t.to(tl.float32), m, d, EXACT)
+            m, d = lse_update(x_t.to(tl.float32), m, d, True)
         if N_FULL > 1:  # (a constexpr guard: the compiler visits a loop body even for 0 trips)
             for c in range(N_FULL - 1):
                 cur = x_next
                 x_next = tl.load(x_ptr + base + (c + 1) * BLOCK + offs, eviction_policy="evict_last")
-                m, d = lse_update(cur.to(tl.float32), m, d, EXACT)
+                m, d = lse_update(cur.to(tl.float32), m, d, True)
         if N_FULL > 0:
-            m, d = lse_update(x_next.to(tl.float32), m, d, EXACT)
+            m, d = lse_update(x_next.to(tl.float32), m, d, True)
         # the lines combined: y = exp(x - max) / sum (x - max exact, as in lse_update's EXACT);
         # a row of only -inf gives NaN, as torch does
         m_row = tl.max(m, 0)
@@ -240,15 +231,15 @@ def _softmax_fwd_lines(x_ptr, y_ptr, M, N, N_FULL: tl.constexpr, TAIL: tl.conste
                 c = N_FULL - 1 - i
                 cur = x_next
                 x_next = tl.load(x_ptr + base + (c - 1) * BLOCK + offs, eviction_policy="evict_first")
-                y = _exp_shifted(cur, m_row, EXACT) * r
+                y = tl.exp2((cur.to(tl.float32) - m_row) * LOG2E) * r
                 tl.store(y_ptr + base + c * BLOCK + offs, y.to(y_ptr.dtype.element_ty), eviction_policy="evict_first")
         if TAIL:
             x_t = tl.load(x_ptr + base + t_offs, mask=t_mask, other=-float("inf"), eviction_policy="evict_first")
         if N_FULL > 0:
-            y = _exp_shifted(x_next, m_row, EXACT) * r
+            y = tl.exp2((x_next.to(tl.float32) - m_row) * LOG2E) * r
             tl.store(y_ptr + base + offs, y.to(y_ptr.dtype.element_ty), eviction_policy="evict_first")
         if TAIL:
-            y = _exp_shifted(x_t, m_row, EXACT) * r
+            y = tl.exp2((x_t.to(tl.float32) - m_row) * LOG2E) * r
             tl.store(y_ptr + base + t_offs, y.to(y_ptr.dtype.element_ty), mask=t_mask, eviction_policy="evict_first")
         row += tl.num_programs(0)
 
@@ -529,8 +520,6 @@ def _warps(tile: int, max_warps: int) -> int:
 #   coop_warps       coop path: warps a program (default _COOP_WARPS)
 #   lines            forward, where the stream would run: _softmax_fwd_lines instead (default
 #                    _LINES); `chunk`, `programs_per_sm` and `max_warps` apply to it as to the stream
-#   exact            forward lines path: x - max formed before the exp (default True, as
-#                    lse_update's EXACT); False: x * LOG2E - max * LOG2E, one FMA (an A/B knob)
 #   persist          forward register path: a persistent grid of this many programs per SM, each
 #                    prefetching its next row tile (_softmax_fwd_persist); 0: one tile per program;
 #                    default: 1 for rows over 16384 elements, else 0
@@ -573,7 +562,7 @@ def _launch_coop(kernel, partials: int, tensors, M: int, N: int, seg, warps) -> 
 def _launch(fused, stream, split_kernels, tensors, M: int, N: int, elem: int, device, max_block,
             max_warps, chunk, programs_per_sm, persist=None, tile_bytes=None, policy=_POLICY,
             split=None, split_seg=None, fused_meta=None, coop_kernel=None, coop=None, coop_seg=None,
-            coop_warps=None, lines_meta=None) -> None:
+            coop_warps=None) -> None:
     block = triton.next_power_of_2(N)
     fits_registers = block <= (_MAX_ROW_BYTES // elem if max_block is None else max_block)
     if _uses_split(M, block, split):
@@ -597,7 +586,7 @@ def _launch(fused, stream, split_kernels, tensors, M: int, N: int, elem: int, de
         return
     if stream is _softmax_fwd_lines:
         grid, meta = lines_launch(M, N, elem, device, chunk, programs_per_sm, max_warps)
-        stream[(grid,)](*tensors, M, N, N_ALIGN=_align(N), **meta, **(lines_meta or {}))
+        stream[(grid,)](*tensors, M, N, N_ALIGN=_align(N), **meta)
         return
     chunk = chunk or _STREAM_CHUNK_BYTES // elem
     pps = programs_per_sm or _STREAM_PROGRAMS_PER_SM
@@ -616,7 +605,7 @@ def softmax_forward(x: torch.Tensor, *, max_block: int | None = None, max_warps:
                     policy: str = _POLICY, split: bool | None = None,
                     split_seg: int | None = None, lean: bool | None = None, coop: bool | None = None,
                     coop_seg: int | None = None, coop_warps: int | None = None,
-                    lines: bool | None = None, exact: bool = True) -> torch.Tensor:
+                    lines: bool | None = None) -> torch.Tensor:
     """x [M, N] contiguous -> y. Keywords: see the comment above _launch, and `lean`: rows up to
     _LEAN_FWD_BLOCK in registers, one row per program (no persistent grid), bf16 x kept packed
     across the reductions on the GPU (_utils.widen). Default: off where `lines` is on (the default),
@@ -635,8 +624,7 @@ def softmax_forward(x: torch.Tensor, *, max_block: int | None = None, max_warps:
             x.element_size(), x.device,
             max_block, max_warps, chunk, programs_per_sm, persist, tile_bytes, policy, split, split_seg,
             fused_meta={"ASM": lean and widen_asm(x)}, coop_kernel=(_softmax_fwd_coop, 2),
-            coop=_FWD_COOP if coop is None else coop, coop_seg=coop_seg, coop_warps=coop_warps,
-            lines_meta={"EXACT": exact})
+            coop=_FWD_COOP if coop is None else coop, coop_seg=coop_seg, coop_warps=coop_warps)
     return y
 
 
