@@ -118,6 +118,10 @@ CASES = [
     ("add_rms_norm", "fwd", 1024, 65536),
     ("add_rms_norm", "fwd", 999, 5003),
     ("rms_norm", "fwd", 999, 5003),
+    # run 20 (--only): the coop backward with more rows a group (1024 rows: 16 a group of 32
+    # programs, a pipeline of 17 steps whose first and last are half used)
+    ("rms_norm", "bwd", 2048, 65536),
+    ("rms_norm", "bwd", 4096, 65536),
 ]
 DRY_M = {2048: 9, 4096: 6, 5003: 3, 65536: 3, 5120: 3, 8192: 2, 16384: 3}  # --dry-run: the same widths, a few rows
 

@@ -133,7 +133,9 @@ MANY_SHAPES = [(4096, 32000), (4096, 4096), (32768, 4096), (65536, 2048), (2048,
                (1024, 262144),
                # run 13 (--only): the coop segments' width question, rows of whole 2048 segments
                # (126976, 131072) beside 128256, whose last is partial
-               (2048, 126976), (2048, 131072)]
+               (2048, 126976), (2048, 131072),
+               # run 15 (--only): the coop backward with half and twice the rows a group
+               (1024, 65536), (4096, 65536)]
 SHAPES = FEW_SHAPES + MANY_SHAPES
 # torch.compile, fwd and bwd, most important first, as the deadline allows (it compiles per shape
 # and mode: several seconds each). The many-row shapes it was timed on in runs 1-3 are not repeated.
