@@ -125,9 +125,6 @@ BWD_VARIANTS = [
     ("coop 8 warps", lambda n: {"coop_warps": 8}),
     ("coop seg 4096 8 warps", lambda n: {"coop_seg": 4096, "coop_warps": 8}),
     ("coop at 8192", lambda n: {"max_block": 4096} if n == 8192 else {}),
-    # run 17: each row's mean and rstd loaded in its own step (before: the publish waited on them)
-    # instead of a step ahead (the default since)
-    ("coop stats in step", lambda n: {"coop_stats_ahead": False}),
     # run 10 also measured dw and db partials added atomically (red.global) and cast by the last
     # program to arrive, in one launch: 32768x4096 the same (86.2%), 1024x2048 and 3000x3584 8-10%
     # slower; removed

@@ -98,9 +98,6 @@ BWD_VARIANTS = [
     ("coop seg 4096", lambda n: {"coop_seg": 4096}),
     ("coop seg 2048 8 warps", lambda n: {"coop_warps": 8}),
     ("coop at 16384", lambda n: {"max_block": 8192} if n == 16384 else {}),
-    # run 21: each row's rstd loaded in its own step (before: the publish waited on it) instead of
-    # a step ahead (the default since)
-    ("coop stats in step", lambda n: {"coop_stats_ahead": False}),
 ]
 
 # (kernel, mode, M, N), most important first: past --budget-s the rest is skipped

@@ -414,7 +414,7 @@ def _bwd_rows(x_ptr, w_ptr, dy_ptr, dh_ptr, rstd_ptr, dx_ptr, part_ptr, M, N, it
 
 @triton.jit(do_not_specialize=["iters"])
 def _bwd_coop(x_ptr, w_ptr, dy_ptr, dh_ptr, rstd_ptr, dx_ptr, dwp_ptr, slot_ptr, M, N, S, iters,
-              SEG: tl.constexpr, S_BLOCK: tl.constexpr, HAS_DH: tl.constexpr, STATS_AHEAD: tl.constexpr = True):
+              SEG: tl.constexpr, S_BLOCK: tl.constexpr, HAS_DH: tl.constexpr):
     # Wide rows held by S co-resident programs (_utils.publish / wait_total): program (group g,
     # segment s) keeps columns [s*SEG, (s+1)*SEG) of x and dy for rows g, g+G, g+2G, ... (G groups).
     # In step i it loads row i+1's segment, publishes row i's partial of sum(m * xhat) and then
@@ -433,19 +433,13 @@ def _bwd_coop(x_ptr, w_ptr, dy_ptr, dh_ptr, rstd_ptr, dx_ptr, dwp_ptr, slot_ptr,
     xp = tl.zeros_like(x)
     dyp = tl.zeros_like(dy)
     rstd_p = tl.load(rstd_ptr + g, mask=g < M, other=0.0)  # (a float tensor for the loop)
-    if STATS_AHEAD:
-        rstd_n = tl.load(rstd_ptr + g, mask=g < M, other=0.0)
     i = 0
     while i <= iters:  # step i: publish row i (past the end at i = iters: zeros), finish row i - 1
         row = g + i * G
         nxt = (row + G).to(tl.int64) * N + cols
         x_next = tl.load(x_ptr + nxt, mask=cm & (row + G < M), other=0.0)
         dy_next = tl.load(dy_ptr + nxt, mask=cm & (row + G < M), other=0.0)
-        if STATS_AHEAD:  # row i's rstd was loaded a step ago, with its x and dy: no wait before the publish
-            rstd = rstd_n
-            rstd_n = tl.load(rstd_ptr + row + G, mask=row + G < M, other=0.0)
-        else:
-            rstd = tl.load(rstd_ptr + row, mask=row < M, other=0.0)
+        rstd = tl.load(rstd_ptr + row, mask=row < M, other=0.0)
         xhat = x.to(tl.float32) * rstd
         dyf = dy.to(tl.float32)
         acc += dyf * xhat
@@ -799,8 +793,7 @@ def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: 
                       dh: torch.Tensor | None = None, max_block: int = MAX_REG_BLOCK,
                       *, num_warps: int | None = None, prefetch: bool | None = None,
                       cols_tile: tuple[int, int] | None = None, policy: str = "evict_last",
-                      wide: str | None = None, coop_seg: int | None = None, coop_warps: int | None = None,
-                      coop_stats_ahead: bool = True):
+                      wide: str | None = None, coop_seg: int | None = None, coop_warps: int | None = None):
     """(dx, dw) for y = rms_norm(x) * w; with dh (add_rms_norm: x is h, dh the gradient reaching h
     directly), dx includes it.
 
@@ -808,8 +801,7 @@ def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: 
     path (_bwd_rows) and the cache `policy` of its loads; rows wider than `max_block` (the tests
     lower it) take `wide` = "cols" (_bwd_row_dot then _bwd_cols, whose (BLOCK_R, BLOCK_C) is
     `cols_tile`, 8 warps) or "coop" (_bwd_coop, `coop_seg` elements and `coop_warps` warps a
-    program; `coop_stats_ahead`: each row's rstd loaded a step ahead, with its x and dy); default
-    "coop" on the GPU (where a group of its programs fits), "cols" elsewhere."""
+    program); default "coop" on the GPU (where a group of its programs fits), "cols" elsewhere."""
     if wide not in (None, "cols", "coop"):
         raise ValueError(f"wide must be 'cols' or 'coop', got {wide!r}")
     N = x.shape[-1]
@@ -837,7 +829,7 @@ def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: 
         _bwd_rows[(grid,)](x2, w, dy2, dh2, rstd, dx, part, M, N, iters, num_warps=warps, **meta)
     elif (wide or ("coop" if x.is_cuda else "cols")) == "coop" and (plan := coop_plan(
             _bwd_coop, (x2, w, dy2, dh2, rstd, dx, rstd), M, N, coop_seg, COOP_SEG, coop_warps or COOP_WARPS, 1,
-            HAS_DH=has_dh, STATS_AHEAD=coop_stats_ahead)) is not None:  # (rstd: an fp32 stand-in for the dw partials, sized by the plan)
+            HAS_DH=has_dh)) is not None:  # (rstd: an fp32 stand-in for the dw partials, sized by the plan)
         groups, iters, S, slots, meta = plan
         part = torch.empty((groups, N), dtype=torch.float32, device=x.device)
         _bwd_coop[(groups * S,)](x2, w, dy2, dh2, rstd, dx, part, slots, M, N, S, iters,

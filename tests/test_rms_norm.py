@@ -153,7 +153,6 @@ BWD_VARIANTS = {
     # for each other: test_coop_backward_on_the_gpu runs it in segments), 4 programs striding
     "coop": dict(max_block=256, wide="coop"),
     "coop_8w": dict(max_block=256, wide="coop", coop_warps=8),
-    "coop_stats_in_step": dict(max_block=256, wide="coop", coop_stats_ahead=False),
 }
 
 
