@@ -240,7 +240,8 @@ def run_shape(run, shape):
                 if mode == "fwd":
                     fn = lambda kw=kw: softmax.softmax_forward(x, **kw)  # noqa: E731
                 else:
-                    fn = lambda kw=kw: softmax.softmax_backward(dy, y, **kw)  # noqa: E731
+                    bwd_kw = {k: v for k, v in kw.items() if k != "lines"}  # a forward-only option
+                    fn = lambda kw=bwd_kw: softmax.softmax_backward(dy, y, **kw)  # noqa: E731
                 run.case(m, n, mode, label, fn, want, seen)
         if shape[1] <= 65536:  # Liger refuses wider rows
             run.peer(m, n, mode, "liger", softmax.softmax_liger, x, dy64, want)

@@ -608,6 +608,12 @@ SPLIT_SEG_BYTES = 32768
 # a group does not fit, _bwd_cols.
 COOP_SEG = 2048
 COOP_WARPS = 4
+# What holds coop below copy speed, measured (bf16 bwd, % of copy): rows a group, in part: 1024x65536
+# 68.9%, 2048x65536 72.8%, 4096x65536 74.3% (run 20: 16, 32 and 64 rows a group of 32 programs,
+# whose pipeline's first and last steps are half used; softmax's coop 78.7%, 82.4%, 84.0% at the
+# same shapes, softmax_ab_h200_run15.txt). Not the load of each row's rstd, on which the publish
+# waits: loaded a step ahead it measured 69.9% / 73.8% against 69.4% / 73.3% (run 21), and it cost
+# layer_norm's coop 10 points at 4096x16384 (layer_norm_ab_h200_run17.txt); not kept.
 # The forward's lines structure in the backward lost (rms_norm_ab_h200_run19.txt, 1024x65536): one
 # program a row, pass 2 re-reading x and dy from L2 and adding dy * xhat into fp32 dw partial rows
 # with vector reductions in L2 (red.global.add.v4.f32, as dw cannot stay in a program's registers),
