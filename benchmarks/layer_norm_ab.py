@@ -125,6 +125,10 @@ BWD_VARIANTS = [
     ("coop 8 warps", lambda n: {"coop_warps": 8}),
     ("coop seg 4096 8 warps", lambda n: {"coop_seg": 4096, "coop_warps": 8}),
     ("coop at 8192", lambda n: {"max_block": 4096} if n == 8192 else {}),
+    # run 17: register caps on the coop backward (168 registers a thread uncapped: 3 programs of 4
+    # warps per SM; 128: 4, 96: 5, with spills; sm_90 compile)
+    ("coop cap 128", lambda n: {"coop_maxnreg": 128}),
+    ("coop cap 96", lambda n: {"coop_maxnreg": 96}),
     # run 10 also measured dw and db partials added atomically (red.global) and cast by the last
     # program to arrive, in one launch: 32768x4096 the same (86.2%), 1024x2048 and 3000x3584 8-10%
     # slower; removed

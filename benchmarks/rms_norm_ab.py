@@ -98,6 +98,11 @@ BWD_VARIANTS = [
     ("coop seg 4096", lambda n: {"coop_seg": 4096}),
     ("coop seg 2048 8 warps", lambda n: {"coop_warps": 8}),
     ("coop at 16384", lambda n: {"max_block": 8192} if n == 16384 else {}),
+    # run 22: register caps on the coop backward (168 registers a thread uncapped: 3 programs of 4
+    # warps per SM; 128: 4, 96: 5, 80: 6, with some spill; sm_90 compile)
+    ("coop cap 128", lambda n: {"coop_maxnreg": 128}),
+    ("coop cap 96", lambda n: {"coop_maxnreg": 96}),
+    ("coop cap 80", lambda n: {"coop_maxnreg": 80}),
 ]
 
 # (kernel, mode, M, N), most important first: past --budget-s the rest is skipped

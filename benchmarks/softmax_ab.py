@@ -124,6 +124,10 @@ VARIANTS = [
      lambda m, n: many(m, n) and n > 131072, ("fwd",)),
     ("lines 32K 16w 0.75/SM", {"lean": False, "coop": False, "lines": True, "chunk": 16384, "programs_per_sm": 0.75},
      lambda m, n: many(m, n) and n > 131072, ("fwd",)),
+    # run 16: register caps on the coop backward (119 registers a thread uncapped: 4 programs of 4
+    # warps per SM; 96: 5, 80: 6, with a little spill; sm_90 compile)
+    ("coop cap 96", {"coop_maxnreg": 96}, lambda m, n: many(m, n) and n > 32768, ("bwd",)),
+    ("coop cap 80", {"coop_maxnreg": 80}, lambda m, n: many(m, n) and n > 32768, ("bwd",)),
 ]
 # Few rows (the split path's A/B: 1 to 16 rows of the LLaMA-3 vocabulary, wider and narrower rows;
 # 1 x 32000 and 1 x 16384 fit in registers: split=True against the register path), then the

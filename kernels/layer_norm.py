@@ -662,7 +662,8 @@ def layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
                         policy: str | None = None, prefetch: bool | None = None, maxnreg: int | None = None,
                         w_reload: bool | None = None, sum_block: int = _SUM_BLOCK_C,
                         fused_sums: bool = _BWD_FUSED_SUMS, wide: str | None = None, coop_seg: int | None = None,
-                        coop_warps: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                        coop_warps: int | None = None,
+                        coop_maxnreg: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """-> (dx, dw, db); dw and db in the weight's dtype, summed in fp32.
 
     Keyword options for GPU A/Bs; left out, the measured default. Rows up to `max_block`
@@ -671,7 +672,7 @@ def layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
     re-read every tile instead of held in registers; default from 16384 wide), `sum_block`
     (columns per program of the partial sums), `fused_sums` (c1 and c2 in one reduction). Wider rows:
     `wide` = "coop" (the GPU's default: _ln_bwd_coop, `coop_seg` elements and `coop_warps` warps a
-    program) or "cols" (elsewhere, and where a coop group does not fit: row sums, then _ln_bwd over
+    program, `coop_maxnreg` registers a thread at most) or "cols" (elsewhere, and where a coop group does not fit: row sums, then _ln_bwd over
     column blocks of `chunk` with `groups_per_sm` row groups per SM and column block (about), `rows`
     per tile, `num_warps`, `policy`)."""
     if wide not in (None, "cols", "coop"):
@@ -682,7 +683,7 @@ def layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
         return _ln_bwd_persistent(dy, x, weight, mean, rstd, dx, rows, num_warps, policy, prefetch, maxnreg,
                                   w_reload, sum_block, fused_sums)
     if (wide or ("coop" if x.is_cuda else "cols")) == "coop":
-        done = _ln_bwd_coop_launch(dy, x, weight, mean, rstd, dx, coop_seg, coop_warps, sum_block)
+        done = _ln_bwd_coop_launch(dy, x, weight, mean, rstd, dx, coop_seg, coop_warps, sum_block, coop_maxnreg)
         if done is not None:
             return done
     rows, block_c = rows or 1, chunk
@@ -706,13 +707,13 @@ def layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
     return dx, out[:N], out[N:]
 
 
-def _ln_bwd_coop_launch(dy, x, weight, mean, rstd, dx, seg, warps, sum_block):
+def _ln_bwd_coop_launch(dy, x, weight, mean, rstd, dx, seg, warps, sum_block, maxnreg=None):
     """_ln_bwd_coop (see _utils.coop_plan); None when not even one group of its programs fits."""
     M, N = x.shape
     warps = warps or _BWD_COOP_WARPS
     # (mean: an fp32 stand-in for the dw/db partials, sized by the plan)
     plan = coop_plan(_ln_bwd_coop, (x, dy, weight, mean, rstd, dx, mean), M, N, seg, _BWD_COOP_SEG, warps, 2,
-                     N_ALIGN=_align(N))
+                     N_ALIGN=_align(N), **({"maxnreg": maxnreg} if maxnreg else {}))
     if plan is None:
         return None
     groups, iters, S, slots, meta = plan

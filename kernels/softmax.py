@@ -518,6 +518,7 @@ def _warps(tile: int, max_warps: int) -> int:
 #   coop_seg         coop path: elements per segment (default _COOP_SEG, _COOP_SEG_MID for rows
 #                    in _COOP_SEG_MID_WIDTHS)
 #   coop_warps       coop path: warps a program (default _COOP_WARPS)
+#   coop_maxnreg     coop path, backward: registers a thread at most (default: no cap)
 #   lines            forward, where the stream would run: _softmax_fwd_lines instead (default
 #                    _LINES); `chunk`, `programs_per_sm` and `max_warps` apply to it as to the stream
 #   persist          forward register path: a persistent grid of this many programs per SM, each
@@ -545,13 +546,13 @@ def _launch_split(split_kernels, tensors, M: int, N: int, seg: int, max_warps, p
     write[(M, S)](*tensors, part, N, S, S_BLOCK=triton.next_power_of_2(S), **meta)
 
 
-def _launch_coop(kernel, partials: int, tensors, M: int, N: int, seg, warps) -> bool:
+def _launch_coop(kernel, partials: int, tensors, M: int, N: int, seg, warps, maxnreg=None) -> bool:
     """The coop path (see _softmax_fwd_coop, _utils.coop_plan): False, launching nothing, where not
     even one group of a row's programs fits on the GPU at once."""
     warps = warps or _COOP_WARPS
     lo, hi = _COOP_SEG_MID_WIDTHS
     plan = coop_plan(kernel, tensors, M, N, seg, _COOP_SEG_MID if lo <= N <= hi else _COOP_SEG, warps, partials,
-                     N_ALIGN=_align(N))
+                     N_ALIGN=_align(N), **({"maxnreg": maxnreg} if maxnreg else {}))
     if plan is None:
         return False
     groups, iters, S, slots, meta = plan
@@ -562,7 +563,7 @@ def _launch_coop(kernel, partials: int, tensors, M: int, N: int, seg, warps) -> 
 def _launch(fused, stream, split_kernels, tensors, M: int, N: int, elem: int, device, max_block,
             max_warps, chunk, programs_per_sm, persist=None, tile_bytes=None, policy=_POLICY,
             split=None, split_seg=None, fused_meta=None, coop_kernel=None, coop=None, coop_seg=None,
-            coop_warps=None) -> None:
+            coop_warps=None, coop_maxnreg=None) -> None:
     block = triton.next_power_of_2(N)
     fits_registers = block <= (_MAX_ROW_BYTES // elem if max_block is None else max_block)
     if _uses_split(M, block, split):
@@ -582,7 +583,7 @@ def _launch(fused, stream, split_kernels, tensors, M: int, N: int, elem: int, de
             fused[(tiles,)](*tensors, M, N, **meta, **(fused_meta or {}))
         return
     if (device.type == "cuda" if coop is None else coop) and _launch_coop(*coop_kernel, tensors, M, N, coop_seg,
-                                                                        coop_warps):
+                                                                        coop_warps, coop_maxnreg):
         return
     if stream is _softmax_fwd_lines:
         grid, meta = lines_launch(M, N, elem, device, chunk, programs_per_sm, max_warps)
@@ -633,7 +634,7 @@ def softmax_backward(dy: torch.Tensor, y: torch.Tensor, *, max_block: int | None
                      tile_bytes: int | None = None, policy: str = _POLICY,
                      split: bool | None = None, split_seg: int | None = None,
                      lean: bool | None = None, coop: bool | None = None, coop_seg: int | None = None,
-                     coop_warps: int | None = None) -> torch.Tensor:
+                     coop_warps: int | None = None, coop_maxnreg: int | None = None) -> torch.Tensor:
     """dx = y * (dy - sum(dy * y)); y, dy [M, N] contiguous. Keywords as softmax_forward's, and
     `lean`: the register path keeps bf16 inputs packed across its reduction (_utils.widen; only
     bf16 on the GPU, elsewhere it changes nothing)."""
@@ -644,7 +645,7 @@ def softmax_backward(dy: torch.Tensor, y: torch.Tensor, *, max_block: int | None
             max_block, max_warps, chunk, programs_per_sm, tile_bytes=tile_bytes, policy=policy,
             split=split, split_seg=split_seg,
             fused_meta={"ASM": lean and widen_asm(y) and widen_asm(dy)}, coop_kernel=(_softmax_bwd_coop, 1),
-            coop=coop, coop_seg=coop_seg, coop_warps=coop_warps)
+            coop=coop, coop_seg=coop_seg, coop_warps=coop_warps, coop_maxnreg=coop_maxnreg)
     return dx
 
 
