@@ -128,6 +128,10 @@ VARIANTS = [
     # warps per SM; 96: 5, 80: 6, with a little spill; sm_90 compile)
     ("coop cap 96", {"coop_maxnreg": 96}, lambda m, n: many(m, n) and n > 32768, ("bwd",)),
     ("coop cap 80", {"coop_maxnreg": 80}, lambda m, n: many(m, n) and n > 32768, ("bwd",)),
+    # run 17: at 65537-131072 wide (segments of 4096 by default, 215 registers, 2 programs per SM)
+    # segments of 2048 capped at 96 registers (5 programs per SM)
+    ("coop seg 2048 cap 96", {"coop_seg": 2048, "coop_maxnreg": 96}, lambda m, n: many(m, n) and 65536 < n <= 131072,
+     ("bwd",)),
 ]
 # Few rows (the split path's A/B: 1 to 16 rows of the LLaMA-3 vocabulary, wider and narrower rows;
 # 1 x 32000 and 1 x 16384 fit in registers: split=True against the register path), then the
