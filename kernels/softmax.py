@@ -452,6 +452,15 @@ _LINES = True
 # in run 13 2048x126976 78.3% against 77.5%, 2048x131072 82.8% against 81.5%; narrower and wider
 # rows lost with it (2048x65536 81.1% / 80.3% against 83.4% / 82.6%; 1024x262144 78.1% / 77.2% /
 # 77.9% against 81.3% / 80.4% / 81.2%). Why the middle widths prefer it, we have not found out.
+# The backward's register caps on sm_90, (segment, warps) -> maxnreg. Segments of 2048 at 4 warps
+# take 119 registers a thread uncapped (4 programs per SM), 96 fits 5 (8 bytes of stack; ptxas,
+# Triton 3.6), and with them more row groups at once. H200 A/B runs 16-17 (softmax_ab_h200_run16.txt,
+# run17.txt), bf16 bwd, % of copy: 1024x65536 79.6% -> 83.0%, 2048x65536 82.4% -> 86.5%, 4096x65536
+# 85.2% -> 89.4%, 1024x262144 80.3% -> 83.9%; 80 registers (6 programs, more spill) 53-57%. The
+# middle widths' segments of 4096 (215 registers, 2 programs per SM) lose far more at 96 (12.8%);
+# there segments of 2048 capped at 96 measured 79.6-83.9% against 78.1-83.0% (run 17): a wash, not
+# taken.
+_BWD_COOP_MAXNREG = {(2048, 4): 96}
 _COOP_SEG = 2048
 _COOP_SEG_MID = 4096
 _COOP_SEG_MID_WIDTHS = (65537, 131072)
@@ -518,7 +527,8 @@ def _warps(tile: int, max_warps: int) -> int:
 #   coop_seg         coop path: elements per segment (default _COOP_SEG, _COOP_SEG_MID for rows
 #                    in _COOP_SEG_MID_WIDTHS)
 #   coop_warps       coop path: warps a program (default _COOP_WARPS)
-#   coop_maxnreg     coop path, backward: registers a thread at most (default: no cap)
+#   coop_maxnreg     coop path: registers a thread at most, 0 for none (default: the backward's
+#                    _BWD_COOP_MAXNREG on sm_90, else none)
 #   lines            forward, where the stream would run: _softmax_fwd_lines instead (default
 #                    _LINES); `chunk`, `programs_per_sm` and `max_warps` apply to it as to the stream
 #   persist          forward register path: a persistent grid of this many programs per SM, each
@@ -546,13 +556,23 @@ def _launch_split(split_kernels, tensors, M: int, N: int, seg: int, max_warps, p
     write[(M, S)](*tensors, part, N, S, S_BLOCK=triton.next_power_of_2(S), **meta)
 
 
+def _bwd_coop_cap(device, seg: int, warps: int) -> int | None:
+    """The backward coop kernel's register cap for this launch: _BWD_COOP_MAXNREG's on sm_90."""
+    if device.type != "cuda" or torch.cuda.get_device_capability(device) != (9, 0):
+        return None
+    return _BWD_COOP_MAXNREG.get((seg, warps))
+
+
 def _launch_coop(kernel, partials: int, tensors, M: int, N: int, seg, warps, maxnreg=None) -> bool:
     """The coop path (see _softmax_fwd_coop, _utils.coop_plan): False, launching nothing, where not
     even one group of a row's programs fits on the GPU at once."""
     warps = warps or _COOP_WARPS
     lo, hi = _COOP_SEG_MID_WIDTHS
-    plan = coop_plan(kernel, tensors, M, N, seg, _COOP_SEG_MID if lo <= N <= hi else _COOP_SEG, warps, partials,
-                     N_ALIGN=_align(N), **({"maxnreg": maxnreg} if maxnreg else {}))
+    default_seg = _COOP_SEG_MID if lo <= N <= hi else _COOP_SEG
+    if maxnreg is None and kernel is _softmax_bwd_coop:
+        maxnreg = _bwd_coop_cap(tensors[0].device, seg or default_seg, warps)
+    plan = coop_plan(kernel, tensors, M, N, seg, default_seg, warps, partials, N_ALIGN=_align(N),
+                     **({"maxnreg": maxnreg} if maxnreg else {}))
     if plan is None:
         return False
     groups, iters, S, slots, meta = plan

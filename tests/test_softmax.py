@@ -320,3 +320,14 @@ def test_coop_segments_by_width(monkeypatch, n, seg):
     launched(monkeypatch, lambda: softmax.softmax_backward(y, y, coop=True))
     launched(monkeypatch, lambda: softmax.softmax_backward(y, y, coop=True, coop_seg=1024))
     assert asked == [(None, seg), (1024, seg)]
+
+
+def test_backward_coop_register_cap(monkeypatch):
+    # the cap applies on sm_90 to the measured launch (segments of 2048 at 4 warps) only
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    assert softmax._bwd_coop_cap(cuda, 2048, 4) == 96
+    assert softmax._bwd_coop_cap(cuda, 4096, 4) is None and softmax._bwd_coop_cap(cuda, 2048, 8) is None
+    assert softmax._bwd_coop_cap(cpu, 2048, 4) is None
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
+    assert softmax._bwd_coop_cap(cuda, 2048, 4) is None
