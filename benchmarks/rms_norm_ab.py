@@ -103,6 +103,11 @@ BWD_VARIANTS = [
     ("coop cap 128", lambda n: {"coop_maxnreg": 128}),
     ("coop cap 96", lambda n: {"coop_maxnreg": 96}),
     ("coop cap 80", lambda n: {"coop_maxnreg": 80}),
+    # run 23: w loaded at its uses (from L1) instead of held: 128 registers without spill, with dh too
+    ("coop w@use", lambda n: {"coop_w_at_use": True}),
+    ("coop w@use cap 128", lambda n: {"coop_w_at_use": True, "coop_maxnreg": 128}),
+    ("coop w@use cap 120", lambda n: {"coop_w_at_use": True, "coop_maxnreg": 120}),
+    ("coop no cap", lambda n: {"coop_maxnreg": 0}),
 ]
 
 # (kernel, mode, M, N), most important first: past --budget-s the rest is skipped

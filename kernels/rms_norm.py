@@ -414,7 +414,7 @@ def _bwd_rows(x_ptr, w_ptr, dy_ptr, dh_ptr, rstd_ptr, dx_ptr, part_ptr, M, N, it
 
 @triton.jit(do_not_specialize=["iters"])
 def _bwd_coop(x_ptr, w_ptr, dy_ptr, dh_ptr, rstd_ptr, dx_ptr, dwp_ptr, slot_ptr, M, N, S, iters,
-              SEG: tl.constexpr, S_BLOCK: tl.constexpr, HAS_DH: tl.constexpr):
+              SEG: tl.constexpr, S_BLOCK: tl.constexpr, HAS_DH: tl.constexpr, W_AT_USE: tl.constexpr = False):
     # Wide rows held by S co-resident programs (_utils.publish / wait_total): program (group g,
     # segment s) keeps columns [s*SEG, (s+1)*SEG) of x and dy for rows g, g+G, g+2G, ... (G groups).
     # In step i it loads row i+1's segment, publishes row i's partial of sum(m * xhat) and then
@@ -424,7 +424,8 @@ def _bwd_coop(x_ptr, w_ptr, dy_ptr, dh_ptr, rstd_ptr, dx_ptr, dwp_ptr, slot_ptr,
     # partial stays in fp32 registers over all its rows and is written once, as row g of [G, N].
     G, g, seg, cols = coop_program(S, SEG)
     cm = cols < N
-    w = tl.load(w_ptr + cols, mask=cm, other=0.0)
+    if not W_AT_USE:  # (else loaded at each use, from L1: registers for the cap)
+        w = tl.load(w_ptr + cols, mask=cm, other=0.0)
     acc = tl.zeros([SEG], dtype=tl.float32)
     x = tl.load(x_ptr + g.to(tl.int64) * N + cols, mask=cm & (g < M), other=0.0)
     dy = tl.load(dy_ptr + g.to(tl.int64) * N + cols, mask=cm & (g < M), other=0.0)
@@ -443,12 +444,16 @@ def _bwd_coop(x_ptr, w_ptr, dy_ptr, dh_ptr, rstd_ptr, dx_ptr, dwp_ptr, slot_ptr,
         xhat = x.to(tl.float32) * rstd
         dyf = dy.to(tl.float32)
         acc += dyf * xhat
+        if W_AT_USE:
+            w = tl.load(w_ptr + cols, mask=cm, other=0.0)
         publish(slot_ptr, row, seg, S, tl.sum(dyf * w.to(tl.float32) * xhat, axis=0))
         if i > 0:
             prow = row - G
             here = prow.to(tl.int64) * N + cols
             live = cm & (prow < M)
             c = wait_total(slot_ptr, prow, S, S_BLOCK) / N
+            if W_AT_USE:
+                w = tl.load(w_ptr + cols, mask=cm, other=0.0)
             xhat_p = xp.to(tl.float32) * rstd_p
             dx = (dyp.to(tl.float32) * w.to(tl.float32) - xhat_p * c) * rstd_p
             if HAS_DH:
@@ -814,7 +819,7 @@ def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: 
                       *, num_warps: int | None = None, prefetch: bool | None = None,
                       cols_tile: tuple[int, int] | None = None, policy: str = "evict_last",
                       wide: str | None = None, coop_seg: int | None = None, coop_warps: int | None = None,
-                      coop_maxnreg: int | None = None):
+                      coop_maxnreg: int | None = None, coop_w_at_use: bool = False):
     """(dx, dw) for y = rms_norm(x) * w; with dh (add_rms_norm: x is h, dh the gradient reaching h
     directly), dx includes it.
 
@@ -822,7 +827,8 @@ def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: 
     path (_bwd_rows) and the cache `policy` of its loads; rows wider than `max_block` (the tests
     lower it) take `wide` = "cols" (_bwd_row_dot then _bwd_cols, whose (BLOCK_R, BLOCK_C) is
     `cols_tile`, 8 warps) or "coop" (_bwd_coop, `coop_seg` elements and `coop_warps` warps a
-    program, `coop_maxnreg` registers a thread at most, 0 for no cap, default COOP_MAXNREG's); default
+    program, `coop_maxnreg` registers a thread at most, 0 for no cap, default COOP_MAXNREG's;
+    `coop_w_at_use`: w loaded at each use instead of held); default
     "coop" on the GPU (where a group of its programs fits), "cols" elsewhere."""
     if wide not in (None, "cols", "coop"):
         raise ValueError(f"wide must be 'cols' or 'coop', got {wide!r}")
@@ -851,7 +857,8 @@ def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: 
         _bwd_rows[(grid,)](x2, w, dy2, dh2, rstd, dx, part, M, N, iters, num_warps=warps, **meta)
     elif (wide or ("coop" if x.is_cuda else "cols")) == "coop" and (plan := coop_plan(
             _bwd_coop, (x2, w, dy2, dh2, rstd, dx, rstd), M, N, coop_seg, COOP_SEG, coop_warps or COOP_WARPS, 1,
-            HAS_DH=has_dh, **_coop_cap(x.device, has_dh, coop_seg, coop_warps, coop_maxnreg))) is not None:  # (rstd: an fp32 stand-in for the dw partials, sized by the plan)
+            HAS_DH=has_dh, W_AT_USE=coop_w_at_use,
+            **_coop_cap(x.device, has_dh, coop_seg, coop_warps, coop_maxnreg))) is not None:  # (rstd: an fp32 stand-in for the dw partials, sized by the plan)
         groups, iters, S, slots, meta = plan
         part = torch.empty((groups, N), dtype=torch.float32, device=x.device)
         _bwd_coop[(groups * S,)](x2, w, dy2, dh2, rstd, dx, part, slots, M, N, S, iters,

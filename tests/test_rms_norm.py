@@ -153,6 +153,7 @@ BWD_VARIANTS = {
     # for each other: test_coop_backward_on_the_gpu runs it in segments), 4 programs striding
     "coop": dict(max_block=256, wide="coop"),
     "coop_8w": dict(max_block=256, wide="coop", coop_warps=8),
+    "coop_w_at_use": dict(max_block=256, wide="coop", coop_w_at_use=True),
 }
 
 
@@ -185,8 +186,10 @@ def test_backward_wide_path_must_be_known_and_coop_segments_need_a_gpu():
 @pytest.mark.parametrize("dims,seg", [((37, 5003), 2048), ((300, 1000), 256), ((1024, 65536), None)],
                          ids=["37x5003-seg2048", "300x1000-seg256", "1024x65536-default"])
 @pytest.mark.parametrize("with_dh", [False, True], ids=["", "dh"])
-def test_coop_backward_on_the_gpu(dtype, dims, seg, with_dh):
-    # S > 1 segments a row (3 with the last partial, 4, 32), row groups striding, dh (add_rms_norm)
+@pytest.mark.parametrize("w_at_use", [False, True], ids=["", "w@use"])
+def test_coop_backward_on_the_gpu(dtype, dims, seg, with_dh, w_at_use):
+    # S > 1 segments a row (3 with the last partial, 4, 32), row groups striding, dh (add_rms_norm),
+    # w held or loaded at its uses; the sm_90 register cap where it applies (no dh, the default segment)
     g = torch.Generator(device="cuda").manual_seed(random.randrange(2**31))
     x = (torch.randn(dims, generator=g, device="cuda") * torch.exp(torch.randn((dims[0], 1), generator=g,
                                                                                  device="cuda"))).to(dtype)
@@ -194,16 +197,15 @@ def test_coop_backward_on_the_gpu(dtype, dims, seg, with_dh):
     dy = torch.randn(dims, generator=g, device="cuda").to(dtype)
     dh = torch.randn(dims, generator=g, device="cuda").to(dtype) if with_dh else None
     _, _, rstd = K.rms_norm_forward(x, w, 1e-6)
-    dx, dw = K.rms_norm_backward(dy, x, w, rstd, dh=dh, max_block=256 if seg else K.MAX_REG_BLOCK, wide="coop",
-                                 coop_seg=seg)
+    kw = dict(dh=dh, max_block=256 if seg else K.MAX_REG_BLOCK, wide="coop", coop_seg=seg, coop_w_at_use=w_at_use)
+    dx, dw = K.rms_norm_backward(dy, x, w, rstd, **kw)
     _, dx_ref, dw_ref = _reference_grads(x, w, 1e-6, dy)
     if with_dh:
         dx_ref = dx_ref + dh.double()
     tol = SPEC.tolerance[dtype]
     assert _rel(dx, dx_ref) <= tol and _rel(dw, dw_ref) <= tol
     # deterministic: every program of a row sums the same partials in the same order
-    assert torch.equal(dx, K.rms_norm_backward(dy, x, w, rstd, dh=dh, max_block=256 if seg else K.MAX_REG_BLOCK,
-                                               wide="coop", coop_seg=seg)[0])
+    assert torch.equal(dx, K.rms_norm_backward(dy, x, w, rstd, **kw)[0])
 
 
 def test_every_element_is_written_and_rstd_saved():
