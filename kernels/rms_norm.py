@@ -613,12 +613,14 @@ SPLIT_SEG_BYTES = 32768
 # a group does not fit, _bwd_cols.
 COOP_SEG = 2048
 COOP_WARPS = 4
-# Register caps of _bwd_coop on sm_90, (has dh, segment, warps) -> maxnreg: uncapped it takes 168
-# registers a thread at 4 warps (3 programs per SM; ptxas, Triton 3.6), 128 fits 4 (16 bytes of
-# stack). H200 A/B run 22 (rms_norm_ab_h200_run22.txt), bf16 bwd: rms_norm 1024x65536 69.0% ->
-# 71.6% of copy, 2048x65536 73.0% -> 76.2%; with dh (add_rms_norm: 40 bytes of stack at 128) 69.9%
-# -> 63.6%, so not there; 96 and 80 registers (5 and 6 programs, more spill) 40-48%.
-COOP_MAXNREG = {(False, 2048, 4): 128}
+# Register caps of _bwd_coop on sm_90, (has dh, w at use, segment, warps) -> maxnreg: uncapped it
+# takes 168 registers a thread at 4 warps (3 programs per SM; ptxas, Triton 3.6), 128 fits 4 (16
+# bytes of stack; with dh 40, unless w is loaded at its uses, W_AT_USE: none). H200 A/B runs 22-23
+# (rms_norm_ab_h200_run22.txt, run23.txt), bf16 bwd, % of copy: rms_norm 1024x65536 69.0% -> 71.6%
+# / 71.8%, 2048x65536 73.0% -> 76.2% (w at use too: 70.2%, 75.0%); add_rms_norm 1024x65536 69.9% ->
+# 73.7% with w at use (63.6% with w held, 66.5% w at use uncapped); 96 and 80 registers (5 and 6
+# programs, more spill) 40-51%. So w is held without dh and loaded at its uses with it.
+COOP_MAXNREG = {(False, False, 2048, 4): 128, (True, True, 2048, 4): 128}
 # What holds coop below copy speed, measured (bf16 bwd, % of copy): rows a group, in part: 1024x65536
 # 68.9%, 2048x65536 72.8%, 4096x65536 74.3% (run 20: 16, 32 and 64 rows a group of 32 programs,
 # whose pipeline's first and last steps are half used; softmax's coop 78.7%, 82.4%, 84.0% at the
@@ -656,11 +658,12 @@ def _in_registers(n: int, max_block: int) -> bool:
     return triton.next_power_of_2(n) <= max_block
 
 
-def _coop_cap(device: torch.device, has_dh: bool, seg: int | None, warps: int | None, cap: int | None) -> dict:
+def _coop_cap(device: torch.device, has_dh: bool, w_at_use: bool, seg: int | None, warps: int | None,
+              cap: int | None) -> dict:
     """The register cap of a _bwd_coop launch, as launch keywords: `cap` if given (0: none), else
     COOP_MAXNREG's for this launch on sm_90."""
     if cap is None and device.type == "cuda" and torch.cuda.get_device_capability(device) == (9, 0):
-        cap = COOP_MAXNREG.get((has_dh, seg or COOP_SEG, warps or COOP_WARPS))
+        cap = COOP_MAXNREG.get((has_dh, w_at_use, seg or COOP_SEG, warps or COOP_WARPS))
     return {"maxnreg": cap} if cap else {}
 
 
@@ -819,7 +822,7 @@ def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: 
                       *, num_warps: int | None = None, prefetch: bool | None = None,
                       cols_tile: tuple[int, int] | None = None, policy: str = "evict_last",
                       wide: str | None = None, coop_seg: int | None = None, coop_warps: int | None = None,
-                      coop_maxnreg: int | None = None, coop_w_at_use: bool = False):
+                      coop_maxnreg: int | None = None, coop_w_at_use: bool | None = None):
     """(dx, dw) for y = rms_norm(x) * w; with dh (add_rms_norm: x is h, dh the gradient reaching h
     directly), dx includes it.
 
@@ -828,7 +831,7 @@ def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: 
     lower it) take `wide` = "cols" (_bwd_row_dot then _bwd_cols, whose (BLOCK_R, BLOCK_C) is
     `cols_tile`, 8 warps) or "coop" (_bwd_coop, `coop_seg` elements and `coop_warps` warps a
     program, `coop_maxnreg` registers a thread at most, 0 for no cap, default COOP_MAXNREG's;
-    `coop_w_at_use`: w loaded at each use instead of held); default
+    `coop_w_at_use`: w loaded at each use instead of held, default with dh); default
     "coop" on the GPU (where a group of its programs fits), "cols" elsewhere."""
     if wide not in (None, "cols", "coop"):
         raise ValueError(f"wide must be 'cols' or 'coop', got {wide!r}")
@@ -840,6 +843,7 @@ def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: 
     has_dh = dh is not None
     dh2 = _as_rows(dh, N) if has_dh else dy2
     dx = torch.empty_like(x2)
+    w_at_use = has_dh if coop_w_at_use is None else coop_w_at_use  # (the coop path's, see COOP_MAXNREG)
     if _in_registers(N, max_block):
         per_thread = 16 if has_dh and x2.element_size() == 2 else BWD_PER_THREAD
         block_n, _, rows, warps = _tile(N, per_thread, split=False)
@@ -857,8 +861,9 @@ def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: 
         _bwd_rows[(grid,)](x2, w, dy2, dh2, rstd, dx, part, M, N, iters, num_warps=warps, **meta)
     elif (wide or ("coop" if x.is_cuda else "cols")) == "coop" and (plan := coop_plan(
             _bwd_coop, (x2, w, dy2, dh2, rstd, dx, rstd), M, N, coop_seg, COOP_SEG, coop_warps or COOP_WARPS, 1,
-            HAS_DH=has_dh, W_AT_USE=coop_w_at_use,
-            **_coop_cap(x.device, has_dh, coop_seg, coop_warps, coop_maxnreg))) is not None:  # (rstd: an fp32 stand-in for the dw partials, sized by the plan)
+            HAS_DH=has_dh, W_AT_USE=w_at_use,
+            **_coop_cap(x.device, has_dh, w_at_use, coop_seg, coop_warps, coop_maxnreg))) is not None:
+        # (rstd: an fp32 stand-in for the dw partials, sized by the plan)
         groups, iters, S, slots, meta = plan
         part = torch.empty((groups, N), dtype=torch.float32, device=x.device)
         _bwd_coop[(groups * S,)](x2, w, dy2, dh2, rstd, dx, part, slots, M, N, S, iters,

@@ -341,13 +341,17 @@ def test_wide_forward_rule(monkeypatch):
     assert K._wide_default(x, 65536, False) == "lines"
 
 def test_coop_register_cap(monkeypatch):
-    # sm_90, no dh, the default segment and warps: COOP_MAXNREG's cap; otherwise none, unless given
+    # sm_90, the default segment and warps, w held without dh and at its uses with dh: COOP_MAXNREG's
+    # cap; otherwise none, unless given
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
-    assert K._coop_cap(cuda, False, None, None, None) == {"maxnreg": 128}
-    assert K._coop_cap(cuda, True, None, None, None) == {}
-    assert K._coop_cap(cuda, False, 4096, None, None) == {} and K._coop_cap(cuda, False, None, 8, None) == {}
-    assert K._coop_cap(cuda, False, None, None, 0) == {} and K._coop_cap(cuda, True, None, None, 96) == {"maxnreg": 96}
-    assert K._coop_cap(cpu, False, None, None, None) == {}
+    assert K._coop_cap(cuda, False, False, None, None, None) == {"maxnreg": 128}
+    assert K._coop_cap(cuda, True, True, None, None, None) == {"maxnreg": 128}
+    assert K._coop_cap(cuda, True, False, None, None, None) == {} and K._coop_cap(cuda, False, True, None, None, None) == {}
+    assert K._coop_cap(cuda, False, False, 4096, None, None) == {}
+    assert K._coop_cap(cuda, False, False, None, 8, None) == {}
+    assert K._coop_cap(cuda, False, False, None, None, 0) == {}
+    assert K._coop_cap(cuda, True, False, None, None, 96) == {"maxnreg": 96}
+    assert K._coop_cap(cpu, False, False, None, None, None) == {}
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
-    assert K._coop_cap(cuda, False, None, None, None) == {}
+    assert K._coop_cap(cuda, False, False, None, None, None) == {}
