@@ -129,9 +129,6 @@ BWD_VARIANTS = [
     # warps per SM; 128: 4, 96: 5, with spills; sm_90 compile)
     ("coop cap 128", lambda n: {"coop_maxnreg": 128}),
     ("coop cap 96", lambda n: {"coop_maxnreg": 96}),
-    # run 19: w loaded at its uses (159 registers; 128 with 48 bytes of spill, against 104 with w held)
-    ("coop w@use", lambda n: {"coop_w_at_use": True}),
-    ("coop w@use cap 128", lambda n: {"coop_w_at_use": True, "coop_maxnreg": 128}),
     # run 10 also measured dw and db partials added atomically (red.global) and cast by the last
     # program to arrive, in one launch: 32768x4096 the same (86.2%), 1024x2048 and 3000x3584 8-10%
     # slower; removed

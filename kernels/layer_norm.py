@@ -212,7 +212,7 @@ def _ln_bwd(x_ptr, dy_ptr, w_ptr, mean_ptr, rstd_ptr, c_ptr, dx_ptr, part_ptr, M
 
 @triton.jit(do_not_specialize=["iters"])
 def _ln_bwd_coop(x_ptr, dy_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, part_ptr, slot_ptr, M, N, S, iters,
-                 SEG: tl.constexpr, S_BLOCK: tl.constexpr, N_ALIGN: tl.constexpr, W_AT_USE: tl.constexpr = False):
+                 SEG: tl.constexpr, S_BLOCK: tl.constexpr, N_ALIGN: tl.constexpr):
     # Wide rows on the GPU, one launch: rms_norm's _bwd_coop with layer_norm's two row sums (c1, c2,
     # _utils.publish2 / wait_total2). Program (group g, segment s) keeps columns [s*SEG, (s+1)*SEG)
     # of x and dy for rows g, g+G, ...; in step i it loads row i+1, publishes row i's partial sums
@@ -220,8 +220,7 @@ def _ln_bwd_coop(x_ptr, dy_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, part_ptr, slo
     # partials stay in fp32 registers and are written once, as row g of the [G, 2, N] buffer.
     G, g, seg, cols = coop_program(S, SEG)
     cm = _col_mask(cols, N, N_ALIGN)
-    if not W_AT_USE:  # (else loaded at each use, from L1: registers for a cap, see rms_norm.COOP_MAXNREG)
-        w = tl.load(w_ptr + cols, mask=cm, other=0.0)
+    w = tl.load(w_ptr + cols, mask=cm, other=0.0)
     dw = tl.zeros([SEG], dtype=tl.float32)
     db = tl.zeros([SEG], dtype=tl.float32)
     x = tl.load(x_ptr + _row_start(g, N, N_ALIGN) + cols, mask=cm & (g < M), other=0.0)
@@ -242,8 +241,6 @@ def _ln_bwd_coop(x_ptr, dy_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, part_ptr, slo
         # masked columns: dy = w = 0, so xhat's value there adds nothing
         xhat = (x.to(tl.float32) - mean) * rstd
         dyf = dy.to(tl.float32)
-        if W_AT_USE:
-            w = tl.load(w_ptr + cols, mask=cm, other=0.0)
         wdy = dyf * w.to(tl.float32)
         dw += dyf * xhat
         db += dyf
@@ -251,8 +248,6 @@ def _ln_bwd_coop(x_ptr, dy_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, part_ptr, slo
         if i > 0:
             prow = row - G
             c1, c2 = wait_total2(slot_ptr, prow, S, S_BLOCK)
-            if W_AT_USE:
-                w = tl.load(w_ptr + cols, mask=cm, other=0.0)
             xhat_p = (xp.to(tl.float32) - mean_p) * rstd_p
             dx = (dyp.to(tl.float32) * w.to(tl.float32) - (xhat_p * (c1 / N) + c2 / N)) * rstd_p
             tl.store(dx_ptr + _row_start(prow, N, N_ALIGN) + cols, dx.to(dx_ptr.dtype.element_ty),
@@ -529,6 +524,10 @@ _BWD_CHUNK = 4096        # column block for wider rows
 # bwd 2048x65536 46.0% of copy (two passes: row sums, then column blocks) -> 66.7%, 4096x16384
 # 51.9% -> 67.9%; segments of 1024 or 4096, or 8 warps, 54-56%. Rows up to _BWD_MAX_BLOCK stay in
 # registers (8192x8192: 70.9% against 69.4% coop, coop_ab_h200_run16.txt).
+# Register caps (coop_maxnreg) lost: uncapped 168 registers a thread (3 programs of 4 warps per SM),
+# 128 (4) spills 104 bytes a thread and measured 52.3% at 2048x65536, 34.3% at 4096x16384 (runs
+# 17-18); w loaded at its uses (159 registers; 48 bytes of spill at 128, which rms_norm's coop
+# avoids so) 63.8% / 65.5%, and 60.1% / 37.7% capped at 128 (run 19, layer_norm_ab_h200_run19.txt).
 _BWD_COOP_SEG = 2048
 _BWD_COOP_WARPS = 4
 # Partial sums: many small column blocks so that all SMs help. Run 5 (layer_norm_ab_h200_run5.txt):
@@ -668,8 +667,7 @@ def layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
                         w_reload: bool | None = None, sum_block: int = _SUM_BLOCK_C,
                         fused_sums: bool = _BWD_FUSED_SUMS, wide: str | None = None, coop_seg: int | None = None,
                         coop_warps: int | None = None,
-                        coop_maxnreg: int | None = None,
-                        coop_w_at_use: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                        coop_maxnreg: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """-> (dx, dw, db); dw and db in the weight's dtype, summed in fp32.
 
     Keyword options for GPU A/Bs; left out, the measured default. Rows up to `max_block`
@@ -678,8 +676,7 @@ def layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
     re-read every tile instead of held in registers; default from 16384 wide), `sum_block`
     (columns per program of the partial sums), `fused_sums` (c1 and c2 in one reduction). Wider rows:
     `wide` = "coop" (the GPU's default: _ln_bwd_coop, `coop_seg` elements and `coop_warps` warps a
-    program, `coop_maxnreg` registers a thread at most, `coop_w_at_use`: w loaded at its uses) or
-    "cols" (elsewhere, and where a coop group does not fit: row sums, then _ln_bwd over
+    program, `coop_maxnreg` registers a thread at most) or "cols" (elsewhere, and where a coop group does not fit: row sums, then _ln_bwd over
     column blocks of `chunk` with `groups_per_sm` row groups per SM and column block (about), `rows`
     per tile, `num_warps`, `policy`)."""
     if wide not in (None, "cols", "coop"):
@@ -690,8 +687,7 @@ def layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
         return _ln_bwd_persistent(dy, x, weight, mean, rstd, dx, rows, num_warps, policy, prefetch, maxnreg,
                                   w_reload, sum_block, fused_sums)
     if (wide or ("coop" if x.is_cuda else "cols")) == "coop":
-        done = _ln_bwd_coop_launch(dy, x, weight, mean, rstd, dx, coop_seg, coop_warps, sum_block, coop_maxnreg,
-                                   coop_w_at_use)
+        done = _ln_bwd_coop_launch(dy, x, weight, mean, rstd, dx, coop_seg, coop_warps, sum_block, coop_maxnreg)
         if done is not None:
             return done
     rows, block_c = rows or 1, chunk
@@ -715,13 +711,13 @@ def layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
     return dx, out[:N], out[N:]
 
 
-def _ln_bwd_coop_launch(dy, x, weight, mean, rstd, dx, seg, warps, sum_block, maxnreg=None, w_at_use=False):
+def _ln_bwd_coop_launch(dy, x, weight, mean, rstd, dx, seg, warps, sum_block, maxnreg=None):
     """_ln_bwd_coop (see _utils.coop_plan); None when not even one group of its programs fits."""
     M, N = x.shape
     warps = warps or _BWD_COOP_WARPS
     # (mean: an fp32 stand-in for the dw/db partials, sized by the plan)
     plan = coop_plan(_ln_bwd_coop, (x, dy, weight, mean, rstd, dx, mean), M, N, seg, _BWD_COOP_SEG, warps, 2,
-                     N_ALIGN=_align(N), W_AT_USE=w_at_use, **({"maxnreg": maxnreg} if maxnreg else {}))
+                     N_ALIGN=_align(N), **({"maxnreg": maxnreg} if maxnreg else {}))
     if plan is None:
         return None
     groups, iters, S, slots, meta = plan
