@@ -132,10 +132,6 @@ VARIANTS = [
     # segments of 2048 capped at 96 registers (5 programs per SM)
     ("coop seg 2048 cap 96", {"coop_seg": 2048, "coop_maxnreg": 96}, lambda m, n: many(m, n) and 65536 < n <= 131072,
      ("bwd",)),
-    # run 18: register caps on the lines forward at 65536 (16 KB chunks of 8 warps: 109 registers, 2
-    # programs per SM; 80: 3 without spill, 64: 4 with 32 bytes of stack; sm_90 compile)
-    ("lines cap 80", {"lines_maxnreg": 80}, lambda m, n: many(m, n) and 32768 < n <= 65536, ("fwd",)),
-    ("lines cap 64", {"lines_maxnreg": 64}, lambda m, n: many(m, n) and 32768 < n <= 65536, ("fwd",)),
 ]
 # Few rows (the split path's A/B: 1 to 16 rows of the LLaMA-3 vocabulary, wider and narrower rows;
 # 1 x 32000 and 1 x 16384 fit in registers: split=True against the register path), then the
@@ -252,7 +248,7 @@ def run_shape(run, shape):
                 if mode == "fwd":
                     fn = lambda kw=kw: softmax.softmax_forward(x, **kw)  # noqa: E731
                 else:
-                    bwd_kw = {k: v for k, v in kw.items() if k not in ("lines", "lines_maxnreg")}  # forward-only options
+                    bwd_kw = {k: v for k, v in kw.items() if k != "lines"}  # a forward-only option
                     fn = lambda kw=bwd_kw: softmax.softmax_backward(dy, y, **kw)  # noqa: E731
                 run.case(m, n, mode, label, fn, want, seen)
         if shape[1] <= 65536:  # Liger refuses wider rows

@@ -437,6 +437,10 @@ _LINES = True
 # softmax_ab_h200_run14.txt: 2048x65536 81.5% -> 81.6%, 2048x128256 82.1% -> 81.1%, 1024x262144
 # 71.6% -> 72.9%); neither did fewer rows in flight than SMs help the widest rows, whose re-read
 # rows overflow L2 (run 13: 1024x262144 0.5 program per SM 59.3%, 0.75 68.4%, one a row 68.3%).
+# Nor did more rows in flight at 65536 (run 18, softmax_ab_h200_run18.txt: 16 KB chunks of 8 warps
+# take 109 registers, 2 programs per SM; capped at 80, 3 without spill: 2048x65536 80.8% -> 75.4%,
+# 1024x65536 76.4% -> 71.4%, 4096x65536 82.8% -> 80.4%; at 64, 4 programs, 66.6-73.5%): the rows
+# that pass 2 re-reads then crowd the L2, unlike the coop backward's registers (_BWD_COOP_MAXNREG).
 # On the GPU, many rows too wide for registers take, in the backward, the coop path instead of the
 # stream: segments of _COOP_SEG elements, _COOP_WARPS warps a program. H200 A/B run 8
 # (softmax_ab_h200_run8.txt), bf16 bwd: 2048x65536 77.3% of copy -> 83.4%, 2048x128256 68.4% ->
@@ -531,7 +535,6 @@ def _warps(tile: int, max_warps: int) -> int:
 #                    _BWD_COOP_MAXNREG on sm_90, else none)
 #   lines            forward, where the stream would run: _softmax_fwd_lines instead (default
 #                    _LINES); `chunk`, `programs_per_sm` and `max_warps` apply to it as to the stream
-#   lines_maxnreg    forward lines path: registers a thread at most (default: no cap)
 #   persist          forward register path: a persistent grid of this many programs per SM, each
 #                    prefetching its next row tile (_softmax_fwd_persist); 0: one tile per program;
 #                    default: 1 for rows over 16384 elements, else 0
@@ -584,7 +587,7 @@ def _launch_coop(kernel, partials: int, tensors, M: int, N: int, seg, warps, max
 def _launch(fused, stream, split_kernels, tensors, M: int, N: int, elem: int, device, max_block,
             max_warps, chunk, programs_per_sm, persist=None, tile_bytes=None, policy=_POLICY,
             split=None, split_seg=None, fused_meta=None, coop_kernel=None, coop=None, coop_seg=None,
-            coop_warps=None, coop_maxnreg=None, lines_maxnreg=None) -> None:
+            coop_warps=None, coop_maxnreg=None) -> None:
     block = triton.next_power_of_2(N)
     fits_registers = block <= (_MAX_ROW_BYTES // elem if max_block is None else max_block)
     if _uses_split(M, block, split):
@@ -608,8 +611,7 @@ def _launch(fused, stream, split_kernels, tensors, M: int, N: int, elem: int, de
         return
     if stream is _softmax_fwd_lines:
         grid, meta = lines_launch(M, N, elem, device, chunk, programs_per_sm, max_warps)
-        stream[(grid,)](*tensors, M, N, N_ALIGN=_align(N), **meta,
-                        **({"maxnreg": lines_maxnreg} if lines_maxnreg else {}))
+        stream[(grid,)](*tensors, M, N, N_ALIGN=_align(N), **meta)
         return
     chunk = chunk or _STREAM_CHUNK_BYTES // elem
     pps = programs_per_sm or _STREAM_PROGRAMS_PER_SM
@@ -628,7 +630,7 @@ def softmax_forward(x: torch.Tensor, *, max_block: int | None = None, max_warps:
                     policy: str = _POLICY, split: bool | None = None,
                     split_seg: int | None = None, lean: bool | None = None, coop: bool | None = None,
                     coop_seg: int | None = None, coop_warps: int | None = None,
-                    lines: bool | None = None, lines_maxnreg: int | None = None) -> torch.Tensor:
+                    lines: bool | None = None) -> torch.Tensor:
     """x [M, N] contiguous -> y. Keywords: see the comment above _launch, and `lean`: rows up to
     _LEAN_FWD_BLOCK in registers, one row per program (no persistent grid), bf16 x kept packed
     across the reductions on the GPU (_utils.widen). Default: off where `lines` is on (the default),
@@ -647,8 +649,7 @@ def softmax_forward(x: torch.Tensor, *, max_block: int | None = None, max_warps:
             x.element_size(), x.device,
             max_block, max_warps, chunk, programs_per_sm, persist, tile_bytes, policy, split, split_seg,
             fused_meta={"ASM": lean and widen_asm(x)}, coop_kernel=(_softmax_fwd_coop, 2),
-            coop=_FWD_COOP if coop is None else coop, coop_seg=coop_seg, coop_warps=coop_warps,
-            lines_maxnreg=lines_maxnreg)
+            coop=_FWD_COOP if coop is None else coop, coop_seg=coop_seg, coop_warps=coop_warps)
     return y
 
 
