@@ -315,8 +315,8 @@ def lines_launch(M: int, N: int, elt: int, device, chunk: int | None = None, pro
     """(grid, launch keywords N_FULL, TAIL, BLOCK, VEC, num_warps) of a lines kernel over M rows of N
     elements of `elt` bytes: chunks of `chunk` elements (a power of two; default above: the narrow
     rows' up to `narrow_row_bytes` a row, the wide rows' past it), `programs_per_sm` programs per SM
-    (a fraction leaves SMs idle) or "rows" (one program a row; default: the narrow rows' above, `wide_programs` for wide rows),
-    `vec` elements a line (default one 16-byte vector)."""
+    (a fraction leaves SMs idle) or "rows" (one program a row; default: the narrow rows' above,
+    `wide_programs` for wide rows), `vec` elements a line (default one 16-byte vector)."""
     wide = N * elt > narrow_row_bytes
     vec = vec or 16 // elt
     block = max(vec, min(chunk or (LINES_CHUNK_BYTES_WIDE if wide else LINES_CHUNK_BYTES) // elt,

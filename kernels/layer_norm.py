@@ -676,9 +676,9 @@ def layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
     re-read every tile instead of held in registers; default from 16384 wide), `sum_block`
     (columns per program of the partial sums), `fused_sums` (c1 and c2 in one reduction). Wider rows:
     `wide` = "coop" (the GPU's default: _ln_bwd_coop, `coop_seg` elements and `coop_warps` warps a
-    program, `coop_maxnreg` registers a thread at most) or "cols" (elsewhere, and where a coop group does not fit: row sums, then _ln_bwd over
-    column blocks of `chunk` with `groups_per_sm` row groups per SM and column block (about), `rows`
-    per tile, `num_warps`, `policy`)."""
+    program, `coop_maxnreg` registers a thread at most) or "cols" (elsewhere, and where a coop group
+    does not fit: row sums, then _ln_bwd over column blocks of `chunk` with `groups_per_sm` row groups
+    per SM and column block (about), `rows` per tile, `num_warps`, `policy`)."""
     if wide not in (None, "cols", "coop"):
         raise ValueError(f"wide must be 'cols' or 'coop', got {wide!r}")
     M, N = x.shape

@@ -435,12 +435,14 @@ _LINES = True
 # Its arithmetic is not what holds it below copy speed: one FMA per exponent (x * LOG2E - max * LOG2E)
 # instead of the exact (x - max) * LOG2E measured the same within 1.8% (run 14,
 # softmax_ab_h200_run14.txt: 2048x65536 81.5% -> 81.6%, 2048x128256 82.1% -> 81.1%, 1024x262144
-# 71.6% -> 72.9%); neither did fewer rows in flight than SMs help the widest rows, whose re-read
-# rows overflow L2 (run 13: 1024x262144 0.5 program per SM 59.3%, 0.75 68.4%, one a row 68.3%).
+# 71.6% -> 72.9%); neither did fewer rows in flight than SMs help the widest rows, whose rows in
+# flight (132 x 512 KB) exceed the 50 MB L2 that pass 2 re-reads from (run 13: 1024x262144 0.5
+# program per SM 59.3%, 0.75 68.4%, one a row 68.3%).
 # Nor did more rows in flight at 65536 (run 18, softmax_ab_h200_run18.txt: 16 KB chunks of 8 warps
 # take 109 registers, 2 programs per SM; capped at 80, 3 without spill: 2048x65536 80.8% -> 75.4%,
-# 1024x65536 76.4% -> 71.4%, 4096x65536 82.8% -> 80.4%; at 64, 4 programs, 66.6-73.5%): the rows
-# that pass 2 re-reads then crowd the L2, unlike the coop backward's registers (_BWD_COOP_MAXNREG).
+# 1024x65536 76.4% -> 71.4%, 4096x65536 82.8% -> 80.4%; at 64, 4 programs, 66.6-73.5%). Our reading:
+# more rows in flight crowd the L2 that pass 2 re-reads from, where more programs of the coop
+# backward, which holds its rows in registers, gained (_BWD_COOP_MAXNREG).
 # On the GPU, many rows too wide for registers take, in the backward, the coop path instead of the
 # stream: segments of _COOP_SEG elements, _COOP_WARPS warps a program. H200 A/B run 8
 # (softmax_ab_h200_run8.txt), bf16 bwd: 2048x65536 77.3% of copy -> 83.4%, 2048x128256 68.4% ->
@@ -456,6 +458,9 @@ _LINES = True
 # in run 13 2048x126976 78.3% against 77.5%, 2048x131072 82.8% against 81.5%; narrower and wider
 # rows lost with it (2048x65536 81.1% / 80.3% against 83.4% / 82.6%; 1024x262144 78.1% / 77.2% /
 # 77.9% against 81.3% / 80.4% / 81.2%). Why the middle widths prefer it, we have not found out.
+_COOP_SEG = 2048
+_COOP_SEG_MID = 4096
+_COOP_SEG_MID_WIDTHS = (65537, 131072)
 # The backward's register caps on sm_90, (segment, warps) -> maxnreg. Segments of 2048 at 4 warps
 # take 119 registers a thread uncapped (4 programs per SM), 96 fits 5 (8 bytes of stack; ptxas,
 # Triton 3.6), and with them more row groups at once. H200 A/B runs 16-17 (softmax_ab_h200_run16.txt,
@@ -465,9 +470,6 @@ _LINES = True
 # there segments of 2048 capped at 96 measured 79.6-83.9% against 78.1-83.0% (run 17): a wash, not
 # taken.
 _BWD_COOP_MAXNREG = {(2048, 4): 96}
-_COOP_SEG = 2048
-_COOP_SEG_MID = 4096
-_COOP_SEG_MID_WIDTHS = (65537, 131072)
 _COOP_WARPS = 4
 _FWD_COOP = False
 # A few wide rows take the split path. Streamed, all of a 1 x 128256 bf16 softmax ran on one SM

@@ -347,7 +347,8 @@ def test_coop_register_cap(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
     assert K._coop_cap(cuda, False, False, None, None, None) == {"maxnreg": 128}
     assert K._coop_cap(cuda, True, True, None, None, None) == {"maxnreg": 128}
-    assert K._coop_cap(cuda, True, False, None, None, None) == {} and K._coop_cap(cuda, False, True, None, None, None) == {}
+    assert K._coop_cap(cuda, True, False, None, None, None) == {}
+    assert K._coop_cap(cuda, False, True, None, None, None) == {}
     assert K._coop_cap(cuda, False, False, 4096, None, None) == {}
     assert K._coop_cap(cuda, False, False, None, 8, None) == {}
     assert K._coop_cap(cuda, False, False, None, None, 0) == {}
