@@ -63,6 +63,14 @@ def sm_count(device) -> int:
     return 4
 
 
+def on_sm90(device) -> bool:
+    """A Hopper (sm_90) GPU: where the register caps in the kernel files were measured."""
+    import torch
+
+    device = torch.device(device)
+    return device.type == "cuda" and torch.cuda.get_device_capability(device) == (9, 0)
+
+
 _RESIDENT: dict[tuple, int] = {}
 
 
@@ -99,14 +107,14 @@ def resident_programs(kernel, args: tuple, constexprs: dict, num_warps: int, dev
 
 
 def coop_plan(kernel, tensors: tuple, M: int, N: int, seg: int | None, default_seg: int, warps: int, partials: int,
-              **constexprs):
+              maxnreg: int | None = None, **constexprs):
     """Launch plan of a coop kernel (see publish / wait_total below) whose arguments are `tensors`
     (stand-ins will do for buffers sized by the answer), then slots, M, N, S, iters: a row of N in
     S segments of `seg` (None: `default_seg`) elements, one program each, as many groups of S
     programs as the GPU holds at once (they wait for each other), the fewest for the same sweeps
     over the M rows. Returns
-    (groups, rows per group, S, slots, constexprs), `slots` zeroed for `partials` values a segment,
-    or None when not even one group fits. On the CPU the segment is the whole row, one program a
+    (groups, rows per group, S, slots, launch keywords: the constexprs, and `maxnreg` where given),
+    `slots` zeroed for `partials` values a segment, or None when not even one group fits. On the CPU the segment is the whole row, one program a
     row: the interpreter runs programs one after the other, and one waiting for another not yet
     started would wait for ever."""
     import torch
@@ -119,6 +127,8 @@ def coop_plan(kernel, tensors: tuple, M: int, N: int, seg: int | None, default_s
     seg = seg or default_seg
     S = triton.cdiv(N, seg)
     meta = dict(SEG=seg, S_BLOCK=triton.next_power_of_2(S), **constexprs)
+    if maxnreg:
+        meta["maxnreg"] = maxnreg
     stand_in = torch.zeros(partials, dtype=torch.int64, device=x.device)
     groups = min(M, resident_programs(kernel, (*tensors, stand_in, M, N, S, 1), meta, warps, x.device,
                                       strict=True) // S)

@@ -717,7 +717,7 @@ def _ln_bwd_coop_launch(dy, x, weight, mean, rstd, dx, seg, warps, sum_block, ma
     warps = warps or _BWD_COOP_WARPS
     # (mean: an fp32 stand-in for the dw/db partials, sized by the plan)
     plan = coop_plan(_ln_bwd_coop, (x, dy, weight, mean, rstd, dx, mean), M, N, seg, _BWD_COOP_SEG, warps, 2,
-                     N_ALIGN=_align(N), **({"maxnreg": maxnreg} if maxnreg else {}))
+                     maxnreg, N_ALIGN=_align(N))
     if plan is None:
         return None
     groups, iters, S, slots, meta = plan

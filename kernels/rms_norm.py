@@ -14,8 +14,8 @@ import triton.language as tl
 
 from kcollect.spec import KernelSpec, Provider, Shape, peer_available, standard_providers
 
-from ._utils import (coop_plan, coop_program, l2_bytes, last_to_arrive, lines_launch, publish, row_settings,
-                     sm_count, wait_total, widen, widen_asm)
+from ._utils import (coop_plan, coop_program, l2_bytes, last_to_arrive, lines_launch, on_sm90, publish,
+                     row_settings, sm_count, wait_total, widen, widen_asm)
 from ._utils import resident_programs as _resident_programs
 
 
@@ -662,13 +662,13 @@ def _coop_cap(device: torch.device, has_dh: bool, w_at_use: bool, seg: int | Non
               cap: int | None) -> dict:
     """The register cap of a _bwd_coop launch, as launch keywords: `cap` if given (0: none), else
     COOP_MAXNREG's for this launch on sm_90."""
-    if cap is None and device.type == "cuda" and torch.cuda.get_device_capability(device) == (9, 0):
+    if cap is None and on_sm90(device):
         cap = COOP_MAXNREG.get((has_dh, w_at_use, seg or COOP_SEG, warps or COOP_WARPS))
     return {"maxnreg": cap} if cap else {}
 
 
 def _fwd_maxnreg(device: torch.device, has_res: bool, elem: int, block_n: int, block_b: int) -> int | None:
-    if device.type != "cuda" or torch.cuda.get_device_capability(device) != (9, 0):
+    if not on_sm90(device):
         return None
     return _FWD_MAXNREG[(has_res, elem)].get((block_n, block_b))
 

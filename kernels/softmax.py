@@ -8,8 +8,8 @@ import triton.language as tl
 
 from kcollect.spec import KernelSpec, Provider, Shape, peer_available, standard_providers
 
-from ._utils import (LOG2E, coop_plan, coop_program, lines_launch, lse_update, publish, publish2, sm_count,
-                     wait_slots2, wait_total, widen, widen_asm)
+from ._utils import (LOG2E, coop_plan, coop_program, lines_launch, lse_update, on_sm90, publish, publish2,
+                     sm_count, wait_slots2, wait_total, widen, widen_asm)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -564,9 +564,7 @@ def _launch_split(split_kernels, tensors, M: int, N: int, seg: int, max_warps, p
 
 def _bwd_coop_cap(device, seg: int, warps: int) -> int | None:
     """The backward coop kernel's register cap for this launch: _BWD_COOP_MAXNREG's on sm_90."""
-    if device.type != "cuda" or torch.cuda.get_device_capability(device) != (9, 0):
-        return None
-    return _BWD_COOP_MAXNREG.get((seg, warps))
+    return _BWD_COOP_MAXNREG.get((seg, warps)) if on_sm90(device) else None
 
 
 def _launch_coop(kernel, partials: int, tensors, M: int, N: int, seg, warps, maxnreg=None) -> bool:
@@ -577,8 +575,7 @@ def _launch_coop(kernel, partials: int, tensors, M: int, N: int, seg, warps, max
     default_seg = _COOP_SEG_MID if lo <= N <= hi else _COOP_SEG
     if maxnreg is None and kernel is _softmax_bwd_coop:
         maxnreg = _bwd_coop_cap(tensors[0].device, seg or default_seg, warps)
-    plan = coop_plan(kernel, tensors, M, N, seg, default_seg, warps, partials, N_ALIGN=_align(N),
-                     **({"maxnreg": maxnreg} if maxnreg else {}))
+    plan = coop_plan(kernel, tensors, M, N, seg, default_seg, warps, partials, maxnreg, N_ALIGN=_align(N))
     if plan is None:
         return False
     groups, iters, S, slots, meta = plan
