@@ -132,6 +132,14 @@ VARIANTS = [
     # segments of 2048 capped at 96 registers (5 programs per SM)
     ("coop seg 2048 cap 96", {"coop_seg": 2048, "coop_maxnreg": 96}, lambda m, n: many(m, n) and 65536 < n <= 131072,
      ("bwd",)),
+    # run 19: the forward's coop kernel rewritten (exp(x - m_j) held in registers, exp2, no division
+    # an element: 560 SASS instructions for 16 elements a thread against 760, 72 registers, 7
+    # programs per SM); "coop" above is now that, against x held and exponentiated again, and wider
+    # segments of more warps
+    ("coop x held", {"lean": False, "coop": True, "coop_hold": False}, lambda m, n: many(m, n) and n > 32768,
+     ("fwd",)),
+    ("coop seg 4096 8 warps", {"lean": False, "coop": True, "coop_seg": 4096, "coop_warps": 8},
+     lambda m, n: many(m, n) and n > 32768, ("fwd",)),
 ]
 # Few rows (the split path's A/B: 1 to 16 rows of the LLaMA-3 vocabulary, wider and narrower rows;
 # 1 x 32000 and 1 x 16384 fit in registers: split=True against the register path), then the
@@ -248,7 +256,7 @@ def run_shape(run, shape):
                 if mode == "fwd":
                     fn = lambda kw=kw: softmax.softmax_forward(x, **kw)  # noqa: E731
                 else:
-                    bwd_kw = {k: v for k, v in kw.items() if k != "lines"}  # a forward-only option
+                    bwd_kw = {k: v for k, v in kw.items() if k not in ("lines", "coop_hold")}  # forward-only
                     fn = lambda kw=bwd_kw: softmax.softmax_backward(dy, y, **kw)  # noqa: E731
                 run.case(m, n, mode, label, fn, want, seen)
         if shape[1] <= 65536:  # Liger refuses wider rows

@@ -253,14 +253,22 @@ def _softmax_fwd_lines(x_ptr, y_ptr, M, N, N_FULL: tl.constexpr, TAIL: tl.conste
 
 @triton.jit(do_not_specialize=["iters"])
 def _softmax_fwd_coop(x_ptr, y_ptr, slot_ptr, M, N, S, iters,
-                      SEG: tl.constexpr, S_BLOCK: tl.constexpr, N_ALIGN: tl.constexpr):
-    # partials: the segment's max m_j and sum d_j of exp(x - m_j); row: m = max m_j,
-    # d = sum d_j * exp(m_j - m) (the split path's combination, -inf segments included)
+                      SEG: tl.constexpr, S_BLOCK: tl.constexpr, N_ALIGN: tl.constexpr,
+                      HOLD_E: tl.constexpr = True):
+    # partials: the segment's max m_j and sum d_j of e = exp(x - m_j); row: m = max m_j,
+    # d = sum d_j * exp(m_j - m) (the split path's combination, -inf segments included).
+    # HOLD_E: e stays in registers (fp32) until the row's totals arrive, y = e * exp(m_j - m) / d:
+    # one exponential an element; otherwise x is kept (in its dtype) and exponentiated again,
+    # y = exp2((x - m) * LOG2E - log2(d)). (The first version, x kept and tl.exp twice with a
+    # division, compiled to 760 instructions for 32 elements a thread at sm_90, tl.exp's range
+    # fix-up 3 of the 6 each exponential takes; HOLD_E 560, exp2 twice 632.)
     G, g, seg, cols = coop_program(S, SEG)
     cm = _col_mask(cols, N, N_ALIGN)
     j = tl.arange(0, S_BLOCK)
     x = tl.load(x_ptr + _row_start(g, N, N_ALIGN) + cols, mask=cm & (g < M), other=-float("inf"))
     xp = tl.zeros_like(x)  # (not `xp = x`: see rms_norm._bwd_coop)
+    ep = tl.zeros([SEG], dtype=tl.float32)
+    mp = 0.0
     i = 0
     while i <= iters:  # step i: publish row i (past the end at i = iters: -inf), finish row i - 1
         row = g + i * G
@@ -268,17 +276,25 @@ def _softmax_fwd_coop(x_ptr, y_ptr, slot_ptr, M, N, S, iters,
                          other=-float("inf"))
         xf = x.to(tl.float32)
         m_j = tl.max(xf, axis=0)
-        d_j = tl.sum(tl.exp(xf - _finite_or_zero(m_j)), axis=0)
-        publish2(slot_ptr, row, seg, S, m_j, d_j)
+        m_s = _finite_or_zero(m_j)
+        e = tl.exp2((xf - m_s) * LOG2E)
+        publish2(slot_ptr, row, seg, S, m_j, tl.sum(e, axis=0))
         if i > 0:
             prow = row - G
             ms, ds = wait_slots2(slot_ptr, prow, S, S_BLOCK)
             ms = tl.where(j < S, ms, -float("inf"))
             m = _finite_or_zero(tl.max(ms, axis=0))
-            d = tl.sum(ds * tl.exp(ms - m), axis=0)
-            y = tl.exp(xp.to(tl.float32) - m) / d
+            d = tl.sum(ds * tl.exp2((ms - m) * LOG2E), axis=0)
+            if HOLD_E:
+                y = ep * (tl.exp2((mp - m) * LOG2E) / d)
+            else:
+                y = tl.exp2((xp.to(tl.float32) - m) * LOG2E - tl.log2(d))
             tl.store(y_ptr + _row_start(prow, N, N_ALIGN) + cols, y.to(y_ptr.dtype.element_ty), mask=cm & (prow < M))
-        xp = x
+        if HOLD_E:
+            ep = e
+            mp = m_s
+        else:
+            xp = x
         x = x_next
         i += 1
 
@@ -472,6 +488,7 @@ _COOP_SEG_MID_WIDTHS = (65537, 131072)
 _BWD_COOP_MAXNREG = {(2048, 4): 96}
 _COOP_WARPS = 4
 _FWD_COOP = False
+_FWD_COOP_HOLD = True
 # A few wide rows take the split path. Streamed, all of a 1 x 128256 bf16 softmax ran on one SM
 # (25.8 us fwd, 16.7 us bwd on the H200 in CUDA graphs, against 13.6 / 9.7 us for torch.compile).
 # H200 A/B (benchmarks/softmax_ab.py, docs/evidence/softmax_ab_h200_run4.txt): split, 1x128256
@@ -533,6 +550,8 @@ def _warps(tile: int, max_warps: int) -> int:
 #   coop_seg         coop path: elements per segment (default _COOP_SEG, _COOP_SEG_MID for rows
 #                    in _COOP_SEG_MID_WIDTHS)
 #   coop_warps       coop path: warps a program (default _COOP_WARPS)
+#   coop_hold        forward coop path: e = exp(x - segment max) held in registers for the write
+#                    (default _FWD_COOP_HOLD), or x held and exponentiated again
 #   coop_maxnreg     coop path: registers a thread at most, 0 for none (default: the backward's
 #                    _BWD_COOP_MAXNREG on sm_90, else none)
 #   lines            forward, where the stream would run: _softmax_fwd_lines instead (default
@@ -567,7 +586,7 @@ def _bwd_coop_cap(device, seg: int, warps: int) -> int | None:
     return _BWD_COOP_MAXNREG.get((seg, warps)) if on_sm90(device) else None
 
 
-def _launch_coop(kernel, partials: int, tensors, M: int, N: int, seg, warps, maxnreg=None) -> bool:
+def _launch_coop(kernel, partials: int, tensors, M: int, N: int, seg, warps, maxnreg=None, meta=None) -> bool:
     """The coop path (see _softmax_fwd_coop, _utils.coop_plan): False, launching nothing, where not
     even one group of a row's programs fits on the GPU at once."""
     warps = warps or _COOP_WARPS
@@ -575,7 +594,8 @@ def _launch_coop(kernel, partials: int, tensors, M: int, N: int, seg, warps, max
     default_seg = _COOP_SEG_MID if lo <= N <= hi else _COOP_SEG
     if maxnreg is None and kernel is _softmax_bwd_coop:
         maxnreg = _bwd_coop_cap(tensors[0].device, seg or default_seg, warps)
-    plan = coop_plan(kernel, tensors, M, N, seg, default_seg, warps, partials, maxnreg, N_ALIGN=_align(N))
+    plan = coop_plan(kernel, tensors, M, N, seg, default_seg, warps, partials, maxnreg, N_ALIGN=_align(N),
+                     **(meta or {}))
     if plan is None:
         return False
     groups, iters, S, slots, meta = plan
@@ -586,7 +606,7 @@ def _launch_coop(kernel, partials: int, tensors, M: int, N: int, seg, warps, max
 def _launch(fused, stream, split_kernels, tensors, M: int, N: int, elem: int, device, max_block,
             max_warps, chunk, programs_per_sm, persist=None, tile_bytes=None, policy=_POLICY,
             split=None, split_seg=None, fused_meta=None, coop_kernel=None, coop=None, coop_seg=None,
-            coop_warps=None, coop_maxnreg=None) -> None:
+            coop_warps=None, coop_maxnreg=None, coop_meta=None) -> None:
     block = triton.next_power_of_2(N)
     fits_registers = block <= (_MAX_ROW_BYTES // elem if max_block is None else max_block)
     if _uses_split(M, block, split):
@@ -606,7 +626,7 @@ def _launch(fused, stream, split_kernels, tensors, M: int, N: int, elem: int, de
             fused[(tiles,)](*tensors, M, N, **meta, **(fused_meta or {}))
         return
     if (device.type == "cuda" if coop is None else coop) and _launch_coop(*coop_kernel, tensors, M, N, coop_seg,
-                                                                        coop_warps, coop_maxnreg):
+                                                                        coop_warps, coop_maxnreg, coop_meta):
         return
     if stream is _softmax_fwd_lines:
         grid, meta = lines_launch(M, N, elem, device, chunk, programs_per_sm, max_warps)
@@ -629,6 +649,7 @@ def softmax_forward(x: torch.Tensor, *, max_block: int | None = None, max_warps:
                     policy: str = _POLICY, split: bool | None = None,
                     split_seg: int | None = None, lean: bool | None = None, coop: bool | None = None,
                     coop_seg: int | None = None, coop_warps: int | None = None,
+                    coop_hold: bool = _FWD_COOP_HOLD,
                     lines: bool | None = None) -> torch.Tensor:
     """x [M, N] contiguous -> y. Keywords: see the comment above _launch, and `lean`: rows up to
     _LEAN_FWD_BLOCK in registers, one row per program (no persistent grid), bf16 x kept packed
@@ -648,7 +669,8 @@ def softmax_forward(x: torch.Tensor, *, max_block: int | None = None, max_warps:
             x.element_size(), x.device,
             max_block, max_warps, chunk, programs_per_sm, persist, tile_bytes, policy, split, split_seg,
             fused_meta={"ASM": lean and widen_asm(x)}, coop_kernel=(_softmax_fwd_coop, 2),
-            coop=_FWD_COOP if coop is None else coop, coop_seg=coop_seg, coop_warps=coop_warps)
+            coop=_FWD_COOP if coop is None else coop, coop_seg=coop_seg, coop_warps=coop_warps,
+            coop_meta={"HOLD_E": coop_hold})
     return y
 
 

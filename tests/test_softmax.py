@@ -131,6 +131,9 @@ VARIANTS = {
     # the GPU's path for many rows too wide for registers; on the CPU one segment a row (its
     # programs would wait for each other: test_coop_on_the_gpu runs it in segments)
     "coop": ({"max_block": 256, "split": False, "coop": True}, [{"M": 37, "N": 1000}, {"M": 17, "N": 4099}]),
+    # the forward's coop kernel keeping x and exponentiating it again instead of holding exp(x - m_j)
+    "coop-x-held": ({"max_block": 256, "split": False, "coop": True, "coop_hold": False},
+                    [{"M": 37, "N": 1000}, {"M": 17, "N": 4099}]),
     # the forward's lines path where the stream would run (the backward ignores `lines`): whole
     # chunks with a masked tail, no tail, a row narrower than one chunk (N_FULL = 0), an unaligned
     # width, more rows than programs (CPU: 4 "SMs") and one program a row
@@ -155,7 +158,7 @@ def test_variant_matches_reference(variant, dims, dtype, mode):
     x = SPEC.make_inputs(dims, dtype, "cpu", seed)["x"]
     dys, want = verify.reference_answers(SPEC, {"x": x}, mode, seed + 1)
     y = softmax.softmax_forward(x, **kw)
-    bwd_kw = {k: v for k, v in kw.items() if k not in ("persist", "lines")}  # forward-only options
+    bwd_kw = {k: v for k, v in kw.items() if k not in ("persist", "lines", "coop_hold")}  # forward-only options
     got = y if mode == "fwd" else softmax.softmax_backward(dys[0].to(dtype), y, **bwd_kw)
     error = verify.rel_error(got, want[0])
     assert error <= SPEC.tolerance[dtype], f"{variant} {mode} {dtype} {dims} seed {seed}: error {error:.3g}"
@@ -278,9 +281,11 @@ def test_lean_backward_on_the_gpu_is_bitwise_the_plain_one():
 @pytest.mark.parametrize("dtype", SPEC.dtypes, ids=str)
 @pytest.mark.parametrize("dims,seg", [((37, 5003), 2048), ((300, 1000), 256), ((1024, 262144), None)],
                          ids=["37x5003-seg2048", "300x1000-seg256", "1024x262144-default"])
-def test_coop_on_the_gpu(dtype, dims, seg):
+@pytest.mark.parametrize("hold", [True, False], ids=["e-held", "x-held"])
+def test_coop_on_the_gpu(dtype, dims, seg, hold):
     # S > 1 segments a row (3, the last partial; 4; 128), row groups striding; -inf entries, a whole
-    # -inf row (NaN, as PyTorch), a segment far above the others, every logit far below 0
+    # -inf row (NaN, as PyTorch), a segment far above the others, every logit far below 0; the
+    # forward holding exp(x - m_j) or x (coop_hold)
     m, n = dims
     x = SPEC.make_inputs({"M": m, "N": n}, torch.float32, "cuda", random.randrange(2**31))["x"]
     x[0, : n // 2] = -float("inf")
@@ -290,7 +295,7 @@ def test_coop_on_the_gpu(dtype, dims, seg):
     x[4] -= 1000
     x = x.to(dtype)
     kw = dict(max_block=256 if seg else None, split=False, coop=True, coop_seg=seg)
-    y = softmax.softmax_forward(x, **kw)
+    y = softmax.softmax_forward(x, coop_hold=hold, **kw)
     want = torch.softmax(x.double(), dim=-1)
     assert torch.isnan(y[2]).all() and torch.isfinite(y[[0, 1, 3, 4]]).all()
     keep = torch.arange(m, device="cuda") != 2
@@ -300,7 +305,7 @@ def test_coop_on_the_gpu(dtype, dims, seg):
     dx = softmax.softmax_backward(dy[keep].contiguous(), yk, **kw)
     y64, dy64 = yk.double(), dy[keep].double()
     assert verify.rel_error(dx, y64 * (dy64 - (y64 * dy64).sum(-1, keepdim=True))) <= SPEC.tolerance[dtype]
-    assert torch.equal(y.nan_to_num(), softmax.softmax_forward(x, **kw).nan_to_num())  # deterministic
+    assert torch.equal(y.nan_to_num(), softmax.softmax_forward(x, coop_hold=hold, **kw).nan_to_num())  # deterministic
 
 
 @pytest.mark.parametrize("n,seg", [(65536, softmax._COOP_SEG), (65537, softmax._COOP_SEG_MID),
