@@ -292,9 +292,56 @@ def _softmax_fwd_coop(x_ptr, y_ptr, slot_ptr, M, N, S, iters,
             tl.store(y_ptr + _row_start(prow, N, N_ALIGN) + cols, y.to(y_ptr.dtype.element_ty), mask=cm & (prow < M))
         if HOLD_E:
             ep = e
-            mp = m_s
+            mp = m_j  # -inf for a segment of only -inf: its e is 0 and so is its scale, whatever m
         else:
             xp = x
+        x = x_next
+        i += 1
+
+
+@triton.jit
+def _lse_pair(m1, d1, m2, d2):
+    # tl.reduce's combination of (max, sum of exp(x - max)) pairs; a pair of only -inf (m = -inf,
+    # d = 0) adds 0, and two of them give (-inf, 0)
+    m = tl.maximum(m1, m2)
+    m_s = _finite_or_zero(m)
+    return m, d1 * tl.exp2((m1 - m_s) * LOG2E) + d2 * tl.exp2((m2 - m_s) * LOG2E)
+
+
+@triton.jit(do_not_specialize=["iters"])
+def _softmax_fwd_coop_lines(x_ptr, y_ptr, slot_ptr, M, N, S, iters,
+                            SEG: tl.constexpr, S_BLOCK: tl.constexpr, N_ALIGN: tl.constexpr, VEC: tl.constexpr):
+    # _softmax_fwd_coop with the segment as [SEG // VEC, VEC] lines, one 16-byte vector each (the
+    # lines path's layout): e = exp(x - the line's max), whose max and sum need no other thread; the
+    # lines' pairs, and then the S segments' pairs, combine in one reduction each (_lse_pair)
+    # instead of a max and then a sum: 4 block reductions a row fewer, with their barriers.
+    G, g, seg, _ = coop_program(S, SEG)
+    L: tl.constexpr = SEG // VEC
+    cols = seg * SEG + tl.arange(0, L)[:, None] * VEC + tl.arange(0, VEC)[None, :]
+    cm = _col_mask(cols, N, N_ALIGN)
+    j = tl.arange(0, S_BLOCK)
+    x = tl.load(x_ptr + _row_start(g, N, N_ALIGN) + cols, mask=cm & (g < M), other=-float("inf"))
+    ep = tl.zeros([L, VEC], dtype=tl.float32)
+    mlp = tl.zeros([L], dtype=tl.float32)
+    i = 0
+    while i <= iters:  # step i: publish row i (past the end at i = iters: -inf), finish row i - 1
+        row = g + i * G
+        x_next = tl.load(x_ptr + _row_start(row + G, N, N_ALIGN) + cols, mask=cm & (row + G < M),
+                         other=-float("inf"))
+        xf = x.to(tl.float32)
+        ml = tl.max(xf, axis=1)
+        e = tl.exp2((xf - _finite_or_zero(ml)[:, None]) * LOG2E)
+        m_j, d_j = tl.reduce((ml, tl.sum(e, axis=1)), 0, _lse_pair)
+        publish2(slot_ptr, row, seg, S, m_j, d_j)
+        if i > 0:
+            prow = row - G
+            ms, ds = wait_slots2(slot_ptr, prow, S, S_BLOCK)
+            m, d = tl.reduce((tl.where(j < S, ms, -float("inf")), ds), 0, _lse_pair)
+            # a line of only -inf: mlp = -inf, scale 0; a row of only -inf: 0 / 0, NaN as torch
+            y = ep * (tl.exp2((mlp - _finite_or_zero(m)) * LOG2E) / d)[:, None]
+            tl.store(y_ptr + _row_start(prow, N, N_ALIGN) + cols, y.to(y_ptr.dtype.element_ty), mask=cm & (prow < M))
+        ep = e
+        mlp = ml
         x = x_next
         i += 1
 
@@ -489,6 +536,7 @@ _BWD_COOP_MAXNREG = {(2048, 4): 96}
 _COOP_WARPS = 4
 _FWD_COOP = False
 _FWD_COOP_HOLD = True
+_FWD_COOP_LINES = False
 # A few wide rows take the split path. Streamed, all of a 1 x 128256 bf16 softmax ran on one SM
 # (25.8 us fwd, 16.7 us bwd on the H200 in CUDA graphs, against 13.6 / 9.7 us for torch.compile).
 # H200 A/B (benchmarks/softmax_ab.py, docs/evidence/softmax_ab_h200_run4.txt): split, 1x128256
@@ -552,6 +600,8 @@ def _warps(tile: int, max_warps: int) -> int:
 #   coop_warps       coop path: warps a program (default _COOP_WARPS)
 #   coop_hold        forward coop path: e = exp(x - segment max) held in registers for the write
 #                    (default _FWD_COOP_HOLD), or x held and exponentiated again
+#   coop_lines       forward coop path: the segment as 16-byte lines (_softmax_fwd_coop_lines;
+#                    default _FWD_COOP_LINES)
 #   coop_maxnreg     coop path: registers a thread at most, 0 for none (default: the backward's
 #                    _BWD_COOP_MAXNREG on sm_90, else none)
 #   lines            forward, where the stream would run: _softmax_fwd_lines instead (default
@@ -649,7 +699,7 @@ def softmax_forward(x: torch.Tensor, *, max_block: int | None = None, max_warps:
                     policy: str = _POLICY, split: bool | None = None,
                     split_seg: int | None = None, lean: bool | None = None, coop: bool | None = None,
                     coop_seg: int | None = None, coop_warps: int | None = None,
-                    coop_hold: bool = _FWD_COOP_HOLD,
+                    coop_hold: bool = _FWD_COOP_HOLD, coop_lines: bool = _FWD_COOP_LINES,
                     lines: bool | None = None) -> torch.Tensor:
     """x [M, N] contiguous -> y. Keywords: see the comment above _launch, and `lean`: rows up to
     _LEAN_FWD_BLOCK in registers, one row per program (no persistent grid), bf16 x kept packed
@@ -668,9 +718,10 @@ def softmax_forward(x: torch.Tensor, *, max_block: int | None = None, max_warps:
     _launch(_softmax_fwd, _softmax_fwd_lines if lines else _softmax_fwd_stream, _FWD_SPLIT, (x, y), M, N,
             x.element_size(), x.device,
             max_block, max_warps, chunk, programs_per_sm, persist, tile_bytes, policy, split, split_seg,
-            fused_meta={"ASM": lean and widen_asm(x)}, coop_kernel=(_softmax_fwd_coop, 2),
+            fused_meta={"ASM": lean and widen_asm(x)},
+            coop_kernel=(_softmax_fwd_coop_lines if coop_lines else _softmax_fwd_coop, 2),
             coop=_FWD_COOP if coop is None else coop, coop_seg=coop_seg, coop_warps=coop_warps,
-            coop_meta={"HOLD_E": coop_hold})
+            coop_meta={"VEC": 16 // x.element_size()} if coop_lines else {"HOLD_E": coop_hold})
     return y
 
 

@@ -134,6 +134,8 @@ VARIANTS = {
     # the forward's coop kernel keeping x and exponentiating it again instead of holding exp(x - m_j)
     "coop-x-held": ({"max_block": 256, "split": False, "coop": True, "coop_hold": False},
                     [{"M": 37, "N": 1000}, {"M": 17, "N": 4099}]),
+    "coop-lines": ({"max_block": 256, "split": False, "coop": True, "coop_lines": True},
+                   [{"M": 37, "N": 1000}, {"M": 17, "N": 4099}]),
     # the forward's lines path where the stream would run (the backward ignores `lines`): whole
     # chunks with a masked tail, no tail, a row narrower than one chunk (N_FULL = 0), an unaligned
     # width, more rows than programs (CPU: 4 "SMs") and one program a row
@@ -158,7 +160,7 @@ def test_variant_matches_reference(variant, dims, dtype, mode):
     x = SPEC.make_inputs(dims, dtype, "cpu", seed)["x"]
     dys, want = verify.reference_answers(SPEC, {"x": x}, mode, seed + 1)
     y = softmax.softmax_forward(x, **kw)
-    bwd_kw = {k: v for k, v in kw.items() if k not in ("persist", "lines", "coop_hold")}  # forward-only options
+    bwd_kw = {k: v for k, v in kw.items() if k not in ("persist", "lines", "coop_hold", "coop_lines")}  # forward-only options
     got = y if mode == "fwd" else softmax.softmax_backward(dys[0].to(dtype), y, **bwd_kw)
     error = verify.rel_error(got, want[0])
     assert error <= SPEC.tolerance[dtype], f"{variant} {mode} {dtype} {dims} seed {seed}: error {error:.3g}"
@@ -281,11 +283,12 @@ def test_lean_backward_on_the_gpu_is_bitwise_the_plain_one():
 @pytest.mark.parametrize("dtype", SPEC.dtypes, ids=str)
 @pytest.mark.parametrize("dims,seg", [((37, 5003), 2048), ((300, 1000), 256), ((1024, 262144), None)],
                          ids=["37x5003-seg2048", "300x1000-seg256", "1024x262144-default"])
-@pytest.mark.parametrize("hold", [True, False], ids=["e-held", "x-held"])
-def test_coop_on_the_gpu(dtype, dims, seg, hold):
+@pytest.mark.parametrize("fwd_kw", [{}, {"coop_hold": False}, {"coop_lines": True}],
+                         ids=["e-held", "x-held", "lines"])
+def test_coop_on_the_gpu(dtype, dims, seg, fwd_kw):
     # S > 1 segments a row (3, the last partial; 4; 128), row groups striding; -inf entries, a whole
-    # -inf row (NaN, as PyTorch), a segment far above the others, every logit far below 0; the
-    # forward holding exp(x - m_j) or x (coop_hold)
+    # -inf row (NaN, as PyTorch), a segment far above the others, every logit far below 0, whole
+    # segments of -inf beside logits far below 0; the forward's coop kernels (coop_hold, coop_lines)
     m, n = dims
     x = SPEC.make_inputs({"M": m, "N": n}, torch.float32, "cuda", random.randrange(2**31))["x"]
     x[0, : n // 2] = -float("inf")
@@ -293,11 +296,13 @@ def test_coop_on_the_gpu(dtype, dims, seg, hold):
     x[2, :] = -float("inf")
     x[3, n // 4: n // 2] *= 50
     x[4] -= 1000
+    x[5] -= 1000
+    x[5, : n // 2] = -float("inf")
     x = x.to(dtype)
     kw = dict(max_block=256 if seg else None, split=False, coop=True, coop_seg=seg)
-    y = softmax.softmax_forward(x, coop_hold=hold, **kw)
+    y = softmax.softmax_forward(x, **fwd_kw, **kw)
     want = torch.softmax(x.double(), dim=-1)
-    assert torch.isnan(y[2]).all() and torch.isfinite(y[[0, 1, 3, 4]]).all()
+    assert torch.isnan(y[2]).all() and torch.isfinite(y[[0, 1, 3, 4, 5]]).all()
     keep = torch.arange(m, device="cuda") != 2
     assert verify.rel_error(y[keep], want[keep]) <= SPEC.tolerance[dtype]
     dy = torch.randn(m, n, device="cuda").to(dtype)
@@ -305,7 +310,7 @@ def test_coop_on_the_gpu(dtype, dims, seg, hold):
     dx = softmax.softmax_backward(dy[keep].contiguous(), yk, **kw)
     y64, dy64 = yk.double(), dy[keep].double()
     assert verify.rel_error(dx, y64 * (dy64 - (y64 * dy64).sum(-1, keepdim=True))) <= SPEC.tolerance[dtype]
-    assert torch.equal(y.nan_to_num(), softmax.softmax_forward(x, coop_hold=hold, **kw).nan_to_num())  # deterministic
+    assert torch.equal(y.nan_to_num(), softmax.softmax_forward(x, **fwd_kw, **kw).nan_to_num())  # deterministic
 
 
 @pytest.mark.parametrize("n,seg", [(65536, softmax._COOP_SEG), (65537, softmax._COOP_SEG_MID),
