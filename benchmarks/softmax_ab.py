@@ -134,22 +134,15 @@ VARIANTS = [
      ("bwd",)),
     # run 19: the forward's coop kernel rewritten (exp(x - m_j) held in registers, exp2, no division
     # an element: 560 SASS instructions for 16 elements a thread against 760, 72 registers, 7
-    # programs per SM); "coop" above is now that, against x held and exponentiated again, and wider
-    # segments of more warps
-    ("coop x held", {"lean": False, "coop": True, "coop_hold": False}, lambda m, n: many(m, n) and n > 32768,
-     ("fwd",)),
+    # programs per SM); "coop" above is now that. Runs 19-20 also timed x held and exponentiated
+    # again, and the segment as 16-byte lines with (max, sum) pairs reduced at once: both lost and
+    # were removed (see softmax._FWD_COOP_FROM).
     ("coop seg 4096 8 warps", {"lean": False, "coop": True, "coop_seg": 4096, "coop_warps": 8},
      lambda m, n: many(m, n) and n > 32768, ("fwd",)),
-    # the segment as 16-byte lines: per-line max and sum, one pair reduction instead of a max and a
-    # sum (12 barriers in the SASS against 18, 50 MUFU against 20: the pairs' exponentials)
-    ("coop lines", {"lean": False, "coop": True, "coop_lines": True}, lambda m, n: many(m, n) and n > 32768,
-     ("fwd",)),
-    ("coop lines seg 1024", {"lean": False, "coop": True, "coop_lines": True, "coop_seg": 1024},
-     lambda m, n: many(m, n) and n > 32768, ("fwd",)),
-    ("coop lines seg 4096", {"lean": False, "coop": True, "coop_lines": True, "coop_seg": 4096},
-     lambda m, n: many(m, n) and n > 32768, ("fwd",)),
-    # the backward at 65537-131072 wide: segments of 4096 at 8 warps (16 elements a thread, as 2048
-    # at 4), 85.0% against 81.0% at 2048x128256 in run 19
+    # run 21: the defaults since run 20 (the forward's coop path from 131073 wide; the backward's
+    # segments of 4096 at 8 warps at 65537-131072 wide) against the earlier ones
+    ("lines (no coop)", {"lean": False, "coop": False}, lambda m, n: many(m, n) and n > 131072, ("fwd",)),
+    ("coop 4 warps", {"coop_warps": 4}, lambda m, n: many(m, n) and 65536 < n <= 131072, ("bwd",)),
     ("coop seg 4096 8w", {"coop_seg": 4096, "coop_warps": 8}, lambda m, n: many(m, n) and n > 32768, ("bwd",)),
 ]
 # Few rows (the split path's A/B: 1 to 16 rows of the LLaMA-3 vocabulary, wider and narrower rows;
@@ -267,7 +260,7 @@ def run_shape(run, shape):
                 if mode == "fwd":
                     fn = lambda kw=kw: softmax.softmax_forward(x, **kw)  # noqa: E731
                 else:
-                    bwd_kw = {k: v for k, v in kw.items() if k not in ("lines", "coop_hold", "coop_lines")}
+                    bwd_kw = {k: v for k, v in kw.items() if k != "lines"}  # a forward-only option
                     fn = lambda kw=bwd_kw: softmax.softmax_backward(dy, y, **kw)  # noqa: E731
                 run.case(m, n, mode, label, fn, want, seen)
         if shape[1] <= 65536:  # Liger refuses wider rows

@@ -253,20 +253,15 @@ def _softmax_fwd_lines(x_ptr, y_ptr, M, N, N_FULL: tl.constexpr, TAIL: tl.conste
 
 @triton.jit(do_not_specialize=["iters"])
 def _softmax_fwd_coop(x_ptr, y_ptr, slot_ptr, M, N, S, iters,
-                      SEG: tl.constexpr, S_BLOCK: tl.constexpr, N_ALIGN: tl.constexpr,
-                      HOLD_E: tl.constexpr = True):
+                      SEG: tl.constexpr, S_BLOCK: tl.constexpr, N_ALIGN: tl.constexpr):
     # partials: the segment's max m_j and sum d_j of e = exp(x - m_j); row: m = max m_j,
-    # d = sum d_j * exp(m_j - m) (the split path's combination, -inf segments included).
-    # HOLD_E: e stays in registers (fp32) until the row's totals arrive, y = e * exp(m_j - m) / d:
-    # one exponential an element; otherwise x is kept (in its dtype) and exponentiated again,
-    # y = exp2((x - m) * LOG2E - log2(d)). (The first version, x kept and tl.exp twice with a
-    # division, compiled to 760 instructions for 32 elements a thread at sm_90, tl.exp's range
-    # fix-up 3 of the 6 each exponential takes; HOLD_E 560, exp2 twice 632.)
+    # d = sum d_j * exp(m_j - m) (the split path's combination, -inf segments included). e stays
+    # in registers (fp32) until the row's totals arrive: y = e * exp(m_j - m) / d, one exponential
+    # an element (see _FWD_COOP_FROM for the variants measured).
     G, g, seg, cols = coop_program(S, SEG)
     cm = _col_mask(cols, N, N_ALIGN)
     j = tl.arange(0, S_BLOCK)
     x = tl.load(x_ptr + _row_start(g, N, N_ALIGN) + cols, mask=cm & (g < M), other=-float("inf"))
-    xp = tl.zeros_like(x)  # (not `xp = x`: see rms_norm._bwd_coop)
     ep = tl.zeros([SEG], dtype=tl.float32)
     mp = 0.0
     i = 0
@@ -276,8 +271,7 @@ def _softmax_fwd_coop(x_ptr, y_ptr, slot_ptr, M, N, S, iters,
                          other=-float("inf"))
         xf = x.to(tl.float32)
         m_j = tl.max(xf, axis=0)
-        m_s = _finite_or_zero(m_j)
-        e = tl.exp2((xf - m_s) * LOG2E)
+        e = tl.exp2((xf - _finite_or_zero(m_j)) * LOG2E)
         publish2(slot_ptr, row, seg, S, m_j, tl.sum(e, axis=0))
         if i > 0:
             prow = row - G
@@ -285,63 +279,12 @@ def _softmax_fwd_coop(x_ptr, y_ptr, slot_ptr, M, N, S, iters,
             ms = tl.where(j < S, ms, -float("inf"))
             m = _finite_or_zero(tl.max(ms, axis=0))
             d = tl.sum(ds * tl.exp2((ms - m) * LOG2E), axis=0)
-            if HOLD_E:
-                y = ep * (tl.exp2((mp - m) * LOG2E) / d)
-            else:
-                y = tl.exp2((xp.to(tl.float32) - m) * LOG2E - tl.log2(d))
-            tl.store(y_ptr + _row_start(prow, N, N_ALIGN) + cols, y.to(y_ptr.dtype.element_ty), mask=cm & (prow < M))
-        if HOLD_E:
-            ep = e
-            mp = m_j  # -inf for a segment of only -inf: its e is 0 and so is its scale, whatever m
-        else:
-            xp = x
-        x = x_next
-        i += 1
-
-
-@triton.jit
-def _lse_pair(m1, d1, m2, d2):
-    # tl.reduce's combination of (max, sum of exp(x - max)) pairs; a pair of only -inf (m = -inf,
-    # d = 0) adds 0, and two of them give (-inf, 0)
-    m = tl.maximum(m1, m2)
-    m_s = _finite_or_zero(m)
-    return m, d1 * tl.exp2((m1 - m_s) * LOG2E) + d2 * tl.exp2((m2 - m_s) * LOG2E)
-
-
-@triton.jit(do_not_specialize=["iters"])
-def _softmax_fwd_coop_lines(x_ptr, y_ptr, slot_ptr, M, N, S, iters,
-                            SEG: tl.constexpr, S_BLOCK: tl.constexpr, N_ALIGN: tl.constexpr, VEC: tl.constexpr):
-    # _softmax_fwd_coop with the segment as [SEG // VEC, VEC] lines, one 16-byte vector each (the
-    # lines path's layout): e = exp(x - the line's max), whose max and sum need no other thread; the
-    # lines' pairs, and then the S segments' pairs, combine in one reduction each (_lse_pair)
-    # instead of a max and then a sum: 4 block reductions a row fewer, with their barriers.
-    G, g, seg, _ = coop_program(S, SEG)
-    L: tl.constexpr = SEG // VEC
-    cols = seg * SEG + tl.arange(0, L)[:, None] * VEC + tl.arange(0, VEC)[None, :]
-    cm = _col_mask(cols, N, N_ALIGN)
-    j = tl.arange(0, S_BLOCK)
-    x = tl.load(x_ptr + _row_start(g, N, N_ALIGN) + cols, mask=cm & (g < M), other=-float("inf"))
-    ep = tl.zeros([L, VEC], dtype=tl.float32)
-    mlp = tl.zeros([L], dtype=tl.float32)
-    i = 0
-    while i <= iters:  # step i: publish row i (past the end at i = iters: -inf), finish row i - 1
-        row = g + i * G
-        x_next = tl.load(x_ptr + _row_start(row + G, N, N_ALIGN) + cols, mask=cm & (row + G < M),
-                         other=-float("inf"))
-        xf = x.to(tl.float32)
-        ml = tl.max(xf, axis=1)
-        e = tl.exp2((xf - _finite_or_zero(ml)[:, None]) * LOG2E)
-        m_j, d_j = tl.reduce((ml, tl.sum(e, axis=1)), 0, _lse_pair)
-        publish2(slot_ptr, row, seg, S, m_j, d_j)
-        if i > 0:
-            prow = row - G
-            ms, ds = wait_slots2(slot_ptr, prow, S, S_BLOCK)
-            m, d = tl.reduce((tl.where(j < S, ms, -float("inf")), ds), 0, _lse_pair)
-            # a line of only -inf: mlp = -inf, scale 0; a row of only -inf: 0 / 0, NaN as torch
-            y = ep * (tl.exp2((mlp - _finite_or_zero(m)) * LOG2E) / d)[:, None]
+            # a segment of only -inf: mp = -inf, scale 0 (not 0 * inf where m is far below 0); a
+            # row of only -inf: 0 / 0, NaN as torch
+            y = ep * (tl.exp2((mp - m) * LOG2E) / d)
             tl.store(y_ptr + _row_start(prow, N, N_ALIGN) + cols, y.to(y_ptr.dtype.element_ty), mask=cm & (prow < M))
         ep = e
-        mlp = ml
+        mp = m_j
         x = x_next
         i += 1
 
@@ -510,8 +453,9 @@ _LINES = True
 # stream: segments of _COOP_SEG elements, _COOP_WARPS warps a program. H200 A/B run 8
 # (softmax_ab_h200_run8.txt), bf16 bwd: 2048x65536 77.3% of copy -> 83.4%, 2048x128256 68.4% ->
 # 77.1%, 1024x262144 62.1% -> 81.3% (segments of 4096: 81.1%, 82.0%, 78.1%; 8 warps or 1024: less).
-# The forward keeps the stream (_FWD_COOP): coop 2048x128256 55.2% against 61.6% streamed,
-# 1024x262144 60.1% against 58.3% (its second exp per element, and the max and sum to combine).
+# The forward's first coop kernel lost to the stream: 2048x128256 55.2% against 61.6% streamed,
+# 1024x262144 60.1% against 58.3% (its second exp per element, and the max and sum to combine;
+# rewritten since, see _FWD_COOP_FROM).
 # The lines structure in the backward (pass 1 sums y * dy per line, pass 2 re-reads y and dy from
 # L2) lost to coop, run 12 (softmax_ab_h200_run12.txt): 2048x65536 81.9% at best (32 KB chunks of 16
 # warps; coop 82.6%), 2048x128256 67.8%, 1024x262144 63.5% (coop 75.9%, 80.4%): its rows in flight
@@ -534,9 +478,22 @@ _COOP_SEG_MID_WIDTHS = (65537, 131072)
 # taken.
 _BWD_COOP_MAXNREG = {(2048, 4): 96}
 _COOP_WARPS = 4
-_FWD_COOP = False
-_FWD_COOP_HOLD = True
-_FWD_COOP_LINES = False
+# The backward's middle widths run their segments of 4096 at 8 warps (16 elements a thread, as 2048
+# at 4 warps; still 2 programs per SM, with twice the loads in flight). H200 A/B runs 19-21
+# (softmax_ab_h200_run19.txt - run21.txt), bf16 bwd, % of copy: 2048x128256 81.0% -> 85.0%,
+# 2048x126976 78.2% -> 81.2%, 2048x131072 83.0% -> 86.9%; at 65536 and 262144 (segments of 2048)
+# segments of 4096 at 8 warps lost (1024x65536 80.5% against 82.7%, 1024x262144 77.6% against 84.6%).
+_COOP_WARPS_MID = 8
+# The forward's coop path, rewritten in run 19: e = exp(x - segment max) held in registers, exp2,
+# one division a row instead of one an element (sm_90: 560 SASS instructions, 72 registers, 7
+# programs per SM, against 760, 80, 6). It takes rows from _FWD_COOP_FROM elements, where the
+# lines path's re-read rows (one a program, 512 KB at 262144 bf16) no longer fit the L2 together:
+# 1024x262144 74.7% of copy against 71.7% (run 19). Narrower, lines wins: 2048x128256 81.3% against
+# 82.8%, 4096x65536 77.4% against 83.2% (runs 19-20). Measured and dropped: x held and exponentiated
+# again (64.8-70.9%), the segment as 16-byte lines with (max, sum) pairs reduced at once (12
+# barriers instead of 18 but 50 MUFU instead of 20: 63.5-79.7%), 8 warps or segments of 1024; the
+# first version (x held, tl.exp twice, a division an element) measured 60.0% at 1024x262144.
+_FWD_COOP_FROM = 131073
 # A few wide rows take the split path. Streamed, all of a 1 x 128256 bf16 softmax ran on one SM
 # (25.8 us fwd, 16.7 us bwd on the H200 in CUDA graphs, against 13.6 / 9.7 us for torch.compile).
 # H200 A/B (benchmarks/softmax_ab.py, docs/evidence/softmax_ab_h200_run4.txt): split, 1x128256
@@ -592,16 +549,13 @@ def _warps(tile: int, max_warps: int) -> int:
 #   chunk            elements per stream chunk (a power of two; default 32 KB of the dtype)
 #   programs_per_sm  stream grid: programs per SM (default 1), or "rows" for one program per row
 #   coop             rows too wide for registers, more than _SPLIT_MAX_ROWS of them: None (default)
-#                    the coop path in the backward on the GPU (_softmax_bwd_coop; the forward's,
-#                    _softmax_fwd_coop, is off: _FWD_COOP) and the stream elsewhere; True / False
-#                    force it on / off (on the CPU: one segment a row)
+#                    the coop path on the GPU, in the backward (_softmax_bwd_coop) and in the
+#                    forward from _FWD_COOP_FROM elements (_softmax_fwd_coop), else the lines path
+#                    or the stream; True / False force it on / off (on the CPU: one segment a row)
 #   coop_seg         coop path: elements per segment (default _COOP_SEG, _COOP_SEG_MID for rows
 #                    in _COOP_SEG_MID_WIDTHS)
-#   coop_warps       coop path: warps a program (default _COOP_WARPS)
-#   coop_hold        forward coop path: e = exp(x - segment max) held in registers for the write
-#                    (default _FWD_COOP_HOLD), or x held and exponentiated again
-#   coop_lines       forward coop path: the segment as 16-byte lines (_softmax_fwd_coop_lines;
-#                    default _FWD_COOP_LINES)
+#   coop_warps       coop path: warps a program (default _COOP_WARPS; the backward's rows in
+#                    _COOP_SEG_MID_WIDTHS: _COOP_WARPS_MID)
 #   coop_maxnreg     coop path: registers a thread at most, 0 for none (default: the backward's
 #                    _BWD_COOP_MAXNREG on sm_90, else none)
 #   lines            forward, where the stream would run: _softmax_fwd_lines instead (default
@@ -636,16 +590,16 @@ def _bwd_coop_cap(device, seg: int, warps: int) -> int | None:
     return _BWD_COOP_MAXNREG.get((seg, warps)) if on_sm90(device) else None
 
 
-def _launch_coop(kernel, partials: int, tensors, M: int, N: int, seg, warps, maxnreg=None, meta=None) -> bool:
+def _launch_coop(kernel, partials: int, tensors, M: int, N: int, seg, warps, maxnreg=None) -> bool:
     """The coop path (see _softmax_fwd_coop, _utils.coop_plan): False, launching nothing, where not
     even one group of a row's programs fits on the GPU at once."""
-    warps = warps or _COOP_WARPS
     lo, hi = _COOP_SEG_MID_WIDTHS
-    default_seg = _COOP_SEG_MID if lo <= N <= hi else _COOP_SEG
+    mid = lo <= N <= hi
+    default_seg = _COOP_SEG_MID if mid else _COOP_SEG
+    warps = warps or (_COOP_WARPS_MID if mid and kernel is _softmax_bwd_coop else _COOP_WARPS)
     if maxnreg is None and kernel is _softmax_bwd_coop:
         maxnreg = _bwd_coop_cap(tensors[0].device, seg or default_seg, warps)
-    plan = coop_plan(kernel, tensors, M, N, seg, default_seg, warps, partials, maxnreg, N_ALIGN=_align(N),
-                     **(meta or {}))
+    plan = coop_plan(kernel, tensors, M, N, seg, default_seg, warps, partials, maxnreg, N_ALIGN=_align(N))
     if plan is None:
         return False
     groups, iters, S, slots, meta = plan
@@ -656,7 +610,7 @@ def _launch_coop(kernel, partials: int, tensors, M: int, N: int, seg, warps, max
 def _launch(fused, stream, split_kernels, tensors, M: int, N: int, elem: int, device, max_block,
             max_warps, chunk, programs_per_sm, persist=None, tile_bytes=None, policy=_POLICY,
             split=None, split_seg=None, fused_meta=None, coop_kernel=None, coop=None, coop_seg=None,
-            coop_warps=None, coop_maxnreg=None, coop_meta=None) -> None:
+            coop_warps=None, coop_maxnreg=None) -> None:
     block = triton.next_power_of_2(N)
     fits_registers = block <= (_MAX_ROW_BYTES // elem if max_block is None else max_block)
     if _uses_split(M, block, split):
@@ -676,7 +630,7 @@ def _launch(fused, stream, split_kernels, tensors, M: int, N: int, elem: int, de
             fused[(tiles,)](*tensors, M, N, **meta, **(fused_meta or {}))
         return
     if (device.type == "cuda" if coop is None else coop) and _launch_coop(*coop_kernel, tensors, M, N, coop_seg,
-                                                                        coop_warps, coop_maxnreg, coop_meta):
+                                                                        coop_warps, coop_maxnreg):
         return
     if stream is _softmax_fwd_lines:
         grid, meta = lines_launch(M, N, elem, device, chunk, programs_per_sm, max_warps)
@@ -699,7 +653,6 @@ def softmax_forward(x: torch.Tensor, *, max_block: int | None = None, max_warps:
                     policy: str = _POLICY, split: bool | None = None,
                     split_seg: int | None = None, lean: bool | None = None, coop: bool | None = None,
                     coop_seg: int | None = None, coop_warps: int | None = None,
-                    coop_hold: bool = _FWD_COOP_HOLD, coop_lines: bool = _FWD_COOP_LINES,
                     lines: bool | None = None) -> torch.Tensor:
     """x [M, N] contiguous -> y. Keywords: see the comment above _launch, and `lean`: rows up to
     _LEAN_FWD_BLOCK in registers, one row per program (no persistent grid), bf16 x kept packed
@@ -718,10 +671,9 @@ def softmax_forward(x: torch.Tensor, *, max_block: int | None = None, max_warps:
     _launch(_softmax_fwd, _softmax_fwd_lines if lines else _softmax_fwd_stream, _FWD_SPLIT, (x, y), M, N,
             x.element_size(), x.device,
             max_block, max_warps, chunk, programs_per_sm, persist, tile_bytes, policy, split, split_seg,
-            fused_meta={"ASM": lean and widen_asm(x)},
-            coop_kernel=(_softmax_fwd_coop_lines if coop_lines else _softmax_fwd_coop, 2),
-            coop=_FWD_COOP if coop is None else coop, coop_seg=coop_seg, coop_warps=coop_warps,
-            coop_meta={"VEC": 16 // x.element_size()} if coop_lines else {"HOLD_E": coop_hold})
+            fused_meta={"ASM": lean and widen_asm(x)}, coop_kernel=(_softmax_fwd_coop, 2),
+            coop=(x.is_cuda and N >= _FWD_COOP_FROM) if coop is None else coop, coop_seg=coop_seg,
+            coop_warps=coop_warps)
     return y
 
 

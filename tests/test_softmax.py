@@ -131,11 +131,6 @@ VARIANTS = {
     # the GPU's path for many rows too wide for registers; on the CPU one segment a row (its
     # programs would wait for each other: test_coop_on_the_gpu runs it in segments)
     "coop": ({"max_block": 256, "split": False, "coop": True}, [{"M": 37, "N": 1000}, {"M": 17, "N": 4099}]),
-    # the forward's coop kernel keeping x and exponentiating it again instead of holding exp(x - m_j)
-    "coop-x-held": ({"max_block": 256, "split": False, "coop": True, "coop_hold": False},
-                    [{"M": 37, "N": 1000}, {"M": 17, "N": 4099}]),
-    "coop-lines": ({"max_block": 256, "split": False, "coop": True, "coop_lines": True},
-                   [{"M": 37, "N": 1000}, {"M": 17, "N": 4099}]),
     # the forward's lines path where the stream would run (the backward ignores `lines`): whole
     # chunks with a masked tail, no tail, a row narrower than one chunk (N_FULL = 0), an unaligned
     # width, more rows than programs (CPU: 4 "SMs") and one program a row
@@ -160,7 +155,7 @@ def test_variant_matches_reference(variant, dims, dtype, mode):
     x = SPEC.make_inputs(dims, dtype, "cpu", seed)["x"]
     dys, want = verify.reference_answers(SPEC, {"x": x}, mode, seed + 1)
     y = softmax.softmax_forward(x, **kw)
-    bwd_kw = {k: v for k, v in kw.items() if k not in ("persist", "lines", "coop_hold", "coop_lines")}  # forward-only options
+    bwd_kw = {k: v for k, v in kw.items() if k not in ("persist", "lines")}  # forward-only options
     got = y if mode == "fwd" else softmax.softmax_backward(dys[0].to(dtype), y, **bwd_kw)
     error = verify.rel_error(got, want[0])
     assert error <= SPEC.tolerance[dtype], f"{variant} {mode} {dtype} {dims} seed {seed}: error {error:.3g}"
@@ -283,12 +278,10 @@ def test_lean_backward_on_the_gpu_is_bitwise_the_plain_one():
 @pytest.mark.parametrize("dtype", SPEC.dtypes, ids=str)
 @pytest.mark.parametrize("dims,seg", [((37, 5003), 2048), ((300, 1000), 256), ((1024, 262144), None)],
                          ids=["37x5003-seg2048", "300x1000-seg256", "1024x262144-default"])
-@pytest.mark.parametrize("fwd_kw", [{}, {"coop_hold": False}, {"coop_lines": True}],
-                         ids=["e-held", "x-held", "lines"])
-def test_coop_on_the_gpu(dtype, dims, seg, fwd_kw):
+def test_coop_on_the_gpu(dtype, dims, seg):
     # S > 1 segments a row (3, the last partial; 4; 128), row groups striding; -inf entries, a whole
     # -inf row (NaN, as PyTorch), a segment far above the others, every logit far below 0, whole
-    # segments of -inf beside logits far below 0; the forward's coop kernels (coop_hold, coop_lines)
+    # segments of -inf beside logits far below 0
     m, n = dims
     x = SPEC.make_inputs({"M": m, "N": n}, torch.float32, "cuda", random.randrange(2**31))["x"]
     x[0, : n // 2] = -float("inf")
@@ -300,7 +293,7 @@ def test_coop_on_the_gpu(dtype, dims, seg, fwd_kw):
     x[5, : n // 2] = -float("inf")
     x = x.to(dtype)
     kw = dict(max_block=256 if seg else None, split=False, coop=True, coop_seg=seg)
-    y = softmax.softmax_forward(x, **fwd_kw, **kw)
+    y = softmax.softmax_forward(x, **kw)
     want = torch.softmax(x.double(), dim=-1)
     assert torch.isnan(y[2]).all() and torch.isfinite(y[[0, 1, 3, 4, 5]]).all()
     keep = torch.arange(m, device="cuda") != 2
@@ -310,26 +303,49 @@ def test_coop_on_the_gpu(dtype, dims, seg, fwd_kw):
     dx = softmax.softmax_backward(dy[keep].contiguous(), yk, **kw)
     y64, dy64 = yk.double(), dy[keep].double()
     assert verify.rel_error(dx, y64 * (dy64 - (y64 * dy64).sum(-1, keepdim=True))) <= SPEC.tolerance[dtype]
-    assert torch.equal(y.nan_to_num(), softmax.softmax_forward(x, **fwd_kw, **kw).nan_to_num())  # deterministic
+    assert torch.equal(y.nan_to_num(), softmax.softmax_forward(x, **kw).nan_to_num())  # deterministic
 
 
 @pytest.mark.parametrize("n,seg", [(65536, softmax._COOP_SEG), (65537, softmax._COOP_SEG_MID),
                                    (128256, softmax._COOP_SEG_MID), (131072, softmax._COOP_SEG_MID),
                                    (131073, softmax._COOP_SEG), (262144, softmax._COOP_SEG)])
 def test_coop_segments_by_width(monkeypatch, n, seg):
-    # the backward's coop segments: 4096 for rows of 65537-131072 elements, 2048 otherwise (measured:
-    # see _COOP_SEG_MID); a given coop_seg is passed on as it is
+    # the coop segments: 4096 for rows of 65537-131072 elements, 2048 otherwise (measured: see
+    # _COOP_SEG_MID), the backward's of 4096 at 8 warps (_COOP_WARPS_MID), the rest at 4; a given
+    # coop_seg or coop_warps is passed on as it is
     asked = []
 
-    def plan(kernel, tensors, M, N, seg, default_seg, *args, **kw):
-        asked.append((seg, default_seg))
+    def plan(kernel, tensors, M, N, seg, default_seg, warps, *args, **kw):
+        asked.append((kernel, seg, default_seg, warps))
         return None  # no group fits: the launcher falls back to the stream, which is not run here
 
     monkeypatch.setattr(softmax, "coop_plan", plan)
     y = torch.empty(softmax._SPLIT_MAX_ROWS + 1, n, dtype=torch.bfloat16)  # more rows than the split takes
     launched(monkeypatch, lambda: softmax.softmax_backward(y, y, coop=True))
-    launched(monkeypatch, lambda: softmax.softmax_backward(y, y, coop=True, coop_seg=1024))
-    assert asked == [(None, seg), (1024, seg)]
+    launched(monkeypatch, lambda: softmax.softmax_backward(y, y, coop=True, coop_seg=1024, coop_warps=2))
+    launched(monkeypatch, lambda: softmax.softmax_forward(y, coop=True))
+    bwd_warps = 8 if seg == 4096 else 4
+    assert asked == [(softmax._softmax_bwd_coop, None, seg, bwd_warps), (softmax._softmax_bwd_coop, 1024, seg, 2),
+                     (softmax._softmax_fwd_coop, None, seg, 4)]
+
+
+def test_forward_coop_default(monkeypatch):
+    # by default the forward takes the coop path on the GPU for rows of _FWD_COOP_FROM elements and
+    # more, never on the CPU (its programs would wait for each other)
+    kernels = []
+
+    def plan(kernel, *args, **kw):
+        kernels.append(kernel)
+        return None
+
+    monkeypatch.setattr(softmax, "coop_plan", plan)
+    x = torch.empty(softmax._SPLIT_MAX_ROWS + 1, softmax._FWD_COOP_FROM, dtype=torch.bfloat16)
+    launched(monkeypatch, lambda: softmax.softmax_forward(x))
+    assert kernels == []
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
+    launched(monkeypatch, lambda: softmax.softmax_forward(x))
+    launched(monkeypatch, lambda: softmax.softmax_forward(x[:, :-1].contiguous()))
+    assert kernels == [softmax._softmax_fwd_coop]
 
 
 def test_backward_coop_register_cap(monkeypatch):
