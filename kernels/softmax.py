@@ -271,7 +271,8 @@ def _softmax_fwd_coop(x_ptr, y_ptr, slot_ptr, M, N, S, iters,
                          other=-float("inf"))
         xf = x.to(tl.float32)
         m_j = tl.max(xf, axis=0)
-        e = tl.exp2((xf - _finite_or_zero(m_j)) * LOG2E)
+        m_s = _finite_or_zero(m_j)
+        e = tl.exp2((xf - m_s) * LOG2E)
         publish2(slot_ptr, row, seg, S, m_j, tl.sum(e, axis=0))
         if i > 0:
             prow = row - G
@@ -279,12 +280,12 @@ def _softmax_fwd_coop(x_ptr, y_ptr, slot_ptr, M, N, S, iters,
             ms = tl.where(j < S, ms, -float("inf"))
             m = _finite_or_zero(tl.max(ms, axis=0))
             d = tl.sum(ds * tl.exp2((ms - m) * LOG2E), axis=0)
-            # a segment of only -inf: mp = -inf, scale 0 (not 0 * inf where m is far below 0); a
-            # row of only -inf: 0 / 0, NaN as torch
-            y = ep * (tl.exp2((mp - m) * LOG2E) / d)
+            # mp <= m but for a segment of only -inf (mp = 0, e = 0): its scale is capped at 1, not
+            # inf (0 * inf) where m is far below 0; a row of only -inf: 0 / 0, NaN as torch
+            y = ep * (tl.exp2(tl.minimum(mp - m, 0.0) * LOG2E) / d)
             tl.store(y_ptr + _row_start(prow, N, N_ALIGN) + cols, y.to(y_ptr.dtype.element_ty), mask=cm & (prow < M))
         ep = e
-        mp = m_j
+        mp = m_s
         x = x_next
         i += 1
 
@@ -488,11 +489,13 @@ _COOP_WARPS_MID = 8
 # one division a row instead of one an element (sm_90: 560 SASS instructions, 72 registers, 7
 # programs per SM, against 760, 80, 6). It takes rows from _FWD_COOP_FROM elements, where the
 # lines path's re-read rows (one a program, 512 KB at 262144 bf16) no longer fit the L2 together:
-# 1024x262144 74.7% of copy against 71.7% (run 19). Narrower, lines wins: 2048x128256 81.3% against
-# 82.8%, 4096x65536 77.4% against 83.2% (runs 19-20). Measured and dropped: x held and exponentiated
-# again (64.8-70.9%), the segment as 16-byte lines with (max, sum) pairs reduced at once (12
-# barriers instead of 18 but 50 MUFU instead of 20: 63.5-79.7%), 8 warps or segments of 1024; the
-# first version (x held, tl.exp twice, a division an element) measured 60.0% at 1024x262144.
+# 1024x262144 74.7% of copy against 71.7% (run 19). Its 7 programs per SM matter: a build of 77
+# registers (6) measured 71.9% against 71.4% (run 21; tests/test_softmax.py checks the count).
+# Narrower, lines wins: 2048x128256 81.3% against 82.8%, 4096x65536 77.4% against 83.2% (runs
+# 19-20). Measured and dropped: x held and exponentiated again (64.8-70.9%), the segment as 16-byte
+# lines with (max, sum) pairs reduced at once (12 barriers instead of 18 but 50 MUFU instead of 20:
+# 63.5-79.7%), 8 warps or segments of 1024; the first version (x held, tl.exp twice, a division an
+# element) measured 60.0% at 1024x262144.
 _FWD_COOP_FROM = 131073
 # A few wide rows take the split path. Streamed, all of a 1 x 128256 bf16 softmax ran on one SM
 # (25.8 us fwd, 16.7 us bwd on the H200 in CUDA graphs, against 13.6 / 9.7 us for torch.compile).
