@@ -144,6 +144,12 @@ VARIANTS = [
     ("lines (no coop)", {"lean": False, "coop": False}, lambda m, n: many(m, n) and n > 131072, ("fwd",)),
     ("coop 4 warps", {"coop_warps": 4}, lambda m, n: many(m, n) and 65536 < n <= 131072, ("bwd",)),
     ("coop seg 4096 8w", {"coop_seg": 4096, "coop_warps": 8}, lambda m, n: many(m, n) and n > 32768, ("bwd",)),
+    # run 23: register caps on the forward's coop kernel (72 registers uncapped, 7 programs per SM;
+    # 64: 8, 16 bytes of stack; 56: 9, 56 bytes; sm_90 compile)
+    ("coop cap 64", {"lean": False, "coop": True, "coop_maxnreg": 64}, lambda m, n: many(m, n) and n > 32768,
+     ("fwd",)),
+    ("coop cap 56", {"lean": False, "coop": True, "coop_maxnreg": 56}, lambda m, n: many(m, n) and n > 32768,
+     ("fwd",)),
 ]
 # Few rows (the split path's A/B: 1 to 16 rows of the LLaMA-3 vocabulary, wider and narrower rows;
 # 1 x 32000 and 1 x 16384 fit in registers: split=True against the register path), then the

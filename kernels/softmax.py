@@ -560,7 +560,7 @@ def _warps(tile: int, max_warps: int) -> int:
 #   coop_warps       coop path: warps a program (default _COOP_WARPS; the backward's rows in
 #                    _COOP_SEG_MID_WIDTHS: _COOP_WARPS_MID)
 #   coop_maxnreg     coop path: registers a thread at most, 0 for none (default: the backward's
-#                    _BWD_COOP_MAXNREG on sm_90, else none)
+#                    _BWD_COOP_MAXNREG on sm_90, else none; the forward: none)
 #   lines            forward, where the stream would run: _softmax_fwd_lines instead (default
 #                    _LINES); `chunk`, `programs_per_sm` and `max_warps` apply to it as to the stream
 #   persist          forward register path: a persistent grid of this many programs per SM, each
@@ -656,7 +656,7 @@ def softmax_forward(x: torch.Tensor, *, max_block: int | None = None, max_warps:
                     policy: str = _POLICY, split: bool | None = None,
                     split_seg: int | None = None, lean: bool | None = None, coop: bool | None = None,
                     coop_seg: int | None = None, coop_warps: int | None = None,
-                    lines: bool | None = None) -> torch.Tensor:
+                    coop_maxnreg: int | None = None, lines: bool | None = None) -> torch.Tensor:
     """x [M, N] contiguous -> y. Keywords: see the comment above _launch, and `lean`: rows up to
     _LEAN_FWD_BLOCK in registers, one row per program (no persistent grid), bf16 x kept packed
     across the reductions on the GPU (_utils.widen). Default: off where `lines` is on (the default),
@@ -676,7 +676,7 @@ def softmax_forward(x: torch.Tensor, *, max_block: int | None = None, max_warps:
             max_block, max_warps, chunk, programs_per_sm, persist, tile_bytes, policy, split, split_seg,
             fused_meta={"ASM": lean and widen_asm(x)}, coop_kernel=(_softmax_fwd_coop, 2),
             coop=(x.is_cuda and N >= _FWD_COOP_FROM) if coop is None else coop, coop_seg=coop_seg,
-            coop_warps=coop_warps)
+            coop_warps=coop_warps, coop_maxnreg=coop_maxnreg)
     return y
 
 
