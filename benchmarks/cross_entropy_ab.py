@@ -54,22 +54,17 @@ VARIANTS = [
     # than the L2, which pass 2 re-reads from)
     ("66 programs", {"programs": 66}),
     ("100 programs", {"programs": 100}),
-    # run 4: rows of at most 64 KB (vocab 32000 bf16) with a gradient held in registers for pass 2,
-    # one 32-warp program per SM prefetching its next row (in_registers), against pass 2's L2 re-read
-    ("in registers", {"in_registers": True}),
-    ("in registers, rows grid", {"in_registers": True, "programs": "rows"}),
-    ("in registers, 2/SM grid", {"in_registers": True, "programs": 264}),
 ]
 # (tokens, vocab), most important first: the decode / RL sampling case, a few rows, rows above
 # the provisional threshold, a narrower and a wider vocabulary, and a batch the split never takes.
 SHAPES = [(1, 128256), (4, 128256), (16, 128256), (1, 32000), (1, 256000), (64, 128256), (8192, 128256),
-          (4096, 256000), (8192, 32000), (1024, 32000)]
+          (4096, 256000), (8192, 32000)]
 COMPILE_SHAPES = [(1, 128256), (4, 128256), (1, 256000), (1, 32000)]  # as the deadline allows
 # --dry-run: small shapes on the same paths of the automatic rule (rows <= 8 and > 64 KB: split;
 # 16 and 64 rows: not; 1 x 32000 bf16 is 64000 B: not) and every variant's kernels
 DRY = {(1, 128256): (1, 40000), (4, 128256): (3, 40000), (16, 128256): (10, 33000),
        (1, 32000): (1, 20000), (1, 256000): (1, 70001), (64, 128256): (12, 20000), (8192, 128256): (70, 5003),
-       (4096, 256000): (9, 20000), (8192, 32000): (70, 1000), (1024, 32000): (70, 20000)}
+       (4096, 256000): (9, 20000), (8192, 32000): (70, 1000)}
 DRY_COMPILE = [(1, 128256)]
 
 
@@ -82,8 +77,7 @@ def ours(kw):
     def fn(logits, target, ignore_index=ce.IGNORE_INDEX, label_smoothing=0.0):
         need_grad = torch.is_grad_enabled() and logits.requires_grad
         return ce.CrossEntropyFunction.apply(logits, target, ignore_index, float(label_smoothing), need_grad,
-                                             kw.get("split"), kw.get("split_seg"), kw.get("programs"),
-                                             kw.get("in_registers"))
+                                             kw.get("split"), kw.get("split_seg"), kw.get("programs"))
     return fn
 
 

@@ -79,14 +79,12 @@ def _ce_rows(x_ptr, x_stride, y_ptr, dx_ptr, dx_stride, loss_ptr, nvalid_ptr, n_
              ignore_index, smoothing,
              HAS_GRAD: tl.constexpr, COUNT: tl.constexpr, SMOOTH: tl.constexpr, EVICT: tl.constexpr,
              N_FULL: tl.constexpr, TAIL: tl.constexpr, BLOCK: tl.constexpr, VEC: tl.constexpr,
-             YBLOCK: tl.constexpr, KEEP: tl.constexpr = False):
+             YBLOCK: tl.constexpr):
     # A chunk is [BLOCK // VEC, VEC]: one 16-byte vector per line, lines spread over the threads.
     # Max and sum-exp are kept per line, so the chunk loop has no cross-thread reduction and no
     # barrier; the lines are combined once per row. The row is N_FULL full chunks, loaded without
     # masks, and (if TAIL) a masked partial chunk at the end, which pass 1 takes first and pass 2
-    # last (so no chunk in the loops needs a per-element mask). KEEP (a row of one chunk, N_FULL = 0,
-    # on a persistent grid): the row stays in registers for pass 2 instead of being re-read from L2,
-    # and the program's next row is loaded before this one is reduced.
+    # last (so no chunk in the loops needs a per-element mask).
     offs2 = tl.arange(0, BLOCK // VEC)[:, None] * VEC + tl.arange(0, VEC)[None, :]
     t_offs = N_FULL * BLOCK + offs2
     t_mask = t_offs < V
@@ -99,15 +97,8 @@ def _ce_rows(x_ptr, x_stride, y_ptr, dx_ptr, dx_stride, loss_ptr, nvalid_ptr, n_
             n_valid = tl.load(nvalid_ptr).to(tl.float32)
         inv_n = 1.0 / n_valid  # only used on valid rows, so n_valid >= 1 there
     row = tl.program_id(0)
-    if KEEP:
-        x_k = tl.load(x_ptr + row.to(tl.int64) * x_stride + t_offs, mask=t_mask & (row < n_rows),
-                      other=float("-inf"), eviction_policy="evict_first")
     while row < n_rows:
         r = row.to(tl.int64)  # row * stride exceeds 2^31 at 8192 x 256000
-        if KEEP:  # the next row, in flight while this one is reduced and written (past the end: masked)
-            nr = row + tl.num_programs(0)
-            x_k_next = tl.load(x_ptr + nr.to(tl.int64) * x_stride + t_offs, mask=t_mask & (nr < n_rows),
-                               other=float("-inf"), eviction_policy="evict_first")
         y = tl.load(y_ptr + r)
         x_row = x_ptr + r * x_stride
         if y == ignore_index:
@@ -127,9 +118,7 @@ def _ce_rows(x_ptr, x_stride, y_ptr, dx_ptr, dx_stride, loss_ptr, nvalid_ptr, n_
             d = tl.zeros([BLOCK // VEC], dtype=tl.float32)
             sx = tl.zeros([BLOCK // VEC], dtype=tl.float32)
             # pass 1. Each load is issued one chunk ahead of its use: two chunks in flight.
-            if KEEP:
-                x_t = x_k
-            elif TAIL:
+            if TAIL:
                 x_t = tl.load(x_row + t_offs, mask=t_mask, other=float("-inf"), eviction_policy=EVICT)
             if N_FULL > 0:
                 x_next = tl.load(x_row + offs2, eviction_policy=EVICT)
@@ -176,7 +165,7 @@ def _ce_rows(x_ptr, x_stride, y_ptr, dx_ptr, dx_stride, loss_ptr, nvalid_ptr, n_
                         cur = x_next
                         x_next = tl.load(x_row + (c - 1) * BLOCK + offs2, eviction_policy="evict_first")
                         _grad_store(dx_row + c * BLOCK + offs2, cur, lse2, inv_n, c_all, None)
-                if TAIL and not KEEP:  # (KEEP: x_t as pass 1 loaded it, -inf where masked: exp2 gives 0)
+                if TAIL:
                     x_t = tl.load(x_row + t_offs, mask=t_mask, other=0.0, eviction_policy="evict_first")
                 if N_FULL > 0:
                     _grad_store(dx_row + offs2, x_next, lse2, inv_n, c_all, None)
@@ -189,8 +178,6 @@ def _ce_rows(x_ptr, x_stride, y_ptr, dx_ptr, dx_stride, loss_ptr, nvalid_ptr, n_
                 tl.debug_barrier()
                 g_y = tl.exp2(x_y * LOG2E - lse2) * inv_n - c_all - c_y
                 tl.store(dx_row + y, g_y.to(dx_ptr.dtype.element_ty), mask=(y >= 0) & (y < V))
-        if KEEP:
-            x_k = x_k_next
         row += tl.num_programs(0)
 
 
@@ -401,12 +388,6 @@ def _block_warps(chunk: int, V: int, elt: int) -> tuple[int, int]:
 
 
 _ROWS_GRID_MIN_BYTES = 256 << 20  # see _row_config
-# Rows of a gradient in registers (cross_entropy_rows' `in_registers`): up to 64 KB (vocab 32768 in
-# bf16), one 32-warp program per SM (64 registers a thread, no spill without smoothing, 8 bytes with
-# it: sm_90, Triton 3.6).
-_REG_MAX_ROW_BYTES = 65536
-_REG_WARPS = 32
-_GRAD_IN_REGISTERS = False
 
 
 # Split path (see the split kernels): automatic for at most _SPLIT_MAX_ROWS rows of at least
@@ -479,8 +460,7 @@ def _split_rows(logits: torch.Tensor, target: torch.Tensor, loss_rows: torch.Ten
 def cross_entropy_rows(logits: torch.Tensor, target: torch.Tensor, loss_rows: torch.Tensor,
                        dlogits: torch.Tensor | None, ignore_index: int, label_smoothing: float,
                        n_valid: torch.Tensor | None = None, block: int | None = None,
-                       split: bool | None = None, split_seg: int | None = None, programs=None,
-                       in_registers: bool | None = None) -> None:
+                       split: bool | None = None, split_seg: int | None = None, programs=None) -> None:
     """Per-row losses into loss_rows (fp32 [N]) and, when dlogits is given (it may be logits itself:
     in place), the gradient of the mean loss. n_valid (a device scalar) is counted in the kernel
     when not given; fused_linear_cross_entropy passes it because it calls this on chunks of rows.
@@ -489,24 +469,16 @@ def cross_entropy_rows(logits: torch.Tensor, target: torch.Tensor, loss_rows: to
     automatic rule (use_split), True = always cut rows into segments of `split_seg` elements,
     False = never. `programs`: the per-row path's grid, a number of programs or "rows" (default:
     _row_config's). With a gradient on more than 2 programs per SM, n_valid (when not given) is
-    counted once beforehand rather than by every program (each would read all N targets).
-    `in_registers` (with a gradient, rows of at most _REG_MAX_ROW_BYTES): the whole row in the
-    registers of one program of _REG_WARPS warps, one program per SM each prefetching its next row
-    (KEEP); default _GRAD_IN_REGISTERS."""
+    counted once beforehand rather than by every program (each would read all N targets)."""
     n_rows, V = logits.shape
-    elt = logits.element_size()
     if split is None and block is not None:
         split = False  # a chunk size is the per-row path's knob: a caller that sets it wants that path
-    if use_split(split, n_rows, V, elt):
+    if use_split(split, n_rows, V, logits.element_size()):
         _split_rows(logits, target, loss_rows, dlogits, ignore_index, label_smoothing, n_valid,
                     split_seg or split_segment(n_rows), None)
         return
     has_grad = dlogits is not None
-    keep = has_grad and block is None and triton.next_power_of_2(V) * elt <= _REG_MAX_ROW_BYTES and (
-        _GRAD_IN_REGISTERS if in_registers is None else in_registers)
-    blk, warps, grid = _row_config(V, elt, has_grad, n_rows, logits.device, n_valid is not None)
-    if keep:
-        blk, warps, grid = triton.next_power_of_2(V), _REG_WARPS, max(1, min(n_rows, sm_count(logits.device)))
+    blk, warps, grid = _row_config(V, logits.element_size(), has_grad, n_rows, logits.device, n_valid is not None)
     if programs is not None:
         grid = n_rows if programs == "rows" else min(n_rows, programs)
     if has_grad and n_valid is None and grid > 2 * sm_count(logits.device):
@@ -521,8 +493,8 @@ def cross_entropy_rows(logits: torch.Tensor, target: torch.Tensor, loss_rows: to
         n_valid if n_valid is not None else loss_rows, n_rows, V, ignore_index, float(label_smoothing),
         HAS_GRAD=has_grad, COUNT=n_valid is None, SMOOTH=label_smoothing > 0.0,
         EVICT="evict_last" if has_grad else "evict_first",
-        N_FULL=0 if keep else V // blk, TAIL=keep or V % blk != 0, BLOCK=blk, VEC=min(16 // elt, blk),
-        YBLOCK=1024, KEEP=keep, num_warps=warps,
+        N_FULL=V // blk, TAIL=V % blk != 0, BLOCK=blk, VEC=min(16 // logits.element_size(), blk), YBLOCK=1024,
+        num_warps=warps,
     )
 
 
@@ -553,11 +525,10 @@ def _check(logits: torch.Tensor, target: torch.Tensor, label_smoothing: float) -
 
 def cross_entropy_forward(logits: torch.Tensor, target: torch.Tensor, ignore_index: int,
                           label_smoothing: float, need_grad: bool, split: bool | None = None,
-                          split_seg: int | None = None, programs=None,
-                          in_registers: bool | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+                          split_seg: int | None = None, programs=None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(mean loss in the logits' dtype, gradient of it or None). Never copies the logits (unless
     their last dimension is strided); the gradient is a new tensor, the logits are left intact.
-    split / split_seg / programs / in_registers: as in cross_entropy_rows (the A/B's knobs)."""
+    split / split_seg / programs: as in cross_entropy_rows (the A/B's knobs)."""
     if logits.stride(-1) != 1:
         logits = logits.contiguous()
     target = target.contiguous()
@@ -571,7 +542,7 @@ def cross_entropy_forward(logits: torch.Tensor, target: torch.Tensor, ignore_ind
                     split_seg or split_segment(n_rows), out)
         return out, dlogits
     cross_entropy_rows(logits, target, loss_rows, dlogits, ignore_index, label_smoothing, split=False,
-                       programs=programs, in_registers=in_registers)
+                       programs=programs)
     return finish_mean(loss_rows, target, ignore_index, logits.dtype), dlogits
 
 
@@ -582,9 +553,9 @@ def cross_entropy_forward(logits: torch.Tensor, target: torch.Tensor, ignore_ind
 class CrossEntropyFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, logits, target, ignore_index, label_smoothing, need_grad, split=None, split_seg=None,
-                programs=None, in_registers=None):
+                programs=None):
         loss, dlogits = cross_entropy_forward(logits, target, ignore_index, label_smoothing, need_grad,
-                                              split, split_seg, programs, in_registers)
+                                              split, split_seg, programs)
         ctx.dlogits = dlogits
         return loss
 
@@ -595,7 +566,7 @@ class CrossEntropyFunction(torch.autograd.Function):
             raise RuntimeError("cross_entropy: the gradient was computed in the forward and already "
                                "consumed; a second backward through the same graph is not supported")
         ctx.dlogits = None  # scaled in place: a second backward would scale it twice
-        return scale_(dlogits, dloss.reshape(())), None, None, None, None, None, None, None, None
+        return scale_(dlogits, dloss.reshape(())), None, None, None, None, None, None, None
 
 
 def cross_entropy(logits: torch.Tensor, target: torch.Tensor, ignore_index: int = IGNORE_INDEX,

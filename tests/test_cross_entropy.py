@@ -4,7 +4,6 @@ import random
 
 import pytest
 import torch
-from triton.runtime.jit import KernelInterface
 
 from kcollect import verify
 from kcollect.kernels import cross_entropy as ce
@@ -355,53 +354,6 @@ def test_masked_prefix_before_very_low_logits(split):
     loss, dx = ce.cross_entropy_forward(x, y, ce.IGNORE_INDEX, 0.0, need_grad=True, split=split, split_seg=1024)
     assert torch.allclose(loss.double(), want, rtol=1e-5)
     _assert_grad_close(dx, want_dx, torch.float32)
-
-
-@pytest.mark.parametrize("dtype", SPEC.dtypes, ids=str)
-@pytest.mark.parametrize("n,v,programs", [(11, 3001, None), (9, 1024, None), (3, 5003, "rows"), (6, 20000, 2)],
-                         ids=["masked-tail", "whole", "rows-grid", "2-programs"])
-@pytest.mark.parametrize("eps", [0.0, 0.1])
-def test_gradient_in_registers_matches_the_reference(dtype, n, v, programs, eps):
-    # in_registers: a row of one chunk held for pass 2 and the next row prefetched, on a persistent
-    # grid (the CPU's 4 "SMs": programs stride over several rows; the last prefetch is past the end),
-    # or one program a row, or 2; a row with a masked tail or none; an ignored row; every element of
-    # the gradient written
-    x, y = _split_case(n, v, dtype, eps, seed=random.randrange(2**31))
-    want, want_dx = _reference_grad(x, y, eps=eps)
-    rows, dx = torch.empty(n), torch.full_like(x, float("nan"))
-    if programs is None:
-        ce.cross_entropy_rows(x, y, rows, dx, ce.IGNORE_INDEX, eps, split=False, in_registers=True)
-        loss = ce.finish_mean(rows, y, ce.IGNORE_INDEX, torch.float32)
-    else:
-        loss, dx = ce.cross_entropy_forward(x, y, ce.IGNORE_INDEX, eps, need_grad=True, split=False,
-                                            programs=programs, in_registers=True)
-    rtol = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 8e-3}[loss.dtype]  # the mean's rounding
-    assert torch.allclose(loss.double(), want, rtol=rtol)
-    _assert_grad_close(dx, want_dx, dtype)
-    assert (dx[1] == 0).all()
-
-
-def test_gradient_in_registers_launch(monkeypatch):
-    # in_registers takes rows of up to _REG_MAX_ROW_BYTES (next power of two) with a gradient: one
-    # chunk of the whole row, KEEP, _REG_WARPS warps, one program per SM; wider rows, no gradient or
-    # a given chunk size keep the chunked launch
-    def launch(v, dtype=torch.bfloat16, grad=True, **kw):
-        x = torch.empty(64, v, dtype=dtype)
-        calls = []
-        monkeypatch.setattr(KernelInterface, "__getitem__",
-                            lambda self, grid: lambda *a, **k: calls.append((self.fn.__name__, tuple(grid), k)))
-        ce.cross_entropy_rows(x, torch.zeros(64, dtype=torch.int64), torch.empty(64), x if grad else None,
-                              ce.IGNORE_INDEX, 0.0, split=False, in_registers=True, **kw)
-        (name, grid, k), = [c for c in calls if c[0] == "_ce_rows"]
-        return grid, k["KEEP"], k["BLOCK"], k["N_FULL"], k["num_warps"]
-
-    sms = ce.sm_count(torch.device("cpu"))
-    assert launch(32000) == ((sms,), True, 32768, 0, ce._REG_WARPS)
-    assert launch(32768) == ((sms,), True, 32768, 0, ce._REG_WARPS)
-    assert launch(32769)[1:3] == (False, 8192)
-    assert launch(16384, torch.float32)[1] is True and launch(16385, torch.float32)[1] is False
-    assert launch(32000, grad=False)[1] is False
-    assert launch(32000, block=1024)[1:3] == (False, 1024)
 
 
 @pytest.mark.parametrize("programs", ["rows", 2], ids=["rows", "2-programs"])
