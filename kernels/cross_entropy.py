@@ -388,6 +388,10 @@ def _block_warps(chunk: int, V: int, elt: int) -> tuple[int, int]:
 
 
 _ROWS_GRID_MIN_BYTES = 256 << 20  # see _row_config
+# Rows of at most 64 KB (vocab 32000 bf16) held in registers for pass 2 instead of re-read from L2
+# (one 32-warp program per SM, prefetching its next row; 64 registers, no spill) lost: fwd+bwd
+# 8192x32000 67.1% of copy against 74.9%, 1024x32000 51.0% against 57.4% (cross_entropy_ab run 4,
+# docs/evidence/cross_entropy_ab_h200_run4.txt; the code, at 35ad644, was reverted).
 
 
 # Split path (see the split kernels): automatic for at most _SPLIT_MAX_ROWS rows of at least
