@@ -150,21 +150,6 @@ VARIANTS = [
      ("fwd",)),
     ("coop cap 56", {"lean": False, "coop": True, "coop_maxnreg": 56}, lambda m, n: many(m, n) and n > 32768,
      ("fwd",)),
-    # run 24: the lines path with its chunk loops software-pipelined by Triton (asynchronous copies
-    # into shared memory, _softmax_fwd_lines_pipe): 16 KB chunks of 8 warps take 64 registers (4
-    # programs per SM) instead of 109 (2), with 16-48 KB of shared memory for 2-4 stages
-    ("pipe 2", {"lean": False, "coop": False, "lines": True, "lines_stages": 2}, lambda m, n: many(m, n) and n > 32768,
-     ("fwd",)),
-    ("pipe 3", {"lean": False, "coop": False, "lines": True, "lines_stages": 3}, lambda m, n: many(m, n) and n > 32768,
-     ("fwd",)),
-    ("pipe 4", {"lean": False, "coop": False, "lines": True, "lines_stages": 4}, lambda m, n: many(m, n) and n > 32768,
-     ("fwd",)),
-    ("pipe 3 8K 4w", {"lean": False, "coop": False, "lines": True, "lines_stages": 3, "chunk": 4096},
-     lambda m, n: many(m, n) and n > 32768, ("fwd",)),
-    ("pipe 3 16K rows", {"lean": False, "coop": False, "lines": True, "lines_stages": 3, "chunk": 8192,
-                         "programs_per_sm": "rows"}, lambda m, n: many(m, n) and n > 32768, ("fwd",)),
-    ("pipe 4 16K rows", {"lean": False, "coop": False, "lines": True, "lines_stages": 4, "chunk": 8192,
-                         "programs_per_sm": "rows"}, lambda m, n: many(m, n) and n > 32768, ("fwd",)),
 ]
 # Few rows (the split path's A/B: 1 to 16 rows of the LLaMA-3 vocabulary, wider and narrower rows;
 # 1 x 32000 and 1 x 16384 fit in registers: split=True against the register path), then the
@@ -281,7 +266,7 @@ def run_shape(run, shape):
                 if mode == "fwd":
                     fn = lambda kw=kw: softmax.softmax_forward(x, **kw)  # noqa: E731
                 else:
-                    bwd_kw = {k: v for k, v in kw.items() if k not in ("lines", "lines_stages")}  # forward-only
+                    bwd_kw = {k: v for k, v in kw.items() if k != "lines"}  # a forward-only option
                     fn = lambda kw=bwd_kw: softmax.softmax_backward(dy, y, **kw)  # noqa: E731
                 run.case(m, n, mode, label, fn, want, seen)
         if shape[1] <= 65536:  # Liger refuses wider rows

@@ -244,42 +244,6 @@ def _softmax_fwd_lines(x_ptr, y_ptr, M, N, N_FULL: tl.constexpr, TAIL: tl.conste
         row += tl.num_programs(0)
 
 
-@triton.jit
-def _softmax_fwd_lines_pipe(x_ptr, y_ptr, M, N, N_FULL: tl.constexpr, TAIL: tl.constexpr, BLOCK: tl.constexpr,
-                            VEC: tl.constexpr, N_ALIGN: tl.constexpr, STAGES: tl.constexpr):
-    # _softmax_fwd_lines with the chunk loops left to Triton's software pipeliner (tl.range with
-    # STAGES): the loads of the next STAGES - 1 chunks are asynchronous copies into shared memory
-    # (LDGSTS in the sm_90 SASS) instead of a chunk prefetched into registers, so that the bytes in
-    # flight do not cost registers.
-    L: tl.constexpr = BLOCK // VEC
-    offs = tl.arange(0, L)[:, None] * VEC + tl.arange(0, VEC)[None, :]
-    t_offs = N_FULL * BLOCK + offs
-    t_mask = _col_mask(t_offs, N, N_ALIGN)
-    row = tl.program_id(0)
-    while row < M:
-        base = _row_start(row, N, N_ALIGN)
-        m = tl.full([L], -float("inf"), tl.float32)
-        d = tl.zeros([L], dtype=tl.float32)
-        if TAIL:
-            x_t = tl.load(x_ptr + base + t_offs, mask=t_mask, other=-float("inf"), eviction_policy="evict_last")
-            m, d = lse_update(x_t.to(tl.float32), m, d, True)
-        for c in tl.range(0, N_FULL, num_stages=STAGES):
-            x = tl.load(x_ptr + base + c * BLOCK + offs, eviction_policy="evict_last")
-            m, d = lse_update(x.to(tl.float32), m, d, True)
-        m_row = tl.max(m, 0)
-        r = 1.0 / tl.sum(d * tl.exp2((m - m_row) * LOG2E), 0)
-        for i in tl.range(0, N_FULL, num_stages=STAGES):
-            c = N_FULL - 1 - i  # newest chunk first, as _softmax_fwd_lines
-            x = tl.load(x_ptr + base + c * BLOCK + offs, eviction_policy="evict_first")
-            y = tl.exp2((x.to(tl.float32) - m_row) * LOG2E) * r
-            tl.store(y_ptr + base + c * BLOCK + offs, y.to(y_ptr.dtype.element_ty), eviction_policy="evict_first")
-        if TAIL:
-            x_t = tl.load(x_ptr + base + t_offs, mask=t_mask, other=-float("inf"), eviction_policy="evict_first")
-            y = tl.exp2((x_t.to(tl.float32) - m_row) * LOG2E) * r
-            tl.store(y_ptr + base + t_offs, y.to(y_ptr.dtype.element_ty), mask=t_mask, eviction_policy="evict_first")
-        row += tl.num_programs(0)
-
-
 # Wide rows on the GPU, one launch: a row's segments held in the registers of co-resident programs
 # that wait for each other's partials (_utils.publish / wait_total, publish2 / wait_slots2; the
 # scheme of rms_norm._bwd_coop). Program (group g, segment s) keeps columns [s*SEG, (s+1)*SEG) of
@@ -599,8 +563,6 @@ def _warps(tile: int, max_warps: int) -> int:
 #                    _BWD_COOP_MAXNREG on sm_90, else none; the forward: none)
 #   lines            forward, where the stream would run: _softmax_fwd_lines instead (default
 #                    _LINES); `chunk`, `programs_per_sm` and `max_warps` apply to it as to the stream
-#   lines_stages     lines path: _softmax_fwd_lines_pipe with this many pipeline stages instead
-#                    (default None: _softmax_fwd_lines)
 #   persist          forward register path: a persistent grid of this many programs per SM, each
 #                    prefetching its next row tile (_softmax_fwd_persist); 0: one tile per program;
 #                    default: 1 for rows over 16384 elements, else 0
@@ -651,7 +613,7 @@ def _launch_coop(kernel, partials: int, tensors, M: int, N: int, seg, warps, max
 def _launch(fused, stream, split_kernels, tensors, M: int, N: int, elem: int, device, max_block,
             max_warps, chunk, programs_per_sm, persist=None, tile_bytes=None, policy=_POLICY,
             split=None, split_seg=None, fused_meta=None, coop_kernel=None, coop=None, coop_seg=None,
-            coop_warps=None, coop_maxnreg=None, stages=None) -> None:
+            coop_warps=None, coop_maxnreg=None) -> None:
     block = triton.next_power_of_2(N)
     fits_registers = block <= (_MAX_ROW_BYTES // elem if max_block is None else max_block)
     if _uses_split(M, block, split):
@@ -675,10 +637,7 @@ def _launch(fused, stream, split_kernels, tensors, M: int, N: int, elem: int, de
         return
     if stream is _softmax_fwd_lines:
         grid, meta = lines_launch(M, N, elem, device, chunk, programs_per_sm, max_warps)
-        if stages:
-            _softmax_fwd_lines_pipe[(grid,)](*tensors, M, N, N_ALIGN=_align(N), STAGES=stages, **meta)
-        else:
-            stream[(grid,)](*tensors, M, N, N_ALIGN=_align(N), **meta)
+        stream[(grid,)](*tensors, M, N, N_ALIGN=_align(N), **meta)
         return
     chunk = chunk or _STREAM_CHUNK_BYTES // elem
     pps = programs_per_sm or _STREAM_PROGRAMS_PER_SM
@@ -697,8 +656,7 @@ def softmax_forward(x: torch.Tensor, *, max_block: int | None = None, max_warps:
                     policy: str = _POLICY, split: bool | None = None,
                     split_seg: int | None = None, lean: bool | None = None, coop: bool | None = None,
                     coop_seg: int | None = None, coop_warps: int | None = None,
-                    coop_maxnreg: int | None = None, lines: bool | None = None,
-                    lines_stages: int | None = None) -> torch.Tensor:
+                    coop_maxnreg: int | None = None, lines: bool | None = None) -> torch.Tensor:
     """x [M, N] contiguous -> y. Keywords: see the comment above _launch, and `lean`: rows up to
     _LEAN_FWD_BLOCK in registers, one row per program (no persistent grid), bf16 x kept packed
     across the reductions on the GPU (_utils.widen). Default: off where `lines` is on (the default),
@@ -718,7 +676,7 @@ def softmax_forward(x: torch.Tensor, *, max_block: int | None = None, max_warps:
             max_block, max_warps, chunk, programs_per_sm, persist, tile_bytes, policy, split, split_seg,
             fused_meta={"ASM": lean and widen_asm(x)}, coop_kernel=(_softmax_fwd_coop, 2),
             coop=(x.is_cuda and N >= _FWD_COOP_FROM) if coop is None else coop, coop_seg=coop_seg,
-            coop_warps=coop_warps, coop_maxnreg=coop_maxnreg, stages=lines_stages)
+            coop_warps=coop_warps, coop_maxnreg=coop_maxnreg)
     return y
 
 
