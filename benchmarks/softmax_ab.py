@@ -150,6 +150,8 @@ VARIANTS = [
      ("fwd",)),
     ("coop cap 56", {"lean": False, "coop": True, "coop_maxnreg": 56}, lambda m, n: many(m, n) and n > 32768,
      ("fwd",)),
+    # (run 24 timed the lines path software-pipelined by Triton, "pipe 2/3/4": it lost and was
+    # removed, see softmax._LINES' note)
 ]
 # Few rows (the split path's A/B: 1 to 16 rows of the LLaMA-3 vocabulary, wider and narrower rows;
 # 1 x 32000 and 1 x 16384 fit in registers: split=True against the register path), then the

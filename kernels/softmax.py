@@ -450,6 +450,11 @@ _LINES = True
 # 1024x65536 76.4% -> 71.4%, 4096x65536 82.8% -> 80.4%; at 64, 4 programs, 66.6-73.5%). Our reading:
 # more rows in flight crowd the L2 that pass 2 re-reads from, where more programs of the coop
 # backward, which holds its rows in registers, gained (_BWD_COOP_MAXNREG).
+# Nsight Compute (docs/evidence/ncu_h200/, session 11): at 2048x65536 the DRAM bytes are the ideal
+# ones (pass 2's re-reads hit L2), issue slots are 45% busy and warps mostly wait on their loads,
+# with 2 programs of 8 warps per SM (109 registers). The same loops software-pipelined by Triton
+# instead (cp.async into shared memory, 64 registers, 4 programs per SM, but without the loads'
+# L2 hints) lost everywhere: 66-69% at 65536, 60-67% at 128256 (softmax_ab run 24).
 # On the GPU, many rows too wide for registers take, in the backward, the coop path instead of the
 # stream: segments of _COOP_SEG elements, _COOP_WARPS warps a program. H200 A/B run 8
 # (softmax_ab_h200_run8.txt), bf16 bwd: 2048x65536 77.3% of copy -> 83.4%, 2048x128256 68.4% ->
@@ -494,8 +499,9 @@ _COOP_WARPS_MID = 8
 # Narrower, lines wins: 2048x128256 81.3% against 82.8%, 4096x65536 77.4% against 83.2% (runs
 # 19-20). Measured and dropped: x held and exponentiated again (64.8-70.9%), the segment as 16-byte
 # lines with (max, sum) pairs reduced at once (12 barriers instead of 18 but 50 MUFU instead of 20:
-# 63.5-79.7%), 8 warps or segments of 1024; the first version (x held, tl.exp twice, a division an
-# element) measured 60.0% at 1024x262144.
+# 63.5-79.7%), 8 warps or segments of 1024, register caps for 8 or 9 programs per SM (run 23: 75.8%
+# and 63.4% at 1024x262144); the first version (x held, tl.exp twice, a division an element)
+# measured 60.0% at 1024x262144.
 _FWD_COOP_FROM = 131073
 # A few wide rows take the split path. Streamed, all of a 1 x 128256 bf16 softmax ran on one SM
 # (25.8 us fwd, 16.7 us bwd on the H200 in CUDA graphs, against 13.6 / 9.7 us for torch.compile).
