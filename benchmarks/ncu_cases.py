@@ -1,7 +1,7 @@
 """One kernel launch per case, for Nsight Compute on the GPU: what holds each wide-row kernel below
 the copy bandwidth (DRAM and L2 throughput, L2 hit rate, pipe use, warp stall reasons).
 
-Each case runs its op three times on fresh random bf16 inputs (the first call compiles), so that
+Each case runs its op three times on random bf16 inputs (the first call compiles), so that
 `ncu --launch-skip 1 --launch-count 1 --kernel-name regex:NAME` profiles a warm launch:
 
     ncu --clock-control none --kernel-name regex:_softmax_fwd_lines --launch-skip 1 --launch-count 1 \\

@@ -451,10 +451,11 @@ _LINES = True
 # more rows in flight crowd the L2 that pass 2 re-reads from, where more programs of the coop
 # backward, which holds its rows in registers, gained (_BWD_COOP_MAXNREG).
 # Nsight Compute (docs/evidence/ncu_h200/, session 11): at 2048x65536 the DRAM bytes are the ideal
-# ones (pass 2's re-reads hit L2), issue slots are 45% busy and warps mostly wait on their loads,
-# with 2 programs of 8 warps per SM (109 registers). The same loops software-pipelined by Triton
-# instead (cp.async into shared memory, 64 registers, 4 programs per SM, but without the loads'
-# L2 hints) lost everywhere: 66-69% at 65536, 60-67% at 128256 (softmax_ab run 24).
+# ones (pass 2's re-reads hit L2), issue slots are 45% busy and half of the warps' stall cycles
+# wait on loads, with 2 programs of 8 warps per SM (109 registers). The same loops
+# software-pipelined by Triton instead (cp.async into shared memory, 64 registers, 4 programs per
+# SM, but without the loads' L2 hints) lost everywhere: 66-69% at 65536, 60-67% at 128256
+# (softmax_ab run 24).
 # On the GPU, many rows too wide for registers take, in the backward, the coop path instead of the
 # stream: segments of _COOP_SEG elements, _COOP_WARPS warps a program. H200 A/B run 8
 # (softmax_ab_h200_run8.txt), bf16 bwd: 2048x65536 77.3% of copy -> 83.4%, 2048x128256 68.4% ->
