@@ -6,11 +6,14 @@
 set -uo pipefail
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 [ -n "$NCU" ] || { echo "ncu not found" >&2; exit 1; }
+declare -A kernel_of  # case -> the kernel it profiles, listed once (each listing imports torch)
+listed=()
+while read -r c k; do kernel_of[$c]=$k; listed+=("$c"); done < <(python3 benchmarks/ncu_cases.py --list)
 cases=("$@")
-[ ${#cases[@]} -gt 0 ] || mapfile -t cases < <(python3 benchmarks/ncu_cases.py --list | cut -d' ' -f1)
+[ ${#cases[@]} -gt 0 ] || cases=("${listed[@]}")
 for c in "${cases[@]}"; do
-    kernel=$(python3 benchmarks/ncu_cases.py --list | awk -v c="$c" '$1 == c {print $2}')
-    "$NCU" --clock-control none --kernel-name "regex:$kernel" --launch-skip 1 --launch-count 1 \
+    [ -n "${kernel_of[$c]:-}" ] || { echo "$c: no such case (python3 benchmarks/ncu_cases.py --list)" >&2; continue; }
+    "$NCU" --clock-control none --kernel-name "regex:${kernel_of[$c]}" --launch-skip 1 --launch-count 1 \
         --section SpeedOfLight --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
         --section WarpStateStats --section Occupancy --section LaunchStats \
         python3 benchmarks/ncu_cases.py "$c" > "$OUT/ncu_$c.txt" 2>&1
