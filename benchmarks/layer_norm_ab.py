@@ -113,6 +113,9 @@ BWD_VARIANTS = [
     ("16 warps, w re-read", lambda n: {"num_warps": 16, "w_reload": True}),
     ("16 warps, w re-read, cap 64", lambda n: {"num_warps": 16, "w_reload": True, "maxnreg": 64}),
     ("w re-read, cap 80", lambda n: {"w_reload": True, "maxnreg": 80}),
+    # run 20: 16 warps with w held, capped at 64 (82 registers uncapped, one program per SM; 64
+    # spills 16 bytes: 2 programs, 32 warps per SM, as rms_norm's backward at 4096 wide)
+    ("16 warps, cap 64", lambda n: {"num_warps": 16, "maxnreg": 64}),
     # c1 and c2 in two reductions, the default before run 9 (now one reduction over the pair)
     ("two sums", lambda n: {"fused_sums": False}),
     ("registers 16384 (w re-read)", lambda n: {"max_block": 16384} if n == 16384 else {}),
@@ -129,6 +132,10 @@ BWD_VARIANTS = [
     # warps per SM; 128: 4, 96: 5, with spills; sm_90 compile)
     ("coop cap 128", lambda n: {"coop_maxnreg": 128}),
     ("coop cap 96", lambda n: {"coop_maxnreg": 96}),
+    # run 20: the row finished a step late re-read from L2 instead of held in registers (sm_90:
+    # 167 registers uncapped, 128 with 40 bytes of stack instead of 104)
+    ("coop reload", lambda n: {"coop_reload": True}),
+    ("coop reload cap 128", lambda n: {"coop_reload": True, "coop_maxnreg": 128}),
     # run 10 also measured dw and db partials added atomically (red.global) and cast by the last
     # program to arrive, in one launch: 32768x4096 the same (86.2%), 1024x2048 and 3000x3584 8-10%
     # slower; removed

@@ -108,6 +108,11 @@ BWD_VARIANTS = [
     ("coop w@use cap 128", lambda n: {"coop_w_at_use": True, "coop_maxnreg": 128}),
     ("coop w@use cap 120", lambda n: {"coop_w_at_use": True, "coop_maxnreg": 120}),
     ("coop no cap", lambda n: {"coop_maxnreg": 0}),
+    # run 24: the row finished a step late re-read from L2 instead of held in registers (sm_90, no
+    # dh: 128 registers uncapped without spill; 96 with 88 bytes of stack: 5 programs per SM)
+    ("coop reload", lambda n: {"coop_reload": True}),
+    ("coop reload cap 96", lambda n: {"coop_reload": True, "coop_maxnreg": 96}),
+    ("coop reload cap 80", lambda n: {"coop_reload": True, "coop_maxnreg": 80}),
 ]
 
 # (kernel, mode, M, N), most important first: past --budget-s the rest is skipped

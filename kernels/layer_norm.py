@@ -212,7 +212,7 @@ def _ln_bwd(x_ptr, dy_ptr, w_ptr, mean_ptr, rstd_ptr, c_ptr, dx_ptr, part_ptr, M
 
 @triton.jit(do_not_specialize=["iters"])
 def _ln_bwd_coop(x_ptr, dy_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, part_ptr, slot_ptr, M, N, S, iters,
-                 SEG: tl.constexpr, S_BLOCK: tl.constexpr, N_ALIGN: tl.constexpr):
+                 SEG: tl.constexpr, S_BLOCK: tl.constexpr, N_ALIGN: tl.constexpr, RELOAD: tl.constexpr = False):
     # Wide rows on the GPU, one launch: rms_norm's _bwd_coop with layer_norm's two row sums (c1, c2,
     # _utils.publish2 / wait_total2). Program (group g, segment s) keeps columns [s*SEG, (s+1)*SEG)
     # of x and dy for rows g, g+G, ...; in step i it loads row i+1, publishes row i's partial sums
@@ -247,13 +247,17 @@ def _ln_bwd_coop(x_ptr, dy_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, part_ptr, slo
         publish2(slot_ptr, row, seg, S, tl.sum(xhat * wdy, axis=0), tl.sum(wdy, axis=0))
         if i > 0:
             prow = row - G
+            here = _row_start(prow, N, N_ALIGN) + cols
+            if RELOAD:  # row i-1 again, from L2 (loaded a step ago), issued before the wait
+                xp = tl.load(x_ptr + here, mask=cm & (prow < M), other=0.0)
+                dyp = tl.load(dy_ptr + here, mask=cm & (prow < M), other=0.0)
             c1, c2 = wait_total2(slot_ptr, prow, S, S_BLOCK)
             xhat_p = (xp.to(tl.float32) - mean_p) * rstd_p
             dx = (dyp.to(tl.float32) * w.to(tl.float32) - (xhat_p * (c1 / N) + c2 / N)) * rstd_p
-            tl.store(dx_ptr + _row_start(prow, N, N_ALIGN) + cols, dx.to(dx_ptr.dtype.element_ty),
-                     mask=cm & (prow < M))
-        xp = x
-        dyp = dy
+            tl.store(dx_ptr + here, dx.to(dx_ptr.dtype.element_ty), mask=cm & (prow < M))
+        if not RELOAD:
+            xp = x
+            dyp = dy
         mean_p = mean
         rstd_p = rstd
         x = x_next
@@ -667,7 +671,7 @@ def layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
                         w_reload: bool | None = None, sum_block: int = _SUM_BLOCK_C,
                         fused_sums: bool = _BWD_FUSED_SUMS, wide: str | None = None, coop_seg: int | None = None,
                         coop_warps: int | None = None,
-                        coop_maxnreg: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                        coop_maxnreg: int | None = None, coop_reload: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """-> (dx, dw, db); dw and db in the weight's dtype, summed in fp32.
 
     Keyword options for GPU A/Bs; left out, the measured default. Rows up to `max_block`
@@ -676,7 +680,8 @@ def layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
     re-read every tile instead of held in registers; default from 16384 wide), `sum_block`
     (columns per program of the partial sums), `fused_sums` (c1 and c2 in one reduction). Wider rows:
     `wide` = "coop" (the GPU's default: _ln_bwd_coop, `coop_seg` elements and `coop_warps` warps a
-    program, `coop_maxnreg` registers a thread at most) or "cols" (elsewhere, and where a coop group
+    program, `coop_maxnreg` registers a thread at most, `coop_reload`: the row finished a step late
+    re-read from L2 instead of held in registers) or "cols" (elsewhere, and where a coop group
     does not fit: row sums, then _ln_bwd over column blocks of `chunk` with `groups_per_sm` row groups
     per SM and column block (about), `rows` per tile, `num_warps`, `policy`)."""
     if wide not in (None, "cols", "coop"):
@@ -687,7 +692,8 @@ def layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
         return _ln_bwd_persistent(dy, x, weight, mean, rstd, dx, rows, num_warps, policy, prefetch, maxnreg,
                                   w_reload, sum_block, fused_sums)
     if (wide or ("coop" if x.is_cuda else "cols")) == "coop":
-        done = _ln_bwd_coop_launch(dy, x, weight, mean, rstd, dx, coop_seg, coop_warps, sum_block, coop_maxnreg)
+        done = _ln_bwd_coop_launch(dy, x, weight, mean, rstd, dx, coop_seg, coop_warps, sum_block, coop_maxnreg,
+                                   coop_reload)
         if done is not None:
             return done
     rows, block_c = rows or 1, chunk
@@ -711,13 +717,13 @@ def layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
     return dx, out[:N], out[N:]
 
 
-def _ln_bwd_coop_launch(dy, x, weight, mean, rstd, dx, seg, warps, sum_block, maxnreg=None):
+def _ln_bwd_coop_launch(dy, x, weight, mean, rstd, dx, seg, warps, sum_block, maxnreg=None, reload=False):
     """_ln_bwd_coop (see _utils.coop_plan); None when not even one group of its programs fits."""
     M, N = x.shape
     warps = warps or _BWD_COOP_WARPS
     # (mean: an fp32 stand-in for the dw/db partials, sized by the plan)
     plan = coop_plan(_ln_bwd_coop, (x, dy, weight, mean, rstd, dx, mean), M, N, seg, _BWD_COOP_SEG, warps, 2,
-                     maxnreg, N_ALIGN=_align(N))
+                     maxnreg, N_ALIGN=_align(N), RELOAD=reload)
     if plan is None:
         return None
     groups, iters, S, slots, meta = plan

@@ -414,7 +414,8 @@ def _bwd_rows(x_ptr, w_ptr, dy_ptr, dh_ptr, rstd_ptr, dx_ptr, part_ptr, M, N, it
 
 @triton.jit(do_not_specialize=["iters"])
 def _bwd_coop(x_ptr, w_ptr, dy_ptr, dh_ptr, rstd_ptr, dx_ptr, dwp_ptr, slot_ptr, M, N, S, iters,
-              SEG: tl.constexpr, S_BLOCK: tl.constexpr, HAS_DH: tl.constexpr, W_AT_USE: tl.constexpr = False):
+              SEG: tl.constexpr, S_BLOCK: tl.constexpr, HAS_DH: tl.constexpr, W_AT_USE: tl.constexpr = False,
+              RELOAD: tl.constexpr = False):
     # Wide rows held by S co-resident programs (_utils.publish / wait_total): program (group g,
     # segment s) keeps columns [s*SEG, (s+1)*SEG) of x and dy for rows g, g+G, g+2G, ... (G groups).
     # In step i it loads row i+1's segment, publishes row i's partial of sum(m * xhat) and then
@@ -451,6 +452,9 @@ def _bwd_coop(x_ptr, w_ptr, dy_ptr, dh_ptr, rstd_ptr, dx_ptr, dwp_ptr, slot_ptr,
             prow = row - G
             here = prow.to(tl.int64) * N + cols
             live = cm & (prow < M)
+            if RELOAD:  # row i-1 again, from L2 (loaded a step ago), issued before the wait
+                xp = tl.load(x_ptr + here, mask=live, other=0.0)
+                dyp = tl.load(dy_ptr + here, mask=live, other=0.0)
             c = wait_total(slot_ptr, prow, S, S_BLOCK) / N
             if W_AT_USE:
                 w = tl.load(w_ptr + cols, mask=cm, other=0.0)
@@ -459,8 +463,9 @@ def _bwd_coop(x_ptr, w_ptr, dy_ptr, dh_ptr, rstd_ptr, dx_ptr, dwp_ptr, slot_ptr,
             if HAS_DH:
                 dx += tl.load(dh_ptr + here, mask=live, other=0.0).to(tl.float32)
             tl.store(dx_ptr + here, dx.to(dx_ptr.dtype.element_ty), mask=live)
-        xp = x
-        dyp = dy
+        if not RELOAD:
+            xp = x
+            dyp = dy
         rstd_p = rstd
         x = x_next
         dy = dy_next
@@ -822,7 +827,8 @@ def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: 
                       *, num_warps: int | None = None, prefetch: bool | None = None,
                       cols_tile: tuple[int, int] | None = None, policy: str = "evict_last",
                       wide: str | None = None, coop_seg: int | None = None, coop_warps: int | None = None,
-                      coop_maxnreg: int | None = None, coop_w_at_use: bool | None = None):
+                      coop_maxnreg: int | None = None, coop_w_at_use: bool | None = None,
+                      coop_reload: bool = False):
     """(dx, dw) for y = rms_norm(x) * w; with dh (add_rms_norm: x is h, dh the gradient reaching h
     directly), dx includes it.
 
@@ -831,7 +837,8 @@ def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: 
     lower it) take `wide` = "cols" (_bwd_row_dot then _bwd_cols, whose (BLOCK_R, BLOCK_C) is
     `cols_tile`, 8 warps) or "coop" (_bwd_coop, `coop_seg` elements and `coop_warps` warps a
     program, `coop_maxnreg` registers a thread at most, 0 for no cap, default COOP_MAXNREG's;
-    `coop_w_at_use`: w loaded at each use instead of held, default with dh); default
+    `coop_w_at_use`: w loaded at each use instead of held, default with dh; `coop_reload`: the row
+    finished a step late re-read from L2 instead of held in registers); default
     "coop" on the GPU (where a group of its programs fits), "cols" elsewhere."""
     if wide not in (None, "cols", "coop"):
         raise ValueError(f"wide must be 'cols' or 'coop', got {wide!r}")
@@ -861,7 +868,7 @@ def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: 
         _bwd_rows[(grid,)](x2, w, dy2, dh2, rstd, dx, part, M, N, iters, num_warps=warps, **meta)
     elif (wide or ("coop" if x.is_cuda else "cols")) == "coop" and (plan := coop_plan(
             _bwd_coop, (x2, w, dy2, dh2, rstd, dx, rstd), M, N, coop_seg, COOP_SEG, coop_warps or COOP_WARPS, 1,
-            HAS_DH=has_dh, W_AT_USE=w_at_use,
+            HAS_DH=has_dh, W_AT_USE=w_at_use, RELOAD=coop_reload,
             **_coop_cap(x.device, has_dh, w_at_use, coop_seg, coop_warps, coop_maxnreg))) is not None:
         # (rstd: an fp32 stand-in for the dw partials, sized by the plan)
         groups, iters, S, slots, meta = plan

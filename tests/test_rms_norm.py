@@ -154,6 +154,7 @@ BWD_VARIANTS = {
     "coop": dict(max_block=256, wide="coop"),
     "coop_8w": dict(max_block=256, wide="coop", coop_warps=8),
     "coop_w_at_use": dict(max_block=256, wide="coop", coop_w_at_use=True),
+    "coop_reload": dict(max_block=256, wide="coop", coop_reload=True),
 }
 
 
