@@ -158,9 +158,11 @@ CASES = [
     ("bwd", 1024, 2048),
     ("bwd", 1, 4096),
     ("bwd", 3000, 3584),
+    ("bwd", 4096, 4096),
+    ("bwd", 3000, 5120),
 ]
 COMPILE_CASES = [("fwd", 4096, 16384)]  # torch.compile peer (forward only), last
-DRY_M = {2048: 9, 3584: 7, 4096: 11, 8192: 5, 16384: 3, 65536: 6}  # --dry-run: the same widths, a few rows (more than
+DRY_M = {2048: 9, 3584: 7, 5120: 3, 4096: 11, 8192: 5, 16384: 3, 65536: 6}  # --dry-run: the same widths, a few rows (more than
 # the interpreter's 4 'SMs' where a grid size should differ from the default's)
 
 

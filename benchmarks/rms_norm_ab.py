@@ -113,6 +113,9 @@ BWD_VARIANTS = [
     ("coop reload", lambda n: {"coop_reload": True}),
     ("coop reload cap 96", lambda n: {"coop_reload": True, "coop_maxnreg": 96}),
     ("coop reload cap 80", lambda n: {"coop_reload": True, "coop_maxnreg": 80}),
+    # run 25: with dh, reload and w held instead of loaded at its uses (164 registers uncapped,
+    # 128 without spill)
+    ("coop reload w held cap 128", lambda n: {"coop_reload": True, "coop_w_at_use": False, "coop_maxnreg": 128}),
 ]
 
 # (kernel, mode, M, N), most important first: past --budget-s the rest is skipped
@@ -137,8 +140,12 @@ CASES = [
     # programs, a pipeline of 17 steps whose first and last are half used)
     ("rms_norm", "bwd", 2048, 65536),
     ("rms_norm", "bwd", 4096, 65536),
+    ("rms_norm", "bwd", 8192, 4096),
+    ("rms_norm", "bwd", 16384, 5120),
+    ("rms_norm", "bwd", 4096, 8192),
+    ("add_rms_norm", "bwd", 4096, 8192),
 ]
-DRY_M = {2048: 9, 4096: 6, 5003: 3, 65536: 3, 5120: 3, 8192: 2, 16384: 3}  # --dry-run: the same widths, a few rows
+DRY_M = {2048: 9, 4096: 6, 3584: 3, 5003: 3, 65536: 3, 5120: 3, 8192: 2, 16384: 3}  # --dry-run: the same widths, a few rows
 
 
 def make_inputs(kernel, m, n, device, seed=0):
