@@ -31,15 +31,20 @@ _BIN = os.path.join(os.path.dirname(_nv.__file__), "bin")
 _TARGET = GPUTarget("cuda", 90, 32)
 
 
-def compile_sm90(fn, signature: dict, constexprs: dict, num_warps: int, aligned=(), num_stages: int = 3):
+def compile_sm90(fn, signature: dict, constexprs: dict, num_warps: int, aligned=(), num_stages: int = 3,
+                 maxnreg: int | None = None):
     """The compiled kernel. `aligned` names pointer/int arguments to mark divisible by 16, as the
-    JIT does for 16-byte-aligned pointers and ints that are multiples of 16."""
+    JIT does for 16-byte-aligned pointers and ints that are multiples of 16; `maxnreg`: a register
+    cap, as the launch keyword."""
     while not hasattr(fn, "arg_names"):  # unwrap autotune/heuristics wrappers
         fn = fn.fn
     names = list(signature)
     attrs = {(names.index(a),): [["tt.divisibility", 16]] for a in aligned}
     src = ASTSource(fn, signature, constexprs, attrs)
-    return triton.compile(src, target=_TARGET, options={"num_warps": num_warps, "num_stages": num_stages})
+    options = {"num_warps": num_warps, "num_stages": num_stages}
+    if maxnreg:
+        options["maxnreg"] = maxnreg
+    return triton.compile(src, target=_TARGET, options=options)
 
 
 def _resource_usage(cubin: bytes) -> dict:
@@ -66,8 +71,8 @@ def _sass_counts(sass: str) -> dict:
 
 
 def report(fn, signature: dict, constexprs: dict, num_warps: int, aligned=(), num_stages: int = 3,
-           sass: bool = False) -> dict:
-    k = compile_sm90(fn, signature, constexprs, num_warps, aligned, num_stages)
+           sass: bool = False, maxnreg: int | None = None) -> dict:
+    k = compile_sm90(fn, signature, constexprs, num_warps, aligned, num_stages, maxnreg)
     usage, text = _resource_usage(k.asm["cubin"])
     out = {"registers": usage.get("REG"), "local_bytes": usage.get("LOCAL", 0),
            "stack": usage.get("STACK", 0), "shared": k.metadata.shared, "num_warps": num_warps,

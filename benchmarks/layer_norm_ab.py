@@ -132,10 +132,8 @@ BWD_VARIANTS = [
     # warps per SM; 128: 4, 96: 5, with spills; sm_90 compile)
     ("coop cap 128", lambda n: {"coop_maxnreg": 128}),
     ("coop cap 96", lambda n: {"coop_maxnreg": 96}),
-    # run 20: the row finished a step late re-read from L2 instead of held in registers (sm_90:
-    # 167 registers uncapped, 128 with 40 bytes of stack instead of 104)
-    ("coop reload", lambda n: {"coop_reload": True}),
-    ("coop reload cap 128", lambda n: {"coop_reload": True, "coop_maxnreg": 128}),
+    # run 20 also measured the coop row finished a step late re-read from L2 instead of held in
+    # registers (rms_norm's COOP_RELOAD): lost, removed (layer_norm.py, _BWD_COOP_SEG)
     # run 10 also measured dw and db partials added atomically (red.global) and cast by the last
     # program to arrive, in one launch: 32768x4096 the same (86.2%), 1024x2048 and 3000x3584 8-10%
     # slower; removed

@@ -113,6 +113,8 @@ BWD_VARIANTS = [
     ("coop reload", lambda n: {"coop_reload": True}),
     ("coop reload cap 96", lambda n: {"coop_reload": True, "coop_maxnreg": 96}),
     ("coop reload cap 80", lambda n: {"coop_reload": True, "coop_maxnreg": 80}),
+    # the default before run 25: the row finished late held in registers (w at its uses with dh)
+    ("coop held", lambda n: {"coop_reload": False}),
     # run 25: with dh, reload and w held instead of loaded at its uses (164 registers uncapped,
     # 128 without spill)
     ("coop reload w held cap 128", lambda n: {"coop_reload": True, "coop_w_at_use": False, "coop_maxnreg": 128}),

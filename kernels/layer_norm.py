@@ -212,7 +212,7 @@ def _ln_bwd(x_ptr, dy_ptr, w_ptr, mean_ptr, rstd_ptr, c_ptr, dx_ptr, part_ptr, M
 
 @triton.jit(do_not_specialize=["iters"])
 def _ln_bwd_coop(x_ptr, dy_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, part_ptr, slot_ptr, M, N, S, iters,
-                 SEG: tl.constexpr, S_BLOCK: tl.constexpr, N_ALIGN: tl.constexpr, RELOAD: tl.constexpr = False):
+                 SEG: tl.constexpr, S_BLOCK: tl.constexpr, N_ALIGN: tl.constexpr):
     # Wide rows on the GPU, one launch: rms_norm's _bwd_coop with layer_norm's two row sums (c1, c2,
     # _utils.publish2 / wait_total2). Program (group g, segment s) keeps columns [s*SEG, (s+1)*SEG)
     # of x and dy for rows g, g+G, ...; in step i it loads row i+1, publishes row i's partial sums
@@ -247,17 +247,13 @@ def _ln_bwd_coop(x_ptr, dy_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, part_ptr, slo
         publish2(slot_ptr, row, seg, S, tl.sum(xhat * wdy, axis=0), tl.sum(wdy, axis=0))
         if i > 0:
             prow = row - G
-            here = _row_start(prow, N, N_ALIGN) + cols
-            if RELOAD:  # row i-1 again, from L2 (loaded a step ago), issued before the wait
-                xp = tl.load(x_ptr + here, mask=cm & (prow < M), other=0.0)
-                dyp = tl.load(dy_ptr + here, mask=cm & (prow < M), other=0.0)
             c1, c2 = wait_total2(slot_ptr, prow, S, S_BLOCK)
             xhat_p = (xp.to(tl.float32) - mean_p) * rstd_p
             dx = (dyp.to(tl.float32) * w.to(tl.float32) - (xhat_p * (c1 / N) + c2 / N)) * rstd_p
-            tl.store(dx_ptr + here, dx.to(dx_ptr.dtype.element_ty), mask=cm & (prow < M))
-        if not RELOAD:
-            xp = x
-            dyp = dy
+            tl.store(dx_ptr + _row_start(prow, N, N_ALIGN) + cols, dx.to(dx_ptr.dtype.element_ty),
+                     mask=cm & (prow < M))
+        xp = x
+        dyp = dy
         mean_p = mean
         rstd_p = rstd
         x = x_next
@@ -519,6 +515,10 @@ _BWD_WIDE_POLICY = "evict_last"
 # evict_last and no prefetch gave less; 32 warps, 2-row tiles and a 64-register cap lost. Run 4
 # (layer_norm_ab_h200_run4.txt): 4 or 16 warps, w re-read instead of held, register caps of 64 or
 # 80 (2-3 programs per SM, with spills): none beat it at 32768x4096 (83.9%) or 8192x8192 (69.9%).
+# Runs 20-21 (layer_norm_ab_h200_run20.txt, run21.txt) again: at 32768x4096 evict_last 87.1 / 87.8%
+# and no hint 87.3 / 87.6% against evict_first's 85.3 / 86.2%, but evict_first stays ahead at
+# 8192x8192 (71.0% against 68.0 / 68.4%), 4096x4096, 3000x3584 and 3000x5120 (1-3 points): kept.
+# 16 warps with w held, capped at 64 (2 programs per SM, 16 bytes of spill): 77.2 / 77.8%.
 _BWD_POLICY = "evict_first"
 _BWD_TILE = 4096         # elements per backward tile (x and dy each; ~5 fp32 registers per element)
 _BWD_MAX_BLOCK = 8192    # widest row whose dw/db accumulators fit in registers with x and dy
@@ -532,6 +532,10 @@ _BWD_CHUNK = 4096        # column block for wider rows
 # 128 (4) spills 104 bytes a thread and measured 52.3% at 2048x65536, 34.3% at 4096x16384 (runs
 # 17-18); w loaded at its uses (159 registers; 48 bytes of spill at 128, which rms_norm's coop
 # avoids so) 63.8% / 65.5%, and 60.1% / 37.7% capped at 128 (run 19, layer_norm_ab_h200_run19.txt).
+# The row finished a step late re-read from L2 instead of held in registers, which gained rms_norm's
+# coop 2-4 points (rms_norm.COOP_RELOAD; here 167 registers uncapped, 128 with 40 bytes of stack),
+# lost here (run 20, layer_norm_ab_h200_run20.txt): 2048x65536 65.7% -> 60.8% (59.2% capped at
+# 128), 4096x16384 67.1% -> 59.5% (52.1%). Removed.
 _BWD_COOP_SEG = 2048
 _BWD_COOP_WARPS = 4
 # Partial sums: many small column blocks so that all SMs help. Run 5 (layer_norm_ab_h200_run5.txt):
@@ -671,7 +675,7 @@ def layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
                         w_reload: bool | None = None, sum_block: int = _SUM_BLOCK_C,
                         fused_sums: bool = _BWD_FUSED_SUMS, wide: str | None = None, coop_seg: int | None = None,
                         coop_warps: int | None = None,
-                        coop_maxnreg: int | None = None, coop_reload: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                        coop_maxnreg: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """-> (dx, dw, db); dw and db in the weight's dtype, summed in fp32.
 
     Keyword options for GPU A/Bs; left out, the measured default. Rows up to `max_block`
@@ -680,8 +684,7 @@ def layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
     re-read every tile instead of held in registers; default from 16384 wide), `sum_block`
     (columns per program of the partial sums), `fused_sums` (c1 and c2 in one reduction). Wider rows:
     `wide` = "coop" (the GPU's default: _ln_bwd_coop, `coop_seg` elements and `coop_warps` warps a
-    program, `coop_maxnreg` registers a thread at most, `coop_reload`: the row finished a step late
-    re-read from L2 instead of held in registers) or "cols" (elsewhere, and where a coop group
+    program, `coop_maxnreg` registers a thread at most) or "cols" (elsewhere, and where a coop group
     does not fit: row sums, then _ln_bwd over column blocks of `chunk` with `groups_per_sm` row groups
     per SM and column block (about), `rows` per tile, `num_warps`, `policy`)."""
     if wide not in (None, "cols", "coop"):
@@ -692,8 +695,7 @@ def layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
         return _ln_bwd_persistent(dy, x, weight, mean, rstd, dx, rows, num_warps, policy, prefetch, maxnreg,
                                   w_reload, sum_block, fused_sums)
     if (wide or ("coop" if x.is_cuda else "cols")) == "coop":
-        done = _ln_bwd_coop_launch(dy, x, weight, mean, rstd, dx, coop_seg, coop_warps, sum_block, coop_maxnreg,
-                                   coop_reload)
+        done = _ln_bwd_coop_launch(dy, x, weight, mean, rstd, dx, coop_seg, coop_warps, sum_block, coop_maxnreg)
         if done is not None:
             return done
     rows, block_c = rows or 1, chunk
@@ -717,13 +719,13 @@ def layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
     return dx, out[:N], out[N:]
 
 
-def _ln_bwd_coop_launch(dy, x, weight, mean, rstd, dx, seg, warps, sum_block, maxnreg=None, reload=False):
+def _ln_bwd_coop_launch(dy, x, weight, mean, rstd, dx, seg, warps, sum_block, maxnreg=None):
     """_ln_bwd_coop (see _utils.coop_plan); None when not even one group of its programs fits."""
     M, N = x.shape
     warps = warps or _BWD_COOP_WARPS
     # (mean: an fp32 stand-in for the dw/db partials, sized by the plan)
     plan = coop_plan(_ln_bwd_coop, (x, dy, weight, mean, rstd, dx, mean), M, N, seg, _BWD_COOP_SEG, warps, 2,
-                     maxnreg, N_ALIGN=_align(N), RELOAD=reload)
+                     maxnreg, N_ALIGN=_align(N))
     if plan is None:
         return None
     groups, iters, S, slots, meta = plan

@@ -419,8 +419,8 @@ def _bwd_coop(x_ptr, w_ptr, dy_ptr, dh_ptr, rstd_ptr, dx_ptr, dwp_ptr, slot_ptr,
     # Wide rows held by S co-resident programs (_utils.publish / wait_total): program (group g,
     # segment s) keeps columns [s*SEG, (s+1)*SEG) of x and dy for rows g, g+G, g+2G, ... (G groups).
     # In step i it loads row i+1's segment, publishes row i's partial of sum(m * xhat) and then
-    # finishes row i-1 (its x and dy still in registers) with the total its partners published a
-    # step ago, so that it seldom waits at all (waiting for row i itself: 40-45% of copy at
+    # finishes row i-1 (its x and dy re-read from L2 with RELOAD, else still in registers) with the
+    # total its partners published a step ago, so that it seldom waits at all (waiting for row i itself: 40-45% of copy at
     # 1024x65536, against 56-68% deferred; docs/evidence/rms_norm_ab_h200_run14.txt). Its columns' dw
     # partial stays in fp32 registers over all its rows and is written once, as row g of [G, N].
     G, g, seg, cols = coop_program(S, SEG)
@@ -618,14 +618,24 @@ SPLIT_SEG_BYTES = 32768
 # a group does not fit, _bwd_cols.
 COOP_SEG = 2048
 COOP_WARPS = 4
-# Register caps of _bwd_coop on sm_90, (has dh, w at use, segment, warps) -> maxnreg: uncapped it
-# takes 168 registers a thread at 4 warps (3 programs per SM; ptxas, Triton 3.6), 128 fits 4 (16
-# bytes of stack; with dh 40, unless w is loaded at its uses, W_AT_USE: none). H200 A/B runs 22-23
-# (rms_norm_ab_h200_run22.txt, run23.txt), bf16 bwd, % of copy: rms_norm 1024x65536 69.0% -> 71.6%
-# / 71.8%, 2048x65536 73.0% -> 76.2% (w at use too: 70.2%, 75.0%); add_rms_norm 1024x65536 69.9% ->
-# 73.7% with w at use (63.6% with w held, 66.5% w at use uncapped); 96 and 80 registers (5 and 6
-# programs, more spill) 40-51%. So w is held without dh and loaded at its uses with it.
-COOP_MAXNREG = {(False, False, 2048, 4): 128, (True, True, 2048, 4): 128}
+# Register caps of _bwd_coop on sm_90, (has dh, w at use, reload, segment, warps) -> maxnreg. Held
+# in registers, the row finished a step late (reload off) takes 168 registers a thread at 4 warps
+# uncapped (3 programs per SM; ptxas, Triton 3.6), 128 fits 4 (16 bytes of stack; with dh 40,
+# unless w is loaded at its uses, W_AT_USE: none). H200 A/B runs 22-23 (rms_norm_ab_h200_run22.txt,
+# run23.txt), bf16 bwd, % of copy: rms_norm 1024x65536 69.0% -> 71.6% / 71.8%, 2048x65536 73.0% ->
+# 76.2%; add_rms_norm 1024x65536 69.9% -> 73.7% with w at use; 96 and 80 registers (5 and 6
+# programs, more spill) 40-51%.
+# Re-read from L2 instead (RELOAD, the default since runs 24-25: it was loaded a step ago, and its
+# loads are issued before the wait for its row's total), the row costs no registers across the
+# step: 128 registers uncapped without dh, 164 with dh and w held, 128 capped there without spill.
+# Runs 24-25 (rms_norm_ab_h200_run24.txt, run25.txt), against the held row capped at 128: rms_norm
+# 1024x65536 71.7 / 72.4% -> 73.7 / 74.3%, 2048x65536 76.1 / 76.9% -> 78.3 / 79.0%, 4096x65536
+# 79.1% -> 81.0%; add_rms_norm 1024x65536 74.4% -> 78.2% with w held (71.2-71.8% with w at its
+# uses). Capped at 96 or 80 (5 or 6 programs, with spills) 43-59%. layer_norm's coop lost with
+# the same change (layer_norm.py, _BWD_COOP_SEG).
+COOP_MAXNREG = {(False, False, False, 2048, 4): 128, (True, True, False, 2048, 4): 128,
+                (False, False, True, 2048, 4): 128, (True, False, True, 2048, 4): 128}
+COOP_RELOAD = True
 # What holds coop below copy speed, measured (bf16 bwd, % of copy): rows a group, in part: 1024x65536
 # 68.9%, 2048x65536 72.8%, 4096x65536 74.3% (run 20: 16, 32 and 64 rows a group of 32 programs,
 # whose pipeline's first and last steps are half used; softmax's coop 78.7%, 82.4%, 84.0% at the
@@ -663,12 +673,12 @@ def _in_registers(n: int, max_block: int) -> bool:
     return triton.next_power_of_2(n) <= max_block
 
 
-def _coop_cap(device: torch.device, has_dh: bool, w_at_use: bool, seg: int | None, warps: int | None,
-              cap: int | None) -> dict:
+def _coop_cap(device: torch.device, has_dh: bool, w_at_use: bool, reload: bool, seg: int | None,
+              warps: int | None, cap: int | None) -> dict:
     """The register cap of a _bwd_coop launch, as launch keywords: `cap` if given (0: none), else
     COOP_MAXNREG's for this launch on sm_90."""
     if cap is None and on_sm90(device):
-        cap = COOP_MAXNREG.get((has_dh, w_at_use, seg or COOP_SEG, warps or COOP_WARPS))
+        cap = COOP_MAXNREG.get((has_dh, w_at_use, reload, seg or COOP_SEG, warps or COOP_WARPS))
     return {"maxnreg": cap} if cap else {}
 
 
@@ -828,7 +838,7 @@ def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: 
                       cols_tile: tuple[int, int] | None = None, policy: str = "evict_last",
                       wide: str | None = None, coop_seg: int | None = None, coop_warps: int | None = None,
                       coop_maxnreg: int | None = None, coop_w_at_use: bool | None = None,
-                      coop_reload: bool = False):
+                      coop_reload: bool | None = None):
     """(dx, dw) for y = rms_norm(x) * w; with dh (add_rms_norm: x is h, dh the gradient reaching h
     directly), dx includes it.
 
@@ -837,8 +847,9 @@ def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: 
     lower it) take `wide` = "cols" (_bwd_row_dot then _bwd_cols, whose (BLOCK_R, BLOCK_C) is
     `cols_tile`, 8 warps) or "coop" (_bwd_coop, `coop_seg` elements and `coop_warps` warps a
     program, `coop_maxnreg` registers a thread at most, 0 for no cap, default COOP_MAXNREG's;
-    `coop_w_at_use`: w loaded at each use instead of held, default with dh; `coop_reload`: the row
-    finished a step late re-read from L2 instead of held in registers); default
+    `coop_w_at_use`: w loaded at each use instead of held (default: with dh where the row is held);
+    `coop_reload`: the row
+    finished a step late re-read from L2 instead of held in registers (default COOP_RELOAD)); default
     "coop" on the GPU (where a group of its programs fits), "cols" elsewhere."""
     if wide not in (None, "cols", "coop"):
         raise ValueError(f"wide must be 'cols' or 'coop', got {wide!r}")
@@ -850,7 +861,9 @@ def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: 
     has_dh = dh is not None
     dh2 = _as_rows(dh, N) if has_dh else dy2
     dx = torch.empty_like(x2)
-    w_at_use = has_dh if coop_w_at_use is None else coop_w_at_use  # (the coop path's, see COOP_MAXNREG)
+    # (the coop path's, see COOP_MAXNREG)
+    reload = COOP_RELOAD if coop_reload is None else coop_reload
+    w_at_use = (has_dh and not reload) if coop_w_at_use is None else coop_w_at_use
     if _in_registers(N, max_block):
         per_thread = 16 if has_dh and x2.element_size() == 2 else BWD_PER_THREAD
         block_n, _, rows, warps = _tile(N, per_thread, split=False)
@@ -868,8 +881,8 @@ def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: 
         _bwd_rows[(grid,)](x2, w, dy2, dh2, rstd, dx, part, M, N, iters, num_warps=warps, **meta)
     elif (wide or ("coop" if x.is_cuda else "cols")) == "coop" and (plan := coop_plan(
             _bwd_coop, (x2, w, dy2, dh2, rstd, dx, rstd), M, N, coop_seg, COOP_SEG, coop_warps or COOP_WARPS, 1,
-            HAS_DH=has_dh, W_AT_USE=w_at_use, RELOAD=coop_reload,
-            **_coop_cap(x.device, has_dh, w_at_use, coop_seg, coop_warps, coop_maxnreg))) is not None:
+            HAS_DH=has_dh, W_AT_USE=w_at_use, RELOAD=reload,
+            **_coop_cap(x.device, has_dh, w_at_use, reload, coop_seg, coop_warps, coop_maxnreg))) is not None:
         # (rstd: an fp32 stand-in for the dw partials, sized by the plan)
         groups, iters, S, slots, meta = plan
         part = torch.empty((groups, N), dtype=torch.float32, device=x.device)

@@ -178,7 +178,6 @@ BWD_VARIANTS = {
     # runs it in segments)
     "coop": {"max_block": 256, "wide": "coop"},
     "coop 8 warps": {"max_block": 256, "wide": "coop", "coop_warps": 8},
-    "coop reload": {"max_block": 256, "wide": "coop", "coop_reload": True},
 }
 
 

@@ -188,9 +188,11 @@ def test_backward_wide_path_must_be_known_and_coop_segments_need_a_gpu():
                          ids=["37x5003-seg2048", "300x1000-seg256", "1024x65536-default"])
 @pytest.mark.parametrize("with_dh", [False, True], ids=["", "dh"])
 @pytest.mark.parametrize("w_at_use", [False, True], ids=["", "w@use"])
-def test_coop_backward_on_the_gpu(dtype, dims, seg, with_dh, w_at_use):
+@pytest.mark.parametrize("reload", [False, True], ids=["held", "reload"])
+def test_coop_backward_on_the_gpu(dtype, dims, seg, with_dh, w_at_use, reload):
     # S > 1 segments a row (3 with the last partial, 4, 32), row groups striding, dh (add_rms_norm),
-    # w held or loaded at its uses; the sm_90 register cap where it applies (no dh, the default segment)
+    # w held or loaded at its uses, the row finished late held or re-read; the sm_90 register cap
+    # where it applies (the default segment)
     g = torch.Generator(device="cuda").manual_seed(random.randrange(2**31))
     x = (torch.randn(dims, generator=g, device="cuda") * torch.exp(torch.randn((dims[0], 1), generator=g,
                                                                                  device="cuda"))).to(dtype)
@@ -198,7 +200,8 @@ def test_coop_backward_on_the_gpu(dtype, dims, seg, with_dh, w_at_use):
     dy = torch.randn(dims, generator=g, device="cuda").to(dtype)
     dh = torch.randn(dims, generator=g, device="cuda").to(dtype) if with_dh else None
     _, _, rstd = K.rms_norm_forward(x, w, 1e-6)
-    kw = dict(dh=dh, max_block=256 if seg else K.MAX_REG_BLOCK, wide="coop", coop_seg=seg, coop_w_at_use=w_at_use)
+    kw = dict(dh=dh, max_block=256 if seg else K.MAX_REG_BLOCK, wide="coop", coop_seg=seg, coop_w_at_use=w_at_use,
+              coop_reload=reload)
     dx, dw = K.rms_norm_backward(dy, x, w, rstd, **kw)
     _, dx_ref, dw_ref = _reference_grads(x, w, 1e-6, dy)
     if with_dh:
@@ -324,6 +327,30 @@ def test_packed_forward_assembles_for_sm90():
     assert stack["False"] <= 32 and stack["True"] <= 32, stack
 
 
+_COOP_COMPILE = """
+from benchmarks.compile_report import report
+from kcollect.kernels import rms_norm as K
+sig = {"x_ptr": "*bf16", "w_ptr": "*bf16", "dy_ptr": "*bf16", "dh_ptr": "*bf16", "rstd_ptr": "*fp32", "dx_ptr": "*bf16",
+       "dwp_ptr": "*fp32", "slot_ptr": "*i64", "M": "i32", "N": "i32", "S": "i32", "iters": "i32", "SEG": "constexpr",
+       "S_BLOCK": "constexpr", "HAS_DH": "constexpr", "W_AT_USE": "constexpr", "RELOAD": "constexpr"}
+for dh in (False, True):
+    key = (dh, False, K.COOP_RELOAD, K.COOP_SEG, K.COOP_WARPS)
+    r = report(K._bwd_coop, sig, {"SEG": K.COOP_SEG, "S_BLOCK": 32, "HAS_DH": dh, "W_AT_USE": False,
+               "RELOAD": K.COOP_RELOAD}, K.COOP_WARPS, aligned=("x_ptr", "w_ptr", "dy_ptr", "dh_ptr", "dx_ptr", "dwp_ptr",
+               "N"), maxnreg=K.COOP_MAXNREG.get(key))
+    print(dh, r["registers"], r["stack"])
+"""
+
+
+def test_coop_backward_fits_four_programs_per_sm():
+    # The coop backward's default launch (bf16, w held, the row re-read) compiled offline for sm_90
+    # with its register cap: 128 registers a thread at most, i.e. 4 programs of 4 warps per SM, and
+    # no spill (held in registers instead, the row needs 168 uncapped; capped, it spills).
+    stdout = gate.run_offline_compile(_COOP_COMPILE)
+    got = {line.split()[0]: (int(line.split()[1]), int(line.split()[2])) for line in stdout.strip().splitlines()}
+    assert got["False"][0] <= 128 and got["True"][0] <= 128 and got["False"][1] == got["True"][1] == 0, got
+
+
 def test_wide_forward_rule(monkeypatch):
     # the default wide path, with a row for every SM at least (the CPU counts 4; fewer: the split):
     # without a residual the lines path; with one, packed only where its PTX runs (bf16 on a GPU,
@@ -342,18 +369,21 @@ def test_wide_forward_rule(monkeypatch):
     assert K._wide_default(x, 65536, False) == "lines"
 
 def test_coop_register_cap(monkeypatch):
-    # sm_90, the default segment and warps, w held without dh and at its uses with dh: COOP_MAXNREG's
-    # cap; otherwise none, unless given
+    # sm_90, the default segment and warps: COOP_MAXNREG's cap for the row re-read (w held, with or
+    # without dh) and for the row held (w held without dh, at its uses with dh); otherwise none,
+    # unless given
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
-    assert K._coop_cap(cuda, False, False, None, None, None) == {"maxnreg": 128}
-    assert K._coop_cap(cuda, True, True, None, None, None) == {"maxnreg": 128}
-    assert K._coop_cap(cuda, True, False, None, None, None) == {}
-    assert K._coop_cap(cuda, False, True, None, None, None) == {}
-    assert K._coop_cap(cuda, False, False, 4096, None, None) == {}
-    assert K._coop_cap(cuda, False, False, None, 8, None) == {}
-    assert K._coop_cap(cuda, False, False, None, None, 0) == {}
-    assert K._coop_cap(cuda, True, False, None, None, 96) == {"maxnreg": 96}
-    assert K._coop_cap(cpu, False, False, None, None, None) == {}
+    assert K._coop_cap(cuda, False, False, True, None, None, None) == {"maxnreg": 128}
+    assert K._coop_cap(cuda, True, False, True, None, None, None) == {"maxnreg": 128}
+    assert K._coop_cap(cuda, False, False, False, None, None, None) == {"maxnreg": 128}
+    assert K._coop_cap(cuda, True, True, False, None, None, None) == {"maxnreg": 128}
+    assert K._coop_cap(cuda, True, False, False, None, None, None) == {}
+    assert K._coop_cap(cuda, True, True, True, None, None, None) == {}
+    assert K._coop_cap(cuda, False, False, True, 4096, None, None) == {}
+    assert K._coop_cap(cuda, False, False, True, None, 8, None) == {}
+    assert K._coop_cap(cuda, False, False, True, None, None, 0) == {}
+    assert K._coop_cap(cuda, True, False, False, None, None, 96) == {"maxnreg": 96}
+    assert K._coop_cap(cpu, False, False, True, None, None, None) == {}
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
-    assert K._coop_cap(cuda, False, False, None, None, None) == {}
+    assert K._coop_cap(cuda, False, False, True, None, None, None) == {}
