@@ -150,20 +150,9 @@ VARIANTS = [
      ("fwd",)),
     ("coop cap 56", {"lean": False, "coop": True, "coop_maxnreg": 56}, lambda m, n: many(m, n) and n > 32768,
      ("fwd",)),
-    # run 25: the coop backward re-reading the row it finishes a step late from L2 instead of holding
-    # it (as rms_norm's COOP_RELOAD; sm_90: 2048 / 4 warps 72 registers uncapped, 64 without spill, 7
-    # and 8 programs per SM; 4096 / 8 warps 75, 64 without spill, 3 and 4 programs)
-    ("coop reload", {"coop_reload": True}, lambda m, n: many(m, n) and n > 32768, ("bwd",)),
-    ("coop reload uncapped", {"coop_reload": True, "coop_maxnreg": 0}, lambda m, n: many(m, n) and n > 32768,
-     ("bwd",)),
-    ("coop reload cap 64", {"coop_reload": True, "coop_maxnreg": 64}, lambda m, n: many(m, n) and n > 32768,
-     ("bwd",)),
-    ("coop reload seg 2048 4w", {"coop_reload": True, "coop_seg": 2048, "coop_warps": 4},
-     lambda m, n: many(m, n) and 65536 < n <= 131072, ("bwd",)),
-    ("coop reload seg 2048 4w cap 64", {"coop_reload": True, "coop_seg": 2048, "coop_warps": 4, "coop_maxnreg": 64},
-     lambda m, n: many(m, n) and 65536 < n <= 131072, ("bwd",)),
-    ("coop reload seg 4096 8w", {"coop_reload": True, "coop_seg": 4096, "coop_warps": 8},
-     lambda m, n: many(m, n) and n > 32768 and not 65536 < n <= 131072, ("bwd",)),
+    # (run 25 timed the coop backward re-reading the row it finishes a step late from L2 instead of
+    # holding it, "coop reload ...", as rms_norm's COOP_RELOAD: it lost and was removed, see
+    # softmax._BWD_COOP_MAXNREG's note)
     # (run 24 timed the lines path software-pipelined by Triton, "pipe 2/3/4": it lost and was
     # removed, see softmax._LINES' note)
 ]

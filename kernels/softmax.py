@@ -292,10 +292,8 @@ def _softmax_fwd_coop(x_ptr, y_ptr, slot_ptr, M, N, S, iters,
 
 @triton.jit(do_not_specialize=["iters"])
 def _softmax_bwd_coop(y_ptr, dy_ptr, dx_ptr, slot_ptr, M, N, S, iters,
-                      SEG: tl.constexpr, S_BLOCK: tl.constexpr, N_ALIGN: tl.constexpr, RELOAD: tl.constexpr = False):
-    # partial: the segment's sum of y * dy; row: dx = y * (dy - sum). RELOAD: the row finished a
-    # step late is re-read from L2 (loaded a step ago; issued before the wait) instead of held in
-    # registers, as rms_norm's coop backward does (rms_norm.COOP_RELOAD).
+                      SEG: tl.constexpr, S_BLOCK: tl.constexpr, N_ALIGN: tl.constexpr):
+    # partial: the segment's sum of y * dy; row: dx = y * (dy - sum)
     G, g, seg, cols = coop_program(S, SEG)
     cm = _col_mask(cols, N, N_ALIGN)
     y = tl.load(y_ptr + _row_start(g, N, N_ALIGN) + cols, mask=cm & (g < M), other=0.0)
@@ -311,16 +309,12 @@ def _softmax_bwd_coop(y_ptr, dy_ptr, dx_ptr, slot_ptr, M, N, S, iters,
         publish(slot_ptr, row, seg, S, tl.sum(y.to(tl.float32) * dy.to(tl.float32), axis=0))
         if i > 0:
             prow = row - G
-            here = _row_start(prow, N, N_ALIGN) + cols
-            if RELOAD:
-                yp = tl.load(y_ptr + here, mask=cm & (prow < M), other=0.0)
-                dyp = tl.load(dy_ptr + here, mask=cm & (prow < M), other=0.0)
             dot = wait_total(slot_ptr, prow, S, S_BLOCK)
             dx = yp.to(tl.float32) * (dyp.to(tl.float32) - dot)
-            tl.store(dx_ptr + here, dx.to(dx_ptr.dtype.element_ty), mask=cm & (prow < M))
-        if not RELOAD:
-            yp = y
-            dyp = dy
+            tl.store(dx_ptr + _row_start(prow, N, N_ALIGN) + cols, dx.to(dx_ptr.dtype.element_ty),
+                     mask=cm & (prow < M))
+        yp = y
+        dyp = dy
         y = y_next
         dy = dy_next
         i += 1
@@ -489,8 +483,13 @@ _COOP_SEG_MID_WIDTHS = (65537, 131072)
 # middle widths' segments of 4096 (215 registers, 2 programs per SM) lose far more at 96 (12.8%);
 # there segments of 2048 capped at 96 measured 79.6-83.9% against 78.1-83.0% (run 17): a wash, not
 # taken.
+# The row a program finishes a step late re-read from L2 instead of held (as rms_norm's coop
+# backward does since its runs 24-25, rms_norm.COOP_RELOAD) takes 72-77 registers instead of 121
+# (sm_90), 64 without spill, but lost at every width (run 25, softmax_ab_h200_run25.txt, bf16 bwd,
+# % of copy): 2048x65536 87.2% -> 68.2-68.4% (capped at 96, uncapped, at 64: 6-8 programs per SM),
+# 2048x128256 86.0% -> 70.3-71.5%, 1024x262144 85.1% -> 69.9-76.0%, 4096x65536 89.2% -> 69.2-75.1%.
+# Not kept.
 _BWD_COOP_MAXNREG = {(2048, 4): 96}
-_BWD_COOP_RELOAD = False
 _COOP_WARPS = 4
 # The backward's middle widths run their segments of 4096 at 8 warps (16 elements a thread, as 2048
 # at 4 warps; still 2 programs per SM, with twice the loads in flight). H200 A/B runs 19-21
@@ -607,17 +606,16 @@ def _bwd_coop_cap(device, seg: int, warps: int) -> int | None:
     return _BWD_COOP_MAXNREG.get((seg, warps)) if on_sm90(device) else None
 
 
-def _launch_coop(kernel, partials: int, tensors, M: int, N: int, seg, warps, maxnreg=None, reload=None) -> bool:
+def _launch_coop(kernel, partials: int, tensors, M: int, N: int, seg, warps, maxnreg=None) -> bool:
     """The coop path (see _softmax_fwd_coop, _utils.coop_plan): False, launching nothing, where not
-    even one group of a row's programs fits on the GPU at once. `reload`: the backward's RELOAD."""
+    even one group of a row's programs fits on the GPU at once."""
     lo, hi = _COOP_SEG_MID_WIDTHS
     mid = lo <= N <= hi
     default_seg = _COOP_SEG_MID if mid else _COOP_SEG
     warps = warps or (_COOP_WARPS_MID if mid and kernel is _softmax_bwd_coop else _COOP_WARPS)
     if maxnreg is None and kernel is _softmax_bwd_coop:
         maxnreg = _bwd_coop_cap(tensors[0].device, seg or default_seg, warps)
-    extra = {"RELOAD": _BWD_COOP_RELOAD if reload is None else reload} if kernel is _softmax_bwd_coop else {}
-    plan = coop_plan(kernel, tensors, M, N, seg, default_seg, warps, partials, maxnreg, N_ALIGN=_align(N), **extra)
+    plan = coop_plan(kernel, tensors, M, N, seg, default_seg, warps, partials, maxnreg, N_ALIGN=_align(N))
     if plan is None:
         return False
     groups, iters, S, slots, meta = plan
@@ -628,7 +626,7 @@ def _launch_coop(kernel, partials: int, tensors, M: int, N: int, seg, warps, max
 def _launch(fused, stream, split_kernels, tensors, M: int, N: int, elem: int, device, max_block,
             max_warps, chunk, programs_per_sm, persist=None, tile_bytes=None, policy=_POLICY,
             split=None, split_seg=None, fused_meta=None, coop_kernel=None, coop=None, coop_seg=None,
-            coop_warps=None, coop_maxnreg=None, coop_reload=None) -> None:
+            coop_warps=None, coop_maxnreg=None) -> None:
     block = triton.next_power_of_2(N)
     fits_registers = block <= (_MAX_ROW_BYTES // elem if max_block is None else max_block)
     if _uses_split(M, block, split):
@@ -648,7 +646,7 @@ def _launch(fused, stream, split_kernels, tensors, M: int, N: int, elem: int, de
             fused[(tiles,)](*tensors, M, N, **meta, **(fused_meta or {}))
         return
     if (device.type == "cuda" if coop is None else coop) and _launch_coop(*coop_kernel, tensors, M, N, coop_seg,
-                                                                        coop_warps, coop_maxnreg, coop_reload):
+                                                                        coop_warps, coop_maxnreg):
         return
     if stream is _softmax_fwd_lines:
         grid, meta = lines_launch(M, N, elem, device, chunk, programs_per_sm, max_warps)
@@ -700,12 +698,10 @@ def softmax_backward(dy: torch.Tensor, y: torch.Tensor, *, max_block: int | None
                      tile_bytes: int | None = None, policy: str = _POLICY,
                      split: bool | None = None, split_seg: int | None = None,
                      lean: bool | None = None, coop: bool | None = None, coop_seg: int | None = None,
-                     coop_warps: int | None = None, coop_maxnreg: int | None = None,
-                     coop_reload: bool | None = None) -> torch.Tensor:
+                     coop_warps: int | None = None, coop_maxnreg: int | None = None) -> torch.Tensor:
     """dx = y * (dy - sum(dy * y)); y, dy [M, N] contiguous. Keywords as softmax_forward's, and
     `lean`: the register path keeps bf16 inputs packed across its reduction (_utils.widen; only
-    bf16 on the GPU, elsewhere it changes nothing); `coop_reload`: the coop path re-reads the row it
-    finishes a step late from L2 instead of holding it (default _BWD_COOP_RELOAD)."""
+    bf16 on the GPU, elsewhere it changes nothing)."""
     M, N = y.shape
     dx = torch.empty_like(y)
     lean = _LEAN_BWD if lean is None else lean
@@ -713,8 +709,7 @@ def softmax_backward(dy: torch.Tensor, y: torch.Tensor, *, max_block: int | None
             max_block, max_warps, chunk, programs_per_sm, tile_bytes=tile_bytes, policy=policy,
             split=split, split_seg=split_seg,
             fused_meta={"ASM": lean and widen_asm(y) and widen_asm(dy)}, coop_kernel=(_softmax_bwd_coop, 1),
-            coop=coop, coop_seg=coop_seg, coop_warps=coop_warps, coop_maxnreg=coop_maxnreg,
-            coop_reload=coop_reload)
+            coop=coop, coop_seg=coop_seg, coop_warps=coop_warps, coop_maxnreg=coop_maxnreg)
     return dx
 
 

@@ -131,7 +131,6 @@ VARIANTS = {
     # the GPU's path for many rows too wide for registers; on the CPU one segment a row (its
     # programs would wait for each other: test_coop_on_the_gpu runs it in segments)
     "coop": ({"max_block": 256, "split": False, "coop": True}, [{"M": 37, "N": 1000}, {"M": 17, "N": 4099}]),
-    "coop-reload": ({"max_block": 256, "split": False, "coop": True, "coop_reload": True}, [{"M": 17, "N": 4099}]),
     # the forward's lines path where the stream would run (the backward ignores `lines`): whole
     # chunks with a masked tail, no tail, a row narrower than one chunk (N_FULL = 0), an unaligned
     # width, more rows than programs (CPU: 4 "SMs") and one program a row
@@ -155,7 +154,7 @@ def test_variant_matches_reference(variant, dims, dtype, mode):
     seed = random.randrange(2**31)
     x = SPEC.make_inputs(dims, dtype, "cpu", seed)["x"]
     dys, want = verify.reference_answers(SPEC, {"x": x}, mode, seed + 1)
-    y = softmax.softmax_forward(x, **{k: v for k, v in kw.items() if k != "coop_reload"})  # backward-only
+    y = softmax.softmax_forward(x, **kw)
     bwd_kw = {k: v for k, v in kw.items() if k not in ("persist", "lines")}  # forward-only options
     got = y if mode == "fwd" else softmax.softmax_backward(dys[0].to(dtype), y, **bwd_kw)
     error = verify.rel_error(got, want[0])
@@ -279,8 +278,7 @@ def test_lean_backward_on_the_gpu_is_bitwise_the_plain_one():
 @pytest.mark.parametrize("dtype", SPEC.dtypes, ids=str)
 @pytest.mark.parametrize("dims,seg", [((37, 5003), 2048), ((300, 1000), 256), ((1024, 262144), None)],
                          ids=["37x5003-seg2048", "300x1000-seg256", "1024x262144-default"])
-@pytest.mark.parametrize("reload", [False, True], ids=["held", "reload"])
-def test_coop_on_the_gpu(dtype, dims, seg, reload):
+def test_coop_on_the_gpu(dtype, dims, seg):
     # S > 1 segments a row (3, the last partial; 4; 128), row groups striding; -inf entries, a whole
     # -inf row (NaN, as PyTorch), a segment far above the others, every logit far below 0, whole
     # segments of -inf beside logits far below 0
@@ -302,7 +300,7 @@ def test_coop_on_the_gpu(dtype, dims, seg, reload):
     assert verify.rel_error(y[keep], want[keep]) <= SPEC.tolerance[dtype]
     dy = torch.randn(m, n, device="cuda").to(dtype)
     yk = y[keep].contiguous()
-    dx = softmax.softmax_backward(dy[keep].contiguous(), yk, coop_reload=reload, **kw)
+    dx = softmax.softmax_backward(dy[keep].contiguous(), yk, **kw)
     y64, dy64 = yk.double(), dy[keep].double()
     assert verify.rel_error(dx, y64 * (dy64 - (y64 * dy64).sum(-1, keepdim=True))) <= SPEC.tolerance[dtype]
     assert torch.equal(y.nan_to_num(), softmax.softmax_forward(x, **kw).nan_to_num())  # deterministic
