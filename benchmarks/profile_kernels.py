@@ -1,7 +1,8 @@
 """Where does a provider's time go? For each (kernel, shape, mode): the collector's flushed CUDA-event
 median, the host time per call (calls queued without synchronising), and the CUDA kernels one call
 launches with their device time (torch.profiler). Run on a GPU:
-    python benchmarks/profile_kernels.py rms_norm:8192x4096 cross_entropy:1024x32000x0 ..."""
+    python benchmarks/profile_kernels.py rms_norm:8192x4096 cross_entropy:1024x32000x0 ...
+    python benchmarks/profile_kernels.py rms_norm:8192x4096:bwd:triton   # one mode, one provider"""
 import sys
 import time
 
@@ -12,12 +13,15 @@ from kcollect.kernels import get
 
 
 def parse(arg):
-    name, shape = arg.split(":")
+    """KERNEL:SHAPE[:MODE[:PROVIDER]] -> (spec, shape, modes, provider names)."""
+    name, shape, *rest = arg.split(":")
     spec = get(name)
+    modes = [rest[0]] if rest and rest[0] else spec.modes
+    providers = [rest[1]] if len(rest) > 1 else [p.name for p in spec.providers]
     for grid in spec.grids.values():
         for s in grid:
             if s.label == shape:
-                return spec, s
+                return spec, s, modes, providers
     raise SystemExit(f"{shape} not in {name}'s grids")
 
 
@@ -25,12 +29,12 @@ def main(args):
     flush = torch.empty(timing.L2_FLUSH_BYTES, dtype=torch.int8, device="cuda")
     budget = timing.Budget(10, 40)
     for arg in args:
-        spec, shape = parse(arg)
+        spec, shape, modes, names = parse(arg)
         inputs = spec.make_inputs(shape.dims, torch.bfloat16, "cuda", 0)
-        for mode in spec.modes:
+        for mode in modes:
             dys, _ = verify.reference_answers(spec, inputs, mode, 1)
             for p in spec.providers:
-                if p.available("cuda"):
+                if p.name not in names or p.available("cuda"):
                     continue
                 call = verify.build_call(spec, p.fn, verify.clone_inputs(inputs), mode, dys)
                 call()
