@@ -273,14 +273,16 @@ def _add_pair(a1, a2, b1, b2):
 def _ln_bwd_rows(x_ptr, dy_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, part_ptr, M, N, iters,
                  ROWS: tl.constexpr, BLOCK_N: tl.constexpr, N_ALIGN: tl.constexpr,
                  PREFETCH: tl.constexpr, W_RELOAD: tl.constexpr, POLICY: tl.constexpr,
-                 FUSED_SUMS: tl.constexpr = False):
+                 FUSED_SUMS: tl.constexpr = False, STATS_AHEAD: tl.constexpr = False):
     # Rows in registers (next_pow2(N) <= max_block): whole-row tiles on a persistent grid, as
     # rms_norm's _bwd_rows; c1 and c2 are reduced from the same registers (one read of x and dy).
     # Each program strides over `iters` row tiles with its dw/db partials in fp32 registers and
     # writes them once, as its row of the [programs, 2, N] partial buffer (or, with one program,
     # straight into the [2N] result: the store casts to its dtype). PREFETCH: the next tile's x and
     # dy loads are issued before this tile's reductions wait on its data. W_RELOAD: w is re-read
-    # (an L1/L2 hit) every tile instead of held, for the widest rows' register budget.
+    # (an L1/L2 hit) every tile instead of held, for the widest rows' register budget. STATS_AHEAD
+    # (with PREFETCH): the next tile's mean and rstd are loaded with its x and dy, so that no load
+    # waits between a tile's data arriving and its arithmetic.
     pid = tl.program_id(0)
     step = tl.num_programs(0) * ROWS
     cols = tl.arange(0, BLOCK_N)
@@ -289,22 +291,30 @@ def _ln_bwd_rows(x_ptr, dy_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, part_ptr, M, 
         w = tl.load(w_ptr + cols, mask=cmask, other=0.0, eviction_policy="evict_last").to(tl.float32)
     dw = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)
     db = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)
+    rows0 = pid * ROWS + tl.arange(0, ROWS)
     if PREFETCH:
-        x = _ln_load_rows(x_ptr, pid * ROWS + tl.arange(0, ROWS), cols, M, N, N_ALIGN, POLICY)
-        dy = _ln_load_rows(dy_ptr, pid * ROWS + tl.arange(0, ROWS), cols, M, N, N_ALIGN, POLICY)
+        x = _ln_load_rows(x_ptr, rows0, cols, M, N, N_ALIGN, POLICY)
+        dy = _ln_load_rows(dy_ptr, rows0, cols, M, N, N_ALIGN, POLICY)
+    if STATS_AHEAD:
+        mean = tl.load(mean_ptr + rows0, mask=rows0 < M, other=0.0)
+        rstd = tl.load(rstd_ptr + rows0, mask=rows0 < M, other=0.0)
     i = 0
     while i < iters:
         rows = pid * ROWS + i * step + tl.arange(0, ROWS)
         i += 1
+        rmask = rows < M
         if PREFETCH:  # past the last tile the rows are >= M: fully masked, no traffic
             x_next = _ln_load_rows(x_ptr, rows + step, cols, M, N, N_ALIGN, POLICY)
             dy_next = _ln_load_rows(dy_ptr, rows + step, cols, M, N, N_ALIGN, POLICY)
         else:
             x = _ln_load_rows(x_ptr, rows, cols, M, N, N_ALIGN, POLICY)
             dy = _ln_load_rows(dy_ptr, rows, cols, M, N, N_ALIGN, POLICY)
-        rmask = rows < M
-        mean = tl.load(mean_ptr + rows, mask=rmask, other=0.0)
-        rstd = tl.load(rstd_ptr + rows, mask=rmask, other=0.0)
+        if STATS_AHEAD:
+            mean_next = tl.load(mean_ptr + rows + step, mask=rows + step < M, other=0.0)
+            rstd_next = tl.load(rstd_ptr + rows + step, mask=rows + step < M, other=0.0)
+        else:
+            mean = tl.load(mean_ptr + rows, mask=rmask, other=0.0)
+            rstd = tl.load(rstd_ptr + rows, mask=rmask, other=0.0)
         # masked rows and columns load 0 (x, dy, mean, rstd), so they add nothing to dw, db, c1, c2
         xhat = (x.to(tl.float32) - mean[:, None]) * rstd[:, None]
         dyf = dy.to(tl.float32)
@@ -327,6 +337,9 @@ def _ln_bwd_rows(x_ptr, dy_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, part_ptr, M, 
         if PREFETCH:
             x = x_next
             dy = dy_next
+        if STATS_AHEAD:
+            mean = mean_next
+            rstd = rstd_next
     part = part_ptr + _row_start(pid, 2 * N, N_ALIGN)
     tl.store(part + cols, tl.sum(dw, axis=0), mask=cmask)
     tl.store(part + N + cols, tl.sum(db, axis=0), mask=cmask)
@@ -675,14 +688,15 @@ def layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
                         w_reload: bool | None = None, sum_block: int = _SUM_BLOCK_C,
                         fused_sums: bool = _BWD_FUSED_SUMS, wide: str | None = None, coop_seg: int | None = None,
                         coop_warps: int | None = None,
-                        coop_maxnreg: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                        coop_maxnreg: int | None = None, stats_ahead: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """-> (dx, dw, db); dw and db in the weight's dtype, summed in fp32.
 
     Keyword options for GPU A/Bs; left out, the measured default. Rows up to `max_block`
     (next_pow2(N)) go through _ln_bwd_rows: `rows` per tile, `num_warps`, `prefetch` of the next
     tile, `maxnreg` (register cap), `policy` (cache hint of the x and dy loads), `w_reload` (w
     re-read every tile instead of held in registers; default from 16384 wide), `sum_block`
-    (columns per program of the partial sums), `fused_sums` (c1 and c2 in one reduction). Wider rows:
+    (columns per program of the partial sums), `fused_sums` (c1 and c2 in one reduction),
+    `stats_ahead` (the next tile's mean and rstd loaded with its x and dy). Wider rows:
     `wide` = "coop" (the GPU's default: _ln_bwd_coop, `coop_seg` elements and `coop_warps` warps a
     program, `coop_maxnreg` registers a thread at most) or "cols" (elsewhere, and where a coop group
     does not fit: row sums, then _ln_bwd over column blocks of `chunk` with `groups_per_sm` row groups
@@ -693,7 +707,7 @@ def layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
     dx = torch.empty_like(x)
     if triton.next_power_of_2(N) <= max_block:
         return _ln_bwd_persistent(dy, x, weight, mean, rstd, dx, rows, num_warps, policy, prefetch, maxnreg,
-                                  w_reload, sum_block, fused_sums)
+                                  w_reload, sum_block, fused_sums, stats_ahead)
     if (wide or ("coop" if x.is_cuda else "cols")) == "coop":
         done = _ln_bwd_coop_launch(dy, x, weight, mean, rstd, dx, coop_seg, coop_warps, sum_block, coop_maxnreg)
         if done is not None:
@@ -744,7 +758,7 @@ def _sum_partials(partial: torch.Tensor, out: torch.Tensor, groups: int, block_c
 
 
 def _ln_bwd_persistent(dy, x, weight, mean, rstd, dx, rows, num_warps, policy, prefetch, maxnreg, w_reload,
-                       sum_block=_SUM_BLOCK_C, fused_sums=_BWD_FUSED_SUMS):
+                       sum_block=_SUM_BLOCK_C, fused_sums=_BWD_FUSED_SUMS, stats_ahead=False):
     M, N = x.shape
     block = triton.next_power_of_2(N)
     rows = rows or max(1, min(_BWD_TILE // block, triton.next_power_of_2(M)))
@@ -753,6 +767,8 @@ def _ln_bwd_persistent(dy, x, weight, mean, rstd, dx, rows, num_warps, policy, p
     meta = dict(ROWS=rows, BLOCK_N=block, N_ALIGN=_align(N), PREFETCH=not wide if prefetch is None else prefetch,
                 W_RELOAD=wide if w_reload is None else w_reload, POLICY=policy if policy is not None else _BWD_POLICY,
                 FUSED_SUMS=fused_sums)
+    if stats_ahead:  # (only with the prefetch, whose loop it joins)
+        meta["STATS_AHEAD"] = meta["PREFETCH"]
     extra = {"maxnreg": maxnreg} if maxnreg else {}
     # the partial buffer stands in for itself by mean (fp32, same pointer properties)
     resident = _resident_programs(_ln_bwd_rows, (x, dy, weight, mean, rstd, dx, mean, M, N, 1), meta, warps,

@@ -352,14 +352,15 @@ def _fwd_packed(x_ptr, r_ptr, h_ptr, w_ptr, y_ptr, rstd_ptr, N, eps, BLOCK: tl.c
 @triton.jit(do_not_specialize=["iters"])
 def _bwd_rows(x_ptr, w_ptr, dy_ptr, dh_ptr, rstd_ptr, dx_ptr, part_ptr, M, N, iters,
               BLOCK_N: tl.constexpr, ROWS: tl.constexpr, HAS_DH: tl.constexpr, PREFETCH: tl.constexpr = True,
-              POLICY: tl.constexpr = "evict_last"):
+              POLICY: tl.constexpr = "evict_last", RSTD_AHEAD: tl.constexpr = False):
     # dx = rstd * (m - xhat * mean(m * xhat)) [+ dh] with xhat = x * rstd, m = dy * w;
     # dw = sum over rows of dy * xhat, accumulated in fp32 registers over all the tiles this
     # program visits and written once, as row `pid` of the [programs, N] partial buffer.
     # One column block (unlike the forward: a second block costs the backward more registers
     # than the masked lanes do, for the same loads in flight; ptxas -v, sm_90).
     # PREFETCH off (16384 wide): no next tile in registers, as in Liger; fewer registers and
-    # spills, but nothing in flight while a program reduces.
+    # spills, but nothing in flight while a program reduces. RSTD_AHEAD (with PREFETCH): the next
+    # tile's rstd loaded with its x and dy.
     pid = tl.program_id(0)
     step = tl.num_programs(0) * ROWS
     cols = tl.arange(0, BLOCK_N)
@@ -371,6 +372,8 @@ def _bwd_rows(x_ptr, w_ptr, dy_ptr, dh_ptr, rstd_ptr, dx_ptr, part_ptr, M, N, it
         dy = _load_tile(dy_ptr, rows, cols, M, N, POLICY)
         if HAS_DH:
             dh = _load_tile(dh_ptr, rows, cols, M, N, POLICY)
+        if RSTD_AHEAD:
+            rstd = tl.load(rstd_ptr + rows, mask=rows < M, other=0.0)
     i = 0
     while i < iters:
         rows = pid * ROWS + i * step + tl.arange(0, ROWS)
@@ -385,7 +388,10 @@ def _bwd_rows(x_ptr, w_ptr, dy_ptr, dh_ptr, rstd_ptr, dx_ptr, part_ptr, M, N, it
             dy = _load_tile(dy_ptr, rows, cols, M, N, POLICY)
             if HAS_DH:
                 dh = _load_tile(dh_ptr, rows, cols, M, N, POLICY)
-        rstd = tl.load(rstd_ptr + rows, mask=rows < M, other=0.0)
+        if RSTD_AHEAD:
+            rstd_next = tl.load(rstd_ptr + rows + step, mask=rows + step < M, other=0.0)
+        else:
+            rstd = tl.load(rstd_ptr + rows, mask=rows < M, other=0.0)
         # (this order of the terms: 64 registers for fp32 at 4096 wide, two programs per SM;
         # computing the dot before the dw term takes 79, one program)
         xhat = x.to(tl.float32) * rstd[:, None]
@@ -409,6 +415,8 @@ def _bwd_rows(x_ptr, w_ptr, dy_ptr, dh_ptr, rstd_ptr, dx_ptr, part_ptr, M, N, it
         if PREFETCH:
             x = x_next
             dy = dy_next
+        if RSTD_AHEAD:
+            rstd = rstd_next
     tl.store(part_ptr + pid.to(tl.int64) * N + cols, tl.sum(acc, axis=0), mask=cols < N)
 
 
@@ -838,12 +846,13 @@ def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: 
                       cols_tile: tuple[int, int] | None = None, policy: str = "evict_last",
                       wide: str | None = None, coop_seg: int | None = None, coop_warps: int | None = None,
                       coop_maxnreg: int | None = None, coop_w_at_use: bool | None = None,
-                      coop_reload: bool | None = None):
+                      coop_reload: bool | None = None, rstd_ahead: bool = False):
     """(dx, dw) for y = rms_norm(x) * w; with dh (add_rms_norm: x is h, dh the gradient reaching h
     directly), dx includes it.
 
     Knobs for GPU A/Bs (defaults: the current choice): `num_warps` and `prefetch` of the register
-    path (_bwd_rows) and the cache `policy` of its loads; rows wider than `max_block` (the tests
+    path (_bwd_rows), the cache `policy` of its loads and `rstd_ahead` (with the prefetch: the next
+    tile's rstd loaded with its x and dy); rows wider than `max_block` (the tests
     lower it) take `wide` = "cols" (_bwd_row_dot then _bwd_cols, whose (BLOCK_R, BLOCK_C) is
     `cols_tile`, 8 warps) or "coop" (_bwd_coop, `coop_seg` elements and `coop_warps` warps a
     program, `coop_maxnreg` registers a thread at most, 0 for no cap, default COOP_MAXNREG's;
@@ -870,6 +879,8 @@ def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: 
         warps = num_warps or warps
         meta = dict(BLOCK_N=block_n, ROWS=rows, HAS_DH=has_dh,
                     PREFETCH=block_n < 16384 if prefetch is None else prefetch, POLICY=policy)
+        if rstd_ahead:  # (only with the prefetch, whose loop it joins)
+            meta["RSTD_AHEAD"] = meta["PREFETCH"]
         # the partial buffer's size depends on the answer: rstd (fp32 too) stands in for it
         resident = _resident_programs(_bwd_rows, (x2, w, dy2, dh2, rstd, dx, rstd, M, N, 1), meta, warps, x.device)
         grid, iters = _persistent_grid(triton.cdiv(M, rows), resident)

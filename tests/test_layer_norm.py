@@ -168,6 +168,8 @@ BWD_VARIANTS = {
     "rows+warps": {"rows": 2, "num_warps": 8},
     "no prefetch, evict_last": {"prefetch": False, "policy": "evict_last"},
     "w re-read": {"w_reload": True},
+    "stats ahead": {"stats_ahead": True},
+    "stats ahead, 2 rows": {"stats_ahead": True, "rows": 2},
     "two sums (c1, c2 not fused)": {"fused_sums": False},
     "two sums, 2 rows": {"fused_sums": False, "rows": 2},
     "registers up to 32768 (w re-read)": {"max_block": 32768},
