@@ -119,6 +119,7 @@ BWD_VARIANTS = [
     # run 22: the next tile's mean and rstd loaded with its x and dy (same registers, sm_90)
     ("stats ahead", lambda n: {"stats_ahead": True}),
     ("stats ahead, no hint", lambda n: {"stats_ahead": True, "policy": ""}),
+    ("stats ahead, evict_last", lambda n: {"stats_ahead": True, "policy": "evict_last"}),
     # c1 and c2 in two reductions, the default before run 9 (now one reduction over the pair)
     ("two sums", lambda n: {"fused_sums": False}),
     ("registers 16384 (w re-read)", lambda n: {"max_block": 16384} if n == 16384 else {}),
@@ -161,6 +162,8 @@ CASES = [
     ("bwd", 3000, 3584),
     ("bwd", 4096, 4096),
     ("bwd", 3000, 5120),
+    ("bwd", 16384, 4096),
+    ("bwd", 8192, 4096),
 ]
 COMPILE_CASES = [("fwd", 4096, 16384)]  # torch.compile peer (forward only), last
 DRY_M = {2048: 9, 3584: 7, 5120: 3, 4096: 11, 8192: 5, 16384: 3, 65536: 6}  # --dry-run: the same widths, a few rows (more than
