@@ -116,10 +116,13 @@ BWD_VARIANTS = [
     # run 20: 16 warps with w held, capped at 64 (82 registers uncapped, one program per SM; 64
     # spills 16 bytes: 2 programs, 32 warps per SM, as rms_norm's backward at 4096 wide)
     ("16 warps, cap 64", lambda n: {"num_warps": 16, "maxnreg": 64}),
-    # run 22: the next tile's mean and rstd loaded with its x and dy (same registers, sm_90)
+    # run 22: the next tile's mean and rstd loaded with its x and dy (same registers, sm_90); the
+    # default since run 23, with evict_last up to 4096 wide; "stats at use" is the one before
+    ("stats at use", lambda n: {"stats_ahead": False, "policy": "evict_first"}),
     ("stats ahead", lambda n: {"stats_ahead": True}),
     ("stats ahead, no hint", lambda n: {"stats_ahead": True, "policy": ""}),
     ("stats ahead, evict_last", lambda n: {"stats_ahead": True, "policy": "evict_last"}),
+    ("stats ahead, evict_first", lambda n: {"stats_ahead": True, "policy": "evict_first"}),
     # c1 and c2 in two reductions, the default before run 9 (now one reduction over the pair)
     ("two sums", lambda n: {"fused_sums": False}),
     ("registers 16384 (w re-read)", lambda n: {"max_block": 16384} if n == 16384 else {}),

@@ -92,8 +92,10 @@ BWD_VARIANTS = [
     ("default", lambda n: {}),
     ("evict_last", lambda n: {"policy": "evict_last"}),
     ("no hint", lambda n: {"policy": ""}),
-    # run 26: the next tile's rstd loaded with its x and dy (same registers, sm_90)
+    # run 26: the next tile's rstd loaded with its x and dy (same registers, sm_90), the default
+    # since; "rstd at use" is the one before
     ("rstd ahead", lambda n: {"rstd_ahead": True}),
+    ("rstd at use", lambda n: {"rstd_ahead": False}),
     # rows too wide for registers: the two-pass column blocks the default replaced on the GPU, and
     # other segments and warps of the default (_bwd_coop)
     ("cols", lambda n: {"wide": "cols"}),

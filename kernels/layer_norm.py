@@ -533,6 +533,16 @@ _BWD_WIDE_POLICY = "evict_last"
 # 8192x8192 (71.0% against 68.0 / 68.4%), 4096x4096, 3000x3584 and 3000x5120 (1-3 points): kept.
 # 16 warps with w held, capped at 64 (2 programs per SM, 16 bytes of spill): 77.2 / 77.8%.
 _BWD_POLICY = "evict_first"
+# The next tile's mean and rstd loaded with its x and dy (STATS_AHEAD), where before its arithmetic
+# waited on them, and for rows of up to 4096 evict_last instead of evict_first: H200 A/B runs 22-23
+# (layer_norm_ab_h200_run22.txt, run23.txt), bf16 bwd, % of copy (default before / stats ahead with
+# evict_first / with evict_last): 32768x4096 85.4 / 82.2 / 90.9, 16384x4096 80.8 / 79.0 / 84.8,
+# 8192x4096 70.7 / 71.9 / 75.0, 4096x4096 60.1 / 61.8 / 62.2, 3000x3584 51.3 / 53.5 / 51.2; rows of
+# 8192 (blocks of 16 warps, one program per SM) keep evict_first: 8192x8192 70.5 / 79.6 / 77.9,
+# 3000x5120 47.7 / 54.2 / 51.6. Same registers (sm_90). Why the hint matters so with the stats
+# ahead at 4096 wide (82.2% against 90.9% at 32768x4096) we have not found out.
+_BWD_STATS_AHEAD = True
+_BWD_POLICY_NARROW = "evict_last"  # rows of up to 4096 (next power of two)
 _BWD_TILE = 4096         # elements per backward tile (x and dy each; ~5 fp32 registers per element)
 _BWD_MAX_BLOCK = 8192    # widest row whose dw/db accumulators fit in registers with x and dy
 _BWD_CHUNK = 4096        # column block for wider rows
@@ -567,6 +577,11 @@ def _fwd_policy(x: torch.Tensor) -> str:
     """The x loads' cache hint on the one-tile-per-program path: none for an x between
     _FWD_NO_HINT_FROM bytes and the L2's size, evict_last otherwise (see _FWD_NO_HINT_FROM)."""
     return "" if _FWD_NO_HINT_FROM <= x.numel() * x.element_size() <= l2_bytes(x.device) else _FWD_POLICY
+
+
+def _bwd_policy(block: int) -> str:
+    """The register-path backward's cache hint for x and dy: see _BWD_STATS_AHEAD."""
+    return _BWD_POLICY_NARROW if block <= 4096 else _BWD_POLICY
 
 
 def _align(n: int) -> int:
@@ -688,7 +703,7 @@ def layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
                         w_reload: bool | None = None, sum_block: int = _SUM_BLOCK_C,
                         fused_sums: bool = _BWD_FUSED_SUMS, wide: str | None = None, coop_seg: int | None = None,
                         coop_warps: int | None = None,
-                        coop_maxnreg: int | None = None, stats_ahead: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                        coop_maxnreg: int | None = None, stats_ahead: bool | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """-> (dx, dw, db); dw and db in the weight's dtype, summed in fp32.
 
     Keyword options for GPU A/Bs; left out, the measured default. Rows up to `max_block`
@@ -696,7 +711,8 @@ def layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
     tile, `maxnreg` (register cap), `policy` (cache hint of the x and dy loads), `w_reload` (w
     re-read every tile instead of held in registers; default from 16384 wide), `sum_block`
     (columns per program of the partial sums), `fused_sums` (c1 and c2 in one reduction),
-    `stats_ahead` (the next tile's mean and rstd loaded with its x and dy). Wider rows:
+    `stats_ahead` (the next tile's mean and rstd loaded with its x and dy; default _BWD_STATS_AHEAD).
+    Wider rows:
     `wide` = "coop" (the GPU's default: _ln_bwd_coop, `coop_seg` elements and `coop_warps` warps a
     program, `coop_maxnreg` registers a thread at most) or "cols" (elsewhere, and where a coop group
     does not fit: row sums, then _ln_bwd over column blocks of `chunk` with `groups_per_sm` row groups
@@ -758,16 +774,16 @@ def _sum_partials(partial: torch.Tensor, out: torch.Tensor, groups: int, block_c
 
 
 def _ln_bwd_persistent(dy, x, weight, mean, rstd, dx, rows, num_warps, policy, prefetch, maxnreg, w_reload,
-                       sum_block=_SUM_BLOCK_C, fused_sums=_BWD_FUSED_SUMS, stats_ahead=False):
+                       sum_block=_SUM_BLOCK_C, fused_sums=_BWD_FUSED_SUMS, stats_ahead=None):
     M, N = x.shape
     block = triton.next_power_of_2(N)
     rows = rows or max(1, min(_BWD_TILE // block, triton.next_power_of_2(M)))
     warps = num_warps or _warps(rows * block)
     wide = block >= 16384  # one 32-warp program per SM: no room for a prefetched tile or a held w
     meta = dict(ROWS=rows, BLOCK_N=block, N_ALIGN=_align(N), PREFETCH=not wide if prefetch is None else prefetch,
-                W_RELOAD=wide if w_reload is None else w_reload, POLICY=policy if policy is not None else _BWD_POLICY,
+                W_RELOAD=wide if w_reload is None else w_reload, POLICY=policy if policy is not None else _bwd_policy(block),
                 FUSED_SUMS=fused_sums)
-    if stats_ahead:  # (only with the prefetch, whose loop it joins)
+    if _BWD_STATS_AHEAD if stats_ahead is None else stats_ahead:  # (only with the prefetch, whose loop it joins)
         meta["STATS_AHEAD"] = meta["PREFETCH"]
     extra = {"maxnreg": maxnreg} if maxnreg else {}
     # the partial buffer stands in for itself by mean (fp32, same pointer properties)
