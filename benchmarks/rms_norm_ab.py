@@ -150,6 +150,11 @@ CASES = [
     ("rms_norm", "bwd", 16384, 5120),
     ("rms_norm", "bwd", 4096, 8192),
     ("add_rms_norm", "bwd", 4096, 8192),
+    ("add_rms_norm", "bwd", 999, 5003),
+    ("add_rms_norm", "bwd", 3000, 3584),
+    ("add_rms_norm", "bwd", 8192, 4096),
+    ("rms_norm", "bwd", 999, 5003),
+    ("rms_norm", "bwd", 3000, 3584),
 ]
 DRY_M = {2048: 9, 4096: 6, 3584: 3, 5003: 3, 65536: 3, 5120: 3, 8192: 2, 16384: 3}  # --dry-run: the same widths, a few rows
 
