@@ -93,7 +93,7 @@ BWD_VARIANTS = [
     ("evict_last", lambda n: {"policy": "evict_last"}),
     ("no hint", lambda n: {"policy": ""}),
     # run 26: the next tile's rstd loaded with its x and dy (same registers, sm_90), the default
-    # since; "rstd at use" is the one before
+    # since without dh (run 27); "rstd at use" is the one before
     ("rstd ahead", lambda n: {"rstd_ahead": True}),
     ("rstd at use", lambda n: {"rstd_ahead": False}),
     # rows too wide for registers: the two-pass column blocks the default replaced on the GPU, and

@@ -561,8 +561,10 @@ BWD_PER_THREAD = 8
 # The register-path backward loads the next tile's rstd with its x and dy (RSTD_AHEAD), where before
 # its arithmetic waited on it: H200 A/B run 26 (rms_norm_ab_h200_run26.txt), bf16 bwd, % of copy:
 # 32768x4096 93.6% -> 94.8%, 8192x4096 76.9% -> 78.9%, 4096x8192 74.6% -> 77.0%, 16384x5120 75.1% ->
-# 75.9%; add_rms_norm 4096x8192 85.6% either way (16384 wide has no prefetch: unchanged). Same
-# registers (sm_90). layer_norm's backward gained more from the same change (_BWD_STATS_AHEAD).
+# 75.9% (16384 wide has no prefetch: unchanged). Same registers (sm_90). With dh (add_rms_norm, 16
+# elements a thread) it lost (run 27, rms_norm_ab_h200_run27.txt): 3000x3584 65.6% -> 63.4%,
+# 8192x4096 85.8% -> 84.5%, 999x5003 23.6% -> 22.9%, 4096x8192 the same; so only without dh.
+# layer_norm's backward gained more from the same change (_BWD_STATS_AHEAD).
 RSTD_AHEAD = True
 # Register caps for the forward on sm_90 (Hopper), (HAS_RES, element size) -> {(BLOCK_N, BLOCK_B):
 # maxnreg}: ptxas (Triton 3.6) allocates a few registers more than it needs, which at these sizes
@@ -858,7 +860,7 @@ def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: 
 
     Knobs for GPU A/Bs (defaults: the current choice): `num_warps` and `prefetch` of the register
     path (_bwd_rows), the cache `policy` of its loads and `rstd_ahead` (with the prefetch: the next
-    tile's rstd loaded with its x and dy, default RSTD_AHEAD); rows wider than `max_block` (the tests
+    tile's rstd loaded with its x and dy, default RSTD_AHEAD without dh); rows wider than `max_block` (the tests
     lower it) take `wide` = "cols" (_bwd_row_dot then _bwd_cols, whose (BLOCK_R, BLOCK_C) is
     `cols_tile`, 8 warps) or "coop" (_bwd_coop, `coop_seg` elements and `coop_warps` warps a
     program, `coop_maxnreg` registers a thread at most, 0 for no cap, default COOP_MAXNREG's;
@@ -885,7 +887,7 @@ def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: 
         warps = num_warps or warps
         meta = dict(BLOCK_N=block_n, ROWS=rows, HAS_DH=has_dh,
                     PREFETCH=block_n < 16384 if prefetch is None else prefetch, POLICY=policy)
-        if RSTD_AHEAD if rstd_ahead is None else rstd_ahead:  # (only with the prefetch, whose loop it joins)
+        if (RSTD_AHEAD and not has_dh) if rstd_ahead is None else rstd_ahead:  # (only with the prefetch)
             meta["RSTD_AHEAD"] = meta["PREFETCH"]
         # the partial buffer's size depends on the answer: rstd (fp32 too) stands in for it
         resident = _resident_programs(_bwd_rows, (x2, w, dy2, dh2, rstd, dx, rstd, M, N, 1), meta, warps, x.device)

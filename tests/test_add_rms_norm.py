@@ -115,7 +115,7 @@ def test_forward_variants(variant, dtype, dims):
 
 BWD_VARIANTS = {
     "no_prefetch": dict(prefetch=False),
-    "rstd_at_use": dict(rstd_ahead=False),
+    "rstd_ahead": dict(rstd_ahead=True),
     "4w": dict(num_warps=4),
     "16w": dict(num_warps=16),
     "cols_8x64": dict(max_block=256, cols_tile=(8, 64)),
