@@ -423,7 +423,7 @@ def _bwd_rows(x_ptr, w_ptr, dy_ptr, dh_ptr, rstd_ptr, dx_ptr, part_ptr, M, N, it
 @triton.jit(do_not_specialize=["iters"])
 def _bwd_coop(x_ptr, w_ptr, dy_ptr, dh_ptr, rstd_ptr, dx_ptr, dwp_ptr, slot_ptr, M, N, S, iters,
               SEG: tl.constexpr, S_BLOCK: tl.constexpr, HAS_DH: tl.constexpr, W_AT_USE: tl.constexpr = False,
-              RELOAD: tl.constexpr = False):
+              RELOAD: tl.constexpr = False, RSTD_AHEAD: tl.constexpr = False):
     # Wide rows held by S co-resident programs (_utils.publish / wait_total): program (group g,
     # segment s) keeps columns [s*SEG, (s+1)*SEG) of x and dy for rows g, g+G, g+2G, ... (G groups).
     # In step i it loads row i+1's segment, publishes row i's partial of sum(m * xhat) and then
@@ -443,13 +443,18 @@ def _bwd_coop(x_ptr, w_ptr, dy_ptr, dh_ptr, rstd_ptr, dx_ptr, dwp_ptr, slot_ptr,
     xp = tl.zeros_like(x)
     dyp = tl.zeros_like(dy)
     rstd_p = tl.load(rstd_ptr + g, mask=g < M, other=0.0)  # (a float tensor for the loop)
+    if RSTD_AHEAD:  # (row g's, loaded with its x and dy; each step then loads the next row's)
+        rstd = rstd_p
     i = 0
     while i <= iters:  # step i: publish row i (past the end at i = iters: zeros), finish row i - 1
         row = g + i * G
         nxt = (row + G).to(tl.int64) * N + cols
         x_next = tl.load(x_ptr + nxt, mask=cm & (row + G < M), other=0.0)
         dy_next = tl.load(dy_ptr + nxt, mask=cm & (row + G < M), other=0.0)
-        rstd = tl.load(rstd_ptr + row, mask=row < M, other=0.0)
+        if RSTD_AHEAD:
+            rstd_next = tl.load(rstd_ptr + row + G, mask=row + G < M, other=0.0)
+        else:
+            rstd = tl.load(rstd_ptr + row, mask=row < M, other=0.0)
         xhat = x.to(tl.float32) * rstd
         dyf = dy.to(tl.float32)
         acc += dyf * xhat
@@ -475,6 +480,8 @@ def _bwd_coop(x_ptr, w_ptr, dy_ptr, dh_ptr, rstd_ptr, dx_ptr, dwp_ptr, slot_ptr,
             xp = x
             dyp = dy
         rstd_p = rstd
+        if RSTD_AHEAD:
+            rstd = rstd_next
         x = x_next
         dy = dy_next
         i += 1
@@ -854,7 +861,8 @@ def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: 
                       cols_tile: tuple[int, int] | None = None, policy: str = "evict_last",
                       wide: str | None = None, coop_seg: int | None = None, coop_warps: int | None = None,
                       coop_maxnreg: int | None = None, coop_w_at_use: bool | None = None,
-                      coop_reload: bool | None = None, rstd_ahead: bool | None = None):
+                      coop_reload: bool | None = None, rstd_ahead: bool | None = None,
+                      coop_rstd_ahead: bool = False):
     """(dx, dw) for y = rms_norm(x) * w; with dh (add_rms_norm: x is h, dh the gradient reaching h
     directly), dx includes it.
 
@@ -866,7 +874,8 @@ def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: 
     program, `coop_maxnreg` registers a thread at most, 0 for no cap, default COOP_MAXNREG's;
     `coop_w_at_use`: w loaded at each use instead of held (default: with dh where the row is held);
     `coop_reload`: the row
-    finished a step late re-read from L2 instead of held in registers (default COOP_RELOAD)); default
+    finished a step late re-read from L2 instead of held in registers (default COOP_RELOAD);
+    `coop_rstd_ahead`: the next row's rstd loaded with its x and dy); default
     "coop" on the GPU (where a group of its programs fits), "cols" elsewhere."""
     if wide not in (None, "cols", "coop"):
         raise ValueError(f"wide must be 'cols' or 'coop', got {wide!r}")
@@ -900,7 +909,7 @@ def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: 
         _bwd_rows[(grid,)](x2, w, dy2, dh2, rstd, dx, part, M, N, iters, num_warps=warps, **meta)
     elif (wide or ("coop" if x.is_cuda else "cols")) == "coop" and (plan := coop_plan(
             _bwd_coop, (x2, w, dy2, dh2, rstd, dx, rstd), M, N, coop_seg, COOP_SEG, coop_warps or COOP_WARPS, 1,
-            HAS_DH=has_dh, W_AT_USE=w_at_use, RELOAD=reload,
+            HAS_DH=has_dh, W_AT_USE=w_at_use, RELOAD=reload, RSTD_AHEAD=coop_rstd_ahead,
             **_coop_cap(x.device, has_dh, w_at_use, reload, coop_seg, coop_warps, coop_maxnreg))) is not None:
         # (rstd: an fp32 stand-in for the dw partials, sized by the plan)
         groups, iters, S, slots, meta = plan
