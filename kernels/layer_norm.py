@@ -231,8 +231,9 @@ def _ln_bwd_coop(x_ptr, dy_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, part_ptr, slo
     mean_p = tl.load(mean_ptr + g, mask=g < M, other=0.0)  # (float tensors for the loop)
     rstd_p = tl.load(rstd_ptr + g, mask=g < M, other=0.0)
     if STATS_AHEAD:  # (row g's, loaded with its x and dy; each step then loads the next row's)
-        mean = mean_p
-        rstd = rstd_p
+        # (loaded again rather than `mean = mean_p`: see rms_norm._bwd_coop)
+        mean = tl.load(mean_ptr + g, mask=g < M, other=0.0)
+        rstd = tl.load(rstd_ptr + g, mask=g < M, other=0.0)
     i = 0
     while i <= iters:  # step i: publish row i (past the end at i = iters: zeros), finish row i - 1
         row = g + i * G

@@ -444,7 +444,8 @@ def _bwd_coop(x_ptr, w_ptr, dy_ptr, dh_ptr, rstd_ptr, dx_ptr, dwp_ptr, slot_ptr,
     dyp = tl.zeros_like(dy)
     rstd_p = tl.load(rstd_ptr + g, mask=g < M, other=0.0)  # (a float tensor for the loop)
     if RSTD_AHEAD:  # (row g's, loaded with its x and dy; each step then loads the next row's)
-        rstd = rstd_p
+        # (loaded again rather than `rstd = rstd_p`, for the reason `xp` is not `x` above)
+        rstd = tl.load(rstd_ptr + g, mask=g < M, other=0.0)
     i = 0
     while i <= iters:  # step i: publish row i (past the end at i = iters: zeros), finish row i - 1
         row = g + i * G
