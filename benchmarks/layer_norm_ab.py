@@ -123,9 +123,8 @@ BWD_VARIANTS = [
     ("stats ahead, no hint", lambda n: {"stats_ahead": True, "policy": ""}),
     ("stats ahead, evict_last", lambda n: {"stats_ahead": True, "policy": "evict_last"}),
     ("stats ahead, evict_first", lambda n: {"stats_ahead": True, "policy": "evict_first"}),
-    # run 24: the coop backward's next row's mean and rstd loaded with its x and dy (162 registers
-    # instead of 168 uncapped, sm_90)
-    ("coop stats ahead", lambda n: {"coop_stats_ahead": True}),
+    # (run 24 timed the coop backward with the next row's mean and rstd loaded with its x and dy,
+    # "coop stats ahead": it lost and was removed, see layer_norm._BWD_COOP_SEG)
     # c1 and c2 in two reductions, the default before run 9 (now one reduction over the pair)
     ("two sums", lambda n: {"fused_sums": False}),
     ("registers 16384 (w re-read)", lambda n: {"max_block": 16384} if n == 16384 else {}),

@@ -119,8 +119,8 @@ BWD_VARIANTS = [
     ("coop reload cap 80", lambda n: {"coop_reload": True, "coop_maxnreg": 80}),
     # the default before run 25: the row finished late held in registers (w at its uses with dh)
     ("coop held", lambda n: {"coop_reload": False}),
-    # run 28: the next row's rstd loaded with its x and dy (128 registers either way, sm_90)
-    ("coop rstd ahead", lambda n: {"coop_rstd_ahead": True}),
+    # (run 28 timed the coop with the next row's rstd loaded with its x and dy, "coop rstd ahead":
+    # no gain, removed; see rms_norm.COOP_RELOAD)
     # run 25: with dh, reload and w held instead of loaded at its uses (164 registers uncapped,
     # 128 without spill)
     ("coop reload w held cap 128", lambda n: {"coop_reload": True, "coop_w_at_use": False, "coop_maxnreg": 128}),

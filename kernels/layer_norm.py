@@ -212,7 +212,7 @@ def _ln_bwd(x_ptr, dy_ptr, w_ptr, mean_ptr, rstd_ptr, c_ptr, dx_ptr, part_ptr, M
 
 @triton.jit(do_not_specialize=["iters"])
 def _ln_bwd_coop(x_ptr, dy_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, part_ptr, slot_ptr, M, N, S, iters,
-                 SEG: tl.constexpr, S_BLOCK: tl.constexpr, N_ALIGN: tl.constexpr, STATS_AHEAD: tl.constexpr = False):
+                 SEG: tl.constexpr, S_BLOCK: tl.constexpr, N_ALIGN: tl.constexpr):
     # Wide rows on the GPU, one launch: rms_norm's _bwd_coop with layer_norm's two row sums (c1, c2,
     # _utils.publish2 / wait_total2). Program (group g, segment s) keeps columns [s*SEG, (s+1)*SEG)
     # of x and dy for rows g, g+G, ...; in step i it loads row i+1, publishes row i's partial sums
@@ -230,22 +230,14 @@ def _ln_bwd_coop(x_ptr, dy_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, part_ptr, slo
     dyp = tl.zeros_like(dy)
     mean_p = tl.load(mean_ptr + g, mask=g < M, other=0.0)  # (float tensors for the loop)
     rstd_p = tl.load(rstd_ptr + g, mask=g < M, other=0.0)
-    if STATS_AHEAD:  # (row g's, loaded with its x and dy; each step then loads the next row's)
-        # (loaded again rather than `mean = mean_p`: see rms_norm._bwd_coop)
-        mean = tl.load(mean_ptr + g, mask=g < M, other=0.0)
-        rstd = tl.load(rstd_ptr + g, mask=g < M, other=0.0)
     i = 0
     while i <= iters:  # step i: publish row i (past the end at i = iters: zeros), finish row i - 1
         row = g + i * G
         nxt = _row_start(row + G, N, N_ALIGN) + cols
         x_next = tl.load(x_ptr + nxt, mask=cm & (row + G < M), other=0.0)
         dy_next = tl.load(dy_ptr + nxt, mask=cm & (row + G < M), other=0.0)
-        if STATS_AHEAD:
-            mean_next = tl.load(mean_ptr + row + G, mask=row + G < M, other=0.0)
-            rstd_next = tl.load(rstd_ptr + row + G, mask=row + G < M, other=0.0)
-        else:
-            mean = tl.load(mean_ptr + row, mask=row < M, other=0.0)
-            rstd = tl.load(rstd_ptr + row, mask=row < M, other=0.0)
+        mean = tl.load(mean_ptr + row, mask=row < M, other=0.0)
+        rstd = tl.load(rstd_ptr + row, mask=row < M, other=0.0)
         # masked columns: dy = w = 0, so xhat's value there adds nothing
         xhat = (x.to(tl.float32) - mean) * rstd
         dyf = dy.to(tl.float32)
@@ -264,9 +256,6 @@ def _ln_bwd_coop(x_ptr, dy_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, part_ptr, slo
         dyp = dy
         mean_p = mean
         rstd_p = rstd
-        if STATS_AHEAD:
-            mean = mean_next
-            rstd = rstd_next
         x = x_next
         dy = dy_next
         i += 1
@@ -569,7 +558,9 @@ _BWD_CHUNK = 4096        # column block for wider rows
 # The row finished a step late re-read from L2 instead of held in registers, which gained rms_norm's
 # coop 2-4 points (rms_norm.COOP_RELOAD; here 167 registers uncapped, 128 with 40 bytes of stack),
 # lost here (run 20, layer_norm_ab_h200_run20.txt): 2048x65536 65.7% -> 60.8% (59.2% capped at
-# 128), 4096x16384 67.1% -> 59.5% (52.1%). Removed.
+# 128), 4096x16384 67.1% -> 59.5% (52.1%). Removed. So was the next row's mean and rstd loaded
+# with its x and dy (which gained the register path 1-9 points, _BWD_STATS_AHEAD): run 24
+# (layer_norm_ab_h200_run24.txt) 2048x65536 67.0% -> 67.2%, 4096x16384 68.0% -> 57.2%.
 _BWD_COOP_SEG = 2048
 _BWD_COOP_WARPS = 4
 # Partial sums: many small column blocks so that all SMs help. Run 5 (layer_norm_ab_h200_run5.txt):
@@ -714,8 +705,7 @@ def layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
                         w_reload: bool | None = None, sum_block: int = _SUM_BLOCK_C,
                         fused_sums: bool = _BWD_FUSED_SUMS, wide: str | None = None, coop_seg: int | None = None,
                         coop_warps: int | None = None,
-                        coop_maxnreg: int | None = None, stats_ahead: bool | None = None,
-                        coop_stats_ahead: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                        coop_maxnreg: int | None = None, stats_ahead: bool | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """-> (dx, dw, db); dw and db in the weight's dtype, summed in fp32.
 
     Keyword options for GPU A/Bs; left out, the measured default. Rows up to `max_block`
@@ -726,8 +716,7 @@ def layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
     `stats_ahead` (the next tile's mean and rstd loaded with its x and dy; default _BWD_STATS_AHEAD).
     Wider rows:
     `wide` = "coop" (the GPU's default: _ln_bwd_coop, `coop_seg` elements and `coop_warps` warps a
-    program, `coop_maxnreg` registers a thread at most, `coop_stats_ahead`: the next row's mean and
-    rstd loaded with its x and dy) or "cols" (elsewhere, and where a coop group
+    program, `coop_maxnreg` registers a thread at most) or "cols" (elsewhere, and where a coop group
     does not fit: row sums, then _ln_bwd over column blocks of `chunk` with `groups_per_sm` row groups
     per SM and column block (about), `rows` per tile, `num_warps`, `policy`)."""
     if wide not in (None, "cols", "coop"):
@@ -738,8 +727,7 @@ def layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
         return _ln_bwd_persistent(dy, x, weight, mean, rstd, dx, rows, num_warps, policy, prefetch, maxnreg,
                                   w_reload, sum_block, fused_sums, stats_ahead)
     if (wide or ("coop" if x.is_cuda else "cols")) == "coop":
-        done = _ln_bwd_coop_launch(dy, x, weight, mean, rstd, dx, coop_seg, coop_warps, sum_block, coop_maxnreg,
-                                   coop_stats_ahead)
+        done = _ln_bwd_coop_launch(dy, x, weight, mean, rstd, dx, coop_seg, coop_warps, sum_block, coop_maxnreg)
         if done is not None:
             return done
     rows, block_c = rows or 1, chunk
@@ -763,13 +751,13 @@ def layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
     return dx, out[:N], out[N:]
 
 
-def _ln_bwd_coop_launch(dy, x, weight, mean, rstd, dx, seg, warps, sum_block, maxnreg=None, stats_ahead=False):
+def _ln_bwd_coop_launch(dy, x, weight, mean, rstd, dx, seg, warps, sum_block, maxnreg=None):
     """_ln_bwd_coop (see _utils.coop_plan); None when not even one group of its programs fits."""
     M, N = x.shape
     warps = warps or _BWD_COOP_WARPS
     # (mean: an fp32 stand-in for the dw/db partials, sized by the plan)
     plan = coop_plan(_ln_bwd_coop, (x, dy, weight, mean, rstd, dx, mean), M, N, seg, _BWD_COOP_SEG, warps, 2,
-                     maxnreg, N_ALIGN=_align(N), STATS_AHEAD=stats_ahead)
+                     maxnreg, N_ALIGN=_align(N))
     if plan is None:
         return None
     groups, iters, S, slots, meta = plan

@@ -423,7 +423,7 @@ def _bwd_rows(x_ptr, w_ptr, dy_ptr, dh_ptr, rstd_ptr, dx_ptr, part_ptr, M, N, it
 @triton.jit(do_not_specialize=["iters"])
 def _bwd_coop(x_ptr, w_ptr, dy_ptr, dh_ptr, rstd_ptr, dx_ptr, dwp_ptr, slot_ptr, M, N, S, iters,
               SEG: tl.constexpr, S_BLOCK: tl.constexpr, HAS_DH: tl.constexpr, W_AT_USE: tl.constexpr = False,
-              RELOAD: tl.constexpr = False, RSTD_AHEAD: tl.constexpr = False):
+              RELOAD: tl.constexpr = False):
     # Wide rows held by S co-resident programs (_utils.publish / wait_total): program (group g,
     # segment s) keeps columns [s*SEG, (s+1)*SEG) of x and dy for rows g, g+G, g+2G, ... (G groups).
     # In step i it loads row i+1's segment, publishes row i's partial of sum(m * xhat) and then
@@ -443,19 +443,13 @@ def _bwd_coop(x_ptr, w_ptr, dy_ptr, dh_ptr, rstd_ptr, dx_ptr, dwp_ptr, slot_ptr,
     xp = tl.zeros_like(x)
     dyp = tl.zeros_like(dy)
     rstd_p = tl.load(rstd_ptr + g, mask=g < M, other=0.0)  # (a float tensor for the loop)
-    if RSTD_AHEAD:  # (row g's, loaded with its x and dy; each step then loads the next row's)
-        # (loaded again rather than `rstd = rstd_p`, for the reason `xp` is not `x` above)
-        rstd = tl.load(rstd_ptr + g, mask=g < M, other=0.0)
     i = 0
     while i <= iters:  # step i: publish row i (past the end at i = iters: zeros), finish row i - 1
         row = g + i * G
         nxt = (row + G).to(tl.int64) * N + cols
         x_next = tl.load(x_ptr + nxt, mask=cm & (row + G < M), other=0.0)
         dy_next = tl.load(dy_ptr + nxt, mask=cm & (row + G < M), other=0.0)
-        if RSTD_AHEAD:
-            rstd_next = tl.load(rstd_ptr + row + G, mask=row + G < M, other=0.0)
-        else:
-            rstd = tl.load(rstd_ptr + row, mask=row < M, other=0.0)
+        rstd = tl.load(rstd_ptr + row, mask=row < M, other=0.0)
         xhat = x.to(tl.float32) * rstd
         dyf = dy.to(tl.float32)
         acc += dyf * xhat
@@ -481,8 +475,6 @@ def _bwd_coop(x_ptr, w_ptr, dy_ptr, dh_ptr, rstd_ptr, dx_ptr, dwp_ptr, slot_ptr,
             xp = x
             dyp = dy
         rstd_p = rstd
-        if RSTD_AHEAD:
-            rstd = rstd_next
         x = x_next
         dy = dy_next
         i += 1
@@ -656,7 +648,9 @@ COOP_WARPS = 4
 # 1024x65536 71.7 / 72.4% -> 73.7 / 74.3%, 2048x65536 76.1 / 76.9% -> 78.3 / 79.0%, 4096x65536
 # 79.1% -> 81.0%; add_rms_norm 1024x65536 74.4% -> 78.2% with w held (71.2-71.8% with w at its
 # uses). Capped at 96 or 80 (5 or 6 programs, with spills) 43-59%. layer_norm's coop lost with
-# the same change (layer_norm.py, _BWD_COOP_SEG).
+# the same change (layer_norm.py, _BWD_COOP_SEG). The next row's rstd loaded with its x and dy
+# (as RSTD_AHEAD in the register path) gained nothing (run 28, rms_norm_ab_h200_run28.txt: 74.7%
+# against 74.4%, 78.9% against 79.1%, add_rms_norm 78.1% either way); not kept.
 COOP_MAXNREG = {(False, False, False, 2048, 4): 128, (True, True, False, 2048, 4): 128,
                 (False, False, True, 2048, 4): 128, (True, False, True, 2048, 4): 128}
 COOP_RELOAD = True
@@ -862,8 +856,7 @@ def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: 
                       cols_tile: tuple[int, int] | None = None, policy: str = "evict_last",
                       wide: str | None = None, coop_seg: int | None = None, coop_warps: int | None = None,
                       coop_maxnreg: int | None = None, coop_w_at_use: bool | None = None,
-                      coop_reload: bool | None = None, rstd_ahead: bool | None = None,
-                      coop_rstd_ahead: bool = False):
+                      coop_reload: bool | None = None, rstd_ahead: bool | None = None):
     """(dx, dw) for y = rms_norm(x) * w; with dh (add_rms_norm: x is h, dh the gradient reaching h
     directly), dx includes it.
 
@@ -875,8 +868,7 @@ def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: 
     program, `coop_maxnreg` registers a thread at most, 0 for no cap, default COOP_MAXNREG's;
     `coop_w_at_use`: w loaded at each use instead of held (default: with dh where the row is held);
     `coop_reload`: the row
-    finished a step late re-read from L2 instead of held in registers (default COOP_RELOAD);
-    `coop_rstd_ahead`: the next row's rstd loaded with its x and dy); default
+    finished a step late re-read from L2 instead of held in registers (default COOP_RELOAD)); default
     "coop" on the GPU (where a group of its programs fits), "cols" elsewhere."""
     if wide not in (None, "cols", "coop"):
         raise ValueError(f"wide must be 'cols' or 'coop', got {wide!r}")
@@ -910,7 +902,7 @@ def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: 
         _bwd_rows[(grid,)](x2, w, dy2, dh2, rstd, dx, part, M, N, iters, num_warps=warps, **meta)
     elif (wide or ("coop" if x.is_cuda else "cols")) == "coop" and (plan := coop_plan(
             _bwd_coop, (x2, w, dy2, dh2, rstd, dx, rstd), M, N, coop_seg, COOP_SEG, coop_warps or COOP_WARPS, 1,
-            HAS_DH=has_dh, W_AT_USE=w_at_use, RELOAD=reload, RSTD_AHEAD=coop_rstd_ahead,
+            HAS_DH=has_dh, W_AT_USE=w_at_use, RELOAD=reload,
             **_coop_cap(x.device, has_dh, w_at_use, reload, coop_seg, coop_warps, coop_maxnreg))) is not None:
         # (rstd: an fp32 stand-in for the dw partials, sized by the plan)
         groups, iters, S, slots, meta = plan

@@ -119,8 +119,7 @@ BWD_VARIANTS = {
     "4w": dict(num_warps=4),
     "16w": dict(num_warps=16),
     "cols_8x64": dict(max_block=256, cols_tile=(8, 64)),
-    "coop": dict(max_block=256, wide="coop"),
-    "coop_rstd_ahead": dict(max_block=256, wide="coop", coop_rstd_ahead=True),  # one segment a row on the CPU (tests/test_rms_norm.py)
+    "coop": dict(max_block=256, wide="coop"),  # one segment a row on the CPU (tests/test_rms_norm.py)
 }
 
 

@@ -180,7 +180,6 @@ BWD_VARIANTS = {
     # runs it in segments)
     "coop": {"max_block": 256, "wide": "coop"},
     "coop 8 warps": {"max_block": 256, "wide": "coop", "coop_warps": 8},
-    "coop stats ahead": {"max_block": 256, "wide": "coop", "coop_stats_ahead": True},
 }
 
 

@@ -156,7 +156,6 @@ BWD_VARIANTS = {
     "coop_8w": dict(max_block=256, wide="coop", coop_warps=8),
     "coop_w_at_use": dict(max_block=256, wide="coop", coop_w_at_use=True),
     "coop_reload": dict(max_block=256, wide="coop", coop_reload=True),
-    "coop_rstd_ahead": dict(max_block=256, wide="coop", coop_rstd_ahead=True),
 }
 
 
