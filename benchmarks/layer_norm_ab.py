@@ -123,6 +123,10 @@ BWD_VARIANTS = [
     ("stats ahead, no hint", lambda n: {"stats_ahead": True, "policy": ""}),
     ("stats ahead, evict_last", lambda n: {"stats_ahead": True, "policy": "evict_last"}),
     ("stats ahead, evict_first", lambda n: {"stats_ahead": True, "policy": "evict_first"}),
+    # run 25: 32 warps (8192 wide: 8 elements a thread, 64 registers, one program of 32 warps per
+    # SM instead of one of 16 at 125 registers; sm_90)
+    ("32 warps", lambda n: {"num_warps": 32}),
+    ("32 warps, evict_last", lambda n: {"num_warps": 32, "policy": "evict_last"}),
     # (run 24 timed the coop backward with the next row's mean and rstd loaded with its x and dy,
     # "coop stats ahead": it lost and was removed, see layer_norm._BWD_COOP_SEG)
     # c1 and c2 in two reductions, the default before run 9 (now one reduction over the pair)
