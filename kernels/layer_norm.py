@@ -540,7 +540,8 @@ _BWD_POLICY = "evict_first"
 # 8192x4096 70.7 / 71.9 / 75.0, 4096x4096 60.1 / 61.8 / 62.2, 3000x3584 51.3 / 53.5 / 51.2; rows of
 # 8192 (blocks of 16 warps, one program per SM) keep evict_first: 8192x8192 70.5 / 79.6 / 77.9,
 # 3000x5120 47.7 / 54.2 / 51.6. Same registers (sm_90). Why the hint matters so with the stats
-# ahead at 4096 wide (82.2% against 90.9% at 32768x4096) we have not found out.
+# ahead at 4096 wide (82.2% against 90.9% at 32768x4096) we have not found out. 32 warps at 8192
+# wide (64 registers: 32 warps per SM instead of 16) lost: 8192x8192 80.2% -> 64.0% (run 25).
 _BWD_STATS_AHEAD = True
 _BWD_POLICY_NARROW = "evict_last"  # rows of up to 4096 (next power of two)
 _BWD_TILE = 4096         # elements per backward tile (x and dy each; ~5 fp32 registers per element)
