@@ -705,8 +705,8 @@ def layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
                         policy: str | None = None, prefetch: bool | None = None, maxnreg: int | None = None,
                         w_reload: bool | None = None, sum_block: int = _SUM_BLOCK_C,
                         fused_sums: bool = _BWD_FUSED_SUMS, wide: str | None = None, coop_seg: int | None = None,
-                        coop_warps: int | None = None,
-                        coop_maxnreg: int | None = None, stats_ahead: bool | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                        coop_warps: int | None = None, coop_maxnreg: int | None = None,
+                        stats_ahead: bool | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """-> (dx, dw, db); dw and db in the weight's dtype, summed in fp32.
 
     Keyword options for GPU A/Bs; left out, the measured default. Rows up to `max_block`
@@ -715,11 +715,11 @@ def layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
     re-read every tile instead of held in registers; default from 16384 wide), `sum_block`
     (columns per program of the partial sums), `fused_sums` (c1 and c2 in one reduction),
     `stats_ahead` (the next tile's mean and rstd loaded with its x and dy; default _BWD_STATS_AHEAD).
-    Wider rows:
-    `wide` = "coop" (the GPU's default: _ln_bwd_coop, `coop_seg` elements and `coop_warps` warps a
-    program, `coop_maxnreg` registers a thread at most) or "cols" (elsewhere, and where a coop group
-    does not fit: row sums, then _ln_bwd over column blocks of `chunk` with `groups_per_sm` row groups
-    per SM and column block (about), `rows` per tile, `num_warps`, `policy`)."""
+    Wider rows: `wide` = "coop" (the GPU's default: _ln_bwd_coop, `coop_seg` elements and
+    `coop_warps` warps a program, `coop_maxnreg` registers a thread at most) or "cols" (elsewhere,
+    and where a coop group does not fit: row sums, then _ln_bwd over column blocks of `chunk` with
+    `groups_per_sm` row groups per SM and column block (about), `rows` per tile, `num_warps`,
+    `policy`)."""
     if wide not in (None, "cols", "coop"):
         raise ValueError(f"wide must be 'cols' or 'coop', got {wide!r}")
     M, N = x.shape
@@ -784,8 +784,8 @@ def _ln_bwd_persistent(dy, x, weight, mean, rstd, dx, rows, num_warps, policy, p
     warps = num_warps or _warps(rows * block)
     wide = block >= 16384  # one 32-warp program per SM: no room for a prefetched tile or a held w
     meta = dict(ROWS=rows, BLOCK_N=block, N_ALIGN=_align(N), PREFETCH=not wide if prefetch is None else prefetch,
-                W_RELOAD=wide if w_reload is None else w_reload, POLICY=policy if policy is not None else _bwd_policy(block),
-                FUSED_SUMS=fused_sums)
+                W_RELOAD=wide if w_reload is None else w_reload,
+                POLICY=policy if policy is not None else _bwd_policy(block), FUSED_SUMS=fused_sums)
     if _BWD_STATS_AHEAD if stats_ahead is None else stats_ahead:  # (only with the prefetch, whose loop it joins)
         meta["STATS_AHEAD"] = meta["PREFETCH"]
     extra = {"maxnreg": maxnreg} if maxnreg else {}

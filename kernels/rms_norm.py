@@ -428,9 +428,10 @@ def _bwd_coop(x_ptr, w_ptr, dy_ptr, dh_ptr, rstd_ptr, dx_ptr, dwp_ptr, slot_ptr,
     # segment s) keeps columns [s*SEG, (s+1)*SEG) of x and dy for rows g, g+G, g+2G, ... (G groups).
     # In step i it loads row i+1's segment, publishes row i's partial of sum(m * xhat) and then
     # finishes row i-1 (its x and dy re-read from L2 with RELOAD, else still in registers) with the
-    # total its partners published a step ago, so that it seldom waits at all (waiting for row i itself: 40-45% of copy at
-    # 1024x65536, against 56-68% deferred; docs/evidence/rms_norm_ab_h200_run14.txt). Its columns' dw
-    # partial stays in fp32 registers over all its rows and is written once, as row g of [G, N].
+    # total its partners published a step ago, so that it seldom waits at all (waiting for row i
+    # itself: 40-45% of copy at 1024x65536, against 56-68% deferred;
+    # docs/evidence/rms_norm_ab_h200_run14.txt). Its columns' dw partial stays in fp32 registers over
+    # all its rows and is written once, as row g of [G, N].
     G, g, seg, cols = coop_program(S, SEG)
     cm = cols < N
     if not W_AT_USE:  # (else loaded at each use, from L1: registers for the cap)
@@ -862,13 +863,13 @@ def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: 
 
     Knobs for GPU A/Bs (defaults: the current choice): `num_warps` and `prefetch` of the register
     path (_bwd_rows), the cache `policy` of its loads and `rstd_ahead` (with the prefetch: the next
-    tile's rstd loaded with its x and dy, default RSTD_AHEAD without dh); rows wider than `max_block` (the tests
-    lower it) take `wide` = "cols" (_bwd_row_dot then _bwd_cols, whose (BLOCK_R, BLOCK_C) is
+    tile's rstd loaded with its x and dy, default RSTD_AHEAD without dh); rows wider than
+    `max_block` (the tests lower it) take `wide` = "cols" (_bwd_row_dot then _bwd_cols, whose (BLOCK_R, BLOCK_C) is
     `cols_tile`, 8 warps) or "coop" (_bwd_coop, `coop_seg` elements and `coop_warps` warps a
     program, `coop_maxnreg` registers a thread at most, 0 for no cap, default COOP_MAXNREG's;
     `coop_w_at_use`: w loaded at each use instead of held (default: with dh where the row is held);
-    `coop_reload`: the row
-    finished a step late re-read from L2 instead of held in registers (default COOP_RELOAD)); default
+    `coop_reload`: the row finished a step late re-read from L2 instead of held in registers
+    (default COOP_RELOAD)); default
     "coop" on the GPU (where a group of its programs fits), "cols" elsewhere."""
     if wide not in (None, "cols", "coop"):
         raise ValueError(f"wide must be 'cols' or 'coop', got {wide!r}")

@@ -337,8 +337,8 @@ sig = {"x_ptr": "*bf16", "w_ptr": "*bf16", "dy_ptr": "*bf16", "dh_ptr": "*bf16",
 for dh in (False, True):
     key = (dh, False, K.COOP_RELOAD, K.COOP_SEG, K.COOP_WARPS)
     r = report(K._bwd_coop, sig, {"SEG": K.COOP_SEG, "S_BLOCK": 32, "HAS_DH": dh, "W_AT_USE": False,
-               "RELOAD": K.COOP_RELOAD}, K.COOP_WARPS, aligned=("x_ptr", "w_ptr", "dy_ptr", "dh_ptr", "dx_ptr", "dwp_ptr",
-               "N"), maxnreg=K.COOP_MAXNREG.get(key))
+               "RELOAD": K.COOP_RELOAD}, K.COOP_WARPS, maxnreg=K.COOP_MAXNREG.get(key),
+               aligned=("x_ptr", "w_ptr", "dy_ptr", "dh_ptr", "dx_ptr", "dwp_ptr", "N"))
     print(dh, r["registers"], r["stack"])
 """
 
