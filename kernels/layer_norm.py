@@ -704,6 +704,7 @@ def layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
                         max_block: int = _BWD_MAX_BLOCK, chunk: int = _BWD_CHUNK, groups_per_sm: int = 2,
                         policy: str | None = None, prefetch: bool | None = None, maxnreg: int | None = None,
                         w_reload: bool | None = None, sum_block: int = _SUM_BLOCK_C,
+                        sum_rows: int = _SUM_BLOCK_G,
                         fused_sums: bool = _BWD_FUSED_SUMS, wide: str | None = None, coop_seg: int | None = None,
                         coop_warps: int | None = None, coop_maxnreg: int | None = None,
                         stats_ahead: bool | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -712,8 +713,9 @@ def layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
     Keyword options for GPU A/Bs; left out, the measured default. Rows up to `max_block`
     (next_pow2(N)) go through _ln_bwd_rows: `rows` per tile, `num_warps`, `prefetch` of the next
     tile, `maxnreg` (register cap), `policy` (cache hint of the x and dy loads), `w_reload` (w
-    re-read every tile instead of held in registers; default from 16384 wide), `sum_block`
-    (columns per program of the partial sums), `fused_sums` (c1 and c2 in one reduction),
+    re-read every tile instead of held in registers; default from 16384 wide), `sum_block` and
+    `sum_rows` (columns per program of the partial sums, and rows a load), `fused_sums` (c1 and c2
+    in one reduction),
     `stats_ahead` (the next tile's mean and rstd loaded with its x and dy; default _BWD_STATS_AHEAD).
     Wider rows: `wide` = "coop" (the GPU's default: _ln_bwd_coop, `coop_seg` elements and
     `coop_warps` warps a program, `coop_maxnreg` registers a thread at most) or "cols" (elsewhere,
@@ -726,9 +728,10 @@ def layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
     dx = torch.empty_like(x)
     if triton.next_power_of_2(N) <= max_block:
         return _ln_bwd_persistent(dy, x, weight, mean, rstd, dx, rows, num_warps, policy, prefetch, maxnreg,
-                                  w_reload, sum_block, fused_sums, stats_ahead)
+                                  w_reload, (sum_rows, sum_block), fused_sums, stats_ahead)
     if (wide or ("coop" if x.is_cuda else "cols")) == "coop":
-        done = _ln_bwd_coop_launch(dy, x, weight, mean, rstd, dx, coop_seg, coop_warps, sum_block, coop_maxnreg)
+        done = _ln_bwd_coop_launch(dy, x, weight, mean, rstd, dx, coop_seg, coop_warps, (sum_rows, sum_block),
+                                   coop_maxnreg)
         if done is not None:
             return done
     rows, block_c = rows or 1, chunk
@@ -748,11 +751,11 @@ def layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
                                     ROWS=rows, BLOCK_C=block_c, N_ALIGN=_align(N), POLICY=policy,
                                     num_warps=num_warps or _BWD_WIDE_WARPS)
     out = torch.empty(2 * N, dtype=weight.dtype, device=x.device)
-    _sum_partials(partial, out, groups, sum_block)
+    _sum_partials(partial, out, groups, (sum_rows, sum_block))
     return dx, out[:N], out[N:]
 
 
-def _ln_bwd_coop_launch(dy, x, weight, mean, rstd, dx, seg, warps, sum_block, maxnreg=None):
+def _ln_bwd_coop_launch(dy, x, weight, mean, rstd, dx, seg, warps, sum_tile, maxnreg=None):
     """_ln_bwd_coop (see _utils.coop_plan); None when not even one group of its programs fits."""
     M, N = x.shape
     warps = warps or _BWD_COOP_WARPS
@@ -766,18 +769,21 @@ def _ln_bwd_coop_launch(dy, x, weight, mean, rstd, dx, seg, warps, sum_block, ma
     _ln_bwd_coop[(groups * S,)](x, dy, weight, mean, rstd, dx, partial, slots, M, N, S, iters, num_warps=warps,
                                 **meta)
     out = torch.empty(2 * N, dtype=weight.dtype, device=x.device)
-    _sum_partials(partial, out, groups, sum_block)
+    _sum_partials(partial, out, groups, sum_tile)
     return dx, out[:N], out[N:]
 
 
-def _sum_partials(partial: torch.Tensor, out: torch.Tensor, groups: int, block_c: int = _SUM_BLOCK_C) -> None:
+def _sum_partials(partial: torch.Tensor, out: torch.Tensor, groups: int,
+                  tile: tuple[int, int] = (_SUM_BLOCK_G, _SUM_BLOCK_C)) -> None:
+    """out = column sums of the [groups, 2N] partials, in tiles of (rows a load, columns a program)."""
+    block_g, block_c = tile
     n2 = out.numel()
-    _ln_sum_partials[(triton.cdiv(n2, block_c),)](partial, out, groups, n2, BLOCK_G=_SUM_BLOCK_G,
-                                                  BLOCK_C=block_c, N_ALIGN=_align(n2), num_warps=4)
+    _ln_sum_partials[(triton.cdiv(n2, block_c),)](partial, out, groups, n2, BLOCK_G=block_g, BLOCK_C=block_c,
+                                                  N_ALIGN=_align(n2), num_warps=4)
 
 
 def _ln_bwd_persistent(dy, x, weight, mean, rstd, dx, rows, num_warps, policy, prefetch, maxnreg, w_reload,
-                       sum_block=_SUM_BLOCK_C, fused_sums=_BWD_FUSED_SUMS, stats_ahead=None):
+                       sum_tile=(_SUM_BLOCK_G, _SUM_BLOCK_C), fused_sums=_BWD_FUSED_SUMS, stats_ahead=None):
     M, N = x.shape
     block = triton.next_power_of_2(N)
     rows = rows or max(1, min(_BWD_TILE // block, triton.next_power_of_2(M)))
@@ -798,7 +804,7 @@ def _ln_bwd_persistent(dy, x, weight, mean, rstd, dx, rows, num_warps, policy, p
     part = out if grid == 1 else torch.empty((grid, 2, N), dtype=torch.float32, device=x.device)
     _ln_bwd_rows[(grid,)](x, dy, weight, mean, rstd, dx, part, M, N, iters, num_warps=warps, **extra, **meta)
     if grid > 1:
-        _sum_partials(part, out, grid, sum_block)
+        _sum_partials(part, out, grid, sum_tile)
     return dx, out[:N], out[N:]
 
 

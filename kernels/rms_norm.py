@@ -567,6 +567,7 @@ BWD_PER_THREAD = 8
 # 8192x4096 85.8% -> 84.5%, 999x5003 23.6% -> 22.9%, 4096x8192 the same; so only without dh.
 # layer_norm's backward gained more from the same change (_BWD_STATS_AHEAD).
 RSTD_AHEAD = True
+SUM_ROWS = 128  # partial rows a load of _sum_partials (see rms_norm_backward's end)
 # Register caps for the forward on sm_90 (Hopper), (HAS_RES, element size) -> {(BLOCK_N, BLOCK_B):
 # maxnreg}: ptxas (Triton 3.6) allocates a few registers more than it needs, which at these sizes
 # costs a resident program per SM; each cap here is the smallest that buys one more program (e.g.
@@ -857,7 +858,8 @@ def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: 
                       cols_tile: tuple[int, int] | None = None, policy: str = "evict_last",
                       wide: str | None = None, coop_seg: int | None = None, coop_warps: int | None = None,
                       coop_maxnreg: int | None = None, coop_w_at_use: bool | None = None,
-                      coop_reload: bool | None = None, rstd_ahead: bool | None = None):
+                      coop_reload: bool | None = None, rstd_ahead: bool | None = None,
+                      sum_rows: int = SUM_ROWS):
     """(dx, dw) for y = rms_norm(x) * w; with dh (add_rms_norm: x is h, dh the gradient reaching h
     directly), dx includes it.
 
@@ -869,7 +871,7 @@ def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: 
     program, `coop_maxnreg` registers a thread at most, 0 for no cap, default COOP_MAXNREG's;
     `coop_w_at_use`: w loaded at each use instead of held (default: with dh where the row is held);
     `coop_reload`: the row finished a step late re-read from L2 instead of held in registers
-    (default COOP_RELOAD)); default
+    (default COOP_RELOAD)); `sum_rows`: partial rows a load of the dw sum (_sum_partials); default
     "coop" on the GPU (where a group of its programs fits), "cols" elsewhere."""
     if wide not in (None, "cols", "coop"):
         raise ValueError(f"wide must be 'cols' or 'coop', got {wide!r}")
@@ -928,7 +930,7 @@ def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: 
     # Tiles of 4096 fp32: with hundreds of partial rows, 128 rows x 32 columns (one 128-byte line
     # each), i.e. N/32 programs with 16 KB of loads in flight each, so that summing the L2-resident
     # partials takes ~1-2 us; with few partial rows (small M, or the interpreter), wider and fewer.
-    block_p = min(128, triton.next_power_of_2(part.shape[0]))
+    block_p = min(sum_rows, triton.next_power_of_2(part.shape[0]))
     block_n = 4096 // block_p
     _sum_partials[(triton.cdiv(N, block_n),)](part, dw, part.shape[0], N, BLOCK_P=block_p, BLOCK_N=block_n,
                                               num_warps=4)

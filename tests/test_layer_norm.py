@@ -168,6 +168,7 @@ BWD_VARIANTS = {
     "rows+warps": {"rows": 2, "num_warps": 8},
     "no prefetch, evict_last": {"prefetch": False, "policy": "evict_last"},
     "w re-read": {"w_reload": True},
+    "partial sums 8x8": {"sum_rows": 8, "sum_block": 8},
     "stats at use": {"stats_ahead": False},
     "stats ahead, 2 rows, evict_first": {"stats_ahead": True, "rows": 2, "policy": "evict_first"},
     "two sums (c1, c2 not fused)": {"fused_sums": False},

@@ -143,6 +143,7 @@ def test_forward_rows_must_be_a_power_of_two_within_the_register_block():
 BWD_VARIANTS = {
     "no_prefetch": dict(prefetch=False),
     "prefetch": dict(prefetch=True),
+    "sum_rows_2": dict(sum_rows=2),
     "rstd_at_use": dict(prefetch=True, rstd_ahead=False),
     "evict_last": dict(policy="evict_last"),
     "4w": dict(num_warps=4),  # default 8 warps at 1000 wide, 32 at 4099 (one 8192 block)
