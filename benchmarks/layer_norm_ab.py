@@ -134,11 +134,11 @@ BWD_VARIANTS = [
     ("registers 16384 (w re-read)", lambda n: {"max_block": 16384} if n == 16384 else {}),
     # run 5 chose 32 columns per program of the partial sums (was 128); this is the old setting
     ("sum 128 cols", lambda n: {"sum_block": 128}),
-    # run 26: the partial sums in fewer, wider loads (default 32 rows x 32 columns a program, the
-    # rows in a loop: 9 dependent loads for 264 partial rows)
+    # run 26: the partial sums in fewer, wider loads (32 rows x 32 columns a program before, the
+    # rows in a loop: 9 dependent loads for 264 partial rows; 128 x 32 since)
     ("sum 512x8", lambda n: {"sum_rows": 512, "sum_block": 8}),
     ("sum 256x16", lambda n: {"sum_rows": 256, "sum_block": 16}),
-    ("sum 128x32", lambda n: {"sum_rows": 128, "sum_block": 32}),
+    ("sum 32x32", lambda n: {"sum_rows": 32, "sum_block": 32}),
     # rows wider than the register block: the two-pass column blocks the GPU's default replaced, and
     # other segments and warps of the default (_ln_bwd_coop); at 8192 wide, coop instead of registers
     ("cols", lambda n: {"wide": "cols"}),

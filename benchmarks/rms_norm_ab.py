@@ -96,8 +96,8 @@ BWD_VARIANTS = [
     # since without dh (run 27); "rstd at use" is the one before
     ("rstd ahead", lambda n: {"rstd_ahead": True}),
     ("rstd at use", lambda n: {"rstd_ahead": False}),
-    # run 29: the dw sum's partial rows a load (default 128: 3 dependent loads for 264 rows)
-    ("sum 512 rows", lambda n: {"sum_rows": 512}),
+    # run 29: the dw sum's partial rows a load (128 before: 3 dependent loads for 264 rows; 512 since)
+    ("sum 128 rows", lambda n: {"sum_rows": 128}),
     ("sum 256 rows", lambda n: {"sum_rows": 256}),
     # rows too wide for registers: the two-pass column blocks the default replaced on the GPU, and
     # other segments and warps of the default (_bwd_coop)

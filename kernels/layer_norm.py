@@ -569,7 +569,11 @@ _BWD_COOP_WARPS = 4
 # [programs, 2, N] partials are as large as x and dy), 3000x3584 32.0 -> 30.5, 32768x4096 1.4%
 # faster; fewer, longer-striding programs for the main kernel (4 or 8 tiles each, shrinking the
 # partials) gained nothing on top of it.
-_SUM_BLOCK_G, _SUM_BLOCK_C = 32, 32
+# Run 26 (layer_norm_ab_h200_run26.txt): 128 partial rows a load instead of 32 (2-3 dependent
+# loads for 264 partial rows instead of 9): bwd 4096x4096 62.8% -> 64.0%, 1024x2048 23.6% ->
+# 25.2%, 32768x4096 and 8192x8192 the same, 3000x5120 55.7% -> 54.9%; 512 x 8 and 256 x 16 lost
+# at 2048x65536 (66.5% -> 62.8%, 64.9%).
+_SUM_BLOCK_G, _SUM_BLOCK_C = 128, 32
 # Run 9 (layer_norm_ab_h200_run9.txt): c1 and c2 of a row in one tl.reduce over the pair (one
 # exchange between warps, 3 barriers fewer in the sm_90 SASS) instead of two sums: 32768x4096
 # 84.5% -> 86.2% of copy, 1024x2048 14.0 -> 13.5 us, 8192x8192 and 3000x3584 the same.

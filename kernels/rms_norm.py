@@ -567,7 +567,11 @@ BWD_PER_THREAD = 8
 # 8192x4096 85.8% -> 84.5%, 999x5003 23.6% -> 22.9%, 4096x8192 the same; so only without dh.
 # layer_norm's backward gained more from the same change (_BWD_STATS_AHEAD).
 RSTD_AHEAD = True
-SUM_ROWS = 128  # partial rows a load of _sum_partials (see rms_norm_backward's end)
+# Partial rows a load of _sum_partials (see rms_norm_backward's end): 512, one load for the 264
+# partial rows of 2 programs per SM, instead of 128 (three in a row): H200 A/B run 29
+# (rms_norm_ab_h200_run29.txt), bf16 bwd, % of copy: 32768x4096 94.8% -> 95.2%, 8192x4096 79.4% ->
+# 80.0%, 3000x3584 55.9% -> 57.4%; add_rms_norm 3000x3584 65.2% -> 66.7%, 8192x4096 85.7% -> 86.5%.
+SUM_ROWS = 512
 # Register caps for the forward on sm_90 (Hopper), (HAS_RES, element size) -> {(BLOCK_N, BLOCK_B):
 # maxnreg}: ptxas (Triton 3.6) allocates a few registers more than it needs, which at these sizes
 # costs a resident program per SM; each cap here is the smallest that buys one more program (e.g.
@@ -927,9 +931,10 @@ def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: 
         _bwd_cols[(n_cb, groups)](x2, w, dy2, dh2, rstd, c, dx, part, M, N, triton.cdiv(M, groups * block_r),
                                   num_warps=8, **meta)
     dw = torch.empty_like(w)
-    # Tiles of 4096 fp32: with hundreds of partial rows, 128 rows x 32 columns (one 128-byte line
-    # each), i.e. N/32 programs with 16 KB of loads in flight each, so that summing the L2-resident
-    # partials takes ~1-2 us; with few partial rows (small M, or the interpreter), wider and fewer.
+    # Tiles of 4096 fp32: with hundreds of partial rows, SUM_ROWS rows x 4096 / SUM_ROWS columns,
+    # i.e. N / 8 programs with 16 KB of loads in flight each, one load for all the L2-resident
+    # partials (3 us for the whole launch before, with 128 rows a load: torch.profiler, run 29's
+    # session); with few partial rows (small M, or the interpreter), wider and fewer.
     block_p = min(sum_rows, triton.next_power_of_2(part.shape[0]))
     block_n = 4096 // block_p
     _sum_partials[(triton.cdiv(N, block_n),)](part, dw, part.shape[0], N, BLOCK_P=block_p, BLOCK_N=block_n,
