@@ -719,9 +719,8 @@ def layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
     tile, `maxnreg` (register cap), `policy` (cache hint of the x and dy loads), `w_reload` (w
     re-read every tile instead of held in registers; default from 16384 wide), `sum_block` and
     `sum_rows` (columns per program of the partial sums, and rows a load), `fused_sums` (c1 and c2
-    in one reduction),
-    `stats_ahead` (the next tile's mean and rstd loaded with its x and dy; default _BWD_STATS_AHEAD).
-    Wider rows: `wide` = "coop" (the GPU's default: _ln_bwd_coop, `coop_seg` elements and
+    in one reduction), `stats_ahead` (the next tile's mean and rstd loaded with its x and dy;
+    default _BWD_STATS_AHEAD). Wider rows: `wide` = "coop" (the GPU's default: _ln_bwd_coop, `coop_seg` elements and
     `coop_warps` warps a program, `coop_maxnreg` registers a thread at most) or "cols" (elsewhere,
     and where a coop group does not fit: row sums, then _ln_bwd over column blocks of `chunk` with
     `groups_per_sm` row groups per SM and column block (about), `rows` per tile, `num_warps`,

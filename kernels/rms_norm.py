@@ -870,8 +870,8 @@ def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: 
     Knobs for GPU A/Bs (defaults: the current choice): `num_warps` and `prefetch` of the register
     path (_bwd_rows), the cache `policy` of its loads and `rstd_ahead` (with the prefetch: the next
     tile's rstd loaded with its x and dy, default RSTD_AHEAD without dh); rows wider than
-    `max_block` (the tests lower it) take `wide` = "cols" (_bwd_row_dot then _bwd_cols, whose (BLOCK_R, BLOCK_C) is
-    `cols_tile`, 8 warps) or "coop" (_bwd_coop, `coop_seg` elements and `coop_warps` warps a
+    `max_block` (the tests lower it) take `wide` = "cols" (_bwd_row_dot then _bwd_cols, whose
+    (BLOCK_R, BLOCK_C) is `cols_tile`, 8 warps) or "coop" (_bwd_coop, `coop_seg` elements and `coop_warps` warps a
     program, `coop_maxnreg` registers a thread at most, 0 for no cap, default COOP_MAXNREG's;
     `coop_w_at_use`: w loaded at each use instead of held (default: with dh where the row is held);
     `coop_reload`: the row finished a step late re-read from L2 instead of held in registers
