@@ -20,6 +20,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
 
+from benchmarks import ab_tools  # noqa: E402,F401  (the collector's CUDA allocator and ptxas)
 from kcollect import timing, verify  # noqa: E402
 from kcollect.kernels import fused_linear_cross_entropy as flce  # noqa: E402
 
@@ -43,19 +44,25 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dry-run", action="store_true", help="CPU (TRITON_INTERPRET=1): small shapes, checks only")
     ap.add_argument("--no-compile", action="store_true", help="leave torch.compile out")
+    ap.add_argument("--chunks", default="", help="comma-separated tokens per chunk, or 'all' "
+                    f"(default: {','.join(str(c or 'default') for c in CHUNKS)})")
+    ap.add_argument("--shapes", default="", help="comma-separated TxHxV (default: "
+                    f"{','.join('x'.join(map(str, s)) for s in SHAPES)})")
     args = ap.parse_args()
+    chunks = [None] + [c if c == "all" else int(c) for c in args.chunks.split(",") if c] if args.chunks else CHUNKS
+    shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",") if s] or SHAPES
     dry = args.dry_run
     device = "cpu" if dry else "cuda"
     flush = None if dry else torch.empty(timing.L2_FLUSH_BYTES, dtype=torch.int8, device=device)
     budget = timing.Budget(5, 25)
     print(f"fused_linear_cross_entropy A/B, bf16, fwd+bwd, {'dry run' if dry else torch.cuda.get_device_name()}; "
           f"default chunk budget {flce._CHUNK_BYTES >> 20} MiB of logits", flush=True)
-    for shape in SHAPES:
-        t, h, v = DRY[shape] if dry else shape
+    for shape in shapes:
+        t, h, v = DRY.get(shape, (257, 32, 1000)) if dry else shape
         dims = {"tokens": t, "hidden": h, "vocab": v, "smoothing": "0"}
         inputs = SPEC.make_inputs(dims, DTYPE, device, seed=t)
         dys, want = verify.reference_answers(SPEC, inputs, MODE, seed=1)
-        cases = [(f"chunk {c or f'default ({flce._chunk_rows(t, v, 2)})'}", ours(c)) for c in CHUNKS]
+        cases = [(f"chunk {c or f'default ({flce._chunk_rows(t, v, 2)})'}", ours(c)) for c in chunks]
         cases.append(("torch eager", SPEC.provider("torch").fn))
         if not (dry or args.no_compile):
             cases.append(("torch.compile", SPEC.provider("compile").fn))
