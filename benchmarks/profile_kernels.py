@@ -2,7 +2,9 @@
 median, the host time per call (calls queued without synchronising), and the CUDA kernels one call
 launches with their device time (torch.profiler). Run on a GPU:
     python benchmarks/profile_kernels.py rms_norm:8192x4096 cross_entropy:1024x32000x0 ...
-    python benchmarks/profile_kernels.py rms_norm:8192x4096:bwd:triton   # one mode, one provider"""
+    python benchmarks/profile_kernels.py rms_norm:8192x4096:bwd:triton   # one mode, one provider
+    python benchmarks/profile_kernels.py --timeline ...   # also each kernel's start, duration and the
+                                                          # GPU idle before it, in a CUDA-graph replay"""
 import sys
 import time
 
@@ -25,7 +27,40 @@ def parse(arg):
     raise SystemExit(f"{shape} not in {name}'s grids")
 
 
+def timeline(call) -> None:
+    """One CUDA-graph replay of `call` under torch.profiler: its kernels in order with start (us from
+    the first), duration and the idle gap before each, then the span, busy and idle totals."""
+    graph = torch.cuda.CUDAGraph()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        call()
+    torch.cuda.current_stream().wait_stream(side)
+    with torch.cuda.graph(graph):
+        call()
+    graph.replay()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        graph.replay()
+        torch.cuda.synchronize()
+    kernels = sorted((e.time_range.start, e.time_range.end, e.name) for e in prof.events()
+                     if e.device_type == torch.autograd.DeviceType.CUDA)
+    if not kernels:
+        print("  (no kernels traced)")
+        return
+    t0, prev_end, busy = kernels[0][0], kernels[0][0], 0.0
+    for start, end, name in kernels:
+        print(f"  {start - t0:10.1f} us  {end - start:9.1f} us  gap {max(0.0, start - prev_end):7.1f}  {name[:60]}")
+        busy += end - start
+        prev_end = max(prev_end, end)
+    span = prev_end - t0
+    print(f"  span {span:.1f} us, kernels {busy:.1f} us, idle {span - busy:.1f} us")
+    graph.reset()
+
+
 def main(args):
+    show_timeline = "--timeline" in args
+    args = [a for a in args if a != "--timeline"]
     flush = torch.empty(timing.L2_FLUSH_BYTES, dtype=torch.int8, device="cuda")
     budget = timing.Budget(10, 40)
     for arg in args:
@@ -51,6 +86,8 @@ def main(args):
                 kern = [(e.key[:38], e.device_time_total / 1e3) for e in prof.key_averages() if e.device_time_total > 0]
                 ks = " ".join(f"{n}={ms:.4f}" for n, ms in kern)
                 print(f"{spec.name} {shape.label} {mode:7s} {p.name:11s} event {t.median_ms:.4f} host {host:.4f} | {ks}")
+                if show_timeline:
+                    timeline(call)
 
 
 if __name__ == "__main__":
