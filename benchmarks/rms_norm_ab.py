@@ -46,6 +46,7 @@ FWD_VARIANTS = [
     ("liger_like", lambda n, res: {"liger_like": True}),
     ("liger_like+evict_first", lambda n, res: {"liger_like": True, "x_policy": "evict_first"}),
     ("half_warps", lambda n, res: {"num_warps": max(4, _tile(n)[3] // 2)}),
+    ("double_warps", lambda n, res: {"num_warps": min(32, _tile(n)[3] * 2)}),
     # rows that are not whole 16-byte vectors (5003): the prefetch the default leaves out there,
     # and without the register cap
     ("prefetch", lambda n, res: {"prefetch": True}),
