@@ -34,6 +34,20 @@ from .cross_entropy import reference as cross_entropy_reference
 # Logits chunk budget: 256 MiB keeps the peak at vocab 128256, hidden 4096 (dW 1 GB bf16) under a
 # quarter of eager's, while chunks of >= 1024 tokens keep dW += dlogits.T @ x_c compute-bound
 # (K = C: 2 C flops per byte of dW read and written, against a ridge near 300 on Hopper).
+# Against torch.compile (all the logits at once, 3 GiB over the inputs) it stays 3-7% behind at
+# 8192x4096x128256 on the H200 (collector, A/B), though not from idle time:
+#   - One CUDA-graph replay under torch.profiler spans 36.9 ms for both, kernels back to back
+#     (docs/evidence/flce_timeline_h200.txt). Our cuBLAS calls take 35.4 ms of it against
+#     compile's 33.9, the difference being the dW passes; our cross-entropy kernel takes 1.4 ms
+#     against compile's 3.0.
+#   - Replayed back to back, every provider sits at the 700 W cap at a median SM clock of
+#     1485-1515 MHz instead of 1980 (benchmarks/power_probe.py, docs/evidence/flce_power_h200.txt):
+#     ours 41.7 ms, compile 40.6, eager 42.1.
+#   - Our reading, not measured directly: at the cap, time follows the energy of the call, and
+#     ours spends more of it moving bytes, since each chunk after the first reads and writes the
+#     1 GB dW again (14 GB more HBM traffic than compile's one dW write).
+# Larger chunks cut those passes, but within the quarter of eager's peak memory (at most ~1700
+# tokens here) they measured within +-3% of 1024, with no trend (flce_ab runs 1-3).
 _CHUNK_BYTES = 256 << 20
 
 

@@ -455,7 +455,10 @@ _LINES = True
 # wait on loads, with 2 programs of 8 warps per SM (109 registers). The same loops
 # software-pipelined by Triton instead (cp.async into shared memory, 64 registers, 4 programs per
 # SM, but without the loads' L2 hints) lost everywhere: 66-69% at 65536, 60-67% at 128256
-# (softmax_ab run 24).
+# (softmax_ab run 24). Nor did TMA loads pipelined by Triton (benchmarks/tma_probe.py: the row as
+# lines of 256 through a 3-D tensor descriptor, 2-4 stages of 8-32 KB, 32 registers, 3-8 programs
+# per SM): 60-69% of copy against the default's 75-82% at every wide shape
+# (docs/evidence/tma_probe_h200_run1.txt).
 # On the GPU, many rows too wide for registers take, in the backward, the coop path instead of the
 # stream: segments of _COOP_SEG elements, _COOP_WARPS warps a program. H200 A/B run 8
 # (softmax_ab_h200_run8.txt), bf16 bwd: 2048x65536 77.3% of copy -> 83.4%, 2048x128256 68.4% ->
