@@ -155,6 +155,10 @@ BWD_VARIANTS = [
     # run 10 also measured dw and db partials added atomically (red.global) and cast by the last
     # program to arrive, in one launch: 32768x4096 the same (86.2%), 1024x2048 and 3000x3584 8-10%
     # slower; removed
+    # run 27: each coop step also prefetches into L2 the row 1 or 2 steps past the one it loads
+    # (_utils.prefetch_l2: no registers, same occupancy)
+    ("coop L2 ahead 1", lambda n: {"coop_l2_ahead": 1}),
+    ("coop L2 ahead 2", lambda n: {"coop_l2_ahead": 2}),
 ]
 
 # (mode, M, N), most important first: past --budget-s the rest is skipped

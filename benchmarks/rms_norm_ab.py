@@ -128,6 +128,10 @@ BWD_VARIANTS = [
     # run 25: with dh, reload and w held instead of loaded at its uses (164 registers uncapped,
     # 128 without spill)
     ("coop reload w held cap 128", lambda n: {"coop_reload": True, "coop_w_at_use": False, "coop_maxnreg": 128}),
+    # run 31: each coop step also prefetches into L2 the row 1 or 2 steps past the one it loads
+    # (_utils.prefetch_l2: no registers, same occupancy)
+    ("coop L2 ahead 1", lambda n: {"coop_l2_ahead": 1}),
+    ("coop L2 ahead 2", lambda n: {"coop_l2_ahead": 2}),
 ]
 
 # (kernel, mode, M, N), most important first: past --budget-s the rest is skipped

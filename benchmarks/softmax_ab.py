@@ -155,6 +155,12 @@ VARIANTS = [
     # softmax._BWD_COOP_MAXNREG's note)
     # (run 24 timed the lines path software-pipelined by Triton, "pipe 2/3/4": it lost and was
     # removed, see softmax._LINES' note)
+    # run 26: each coop step also prefetches into L2 the row 1 or 2 steps past the one it loads
+    # (_utils.prefetch_l2: no registers, same occupancy)
+    ("coop L2 ahead 1", {"lean": False, "coop": True, "coop_l2_ahead": 1}, lambda m, n: many(m, n) and n > 32768,
+     ("fwd", "bwd")),
+    ("coop L2 ahead 2", {"lean": False, "coop": True, "coop_l2_ahead": 2}, lambda m, n: many(m, n) and n > 32768,
+     ("fwd", "bwd")),
 ]
 # Few rows (the split path's A/B: 1 to 16 rows of the LLaMA-3 vocabulary, wider and narrower rows;
 # 1 x 32000 and 1 x 16384 fit in registers: split=True against the register path), then the

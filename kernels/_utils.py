@@ -303,6 +303,40 @@ def widen_asm(t) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------
+# L2 prefetch. The wide-row kernels are short of loads in flight: a load holds its destination
+# registers until the data arrives, so the bytes in flight per SM are capped by the registers
+# (Nsight Compute, session 11: half the stall cycles wait on loads). A bulk prefetch into L2
+# (sm_90's cp.async.bulk.prefetch.L2, one instruction for a whole segment, issued by the
+# program's first thread) takes no register and is not waited for: a kernel asks for the rows it
+# will load a step or two later, and its register loads then find them in L2, at a fraction of the
+# HBM latency. GPU only (PTX, Hopper): the launchers pass the AHEAD constexprs as 0 elsewhere.
+
+
+@triton.jit
+def prefetch_l2(ptr, nbytes):
+    """Bring nbytes at ptr into L2 (nbytes a multiple of 16, ptr 16-byte aligned; 0: nothing)."""
+    tl.inline_asm_elementwise(
+        "{ .reg .pred p; .reg .u32 t; mov.u32 t, %tid.x; setp.ne.u32 p, $2, 0; @p setp.eq.u32 p, t, 0; "
+        "@p cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
+        "=r,l,r", [ptr, nbytes], dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def prefetch_segment(ptr, row, M, N, seg, SEG: tl.constexpr):
+    """prefetch_l2 of columns [seg*SEG, (seg+1)*SEG) (within N) of row `row` of the [M, N] tensor at
+    ptr; nothing for a row past M. The caller makes sure rows are whole 16-byte vectors."""
+    elt: tl.constexpr = ptr.dtype.element_ty.primitive_bitwidth // 8
+    nbytes = tl.where(row < M, tl.minimum(SEG, N - seg * SEG) * elt, 0)
+    prefetch_l2(ptr + row.to(tl.int64) * N + seg * SEG, nbytes)
+
+
+def l2_prefetch_ok(t) -> bool:
+    """Whether prefetch_l2 may run for the rows of 2-D tensor t: a Hopper GPU, rows of whole 16-byte
+    vectors (so that every segment starts aligned)."""
+    return on_sm90(t.device) and t.shape[-1] * t.element_size() % 16 == 0
+
+
+# ---------------------------------------------------------------------------------------------
 # Launch of a "lines" kernel (softmax's forward, rms_norm's and layer_norm's wide forwards, fp8_quant's
 # wide rows): two passes over each row in chunks of [BLOCK // VEC, VEC], 64 bytes a thread per chunk.
 # H200 A/B, bf16 softmax fwd, % of copy (softmax_ab runs 9-10, docs/evidence/softmax_ab_h200_run9.txt,

@@ -8,7 +8,8 @@ import triton.language as tl
 
 from kcollect.spec import KernelSpec, Provider, Shape, peer_available, standard_providers
 
-from ._utils import coop_plan, coop_program, l2_bytes, lines_launch, publish2, sm_count, wait_total2
+from ._utils import (coop_plan, coop_program, l2_bytes, l2_prefetch_ok, lines_launch, prefetch_segment, publish2,
+                     sm_count, wait_total2)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -212,7 +213,7 @@ def _ln_bwd(x_ptr, dy_ptr, w_ptr, mean_ptr, rstd_ptr, c_ptr, dx_ptr, part_ptr, M
 
 @triton.jit(do_not_specialize=["iters"])
 def _ln_bwd_coop(x_ptr, dy_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, part_ptr, slot_ptr, M, N, S, iters,
-                 SEG: tl.constexpr, S_BLOCK: tl.constexpr, N_ALIGN: tl.constexpr):
+                 SEG: tl.constexpr, S_BLOCK: tl.constexpr, N_ALIGN: tl.constexpr, L2_AHEAD: tl.constexpr = 0):
     # Wide rows on the GPU, one launch: rms_norm's _bwd_coop with layer_norm's two row sums (c1, c2,
     # _utils.publish2 / wait_total2). Program (group g, segment s) keeps columns [s*SEG, (s+1)*SEG)
     # of x and dy for rows g, g+G, ...; in step i it loads row i+1, publishes row i's partial sums
@@ -236,6 +237,9 @@ def _ln_bwd_coop(x_ptr, dy_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, part_ptr, slo
         nxt = _row_start(row + G, N, N_ALIGN) + cols
         x_next = tl.load(x_ptr + nxt, mask=cm & (row + G < M), other=0.0)
         dy_next = tl.load(dy_ptr + nxt, mask=cm & (row + G < M), other=0.0)
+        if L2_AHEAD:  # the row L2_AHEAD steps past x_next into L2 (_utils.prefetch_l2)
+            prefetch_segment(x_ptr, row + (1 + L2_AHEAD) * G, M, N, seg, SEG)
+            prefetch_segment(dy_ptr, row + (1 + L2_AHEAD) * G, M, N, seg, SEG)
         mean = tl.load(mean_ptr + row, mask=row < M, other=0.0)
         rstd = tl.load(rstd_ptr + row, mask=row < M, other=0.0)
         # masked columns: dy = w = 0, so xhat's value there adds nothing
@@ -564,6 +568,8 @@ _BWD_CHUNK = 4096        # column block for wider rows
 # (layer_norm_ab_h200_run24.txt) 2048x65536 67.0% -> 67.2%, 4096x16384 68.0% -> 57.2%.
 _BWD_COOP_SEG = 2048
 _BWD_COOP_WARPS = 4
+# Rows past the one a coop step loads that it also prefetches into L2 (0: none; _utils.prefetch_l2).
+_BWD_COOP_L2_AHEAD = 0
 # Partial sums: many small column blocks so that all SMs help. Run 5 (layer_norm_ab_h200_run5.txt):
 # 32 columns a program instead of 128 (4 times the programs), bwd 1024x2048 16.8 -> 13.2 us (its
 # [programs, 2, N] partials are as large as x and dy), 3000x3584 32.0 -> 30.5, 32768x4096 1.4%
@@ -711,7 +717,8 @@ def layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
                         sum_rows: int = _SUM_BLOCK_G,
                         fused_sums: bool = _BWD_FUSED_SUMS, wide: str | None = None, coop_seg: int | None = None,
                         coop_warps: int | None = None, coop_maxnreg: int | None = None,
-                        stats_ahead: bool | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                        stats_ahead: bool | None = None,
+                        coop_l2_ahead: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """-> (dx, dw, db); dw and db in the weight's dtype, summed in fp32.
 
     Keyword options for GPU A/Bs; left out, the measured default. Rows up to `max_block`
@@ -721,7 +728,9 @@ def layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
     `sum_rows` (columns per program of the partial sums, and rows a load), `fused_sums` (c1 and c2
     in one reduction), `stats_ahead` (the next tile's mean and rstd loaded with its x and dy;
     default _BWD_STATS_AHEAD). Wider rows: `wide` = "coop" (the GPU's default: _ln_bwd_coop, `coop_seg` elements and
-    `coop_warps` warps a program, `coop_maxnreg` registers a thread at most) or "cols" (elsewhere,
+    `coop_warps` warps a program, `coop_maxnreg` registers a thread at most, `coop_l2_ahead` rows
+    past the one loaded that each step prefetches into L2, default _BWD_COOP_L2_AHEAD, sm_90 only)
+    or "cols" (elsewhere,
     and where a coop group does not fit: row sums, then _ln_bwd over column blocks of `chunk` with
     `groups_per_sm` row groups per SM and column block (about), `rows` per tile, `num_warps`,
     `policy`)."""
@@ -734,7 +743,7 @@ def layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
                                   w_reload, (sum_rows, sum_block), fused_sums, stats_ahead)
     if (wide or ("coop" if x.is_cuda else "cols")) == "coop":
         done = _ln_bwd_coop_launch(dy, x, weight, mean, rstd, dx, coop_seg, coop_warps, (sum_rows, sum_block),
-                                   coop_maxnreg)
+                                   coop_maxnreg, coop_l2_ahead)
         if done is not None:
             return done
     rows, block_c = rows or 1, chunk
@@ -758,13 +767,14 @@ def layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
     return dx, out[:N], out[N:]
 
 
-def _ln_bwd_coop_launch(dy, x, weight, mean, rstd, dx, seg, warps, sum_tile, maxnreg=None):
+def _ln_bwd_coop_launch(dy, x, weight, mean, rstd, dx, seg, warps, sum_tile, maxnreg=None, l2_ahead=None):
     """_ln_bwd_coop (see _utils.coop_plan); None when not even one group of its programs fits."""
     M, N = x.shape
     warps = warps or _BWD_COOP_WARPS
+    l2_ahead = (_BWD_COOP_L2_AHEAD if l2_ahead is None else l2_ahead) if l2_prefetch_ok(x) else 0
     # (mean: an fp32 stand-in for the dw/db partials, sized by the plan)
     plan = coop_plan(_ln_bwd_coop, (x, dy, weight, mean, rstd, dx, mean), M, N, seg, _BWD_COOP_SEG, warps, 2,
-                     maxnreg, N_ALIGN=_align(N))
+                     maxnreg, N_ALIGN=_align(N), L2_AHEAD=l2_ahead)
     if plan is None:
         return None
     groups, iters, S, slots, meta = plan

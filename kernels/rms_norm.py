@@ -14,8 +14,8 @@ import triton.language as tl
 
 from kcollect.spec import KernelSpec, Provider, Shape, peer_available, standard_providers
 
-from ._utils import (coop_plan, coop_program, l2_bytes, last_to_arrive, lines_launch, on_sm90, publish,
-                     row_settings, sm_count, wait_total, widen, widen_asm)
+from ._utils import (coop_plan, coop_program, l2_bytes, l2_prefetch_ok, last_to_arrive, lines_launch, on_sm90,
+                     prefetch_segment, publish, row_settings, sm_count, wait_total, widen, widen_asm)
 from ._utils import resident_programs as _resident_programs
 
 
@@ -423,7 +423,7 @@ def _bwd_rows(x_ptr, w_ptr, dy_ptr, dh_ptr, rstd_ptr, dx_ptr, part_ptr, M, N, it
 @triton.jit(do_not_specialize=["iters"])
 def _bwd_coop(x_ptr, w_ptr, dy_ptr, dh_ptr, rstd_ptr, dx_ptr, dwp_ptr, slot_ptr, M, N, S, iters,
               SEG: tl.constexpr, S_BLOCK: tl.constexpr, HAS_DH: tl.constexpr, W_AT_USE: tl.constexpr = False,
-              RELOAD: tl.constexpr = False):
+              RELOAD: tl.constexpr = False, L2_AHEAD: tl.constexpr = 0):
     # Wide rows held by S co-resident programs (_utils.publish / wait_total): program (group g,
     # segment s) keeps columns [s*SEG, (s+1)*SEG) of x and dy for rows g, g+G, g+2G, ... (G groups).
     # In step i it loads row i+1's segment, publishes row i's partial of sum(m * xhat) and then
@@ -450,6 +450,11 @@ def _bwd_coop(x_ptr, w_ptr, dy_ptr, dh_ptr, rstd_ptr, dx_ptr, dwp_ptr, slot_ptr,
         nxt = (row + G).to(tl.int64) * N + cols
         x_next = tl.load(x_ptr + nxt, mask=cm & (row + G < M), other=0.0)
         dy_next = tl.load(dy_ptr + nxt, mask=cm & (row + G < M), other=0.0)
+        if L2_AHEAD:  # the row L2_AHEAD steps past x_next into L2 (_utils.prefetch_l2)
+            prefetch_segment(x_ptr, row + (1 + L2_AHEAD) * G, M, N, seg, SEG)
+            prefetch_segment(dy_ptr, row + (1 + L2_AHEAD) * G, M, N, seg, SEG)
+            if HAS_DH:
+                prefetch_segment(dh_ptr, row + L2_AHEAD * G, M, N, seg, SEG)
         rstd = tl.load(rstd_ptr + row, mask=row < M, other=0.0)
         xhat = x.to(tl.float32) * rstd
         dyf = dy.to(tl.float32)
@@ -660,6 +665,8 @@ COOP_WARPS = 4
 COOP_MAXNREG = {(False, False, False, 2048, 4): 128, (True, True, False, 2048, 4): 128,
                 (False, False, True, 2048, 4): 128, (True, False, True, 2048, 4): 128}
 COOP_RELOAD = True
+# Rows past the one a coop step loads that it also prefetches into L2 (0: none; _utils.prefetch_l2).
+COOP_L2_AHEAD = 0
 # What holds coop below copy speed, measured (bf16 bwd, % of copy): rows a group, in part: 1024x65536
 # 68.9%, 2048x65536 72.8%, 4096x65536 74.3% (run 20: 16, 32 and 64 rows a group of 32 programs,
 # whose pipeline's first and last steps are half used; softmax's coop 78.7%, 82.4%, 84.0% at the
@@ -863,7 +870,7 @@ def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: 
                       wide: str | None = None, coop_seg: int | None = None, coop_warps: int | None = None,
                       coop_maxnreg: int | None = None, coop_w_at_use: bool | None = None,
                       coop_reload: bool | None = None, rstd_ahead: bool | None = None,
-                      sum_rows: int = SUM_ROWS):
+                      sum_rows: int = SUM_ROWS, coop_l2_ahead: int | None = None):
     """(dx, dw) for y = rms_norm(x) * w; with dh (add_rms_norm: x is h, dh the gradient reaching h
     directly), dx includes it.
 
@@ -875,7 +882,8 @@ def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: 
     program, `coop_maxnreg` registers a thread at most, 0 for no cap, default COOP_MAXNREG's;
     `coop_w_at_use`: w loaded at each use instead of held (default: with dh where the row is held);
     `coop_reload`: the row finished a step late re-read from L2 instead of held in registers
-    (default COOP_RELOAD)); `sum_rows`: partial rows a load of the dw sum (_sum_partials); default
+    (default COOP_RELOAD); `coop_l2_ahead`: rows past the one loaded that each step prefetches into
+    L2, 0 for none (default COOP_L2_AHEAD; sm_90 only)); `sum_rows`: partial rows a load of the dw sum (_sum_partials); default
     "coop" on the GPU (where a group of its programs fits), "cols" elsewhere."""
     if wide not in (None, "cols", "coop"):
         raise ValueError(f"wide must be 'cols' or 'coop', got {wide!r}")
@@ -910,6 +918,7 @@ def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: 
     elif (wide or ("coop" if x.is_cuda else "cols")) == "coop" and (plan := coop_plan(
             _bwd_coop, (x2, w, dy2, dh2, rstd, dx, rstd), M, N, coop_seg, COOP_SEG, coop_warps or COOP_WARPS, 1,
             HAS_DH=has_dh, W_AT_USE=w_at_use, RELOAD=reload,
+            L2_AHEAD=(COOP_L2_AHEAD if coop_l2_ahead is None else coop_l2_ahead) if l2_prefetch_ok(x2) else 0,
             **_coop_cap(x.device, has_dh, w_at_use, reload, coop_seg, coop_warps, coop_maxnreg))) is not None:
         # (rstd: an fp32 stand-in for the dw partials, sized by the plan)
         groups, iters, S, slots, meta = plan

@@ -8,8 +8,8 @@ import triton.language as tl
 
 from kcollect.spec import KernelSpec, Provider, Shape, peer_available, standard_providers
 
-from ._utils import (LOG2E, coop_plan, coop_program, lines_launch, lse_update, on_sm90, publish, publish2,
-                     sm_count, wait_slots2, wait_total, widen, widen_asm)
+from ._utils import (LOG2E, coop_plan, coop_program, l2_prefetch_ok, lines_launch, lse_update, on_sm90,
+                     prefetch_segment, publish, publish2, sm_count, wait_slots2, wait_total, widen, widen_asm)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -253,7 +253,7 @@ def _softmax_fwd_lines(x_ptr, y_ptr, M, N, N_FULL: tl.constexpr, TAIL: tl.conste
 
 @triton.jit(do_not_specialize=["iters"])
 def _softmax_fwd_coop(x_ptr, y_ptr, slot_ptr, M, N, S, iters,
-                      SEG: tl.constexpr, S_BLOCK: tl.constexpr, N_ALIGN: tl.constexpr):
+                      SEG: tl.constexpr, S_BLOCK: tl.constexpr, N_ALIGN: tl.constexpr, L2_AHEAD: tl.constexpr = 0):
     # partials: the segment's max m_j and sum d_j of e = exp(x - m_j); row: m = max m_j,
     # d = sum d_j * exp(m_j - m) (the split path's combination, -inf segments included). e stays
     # in registers (fp32) until the row's totals arrive: y = e * exp(m_j - m) / d, one exponential
@@ -269,6 +269,8 @@ def _softmax_fwd_coop(x_ptr, y_ptr, slot_ptr, M, N, S, iters,
         row = g + i * G
         x_next = tl.load(x_ptr + _row_start(row + G, N, N_ALIGN) + cols, mask=cm & (row + G < M),
                          other=-float("inf"))
+        if L2_AHEAD:  # the row L2_AHEAD steps past x_next into L2 (_utils.prefetch_l2)
+            prefetch_segment(x_ptr, row + (1 + L2_AHEAD) * G, M, N, seg, SEG)
         xf = x.to(tl.float32)
         m_j = tl.max(xf, axis=0)
         m_s = _finite_or_zero(m_j)
@@ -292,7 +294,7 @@ def _softmax_fwd_coop(x_ptr, y_ptr, slot_ptr, M, N, S, iters,
 
 @triton.jit(do_not_specialize=["iters"])
 def _softmax_bwd_coop(y_ptr, dy_ptr, dx_ptr, slot_ptr, M, N, S, iters,
-                      SEG: tl.constexpr, S_BLOCK: tl.constexpr, N_ALIGN: tl.constexpr):
+                      SEG: tl.constexpr, S_BLOCK: tl.constexpr, N_ALIGN: tl.constexpr, L2_AHEAD: tl.constexpr = 0):
     # partial: the segment's sum of y * dy; row: dx = y * (dy - sum)
     G, g, seg, cols = coop_program(S, SEG)
     cm = _col_mask(cols, N, N_ALIGN)
@@ -306,6 +308,9 @@ def _softmax_bwd_coop(y_ptr, dy_ptr, dx_ptr, slot_ptr, M, N, S, iters,
         nxt = _row_start(row + G, N, N_ALIGN) + cols
         y_next = tl.load(y_ptr + nxt, mask=cm & (row + G < M), other=0.0)
         dy_next = tl.load(dy_ptr + nxt, mask=cm & (row + G < M), other=0.0)
+        if L2_AHEAD:
+            prefetch_segment(y_ptr, row + (1 + L2_AHEAD) * G, M, N, seg, SEG)
+            prefetch_segment(dy_ptr, row + (1 + L2_AHEAD) * G, M, N, seg, SEG)
         publish(slot_ptr, row, seg, S, tl.sum(y.to(tl.float32) * dy.to(tl.float32), axis=0))
         if i > 0:
             prow = row - G
@@ -513,6 +518,8 @@ _COOP_WARPS_MID = 8
 # and 63.4% at 1024x262144); the first version (x held, tl.exp twice, a division an element)
 # measured 60.0% at 1024x262144.
 _FWD_COOP_FROM = 131073
+# Rows a coop step prefetches into L2 beyond the one it loads (0: none; see _utils.prefetch_l2).
+_COOP_L2_AHEAD = 0
 # A few wide rows take the split path. Streamed, all of a 1 x 128256 bf16 softmax ran on one SM
 # (25.8 us fwd, 16.7 us bwd on the H200 in CUDA graphs, against 13.6 / 9.7 us for torch.compile).
 # H200 A/B (benchmarks/softmax_ab.py, docs/evidence/softmax_ab_h200_run4.txt): split, 1x128256
@@ -577,6 +584,9 @@ def _warps(tile: int, max_warps: int) -> int:
 #                    _COOP_SEG_MID_WIDTHS: _COOP_WARPS_MID)
 #   coop_maxnreg     coop path: registers a thread at most, 0 for none (default: the backward's
 #                    _BWD_COOP_MAXNREG on sm_90, else none; the forward: none)
+#   coop_l2_ahead    coop path: each step also prefetches into L2 (_utils.prefetch_l2) the row this
+#                    many steps past the one it loads; 0: none (default _COOP_L2_AHEAD; only on
+#                    sm_90 with rows of whole 16-byte vectors)
 #   lines            forward, where the stream would run: _softmax_fwd_lines instead (default
 #                    _LINES); `chunk`, `programs_per_sm` and `max_warps` apply to it as to the stream
 #   persist          forward register path: a persistent grid of this many programs per SM, each
@@ -609,7 +619,7 @@ def _bwd_coop_cap(device, seg: int, warps: int) -> int | None:
     return _BWD_COOP_MAXNREG.get((seg, warps)) if on_sm90(device) else None
 
 
-def _launch_coop(kernel, partials: int, tensors, M: int, N: int, seg, warps, maxnreg=None) -> bool:
+def _launch_coop(kernel, partials: int, tensors, M: int, N: int, seg, warps, maxnreg=None, l2_ahead=None) -> bool:
     """The coop path (see _softmax_fwd_coop, _utils.coop_plan): False, launching nothing, where not
     even one group of a row's programs fits on the GPU at once."""
     lo, hi = _COOP_SEG_MID_WIDTHS
@@ -618,7 +628,11 @@ def _launch_coop(kernel, partials: int, tensors, M: int, N: int, seg, warps, max
     warps = warps or (_COOP_WARPS_MID if mid and kernel is _softmax_bwd_coop else _COOP_WARPS)
     if maxnreg is None and kernel is _softmax_bwd_coop:
         maxnreg = _bwd_coop_cap(tensors[0].device, seg or default_seg, warps)
-    plan = coop_plan(kernel, tensors, M, N, seg, default_seg, warps, partials, maxnreg, N_ALIGN=_align(N))
+    if l2_ahead is None:
+        l2_ahead = _COOP_L2_AHEAD
+    l2_ahead = l2_ahead if l2_prefetch_ok(tensors[0]) else 0
+    plan = coop_plan(kernel, tensors, M, N, seg, default_seg, warps, partials, maxnreg, N_ALIGN=_align(N),
+                     L2_AHEAD=l2_ahead)
     if plan is None:
         return False
     groups, iters, S, slots, meta = plan
@@ -629,7 +643,7 @@ def _launch_coop(kernel, partials: int, tensors, M: int, N: int, seg, warps, max
 def _launch(fused, stream, split_kernels, tensors, M: int, N: int, elem: int, device, max_block,
             max_warps, chunk, programs_per_sm, persist=None, tile_bytes=None, policy=_POLICY,
             split=None, split_seg=None, fused_meta=None, coop_kernel=None, coop=None, coop_seg=None,
-            coop_warps=None, coop_maxnreg=None) -> None:
+            coop_warps=None, coop_maxnreg=None, coop_l2_ahead=None) -> None:
     block = triton.next_power_of_2(N)
     fits_registers = block <= (_MAX_ROW_BYTES // elem if max_block is None else max_block)
     if _uses_split(M, block, split):
@@ -649,7 +663,7 @@ def _launch(fused, stream, split_kernels, tensors, M: int, N: int, elem: int, de
             fused[(tiles,)](*tensors, M, N, **meta, **(fused_meta or {}))
         return
     if (device.type == "cuda" if coop is None else coop) and _launch_coop(*coop_kernel, tensors, M, N, coop_seg,
-                                                                        coop_warps, coop_maxnreg):
+                                                                        coop_warps, coop_maxnreg, coop_l2_ahead):
         return
     if stream is _softmax_fwd_lines:
         grid, meta = lines_launch(M, N, elem, device, chunk, programs_per_sm, max_warps)
@@ -672,7 +686,8 @@ def softmax_forward(x: torch.Tensor, *, max_block: int | None = None, max_warps:
                     policy: str = _POLICY, split: bool | None = None,
                     split_seg: int | None = None, lean: bool | None = None, coop: bool | None = None,
                     coop_seg: int | None = None, coop_warps: int | None = None,
-                    coop_maxnreg: int | None = None, lines: bool | None = None) -> torch.Tensor:
+                    coop_maxnreg: int | None = None, lines: bool | None = None,
+                    coop_l2_ahead: int | None = None) -> torch.Tensor:
     """x [M, N] contiguous -> y. Keywords: see the comment above _launch, and `lean`: rows up to
     _LEAN_FWD_BLOCK in registers, one row per program (no persistent grid), bf16 x kept packed
     across the reductions on the GPU (_utils.widen). Default: off where `lines` is on (the default),
@@ -692,7 +707,7 @@ def softmax_forward(x: torch.Tensor, *, max_block: int | None = None, max_warps:
             max_block, max_warps, chunk, programs_per_sm, persist, tile_bytes, policy, split, split_seg,
             fused_meta={"ASM": lean and widen_asm(x)}, coop_kernel=(_softmax_fwd_coop, 2),
             coop=(x.is_cuda and N >= _FWD_COOP_FROM) if coop is None else coop, coop_seg=coop_seg,
-            coop_warps=coop_warps, coop_maxnreg=coop_maxnreg)
+            coop_warps=coop_warps, coop_maxnreg=coop_maxnreg, coop_l2_ahead=coop_l2_ahead)
     return y
 
 
@@ -701,7 +716,8 @@ def softmax_backward(dy: torch.Tensor, y: torch.Tensor, *, max_block: int | None
                      tile_bytes: int | None = None, policy: str = _POLICY,
                      split: bool | None = None, split_seg: int | None = None,
                      lean: bool | None = None, coop: bool | None = None, coop_seg: int | None = None,
-                     coop_warps: int | None = None, coop_maxnreg: int | None = None) -> torch.Tensor:
+                     coop_warps: int | None = None, coop_maxnreg: int | None = None,
+                     coop_l2_ahead: int | None = None) -> torch.Tensor:
     """dx = y * (dy - sum(dy * y)); y, dy [M, N] contiguous. Keywords as softmax_forward's, and
     `lean`: the register path keeps bf16 inputs packed across its reduction (_utils.widen; only
     bf16 on the GPU, elsewhere it changes nothing)."""
@@ -712,7 +728,8 @@ def softmax_backward(dy: torch.Tensor, y: torch.Tensor, *, max_block: int | None
             max_block, max_warps, chunk, programs_per_sm, tile_bytes=tile_bytes, policy=policy,
             split=split, split_seg=split_seg,
             fused_meta={"ASM": lean and widen_asm(y) and widen_asm(dy)}, coop_kernel=(_softmax_bwd_coop, 1),
-            coop=coop, coop_seg=coop_seg, coop_warps=coop_warps, coop_maxnreg=coop_maxnreg)
+            coop=coop, coop_seg=coop_seg, coop_warps=coop_warps, coop_maxnreg=coop_maxnreg,
+            coop_l2_ahead=coop_l2_ahead)
     return dx
 
 
