@@ -54,6 +54,9 @@ VARIANTS = [
     # than the L2, which pass 2 re-reads from)
     ("66 programs", {"programs": 66}),
     ("100 programs", {"programs": 100}),
+    # run 5: pass 1 also prefetches into L2 the chunk 1 or 2 past the one it loads (_utils.prefetch_l2)
+    ("L2 ahead 1", {"l2_ahead": 1}),
+    ("L2 ahead 2", {"l2_ahead": 2}),
 ]
 # (tokens, vocab), most important first: the decode / RL sampling case, a few rows, rows above
 # the provisional threshold, a narrower and a wider vocabulary, and a batch the split never takes.
@@ -77,7 +80,8 @@ def ours(kw):
     def fn(logits, target, ignore_index=ce.IGNORE_INDEX, label_smoothing=0.0):
         need_grad = torch.is_grad_enabled() and logits.requires_grad
         return ce.CrossEntropyFunction.apply(logits, target, ignore_index, float(label_smoothing), need_grad,
-                                             kw.get("split"), kw.get("split_seg"), kw.get("programs"))
+                                             kw.get("split"), kw.get("split_seg"), kw.get("programs"),
+                                             kw.get("l2_ahead"))
     return fn
 
 

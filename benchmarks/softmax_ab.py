@@ -161,6 +161,11 @@ VARIANTS = [
      ("fwd", "bwd")),
     ("coop L2 ahead 2", {"lean": False, "coop": True, "coop_l2_ahead": 2}, lambda m, n: many(m, n) and n > 32768,
      ("fwd", "bwd")),
+    # run 27: the lines forward's pass 1 prefetching into L2 the chunk 1 or 2 past the one it loads
+    ("lines L2 ahead 1", {"lean": False, "coop": False, "lines": True, "lines_l2_ahead": 1},
+     lambda m, n: many(m, n) and n > 32768, ("fwd",)),
+    ("lines L2 ahead 2", {"lean": False, "coop": False, "lines": True, "lines_l2_ahead": 2},
+     lambda m, n: many(m, n) and n > 32768, ("fwd",)),
 ]
 # Few rows (the split path's A/B: 1 to 16 rows of the LLaMA-3 vocabulary, wider and narrower rows;
 # 1 x 32000 and 1 x 16384 fit in registers: split=True against the register path), then the

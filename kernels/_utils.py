@@ -330,6 +330,14 @@ def prefetch_segment(ptr, row, M, N, seg, SEG: tl.constexpr):
     prefetch_l2(ptr + row.to(tl.int64) * N + seg * SEG, nbytes)
 
 
+@triton.jit
+def prefetch_chunk(row_ptr, c, N_FULL: tl.constexpr, BLOCK: tl.constexpr):
+    """prefetch_l2 of chunk c (BLOCK elements from row_ptr + c * BLOCK) of a row of N_FULL full
+    chunks; nothing for c past them."""
+    elt: tl.constexpr = row_ptr.dtype.element_ty.primitive_bitwidth // 8
+    prefetch_l2(row_ptr + c * BLOCK, tl.where(c < N_FULL, BLOCK * elt, 0))
+
+
 def l2_prefetch_ok(t) -> bool:
     """Whether prefetch_l2 may run for the rows of 2-D tensor t: a Hopper GPU, rows of whole 16-byte
     vectors (so that every segment starts aligned)."""

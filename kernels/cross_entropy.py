@@ -19,7 +19,7 @@ import triton.language as tl
 
 from kcollect.spec import KernelSpec, Provider, Shape, peer_available, standard_providers
 
-from ._utils import LOG2E, lse2_combine, lse_update, sm_count
+from ._utils import LOG2E, lse2_combine, lse_update, on_sm90, prefetch_chunk, sm_count
 
 LN2 = tl.constexpr(0.6931471805599453)
 
@@ -79,7 +79,7 @@ def _ce_rows(x_ptr, x_stride, y_ptr, dx_ptr, dx_stride, loss_ptr, nvalid_ptr, n_
              ignore_index, smoothing,
              HAS_GRAD: tl.constexpr, COUNT: tl.constexpr, SMOOTH: tl.constexpr, EVICT: tl.constexpr,
              N_FULL: tl.constexpr, TAIL: tl.constexpr, BLOCK: tl.constexpr, VEC: tl.constexpr,
-             YBLOCK: tl.constexpr):
+             YBLOCK: tl.constexpr, L2_AHEAD: tl.constexpr = 0):
     # A chunk is [BLOCK // VEC, VEC]: one 16-byte vector per line, lines spread over the threads.
     # Max and sum-exp are kept per line, so the chunk loop has no cross-thread reduction and no
     # barrier; the lines are combined once per row. The row is N_FULL full chunks, loaded without
@@ -122,6 +122,8 @@ def _ce_rows(x_ptr, x_stride, y_ptr, dx_ptr, dx_stride, loss_ptr, nvalid_ptr, n_
                 x_t = tl.load(x_row + t_offs, mask=t_mask, other=float("-inf"), eviction_policy=EVICT)
             if N_FULL > 0:
                 x_next = tl.load(x_row + offs2, eviction_policy=EVICT)
+            for k in tl.static_range(L2_AHEAD):  # chunks L2_AHEAD past the one loaded, into L2
+                prefetch_chunk(x_row, k + 1, N_FULL, BLOCK)
             if TAIL:
                 x = x_t.to(tl.float32)
                 m, d = lse_update(x, m, d, False)
@@ -131,6 +133,8 @@ def _ce_rows(x_ptr, x_stride, y_ptr, dx_ptr, dx_stride, loss_ptr, nvalid_ptr, n_
                 for c in range(N_FULL - 1):
                     cur = x_next
                     x_next = tl.load(x_row + (c + 1) * BLOCK + offs2, eviction_policy=EVICT)
+                    if L2_AHEAD:
+                        prefetch_chunk(x_row, c + 1 + L2_AHEAD, N_FULL, BLOCK)
                     x = cur.to(tl.float32)
                     m, d = lse_update(x, m, d, False)
                     if SMOOTH:
@@ -388,6 +392,8 @@ def _block_warps(chunk: int, V: int, elt: int) -> tuple[int, int]:
 
 
 _ROWS_GRID_MIN_BYTES = 256 << 20  # see _row_config
+# Chunks past the one pass 1 loads that it also prefetches into L2 (0: none; _utils.prefetch_l2).
+_L2_AHEAD = 0
 # Rows of at most 64 KB (vocab 32000 bf16) held in registers for pass 2 instead of re-read from L2
 # (one 32-warp program per SM, prefetching its next row; 64 registers, no spill) lost: fwd+bwd
 # 8192x32000 67.1% of copy against 74.9%, 1024x32000 51.0% against 57.4% (cross_entropy_ab run 4,
@@ -464,7 +470,8 @@ def _split_rows(logits: torch.Tensor, target: torch.Tensor, loss_rows: torch.Ten
 def cross_entropy_rows(logits: torch.Tensor, target: torch.Tensor, loss_rows: torch.Tensor,
                        dlogits: torch.Tensor | None, ignore_index: int, label_smoothing: float,
                        n_valid: torch.Tensor | None = None, block: int | None = None,
-                       split: bool | None = None, split_seg: int | None = None, programs=None) -> None:
+                       split: bool | None = None, split_seg: int | None = None, programs=None,
+                       l2_ahead: int | None = None) -> None:
     """Per-row losses into loss_rows (fp32 [N]) and, when dlogits is given (it may be logits itself:
     in place), the gradient of the mean loss. n_valid (a device scalar) is counted in the kernel
     when not given; fused_linear_cross_entropy passes it because it calls this on chunks of rows.
@@ -472,7 +479,8 @@ def cross_entropy_rows(logits: torch.Tensor, target: torch.Tensor, loss_rows: to
     chunks on small rows; it keeps the automatic rule off the split path). `split`: None = the
     automatic rule (use_split), True = always cut rows into segments of `split_seg` elements,
     False = never. `programs`: the per-row path's grid, a number of programs or "rows" (default:
-    _row_config's). With a gradient on more than 2 programs per SM, n_valid (when not given) is
+    _row_config's). `l2_ahead`: chunks past the one pass 1 loads that it prefetches into L2
+    (default _L2_AHEAD; sm_90 only). With a gradient on more than 2 programs per SM, n_valid (when not given) is
     counted once beforehand rather than by every program (each would read all N targets)."""
     n_rows, V = logits.shape
     if split is None and block is not None:
@@ -498,6 +506,8 @@ def cross_entropy_rows(logits: torch.Tensor, target: torch.Tensor, loss_rows: to
         HAS_GRAD=has_grad, COUNT=n_valid is None, SMOOTH=label_smoothing > 0.0,
         EVICT="evict_last" if has_grad else "evict_first",
         N_FULL=V // blk, TAIL=V % blk != 0, BLOCK=blk, VEC=min(16 // logits.element_size(), blk), YBLOCK=1024,
+        L2_AHEAD=(_L2_AHEAD if l2_ahead is None else l2_ahead)
+        if on_sm90(logits.device) and logits.stride(0) * logits.element_size() % 16 == 0 else 0,
         num_warps=warps,
     )
 
@@ -529,10 +539,11 @@ def _check(logits: torch.Tensor, target: torch.Tensor, label_smoothing: float) -
 
 def cross_entropy_forward(logits: torch.Tensor, target: torch.Tensor, ignore_index: int,
                           label_smoothing: float, need_grad: bool, split: bool | None = None,
-                          split_seg: int | None = None, programs=None) -> tuple[torch.Tensor, torch.Tensor | None]:
+                          split_seg: int | None = None, programs=None,
+                          l2_ahead: int | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(mean loss in the logits' dtype, gradient of it or None). Never copies the logits (unless
     their last dimension is strided); the gradient is a new tensor, the logits are left intact.
-    split / split_seg / programs: as in cross_entropy_rows (the A/B's knobs)."""
+    split / split_seg / programs / l2_ahead: as in cross_entropy_rows (the A/B's knobs)."""
     if logits.stride(-1) != 1:
         logits = logits.contiguous()
     target = target.contiguous()
@@ -546,7 +557,7 @@ def cross_entropy_forward(logits: torch.Tensor, target: torch.Tensor, ignore_ind
                     split_seg or split_segment(n_rows), out)
         return out, dlogits
     cross_entropy_rows(logits, target, loss_rows, dlogits, ignore_index, label_smoothing, split=False,
-                       programs=programs)
+                       programs=programs, l2_ahead=l2_ahead)
     return finish_mean(loss_rows, target, ignore_index, logits.dtype), dlogits
 
 
@@ -557,9 +568,9 @@ def cross_entropy_forward(logits: torch.Tensor, target: torch.Tensor, ignore_ind
 class CrossEntropyFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, logits, target, ignore_index, label_smoothing, need_grad, split=None, split_seg=None,
-                programs=None):
+                programs=None, l2_ahead=None):
         loss, dlogits = cross_entropy_forward(logits, target, ignore_index, label_smoothing, need_grad,
-                                              split, split_seg, programs)
+                                              split, split_seg, programs, l2_ahead)
         ctx.dlogits = dlogits
         return loss
 
@@ -570,7 +581,7 @@ class CrossEntropyFunction(torch.autograd.Function):
             raise RuntimeError("cross_entropy: the gradient was computed in the forward and already "
                                "consumed; a second backward through the same graph is not supported")
         ctx.dlogits = None  # scaled in place: a second backward would scale it twice
-        return scale_(dlogits, dloss.reshape(())), None, None, None, None, None, None, None
+        return scale_(dlogits, dloss.reshape(())), None, None, None, None, None, None, None, None
 
 
 def cross_entropy(logits: torch.Tensor, target: torch.Tensor, ignore_index: int = IGNORE_INDEX,

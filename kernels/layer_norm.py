@@ -568,8 +568,12 @@ _BWD_CHUNK = 4096        # column block for wider rows
 # (layer_norm_ab_h200_run24.txt) 2048x65536 67.0% -> 67.2%, 4096x16384 68.0% -> 57.2%.
 _BWD_COOP_SEG = 2048
 _BWD_COOP_WARPS = 4
-# Rows past the one a coop step loads that it also prefetches into L2 (0: none; _utils.prefetch_l2).
-_BWD_COOP_L2_AHEAD = 0
+# Rows past the one a coop step loads that it also prefetches into L2 (_utils.prefetch_l2), for rows
+# of at least _BWD_COOP_L2_FROM elements: 1. H200 A/B run 27 (layer_norm_ab_h200_run27.txt), bf16
+# bwd, % of copy, none -> 1 row (2 rows): 2048x65536 65.6 -> 71.8 (71.8); but 4096x16384 67.4 ->
+# 53.5 (53.2), so none below 65536 (widths between were not measured).
+_BWD_COOP_L2_AHEAD = 1
+_BWD_COOP_L2_FROM = 65536
 # Partial sums: many small column blocks so that all SMs help. Run 5 (layer_norm_ab_h200_run5.txt):
 # 32 columns a program instead of 128 (4 times the programs), bwd 1024x2048 16.8 -> 13.2 us (its
 # [programs, 2, N] partials are as large as x and dy), 3000x3584 32.0 -> 30.5, 32768x4096 1.4%
@@ -729,7 +733,8 @@ def layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
     in one reduction), `stats_ahead` (the next tile's mean and rstd loaded with its x and dy;
     default _BWD_STATS_AHEAD). Wider rows: `wide` = "coop" (the GPU's default: _ln_bwd_coop, `coop_seg` elements and
     `coop_warps` warps a program, `coop_maxnreg` registers a thread at most, `coop_l2_ahead` rows
-    past the one loaded that each step prefetches into L2, default _BWD_COOP_L2_AHEAD, sm_90 only)
+    past the one loaded that each step prefetches into L2, default _BWD_COOP_L2_AHEAD from
+    _BWD_COOP_L2_FROM wide, sm_90 only)
     or "cols" (elsewhere,
     and where a coop group does not fit: row sums, then _ln_bwd over column blocks of `chunk` with
     `groups_per_sm` row groups per SM and column block (about), `rows` per tile, `num_warps`,
@@ -771,7 +776,9 @@ def _ln_bwd_coop_launch(dy, x, weight, mean, rstd, dx, seg, warps, sum_tile, max
     """_ln_bwd_coop (see _utils.coop_plan); None when not even one group of its programs fits."""
     M, N = x.shape
     warps = warps or _BWD_COOP_WARPS
-    l2_ahead = (_BWD_COOP_L2_AHEAD if l2_ahead is None else l2_ahead) if l2_prefetch_ok(x) else 0
+    if l2_ahead is None:
+        l2_ahead = _BWD_COOP_L2_AHEAD if N >= _BWD_COOP_L2_FROM else 0
+    l2_ahead = l2_ahead if l2_prefetch_ok(x) else 0
     # (mean: an fp32 stand-in for the dw/db partials, sized by the plan)
     plan = coop_plan(_ln_bwd_coop, (x, dy, weight, mean, rstd, dx, mean), M, N, seg, _BWD_COOP_SEG, warps, 2,
                      maxnreg, N_ALIGN=_align(N), L2_AHEAD=l2_ahead)

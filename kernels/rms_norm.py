@@ -665,8 +665,11 @@ COOP_WARPS = 4
 COOP_MAXNREG = {(False, False, False, 2048, 4): 128, (True, True, False, 2048, 4): 128,
                 (False, False, True, 2048, 4): 128, (True, False, True, 2048, 4): 128}
 COOP_RELOAD = True
-# Rows past the one a coop step loads that it also prefetches into L2 (0: none; _utils.prefetch_l2).
-COOP_L2_AHEAD = 0
+# Rows past the one a coop step loads that it also prefetches into L2 (_utils.prefetch_l2), without
+# dh: 1. H200 A/B run 31 (rms_norm_ab_h200_run31.txt), bf16 bwd, % of copy, none -> 1 row (2 rows):
+# 1024x65536 73.6 -> 74.5 (73.1), 2048x65536 78.1 -> 79.1 (77.1). With dh (add_rms_norm, whose
+# prefetch also takes dh) it lost: 1024x65536 77.6 -> 72.4 (66.8), so none there.
+COOP_L2_AHEAD = 1
 # What holds coop below copy speed, measured (bf16 bwd, % of copy): rows a group, in part: 1024x65536
 # 68.9%, 2048x65536 72.8%, 4096x65536 74.3% (run 20: 16, 32 and 64 rows a group of 32 programs,
 # whose pipeline's first and last steps are half used; softmax's coop 78.7%, 82.4%, 84.0% at the
@@ -883,7 +886,7 @@ def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: 
     `coop_w_at_use`: w loaded at each use instead of held (default: with dh where the row is held);
     `coop_reload`: the row finished a step late re-read from L2 instead of held in registers
     (default COOP_RELOAD); `coop_l2_ahead`: rows past the one loaded that each step prefetches into
-    L2, 0 for none (default COOP_L2_AHEAD; sm_90 only)); `sum_rows`: partial rows a load of the dw sum (_sum_partials); default
+    L2, 0 for none (default COOP_L2_AHEAD without dh, else 0; sm_90 only)); `sum_rows`: partial rows a load of the dw sum (_sum_partials); default
     "coop" on the GPU (where a group of its programs fits), "cols" elsewhere."""
     if wide not in (None, "cols", "coop"):
         raise ValueError(f"wide must be 'cols' or 'coop', got {wide!r}")
@@ -918,7 +921,8 @@ def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: 
     elif (wide or ("coop" if x.is_cuda else "cols")) == "coop" and (plan := coop_plan(
             _bwd_coop, (x2, w, dy2, dh2, rstd, dx, rstd), M, N, coop_seg, COOP_SEG, coop_warps or COOP_WARPS, 1,
             HAS_DH=has_dh, W_AT_USE=w_at_use, RELOAD=reload,
-            L2_AHEAD=(COOP_L2_AHEAD if coop_l2_ahead is None else coop_l2_ahead) if l2_prefetch_ok(x2) else 0,
+            L2_AHEAD=((0 if has_dh else COOP_L2_AHEAD) if coop_l2_ahead is None else coop_l2_ahead)
+            if l2_prefetch_ok(x2) else 0,
             **_coop_cap(x.device, has_dh, w_at_use, reload, coop_seg, coop_warps, coop_maxnreg))) is not None:
         # (rstd: an fp32 stand-in for the dw partials, sized by the plan)
         groups, iters, S, slots, meta = plan

@@ -9,7 +9,8 @@ import triton.language as tl
 from kcollect.spec import KernelSpec, Provider, Shape, peer_available, standard_providers
 
 from ._utils import (LOG2E, coop_plan, coop_program, l2_prefetch_ok, lines_launch, lse_update, on_sm90,
-                     prefetch_segment, publish, publish2, sm_count, wait_slots2, wait_total, widen, widen_asm)
+                     prefetch_chunk, prefetch_segment, publish, publish2, sm_count, wait_slots2, wait_total, widen,
+                     widen_asm)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -197,7 +198,7 @@ def _softmax_bwd_stream(y_ptr, dy_ptr, dx_ptr, M, N, CHUNK: tl.constexpr, N_ALIG
 
 @triton.jit
 def _softmax_fwd_lines(x_ptr, y_ptr, M, N, N_FULL: tl.constexpr, TAIL: tl.constexpr, BLOCK: tl.constexpr,
-                       VEC: tl.constexpr, N_ALIGN: tl.constexpr):
+                       VEC: tl.constexpr, N_ALIGN: tl.constexpr, L2_AHEAD: tl.constexpr = 0):
     L: tl.constexpr = BLOCK // VEC
     offs = tl.arange(0, L)[:, None] * VEC + tl.arange(0, VEC)[None, :]
     t_offs = N_FULL * BLOCK + offs
@@ -211,12 +212,16 @@ def _softmax_fwd_lines(x_ptr, y_ptr, M, N, N_FULL: tl.constexpr, TAIL: tl.conste
             x_t = tl.load(x_ptr + base + t_offs, mask=t_mask, other=-float("inf"), eviction_policy="evict_last")
         if N_FULL > 0:
             x_next = tl.load(x_ptr + base + offs, eviction_policy="evict_last")
+        for k in tl.static_range(L2_AHEAD):  # pass 1's chunks L2_AHEAD past the one loaded, into L2
+            prefetch_chunk(x_ptr + base, k + 1, N_FULL, BLOCK)
         if TAIL:
             m, d = lse_update(x_t.to(tl.float32), m, d, True)
         if N_FULL > 1:  # (a constexpr guard: the compiler visits a loop body even for 0 trips)
             for c in range(N_FULL - 1):
                 cur = x_next
                 x_next = tl.load(x_ptr + base + (c + 1) * BLOCK + offs, eviction_policy="evict_last")
+                if L2_AHEAD:
+                    prefetch_chunk(x_ptr + base, c + 1 + L2_AHEAD, N_FULL, BLOCK)
                 m, d = lse_update(cur.to(tl.float32), m, d, True)
         if N_FULL > 0:
             m, d = lse_update(x_next.to(tl.float32), m, d, True)
@@ -511,15 +516,23 @@ _COOP_WARPS_MID = 8
 # lines path's re-read rows (one a program, 512 KB at 262144 bf16) no longer fit the L2 together:
 # 1024x262144 74.7% of copy against 71.7% (run 19). Its 7 programs per SM matter: a build of 77
 # registers (6) measured 71.9% against 71.4% (run 21; tests/test_softmax.py checks the count).
-# Narrower, lines wins: 2048x128256 81.3% against 82.8%, 4096x65536 77.4% against 83.2% (runs
-# 19-20). Measured and dropped: x held and exponentiated again (64.8-70.9%), the segment as 16-byte
+# Narrower, lines won: 2048x128256 81.3% against 82.8%, 4096x65536 77.4% against 83.2% (runs
+# 19-20; at 128256 the coop path wins since it prefetches into L2, see _COOP_L2_AHEAD). Measured and dropped: x held and exponentiated again (64.8-70.9%), the segment as 16-byte
 # lines with (max, sum) pairs reduced at once (12 barriers instead of 18 but 50 MUFU instead of 20:
 # 63.5-79.7%), 8 warps or segments of 1024, register caps for 8 or 9 programs per SM (run 23: 75.8%
 # and 63.4% at 1024x262144); the first version (x held, tl.exp twice, a division an element)
 # measured 60.0% at 1024x262144.
-_FWD_COOP_FROM = 131073
-# Rows a coop step prefetches into L2 beyond the one it loads (0: none; see _utils.prefetch_l2).
-_COOP_L2_AHEAD = 0
+_FWD_COOP_FROM = 65537  # 131073 until run 26 (see _COOP_L2_AHEAD)
+# Rows a coop step prefetches into L2 beyond the one it loads (_utils.prefetch_l2): 1. H200 A/B
+# run 26 (softmax_ab_h200_run26.txt), bf16, % of copy, none -> 1 row (2 rows):
+#   bwd 2048x65536 86.4 -> 87.9 (85.4), 4096x65536 88.6 -> 90.5 (87.3), 2048x128256 85.0 -> 90.8
+#       (88.8), 1024x262144 83.8 -> 88.4 (85.0);
+#   fwd 1024x262144 74.7 -> 76.0 (74.2), 2048x128256 81.7 -> 85.0 (82.2), where the lines path
+#       measured 82.4; at 65536 the lines path stays ahead (2048x65536 80.8 against 76.9).
+# So the forward's coop path now starts past 65536 (_FWD_COOP_FROM).
+_COOP_L2_AHEAD = 1
+# Chunks the lines forward's pass 1 prefetches into L2 past the one it loads (0: none).
+_LINES_L2_AHEAD = 0
 # A few wide rows take the split path. Streamed, all of a 1 x 128256 bf16 softmax ran on one SM
 # (25.8 us fwd, 16.7 us bwd on the H200 in CUDA graphs, against 13.6 / 9.7 us for torch.compile).
 # H200 A/B (benchmarks/softmax_ab.py, docs/evidence/softmax_ab_h200_run4.txt): split, 1x128256
@@ -587,6 +600,8 @@ def _warps(tile: int, max_warps: int) -> int:
 #   coop_l2_ahead    coop path: each step also prefetches into L2 (_utils.prefetch_l2) the row this
 #                    many steps past the one it loads; 0: none (default _COOP_L2_AHEAD; only on
 #                    sm_90 with rows of whole 16-byte vectors)
+#   lines_l2_ahead   lines path: chunks past the one loaded that pass 1 prefetches into L2 (default
+#                    _LINES_L2_AHEAD; sm_90, rows of whole 16-byte vectors)
 #   lines            forward, where the stream would run: _softmax_fwd_lines instead (default
 #                    _LINES); `chunk`, `programs_per_sm` and `max_warps` apply to it as to the stream
 #   persist          forward register path: a persistent grid of this many programs per SM, each
@@ -643,7 +658,7 @@ def _launch_coop(kernel, partials: int, tensors, M: int, N: int, seg, warps, max
 def _launch(fused, stream, split_kernels, tensors, M: int, N: int, elem: int, device, max_block,
             max_warps, chunk, programs_per_sm, persist=None, tile_bytes=None, policy=_POLICY,
             split=None, split_seg=None, fused_meta=None, coop_kernel=None, coop=None, coop_seg=None,
-            coop_warps=None, coop_maxnreg=None, coop_l2_ahead=None) -> None:
+            coop_warps=None, coop_maxnreg=None, coop_l2_ahead=None, lines_l2_ahead=None) -> None:
     block = triton.next_power_of_2(N)
     fits_registers = block <= (_MAX_ROW_BYTES // elem if max_block is None else max_block)
     if _uses_split(M, block, split):
@@ -667,7 +682,8 @@ def _launch(fused, stream, split_kernels, tensors, M: int, N: int, elem: int, de
         return
     if stream is _softmax_fwd_lines:
         grid, meta = lines_launch(M, N, elem, device, chunk, programs_per_sm, max_warps)
-        stream[(grid,)](*tensors, M, N, N_ALIGN=_align(N), **meta)
+        ahead = (_LINES_L2_AHEAD if lines_l2_ahead is None else lines_l2_ahead) if l2_prefetch_ok(tensors[0]) else 0
+        stream[(grid,)](*tensors, M, N, N_ALIGN=_align(N), L2_AHEAD=ahead, **meta)
         return
     chunk = chunk or _STREAM_CHUNK_BYTES // elem
     pps = programs_per_sm or _STREAM_PROGRAMS_PER_SM
@@ -687,7 +703,7 @@ def softmax_forward(x: torch.Tensor, *, max_block: int | None = None, max_warps:
                     split_seg: int | None = None, lean: bool | None = None, coop: bool | None = None,
                     coop_seg: int | None = None, coop_warps: int | None = None,
                     coop_maxnreg: int | None = None, lines: bool | None = None,
-                    coop_l2_ahead: int | None = None) -> torch.Tensor:
+                    coop_l2_ahead: int | None = None, lines_l2_ahead: int | None = None) -> torch.Tensor:
     """x [M, N] contiguous -> y. Keywords: see the comment above _launch, and `lean`: rows up to
     _LEAN_FWD_BLOCK in registers, one row per program (no persistent grid), bf16 x kept packed
     across the reductions on the GPU (_utils.widen). Default: off where `lines` is on (the default),
@@ -707,7 +723,8 @@ def softmax_forward(x: torch.Tensor, *, max_block: int | None = None, max_warps:
             max_block, max_warps, chunk, programs_per_sm, persist, tile_bytes, policy, split, split_seg,
             fused_meta={"ASM": lean and widen_asm(x)}, coop_kernel=(_softmax_fwd_coop, 2),
             coop=(x.is_cuda and N >= _FWD_COOP_FROM) if coop is None else coop, coop_seg=coop_seg,
-            coop_warps=coop_warps, coop_maxnreg=coop_maxnreg, coop_l2_ahead=coop_l2_ahead)
+            coop_warps=coop_warps, coop_maxnreg=coop_maxnreg, coop_l2_ahead=coop_l2_ahead,
+            lines_l2_ahead=lines_l2_ahead)
     return y
 
 
