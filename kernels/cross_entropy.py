@@ -392,8 +392,11 @@ def _block_warps(chunk: int, V: int, elt: int) -> tuple[int, int]:
 
 
 _ROWS_GRID_MIN_BYTES = 256 << 20  # see _row_config
-# Chunks past the one pass 1 loads that it also prefetches into L2 (0: none; _utils.prefetch_l2).
-_L2_AHEAD = 0
+# Chunks past the one pass 1 loads that it also prefetches into L2 (_utils.prefetch_l2), with a
+# gradient: 2. H200 A/B run 5 (cross_entropy_ab_h200_run5.txt), bf16 fwd+bwd, % of copy, none -> 1
+# chunk (2): 8192x128256 82.2 -> 84.6 (88.9), 4096x256000 72.2 -> 78.5 (79.3), 8192x32000 74.0 ->
+# 77.8 (77.7). The loss alone (one pass) lost with it (8192x128256 108.5 -> 103.5 (102.5)): none.
+_L2_AHEAD = 2
 # Rows of at most 64 KB (vocab 32000 bf16) held in registers for pass 2 instead of re-read from L2
 # (one 32-warp program per SM, prefetching its next row; 64 registers, no spill) lost: fwd+bwd
 # 8192x32000 67.1% of copy against 74.9%, 1024x32000 51.0% against 57.4% (cross_entropy_ab run 4,
@@ -480,7 +483,7 @@ def cross_entropy_rows(logits: torch.Tensor, target: torch.Tensor, loss_rows: to
     automatic rule (use_split), True = always cut rows into segments of `split_seg` elements,
     False = never. `programs`: the per-row path's grid, a number of programs or "rows" (default:
     _row_config's). `l2_ahead`: chunks past the one pass 1 loads that it prefetches into L2
-    (default _L2_AHEAD; sm_90 only). With a gradient on more than 2 programs per SM, n_valid (when not given) is
+    (default _L2_AHEAD with a gradient, else 0; sm_90 only). With a gradient on more than 2 programs per SM, n_valid (when not given) is
     counted once beforehand rather than by every program (each would read all N targets)."""
     n_rows, V = logits.shape
     if split is None and block is not None:
@@ -506,7 +509,7 @@ def cross_entropy_rows(logits: torch.Tensor, target: torch.Tensor, loss_rows: to
         HAS_GRAD=has_grad, COUNT=n_valid is None, SMOOTH=label_smoothing > 0.0,
         EVICT="evict_last" if has_grad else "evict_first",
         N_FULL=V // blk, TAIL=V % blk != 0, BLOCK=blk, VEC=min(16 // logits.element_size(), blk), YBLOCK=1024,
-        L2_AHEAD=(_L2_AHEAD if l2_ahead is None else l2_ahead)
+        L2_AHEAD=((_L2_AHEAD if has_grad else 0) if l2_ahead is None else l2_ahead)
         if on_sm90(logits.device) and logits.stride(0) * logits.element_size() % 16 == 0 else 0,
         num_warps=warps,
     )

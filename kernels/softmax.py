@@ -8,9 +8,9 @@ import triton.language as tl
 
 from kcollect.spec import KernelSpec, Provider, Shape, peer_available, standard_providers
 
-from ._utils import (LOG2E, coop_plan, coop_program, l2_prefetch_ok, lines_launch, lse_update, on_sm90,
-                     prefetch_chunk, prefetch_segment, publish, publish2, sm_count, wait_slots2, wait_total, widen,
-                     widen_asm)
+from ._utils import (LINES_NARROW_ROW_BYTES, LOG2E, coop_plan, coop_program, l2_prefetch_ok, lines_launch,
+                     lse_update, on_sm90, prefetch_chunk, prefetch_segment, publish, publish2, sm_count,
+                     wait_slots2, wait_total, widen, widen_asm)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -514,10 +514,12 @@ _COOP_WARPS_MID = 8
 # one division a row instead of one an element (sm_90: 560 SASS instructions, 72 registers, 7
 # programs per SM, against 760, 80, 6). It takes rows from _FWD_COOP_FROM elements, where the
 # lines path's re-read rows (one a program, 512 KB at 262144 bf16) no longer fit the L2 together:
-# 1024x262144 74.7% of copy against 71.7% (run 19). Its 7 programs per SM matter: a build of 77
-# registers (6) measured 71.9% against 71.4% (run 21; tests/test_softmax.py checks the count).
+# 1024x262144 74.7% of copy against 71.7% (run 19). Without the L2 prefetch its 7 programs per SM
+# (segments of 2048) mattered: a build of 77 registers (6) measured 71.9% against 71.4% (run 21);
+# with it, segments of 4096 at 3 programs per SM are faster (_FWD_COOP_SEG).
 # Narrower, lines won: 2048x128256 81.3% against 82.8%, 4096x65536 77.4% against 83.2% (runs
-# 19-20; at 128256 the coop path wins since it prefetches into L2, see _COOP_L2_AHEAD). Measured and dropped: x held and exponentiated again (64.8-70.9%), the segment as 16-byte
+# 19-20; at 128256 the coop path wins since it prefetches into L2, see _COOP_L2_AHEAD).
+# Measured and dropped: x held and exponentiated again (64.8-70.9%), the segment as 16-byte
 # lines with (max, sum) pairs reduced at once (12 barriers instead of 18 but 50 MUFU instead of 20:
 # 63.5-79.7%), 8 warps or segments of 1024, register caps for 8 or 9 programs per SM (run 23: 75.8%
 # and 63.4% at 1024x262144); the first version (x held, tl.exp twice, a division an element)
@@ -531,8 +533,15 @@ _FWD_COOP_FROM = 65537  # 131073 until run 26 (see _COOP_L2_AHEAD)
 #       measured 82.4; at 65536 the lines path stays ahead (2048x65536 80.8 against 76.9).
 # So the forward's coop path now starts past 65536 (_FWD_COOP_FROM).
 _COOP_L2_AHEAD = 1
-# Chunks the lines forward's pass 1 prefetches into L2 past the one it loads (0: none).
-_LINES_L2_AHEAD = 0
+# Chunks the lines forward's pass 1 prefetches into L2 past the one it loads, for rows of up to
+# _utils.LINES_NARROW_ROW_BYTES (16 KB chunks of 8 warps): 1. H200 A/B run 27
+# (softmax_ab_h200_run27.txt), bf16 fwd, % of copy, none -> 1 chunk (2): 2048x65536 81.0 -> 85.9
+# (82.4); wider rows' 64 KB chunks lost with it (2048x128256 82.3 -> 75.9, 1024x262144 71.8 -> 68.8).
+_LINES_L2_AHEAD = 1
+# The forward's coop segments: 4096 elements (4 warps) at every width it takes. Run 27, with the L2
+# prefetch: 1024x262144 75.8% (segments of 2048) -> 79.5%; at 65537-131072 wide it already had
+# _COOP_SEG_MID (4096).
+_FWD_COOP_SEG = 4096
 # A few wide rows take the split path. Streamed, all of a 1 x 128256 bf16 softmax ran on one SM
 # (25.8 us fwd, 16.7 us bwd on the H200 in CUDA graphs, against 13.6 / 9.7 us for torch.compile).
 # H200 A/B (benchmarks/softmax_ab.py, docs/evidence/softmax_ab_h200_run4.txt): split, 1x128256
@@ -591,8 +600,8 @@ def _warps(tile: int, max_warps: int) -> int:
 #                    the coop path on the GPU, in the backward (_softmax_bwd_coop) and in the
 #                    forward from _FWD_COOP_FROM elements (_softmax_fwd_coop), else the lines path
 #                    or the stream; True / False force it on / off (on the CPU: one segment a row)
-#   coop_seg         coop path: elements per segment (default _COOP_SEG, _COOP_SEG_MID for rows
-#                    in _COOP_SEG_MID_WIDTHS)
+#   coop_seg         coop path: elements per segment (default: the forward's _FWD_COOP_SEG; the
+#                    backward's _COOP_SEG, _COOP_SEG_MID for rows in _COOP_SEG_MID_WIDTHS)
 #   coop_warps       coop path: warps a program (default _COOP_WARPS; the backward's rows in
 #                    _COOP_SEG_MID_WIDTHS: _COOP_WARPS_MID)
 #   coop_maxnreg     coop path: registers a thread at most, 0 for none (default: the backward's
@@ -601,7 +610,8 @@ def _warps(tile: int, max_warps: int) -> int:
 #                    many steps past the one it loads; 0: none (default _COOP_L2_AHEAD; only on
 #                    sm_90 with rows of whole 16-byte vectors)
 #   lines_l2_ahead   lines path: chunks past the one loaded that pass 1 prefetches into L2 (default
-#                    _LINES_L2_AHEAD; sm_90, rows of whole 16-byte vectors)
+#                    _LINES_L2_AHEAD for rows up to LINES_NARROW_ROW_BYTES, else 0; sm_90, rows of
+#                    whole 16-byte vectors)
 #   lines            forward, where the stream would run: _softmax_fwd_lines instead (default
 #                    _LINES); `chunk`, `programs_per_sm` and `max_warps` apply to it as to the stream
 #   persist          forward register path: a persistent grid of this many programs per SM, each
@@ -639,7 +649,7 @@ def _launch_coop(kernel, partials: int, tensors, M: int, N: int, seg, warps, max
     even one group of a row's programs fits on the GPU at once."""
     lo, hi = _COOP_SEG_MID_WIDTHS
     mid = lo <= N <= hi
-    default_seg = _COOP_SEG_MID if mid else _COOP_SEG
+    default_seg = _FWD_COOP_SEG if kernel is _softmax_fwd_coop else _COOP_SEG_MID if mid else _COOP_SEG
     warps = warps or (_COOP_WARPS_MID if mid and kernel is _softmax_bwd_coop else _COOP_WARPS)
     if maxnreg is None and kernel is _softmax_bwd_coop:
         maxnreg = _bwd_coop_cap(tensors[0].device, seg or default_seg, warps)
@@ -682,7 +692,9 @@ def _launch(fused, stream, split_kernels, tensors, M: int, N: int, elem: int, de
         return
     if stream is _softmax_fwd_lines:
         grid, meta = lines_launch(M, N, elem, device, chunk, programs_per_sm, max_warps)
-        ahead = (_LINES_L2_AHEAD if lines_l2_ahead is None else lines_l2_ahead) if l2_prefetch_ok(tensors[0]) else 0
+        if lines_l2_ahead is None:
+            lines_l2_ahead = _LINES_L2_AHEAD if N * elem <= LINES_NARROW_ROW_BYTES else 0
+        ahead = lines_l2_ahead if l2_prefetch_ok(tensors[0]) else 0
         stream[(grid,)](*tensors, M, N, N_ALIGN=_align(N), L2_AHEAD=ahead, **meta)
         return
     chunk = chunk or _STREAM_CHUNK_BYTES // elem

@@ -74,6 +74,32 @@ def test_coop_launches_prefetch_where_measured(monkeypatch):
     assert asked == [0]
 
 
+def launch_kwargs(monkeypatch, call) -> dict:
+    """{kernel name: launch keywords} of the Triton launches call() makes; nothing runs."""
+    got = {}
+    monkeypatch.setattr(KernelInterface, "__getitem__",
+                        lambda self, grid: lambda *a, **k: got.setdefault(self.fn.__name__, k))
+    call()
+    return got
+
+
+def test_lines_and_cross_entropy_prefetch_where_measured(monkeypatch):
+    # softmax's lines forward: rows up to LINES_NARROW_ROW_BYTES (65536 bf16: 1 chunk ahead), not
+    # wider; cross_entropy's row path: 2 chunks ahead with a gradient, none for the loss alone
+    monkeypatch.setattr(softmax, "l2_prefetch_ok", lambda t: True)
+    b = torch.bfloat16
+    fwd = lambda n: launch_kwargs(monkeypatch, lambda: softmax.softmax_forward(  # noqa: E731
+        torch.empty(softmax._SPLIT_MAX_ROWS + 1, n, dtype=b), coop=False))["_softmax_fwd_lines"]["L2_AHEAD"]
+    assert fwd(65536) == 1 and fwd(128256) == 0
+    monkeypatch.setattr(cross_entropy, "on_sm90", lambda d: True)
+    logits, target = torch.empty(64, 32000, dtype=b), torch.zeros(64, dtype=torch.int64)
+    ce = lambda grad, **kw: launch_kwargs(monkeypatch, lambda: cross_entropy.cross_entropy_rows(  # noqa: E731
+        logits, target, torch.empty(64), logits if grad else None, -100, 0.0, split=False, **kw))["_ce_rows"]
+    assert ce(True)["L2_AHEAD"] == 2 and ce(False)["L2_AHEAD"] == 0 and ce(True, l2_ahead=1)["L2_AHEAD"] == 1
+    monkeypatch.setattr(cross_entropy, "on_sm90", lambda d: False)
+    assert ce(True)["L2_AHEAD"] == 0
+
+
 _COMPILE = """
 from benchmarks.compile_report import report
 from kcollect.kernels import layer_norm, rms_norm, softmax
