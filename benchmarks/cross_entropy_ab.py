@@ -57,6 +57,9 @@ VARIANTS = [
     # run 5: pass 1 also prefetches into L2 the chunk 1 or 2 past the one it loads (_utils.prefetch_l2)
     ("L2 ahead 1", {"l2_ahead": 1}),
     ("L2 ahead 2", {"l2_ahead": 2}),
+    # run 6: further ahead
+    ("L2 ahead 3", {"l2_ahead": 3}),
+    ("L2 ahead 4", {"l2_ahead": 4}),
 ]
 # (tokens, vocab), most important first: the decode / RL sampling case, a few rows, rows above
 # the provisional threshold, a narrower and a wider vocabulary, and a batch the split never takes.

@@ -159,6 +159,9 @@ BWD_VARIANTS = [
     # (_utils.prefetch_l2: no registers, same occupancy)
     ("coop L2 ahead 1", lambda n: {"coop_l2_ahead": 1}),
     ("coop L2 ahead 2", lambda n: {"coop_l2_ahead": 2}),
+    # run 28: the register path prefetching into L2 the tile 1 or 2 past the next one
+    ("rows L2 ahead 1", lambda n: {"rows_l2_ahead": 1}),
+    ("rows L2 ahead 2", lambda n: {"rows_l2_ahead": 2}),
 ]
 
 # (mode, M, N), most important first: past --budget-s the rest is skipped

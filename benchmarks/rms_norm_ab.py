@@ -47,6 +47,9 @@ FWD_VARIANTS = [
     ("liger_like+evict_first", lambda n, res: {"liger_like": True, "x_policy": "evict_first"}),
     ("half_warps", lambda n, res: {"num_warps": max(4, _tile(n)[3] // 2)}),
     ("double_warps", lambda n, res: {"num_warps": min(32, _tile(n)[3] * 2)}),
+    # run 32: the persistent grid prefetching into L2 the tile 1 or 2 past the next one
+    ("L2 ahead 1", lambda n, res: {"l2_ahead": 1}),
+    ("L2 ahead 2", lambda n, res: {"l2_ahead": 2}),
     # rows that are not whole 16-byte vectors (5003): the prefetch the default leaves out there,
     # and without the register cap
     ("prefetch", lambda n, res: {"prefetch": True}),
@@ -132,6 +135,9 @@ BWD_VARIANTS = [
     # (_utils.prefetch_l2: no registers, same occupancy)
     ("coop L2 ahead 1", lambda n: {"coop_l2_ahead": 1}),
     ("coop L2 ahead 2", lambda n: {"coop_l2_ahead": 2}),
+    # run 32: the register path prefetching into L2 the tile 1 or 2 past the next one
+    ("rows L2 ahead 1", lambda n: {"rows_l2_ahead": 1}),
+    ("rows L2 ahead 2", lambda n: {"rows_l2_ahead": 2}),
 ]
 
 # (kernel, mode, M, N), most important first: past --budget-s the rest is skipped

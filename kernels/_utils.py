@@ -338,6 +338,15 @@ def prefetch_chunk(row_ptr, c, N_FULL: tl.constexpr, BLOCK: tl.constexpr):
     prefetch_l2(row_ptr + c * BLOCK, tl.where(c < N_FULL, BLOCK * elt, 0))
 
 
+@triton.jit
+def prefetch_rows(ptr, row0, ROWS: tl.constexpr, M, N):
+    """prefetch_l2 of rows [row0, row0 + ROWS) of the [M, N] tensor at ptr, those below M (a tile of
+    a persistent rows kernel: contiguous)."""
+    elt: tl.constexpr = ptr.dtype.element_ty.primitive_bitwidth // 8
+    rows = tl.minimum(tl.maximum(M - row0, 0), ROWS)
+    prefetch_l2(ptr + row0.to(tl.int64) * N, rows * N * elt)
+
+
 def l2_prefetch_ok(t) -> bool:
     """Whether prefetch_l2 may run for the rows of 2-D tensor t: a Hopper GPU, rows of whole 16-byte
     vectors (so that every segment starts aligned)."""

@@ -8,8 +8,8 @@ import triton.language as tl
 
 from kcollect.spec import KernelSpec, Provider, Shape, peer_available, standard_providers
 
-from ._utils import (coop_plan, coop_program, l2_bytes, l2_prefetch_ok, lines_launch, prefetch_segment, publish2,
-                     sm_count, wait_total2)
+from ._utils import (coop_plan, coop_program, l2_bytes, l2_prefetch_ok, lines_launch, prefetch_rows,
+                     prefetch_segment, publish2, sm_count, wait_total2)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -277,7 +277,7 @@ def _add_pair(a1, a2, b1, b2):
 def _ln_bwd_rows(x_ptr, dy_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, part_ptr, M, N, iters,
                  ROWS: tl.constexpr, BLOCK_N: tl.constexpr, N_ALIGN: tl.constexpr,
                  PREFETCH: tl.constexpr, W_RELOAD: tl.constexpr, POLICY: tl.constexpr,
-                 FUSED_SUMS: tl.constexpr = False, STATS_AHEAD: tl.constexpr = False):
+                 FUSED_SUMS: tl.constexpr = False, STATS_AHEAD: tl.constexpr = False, L2_AHEAD: tl.constexpr = 0):
     # Rows in registers (next_pow2(N) <= max_block): whole-row tiles on a persistent grid, as
     # rms_norm's _bwd_rows; c1 and c2 are reduced from the same registers (one read of x and dy).
     # Each program strides over `iters` row tiles with its dw/db partials in fp32 registers and
@@ -307,6 +307,9 @@ def _ln_bwd_rows(x_ptr, dy_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, part_ptr, M, 
         rows = pid * ROWS + i * step + tl.arange(0, ROWS)
         i += 1
         rmask = rows < M
+        if L2_AHEAD:  # the tile L2_AHEAD past the next one into L2 (_utils.prefetch_l2)
+            prefetch_rows(x_ptr, pid * ROWS + (i + L2_AHEAD) * step, ROWS, M, N)
+            prefetch_rows(dy_ptr, pid * ROWS + (i + L2_AHEAD) * step, ROWS, M, N)
         if PREFETCH:  # past the last tile the rows are >= M: fully masked, no traffic
             x_next = _ln_load_rows(x_ptr, rows + step, cols, M, N, N_ALIGN, POLICY)
             dy_next = _ln_load_rows(dy_ptr, rows + step, cols, M, N, N_ALIGN, POLICY)
@@ -574,6 +577,8 @@ _BWD_COOP_WARPS = 4
 # 53.5 (53.2), so none below 65536 (widths between were not measured).
 _BWD_COOP_L2_AHEAD = 1
 _BWD_COOP_L2_FROM = 65536
+# Tiles past the next one that the register-path backward prefetches into L2 (0: none).
+_BWD_ROWS_L2_AHEAD = 0
 # Partial sums: many small column blocks so that all SMs help. Run 5 (layer_norm_ab_h200_run5.txt):
 # 32 columns a program instead of 128 (4 times the programs), bwd 1024x2048 16.8 -> 13.2 us (its
 # [programs, 2, N] partials are as large as x and dy), 3000x3584 32.0 -> 30.5, 32768x4096 1.4%
@@ -721,8 +726,8 @@ def layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
                         sum_rows: int = _SUM_BLOCK_G,
                         fused_sums: bool = _BWD_FUSED_SUMS, wide: str | None = None, coop_seg: int | None = None,
                         coop_warps: int | None = None, coop_maxnreg: int | None = None,
-                        stats_ahead: bool | None = None,
-                        coop_l2_ahead: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                        stats_ahead: bool | None = None, coop_l2_ahead: int | None = None,
+                        rows_l2_ahead: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """-> (dx, dw, db); dw and db in the weight's dtype, summed in fp32.
 
     Keyword options for GPU A/Bs; left out, the measured default. Rows up to `max_block`
@@ -731,7 +736,8 @@ def layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
     re-read every tile instead of held in registers; default from 16384 wide), `sum_block` and
     `sum_rows` (columns per program of the partial sums, and rows a load), `fused_sums` (c1 and c2
     in one reduction), `stats_ahead` (the next tile's mean and rstd loaded with its x and dy;
-    default _BWD_STATS_AHEAD). Wider rows: `wide` = "coop" (the GPU's default: _ln_bwd_coop, `coop_seg` elements and
+    default _BWD_STATS_AHEAD), `rows_l2_ahead` (tiles past the next one each step prefetches into
+    L2, default _BWD_ROWS_L2_AHEAD; sm_90 only). Wider rows: `wide` = "coop" (the GPU's default: _ln_bwd_coop, `coop_seg` elements and
     `coop_warps` warps a program, `coop_maxnreg` registers a thread at most, `coop_l2_ahead` rows
     past the one loaded that each step prefetches into L2, default _BWD_COOP_L2_AHEAD from
     _BWD_COOP_L2_FROM wide, sm_90 only)
@@ -745,7 +751,7 @@ def layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
     dx = torch.empty_like(x)
     if triton.next_power_of_2(N) <= max_block:
         return _ln_bwd_persistent(dy, x, weight, mean, rstd, dx, rows, num_warps, policy, prefetch, maxnreg,
-                                  w_reload, (sum_rows, sum_block), fused_sums, stats_ahead)
+                                  w_reload, (sum_rows, sum_block), fused_sums, stats_ahead, rows_l2_ahead)
     if (wide or ("coop" if x.is_cuda else "cols")) == "coop":
         done = _ln_bwd_coop_launch(dy, x, weight, mean, rstd, dx, coop_seg, coop_warps, (sum_rows, sum_block),
                                    coop_maxnreg, coop_l2_ahead)
@@ -803,7 +809,8 @@ def _sum_partials(partial: torch.Tensor, out: torch.Tensor, groups: int,
 
 
 def _ln_bwd_persistent(dy, x, weight, mean, rstd, dx, rows, num_warps, policy, prefetch, maxnreg, w_reload,
-                       sum_tile=(_SUM_BLOCK_G, _SUM_BLOCK_C), fused_sums=_BWD_FUSED_SUMS, stats_ahead=None):
+                       sum_tile=(_SUM_BLOCK_G, _SUM_BLOCK_C), fused_sums=_BWD_FUSED_SUMS, stats_ahead=None,
+                       l2_ahead=None):
     M, N = x.shape
     block = triton.next_power_of_2(N)
     rows = rows or max(1, min(_BWD_TILE // block, triton.next_power_of_2(M)))
@@ -814,6 +821,9 @@ def _ln_bwd_persistent(dy, x, weight, mean, rstd, dx, rows, num_warps, policy, p
                 POLICY=policy if policy is not None else _bwd_policy(block), FUSED_SUMS=fused_sums)
     if _BWD_STATS_AHEAD if stats_ahead is None else stats_ahead:  # (only with the prefetch, whose loop it joins)
         meta["STATS_AHEAD"] = meta["PREFETCH"]
+    ahead = (_BWD_ROWS_L2_AHEAD if l2_ahead is None else l2_ahead) if l2_prefetch_ok(x) else 0
+    if ahead:
+        meta["L2_AHEAD"] = ahead
     extra = {"maxnreg": maxnreg} if maxnreg else {}
     # the partial buffer stands in for itself by mean (fp32, same pointer properties)
     resident = _resident_programs(_ln_bwd_rows, (x, dy, weight, mean, rstd, dx, mean, M, N, 1), meta, warps,

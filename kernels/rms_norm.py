@@ -15,7 +15,7 @@ import triton.language as tl
 from kcollect.spec import KernelSpec, Provider, Shape, peer_available, standard_providers
 
 from ._utils import (coop_plan, coop_program, l2_bytes, l2_prefetch_ok, last_to_arrive, lines_launch, on_sm90,
-                     prefetch_segment, publish, row_settings, sm_count, wait_total, widen, widen_asm)
+                     prefetch_rows, prefetch_segment, publish, row_settings, sm_count, wait_total, widen, widen_asm)
 from ._utils import resident_programs as _resident_programs
 
 
@@ -66,7 +66,7 @@ def _fwd_input(x, r, h_ptr, rows, cols, M, N, HAS_RES: tl.constexpr):
 def _fwd_rows(x_ptr, r_ptr, h_ptr, w_ptr, y_ptr, rstd_ptr, M, N, eps, iters,
               BLOCK_N: tl.constexpr, BLOCK_B: tl.constexpr, ROWS: tl.constexpr,
               HAS_RES: tl.constexpr, STORE_RSTD: tl.constexpr, PREFETCH: tl.constexpr = True,
-              X_POLICY: tl.constexpr = "evict_last"):
+              X_POLICY: tl.constexpr = "evict_last", L2_AHEAD: tl.constexpr = 0):
     # Columns [0, BLOCK_N), plus [BLOCK_N, BLOCK_N + BLOCK_B) when BLOCK_B > 0 (see _tile: a
     # 5120-wide row is 4096 + 1024, not 8192 with 3072 lanes masked off). Suffix b: that segment.
     # PREFETCH off (rows of 4096 and narrower): each tile is loaded at the top of its own iteration,
@@ -94,6 +94,10 @@ def _fwd_rows(x_ptr, r_ptr, h_ptr, w_ptr, y_ptr, rstd_ptr, M, N, eps, iters,
     while i < iters:
         rows = pid * ROWS + i * step + tl.arange(0, ROWS)
         i += 1
+        if L2_AHEAD:  # the tile L2_AHEAD past the next one into L2 (_utils.prefetch_l2)
+            prefetch_rows(x_ptr, pid * ROWS + (i + L2_AHEAD) * step, ROWS, M, N)
+            if HAS_RES:
+                prefetch_rows(r_ptr, pid * ROWS + (i + L2_AHEAD) * step, ROWS, M, N)
         if PREFETCH:
             # the next tile's loads are issued before this tile's reduction waits on its data
             x_next = _load_tile(x_ptr, rows + step, cols, M, N, X_POLICY)
@@ -352,7 +356,7 @@ def _fwd_packed(x_ptr, r_ptr, h_ptr, w_ptr, y_ptr, rstd_ptr, N, eps, BLOCK: tl.c
 @triton.jit(do_not_specialize=["iters"])
 def _bwd_rows(x_ptr, w_ptr, dy_ptr, dh_ptr, rstd_ptr, dx_ptr, part_ptr, M, N, iters,
               BLOCK_N: tl.constexpr, ROWS: tl.constexpr, HAS_DH: tl.constexpr, PREFETCH: tl.constexpr = True,
-              POLICY: tl.constexpr = "evict_last", RSTD_AHEAD: tl.constexpr = False):
+              POLICY: tl.constexpr = "evict_last", RSTD_AHEAD: tl.constexpr = False, L2_AHEAD: tl.constexpr = 0):
     # dx = rstd * (m - xhat * mean(m * xhat)) [+ dh] with xhat = x * rstd, m = dy * w;
     # dw = sum over rows of dy * xhat, accumulated in fp32 registers over all the tiles this
     # program visits and written once, as row `pid` of the [programs, N] partial buffer.
@@ -378,6 +382,11 @@ def _bwd_rows(x_ptr, w_ptr, dy_ptr, dh_ptr, rstd_ptr, dx_ptr, part_ptr, M, N, it
     while i < iters:
         rows = pid * ROWS + i * step + tl.arange(0, ROWS)
         i += 1
+        if L2_AHEAD:  # the tile L2_AHEAD past the next one into L2 (_utils.prefetch_l2)
+            prefetch_rows(x_ptr, pid * ROWS + (i + L2_AHEAD) * step, ROWS, M, N)
+            prefetch_rows(dy_ptr, pid * ROWS + (i + L2_AHEAD) * step, ROWS, M, N)
+            if HAS_DH:
+                prefetch_rows(dh_ptr, pid * ROWS + (i + L2_AHEAD) * step, ROWS, M, N)
         if PREFETCH:
             x_next = _load_tile(x_ptr, rows + step, cols, M, N, POLICY)
             dy_next = _load_tile(dy_ptr, rows + step, cols, M, N, POLICY)
@@ -665,6 +674,9 @@ COOP_WARPS = 4
 COOP_MAXNREG = {(False, False, False, 2048, 4): 128, (True, True, False, 2048, 4): 128,
                 (False, False, True, 2048, 4): 128, (True, False, True, 2048, 4): 128}
 COOP_RELOAD = True
+# Tiles past the next one that the register paths' persistent grids prefetch into L2 (0: none).
+FWD_L2_AHEAD = 0
+BWD_ROWS_L2_AHEAD = 0
 # Rows past the one a coop step loads that it also prefetches into L2 (_utils.prefetch_l2), without
 # dh: 1. H200 A/B run 31 (rms_norm_ab_h200_run31.txt), bf16 bwd, % of copy, none -> 1 row (2 rows):
 # 1024x65536 73.6 -> 74.5 (73.1), 2048x65536 78.1 -> 79.1 (77.1). With dh (add_rms_norm, whose
@@ -782,7 +794,7 @@ def rms_norm_forward(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6, residu
                      maxnreg: bool | None = None, prefetch: bool | None = None, liger_like: bool = False,
                      x_policy: str = "evict_last", wide: str | None = None, split_seg: int | None = None,
                      split_warps: int | None = None, lines_chunk: int | None = None, lines_programs=None,
-                     lines_w_ahead: bool | None = None):
+                     lines_w_ahead: bool | None = None, l2_ahead: int | None = None):
     """(y, h, rstd). With a residual, h = x + residual (returned, and normalised in place of x);
     otherwise h is None. rstd: fp32 [rows], None unless need_rstd. `max_block` is the widest row
     kept in registers; the tests lower it to run the wide-row paths on small shapes.
@@ -793,6 +805,8 @@ def rms_norm_forward(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6, residu
     of the next tile, `persistent` grid. `liger_like` changes the defaults to Liger's forward: one
     row per program, BLOCK = next_pow2(N), Liger's num_warps (_utils.row_settings), no register
     cap, one tile per program, no prefetch. `x_policy`: the cache hint of the x loads ("" = none).
+    `l2_ahead`: tiles past the next one that the persistent grid prefetches into L2 (default
+    FWD_L2_AHEAD; sm_90 only).
     Wider rows: `wide` = "chunked" (_fwd_chunked), "split" (_fwd_split, with `split_seg`
     elements and `split_warps` warps per program), "packed" (_fwd_packed, `split_warps` warps) or
     "lines" (_fwd_lines: `lines_chunk` elements a chunk, `lines_programs` per SM or "rows",
@@ -830,6 +844,9 @@ def rms_norm_forward(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6, residu
                     PREFETCH=_fwd_prefetch(N, x2.element_size(), block_n + block_b) if prefetch is None else prefetch,
                     maxnreg=cap,
                     X_POLICY=x_policy)
+        ahead = (FWD_L2_AHEAD if l2_ahead is None else l2_ahead) if l2_prefetch_ok(x2) else 0
+        if ahead:
+            meta["L2_AHEAD"] = ahead
         args = (x2, r2, h, w, y, rstd, M, N, eps)
         tiles = triton.cdiv(M, rows)
         if persistent is None:
@@ -873,7 +890,8 @@ def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: 
                       wide: str | None = None, coop_seg: int | None = None, coop_warps: int | None = None,
                       coop_maxnreg: int | None = None, coop_w_at_use: bool | None = None,
                       coop_reload: bool | None = None, rstd_ahead: bool | None = None,
-                      sum_rows: int = SUM_ROWS, coop_l2_ahead: int | None = None):
+                      sum_rows: int = SUM_ROWS, coop_l2_ahead: int | None = None,
+                      rows_l2_ahead: int | None = None):
     """(dx, dw) for y = rms_norm(x) * w; with dh (add_rms_norm: x is h, dh the gradient reaching h
     directly), dx includes it.
 
@@ -886,7 +904,8 @@ def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: 
     `coop_w_at_use`: w loaded at each use instead of held (default: with dh where the row is held);
     `coop_reload`: the row finished a step late re-read from L2 instead of held in registers
     (default COOP_RELOAD); `coop_l2_ahead`: rows past the one loaded that each step prefetches into
-    L2, 0 for none (default COOP_L2_AHEAD without dh, else 0; sm_90 only)); `sum_rows`: partial rows a load of the dw sum (_sum_partials); default
+    L2, 0 for none (default COOP_L2_AHEAD without dh, else 0; sm_90 only)); `rows_l2_ahead`: tiles
+    past the next one that the register path prefetches into L2 (default BWD_ROWS_L2_AHEAD); `sum_rows`: partial rows a load of the dw sum (_sum_partials); default
     "coop" on the GPU (where a group of its programs fits), "cols" elsewhere."""
     if wide not in (None, "cols", "coop"):
         raise ValueError(f"wide must be 'cols' or 'coop', got {wide!r}")
@@ -909,6 +928,9 @@ def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: 
                     PREFETCH=block_n < 16384 if prefetch is None else prefetch, POLICY=policy)
         if (RSTD_AHEAD and not has_dh) if rstd_ahead is None else rstd_ahead:  # (only with the prefetch)
             meta["RSTD_AHEAD"] = meta["PREFETCH"]
+        ahead = (BWD_ROWS_L2_AHEAD if rows_l2_ahead is None else rows_l2_ahead) if l2_prefetch_ok(x2) else 0
+        if ahead:
+            meta["L2_AHEAD"] = ahead
         # the partial buffer's size depends on the answer: rstd (fp32 too) stands in for it
         resident = _resident_programs(_bwd_rows, (x2, w, dy2, dh2, rstd, dx, rstd, M, N, 1), meta, warps, x.device)
         grid, iters = _persistent_grid(triton.cdiv(M, rows), resident)
