@@ -577,8 +577,11 @@ _BWD_COOP_WARPS = 4
 # 53.5 (53.2), so none below 65536 (widths between were not measured).
 _BWD_COOP_L2_AHEAD = 1
 _BWD_COOP_L2_FROM = 65536
-# Tiles past the next one that the register-path backward prefetches into L2 (0: none).
-_BWD_ROWS_L2_AHEAD = 0
+# Tiles past the next one that the register-path backward prefetches into L2 (_utils.prefetch_l2):
+# 1. H200 A/B run 28 (layer_norm_ab_h200_run28.txt), bf16 bwd, % of copy, none -> 1 tile (2):
+# 32768x4096 91.6 -> 94.3 (80.9), 8192x8192 80.0 -> 85.7 (85.0), 4096x4096 63.4 -> 63.5 (62.4),
+# 3000x5120 56.2 -> 56.9 (57.0). (rms_norm's register paths lost with it: rms_norm.FWD_L2_AHEAD.)
+_BWD_ROWS_L2_AHEAD = 1
 # Partial sums: many small column blocks so that all SMs help. Run 5 (layer_norm_ab_h200_run5.txt):
 # 32 columns a program instead of 128 (4 times the programs), bwd 1024x2048 16.8 -> 13.2 us (its
 # [programs, 2, N] partials are as large as x and dy), 3000x3584 32.0 -> 30.5, 32768x4096 1.4%

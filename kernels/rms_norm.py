@@ -674,7 +674,12 @@ COOP_WARPS = 4
 COOP_MAXNREG = {(False, False, False, 2048, 4): 128, (True, True, False, 2048, 4): 128,
                 (False, False, True, 2048, 4): 128, (True, False, True, 2048, 4): 128}
 COOP_RELOAD = True
-# Tiles past the next one that the register paths' persistent grids prefetch into L2 (0: none).
+# Tiles past the next one that the register paths' persistent grids prefetch into L2
+# (_utils.prefetch_l2): none. H200 A/B run 32 (rms_norm_ab_h200_run32.txt), bf16, % of copy, none
+# -> 1 tile (2): fwd 4096x8192 84.6 -> 80.1 (74.3), 16384x5120 91.6 -> 85.0 (74.8); bwd 32768x4096
+# 95.2 -> 94.1 (82.6), 8192x4096 80.0 -> 80.9 (73.1), 4096x8192 77.7 -> 73.6 (72.0), 3000x3584
+# 57.3 -> 60.4 (57.0); add_rms_norm bwd 2.5-5 points slower at every shape. (layer_norm's
+# backward gained: layer_norm._BWD_ROWS_L2_AHEAD.)
 FWD_L2_AHEAD = 0
 BWD_ROWS_L2_AHEAD = 0
 # Rows past the one a coop step loads that it also prefetches into L2 (_utils.prefetch_l2), without

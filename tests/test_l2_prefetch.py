@@ -100,6 +100,22 @@ def test_lines_and_cross_entropy_prefetch_where_measured(monkeypatch):
     assert ce(True)["L2_AHEAD"] == 0
 
 
+def test_register_paths_prefetch_where_measured(monkeypatch):
+    # layer_norm's register-path backward one tile ahead; rms_norm's register paths not at all
+    b = torch.bfloat16
+    x, w, r = torch.empty(64, 4096, dtype=b), torch.empty(4096, dtype=b), torch.empty(64)
+    monkeypatch.setattr(layer_norm, "l2_prefetch_ok", lambda t: True)
+    got = launch_kwargs(monkeypatch, lambda: layer_norm.layer_norm_backward(x, x, w, r, r))
+    assert got["_ln_bwd_rows"]["L2_AHEAD"] == 1
+    monkeypatch.setattr(rms_norm, "l2_prefetch_ok", lambda t: True)
+    got = launch_kwargs(monkeypatch, lambda: rms_norm.rms_norm_backward(x, x, w, r))
+    assert "L2_AHEAD" not in got["_bwd_rows"]
+    got = launch_kwargs(monkeypatch, lambda: rms_norm.rms_norm_forward(x, w))
+    assert "L2_AHEAD" not in got["_fwd_rows"]
+    got = launch_kwargs(monkeypatch, lambda: rms_norm.rms_norm_backward(x, x, w, r, rows_l2_ahead=2))
+    assert got["_bwd_rows"]["L2_AHEAD"] == 2
+
+
 _COMPILE = """
 from benchmarks.compile_report import report
 from kcollect.kernels import layer_norm, rms_norm, softmax
@@ -195,3 +211,28 @@ def test_prefetching_lines_and_cross_entropy_on_the_gpu(ahead):
     (want,) = torch.autograd.grad(ref, xr)
     tol = cross_entropy.SPEC.tolerance[torch.bfloat16]
     assert verify.rel_error(loss, ref) <= tol and verify.rel_error(dlogits, want) <= tol
+
+
+@ON_GPU
+@pytest.mark.parametrize("ahead", [1, 2])
+@pytest.mark.parametrize("dims", [(1000, 4096), (333, 8192)], ids=["1000x4096", "333x8192"])
+def test_prefetching_register_paths_on_the_gpu(ahead, dims):
+    # tiles prefetched past the last row (clipped to M; nothing past it)
+    g = torch.Generator(device="cuda").manual_seed(random.randrange(2**31))
+    x = (torch.randn(dims, generator=g, device="cuda") * 2 + 1).to(torch.bfloat16)
+    dy = torch.randn(dims, generator=g, device="cuda").to(torch.bfloat16)
+    w = (1 + 0.2 * torch.randn(dims[1], generator=g, device="cuda")).to(torch.bfloat16)
+    b = (0.1 * torch.randn(dims[1], generator=g, device="cuda")).to(torch.bfloat16)
+    tol = layer_norm.SPEC.tolerance[torch.bfloat16]
+    _, mean, rstd = layer_norm.layer_norm_forward(x, w, b, 1e-5)
+    got = layer_norm.layer_norm_backward(dy, x, w, mean, rstd, rows_l2_ahead=ahead)
+    xr, wr, br = (t.double().requires_grad_(True) for t in (x, w, b))
+    want = torch.autograd.grad(layer_norm.reference(xr, wr, br, 1e-5), (xr, wr, br), dy.double())
+    assert all(verify.rel_error(g_, w_) <= tol for g_, w_ in zip(got, want))
+    y, _, rstd = rms_norm.rms_norm_forward(x, w, 1e-6, l2_ahead=ahead)
+    dx, dw = rms_norm.rms_norm_backward(dy, x, w, rstd, rows_l2_ahead=ahead)
+    xr, wr = x.double().requires_grad_(True), w.double().requires_grad_(True)
+    ref = rms_norm.reference(xr, wr, 1e-6)
+    want = torch.autograd.grad(ref, (xr, wr), dy.double())
+    assert verify.rel_error(y, ref) <= tol
+    assert verify.rel_error(dx, want[0]) <= tol and verify.rel_error(dw, want[1]) <= tol
