@@ -483,8 +483,9 @@ def cross_entropy_rows(logits: torch.Tensor, target: torch.Tensor, loss_rows: to
     automatic rule (use_split), True = always cut rows into segments of `split_seg` elements,
     False = never. `programs`: the per-row path's grid, a number of programs or "rows" (default:
     _row_config's). `l2_ahead`: chunks past the one pass 1 loads that it prefetches into L2
-    (default _L2_AHEAD with a gradient, else 0; sm_90 only). With a gradient on more than 2 programs per SM, n_valid (when not given) is
-    counted once beforehand rather than by every program (each would read all N targets)."""
+    (default _L2_AHEAD with a gradient, else 0; sm_90 only). With a gradient on more than 2
+    programs per SM, n_valid (when not given) is counted once beforehand rather than by every
+    program (each would read all N targets)."""
     n_rows, V = logits.shape
     if split is None and block is not None:
         split = False  # a chunk size is the per-row path's knob: a caller that sets it wants that path

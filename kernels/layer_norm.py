@@ -740,12 +740,11 @@ def layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
     `sum_rows` (columns per program of the partial sums, and rows a load), `fused_sums` (c1 and c2
     in one reduction), `stats_ahead` (the next tile's mean and rstd loaded with its x and dy;
     default _BWD_STATS_AHEAD), `rows_l2_ahead` (tiles past the next one each step prefetches into
-    L2, default _BWD_ROWS_L2_AHEAD; sm_90 only). Wider rows: `wide` = "coop" (the GPU's default: _ln_bwd_coop, `coop_seg` elements and
-    `coop_warps` warps a program, `coop_maxnreg` registers a thread at most, `coop_l2_ahead` rows
-    past the one loaded that each step prefetches into L2, default _BWD_COOP_L2_AHEAD from
-    _BWD_COOP_L2_FROM wide, sm_90 only)
-    or "cols" (elsewhere,
-    and where a coop group does not fit: row sums, then _ln_bwd over column blocks of `chunk` with
+    L2, default _BWD_ROWS_L2_AHEAD; sm_90 only). Wider rows: `wide` = "coop" (the GPU's default:
+    _ln_bwd_coop, `coop_seg` elements and `coop_warps` warps a program, `coop_maxnreg` registers a
+    thread at most, `coop_l2_ahead` rows past the one loaded that each step prefetches into L2,
+    default _BWD_COOP_L2_AHEAD from _BWD_COOP_L2_FROM wide, sm_90 only) or "cols" (elsewhere, and
+    where a coop group does not fit: row sums, then _ln_bwd over column blocks of `chunk` with
     `groups_per_sm` row groups per SM and column block (about), `rows` per tile, `num_warps`,
     `policy`)."""
     if wide not in (None, "cols", "coop"):

@@ -910,8 +910,9 @@ def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: 
     `coop_reload`: the row finished a step late re-read from L2 instead of held in registers
     (default COOP_RELOAD); `coop_l2_ahead`: rows past the one loaded that each step prefetches into
     L2, 0 for none (default COOP_L2_AHEAD without dh, else 0; sm_90 only)); `rows_l2_ahead`: tiles
-    past the next one that the register path prefetches into L2 (default BWD_ROWS_L2_AHEAD); `sum_rows`: partial rows a load of the dw sum (_sum_partials); default
-    "coop" on the GPU (where a group of its programs fits), "cols" elsewhere."""
+    past the next one that the register path prefetches into L2 (default BWD_ROWS_L2_AHEAD);
+    `sum_rows`: partial rows a load of the dw sum (_sum_partials); default "coop" on the GPU (where
+    a group of its programs fits), "cols" elsewhere."""
     if wide not in (None, "cols", "coop"):
         raise ValueError(f"wide must be 'cols' or 'coop', got {wide!r}")
     N = x.shape[-1]
