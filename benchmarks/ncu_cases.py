@@ -68,6 +68,7 @@ CASES = {
     "layer_norm-bwd-2048x65536": (layer_norm_bwd, 2048, 65536, "_ln_bwd_coop"),
     "layer_norm-bwd-32768x4096": (layer_norm_bwd, 32768, 4096, "_ln_bwd_rows"),
     "cross_entropy-grad-8192x128256": (cross_entropy_grad, 8192, 128256, "_ce_rows"),
+    "cross_entropy-grad-4096x256000": (cross_entropy_grad, 4096, 256000, "_ce_rows"),
 }
 
 
