@@ -21,8 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch  # noqa: E402
 
 from benchmarks import ab_tools  # noqa: E402,F401  (the collector's CUDA allocator and ptxas)
-from benchmarks.profile_kernels import parse  # noqa: E402
-from kcollect import verify  # noqa: E402
+from benchmarks.profile_kernels import graph_of, provider_calls  # noqa: E402
 
 QUERY = "clocks.sm,power.draw,temperature.gpu"
 
@@ -51,18 +50,6 @@ def sampled(fn, seconds: float) -> tuple[float, list[tuple[float, ...]]]:
     return ms, rows
 
 
-def graph_of(call):
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        call()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        call()
-    return graph
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("cases", nargs="+", help="KERNEL:SHAPE[:MODE[:PROVIDER]] as profile_kernels.py")
@@ -70,34 +57,26 @@ def main() -> None:
     ap.add_argument("--rest", type=float, default=2.0, help="idle seconds before each provider (default 2)")
     args = ap.parse_args()
     print(f"{torch.cuda.get_device_name()}; samples of {QUERY} every 100 ms", flush=True)
-    for arg in args.cases:
-        spec, shape, modes, names = parse(arg)
-        inputs = spec.make_inputs(shape.dims, torch.bfloat16, "cuda", 0)
-        for mode in modes:
-            dys, _ = verify.reference_answers(spec, inputs, mode, 1)
-            for p in spec.providers:
-                if p.name not in names or p.available("cuda"):
-                    continue
-                call = verify.build_call(spec, p.fn, verify.clone_inputs(inputs), mode, dys)
-                try:
-                    graph = graph_of(call)
-                    replay, how = graph.replay, "graph"
-                except Exception as e:  # a provider that syncs with the host (Liger): plain calls
-                    print(f"{spec.name} {shape.label} {mode} {p.name:10s} not capturable "
-                          f"({type(e).__name__}): plain calls", flush=True)
-                    graph, replay, how = None, call, "calls"
-                torch.cuda.synchronize()
-                time.sleep(args.rest)
-                ms, rows = sampled(replay, args.seconds)
-                if graph is not None:
-                    graph.reset()
-                if not rows:
-                    print(f"{spec.name} {shape.label} {mode} {p.name:10s} {ms:9.3f} ms/call ({how})  (no samples)", flush=True)
-                    continue
-                cols = list(zip(*rows))
-                stat = "  ".join(f"{name} median {statistics.median(c):.0f} [{min(c):.0f}-{max(c):.0f}]"
-                                 for name, c in zip(("SM MHz", "W", "C"), cols))
-                print(f"{spec.name} {shape.label} {mode} {p.name:10s} {ms:9.3f} ms/call ({how})  {stat}", flush=True)
+    for spec, shape, mode, p, call in provider_calls(args.cases):
+        head = f"{spec.name} {shape.label} {mode} {p.name:10s}"
+        try:
+            graph = graph_of(call)
+            replay, how = graph.replay, "graph"
+        except Exception as e:  # a provider that syncs with the host (Liger): plain calls
+            print(f"{head} not capturable ({type(e).__name__}): plain calls", flush=True)
+            graph, replay, how = None, call, "calls"
+        torch.cuda.synchronize()
+        time.sleep(args.rest)
+        ms, rows = sampled(replay, args.seconds)
+        if graph is not None:
+            graph.reset()
+        if not rows:
+            print(f"{head} {ms:9.3f} ms/call ({how})  (no samples)", flush=True)
+            continue
+        cols = list(zip(*rows))
+        stat = "  ".join(f"{name} median {statistics.median(c):.0f} [{min(c):.0f}-{max(c):.0f}]"
+                         for name, c in zip(("SM MHz", "W", "C"), cols))
+        print(f"{head} {ms:9.3f} ms/call ({how})  {stat}", flush=True)
 
 
 if __name__ == "__main__":

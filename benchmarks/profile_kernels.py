@@ -27,17 +27,37 @@ def parse(arg):
     raise SystemExit(f"{shape} not in {name}'s grids")
 
 
-def timeline(call) -> None:
-    """One CUDA-graph replay of `call` under torch.profiler: its kernels in order with start (us from
-    the first), duration and the idle gap before each, then the span, busy and idle totals."""
-    graph = torch.cuda.CUDAGraph()
+def provider_calls(args):
+    """(spec, shape, mode, provider, call) for each case KERNEL:SHAPE[:MODE[:PROVIDER]] in args: the
+    call as the collector makes it (bf16 inputs on the GPU, a backward's upstream gradient), for
+    each provider available on the GPU."""
+    for arg in args:
+        spec, shape, modes, names = parse(arg)
+        inputs = spec.make_inputs(shape.dims, torch.bfloat16, "cuda", 0)
+        for mode in modes:
+            dys, _ = verify.reference_answers(spec, inputs, mode, 1)
+            for p in spec.providers:
+                if p.name in names and not p.available("cuda"):
+                    yield spec, shape, mode, p, verify.build_call(spec, p.fn, verify.clone_inputs(inputs), mode, dys)
+
+
+def graph_of(call) -> torch.cuda.CUDAGraph:
+    """`call` captured into a CUDA graph, after one warm call on a side stream (as capture needs)."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         call()
     torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         call()
+    return graph
+
+
+def timeline(call) -> None:
+    """One CUDA-graph replay of `call` under torch.profiler: its kernels in order with start (us from
+    the first), duration and the idle gap before each, then the span, busy and idle totals."""
+    graph = graph_of(call)
     graph.replay()
     torch.cuda.synchronize()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
@@ -63,31 +83,23 @@ def main(args):
     args = [a for a in args if a != "--timeline"]
     flush = torch.empty(timing.L2_FLUSH_BYTES, dtype=torch.int8, device="cuda")
     budget = timing.Budget(10, 40)
-    for arg in args:
-        spec, shape, modes, names = parse(arg)
-        inputs = spec.make_inputs(shape.dims, torch.bfloat16, "cuda", 0)
-        for mode in modes:
-            dys, _ = verify.reference_answers(spec, inputs, mode, 1)
-            for p in spec.providers:
-                if p.name not in names or p.available("cuda"):
-                    continue
-                call = verify.build_call(spec, p.fn, verify.clone_inputs(inputs), mode, dys)
-                call()
-                t = timing.time_cuda(call, budget, flush)
-                torch.cuda.synchronize()
-                t0 = time.perf_counter()
-                for _ in range(50):
-                    call()
-                host = (time.perf_counter() - t0) / 50 * 1e3
-                torch.cuda.synchronize()
-                with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-                    call()
-                    torch.cuda.synchronize()
-                kern = [(e.key[:38], e.device_time_total / 1e3) for e in prof.key_averages() if e.device_time_total > 0]
-                ks = " ".join(f"{n}={ms:.4f}" for n, ms in kern)
-                print(f"{spec.name} {shape.label} {mode:7s} {p.name:11s} event {t.median_ms:.4f} host {host:.4f} | {ks}")
-                if show_timeline:
-                    timeline(call)
+    for spec, shape, mode, p, call in provider_calls(args):
+        call()
+        t = timing.time_cuda(call, budget, flush)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(50):
+            call()
+        host = (time.perf_counter() - t0) / 50 * 1e3
+        torch.cuda.synchronize()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            call()
+            torch.cuda.synchronize()
+        kern = [(e.key[:38], e.device_time_total / 1e3) for e in prof.key_averages() if e.device_time_total > 0]
+        ks = " ".join(f"{n}={ms:.4f}" for n, ms in kern)
+        print(f"{spec.name} {shape.label} {mode:7s} {p.name:11s} event {t.median_ms:.4f} host {host:.4f} | {ks}")
+        if show_timeline:
+            timeline(call)
 
 
 if __name__ == "__main__":
