@@ -19,7 +19,7 @@ import triton.language as tl
 
 from kcollect.spec import KernelSpec, Provider, Shape, peer_available, standard_providers
 
-from ._utils import LOG2E, lse2_combine, lse_update, on_sm90, prefetch_chunk, sm_count
+from ._utils import LOG2E, lse2_combine, lse_update, prefetch_ahead, prefetch_chunk, sm_count
 
 LN2 = tl.constexpr(0.6931471805599453)
 
@@ -510,8 +510,7 @@ def cross_entropy_rows(logits: torch.Tensor, target: torch.Tensor, loss_rows: to
         HAS_GRAD=has_grad, COUNT=n_valid is None, SMOOTH=label_smoothing > 0.0,
         EVICT="evict_last" if has_grad else "evict_first",
         N_FULL=V // blk, TAIL=V % blk != 0, BLOCK=blk, VEC=min(16 // logits.element_size(), blk), YBLOCK=1024,
-        L2_AHEAD=((_L2_AHEAD if has_grad else 0) if l2_ahead is None else l2_ahead)
-        if on_sm90(logits.device) and logits.stride(0) * logits.element_size() % 16 == 0 else 0,
+        L2_AHEAD=prefetch_ahead(l2_ahead, _L2_AHEAD if has_grad else 0, logits),
         num_warps=warps,
     )
 

@@ -8,7 +8,7 @@ import triton.language as tl
 
 from kcollect.spec import KernelSpec, Provider, Shape, peer_available, standard_providers
 
-from ._utils import (coop_plan, coop_program, l2_bytes, l2_prefetch_ok, lines_launch, prefetch_rows,
+from ._utils import (coop_plan, coop_program, l2_bytes, lines_launch, prefetch_ahead, prefetch_rows,
                      prefetch_segment, publish2, sm_count, wait_total2)
 
 
@@ -784,12 +784,10 @@ def _ln_bwd_coop_launch(dy, x, weight, mean, rstd, dx, seg, warps, sum_tile, max
     """_ln_bwd_coop (see _utils.coop_plan); None when not even one group of its programs fits."""
     M, N = x.shape
     warps = warps or _BWD_COOP_WARPS
-    if l2_ahead is None:
-        l2_ahead = _BWD_COOP_L2_AHEAD if N >= _BWD_COOP_L2_FROM else 0
-    l2_ahead = l2_ahead if l2_prefetch_ok(x) else 0
+    ahead = prefetch_ahead(l2_ahead, _BWD_COOP_L2_AHEAD if N >= _BWD_COOP_L2_FROM else 0, x, dy)
     # (mean: an fp32 stand-in for the dw/db partials, sized by the plan)
     plan = coop_plan(_ln_bwd_coop, (x, dy, weight, mean, rstd, dx, mean), M, N, seg, _BWD_COOP_SEG, warps, 2,
-                     maxnreg, N_ALIGN=_align(N), L2_AHEAD=l2_ahead)
+                     maxnreg, N_ALIGN=_align(N), L2_AHEAD=ahead)
     if plan is None:
         return None
     groups, iters, S, slots, meta = plan
@@ -823,7 +821,7 @@ def _ln_bwd_persistent(dy, x, weight, mean, rstd, dx, rows, num_warps, policy, p
                 POLICY=policy if policy is not None else _bwd_policy(block), FUSED_SUMS=fused_sums)
     if _BWD_STATS_AHEAD if stats_ahead is None else stats_ahead:  # (only with the prefetch, whose loop it joins)
         meta["STATS_AHEAD"] = meta["PREFETCH"]
-    ahead = (_BWD_ROWS_L2_AHEAD if l2_ahead is None else l2_ahead) if l2_prefetch_ok(x) else 0
+    ahead = prefetch_ahead(l2_ahead, _BWD_ROWS_L2_AHEAD, x, dy)
     if ahead:
         meta["L2_AHEAD"] = ahead
     extra = {"maxnreg": maxnreg} if maxnreg else {}

@@ -14,7 +14,7 @@ import triton.language as tl
 
 from kcollect.spec import KernelSpec, Provider, Shape, peer_available, standard_providers
 
-from ._utils import (coop_plan, coop_program, l2_bytes, l2_prefetch_ok, last_to_arrive, lines_launch, on_sm90,
+from ._utils import (coop_plan, coop_program, l2_bytes, last_to_arrive, lines_launch, on_sm90, prefetch_ahead,
                      prefetch_rows, prefetch_segment, publish, row_settings, sm_count, wait_total, widen, widen_asm)
 from ._utils import resident_programs as _resident_programs
 
@@ -849,7 +849,7 @@ def rms_norm_forward(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6, residu
                     PREFETCH=_fwd_prefetch(N, x2.element_size(), block_n + block_b) if prefetch is None else prefetch,
                     maxnreg=cap,
                     X_POLICY=x_policy)
-        ahead = (FWD_L2_AHEAD if l2_ahead is None else l2_ahead) if l2_prefetch_ok(x2) else 0
+        ahead = prefetch_ahead(l2_ahead, FWD_L2_AHEAD, x2, r2)
         if ahead:
             meta["L2_AHEAD"] = ahead
         args = (x2, r2, h, w, y, rstd, M, N, eps)
@@ -934,7 +934,7 @@ def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: 
                     PREFETCH=block_n < 16384 if prefetch is None else prefetch, POLICY=policy)
         if (RSTD_AHEAD and not has_dh) if rstd_ahead is None else rstd_ahead:  # (only with the prefetch)
             meta["RSTD_AHEAD"] = meta["PREFETCH"]
-        ahead = (BWD_ROWS_L2_AHEAD if rows_l2_ahead is None else rows_l2_ahead) if l2_prefetch_ok(x2) else 0
+        ahead = prefetch_ahead(rows_l2_ahead, BWD_ROWS_L2_AHEAD, x2, dy2, dh2)
         if ahead:
             meta["L2_AHEAD"] = ahead
         # the partial buffer's size depends on the answer: rstd (fp32 too) stands in for it
@@ -949,8 +949,7 @@ def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: 
     elif (wide or ("coop" if x.is_cuda else "cols")) == "coop" and (plan := coop_plan(
             _bwd_coop, (x2, w, dy2, dh2, rstd, dx, rstd), M, N, coop_seg, COOP_SEG, coop_warps or COOP_WARPS, 1,
             HAS_DH=has_dh, W_AT_USE=w_at_use, RELOAD=reload,
-            L2_AHEAD=((0 if has_dh else COOP_L2_AHEAD) if coop_l2_ahead is None else coop_l2_ahead)
-            if l2_prefetch_ok(x2) else 0,
+            L2_AHEAD=prefetch_ahead(coop_l2_ahead, 0 if has_dh else COOP_L2_AHEAD, x2, dy2, dh2),
             **_coop_cap(x.device, has_dh, w_at_use, reload, coop_seg, coop_warps, coop_maxnreg))) is not None:
         # (rstd: an fp32 stand-in for the dw partials, sized by the plan)
         groups, iters, S, slots, meta = plan

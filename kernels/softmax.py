@@ -8,9 +8,9 @@ import triton.language as tl
 
 from kcollect.spec import KernelSpec, Provider, Shape, peer_available, standard_providers
 
-from ._utils import (LINES_NARROW_ROW_BYTES, LOG2E, coop_plan, coop_program, l2_prefetch_ok, lines_launch,
-                     lse_update, on_sm90, prefetch_chunk, prefetch_segment, publish, publish2, sm_count,
-                     wait_slots2, wait_total, widen, widen_asm)
+from ._utils import (LINES_NARROW_ROW_BYTES, LOG2E, coop_plan, coop_program, lines_launch, lse_update, on_sm90,
+                     prefetch_ahead, prefetch_chunk, prefetch_segment, publish, publish2, sm_count, wait_slots2,
+                     wait_total, widen, widen_asm)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -653,11 +653,9 @@ def _launch_coop(kernel, partials: int, tensors, M: int, N: int, seg, warps, max
     warps = warps or (_COOP_WARPS_MID if mid and kernel is _softmax_bwd_coop else _COOP_WARPS)
     if maxnreg is None and kernel is _softmax_bwd_coop:
         maxnreg = _bwd_coop_cap(tensors[0].device, seg or default_seg, warps)
-    if l2_ahead is None:
-        l2_ahead = _COOP_L2_AHEAD
-    l2_ahead = l2_ahead if l2_prefetch_ok(tensors[0]) else 0
+    inputs = tensors[:-1]  # what the kernel reads (and prefetches); the last tensor is its output
     plan = coop_plan(kernel, tensors, M, N, seg, default_seg, warps, partials, maxnreg, N_ALIGN=_align(N),
-                     L2_AHEAD=l2_ahead)
+                     L2_AHEAD=prefetch_ahead(l2_ahead, _COOP_L2_AHEAD, *inputs))
     if plan is None:
         return False
     groups, iters, S, slots, meta = plan
@@ -692,9 +690,8 @@ def _launch(fused, stream, split_kernels, tensors, M: int, N: int, elem: int, de
         return
     if stream is _softmax_fwd_lines:
         grid, meta = lines_launch(M, N, elem, device, chunk, programs_per_sm, max_warps)
-        if lines_l2_ahead is None:
-            lines_l2_ahead = _LINES_L2_AHEAD if N * elem <= LINES_NARROW_ROW_BYTES else 0
-        ahead = lines_l2_ahead if l2_prefetch_ok(tensors[0]) else 0
+        ahead = prefetch_ahead(lines_l2_ahead, _LINES_L2_AHEAD if N * elem <= LINES_NARROW_ROW_BYTES else 0,
+                               tensors[0])
         stream[(grid,)](*tensors, M, N, N_ALIGN=_align(N), L2_AHEAD=ahead, **meta)
         return
     chunk = chunk or _STREAM_CHUNK_BYTES // elem

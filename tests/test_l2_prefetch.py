@@ -17,7 +17,8 @@ from kcollect.kernels import _utils, cross_entropy, layer_norm, rms_norm, softma
 def fake(shape, dtype, device="cuda"):
     """What l2_prefetch_ok reads of a tensor, for a CUDA one on a CPU machine."""
     t = torch.empty(shape, dtype=dtype)
-    return types.SimpleNamespace(device=torch.device(device), shape=t.shape, element_size=t.element_size)
+    return types.SimpleNamespace(device=torch.device(device), shape=t.shape, element_size=t.element_size,
+                                 stride=t.stride, data_ptr=t.data_ptr)
 
 
 def test_prefetch_needs_hopper_and_rows_of_whole_vectors(monkeypatch):
@@ -43,7 +44,7 @@ def planned_ahead(monkeypatch, module, call) -> int:
         raise Planned
 
     monkeypatch.setattr(module, "coop_plan", plan)
-    monkeypatch.setattr(module, "l2_prefetch_ok", lambda t: True)
+    monkeypatch.setattr(_utils, "l2_prefetch_ok", lambda t: True)
     with pytest.raises(Planned):
         call()
     return asked[0]
@@ -66,7 +67,7 @@ def test_coop_launches_prefetch_where_measured(monkeypatch):
     x3, w3 = torch.empty(4, 16384, dtype=b), torch.empty(16384, dtype=b)
     assert planned_ahead(monkeypatch, layer_norm, lambda: layer_norm.layer_norm_backward(
         x3, x3, w3, r, r, wide="coop")) == 0
-    monkeypatch.setattr(layer_norm, "l2_prefetch_ok", lambda t: False)
+    monkeypatch.setattr(_utils, "l2_prefetch_ok", lambda t: False)
     asked = []
     monkeypatch.setattr(layer_norm, "coop_plan", lambda *a, **kw: asked.append(kw["L2_AHEAD"]) or None)
     monkeypatch.setattr(KernelInterface, "__getitem__", lambda self, grid: lambda *a, **k: None)
@@ -86,17 +87,16 @@ def launch_kwargs(monkeypatch, call) -> dict:
 def test_lines_and_cross_entropy_prefetch_where_measured(monkeypatch):
     # softmax's lines forward: rows up to LINES_NARROW_ROW_BYTES (65536 bf16: 1 chunk ahead), not
     # wider; cross_entropy's row path: 2 chunks ahead with a gradient, none for the loss alone
-    monkeypatch.setattr(softmax, "l2_prefetch_ok", lambda t: True)
+    monkeypatch.setattr(_utils, "l2_prefetch_ok", lambda t: True)
     b = torch.bfloat16
     fwd = lambda n: launch_kwargs(monkeypatch, lambda: softmax.softmax_forward(  # noqa: E731
         torch.empty(softmax._SPLIT_MAX_ROWS + 1, n, dtype=b), coop=False))["_softmax_fwd_lines"]["L2_AHEAD"]
     assert fwd(65536) == 1 and fwd(128256) == 0
-    monkeypatch.setattr(cross_entropy, "on_sm90", lambda d: True)
     logits, target = torch.empty(64, 32000, dtype=b), torch.zeros(64, dtype=torch.int64)
     ce = lambda grad, **kw: launch_kwargs(monkeypatch, lambda: cross_entropy.cross_entropy_rows(  # noqa: E731
         logits, target, torch.empty(64), logits if grad else None, -100, 0.0, split=False, **kw))["_ce_rows"]
     assert ce(True)["L2_AHEAD"] == 2 and ce(False)["L2_AHEAD"] == 0 and ce(True, l2_ahead=1)["L2_AHEAD"] == 1
-    monkeypatch.setattr(cross_entropy, "on_sm90", lambda d: False)
+    monkeypatch.setattr(_utils, "l2_prefetch_ok", lambda t: False)
     assert ce(True)["L2_AHEAD"] == 0
 
 
@@ -104,10 +104,9 @@ def test_register_paths_prefetch_where_measured(monkeypatch):
     # layer_norm's register-path backward one tile ahead; rms_norm's register paths not at all
     b = torch.bfloat16
     x, w, r = torch.empty(64, 4096, dtype=b), torch.empty(4096, dtype=b), torch.empty(64)
-    monkeypatch.setattr(layer_norm, "l2_prefetch_ok", lambda t: True)
+    monkeypatch.setattr(_utils, "l2_prefetch_ok", lambda t: True)
     got = launch_kwargs(monkeypatch, lambda: layer_norm.layer_norm_backward(x, x, w, r, r))
     assert got["_ln_bwd_rows"]["L2_AHEAD"] == 1
-    monkeypatch.setattr(rms_norm, "l2_prefetch_ok", lambda t: True)
     got = launch_kwargs(monkeypatch, lambda: rms_norm.rms_norm_backward(x, x, w, r))
     assert "L2_AHEAD" not in got["_bwd_rows"]
     got = launch_kwargs(monkeypatch, lambda: rms_norm.rms_norm_forward(x, w))
