@@ -7,7 +7,7 @@ import os
 import torch
 from triton.runtime.jit import KernelInterface
 
-from kcollect.cli import ALLOC_CONF, pin_ptxas
+from kcollect.common import ALLOC_CONF, pin_ptxas
 
 # The A/Bs run as `kcollect run` does: its ptxas (kcollect.cli.pin_ptxas) and its CUDA allocator
 # (expandable segments, read when the allocator starts: the scripts make no CUDA tensor before

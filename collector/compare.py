@@ -18,7 +18,7 @@ import click
 from .regress import DEFAULT_THRESHOLD, Point, points_from_rows
 from .store import Store, StoreError
 
-DEFAULT_DB = "data/kbench.duckdb"  # cli.DEFAULT_DB; not imported, because cli imports this module
+from .common import DEFAULT_DB  # noqa: E402
 SERIES = ("kernel", "mode", "provider", "shape", "dtype")
 QUERY = ("SELECT kernel, mode, provider, shape, dtype, status, median_ms, p20_ms, p80_ms, git_commit, commit_time, "
          "started_at, run_id, device_kind, gpu_name FROM results_v")

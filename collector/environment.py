@@ -23,6 +23,24 @@ def _nvidia_driver() -> str | None:
         return None
 
 
+# Distributions of the peers that providers import: their versions are part of the environment, so
+# that a peer's upgrade shows as a change of environment, never as a change of our kernel.
+PEER_DISTRIBUTIONS = ("liger-kernel", "quack-kernels", "nvidia-cutlass-dsl", "flash-attn-4", "fla-core",
+                      "cortexcore", "mlstm-kernels", "xlstm", "accelerated-scan", "mamba-ssm", "causal-conv1d")
+
+
+def peer_versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {}
+    for dist in PEER_DISTRIBUTIONS:
+        try:
+            found[dist] = version(dist)
+        except PackageNotFoundError:
+            pass
+    return found
+
+
 def fingerprint(device: str) -> Environment:
     import triton  # here, not at module level: the CLI must switch the interpreter on first
     if device == "cuda":
@@ -33,7 +51,8 @@ def fingerprint(device: str) -> Environment:
     else:
         fields = dict(device_kind="cpu", gpu_name=None, sm_count=None, gpu_mem_bytes=None, driver=None,
                       cuda=None, interpreted=True)
-    fields.update(torch=torch.__version__, triton=triton.__version__, python=platform.python_version())
+    fields.update(torch=torch.__version__, triton=triton.__version__, python=platform.python_version(),
+                  peers=json.dumps(peer_versions(), sort_keys=True))
     env_id = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
     return Environment(env_id=env_id, **fields)
 

@@ -13,7 +13,7 @@ from typing import Iterable
 
 import duckdb
 
-from .store import ENV_COLUMNS, RESULT_COLUMNS, RUN_COLUMNS, Store, StoreError
+from .store import ENV_COLUMNS, RESULT_COLUMNS, RUN_COLUMNS, SCHEMA_VERSION, Store, StoreError, relabel_shapes
 
 PARTS = {"environment": ENV_COLUMNS, "run": RUN_COLUMNS, "results": RESULT_COLUMNS}
 
@@ -52,6 +52,8 @@ def export_runs(store: Store, out_dir: Path, run_ids: Iterable[str] | None = Non
         }
         for part, (sql, params) in queries.items():
             cols = ", ".join(PARTS[part])
+            if part == "run":  # the folder's schema version, read back by import to migrate it
+                cols += f", {SCHEMA_VERSION} AS schema_version"
             inner = sql.replace("SELECT *", f"SELECT {cols}", 1)
             # COPY cannot take parameters: the run id is ours (a uuid) and quoted safely anyway.
             inner = inner.replace("?", "'" + str(params[0]).replace("'", "''") + "'")
@@ -65,6 +67,18 @@ def _run_folders(path: Path) -> list[Path]:
     if (path / "run.parquet").exists():
         return [path]
     return sorted(p for p in path.iterdir() if p.is_dir() and (p / "run.parquet").exists())
+
+
+def _folder_version(con, folder: Path) -> int:
+    """The schema version a run folder was written with (folders before version 2 carry none)."""
+    src = f"read_parquet({_sql_str(folder / 'run.parquet')})"
+    if "schema_version" not in {r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {src}").fetchall()}:
+        return 1
+    version = int(con.execute(f"SELECT max(schema_version) FROM {src}").fetchone()[0])
+    if version > SCHEMA_VERSION:
+        raise StoreError(f"{folder} was written by a newer kcollect (schema {version}, this one reads up to "
+                         f"{SCHEMA_VERSION}); upgrade kcollect")
+    return version
 
 
 def import_path(store: Store, path: Path) -> tuple[int, int]:
@@ -82,12 +96,17 @@ def import_path(store: Store, path: Path) -> tuple[int, int]:
         if run_id in have:
             skipped += 1
             continue
+        version = _folder_version(con, folder)
         with store.transaction():
             for part, table in (("environment", "environments"), ("run", "runs"), ("results", "results")):
-                cols = ", ".join(PARTS[part])
+                src = f"read_parquet({_sql_str(folder / (part + '.parquet'))})"
+                # by name: a folder of an older schema lacks the columns added since (NULL here)
+                have = {r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {src}").fetchall()}
+                cols = ", ".join(c for c in PARTS[part] if c in have)
                 verb = "INSERT OR IGNORE" if table == "environments" else "INSERT"
-                con.execute(f"{verb} INTO {table} ({cols}) SELECT {cols} FROM "
-                            f"read_parquet({_sql_str(folder / (part + '.parquet'))})")
+                con.execute(f"{verb} INTO {table} ({cols}) SELECT {cols} FROM {src}")
+            if version < 2:
+                relabel_shapes(con, run_id)
         have.add(run_id)
         added += 1
     store.con.execute("CHECKPOINT")

@@ -34,8 +34,8 @@ class RunConfig:
     seed: int = 0
     commit: str | None = None  # overrides git (for a copy of the tree without .git)
     commit_time: str | None = None
-    alloc_conf: str | None = None  # PYTORCH_CUDA_ALLOC_CONF the run was made with (cli.ALLOC_CONF)
-    ptxas: str | None = None  # TRITON_PTXAS_PATH the run's Triton kernels were built with (cli.pin_ptxas)
+    alloc_conf: str | None = None  # PYTORCH_CUDA_ALLOC_CONF the run was made with (common.ALLOC_CONF)
+    ptxas: str | None = None  # TRITON_PTXAS_PATH the run's Triton kernels were built with (common.pin_ptxas)
 
 
 @dataclass(frozen=True)
@@ -168,7 +168,9 @@ class Runner:
                                  error=f"relative error {err:.3g} over the tolerance {tol:.3g}")
             t = self._time(call)
             peak = timing.peak_memory(call, self.config.device)
-            return self._row(case, mode, name, status="ok", rel_err=err, tolerance=tol, timing=t, peak=peak)
+            config = json.dumps(provider.config(inputs), sort_keys=True) if provider.config else None
+            return self._row(case, mode, name, status="ok", rel_err=err, tolerance=tol, timing=t, peak=peak,
+                             config=config)
         except (KeyboardInterrupt, SystemExit):
             raise
         except Exception as e:  # CUDA errors, out of memory, compile failures: a row, the run goes on
@@ -193,14 +195,15 @@ class Runner:
 
     def _row(self, case: Case, mode: str, provider: str, *, status: str, error: str | None = None,
              rel_err: float | None = None, tolerance: float | None = None,
-             timing: timing.Timing | None = None, peak: int | None = None) -> dict[str, Any]:
+             timing: timing.Timing | None = None, peak: int | None = None,
+             config: str | None = None) -> dict[str, Any]:
         spec, dims = case.spec, case.shape.dims
         self.seq += 1
         row = dict(run_id=self.run_id, kernel=spec.name, mode=mode, provider=provider, shape=case.shape.label,
                    dims=json.dumps(dict(dims)), dtype=DTYPE_NAMES[case.dtype], baseline=spec.baseline,
                    bound=spec.bound, status=status, error=error, rel_err=_finite(rel_err), tolerance=tolerance,
                    bytes=int(spec.bytes_moved(dims, case.dtype, mode)), flops=float(spec.flops(dims, mode)),
-                   peak_mem_bytes=peak, seq=self.seq)
+                   peak_mem_bytes=peak, config=config, seq=self.seq)
         if timing is not None:
             row.update(timing=timing.method, median_ms=timing.median_ms, p20_ms=timing.p20_ms, p80_ms=timing.p80_ms,
                        mean_ms=timing.mean_ms, std_ms=timing.std_ms, min_ms=timing.min_ms, reps=timing.reps)

@@ -38,7 +38,12 @@ class Shape:
 
     @property
     def label(self) -> str:
-        return "x".join(str(v) for v in self.dims.values())
+        """The dims with their names, e.g. M=4096,N=8192: the series key in the store."""
+        return shape_label(self.dims)
+
+
+def shape_label(dims: Mapping[str, int | str]) -> str:
+    return ",".join(f"{k}={v}" for k, v in dims.items())
 
 
 def always_available(device: str) -> str | None:
@@ -54,6 +59,9 @@ class Provider:
     name: str
     fn: Callable[..., Any]
     available: Callable[[str], str | None] = always_available
+    # inputs -> the tuned config(s) this provider launches with for them (JSON-able): stored with
+    # each row, so that a number says which plan it came from (ours; None for the others)
+    config: Callable[[Inputs], Mapping[str, Any]] | None = None
 
 
 @dataclass(frozen=True)
@@ -81,7 +89,6 @@ class KernelSpec:
     check_shape: Callable[[Mapping[str, Any]], str | None] = lambda dims: None
     # maps a provider's (tuple) output to what is compared with the reference (e.g. dequantise)
     compare: Callable[[tuple], tuple] | None = None
-    regression_threshold: float = 0.05  # relative change the regression flags need at least
     notes: str = ""
 
     def provider(self, name: str) -> Provider:
@@ -111,10 +118,12 @@ def compiled(eager_fn: Callable[..., Any]) -> Callable[..., Any]:
     return call
 
 
-def standard_providers(triton_fn: Callable[..., Any], eager_fn: Callable[..., Any]) -> tuple[Provider, ...]:
-    """ours, PyTorch eager, and torch.compile of the same eager code."""
+def standard_providers(triton_fn: Callable[..., Any], eager_fn: Callable[..., Any],
+                       config: Callable[[Inputs], Mapping[str, Any]] | None = None) -> tuple[Provider, ...]:
+    """ours (with the function that names its tuned config), PyTorch eager, and torch.compile of
+    the same eager code."""
     return (
-        Provider("triton", triton_fn),
+        Provider("triton", triton_fn, config=config),
         Provider("torch", eager_fn),
         Provider("compile", compiled(eager_fn)),
     )

@@ -21,7 +21,7 @@ from typing import Any, Iterable, Sequence
 
 import duckdb
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 APP = "kcollect"
 
 
@@ -41,6 +41,7 @@ ENV_COLUMNS = {
     "triton": "VARCHAR",
     "python": "VARCHAR",
     "interpreted": "BOOLEAN",
+    "peers": "VARCHAR",  # JSON {package: version} of the peer packages installed (liger-kernel, ...)
 }
 
 RUN_COLUMNS = {
@@ -57,6 +58,13 @@ RUN_COLUMNS = {
     "copy_gbps": "DOUBLE",  # measured device-to-device copy, read + write
     "matmul_tflops": "DOUBLE",  # measured bf16 matmul
     "config": "VARCHAR",  # JSON of the run configuration (warm-up, repeats, seed, selection)
+    "machine": "VARCHAR",  # --machine, default host name + GPU: two hosts of one GPU model are two series
+    "commit_subject": "VARCHAR",  # the commit message's first line
+    "commit_author": "VARCHAR",
+    "commit_url": "VARCHAR",  # the commit's page, from the repository's remote (None where unknown)
+    "phases": "VARCHAR",  # JSON {phase: seconds} of where the run's wall time went
+    "shard": "VARCHAR",  # 'K/N' when the plan was split over machines (--shard), else None
+    "device_index": "INTEGER",  # the CUDA device the run measured on (one run per GPU of a host)
 }
 
 RESULT_COLUMNS = {
@@ -64,12 +72,13 @@ RESULT_COLUMNS = {
     "kernel": "VARCHAR",
     "mode": "VARCHAR",
     "provider": "VARCHAR",
-    "shape": "VARCHAR",  # label, e.g. 4096x14336
+    "shape": "VARCHAR",  # label with the dims' names, e.g. M=4096,N=14336
     "dims": "VARCHAR",  # JSON object of the named dims
     "dtype": "VARCHAR",
     "baseline": "VARCHAR",  # the kernel's baseline provider (so the site needs no kernel import)
     "bound": "VARCHAR",  # 'memory' or 'compute'
-    "status": "VARCHAR",  # 'ok', 'failed' (correctness gate), 'error' (exception), 'unavailable'
+    "status": "VARCHAR",  # 'ok', 'unstable' (disturbed while timed), 'failed' (correctness gate),
+    #                       'error' (exception), 'unavailable'
     "error": "VARCHAR",  # the reason for any status but ok
     "rel_err": "DOUBLE",
     "tolerance": "DOUBLE",
@@ -82,6 +91,10 @@ RESULT_COLUMNS = {
     "min_ms": "DOUBLE",
     "reps": "INTEGER",
     "peak_mem_bytes": "BIGINT",  # memory one call allocates beyond what existed before it
+    "config": "VARCHAR",  # JSON of the tuned config the provider ran with (ours), else None
+    "recheck_ms": "DOUBLE",  # median of a second, short measurement at the end of the case
+    "free_mem_bytes": "BIGINT",  # device memory free when the provider was timed
+    "clock_mhz": "DOUBLE",  # SM clock while it was timed (None where it cannot be read)
     "bytes": "BIGINT",
     "flops": "DOUBLE",
     "seq": "INTEGER",  # order of measurement within the run
@@ -98,7 +111,8 @@ def _create(columns: dict[str, str], table: str, key: Sequence[str] = ()) -> str
 RESULTS_VIEW = """
 CREATE OR REPLACE VIEW results_v AS
 SELECT r.*, u.started_at, u.finished_at, u.status AS run_status, u.git_commit, u.commit_time,
-       u.git_dirty, u.grid, u.copy_gbps, u.matmul_tflops, e.*,
+       u.git_dirty, u.grid, u.copy_gbps, u.matmul_tflops, u.machine, u.commit_subject, u.commit_author,
+       u.commit_url, u.shard, u.device_index, e.*,
        CASE WHEN r.status = 'ok' THEN r.bytes / (r.median_ms * 1e6) END AS gbps,
        CASE WHEN r.status = 'ok' THEN r.flops / (r.median_ms * 1e9) END AS tflops,
        CASE WHEN r.status <> 'ok' THEN NULL
@@ -107,9 +121,28 @@ SELECT r.*, u.started_at, u.finished_at, u.status AS run_status, u.git_commit, u
 FROM results r JOIN runs u USING (run_id) JOIN environments e USING (env_id)
 """
 
-# Migrations from version N to N+1, in order. Version 1 is the first schema, so none yet; a
-# change appends a list of statements here and bumps SCHEMA_VERSION.
-MIGRATIONS: dict[int, list[str]] = {}
+# Migrations from version N to N+1, in order: SQL statements, or a function of the connection.
+# A change appends one here and bumps SCHEMA_VERSION; history.py migrates run folders the same way.
+ADDED = {1: {"environments": ["peers"],
+             "runs": ["machine", "commit_subject", "commit_author", "commit_url", "phases", "shard", "device_index"],
+             "results": ["config", "recheck_ms", "free_mem_bytes", "clock_mhz"]}}
+
+
+def relabel_shapes(con, run_id: str | None = None) -> None:
+    """v1 labels were the bare values (4096x14336); v2 names them (M=4096,N=14336), from dims."""
+    where, args = ("WHERE run_id = ?", [run_id]) if run_id else ("", [])
+    for (dims,) in con.execute(f"SELECT DISTINCT dims FROM results {where}", args).fetchall():
+        label = ",".join(f"{k}={v}" for k, v in json.loads(dims).items())
+        con.execute(f"UPDATE results SET shape = ? WHERE dims = ? {where.replace('WHERE', 'AND')}",
+                    [label, dims, *args])
+
+
+def _add_columns(version: int):
+    tables = {"environments": ENV_COLUMNS, "runs": RUN_COLUMNS, "results": RESULT_COLUMNS}
+    return [f"ALTER TABLE {t} ADD COLUMN {c} {tables[t][c]}" for t, cols in ADDED[version].items() for c in cols]
+
+
+MIGRATIONS: dict[int, list] = {1: ["DROP VIEW IF EXISTS results_v", *_add_columns(1), relabel_shapes]}
 
 
 @dataclass
@@ -125,6 +158,7 @@ class Environment:
     triton: str
     python: str
     interpreted: bool
+    peers: str | None = None
 
 
 @dataclass
@@ -141,10 +175,21 @@ class Run:
     copy_gbps: float | None
     matmul_tflops: float | None
     config: str
+    machine: str | None = None
+    commit_subject: str | None = None
+    commit_author: str | None = None
+    commit_url: str | None = None
+    phases: str | None = None
+    shard: str | None = None
+    device_index: int | None = None
 
 
 def _values(obj: Any) -> list[Any]:
     return [getattr(obj, f.name) for f in fields(obj)]
+
+
+assert [f.name for f in fields(Environment)] == list(ENV_COLUMNS)
+assert [f.name for f in fields(Run)] == list(RUN_COLUMNS)
 
 
 class Store:
@@ -217,8 +262,8 @@ class Store:
     def _migrate(self, version: int) -> None:
         with self.transaction():
             for v in range(version, SCHEMA_VERSION):
-                for stmt in MIGRATIONS[v]:
-                    self.con.execute(stmt)
+                for step in MIGRATIONS[v]:
+                    step(self.con) if callable(step) else self.con.execute(step)
             self.con.execute(RESULTS_VIEW)
             self.con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(SCHEMA_VERSION)])
 

@@ -5,7 +5,7 @@ import random
 import pytest
 import torch
 
-import gate
+import opcheck as gate
 from kcollect import verify
 from kcollect.kernels import add_rms_norm as K
 from kcollect.kernels import rms_norm

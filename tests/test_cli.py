@@ -93,7 +93,7 @@ def test_pin_ptxas_takes_torchs_bundled_ptxas(tmp_path, monkeypatch):
     import importlib.machinery
     import importlib.util
 
-    from kcollect import cli
+    from kcollect import common
 
     torch_dir = tmp_path / "torch"
     (torch_dir / "bin").mkdir(parents=True)
@@ -106,9 +106,9 @@ def test_pin_ptxas_takes_torchs_bundled_ptxas(tmp_path, monkeypatch):
     # setenv first, so that teardown restores the variable as it was (pin_ptxas sets it directly)
     monkeypatch.setenv("TRITON_PTXAS_PATH", "-")
     monkeypatch.delenv("TRITON_PTXAS_PATH")
-    assert cli.pin_ptxas() == str(ptxas) == os.environ["TRITON_PTXAS_PATH"]
+    assert common.pin_ptxas() == str(ptxas) == os.environ["TRITON_PTXAS_PATH"]
     monkeypatch.setenv("TRITON_PTXAS_PATH", "/elsewhere/ptxas")  # the user's choice wins
-    assert cli.pin_ptxas() == "/elsewhere/ptxas"
+    assert common.pin_ptxas() == "/elsewhere/ptxas"
 
 
 def test_corrupt_db_exits_1_and_is_untouched(tmp_path):
@@ -149,4 +149,4 @@ def test_killed_run_keeps_finished_rows(tmp_path, sig, status, code):
         rows = s.query("SELECT shape, status FROM results")
     assert runs == [{"status": status}]
     kept = {r["shape"] for r in rows}
-    assert "64x1024" in kept and len(kept) < 3, kept  # the first case survived, the run did not finish
+    assert "M=64,N=1024" in kept and len(kept) < 3, kept  # the first case survived, the run did not finish

@@ -4,7 +4,7 @@ import random
 import pytest
 import torch
 
-import gate
+import opcheck as gate
 from kcollect import verify
 from kcollect.kernels import geglu, gelu
 

@@ -9,9 +9,11 @@ import pytest
 import torch
 from triton.runtime.jit import KernelInterface
 
-import gate
+import opcheck as gate
 from kcollect import verify
-from kcollect.kernels import _utils, cross_entropy, layer_norm, rms_norm, softmax
+from kcollect.kernels._lib import prefetch
+from kcollect.kernels._lib.prefetch import l2_prefetch_ok
+from kcollect.kernels import cross_entropy, layer_norm, rms_norm, softmax
 
 
 def fake(shape, dtype, device="cuda"):
@@ -23,12 +25,12 @@ def fake(shape, dtype, device="cuda"):
 
 def test_prefetch_needs_hopper_and_rows_of_whole_vectors(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
-    assert _utils.l2_prefetch_ok(fake((4, 65536), torch.bfloat16))
-    assert _utils.l2_prefetch_ok(fake((4, 1000), torch.float32))
-    assert not _utils.l2_prefetch_ok(fake((4, 5003), torch.bfloat16))  # rows not whole 16-byte vectors
-    assert not _utils.l2_prefetch_ok(fake((4, 65536), torch.bfloat16, "cpu"))  # the interpreter runs no PTX
+    assert l2_prefetch_ok(fake((4, 65536), torch.bfloat16))
+    assert l2_prefetch_ok(fake((4, 1000), torch.float32))
+    assert not l2_prefetch_ok(fake((4, 5003), torch.bfloat16))  # rows not whole 16-byte vectors
+    assert not l2_prefetch_ok(fake((4, 65536), torch.bfloat16, "cpu"))  # the interpreter runs no PTX
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
-    assert not _utils.l2_prefetch_ok(fake((4, 65536), torch.bfloat16))
+    assert not l2_prefetch_ok(fake((4, 65536), torch.bfloat16))
 
 
 class Planned(Exception):
@@ -44,7 +46,7 @@ def planned_ahead(monkeypatch, module, call) -> int:
         raise Planned
 
     monkeypatch.setattr(module, "coop_plan", plan)
-    monkeypatch.setattr(_utils, "l2_prefetch_ok", lambda t: True)
+    monkeypatch.setattr(prefetch, "l2_prefetch_ok", lambda t: True)
     with pytest.raises(Planned):
         call()
     return asked[0]
@@ -67,7 +69,7 @@ def test_coop_launches_prefetch_where_measured(monkeypatch):
     x3, w3 = torch.empty(4, 16384, dtype=b), torch.empty(16384, dtype=b)
     assert planned_ahead(monkeypatch, layer_norm, lambda: layer_norm.layer_norm_backward(
         x3, x3, w3, r, r, wide="coop")) == 0
-    monkeypatch.setattr(_utils, "l2_prefetch_ok", lambda t: False)
+    monkeypatch.setattr(prefetch, "l2_prefetch_ok", lambda t: False)
     asked = []
     monkeypatch.setattr(layer_norm, "coop_plan", lambda *a, **kw: asked.append(kw["L2_AHEAD"]) or None)
     monkeypatch.setattr(KernelInterface, "__getitem__", lambda self, grid: lambda *a, **k: None)
@@ -87,7 +89,7 @@ def launch_kwargs(monkeypatch, call) -> dict:
 def test_lines_and_cross_entropy_prefetch_where_measured(monkeypatch):
     # softmax's lines forward: rows up to LINES_NARROW_ROW_BYTES (65536 bf16: 1 chunk ahead), not
     # wider; cross_entropy's row path: 2 chunks ahead with a gradient, none for the loss alone
-    monkeypatch.setattr(_utils, "l2_prefetch_ok", lambda t: True)
+    monkeypatch.setattr(prefetch, "l2_prefetch_ok", lambda t: True)
     b = torch.bfloat16
     fwd = lambda n: launch_kwargs(monkeypatch, lambda: softmax.softmax_forward(  # noqa: E731
         torch.empty(softmax._SPLIT_MAX_ROWS + 1, n, dtype=b), coop=False))["_softmax_fwd_lines"]["L2_AHEAD"]
@@ -96,7 +98,7 @@ def test_lines_and_cross_entropy_prefetch_where_measured(monkeypatch):
     ce = lambda grad, **kw: launch_kwargs(monkeypatch, lambda: cross_entropy.cross_entropy_rows(  # noqa: E731
         logits, target, torch.empty(64), logits if grad else None, -100, 0.0, split=False, **kw))["_ce_rows"]
     assert ce(True)["L2_AHEAD"] == 2 and ce(False)["L2_AHEAD"] == 0 and ce(True, l2_ahead=1)["L2_AHEAD"] == 1
-    monkeypatch.setattr(_utils, "l2_prefetch_ok", lambda t: False)
+    monkeypatch.setattr(prefetch, "l2_prefetch_ok", lambda t: False)
     assert ce(True)["L2_AHEAD"] == 0
 
 
@@ -104,7 +106,7 @@ def test_register_paths_prefetch_where_measured(monkeypatch):
     # layer_norm's register-path backward one tile ahead; rms_norm's register paths not at all
     b = torch.bfloat16
     x, w, r = torch.empty(64, 4096, dtype=b), torch.empty(4096, dtype=b), torch.empty(64)
-    monkeypatch.setattr(_utils, "l2_prefetch_ok", lambda t: True)
+    monkeypatch.setattr(prefetch, "l2_prefetch_ok", lambda t: True)
     got = launch_kwargs(monkeypatch, lambda: layer_norm.layer_norm_backward(x, x, w, r, r))
     assert got["_ln_bwd_rows"]["L2_AHEAD"] == 1
     got = launch_kwargs(monkeypatch, lambda: rms_norm.rms_norm_backward(x, x, w, r))

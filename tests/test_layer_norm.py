@@ -6,7 +6,7 @@ import random
 import pytest
 import torch
 
-import gate
+import opcheck as gate
 from kcollect import verify
 from kcollect.kernels import layer_norm
 

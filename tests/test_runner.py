@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from kcollect import report, timing
-from kcollect.kernels import swiglu
+from kcollect.kernels.swiglu import spec as swiglu
 from kcollect.runner import Runner, RunConfig, plan
 from kcollect.spec import Provider, Shape
 from kcollect.store import Store
@@ -75,7 +75,7 @@ def test_timed_rows_have_consistent_statistics(tmp_path):
     for r in stored:
         assert r["min_ms"] <= r["p20_ms"] <= r["median_ms"] <= r["p80_ms"]
         assert r["reps"] >= 3 and r["timing"] == "cpu-clock" and r["bytes"] > 0
-        assert r["shape"] == "33x515" and r["baseline"] == "torch"
+        assert r["shape"] == "M=33,N=515" and r["baseline"] == "torch"
 
 
 def test_plan_respects_filters_and_claimed_dtypes():

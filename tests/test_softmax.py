@@ -8,7 +8,7 @@ import pytest
 import torch
 from triton.runtime.jit import KernelInterface
 
-import gate
+import opcheck as gate
 from kcollect import verify
 from kcollect.kernels import softmax
 

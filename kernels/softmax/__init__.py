@@ -8,7 +8,7 @@ import triton.language as tl
 
 from kcollect.spec import KernelSpec, Provider, Shape, peer_available, standard_providers
 
-from ._utils import (LINES_NARROW_ROW_BYTES, LOG2E, coop_plan, coop_program, lines_launch, lse_update, on_sm90,
+from .._lib import (LINES_NARROW_ROW_BYTES, LOG2E, coop_plan, coop_program, lines_launch, lse_update, on_sm90,
                      prefetch_ahead, prefetch_chunk, prefetch_segment, publish, publish2, sm_count, wait_slots2,
                      wait_total, widen, widen_asm)
 

@@ -12,8 +12,8 @@ import triton.language as tl
 
 from kcollect.spec import KernelSpec, Provider, Shape, peer_available, standard_providers
 
-from ._utils import launch_elementwise
-from .gelu import gelu_tanh_and_grad_f32, gelu_tanh_f32
+from .._lib import launch_elementwise
+from ..gelu import gelu_tanh_and_grad_f32, gelu_tanh_f32
 
 
 # ---------------------------------------------------------------------------------------------

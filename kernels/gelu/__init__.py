@@ -17,7 +17,7 @@ import triton.language as tl
 
 from kcollect.spec import KernelSpec, Shape, standard_providers
 
-from ._utils import launch_elementwise
+from .._lib import launch_elementwise
 
 APPROX = ("tanh", "none")
 

@@ -11,8 +11,8 @@ import torch
 
 from kcollect.spec import KernelSpec, Provider, Shape, peer_available, standard_providers
 
-from .rms_norm import rms_norm_backward, rms_norm_eager, rms_norm_forward
-from .rms_norm import reference as rms_norm_reference
+from ..rms_norm import rms_norm_backward, rms_norm_eager, rms_norm_forward
+from ..rms_norm import reference as rms_norm_reference
 
 
 # ---------------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ import triton.language as tl
 
 from kcollect.spec import KernelSpec, Provider, Shape, peer_available, standard_providers
 
-from ._utils import LOG2E, lse2_combine, lse_update, prefetch_ahead, prefetch_chunk, sm_count
+from .._lib import LOG2E, lse2_combine, lse_update, prefetch_ahead, prefetch_chunk, sm_count
 
 LN2 = tl.constexpr(0.6931471805599453)
 

@@ -23,7 +23,7 @@ import triton.language as tl
 
 from kcollect.spec import KernelSpec, Provider, Shape, compiled
 
-from ._utils import lines_launch, sm_count
+from .._lib import lines_launch, sm_count
 
 FP8_MAX = 448.0  # torch.finfo(torch.float8_e4m3fn).max
 AMAX_FLOOR = 1e-10  # as in common per-token-group quantisers: below it a block quantises to zeros

@@ -19,8 +19,8 @@ import torch.nn.functional as F
 
 from kcollect.spec import KernelSpec, Provider, Shape, peer_available, standard_providers
 
-from .cross_entropy import IGNORE_INDEX, cross_entropy_rows, finish_mean, scale_
-from .cross_entropy import reference as cross_entropy_reference
+from ..cross_entropy import IGNORE_INDEX, cross_entropy_rows, finish_mean, scale_
+from ..cross_entropy import reference as cross_entropy_reference
 
 
 # ---------------------------------------------------------------------------------------------

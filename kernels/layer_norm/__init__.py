@@ -8,7 +8,7 @@ import triton.language as tl
 
 from kcollect.spec import KernelSpec, Provider, Shape, peer_available, standard_providers
 
-from ._utils import (coop_plan, coop_program, l2_bytes, lines_launch, prefetch_ahead, prefetch_rows,
+from .._lib import (coop_plan, coop_program, l2_bytes, lines_launch, prefetch_ahead, prefetch_rows,
                      prefetch_segment, publish2, sm_count, wait_total2)
 
 

@@ -14,9 +14,9 @@ import triton.language as tl
 
 from kcollect.spec import KernelSpec, Provider, Shape, peer_available, standard_providers
 
-from ._utils import (coop_plan, coop_program, l2_bytes, last_to_arrive, lines_launch, on_sm90, prefetch_ahead,
+from .._lib import (coop_plan, coop_program, l2_bytes, last_to_arrive, lines_launch, on_sm90, prefetch_ahead,
                      prefetch_rows, prefetch_segment, publish, row_settings, sm_count, wait_total, widen, widen_asm)
-from ._utils import resident_programs as _resident_programs
+from .._lib import resident_programs as _resident_programs
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,25 @@
+"""Tuned configs are data: each op's config.py declares frozen dataclasses (blocks, warps, path)
+and a heuristic that picks one from the shape and the GPU's architecture. Launchers take
+`config=None` (the heuristic's pick) or a config to force; the collector stores the record of the
+config every row ran with, and an A/B is two configs through the lab harness."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+
+def arch(device) -> str:
+    """'sm90' (Hopper: H100, H200), 'sm80', ... for a CUDA device; 'cpu' for the interpreter."""
+    import torch
+
+    device = torch.device(device)
+    if device.type != "cuda":
+        return "cpu"
+    major, minor = torch.cuda.get_device_capability(device)
+    return f"sm{major}{minor}"
+
+
+def config_record(**configs: Any) -> dict[str, Any]:
+    """{name: {field: value, ...}} of the configs a call launches with (None ones left out): what a
+    row's `config` column holds."""
+    return {name: dataclasses.asdict(c) for name, c in configs.items() if c is not None}

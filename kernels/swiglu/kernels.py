@@ -1,0 +1,71 @@
+"""SwiGLU's Triton kernels and their launchers. Flat over the elements: a and b are contiguous and
+the op is elementwise, so a 1-D grid gives every program full 16-byte loads whatever the row width."""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .._lib import launch_elementwise
+from .config import SwiGLUConfig
+
+
+@triton.jit
+def _fwd_block(a_ptr, b_ptr, c_ptr, offs, mask):
+    a = tl.load(a_ptr + offs, mask=mask).to(tl.float32)
+    b = tl.load(b_ptr + offs, mask=mask).to(tl.float32)
+    c = a * tl.sigmoid(a) * b
+    tl.store(c_ptr + offs, c.to(c_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _swiglu_fwd(a_ptr, b_ptr, c_ptr, n, BLOCK: tl.constexpr, TAIL: tl.constexpr):
+    # the block masked at a multiple of 16 (vector loads), the tail by the last program: see
+    # _lib.launch_elementwise
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    n16 = n // 16 * 16
+    _fwd_block(a_ptr, b_ptr, c_ptr, offs, offs < n16)
+    if TAIL:
+        if tl.program_id(0) == tl.num_programs(0) - 1:
+            tail = n16 + tl.arange(0, 16)
+            _fwd_block(a_ptr, b_ptr, c_ptr, tail, tail < n)
+
+
+@triton.jit
+def _bwd_block(dc_ptr, a_ptr, b_ptr, da_ptr, db_ptr, offs, mask):
+    dc = tl.load(dc_ptr + offs, mask=mask).to(tl.float32)
+    a = tl.load(a_ptr + offs, mask=mask).to(tl.float32)
+    b = tl.load(b_ptr + offs, mask=mask).to(tl.float32)
+    sig = tl.sigmoid(a)
+    silu = a * sig
+    db = dc * silu
+    # d silu / da = sig * (1 + a * (1 - sig))
+    da = dc * b * sig * (1.0 + a * (1.0 - sig))
+    tl.store(da_ptr + offs, da.to(da_ptr.dtype.element_ty), mask=mask)
+    tl.store(db_ptr + offs, db.to(db_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _swiglu_bwd(dc_ptr, a_ptr, b_ptr, da_ptr, db_ptr, n, BLOCK: tl.constexpr, TAIL: tl.constexpr):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    n16 = n // 16 * 16
+    _bwd_block(dc_ptr, a_ptr, b_ptr, da_ptr, db_ptr, offs, offs < n16)
+    if TAIL:
+        if tl.program_id(0) == tl.num_programs(0) - 1:
+            tail = n16 + tl.arange(0, 16)
+            _bwd_block(dc_ptr, a_ptr, b_ptr, da_ptr, db_ptr, tail, tail < n)
+
+
+def swiglu_forward(a: torch.Tensor, b: torch.Tensor, config: SwiGLUConfig | None = None) -> torch.Tensor:
+    a, b = a.contiguous(), b.contiguous()
+    c = torch.empty_like(a)
+    launch_elementwise(_swiglu_fwd, a.numel(), a, b, c, config=config)
+    return c
+
+
+def swiglu_backward(dc: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
+                    config: SwiGLUConfig | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    dc = dc.contiguous()
+    da, db = torch.empty_like(a), torch.empty_like(b)
+    launch_elementwise(_swiglu_bwd, a.numel(), dc, a, b, da, db, config=config)
+    return da, db

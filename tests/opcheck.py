@@ -1,0 +1,70 @@
+"""What every op's tests share: the reference check of each provider, mode and dtype on awkward
+shapes (`reference_cases` + `check_case`), the rules for tiny bf16 shapes, and offline compiles for
+sm_90 (PTX the interpreter cannot run)."""
+import math
+import random
+
+import pytest
+import torch
+
+from kcollect import verify
+
+# Below this many elements a bf16 result's relative error is too noisy to gate on: bf16 keeps 8
+# mantissa bits and the interpreter truncates, so over 35 elements (and a 7-element dw) 1 draw in
+# about 300 passes the tolerance for PyTorch's kernels as for ours (measured on 5x7: tails of
+# 1.0e-2 to 2.1e-2 against medians of 3e-3 to 7e-3). Tiny shapes are there for masking, which does
+# not depend on the dtype: they are checked in fp16 and fp32, whose tolerances are tight.
+MIN_BF16_ELEMENTS = 256
+
+
+def too_few_for_bf16(dims, dtype) -> bool:
+    size = math.prod(v for v in dims.values() if isinstance(v, int))
+    return dtype == torch.bfloat16 and size < MIN_BF16_ELEMENTS
+
+
+def run_offline_compile(script: str) -> str:
+    """Run `script` (Python that compiles kernels with benchmarks/compile_report.py and prints what
+    it found) in its own process without TRITON_INTERPRET, so that Triton compiles for sm_90
+    instead of interpreting: the way to check PTX that the CPU interpreter cannot run. Its stdout;
+    a failed compile fails the test with the script's error."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "-c", script], cwd=Path(__file__).resolve().parent.parent, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout
+
+
+def shape_id(dims) -> str:
+    return ",".join(f"{k}={v}" for k, v in dims.items())
+
+
+def reference_cases(spec, shapes, compile_shapes: int = 1):
+    """pytest params of (provider, mode, dtype, dims) for every provider the CPU can run, every mode
+    and every dtype the op claims, over `shapes`. Left out: bf16 on tiny shapes (too noisy to gate
+    on, see above), and torch.compile past the first `compile_shapes` shapes (each shape costs a
+    CPU compile, and compile is PyTorch's, not ours)."""
+    runnable = [p.name for p in spec.providers if p.available("cpu") is None]
+    params = []
+    for i, dims in enumerate(shapes):
+        for dtype in spec.dtypes:
+            if too_few_for_bf16(dims, dtype):
+                continue
+            for mode in spec.modes:
+                for provider in runnable:
+                    if provider == "compile" and i >= compile_shapes:
+                        continue
+                    params.append(pytest.param(provider, mode, dtype, dims,
+                                               id=f"{provider}-{mode}-{str(dtype)[6:]}-{shape_id(dims)}"))
+    return params
+
+
+def check_case(spec, provider, mode, dtype, dims):
+    """One provider against float64 on fresh random inputs: within the op's tolerance."""
+    result = verify.check(spec, provider, dims, dtype, mode, seed=random.randrange(2**31))
+    assert result.ok, f"{provider} {mode} {dtype} {dims}: error {result.error:.3g} > {result.tolerance:.3g}"
+    return result
