@@ -1,0 +1,185 @@
+"""The forward: online softmax over key blocks in fp32 with exp2, one query block a tile.
+
+Scores are kept in log2 units (s * scale * log2(e)), so each probability is one exp2. Each tile
+walks its key blocks in three ranges (common.key_blocks): the masked blocks at the window's
+leading edge, the fully visible middle without any mask (where nearly all the work is), and the
+masked blocks on the diagonal and past the end of the keys. The tile saves its rows' log-sum-exp
+(log2 units) for the backward: +inf for a row that saw no key, whose output is 0, so the
+backward's exp2(s - lse) is 0 there instead of NaN.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .._lib import sm_count
+from .common import (block_d, interpreter_operands, key_blocks, load_tile, lse_offset, make_desc, seq_spans,
+                     store_tile, visible)
+from .config import FwdConfig
+
+
+@triton.jit
+def _fwd_step(acc, l_i, m_i, q, k_src, v_src, start_n, offs_m, offs_n, offs_d, len_q, len_k, shift, window, stride_k,
+              stride_v, qk_scale, D: tl.constexpr, BLOCK_D: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr,
+              HAS_WINDOW: tl.constexpr, TMA: tl.constexpr):
+    k = load_tile(k_src, start_n, len_k, stride_k, offs_n, offs_d, D, BLOCK_D, MASK, TMA)
+    qk = tl.dot(q, tl.trans(k))
+    if MASK:
+        keep = visible(offs_m[:, None], start_n + offs_n[None, :], len_q, len_k, shift, window, CAUSAL, HAS_WINDOW)
+        qk = tl.where(keep, qk * qk_scale, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key yet: no -inf - -inf
+        p = tl.math.exp2(qk - m_use[:, None])
+    else:
+        m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+        m_use = m_new
+        p = tl.math.exp2(qk * qk_scale - m_use[:, None])
+    alpha = tl.math.exp2(m_i - m_use)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    v = load_tile(v_src, start_n, len_k, stride_v, offs_n, offs_d, D, BLOCK_D, MASK, TMA)
+    acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
+    return acc, l_i, m_new
+
+
+@triton.jit
+def _fwd_blocks(acc, l_i, m_i, q, k_src, v_src, lo, hi, offs_m, offs_n, offs_d, len_q, len_k, shift,
+                window, stride_k, stride_v, qk_scale, D: tl.constexpr, BLOCK_D: tl.constexpr,
+                BLOCK_N: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr,
+                TMA: tl.constexpr, WARP_SPEC: tl.constexpr, PIPELINE: tl.constexpr):
+    """Key blocks [lo, hi): a software-pipelined tl.range on the GPU, a while loop in the interpreter
+    (whose range() cannot take a bound computed from program_id under NumPy >= 2.4)."""
+    if PIPELINE:
+        for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPEC):
+            start_n = tl.multiple_of(start_n, BLOCK_N)
+            acc, l_i, m_i = _fwd_step(acc, l_i, m_i, q, k_src, v_src, start_n, offs_m, offs_n, offs_d, len_q, len_k,
+                                      shift, window, stride_k, stride_v, qk_scale, D, BLOCK_D, MASK, CAUSAL,
+                                      HAS_WINDOW, TMA)
+    else:
+        start_n = lo
+        while start_n < hi:
+            acc, l_i, m_i = _fwd_step(acc, l_i, m_i, q, k_src, v_src, start_n, offs_m, offs_n, offs_d, len_q, len_k,
+                                      shift, window, stride_k, stride_v, qk_scale, D, BLOCK_D, MASK, CAUSAL,
+                                      HAS_WINDOW, TMA)
+            start_n += BLOCK_N
+    return acc, l_i, m_i
+
+
+@triton.jit
+def _fwd_tile(tile, Q, K, V, O, LSE, CU_Q, CU_K, sqb, sqt, sqh, skb, skt, skh, svb, svt, svh, sob, sot, soh,
+              Sq, Skv, Tq, Hq, GROUP, qk_scale, window, n_mblocks, D: tl.constexpr, BLOCK_D: tl.constexpr,
+              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr,
+              VARLEN: tl.constexpr, TMA: tl.constexpr, WARP_SPEC: tl.constexpr, PIPELINE: tl.constexpr):
+    # tiles head-major (the query blocks of one head run together and share its keys in L2); a causal
+    # head's longest rows first, so the short ones fill the tail of the grid
+    bh = tile // n_mblocks
+    mb = tile % n_mblocks
+    if CAUSAL:
+        mb = n_mblocks - 1 - mb
+    b = bh // Hq
+    h = bh % Hq
+    hk = h // GROUP
+    q_tok, len_q, k_tok, len_k = seq_spans(CU_Q, CU_K, b, Sq, Skv, VARLEN)
+    m0 = mb * BLOCK_M
+    if m0 < len_q:
+        b64 = b.to(tl.int64)
+        q_src = Q + b64 * sqb + q_tok * sqt + h * sqh
+        o_dst = O + b64 * sob + q_tok * sot + h * soh
+        k_src = K + b64 * skb + k_tok * skt + hk * skh
+        v_src = V + b64 * svb + k_tok * svt + hk * svh
+        if TMA:
+            q_src = make_desc(q_src, len_q, sqt, BLOCK_M, D, BLOCK_D)
+            o_dst = make_desc(o_dst, len_q, sot, BLOCK_M, D, BLOCK_D)
+            k_src = make_desc(k_src, len_k, skt, BLOCK_N, D, BLOCK_D)
+            v_src = make_desc(v_src, len_k, svt, BLOCK_N, D, BLOCK_D)
+        offs_m = m0 + tl.arange(0, BLOCK_M)
+        offs_n = tl.arange(0, BLOCK_N)
+        offs_d = tl.arange(0, BLOCK_D)
+        q = load_tile(q_src, m0, len_q, sqt, tl.arange(0, BLOCK_M), offs_d, D, BLOCK_D, True, TMA)
+        shift = len_k - len_q
+        m_end = tl.minimum(m0 + BLOCK_M, len_q)
+        lo, mid_lo, mid_hi, hi = key_blocks(m0, m_end, len_k, shift, window, BLOCK_N, CAUSAL, HAS_WINDOW)
+        acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+        l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+        m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+        acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_src, v_src, lo, mid_lo, offs_m, offs_n, offs_d, len_q,
+                                    len_k, shift, window, skt, svt, qk_scale, D, BLOCK_D, BLOCK_N, True, CAUSAL,
+                                    HAS_WINDOW, TMA, False, PIPELINE)
+        acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_src, v_src, mid_lo, mid_hi, offs_m, offs_n, offs_d, len_q,
+                                    len_k, shift, window, skt, svt, qk_scale, D, BLOCK_D, BLOCK_N, False, CAUSAL,
+                                    HAS_WINDOW, TMA, WARP_SPEC, PIPELINE)
+        acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_src, v_src, mid_hi, hi, offs_m, offs_n, offs_d, len_q,
+                                    len_k, shift, window, skt, svt, qk_scale, D, BLOCK_D, BLOCK_N, True, CAUSAL,
+                                    HAS_WINDOW, TMA, False, PIPELINE)
+        empty = l_i == 0.0
+        l_use = tl.where(empty, 1.0, l_i)
+        o = (acc / l_use[:, None]).to(O.dtype.element_ty)
+        store_tile(o_dst, o, m0, len_q, sot, tl.arange(0, BLOCK_M), offs_d, D, TMA)
+        lse = tl.where(empty, float("inf"), m_i + tl.math.log2(l_use))
+        tl.store(LSE + lse_offset(b64, h, q_tok, Sq, Tq, VARLEN) + offs_m, lse, mask=offs_m < len_q)
+
+
+@triton.jit
+def _attn_fwd(Q, K, V, O, LSE, CU_Q, CU_K, sqb, sqt, sqh, skb, skt, skh, svb, svt, svh, sob, sot, soh,
+              Sq, Skv, Tq, Hq, GROUP, qk_scale, window, n_mblocks, n_tiles, D: tl.constexpr,
+              BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
+              HAS_WINDOW: tl.constexpr, VARLEN: tl.constexpr, TMA: tl.constexpr, WARP_SPEC: tl.constexpr,
+              PERSISTENT: tl.constexpr, PIPELINE: tl.constexpr):
+    if PERSISTENT:  # tiles strided over a grid sized to the GPU
+        tile = tl.program_id(0)
+        while tile < n_tiles:
+            _fwd_tile(tile, Q, K, V, O, LSE, CU_Q, CU_K, sqb, sqt, sqh, skb, skt, skh, svb, svt, svh, sob, sot, soh,
+                      Sq, Skv, Tq, Hq, GROUP, qk_scale, window, n_mblocks, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL,
+                      HAS_WINDOW, VARLEN, TMA, WARP_SPEC, PIPELINE)
+            tile += tl.num_programs(0)
+    else:
+        _fwd_tile(tl.program_id(0), Q, K, V, O, LSE, CU_Q, CU_K, sqb, sqt, sqh, skb, skt, skh, svb, svt, svh, sob,
+                  sot, soh, Sq, Skv, Tq, Hq, GROUP, qk_scale, window, n_mblocks, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL,
+                  HAS_WINDOW, VARLEN, TMA, WARP_SPEC, PIPELINE)
+
+
+def _tma_allocator(size: int, alignment: int, stream):
+    # scratch for the descriptors the kernels build on the device
+    return torch.empty(size, dtype=torch.int8, device="cuda")
+
+
+def check_tma(*tensors: torch.Tensor) -> None:
+    """Tensor descriptors need 16-byte aligned bases and row strides."""
+    for t in tensors:
+        if t.data_ptr() % 16 or any(s * t.element_size() % 16 for s in t.stride()[:-1]):
+            raise ValueError("the TMA path needs 16-byte aligned tensors and strides; use a config with tma=False")
+    triton.set_allocator(_tma_allocator)
+
+
+def strides3(x: torch.Tensor, varlen: bool) -> tuple[int, int, int]:
+    """(batch, token, head) strides of a [B, S, H, D] tensor, or (0, token, head) of a packed one."""
+    return (0, x.stride(0), x.stride(1)) if varlen else (x.stride(0), x.stride(1), x.stride(2))
+
+
+def forward(q, k, v, causal: bool, window: int, cu_q, cu_k, max_q: int, max_k: int, scale: float,
+            config: FwdConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """(o like q, lse [Hq, tokens of q] fp32 in log2 units). Inputs already checked by the caller."""
+    varlen = cu_q is not None
+    batch = cu_q.numel() - 1 if varlen else q.shape[0]
+    hq, d = q.shape[-2], q.shape[-1]
+    hkv = k.shape[-2]
+    tq = q.shape[0] if varlen else q.shape[0] * q.shape[1]
+    o = torch.empty_like(q, memory_format=torch.contiguous_format)
+    q, k, v = interpreter_operands(q, k, v)
+    lse = torch.empty((hq, tq), dtype=torch.float32, device=q.device)
+    if config.tma:
+        check_tma(q, k, v, o)
+    n_mblocks = triton.cdiv(max_q, config.block_m)
+    n_tiles = n_mblocks * batch * hq
+    if n_tiles == 0:
+        return o, lse
+    grid = n_tiles
+    if config.persistent:
+        grid = min(n_tiles, config.persistent * sm_count(q.device))
+    _attn_fwd[(grid,)](
+        q, k, v, o, lse, cu_q, cu_k, *strides3(q, varlen), *strides3(k, varlen), *strides3(v, varlen),
+        *strides3(o, varlen), max_q, max_k, tq, hq, hq // hkv, scale * 1.4426950408889634, window, n_mblocks,
+        n_tiles, D=d, BLOCK_D=block_d(d), BLOCK_M=config.block_m, BLOCK_N=config.block_n, CAUSAL=causal,
+        HAS_WINDOW=window > 0, VARLEN=varlen, TMA=config.tma, WARP_SPEC=config.warp_specialize,
+        PERSISTENT=config.persistent > 0, PIPELINE=q.is_cuda, num_warps=config.warps, num_stages=config.stages)
+    return o, lse
