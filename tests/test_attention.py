@@ -2,6 +2,7 @@
 (head dims 64/96/128, causal or not, grouped-query, Sq != Skv, sliding windows, packed batches
 with empty and one-token sequences, fully masked rows), forward and backward, fp16 and bf16."""
 import dataclasses
+import os
 from pathlib import Path
 import random
 
@@ -81,11 +82,23 @@ def test_packed_sequence_without_keys_gives_zero():
     _no_key_rows(got[0], 3)
 
 
-def test_other_configs_and_persistent_grid():
+CONFIGS = {
     # asymmetric blocks, a persistent forward (sm_count is 4 on the CPU: fewer programs than tiles)
-    config = AttentionConfig(FwdConfig(32, 16, 4, 1, persistent=1), BwdConfig(32, 16, 4, 1, 16, 32, 4, 1))
-    inputs = SPEC.make_inputs(dense(1, 3, 1, 40, 40, 64, 1), F16, "cpu", random.randrange(2**31))
-    check(inputs, F16, lambda **kw: attention(**kw, config=config))
+    "persistent": (AttentionConfig(FwdConfig(32, 16, 4, 1, persistent=1), BwdConfig(32, 16, 4, 1, 16, 32, 4, 1)),
+                   lambda seed: SPEC.make_inputs(dense(1, 3, 1, 40, 40, 64, 1), F16, "cpu", seed)),
+    # tensor descriptors (the interpreter runs them): zero-filled rows past each packed sequence and
+    # head columns 96-127, clipped stores
+    "tma": (AttentionConfig(FwdConfig(16, 16, 4, 1, tma=True, warp_specialize=True), BwdConfig(tma=True, **{
+        f: 16 for f in ("kv_n", "kv_m", "q_m", "q_n")}, kv_stages=1, q_stages=1, kv_warps=4, q_warps=4)),
+            lambda seed: packed_inputs([0, 19, 33], [0, 19, 33], 2, 1, 96, 1, 0, BF16, "cpu", seed)),
+}
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_other_configs(name):
+    config, make = CONFIGS[name]
+    inputs = make(random.randrange(2**31))
+    check(inputs, inputs["q"].dtype, lambda **kw: attention(**kw, config=config))
 
 
 @pytest.mark.parametrize("provider", ["eager", "sdpa_math"])
@@ -150,3 +163,50 @@ def test_cost_model_counts_visible_pairs():
     packed = dict(dense(8, 1, 1, 2048, 2048, 64, 1), varlen=1)
     assert visible_total(packed) == sum(n * (n + 1) // 2 for n in lens)
     assert SPEC.flops(packed, "bwd") == 2.5 * SPEC.flops(packed, "fwd")
+
+
+# -- on an sm_90 GPU (TRITON_INTERPRET=0 pytest tests/test_attention.py -k gpu): the compiled kernels,
+# every Hopper switch, at sizes with many blocks -----------------------------------------------------
+ON_GPU = pytest.mark.skipif(not torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1"
+                            or torch.cuda.get_device_capability() != (9, 0),
+                            reason="needs an sm_90 GPU with TRITON_INTERPRET=0")
+GPU_CONFIGS = {
+    "pick": None,
+    "tma": AttentionConfig(FwdConfig(tma=True), BwdConfig(tma=True)),
+    "tma_ws": AttentionConfig(FwdConfig(warps=4, tma=True, warp_specialize=True), BwdConfig()),
+    "persistent": AttentionConfig(FwdConfig(persistent=1), BwdConfig(kv_n=64, kv_m=32, q_m=64, q_n=32)),
+    "small": AttentionConfig(FwdConfig(64, 32, 4, 2), BwdConfig(64, 32, 4, 3, 64, 32, 4, 3)),
+}
+GPU_CASES = {
+    "gqa": lambda seed: SPEC.make_inputs(dense(2, 8, 2, 1000, 1000, 128, 1), BF16, "cuda", seed),
+    "window": lambda seed: SPEC.make_inputs(dense(1, 4, 4, 1500, 1500, 64, 1, window=300), F16, "cuda", seed),
+    "packed": lambda seed: packed_inputs(*[[0, 1, 700, 1300, 5]] * 2, 4, 2, 96, 1, 0, BF16, "cuda", seed),
+    "no_keys": lambda seed: SPEC.make_inputs(dense(1, 2, 2, 700, 300, 128, 1), F16, "cuda", seed),
+    "full": lambda seed: SPEC.make_inputs(dense(1, 4, 4, 777, 1111, 64, 0), F16, "cuda", seed),
+}
+
+
+@ON_GPU
+@pytest.mark.parametrize("config", GPU_CONFIGS)
+@pytest.mark.parametrize("case", GPU_CASES)
+def test_gpu_matches_reference(case, config):
+    inputs = GPU_CASES[case](random.randrange(2**31))
+    cfg = GPU_CONFIGS[config]
+    got = check(inputs, inputs["q"].dtype, lambda **kw: attention(**kw, config=cfg))
+    if case == "no_keys":  # the first 400 queries see no key
+        _no_key_rows(got[0], 400)
+
+
+@ON_GPU
+def test_gpu_packed_call_is_graph_capturable():
+    inputs = packed_inputs([3, 900, 0, 257], [3, 900, 0, 257], 4, 4, 128, 1, 128, BF16, "cuda", 0)
+    q, k, v = (inputs[n].requires_grad_(True) for n in ("q", "k", "v"))
+    rest = {n: inputs[n] for n in inputs if n not in ("q", "k", "v")}
+    do = torch.randn_like(q)
+    torch.autograd.grad(attention(q, k, v, **rest), (q, k, v), do)  # compiled before capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        grads = torch.autograd.grad(attention(q, k, v, **rest), (q, k, v), do)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert all(torch.isfinite(g).all() for g in grads)

@@ -85,10 +85,14 @@ def attention_backward(do, q, k, v, o, lse, causal=False, window=0, cu_seqlens_q
 class AttentionFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, causal, window, cu_q, cu_k, max_q, max_k, scale, config):
-        config = config or AttentionConfig(None, None)
-        o, lse = attention_forward(q, k, v, causal, window, cu_q, cu_k, max_q, max_k, scale, config.fwd)
+        o, lse = attention_forward(q, k, v, causal, window, cu_q, cu_k, max_q, max_k, scale,
+                                   config.fwd if config else None)
+        max_q, max_k = _lengths(q, k, cu_q, cu_k, max_q, max_k)
+        # the backward's config is chosen with the forward's (a config forced around the call holds
+        # for both)
+        bwd_config = config.bwd if config else pick_bwd(q.shape[-1], causal, max_q, q.device)
         ctx.save_for_backward(q, k, v, o, lse, cu_q, cu_k)
-        ctx.args = (causal, window, max_q, max_k, scale, config.bwd)
+        ctx.args = (causal, window, max_q, max_k, scale, bwd_config)
         return o
 
     @staticmethod

@@ -13,10 +13,10 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import (block_d, interpreter_operands, key_blocks, load_tile, lse_offset, make_desc, query_blocks,
-                     seq_spans, store_tile, visible)
+from .common import (block_d, interpreter_operands, key_blocks, load_tile, lse_offset, query_blocks, query_tile,
+                     rows_src, seq_spans, store_tile, visible)
 from .config import BwdConfig
-from .fwd import check_tma, strides3
+from .fwd import strides3, use_tma
 
 
 @triton.jit
@@ -108,14 +108,10 @@ def _bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, CU_Q, CU_K, sqb, sqt, sqh, skb, s
         offs_r = tl.arange(0, BLOCK_N)
         offs_m = tl.arange(0, BLOCK_M)
         offs_d = tl.arange(0, BLOCK_D)
-        k_base = b64 * skb + k_tok * skt + hk * skh
-        v_base = b64 * svb + k_tok * svt + hk * svh
-        k_src, v_src, dk_dst, dv_dst = K + k_base, V + v_base, DK + k_base, DV + v_base
-        if TMA:
-            k_src = make_desc(k_src, len_k, skt, BLOCK_N, D, BLOCK_D)
-            v_src = make_desc(v_src, len_k, svt, BLOCK_N, D, BLOCK_D)
-            dk_dst = make_desc(dk_dst, len_k, skt, BLOCK_N, D, BLOCK_D)
-            dv_dst = make_desc(dv_dst, len_k, svt, BLOCK_N, D, BLOCK_D)
+        k_src = rows_src(K, b64, k_tok, hk, skb, skt, skh, len_k, BLOCK_N, D, BLOCK_D, TMA)
+        v_src = rows_src(V, b64, k_tok, hk, svb, svt, svh, len_k, BLOCK_N, D, BLOCK_D, TMA)
+        dk_dst = rows_src(DK, b64, k_tok, hk, skb, skt, skh, len_k, BLOCK_N, D, BLOCK_D, TMA)
+        dv_dst = rows_src(DV, b64, k_tok, hk, svb, svt, svh, len_k, BLOCK_N, D, BLOCK_D, TMA)
         k = load_tile(k_src, n0, len_k, skt, offs_r, offs_d, D, BLOCK_D, True, TMA)
         v = load_tile(v_src, n0, len_k, svt, offs_r, offs_d, D, BLOCK_D, True, TMA)
         dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
@@ -125,21 +121,21 @@ def _bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, CU_Q, CU_K, sqb, sqt, sqh, skb, s
         lo, mid_lo, mid_hi, hi = query_blocks(n0, n_end, len_q, shift, window, BLOCK_M, CAUSAL, HAS_WINDOW)
         h = hk * GROUP
         while h < hk * GROUP + GROUP:  # every query head of the group into the same dk, dv
-            q_src = Q + b64 * sqb + q_tok * sqt + h * sqh
-            do_src = DO + b64 * sdb + q_tok * sdt + h * sdh
-            if TMA:
-                q_src = make_desc(q_src, len_q, sqt, BLOCK_M, D, BLOCK_D)
-                do_src = make_desc(do_src, len_q, sdt, BLOCK_M, D, BLOCK_D)
+            q_src = rows_src(Q, b64, q_tok, h, sqb, sqt, sqh, len_q, BLOCK_M, D, BLOCK_D, TMA)
+            do_src = rows_src(DO, b64, q_tok, h, sdb, sdt, sdh, len_q, BLOCK_M, D, BLOCK_D, TMA)
             row0 = lse_offset(b64, h, q_tok, Sq, Tq, VARLEN)
-            dk, dv = _dkdv_blocks(dk, dv, k, v, q_src, do_src, LSE + row0, DELTA + row0, lo, mid_lo, offs_n, offs_m,
-                                  offs_d, len_q, len_k, shift, window, sqt, sdt, qk_scale, D, BLOCK_D, BLOCK_M, True,
-                                  CAUSAL, HAS_WINDOW, TMA, PIPELINE)
-            dk, dv = _dkdv_blocks(dk, dv, k, v, q_src, do_src, LSE + row0, DELTA + row0, mid_lo, mid_hi, offs_n,
-                                  offs_m, offs_d, len_q, len_k, shift, window, sqt, sdt, qk_scale, D, BLOCK_D,
-                                  BLOCK_M, False, CAUSAL, HAS_WINDOW, TMA, PIPELINE)
-            dk, dv = _dkdv_blocks(dk, dv, k, v, q_src, do_src, LSE + row0, DELTA + row0, mid_hi, hi, offs_n, offs_m,
-                                  offs_d, len_q, len_k, shift, window, sqt, sdt, qk_scale, D, BLOCK_D, BLOCK_M, True,
-                                  CAUSAL, HAS_WINDOW, TMA, PIPELINE)
+            lse_h, delta_h = LSE + row0, DELTA + row0
+            if lo < mid_lo:  # a masked edge (often empty: skipped without a call)
+                dk, dv = _dkdv_blocks(dk, dv, k, v, q_src, do_src, lse_h, delta_h, lo, mid_lo, offs_n, offs_m, offs_d,
+                                      len_q, len_k, shift, window, sqt, sdt, qk_scale, D, BLOCK_D, BLOCK_M, True,
+                                      CAUSAL, HAS_WINDOW, TMA, PIPELINE)
+            dk, dv = _dkdv_blocks(dk, dv, k, v, q_src, do_src, lse_h, delta_h, mid_lo, mid_hi, offs_n, offs_m, offs_d,
+                                  len_q, len_k, shift, window, sqt, sdt, qk_scale, D, BLOCK_D, BLOCK_M, False, CAUSAL,
+                                  HAS_WINDOW, TMA, PIPELINE)
+            if mid_hi < hi:  # a masked edge (often empty: skipped without a call)
+                dk, dv = _dkdv_blocks(dk, dv, k, v, q_src, do_src, lse_h, delta_h, mid_hi, hi, offs_n, offs_m, offs_d,
+                                      len_q, len_k, shift, window, sqt, sdt, qk_scale, D, BLOCK_D, BLOCK_M, True,
+                                      CAUSAL, HAS_WINDOW, TMA, PIPELINE)
             h += 1
         store_tile(dk_dst, (dk * scale).to(DK.dtype.element_ty), n0, len_k, skt, offs_r, offs_d, D, TMA)
         store_tile(dv_dst, dv.to(DV.dtype.element_ty), n0, len_k, svt, offs_r, offs_d, D, TMA)
@@ -185,14 +181,7 @@ def _bwd_dq(Q, K, V, DO, LSE, DELTA, DQ, CU_Q, CU_K, sqb, sqt, sqh, skb, skt, sk
             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr,
             VARLEN: tl.constexpr, TMA: tl.constexpr, PIPELINE: tl.constexpr):
     # dq is laid out like q (contiguous, as the launcher ensures)
-    tile = tl.program_id(0)
-    bh = tile // n_mblocks
-    mb = tile % n_mblocks
-    if CAUSAL:
-        mb = n_mblocks - 1 - mb
-    b = bh // Hq
-    h = bh % Hq
-    hk = h // GROUP
+    b, h, hk, mb = query_tile(tl.program_id(0), n_mblocks, Hq, GROUP, CAUSAL)
     q_tok, len_q, k_tok, len_k = seq_spans(CU_Q, CU_K, b, Sq, Skv, VARLEN)
     m0 = mb * BLOCK_M
     if m0 < len_q:
@@ -201,17 +190,11 @@ def _bwd_dq(Q, K, V, DO, LSE, DELTA, DQ, CU_Q, CU_K, sqb, sqt, sqh, skb, skt, sk
         offs_m = m0 + offs_r
         offs_n = tl.arange(0, BLOCK_N)
         offs_d = tl.arange(0, BLOCK_D)
-        q_base = b64 * sqb + q_tok * sqt + h * sqh
-        q_src, dq_dst = Q + q_base, DQ + q_base
-        do_src = DO + b64 * sdb + q_tok * sdt + h * sdh
-        k_src = K + b64 * skb + k_tok * skt + hk * skh
-        v_src = V + b64 * svb + k_tok * svt + hk * svh
-        if TMA:
-            q_src = make_desc(q_src, len_q, sqt, BLOCK_M, D, BLOCK_D)
-            dq_dst = make_desc(dq_dst, len_q, sqt, BLOCK_M, D, BLOCK_D)
-            do_src = make_desc(do_src, len_q, sdt, BLOCK_M, D, BLOCK_D)
-            k_src = make_desc(k_src, len_k, skt, BLOCK_N, D, BLOCK_D)
-            v_src = make_desc(v_src, len_k, svt, BLOCK_N, D, BLOCK_D)
+        q_src = rows_src(Q, b64, q_tok, h, sqb, sqt, sqh, len_q, BLOCK_M, D, BLOCK_D, TMA)
+        dq_dst = rows_src(DQ, b64, q_tok, h, sqb, sqt, sqh, len_q, BLOCK_M, D, BLOCK_D, TMA)
+        do_src = rows_src(DO, b64, q_tok, h, sdb, sdt, sdh, len_q, BLOCK_M, D, BLOCK_D, TMA)
+        k_src = rows_src(K, b64, k_tok, hk, skb, skt, skh, len_k, BLOCK_N, D, BLOCK_D, TMA)
+        v_src = rows_src(V, b64, k_tok, hk, svb, svt, svh, len_k, BLOCK_N, D, BLOCK_D, TMA)
         q = load_tile(q_src, m0, len_q, sqt, offs_r, offs_d, D, BLOCK_D, True, TMA)
         do = load_tile(do_src, m0, len_q, sdt, offs_r, offs_d, D, BLOCK_D, True, TMA)
         row0 = lse_offset(b64, h, q_tok, Sq, Tq, VARLEN)
@@ -220,12 +203,17 @@ def _bwd_dq(Q, K, V, DO, LSE, DELTA, DQ, CU_Q, CU_K, sqb, sqt, sqh, skb, skt, sk
         m_end = tl.minimum(m0 + BLOCK_M, len_q)
         lo, mid_lo, mid_hi, hi = key_blocks(m0, m_end, len_k, shift, window, BLOCK_N, CAUSAL, HAS_WINDOW)
         dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-        dq = _dq_blocks(dq, q, do, lse, delta, k_src, v_src, lo, mid_lo, offs_m, offs_n, offs_d, len_q, len_k, shift,
-                        window, skt, svt, qk_scale, D, BLOCK_D, BLOCK_N, True, CAUSAL, HAS_WINDOW, TMA, PIPELINE)
+        if lo < mid_lo:  # a masked edge (often empty: skipped without a call)
+            dq = _dq_blocks(dq, q, do, lse, delta, k_src, v_src, lo, mid_lo, offs_m, offs_n, offs_d, len_q, len_k,
+                            shift, window, skt, svt, qk_scale, D, BLOCK_D, BLOCK_N, True, CAUSAL, HAS_WINDOW, TMA,
+                            PIPELINE)
         dq = _dq_blocks(dq, q, do, lse, delta, k_src, v_src, mid_lo, mid_hi, offs_m, offs_n, offs_d, len_q, len_k,
-                        shift, window, skt, svt, qk_scale, D, BLOCK_D, BLOCK_N, False, CAUSAL, HAS_WINDOW, TMA, PIPELINE)
-        dq = _dq_blocks(dq, q, do, lse, delta, k_src, v_src, mid_hi, hi, offs_m, offs_n, offs_d, len_q, len_k, shift,
-                        window, skt, svt, qk_scale, D, BLOCK_D, BLOCK_N, True, CAUSAL, HAS_WINDOW, TMA, PIPELINE)
+                        shift, window, skt, svt, qk_scale, D, BLOCK_D, BLOCK_N, False, CAUSAL, HAS_WINDOW, TMA,
+                        PIPELINE)
+        if mid_hi < hi:  # a masked edge (often empty: skipped without a call)
+            dq = _dq_blocks(dq, q, do, lse, delta, k_src, v_src, mid_hi, hi, offs_m, offs_n, offs_d, len_q, len_k,
+                            shift, window, skt, svt, qk_scale, D, BLOCK_D, BLOCK_N, True, CAUSAL, HAS_WINDOW, TMA,
+                            PIPELINE)
         store_tile(dq_dst, (dq * scale).to(DQ.dtype.element_ty), m0, len_q, sqt, offs_r, offs_d, D, TMA)
 
 
@@ -240,7 +228,7 @@ def backward(do, q, k, v, o, lse, causal: bool, window: int, cu_q, cu_k, max_q: 
     q, k, v, do = interpreter_operands(q, k, v, do)
     delta = torch.empty_like(lse)
     if config.tma:
-        check_tma(q, k, v, do, dq, dk, dv)
+        use_tma(q, k, v, do, dq, dk, dv)
     if tq == 0 or batch == 0:
         return dq, dk.zero_(), dv.zero_()
     bd = block_d(d)
@@ -249,7 +237,8 @@ def backward(do, q, k, v, o, lse, causal: bool, window: int, cu_q, cu_k, max_q: 
                                                tq, D=d, BLOCK_D=bd, BLOCK_T=block_t, VARLEN=varlen, num_warps=4)
     common = (cu_q, cu_k, *strides3(q, varlen), *strides3(k, varlen), *strides3(v, varlen), *strides3(do, varlen),
               max_q, max_k, tq)
-    flags = dict(D=d, BLOCK_D=bd, CAUSAL=causal, HAS_WINDOW=window > 0, VARLEN=varlen, TMA=config.tma, PIPELINE=q.is_cuda)
+    flags = dict(D=d, BLOCK_D=bd, CAUSAL=causal, HAS_WINDOW=window > 0, VARLEN=varlen, TMA=config.tma,
+                 PIPELINE=q.is_cuda)
     qk_scale = scale * 1.4426950408889634
     n_nblocks = triton.cdiv(max_k, config.kv_n)
     _bwd_dkdv[(n_nblocks * batch * hkv,)](q, k, v, do, lse, delta, dk, dv, *common, hkv, hq // hkv, scale, qk_scale,

@@ -93,12 +93,29 @@ def query_blocks(n0, n_end, len_q, shift, window, BLOCK_M: tl.constexpr, CAUSAL:
 
 
 @triton.jit
-def make_desc(base, length, stride, BLOCK_R: tl.constexpr, D: tl.constexpr, BLOCK_D: tl.constexpr):
-    """A tensor descriptor of a (sequence, head)'s [length, D] rows from its first row's pointer: its
-    loads read zeros past either edge, its stores drop what falls there. Callers keep the plain
-    pointer unless TMA (the interpreter cannot run descriptors built on the device), and build it
-    once outside their loops."""
-    return tl.make_tensor_descriptor(base, shape=[length, D], strides=[stride, 1], block_shape=[BLOCK_R, BLOCK_D])
+def query_tile(tile, n_mblocks, Hq, GROUP, CAUSAL: tl.constexpr):
+    """(sequence, query head, kv head, query block) of a tile. Tiles run head-major, so the query
+    blocks of one head run together and share its keys in L2; a causal head's longest rows first,
+    so that the short ones fill the tail of the grid."""
+    bh = tile // n_mblocks
+    mb = tile % n_mblocks
+    if CAUSAL:
+        mb = n_mblocks - 1 - mb
+    h = bh % Hq
+    return bh // Hq, h, h // GROUP, mb
+
+
+@triton.jit
+def rows_src(PTR, b64, tok, head, sb, st, sh, length, BLOCK_R: tl.constexpr, D: tl.constexpr,
+             BLOCK_D: tl.constexpr, TMA: tl.constexpr):
+    """What load_tile and store_tile take for the rows of one (sequence, head): the pointer to its
+    first row, or with TMA a tensor descriptor of its [length, D] rows (loads past either edge read
+    zeros, stores there are dropped; built once per tile, outside the loops). The interpreter
+    runs descriptors too, so the CPU tests cover this path."""
+    src = PTR + b64 * sb + tok * st + head * sh
+    if TMA:
+        src = tl.make_tensor_descriptor(src, shape=[length, D], strides=[st, 1], block_shape=[BLOCK_R, BLOCK_D])
+    return src
 
 
 @triton.jit

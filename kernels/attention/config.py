@@ -5,12 +5,13 @@ as switches that stay off until a measurement says otherwise.
 The sm90 entries are the starting points of lab/attention_tune.py's candidate lists (the block
 shapes FlashAttention-2 and Triton's fused-attention tutorial use on Hopper), not measured
 winners yet: the lab script prints the best config per shape, and `pick` is where that goes.
-The CPU entries are small so that the interpreter's tests cross several blocks on tiny shapes."""
+The CPU entries are small so that the interpreter's tests cross several blocks on tiny shapes.
+Both picks are @tunable: `kcollect.kernels._lib.forced(FwdConfig(...))` overrides them (lab/)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .._lib.config import arch
+from .._lib.config import arch, tunable
 
 
 @dataclass(frozen=True)
@@ -22,7 +23,9 @@ class FwdConfig:
     # loads and stores through device-side tensor descriptors (sm_90+, not in the interpreter):
     # bulk copies that zero-fill past the sequence end instead of masked pointer loads
     tma: bool = False
-    # tl.range(warp_specialize=True) on the unmasked key loop: producer warps issue the loads
+    # tl.range(warp_specialize=True): Triton's Hopper pass splits the warps into a producer issuing the
+    # TMA loads and consumers. It takes a kernel with a single loop, so every key block goes through
+    # the masked step then; it needs tma=True, warps=4 and no persistent grid (checked at launch)
     warp_specialize: bool = False
     # a grid of `persistent` programs per SM striding over the tiles (heaviest causal tiles first);
     # 0: one program a tile
@@ -54,6 +57,7 @@ class AttentionConfig:
 _CPU = AttentionConfig(FwdConfig(16, 16, 4, 1), BwdConfig(16, 16, 4, 1, 16, 16, 4, 1))
 
 
+@tunable
 def pick_fwd(head_dim: int, causal: bool, max_seqlen_q: int, device) -> FwdConfig:
     """The forward's config for a head dim, mask and query length on `device`'s architecture."""
     if arch(device) == "cpu":
@@ -65,6 +69,7 @@ def pick_fwd(head_dim: int, causal: bool, max_seqlen_q: int, device) -> FwdConfi
     return FwdConfig(block_m=128, block_n=64, warps=8, stages=3)
 
 
+@tunable
 def pick_bwd(head_dim: int, causal: bool, max_seqlen_q: int, device) -> BwdConfig:
     """The backward's config (dk/dv kernel and dq kernel)."""
     if arch(device) == "cpu":

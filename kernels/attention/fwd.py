@@ -14,7 +14,7 @@ import triton
 import triton.language as tl
 
 from .._lib import sm_count
-from .common import (block_d, interpreter_operands, key_blocks, load_tile, lse_offset, make_desc, seq_spans,
+from .common import (block_d, interpreter_operands, key_blocks, load_tile, lse_offset, query_tile, rows_src, seq_spans,
                      store_tile, visible)
 from .config import FwdConfig
 
@@ -70,53 +70,49 @@ def _fwd_tile(tile, Q, K, V, O, LSE, CU_Q, CU_K, sqb, sqt, sqh, skb, skt, skh, s
               Sq, Skv, Tq, Hq, GROUP, qk_scale, window, n_mblocks, D: tl.constexpr, BLOCK_D: tl.constexpr,
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr,
               VARLEN: tl.constexpr, TMA: tl.constexpr, WARP_SPEC: tl.constexpr, PIPELINE: tl.constexpr):
-    # tiles head-major (the query blocks of one head run together and share its keys in L2); a causal
-    # head's longest rows first, so the short ones fill the tail of the grid
-    bh = tile // n_mblocks
-    mb = tile % n_mblocks
-    if CAUSAL:
-        mb = n_mblocks - 1 - mb
-    b = bh // Hq
-    h = bh % Hq
-    hk = h // GROUP
+    b, h, hk, mb = query_tile(tile, n_mblocks, Hq, GROUP, CAUSAL)
     q_tok, len_q, k_tok, len_k = seq_spans(CU_Q, CU_K, b, Sq, Skv, VARLEN)
     m0 = mb * BLOCK_M
-    if m0 < len_q:
-        b64 = b.to(tl.int64)
-        q_src = Q + b64 * sqb + q_tok * sqt + h * sqh
-        o_dst = O + b64 * sob + q_tok * sot + h * soh
-        k_src = K + b64 * skb + k_tok * skt + hk * skh
-        v_src = V + b64 * svb + k_tok * svt + hk * svh
-        if TMA:
-            q_src = make_desc(q_src, len_q, sqt, BLOCK_M, D, BLOCK_D)
-            o_dst = make_desc(o_dst, len_q, sot, BLOCK_M, D, BLOCK_D)
-            k_src = make_desc(k_src, len_k, skt, BLOCK_N, D, BLOCK_D)
-            v_src = make_desc(v_src, len_k, svt, BLOCK_N, D, BLOCK_D)
-        offs_m = m0 + tl.arange(0, BLOCK_M)
-        offs_n = tl.arange(0, BLOCK_N)
-        offs_d = tl.arange(0, BLOCK_D)
-        q = load_tile(q_src, m0, len_q, sqt, tl.arange(0, BLOCK_M), offs_d, D, BLOCK_D, True, TMA)
-        shift = len_k - len_q
-        m_end = tl.minimum(m0 + BLOCK_M, len_q)
-        lo, mid_lo, mid_hi, hi = key_blocks(m0, m_end, len_k, shift, window, BLOCK_N, CAUSAL, HAS_WINDOW)
-        acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-        l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-        m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-        acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_src, v_src, lo, mid_lo, offs_m, offs_n, offs_d, len_q,
-                                    len_k, shift, window, skt, svt, qk_scale, D, BLOCK_D, BLOCK_N, True, CAUSAL,
-                                    HAS_WINDOW, TMA, False, PIPELINE)
+    b64 = b.to(tl.int64)
+    q_src = rows_src(Q, b64, q_tok, h, sqb, sqt, sqh, len_q, BLOCK_M, D, BLOCK_D, TMA)
+    o_dst = rows_src(O, b64, q_tok, h, sob, sot, soh, len_q, BLOCK_M, D, BLOCK_D, TMA)
+    k_src = rows_src(K, b64, k_tok, hk, skb, skt, skh, len_k, BLOCK_N, D, BLOCK_D, TMA)
+    v_src = rows_src(V, b64, k_tok, hk, svb, svt, svh, len_k, BLOCK_N, D, BLOCK_D, TMA)
+    offs_m = m0 + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    q = load_tile(q_src, m0, len_q, sqt, tl.arange(0, BLOCK_M), offs_d, D, BLOCK_D, True, TMA)
+    shift = len_k - len_q
+    m_end = tl.minimum(m0 + BLOCK_M, len_q)
+    # a tile past its sequence's end (packed batches) walks no key and stores nothing: no branch around
+    # the loops, which keeps them at the kernel's top level for the compiler's pipelining
+    lo, mid_lo, mid_hi, hi = key_blocks(m0, m_end, tl.where(m0 < len_q, len_k, 0), shift, window, BLOCK_N, CAUSAL,
+                                        HAS_WINDOW)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    if WARP_SPEC:  # Triton's Hopper warp specialisation takes a kernel with one loop: every block masked
+        acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_src, v_src, lo, hi, offs_m, offs_n, offs_d, len_q, len_k,
+                                    shift, window, skt, svt, qk_scale, D, BLOCK_D, BLOCK_N, True, CAUSAL, HAS_WINDOW,
+                                    TMA, True, PIPELINE)
+    else:
+        if lo < mid_lo:  # a masked edge (often empty: skipped without a call)
+            acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_src, v_src, lo, mid_lo, offs_m, offs_n, offs_d, len_q,
+                                        len_k, shift, window, skt, svt, qk_scale, D, BLOCK_D, BLOCK_N, True, CAUSAL,
+                                        HAS_WINDOW, TMA, False, PIPELINE)
         acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_src, v_src, mid_lo, mid_hi, offs_m, offs_n, offs_d, len_q,
                                     len_k, shift, window, skt, svt, qk_scale, D, BLOCK_D, BLOCK_N, False, CAUSAL,
-                                    HAS_WINDOW, TMA, WARP_SPEC, PIPELINE)
-        acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_src, v_src, mid_hi, hi, offs_m, offs_n, offs_d, len_q,
-                                    len_k, shift, window, skt, svt, qk_scale, D, BLOCK_D, BLOCK_N, True, CAUSAL,
                                     HAS_WINDOW, TMA, False, PIPELINE)
-        empty = l_i == 0.0
-        l_use = tl.where(empty, 1.0, l_i)
-        o = (acc / l_use[:, None]).to(O.dtype.element_ty)
-        store_tile(o_dst, o, m0, len_q, sot, tl.arange(0, BLOCK_M), offs_d, D, TMA)
-        lse = tl.where(empty, float("inf"), m_i + tl.math.log2(l_use))
-        tl.store(LSE + lse_offset(b64, h, q_tok, Sq, Tq, VARLEN) + offs_m, lse, mask=offs_m < len_q)
+        if mid_hi < hi:  # a masked edge (often empty: skipped without a call)
+            acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_src, v_src, mid_hi, hi, offs_m, offs_n, offs_d, len_q,
+                                        len_k, shift, window, skt, svt, qk_scale, D, BLOCK_D, BLOCK_N, True, CAUSAL,
+                                        HAS_WINDOW, TMA, False, PIPELINE)
+    empty = l_i == 0.0
+    l_use = tl.where(empty, 1.0, l_i)
+    o = (acc / l_use[:, None]).to(O.dtype.element_ty)
+    store_tile(o_dst, o, m0, len_q, sot, tl.arange(0, BLOCK_M), offs_d, D, TMA)
+    lse = tl.where(empty, float("inf"), m_i + tl.math.log2(l_use))
+    tl.store(LSE + lse_offset(b64, h, q_tok, Sq, Tq, VARLEN) + offs_m, lse, mask=offs_m < len_q)
 
 
 @triton.jit
@@ -138,17 +134,14 @@ def _attn_fwd(Q, K, V, O, LSE, CU_Q, CU_K, sqb, sqt, sqh, skb, skt, skh, svb, sv
                   HAS_WINDOW, VARLEN, TMA, WARP_SPEC, PIPELINE)
 
 
-def _tma_allocator(size: int, alignment: int, stream):
-    # scratch for the descriptors the kernels build on the device
-    return torch.empty(size, dtype=torch.int8, device="cuda")
-
-
-def check_tma(*tensors: torch.Tensor) -> None:
-    """Tensor descriptors need 16-byte aligned bases and row strides."""
+def use_tma(*tensors: torch.Tensor) -> None:
+    """Ready the TMA path: tensor descriptors need 16-byte aligned bases and row strides, and the
+    descriptors built on the device need scratch memory from an allocator on the tensors' device."""
     for t in tensors:
         if t.data_ptr() % 16 or any(s * t.element_size() % 16 for s in t.stride()[:-1]):
             raise ValueError("the TMA path needs 16-byte aligned tensors and strides; use a config with tma=False")
-    triton.set_allocator(_tma_allocator)
+    device = tensors[0].device
+    triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8, device=device))
 
 
 def strides3(x: torch.Tensor, varlen: bool) -> tuple[int, int, int]:
@@ -167,8 +160,11 @@ def forward(q, k, v, causal: bool, window: int, cu_q, cu_k, max_q: int, max_k: i
     o = torch.empty_like(q, memory_format=torch.contiguous_format)
     q, k, v = interpreter_operands(q, k, v)
     lse = torch.empty((hq, tq), dtype=torch.float32, device=q.device)
+    if config.warp_specialize and not (config.tma and config.warps == 4 and not config.persistent):
+        raise ValueError("warp_specialize needs tma=True, warps=4 and persistent=0 (Triton's Hopper warp "
+                         "specialisation: TMA loads, one warp group it splits, a kernel with one loop)")
     if config.tma:
-        check_tma(q, k, v, o)
+        use_tma(q, k, v, o)
     n_mblocks = triton.cdiv(max_q, config.block_m)
     n_tiles = n_mblocks * batch * hq
     if n_tiles == 0:
