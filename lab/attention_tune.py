@@ -7,6 +7,7 @@ is what config.pick should return there.
     python -m lab.attention_tune                      # every shape, about 3-5 minutes on an H100
     python -m lab.attention_tune --quick               # fewer stage counts: about half the time
     python -m lab.attention_tune --shapes causal4k,gqa --dtype float16 --jobs 8
+    python -m lab.attention_tune --device cpu --limit 2   # a dry run of the script on the interpreter
 
 The search is staged, to stay within minutes: the forward's block shapes, warps and stages first;
 then the Hopper switches (TMA, warp specialisation, a persistent grid) on the best three. The
@@ -17,6 +18,7 @@ keeps the binaries for the timing process).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import sys
@@ -41,6 +43,7 @@ SHAPES = {
     "gqa": _d(4, 32, 8, 4096, 128, 1),
     "window": _d(2, 16, 16, 8192, 128, 1, window=1024),
     "realtime": _d(32, 8, 8, 60, 64, 1),
+    "tiny": _d(1, 2, 1, 24, 64, 1),  # the CPU dry run's
 }
 BASELINES = ("sdpa_flash", "sdpa_cudnn", "flex")
 SMEM = 227 * 1024  # shared memory a block may use on sm_90
@@ -120,7 +123,9 @@ def _init_worker() -> None:
 
 
 def precompile(pool, dims, dtype_name, mode, configs) -> dict:
-    """{config: error} of the candidates that cannot run."""
+    """{config: error} of the candidates that cannot run (none known without a pool: on the CPU)."""
+    if pool is None:
+        return {}
     errors = pool.map(_warm, [(dims, dtype_name, mode, c) for c in configs])
     return {c: e for c, e in zip(configs, errors) if e}
 
@@ -129,17 +134,23 @@ def precompile(pool, dims, dtype_name, mode, configs) -> dict:
 
 
 class Bench:
-    def __init__(self, dims, dtype, rep_ms: float):
+    def __init__(self, dims, dtype, rep_ms: float, device: str):
         import torch
 
         from kcollect import timing, verify
         from kcollect.kernels.attention.spec import SPEC
 
         self.spec, self.verify, self.timing, self.dims, self.dtype = SPEC, verify, timing, dims, dtype
-        self.inputs = SPEC.make_inputs(dims, dtype, "cuda", 0)
+        self.device = device
+        self.inputs = SPEC.make_inputs(dims, dtype, device, 0)
         self.answers = {m: verify.reference_answers(SPEC, self.inputs, m, 1) for m in ("fwd", "bwd")}
-        self.budget = timing.Budget(warmup_ms=rep_ms / 2, rep_ms=rep_ms, min_reps=5)
-        self.flush = torch.empty(timing.L2_FLUSH_BYTES, dtype=torch.int8, device="cuda")
+        self.budget = timing.Budget(warmup_ms=rep_ms / 2, rep_ms=rep_ms, min_reps=5 if device == "cuda" else 1)
+        self.flush = torch.empty(timing.L2_FLUSH_BYTES, dtype=torch.int8, device=device) if device == "cuda" else None
+
+    def time(self, call) -> float:
+        if self.device != "cuda":
+            return self.timing.time_cpu(call, self.budget).median_ms
+        return self.timing.time_cuda_graph(call, self.budget, self.flush).median_ms
 
     def measure(self, fn, mode: str) -> tuple[float | None, float, str]:
         """(median ms or None, error, note) of fn(**inputs) in `mode`, gated first."""
@@ -156,7 +167,7 @@ class Bench:
         if not err <= self.spec.tolerance[self.dtype]:
             return None, err, "fails the gate"
         try:
-            return self.timing.time_cuda_graph(call, self.budget, self.flush).median_ms, err, ""
+            return self.time(call), err, ""
         except Exception as e:
             return None, err, f"timing: {type(e).__name__}: {str(e)[:120]}"
 
@@ -165,16 +176,16 @@ class Bench:
 
 
 def short(c) -> str:
-    fields = dataclasses.asdict(c)
-    defaults = dataclasses.asdict(type(c)())
-    keep = {k: v for k, v in fields.items() if k in ("block_m", "block_n", "warps", "stages") or v != defaults[k]}
-    return " ".join(f"{k}={v}" for k, v in keep.items())
+    """Blocks, warps and stages always; the switches (tma, warp_specialize, persistent) where on."""
+    shown = {k: v for k, v in dataclasses.asdict(c).items() if type(v) is int and k != "persistent" or v}
+    return " ".join(f"{k}={v}" for k, v in shown.items())
 
 
-def run_stage(bench, pool, dtype_name, mode, configs, table) -> list:
-    """Check and time the candidates; their (ms, config) sorted, best first."""
+def run_stage(bench, pool, dtype_name, mode, configs, table, limit: int | None) -> list:
+    """Check and time the candidates (the first `limit`); their (ms, config) sorted, best first."""
     from kcollect.kernels._lib import forced
 
+    configs = configs[:limit] if limit else configs
     triton_fn = bench.spec.provider("triton").fn
     broken = precompile(pool, bench.dims, dtype_name, mode, configs)
     timed = []
@@ -194,30 +205,36 @@ def run_stage(bench, pool, dtype_name, mode, configs, table) -> list:
     return sorted(timed, key=lambda t: t[0])
 
 
-def tune_shape(name, dims, dtype, dtype_name, pool, rep_ms, quick: bool) -> list:
-    from kcollect.kernels.attention import BwdConfig, pick
+def tune_shape(name, dims, dtype, dtype_name, pool, args) -> list:
+    from kcollect.kernels.attention import pick
 
-    bench = Bench(dims, dtype, rep_ms)
+    bench = Bench(dims, dtype, args.rep_ms, args.device)
+    quick, limit = args.quick, args.limit
     summary = []
     for mode in ("fwd", "bwd"):
         table: list = []
         if mode == "fwd":
             blocks = fwd_blocks(dims["D"], (3,) if quick else (2, 3, 4))
-            ranked = run_stage(bench, pool, dtype_name, mode, blocks, table)
-            ranked += run_stage(bench, pool, dtype_name, mode, fwd_hopper([c for _, c in ranked[:2 if quick else 3]]),
-                                table)
+            ranked = run_stage(bench, pool, dtype_name, mode, blocks, table, limit)
+            best = [c for _, c in ranked[:2 if quick else 3]]
+            ranked += run_stage(bench, pool, dtype_name, mode, fwd_hopper(best), table, limit)
         else:
-            base = pick(dims["D"], bool(dims["causal"]), dims["Sq"], "cuda").bwd
+            base = pick(dims["D"], bool(dims["causal"]), dims["Sq"], args.device).bwd
             stages = (2,) if quick else (2, 3)
-            ranked = run_stage(bench, pool, dtype_name, mode, bwd_kv(base, stages), table)
+            ranked = run_stage(bench, pool, dtype_name, mode, bwd_kv(base, stages), table, limit)
             best_kv = ranked[0][1] if ranked else base
-            ranked += run_stage(bench, pool, dtype_name, mode, bwd_q(best_kv, stages), table)
+            ranked += run_stage(bench, pool, dtype_name, mode, bwd_q(best_kv, stages), table, limit)
             ranked.sort(key=lambda t: t[0])
             best = ranked[0][1] if ranked else base
-            ranked += run_stage(bench, pool, dtype_name, mode, [dataclasses.replace(best, tma=True)], table)
+            ranked += run_stage(bench, pool, dtype_name, mode, [dataclasses.replace(best, tma=True)], table, limit)
         ranked.sort(key=lambda t: t[0])
         for p in BASELINES:
-            ms, err, note = bench.measure(bench.spec.provider(p).fn, mode)
+            provider = bench.spec.provider(p)
+            reason = provider.available(args.device)
+            if reason:
+                table.append((p, None, None, f"unavailable: {reason}"))
+                continue
+            ms, err, note = bench.measure(provider.fn, mode)
             table.append((p, ms, bench.tflops(ms, mode) if ms else None, note or f"err {err:.1e}"))
         print_table(f"{name} {mode} {dtype_name} {dims}", table)
         best = ranked[0] if ranked else (None, None)
@@ -226,7 +243,8 @@ def tune_shape(name, dims, dtype, dtype_name, pool, rep_ms, quick: bool) -> list
     del bench
     import torch
 
-    torch.cuda.empty_cache()
+    if args.device == "cuda":
+        torch.cuda.empty_cache()
     return summary
 
 
@@ -239,28 +257,39 @@ def print_table(title: str, table: list) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m lab.attention_tune", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--shapes", default=",".join(SHAPES), help=f"comma-separated, of: {', '.join(SHAPES)}")
+    ap.add_argument("--shapes", default=None, help=f"comma-separated, of: {', '.join(SHAPES)} (default: all "
+                    "but tiny on the GPU, tiny on the CPU)")
     ap.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16"))
     ap.add_argument("--jobs", type=int, default=min(12, os.cpu_count() or 1), help="compile processes")
     ap.add_argument("--rep-ms", type=float, default=15.0, help="timed budget per candidate")
     ap.add_argument("--quick", action="store_true", help="fewer stage counts and Hopper variants (half the time)")
+    ap.add_argument("--limit", type=int, default=None, help="at most this many candidates a stage")
+    ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="cpu: a dry run on the interpreter")
     args = ap.parse_args(argv)
-    names = [s.strip() for s in args.shapes.split(",") if s.strip()]
+    default = "tiny" if args.device == "cpu" else ",".join(n for n in SHAPES if n != "tiny")
+    names = [s.strip() for s in (args.shapes or default).split(",") if s.strip()]
     unknown = [n for n in names if n not in SHAPES]
     if unknown:
         ap.error(f"unknown shape {', '.join(unknown)}; known: {', '.join(SHAPES)}")
+    if args.device == "cpu":
+        os.environ["TRITON_INTERPRET"] = "1"  # before any kernel is imported
     import torch
 
-    if not torch.cuda.is_available():
-        print("attention_tune needs a CUDA GPU", file=sys.stderr)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("attention_tune: no CUDA GPU here (--device cpu runs a dry run on the interpreter)", file=sys.stderr)
         return 2
     pin_ptxas()
     dtype = getattr(torch, args.dtype)
-    print(f"{torch.cuda.get_device_name()}  torch {torch.__version__}  dtype {args.dtype}")
+    gpu = torch.cuda.get_device_name() if args.device == "cuda" else "CPU (interpreter)"
+    print(f"{gpu}  torch {torch.__version__}  dtype {args.dtype}")
     summary = []
-    with ProcessPoolExecutor(args.jobs, mp_context=get_context("spawn"), initializer=_init_worker) as pool:
+    with contextlib.ExitStack() as stack:
+        pool = None
+        if args.device == "cuda" and args.jobs > 0:
+            pool = stack.enter_context(ProcessPoolExecutor(args.jobs, mp_context=get_context("spawn"),
+                                                           initializer=_init_worker))
         for name in names:
-            summary += tune_shape(name, SHAPES[name], dtype, args.dtype, pool, args.rep_ms, args.quick)
+            summary += tune_shape(name, SHAPES[name], dtype, args.dtype, pool, args)
     print("\n== best per shape (TFLOP/s; baselines in ms)")
     for name, mode, cfg, ms, tf, base in summary:
         others = "  ".join(f"{p} {v:.4f}" if v else f"{p} -" for p, v in base.items())

@@ -210,3 +210,12 @@ def test_gpu_packed_call_is_graph_capturable():
     graph.replay()
     torch.cuda.synchronize()
     assert all(torch.isfinite(g).all() for g in grads)
+
+
+def test_tuning_script_dry_run(capsys):
+    from lab import attention_tune
+
+    assert attention_tune.main(["--device", "cpu", "--limit", "1", "--rep-ms", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "== tiny fwd" in out and "== tiny bwd" in out and "FwdConfig(" in out and "BwdConfig(" in out
+    assert "sdpa_flash" in out and "unavailable" in out

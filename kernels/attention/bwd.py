@@ -102,43 +102,59 @@ def _bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, CU_Q, CU_K, sqb, sqt, sqh, skb, s
     hk = bh % Hkv
     q_tok, len_q, k_tok, len_k = seq_spans(CU_Q, CU_K, b, Sq, Skv, VARLEN)
     n0 = nb * BLOCK_N
-    if n0 < len_k:
-        b64 = b.to(tl.int64)
-        offs_n = n0 + tl.arange(0, BLOCK_N)
-        offs_r = tl.arange(0, BLOCK_N)
-        offs_m = tl.arange(0, BLOCK_M)
-        offs_d = tl.arange(0, BLOCK_D)
-        k_src = rows_src(K, b64, k_tok, hk, skb, skt, skh, len_k, BLOCK_N, D, BLOCK_D, TMA)
-        v_src = rows_src(V, b64, k_tok, hk, svb, svt, svh, len_k, BLOCK_N, D, BLOCK_D, TMA)
-        dk_dst = rows_src(DK, b64, k_tok, hk, skb, skt, skh, len_k, BLOCK_N, D, BLOCK_D, TMA)
-        dv_dst = rows_src(DV, b64, k_tok, hk, svb, svt, svh, len_k, BLOCK_N, D, BLOCK_D, TMA)
-        k = load_tile(k_src, n0, len_k, skt, offs_r, offs_d, D, BLOCK_D, True, TMA)
-        v = load_tile(v_src, n0, len_k, svt, offs_r, offs_d, D, BLOCK_D, True, TMA)
-        dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
-        dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
-        shift = len_k - len_q
-        n_end = tl.minimum(n0 + BLOCK_N, len_k)
-        lo, mid_lo, mid_hi, hi = query_blocks(n0, n_end, len_q, shift, window, BLOCK_M, CAUSAL, HAS_WINDOW)
-        h = hk * GROUP
-        while h < hk * GROUP + GROUP:  # every query head of the group into the same dk, dv
-            q_src = rows_src(Q, b64, q_tok, h, sqb, sqt, sqh, len_q, BLOCK_M, D, BLOCK_D, TMA)
-            do_src = rows_src(DO, b64, q_tok, h, sdb, sdt, sdh, len_q, BLOCK_M, D, BLOCK_D, TMA)
-            row0 = lse_offset(b64, h, q_tok, Sq, Tq, VARLEN)
-            lse_h, delta_h = LSE + row0, DELTA + row0
-            if lo < mid_lo:  # a masked edge (often empty: skipped without a call)
-                dk, dv = _dkdv_blocks(dk, dv, k, v, q_src, do_src, lse_h, delta_h, lo, mid_lo, offs_n, offs_m, offs_d,
-                                      len_q, len_k, shift, window, sqt, sdt, qk_scale, D, BLOCK_D, BLOCK_M, True,
-                                      CAUSAL, HAS_WINDOW, TMA, PIPELINE)
-            dk, dv = _dkdv_blocks(dk, dv, k, v, q_src, do_src, lse_h, delta_h, mid_lo, mid_hi, offs_n, offs_m, offs_d,
-                                  len_q, len_k, shift, window, sqt, sdt, qk_scale, D, BLOCK_D, BLOCK_M, False, CAUSAL,
-                                  HAS_WINDOW, TMA, PIPELINE)
-            if mid_hi < hi:  # a masked edge (often empty: skipped without a call)
-                dk, dv = _dkdv_blocks(dk, dv, k, v, q_src, do_src, lse_h, delta_h, mid_hi, hi, offs_n, offs_m, offs_d,
-                                      len_q, len_k, shift, window, sqt, sdt, qk_scale, D, BLOCK_D, BLOCK_M, True,
-                                      CAUSAL, HAS_WINDOW, TMA, PIPELINE)
-            h += 1
-        store_tile(dk_dst, (dk * scale).to(DK.dtype.element_ty), n0, len_k, skt, offs_r, offs_d, D, TMA)
-        store_tile(dv_dst, dv.to(DV.dtype.element_ty), n0, len_k, svt, offs_r, offs_d, D, TMA)
+    if VARLEN:  # the grid covers the longest sequence: skip the blocks past this one's end
+        if n0 < len_k:
+            _dkdv_rows(n0, b, hk, q_tok, len_q, k_tok, len_k, Q, K, V, DO, LSE, DELTA, DK, DV, sqb, sqt, sqh, skb,
+                       skt, skh, svb, svt, svh, sdb, sdt, sdh, Sq, Tq, GROUP, scale, qk_scale, window, D, BLOCK_D,
+                       BLOCK_N, BLOCK_M, CAUSAL, HAS_WINDOW, VARLEN, TMA, PIPELINE)
+    else:  # no branch around the loops (see fwd._fwd_tile)
+        _dkdv_rows(n0, b, hk, q_tok, len_q, k_tok, len_k, Q, K, V, DO, LSE, DELTA, DK, DV, sqb, sqt, sqh, skb, skt,
+                   skh, svb, svt, svh, sdb, sdt, sdh, Sq, Tq, GROUP, scale, qk_scale, window, D, BLOCK_D, BLOCK_N,
+                   BLOCK_M, CAUSAL, HAS_WINDOW, VARLEN, TMA, PIPELINE)
+
+
+@triton.jit
+def _dkdv_rows(n0, b, hk, q_tok, len_q, k_tok, len_k, Q, K, V, DO, LSE, DELTA, DK, DV, sqb, sqt, sqh, skb, skt, skh,
+               svb, svt, svh, sdb, sdt, sdh, Sq, Tq, GROUP, scale, qk_scale, window, D: tl.constexpr,
+               BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, CAUSAL: tl.constexpr,
+               HAS_WINDOW: tl.constexpr, VARLEN: tl.constexpr, TMA: tl.constexpr, PIPELINE: tl.constexpr):
+    """dk, dv of key rows [n0, n0 + BLOCK_N) of sequence b, kv head hk, over every query head of its group."""
+    b64 = b.to(tl.int64)
+    offs_n = n0 + tl.arange(0, BLOCK_N)
+    offs_r = tl.arange(0, BLOCK_N)
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    k_src = rows_src(K, b64, k_tok, hk, skb, skt, skh, len_k, BLOCK_N, D, BLOCK_D, TMA)
+    v_src = rows_src(V, b64, k_tok, hk, svb, svt, svh, len_k, BLOCK_N, D, BLOCK_D, TMA)
+    dk_dst = rows_src(DK, b64, k_tok, hk, skb, skt, skh, len_k, BLOCK_N, D, BLOCK_D, TMA)
+    dv_dst = rows_src(DV, b64, k_tok, hk, svb, svt, svh, len_k, BLOCK_N, D, BLOCK_D, TMA)
+    k = load_tile(k_src, n0, len_k, skt, offs_r, offs_d, D, BLOCK_D, True, TMA)
+    v = load_tile(v_src, n0, len_k, svt, offs_r, offs_d, D, BLOCK_D, True, TMA)
+    dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+    shift = len_k - len_q
+    n_end = tl.minimum(n0 + BLOCK_N, len_k)
+    lo, mid_lo, mid_hi, hi = query_blocks(n0, n_end, len_q, shift, window, BLOCK_M, CAUSAL, HAS_WINDOW)
+    h = hk * GROUP
+    while h < hk * GROUP + GROUP:  # every query head of the group into the same dk, dv
+        q_src = rows_src(Q, b64, q_tok, h, sqb, sqt, sqh, len_q, BLOCK_M, D, BLOCK_D, TMA)
+        do_src = rows_src(DO, b64, q_tok, h, sdb, sdt, sdh, len_q, BLOCK_M, D, BLOCK_D, TMA)
+        row0 = lse_offset(b64, h, q_tok, Sq, Tq, VARLEN)
+        lse_h, delta_h = LSE + row0, DELTA + row0
+        if lo < mid_lo:  # a masked edge (often empty: skipped without a call)
+            dk, dv = _dkdv_blocks(dk, dv, k, v, q_src, do_src, lse_h, delta_h, lo, mid_lo, offs_n, offs_m, offs_d,
+                                  len_q, len_k, shift, window, sqt, sdt, qk_scale, D, BLOCK_D, BLOCK_M, True,
+                                  CAUSAL, HAS_WINDOW, TMA, PIPELINE)
+        dk, dv = _dkdv_blocks(dk, dv, k, v, q_src, do_src, lse_h, delta_h, mid_lo, mid_hi, offs_n, offs_m, offs_d,
+                              len_q, len_k, shift, window, sqt, sdt, qk_scale, D, BLOCK_D, BLOCK_M, False, CAUSAL,
+                              HAS_WINDOW, TMA, PIPELINE)
+        if mid_hi < hi:  # a masked edge (often empty: skipped without a call)
+            dk, dv = _dkdv_blocks(dk, dv, k, v, q_src, do_src, lse_h, delta_h, mid_hi, hi, offs_n, offs_m, offs_d,
+                                  len_q, len_k, shift, window, sqt, sdt, qk_scale, D, BLOCK_D, BLOCK_M, True,
+                                  CAUSAL, HAS_WINDOW, TMA, PIPELINE)
+        h += 1
+    store_tile(dk_dst, (dk * scale).to(DK.dtype.element_ty), n0, len_k, skt, offs_r, offs_d, D, TMA)
+    store_tile(dv_dst, dv.to(DV.dtype.element_ty), n0, len_k, svt, offs_r, offs_d, D, TMA)
 
 
 @triton.jit
@@ -184,37 +200,53 @@ def _bwd_dq(Q, K, V, DO, LSE, DELTA, DQ, CU_Q, CU_K, sqb, sqt, sqh, skb, skt, sk
     b, h, hk, mb = query_tile(tl.program_id(0), n_mblocks, Hq, GROUP, CAUSAL)
     q_tok, len_q, k_tok, len_k = seq_spans(CU_Q, CU_K, b, Sq, Skv, VARLEN)
     m0 = mb * BLOCK_M
-    if m0 < len_q:
-        b64 = b.to(tl.int64)
-        offs_r = tl.arange(0, BLOCK_M)
-        offs_m = m0 + offs_r
-        offs_n = tl.arange(0, BLOCK_N)
-        offs_d = tl.arange(0, BLOCK_D)
-        q_src = rows_src(Q, b64, q_tok, h, sqb, sqt, sqh, len_q, BLOCK_M, D, BLOCK_D, TMA)
-        dq_dst = rows_src(DQ, b64, q_tok, h, sqb, sqt, sqh, len_q, BLOCK_M, D, BLOCK_D, TMA)
-        do_src = rows_src(DO, b64, q_tok, h, sdb, sdt, sdh, len_q, BLOCK_M, D, BLOCK_D, TMA)
-        k_src = rows_src(K, b64, k_tok, hk, skb, skt, skh, len_k, BLOCK_N, D, BLOCK_D, TMA)
-        v_src = rows_src(V, b64, k_tok, hk, svb, svt, svh, len_k, BLOCK_N, D, BLOCK_D, TMA)
-        q = load_tile(q_src, m0, len_q, sqt, offs_r, offs_d, D, BLOCK_D, True, TMA)
-        do = load_tile(do_src, m0, len_q, sdt, offs_r, offs_d, D, BLOCK_D, True, TMA)
-        row0 = lse_offset(b64, h, q_tok, Sq, Tq, VARLEN)
-        lse, delta = _rows_stats(LSE + row0, DELTA + row0, offs_m, len_q, True)
-        shift = len_k - len_q
-        m_end = tl.minimum(m0 + BLOCK_M, len_q)
-        lo, mid_lo, mid_hi, hi = key_blocks(m0, m_end, len_k, shift, window, BLOCK_N, CAUSAL, HAS_WINDOW)
-        dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-        if lo < mid_lo:  # a masked edge (often empty: skipped without a call)
-            dq = _dq_blocks(dq, q, do, lse, delta, k_src, v_src, lo, mid_lo, offs_m, offs_n, offs_d, len_q, len_k,
-                            shift, window, skt, svt, qk_scale, D, BLOCK_D, BLOCK_N, True, CAUSAL, HAS_WINDOW, TMA,
-                            PIPELINE)
-        dq = _dq_blocks(dq, q, do, lse, delta, k_src, v_src, mid_lo, mid_hi, offs_m, offs_n, offs_d, len_q, len_k,
-                        shift, window, skt, svt, qk_scale, D, BLOCK_D, BLOCK_N, False, CAUSAL, HAS_WINDOW, TMA,
+    if VARLEN:  # the grid covers the longest sequence: skip the blocks past this one's end
+        if m0 < len_q:
+            _dq_rows(m0, b, h, hk, q_tok, len_q, k_tok, len_k, Q, K, V, DO, LSE, DELTA, DQ, sqb, sqt, sqh, skb, skt,
+                     skh, svb, svt, svh, sdb, sdt, sdh, Sq, Tq, scale, qk_scale, window, D, BLOCK_D, BLOCK_M, BLOCK_N,
+                     CAUSAL, HAS_WINDOW, VARLEN, TMA, PIPELINE)
+    else:  # no branch around the loops (see fwd._fwd_tile)
+        _dq_rows(m0, b, h, hk, q_tok, len_q, k_tok, len_k, Q, K, V, DO, LSE, DELTA, DQ, sqb, sqt, sqh, skb, skt, skh,
+                 svb, svt, svh, sdb, sdt, sdh, Sq, Tq, scale, qk_scale, window, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL,
+                 HAS_WINDOW, VARLEN, TMA, PIPELINE)
+
+
+@triton.jit
+def _dq_rows(m0, b, h, hk, q_tok, len_q, k_tok, len_k, Q, K, V, DO, LSE, DELTA, DQ, sqb, sqt, sqh, skb, skt, skh, svb,
+             svt, svh, sdb, sdt, sdh, Sq, Tq, scale, qk_scale, window, D: tl.constexpr, BLOCK_D: tl.constexpr,
+             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr,
+             VARLEN: tl.constexpr, TMA: tl.constexpr, PIPELINE: tl.constexpr):
+    """dq of query rows [m0, m0 + BLOCK_M) of sequence b, head h (kv head hk)."""
+    b64 = b.to(tl.int64)
+    offs_r = tl.arange(0, BLOCK_M)
+    offs_m = m0 + offs_r
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    q_src = rows_src(Q, b64, q_tok, h, sqb, sqt, sqh, len_q, BLOCK_M, D, BLOCK_D, TMA)
+    dq_dst = rows_src(DQ, b64, q_tok, h, sqb, sqt, sqh, len_q, BLOCK_M, D, BLOCK_D, TMA)
+    do_src = rows_src(DO, b64, q_tok, h, sdb, sdt, sdh, len_q, BLOCK_M, D, BLOCK_D, TMA)
+    k_src = rows_src(K, b64, k_tok, hk, skb, skt, skh, len_k, BLOCK_N, D, BLOCK_D, TMA)
+    v_src = rows_src(V, b64, k_tok, hk, svb, svt, svh, len_k, BLOCK_N, D, BLOCK_D, TMA)
+    q = load_tile(q_src, m0, len_q, sqt, offs_r, offs_d, D, BLOCK_D, True, TMA)
+    do = load_tile(do_src, m0, len_q, sdt, offs_r, offs_d, D, BLOCK_D, True, TMA)
+    row0 = lse_offset(b64, h, q_tok, Sq, Tq, VARLEN)
+    lse, delta = _rows_stats(LSE + row0, DELTA + row0, offs_m, len_q, True)
+    shift = len_k - len_q
+    m_end = tl.minimum(m0 + BLOCK_M, len_q)
+    lo, mid_lo, mid_hi, hi = key_blocks(m0, m_end, len_k, shift, window, BLOCK_N, CAUSAL, HAS_WINDOW)
+    dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    if lo < mid_lo:  # a masked edge (often empty: skipped without a call)
+        dq = _dq_blocks(dq, q, do, lse, delta, k_src, v_src, lo, mid_lo, offs_m, offs_n, offs_d, len_q, len_k,
+                        shift, window, skt, svt, qk_scale, D, BLOCK_D, BLOCK_N, True, CAUSAL, HAS_WINDOW, TMA,
                         PIPELINE)
-        if mid_hi < hi:  # a masked edge (often empty: skipped without a call)
-            dq = _dq_blocks(dq, q, do, lse, delta, k_src, v_src, mid_hi, hi, offs_m, offs_n, offs_d, len_q, len_k,
-                            shift, window, skt, svt, qk_scale, D, BLOCK_D, BLOCK_N, True, CAUSAL, HAS_WINDOW, TMA,
-                            PIPELINE)
-        store_tile(dq_dst, (dq * scale).to(DQ.dtype.element_ty), m0, len_q, sqt, offs_r, offs_d, D, TMA)
+    dq = _dq_blocks(dq, q, do, lse, delta, k_src, v_src, mid_lo, mid_hi, offs_m, offs_n, offs_d, len_q, len_k,
+                    shift, window, skt, svt, qk_scale, D, BLOCK_D, BLOCK_N, False, CAUSAL, HAS_WINDOW, TMA,
+                    PIPELINE)
+    if mid_hi < hi:  # a masked edge (often empty: skipped without a call)
+        dq = _dq_blocks(dq, q, do, lse, delta, k_src, v_src, mid_hi, hi, offs_m, offs_n, offs_d, len_q, len_k,
+                        shift, window, skt, svt, qk_scale, D, BLOCK_D, BLOCK_N, True, CAUSAL, HAS_WINDOW, TMA,
+                        PIPELINE)
+    store_tile(dq_dst, (dq * scale).to(DQ.dtype.element_ty), m0, len_q, sqt, offs_r, offs_d, D, TMA)
 
 
 def backward(do, q, k, v, o, lse, causal: bool, window: int, cu_q, cu_k, max_q: int, max_k: int, scale: float,

@@ -114,7 +114,9 @@ def rows_src(PTR, b64, tok, head, sb, st, sh, length, BLOCK_R: tl.constexpr, D: 
     runs descriptors too, so the CPU tests cover this path."""
     src = PTR + b64 * sb + tok * st + head * sh
     if TMA:
-        src = tl.make_tensor_descriptor(src, shape=[length, D], strides=[st, 1], block_shape=[BLOCK_R, BLOCK_D])
+        # a descriptor's dims must be at least 1: an empty sequence's is built (never read)
+        src = tl.make_tensor_descriptor(src, shape=[tl.maximum(length, 1), D], strides=[st, 1],
+                                        block_shape=[BLOCK_R, BLOCK_D])
     return src
 
 

@@ -73,6 +73,23 @@ def _fwd_tile(tile, Q, K, V, O, LSE, CU_Q, CU_K, sqb, sqt, sqh, skb, skt, skh, s
     b, h, hk, mb = query_tile(tile, n_mblocks, Hq, GROUP, CAUSAL)
     q_tok, len_q, k_tok, len_k = seq_spans(CU_Q, CU_K, b, Sq, Skv, VARLEN)
     m0 = mb * BLOCK_M
+    if VARLEN:  # the grid covers the longest sequence: skip the blocks past this one's end
+        if m0 < len_q:
+            _fwd_rows(m0, b, h, hk, q_tok, len_q, k_tok, len_k, Q, K, V, O, LSE, sqb, sqt, sqh, skb, skt, skh, svb,
+                      svt, svh, sob, sot, soh, Sq, Tq, qk_scale, window, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL,
+                      HAS_WINDOW, VARLEN, TMA, WARP_SPEC, PIPELINE)
+    else:  # no branch around the loops: they stay at the kernel's top level for the compiler's passes
+        _fwd_rows(m0, b, h, hk, q_tok, len_q, k_tok, len_k, Q, K, V, O, LSE, sqb, sqt, sqh, skb, skt, skh, svb, svt,
+                  svh, sob, sot, soh, Sq, Tq, qk_scale, window, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL, HAS_WINDOW,
+                  VARLEN, TMA, WARP_SPEC, PIPELINE)
+
+
+@triton.jit
+def _fwd_rows(m0, b, h, hk, q_tok, len_q, k_tok, len_k, Q, K, V, O, LSE, sqb, sqt, sqh, skb, skt, skh, svb, svt, svh,
+              sob, sot, soh, Sq, Tq, qk_scale, window, D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
+              BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, VARLEN: tl.constexpr,
+              TMA: tl.constexpr, WARP_SPEC: tl.constexpr, PIPELINE: tl.constexpr):
+    """Query rows [m0, m0 + BLOCK_M) of sequence b, head h (kv head hk): output and log-sum-exp."""
     b64 = b.to(tl.int64)
     q_src = rows_src(Q, b64, q_tok, h, sqb, sqt, sqh, len_q, BLOCK_M, D, BLOCK_D, TMA)
     o_dst = rows_src(O, b64, q_tok, h, sob, sot, soh, len_q, BLOCK_M, D, BLOCK_D, TMA)
@@ -84,10 +101,7 @@ def _fwd_tile(tile, Q, K, V, O, LSE, CU_Q, CU_K, sqb, sqt, sqh, skb, skt, skh, s
     q = load_tile(q_src, m0, len_q, sqt, tl.arange(0, BLOCK_M), offs_d, D, BLOCK_D, True, TMA)
     shift = len_k - len_q
     m_end = tl.minimum(m0 + BLOCK_M, len_q)
-    # a tile past its sequence's end (packed batches) walks no key and stores nothing: no branch around
-    # the loops, which keeps them at the kernel's top level for the compiler's pipelining
-    lo, mid_lo, mid_hi, hi = key_blocks(m0, m_end, tl.where(m0 < len_q, len_k, 0), shift, window, BLOCK_N, CAUSAL,
-                                        HAS_WINDOW)
+    lo, mid_lo, mid_hi, hi = key_blocks(m0, m_end, len_k, shift, window, BLOCK_N, CAUSAL, HAS_WINDOW)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
