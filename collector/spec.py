@@ -50,11 +50,18 @@ def always_available(device: str) -> str | None:
     return None
 
 
+class Unavailable(Exception):
+    """Raised by a provider's call for inputs it cannot take (a backend that refuses a shape, a mask
+    or a length): the runner stores an 'unavailable' row with this message, never an error. For
+    refusals that depend only on the device, use `Provider.available`."""
+
+
 @dataclass(frozen=True)
 class Provider:
     """One implementation of the kernel. `fn(**inputs)` returns a tensor or a tuple of tensors.
     `available(device)` returns None when it can run on that device type ('cuda' or 'cpu'),
-    otherwise the reason it cannot (reported as unavailable, never as an error)."""
+    otherwise the reason it cannot (reported as unavailable, never as an error); a refusal that
+    depends on the inputs is raised from `fn` as `Unavailable`."""
 
     name: str
     fn: Callable[..., Any]
