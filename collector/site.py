@@ -266,7 +266,7 @@ def build_site_cmd(db: str, out: str, data_dir: str) -> None:
         result = build_site(db, out, data_dir or None)
     except StoreError as e:
         click.echo(f"kcollect: error: {e}", err=True)
-        sys.exit(1)
+        sys.exit(e.code)
     except SiteError as e:
         click.echo(f"kcollect: error: {e}", err=True)
         sys.exit(2)
