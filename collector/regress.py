@@ -25,8 +25,9 @@ stays in the history as "regressed at X, recovered at Y".
 4. A change of environment (torch, Triton, driver, CUDA, peer versions) starts a new segment: a move
    across it is flagged with `cause` naming the change, never as the series' own regression. A change
    of timing method or machine is a different series.
-5. Status: a flag is 'recovered' once a later segment's level is back within the threshold of the
-   level before the step (for a regression: no longer slower by the threshold), else 'open'.
+5. Status: a flag is 'recovered' once PERSIST points in a row after it are back: nearer the level
+   before the step than the level after, and within the threshold of the level before (a revert, a
+   fix, or a slow return); else 'open'.
 """
 from __future__ import annotations
 
@@ -86,8 +87,8 @@ class Flag:
     change: float  # after / before - 1
     noise_sigmas: float  # the step in standard errors of the two levels' difference
     cause: str | None = None  # None: the series' own step; else what else changed ('environment: ...')
-    status: str = "open"  # 'open', or 'recovered': a later level is back within the threshold
-    recovered_commit: str | None = None  # the first commit of the level that recovered it
+    status: str = "open"  # 'open', or 'recovered': later points are back near the level before
+    recovered_commit: str | None = None  # the first commit back
     recovered_index: int | None = None
     decided_index: int | None = None  # the point at which the step was decided (index + 1 at best)
 
@@ -246,25 +247,31 @@ def _steps(y: list[float], points: Sequence[Point], log_t: float, prior: float |
     return steps
 
 
+def _recovered(y: list[float], s: _Step, log_t: float) -> int | None:
+    """The first point from which PERSIST points in a row are back: nearer the level before the step
+    than the level after it, and within the threshold of the level before."""
+    sign = 1.0 if s.after > s.before else -1.0
+    mid = (s.before + s.after) / 2
+    run = 0
+    for r in range(s.i + 1, len(y)):
+        back = (y[r] - mid) * sign < 0 and (y[r] - s.before) * sign < log_t
+        run = run + 1 if back else 0
+        if run == PERSIST:
+            return r - PERSIST + 1
+    return None
+
+
 def _flags(points: Sequence[Point], y: list[float], steps: list[_Step], log_t: float) -> list[Flag]:
-    """Flags in point order, each with its status: a later segment's level back within the threshold
-    of the level before the step recovers it."""
-    steps = sorted(steps, key=lambda s: s.j)
-    bounds = [0] + [s.j for s in steps] + [len(y)]
-    levels = [median(y[a:b]) for a, b in zip(bounds, bounds[1:])]
+    """Flags in point order, each with its status (see _recovered)."""
     flags = []
-    for q, s in enumerate(steps):
-        slower = s.after > s.before
-        status, rec = "open", None
-        for m in range(q + 2, len(levels)):
-            if (levels[m] - levels[q] < log_t) if slower else (levels[q] - levels[m] < log_t):
-                status, rec = "recovered", bounds[m]
-                break
+    for s in sorted(steps, key=lambda s: s.j):
+        rec = _recovered(y, s, log_t)
         before_ms, after_ms = math.exp(s.before), math.exp(s.after)
-        flags.append(Flag(kind="regression" if slower else "improvement", index=s.j,
+        flags.append(Flag(kind="regression" if s.after > s.before else "improvement", index=s.j,
                           before_commit=points[s.j - 1].commit, after_commit=points[s.j].commit,
                           before_ms=before_ms, after_ms=after_ms, change=after_ms / before_ms - 1,
-                          noise_sigmas=round(s.z, 2), cause=s.cause, status=status,
+                          noise_sigmas=round(s.z, 2), cause=s.cause,
+                          status="open" if rec is None else "recovered",
                           recovered_commit=points[rec].commit if rec is not None else None,
                           recovered_index=rec, decided_index=s.i))
     return flags
