@@ -82,7 +82,7 @@ class Flag:
     index: int  # the first point after the step
     before_commit: str
     after_commit: str
-    before_ms: float  # the levels either side, corrected for the machine's drift
+    before_ms: float  # the levels either side (medians of up to WINDOW points), corrected for the drift
     after_ms: float
     change: float  # after / before - 1
     noise_sigmas: float  # the step in standard errors of the two levels' difference
@@ -262,11 +262,17 @@ def _recovered(y: list[float], s: _Step, log_t: float) -> int | None:
 
 
 def _flags(points: Sequence[Point], y: list[float], steps: list[_Step], log_t: float) -> list[Flag]:
-    """Flags in point order, each with its status (see _recovered)."""
+    """Flags in point order, each with its status (see _recovered). The levels either side are the
+    medians of up to WINDOW points of the segments around the step, so they sharpen as points
+    arrive; whether there is a step, where, and its z are what was decided."""
     flags = []
-    for s in sorted(steps, key=lambda s: s.j):
+    steps = sorted(steps, key=lambda s: s.j)
+    bounds = [0] + [s.j for s in steps] + [len(y)]
+    for q, s in enumerate(steps):
         rec = _recovered(y, s, log_t)
-        before_ms, after_ms = math.exp(s.before), math.exp(s.after)
+        before = median(y[max(bounds[q], s.j - WINDOW):s.j])
+        after = median(y[s.j:min(bounds[q + 2], s.j + WINDOW)])
+        before_ms, after_ms = math.exp(before), math.exp(after)
         flags.append(Flag(kind="regression" if s.after > s.before else "improvement", index=s.j,
                           before_commit=points[s.j - 1].commit, after_commit=points[s.j].commit,
                           before_ms=before_ms, after_ms=after_ms, change=after_ms / before_ms - 1,

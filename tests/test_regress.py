@@ -77,7 +77,7 @@ def test_flags_never_disappear_as_commits_accumulate():
     assert len(full) == 4
     for n in range(3, len(levels) + 1):
         prefix = detect(points(levels[:n]), prior=QUIET)
-        key = lambda f: (f.kind, f.index, f.before_ms, f.after_ms, f.decided_index)  # noqa: E731
+        key = lambda f: (f.kind, f.index, f.noise_sigmas, f.decided_index)  # noqa: E731
         assert [key(f) for f in prefix] == [key(f) for f in full if f.decided_index < n], n
 
 
