@@ -11,12 +11,12 @@ machine (kcollect.confirm), and decides on those samples.
 from __future__ import annotations
 
 import math
-import subprocess
 import sys
 from dataclasses import dataclass
 from datetime import datetime
 
 import click
+import duckdb
 
 from . import codechange, regress
 from .common import DEFAULT_DB, kernel_module_option
@@ -55,11 +55,8 @@ def parse_threshold(text: str) -> float:
 
 
 def _git(*args: str) -> str | None:
-    try:
-        out = subprocess.run(["git", *args], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return out.stdout.strip() if out.returncode == 0 else None
+    out = codechange.git(".", *args)
+    return None if out is None else out.strip()
 
 
 def resolve_commit(ref: str, known: dict[str, datetime | None]) -> tuple[str, str | None]:
@@ -161,9 +158,12 @@ def nothing_in_common(s: Sides, how: str) -> str:
 
 
 def history_noise(store: Store, s: Sides):
-    """series key -> its noise from its history on the GPUs of the two sides (see noise_before)."""
+    """series key -> its noise from its history on the GPUs and kernels of the two sides (see
+    noise_before)."""
     gpus = sorted({regress.device(r) for r in s.a_rows + s.b_rows})
-    rows = store.query(f"{QUERY} WHERE {DEVICE_SQL} IN ({', '.join('?' * len(gpus))})", gpus)
+    kernels = sorted({r["kernel"] for r in s.a_rows + s.b_rows})
+    rows = store.query(f"{QUERY} WHERE {DEVICE_SQL} IN ({', '.join('?' * len(gpus))}) "
+                       f"AND kernel IN ({', '.join('?' * len(kernels))})", gpus + kernels)
     return noise_before(regress.analyse(rows), {c for c in s.commits if c})
 
 
@@ -306,6 +306,8 @@ def compare_cmd(a, b, gpus, runs, db, threshold, fmt, markdown, confirm, rounds,
         fail(str(e), e.code)
     except BadInput as e:
         fail(str(e))
+    except duckdb.Error as e:  # damage that only shows when the rows are read
+        fail(f"{db} is a damaged DuckDB file ({str(e).splitlines()[0]})")
     changed, code_note = code_changes(s, how)
     cmp = compare(s.a_rows, s.b_rows, threshold, where_in_key=how == "commits", noise_of=noise,
                   code_changed=changed, across=how == "gpus")

@@ -12,6 +12,7 @@ What is never a regression, whatever the numbers:
 - a change of timing method, environment (torch, Triton, driver, CUDA, peer versions) or machine:
   reported as such;
 - a row disturbed while timed (status 'unstable'): not compared;
+- a case that failed for every provider at B (the reference out of memory, say): not our kernel's;
 - CPU (interpreted) rows: shown, but they never decide the exit status.
 """
 from __future__ import annotations
@@ -33,7 +34,7 @@ MARK = {"regression": "REGRESSION", "failing": "NOW FAILING", "improvement": "fa
         "within noise": "no (noise)", "same": "no", "moved": "moved, code unchanged",
         "unstable": "unstable, not compared", "timing changed": "timing method changed",
         "environment changed": "environment changed", "other machine": "other machine",
-        "slower": "slower", "faster": "faster", "not confirmed": "not confirmed", "n/a": "-"}
+        "case failed": "every provider failed", "slower": "slower", "faster": "faster", "not confirmed": "not confirmed", "n/a": "-"}
 
 
 @dataclass(frozen=True)
@@ -162,6 +163,13 @@ def compare(a_rows: list[dict], b_rows: list[dict], threshold: float, where_in_k
         lines.append(ln)
     drift, n_drift, pair_noise = _drift_and_pair_noise(unchanged)
     log_t = math.log1p(threshold)
+    # cases (kernel, mode, shape, dtype on one GPU) where some provider still has a time at B, or
+    # that have one provider only: a failure there is that provider's; where every one of several
+    # failed, the case did (out of memory in the reference, say), which says nothing of our kernel
+    providers: dict[tuple, int] = {}
+    for ln in lines:
+        providers[_case(ln)] = providers.get(_case(ln), 0) + 1
+    alive = {_case(ln) for ln in lines if ln.b.point} | {c for c, n in providers.items() if n < 2}
     out = []
     for ln in lines:
         if "unstable" in (ln.a.status, ln.b.status):
@@ -169,11 +177,15 @@ def compare(a_rows: list[dict], b_rows: list[dict], threshold: float, where_in_k
         elif ln.a.point and ln.b.point:
             ln = _judge(ln, drift, pair_noise, log_t, across)
         elif ln.a.point and ln.b.status in FAILING:
-            ln = replace(ln, verdict="failing")
+            ln = replace(ln, verdict="failing" if _case(ln) in alive else "case failed")
         elif ln.b.point and ln.a.status in FAILING:
             ln = replace(ln, verdict="fixed")
         out.append(ln)
     return Comparison(out, drift, n_drift, _notes(out, drift, n_drift))
+
+
+def _case(ln: Line) -> tuple:
+    return (ln.key[0], ln.key[1], ln.key[3], ln.key[4], ln.b.gpu, ln.b.machine)
 
 
 def _notes(lines: list[Line], drift: float | None, n: int) -> list[str]:

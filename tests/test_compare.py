@@ -115,6 +115,19 @@ def test_what_is_never_a_regression(tmp_path, b_row, verdict):
     assert rows_of(r)[0]["verdict"] == verdict
 
 
+def test_a_case_that_failed_for_every_provider_is_not_ours(tmp_path):
+    oom = dict(ms=None, status="error")
+    path = make_db(tmp_path / "k.duckdb", [
+        ("h100", C1, 0, [ok("triton", 1.0), ok("torch", 1.0), ok("triton", 1.0, shape="M=1,N=8")]),
+        ("h100", C2, 1, [dict(provider="triton", **oom), dict(provider="torch", **oom),
+                         dict(provider="triton", shape="M=1,N=8", **oom)])])
+    r = kc(C1, C2, "--db", path, "--format", "json")
+    verdicts = {(ln["shape"], ln["provider"]): ln["verdict"] for ln in rows_of(r)}
+    assert verdicts == {("M=4096,N=14336", "triton"): "case failed", ("M=4096,N=14336", "torch"): "case failed",
+                        ("M=1,N=8", "triton"): "failing"}  # alone in its case: nothing says it is not ours
+    assert r.exit_code == 1
+
+
 def test_environment_change_is_reported_as_such(tmp_path):
     path = make_db(tmp_path / "k.duckdb", [("h100", C1, 0, [ok("triton", 1.0)]),
                                            ("h100", C2, 1, [ok("triton", 1.5)], {"torch": "2.12.0"})])
