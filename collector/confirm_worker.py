@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib.abc
+import importlib.machinery
 import importlib.util
 import json
 import os
@@ -27,18 +28,26 @@ from pathlib import Path
 
 class Tree(importlib.abc.MetaPathFinder):
     """`kcollect` -> <root>/collector and `kcollect.kernels` -> <root>/kernels, as the package's
-    setuptools mapping does for an installed checkout."""
+    setuptools mapping does for an installed checkout. It answers for every `kcollect.*` module, so
+    that none falls through to the caller's installed kcollect (whose editable finder would find
+    `kcollect.store` in the caller's checkout)."""
 
     def __init__(self, root: Path):
+        self.root = root
         self.folders = {"kcollect": root / "collector", "kcollect.kernels": root / "kernels",
                         "kcollect.templates": root / "templates"}
 
     def find_spec(self, name, path=None, target=None):
-        folder = self.folders.get(name)
-        if folder is None or not (folder / "__init__.py").is_file():
+        if name != "kcollect" and not name.startswith("kcollect."):
             return None
-        return importlib.util.spec_from_file_location(name, folder / "__init__.py",
-                                                      submodule_search_locations=[str(folder)])
+        folder = self.folders.get(name)
+        if folder is not None and (folder / "__init__.py").is_file():
+            return importlib.util.spec_from_file_location(name, folder / "__init__.py",
+                                                          submodule_search_locations=[str(folder)])
+        spec = importlib.machinery.PathFinder.find_spec(name, path) if path else None
+        if spec is None:
+            raise ModuleNotFoundError(f"no module named {name!r} in the worktree {self.root}", name=name)
+        return spec
 
 
 def filter_plan(runner, wanted: set[tuple[str, str, str]]) -> None:

@@ -64,14 +64,18 @@ def test_decision_on_interleaved_samples():
 
 
 def test_the_worker_imports_the_worktree_s_kcollect(tmp_path):
-    for folder, text in (("collector", "WHERE = 'the tree'\n"), ("kernels", "WHERE = 'its kernels'\n")):
-        (tmp_path / folder).mkdir()
-        (tmp_path / folder / "__init__.py").write_text(text)
+    # this venv has the caller's kcollect installed (editable): the worktree's must win, submodules too
+    for name, text in (("collector/__init__.py", "WHERE = 'the tree'\n"), ("collector/store.py", "WHERE = 'its store'\n"),
+                       ("kernels/__init__.py", "WHERE = 'its kernels'\n")):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text(text)
     code = (f"import sys; sys.path.insert(0, {str(Path(confirm.WORKER).parent)!r}); import confirm_worker as w; "
-            f"sys.meta_path.insert(0, w.Tree(w.Path({str(tmp_path)!r}))); import kcollect, kcollect.kernels; "
-            "print(kcollect.WHERE, '|', kcollect.kernels.WHERE)")
+            f"sys.meta_path.insert(0, w.Tree(w.Path({str(tmp_path)!r}))); import kcollect, kcollect.kernels, "
+            "kcollect.store; print(kcollect.WHERE, '|', kcollect.kernels.WHERE, '|', kcollect.store.WHERE)\n"
+            "try:\n    import kcollect.regress\nexcept ModuleNotFoundError as e:\n    print(e)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert out.stdout.strip() == "the tree | its kernels", out.stderr
+    assert out.stdout.splitlines() == ["the tree | its kernels | its store",
+                                       f"no module named 'kcollect.regress' in the worktree {tmp_path}"], out.stderr
 
 
 def test_confirm_remeasures_both_commits_here(tmp_path, monkeypatch):
