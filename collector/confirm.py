@@ -133,7 +133,7 @@ def _samples(lines: list[Line], dbs: list[Path]) -> dict[tuple, tuple[list[float
     for db in dbs:
         got: dict[tuple, list[float]] = {}
         if db.exists():
-            with Store(db, read_only=True) as store:
+            with Store(db) as store:  # read-write: a commit of an older schema wrote it; this migrates it
                 for r in store.query("SELECT kernel, mode, provider, shape, dtype, median_ms FROM results "
                                      "WHERE status = 'ok' AND median_ms > 0"):
                     got.setdefault((r["kernel"], r["mode"], r["provider"], r["shape"], r["dtype"]), []).append(

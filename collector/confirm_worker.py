@@ -7,7 +7,9 @@ goes to stderr. One process per side for all rounds, so that torch, Triton and t
 imported and compiled once and the rounds stay short; the caller alternates the two sides.
 
 Only the cases being confirmed are measured: the run's plan is filtered to the (kernel, shape label,
-dtype) given with --cases, looked up in every grid of the kernel.
+dtype) given with --cases, looked up in every grid of the kernel. Commits from before the named shape
+labels (schema 1) run too: the label is made from the shape's dims, and the caller migrates the
+run's store when it reads it.
 
 Standalone on purpose: it must import the kcollect of the worktree, not the caller's, so it is run
 as a file and imports nothing of kcollect before it has pointed the imports at the worktree.
@@ -61,7 +63,9 @@ def filter_plan(runner, wanted: set[tuple[str, str, str]]) -> None:
         for spec in specs:
             for grid in spec.grids:
                 for case in plan([spec], dataclasses.replace(config, grid=grid)):
-                    key = (case.spec.name, case.shape.label, DTYPE_NAMES.get(case.dtype, str(case.dtype)))
+                    # the label with the dims' names, as the store keeps it (older commits label 4096x14336)
+                    label = ",".join(f"{k}={v}" for k, v in case.shape.dims.items())
+                    key = (case.spec.name, label, DTYPE_NAMES.get(case.dtype, str(case.dtype)))
                     if key in wanted and key not in seen:
                         seen.add(key)
                         cases.append(case)

@@ -266,3 +266,19 @@ def test_every_command_refuses_a_damaged_store_with_one_line_and_exit_2(tmp_path
         assert r.output.count("\n") == 1 and r.output.startswith("kcollect: error: "), (args, r.output)
         assert ("truncated" if damage == "truncated" else "newer than this kcollect") in r.output
     assert path.read_bytes() == before
+
+
+def test_build_site_builds_from_the_whole_folders(tmp_path):
+    from click.testing import CliRunner
+
+    from kcollect.cli import main
+
+    good, bad, partial = _folders(tmp_path)
+    (bad / "results.parquet").write_bytes((bad / "results.parquet").read_bytes()[:64])
+    partial.rename(partial.with_name(partial.name + ".partial"))
+    r = CliRunner().invoke(main, ["build-site", "--db", str(tmp_path / "k.duckdb"), "--out", str(tmp_path / "site"),
+                                  "--data", str(tmp_path / "runs")])
+    assert r.exit_code == 0, r.output
+    assert "imported 1 run(s)" in r.output and (tmp_path / "site" / "index.html").is_file()
+    assert [p.name for p, _ in history.problem_folders(tmp_path / "runs")] == sorted(
+        [bad.name, partial.name + ".partial"])
