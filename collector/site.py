@@ -192,29 +192,18 @@ def import_history(db: Path, data_dir: Path | None) -> int:
     return added
 
 
-def analyse(data: site_data.SiteData, thresholds: dict[str, float] | None = None) -> dict[tuple, list]:
-    """Regression flags of every GPU series, keyed like regress.detect_all's answer.
+def analyse(store: Store, thresholds: dict[str, float] | None = None) -> dict[tuple, list]:
+    """Regression flags of every GPU series (kcollect.regress.analyse: measured noise, machine drift,
+    flags with their open/recovered status), keyed (kernel, mode, provider, shape, dtype, gpu_name) as
+    the pages expect; the flags of one such key on several machines or timing methods are listed
+    together. CPU-interpreter timings are not analysed: they say nothing about speed on a GPU."""
+    from .regress import QUERY
+    from .regress import analyse as analyse_rows
 
-    The points are the per-commit aggregates that site_data already made in DuckDB, by the same
-    rule as regress.points_from_rows (tests/test_site.py checks that the flags equal detect_all's),
-    because building them in Python from every row costs seconds on a long history. CPU-interpreter
-    timings are not analysed: they say nothing about speed on a GPU, so a flag there is noise."""
-    from .regress import DEFAULT_THRESHOLD, Point, detect
-
-    thresholds = thresholds or {}  # kernel -> relative threshold; the store does not hold them yet
-    flags = {}
-    for (gkey, kernel, mode, dtype), providers in data.exact_trends.items():
-        group = data.group(gkey)
-        if group.kind != "gpu":
-            continue
-        gpu_name = gkey.partition(":")[2]
-        for provider, shapes in providers.items():
-            for shape, (ci, med, p20, p80) in shapes.items():
-                points = [Point(commit=group.commits[i]["sha"], commit_time=None, median_ms=m, p20_ms=lo,
-                                p80_ms=hi, runs=group.commits[i]["runs"]) for i, m, lo, hi in zip(ci, med, p20, p80)]
-                found = detect(points, thresholds.get(kernel, DEFAULT_THRESHOLD))
-                if found:
-                    flags[(kernel, mode, provider, shape, dtype, gpu_name)] = found
+    flags: dict[tuple, list] = {}
+    for key, result in analyse_rows(store.query(QUERY + " WHERE device_kind = 'cuda'"), thresholds).items():
+        if result.flags:
+            flags.setdefault(tuple(key[:6]), []).extend(result.flags)
     return flags
 
 
@@ -229,7 +218,7 @@ def build_site(db: str | Path, out: str | Path, data_dir: str | Path | None = No
     imported = import_history(db, Path(data_dir) if data_dir else None)
     with Store(db, read_only=True) as store:
         data = site_data.load(store)
-    flags = analyse(data)
+        flags = analyse(store)
     staging = out.with_name(f".{out.name}.kcollect-staging")
     if staging.exists():
         shutil.rmtree(staging)
@@ -266,7 +255,7 @@ def build_site_cmd(db: str, out: str, data_dir: str) -> None:
         result = build_site(db, out, data_dir or None)
     except StoreError as e:
         click.echo(f"kcollect: error: {e}", err=True)
-        sys.exit(1)
+        sys.exit(e.code)
     except SiteError as e:
         click.echo(f"kcollect: error: {e}", err=True)
         sys.exit(2)
