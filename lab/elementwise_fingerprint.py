@@ -3,7 +3,7 @@
 compare the files: equal tables mean the same binaries launched the same way.
 
     python lab/elementwise_fingerprint.py --out before.json          # a few minutes of CPU
-    python lab/elementwise_fingerprint.py --compare before.json after.json
+    python lab/elementwise_fingerprint.py --compare before.json after.json [--dropped NC]
 """
 from __future__ import annotations
 
@@ -28,10 +28,11 @@ def main() -> int:
     ap.add_argument("--out", help="write the table (JSON) here")
     ap.add_argument("--ops", default=",".join(OPS), help=f"comma-separated ops (default {','.join(OPS)})")
     ap.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"), help="compare two tables")
+    ap.add_argument("--dropped", default="", help="comma-separated constexprs the change removed (compared without)")
     args = ap.parse_args()
     if args.compare:
         before, after = (json.load(open(p)) for p in args.compare)
-        diffs = fp.compare(before, after)
+        diffs = fp.compare(before, after, tuple(n for n in args.dropped.split(",") if n))
         print("\n".join(diffs))
         binaries = {launch["sass"] for rows in after.values() for launch in rows}
         print(f"{len(after)} cases, {sum(map(len, after.values()))} launches, {len(binaries)} distinct binaries; "

@@ -168,11 +168,16 @@ def table(spec, shapes, modes, dtypes, gpus=tuple(GPUS), log=print) -> dict:
     return rows
 
 
-def compare(before: dict, after: dict) -> list[str]:
-    """One line per case that differs (or exists on one side only); empty: the same launches."""
+def compare(before: dict, after: dict, dropped: tuple[str, ...] = ()) -> list[str]:
+    """One line per case that differs (or exists on one side only); empty: the same launches.
+    `dropped`: constexprs a change removed (a parameter of a deleted code path), left out of both."""
+    def strip(rows):
+        return None if rows is None else [{**r, "constexprs": {k: v for k, v in r["constexprs"].items()
+                                                                 if k not in dropped}} for r in rows]
+
     out = []
     for case in sorted(set(before) | set(after)):
-        a, b = before.get(case), after.get(case)
+        a, b = strip(before.get(case)), strip(after.get(case))
         if a != b:
             out.append(f"{case}: before {a}\n    after  {b}")
     return out
