@@ -17,17 +17,9 @@ SHAPES = [
     {"M": 37, "N": 1000, "gran": "1x128"},  # partial last group (104 columns)
     {"M": 1, "N": 4096, "gran": "1x128"},  # one row
     {"M": 200, "N": 300, "gran": "128x128"},  # partial tiles at both edges
-    {"M": 33, "N": 4099, "gran": "row"},  # one-pass row kernel, masked tail
+    {"M": 9, "N": 4099, "gran": "row"},  # one-pass row kernel, masked tail
     {"M": 3, "N": 40000, "gran": "row"},  # two-pass (lines) kernel for rows wider than ROW_MAX
 ]
-# torch.compile costs seconds per shape on the CPU: one shape per dtype, each granularity once.
-# (Whole 128-column groups for 1x128: torch 2.13's CPU inductor miscompiles the eager code when N
-# is not a multiple of 128; its fused loop never writes the partial last group. Not our kernel.)
-COMPILE_CASES = {
-    torch.bfloat16: {"M": 37, "N": 1024, "gran": "1x128"},
-    torch.float16: {"M": 33, "N": 4099, "gran": "row"},
-    torch.float32: {"M": 200, "N": 300, "gran": "128x128"},
-}
 E4M3 = torch.float8_e4m3fn
 
 
@@ -35,14 +27,12 @@ def _label(d):
     return "x".join(map(str, d.values()))
 
 
+# torch.compile of the eager code left out: PyTorch's, gated on every collector run, and each
+# case costs seconds of CPU compile (torch 2.13's CPU inductor miscompiles the eager code for
+# "1x128" when N % 128 != 0: its fused loop never writes the partial last group)
 @pytest.mark.parametrize("provider, mode, dtype, dims", opcheck.reference_cases(SPEC, SHAPES, compile_shapes=0))
 def test_matches_reference(provider, mode, dtype, dims):
     opcheck.check_case(SPEC, provider, mode, dtype, dims)
-
-
-@pytest.mark.parametrize("dtype", SPEC.dtypes, ids=str)
-def test_compile_matches_reference(dtype):
-    opcheck.check_case(SPEC, "compile", "fwd", dtype, COMPILE_CASES[dtype])
 
 
 def test_grid_shapes_are_accepted():
@@ -159,7 +149,8 @@ def test_zero_and_tiny_blocks(gran):
 
 def test_dequantize_matches_block_layout():
     # compare() reads the block shape off the scales' shape; check it against an explicit expansion
-    for dims in SHAPES:
+    for dims in ({"M": 3, "N": 300, "gran": "1x128"}, {"M": 130, "N": 260, "gran": "128x128"},
+                 {"M": 3, "N": 100, "gran": "row"}):
         x = _inputs(dims, torch.float32, seed=3)
         q, s = fp8_quant.fp8_quant(x, dims["gran"])
         br, bc = fp8_quant.block_shape(dims["M"], dims["N"], dims["gran"])
@@ -202,13 +193,13 @@ def test_gpu_hardware_cast_matches_emulated_rounding(dims):
 # Configs the heuristic does not pick: each must give exactly the default's q and scales (the eager
 # code's, on the CPU) on awkward shapes, fresh random inputs.
 CONFIGS = [
-    ({"M": 37, "N": 1000, "gran": "1x128"}, fp8_quant.GroupsConfig(rows=2, groups=2, warps=2)),  # 4 group tiles a row
-    ({"M": 33, "N": 4099, "gran": "row"}, fp8_quant.GroupsConfig(rows=4, groups=1, warps=4, policy="")),
+    ({"M": 9, "N": 1000, "gran": "1x128"}, fp8_quant.GroupsConfig(rows=2, groups=2, warps=2)),  # 4 group tiles a row
+    ({"M": 9, "N": 4099, "gran": "row"}, fp8_quant.GroupsConfig(rows=4, groups=1, warps=4, policy="")),
     ({"M": 200, "N": 300, "gran": "128x128"}, fp8_quant.TilesConfig(warps=8, policy="evict_first")),
     # the lines kernel for wide rows: full chunks and a masked tail (40000 = 9 x 4096 + 3136), more
     # rows than programs (4 "SMs" on the CPU, one program each), one program a row; an unaligned
     # width in chunks of 2048 with 8 and 16 elements a line
-    ({"M": 9, "N": 40000, "gran": "row"}, fp8_quant.LinesConfig(chunk=4096, warps=2, programs=1)),
+    ({"M": 6, "N": 40000, "gran": "row"}, fp8_quant.LinesConfig(chunk=4096, warps=2, programs=1)),
     ({"M": 3, "N": 16411, "gran": "row"}, fp8_quant.LinesConfig(chunk=2048, warps=1, vec=8)),
     ({"M": 3, "N": 16411, "gran": "row"}, fp8_quant.LinesConfig(chunk=2048, warps=1, programs=2)),
 ]

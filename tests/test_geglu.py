@@ -15,7 +15,9 @@ from kcollect.kernels.geglu.spec import SPEC, reference
 SHAPES = [{"M": 7, "N": 600}, {"M": 1, "N": 4099}, {"M": 5, "N": 7}]
 
 
-@pytest.mark.parametrize("provider, mode, dtype, dims", opcheck.reference_cases(SPEC, SHAPES))
+# torch.compile of the eager code left out: PyTorch's, gated on every collector run, and each
+# case costs seconds of CPU compile
+@pytest.mark.parametrize("provider, mode, dtype, dims", opcheck.reference_cases(SPEC, SHAPES, compile_shapes=0))
 def test_matches_reference(provider, mode, dtype, dims):
     opcheck.check_case(SPEC, provider, mode, dtype, dims)
 

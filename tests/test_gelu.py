@@ -16,7 +16,9 @@ SHAPES = [{"M": 7, "N": 600, "approx": "tanh"}, {"M": 1, "N": 4099, "approx": "n
           {"M": 5, "N": 7, "approx": "tanh"}]
 
 
-@pytest.mark.parametrize("provider, mode, dtype, dims", opcheck.reference_cases(SPEC, SHAPES))
+# torch.compile of the eager code left out: PyTorch's, gated on every collector run, and each
+# case costs seconds of CPU compile
+@pytest.mark.parametrize("provider, mode, dtype, dims", opcheck.reference_cases(SPEC, SHAPES, compile_shapes=0))
 def test_matches_reference(provider, mode, dtype, dims):
     opcheck.check_case(SPEC, provider, mode, dtype, dims)
 
