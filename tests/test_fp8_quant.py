@@ -1,6 +1,6 @@
-"""fp8_quant: the dequantised output against the input (float64), for every provider and dtype on
+"""fp8_quant: the dequantised output against the input (float64), ours and eager's, in every dtype on
 awkward shapes; then the scales, the range of q, agreement with eager torch code, the rounding
-itself (every bf16 value, every e4m3 midpoint) and the edge cases."""
+itself (every bf16 value, every e4m3 midpoint), the configs of every path and the edge cases."""
 import os
 import random
 
