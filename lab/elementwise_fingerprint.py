@@ -15,18 +15,17 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from lab import fingerprint as fp  # noqa: E402  (first: compiles for the GPU, not the interpreter)
 
-import torch  # noqa: E402
-
 from kcollect.registry import builtin_spec  # noqa: E402
+from kcollect.spec import DTYPES  # noqa: E402
 
 OPS = ("gelu", "geglu", "swiglu", "rope", "fp8_quant")
-DTYPES = (torch.bfloat16, torch.float32)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", help="write the table (JSON) here")
     ap.add_argument("--ops", default=",".join(OPS), help=f"comma-separated ops (default {','.join(OPS)})")
+    ap.add_argument("--dtypes", default="bfloat16,float32", help="comma-separated dtypes (default bfloat16,float32)")
     ap.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"), help="compare two tables")
     ap.add_argument("--dropped", default="", help="comma-separated constexprs the change removed (compared without)")
     args = ap.parse_args()
@@ -44,7 +43,8 @@ def main() -> int:
     for op in args.ops.split(","):
         spec = builtin_spec(op)
         print(f"{op}: {len(spec.grids['full'])} shapes x {spec.modes}", flush=True)
-        rows.update(fp.table(spec, spec.grids["full"], spec.modes, DTYPES, log=lambda m: print(m, flush=True)))
+        dtypes = [DTYPES[d] for d in args.dtypes.split(",")]
+        rows.update(fp.table(spec, spec.grids["full"], spec.modes, dtypes, log=lambda m: print(m, flush=True)))
     with open(args.out, "w") as f:
         json.dump(rows, f, indent=1, sort_keys=True)
     print(f"{len(rows)} cases written to {args.out}")
