@@ -53,7 +53,8 @@ def gated_spec(name: str, description: str, fn: Callable, eager: Callable, liger
         name=name,
         description=description,
         modes=("fwd", "bwd", "fwd+bwd"),
-        providers=standard_providers(fn, eager, config_of) + (Provider("liger", liger, peer_available("liger_kernel")),),
+        providers=standard_providers(fn, eager, config_of)
+        + (Provider("liger", liger, peer_available("liger_kernel")),),
         baseline="torch",
         reference=reference,
         make_inputs=make_inputs,
