@@ -225,6 +225,16 @@ def test_default_configs():
                                                                 "programs": "rows"}}
 
 
+def test_a_forced_config_is_picked_on_its_path_only():
+    # the lab's A/B forces configs through the tunable pick (kcollect.kernels._lib.forced)
+    from kcollect.kernels._lib import forced
+
+    tiles = fp8_quant.TilesConfig(warps=8)
+    with forced(tiles):
+        assert fp8_quant.pick(256, 256, "128x128", 2) == tiles
+        assert isinstance(fp8_quant.pick(256, 256, "1x128", 2), fp8_quant.GroupsConfig)
+
+
 def test_config_of_another_path_is_refused():
     with pytest.raises(ValueError, match="takes a TilesConfig"):
         fp8_quant.fp8_quant_forward(torch.randn(4, 256), "128x128", config=fp8_quant.GroupsConfig(1, 1, 1))

@@ -167,6 +167,16 @@ def test_default_launch(monkeypatch):
     assert grid == (2 * (2 + 1),)  # cdiv(10 tokens, 8) token blocks x (q + k head blocks)
 
 
+def test_a_forced_config_reaches_the_launch(monkeypatch):
+    # the lab's A/B forces configs through the tunable pick (kcollect.kernels._lib.forced)
+    from kcollect.kernels._lib import forced
+
+    x = _inputs()
+    with forced(rope.RoPEConfig(max_heads=1, warps=8)):
+        (_, kw), = _recorded_launch(monkeypatch, lambda: rope.rope_apply(x["q"], x["k"], x["cos"], x["sin"]), False)
+    assert (kw["HBQ"], kw["num_warps"]) == (1, 8)
+
+
 def test_config_is_recorded():
     inputs = make_inputs({"B": 1, "Hq": 2, "Hk": 1, "T": 3, "D": 256, "pos": "ids"}, torch.float32, "cpu", 0)
     assert SPEC.provider("triton").config(inputs) == {

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import triton
 
-from .._lib import lines_launch
+from .._lib import lines_launch, tunable
 
 GROUP = 128  # the block edge of "1x128" and "128x128"
 ROW_MAX = 16384  # widest row kept in registers by the one-pass row kernel
@@ -63,6 +63,7 @@ def group_width(N: int, gran: str) -> int:
     return triton.next_power_of_2(N) if gran == "row" else GROUP
 
 
+@tunable
 def pick(M: int, N: int, gran: str, elt: int, device=None):
     """The config of the kernel path for an [M, N] input of `elt`-byte elements."""
     if gran == "128x128":

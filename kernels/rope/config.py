@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .._lib import tunable
+
 POLICIES = ("", "evict_first", "evict_last")
 
 
@@ -45,6 +47,7 @@ class RoPEConfig:
 WIDE_HEAD = 256
 
 
+@tunable
 def pick(head_dim: int, device=None) -> RoPEConfig:
     """The config for a head_dim on the device's architecture (one set of choices for all so far)."""
     return RoPEConfig(max_heads=4 if head_dim >= WIDE_HEAD else 2)
