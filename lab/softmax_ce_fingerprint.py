@@ -1,0 +1,38 @@
+"""Launch fingerprints of softmax, cross_entropy and fused_linear_cross_entropy on an emulated
+H100 and H200 (see lab/fingerprint.py): every shape of both grids in every mode in bf16, and a few
+shapes in fp32 (whose rows are twice as wide in bytes: other paths).
+
+    python lab/softmax_ce_fingerprint.py --out before.json
+    python lab/softmax_ce_fingerprint.py --compare before.json after.json
+"""
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from lab import fingerprint  # noqa: E402  (first: compiles for the GPU, not the interpreter)
+
+import torch  # noqa: E402
+
+from kcollect.kernels.cross_entropy.spec import SPEC as CE  # noqa: E402
+from kcollect.kernels.fused_linear_cross_entropy.spec import SPEC as FLCE  # noqa: E402
+from kcollect.kernels.softmax.spec import SPEC as SOFTMAX  # noqa: E402
+
+FP32 = {  # fp32 at the widths where its rows take another path than bf16's
+    "softmax": ("M=4096,N=32000", "M=2048,N=65536", "M=2048,N=128256", "M=1,N=128256", "M=37,N=1000"),
+    "cross_entropy": ("tokens=1024,vocab=32000,smoothing=0", "tokens=4096,vocab=128256,smoothing=0",
+                      "tokens=1,vocab=128256,smoothing=0", "tokens=6,vocab=20011,smoothing=0.1"),
+    "fused_linear_cross_entropy": ("tokens=4096,hidden=4096,vocab=32000,smoothing=0.1",),
+}
+
+
+def cases():
+    for spec in (SOFTMAX, CE, FLCE):
+        for shape in spec.grids["full"] + spec.grids["quick"]:
+            for mode in spec.modes:
+                yield spec, mode, shape.dims, torch.bfloat16
+                if shape.label in FP32[spec.name]:
+                    yield spec, mode, shape.dims, torch.float32
+
+
+if __name__ == "__main__":
+    sys.exit(fingerprint.main(list(cases())))
