@@ -231,6 +231,7 @@ def main(cases, argv=None) -> int:
     ap.add_argument("--out", help="write the table (JSON) here")
     ap.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"), help="compare two tables")
     ap.add_argument("--gpu", choices=sorted(GPUS), action="append", help="emulated GPU(s) (default both)")
+    ap.add_argument("--op", action="append", help="only the cases of this op (repeatable; default all)")
     args = ap.parse_args(argv)
     if args.compare:
         before, after = (json.loads(Path(p).read_text()) for p in args.compare)
@@ -239,7 +240,7 @@ def main(cases, argv=None) -> int:
         lines = compare(before, after)
         print("\n".join(lines) or "identical")
         return 1 if any(not line.startswith("note:") for line in lines) else 0
-    t = table(cases, tuple(args.gpu or GPUS))
+    t = table([c for c in cases if not args.op or c[0].name in args.op], tuple(args.gpu or GPUS))
     print(summary(t))
     if args.out:
         Path(args.out).write_text(json.dumps(t, indent=1, sort_keys=True))

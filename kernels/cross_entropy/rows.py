@@ -26,6 +26,7 @@ import triton
 import triton.language as tl
 
 from .._lib import LOG2E, lse2_combine, lse_update, prefetch_ahead, prefetch_chunk, sm_count
+from .._lib.lse import max_log2sum
 from .config import RowsConfig
 
 LN2 = tl.constexpr(0.6931471805599453)
@@ -45,8 +46,30 @@ def _count_valid(y_ptr, n_rows, ignore_index, YBLOCK: tl.constexpr):
 
 
 @triton.jit
-def _grad_store(dx_ptrs, x, lse2, inv_n, c_all, mask):
-    g = tl.exp2(x.to(tl.float32) * LOG2E - lse2) * inv_n - c_all
+def log2_softmax(x, shift, t2, EXACT: tl.constexpr):
+    """log2 of softmax(x) from the row's statistics: EXACT (fp32 logits), (x - shift) * LOG2E - t2
+    with shift the row's max and t2 log2 of its sum of exp(x - max) (max_log2sum); otherwise
+    x * LOG2E - t2 with t2 the row's log-sum-exp in base 2 (lse2_combine), one FMA an element, whose
+    rounding of x * LOG2E (2^-24 of |x|) is below bf16's and fp16's own."""
+    if EXACT:
+        return (x - shift) * LOG2E - t2
+    else:
+        return x * LOG2E - t2
+
+
+@triton.jit
+def exact_loss(shift, t2, x_y, mean_x, smoothing, SMOOTH: tl.constexpr):
+    """(1 - eps) * (lse - x_y) + eps * (lse - mean_j x_j) with lse = shift + t2 * LN2 (see
+    log2_softmax), each lse - x formed as (shift - x) + t2 * LN2: exact near the max."""
+    if SMOOTH:
+        return (1.0 - smoothing) * (shift - x_y) + smoothing * (shift - mean_x) + t2 * LN2
+    else:
+        return (shift - x_y) + t2 * LN2
+
+
+@triton.jit
+def _grad_store(dx_ptrs, x, shift, t2, inv_n, c_all, mask, EXACT: tl.constexpr):
+    g = tl.exp2(log2_softmax(x.to(tl.float32), shift, t2, EXACT)) * inv_n - c_all
     tl.store(dx_ptrs, g.to(dx_ptrs.dtype.element_ty), mask=mask, eviction_policy="evict_first")
 
 
@@ -55,7 +78,8 @@ def _ce_rows(x_ptr, x_stride, y_ptr, dx_ptr, dx_stride, loss_ptr, nvalid_ptr, n_
              ignore_index, smoothing,
              HAS_GRAD: tl.constexpr, COUNT: tl.constexpr, SMOOTH: tl.constexpr, EVICT: tl.constexpr,
              N_FULL: tl.constexpr, TAIL: tl.constexpr, BLOCK: tl.constexpr, VEC: tl.constexpr,
-             YBLOCK: tl.constexpr, L2_AHEAD: tl.constexpr = 0):
+             YBLOCK: tl.constexpr, L2_AHEAD: tl.constexpr = 0, EXACT: tl.constexpr = False):
+    # EXACT (fp32 logits): x - max formed exactly (see log2_softmax).
     # A chunk is [BLOCK // VEC, VEC]: one 16-byte vector per line, lines spread over the threads.
     # Max and sum-exp are kept per line, so the chunk loop has no cross-thread reduction and no
     # barrier; the lines are combined once per row. The row is N_FULL full chunks, loaded without
@@ -102,7 +126,7 @@ def _ce_rows(x_ptr, x_stride, y_ptr, dx_ptr, dx_stride, loss_ptr, nvalid_ptr, n_
                 prefetch_chunk(x_row, k + 1, N_FULL, BLOCK)
             if TAIL:
                 x = x_t.to(tl.float32)
-                m, d = lse_update(x, m, d, False)
+                m, d = lse_update(x, m, d, EXACT)
                 if SMOOTH:
                     sx += tl.sum(tl.where(t_mask, x, 0.0), 1)
             if N_FULL > 1:  # (a constexpr guard: the compiler visits a loop body even for 0 trips)
@@ -112,22 +136,27 @@ def _ce_rows(x_ptr, x_stride, y_ptr, dx_ptr, dx_stride, loss_ptr, nvalid_ptr, n_
                     if L2_AHEAD:
                         prefetch_chunk(x_row, c + 1 + L2_AHEAD, N_FULL, BLOCK)
                     x = cur.to(tl.float32)
-                    m, d = lse_update(x, m, d, False)
+                    m, d = lse_update(x, m, d, EXACT)
                     if SMOOTH:
                         sx += tl.sum(x, 1)
             if N_FULL > 0:
                 x = x_next.to(tl.float32)
-                m, d = lse_update(x, m, d, False)
+                m, d = lse_update(x, m, d, EXACT)
                 if SMOOTH:
                     sx += tl.sum(x, 1)
-            # combine the lines: two block reductions per row
-            lse2 = lse2_combine(m, d, 0)  # -inf row: NaN loss, as torch
-            lse = lse2 * LN2
+            # combine the lines: two block reductions per row (-inf row: NaN loss, as torch)
             # loss = (1 - eps) * (lse - x_y) + eps * mean_j (lse - x_j)
-            if SMOOTH:
-                loss = lse - (1.0 - smoothing) * x_y - smoothing * (tl.sum(sx, 0) / V)
+            if EXACT:
+                shift, t2 = max_log2sum(m, d, 0)
+                loss = exact_loss(shift, t2, x_y, tl.sum(sx, 0) / V, smoothing, SMOOTH)
             else:
-                loss = lse - x_y
+                shift = 0.0
+                t2 = lse2_combine(m, d, 0)
+                lse = t2 * LN2
+                if SMOOTH:
+                    loss = lse - (1.0 - smoothing) * x_y - smoothing * (tl.sum(sx, 0) / V)
+                else:
+                    loss = lse - x_y
             tl.store(loss_ptr + r, tl.where(bad, float("nan"), loss))
             if HAS_GRAD:
                 # pass 2: (softmax - eps / V) / n over the row, newest chunk first (see above).
@@ -144,19 +173,19 @@ def _ce_rows(x_ptr, x_stride, y_ptr, dx_ptr, dx_stride, loss_ptr, nvalid_ptr, n_
                         c = N_FULL - 1 - i
                         cur = x_next
                         x_next = tl.load(x_row + (c - 1) * BLOCK + offs2, eviction_policy="evict_first")
-                        _grad_store(dx_row + c * BLOCK + offs2, cur, lse2, inv_n, c_all, None)
+                        _grad_store(dx_row + c * BLOCK + offs2, cur, shift, t2, inv_n, c_all, None, EXACT)
                 if TAIL:
                     x_t = tl.load(x_row + t_offs, mask=t_mask, other=0.0, eviction_policy="evict_first")
                 if N_FULL > 0:
-                    _grad_store(dx_row + offs2, x_next, lse2, inv_n, c_all, None)
+                    _grad_store(dx_row + offs2, x_next, shift, t2, inv_n, c_all, None, EXACT)
                 if TAIL:
-                    _grad_store(dx_row + t_offs, x_t, lse2, inv_n, c_all, t_mask)
+                    _grad_store(dx_row + t_offs, x_t, shift, t2, inv_n, c_all, t_mask, EXACT)
                 # The target's term: one scalar store over what the loop wrote there (a compare per
                 # element in the loop would cost instructions and registers). Folded in fp32 before
                 # the one rounding, so softmax_y - 1 does not cancel in bf16. The barrier orders it
                 # after the loop's store of the same element by another thread.
                 tl.debug_barrier()
-                g_y = tl.exp2(x_y * LOG2E - lse2) * inv_n - c_all - c_y
+                g_y = tl.exp2(log2_softmax(x_y, shift, t2, EXACT)) * inv_n - c_all - c_y
                 tl.store(dx_row + y, g_y.to(dx_ptr.dtype.element_ty), mask=(y >= 0) & (y < V))
         row += tl.num_programs(0)
 
@@ -217,7 +246,7 @@ def rows_launch(logits, target, loss_rows, dlogits, ignore_index: int, label_smo
         EVICT="evict_last" if has_grad else "evict_first",
         N_FULL=V // blk, TAIL=V % blk != 0, BLOCK=blk, VEC=min(16 // logits.element_size(), blk), YBLOCK=1024,
         L2_AHEAD=prefetch_ahead(config.l2_ahead, 0, logits) if has_grad else 0,
-        num_warps=config.warps,
+        EXACT=logits.dtype == torch.float32, num_warps=config.warps,
     )
 
 

@@ -24,13 +24,15 @@ import triton
 import triton.language as tl
 
 from .._lib import LOG2E, lse2_combine
+from .._lib.lse import max_log2sum
 from .config import SplitConfig
-from .rows import LN2, _count_valid
+from .rows import LN2, _count_valid, exact_loss, log2_softmax
 
 
 @triton.jit
 def _split_losses(part_ptr, P, y_ptr, loss_ptr, out_ptr, n_rows, V, S, ignore_index, smoothing,
-                  SMOOTH: tl.constexpr, HAS_MEAN: tl.constexpr, SBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+                  SMOOTH: tl.constexpr, HAS_MEAN: tl.constexpr, SBLOCK: tl.constexpr, RBLOCK: tl.constexpr,
+                  EXACT: tl.constexpr):
     # Losses of all rows, RBLOCK rows at a time (a [RBLOCK, SBLOCK] tile of partials: the rows'
     # dependent loads overlap instead of queueing one row after another), into loss_ptr; with
     # HAS_MEAN, their mean over the non-ignored rows into out_ptr (0/0 = NaN when all are ignored,
@@ -50,10 +52,18 @@ def _split_losses(part_ptr, P, y_ptr, loss_ptr, out_ptr, n_rows, V, S, ignore_in
         # ignored rows (their loss is replaced by 0) get neutral partials: no -inf - -inf in them
         m_j = tl.where(valid[:, None], tl.load(p[:, None] + sj, mask=pmask, other=float("-inf")), 0.0)
         d_j = tl.where(valid[:, None], tl.load(p[:, None] + S + sj, mask=pmask, other=0.0), 1.0)
-        lse = lse2_combine(m_j, d_j, 1) * LN2
+        if EXACT:
+            shift, t2 = max_log2sum(m_j, d_j, 1)
+        else:
+            lse = lse2_combine(m_j, d_j, 1) * LN2
         x_y = tl.load(p + 3 * S, mask=valid, other=0.0)
         if SMOOTH:
             sx = tl.sum(tl.load(p[:, None] + 2 * S + sj, mask=pmask, other=0.0), 1)
+        else:
+            sx = 0.0
+        if EXACT:
+            loss = exact_loss(shift, t2, x_y, sx / V, smoothing, SMOOTH)
+        elif SMOOTH:
             loss = lse - (1.0 - smoothing) * x_y - smoothing * (sx / V)
         else:
             loss = lse - x_y
@@ -70,7 +80,7 @@ def _split_losses(part_ptr, P, y_ptr, loss_ptr, out_ptr, n_rows, V, S, ignore_in
 
 @triton.jit
 def _ce_split_partials(x_ptr, x_stride, y_ptr, part_ptr, P, V, S, ignore_index,
-                       SMOOTH: tl.constexpr, EVICT: tl.constexpr, SEG: tl.constexpr):
+                       SMOOTH: tl.constexpr, EVICT: tl.constexpr, SEG: tl.constexpr, EXACT: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     j = tl.program_id(1)
     y = tl.load(y_ptr + row)
@@ -80,8 +90,11 @@ def _ce_split_partials(x_ptr, x_stride, y_ptr, part_ptr, P, V, S, ignore_index,
         mask = offs < V
         x = tl.load(x_row + offs, mask=mask, other=float("-inf"), eviction_policy=EVICT).to(tl.float32)
         m = tl.max(x, 0)
-        m2 = tl.where(m == float("-inf"), 0.0, m * LOG2E)  # an all -inf segment: d = 0, no inf - inf
-        d = tl.sum(tl.exp2(x * LOG2E - m2), 0)
+        if EXACT:  # x - max exact (see rows.log2_softmax)
+            d = tl.sum(tl.exp2((x - tl.where(m == float("-inf"), 0.0, m)) * LOG2E), 0)
+        else:
+            m2 = tl.where(m == float("-inf"), 0.0, m * LOG2E)  # an all -inf segment: d = 0, no inf - inf
+            d = tl.sum(tl.exp2(x * LOG2E - m2), 0)
         p = part_ptr + row * P
         tl.store(p + j, m)
         tl.store(p + S + j, d)
@@ -94,22 +107,23 @@ def _ce_split_partials(x_ptr, x_stride, y_ptr, part_ptr, P, V, S, ignore_index,
 
 @triton.jit
 def _ce_split_finish(part_ptr, P, y_ptr, loss_ptr, out_ptr, n_rows, V, S, ignore_index, smoothing,
-                     SMOOTH: tl.constexpr, HAS_MEAN: tl.constexpr, SBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+                     SMOOTH: tl.constexpr, HAS_MEAN: tl.constexpr, SBLOCK: tl.constexpr, RBLOCK: tl.constexpr,
+                     EXACT: tl.constexpr):
     _split_losses(part_ptr, P, y_ptr, loss_ptr, out_ptr, n_rows, V, S, ignore_index, smoothing,
-                  SMOOTH, HAS_MEAN, SBLOCK, RBLOCK)
+                  SMOOTH, HAS_MEAN, SBLOCK, RBLOCK, EXACT)
 
 
 @triton.jit
 def _ce_split_grad(x_ptr, x_stride, y_ptr, dx_ptr, dx_stride, part_ptr, P, loss_ptr, nvalid_ptr, out_ptr,
                    n_rows, V, S, ignore_index, smoothing,
                    COUNT: tl.constexpr, SMOOTH: tl.constexpr, HAS_MEAN: tl.constexpr, SEG: tl.constexpr,
-                   SBLOCK: tl.constexpr, RBLOCK: tl.constexpr, YBLOCK: tl.constexpr):
+                   SBLOCK: tl.constexpr, RBLOCK: tl.constexpr, YBLOCK: tl.constexpr, EXACT: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     j = tl.program_id(1)
     if row == 0:
         if j == 0:  # the per-row losses (and mean) of all rows: one program, no extra launch
             _split_losses(part_ptr, P, y_ptr, loss_ptr, out_ptr, n_rows, V, S, ignore_index, smoothing,
-                          SMOOTH, HAS_MEAN, SBLOCK, RBLOCK)
+                          SMOOTH, HAS_MEAN, SBLOCK, RBLOCK, EXACT)
     y = tl.load(y_ptr + row)
     offs = j * SEG + tl.arange(0, SEG)
     mask = offs < V
@@ -127,13 +141,17 @@ def _ce_split_grad(x_ptr, x_stride, y_ptr, dx_ptr, dx_stride, part_ptr, P, loss_
         sj = tl.arange(0, SBLOCK)
         m_j = tl.load(p + sj, mask=sj < S, other=float("-inf"))
         d_j = tl.load(p + S + sj, mask=sj < S, other=0.0)
-        lse2 = lse2_combine(m_j, d_j, 0)
+        if EXACT:
+            shift, t2 = max_log2sum(m_j, d_j, 0)
+        else:
+            shift = 0.0
+            t2 = lse2_combine(m_j, d_j, 0)
         x = tl.load(x_ptr + row * x_stride + offs, mask=mask, other=0.0, eviction_policy="evict_first")
         if SMOOTH:
             c_all = (smoothing / V) * inv_n
         else:
             c_all = 0.0
-        g = tl.exp2(x.to(tl.float32) * LOG2E - lse2) * inv_n - c_all
+        g = tl.exp2(log2_softmax(x.to(tl.float32), shift, t2, EXACT)) * inv_n - c_all
         # The target's extra -(1 - eps) / n, folded in fp32 before the one rounding (softmax_y - 1
         # must not cancel in bf16). A compare and select per element of the one segment, instead of
         # _ce_rows' barrier and second store of the target element after its chunk loop.
@@ -160,9 +178,11 @@ def split_launch(logits, target, loss_rows, dlogits, ignore_index: int, label_sm
     # rows per step of _split_losses: a [RBLOCK, SBLOCK] tile of at most 2048 partials per array
     rblock = max(1, min(triton.next_power_of_2(n_rows), 2048 // sblock))
     smooth = label_smoothing > 0.0
+    exact = logits.dtype == torch.float32  # see rows.log2_softmax
     _ce_split_partials[(n_rows, S)](
         logits, logits.stride(0), target, part, P, V, S, ignore_index,
-        SMOOTH=smooth, EVICT="evict_last" if has_grad else "evict_first", SEG=seg, num_warps=config.warps,
+        SMOOTH=smooth, EVICT="evict_last" if has_grad else "evict_first", SEG=seg, EXACT=exact,
+        num_warps=config.warps,
     )
     out = mean_out if mean_out is not None else loss_rows  # unused without HAS_MEAN
     if has_grad:
@@ -170,10 +190,10 @@ def split_launch(logits, target, loss_rows, dlogits, ignore_index: int, label_sm
             logits, logits.stride(0), target, dlogits, dlogits.stride(0), part, P, loss_rows,
             n_valid if n_valid is not None else loss_rows, out, n_rows, V, S, ignore_index,
             float(label_smoothing), COUNT=n_valid is None, SMOOTH=smooth, HAS_MEAN=mean_out is not None,
-            SEG=seg, SBLOCK=sblock, RBLOCK=rblock, YBLOCK=1024, num_warps=config.warps,
+            SEG=seg, SBLOCK=sblock, RBLOCK=rblock, YBLOCK=1024, EXACT=exact, num_warps=config.warps,
         )
     else:
         _ce_split_finish[(1,)](
             part, P, target, loss_rows, out, n_rows, V, S, ignore_index, float(label_smoothing),
-            SMOOTH=smooth, HAS_MEAN=mean_out is not None, SBLOCK=sblock, RBLOCK=rblock, num_warps=4,
+            SMOOTH=smooth, HAS_MEAN=mean_out is not None, SBLOCK=sblock, RBLOCK=rblock, EXACT=exact, num_warps=4,
         )
