@@ -5,11 +5,12 @@ before and after a source change that should not change the kernels must be equa
 launch: the same binaries on the same grids run at the same speed.
 
 How the GPU is emulated: the tensors are 'meta' tensors (shapes and dtypes, no memory) that tell
-the kernels' code (and only it) they live on a CUDA device, torch.cuda's device queries answer as an H100 or H200 would (132 SMs, the L2,
-sm_90), the occupancy query that persistent and coop grids are sized by (kernel.warmup) compiles
-offline for sm_90 and reads the registers from the cubin, and Triton launches are recorded
-instead of run (benchmarks/ab_tools.recorded). The case runs the spec's triton provider the way
-the collector's mode does (fwd under no_grad; bwd the backward of one forward; fwd+bwd both).
+the kernels' code (and only it) they live on a CUDA device; torch.cuda's device queries answer as
+an H100 or H200 would (132 SMs, the L2, sm_90); the occupancy query that persistent and coop grids
+are sized by (kernel.warmup) compiles offline for sm_90 and reads the registers from the cubin;
+and Triton launches are recorded instead of run (benchmarks/ab_tools.recorded). A case runs the
+spec's triton provider the way the collector's mode does (fwd under no_grad, bwd the backward of
+one forward, fwd+bwd both).
 
 An op's lab script lists its cases and calls `main(cases)`:
 
@@ -27,6 +28,7 @@ import sys
 import types
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from unittest import mock
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks import compile_report as cr  # noqa: E402  (first: compiles for the GPU, not the interpreter)
@@ -112,28 +114,16 @@ def emulated(gpu: str):
 
     device._RESIDENT.clear()
     with ExitStack() as stack:
-        for name, value in (("get_device_properties", lambda d=None: props),
-                            ("get_device_capability", lambda d=None: (9, 0)),
-                            ("is_available", lambda: True), ("device_count", lambda: 1),
-                            ("current_device", lambda: 0)):
-            stack.enter_context(_patched(torch.cuda, name, value))
-        stack.enter_context(_patched(JITFunction, "warmup", _warmup))
-        stack.enter_context(_patched(torch.Tensor, "device", property(_kernels_device)))
-        stack.enter_context(_patched(torch.Tensor, "is_cuda", property(_kernels_is_cuda)))
-        for name in _FACTORIES:
-            stack.enter_context(_patched(torch, name, _on_meta(getattr(torch, name))))
+        patches = [(torch.cuda, "get_device_properties", lambda d=None: props),
+                   (torch.cuda, "get_device_capability", lambda d=None: (9, 0)),
+                   (JITFunction, "warmup", _warmup),
+                   (torch.Tensor, "device", property(_kernels_device)),
+                   (torch.Tensor, "is_cuda", property(_kernels_is_cuda))]
+        patches += [(torch, name, _on_meta(getattr(torch, name))) for name in _FACTORIES]
+        for owner, name, value in patches:
+            stack.enter_context(mock.patch.object(owner, name, value))
         yield
     device._RESIDENT.clear()
-
-
-@contextmanager
-def _patched(owner, name, value):
-    saved = getattr(owner, name)
-    setattr(owner, name, value)
-    try:
-        yield
-    finally:
-        setattr(owner, name, saved)
 
 
 def fake_inputs(spec, dims, dtype) -> dict:

@@ -87,7 +87,8 @@ PATHS = {
 PATH_CASES = [(p, d, mode) for p, (_, shapes, modes) in PATHS.items() for d in shapes for mode in modes]
 
 
-@pytest.mark.parametrize("path,dims,mode", PATH_CASES, ids=[f"{p}-{mode}-{d['M']}x{d['N']}" for p, d, mode in PATH_CASES])
+@pytest.mark.parametrize("path,dims,mode", PATH_CASES,
+                         ids=[f"{p}-{mode}-{d['M']}x{d['N']}" for p, d, mode in PATH_CASES])
 def test_forced_path_matches_reference(path, dims, mode):
     seed = random.randrange(2**31)
     x = SPEC.make_inputs(dims, torch.float32, "cpu", seed)["x"]
@@ -222,8 +223,8 @@ def test_launchers_apply_the_config(monkeypatch):
     # the L2 prefetch where the rows allow it (the launcher's check), none where they do not
     monkeypatch.setattr(prefetch, "l2_prefetch_ok", lambda t: True)
     [(name, grid, kw)] = launches(monkeypatch, lambda: softmax.softmax_forward(x, LinesConfig(8192, 8, 8, l2_ahead=1)))
-    assert (name, grid, kw["L2_AHEAD"], kw["N_FULL"], kw["TAIL"], kw["num_warps"]) == ("_softmax_fwd_lines", (17,), 1, 8,
-                                                                                        False, 8)
+    got = (name, grid, kw["L2_AHEAD"], kw["N_FULL"], kw["TAIL"], kw["num_warps"])
+    assert got == ("_softmax_fwd_lines", (17,), 1, 8, False, 8)
     monkeypatch.setattr(prefetch, "l2_prefetch_ok", lambda t: False)
     [(_, _, kw)] = launches(monkeypatch, lambda: softmax.softmax_forward(x, LinesConfig(8192, 8, 8, l2_ahead=1)))
     assert kw["L2_AHEAD"] == 0
@@ -339,7 +340,8 @@ def test_coop_on_the_gpu(dtype, dims, seg):
 
 @ON_SM90
 @pytest.mark.parametrize("ahead", [1, 2])
-@pytest.mark.parametrize("dims", [(300, 1000), (1000, 65536), (200, 70000)], ids=["300x1000", "1000x65536", "200x70000"])
+@pytest.mark.parametrize("dims", [(300, 1000), (1000, 65536), (200, 70000)],
+                         ids=["300x1000", "1000x65536", "200x70000"])
 def test_prefetching_paths_on_the_gpu(ahead, dims):
     # rows prefetched past the last (nothing is fetched there), segments and chunks past the row's end
     g = torch.Generator(device="cuda").manual_seed(random.randrange(2**31))

@@ -28,7 +28,8 @@ def cross_entropy_rows(logits: torch.Tensor, target: torch.Tensor, loss_rows: to
 
 
 def cross_entropy_forward(logits: torch.Tensor, target: torch.Tensor, ignore_index: int,
-                          label_smoothing: float, need_grad: bool, config=None) -> tuple[torch.Tensor, torch.Tensor | None]:
+                          label_smoothing: float, need_grad: bool,
+                          config=None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(mean loss in the logits' dtype, gradient of it or None). Never copies the logits (unless
     their last dimension is strided); the gradient is a new tensor, the logits are left intact."""
     if logits.stride(-1) != 1:
