@@ -10,6 +10,7 @@ from kcollect.spec import KernelSpec, Provider, Shape, peer_available, standard_
 from .._lib import config_record
 from ..cross_entropy import IGNORE_INDEX
 from ..cross_entropy import pick as cross_entropy_pick
+from ..cross_entropy.spec import check_shape  # the label smoothing's range
 from ..cross_entropy.spec import reference as cross_entropy_reference
 from . import fused_linear_cross_entropy, pick
 
@@ -113,13 +114,6 @@ def bytes_moved(dims, dtype, mode) -> int:
 
 def flops(dims, mode) -> float:
     return 6.0 * dims["tokens"] * dims["hidden"] * dims["vocab"]
-
-
-def check_shape(dims) -> str | None:
-    eps = float(dims.get("smoothing", 0.0))
-    if not 0.0 <= eps <= 1.0:
-        return f"label smoothing {eps} is outside [0, 1]"
-    return None
 
 
 SPEC = KernelSpec(

@@ -26,8 +26,9 @@ from .._lib import LINES_NARROW_ROW_BYTES, arch, lines_launch
 # (split) to 70% and the backward from 58% to 89%; rows of 64K elements in registers spill.
 MAX_ROW_BYTES = 65536
 MAX_BLOCK = 16384  # rows up to this many elements run at most 16 warps (~16 elements a thread)
-# 8 KB of each input per program (a 4096-wide bf16 row: one row, 8 warps): fwd 32768x4096 92.7% ->
-# 98.5% of copy, 65536x2048 85.1% -> 98.5% against smaller tiles.
+# 8 KB of each input per program (a 4096-wide bf16 row: one row, 8 warps), with evict_last loads
+# (rows.py), against the earlier tiles and hints: fwd 32768x4096 92.7% -> 98.5% of copy, 65536x2048
+# 85.1% -> 98.5%, 4096x32000 83.7% -> 89.7%; bwd 94% -> 101-102% (the hint: the tile did not matter).
 TILE_BYTES = 8192
 # A few wide rows take the split path: 1x128256 7.4 us fwd / 7.2 us bwd against 25.8 / 16.7 us
 # streamed by one SM (torch.compile 13.6 / 9.7), 16x128256 2.6x / 2.0x faster than streamed; 1x32000
@@ -42,9 +43,9 @@ SPLIT_MAX_SEGMENTS = 1024
 # rows, one a program, no longer fit the L2 together): 1024x262144 79.5% against lines 71.8%,
 # 2048x128256 85.0% against 82.4%; at 65536 lines stays ahead (80.8% against 76.9%).
 FWD_COOP_FROM = 65537
-# The backward's coop segments: 4096 elements for rows of 65537-131072 (2048x128256 85.0% against
-# 81.0% with 2048), 2048 otherwise (2048x65536 83.4% against 81.1%; 1024x262144 81.3% against
-# 78.1%); why the middle widths prefer 4096 is not known.
+# The backward's coop segments: 4096 elements for rows of 65537-131072 (2048x128256 82.0% against
+# 77.1% with 2048), 2048 otherwise (2048x65536 83.4% against 81.1% with 4096; 1024x262144 81.3%
+# against 78.1%); why the middle widths prefer 4096 is not known.
 BWD_COOP_MID_WIDTHS = (65537, 131072)
 
 
