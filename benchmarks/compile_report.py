@@ -123,15 +123,18 @@ def compile_recorded(fn, args: tuple, kwargs: dict):
     return triton.compile(ASTSource(fn, sig, const, attrs), target=_TARGET, options=options)
 
 
-def compile_launch(fn, args: tuple, kwargs: dict) -> tuple[dict, dict, float]:
-    """(report, constexprs, compile seconds) for one recorded launch (see specialise)."""
+def compile_launch(fn, args: tuple, kwargs: dict, sass: bool = False) -> tuple[dict, dict, float]:
+    """(report, constexprs, compile seconds) for one recorded launch (see specialise); with `sass`,
+    the report holds the SASS text too."""
     t0 = time.perf_counter()
     k = compile_recorded(fn, args, kwargs)
     secs = time.perf_counter() - t0
-    usage, sass = _resource_usage(k.asm["cubin"])
+    usage, text = _resource_usage(k.asm["cubin"])
     const = specialise(fn, args, kwargs)[1]
     r = {"registers": usage.get("REG"), "local_bytes": usage.get("LOCAL", 0), "stack": usage.get("STACK", 0),
-         "shared": k.metadata.shared, "num_warps": k.metadata.num_warps, "sass_ops": _sass_counts(sass)}
+         "shared": k.metadata.shared, "num_warps": k.metadata.num_warps, "sass_ops": _sass_counts(text)}
+    if sass:
+        r["sass"] = text
     return r, const, secs
 
 
