@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from kcollect.spec import KernelSpec, Provider, Shape, peer_available, standard_providers
+from kcollect.spec import KernelSpec, Provider, Shape, Unavailable, peer_available, standard_providers
 
 from .._lib import config_record
 from . import IGNORE_INDEX, cross_entropy, pick
@@ -30,6 +30,15 @@ def cross_entropy_liger(logits: torch.Tensor, target: torch.Tensor, ignore_index
 
     return LigerCrossEntropyFunction.apply(logits, target, None, ignore_index, 0.0, label_smoothing,
                                            "mean", None, False, False, False)[0]
+
+
+def cross_entropy_quack(logits: torch.Tensor, target: torch.Tensor, ignore_index: int = IGNORE_INDEX,
+                        label_smoothing: float = 0.0) -> torch.Tensor:
+    if label_smoothing:
+        raise Unavailable("QuACK's cross_entropy has no label smoothing")
+    import quack
+
+    return quack.cross_entropy(logits, target, ignore_index=ignore_index, reduction="mean")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -141,7 +150,8 @@ SPEC = KernelSpec(
     description="mean cross-entropy of LM logits with ignore_index and label smoothing; gradient fused into the forward",
     modes=("fwd", "fwd+bwd"),
     providers=standard_providers(cross_entropy, cross_entropy_eager, config_of)
-    + (Provider("liger", cross_entropy_liger, peer_available("liger_kernel")),),
+    + (Provider("liger", cross_entropy_liger, peer_available("liger_kernel")),
+       Provider("quack", cross_entropy_quack, peer_available("quack"))),
     baseline="torch",
     reference=reference,
     make_inputs=make_inputs,

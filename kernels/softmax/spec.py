@@ -25,6 +25,12 @@ def softmax_liger(x: torch.Tensor) -> torch.Tensor:
     return LigerSoftmaxFunction.apply(x)
 
 
+def softmax_quack(x: torch.Tensor) -> torch.Tensor:
+    import quack
+
+    return quack.softmax(x)
+
+
 # ---------------------------------------------------------------------------------------------
 # Reference: plain maths, float64
 
@@ -106,7 +112,8 @@ SPEC = KernelSpec(
     description="row softmax over the last dim (rows up to 262144 wide), forward and backward",
     modes=("fwd", "bwd", "fwd+bwd"),
     providers=standard_providers(softmax, softmax_eager, config_of)
-    + (Provider("liger", softmax_liger, peer_available("liger_kernel")),),
+    + (Provider("liger", softmax_liger, peer_available("liger_kernel")),
+       Provider("quack", softmax_quack, peer_available("quack"))),
     baseline="torch",
     reference=reference,
     make_inputs=make_inputs,
