@@ -7,6 +7,7 @@ Legends sit above the plot area, never over the lines, and every axis has a titl
 """
 from __future__ import annotations
 
+from html import escape
 from typing import Any
 
 # One colour per provider, fixed across every chart of the site (Plotly's default cycle).
@@ -20,6 +21,17 @@ def provider_colors(providers: list[str]) -> dict[str, str]:
     return {p: PALETTE[i % len(PALETTE)] for i, p in enumerate(providers)}
 
 
+def compact(shapes: list[str]) -> tuple[list[str], str]:
+    """Tick labels for named shapes and the axis title that names the dims: M=4096,N=14336 ->
+    4096×14336 under "shape (M × N)". Labels that are not all of one named form stay as they are.
+    Escaped: Plotly renders labels as a small subset of HTML, and these come from the data."""
+    parts = [[p.partition("=") for p in s.split(",")] for s in shapes]
+    names = [n for n, _, _ in parts[0]] if parts else []
+    if not parts or any([n for n, _, _ in p] != names or not all(eq for _, eq, _ in p) for p in parts):
+        return [escape(s, quote=False) for s in shapes], "shape"
+    return ["×".join(v for _, _, v in p) for p in parts], escape(f"shape ({' × '.join(names)})", quote=False)
+
+
 def _layout(x_title: str, y_title: str, log: bool) -> dict[str, Any]:
     return {"height": 340, "margin": {"l": 64, "r": 10, "t": 10, "b": 10},
             "legend": LEGEND, "hovermode": "closest",
@@ -28,9 +40,10 @@ def _layout(x_title: str, y_title: str, log: bool) -> dict[str, Any]:
 
 
 def shape_figure(rows: list[dict[str, Any]], shapes: list[str], providers: list[str], colors: dict[str, str],
-                 unit: str, ceiling: float | None, ceiling_name: str, axis_title: str) -> dict[str, Any]:
+                 unit: str, ceiling: float | None, ceiling_name: str) -> dict[str, Any]:
     """The metric (GB/s or TFLOP/s) of every provider against shape, with the measured ceiling as
     the roof. Rows that did not pass the gate have no point: a gap, never a speed."""
+    ticks, axis_title = compact(shapes)
     traces = []
     by = {(r["provider"], r["shape"]): r for r in rows}
     for p in providers:
@@ -39,20 +52,21 @@ def shape_figure(rows: list[dict[str, Any]], shapes: list[str], providers: list[
             continue
         y = [c["rate"] if c else None for c in cells]
         text = [_hover(c, unit) for c in cells]
-        traces.append({"type": "scatter", "mode": "lines+markers", "name": p, "meta": p, "x": shapes, "y": y,
-                       "text": text, "hovertemplate": "%{text}<extra>" + p + "</extra>",
+        traces.append({"type": "scatter", "mode": "lines+markers", "name": escape(p, quote=False), "meta": p,
+                       "x": ticks, "y": y, "text": text, "hovertemplate": "%{text}<extra>" + escape(p, quote=False) + "</extra>",
                        "line": {"color": colors[p]}, "marker": {"size": 7}})
     if ceiling:
         traces.append({"type": "scatter", "mode": "lines", "name": f"measured {ceiling_name} ({ceiling:,.0f} {unit})",
-                       "x": shapes, "y": [ceiling] * len(shapes), "hoverinfo": "skip",
+                       "x": ticks, "y": [ceiling] * len(shapes), "hoverinfo": "skip",
                        "line": {"color": "#444", "dash": "dash", "width": 1.5}})
     return {"data": traces, "layout": _layout(axis_title, f"{unit} (higher is faster)", log=False)}
 
 
-def memory_figure(rows: list[dict[str, Any]], shapes: list[str], providers: list[str], colors: dict[str, str],
-                  axis_title: str) -> dict[str, Any] | None:
+def memory_figure(rows: list[dict[str, Any]], shapes: list[str], providers: list[str],
+                  colors: dict[str, str]) -> dict[str, Any] | None:
     """Peak memory one call allocates beyond what existed before it, against shape; None when no
     row of the part recorded it."""
+    ticks, axis_title = compact(shapes)
     by = {(r["provider"], r["shape"]): r for r in rows}
     traces = []
     for p in providers:
@@ -60,8 +74,9 @@ def memory_figure(rows: list[dict[str, Any]], shapes: list[str], providers: list
               else None) for s in shapes]
         if all(v is None for v in y):
             continue
-        traces.append({"type": "scatter", "mode": "lines+markers", "name": p, "meta": p, "x": shapes, "y": y,
-                       "hovertemplate": "%{x}: %{y:,.4g} MiB<extra>" + p + "</extra>",
+        traces.append({"type": "scatter", "mode": "lines+markers", "name": escape(p, quote=False), "meta": p,
+                       "x": ticks, "y": y, "text": [escape(s, quote=False) for s in shapes],
+                       "hovertemplate": "%{text}: %{y:,.4g} MiB<extra>" + escape(p, quote=False) + "</extra>",
                        "line": {"color": colors[p]}, "marker": {"size": 7}})
     if not traces:
         return None
@@ -71,10 +86,11 @@ def memory_figure(rows: list[dict[str, Any]], shapes: list[str], providers: list
 def _hover(row: dict[str, Any] | None, unit: str) -> str:
     if row is None:
         return ""
+    shape = escape(row["shape"], quote=False)
     if row["rate"] is None:
-        return f"{row['shape']}: {row['status']}"
+        return f"{shape}: {row['status']}"
     frac = f", {100 * row['frac_of_peak']:.0f}% of ceiling" if row["frac_of_peak"] is not None else ""
-    return f"{row['shape']}: {row['rate']:,.4g} {unit}, {row['median_ms']:.4g} ms{frac}"
+    return f"{shape}: {row['rate']:,.4g} {unit}, {row['median_ms']:.4g} ms{frac}"
 
 
 def sparkline(values: list[float], width: int = 100, height: int = 24, mark: int | None = None) -> dict[str, Any] | str:

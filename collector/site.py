@@ -239,7 +239,7 @@ def render(data: site_data.SiteData, analysis: site_flags.Analysis, staging: Pat
     for k in data.kernels:
         model = site_pages.kernel_page(data, k, slugs, [r for r in rows if r["kernel"] == k], trend_files)
         w.page(f"kernels/{slugs[k]}.html", "kernel.html", _kernel_json(model), title=k, k=model)
-    machines = sorted({r["machine"] for r in rows}) or [site_pages.NOT_RECORDED]
+    machines = sorted({r["machine"] or site_pages.NOT_RECORDED for r in data.runs if r["device_kind"] != "cpu"})
     events = site_pages.event_rows(data, analysis.events)
     w.page("regressions.html", "regressions.html",
            {"counts": count, "rows": [_without(r, "spark") for r in rows], "events": events},

@@ -171,12 +171,17 @@
     return el.textContent.replace(/\s+/g, " ").trim();
   }
 
+  // A cell sorts by its data-v value where it has one, else by the number its text starts with
+  // (2.00×, +5.3%, 1,234), else by its text; blanks sort last.
+  const LEADING_NUMBER = /^[+-]?\d[\d,]*(\.\d+)?(e[+-]?\d+)?(?![\d-])/i;
   function sortKey(cell) {
     if (!cell) return null;
-    const raw = cell.dataset.v !== undefined ? cell.dataset.v : text(cell);
-    if (raw === "" || raw === "—" || raw === "None") return null;
-    const n = Number(cell.dataset.v !== undefined ? raw : raw.replace(/[×%,+\s]|ms$/g, ""));
-    return Number.isFinite(n) ? n : raw.toLowerCase();
+    const v = cell.dataset.v;
+    const raw = v !== undefined ? v : text(cell);
+    if (raw === "" || raw === "—") return null;
+    if (v !== undefined) return Number.isFinite(Number(v)) ? Number(v) : v.toLowerCase();
+    const m = raw.match(LEADING_NUMBER);
+    return m ? Number(m[0].replace(/,/g, "")) : raw.toLowerCase();
   }
 
   function compareKeys(a, b) {
@@ -258,6 +263,16 @@
     return s.y || "log";
   }
 
+  // On a narrow screen a legend takes several rows above the plot: give the chart the height it
+  // takes, so that the plot area keeps its size and the legend never reaches over the lines.
+  function fit(layout, div, names) {
+    if (div.clientWidth >= 560) return layout;
+    const wide = names.reduce((sum, n) => sum + 40 + 6 * String(n).length, 0);  // px at font size 10
+    const rows = Math.ceil(wide / Math.max(div.clientWidth - 20, 100));
+    return Object.assign({}, layout, {height: layout.height + 20 * rows + 40,
+                                      legend: Object.assign({}, layout.legend, {font: {size: 10}})});
+  }
+
   function drawShape(div, s) {
     const key = s.provider || "";
     if (div._kcKey === key) return;
@@ -265,7 +280,7 @@
     if (!div._kcFig) div._kcFig = JSON.parse(document.getElementById(div.dataset.fig).textContent);
     const fig = div._kcFig;
     const data = fig.data.map((t) => Object.assign({}, t, {visible: !t.meta || providerOn(s, t.meta)}));
-    Plotly.react(div, data, fig.layout, PLOT_CONFIG);
+    Plotly.react(div, data, fit(fig.layout, div, data.filter((t) => t.visible).map((t) => t.name)), PLOT_CONFIG);
   }
 
   function rgba(hex, alpha) {
@@ -390,7 +405,8 @@
     load(box.dataset.file).then((series) => {
       box.querySelectorAll(".trend").forEach((div) => {
         const fig = trendFigure(series, div.dataset.shape, s, view, marks);
-        Plotly.react(div, fig.data, fig.layout, PLOT_CONFIG);
+        const names = fig.data.filter((t) => t.showlegend !== false).map((t) => t.name);
+        Plotly.react(div, fig.data, fit(fig.layout, div, names), PLOT_CONFIG);
       });
     }).catch((err) => {
       box._kcKey = undefined;
