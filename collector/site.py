@@ -24,7 +24,7 @@ import click
 import jinja2
 import markupsafe
 
-from . import site_data, site_flags, site_pages
+from . import site_data, site_flags, site_git, site_pages
 from .store import Store, StoreError
 
 MARKER = ".kcollect-site"  # written into every output; a folder without it is never wiped
@@ -276,9 +276,10 @@ def import_history(db: Path, data_dir: Path | None) -> tuple[int, list[tuple[str
 
 
 def build_site(db: str | Path, out: str | Path, data_dir: str | Path | None = None,
-               problems: list[tuple[str, str]] | None = None) -> BuildResult:
+               problems: list[tuple[str, str]] | None = None, git_root: Path | None = None) -> BuildResult:
     """Builds the site from the store at db into out. `problems`: run folders that could not be
-    imported, with why, listed on the import page beside those this build met itself.
+    imported, with why, listed on the import page beside those this build met itself. `git_root`:
+    a checkout that fills in the commit subjects, authors and links the store lacks.
     Raises StoreError or SiteError."""
     t0 = time.perf_counter()
     db, out = Path(db), Path(out)
@@ -289,6 +290,8 @@ def build_site(db: str | Path, out: str | Path, data_dir: str | Path | None = No
     imported, skipped = import_history(db, Path(data_dir) if data_dir else None)
     with Store(db, read_only=True) as store:
         data = site_data.load(store)
+    if git_root is not None:
+        site_git.fill([c for g in data.groups for c in g.commits], git_root)
     analysis = analyse(data)
     staging = out.with_name(f".{out.name}.kcollect-staging")
     if staging.exists():
@@ -319,11 +322,13 @@ def build_site(db: str | Path, out: str | Path, data_dir: str | Path | None = No
               help="Output folder; wiped and rewritten (only if empty or written by build-site before).")
 @click.option("--data", "data_dir", default="data/runs", show_default=True,
               help="Parquet history folded into --db first when it holds runs; '' to skip.")
-def build_site_cmd(db: str, out: str, data_dir: str) -> None:
+@click.option("--git/--no-git", "use_git", default=True, show_default=True,
+              help="Fill in commit subjects, authors and links the store lacks from the git checkout here.")
+def build_site_cmd(db: str, out: str, data_dir: str, use_git: bool) -> None:
     """Render the static dashboard (overview, one page per kernel, regressions, compare,
     experiments, environments) from the store into --out."""
     try:
-        result = build_site(db, out, data_dir or None)
+        result = build_site(db, out, data_dir or None, git_root=Path.cwd() if use_git else None)
     except StoreError as e:
         click.echo(f"kcollect: error: {e}", err=True)
         sys.exit(1)

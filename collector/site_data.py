@@ -320,7 +320,7 @@ def _lab(store: Store) -> list[dict[str, Any]]:
     """Lab runs (A/B studies), newest first, each with its rows: whatever such runs exist."""
     runs = store.query(f"""
         SELECT u.run_id, u.started_at, u.status, u.git_commit, u.commit_subject, u.commit_url, u.machine,
-               u.copy_gbps, u.matmul_tflops, e.gpu_name, e.device_kind
+               u.copy_gbps, u.matmul_tflops, u.config AS run_config, e.gpu_name, e.device_kind
         FROM runs u JOIN environments e USING (env_id) WHERE u.grid = '{LAB_GRID}' ORDER BY u.started_at DESC""")
     if not runs:
         return []

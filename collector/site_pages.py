@@ -275,7 +275,9 @@ def compare_page(data: SiteData, trend_files: dict[tuple[str, str, str, str], st
 
 def experiments(data: SiteData) -> list[dict[str, Any]]:
     """Each lab run with its rows by (kernel, mode, dtype): the variants of an A/B study are
-    providers named `triton[<config label>]`; each row is compared with the first variant."""
+    providers named `triton[<config label>]`; each row is compared with the rows' baseline where
+    it is one of them (the harness names `triton[default]`, the heuristic's own pick), else with
+    the first variant."""
     out = []
     for run in data.lab:
         parts = {}
@@ -284,14 +286,19 @@ def experiments(data: SiteData) -> list[dict[str, Any]]:
         tables = []
         for (kernel, mode, dtype), rows in parts.items():
             variants = list(dict.fromkeys(r["provider"] for r in rows))
-            ref = next((p for p in variants if p.startswith("triton[")), variants[0])
+            ref = rows[0]["baseline"] if rows[0]["baseline"] in variants else next(
+                (p for p in variants if p.startswith("triton[")), variants[0])
             annotate(rows, baseline=ref)
             for r in rows:
                 r["config_text"], r["config_json"] = config_text(r.get("config"))
             tables.append({"kernel": kernel, "mode": mode, "dtype": dtype, "reference": ref, "rows": rows,
                            "variants": variants})
+        try:
+            note = json.loads(run["run_config"] or "{}").get("note")
+        except (ValueError, AttributeError):
+            note = None
         out.append({"run": run, "commit": {"short": (run["git_commit"] or "")[:8], "subject": run["commit_subject"],
-                                           "url": safe_url(run["commit_url"])},
+                                           "url": safe_url(run["commit_url"])}, "note": note,
                     "label": run["gpu_name"] or "CPU", "machine": run["machine"] or NOT_RECORDED, "tables": tables})
     return out
 

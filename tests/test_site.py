@@ -246,8 +246,8 @@ def test_recovery_states_on_made_up_series():
 
 def test_experiments_page_lists_lab_runs_and_keeps_them_out_of_the_rest(built, tmp_path):
     html = read(built, "experiments.html")
-    assert "triton[block=1024]" in html and "triton[block=512]" in html
-    assert "1.25×" in html and "BLOCK=1024" in html  # against the first variant, with its config
+    assert "triton[default]" in html and "triton[wide]" in html and "does a wider block help alpha?" in html
+    assert "1.25×" in html and "BLOCK=2048" in html  # against the default, with the config it forced
     for rel in ("index.html", "kernels/alpha.html", "regressions.html"):
         assert "triton[" not in read(built, rel)
     assert not any("triton[" in f.read_text() for f in (built / "data").iterdir())
@@ -456,3 +456,26 @@ def test_history_no_flag_comes_from_a_change_of_method_or_environment(history):
     assert method and method[0]["kind"] == "method" and method[0]["change"] < -0.9
     assert not any((f["kernel"], f["mode"], f["provider"], f["shape"]) == ("rms_norm", "bwd", "triton", "M=1,N=4096")
                    for f in a.flags)
+
+
+def test_commit_metadata_missing_from_the_store_comes_from_the_checkout(tmp_path):
+    import subprocess
+
+    from kcollect import site_git
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True,
+                              text=True).stdout.strip()
+
+    git("init", "-q")
+    git("-c", "user.name=Grace Hopper", "-c", "user.email=g@example.invalid", "commit", "-q", "--allow-empty",
+        "-m", "Fix the tail of the last block")
+    git("remote", "add", "origin", "git@github.com:example/kcollect.git")
+    sha = git("rev-parse", "HEAD")
+    commits = [{"sha": sha}, {"sha": "f" * 40}, {"sha": sha, "subject": "recorded", "url": None}]
+    assert site_git.fill(commits, tmp_path) == 1
+    assert commits[0] == {"sha": sha, "subject": "Fix the tail of the last block", "author": "Grace Hopper",
+                          "url": f"https://github.com/example/kcollect/commit/{sha}"}
+    assert commits[1] == {"sha": "f" * 40}  # not in the checkout: stays a bare hash
+    assert commits[2]["subject"] == "recorded"  # what the store recorded wins
+    assert site_git.commit_url_template("https://user:secret@gitlab.com/g/r.git") == "https://gitlab.com/g/r/-/commit/{sha}"
