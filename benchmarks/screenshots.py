@@ -55,7 +55,7 @@ def main() -> None:
         sys.exit("screenshots.py needs Chromium on PATH: apt-get install chromium")
 
     with tempfile.TemporaryDirectory() as tmp:
-        site = build_site(args.db, Path(tmp) / "site", args.data or None).out
+        site = build_site(args.db, Path(tmp) / "site", args.data or None, git_root=Path.cwd()).out
         with Store(args.db, read_only=True) as store:
             data = site_data.load(store)
         slugs = site_pages.kernel_slugs(data.kernels)

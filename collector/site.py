@@ -1,12 +1,14 @@
 """`kcollect build-site`: the static dashboard, rendered from the store alone.
 
 Publishing follows asv's publish: check the output folder, fold the Parquet history into the
-store, query, run the pure analysis (regression flags), render, then swap the new site in. The
-site is built in a staging folder beside the output, so a failed build leaves the old site whole.
+store, query, run the pure analysis (site_flags: steps, their state, changes of conditions), render,
+then swap the new site in. The site is built in a staging folder beside the output, so a failed
+build leaves the old site whole.
 
-The output works from file:// and from GitHub Pages: relative links only, plotly.js shipped once
-as a local asset, data for the trend charts in small .js files loaded with <script> tags (fetch()
-of a local JSON file is blocked under file://).
+The output works from file:// and from GitHub Pages: relative links only (the commits' own pages
+excepted), plotly.js shipped once as a local asset, data for the trend charts in small .js files
+loaded with <script> tags (fetch() of a local JSON file is blocked under file://), and beside every
+page its data as JSON under json/, for scripts.
 """
 from __future__ import annotations
 
