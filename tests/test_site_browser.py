@@ -70,13 +70,15 @@ class Page:
         return self
 
     def draw_all_charts(self, limit: int | None = None) -> int:
-        """Scrolls every visible chart into view (they are drawn lazily) and waits for its SVG."""
+        """Scrolls every visible chart into view (they are drawn lazily) and waits for its SVG (for
+        up to a minute: on a machine shared by several test runs, parsing plotly.js alone can take
+        seconds)."""
         charts = self.page.locator(".chart:visible")
         n = charts.count() if limit is None else min(limit, charts.count())
         for i in range(n):
             chart = charts.nth(i)
             chart.scroll_into_view_if_needed()
-            chart.locator("svg.main-svg").first.wait_for(state="attached", timeout=15000)
+            chart.locator("svg.main-svg").first.wait_for(state="attached", timeout=60000)
         return n
 
     def hash(self) -> str:
@@ -407,7 +409,7 @@ def test_phone_width_no_page_wider_than_the_screen(sites, phone):
                 for chart in (".shape-chart:visible >> nth=0", ".trend:visible >> nth=0"):
                     el = p.locator(chart)
                     el.scroll_into_view_if_needed()
-                    el.locator("svg.main-svg").first.wait_for(state="attached", timeout=15000)
+                    el.locator("svg.main-svg").first.wait_for(state="attached", timeout=60000)
                     legend = el.locator("g.legend").bounding_box()
                     plot = el.locator("rect.nsewdrag").first.bounding_box()
                     assert not _overlap(legend, plot), f"{page.name} {chart}: the legend covers the lines"
