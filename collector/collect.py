@@ -21,7 +21,8 @@ from typing import Any, Callable
 
 from .environment import Commit
 from .progress import Progress
-from .runner import Case, Runner, RunConfig
+from .plan import Case, RunConfig
+from .runner import Runner
 from .store import Store, StoreError
 
 
@@ -32,10 +33,6 @@ class Outcome:
     runs: dict[str, Any] = field(default_factory=dict)  # run_id -> Run
     phases: dict[str, str] = field(default_factory=dict)  # run_id -> phases JSON
     errors: list[str] = field(default_factory=list)
-
-
-class Interrupted(Exception):
-    pass
 
 
 def _trap(on_signal: Callable[[int], None]) -> None:
@@ -153,8 +150,13 @@ def _worker(spec: WorkerSpec, config: RunConfig, commit: Commit, kernel_modules,
     _trap(_raise_once(signals))
     status = "unfinished"
     try:
+        import torch
+
         from .common import load_registry
-        from .runner import plan
+        from .plan import plan
+
+        if spec.visible is None:  # CPU workers share the cores: a thread each, not a pool each
+            torch.set_num_threads(1)
 
         registry = load_registry(config.device, kernel_modules)
         cases = plan([registry.get(n) for n in config.kernels], config)
@@ -183,9 +185,9 @@ def run_workers(config: RunConfig, commit: Commit, cases: list[Case], tasks_: li
                 progress: Progress, warn: Callable[[str], None], workers: list[WorkerSpec], kernel_modules,
                 grace_s: float = 60.0) -> Outcome:
     """Workers pull one kernel's case indices at a time from one queue (largest kernel first, see
-    schedule.groups) until it is empty. Ctrl-C or SIGTERM here is forwarded to every worker, which marks its run
-    interrupted; what they send meanwhile is still written; a worker that has not ended `grace_s`
-    after (or at a second signal) is killed, its rows so far kept."""
+    schedule.groups) until it is empty. Ctrl-C or SIGTERM here is forwarded to every worker, which
+    marks its run interrupted; what they send meanwhile is still written; a worker that has not
+    ended `grace_s` after (or at a second signal) is killed, its rows so far kept."""
     import multiprocessing as mp
 
     ctx = mp.get_context("spawn")  # CUDA cannot be used in a forked child

@@ -12,7 +12,7 @@ import sys
 import time
 from typing import TextIO
 
-from .runner import Case
+from .plan import Case
 from .schedule import case_cost, unit_cost
 
 

@@ -14,9 +14,16 @@ from .common import (ALLOC_CONF, DEFAULT_DB, check_choices, fail, kernel_module_
                      pin_ptxas, resolve_device)
 from .spec import DTYPES, MODES
 
-# Defaults where the device decides: the CPU interpreter takes 10-500 ms a call and its rows are a
-# check that everything runs, never compared with GPU numbers, so it gets fewer repeats.
-MIN_REPS = {"cuda": 10, "cpu": 3}
+# Defaults where the device decides. The CPU interpreter takes 0.1-1 s a call and its rows are a
+# check that everything runs, never compared with GPU numbers: fewer repeats, and one worker per
+# core (up to 4), since each interpreted call is single-threaded Python. torch.compile builds C++
+# on the CPU, not the Triton code it builds on a GPU, at 3-8 s of CPU a shape from a cold cache
+# (more than all the other providers of a case together): its CPU rows are `unavailable` unless
+# --provider compile asks for them.
+MIN_REPS = {"cuda": 10, "cpu": 2}
+CPU_WORKERS_MAX = 4
+CPU_COMPILE = ("compile", "on the CPU torch.compile builds C++, not the Triton code it runs on a GPU; "
+                          "measured on GPUs (--provider compile runs it here)")
 
 
 @click.command("run")
@@ -32,7 +39,8 @@ MIN_REPS = {"cuda": 10, "cpu": 3}
               help=f"Only these dtypes (repeatable): {', '.join(DTYPES)}. Default: each kernel's bench dtypes.")
 @click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto", show_default=True,
               help="Where to run; cpu uses Triton's interpreter and marks the rows so.")
-@click.option("--warmup-ms", default="10", metavar="MS", show_default=True, help="Warm-up budget per measurement, in ms.")
+@click.option("--warmup-ms", default="10", metavar="MS", show_default=True,
+              help="Warm-up budget per measurement, in ms.")
 @click.option("--rep-ms", default="40", metavar="MS", show_default=True,
               help="Timed budget per measurement, in ms (an upper bound: see --ci).")
 @click.option("--min-reps", default=None, metavar="N",
@@ -45,6 +53,10 @@ MIN_REPS = {"cuda": 10, "cpu": 3}
               help="Time replays of a CUDA graph of each call, so that Python and autograd launch overhead "
                    "(hidden in real training, where the CPU runs ahead) is not timed; a provider that cannot "
                    "be captured is timed with plain CUDA events. Each row records which method timed it.")
+@click.option("--recheck/--no-recheck", default=None,
+              help="Measure every row again at the end of its case and store it as `unstable` when the two "
+                   "disagree (collector/stability.py). Default: on CUDA; off on the CPU, whose interpreted rows "
+                   "are never compared and whose shared cores would flag most of them.")
 @click.option("--seed", type=int, default=None, help="Seed for the random inputs. Default: a fresh one per run.")
 @click.option("--db", default=DEFAULT_DB, show_default=True, help="DuckDB file the rows are appended to.")
 @click.option("--commit", default=None,
@@ -56,7 +68,8 @@ MIN_REPS = {"cuda": 10, "cpu": 3}
 @click.option("--gpus", default=None, metavar="all|I,J,...",
               help="Spread the cases over one worker process per GPU (each its own run, keyed by its device).")
 @click.option("--workers", default=None, metavar="N",
-              help="On the CPU: spread the cases over N worker processes (for testing the scheduler).")
+              help=f"On the CPU: spread the kernels over N worker processes. Default: one per core, at most "
+                   f"{CPU_WORKERS_MAX}.")
 @click.option("--shard", default=None, metavar="K/N",
               help="Measure only shard K of N of the plan (split by estimated cost, the same on every machine); "
                    "merge the machines' run folders with `kcollect import`.")
@@ -66,8 +79,9 @@ MIN_REPS = {"cuda": 10, "cpu": 3}
 @click.option("--fail-on-incorrect", is_flag=True,
               help="Exit 1 when any row failed its correctness gate or raised an error.")
 @kernel_module_option
-def run(names, all_, quick, modes, providers, dtypes, device, warmup_ms, rep_ms, min_reps, ci_pct, cuda_graph, seed,
-        db, commit, commit_time, machine, gpus, workers, shard, cache_dir, fail_on_incorrect, kernel_modules) -> None:
+def run(names, all_, quick, modes, providers, dtypes, device, warmup_ms, rep_ms, min_reps, ci_pct, cuda_graph, recheck,
+        seed, db, commit, commit_time, machine, gpus, workers, shard, cache_dir, fail_on_incorrect,
+        kernel_modules) -> None:
     """Run kernels against their baselines, gate on correctness, time, and store one row per
     (kernel, mode, provider, shape, dtype). PyTorch's CUDA allocator runs with expandable segments
     unless PYTORCH_CUDA_ALLOC_CONF is set, and every Triton kernel is built by the torch wheel's
@@ -105,13 +119,15 @@ def run(names, all_, quick, modes, providers, dtypes, device, warmup_ms, rep_ms,
     specs = list(registry.specs) if all_ else [registry.get(n) for n in dict.fromkeys(names)]
     check_choices("provider", providers, dict.fromkeys(p for s in specs for p in s.provider_names))
     grid = ("quick" if device == "cpu" else "full") if quick is None else ("quick" if quick else "full")
-    from .runner import RunConfig, plan  # after load_registry: it imports Triton
+    from .plan import RunConfig, plan
 
     config = RunConfig(kernels=tuple(s.name for s in specs), grid=grid, device=device, modes=modes or None,
                        providers=providers or None, dtypes=dtypes or None, cuda_graph=cuda_graph,
+                       recheck=device == "cuda" if recheck is None else recheck,
                        seed=random.randrange(2**31) if seed is None else seed,
                        alloc_conf=os.environ["PYTORCH_CUDA_ALLOC_CONF"], ptxas=ptxas, machine=machine,
-                       shard=shard, workers=max(1, len(pool)), caches=caches, **budget)
+                       shard=shard, workers=max(1, len(pool)), caches=caches,
+                       unavailable=(CPU_COMPILE,) if device == "cpu" and "compile" not in providers else (), **budget)
     cases = plan(specs, config)
     if not cases:
         fail("the selection leaves nothing to run (check --mode/--provider/--dtype against `kcollect list`)")
@@ -142,10 +158,11 @@ def _workers(device: str, gpus: str | None, workers: str | None) -> list:
 
     if gpus is not None and workers is not None:
         fail("give --gpus (CUDA) or --workers (CPU), not both")
-    if workers is not None:
-        if device != "cpu":
-            fail("--workers is for the CPU device; on CUDA use --gpus all or --gpus 0,1")
-        n = int(_number("--workers", workers, 1, integer=True))
+    if workers is not None and device != "cpu":
+        fail("--workers is for the CPU device; on CUDA use --gpus all or --gpus 0,1")
+    if device == "cpu" and gpus is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        n = int(_number("--workers", workers, 1, integer=True)) if workers is not None else min(cores, CPU_WORKERS_MAX)
         return [WorkerSpec(f"cpu{i}", None, None) for i in range(n)] if n > 1 else []
     if gpus is None:
         return []

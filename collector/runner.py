@@ -8,7 +8,7 @@ import os
 import socket
 import time
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterator, Protocol
@@ -18,63 +18,9 @@ import torch
 from . import memory, stability, timing, verify
 from .environment import Commit, fingerprint, resolve_commit
 from .phases import Phases
-from .spec import DTYPE_NAMES, DTYPES, KernelSpec, Shape
+from .plan import Case, RunConfig, plan  # noqa: F401  (plan: imported from here by benchmarks)
+from .spec import DTYPE_NAMES
 from .store import Environment, Run, config_json
-
-
-@dataclass(frozen=True)
-class RunConfig:
-    """Everything a run depends on, built once by the CLI and passed down explicitly."""
-
-    kernels: tuple[str, ...]
-    grid: str  # 'quick' or 'full'
-    device: str  # 'cuda' or 'cpu'
-    modes: tuple[str, ...] | None = None  # None: each kernel's own modes
-    providers: tuple[str, ...] | None = None  # None: all of each kernel's providers
-    dtypes: tuple[str, ...] | None = None  # None: each kernel's bench dtypes
-    warmup_ms: float = 10.0
-    rep_ms: float = 40.0
-    min_reps: int = 10
-    ci_rel: float = 0.005  # stop timing once the median's 95% interval is within ±0.5% (timing.Budget)
-    cuda_graph: bool = True  # time graph replays (device work only); events where capture fails
-    seed: int = 0
-    alloc_conf: str | None = None  # PYTORCH_CUDA_ALLOC_CONF the run was made with (common.ALLOC_CONF)
-    ptxas: str | None = None  # TRITON_PTXAS_PATH the run's Triton kernels were built with (common.pin_ptxas)
-    machine: str | None = None  # None: host name + GPU name
-    shard: str | None = None  # 'K/N' when the plan is split over machines
-    workers: int = 1  # processes measuring the plan (one per GPU on CUDA)
-    caches: str | None = None  # folder of the persistent Triton and inductor caches (caches.py)
-
-
-@dataclass(frozen=True)
-class Case:
-    spec: KernelSpec
-    shape: Shape
-    dtype: torch.dtype
-    modes: tuple[str, ...]
-    providers: tuple[str, ...]
-
-    @property
-    def label(self) -> str:
-        return f"{self.spec.name} {self.shape.label} {DTYPE_NAMES[self.dtype]}"
-
-
-def plan(specs: list[KernelSpec], config: RunConfig) -> list[Case]:
-    """The (kernel, shape, dtype) cases of a run, with the modes and providers each one gets."""
-    cases = []
-    for spec in specs:
-        modes = tuple(m for m in spec.modes if config.modes is None or m in config.modes)
-        providers = tuple(p for p in spec.provider_names if config.providers is None or p in config.providers)
-        if config.dtypes is None:
-            dtypes = spec.bench_dtypes
-        else:
-            dtypes = tuple(DTYPES[d] for d in config.dtypes if DTYPES[d] in spec.dtypes)
-        if not (modes and providers and dtypes):
-            continue
-        for shape in spec.grid(config.grid):
-            for dtype in dtypes:
-                cases.append(Case(spec, shape, dtype, modes, providers))
-    return cases
 
 
 class Sink(Protocol):
@@ -133,6 +79,7 @@ class Runner:
             _raise_recompile_limit()
             env = fingerprint(cfg.device)
             copy_gbps, matmul_tflops = timing.measure_ceilings(cfg.device)
+            memory.freeze_imports()
         machine = cfg.machine or f"{socket.gethostname()} {env.gpu_name or 'CPU'}"
         run = Run(run_id=self.run_id, env_id=env.env_id, started_at=_now(), finished_at=None, status="unfinished",
                   git_commit=commit.sha, commit_time=commit.time, git_dirty=commit.dirty, grid=cfg.grid,
@@ -177,7 +124,7 @@ class Runner:
                         make = _maker(case.spec, case.spec.provider(name).fn, inputs, mode, dys)
                         done.append((row, make, measured))
                     self.progress("end", case, mode, name)
-            for row, make, measured in done:
+            for row, make, measured in done if self.config.recheck else ():
                 self._settle(row, make, measured)
             return rows
         finally:
@@ -205,7 +152,7 @@ class Runner:
         """(row, the measurement) of one provider; the measurement is None for any row but ok."""
         spec, dtype, name = case.spec, case.dtype, provider.name
         tol = spec.tolerance[dtype]
-        reason = provider.available(self.config.device)
+        reason = dict(self.config.unavailable).get(name) or provider.available(self.config.device)
         if reason:
             return self._row(case, mode, name, status="unavailable", error=reason), None
         call = None
@@ -257,6 +204,8 @@ class Runner:
             return
         finally:
             call = None
+            if self.config.device == "cuda":
+                memory.release("cuda")
         row.update(status=verdict.status, error=verdict.error, recheck_ms=verdict.recheck_ms)
         _put_timing(row, verdict.timing)
 

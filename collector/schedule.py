@@ -6,19 +6,23 @@ progress rescales them by what it observes (progress.py).
 """
 from __future__ import annotations
 
-from .runner import Case
+from .plan import Case
 
-# Seconds per (mode, provider) measurement, and what torch.compile adds (its first call per shape
-# and mode compiles). The GPU's time per measurement is mostly the fixed timing budget and Python;
-# the CPU interpreter's grows with the data (bytes moved).
-BASE_S = {"cuda": 0.4, "cpu": 1.0}
-COMPILE_S = {"cuda": 2.0, "cpu": 6.0}
-PER_GB_S = {"cuda": 0.5, "cpu": 2000.0}
+# Seconds per (mode, provider) measurement. On a GPU it is mostly the fixed timing budget and
+# Python, plus torch.compile's first call per shape and mode. On the CPU the Triton interpreter's
+# cost grows with the data (about 10 s of CPU per MB moved on the quick grid: each program of a
+# launch costs milliseconds of Python), while the other providers are native code; torch.compile
+# does not run there by default (run_cmd.CPU_COMPILE).
+BASE_S = {"cuda": 0.4, "cpu": 0.1}
+COMPILE_S = {"cuda": 2.0, "cpu": 0.0}
+PER_GB_S = {"cuda": 0.5, "cpu": 0.0}
+INTERPRETED_PER_GB_S = 10000.0
 
 
 def unit_cost(case: Case, mode: str, provider: str, device: str) -> float:
     gb = case.spec.bytes_moved(case.shape.dims, case.dtype, mode) / 1e9
-    return BASE_S[device] + (COMPILE_S[device] if provider == "compile" else 0.0) + PER_GB_S[device] * gb
+    per_gb = INTERPRETED_PER_GB_S if device == "cpu" and provider == "triton" else PER_GB_S[device]
+    return BASE_S[device] + (COMPILE_S[device] if provider == "compile" else 0.0) + per_gb * gb
 
 
 def case_cost(case: Case, device: str) -> float:

@@ -3,6 +3,7 @@ progress, and the report at the end (summary table, where the time went, what fa
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 
 import click
 
@@ -11,7 +12,7 @@ from .collect import Outcome, run_here, run_workers
 from .environment import Commit
 from .progress import Progress
 from .report import table_lines
-from .runner import Case, RunConfig
+from .plan import Case, RunConfig
 from .schedule import groups, shard
 from .store import Store
 
@@ -21,6 +22,11 @@ def execute(config: RunConfig, commit: Commit, cases: list[Case], shard_kn: tupl
     """`started`: when the command began (perf_counter), so that imports count in the breakdown."""
     indices = shard(cases, *shard_kn, config.device) if shard_kn else list(range(len(cases)))
     mine = [cases[i] for i in indices]
+    tasks = groups(indices, cases, config.device)
+    pool = pool[:max(1, len(tasks))]  # a worker per kernel at most
+    if len(pool) == 1 and pool[0].visible is None:
+        pool = []  # one CPU worker: measure in this process
+    config = replace(config, workers=max(1, len(pool)))
     progress = Progress(mine, config.device, workers=max(1, len(pool)))
 
     def warn(message: str) -> None:
@@ -31,8 +37,7 @@ def execute(config: RunConfig, commit: Commit, cases: list[Case], shard_kn: tupl
     progress.say("measuring the device's ceilings (copy bandwidth, bf16 matmul)...")
     try:
         if pool:
-            out = run_workers(config, commit, cases, groups(indices, cases, config.device), store, progress,
-                              warn, pool, kernel_modules)
+            out = run_workers(config, commit, cases, tasks, store, progress, warn, pool, kernel_modules)
         else:
             index = 0 if config.device == "cuda" else None
             out = run_here(config, commit, cases, indices, store, progress, warn, index, started)

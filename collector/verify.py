@@ -54,7 +54,8 @@ def reference_answers(spec: KernelSpec, inputs: Inputs, mode: str, seed: int) ->
     return reference_modes(spec, inputs, (mode,), seed)[mode]
 
 
-def reference_modes(spec: KernelSpec, inputs: Inputs, modes: tuple[str, ...], seed: int) -> dict[str, tuple[tuple, tuple]]:
+def reference_modes(spec: KernelSpec, inputs: Inputs, modes: tuple[str, ...],
+                    seed: int) -> dict[str, tuple[tuple, tuple]]:
     """reference_answers for several modes of one case from one float64 forward and, when a mode
     needs gradients, one backward: the forward's outputs serve fwd as well."""
     ref_in = upcast(inputs)

@@ -84,3 +84,35 @@ def test_a_signal_stops_every_worker_and_keeps_their_rows(tmp_path, sig):
     runs, rows = _stored(db)
     assert len(runs) == 2 and {r["status"] for r in runs} == {"interrupted"}, runs
     assert 4 <= len(rows) < 20
+
+
+def _git_repo(path):
+    def git(*args):
+        subprocess.run(["git", "-C", str(path), *args], check=True, capture_output=True)
+
+    path.mkdir()
+    git("init", "-q")
+    git("remote", "add", "origin", "git@github.com:someone/kernels.git")
+    (path / "a.txt").write_text("a\n")
+    git("add", "a.txt")
+    git("-c", "user.name=Ada", "-c", "user.email=ada@example.com", "commit", "-qm", "faster rows")
+    return subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+
+
+def test_commit_comes_from_the_working_directory_and_the_machine_is_named(tmp_path):
+    sha = _git_repo(tmp_path / "repo")
+    db = tmp_path / "k.duckdb"
+    args = ["run", "scaled", *FAST, "--mode", "fwd", "--provider", "torch", "--db", str(db)]
+    inside = subprocess.run(KCOLLECT + args + ["--machine", "rig-7"], capture_output=True, text=True,
+                            cwd=tmp_path / "repo")
+    outside = subprocess.run(KCOLLECT + args, capture_output=True, text=True, cwd=tmp_path)
+    assert inside.returncode == 0 and outside.returncode == 0, inside.stderr + outside.stderr
+    assert "not in a git checkout" in outside.stderr and "not in a git checkout" not in inside.stderr
+    runs, _ = _stored(db)
+    by = {r["machine"]: r for r in runs}
+    ours = by["rig-7"]
+    assert (ours["git_commit"], ours["commit_subject"], ours["commit_author"]) == (sha, "faster rows",
+                                                                                 "Ada <ada@example.com>")
+    assert ours["commit_url"] == f"https://github.com/someone/kernels/commit/{sha}" and ours["git_dirty"] is False
+    (other,) = [r for r in runs if r["machine"] != "rig-7"]
+    assert other["git_commit"] is None and other["machine"].endswith(" CPU")

@@ -40,9 +40,9 @@ PLANTED = dataclasses.replace(
 )
 
 
-def _run(tmp_path, spec=PLANTED, modes=("fwd",)):
+def _run(tmp_path, spec=PLANTED, modes=("fwd",), recheck=False):
     config = RunConfig(kernels=(spec.name,), grid="quick", device="cpu", modes=modes, warmup_ms=1, rep_ms=5,
-                       min_reps=3, seed=1)
+                       min_reps=3, seed=1, recheck=recheck)
     with Store(tmp_path / "k.duckdb") as store:
         runner = Runner(config, store)
         run = runner.start(ROOT)
@@ -112,8 +112,10 @@ def test_rows_carry_evidence_and_the_run_its_breakdown(tmp_path):
 
     from kcollect import phases
 
-    _, _, stored = _run(tmp_path, spec=dataclasses.replace(PLANTED, providers=swiglu.SPEC.providers[:2]))
-    assert all(r["status"] == "ok" and r["recheck_ms"] > 0 for r in stored)
+    _, _, stored = _run(tmp_path, spec=dataclasses.replace(PLANTED, providers=swiglu.SPEC.providers[:2]),
+                        recheck=True)
+    # a CPU shared with other work may disturb a row: then it says so, as `unstable`
+    assert all(r["status"] in ("ok", "unstable") and r["recheck_ms"] > 0 for r in stored)
     assert all(r["free_mem_bytes"] is None and r["clock_mhz"] is None for r in stored)  # CPU: nothing to read
     with Store(tmp_path / "k.duckdb") as store:
         (run,) = store.query("SELECT phases FROM runs")
