@@ -42,15 +42,21 @@ def _trap(on_signal: Callable[[int], None]) -> None:
 
 def _measure(runner: Runner, commit: Commit, cases: list[Case], next_index: Callable[[], int | None],
              signals: list[int], current: list[int]) -> str:
-    """Start the run, measure cases until there are none (or a signal), finish it; the status."""
-    status = "unfinished"
+    """Start the run once there is a case for it (a worker left without work writes no run),
+    measure cases until there are none (or a signal), finish it; the status."""
+    status, started = "unfinished", False
     try:
+        i = next_index()
+        if i is None:
+            return "finished"
         runner.start(commit)
-        while (i := next_index()) is not None:
+        started = True
+        while i is not None:
             current[0] = i
             runner.run_case(cases[i])
             if signals:  # a library can swallow the KeyboardInterrupt the handler raised
                 raise KeyboardInterrupt
+            i = next_index()
         status = "finished"
     except KeyboardInterrupt:
         status = "interrupted"
@@ -59,7 +65,8 @@ def _measure(runner: Runner, commit: Commit, cases: list[Case], next_index: Call
             raise
         status = "interrupted"  # the signal surfaced as a library's own exception
     finally:
-        runner.finish(status)
+        if started:
+            runner.finish(status)
     return status
 
 

@@ -13,8 +13,9 @@ out of memory for shapes that fit many times over alone. What a case can leave b
   inside the call), and `empty_cache` cannot reach it. So the runner stops capturing a (kernel,
   mode, provider) after its first failure, and every capture uses one pool per process, so that
   a pool leaked that way is reused by the next captures instead of adding up;
-- blocks cached by PyTorch's allocator: emptied at the end of each case, so the next case and the
-  non-PyTorch memory (cuBLAS, Triton modules) see the device as the run found it.
+- cuBLAS workspaces (one per stream it ran on, from PyTorch's pool) and the blocks PyTorch's
+  allocator caches: given back after each provider and each case, so that the next one (and the
+  memory outside PyTorch: CUDA context, Triton modules) sees the device as the run found it.
 
 Each row records free, allocated and reserved bytes when it was timed, so a creep shows in the store.
 """
@@ -53,6 +54,11 @@ def release(device: str, compiled: bool = False) -> None:
     gc.collect()
     if device == "cuda":
         torch.cuda.synchronize()
+        # cuBLAS keeps a workspace per stream it ran on, allocated from PyTorch's pool; each
+        # capture runs on a side stream, so they would add up over a run
+        clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+        if clear is not None:
+            clear()
         torch.cuda.empty_cache()
 
 

@@ -4,19 +4,15 @@ import dataclasses
 import io
 import json
 import math
-from pathlib import Path
 
 import pytest
-import torch
 
 from kcollect import phases, schedule, stability, timing
 from kcollect.progress import Progress
-from kcollect.runner import RunConfig, plan
+from kcollect.plan import RunConfig, plan
 from kcollect.spec import Shape
 
 from planted_kernels import SPECS
-
-TESTS = Path(__file__).resolve().parent
 
 
 def _cases(n_kernels=6):
