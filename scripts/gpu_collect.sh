@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The command for the workplace's lent GPU machine (see ../shared/device/README.md): installs the
-# carried wheels (.whl/: duckdb, liger-kernel) beside the machine's torch and Triton, installs
-# kcollect, and collects into $OUT/gpu.duckdb, which comes back and is imported here with
-# `kcollect import`. Usage: bash scripts/gpu_collect.sh COMMIT COMMIT_TIME [kcollect run options]
+# For a GPU machine that gets a copy of the tree without .git and no package index: installs the
+# wheels carried in .whl/ (duckdb, liger-kernel) beside the machine's torch and Triton, installs
+# kcollect, and collects into $OUT/gpu.duckdb, which is brought back and folded into the local
+# store with `kcollect import`. Usage: bash scripts/gpu_collect.sh COMMIT COMMIT_TIME [kcollect run options]
 set -uo pipefail
 commit=$1 commit_time=$2
 shift 2
