@@ -37,4 +37,4 @@ fi
 if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
   (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) || echo "setup: chromium not installed; browser tests will be skipped" >&2
 fi
-.venv/bin/python -c 'from importlib.metadata import version as v; print(f"setup: done (.venv: torch {v(\"torch\")}, triton {v(\"triton\")})")'
+.venv/bin/python -c 'from importlib.metadata import version as v; print("setup: done (.venv: torch", v("torch") + ", triton", v("triton") + ")")'
