@@ -149,3 +149,45 @@ def test_report_names_the_first_bad_commit():
     lines = find.report(["a" * 40, "x" * 40, "b" * 40, "c" * 40], 2, seen, "table")
     assert lines[-1].startswith("first bad commit: " + "b" * 40 + " 'slow': 2 ms, against 1 ms")
     assert "+100.0%" in lines[-1]
+
+
+# -- shapes named on the command line (find's SHAPE, and a run --shape option) ------------------
+
+def test_restrict_keeps_grid_shapes_and_takes_new_ones():
+    from kcollect.registry import builtin_spec
+    from kcollect.shapes import restrict
+
+    spec = builtin_spec("swiglu")
+    known = spec.grid("quick")[0]
+    got = restrict(spec, [known.label, "M=3,N=5", known.label])
+    assert set(got.grids) == set(spec.grids)
+    for shapes in got.grids.values():
+        assert [s.label for s in shapes] == [known.label, "M=3,N=5"]
+        assert shapes[0].why == known.why and shapes[1].why == "named on the command line"
+    assert spec.grid("quick")[0] is known  # the registry's spec is left as it was
+
+
+@pytest.mark.parametrize("label, words", [
+    ("M=3", "swiglu has no dimensions M; valid: M,N"),
+    ("M=3,K=4", "has no dimensions M,K"),
+    ("M=3,,N=4", "is not NAME=VALUE"),
+    ("M=3,M=4", "is not NAME=VALUE"),
+])
+def test_restrict_refuses_labels_the_kernel_cannot_take(label, words):
+    from kcollect.registry import builtin_spec
+    from kcollect.shapes import ShapeError, restrict
+
+    with pytest.raises(ShapeError, match=words):
+        restrict(builtin_spec("swiglu"), [label])
+
+
+def test_a_new_shape_must_pass_the_kernels_own_check():
+    from dataclasses import replace
+
+    from kcollect.registry import builtin_spec
+    from kcollect.shapes import ShapeError, restrict
+
+    spec = replace(builtin_spec("swiglu"), check_shape=lambda dims: "N must be even" if dims["N"] % 2 else None)
+    assert restrict(spec, ["M=3,N=6"]).grid("full")[0].dims == {"M": 3, "N": 6}
+    with pytest.raises(ShapeError, match="cannot take M=3,N=5: N must be even"):
+        restrict(spec, ["M=3,N=5"])
