@@ -92,10 +92,11 @@ _PTR_TYPES = {torch.bfloat16: "*bf16", torch.float16: "*fp16", torch.float32: "*
               torch.float8_e4m3fn: "*fp8e4nv", torch.int32: "*i32", torch.int64: "*i64"}
 
 
-def compile_launch(fn, args: tuple, kwargs: dict) -> tuple[dict, dict, float]:
-    """(report, constexprs, compile seconds) for one launch recorded by ab_tools.recorded (a
-    launcher called on 'meta' tensors), specialised as the JIT would: tensors as 16-byte-aligned
-    pointers, ints by value (divisible by 16, equal to 1), `maxnreg` applied if the launch set it."""
+def compile_recorded(fn, args: tuple, kwargs: dict):
+    """The compiled kernel of one launch recorded by ab_tools.recorded (a launcher called on 'meta'
+    tensors), specialised as the JIT would: tensors as 16-byte-aligned pointers, ints by value
+    (divisible by 16, equal to 1), `num_warps`, `num_stages` and `maxnreg` as the launch set them.
+    Returns (compiled, constexprs)."""
     sig, const, attrs = {}, {}, {}
     for i, (p, a) in enumerate(zip(fn.params, args)):
         if torch.is_tensor(a):
@@ -110,15 +111,25 @@ def compile_launch(fn, args: tuple, kwargs: dict) -> tuple[dict, dict, float]:
     for p in fn.params[len(args):]:
         sig[p.name] = "constexpr"
         const[p.name] = kwargs.get(p.name, p._param.default)
-    options = {"num_warps": kwargs.get("num_warps", 4), "num_stages": 3}
+    options = {"num_warps": kwargs.get("num_warps", 4), "num_stages": kwargs.get("num_stages", 3)}
     if kwargs.get("maxnreg"):
         options["maxnreg"] = kwargs["maxnreg"]
+    return triton.compile(ASTSource(fn, sig, const, attrs), target=_TARGET, options=options), const
+
+
+def sass_of(compiled) -> str:
+    """cuobjdump's SASS of a compiled kernel."""
+    return _resource_usage(compiled.asm["cubin"])[1]
+
+
+def compile_launch(fn, args: tuple, kwargs: dict) -> tuple[dict, dict, float]:
+    """(report, constexprs, compile seconds) for one recorded launch (see compile_recorded)."""
     t0 = time.perf_counter()
-    k = triton.compile(ASTSource(fn, sig, const, attrs), target=_TARGET, options=options)
+    k, const = compile_recorded(fn, args, kwargs)
     secs = time.perf_counter() - t0
     usage, sass = _resource_usage(k.asm["cubin"])
     r = {"registers": usage.get("REG"), "local_bytes": usage.get("LOCAL", 0), "stack": usage.get("STACK", 0),
-         "shared": k.metadata.shared, "num_warps": options["num_warps"], "sass_ops": _sass_counts(sass)}
+         "shared": k.metadata.shared, "num_warps": k.metadata.num_warps, "sass_ops": _sass_counts(sass)}
     return r, const, secs
 
 
