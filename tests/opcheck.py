@@ -39,6 +39,17 @@ def run_offline_compile(script: str) -> str:
     return out.stdout
 
 
+def fake_gpu(monkeypatch, capability=(9, 0), l2_bytes=50 << 20, sms=132) -> str:
+    """torch.cuda answering as a GPU would (default: an H100; l2_bytes=60 << 20 an H200), for the
+    config heuristics, which read the architecture, SM count and L2 size: returns the device "cuda"."""
+    import types
+
+    props = types.SimpleNamespace(multi_processor_count=sms, L2_cache_size=l2_bytes)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device=None: props)
+    return "cuda"
+
+
 def shape_id(dims) -> str:
     return ",".join(f"{k}={v}" for k, v in dims.items())
 

@@ -13,7 +13,7 @@ import opcheck as gate
 from kcollect import verify
 from kcollect.kernels._lib import prefetch
 from kcollect.kernels._lib.prefetch import l2_prefetch_ok
-from kcollect.kernels import cross_entropy, layer_norm, rms_norm, softmax
+from kcollect.kernels import cross_entropy, softmax
 
 
 def fake(shape, dtype, device="cuda"):
@@ -53,28 +53,12 @@ def planned_ahead(monkeypatch, module, call) -> int:
 
 
 def test_coop_launches_prefetch_where_measured(monkeypatch):
-    # softmax: both directions; rms_norm: without dh only (add_rms_norm lost with it); layer_norm:
-    # rows of 65536 and more (4096x16384 lost); an explicit value wins; never where not allowed
+    # softmax: both directions; an explicit value wins
     b = torch.bfloat16
     x = torch.empty(softmax._SPLIT_MAX_ROWS + 1, 131072, dtype=b)
     assert planned_ahead(monkeypatch, softmax, lambda: softmax.softmax_forward(x, coop=True)) == 1
     assert planned_ahead(monkeypatch, softmax, lambda: softmax.softmax_backward(x, x, coop=True)) == 1
     assert planned_ahead(monkeypatch, softmax, lambda: softmax.softmax_backward(x, x, coop=True, coop_l2_ahead=2)) == 2
-    x2, w, r = torch.empty(4, 65536, dtype=b), torch.empty(65536, dtype=b), torch.empty(4)
-    assert planned_ahead(monkeypatch, rms_norm, lambda: rms_norm.rms_norm_backward(x2, x2, w, r, wide="coop")) == 1
-    assert planned_ahead(monkeypatch, rms_norm, lambda: rms_norm.rms_norm_backward(x2, x2, w, r, dh=x2,
-                                                                                  wide="coop")) == 0
-    assert planned_ahead(monkeypatch, layer_norm, lambda: layer_norm.layer_norm_backward(
-        x2, x2, w, r, r, wide="coop")) == 1
-    x3, w3 = torch.empty(4, 16384, dtype=b), torch.empty(16384, dtype=b)
-    assert planned_ahead(monkeypatch, layer_norm, lambda: layer_norm.layer_norm_backward(
-        x3, x3, w3, r, r, wide="coop")) == 0
-    monkeypatch.setattr(prefetch, "l2_prefetch_ok", lambda t: False)
-    asked = []
-    monkeypatch.setattr(layer_norm, "coop_plan", lambda *a, **kw: asked.append(kw["L2_AHEAD"]) or None)
-    monkeypatch.setattr(KernelInterface, "__getitem__", lambda self, grid: lambda *a, **k: None)
-    layer_norm.layer_norm_backward(x2, x2, w, r, r, wide="coop", coop_l2_ahead=2)
-    assert asked == [0]
 
 
 def launch_kwargs(monkeypatch, call) -> dict:
@@ -102,24 +86,9 @@ def test_lines_and_cross_entropy_prefetch_where_measured(monkeypatch):
     assert ce(True)["L2_AHEAD"] == 0
 
 
-def test_register_paths_prefetch_where_measured(monkeypatch):
-    # layer_norm's register-path backward one tile ahead; rms_norm's register paths not at all
-    b = torch.bfloat16
-    x, w, r = torch.empty(64, 4096, dtype=b), torch.empty(4096, dtype=b), torch.empty(64)
-    monkeypatch.setattr(prefetch, "l2_prefetch_ok", lambda t: True)
-    got = launch_kwargs(monkeypatch, lambda: layer_norm.layer_norm_backward(x, x, w, r, r))
-    assert got["_ln_bwd_rows"]["L2_AHEAD"] == 1
-    got = launch_kwargs(monkeypatch, lambda: rms_norm.rms_norm_backward(x, x, w, r))
-    assert "L2_AHEAD" not in got["_bwd_rows"]
-    got = launch_kwargs(monkeypatch, lambda: rms_norm.rms_norm_forward(x, w))
-    assert "L2_AHEAD" not in got["_fwd_rows"]
-    got = launch_kwargs(monkeypatch, lambda: rms_norm.rms_norm_backward(x, x, w, r, rows_l2_ahead=2))
-    assert got["_bwd_rows"]["L2_AHEAD"] == 2
-
-
 _COMPILE = """
 from benchmarks.compile_report import report
-from kcollect.kernels import layer_norm, rms_norm, softmax
+from kcollect.kernels import softmax
 b, C = "*bf16", "constexpr"
 cases = {
     "softmax_fwd": (softmax._softmax_fwd_coop, {"x_ptr": b, "y_ptr": b, "slot_ptr": "*i64", "M": "i32", "N": "i32",
@@ -128,14 +97,6 @@ cases = {
     "softmax_bwd": (softmax._softmax_bwd_coop, {"y_ptr": b, "dy_ptr": b, "dx_ptr": b, "slot_ptr": "*i64", "M": "i32",
                     "N": "i32", "S": "i32", "iters": "i32", "SEG": C, "S_BLOCK": C, "N_ALIGN": C, "L2_AHEAD": C},
                     {"SEG": 2048, "S_BLOCK": 32, "N_ALIGN": 16}, 96),
-    "rms_bwd": (rms_norm._bwd_coop, {"x_ptr": b, "w_ptr": b, "dy_ptr": b, "dh_ptr": b, "rstd_ptr": "*fp32",
-                "dx_ptr": b, "dwp_ptr": "*fp32", "slot_ptr": "*i64", "M": "i32", "N": "i32", "S": "i32",
-                "iters": "i32", "SEG": C, "S_BLOCK": C, "HAS_DH": C, "W_AT_USE": C, "RELOAD": C, "L2_AHEAD": C},
-                {"SEG": 2048, "S_BLOCK": 32, "HAS_DH": False, "W_AT_USE": False, "RELOAD": True}, 128),
-    "ln_bwd": (layer_norm._ln_bwd_coop, {"x_ptr": b, "dy_ptr": b, "w_ptr": b, "mean_ptr": "*fp32",
-               "rstd_ptr": "*fp32", "dx_ptr": b, "part_ptr": "*fp32", "slot_ptr": "*i64", "M": "i32", "N": "i32",
-               "S": "i32", "iters": "i32", "SEG": C, "S_BLOCK": C, "N_ALIGN": C, "L2_AHEAD": C},
-               {"SEG": 2048, "S_BLOCK": 32, "N_ALIGN": 16}, None),
 }
 for name, (fn, sig, const, cap) in cases.items():
     aligned = tuple(k for k, v in sig.items() if v.startswith("*")) + ("N",)
@@ -153,7 +114,7 @@ def test_coop_kernels_compile_with_the_prefetch():
         if line:
             name, ahead, regs, stack, n = line.split()
             got[name, int(ahead)] = (int(regs), int(stack), int(n))
-    for name, tensors in (("softmax_fwd", 1), ("softmax_bwd", 2), ("rms_bwd", 2), ("ln_bwd", 2)):
+    for name, tensors in (("softmax_fwd", 1), ("softmax_bwd", 2)):
         (r0, s0, n0), (r1, s1, n1) = got[name, 0], got[name, 1]
         assert r1 <= r0 and s1 <= s0 and n0 == 0 and n1 == tensors, (name, got[name, 0], got[name, 1])
 
@@ -173,7 +134,6 @@ def test_prefetching_coop_kernels_on_the_gpu(ahead, dims):
     seg = 256 if n == 1000 else None
     x = (torch.randn(dims, generator=g, device="cuda") * 2 + 1).to(torch.bfloat16)
     dy = torch.randn(dims, generator=g, device="cuda").to(torch.bfloat16)
-    w = (1 + 0.2 * torch.randn(n, generator=g, device="cuda")).to(torch.bfloat16)
     tol = softmax.SPEC.tolerance[torch.bfloat16]
     y = softmax.softmax_forward(x, coop=True, coop_seg=seg, coop_l2_ahead=ahead)
     y64 = torch.softmax(x.double(), -1)
@@ -181,20 +141,6 @@ def test_prefetching_coop_kernels_on_the_gpu(ahead, dims):
     dx = softmax.softmax_backward(dy, y, coop=True, coop_seg=seg, coop_l2_ahead=ahead)
     yd, dyd = y.double(), dy.double()
     assert verify.rel_error(dx, yd * (dyd - (yd * dyd).sum(-1, keepdim=True))) <= tol
-    _, _, rstd = rms_norm.rms_norm_forward(x, w, 1e-6)
-    block = 256 if seg else rms_norm.MAX_REG_BLOCK
-    dx, dw = rms_norm.rms_norm_backward(dy, x, w, rstd, max_block=block, wide="coop", coop_seg=seg,
-                                        coop_l2_ahead=ahead)
-    xr, wr = x.double().requires_grad_(True), w.double().requires_grad_(True)
-    want = torch.autograd.grad(rms_norm.reference(xr, wr, 1e-6), (xr, wr), dy.double())
-    assert verify.rel_error(dx, want[0]) <= tol and verify.rel_error(dw, want[1]) <= tol
-    b = (0.1 * torch.randn(n, generator=g, device="cuda")).to(torch.bfloat16)
-    _, mean, rstd = layer_norm.layer_norm_forward(x, w, b, 1e-5)
-    got = layer_norm.layer_norm_backward(dy, x, w, mean, rstd, max_block=256 if seg else layer_norm._BWD_MAX_BLOCK,
-                                         wide="coop", coop_seg=seg, coop_l2_ahead=ahead)
-    xr, wr, br = (t.double().requires_grad_(True) for t in (x, w, b))
-    want = torch.autograd.grad(layer_norm.reference(xr, wr, br, 1e-5), (xr, wr, br), dy.double())
-    assert all(verify.rel_error(g_, w_) <= tol for g_, w_ in zip(got, want))
 
 
 @ON_GPU
@@ -212,28 +158,3 @@ def test_prefetching_lines_and_cross_entropy_on_the_gpu(ahead):
     (want,) = torch.autograd.grad(ref, xr)
     tol = cross_entropy.SPEC.tolerance[torch.bfloat16]
     assert verify.rel_error(loss, ref) <= tol and verify.rel_error(dlogits, want) <= tol
-
-
-@ON_GPU
-@pytest.mark.parametrize("ahead", [1, 2])
-@pytest.mark.parametrize("dims", [(1000, 4096), (333, 8192)], ids=["1000x4096", "333x8192"])
-def test_prefetching_register_paths_on_the_gpu(ahead, dims):
-    # tiles prefetched past the last row (clipped to M; nothing past it)
-    g = torch.Generator(device="cuda").manual_seed(random.randrange(2**31))
-    x = (torch.randn(dims, generator=g, device="cuda") * 2 + 1).to(torch.bfloat16)
-    dy = torch.randn(dims, generator=g, device="cuda").to(torch.bfloat16)
-    w = (1 + 0.2 * torch.randn(dims[1], generator=g, device="cuda")).to(torch.bfloat16)
-    b = (0.1 * torch.randn(dims[1], generator=g, device="cuda")).to(torch.bfloat16)
-    tol = layer_norm.SPEC.tolerance[torch.bfloat16]
-    _, mean, rstd = layer_norm.layer_norm_forward(x, w, b, 1e-5)
-    got = layer_norm.layer_norm_backward(dy, x, w, mean, rstd, rows_l2_ahead=ahead)
-    xr, wr, br = (t.double().requires_grad_(True) for t in (x, w, b))
-    want = torch.autograd.grad(layer_norm.reference(xr, wr, br, 1e-5), (xr, wr, br), dy.double())
-    assert all(verify.rel_error(g_, w_) <= tol for g_, w_ in zip(got, want))
-    y, _, rstd = rms_norm.rms_norm_forward(x, w, 1e-6, l2_ahead=ahead)
-    dx, dw = rms_norm.rms_norm_backward(dy, x, w, rstd, rows_l2_ahead=ahead)
-    xr, wr = x.double().requires_grad_(True), w.double().requires_grad_(True)
-    ref = rms_norm.reference(xr, wr, 1e-6)
-    want = torch.autograd.grad(ref, (xr, wr), dy.double())
-    assert verify.rel_error(y, ref) <= tol
-    assert verify.rel_error(dx, want[0]) <= tol and verify.rel_error(dw, want[1]) <= tol
