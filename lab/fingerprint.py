@@ -213,6 +213,8 @@ def main(cases, argv=None) -> int:
     ap.add_argument("--tree", help="import kcollect and its kernels from this checkout")
     ap.add_argument("--gpu", action="append", choices=sorted(GPUS), help="emulated GPU(s), default both")
     ap.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"))
+    ap.add_argument("--only", action="append", default=[], metavar="FIELD=VALUE",
+                    help="only the cases with this field (op, shape, dtype, phase), e.g. op=layer_norm")
     args = ap.parse_args(argv)
     if args.compare:
         before, after = (json.loads(Path(p).read_text()) for p in args.compare)
@@ -223,7 +225,10 @@ def main(cases, argv=None) -> int:
         return 1 if diffs else 0
     if args.tree:
         use_tree(args.tree)
-    rows = table(cases(), tuple(args.gpu or GPUS))
+    only = [tuple(o.split("=", 1)) for o in args.only]
+    if any(len(o) != 2 for o in only):
+        ap.error(f"--only takes FIELD=VALUE, e.g. op=layer_norm: got {args.only}")
+    rows = table([c for c in cases() if all(str(c.get(k)) == v for k, v in only)], tuple(args.gpu or GPUS))
     if args.out:
         Path(args.out).write_text(json.dumps(rows, indent=1))
     return 0

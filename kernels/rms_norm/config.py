@@ -38,13 +38,13 @@ FWD_MAXNREG = {
     (True, 2): {(1024, 0): 64, (4096, 0): 64, (8192, 0): 64, (2048, 512): 80, (4096, 1024): 80},
     (True, 4): {(1024, 0): 72, (2048, 0): 80, (4096, 0): 80, (2048, 512): 96},
 }
-# Rows of exactly 4096 (next power of two) without a residual: 4 warps (32 elements a thread, 96
-# registers, uncapped) instead of 8: 92% -> 98% of copy at 32768x4096, 81% -> 86% at 8192x4096; with
+# Rows held in one block of 4096 (3584 and 4096 wide) without a residual: 4 warps (32 elements a
+# thread, 96 registers, uncapped) instead of 8: 92% -> 98% of copy at 32768x4096, 81% -> 86% at 8192x4096; with
 # a residual, or at 8192 wide, fewer warps did nothing or lost.
 FWD_WARPS = {(False, 4096): 4}
-# Rows wider than MAX_REG_BLOCK, forward. Without a residual, "lines" (two passes of 64 KB chunks
-# from 64 KB rows on, one program a row, w loaded at its use): 88.2% at 1024x65536, against 76.5%
-# for the row in one program's registers ("packed") and 70.1% "split". With a residual, bf16 rows
+# Rows wider than MAX_REG_BLOCK, forward. Without a residual, "lines" (two passes of chunks, 64 KB
+# ones for rows over LINES_NARROW_ROW_BYTES, one program a row, w loaded at its use): 88.2% at
+# 1024x65536, against 76.3-76.6% for the row in one program's registers ("packed") and 70.1% "split". With a residual, bf16 rows
 # up to PACKED_MAX_BLOCK on the GPU take "packed" (kept bf16 and widened at each use, which takes
 # PTX: 88.4% against 86.8% for the best lines launch); widened to fp32 (other dtypes) the row spills,
 # so those take "split" (segments of SPLIT_SEG_BYTES over 16-warp programs, the row's last program
@@ -55,9 +55,9 @@ PACKED_MAX_BLOCK = 65536
 SPLIT_SEG_BYTES = 32768
 # Rows wider than MAX_REG_BLOCK, backward, on a GPU: "coop", a row's segments of COOP_SEG elements in
 # the registers of COOP_WARPS-warp programs that wait for each other's partial sums (x and dy read
-# once): 73.7% at 1024x65536, 81.0% at 4096x65536, against 52.2% for the two passes of "cols" (row
-# dots, then column blocks: x and dy read twice), the CPU's path and the fallback where a group of
-# coop programs does not fit. Segments of 4096 or 8192 elements measured 53-68%. The row finished a
+# once): 67.8% at 1024x65536 against 52.2% for the two passes of "cols" (row dots, then column
+# blocks: x and dy read twice), the CPU's path and the fallback where a group of coop programs does
+# not fit; 73.7% with the refinements below, 81.0% at 4096x65536. Segments of 4096 or 8192 elements measured 53-68%. The row finished a
 # step late is re-read from L2 (it was loaded a step ago, and the loads are issued before the wait)
 # rather than held: 2-4 points faster. Capped at COOP_MAXNREG registers on sm_90 (128 uncapped
 # without dh, 164 with it): 4 programs of 4 warps per SM, no spill; 96 or 80 (more programs, spills)
