@@ -26,11 +26,13 @@ def test_matches_reference(provider, mode, dtype, dims):
     opcheck.check_case(SPEC, provider, mode, dtype, dims)
 
 
-def inputs(m, n, dtype):
-    """The spec's inputs, with a first row so small that eps dominates its rstd (a missing eps shows)."""
+def inputs(m, n, dtype, tiny_row=True):
+    """The spec's inputs; with tiny_row a first row so small that eps dominates its rstd (a missing
+    eps shows; left out where elementwise fp32 checks leave no room for its larger rstd)."""
     inp = SPEC.make_inputs({"M": m, "N": n}, dtype, "cpu", random.randrange(2**31))
-    inp["x"][0] *= 1e-4
-    inp["residual"][0] *= 1e-4
+    if tiny_row:
+        inp["x"][0] *= 1e-4
+        inp["residual"][0] *= 1e-4
     return inp["x"], inp["residual"], inp["w"], inp["eps"]
 
 
@@ -91,7 +93,7 @@ def test_backward_paths(path, dtype):
 
 
 def test_one_gradient_for_x_and_residual():
-    x, r, w, eps = inputs(19, 640, torch.float32)
+    x, r, w, eps = inputs(19, 640, torch.float32, tiny_row=False)
     x.requires_grad_(True), r.requires_grad_(True), w.requires_grad_(True)
     h, y = K.add_rms_norm(x, r, w, eps)
     dh, dy = torch.randn_like(h), torch.randn_like(y)
@@ -105,7 +107,7 @@ def test_one_gradient_for_x_and_residual():
 @pytest.mark.parametrize("used", ["h", "y"])
 def test_only_one_output_used(used):
     # the other output's gradient is None in the backward (grads are not materialised)
-    x, r, w, eps = inputs(11, 300, torch.float32)
+    x, r, w, eps = inputs(11, 300, torch.float32, tiny_row=False)
     x.requires_grad_(True), w.requires_grad_(True)
     h, y = K.add_rms_norm(x, r, w, eps)
     out = h if used == "h" else y
@@ -119,7 +121,7 @@ def test_only_one_output_used(used):
 
 
 def test_inference_path():
-    x, r, w, eps = inputs(9, 300, torch.float32)
+    x, r, w, eps = inputs(9, 300, torch.float32, tiny_row=False)
     with torch.no_grad():
         h, y = K.add_rms_norm(x, r, w, eps)
     h_ref, y_ref = reference(x.double(), r.double(), w.double(), eps)
