@@ -92,11 +92,11 @@ _PTR_TYPES = {torch.bfloat16: "*bf16", torch.float16: "*fp16", torch.float32: "*
               torch.float8_e4m3fn: "*fp8e4nv", torch.int32: "*i32", torch.int64: "*i64"}
 
 
-def compile_recorded(fn, args: tuple, kwargs: dict):
-    """The compiled kernel of one launch recorded by ab_tools.recorded (a launcher called on 'meta'
-    tensors), specialised as the JIT would: tensors as 16-byte-aligned pointers, ints by value
-    (divisible by 16, equal to 1), `num_warps`, `num_stages` and `maxnreg` as the launch set them.
-    Returns (compiled, constexprs)."""
+def specialise(fn, args: tuple, kwargs: dict) -> tuple[dict, dict, dict, dict]:
+    """(signature, constexprs, attributes, options) of one launch recorded by ab_tools.recorded (a
+    launcher called on 'meta' or fake tensors), specialised as the JIT would: tensors as
+    16-byte-aligned pointers, ints by value (divisible by 16, equal to 1), `maxnreg` applied if the
+    launch set it."""
     sig, const, attrs = {}, {}, {}
     for i, (p, a) in enumerate(zip(fn.params, args)):
         if torch.is_tensor(a):
@@ -114,22 +114,27 @@ def compile_recorded(fn, args: tuple, kwargs: dict):
     options = {"num_warps": kwargs.get("num_warps", 4), "num_stages": kwargs.get("num_stages", 3)}
     if kwargs.get("maxnreg"):
         options["maxnreg"] = kwargs["maxnreg"]
-    return triton.compile(ASTSource(fn, sig, const, attrs), target=_TARGET, options=options), const
+    return sig, const, attrs, options
 
 
-def sass_of(compiled) -> str:
-    """cuobjdump's SASS of a compiled kernel."""
-    return _resource_usage(compiled.asm["cubin"])[1]
+def compile_recorded(fn, args: tuple, kwargs: dict):
+    """The sm_90 binary of one recorded launch (see specialise)."""
+    sig, const, attrs, options = specialise(fn, args, kwargs)
+    return triton.compile(ASTSource(fn, sig, const, attrs), target=_TARGET, options=options)
 
 
-def compile_launch(fn, args: tuple, kwargs: dict) -> tuple[dict, dict, float]:
-    """(report, constexprs, compile seconds) for one recorded launch (see compile_recorded)."""
+def compile_launch(fn, args: tuple, kwargs: dict, sass: bool = False) -> tuple[dict, dict, float]:
+    """(report, constexprs, compile seconds) for one recorded launch (see specialise); with `sass`,
+    the report holds the SASS text too."""
     t0 = time.perf_counter()
-    k, const = compile_recorded(fn, args, kwargs)
+    k = compile_recorded(fn, args, kwargs)
     secs = time.perf_counter() - t0
-    usage, sass = _resource_usage(k.asm["cubin"])
+    usage, text = _resource_usage(k.asm["cubin"])
+    const = specialise(fn, args, kwargs)[1]
     r = {"registers": usage.get("REG"), "local_bytes": usage.get("LOCAL", 0), "stack": usage.get("STACK", 0),
-         "shared": k.metadata.shared, "num_warps": k.metadata.num_warps, "sass_ops": _sass_counts(sass)}
+         "shared": k.metadata.shared, "num_warps": k.metadata.num_warps, "sass_ops": _sass_counts(text)}
+    if sass:
+        r["sass"] = text
     return r, const, secs
 
 

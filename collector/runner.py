@@ -13,7 +13,7 @@ import torch
 
 from . import timing, verify
 from .environment import fingerprint, git_info
-from .spec import DTYPE_NAMES, DTYPES, KernelSpec, Shape
+from .spec import DTYPE_NAMES, DTYPES, KernelSpec, Shape, Unavailable
 from .store import Run, Store, config_json
 
 
@@ -173,6 +173,8 @@ class Runner:
                              config=config)
         except (KeyboardInterrupt, SystemExit):
             raise
+        except Unavailable as e:  # the provider refused these inputs (a backend's shape limits)
+            return self._row(case, mode, name, status="unavailable", error=str(e))
         except Exception as e:  # CUDA errors, out of memory, compile failures: a row, the run goes on
             return self._row(case, mode, name, status="error", error=_error_text(e), tolerance=tol)
         finally:

@@ -50,11 +50,18 @@ def always_available(device: str) -> str | None:
     return None
 
 
+class Unavailable(Exception):
+    """Raised by a provider's call for inputs it cannot take (a backend that refuses a shape, a mask
+    or a length): the runner stores an 'unavailable' row with this message, never an error. For
+    refusals that depend only on the device, use `Provider.available`."""
+
+
 @dataclass(frozen=True)
 class Provider:
     """One implementation of the kernel. `fn(**inputs)` returns a tensor or a tuple of tensors.
     `available(device)` returns None when it can run on that device type ('cuda' or 'cpu'),
-    otherwise the reason it cannot (reported as unavailable, never as an error)."""
+    otherwise the reason it cannot (reported as unavailable, never as an error); a refusal that
+    depends on the inputs is raised from `fn` as `Unavailable`."""
 
     name: str
     fn: Callable[..., Any]
@@ -131,15 +138,22 @@ def standard_providers(triton_fn: Callable[..., Any], eager_fn: Callable[..., An
 
 def peer_available(module: str) -> Callable[[str], str | None]:
     """Availability of a peer package: importable, and on a CUDA device (peers' Triton kernels are
-    not written for Triton's CPU interpreter; Liger's fail there)."""
+    not written for Triton's CPU interpreter; Liger's fail there). On a GPU the package is imported
+    once, so that one whose own dependencies are missing (QuACK without its CuTe DSL libraries) is
+    reported unavailable with the import error, not as an error row per shape."""
 
     def check(device: str) -> str | None:
+        import importlib
         import importlib.util
 
         if importlib.util.find_spec(module) is None:
             return f"{module} is not installed"
         if device != "cuda":
             return f"{module} needs a CUDA GPU (its kernels do not run under Triton's interpreter)"
+        try:
+            importlib.import_module(module)
+        except Exception as e:  # a missing dependency of the peer's own, an incompatible torch
+            return f"{module} cannot be imported: {type(e).__name__}: {str(e).splitlines()[0][:200]}"
         return None
 
     return check

@@ -1,235 +1,183 @@
-"""What a launcher launches on an H100 / H200, found without a GPU: every Triton launch of a call,
-recorded instead of run, with the grid, the launch options and a hash of the SASS each launch's
-binary compiles to for sm_90 (offline, with Triton's ptxas). Two code versions whose tables are
-equal launch the same machine code with the same grids: a refactor that keeps them equal cannot
-have cost a GB/s.
+"""What an op's provider launches on an H100/H200, without a GPU: every Triton launch of a spec's
+`triton` provider (kernel, grid, scalar arguments, constexprs, warps, stages, register cap) per
+(shape, mode, dtype), and a hash of each distinct binary's SASS compiled offline for sm_90. Two
+trees whose tables are equal launch the same binaries the same way, so they run at the same speed:
+the evidence a refactor needs before any GPU time is spent.
 
-How the GPU is emulated, below the launchers so that their own code runs unpatched:
-- tensors live on the 'meta' device (no memory, no data) but report themselves as cuda:0
-  (`Tensor.device`, `Tensor.is_cuda`), and factories asked for a CUDA tensor make a meta one;
-- torch.cuda.get_device_properties / get_device_capability answer for the emulated GPU (SM count,
-  L2, registers, threads and shared memory per SM, sm_90);
-- `JITFunction.warmup` (what the occupancy queries compile to count registers) compiles offline;
-- `kernel[grid](...)` records the launch (benchmarks/ab_tools.recorded).
+How it emulates the GPU: inputs are fake CUDA tensors (torch's FakeTensorMode: shapes, strides and
+dtypes, no memory), made by the spec's own make_inputs and laid out as it lays them out; the
+device queries the launchers make (torch.cuda.get_device_properties / get_device_capability) answer
+as an H100 or H200 would; launches are recorded instead of run (benchmarks/ab_tools.recorded).
+Autograd's engine cannot run on fake CUDA tensors in a CPU build of torch, so autograd.Function.apply
+is replaced by a tape that calls the Function's forward and, for the backward modes, its backward
+with contiguous upstream gradients of the outputs' dtype (what the collector passes).
 
-Op-specific scripts (lab/<name>_fingerprint.py) list the cases and call `table` / `compare`.
+    from lab.fingerprint import table, compare
+    rows = table(spec, shapes, modes, dtypes)   # JSON-able; compare(before, after) lists differences
 """
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import importlib.util
-import json
+import os
 import re
-import sys
+import subprocess
+import tempfile
 import types
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-from benchmarks import compile_report as cr  # noqa: E402  (first: compiles for the GPU, not the interpreter)
+from benchmarks import compile_report as cr  # first: compiles for the GPU, not the interpreter
 
 import torch  # noqa: E402
-from torch.overrides import TorchFunctionMode  # noqa: E402
-from triton.runtime.jit import JITFunction  # noqa: E402
+from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
 
 from benchmarks.ab_tools import recorded  # noqa: E402
 
-# What the launchers read of the GPU (torch.cuda.get_device_properties), for the two sm_90 parts.
+# What the launchers may ask of the device (the H100 SXM and the H200: 132 SMs each, L2 50 / 60 MB)
 GPUS = {
-    "h100": dict(name="NVIDIA H100 80GB HBM3", multi_processor_count=132, L2_cache_size=50 << 20),
-    "h200": dict(name="NVIDIA H200", multi_processor_count=132, L2_cache_size=60 << 20),
+    "H100": dict(name="NVIDIA H100 80GB HBM3", L2_cache_size=50 << 20, total_memory=80 << 30),
+    "H200": dict(name="NVIDIA H200", L2_cache_size=60 << 20, total_memory=141 << 30),
 }
-_SM90 = dict(major=9, minor=0, regs_per_multiprocessor=65536, max_threads_per_multi_processor=2048,
-             shared_memory_per_multiprocessor=233472, total_memory=80 << 30, warp_size=32)
-
-
-def use_tree(root: str) -> None:
-    """Import kcollect and kcollect.kernels from another checkout (e.g. a worktree of main) instead of
-    the installed one: how the table of the code before a change is made."""
-    root = Path(root).resolve()
-    parent = None
-    for name, folder in (("kcollect", "collector"), ("kcollect.kernels", "kernels")):
-        spec = importlib.util.spec_from_file_location(name, root / folder / "__init__.py",
-                                                      submodule_search_locations=[str(root / folder)])
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)
-        if parent is not None:
-            parent.kernels = mod
-        parent = mod
-
-
-_DEVICE = torch._C.TensorBase.__dict__["device"]
-_IS_CUDA = torch._C.TensorBase.__dict__["is_cuda"]
-
-
-class _MetaAsCuda(TorchFunctionMode):
-    """Meta tensors that say they are on cuda:0; CUDA factories that make meta tensors."""
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        owner = getattr(func, "__self__", None)
-        if owner is _DEVICE:
-            d = func(*args)
-            return torch.device("cuda", 0) if d.type == "meta" else d
-        if owner is _IS_CUDA:
-            return func(*args) or _DEVICE.__get__(args[0]).type == "meta"
-        if kwargs.get("device") is not None and torch.device(kwargs["device"]).type == "cuda":
-            kwargs = {**kwargs, "device": "meta"}
-        return func(*args, **kwargs)
-
-
-_COMPILED: dict = {}
-
-
-def _compiled(fn, args: tuple, kwargs: dict):
-    """(compiled kernel, constexprs) of a launch, compiled once per binary (ab_tools' binary key plus
-    the launch options and argument dtypes)."""
-    key = (cr.binary_key(fn, args, kwargs), tuple(str(a.dtype) for a in args if torch.is_tensor(a)))
-    if key not in _COMPILED:
-        _COMPILED[key] = cr.compile_recorded(fn, args, kwargs)
-    return _COMPILED[key]
-
-
-def _warmup(self, *args, grid, **kwargs):
-    """JITFunction.warmup, offline: what the occupancy queries read of the compiled kernel."""
-    k, _ = _compiled(self, args, kwargs)
-    regs = cr._resource_usage(k.asm["cubin"])[0]["REG"]
-    return types.SimpleNamespace(n_regs=regs, metadata=k.metadata, _init_handles=lambda: None)
+_SM90 = dict(major=9, minor=0, multi_processor_count=132, max_threads_per_multi_processor=2048,
+             regs_per_multiprocessor=65536, shared_memory_per_multiprocessor=233472,
+             shared_memory_per_block_optin=232448, warp_size=32)
 
 
 @contextlib.contextmanager
 def emulated(gpu: str):
-    """Launchers called inside see an sm_90 `gpu` ('h100' or 'h200'); their launches are recorded
-    into the list yielded, nothing runs."""
+    """torch.cuda's device queries answer as `gpu` (a key of GPUS) would."""
     props = types.SimpleNamespace(**_SM90, **GPUS[gpu])
-    saved = (torch.cuda.get_device_properties, torch.cuda.get_device_capability, torch.cuda.is_available,
-             JITFunction.warmup)
+    saved = {n: getattr(torch.cuda, n) for n in ("get_device_properties", "get_device_capability",
+                                                 "get_device_name", "is_available", "device_count")}
     torch.cuda.get_device_properties = lambda device=None: props
     torch.cuda.get_device_capability = lambda device=None: (9, 0)
+    torch.cuda.get_device_name = lambda device=None: props.name
     torch.cuda.is_available = lambda: True
-    JITFunction.warmup = _warmup
-    calls: list = []
+    torch.cuda.device_count = lambda: 1
     try:
-        with _MetaAsCuda(), recorded(calls):
-            yield calls
+        yield
     finally:
-        (torch.cuda.get_device_properties, torch.cuda.get_device_capability, torch.cuda.is_available,
-         JITFunction.warmup) = saved
+        for n, f in saved.items():
+            setattr(torch.cuda, n, f)
 
 
-def sass_hash(compiled, name: str) -> tuple[str, int]:
-    """(hash, instruction count) of the kernel's SASS: the instructions only, their addresses and the
-    kernel's own name stripped (a renamed kernel with the same code hashes the same)."""
-    text = cr.sass_of(compiled).replace(name, "KERNEL")
-    ins = [re.sub(r"/\*[0-9a-f]+\*/", "", line).split(";")[0].strip()
-           for line in text.splitlines() if re.search(r"/\*[0-9a-f]{4}\*/", line)]
-    return hashlib.sha1("\n".join(ins).encode()).hexdigest()[:16], len(ins)
+class _Ctx:
+    """What an autograd.Function's forward and backward use of their ctx."""
+
+    def save_for_backward(self, *tensors):
+        self.saved_tensors = tensors
+
+    def mark_non_differentiable(self, *tensors):
+        pass
+
+    def set_materialize_grads(self, value):
+        pass
+
+
+@contextlib.contextmanager
+def taped(tape: list):
+    """autograd.Function.apply runs the Function's forward directly and appends (Function, ctx,
+    outputs) to `tape` (see the module docstring)."""
+    saved = torch.autograd.Function.__dict__["apply"]
+
+    def apply(cls, *args):
+        ctx = _Ctx()
+        ctx.needs_input_grad = tuple(torch.is_tensor(a) and a.is_floating_point() for a in args)
+        out = cls.forward(ctx, *args)
+        tape.append((cls, ctx, out))
+        return out
+
+    torch.autograd.Function.apply = classmethod(apply)
+    try:
+        yield
+    finally:
+        torch.autograd.Function.apply = saved
+
+
+def _on_cuda(inputs: dict) -> dict:
+    return {k: torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device="cuda") if torch.is_tensor(v) else v
+            for k, v in inputs.items()}
+
+
+def launches(spec, dims, mode: str, dtype, provider: str = "triton") -> list:
+    """The (kernel, grid, args, kwargs) launched by one unit of `mode`'s work of the provider, as the
+    collector calls it (verify.build_call): fwd: the forward; bwd: the backward of a forward made
+    before; fwd+bwd: both. Call inside `emulated`."""
+    fn = spec.provider(provider).fn
+    calls, tape = [], []
+    with FakeTensorMode(allow_non_fake_inputs=True), taped(tape), recorded(calls):
+        inputs = _on_cuda(spec.make_inputs(dims, dtype, "cpu", 0))
+        outs = fn(**inputs)
+        if mode == "bwd":
+            del calls[:]
+        if mode != "fwd":
+            for cls, ctx, out in tape:
+                out = out if isinstance(out, tuple) else (out,)
+                cls.backward(ctx, *(torch.empty(o.shape, dtype=o.dtype, device=o.device) for o in out))
+    del outs
+    return calls
 
 
 def describe(fn, grid, args, kwargs) -> dict:
-    """One launch as a row: kernel, grid, launch options, the runtime arguments (scalars by value,
-    tensors by shape and dtype), the constexprs, and the compiled binary's registers, spill and SASS."""
-    k, const = _compiled(fn, args, kwargs)
+    """A launch as data: kernel, grid, scalar arguments by name, constexprs (defaults included),
+    warps, stages and register cap, and the pointer types."""
+    sig, const, _, options = cr.specialise(fn, args, kwargs)
+    names = [p.name for p in fn.params]
+    scalars = {n: a for n, a in zip(names, args) if not torch.is_tensor(a) and n not in const}
+    pointers = {n: sig[n] for n, a in zip(names, args) if torch.is_tensor(a)}
+    return {"kernel": fn.fn.__name__, "grid": list(grid), "scalars": scalars,
+            "constexprs": {k: v if isinstance(v, (int, float, str, bool)) or v is None else str(v)
+                           for k, v in const.items()},
+            "options": options, "pointers": pointers}
+
+
+def sass_hash(fn, args, kwargs) -> str:
+    """sha1 (12 hex digits) of the binary's SASS instructions, addresses and the kernel's name
+    stripped: equal for the same code whatever the kernel is called."""
+    compiled = cr.compile_recorded(fn, args, kwargs)
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(compiled.asm["cubin"])
+        f.flush()
+        out = subprocess.run([os.path.join(cr._BIN, "cuobjdump"), "--dump-sass", f.name],
+                             capture_output=True, text=True, check=True).stdout
     name = fn.fn.__name__
-    digest, n = sass_hash(k, name)
-    usage = cr._resource_usage(k.asm["cubin"])[0]
-    return {
-        "kernel": name,
-        "grid": list(grid),
-        "num_warps": kwargs.get("num_warps", 4),
-        "num_stages": kwargs.get("num_stages", 3),
-        "maxnreg": kwargs.get("maxnreg") or None,
-        "args": [[list(a.shape), str(a.dtype)[6:]] if torch.is_tensor(a) else a for a in args],
-        "constexprs": {k_: v for k_, v in const.items()},
-        "registers": usage.get("REG"),
-        "stack": usage.get("STACK", 0),
-        "sass": digest,
-        "instructions": n,
-    }
+    ins = [re.sub(r"/\*[0-9a-f]+\*/", "", line).split(";")[0].strip().replace(name, "KERNEL")
+           for line in out.splitlines() if re.search(r"/\*[0-9a-f]{4}\*/", line)]
+    return hashlib.sha1("\n".join(ins).encode()).hexdigest()[:12]
 
 
-# What must be equal for two launches to be the same launch (the kernel's and constexprs' names may
-# change; what they compile to may not).
-COMPARED = ("grid", "num_warps", "num_stages", "maxnreg", "args", "sass", "registers", "stack")
-
-
-def table(cases, gpus=("h100", "h200"), log=sys.stderr) -> list[dict]:
-    """Rows {case..., gpu, launches: [describe(...)]} for each case (a dict with 'call': a function
-    of no arguments that calls the launchers on meta tensors, plus the fields that name the case)."""
-    rows = []
+def table(spec, shapes, modes, dtypes, gpus=tuple(GPUS), log=print) -> dict:
+    """{case: [launch, ...]} with case = "op|mode|dtype|shape label|gpu" and each launch
+    `describe`d plus its "sass" hash. Each distinct binary is compiled once."""
+    hashes: dict[str, str] = {}
+    rows = {}
     for gpu in gpus:
-        for case in cases:
-            with emulated(gpu) as calls:
-                case["call"]()
-            launches = [describe(fn, grid, args, kwargs) for fn, grid, args, kwargs in calls]
-            row = {k: v for k, v in case.items() if k != "call"} | {"gpu": gpu, "launches": launches}
-            rows.append(row)
-            print(_line(row), file=log, flush=True)
+        with emulated(gpu):
+            for shape in shapes:
+                for dtype in dtypes:
+                    for mode in modes:
+                        case = f"{spec.name}|{mode}|{str(dtype)[6:]}|{shape.label}|{gpu}"
+                        rows[case] = []
+                        for fn, grid, args, kwargs in launches(spec, shape.dims, mode, dtype):
+                            d = describe(fn, grid, args, kwargs)
+                            key = repr((d["kernel"], d["constexprs"], d["options"], d["pointers"],
+                                        cr.binary_key(fn, args, kwargs)[2]))
+                            if key not in hashes:
+                                hashes[key] = sass_hash(fn, args, kwargs)
+                                log(f"  compiled {d['kernel']} {d['constexprs']} {d['options']}: {hashes[key]}")
+                            rows[case].append({**d, "sass": hashes[key]})
     return rows
 
 
-def _key(row) -> tuple:
-    return tuple((k, json.dumps(v)) for k, v in row.items() if k != "launches")
+def compare(before: dict, after: dict, dropped: tuple[str, ...] = ()) -> list[str]:
+    """One line per case that differs (or exists on one side only); empty: the same launches.
+    `dropped`: constexprs a change removed (a parameter of a deleted code path), left out of both."""
+    def strip(rows):
+        return None if rows is None else [{**r, "constexprs": {k: v for k, v in r["constexprs"].items()
+                                                                 if k not in dropped}} for r in rows]
 
-
-def _line(row) -> str:
-    head = " ".join(str(v) for k, v in row.items() if k != "launches")
-    return head + " | " + " ; ".join(
-        f"{l['kernel']}{l['grid']} w{l['num_warps']} s{l['num_stages']} r{l['maxnreg'] or '-'} "
-        f"{l['registers']}reg {l['sass'][:8]}" for l in row["launches"])
-
-
-def compare(before: list[dict], after: list[dict]) -> list[str]:
-    """The differences between two tables, one line each (none: the same launches everywhere)."""
-    a = {_key(r): r for r in after}
     out = []
-    for r in before:
-        k = _key(r)
-        if k not in a:
-            out.append(f"missing after: {_line(r)}")
-            continue
-        la, lb = r["launches"], a[k]["launches"]
-        if len(la) != len(lb):
-            out.append(f"{len(la)} launches before, {len(lb)} after: {_line(r)} || {_line(a[k])}")
-            continue
-        for i, (x, y) in enumerate(zip(la, lb)):
-            diff = [f for f in COMPARED if x[f] != y[f]]
-            if diff:
-                out.append(f"launch {i} differs in {diff}: {_line(r)} || {_line(a[k])}")
-    extra = set(a) - {_key(r) for r in before}
-    out += [f"new after: {_line(a[k])}" for k in extra]
+    for case in sorted(set(before) | set(after)):
+        a, b = strip(before.get(case)), strip(after.get(case))
+        if a != b:
+            out.append(f"{case}: before {a}\n    after  {b}")
     return out
-
-
-def main(cases, argv=None) -> int:
-    """CLI of an op's fingerprint script: --out FILE writes the table (JSON), --tree DIR takes the
-    kernels from another checkout, --compare BEFORE AFTER prints the differences (exit 1 if any)."""
-    import argparse
-
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", help="write the table here (JSON)")
-    ap.add_argument("--tree", help="import kcollect and its kernels from this checkout")
-    ap.add_argument("--gpu", action="append", choices=sorted(GPUS), help="emulated GPU(s), default both")
-    ap.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"))
-    ap.add_argument("--only", action="append", default=[], metavar="FIELD=VALUE",
-                    help="only the cases with this field (op, shape, dtype, phase), e.g. op=layer_norm")
-    args = ap.parse_args(argv)
-    if args.compare:
-        before, after = (json.loads(Path(p).read_text()) for p in args.compare)
-        diffs = compare(before, after)
-        n = sum(len(r["launches"]) for r in before)
-        print("\n".join(diffs) or f"equal: {len(before)} cases, {n} launches, "
-              f"{len({l['sass'] for r in before for l in r['launches']})} distinct binaries")
-        return 1 if diffs else 0
-    if args.tree:
-        use_tree(args.tree)
-    only = [tuple(o.split("=", 1)) for o in args.only]
-    if any(len(o) != 2 for o in only):
-        ap.error(f"--only takes FIELD=VALUE, e.g. op=layer_norm: got {args.only}")
-    rows = table([c for c in cases() if all(str(c.get(k)) == v for k, v in only)], tuple(args.gpu or GPUS))
-    if args.out:
-        Path(args.out).write_text(json.dumps(rows, indent=1))
-    return 0
-

@@ -1,10 +1,12 @@
-"""The launches of rms_norm, add_rms_norm and layer_norm on an emulated H100 / H200 (lab/fingerprint.py):
-every shape of their full grids, bf16 (fp16 and fp32 on a few shapes), each phase the collector's
-modes run: `fwd` (mode fwd: inference, no autograd), `fwd_train` (the forward of modes bwd and
-fwd+bwd, which keeps the statistics) and `bwd` (the backward, as the autograd wrappers call it).
+"""The launches of rms_norm, add_rms_norm and layer_norm on an emulated H100 / H200
+(lab/fingerprint_norms.py): every shape of their full grids, bf16 (fp16 and fp32 on a few shapes),
+each phase the collector's modes run: `fwd` (mode fwd: inference, no autograd), `fwd_train` (the
+forward of modes bwd and fwd+bwd, which keeps the statistics) and `bwd` (the backward, as the
+autograd wrappers call it).
 
     python lab/norms_fingerprint.py --out after.json
-    git worktree add /tmp/main main && python lab/norms_fingerprint.py --tree /tmp/main --out before.json
+    mkdir /tmp/old && git archive REV | tar -x -C /tmp/old    # the kernels before a change
+    python lab/norms_fingerprint.py --tree /tmp/old --out before.json
     python lab/norms_fingerprint.py --compare before.json after.json
 """
 from __future__ import annotations
@@ -13,7 +15,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from lab import fingerprint  # noqa: E402  (first: it sets up the offline compile)
+from lab import fingerprint_norms as fingerprint  # noqa: E402  (first: it sets up the offline compile)
 
 import torch  # noqa: E402
 

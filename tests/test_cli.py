@@ -111,11 +111,11 @@ def test_pin_ptxas_takes_torchs_bundled_ptxas(tmp_path, monkeypatch):
     assert common.pin_ptxas() == "/elsewhere/ptxas"
 
 
-def test_corrupt_db_exits_1_and_is_untouched(tmp_path):
+def test_corrupt_db_exits_2_and_is_untouched(tmp_path):
     db = tmp_path / "k.duckdb"
     db.write_bytes(b"garbage" * 1000)
     out = kc("run", "swiglu", "--provider", "torch", "--db", str(db))
-    assert out.returncode == 1
+    assert out.returncode == 2  # a file this kcollect cannot use, like any bad input
     assert "not a readable DuckDB file" in out.stderr and len(out.stderr.strip().splitlines()) == 1
     assert db.read_bytes() == b"garbage" * 1000
 

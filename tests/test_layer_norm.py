@@ -11,7 +11,7 @@ import torch
 import opcheck
 from kcollect import verify
 from kcollect.kernels import layer_norm as K
-from kcollect.kernels._lib.norms import align
+from kcollect.kernels._lib.softmax_ce import align
 from kcollect.kernels.layer_norm import bwd
 from kcollect.kernels.layer_norm import config as C
 from kcollect.kernels.layer_norm.spec import SPEC, reference

@@ -6,7 +6,7 @@ from .device import l2_bytes, on_sm90, resident_programs, sm_count
 from .launch import (LINES_CHUNK_BYTES, LINES_CHUNK_BYTES_WIDE, LINES_NARROW_ROW_BYTES, LINES_PROGRAMS_PER_SM,
                      LINES_PROGRAMS_PER_SM_WIDE, MAX_FUSED_SIZE, ElementwiseConfig, elementwise_config, launch_elementwise, lines_launch,
                      row_settings)
-from .config import arch, config_record
+from .config import arch, config_record, forced, tunable
 from .lse import LOG2E, lse2_combine, lse_update
 from .prefetch import l2_prefetch_ok, prefetch_ahead, prefetch_chunk, prefetch_l2, prefetch_rows, prefetch_segment
 from .widen import widen, widen_asm

@@ -4,8 +4,11 @@ and a heuristic that picks one from the shape and the GPU's architecture. Launch
 config every row ran with, and an A/B is two configs through the lab harness."""
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
-from typing import Any
+import functools
+from typing import Any, Callable, Iterator
 
 
 def arch(device) -> str:
@@ -23,3 +26,27 @@ def config_record(**configs: Any) -> dict[str, Any]:
     """{name: {field: value, ...}} of the configs a call launches with (None ones left out): what a
     row's `config` column holds."""
     return {name: dataclasses.asdict(c) for name, c in configs.items() if c is not None}
+
+
+# Forcing a config from outside (the lab's A/B harness, a user's experiment) without touching the
+# launchers: ops decorate their `pick` functions with @tunable, and inside `with forced(cfg, ...)` a
+# pick whose choice has the type of a forced config returns the forced one instead.
+_FORCED: contextvars.ContextVar[dict[type, Any]] = contextvars.ContextVar("kcollect_forced_configs", default={})
+
+
+def tunable(pick: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(pick)
+    def chosen(*args: Any, **kwargs: Any) -> Any:
+        config = pick(*args, **kwargs)
+        return _FORCED.get().get(type(config), config)
+
+    return chosen
+
+
+@contextlib.contextmanager
+def forced(*configs: Any) -> Iterator[None]:
+    token = _FORCED.set({**_FORCED.get(), **{type(c): c for c in configs}})
+    try:
+        yield
+    finally:
+        _FORCED.reset(token)

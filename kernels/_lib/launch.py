@@ -6,6 +6,7 @@ from dataclasses import dataclass
 import triton
 import triton.language as tl
 
+from .config import tunable
 from .device import sm_count
 
 # Largest row a single program keeps in registers; wider rows are processed in chunks.
@@ -41,6 +42,7 @@ class ElementwiseConfig:
     warps: int = 4
 
 
+@tunable
 def elementwise_config(n: int, device=None) -> ElementwiseConfig:
     """The config for n elements: one for every size and GPU measured so far."""
     return ElementwiseConfig()

@@ -1,12 +1,10 @@
 """Launch helpers of the row-normalising ops (rms_norm, add_rms_norm, layer_norm) that other row
-kernels share too: persistent grids, the alignment hint of unaligned row widths, and the config of
-a "lines" kernel (_lib.launch.lines_launch)."""
+kernels may share: persistent grids and the config of a "lines" kernel (_lib.launch.lines_launch)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 import triton
-import triton.language as tl
 
 from .launch import LINES_NARROW_ROW_BYTES, LINES_PROGRAMS_PER_SM, LINES_PROGRAMS_PER_SM_WIDE, lines_launch
 
@@ -18,26 +16,6 @@ def persistent_grid(tiles: int, resident: int) -> tuple[int, int]:
     272 do a 16th tile while the other 256 idle)."""
     per = triton.cdiv(tiles, resident)
     return triton.cdiv(tiles, per), per
-
-
-def align(n: int) -> int:
-    """The largest power of two (up to 16) dividing n. Passed as the constexpr N_ALIGN (see
-    row_start, col_mask) so that rows of e.g. 1000 or 5000 elements still get 16-byte vector loads:
-    the JIT only marks ints divisible by 16 on its own, and without the hint every load of a row is
-    scalar."""
-    return min(16, n & -n)
-
-
-@triton.jit
-def row_start(row, N, N_ALIGN: tl.constexpr):
-    """row * N in int64, written so that the compiler sees it is a multiple of N_ALIGN."""
-    return row.to(tl.int64) * (N // N_ALIGN) * N_ALIGN
-
-
-@triton.jit
-def col_mask(cols, N, N_ALIGN: tl.constexpr):
-    """cols < N, written so that the compiler sees it is constant over runs of N_ALIGN columns."""
-    return cols // N_ALIGN < N // N_ALIGN
 
 
 @dataclass(frozen=True)

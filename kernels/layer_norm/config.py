@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import torch
 import triton
 
-from .._lib import arch, l2_bytes
+from .._lib import arch, l2_bytes, tunable
 from .._lib.norms import LinesConfig, lines_config
 
 # Forward, rows up to FWD_MAX_BLOCK (next power of two) in registers: tiles of FWD_TILE_BYTES of x a
@@ -134,6 +134,7 @@ ForwardConfig = TileConfig | RowsConfig | LinesConfig
 BackwardConfig = BwdRowsConfig | CoopConfig | ColsConfig
 
 
+@tunable
 def pick_forward(M: int, N: int, dtype: torch.dtype, device) -> ForwardConfig:
     """The forward's config for M rows of N elements of `dtype`."""
     elem, block = dtype.itemsize, triton.next_power_of_2(N)
@@ -148,6 +149,7 @@ def pick_forward(M: int, N: int, dtype: torch.dtype, device) -> ForwardConfig:
     return TileConfig(rows, block, warps, policy)
 
 
+@tunable
 def pick_backward(M: int, N: int, dtype: torch.dtype, device) -> BackwardConfig:
     """The backward's config for M rows of N elements of `dtype`."""
     gpu, block = arch(device), triton.next_power_of_2(N)

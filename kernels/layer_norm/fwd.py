@@ -4,7 +4,7 @@ flight to cover DRAM latency, and amortise the loads of w and b), mean and varia
 reductions over the registers (exact two-pass variance, no E[x^2] - E[x]^2 cancellation). Wider
 rows: two passes of chunks (the lines kernel), the second re-reading the row from L2.
 
-Row starts and column masks go through row_start / col_mask with N_ALIGN (_lib.norms): rows of 1000
+Row starts and column masks go through row_start / col_mask with N_ALIGN (_lib.softmax_ce): rows of 1000
 or 5000 elements then still get 16-byte loads. Loops with runtime bounds are `while` loops: under
 NumPy 2.4 the interpreter cannot turn its 1-element scalars into a `range` bound."""
 from __future__ import annotations
@@ -14,7 +14,8 @@ import triton
 import triton.language as tl
 
 from .._lib import resident_programs
-from .._lib.norms import LinesConfig, align, col_mask, lines_grid, persistent_grid, row_start
+from .._lib.norms import LinesConfig, lines_grid, persistent_grid
+from .._lib.softmax_ce import align, col_mask, row_start
 from .config import ForwardConfig, RowsConfig, TileConfig, pick_forward
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import torch
 import triton
 
-from .._lib import arch, sm_count
+from .._lib import arch, sm_count, tunable
 from .._lib.norms import LinesConfig, lines_config
 
 # Widest row (next power of two) a program keeps in registers: 32 warps x 32 threads x 16 elements.
@@ -190,6 +190,7 @@ def _rows_forward(n: int, elem: int, residual: bool, gpu: str) -> RowsConfig:
     return RowsConfig(block_n, block_b, rows, warps, cap, prefetch, persistent)
 
 
+@tunable
 def pick_forward(M: int, N: int, dtype: torch.dtype, residual: bool, device) -> ForwardConfig:
     """The forward's config for M rows of N elements of `dtype` (with a residual: add_rms_norm)."""
     gpu, elem = arch(device), dtype.itemsize
@@ -205,6 +206,7 @@ def pick_forward(M: int, N: int, dtype: torch.dtype, residual: bool, device) -> 
     return SplitConfig(seg, max(4, min(16, seg * elem // 2048)))
 
 
+@tunable
 def pick_backward(M: int, N: int, dtype: torch.dtype, has_dh: bool, device) -> BackwardConfig:
     """The backward's config for M rows of N elements of `dtype` (with dh: add_rms_norm)."""
     gpu = arch(device)

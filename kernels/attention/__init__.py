@@ -1,0 +1,111 @@
+"""Flash attention in Triton, forward and backward.
+
+`attention(q, k, v, causal=False, window=0)` takes FlashAttention's layout: q [B, Sq, Hq, D],
+k and v [B, Skv, Hkv, D] (Hq a multiple of Hkv: grouped-query attention), or packed batches
+q [total_q, Hq, D], k and v [total_k, Hkv, D] with `cu_seqlens_q` / `cu_seqlens_k` (int32,
+[B + 1], as flash_attn_varlen_func) and the longest lengths `max_seqlen_q` / `max_seqlen_k`
+(given, no device-to-host copy: CUDA graphs can capture the call; found from cu_seqlens otherwise).
+bf16 and fp16, head dims up to 128 (non-powers of two padded with masks). Which key a query sees
+(causal, sliding window of `window` keys, Sq != Skv aligned at the end) is documented in naive.py.
+
+`attention_forward` / `attention_backward` are the raw launches, each with `config=None`
+(config.pick's choice) or a FwdConfig / BwdConfig to force.
+"""
+from __future__ import annotations
+
+import torch
+
+from . import bwd, fwd
+from .config import AttentionConfig, BwdConfig, FwdConfig, pick, pick_bwd, pick_fwd
+
+__all__ = ["AttentionConfig", "BwdConfig", "FwdConfig", "attention", "attention_backward", "attention_forward",
+           "pick", "pick_bwd", "pick_fwd"]
+
+DTYPES = (torch.bfloat16, torch.float16)
+MAX_HEAD_DIM = 128
+
+
+def _check(q, k, v, causal, window, cu_q, cu_k) -> None:
+    packed = cu_q is not None
+    if (cu_k is None) != (cu_q is None):
+        raise ValueError("cu_seqlens_q and cu_seqlens_k go together: give both or neither")
+    want = 3 if packed else 4
+    if not (q.dim() == k.dim() == v.dim() == want):
+        raise ValueError(f"q, k, v must be {'[tokens, H, D] with cu_seqlens' if packed else '[B, S, H, D]'}; "
+                         f"got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+    if not (q.dtype == k.dtype == v.dtype) or q.dtype not in DTYPES:
+        raise ValueError(f"q, k, v must share a dtype among bfloat16, float16; got {q.dtype}, {k.dtype}, {v.dtype}")
+    if k.shape != v.shape or q.shape[-1] != k.shape[-1] or (not packed and q.shape[0] != k.shape[0]):
+        raise ValueError(f"k and v must match, and q their head dim and batch: {tuple(q.shape)}, {tuple(k.shape)}, "
+                         f"{tuple(v.shape)}")
+    if q.shape[-1] > MAX_HEAD_DIM or q.shape[-1] < 1:
+        raise ValueError(f"head dim {q.shape[-1]}: from 1 to {MAX_HEAD_DIM}")
+    if k.shape[-2] == 0 or q.shape[-2] % k.shape[-2]:
+        raise ValueError(f"query heads ({q.shape[-2]}) must be a multiple of kv heads ({k.shape[-2]})")
+    if any(x.stride(-1) != 1 for x in (q, k, v)):
+        raise ValueError("q, k, v need a contiguous head dim (stride 1)")
+    if window < 0 or (window and not causal):
+        raise ValueError(f"window={window}: 0 (none) or a positive number of keys, with causal=True")
+    if packed and (cu_q.dtype != torch.int32 or cu_k.dtype != torch.int32 or cu_q.shape != cu_k.shape):
+        raise ValueError("cu_seqlens_q and cu_seqlens_k must be int32 tensors of the same length B + 1")
+
+
+def _lengths(q, k, cu_q, cu_k, max_q, max_k) -> tuple[int, int]:
+    if cu_q is None:
+        return q.shape[1], k.shape[1]
+    if max_q is None:
+        max_q = int((cu_q[1:] - cu_q[:-1]).max()) if cu_q.numel() > 1 else 0
+    if max_k is None:
+        max_k = int((cu_k[1:] - cu_k[:-1]).max()) if cu_k.numel() > 1 else 0
+    return int(max_q), int(max_k)
+
+
+def attention_forward(q, k, v, causal=False, window=0, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
+                      max_seqlen_k=None, scale=None, config: FwdConfig | None = None):
+    """(o, lse): o like q, lse [Hq, tokens] fp32, the rows' log-sum-exp in log2 units (+inf: no key)."""
+    _check(q, k, v, causal, window, cu_seqlens_q, cu_seqlens_k)
+    max_q, max_k = _lengths(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
+    config = config or pick_fwd(q.shape[-1], causal, max_q, q.device)
+    return fwd.forward(q, k, v, bool(causal), int(window), cu_seqlens_q, cu_seqlens_k, max_q, max_k, scale, config)
+
+
+def attention_backward(do, q, k, v, o, lse, causal=False, window=0, cu_seqlens_q=None, cu_seqlens_k=None,
+                       max_seqlen_q=None, max_seqlen_k=None, scale=None, config: BwdConfig | None = None):
+    """(dq, dk, dv) from the upstream gradient and what attention_forward returned."""
+    max_q, max_k = _lengths(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
+    config = config or pick_bwd(q.shape[-1], causal, max_q, q.device, q.shape[-2] // k.shape[-2])
+    # the gradients are allocated like q, k, v and written with their strides: contiguous ones
+    q, k, v = (x.contiguous() for x in (q, k, v))
+    return bwd.backward(do, q, k, v, o, lse, bool(causal), int(window), cu_seqlens_q, cu_seqlens_k, max_q, max_k,
+                        scale, config)
+
+
+class AttentionFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, causal, window, cu_q, cu_k, max_q, max_k, scale, config):
+        o, lse = attention_forward(q, k, v, causal, window, cu_q, cu_k, max_q, max_k, scale,
+                                   config.fwd if config else None)
+        max_q, max_k = _lengths(q, k, cu_q, cu_k, max_q, max_k)
+        # the backward's config is chosen with the forward's (a config forced around the call holds
+        # for both)
+        bwd_config = config.bwd if config else pick_bwd(q.shape[-1], causal, max_q, q.device,
+                                                        q.shape[-2] // k.shape[-2])
+        ctx.save_for_backward(q, k, v, o, lse, cu_q, cu_k)
+        ctx.args = (causal, window, max_q, max_k, scale, bwd_config)
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        q, k, v, o, lse, cu_q, cu_k = ctx.saved_tensors
+        causal, window, max_q, max_k, scale, config = ctx.args
+        dq, dk, dv = attention_backward(do, q, k, v, o, lse, causal, window, cu_q, cu_k, max_q, max_k, scale, config)
+        return dq, dk, dv, None, None, None, None, None, None, None, None
+
+
+def attention(q, k, v, causal=False, window=0, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
+              max_seqlen_k=None, scale=None, config: AttentionConfig | None = None) -> torch.Tensor:
+    """softmax(scale * q k^T, masked) v, differentiable in q, k and v (see the module docstring)."""
+    return AttentionFunction.apply(q, k, v, causal, window, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                   scale, config)

@@ -1,0 +1,283 @@
+"""The backward: delta = rowsum(o * do), then dk/dv over key blocks and dq over query blocks.
+
+With S = scale * q k^T, P = softmax(S) (recomputed from the forward's log-sum-exp, one exp2 per
+element), dP = do v^T and dS = P * (dP - delta): dv = P^T do, dk = scale * dS^T q,
+dq = scale * dS k. The dk/dv kernel holds a key block of one kv head and walks the query blocks
+of every query head of its group, so grouped-query attention sums dk and dv over the group in
+registers, with no atomics and no [Hq]-sized buffers. The dq kernel holds a query block and walks
+its key blocks. Both split their walk into masked edges and a mask-free middle (common.py).
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .common import (block_d, interpreter_operands, key_blocks, load_tile, lse_offset, query_blocks, query_tile,
+                     rows_src, seq_spans, store_tile, visible)
+from .config import BwdConfig
+from .fwd import strides3, use_tma
+
+
+@triton.jit
+def _bwd_delta(O, DO, DELTA, sob, sot, soh, sdb, sdt, sdh, Sq, T, D: tl.constexpr, BLOCK_D: tl.constexpr,
+               BLOCK_T: tl.constexpr, VARLEN: tl.constexpr):
+    """delta[h, t] = sum_d o * do over the rows t of head h (a dense row t is sequence t // Sq)."""
+    t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    h = tl.program_id(1).to(tl.int64)
+    t64 = t.to(tl.int64)
+    if VARLEN:
+        b, i = t64 * 0, t64
+    else:
+        b, i = t64 // Sq, t64 % Sq
+    offs_d = tl.arange(0, BLOCK_D)
+    mask = (t < T)[:, None] & (offs_d < D)[None, :]
+    o = tl.load(O + (b * sob + i * sot + h * soh)[:, None] + offs_d[None, :], mask=mask, other=0.0)
+    do = tl.load(DO + (b * sdb + i * sdt + h * sdh)[:, None] + offs_d[None, :], mask=mask, other=0.0)
+    delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
+    tl.store(DELTA + h * T + t64, delta, mask=t < T)
+
+
+@triton.jit
+def _rows_stats(LSE_h, DELTA_h, rows, len_q, MASK: tl.constexpr):
+    """lse and delta of query rows; a row past the sequence reads lse = +inf (probability 0)."""
+    if MASK:
+        lse = tl.load(LSE_h + rows, mask=rows < len_q, other=float("inf"))
+        delta = tl.load(DELTA_h + rows, mask=rows < len_q, other=0.0)
+    else:
+        lse = tl.load(LSE_h + rows)
+        delta = tl.load(DELTA_h + rows)
+    return lse, delta
+
+
+@triton.jit
+def _dkdv_step(dk, dv, k, v, q_src, do_src, LSE_h, DELTA_h, start_m, offs_n, offs_m, offs_d, len_q, len_k, shift,
+               window, sqt, sdt, qk_scale, D: tl.constexpr, BLOCK_D: tl.constexpr, MASK: tl.constexpr,
+               CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, TMA: tl.constexpr):
+    q = load_tile(q_src, start_m, len_q, sqt, offs_m, offs_d, D, BLOCK_D, MASK, TMA)
+    rows = start_m + offs_m
+    lse, delta = _rows_stats(LSE_h, DELTA_h, rows, len_q, MASK)
+    p_t = tl.math.exp2(tl.dot(k, tl.trans(q)) * qk_scale - lse[None, :])  # [keys, queries]
+    if MASK:
+        keep = visible(rows[None, :], offs_n[:, None], len_q, len_k, shift, window, CAUSAL, HAS_WINDOW)
+        p_t = tl.where(keep, p_t, 0.0)
+    do = load_tile(do_src, start_m, len_q, sdt, offs_m, offs_d, D, BLOCK_D, MASK, TMA)
+    dv = tl.dot(p_t.to(do.dtype), do, dv)
+    ds_t = p_t * (tl.dot(v, tl.trans(do)) - delta[None, :])
+    dk = tl.dot(ds_t.to(q.dtype), q, dk)
+    return dk, dv
+
+
+@triton.jit
+def _dkdv_blocks(dk, dv, k, v, q_src, do_src, LSE_h, DELTA_h, lo, hi, offs_n, offs_m, offs_d, len_q, len_k, shift,
+                 window, sqt, sdt, qk_scale, D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
+                 MASK: tl.constexpr, CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, TMA: tl.constexpr,
+                 PIPELINE: tl.constexpr):
+    """Query blocks [lo, hi) (tl.range on the GPU, a while loop in the interpreter: see fwd._fwd_blocks)."""
+    if PIPELINE:
+        for start_m in tl.range(lo, hi, BLOCK_M):
+            start_m = tl.multiple_of(start_m, BLOCK_M)
+            dk, dv = _dkdv_step(dk, dv, k, v, q_src, do_src, LSE_h, DELTA_h, start_m, offs_n, offs_m, offs_d, len_q,
+                                len_k, shift, window, sqt, sdt, qk_scale, D, BLOCK_D, MASK, CAUSAL, HAS_WINDOW, TMA)
+    else:
+        start_m = lo
+        while start_m < hi:
+            dk, dv = _dkdv_step(dk, dv, k, v, q_src, do_src, LSE_h, DELTA_h, start_m, offs_n, offs_m, offs_d, len_q,
+                                len_k, shift, window, sqt, sdt, qk_scale, D, BLOCK_D, MASK, CAUSAL, HAS_WINDOW, TMA)
+            start_m += BLOCK_M
+    return dk, dv
+
+
+@triton.jit
+def _bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, CU_Q, CU_K, sqb, sqt, sqh, skb, skt, skh, svb, svt, svh, sdb, sdt,
+              sdh, Sq, Skv, Tq, Hkv, GROUP, scale, qk_scale, window, n_nblocks, D: tl.constexpr,
+              BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, CAUSAL: tl.constexpr,
+              HAS_WINDOW: tl.constexpr, VARLEN: tl.constexpr, TMA: tl.constexpr, PIPELINE: tl.constexpr):
+    # dk, dv are laid out like k, v (contiguous): their strides are k's when k is contiguous,
+    # which the launcher ensures
+    tile = tl.program_id(0)
+    bh = tile // n_nblocks
+    nb = tile % n_nblocks  # causal: the first key blocks are seen by the most queries, and come first
+    b = bh // Hkv
+    hk = bh % Hkv
+    q_tok, len_q, k_tok, len_k = seq_spans(CU_Q, CU_K, b, Sq, Skv, VARLEN)
+    n0 = nb * BLOCK_N
+    if VARLEN:  # the grid covers the longest sequence: skip the blocks past this one's end
+        if n0 < len_k:
+            _dkdv_rows(n0, b, hk, q_tok, len_q, k_tok, len_k, Q, K, V, DO, LSE, DELTA, DK, DV, sqb, sqt, sqh, skb,
+                       skt, skh, svb, svt, svh, sdb, sdt, sdh, Sq, Tq, GROUP, scale, qk_scale, window, D, BLOCK_D,
+                       BLOCK_N, BLOCK_M, CAUSAL, HAS_WINDOW, VARLEN, TMA, PIPELINE)
+    else:  # no branch around the loops (see fwd._fwd_tile)
+        _dkdv_rows(n0, b, hk, q_tok, len_q, k_tok, len_k, Q, K, V, DO, LSE, DELTA, DK, DV, sqb, sqt, sqh, skb, skt,
+                   skh, svb, svt, svh, sdb, sdt, sdh, Sq, Tq, GROUP, scale, qk_scale, window, D, BLOCK_D, BLOCK_N,
+                   BLOCK_M, CAUSAL, HAS_WINDOW, VARLEN, TMA, PIPELINE)
+
+
+@triton.jit
+def _dkdv_rows(n0, b, hk, q_tok, len_q, k_tok, len_k, Q, K, V, DO, LSE, DELTA, DK, DV, sqb, sqt, sqh, skb, skt, skh,
+               svb, svt, svh, sdb, sdt, sdh, Sq, Tq, GROUP, scale, qk_scale, window, D: tl.constexpr,
+               BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, CAUSAL: tl.constexpr,
+               HAS_WINDOW: tl.constexpr, VARLEN: tl.constexpr, TMA: tl.constexpr, PIPELINE: tl.constexpr):
+    """dk, dv of key rows [n0, n0 + BLOCK_N) of sequence b, kv head hk, over every query head of its group."""
+    b64 = b.to(tl.int64)
+    offs_n = n0 + tl.arange(0, BLOCK_N)
+    offs_r = tl.arange(0, BLOCK_N)
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    k_src = rows_src(K, b64, k_tok, hk, skb, skt, skh, len_k, BLOCK_N, D, BLOCK_D, TMA)
+    v_src = rows_src(V, b64, k_tok, hk, svb, svt, svh, len_k, BLOCK_N, D, BLOCK_D, TMA)
+    dk_dst = rows_src(DK, b64, k_tok, hk, skb, skt, skh, len_k, BLOCK_N, D, BLOCK_D, TMA)
+    dv_dst = rows_src(DV, b64, k_tok, hk, svb, svt, svh, len_k, BLOCK_N, D, BLOCK_D, TMA)
+    k = load_tile(k_src, n0, len_k, skt, offs_r, offs_d, D, BLOCK_D, True, TMA)
+    v = load_tile(v_src, n0, len_k, svt, offs_r, offs_d, D, BLOCK_D, True, TMA)
+    dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+    shift = len_k - len_q
+    n_end = tl.minimum(n0 + BLOCK_N, len_k)
+    lo, mid_lo, mid_hi, hi = query_blocks(n0, n_end, len_q, shift, window, BLOCK_M, CAUSAL, HAS_WINDOW)
+    h = hk * GROUP
+    while h < hk * GROUP + GROUP:  # every query head of the group into the same dk, dv
+        q_src = rows_src(Q, b64, q_tok, h, sqb, sqt, sqh, len_q, BLOCK_M, D, BLOCK_D, TMA)
+        do_src = rows_src(DO, b64, q_tok, h, sdb, sdt, sdh, len_q, BLOCK_M, D, BLOCK_D, TMA)
+        row0 = lse_offset(b64, h, q_tok, Sq, Tq, VARLEN)
+        lse_h, delta_h = LSE + row0, DELTA + row0
+        if lo < mid_lo:  # a masked edge (often empty: skipped without a call)
+            dk, dv = _dkdv_blocks(dk, dv, k, v, q_src, do_src, lse_h, delta_h, lo, mid_lo, offs_n, offs_m, offs_d,
+                                  len_q, len_k, shift, window, sqt, sdt, qk_scale, D, BLOCK_D, BLOCK_M, True,
+                                  CAUSAL, HAS_WINDOW, TMA, PIPELINE)
+        dk, dv = _dkdv_blocks(dk, dv, k, v, q_src, do_src, lse_h, delta_h, mid_lo, mid_hi, offs_n, offs_m, offs_d,
+                              len_q, len_k, shift, window, sqt, sdt, qk_scale, D, BLOCK_D, BLOCK_M, False, CAUSAL,
+                              HAS_WINDOW, TMA, PIPELINE)
+        if mid_hi < hi:  # a masked edge (often empty: skipped without a call)
+            dk, dv = _dkdv_blocks(dk, dv, k, v, q_src, do_src, lse_h, delta_h, mid_hi, hi, offs_n, offs_m, offs_d,
+                                  len_q, len_k, shift, window, sqt, sdt, qk_scale, D, BLOCK_D, BLOCK_M, True,
+                                  CAUSAL, HAS_WINDOW, TMA, PIPELINE)
+        h += 1
+    store_tile(dk_dst, (dk * scale).to(DK.dtype.element_ty), n0, len_k, skt, offs_r, offs_d, D, TMA)
+    store_tile(dv_dst, dv.to(DV.dtype.element_ty), n0, len_k, svt, offs_r, offs_d, D, TMA)
+
+
+@triton.jit
+def _dq_step(dq, q, do, lse, delta, k_src, v_src, start_n, offs_m, offs_n, offs_d, len_q, len_k, shift, window, skt,
+             svt, qk_scale, D: tl.constexpr, BLOCK_D: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr,
+             HAS_WINDOW: tl.constexpr, TMA: tl.constexpr):
+    k = load_tile(k_src, start_n, len_k, skt, offs_n, offs_d, D, BLOCK_D, MASK, TMA)
+    p = tl.math.exp2(tl.dot(q, tl.trans(k)) * qk_scale - lse[:, None])
+    if MASK:
+        keep = visible(offs_m[:, None], start_n + offs_n[None, :], len_q, len_k, shift, window, CAUSAL, HAS_WINDOW)
+        p = tl.where(keep, p, 0.0)
+    v = load_tile(v_src, start_n, len_k, svt, offs_n, offs_d, D, BLOCK_D, MASK, TMA)
+    ds = p * (tl.dot(do, tl.trans(v)) - delta[:, None])
+    return tl.dot(ds.to(k.dtype), k, dq)
+
+
+@triton.jit
+def _dq_blocks(dq, q, do, lse, delta, k_src, v_src, lo, hi, offs_m, offs_n, offs_d, len_q, len_k, shift, window,
+               skt, svt, qk_scale, D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
+               MASK: tl.constexpr, CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, TMA: tl.constexpr,
+               PIPELINE: tl.constexpr):
+    """Key blocks [lo, hi) (tl.range on the GPU, a while loop in the interpreter)."""
+    if PIPELINE:
+        for start_n in tl.range(lo, hi, BLOCK_N):
+            start_n = tl.multiple_of(start_n, BLOCK_N)
+            dq = _dq_step(dq, q, do, lse, delta, k_src, v_src, start_n, offs_m, offs_n, offs_d, len_q, len_k, shift,
+                          window, skt, svt, qk_scale, D, BLOCK_D, MASK, CAUSAL, HAS_WINDOW, TMA)
+    else:
+        start_n = lo
+        while start_n < hi:
+            dq = _dq_step(dq, q, do, lse, delta, k_src, v_src, start_n, offs_m, offs_n, offs_d, len_q, len_k, shift,
+                          window, skt, svt, qk_scale, D, BLOCK_D, MASK, CAUSAL, HAS_WINDOW, TMA)
+            start_n += BLOCK_N
+    return dq
+
+
+@triton.jit
+def _bwd_dq(Q, K, V, DO, LSE, DELTA, DQ, CU_Q, CU_K, sqb, sqt, sqh, skb, skt, skh, svb, svt, svh, sdb, sdt, sdh,
+            Sq, Skv, Tq, Hq, GROUP, scale, qk_scale, window, n_mblocks, D: tl.constexpr, BLOCK_D: tl.constexpr,
+            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr,
+            VARLEN: tl.constexpr, TMA: tl.constexpr, PIPELINE: tl.constexpr):
+    # dq is laid out like q (contiguous, as the launcher ensures)
+    b, h, hk, mb = query_tile(tl.program_id(0), n_mblocks, Hq, GROUP, CAUSAL)
+    q_tok, len_q, k_tok, len_k = seq_spans(CU_Q, CU_K, b, Sq, Skv, VARLEN)
+    m0 = mb * BLOCK_M
+    if VARLEN:  # the grid covers the longest sequence: skip the blocks past this one's end
+        if m0 < len_q:
+            _dq_rows(m0, b, h, hk, q_tok, len_q, k_tok, len_k, Q, K, V, DO, LSE, DELTA, DQ, sqb, sqt, sqh, skb, skt,
+                     skh, svb, svt, svh, sdb, sdt, sdh, Sq, Tq, scale, qk_scale, window, D, BLOCK_D, BLOCK_M, BLOCK_N,
+                     CAUSAL, HAS_WINDOW, VARLEN, TMA, PIPELINE)
+    else:  # no branch around the loops (see fwd._fwd_tile)
+        _dq_rows(m0, b, h, hk, q_tok, len_q, k_tok, len_k, Q, K, V, DO, LSE, DELTA, DQ, sqb, sqt, sqh, skb, skt, skh,
+                 svb, svt, svh, sdb, sdt, sdh, Sq, Tq, scale, qk_scale, window, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL,
+                 HAS_WINDOW, VARLEN, TMA, PIPELINE)
+
+
+@triton.jit
+def _dq_rows(m0, b, h, hk, q_tok, len_q, k_tok, len_k, Q, K, V, DO, LSE, DELTA, DQ, sqb, sqt, sqh, skb, skt, skh, svb,
+             svt, svh, sdb, sdt, sdh, Sq, Tq, scale, qk_scale, window, D: tl.constexpr, BLOCK_D: tl.constexpr,
+             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr,
+             VARLEN: tl.constexpr, TMA: tl.constexpr, PIPELINE: tl.constexpr):
+    """dq of query rows [m0, m0 + BLOCK_M) of sequence b, head h (kv head hk)."""
+    b64 = b.to(tl.int64)
+    offs_r = tl.arange(0, BLOCK_M)
+    offs_m = m0 + offs_r
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    q_src = rows_src(Q, b64, q_tok, h, sqb, sqt, sqh, len_q, BLOCK_M, D, BLOCK_D, TMA)
+    dq_dst = rows_src(DQ, b64, q_tok, h, sqb, sqt, sqh, len_q, BLOCK_M, D, BLOCK_D, TMA)
+    do_src = rows_src(DO, b64, q_tok, h, sdb, sdt, sdh, len_q, BLOCK_M, D, BLOCK_D, TMA)
+    k_src = rows_src(K, b64, k_tok, hk, skb, skt, skh, len_k, BLOCK_N, D, BLOCK_D, TMA)
+    v_src = rows_src(V, b64, k_tok, hk, svb, svt, svh, len_k, BLOCK_N, D, BLOCK_D, TMA)
+    q = load_tile(q_src, m0, len_q, sqt, offs_r, offs_d, D, BLOCK_D, True, TMA)
+    do = load_tile(do_src, m0, len_q, sdt, offs_r, offs_d, D, BLOCK_D, True, TMA)
+    row0 = lse_offset(b64, h, q_tok, Sq, Tq, VARLEN)
+    lse, delta = _rows_stats(LSE + row0, DELTA + row0, offs_m, len_q, True)
+    shift = len_k - len_q
+    m_end = tl.minimum(m0 + BLOCK_M, len_q)
+    lo, mid_lo, mid_hi, hi = key_blocks(m0, m_end, len_k, shift, window, BLOCK_N, CAUSAL, HAS_WINDOW)
+    dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    if lo < mid_lo:  # a masked edge (often empty: skipped without a call)
+        dq = _dq_blocks(dq, q, do, lse, delta, k_src, v_src, lo, mid_lo, offs_m, offs_n, offs_d, len_q, len_k,
+                        shift, window, skt, svt, qk_scale, D, BLOCK_D, BLOCK_N, True, CAUSAL, HAS_WINDOW, TMA,
+                        PIPELINE)
+    dq = _dq_blocks(dq, q, do, lse, delta, k_src, v_src, mid_lo, mid_hi, offs_m, offs_n, offs_d, len_q, len_k,
+                    shift, window, skt, svt, qk_scale, D, BLOCK_D, BLOCK_N, False, CAUSAL, HAS_WINDOW, TMA,
+                    PIPELINE)
+    if mid_hi < hi:  # a masked edge (often empty: skipped without a call)
+        dq = _dq_blocks(dq, q, do, lse, delta, k_src, v_src, mid_hi, hi, offs_m, offs_n, offs_d, len_q, len_k,
+                        shift, window, skt, svt, qk_scale, D, BLOCK_D, BLOCK_N, True, CAUSAL, HAS_WINDOW, TMA,
+                        PIPELINE)
+    store_tile(dq_dst, (dq * scale).to(DQ.dtype.element_ty), m0, len_q, sqt, offs_r, offs_d, D, TMA)
+
+
+def backward(do, q, k, v, o, lse, causal: bool, window: int, cu_q, cu_k, max_q: int, max_k: int, scale: float,
+             config: BwdConfig) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq, dk, dv) like (q, k, v). q, k, v, o contiguous; lse from forward()."""
+    varlen = cu_q is not None
+    batch = cu_q.numel() - 1 if varlen else q.shape[0]
+    hq, hkv, d = q.shape[-2], k.shape[-2], q.shape[-1]
+    tq = lse.shape[1]
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    q, k, v, do = interpreter_operands(q, k, v, do)
+    delta = torch.empty_like(lse)
+    if config.tma:
+        use_tma(q, k, v, do, dq, dk, dv)
+    if tq == 0 or batch == 0:
+        return dq, dk.zero_(), dv.zero_()
+    bd = block_d(d)
+    block_t = 64
+    _bwd_delta[(triton.cdiv(tq, block_t), hq)](o, do, delta, *strides3(o, varlen), *strides3(do, varlen), max(max_q, 1),
+                                               tq, D=d, BLOCK_D=bd, BLOCK_T=block_t, VARLEN=varlen, num_warps=4)
+    common = (cu_q, cu_k, *strides3(q, varlen), *strides3(k, varlen), *strides3(v, varlen), *strides3(do, varlen),
+              max_q, max_k, tq)
+    flags = dict(D=d, BLOCK_D=bd, CAUSAL=causal, HAS_WINDOW=window > 0, VARLEN=varlen, TMA=config.tma,
+                 PIPELINE=q.is_cuda)
+    qk_scale = scale * 1.4426950408889634
+    n_nblocks = triton.cdiv(max_k, config.kv_n)
+    _bwd_dkdv[(n_nblocks * batch * hkv,)](q, k, v, do, lse, delta, dk, dv, *common, hkv, hq // hkv, scale, qk_scale,
+                                          window, n_nblocks, BLOCK_N=config.kv_n, BLOCK_M=config.kv_m, **flags,
+                                          num_warps=config.kv_warps, num_stages=config.kv_stages)
+    n_mblocks = triton.cdiv(max_q, config.q_m)
+    _bwd_dq[(n_mblocks * batch * hq,)](q, k, v, do, lse, delta, dq, *common, hq, hq // hkv, scale, qk_scale, window,
+                                       n_mblocks, BLOCK_M=config.q_m, BLOCK_N=config.q_n, **flags,
+                                       num_warps=config.q_warps, num_stages=config.q_stages)
+    return dq, dk, dv

@@ -1,0 +1,88 @@
+"""Attention's tuned configs: blocks, warps and stages of the forward and of the two backward
+kernels, and the Hopper paths (TMA tensor descriptors, warp specialisation, a persistent grid)
+as switches that stay off until a measurement says otherwise.
+
+The sm90 entries are lab/attention_tune.py's winners on the H100 (bf16, torch 2.11, Triton 3.6;
+the tune's output is in lab/results/attention_tune_h100.txt): forward at D 128, 64x64 tiles of 4
+warps beat 128x64 of 8 by 9-15% (causal 4096: 452 against 415 TFLOP/s); at D 64, 128x64 of 8 warps
+(380 against 295 for 128x128); backward 64x64 tiles of 4 warps in both kernels (causal 4096: 365
+against 298), and for GQA 32-row query steps with TMA (338 against 328 without). Warp
+specialisation failed the correctness gate there (every shape), so it stays off; persistent grids
+lost everywhere. Not tuned on the H200: there these are a guess.
+The CPU entries are small so that the interpreter's tests cross several blocks on tiny shapes.
+Both picks are @tunable: `kcollect.kernels._lib.forced(FwdConfig(...))` overrides them (lab/)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .._lib.config import arch, tunable
+
+
+@dataclass(frozen=True)
+class FwdConfig:
+    block_m: int = 128  # query rows a program
+    block_n: int = 64  # key rows a step
+    warps: int = 8
+    stages: int = 3
+    # loads and stores through device-side tensor descriptors (sm_90+, not in the interpreter):
+    # bulk copies that zero-fill past the sequence end instead of masked pointer loads
+    tma: bool = False
+    # tl.range(warp_specialize=True): Triton's Hopper pass splits the warps into a producer issuing the
+    # TMA loads and consumers. It takes a kernel with a single loop, so every key block goes through
+    # the masked step then; it needs tma=True, warps=4 and no persistent grid (checked at launch)
+    warp_specialize: bool = False
+    # a grid of `persistent` programs per SM striding over the tiles (heaviest causal tiles first);
+    # 0: one program a tile
+    persistent: int = 0
+
+
+@dataclass(frozen=True)
+class BwdConfig:
+    # dk/dv kernel: kv_n key rows a program (accumulated over every query head of its group),
+    # kv_m query rows a step
+    kv_n: int = 128
+    kv_m: int = 64
+    kv_warps: int = 8
+    kv_stages: int = 2
+    # dq kernel: q_m query rows a program, q_n key rows a step
+    q_m: int = 128
+    q_n: int = 64
+    q_warps: int = 8
+    q_stages: int = 2
+    tma: bool = False  # as FwdConfig.tma, for both kernels
+
+
+@dataclass(frozen=True)
+class AttentionConfig:
+    fwd: FwdConfig = FwdConfig()
+    bwd: BwdConfig = BwdConfig()
+
+
+_CPU = AttentionConfig(FwdConfig(16, 16, 4, 1), BwdConfig(16, 16, 4, 1, 16, 16, 4, 1))
+
+
+@tunable
+def pick_fwd(head_dim: int, causal: bool, max_seqlen_q: int, device) -> FwdConfig:
+    """The forward's config for a head dim, mask and query length on `device`'s architecture."""
+    if arch(device) == "cpu":
+        return _CPU.fwd
+    if max_seqlen_q <= 64:  # real-time windows: one short block, no rows wasted on padding
+        return FwdConfig(block_m=64, block_n=64, warps=4, stages=3)
+    if head_dim <= 64:
+        return FwdConfig(block_m=128, block_n=64, warps=8, stages=3)
+    return FwdConfig(block_m=64, block_n=64, warps=4, stages=3)
+
+
+@tunable
+def pick_bwd(head_dim: int, causal: bool, max_seqlen_q: int, device, group: int = 1) -> BwdConfig:
+    """The backward's config (dk/dv kernel and dq kernel); `group`: query heads per kv head."""
+    if arch(device) == "cpu":
+        return _CPU.bwd
+    if group > 1:  # the dk/dv program walks every query head of its group: shorter query steps
+        return BwdConfig(kv_n=64, kv_m=32, kv_warps=4, q_m=64, q_n=64, q_warps=4, tma=True)
+    return BwdConfig(kv_n=64, kv_m=64, kv_warps=4, q_m=64, q_n=64, q_warps=4)
+
+
+def pick(head_dim: int, causal: bool, max_seqlen_q: int, device, group: int = 1) -> AttentionConfig:
+    return AttentionConfig(pick_fwd(head_dim, causal, max_seqlen_q, device),
+                           pick_bwd(head_dim, causal, max_seqlen_q, device, group))

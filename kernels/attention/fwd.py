@@ -1,0 +1,195 @@
+"""The forward: online softmax over key blocks in fp32 with exp2, one query block a tile.
+
+Scores are kept in log2 units (s * scale * log2(e)), so each probability is one exp2. Each tile
+walks its key blocks in three ranges (common.key_blocks): the masked blocks at the window's
+leading edge, the fully visible middle without any mask (where nearly all the work is), and the
+masked blocks on the diagonal and past the end of the keys. The tile saves its rows' log-sum-exp
+(log2 units) for the backward: +inf for a row that saw no key, whose output is 0, so the
+backward's exp2(s - lse) is 0 there instead of NaN.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .._lib import sm_count
+from .common import (block_d, interpreter_operands, key_blocks, load_tile, lse_offset, query_tile, rows_src, seq_spans,
+                     store_tile, visible)
+from .config import FwdConfig
+
+
+@triton.jit
+def _fwd_step(acc, l_i, m_i, q, k_src, v_src, start_n, offs_m, offs_n, offs_d, len_q, len_k, shift, window, stride_k,
+              stride_v, qk_scale, D: tl.constexpr, BLOCK_D: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr,
+              HAS_WINDOW: tl.constexpr, TMA: tl.constexpr):
+    k = load_tile(k_src, start_n, len_k, stride_k, offs_n, offs_d, D, BLOCK_D, MASK, TMA)
+    qk = tl.dot(q, tl.trans(k))
+    if MASK:
+        keep = visible(offs_m[:, None], start_n + offs_n[None, :], len_q, len_k, shift, window, CAUSAL, HAS_WINDOW)
+        qk = tl.where(keep, qk * qk_scale, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key yet: no -inf - -inf
+        p = tl.math.exp2(qk - m_use[:, None])
+    else:
+        m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+        m_use = m_new
+        p = tl.math.exp2(qk * qk_scale - m_use[:, None])
+    alpha = tl.math.exp2(m_i - m_use)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    v = load_tile(v_src, start_n, len_k, stride_v, offs_n, offs_d, D, BLOCK_D, MASK, TMA)
+    acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
+    return acc, l_i, m_new
+
+
+@triton.jit
+def _fwd_blocks(acc, l_i, m_i, q, k_src, v_src, lo, hi, offs_m, offs_n, offs_d, len_q, len_k, shift,
+                window, stride_k, stride_v, qk_scale, D: tl.constexpr, BLOCK_D: tl.constexpr,
+                BLOCK_N: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr,
+                TMA: tl.constexpr, WARP_SPEC: tl.constexpr, PIPELINE: tl.constexpr):
+    """Key blocks [lo, hi): a software-pipelined tl.range on the GPU, a while loop in the interpreter
+    (whose range() cannot take a bound computed from program_id under NumPy >= 2.4)."""
+    if PIPELINE:
+        for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPEC):
+            start_n = tl.multiple_of(start_n, BLOCK_N)
+            acc, l_i, m_i = _fwd_step(acc, l_i, m_i, q, k_src, v_src, start_n, offs_m, offs_n, offs_d, len_q, len_k,
+                                      shift, window, stride_k, stride_v, qk_scale, D, BLOCK_D, MASK, CAUSAL,
+                                      HAS_WINDOW, TMA)
+    else:
+        start_n = lo
+        while start_n < hi:
+            acc, l_i, m_i = _fwd_step(acc, l_i, m_i, q, k_src, v_src, start_n, offs_m, offs_n, offs_d, len_q, len_k,
+                                      shift, window, stride_k, stride_v, qk_scale, D, BLOCK_D, MASK, CAUSAL,
+                                      HAS_WINDOW, TMA)
+            start_n += BLOCK_N
+    return acc, l_i, m_i
+
+
+@triton.jit
+def _fwd_tile(tile, Q, K, V, O, LSE, CU_Q, CU_K, sqb, sqt, sqh, skb, skt, skh, svb, svt, svh, sob, sot, soh,
+              Sq, Skv, Tq, Hq, GROUP, qk_scale, window, n_mblocks, D: tl.constexpr, BLOCK_D: tl.constexpr,
+              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr,
+              VARLEN: tl.constexpr, TMA: tl.constexpr, WARP_SPEC: tl.constexpr, PIPELINE: tl.constexpr):
+    b, h, hk, mb = query_tile(tile, n_mblocks, Hq, GROUP, CAUSAL)
+    q_tok, len_q, k_tok, len_k = seq_spans(CU_Q, CU_K, b, Sq, Skv, VARLEN)
+    m0 = mb * BLOCK_M
+    if VARLEN:  # the grid covers the longest sequence: skip the blocks past this one's end
+        if m0 < len_q:
+            _fwd_rows(m0, b, h, hk, q_tok, len_q, k_tok, len_k, Q, K, V, O, LSE, sqb, sqt, sqh, skb, skt, skh, svb,
+                      svt, svh, sob, sot, soh, Sq, Tq, qk_scale, window, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL,
+                      HAS_WINDOW, VARLEN, TMA, WARP_SPEC, PIPELINE)
+    else:  # no branch around the loops: they stay at the kernel's top level for the compiler's passes
+        _fwd_rows(m0, b, h, hk, q_tok, len_q, k_tok, len_k, Q, K, V, O, LSE, sqb, sqt, sqh, skb, skt, skh, svb, svt,
+                  svh, sob, sot, soh, Sq, Tq, qk_scale, window, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL, HAS_WINDOW,
+                  VARLEN, TMA, WARP_SPEC, PIPELINE)
+
+
+@triton.jit
+def _fwd_rows(m0, b, h, hk, q_tok, len_q, k_tok, len_k, Q, K, V, O, LSE, sqb, sqt, sqh, skb, skt, skh, svb, svt, svh,
+              sob, sot, soh, Sq, Tq, qk_scale, window, D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
+              BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, VARLEN: tl.constexpr,
+              TMA: tl.constexpr, WARP_SPEC: tl.constexpr, PIPELINE: tl.constexpr):
+    """Query rows [m0, m0 + BLOCK_M) of sequence b, head h (kv head hk): output and log-sum-exp."""
+    b64 = b.to(tl.int64)
+    q_src = rows_src(Q, b64, q_tok, h, sqb, sqt, sqh, len_q, BLOCK_M, D, BLOCK_D, TMA)
+    o_dst = rows_src(O, b64, q_tok, h, sob, sot, soh, len_q, BLOCK_M, D, BLOCK_D, TMA)
+    k_src = rows_src(K, b64, k_tok, hk, skb, skt, skh, len_k, BLOCK_N, D, BLOCK_D, TMA)
+    v_src = rows_src(V, b64, k_tok, hk, svb, svt, svh, len_k, BLOCK_N, D, BLOCK_D, TMA)
+    offs_m = m0 + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    q = load_tile(q_src, m0, len_q, sqt, tl.arange(0, BLOCK_M), offs_d, D, BLOCK_D, True, TMA)
+    shift = len_k - len_q
+    m_end = tl.minimum(m0 + BLOCK_M, len_q)
+    lo, mid_lo, mid_hi, hi = key_blocks(m0, m_end, len_k, shift, window, BLOCK_N, CAUSAL, HAS_WINDOW)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    if WARP_SPEC:  # Triton's Hopper warp specialisation takes a kernel with one loop: every block masked
+        acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_src, v_src, lo, hi, offs_m, offs_n, offs_d, len_q, len_k,
+                                    shift, window, skt, svt, qk_scale, D, BLOCK_D, BLOCK_N, True, CAUSAL, HAS_WINDOW,
+                                    TMA, True, PIPELINE)
+    else:
+        if lo < mid_lo:  # a masked edge (often empty: skipped without a call)
+            acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_src, v_src, lo, mid_lo, offs_m, offs_n, offs_d, len_q,
+                                        len_k, shift, window, skt, svt, qk_scale, D, BLOCK_D, BLOCK_N, True, CAUSAL,
+                                        HAS_WINDOW, TMA, False, PIPELINE)
+        acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_src, v_src, mid_lo, mid_hi, offs_m, offs_n, offs_d, len_q,
+                                    len_k, shift, window, skt, svt, qk_scale, D, BLOCK_D, BLOCK_N, False, CAUSAL,
+                                    HAS_WINDOW, TMA, False, PIPELINE)
+        if mid_hi < hi:  # a masked edge (often empty: skipped without a call)
+            acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_src, v_src, mid_hi, hi, offs_m, offs_n, offs_d, len_q,
+                                        len_k, shift, window, skt, svt, qk_scale, D, BLOCK_D, BLOCK_N, True, CAUSAL,
+                                        HAS_WINDOW, TMA, False, PIPELINE)
+    empty = l_i == 0.0
+    l_use = tl.where(empty, 1.0, l_i)
+    o = (acc / l_use[:, None]).to(O.dtype.element_ty)
+    store_tile(o_dst, o, m0, len_q, sot, tl.arange(0, BLOCK_M), offs_d, D, TMA)
+    lse = tl.where(empty, float("inf"), m_i + tl.math.log2(l_use))
+    tl.store(LSE + lse_offset(b64, h, q_tok, Sq, Tq, VARLEN) + offs_m, lse, mask=offs_m < len_q)
+
+
+@triton.jit
+def _attn_fwd(Q, K, V, O, LSE, CU_Q, CU_K, sqb, sqt, sqh, skb, skt, skh, svb, svt, svh, sob, sot, soh,
+              Sq, Skv, Tq, Hq, GROUP, qk_scale, window, n_mblocks, n_tiles, D: tl.constexpr,
+              BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
+              HAS_WINDOW: tl.constexpr, VARLEN: tl.constexpr, TMA: tl.constexpr, WARP_SPEC: tl.constexpr,
+              PERSISTENT: tl.constexpr, PIPELINE: tl.constexpr):
+    if PERSISTENT:  # tiles strided over a grid sized to the GPU
+        tile = tl.program_id(0)
+        while tile < n_tiles:
+            _fwd_tile(tile, Q, K, V, O, LSE, CU_Q, CU_K, sqb, sqt, sqh, skb, skt, skh, svb, svt, svh, sob, sot, soh,
+                      Sq, Skv, Tq, Hq, GROUP, qk_scale, window, n_mblocks, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL,
+                      HAS_WINDOW, VARLEN, TMA, WARP_SPEC, PIPELINE)
+            tile += tl.num_programs(0)
+    else:
+        _fwd_tile(tl.program_id(0), Q, K, V, O, LSE, CU_Q, CU_K, sqb, sqt, sqh, skb, skt, skh, svb, svt, svh, sob,
+                  sot, soh, Sq, Skv, Tq, Hq, GROUP, qk_scale, window, n_mblocks, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL,
+                  HAS_WINDOW, VARLEN, TMA, WARP_SPEC, PIPELINE)
+
+
+def use_tma(*tensors: torch.Tensor) -> None:
+    """Ready the TMA path: tensor descriptors need 16-byte aligned bases and row strides, and the
+    descriptors built on the device need scratch memory from an allocator on the tensors' device."""
+    for t in tensors:
+        if t.data_ptr() % 16 or any(s * t.element_size() % 16 for s in t.stride()[:-1]):
+            raise ValueError("the TMA path needs 16-byte aligned tensors and strides; use a config with tma=False")
+    device = tensors[0].device
+    triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8, device=device))
+
+
+def strides3(x: torch.Tensor, varlen: bool) -> tuple[int, int, int]:
+    """(batch, token, head) strides of a [B, S, H, D] tensor, or (0, token, head) of a packed one."""
+    return (0, x.stride(0), x.stride(1)) if varlen else (x.stride(0), x.stride(1), x.stride(2))
+
+
+def forward(q, k, v, causal: bool, window: int, cu_q, cu_k, max_q: int, max_k: int, scale: float,
+            config: FwdConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """(o like q, lse [Hq, tokens of q] fp32 in log2 units). Inputs already checked by the caller."""
+    varlen = cu_q is not None
+    batch = cu_q.numel() - 1 if varlen else q.shape[0]
+    hq, d = q.shape[-2], q.shape[-1]
+    hkv = k.shape[-2]
+    tq = q.shape[0] if varlen else q.shape[0] * q.shape[1]
+    o = torch.empty_like(q, memory_format=torch.contiguous_format)
+    q, k, v = interpreter_operands(q, k, v)
+    lse = torch.empty((hq, tq), dtype=torch.float32, device=q.device)
+    if config.warp_specialize and not (config.tma and config.warps == 4 and not config.persistent):
+        raise ValueError("warp_specialize needs tma=True, warps=4 and persistent=0 (Triton's Hopper warp "
+                         "specialisation: TMA loads, one warp group it splits, a kernel with one loop)")
+    if config.tma:
+        use_tma(q, k, v, o)
+    n_mblocks = triton.cdiv(max_q, config.block_m)
+    n_tiles = n_mblocks * batch * hq
+    if n_tiles == 0:
+        return o, lse
+    grid = n_tiles
+    if config.persistent:
+        grid = min(n_tiles, config.persistent * sm_count(q.device))
+    _attn_fwd[(grid,)](
+        q, k, v, o, lse, cu_q, cu_k, *strides3(q, varlen), *strides3(k, varlen), *strides3(v, varlen),
+        *strides3(o, varlen), max_q, max_k, tq, hq, hq // hkv, scale * 1.4426950408889634, window, n_mblocks,
+        n_tiles, D=d, BLOCK_D=block_d(d), BLOCK_M=config.block_m, BLOCK_N=config.block_n, CAUSAL=causal,
+        HAS_WINDOW=window > 0, VARLEN=varlen, TMA=config.tma, WARP_SPEC=config.warp_specialize,
+        PERSISTENT=config.persistent > 0, PIPELINE=q.is_cuda, num_warps=config.warps, num_stages=config.stages)
+    return o, lse

@@ -1,0 +1,188 @@
+"""What the collector needs to measure attention: providers, the float64 reference, inputs, grids,
+the cost model and the tolerance.
+
+Dims: B (sequences), Hq and Hkv (query and key/value heads), Sq and Skv (lengths), D (head dim),
+causal (0/1), window (keys a query sees, 0: no window; needs causal), varlen (0: a dense
+[B, S, H, D] batch; 1: B sequences of random lengths packed into [B * Sq tokens, H, D] with
+cu_seqlens, the lengths fixed by the dims so that the cost model counts them exactly).
+"""
+from __future__ import annotations
+
+import torch
+
+from kcollect.spec import KernelSpec, Provider, Shape
+
+from .._lib import config_record
+from . import attention, pick
+from .naive import reference, visible_pairs
+from .providers import cuda_only, eager, fa4, fla, flex, importable, sdpa
+
+DIMS = ("B", "Hq", "Hkv", "Sq", "Skv", "D", "causal", "window", "varlen")
+
+
+def varlen_lengths(batch: int, mean: int) -> list[int]:
+    """B lengths summing to B * mean tokens: the token range cut at B - 1 random points (a fixed
+    seed per shape, so a shape always packs the same sequences; empty ones can occur)."""
+    total = batch * mean
+    g = torch.Generator().manual_seed(batch * 1_000_003 + mean)
+    cuts = torch.sort(torch.randint(0, total + 1, (batch - 1,), generator=g)).values.tolist()
+    edges = [0] + cuts + [total]
+    return [edges[i + 1] - edges[i] for i in range(batch)]
+
+
+def cu_seqlens(lengths, device) -> torch.Tensor:
+    cu = [0]
+    for n in lengths:
+        cu.append(cu[-1] + n)
+    return torch.tensor(cu, dtype=torch.int32, device=device)
+
+
+def _randn(shape, g, dtype, device):
+    return torch.randn(shape, generator=g, dtype=torch.float32).to(device=device, dtype=dtype)
+
+
+def packed_inputs(lens_q, lens_k, hq: int, hkv: int, d: int, causal: bool, window: int, dtype, device, seed: int):
+    """Inputs of a packed batch with the given sequence lengths (the tests pick awkward ones)."""
+    g = torch.Generator().manual_seed(seed)
+    tq, tk = sum(lens_q), sum(lens_k)
+    return {"q": _randn((tq, hq, d), g, dtype, device), "k": _randn((tk, hkv, d), g, dtype, device),
+            "v": _randn((tk, hkv, d), g, dtype, device), "causal": bool(causal), "window": int(window),
+            "cu_seqlens_q": cu_seqlens(lens_q, device), "cu_seqlens_k": cu_seqlens(lens_k, device),
+            "max_seqlen_q": max(lens_q, default=0), "max_seqlen_k": max(lens_k, default=0)}
+
+
+def make_inputs(dims, dtype, device, seed):
+    b, hq, hkv, sq, sk, d = (dims[n] for n in DIMS[:6])
+    causal, window = bool(dims["causal"]), int(dims["window"])
+    if dims["varlen"]:
+        lens = varlen_lengths(b, sq)
+        return packed_inputs(lens, lens, hq, hkv, d, causal, window, dtype, device, seed)
+    g = torch.Generator().manual_seed(seed)
+    return {"q": _randn((b, sq, hq, d), g, dtype, device), "k": _randn((b, sk, hkv, d), g, dtype, device),
+            "v": _randn((b, sk, hkv, d), g, dtype, device), "causal": causal, "window": window,
+            "cu_seqlens_q": None, "cu_seqlens_k": None, "max_seqlen_q": None, "max_seqlen_k": None}
+
+
+def triton_attention(q, k, v, causal, window, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
+                     max_seqlen_k=None):
+    return attention(q, k, v, causal, window, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+
+
+def config_of(inputs) -> dict:
+    q = inputs["q"]
+    max_q = inputs["max_seqlen_q"] if inputs["cu_seqlens_q"] is not None else q.shape[1]
+    c = pick(q.shape[-1], inputs["causal"], max_q, q.device, q.shape[-2] // inputs["k"].shape[-2])
+    return config_record(fwd=c.fwd, bwd=c.bwd)
+
+
+def check_shape(dims) -> str | None:
+    missing = [n for n in DIMS if n not in dims]
+    if missing:
+        return f"attention needs the dims {', '.join(DIMS)}; missing {', '.join(missing)}"
+    if dims["Hq"] % dims["Hkv"]:
+        return f"Hq={dims['Hq']} is not a multiple of Hkv={dims['Hkv']}"
+    if dims["window"] and not dims["causal"]:
+        return "a window needs causal=1"
+    if dims["varlen"] and dims["Sq"] != dims["Skv"]:
+        return "varlen shapes pack self-attention sequences: Sq == Skv"
+    return None
+
+
+def _s(b, hq, hkv, sq, sk, d, causal, why, window=0, varlen=0) -> Shape:
+    return Shape({"B": b, "Hq": hq, "Hkv": hkv, "Sq": sq, "Skv": sk, "D": d, "causal": causal, "window": window,
+                  "varlen": varlen}, why)
+
+
+QUICK = (  # the pipeline end to end on the CPU interpreter, every feature once, two blocks at most
+    _s(1, 2, 2, 24, 24, 64, 0, "non-causal, length not a multiple of the block"),
+    _s(1, 2, 1, 20, 28, 96, 1, "causal, grouped-query 2:1, head dim 96 padded to 128, fewer queries than keys"),
+    _s(1, 2, 2, 30, 30, 64, 1, "sliding window of 8 keys: masked blocks at both edges", window=8),
+    _s(2, 2, 2, 12, 12, 128, 1, "packed batch of 2 sequences of random lengths, head dim 128", varlen=1),
+)
+
+_SUITE = "the attention suite's own config"
+FULL = (
+    _s(1, 1, 1, 32, 32, 64, 0, _SUITE), _s(1, 1, 1, 64, 64, 64, 0, _SUITE), _s(1, 1, 1, 128, 128, 64, 0, _SUITE),
+    _s(1, 1, 1, 256, 256, 64, 0, _SUITE), _s(1, 1, 1, 512, 512, 64, 0, _SUITE), _s(2, 4, 4, 128, 128, 64, 0, _SUITE),
+    _s(1, 8, 8, 60, 60, 64, 1, "real-time inference window, one stream: latency"),
+    _s(32, 8, 8, 60, 60, 64, 1, "real-time inference window, 32 streams"),
+    # training, 16k tokens a batch, sequence length swept at D 128 (the site's TFLOP/s-vs-S chart)
+    *(_s(16384 // s, 16, 16, s, s, 128, c, "training, 16k tokens a batch, D 128")
+      for s in (512, 1024, 2048, 4096, 8192, 16384) for c in (1, 0)),
+    # and at D 64 with 32 heads
+    *(_s(16384 // s, 32, 32, s, s, 64, 1, "training, 16k tokens a batch, D 64, 32 heads") for s in (512, 2048, 8192)),
+    _s(16, 16, 16, 1024, 1024, 64, 0, "16k tokens, D 64, non-causal (BERT-like encoder)"),
+    _s(4, 32, 8, 4096, 4096, 128, 1, "grouped-query 32:8 (Llama-3-8B), 16k tokens"),
+    _s(4, 32, 8, 4096, 4096, 128, 0, "grouped-query 32:8, non-causal"),
+    _s(8, 16, 16, 2048, 2048, 128, 1, "packed batch: 8 sequences of random lengths, 16k tokens", varlen=1),
+    _s(2, 16, 16, 8192, 8192, 128, 1, "sliding window of 1024 keys (Mistral-like), 16k tokens", window=1024),
+    _s(4, 16, 16, 4096, 4096, 96, 1, "head dim 96, not a power of two"),
+    _s(4, 16, 16, 1024, 4096, 128, 1, "chunked prefill: 1024 queries over 4096 keys, aligned at the end"),
+)
+
+
+def visible_total(dims) -> float:
+    """Visible (query, key) pairs of one head over the batch. Dense causal Sq == Skv without a
+    window: B * Sq * Skv / 2, the convention of FlashAttention's benchmarks (so TFLOP/s compare
+    with published ones); windows, packed batches and Sq != Skv: counted exactly."""
+    b, sq, sk, causal, window = dims["B"], dims["Sq"], dims["Skv"], bool(dims["causal"]), int(dims["window"])
+    if dims["varlen"]:
+        return float(sum(visible_pairs(n, n, causal, window) for n in varlen_lengths(b, sq)))
+    if causal and not window and sq == sk:
+        return b * sq * sk / 2
+    return float(b * visible_pairs(sq, sk, causal, window))
+
+
+# Cost model. FLOPs: two matmuls of 2 * D per visible pair and head in the forward (q k^T, p v):
+#   fwd = 4 * Hq * D * pairs; bwd = 2.5 * fwd (five matmuls: q k^T again, dp, dv, dq, dk);
+#   fwd+bwd = 3.5 * fwd. Bytes: each tensor once. fwd: q, k, v read, o written, lse (fp32)
+#   written; bwd: q, k, v, o, do read, lse read, dq, dk, dv written.
+def flops(dims, mode) -> float:
+    fwd = 4.0 * dims["Hq"] * dims["D"] * visible_total(dims)
+    return fwd * {"fwd": 1.0, "bwd": 2.5, "fwd+bwd": 3.5}[mode]
+
+
+def bytes_moved(dims, dtype, mode) -> int:
+    b, hq, hkv, sq, sk, d = (dims[n] for n in DIMS[:6])
+    qo = b * sq * hq * d * dtype.itemsize
+    kv = b * sk * hkv * d * dtype.itemsize
+    lse = b * sq * hq * 4
+    fwd = 2 * qo + 2 * kv + lse
+    bwd = 4 * qo + 4 * kv + lse
+    return {"fwd": fwd, "bwd": bwd, "fwd+bwd": fwd + bwd}[mode]
+
+
+PROVIDERS = (
+    Provider("triton", triton_attention, config=config_of),
+    Provider("sdpa_flash", sdpa("flash"), cuda_only("sdpa_flash")),
+    Provider("sdpa_cudnn", sdpa("cudnn"), cuda_only("sdpa_cudnn")),
+    Provider("sdpa_efficient", sdpa("efficient"), cuda_only("sdpa_efficient")),
+    Provider("sdpa_math", sdpa("math")),
+    Provider("flex", flex, cuda_only("flex (compiled)")),
+    Provider("eager", eager),
+    Provider("fla", fla, importable("fla.ops.attn")),
+    Provider("fa4", fa4, importable("flash_attn.cute")),
+)
+
+SPEC = KernelSpec(
+    name="attention",
+    description="softmax(q k^T / sqrt(D)) v: causal, sliding-window, grouped-query and packed batches, fwd and bwd",
+    modes=("fwd", "bwd", "fwd+bwd"),
+    providers=PROVIDERS,
+    baseline="sdpa_flash",
+    reference=reference,
+    make_inputs=make_inputs,
+    grad_inputs=("q", "k", "v"),
+    grids={"quick": QUICK, "full": FULL},
+    bytes_moved=bytes_moved,
+    flops=flops,
+    bound="compute",
+    # Three times the worst error of eager attention (matmul, softmax, matmul in the dtype) against
+    # float64, measured on the CPU over S 60-1024, D 64/96/128, causal, windowed and GQA shapes,
+    # fwd and bwd: bf16 6.6e-3, fp16 8.2e-4 (sdpa_math, which upcasts to fp32: 2.6e-3, 3.1e-4;
+    # flash kernels, which round P to the dtype before p @ v, sit in between).
+    tolerance={torch.bfloat16: 2e-2, torch.float16: 2.5e-3},
+    dtypes=(torch.bfloat16, torch.float16),
+    bench_dtypes=(torch.bfloat16, torch.float16),
+    check_shape=check_shape,
+)

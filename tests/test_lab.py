@@ -1,0 +1,30 @@
+"""The lab's A/B harness (lab/ab.py) on the CPU: variants forced, gated, timed interleaved, stored."""
+import json
+
+import pytest
+
+from kcollect.store import Store
+from lab import ab
+
+
+def test_ab_stores_each_variant_with_its_config(tmp_path):
+    db = tmp_path / "lab.duckdb"
+    rc = ab.main(["swiglu", "--shape", "M=5,N=37", "--dtype", "float32", "--variant", "tiny=SwiGLUConfig(block=16, warps=1)",
+                  "--provider", "torch", "--rounds", "2", "--rep-ms", "1", "--device", "cpu", "--db", str(db)])
+    assert rc == 0
+    with Store(db, read_only=True) as store:
+        (run,) = store.query("SELECT * FROM runs")
+        rows = {r["provider"]: r for r in store.query("SELECT * FROM results")}
+    assert run["grid"] == "lab" and run["status"] == "finished"
+    assert set(rows) == {"triton[default]", "triton[tiny]", "torch"}
+    assert all(r["status"] == "ok" and r["median_ms"] > 0 for r in rows.values())
+    assert json.loads(rows["triton[tiny]"]["config"]) == {"forced": {"block": 16, "warps": 1}}
+    assert rows["triton[default]"]["config"] is None and rows["triton[tiny]"]["shape"] == "M=5,N=37"
+
+
+def test_bad_variant_and_shape_are_refused():
+    with pytest.raises(ValueError, match="NAME=EXPR"):
+        ab.variants("swiglu", ["nothing"])
+    with pytest.raises(ValueError, match="NAME=VALUE"):
+        ab.parse_shape("4096x8192")
+    assert ab.parse_shape("M=3,N=5,approx=tanh") == {"M": 3, "N": 5, "approx": "tanh"}
