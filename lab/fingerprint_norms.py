@@ -124,7 +124,7 @@ def emulated(gpu: str):
 def sass_hash(compiled, name: str) -> tuple[str, int]:
     """(hash, instruction count) of the kernel's SASS: the instructions only, their addresses and the
     kernel's own name stripped (a renamed kernel with the same code hashes the same)."""
-    text = cr.sass_of(compiled).replace(name, "KERNEL")
+    text = cr._resource_usage(compiled.asm["cubin"])[1].replace(name, "KERNEL")
     ins = [re.sub(r"/\*[0-9a-f]+\*/", "", line).split(";")[0].strip()
            for line in text.splitlines() if re.search(r"/\*[0-9a-f]{4}\*/", line)]
     return hashlib.sha1("\n".join(ins).encode()).hexdigest()[:16], len(ins)
