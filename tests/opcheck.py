@@ -39,6 +39,15 @@ def run_offline_compile(script: str) -> str:
     return out.stdout
 
 
+def row_inputs(spec, m: int, n: int, dtype, tiny=()) -> dict:
+    """spec.make_inputs for M=m, N=n on the CPU from a fresh seed; the first row of each input named
+    in `tiny` scaled by 1e-4, so small that eps dominates its statistics (a missing eps shows)."""
+    inputs = spec.make_inputs({"M": m, "N": n}, dtype, "cpu", random.randrange(2**31))
+    for name in tiny:
+        inputs[name][0] *= 1e-4
+    return inputs
+
+
 def fake_gpu(monkeypatch, capability=(9, 0), l2_bytes=50 << 20, sms=132) -> str:
     """torch.cuda answering as a GPU would (default: an H100; l2_bytes=60 << 20 an H200), for the
     config heuristics, which read the architecture, SM count and L2 size: returns the device "cuda"."""

@@ -1,8 +1,6 @@
 """add_rms_norm against its float64 reference: every provider, mode and dtype on awkward shapes; h
 exactly the rounded sum on every forward path; one gradient shared by x and residual; unused
 outputs; the backward paths with dh. (The kernels are rms_norm's, under HAS_RES / HAS_DH.)"""
-import random
-
 import pytest
 import torch
 
@@ -27,12 +25,9 @@ def test_matches_reference(provider, mode, dtype, dims):
 
 
 def inputs(m, n, dtype, tiny_row=True):
-    """The spec's inputs; with tiny_row a first row so small that eps dominates its rstd (a missing
-    eps shows; left out where elementwise fp32 checks leave no room for its larger rstd)."""
-    inp = SPEC.make_inputs({"M": m, "N": n}, dtype, "cpu", random.randrange(2**31))
-    if tiny_row:
-        inp["x"][0] *= 1e-4
-        inp["residual"][0] *= 1e-4
+    """x, residual, w, eps; tiny_row: see opcheck.row_inputs (left out where elementwise fp32 checks
+    leave no room for that row's larger rstd)."""
+    inp = opcheck.row_inputs(SPEC, m, n, dtype, ("x", "residual") if tiny_row else ())
     return inp["x"], inp["residual"], inp["w"], inp["eps"]
 
 

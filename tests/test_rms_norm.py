@@ -30,11 +30,9 @@ def test_matches_reference(provider, mode, dtype, dims):
 
 
 def inputs(m, n, dtype, tiny_row=True):
-    """The spec's inputs; with tiny_row a first row so small that eps dominates its rstd (a missing
-    eps shows; left out where elementwise fp32 checks leave no room for its larger rstd)."""
-    inp = SPEC.make_inputs({"M": m, "N": n}, dtype, "cpu", random.randrange(2**31))
-    if tiny_row:
-        inp["x"][0] *= 1e-4
+    """x, w, eps; tiny_row: see opcheck.row_inputs (left out where elementwise fp32 checks leave no
+    room for that row's larger rstd)."""
+    inp = opcheck.row_inputs(SPEC, m, n, dtype, ("x",) if tiny_row else ())
     return inp["x"], inp["w"], inp["eps"]
 
 

@@ -6,6 +6,7 @@ import torch
 
 from kcollect.spec import KernelSpec, Provider, Shape, peer_available, standard_providers
 
+from ..rms_norm.spec import FULL as RMS_NORM_FULL
 from ..rms_norm.spec import QUICK, configs_of, rms_norm_eager
 from ..rms_norm.spec import reference as rms_norm_reference
 from . import add_rms_norm
@@ -48,19 +49,12 @@ def make_inputs(dims, dtype, device, seed):
     }
 
 
-# Shape grids: M = tokens, N = hidden size (rms_norm's quick grid; a leaner full grid: the same
-# kernels, timed there on more shapes).
-_s = Shape.rows
-FULL = (
-    _s(1, 4096, "a single token (decode): launch latency dominates"),
-    _s(8192, 4096, "LLaMA-3-8B, 8k tokens"),
-    _s(32768, 4096, "LLaMA-3-8B, 32k tokens: the largest, far beyond L2"),
-    _s(4096, 8192, "LLaMA-3-70B width"),
-    _s(2048, 16384, "LLaMA-3-405B width: the widest row kept in registers"),
-    _s(3000, 3584, "awkward token count, Qwen2-7B width (not a power of two: masked tail)"),
-    _s(999, 5003, "odd width: rows not 16-byte aligned, no vector loads for anyone"),
-    _s(1024, 65536, "very wide rows: forward in one program's registers (bf16), backward in coop segments"),
-)
+# Shape grids: M = tokens, N = hidden size. rms_norm's quick grid; its full grid leaner (the same
+# kernels, timed there on more shapes: not 1024x2048 and 16384x5120 here), the widest rows' forward
+# in one program's registers (bf16) with a residual.
+_LEFT_OUT = {"M=1024,N=2048", "M=16384,N=5120", "M=1024,N=65536"}
+FULL = tuple(s for s in RMS_NORM_FULL if s.label not in _LEFT_OUT) + (
+    Shape.rows(1024, 65536, "very wide rows: forward in one program's registers (bf16), backward in coop segments"),)
 
 
 # Cost model (minimum traffic, s = element size; rstd, our M*4-byte side output, not counted):

@@ -44,12 +44,13 @@ FWD_MAXNREG = {
 FWD_WARPS = {(False, 4096): 4}
 # Rows wider than MAX_REG_BLOCK, forward. Without a residual, "lines" (two passes of chunks, 64 KB
 # ones for rows over LINES_NARROW_ROW_BYTES, one program a row, w loaded at its use): 88.2% at
-# 1024x65536, against 76.3-76.6% for the row in one program's registers ("packed") and 70.1% "split". With a residual, bf16 rows
-# up to PACKED_MAX_BLOCK on the GPU take "packed" (kept bf16 and widened at each use, which takes
-# PTX: 88.4% against 86.8% for the best lines launch); widened to fp32 (other dtypes) the row spills,
-# so those take "split" (segments of SPLIT_SEG_BYTES over 16-warp programs, the row's last program
-# writing y: 84.1% with a residual, against 82.3% for two streaming passes), as do fewer rows than
-# SMs (one program a row would leave SMs idle).
+# 1024x65536, against 76.3-76.6% for the row in one program's registers ("packed") and 70.1%
+# "split". With a residual, bf16 rows up to PACKED_MAX_BLOCK on the GPU take "packed" (kept bf16
+# and widened at each use, which takes PTX: 88.4% against 86.8% for the best lines launch);
+# widened to fp32 (other dtypes) the row spills, so those take "split" (segments of
+# SPLIT_SEG_BYTES over 16-warp programs, the row's last program writing y: 84.1% with a residual,
+# against 82.3% for two streaming passes), as do fewer rows than SMs (one program a row would leave
+# SMs idle).
 LINES_NARROW_ROW_BYTES = 65536
 PACKED_MAX_BLOCK = 65536
 SPLIT_SEG_BYTES = 32768
@@ -57,12 +58,13 @@ SPLIT_SEG_BYTES = 32768
 # the registers of COOP_WARPS-warp programs that wait for each other's partial sums (x and dy read
 # once): 67.8% at 1024x65536 against 52.2% for the two passes of "cols" (row dots, then column
 # blocks: x and dy read twice), the CPU's path and the fallback where a group of coop programs does
-# not fit; 73.7% with the refinements below, 81.0% at 4096x65536. Segments of 4096 or 8192 elements measured 53-68%. The row finished a
-# step late is re-read from L2 (it was loaded a step ago, and the loads are issued before the wait)
-# rather than held: 2-4 points faster. Capped at COOP_MAXNREG registers on sm_90 (128 uncapped
-# without dh, 164 with it): 4 programs of 4 warps per SM, no spill; 96 or 80 (more programs, spills)
-# measured 43-59%. One row ahead prefetched into L2 without dh (COOP_L2_AHEAD): 73.6 -> 74.5% at
-# 1024x65536, 78.1 -> 79.1% at 2048x65536; with dh it lost (77.6 -> 72.4%).
+# not fit; 73.7% with the refinements below, 81.0% at 4096x65536. Segments of 4096 or 8192
+# elements measured 53-68%. The row finished a step late is re-read from L2 (it was loaded a step
+# ago, and the loads are issued before the wait) rather than held: 2-4 points faster. Capped at
+# COOP_MAXNREG registers on sm_90 (128 uncapped without dh, 164 with it): 4 programs of 4 warps per
+# SM, no spill; 96 or 80 (more programs, spills) measured 43-59%. One row ahead prefetched into L2
+# without dh (COOP_L2_AHEAD): 73.6 -> 74.5% at 1024x65536, 78.1 -> 79.1% at 2048x65536; with dh it
+# lost (77.6 -> 72.4%).
 COOP_SEG = 2048
 COOP_WARPS = 4
 COOP_MAXNREG = 128
