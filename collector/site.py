@@ -26,7 +26,7 @@ import click
 import jinja2
 import markupsafe
 
-from . import site_data, site_flags, site_git, site_pages
+from . import site_budgets, site_data, site_flags, site_git, site_pages
 from .store import Store, StoreError
 
 MARKER = ".kcollect-site"  # written into every output; a folder without it is never wiped
@@ -292,6 +292,7 @@ def build_site(db: str | Path, out: str | Path, data_dir: str | Path | None = No
     imported, skipped = import_history(db, Path(data_dir) if data_dir else None)
     with Store(db, read_only=True) as store:
         data = site_data.load(store)
+        budgets = site_budgets.load(store)
     if git_root is not None:
         site_git.fill([c for g in data.groups for c in g.commits], git_root)
     analysis = analyse(data)
@@ -307,6 +308,7 @@ def build_site(db: str | Path, out: str | Path, data_dir: str | Path | None = No
         for name in STATIC:
             shutil.copyfile(TEMPLATES / name, staging / "assets" / name)
         w = render(data, analysis, staging, db, [*(problems or []), *skipped])
+        site_budgets.render(w, budgets, data.groups)
         _swap(staging, out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)

@@ -150,4 +150,5 @@ def page(data: BudgetData, groups) -> dict[str, Any]:
 
 def render(writer, data: BudgetData, groups) -> None:
     """Writes budgets.html with the site's writer (Writer.page: the template, the common context)."""
-    writer.page("budgets.html", "budgets.html", title="Budgets", b=page(data, groups))
+    shown = page(data, groups)
+    writer.page("budgets.html", "budgets.html", shown, title="Budgets", b=shown)

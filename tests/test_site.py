@@ -22,7 +22,7 @@ from kcollect.store import Store
 
 H100 = "nvidia-h100-80gb-hbm3"
 PAGES = ("index.html", "kernels/alpha.html", "kernels/beta.html", "regressions.html", "compare.html",
-         "experiments.html", "environments.html", "imports.html")
+         "experiments.html", "environments.html", "imports.html", "budgets.html")
 
 
 @pytest.fixture(scope="module")

@@ -78,13 +78,8 @@ def write_store(path: Path) -> Path:
 
 
 def build(db: Path, out: Path) -> str:
-    """build-site's render, then the budgets page on its writer (the wiring site.py gets)."""
-    with Store(db, read_only=True) as store:
-        data = site_data.load(store)
-        budgets = site_budgets.load(store)
-    out.mkdir(parents=True, exist_ok=True)
-    writer = site.render(data, {}, out, db)
-    site_budgets.render(writer, budgets, data.groups)
+    """build-site as the command runs it (no history folder, no git), then the budgets page."""
+    site.build_site(db, out)
     return (out / "budgets.html").read_text()
 
 
