@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import torch
 
-from kcollect.spec import KernelSpec, Provider, Shape, peer_available, standard_providers
+from kcollect.spec import Shape
 
+from .._lib.norm_spec import norm_spec
 from ..rms_norm.spec import FULL as RMS_NORM_FULL
-from ..rms_norm.spec import QUICK, configs_of, rms_norm_eager
+from ..rms_norm.spec import configs_of, rms_norm_eager
 from ..rms_norm.spec import reference as rms_norm_reference
 from . import add_rms_norm
 
@@ -49,7 +50,7 @@ def make_inputs(dims, dtype, device, seed):
     }
 
 
-# Shape grids: M = tokens, N = hidden size. rms_norm's quick grid; its full grid leaner (the same
+# Shape grids: M = tokens, N = hidden size. rms_norm's full grid leaner (the same
 # kernels, timed there on more shapes: not 1024x2048 and 16384x5120 here), the widest rows' forward
 # in one program's registers (bf16) with a residual.
 _LEFT_OUT = {"M=1024,N=2048", "M=16384,N=5120", "M=1024,N=65536"}
@@ -65,36 +66,14 @@ FULL = tuple(s for s in RMS_NORM_FULL if s.label not in _LEFT_OUT) + (
 # it is written once. Beyond the minimum, as in rms_norm: the bwd's fp32 dw partials (in L2); where
 # the backward takes the cols path it reads h and dy twice (6*M*N*s instead of 4*M*N*s).
 # FLOPs: fwd 5 per element (the add, then rms_norm's 4); bwd 10 (rms_norm's 9, plus dh).
-def bytes_moved(dims, dtype, mode) -> int:
-    m, n = dims["M"], dims["N"]
-    fwd = 4 * m * n + n
-    bwd = 4 * m * n + 2 * n
-    per = {"fwd": fwd, "bwd": bwd, "fwd+bwd": fwd + bwd}[mode]
-    return per * dtype.itemsize
-
-
-def flops(dims, mode) -> float:
-    per = {"fwd": 5, "bwd": 10, "fwd+bwd": 15}[mode]
-    return float(per * dims["M"] * dims["N"])
-
-
-SPEC = KernelSpec(
-    name="add_rms_norm",
-    description="h = x + residual, y = rms_norm(h) * w, returning (h, y), forward and backward",
-    modes=("fwd", "bwd", "fwd+bwd"),
-    providers=standard_providers(add_rms_norm, add_rms_norm_eager, lambda inputs: configs_of(inputs["x"], True))
-    + (Provider("liger", add_rms_norm_liger, peer_available("liger_kernel")),),
-    baseline="torch",
-    reference=reference,
-    make_inputs=make_inputs,
-    grad_inputs=("x", "residual", "w"),
-    grids={"quick": QUICK, "full": FULL},
-    bytes_moved=bytes_moved,
-    flops=flops,
-    bound="memory",
+SPEC = norm_spec(
+    "add_rms_norm", "h = x + residual, y = rms_norm(h) * w, returning (h, y), forward and backward",
+    fn=add_rms_norm, eager=add_rms_norm_eager, liger=add_rms_norm_liger,
+    config_of=lambda inputs: configs_of(inputs["x"], True),
+    reference=reference, make_inputs=make_inputs, grad_inputs=("x", "residual", "w"),
+    full=FULL, traffic={"fwd": (4, 1, 0), "bwd": (4, 2, 0)}, flops_per={"fwd": 5, "bwd": 10},
     # rms_norm's: the same maths plus one rounding of h, which every provider does. Measured worst
     # over seeds and the test shapes: bf16 4.2e-3 (ours, interpreter), 3.9e-3 (eager); fp16 4.8e-4;
     # fp32 1.4e-7.
     tolerance={torch.bfloat16: 1e-2, torch.float16: 1.5e-3, torch.float32: 1e-5},
-    dtypes=(torch.bfloat16, torch.float16, torch.float32),
 )

@@ -13,8 +13,7 @@ import triton.language as tl
 
 from .._lib import (coop_plan, coop_program, prefetch_ahead, prefetch_rows, prefetch_segment, publish2,
                     resident_programs, sm_count, wait_total2)
-from .._lib.norms import persistent_grid
-from .._lib.softmax_ce import align, col_mask, row_start
+from .._lib.rows import align, col_mask, persistent_grid, row_start
 from .config import SUM_BLOCK_C, SUM_BLOCK_G, BackwardConfig, BwdRowsConfig, ColsConfig, CoopConfig, pick_backward
 from .fwd import load_rows
 

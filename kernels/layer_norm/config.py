@@ -11,7 +11,7 @@ import torch
 import triton
 
 from .._lib import arch, l2_bytes, tunable
-from .._lib.norms import LinesConfig, lines_config
+from .._lib.rows import LinesConfig, lines_config
 
 # Forward, rows up to FWD_MAX_BLOCK (next power of two) in registers: tiles of FWD_TILE_BYTES of x a
 # program, FWD_PER_THREAD elements a thread (half the warps of 16: 32768x4096 82% -> 91% of copy,

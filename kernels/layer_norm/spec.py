@@ -5,9 +5,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from kcollect.spec import KernelSpec, Provider, Shape, peer_available, standard_providers
+from kcollect.spec import Shape
 
 from .._lib import config_record
+from .._lib.norm_spec import norm_spec
 from . import layer_norm, pick_backward, pick_forward
 
 
@@ -54,11 +55,6 @@ def config_of(inputs) -> dict:
 
 # Shape grids: M = tokens, N = hidden size.
 _s = Shape.rows
-QUICK = (
-    _s(64, 1024, "small, power of two: several rows per program"),
-    _s(37, 1000, "awkward: rows and width not powers of two, tail masked"),
-    _s(3, 20000, "wide rows: chunked forward, row sums plus column-blocked backward"),
-)
 FULL = (
     _s(1, 4096, "a single token (decode): launch latency dominates"),
     _s(1024, 2048, "TinyLlama-1.1B / GPT-2-XL-sized hidden, short batch: two rows per program"),
@@ -81,37 +77,14 @@ FULL = (
 # dy twice, (5*M*N) * s, as PyTorch's does; it is still charged the minimum. FLOPs, approximately per
 # element: fwd 8 (two sums, centre, square, scale, affine), bwd 13 (xhat, w*dy, two row sums, dx, dw
 # and db accumulation).
-def bytes_moved(dims, dtype, mode) -> int:
-    m, n = dims["M"], dims["N"]
-    s = dtype.itemsize
-    fwd = (2 * m * n + 2 * n) * s + 8 * m
-    bwd = (3 * m * n + 3 * n) * s + 8 * m
-    return {"fwd": fwd, "bwd": bwd, "fwd+bwd": fwd + bwd}[mode]
-
-
-def flops(dims, mode) -> float:
-    per = {"fwd": 8, "bwd": 13, "fwd+bwd": 21}[mode]
-    return float(per * dims["M"] * dims["N"])
-
-
-SPEC = KernelSpec(
-    name="layer_norm",
-    description="LayerNorm over the last dim with weight and bias (eps 1e-5), forward and backward",
-    modes=("fwd", "bwd", "fwd+bwd"),
-    providers=standard_providers(layer_norm, layer_norm_eager, config_of)
-    + (Provider("liger", layer_norm_liger, peer_available("liger_kernel")),),
-    baseline="torch",
-    reference=reference,
-    make_inputs=make_inputs,
-    grad_inputs=("x", "weight", "bias"),
-    grids={"quick": QUICK, "full": FULL},
-    bytes_moved=bytes_moved,
-    flops=flops,
-    bound="memory",
+SPEC = norm_spec(
+    "layer_norm", "LayerNorm over the last dim with weight and bias (eps 1e-5), forward and backward",
+    fn=layer_norm, eager=layer_norm_eager, liger=layer_norm_liger, config_of=config_of,
+    reference=reference, make_inputs=make_inputs, grad_inputs=("x", "weight", "bias"),
+    full=FULL, traffic={"fwd": (2, 2, 8), "bwd": (3, 3, 8)}, flops_per={"fwd": 8, "bwd": 13},
     # Ours sums statistics and gradients in fp32: one rounding of each output to the storage dtype
     # (bf16 measured <= 5.2e-3 under the interpreter's truncating casts, fp16 <= 5e-4). PyTorch's CPU
     # kernel rounds more in its bf16/fp16 backward (measured up to 7.7e-3 / 9.6e-4), hence the
     # headroom. fp32: rounding of the sums over N and over M rows (measured ~1e-7).
     tolerance={torch.bfloat16: 1.6e-2, torch.float16: 3e-3, torch.float32: 1e-5},
-    dtypes=(torch.bfloat16, torch.float16, torch.float32),
 )

@@ -10,7 +10,7 @@ import triton
 import triton.language as tl
 
 from .._lib import coop_plan, coop_program, prefetch_ahead, prefetch_segment, publish, resident_programs, wait_total
-from .._lib.norms import persistent_grid
+from .._lib.rows import persistent_grid
 from .config import SUM_ROWS, BackwardConfig, BwdRowsConfig, ColsConfig, CoopConfig, pick_backward
 from .fwd import as_rows, load_tile, store_tile
 

@@ -12,7 +12,7 @@ import torch
 import triton
 
 from .._lib import arch, sm_count, tunable
-from .._lib.norms import LinesConfig, lines_config
+from .._lib.rows import LinesConfig, lines_config
 
 # Widest row (next power of two) a program keeps in registers: 32 warps x 32 threads x 16 elements.
 MAX_REG_BLOCK = 16384

@@ -12,7 +12,7 @@ import triton
 import triton.language as tl
 
 from .._lib import last_to_arrive, resident_programs, widen, widen_asm
-from .._lib.norms import LinesConfig, lines_grid, persistent_grid
+from .._lib.rows import LinesConfig, lines_grid, persistent_grid
 from .config import ForwardConfig, PackedConfig, RowsConfig, SplitConfig, pick_forward
 
 
@@ -293,7 +293,7 @@ def rms_norm_forward(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6, residu
                      need_rstd: bool = True, config: ForwardConfig | None = None):
     """(y, h, rstd). With a residual, h = x + residual (returned, and normalised in place of x);
     otherwise h is None. rstd: fp32 [rows], None unless need_rstd. `config`: the launch (a config of
-    .config or _lib.norms.LinesConfig); None: pick_forward's."""
+    .config or _lib.rows.LinesConfig); None: pick_forward's."""
     check_inputs(x, w, residual)
     N = x.shape[-1]
     x2 = as_rows(x, N)

@@ -5,9 +5,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from kcollect.spec import KernelSpec, Provider, Shape, peer_available, standard_providers
+from kcollect.spec import Provider, Shape
 
 from .._lib import config_record
+from .._lib.norm_spec import norm_spec
 from . import pick_backward, pick_forward, rms_norm
 
 
@@ -58,11 +59,6 @@ def configs_of(x: torch.Tensor, residual: bool) -> dict:
 
 # Shape grids: M = tokens, N = hidden size.
 _s = Shape.rows
-QUICK = (
-    _s(64, 1024, "small, power of two: several rows per program"),
-    _s(37, 1000, "awkward: rows and width not powers of two, tail masked"),
-    _s(3, 20000, "rows wider than the register block: the wide-row paths"),
-)
 FULL = (
     _s(1, 4096, "a single token (decode): launch latency dominates"),
     _s(1024, 2048, "small model (Qwen2-1.5B width), short batch: latency-bound"),
@@ -85,40 +81,15 @@ FULL = (
 # summed while in L2); where the backward takes the cols path (the CPU, or rows too wide for a coop
 # group) it reads x and dy twice (5*M*N*s instead of 3*M*N*s).
 # FLOPs: fwd 4 per element (square, sum, scale, weight); bwd 9 (xhat, m, dot, dx, dw).
-def bytes_moved(dims, dtype, mode) -> int:
-    m, n = dims["M"], dims["N"]
-    fwd = 2 * m * n + n
-    bwd = 3 * m * n + 2 * n
-    per = {"fwd": fwd, "bwd": bwd, "fwd+bwd": fwd + bwd}[mode]
-    return per * dtype.itemsize
-
-
-def flops(dims, mode) -> float:
-    per = {"fwd": 4, "bwd": 9, "fwd+bwd": 13}[mode]
-    return float(per * dims["M"] * dims["N"])
-
-
-SPEC = KernelSpec(
-    name="rms_norm",
-    description="x * rsqrt(mean(x^2) + eps) * w over the last dimension, forward and backward",
-    modes=("fwd", "bwd", "fwd+bwd"),
-    providers=standard_providers(rms_norm, rms_norm_eager, lambda inputs: configs_of(inputs["x"], False))
-    + (
-        Provider("torch_fused", rms_norm_torch_fused),
-        Provider("liger", rms_norm_liger, peer_available("liger_kernel")),
-    ),
-    baseline="torch",
-    reference=reference,
-    make_inputs=make_inputs,
-    grad_inputs=("x", "w"),
-    grids={"quick": QUICK, "full": FULL},
-    bytes_moved=bytes_moved,
-    flops=flops,
-    bound="memory",
+SPEC = norm_spec(
+    "rms_norm", "x * rsqrt(mean(x^2) + eps) * w over the last dimension, forward and backward",
+    fn=rms_norm, eager=rms_norm_eager, liger=rms_norm_liger, config_of=lambda inputs: configs_of(inputs["x"], False),
+    peers=(Provider("torch_fused", rms_norm_torch_fused),),
+    reference=reference, make_inputs=make_inputs, grad_inputs=("x", "w"), full=FULL,
+    traffic={"fwd": (2, 1, 0), "bwd": (3, 2, 0)}, flops_per={"fwd": 4, "bwd": 9},
     # Measured worst over seeds and the test shapes: bf16 3.9e-3 (ours in the interpreter, whose
     # fp32->bf16 cast truncates; eager 3.4e-3: it rounds h before the weight, then dy * w, ...),
     # fp16 4.4e-4, fp32 1.2e-7. bf16/fp16 ~2.5-3x above that; fp32 leaves room for the longer
     # fp32 sums of the full grid (65536-wide rows, dw over 32k rows) in every provider.
     tolerance={torch.bfloat16: 1e-2, torch.float16: 1.5e-3, torch.float32: 1e-5},
-    dtypes=(torch.bfloat16, torch.float16, torch.float32),
 )

@@ -1,12 +1,33 @@
-"""Launch helpers of the row-normalising ops (rms_norm, add_rms_norm, layer_norm) that other row
-kernels may share: persistent grids and the config of a "lines" kernel (_lib.launch.lines_launch)."""
+"""What the row kernels share (softmax, rms_norm, add_rms_norm, layer_norm).
+
+Row addressing with an alignment hint (softmax, layer_norm): rows of e.g. 1000 or 5000 elements still get 16-byte loads.
+The JIT marks only ints divisible by 16 on its own; without the hint every load of such a row is
+scalar. Persistent grids, and the config of a "lines" kernel (_lib.launch.lines_launch)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 import triton
+import triton.language as tl
 
 from .launch import LINES_NARROW_ROW_BYTES, LINES_PROGRAMS_PER_SM, LINES_PROGRAMS_PER_SM_WIDE, lines_launch
+
+
+def align(n: int) -> int:
+    """The largest power of two (up to 16) dividing n: the N_ALIGN constexpr of row_start/col_mask."""
+    return min(16, n & -n)
+
+
+@triton.jit
+def row_start(row, N, N_ALIGN: tl.constexpr):
+    """row * N in int64, written so that the compiler sees it is a multiple of N_ALIGN."""
+    return row.to(tl.int64) * (N // N_ALIGN) * N_ALIGN
+
+
+@triton.jit
+def col_mask(cols, N, N_ALIGN: tl.constexpr):
+    """cols < N, written so that the compiler sees it is constant over runs of N_ALIGN columns."""
+    return cols // N_ALIGN < N // N_ALIGN
 
 
 def persistent_grid(tiles: int, resident: int) -> tuple[int, int]:
