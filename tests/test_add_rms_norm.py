@@ -1,4 +1,4 @@
-"""add_rms_norm against its float64 reference: every provider, mode and dtype on awkward shapes; h
+"""add_rms_norm against its float64 reference: each provider, mode and dtype once (opcheck.lean_reference_cases); h
 exactly the rounded sum on every forward path; one gradient shared by x and residual; unused
 outputs; the backward paths with dh. (The kernels are rms_norm's, under HAS_RES / HAS_DH.)"""
 import pytest
@@ -14,12 +14,11 @@ from kcollect.kernels.rms_norm import config as C
 # odd width, the forward in two column blocks (4096 + 4); 5x7: rows narrower than a vector.
 # (torch.compile is PyTorch's code on the eager function that `torch` checks: not compiled.)
 SHAPES = [{"M": 23, "N": 300}, {"M": 1, "N": 4099}, {"M": 5, "N": 7}]
-# The forced paths run in bf16 (the dtype timed) and fp32 (the tightest tolerance); fp16's casts are
-# the default path's, checked above.
-PATH_DTYPES = (torch.bfloat16, torch.float32)
+# The forced paths run once each, in bf16 (the dtype timed) and fp32 (the tightest tolerance) in
+# turn; fp16's casts are the default path's, checked above.
 
 
-@pytest.mark.parametrize("provider, mode, dtype, dims", opcheck.reference_cases(SPEC, SHAPES, compile_shapes=0))
+@pytest.mark.parametrize("provider, mode, dtype, dims", opcheck.lean_reference_cases(SPEC, SHAPES))
 def test_matches_reference(provider, mode, dtype, dims):
     opcheck.check_case(SPEC, provider, mode, dtype, dims)
 
@@ -51,8 +50,7 @@ FORWARD = {  # (M, N, config): every forward kernel with the residual flag on
 }
 
 
-@pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=str)
-@pytest.mark.parametrize("path", list(FORWARD))
+@pytest.mark.parametrize("path, dtype", opcheck.in_turn(FORWARD, (torch.float16, torch.float32)))
 def test_h_is_the_rounded_sum(dtype, path):
     # h is x + residual rounded once to the input dtype, exactly as torch's add, and y is the norm of
     # that h (bf16 is left out: the interpreter's fp32->bf16 cast truncates where torch rounds)
@@ -74,8 +72,7 @@ BACKWARD = {  # (M, N, config): every backward kernel with dh
 }
 
 
-@pytest.mark.parametrize("dtype", PATH_DTYPES, ids=str)
-@pytest.mark.parametrize("path", list(BACKWARD))
+@pytest.mark.parametrize("path, dtype", opcheck.in_turn(BACKWARD))
 def test_backward_paths(path, dtype):
     m, n, config = BACKWARD[path]
     x, r, w, eps = inputs(m, n, dtype)

@@ -1,4 +1,4 @@
-"""layer_norm against its float64 reference: every provider, mode and dtype on awkward shapes; every
+"""layer_norm against its float64 reference: each provider, mode and dtype once (opcheck.lean_reference_cases); every
 launch path the heuristics can pick, forced onto small shapes through `config=`; the numerics
 specific to LayerNorm (rows far from 0, the dw/db partial sums); what the heuristics pick on an
 H100/H200; the GPU-only paths (coop segments that wait for each other, the L2 prefetch) on a GPU."""
@@ -11,7 +11,7 @@ import torch
 import opcheck
 from kcollect import verify
 from kcollect.kernels import layer_norm as K
-from kcollect.kernels._lib.softmax_ce import align
+from kcollect.kernels._lib.rows import align
 from kcollect.kernels.layer_norm import bwd
 from kcollect.kernels.layer_norm import config as C
 from kcollect.kernels.layer_norm.spec import SPEC, reference
@@ -20,12 +20,11 @@ from kcollect.kernels.layer_norm.spec import SPEC, reference
 # backward's single program writes dw and db itself), unaligned width; 5x7: tiny. (torch.compile
 # is PyTorch's code on the eager function that `torch` checks: not compiled here.)
 SHAPES = [{"M": 23, "N": 300}, {"M": 1, "N": 4099}, {"M": 5, "N": 7}]
-# The forced paths run in bf16 (the dtype timed) and fp32 (the tightest tolerance); fp16's casts are
-# the default path's, checked above.
-PATH_DTYPES = (torch.bfloat16, torch.float32)
+# The forced paths run once each, in bf16 (the dtype timed) and fp32 (the tightest tolerance) in
+# turn; fp16's casts are the default path's, checked above.
 
 
-@pytest.mark.parametrize("provider, mode, dtype, dims", opcheck.reference_cases(SPEC, SHAPES, compile_shapes=0))
+@pytest.mark.parametrize("provider, mode, dtype, dims", opcheck.lean_reference_cases(SPEC, SHAPES))
 def test_matches_reference(provider, mode, dtype, dims):
     opcheck.check_case(SPEC, provider, mode, dtype, dims)
 
@@ -63,8 +62,7 @@ def forward_paths(dtype):
     }
 
 
-@pytest.mark.parametrize("dtype", PATH_DTYPES, ids=str)
-@pytest.mark.parametrize("path", list(forward_paths(torch.float32)))
+@pytest.mark.parametrize("path, dtype", opcheck.in_turn(forward_paths(torch.float32)))
 def test_forward_paths(path, dtype):
     m, n, config = forward_paths(dtype)[path]
     x, w, b = (t.to(dtype) for t in inputs(m, n, offset=3.0))
@@ -89,8 +87,7 @@ BACKWARD = {  # (M, N, config): every backward kernel on small shapes
 }
 
 
-@pytest.mark.parametrize("dtype", PATH_DTYPES, ids=str)
-@pytest.mark.parametrize("path", list(BACKWARD))
+@pytest.mark.parametrize("path, dtype", opcheck.in_turn(BACKWARD))
 def test_backward_paths(path, dtype):
     m, n, config = BACKWARD[path]
     x, w, b = (t.to(dtype) for t in inputs(m, n))
@@ -104,7 +101,7 @@ def test_backward_paths(path, dtype):
 
 def test_every_element_and_gradient():
     # Elementwise (not norm-wise) in fp32: a skipped block, row or column block would show.
-    x, w, b = (t.requires_grad_(True) for t in inputs(5, 1000, seed=1, tiny_row=False))
+    x, w, b = (t.requires_grad_(True) for t in inputs(5, 300, seed=1, tiny_row=False))
     y = K.layer_norm(x, w, b, 1e-5)
     dy = torch.randn_like(y)
     got = torch.autograd.grad(y, (x, w, b), dy)
@@ -136,7 +133,7 @@ def test_large_row_offset_keeps_variance_exact(config):
 
 def test_dw_db_partials_summed_over_many_groups():
     # More partial rows than one load of the sum kernel takes, and a width that is not 16-aligned.
-    groups, n2 = C.SUM_BLOCK_G + 70, 2 * 1000
+    groups, n2 = C.SUM_BLOCK_G + 70, 2 * 100
     part = torch.randn(groups, n2)
     out = torch.empty(n2, dtype=torch.bfloat16)
     bwd.sum_partials(part, out, groups)
