@@ -39,6 +39,26 @@ def run_offline_compile(script: str) -> str:
     return out.stdout
 
 
+def row_inputs(spec, m: int, n: int, dtype, tiny=()) -> dict:
+    """spec.make_inputs for M=m, N=n on the CPU from a fresh seed; the first row of each input named
+    in `tiny` scaled by 1e-4, so small that eps dominates its statistics (a missing eps shows)."""
+    inputs = spec.make_inputs({"M": m, "N": n}, dtype, "cpu", random.randrange(2**31))
+    for name in tiny:
+        inputs[name][0] *= 1e-4
+    return inputs
+
+
+def fake_gpu(monkeypatch, capability=(9, 0), l2_bytes=50 << 20, sms=132) -> str:
+    """torch.cuda answering as a GPU would (default: an H100; l2_bytes=60 << 20 an H200), for the
+    config heuristics, which read the architecture, SM count and L2 size: returns the device "cuda"."""
+    import types
+
+    props = types.SimpleNamespace(multi_processor_count=sms, L2_cache_size=l2_bytes)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device=None: props)
+    return "cuda"
+
+
 def shape_id(dims) -> str:
     return ",".join(f"{k}={v}" for k, v in dims.items())
 
@@ -61,6 +81,30 @@ def reference_cases(spec, shapes, compile_shapes: int = 1):
                     params.append(pytest.param(provider, mode, dtype, dims,
                                                id=f"{provider}-{mode}-{str(dtype)[6:]}-{shape_id(dims)}"))
     return params
+
+
+def lean_reference_cases(spec, shapes, ours: str = "triton"):
+    """pytest params of (provider, mode, dtype, dims) that check each code path and dtype once
+    instead of their product: ours in every dtype on the first shape, in fwd (the inference path)
+    and fwd+bwd (autograd's forward and backward), bwd once (fp32; the same kernels, the graph
+    reused), and fwd+bwd in fp32 on each other shape (the paths its width takes; fp32: the tightest
+    tolerance, gated on any size); every other provider the CPU runs, except torch.compile
+    (PyTorch's code on the eager function), in fwd+bwd once per dtype on the first shape, so that
+    the tolerance is shown to hold for the baselines too."""
+    f32 = torch.float32
+    cases = [(ours, mode, dtype, shapes[0]) for dtype in spec.dtypes for mode in ("fwd", "fwd+bwd")]
+    cases += [(ours, "bwd", f32, shapes[0])] + [(ours, "fwd+bwd", f32, dims) for dims in shapes[1:]]
+    others = [p.name for p in spec.providers if p.name not in (ours, "compile") and p.available("cpu") is None]
+    cases += [(name, "fwd+bwd", dtype, shapes[0]) for name in others for dtype in spec.dtypes]
+    return [pytest.param(*case, id=f"{case[0]}-{case[1]}-{str(case[2])[6:]}-{shape_id(case[3])}") for case in cases
+            if not too_few_for_bf16(case[3], case[2])]
+
+
+def in_turn(names, dtypes=(torch.bfloat16, torch.float32)):
+    """pytest params of (name, dtype): each name (a forced code path) once, the dtypes in turn, so
+    that a kernel with several branches runs in each dtype without the product of the two."""
+    return [pytest.param(name, dtypes[i % len(dtypes)], id=f"{name}-{str(dtypes[i % len(dtypes)])[6:]}")
+            for i, name in enumerate(names)]
 
 
 def compiled_device() -> str:

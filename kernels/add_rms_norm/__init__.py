@@ -4,27 +4,17 @@ The pre-norm decoder layer's `residual = hidden + residual; hidden = norm(residu
 residual stream, y the normalised input of the next sublayer. Fused, the forward reads x and the
 residual once and writes h and y once (unfused: the add writes h, the norm reads it back); the
 backward folds h's own gradient into the norm's and writes one gradient, shared by x and residual.
+
+The kernels, launchers and configs are rms_norm's: its forward kernels take the residual under the
+constexpr HAS_RES, its backward kernels add h's upstream gradient under HAS_DH (`config.py`).
 """
 from __future__ import annotations
 
 import torch
 
-from kcollect.spec import KernelSpec, Provider, Shape, peer_available, standard_providers
+from ..rms_norm import rms_norm_backward, rms_norm_forward
 
-from ..rms_norm import rms_norm_backward, rms_norm_eager, rms_norm_forward
-from ..rms_norm import reference as rms_norm_reference
-
-
-# ---------------------------------------------------------------------------------------------
-# Triton kernels and launchers: rms_norm's. Its forward kernels take the residual under the
-# constexpr HAS_RES (load x and residual, round h = x + residual to the input dtype, store it and
-# normalise it: the norm sees the h that is returned and that the backward reads back); its
-# backward kernels add h's upstream gradient under HAS_DH. Everything else (persistent grid,
-# prefetch, chunked wide rows, fp32 dw partials) is shared as is: see kernels/rms_norm.py.
-
-
-# ---------------------------------------------------------------------------------------------
-# Autograd wrapper
+__all__ = ["AddRMSNormFunction", "add_rms_norm"]
 
 
 class AddRMSNormFunction(torch.autograd.Function):
@@ -51,123 +41,3 @@ def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, w: torch.Tensor, eps: 
         return AddRMSNormFunction.apply(x, residual, w, eps)
     y, h, _ = rms_norm_forward(x, w, eps, residual=residual, need_rstd=False)
     return h, y
-
-
-# ---------------------------------------------------------------------------------------------
-# Baselines and peers
-
-
-def add_rms_norm_eager(x: torch.Tensor, residual: torch.Tensor, w: torch.Tensor, eps: float = 1e-6):
-    """HF LLaMA/Qwen decoder layer: the add in the input dtype, then LlamaRMSNorm."""
-    h = x + residual
-    return h, rms_norm_eager(h, w, eps)
-
-
-def add_rms_norm_liger(x: torch.Tensor, residual: torch.Tensor, w: torch.Tensor, eps: float = 1e-6):
-    from liger_kernel.ops.fused_add_rms_norm import LigerFusedAddRMSNormFunction
-
-    # (X, R, W, eps, offset, casting_mode, in_place): LLaMA casting, Liger's defaults otherwise.
-    # It returns (normed, residual sum); ours is (h, y).
-    y, h = LigerFusedAddRMSNormFunction.apply(x, residual, w, eps, 0.0, "llama", False)
-    return h, y
-
-
-# ---------------------------------------------------------------------------------------------
-# Reference: plain maths, float64
-
-
-def reference(x: torch.Tensor, residual: torch.Tensor, w: torch.Tensor, eps: float = 1e-6):
-    h = x + residual
-    return h, rms_norm_reference(h, w, eps)
-
-
-# ---------------------------------------------------------------------------------------------
-# Inputs
-
-
-def make_inputs(dims, dtype, device, seed):
-    g = torch.Generator(device="cpu").manual_seed(seed)
-    m, n = dims["M"], dims["N"]
-    # the residual stream's scale grows with depth and differs between tokens; the sublayer
-    # output added to it is smaller
-    residual = torch.randn((m, n), generator=g) * torch.exp(torch.randn((m, 1), generator=g))
-    x = 0.5 * torch.randn((m, n), generator=g)
-    w = 1.0 + 0.3 * torch.randn(n, generator=g)
-    return {
-        "x": x.to(device=device, dtype=dtype),
-        "residual": residual.to(device=device, dtype=dtype),
-        "w": w.to(device=device, dtype=dtype),
-        "eps": 1e-6,
-    }
-
-
-# ---------------------------------------------------------------------------------------------
-# Shape grids: M = tokens, N = hidden size (leaner than rms_norm's: the same kernels, timed there
-# on more shapes).
-
-
-_s = Shape.rows
-
-
-QUICK = (
-    _s(64, 1024, "small, power of two: several rows per program"),
-    _s(37, 1000, "awkward: rows and width not powers of two, tail masked"),
-    _s(3, 20000, "rows wider than the register block: the wide-row paths"),
-)
-
-FULL = (
-    _s(1, 4096, "a single token (decode): launch latency dominates"),
-    _s(8192, 4096, "LLaMA-3-8B, 8k tokens"),
-    _s(32768, 4096, "LLaMA-3-8B, 32k tokens: the largest, far beyond L2"),
-    _s(4096, 8192, "LLaMA-3-70B width"),
-    _s(2048, 16384, "LLaMA-3-405B width: the widest row kept in registers"),
-    _s(3000, 3584, "awkward token count, Qwen2-7B width (not a power of two: masked tail)"),
-    _s(999, 5003, "odd width: rows not 16-byte aligned, no vector loads for anyone"),
-    _s(1024, 65536, "very wide rows: forward in one program's registers (bf16), backward in coop segments"),
-)
-
-
-# ---------------------------------------------------------------------------------------------
-# Cost model (minimum traffic, s = element size; rstd, our M*4-byte side output, not counted):
-#   fwd:      read x, residual, w; write h, y              -> (4*M*N + N) * s
-#   bwd:      read h, dy, dh, w; write dx (= dresidual), dw -> (4*M*N + 2*N) * s
-#   fwd+bwd:  the two passes                               -> (8*M*N + 3*N) * s
-# The two input gradients are one tensor (autograd hands the add's gradient to both inputs), so
-# it is written once. Beyond the minimum, as in rms_norm: the bwd's fp32 dw partials (in L2); for
-# rows wider than MAX_REG_BLOCK the backward reads h and dy twice (6*M*N*s instead of 4*M*N*s).
-# FLOPs: fwd 5 per element (the add, then rms_norm's 4); bwd 10 (rms_norm's 9, plus dh).
-
-
-def bytes_moved(dims, dtype, mode) -> int:
-    m, n = dims["M"], dims["N"]
-    fwd = 4 * m * n + n
-    bwd = 4 * m * n + 2 * n
-    per = {"fwd": fwd, "bwd": bwd, "fwd+bwd": fwd + bwd}[mode]
-    return per * dtype.itemsize
-
-
-def flops(dims, mode) -> float:
-    per = {"fwd": 5, "bwd": 10, "fwd+bwd": 15}[mode]
-    return float(per * dims["M"] * dims["N"])
-
-
-SPEC = KernelSpec(
-    name="add_rms_norm",
-    description="h = x + residual, y = rms_norm(h) * w, returning (h, y), forward and backward",
-    modes=("fwd", "bwd", "fwd+bwd"),
-    providers=standard_providers(add_rms_norm, add_rms_norm_eager)
-    + (Provider("liger", add_rms_norm_liger, peer_available("liger_kernel")),),
-    baseline="torch",
-    reference=reference,
-    make_inputs=make_inputs,
-    grad_inputs=("x", "residual", "w"),
-    grids={"quick": QUICK, "full": FULL},
-    bytes_moved=bytes_moved,
-    flops=flops,
-    bound="memory",
-    # rms_norm's: the same maths plus one rounding of h, which every provider does. Measured worst
-    # over seeds and the test shapes: bf16 4.2e-3 (ours, interpreter), 3.9e-3 (eager); fp16 4.8e-4;
-    # fp32 1.4e-7.
-    tolerance={torch.bfloat16: 1e-2, torch.float16: 1.5e-3, torch.float32: 1e-5},
-    dtypes=(torch.bfloat16, torch.float16, torch.float32),
-)

@@ -1,2 +1,90 @@
-"""The spec of layer_norm (transitional: the op's module still declares it)."""
-from . import SPEC  # noqa: F401
+"""What the collector needs to measure layer_norm: providers, the float64 reference, inputs, grids,
+the cost model and the tolerance."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from kcollect.spec import Shape
+
+from .._lib import config_record
+from .._lib.norm_spec import norm_spec
+from . import layer_norm, pick_backward, pick_forward
+
+
+def layer_norm_eager(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
+    return F.layer_norm(x, (x.shape[-1],), weight, bias, eps)
+
+
+def layer_norm_liger(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
+    from liger_kernel.ops.layer_norm import LigerLayerNormFunction
+
+    return LigerLayerNormFunction.apply(x, weight, bias, eps)
+
+
+def reference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
+    """Plain maths in float64 (the tests import it)."""
+    mean = x.mean(dim=-1, keepdim=True)
+    var = ((x - mean) ** 2).mean(dim=-1, keepdim=True)
+    return (x - mean) / torch.sqrt(var + eps) * weight + bias
+
+
+def make_inputs(dims, dtype, device, seed):
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    m, n = dims["M"], dims["N"]
+    # residual-stream-like activations: each row has its own offset and scale, so centring and
+    # scaling both matter; weight near 1 and a small bias, as a trained LayerNorm has
+    x = torch.randn(m, n, generator=g) * (1.0 + torch.rand(m, 1, generator=g) * 3.0) + torch.randn(m, 1, generator=g)
+    weight = 1.0 + 0.2 * torch.randn(n, generator=g)
+    bias = 0.1 * torch.randn(n, generator=g)
+    return {
+        "x": x.to(device=device, dtype=dtype),
+        "weight": weight.to(device=device, dtype=dtype),
+        "bias": bias.to(device=device, dtype=dtype),
+        "eps": 1e-5,
+    }
+
+
+def config_of(inputs) -> dict:
+    """The forward's and the backward's configs (a coop backward falls back to the cols path where
+    not even one group of its programs fits: rows of over a million elements)."""
+    x = inputs["x"]
+    M, N = x.numel() // x.shape[-1], x.shape[-1]
+    return config_record(fwd=pick_forward(M, N, x.dtype, x.device), bwd=pick_backward(M, N, x.dtype, x.device))
+
+
+# Shape grids: M = tokens, N = hidden size.
+_s = Shape.rows
+FULL = (
+    _s(1, 4096, "a single token (decode): launch latency dominates"),
+    _s(1024, 2048, "TinyLlama-1.1B / GPT-2-XL-sized hidden, short batch: two rows per program"),
+    _s(4096, 4096, "LLaMA-7B hidden, 4k tokens"),
+    _s(32768, 4096, "LLaMA-7B hidden, 32k tokens: 256 MB bf16, far beyond L2 (Liger's headline shape)"),
+    _s(8192, 8192, "LLaMA-70B hidden: the widest row with a fused backward"),
+    _s(3000, 5120, "awkward token count, LLaMA-13B / Qwen-14B hidden (not a power of two)"),
+    _s(4096, 16384, "LLaMA-3-405B hidden: forward in two passes of prefetched chunks (lines), "
+                    "backward in coop segments"),
+    _s(2048, 65536, "very wide rows (128 KB bf16): forward in two passes of 64 KB chunks (lines), "
+                    "backward in coop segments"),
+)
+
+
+# Cost model (minimum traffic; s = element size, stats are fp32):
+#   fwd:      read x, w, b; write y, mean, rstd            -> (2*M*N + 2*N) * s + 8*M
+#   bwd:      read dy, x, w, mean, rstd; write dx, dw, db   -> (3*M*N + 3*N) * s + 8*M
+#   fwd+bwd:  the sum of the two
+# Where the backward takes the cols path (the CPU, or rows too wide for a coop group) it reads x and
+# dy twice, (5*M*N) * s, as PyTorch's does; it is still charged the minimum. FLOPs, approximately per
+# element: fwd 8 (two sums, centre, square, scale, affine), bwd 13 (xhat, w*dy, two row sums, dx, dw
+# and db accumulation).
+SPEC = norm_spec(
+    "layer_norm", "LayerNorm over the last dim with weight and bias (eps 1e-5), forward and backward",
+    fn=layer_norm, eager=layer_norm_eager, liger=layer_norm_liger, config_of=config_of,
+    reference=reference, make_inputs=make_inputs, grad_inputs=("x", "weight", "bias"),
+    full=FULL, traffic={"fwd": (2, 2, 8), "bwd": (3, 3, 8)}, flops_per={"fwd": 8, "bwd": 13},
+    # Ours sums statistics and gradients in fp32: one rounding of each output to the storage dtype
+    # (bf16 measured <= 5.2e-3 under the interpreter's truncating casts, fp16 <= 5e-4). PyTorch's CPU
+    # kernel rounds more in its bf16/fp16 backward (measured up to 7.7e-3 / 9.6e-4), hence the
+    # headroom. fp32: rounding of the sums over N and over M rows (measured ~1e-7).
+    tolerance={torch.bfloat16: 1.6e-2, torch.float16: 3e-3, torch.float32: 1e-5},
+)

@@ -12,7 +12,7 @@ import triton
 import triton.language as tl
 
 from .._lib import sm_count, widen, widen_asm
-from .._lib.softmax_ce import align, col_mask, row_start
+from .._lib.rows import align, col_mask, row_start
 from .config import RowsConfig
 
 

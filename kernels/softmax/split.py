@@ -18,7 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .._lib.softmax_ce import align, col_mask, row_start
+from .._lib.rows import align, col_mask, row_start
 from .config import SPLIT_MAX_SEGMENTS, SplitConfig
 
 

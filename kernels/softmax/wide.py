@@ -29,7 +29,7 @@ import triton.language as tl
 
 from .._lib import (LOG2E, coop_plan, coop_program, lse_update, prefetch_ahead, prefetch_chunk, prefetch_segment,
                     publish, publish2, sm_count, wait_slots2, wait_total)
-from .._lib.softmax_ce import align, col_mask, row_start
+from .._lib.rows import align, col_mask, row_start
 from .config import CoopConfig, LinesConfig, StreamConfig
 from .split import _finite_or_zero
 
