@@ -1,8 +1,8 @@
 """rtu against its float64 reference on the CPU interpreter: diagonal and low-rank input maps, resets
 at the first step, at chunk boundaries and back to back, several chunks, channel blocks (one
 masked) and time segments (forward and backward), forward (inference) and forward+backward, bf16
-and fp32; the PyTorch providers' own code (the log-depth scan, the rotating frame used with
-accelerated_scan) and the input checks."""
+and fp32; the PyTorch providers' own code (the log-depth scan, the adapter around
+accelerated_scan's complex scan) and the input checks."""
 import random
 
 import pytest
@@ -64,7 +64,7 @@ def test_log_depth_scan_matches_reference():
 
 
 def _scan_loop(gates, tokens):
-    """A real first-order scan over the last axis, as accelerated_scan.scalar.scan computes it."""
+    """A first-order scan over the last axis, as accelerated_scan.complex.scan computes it."""
     h, out = torch.zeros_like(tokens[..., 0]), []
     for t in range(tokens.shape[-1]):
         h = gates[..., t] * h + tokens[..., t]
@@ -72,9 +72,9 @@ def _scan_loop(gates, tokens):
     return torch.stack(out, dim=-1)
 
 
-def test_rotating_frame_matches_reference():
-    # the accelerated_scan provider's maths, with a plain loop standing in for its scan
-    check(inputs(2, 29, 5, "diag", F32, EDGES[:3], 0.1), F32, fn=lambda **x: providers.rotating_frame(_scan_loop, **x))
+def test_complex_scan_adapter_matches_reference():
+    # the accelerated_scan provider's code, with a plain loop standing in for its scan
+    check(inputs(2, 29, 5, "diag", F32, EDGES[:3], 0.1), F32, fn=lambda **x: providers.through_scan(_scan_loop, **x))
 
 
 def test_cortex_torch_refuses_long_sequences():

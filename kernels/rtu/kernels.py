@@ -132,8 +132,8 @@ def _rtu_fwd(X1, X2, W1, W2, NU, TH, R, Y, CK, ENDS, T, H, n_chunks, per_seg,
     tr = tl.full([BLOCK_H], 1.0, tl.float32)  # the segment's transition (ENDS_PASS)
     ti = tl.zeros([BLOCK_H], tl.float32)
     c = tl.program_id(1) * per_seg
-    end = c + per_seg
-    while c < end and c < n_chunks:
+    end = tl.minimum(c + per_seg, n_chunks)  # the last segment may be short
+    while c < end:
         t = c * CHUNK + rows
         x1, x2 = _inputs(X1, X2, base, t, h, T, H, mh, SAME_X)
         keep = _keep(R, b, t, T, HAS_R)[:, None]

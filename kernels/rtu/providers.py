@@ -9,14 +9,10 @@ theta_log, map1, map2, resets; see naive.py for the maps) and returning y [B, T,
   `rtu_stream_full_pytorch` with W = U @ V, its only PyTorch path for input matrices), a Python
   loop over time.
 - compile: torch.compile of a log-depth scan in plain PyTorch, state in fp32.
-- accelerated_scan: a real first-order scan (gates a_t, tokens b_t). The RTU's transition is a
-  complex rotation, which no real gate expresses; in the frame that turns with it,
-  w_t = e^{-i theta t} c_t, it is real: w_t = r keep_t w_{t-1} + e^{-i theta t} gamma u_t. So the
-  inputs are turned by -theta t, the real and imaginary parts scanned with the gates r * keep
-  (a reset is a zero gate), and the result turned back (phases theta * t in float64, so that
-  long sequences keep their angle). The backward's gradient for theta_log sums terms as large as
-  t * |c| that cancel down to |c| / (1 - r): in fp32 it loses about log10(T) digits, which is this
-  formulation's error, not the scan's.
+- accelerated_scan: its complex first-order scan (`accelerated_scan.complex.scan`, Triton, forward
+  and backward; the package's real one, `scalar.scan`, cannot turn the state), with gates
+  lambda * keep (a reset is a zero gate) and tokens gamma * u: it applies to every shape, the
+  input maps and the SiLU done in PyTorch around it.
 """
 from __future__ import annotations
 
@@ -79,19 +75,14 @@ def _gates(nu_log, theta_log):
     return r, torch.exp(theta_log.float()), torch.sqrt(torch.clamp(1.0 - r * r, min=0.0))
 
 
-def _keep(resets, x):
-    """[B, T, 1] fp32: 0 at a reset, else 1 (None: no resets)."""
-    return None if resets is None else (~resets).to(torch.float32)[..., None]
-
-
 def log_depth(x, nu_log, theta_log, map1, map2, resets=None):
     """The recurrence as a parallel scan of (transition, input) pairs over time, in PyTorch."""
     u1, u2 = (u.float() for u in injections(x, map1, map2))
     r, theta, gamma = _gates(nu_log, theta_log)
     ar = (r * torch.cos(theta)).expand_as(u1)
     ai = (r * torch.sin(theta)).expand_as(u1)
-    keep = _keep(resets, x)
-    if keep is not None:
+    if resets is not None:
+        keep = (~resets).to(torch.float32)[..., None]
         ar, ai = ar * keep, ai * keep
     _, _, c1, c2 = log_scan(first_order_complex.fn, (ar, ai, gamma * u1, gamma * u2), dim=1)
     return F.silu(torch.cat([c1, c2], dim=-1)).to(x.dtype)
@@ -100,27 +91,19 @@ def log_depth(x, nu_log, theta_log, map1, map2, resets=None):
 compile_scan = compiled(log_depth)
 
 
-def rotating_frame(scan, x, nu_log, theta_log, map1, map2, resets=None):
-    """The RTU through `scan(gates, tokens)`, a real first-order scan over the last axis of
-    [B, C, T] tensors (see the module docstring)."""
+def through_scan(scan, x, nu_log, theta_log, map1, map2, resets=None):
+    """The RTU through `scan(gates, tokens)`, a complex first-order scan over the last axis of
+    [B, H, T] complex64 tensors: gates lambda * keep (a reset is a zero gate), tokens gamma * u."""
     u1, u2 = (u.float() for u in injections(x, map1, map2))
     r, theta, gamma = _gates(nu_log, theta_log)
-    steps = torch.arange(x.shape[1], device=x.device, dtype=torch.float64)
-    phase = steps[:, None] * theta.double()[None, :]  # [T, H]
-    cos, sin = torch.cos(phase).float(), torch.sin(phase).float()
-    v1 = gamma * (u1 * cos + u2 * sin)  # (u1 + i u2) e^{-i theta t}
-    v2 = gamma * (u2 * cos - u1 * sin)
-    gates = r.expand_as(u1) if resets is None else r * _keep(resets, x)
-    H = u1.shape[2]
-    tokens = torch.cat([v1, v2], dim=-1).transpose(1, 2).contiguous()  # [B, 2H, T]
-    w = scan(torch.cat([gates, gates], dim=-1).transpose(1, 2).contiguous(), tokens).transpose(1, 2)
-    w1, w2 = w[..., :H], w[..., H:]
-    c1 = w1 * cos - w2 * sin  # w e^{i theta t}
-    c2 = w1 * sin + w2 * cos
-    return F.silu(torch.cat([c1, c2], dim=-1)).to(x.dtype)
+    lam = torch.polar(r, theta)[None, :, None]
+    gates = lam.expand(x.shape[0], -1, x.shape[1]) if resets is None else lam * (~resets)[:, None, :]
+    tokens = (torch.complex(u1, u2) * gamma).transpose(1, 2)
+    c = scan(gates.contiguous(), tokens.contiguous()).transpose(1, 2)
+    return F.silu(torch.cat([c.real, c.imag], dim=-1)).to(x.dtype)
 
 
 def accelerated_scan(x, nu_log, theta_log, map1, map2, resets=None):
-    from accelerated_scan.scalar import scan
+    from accelerated_scan.complex import scan
 
-    return rotating_frame(scan, x, nu_log, theta_log, map1, map2, resets)
+    return through_scan(scan, x, nu_log, theta_log, map1, map2, resets)

@@ -124,10 +124,12 @@ SPEC = KernelSpec(
     bytes_moved=bytes_moved,
     flops=flops,
     bound="memory",
-    # The PyTorch path with its state in fp32 (log_depth, and a step loop) against float64: bf16
-    # 2.6e-3 to 3.1e-3 (one rounding of y, x's own rounding in dx), fp32 2e-7 to 7e-7 at T up to
-    # 2048 on the CPU (measured over fresh draws); about 3x above, for growth with T to 8192.
-    tolerance={torch.bfloat16: 1e-2, torch.float32: 3e-6},
+    # The PyTorch paths with their state in fp32 (log_depth, and a step loop) against float64 at
+    # T 2048 on the CPU, forward and backward over fresh draws: bf16 2.9e-3 to 4.0e-3 (one rounding
+    # of y, x's own rounding in dx); fp32 y and dx below 2.5e-6, but theta_log's gradient up to
+    # 6.5e-5 (for both paths: a sum of terms as large as t * |c| that cancel); about 3x above,
+    # for growth with T to 8192.
+    tolerance={torch.bfloat16: 1e-2, torch.float32: 2e-4},
     dtypes=(torch.bfloat16, torch.float32),
     notes="Cortex's PyTorch and Triton RTUs zero the adjoint at the reset step itself instead of the step after "
           "it, so their gradients with resets fail the gate; their forwards pass.",
