@@ -1,89 +1,182 @@
-"""How well kcollect.regress finds planted steps, and how often it flags step-free series.
+"""How well kcollect.regress finds planted steps in series made of the real history's noise.
 
-Synthetic series shaped like real ones: 30-60 commits; each commit measured by 1 run (70%), 2 (20%)
-or 3 (10%); each run's median is the commit's true level times lognormal noise (sigma 1%, 2% or 3%),
-times a slow outlier (x1.1-1.5) with probability 3%; each run's p20-p80 band is its median
-x exp(-/+h), h ~ U(0.5%, 2%). A planted step multiplies every commit from a random index on
-(at least regress.PERSIST commits from either end) by 1.05 or 1.10, or divides by it (improvement).
+Noise: the committed history (data/runs, imported into a temporary store). For each kernel, the
+residuals of its reference series (providers other than ours, whose code never changed between the
+commits: log time minus the series' median) over the commits that measured it. A synthetic series of
+n points (6-30) takes n consecutive commits of that kernel (blocks of 5 consecutive commits, joined,
+where the kernel has fewer than n), and one reference series' residuals over them as its noise; up to
+40 other reference series of the kernel over the same commits are the references from which the
+machine drift is estimated, exactly as `regress.analyse` does. So every synthetic point carries the
+noise, outliers and commit-to-commit drift that real points had, and its references carry the
+same commits' drift.
 
-Found: a flag of the right kind within one commit of the planted index (exact index reported too).
-False flags: step-free series with any flag; extra flags on stepped series are counted too.
+Scenarios (each on its own series):
+- step: +-5% or +-10% from a random point (at least 2 points before and 3 after) to the end;
+- plateau: +20% for 2 or 3 commits, then reverted (at least 2 points before and after);
+- sticky clock: every series (the target and its references) 5-20% slower on 2-4 consecutive
+  commits, nothing planted in the target;
+- none: the noise alone.
 
-    python benchmarks/regress_eval.py [--trials 1000] [--seed 0]
+Found: a flag of the right kind whose step is within 2 commits of the planted one and that was
+decided at most 2 commits after it (the commit of the step and the next). A plateau counts when, at
+the end of the series, its regression is still flagged (within 1 commit) and marked recovered.
+False flags: any flag on a sticky-clock or noise-only series, per series per commit.
+
+    python benchmarks/regress_eval.py [--trials 1000] [--seed 0] [--threshold 0.03]
 """
 from __future__ import annotations
 
 import argparse
+import math
+import tempfile
 import time
+from datetime import datetime, timedelta
+from pathlib import Path
 
 import numpy as np
 
-from kcollect.regress import PERSIST, WINDOW, Point, detect
+from kcollect import regress
+from kcollect.history import import_path
+from kcollect.regress import Point, SeriesKey
+from kcollect.store import Store
 
-NOISES = (0.01, 0.02, 0.03)
-STEPS = (0.05, 0.10)
-
-
-def series(rng: np.random.Generator, n: int, noise: float, step: float, at: int, up: bool) -> list[Point]:
-    level = np.ones(n)
-    if step:
-        level[at:] *= (1 + step) if up else 1 / (1 + step)
-    points = []
-    for i in range(n):
-        runs = rng.choice([1, 2, 3], p=[0.7, 0.2, 0.1])
-        med = level[i] * np.exp(rng.normal(0, noise, runs))
-        med *= np.where(rng.random(runs) < 0.03, rng.uniform(1.1, 1.5, runs), 1.0)
-        h = rng.uniform(0.005, 0.02, runs)
-        m = float(np.median(med))
-        points.append(Point(commit=f"c{i}", commit_time=None, median_ms=m,
-                            p20_ms=min(float(np.median(med * np.exp(-h))), float(med.min())),
-                            p80_ms=max(float(np.median(med * np.exp(h))), float(med.max())), runs=int(runs)))
-    return points
+ROOT = Path(__file__).resolve().parent.parent
+BLOCK = 5
+MAX_REFERENCES = 40
 
 
-def trial(rng, noise: float, step: float, threshold: float) -> tuple[bool, bool, int, int, bool]:
-    """-> (found within one commit, found at the exact index, false flags, commits, step is interior:
-    a full WINDOW of commits on each side)"""
-    n = int(rng.integers(30, 61))
-    at = int(rng.integers(PERSIST, n - PERSIST + 1))
-    up = bool(rng.random() < 0.5)
-    flags = detect(series(rng, n, noise, step, at, up), threshold)
-    kind = "regression" if up else "improvement"
-    hits = [f for f in flags if step and f.kind == kind and abs(f.index - at) <= 1]
-    return bool(hits), any(f.index == at for f in hits), len(flags) - min(len(hits), 1), n, WINDOW <= at <= n - WINDOW
+class Noise:
+    """The real history as residual matrices, one per kernel (reference series x its commits)."""
+
+    def __init__(self, runs: Path, raw: bool = False):
+        with tempfile.TemporaryDirectory() as tmp, Store(Path(tmp) / "k.duckdb") as store:
+            import_path(store, runs)
+            rows = store.query(regress.QUERY)
+        analysed = regress.analyse(rows)
+        self.pooled = regress.pooled_noise({k: r.points for k, r in analysed.items()})
+        self.kernels = []
+        for kernel in sorted({k.kernel for k in analysed}):
+            refs = {k: r for k, r in analysed.items() if k.kernel == kernel and k.provider not in regress.OURS}
+            commits = sorted({(p.commit_time, p.commit) for r in refs.values() for p in r.points})
+            index = {c: i for i, (_, c) in enumerate(commits)}
+            keys = [k for k, r in refs.items() if len(r.points) >= 4]
+            m = np.full((len(keys), len(commits)), np.nan)
+            for row, k in enumerate(keys):
+                m[row, [index[p.commit] for p in refs[k].points]] = _residuals(refs[k], raw)
+            priors = [self.pooled.get(regress.pool_key(k, refs[k].points)) for k in keys]
+            if len(keys) > regress.MIN_REFERENCES:
+                self.kernels.append((kernel, keys, m, priors))
+
+    def draw(self, rng: np.random.Generator, n: int):
+        """(target residuals, target's pooled prior, residual matrix of its references), over n commits."""
+        while True:
+            kernel, keys, m, priors = self.kernels[rng.integers(len(self.kernels))]
+            cols = _commits(rng, m.shape[1], n)
+            t = int(rng.integers(len(keys)))
+            target = m[t, cols]
+            if np.isnan(target).any():
+                continue
+            others = [r for r in range(len(keys)) if r != t]
+            refs = m[rng.permutation(others)[:MAX_REFERENCES]][:, cols]
+            return target, priors[t], refs
+
+
+def _residuals(r: regress.SeriesResult, raw: bool) -> np.ndarray:
+    """Log time minus its level: the series' median (raw), or the median of its segment between the
+    steps the detector found in it (a reference's own level shifts are changes, not noise)."""
+    y = np.log([p.median_ms for p in r.points])
+    if raw:
+        return y - np.median(y)
+    cuts = [0] + [f.index for f in r.flags] + [len(y)]
+    return np.concatenate([y[a:b] - np.median(y[a:b]) for a, b in zip(cuts, cuts[1:])])
+
+
+def _commits(rng, available: int, n: int) -> np.ndarray:
+    if n <= available:
+        start = int(rng.integers(available - n + 1))
+        return np.arange(start, start + n)
+    blocks = []
+    while sum(len(b) for b in blocks) < n:
+        start = int(rng.integers(max(available - BLOCK, 0) + 1))
+        blocks.append(np.arange(start, min(start + BLOCK, available)))
+    return np.concatenate(blocks)[:n]
+
+
+T0 = datetime(2026, 1, 1)
+
+
+def _points(logs: np.ndarray) -> list[Point]:
+    return [Point(commit=f"c{i}", commit_time=T0 + timedelta(hours=i), median_ms=float(math.exp(v)), p20_ms=float(math.exp(v)),
+                  p80_ms=float(math.exp(v)), runs=1) for i, v in enumerate(logs) if np.isfinite(v)]
+
+
+def detect(target: np.ndarray, prior: float | None, refs: np.ndarray, threshold: float) -> list[regress.Flag]:
+    """The flags of the target series with the drift estimated from its references, as analyse does."""
+    series = {SeriesKey("k", "fwd", "torch", f"s{r}", "bf16", "gpu", None, "cuda-graph"): _points(refs[r])
+              for r in range(len(refs))}
+    drift = regress.machine_drift(series).get(("gpu", None), {})
+    points = _points(target)
+    return regress.detect(points, threshold, prior, [drift.get(p.commit, 0.0) for p in points])
+
+
+def trial(noise: Noise, rng, scenario: str, size: float, threshold: float) -> tuple[bool, int, int]:
+    """-> (found, false flags, points)"""
+    n = int(rng.integers(6, 31))
+    target, prior, refs = noise.draw(rng, n)
+    plant = np.zeros(n)
+    if scenario == "step":
+        at = int(rng.integers(2, n - 2))
+        up = bool(rng.random() < 0.5)
+        plant[at:] = math.log1p(size) * (1 if up else -1)
+    elif scenario == "plateau":
+        length = min(int(rng.integers(2, 4)), n - 4)
+        at = int(rng.integers(2, n - length - 1))
+        plant[at:at + length] = math.log1p(size)
+    elif scenario == "sticky":
+        length = int(rng.integers(2, 5))
+        at = int(rng.integers(1, n - length + 1))
+        clock = np.zeros(n)
+        clock[at:at + length] = math.log1p(rng.uniform(0.05, 0.20))
+        plant, refs = clock, refs + clock
+    flags = detect(target + plant, prior, refs, threshold)
+    if scenario == "step":
+        kind = "regression" if up else "improvement"
+        hit = any(f.kind == kind and abs(f.index - at) <= 2 and f.decided_index <= at + 2 for f in flags)
+        return hit, 0, n
+    if scenario == "plateau":
+        hit = any(f.kind == "regression" and abs(f.index - at) <= 1 and f.status == "recovered" for f in flags)
+        return hit, 0, n
+    return False, len(flags), n
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--trials", type=int, default=1000, help="series per cell")
+    ap.add_argument("--trials", type=int, default=1000, help="series per scenario")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threshold", type=float, action="append",
-                    help="relative threshold(s) to evaluate (repeatable); default 0.05 and 0.03")
+    ap.add_argument("--threshold", type=float, default=regress.DEFAULT_THRESHOLD)
+    ap.add_argument("--raw", action="store_true",
+                    help="noise as log time minus the series' median, level shifts of references included")
+    ap.add_argument("--runs", type=Path, default=ROOT / "data" / "runs", help="the history whose noise is used")
+    ap.add_argument("--min-z", type=float, default=regress.MIN_Z, help="the detector's MIN_Z, to tune it")
     args = ap.parse_args()
+    regress.MIN_Z = args.min_z
     rng = np.random.default_rng(args.seed)
-    print(f"{args.trials} series per cell, 30-60 commits, seed {args.seed}")
-    print("found: within one commit [at the exact commit] {among steps with a full window each side}")
-    print(f"{'threshold':>9} {'noise':>5} | {'5% steps found':>24} {'10% steps found':>24} | "
-          f"{'step-free series flagged':>24} {'false flags / 100 commits':>25}")
     t0 = time.perf_counter()
-    for threshold in args.threshold or (0.05, 0.03):
-        for noise in NOISES:
-            cells = []
-            for step in STEPS:
-                r = [trial(rng, noise, step, threshold) for _ in range(args.trials)]
-                interior = [x[0] for x in r if x[4]]
-                cells.append(f"{np.mean([x[0] for x in r]):6.1%} [{np.mean([x[1] for x in r]):5.1%}]"
-                             f" {{{np.mean(interior):5.1%}}}")
-            free = [trial(rng, noise, 0.0, threshold) for _ in range(args.trials)]
-            flagged = np.mean([x[2] > 0 for x in free])
-            per100 = 100 * sum(x[2] for x in free) / sum(x[3] for x in free)
-            print(f"{threshold:>9.0%} {noise:>5.0%} | {cells[0]:>24} {cells[1]:>24} | {flagged:>24.1%} {per100:>25.2f}")
+    noise = Noise(args.runs, args.raw)
+    print(f"noise from {args.runs} ({'raw' if args.raw else 'between steps'}): {len(noise.kernels)} kernels, "
+          f"{sum(len(k[1]) for k in noise.kernels)} reference series; threshold {args.threshold:.0%}, "
+          f"MIN_Z {regress.MIN_Z}, {args.trials} series (6-30 points) per scenario, seed {args.seed}")
+    print(f"{'scenario':<34} {'found':>7} {'false flags per series per commit':>36}")
+    for scenario, size, label in (("step", 0.10, "10% step (found within 2 commits)"),
+                                  ("step", 0.05, "5% step (found within 2 commits)"),
+                                  ("plateau", 0.20, "+20% plateau of 2-3, reverted"),
+                                  ("sticky", 0.0, "sticky clock (5-20%, 2-4 commits)"),
+                                  ("none", 0.0, "noise only")):
+        r = [trial(noise, rng, scenario, size, args.threshold) for _ in range(args.trials)]
+        found = f"{np.mean([x[0] for x in r]):7.1%}" if scenario in ("step", "plateau") else f"{'-':>7}"
+        false = sum(x[1] for x in r) / sum(x[2] for x in r)
+        print(f"{label:<34} {found} {false:>36.3%}")
     print(f"evaluation took {time.perf_counter() - t0:.1f} s")
-    long = series(rng, 200, 0.02, 0.0, 0, True)
-    t0 = time.perf_counter()
-    for _ in range(200):
-        detect(long)
-    print(f"detect() on a 200-commit step-free series: {(time.perf_counter() - t0) / 200 * 1e3:.2f} ms")
 
 
 if __name__ == "__main__":

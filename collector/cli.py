@@ -5,6 +5,7 @@ opened or written exits 1 with one line; Ctrl-C exits 130 after marking the run 
 """
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import click
@@ -89,20 +90,30 @@ def export_cmd(db, out, run_ids) -> None:
 @click.option("--db", default=DEFAULT_DB, show_default=True, help="DuckDB file to fold the runs into.")
 def import_cmd(paths, db) -> None:
     """Fold run folders, folders of them (default: data/runs) or other kcollect DuckDB files into the
-    store. Idempotent: runs already there are skipped."""
+    store. Idempotent: runs already there are skipped. A folder that is incomplete or unreadable is
+    skipped and named, and the command exits 1 after importing the rest."""
     from .history import import_path
 
+    for p in paths:
+        if not Path(p).exists():
+            fail(f"nothing to import at {p}: no such file or folder")
     store = open_store(db)
     added = skipped = 0
+    problems: list = []
     try:
         for p in paths or (DEFAULT_RUNS,):
-            a, s = import_path(store, Path(p))
+            a, s = import_path(store, Path(p), problems)
             added, skipped = added + a, skipped + s
     except StoreError as e:
-        fail(str(e), code=1)
+        fail(str(e), code=e.code)
     finally:
         store.close()
-    click.echo(f"{added} run(s) imported, {skipped} already present, into {db}")
+    for folder, reason in problems:
+        click.echo(f"kcollect: error: skipped {folder}: {reason}", err=True)
+    click.echo(f"{added} run(s) imported, {skipped} already present"
+               + (f", {len(problems)} folder(s) skipped" if problems else "") + f", into {db}")
+    if problems:
+        sys.exit(1)
 
 
 # The other commands live beside the code they drive; registered here so that `kcollect` lists them.

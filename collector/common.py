@@ -80,7 +80,7 @@ def open_store(path: str, read_only: bool = False) -> Store:
     try:
         return Store(path, read_only=read_only)
     except StoreError as e:
-        fail(str(e), code=1)
+        fail(str(e), code=e.code)
 
 
 def check_choices(kind: str, given: tuple[str, ...], valid) -> None:

@@ -1,102 +1,62 @@
-"""`kcollect compare A B`: two commits, or two GPUs, side by side; Markdown for a pull-request comment.
+"""`kcollect compare A B`: two commits (the CI gate), two runs, or two GPUs, side by side.
 
-The exit status is the CI signal: 1 when a series got significantly slower or newly fails its
-correctness gate, 0 otherwise, 2 with one line for bad input. Significant means beyond the relative
-threshold AND beyond the noise of the two points: their p20-p80 bands do not overlap (a point is all
-runs of one commit, grouped as regress.points_from_rows does, so reruns widen the band).
+The exit status is the CI signal: 1 when a series of ours got significantly slower or newly fails
+its correctness gate on a GPU, 0 otherwise, 2 with one line for bad input (an unknown commit, a bad
+--threshold, two sides with nothing in common, a store this kcollect cannot read). What
+"significantly" means, and what never counts, is in kcollect.verdicts; whose code changed comes from
+git (kcollect.codechange); each series' noise from its history (kcollect.regress, kcollect.noise).
+`--confirm` re-measures the doubtful and failing cases of ours, both commits interleaved on this
+machine (kcollect.confirm), and decides on those samples.
 """
 from __future__ import annotations
 
 import math
-import subprocess
 import sys
 from dataclasses import dataclass
 from datetime import datetime
 
 import click
+import duckdb
 
-from .regress import DEFAULT_THRESHOLD, Point, points_from_rows
+from . import codechange, regress
+from .common import DEFAULT_DB, kernel_module_option
+from .formats import FORMATS, IDENTITY, render
+from .noise import Noise
+from .regress import DEFAULT_THRESHOLD, SeriesKey
 from .store import Store, StoreError
+from .verdicts import COMPARE_Z, MARK, Comparison, Line, compare
 
-from .common import DEFAULT_DB  # noqa: E402
-SERIES = ("kernel", "mode", "provider", "shape", "dtype")
-QUERY = ("SELECT kernel, mode, provider, shape, dtype, status, median_ms, p20_ms, p80_ms, git_commit, commit_time, "
-         "started_at, run_id, device_kind, gpu_name FROM results_v")
-FAILING = ("failed", "error")  # a newly failing gate or crash is a regression; 'unavailable' is not
+QUERY = regress.QUERY
+DEVICE_SQL = "CASE WHEN device_kind = 'cuda' AND gpu_name IS NOT NULL THEN gpu_name ELSE 'cpu' END"
+COLUMNS = IDENTITY + ("timing", "a_ms", "b_ms", "change", "noise", "z", "code", "verdict", "note")
+RIGHT = ("a_ms", "b_ms", "change", "noise", "z")
 
 
 class BadInput(Exception):
     """Exit 2 with this one line."""
 
 
-@dataclass(frozen=True)
-class Line:
-    key: tuple  # SERIES values, plus the device in a comparison of commits
-    a: Point | None  # None when the side has no time (see a_status)
-    b: Point | None
-    a_status: str
-    b_status: str
-    verdict: str  # 'regression', 'improvement', 'within noise', 'same', 'failing', 'fixed', 'n/a'
-
-    @property
-    def change(self) -> float | None:
-        return self.b.median_ms / self.a.median_ms - 1 if self.a and self.b else None
-
-
-def device(row: dict) -> str:
-    # CPU (interpreted) rows are their own device, so they never meet GPU rows.
-    return row["gpu_name"] if row["device_kind"] == "cuda" and row["gpu_name"] else "cpu"
-
-
-def verdict(a: Point, b: Point, threshold: float) -> str:
-    if abs(math.log(b.median_ms / a.median_ms)) < math.log1p(threshold):
-        return "same"
-    if b.median_ms > a.median_ms:
-        return "regression" if b.p20_ms > a.p80_ms else "within noise"
-    return "improvement" if b.p80_ms < a.p20_ms else "within noise"
-
-
-def _sides(rows: list[dict], with_device: bool) -> dict[tuple, tuple[Point | None, str]]:
-    """Rows of one side -> {series: (point, status)}; a series with no 'ok' row keeps its latest status."""
-    groups: dict[tuple, list[dict]] = {}
-    for r in rows:
-        key = tuple(r[c] for c in SERIES) + ((device(r),) if with_device else ())
-        groups.setdefault(key, []).append(r)
-    out = {}
-    for key, group in groups.items():
-        points = points_from_rows(group)
-        latest = max(group, key=lambda r: r["started_at"] or datetime.min)
-        out[key] = (points[0], "ok") if points else (None, latest["status"])
-    return out
-
-
-def compare_rows(a_rows: list[dict], b_rows: list[dict], threshold: float, with_device: bool) -> list[Line]:
-    """The series present on both sides, with their verdicts."""
-    a, b = _sides(a_rows, with_device), _sides(b_rows, with_device)
-    lines = []
-    for key in sorted(a.keys() & b.keys(), key=lambda k: tuple(str(x) for x in k)):
-        (pa, sa), (pb, sb) = a[key], b[key]
-        if pa and pb:
-            v = verdict(pa, pb, threshold)
-        elif pa and sb in FAILING:
-            v = "failing"
-        elif pb and sa in FAILING:
-            v = "fixed"
-        else:
-            v = "n/a"
-        lines.append(Line(key, pa, pb, sa, sb, v))
-    return lines
+def parse_threshold(text: str) -> float:
+    """A relative threshold: 0.05 or 5% (a bare number above 1 would be over 100%: refused)."""
+    text = str(text).strip()
+    try:
+        number = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        raise BadInput(f"--threshold {text!r} is not a number; write 0.05 or 5% for 5%") from None
+    if not math.isfinite(number) or number < 0:
+        raise BadInput(f"--threshold {text!r} must be a finite number at least 0; write 0.05 or 5% for 5%")
+    if number > 1:
+        raise BadInput(f"--threshold {text!r} would mean {number:.0%}; a threshold is a fraction: write 0.05 "
+                       "or 5% for 5%")
+    return number
 
 
 # -- resolving A and B -----------------------------------------------------------------------------
 
 
 def _git(*args: str) -> str | None:
-    try:
-        out = subprocess.run(["git", *args], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return out.stdout.strip() if out.returncode == 0 else None
+    out = codechange.git(".", *args)
+    return None if out is None else out.strip()
 
 
 def resolve_commit(ref: str, known: dict[str, datetime | None]) -> tuple[str, str | None]:
@@ -121,125 +81,247 @@ def resolve_commit(ref: str, known: dict[str, datetime | None]) -> tuple[str, st
                    f"{', '.join(c[:12] for c in recent) or 'none, the store has no runs'}")
 
 
+def _one(kind: str, name: str, found: list[str], known: list[str], width: int = 12) -> str:
+    if len(found) == 1:
+        return found[0]
+    if found:
+        raise BadInput(f"{kind} {name!r} matches several: {', '.join(f[:width] for f in found[:5])}")
+    raise BadInput(f"unknown {kind} {name!r}; known: "
+                   f"{', '.join(k[:width] for k in known[:8]) or 'none, the store has no runs'}")
+
+
 def resolve_device(name: str, devices: list[str]) -> str:
     exact = [d for d in devices if d.lower() == name.lower()]
-    matches = exact or [d for d in devices if name.lower() in d.lower()]
-    if len(matches) == 1:
-        return matches[0]
-    if matches:
-        raise BadInput(f"GPU {name!r} matches several: {', '.join(matches)}")
-    raise BadInput(f"unknown GPU {name!r}; known: {', '.join(devices) or 'none, the store has no runs'}")
+    return _one("GPU", name, exact or [d for d in devices if name.lower() in d.lower()], devices, width=200)
 
 
-DEVICE_SQL = "CASE WHEN device_kind = 'cuda' AND gpu_name IS NOT NULL THEN gpu_name ELSE 'cpu' END"
+@dataclass
+class Sides:
+    a_rows: list[dict]
+    b_rows: list[dict]
+    label_a: str
+    label_b: str
+    commits: tuple[str | None, str | None]
+    notes: list[str]
 
 
-def select(store: Store, a: str, b: str, gpus: bool) -> tuple[list[dict], list[dict], str, str, list[str]]:
-    """-> (rows of A, rows of B, label of A, label of B, notes); only the two sides are read."""
-    if not gpus:
+def select(store: Store, a: str, b: str, how: str) -> Sides:
+    """The rows of the two sides; `how`: 'commits', 'runs' or 'gpus'."""
+    if how == "commits":
         known = dict(store.con.execute("SELECT git_commit, max(commit_time) FROM runs "
                                        "WHERE git_commit IS NOT NULL GROUP BY 1").fetchall())
         (ca, na), (cb, nb) = resolve_commit(a, known), resolve_commit(b, known)
-        return (store.query(QUERY + " WHERE git_commit = ?", [ca]), store.query(QUERY + " WHERE git_commit = ?", [cb]),
-                ca[:12], cb[:12], [n for n in (na, nb) if n])
+        rows = [store.query(QUERY + " WHERE git_commit = ?", [c]) for c in (ca, cb)]
+        return Sides(rows[0], rows[1], ca[:12], cb[:12], (ca, cb), [n for n in (na, nb) if n])
+    if how == "runs":
+        runs = store.query("SELECT run_id, git_commit FROM runs ORDER BY started_at DESC")
+        ids = [r["run_id"] for r in runs]
+        ra, rb = (_one("run", x, [i for i in ids if i.startswith(x)], ids) for x in (a, b))
+        commit = {r["run_id"]: r["git_commit"] for r in runs}
+        rows = [store.query(QUERY + " WHERE run_id = ?", [r]) for r in (ra, rb)]
+        return Sides(rows[0], rows[1], f"run {ra[:8]}", f"run {rb[:8]}", (commit[ra], commit[rb]), [])
     devices = sorted(r[0] for r in store.con.execute(f"SELECT DISTINCT {DEVICE_SQL} FROM results_v").fetchall())
     da, db = resolve_device(a, devices), resolve_device(b, devices)
     if (da == "cpu") != (db == "cpu"):
         raise BadInput("CPU (interpreted) timings are never compared with GPU timings; compare two GPUs")
-    sides = []
+    out = []
     for d in (da, db):
         # The latest commit measured on this GPU (a run without a commit stands for itself).
         commit, run_id = store.con.execute(
             f"SELECT git_commit, run_id FROM results_v WHERE {DEVICE_SQL} = ? "
             "ORDER BY coalesce(commit_time, started_at) DESC, started_at DESC LIMIT 1", [d]).fetchone()
         where, arg = ("git_commit = ?", commit) if commit else ("run_id = ?", run_id)
-        sides.append((store.query(f"{QUERY} WHERE {DEVICE_SQL} = ? AND {where}", [d, arg]),
-                      f"{d} @ {(commit or 'run ' + run_id)[:12]}"))
-    return sides[0][0], sides[1][0], sides[0][1], sides[1][1], []
+        out.append((store.query(f"{QUERY} WHERE {DEVICE_SQL} = ? AND {where}", [d, arg]),
+                    f"{d} @ {(commit or 'run ' + run_id)[:12]}", commit))
+    return Sides(out[0][0], out[1][0], out[0][1], out[1][1], (out[0][2], out[1][2]), [])
+
+
+def nothing_in_common(s: Sides, how: str) -> str:
+    """Why two sides share no series, in one line."""
+    def where(rows):
+        return sorted({f"{regress.device(r)}" + (f" ({r['machine']})" if r.get("machine") else "") for r in rows})
+
+    if not s.a_rows or not s.b_rows:
+        empty = s.label_a if not s.a_rows else s.label_b
+        return f"{empty} has no rows in the store"
+    wa, wb = where(s.a_rows), where(s.b_rows)
+    if how == "commits" and not set(wa) & set(wb):
+        return (f"{s.label_a} ran on {', '.join(wa)} and {s.label_b} on {', '.join(wb)}: no series in common; "
+                "compare two GPUs with --gpus")
+    ka, kb = sorted({r["kernel"] for r in s.a_rows}), sorted({r["kernel"] for r in s.b_rows})
+    if not set(ka) & set(kb):
+        return f"{s.label_a} measured {', '.join(ka)} and {s.label_b} {', '.join(kb)}: no kernel in common"
+    return f"{s.label_a} and {s.label_b} share no (kernel, mode, provider, shape, dtype) on one GPU and machine"
+
+
+# -- noise and code ---------------------------------------------------------------------------------
+
+
+def history_noise(store: Store, s: Sides):
+    """series key -> its noise from its history on the GPUs and kernels of the two sides (see
+    noise_before)."""
+    gpus = sorted({regress.device(r) for r in s.a_rows + s.b_rows})
+    kernels = sorted({r["kernel"] for r in s.a_rows + s.b_rows})
+    rows = store.query(f"{QUERY} WHERE {DEVICE_SQL} IN ({', '.join('?' * len(gpus))}) "
+                       f"AND kernel IN ({', '.join('?' * len(kernels))})", gpus + kernels)
+    return noise_before(regress.analyse(rows), {c for c in s.commits if c})
+
+
+def noise_before(analysed: dict[SeriesKey, regress.SeriesResult], commits: set[str]):
+    """series key -> its noise as known before the later of the two commits (so that the change
+    between them is not taken for noise), or None for a series without history."""
+    def lookup(key: SeriesKey) -> Noise | None:
+        r = analysed.get(key)
+        if r is None:
+            return None
+        at = [i for i, p in enumerate(r.points) if p.commit in commits]
+        return regress.noise_until(r, max(at)) if at else r.noise
+
+    return lookup
+
+
+def code_changes(s: Sides, how: str):
+    """(kernel, provider) -> changed? between the two sides' commits, and a note on what git said."""
+    ca, cb = s.commits
+    if how == "gpus":
+        return (lambda kernel, provider: None), None
+    if ca and ca == cb:
+        return (lambda kernel, provider: False), None
+    changes = codechange.between(ca, cb) if ca and cb else None
+    if changes is None or not changes.ops:
+        note = ("git cannot tell which kernels changed between the two sides (run compare inside the "
+                "repository, with both commits fetched): every kernel of ours is taken as changed")
+    elif changes.changed_kernels():
+        note = f"kernels whose code changed: {', '.join(changes.changed_kernels())}"
+    else:
+        note = "no kernel's code changed between the two sides"
+
+    def changed(kernel: str, provider: str) -> bool | None:
+        if provider not in regress.OURS:
+            return False
+        return changes.changed(kernel) if changes else None
+
+    return changed, note
 
 
 # -- output -----------------------------------------------------------------------------------------
 
-MARK = {"regression": "REGRESSION", "failing": "NOW FAILING", "improvement": "faster", "fixed": "fixed",
-        "within noise": "no (noise)", "same": "no", "n/a": "-"}
+
+def _ms(side) -> str:
+    return f"{side.point.median_ms:.4f}" if side.point else str(side.status).upper()
 
 
-def _ms(p: Point | None, status: str) -> str:
-    return f"{p.median_ms:.4f}" if p else status.upper()
-
-
-def cells(lines: list[Line], with_device: bool) -> list[tuple[str, ...]]:
-    header = SERIES + (("gpu",) if with_device else ()) + ("A ms", "B ms", "change", "significant?")
-    body = [tuple(str(k) for k in ln.key) + (_ms(ln.a, ln.a_status), _ms(ln.b, ln.b_status),
-                                              f"{ln.change:+.1%}" if ln.change is not None else "-", MARK[ln.verdict])
-            for ln in lines]
-    return [header] + body
-
-
-def text_table(table: list[tuple[str, ...]]) -> list[str]:
-    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
-    numeric = len(table[0]) - 4  # the four last columns are right-aligned
-    out = []
-    for j, row in enumerate(table):
-        out.append("  ".join(c.rjust(w) if i >= numeric else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths)))
-                   .rstrip())
-        if j == 0:
-            out.append("  ".join("-" * w for w in widths))
-    return out
-
-
-def markdown_table(table: list[tuple[str, ...]]) -> list[str]:
-    esc = [tuple(c.replace("|", "\\|") for c in row) for row in table]
-    return (["| " + " | ".join(esc[0]) + " |", "|" + "|".join(" --- " for _ in esc[0]) + "|"]
-            + ["| " + " | ".join(row) + " |" for row in esc[1:]])
+def records(lines: list[Line]) -> tuple[list[dict], list[dict]]:
+    """(records with raw values for CSV/JSON, display text for the table and Markdown)."""
+    recs, text = [], []
+    for ln in lines:
+        gpu = ln.a.gpu if ln.a.gpu == ln.b.gpu else f"{ln.a.gpu} / {ln.b.gpu}"
+        machine = ln.a.machine if ln.a.machine == ln.b.machine else f"{ln.a.machine} / {ln.b.machine}"
+        timing = ln.a.timing if ln.a.timing == ln.b.timing else f"{ln.a.timing} / {ln.b.timing}"
+        recs.append(dict(zip(IDENTITY, (*ln.key, gpu, machine)), timing=timing,
+                         a_ms=ln.a.point.median_ms if ln.a.point else None,
+                         b_ms=ln.b.point.median_ms if ln.b.point else None, change=ln.change,
+                         noise=ln.noise.sigma if ln.noise else None,
+                         z=None if ln.z is None or not math.isfinite(ln.z) else round(ln.z, 2),
+                         code=ln.code, verdict=ln.verdict, note=ln.note))
+        text.append(dict(a_ms=_ms(ln.a), b_ms=_ms(ln.b), change=f"{ln.change:+.1%}" if ln.change is not None else "-",
+                         noise=f"±{ln.noise.sigma:.2%}" if ln.noise else "-",
+                         z=f"{ln.z:.1f}" if ln.z is not None and math.isfinite(ln.z) else "-",
+                         verdict=MARK[ln.verdict], machine=machine or "-", note=ln.note or ""))
+    return recs, text
 
 
 def summary(lines: list[Line]) -> str:
+    gating = [ln for ln in lines if ln.gates]
     count = {v: sum(ln.verdict == v for ln in lines) for v in MARK}
-    return (f"{len(lines)} series in both: {count['regression']} significant regression(s), "
-            f"{count['failing']} newly failing, {count['improvement']} significant improvement(s), "
-            f"{count['fixed']} fixed")
+    quiet = count["regression"] + count["failing"] - len(gating)
+    return (f"{len(lines)} series in both: {sum(ln.verdict == 'regression' for ln in gating)} significant "
+            f"regression(s), {sum(ln.verdict == 'failing' for ln in gating)} newly failing, "
+            f"{count['improvement']} significant improvement(s), {count['fixed']} fixed"
+            + (f" ({quiet} more on the CPU or of code that did not change, which never fail)" if quiet else ""))
 
 
-def report(lines: list[Line], label_a: str, label_b: str, threshold: float, with_device: bool,
-           markdown: bool) -> list[str]:
-    table = cells(lines, with_device)
-    if not markdown:
-        return [f"A = {label_a}   B = {label_b}   threshold {threshold:.0%}", *text_table(table), summary(lines)]
-    bad = [i + 1 for i, ln in enumerate(lines) if ln.verdict in ("regression", "failing")]
-    out = [f"### kcollect compare: `{label_a}` → `{label_b}`", "",
-           f"{summary(lines)} (threshold {threshold:.0%}, and beyond the p20-p80 spread of both).", ""]
+def report(cmp: Comparison, s: Sides, threshold: float, fmt: str) -> list[str]:
+    recs, text = records(cmp.lines)
+    if fmt in ("csv", "json"):
+        return render(recs, fmt, COLUMNS)
+    if fmt == "table":
+        return [f"A = {s.label_a}   B = {s.label_b}   threshold {threshold:.1%}",
+                *render(recs, fmt, COLUMNS, text, RIGHT), summary(cmp.lines)]
+    bad = [i for i, ln in enumerate(cmp.lines) if ln.gates]
+    out = [f"### kcollect compare: `{s.label_a}` → `{s.label_b}`", "",
+           f"{summary(cmp.lines)} (threshold {threshold:.1%}, and {COMPARE_Z:g} standard errors of the series' "
+           "measured noise; only our own kernels whose code changed can fail).", ""]
+    out += [f"- {n}" for n in cmp.notes] + ([""] if cmp.notes else [])
     if bad:
-        out += markdown_table([table[0]] + [table[i] for i in bad]) + [""]
-    out += ["<details><summary>All series</summary>", "", *markdown_table(table), "", "</details>"]
+        out += render([recs[i] for i in bad], fmt, COLUMNS, [text[i] for i in bad]) + [""]
+    out += ["<details><summary>All series</summary>", "", *render(recs, fmt, COLUMNS, text), "", "</details>"]
     return out
+
+
+# -- the command ------------------------------------------------------------------------------------
+
+
+def fail(message: str, code: int = 2) -> None:
+    click.echo(f"kcollect: error: {message}", err=True)
+    sys.exit(code)
 
 
 @click.command("compare")
 @click.argument("a")
 @click.argument("b")
 @click.option("--gpus", is_flag=True,
-              help="A and B are GPU names (or parts of one, or 'cpu'); each side is its latest commit.")
+              help="A and B are GPU names (or parts of one, or 'cpu'); each side is its latest commit. Never fails.")
+@click.option("--run", "runs", is_flag=True, help="A and B are run ids (or prefixes), e.g. two runs of one commit.")
 @click.option("--db", default=DEFAULT_DB, show_default=True, help="DuckDB file to read.")
-@click.option("--threshold", type=click.FloatRange(min=0), default=DEFAULT_THRESHOLD, show_default=True,
-              help="Relative change a significant difference must exceed (0.05 = 5%).")
-@click.option("--markdown", is_flag=True, help="Print Markdown (for a pull-request comment or a job summary).")
-def compare_cmd(a, b, gpus, db, threshold, markdown) -> None:
-    """Compare two commits (prefixes or git revisions such as HEAD~1) or, with --gpus, two GPUs.
-    Exits 1 when a series got significantly slower or newly fails its correctness gate."""
+@click.option("--threshold", default=f"{DEFAULT_THRESHOLD:g}", show_default=True,
+              help="Relative change a significant difference must exceed: 0.05 or 5% for 5%.")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default=None,
+              help="Output: an aligned table (default), Markdown (a pull-request comment), CSV or JSON.")
+@click.option("--markdown", is_flag=True, help="Same as --format markdown.")
+@click.option("--confirm", is_flag=True,
+              help="Re-measure the doubtful and regressed cases of ours here, both commits interleaved "
+                   "(git worktrees of A and B), and decide on those samples.")
+@click.option("--rounds", type=click.IntRange(3, 50), default=5, show_default=True,
+              help="With --confirm: rounds of A then B.")
+@kernel_module_option
+def compare_cmd(a, b, gpus, runs, db, threshold, fmt, markdown, confirm, rounds, kernel_modules) -> None:
+    """Compare two commits (prefixes or git revisions such as HEAD~1), two runs (--run) or two GPUs
+    (--gpus). Exits 1 when a kernel of ours whose code changed got significantly slower on a GPU or
+    newly fails its correctness gate."""
+    if gpus and runs:
+        fail("give --gpus or --run, not both")
+    if markdown and fmt not in (None, "markdown"):
+        fail(f"--markdown and --format {fmt} disagree; give one")
+    fmt = "markdown" if markdown else (fmt or "table")
+    how = "gpus" if gpus else ("runs" if runs else "commits")
+    if confirm and how != "commits":
+        fail("--confirm re-measures two commits; it cannot be used with --gpus or --run")
     try:
+        threshold = parse_threshold(threshold)
         with Store(db, read_only=True) as store:
-            a_rows, b_rows, label_a, label_b, notes = select(store, a, b, gpus)
+            s = select(store, a, b, how)
+            noise = history_noise(store, s) if how != "gpus" else (lambda key: None)
     except StoreError as e:
-        click.echo(f"kcollect: error: {e}", err=True)
-        sys.exit(1)
+        fail(str(e), e.code)
     except BadInput as e:
-        click.echo(f"kcollect: error: {e}", err=True)
-        sys.exit(2)
-    for note in notes:
+        fail(str(e))
+    except duckdb.Error as e:  # damage that only shows when the rows are read
+        fail(f"{db} is a damaged DuckDB file ({str(e).splitlines()[0]})")
+    changed, code_note = code_changes(s, how)
+    cmp = compare(s.a_rows, s.b_rows, threshold, where_in_key=how == "commits", noise_of=noise,
+                  code_changed=changed, across=how == "gpus")
+    if not cmp.lines:
+        fail(nothing_in_common(s, how))
+    if confirm:
+        from .confirm import ConfirmError, confirm_lines
+
+        try:
+            cmp = confirm_lines(cmp, s.commits, threshold, rounds, kernel_modules,
+                                progress=lambda m: click.echo(f"kcollect: {m}", err=True))
+        except ConfirmError as e:
+            fail(str(e), 1)
+    for note in s.notes + ([code_note] if code_note else []) + ([] if fmt == "markdown" else cmp.notes):
         click.echo(f"kcollect: note: {note}", err=True)
-    lines = compare_rows(a_rows, b_rows, threshold, with_device=not gpus)
-    if not lines:
-        click.echo(f"kcollect: note: {label_a} and {label_b} have no series in common", err=True)
-    click.echo("\n".join(report(lines, label_a, label_b, threshold, not gpus, markdown)))
-    sys.exit(1 if any(ln.verdict in ("regression", "failing") for ln in lines) else 0)
+    click.echo("\n".join(report(cmp, s, threshold, fmt)))
+    sys.exit(1 if any(ln.gates for ln in cmp.lines) else 0)

@@ -63,10 +63,19 @@ def export_runs(store: Store, out_dir: Path, run_ids: Iterable[str] | None = Non
     return written
 
 
-def _run_folders(path: Path) -> list[Path]:
-    if (path / "run.parquet").exists():
+PARTIAL = ".partial"  # the suffix of a folder being written (export renames it when complete)
+
+
+def run_folders(path: Path) -> list[Path]:
+    """The run folders at path (itself, or its sub-folders), whole or not: every folder that holds
+    a run.parquet or is named *.partial, so that a broken one is reported, never silently passed."""
+    if (path / "run.parquet").exists() or path.name.endswith(PARTIAL):
         return [path]
-    return sorted(p for p in path.iterdir() if p.is_dir() and (p / "run.parquet").exists())
+    return sorted(p for p in path.iterdir()
+                  if p.is_dir() and ((p / "run.parquet").exists() or p.name.endswith(PARTIAL)))
+
+
+_run_folders = run_folders  # the name build-site imports
 
 
 def _folder_version(con, folder: Path) -> int:
@@ -76,41 +85,117 @@ def _folder_version(con, folder: Path) -> int:
         return 1
     version = int(con.execute(f"SELECT max(schema_version) FROM {src}").fetchone()[0])
     if version > SCHEMA_VERSION:
-        raise StoreError(f"{folder} was written by a newer kcollect (schema {version}, this one reads up to "
-                         f"{SCHEMA_VERSION}); upgrade kcollect")
+        raise FolderError(f"written by a newer kcollect (schema {version}, this one reads up to "
+                          f"{SCHEMA_VERSION}); upgrade kcollect")
     return version
 
 
-def import_path(store: Store, path: Path) -> tuple[int, int]:
+class FolderError(Exception):
+    """Why one run folder cannot be imported (it is skipped and named)."""
+
+
+def check_folder(con, folder: Path) -> tuple[str, int]:
+    """(run id, schema version) of a whole, readable run folder; FolderError otherwise. Reads each
+    Parquet file's footer and the run's row, which is where a truncated or foreign file fails."""
+    if folder.name.endswith(PARTIAL):
+        raise FolderError("incomplete: an export was interrupted while writing it")
+    missing = [part for part in PARTS if not (folder / f"{part}.parquet").is_file()]
+    if missing:
+        raise FolderError(f"incomplete: no {', '.join(m + '.parquet' for m in missing)}")
+    try:
+        for part, columns in PARTS.items():
+            src = f"read_parquet({_sql_str(folder / (part + '.parquet'))})"
+            have = {r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {src}").fetchall()}
+            key = "env_id" if part == "environment" else "run_id"
+            if key not in have:
+                raise FolderError(f"{part}.parquet is not a kcollect {part} table (no {key} column)")
+            con.execute(f"SELECT count(*) FROM {src}").fetchone()
+        ids = con.execute(f"SELECT DISTINCT run_id FROM read_parquet({_sql_str(folder / 'run.parquet')})").fetchall()
+        if len(ids) != 1:
+            raise FolderError(f"run.parquet holds {len(ids)} runs, not one")
+        return ids[0][0], _folder_version(con, folder)
+    except duckdb.Error as e:
+        raise FolderError(f"unreadable ({str(e).splitlines()[0][:200]})") from None
+
+
+def problem_folders(path: Path) -> list[tuple[Path, str]]:
+    """The run folders under path that an import skips, each with the reason (for a page or a
+    message); [] when every folder is whole and readable, or when path holds no run folders."""
+    if not path.is_dir():
+        return []
+    con = duckdb.connect()
+    problems = []
+    try:
+        for folder in run_folders(path):
+            try:
+                check_folder(con, folder)
+            except FolderError as e:
+                problems.append((folder, str(e)))
+    finally:
+        con.close()
+    return problems
+
+
+def import_path(store: Store, path: Path, problems: list[tuple[Path, str]] | None = None) -> tuple[int, int]:
     """Folds a run folder, a folder of run folders, or another kcollect DuckDB file into the store.
-    Returns (runs added, runs already there)."""
+    Returns (runs added, runs already there). A folder that is incomplete (*.partial), unreadable
+    (a truncated Parquet file) or too new is skipped, and appended to `problems` with its reason;
+    nothing of it reaches the store."""
     if not path.exists():
-        raise StoreError(f"nothing to import at {path}")
+        raise StoreError(f"nothing to import at {path}: no such file or folder", code=2)
     if path.is_file():
         return _import_duckdb(store, path)
-    added = skipped = 0
+    problems = [] if problems is None else problems
     have = store.run_ids()
-    for folder in _run_folders(path):
-        con = store.con
-        run_id = con.execute(f"SELECT run_id FROM read_parquet({_sql_str(folder / 'run.parquet')})").fetchone()[0]
-        if run_id in have:
-            skipped += 1
+    new: dict[str, tuple[Path, int]] = {}
+    skipped = 0
+    for folder in run_folders(path):
+        try:
+            run_id, version = check_folder(store.con, folder)
+        except FolderError as e:
+            problems.append((folder, str(e)))
             continue
-        version = _folder_version(con, folder)
-        with store.transaction():
-            for part, table in (("environment", "environments"), ("run", "runs"), ("results", "results")):
-                src = f"read_parquet({_sql_str(folder / (part + '.parquet'))})"
-                # by name: a folder of an older schema lacks the columns added since (NULL here)
-                have = {r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {src}").fetchall()}
-                cols = ", ".join(c for c in PARTS[part] if c in have)
-                verb = "INSERT OR IGNORE" if table == "environments" else "INSERT"
-                con.execute(f"{verb} INTO {table} ({cols}) SELECT {cols} FROM {src}")
-            if version < 2:
-                relabel_shapes(con, run_id)
-        have.add(run_id)
-        added += 1
+        if run_id in have or run_id in new:
+            skipped += 1
+        else:
+            new[run_id] = (folder, version)
+    added = _insert_all(store, new, problems)
     store.con.execute("CHECKPOINT")
     return added, skipped
+
+
+def _insert_all(store: Store, new: dict[str, tuple[Path, int]], problems: list[tuple[Path, str]]) -> int:
+    """All new folders in one transaction (one statement per table: seconds for a long history); if
+    that fails on damage the footer check could not see, folder by folder, skipping the bad ones."""
+    if not new:
+        return 0
+    try:
+        with store.transaction():
+            _insert(store.con, new)
+        return len(new)
+    except duckdb.Error:
+        pass
+    added = 0
+    for run_id, entry in new.items():
+        try:
+            with store.transaction():
+                _insert(store.con, {run_id: entry})
+            added += 1
+        except duckdb.Error as e:
+            problems.append((entry[0], f"unreadable ({str(e).splitlines()[0][:200]})"))
+    return added
+
+
+def _insert(con, new: dict[str, tuple[Path, int]]) -> None:
+    for part, table in (("environment", "environments"), ("run", "runs"), ("results", "results")):
+        files = "[" + ", ".join(_sql_str(folder / f"{part}.parquet") for folder, _ in new.values()) + "]"
+        # by name: folders of an older schema lack the columns added since (NULL here)
+        src = f"read_parquet({files}, union_by_name = true)"
+        present = {r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {src}").fetchall()}
+        cols = ", ".join(c for c in PARTS[part] if c in present)
+        verb = "INSERT OR IGNORE" if table == "environments" else "INSERT"
+        con.execute(f"{verb} INTO {table} ({cols}) SELECT {cols} FROM {src}")
+    relabel_shapes(con, [run_id for run_id, (_, version) in new.items() if version < 2])
 
 
 def _import_duckdb(store: Store, path: Path) -> tuple[int, int]:

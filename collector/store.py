@@ -9,7 +9,9 @@ Tables
   of the run's measured ceiling derived (never stored, so they cannot disagree with the times).
 
 Everything that writes goes through `Store`; opening problems become `StoreError` with one clear
-sentence (the CLI prints it and exits 1).
+sentence. The CLI prints it and exits with its `code`: 2 for a file this kcollect cannot use as it is
+(corrupt, truncated, of another program, of a newer schema), 1 for the rest (in use, not writable,
+missing).
 """
 from __future__ import annotations
 
@@ -21,12 +23,24 @@ from typing import Any, Iterable, Sequence
 
 import duckdb
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 APP = "kcollect"
 
 
 class StoreError(Exception):
-    """A store that cannot be opened or written, explained in one sentence."""
+    """A store that cannot be opened or written, explained in one sentence; `code` is the exit status
+    the CLI gives it."""
+
+    def __init__(self, message: str, code: int = 1):
+        super().__init__(message)
+        self.code = code
+
+
+class BadStoreFile(StoreError):
+    """The file is not a store this kcollect can use (corrupt, truncated, foreign, too new): exit 2."""
+
+    def __init__(self, message: str):
+        super().__init__(message, code=2)
 
 
 ENV_COLUMNS = {
@@ -94,6 +108,8 @@ RESULT_COLUMNS = {
     "config": "VARCHAR",  # JSON of the tuned config the provider ran with (ours), else None
     "recheck_ms": "DOUBLE",  # median of a second, short measurement at the end of the case
     "free_mem_bytes": "BIGINT",  # device memory free when the provider was timed
+    "alloc_mem_bytes": "BIGINT",  # bytes of this process's live tensors then (PyTorch's allocator)
+    "reserved_mem_bytes": "BIGINT",  # bytes PyTorch's allocator held then (live, cached, graph pools)
     "clock_mhz": "DOUBLE",  # SM clock while it was timed (None where it cannot be read)
     "bytes": "BIGINT",
     "flops": "DOUBLE",
@@ -125,16 +141,27 @@ FROM results r JOIN runs u USING (run_id) JOIN environments e USING (env_id)
 # A change appends one here and bumps SCHEMA_VERSION; history.py migrates run folders the same way.
 ADDED = {1: {"environments": ["peers"],
              "runs": ["machine", "commit_subject", "commit_author", "commit_url", "phases", "shard", "device_index"],
-             "results": ["config", "recheck_ms", "free_mem_bytes", "clock_mhz"]}}
+             "results": ["config", "recheck_ms", "free_mem_bytes", "clock_mhz"]},
+         2: {"results": ["alloc_mem_bytes", "reserved_mem_bytes"]}}
 
 
-def relabel_shapes(con, run_id: str | None = None) -> None:
-    """v1 labels were the bare values (4096x14336); v2 names them (M=4096,N=14336), from dims."""
-    where, args = ("WHERE run_id = ?", [run_id]) if run_id else ("", [])
-    for (dims,) in con.execute(f"SELECT DISTINCT dims FROM results {where}", args).fetchall():
-        label = ",".join(f"{k}={v}" for k, v in json.loads(dims).items())
-        con.execute(f"UPDATE results SET shape = ? WHERE dims = ? {where.replace('WHERE', 'AND')}",
-                    [label, dims, *args])
+def relabel_shapes(con, run_ids: str | Sequence[str] | None = None) -> None:
+    """v1 labels were the bare values (4096x14336); v2 names them (M=4096,N=14336), from dims; of
+    every row, or of these runs' rows. One UPDATE through a table of labels: one statement per
+    distinct dims cost seconds per run."""
+    ids = [run_ids] if isinstance(run_ids, str) else list(run_ids or ())
+    if run_ids is not None and not ids:
+        return
+    where = f"WHERE run_id IN ({', '.join('?' * len(ids))})" if ids else ""
+    dims = [d for (d,) in con.execute(f"SELECT DISTINCT dims FROM results {where}", ids).fetchall() if d]
+    if not dims:
+        return
+    con.execute("CREATE OR REPLACE TEMP TABLE kc_labels (dims VARCHAR, label VARCHAR)")
+    con.executemany("INSERT INTO kc_labels VALUES (?, ?)",
+                    [[d, ",".join(f"{k}={v}" for k, v in json.loads(d).items())] for d in dims])
+    con.execute("UPDATE results SET shape = kc_labels.label FROM kc_labels WHERE results.dims = kc_labels.dims"
+                + where.replace("WHERE run_id", " AND results.run_id"), ids)
+    con.execute("DROP TABLE kc_labels")
 
 
 def _add_columns(version: int):
@@ -142,7 +169,8 @@ def _add_columns(version: int):
     return [f"ALTER TABLE {t} ADD COLUMN {c} {tables[t][c]}" for t, cols in ADDED[version].items() for c in cols]
 
 
-MIGRATIONS: dict[int, list] = {1: ["DROP VIEW IF EXISTS results_v", *_add_columns(1), relabel_shapes]}
+MIGRATIONS: dict[int, list] = {1: ["DROP VIEW IF EXISTS results_v", *_add_columns(1), relabel_shapes],
+                               2: ["DROP VIEW IF EXISTS results_v", *_add_columns(2)]}
 
 
 @dataclass
@@ -216,12 +244,38 @@ class Store:
                                  "wait for it to finish or use another --db") from None
             if not self.path.exists():
                 raise StoreError(f"cannot create the store {self.path} ({msg.splitlines()[0]})") from None
-            raise StoreError(f"{self.path} is not a readable DuckDB file ({msg.splitlines()[0]})") from None
+            raise BadStoreFile(f"{self.path} is not a readable DuckDB file ({msg.splitlines()[0]})") from None
         except duckdb.Error as e:
-            raise StoreError(f"{self.path} is not a readable DuckDB file ({str(e).splitlines()[0]})") from None
-        self._check_or_init(read_only)
+            raise BadStoreFile(f"{self.path} is not a readable DuckDB file ({str(e).splitlines()[0]})") from None
+        try:
+            self._check_size()
+            self._check_or_init(read_only)
+        except StoreError:
+            self.con.close()
+            raise
+        except duckdb.Error as e:  # a damaged catalog or meta table shows only when read
+            self.con.close()
+            raise BadStoreFile(f"{self.path} is a damaged DuckDB file ({str(e).splitlines()[0]})") from None
 
-    # -- schema ---------------------------------------------------------------------------------
+    def _check_size(self) -> None:
+        """A truncated file opens, and fails only when a missing block is read (mid-way through a
+        command): compare the file's length with the blocks its header says are in use and the last
+        block its tables' data sits in (free blocks at the end are cut off the file on checkpoint)."""
+        if not self.path.exists():
+            return
+        row = self.con.execute("PRAGMA database_size").fetchone()
+        block_size, used = int(row[2]), int(row[4])
+        last = -1
+        for (table,) in self.con.execute("SELECT table_name FROM information_schema.tables "
+                                         "WHERE table_schema = 'main' AND table_type = 'BASE TABLE'").fetchall():
+            found = self.con.execute("SELECT max(block_id) FROM pragma_storage_info(?) WHERE block_id >= 0",
+                                     [table]).fetchone()[0]
+            last = max(last, -1 if found is None else int(found))
+        expected = 3 * 4096 + block_size * max(used, last + 1)  # three header blocks, then the blocks
+        actual = self.path.stat().st_size
+        if actual < expected:
+            raise BadStoreFile(f"{self.path} is truncated ({actual} of at least {expected} bytes); restore it "
+                               "from a backup or rebuild it with `kcollect import data/runs`")
 
     def _tables(self) -> set[str]:
         rows = self.con.execute("SELECT table_name FROM information_schema.tables WHERE table_schema = 'main'").fetchall()
@@ -231,18 +285,22 @@ class Store:
         tables = self._tables()
         if not tables:
             if read_only:
-                raise StoreError(f"{self.path} is an empty DuckDB file, not a kcollect store")
+                raise BadStoreFile(f"{self.path} is an empty DuckDB file, not a kcollect store")
             self._create_schema()
             return
         if "meta" not in tables:
-            raise StoreError(f"{self.path} is a DuckDB file of another program (tables: "
+            raise BadStoreFile(f"{self.path} is a DuckDB file of another program (tables: "
                              f"{', '.join(sorted(tables))}); refusing to touch it")
         meta = dict(self.con.execute("SELECT key, value FROM meta").fetchall())
         if meta.get("app") != APP:
-            raise StoreError(f"{self.path} is a DuckDB file of another program; refusing to touch it")
-        version = int(meta.get("schema_version", 0))
+            raise BadStoreFile(f"{self.path} is a DuckDB file of another program; refusing to touch it")
+        try:
+            version = int(meta.get("schema_version", 0))
+        except ValueError:
+            raise BadStoreFile(f"{self.path} has an unreadable schema version "
+                               f"{meta.get('schema_version')!r}") from None
         if version > SCHEMA_VERSION:
-            raise StoreError(f"{self.path} has schema version {version}, newer than this kcollect "
+            raise BadStoreFile(f"{self.path} has schema version {version}, newer than this kcollect "
                              f"({SCHEMA_VERSION}); upgrade kcollect")
         if version < SCHEMA_VERSION:
             if read_only:
@@ -306,9 +364,10 @@ class Store:
         self._write(lambda: self.con.execute(
             f"INSERT INTO runs VALUES ({', '.join('?' * len(RUN_COLUMNS))})", _values(run)))
 
-    def finish_run(self, run_id: str, status: str, finished_at: Any) -> None:
+    def finish_run(self, run_id: str, status: str, finished_at: Any, phases: str | None = None) -> None:
         self._write(lambda: self.con.execute(
-            "UPDATE runs SET status = ?, finished_at = ? WHERE run_id = ?", [status, finished_at, run_id]))
+            "UPDATE runs SET status = ?, finished_at = ?, phases = coalesce(?, phases) WHERE run_id = ?",
+            [status, finished_at, phases, run_id]))
 
     def add_results(self, rows: Iterable[dict[str, Any]]) -> None:
         rows = list(rows)

@@ -1,51 +1,19 @@
-"""`kcollect compare`: two commits or two GPUs from a real DuckDB file built through Store."""
+"""`kcollect compare`: verdicts against measured noise, what never gates, formats, bad input."""
+import csv
+import io
+import json
 import subprocess
 import sys
-from datetime import datetime, timedelta
 
 import pytest
 from click.testing import CliRunner
 
+from compare_store import commit_files, make_db, ok
 from kcollect.compare import compare_cmd
-from kcollect.store import Environment, Run, Store
+from kcollect.formats import IDENTITY
 
 C1, C2, C3 = "a1" * 20, "b2" * 20, "c3" * 20
-T0 = datetime(2026, 11, 1)
-GPUS = {"h100": "NVIDIA H100 80GB HBM3", "h200": "NVIDIA H200", "cpu": None}
-
-
-def env(key):
-    return Environment(env_id=key, device_kind="cpu" if key == "cpu" else "cuda", gpu_name=GPUS[key], sm_count=None,
-                       gpu_mem_bytes=None, driver=None, cuda=None, torch="2.13", triton="3.6", python="3.11",
-                       interpreted=key == "cpu")
-
-
-def result(run_id, provider, ms, status="ok", kernel="swiglu", spread=0.01):
-    ok = status == "ok"
-    return dict(run_id=run_id, kernel=kernel, mode="fwd", provider=provider, shape="4096x14336", dims="{}",
-                dtype="bfloat16", baseline="torch", bound="memory", status=status,
-                error=None if ok else "relative error 0.5 over the tolerance 0.01", timing="cuda-events",
-                median_ms=ms if ok else None, p20_ms=ms * (1 - spread) if ok else None,
-                p80_ms=ms * (1 + spread) if ok else None, reps=100, bytes=1 << 30, flops=0.0, seq=1)
-
-
-def make_db(path, runs):
-    """runs: [(env key, commit, hours after T0, [(provider, ms, status, spread)])]"""
-    with Store(path) as s:
-        for key in GPUS:
-            s.add_environment(env(key))
-        for n, (key, commit, hours, rows) in enumerate(runs):
-            rid = f"run-{n:04d}-{key}"
-            t = T0 + timedelta(hours=hours)
-            s.start_run(Run(run_id=rid, env_id=key, started_at=t + timedelta(minutes=n), finished_at=None,
-                            status="finished", git_commit=commit, commit_time=t, git_dirty=False, grid="full",
-                            copy_gbps=3000.0, matmul_tflops=800.0, config="{}"))
-            s.add_results([result(rid, p, ms, st, spread=sp) for p, ms, st, sp in rows])
-    return str(path)
-
-
-def ok(provider, ms, spread=0.01):
-    return (provider, ms, "ok", spread)
+H100 = "NVIDIA H100 80GB HBM3"
 
 
 @pytest.fixture
@@ -54,12 +22,12 @@ def db(tmp_path):
         # C1 on the H100, measured twice (a rerun is one point)
         ("h100", C1, 0, [ok("triton", 1.00), ok("torch", 2.00), ok("compile", 1.50), ok("liger", 1.2)]),
         ("h100", C1, 0, [ok("triton", 1.01), ok("torch", 2.02), ok("compile", 1.49), ok("liger", 1.2)]),
-        # C2: triton 20% slower, compile 20% faster, liger fails its gate, torch unchanged
+        # C2: ours 20% slower, compile 20% faster, liger fails its gate, torch unchanged
         ("h100", C2, 1, [ok("triton", 1.20), ok("torch", 2.01), ok("compile", 1.20),
-                         ("liger", None, "failed", 0)]),
-        # the same commits on the CPU: never mixed with the H100 rows
+                         dict(provider="liger", ms=None, status="failed")]),
+        # the same commits on the CPU: never mixed with the H100 rows, never gating
         ("cpu", C1, 0, [ok("triton", 100.0)]),
-        ("cpu", C2, 1, [ok("triton", 100.0)]),
+        ("cpu", C2, 1, [ok("triton", 200.0)]),
         # the H200's latest commit is C3
         ("h200", C2, 1, [ok("triton", 0.90), ok("torch", 1.50)]),
         ("h200", C3, 2, [ok("triton", 0.70), ok("torch", 1.50)]),
@@ -67,60 +35,125 @@ def db(tmp_path):
 
 
 def kc(*args):
-    return CliRunner().invoke(compare_cmd, list(args))
+    return CliRunner().invoke(compare_cmd, [str(a) for a in args])
 
 
-def line_of(out, provider, device="NVIDIA H100 80GB HBM3"):
+def rows_of(result):
+    """The JSON lines of a --format json answer (stdout only)."""
+    return json.loads(result.stdout)
+
+
+def line_of(out, provider, device=H100):
     (line,) = [ln for ln in out.splitlines() if f" {provider} " in ln and device in ln]
     return line
 
 
-def test_regression_between_commits_exits_1(db):
+def test_regression_of_ours_exits_1_and_others_never_gate(db):
     r = kc(C1[:7], C2[:7], "--db", db)
     assert r.exit_code == 1, r.output
-    assert "REGRESSION" in line_of(r.output, "triton") and "+19.4%" in line_of(r.output, "triton")  # 1.2 / 1.005
-    assert "faster" in line_of(r.output, "compile") and "-19.7%" in line_of(r.output, "compile")  # 1.2 / 1.495
-    assert "NOW FAILING" in line_of(r.output, "liger") and "FAILED" in line_of(r.output, "liger")
-    assert line_of(r.output, "torch").rstrip().endswith(" no")
-    cpu = line_of(r.output, "triton", device="cpu")
-    assert "100.0000" in cpu and "+0.0%" in cpu  # CPU rows are their own series
-    assert "1 significant regression(s), 1 newly failing, 1 significant improvement(s)" in r.output
+    triton = line_of(r.stdout, "triton")
+    assert "REGRESSION" in triton and "+19.4%" in triton and "unknown" in triton  # 1.2 / 1.005; no git here
+    # compile's code does not change between our commits: it moved, it is not our improvement
+    assert "moved, code unchanged" in line_of(r.stdout, "compile") and "-19.7%" in line_of(r.stdout, "compile")
+    assert "NOW FAILING" in line_of(r.stdout, "liger") and "FAILED" in line_of(r.stdout, "liger")
+    assert line_of(r.stdout, "torch").rstrip().endswith(" no")
+    assert "REGRESSION" in line_of(r.stdout, "triton", device=" cpu ")  # shown, but it never gates
+    assert ("1 significant regression(s), 0 newly failing, 0 significant improvement(s), 0 fixed "
+            "(2 more on the CPU or of code that did not change, which never fail)") in r.stdout
+    assert "CPU (interpreted) series are shown but never decide the exit status" in r.stderr
 
 
 def test_same_commit_twice_is_quiet(db):
     r = kc(C1, C1, "--db", db)
     assert r.exit_code == 0, r.output
-    assert "REGRESSION" not in r.output and "faster" not in r.output
-    assert "0 significant regression(s), 0 newly failing" in r.output
+    assert "REGRESSION" not in r.stdout and "faster" not in r.stdout
 
 
-def test_threshold_and_noise(tmp_path):
-    path = make_db(tmp_path / "k.duckdb", [
-        ("h100", C1, 0, [ok("triton", 1.00), ok("torch", 1.00, spread=0.15)]),
-        ("h100", C2, 1, [ok("triton", 1.08), ok("torch", 1.10, spread=0.15)]),
-    ])
+def test_cpu_rows_never_decide_the_exit_status(tmp_path):
+    path = make_db(tmp_path / "k.duckdb", [("cpu", C1, 0, [ok("triton", 1.0)]), ("cpu", C2, 1, [ok("triton", 2.0)])])
     r = kc(C1, C2, "--db", path)
-    assert r.exit_code == 1 and "REGRESSION" in line_of(r.output, "triton")
-    assert "no (noise)" in line_of(r.output, "torch")  # 10% slower, but inside each other's p20-p80 spread
-    r = kc(C1, C2, "--db", path, "--threshold", "0.1")
+    assert r.exit_code == 0 and "REGRESSION" in r.stdout, r.output
+
+
+def test_noise_is_measured_from_the_history(tmp_path):
+    # ours on two shapes: a quiet series (0.2% run to run) and a noisy one (+-6%), then both +8%
+    runs = []
+    for i in range(12):
+        quiet, noisy = 1.0 * (1 + 0.002 * (-1) ** i), 1.0 * (1 + 0.06 * (-1) ** i)
+        runs.append(("h100", f"{i:02d}" * 20, i, [ok("triton", quiet), ok("triton", noisy, shape="M=1,N=64")]))
+    runs.append(("h100", C2, 20, [ok("triton", 1.08), ok("triton", 1.08, shape="M=1,N=64")]))
+    path = make_db(tmp_path / "k.duckdb", runs)
+    r = kc("11" * 20, C2, "--db", path, "--format", "json")
+    lines = {ln["shape"]: ln for ln in rows_of(r)}
+    quiet, noisy = lines["M=4096,N=14336"], lines["M=1,N=64"]
+    assert quiet["verdict"] == "regression" and quiet["noise"] < 0.01 and quiet["z"] > 4
+    assert noisy["verdict"] == "within noise" and noisy["noise"] > 0.04, noisy
+    assert r.exit_code == 1
+    assert [c for c in quiet][:len(IDENTITY)] == list(IDENTITY)  # identity columns first
+
+
+def test_machine_drift_is_corrected_for(tmp_path):
+    # between C1 and C2 every series is 6% slower: the machine, not our kernel
+    shapes = [f"M={m},N=4096" for m in (1, 2, 3, 4, 5, 6)]
+    runs = [("h100", c, h, [ok(p, 1.0 * f, shape=s) for s in shapes for p in ("torch", "compile", "triton")])
+            for c, h, f in ((C1, 0, 1.0), (C2, 1, 1.06))]
+    path = make_db(tmp_path / "k.duckdb", runs)
+    r = kc(C1, C2, "--db", path, "--format", "json")
     assert r.exit_code == 0, r.output
-    assert line_of(r.output, "triton").rstrip().endswith(" no")
+    assert {ln["verdict"] for ln in rows_of(r) if ln["provider"] == "triton"} == {"same"}
+    assert "machine drift +6.00% (median of 12 series whose code did not change)" in r.stderr
 
 
-def test_only_improvements_exit_0(tmp_path):
-    path = make_db(tmp_path / "k.duckdb", [("h100", C1, 0, [ok("triton", 1.0)]), ("h100", C2, 1, [ok("triton", 0.5)])])
-    r = kc(C1, C2, "--db", path)
-    assert r.exit_code == 0 and "faster" in r.output, r.output
+@pytest.mark.parametrize("b_row, verdict", [
+    (ok("triton", 1.5, status="unstable"), "unstable"),  # disturbed while timed: not compared
+    (ok("triton", 1.5, timing="cuda-events"), "timing changed"),
+])
+def test_what_is_never_a_regression(tmp_path, b_row, verdict):
+    path = make_db(tmp_path / "k.duckdb", [("h100", C1, 0, [ok("triton", 1.0)]), ("h100", C2, 1, [b_row])])
+    r = kc(C1, C2, "--db", path, "--format", "json")
+    assert r.exit_code == 0, r.output
+    assert rows_of(r)[0]["verdict"] == verdict
+
+
+def test_a_case_that_failed_for_every_provider_is_not_ours(tmp_path):
+    oom = dict(ms=None, status="error")
+    path = make_db(tmp_path / "k.duckdb", [
+        ("h100", C1, 0, [ok("triton", 1.0), ok("torch", 1.0), ok("triton", 1.0, shape="M=1,N=8")]),
+        ("h100", C2, 1, [dict(provider="triton", **oom), dict(provider="torch", **oom),
+                         dict(provider="triton", shape="M=1,N=8", **oom)])])
+    r = kc(C1, C2, "--db", path, "--format", "json")
+    verdicts = {(ln["shape"], ln["provider"]): ln["verdict"] for ln in rows_of(r)}
+    assert verdicts == {("M=4096,N=14336", "triton"): "case failed", ("M=4096,N=14336", "torch"): "case failed",
+                        ("M=1,N=8", "triton"): "failing"}  # alone in its case: nothing says it is not ours
+    assert r.exit_code == 1
+
+
+def test_environment_change_is_reported_as_such(tmp_path):
+    path = make_db(tmp_path / "k.duckdb", [("h100", C1, 0, [ok("triton", 1.0)]),
+                                           ("h100", C2, 1, [ok("triton", 1.5)], {"torch": "2.12.0"})])
+    r = kc(C1, C2, "--db", path, "--format", "json")
+    assert r.exit_code == 0, r.output
+    (line,) = rows_of(r)
+    assert line["verdict"] == "environment changed" and line["note"] == "torch 2.11.0 -> 2.12.0"
+    assert "environment changed (torch 2.11.0 -> 2.12.0)" in r.stderr
+
+
+def test_two_runs_of_one_commit_never_gate(tmp_path):
+    path = make_db(tmp_path / "k.duckdb", [("h100", C1, 0, [ok("triton", 1.0), ok("torch", 1.0)]),
+                                           ("h100", C1, 0, [ok("triton", 1.3), ok("torch", 1.0)])])
+    r = kc("run-0000", "run-0001", "--run", "--db", path, "--format", "json")
+    assert r.exit_code == 0, r.output
+    assert {ln["provider"]: ln["verdict"] for ln in rows_of(r)} == {"triton": "moved", "torch": "same"}
 
 
 def test_gpus_compares_each_latest_commit(db):
     r = kc("h100", "H200", "--gpus", "--db", db)
-    assert r.exit_code == 0, r.output  # the H200 is faster
-    first = r.output.splitlines()[0]
-    assert f"NVIDIA H100 80GB HBM3 @ {C2[:12]}" in first and f"NVIDIA H200 @ {C3[:12]}" in first
-    triton = [ln for ln in r.output.splitlines() if " triton " in ln][0]
+    assert r.exit_code == 0, r.output
+    first = r.stdout.splitlines()[0]
+    assert f"{H100} @ {C2[:12]}" in first and f"NVIDIA H200 @ {C3[:12]}" in first
+    triton = [ln for ln in r.stdout.splitlines() if " triton " in ln][0]
     assert "1.2000" in triton and "0.7000" in triton and "faster" in triton
-    assert "2 series in both" in r.output  # liger and compile ran on the H100 only
+    assert "2 series in both" in r.stdout  # liger and compile ran on the H100 only
 
 
 @pytest.mark.parametrize("args, words", [
@@ -128,8 +161,18 @@ def test_gpus_compares_each_latest_commit(db):
     (["h100", "cpu", "--gpus"], "never compared with GPU timings"),
     (["NVIDIA", "h100", "--gpus"], "matches several"),
     (["a100", "h100", "--gpus"], "unknown GPU 'a100'; known: NVIDIA H100 80GB HBM3, NVIDIA H200, cpu"),
+    ([C1, C2, "--threshold", "5"], "'5' would mean 500%; a threshold is a fraction: write 0.05 or 5% for 5%"),
+    ([C1, C2, "--threshold", "nan"], "must be a finite number"),
+    ([C1, C2, "--threshold", "-0.1"], "must be a finite number at least 0"),
+    ([C1, C2, "--threshold", "five"], "is not a number"),
+    (["run-9", C2, "--run"], "unknown run 'run-9'"),
+    ([C1, C2, "--run", "--gpus"], "give --gpus or --run, not both"),
+    ([C1, C2, "--gpus", "--confirm"], "--confirm re-measures two commits"),
+    ([C1, C3, "--db"], "ran on NVIDIA H100 80GB HBM3, cpu and c3c3c3c3c3c3 on NVIDIA H200: no series in common"),
 ])
 def test_bad_input_exits_2_with_one_line(db, args, words):
+    if args[-1] == "--db":
+        args = args[:-1]
     r = kc(*args, "--db", db)
     assert r.exit_code == 2, r.output
     (line,) = r.output.strip().splitlines()
@@ -138,48 +181,90 @@ def test_bad_input_exits_2_with_one_line(db, args, words):
         assert C3[:12] in line and C1[:12] in line  # a few known commits are listed
 
 
+def test_threshold_accepts_a_percentage(tmp_path):
+    path = make_db(tmp_path / "k.duckdb", [("h100", C1, 0, [ok("triton", 1.0)]), ("h100", C2, 1, [ok("triton", 1.08)])])
+    assert kc(C1, C2, "--db", path).exit_code == 1
+    for t in ("10%", "0.1"):
+        r = kc(C1, C2, "--db", path, "--threshold", t)
+        assert r.exit_code == 0 and "threshold 10.0%" in r.stdout, r.output
+
+
 def test_missing_store_exits_1(tmp_path):
-    r = kc(C1, C2, "--db", str(tmp_path / "none.duckdb"))
+    r = kc(C1, C2, "--db", tmp_path / "none.duckdb")
     assert r.exit_code == 1 and "no store at" in r.output
 
 
-def test_markdown_lists_regressions_then_everything(db):
-    r = kc(C1, C2, "--db", db, "--markdown")
-    assert r.exit_code == 1
-    lines = r.output.splitlines()
+@pytest.mark.parametrize("damage", ["truncate", "newer"])
+def test_damaged_store_exits_2_with_one_line(db, damage):
+    import duckdb
+
+    if damage == "newer":
+        con = duckdb.connect(db)
+        con.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
+        con.close()
+    else:
+        with open(db, "r+b") as f:
+            f.truncate(f.seek(0, 2) // 2)
+    r = kc(C1, C2, "--db", db)
+    assert r.exit_code == 2, r.output
+    (line,) = r.output.strip().splitlines()
+    assert ("truncated" if damage == "truncate" else "newer than this kcollect") in line
+
+
+def test_formats(db):
+    md = kc(C1, C2, "--db", db, "--markdown")
+    assert md.exit_code == 1
+    lines = md.stdout.splitlines()
     assert lines[0] == f"### kcollect compare: `{C1[:12]}` → `{C2[:12]}`"
-    head = "| kernel | mode | provider | shape | dtype | gpu | A ms | B ms | change | significant? |"
-    assert lines.count(head) == 2  # the significant rows, then all of them in <details>
-    first_table = lines[lines.index(head):lines.index("<details><summary>All series</summary>")]
-    assert sum("REGRESSION" in ln or "NOW FAILING" in ln for ln in first_table) == 2
-    assert "faster" not in "\n".join(first_table)
+    head = [ln for ln in lines if ln.startswith("| kernel | mode | provider | shape | dtype | gpu | machine |")]
+    assert len(head) == 2  # the gating rows, then all of them in <details>
+    first_table = lines[lines.index(head[0]):lines.index("<details><summary>All series</summary>")]
+    assert sum("REGRESSION" in ln for ln in first_table) == 1 and "NOW FAILING" not in "\n".join(first_table)
     assert lines[-1] == "</details>"
+    assert kc(C1, C2, "--db", db, "--format", "markdown").stdout == md.stdout
+    table = list(csv.reader(io.StringIO(kc(C1, C2, "--db", db, "--format", "csv").stdout)))
+    assert table[0][:len(IDENTITY)] == list(IDENTITY) and len(table) == 1 + 5
+    data = rows_of(kc(C1, C2, "--db", db, "--format", "json"))
+    (triton,) = [d for d in data if d["provider"] == "triton" and d["gpu"] == H100]
+    assert triton["a_ms"] == pytest.approx(1.005) and triton["b_ms"] == 1.2 and triton["verdict"] == "regression"
+    assert kc(C1, C2, "--db", db, "--markdown", "--format", "csv").exit_code == 2
 
 
-def git(repo, *args):
-    return subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args],
-                          check=True, capture_output=True, text=True).stdout.strip()
+def test_git_decides_whose_code_changed(tmp_path, monkeypatch):
+    repo = tmp_path / "repo"
+    lib = "def helper():\n    return 1\n"
+    c1 = commit_files(repo, {"kernels/foo/__init__.py": "x = 1\n", "kernels/bar/__init__.py": "from ..foo import x\n",
+                             "kernels/baz/__init__.py": "y = 1\n", "kernels/_lib/__init__.py": lib}, "c1")
+    c2 = commit_files(repo, {"kernels/foo/__init__.py": "x = 2\n"}, "foo changes; bar imports foo")
+    c3 = commit_files(repo, {"README": "docs only\n"}, "nothing of the kernels")
+    c4 = commit_files(repo, {"kernels/_lib/__init__.py": lib + "# shared\n"}, "the shared library")
+    levels = {c1: 1.0, c2: 1.3, c3: 1.3, c4: 1.69}  # +30% at c2 and at c4
+    path = make_db(tmp_path / "k.duckdb", [("h100", c, h, [ok("triton", ms, kernel=k) for k in ("foo", "bar", "baz")])
+                                           for h, (c, ms) in enumerate(levels.items())])
+    monkeypatch.chdir(repo)
+    verdicts = {}
+    for a, b in ((c1, c2), (c2, c3), (c3, c4)):
+        r = kc(a, b, "--db", path, "--format", "json")
+        verdicts[b] = {ln["kernel"]: (ln["code"], ln["verdict"]) for ln in rows_of(r)}
+        assert r.exit_code == (0 if b == c3 else 1), r.output
+    assert verdicts[c2] == {"foo": ("changed", "regression"), "bar": ("changed", "regression"),
+                            "baz": ("unchanged", "moved")}
+    assert verdicts[c3] == {k: ("unchanged", "same") for k in ("foo", "bar", "baz")}
+    assert verdicts[c4] == {k: ("changed", "regression") for k in ("foo", "bar", "baz")}
 
 
 def test_git_revisions_and_data_only_commits(tmp_path, monkeypatch):
     repo = tmp_path / "repo"
-    repo.mkdir()
-    git(repo, "init", "-q")
-    shas = []
-    for i in range(3):
-        (repo / "f").write_text(str(i))
-        git(repo, "add", "f")
-        git(repo, "commit", "-q", "-m", f"c{i}")
-        shas.append(git(repo, "rev-parse", "HEAD"))
+    shas = [commit_files(repo, {"f": str(i)}, f"c{i}") for i in range(3)]
     # runs at the first two commits; the third is a data-only commit with no runs of its own
     path = make_db(tmp_path / "k.duckdb", [("h100", shas[0], 0, [ok("triton", 1.0)]),
                                            ("h100", shas[1], 1, [ok("triton", 1.3)])])
     monkeypatch.chdir(repo)
-    r = CliRunner().invoke(compare_cmd, ["HEAD~2", "HEAD~1", "--db", path])
-    assert r.exit_code == 1 and "REGRESSION" in r.output, r.output
-    r = CliRunner().invoke(compare_cmd, ["HEAD~2", "HEAD", "--db", path])
+    r = kc("HEAD~2", "HEAD~1", "--db", path)
+    assert r.exit_code == 1 and "REGRESSION" in r.stdout, r.output
+    r = kc("HEAD~2", "HEAD", "--db", path)
     assert r.exit_code == 1, r.output
-    assert f"has no runs; using its nearest ancestor with runs, {shas[1][:12]}" in r.output
+    assert f"has no runs; using its nearest ancestor with runs, {shas[1][:12]}" in r.stderr
 
 
 def test_registered_in_the_cli(db):

@@ -150,3 +150,135 @@ def test_import_from_another_duckdb_merges_runs(tmp_path):
 def test_import_of_nothing_is_an_error(tmp_path):
     with Store(tmp_path / "k.duckdb") as s, pytest.raises(StoreError, match="nothing to import"):
         history.import_path(s, tmp_path / "missing")
+
+
+# -- damaged stores and run folders ------------------------------------------------------------------
+
+
+def test_truncated_store_is_refused_with_exit_code_2_and_untouched(tmp_path):
+    path = _fill(tmp_path / "k.duckdb")
+    data = path.read_bytes()
+    path.write_bytes(data[:len(data) // 2])
+    for read_only in (True, False):
+        with pytest.raises(StoreError, match="is truncated") as e:
+            Store(path, read_only=read_only)
+        assert e.value.code == 2
+    assert path.read_bytes() == data[:len(data) // 2]
+
+
+def test_bad_files_exit_2_and_busy_or_missing_exit_1(tmp_path):
+    junk = tmp_path / "junk.duckdb"
+    junk.write_bytes(b"x" * 5000)
+    newer = _fill(tmp_path / "newer.duckdb")
+    con = duckdb.connect(str(newer))
+    con.execute("UPDATE meta SET value = '999' WHERE key = 'schema_version'")
+    con.close()
+    for path in (junk, newer):
+        with pytest.raises(StoreError) as e:
+            Store(path, read_only=True)
+        assert e.value.code == 2, e.value
+    with pytest.raises(StoreError) as e:
+        Store(tmp_path / "none.duckdb", read_only=True)
+    assert e.value.code == 1
+
+
+def _folders(tmp_path, n=3):
+    """n exported run folders (one per run) under tmp_path/runs."""
+    src = tmp_path / "src.duckdb"
+    with Store(src) as s:
+        s.add_environment(_env())
+        for i in range(n):
+            s.start_run(_run(f"run-{i}", commit=f"c{i}"))
+            s.add_results([_result(f"run-{i}", median=1.0 + i)])
+    with Store(src, read_only=True) as s:
+        return history.export_runs(s, tmp_path / "runs")
+
+
+def test_import_skips_incomplete_and_corrupt_folders_and_names_them(tmp_path):
+    good, truncated, partial = _folders(tmp_path)
+    parquet = truncated / "results.parquet"
+    parquet.write_bytes(parquet.read_bytes()[:100])  # a killed copy
+    partial.rename(partial.with_name(partial.name + ".partial"))  # a killed export
+    problems = history.problem_folders(tmp_path / "runs")
+    assert sorted((p.name, reason.split(" ")[0]) for p, reason in problems) == sorted(
+        [(truncated.name, "unreadable"), (partial.name + ".partial", "incomplete:")])
+    found = []
+    with Store(tmp_path / "k.duckdb") as d:
+        assert history.import_path(d, tmp_path / "runs", found) == (1, 0)
+        assert found == problems
+        assert d.run_ids() == {"run-0"}  # nothing of the broken folders reached the store
+        assert d.query("SELECT count(*) AS n FROM results")[0]["n"] == 1
+
+
+def test_import_command_exit_codes(tmp_path):
+    from click.testing import CliRunner
+
+    from kcollect.cli import main
+
+    good, bad, _ = _folders(tmp_path)
+    (bad / "run.parquet").write_bytes(b"PAR1 not really")
+    db = str(tmp_path / "k.duckdb")
+    r = CliRunner().invoke(main, ["import", str(tmp_path / "runs"), "--db", db])
+    assert r.exit_code == 1, r.output
+    assert f"kcollect: error: skipped {bad}: unreadable" in r.stderr
+    assert "2 run(s) imported, 0 already present, 1 folder(s) skipped" in r.stdout
+    r = CliRunner().invoke(main, ["import", str(tmp_path / "nowhere"), "--db", db])
+    assert r.exit_code == 2 and r.output.count("\n") == 1 and "no such file or folder" in r.output
+
+
+def test_schema_1_folder_is_migrated_on_import(tmp_path):
+    (folder,) = _folders(tmp_path, n=1)
+    con = duckdb.connect()
+    old = folder / "run.parquet"
+    # a version-1 folder: no schema_version column, no columns added since, bare shape labels
+    con.execute(f"COPY (SELECT * EXCLUDE (schema_version, machine, commit_subject, commit_author, commit_url, "
+                f"phases, shard, device_index) FROM read_parquet('{old}')) TO '{folder / 'r1.parquet'}' (FORMAT parquet)")
+    (folder / "r1.parquet").replace(old)
+    res = folder / "results.parquet"
+    con.execute(f"COPY (SELECT * REPLACE ('4096x4096' AS shape) FROM read_parquet('{res}')) "
+                f"TO '{folder / 'x1.parquet'}' (FORMAT parquet)")
+    (folder / "x1.parquet").replace(res)
+    with Store(tmp_path / "k.duckdb") as d:
+        assert history.import_path(d, tmp_path / "runs") == (1, 0)
+        assert d.query("SELECT shape, machine FROM results_v") == [{"shape": "M=4096,N=4096", "machine": None}]
+
+
+@pytest.mark.parametrize("damage", ["truncated", "newer"])
+def test_every_command_refuses_a_damaged_store_with_one_line_and_exit_2(tmp_path, damage):
+    from click.testing import CliRunner
+
+    from kcollect.cli import main
+
+    path = _fill(tmp_path / "k.duckdb")
+    if damage == "newer":
+        con = duckdb.connect(str(path))
+        con.execute("UPDATE meta SET value = '999' WHERE key = 'schema_version'")
+        con.close()
+    else:
+        path.write_bytes(path.read_bytes()[:len(path.read_bytes()) // 2])
+    before = path.read_bytes()
+    db = ["--db", str(path)]
+    for args in (["summary"], ["compare", "abc", "def"], ["build-site", "--out", str(tmp_path / "site"), "--data", ""],
+                 ["import", str(tmp_path)], ["export", "--out", str(tmp_path / "runs")],
+                 ["run", "swiglu", "--device", "cpu", "--mode", "fwd", "--provider", "torch"]):
+        r = CliRunner().invoke(main, args + db)
+        assert r.exit_code == 2, (args, r.output)
+        assert r.output.count("\n") == 1 and r.output.startswith("kcollect: error: "), (args, r.output)
+        assert ("truncated" if damage == "truncated" else "newer than this kcollect") in r.output
+    assert path.read_bytes() == before
+
+
+def test_build_site_builds_from_the_whole_folders(tmp_path):
+    from click.testing import CliRunner
+
+    from kcollect.cli import main
+
+    good, bad, partial = _folders(tmp_path)
+    (bad / "results.parquet").write_bytes((bad / "results.parquet").read_bytes()[:64])
+    partial.rename(partial.with_name(partial.name + ".partial"))
+    r = CliRunner().invoke(main, ["build-site", "--db", str(tmp_path / "k.duckdb"), "--out", str(tmp_path / "site"),
+                                  "--data", str(tmp_path / "runs")])
+    assert r.exit_code == 0, r.output
+    assert "imported 1 run(s)" in r.output and (tmp_path / "site" / "index.html").is_file()
+    assert [p.name for p, _ in history.problem_folders(tmp_path / "runs")] == sorted(
+        [bad.name, partial.name + ".partial"])

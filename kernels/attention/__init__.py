@@ -75,7 +75,7 @@ def attention_backward(do, q, k, v, o, lse, causal=False, window=0, cu_seqlens_q
     """(dq, dk, dv) from the upstream gradient and what attention_forward returned."""
     max_q, max_k = _lengths(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
-    config = config or pick_bwd(q.shape[-1], causal, max_q, q.device)
+    config = config or pick_bwd(q.shape[-1], causal, max_q, q.device, q.shape[-2] // k.shape[-2])
     # the gradients are allocated like q, k, v and written with their strides: contiguous ones
     q, k, v = (x.contiguous() for x in (q, k, v))
     return bwd.backward(do, q, k, v, o, lse, bool(causal), int(window), cu_seqlens_q, cu_seqlens_k, max_q, max_k,
@@ -90,7 +90,8 @@ class AttentionFunction(torch.autograd.Function):
         max_q, max_k = _lengths(q, k, cu_q, cu_k, max_q, max_k)
         # the backward's config is chosen with the forward's (a config forced around the call holds
         # for both)
-        bwd_config = config.bwd if config else pick_bwd(q.shape[-1], causal, max_q, q.device)
+        bwd_config = config.bwd if config else pick_bwd(q.shape[-1], causal, max_q, q.device,
+                                                        q.shape[-2] // k.shape[-2])
         ctx.save_for_backward(q, k, v, o, lse, cu_q, cu_k)
         ctx.args = (causal, window, max_q, max_k, scale, bwd_config)
         return o

@@ -2,9 +2,13 @@
 kernels, and the Hopper paths (TMA tensor descriptors, warp specialisation, a persistent grid)
 as switches that stay off until a measurement says otherwise.
 
-The sm90 entries are the starting points of lab/attention_tune.py's candidate lists (the block
-shapes FlashAttention-2 and Triton's fused-attention tutorial use on Hopper), not measured
-winners yet: the lab script prints the best config per shape, and `pick` is where that goes.
+The sm90 entries are lab/attention_tune.py's winners on the H100 (bf16, torch 2.11, Triton 3.6;
+the tune's output is in lab/results/attention_tune_h100.txt): forward at D 128, 64x64 tiles of 4
+warps beat 128x64 of 8 by 9-15% (causal 4096: 452 against 415 TFLOP/s); at D 64, 128x64 of 8 warps
+(380 against 295 for 128x128); backward 64x64 tiles of 4 warps in both kernels (causal 4096: 365
+against 298), and for GQA 32-row query steps with TMA (338 against 328 without). Warp
+specialisation failed the correctness gate there (every shape), so it stays off; persistent grids
+lost everywhere. Not tuned on the H200: there these are a guess.
 The CPU entries are small so that the interpreter's tests cross several blocks on tiny shapes.
 Both picks are @tunable: `kcollect.kernels._lib.forced(FwdConfig(...))` overrides them (lab/)."""
 from __future__ import annotations
@@ -65,22 +69,20 @@ def pick_fwd(head_dim: int, causal: bool, max_seqlen_q: int, device) -> FwdConfi
     if max_seqlen_q <= 64:  # real-time windows: one short block, no rows wasted on padding
         return FwdConfig(block_m=64, block_n=64, warps=4, stages=3)
     if head_dim <= 64:
-        return FwdConfig(block_m=128, block_n=128 if not causal else 64, warps=8, stages=3)
-    return FwdConfig(block_m=128, block_n=64, warps=8, stages=3)
+        return FwdConfig(block_m=128, block_n=64, warps=8, stages=3)
+    return FwdConfig(block_m=64, block_n=64, warps=4, stages=3)
 
 
 @tunable
-def pick_bwd(head_dim: int, causal: bool, max_seqlen_q: int, device) -> BwdConfig:
-    """The backward's config (dk/dv kernel and dq kernel)."""
+def pick_bwd(head_dim: int, causal: bool, max_seqlen_q: int, device, group: int = 1) -> BwdConfig:
+    """The backward's config (dk/dv kernel and dq kernel); `group`: query heads per kv head."""
     if arch(device) == "cpu":
         return _CPU.bwd
-    if max_seqlen_q <= 64:
-        return BwdConfig(kv_n=64, kv_m=64, kv_warps=4, q_m=64, q_n=64, q_warps=4)
-    if head_dim <= 64:
-        return BwdConfig(kv_n=128, kv_m=64, kv_warps=8, q_m=128, q_n=64, q_warps=8)
-    return BwdConfig(kv_n=128, kv_m=64, kv_warps=8, kv_stages=2, q_m=128, q_n=64, q_warps=8, q_stages=2)
+    if group > 1:  # the dk/dv program walks every query head of its group: shorter query steps
+        return BwdConfig(kv_n=64, kv_m=32, kv_warps=4, q_m=64, q_n=64, q_warps=4, tma=True)
+    return BwdConfig(kv_n=64, kv_m=64, kv_warps=4, q_m=64, q_n=64, q_warps=4)
 
 
-def pick(head_dim: int, causal: bool, max_seqlen_q: int, device) -> AttentionConfig:
+def pick(head_dim: int, causal: bool, max_seqlen_q: int, device, group: int = 1) -> AttentionConfig:
     return AttentionConfig(pick_fwd(head_dim, causal, max_seqlen_q, device),
-                           pick_bwd(head_dim, causal, max_seqlen_q, device))
+                           pick_bwd(head_dim, causal, max_seqlen_q, device, group))

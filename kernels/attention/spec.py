@@ -71,7 +71,7 @@ def triton_attention(q, k, v, causal, window, cu_seqlens_q=None, cu_seqlens_k=No
 def config_of(inputs) -> dict:
     q = inputs["q"]
     max_q = inputs["max_seqlen_q"] if inputs["cu_seqlens_q"] is not None else q.shape[1]
-    c = pick(q.shape[-1], inputs["causal"], max_q, q.device)
+    c = pick(q.shape[-1], inputs["causal"], max_q, q.device, q.shape[-2] // inputs["k"].shape[-2])
     return config_record(fwd=c.fwd, bwd=c.bwd)
 
 

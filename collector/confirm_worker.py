@@ -1,0 +1,113 @@
+"""The process `kcollect compare --confirm` keeps in a git worktree of one commit.
+
+It runs that commit's own `kcollect run` (its collector and its kernels, or, in a repository that
+is not kcollect's, the installed kcollect with the worktree's files for `--kernel-module`) once each
+time it reads a line on stdin, and answers `done <exit status>` on stdout; everything the run prints
+goes to stderr. One process per side for all rounds, so that torch, Triton and the kernels are
+imported and compiled once and the rounds stay short; the caller alternates the two sides.
+
+Only the cases being confirmed are measured: the run's plan is filtered to the (kernel, shape label,
+dtype) given with --cases, looked up in every grid of the kernel. Commits from before the named shape
+labels (schema 1) run too: the label is made from the shape's dims, and the caller migrates the
+run's store when it reads it.
+
+Standalone on purpose: it must import the kcollect of the worktree, not the caller's, so it is run
+as a file and imports nothing of kcollect before it has pointed the imports at the worktree.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+
+
+class Tree(importlib.abc.MetaPathFinder):
+    """`kcollect` -> <root>/collector and `kcollect.kernels` -> <root>/kernels, as the package's
+    setuptools mapping does for an installed checkout. It answers for every `kcollect.*` module, so
+    that none falls through to the caller's installed kcollect (whose editable finder would find
+    `kcollect.store` in the caller's checkout)."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.folders = {"kcollect": root / "collector", "kcollect.kernels": root / "kernels",
+                        "kcollect.templates": root / "templates"}
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "kcollect" and not name.startswith("kcollect."):
+            return None
+        folder = self.folders.get(name)
+        if folder is not None and (folder / "__init__.py").is_file():
+            return importlib.util.spec_from_file_location(name, folder / "__init__.py",
+                                                          submodule_search_locations=[str(folder)])
+        spec = importlib.machinery.PathFinder.find_spec(name, path) if path else None
+        if spec is None:
+            raise ModuleNotFoundError(f"no module named {name!r} in the worktree {self.root}", name=name)
+        return spec
+
+
+def filter_plan(runner, wanted: set[tuple[str, str, str]]) -> None:
+    """The run's plan: only the wanted cases, from whichever grid of the kernel holds them."""
+    from kcollect.spec import DTYPE_NAMES
+
+    plan = runner.plan
+
+    def only_wanted(specs, config):
+        cases, seen = [], set()
+        for spec in specs:
+            for grid in spec.grids:
+                for case in plan([spec], dataclasses.replace(config, grid=grid)):
+                    # the label with the dims' names, as the store keeps it (older commits label 4096x14336)
+                    label = ",".join(f"{k}={v}" for k, v in case.shape.dims.items())
+                    key = (case.spec.name, label, DTYPE_NAMES.get(case.dtype, str(case.dtype)))
+                    if key in wanted and key not in seen:
+                        seen.add(key)
+                        cases.append(case)
+        return cases
+
+    runner.plan = only_wanted
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--root", required=True, help="the worktree of the commit")
+    ap.add_argument("--cases", required=True, help="JSON list of [kernel, shape label, dtype]")
+    ap.add_argument("run_args", nargs=argparse.REMAINDER, help="`kcollect run` arguments")
+    args = ap.parse_args()
+    root = Path(args.root).resolve()
+    if (root / "collector" / "__init__.py").is_file():
+        sys.meta_path.insert(0, Tree(root))
+    else:
+        sys.path[:0] = [str(root), str(root / "src")]
+    os.chdir(root)
+    run_args = [a for a in args.run_args if a != "--"]
+    if "cpu" in run_args[run_args.index("--device") + 1:run_args.index("--device") + 2]:
+        os.environ["TRITON_INTERPRET"] = "1"  # before any kernel is defined
+    import kcollect.runner as runner
+    from kcollect.cli import main as cli
+
+    filter_plan(runner, {tuple(c) for c in json.loads(args.cases)})
+    reply = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)  # what the run prints (and any library below it) goes to the log, not the replies
+    sys.stdout = sys.stderr
+    for _ in sys.stdin:
+        try:
+            cli.main(args=run_args, prog_name="kcollect", standalone_mode=False)
+            code = 0
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        except Exception:
+            traceback.print_exc()
+            code = 1
+        reply.write(f"done {code}\n")
+        reply.flush()
+
+
+if __name__ == "__main__":
+    main()

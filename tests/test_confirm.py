@@ -1,0 +1,97 @@
+"""`kcollect compare --confirm`: the decision on interleaved samples, the worktree's imports, and one
+real confirmation on the CPU: two commits of a planted repository whose kernel got slower."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from compare_store import commit_files, git, make_db, ok
+from kcollect import confirm
+from kcollect.compare import compare_cmd
+from kcollect.verdicts import Line, Side
+from kcollect.regress import Point
+
+OP = '''"""A planted kernel: ours sleeps DELAY seconds before doubling its input."""
+import time
+
+import torch
+
+from kcollect.spec import KernelSpec, Provider, Shape
+
+DELAY = {delay}
+
+
+def ours(x):
+    time.sleep(DELAY)
+    return x * 2
+
+
+SPEC = KernelSpec(
+    name="planted", description="x*2 after a planted sleep", modes=("fwd",),
+    providers=(Provider("triton", ours), Provider("torch", lambda x: x * 2)), baseline="torch",
+    reference=lambda x: x * 2,
+    make_inputs=lambda dims, dtype, device, seed: {{"x": torch.randn(dims["N"], dtype=dtype, device=device)}},
+    grad_inputs=("x",), grids={{"quick": (Shape({{"N": 64}}, "tiny"),), "full": ()}},
+    bytes_moved=lambda dims, dtype, mode: 8 * dims["N"], flops=lambda dims, mode: float(dims["N"]),
+    bound="memory", tolerance={{torch.float32: 1e-6}}, dtypes=(torch.float32,), bench_dtypes=(torch.float32,))
+'''
+
+
+def line(verdict="regression", code="changed", change=0.2, gpu="NVIDIA H100"):
+    p = Point(commit="c", commit_time=None, median_ms=1.0, p20_ms=1.0, p80_ms=1.0, runs=1)
+    side = Side(p, "ok", "cuda-graph", gpu, None)
+    return Line(key=("k", "fwd", "triton", "N=64", "float32"), a=side, b=side, code=code, verdict=verdict,
+                change=change, corrected=change)
+
+
+def test_candidates_are_ours_and_doubtful_or_regressed():
+    lines = [line(), line("within noise", change=0.05), line("within noise", change=0.01),
+             line("regression", code="unchanged"), line("environment changed", change=0.1), line("same", change=0.0)]
+    assert confirm.candidates(lines, 0.03) == [lines[0], lines[1], lines[4]]
+
+
+def test_decision_on_interleaved_samples():
+    slow = confirm.decide(line(), [1.0, 1.01, 0.99, 1.0, 1.02], [1.2, 1.21, 1.19, 1.22, 1.2], 0.03)
+    assert slow.verdict == "regression" and "confirmed here" in slow.note and "p=0.004" in slow.note
+    same = confirm.decide(line(), [1.0, 1.01, 0.99, 1.0, 1.02], [1.0, 1.02, 0.98, 1.01, 1.0], 0.03)
+    assert same.verdict == "not confirmed" and "not confirmed here" in same.note
+    small = confirm.decide(line(), [1.0, 1.0, 1.0], [1.01, 1.01, 1.01], 0.03)  # separated, under the threshold
+    assert small.verdict == "not confirmed"
+    few = confirm.decide(line(), [1.0, 1.0], [1.5, 1.5], 0.03)
+    assert few.verdict == "regression" and "too few samples" in few.note
+
+
+def test_the_worker_imports_the_worktree_s_kcollect(tmp_path):
+    # this venv has the caller's kcollect installed (editable): the worktree's must win, submodules too
+    for name, text in (("collector/__init__.py", "WHERE = 'the tree'\n"), ("collector/store.py", "WHERE = 'its store'\n"),
+                       ("kernels/__init__.py", "WHERE = 'its kernels'\n")):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text(text)
+    code = (f"import sys; sys.path.insert(0, {str(Path(confirm.WORKER).parent)!r}); import confirm_worker as w; "
+            f"sys.meta_path.insert(0, w.Tree(w.Path({str(tmp_path)!r}))); import kcollect, kcollect.kernels, "
+            "kcollect.store; print(kcollect.WHERE, '|', kcollect.kernels.WHERE, '|', kcollect.store.WHERE)\n"
+            "try:\n    import kcollect.regress\nexcept ModuleNotFoundError as e:\n    print(e)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.splitlines() == ["the tree | its kernels | its store",
+                                       f"no module named 'kcollect.regress' in the worktree {tmp_path}"], out.stderr
+
+
+def test_confirm_remeasures_both_commits_here(tmp_path, monkeypatch):
+    repo = tmp_path / "repo"
+    fast = commit_files(repo, {"op.py": OP.format(delay=0.0002)}, "planted kernel")
+    slow = commit_files(repo, {"op.py": OP.format(delay=0.015)}, "planted kernel, 75x slower")
+    # the history says ours got 30% slower: confirmed by measurement (it is far slower now)
+    path = make_db(tmp_path / "k.duckdb", [
+        ("cpu", c, h, [ok("triton", ms, kernel="planted", shape="N=64", dtype="float32")])
+        for c, h, ms in ((fast, 0, 0.4), (slow, 1, 0.52))])
+    monkeypatch.chdir(repo)
+    r = CliRunner().invoke(compare_cmd, [fast, slow, "--db", path, "--confirm", "--rounds", "3",
+                                         "--kernel-module", "op.py", "--format", "json"])
+    assert r.exit_code == 0, r.output  # CPU rows never gate
+    (result,) = json.loads(r.stdout)
+    assert result["verdict"] == "regression" and result["note"].startswith("confirmed here: "), result
+    assert "over 3 interleaved rounds, p=0.050" in result["note"]
+    assert "confirm round 3/3: B done" in r.stderr
+    assert git(repo, "worktree", "list").count("\n") == 0  # the worktrees are gone
