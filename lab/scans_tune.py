@@ -27,6 +27,8 @@ from multiprocessing import get_context
 
 from kcollect.common import ALLOC_CONF, pin_ptxas
 
+from .device import open_device
+
 os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", ALLOC_CONF)  # as `kcollect run` does, before CUDA starts
 
 
@@ -296,14 +298,9 @@ def main(argv: list[str] | None = None) -> int:
     wanted = {s.strip() for s in args.shapes.split(",")} if args.shapes else None
     if wanted and wanted - known:
         ap.error(f"unknown shape {', '.join(sorted(wanted - known))}; known for {', '.join(ops)}: {', '.join(sorted(known))}")
-    if args.device == "cpu":
-        os.environ["TRITON_INTERPRET"] = "1"  # before any kernel is imported
-    import torch
-
-    if args.device == "cuda" and not torch.cuda.is_available():
-        print("scans_tune: no CUDA GPU here (--device cpu runs a dry run on the interpreter)", file=sys.stderr)
+    torch = open_device(args.device, "scans_tune")
+    if torch is None:
         return 2
-    pin_ptxas()
     from kcollect import timing
 
     dtype = getattr(torch, args.dtype)

@@ -49,10 +49,9 @@ def _s(b, t, h, r, resets, p, why):
     return Shape({"B": b, "T": t, "H": h, "R": r, "resets": resets, "p": p}, why)
 
 
-QUICK = (
-    _s(2, 20, 16, DIAG, 1, 0.1, "diagonal maps, resets, three chunks on the CPU"),
-    _s(1, 19, 12, 4, 1, 0.1, "low-rank maps, one sequence, a masked channel block"),
-    _s(2, 16, 8, DIAG, 0, 0, "no reset mask"),
+QUICK = (  # seconds on the CPU interpreter (the tests cover the paths); 256 elements keep bf16's error steady
+    _s(1, 16, 16, DIAG, 1, 0.1, "diagonal maps, resets, two chunks and two channel blocks on the CPU"),
+    _s(1, 16, 16, 4, 0, 0, "low-rank maps, no reset mask"),
 )
 FULL = (
     # Cortex's own configs (its benchmark's low-rank RTU, (batch, seq_len, hidden, rank, resets, p))
