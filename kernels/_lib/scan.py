@@ -1,0 +1,56 @@
+"""What the scan ops share (rtu, selective_scan, conv1d): the combine functions of first-order linear
+recurrences for tl.associative_scan, and the seeded reset masks of their inputs.
+
+A first-order recurrence h_t = a_t * h_{t-1} + b_t composes as pairs: applying (a1, b1) then
+(a2, b2) is (a2 * a1, a2 * b1 + b2). tl.associative_scan passes the earlier element first; with
+reverse=True it scans from the end, the later element first, which is the adjoint recurrence
+s_t = b_t + a_t * s_{t+1} with the same combine."""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def first_order(a1, b1, a2, b2):
+    """Real gates."""
+    return a2 * a1, a2 * b1 + b2
+
+
+@triton.jit
+def first_order_complex(ar1, ai1, br1, bi1, ar2, ai2, br2, bi2):
+    """Complex gates and states, as (real, imaginary) pairs."""
+    ar = ar2 * ar1 - ai2 * ai1
+    ai = ar2 * ai1 + ai2 * ar1
+    br = ar2 * br1 - ai2 * bi1 + br2
+    bi = ar2 * bi1 + ai2 * br1 + bi2
+    return ar, ai, br, bi
+
+
+@triton.jit
+def row_of(x, rows, i):
+    """Row i of a tile whose first axis is indexed by `rows` (a register tile has no dynamic
+    indexing: a masked sum over that axis)."""
+    return tl.sum(tl.where(rows == i, x, 0.0), axis=0)
+
+
+def reset_mask(batch: int, steps: int, p: float, generator: torch.Generator) -> torch.Tensor:
+    """[batch, steps] bool: each step a reset with probability p, from `generator` (seeded by the
+    caller, so that every provider of a case sees the same episodes)."""
+    return torch.rand(batch, steps, generator=generator) < p
+
+
+def log_scan(combine, elems: tuple, dim: int) -> tuple:
+    """Inclusive scan of the tensors `elems` along `dim` in plain PyTorch, by doubling (Hillis and
+    Steele): ceil(log2 T) levels of pointwise ops, differentiable by ordinary autograd, which keeps
+    every level for the backward. `combine(*earlier, *later)` as the Triton combines above, whose
+    Python bodies (`first_order.fn`) serve unchanged on tensors."""
+    steps = elems[0].shape[dim]
+    d = 1
+    while d < steps:
+        earlier = [e.narrow(dim, 0, steps - d) for e in elems]
+        later = [e.narrow(dim, d, steps - d) for e in elems]
+        elems = tuple(torch.cat([e.narrow(dim, 0, d), c], dim) for e, c in zip(elems, combine(*earlier, *later)))
+        d *= 2
+    return elems

@@ -1,0 +1,57 @@
+"""conv1d's tuned configs: the depthwise kernels' tiles (time x channels), and the channel-mixing
+kernels' matrix tiles (the forward and dx are matrix products over K taps x input channels,
+dW one over batch x time per tap).
+
+The sm90 values are starting points for lab/scans_tune.py (the depthwise tiles 16-byte loads of
+bf16 along channels; the mixing ones the usual Hopper bf16 matmul tiles), not measured winners
+yet; the CPU ones are small so that the interpreter's tests cross several tiles."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .._lib.config import arch, tunable
+
+
+@dataclass(frozen=True)
+class DepthwiseConfig:
+    block_t: int = 32  # time steps a tile
+    block_f: int = 128  # channels a tile
+    warps: int = 4
+    bwd_block_t: int = 16
+    bwd_block_f: int = 128
+    bwd_span: int = 512  # time steps a backward program walks (its dw, dbias sums added up after)
+    bwd_warps: int = 4
+
+
+@dataclass(frozen=True)
+class MixConfig:
+    block_t: int = 128  # output rows (time steps) a program
+    block_o: int = 128  # output channels a program
+    block_i: int = 64  # input channels a step of the reduction
+    warps: int = 8
+    stages: int = 3
+    dw_block_o: int = 128  # dW: output x input channels a program, time steps a reduction step
+    dw_block_i: int = 128
+    dw_block_t: int = 64
+    dw_warps: int = 8
+    dw_stages: int = 3
+
+
+_CPU_DW = DepthwiseConfig(8, 16, 1, 8, 16, 16, 1)
+_CPU_MIX = MixConfig(16, 16, 16, 1, 1, 16, 16, 16, 1, 1)
+
+
+@tunable
+def pick_depthwise(batch: int, steps: int, channels: int, width: int, device) -> DepthwiseConfig:
+    if arch(device) == "cpu":
+        return _CPU_DW
+    return DepthwiseConfig()
+
+
+@tunable
+def pick_mix(batch: int, steps: int, channels: int, width: int, device) -> MixConfig:
+    if arch(device) == "cpu":
+        return _CPU_MIX
+    if channels <= 256:  # Cortex's sizes: smaller tiles, more programs
+        return MixConfig(block_t=64, block_o=64, block_i=64, warps=4, dw_block_o=64, dw_block_i=64, dw_warps=4)
+    return MixConfig()

@@ -1,0 +1,118 @@
+"""Depthwise causal conv1d with resets in Triton, forward and backward. Per channel f:
+
+    y_t = bias + sum_{k < K} w[f, K-1-k] x_{t-k} alive(t, k),  alive(t, k): t-k >= 0 and no reset
+    in (t-k, t]
+
+(a reset at step s starts a new window at s: x_s counts, the steps before it do not). The
+backward: dx_t = sum_k w[f, K-1-k] dy_{t+k} alive(t+k, k); dw and dbias sum over batch and time,
+per program in the kernel and over programs afterwards."""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .config import DepthwiseConfig, pick_depthwise
+
+
+@triton.jit
+def _tile(ptr, base, t, f, T, F, alive, mf):
+    m = (alive & (t >= 0) & (t < T))[:, None] & mf[None, :]
+    return tl.load(ptr + base + t[:, None] * F + f[None, :], mask=m, other=0.0).to(tl.float32)
+
+
+@triton.jit
+def _no_reset(R, b, t, T, alive):
+    """alive, cleared where step t (inside the sequence) is a reset."""
+    r = tl.load(R + b * T + t, mask=(t >= 0) & (t < T), other=0)
+    return alive & (r == 0)
+
+
+@triton.jit
+def _dw_fwd(X, W, BIAS, R, Y, T, F, K: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_F: tl.constexpr,
+            HAS_BIAS: tl.constexpr, HAS_R: tl.constexpr):
+    n_tb = tl.cdiv(T, BLOCK_T)
+    b = tl.program_id(0) // n_tb
+    t = (tl.program_id(0) % n_tb) * BLOCK_T + tl.arange(0, BLOCK_T)
+    f = tl.program_id(1) * BLOCK_F + tl.arange(0, BLOCK_F)
+    mf = f < F
+    base = b.to(tl.int64) * T * F
+    acc = tl.zeros([BLOCK_T, BLOCK_F], tl.float32)
+    if HAS_BIAS:
+        acc += tl.load(BIAS + f, mask=mf, other=0.0).to(tl.float32)[None, :]
+    alive = t < T
+    for k in tl.static_range(K):
+        if HAS_R and k > 0:
+            alive = _no_reset(R, b, t - k + 1, T, alive)
+        w = tl.load(W + f * K + (K - 1 - k), mask=mf, other=0.0).to(tl.float32)
+        acc += _tile(X, base, t - k, f, T, F, alive, mf) * w[None, :]
+    m = (t < T)[:, None] & mf[None, :]
+    tl.store(Y + base + t[:, None] * F + f[None, :], acc.to(Y.dtype.element_ty), mask=m)
+
+
+@triton.jit
+def _dw_bwd(X, W, R, DY, DX, PART, T, F, n_span, K: tl.constexpr, K_P2: tl.constexpr, SPAN: tl.constexpr,
+            BLOCK_T: tl.constexpr, BLOCK_F: tl.constexpr, HAS_R: tl.constexpr):
+    """Program (sequence b x span of SPAN steps, channel block): dx over the span, and its sums of
+    dw (PART[.., j, f] for tap j) and dbias (PART[.., K, f])."""
+    b = tl.program_id(0) // n_span
+    span = tl.program_id(0) % n_span
+    f = tl.program_id(1) * BLOCK_F + tl.arange(0, BLOCK_F)
+    mf = f < F
+    base = b.to(tl.int64) * T * F
+    taps = tl.arange(0, K_P2)
+    acc_w = tl.zeros([K_P2, BLOCK_F], tl.float32)
+    acc_b = tl.zeros([BLOCK_F], tl.float32)
+    t0 = span * SPAN
+    while t0 < (span + 1) * SPAN:
+        t = t0 + tl.arange(0, BLOCK_T)
+        inside = t < T
+        dy = _tile(DY, base, t, f, T, F, inside, mf)
+        acc_b += tl.sum(dy, axis=0)
+        dx = tl.zeros([BLOCK_T, BLOCK_F], tl.float32)
+        back = inside  # x_{t-k} in y_t's window
+        ahead = inside  # x_t in y_{t+k}'s window
+        for k in tl.static_range(K):
+            if HAS_R and k > 0:
+                back = _no_reset(R, b, t - k + 1, T, back)
+                ahead = _no_reset(R, b, t + k, T, ahead)
+            contrib = tl.sum(dy * _tile(X, base, t - k, f, T, F, back, mf), axis=0)
+            acc_w += tl.where(taps[:, None] == K - 1 - k, contrib[None, :], 0.0)
+            w = tl.load(W + f * K + (K - 1 - k), mask=mf, other=0.0).to(tl.float32)
+            dx += _tile(DY, base, t + k, f, T, F, ahead, mf) * w[None, :]
+        m = inside[:, None] & mf[None, :]
+        tl.store(DX + base + t[:, None] * F + f[None, :], dx.to(DX.dtype.element_ty), mask=m)
+        t0 += BLOCK_T
+    part = PART + (tl.program_id(0) * (K + 1)) * F + f
+    tl.store(part[None, :] + taps[:, None] * F, acc_w, mask=(taps < K)[:, None] & mf[None, :])
+    tl.store(part + K * F, acc_b, mask=mf)
+
+
+def depthwise_forward(x, weight, bias, resets, config: DepthwiseConfig | None = None):
+    B, T, F = x.shape
+    K = weight.shape[-1]
+    cfg = config or pick_depthwise(B, T, F, K, x.device)
+    y = torch.empty_like(x)
+    grid = (B * triton.cdiv(T, cfg.block_t), triton.cdiv(F, cfg.block_f))
+    r = resets.view(torch.uint8) if resets is not None else x
+    _dw_fwd[grid](x, weight, bias if bias is not None else x, r, y, T, F, K=K, BLOCK_T=cfg.block_t,
+                  BLOCK_F=cfg.block_f, HAS_BIAS=bias is not None, HAS_R=resets is not None, num_warps=cfg.warps)
+    return y
+
+
+def depthwise_backward(dy, x, weight, resets, config: DepthwiseConfig | None = None):
+    """(dx, dweight like weight, dbias [F] fp32 sums)."""
+    B, T, F = x.shape
+    K = weight.shape[-1]
+    cfg = config or pick_depthwise(B, T, F, K, x.device)
+    span = max(cfg.bwd_block_t, min(cfg.bwd_span, triton.next_power_of_2(T)))
+    n_span = triton.cdiv(T, span)
+    dx = torch.empty_like(x)
+    part = torch.empty(B * n_span, K + 1, F, device=x.device, dtype=torch.float32)
+    grid = (B * n_span, triton.cdiv(F, cfg.bwd_block_f))
+    r = resets.view(torch.uint8) if resets is not None else x
+    _dw_bwd[grid](x, weight, r, dy.contiguous(), dx, part, T, F, n_span, K=K, K_P2=triton.next_power_of_2(K),
+                  SPAN=span, BLOCK_T=cfg.bwd_block_t, BLOCK_F=cfg.bwd_block_f, HAS_R=resets is not None,
+                  num_warps=cfg.bwd_warps)
+    sums = part.sum(0)
+    return dx, sums[:K].t().reshape(weight.shape).to(weight.dtype), sums[K]

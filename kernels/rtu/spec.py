@@ -1,0 +1,135 @@
+"""What the collector needs to measure the RTU: providers, the float64 reference, inputs, grids,
+the cost model and the tolerance.
+
+Dims, in Cortex's config format (batch, seq_len, hidden, rank, resets, p): B, T, H, R (the
+input maps' rank; 'diag' for Cortex's streaming-diagonal maps), resets (0: no reset mask given;
+1: a mask whose steps are resets with probability p, drawn from the case's seed)."""
+from __future__ import annotations
+
+import torch
+
+from kcollect.spec import KernelSpec, Provider, Shape, peer_available
+
+from .._lib import config_record
+from .._lib.scan import reset_mask
+from . import pick, providers
+from .naive import reference
+
+DIAG = "diag"
+
+
+def make_inputs(dims, dtype, device, seed):
+    """x in `dtype`; the recurrence's parameters (nu_log, theta_log, diagonal weights) in fp32, as
+    a model keeps them (autocast leaves elementwise maths in fp32); low-rank factors in `dtype`,
+    as autocast casts a matmul's weights. |lambda| = r uniform in [0.5, 0.999] (memories of 2 to
+    1000 steps), angles uniform in (0, pi]; factors scaled so that u stays of order 1."""
+    g = torch.Generator().manual_seed(seed)
+    B, T, H, R = dims["B"], dims["T"], dims["H"], dims["R"]
+    r = 0.5 + 0.499 * torch.rand(H, generator=g, dtype=torch.float64)
+    theta = torch.pi * (1.0 - torch.rand(H, generator=g, dtype=torch.float64))
+    out = {"x": torch.randn(B, T, H, generator=g).to(device=device, dtype=dtype),
+           "nu_log": torch.log(-torch.log(r)).float().to(device), "theta_log": torch.log(theta).float().to(device)}
+    if R == DIAG:
+        out["map1"] = torch.randn(H, generator=g).to(device)
+        out["map2"] = torch.randn(H, generator=g).to(device)
+    else:
+        scale = torch.tensor([H ** -0.5, R ** -0.5])[:, None, None]
+        out["map1"] = (torch.randn(2, H, R, generator=g) * scale).to(device=device, dtype=dtype)
+        out["map2"] = (torch.randn(2, H, R, generator=g) * scale).to(device=device, dtype=dtype)
+    out["resets"] = reset_mask(B, T, float(dims["p"]), g).to(device) if int(dims["resets"]) else None
+    return out
+
+
+def config_of(inputs) -> dict:
+    x = inputs["x"]
+    return config_record(rtu=pick(x.shape[0], x.shape[1], x.shape[2], x.device))
+
+
+def _s(b, t, h, r, resets, p, why):
+    return Shape({"B": b, "T": t, "H": h, "R": r, "resets": resets, "p": p}, why)
+
+
+QUICK = (  # seconds on the CPU interpreter (the tests cover the paths); 256 elements keep bf16's error steady
+    _s(1, 16, 16, DIAG, 1, 0.1, "diagonal maps, resets, two chunks and two channel blocks on the CPU"),
+    _s(1, 16, 16, 4, 0, 0, "low-rank maps, no reset mask"),
+)
+FULL = (
+    # Cortex's own configs (its benchmark's low-rank RTU, (batch, seq_len, hidden, rank, resets, p))
+    _s(4, 128, 64, 8, 0, 0, "Cortex config (4, 128, 64, 8, False, 0)"),
+    _s(4, 256, 64, 8, 0, 0, "Cortex config (4, 256, 64, 8, False, 0)"),
+    _s(8, 256, 64, 16, 0, 0, "Cortex config (8, 256, 64, 16, False, 0)"),
+    _s(8, 512, 64, 16, 0, 0, "Cortex config (8, 512, 64, 16, False, 0)"),
+    _s(8, 512, 128, 16, 0, 0, "Cortex config (8, 512, 128, 16, False, 0)"),
+    _s(8, 512, 64, 16, 1, 0.1, "Cortex config (8, 512, 64, 16, True, 0.1)"),
+    _s(8, 1024, 64, 16, 1, 0.1, "Cortex config (8, 1024, 64, 16, True, 0.1): its best published speedup"),
+    # Cortex's streaming-diagonal benchmark: the same sizes without rank
+    _s(4, 128, 64, DIAG, 0, 0, "Cortex diagonal config (4, 128, 64, False, 0)"),
+    _s(8, 512, 128, DIAG, 0, 0, "Cortex diagonal config (8, 512, 128, False, 0)"),
+    _s(8, 512, 64, DIAG, 1, 0.1, "Cortex diagonal config (8, 512, 64, True, 0.1)"),
+    _s(8, 1024, 64, DIAG, 1, 0.1, "Cortex diagonal config (8, 1024, 64, True, 0.1)"),
+    # training sizes: B * T >= 64k steps, H 1024-4096
+    _s(64, 1024, 1024, DIAG, 1, 0.01, "training, T 1024: where the PyTorch loop is still measured"),
+    _s(32, 2048, 2048, DIAG, 1, 0.1, "training, frequent resets (episodes of ~10 steps)"),
+    _s(8, 8192, 1024, DIAG, 0, 0, "training, the longest sequences, no resets"),
+    _s(8, 8192, 1024, DIAG, 1, 0.01, "training, the longest sequences, episodes of ~100 steps"),
+    _s(16, 4096, 4096, DIAG, 1, 0.01, "training, the widest state: 1.6 GB of bf16 activations in and out"),
+    _s(32, 2048, 2048, 16, 0, 0, "training, low-rank maps"),
+    _s(8, 8192, 1024, 16, 1, 0.01, "training, low-rank maps, the longest sequences"),
+    _s(4, 3000, 1000, DIAG, 1, 0.01, "awkward: T not a multiple of the chunk, H not of the channel block"),
+)
+
+
+# Cost model (minimum traffic, s = bytes of an element of x; the fp32 parameters are a few H):
+#   fwd:     read x, write y [B, T, 2H]         -> 3 * B*T*H * s  (+ B*T bytes of resets)
+#   bwd:     read x and dy, write dx            -> 4 * B*T*H * s  (+ resets)
+#   low-rank: + the factors, 4 * H*R * s, each way; u = x @ U @ V stays inside the op
+# FLOPs per step and channel: forward ~14 (a complex multiply-add, gamma, SiLU), backward ~40 (the
+# recomputed state, SiLU', the adjoint's multiply-add, dx and five parameter sums); low-rank maps
+# add the projections, 8 * H*R per step forward and 16 backward (dx, dU, dV).
+def bytes_moved(dims, dtype, mode) -> int:
+    B, T, H, R = dims["B"], dims["T"], dims["H"], dims["R"]
+    s = dtype.itemsize
+    resets = B * T if int(dims["resets"]) else 0
+    factors = 0 if R == DIAG else 4 * H * R * s
+    fwd = 3 * B * T * H * s + resets + factors
+    bwd = 4 * B * T * H * s + resets + 2 * factors
+    return {"fwd": fwd, "bwd": bwd, "fwd+bwd": fwd + bwd}[mode]
+
+
+def flops(dims, mode) -> float:
+    B, T, H, R = dims["B"], dims["T"], dims["H"], dims["R"]
+    proj = 0 if R == DIAG else H * R
+    fwd, bwd = B * T * (14 * H + 8 * proj), B * T * (40 * H + 16 * proj)
+    return float({"fwd": fwd, "bwd": bwd, "fwd+bwd": fwd + bwd}[mode])
+
+
+SPEC = KernelSpec(
+    name="rtu",
+    description="Cortex's RTU: y = SiLU of a complex diagonal recurrence c_t = lambda c_{t-1} + gamma u_t "
+                "with resets, diagonal or low-rank input maps; forward and backward",
+    modes=("fwd", "bwd", "fwd+bwd"),
+    providers=(
+        Provider("triton", providers.triton, config=config_of),
+        Provider("cortex", providers.cortex, peer_available("cortex")),
+        Provider("cortex_torch", providers.cortex_torch, peer_available("cortex")),
+        Provider("compile", providers.compile_scan),
+        Provider("accelerated_scan", providers.accelerated_scan, peer_available("accelerated_scan")),
+    ),
+    baseline="cortex_torch",
+    reference=reference,
+    make_inputs=make_inputs,
+    grad_inputs=("x", "nu_log", "theta_log", "map1", "map2"),
+    grids={"quick": QUICK, "full": FULL},
+    bytes_moved=bytes_moved,
+    flops=flops,
+    bound="memory",
+    # The PyTorch paths with their state in fp32 (log_depth, and a step loop) against float64 at
+    # T 2048 on the CPU, forward and backward over fresh draws: bf16 2.9e-3 to 4.0e-3 (one rounding
+    # of y, x's own rounding in dx); fp32 y and dx below 2.5e-6, but theta_log's gradient up to
+    # 6.5e-5 (for both paths: a sum of terms as large as t * |c| that cancel); about 3x above,
+    # for growth with T to 8192.
+    tolerance={torch.bfloat16: 1e-2, torch.float32: 2e-4},
+    dtypes=(torch.bfloat16, torch.float32),
+    notes="Cortex's PyTorch and Triton RTUs zero the adjoint at the reset step itself instead of the step after "
+          "it, so their gradients with resets fail the gate; their forwards pass.",
+)

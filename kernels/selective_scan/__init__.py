@@ -1,0 +1,51 @@
+"""Mamba-1's selective scan in Triton, forward and backward (semantics in kernels.py).
+
+`selective_scan(x, delta, A, B, C, D, z)`: x, delta (before softplus), z [B, T, D]; A [D, N];
+B, C [B, T, N] (one per step, shared by the channels); D [D]. Returns y [B, T, D] like x, the
+state kept in fp32 whatever the inputs' dtype. `config=None` takes config.pick's choice;
+`selective_scan_forward` / `selective_scan_backward` are the raw launches.
+"""
+from __future__ import annotations
+
+import torch
+
+from .config import SelectiveScanConfig, pick
+from .kernels import selective_scan_backward, selective_scan_forward
+
+__all__ = ["SelectiveScanConfig", "pick", "selective_scan", "selective_scan_backward", "selective_scan_forward"]
+
+
+class SelectiveScanFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, delta, A, B, C, D, z, config):
+        y, states = selective_scan_forward(x, delta, A, B, C, D, z, config, keep_states=True)
+        ctx.save_for_backward(x, delta, A, B, C, D, z, states)
+        ctx.config = config
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        *inputs, states = ctx.saved_tensors
+        return (*selective_scan_backward(dy, *inputs, states, ctx.config), None)
+
+
+def _check(x, delta, A, B, C, D, z) -> None:
+    if x.dim() != 3:
+        raise ValueError(f"x must be [B, T, D]; got {tuple(x.shape)}")
+    Bsz, T, Dm = x.shape
+    N = A.shape[-1]
+    want = {"delta": (delta, (Bsz, T, Dm)), "z": (z, (Bsz, T, Dm)), "A": (A, (Dm, N)), "B": (B, (Bsz, T, N)),
+            "C": (C, (Bsz, T, N)), "D": (D, (Dm,))}
+    for name, (t, shape) in want.items():
+        if tuple(t.shape) != shape:
+            raise ValueError(f"{name} must be {list(shape)} for x {list(x.shape)} and A {list(A.shape)}; "
+                             f"got {list(t.shape)}")
+
+
+def selective_scan(x, delta, A, B, C, D, z, config: SelectiveScanConfig | None = None) -> torch.Tensor:
+    _check(x, delta, A, B, C, D, z)
+    tensors = tuple(t.contiguous() for t in (x, delta, A, B, C, D, z))
+    config = config or pick(x.shape[0], x.shape[1], x.shape[2], A.shape[1], x.device)
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        return SelectiveScanFunction.apply(*tensors, config)
+    return selective_scan_forward(*tensors, config)[0]

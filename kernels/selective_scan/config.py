@@ -1,0 +1,32 @@
+"""The selective scan's tuned config: a program owns `block_d` channels (all N states of each) of
+one sequence and walks time in chunks of `chunk` steps, each chunk one tl.associative_scan over a
+[chunk, block_d, N] tile. The forward keeps the state at every chunk's end for the backward,
+which recomputes each chunk from it: the backward's chunk is the forward's (fp32 states: at
+chunk 16 and N 16, four bytes a step and channel, as much as two bf16 activations).
+
+The sm90 values are starting points for lab/scans_tune.py, not measured winners yet; the CPU ones
+are small so that the interpreter's tests cross several chunks and channel blocks."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .._lib.config import arch, tunable
+
+
+@dataclass(frozen=True)
+class SelectiveScanConfig:
+    chunk: int = 16
+    block_d: int = 16
+    warps: int = 4
+    bwd_block_d: int = 8
+    bwd_warps: int = 4
+
+
+@tunable
+def pick(batch: int, steps: int, channels: int, states: int, device) -> SelectiveScanConfig:
+    """The config for B sequences of T steps, D channels of N states, on `device`'s architecture."""
+    if arch(device) == "cpu":
+        return SelectiveScanConfig(chunk=8, block_d=8, warps=1, bwd_block_d=8, bwd_warps=1)
+    # sm_90 compiles (Triton 3.6): forward 16 steps x 16 channels x 16 states, 4 warps: 121 registers
+    # a thread (32 steps: 239); backward 8 channels, 4 warps: 215 without spilling (16: 255, spilling)
+    return SelectiveScanConfig()

@@ -1,0 +1,112 @@
+"""rtu against its float64 reference on the CPU interpreter: diagonal and low-rank input maps, resets
+at the first step, at chunk boundaries and back to back, several chunks, channel blocks (one
+masked) and time segments (forward and backward), forward (inference) and forward+backward, bf16
+and fp32; the PyTorch providers' own code (the log-depth scan, the adapter around
+accelerated_scan's complex scan) and the input checks."""
+import random
+
+import pytest
+import torch
+
+from kcollect import verify
+from kcollect.kernels._lib import forced
+from kcollect.kernels.rtu import RTUConfig, providers, rtu
+from kcollect.kernels.rtu.naive import reference
+from kcollect.kernels.rtu.spec import SPEC
+
+BF16, F32 = torch.bfloat16, torch.float32
+
+
+def inputs(b, t, h, r, dtype, resets=(), p=0.0):
+    """Fresh inputs; resets at the given steps of the first sequence (and at rate p elsewhere)."""
+    dims = {"B": b, "T": t, "H": h, "R": r, "resets": 1 if resets or p else 0, "p": p}
+    x = SPEC.make_inputs(dims, dtype, "cpu", random.randrange(2**31))
+    if resets:
+        x["resets"][0, list(resets)] = True
+    return x
+
+
+def check(x, dtype, mode="fwd+bwd", fn=None):
+    seed = random.randrange(2**31)
+    dys, want = verify.reference_answers(SPEC, x, mode, seed)
+    got = verify.build_call(SPEC, fn or SPEC.provider("triton").fn, verify.clone_inputs(x), mode, dys)()
+    err = verify.max_error(got, want)
+    assert err <= SPEC.tolerance[dtype], f"error {err:.3g} > {SPEC.tolerance[dtype]:.3g}"
+
+
+# chunk 8 on the CPU: steps 0, 8 and 16 open chunks; 8, 9 back to back; 26 the last step
+EDGES = (0, 8, 9, 16, 26)
+CASES = [  # (B, T, H, R, dtype, resets, p, config: chunk, block_h, warps, segments, bwd ..)
+    (1, 27, 12, "diag", F32, EDGES, 0.0, RTUConfig(8, 8, 1, 3, 8, 1, 2)),  # H 12: a masked channel block
+    (2, 20, 16, "diag", BF16, (0,), 0.2, RTUConfig(8, 8, 1, 1, 16, 1, 1)),
+    (2, 17, 8, 3, F32, (1, 8), 0.15, RTUConfig(8, 8, 1, 2, 8, 1, 3)),  # low-rank maps, R 3
+    (1, 24, 16, "diag", BF16, (), 0.0, RTUConfig(8, 16, 1, 2, 8, 1, 2)),  # no reset mask
+]
+
+
+@pytest.mark.parametrize("b, t, h, r, dtype, resets, p, config", CASES,
+                         ids=[f"B{c[0]}-T{c[1]}-H{c[2]}-R{c[3]}-{str(c[4])[6:]}" for c in CASES])
+def test_forward_backward_match_reference(b, t, h, r, dtype, resets, p, config):
+    with forced(config):
+        check(inputs(b, t, h, r, dtype, resets, p), dtype)
+
+
+def test_inference_forward_matches_reference():
+    # no gradient wanted: the launch that keeps no states
+    with forced(RTUConfig(8, 8, 1, 2, 8, 1, 1)):
+        check(inputs(2, 19, 8, 2, F32, (0, 8), 0.2), F32, mode="fwd")
+
+
+def test_log_depth_scan_matches_reference():
+    # the compile provider's code, run eagerly
+    check(inputs(2, 37, 6, "diag", F32, EDGES, 0.1), F32, fn=providers.log_depth)
+    check(inputs(1, 19, 6, 2, F32, (3,), 0.1), F32, fn=providers.log_depth)
+
+
+def _scan_loop(gates, tokens):
+    """A first-order scan over the last axis, as accelerated_scan.complex.scan computes it."""
+    h, out = torch.zeros_like(tokens[..., 0]), []
+    for t in range(tokens.shape[-1]):
+        h = gates[..., t] * h + tokens[..., t]
+        out.append(h)
+    return torch.stack(out, dim=-1)
+
+
+def test_complex_scan_adapter_matches_reference():
+    # the accelerated_scan provider's code, with a plain loop standing in for its scan
+    check(inputs(2, 29, 5, "diag", F32, EDGES[:3], 0.1), F32, fn=lambda **x: providers.through_scan(_scan_loop, **x))
+
+
+def test_cortex_torch_refuses_long_sequences():
+    x = {"x": torch.zeros(1, providers.CORTEX_TORCH_MAX_STEPS + 1, 2)}
+    with pytest.raises(providers.Unavailable, match="T=2048"):
+        providers.cortex_torch(x["x"], None, None, None, None)
+
+
+def test_reference_is_the_recurrence():
+    # one channel by hand: c_1 = gamma u_1; c_2 = lambda c_1 + gamma u_2; a reset at step 2 drops c_1
+    x = verify.upcast(inputs(1, 3, 1, "diag", F32, (2,)))
+    lam = torch.polar(torch.exp(-torch.exp(x["nu_log"][0])), torch.exp(x["theta_log"][0]))
+    u = torch.complex(x["x"][0, :, 0] * x["map1"][0], x["x"][0, :, 0] * x["map2"][0]) * torch.sqrt(1 - lam.abs() ** 2)
+    c = torch.stack([u[0], lam * u[0] + u[1], u[2]])
+    want = torch.nn.functional.silu(torch.stack([c.real, c.imag], dim=-1))
+    torch.testing.assert_close(reference(**x)[0], want)
+
+
+def test_bad_inputs_are_refused():
+    x = inputs(1, 4, 3, "diag", F32)
+    with pytest.raises(ValueError, match=r"resets must be bool \[B, T\]"):
+        rtu(x["x"], x["nu_log"], x["theta_log"], x["map1"], x["map2"], torch.zeros(1, 4))
+    with pytest.raises(ValueError, match="first input map must be"):
+        rtu(x["x"], x["nu_log"], x["theta_log"], x["map1"][:2], x["map2"])
+    with pytest.raises(ValueError, match=r"x must be \[B, T, H\]"):
+        rtu(x["x"][0], x["nu_log"], x["theta_log"], x["map1"], x["map2"])
+
+
+def test_grids_and_cost_model():
+    for shape in SPEC.grid("full") + SPEC.grid("quick"):
+        assert set(shape.dims) == {"B", "T", "H", "R", "resets", "p"} and shape.why
+        assert SPEC.bytes_moved(shape.dims, BF16, "fwd") > 0 and SPEC.flops(shape.dims, "bwd") > 0
+    d = {"B": 2, "T": 3, "H": 4, "R": "diag", "resets": 1, "p": 0.1}
+    assert SPEC.bytes_moved(d, BF16, "fwd") == 3 * 24 * 2 + 6  # x in, y out (2H), the reset mask
+    assert len({s.label for s in SPEC.grid("full")}) == len(SPEC.grid("full"))
