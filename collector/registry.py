@@ -28,6 +28,7 @@ GROUP = "kcollect.kernels"
 BUILTIN = ("rms_norm", "swiglu", "cross_entropy", "gelu", "geglu", "rope", "fp8_quant", "layer_norm", "softmax",
            "add_rms_norm", "fused_linear_cross_entropy", "attention",
            "lstm",
+           "slstm",
            )
 
 

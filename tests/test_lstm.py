@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import opcheck
-from kcollect import verify
+from cells_check import cast, errors_against_reference, with_resets
 from kcollect.kernels import lstm
 from kcollect.kernels.lstm.spec import SPEC, reference
 
@@ -25,42 +25,27 @@ def test_matches_reference(provider, mode, dtype, dims):
     opcheck.check_case(SPEC, provider, mode, dtype, dims)
 
 
-def _against_reference(inputs, config, device="cpu"):
-    """Relative errors of (y, h_n, c_n, and the gradients of every input) for random upstream
-    gradients on all three outputs."""
-    ref_in = verify.upcast(inputs)
-    leaves = [ref_in[n].requires_grad_(True) for n in GRADS]
-    want = reference(**ref_in)
-    dys = [torch.randn_like(w) for w in want]
-    want += torch.autograd.grad(want, leaves, dys)
-    mine = {k: v.detach().clone().requires_grad_(k in GRADS) if torch.is_tensor(v) else v for k, v in inputs.items()}
-    got = lstm.lstm(**mine, config=config)
-    got += torch.autograd.grad(got, [mine[n] for n in GRADS], [d.to(got[0].dtype) for d in dys])
-    return [verify.rel_error(g, w) for g, w in zip(got, want)]
+def _errors(inputs, config):
+    return errors_against_reference(reference, lstm.lstm, inputs, GRADS, config=config)
 
 
 def _inputs(B, T, H, device="cpu"):
-    inputs = SPEC.make_inputs({"B": B, "T": T, "H": H, "resets": "0.3"}, torch.float32, device, seed=7)
-    resets = torch.zeros(B, T, dtype=torch.bool, device=device)
-    resets[0, 0] = True  # at the first step: the initial state never counts for row 0
-    resets[1, 1:3] = True  # at consecutive steps
-    resets[-1, T - 1] = True  # at the last step
-    inputs["resets"] = resets
-    return inputs
+    inputs = SPEC.make_inputs({"B": B, "T": T, "H": H, "resets": "0"}, torch.float32, device, seed=7)
+    return with_resets(inputs, B, T, device)
 
 
 def test_hidden_split_over_programs_and_batch_groups():
     # 17 rows in two groups of 16, 24 units over two programs (the second half masked): the stepped
     # path, whose kernel boundary is the barrier between the programs of a step
     config = lstm.LSTMConfig(bb=16, hb=16, hb_bwd=16, bk=16)
-    errors = _against_reference(_inputs(17, 3, 24), config)
+    errors = _errors(_inputs(17, 3, 24), config)
     assert max(errors) < 1e-5, errors
 
 
 def test_resident_weights():
     # the weights held in registers for the whole sequence, forward and backward
     config = lstm.LSTMConfig(bb=16, hb=32, hb_bwd=32, bk=16, resident=True, resident_bwd=True)
-    errors = _against_reference(_inputs(3, 3, 32), config)
+    errors = _errors(_inputs(3, 3, 32), config)
     assert max(errors) < 1e-5, errors
 
 
@@ -69,10 +54,8 @@ def test_resident_weights():
 @pytest.mark.parametrize("resident", [False, True])
 def test_persistent_barrier_on_gpu(dtype, resident):
     # units split over 8 programs of 2 batch groups that wait for each other at every step
-    inputs = {k: v.to(dtype) if torch.is_tensor(v) and v.is_floating_point() else v
-              for k, v in _inputs(40, 50, 64, "cuda").items()}
     config = lstm.LSTMConfig(bb=32, hb=16, hb_bwd=16, bk=32, resident=resident, resident_bwd=resident)
-    errors = _against_reference(inputs, config, "cuda")
+    errors = _errors(cast(_inputs(40, 50, 64, "cuda"), dtype), config)
     assert max(errors) < SPEC.tolerance[dtype], errors
 
 
