@@ -29,6 +29,7 @@ BUILTIN = ("rms_norm", "swiglu", "cross_entropy", "gelu", "geglu", "rope", "fp8_
            "add_rms_norm", "fused_linear_cross_entropy", "attention",
            "lstm",
            "slstm",
+           "axon",
            )
 
 
