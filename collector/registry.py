@@ -30,6 +30,7 @@ BUILTIN = ("rms_norm", "swiglu", "cross_entropy", "gelu", "geglu", "rope", "fp8_
            "lstm",
            "slstm",
            "axon",
+           "mlstm",
            )
 
 
