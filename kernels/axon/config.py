@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import triton
 
-from .._lib import arch, sm_count, tunable
+from .._lib import arch, tunable
 
 
 @dataclass(frozen=True)
@@ -20,10 +20,8 @@ class AxonConfig:
 
 @tunable
 def pick(B: int, H: int, device) -> AxonConfig:
-    """32 channels a program (one warp), halved while rows x channel blocks leave SMs idle."""
+    """16 channels a program (one warp): rows x channel blocks then cover the SMs at every shape of the
+    grid but the single-row ones, and one binary serves them all."""
     if arch(device) == "cpu":
         return AxonConfig(bh=min(32, triton.next_power_of_2(H)), warps=1, stages=1)
-    bh = 32
-    while bh > 8 and B * triton.cdiv(H, bh) < sm_count(device):
-        bh //= 2
-    return AxonConfig(bh=bh, warps=1, stages=3)
+    return AxonConfig(bh=16, warps=1, stages=3)

@@ -35,18 +35,15 @@ def channel_constants(nu_log, theta_log, w1, w2) -> torch.Tensor:
 
 
 @triton.jit
-def _keep(rs_ptr, b, t, T, HAS_RESETS: tl.constexpr):
-    if HAS_RESETS:
-        return 1.0 - tl.load(rs_ptr + b.to(tl.int64) * T + t).to(tl.float32)
-    else:
-        return 1.0
+def _keep(rs_ptr, b, t, T, has_resets):
+    return 1.0 - tl.load(rs_ptr + b.to(tl.int64) * T + t, mask=has_resets != 0, other=0).to(tl.float32)
 
 
 @triton.jit
-def _fwd_step(t, b, h, hm, xh_ptr, y2h_ptr, rs_ptr, T, H, scale, p, c1, c2, e, HAS_RESETS: tl.constexpr):
+def _fwd_step(t, b, h, hm, xh_ptr, y2h_ptr, rs_ptr, T, H, scale, p, c1, c2, e, has_resets):
     g, phi, gamma, w1, w2, dg_nu, dphi_nu, dgamma_nu, dg_th, dphi_th = p
     enu1, enu2, eth1, eth2, ew11, ew12, ew21, ew22 = e
-    keep = _keep(rs_ptr, b, t, T, HAS_RESETS)
+    keep = _keep(rs_ptr, b, t, T, has_resets)
     c1, c2 = c1 * keep, c2 * keep
     row = (b.to(tl.int64) * T + t)
     xhat = tl.load(xh_ptr + row * H + h, mask=hm, other=0.0).to(tl.float32) * scale
@@ -67,9 +64,9 @@ def _fwd_step(t, b, h, hm, xh_ptr, y2h_ptr, rs_ptr, T, H, scale, p, c1, c2, e, H
     return n1, n2, e
 
 
-@triton.jit
-def _axon_fwd(xh_ptr, par_ptr, rs_ptr, y2h_ptr, st_ptr, B, T, H, scale, BH: tl.constexpr,
-              HAS_RESETS: tl.constexpr, PIPE: tl.constexpr, STAGES: tl.constexpr):
+@triton.jit(do_not_specialize=["B", "T", "has_resets"])
+def _axon_fwd(xh_ptr, par_ptr, rs_ptr, y2h_ptr, st_ptr, B, T, H, scale, has_resets, BH: tl.constexpr,
+              PIPE: tl.constexpr, STAGES: tl.constexpr):
     b = tl.program_id(1)
     h = tl.program_id(0) * BH + tl.arange(0, BH)
     hm = h < H
@@ -82,11 +79,11 @@ def _axon_fwd(xh_ptr, par_ptr, rs_ptr, y2h_ptr, st_ptr, B, T, H, scale, BH: tl.c
     c1, c2, e = z, z, (z, z, z, z, z, z, z, z)
     if PIPE:
         for t in tl.range(0, T, num_stages=STAGES):
-            c1, c2, e = _fwd_step(t, b, h, hm, xh_ptr, y2h_ptr, rs_ptr, T, H, scale, p, c1, c2, e, HAS_RESETS)
+            c1, c2, e = _fwd_step(t, b, h, hm, xh_ptr, y2h_ptr, rs_ptr, T, H, scale, p, c1, c2, e, has_resets)
     else:
         t = 0
         while t < T:
-            c1, c2, e = _fwd_step(t, b, h, hm, xh_ptr, y2h_ptr, rs_ptr, T, H, scale, p, c1, c2, e, HAS_RESETS)
+            c1, c2, e = _fwd_step(t, b, h, hm, xh_ptr, y2h_ptr, rs_ptr, T, H, scale, p, c1, c2, e, has_resets)
             t += 1
     plane = B * H
     out = st_ptr + b.to(tl.int64) * H + h
@@ -97,18 +94,17 @@ def _axon_fwd(xh_ptr, par_ptr, rs_ptr, y2h_ptr, st_ptr, B, T, H, scale, BH: tl.c
 
 
 @triton.jit
-def _bwd_step(t, b, h, hm, dy2h_ptr, xh_ptr, y2h_ptr, rs_ptr, dxh_ptr, T, H, scale, p, l1, l2, acc,
-              HAS_RESETS: tl.constexpr):
+def _bwd_step(t, b, h, hm, dy2h_ptr, xh_ptr, y2h_ptr, rs_ptr, dxh_ptr, T, H, scale, p, l1, l2, acc, has_resets):
     """One step of the reverse scan: the adjoint (l1, l2) of c_t from c_{t+1}'s, the input gradient,
     and the step's terms of the per-channel parameter gradients."""
     g, phi, gamma, w1, w2 = p
     dg, dphi, dgamma, dw1, dw2 = acc
     row = b.to(tl.int64) * T + t
-    keep_next = _keep(rs_ptr, b, tl.minimum(t + 1, T - 1), T, HAS_RESETS)  # t = T-1: l is zero anyway
+    keep_next = _keep(rs_ptr, b, tl.minimum(t + 1, T - 1), T, has_resets)  # t = T-1: l is zero anyway
     l1, l2 = (tl.load(dy2h_ptr + row * 2 * H + h, mask=hm, other=0.0).to(tl.float32) + keep_next * (g * l1 + phi * l2),
               tl.load(dy2h_ptr + row * 2 * H + H + h, mask=hm, other=0.0).to(tl.float32)
               + keep_next * (g * l2 - phi * l1))
-    keep = _keep(rs_ptr, b, t, T, HAS_RESETS)
+    keep = _keep(rs_ptr, b, t, T, has_resets)
     before = hm & (t > 0)
     c1 = tl.load(y2h_ptr + (row - 1) * 2 * H + h, mask=before, other=0.0).to(tl.float32) * keep
     c2 = tl.load(y2h_ptr + (row - 1) * 2 * H + H + h, mask=before, other=0.0).to(tl.float32) * keep
@@ -119,9 +115,9 @@ def _bwd_step(t, b, h, hm, dy2h_ptr, xh_ptr, y2h_ptr, rs_ptr, dxh_ptr, T, H, sca
     return l1, l2, acc
 
 
-@triton.jit
-def _axon_bwd(dy2h_ptr, xh_ptr, y2h_ptr, par_ptr, rs_ptr, dxh_ptr, acc_ptr, B, T, H, scale, BH: tl.constexpr,
-              HAS_RESETS: tl.constexpr, PIPE: tl.constexpr, STAGES: tl.constexpr):
+@triton.jit(do_not_specialize=["B", "T", "has_resets"])
+def _axon_bwd(dy2h_ptr, xh_ptr, y2h_ptr, par_ptr, rs_ptr, dxh_ptr, acc_ptr, B, T, H, scale, has_resets,
+              BH: tl.constexpr, PIPE: tl.constexpr, STAGES: tl.constexpr):
     b = tl.program_id(1)
     h = tl.program_id(0) * BH + tl.arange(0, BH)
     hm = h < H
@@ -133,22 +129,21 @@ def _axon_bwd(dy2h_ptr, xh_ptr, y2h_ptr, par_ptr, rs_ptr, dxh_ptr, acc_ptr, B, T
     if PIPE:
         for s in tl.range(0, T, num_stages=STAGES):
             l1, l2, acc = _bwd_step(T - 1 - s, b, h, hm, dy2h_ptr, xh_ptr, y2h_ptr, rs_ptr, dxh_ptr, T, H, scale, p,
-                                    l1, l2, acc, HAS_RESETS)
+                                    l1, l2, acc, has_resets)
     else:
         t = T - 1
         while t >= 0:
             l1, l2, acc = _bwd_step(t, b, h, hm, dy2h_ptr, xh_ptr, y2h_ptr, rs_ptr, dxh_ptr, T, H, scale, p, l1, l2,
-                                    acc, HAS_RESETS)
+                                    acc, has_resets)
             t -= 1
     out = acc_ptr + b.to(tl.int64) * H + h
     for i in tl.static_range(5):
         tl.store(out + i * B * H, acc[i], mask=hm)
 
 
-def _launch(B, H, resets, device, config: AxonConfig) -> tuple[tuple, dict]:
+def _launch(B, H, device, config: AxonConfig) -> tuple[tuple, dict]:
     on_gpu = torch.device(device).type == "cuda"
-    return (triton.cdiv(H, config.bh), B), dict(BH=config.bh, HAS_RESETS=resets is not None, PIPE=on_gpu,
-                                                STAGES=config.stages, num_warps=config.warps)
+    return (triton.cdiv(H, config.bh), B), dict(BH=config.bh, PIPE=on_gpu, STAGES=config.stages, num_warps=config.warps)
 
 
 def axon_scan_fwd(xh, par, resets, scale: float, config: AxonConfig):
@@ -157,8 +152,8 @@ def axon_scan_fwd(xh, par, resets, scale: float, config: AxonConfig):
     y2h = torch.empty(B, T, 2 * H, device=xh.device, dtype=xh.dtype)
     state = torch.empty(10, B, H, device=xh.device, dtype=torch.float32)
     rs = resets.view(torch.uint8) if resets is not None else xh
-    grid, meta = _launch(B, H, resets, xh.device, config)
-    _axon_fwd[grid](xh, par, rs, y2h, state, B, T, H, scale, **meta)
+    grid, meta = _launch(B, H, xh.device, config)
+    _axon_fwd[grid](xh, par, rs, y2h, state, B, T, H, scale, int(resets is not None), **meta)
     return y2h, state
 
 
@@ -168,6 +163,6 @@ def axon_scan_bwd(dy2h, xh, y2h, par, resets, scale: float, config: AxonConfig):
     dxh = torch.empty_like(xh)
     acc = torch.empty(5, B, H, device=xh.device, dtype=torch.float32)
     rs = resets.view(torch.uint8) if resets is not None else xh
-    grid, meta = _launch(B, H, resets, xh.device, config)
-    _axon_bwd[grid](dy2h.contiguous(), xh, y2h, par, rs, dxh, acc, B, T, H, scale, **meta)
+    grid, meta = _launch(B, H, xh.device, config)
+    _axon_bwd[grid](dy2h.contiguous(), xh, y2h, par, rs, dxh, acc, B, T, H, scale, int(resets is not None), **meta)
     return dxh, acc.sum(1)

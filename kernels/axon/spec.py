@@ -199,8 +199,8 @@ FULL = (
     _s(8, 512, 512, "0", "Cortex's linear_vs_axon config (8, 512, 512)"),
     _s(8, 512, 512, "0.1", "Cortex's linear_vs_axon config (8, 512, 512) with resets p=0.1"),
     _s(8, 256, 256, "0", "Cortex's linear_vs_axon config (8, 256, 256)"),
-    _s(4, 256, 64, "0", "Cortex's axons benchmark config (4, 256, 64)"),
-    _s(32, 60, 256, "0.1", "the agent's real-time step: 32 environments, 60 steps, episode resets"),
+    _s(1, 60, 256, "0.1", "the agent's real-time step: one environment, 60 steps, episode resets"),
+    _s(32, 60, 256, "0.1", "real-time, 32 environments"),
     _s(64, 256, 1024, "0", "training: 64 rows, 256 steps, 1024 features"),
 )
 

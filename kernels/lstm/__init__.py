@@ -22,14 +22,13 @@ __all__ = ["LSTMConfig", "LSTMFunction", "lstm", "pick"]
 
 class LSTMFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, h0, c0, w_ih, w_hh, b, resets, config):
+    def forward(ctx, x, h0, c0, w_ih, w_hh, b, resets, config, save):
         B, T, I = x.shape
         H = w_hh.shape[1]
         config = config or pick(B, H, x.device)
         perm = unit_major(H, 4, x.device)
         w_ih_p, w_hh_p = w_ih[perm], w_hh[perm].contiguous()
         gx = torch.addmm(b[perm], x.reshape(B * T, I), w_ih_p.t()).view(B, T, 4 * H)
-        save = torch.is_grad_enabled() or any(ctx.needs_input_grad[:6])
         ys, cs, act, cn = lstm_fwd(gx, w_hh_p.t().contiguous(), h0, c0, resets, save, config)
         ctx.save_for_backward(x, ys, cs, act, w_ih_p, w_hh_p, resets, perm)
         ctx.config = config
@@ -50,7 +49,7 @@ class LSTMFunction(torch.autograd.Function):
         dw_ih = (dg2.t() @ x.reshape(B * T, I))[inv]
         dw_hh = (dg2.t() @ h_prev.reshape(B * T, H))[inv]
         db = dg2.sum(0, dtype=torch.float32).to(dg.dtype)[inv]
-        return dx, dh0, dc0, dw_ih, dw_hh, db, None, None
+        return dx, dh0, dc0, dw_ih, dw_hh, db, None, None, None
 
 
 def lstm(x, h0, c0, w_ih, w_hh, b, resets=None, config: LSTMConfig | None = None):
@@ -65,4 +64,6 @@ def lstm(x, h0, c0, w_ih, w_hh, b, resets=None, config: LSTMConfig | None = None
     if resets is not None and (tuple(resets.shape) != (B, T) or resets.dtype != torch.bool):
         raise ValueError(f"lstm: resets must be a bool [B, T] = ({B}, {T}) mask, got {resets.dtype} "
                          f"{tuple(resets.shape)}")
-    return LSTMFunction.apply(x.contiguous(), h0.contiguous(), c0.contiguous(), w_ih, w_hh, b, resets, config)
+    # what the backward reads is kept only when a gradient will be asked for
+    save = torch.is_grad_enabled() and any(t.requires_grad for t in (x, h0, c0, w_ih, w_hh, b))
+    return LSTMFunction.apply(x.contiguous(), h0.contiguous(), c0.contiguous(), w_ih, w_hh, b, resets, config, save)

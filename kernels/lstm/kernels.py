@@ -30,13 +30,10 @@ def _tanh(x):
 
 
 @triton.jit
-def _keep(rs_ptr, rows, mask, t, T, BB: tl.constexpr, HAS_RESETS: tl.constexpr):
-    """[BB] fp32: 0 for the rows whose state is zeroed before step t, 1 for the others."""
-    if HAS_RESETS:
-        r = tl.load(rs_ptr + rows.to(tl.int64) * T + t, mask=mask, other=0)
-        return 1.0 - r.to(tl.float32)
-    else:
-        return tl.full((BB,), 1.0, tl.float32)
+def _keep(rs_ptr, rows, mask, t, T, has_resets):
+    """fp32 per row: 0 for the rows whose state is zeroed before step t, 1 for the others."""
+    r = tl.load(rs_ptr + rows.to(tl.int64) * T + t, mask=mask & (has_resets != 0), other=0)
+    return 1.0 - r.to(tl.float32)
 
 
 @triton.jit
@@ -60,10 +57,10 @@ def _rec_fwd(hrow, wt_ptr, w, row_ok, n, n_ok, H, BB: tl.constexpr, HB: tl.const
     return acc
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["B", "T", "cs_steps", "t_lo", "n_steps", "has_resets", "save"])
 def _lstm_fwd(gx_ptr, wt_ptr, ys_ptr, cs_ptr, act_ptr, cn_ptr, rs_ptr, cnt_ptr, B, T, H, cs_steps, t_lo, n_steps,
-              BB: tl.constexpr, HB: tl.constexpr, BK: tl.constexpr, HP: tl.constexpr, RESIDENT: tl.constexpr,
-              HAS_RESETS: tl.constexpr, SAVE: tl.constexpr, SYNC: tl.constexpr, DOT_F32: tl.constexpr):
+              has_resets, save, BB: tl.constexpr, HB: tl.constexpr, BK: tl.constexpr, HP: tl.constexpr,
+              RESIDENT: tl.constexpr, SYNC: tl.constexpr, DOT_F32: tl.constexpr):
     pid_h, pid_b, n_h = tl.program_id(0), tl.program_id(1), tl.num_programs(0)
     rows = pid_b * BB + tl.arange(0, BB)
     row_ok = rows < B
@@ -85,7 +82,7 @@ def _lstm_fwd(gx_ptr, wt_ptr, ys_ptr, cs_ptr, act_ptr, cn_ptr, rs_ptr, cnt_ptr, 
         t = t_lo + s
         if SYNC:
             ok = wait(cnt_ptr + pid_b, n_h * s, ok)
-        keep = _keep(rs_ptr, rows, row_ok, t, T, BB, HAS_RESETS)[:, None]
+        keep = _keep(rs_ptr, rows, row_ok, t, T, has_resets)[:, None]
         acc = _rec_fwd(ys_ptr + r64 * (T + 1) * H + t * H, wt_ptr, w, row_ok, n, n_ok, H, BB, HB, BK, HP, RESIDENT,
                        DOT_F32)
         acc = acc * keep + tl.load(gx_ptr + r64 * T * 4 * H + t * 4 * H + n[None, :], mask=m_n, other=0.0)
@@ -94,9 +91,9 @@ def _lstm_fwd(gx_ptr, wt_ptr, ys_ptr, cs_ptr, act_ptr, cn_ptr, rs_ptr, cnt_ptr, 
         c = fg * c * keep + ig * gg
         h = tl.where(ok, og * _tanh(c), float("nan"))
         tl.store(ys_ptr + r64 * (T + 1) * H + (t + 1) * H + u[None, :], h.to(ys_ptr.dtype.element_ty), mask=m_u)
-        if SAVE:
-            tl.store(cs_ptr + r64 * cs_steps * H + (t + 1) * H + u[None, :], c, mask=m_u)
-            tl.store(act_ptr + r64 * T * 4 * H + t * 4 * H + n[None, :], act.to(act_ptr.dtype.element_ty), mask=m_n)
+        tl.store(cs_ptr + r64 * cs_steps * H + (t + 1) * H + u[None, :], c, mask=m_u & (save != 0))
+        tl.store(act_ptr + r64 * T * 4 * H + t * 4 * H + n[None, :], act.to(act_ptr.dtype.element_ty),
+                 mask=m_n & (save != 0))
         if SYNC:
             arrive(cnt_ptr + pid_b)
         s += 1
@@ -124,11 +121,10 @@ def _rec_bwd(drow, w_ptr, w, mask_row, u, u_ok, H, BB: tl.constexpr, HB: tl.cons
     return acc
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["B", "T", "t_hi", "n_steps", "has_resets"])
 def _lstm_bwd(dy_ptr, dhn_ptr, w_ptr, act_ptr, cs_ptr, rs_ptr, dg_ptr, dcb_ptr, dh0_ptr, cnt_ptr, B, T, H, t_hi,
-              n_steps, BB: tl.constexpr, HB: tl.constexpr, BK: tl.constexpr, GP: tl.constexpr,
-              RESIDENT: tl.constexpr, HAS_RESETS: tl.constexpr, SYNC: tl.constexpr, FINAL: tl.constexpr,
-              DOT_F32: tl.constexpr):
+              n_steps, has_resets, BB: tl.constexpr, HB: tl.constexpr, BK: tl.constexpr, GP: tl.constexpr,
+              RESIDENT: tl.constexpr, SYNC: tl.constexpr, FINAL: tl.constexpr, DOT_F32: tl.constexpr):
     """Steps t_hi, t_hi - 1, ... (n_steps of them) of the reverse scan; dcb holds dc between launches
     (dc_T on entry). FINAL: also dh0 (and dc0 in dcb) once step 0's dG is complete."""
     pid_h, pid_b, n_h = tl.program_id(0), tl.program_id(1), tl.num_programs(0)
@@ -155,12 +151,12 @@ def _lstm_bwd(dy_ptr, dhn_ptr, w_ptr, act_ptr, cs_ptr, rs_ptr, dg_ptr, dcb_ptr, 
         later = row_ok & (t + 1 < T)
         dh = _rec_bwd(dg_ptr + r64 * T * 4 * H + (t + 1) * 4 * H, w_ptr, w, later, u, u_ok, H, BB, HB, BK, GP,
                       RESIDENT, DOT_F32)
-        dh = dh * _keep(rs_ptr, rows, later, t + 1, T, BB, HAS_RESETS)[:, None]
+        dh = dh * _keep(rs_ptr, rows, later, t + 1, T, has_resets)[:, None]
         dh += tl.load(dy_ptr + r64 * T * H + t * H + u[None, :], mask=m_u, other=0.0).to(tl.float32)
         dh += tl.load(dhn_ptr + r64 * H + u[None, :], mask=m_u & (t == T - 1), other=0.0).to(tl.float32)
         ig, fg, gg, og = split4(tl.load(act_ptr + r64 * T * 4 * H + t * 4 * H + n[None, :], mask=m_n,
                                         other=0.0).to(tl.float32), BB, HB)
-        keep = _keep(rs_ptr, rows, row_ok, t, T, BB, HAS_RESETS)[:, None]
+        keep = _keep(rs_ptr, rows, row_ok, t, T, has_resets)[:, None]
         c_prev = tl.load(cs_ptr + r64 * (T + 1) * H + t * H + u[None, :], mask=m_u, other=0.0) * keep
         tc = _tanh(tl.load(cs_ptr + r64 * (T + 1) * H + (t + 1) * H + u[None, :], mask=m_u, other=0.0))
         dc += dh * og * (1.0 - tc * tc)
@@ -176,7 +172,7 @@ def _lstm_bwd(dy_ptr, dhn_ptr, w_ptr, act_ptr, cs_ptr, rs_ptr, dg_ptr, dcb_ptr, 
         if SYNC:
             ok = wait(cnt_ptr + pid_b, n_h * n_steps, ok)
         dh0 = _rec_bwd(dg_ptr + r64 * T * 4 * H, w_ptr, w, row_ok, u, u_ok, H, BB, HB, BK, GP, RESIDENT, DOT_F32)
-        dh0 = dh0 * _keep(rs_ptr, rows, row_ok, 0, T, BB, HAS_RESETS)[:, None]
+        dh0 = dh0 * _keep(rs_ptr, rows, row_ok, 0, T, has_resets)[:, None]
         tl.store(dh0_ptr + r64 * H + u[None, :], tl.where(ok, dh0, float("nan")).to(dh0_ptr.dtype.element_ty),
                  mask=m_u)
     tl.store(dcb_ptr + r64 * H + u[None, :], dc, mask=m_u)
@@ -191,6 +187,7 @@ def _persistent(kernel, args: tuple, meta: dict, config: LSTMConfig, grid: tuple
         return False
     if device.type != "cuda":
         return grid[0] == 1
+    meta = {k: v for k, v in meta.items() if k != "num_warps"}
     return resident_programs(kernel, args, meta, config.warps, device, strict=True) >= grid[0] * grid[1]
 
 
@@ -204,26 +201,26 @@ def lstm_fwd(gx, wt, h0, c0, resets, save: bool, config: LSTMConfig):
     ys[:, 0] = h0
     grid = (triton.cdiv(H, config.hb), triton.cdiv(B, config.bb))
     hp = max(16, triton.next_power_of_2(H))
-    meta = dict(BB=config.bb, HB=config.hb, BK=min(config.bk, hp), HP=hp,
-                RESIDENT=config.resident, HAS_RESETS=resets is not None, DOT_F32=dot_f32(dt, dev))
+    meta = dict(BB=config.bb, HB=config.hb, BK=min(config.bk, hp), HP=hp, RESIDENT=config.resident,
+                DOT_F32=dot_f32(dt, dev), num_warps=config.warps)
     rs = resets.view(torch.uint8) if resets is not None else ys
     cn = torch.empty(B, H, device=dev, dtype=dt)
     cnt = torch.zeros(grid[1], device=dev, dtype=torch.int32)
     stand_in = torch.empty(1, device=dev, dtype=torch.float32)  # cs, sized once the path is known
-    probe = (gx, wt, ys, stand_in, ys, cn, rs, cnt, B, T, H, T + 1 if save else 1, 0, T)
-    persistent = _persistent(_lstm_fwd, probe, dict(meta, SAVE=save, SYNC=True), config, grid, dev)
+    flags = (int(resets is not None), int(save))
+    probe = (gx, wt, ys, stand_in, ys, cn, rs, cnt, B, T, H, T + 1, 0, T) + flags
+    persistent = _persistent(_lstm_fwd, probe, dict(meta, SYNC=True), config, grid, dev)
     save = save or not persistent
     steps = T + 1 if save else 1
     cs = torch.empty(B, steps, H, device=dev, dtype=torch.float32)
     cs[:, 0] = c0
     act = torch.empty(B, T, G, device=dev, dtype=dt) if save else ys
+    args = (gx, wt, ys, cs, act, cn, rs, cnt, B, T, H, steps)
     if persistent:
-        _lstm_fwd[grid](gx, wt, ys, cs, act, cn, rs, cnt, B, T, H, steps, 0, T, SAVE=save, SYNC=True,
-                        num_warps=config.warps, **meta)
+        _lstm_fwd[grid](*args, 0, T, flags[0], int(save), SYNC=True, **meta)
     else:
         for t in range(T):
-            _lstm_fwd[grid](gx, wt, ys, cs, act, cn, rs, cnt, B, T, H, steps, t, 1, SAVE=True, SYNC=False,
-                            num_warps=config.warps, **meta)
+            _lstm_fwd[grid](*args, t, 1, flags[0], 1, SYNC=False, **meta)
     return ys, (cs if save else None), (act if save else None), cn
 
 
@@ -237,15 +234,16 @@ def lstm_bwd(dy, dhn, dcn, w, act, cs, resets, config: LSTMConfig):
     dh0 = torch.empty(B, H, device=dev, dtype=dt)
     grid = (triton.cdiv(H, config.hb_bwd), triton.cdiv(B, config.bb))
     gp = max(16, triton.next_power_of_2(G))
-    meta = dict(BB=config.bb, HB=config.hb_bwd, BK=min(config.bk, gp), GP=gp,
-                RESIDENT=config.resident_bwd, HAS_RESETS=resets is not None, DOT_F32=dot_f32(dt, dev))
+    meta = dict(BB=config.bb, HB=config.hb_bwd, BK=min(config.bk, gp), GP=gp, RESIDENT=config.resident_bwd,
+                DOT_F32=dot_f32(dt, dev), num_warps=config.warps)
     rs = resets.view(torch.uint8) if resets is not None else dg
     cnt = torch.zeros(grid[1], device=dev, dtype=torch.int32)
     args = (dy.contiguous(), dhn.contiguous(), w, act, cs, rs, dg, dcb, dh0, cnt, B, T, H)
-    if _persistent(_lstm_bwd, args + (T - 1, T), dict(meta, SYNC=True, FINAL=True), config, grid, dev):
-        _lstm_bwd[grid](*args, T - 1, T, SYNC=True, FINAL=True, num_warps=config.warps, **meta)
+    has_resets = int(resets is not None)
+    if _persistent(_lstm_bwd, args + (T - 1, T, has_resets), dict(meta, SYNC=True, FINAL=True), config, grid, dev):
+        _lstm_bwd[grid](*args, T - 1, T, has_resets, SYNC=True, FINAL=True, **meta)
     else:
         for t in range(T - 1, -1, -1):
-            _lstm_bwd[grid](*args, t, 1, SYNC=False, FINAL=False, num_warps=config.warps, **meta)
-        _lstm_bwd[grid](*args, -1, 0, SYNC=False, FINAL=True, num_warps=config.warps, **meta)
+            _lstm_bwd[grid](*args, t, 1, has_resets, SYNC=False, FINAL=False, **meta)
+        _lstm_bwd[grid](*args, -1, 0, has_resets, SYNC=False, FINAL=True, **meta)
     return dg, dh0, dcb.to(dt)

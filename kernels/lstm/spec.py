@@ -130,9 +130,8 @@ QUICK = (
 FULL = (
     _s(1, 60, 256, "0.1", "the agent's real-time step: one environment, 60 steps, episode resets"),
     _s(32, 60, 512, "0", "real-time, 32 environments, against cuDNN"),
-    _s(32, 60, 512, "0.1", "real-time, 32 environments, with resets"),
     _s(16, 256, 128, "0", "Cortex's benchmark config (16, 256, 128)"),
-    _s(64, 256, 1024, "0.1", "training, hidden 1024, with resets"),
+    _s(64, 256, 512, "0.1", "training, with resets"),
     _s(64, 2048, 512, "0", "training, 2048 steps, against cuDNN"),
     _s(64, 256, 2048, "0", "training, hidden 2048: 32 MB of bf16 recurrent weights, more than the SMs hold"),
 )

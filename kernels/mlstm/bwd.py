@@ -17,9 +17,9 @@ from .._lib.recurrent import dot
 from .chunk import NEG, chunk_gates, load_state, load_tile
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["NH", "T", "NC", "has_resets"])
 def _mlstm_dstates(q_ptr, dh_ptr, qinv_ptr, dden_ptr, i_ptr, f_ptr, rs_ptr, ms_ptr, mo_ptr, dcs_ptr, dns_ptr, NH, T,
-                   DH, NC, L: tl.constexpr, DP: tl.constexpr, BV: tl.constexpr, HAS_RESETS: tl.constexpr,
+                   DH, NC, has_resets, L: tl.constexpr, DP: tl.constexpr, BV: tl.constexpr,
                    DOT_F32: tl.constexpr):
     """dcs[c] = the gradient of the state at the start of chunk c: its own chunk's outputs' plus the
     next chunk start's through the chunk's decay (the state after the last chunk has none)."""
@@ -33,7 +33,7 @@ def _mlstm_dstates(q_ptr, dh_ptr, qinv_ptr, dden_ptr, i_ptr, f_ptr, rs_ptr, ms_p
     c = NC
     while c >= 0:
         if c < NC:
-            ig, it, A, seg, _, tm = chunk_gates(i_ptr, f_ptr, rs_ptr, bh, b, c * L, T, L, HAS_RESETS)
+            ig, it, A, seg, _, tm = chunk_gates(i_ptr, f_ptr, rs_ptr, bh, b, c * L, T, has_resets, L)
             A_end, seg_end = tl.max(tl.where(tl.arange(0, L) == L - 1, A, NEG), 0), tl.max(seg, 0)
             row = bh * (NC + 1) + c
             m_c, m_next = tl.load(ms_ptr + row), tl.load(ms_ptr + row + 1)
@@ -52,16 +52,16 @@ def _mlstm_dstates(q_ptr, dh_ptr, qinv_ptr, dden_ptr, i_ptr, f_ptr, rs_ptr, ms_p
         c -= 1
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["NH", "T", "NC", "has_resets"])
 def _mlstm_dchunk(q_ptr, k_ptr, v_ptr, i_ptr, f_ptr, rs_ptr, dh_ptr, qinv_ptr, dden_ptr, cs_ptr, ns_ptr, ms_ptr, mo_ptr,
-                  dcs_ptr, dns_ptr, dq_ptr, dk_ptr, dv_ptr, di_ptr, df_ptr, NH, T, DH, NC, scale, L: tl.constexpr,
-                  DP: tl.constexpr, BV: tl.constexpr, HAS_RESETS: tl.constexpr, DOT_F32: tl.constexpr):
+                  dcs_ptr, dns_ptr, dq_ptr, dk_ptr, dv_ptr, di_ptr, df_ptr, NH, T, DH, NC, scale, has_resets,
+                  L: tl.constexpr, DP: tl.constexpr, BV: tl.constexpr, DOT_F32: tl.constexpr):
     c, bh = tl.program_id(0), tl.program_id(1).to(tl.int64)
     b = bh // NH
     j = tl.arange(0, L)
     d = tl.arange(0, DP)
     t = c * L + j
-    ig, it, A, seg, f, tm = chunk_gates(i_ptr, f_ptr, rs_ptr, bh, b, c * L, T, L, HAS_RESETS)
+    ig, it, A, seg, f, tm = chunk_gates(i_ptr, f_ptr, rs_ptr, bh, b, c * L, T, has_resets, L)
     A_end, seg_end = tl.max(tl.where(j == L - 1, A, NEG), 0), tl.max(seg, 0)
     row = bh * (NC + 1) + c
     m_c, m_next = tl.load(ms_ptr + row), tl.load(ms_ptr + row + 1)
@@ -135,11 +135,12 @@ def mlstm_bwd(dh, q, k, v, i, f, resets, NH: int, h, saved, config, dot_f32: boo
     dh = dh.contiguous()
     dcs, dns = torch.empty_like(cs), torch.empty_like(ns)
     rs = resets.view(torch.uint8) if resets is not None else mo
-    meta = dict(L=L, DP=dp, BV=bv, HAS_RESETS=resets is not None, DOT_F32=dot_f32)
-    _mlstm_dstates[(BH, dp // bv)](q, dh, qinv, dden, i, f, rs, ms, mo, dcs, dns, NH, T, DH, NC,
+    meta = dict(L=L, DP=dp, BV=bv, DOT_F32=dot_f32)
+    has_resets = int(resets is not None)
+    _mlstm_dstates[(BH, dp // bv)](q, dh, qinv, dden, i, f, rs, ms, mo, dcs, dns, NH, T, DH, NC, has_resets,
                                    num_warps=config.state_warps, **meta)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     di, df = torch.empty_like(i), torch.empty_like(f)
     _mlstm_dchunk[(NC, BH)](q, k, v, i, f, rs, dh, qinv, dden, cs, ns, ms, mo, dcs, dns, dq, dk, dv, di, df, NH, T,
-                            DH, NC, DH ** -0.5, num_warps=config.warps, **meta)
+                            DH, NC, DH ** -0.5, has_resets, num_warps=config.warps, **meta)
     return dq, dk, dv, di, df

@@ -12,7 +12,7 @@ def logsigmoid(x):
 
 
 @triton.jit
-def chunk_gates(i_ptr, f_ptr, rs_ptr, bh, b, t0, T, L: tl.constexpr, HAS_RESETS: tl.constexpr):
+def chunk_gates(i_ptr, f_ptr, rs_ptr, bh, b, t0, T, has_resets, L: tl.constexpr):
     """(i, i~, A, seg, f, in-range) of the chunk's L steps from t0: A the running sum of the log forget
     gates, seg the running count of resets, i~ the input gate where a reset at that step lets the
     zeroed stabiliser (log-weight a_t) win the max. Steps past T: no input (i = NEG), no decay."""
@@ -21,10 +21,7 @@ def chunk_gates(i_ptr, f_ptr, rs_ptr, bh, b, t0, T, L: tl.constexpr, HAS_RESETS:
     i = tl.load(i_ptr + bh * T + t, mask=tm, other=NEG).to(tl.float32)
     f = tl.load(f_ptr + bh * T + t, mask=tm, other=0.0).to(tl.float32)
     a = tl.where(tm, logsigmoid(f), 0.0)
-    if HAS_RESETS:
-        r = tl.load(rs_ptr + b * T + t, mask=tm, other=0).to(tl.int32)
-    else:
-        r = tl.zeros((L,), tl.int32)
+    r = tl.load(rs_ptr + b * T + t, mask=tm & (has_resets != 0), other=0).to(tl.int32)
     it = tl.where(r > 0, tl.maximum(i, a), i)
     return i, it, tl.cumsum(a, 0), tl.cumsum(r, 0), f, tm
 

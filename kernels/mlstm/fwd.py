@@ -14,9 +14,9 @@ from .._lib.recurrent import dot
 from .chunk import NEG, chunk_gates, load_state, load_tile
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["NH", "T", "NC", "has_resets"])
 def _mlstm_states(k_ptr, v_ptr, i_ptr, f_ptr, rs_ptr, cs_ptr, ns_ptr, ms_ptr, NH, T, DH, NC, scale,
-                  L: tl.constexpr, DP: tl.constexpr, BV: tl.constexpr, HAS_RESETS: tl.constexpr,
+                  has_resets, L: tl.constexpr, DP: tl.constexpr, BV: tl.constexpr,
                   DOT_F32: tl.constexpr):
     """One (row, head) and BV value columns: C [DP, BV], n and m carried over the chunks. A chunk
     adds its keys that no later reset cuts off, exp(i_s + A_end - A_s - m') k'_s v_s^T, to the carried
@@ -36,7 +36,7 @@ def _mlstm_states(k_ptr, v_ptr, i_ptr, f_ptr, rs_ptr, cs_ptr, ns_ptr, ms_ptr, NH
         tl.store(ns_ptr + row * DH + d, n, mask=(d < DH) & first_block)
         tl.store(ms_ptr + row, m, mask=first_block)
         if c < NC:
-            ig, it, A, seg, _, _ = chunk_gates(i_ptr, f_ptr, rs_ptr, bh, b, c * L, T, L, HAS_RESETS)
+            ig, it, A, seg, _, _ = chunk_gates(i_ptr, f_ptr, rs_ptr, bh, b, c * L, T, has_resets, L)
             A_end, seg_end = tl.max(tl.where(tl.arange(0, L) == L - 1, A, NEG), 0), tl.max(seg, 0)
             survive = seg == seg_end
             carry = tl.where(seg_end == 0, m + A_end, NEG)
@@ -51,16 +51,16 @@ def _mlstm_states(k_ptr, v_ptr, i_ptr, f_ptr, rs_ptr, cs_ptr, ns_ptr, ms_ptr, NH
         c += 1
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["NH", "T", "NC", "has_resets"])
 def _mlstm_out(q_ptr, k_ptr, v_ptr, i_ptr, f_ptr, rs_ptr, cs_ptr, ns_ptr, ms_ptr, h_ptr, mo_ptr, den_ptr, NH, T, DH,
-               NC, scale, L: tl.constexpr, DP: tl.constexpr, BV: tl.constexpr, HAS_RESETS: tl.constexpr,
+               NC, scale, has_resets, L: tl.constexpr, DP: tl.constexpr, BV: tl.constexpr,
                DOT_F32: tl.constexpr, EPS: tl.constexpr):
     """One chunk of one (row, head): h = (intra-chunk pairs + the chunk-start state) / normaliser."""
     c, bh = tl.program_id(0), tl.program_id(1).to(tl.int64)
     b = bh // NH
     j = tl.arange(0, L)
     d = tl.arange(0, DP)
-    ig, it, A, seg, _, tm = chunk_gates(i_ptr, f_ptr, rs_ptr, bh, b, c * L, T, L, HAS_RESETS)
+    ig, it, A, seg, _, tm = chunk_gates(i_ptr, f_ptr, rs_ptr, bh, b, c * L, T, has_resets, L)
     row = bh * (NC + 1) + c
     m_c = tl.load(ms_ptr + row)
     n_c = tl.load(ns_ptr + row * DH + d, mask=d < DH, other=0.0)
@@ -81,7 +81,8 @@ def _mlstm_out(q_ptr, k_ptr, v_ptr, i_ptr, f_ptr, rs_ptr, cs_ptr, ns_ptr, ms_ptr
         e = vb * BV + tl.arange(0, BV)
         v = load_tile(v_ptr, bh, c * L, T, DH, e, L)
         num = dot(E.to(v.dtype), v, tl.zeros((L, BV), tl.float32), DOT_F32)
-        num += w[:, None] * dot(q, load_state(cs_ptr, row, DH, d, e).to(q.dtype), tl.zeros((L, BV), tl.float32), DOT_F32)
+        state = load_state(cs_ptr, row, DH, d, e).to(q.dtype)
+        num += w[:, None] * dot(q, state, tl.zeros((L, BV), tl.float32), DOT_F32)
         tl.store(h_ptr + (bh * T + t)[:, None] * DH + e[None, :], (num / norm[:, None]).to(h_ptr.dtype.element_ty),
                  mask=tm[:, None] & (e < DH)[None, :])
 
@@ -101,10 +102,11 @@ def mlstm_fwd(q, k, v, i, f, resets, NH: int, config, dot_f32: bool, eps: float)
     mo = torch.empty(BH, T, device=dev, dtype=torch.float32)
     den = torch.empty(BH, T, device=dev, dtype=torch.float32)
     rs = resets.view(torch.uint8) if resets is not None else mo
-    meta = dict(L=L, DP=dp, BV=bv, HAS_RESETS=resets is not None, DOT_F32=dot_f32)
+    meta = dict(L=L, DP=dp, BV=bv, DOT_F32=dot_f32)
     scale = DH ** -0.5
-    _mlstm_states[(BH, dp // bv)](k, v, i, f, rs, cs, ns, ms, NH, T, DH, NC, scale, num_warps=config.state_warps,
-                                  **meta)
-    _mlstm_out[(NC, BH)](q, k, v, i, f, rs, cs, ns, ms, h, mo, den, NH, T, DH, NC, scale, EPS=eps,
+    has_resets = int(resets is not None)
+    _mlstm_states[(BH, dp // bv)](k, v, i, f, rs, cs, ns, ms, NH, T, DH, NC, scale, has_resets,
+                                  num_warps=config.state_warps, **meta)
+    _mlstm_out[(NC, BH)](q, k, v, i, f, rs, cs, ns, ms, h, mo, den, NH, T, DH, NC, scale, has_resets, EPS=eps,
                          num_warps=config.warps, **meta)
     return h, cs, ns, ms, mo, den

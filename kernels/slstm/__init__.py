@@ -25,11 +25,10 @@ __all__ = ["SLSTMConfig", "SLSTMFunction", "pick", "slstm"]
 
 class SLSTMFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, wx, r, b, y0, c0, n0, m0, resets, config):
+    def forward(ctx, wx, r, b, y0, c0, n0, m0, resets, config, save):
         B, T, _, NH, DH = wx.shape
         config = config or pick(B, NH, DH, wx.device)
         states = torch.stack((y0, c0, n0, m0)).to(wx.dtype)
-        save = any(ctx.needs_input_grad[:6])
         ys, saved, last = slstm_fwd(wx, r, b, states, resets, save, config)
         if save:
             ctx.save_for_backward(ys, r, resets, *saved)
@@ -48,7 +47,7 @@ class SLSTMFunction(torch.autograd.Function):
             y_prev = y_prev * (~resets).to(y_prev.dtype)[:, :, None, None]
         dr = torch.einsum("btgho,bthi->ghoi", dwx, y_prev)
         db = dwx.sum((0, 1), dtype=torch.float32).to(dwx.dtype)
-        return dwx, dr, db, dst[0], dst[1], dst[2], dst[3], None, None
+        return dwx, dr, db, dst[0], dst[1], dst[2], dst[3], None, None, None
 
 
 def slstm(wx, r, b, y0, c0, n0, m0, resets=None, config: SLSTMConfig | None = None):
@@ -64,4 +63,6 @@ def slstm(wx, r, b, y0, c0, n0, m0, resets=None, config: SLSTMConfig | None = No
     if resets is not None and (tuple(resets.shape) != (B, T) or resets.dtype != torch.bool):
         raise ValueError(f"slstm: resets must be a bool [B, T] = ({B}, {T}) mask, got {resets.dtype} "
                          f"{tuple(resets.shape)}")
-    return SLSTMFunction.apply(wx.contiguous(), r.contiguous(), b.contiguous(), y0, c0, n0, m0, resets, config)
+    # what the backward reads is kept only when a gradient will be asked for
+    save = torch.is_grad_enabled() and any(t.requires_grad for t in (wx, r, b, y0, c0, n0, m0))
+    return SLSTMFunction.apply(wx.contiguous(), r.contiguous(), b.contiguous(), y0, c0, n0, m0, resets, config, save)

@@ -20,6 +20,7 @@ class SLSTMConfig:
     bb: int = 16  # batch rows a program (16 at least: the M side of tl.dot; rows past B masked)
     resident: bool = True  # the head's recurrent weights held in registers across timesteps
     warps: int = 4
+    warps_bwd: int = 8  # the backward holds more per step: at 4 warps it spills (sm_90, 64-wide heads)
 
 
 @tunable
@@ -29,7 +30,7 @@ def pick(B: int, NH: int, DH: int, device) -> SLSTMConfig:
     dp = max(16, triton.next_power_of_2(DH))
     resident = 4 * dp * dp * 2 <= RESIDENT_BYTES
     if arch(device) == "cpu":
-        return SLSTMConfig(bb=16, resident=resident, warps=4)
+        return SLSTMConfig(bb=16, resident=resident, warps=4, warps_bwd=4)
     bb = 16
     while bb < 64 and NH * triton.cdiv(B, bb) > 2 * sm_count(device):
         bb *= 2

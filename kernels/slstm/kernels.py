@@ -43,12 +43,9 @@ def _block(r_ptr, g, h, NH, DH, u, k, TRANS: tl.constexpr):
 
 
 @triton.jit
-def _keep(rs_ptr, rows, row_ok, t, T, BB: tl.constexpr, HAS_RESETS: tl.constexpr):
-    if HAS_RESETS:
-        r = tl.load(rs_ptr + rows.to(tl.int64) * T + t, mask=row_ok, other=0)
-        return 1.0 - r.to(tl.float32)
-    else:
-        return tl.full((BB,), 1.0, tl.float32)
+def _keep(rs_ptr, rows, row_ok, t, T, has_resets):
+    r = tl.load(rs_ptr + rows.to(tl.int64) * T + t, mask=row_ok & (has_resets != 0), other=0)
+    return 1.0 - r.to(tl.float32)
 
 
 @triton.jit
@@ -62,10 +59,10 @@ def _gates(rawi, rawf, rawz, rawo, m_prev, first):
     return ig, fg, _tanh(rawz), tl.sigmoid(rawo), m_new, tl.sigmoid(-rawf)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["B", "T", "NH", "has_resets", "save"])
 def _slstm_fwd(wx_ptr, r_ptr, b_ptr, st_ptr, ys_ptr, cs_ptr, ns_ptr, ms_ptr, raw_ptr, last_ptr, rs_ptr, B, T, NH, DH,
-               BB: tl.constexpr, DP: tl.constexpr, RESIDENT: tl.constexpr, HAS_RESETS: tl.constexpr,
-               SAVE: tl.constexpr, DOT_F32: tl.constexpr, EPS: tl.constexpr):
+               has_resets, save, BB: tl.constexpr, DP: tl.constexpr, RESIDENT: tl.constexpr, DOT_F32: tl.constexpr,
+               EPS: tl.constexpr):
     h, pid_b = tl.program_id(0), tl.program_id(1)
     rows = pid_b * BB + tl.arange(0, BB)
     row_ok = rows < B
@@ -89,7 +86,7 @@ def _slstm_fwd(wx_ptr, r_ptr, b_ptr, st_ptr, ys_ptr, cs_ptr, ns_ptr, ms_ptr, raw
         rz, ro = _block(r_ptr, 2, h, NH, DH, u, u, True), _block(r_ptr, 3, h, NH, DH, u, u, True)
     t = 0
     while t < T:
-        keep = _keep(rs_ptr, rows, row_ok, t, T, BB, HAS_RESETS)[:, None]
+        keep = _keep(rs_ptr, rows, row_ok, t, T, has_resets)[:, None]
         y, c, n, m = y * keep, c * keep, n * keep, m * keep
         if RESIDENT:
             wi, wf, wz, wo = ri, rf, rz, ro
@@ -108,25 +105,25 @@ def _slstm_fwd(wx_ptr, r_ptr, b_ptr, st_ptr, ys_ptr, cs_ptr, ns_ptr, ms_ptr, raw
         y = og * c / (n + EPS)
         step = (r64 * (T + 1) + t + 1) * NH * DH + h * DH + u[None, :]  # [B, T+1, NH, DH] at t + 1
         tl.store(ys_ptr + step, y.to(ys_ptr.dtype.element_ty), mask=m2)
-        if SAVE:
-            tl.store(cs_ptr + step, c, mask=m2)
-            tl.store(ns_ptr + step, n, mask=m2)
-            tl.store(ms_ptr + step, m, mask=m2)
-            rw = raw_ptr + (((r64 * T + t) * 4) * NH + h) * DH + u[None, :]
-            tl.store(rw, rawi, mask=m2)
-            tl.store(rw + NH * DH, rawf, mask=m2)
-            tl.store(rw + 2 * NH * DH, rawz, mask=m2)
-            tl.store(rw + 3 * NH * DH, rawo, mask=m2)
+        ms2 = m2 & (save != 0)
+        tl.store(cs_ptr + step, c, mask=ms2)
+        tl.store(ns_ptr + step, n, mask=ms2)
+        tl.store(ms_ptr + step, m, mask=ms2)
+        rw = raw_ptr + (((r64 * T + t) * 4) * NH + h) * DH + u[None, :]
+        tl.store(rw, rawi, mask=ms2)
+        tl.store(rw + NH * DH, rawf, mask=ms2)
+        tl.store(rw + 2 * NH * DH, rawz, mask=ms2)
+        tl.store(rw + 3 * NH * DH, rawo, mask=ms2)
         t += 1
     tl.store(last_ptr + sidx, c.to(last_ptr.dtype.element_ty), mask=m2)
     tl.store(last_ptr + plane + sidx, n.to(last_ptr.dtype.element_ty), mask=m2)
     tl.store(last_ptr + 2 * plane + sidx, m.to(last_ptr.dtype.element_ty), mask=m2)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["B", "T", "NH", "has_resets"])
 def _slstm_bwd(dy_ptr, dlast_ptr, r_ptr, raw_ptr, cs_ptr, ns_ptr, ms_ptr, rs_ptr, dwx_ptr, dst_ptr, B, T, NH, DH,
-               BB: tl.constexpr, DP: tl.constexpr, RESIDENT: tl.constexpr, HAS_RESETS: tl.constexpr,
-               DOT_F32: tl.constexpr, EPS: tl.constexpr):
+               has_resets, BB: tl.constexpr, DP: tl.constexpr, RESIDENT: tl.constexpr, DOT_F32: tl.constexpr,
+               EPS: tl.constexpr):
     h, pid_b = tl.program_id(0), tl.program_id(1)
     rows = pid_b * BB + tl.arange(0, BB)
     row_ok = rows < B
@@ -145,14 +142,15 @@ def _slstm_bwd(dy_ptr, dlast_ptr, r_ptr, raw_ptr, cs_ptr, ns_ptr, ms_ptr, rs_ptr
         rz, ro = _block(r_ptr, 2, h, NH, DH, u, u, False), _block(r_ptr, 3, h, NH, DH, u, u, False)
     t = T - 1
     while t >= 0:
-        keep = _keep(rs_ptr, rows, row_ok, t, T, BB, HAS_RESETS)[:, None]
+        keep = _keep(rs_ptr, rows, row_ok, t, T, has_resets)[:, None]
         dy = dyr + tl.load(dy_ptr + ((r64 * T + t) * NH + h) * DH + u[None, :], mask=m2, other=0.0).to(tl.float32)
         rw = raw_ptr + (((r64 * T + t) * 4) * NH + h) * DH + u[None, :]
         rawf = tl.load(rw + NH * DH, mask=m2, other=0.0)
         prev = (r64 * (T + 1) + t) * NH * DH + h * DH + u[None, :]
         now = prev + NH * DH
         c, n = tl.load(cs_ptr + now, mask=m2, other=0.0), tl.load(ns_ptr + now, mask=m2, other=0.0)
-        c_prev, n_prev = tl.load(cs_ptr + prev, mask=m2, other=0.0) * keep, tl.load(ns_ptr + prev, mask=m2, other=0.0) * keep
+        c_prev = tl.load(cs_ptr + prev, mask=m2, other=0.0) * keep
+        n_prev = tl.load(ns_ptr + prev, mask=m2, other=0.0) * keep
         m_prev = tl.load(ms_ptr + prev, mask=m2, other=0.0) * keep
         rawi = tl.load(rw, mask=m2, other=0.0)
         first = n_prev == 0.0
@@ -195,11 +193,10 @@ def _slstm_bwd(dy_ptr, dlast_ptr, r_ptr, raw_ptr, cs_ptr, ns_ptr, ms_ptr, rs_ptr
     tl.store(dst_ptr + 3 * plane + sidx, dm.to(ty), mask=m2)
 
 
-def _meta(B, NH, DH, resets, dtype, device, config: SLSTMConfig) -> tuple[tuple, dict]:
+def _meta(B, NH, DH, dtype, device, config: SLSTMConfig, warps: int) -> tuple[tuple, dict]:
     grid = (NH, triton.cdiv(B, config.bb))
     return grid, dict(BB=config.bb, DP=max(16, triton.next_power_of_2(DH)), RESIDENT=config.resident,
-                      HAS_RESETS=resets is not None, DOT_F32=dot_f32(dtype, device), EPS=EPS,
-                      num_warps=config.warps)
+                      DOT_F32=dot_f32(dtype, device), EPS=EPS, num_warps=warps)
 
 
 def slstm_fwd(wx, r, b, states, resets, save: bool, config: SLSTMConfig):
@@ -216,8 +213,9 @@ def slstm_fwd(wx, r, b, states, resets, save: bool, config: SLSTMConfig):
     else:
         cs = ns = ms = raw = last
     rs = resets.view(torch.uint8) if resets is not None else ys
-    grid, meta = _meta(B, NH, DH, resets, dt, dev, config)
-    _slstm_fwd[grid](wx, r, b, states, ys, cs, ns, ms, raw, last, rs, B, T, NH, DH, SAVE=save, **meta)
+    grid, meta = _meta(B, NH, DH, dt, dev, config, config.warps)
+    _slstm_fwd[grid](wx, r, b, states, ys, cs, ns, ms, raw, last, rs, B, T, NH, DH, int(resets is not None), int(save),
+                     **meta)
     return ys, ((cs, ns, ms, raw) if save else None), last
 
 
@@ -229,6 +227,7 @@ def slstm_bwd(dy, dlast, r, saved, resets, config: SLSTMConfig):
     dwx = torch.empty(B, T, 4, NH, DH, device=dev, dtype=dt)
     dst = torch.empty(4, B, NH, DH, device=dev, dtype=dt)
     rs = resets.view(torch.uint8) if resets is not None else dwx
-    grid, meta = _meta(B, NH, DH, resets, dt, dev, config)
-    _slstm_bwd[grid](dy.contiguous(), dlast.contiguous(), r, raw, cs, ns, ms, rs, dwx, dst, B, T, NH, DH, **meta)
+    grid, meta = _meta(B, NH, DH, dt, dev, config, config.warps_bwd)
+    _slstm_bwd[grid](dy.contiguous(), dlast.contiguous(), r, raw, cs, ns, ms, rs, dwx, dst, B, T, NH, DH,
+                     int(resets is not None), **meta)
     return dwx, dst
