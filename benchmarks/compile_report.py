@@ -92,10 +92,11 @@ _PTR_TYPES = {torch.bfloat16: "*bf16", torch.float16: "*fp16", torch.float32: "*
               torch.float8_e4m3fn: "*fp8e4nv", torch.int32: "*i32", torch.int64: "*i64"}
 
 
-def compile_launch(fn, args: tuple, kwargs: dict) -> tuple[dict, dict, float]:
-    """(report, constexprs, compile seconds) for one launch recorded by ab_tools.recorded (a
-    launcher called on 'meta' tensors), specialised as the JIT would: tensors as 16-byte-aligned
-    pointers, ints by value (divisible by 16, equal to 1), `maxnreg` applied if the launch set it."""
+def specialise(fn, args: tuple, kwargs: dict) -> tuple[dict, dict, dict, dict]:
+    """(signature, constexprs, attributes, options) of one launch recorded by ab_tools.recorded (a
+    launcher called on 'meta' or fake tensors), specialised as the JIT would: tensors as
+    16-byte-aligned pointers, ints by value (divisible by 16, equal to 1), `maxnreg` applied if the
+    launch set it."""
     sig, const, attrs = {}, {}, {}
     for i, (p, a) in enumerate(zip(fn.params, args)):
         if torch.is_tensor(a):
@@ -110,15 +111,30 @@ def compile_launch(fn, args: tuple, kwargs: dict) -> tuple[dict, dict, float]:
     for p in fn.params[len(args):]:
         sig[p.name] = "constexpr"
         const[p.name] = kwargs.get(p.name, p._param.default)
-    options = {"num_warps": kwargs.get("num_warps", 4), "num_stages": 3}
+    options = {"num_warps": kwargs.get("num_warps", 4), "num_stages": kwargs.get("num_stages", 3)}
     if kwargs.get("maxnreg"):
         options["maxnreg"] = kwargs["maxnreg"]
+    return sig, const, attrs, options
+
+
+def compile_recorded(fn, args: tuple, kwargs: dict):
+    """The sm_90 binary of one recorded launch (see specialise)."""
+    sig, const, attrs, options = specialise(fn, args, kwargs)
+    return triton.compile(ASTSource(fn, sig, const, attrs), target=_TARGET, options=options)
+
+
+def compile_launch(fn, args: tuple, kwargs: dict, sass: bool = False) -> tuple[dict, dict, float]:
+    """(report, constexprs, compile seconds) for one recorded launch (see specialise); with `sass`,
+    the report holds the SASS text too."""
     t0 = time.perf_counter()
-    k = triton.compile(ASTSource(fn, sig, const, attrs), target=_TARGET, options=options)
+    k = compile_recorded(fn, args, kwargs)
     secs = time.perf_counter() - t0
-    usage, sass = _resource_usage(k.asm["cubin"])
+    usage, text = _resource_usage(k.asm["cubin"])
+    const = specialise(fn, args, kwargs)[1]
     r = {"registers": usage.get("REG"), "local_bytes": usage.get("LOCAL", 0), "stack": usage.get("STACK", 0),
-         "shared": k.metadata.shared, "num_warps": options["num_warps"], "sass_ops": _sass_counts(sass)}
+         "shared": k.metadata.shared, "num_warps": k.metadata.num_warps, "sass_ops": _sass_counts(text)}
+    if sass:
+        r["sass"] = text
     return r, const, secs
 
 

@@ -1,9 +1,10 @@
-"""Screenshots of the dashboard for the README: docs/overview.png and docs/kernel.png.
+"""Screenshots of the dashboard for the README: docs/overview.png, docs/kernel.png,
+docs/regressions.png (desktop, 1400 px) and docs/phone.png (the overview at 390 px).
 
 Builds the site from a store the way `kcollect build-site` does (the Parquet history in --data is
 folded into --db first), into a temporary folder, opens it in headless Chromium (the Debian package,
-driven by Playwright) and saves the overview and one kernel page, with every chart drawn. Run it on
-the real history so that the README shows real numbers:
+driven by Playwright) and saves the pages, with every chart in view drawn. Run it on the real
+history so that the README shows real numbers:
 
     python benchmarks/screenshots.py                       # data/kbench.duckdb + data/runs
     python benchmarks/screenshots.py --db /tmp/x.duckdb --data '' --kernel swiglu
@@ -54,7 +55,7 @@ def main() -> None:
         sys.exit("screenshots.py needs Chromium on PATH: apt-get install chromium")
 
     with tempfile.TemporaryDirectory() as tmp:
-        site = build_site(args.db, Path(tmp) / "site", args.data or None).out
+        site = build_site(args.db, Path(tmp) / "site", args.data or None, git_root=Path.cwd()).out
         with Store(args.db, read_only=True) as store:
             data = site_data.load(store)
         slugs = site_pages.kernel_slugs(data.kernels)
@@ -78,9 +79,16 @@ def main() -> None:
             page.wait_for_load_state("load")
             draw_charts(page)
             page.screenshot(path=str(args.out / "kernel.png"), full_page=True)
+            page.goto((site / "regressions.html").as_uri())
+            page.wait_for_load_state("load")
+            page.screenshot(path=str(args.out / "regressions.png"))
+            phone = browser.new_page(viewport={"width": 390, "height": 844})
+            phone.goto((site / "index.html").as_uri())
+            phone.wait_for_load_state("load")
+            phone.screenshot(path=str(args.out / "phone.png"))
             browser.close()
-    print(f"wrote {args.out / 'overview.png'} and {args.out / 'kernel.png'} ({kernel}, {group.label}, {mode}) "
-          f"from {args.db}")
+    print(f"wrote overview.png, kernel.png ({kernel}, {group.label}, {mode}), regressions.png and phone.png "
+          f"in {args.out} from {args.db}")
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
-"""Size and speed benchmark of `kcollect build-site` (issue 3): build time, largest page.
+"""Size and speed benchmark of `kcollect build-site`: build time, largest page.
 
 Writes a synthetic history into a fresh store: COMMITS commits x GPUS GPUs x the full grid of every
 kernel in the registry (every mode, bench dtype and provider of each), plus one repeated run of the
-last commit per GPU; then builds the site from it, in-process and through the CLI, and reports the
-build times and the largest output file other than the shared plotly.min.js.
+last commit per GPU, a torch upgrade two thirds of the way, a few series whose timing method
+changes, and one lab run per GPU; then builds the site from it, in-process and through the CLI, and
+reports the build times and the largest output file other than the shared plotly.min.js.
 
 The numbers in that store are invented by construction (a roofline model with noise, a few planted
 steps, failing and erroring series): they exist to load the site builder and must never be
@@ -31,10 +32,12 @@ from pathlib import Path
 
 os.environ.setdefault("TRITON_INTERPRET", "1")  # the registry defines Triton kernels; no GPU needed
 
-from kcollect.kernels import SPECS  # noqa: E402
+from kcollect.registry import load as load_registry  # noqa: E402
 from kcollect.site import build_site  # noqa: E402
 from kcollect.spec import DTYPE_NAMES  # noqa: E402
 from kcollect.store import RESULT_COLUMNS, RUN_COLUMNS, Environment, Store  # noqa: E402
+
+SPECS = load_registry(plugins=False).specs
 
 # name, SMs, memory, copy GB/s, bf16 matmul TFLOP/s (ceilings of the order each GPU measures)
 GPUS = (("NVIDIA H100 80GB HBM3", 132, 80, 3000.0, 720.0), ("NVIDIA H200", 132, 141, 4300.0, 740.0),
@@ -61,55 +64,89 @@ def cases(copies: int) -> list[dict]:
     return out
 
 
+def _environment(name: str, sms: int, mem: int, torch: str) -> Environment:
+    return Environment(env_id=uuid.uuid5(uuid.NAMESPACE_DNS, name + torch).hex[:16], device_kind="cuda",
+                       gpu_name=name, sm_count=sms, gpu_mem_bytes=mem * 2**30, driver="580.65.06", cuda="12.8",
+                       torch=torch, triton="3.6.0", python="3.11.7", interpreted=False,
+                       peers=json.dumps({"liger-kernel": "0.6.1"}))
+
+
+def _series(grid: list[dict], commits: int, rng: random.Random) -> list[dict]:
+    """Per series: a fixed offset, maybe a planted step, maybe a failing or erroring provider, and
+    for a few a timing method that changes (graph capture fixed at some commit)."""
+    series = []
+    for c in grid:
+        # About 3% of series get a step (slower or faster, 7-12%) somewhere after the first tenth.
+        step_at = rng.randrange(commits // 10, commits - 10) if rng.random() < 0.03 else None
+        series.append({"level": math.exp(rng.gauss(0, 0.08)), "step_at": step_at,
+                       "step": rng.uniform(1.07, 1.12) ** rng.choice((1, -1)),
+                       "events_until": commits // 3 if rng.random() < 0.02 else 0,
+                       "bad": "failed" if rng.random() < 0.004 else "error" if rng.random() < 0.002 else None})
+    return series
+
+
+def _result(c: dict, s: dict, i: int, copy_gbps: float, mm: float, rng: random.Random) -> dict:
+    row = dict(c)
+    if s["bad"] == "failed":
+        row.update(status="failed", rel_err=c["tolerance"] * 3.1,
+                   error=f"relative error {c['tolerance'] * 3.1:.3g} over the tolerance")
+    elif s["bad"] == "error":
+        row.update(status="error", error="OutOfMemoryError: CUDA out of memory (synthetic)")
+    else:
+        ideal = max(c["bytes"] / (copy_gbps * 1e6), c["flops"] / (mm * 1e9))
+        t = (ideal / EFFICIENCY.get(c["provider"], 0.65) + 0.004) * s["level"]
+        if s["step_at"] is not None and i >= s["step_at"]:
+            t *= s["step"]
+        events = i < s["events_until"]
+        t *= math.exp(rng.gauss(0, 0.01)) * (1.3 if events else 1)
+        row.update(status="ok", rel_err=c["tolerance"] / 4, timing="cuda-events" if events else "cuda-graph",
+                   median_ms=t, p20_ms=t * (1 - 0.006 * rng.random()), p80_ms=t * (1 + 0.012 * rng.random()),
+                   mean_ms=t, std_ms=t * 0.01, min_ms=t * 0.99, reps=100,
+                   peak_mem_bytes=int(c["bytes"] * (1.5 if c["provider"] == "torch" else 0.1)),
+                   config=json.dumps({"main": {"BLOCK": 1024, "num_warps": 4}}) if c["provider"] == "triton" else None)
+    return row
+
+
 def generate(db: Path, commits: int, gpus: int, copies: int, seed: int = 0) -> int:
+    """The history: every GPU measures every commit (and reruns the last one); torch is upgraded
+    two thirds of the way through; each GPU also has one lab run (two configs of one kernel)."""
     rng = random.Random(seed)
     grid = cases(copies)
     store = Store(db)
     t0 = datetime(2026, 1, 1)
     runs_csv, results_csv = db.with_suffix(".runs.csv"), db.with_suffix(".results.csv")
     shas = [f"{rng.getrandbits(160):040x}" for _ in range(commits)]
+    upgrade = 2 * commits // 3
     n_rows = 0
     with open(runs_csv, "w", newline="") as rf, open(results_csv, "w", newline="") as xf:
         runs_w, res_w = csv.writer(rf), csv.writer(xf)
         for name, sms, mem, copy_gbps, mm in GPUS[:gpus]:
-            env = Environment(env_id=uuid.uuid5(uuid.NAMESPACE_DNS, name).hex[:16], device_kind="cuda",
-                              gpu_name=name, sm_count=sms, gpu_mem_bytes=mem * 2**30, driver="580.65.06",
-                              cuda="12.8", torch="2.11.0+cu128", triton="3.6.0", python="3.11.7",
-                              interpreted=False)
-            store.add_environment(env)
-            # Per series: a fixed offset, maybe a planted step, maybe a failing or erroring provider.
-            series = []
-            for c in grid:
-                # About 3% of series get a step (slower or faster, 7-12%) somewhere after the first tenth.
-                step_at = rng.randrange(commits // 10, commits - 10) if rng.random() < 0.03 else None
-                series.append({"level": math.exp(rng.gauss(0, 0.08)), "step_at": step_at,
-                               "step": rng.uniform(1.07, 1.12) ** rng.choice((1, -1)),
-                               "bad": "failed" if rng.random() < 0.004 else "error" if rng.random() < 0.002 else None})
-            plan = [(i, 0) for i in range(commits)] + [(commits - 1, 1)]  # an A/A rerun of the last commit
-            for i, rerun in plan:
+            envs = [_environment(name, sms, mem, torch) for torch in ("2.11.0+cu128", "2.12.0+cu128")]
+            for env in envs:
+                store.add_environment(env)
+            series = _series(grid, commits, rng)
+            plan = [(i, 0, "full") for i in range(commits)] + [(commits - 1, 1, "full"), (commits - 1, 2, "lab")]
+            for i, rerun, grid_name in plan:
                 run_id = str(uuid.UUID(int=rng.getrandbits(128)))
                 commit = shas[i]  # the same commits on every GPU, as CI measures them
                 started = t0 + timedelta(hours=6 * i + rerun)
                 ceil_noise = math.exp(rng.gauss(0, 0.005))
-                runs_w.writerow([run_id, env.env_id, started, started + timedelta(minutes=8), "finished", commit,
-                                 t0 + timedelta(hours=6 * i - 1), False, "full", copy_gbps * ceil_noise,
-                                 mm * ceil_noise, "{}"])
+                run = dict(run_id=run_id, env_id=envs[i >= upgrade].env_id, started_at=started,
+                           finished_at=started + timedelta(minutes=8), status="finished", git_commit=commit,
+                           commit_time=t0 + timedelta(hours=6 * i - 1), git_dirty=False, grid=grid_name,
+                           copy_gbps=copy_gbps * ceil_noise, matmul_tflops=mm * ceil_noise, config="{}",
+                           machine=f"ci-{name.split()[1].lower()}", commit_subject=f"Synthetic commit {i}",
+                           commit_author="Bench Mark", commit_url=f"https://example.invalid/commit/{commit}")
+                runs_w.writerow([run.get(col) for col in RUN_COLUMNS])
+                if grid_name == "lab":
+                    for seq, c in enumerate(c for c in grid if c["kernel"] == grid[0]["kernel"] and c["provider"] == "triton"):
+                        for label, factor in (("a", 1.0), ("b", 0.95)):
+                            row = _result(dict(c, provider=f"triton[{label}]"), series[0] | {"bad": None}, i,
+                                          copy_gbps / factor, mm / factor, rng)
+                            res_w.writerow([dict(row, run_id=run_id, seq=seq).get(col) for col in RESULT_COLUMNS])
+                    continue
                 for seq, (c, s) in enumerate(zip(grid, series)):
-                    row = dict(c, run_id=run_id, seq=seq)
-                    if s["bad"] == "failed":
-                        row.update(status="failed", rel_err=c["tolerance"] * 3.1,
-                                   error=f"relative error {c['tolerance'] * 3.1:.3g} over the tolerance")
-                    elif s["bad"] == "error":
-                        row.update(status="error", error="OutOfMemoryError: CUDA out of memory (synthetic)")
-                    else:
-                        ideal = max(c["bytes"] / (copy_gbps * 1e6), c["flops"] / (mm * 1e9))
-                        t = (ideal / EFFICIENCY.get(c["provider"], 0.65) + 0.004) * s["level"]
-                        if s["step_at"] is not None and i >= s["step_at"]:
-                            t *= s["step"]
-                        t *= math.exp(rng.gauss(0, 0.01))
-                        row.update(status="ok", rel_err=c["tolerance"] / 4, timing="cuda-events", median_ms=t,
-                                   p20_ms=t * (1 - 0.006 * rng.random()), p80_ms=t * (1 + 0.012 * rng.random()),
-                                   mean_ms=t, std_ms=t * 0.01, min_ms=t * 0.99, reps=100)
+                    row = dict(_result(c, s, i, copy_gbps, mm, rng), run_id=run_id, seq=seq)
                     res_w.writerow([row.get(col) for col in RESULT_COLUMNS])
                     n_rows += 1
     con = store.con

@@ -4,8 +4,9 @@ from __future__ import annotations
 import hashlib
 import json
 import platform
+import re
 import subprocess
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -63,20 +64,67 @@ def describe(env: Environment) -> str:
     return f"{where} | torch {d['torch']} | triton {d['triton']} | CUDA {d['cuda'] or '-'}"
 
 
-def git_info(root: Path) -> tuple[str | None, datetime | None, bool | None]:
-    """(commit, commit time in UTC, dirty) of the checkout at root; Nones outside git."""
+@dataclass(frozen=True)
+class Commit:
+    """The commit a run measured, as the runs table records it; all None outside git."""
 
-    def git(*args: str) -> str | None:
+    sha: str | None = None
+    time: datetime | None = None  # commit time, UTC
+    dirty: bool | None = None  # uncommitted changes to tracked files (None: not the checkout's HEAD)
+    subject: str | None = None
+    author: str | None = None
+    url: str | None = None  # the commit's page, from the remote (GitHub-style hosts only)
+
+
+class CommitError(ValueError):
+    """--commit/--commit-time that cannot be resolved, in one sentence."""
+
+
+def _git(root: Path, *args: str) -> str | None:
+    try:
+        out = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def commit_url(remote: str | None, sha: str) -> str | None:
+    """https://HOST/OWNER/REPO/commit/SHA for a GitHub or GitLab-style remote (https or ssh), else None."""
+    m = re.match(r"^(?:https?://(?:[^@/]+@)?|ssh://git@|git@)(github\.com|gitlab\.com)[:/]([^/]+)/(.+?)(?:\.git)?/?$",
+                 remote or "")
+    return f"https://{m.group(1)}/{m.group(2)}/{m.group(3)}/commit/{sha}" if m else None
+
+
+def parse_time(text: str) -> datetime:
+    """An ISO time (a trailing Z or an offset allowed) as naive UTC; ValueError when it is not one."""
+    when = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    return when.astimezone(timezone.utc).replace(tzinfo=None) if when.tzinfo else when
+
+
+def resolve_commit(root: Path, commit: str | None = None, commit_time: str | None = None) -> Commit:
+    """The commit of the git checkout at root (the working directory, not the installed package's
+    folder, which a normal install has moved out of the checkout), or of `commit` when given: its
+    time, subject and author come from git where the checkout has it, and otherwise need
+    `commit_time`. Raises CommitError for a bad time, or a commit git does not know with no time."""
+    when = None
+    if commit_time is not None:
         try:
-            out = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=20)
-        except (OSError, subprocess.SubprocessError):
-            return None
-        return out.stdout.strip() if out.returncode == 0 else None
-
-    commit = git("rev-parse", "HEAD")
-    if not commit:
-        return None, None, None
-    when = git("show", "-s", "--format=%ct", "HEAD")
-    status = git("status", "--porcelain", "--untracked-files=no")
-    commit_time = datetime.fromtimestamp(int(when), tz=timezone.utc).replace(tzinfo=None) if when else None
-    return commit, commit_time, bool(status)
+            when = parse_time(commit_time)
+        except ValueError:
+            raise CommitError(f"--commit-time {commit_time!r} is not an ISO time (e.g. 2026-11-24T16:25:22Z)") from None
+    rev = commit or "HEAD"
+    sha = _git(root, "rev-parse", "--verify", "--quiet", rev + "^{commit}")
+    if sha is None:
+        if commit is None:
+            return Commit(time=when)
+        if when is None:
+            raise CommitError(f"--commit {commit!r} is not a commit of the git checkout at {root}; "
+                              "give its time with --commit-time")
+        return Commit(sha=commit, time=when, url=commit_url(_git(root, "remote", "get-url", "origin"), commit))
+    meta = (_git(root, "show", "-s", "--format=%ct%x00%s%x00%an <%ae>", sha) or "").split("\x00")
+    if when is None and meta[0]:
+        when = datetime.fromtimestamp(int(meta[0]), tz=timezone.utc).replace(tzinfo=None)
+    dirty = None if commit else bool(_git(root, "status", "--porcelain", "--untracked-files=no"))
+    return Commit(sha=sha, time=when, dirty=dirty, subject=meta[1] if len(meta) > 1 else None,
+                  author=meta[2] if len(meta) > 2 else None,
+                  url=commit_url(_git(root, "remote", "get-url", "origin"), sha))

@@ -26,12 +26,8 @@ from .spec import KernelSpec
 GROUP = "kcollect.kernels"
 # The built-in ops, in the order `kcollect run --all` measures them.
 BUILTIN = ("rms_norm", "swiglu", "cross_entropy", "gelu", "geglu", "rope", "fp8_quant", "layer_norm", "softmax",
-           "add_rms_norm", "fused_linear_cross_entropy", "attention",
-           "lstm",
-           "slstm",
-           "axon",
-           "mlstm",
-           )
+           "add_rms_norm", "fused_linear_cross_entropy", "attention", "backbone",
+           "lstm", "slstm", "mlstm", "axon")
 
 
 class RegistryError(Exception):

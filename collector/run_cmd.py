@@ -1,18 +1,29 @@
-"""`kcollect run`: the options become a frozen RunConfig, the plan is measured case by case, and
-the rows go to the store as each case ends."""
+"""`kcollect run`: the options become a frozen RunConfig, the plan is measured case by case (here,
+or over one worker process per GPU), and the rows go to the store as each case ends."""
 from __future__ import annotations
 
+import math
 import os
 import random
-import signal
-import sys
+import time
+from pathlib import Path
 
 import click
 
-from .common import (ALLOC_CONF, DEFAULT_DB, ROOT, check_choices, fail, kernel_module_option, load_registry, open_store,
-                  pin_ptxas, resolve_device)
+from .common import (ALLOC_CONF, DEFAULT_DB, check_choices, fail, kernel_module_option, load_registry, open_store,
+                     pin_ptxas, resolve_device)
 from .spec import DTYPES, MODES
-from .store import Store, StoreError
+
+# Defaults where the device decides. The CPU interpreter takes 0.1-1 s a call and its rows are a
+# check that everything runs, never compared with GPU numbers: fewer repeats, and one worker per
+# core (up to 4), since each interpreted call is single-threaded Python. torch.compile builds C++
+# on the CPU, not the Triton code it builds on a GPU, at 3-8 s of CPU a shape from a cold cache
+# (more than all the other providers of a case together): its CPU rows are `unavailable` unless
+# --provider compile asks for them.
+MIN_REPS = {"cuda": 10, "cpu": 2}
+CPU_WORKERS_MAX = 4
+CPU_COMPILE = ("compile", "on the CPU torch.compile builds C++, not the Triton code it runs on a GPU; "
+                          "measured on GPUs (--provider compile runs it here)")
 
 
 @click.command("run")
@@ -28,28 +39,54 @@ from .store import Store, StoreError
               help=f"Only these dtypes (repeatable): {', '.join(DTYPES)}. Default: each kernel's bench dtypes.")
 @click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto", show_default=True,
               help="Where to run; cpu uses Triton's interpreter and marks the rows so.")
-@click.option("--warmup-ms", type=click.FloatRange(min=0), default=10.0, show_default=True,
+@click.option("--warmup-ms", default="10", metavar="MS", show_default=True,
               help="Warm-up budget per measurement, in ms.")
-@click.option("--rep-ms", type=click.FloatRange(min=0), default=40.0, show_default=True,
-              help="Timed budget per measurement, in ms.")
-@click.option("--min-reps", type=click.IntRange(min=1), default=10, show_default=True,
-              help="Floor on the number of timed calls, whatever the budget.")
+@click.option("--rep-ms", default="40", metavar="MS", show_default=True,
+              help="Timed budget per measurement, in ms (an upper bound: see --ci).")
+@click.option("--min-reps", default=None, metavar="N",
+              help=f"Floor on the number of timed calls, whatever the budget. Default: {MIN_REPS['cuda']} on CUDA, "
+                   f"{MIN_REPS['cpu']} on the CPU.")
+@click.option("--ci", "ci_pct", default="0.5", metavar="PCT", show_default=True,
+              help="Stop timing a provider once the 95% confidence interval of its median is within ±PCT% of it "
+                   "(after --min-reps); 0 spends the whole --rep-ms budget.")
 @click.option("--cuda-graph/--no-cuda-graph", default=True, show_default=True,
               help="Time replays of a CUDA graph of each call, so that Python and autograd launch overhead "
                    "(hidden in real training, where the CPU runs ahead) is not timed; a provider that cannot "
                    "be captured is timed with plain CUDA events. Each row records which method timed it.")
+@click.option("--recheck/--no-recheck", default=None,
+              help="Measure every row again at the end of its case and store it as `unstable` when the two "
+                   "disagree (collector/stability.py). Default: on CUDA; off on the CPU, whose interpreted rows "
+                   "are never compared and whose shared cores would flag most of them.")
 @click.option("--seed", type=int, default=None, help="Seed for the random inputs. Default: a fresh one per run.")
 @click.option("--db", default=DEFAULT_DB, show_default=True, help="DuckDB file the rows are appended to.")
 @click.option("--commit", default=None,
-              help="Git commit to record, for a copy of the tree without .git. Default: read from git.")
-@click.option("--commit-time", default=None, help="ISO time of --commit (UTC).")
+              help="Git commit to record (default: HEAD of the git checkout in the working directory); its time, "
+                   "subject and author come from git where it is known here, otherwise give --commit-time.")
+@click.option("--commit-time", default=None, help="ISO time of --commit (UTC unless it has an offset).")
+@click.option("--machine", default=None,
+              help="Name of this machine in the history. Default: host name and GPU name.")
+@click.option("--gpus", default=None, metavar="all|I,J,...",
+              help="Spread the cases over one worker process per GPU (each its own run, keyed by its device).")
+@click.option("--workers", default=None, metavar="N",
+              help=f"On the CPU: spread the kernels over N worker processes. Default: one per core, at most "
+                   f"{CPU_WORKERS_MAX}.")
+@click.option("--shard", default=None, metavar="K/N",
+              help="Measure only shard K of N of the plan (split by estimated cost, the same on every machine); "
+                   "merge the machines' run folders with `kcollect import`.")
+@click.option("--cache-dir", default=None, metavar="DIR",
+              help="Folder of the persistent Triton and torch.compile caches. Default: $KCOLLECT_CACHE_DIR, "
+                   "else ~/.cache/kcollect.")
+@click.option("--fail-on-incorrect", is_flag=True,
+              help="Exit 1 when any row failed its correctness gate or raised an error.")
 @kernel_module_option
-def run(names, all_, quick, modes, providers, dtypes, device, warmup_ms, rep_ms, min_reps, cuda_graph, seed, db,
-        commit, commit_time, kernel_modules) -> None:
+def run(names, all_, quick, modes, providers, dtypes, device, warmup_ms, rep_ms, min_reps, ci_pct, cuda_graph, recheck,
+        seed, db, commit, commit_time, machine, gpus, workers, shard, cache_dir, fail_on_incorrect,
+        kernel_modules) -> None:
     """Run kernels against their baselines, gate on correctness, time, and store one row per
     (kernel, mode, provider, shape, dtype). PyTorch's CUDA allocator runs with expandable segments
     unless PYTORCH_CUDA_ALLOC_CONF is set, and every Triton kernel is built by the torch wheel's
     ptxas unless TRITON_PTXAS_PATH is set (README, "What a run does")."""
+    started = time.perf_counter()
     # Before anything touches CUDA: the allocator reads this when it starts (see ALLOC_CONF).
     os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", ALLOC_CONF)
     ptxas = pin_ptxas()  # before any Triton kernel is compiled
@@ -59,101 +96,94 @@ def run(names, all_, quick, modes, providers, dtypes, device, warmup_ms, rep_ms,
         fail("give kernel names or --all, not both")
     check_choices("mode", modes, MODES)
     check_choices("dtype", dtypes, DTYPES)
+    budget = dict(warmup_ms=_number("--warmup-ms", warmup_ms, 0), rep_ms=_number("--rep-ms", rep_ms, 0, open_=True),
+                  ci_rel=_number("--ci", ci_pct, 0) / 100)
+    from .environment import CommitError, resolve_commit
+
+    try:  # before any measurement: a bad time must not cost the ceilings
+        found = resolve_commit(Path.cwd(), commit, commit_time)
+    except CommitError as e:
+        fail(str(e))
     device = resolve_device(device)
+    budget["min_reps"] = MIN_REPS[device] if min_reps is None else int(_number("--min-reps", min_reps, 1, integer=True))
+    from .schedule import parse_shard
+
+    try:
+        shard_kn = parse_shard(shard) if shard else None
+    except ValueError as e:
+        fail(str(e))
+    pool = _workers(device, gpus, workers)
+    caches = _caches(cache_dir)
     registry = load_registry(device, kernel_modules)
     check_choices("kernel", names, registry.names())
     specs = list(registry.specs) if all_ else [registry.get(n) for n in dict.fromkeys(names)]
     check_choices("provider", providers, dict.fromkeys(p for s in specs for p in s.provider_names))
     grid = ("quick" if device == "cpu" else "full") if quick is None else ("quick" if quick else "full")
-    from .runner import RunConfig, plan  # after load_registry: it imports Triton
+    from .plan import RunConfig, plan
 
     config = RunConfig(kernels=tuple(s.name for s in specs), grid=grid, device=device, modes=modes or None,
-                       providers=providers or None, dtypes=dtypes or None, warmup_ms=warmup_ms, rep_ms=rep_ms,
-                       min_reps=min_reps, cuda_graph=cuda_graph,
-                       seed=random.randrange(2**31) if seed is None else seed, commit=commit,
-                       commit_time=commit_time, alloc_conf=os.environ["PYTORCH_CUDA_ALLOC_CONF"], ptxas=ptxas)
+                       providers=providers or None, dtypes=dtypes or None, cuda_graph=cuda_graph,
+                       recheck=device == "cuda" if recheck is None else recheck,
+                       seed=random.randrange(2**31) if seed is None else seed,
+                       alloc_conf=os.environ["PYTORCH_CUDA_ALLOC_CONF"], ptxas=ptxas, machine=machine,
+                       shard=shard, workers=max(1, len(pool)), caches=caches,
+                       unavailable=(CPU_COMPILE,) if device == "cpu" and "compile" not in providers else (), **budget)
     cases = plan(specs, config)
     if not cases:
         fail("the selection leaves nothing to run (check --mode/--provider/--dtype against `kcollect list`)")
-    store = open_store(db)
-    _execute(config, store, cases)
+    if found.sha is None:
+        click.echo(f"kcollect: warning: {Path.cwd()} is not in a git checkout: the run records no commit "
+                   "(run from the checkout, or give --commit and --commit-time)", err=True)
+    from .session import execute
+
+    execute(config, found, cases, shard_kn, pool, kernel_modules, open_store(db), fail_on_incorrect, started)
 
 
-def _progress(cases):
-    """A progress bar on a terminal; elsewhere (CI logs, a device's captured output) one line per
-    case with the elapsed time, so a log shows where the time went."""
-    import time
-
-    def label(case):
-        return f"{case.spec.name} {case.shape.label} {str(case.dtype).split('.')[-1]}" if case else ""
-
-    if sys.stderr.isatty():
-        with click.progressbar(cases, label="collecting", item_show_func=label, file=sys.stderr,
-                               show_pos=True) as bar:
-            yield from bar
-        return
-    t0 = time.perf_counter()
-    for i, case in enumerate(cases, 1):
-        yield case
-        click.echo(f"[{i}/{len(cases)}] {label(case)}  {time.perf_counter() - t0:.1f} s", err=True)
-
-
-def _execute(config, store: Store, cases) -> None:
-    from .environment import describe
-    from .report import table_lines
-    from .runner import Runner
-
-    runner = Runner(config, store)
-    runner.warn = lambda message: click.echo(f"kcollect: warning: {message}", err=True)
-    # Ctrl-C and SIGTERM (a job scheduler's time limit) end the run: rows kept, run marked. The
-    # signal is also remembered and checked after each case, because a library can swallow the
-    # KeyboardInterrupt it raises: in CI a SIGINT once left a run that ended "finished", exit 0.
-    # DuckDB, which turns an interrupt inside a query into its own InterruptException, is the
-    # likely place; we have not reproduced it.
-    signals: list[int] = []
-
-    def on_signal(signum, _frame):
-        signals.append(signum)
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
-    rows: list[dict] = []
-    status, run = "unfinished", None
+def _number(name: str, text: str, minimum: float, open_: bool = False, integer: bool = False) -> float:
+    """A finite number >= minimum (> minimum when open_), or a one-line error and exit 2."""
     try:
-        click.echo("measuring the device's ceilings (copy bandwidth, bf16 matmul)...", err=True)
-        run = runner.start(ROOT)
-        click.echo(f"run {run.run_id[:8]} on {describe(runner.env)}: copy {run.copy_gbps:.0f} GB/s, "
-                   f"matmul {run.matmul_tflops:.1f} TFLOP/s; {len(cases)} cases, grid {config.grid}", err=True)
-
-        for case in _progress(cases):
-            rows.extend(runner.run_case(case))
-            if signals:
-                raise KeyboardInterrupt
-        status = "finished"
-    except KeyboardInterrupt:
-        status = "interrupted"
-    except StoreError as e:
-        status = "unfinished"
-        click.echo(f"kcollect: error: {e}", err=True)
-    except Exception:
-        if not signals:
-            raise
-        status = "interrupted"  # the signal surfaced as a library's own exception
-    finally:
-        try:
-            runner.finish(status)
-        except StoreError:
-            pass
-        store.close()
-    if rows and run is not None:
-        click.echo("\n".join(table_lines(rows, run.copy_gbps, run.matmul_tflops)))
-    failed = sum(r["status"] in ("failed", "error") for r in rows)
-    click.echo(f"{len(rows)} rows in {store.path} (run {runner.run_id[:8]}, {status})"
-               + (f"; {failed} failed or errored" if failed else ""), err=True)
-    if status == "interrupted":
-        sys.exit(130)
-    if status != "finished":
-        sys.exit(1)
+        x = int(text) if integer else float(text)
+    except (TypeError, ValueError):
+        x = math.nan
+    if not math.isfinite(x) or x < minimum or (open_ and x == minimum):
+        kind = "a whole number" if integer else "a finite number"
+        fail(f"{name} {text!r}: must be {kind} {'>' if open_ else '>='} {minimum:g}")
+    return x
 
 
+def _workers(device: str, gpus: str | None, workers: str | None) -> list:
+    """The worker processes to start ([] measures in this process)."""
+    from .collect import WorkerSpec
+    from .schedule import parse_gpus
+
+    if gpus is not None and workers is not None:
+        fail("give --gpus (CUDA) or --workers (CPU), not both")
+    if workers is not None and device != "cpu":
+        fail("--workers is for the CPU device; on CUDA use --gpus all or --gpus 0,1")
+    if device == "cpu" and gpus is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        n = int(_number("--workers", workers, 1, integer=True)) if workers is not None else min(cores, CPU_WORKERS_MAX)
+        return [WorkerSpec(f"cpu{i}", None, None) for i in range(n)] if n > 1 else []
+    if gpus is None:
+        return []
+    if device != "cuda":
+        fail("--gpus needs a CUDA device; on the CPU use --workers N")
+    import torch
+
+    try:
+        ids = parse_gpus(gpus, torch.cuda.device_count())
+    except ValueError as e:
+        fail(str(e))
+    # a worker sees one device; where the user narrowed the visible ones, index into their list
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    names = visible.split(",") if visible else [str(i) for i in ids]
+    return [WorkerSpec(f"gpu{i}", names[i] if visible else str(i), i) for i in ids]
+
+
+def _caches(cache_dir: str | None) -> str:
+    from . import caches
+
+    try:
+        return caches.use(cache_dir)
+    except OSError as e:
+        fail(f"--cache-dir: cannot use {cache_dir or caches.default_root()}: {e.strerror or e}")

@@ -1,68 +1,35 @@
 """The runner: every selected kernel x shape x dtype x mode x provider, gated on correctness,
-timed, written to the store as each (kernel, shape, dtype) finishes."""
+timed, checked for steady conditions, and handed to a sink (the store, or a worker's queue to the
+parent that writes the store) as each (kernel, shape, dtype) finishes."""
 from __future__ import annotations
 
-import gc
 import json
+import os
+import socket
+import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import replace
 from datetime import datetime, timezone
-from typing import Any, Callable, Iterator
+from pathlib import Path
+from typing import Any, Callable, Protocol
 
 import torch
 
-from . import timing, verify
-from .environment import fingerprint, git_info
-from .spec import DTYPE_NAMES, DTYPES, KernelSpec, Shape, Unavailable
-from .store import Run, Store, config_json
+from . import memory, stability, timing, verify
+from .environment import Commit, fingerprint, resolve_commit
+from .phases import Phases
+from .plan import Case, RunConfig, plan  # noqa: F401  (plan: imported from here by benchmarks)
+from .spec import DTYPE_NAMES, Unavailable
+from .store import Environment, Run, config_json
 
 
-@dataclass(frozen=True)
-class RunConfig:
-    """Everything a run depends on, built once by the CLI and passed down explicitly."""
+class Sink(Protocol):
+    """Where a run's records go: a Store, or a worker's queue to the parent process."""
 
-    kernels: tuple[str, ...]
-    grid: str  # 'quick' or 'full'
-    device: str  # 'cuda' or 'cpu'
-    modes: tuple[str, ...] | None = None  # None: each kernel's own modes
-    providers: tuple[str, ...] | None = None  # None: all of each kernel's providers
-    dtypes: tuple[str, ...] | None = None  # None: each kernel's bench dtypes
-    warmup_ms: float = 10.0
-    rep_ms: float = 40.0
-    min_reps: int = 10
-    cuda_graph: bool = True  # time graph replays (device work only); events where capture fails
-    seed: int = 0
-    commit: str | None = None  # overrides git (for a copy of the tree without .git)
-    commit_time: str | None = None
-    alloc_conf: str | None = None  # PYTORCH_CUDA_ALLOC_CONF the run was made with (common.ALLOC_CONF)
-    ptxas: str | None = None  # TRITON_PTXAS_PATH the run's Triton kernels were built with (common.pin_ptxas)
-
-
-@dataclass(frozen=True)
-class Case:
-    spec: KernelSpec
-    shape: Shape
-    dtype: torch.dtype
-    modes: tuple[str, ...]
-    providers: tuple[str, ...]
-
-
-def plan(specs: list[KernelSpec], config: RunConfig) -> list[Case]:
-    """The (kernel, shape, dtype) cases of a run, with the modes and providers each one gets."""
-    cases = []
-    for spec in specs:
-        modes = tuple(m for m in spec.modes if config.modes is None or m in config.modes)
-        providers = tuple(p for p in spec.provider_names if config.providers is None or p in config.providers)
-        if config.dtypes is None:
-            dtypes = spec.bench_dtypes
-        else:
-            dtypes = tuple(DTYPES[d] for d in config.dtypes if DTYPES[d] in spec.dtypes)
-        if not (modes and providers and dtypes):
-            continue
-        for shape in spec.grid(config.grid):
-            for dtype in dtypes:
-                cases.append(Case(spec, shape, dtype, modes, providers))
-    return cases
+    def add_environment(self, env: Environment) -> None: ...
+    def start_run(self, run: Run) -> None: ...
+    def add_results(self, rows: list[dict[str, Any]]) -> None: ...
+    def finish_run(self, run_id: str, status: str, finished_at: Any, phases: str | None = None) -> None: ...
 
 
 def _error_text(e: BaseException) -> str:
@@ -72,149 +39,237 @@ def _error_text(e: BaseException) -> str:
     return f"{type(e).__name__}: {first[:300]}"
 
 
+def _now() -> datetime:
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
 class Runner:
-    def __init__(self, config: RunConfig, store: Store):
+    def __init__(self, config: RunConfig, sink: Sink, device_index: int | None = None, started: float | None = None):
+        """`started`: when the process began its work (perf_counter), so that imports and the
+        registry count as "setup" in the breakdown; default now."""
         self.config = config
-        self.store = store
-        self.budget = timing.Budget(config.warmup_ms, config.rep_ms, config.min_reps)
+        self.sink = sink
+        self.device_index = device_index
+        self.budget = timing.Budget(config.warmup_ms, config.rep_ms, config.min_reps, ci_rel=config.ci_rel)
+        # the recheck: a quarter of the budget, half the repeats (steady rows stop early anyway)
+        self.short = replace(self.budget, rep_ms=config.rep_ms / 4, min_reps=max(1, config.min_reps // 2))
         self.flush = None
         self.seq = 0
         self.run_id = str(uuid.uuid4())
+        self.phases = Phases(started)
+        if started is not None:
+            self.phases.add("setup", time.perf_counter() - started)
+        self.no_capture: set[tuple[str, str, str]] = set()  # (kernel, mode, provider) that failed capture
         self.warn: Callable[[str], None] = lambda message: None  # the CLI prints these
+        # (event, case, mode, provider): 'start' before each provider is measured, 'end' after
+        self.progress: Callable[[str, Case, str, str], None] = lambda *a: None
 
     # -- a whole run --------------------------------------------------------------------------
 
-    def start(self, root) -> Run:
+    def start(self, commit: Commit | str | os.PathLike | None = None) -> Run:
+        """Opens the run: environment, ceilings, the run record. `commit`: resolved by the CLI, or
+        the folder of a git checkout to read it from (default: the working directory)."""
         cfg = self.config
-        if cfg.device == "cuda":
-            self.flush = torch.empty(timing.L2_FLUSH_BYTES, dtype=torch.int8, device="cuda")
-        _raise_recompile_limit()
-        env = fingerprint(cfg.device)
-        self.store.add_environment(env)
-        copy_gbps, matmul_tflops = timing.measure_ceilings(cfg.device)
-        commit, commit_time, dirty = git_info(root)
-        if cfg.commit:
-            commit, dirty = cfg.commit, None
-            commit_time = datetime.fromisoformat(cfg.commit_time) if cfg.commit_time else commit_time
+        if not isinstance(commit, Commit):
+            commit = resolve_commit(Path(commit or os.getcwd()))
+        with self.phases("setup"):
+            if cfg.device == "cuda":
+                self.flush = torch.empty(timing.L2_FLUSH_BYTES, dtype=torch.int8, device="cuda")
+                _warm_compile_workers()
+            _raise_recompile_limit()
+            env = fingerprint(cfg.device)
+            copy_gbps, matmul_tflops = timing.measure_ceilings(cfg.device)
+            memory.freeze_imports()
+        machine = cfg.machine or f"{socket.gethostname()} {env.gpu_name or 'CPU'}"
         run = Run(run_id=self.run_id, env_id=env.env_id, started_at=_now(), finished_at=None, status="unfinished",
-                  git_commit=commit, commit_time=commit_time, git_dirty=dirty, grid=cfg.grid, copy_gbps=copy_gbps,
-                  matmul_tflops=matmul_tflops, config=config_json(cfg))
-        self.store.start_run(run)
+                  git_commit=commit.sha, commit_time=commit.time, git_dirty=commit.dirty, grid=cfg.grid,
+                  copy_gbps=copy_gbps, matmul_tflops=matmul_tflops, config=config_json(cfg), machine=machine,
+                  commit_subject=commit.subject, commit_author=commit.author, commit_url=commit.url,
+                  shard=cfg.shard, device_index=self.device_index)
+        with self.phases("store"):
+            self.sink.add_environment(env)
+            self.sink.start_run(run)
         self.env = env
         return run
 
     def finish(self, status: str) -> None:
-        self.store.finish_run(self.run_id, status, _now())
+        self.sink.finish_run(self.run_id, status, _now(), self.phases.to_json())
 
     def run_case(self, case: Case) -> list[dict[str, Any]]:
-        rows = list(self._measure(case))
-        self.store.add_results(rows)
+        rows = self._measure(case)
+        with self.phases("store"):
+            self.sink.add_results(rows)
         return rows
 
     # -- one (kernel, shape, dtype) -----------------------------------------------------------
 
-    def _measure(self, case: Case) -> Iterator[dict[str, Any]]:
-        spec, dims, device = case.spec, case.shape.dims, self.config.device
-        seed = self.config.seed + self.seq
-        inputs = spec.make_inputs(dims, case.dtype, device, seed)
+    def _measure(self, case: Case) -> list[dict[str, Any]]:
+        device, seed = self.config.device, self.config.seed + self.seq
+        rows: list[dict[str, Any]] = []
+        done: list[tuple[dict, Callable[[], Callable], stability.Measured]] = []
         try:
+            with self.phases("inputs"):
+                inputs = case.spec.make_inputs(case.shape.dims, case.dtype, device, seed)
+            answers = self._answers(case.spec, case, inputs, seed)
+            # a provider that computes another function (Provider.reference) has its own answers
+            gated = {n: verify.gated_spec(case.spec, case.spec.provider(n)) for n in case.providers}
+            own = {n: self._answers(g, case, inputs, seed) for n, g in gated.items() if g is not case.spec}
             for mode in case.modes:
-                yield from self._measure_mode(case, mode, inputs, seed)
+                for name in case.providers:
+                    spec, answer = gated[name], own.get(name, answers)
+                    if isinstance(answer, str):  # the reference itself failed: the row says so
+                        rows.append(self._row(case, mode, name, status="error", error=answer))
+                        continue
+                    dys, want = answer[mode]
+                    self.progress("start", case, mode, name)
+                    row, measured = self._provider(case, mode, spec.provider(name), inputs, dys, want, spec)
+                    rows.append(row)
+                    if measured is not None:
+                        done.append((row, _maker(spec, spec.provider(name).fn, inputs, mode, dys), measured))
+                    self.progress("end", case, mode, name)
+            for row, make, measured in done if self.config.recheck else ():
+                self._settle(row, make, measured)
+            return rows
         finally:
-            del inputs
-            _release(device)
+            inputs = answers = own = done = None
+            with self.phases("release"):
+                memory.release(device, compiled="compile" in case.providers)
 
-    def _measure_mode(self, case: Case, mode: str, inputs, seed: int) -> Iterator[dict[str, Any]]:
-        spec, device = case.spec, self.config.device
-        want = None
-        try:
-            dys, want = self._expected(spec, inputs, mode, seed)
-        except Exception as e:  # the float64 reference itself could not run (memory, most likely)
-            reason = "reference failed: " + _error_text(e)
-            for name in case.providers:
-                yield self._row(case, mode, name, status="error", error=reason)
-            return
-        for name in case.providers:
-            provider = spec.provider(name)
-            reason = provider.available(device)
-            if reason:
-                yield self._row(case, mode, name, status="unavailable", error=reason)
-                continue
-            gated = verify.gated_spec(spec, provider)
-            if gated is spec:
-                yield self._measure_provider(case, mode, provider, inputs, dys, want)
-            else:  # a provider computing another function: its own reference answers
-                yield self._measure_provider(case, mode, provider, inputs, *self._expected(gated, inputs, mode, seed),
-                                             spec=gated)
-            _release(device)
+    def _answers(self, spec, case: Case, inputs, seed: int):
+        """{mode: (upstream gradients, reference answers)} from one float64 forward and backward,
+        or the error text when the reference cannot run. Out of memory, the allocator's cached
+        blocks are returned to the device and it is tried once more: on the GPU the reference is
+        the largest allocation of a case (8 bytes per element)."""
+        with self.phases("reference"):
+            for attempt in (0, 1):
+                try:
+                    return verify.reference_modes(spec, inputs, case.modes, seed + 1)
+                except torch.cuda.OutOfMemoryError as e:
+                    if attempt:
+                        return "reference failed: " + _error_text(e)
+                except Exception as e:
+                    return "reference failed: " + _error_text(e)
+                memory.release(self.config.device)
 
-    def _expected(self, spec, inputs, mode: str, seed: int):
-        """Upstream gradients and the float64 reference's answers. Out of memory, the cached blocks
-        that earlier providers left behind are returned to the device and the reference is tried
-        once more: on the GPU it is the largest allocation of a case (8 bytes per element)."""
-        for attempt in (0, 1):
-            try:
-                return verify.reference_answers(spec, inputs, mode, seed + 1)
-            except torch.cuda.OutOfMemoryError:
-                if attempt:
-                    raise
-                _release(self.config.device)
-
-    def _measure_provider(self, case, mode, provider, inputs, dys, want, spec=None) -> dict[str, Any]:
-        spec, dtype, fn, name = spec or case.spec, case.dtype, provider.fn, provider.name
+    def _provider(self, case, mode, provider, inputs, dys, want, spec):
+        """(row, the measurement) of one provider, gated with `spec`; the measurement is None for
+        any row but ok."""
+        dtype, name = case.dtype, provider.name
         tol = spec.tolerance[dtype]
-        call: Callable[[], tuple] | None = None
+        reason = dict(self.config.unavailable).get(name) or provider.available(self.config.device)
+        if reason:
+            return self._row(case, mode, name, status="unavailable", error=reason), None
+        call = None
         try:
-            mine = verify.clone_inputs(inputs)
-            call = verify.build_call(spec, fn, mine, mode, dys)
-            err = verify.error_of(spec, call(), want, mode)
+            with self.phases("first_call"):
+                call = verify.build_call(spec, provider.fn, verify.clone_inputs(inputs), mode, dys)
+                t0 = time.perf_counter()
+                got = call()
+                first_ms = (time.perf_counter() - t0) * 1e3
+            with self.phases("check"):
+                err = verify.error_of(spec, got, want, mode)
+                got = None
             if not err <= tol:
                 return self._row(case, mode, name, status="failed", rel_err=err, tolerance=tol,
-                                 error=f"relative error {err:.3g} over the tolerance {tol:.3g}")
-            t = self._time(call)
-            peak = timing.peak_memory(call, self.config.device)
+                                 error=f"relative error {err:.3g} over the tolerance {tol:.3g}"), None
+            before = memory.snapshot(self.config.device)
+            measured = self._time(call, (spec.name, mode, name), self.budget, estimate_ms=first_ms)
             config = json.dumps(provider.config(inputs), sort_keys=True) if provider.config else None
-            return self._row(case, mode, name, status="ok", rel_err=err, tolerance=tol, timing=t, peak=peak,
-                             config=config)
+            row = self._row(case, mode, name, status="ok", rel_err=err, tolerance=tol, config=config)
+            row.update(free_mem_bytes=before.free, alloc_mem_bytes=before.allocated,
+                       reserved_mem_bytes=before.reserved)
+            _put_timing(row, measured.timing)
+            return row, measured
         except (KeyboardInterrupt, SystemExit):
             raise
         except Unavailable as e:  # the provider refused these inputs (a backend's shape limits)
-            return self._row(case, mode, name, status="unavailable", error=str(e))
+            return self._row(case, mode, name, status="unavailable", error=str(e)), None
         except Exception as e:  # CUDA errors, out of memory, compile failures: a row, the run goes on
-            return self._row(case, mode, name, status="error", error=_error_text(e), tolerance=tol)
+            return self._row(case, mode, name, status="error", error=_error_text(e), tolerance=tol), None
         finally:
-            call = mine = None
+            call = got = None
+            if self.config.device == "cuda":  # the next provider finds the device as this one did
+                memory.release("cuda")
 
-    def _time(self, call) -> timing.Timing:
+    def _settle(self, row: dict, make: Callable[[], Callable], t1: stability.Measured) -> None:
+        """The stability rule (stability.py) on one ok row: recheck, and re-measure if need be."""
+        key = (row["kernel"], row["mode"], row["provider"])
+        try:
+            with self.phases("recheck"):
+                call = make()
+            est = t1.timing.median_ms
+            r = self._time(call, key, self.short, "recheck", est)
+            verdict = stability.first_verdict(t1, r, self.config.device)
+            if verdict is None:
+                t2 = self._time(call, key, self.budget, "recheck", est)
+                verdict = stability.second_verdict(t1, r, t2, self.config.device)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except Exception as e:  # the recheck itself failed: the row cannot vouch for itself
+            row.update(status="unstable", error="recheck failed: " + _error_text(e))
+            return
+        finally:
+            call = None
+            if self.config.device == "cuda":
+                memory.release("cuda")
+        row.update(status=verdict.status, error=verdict.error, recheck_ms=verdict.recheck_ms)
+        _put_timing(row, verdict.timing)
+
+    def _time(self, call, key: tuple[str, str, str], budget: timing.Budget, phase: str = "timing",
+              estimate_ms: float | None = None) -> stability.Measured:
+        """One measurement, its seconds added to `phase` (its graph capture to "capture" when the
+        phase is "timing"), with the allocator retries it saw. `estimate_ms` (the CPU's): how long
+        a call took before, which spares the interpreter an estimating call."""
+        device = self.config.device
+        before = memory.snapshot(device)
+        with self.phases(phase):
+            t = self._timing(call, key, budget, phase == "timing", estimate_ms)
+        self.phases.add("timed_work", t.reps * t.median_ms / 1e3)
+        return stability.Measured(t, memory.snapshot(device).retries - before.retries)
+
+    def _timing(self, call, key, budget, own_capture: bool, estimate_ms: float | None) -> timing.Timing:
         if self.config.device != "cuda":
-            return timing.time_cpu(call, self.budget)
-        if self.config.cuda_graph:
+            return timing.time_cpu(call, budget, estimate_ms)
+        clock = lambda: memory.clock_mhz("cuda")  # noqa: E731
+        if self.config.cuda_graph and key not in self.no_capture:
             failure = None
             try:
-                return timing.time_cuda_graph(call, self.budget, self.flush)
+                return timing.time_cuda_graph(call, budget, self.flush, pool=memory.graph_pool(), clock=clock,
+                                              on_capture=self._on_capture if own_capture else lambda s: None)
             except Exception as e:  # not capturable (a host sync, say): events, and the row says so
                 failure = _error_text(e)
-            # outside the except block, so that no traceback keeps the failed capture's memory
-            torch.cuda.synchronize()
-            _release("cuda")
-            self.warn(f"CUDA-graph capture failed ({failure}); timed with events")
-        return timing.time_cuda(call, self.budget, self.flush)
+            # outside the except block, so that no traceback keeps the failed capture's memory;
+            # never again for this (kernel, mode, provider): a failed capture may leak its pool
+            self.no_capture.add(key)
+            memory.release("cuda")
+            self.warn(f"CUDA-graph capture of {' '.join(key)} failed ({failure}); timed with events")
+        return timing.time_cuda(call, budget, self.flush, clock=clock)
+
+    def _on_capture(self, seconds: float) -> None:
+        # the capture ran inside the "timing" phase: move its seconds to their own line
+        self.phases.add("capture", seconds)
+        self.phases.add("timing", -seconds)
 
     def _row(self, case: Case, mode: str, provider: str, *, status: str, error: str | None = None,
-             rel_err: float | None = None, tolerance: float | None = None,
-             timing: timing.Timing | None = None, peak: int | None = None,
-             config: str | None = None) -> dict[str, Any]:
+             rel_err: float | None = None, tolerance: float | None = None, config: str | None = None) -> dict[str, Any]:
         spec, dims = case.spec, case.shape.dims
         self.seq += 1
-        row = dict(run_id=self.run_id, kernel=spec.name, mode=mode, provider=provider, shape=case.shape.label,
-                   dims=json.dumps(dict(dims)), dtype=DTYPE_NAMES[case.dtype], baseline=spec.baseline,
-                   bound=spec.bound, status=status, error=error, rel_err=_finite(rel_err), tolerance=tolerance,
-                   bytes=int(spec.bytes_moved(dims, case.dtype, mode)), flops=float(spec.flops(dims, mode)),
-                   peak_mem_bytes=peak, config=config, seq=self.seq)
-        if timing is not None:
-            row.update(timing=timing.method, median_ms=timing.median_ms, p20_ms=timing.p20_ms, p80_ms=timing.p80_ms,
-                       mean_ms=timing.mean_ms, std_ms=timing.std_ms, min_ms=timing.min_ms, reps=timing.reps)
-        return row
+        return dict(run_id=self.run_id, kernel=spec.name, mode=mode, provider=provider, shape=case.shape.label,
+                    dims=json.dumps(dict(dims)), dtype=DTYPE_NAMES[case.dtype], baseline=spec.baseline,
+                    bound=spec.bound, status=status, error=error, rel_err=_finite(rel_err), tolerance=tolerance,
+                    bytes=int(spec.bytes_moved(dims, case.dtype, mode)), flops=float(spec.flops(dims, mode)),
+                    config=config, seq=self.seq)
+
+
+def _maker(spec, fn, inputs, mode, dys) -> Callable[[], Callable]:
+    """A fresh call on fresh copies of the inputs, for the recheck at the end of the case (the
+    measured call itself is not kept: its inputs and saved graph would hold memory meanwhile)."""
+    return lambda: verify.build_call(spec, fn, verify.clone_inputs(inputs), mode, dys)
+
+
+def _put_timing(row: dict, t: timing.Timing) -> None:
+    row.update(timing=t.method, median_ms=t.median_ms, p20_ms=t.p20_ms, p80_ms=t.p80_ms, mean_ms=t.mean_ms,
+               std_ms=t.std_ms, min_ms=t.min_ms, reps=t.reps, peak_mem_bytes=t.peak_bytes, clock_mhz=t.clock_mhz)
 
 
 def _finite(x: float | None) -> float | None:
@@ -223,14 +278,15 @@ def _finite(x: float | None) -> float | None:
     return None if x is None or x != x or x in (float("inf"), float("-inf")) else x
 
 
-def _now() -> datetime:
-    return datetime.now(timezone.utc).replace(tzinfo=None)
+def _warm_compile_workers() -> None:
+    """Start inductor's pool of compile processes now, while the ceilings are measured: it builds
+    torch.compile's Triton kernels in parallel, and would otherwise start at the first compile."""
+    try:
+        from torch._inductor.async_compile import AsyncCompile
 
-
-def _release(device: str) -> None:
-    gc.collect()
-    if device == "cuda":
-        torch.cuda.empty_cache()
+        AsyncCompile.warm_pool()
+    except Exception:  # an optimisation only: compile starts the pool itself when it must
+        pass
 
 
 def _raise_recompile_limit() -> None:

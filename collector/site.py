@@ -1,12 +1,14 @@
 """`kcollect build-site`: the static dashboard, rendered from the store alone.
 
 Publishing follows asv's publish: check the output folder, fold the Parquet history into the
-store, query, run the pure analysis (regression flags), render, then swap the new site in. The
-site is built in a staging folder beside the output, so a failed build leaves the old site whole.
+store, query, run the pure analysis (site_flags: steps, their state, changes of conditions), render,
+then swap the new site in. The site is built in a staging folder beside the output, so a failed
+build leaves the old site whole.
 
-The output works from file:// and from GitHub Pages: relative links only, plotly.js shipped once
-as a local asset, data for the trend charts in small .js files loaded with <script> tags (fetch()
-of a local JSON file is blocked under file://).
+The output works from file:// and from GitHub Pages: relative links only (the commits' own pages
+excepted), plotly.js shipped once as a local asset, data for the trend charts in small .js files
+loaded with <script> tags (fetch() of a local JSON file is blocked under file://), and beside every
+page its data as JSON under json/, for scripts.
 """
 from __future__ import annotations
 
@@ -16,14 +18,15 @@ import shutil
 import sys
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import date, datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import click
 import jinja2
+import markupsafe
 
-from . import site_data, site_pages
+from . import site_budgets, site_data, site_flags, site_git, site_pages
 from .store import Store, StoreError
 
 MARKER = ".kcollect-site"  # written into every output; a folder without it is never wiped
@@ -103,23 +106,37 @@ def _speedup(v: float | None) -> str:
     return f"{v:.0f}×" if v >= 100 else f"{v:.1f}×" if v >= 10 else f"{v:.2f}×" if v >= 0.1 else f"{v:.2g}×"
 
 
+def _bytecode_cache() -> jinja2.BytecodeCache | None:
+    try:
+        return jinja2.FileSystemBytecodeCache()
+    except RuntimeError:  # no private folder can be made: compile every time
+        return None
+
+
 def environment() -> jinja2.Environment:
     # Autoescape everything: kernel names, shapes, error messages and GPU names come from the data.
+    # The compiled templates are kept in Jinja's per-user cache in the temporary folder (keyed by
+    # each template's source): compiling them is a sixth of a build.
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True,
-                             trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
+                             trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined,
+                             bytecode_cache=_bytecode_cache())
     env.filters.update({
         "ms": _fmt(".4g"), "num": _fmt(",.0f"), "sci": _fmt(".1e"),
         "rate": lambda v: "—" if v is None else (format(v, ",.0f") if v >= 100 else format(v, ".3g")),
         "pct": _pct, "x": _speedup,
         "signed_pct": lambda v: "—" if v is None else f"{100 * v:+.1f}%",
         "gib": lambda v: "—" if not v else f"{v / 2**30:.0f} GiB",
+        "mib": lambda v: "—" if v is None else f"{v / 2**20:,.3g} MiB" if v < 2**30 else f"{v / 2**30:,.3g} GiB",
         "when": lambda v: "—" if v is None else v.strftime("%Y-%m-%d %H:%M"),
+        "noise": lambda v: "—" if v is None else f"±{100 * v:.2g}%",
+        # shape labels (M=4096,N=14336) may wrap after a comma, never inside a number
+        "wrap": lambda v: markupsafe.Markup(",<wbr>").join(str(v).split(",")),
     })
     return env
 
 
 class Writer:
-    """Writes pages and data files under the staging root, counting sizes."""
+    """Writes pages, their data as JSON, and data files under the staging root, counting sizes."""
 
     def __init__(self, root: Path, env: jinja2.Environment, common: dict[str, Any]):
         self.root, self.env, self.common = root, env, common
@@ -133,10 +150,28 @@ class Writer:
         path.write_bytes(data)
         self.sizes[rel] = len(data)
 
-    def page(self, rel: str, template: str, **ctx: Any) -> None:
+    def page(self, rel: str, template: str, payload: Any, **ctx: Any) -> None:
+        """The page at rel, and beside it (under json/) the data it shows, for scripts."""
         root = "../" * rel.count("/")
-        self.write(rel, self.env.get_template(template).render(**self.common, root=root, here=rel, **ctx))
+        json_rel = "json/" + rel.removesuffix(".html") + ".json"
+        self.write(json_rel, json.dumps(payload, default=_plain, separators=(",", ":")))
+        self.write(rel, self.env.get_template(template).render(**self.common, root=root, here=rel,
+                                                                json_href=root + json_rel, **ctx))
         self.pages += 1
+
+
+def _without(d: dict[str, Any], *keys: str) -> dict[str, Any]:
+    return {k: v for k, v in d.items() if k not in keys}
+
+
+def _plain(obj: Any) -> Any:
+    if isinstance(obj, (datetime, date)):
+        return obj.isoformat()
+    if isinstance(obj, site_data.Group):
+        return {"id": obj.id, "label": obj.label, "kind": obj.kind, "machines": obj.machines}
+    if isinstance(obj, (set, frozenset)):
+        return sorted(obj)
+    return str(obj)
 
 
 def data_js(name: str, payload: Any) -> str:
@@ -144,15 +179,50 @@ def data_js(name: str, payload: Any) -> str:
     return f"KC.put({json.dumps(name)},{json.dumps(payload, separators=(',', ':'))});\n"
 
 
-def render(data: site_data.SiteData, flags_by_series: dict, staging: Path, db: Path) -> Writer:
+def analyse(data: site_data.SiteData) -> site_flags.Analysis:
+    return site_flags.analyse(data)
+
+
+def _trend_payload(series: dict[str, dict[str, list]], noise: dict[tuple, float | None], key: tuple) -> dict:
+    """A trend file: provider -> shape -> [commit indexes, median, p20, p80, condition ids,
+    {condition id: relative noise}]."""
+    out: dict[str, dict[str, list]] = {}
+    for provider, shapes in series.items():
+        out[provider] = {}
+        for shape, (ci, med, p20, p80, cond) in shapes.items():
+            n = {k: noise.get((*key, provider, shape, k)) for k in set(cond)}
+            out[provider][shape] = [ci, med, p20, p80, cond, {k: round(v, 5) for k, v in n.items() if v is not None}]
+    return out
+
+
+# -- what each page offers as JSON: its data, without the drawing material (figures, sparklines)
+
+
+def _overview_json(sections: list[dict[str, Any]], opened: list[dict[str, Any]], count: dict[str, int]) -> dict:
+    return {"counts": count, "open_regressions": [_without(f, "spark", "values") for f in opened],
+            "groups": [dict(_without(s, "kernels"), kernels=[
+                dict(k, lines=[dict(line, cells={p: _without(c, "spark") for p, c in line["cells"].items()})
+                               for line in k["lines"]]) for k in s["kernels"]]) for s in sections]}
+
+
+def _kernel_json(model: dict[str, Any]) -> dict:
+    return {"name": model["name"], "info": model["info"],
+            "flags": [_without(f, "spark", "values") for f in model["flags"]],
+            "sections": [dict(_without(s, "parts"), parts=[_without(p, "figure", "memory") for p in s["parts"]])
+                         for s in model["sections"]]}
+
+
+def render(data: site_data.SiteData, analysis: site_flags.Analysis, staging: Path, db: Path,
+           problems: list[tuple[str, str]]) -> Writer:
     slugs = site_pages.kernel_slugs(data.kernels)
     ids = {g.key: g.id for g in data.groups}
-    flags = site_pages.flag_rows(data, flags_by_series, slugs)
+    rows = site_pages.flag_rows(data, analysis.flags, analysis.changes, slugs)
+    count = site_pages.counts(rows)
     common = {
         "built": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "db_name": db.name,
         "kernels": [(k, slugs[k]) for k in data.kernels], "groups": site_pages.group_options(data.groups),
         "modes": data.modes, "dtypes": data.dtypes, "providers": data.providers,
-        "n_runs": len(data.runs), "n_open": sum(f["open"] and f["kind"] == "regression" for f in flags),
+        "n_runs": len(data.runs), "n_open": count["open_ours"], "n_problems": len(problems),
     }
     w = Writer(staging, environment(), common)
     trend_files: dict[tuple[str, str, str, str], str] = {}
@@ -161,64 +231,71 @@ def render(data: site_data.SiteData, flags_by_series: dict, staging: Path, db: P
         if kernel not in slugs:
             continue
         rel = f"data/{slugs[kernel]}.{ids[gkey]}.{n}.js"
-        w.write(rel, data_js(rel, series))
+        w.write(rel, data_js(rel, _trend_payload(series, analysis.noise, (gkey, kernel, key[2], key[3]))))
         trend_files[key] = rel
-    w.page("index.html", "overview.html", title="Overview", sections=site_pages.overview(data, slugs))
+    sections = site_pages.overview(data, slugs)
+    opened = site_pages.open_regressions(rows)
+    w.page("index.html", "overview.html", _overview_json(sections, opened, count),
+           title="Overview", sections=sections, opened=opened[:site_pages.OPEN_LISTED], n_opened=len(opened),
+           counts=count)
     for k in data.kernels:
-        mine = [f for f in flags if f["kernel"] == k]
-        w.page(f"kernels/{slugs[k]}.html", "kernel.html", title=k,
-               k=site_pages.kernel_page(data, k, slugs, mine, trend_files))
-    w.page("regressions.html", "regressions.html", title="Regressions", flags=flags,
+        model = site_pages.kernel_page(data, k, slugs, [r for r in rows if r["kernel"] == k], trend_files)
+        w.page(f"kernels/{slugs[k]}.html", "kernel.html", _kernel_json(model), title=k, k=model)
+    machines = sorted({r["machine"] or site_pages.NOT_RECORDED for r in data.runs if r["device_kind"] != "cpu"})
+    events = site_pages.event_rows(data, analysis.events)
+    w.page("regressions.html", "regressions.html",
+           {"counts": count, "rows": [_without(r, "spark") for r in rows], "events": events},
+           title="Regressions", rows=rows, events=events, counts=count, machines=machines,
            n_gpu_groups=sum(g.kind == "gpu" for g in data.groups),
            has_cpu=any(g.kind == "cpu" for g in data.groups))
-    w.page("compare.html", "compare.html", title="Compare", cmp=site_pages.compare_page(data, trend_files, slugs))
-    w.page("environments.html", "environments.html", title="Environments",
-           sections=site_pages.environments(data))
+    cmp = site_pages.compare_page(data, trend_files, slugs)
+    w.page("compare.html", "compare.html", cmp, title="Compare", cmp=cmp)
+    lab = site_pages.experiments(data)
+    w.page("experiments.html", "experiments.html", lab, title="Experiments", lab=lab)
+    envs = site_pages.environments(data)
+    w.page("environments.html", "environments.html", envs, title="Environments", sections=envs)
+    listed = [{"folder": f, "reason": why} for f, why in problems]
+    w.page("imports.html", "imports.html", listed, title="Import problems", problems=listed)
     return w
 
 
 # -- the build --------------------------------------------------------------------------------
 
 
-def import_history(db: Path, data_dir: Path | None) -> int:
+def import_history(db: Path, data_dir: Path | None) -> tuple[int, list[tuple[str, str]]]:
     """Folds the Parquet history into the store (idempotent), so that a clean checkout builds the
-    site from data/ with one command. Nothing to do when the folder holds no runs."""
-    from .history import _run_folders, import_path
+    site from data/ with one command. Nothing to do when the folder holds no runs.
+    -> (runs added, [(folder, why)] for the run folders that could not be imported): the site
+    names those on a page of their own and builds from the rest."""
+    from .history import import_path, run_folders
 
-    if data_dir is None or not data_dir.is_dir() or not _run_folders(data_dir):
-        return 0
+    if data_dir is None or not data_dir.is_dir() or not run_folders(data_dir):
+        return 0, []
+    problems: list = []
     with Store(db) as store:
-        added, _ = import_path(store, data_dir)
-    return added
+        added, _ = import_path(store, data_dir, problems)
+    return added, [(str(folder), why) for folder, why in problems]
 
 
-def analyse(store: Store, thresholds: dict[str, float] | None = None) -> dict[tuple, list]:
-    """Regression flags of every GPU series (kcollect.regress.analyse: measured noise, machine drift,
-    flags with their open/recovered status), keyed (kernel, mode, provider, shape, dtype, gpu_name) as
-    the pages expect; the flags of one such key on several machines or timing methods are listed
-    together. CPU-interpreter timings are not analysed: they say nothing about speed on a GPU."""
-    from .regress import QUERY
-    from .regress import analyse as analyse_rows
-
-    flags: dict[tuple, list] = {}
-    for key, result in analyse_rows(store.query(QUERY + " WHERE device_kind = 'cuda'"), thresholds).items():
-        if result.flags:
-            flags.setdefault(tuple(key[:6]), []).extend(result.flags)
-    return flags
-
-
-def build_site(db: str | Path, out: str | Path, data_dir: str | Path | None = None) -> BuildResult:
-    """Builds the site from the store at db into out. Raises StoreError or SiteError."""
+def build_site(db: str | Path, out: str | Path, data_dir: str | Path | None = None,
+               problems: list[tuple[str, str]] | None = None, git_root: Path | None = None) -> BuildResult:
+    """Builds the site from the store at db into out. `problems`: run folders that could not be
+    imported, with why, listed on the import page beside those this build met itself. `git_root`:
+    a checkout that fills in the commit subjects, authors and links the store lacks.
+    Raises StoreError or SiteError."""
     t0 = time.perf_counter()
     db, out = Path(db), Path(out)
     if out.is_symlink():
         out = out.resolve()
     check_out(out)
     plotly = plotly_js()
-    imported = import_history(db, Path(data_dir) if data_dir else None)
+    imported, skipped = import_history(db, Path(data_dir) if data_dir else None)
     with Store(db, read_only=True) as store:
         data = site_data.load(store)
-        flags = analyse(store)
+        budgets = site_budgets.load(store)
+    if git_root is not None:
+        site_git.fill([c for g in data.groups for c in g.commits], git_root)
+    analysis = analyse(data)
     staging = out.with_name(f".{out.name}.kcollect-staging")
     if staging.exists():
         shutil.rmtree(staging)
@@ -230,7 +307,8 @@ def build_site(db: str | Path, out: str | Path, data_dir: str | Path | None = No
         shutil.copyfile(plotly, staging / "assets" / "plotly.min.js")
         for name in STATIC:
             shutil.copyfile(TEMPLATES / name, staging / "assets" / name)
-        w = render(data, flags, staging, db)
+        w = render(data, analysis, staging, db, [*(problems or []), *skipped])
+        site_budgets.render(w, budgets, data.groups)
         _swap(staging, out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -248,11 +326,13 @@ def build_site(db: str | Path, out: str | Path, data_dir: str | Path | None = No
               help="Output folder; wiped and rewritten (only if empty or written by build-site before).")
 @click.option("--data", "data_dir", default="data/runs", show_default=True,
               help="Parquet history folded into --db first when it holds runs; '' to skip.")
-def build_site_cmd(db: str, out: str, data_dir: str) -> None:
+@click.option("--git/--no-git", "use_git", default=True, show_default=True,
+              help="Fill in commit subjects, authors and links the store lacks from the git checkout here.")
+def build_site_cmd(db: str, out: str, data_dir: str, use_git: bool) -> None:
     """Render the static dashboard (overview, one page per kernel, regressions, compare,
-    environments) from the store into --out."""
+    experiments, environments) from the store into --out."""
     try:
-        result = build_site(db, out, data_dir or None)
+        result = build_site(db, out, data_dir or None, git_root=Path.cwd() if use_git else None)
     except StoreError as e:
         click.echo(f"kcollect: error: {e}", err=True)
         sys.exit(e.code)

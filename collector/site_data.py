@@ -1,16 +1,19 @@
-"""What the site shows, read from the store: device groups, the commit order of each group, the
-latest run of every kernel, trend series and sparkline series.
+"""What the site shows, read from the store: device groups, the commit order of each group with the
+commits' metadata, the latest run of every kernel, trend series with the conditions each point was
+measured under, sparkline series, environments, and the lab (A/B) runs.
 
 Queries and aggregation only: no HTML here and no kernel import (the site reads the store alone).
 Heavy lifting (per-commit aggregation over the whole history) stays inside DuckDB so that a long
 history costs one pass over the results table, not a Python loop per row.
 
 A device group is one GPU model (environments.gpu_name) or the CPU interpreter. CPU/interpreted
-rows form their own group and are never aggregated together with GPU rows.
+rows form their own group and are never aggregated together with GPU rows. Lab runs (grid 'lab':
+A/B studies of configs) are kept out of every group: they are experiments, not the product's history.
 """
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -20,23 +23,34 @@ from .store import Store
 
 CPU_LABEL = "CPU (Triton interpreter)"
 SPARK_POINTS = 40  # a sparkline is ~110 px wide: more points only add bytes to the overview
+LAB_GRID = "lab"
+ENV_FIELDS = ("driver", "cuda", "torch", "triton", "python")
 
 # Runs with their device group (gkey) and the index of their commit within that group (ci).
-# Commits are ordered by commit time, then by their first run's start (DESIGN: "order points by
-# runs.commit_time then started_at"); a run outside git counts as its own commit.
-RUNS_CTE = """
+# Commits are ordered by commit time, then by their first run's start; a run outside git counts as
+# its own commit.
+RUNS_CTE = f"""
 WITH rk AS (
-  SELECT u.*, e.device_kind, e.gpu_name,
+  SELECT u.*, e.device_kind, e.gpu_name, e.driver, e.cuda, e.torch, e.triton, e.python, e.peers,
          e.device_kind || ':' || CASE WHEN e.device_kind = 'cpu' THEN '' ELSE coalesce(e.gpu_name, '?') END AS gkey,
          coalesce(u.git_commit, 'run:' || left(u.run_id, 8)) AS commit,
          coalesce(u.commit_time, u.started_at) AS ctime
-  FROM runs u JOIN environments e USING (env_id)),
+  FROM runs u JOIN environments e USING (env_id) WHERE u.grid IS DISTINCT FROM '{LAB_GRID}'),
 cm AS (
   SELECT gkey, commit, min(ctime) AS ctime, min(started_at) AS first_start,
          row_number() OVER (PARTITION BY gkey ORDER BY min(ctime), min(started_at), commit) - 1 AS ci
   FROM rk GROUP BY gkey, commit),
 rc AS (SELECT rk.* EXCLUDE (ctime), cm.ci, cm.ctime FROM rk JOIN cm USING (gkey, commit))
 """
+
+# Providers that run on the stack alone (ours, eager torch and its variants, torch.compile): a peer
+# package's version is part of the measuring conditions only for the peers themselves.
+STACK_PROVIDER = "(provider = 'triton' OR provider LIKE 'triton[%' OR provider = 'torch' OR provider LIKE 'torch\\_%' ESCAPE '\\' OR provider = 'compile')"
+
+# What a point was measured under: the machine, the timing method and the software. Two points
+# with different conditions are two series; a step between them is a change of conditions, never a
+# change of the kernel. DuckDB's hash tells NULL apart from every value.
+COND_SQL = f"hash(rc.machine, r.timing, rc.driver, rc.cuda, rc.torch, rc.triton, rc.python, CASE WHEN {STACK_PROVIDER.replace('provider', 'r.provider')} THEN NULL ELSE rc.peers END)"
 
 
 def sig(col: str, digits: int = 4) -> str:
@@ -63,9 +77,11 @@ class Group:
     id: str  # slug, used in URLs (filters) and file names
     label: str
     kind: str  # 'gpu' or 'cpu'
-    commits: list[dict[str, Any]] = field(default_factory=list)  # in order: sha, short, date
+    # in order: sha, short, date, subject, author, url, runs
+    commits: list[dict[str, Any]] = field(default_factory=list)
     latest: dict[str, Any] | None = None  # the group's latest run
     kernels: list[str] = field(default_factory=list)
+    machines: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -77,12 +93,15 @@ class SiteData:
     modes: list[str]
     dtypes: list[str]
     latest: dict[tuple[str, str], list[dict[str, Any]]]  # (gkey, kernel) -> rows of its latest run
-    # (gkey, kernel, mode, dtype) -> provider -> shape -> [commit indexes, median, p20, p80]
+    # (gkey, kernel, mode, dtype) -> provider -> shape -> [commit indexes, median, p20, p80, condition ids]
     trends: dict[tuple[str, str, str, str], dict[str, dict[str, list]]]  # 4 significant digits
     exact_trends: dict[tuple[str, str, str, str], dict[str, dict[str, list]]]  # as measured
+    conditions: dict[int, dict[str, Any]]  # condition id -> machine, timing, env fields, peers
+    last_ci: dict[tuple[str, str], int]  # (gkey, kernel) -> index of the commit of its latest run
     sparks: dict[tuple[str, str, str, str, str], list[float]]  # (gkey, kernel, provider, mode|*, dtype|*) -> values
     environments: list[dict[str, Any]]
     runs: list[dict[str, Any]]
+    lab: list[dict[str, Any]] = field(default_factory=list)  # lab runs, newest first, each with its rows
 
     def group(self, key: str) -> Group:
         return next(g for g in self.groups if g.key == key)
@@ -102,8 +121,10 @@ def load(store: Store) -> SiteData:
     runs = store.query(RUNS_CTE + """
         SELECT rc.run_id, rc.env_id, rc.gkey, rc.device_kind, rc.gpu_name, rc.commit, rc.ci, rc.ctime,
                rc.started_at, rc.finished_at, rc.status, rc.grid, rc.copy_gbps, rc.matmul_tflops, rc.git_dirty,
+               rc.machine, rc.commit_subject, rc.commit_author, rc.commit_url, rc.shard, rc.device_index,
                count(r.run_id) AS n_rows, count(*) FILTER (WHERE r.status = 'ok') AS n_ok,
-               count(*) FILTER (WHERE r.status IN ('failed', 'error')) AS n_bad
+               count(*) FILTER (WHERE r.status IN ('failed', 'error')) AS n_bad,
+               count(*) FILTER (WHERE r.status = 'unstable') AS n_unstable
         FROM rc LEFT JOIN results r USING (run_id) GROUP BY ALL ORDER BY rc.started_at DESC""")
     groups = _groups(runs)
     latest = _latest(store)
@@ -118,14 +139,16 @@ def load(store: Store) -> SiteData:
                                   "unit": "TFLOP/s" if r["bound"] == "compute" else "GB/s"})
     kernels = sorted(kinfo)
     all_rows = [r for rows in latest.values() for r in rows]
-    trends, exact_trends = _trends(store)
+    trends, exact_trends, conditions = _trends(store)
+    run_ci = {r["run_id"]: r["ci"] for r in runs}
     return SiteData(
         groups=groups, kernels=kernels, kernel_info=kinfo,
         providers=_ordered({r["provider"] for r in all_rows}, PROVIDER_ORDER),
         modes=_ordered({r["mode"] for r in all_rows}, MODE_ORDER),
         dtypes=_ordered({r["dtype"] for r in all_rows}, DTYPE_ORDER),
-        latest=latest, trends=trends, exact_trends=exact_trends, sparks=_sparks(store),
-        environments=_environments(store), runs=runs)
+        latest=latest, trends=trends, exact_trends=exact_trends, conditions=conditions,
+        last_ci={key: run_ci[rows[0]["run_id"]] for key, rows in latest.items()},
+        sparks=_sparks(store), environments=_environments(store), runs=runs, lab=_lab(store))
 
 
 def _groups(runs: list[dict[str, Any]]) -> list[Group]:
@@ -143,18 +166,41 @@ def _groups(runs: list[dict[str, Any]]) -> list[Group]:
         g = by_key[r["gkey"]]
         if g.latest is None or (r["ci"], r["started_at"]) > (g.latest["ci"], g.latest["started_at"]):
             g.latest = r
-        c = commits[r["gkey"]].setdefault(r["ci"], {"sha": r["commit"], "short": r["commit"][:8],
-                                                    "date": r["ctime"].strftime("%Y-%m-%d %H:%M") if r["ctime"] else "",
-                                                    "runs": 0})
+        if r["machine"] and r["machine"] not in g.machines:
+            g.machines.append(r["machine"])
+        c = commits[r["gkey"]].setdefault(r["ci"], {
+            "sha": r["commit"], "short": r["commit"][:8], "runs": 0,
+            "date": r["ctime"].strftime("%Y-%m-%d %H:%M") if r["ctime"] else "",
+            "subject": None, "author": None, "url": None})
         c["runs"] += 1
+        for k in ("subject", "author", "url"):  # any run of the commit that recorded it
+            c[k] = c[k] or r["commit_" + k]
     for key, g in by_key.items():
         g.commits = [commits[key][i] for i in sorted(commits[key])]
+        g.machines.sort()
     return list(by_key.values())
 
 
 LATEST_COLUMNS = ("kernel, mode, provider, shape, dims, dtype, baseline, bound, status, error, rel_err, tolerance, "
                   "timing, median_ms, p20_ms, p80_ms, reps, bytes, flops, seq, gbps, tflops, frac_of_peak, "
-                  "copy_gbps, matmul_tflops, run_id, git_commit, started_at")
+                  "copy_gbps, matmul_tflops, run_id, git_commit, started_at, machine, config, peak_mem_bytes, "
+                  "recheck_ms, clock_mhz")
+FLOAT_COLUMNS = ("median_ms", "p20_ms", "p80_ms", "gbps", "tflops", "frac_of_peak", "rel_err", "recheck_ms")
+
+
+TIME_COLUMNS = ("median_ms", "p20_ms", "p80_ms", "gbps", "tflops", "frac_of_peak", "recheck_ms")
+
+
+def _clean(r: dict[str, Any]) -> dict[str, Any]:
+    """Non-finite numbers become None, and so does every time of a row that did not pass the gate
+    or was disturbed: no page, chart or data file can show it as a speed."""
+    for k in FLOAT_COLUMNS:
+        if r.get(k) is not None and not math.isfinite(r[k]):
+            r[k] = None
+    if r["status"] != "ok":
+        for k in TIME_COLUMNS:
+            r[k] = None
+    return r
 
 
 def _latest(store: Store) -> dict[tuple[str, str], list[dict[str, Any]]]:
@@ -169,38 +215,66 @@ def _latest(store: Store) -> dict[tuple[str, str], list[dict[str, Any]]]:
         ORDER BY lk.gkey, v.kernel, v.seq""")
     out: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in rows:
-        for k in ("median_ms", "p20_ms", "p80_ms", "gbps", "tflops", "frac_of_peak", "rel_err"):
-            if r[k] is not None and not math.isfinite(r[k]):
-                r[k] = None
-        out.setdefault((r["gkey"], r["kernel"]), []).append(r)
+        out.setdefault((r["gkey"], r["kernel"]), []).append(_clean(r))
     return out
 
 
-def _trends(store: Store) -> tuple[dict, dict]:
-    """Per series, one point per commit, as regress.points_from_rows makes it: the median of the
-    commit's runs' medians (repeated runs of a commit are repeated measurements of it), with a band
-    from the median of their p20s to the median of their p80s, widened to hold every run's median.
-    Only rows that passed the correctness gate have times; a failed commit is a gap, never a point.
+def _trends(store: Store) -> tuple[dict, dict, dict[int, dict[str, Any]]]:
+    """Per series, one point per commit and measuring condition, as regress.points_from_rows makes
+    it: the median of the commit's runs' medians (repeated runs of a commit are repeated
+    measurements of it), with a band from the median of their p20s to the median of their p80s,
+    widened to hold every run's median. Only rows that passed the correctness gate and were steady
+    have times; a failed or unstable commit is a gap, never a point.
     Returns (rounded for the data files, exact for the regression analysis), both keyed
-    (gkey, kernel, mode, dtype) -> provider -> shape -> [commit indexes, median, p20, p80]."""
-    cur = store.con.execute(RUNS_CTE + f"""
-        SELECT gkey, kernel, mode, dtype, provider, shape, list(ci ORDER BY ci),
-               list({sig('med')} ORDER BY ci), list({sig('p20')} ORDER BY ci), list({sig('p80')} ORDER BY ci),
-               list(med ORDER BY ci), list(p20 ORDER BY ci), list(p80 ORDER BY ci)
-        FROM (SELECT rc.gkey, r.kernel, r.mode, r.dtype, r.provider, r.shape, rc.ci,
-                     median(r.median_ms) AS med,
-                     least(median(coalesce(r.p20_ms, r.median_ms)), min(r.median_ms)) AS p20,
-                     greatest(median(coalesce(r.p80_ms, r.median_ms)), max(r.median_ms)) AS p80
-              FROM results r JOIN rc USING (run_id)
-              WHERE r.status = 'ok' AND r.median_ms > 0 AND isfinite(r.median_ms)
-              GROUP BY ALL)
+    (gkey, kernel, mode, dtype) -> provider -> shape -> [commit indexes, median, p20, p80, condition
+    ids], and the conditions by id (small integers, in a stable order)."""
+    store.con.execute("CREATE OR REPLACE TEMP TABLE kc_points AS " + RUNS_CTE + f"""
+        SELECT rc.gkey, r.kernel, r.mode, r.dtype, r.provider, r.shape, rc.ci, {COND_SQL} AS cond,
+               median(r.median_ms) AS med,
+               least(median(coalesce(r.p20_ms, r.median_ms)), min(r.median_ms)) AS p20,
+               greatest(median(coalesce(r.p80_ms, r.median_ms)), max(r.median_ms)) AS p80
+        FROM results r JOIN rc USING (run_id)
+        WHERE r.status = 'ok' AND r.median_ms > 0 AND isfinite(r.median_ms)
         GROUP BY ALL""")
+    conditions, code = _conditions(store)
+    cur = store.con.execute(f"""
+        SELECT gkey, kernel, mode, dtype, provider, shape, list(ci ORDER BY ci, cond), list(cond ORDER BY ci, cond),
+               list({sig('med')} ORDER BY ci, cond), list({sig('p20')} ORDER BY ci, cond),
+               list({sig('p80')} ORDER BY ci, cond),
+               list(med ORDER BY ci, cond), list(p20 ORDER BY ci, cond), list(p80 ORDER BY ci, cond)
+        FROM kc_points GROUP BY ALL""")
     rounded: dict = {}
     exact: dict = {}
-    for gkey, kernel, mode, dtype, provider, shape, ci, med, p20, p80, emed, ep20, ep80 in cur.fetchall():
-        rounded.setdefault((gkey, kernel, mode, dtype), {}).setdefault(provider, {})[shape] = [ci, med, p20, p80]
-        exact.setdefault((gkey, kernel, mode, dtype), {}).setdefault(provider, {})[shape] = [ci, emed, ep20, ep80]
-    return rounded, exact
+    for gkey, kernel, mode, dtype, provider, shape, ci, cond, med, p20, p80, emed, ep20, ep80 in cur.fetchall():
+        cond = [code[c] for c in cond]
+        rounded.setdefault((gkey, kernel, mode, dtype), {}).setdefault(provider, {})[shape] = [ci, med, p20, p80, cond]
+        exact.setdefault((gkey, kernel, mode, dtype), {}).setdefault(provider, {})[shape] = [ci, emed, ep20, ep80, cond]
+    store.con.execute("DROP TABLE kc_points")
+    return rounded, exact, conditions
+
+
+def _conditions(store: Store) -> tuple[dict[int, dict[str, Any]], dict[int, int]]:
+    """The measuring conditions that occur, numbered in a stable order; and hash -> number."""
+    rows = store.query(RUNS_CTE + f"""
+        SELECT DISTINCT {COND_SQL} AS hash, rc.machine, r.timing, {', '.join('rc.' + f for f in ENV_FIELDS)},
+               CASE WHEN {STACK_PROVIDER.replace('provider', 'r.provider')} THEN NULL ELSE rc.peers END AS peers
+        FROM results r JOIN rc USING (run_id)
+        WHERE r.status = 'ok' AND r.median_ms > 0 AND isfinite(r.median_ms)""")
+    rows.sort(key=lambda r: tuple(str(r[k]) for k in ("machine", "timing", *ENV_FIELDS, "peers")))
+    conditions, code = {}, {}
+    for i, r in enumerate(rows):
+        code[r.pop("hash")] = i
+        r["peers"] = _peers(r["peers"])
+        conditions[i] = r
+    return conditions, code
+
+
+def _peers(text: str | None) -> dict[str, str]:
+    try:
+        value = json.loads(text) if text else {}
+    except ValueError:
+        return {}
+    return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
 
 
 def _sparks(store: Store) -> dict[tuple[str, str, str, str, str], list[float]]:
@@ -214,10 +288,10 @@ def _sparks(store: Store) -> dict[tuple[str, str, str, str, str], list[float]]:
               GROUP BY GROUPING SETS ((rc.gkey, v.kernel, v.provider, rc.ci),
                                       (rc.gkey, v.kernel, v.provider, v.mode, v.dtype, rc.ci)))
         GROUP BY ALL""")
-    return {tuple(row[:5]): _downsample(row[5], SPARK_POINTS) for row in cur.fetchall()}
+    return {tuple(row[:5]): downsample(row[5], SPARK_POINTS) for row in cur.fetchall()}
 
 
-def _downsample(values: list[float], n: int) -> list[float]:
+def downsample(values: list[float], n: int) -> list[float]:
     """Bucket means: keeps a step visible (taking every k-th point could skip it)."""
     if len(values) <= n:
         return list(values)
@@ -229,13 +303,35 @@ def _downsample(values: list[float], n: int) -> list[float]:
 
 
 def _environments(store: Store) -> list[dict[str, Any]]:
-    return store.query(RUNS_CTE + """
+    envs = store.query(RUNS_CTE + """
         SELECT e.*, rc.gkey, count(rc.run_id) AS n_runs, min(rc.started_at) AS first_run,
-               max(rc.started_at) AS last_run,
+               max(rc.started_at) AS last_run, list(DISTINCT rc.machine) FILTER (WHERE rc.machine IS NOT NULL) AS machines,
                median(rc.copy_gbps) AS copy_med, min(rc.copy_gbps) AS copy_min, max(rc.copy_gbps) AS copy_max,
                median(rc.matmul_tflops) AS mm_med, min(rc.matmul_tflops) AS mm_min, max(rc.matmul_tflops) AS mm_max
         FROM environments e JOIN rc USING (env_id)
         GROUP BY ALL ORDER BY rc.gkey, last_run DESC""")
+    for e in envs:
+        e["peers"] = _peers(e["peers"])
+        e["machines"] = sorted(e["machines"] or [])
+    return envs
+
+
+def _lab(store: Store) -> list[dict[str, Any]]:
+    """Lab runs (A/B studies), newest first, each with its rows: whatever such runs exist."""
+    runs = store.query(f"""
+        SELECT u.run_id, u.started_at, u.status, u.git_commit, u.commit_subject, u.commit_url, u.machine,
+               u.copy_gbps, u.matmul_tflops, u.config AS run_config, e.gpu_name, e.device_kind
+        FROM runs u JOIN environments e USING (env_id) WHERE u.grid = '{LAB_GRID}' ORDER BY u.started_at DESC""")
+    if not runs:
+        return []
+    rows = store.query(f"""
+        SELECT {LATEST_COLUMNS} FROM results_v WHERE grid = '{LAB_GRID}' ORDER BY run_id, seq""")
+    by_run: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        by_run.setdefault(r["run_id"], []).append(_clean(r))
+    for run in runs:
+        run["rows"] = by_run.get(run["run_id"], [])
+    return runs
 
 
 # -- aggregation over the latest rows (pure functions, also used by the tests) ----------------
@@ -254,10 +350,11 @@ def median(values: list[float]) -> float | None:
     return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
 
 
-def annotate(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def annotate(rows: list[dict[str, Any]], baseline: str | None = None) -> list[dict[str, Any]]:
     """Adds, to each row of one run of one kernel, its rate (GB/s or TFLOP/s), its speedup over the
-    baseline and over the best other provider. Only rows that passed the gate get either; the
-    others keep None, so a failed provider can never show a speed."""
+    baseline (the rows' own, or `baseline`) and over the best other provider. Only rows that passed
+    the gate and were steady get either; the others keep None, so a failed or unstable provider can
+    never show a speed."""
     by_case: dict[tuple[str, str, str], dict[str, dict]] = {}
     for r in rows:
         by_case.setdefault((r["mode"], r["shape"], r["dtype"]), {})[r["provider"]] = r
@@ -269,7 +366,7 @@ def annotate(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if not ok:
             continue
         peers = by_case[(r["mode"], r["shape"], r["dtype"])]
-        base = peers.get(r["baseline"])
+        base = peers.get(baseline or r["baseline"])
         if base and base["status"] == "ok" and base["median_ms"]:
             r["vs_base"] = base["median_ms"] / r["median_ms"]
             r["vs_base_mixed"] = _mixed(r, base)
@@ -290,14 +387,19 @@ def _mixed(r: dict[str, Any], other: dict[str, Any]) -> str | None:
     return None
 
 
+STATUSES = ("ok", "unstable", "failed", "error", "unavailable")
+
+
 def cell(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """One overview cell from the annotated rows of one (kernel, provider[, mode, dtype]):
     geometric-mean speedup over the baseline and median fraction of the ceiling, over the rows
-    that passed; and how many did not."""
-    counts = {s: sum(r["status"] == s for r in rows) for s in ("ok", "failed", "error", "unavailable")}
+    that passed; how many did not; how many of the speedups compare two timing methods."""
+    counts = {s: sum(r["status"] == s for r in rows) for s in STATUSES}
     ok = [r for r in rows if r["status"] == "ok"]
+    fracs = [r["frac_of_peak"] for r in ok if r["frac_of_peak"] is not None]
     return {"n": len(rows), **counts,
             "speedup": geomean([r["vs_base"] for r in ok if r["vs_base"]]),
-            "frac": median([r["frac_of_peak"] for r in ok if r["frac_of_peak"] is not None]),
+            "mixed": sum(bool(r["vs_base"] and r["vs_base_mixed"]) for r in ok),
+            "n_speedups": sum(bool(r["vs_base"]) for r in ok),
+            "frac": median(fracs), "over": sum(f > 1 for f in fracs),
             "reason": next((r["error"] for r in rows if r["status"] != "ok" and r["error"]), None)}
-

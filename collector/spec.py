@@ -144,15 +144,22 @@ def standard_providers(triton_fn: Callable[..., Any], eager_fn: Callable[..., An
 
 def peer_available(module: str) -> Callable[[str], str | None]:
     """Availability of a peer package: importable, and on a CUDA device (peers' Triton kernels are
-    not written for Triton's CPU interpreter; Liger's fail there)."""
+    not written for Triton's CPU interpreter; Liger's fail there). On a GPU the package is imported
+    once, so that one whose own dependencies are missing (QuACK without its CuTe DSL libraries) is
+    reported unavailable with the import error, not as an error row per shape."""
 
     def check(device: str) -> str | None:
+        import importlib
         import importlib.util
 
         if importlib.util.find_spec(module) is None:
             return f"{module} is not installed"
         if device != "cuda":
             return f"{module} needs a CUDA GPU (its kernels do not run under Triton's interpreter)"
+        try:
+            importlib.import_module(module)
+        except Exception as e:  # a missing dependency of the peer's own, an incompatible torch
+            return f"{module} cannot be imported: {type(e).__name__}: {str(e).splitlines()[0][:200]}"
         return None
 
     return check

@@ -23,7 +23,7 @@ from typing import Any, Iterable, Sequence
 
 import duckdb
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 APP = "kcollect"
 
 
@@ -108,6 +108,8 @@ RESULT_COLUMNS = {
     "config": "VARCHAR",  # JSON of the tuned config the provider ran with (ours), else None
     "recheck_ms": "DOUBLE",  # median of a second, short measurement at the end of the case
     "free_mem_bytes": "BIGINT",  # device memory free when the provider was timed
+    "alloc_mem_bytes": "BIGINT",  # bytes of this process's live tensors then (PyTorch's allocator)
+    "reserved_mem_bytes": "BIGINT",  # bytes PyTorch's allocator held then (live, cached, graph pools)
     "clock_mhz": "DOUBLE",  # SM clock while it was timed (None where it cannot be read)
     "bytes": "BIGINT",
     "flops": "DOUBLE",
@@ -139,7 +141,8 @@ FROM results r JOIN runs u USING (run_id) JOIN environments e USING (env_id)
 # A change appends one here and bumps SCHEMA_VERSION; history.py migrates run folders the same way.
 ADDED = {1: {"environments": ["peers"],
              "runs": ["machine", "commit_subject", "commit_author", "commit_url", "phases", "shard", "device_index"],
-             "results": ["config", "recheck_ms", "free_mem_bytes", "clock_mhz"]}}
+             "results": ["config", "recheck_ms", "free_mem_bytes", "clock_mhz"]},
+         2: {"results": ["alloc_mem_bytes", "reserved_mem_bytes"]}}
 
 
 def relabel_shapes(con, run_ids: str | Sequence[str] | None = None) -> None:
@@ -166,7 +169,8 @@ def _add_columns(version: int):
     return [f"ALTER TABLE {t} ADD COLUMN {c} {tables[t][c]}" for t, cols in ADDED[version].items() for c in cols]
 
 
-MIGRATIONS: dict[int, list] = {1: ["DROP VIEW IF EXISTS results_v", *_add_columns(1), relabel_shapes]}
+MIGRATIONS: dict[int, list] = {1: ["DROP VIEW IF EXISTS results_v", *_add_columns(1), relabel_shapes],
+                               2: ["DROP VIEW IF EXISTS results_v", *_add_columns(2)]}
 
 
 @dataclass
@@ -360,9 +364,10 @@ class Store:
         self._write(lambda: self.con.execute(
             f"INSERT INTO runs VALUES ({', '.join('?' * len(RUN_COLUMNS))})", _values(run)))
 
-    def finish_run(self, run_id: str, status: str, finished_at: Any) -> None:
+    def finish_run(self, run_id: str, status: str, finished_at: Any, phases: str | None = None) -> None:
         self._write(lambda: self.con.execute(
-            "UPDATE runs SET status = ?, finished_at = ? WHERE run_id = ?", [status, finished_at, run_id]))
+            "UPDATE runs SET status = ?, finished_at = ?, phases = coalesce(?, phases) WHERE run_id = ?",
+            [status, finished_at, phases, run_id]))
 
     def add_results(self, rows: Iterable[dict[str, Any]]) -> None:
         rows = list(rows)

@@ -4,6 +4,12 @@ Follows triton.testing.do_bench: estimate one call, derive the number of warm-up
 from the budgets, flush L2 by writing a buffer larger than it before each call, and record an
 event pair around the call alone. Unlike do_bench it keeps every sample, so the store gets median,
 p20, p80, mean, std and min. On the CPU (interpreter) a plain clock is used and the rows say so.
+
+Samples are taken in chunks; after each chunk (and at least `min_reps` samples) timing stops once
+the 95% confidence interval of the median is within ±`ci_rel` of it: a steady fast kernel needs a
+few dozen replays, not the whole budget, while a noisy one still gets the budget. The peak memory
+of one call is read from the eager calls timing makes anyway (the estimate, or the warm-up before a
+capture), not from an extra call.
 """
 from __future__ import annotations
 
@@ -26,6 +32,7 @@ class Budget:
     rep_ms: float
     min_reps: int = 10
     max_reps: int = 1000
+    ci_rel: float = 0.0  # stop once the median's 95% interval is within ±ci_rel of it; 0: whole budget
 
 
 @dataclass(frozen=True)
@@ -38,6 +45,8 @@ class Timing:
     std_ms: float
     min_ms: float
     reps: int
+    peak_bytes: int | None = None  # what one call allocates beyond what existed before it (CUDA)
+    clock_mhz: float | None = None  # SM clock read while the timed calls ran
 
 
 def quantile(sorted_xs: list[float], q: float) -> float:
@@ -61,6 +70,18 @@ def summarize(method: str, samples_ms: list[float]) -> Timing:
     )
 
 
+def median_ci_rel(samples_ms: list[float]) -> float:
+    """Half-width of the distribution-free 95% interval of the median (order statistics
+    n/2 ± 0.98·√n), relative to the median; inf with too few samples to bound it."""
+    xs = sorted(samples_ms)
+    n = len(xs)
+    lo, hi = math.floor(n / 2 - 0.98 * math.sqrt(n)), math.ceil(n / 2 + 0.98 * math.sqrt(n))
+    if n < 5 or lo < 0 or hi > n - 1:
+        return math.inf
+    med = quantile(xs, 0.5)
+    return (xs[hi] - xs[lo]) / 2 / med if med > 0 else math.inf
+
+
 def _counts(estimate_ms: float, budget: Budget) -> tuple[int, int]:
     est = max(estimate_ms, 1e-3)
     warmup = max(1, int(budget.warmup_ms / est))
@@ -68,93 +89,126 @@ def _counts(estimate_ms: float, budget: Budget) -> tuple[int, int]:
     return warmup, reps
 
 
-def time_cuda(fn: Callable[[], object], budget: Budget, flush: torch.Tensor) -> Timing:
+def _sample(chunk: Callable[[int], list[float]], reps: int, budget: Budget) -> list[float]:
+    """Up to `reps` samples in growing chunks, stopping early once the median is pinned down."""
+    samples: list[float] = []
+    size = budget.min_reps
+    while len(samples) < reps:
+        samples += chunk(min(size, reps - len(samples)))
+        if budget.ci_rel > 0 and median_ci_rel(samples) <= budget.ci_rel:
+            break
+        size = max(size, len(samples) // 2)
+    return samples
+
+
+@contextlib.contextmanager
+def _peak(out: list):
+    """Appends the bytes allocated at the peak of the block beyond what existed before it."""
     torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    yield
+    torch.cuda.synchronize()
+    out.append(int(torch.cuda.max_memory_allocated() - before))
+
+
+def time_cuda(fn: Callable[[], object], budget: Budget, flush: torch.Tensor,
+              clock: Callable[[], float | None] = lambda: None, peak: bool = True) -> Timing:
+    """`clock` is read while the first chunk runs (the GPU busy, not idling between calls)."""
+    torch.cuda.synchronize()
+    peaks: list[int] = []
     # Estimate with a few flushed calls (the first call already ran: compile is out of the way).
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(3):
-        flush.zero_()
-        fn()
-    end.record()
+    with _peak(peaks) if peak else contextlib.nullcontext():
+        start.record()
+        for _ in range(3):
+            flush.zero_()
+            fn()
+        end.record()
     torch.cuda.synchronize()
     warmup, reps = _counts(start.elapsed_time(end) / 3, budget)
     for _ in range(warmup):
         fn()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    for i in range(reps):
-        flush.zero_()
-        starts[i].record()
-        fn()
-        ends[i].record()
-    torch.cuda.synchronize()
-    return summarize("cuda-events", [s.elapsed_time(e) for s, e in zip(starts, ends)])
+    clocks: list[float | None] = []
+
+    def chunk(k: int) -> list[float]:
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(k)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(k)]
+        for i in range(k):
+            flush.zero_()
+            starts[i].record()
+            fn()
+            ends[i].record()
+        if not clocks:
+            clocks.append(clock())
+        torch.cuda.synchronize()
+        return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+
+    t = summarize("cuda-events", _sample(chunk, reps, budget))
+    return dataclasses.replace(t, peak_bytes=peaks[0] if peaks else None, clock_mhz=clocks[0])
 
 
 class CaptureError(RuntimeError):
     """A call could not be captured into a CUDA graph (a host sync inside it, say)."""
 
 
-def time_cuda_graph(fn: Callable[[], object], budget: Budget, flush: torch.Tensor) -> Timing:
+def time_cuda_graph(fn: Callable[[], object], budget: Budget, flush: torch.Tensor, pool=None,
+                    clock: Callable[[], float | None] = lambda: None, on_capture=lambda seconds: None) -> Timing:
     """Captures one call into a CUDA graph and times its replays, with the same L2 flush and
     budgets as time_cuda. A replay runs exactly the device work of the call without the host's
     Python, autograd and launch overhead in between, which in training is hidden because the CPU
     runs ahead of the GPU; at small and medium shapes that overhead would otherwise be most of
-    what events measure, for every provider alike. Rows are labelled 'cuda-graph'."""
+    what events measure, for every provider alike. Rows are labelled 'cuda-graph'. `pool`: the
+    memory pool captures share (memory.graph_pool); `on_capture` gets the capture's seconds."""
+    t0 = time.perf_counter()
+    peaks: list[int] = []
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
+    with _peak(peaks), torch.cuda.stream(stream):
         for _ in range(3):  # warm the allocator and autograd on a side stream, as capture requires
             fn()
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
     try:
-        with torch.cuda.graph(graph):
+        with torch.cuda.graph(graph, pool=pool):
             fn()
     except Exception as e:
         # Free what the failed capture allocated before the caller falls back to events: the
-        # exception's traceback would otherwise keep this frame, the graph and its private memory
-        # pool alive (on the H200 a run of failed captures of large cross-entropy cases ran the
-        # 140 GB device out of memory). The caller gets the message, without the frames.
+        # exception's traceback would otherwise keep this frame, the graph and its memory alive.
+        # The caller gets the message, without the frames.
         message = f"{type(e).__name__}: {e}"
         with contextlib.suppress(Exception):
             graph.reset()
         del graph, e
         raise CaptureError(message) from None
+    on_capture(time.perf_counter() - t0)
     try:
-        return dataclasses.replace(time_cuda(graph.replay, budget, flush), method="cuda-graph")
+        t = time_cuda(graph.replay, budget, flush, clock=clock, peak=False)
+        return dataclasses.replace(t, method="cuda-graph", peak_bytes=peaks[0])
     finally:
-        graph.reset()  # frees the graph's private memory pool now, not whenever it is collected
+        graph.reset()  # frees the graph's memory now, not whenever it is collected
 
 
-def time_cpu(fn: Callable[[], object], budget: Budget) -> Timing:
-    t0 = time.perf_counter()
-    fn()
-    warmup, reps = _counts((time.perf_counter() - t0) * 1e3, budget)
-    for _ in range(min(warmup, 3)):
-        fn()
-    samples = []
-    for _ in range(reps):
+def time_cpu(fn: Callable[[], object], budget: Budget, estimate_ms: float | None = None) -> Timing:
+    """`estimate_ms`: the duration of a call already made (the correctness call, an earlier
+    measurement), which spares the estimating call; under the interpreter a call takes 0.1-1 s."""
+    if estimate_ms is None:
         t0 = time.perf_counter()
+        fn()  # the estimate, and the first warm-up call
+        estimate_ms = (time.perf_counter() - t0) * 1e3
+    warmup, reps = _counts(estimate_ms, budget)
+    for _ in range(min(warmup - 1, 2)):
         fn()
-        samples.append((time.perf_counter() - t0) * 1e3)
-    return summarize("cpu-clock", samples)
 
+    def chunk(k: int) -> list[float]:
+        out = []
+        for _ in range(k):
+            t0 = time.perf_counter()
+            fn()
+            out.append((time.perf_counter() - t0) * 1e3)
+        return out
 
-def peak_memory(fn: Callable[[], object], device: str) -> int | None:
-    """Bytes one call allocates beyond what was allocated before it (its working memory and
-    outputs). CUDA only: the CPU allocator keeps no such statistic."""
-    if device != "cuda":
-        return None
-    torch.cuda.synchronize()
-    before = torch.cuda.memory_allocated()
-    torch.cuda.reset_peak_memory_stats()
-    out = fn()
-    torch.cuda.synchronize()
-    peak = torch.cuda.max_memory_allocated() - before
-    del out
-    return int(peak)
+    return summarize("cpu-clock", _sample(chunk, reps, budget))
 
 
 def measure_ceilings(device: str) -> tuple[float, float]:

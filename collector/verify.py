@@ -52,18 +52,25 @@ def reference_answers(spec: KernelSpec, inputs: Inputs, mode: str, seed: int) ->
     """(upstream gradients, what the reference answers) for one (inputs, mode), from a single
     float64 forward (and backward): computed once and shared by all providers. fwd -> outputs;
     bwd -> input gradients; fwd+bwd -> outputs then input gradients."""
+    return reference_modes(spec, inputs, (mode,), seed)[mode]
+
+
+def reference_modes(spec: KernelSpec, inputs: Inputs, modes: tuple[str, ...],
+                    seed: int) -> dict[str, tuple[tuple, tuple]]:
+    """reference_answers for several modes of one case from one float64 forward and, when a mode
+    needs gradients, one backward: the forward's outputs serve fwd as well."""
     ref_in = upcast(inputs)
-    if mode == "fwd":
+    if all(m == "fwd" for m in modes):
         with torch.no_grad():
-            return (), as_tuple(spec.reference(**ref_in))
+            return {"fwd": ((), as_tuple(spec.reference(**ref_in)))}
     leaves = [ref_in[n].requires_grad_(True) for n in spec.grad_inputs]
     outs = as_tuple(spec.reference(**ref_in))
     diff = _differentiable(outs)
     dys = _grad_outputs(diff, seed)
     grads = torch.autograd.grad(diff, leaves, dys)
-    if mode == "bwd":
-        return dys, grads
-    return dys, tuple(o.detach() for o in outs) + grads
+    outs = tuple(o.detach() if torch.is_tensor(o) else o for o in outs)
+    answers = {"fwd": ((), outs), "bwd": (dys, grads), "fwd+bwd": (dys, outs + grads)}
+    return {m: answers[m] for m in modes}
 
 
 def build_call(spec: KernelSpec, fn: Callable[..., Any], inputs: Inputs, mode: str, dys: tuple) -> Callable[[], tuple]:

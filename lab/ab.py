@@ -22,6 +22,7 @@ import os
 import statistics
 import sys
 import uuid
+from pathlib import Path
 from datetime import datetime, timezone
 from typing import Any, Callable
 
@@ -105,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["TRITON_INTERPRET"] = "1"
     pin_ptxas()
     from kcollect import timing, verify
-    from kcollect.environment import fingerprint, git_info
+    from kcollect.environment import fingerprint, resolve_commit
     from kcollect.registry import load
     from kcollect.spec import DTYPES, shape_label
     from kcollect.store import Run, Store
@@ -123,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
 
     env = fingerprint(device)
     run_id = str(uuid.uuid4())
-    commit, commit_time, dirty = git_info(os.getcwd())
+    head = resolve_commit(Path(os.getcwd()))
     copy_gbps, matmul_tflops = timing.measure_ceilings(device)
     rows, seq = [], 0
     for shape_text in args.shape:
@@ -168,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     with Store(args.db) as store:
         store.add_environment(env)
         store.start_run(Run(run_id=run_id, env_id=env.env_id, started_at=_now(), finished_at=None,
-                            status="unfinished", git_commit=commit, commit_time=commit_time, git_dirty=dirty,
+                            status="unfinished", git_commit=head.sha, commit_time=head.time, git_dirty=head.dirty,
                             grid="lab", copy_gbps=copy_gbps, matmul_tflops=matmul_tflops,
                             config=json.dumps({"argv": argv or sys.argv[1:], "note": args.note})))
         store.add_results(rows)

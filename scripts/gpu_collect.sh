@@ -1,21 +1,26 @@
 #!/usr/bin/env bash
-# The command for the workplace's lent GPU machine (see ../shared/device/README.md): installs the
-# carried wheels (.whl/: duckdb, liger-kernel) beside the machine's torch and Triton, installs
-# kcollect, and collects into $OUT/gpu.duckdb, which comes back and is imported here with
-# `kcollect import`. Usage: bash scripts/gpu_collect.sh COMMIT COMMIT_TIME [kcollect run options]
+# The command for a lent GPU machine that has no network: installs the carried wheels (.whl/:
+# duckdb, liger-kernel) beside the machine's torch and Triton, installs kcollect, and collects into
+# $OUT/gpu.duckdb, which comes back and is imported with `kcollect import`. nvidia-smi samples the
+# device memory and SM clock every 2 s into $OUT/nvsmi.csv, the independent record of memory creep.
+# Usage: bash scripts/gpu_collect.sh COMMIT COMMIT_TIME [kcollect run options, e.g. --all --gpus all]
 set -uo pipefail
 commit=$1 commit_time=$2
 shift 2
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:${PYTHONPATH:-} PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-deps --no-build-isolation -e . || exit 1
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv
+nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv
+nvidia-smi --query-gpu=timestamp,index,memory.used,memory.total,clocks.sm --format=csv -l 2 > "$OUT/nvsmi.csv" &
+smi=$!
 # kcollect runs as this shell's own child, not inside a pipeline, so that a `timeout` around this
-# script reaches it: SIGTERM ends the run as Ctrl-C does (rows kept, run marked interrupted).
+# script reaches it: SIGTERM ends the run as Ctrl-C does (rows kept, runs marked interrupted, and
+# with --gpus every worker stopped).
 kcollect run --db "$OUT/gpu.duckdb" --commit "$commit" --commit-time "$commit_time" "$@" > "$OUT/run.log" 2>&1 &
 pid=$!
 trap 'kill -TERM $pid 2>/dev/null; wait $pid' TERM INT
 wait $pid
 rc=$?
-tail -n 40 "$OUT/run.log"
+kill $smi 2>/dev/null
+tail -n 60 "$OUT/run.log"
 exit $rc

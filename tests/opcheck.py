@@ -63,6 +63,38 @@ def reference_cases(spec, shapes, compile_shapes: int = 1):
     return params
 
 
+def compiled_device() -> str:
+    """'cuda' where there is a GPU and Triton compiles for it (TRITON_INTERPRET unset), else 'cpu':
+    for checks of what the GPU's own instructions give, which the interpreter also runs."""
+    import os
+
+    return "cuda" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1" else "cpu"
+
+
+def errors(spec, provider, mode, dtype, dims, seed, device="cpu") -> list[float]:
+    """The relative error against float64 of each output the mode checks (verify.check's, output by
+    output), on the inputs and upstream gradients of `seed`: two providers given the same seed see
+    the same data, so their errors compare."""
+    inputs = spec.make_inputs(dims, dtype, device, seed)
+    dys, want = verify.reference_answers(spec, inputs, mode, seed + 1)
+    got = verify.build_call(spec, spec.provider(provider).fn, verify.clone_inputs(inputs), mode, dys)()
+    if spec.compare is not None and mode == "fwd":
+        got = spec.compare(got)
+    return [verify.rel_error(g, w) for g, w in zip(got, want)]
+
+
+def check_as_accurate_as_eager(spec, shapes, modes=("fwd", "bwd"), dtype=torch.float32, factor: float = 2.0):
+    """Ours ("triton") within `factor` times eager's ("torch") error against float64, output by
+    output, on fresh random inputs of each of `shapes`, on the GPU where Triton compiles for one."""
+    device = compiled_device()
+    for dims in shapes:
+        seed = random.randrange(2**31)
+        for mode in modes:
+            ours = errors(spec, "triton", mode, dtype, dims, seed, device)
+            eager = errors(spec, "torch", mode, dtype, dims, seed, device)
+            assert all(o <= factor * e for o, e in zip(ours, eager)), f"{mode} {dims}: ours {ours}, eager {eager}"
+
+
 def check_case(spec, provider, mode, dtype, dims):
     """One provider against float64 on fresh random inputs: within the op's tolerance."""
     result = verify.check(spec, provider, dims, dtype, mode, seed=random.randrange(2**31))

@@ -23,6 +23,17 @@ def kc(*args, timeout=600, env=None):
     (["run", "swiglu", "--provider", "magic"], "unknown provider 'magic'; valid: triton, torch, compile"),
     (["run"], "name at least one kernel, or pass --all"),
     (["run", "swiglu", "--all"], "not both"),
+    (["run", "swiglu", "--rep-ms", "nan"], "--rep-ms 'nan': must be a finite number > 0"),
+    (["run", "swiglu", "--rep-ms", "inf"], "--rep-ms 'inf': must be a finite number > 0"),
+    (["run", "swiglu", "--rep-ms", "0"], "--rep-ms '0': must be a finite number > 0"),
+    (["run", "swiglu", "--warmup-ms", "-1"], "--warmup-ms '-1': must be a finite number >= 0"),
+    (["run", "swiglu", "--min-reps", "2.5"], "--min-reps '2.5': must be a whole number >= 1"),
+    (["run", "swiglu", "--ci", "abc"], "--ci 'abc': must be a finite number >= 0"),
+    (["run", "swiglu", "--commit-time", "yesterday"], "--commit-time 'yesterday' is not an ISO time"),
+    (["run", "swiglu", "--commit", "0123abcd"], "--commit '0123abcd' is not a commit of the git checkout"),
+    (["run", "swiglu", "--shard", "3/2"], "--shard '3/2': K must be between 1 and N"),
+    (["run", "swiglu", "--gpus", "all", "--device", "cpu"], "--gpus needs a CUDA device"),
+    (["run", "swiglu", "--workers", "0"], "--workers '0': must be a whole number >= 1"),
 ])
 def test_bad_input_exits_2_with_one_line(args, words, tmp_path):
     out = kc(*args, "--db", str(tmp_path / "k.duckdb"))
@@ -42,7 +53,8 @@ def test_list_shows_kernels_and_availability():
 def test_help_explains_every_run_option():
     out = kc("run", "--help")
     for opt in ("--all", "--quick", "--mode", "--provider", "--dtype", "--device", "--warmup-ms", "--rep-ms",
-                "--min-reps", "--cuda-graph", "--seed", "--db", "--commit"):
+                "--min-reps", "--ci", "--cuda-graph", "--seed", "--db", "--commit", "--machine", "--gpus", "--workers",
+                "--shard", "--cache-dir", "--fail-on-incorrect"):
         assert opt in out.stdout
 
 
@@ -120,27 +132,31 @@ def test_corrupt_db_exits_2_and_is_untouched(tmp_path):
     assert db.read_bytes() == b"garbage" * 1000
 
 
+PLANTED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "planted_kernels.py")
+
+
 def _start_slow_run(db):
-    # Generous budgets make each case take a few seconds, so the run can be hit midway.
-    return subprocess.Popen(KCOLLECT + ["run", "swiglu", "--provider", "torch", "--db", str(db),
-                                        "--rep-ms", "1500", "--warmup-ms", "1"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # The planted kernels, each call sleeping, so the run can be hit midway (4 measurements a case).
+    return subprocess.Popen(KCOLLECT + ["run", "doubled", "--device", "cpu", "--kernel-module", PLANTED,
+                                        "--db", str(db), "--rep-ms", "1", "--warmup-ms", "0", "--min-reps", "2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "KCOLLECT_TEST_SLEEP": "0.3"})
 
 
-def _wait_for_first_case(proc):
+def _wait_for_second_case(proc):
     deadline = time.time() + 300
     for line in proc.stderr:
-        if line.startswith("[1/"):
+        if line.startswith("[5/"):  # the first measurement of the second case: the first is stored
             return
         assert time.time() < deadline
-    pytest.fail("the run ended before its first case finished")
+    pytest.fail("the run ended before its second case began")
 
 
 @pytest.mark.parametrize("sig, status, code", [(signal.SIGKILL, "unfinished", -9), (signal.SIGINT, "interrupted", 130)])
 def test_killed_run_keeps_finished_rows(tmp_path, sig, status, code):
     db = tmp_path / "k.duckdb"
     proc = _start_slow_run(db)
-    _wait_for_first_case(proc)
+    _wait_for_second_case(proc)
     os.kill(proc.pid, sig)
     proc.communicate(timeout=120)
     assert proc.returncode == code
@@ -149,4 +165,4 @@ def test_killed_run_keeps_finished_rows(tmp_path, sig, status, code):
         rows = s.query("SELECT shape, status FROM results")
     assert runs == [{"status": status}]
     kept = {r["shape"] for r in rows}
-    assert "M=64,N=1024" in kept and len(kept) < 3, kept  # the first case survived, the run did not finish
+    assert "M=4,N=8" in kept and len(kept) < 3, kept  # the first case survived, the run did not finish

@@ -1,32 +1,34 @@
 """fused_linear_cross_entropy against its float64 reference: every provider and dtype on awkward
 shapes, plus chunking (partial last chunk, a chunk of ignored tokens), gradients and scaling."""
-import random
-
 import pytest
 import torch
 
-from kcollect import verify
+import opcheck
 from kcollect.kernels import fused_linear_cross_entropy as flce
+from kcollect.kernels.fused_linear_cross_entropy import FLCEConfig
+from kcollect.kernels.fused_linear_cross_entropy.spec import SPEC
 
-SPEC = flce.SPEC
-SHAPES = [s.dims for s in SPEC.grid("quick")]
-RUNNABLE = [p.name for p in SPEC.providers if p.available("cpu") is None]
+# 37x64 -> 1000: one chunk, awkward sizes, every dtype; 20x48 -> 3001: prime vocabulary, label
+# smoothing; 1x32 -> 500: a single token. Its Triton kernel is cross_entropy's (tested there in every
+# dtype on both paths): the later shapes in fp32. torch.compile is PyTorch's code, gated like every
+# provider wherever the collector runs (each case a CPU compile): not checked here.
+SHAPES = [{"tokens": 37, "hidden": 64, "vocab": 1000, "smoothing": "0"},
+          {"tokens": 20, "hidden": 48, "vocab": 3001, "smoothing": "0.1"},
+          {"tokens": 1, "hidden": 32, "vocab": 500, "smoothing": "0"}]
+CASES = [p for p in opcheck.reference_cases(SPEC, SHAPES, compile_shapes=0)
+         if p.values[3] is SHAPES[0] or p.values[2] == torch.float32]
 
 
-def _ids(d):
-    return "x".join(map(str, d.values()))
+def _eager_fp16_smoothing(provider, dtype, dims) -> bool:
+    """eager's fp16 label smoothing sums -log p over the batch into fp16: inf (PyTorch's, not ours)."""
+    return provider in ("torch", "compile") and dtype == torch.float16 and float(dims["smoothing"]) > 0
 
 
-@pytest.mark.parametrize("provider", RUNNABLE)
-@pytest.mark.parametrize("dtype", SPEC.dtypes, ids=str)
-@pytest.mark.parametrize("dims", SHAPES, ids=_ids)
-def test_matches_reference(provider, dtype, dims):
-    if provider == "compile" and dims["tokens"] != 37:
-        pytest.skip("compile is checked once per dtype: each shape costs a CPU compile")
-    if provider in ("torch", "compile") and dtype == torch.float16 and float(dims["smoothing"]) > 0:
-        pytest.skip("eager's fp16 label smoothing sums -log p over the batch into fp16: inf")
-    result = verify.check(SPEC, provider, dims, dtype, "fwd+bwd", seed=random.randrange(2**31))
-    assert result.ok, f"{provider} {dtype} {dims}: error {result.error:.3g} > {result.tolerance:.3g}"
+@pytest.mark.parametrize("provider, mode, dtype, dims", CASES)
+def test_matches_reference(provider, mode, dtype, dims):
+    if _eager_fp16_smoothing(provider, dtype, dims):
+        pytest.skip(_eager_fp16_smoothing.__doc__)
+    opcheck.check_case(SPEC, provider, mode, dtype, dims)
 
 
 def test_grid_shapes_are_accepted():
@@ -47,19 +49,19 @@ def _inputs(t, h, v, seed=0):
 
 def _reference_grads(x, w, y, eps=0.0, scale=1.0):
     xr, wr = x.double().requires_grad_(True), w.double().requires_grad_(True)
-    loss = flce.reference(xr, wr, y, flce.IGNORE_INDEX, eps)
+    loss = SPEC.reference(xr, wr, y, flce.IGNORE_INDEX, eps)
     (loss * scale).backward()
     return loss.detach(), xr.grad, wr.grad
 
 
-@pytest.mark.parametrize("chunk", [8, 16, 128])
-def test_chunks_give_the_one_chunk_answer(chunk):
-    # 37 tokens in chunks of 8 or 16: a partial last chunk, dW accumulated over 5 or 3 chunks;
-    # tokens 8..15 all ignored: the mean must use the whole batch's count, not the chunk's.
+def test_chunks_give_the_one_chunk_answer():
+    # 37 tokens in chunks of 8: a partial last chunk, dW accumulated over 5 chunks; tokens 8..15
+    # (the second chunk) all ignored: the mean must use the whole batch's count, not the chunk's.
+    chunk = 8
     x, w, y = _inputs(37, 24, 301)
     y[8:16] = flce.IGNORE_INDEX
     xg, wg = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
-    loss = flce.fused_linear_cross_entropy(xg, wg, y, label_smoothing=0.1, chunk=chunk)
+    loss = flce.fused_linear_cross_entropy(xg, wg, y, label_smoothing=0.1, config=FLCEConfig(chunk))
     dx, dw = torch.autograd.grad(loss, (xg, wg))
     want, want_dx, want_dw = _reference_grads(x, w, y, eps=0.1)
     assert torch.allclose(loss.double(), want, rtol=1e-5)
@@ -71,7 +73,7 @@ def test_chunks_give_the_one_chunk_answer(chunk):
 def test_upstream_gradient_scales_both_and_inputs_stay_intact():
     x, w, y = _inputs(20, 16, 200, seed=1)
     xg, wg = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
-    loss = flce.fused_linear_cross_entropy(xg, wg, y, chunk=8)
+    loss = flce.fused_linear_cross_entropy(xg, wg, y, config=FLCEConfig(8))
     dx, dw = torch.autograd.grad(loss * -3.0, (xg, wg))
     _, want_dx, want_dw = _reference_grads(x, w, y, scale=-3.0)
     assert torch.allclose(dx.double(), want_dx, rtol=1e-4, atol=1e-7)
@@ -84,9 +86,9 @@ def test_gradient_only_for_what_requires_it(which, monkeypatch):
     seen = []
     real = flce.fused_linear_cross_entropy_forward
 
-    def spy(x, weight, target, ignore_index, label_smoothing, need_dx, need_dw, chunk=None):
+    def spy(x, weight, target, ignore_index, label_smoothing, need_dx, need_dw, config=None):
         seen.append((need_dx, need_dw))
-        return real(x, weight, target, ignore_index, label_smoothing, need_dx, need_dw, chunk)
+        return real(x, weight, target, ignore_index, label_smoothing, need_dx, need_dw, config)
 
     monkeypatch.setattr(flce, "fused_linear_cross_entropy_forward", spy)
     x, w, y = _inputs(9, 8, 50, seed=2)
@@ -112,9 +114,9 @@ def test_second_backward_is_refused():
 def test_chunk_size_keeps_the_memory_goal():
     # At 8192 x 4096 -> 128256 bf16 the logits chunk stays near 256 MiB (dW alone is 1 GB; eager
     # holds several 2.1 GB [T, V] tensors) and K = chunk >= 1024 keeps dW += g.T @ x compute-bound.
-    c = flce._chunk_rows(8192, 128256, 2)
+    c = flce.pick(8192, 128256, torch.bfloat16).chunk
     assert c % 128 == 0 and 1024 <= c and c * 128256 * 2 <= 260 * 2**20
-    assert flce._chunk_rows(5, 128256, 2) == 5
+    assert flce.pick(5, 128256, torch.bfloat16).chunk == 5
 
 
 def test_bad_inputs_are_refused():
@@ -125,6 +127,14 @@ def test_bad_inputs_are_refused():
         flce.fused_linear_cross_entropy(x, w, y[:3])
     with pytest.raises(ValueError, match="share a dtype"):
         flce.fused_linear_cross_entropy(x, w.double(), y)
+    with pytest.raises(ValueError, match="chunk"):
+        flce.fused_linear_cross_entropy(x, w, y, config=FLCEConfig(0))
+
+
+def test_config_is_recorded():
+    inputs = SPEC.make_inputs({"tokens": 300, "hidden": 8, "vocab": 100, "smoothing": "0"}, torch.float32, "cpu", 0)
+    record = SPEC.provider("triton").config(inputs)
+    assert record["flce"] == {"chunk": 300} and record["cross_entropy"]["path"] == "rows"
 
 
 def test_cost_model():

@@ -13,7 +13,7 @@ import opcheck as gate
 from kcollect import verify
 from kcollect.kernels._lib import prefetch
 from kcollect.kernels._lib.prefetch import l2_prefetch_ok
-from kcollect.kernels import cross_entropy, layer_norm, rms_norm, softmax
+from kcollect.kernels import layer_norm, rms_norm
 
 
 def fake(shape, dtype, device="cuda"):
@@ -53,13 +53,9 @@ def planned_ahead(monkeypatch, module, call) -> int:
 
 
 def test_coop_launches_prefetch_where_measured(monkeypatch):
-    # softmax: both directions; rms_norm: without dh only (add_rms_norm lost with it); layer_norm:
-    # rows of 65536 and more (4096x16384 lost); an explicit value wins; never where not allowed
+    # rms_norm: without dh only (add_rms_norm lost with it); layer_norm: rows of 65536 and more
+    # (4096x16384 lost); an explicit value wins; never where not allowed
     b = torch.bfloat16
-    x = torch.empty(softmax._SPLIT_MAX_ROWS + 1, 131072, dtype=b)
-    assert planned_ahead(monkeypatch, softmax, lambda: softmax.softmax_forward(x, coop=True)) == 1
-    assert planned_ahead(monkeypatch, softmax, lambda: softmax.softmax_backward(x, x, coop=True)) == 1
-    assert planned_ahead(monkeypatch, softmax, lambda: softmax.softmax_backward(x, x, coop=True, coop_l2_ahead=2)) == 2
     x2, w, r = torch.empty(4, 65536, dtype=b), torch.empty(65536, dtype=b), torch.empty(4)
     assert planned_ahead(monkeypatch, rms_norm, lambda: rms_norm.rms_norm_backward(x2, x2, w, r, wide="coop")) == 1
     assert planned_ahead(monkeypatch, rms_norm, lambda: rms_norm.rms_norm_backward(x2, x2, w, r, dh=x2,
@@ -86,22 +82,6 @@ def launch_kwargs(monkeypatch, call) -> dict:
     return got
 
 
-def test_lines_and_cross_entropy_prefetch_where_measured(monkeypatch):
-    # softmax's lines forward: rows up to LINES_NARROW_ROW_BYTES (65536 bf16: 1 chunk ahead), not
-    # wider; cross_entropy's row path: 2 chunks ahead with a gradient, none for the loss alone
-    monkeypatch.setattr(prefetch, "l2_prefetch_ok", lambda t: True)
-    b = torch.bfloat16
-    fwd = lambda n: launch_kwargs(monkeypatch, lambda: softmax.softmax_forward(  # noqa: E731
-        torch.empty(softmax._SPLIT_MAX_ROWS + 1, n, dtype=b), coop=False))["_softmax_fwd_lines"]["L2_AHEAD"]
-    assert fwd(65536) == 1 and fwd(128256) == 0
-    logits, target = torch.empty(64, 32000, dtype=b), torch.zeros(64, dtype=torch.int64)
-    ce = lambda grad, **kw: launch_kwargs(monkeypatch, lambda: cross_entropy.cross_entropy_rows(  # noqa: E731
-        logits, target, torch.empty(64), logits if grad else None, -100, 0.0, split=False, **kw))["_ce_rows"]
-    assert ce(True)["L2_AHEAD"] == 2 and ce(False)["L2_AHEAD"] == 0 and ce(True, l2_ahead=1)["L2_AHEAD"] == 1
-    monkeypatch.setattr(prefetch, "l2_prefetch_ok", lambda t: False)
-    assert ce(True)["L2_AHEAD"] == 0
-
-
 def test_register_paths_prefetch_where_measured(monkeypatch):
     # layer_norm's register-path backward one tile ahead; rms_norm's register paths not at all
     b = torch.bfloat16
@@ -119,15 +99,9 @@ def test_register_paths_prefetch_where_measured(monkeypatch):
 
 _COMPILE = """
 from benchmarks.compile_report import report
-from kcollect.kernels import layer_norm, rms_norm, softmax
+from kcollect.kernels import layer_norm, rms_norm
 b, C = "*bf16", "constexpr"
 cases = {
-    "softmax_fwd": (softmax._softmax_fwd_coop, {"x_ptr": b, "y_ptr": b, "slot_ptr": "*i64", "M": "i32", "N": "i32",
-                    "S": "i32", "iters": "i32", "SEG": C, "S_BLOCK": C, "N_ALIGN": C, "L2_AHEAD": C},
-                    {"SEG": 2048, "S_BLOCK": 128, "N_ALIGN": 16}, None),
-    "softmax_bwd": (softmax._softmax_bwd_coop, {"y_ptr": b, "dy_ptr": b, "dx_ptr": b, "slot_ptr": "*i64", "M": "i32",
-                    "N": "i32", "S": "i32", "iters": "i32", "SEG": C, "S_BLOCK": C, "N_ALIGN": C, "L2_AHEAD": C},
-                    {"SEG": 2048, "S_BLOCK": 32, "N_ALIGN": 16}, 96),
     "rms_bwd": (rms_norm._bwd_coop, {"x_ptr": b, "w_ptr": b, "dy_ptr": b, "dh_ptr": b, "rstd_ptr": "*fp32",
                 "dx_ptr": b, "dwp_ptr": "*fp32", "slot_ptr": "*i64", "M": "i32", "N": "i32", "S": "i32",
                 "iters": "i32", "SEG": C, "S_BLOCK": C, "HAS_DH": C, "W_AT_USE": C, "RELOAD": C, "L2_AHEAD": C},
@@ -153,7 +127,7 @@ def test_coop_kernels_compile_with_the_prefetch():
         if line:
             name, ahead, regs, stack, n = line.split()
             got[name, int(ahead)] = (int(regs), int(stack), int(n))
-    for name, tensors in (("softmax_fwd", 1), ("softmax_bwd", 2), ("rms_bwd", 2), ("ln_bwd", 2)):
+    for name, tensors in (("rms_bwd", 2), ("ln_bwd", 2)):
         (r0, s0, n0), (r1, s1, n1) = got[name, 0], got[name, 1]
         assert r1 <= r0 and s1 <= s0 and n0 == 0 and n1 == tensors, (name, got[name, 0], got[name, 1])
 
@@ -174,13 +148,7 @@ def test_prefetching_coop_kernels_on_the_gpu(ahead, dims):
     x = (torch.randn(dims, generator=g, device="cuda") * 2 + 1).to(torch.bfloat16)
     dy = torch.randn(dims, generator=g, device="cuda").to(torch.bfloat16)
     w = (1 + 0.2 * torch.randn(n, generator=g, device="cuda")).to(torch.bfloat16)
-    tol = softmax.SPEC.tolerance[torch.bfloat16]
-    y = softmax.softmax_forward(x, coop=True, coop_seg=seg, coop_l2_ahead=ahead)
-    y64 = torch.softmax(x.double(), -1)
-    assert verify.rel_error(y, y64) <= tol
-    dx = softmax.softmax_backward(dy, y, coop=True, coop_seg=seg, coop_l2_ahead=ahead)
-    yd, dyd = y.double(), dy.double()
-    assert verify.rel_error(dx, yd * (dyd - (yd * dyd).sum(-1, keepdim=True))) <= tol
+    tol = layer_norm.SPEC.tolerance[torch.bfloat16]
     _, _, rstd = rms_norm.rms_norm_forward(x, w, 1e-6)
     block = 256 if seg else rms_norm.MAX_REG_BLOCK
     dx, dw = rms_norm.rms_norm_backward(dy, x, w, rstd, max_block=block, wide="coop", coop_seg=seg,
@@ -195,23 +163,6 @@ def test_prefetching_coop_kernels_on_the_gpu(ahead, dims):
     xr, wr, br = (t.double().requires_grad_(True) for t in (x, w, b))
     want = torch.autograd.grad(layer_norm.reference(xr, wr, br, 1e-5), (xr, wr, br), dy.double())
     assert all(verify.rel_error(g_, w_) <= tol for g_, w_ in zip(got, want))
-
-
-@ON_GPU
-@pytest.mark.parametrize("ahead", [1, 2])
-def test_prefetching_lines_and_cross_entropy_on_the_gpu(ahead):
-    # softmax's lines forward and cross_entropy's row path, chunks prefetched past the row's full ones
-    g = torch.Generator(device="cuda").manual_seed(random.randrange(2**31))
-    x = (torch.randn((200, 70000), generator=g, device="cuda") * 3).to(torch.bfloat16)
-    y = softmax.softmax_forward(x, coop=False, lines=True, lines_l2_ahead=ahead)
-    assert verify.rel_error(y, torch.softmax(x.double(), -1)) <= softmax.SPEC.tolerance[torch.bfloat16]
-    target = torch.randint(0, 70000, (200,), generator=g, device="cuda")
-    loss, dlogits = cross_entropy.cross_entropy_forward(x, target, -100, 0.0, True, split=False, l2_ahead=ahead)
-    xr = x.double().requires_grad_(True)
-    ref = cross_entropy.reference(xr, target, -100, 0.0)
-    (want,) = torch.autograd.grad(ref, xr)
-    tol = cross_entropy.SPEC.tolerance[torch.bfloat16]
-    assert verify.rel_error(loss, ref) <= tol and verify.rel_error(dlogits, want) <= tol
 
 
 @ON_GPU

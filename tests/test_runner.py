@@ -40,9 +40,9 @@ PLANTED = dataclasses.replace(
 )
 
 
-def _run(tmp_path, spec=PLANTED, modes=("fwd",)):
+def _run(tmp_path, spec=PLANTED, modes=("fwd",), recheck=False):
     config = RunConfig(kernels=(spec.name,), grid="quick", device="cpu", modes=modes, warmup_ms=1, rep_ms=5,
-                       min_reps=3, seed=1)
+                       min_reps=3, seed=1, recheck=recheck)
     with Store(tmp_path / "k.duckdb") as store:
         runner = Runner(config, store)
         run = runner.start(ROOT)
@@ -93,3 +93,64 @@ def test_quantiles_and_summary():
     t = timing.summarize("cpu-clock", [5.0, 1.0, 3.0, 2.0, 4.0])
     assert (t.min_ms, t.median_ms, t.mean_ms, t.reps) == (1.0, 3.0, 3.0, 5)
     assert t.p20_ms == pytest.approx(1.8) and t.p80_ms == pytest.approx(4.2)
+
+
+def test_reference_runs_once_per_case_for_every_mode(tmp_path):
+    calls = []
+
+    def counted(a, b):
+        calls.append(1)
+        return swiglu.reference(a, b)
+
+    spec = dataclasses.replace(PLANTED, providers=swiglu.SPEC.providers[1:2], reference=counted)
+    _, rows, _ = _run(tmp_path, spec=spec, modes=("fwd", "bwd", "fwd+bwd"))
+    assert len(calls) == 1 and {r["status"] for r in rows} == {"ok"} and len(rows) == 3
+
+
+def test_rows_carry_evidence_and_the_run_its_breakdown(tmp_path):
+    import json
+
+    from kcollect import phases
+
+    _, _, stored = _run(tmp_path, spec=dataclasses.replace(PLANTED, providers=swiglu.SPEC.providers[:2]),
+                        recheck=True)
+    # a CPU shared with other work may disturb a row: then it says so, as `unstable`
+    assert all(r["status"] in ("ok", "unstable") and r["recheck_ms"] > 0 for r in stored)
+    assert all(r["free_mem_bytes"] is None and r["clock_mhz"] is None for r in stored)  # CPU: nothing to read
+    with Store(tmp_path / "k.duckdb") as store:
+        (run,) = store.query("SELECT phases FROM runs")
+    spent = json.loads(run["phases"])
+    assert {"setup", "reference", "first_call", "timing", "recheck", "store", "wall"} <= set(spent)
+    assert spent["wall"] >= sum(v for k, v in spent.items() if k not in ("wall", "timed_work")) - 0.01
+    assert [r["phase"] for r in phases.breakdown(run["phases"])][-1] == "wall"
+
+
+def _planted_times(monkeypatch, runner, medians):
+    """runner._time answers these medians in turn (the recheck, then the re-measurement)."""
+    from kcollect import stability
+
+    seq = iter(medians)
+
+    def fake(call, key, budget, phase="timing", estimate_ms=None):
+        m = next(seq)
+        return stability.Measured(timing.Timing("cpu-clock", m, m, m, m, 0.0, m, 5))
+
+    monkeypatch.setattr(runner, "_time", fake)
+
+
+@pytest.mark.parametrize("medians, status, stored_ms", [
+    ((1.0,), "ok", 1.0),  # the recheck agrees: the first numbers stay
+    ((9.0, 9.1), "ok", 9.1),  # the first was disturbed: recheck and re-measurement agree
+    ((3.0, 9.0), "unstable", 9.0),  # three different stories
+])
+def test_settle_rechecks_and_remeasures_once(tmp_path, monkeypatch, medians, status, stored_ms):
+    from kcollect import stability
+
+    with Store(tmp_path / "k.duckdb") as store:
+        runner = Runner(RunConfig(kernels=("swiglu",), grid="quick", device="cpu"), store)
+        _planted_times(monkeypatch, runner, medians)
+        row = {"kernel": "swiglu", "mode": "fwd", "provider": "torch", "status": "ok", "median_ms": 1.0}
+        first = stability.Measured(timing.Timing("cpu-clock", 1.0, 1.0, 1.0, 1.0, 0.0, 1.0, 5))
+        runner._settle(row, lambda: (lambda: ()), first)
+    assert row["status"] == status and row["median_ms"] == stored_ms
+    assert row["recheck_ms"] == medians[0] and (row["error"] is None) == (status == "ok")

@@ -42,3 +42,13 @@ def lse2_combine(m, d, AXIS: tl.constexpr):
     only -inf (m = -inf, d = 0) adds exp2(-inf) * 0 = 0; all -inf gives NaN, as torch does."""
     m2 = tl.max(m, AXIS) * LOG2E
     return m2 + tl.log2(tl.sum(d * tl.exp2(m * LOG2E - tl.expand_dims(m2, AXIS)), AXIS))
+
+
+@triton.jit
+def max_log2sum(m, d, AXIS: tl.constexpr):
+    """lse2_combine's two parts kept apart: (max, log2 of sum d * exp(m - max)) along AXIS, so that
+    a log-softmax in base 2, (x - max) * LOG2E - log2sum, keeps x - max exact whatever x's
+    magnitude (fp32 logits of thousands, where x * LOG2E rounds to 2^-24 of |x|). A part that saw
+    only -inf adds 0; all -inf gives NaN, as torch does."""
+    mx = tl.max(m, AXIS)
+    return mx, tl.log2(tl.sum(d * tl.exp2((m - tl.expand_dims(mx, AXIS)) * LOG2E), AXIS))

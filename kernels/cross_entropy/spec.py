@@ -1,2 +1,171 @@
-"""The spec of cross_entropy (transitional: the op's module still declares it)."""
-from . import SPEC  # noqa: F401
+"""What the collector needs to measure cross_entropy: providers, the float64 reference, inputs,
+grids, the cost model and the tolerance."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from kcollect.spec import KernelSpec, Provider, Shape, Unavailable, peer_available, standard_providers
+
+from .._lib import config_record
+from . import IGNORE_INDEX, cross_entropy, pick
+
+
+# ---------------------------------------------------------------------------------------------
+# Baselines and peers
+
+
+def cross_entropy_eager(logits: torch.Tensor, target: torch.Tensor, ignore_index: int = IGNORE_INDEX,
+                        label_smoothing: float = 0.0) -> torch.Tensor:
+    return F.cross_entropy(logits, target, ignore_index=ignore_index, label_smoothing=label_smoothing)
+
+
+def cross_entropy_liger(logits: torch.Tensor, target: torch.Tensor, ignore_index: int = IGNORE_INDEX,
+                        label_smoothing: float = 0.0) -> torch.Tensor:
+    # forward(ctx, _input, target, weight, ignore_index, lse_square_scale, label_smoothing, reduction,
+    #         softcap, return_z_loss, return_token_accuracy, return_predicted_tokens) -> 4-tuple.
+    # It writes the gradient over its input (the collector hands each provider a private clone),
+    # whenever the input requires grad, and syncs with the host (n_non_ignore.item()).
+    from liger_kernel.ops.cross_entropy import LigerCrossEntropyFunction
+
+    return LigerCrossEntropyFunction.apply(logits, target, None, ignore_index, 0.0, label_smoothing,
+                                           "mean", None, False, False, False)[0]
+
+
+def cross_entropy_quack(logits: torch.Tensor, target: torch.Tensor, ignore_index: int = IGNORE_INDEX,
+                        label_smoothing: float = 0.0) -> torch.Tensor:
+    if label_smoothing:
+        raise Unavailable("QuACK's cross_entropy has no label smoothing")
+    import quack
+
+    return quack.cross_entropy(logits, target, ignore_index=ignore_index, reduction="mean")
+
+
+# ---------------------------------------------------------------------------------------------
+# Reference: plain maths, float64
+
+
+def reference(logits: torch.Tensor, target: torch.Tensor, ignore_index: int = IGNORE_INDEX,
+              label_smoothing: float = 0.0) -> torch.Tensor:
+    # loss_i = (1 - eps) * (lse_i - x_i[y_i]) + eps * mean_j (lse_i - x_ij), mean over valid rows.
+    # logsumexp rather than log_softmax: no [N, V] float64 output to keep (memory at 8192 x 128k).
+    valid = target != ignore_index
+    lse = torch.logsumexp(logits, dim=-1)
+    x_y = logits.gather(1, torch.where(valid, target, 0).unsqueeze(1)).squeeze(1)
+    per_row = lse - (1.0 - label_smoothing) * x_y
+    if label_smoothing:
+        per_row = per_row - label_smoothing * logits.mean(dim=-1)
+    return torch.where(valid, per_row, 0.0).sum() / valid.sum()
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs
+
+
+def make_inputs(dims, dtype, device, seed):
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    n, v = dims["tokens"], dims["vocab"]
+    logits = torch.randn((n, v), generator=g, dtype=torch.float32) * 2.0
+    target = torch.randint(0, v, (n,), generator=g)
+    # A trained head puts mass on the target: raise its logit by 0-12 so that rows range from
+    # near-uniform (p_y ~ 1/V) to confident (p_y -> 1, where softmax - 1 cancels).
+    logits[torch.arange(n), target] += torch.rand(n, generator=g) * 12.0
+    ignored = torch.rand(n, generator=g) < 0.1  # padding / prompt tokens
+    ignored[0] = False  # at least one row counts
+    target[ignored] = IGNORE_INDEX
+    return {
+        "logits": logits.to(device=device, dtype=dtype),
+        "target": target.to(device=device),
+        "ignore_index": IGNORE_INDEX,
+        "label_smoothing": float(dims.get("smoothing", 0.0)),
+    }
+
+
+def config_of(inputs) -> dict:
+    """The configs of the loss alone (fwd) and of the loss with its gradient (fwd+bwd)."""
+    x = inputs["logits"]
+    n, v = x.shape
+    return config_record(fwd=pick(n, v, x.dtype, x.device, False), grad=pick(n, v, x.dtype, x.device, True))
+
+
+# ---------------------------------------------------------------------------------------------
+# Shape grids: tokens = batch x sequence rows of the LM head, vocab = its width; smoothing is the
+# label smoothing (a string so that the label reads e.g. 4096x128256x0.1).
+
+
+def _s(tokens: int, vocab: int, smoothing: str, why: str) -> Shape:
+    return Shape({"tokens": tokens, "vocab": vocab, "smoothing": smoothing}, why)
+
+
+QUICK = (
+    _s(37, 1000, "0", "awkward: rows and vocabulary not powers of two, one masked chunk"),
+    _s(6, 20011, "0.1", "prime vocabulary wider than one 16 KB chunk: two chunks, smoothing"),
+    _s(1, 32000, "0", "one row, LLaMA-2 vocabulary"),
+)
+
+FULL = (
+    _s(1, 128256, "0", "a single row (scoring one token): latency, not bandwidth"),
+    _s(1024, 32000, "0", "LLaMA-2 / Mistral-7B vocabulary, short batch"),
+    _s(8192, 32000, "0.1", "LLaMA-2 vocabulary, 8k tokens, label smoothing"),
+    _s(4096, 128256, "0", "LLaMA-3 vocabulary, 4k tokens"),
+    _s(8192, 128256, "0", "LLaMA-3 vocabulary, 8k tokens: the headline shape (2.1 GB of bf16 logits)"),
+    _s(3000, 151936, "0.1", "Qwen2 vocabulary, awkward token count, label smoothing"),
+    _s(4096, 256000, "0", "Gemma vocabulary: 512 KB bf16 rows, rows in flight exceed L2"),
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# Cost model (minimum traffic; s = bytes per logit, targets are int64):
+#   fwd:      read logits once, read targets                       -> N * V * s + 8 * N
+#   fwd+bwd:  read logits once, write dlogits, read targets        -> 2 * N * V * s + 8 * N
+# fwd+bwd does not count a backward pass: the gradient is written in the forward. With an upstream
+# gradient other than 1 (the collector draws a random one) backward scales it in place: one more
+# read and write of dlogits that every fused implementation (Liger too) pays and the model does not
+# count, so fwd+bwd tops out near half the copy bandwidth under that gradient, and near all of it
+# for loss.backward().
+# FLOPs: ~5 per logit in the forward (max, subtract, exp, add, convert), ~5 more for the gradient.
+
+
+def bytes_moved(dims, dtype, mode) -> int:
+    n, v = dims["tokens"], dims["vocab"]
+    s = dtype.itemsize
+    per = {"fwd": 1, "fwd+bwd": 2}[mode]
+    return per * n * v * s + 8 * n
+
+
+def flops(dims, mode) -> float:
+    per = {"fwd": 5, "fwd+bwd": 10}[mode]
+    return float(per * dims["tokens"] * dims["vocab"])
+
+
+def check_shape(dims) -> str | None:
+    eps = float(dims.get("smoothing", 0.0))
+    if not 0.0 <= eps <= 1.0:
+        return f"label smoothing {eps} is outside [0, 1]"
+    return None
+
+
+SPEC = KernelSpec(
+    name="cross_entropy",
+    description="mean cross-entropy of LM logits with ignore_index and label smoothing; gradient fused into the forward",
+    modes=("fwd", "fwd+bwd"),
+    providers=standard_providers(cross_entropy, cross_entropy_eager, config_of)
+    + (Provider("liger", cross_entropy_liger, peer_available("liger_kernel")),
+       Provider("quack", cross_entropy_quack, peer_available("quack"))),
+    baseline="torch",
+    reference=reference,
+    make_inputs=make_inputs,
+    grad_inputs=("logits",),
+    grids={"quick": QUICK, "full": FULL},
+    bytes_moved=bytes_moved,
+    flops=flops,
+    bound="memory",
+    # Relative error of (loss, dlogits). bf16/fp16: the gradient is rounded once to the logits' dtype
+    # and again when scaled by the upstream gradient (ours and Liger's), eager rounds log_softmax
+    # before picking the target; seen up to 1e-2 / 1.8e-3 under the interpreter (whose bf16 cast
+    # truncates). fp32: ours ~3e-7, but eager's log_softmax backward of the smoothing term cancels
+    # over the row (seen 1.4e-5 at vocab 20k), and it is a legitimate fp32 implementation.
+    tolerance={torch.bfloat16: 1.5e-2, torch.float16: 4e-3, torch.float32: 5e-5},
+    dtypes=(torch.bfloat16, torch.float16, torch.float32),
+    check_shape=check_shape,
+)

@@ -1,2 +1,45 @@
-"""The spec of geglu (transitional: the op's module still declares it)."""
-from . import SPEC  # noqa: F401
+"""What the collector needs to measure geglu: providers, the float64 reference, grids and FLOPs;
+the rest (inputs, quick grid, cost model, tolerance) is shared with swiglu (_lib/gated.py)."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from kcollect.spec import Shape
+
+from .._lib.gated import gated_spec
+from . import geglu, pick
+
+
+def geglu_eager(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return F.gelu(a, approximate="tanh") * b
+
+
+def geglu_liger(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    # Liger's backward writes da and db over its saved a and b (in place, to save memory).
+    from liger_kernel.ops.geglu import LigerGELUMulFunction
+
+    return LigerGELUMulFunction.apply(a, b)
+
+
+def reference(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Plain maths in float64 (the tests import it)."""
+    gelu = 0.5 * a * (1.0 + torch.tanh(0.7978845608028654 * (a + 0.044715 * a**3)))  # sqrt(2/pi)
+    return gelu * b
+
+
+# M = tokens, N = intermediate size of the (Gemma) MLP
+_s = Shape.rows
+FULL = (
+    _s(1, 16384, "a single token (decode), Gemma-2B MLP: launch latency dominates"),
+    _s(1024, 16384, "Gemma-2B MLP, short batch"),
+    _s(4096, 24576, "Gemma-7B MLP"),
+    _s(8192, 14336, "Gemma-2-9B MLP, 8k tokens"),
+    _s(16384, 16384, "Gemma-2B MLP, 16k tokens: the largest, far beyond L2"),
+    _s(3000, 13824, "awkward token count, non-power-of-two width"),
+    _s(2048, 36864, "Gemma-2-27B MLP: the widest rows"),
+)
+
+SPEC = gated_spec(
+    "geglu", "gelu_tanh(a) * b, the GEGLU gated MLP activation, forward and backward", geglu, geglu_eager,
+    geglu_liger, reference, FULL, flops_per={"fwd": 9, "bwd": 16, "fwd+bwd": 25}, pick=pick)

@@ -1,2 +1,103 @@
-"""The spec of gelu (transitional: the op's module still declares it)."""
-from . import SPEC  # noqa: F401
+"""What the collector needs to measure gelu: providers, the float64 reference, inputs, grids, the
+cost model and the tolerance. The variant is part of the shape (dims["approx"] = "tanh" | "none",
+the names of F.gelu's `approximate`), so both variants sit in both grids and are timed side by side."""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from kcollect.spec import KernelSpec, Shape, standard_providers
+
+from .._lib import config_record
+from . import APPROX, gelu, pick
+
+
+def gelu_eager(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
+    return F.gelu(x, approximate=approximate)
+
+
+def reference(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
+    """Plain maths in float64 (the tests import it)."""
+    if approximate == "tanh":
+        return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
+    return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))
+
+
+def make_inputs(dims, dtype, device, seed):
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    # MLP pre-activations; the scale 2 spans the curved part and both tails (x << 0 -> 0, x >> 0 -> x)
+    x = torch.randn((dims["M"], dims["N"]), generator=g, dtype=torch.float32) * 2.0
+    return {"x": x.to(device=device, dtype=dtype), "approximate": dims["approx"]}
+
+
+def config_of(inputs) -> dict:
+    return config_record(elementwise=pick(inputs["x"].numel(), inputs["x"].device))
+
+
+# Shape grids: M = tokens, N = MLP intermediate size, approx = the GELU variant.
+def _s(m: int, n: int, approx: str, why: str) -> Shape:
+    return Shape({"M": m, "N": n, "approx": approx}, why)
+
+
+QUICK = (
+    _s(64, 1024, "tanh", "small, power of two, tanh form"),
+    _s(37, 1000, "none", "awkward: not powers of two, tail block masked, exact form"),
+    _s(1, 4099, "tanh", "one row, width one past a power of two"),
+    _s(5, 7, "none", "fewer elements than one block"),
+)
+FULL = (
+    _s(1, 3072, "tanh", "a single token (decode), GPT-2 MLP: launch latency dominates"),
+    _s(4096, 6400, "tanh", "GPT-2 XL MLP (4 x 1600), 4k tokens"),
+    _s(16384, 4096, "tanh", "GPT-2 medium MLP, 16k tokens: the published eager/compile comparison point"),
+    _s(8192, 16384, "tanh", "GPT-J-6B MLP, 8k tokens: the largest, far beyond L2"),
+    _s(1, 4099, "none", "one row, awkward width"),
+    _s(4096, 3072, "none", "BERT-base MLP (exact GELU), 4k tokens"),
+    _s(16384, 4096, "none", "BERT-large MLP, 16k tokens: erf against tanh at the same size"),
+    _s(3000, 18176, "none", "Falcon-7B MLP (4 x 4544), awkward token count"),
+)
+
+
+def check_shape(dims) -> str | None:
+    if dims.get("approx") not in APPROX:
+        return f"approx must be one of {APPROX}, got {dims.get('approx')!r}"
+    return None
+
+
+# Cost model (minimum traffic; each input read once, each output written once; s = element size):
+#   fwd:      read x; write y               -> 2 * M * N * s
+#   bwd:      read dy, x; write dx          -> 3 * M * N * s
+#   fwd+bwd:  the two passes                -> 5 * M * N * s
+# FLOPs (rough, transcendentals counted as one): fwd ~8 per element, bwd ~14; negligible next to
+# the bytes.
+def bytes_moved(dims, dtype, mode) -> int:
+    per = {"fwd": 2, "bwd": 3, "fwd+bwd": 5}[mode]
+    return per * dims["M"] * dims["N"] * dtype.itemsize
+
+
+def flops(dims, mode) -> float:
+    per = {"fwd": 8, "bwd": 14, "fwd+bwd": 22}[mode]
+    return float(per * dims["M"] * dims["N"])
+
+
+SPEC = KernelSpec(
+    name="gelu",
+    description="GELU, exact (erf) and tanh approximation, forward and backward",
+    modes=("fwd", "bwd", "fwd+bwd"),
+    providers=standard_providers(gelu, gelu_eager, config_of),  # Liger has no plain GELU
+    baseline="torch",
+    reference=reference,
+    make_inputs=make_inputs,
+    grad_inputs=("x",),
+    grids={"quick": QUICK, "full": FULL},
+    bytes_moved=bytes_moved,
+    flops=flops,
+    bound="memory",
+    # One rounding of the output (eager and compile also compute in fp32 and round once), plus the
+    # rounding of dy to the dtype in bwd: ~2^-9 relative for bf16 (x1.5 under the interpreter's
+    # truncating cast), ~2^-12 for fp16; fp32: exp/erf/division rounding only.
+    tolerance={torch.bfloat16: 8e-3, torch.float16: 1e-3, torch.float32: 1e-5},
+    dtypes=(torch.bfloat16, torch.float16, torch.float32),
+    check_shape=check_shape,
+)

@@ -1,2 +1,133 @@
-"""The spec of softmax (transitional: the op's module still declares it)."""
-from . import SPEC  # noqa: F401
+"""What the collector needs to measure softmax: providers, the float64 reference, inputs, grids, the
+cost model and the tolerance."""
+from __future__ import annotations
+
+import torch
+
+from kcollect.spec import KernelSpec, Provider, Shape, peer_available, standard_providers
+
+from .._lib import config_record
+from . import pick_backward, pick_forward, softmax
+
+
+# ---------------------------------------------------------------------------------------------
+# Baselines and peers
+
+
+def softmax_eager(x: torch.Tensor) -> torch.Tensor:
+    return torch.softmax(x, dim=-1)
+
+
+def softmax_liger(x: torch.Tensor) -> torch.Tensor:
+    # Liger keeps the whole row in registers: it refuses rows wider than 65536 (RuntimeError)
+    from liger_kernel.ops.softmax import LigerSoftmaxFunction
+
+    return LigerSoftmaxFunction.apply(x)
+
+
+def softmax_quack(x: torch.Tensor) -> torch.Tensor:
+    import quack
+
+    return quack.softmax(x)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reference: plain maths, float64
+
+
+def reference(x: torch.Tensor) -> torch.Tensor:
+    # Shifting by a per-row constant changes nothing mathematically (detached, it adds no gradient
+    # path) and keeps exp finite for any logits.
+    e = torch.exp(x - x.max(dim=-1, keepdim=True).values.detach())
+    return e / e.sum(dim=-1, keepdim=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs
+
+
+def make_inputs(dims, dtype, device, seed):
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    m, n = dims["M"], dims["N"]
+    # logits / attention scores: each row with its own spread (std 1 to 4), so some rows are flat
+    # and some are dominated by a few entries
+    x = torch.randn(m, n, generator=g) * (1.0 + 3.0 * torch.rand(m, 1, generator=g))
+    return {"x": x.to(device=device, dtype=dtype)}
+
+
+def config_of(inputs) -> dict:
+    x = inputs["x"]
+    M, N = x.reshape(-1, x.shape[-1]).shape
+    return config_record(fwd=pick_forward(M, N, x.dtype, x.device), bwd=pick_backward(M, N, x.dtype, x.device))
+
+
+# ---------------------------------------------------------------------------------------------
+# Shape grids: M = rows (tokens, or heads x queries), N = softmax width.
+
+
+_s = Shape.rows
+
+
+QUICK = (
+    _s(64, 1024, "small, power of two: several rows per program"),
+    _s(37, 1000, "awkward: rows and width not powers of two, width only 8-aligned"),
+    _s(3, 40000, "a few wide rows: the split path (10 segments of 4096 per row, the last partial)"),
+)
+
+FULL = (
+    _s(4096, 4096, "4k x 4k, the classic softmax benchmark shape"),
+    _s(32768, 4096, "32k rows of 4096: 256 MB bf16, far beyond L2"),
+    _s(65536, 2048, "attention scores: 32 heads x 2048 queries over 2048 keys"),
+    _s(3000, 5000, "awkward: rows and width not powers of two, width only 8-aligned"),
+    _s(4096, 32000, "LLaMA-2 / Mistral vocabulary over 4k tokens: one 32768 block in registers (bf16)"),
+    _s(2048, 65536, "65536-wide rows, where torch.compile falls to half its bandwidth"),
+    _s(2048, 128256, "LLaMA-3 vocabulary over 2k tokens (250 KB rows in bf16)"),
+    _s(1024, 262144, "262144-wide rows (512 KB bf16): far wider than any one program can hold"),
+    _s(1, 128256, "one row: a single decode step over the LLaMA-3 vocabulary (the split path)"),
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# Cost model (minimum traffic; s = element size):
+#   fwd:      read x; write y                -> 2 * M * N * s
+#   bwd:      read y, dy; write dx           -> 3 * M * N * s
+#   fwd+bwd:  the sum of the two             -> 5 * M * N * s
+# The register and coop paths move exactly this; the lines, stream and split paths read each row
+# twice, the second time mostly from L2. FLOPs per element: fwd 5 (max, subtract, exp, sum,
+# scale), bwd 4 (product, sum, subtract, product).
+
+
+def bytes_moved(dims, dtype, mode) -> int:
+    per = {"fwd": 2, "bwd": 3, "fwd+bwd": 5}[mode]
+    return per * dims["M"] * dims["N"] * dtype.itemsize
+
+
+def flops(dims, mode) -> float:
+    per = {"fwd": 5, "bwd": 4, "fwd+bwd": 9}[mode]
+    return float(per * dims["M"] * dims["N"])
+
+
+SPEC = KernelSpec(
+    name="softmax",
+    description="row softmax over the last dim (rows up to 262144 wide), forward and backward",
+    modes=("fwd", "bwd", "fwd+bwd"),
+    providers=standard_providers(softmax, softmax_eager, config_of)
+    + (Provider("liger", softmax_liger, peer_available("liger_kernel")),
+       Provider("quack", softmax_quack, peer_available("quack"))),
+    baseline="torch",
+    reference=reference,
+    make_inputs=make_inputs,
+    grad_inputs=("x",),
+    grids={"quick": QUICK, "full": FULL},
+    bytes_moved=bytes_moved,
+    flops=flops,
+    bound="memory",
+    # One rounding of the output to the storage dtype; the backward also inherits the rounding of
+    # the saved y. Measured on the CPU: bf16 <= 4.7e-3 fwd, 8.1e-3 bwd for ours (the interpreter
+    # truncates on every cast, ~2x round-to-nearest) and 4.6e-3 for PyTorch's; fp16 <= 5.6e-4;
+    # fp32 <= 3e-7 for ours, 2e-6 for PyTorch's CPU kernel (its vectorised exp) forward; PyTorch's
+    # fp32 backward at 40000-wide rows reached 1.01e-5 in CI (y * (dy - sum(dy * y)) cancels: the
+    # error grows with the row), so fp32 allows 4e-5: 250x under a 1% mistake.
+    tolerance={torch.bfloat16: 1.6e-2, torch.float16: 2e-3, torch.float32: 4e-5},
+    dtypes=(torch.bfloat16, torch.float16, torch.float32),
+)

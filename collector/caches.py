@@ -1,0 +1,33 @@
+"""Persistent compile caches: Triton's kernels and torch.compile's (inductor's) graphs, kept on disk
+between runs in one user cache folder, so that a run at the next commit rebuilds only what changed.
+
+Inductor's default lives under /tmp (lost at a reboot, shared by every user of a machine) and
+Triton's in ~/.triton; one folder that the run records makes "was this a warm run?" answerable and
+`rm -r` of it a clean cold start. A cache variable the user set already is kept.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+VARIABLES = {"TRITON_CACHE_DIR": "triton", "TORCHINDUCTOR_CACHE_DIR": "inductor"}
+
+
+def default_root() -> Path:
+    """$KCOLLECT_CACHE_DIR, else $XDG_CACHE_HOME/kcollect, else ~/.cache/kcollect."""
+    if os.environ.get("KCOLLECT_CACHE_DIR"):
+        return Path(os.environ["KCOLLECT_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "kcollect"
+
+
+def use(root: str | os.PathLike | None = None) -> str:
+    """Points Triton and inductor at folders under root (default_root() when None), before either
+    compiles anything; returns a description for the run's config. Raises OSError when the folder
+    cannot be made."""
+    root = Path(root) if root else default_root()
+    for var, sub in VARIABLES.items():
+        if not os.environ.get(var):
+            (root / sub).mkdir(parents=True, exist_ok=True)
+            os.environ[var] = str(root / sub)
+    return ", ".join(f"{var}={os.environ[var]}" for var in VARIABLES)

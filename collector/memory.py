@@ -1,0 +1,92 @@
+"""Device memory and clocks around each measurement, and giving back what a case created.
+
+On an 80 GB H100 the full grid once crept from 16 to 81 GB within one kernel's cases and rows went
+out of memory for shapes that fit many times over alone. What a case can leave behind:
+
+- the tensors of its closures (inputs, reference answers, a bwd mode's saved forward graph),
+  kept alive by a traceback or a frame: the runner drops them and collects before measuring here;
+- torch.compile's graphs and guards for every shape it saw (dynamo's caches, per code object, for
+  the whole process): reset at the end of each case that ran compile; each case is a new shape, so
+  nothing reusable is lost (the on-disk caches still serve the next run);
+- a CUDA graph's private memory pool: the timing resets each graph, but PyTorch releases before
+  the fix of pytorch/pytorch#190348 never give back the pool of a capture that failed (a host sync
+  inside the call), and `empty_cache` cannot reach it. So the runner stops capturing a (kernel,
+  mode, provider) after its first failure, and every capture uses one pool per process, so that
+  a pool leaked that way is reused by the next captures instead of adding up;
+- cuBLAS workspaces (one per stream it ran on, from PyTorch's pool) and the blocks PyTorch's
+  allocator caches: given back after each provider and each case, so that the next one (and the
+  memory outside PyTorch: CUDA context, Triton modules) sees the device as the run found it.
+
+Each row records free, allocated and reserved bytes when it was timed, so a creep shows in the store.
+"""
+from __future__ import annotations
+
+import gc
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    free: int | None  # bytes free on the device (all processes), None on the CPU
+    allocated: int | None  # bytes of live PyTorch tensors of this process
+    reserved: int | None  # bytes PyTorch's allocator holds (live + cached + graph pools)
+    retries: int = 0  # allocator retries so far: a cudaMalloc that failed, caches freed, tried again
+
+
+def snapshot(device: str) -> Snapshot:
+    if device != "cuda":
+        return Snapshot(None, None, None)
+    free, _total = torch.cuda.mem_get_info()
+    stats = torch.cuda.memory_stats()
+    return Snapshot(int(free), int(torch.cuda.memory_allocated()), int(torch.cuda.memory_reserved()),
+                    int(stats.get("num_alloc_retries", 0)))
+
+
+def release(device: str, compiled: bool = False) -> None:
+    """Give back what a case created: Python garbage first (tensors in reference cycles), then
+    torch.compile's in-memory graphs when the case compiled, then the allocator's cached blocks."""
+    if compiled:
+        import torch._dynamo
+
+        torch._dynamo.reset()
+    gc.collect()
+    if device == "cuda":
+        torch.cuda.synchronize()
+        # cuBLAS keeps a workspace per stream it ran on, allocated from PyTorch's pool; each
+        # capture runs on a side stream, so they would add up over a run
+        clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+        if clear is not None:
+            clear()
+        torch.cuda.empty_cache()
+
+
+def freeze_imports() -> None:
+    """Exempt what exists now (torch, Triton, the kernels: modules and their objects, alive until
+    the process ends) from garbage collection. A full collection then scans only what the cases
+    created: with everything imported it took 0.4 s of CPU, and a run collects after every case
+    (and every provider on a GPU)."""
+    gc.collect()
+    gc.freeze()
+
+
+def clock_mhz(device: str) -> float | None:
+    """The SM clock now (NVML through torch, which maps CUDA_VISIBLE_DEVICES to the physical GPU);
+    None on the CPU or where nvidia-ml-py is not installed."""
+    if device != "cuda":
+        return None
+    try:
+        return float(torch.cuda.clock_rate())
+    except Exception:  # no pynvml, no permission, an NVML error: the clock is evidence, not a need
+        return None
+
+
+_POOL: list = []
+
+
+def graph_pool():
+    """One CUDA-graph memory pool for every capture of this process (see the module's note)."""
+    if not _POOL:
+        _POOL.append(torch.cuda.graph_pool_handle())
+    return _POOL[0]

@@ -1,0 +1,65 @@
+"""What a run measures: its configuration, frozen once by the CLI, and its plan of cases."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .spec import DTYPE_NAMES, DTYPES, KernelSpec, Shape
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything a run depends on, built once by the CLI and passed down explicitly."""
+
+    kernels: tuple[str, ...]
+    grid: str  # 'quick' or 'full'
+    device: str  # 'cuda' or 'cpu'
+    modes: tuple[str, ...] | None = None  # None: each kernel's own modes
+    providers: tuple[str, ...] | None = None  # None: all of each kernel's providers
+    dtypes: tuple[str, ...] | None = None  # None: each kernel's bench dtypes
+    warmup_ms: float = 10.0
+    rep_ms: float = 40.0
+    min_reps: int = 10
+    ci_rel: float = 0.005  # stop timing once the median's 95% interval is within ±0.5% (timing.Budget)
+    cuda_graph: bool = True  # time graph replays (device work only); events where capture fails
+    recheck: bool = True  # re-measure each row at the end of its case (stability.py); the CLI: GPUs only
+    seed: int = 0
+    alloc_conf: str | None = None  # PYTORCH_CUDA_ALLOC_CONF the run was made with (common.ALLOC_CONF)
+    ptxas: str | None = None  # TRITON_PTXAS_PATH the run's Triton kernels were built with (common.pin_ptxas)
+    machine: str | None = None  # None: host name + GPU name
+    shard: str | None = None  # 'K/N' when the plan is split over machines
+    workers: int = 1  # processes measuring the plan (one per GPU on CUDA)
+    caches: str | None = None  # folder of the persistent Triton and inductor caches (caches.py)
+    unavailable: tuple[tuple[str, str], ...] = ()  # (provider, why) this run does not measure here
+
+
+@dataclass(frozen=True)
+class Case:
+    spec: KernelSpec
+    shape: Shape
+    dtype: torch.dtype
+    modes: tuple[str, ...]
+    providers: tuple[str, ...]
+
+    @property
+    def label(self) -> str:
+        return f"{self.spec.name} {self.shape.label} {DTYPE_NAMES[self.dtype]}"
+
+
+def plan(specs: list[KernelSpec], config: RunConfig) -> list[Case]:
+    """The (kernel, shape, dtype) cases of a run, with the modes and providers each one gets."""
+    cases = []
+    for spec in specs:
+        modes = tuple(m for m in spec.modes if config.modes is None or m in config.modes)
+        providers = tuple(p for p in spec.provider_names if config.providers is None or p in config.providers)
+        if config.dtypes is None:
+            dtypes = spec.bench_dtypes
+        else:
+            dtypes = tuple(DTYPES[d] for d in config.dtypes if DTYPES[d] in spec.dtypes)
+        if not (modes and providers and dtypes):
+            continue
+        for shape in spec.grid(config.grid):
+            for dtype in dtypes:
+                cases.append(Case(spec, shape, dtype, modes, providers))
+    return cases

@@ -1,0 +1,84 @@
+"""Progress of a run, per provider measurement, with an ETA from the plan's estimated costs.
+
+On a terminal one status line is rewritten as each provider starts and ends; elsewhere (CI logs,
+a device's captured output) one line per finished measurement, with its seconds, so that a log
+shows where the time went. The ETA starts from the plan's estimates (schedule.py) and is rescaled
+by the ratio of observed to estimated time as measurements finish.
+"""
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+from typing import TextIO
+
+from .plan import Case
+from .schedule import case_cost, unit_cost
+
+
+def _clock(seconds: float) -> str:
+    seconds = max(0, int(round(seconds)))
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
+class Progress:
+    def __init__(self, cases: list[Case], device: str, workers: int = 1, out: TextIO | None = None,
+                 tty: bool | None = None):
+        self.device, self.workers = device, max(1, workers)
+        self.out = out or sys.stderr
+        self.tty = self.out.isatty() if tty is None else tty
+        self.total_est = sum(case_cost(c, device) for c in cases)
+        self.units = sum(len(c.modes) * len(c.providers) for c in cases)
+        self.done_est = 0.0
+        self.done = 0
+        self.started = time.perf_counter()
+        self.began: dict[object, float] = {}  # worker -> when its current measurement started
+
+    def plan_line(self) -> str:
+        return (f"{self.units} measurements; estimated {_clock(self.total_est / self.workers)} "
+                f"({'one worker' if self.workers == 1 else f'{self.workers} workers'})")
+
+    def eta(self) -> float:
+        remaining = self.total_est - self.done_est
+        if self.done_est <= 0:
+            return remaining / self.workers
+        return remaining * (time.perf_counter() - self.started) / self.done_est
+
+    def event(self, kind: str, case: Case, mode: str, provider: str, worker: object = None) -> None:
+        """kind 'start' or 'end' of one (case, mode, provider) measurement."""
+        now = time.perf_counter()
+        who = f"{worker} " if worker is not None else ""
+        what = f"{case.label} {mode} {provider}"
+        if kind == "start":
+            self.began[worker] = now
+            if self.tty:
+                self._status(f"[{self.done + 1}/{self.units}] {who}{what}")
+            return
+        self.done += 1
+        self.done_est += unit_cost(case, mode, provider, self.device)
+        took = now - self.began.pop(worker, now)
+        tail = f"{_clock(now - self.started)} elapsed, ETA {_clock(self.eta())}"
+        if self.tty:
+            self._status(f"[{self.done}/{self.units}] {who}{what} | {tail}")
+        else:
+            print(f"[{self.done}/{self.units}] {who}{what}  {took:.1f} s | {tail}", file=self.out, flush=True)
+
+    def run_started(self, run, worker: object = None) -> None:
+        """The line that says a run began, on which machine, and its measured ceilings."""
+        who = f"{worker}: " if worker is not None else ""
+        self.say(f"{who}run {run.run_id[:8]} on {run.machine}: copy {run.copy_gbps:.0f} GB/s, "
+                 f"matmul {run.matmul_tflops:.1f} TFLOP/s")
+
+    def say(self, text: str) -> None:
+        if self.tty:
+            self._status("")
+            print("\r", end="", file=self.out)
+        print(text, file=self.out, flush=True)
+
+    def _status(self, text: str) -> None:
+        width = shutil.get_terminal_size((100, 20)).columns - 1
+        print("\r" + text[:width].ljust(width), end="", file=self.out, flush=True)
+
+    def close(self) -> None:
+        if self.tty:
+            print(file=self.out, flush=True)

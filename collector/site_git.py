@@ -1,0 +1,62 @@
+"""Commit metadata the store lacks, read from the git checkout the site is built in.
+
+Runs recorded before the store kept commit subjects, authors and links have none; where the
+checkout holds those commits, one `git log` call fills them in for the site (the store is not
+changed). Commits the checkout does not hold stay bare hashes; what the store recorded always wins.
+"""
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+SHA = re.compile(r"[0-9a-f]{40}")
+
+
+def _git(root: Path, *args: str, stdin: str | None = None) -> str | None:
+    try:
+        out = subprocess.run(["git", "-C", str(root), *args], input=stdin, capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout if out.returncode == 0 else None
+
+
+def commit_url_template(remote: str | None) -> str | None:
+    """The web page of a commit from the remote's URL ({sha} to fill in): GitHub-like hosts take
+    /commit/<sha>, GitLab /-/commit/<sha>."""
+    if not remote:
+        return None
+    m = re.match(r"^(?:https?://(?:[^@/]+@)?|ssh://git@|git@)([^/:]+)[:/](.+?)(?:\.git)?/?$", remote.strip())
+    if not m:
+        return None
+    host, path = m.groups()
+    return f"https://{host}/{path}/{'-/' if 'gitlab' in host else ''}commit/{{sha}}"
+
+
+def fill(commits: list[dict[str, Any]], root: Path) -> int:
+    """Fills subject, author and url of the commits (dicts with 'sha') that have none, from the
+    checkout at root. Returns how many were filled."""
+    missing = sorted({c["sha"] for c in commits if not c.get("subject") and SHA.fullmatch(c["sha"])})
+    if not missing:
+        return 0
+    known = _git(root, "cat-file", "--batch-check=%(objectname) %(objecttype)", stdin="\n".join(missing) + "\n")
+    shas = [line.split()[0] for line in (known or "").splitlines() if line.endswith(" commit")]
+    if not shas:
+        return 0
+    log = _git(root, "log", "--no-walk=unsorted", "--format=%H%x00%s%x00%an", *shas) or ""
+    template = commit_url_template((_git(root, "remote", "get-url", "origin") or "").strip())
+    meta = {}
+    for line in log.splitlines():
+        sha, _, rest = line.partition("\0")
+        subject, _, author = rest.partition("\0")
+        meta[sha] = (subject, author)
+    filled = 0
+    for c in commits:
+        if c.get("subject") or c["sha"] not in meta:
+            continue
+        c["subject"], c["author"] = meta[c["sha"]]
+        if not c.get("url") and template:
+            c["url"] = template.format(sha=c["sha"])
+        filled += 1
+    return filled

@@ -1,0 +1,77 @@
+"""The rule that makes a row `ok` or `unstable`: was it measured in steady conditions?
+
+A number taken while the device was disturbed (another process, memory pressure that sends the
+allocator into retries, a clock that dropped) looks like any other and would be reported as a
+speedup or a regression. So every timed row is measured twice, apart in time:
+
+1. the measurement (T1), when the provider's turn comes;
+2. a short re-measurement (R) at the end of its case, after the other providers ran.
+
+The row is `ok` when T1 and R agree: their medians differ by at most max(FLOOR[device], 2 x the
+wider of their p20-p80 spreads, relative to T1's median), and the allocator did not have to retry
+(free its caches and call cudaMalloc again, which synchronises the device) during either.
+Otherwise the provider is measured once more in full (T2), at once; the row is `ok` with T2's
+numbers when T2 agrees with T1 or with R (two of three measurements tell the same story), and
+`unstable` with T2's numbers otherwise, the error saying what disagreed. An unstable row has no
+rate in results_v and is never shown as a speedup or a regression.
+
+The SM clock and the free device memory are recorded with each row as evidence, but do not decide:
+a clock sample is a moment (NVML's last period), and a clock that moved without moving the time
+did not matter. The times are the evidence that does.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .timing import Timing
+
+# Smallest relative disagreement that counts as a disturbance. On a GPU, graph replays of one call
+# repeat within about 1%, and two runs of one commit within 2% at the median row: 5% is beyond
+# what steady conditions give. The CPU interpreter shares its cores with everything else on the
+# machine; its rows are never compared with GPU rows and only a gross disturbance is flagged.
+FLOOR = {"cuda": 0.05, "cpu": 0.25}
+
+
+@dataclass(frozen=True)
+class Measured:
+    timing: Timing
+    retries: int = 0  # allocator retries while it was taken
+
+    @property
+    def spread(self) -> float:
+        t = self.timing
+        return (t.p80_ms - t.p20_ms) / t.median_ms if t.median_ms > 0 else float("inf")
+
+
+def agree(a: Measured, b: Measured, device: str) -> bool:
+    if a.retries or b.retries:
+        return False
+    tol = max(FLOOR.get(device, FLOOR["cpu"]), 2 * max(a.spread, b.spread))
+    return abs(b.timing.median_ms - a.timing.median_ms) <= tol * a.timing.median_ms
+
+
+@dataclass(frozen=True)
+class Verdict:
+    status: str  # 'ok' or 'unstable'
+    timing: Timing  # the numbers the row stores
+    recheck_ms: float  # the median of the measurement that confirmed (or contradicted) it
+    error: str | None = None
+
+
+def first_verdict(t1: Measured, r: Measured, device: str) -> Verdict | None:
+    """ok when T1 and its recheck agree; None when a full re-measurement must decide."""
+    if agree(t1, r, device):
+        return Verdict("ok", t1.timing, r.timing.median_ms)
+    return None
+
+
+def second_verdict(t1: Measured, r: Measured, t2: Measured, device: str) -> Verdict:
+    for other in (t1, r):
+        if agree(t2, other, device):
+            return Verdict("ok", t2.timing, other.timing.median_ms)
+    why = (f"unstable: {t1.timing.median_ms:.4g} ms, recheck {r.timing.median_ms:.4g} ms, "
+           f"re-measured {t2.timing.median_ms:.4g} ms")
+    retries = t1.retries + r.retries + t2.retries
+    if retries:
+        why += f"; the allocator retried {retries} time(s) (memory pressure)"
+    return Verdict("unstable", t2.timing, r.timing.median_ms, why)

@@ -1,0 +1,72 @@
+"""GEGLU's Triton kernels and their launchers. Flat over the elements: a and b are contiguous and
+the op is elementwise, so a 1-D grid gives every program full 16-byte loads whatever the row width
+is. All maths in fp32, one rounding per output (Liger rounds gelu(a) to the dtype before the
+multiply); the GELU maths is gelu's (PRECISE: fp32 tensors, see gelu/maths.py)."""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .._lib import launch_elementwise
+from ..gelu.maths import gelu_tanh_and_grad_f32, gelu_tanh_f32
+from .config import GEGLUConfig
+
+
+@triton.jit
+def _geglu_fwd_block(a_ptr, b_ptr, c_ptr, offs, mask):
+    PRECISE: tl.constexpr = a_ptr.dtype.element_ty == tl.float32
+    a = tl.load(a_ptr + offs, mask=mask).to(tl.float32)
+    b = tl.load(b_ptr + offs, mask=mask).to(tl.float32)
+    c = gelu_tanh_f32(a, PRECISE) * b
+    tl.store(c_ptr + offs, c.to(c_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _geglu_fwd(a_ptr, b_ptr, c_ptr, n, BLOCK: tl.constexpr, TAIL: tl.constexpr):
+    # the block masked at a multiple of 16 (vector loads), the tail by the last program: see
+    # _lib.launch_elementwise
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    n16 = n // 16 * 16
+    _geglu_fwd_block(a_ptr, b_ptr, c_ptr, offs, offs < n16)
+    if TAIL:
+        if tl.program_id(0) == tl.num_programs(0) - 1:
+            tail = n16 + tl.arange(0, 16)
+            _geglu_fwd_block(a_ptr, b_ptr, c_ptr, tail, tail < n)
+
+
+@triton.jit
+def _geglu_bwd_block(dc_ptr, a_ptr, b_ptr, da_ptr, db_ptr, offs, mask):
+    PRECISE: tl.constexpr = a_ptr.dtype.element_ty == tl.float32
+    dc = tl.load(dc_ptr + offs, mask=mask).to(tl.float32)
+    a = tl.load(a_ptr + offs, mask=mask).to(tl.float32)
+    b = tl.load(b_ptr + offs, mask=mask).to(tl.float32)
+    g, dg = gelu_tanh_and_grad_f32(a, PRECISE)  # recomputed from a: cheaper than storing gelu(a) in fwd
+    tl.store(da_ptr + offs, (dc * b * dg).to(da_ptr.dtype.element_ty), mask=mask)
+    tl.store(db_ptr + offs, (dc * g).to(db_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _geglu_bwd(dc_ptr, a_ptr, b_ptr, da_ptr, db_ptr, n, BLOCK: tl.constexpr, TAIL: tl.constexpr):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    n16 = n // 16 * 16
+    _geglu_bwd_block(dc_ptr, a_ptr, b_ptr, da_ptr, db_ptr, offs, offs < n16)
+    if TAIL:
+        if tl.program_id(0) == tl.num_programs(0) - 1:
+            tail = n16 + tl.arange(0, 16)
+            _geglu_bwd_block(dc_ptr, a_ptr, b_ptr, da_ptr, db_ptr, tail, tail < n)
+
+
+def geglu_forward(a: torch.Tensor, b: torch.Tensor, config: GEGLUConfig | None = None) -> torch.Tensor:
+    a, b = a.contiguous(), b.contiguous()
+    c = torch.empty_like(a)
+    launch_elementwise(_geglu_fwd, a.numel(), a, b, c, config=config)
+    return c
+
+
+def geglu_backward(dc: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
+                   config: GEGLUConfig | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    dc = dc.contiguous()
+    da, db = torch.empty_like(a), torch.empty_like(b)
+    launch_elementwise(_geglu_bwd, a.numel(), dc, a, b, da, db, config=config)
+    return da, db

@@ -1,0 +1,238 @@
+"""Launch fingerprints without a GPU: what an op's default path launches on an emulated sm_90 GPU
+(kernel, grid, scalar arguments, buffers, constexprs, warps, stages, register cap) and a hash of
+each launch's SASS, compiled offline for sm_90 with the kernel's name stripped. Two tables taken
+before and after a source change that should not change the kernels must be equal launch for
+launch: the same binaries on the same grids run at the same speed.
+
+How the GPU is emulated: the tensors are 'meta' tensors (shapes and dtypes, no memory) that tell
+the kernels' code (and only it) they live on a CUDA device; torch.cuda's device queries answer as
+an H100 or H200 would (132 SMs, the L2, sm_90); the occupancy query that persistent and coop grids
+are sized by (kernel.warmup) compiles offline for sm_90 and reads the registers from the cubin;
+and Triton launches are recorded instead of run (benchmarks/ab_tools.recorded). A case runs the
+spec's triton provider the way the collector's mode does (fwd under no_grad, bwd the backward of
+one forward, fwd+bwd both).
+
+An op's lab script lists its cases and calls `main(cases)`:
+
+    python lab/<op>_fingerprint.py --out before.json        # before the change
+    python lab/<op>_fingerprint.py --out after.json         # after it
+    python lab/<op>_fingerprint.py --compare before.json after.json
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import re
+import sys
+import types
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from unittest import mock
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks import compile_report as cr  # noqa: E402  (first: compiles for the GPU, not the interpreter)
+
+import torch  # noqa: E402
+from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
+from triton.runtime.jit import JITFunction  # noqa: E402
+
+from benchmarks.ab_tools import recorded  # noqa: E402
+from kcollect.spec import DTYPE_NAMES, shape_label  # noqa: E402
+
+# What torch.cuda.get_device_properties says on the two GPUs the kernels were tuned on.
+GPUS = {
+    "h100": dict(name="NVIDIA H100 80GB HBM3", multi_processor_count=132, L2_cache_size=50 << 20),
+    "h200": dict(name="NVIDIA H200", multi_processor_count=132, L2_cache_size=60 << 20),
+}
+_SM90 = dict(max_threads_per_multi_processor=2048, regs_per_multiprocessor=65536,
+             shared_memory_per_multiprocessor=233472, major=9, minor=0)
+
+_BINARIES: dict[tuple, dict] = {}  # binary key -> what its offline compile gave
+
+
+def binary(fn, args: tuple, kwargs: dict) -> dict:
+    """Registers, shared memory, and the SASS hash (addresses and the kernel's name stripped) and
+    length of one launch, compiled once per distinct binary."""
+    key = cr.binary_key(fn, args, kwargs)
+    if key not in _BINARIES:
+        rep, _, _ = cr.compile_launch(fn, args, kwargs, sass=True)
+        name = fn.fn.__name__ if hasattr(fn, "fn") else fn.__name__
+        lines = [re.sub(r"/\*[0-9a-f]+\*/", "", line).split(";")[0].strip().replace(name, "KERNEL")
+                 for line in rep["sass"].splitlines() if re.search(r"/\*[0-9a-f]{4}\*/", line)]
+        _BINARIES[key] = {"registers": rep["registers"], "shared": rep["shared"], "stack": rep["stack"],
+                          "sass": hashlib.sha1("\n".join(lines).encode()).hexdigest()[:12],
+                          "instructions": len(lines)}
+    return _BINARIES[key]
+
+
+def _warmup(self, *args, grid, **kwargs):
+    """JITFunction.warmup on the emulated GPU: the offline compile's registers and shared memory."""
+    b = binary(self, args, kwargs)
+    return types.SimpleNamespace(n_regs=b["registers"], metadata=types.SimpleNamespace(shared=b["shared"]),
+                                 _init_handles=lambda: None)
+
+
+_CUDA = torch.device("cuda", 0)
+_DEVICE, _IS_CUDA = torch._C.TensorBase.device, torch._C.TensorBase.is_cuda
+
+
+def _kernels_device(t):
+    """Tensor.device: a 'meta' tensor is on the GPU where the kernels' code asks."""
+    d = _DEVICE.__get__(t)
+    return _CUDA if d.type == "meta" and _asked_by_kernels() else d
+
+
+def _kernels_is_cuda(t):
+    return _IS_CUDA.__get__(t) or (_DEVICE.__get__(t).type == "meta" and _asked_by_kernels())
+
+
+def _asked_by_kernels() -> bool:
+    return sys._getframe(2).f_globals.get("__name__", "").startswith("kcollect.kernels")
+
+
+def _on_meta(factory):
+    """torch.<factory> making on 'meta' what is asked for on the GPU."""
+
+    def make(*args, **kwargs):
+        d = kwargs.get("device")
+        if isinstance(d, (str, torch.device)) and torch.device(d).type == "cuda":
+            kwargs["device"] = "meta"
+        return factory(*args, **kwargs)
+
+    return make
+
+
+_FACTORIES = ("empty", "empty_strided", "zeros", "ones", "full", "arange", "tensor")
+
+
+@contextmanager
+def emulated(gpu: str):
+    """Fake CUDA tensors on an emulated `gpu` (a key of GPUS) whose kernels compile offline."""
+    props = types.SimpleNamespace(**GPUS[gpu], **_SM90)
+    from kcollect.kernels._lib import device
+
+    device._RESIDENT.clear()
+    with ExitStack() as stack:
+        patches = [(torch.cuda, "get_device_properties", lambda d=None: props),
+                   (torch.cuda, "get_device_capability", lambda d=None: (9, 0)),
+                   (JITFunction, "warmup", _warmup),
+                   (torch.Tensor, "device", property(_kernels_device)),
+                   (torch.Tensor, "is_cuda", property(_kernels_is_cuda))]
+        patches += [(torch, name, _on_meta(getattr(torch, name))) for name in _FACTORIES]
+        for owner, name, value in patches:
+            stack.enter_context(mock.patch.object(owner, name, value))
+        yield
+    device._RESIDENT.clear()
+
+
+def fake_inputs(spec, dims, dtype) -> dict:
+    """spec.make_inputs' inputs as fresh tensors on the emulated GPU (made under FakeTensorMode:
+    no memory, no time at the full grid's sizes)."""
+    with FakeTensorMode():
+        inputs = spec.make_inputs(dims, dtype, "cpu", 0)
+    return {k: torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device="cuda") if torch.is_tensor(v) else v
+            for k, v in inputs.items()}
+
+
+def mode_launches(spec, mode: str, dims, dtype) -> list:
+    """The Triton launches (fn, grid, args, kwargs) of one collector call of the triton provider in
+    `mode`, inside `emulated`."""
+    fn = spec.provider("triton").fn
+    inputs = fake_inputs(spec, dims, dtype)
+    calls: list = []
+    with recorded(calls):
+        if mode == "fwd":
+            with torch.no_grad():
+                fn(**inputs)
+            return calls
+        leaves = [inputs[n].requires_grad_(True) for n in spec.grad_inputs]
+        outs = fn(**inputs)
+        outs = outs if isinstance(outs, tuple) else (outs,)
+        first = len(calls)
+        gys = [torch.ones_like(o) if o.dim() == 0 else torch.empty_like(o) for o in outs]  # a loss starts from 1
+        torch.autograd.grad(outs, leaves, gys)
+    return calls[first:] if mode == "bwd" else calls
+
+
+def describe(fn, grid, args, kwargs) -> dict:
+    """One launch as a row of the table."""
+    options = ("num_warps", "num_stages", "maxnreg")
+    return {
+        "kernel": fn.fn.__name__,
+        "grid": list(grid),
+        "scalars": [a for a in args if not torch.is_tensor(a)],
+        "tensors": [[list(a.shape), str(a.dtype)[6:]] for a in args if torch.is_tensor(a)],
+        "constexprs": {k: v for k, v in sorted(kwargs.items()) if k not in options},
+        "num_warps": kwargs.get("num_warps", 4), "num_stages": kwargs.get("num_stages", 3),
+        "maxnreg": kwargs.get("maxnreg"),
+        **binary(fn, args, kwargs),
+    }
+
+
+def table(cases, gpus=("h100", "h200")) -> dict:
+    """{case key: [launch rows]} for cases of (spec, mode, dims, dtype), on each emulated GPU."""
+    out = {}
+    for gpu in gpus:
+        with emulated(gpu):
+            for spec, mode, dims, dtype in cases:
+                key = f"{gpu} {spec.name} {mode} {DTYPE_NAMES[dtype]} {shape_label(dims)}"
+                out[key] = [describe(*c) for c in mode_launches(spec, mode, dims, dtype)]
+                print(key, " | ".join(f"{r['kernel']} {r['grid']} w{r['num_warps']} {r['sass']}" for r in out[key]),
+                      flush=True)
+    return out
+
+
+# What must match launch for launch: the binary (SASS hash, registers) and how it is launched.
+SAME = ("sass", "instructions", "registers", "shared", "stack", "grid", "scalars", "tensors", "num_warps",
+        "num_stages", "maxnreg")
+
+
+def compare(before: dict, after: dict) -> list[str]:
+    """The differences between two tables (cases missing on either side, launches that differ in
+    anything of SAME); kernel names and constexprs that differ with the same binary are listed as
+    notes (a renamed kernel, a constexpr removed with the variant it chose)."""
+    lines, notes = [], set()
+    for key in sorted(set(before) | set(after)):
+        if key not in before or key not in after:
+            lines.append(f"{key}: only {'after' if key in after else 'before'}")
+            continue
+        b, a = before[key], after[key]
+        if len(b) != len(a):
+            lines.append(f"{key}: {len(b)} launches before, {len(a)} after")
+            continue
+        for rb, ra in zip(b, a):
+            diff = [f"{f} {rb[f]} -> {ra[f]}" for f in SAME if rb[f] != ra[f]]
+            if diff:
+                lines.append(f"{key} {rb['kernel']}: " + "; ".join(diff))
+            if rb["kernel"] != ra["kernel"] or rb["constexprs"] != ra["constexprs"]:
+                notes.add(f"note: {rb['kernel']} {rb['constexprs']} -> {ra['kernel']} {ra['constexprs']}")
+    return lines + sorted(notes)
+
+
+def summary(t: dict) -> str:
+    launches = [r for rows in t.values() for r in rows]
+    return (f"{len(t)} cases, {len(launches)} launches, {len({r['sass'] for r in launches})} distinct binaries "
+            f"({len({(r['kernel'], r['sass']) for r in launches})} kernel/binary pairs)")
+
+
+def main(cases, argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", help="write the table (JSON) here")
+    ap.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"), help="compare two tables")
+    ap.add_argument("--gpu", choices=sorted(GPUS), action="append", help="emulated GPU(s) (default both)")
+    ap.add_argument("--op", action="append", help="only the cases of this op (repeatable; default all)")
+    args = ap.parse_args(argv)
+    if args.compare:
+        before, after = (json.loads(Path(p).read_text()) for p in args.compare)
+        print("before:", summary(before))
+        print("after: ", summary(after))
+        lines = compare(before, after)
+        print("\n".join(lines) or "identical")
+        return 1 if any(not line.startswith("note:") for line in lines) else 0
+    t = table([c for c in cases if not args.op or c[0].name in args.op], tuple(args.gpu or GPUS))
+    print(summary(t))
+    if args.out:
+        Path(args.out).write_text(json.dumps(t, indent=1, sort_keys=True))
+    return 0
+

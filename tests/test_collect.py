@@ -1,0 +1,123 @@
+"""`kcollect run` over worker processes and shards, on the CPU with the planted kernels
+(tests/planted_kernels.py): plain torch providers, so each run takes seconds, not minutes."""
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kcollect.store import Store
+
+PLANTED = str(Path(__file__).resolve().parent / "planted_kernels.py")
+KCOLLECT = [sys.executable, "-m", "kcollect.cli"]
+FAST = ["--device", "cpu", "--kernel-module", PLANTED, "--rep-ms", "1", "--warmup-ms", "0", "--min-reps", "2"]
+
+
+def kc(*args, env=None, timeout=600):
+    return subprocess.run(KCOLLECT + list(args), capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})
+
+
+def _stored(db):
+    with Store(db, read_only=True) as s:
+        return s.query("SELECT * FROM runs ORDER BY device_index, started_at"), s.query("SELECT * FROM results")
+
+
+def test_two_workers_measure_the_plan_once_each_kernel_in_one_run(tmp_path):
+    db = tmp_path / "k.duckdb"
+    out = kc("run", "doubled", "scaled", *FAST, "--workers", "2", "--db", str(db))
+    assert out.returncode == 0, out.stderr
+    runs, rows = _stored(db)
+    # a worker pulls kernels until none is left, and opens its run with its first: a worker that
+    # starts late (imports under load) may find nothing left, and then writes no run
+    assert len(runs) in (1, 2) and {r["status"] for r in runs} == {"finished"}
+    assert all(r["phases"] and r["config"] for r in runs) and len({r["env_id"] for r in runs}) == 1
+    keys = [(r["kernel"], r["mode"], r["provider"], r["shape"]) for r in rows]
+    assert len(keys) == len(set(keys)) == 2 * 2 * (3 + 2)  # every row of the plan, once
+    run_of = {}
+    for r in rows:
+        assert run_of.setdefault(r["kernel"], r["run_id"]) == r["run_id"]  # a kernel is in one run
+    assert set(run_of.values()) == {r["run_id"] for r in runs}
+    assert ("cpu0: run" in out.stderr or "cpu1: run" in out.stderr) and "where the time went" in out.stderr
+
+
+def test_shards_of_a_plan_merge_by_import_into_the_whole(tmp_path):
+    dbs = []
+    for k in (1, 2):
+        db = tmp_path / f"s{k}.duckdb"
+        out = kc("run", "doubled", "scaled", *FAST, "--shard", f"{k}/2", "--db", str(db))
+        assert out.returncode == 0, out.stderr
+        dbs.append(db)
+    whole = tmp_path / "whole.duckdb"
+    for db in dbs:
+        assert kc("import", str(db), "--db", str(whole)).returncode == 0
+    runs, rows = _stored(whole)
+    assert sorted(r["shard"] for r in runs) == ["1/2", "2/2"]
+    assert len({(r["kernel"], r["mode"], r["provider"], r["shape"]) for r in rows}) == 20
+    kernels = [{r["kernel"] for r in rows if r["run_id"] == run["run_id"]} for run in runs]
+    assert kernels[0].isdisjoint(kernels[1])
+
+
+def test_fail_on_incorrect_exits_1(tmp_path):
+    db = tmp_path / "k.duckdb"
+    plain = kc("run", "scaled", *FAST, "--db", str(db))
+    strict = kc("run", "scaled", *FAST, "--db", str(db), "--fail-on-incorrect")
+    assert plain.returncode == 0 and strict.returncode == 1, strict.stderr
+    assert "failed or errored" in strict.stderr
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_stops_every_worker_and_keeps_their_rows(tmp_path, sig):
+    db = tmp_path / "k.duckdb"
+    proc = subprocess.Popen(KCOLLECT + ["run", "doubled", "scaled", *FAST, "--workers", "2", "--db", str(db)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "KCOLLECT_TEST_SLEEP": "0.5"})
+    deadline = time.time() + 300
+    for line in proc.stderr:  # 9 of 20 measurements: a worker has finished a case (4 each)
+        if line.startswith("[9/"):
+            break
+        assert time.time() < deadline
+    os.kill(proc.pid, sig)  # the parent only, as a job scheduler's SIGTERM would be
+    _, err = proc.communicate(timeout=240)
+    assert proc.returncode == 130, err
+    runs, rows = _stored(db)
+    # the worker measuring when the signal came marks its run interrupted; another may have
+    # finished the kernel it had before
+    statuses = {r["status"] for r in runs}
+    assert "interrupted" in statuses and statuses <= {"interrupted", "finished"}, runs
+    assert 4 <= len(rows) < 20
+
+
+def _git_repo(path):
+    def git(*args):
+        subprocess.run(["git", "-C", str(path), *args], check=True, capture_output=True)
+
+    path.mkdir()
+    git("init", "-q")
+    git("remote", "add", "origin", "git@github.com:someone/kernels.git")
+    (path / "a.txt").write_text("a\n")
+    git("add", "a.txt")
+    git("-c", "user.name=Ada", "-c", "user.email=ada@example.com", "commit", "-qm", "faster rows")
+    return subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+
+
+def test_commit_comes_from_the_working_directory_and_the_machine_is_named(tmp_path):
+    sha = _git_repo(tmp_path / "repo")
+    db = tmp_path / "k.duckdb"
+    args = ["run", "scaled", *FAST, "--mode", "fwd", "--provider", "torch", "--db", str(db)]
+    inside = subprocess.run(KCOLLECT + args + ["--machine", "rig-7"], capture_output=True, text=True,
+                            cwd=tmp_path / "repo")
+    outside = subprocess.run(KCOLLECT + args, capture_output=True, text=True, cwd=tmp_path)
+    assert inside.returncode == 0 and outside.returncode == 0, inside.stderr + outside.stderr
+    assert "not in a git checkout" in outside.stderr and "not in a git checkout" not in inside.stderr
+    runs, _ = _stored(db)
+    by = {r["machine"]: r for r in runs}
+    ours = by["rig-7"]
+    assert (ours["git_commit"], ours["commit_subject"], ours["commit_author"]) == (sha, "faster rows",
+                                                                                 "Ada <ada@example.com>")
+    assert ours["commit_url"] == f"https://github.com/someone/kernels/commit/{sha}" and ours["git_dirty"] is False
+    (other,) = [r for r in runs if r["machine"] != "rig-7"]
+    assert other["git_commit"] is None and other["machine"].endswith(" CPU")

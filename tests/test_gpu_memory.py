@@ -1,0 +1,58 @@
+"""GPU only: each case of a multi-kernel full grid gives the device back as it found it.
+
+On an 80 GB H100 the full grid once crept from 16 to 81 GB within gelu's cases and rows went out of
+memory for shapes that fit alone. This runs the full grids of several kernels (every mode, the
+standard providers and any peer installed) through the runner, case by case, and asserts after
+each case that PyTorch's allocated and reserved bytes, and the device's free bytes, are back within
+a small margin of their level before it; it prints one line per case (pytest -s) for the record.
+KCOLLECT_MEMTEST_KERNELS narrows or widens the kernels (default gelu,swiglu,rms_norm).
+"""
+import os
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+MiB = 1 << 20
+# What a case may leave: cuBLAS workspaces of new streams, Triton's and inductor's small buffers.
+MARGIN = {"allocated": 64 * MiB, "reserved": 256 * MiB, "used": 512 * MiB}
+
+
+def _levels():
+    torch.cuda.synchronize()
+    free, total = torch.cuda.mem_get_info()
+    return {"allocated": torch.cuda.memory_allocated(), "reserved": torch.cuda.memory_reserved(),
+            "used": total - free}
+
+
+def test_every_case_returns_the_memory_it_found(tmp_path):
+    os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+    from kcollect.registry import load
+    from kcollect.runner import Runner, RunConfig, plan
+    from kcollect.store import Store
+
+    names = tuple(os.environ.get("KCOLLECT_MEMTEST_KERNELS", "gelu,swiglu,rms_norm").split(","))
+    registry = load()
+    specs = [registry.get(n) for n in names]
+    config = RunConfig(kernels=names, grid="full", device="cuda", warmup_ms=2, rep_ms=10, min_reps=5, seed=0)
+    cases = plan(specs, config)
+    grew = []
+    with Store(tmp_path / "mem.duckdb") as store:
+        runner = Runner(config, store, device_index=0)
+        runner.start()
+        start = _levels()
+        for case in cases:
+            before = _levels()
+            rows = runner.run_case(case)
+            after = _levels()
+            delta = {k: after[k] - before[k] for k in before}
+            bad = [r for r in rows if r["status"] == "error"]
+            print(f"{case.label}: " + ", ".join(f"{k} {before[k] / MiB:.0f} -> {after[k] / MiB:.0f} MiB"
+                                               for k in before) + f"; {len(bad)} error rows", flush=True)
+            assert not [r for r in bad if "out of memory" in (r["error"] or "")], bad
+            grew += [(case.label, k, d / MiB) for k, d in delta.items() if d > MARGIN[k]]
+        runner.finish("finished")
+        end = _levels()
+    assert not grew, f"cases that kept memory (label, kind, MiB): {grew}"
+    assert all(end[k] - start[k] <= MARGIN[k] for k in start), (start, end)
