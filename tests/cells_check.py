@@ -1,8 +1,10 @@
 """What the recurrent cells' tests share (test_lstm, test_slstm, test_mlstm, test_axon): one call of a
 kernel against the float64 reference with random upstream gradients on every differentiable output,
 for a config or a reset mask that the spec's grids do not produce."""
+import pytest
 import torch
 
+import opcheck
 from kcollect import verify
 
 
@@ -35,3 +37,22 @@ def with_resets(inputs, B, T, device="cpu"):
 
 def cast(inputs, dtype):
     return {k: v.to(dtype) if torch.is_tensor(v) and v.is_floating_point() else v for k, v in inputs.items()}
+
+
+def check_grids_accepted(spec):
+    """Every shape of every grid of the spec passes its own check_shape."""
+    for grid in spec.grids.values():
+        for shape in grid:
+            assert spec.check_shape(shape.dims) is None, shape
+
+
+def reference_cases(small, odd, extra=(), eager_dtypes=(torch.float32, torch.bfloat16)):
+    """pytest params (provider, mode, dtype, dims) of the cells' gate tests: ours in fp32 forward
+    alone (nothing saved: the inference path) and forward+backward, in bf16 forward and backward, on
+    `small` (with resets) and forward+backward on `odd` (masked units); the PyTorch step loop in
+    `eager_dtypes`; then `extra` (provider, mode, dtype, dims) cases."""
+    f32, bf16 = torch.float32, torch.bfloat16
+    cases = [("triton", "fwd", f32, small), ("triton", "fwd+bwd", f32, small), ("triton", "fwd", bf16, small),
+             ("triton", "bwd", bf16, small), ("triton", "fwd+bwd", f32, odd),
+             *[("eager", "fwd+bwd", d, small) for d in eager_dtypes], *extra]
+    return [pytest.param(p, m, d, s, id=f"{p}-{m}-{str(d)[6:]}-{opcheck.shape_id(s)}") for p, m, d, s in cases]

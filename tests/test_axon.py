@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import opcheck
-from cells_check import errors_against_reference, with_resets
+from cells_check import check_grids_accepted, errors_against_reference, reference_cases, with_resets
 from kcollect import verify
 from kcollect.kernels import axon
 from kcollect.kernels.axon.spec import SPEC, fwht_srht, reference
@@ -14,15 +14,11 @@ from kcollect.kernels.axon.spec import SPEC, fwht_srht, reference
 # the CPU config: test_channel_blocks splits the channels)
 SMALL = {"B": 2, "T": 4, "H": 16, "resets": "0.3"}
 WIDER = {"B": 3, "T": 3, "H": 32, "resets": "0"}
-CASES = ([("triton", m, torch.float32, SMALL) for m in SPEC.modes]
-         + [("triton", m, torch.bfloat16, SMALL) for m in ("fwd", "bwd")]
-         + [("triton", "fwd+bwd", torch.float32, WIDER), ("eager", "fwd+bwd", torch.float32, SMALL),
-            ("eager", "fwd+bwd", torch.bfloat16, SMALL), ("linear", "fwd+bwd", torch.float32, SMALL)])
+CASES = reference_cases(SMALL, WIDER, extra=[("linear", "fwd+bwd", torch.float32, SMALL)])
 GRADS = SPEC.grad_inputs
 
 
-@pytest.mark.parametrize("provider, mode, dtype, dims", CASES,
-                         ids=[f"{p}-{m}-{str(d)[6:]}-{opcheck.shape_id(s)}" for p, m, d, s in CASES])
+@pytest.mark.parametrize("provider, mode, dtype, dims", CASES)
 def test_matches_reference(provider, mode, dtype, dims):
     opcheck.check_case(SPEC, provider, mode, dtype, dims)
 
@@ -73,9 +69,7 @@ def test_srht_matrix_is_the_butterfly():
 
 
 def test_grid_shapes_are_accepted():
-    for grid in SPEC.grids.values():
-        for shape in grid:
-            assert SPEC.check_shape(shape.dims) is None, shape
+    check_grids_accepted(SPEC)
     assert "power of two" in SPEC.check_shape({"B": 1, "T": 1, "H": 24, "resets": "0"})
 
 

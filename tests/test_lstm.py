@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import opcheck
-from cells_check import cast, errors_against_reference, with_resets
+from cells_check import cast, check_grids_accepted, errors_against_reference, reference_cases, with_resets
 from kcollect.kernels import lstm
 from kcollect.kernels.lstm.spec import SPEC, reference
 
@@ -12,15 +12,11 @@ from kcollect.kernels.lstm.spec import SPEC, reference
 # neither a power of two nor a multiple of 16 (masked units and weight rows), no resets
 SMALL = {"B": 3, "T": 4, "H": 32, "resets": "0.3"}
 ODD = {"B": 2, "T": 3, "H": 20, "resets": "0"}
-CASES = ([("triton", m, torch.float32, SMALL) for m in SPEC.modes]
-         + [("triton", m, torch.bfloat16, SMALL) for m in ("fwd", "bwd")]
-         + [("triton", "fwd+bwd", torch.float32, ODD), ("eager", "fwd+bwd", torch.float32, SMALL),
-            ("eager", "fwd+bwd", torch.bfloat16, SMALL)])
+CASES = reference_cases(SMALL, ODD)
 GRADS = ("x", "h0", "c0", "w_ih", "w_hh", "b")
 
 
-@pytest.mark.parametrize("provider, mode, dtype, dims", CASES,
-                         ids=[f"{p}-{m}-{str(d)[6:]}-{opcheck.shape_id(s)}" for p, m, d, s in CASES])
+@pytest.mark.parametrize("provider, mode, dtype, dims", CASES)
 def test_matches_reference(provider, mode, dtype, dims):
     opcheck.check_case(SPEC, provider, mode, dtype, dims)
 
@@ -60,9 +56,7 @@ def test_persistent_barrier_on_gpu(dtype, resident):
 
 
 def test_grid_shapes_are_accepted():
-    for grid in SPEC.grids.values():
-        for shape in grid:
-            assert SPEC.check_shape(shape.dims) is None, shape
+    check_grids_accepted(SPEC)
 
 
 def test_mismatched_inputs_are_refused():

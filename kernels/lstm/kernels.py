@@ -20,20 +20,8 @@ import triton
 import triton.language as tl
 
 from .._lib import resident_programs
-from .._lib.recurrent import arrive, dot, dot_f32, join4, split4, wait
+from .._lib.recurrent import arrive, dot, dot_f32, join4, keep_rows, split4, tanh, wait
 from .config import LSTMConfig
-
-
-@triton.jit
-def _tanh(x):
-    return 2.0 * tl.sigmoid(2.0 * x) - 1.0
-
-
-@triton.jit
-def _keep(rs_ptr, rows, mask, t, T, has_resets):
-    """fp32 per row: 0 for the rows whose state is zeroed before step t, 1 for the others."""
-    r = tl.load(rs_ptr + rows.to(tl.int64) * T + t, mask=mask & (has_resets != 0), other=0)
-    return 1.0 - r.to(tl.float32)
 
 
 @triton.jit
@@ -82,14 +70,14 @@ def _lstm_fwd(gx_ptr, wt_ptr, ys_ptr, cs_ptr, act_ptr, cn_ptr, rs_ptr, cnt_ptr, 
         t = t_lo + s
         if SYNC:
             ok = wait(cnt_ptr + pid_b, n_h * s, ok)
-        keep = _keep(rs_ptr, rows, row_ok, t, T, has_resets)[:, None]
+        keep = keep_rows(rs_ptr, rows, row_ok, t, T, has_resets)[:, None]
         acc = _rec_fwd(ys_ptr + r64 * (T + 1) * H + t * H, wt_ptr, w, row_ok, n, n_ok, H, BB, HB, BK, HP, RESIDENT,
                        DOT_F32)
         acc = acc * keep + tl.load(gx_ptr + r64 * T * 4 * H + t * 4 * H + n[None, :], mask=m_n, other=0.0)
-        act = tl.where(tanh_col, _tanh(acc), tl.sigmoid(acc))
+        act = tl.where(tanh_col, tanh(acc), tl.sigmoid(acc))
         ig, fg, gg, og = split4(act, BB, HB)
         c = fg * c * keep + ig * gg
-        h = tl.where(ok, og * _tanh(c), float("nan"))
+        h = tl.where(ok, og * tanh(c), float("nan"))
         tl.store(ys_ptr + r64 * (T + 1) * H + (t + 1) * H + u[None, :], h.to(ys_ptr.dtype.element_ty), mask=m_u)
         tl.store(cs_ptr + r64 * cs_steps * H + (t + 1) * H + u[None, :], c, mask=m_u & (save != 0))
         tl.store(act_ptr + r64 * T * 4 * H + t * 4 * H + n[None, :], act.to(act_ptr.dtype.element_ty),
@@ -151,14 +139,14 @@ def _lstm_bwd(dy_ptr, dhn_ptr, w_ptr, act_ptr, cs_ptr, rs_ptr, dg_ptr, dcb_ptr, 
         later = row_ok & (t + 1 < T)
         dh = _rec_bwd(dg_ptr + r64 * T * 4 * H + (t + 1) * 4 * H, w_ptr, w, later, u, u_ok, H, BB, HB, BK, GP,
                       RESIDENT, DOT_F32)
-        dh = dh * _keep(rs_ptr, rows, later, t + 1, T, has_resets)[:, None]
+        dh = dh * keep_rows(rs_ptr, rows, later, t + 1, T, has_resets)[:, None]
         dh += tl.load(dy_ptr + r64 * T * H + t * H + u[None, :], mask=m_u, other=0.0).to(tl.float32)
         dh += tl.load(dhn_ptr + r64 * H + u[None, :], mask=m_u & (t == T - 1), other=0.0).to(tl.float32)
         ig, fg, gg, og = split4(tl.load(act_ptr + r64 * T * 4 * H + t * 4 * H + n[None, :], mask=m_n,
                                         other=0.0).to(tl.float32), BB, HB)
-        keep = _keep(rs_ptr, rows, row_ok, t, T, has_resets)[:, None]
+        keep = keep_rows(rs_ptr, rows, row_ok, t, T, has_resets)[:, None]
         c_prev = tl.load(cs_ptr + r64 * (T + 1) * H + t * H + u[None, :], mask=m_u, other=0.0) * keep
-        tc = _tanh(tl.load(cs_ptr + r64 * (T + 1) * H + (t + 1) * H + u[None, :], mask=m_u, other=0.0))
+        tc = tanh(tl.load(cs_ptr + r64 * (T + 1) * H + (t + 1) * H + u[None, :], mask=m_u, other=0.0))
         dc += dh * og * (1.0 - tc * tc)
         d = join4(dc * gg * ig * (1.0 - ig), dc * c_prev * fg * (1.0 - fg), dc * ig * (1.0 - gg * gg),
                   dh * tc * og * (1.0 - og), BB, HB)
@@ -172,7 +160,7 @@ def _lstm_bwd(dy_ptr, dhn_ptr, w_ptr, act_ptr, cs_ptr, rs_ptr, dg_ptr, dcb_ptr, 
         if SYNC:
             ok = wait(cnt_ptr + pid_b, n_h * n_steps, ok)
         dh0 = _rec_bwd(dg_ptr + r64 * T * 4 * H, w_ptr, w, row_ok, u, u_ok, H, BB, HB, BK, GP, RESIDENT, DOT_F32)
-        dh0 = dh0 * _keep(rs_ptr, rows, row_ok, 0, T, has_resets)[:, None]
+        dh0 = dh0 * keep_rows(rs_ptr, rows, row_ok, 0, T, has_resets)[:, None]
         tl.store(dh0_ptr + r64 * H + u[None, :], tl.where(ok, dh0, float("nan")).to(dh0_ptr.dtype.element_ty),
                  mask=m_u)
     tl.store(dcb_ptr + r64 * H + u[None, :], dc, mask=m_u)

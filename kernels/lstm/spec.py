@@ -9,10 +9,10 @@ import math
 
 import torch
 
-from kcollect.spec import KernelSpec, Provider, Shape, Unavailable, peer_available
+from kcollect.spec import KernelSpec, Provider, Unavailable, peer_available
 
 from .._lib import config_record
-from .._lib.recurrent import keep_factor, reset_mask, step_loop_limit
+from .._lib.recurrent import dims_check, keep_factor, reset_mask, shape_maker, step_loop_limit
 from . import lstm, pick
 
 DIMS = ("B", "T", "H", "resets")
@@ -112,15 +112,10 @@ def make_inputs(dims, dtype, device, seed):
             "b": uniform(4 * H, scale=2 * bound), "resets": reset_mask(B, T, float(dims["resets"]), g, device)}
 
 
-def check_shape(dims) -> str | None:
-    missing = [n for n in DIMS if n not in dims]
-    if missing:
-        return f"lstm needs dims {', '.join(DIMS)}; missing {', '.join(missing)}"
-    return None
+check_shape = dims_check("lstm", DIMS)
 
 
-def _s(B, T, H, resets, why):
-    return Shape({"B": B, "T": T, "H": H, "resets": resets}, why)
+_s = shape_maker(DIMS)
 
 
 QUICK = (

@@ -14,7 +14,7 @@ import triton
 import triton.language as tl
 
 from .._lib.recurrent import dot
-from .chunk import NEG, chunk_gates, load_state, load_tile
+from .chunk import NEG, chunk_gates, load_state, load_tile, scan_program, store_state
 
 
 @triton.jit(do_not_specialize=["NH", "T", "NC", "has_resets"])
@@ -23,11 +23,7 @@ def _mlstm_dstates(q_ptr, dh_ptr, qinv_ptr, dden_ptr, i_ptr, f_ptr, rs_ptr, ms_p
                    DOT_F32: tl.constexpr):
     """dcs[c] = the gradient of the state at the start of chunk c: its own chunk's outputs' plus the
     next chunk start's through the chunk's decay (the state after the last chunk has none)."""
-    bh, vb = tl.program_id(0).to(tl.int64), tl.program_id(1)
-    b = bh // NH
-    d = tl.arange(0, DP)
-    e = vb * BV + tl.arange(0, BV)
-    first_block = vb == 0
+    bh, b, d, e, first_block = scan_program(NH, DP, BV)
     dC = tl.zeros((DP, BV), tl.float32)
     dn = tl.zeros((DP,), tl.float32)
     c = NC
@@ -47,8 +43,7 @@ def _mlstm_dstates(q_ptr, dh_ptr, qinv_ptr, dden_ptr, i_ptr, f_ptr, rs_ptr, ms_p
             dC = dot(tl.trans(qw.to(dh_ptr.dtype.element_ty)), dnum.to(dh_ptr.dtype.element_ty), dC * kappa, DOT_F32)
             dn = dn * kappa + tl.sum(qw * tl.load(dden_ptr + bh * T + t, mask=tm, other=0.0)[:, None], 0)
         row = bh * (NC + 1) + c
-        tl.store(dcs_ptr + row * DH * DH + d[:, None] * DH + e[None, :], dC, mask=(d < DH)[:, None] & (e < DH)[None, :])
-        tl.store(dns_ptr + row * DH + d, dn, mask=(d < DH) & first_block)
+        store_state(dcs_ptr, dns_ptr, row, dC, dn, DH, d, e, first_block)
         c -= 1
 
 

@@ -1,14 +1,11 @@
 """What the mLSTM's chunk kernels share: the gates of a chunk (log forget gates and their running sum,
-segments between resets), tile loads."""
+segments between resets), tile loads, the state scans' program and their stores."""
 import triton
 import triton.language as tl
 
+from .._lib.recurrent import logsigmoid
+
 NEG = tl.constexpr(-1e30)  # the log-weight of what does not exist (a padded step, a pair across a reset)
-
-
-@triton.jit
-def logsigmoid(x):
-    return tl.minimum(x, 0.0) - tl.log(1.0 + tl.exp(-tl.abs(x)))
 
 
 @triton.jit
@@ -39,3 +36,18 @@ def load_state(ptr, row, DH, rows, cols):
     """[len(rows), len(cols)] block of the DH x DH fp32 state `row` of a [*, DH, DH] tensor."""
     mask = (rows < DH)[:, None] & (cols < DH)[None, :]
     return tl.load(ptr + row * DH * DH + rows[:, None] * DH + cols[None, :], mask=mask, other=0.0)
+
+
+@triton.jit
+def scan_program(NH, DP: tl.constexpr, BV: tl.constexpr):
+    """(bh, b, d, e, first) of a state-scan program: one (row, head) bh of batch row b, state rows d,
+    value columns e (BV of them), first: whether its columns are the first (it also writes n)."""
+    bh, vb = tl.program_id(0).to(tl.int64), tl.program_id(1)
+    return bh, bh // NH, tl.arange(0, DP), vb * BV + tl.arange(0, BV), vb == 0
+
+
+@triton.jit
+def store_state(cs_ptr, ns_ptr, row, C, n, DH, d, e, first):
+    """The [DP, BV] block C of the state `row` of a [*, DH, DH] tensor, and n [DP] where `first`."""
+    tl.store(cs_ptr + row * DH * DH + d[:, None] * DH + e[None, :], C, mask=(d < DH)[:, None] & (e < DH)[None, :])
+    tl.store(ns_ptr + row * DH + d, n, mask=(d < DH) & first)

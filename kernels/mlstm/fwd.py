@@ -11,7 +11,7 @@ import triton
 import triton.language as tl
 
 from .._lib.recurrent import dot
-from .chunk import NEG, chunk_gates, load_state, load_tile
+from .chunk import NEG, chunk_gates, load_state, load_tile, scan_program, store_state
 
 
 @triton.jit(do_not_specialize=["NH", "T", "NC", "has_resets"])
@@ -21,19 +21,14 @@ def _mlstm_states(k_ptr, v_ptr, i_ptr, f_ptr, rs_ptr, cs_ptr, ns_ptr, ms_ptr, NH
     """One (row, head) and BV value columns: C [DP, BV], n and m carried over the chunks. A chunk
     adds its keys that no later reset cuts off, exp(i_s + A_end - A_s - m') k'_s v_s^T, to the carried
     state decayed by exp(m + A_end - m') (zero when the chunk holds a reset)."""
-    bh, vb = tl.program_id(0).to(tl.int64), tl.program_id(1)
-    b = bh // NH
-    d = tl.arange(0, DP)
-    e = vb * BV + tl.arange(0, BV)
-    first_block = vb == 0
+    bh, b, d, e, first_block = scan_program(NH, DP, BV)
     C = tl.zeros((DP, BV), tl.float32)
     n = tl.zeros((DP,), tl.float32)
     m = tl.sum(tl.zeros((L,), tl.float32), 0)
     c = 0
     while c <= NC:
         row = bh * (NC + 1) + c
-        tl.store(cs_ptr + row * DH * DH + d[:, None] * DH + e[None, :], C, mask=(d < DH)[:, None] & (e < DH)[None, :])
-        tl.store(ns_ptr + row * DH + d, n, mask=(d < DH) & first_block)
+        store_state(cs_ptr, ns_ptr, row, C, n, DH, d, e, first_block)
         tl.store(ms_ptr + row, m, mask=first_block)
         if c < NC:
             ig, it, A, seg, _, _ = chunk_gates(i_ptr, f_ptr, rs_ptr, bh, b, c * L, T, has_resets, L)

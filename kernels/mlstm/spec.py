@@ -10,10 +10,10 @@ import math
 import torch
 import torch.nn.functional as F
 
-from kcollect.spec import KernelSpec, Provider, Shape, Unavailable, peer_available
+from kcollect.spec import KernelSpec, Provider, Unavailable, peer_available
 
 from .._lib import config_record
-from .._lib.recurrent import reset_mask
+from .._lib.recurrent import dims_check, reset_mask, shape_maker
 from . import mlstm, pick
 from .naive import EPS, chunkwise
 
@@ -113,15 +113,10 @@ def make_inputs(dims, dtype, device, seed):
             "f": randn(B, NH, T), "resets": reset_mask(B, T, float(dims["resets"]), g, device)}
 
 
-def check_shape(dims) -> str | None:
-    missing = [n for n in DIMS if n not in dims]
-    if missing:
-        return f"mlstm needs dims {', '.join(DIMS)}; missing {', '.join(missing)}"
-    return None
+check_shape = dims_check("mlstm", DIMS)
 
 
-def _s(B, NH, T, DH, resets, why):
-    return Shape({"B": B, "NH": NH, "T": T, "DH": DH, "resets": resets}, why)
+_s = shape_maker(DIMS)
 
 
 QUICK = (

@@ -15,20 +15,10 @@ import torch
 import triton
 import triton.language as tl
 
-from .._lib.recurrent import dot, dot_f32
+from .._lib.recurrent import dot, dot_f32, keep_rows, logsigmoid, tanh
 from .config import SLSTMConfig
 
 EPS = 1e-6  # Cortex's: y = o * c / (n + eps)
-
-
-@triton.jit
-def _tanh(x):
-    return 2.0 * tl.sigmoid(2.0 * x) - 1.0
-
-
-@triton.jit
-def _logsigmoid(x):
-    return tl.minimum(x, 0.0) - tl.log(1.0 + tl.exp(-tl.abs(x)))
 
 
 @triton.jit
@@ -43,34 +33,33 @@ def _block(r_ptr, g, h, NH, DH, u, k, TRANS: tl.constexpr):
 
 
 @triton.jit
-def _keep(rs_ptr, rows, row_ok, t, T, has_resets):
-    r = tl.load(rs_ptr + rows.to(tl.int64) * T + t, mask=row_ok & (has_resets != 0), other=0)
-    return 1.0 - r.to(tl.float32)
+def _program(B, NH, DH, BB: tl.constexpr, DP: tl.constexpr):
+    """(head h, rows, row_ok, units u, the [BB, DP] mask, int64 rows [BB, 1], the [B, NH, DH] index of
+    the program's states, the size of one state plane) of a program: one head, BB batch rows."""
+    h, pid_b = tl.program_id(0), tl.program_id(1)
+    rows = pid_b * BB + tl.arange(0, BB)
+    row_ok = rows < B
+    u = tl.arange(0, DP)
+    r64 = rows.to(tl.int64)[:, None]
+    return h, rows, row_ok, u, row_ok[:, None] & (u < DH)[None, :], r64, (r64 * NH + h) * DH + u[None, :], B * NH * DH
 
 
 @triton.jit
 def _gates(rawi, rawf, rawz, rawo, m_prev, first):
     """(ig, fg, zt, og, m_new, sigmoid(-f)) of a step: exponential input and forget gates stabilised by
     m (the first step of a row, n = 0, takes m = the input gate)."""
-    logfm = m_prev + _logsigmoid(rawf)
+    logfm = m_prev + logsigmoid(rawf)
     m_new = tl.where(first, rawi, tl.maximum(rawi, logfm))
     ig = tl.minimum(tl.exp(rawi - m_new), 1.0)
     fg = tl.minimum(tl.exp(logfm - m_new), 1.0)
-    return ig, fg, _tanh(rawz), tl.sigmoid(rawo), m_new, tl.sigmoid(-rawf)
+    return ig, fg, tanh(rawz), tl.sigmoid(rawo), m_new, tl.sigmoid(-rawf)
 
 
 @triton.jit(do_not_specialize=["B", "T", "NH", "has_resets", "save"])
 def _slstm_fwd(wx_ptr, r_ptr, b_ptr, st_ptr, ys_ptr, cs_ptr, ns_ptr, ms_ptr, raw_ptr, last_ptr, rs_ptr, B, T, NH, DH,
                has_resets, save, BB: tl.constexpr, DP: tl.constexpr, RESIDENT: tl.constexpr, DOT_F32: tl.constexpr,
                EPS: tl.constexpr):
-    h, pid_b = tl.program_id(0), tl.program_id(1)
-    rows = pid_b * BB + tl.arange(0, BB)
-    row_ok = rows < B
-    u = tl.arange(0, DP)
-    m2 = row_ok[:, None] & (u < DH)[None, :]
-    r64 = rows.to(tl.int64)[:, None]
-    sidx = (r64 * NH + h) * DH + u[None, :]  # [B, NH, DH]
-    plane = B * NH * DH
+    h, rows, row_ok, u, m2, r64, sidx, plane = _program(B, NH, DH, BB, DP)
     y = tl.load(st_ptr + sidx, mask=m2, other=0.0).to(tl.float32)
     c = tl.load(st_ptr + plane + sidx, mask=m2, other=0.0).to(tl.float32)
     n = tl.load(st_ptr + 2 * plane + sidx, mask=m2, other=0.0).to(tl.float32)
@@ -86,7 +75,7 @@ def _slstm_fwd(wx_ptr, r_ptr, b_ptr, st_ptr, ys_ptr, cs_ptr, ns_ptr, ms_ptr, raw
         rz, ro = _block(r_ptr, 2, h, NH, DH, u, u, True), _block(r_ptr, 3, h, NH, DH, u, u, True)
     t = 0
     while t < T:
-        keep = _keep(rs_ptr, rows, row_ok, t, T, has_resets)[:, None]
+        keep = keep_rows(rs_ptr, rows, row_ok, t, T, has_resets)[:, None]
         y, c, n, m = y * keep, c * keep, n * keep, m * keep
         if RESIDENT:
             wi, wf, wz, wo = ri, rf, rz, ro
@@ -124,14 +113,7 @@ def _slstm_fwd(wx_ptr, r_ptr, b_ptr, st_ptr, ys_ptr, cs_ptr, ns_ptr, ms_ptr, raw
 def _slstm_bwd(dy_ptr, dlast_ptr, r_ptr, raw_ptr, cs_ptr, ns_ptr, ms_ptr, rs_ptr, dwx_ptr, dst_ptr, B, T, NH, DH,
                has_resets, BB: tl.constexpr, DP: tl.constexpr, RESIDENT: tl.constexpr, DOT_F32: tl.constexpr,
                EPS: tl.constexpr):
-    h, pid_b = tl.program_id(0), tl.program_id(1)
-    rows = pid_b * BB + tl.arange(0, BB)
-    row_ok = rows < B
-    u = tl.arange(0, DP)
-    m2 = row_ok[:, None] & (u < DH)[None, :]
-    r64 = rows.to(tl.int64)[:, None]
-    sidx = (r64 * NH + h) * DH + u[None, :]
-    plane = B * NH * DH
+    h, rows, row_ok, u, m2, r64, sidx, plane = _program(B, NH, DH, BB, DP)
     dc = tl.load(dlast_ptr + sidx, mask=m2, other=0.0).to(tl.float32)
     dn = tl.load(dlast_ptr + plane + sidx, mask=m2, other=0.0).to(tl.float32)
     dyr = tl.zeros((BB, DP), tl.float32)
@@ -142,7 +124,7 @@ def _slstm_bwd(dy_ptr, dlast_ptr, r_ptr, raw_ptr, cs_ptr, ns_ptr, ms_ptr, rs_ptr
         rz, ro = _block(r_ptr, 2, h, NH, DH, u, u, False), _block(r_ptr, 3, h, NH, DH, u, u, False)
     t = T - 1
     while t >= 0:
-        keep = _keep(rs_ptr, rows, row_ok, t, T, has_resets)[:, None]
+        keep = keep_rows(rs_ptr, rows, row_ok, t, T, has_resets)[:, None]
         dy = dyr + tl.load(dy_ptr + ((r64 * T + t) * NH + h) * DH + u[None, :], mask=m2, other=0.0).to(tl.float32)
         rw = raw_ptr + (((r64 * T + t) * 4) * NH + h) * DH + u[None, :]
         rawf = tl.load(rw + NH * DH, mask=m2, other=0.0)
@@ -162,7 +144,7 @@ def _slstm_bwd(dy_ptr, dlast_ptr, r_ptr, raw_ptr, cs_ptr, ns_ptr, ms_ptr, rs_ptr
         dig = (dc * zt + dn) * ig  # through exp(i - m')
         dlogfm = (dc * c_prev + dn * n_prev) * fg  # through exp(f' + m - m')
         dm -= dig + dlogfm  # m' = i (first step, or i the larger) or f' + m
-        i_wins = first | (rawi >= m_prev + _logsigmoid(rawf))
+        i_wins = first | (rawi >= m_prev + logsigmoid(rawf))
         di = dig + tl.where(i_wins, dm, 0.0)
         dlogfm += tl.where(i_wins, 0.0, dm)
         df = dlogfm * sig_nf
