@@ -122,10 +122,7 @@ check_shape = dims_check("slstm", DIMS)
 _s = shape_maker(DIMS)
 
 
-QUICK = (
-    _s(2, 2, 5, 16, "0.2", "tiny: two heads, resets"),
-    _s(3, 1, 4, 24, "0", "tiny, a head size that is not a power of two"),
-)
+QUICK = (_s(2, 1, 3, 16, "0.2", "tiny: one head, three steps, resets"),)
 FULL = (
     _s(2, 4, 256, 64, "0", "Cortex's benchmark config (2, 4, 256, 64), where it reports its best speedup"),
     _s(8, 8, 1024, 64, "0", "Cortex's largest benchmark config (8, 8, 1024, 64)"),
