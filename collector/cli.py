@@ -12,10 +12,21 @@ import click
 
 from .common import (DEFAULT_DB, DEFAULT_RUNS, fail, kernel_module_option, load_registry, open_store,
                      resolve_device)
+from .formats import format_option
 from .store import StoreError
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("kcollect")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown"
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(_version(), "--version", "-V", prog_name="kcollect", message="%(prog)s %(version)s")
 def main() -> None:
     """Benchmark Triton kernels against their baselines, store results in DuckDB, publish a site."""
 
@@ -24,40 +35,47 @@ def main() -> None:
 @click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto", show_default=True,
               help="Device whose provider availability is shown.")
 @kernel_module_option
-def list_cmd(device: str, kernel_modules) -> None:
-    """List kernels, their modes, providers (available here or why not) and grid sizes."""
+@format_option
+def list_cmd(device: str, kernel_modules, fmt: str) -> None:
+    """List kernels and their providers: modes, dtypes, grid sizes, where each kernel comes from, and
+    whether each provider is available here (or why not)."""
+    from .formats import render
+    from .registry import LIST_COLUMNS, describe
+
     device = resolve_device(device)
     registry = load_registry(device, kernel_modules)
     for origin, error in registry.errors.items():
         click.echo(f"kcollect: warning: {origin} could not be loaded: {error}", err=True)
-    for spec in registry.specs:
-        grids = ", ".join(f"{g}: {len(shapes)} shapes" for g, shapes in spec.grids.items())
-        click.echo(f"{spec.name}  ({spec.description})")
-        click.echo(f"  modes: {', '.join(spec.modes)} | dtypes: {', '.join(str(d).split('.')[-1] for d in spec.dtypes)}"
-                   f" | {grids} | baseline: {spec.baseline}")
-        for p in spec.providers:
-            reason = p.available(device)
-            click.echo(f"  - {p.name:<12} {'available' if reason is None else 'unavailable: ' + reason}")
+    recs, text = describe(registry, device)
+    click.echo("\n".join(render(recs, fmt, LIST_COLUMNS, text if fmt in ("table", "markdown") else None)))
 
 
 @main.command()
 @click.option("--db", default=DEFAULT_DB, show_default=True, help="DuckDB file to read.")
 @click.option("--run", "run_id", default=None, help="Run id (or a prefix). Default: the latest run.")
-@click.option("--markdown", is_flag=True, help="Print a Markdown table.")
-def summary(db, run_id, markdown) -> None:
-    """Print the summary table of one run."""
-    from .report import markdown_lines, table_lines
+@format_option
+@click.option("--markdown", is_flag=True, help="Same as --format markdown.")
+def summary(db, run_id, fmt, markdown) -> None:
+    """Print the summary table of one run and, where the run recorded it, where its wall time went."""
+    from .regress import device as device_label
+    from .report import lines, phase_lines, records
 
+    fmt = "markdown" if markdown else fmt
     store = open_store(db, read_only=True)
-    runs = store.query("SELECT * FROM runs ORDER BY started_at DESC")
+    runs = store.query("SELECT u.*, e.device_kind, e.gpu_name FROM runs u JOIN environments e USING (env_id) "
+                       "ORDER BY started_at DESC")
     if run_id:
         runs = [r for r in runs if r["run_id"].startswith(run_id)]
     if not runs:
-        fail(f"no run {'matching ' + repr(run_id) if run_id else ''} in {db}", code=1 if not run_id else 2)
+        fail(f"no run {'matching ' + repr(run_id) + ' ' if run_id else ''}in {db}", code=2 if run_id else 1)
     run = runs[0]
     rows = store.query("SELECT * FROM results WHERE run_id = ? ORDER BY seq", [run["run_id"]])
-    fmt = markdown_lines if markdown else table_lines
-    click.echo("\n".join(fmt(rows, run["copy_gbps"], run["matmul_tflops"])))
+    store.close()
+    commit = (run["git_commit"] or "no commit")[:12]
+    click.echo(f"run {run['run_id'][:8]} ({run['status']}), commit {commit}, grid {run['grid']}, "
+               f"{len(rows)} rows", err=True)
+    recs = records(rows, run["copy_gbps"], run["matmul_tflops"], gpu=device_label(run), machine=run["machine"])
+    click.echo("\n".join(lines(recs, fmt) + phase_lines(run, fmt)))
 
 
 @main.command("export")
@@ -94,9 +112,10 @@ def import_cmd(paths, db) -> None:
     skipped and named, and the command exits 1 after importing the rest."""
     from .history import import_path
 
-    for p in paths:
-        if not Path(p).exists():
-            fail(f"nothing to import at {p}: no such file or folder")
+    missing = [p for p in paths or (DEFAULT_RUNS,) if not Path(p).exists()]
+    if missing:
+        fail(f"nothing to import at {missing[0]}: no such file or folder (give run folders, folders of "
+             "them, or kcollect DuckDB files)")
     store = open_store(db)
     added = skipped = 0
     problems: list = []
@@ -131,6 +150,13 @@ main.add_command(build_site_cmd)
 from .compare import compare_cmd  # noqa: E402
 
 main.add_command(compare_cmd)
+
+# find bisects with `kcollect run` in git worktrees; preview serves the built site.
+from .find import find_cmd  # noqa: E402
+from .preview import preview_cmd  # noqa: E402
+
+main.add_command(find_cmd)
+main.add_command(preview_cmd)
 
 
 if __name__ == "__main__":

@@ -113,3 +113,30 @@ def load(kernel_modules: Iterable[str | Path] = (), plugins: bool = True) -> Reg
     for path in kernel_modules:
         reg.add(load_file(path), str(path))
     return reg
+
+
+# `kcollect list`: one record per (kernel, provider), identity first, then what the kernel
+# offers, then the verdict (available here or why not) and notes.
+LIST_COLUMNS = ("kernel", "provider", "baseline", "modes", "dtypes", "quick", "full", "available", "why",
+                "origin", "description")
+_PER_KERNEL = ("modes", "dtypes", "quick", "full", "origin", "description")
+
+
+def describe(registry: Registry, device: str) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+    """The records of `kcollect list`, and their text form for the table and Markdown, where what
+    belongs to the kernel is shown on its first provider's line only."""
+    from .spec import DTYPE_NAMES
+
+    recs, text = [], []
+    for spec in registry.specs:
+        for i, p in enumerate(spec.providers):
+            reason = p.available(device)
+            recs.append({"kernel": spec.name, "provider": p.name, "baseline": p.name == spec.baseline,
+                         "modes": ",".join(spec.modes), "dtypes": ",".join(DTYPE_NAMES[d] for d in spec.dtypes),
+                         "quick": len(spec.grids.get("quick", ())), "full": len(spec.grids.get("full", ())),
+                         "available": reason is None, "why": reason, "origin": registry.origin[spec.name],
+                         "description": spec.description})
+            shown = {"baseline": "yes" if p.name == spec.baseline else "", "available": "no" if reason else "yes",
+                     "why": reason or ""}
+            text.append(shown if i == 0 else {**shown, **{c: "" for c in _PER_KERNEL}})
+    return recs, text

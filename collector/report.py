@@ -1,9 +1,20 @@
-"""The summary table printed at the end of a run (and by `kcollect summary`)."""
+"""The summary of one run: printed at the end of `kcollect run` and by `kcollect summary`, in any
+of the formats of formats.py, with the columns in the shared order (identity, measurements,
+verdicts and notes)."""
 from __future__ import annotations
 
-from typing import Any, Iterable
+import json
+from typing import Any
 
-HEADER = ("kernel", "mode", "shape", "dtype", "provider", "median ms", "GB/s or TFLOP/s", "% peak", "vs base", "error")
+from .formats import render
+
+COLUMNS = ("kernel", "mode", "provider", "shape", "dtype", "gpu", "machine",
+           "median_ms", "p20_ms", "p80_ms", "rate", "unit", "pct_peak", "vs_base", "rel_err",
+           "timing", "status", "note")
+# the headers a person reads in the table and Markdown forms; CSV and JSON keep the keys
+HEADERS = {"median_ms": "median ms", "p20_ms": "p20 ms", "p80_ms": "p80 ms", "pct_peak": "% peak",
+           "vs_base": "vs base", "rel_err": "error"}
+NUMERIC = ("median_ms", "p20_ms", "p80_ms", "rate", "pct_peak", "vs_base", "rel_err")
 
 
 def metric(row: dict[str, Any]) -> tuple[float, str] | None:
@@ -35,42 +46,71 @@ def speedups(rows: list[dict[str, Any]]) -> dict[int, float]:
     return out
 
 
-def table_cells(rows: list[dict[str, Any]], copy_gbps: float | None, matmul_tflops: float | None) -> list[tuple]:
+def records(rows: list[dict[str, Any]], copy_gbps: float | None, matmul_tflops: float | None,
+            gpu: str | None = None, machine: str | None = None) -> list[dict[str, Any]]:
+    """One record per result row, keyed by COLUMNS; measurements only where the row passed."""
     ups = speedups(rows)
-    body = []
+    out = []
     for i, r in enumerate(rows):
-        if r["status"] == "ok":
-            value, _ = metric(r)
-            frac = fraction_of_peak(r, copy_gbps, matmul_tflops)
-            cells = (f"{r['median_ms']:.4f}", f"{value:.1f}", f"{100 * frac:.1f}" if frac else "-",
-                     f"{ups[i]:.2f}x" if i in ups else "-", f"{r['rel_err']:.1e}" if r["rel_err"] is not None else "-")
-        else:
-            note = r["status"].upper()
-            if r["status"] == "failed" and r.get("rel_err") is not None:
-                cells = (note, "-", "-", "-", f"{r['rel_err']:.1e}")
-            else:
-                cells = (note, "-", "-", "-", (r.get("error") or "")[:60])
-        body.append((r["kernel"], r["mode"], r["shape"], r["dtype"], r["provider"]) + cells)
-    return body
+        ok = r["status"] == "ok"
+        rate = metric(r)
+        frac = fraction_of_peak(r, copy_gbps, matmul_tflops)
+        out.append({
+            "kernel": r["kernel"], "mode": r["mode"], "provider": r["provider"], "shape": r["shape"],
+            "dtype": r["dtype"], "gpu": gpu, "machine": machine,
+            "median_ms": r["median_ms"] if ok else None, "p20_ms": r.get("p20_ms") if ok else None,
+            "p80_ms": r.get("p80_ms") if ok else None,
+            "rate": rate[0] if rate else None, "unit": rate[1] if rate else None,
+            "pct_peak": 100 * frac if frac else None, "vs_base": ups.get(i), "rel_err": r.get("rel_err"),
+            "timing": r.get("timing"), "status": r["status"], "note": None if ok else (r.get("error") or None),
+        })
+    return out
+
+
+def _display(rec: dict[str, Any]) -> dict[str, str]:
+    """The table and Markdown forms of the cells whose plain form would be hard to read."""
+    def num(key, fmt):
+        return "-" if rec[key] is None else format(rec[key], fmt)
+
+    return {"median_ms": num("median_ms", ".4f"), "p20_ms": num("p20_ms", ".4f"), "p80_ms": num("p80_ms", ".4f"),
+            "rate": num("rate", ".1f"), "pct_peak": num("pct_peak", ".1f"),
+            "vs_base": "-" if rec["vs_base"] is None else f"{rec['vs_base']:.2f}x",
+            "rel_err": num("rel_err", ".1e"), "note": (rec["note"] or "")[:60]}
+
+
+def lines(recs: list[dict[str, Any]], fmt: str) -> list[str]:
+    """The summary table in `fmt`. The text forms leave out gpu and machine when no record has them
+    (the end of `kcollect run`, where they are said once above the table)."""
+    columns = [c for c in COLUMNS if fmt in ("csv", "json") or c not in ("gpu", "machine")
+               or any(r[c] is not None for r in recs)]
+    if fmt in ("csv", "json"):
+        return render(recs, fmt, columns)
+    headers = [HEADERS.get(c, c) for c in columns]
+    shown = [{HEADERS.get(k, k): v for k, v in r.items()} for r in recs]
+    text = [{HEADERS.get(k, k): v for k, v in _display(r).items()} for r in recs]
+    return render(shown, fmt, headers, text, right=[HEADERS.get(c, c) for c in NUMERIC])
 
 
 def table_lines(rows: list[dict[str, Any]], copy_gbps: float | None, matmul_tflops: float | None) -> list[str]:
-    return _format([HEADER] + table_cells(rows, copy_gbps, matmul_tflops))
+    """The aligned table `kcollect run` prints at its end."""
+    return lines(records(rows, copy_gbps, matmul_tflops), "table")
 
 
-def _format(table: Iterable[tuple]) -> list[str]:
-    table = [tuple(str(c) for c in row) for row in table]
-    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
-    lines = []
-    for j, row in enumerate(table):
-        lines.append("  ".join(c.ljust(w) if i < 5 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip())
-        if j == 0:
-            lines.append("  ".join("-" * w for w in widths))
-    return lines
-
-
-def markdown_lines(rows: list[dict[str, Any]], copy_gbps: float | None, matmul_tflops: float | None) -> list[str]:
-    out = ["| " + " | ".join(HEADER) + " |", "|" + "|".join(" --- " for _ in HEADER) + "|"]
-    for cells in table_cells(rows, copy_gbps, matmul_tflops):
-        out.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
-    return out
+def phase_lines(run: dict[str, Any], fmt: str) -> list[str]:
+    """Where the run's wall time went (runs.phases, JSON {phase: seconds}), largest first, with
+    the share of the wall time (finished - started) and what no phase accounts for."""
+    if not run.get("phases") or fmt in ("csv", "json"):
+        return []
+    phases = {k: float(v) for k, v in json.loads(run["phases"]).items()}
+    wall = None
+    if run.get("finished_at") and run.get("started_at"):
+        wall = (run["finished_at"] - run["started_at"]).total_seconds()
+    total = wall if wall and wall >= sum(phases.values()) else sum(phases.values())
+    if wall and wall > sum(phases.values()):
+        phases["other"] = wall - sum(phases.values())
+    recs = [{"phase": k, "seconds": v, "share": 100 * v / total if total else None}
+            for k, v in sorted(phases.items(), key=lambda kv: -kv[1])]
+    text = [{"seconds": f"{r['seconds']:.1f}", "share": "-" if r["share"] is None else f"{r['share']:.0f}%"}
+            for r in recs]
+    title = f"wall time {total:.1f} s" + ("" if wall else " (sum of the phases; the run did not finish)")
+    return ["", title + ":", *render(recs, fmt, text=text, right=("seconds", "share"))]

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The command for a lent GPU machine that has no network: installs the carried wheels (.whl/:
-# duckdb, liger-kernel) beside the machine's torch and Triton, installs kcollect, and collects into
-# $OUT/gpu.duckdb, which comes back and is imported with `kcollect import`. nvidia-smi samples the
-# device memory and SM clock every 2 s into $OUT/nvsmi.csv, the independent record of memory creep.
+# For a GPU machine that gets a copy of the tree without .git and no package index: installs the
+# wheels carried in .whl/ (duckdb, liger-kernel) beside the machine's torch and Triton, installs
+# kcollect, and collects into $OUT/gpu.duckdb, which is brought back and folded into the local store
+# with `kcollect import`. nvidia-smi samples the device memory and SM clock every 2 s into
+# $OUT/nvsmi.csv, the independent record of memory creep.
 # Usage: bash scripts/gpu_collect.sh COMMIT COMMIT_TIME [kcollect run options, e.g. --all --gpus all]
 set -uo pipefail
 commit=$1 commit_time=$2

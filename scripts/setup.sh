@@ -1,22 +1,40 @@
 #!/usr/bin/env bash
-# Sets up .venv with kcollect and its test tools. On a machine without an NVIDIA GPU it installs
-# the CPU build of torch first: a plain `torch` requirement would pull a multi-GB CUDA build.
-# On a GPU machine, install the torch/triton you benchmark beforehand (or let pip pick the CUDA
-# build) and add `pip install liger-kernel` for the Liger peer.
+# Sets up .venv with kcollect and its test tools, from plain PyPI.
+#
+# Without an NVIDIA GPU: the CPU build of torch and the Triton release pinned in
+# requirements/cpu.txt (the one torch's CUDA build of that version requires; the tests run its
+# interpreter). The CPU build comes from PyTorch's CPU index where that is reachable, otherwise
+# from wherever pip's own configuration finds torch (on plain PyPI that is the CUDA build, several
+# GB). TORCH_INDEX=URL picks another index for it; TORCH_INDEX= skips the index.
+# With a GPU: the torch and Triton already in .venv stay, or pip chooses them. The benchmark
+# runner's locked environment is requirements/gpu.txt (`pip install -c requirements/gpu.txt ...`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
+TORCH_INDEX=${TORCH_INDEX-https://download.pytorch.org/whl/cpu}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 pip=(.venv/bin/python -m pip install -q --disable-pip-version-check)
+
+reachable() {  # an index answers within 10 s (no proxy or DNS to reach it: go on without it)
+  [ -n "$1" ] && .venv/bin/python - "$1" <<'EOF' 2>/dev/null
+import sys, urllib.request
+urllib.request.urlopen(urllib.request.Request(sys.argv[1] + "/torch/", method="HEAD"), timeout=10)
+EOF
+}
+
+pins=()
 if ! command -v nvidia-smi >/dev/null 2>&1; then
-  # Triton pinned to the version of the GPU machines the committed history comes from (3.6): the
-  # CPU tests run its interpreter, whose behaviour changes between releases (3.9's rejects masks
-  # that 3.6 and the GPU compiler accept).
-  "${pip[@]}" "torch==2.13.0" "triton==3.6.0"
+  pins=(-c requirements/cpu.txt)
+  if reachable "$TORCH_INDEX"; then
+    "${pip[@]}" "${pins[@]}" --index-url "$TORCH_INDEX" torch
+  else
+    [ -z "$TORCH_INDEX" ] || echo "setup: $TORCH_INDEX is unreachable; torch comes from pip's own index" >&2
+    "${pip[@]}" "${pins[@]}" torch
+  fi
 fi
-"${pip[@]}" -e ".[test]"
+"${pip[@]}" "${pins[@]}" -e ".[test]"
 # Headless Chromium for the site's browser tests (Debian/Ubuntu package; Playwright drives it).
 if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
   (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) || echo "setup: chromium not installed; browser tests will be skipped" >&2
 fi
-echo "setup: done (.venv)"
+.venv/bin/python -c 'from importlib.metadata import version as v; print("setup: done (.venv: torch", v("torch") + ", triton", v("triton") + ")")'

@@ -49,22 +49,67 @@ def test_actionlint_does_report_a_broken_workflow(tmp_path):
     assert out.returncode != 0 and "evnt" in out.stdout
 
 
-def test_tests_workflow_installs_cpu_torch_then_runs_ci():
+def test_actions_are_pinned_by_commit_sha():
+    # A tag can be moved to other code; a commit cannot. The comment names the tag, for people.
+    for f in sorted(WORKFLOWS.glob("*.yml")):
+        uses = re.findall(r"^\s*(?:- )?uses: (\S+)(.*)$", f.read_text(), re.M)
+        assert uses, f.name
+        for action, rest in uses:
+            assert re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", action), f"{f.name}: {action} is not pinned by SHA"
+            assert re.fullmatch(r"\s+# v\d+(\.\d+)*", rest), f"{f.name}: {action} has no '# vX.Y.Z' comment"
+
+
+def test_tests_workflow_runs_ci():
     text = read("tests.yml")
     assert re.search(r"^  push:", text, re.M) and re.search(r"^  pull_request:", text, re.M)
     assert 'python-version: "3.11"' in text and "runs-on: ubuntu-latest" in text
-    torch = text.index("--index-url https://download.pytorch.org/whl/cpu")
-    assert torch < text.index("run: bash .ci/run")
+    assert "run: bash .ci/run" in text
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "bash scripts/setup.sh" in ci and ".venv/bin/python -m pytest -q -n auto" in ci
 
 
-def test_benchmark_workflow_order():
+def _job(text: str, name: str) -> str:
+    """The text of one job of a workflow (up to the next job)."""
+    start = text.index(f"\n  {name}:\n")
+    nxt = re.search(r"\n  [\w-]+:\n", text[start + 1:])
+    return text[start: start + 1 + nxt.start()] if nxt else text[start:]
+
+
+def test_benchmark_workflow_on_push_order_and_always_export():
     text = read("benchmark.yml")
-    assert "runs-on: [self-hosted, gpu]" in text and "fetch-depth: 0" in text
-    body = text[text.index("steps:"):]  # the header comment names some of them too
+    job = _job(text, "benchmark")
+    assert "runs-on: [self-hosted, gpu]" in job and "fetch-depth: 0" in job
+    assert "-c requirements/gpu.txt" in job and "pip freeze" in job and "GITHUB_STEP_SUMMARY" in job
     steps = ["kcollect import", "kcollect run --all", "kcollect export", "git push", "kcollect compare"]
-    where = [body.index(s) for s in steps]
+    where = [job.index(s) for s in steps]
     assert where == sorted(where), dict(zip(steps, where))
-    assert "--markdown" in text and "GITHUB_STEP_SUMMARY" in text
+    export = job[job.rindex("- name:", 0, job.index("kcollect export")):job.index("kcollect export")]
+    assert "if: always()" in export  # a run cut short by a time limit still exports its rows
+    run_limit = int(re.search(r"timeout-minutes: (\d+)\n\s+run: kcollect run --all", job).group(1))
+    job_limit = int(re.search(r"^    timeout-minutes: (\d+)", job, re.M).group(1))
+    assert run_limit < job_limit  # ... which the job's own limit would not leave time for
+    assert "--markdown" in job and re.search(r"permissions:\n\s+contents: write", job)
+
+
+def test_benchmark_workflow_pull_request_mode():
+    text = read("benchmark.yml")
+    assert re.search(r"^  pull_request:\n    types: \[labeled, synchronize\]", text, re.M)
+    pr, comment = _job(text, "pull-request"), _job(text, "comment")
+    # the pull request's code runs on the GPU runner only when labelled and from this repository
+    assert "contains(github.event.pull_request.labels.*.name, 'benchmark')" in pr
+    assert "github.event.pull_request.head.repo.full_name == github.repository" in pr
+    assert "write" not in pr and "persist-credentials: false" in pr
+    assert "-c requirements/gpu.txt" in pr
+    assert re.search(r'kcollect compare "\$BASE_SHA" "\$HEAD_SHA" --confirm --markdown > compare.md', pr)
+    assert "actions/upload-artifact@" in pr and "if: always()" in pr
+    # a separate job, which runs no code of the pull request, posts the Markdown
+    assert "needs: pull-request" in comment and "runs-on: ubuntu-latest" in comment
+    perms = re.findall(r"^      ([\w-]+): (\w+)$", comment, re.M)
+    assert perms == [("pull-requests", "write")], perms
+    assert 'gh pr comment "$PR"' in comment and "--body-file compare.md" in comment
+    assert "actions/checkout" not in comment
+    # only the push job may write the repository's contents
+    assert text.count("contents: write") == 1 and re.search(r"^permissions:\n  contents: read", text, re.M)
 
 
 def test_pages_workflow_least_permissions():

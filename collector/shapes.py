@@ -1,0 +1,60 @@
+"""Shapes named on the command line (`M=4096,N=8192`, the labels of the store): a kernel's grid
+restricted to them, for `kcollect find` and a `run --shape LABEL` option.
+
+A label that a grid of the kernel holds keeps that grid's Shape (and its reason); any other is a
+new point, which must name exactly the kernel's dimensions and pass its `check_shape`.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Mapping, Sequence
+
+from .spec import KernelSpec, Shape, shape_label
+
+
+class ShapeError(ValueError):
+    """A label that is malformed or that the kernel cannot take, in one sentence."""
+
+
+def parse_label(label: str) -> dict[str, int | str]:
+    """'M=4096,N=8192' -> {'M': 4096, 'N': 8192}; values that are not integers stay strings."""
+    dims: dict[str, int | str] = {}
+    for part in label.split(","):
+        name, sep, value = (s.strip() for s in part.partition("="))
+        if not sep or not name or not value or name in dims:
+            raise ShapeError(f"shape {label!r} is not NAME=VALUE,... (e.g. M=4096,N=8192)")
+        dims[name] = int(value) if value.lstrip("-").isdigit() else value
+    return dims
+
+
+def known_shapes(spec: KernelSpec) -> dict[str, Shape]:
+    """Every shape of the kernel's grids, by label (the quick grid's first)."""
+    found: dict[str, Shape] = {}
+    for shapes in spec.grids.values():
+        for s in shapes:
+            found.setdefault(s.label, s)
+    return found
+
+
+def shape_for(spec: KernelSpec, label: str) -> Shape:
+    dims = parse_label(label)
+    known = known_shapes(spec)
+    if shape_label(dims) in known:
+        return known[shape_label(dims)]
+    names = {tuple(s.dims) for s in known.values()}
+    if names and tuple(dims) not in names:
+        valid = " or ".join(",".join(n) for n in sorted(names))
+        raise ShapeError(f"{spec.name} has no dimensions {','.join(dims)}; valid: {valid} "
+                         f"(e.g. {next(iter(known))})")
+    why = spec.check_shape(dims)
+    if why:
+        raise ShapeError(f"{spec.name} cannot take {label}: {why}")
+    return Shape(dims, "named on the command line")
+
+
+def restrict(spec: KernelSpec, labels: Sequence[str]) -> KernelSpec:
+    """The spec with every grid replaced by the shapes labelled (in the order given)."""
+    by_label = {s.label: s for s in (shape_for(spec, label) for label in labels)}
+    shapes = tuple(by_label.values())
+    grids: Mapping[str, tuple[Shape, ...]] = {name: shapes for name in spec.grids}
+    return replace(spec, grids=grids)

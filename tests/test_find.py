@@ -1,0 +1,193 @@
+"""`kcollect find`: bisection over the commits of a planted git repository, where one commit makes
+a kernel slower (a sleep in a --kernel-module file), measured on the CPU with real `kcollect run`
+processes in git worktrees; and the bisection rule itself, in-process."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from click.testing import CliRunner
+
+from kcollect import find
+from kcollect.cli import main
+from kcollect.find import FindError, Point
+
+KCOLLECT = [sys.executable, "-m", "kcollect.cli"]
+
+OPS = '''\
+"""x * 2, with a delay that one commit plants."""
+import time
+
+import torch
+
+from kcollect.spec import KernelSpec, Provider, Shape
+
+DELAY = {delay}
+
+
+def double(x):
+    time.sleep(DELAY)
+    return x * 2
+
+
+def make_inputs(dims, dtype, device, seed):
+    g = torch.Generator().manual_seed(seed)
+    return {{"x": torch.randn(dims["M"], dims["N"], generator=g).to(device=device, dtype=dtype)}}
+
+
+SHAPES = (Shape.rows(4, 64, "the series bisected"), Shape.rows(8, 64, "another, to be ignored"))
+SPEC = KernelSpec(
+    name="planted", description="x * 2", modes=("fwd",), providers=(Provider("torch", double),),
+    baseline="torch", reference=lambda x: x * 2, make_inputs=make_inputs, grad_inputs=(),
+    grids={{"quick": SHAPES, "full": SHAPES}},
+    bytes_moved=lambda dims, dtype, mode: 2 * dims["M"] * dims["N"] * dtype.itemsize,
+    flops=lambda dims, mode: float(dims["M"] * dims["N"]), bound="memory",
+    tolerance={{torch.float32: 1e-6}}, dtypes=(torch.float32,), bench_dtypes=(torch.float32,))
+'''
+
+GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@example.com"}
+
+
+def git(repo, *args):
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True,
+                          env={**os.environ, **GIT_ENV}).stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory):
+    """Five commits; the third makes `planted` 30 ms slower. Returns (repo, [shas])."""
+    repo = tmp_path_factory.mktemp("planted")
+    git(repo, "init", "-q")
+    shas = []
+    for i, (delay, subject) in enumerate([(0.0, "the op"), (0.0, "notes"), (0.03, "a slower op"),
+                                          (0.03, "more notes"), (0.03, "the last")]):
+        (repo / "ops.py").write_text(OPS.format(delay=delay))
+        (repo / "NOTES").write_text(f"{i}\n")
+        git(repo, "add", "-A")
+        git(repo, "commit", "-q", "-m", subject)
+        shas.append(git(repo, "rev-parse", "HEAD"))
+    return repo, shas
+
+
+def kc_find(repo, *args):
+    return subprocess.run(KCOLLECT + ["find", *args, "--repo", str(repo)], capture_output=True, text=True,
+                          timeout=900)
+
+
+def test_find_names_the_commit_that_planted_the_delay(planted):
+    repo, shas = planted
+    out = kc_find(repo, "planted", "M=4,N=64", shas[0], shas[-1], "--provider", "torch", "--device", "cpu",
+                  "--kernel-module", "ops.py", "--warmup-ms", "0", "--rep-ms", "1", "--min-reps", "3",
+                  "--format", "json")
+    assert out.returncode == 0, out.stderr[-3000:]
+    recs = json.loads(out.stdout)
+    by_commit = {r["commit"]: r for r in recs}
+    assert by_commit[shas[2]]["verdict"] == "first bad" and by_commit[shas[2]]["subject"] == "a slower op"
+    assert by_commit[shas[0]]["verdict"] == "good" and by_commit[shas[-1]]["verdict"] == "bad"
+    assert by_commit[shas[0]]["median_ms"] < 10 < by_commit[shas[-1]]["median_ms"]
+    assert len(recs) == 4  # GOOD, BAD and two midpoints: a bisection, not a walk over every commit
+    # every worktree is gone again
+    assert git(repo, "worktree", "list").count("\n") == 0
+
+
+@pytest.mark.parametrize("args, words", [
+    (["planted", "M=4,N=64", "HEAD", "HEAD~2"], "is not an ancestor of"),
+    (["planted", "M=4,N=64", "nope", "HEAD"], "'nope' is not a commit"),
+    (["planted", "M=4,N=64", "HEAD", "HEAD"], "the same commit"),
+    (["planted", "4x64", "HEAD~1", "HEAD"], "is not NAME=VALUE"),
+    (["planted", "M=4,N=64", "HEAD~1", "HEAD", "--mode", "up"], "unknown mode 'up'"),
+])
+def test_bad_input_is_one_line_and_exit_2(planted, args, words):
+    repo, _ = planted
+    out = CliRunner().invoke(main, ["find", *args, "--repo", str(repo)])
+    assert out.exit_code == 2, out.output
+    assert out.stderr.strip().count("\n") == 0 and words in out.stderr
+
+
+def test_outside_a_git_repository_exits_2(tmp_path):
+    out = CliRunner().invoke(main, ["find", "planted", "M=4,N=64", "HEAD~1", "HEAD", "--repo", str(tmp_path)])
+    assert out.exit_code == 2 and "not a git repository" in out.stderr.lower()
+
+
+# -- the bisection rule ---------------------------------------------------------------------------
+
+def fake(times):
+    calls = []
+
+    def measure(i):
+        calls.append(i)
+        return Point(f"c{i}", f"subject {i}", times[i])
+
+    return measure, calls
+
+
+@pytest.mark.parametrize("times, first_bad", [
+    ([1.0, 1.0, 1.0, 2.0, 2.0, 2.0, 2.0, 2.0], 3),
+    ([1.0, 2.0], 1),
+    ([1.0, 1.02, 0.98, 1.01, 1.0, 0.99, 1.03, 1.0, 1.5], 8),  # noise stays on the good side
+    ([2.0, 2.0, 1.0, 1.0, 1.0], 2),  # an improvement is found the same way
+])
+def test_bisect_finds_the_step(times, first_bad):
+    measure, calls = fake(times)
+    found, seen = find.bisect([f"c{i}" for i in range(len(times))], measure)
+    assert found == first_bad
+    assert len(calls) == len(set(calls)) <= 2 + max(1, (len(times) - 1).bit_length())
+
+
+def test_bisect_refuses_ends_that_do_not_differ():
+    measure, calls = fake([1.0, 1.5, 1.02])
+    with pytest.raises(FindError, match="differ by less than 5%"):
+        find.bisect(["a", "b", "c"], measure)
+    assert calls == [0, 2]
+
+
+def test_report_names_the_first_bad_commit():
+    seen = {0: Point("a" * 40, "start", 1.0), 2: Point("b" * 40, "slow", 2.0), 3: Point("c" * 40, "end", 2.0)}
+    lines = find.report(["a" * 40, "x" * 40, "b" * 40, "c" * 40], 2, seen, "table")
+    assert lines[-1].startswith("first bad commit: " + "b" * 40 + " 'slow': 2 ms, against 1 ms")
+    assert "+100.0%" in lines[-1]
+
+
+# -- shapes named on the command line (find's SHAPE, and a run --shape option) ------------------
+
+def test_restrict_keeps_grid_shapes_and_takes_new_ones():
+    from kcollect.registry import builtin_spec
+    from kcollect.shapes import restrict
+
+    spec = builtin_spec("swiglu")
+    known = spec.grid("quick")[0]
+    got = restrict(spec, [known.label, "M=3,N=5", known.label])
+    assert set(got.grids) == set(spec.grids)
+    for shapes in got.grids.values():
+        assert [s.label for s in shapes] == [known.label, "M=3,N=5"]
+        assert shapes[0].why == known.why and shapes[1].why == "named on the command line"
+    assert spec.grid("quick")[0] is known  # the registry's spec is left as it was
+
+
+@pytest.mark.parametrize("label, words", [
+    ("M=3", "swiglu has no dimensions M; valid: M,N"),
+    ("M=3,K=4", "has no dimensions M,K"),
+    ("M=3,,N=4", "is not NAME=VALUE"),
+    ("M=3,M=4", "is not NAME=VALUE"),
+])
+def test_restrict_refuses_labels_the_kernel_cannot_take(label, words):
+    from kcollect.registry import builtin_spec
+    from kcollect.shapes import ShapeError, restrict
+
+    with pytest.raises(ShapeError, match=words):
+        restrict(builtin_spec("swiglu"), [label])
+
+
+def test_a_new_shape_must_pass_the_kernels_own_check():
+    from dataclasses import replace
+
+    from kcollect.registry import builtin_spec
+    from kcollect.shapes import ShapeError, restrict
+
+    spec = replace(builtin_spec("swiglu"), check_shape=lambda dims: "N must be even" if dims["N"] % 2 else None)
+    assert restrict(spec, ["M=3,N=6"]).grid("full")[0].dims == {"M": 3, "N": 6}
+    with pytest.raises(ShapeError, match="cannot take M=3,N=5: N must be even"):
+        restrict(spec, ["M=3,N=5"])
