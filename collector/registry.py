@@ -27,9 +27,7 @@ GROUP = "kcollect.kernels"
 # The built-in ops, in the order `kcollect run --all` measures them.
 BUILTIN = ("rms_norm", "swiglu", "cross_entropy", "gelu", "geglu", "rope", "fp8_quant", "layer_norm", "softmax",
            "add_rms_norm", "fused_linear_cross_entropy", "attention", "backbone",
-           "rtu",
-           "selective_scan",
-           "conv1d")
+           "rtu", "selective_scan", "conv1d", "lstm", "slstm", "mlstm", "axon")
 
 
 class RegistryError(Exception):

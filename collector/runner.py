@@ -110,29 +110,32 @@ class Runner:
         try:
             with self.phases("inputs"):
                 inputs = case.spec.make_inputs(case.shape.dims, case.dtype, device, seed)
-            answers = self._answers(case, inputs, seed)
+            answers = self._answers(case.spec, case, inputs, seed)
+            # a provider that computes another function (Provider.reference) has its own answers
+            gated = {n: verify.gated_spec(case.spec, case.spec.provider(n)) for n in case.providers}
+            own = {n: self._answers(g, case, inputs, seed) for n, g in gated.items() if g is not case.spec}
             for mode in case.modes:
-                if isinstance(answers, str):  # the reference itself failed: every row says so
-                    rows += [self._row(case, mode, p, status="error", error=answers) for p in case.providers]
-                    continue
-                dys, want = answers[mode]
                 for name in case.providers:
+                    spec, answer = gated[name], own.get(name, answers)
+                    if isinstance(answer, str):  # the reference itself failed: the row says so
+                        rows.append(self._row(case, mode, name, status="error", error=answer))
+                        continue
+                    dys, want = answer[mode]
                     self.progress("start", case, mode, name)
-                    row, measured = self._provider(case, mode, case.spec.provider(name), inputs, dys, want)
+                    row, measured = self._provider(case, mode, spec.provider(name), inputs, dys, want, spec)
                     rows.append(row)
                     if measured is not None:
-                        make = _maker(case.spec, case.spec.provider(name).fn, inputs, mode, dys)
-                        done.append((row, make, measured))
+                        done.append((row, _maker(spec, spec.provider(name).fn, inputs, mode, dys), measured))
                     self.progress("end", case, mode, name)
             for row, make, measured in done if self.config.recheck else ():
                 self._settle(row, make, measured)
             return rows
         finally:
-            inputs = answers = done = None
+            inputs = answers = own = done = None
             with self.phases("release"):
                 memory.release(device, compiled="compile" in case.providers)
 
-    def _answers(self, case: Case, inputs, seed: int):
+    def _answers(self, spec, case: Case, inputs, seed: int):
         """{mode: (upstream gradients, reference answers)} from one float64 forward and backward,
         or the error text when the reference cannot run. Out of memory, the allocator's cached
         blocks are returned to the device and it is tried once more: on the GPU the reference is
@@ -140,7 +143,7 @@ class Runner:
         with self.phases("reference"):
             for attempt in (0, 1):
                 try:
-                    return verify.reference_modes(case.spec, inputs, case.modes, seed + 1)
+                    return verify.reference_modes(spec, inputs, case.modes, seed + 1)
                 except torch.cuda.OutOfMemoryError as e:
                     if attempt:
                         return "reference failed: " + _error_text(e)
@@ -148,9 +151,10 @@ class Runner:
                     return "reference failed: " + _error_text(e)
                 memory.release(self.config.device)
 
-    def _provider(self, case, mode, provider, inputs, dys, want):
-        """(row, the measurement) of one provider; the measurement is None for any row but ok."""
-        spec, dtype, name = case.spec, case.dtype, provider.name
+    def _provider(self, case, mode, provider, inputs, dys, want, spec):
+        """(row, the measurement) of one provider, gated with `spec`; the measurement is None for
+        any row but ok."""
+        dtype, name = case.dtype, provider.name
         tol = spec.tolerance[dtype]
         reason = dict(self.config.unavailable).get(name) or provider.available(self.config.device)
         if reason:

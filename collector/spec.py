@@ -69,6 +69,12 @@ class Provider:
     # inputs -> the tuned config(s) this provider launches with for them (JSON-able): stored with
     # each row, so that a number says which plan it came from (ours; None for the others)
     config: Callable[[Inputs], Mapping[str, Any]] | None = None
+    # A provider that computes another function than the op (the layer the op replaces, timed
+    # beside it) is gated on its own float64 reference, with its own gradient inputs; `note` says
+    # what it computes, for the reader of its rows.
+    reference: Callable[..., Any] | None = None
+    grad_inputs: tuple[str, ...] | None = None
+    note: str = ""
 
 
 @dataclass(frozen=True)

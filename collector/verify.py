@@ -5,6 +5,7 @@ what the tests prove is what the collector gates on.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
@@ -164,11 +165,21 @@ class CheckResult:
         return self.error <= self.tolerance  # NaN/Inf give inf, which never passes
 
 
+def gated_spec(spec: KernelSpec, provider: Provider) -> KernelSpec:
+    """The spec a provider is gated with: the op's own, or for a provider that computes another
+    function (Provider.reference), the op's with that provider's reference and gradient inputs."""
+    if provider.reference is None:
+        return spec
+    return dataclasses.replace(spec, reference=provider.reference,
+                               grad_inputs=provider.grad_inputs or spec.grad_inputs)
+
+
 def check(spec: KernelSpec, provider: Provider | str, dims: Mapping[str, Any], dtype: torch.dtype,
           mode: str, device: str = "cpu", seed: int = 0) -> CheckResult:
     """Fresh inputs from `seed`, one call of the provider, relative error against float64."""
     if isinstance(provider, str):
         provider = spec.provider(provider)
+    spec = gated_spec(spec, provider)
     inputs = spec.make_inputs(dims, dtype, device, seed)
     dys, want = reference_answers(spec, inputs, mode, seed + 1)
     got = build_call(spec, provider.fn, clone_inputs(inputs), mode, dys)()

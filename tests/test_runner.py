@@ -154,3 +154,21 @@ def test_settle_rechecks_and_remeasures_once(tmp_path, monkeypatch, medians, sta
         runner._settle(row, lambda: (lambda: ()), first)
     assert row["status"] == status and row["median_ms"] == stored_ms
     assert row["recheck_ms"] == medians[0] and (row["error"] is None) == (status == "ok")
+
+
+def test_a_provider_with_its_own_reference_is_gated_on_it(tmp_path):
+    # a layer timed beside the op (axon's nn.Linear, say) computes another function: gated on its own
+    # float64 reference and gradient inputs, it passes; gated on the op's, the same function fails
+    def doubled(a, b):
+        return 2.0 * swiglu.swiglu_eager(a, b)
+
+    def doubled_reference(a, b):
+        return 2.0 * swiglu.reference(a, b)
+
+    spec = dataclasses.replace(PLANTED, providers=(
+        Provider("other", doubled, reference=doubled_reference, grad_inputs=("a",)),
+        Provider("ungated", doubled), swiglu.SPEC.providers[1]))
+    _, rows, _ = _run(tmp_path, spec=spec, modes=("fwd", "bwd"))
+    by = {(r["mode"], r["provider"]): r["status"] for r in rows}
+    assert by == {(m, p): s for m in ("fwd", "bwd") for p, s in (("other", "ok"), ("ungated", "failed"),
+                                                                  ("torch", "ok"))}

@@ -1,0 +1,93 @@
+"""Cortex's AxonLayer: a stateful linear operator that can replace nn.Linear, on a fresh state.
+
+    y, state = axon(x, w_lin, b_lin, w_out, b_out, nu_log, theta_log, w1, w2, signs, perm, resets=None)
+
+    y = x @ w_lin.T + b_lin + [c1 | c2] @ w_out.T + b_out
+
+x [B, T, H] (H a power of two), w_lin [O, H], w_out [O, 2H], b_lin and b_out [O]; (c1, c2) [B, T, H]
+the streaming RTU of kernels.py over xhat = SRHT(x) = H_d (signs * x[..., perm]) / sqrt(H) (H_d the
+Sylvester-Hadamard matrix, signs [H] of +-1 and perm [H] fixed buffers), with nu_log, theta_log, w1,
+w2 [H] its per-channel parameters; resets [B, T] bool. state [10, B, H] is what the layer carries to
+the next chunk, without gradient: c1 and c2 after the last step and the eight eligibility traces.
+
+Forward: the SRHT as one GEMM with the signed, permuted +-1 Hadamard matrix, the recurrence as a Triton
+scan (with the traces), the two output GEMMs. Backward: the output GEMMs' gradients, a reverse Triton
+scan for the recurrence's input and parameter gradients, the SRHT's transpose GEMM."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .config import AxonConfig, pick
+from .kernels import axon_scan_bwd, axon_scan_fwd, channel_constants
+
+__all__ = ["AxonConfig", "AxonFunction", "axon", "pick", "srht_matrix"]
+
+
+def srht_matrix(signs: torch.Tensor, perm: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """M [H, H] of +-1 with x @ M / sqrt(H) = SRHT(x): row perm[k] of M is signs[k] times row k of the
+    Hadamard matrix, whose entry (k, j) is (-1)^popcount(k & j)."""
+    H = signs.shape[0]
+    i = torch.arange(H, device=signs.device, dtype=torch.int32)
+    v = i[:, None] & i[None, :]
+    for shift in (16, 8, 4, 2, 1):
+        v = v ^ (v >> shift)
+    hadamard = 1 - 2 * (v & 1)
+    m = torch.empty(H, H, device=signs.device, dtype=dtype)
+    m[perm] = (signs[:, None] * hadamard).to(dtype)
+    return m
+
+
+class AxonFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w_lin, b_lin, w_out, b_out, nu_log, theta_log, w1, w2, signs, perm, resets, config):
+        B, T, H = x.shape
+        config = config or pick(B, H, x.device)
+        scale = 1.0 / math.sqrt(H)
+        m = srht_matrix(signs, perm, x.dtype)
+        x2 = x.reshape(B * T, H)
+        xh = (x2 @ m).view(B, T, H)
+        par = channel_constants(nu_log, theta_log, w1, w2)
+        y2h, state = axon_scan_fwd(xh, par, resets, scale, config)
+        y = torch.addmm(torch.addmm(b_lin + b_out, x2, w_lin.t()), y2h.view(B * T, 2 * H), w_out.t())
+        ctx.save_for_backward(x, xh, y2h, par, m, w_lin, w_out, resets)
+        ctx.config, ctx.scale = config, scale
+        state = state.to(x.dtype)
+        ctx.mark_non_differentiable(state)
+        return y.view(B, T, -1), state
+
+    @staticmethod
+    def backward(ctx, dy, _dstate):
+        x, xh, y2h, par, m, w_lin, w_out, resets = ctx.saved_tensors
+        B, T, H = x.shape
+        dy2 = dy.reshape(B * T, -1)
+        db = dy2.sum(0, dtype=torch.float32).to(dy.dtype)
+        dy2h = (dy2 @ w_out).view(B, T, 2 * H)
+        dxh, acc = axon_scan_bwd(dy2h, xh, y2h, par, resets, ctx.scale, ctx.config)
+        dx = torch.addmm(dy2 @ w_lin, dxh.view(B * T, H), m.t()).view(B, T, H)
+        dnu = (acc[0] * par[5] + acc[1] * par[6] + acc[2] * par[7]).to(dy.dtype)
+        dth = (acc[0] * par[8] + acc[1] * par[9]).to(dy.dtype)
+        return (dx, dy2.t() @ x.reshape(B * T, H), db, dy2.t() @ y2h.view(B * T, 2 * H), db, dnu, dth,
+                acc[3].to(dy.dtype), acc[4].to(dy.dtype), None, None, None, None)
+
+
+def axon(x, w_lin, b_lin, w_out, b_out, nu_log, theta_log, w1, w2, signs, perm, resets=None,
+         config: AxonConfig | None = None):
+    """(y, state); see the module docstring."""
+    if x.dim() != 3:
+        raise ValueError(f"axon: x must be [B, T, H], got {tuple(x.shape)}")
+    B, T, H = x.shape
+    if H & (H - 1):
+        raise ValueError(f"axon: H must be a power of two (the SRHT's Hadamard transform), got {H}")
+    O = w_lin.shape[0]
+    expect = {"w_lin": (O, H), "b_lin": (O,), "w_out": (O, 2 * H), "b_out": (O,), "nu_log": (H,), "theta_log": (H,),
+              "w1": (H,), "w2": (H,), "signs": (H,), "perm": (H,)}
+    for name, t in zip(expect, (w_lin, b_lin, w_out, b_out, nu_log, theta_log, w1, w2, signs, perm)):
+        if tuple(t.shape) != expect[name]:
+            raise ValueError(f"axon: {name} must be {expect[name]} for x {tuple(x.shape)}, got {tuple(t.shape)}")
+    if resets is not None and (tuple(resets.shape) != (B, T) or resets.dtype != torch.bool):
+        raise ValueError(f"axon: resets must be a bool [B, T] = ({B}, {T}) mask, got {resets.dtype} "
+                         f"{tuple(resets.shape)}")
+    return AxonFunction.apply(x.contiguous(), w_lin, b_lin, w_out, b_out, nu_log, theta_log, w1, w2, signs, perm,
+                              resets, config)

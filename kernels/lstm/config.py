@@ -1,0 +1,58 @@
+"""The LSTM's launch config and its heuristic.
+
+The hidden units are split over programs (one per SM at most, all resident at once: they wait for
+each other at every step), the batch rows over groups of programs that never wait for each other.
+A forward program owns `hb` units (4*hb gate columns of the recurrent weights), a backward program
+`hb_bwd` (its dh slice, 16 at least: the N side of tl.dot). Weights are held in registers across
+the whole sequence where the slice is small (`resident`), otherwise read in `bk`-row tiles every
+step, from L1 when the slice fits there and from L2 when not (H = 2048: 32 MB of bf16 weights)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import triton
+
+from .._lib import arch, sm_count, tunable
+
+RESIDENT_BYTES = 32 * 1024  # a slice of weights (or of h) a program keeps in registers, 8 warps
+
+
+@dataclass(frozen=True)
+class LSTMConfig:
+    bb: int = 64  # batch rows a program (16 at least: the M side of tl.dot; rows past B masked)
+    hb: int = 8  # hidden units a forward program owns
+    hb_bwd: int = 16  # hidden units a backward program owns
+    bk: int = 64  # rows of the weight tile a streamed step reads at a time
+    resident: bool = False  # forward weights held in registers across timesteps
+    resident_bwd: bool = False
+    warps: int = 4
+    persistent: bool = True  # one launch for the whole sequence; False: one launch per step
+
+
+def _units(H: int, groups: int, sms: int, least: int) -> int:
+    """The fewest units a program (a power of two >= least) for which a group's programs, times the
+    groups, fit on the SMs at one program each."""
+    hb = least
+    while triton.cdiv(H, hb) * groups > sms and hb < triton.next_power_of_2(H):
+        hb *= 2
+    return hb
+
+
+@tunable
+def pick(B: int, H: int, device) -> LSTMConfig:
+    """CPU interpreter: one program a batch group (its programs run one after the other and could
+    not wait for each other). GPU: batch groups of up to 64 rows, units split so that every program
+    has its own SM; weights in registers when a program's slice and its h tile fit in 32 KB each."""
+    hp = max(16, triton.next_power_of_2(H))
+    if arch(device) == "cpu":
+        return LSTMConfig(bb=16, hb=hp, hb_bwd=hp, bk=min(hp, 64), resident=False, resident_bwd=False)
+    bb = min(64, max(16, triton.next_power_of_2(B)))
+    groups = triton.cdiv(B, bb)
+    sms = sm_count(device)
+    hb = _units(H, groups, sms, 4)
+    hb_bwd = _units(H, groups, sms, 16)
+    fits = bb * hp * 2 <= RESIDENT_BYTES
+    resident = fits and 4 * hb * hp * 2 <= RESIDENT_BYTES
+    resident_bwd = bb * 4 * hp * 2 <= RESIDENT_BYTES and 4 * hp * hb_bwd * 2 <= RESIDENT_BYTES
+    return LSTMConfig(bb=bb, hb=hb, hb_bwd=hb_bwd, bk=64, resident=resident, resident_bwd=resident_bwd,
+                      warps=8 if resident or resident_bwd else 4)

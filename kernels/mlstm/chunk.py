@@ -1,0 +1,53 @@
+"""What the mLSTM's chunk kernels share: the gates of a chunk (log forget gates and their running sum,
+segments between resets), tile loads, the state scans' program and their stores."""
+import triton
+import triton.language as tl
+
+from .._lib.recurrent import logsigmoid
+
+NEG = tl.constexpr(-1e30)  # the log-weight of what does not exist (a padded step, a pair across a reset)
+
+
+@triton.jit
+def chunk_gates(i_ptr, f_ptr, rs_ptr, bh, b, t0, T, has_resets, L: tl.constexpr):
+    """(i, i~, A, seg, f, in-range) of the chunk's L steps from t0: A the running sum of the log forget
+    gates, seg the running count of resets, i~ the input gate where a reset at that step lets the
+    zeroed stabiliser (log-weight a_t) win the max. Steps past T: no input (i = NEG), no decay."""
+    t = t0 + tl.arange(0, L)
+    tm = t < T
+    i = tl.load(i_ptr + bh * T + t, mask=tm, other=NEG).to(tl.float32)
+    f = tl.load(f_ptr + bh * T + t, mask=tm, other=0.0).to(tl.float32)
+    a = tl.where(tm, logsigmoid(f), 0.0)
+    r = tl.load(rs_ptr + b * T + t, mask=tm & (has_resets != 0), other=0).to(tl.int32)
+    it = tl.where(r > 0, tl.maximum(i, a), i)
+    return i, it, tl.cumsum(a, 0), tl.cumsum(r, 0), f, tm
+
+
+@triton.jit
+def load_tile(ptr, bh, t0, T, DH, cols, L: tl.constexpr):
+    """[L, len(cols)] rows t0.. of a [B*NH, T, DH] tensor, zero past T and DH."""
+    t = t0 + tl.arange(0, L)
+    mask = (t < T)[:, None] & (cols < DH)[None, :]
+    return tl.load(ptr + (bh * T + t)[:, None] * DH + cols[None, :], mask=mask, other=0.0)
+
+
+@triton.jit
+def load_state(ptr, row, DH, rows, cols):
+    """[len(rows), len(cols)] block of the DH x DH fp32 state `row` of a [*, DH, DH] tensor."""
+    mask = (rows < DH)[:, None] & (cols < DH)[None, :]
+    return tl.load(ptr + row * DH * DH + rows[:, None] * DH + cols[None, :], mask=mask, other=0.0)
+
+
+@triton.jit
+def scan_program(NH, DP: tl.constexpr, BV: tl.constexpr):
+    """(bh, b, d, e, first) of a state-scan program: one (row, head) bh of batch row b, state rows d,
+    value columns e (BV of them), first: whether its columns are the first (it also writes n)."""
+    bh, vb = tl.program_id(0).to(tl.int64), tl.program_id(1)
+    return bh, bh // NH, tl.arange(0, DP), vb * BV + tl.arange(0, BV), vb == 0
+
+
+@triton.jit
+def store_state(cs_ptr, ns_ptr, row, C, n, DH, d, e, first):
+    """The [DP, BV] block C of the state `row` of a [*, DH, DH] tensor, and n [DP] where `first`."""
+    tl.store(cs_ptr + row * DH * DH + d[:, None] * DH + e[None, :], C, mask=(d < DH)[:, None] & (e < DH)[None, :])
+    tl.store(ns_ptr + row * DH + d, n, mask=(d < DH) & first)

@@ -1,0 +1,107 @@
+"""The mLSTM's forward: the states at chunk starts (a scan over chunks), then every chunk's outputs
+in parallel (naive.chunkwise is the same maths in PyTorch).
+
+Layouts: q, k, v, h [B*NH, T, DH]; i, f [B*NH, T]; resets [B, T] uint8; cs [B*NH, NC+1, DH, DH],
+ns [B*NH, NC+1, DH], ms [B*NH, NC+1] fp32 the stabilised state at each chunk start (and after the
+last chunk); mo, den [B*NH, T] fp32 each step's stabiliser and normaliser (the backward's)."""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .._lib.recurrent import dot
+from .chunk import NEG, chunk_gates, load_state, load_tile, scan_program, store_state
+
+
+@triton.jit(do_not_specialize=["NH", "T", "NC", "has_resets"])
+def _mlstm_states(k_ptr, v_ptr, i_ptr, f_ptr, rs_ptr, cs_ptr, ns_ptr, ms_ptr, NH, T, DH, NC, scale,
+                  has_resets, L: tl.constexpr, DP: tl.constexpr, BV: tl.constexpr,
+                  DOT_F32: tl.constexpr):
+    """One (row, head) and BV value columns: C [DP, BV], n and m carried over the chunks. A chunk
+    adds its keys that no later reset cuts off, exp(i_s + A_end - A_s - m') k'_s v_s^T, to the carried
+    state decayed by exp(m + A_end - m') (zero when the chunk holds a reset)."""
+    bh, b, d, e, first_block = scan_program(NH, DP, BV)
+    C = tl.zeros((DP, BV), tl.float32)
+    n = tl.zeros((DP,), tl.float32)
+    m = tl.sum(tl.zeros((L,), tl.float32), 0)
+    c = 0
+    while c <= NC:
+        row = bh * (NC + 1) + c
+        store_state(cs_ptr, ns_ptr, row, C, n, DH, d, e, first_block)
+        tl.store(ms_ptr + row, m, mask=first_block)
+        if c < NC:
+            ig, it, A, seg, _, _ = chunk_gates(i_ptr, f_ptr, rs_ptr, bh, b, c * L, T, has_resets, L)
+            A_end, seg_end = tl.max(tl.where(tl.arange(0, L) == L - 1, A, NEG), 0), tl.max(seg, 0)
+            survive = seg == seg_end
+            carry = tl.where(seg_end == 0, m + A_end, NEG)
+            m_next = tl.maximum(carry, tl.max(tl.where(survive, it + A_end - A, NEG), 0))
+            beta = tl.where(survive, tl.exp(ig + A_end - A - m_next), 0.0) * scale
+            kappa = tl.where(seg_end == 0, tl.exp(carry - m_next), 0.0)
+            kb = load_tile(k_ptr, bh, c * L, T, DH, d, L).to(tl.float32) * beta[:, None]
+            v = load_tile(v_ptr, bh, c * L, T, DH, e, L)
+            C = dot(tl.trans(kb.to(v.dtype)), v, C * kappa, DOT_F32)
+            n = n * kappa + tl.sum(kb, 0)
+            m = m_next
+        c += 1
+
+
+@triton.jit(do_not_specialize=["NH", "T", "NC", "has_resets"])
+def _mlstm_out(q_ptr, k_ptr, v_ptr, i_ptr, f_ptr, rs_ptr, cs_ptr, ns_ptr, ms_ptr, h_ptr, mo_ptr, den_ptr, NH, T, DH,
+               NC, scale, has_resets, L: tl.constexpr, DP: tl.constexpr, BV: tl.constexpr,
+               DOT_F32: tl.constexpr, EPS: tl.constexpr):
+    """One chunk of one (row, head): h = (intra-chunk pairs + the chunk-start state) / normaliser."""
+    c, bh = tl.program_id(0), tl.program_id(1).to(tl.int64)
+    b = bh // NH
+    j = tl.arange(0, L)
+    d = tl.arange(0, DP)
+    ig, it, A, seg, _, tm = chunk_gates(i_ptr, f_ptr, rs_ptr, bh, b, c * L, T, has_resets, L)
+    row = bh * (NC + 1) + c
+    m_c = tl.load(ms_ptr + row)
+    n_c = tl.load(ns_ptr + row * DH + d, mask=d < DH, other=0.0)
+    q = load_tile(q_ptr, bh, c * L, T, DH, d, L)
+    S = dot(q, tl.trans(load_tile(k_ptr, bh, c * L, T, DH, d, L)), tl.zeros((L, L), tl.float32), DOT_F32) * scale
+    valid = (j[None, :] <= j[:, None]) & (seg[None, :] == seg[:, None])
+    gap = A[:, None] - A[None, :]
+    base = tl.where(seg == 0, m_c + A, NEG)
+    mj = tl.maximum(base, tl.max(tl.where(valid, it[None, :] + gap, NEG), 1))
+    E = tl.where(valid, tl.exp(ig[None, :] + gap - mj[:, None]), 0.0) * S
+    w = tl.where(seg == 0, tl.exp(base - mj), 0.0)
+    den = tl.sum(E, 1) + w * tl.sum(q.to(tl.float32) * n_c[None, :], 1)
+    norm = tl.maximum(tl.abs(den), tl.exp(-mj)) + EPS
+    t = c * L + j
+    tl.store(mo_ptr + bh * T + t, mj, mask=tm)
+    tl.store(den_ptr + bh * T + t, den, mask=tm)
+    for vb in tl.static_range(DP // BV):
+        e = vb * BV + tl.arange(0, BV)
+        v = load_tile(v_ptr, bh, c * L, T, DH, e, L)
+        num = dot(E.to(v.dtype), v, tl.zeros((L, BV), tl.float32), DOT_F32)
+        state = load_state(cs_ptr, row, DH, d, e).to(q.dtype)
+        num += w[:, None] * dot(q, state, tl.zeros((L, BV), tl.float32), DOT_F32)
+        tl.store(h_ptr + (bh * T + t)[:, None] * DH + e[None, :], (num / norm[:, None]).to(h_ptr.dtype.element_ty),
+                 mask=tm[:, None] & (e < DH)[None, :])
+
+
+def mlstm_fwd(q, k, v, i, f, resets, NH: int, config, dot_f32: bool, eps: float):
+    """(h, cs, ns, ms, mo, den) for q, k, v [B*NH, T, DH], i, f [B*NH, T] (NH heads a row)."""
+    BH, T, DH = q.shape
+    L = config.chunk
+    NC = triton.cdiv(T, L)
+    dev = q.device
+    dp = max(16, triton.next_power_of_2(DH))
+    bv = min(config.bv, dp)
+    cs = torch.empty(BH, NC + 1, DH, DH, device=dev, dtype=torch.float32)
+    ns = torch.empty(BH, NC + 1, DH, device=dev, dtype=torch.float32)
+    ms = torch.empty(BH, NC + 1, device=dev, dtype=torch.float32)
+    h = torch.empty_like(q)
+    mo = torch.empty(BH, T, device=dev, dtype=torch.float32)
+    den = torch.empty(BH, T, device=dev, dtype=torch.float32)
+    rs = resets.view(torch.uint8) if resets is not None else mo
+    meta = dict(L=L, DP=dp, BV=bv, DOT_F32=dot_f32)
+    scale = DH ** -0.5
+    has_resets = int(resets is not None)
+    _mlstm_states[(BH, dp // bv)](k, v, i, f, rs, cs, ns, ms, NH, T, DH, NC, scale, has_resets,
+                                  num_warps=config.state_warps, **meta)
+    _mlstm_out[(NC, BH)](q, k, v, i, f, rs, cs, ns, ms, h, mo, den, NH, T, DH, NC, scale, has_resets, EPS=eps,
+                         num_warps=config.warps, **meta)
+    return h, cs, ns, ms, mo, den

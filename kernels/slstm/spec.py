@@ -1,0 +1,187 @@
+"""What the collector needs to measure the sLSTM: providers, the float64 reference, inputs, grids, the
+cost model and the tolerance.
+
+Dims (Cortex's benchmark order): B (batch rows), NH (heads), T (timesteps), DH (head size; the hidden
+size is NH * DH), resets (the probability that a row's states are zeroed before a step)."""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from kcollect.spec import KernelSpec, Provider, Unavailable, peer_available
+
+from .._lib import config_record
+from .._lib.recurrent import dims_check, keep_factor, reset_mask, shape_maker, step_loop_limit
+from . import pick, slstm
+from .kernels import EPS
+
+DIMS = ("B", "NH", "T", "DH", "resets")
+
+
+def step_loop(wx, r, b, y0, c0, n0, m0, resets=None):
+    """Cortex's sLSTM sequence as a PyTorch user writes it, one step at a time (see the package
+    docstring for the maths). In float64 it is the reference."""
+    T = wx.shape[1]
+    y, c, n, m = y0, c0, n0, m0
+    ys = []
+    for t in range(T):
+        keep = keep_factor(resets, t, wx)
+        if keep is not None:
+            keep = keep[:, :, None]
+            y, c, n, m = y * keep, c * keep, n * keep, m * keep
+        i, f, z, o = (wx[:, t] + torch.einsum("bhi,ghoi->bgho", y, r) + b).unbind(1)
+        logfm = m + F.logsigmoid(f)
+        m_new = torch.where(n == 0, i, torch.maximum(i, logfm))
+        ig = torch.minimum(torch.exp(i - m_new), torch.ones_like(i))
+        fg = torch.minimum(torch.exp(logfm - m_new), torch.ones_like(i))
+        c = fg * c + ig * torch.tanh(z)
+        n = fg * n + ig
+        y = torch.sigmoid(o) * c / (n + EPS)
+        m = m_new
+        ys.append(y)
+    return torch.stack(ys, 1), c, n, m.detach()
+
+
+def reference(wx, r, b, y0, c0, n0, m0, resets=None):
+    """Plain maths in float64 (the tests import it)."""
+    return step_loop(wx, r, b, y0, c0, n0, m0, resets)
+
+
+def eager(wx, r, b, y0, c0, n0, m0, resets=None):
+    step_loop_limit("the PyTorch step loop", wx.shape[1])
+    return step_loop(wx, r, b, y0, c0, n0, m0, resets)
+
+
+def triton_slstm(wx, r, b, y0, c0, n0, m0, resets=None):
+    return slstm(wx, r, b, y0, c0, n0, m0, resets)
+
+
+def cortex(wx, r, b, y0, c0, n0, m0, resets=None):
+    """Cortex's Triton sLSTM (its states: all four at every step, the last four)."""
+    from cortex.kernels.triton.slstm import slstm_sequence_triton
+
+    all_states, last = slstm_sequence_triton(Wx=wx, R=r, b=b, initial_states=torch.stack((y0, c0, n0, m0)),
+                                             resets=resets)
+    return all_states[:, 0].transpose(0, 1), last[1], last[2], last[3].detach()
+
+
+def xlstm(wx, r, b, y0, c0, n0, m0, resets=None):
+    """xLSTM's vanilla PyTorch backend (a step loop; no resets; y = o c / n, without Cortex's 1e-6)."""
+    from xlstm.blocks.slstm.src.vanilla import slstm_forward, slstm_pointwise_function_registry
+
+    if resets is not None:
+        raise Unavailable("xLSTM's sLSTM cannot reset the state inside a sequence")
+    B, T, _, NH, DH = wx.shape
+    step_loop_limit("xLSTM's vanilla backend (a PyTorch step loop)", T)
+    states, last, _ = slstm_forward(wx.transpose(0, 1).reshape(T, B, 4 * NH * DH),
+                                    torch.stack((y0, c0, n0, m0)).reshape(4, B, NH * DH),
+                                    r.transpose(0, 1).reshape(NH, 4 * DH, DH), b.reshape(-1),
+                                    slstm_pointwise_function_registry["slstm"])
+    return (states[0, 1:].reshape(T, B, NH, DH).transpose(0, 1), last[1].view(B, NH, DH), last[2].view(B, NH, DH),
+            last[3].view(B, NH, DH).detach())
+
+
+XLSTM_CUDA = ("xLSTM's CUDA backend compiles its extension with nvcc at first use, for every (hidden size, heads, "
+              "dtype): minutes each, more than a collection waits; not collected")
+
+
+def xlstm_cuda_available(device: str) -> str | None:
+    return XLSTM_CUDA
+
+
+def xlstm_cuda(**_):
+    raise Unavailable(XLSTM_CUDA)
+
+
+def config_of(inputs) -> dict:
+    B, _, _, NH, DH = inputs["wx"].shape
+    return config_record(slstm=pick(B, NH, DH, inputs["wx"].device))
+
+
+def make_inputs(dims, dtype, device, seed):
+    """Gate pre-activations ~ N(0, 1) (Cortex's benchmark), recurrent blocks uniform within
+    1/sqrt(DH), random states with a positive normaliser n0 in [1, 2), a seeded reset mask."""
+    B, NH, T, DH = dims["B"], dims["NH"], dims["T"], dims["DH"]
+    g = torch.Generator().manual_seed(seed)
+
+    def rnd(*shape, scale=1.0, shift=0.0, uniform=False):
+        x = (torch.rand(shape, generator=g) * 2 - 1) if uniform else torch.randn(shape, generator=g)
+        return (x * scale + shift).to(device=device, dtype=dtype)
+
+    return {"wx": rnd(B, T, 4, NH, DH), "r": rnd(4, NH, DH, DH, scale=1 / math.sqrt(DH), uniform=True),
+            "b": rnd(4, NH, DH), "y0": rnd(B, NH, DH, scale=0.5), "c0": rnd(B, NH, DH),
+            "n0": rnd(B, NH, DH, scale=0.5, shift=1.5, uniform=True), "m0": rnd(B, NH, DH, scale=0.5),
+            "resets": reset_mask(B, T, float(dims["resets"]), g, device)}
+
+
+check_shape = dims_check("slstm", DIMS)
+
+
+_s = shape_maker(DIMS)
+
+
+QUICK = (_s(2, 1, 3, 16, "0.2", "tiny: one head, three steps, resets"),)
+FULL = (
+    _s(2, 4, 256, 64, "0", "Cortex's benchmark config (2, 4, 256, 64), where it reports its best speedup"),
+    _s(8, 8, 1024, 64, "0", "Cortex's largest benchmark config (8, 8, 1024, 64)"),
+    _s(4, 4, 512, 128, "0", "Cortex's benchmark config (4, 4, 512, 128): 128-wide heads"),
+    _s(1, 4, 60, 64, "0.1", "the agent's real-time step: one environment, hidden 256, episode resets"),
+    _s(32, 4, 60, 64, "0.1", "real-time, 32 environments"),
+    _s(64, 16, 256, 64, "0.1", "training, hidden 1024, with resets"),
+)
+
+
+# Cost model (H = NH * DH). The recurrent product is 4 gates of [B, DH] x [DH, DH] per head and step:
+# 8*B*T*NH*DH^2 FLOPs forward, twice that backward (the input and the weight gradients); the gate
+# pre-activations come in (no input GEMM here); elementwise about 30 FLOPs a unit and step forward,
+# 40 backward. Bytes: wx, r, b and the states read once, y and the final states written once; the
+# backward reads dy, r and the final-state gradients and writes dwx, dr, db and the initial-state
+# gradients.
+def flops(dims, mode) -> float:
+    B, NH, T, DH = dims["B"], dims["NH"], dims["T"], dims["DH"]
+    rec = 8 * B * T * NH * DH * DH
+    fwd, bwd = rec + 30 * B * T * NH * DH, 2 * rec + 40 * B * T * NH * DH
+    return float({"fwd": fwd, "bwd": bwd, "fwd+bwd": fwd + bwd}[mode])
+
+
+def bytes_moved(dims, dtype, mode) -> int:
+    B, NH, T, DH = dims["B"], dims["NH"], dims["T"], dims["DH"]
+    H = NH * DH
+    weights = 4 * NH * DH * DH + 4 * H
+    fwd = 4 * B * T * H + weights + 4 * B * H + B * T * H + 3 * B * H
+    bwd = B * T * H + weights + 2 * B * H + 4 * B * T * H + weights + 3 * B * H
+    return dtype.itemsize * {"fwd": fwd, "bwd": bwd, "fwd+bwd": fwd + bwd}[mode]
+
+
+SPEC = KernelSpec(
+    name="slstm",
+    description="xLSTM's sLSTM cell (exponential gating, normaliser and stabiliser, per-head recurrence) over a "
+                "sequence with resets, forward and backward",
+    modes=("fwd", "bwd", "fwd+bwd"),
+    providers=(
+        Provider("triton", triton_slstm, config=config_of),
+        Provider("cortex", cortex, peer_available("cortex"), note="Cortex's Triton sLSTM (cortexcore)"),
+        Provider("xlstm", xlstm, peer_available("xlstm"), note="xLSTM's vanilla PyTorch backend: no resets"),
+        Provider("xlstm_cuda", xlstm_cuda, xlstm_cuda_available, note="xLSTM's CUDA backend"),
+        Provider("eager", eager, note="the PyTorch step loop with resets"),
+    ),
+    baseline="cortex",
+    reference=reference,
+    make_inputs=make_inputs,
+    grad_inputs=("wx", "r", "b", "y0", "c0", "n0"),
+    grids={"quick": QUICK, "full": FULL},
+    bytes_moved=bytes_moved,
+    flops=flops,
+    bound="compute",
+    # About twice the PyTorch step loop's usual error against float64 (bf16 backward 1.6e-2 to 3.0e-2 at
+    # B=4, NH=2, T=48, DH=32 on the CPU: every exp and division rounded to bf16; fp32 2.3e-7). Its tail
+    # goes past this: 8 draws in 40 there, where bf16 rounds the stabiliser's max or min(exp(x), 1) to a
+    # tie and autograd halves the gradient; those rows fail.
+    tolerance={torch.bfloat16: 6e-2, torch.float32: 1e-5},
+    dtypes=(torch.bfloat16, torch.float32),
+    check_shape=check_shape,
+    notes="m_T is returned without gradient. xlstm runs without resets; eager and xlstm (step loops) are timed "
+          "up to T=256.",
+)

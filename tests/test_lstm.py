@@ -1,0 +1,73 @@
+"""lstm against its float64 reference: our kernels (the persistent path, and the stepped path that
+splits the hidden units over programs), the PyTorch step loop, every dtype, forward and backward."""
+import pytest
+import torch
+
+import opcheck
+from cells_check import cast, check_grids_accepted, errors_against_reference, reference_cases, with_resets
+from kcollect.kernels import lstm
+from kcollect.kernels.lstm.spec import SPEC, reference
+
+# 3x4x32 with resets: one batch group, a reset mask drawn at p = 0.3; 2x3x20: a hidden size that is
+# neither a power of two nor a multiple of 16 (masked units and weight rows), no resets
+SMALL = {"B": 3, "T": 4, "H": 32, "resets": "0.3"}
+ODD = {"B": 2, "T": 3, "H": 20, "resets": "0"}
+CASES = reference_cases(SMALL, ODD)
+GRADS = ("x", "h0", "c0", "w_ih", "w_hh", "b")
+
+
+@pytest.mark.parametrize("provider, mode, dtype, dims", CASES)
+def test_matches_reference(provider, mode, dtype, dims):
+    opcheck.check_case(SPEC, provider, mode, dtype, dims)
+
+
+def _errors(inputs, config):
+    return errors_against_reference(reference, lstm.lstm, inputs, GRADS, config=config)
+
+
+def _inputs(B, T, H, device="cpu"):
+    inputs = SPEC.make_inputs({"B": B, "T": T, "H": H, "resets": "0"}, torch.float32, device, seed=7)
+    return with_resets(inputs, B, T, device)
+
+
+def test_hidden_split_over_programs_and_batch_groups():
+    # 17 rows in two groups of 16, 24 units over two programs (the second half masked): the stepped
+    # path, whose kernel boundary is the barrier between the programs of a step
+    config = lstm.LSTMConfig(bb=16, hb=16, hb_bwd=16, bk=16)
+    errors = _errors(_inputs(17, 3, 24), config)
+    assert max(errors) < 1e-5, errors
+
+
+def test_resident_weights():
+    # the weights held in registers for the whole sequence, forward and backward
+    config = lstm.LSTMConfig(bb=16, hb=32, hb_bwd=32, bk=16, resident=True, resident_bwd=True)
+    errors = _errors(_inputs(3, 3, 32), config)
+    assert max(errors) < 1e-5, errors
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the persistent grid barrier needs co-resident programs")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("resident", [False, True])
+def test_persistent_barrier_on_gpu(dtype, resident):
+    # units split over 8 programs of 2 batch groups that wait for each other at every step
+    config = lstm.LSTMConfig(bb=32, hb=16, hb_bwd=16, bk=32, resident=resident, resident_bwd=resident)
+    errors = _errors(cast(_inputs(40, 50, 64, "cuda"), dtype), config)
+    assert max(errors) < SPEC.tolerance[dtype], errors
+
+
+def test_grid_shapes_are_accepted():
+    check_grids_accepted(SPEC)
+
+
+def test_mismatched_inputs_are_refused():
+    inputs = SPEC.make_inputs(SMALL, torch.float32, "cpu", 0)
+    with pytest.raises(ValueError, match="w_ih must be"):
+        lstm.lstm(**dict(inputs, w_ih=inputs["w_ih"][:5]))
+    with pytest.raises(ValueError, match="resets must be a bool"):
+        lstm.lstm(**dict(inputs, resets=torch.zeros(3, 4)))
+
+
+def test_config_is_recorded():
+    inputs = SPEC.make_inputs(SMALL, torch.float32, "cpu", 0)
+    record = SPEC.provider("triton").config(inputs)
+    assert record["lstm"]["hb"] == 32 and record["lstm"]["persistent"] is True
