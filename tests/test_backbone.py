@@ -119,10 +119,14 @@ def test_grid_shapes_are_accepted_and_bad_ones_refused():
 
 
 def test_config_says_what_ran():
-    dims = {"net": "jamba", "B": 1, "T": 5, "H": 32, "L": 2, "stream": 1}
+    dims = {"net": "jamba", "B": 1, "T": 5, "H": 32, "L": 2, "stream": 0}
     record = SPEC.provider("kcollect").config(make_inputs(dims, torch.bfloat16, "cpu", 0))
     assert set(record) == {"attention", "selective_scan"} and "block_m" in record["attention"]
-    assert record["selective_scan"].startswith("kcollect.kernels.")
+    assert "chunk" in record["selective_scan"]
+    streamed = SPEC.provider("kcollect").config(make_inputs({**dims, "stream": 1}, torch.bfloat16, "cpu", 0))
+    assert set(streamed) == {"attention"}
+    lstm = SPEC.provider("kcollect").config(make_inputs({**dims, "net": "lstm"}, torch.bfloat16, "cpu", 0))
+    assert set(lstm) == {"lstm"}
 
 
 # -- on a GPU ----------------------------------------------------------------------------------

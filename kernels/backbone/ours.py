@@ -1,8 +1,8 @@
 """The kcollect backbone: the blocks of eager.py built from our kernels. The residual add is fused
 with the next RMSNorm (add_rms_norm: the residual stream is carried beside the sublayers' outputs,
 as in mamba_ssm's Block), the MLP's gate is swiglu, attention is our flash attention (causal, the
-window of T frames), and the LSTM and the selective scan come from standin.py until their kernels
-land (one import below). Matmuls are cuBLAS (F.linear), as in the other providers."""
+window of T frames), the LSTM is our persistent LSTM and Mamba's scan our selective scan. Matmuls
+are cuBLAS (F.linear), as in the other providers."""
 from __future__ import annotations
 
 import torch
@@ -14,11 +14,14 @@ from .._lib import config_record
 from ..add_rms_norm import add_rms_norm
 from ..attention import attention
 from ..attention import pick as attention_pick
+from ..lstm import lstm
+from ..lstm import pick as lstm_pick
 from ..rms_norm import rms_norm
+from ..selective_scan import pick as scan_pick
+from ..selective_scan import selective_scan
 from ..swiglu import swiglu
 from .arch import EPS, N_STATE, Arch, arch_of, layer_states, stack_states
 from .blocks import causal_conv, heads, mamba_split, scan, work_dtype
-from .standin import lstm, selective_scan  # -> from ..lstm import lstm; from ..selective_scan import selective_scan
 
 
 def mlp(x, w, i):
@@ -83,13 +86,10 @@ def kcollect(**inputs):
 
 
 def config_of(inputs) -> dict:
-    """Our attention's config, and where the LSTM and the scan came from (a stand-in or our op)."""
-    a = arch_of(inputs)
-    record = {}
-    if "attention" in a.layout:
-        record = config_record(attention=attention_pick(a.hd, True, a.frames, inputs["x"].device, 1).fwd)
-    if "lstm" in a.layout:
-        record["lstm"] = lstm.__module__
-    if "mamba" in a.layout:
-        record["selective_scan"] = selective_scan.__module__
-    return record
+    """The configs our attention, LSTM and selective scan launch with (the scan only over a window:
+    a streamed frame steps the carried state in PyTorch)."""
+    a, device = arch_of(inputs), inputs["x"].device
+    return config_record(
+        attention=attention_pick(a.hd, True, a.frames, device, 1).fwd if "attention" in a.layout else None,
+        lstm=lstm_pick(a.B, a.H, device) if "lstm" in a.layout else None,
+        selective_scan=scan_pick(a.B, a.T, a.Di, N_STATE, device) if "mamba" in a.layout and not a.stream else None)
