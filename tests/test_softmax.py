@@ -279,7 +279,7 @@ for name, (fn, sig, const, warps, cap) in cases.items():
 
 
 @ON_GPU
-def test_gpu_binaries_assemble_as_measured():
+def test_sm90_binaries_assemble_as_measured_on_the_gpu():
     # The packed bf16 widening (_lib.widen) and the L2 prefetch are PTX: compiled offline for sm_90
     # (its own process, without TRITON_INTERPRET; run with the GPU tests, ~6 s of CPU), they must
     # assemble, at the occupancy the defaults were measured at: the packed backward's 32768
