@@ -18,8 +18,11 @@ MIN_BF16_ELEMENTS = 256
 
 
 def too_few_for_bf16(dims, dtype) -> bool:
-    size = math.prod(v for v in dims.values() if isinstance(v, int))
-    return dtype == torch.bfloat16 and size < MIN_BF16_ELEMENTS
+    return dtype == torch.bfloat16 and _size(dims) < MIN_BF16_ELEMENTS
+
+
+def _size(dims) -> int:
+    return math.prod(v for v in dims.values() if isinstance(v, int))
 
 
 def run_offline_compile(script: str) -> str:
@@ -98,6 +101,22 @@ def lean_reference_cases(spec, shapes, ours: str = "triton"):
     cases += [(name, "fwd+bwd", dtype, shapes[0]) for name in others for dtype in spec.dtypes]
     return [pytest.param(*case, id=f"{case[0]}-{case[1]}-{str(case[2])[6:]}-{shape_id(case[3])}") for case in cases
             if not too_few_for_bf16(case[3], case[2])]
+
+
+def planned_cases(plan, eager_ok=lambda dims, dtype: True):
+    """pytest params of (provider, mode, dtype, dims) for a plan of (dims, mode, dtypes) entries, for
+    ops whose paths depend on the dtype as well as the shape (row bytes) or whose modes are not
+    fwd/bwd/fwd+bwd: ours ("triton") on every entry; eager ("torch") once per mode and dtype, on
+    the largest shape of the plan where `eager_ok` (its check shows the tolerance holds for the
+    baseline, which does not depend on our paths)."""
+    params, eager = [], {}
+    for dims, mode, dtypes in plan:
+        for dtype in dtypes:
+            params.append(("triton", mode, dtype, dims))
+            if eager_ok(dims, dtype) and _size(dims) > _size(eager.get((mode, dtype), {})):
+                eager[(mode, dtype)] = dims
+    params += [("torch", mode, dtype, dims) for (mode, dtype), dims in eager.items()]
+    return [pytest.param(*p, id=f"{p[0]}-{p[1]}-{str(p[2])[6:]}-{shape_id(p[3])}") for p in params]
 
 
 def in_turn(names, dtypes=(torch.bfloat16, torch.float32)):
