@@ -48,9 +48,9 @@ def release(device: str, compiled: bool = False) -> None:
     """Give back what a case created: Python garbage first (tensors in reference cycles), then
     torch.compile's in-memory graphs when the case compiled, then the allocator's cached blocks."""
     if compiled:
-        import torch._dynamo
+        from torch import _dynamo  # (`import torch._dynamo` here would make torch a local name)
 
-        torch._dynamo.reset()
+        _dynamo.reset()
     gc.collect()
     if device == "cuda":
         torch.cuda.synchronize()
