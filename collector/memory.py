@@ -11,8 +11,10 @@ out of memory for shapes that fit many times over alone. What a case can leave b
 - a CUDA graph's private memory pool: the timing resets each graph, but PyTorch releases before
   the fix of pytorch/pytorch#190348 never give back the pool of a capture that failed (a host sync
   inside the call), and `empty_cache` cannot reach it. So the runner stops capturing a (kernel,
-  mode, provider) after its first failure, and every capture uses one pool per process, so that
-  a pool leaked that way is reused by the next captures instead of adding up;
+  mode, provider) after its first failure. Each capture keeps its own pool: captures sharing one
+  handle broke PyTorch's allocator on the H100 (torch 2.11: a graph reset while its outputs lived
+  left the pool at use count 0, and the next capture into it failed an internal assert, and so
+  did every capture after it);
 - cuBLAS workspaces (one per stream it ran on, from PyTorch's pool) and the blocks PyTorch's
   allocator caches: given back after each provider and each case, so that the next one (and the
   memory outside PyTorch: CUDA context, Triton modules) sees the device as the run found it.
@@ -81,12 +83,3 @@ def clock_mhz(device: str) -> float | None:
     except Exception:  # no pynvml, no permission, an NVML error: the clock is evidence, not a need
         return None
 
-
-_POOL: list = []
-
-
-def graph_pool():
-    """One CUDA-graph memory pool for every capture of this process (see the module's note)."""
-    if not _POOL:
-        _POOL.append(torch.cuda.graph_pool_handle())
-    return _POOL[0]

@@ -234,7 +234,7 @@ class Runner:
         if self.config.cuda_graph and key not in self.no_capture:
             failure = None
             try:
-                return timing.time_cuda_graph(call, budget, self.flush, pool=memory.graph_pool(), clock=clock,
+                return timing.time_cuda_graph(call, budget, self.flush, clock=clock,
                                               on_capture=self._on_capture if own_capture else lambda s: None)
             except Exception as e:  # not capturable (a host sync, say): events, and the row says so
                 failure = _error_text(e)

@@ -158,8 +158,9 @@ def time_cuda_graph(fn: Callable[[], object], budget: Budget, flush: torch.Tenso
     budgets as time_cuda. A replay runs exactly the device work of the call without the host's
     Python, autograd and launch overhead in between, which in training is hidden because the CPU
     runs ahead of the GPU; at small and medium shapes that overhead would otherwise be most of
-    what events measure, for every provider alike. Rows are labelled 'cuda-graph'. `pool`: the
-    memory pool captures share (memory.graph_pool); `on_capture` gets the capture's seconds."""
+    what events measure, for every provider alike. Rows are labelled 'cuda-graph'. `pool`: a
+    memory pool handle to capture into (default: the graph's own); `on_capture` gets the
+    capture's seconds."""
     t0 = time.perf_counter()
     peaks: list[int] = []
     stream = torch.cuda.Stream()
