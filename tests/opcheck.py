@@ -163,3 +163,67 @@ def check_case(spec, provider, mode, dtype, dims):
     result = verify.check(spec, provider, dims, dtype, mode, seed=random.randrange(2**31))
     assert result.ok, f"{provider} {mode} {dtype} {dims}: error {result.error:.3g} > {result.tolerance:.3g}"
     return result
+
+
+def fake_quack(monkeypatch) -> list:
+    """A stand-in for the `quack` package (QuACK's CuTe DSL kernels need a Hopper GPU): its norm
+    entry points with QuACK 0.6.5's signatures, returns and dtype asserts, in plain torch, so that a
+    provider's wiring (names, argument order, what comes back, autograd) runs on the CPU. Returns the
+    list of the entry points called, in order."""
+    import sys
+    import types
+
+    calls = []
+
+    def rmsnorm(x, weight=None, bias=None, residual=None, out_dtype=None, residual_dtype=None, eps=1e-6,
+                prenorm=False, weight_offset=0.0):
+        calls.append("rmsnorm")
+        h = x if residual is None else x + residual
+        hf = h.float()
+        out = (hf * torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + eps) * weight.float()).to(x.dtype)
+        return (out, h) if residual is not None and prenorm else out
+
+    def layernorm_fwd(x, weight, bias=None, eps=1e-6, return_rstd=False, return_mean=False):
+        calls.append("layernorm_fwd")
+        assert x.dim() == 2 and weight.dtype == torch.float32 and bias.dtype == torch.float32
+        xf = x.detach().float()
+        mean = xf.mean(-1)
+        rstd = torch.rsqrt(((xf - mean[:, None]) ** 2).mean(-1) + eps)
+        out = ((xf - mean[:, None]) * rstd[:, None] * weight + bias).to(x.dtype)
+        return out, rstd, mean
+
+    def layernorm_bwd(x, weight, dout, rstd, mean, has_bias=True):
+        calls.append("layernorm_bwd")
+        xhat = (x.float() - mean[:, None]) * rstd[:, None]
+        wdy = dout.float() * weight
+        c1, c2 = (xhat * wdy).mean(-1, keepdim=True), wdy.mean(-1, keepdim=True)
+        dx = ((wdy - xhat * c1 - c2) * rstd[:, None]).to(x.dtype)
+        return dx, (dout.float() * xhat).sum(0), dout.float().sum(0) if has_bias else None
+
+    quack = types.ModuleType("quack")
+    quack.rmsnorm = rmsnorm
+    norms = types.ModuleType("quack.rmsnorm")
+    norms.rmsnorm, norms.layernorm_fwd, norms.layernorm_bwd = rmsnorm, layernorm_fwd, layernorm_bwd
+    monkeypatch.setitem(sys.modules, "quack", quack)
+    monkeypatch.setitem(sys.modules, "quack.rmsnorm", norms)
+    return calls
+
+
+def check_quack_provider(spec, monkeypatch, called: list[str], dims=None):
+    """The `quack` provider: unavailable on the CPU with the reason; wired to QuACK's entry points
+    `called` (checked against the fake_quack stand-in, fwd+bwd in each dtype within the op's
+    tolerance); rows QuACK's backward refuses (over 128K elements of fp32) raise Unavailable."""
+    from kcollect.spec import Unavailable
+
+    provider = spec.provider("quack")
+    why = provider.available("cpu")
+    assert why is not None and "quack" in why, why
+    calls = fake_quack(monkeypatch)
+    for dtype in spec.dtypes:
+        check_case(spec, "quack", "fwd+bwd", dtype, dims or {"M": 23, "N": 300})
+    assert calls[:len(called)] == called, calls
+    wide = spec.make_inputs({"M": 1, "N": 128 * 1024 + 8}, torch.float32, "cpu", 0)
+    for name in spec.grad_inputs:
+        wide[name].requires_grad_(True)
+    with pytest.raises(Unavailable, match="128K|131072"):
+        provider.fn(**wide)

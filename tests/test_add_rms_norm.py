@@ -145,3 +145,8 @@ def test_grid_shapes_cost_model_and_config():
     assert record["fwd"]["path"] == "rows" and record["fwd"]["persistent"] is False
     assert record["bwd"] == {"block_n": 128, "rows": 16, "warps": 8, "prefetch": True, "rstd_ahead": False,
                              "path": "rows"}
+
+
+def test_quack_provider(monkeypatch):
+    # QuACK's rmsnorm with its fused residual add (prenorm=True: the sum returned too, as h)
+    opcheck.check_quack_provider(SPEC, monkeypatch, ["rmsnorm"])

@@ -359,3 +359,8 @@ def test_wide_forward_defaults_on_the_gpu(dtype, dims):
         assert rel(y, reference(base.double(), w.double(), 1e-6)) <= SPEC.tolerance[dtype]
         rstd_ref = 1.0 / torch.sqrt(base.double().pow(2).mean(-1) + 1e-6)
         torch.testing.assert_close(rstd.double(), rstd_ref, rtol=1e-4, atol=0)
+
+
+def test_quack_provider(monkeypatch):
+    # QuACK's autograd rmsnorm (its backward: rmsnorm_bwd), no residual
+    opcheck.check_quack_provider(SPEC, monkeypatch, ["rmsnorm"])

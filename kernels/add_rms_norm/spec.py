@@ -6,7 +6,7 @@ import torch
 
 from kcollect.spec import Shape
 
-from .._lib.norm_spec import norm_spec
+from .._lib.norm_spec import norm_spec, quack_refusals
 from ..rms_norm.spec import FULL as RMS_NORM_FULL
 from ..rms_norm.spec import configs_of, rms_norm_eager
 from ..rms_norm.spec import reference as rms_norm_reference
@@ -25,6 +25,16 @@ def add_rms_norm_liger(x: torch.Tensor, residual: torch.Tensor, w: torch.Tensor,
     # (X, R, W, eps, offset, casting_mode, in_place): LLaMA casting, Liger's defaults otherwise.
     # It returns (normed, residual sum); ours is (h, y).
     y, h = LigerFusedAddRMSNormFunction.apply(x, residual, w, eps, 0.0, "llama", False)
+    return h, y
+
+
+def add_rms_norm_quack(x: torch.Tensor, residual: torch.Tensor, w: torch.Tensor, eps: float = 1e-6):
+    # QuACK's RMSNorm with its fused residual add: prenorm=True returns (normed, residual sum); the
+    # gradient reaching the sum comes back through its rmsnorm_bwd as the residual's (= x's).
+    quack_refusals(x, residual, w)
+    import quack
+
+    y, h = quack.rmsnorm(x, w, residual=residual, eps=eps, prenorm=True)
     return h, y
 
 
@@ -68,7 +78,7 @@ FULL = tuple(s for s in RMS_NORM_FULL if s.label not in _LEFT_OUT) + (
 # FLOPs: fwd 5 per element (the add, then rms_norm's 4); bwd 10 (rms_norm's 9, plus dh).
 SPEC = norm_spec(
     "add_rms_norm", "h = x + residual, y = rms_norm(h) * w, returning (h, y), forward and backward",
-    fn=add_rms_norm, eager=add_rms_norm_eager, liger=add_rms_norm_liger,
+    fn=add_rms_norm, eager=add_rms_norm_eager, liger=add_rms_norm_liger, quack=add_rms_norm_quack,
     config_of=lambda inputs: configs_of(inputs["x"], True),
     reference=reference, make_inputs=make_inputs, grad_inputs=("x", "residual", "w"),
     full=FULL, traffic={"fwd": (4, 1, 0), "bwd": (4, 2, 0)}, flops_per={"fwd": 5, "bwd": 10},

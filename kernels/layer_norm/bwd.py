@@ -63,15 +63,18 @@ def _ln_bwd_rows(x_ptr, dy_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, part_ptr, M, 
         dyf = dy.to(tl.float32)
         dw += dyf * xhat
         db += dyf
-        wdy = dyf * w[None, :]
+        # dy * w rounded once (an explicit fma, which the compiler leaves alone) and used as that
+        # value in the sums and in dx: as a plain product the compiler fuses it unrounded into dx's
+        # subtraction, and at N = 1 (xhat = 0, N * wdy - s2 = 0) dx kept its rounding error where
+        # it is exactly 0. N * wdy - s2 rather than wdy - s2 / N: no division to round before the
+        # cancellation; the one division is rstd / N, per row.
+        wdy = tl.fma(dyf, w[None, :], 0.0)
         if FUSED_SUMS:
-            c1, c2 = tl.reduce((xhat * wdy, wdy), 1, _add_pair)
-            c1 = c1 / N
-            c2 = c2 / N
+            s1, s2 = tl.reduce((xhat * wdy, wdy), 1, _add_pair)
         else:
-            c1 = tl.sum(xhat * wdy, axis=1) / N
-            c2 = tl.sum(wdy, axis=1) / N
-        dx = (wdy - (xhat * c1[:, None] + c2[:, None])) * rstd[:, None]
+            s1 = tl.sum(xhat * wdy, axis=1)
+            s2 = tl.sum(wdy, axis=1)
+        dx = (wdy * N - (xhat * s1[:, None] + s2[:, None])) * (rstd / N)[:, None]
         offs = row_start(rows, N, N_ALIGN)[:, None] + cols[None, :]
         tl.store(dx_ptr + offs, dx.to(dx_ptr.dtype.element_ty), mask=rmask[:, None] & cmask[None, :])
         x = x_next

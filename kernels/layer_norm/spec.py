@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from kcollect.spec import Shape
 
 from .._lib import config_record
-from .._lib.norm_spec import norm_spec
+from .._lib.norm_spec import norm_spec, quack_refusals
 from . import layer_norm, pick_backward, pick_forward
 
 
@@ -20,6 +20,36 @@ def layer_norm_liger(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, 
     from liger_kernel.ops.layer_norm import LigerLayerNormFunction
 
     return LigerLayerNormFunction.apply(x, weight, bias, eps)
+
+
+class QuackLayerNormFunction(torch.autograd.Function):
+    """QuACK's LayerNorm kernels (quack.rmsnorm.layernorm_fwd / layernorm_bwd; QuACK has no autograd
+    wrapper for them) on [M, N] rows, with float32 weight and bias."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, eps):
+        from quack.rmsnorm import layernorm_fwd
+
+        y, rstd, mean = layernorm_fwd(x, weight, bias, eps, return_rstd=True, return_mean=True)
+        ctx.save_for_backward(x, weight, rstd, mean)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        from quack.rmsnorm import layernorm_bwd
+
+        x, weight, rstd, mean = ctx.saved_tensors
+        dx, dw, db = layernorm_bwd(x, weight, dy.contiguous(), rstd, mean, has_bias=True)
+        return dx, dw, db, None
+
+
+def layer_norm_quack(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
+    quack_refusals(x, weight, bias)
+    n = x.shape[-1]
+    # QuACK's LayerNorm asserts float32 weight and bias: bf16/fp16 ones are widened here (two casts
+    # of N elements, in its time; autograd casts dw and db back), as its user would have to.
+    y = QuackLayerNormFunction.apply(x.reshape(-1, n).contiguous(), weight.float(), bias.float(), eps)
+    return y.view(x.shape)
 
 
 def reference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
@@ -79,7 +109,7 @@ FULL = (
 # and db accumulation).
 SPEC = norm_spec(
     "layer_norm", "LayerNorm over the last dim with weight and bias (eps 1e-5), forward and backward",
-    fn=layer_norm, eager=layer_norm_eager, liger=layer_norm_liger, config_of=config_of,
+    fn=layer_norm, eager=layer_norm_eager, liger=layer_norm_liger, quack=layer_norm_quack, config_of=config_of,
     reference=reference, make_inputs=make_inputs, grad_inputs=("x", "weight", "bias"),
     full=FULL, traffic={"fwd": (2, 2, 8), "bwd": (3, 3, 8)}, flops_per={"fwd": 8, "bwd": 13},
     # Ours sums statistics and gradients in fp32: one rounding of each output to the storage dtype

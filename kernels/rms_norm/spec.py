@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from kcollect.spec import Provider, Shape
 
 from .._lib import config_record
-from .._lib.norm_spec import norm_spec
+from .._lib.norm_spec import norm_spec, quack_refusals
 from . import pick_backward, pick_forward, rms_norm
 
 
@@ -31,6 +31,15 @@ def rms_norm_liger(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6) -> torch
     # default in_place=True (dx is written over the upstream gradient: the gate checks the first
     # call, the timed repeats only see changed values, not changed work).
     return LigerRMSNormFunction.apply(x, w, eps, 0.0, "llama", True)
+
+
+def rms_norm_quack(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """QuACK's RMSNorm (autograd: its rmsnorm_bwd gives dx and dw); x, w in fp32, fp16 or bf16, its
+    weight applied in fp32."""
+    quack_refusals(x, w)
+    import quack
+
+    return quack.rmsnorm(x, w, eps=eps)
 
 
 def reference(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -83,7 +92,7 @@ FULL = (
 # FLOPs: fwd 4 per element (square, sum, scale, weight); bwd 9 (xhat, m, dot, dx, dw).
 SPEC = norm_spec(
     "rms_norm", "x * rsqrt(mean(x^2) + eps) * w over the last dimension, forward and backward",
-    fn=rms_norm, eager=rms_norm_eager, liger=rms_norm_liger, config_of=lambda inputs: configs_of(inputs["x"], False),
+    fn=rms_norm, eager=rms_norm_eager, liger=rms_norm_liger, quack=rms_norm_quack, config_of=lambda inputs: configs_of(inputs["x"], False),
     peers=(Provider("torch_fused", rms_norm_torch_fused),),
     reference=reference, make_inputs=make_inputs, grad_inputs=("x", "w"), full=FULL,
     traffic={"fwd": (2, 1, 0), "bwd": (3, 2, 0)}, flops_per={"fwd": 4, "bwd": 9},
