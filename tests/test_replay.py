@@ -68,7 +68,7 @@ def test_replayed_history_fails_only_on_changes_of_our_code(history, monkeypatch
             assert touched, f"{a[:8]} -> {b[:8]} fails {ln.key}, but git shows no change of its code"
         if gating:
             failing[(a[:8], b[:8])] = sorted({ln.key[0] for ln in gating})
-    assert len(list(pairs(rows))) == 39
+    assert len(list(pairs(rows))) >= 39  # the 46 H200 runs of the evaluation, and whatever came since
     # the example of a false alarm (add_rms_norm fwd compile 1x4096 +10.8%) passes
     assert ("9870fff5", "9a31f4a5") not in failing
     assert len(failing) <= 5, failing  # 17 pairs failed with the p20-p80 rule
