@@ -8,9 +8,10 @@ import math
 import torch
 import torch.nn.functional as F
 
-from kcollect.spec import KernelSpec, Shape, standard_providers
+from kcollect.spec import Shape, standard_providers
 
 from .._lib import config_record
+from .._lib.spec_kit import module_spec
 from . import APPROX, gelu, pick
 
 
@@ -81,23 +82,12 @@ def flops(dims, mode) -> float:
     return float(per * dims["M"] * dims["N"])
 
 
-SPEC = KernelSpec(
-    name="gelu",
-    description="GELU, exact (erf) and tanh approximation, forward and backward",
-    modes=("fwd", "bwd", "fwd+bwd"),
+SPEC = module_spec(
+    globals(), "gelu", "GELU, exact (erf) and tanh approximation, forward and backward",
     providers=standard_providers(gelu, gelu_eager, config_of),  # Liger has no plain GELU
-    baseline="torch",
-    reference=reference,
-    make_inputs=make_inputs,
     grad_inputs=("x",),
-    grids={"quick": QUICK, "full": FULL},
-    bytes_moved=bytes_moved,
-    flops=flops,
-    bound="memory",
     # One rounding of the output (eager and compile also compute in fp32 and round once), plus the
     # rounding of dy to the dtype in bwd: ~2^-9 relative for bf16 (x1.5 under the interpreter's
     # truncating cast), ~2^-12 for fp16; fp32: exp/erf/division rounding only.
     tolerance={torch.bfloat16: 8e-3, torch.float16: 1e-3, torch.float32: 1e-5},
-    dtypes=(torch.bfloat16, torch.float16, torch.float32),
-    check_shape=check_shape,
 )
