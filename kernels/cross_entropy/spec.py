@@ -5,10 +5,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from kcollect.spec import Provider, Shape, Unavailable, peer_available, standard_providers
+from kcollect.spec import Provider, Unavailable, peer_available, standard_providers
 
 from .._lib import config_record
-from .._lib.spec_kit import module_spec
+from .._lib.spec_kit import module_spec, shape_maker
 from . import IGNORE_INDEX, cross_entropy, pick
 
 
@@ -94,8 +94,7 @@ def config_of(inputs) -> dict:
 # label smoothing (a string so that the label reads e.g. 4096x128256x0.1).
 
 
-def _s(tokens: int, vocab: int, smoothing: str, why: str) -> Shape:
-    return Shape({"tokens": tokens, "vocab": vocab, "smoothing": smoothing}, why)
+_s = shape_maker("tokens", "vocab", "smoothing")
 
 
 QUICK = (

@@ -5,10 +5,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from kcollect.spec import Provider, Shape, compiled
+from kcollect.spec import Provider, compiled
 
 from .._lib import config_record
-from .._lib.spec_kit import module_spec
+from .._lib.spec_kit import module_spec, shape_maker
 from . import AMAX_FLOOR, FP8_MAX, GRANULARITIES, block_shape, dequantize, fp8_quant, pick
 
 
@@ -74,8 +74,7 @@ def config_of(inputs) -> dict:
 # Shape grids: M = tokens (activations) or output features (weights), N = hidden / input size.
 
 
-def _s(m: int, n: int, gran: str, why: str) -> Shape:
-    return Shape({"M": m, "N": n, "gran": gran}, why)
+_s = shape_maker("M", "N", "gran")
 
 
 QUICK = (

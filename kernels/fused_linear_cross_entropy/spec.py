@@ -5,10 +5,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from kcollect.spec import Provider, Shape, peer_available, standard_providers
+from kcollect.spec import Provider, peer_available, standard_providers
 
 from .._lib import config_record
-from .._lib.spec_kit import module_spec
+from .._lib.spec_kit import module_spec, shape_maker
 from ..cross_entropy import IGNORE_INDEX
 from ..cross_entropy import pick as cross_entropy_pick
 from ..cross_entropy.spec import check_shape  # the label smoothing's range
@@ -83,8 +83,7 @@ def config_of(inputs) -> dict:
 # of cuBLAS work per provider and a float64 reference of ~40 GB at the largest.
 
 
-def _s(tokens: int, hidden: int, vocab: int, smoothing: str, why: str) -> Shape:
-    return Shape({"tokens": tokens, "hidden": hidden, "vocab": vocab, "smoothing": smoothing}, why)
+_s = shape_maker("tokens", "hidden", "vocab", "smoothing")
 
 
 QUICK = (

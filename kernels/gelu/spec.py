@@ -8,10 +8,10 @@ import math
 import torch
 import torch.nn.functional as F
 
-from kcollect.spec import Shape, standard_providers
+from kcollect.spec import standard_providers
 
 from .._lib import config_record
-from .._lib.spec_kit import module_spec
+from .._lib.spec_kit import module_spec, per_element_cost, shape_maker
 from . import APPROX, gelu, pick
 
 
@@ -38,8 +38,7 @@ def config_of(inputs) -> dict:
 
 
 # Shape grids: M = tokens, N = MLP intermediate size, approx = the GELU variant.
-def _s(m: int, n: int, approx: str, why: str) -> Shape:
-    return Shape({"M": m, "N": n, "approx": approx}, why)
+_s = shape_maker("M", "N", "approx")
 
 
 QUICK = (
@@ -72,14 +71,7 @@ def check_shape(dims) -> str | None:
 #   fwd+bwd:  the two passes                -> 5 * M * N * s
 # FLOPs (rough, transcendentals counted as one): fwd ~8 per element, bwd ~14; negligible next to
 # the bytes.
-def bytes_moved(dims, dtype, mode) -> int:
-    per = {"fwd": 2, "bwd": 3, "fwd+bwd": 5}[mode]
-    return per * dims["M"] * dims["N"] * dtype.itemsize
-
-
-def flops(dims, mode) -> float:
-    per = {"fwd": 8, "bwd": 14, "fwd+bwd": 22}[mode]
-    return float(per * dims["M"] * dims["N"])
+bytes_moved, flops = per_element_cost({"fwd": 2, "bwd": 3, "fwd+bwd": 5}, {"fwd": 8, "bwd": 14, "fwd+bwd": 22})
 
 
 SPEC = module_spec(

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from kcollect.spec import Provider, Shape, peer_available, standard_providers
+from kcollect.spec import Provider, peer_available, standard_providers
 
 from .._lib import config_record
-from .._lib.spec_kit import module_spec
+from .._lib.spec_kit import module_spec, shape_maker
 from . import pick, rope
 
 POS = ("ids", "shared")
@@ -78,8 +78,7 @@ def config_of(inputs) -> dict:
 # (cos/sin [1, T, D], positions 0..T-1 for every sequence).
 
 
-def _s(b: int, hq: int, hk: int, t: int, d: int, pos: str, why: str) -> Shape:
-    return Shape({"B": b, "Hq": hq, "Hk": hk, "T": t, "D": d, "pos": pos}, why)
+_s = shape_maker("B", "Hq", "Hk", "T", "D", "pos")
 
 
 QUICK = (

@@ -7,7 +7,7 @@ import torch
 from kcollect.spec import Provider, Shape, peer_available, standard_providers
 
 from .._lib import config_record
-from .._lib.spec_kit import module_spec
+from .._lib.spec_kit import module_spec, per_element_cost
 from . import pick_backward, pick_forward, softmax
 
 
@@ -98,14 +98,7 @@ FULL = (
 # scale), bwd 4 (product, sum, subtract, product).
 
 
-def bytes_moved(dims, dtype, mode) -> int:
-    per = {"fwd": 2, "bwd": 3, "fwd+bwd": 5}[mode]
-    return per * dims["M"] * dims["N"] * dtype.itemsize
-
-
-def flops(dims, mode) -> float:
-    per = {"fwd": 5, "bwd": 4, "fwd+bwd": 9}[mode]
-    return float(per * dims["M"] * dims["N"])
+bytes_moved, flops = per_element_cost({"fwd": 2, "bwd": 3, "fwd+bwd": 5}, {"fwd": 5, "bwd": 4, "fwd+bwd": 9})
 
 
 SPEC = module_spec(
