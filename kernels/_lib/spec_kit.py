@@ -1,21 +1,16 @@
 """What the ops' spec modules share when they declare their KernelSpec: the fields every spec module
-defines under the same names, the defaults most ops take, a maker of labelled shapes, the per-element
-cost model of the elementwise and row ops, and the tolerance of one output rounding."""
+defines under the same names, the defaults most ops take, a maker of labelled shapes and the
+per-element cost model of the elementwise and row ops."""
 from __future__ import annotations
 
 from typing import Any, Callable, Mapping
 
 import torch
 
-from kcollect.spec import KernelSpec, Provider, Shape, peer_available
+from kcollect.spec import KernelSpec, Shape
 
 FWD_BWD = ("fwd", "bwd", "fwd+bwd")
 FLOATS = (torch.bfloat16, torch.float16, torch.float32)
-
-# About 2-3x the error one rounding of each output gives (bf16 eps 2^-8, fp16 2^-11; the CPU
-# interpreter truncates instead of rounding, which doubles it), so a 1% systematic error fails;
-# fp32: exp/erf/reciprocal rounding only.
-ONE_ROUNDING = {torch.bfloat16: 8e-3, torch.float16: 1e-3, torch.float32: 1e-5}
 
 
 def shape_maker(*keys: str) -> Callable[..., Shape]:
@@ -39,11 +34,6 @@ def per_element_cost(bytes_per: Mapping[str, int], flops_per: Mapping[str, int])
         return float(flops_per[mode] * dims["M"] * dims["N"])
 
     return bytes_moved, flops
-
-
-def liger(fn: Callable) -> Provider:
-    """The provider calling Liger's kernel (a GPU; gated on liger_kernel importing)."""
-    return Provider("liger", fn, peer_available("liger_kernel"))
 
 
 def module_spec(module: Mapping[str, Any], name: str, description: str, **fields: Any) -> KernelSpec:
