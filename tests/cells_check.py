@@ -39,13 +39,6 @@ def cast(inputs, dtype):
     return {k: v.to(dtype) if torch.is_tensor(v) and v.is_floating_point() else v for k, v in inputs.items()}
 
 
-def check_grids_accepted(spec):
-    """Every shape of every grid of the spec passes its own check_shape."""
-    for grid in spec.grids.values():
-        for shape in grid:
-            assert spec.check_shape(shape.dims) is None, shape
-
-
 def reference_cases(small, odd, extra=(), eager_dtypes=(torch.float32, torch.bfloat16)):
     """pytest params (provider, mode, dtype, dims) of the cells' gate tests: ours in fp32 forward
     alone (nothing saved: the inference path) and forward+backward, in bf16 forward and backward, on

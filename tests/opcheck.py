@@ -158,6 +158,26 @@ def check_as_accurate_as_eager(spec, shapes, modes=("fwd", "bwd"), dtype=torch.f
             assert all(o <= factor * e for o, e in zip(ours, eager)), f"{mode} {dims}: ours {ours}, eager {eager}"
 
 
+def check_gated_1d(forward, backward, reference, n: int, config):
+    """A gated activation's forward(a, b, config) and backward(dc, a, b, config) launchers on 1-D
+    inputs of n elements against the float64 reference: c, da and db within fp32's rounding."""
+    a, b, dc = torch.randn(n) * 3, torch.randn(n), torch.randn(n)
+    ad, bd = a.double().requires_grad_(True), b.double().requires_grad_(True)
+    want = reference(ad, bd)
+    want_da, want_db = torch.autograd.grad(want, (ad, bd), dc.double())
+    torch.testing.assert_close(forward(a, b, config).double(), want.detach(), rtol=1e-5, atol=1e-6)
+    da, db = backward(dc, a, b, config)
+    torch.testing.assert_close(da.double(), want_da, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(db.double(), want_db, rtol=1e-5, atol=1e-6)
+
+
+def check_grids_accepted(spec):
+    """Every shape of every grid of the spec passes its own check_shape."""
+    for grid in spec.grids.values():
+        for shape in grid:
+            assert spec.check_shape(shape.dims) is None, shape
+
+
 def check_case(spec, provider, mode, dtype, dims):
     """One provider against float64 on fresh random inputs: within the op's tolerance."""
     result = verify.check(spec, provider, dims, dtype, mode, seed=random.randrange(2**31))

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import opcheck
-from cells_check import cast, check_grids_accepted, errors_against_reference, reference_cases, with_resets
+from cells_check import cast, errors_against_reference, reference_cases, with_resets
 from kcollect import verify
 from kcollect.kernels import mlstm
 from kcollect.kernels.mlstm.naive import chunkwise, recurrent
@@ -58,7 +58,7 @@ def test_gpu_chunks_of_64(dh):
 
 
 def test_grid_shapes_are_accepted():
-    check_grids_accepted(SPEC)
+    opcheck.check_grids_accepted(SPEC)
 
 
 def test_mismatched_inputs_are_refused():

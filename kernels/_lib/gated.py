@@ -10,6 +10,7 @@ import torch
 from kcollect.spec import KernelSpec, Provider, Shape, peer_available, standard_providers
 
 from .config import config_record
+from .spec_kit import per_element_cost
 
 
 def make_inputs(dims, dtype, device, seed):
@@ -33,9 +34,7 @@ QUICK = (
 #   bwd:      read dc, a, b; write da, db         -> 5 * M * N * s
 #   fwd+bwd:  the two passes                      -> 8 * M * N * s
 # FLOPs are negligible next to the bytes (an exp and a few multiply-adds per element).
-def bytes_moved(dims, dtype, mode) -> int:
-    per = {"fwd": 3, "bwd": 5, "fwd+bwd": 8}[mode]
-    return per * dims["M"] * dims["N"] * dtype.itemsize
+BYTES_PER = {"fwd": 3, "bwd": 5, "fwd+bwd": 8}
 
 
 def gated_spec(name: str, description: str, fn: Callable, eager: Callable, liger: Callable, reference: Callable,
@@ -46,8 +45,7 @@ def gated_spec(name: str, description: str, fn: Callable, eager: Callable, liger
     def config_of(inputs) -> dict:
         return config_record(elementwise=pick(inputs["a"].numel(), inputs["a"].device))
 
-    def flops(dims, mode) -> float:
-        return float(flops_per[mode] * dims["M"] * dims["N"])
+    bytes_moved, flops = per_element_cost(BYTES_PER, flops_per)
 
     return KernelSpec(
         name=name,

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import torch
 
-from kcollect.spec import KernelSpec, Provider, Shape
+from kcollect.spec import Provider, Shape
 
 from .._lib import config_record
+from .._lib.spec_kit import module_spec
 from . import attention, pick
 from .naive import reference, visible_pairs
 from .providers import cuda_only, eager, fa4, fla, flex, importable, sdpa
@@ -164,18 +165,12 @@ PROVIDERS = (
     Provider("fa4", fa4, importable("flash_attn.cute")),
 )
 
-SPEC = KernelSpec(
-    name="attention",
-    description="softmax(q k^T / sqrt(D)) v: causal, sliding-window, grouped-query and packed batches, fwd and bwd",
-    modes=("fwd", "bwd", "fwd+bwd"),
+SPEC = module_spec(
+    globals(), "attention",
+    "softmax(q k^T / sqrt(D)) v: causal, sliding-window, grouped-query and packed batches, fwd and bwd",
     providers=PROVIDERS,
     baseline="sdpa_flash",
-    reference=reference,
-    make_inputs=make_inputs,
     grad_inputs=("q", "k", "v"),
-    grids={"quick": QUICK, "full": FULL},
-    bytes_moved=bytes_moved,
-    flops=flops,
     bound="compute",
     # Three times the worst error of eager attention (matmul, softmax, matmul in the dtype) against
     # float64, measured on the CPU over S 60-1024, D 64/96/128, causal, windowed and GQA shapes,
@@ -184,5 +179,4 @@ SPEC = KernelSpec(
     tolerance={torch.bfloat16: 2e-2, torch.float16: 2.5e-3},
     dtypes=(torch.bfloat16, torch.float16),
     bench_dtypes=(torch.bfloat16, torch.float16),
-    check_shape=check_shape,
 )

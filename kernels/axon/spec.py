@@ -14,10 +14,11 @@ import math
 import torch
 import torch.nn.functional as F
 
-from kcollect.spec import KernelSpec, Provider, peer_available
+from kcollect.spec import Provider, peer_available
 
 from .._lib import config_record
 from .._lib.recurrent import dims_check, keep_factor, reset_mask, shape_maker, step_loop_limit
+from .._lib.spec_kit import module_spec
 from . import axon, pick
 
 DIMS = ("B", "T", "H", "resets")
@@ -223,11 +224,10 @@ def bytes_moved(dims, dtype, mode) -> int:
     return dtype.itemsize * {"fwd": fwd, "bwd": bwd, "fwd+bwd": fwd + bwd}[mode]
 
 
-SPEC = KernelSpec(
-    name="axon",
-    description="Cortex's AxonLayer (nn.Linear plus a streaming RTU over an SRHT of the input, with its "
-                "eligibility traces) on a fresh state, with resets; beside nn.Linear(H, H), forward and backward",
-    modes=("fwd", "bwd", "fwd+bwd"),
+SPEC = module_spec(
+    globals(), "axon",
+    "Cortex's AxonLayer (nn.Linear plus a streaming RTU over an SRHT of the input, with its "
+    "eligibility traces) on a fresh state, with resets; beside nn.Linear(H, H), forward and backward",
     providers=(
         Provider("triton", triton_axon, config=config_of),
         Provider("cortex", cortex, peer_available("cortex"),
@@ -237,19 +237,13 @@ SPEC = KernelSpec(
         Provider("eager", eager, note="the PyTorch step loop"),
     ),
     baseline="cortex",
-    reference=reference,
-    make_inputs=make_inputs,
     grad_inputs=("x", "w_lin", "b_lin", "w_out", "b_out", "nu_log", "theta_log", "w1", "w2"),
-    grids={"quick": QUICK, "full": FULL},
-    bytes_moved=bytes_moved,
-    flops=flops,
     bound="compute",
     # About 2.5 times the PyTorch step loop's own error against float64 at B=4, T=48, H=64 on the CPU
     # (bf16: 1.1e-2 forward, 1.9e-2 backward, every step rounded to bf16; ours 2.4e-3 and 5.7e-3), and
     # 30 times in fp32 (7.6e-7 and 1.5e-6: radii within 1e-3 of 1 amplify the traces' rounding).
     tolerance={torch.bfloat16: 5e-2, torch.float32: 5e-5},
     dtypes=(torch.bfloat16, torch.float32),
-    check_shape=check_shape,
     notes="linear is nn.Linear(H, H) on the same input (Cortex's linear_vs_axon): H^2 + H parameters against "
           "AxonLayer's 3H^2 + 6H; tokens/s = B*T / time. The eligibility traces after a reset count from the "
           "reset (they are the derivatives of the state since then). eager is timed up to T=256.",

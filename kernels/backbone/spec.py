@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import torch
 
-from kcollect.spec import KernelSpec, Provider, Shape
+from kcollect.spec import Provider, Shape
+
+from .._lib.spec_kit import module_spec
 
 from .arch import NETS, Arch, bytes_moved, check, flops, make_weights
 from .eager import compiled, eager, prefill, reference
@@ -72,19 +74,14 @@ PROVIDERS = (
     Provider("kcollect", kcollect, config=config_of),
 )
 
-SPEC = KernelSpec(
-    name="backbone",
-    description="inference forward of a sequence backbone (mlp, lstm, attention, mamba, jamba) over a window of "
-                "frames or one streamed frame",
+SPEC = module_spec(
+    globals(), "backbone",
+    "inference forward of a sequence backbone (mlp, lstm, attention, mamba, jamba) over a window of "
+    "frames or one streamed frame",
     modes=("fwd",),
     providers=PROVIDERS,
     baseline="eager",
-    reference=reference,
-    make_inputs=make_inputs,
     grad_inputs=(),
-    grids={"quick": QUICK, "full": FULL},
-    bytes_moved=bytes_moved,
-    flops=flops,
     bound="compute",
     # bf16: about 3x the worst error of the eager modules against float64, measured on the CPU over
     # every backbone at H 512, L 4, T 60, window and stream (4.3e-3 mlp to 6.3e-3 lstm; ours 4.5e-3

@@ -13,10 +13,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from kcollect.spec import KernelSpec, Provider, Shape, Unavailable, peer_available
+from kcollect.spec import Provider, Shape, Unavailable, peer_available
 
 from .._lib import config_record
 from .._lib.scan import reset_mask
+from .._lib.spec_kit import module_spec
 from . import conv1d, pick_depthwise, pick_mix
 from .naive import eager, reference
 
@@ -117,11 +118,10 @@ def flops(dims, mode) -> float:
     return float({"fwd": fwd, "bwd": 2 * fwd, "fwd+bwd": 3 * fwd}[mode])
 
 
-SPEC = KernelSpec(
-    name="conv1d",
-    description="causal conv1d with per-step resets (a reset starts a new window), depthwise or channel-mixing; "
-                "cudnn is F.conv1d without resets, the speed reference, measured where the shape has none",
-    modes=("fwd", "bwd", "fwd+bwd"),
+SPEC = module_spec(
+    globals(), "conv1d",
+    "causal conv1d with per-step resets (a reset starts a new window), depthwise or channel-mixing; "
+    "cudnn is F.conv1d without resets, the speed reference, measured where the shape has none",
     providers=(
         Provider("triton", conv1d, config=config_of),
         Provider("cortex", cortex, peer_available("cortex")),
@@ -129,13 +129,7 @@ SPEC = KernelSpec(
         Provider("eager", eager),
     ),
     baseline="eager",
-    reference=reference,
-    make_inputs=make_inputs,
     grad_inputs=("x", "weight", "bias"),
-    grids={"quick": QUICK, "full": FULL},
-    bytes_moved=bytes_moved,
-    flops=flops,
-    bound="memory",
     # eager against float64 on the CPU, over fresh draws: bf16 2.9e-3 to 3.8e-3 (one rounding of y and
     # of each gradient), fp32 4e-8 to 1.1e-7 over reductions of up to 60 products; bf16 about 3x above,
     # fp32 ~20x for sums of up to F * K = 8192 products at the training sizes. fp32 products in TF32

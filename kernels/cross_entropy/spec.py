@@ -5,9 +5,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from kcollect.spec import KernelSpec, Provider, Shape, Unavailable, peer_available, standard_providers
+from kcollect.spec import Provider, Unavailable, peer_available, standard_providers
 
 from .._lib import config_record
+from .._lib.spec_kit import module_spec, shape_maker
 from . import IGNORE_INDEX, cross_entropy, pick
 
 
@@ -93,8 +94,7 @@ def config_of(inputs) -> dict:
 # label smoothing (a string so that the label reads e.g. 4096x128256x0.1).
 
 
-def _s(tokens: int, vocab: int, smoothing: str, why: str) -> Shape:
-    return Shape({"tokens": tokens, "vocab": vocab, "smoothing": smoothing}, why)
+_s = shape_maker("tokens", "vocab", "smoothing")
 
 
 QUICK = (
@@ -145,27 +145,18 @@ def check_shape(dims) -> str | None:
     return None
 
 
-SPEC = KernelSpec(
-    name="cross_entropy",
-    description="mean cross-entropy of LM logits with ignore_index and label smoothing; gradient fused into the forward",
+SPEC = module_spec(
+    globals(), "cross_entropy",
+    "mean cross-entropy of LM logits with ignore_index and label smoothing; gradient fused into the forward",
     modes=("fwd", "fwd+bwd"),
     providers=standard_providers(cross_entropy, cross_entropy_eager, config_of)
     + (Provider("liger", cross_entropy_liger, peer_available("liger_kernel")),
        Provider("quack", cross_entropy_quack, peer_available("quack"))),
-    baseline="torch",
-    reference=reference,
-    make_inputs=make_inputs,
     grad_inputs=("logits",),
-    grids={"quick": QUICK, "full": FULL},
-    bytes_moved=bytes_moved,
-    flops=flops,
-    bound="memory",
     # Relative error of (loss, dlogits). bf16/fp16: the gradient is rounded once to the logits' dtype
     # and again when scaled by the upstream gradient (ours and Liger's), eager rounds log_softmax
     # before picking the target; seen up to 1e-2 / 1.8e-3 under the interpreter (whose bf16 cast
     # truncates). fp32: ours ~3e-7, but eager's log_softmax backward of the smoothing term cancels
     # over the row (seen 1.4e-5 at vocab 20k), and it is a legitimate fp32 implementation.
     tolerance={torch.bfloat16: 1.5e-2, torch.float16: 4e-3, torch.float32: 5e-5},
-    dtypes=(torch.bfloat16, torch.float16, torch.float32),
-    check_shape=check_shape,
 )

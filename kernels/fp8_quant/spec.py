@@ -5,9 +5,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from kcollect.spec import KernelSpec, Provider, Shape, compiled
+from kcollect.spec import Provider, compiled
 
 from .._lib import config_record
+from .._lib.spec_kit import module_spec, shape_maker
 from . import AMAX_FLOOR, FP8_MAX, GRANULARITIES, block_shape, dequantize, fp8_quant, pick
 
 
@@ -73,8 +74,7 @@ def config_of(inputs) -> dict:
 # Shape grids: M = tokens (activations) or output features (weights), N = hidden / input size.
 
 
-def _s(m: int, n: int, gran: str, why: str) -> Shape:
-    return Shape({"M": m, "N": n, "gran": gran}, why)
+_s = shape_maker("M", "N", "gran")
 
 
 QUICK = (
@@ -123,31 +123,21 @@ def check_shape(dims) -> str | None:
     return None
 
 
-SPEC = KernelSpec(
-    name="fp8_quant",
-    description="bf16 -> float8_e4m3fn with float32 scales per row, 1x128 group or 128x128 tile",
+SPEC = module_spec(
+    globals(), "fp8_quant", "bf16 -> float8_e4m3fn with float32 scales per row, 1x128 group or 128x128 tile",
     modes=("fwd",),
     providers=(
         Provider("triton", fp8_quant, _triton_available, config_of),
         Provider("torch", fp8_quant_eager),
         Provider("compile", compiled(fp8_quant_eager)),
     ),
-    baseline="torch",
-    reference=reference,
-    make_inputs=make_inputs,
     grad_inputs=(),
-    grids={"quick": QUICK, "full": FULL},
-    bytes_moved=bytes_moved,
-    flops=flops,
-    bound="memory",
     # The gate compares q * scale with x. e4m3 keeps 3 mantissa bits: round-to-nearest errs by at
     # most 2^-4 relative per element, and by about 2^-3 / sqrt(12) ~ 3.6% of the binade's lower
     # end in RMS, i.e. ~2.2-2.6% in Frobenius norm on these inputs whatever the input dtype (the
     # input's own rounding is not in the error: the reference is the input). 3.2% passes that with
     # margin yet fails round-toward-zero (~4.5%) or a misplaced scale.
     tolerance={torch.bfloat16: 3.2e-2, torch.float16: 3.2e-2, torch.float32: 3.2e-2},
-    dtypes=(torch.bfloat16, torch.float16, torch.float32),
-    check_shape=check_shape,
     compare=compare,
     notes="q rounds to nearest even; equal to the eager code's q and scales up to the sign of zero",
 )

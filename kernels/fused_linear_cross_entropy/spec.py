@@ -5,9 +5,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from kcollect.spec import KernelSpec, Provider, Shape, peer_available, standard_providers
+from kcollect.spec import Provider, peer_available, standard_providers
 
 from .._lib import config_record
+from .._lib.spec_kit import module_spec, shape_maker
 from ..cross_entropy import IGNORE_INDEX
 from ..cross_entropy import pick as cross_entropy_pick
 from ..cross_entropy.spec import check_shape  # the label smoothing's range
@@ -82,8 +83,7 @@ def config_of(inputs) -> dict:
 # of cuBLAS work per provider and a float64 reference of ~40 GB at the largest.
 
 
-def _s(tokens: int, hidden: int, vocab: int, smoothing: str, why: str) -> Shape:
-    return Shape({"tokens": tokens, "hidden": hidden, "vocab": vocab, "smoothing": smoothing}, why)
+_s = shape_maker("tokens", "hidden", "vocab", "smoothing")
 
 
 QUICK = (
@@ -116,25 +116,17 @@ def flops(dims, mode) -> float:
     return 6.0 * dims["tokens"] * dims["hidden"] * dims["vocab"]
 
 
-SPEC = KernelSpec(
-    name="fused_linear_cross_entropy",
-    description="cross-entropy of x @ W.T without materialising the logits: chunked cuBLAS + the cross_entropy kernel in place",
+SPEC = module_spec(
+    globals(), "fused_linear_cross_entropy",
+    "cross-entropy of x @ W.T without materialising the logits: chunked cuBLAS + the cross_entropy kernel in place",
     modes=("fwd+bwd",),
     providers=standard_providers(fused_linear_cross_entropy, fused_linear_cross_entropy_eager, config_of)
     + (Provider("liger", fused_linear_cross_entropy_liger, peer_available("liger_kernel")),),
-    baseline="torch",
-    reference=reference,
-    make_inputs=make_inputs,
     grad_inputs=("x", "weight"),
-    grids={"quick": QUICK, "full": FULL},
-    bytes_moved=bytes_moved,
-    flops=flops,
     bound="compute",
     # Relative error of (loss, dx, dW). bf16: dx and dW are rounded three times (dlogits, the matmul
     # output, the upstream scaling; eager: twice), seen up to 1.5e-2 at one token under the
     # interpreter, whose casts truncate; Liger adds a bf16 dW accumulation over its chunks. fp16 has
     # 8x the mantissa. fp32: as cross_entropy (eager's smoothing backward cancels over the row).
     tolerance={torch.bfloat16: 2e-2, torch.float16: 4e-3, torch.float32: 5e-5},
-    dtypes=(torch.bfloat16, torch.float16, torch.float32),
-    check_shape=check_shape,
 )

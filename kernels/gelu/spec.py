@@ -8,9 +8,10 @@ import math
 import torch
 import torch.nn.functional as F
 
-from kcollect.spec import KernelSpec, Shape, standard_providers
+from kcollect.spec import standard_providers
 
 from .._lib import config_record
+from .._lib.spec_kit import module_spec, per_element_cost, shape_maker
 from . import APPROX, gelu, pick
 
 
@@ -37,8 +38,7 @@ def config_of(inputs) -> dict:
 
 
 # Shape grids: M = tokens, N = MLP intermediate size, approx = the GELU variant.
-def _s(m: int, n: int, approx: str, why: str) -> Shape:
-    return Shape({"M": m, "N": n, "approx": approx}, why)
+_s = shape_maker("M", "N", "approx")
 
 
 QUICK = (
@@ -71,33 +71,15 @@ def check_shape(dims) -> str | None:
 #   fwd+bwd:  the two passes                -> 5 * M * N * s
 # FLOPs (rough, transcendentals counted as one): fwd ~8 per element, bwd ~14; negligible next to
 # the bytes.
-def bytes_moved(dims, dtype, mode) -> int:
-    per = {"fwd": 2, "bwd": 3, "fwd+bwd": 5}[mode]
-    return per * dims["M"] * dims["N"] * dtype.itemsize
+bytes_moved, flops = per_element_cost({"fwd": 2, "bwd": 3, "fwd+bwd": 5}, {"fwd": 8, "bwd": 14, "fwd+bwd": 22})
 
 
-def flops(dims, mode) -> float:
-    per = {"fwd": 8, "bwd": 14, "fwd+bwd": 22}[mode]
-    return float(per * dims["M"] * dims["N"])
-
-
-SPEC = KernelSpec(
-    name="gelu",
-    description="GELU, exact (erf) and tanh approximation, forward and backward",
-    modes=("fwd", "bwd", "fwd+bwd"),
+SPEC = module_spec(
+    globals(), "gelu", "GELU, exact (erf) and tanh approximation, forward and backward",
     providers=standard_providers(gelu, gelu_eager, config_of),  # Liger has no plain GELU
-    baseline="torch",
-    reference=reference,
-    make_inputs=make_inputs,
     grad_inputs=("x",),
-    grids={"quick": QUICK, "full": FULL},
-    bytes_moved=bytes_moved,
-    flops=flops,
-    bound="memory",
     # One rounding of the output (eager and compile also compute in fp32 and round once), plus the
     # rounding of dy to the dtype in bwd: ~2^-9 relative for bf16 (x1.5 under the interpreter's
     # truncating cast), ~2^-12 for fp16; fp32: exp/erf/division rounding only.
     tolerance={torch.bfloat16: 8e-3, torch.float16: 1e-3, torch.float32: 1e-5},
-    dtypes=(torch.bfloat16, torch.float16, torch.float32),
-    check_shape=check_shape,
 )

@@ -9,10 +9,11 @@ import math
 
 import torch
 
-from kcollect.spec import KernelSpec, Provider, Unavailable, peer_available
+from kcollect.spec import Provider, Unavailable, peer_available
 
 from .._lib import config_record
 from .._lib.recurrent import dims_check, keep_factor, reset_mask, shape_maker, step_loop_limit
+from .._lib.spec_kit import module_spec
 from . import lstm, pick
 
 DIMS = ("B", "T", "H", "resets")
@@ -149,10 +150,8 @@ def bytes_moved(dims, dtype, mode) -> int:
     return dtype.itemsize * {"fwd": fwd, "bwd": bwd, "fwd+bwd": fwd + bwd}[mode]
 
 
-SPEC = KernelSpec(
-    name="lstm",
-    description="single-layer LSTM over a sequence with per-step resets of (h, c), forward and backward",
-    modes=("fwd", "bwd", "fwd+bwd"),
+SPEC = module_spec(
+    globals(), "lstm", "single-layer LSTM over a sequence with per-step resets of (h, c), forward and backward",
     providers=(
         Provider("triton", triton_lstm, config=config_of),
         Provider("cudnn", cudnn, cudnn_available,
@@ -161,18 +160,12 @@ SPEC = KernelSpec(
         Provider("cortex", cortex, peer_available("cortex"), note="Cortex's Triton LSTM (cortexcore)"),
     ),
     baseline="cudnn",
-    reference=reference,
-    make_inputs=make_inputs,
     grad_inputs=("x", "h0", "c0", "w_ih", "w_hh", "b"),
-    grids={"quick": QUICK, "full": FULL},
-    bytes_moved=bytes_moved,
-    flops=flops,
     bound="compute",
     # About three times the PyTorch step loop's own error against float64 (bf16 backward 1.0e-2 to
     # 1.1e-2 at B=8, T=48, H=64 on the CPU; fp32 2.9e-7).
     tolerance={torch.bfloat16: 3e-2, torch.float32: 1e-5},
     dtypes=(torch.bfloat16, torch.float32),
-    check_shape=check_shape,
     notes="cudnn runs without resets: it is timed on the shapes without them. eager is timed up to T=256, "
           "cortex up to H=256 (see their rows).",
 )

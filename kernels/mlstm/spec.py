@@ -10,10 +10,11 @@ import math
 import torch
 import torch.nn.functional as F
 
-from kcollect.spec import KernelSpec, Provider, Unavailable, peer_available
+from kcollect.spec import Provider, Unavailable, peer_available
 
 from .._lib import config_record
 from .._lib.recurrent import dims_check, reset_mask, shape_maker
+from .._lib.spec_kit import module_spec
 from . import mlstm, pick
 from .naive import EPS, chunkwise
 
@@ -147,11 +148,10 @@ def bytes_moved(dims, dtype, mode) -> int:
     return dtype.itemsize * {"fwd": fwd, "bwd": bwd, "fwd+bwd": fwd + bwd}[mode]
 
 
-SPEC = KernelSpec(
-    name="mlstm",
-    description="xLSTM's mLSTM cell (matrix memory, exponential input gate) over a sequence with resets, "
-                "chunkwise-parallel, forward and backward",
-    modes=("fwd", "bwd", "fwd+bwd"),
+SPEC = module_spec(
+    globals(), "mlstm",
+    "xLSTM's mLSTM cell (matrix memory, exponential input gate) over a sequence with resets, "
+    "chunkwise-parallel, forward and backward",
     providers=(
         Provider("triton", triton_mlstm, config=config_of),
         Provider("cortex", cortex, peer_available("cortex"), note="Cortex's Triton mLSTM (cortexcore)"),
@@ -163,19 +163,13 @@ SPEC = KernelSpec(
         Provider("eager", eager, note="the chunkwise form in PyTorch ops"),
     ),
     baseline="mlstm_kernels",
-    reference=reference,
-    make_inputs=make_inputs,
     grad_inputs=("q", "k", "v", "i", "f"),
-    grids={"quick": QUICK, "full": FULL},
-    bytes_moved=bytes_moved,
-    flops=flops,
     bound="compute",
     # bf16: about three times ours against float64 at B=2, NH=2, T=96, DH=32 on the CPU (6.4e-3 forward,
     # 1.0e-2 backward). fp32: the PyTorch chunkwise form 1.2e-6 forward, 2.7e-6 backward there; ours holds
     # the stabiliser constant in the backward, up to 1.5e-5 at gates ~ N(0, 2) (tests/test_mlstm.py).
     tolerance={torch.bfloat16: 3e-2, torch.float32: 5e-5},
     dtypes=(torch.bfloat16, torch.float32),
-    check_shape=check_shape,
     notes="The final state (C_T, n_T, m_T) is returned without gradient. Our backward and TFLA's hold the "
           "stabiliser constant (it enters h only through the 1e-6 of the normaliser): about 1e-5 from the "
           "exact float64 gradient.",

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from kcollect.spec import KernelSpec, Provider, Shape, peer_available, standard_providers
+from kcollect.spec import Provider, peer_available, standard_providers
 
 from .._lib import config_record
+from .._lib.spec_kit import module_spec, shape_maker
 from . import pick, rope
 
 POS = ("ids", "shared")
@@ -77,8 +78,7 @@ def config_of(inputs) -> dict:
 # (cos/sin [1, T, D], positions 0..T-1 for every sequence).
 
 
-def _s(b: int, hq: int, hk: int, t: int, d: int, pos: str, why: str) -> Shape:
-    return Shape({"B": b, "Hq": hq, "Hk": hk, "T": t, "D": d, "pos": pos}, why)
+_s = shape_maker("B", "Hq", "Hk", "T", "D", "pos")
 
 
 QUICK = (
@@ -133,24 +133,14 @@ def flops(dims, mode) -> float:
     return float(3 * qk * (2 if mode == "fwd+bwd" else 1))
 
 
-SPEC = KernelSpec(
-    name="rope",
-    description="rotary position embedding of q and k (HF rotate_half, GQA) in one launch, forward and backward",
-    modes=("fwd", "bwd", "fwd+bwd"),
+SPEC = module_spec(
+    globals(), "rope",
+    "rotary position embedding of q and k (HF rotate_half, GQA) in one launch, forward and backward",
     providers=standard_providers(rope, rope_eager, config_of)
     + (Provider("liger", rope_liger, peer_available("liger_kernel")),),
-    baseline="torch",
-    reference=reference,
-    make_inputs=make_inputs,
     grad_inputs=("q", "k"),
-    grids={"quick": QUICK, "full": FULL},
-    bytes_moved=bytes_moved,
-    flops=flops,
-    bound="memory",
     # About 2-3x the error one rounding of the output gives (bf16 eps 2^-8, fp16 2^-11; doubled by
     # the CPU interpreter's truncation); cos and sin are rounded to the dtype in the inputs, which
     # the float64 reference sees too. Eager rounds q*cos and rotate_half(q)*sin before the sum.
     tolerance={torch.bfloat16: 8e-3, torch.float16: 1e-3, torch.float32: 1e-5},
-    dtypes=(torch.bfloat16, torch.float16, torch.float32),
-    check_shape=check_shape,
 )

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import torch
 
-from kcollect.spec import KernelSpec, Provider, Shape, peer_available
+from kcollect.spec import Provider, Shape, peer_available
 
 from .._lib import config_record
 from .._lib.scan import reset_mask
+from .._lib.spec_kit import module_spec
 from . import pick, providers
 from .naive import reference
 
@@ -103,11 +104,10 @@ def flops(dims, mode) -> float:
     return float({"fwd": fwd, "bwd": bwd, "fwd+bwd": fwd + bwd}[mode])
 
 
-SPEC = KernelSpec(
-    name="rtu",
-    description="Cortex's RTU: y = SiLU of a complex diagonal recurrence c_t = lambda c_{t-1} + gamma u_t "
-                "with resets, diagonal or low-rank input maps; forward and backward",
-    modes=("fwd", "bwd", "fwd+bwd"),
+SPEC = module_spec(
+    globals(), "rtu",
+    "Cortex's RTU: y = SiLU of a complex diagonal recurrence c_t = lambda c_{t-1} + gamma u_t "
+    "with resets, diagonal or low-rank input maps; forward and backward",
     providers=(
         Provider("triton", providers.triton, config=config_of),
         Provider("cortex", providers.cortex, peer_available("cortex")),
@@ -116,13 +116,7 @@ SPEC = KernelSpec(
         Provider("accelerated_scan", providers.accelerated_scan, peer_available("accelerated_scan")),
     ),
     baseline="cortex_torch",
-    reference=reference,
-    make_inputs=make_inputs,
     grad_inputs=("x", "nu_log", "theta_log", "map1", "map2"),
-    grids={"quick": QUICK, "full": FULL},
-    bytes_moved=bytes_moved,
-    flops=flops,
-    bound="memory",
     # The PyTorch paths with their state in fp32 (log_depth, and a step loop) against float64 at
     # T 2048 on the CPU, forward and backward over fresh draws: bf16 2.9e-3 to 4.0e-3 (one rounding
     # of y, x's own rounding in dx); fp32 y and dx below 2.5e-6, but theta_log's gradient up to

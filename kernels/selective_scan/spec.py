@@ -9,10 +9,11 @@ import importlib.util
 import torch
 import torch.nn.functional as F
 
-from kcollect.spec import KernelSpec, Provider, Shape, compiled
+from kcollect.spec import Provider, Shape, compiled
 
 from .._lib import config_record
 from .._lib.scan import first_order, log_scan
+from .._lib.spec_kit import module_spec
 from . import pick, selective_scan
 from .naive import reference, selective_scan_loop
 
@@ -103,11 +104,10 @@ def flops(dims, mode) -> float:
     return float({"fwd": fwd, "bwd": bwd, "fwd+bwd": fwd + bwd}[mode])
 
 
-SPEC = KernelSpec(
-    name="selective_scan",
-    description="Mamba-1's selective scan: h_t = exp(softplus(delta_t) A) h_{t-1} + softplus(delta_t) B_t x_t, "
-                "y_t = (C_t h_t + D x_t) silu(z_t); forward and backward",
-    modes=("fwd", "bwd", "fwd+bwd"),
+SPEC = module_spec(
+    globals(), "selective_scan",
+    "Mamba-1's selective scan: h_t = exp(softplus(delta_t) A) h_{t-1} + softplus(delta_t) B_t x_t, "
+    "y_t = (C_t h_t + D x_t) silu(z_t); forward and backward",
     providers=(
         Provider("triton", selective_scan, config=config_of),
         Provider("eager", eager),
@@ -115,13 +115,7 @@ SPEC = KernelSpec(
         Provider("mamba_ssm", mamba_ssm, mamba_available),
     ),
     baseline="eager",
-    reference=reference,
-    make_inputs=make_inputs,
     grad_inputs=("x", "delta", "A", "B", "C", "D", "z"),
-    grids={"quick": QUICK, "full": FULL},
-    bytes_moved=bytes_moved,
-    flops=flops,
-    bound="memory",
     # eager (the fp32 loop) and the log-depth scan against float64, over fresh draws at T 64 and 1024:
     # bf16 1.5e-3 to 3.0e-3 (one rounding of each output and gradient), fp32 6e-8 to 9e-7 (dA and dD,
     # sums over every step, the largest); a few times above, for sums over B * T up to 32k steps.

@@ -10,10 +10,11 @@ import math
 import torch
 import torch.nn.functional as F
 
-from kcollect.spec import KernelSpec, Provider, Unavailable, peer_available
+from kcollect.spec import Provider, Unavailable, peer_available
 
 from .._lib import config_record
 from .._lib.recurrent import dims_check, keep_factor, reset_mask, shape_maker, step_loop_limit
+from .._lib.spec_kit import module_spec
 from . import pick, slstm
 from .kernels import EPS
 
@@ -155,11 +156,10 @@ def bytes_moved(dims, dtype, mode) -> int:
     return dtype.itemsize * {"fwd": fwd, "bwd": bwd, "fwd+bwd": fwd + bwd}[mode]
 
 
-SPEC = KernelSpec(
-    name="slstm",
-    description="xLSTM's sLSTM cell (exponential gating, normaliser and stabiliser, per-head recurrence) over a "
-                "sequence with resets, forward and backward",
-    modes=("fwd", "bwd", "fwd+bwd"),
+SPEC = module_spec(
+    globals(), "slstm",
+    "xLSTM's sLSTM cell (exponential gating, normaliser and stabiliser, per-head recurrence) over a "
+    "sequence with resets, forward and backward",
     providers=(
         Provider("triton", triton_slstm, config=config_of),
         Provider("cortex", cortex, peer_available("cortex"), note="Cortex's Triton sLSTM (cortexcore)"),
@@ -168,12 +168,7 @@ SPEC = KernelSpec(
         Provider("eager", eager, note="the PyTorch step loop with resets"),
     ),
     baseline="cortex",
-    reference=reference,
-    make_inputs=make_inputs,
     grad_inputs=("wx", "r", "b", "y0", "c0", "n0"),
-    grids={"quick": QUICK, "full": FULL},
-    bytes_moved=bytes_moved,
-    flops=flops,
     bound="compute",
     # About twice the PyTorch step loop's usual error against float64 (bf16 backward 1.6e-2 to 3.0e-2 at
     # B=4, NH=2, T=48, DH=32 on the CPU: every exp and division rounded to bf16; fp32 2.3e-7). Its tail
@@ -181,7 +176,6 @@ SPEC = KernelSpec(
     # tie and autograd halves the gradient; those rows fail.
     tolerance={torch.bfloat16: 6e-2, torch.float32: 1e-5},
     dtypes=(torch.bfloat16, torch.float32),
-    check_shape=check_shape,
     notes="m_T is returned without gradient. xlstm runs without resets; eager and xlstm (step loops) are timed "
           "up to T=256.",
 )

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from kcollect.spec import KernelSpec, Provider, Shape, peer_available, standard_providers
+from kcollect.spec import Provider, Shape, peer_available, standard_providers
 
 from .._lib import config_record
+from .._lib.spec_kit import module_spec, per_element_cost
 from . import pick_backward, pick_forward, softmax
 
 
@@ -97,31 +98,15 @@ FULL = (
 # scale), bwd 4 (product, sum, subtract, product).
 
 
-def bytes_moved(dims, dtype, mode) -> int:
-    per = {"fwd": 2, "bwd": 3, "fwd+bwd": 5}[mode]
-    return per * dims["M"] * dims["N"] * dtype.itemsize
+bytes_moved, flops = per_element_cost({"fwd": 2, "bwd": 3, "fwd+bwd": 5}, {"fwd": 5, "bwd": 4, "fwd+bwd": 9})
 
 
-def flops(dims, mode) -> float:
-    per = {"fwd": 5, "bwd": 4, "fwd+bwd": 9}[mode]
-    return float(per * dims["M"] * dims["N"])
-
-
-SPEC = KernelSpec(
-    name="softmax",
-    description="row softmax over the last dim (rows up to 262144 wide), forward and backward",
-    modes=("fwd", "bwd", "fwd+bwd"),
+SPEC = module_spec(
+    globals(), "softmax", "row softmax over the last dim (rows up to 262144 wide), forward and backward",
     providers=standard_providers(softmax, softmax_eager, config_of)
     + (Provider("liger", softmax_liger, peer_available("liger_kernel")),
        Provider("quack", softmax_quack, peer_available("quack"))),
-    baseline="torch",
-    reference=reference,
-    make_inputs=make_inputs,
     grad_inputs=("x",),
-    grids={"quick": QUICK, "full": FULL},
-    bytes_moved=bytes_moved,
-    flops=flops,
-    bound="memory",
     # One rounding of the output to the storage dtype; the backward also inherits the rounding of
     # the saved y. Measured on the CPU: bf16 <= 4.7e-3 fwd, 8.1e-3 bwd for ours (the interpreter
     # truncates on every cast, ~2x round-to-nearest) and 4.6e-3 for PyTorch's; fp16 <= 5.6e-4;
@@ -129,5 +114,4 @@ SPEC = KernelSpec(
     # fp32 backward at 40000-wide rows reached 1.01e-5 in CI (y * (dy - sum(dy * y)) cancels: the
     # error grows with the row), so fp32 allows 4e-5: 250x under a 1% mistake.
     tolerance={torch.bfloat16: 1.6e-2, torch.float16: 2e-3, torch.float32: 4e-5},
-    dtypes=(torch.bfloat16, torch.float16, torch.float32),
 )

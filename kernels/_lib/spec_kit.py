@@ -1,0 +1,50 @@
+"""What the ops' spec modules share when they declare their KernelSpec: the fields every spec module
+defines under the same names, the defaults most ops take, a maker of labelled shapes and the
+per-element cost model of the elementwise and row ops."""
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+import torch
+
+from kcollect.spec import KernelSpec, Shape
+
+FWD_BWD = ("fwd", "bwd", "fwd+bwd")
+FLOATS = (torch.bfloat16, torch.float16, torch.float32)
+
+
+def shape_maker(*keys: str) -> Callable[..., Shape]:
+    """A function (value per key..., why) -> Shape({key: value}, why), for a module's grids."""
+
+    def make(*args: Any) -> Shape:
+        *values, why = args
+        return Shape(dict(zip(keys, values, strict=True)), why)
+
+    return make
+
+
+def per_element_cost(bytes_per: Mapping[str, int], flops_per: Mapping[str, int]):
+    """(bytes_moved, flops) of an op over [M, N] that moves bytes_per[mode] M x N tensors of the
+    dtype and does flops_per[mode] operations an element."""
+
+    def bytes_moved(dims, dtype, mode) -> int:
+        return bytes_per[mode] * dims["M"] * dims["N"] * dtype.itemsize
+
+    def flops(dims, mode) -> float:
+        return float(flops_per[mode] * dims["M"] * dims["N"])
+
+    return bytes_moved, flops
+
+
+def module_spec(module: Mapping[str, Any], name: str, description: str, **fields: Any) -> KernelSpec:
+    """The KernelSpec of a spec module, given its globals(): its `reference`, `make_inputs`, grids
+    `QUICK` and `FULL`, cost model `bytes_moved` and `flops` and, where it defines one, `check_shape`;
+    `fields` give the rest and override these and the defaults (modes fwd, bwd and fwd+bwd, baseline
+    "torch", memory-bound, the dtypes bf16, fp16 and fp32)."""
+    taken = {"reference": module["reference"], "make_inputs": module["make_inputs"],
+             "grids": {"quick": module["QUICK"], "full": module["FULL"]},
+             "bytes_moved": module["bytes_moved"], "flops": module["flops"],
+             "modes": FWD_BWD, "baseline": "torch", "bound": "memory", "dtypes": FLOATS}
+    if "check_shape" in module:
+        taken["check_shape"] = module["check_shape"]
+    return KernelSpec(name=name, description=description, **{**taken, **fields})
