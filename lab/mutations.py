@@ -143,9 +143,13 @@ def _copy_of_the_tree(tmp: Path) -> Path:
 
 
 def _run(tree: Path, env: dict, *tests: str) -> tuple[int, float, list[str]]:
+    """pytest's exit code, seconds and last line for `tests` in the copy. Each run gets its own
+    temporary folder: caches kept there (Jinja's compiled templates, keyed by the template's source
+    only) would otherwise carry what the unmutated code compiled into the mutated run."""
     t0 = time.perf_counter()
-    p = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests],
-                       cwd=tree, env=env, capture_output=True, text=True)
+    with tempfile.TemporaryDirectory(prefix="kcollect-mutant-tmp-") as tmp:
+        p = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests],
+                           cwd=tree, env={**env, "TMPDIR": tmp}, capture_output=True, text=True)
     return p.returncode, time.perf_counter() - t0, (p.stdout + p.stderr).strip().splitlines()[-1:]
 
 
