@@ -4,8 +4,7 @@ In every collector run the first backward case (rms_norm bwd 1x4096, or layer_no
 CUDA-graph capture with "operation failed due to a previous error during capture" and is timed with
 events; later backward cases capture fine. Each scenario below runs in a fresh process, replays the
 collector's sequence for one case (float64 reference, correctness call, then timing.time_cuda_graph)
-and prints whether the capture succeeded and with what error. Run 3 (docs/evidence/
-capture_diag_h200_run3.txt) found it: autograd runs a backward op on the stream its forward ran
+and prints whether the capture succeeded and with what error. The cause it found: autograd runs a backward op on the stream its forward ran
 on, and the bwd mode's forward ran on the default (legacy) stream ("operation would make the legacy
 stream depend on a capturing blocking stream"); with the forward on a side stream both captures
 succeed. verify.build_call now does that.

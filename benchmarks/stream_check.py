@@ -1,28 +1,12 @@
 """Does running the bwd mode's forward on a side stream (collector/verify.py, the capture fix) change
 what the collector times? (GPU only, ~30 s on an H200.)
 
-In this session's collector runs our swiglu and geglu backwards at 16384x14336 / 16384x16384
-measured ~10% slower than in the previous session's (610 against 549 us), with the same SASS and
-launch, while the peers' times did not move. This times the collector's bwd and fwd+bwd calls of
-swiglu at that shape with the forward on the side stream (today) and on the default stream (as
-before), both as CUDA-graph replays; the first capture of a process is made on a throwaway case.
+The question it answers: whether the collector's time of a backward depends on the stream its
+forward ran on. It did not; what moved the time was where the default CUDA allocator put the
+tensors after the float64 reference, which is why `kcollect run` uses expandable segments
+(collector/common.py, ALLOC_CONF).
 
     python benchmarks/stream_check.py
-
-Run 1 (docs/evidence/stream_check_h200_run1.txt): no difference (swiglu bwd 16384x14336, ours
-548.3 us with the forward on the side stream, 547.9 on the default stream; torch.compile 548.2),
-yet the collector's run 737d6f99 on the same machine minutes later measured ours at 609.6 us and
-compile at 547.6, also with our provider alone in the run (docs/evidence/
-swiglu_collector_check_h200.txt). So the slowdown comes from the collector's context, not from the
-stream, the kernel (same SASS and launch as the previous session's, whose runs measured 549 us) or
-the other providers; what differs from this script is the float64 reference computed first and the
-run's random seed. We have not found which of them it is.
-
-Found since (benchmarks/swiglu_context_check.py, docs/evidence/swiglu_context_check_h200_run*.txt):
-the reference's allocations, through where the default CUDA allocator then put our tensors
-(carving the same five tensors out of one buffer at any spacing, benchmarks/placement_check.py,
-always gave 547-551 us). With expandable segments, which `kcollect run` now uses, 548 us in every
-order, and the collector's run 251998cb timed ours at 549 us against torch.compile's 548.
 """
 from __future__ import annotations
 

@@ -16,11 +16,9 @@ DEFAULT_RUNS = "data/runs"
 # PyTorch's CUDA allocator for `kcollect run`, unless PYTORCH_CUDA_ALLOC_CONF is set already.
 # Expandable segments map each pool into one growing address range instead of one cudaMalloc per
 # large block. With the default allocator, where a provider's tensors landed depended on what the
-# cases before had allocated and freed, and that alone moved a time by 10%: our swiglu backward at
-# 16384x14336 took 610 us after the float64 reference had been computed and 547 us without it, in
-# one process, with the same launch (torch.compile's: 547 both times); with expandable segments,
-# 548 in every order (docs/evidence/swiglu_context_check_h200_run1.txt, run2.txt). Each run records
-# the setting in its config.
+# cases before had allocated and freed, and that alone moved a time by 10% (our swiglu backward at
+# 16384x14336, the same launch, with and without the float64 reference computed first); with
+# expandable segments the time is the same in every order. Each run records the setting in its config.
 ALLOC_CONF = "expandable_segments:True"
 
 
@@ -30,10 +28,9 @@ def pin_ptxas() -> str:
     the first time it compiles (torch/bin/ptxas, where the torch wheel ships one; on the H200
     machine CUDA 13.0's, where Triton bundles its own). Left to inductor, the kernels built before
     the first torch.compile provider ran (ours, of a run's first cases) got Triton's ptxas and every
-    later one torch's: a kernel's binary depended on the cases before it. No time has been seen to
-    move with it (docs/evidence/rope_context_check_h200.txt, run 5: Liger's rope forward is faster
-    after torch.compile has run with the ptxas pinned as well); the pin makes the toolchain one per
-    run and each run records the path in its config ("" where Triton's own ptxas is used)."""
+    later one torch's: a kernel's binary depended on the cases before it. The pin makes the
+    toolchain one per run and each run records the path in its config ("" where Triton's own
+    ptxas is used)."""
     if "TRITON_PTXAS_PATH" not in os.environ:
         spec = importlib.util.find_spec("torch")
         ptxas = Path(spec.origin).parent / "bin" / "ptxas" if spec and spec.origin else None

@@ -116,9 +116,9 @@ def _forward_off_the_legacy_stream(fn: Callable[..., Any], inputs: Inputs) -> tu
     """The bwd mode's forward, run once outside the timed call. On CUDA it runs on a side stream:
     autograd runs each backward op on the stream its forward op ran on, and a forward on the
     default (legacy) stream put the first backward captured in a process there, which fails the
-    capture ("operation would make the legacy stream depend on a capturing blocking stream";
-    benchmarks/capture_diag.py, docs/evidence/capture_diag_h200_run3.txt): the first backward row
-    of every run was timed with events instead of graph replays."""
+    capture ("operation would make the legacy stream depend on a capturing blocking stream",
+    found with benchmarks/capture_diag.py), so the first backward of a run could not be timed as a
+    graph replay."""
     devices = {t.device.type for t in inputs.values() if torch.is_tensor(t)}
     if devices != {"cuda"}:
         return as_tuple(fn(**inputs))

@@ -1,183 +1,293 @@
-"""What an op's provider launches on an H100/H200, without a GPU: every Triton launch of a spec's
-`triton` provider (kernel, grid, scalar arguments, constexprs, warps, stages, register cap) per
-(shape, mode, dtype), and a hash of each distinct binary's SASS compiled offline for sm_90. Two
-trees whose tables are equal launch the same binaries the same way, so they run at the same speed:
-the evidence a refactor needs before any GPU time is spent.
+"""Launch fingerprints without a GPU: what an op's `triton` provider launches on an emulated sm_90
+GPU (kernel, grid, scalar arguments, tensor shapes and dtypes, constexprs, warps, stages, register
+cap) and, per launch, the registers, shared memory, stack and a hash of the SASS its binary
+compiles to for sm_90 offline (addresses and the kernel's own name stripped). Two trees whose
+tables are equal launch the same binaries the same way, so they run at the same speed: what a
+refactor of the kernels needs before any GPU time is spent.
 
-How it emulates the GPU: inputs are fake CUDA tensors (torch's FakeTensorMode: shapes, strides and
-dtypes, no memory), made by the spec's own make_inputs and laid out as it lays them out; the
-device queries the launchers make (torch.cuda.get_device_properties / get_device_capability) answer
-as an H100 or H200 would; launches are recorded instead of run (benchmarks/ab_tools.recorded).
-Autograd's engine cannot run on fake CUDA tensors in a CPU build of torch, so autograd.Function.apply
-is replaced by a tape that calls the Function's forward and, for the backward modes, its backward
-with contiguous upstream gradients of the outputs' dtype (what the collector passes).
+How the GPU is emulated: the tensors are 'meta' tensors (shapes and dtypes, no memory) that tell
+the kernels' code (and only it) they live on cuda:0; torch.cuda's device queries answer as an H100
+or H200 would (132 SMs, the L2, sm_90); the occupancy query that persistent and coop grids are
+sized by (JITFunction.warmup) compiles offline and reads the registers from the cubin; Triton
+launches are recorded instead of run (benchmarks/ab_tools.recorded). A case runs the spec's triton
+provider as the collector's mode does: fwd under no_grad, bwd the backward of one forward (only its
+launches kept), fwd+bwd both.
 
-    from lab.fingerprint import table, compare
-    rows = table(spec, shapes, modes, dtypes)   # JSON-able; compare(before, after) lists differences
+An op family's script (lab/norms_fingerprint.py, lab/elementwise_fingerprint.py,
+lab/softmax_ce_fingerprint.py) lists its cases with `spec_cases` and calls `main`; each takes
+
+    --out FILE                  write the table (JSON)
+    --compare BEFORE AFTER      print the differences; exit 1 if any launch differs
+    --tree DIR                  import kcollect and its kernels from another checkout (the "before")
+    --gpu h100|h200             the emulated GPU (repeatable; default both)
+    --only FIELD=VALUE          only the cases with op, mode, dtype or shape = VALUE (repeatable)
 """
 from __future__ import annotations
 
-import contextlib
+import argparse
 import hashlib
-import os
+import importlib.util
+import json
 import re
-import subprocess
-import tempfile
+import sys
 import types
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from unittest import mock
 
-from benchmarks import compile_report as cr  # first: compiles for the GPU, not the interpreter
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from benchmarks import compile_report as cr  # noqa: E402  (first: compiles for the GPU, not the interpreter)
 
 import torch  # noqa: E402
 from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
+from triton.runtime.jit import JITFunction  # noqa: E402
 
 from benchmarks.ab_tools import recorded  # noqa: E402
+from kcollect.spec import DTYPE_NAMES, shape_label  # noqa: E402
 
-# What the launchers may ask of the device (the H100 SXM and the H200: 132 SMs each, L2 50 / 60 MB)
+# What torch.cuda.get_device_properties says on the two sm_90 GPUs the kernels are tuned on.
 GPUS = {
-    "H100": dict(name="NVIDIA H100 80GB HBM3", L2_cache_size=50 << 20, total_memory=80 << 30),
-    "H200": dict(name="NVIDIA H200", L2_cache_size=60 << 20, total_memory=141 << 30),
+    "h100": dict(name="NVIDIA H100 80GB HBM3", multi_processor_count=132, L2_cache_size=50 << 20,
+                 total_memory=80 << 30),
+    "h200": dict(name="NVIDIA H200", multi_processor_count=132, L2_cache_size=60 << 20, total_memory=141 << 30),
 }
-_SM90 = dict(major=9, minor=0, multi_processor_count=132, max_threads_per_multi_processor=2048,
-             regs_per_multiprocessor=65536, shared_memory_per_multiprocessor=233472,
-             shared_memory_per_block_optin=232448, warp_size=32)
+_SM90 = dict(major=9, minor=0, max_threads_per_multi_processor=2048, regs_per_multiprocessor=65536,
+             shared_memory_per_multiprocessor=233472, shared_memory_per_block_optin=232448, warp_size=32)
+
+_BINARIES: dict[tuple, dict] = {}  # binary key -> what its offline compile gave
 
 
-@contextlib.contextmanager
+def binary(fn, args: tuple, kwargs: dict) -> dict:
+    """Registers, shared memory, stack, and the SASS hash and length of one launch, compiled once per
+    distinct binary (ab_tools' key plus the arguments' dtypes)."""
+    key = (cr.binary_key(fn, args, kwargs), tuple(str(a.dtype) for a in args if torch.is_tensor(a)))
+    if key not in _BINARIES:
+        rep, _, _ = cr.compile_launch(fn, args, kwargs, sass=True)
+        name = fn.fn.__name__
+        lines = [re.sub(r"/\*[0-9a-f]+\*/", "", line).split(";")[0].strip().replace(name, "KERNEL")
+                 for line in rep["sass"].splitlines() if re.search(r"/\*[0-9a-f]{4}\*/", line)]
+        _BINARIES[key] = {"registers": rep["registers"], "shared": rep["shared"], "stack": rep["stack"],
+                          "sass": hashlib.sha1("\n".join(lines).encode()).hexdigest()[:12],
+                          "instructions": len(lines)}
+    return _BINARIES[key]
+
+
+def _warmup(self, *args, grid, **kwargs):
+    """JITFunction.warmup on the emulated GPU: the offline compile's registers and shared memory."""
+    b = binary(self, args, kwargs)
+    return types.SimpleNamespace(n_regs=b["registers"], metadata=types.SimpleNamespace(shared=b["shared"]),
+                                 _init_handles=lambda: None)
+
+
+_CUDA = torch.device("cuda", 0)
+_DEVICE, _IS_CUDA = torch._C.TensorBase.device, torch._C.TensorBase.is_cuda
+
+
+def _asked_by_kernels() -> bool:
+    return sys._getframe(2).f_globals.get("__name__", "").startswith("kcollect.kernels")
+
+
+def _kernels_device(t):
+    """Tensor.device: a 'meta' tensor is on the GPU where the kernels' code asks."""
+    d = _DEVICE.__get__(t)
+    return _CUDA if d.type == "meta" and _asked_by_kernels() else d
+
+
+def _kernels_is_cuda(t):
+    return _IS_CUDA.__get__(t) or (_DEVICE.__get__(t).type == "meta" and _asked_by_kernels())
+
+
+def _on_meta(factory):
+    """torch.<factory> making on 'meta' what is asked for on the GPU."""
+
+    def make(*args, **kwargs):
+        d = kwargs.get("device")
+        if isinstance(d, (str, torch.device)) and torch.device(d).type == "cuda":
+            kwargs["device"] = "meta"
+        return factory(*args, **kwargs)
+
+    return make
+
+
+_FACTORIES = ("empty", "empty_strided", "zeros", "ones", "full", "arange", "tensor")
+
+
+@contextmanager
 def emulated(gpu: str):
-    """torch.cuda's device queries answer as `gpu` (a key of GPUS) would."""
-    props = types.SimpleNamespace(**_SM90, **GPUS[gpu])
-    saved = {n: getattr(torch.cuda, n) for n in ("get_device_properties", "get_device_capability",
-                                                 "get_device_name", "is_available", "device_count")}
-    torch.cuda.get_device_properties = lambda device=None: props
-    torch.cuda.get_device_capability = lambda device=None: (9, 0)
-    torch.cuda.get_device_name = lambda device=None: props.name
-    torch.cuda.is_available = lambda: True
-    torch.cuda.device_count = lambda: 1
-    try:
+    """Fake CUDA tensors on an emulated `gpu` (a key of GPUS) whose kernels compile offline."""
+    props = types.SimpleNamespace(**GPUS[gpu], **_SM90)
+    from kcollect.kernels._lib import device
+
+    device._RESIDENT.clear()
+    with ExitStack() as stack:
+        patches = [(torch.cuda, "get_device_properties", lambda d=None: props),
+                   (torch.cuda, "get_device_capability", lambda d=None: (9, 0)),
+                   (JITFunction, "warmup", _warmup),
+                   (torch.Tensor, "device", property(_kernels_device)),
+                   (torch.Tensor, "is_cuda", property(_kernels_is_cuda))]
+        patches += [(torch, name, _on_meta(getattr(torch, name))) for name in _FACTORIES]
+        for owner, name, value in patches:
+            stack.enter_context(mock.patch.object(owner, name, value))
         yield
-    finally:
-        for n, f in saved.items():
-            setattr(torch.cuda, n, f)
+    device._RESIDENT.clear()
 
 
-class _Ctx:
-    """What an autograd.Function's forward and backward use of their ctx."""
-
-    def save_for_backward(self, *tensors):
-        self.saved_tensors = tensors
-
-    def mark_non_differentiable(self, *tensors):
-        pass
-
-    def set_materialize_grads(self, value):
-        pass
-
-
-@contextlib.contextmanager
-def taped(tape: list):
-    """autograd.Function.apply runs the Function's forward directly and appends (Function, ctx,
-    outputs) to `tape` (see the module docstring)."""
-    saved = torch.autograd.Function.__dict__["apply"]
-
-    def apply(cls, *args):
-        ctx = _Ctx()
-        ctx.needs_input_grad = tuple(torch.is_tensor(a) and a.is_floating_point() for a in args)
-        out = cls.forward(ctx, *args)
-        tape.append((cls, ctx, out))
-        return out
-
-    torch.autograd.Function.apply = classmethod(apply)
-    try:
-        yield
-    finally:
-        torch.autograd.Function.apply = saved
-
-
-def _on_cuda(inputs: dict) -> dict:
+def fake_inputs(spec, dims, dtype) -> dict:
+    """spec.make_inputs' inputs as fresh tensors on the emulated GPU (made under FakeTensorMode:
+    no memory, no time at the full grid's sizes)."""
+    with FakeTensorMode():
+        inputs = spec.make_inputs(dims, dtype, "cpu", 0)
     return {k: torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device="cuda") if torch.is_tensor(v) else v
             for k, v in inputs.items()}
 
 
-def launches(spec, dims, mode: str, dtype, provider: str = "triton") -> list:
-    """The (kernel, grid, args, kwargs) launched by one unit of `mode`'s work of the provider, as the
-    collector calls it (verify.build_call): fwd: the forward; bwd: the backward of a forward made
-    before; fwd+bwd: both. Call inside `emulated`."""
-    fn = spec.provider(provider).fn
-    calls, tape = [], []
-    with FakeTensorMode(allow_non_fake_inputs=True), taped(tape), recorded(calls):
-        inputs = _on_cuda(spec.make_inputs(dims, dtype, "cpu", 0))
+def mode_launches(spec, mode: str, dims, dtype) -> list:
+    """The Triton launches (fn, grid, args, kwargs) of one collector call of the triton provider in
+    `mode`, inside `emulated`."""
+    fn = spec.provider("triton").fn
+    inputs = fake_inputs(spec, dims, dtype)
+    calls: list = []
+    with recorded(calls):
+        if mode == "fwd":
+            with torch.no_grad():
+                fn(**inputs)
+            return calls
+        leaves = [inputs[n].requires_grad_(True) for n in spec.grad_inputs]
         outs = fn(**inputs)
-        if mode == "bwd":
-            del calls[:]
-        if mode != "fwd":
-            for cls, ctx, out in tape:
-                out = out if isinstance(out, tuple) else (out,)
-                cls.backward(ctx, *(torch.empty(o.shape, dtype=o.dtype, device=o.device) for o in out))
-    del outs
-    return calls
+        outs = outs if isinstance(outs, tuple) else (outs,)
+        first = len(calls)
+        gys = [torch.ones_like(o) if o.dim() == 0 else torch.empty_like(o) for o in outs]  # a loss starts from 1
+        torch.autograd.grad(outs, leaves, gys)
+    return calls[first:] if mode == "bwd" else calls
 
 
 def describe(fn, grid, args, kwargs) -> dict:
-    """A launch as data: kernel, grid, scalar arguments by name, constexprs (defaults included),
-    warps, stages and register cap, and the pointer types."""
-    sig, const, _, options = cr.specialise(fn, args, kwargs)
-    names = [p.name for p in fn.params]
-    scalars = {n: a for n, a in zip(names, args) if not torch.is_tensor(a) and n not in const}
-    pointers = {n: sig[n] for n, a in zip(names, args) if torch.is_tensor(a)}
-    return {"kernel": fn.fn.__name__, "grid": list(grid), "scalars": scalars,
-            "constexprs": {k: v if isinstance(v, (int, float, str, bool)) or v is None else str(v)
-                           for k, v in const.items()},
-            "options": options, "pointers": pointers}
+    """One launch as a row of the table."""
+    options = ("num_warps", "num_stages", "maxnreg")
+    return {
+        "kernel": fn.fn.__name__,
+        "grid": list(grid),
+        "scalars": [a for a in args if not torch.is_tensor(a)],
+        "tensors": [[list(a.shape), str(a.dtype)[6:]] for a in args if torch.is_tensor(a)],
+        "constexprs": {k: v for k, v in sorted(kwargs.items()) if k not in options},
+        "num_warps": kwargs.get("num_warps", 4), "num_stages": kwargs.get("num_stages", 3),
+        "maxnreg": kwargs.get("maxnreg"),
+        **binary(fn, args, kwargs),
+    }
 
 
-def sass_hash(fn, args, kwargs) -> str:
-    """sha1 (12 hex digits) of the binary's SASS instructions, addresses and the kernel's name
-    stripped: equal for the same code whatever the kernel is called."""
-    compiled = cr.compile_recorded(fn, args, kwargs)
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(compiled.asm["cubin"])
-        f.flush()
-        out = subprocess.run([os.path.join(cr._BIN, "cuobjdump"), "--dump-sass", f.name],
-                             capture_output=True, text=True, check=True).stdout
-    name = fn.fn.__name__
-    ins = [re.sub(r"/\*[0-9a-f]+\*/", "", line).split(";")[0].strip().replace(name, "KERNEL")
-           for line in out.splitlines() if re.search(r"/\*[0-9a-f]{4}\*/", line)]
-    return hashlib.sha1("\n".join(ins).encode()).hexdigest()[:12]
+ALL = "all"  # spec_cases: a dtype checked on every shape
 
 
-def table(spec, shapes, modes, dtypes, gpus=tuple(GPUS), log=print) -> dict:
-    """{case: [launch, ...]} with case = "op|mode|dtype|shape label|gpu" and each launch
-    `describe`d plus its "sass" hash. Each distinct binary is compiled once."""
-    hashes: dict[str, str] = {}
-    rows = {}
+def spec_cases(specs, other_dtypes: dict | None = None, grids=("full",)) -> list[tuple]:
+    """Cases (spec, mode, dims, dtype): every shape of the grids in every mode in bf16, and in the
+    dtypes of other_dtypes[op] ({dtype: shape labels, or ALL}) on those shapes."""
+    out = []
+    for spec in specs:
+        shapes = {s.label: s for g in grids for s in spec.grids[g]}.values()
+        for shape in shapes:
+            for mode in spec.modes:
+                out.append((spec, mode, shape.dims, torch.bfloat16))
+                for dtype, labels in (other_dtypes or {}).get(spec.name, {}).items():
+                    if labels == ALL or shape.label in labels:
+                        out.append((spec, mode, shape.dims, dtype))
+    return out
+
+
+def fields(case) -> dict:
+    spec, mode, dims, dtype = case
+    return {"op": spec.name, "mode": mode, "dtype": DTYPE_NAMES[dtype], "shape": shape_label(dims)}
+
+
+def table(cases, gpus=tuple(GPUS)) -> dict:
+    """{case key: [launch rows]} for cases of (spec, mode, dims, dtype), on each emulated GPU."""
+    out = {}
     for gpu in gpus:
         with emulated(gpu):
-            for shape in shapes:
-                for dtype in dtypes:
-                    for mode in modes:
-                        case = f"{spec.name}|{mode}|{str(dtype)[6:]}|{shape.label}|{gpu}"
-                        rows[case] = []
-                        for fn, grid, args, kwargs in launches(spec, shape.dims, mode, dtype):
-                            d = describe(fn, grid, args, kwargs)
-                            key = repr((d["kernel"], d["constexprs"], d["options"], d["pointers"],
-                                        cr.binary_key(fn, args, kwargs)[2]))
-                            if key not in hashes:
-                                hashes[key] = sass_hash(fn, args, kwargs)
-                                log(f"  compiled {d['kernel']} {d['constexprs']} {d['options']}: {hashes[key]}")
-                            rows[case].append({**d, "sass": hashes[key]})
-    return rows
-
-
-def compare(before: dict, after: dict, dropped: tuple[str, ...] = ()) -> list[str]:
-    """One line per case that differs (or exists on one side only); empty: the same launches.
-    `dropped`: constexprs a change removed (a parameter of a deleted code path), left out of both."""
-    def strip(rows):
-        return None if rows is None else [{**r, "constexprs": {k: v for k, v in r["constexprs"].items()
-                                                                 if k not in dropped}} for r in rows]
-
-    out = []
-    for case in sorted(set(before) | set(after)):
-        a, b = strip(before.get(case)), strip(after.get(case))
-        if a != b:
-            out.append(f"{case}: before {a}\n    after  {b}")
+            for case in cases:
+                key = " ".join([gpu, *fields(case).values()])
+                out[key] = [describe(*c) for c in mode_launches(*case)]
+                print(key, " | ".join(f"{r['kernel']} {r['grid']} w{r['num_warps']} {r['sass']}" for r in out[key]),
+                      flush=True)
     return out
+
+
+# What must match launch for launch: the binary (SASS hash, registers) and how it is launched.
+SAME = ("sass", "instructions", "registers", "shared", "stack", "grid", "scalars", "tensors", "num_warps",
+        "num_stages", "maxnreg")
+
+
+def compare(before: dict, after: dict) -> list[str]:
+    """The differences between two tables (cases missing on either side, launches that differ in
+    anything of SAME); kernel names and constexprs that differ with the same binary are listed as
+    notes (a renamed kernel, a constexpr removed with the variant it chose)."""
+    lines, notes = [], set()
+    for key in sorted(set(before) | set(after)):
+        if key not in before or key not in after:
+            lines.append(f"{key}: only {'after' if key in after else 'before'}")
+            continue
+        b, a = before[key], after[key]
+        if len(b) != len(a):
+            lines.append(f"{key}: {len(b)} launches before, {len(a)} after")
+            continue
+        for rb, ra in zip(b, a):
+            diff = [f"{f} {rb[f]} -> {ra[f]}" for f in SAME if rb[f] != ra[f]]
+            if diff:
+                lines.append(f"{key} {rb['kernel']}: " + "; ".join(diff))
+            if rb["kernel"] != ra["kernel"] or rb["constexprs"] != ra["constexprs"]:
+                notes.add(f"note: {rb['kernel']} {rb['constexprs']} -> {ra['kernel']} {ra['constexprs']}")
+    return lines + sorted(notes)
+
+
+def summary(t: dict) -> str:
+    launches = [r for rows in t.values() for r in rows]
+    return (f"{len(t)} cases, {len(launches)} launches, {len({r['sass'] for r in launches})} distinct binaries "
+            f"({len({(r['kernel'], r['sass']) for r in launches})} kernel/binary pairs)")
+
+
+def use_tree(root: str) -> None:
+    """Import kcollect and kcollect.kernels from another checkout (e.g. a worktree of main) instead of
+    the installed one: how the table of the code before a change is made."""
+    root = Path(root).resolve()
+    parent = None
+    for name, folder in (("kcollect", "collector"), ("kcollect.kernels", "kernels")):
+        spec = importlib.util.spec_from_file_location(name, root / folder / "__init__.py",
+                                                      submodule_search_locations=[str(root / folder)])
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+        if parent is not None:
+            parent.kernels = mod
+        parent = mod
+
+
+def main(cases, doc: str, argv=None) -> int:
+    """The command line of a family's script (this module's docstring); `cases()` lists its cases,
+    called after --tree has chosen the checkout."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--out", help="write the table (JSON) here")
+    ap.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"), help="compare two tables")
+    ap.add_argument("--tree", help="import kcollect and its kernels from this checkout")
+    ap.add_argument("--gpu", choices=sorted(GPUS), action="append", help="emulated GPU(s) (default both)")
+    ap.add_argument("--only", action="append", default=[], metavar="FIELD=VALUE",
+                    help="only the cases with this op, mode, dtype or shape, e.g. op=layer_norm (repeatable)")
+    args = ap.parse_args(argv)
+    if args.compare:
+        before, after = (json.loads(Path(p).read_text()) for p in args.compare)
+        print("before:", summary(before))
+        print("after: ", summary(after))
+        lines = compare(before, after)
+        print("\n".join(lines) or "identical")
+        return 1 if any(not line.startswith("note:") for line in lines) else 0
+    only = [tuple(o.split("=", 1)) for o in args.only]
+    if any(len(o) != 2 or o[0] not in ("op", "mode", "dtype", "shape") for o in only):
+        ap.error(f"--only takes FIELD=VALUE with FIELD op, mode, dtype or shape (e.g. op=layer_norm): got {args.only}")
+    if args.tree:
+        use_tree(args.tree)
+    chosen = [c for c in cases() if all(fields(c)[k] == v for k, v in only)]
+    t = table(chosen, tuple(args.gpu or GPUS))
+    print(summary(t))
+    if args.out:
+        Path(args.out).write_text(json.dumps(t, indent=1, sort_keys=True))
+    return 0

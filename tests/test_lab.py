@@ -28,3 +28,15 @@ def test_bad_variant_and_shape_are_refused():
     with pytest.raises(ValueError, match="NAME=VALUE"):
         ab.parse_shape("4096x8192")
     assert ab.parse_shape("M=3,N=5,approx=tanh") == {"M": 3, "N": 5, "approx": "tanh"}
+
+
+def test_every_mutation_applies_to_this_tree():
+    # lab/mutations.py breaks the code on purpose and expects the named test to fail; a search string
+    # that a refactor moved (found 0 times) or that became ambiguous (2+) would make it mutate nothing
+    # or the wrong place. Only the strings are checked here: the script itself runs the tests.
+    from lab import mutations
+
+    assert mutations.check_applies() == []
+    for m in mutations.MUTATIONS:
+        assert m.search != m.replace and "::" in m.test, m.name
+    assert len({m.name for m in mutations.MUTATIONS}) == len(mutations.MUTATIONS)

@@ -180,3 +180,17 @@ def test_analyse_keys_noise_and_what_stays_apart():
     assert all(not r.flags for k, r in result.items() if k != key)
     assert list(detect_all(rows)) == [key, key._replace(kernel="gelu")]
     assert isinstance(detect_all(rows)[key][0], Flag)
+
+
+def test_every_field_of_a_row_keeps_its_series_apart():
+    # A field left out of the key would pool two series (bf16 with fp32 times, one machine with
+    # another) into one history, and their difference would read as a regression.
+    row = dict(kernel="swiglu", mode="fwd", provider="triton", shape="M=4096,N=14336", dtype="bfloat16",
+               device_kind="cuda", gpu_name="NVIDIA H100", machine="rig-1", timing="cuda-graph")
+    key = regress.series_key(row)
+    assert key == SeriesKey("swiglu", "fwd", "triton", "M=4096,N=14336", "bfloat16", "NVIDIA H100", "rig-1",
+                            "cuda-graph")
+    others = dict(kernel="geglu", mode="bwd", provider="torch", shape="M=1,N=14336", dtype="float32",
+                  gpu_name="NVIDIA H200", machine="rig-2", timing="cuda-events")
+    for field, value in others.items():
+        assert regress.series_key({**row, field: value}) != key, field

@@ -1,11 +1,13 @@
 """The runner's gate and bookkeeping, with a real store and the swiglu spec plus planted providers."""
 import dataclasses
+import time
 from pathlib import Path
 
 import pytest
 import torch
 
-from kcollect import report, timing
+import planted_kernels
+from kcollect import report, timing, verify
 from kcollect.kernels.swiglu import spec as swiglu
 from kcollect.runner import Runner, RunConfig, plan
 from kcollect.spec import Provider, Shape
@@ -95,6 +97,51 @@ def test_quantiles_and_summary():
     t = timing.summarize("cpu-clock", [5.0, 1.0, 3.0, 2.0, 4.0])
     assert (t.min_ms, t.median_ms, t.mean_ms, t.reps) == (1.0, 3.0, 3.0, 5)
     assert t.p20_ms == pytest.approx(1.8) and t.p80_ms == pytest.approx(4.2)
+
+
+def test_the_gate_fails_an_error_just_over_the_tolerance():
+    # fp32's tolerance is 1e-5: an output 2e-5 off must fail (a gate loosened even 2x passes it),
+    # and the exact one passes.
+    near = Provider("near", lambda x: x * (2.0 * (1 + 2e-5)))
+    spec = dataclasses.replace(planted_kernels.SPECS[0], providers=(planted_kernels.SPECS[0].providers[0], near))
+    over = verify.check(spec, "near", {"M": 4, "N": 8}, torch.float32, "fwd")
+    assert over.error == pytest.approx(2e-5, rel=0.05) and over.tolerance == 1e-5 and not over.ok
+    assert verify.check(spec, "torch", {"M": 4, "N": 8}, torch.float32, "fwd").ok
+
+
+def test_cpu_timing_is_in_milliseconds():
+    # a call of 20 ms must read as about 20, not 0.02 (seconds) nor 20000 (microseconds)
+    t = timing.time_cpu(lambda: time.sleep(0.02), timing.Budget(0, 0, min_reps=2, max_reps=2), estimate_ms=20.0)
+    assert 15 <= t.min_ms and t.median_ms < 200, t
+
+
+def test_every_timed_cuda_call_follows_an_l2_flush(monkeypatch):
+    # CUDA's timing without a GPU: events and synchronize record what happens, in order. Every
+    # timed call (between its start and end events) must come right after a write of the flush
+    # buffer, or the call finds its inputs in L2 and reads faster than it would in a model.
+    log = []
+
+    class Event:
+        def __init__(self, enable_timing=False):
+            self.at = None
+
+        def record(self):
+            log.append("event")
+            self.at = len(log)
+
+        def elapsed_time(self, end):
+            return 1.0
+
+    class Flush:
+        def zero_(self):
+            log.append("flush")
+
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    timing.time_cuda(lambda: log.append("call"), timing.Budget(0, 0, min_reps=4, max_reps=4), Flush(), peak=False)
+    timed = [i for i in range(1, len(log) - 1) if log[i - 1] == "event" and log[i] == "call" and log[i + 1] == "event"]
+    assert len(timed) >= 4
+    assert all(log[i - 2] == "flush" for i in timed), log
 
 
 def test_reference_runs_once_per_case_for_every_mode(tmp_path):

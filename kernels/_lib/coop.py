@@ -81,7 +81,7 @@ def last_to_arrive(count_ptr, S):
 # programs cannot all be resident (a GPU whose SMs are shared out, as with MPS limits), after
 # MAX_SPINS polls the total is NaN, a wrong answer the correctness gate reports, rather than a hang.
 # (A counter polled instead of the S slots, and waiting for a row's total right after publishing
-# it, both measured slower: docs/evidence/rms_norm_ab_h200_run14.txt.)
+# it, both measured slower on the H200.)
 
 MAX_SPINS = tl.constexpr(1 << 20)
 
@@ -132,8 +132,7 @@ def _poll2(slot_ptr, row, S, S_BLOCK: tl.constexpr):
     """(a's, b's, ready) of a row's two sets of S published partials: the slots as two int64
     [S_BLOCK] vectors, polled in one round trip until all 2S tags are the row's (ready = 1) or
     MAX_SPINS polls have passed (ready = 0). (Polled as one [S, 2] block instead, the totals came
-    out wrong at S = 32 on the H200 and right at S = 16 and 64, cause not found:
-    docs/evidence/layer_norm_ab_h200_run12.txt.)"""
+    out wrong at S = 32 on the H200, cause not found.)"""
     j = tl.arange(0, S_BLOCK)
     slots_a = slot_ptr + row * 2 * S + j
     tag = (row + 1).to(tl.int64) << 32

@@ -63,12 +63,11 @@ def launch_elementwise(kernel, n: int, *args, config: ElementwiseConfig | None =
 # ---------------------------------------------------------------------------------------------
 # Launch of a "lines" kernel (softmax's forward, rms_norm's and layer_norm's wide forwards, fp8_quant's
 # wide rows): two passes over each row in chunks of [BLOCK // VEC, VEC], 64 bytes a thread per chunk.
-# H200 A/B, bf16 softmax fwd, % of copy (softmax_ab runs 9-10, docs/evidence/softmax_ab_h200_run9.txt,
-# run10.txt): rows up to LINES_NARROW_ROW_BYTES in 16 KB chunks of 8 warps, one program a row
-# (2048x65536: 81.4%; 2 per SM persistent 79.5%, 64 KB chunks 75.6%); wider rows in 64 KB chunks of
+# H200 A/B, bf16 softmax fwd, % of copy: rows up to LINES_NARROW_ROW_BYTES in 16 KB chunks of 8
+# warps, one program a row (2048x65536: 81.4%; 2 per SM persistent 79.5%, 64 KB chunks 75.6%); wider rows in 64 KB chunks of
 # 32 warps (2048x128256: 78.1-78.8%, 32 KB of 16 warps 75.3-75.6%), also one program a row (82.7%
 # against 78.8% persistent one per SM, 80.3% two per SM; 1024x262144: 71.9% against 69.4%, 69.7%),
-# as for rms_norm's (rms_norm_ab run 18) and fp8_quant's (fp8_quant_ab run 4) wide rows.
+# as for rms_norm's and fp8_quant's wide rows.
 # Kernels that also read a weight in pass 2 (rms_norm, layer_norm) measured best with the wide rows'
 # chunks from 128 KB rows on, and layer_norm with another grid for them: they pass narrow_row_bytes
 # and wide_programs (their comments have the numbers).

@@ -1,0 +1,214 @@
+"""Mutation check: does the test suite catch deliberately broken code? Each mutation below is one
+exact string replacement in one file, with the smallest test that should fail because of it. The
+script checks the current tree out into a temporary git worktree (plus the uncommitted changes),
+runs every named test once unmutated (they must pass, or a failure would prove nothing), applies
+each mutation in turn, runs its test with `python -m pytest -x -q`, restores the file, and prints a table: mutation | file | catching test | caught. Exit 1 if any mutation survives
+(its test passed) or could not be tried; 0 if every one was caught.
+
+    python lab/mutations.py                 # all of them, a few minutes of CPU
+    python lab/mutations.py --only rope     # the mutations whose name contains 'rope'
+    python lab/mutations.py --list          # the table of mutations, nothing run
+
+The copy imports its own kcollect: a sitecustomize on PYTHONPATH maps `kcollect` to the copy's
+collector/ (and kcollect.kernels to its kernels/) ahead of the editable install of this checkout,
+also in the subprocesses the tests start. tests/test_lab.py checks that every search string occurs exactly once
+in its file, so a refactor that moves the code makes that test fail rather than this script lie.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import NamedTuple
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class Mutation(NamedTuple):
+    name: str
+    file: str
+    search: str
+    replace: str
+    test: str  # a pytest node id (file::test[param])
+
+
+MUTATIONS = (
+    # kernels
+    Mutation("rms_norm mean divisor N -> N-1", "kernels/rms_norm/fwd.py",
+             "rstd = tl.math.rsqrt(ss / N + eps)", "rstd = tl.math.rsqrt(ss / (N - 1) + eps)",
+             "tests/test_rms_norm.py::test_every_element_is_written_and_rstd_saved"),
+    Mutation("rms_norm eps dropped", "kernels/rms_norm/fwd.py",
+             "rstd = tl.math.rsqrt(ss / N + eps)", "rstd = tl.math.rsqrt(ss / N)",
+             "tests/test_rms_norm.py::test_forward_paths"),
+    Mutation("rms_norm backward drops dx's mean term", "kernels/rms_norm/bwd.py",
+             "dx = (m - xhat * c[:, None]) * rstd[:, None]", "dx = m * rstd[:, None]",
+             "tests/test_rms_norm.py::test_every_element_is_written_and_rstd_saved"),
+    Mutation("layer_norm backward drops dx's mean(w*dy) term", "kernels/layer_norm/bwd.py",
+             "dx = (wdy * N - (xhat * s1[:, None] + s2[:, None])) * (rstd / N)[:, None]",
+             "dx = (wdy * N - xhat * s1[:, None]) * (rstd / N)[:, None]",
+             "tests/test_layer_norm.py::test_every_element_and_gradient"),
+    Mutation("cross_entropy ignore_index rows not skipped", "kernels/cross_entropy/rows.py",
+             "        if y == ignore_index:\n", "        if y == V:\n",
+             "tests/test_cross_entropy.py::test_custom_ignore_index_strided_rows_and_int32_targets"),
+    Mutation("rope sin and cos swapped", "kernels/rope/kernels.py",
+             "    c1 = tl.load(cos_ptr + coff, mask=mask, eviction_policy=CS_POLICY).to(tl.float32)\n"
+             "    c2 = tl.load(cos_ptr + coff + HALF, mask=mask, eviction_policy=CS_POLICY).to(tl.float32)\n"
+             "    s1 = tl.load(sin_ptr + coff, mask=mask, eviction_policy=CS_POLICY).to(tl.float32)\n"
+             "    s2 = tl.load(sin_ptr + coff + HALF, mask=mask, eviction_policy=CS_POLICY).to(tl.float32)\n",
+             "    c1 = tl.load(sin_ptr + coff, mask=mask, eviction_policy=CS_POLICY).to(tl.float32)\n"
+             "    c2 = tl.load(sin_ptr + coff + HALF, mask=mask, eviction_policy=CS_POLICY).to(tl.float32)\n"
+             "    s1 = tl.load(cos_ptr + coff, mask=mask, eviction_policy=CS_POLICY).to(tl.float32)\n"
+             "    s2 = tl.load(cos_ptr + coff + HALF, mask=mask, eviction_policy=CS_POLICY).to(tl.float32)\n",
+             "tests/test_rope.py::test_layouts[hf]"),
+    # collector
+    Mutation("correctness gate loosened 10x", "collector/verify.py",
+             "return self.error <= self.tolerance", "return self.error <= 10 * self.tolerance",
+             "tests/test_runner.py::test_the_gate_fails_an_error_just_over_the_tolerance"),
+    Mutation("CPU times in seconds, not ms", "collector/timing.py",
+             "out.append((time.perf_counter() - t0) * 1e3)", "out.append(time.perf_counter() - t0)",
+             "tests/test_runner.py::test_cpu_timing_is_in_milliseconds"),
+    Mutation("L2 flush skipped before timed calls", "collector/timing.py",
+             "            flush.zero_()\n            starts[i].record()", "            starts[i].record()",
+             "tests/test_runner.py::test_every_timed_cuda_call_follows_an_l2_flush"),
+    Mutation("dtype dropped from the series key", "collector/regress.py",
+             'row["shape"], row["dtype"], device(row)', 'row["shape"], None, device(row)',
+             "tests/test_regress.py::test_every_field_of_a_row_keeps_its_series_apart"),
+    Mutation("Jinja autoescape off", "collector/site.py",
+             "autoescape=True,", "autoescape=False,",
+             "tests/test_site_budgets.py::test_hostile_names_are_escaped_and_an_empty_store_says_so"),
+    Mutation("--fail-on-incorrect ignored", "collector/run_cmd.py",
+             "open_store(db), fail_on_incorrect, started)", "open_store(db), False, started)",
+             "tests/test_collect.py::test_fail_on_incorrect_exits_1"),
+)
+
+
+def check_applies(root: Path = ROOT) -> list[str]:
+    """What keeps a mutation from applying: its search string not exactly once in its file."""
+    problems = []
+    for m in MUTATIONS:
+        n = (root / m.file).read_text().count(m.search)
+        if n != 1:
+            problems.append(f"{m.name}: {m.file} holds the search string {n} times")
+        if not (root / m.test.split("::")[0]).is_file():
+            problems.append(f"{m.name}: no test file {m.test.split('::')[0]}")
+    return problems
+
+
+# Put first on sys.meta_path (sitecustomize runs at every start-up, subprocesses included): the
+# packages as setuptools' package-dir maps them, from the copy.
+_FINDER = """import sys
+from importlib.util import spec_from_file_location
+
+MAPPING = {mapping!r}
+
+
+class MutantFinder:
+    @classmethod
+    def find_spec(cls, fullname, path=None, target=None):
+        if fullname in MAPPING:
+            return spec_from_file_location(fullname, MAPPING[fullname] + "/__init__.py",
+                                           submodule_search_locations=[MAPPING[fullname]])
+        return None
+
+
+sys.meta_path.insert(0, MutantFinder)
+"""
+
+
+def _copy_of_the_tree(tmp: Path) -> Path:
+    """A git worktree of HEAD with this checkout's uncommitted changes copied over, and a folder
+    that makes `import kcollect` find the copy's packages."""
+    tree = tmp / "tree"
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "-q", "--detach", str(tree), "HEAD"], check=True)
+    changed = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-m", "-o", "-d", "--exclude-standard"],
+                             capture_output=True, text=True, check=True).stdout.split("\n")
+    for rel in filter(None, changed):
+        src, dst = ROOT / rel, tree / rel
+        if src.is_file():
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dst)
+        elif dst.exists():
+            dst.unlink()
+    path = tmp / "path"
+    path.mkdir()
+    (path / "sitecustomize.py").write_text(_FINDER.format(mapping={
+        "kcollect": str(tree / "collector"), "kcollect.kernels": str(tree / "kernels"),
+        "kcollect.templates": str(tree / "templates")}))
+    return tree
+
+
+def _run(tree: Path, env: dict, *tests: str) -> tuple[int, float, list[str]]:
+    """pytest's exit code, seconds and last line for `tests` in the copy. Each run gets its own
+    temporary folder: caches kept there (Jinja's compiled templates, keyed by the template's source
+    only) would otherwise carry what the unmutated code compiled into the mutated run."""
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="kcollect-mutant-tmp-") as tmp:
+        p = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests],
+                           cwd=tree, env={**env, "TMPDIR": tmp}, capture_output=True, text=True)
+    return p.returncode, time.perf_counter() - t0, (p.stdout + p.stderr).strip().splitlines()[-1:]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", default="", help="only the mutations whose name contains this")
+    ap.add_argument("--list", action="store_true", help="print the mutations and their tests, run nothing")
+    args = ap.parse_args(argv)
+    chosen = [m for m in MUTATIONS if args.only in m.name]
+    if not chosen:
+        print(f"mutations: no mutation's name contains {args.only!r}", file=sys.stderr)
+        return 2
+    if args.list:
+        for m in chosen:
+            print(f"{m.name} | {m.file} | {m.test}")
+        return 0
+    problems = check_applies()
+    if problems:
+        print("\n".join(problems), file=sys.stderr)
+        return 1
+    rows, survived = [], 0
+    with tempfile.TemporaryDirectory(prefix="kcollect-mutations-") as tmp:
+        tree = _copy_of_the_tree(Path(tmp))
+        try:
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(tmp) / "path"),
+                                                                               os.environ.get("PYTHONPATH")]))}
+            where = subprocess.run([sys.executable, "-c", "import kcollect.kernels as k; print(k.__file__)"],
+                                   cwd=tree, env=env, capture_output=True, text=True, check=True).stdout.strip()
+            if not where.startswith(tmp):
+                print(f"mutations: the copy imports kcollect.kernels from {where}, not the copy", file=sys.stderr)
+                return 1
+            tests = sorted({m.test for m in chosen})
+            rc, seconds, last = _run(tree, env, *tests)
+            print(f"unmutated: {' '.join(last)} ({seconds:.0f} s)", file=sys.stderr, flush=True)
+            if rc != 0:
+                print("mutations: the tests fail on the unmutated tree, so a failure would prove nothing",
+                      file=sys.stderr)
+                return 1
+            for m in chosen:
+                target = tree / m.file
+                original = target.read_text()
+                target.write_text(original.replace(m.search, m.replace, 1))
+                try:
+                    rc, seconds, last = _run(tree, env, m.test)
+                finally:
+                    target.write_text(original)
+                caught = "yes" if rc == 1 else "no" if rc == 0 else f"error (pytest exit {rc})"
+                survived += caught != "yes"
+                rows.append((m.name, m.file, m.test, caught, f"{seconds:.0f} s"))
+                print(f"{m.name}: {caught} ({seconds:.0f} s) {' '.join(last)}", file=sys.stderr, flush=True)
+        finally:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=False)
+    head = ("mutation", "file", "catching test", "caught", "test time")
+    print("| " + " | ".join(head) + " |\n| " + " | ".join("---" for _ in head) + " |")
+    for r in rows:
+        print("| " + " | ".join(f"`{c}`" if i in (1, 2) else c for i, c in enumerate(r)) + " |")
+    print(f"\n{len(rows) - survived} of {len(rows)} caught")
+    return 1 if survived else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
