@@ -12,6 +12,7 @@ page its data as JSON under json/, for scripts.
 """
 from __future__ import annotations
 
+import hashlib
 import importlib
 import json
 import shutil
@@ -107,8 +108,12 @@ def _speedup(v: float | None) -> str:
 
 
 def _bytecode_cache() -> jinja2.BytecodeCache | None:
+    # Jinja keys a compiled template by its name and source only, not by the environment's
+    # settings (autoescape, filters): the files are named after this module's own source too, so
+    # that a kcollect whose settings changed never runs templates compiled under the old ones.
+    tag = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
     try:
-        return jinja2.FileSystemBytecodeCache()
+        return jinja2.FileSystemBytecodeCache(pattern=f"__kcollect_{tag}_%s.cache")
     except RuntimeError:  # no private folder can be made: compile every time
         return None
 
@@ -116,7 +121,7 @@ def _bytecode_cache() -> jinja2.BytecodeCache | None:
 def environment() -> jinja2.Environment:
     # Autoescape everything: kernel names, shapes, error messages and GPU names come from the data.
     # The compiled templates are kept in Jinja's per-user cache in the temporary folder (keyed by
-    # each template's source): compiling them is a sixth of a build.
+    # each template's source and this module's): compiling them is a sixth of a build.
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True,
                              trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined,
                              bytecode_cache=_bytecode_cache())
