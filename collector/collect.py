@@ -1,11 +1,12 @@
-"""Measuring a plan: in this process, or spread over worker processes (one per GPU, or several on
-the CPU for testing), with the rows written to the one store as each case ends.
+"""Measuring a plan: in this process (the CPU), or in worker processes (one per GPU, or several on
+the CPU), with the rows written to the one store as each case ends.
 
 Workers do not open the store: each sends its run, rows and breakdown to this process, which alone
 writes the --db file. DuckDB lets one process write a file at a time, so separate files per worker
 would need a merge at the end, and a run killed before the merge would leave its rows scattered;
-through the parent every row is in the store the moment its case ends, whichever worker measured it,
-and a worker that dies loses only the case it was in. Each worker measures its own device's
+through the parent every row is in the store the moment its case ends, whichever worker measured it.
+The parent also watches each worker: one that dies, or hangs, inside a measurement leaves an `error`
+row for it, and a fresh process continues its run (run_workers). Each worker measures its own device's
 ceilings and writes its own run, keyed by its device (runs.device_index), so that one GPU's numbers
 are never divided by another's copy bandwidth.
 """

@@ -72,8 +72,8 @@ CPU_COMPILE = ("compile", "on the CPU torch.compile builds C++, not the Triton c
 @click.option("--gpus", default=None, metavar="all|I,J,...",
               help="Spread the cases over one worker process per GPU (each its own run, keyed by its device).")
 @click.option("--workers", default=None, metavar="N",
-              help=f"On the CPU: spread the kernels over N worker processes. Default: one per core, at most "
-                   f"{CPU_WORKERS_MAX}.")
+              help=f"On the CPU: spread the kernels over N worker processes (with one, it measures in this process "
+                   f"unless --measure-timeout is given). Default: one per core, at most {CPU_WORKERS_MAX}.")
 @click.option("--measure-timeout", default=None, metavar="SECONDS",
               help=f"Kill a worker that spends more than SECONDS on one measurement (a hang), store an `error` row "
                    f"for it and go on in a fresh worker, as when a measurement crashes its process. Default: "
