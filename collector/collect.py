@@ -1,11 +1,12 @@
-"""Measuring a plan: in this process, or spread over worker processes (one per GPU, or several on
-the CPU for testing), with the rows written to the one store as each case ends.
+"""Measuring a plan: in this process (the CPU), or in worker processes (one per GPU, or several on
+the CPU), with the rows written to the one store as each case ends.
 
 Workers do not open the store: each sends its run, rows and breakdown to this process, which alone
 writes the --db file. DuckDB lets one process write a file at a time, so separate files per worker
 would need a merge at the end, and a run killed before the merge would leave its rows scattered;
-through the parent every row is in the store the moment its case ends, whichever worker measured it,
-and a worker that dies loses only the case it was in. Each worker measures its own device's
+through the parent every row is in the store the moment its case ends, whichever worker measured it.
+The parent also watches each worker: one that dies, or hangs, inside a measurement leaves an `error`
+row for it, and a fresh process continues its run (run_workers). Each worker measures its own device's
 ceilings and writes its own run, keyed by its device (runs.device_index), so that one GPU's numbers
 are never divided by another's copy bandwidth.
 """
@@ -13,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import signal
 import time
 from dataclasses import dataclass, field
@@ -22,7 +22,7 @@ from typing import Any, Callable
 from .environment import Commit
 from .progress import Progress
 from .plan import Case, RunConfig
-from .runner import Runner
+from .runner import Runner, make_row
 from .store import Store, StoreError
 
 
@@ -40,23 +40,31 @@ def _trap(on_signal: Callable[[int], None]) -> None:
         signal.signal(sig, lambda signum, _frame: on_signal(signum))
 
 
-def _measure(runner: Runner, commit: Commit, cases: list[Case], next_index: Callable[[], int | None],
-             signals: list[int], current: list[int]) -> str:
-    """Start the run once there is a case for it (a worker left without work writes no run),
-    measure cases until there are none (or a signal), finish it; the status."""
+Task = tuple[int, "frozenset[tuple[str, str]] | None"]  # a case's index, and just these (mode, provider)
+
+
+def _measure(runner: Runner, open_run: Callable[[], Any], cases: list[Case], next_task: Callable[[], Task | None],
+             signals: list[int], current: list[int], resuming: bool = False) -> str:
+    """Open the run once there is a case for it (a worker left without work writes no run; one
+    that continues a run opens it at once, to finish it whatever is left), measure cases until
+    there are none (or a signal), finish it; the status."""
     status, started = "unfinished", False
     try:
-        i = next_index()
-        if i is None:
+        if resuming:
+            open_run()
+            started = True
+        task = next_task()
+        if task is None and not started:
             return "finished"
-        runner.start(commit)
-        started = True
-        while i is not None:
-            current[0] = i
-            runner.run_case(cases[i])
+        if not started:
+            open_run()
+            started = True
+        while task is not None:
+            current[0] = task[0]
+            runner.run_case(cases[task[0]], task[1])
             if signals:  # a library can swallow the KeyboardInterrupt the handler raised
                 raise KeyboardInterrupt
-            i = next_index()
+            task = next_task()
         status = "finished"
     except KeyboardInterrupt:
         status = "interrupted"
@@ -89,9 +97,9 @@ def run_here(config: RunConfig, commit: Commit, cases: list[Case], indices: list
     runner = Runner(config, _Recording(store, out, progress), device_index, started)
     runner.warn = warn
     runner.progress = progress.event
-    todo = iter(indices)
+    todo = iter([(i, None) for i in indices])
     try:
-        out.status = _measure(runner, commit, cases, lambda: next(todo, None), signals, [0])
+        out.status = _measure(runner, lambda: runner.start(commit), cases, lambda: next(todo, None), signals, [0])
     except StoreError as e:
         out.errors.append(str(e))
     return out
@@ -128,31 +136,45 @@ class _Recording:
 @dataclass(frozen=True)
 class WorkerSpec:
     name: str  # 'gpu0', 'cpu1': the progress prefix
-    visible: str | None  # CUDA_VISIBLE_DEVICES for the worker, None on the CPU
+    visible: str | None  # CUDA_VISIBLE_DEVICES for the worker; None: this process's own (CPU, one GPU)
     device_index: int | None
 
 
-class _QueueSink:
-    def __init__(self, q, name: str):
-        self.q, self.name = q, name
+class _PipeSink:
+    """A worker's records to its parent, each written to the pipe before the call returns: what
+    was sent before the process died is in the pipe, not in a queue's buffer that a feeder thread
+    (starved by a compiler holding the GIL) never wrote. Ctrl-C waits until a message is whole."""
+
+    def __init__(self, conn):
+        self.conn = conn
+
+    def send(self, kind: str, payload=None) -> None:
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, (signal.SIGINT, signal.SIGTERM))
+        try:
+            self.conn.send((kind, payload))
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
     def add_environment(self, env) -> None:
-        self.q.put(("env", self.name, env))
+        self.send("env", env)
 
     def start_run(self, run) -> None:
-        self.q.put(("start", self.name, run))
+        self.send("start", run)
 
     def add_results(self, rows) -> None:
-        self.q.put(("rows", self.name, rows))
+        self.send("rows", rows)
 
     def finish_run(self, run_id, status, finished_at, phases=None) -> None:
-        self.q.put(("finish", self.name, (run_id, status, finished_at, phases)))
+        self.send("finish", (run_id, status, finished_at, phases))
 
 
-def _worker(spec: WorkerSpec, config: RunConfig, commit: Commit, kernel_modules, tasks, results) -> None:
+def _worker(spec: WorkerSpec, config: RunConfig, commit: Commit, kernel_modules, conn, resume=None) -> None:
+    """Measures the tasks its parent hands it, one kernel's at a time, asking for more ("want")
+    until it gets None. `resume`: (run, seq) of the run a dead predecessor opened, to continue."""
     started = time.perf_counter()
     if spec.visible is not None:  # before anything touches CUDA in this process
         os.environ["CUDA_VISIBLE_DEVICES"] = spec.visible
+    out = _PipeSink(conn)
     signals: list[int] = []
     _trap(_raise_once(signals))
     status = "unfinished"
@@ -162,110 +184,181 @@ def _worker(spec: WorkerSpec, config: RunConfig, commit: Commit, kernel_modules,
         from .common import load_registry
         from .plan import plan
 
-        if spec.visible is None:  # CPU workers share the cores: a thread each, not a pool each
+        if config.device == "cpu" and config.workers > 1:  # workers share the cores: a thread each
             torch.set_num_threads(1)
 
         registry = load_registry(config.device, kernel_modules)
         cases = plan([registry.get(n) for n in config.kernels], config)
         current = [0]
-        runner = Runner(config, _QueueSink(results, spec.name), spec.device_index, started)
-        runner.warn = lambda message: results.put(("warn", spec.name, message))
-        runner.progress = lambda kind, case, mode, prov: results.put(
-            ("progress", spec.name, (kind, current[0], mode, prov)))
-        pending: list[int] = []
+        runner = Runner(config, out, spec.device_index, started)
+        runner.warn = lambda message: out.send("warn", message)
+        runner.progress = lambda kind, case, mode, prov: out.send("progress", (kind, current[0], mode, prov))
+        runner.on_row = lambda row: out.send("row", row)
+        pending: list[Task] = []
 
-        def next_index() -> int | None:  # one kernel's cases at a time (schedule.groups)
+        def next_task() -> Task | None:
             if not pending:
-                pending.extend(tasks.get() or ())
+                out.send("want")
+                pending.extend(conn.recv() or ())
             return pending.pop(0) if pending else None
 
-        status = _measure(runner, commit, cases, next_index, signals, current)
+        open_run = (lambda: runner.resume(*resume)) if resume else (lambda: runner.start(commit))
+        status = _measure(runner, open_run, cases, next_task, signals, current, resuming=resume is not None)
     except KeyboardInterrupt:
         status = "interrupted"
     except BaseException as e:  # one line to the parent, which prints it; the run stays unfinished
-        results.put(("warn", spec.name, f"worker failed: {type(e).__name__}: {e}"))
+        out.send("warn", f"worker failed: {type(e).__name__}: {e}")
     finally:
-        results.put(("exit", spec.name, status))
+        out.send("exit", status)
 
 
 def run_workers(config: RunConfig, commit: Commit, cases: list[Case], tasks_: list[list[int]], store: Store,
                 progress: Progress, warn: Callable[[str], None], workers: list[WorkerSpec], kernel_modules,
                 grace_s: float = 60.0) -> Outcome:
-    """Workers pull one kernel's case indices at a time from one queue (largest kernel first, see
-    schedule.groups) until it is empty. Ctrl-C or SIGTERM here is forwarded to every worker, which
-    marks its run interrupted; what they send meanwhile is still written; a worker that has not
-    ended `grace_s` after (or at a second signal) is killed, its rows so far kept."""
+    """Each worker is handed one kernel's case indices at a time (largest kernel first, see
+    schedule.groups) until none is left. A worker that dies inside a case, or that says nothing
+    for config.measure_timeout seconds there (then it is killed), leaves an `error` row for the
+    measurement it was in; its rows so far are kept, and a fresh process continues its run with
+    the rest. Ctrl-C or SIGTERM here is forwarded to every worker, which marks its run
+    interrupted; what they send meanwhile is still written; a worker that has not ended `grace_s`
+    after (or at a second signal) is killed, its rows so far kept."""
     import multiprocessing as mp
+    from multiprocessing.connection import wait
 
     ctx = mp.get_context("spawn")  # CUDA cannot be used in a forked child
-    tasks, results = ctx.Queue(), ctx.Queue()
-    for task in [*tasks_, *(None for _ in workers)]:
-        tasks.put(task)
-    parent = _Parent(store, progress, cases, warn)
+    parent = _Parent(store, progress, cases, warn, [[(i, None) for i in g] for g in tasks_], len(workers) > 1)
     signals: list[int] = []
     _trap(signals.append)  # the parent never raises: it forwards, then keeps writing what arrives
-    procs = {w.name: ctx.Process(target=_worker, args=(w, config, commit, kernel_modules, tasks, results),
-                                 name=f"kcollect-{w.name}") for w in workers}
-    for p in procs.values():
-        p.start()
+
+    def start(slot: _Slot) -> None:
+        if slot.proc is not None:  # a fresh process in the place of one that died
+            slot.proc.join()
+            slot.conn.close()
+        mine, theirs = ctx.Pipe()
+        resume = (slot.run, slot.seq) if slot.run is not None else None
+        slot.proc = ctx.Process(target=_worker, args=(slot.spec, config, commit, kernel_modules, theirs, resume),
+                                name=f"kcollect-{slot.spec.name}")
+        slot.proc.start()
+        theirs.close()  # so that the worker's death reads as the end of the pipe
+        slot.conn, slot.killed = mine, None
+
+    slots = [_Slot(w) for w in workers]
+    for slot in slots:
+        start(slot)
     forwarded_at = None
-    while len(parent.statuses) < len(procs):
+    while live := [s for s in slots if s.status is None]:
         if signals and forwarded_at is None:
             forwarded_at = time.monotonic()
-            _signal_all(procs, parent.statuses, signal.SIGTERM)
+            _signal_all(live, signal.SIGTERM)
         if forwarded_at is not None and (len(signals) > 1 or time.monotonic() - forwarded_at > grace_s):
-            _signal_all(procs, parent.statuses, signal.SIGKILL)
-        try:
-            message = results.get(timeout=0.5)
-        except queue.Empty:
-            for name, p in procs.items():
-                if name not in parent.statuses and not p.is_alive():
-                    warn(f"{name} ended without a word (exit code {p.exitcode}); its rows so far are kept")
-                    parent.statuses[name] = "unfinished"
-            continue
-        try:
-            parent.dispatch(*message)
-        except StoreError as e:
-            parent.out.errors.append(str(e))
-            signals.append(signal.SIGTERM)
-    for p in procs.values():
-        p.join(timeout=5)
+            _signal_all(live, signal.SIGKILL)
+        for slot in live if not signals else ():
+            slot.overdue(config.measure_timeout)
+        wait([s.conn for s in live] + [s.proc.sentinel for s in live], timeout=0.5)
+        for slot in live:
+            alive = slot.proc.is_alive()  # before reading: what it sent before it ended is read now
+            try:
+                parent.drain(slot)
+                if slot.status is None and not alive and parent.died(slot, bool(signals)):
+                    start(slot)
+            except StoreError as e:
+                parent.out.errors.append(str(e))
+                signals.append(signal.SIGTERM)
+    for slot in slots:
+        slot.proc.join(timeout=5)
     out = parent.out
     out.status = ("interrupted" if signals and not out.errors else
-                  "finished" if all(s == "finished" for s in parent.statuses.values()) else "unfinished")
+                  "finished" if all(s.status == "finished" for s in slots) else "unfinished")
     return out
 
 
-def _signal_all(procs, statuses, sig) -> None:
-    for name, p in procs.items():
-        if name not in statuses and p.pid is not None and p.is_alive():
-            os.kill(p.pid, sig)
+def _signal_all(slots: list[_Slot], sig) -> None:
+    for slot in slots:
+        if slot.proc.pid is not None and slot.proc.is_alive():
+            os.kill(slot.proc.pid, sig)
+
+
+@dataclass
+class _Slot:
+    """One worker's place: its process now, the run it writes, and what it holds."""
+    spec: WorkerSpec
+    proc: Any = None
+    conn: Any = None
+    run: Any = None  # its run once opened: a fresh process in its place continues it
+    seq: int = 0  # the last row number of the run
+    held: list[Task] = field(default_factory=list)  # handed to the process, not yet begun
+    case: Task | None = None  # the task in progress
+    rows: list[dict[str, Any]] = field(default_factory=list)  # that case's rows so far
+    doing: tuple[str, str, str] | None = None  # ('start' or 'recheck', mode, provider) in progress
+    since: float = 0.0  # when it last said what it is doing
+    killed: str | None = None  # why the parent killed it
+    status: str | None = None  # how it ended
+
+    def overdue(self, limit: float | None) -> None:
+        if limit and self.case is not None and self.killed is None and time.monotonic() - self.since > limit:
+            self.killed = f"no result within {limit:g} s"
+            os.kill(self.proc.pid, signal.SIGKILL)
+
+
+def _death(slot: _Slot) -> str:
+    code = slot.proc.exitcode
+    if slot.killed:
+        return slot.killed
+    if code is not None and code < 0:
+        try:
+            return f"the measuring process died: signal {-code} ({signal.Signals(-code).name})"
+        except ValueError:
+            return f"the measuring process died: signal {-code}"
+    return f"the measuring process died: exit code {code}"
 
 
 class _Parent:
-    """Writes what the workers send, as it arrives."""
+    """Writes what the workers send, as it arrives, and hands out the tasks."""
 
-    def __init__(self, store: Store, progress: Progress, cases: list[Case], warn: Callable[[str], None]):
+    def __init__(self, store: Store, progress: Progress, cases: list[Case], warn: Callable[[str], None],
+                 todo: list[list[Task]], named: bool):
         self.store, self.progress, self.cases, self.warn = store, progress, cases, warn
+        self.todo = todo
+        self.named = named  # progress lines name the worker (several of them)
         self.out = Outcome()
-        self.statuses: dict[str, str] = {}  # worker -> its final status
         self.store_s: dict[str, float] = {}  # worker -> seconds spent writing its rows here
 
-    def dispatch(self, kind: str, name: str, payload) -> None:
+    def drain(self, slot: _Slot) -> None:
+        while slot.status is None:
+            try:
+                if not slot.conn.poll():
+                    return
+                kind, payload = slot.conn.recv()
+            except (EOFError, OSError):  # the worker is gone, mid-message perhaps
+                return
+            self.dispatch(slot, kind, payload)
+
+    def dispatch(self, slot: _Slot, kind: str, payload) -> None:
+        name = slot.spec.name
+        who = name if self.named else None
         if kind == "progress":
             event, index, mode, provider = payload
-            self.progress.event(event, self.cases[index], mode, provider, worker=name)
+            slot.since = time.monotonic()
+            if event == "case":
+                slot.case, slot.rows, slot.doing = slot.held.pop(0), [], None
+                return
+            slot.doing = None if event == "end" else (event, mode, provider)
+            self.progress.event(event, self.cases[index], mode, provider, worker=who)
+        elif kind == "row":
+            slot.rows.append(payload)
+        elif kind == "want":
+            if not slot.held and self.todo:
+                slot.held = self.todo.pop(0)
+            slot.conn.send(list(slot.held) or None)
         elif kind == "env":
             self.store.add_environment(payload)
         elif kind == "start":
-            self.out.runs[payload.run_id] = payload
+            slot.run = self.out.runs[payload.run_id] = payload
             self.store.start_run(payload)
-            self.progress.run_started(payload, name)
+            self.progress.run_started(payload, who)
         elif kind == "rows":
-            t0 = time.perf_counter()
-            self.store.add_results(payload)
-            self.store_s[name] = self.store_s.get(name, 0.0) + time.perf_counter() - t0
-            self.out.rows.extend(payload)
+            slot.case, slot.rows, slot.doing = None, [], None
+            self._keep(slot, payload)
         elif kind == "finish":
             run_id, status, finished_at, phases = payload
             phases = _with_store_seconds(phases, self.store_s.get(name, 0.0))
@@ -274,7 +367,52 @@ class _Parent:
         elif kind == "warn":
             self.warn(f"{name}: {payload}")
         elif kind == "exit":
-            self.statuses[name] = payload
+            slot.status = payload
+            self._keep(slot, slot.rows)  # an interrupted case's rows so far
+
+    def _keep(self, slot: _Slot, rows: list[dict[str, Any]]) -> None:
+        if not rows:
+            return
+        t0 = time.perf_counter()
+        self.store.add_results(rows)
+        name = slot.spec.name
+        self.store_s[name] = self.store_s.get(name, 0.0) + time.perf_counter() - t0
+        self.out.rows.extend(rows)
+        slot.seq = max(slot.seq, *(r["seq"] for r in rows))
+
+    def died(self, slot: _Slot, stopping: bool) -> bool:
+        """Rows for a worker that ended without a word; whether a fresh process takes its place
+        (it died inside a case, and the run is not being stopped)."""
+        reason, rows, slot.rows = _death(slot), slot.rows, []
+        if slot.case is None or stopping:
+            self.warn(f"{slot.spec.name} ended without a word ({reason}); its rows so far are kept")
+            self._keep(slot, rows)
+            if slot.held:
+                self.todo.insert(0, slot.held)  # for another worker, if one is left
+            slot.status = "unfinished"
+            return False
+        (index, only), case = slot.case, self.cases[slot.case[0]]
+        pairs = [(m, p) for m in case.modes for p in case.providers if only is None or (m, p) in only]
+        done = {(r["mode"], r["provider"]) for r in rows}
+        event, mode, provider = slot.doing or ("", "", "")
+        if event == "recheck":  # as Runner._settle does when a recheck raises
+            failed = []
+            for r in rows:
+                if (r["mode"], r["provider"]) == (mode, provider):
+                    r.update(status="unstable", error=f"recheck failed: {reason}")
+        else:  # the measurement it was in, or the whole case if it died between measurements
+            failed = [p for p in ([(mode, provider)] if event == "start" else pairs) if p not in done]
+        seq = max([slot.seq, *(r["seq"] for r in rows)])
+        for i, (m, p) in enumerate(failed, 1):
+            rows.append(make_row(slot.run.run_id, seq + i, case, m, p, status="error", error=reason))
+            self.progress.event("end", case, m, p, worker=slot.spec.name if self.named else None)
+        what = f"{case.label} {mode} {provider}" if event else case.label
+        self.warn(f"{slot.spec.name}: {what}: {reason}; the rest goes on in a fresh process")
+        self._keep(slot, rows)
+        left = [p for p in pairs if p not in done and p not in failed]
+        slot.held = ([(index, frozenset(left))] if left else []) + slot.held
+        slot.case, slot.doing = None, None
+        return True
 
 
 def _with_store_seconds(phases: str | None, seconds: float) -> str | None:

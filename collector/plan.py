@@ -31,6 +31,7 @@ class RunConfig:
     shard: str | None = None  # 'K/N' when the plan is split over machines
     workers: int = 1  # processes measuring the plan (one per GPU on CUDA)
     caches: str | None = None  # folder of the persistent Triton and inductor caches (caches.py)
+    measure_timeout: float | None = None  # seconds a worker may spend on one measurement (collect.py)
     unavailable: tuple[tuple[str, str], ...] = ()  # (provider, why) this run does not measure here
 
 

@@ -45,7 +45,10 @@ class Progress:
         return remaining * (time.perf_counter() - self.started) / self.done_est
 
     def event(self, kind: str, case: Case, mode: str, provider: str, worker: object = None) -> None:
-        """kind 'start' or 'end' of one (case, mode, provider) measurement."""
+        """kind 'start' or 'end' of one (case, mode, provider) measurement; the runner's other
+        events ('case', 'recheck') are for a worker's parent, which watches for hangs."""
+        if kind not in ("start", "end"):
+            return
         now = time.perf_counter()
         who = f"{worker} " if worker is not None else ""
         what = f"{case.label} {mode} {provider}"

@@ -21,6 +21,10 @@ from .spec import DTYPES, MODES
 # (more than all the other providers of a case together): its CPU rows are `unavailable` unless
 # --provider compile asks for them.
 MIN_REPS = {"cuda": 10, "cpu": 2}
+# Seconds one measurement may take before its worker is killed and the row is an `error`: past
+# anything a compile or a timing budget needs on a GPU. None on the CPU, whose interpreter can
+# take minutes a shape, and which measures in this process unless asked for workers.
+MEASURE_TIMEOUT = {"cuda": 300.0, "cpu": None}
 CPU_WORKERS_MAX = 4
 CPU_COMPILE = ("compile", "on the CPU torch.compile builds C++, not the Triton code it runs on a GPU; "
                           "measured on GPUs (--provider compile runs it here)")
@@ -68,8 +72,13 @@ CPU_COMPILE = ("compile", "on the CPU torch.compile builds C++, not the Triton c
 @click.option("--gpus", default=None, metavar="all|I,J,...",
               help="Spread the cases over one worker process per GPU (each its own run, keyed by its device).")
 @click.option("--workers", default=None, metavar="N",
-              help=f"On the CPU: spread the kernels over N worker processes. Default: one per core, at most "
-                   f"{CPU_WORKERS_MAX}.")
+              help=f"On the CPU: spread the kernels over N worker processes (with one, it measures in this process "
+                   f"unless --measure-timeout is given). Default: one per core, at most {CPU_WORKERS_MAX}.")
+@click.option("--measure-timeout", default=None, metavar="SECONDS",
+              help=f"Kill a worker that spends more than SECONDS on one measurement (a hang), store an `error` row "
+                   f"for it and go on in a fresh worker, as when a measurement crashes its process. Default: "
+                   f"{MEASURE_TIMEOUT['cuda']:g} on CUDA (where every run measures in a worker process), none on "
+                   f"the CPU (given, it measures in worker processes even with one).")
 @click.option("--shard", default=None, metavar="K/N",
               help="Measure only shard K of N of the plan (split by estimated cost, the same on every machine); "
                    "merge the machines' run folders with `kcollect import`.")
@@ -80,7 +89,7 @@ CPU_COMPILE = ("compile", "on the CPU torch.compile builds C++, not the Triton c
               help="Exit 1 when any row failed its correctness gate or raised an error.")
 @kernel_module_option
 def run(names, all_, quick, modes, providers, dtypes, device, warmup_ms, rep_ms, min_reps, ci_pct, cuda_graph, recheck,
-        seed, db, commit, commit_time, machine, gpus, workers, shard, cache_dir, fail_on_incorrect,
+        seed, db, commit, commit_time, machine, gpus, workers, measure_timeout, shard, cache_dir, fail_on_incorrect,
         kernel_modules) -> None:
     """Run kernels against their baselines, gate on correctness, time, and store one row per
     (kernel, mode, provider, shape, dtype). PyTorch's CUDA allocator runs with expandable segments
@@ -105,6 +114,8 @@ def run(names, all_, quick, modes, providers, dtypes, device, warmup_ms, rep_ms,
     except CommitError as e:
         fail(str(e))
     device = resolve_device(device)
+    timeout = MEASURE_TIMEOUT[device] if measure_timeout is None else _number("--measure-timeout", measure_timeout, 0,
+                                                                               open_=True)
     budget["min_reps"] = MIN_REPS[device] if min_reps is None else int(_number("--min-reps", min_reps, 1, integer=True))
     from .schedule import parse_shard
 
@@ -126,7 +137,7 @@ def run(names, all_, quick, modes, providers, dtypes, device, warmup_ms, rep_ms,
                        recheck=device == "cuda" if recheck is None else recheck,
                        seed=random.randrange(2**31) if seed is None else seed,
                        alloc_conf=os.environ["PYTORCH_CUDA_ALLOC_CONF"], ptxas=ptxas, machine=machine,
-                       shard=shard, workers=max(1, len(pool)), caches=caches,
+                       shard=shard, workers=max(1, len(pool)), caches=caches, measure_timeout=timeout,
                        unavailable=(CPU_COMPILE,) if device == "cpu" and "compile" not in providers else (), **budget)
     cases = plan(specs, config)
     if not cases:
@@ -152,7 +163,8 @@ def _number(name: str, text: str, minimum: float, open_: bool = False, integer: 
 
 
 def _workers(device: str, gpus: str | None, workers: str | None) -> list:
-    """The worker processes to start ([] measures in this process)."""
+    """The worker processes to start ([] measures in this process). On CUDA there is always one:
+    this process watches it, and survives a measurement that crashes it or hangs (collect.py)."""
     from .collect import WorkerSpec
     from .schedule import parse_gpus
 
@@ -163,9 +175,9 @@ def _workers(device: str, gpus: str | None, workers: str | None) -> list:
     if device == "cpu" and gpus is None:
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         n = int(_number("--workers", workers, 1, integer=True)) if workers is not None else min(cores, CPU_WORKERS_MAX)
-        return [WorkerSpec(f"cpu{i}", None, None) for i in range(n)] if n > 1 else []
+        return [WorkerSpec(f"cpu{i}", None, None) for i in range(n)]  # one: here, unless watched (session.py)
     if gpus is None:
-        return []
+        return [WorkerSpec("gpu0", None, 0)]
     if device != "cuda":
         fail("--gpus needs a CUDA device; on the CPU use --workers N")
     import torch

@@ -61,8 +61,11 @@ class Runner:
             self.phases.add("setup", time.perf_counter() - started)
         self.no_capture: set[tuple[str, str, str]] = set()  # (kernel, mode, provider) that failed capture
         self.warn: Callable[[str], None] = lambda message: None  # the CLI prints these
-        # (event, case, mode, provider): 'start' before each provider is measured, 'end' after
+        # (event, case, mode, provider): 'case' as a case begins (mode and provider ''), 'start'
+        # before each provider is measured, 'end' after, 'recheck' before a row is measured again
         self.progress: Callable[[str, Case, str, str], None] = lambda *a: None
+        # each row as it is made, before its case ends: a worker's parent keeps them should it die
+        self.on_row: Callable[[dict[str, Any]], None] = lambda row: None
 
     # -- a whole run --------------------------------------------------------------------------
 
@@ -73,10 +76,7 @@ class Runner:
         if not isinstance(commit, Commit):
             commit = resolve_commit(Path(commit or os.getcwd()))
         with self.phases("setup"):
-            if cfg.device == "cuda":
-                self.flush = torch.empty(timing.L2_FLUSH_BYTES, dtype=torch.int8, device="cuda")
-                _warm_compile_workers()
-            _raise_recompile_limit()
+            self._prepare()
             env = fingerprint(cfg.device)
             copy_gbps, matmul_tflops = timing.measure_ceilings(cfg.device)
             memory.freeze_imports()
@@ -89,45 +89,63 @@ class Runner:
         with self.phases("store"):
             self.sink.add_environment(env)
             self.sink.start_run(run)
-        self.env = env
         return run
+
+    def resume(self, run: Run, seq: int) -> None:
+        """Continues `run`, opened by a process that died (collect.py): its record and ceilings
+        stand, and its rows so far are numbered up to `seq`."""
+        with self.phases("setup"):
+            self._prepare()
+            memory.freeze_imports()
+        self.run_id, self.seq = run.run_id, seq
+
+    def _prepare(self) -> None:
+        if self.config.device == "cuda":
+            self.flush = torch.empty(timing.L2_FLUSH_BYTES, dtype=torch.int8, device="cuda")
+            _warm_compile_workers()
+        _raise_recompile_limit()
 
     def finish(self, status: str) -> None:
         self.sink.finish_run(self.run_id, status, _now(), self.phases.to_json())
 
-    def run_case(self, case: Case) -> list[dict[str, Any]]:
-        rows = self._measure(case)
+    def run_case(self, case: Case, only: frozenset[tuple[str, str]] | None = None) -> list[dict[str, Any]]:
+        """The case's rows, stored; `only`: just these (mode, provider) pairs (default all)."""
+        rows = self._measure(case, only)
         with self.phases("store"):
             self.sink.add_results(rows)
         return rows
 
     # -- one (kernel, shape, dtype) -----------------------------------------------------------
 
-    def _measure(self, case: Case) -> list[dict[str, Any]]:
+    def _measure(self, case: Case, only: frozenset[tuple[str, str]] | None) -> list[dict[str, Any]]:
         device, seed = self.config.device, self.config.seed + self.seq
         rows: list[dict[str, Any]] = []
         done: list[tuple[dict, Callable[[], Callable], stability.Measured]] = []
+        pairs = [(m, n) for m in case.modes for n in case.providers if only is None or (m, n) in only]
         try:
+            self.progress("case", case, "", "")
             with self.phases("inputs"):
                 inputs = case.spec.make_inputs(case.shape.dims, case.dtype, device, seed)
             answers = self._answers(case.spec, case, inputs, seed)
             # a provider that computes another function (Provider.reference) has its own answers
-            gated = {n: verify.gated_spec(case.spec, case.spec.provider(n)) for n in case.providers}
+            gated = {n: verify.gated_spec(case.spec, case.spec.provider(n)) for n in dict.fromkeys(n for _, n in pairs)}
             own = {n: self._answers(g, case, inputs, seed) for n, g in gated.items() if g is not case.spec}
-            for mode in case.modes:
-                for name in case.providers:
-                    spec, answer = gated[name], own.get(name, answers)
-                    if isinstance(answer, str):  # the reference itself failed: the row says so
-                        rows.append(self._row(case, mode, name, status="error", error=answer))
-                        continue
-                    dys, want = answer[mode]
-                    self.progress("start", case, mode, name)
-                    row, measured = self._provider(case, mode, spec.provider(name), inputs, dys, want, spec)
-                    rows.append(row)
-                    if measured is not None:
-                        done.append((row, _maker(spec, spec.provider(name).fn, inputs, mode, dys), measured))
-                    self.progress("end", case, mode, name)
+            for mode, name in pairs:
+                spec, answer = gated[name], own.get(name, answers)
+                if isinstance(answer, str):  # the reference itself failed: the row says so
+                    rows.append(self._row(case, mode, name, status="error", error=answer))
+                    self.on_row(rows[-1])
+                    continue
+                dys, want = answer[mode]
+                self.progress("start", case, mode, name)
+                row, measured = self._provider(case, mode, spec.provider(name), inputs, dys, want, spec)
+                rows.append(row)
+                self.on_row(row)
+                if measured is not None:
+                    done.append((row, _maker(spec, spec.provider(name).fn, inputs, mode, dys), measured))
+                self.progress("end", case, mode, name)
             for row, make, measured in done if self.config.recheck else ():
+                self.progress("recheck", case, row["mode"], row["provider"])
                 self._settle(row, make, measured)
             return rows
         finally:
@@ -250,15 +268,20 @@ class Runner:
         self.phases.add("capture", seconds)
         self.phases.add("timing", -seconds)
 
-    def _row(self, case: Case, mode: str, provider: str, *, status: str, error: str | None = None,
-             rel_err: float | None = None, tolerance: float | None = None, config: str | None = None) -> dict[str, Any]:
-        spec, dims = case.spec, case.shape.dims
+    def _row(self, case: Case, mode: str, provider: str, **fields) -> dict[str, Any]:
         self.seq += 1
-        return dict(run_id=self.run_id, kernel=spec.name, mode=mode, provider=provider, shape=case.shape.label,
-                    dims=json.dumps(dict(dims)), dtype=DTYPE_NAMES[case.dtype], baseline=spec.baseline,
-                    bound=spec.bound, status=status, error=error, rel_err=_finite(rel_err), tolerance=tolerance,
-                    bytes=int(spec.bytes_moved(dims, case.dtype, mode)), flops=float(spec.flops(dims, mode)),
-                    config=config, seq=self.seq)
+        return make_row(self.run_id, self.seq, case, mode, provider, **fields)
+
+
+def make_row(run_id: str, seq: int, case: Case, mode: str, provider: str, *, status: str, error: str | None = None,
+             rel_err: float | None = None, tolerance: float | None = None, config: str | None = None) -> dict[str, Any]:
+    """A result row without timings (those are added when it is timed)."""
+    spec, dims = case.spec, case.shape.dims
+    return dict(run_id=run_id, kernel=spec.name, mode=mode, provider=provider, shape=case.shape.label,
+                dims=json.dumps(dict(dims)), dtype=DTYPE_NAMES[case.dtype], baseline=spec.baseline,
+                bound=spec.bound, status=status, error=error, rel_err=_finite(rel_err), tolerance=tolerance,
+                bytes=int(spec.bytes_moved(dims, case.dtype, mode)), flops=float(spec.flops(dims, mode)),
+                config=config, seq=seq)
 
 
 def _maker(spec, fn, inputs, mode, dys) -> Callable[[], Callable]:

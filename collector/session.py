@@ -24,8 +24,8 @@ def execute(config: RunConfig, commit: Commit, cases: list[Case], shard_kn: tupl
     mine = [cases[i] for i in indices]
     tasks = groups(indices, cases, config.device)
     pool = pool[:max(1, len(tasks))]  # a worker per kernel at most
-    if len(pool) == 1 and pool[0].visible is None:
-        pool = []  # one CPU worker: measure in this process
+    if len(pool) == 1 and config.device == "cpu" and config.measure_timeout is None:
+        pool = []  # one CPU worker, nothing to watch for: measure in this process
     config = replace(config, workers=max(1, len(pool)))
     progress = Progress(mine, config.device, workers=max(1, len(pool)))
 

@@ -35,6 +35,7 @@ def kc(*args, timeout=600, env=None):
     (["run", "swiglu", "--shard", "3/2"], "--shard '3/2': K must be between 1 and N"),
     (["run", "swiglu", "--gpus", "all", "--device", "cpu"], "--gpus needs a CUDA device"),
     (["run", "swiglu", "--workers", "0"], "--workers '0': must be a whole number >= 1"),
+    (["run", "swiglu", "--measure-timeout", "0"], "--measure-timeout '0': must be a finite number > 0"),
 ])
 def test_bad_input_exits_2_with_one_line(args, words, tmp_path):
     out = kc(*args, "--db", str(tmp_path / "k.duckdb"))
@@ -55,7 +56,7 @@ def test_help_explains_every_run_option():
     out = kc("run", "--help")
     for opt in ("--all", "--quick", "--mode", "--provider", "--dtype", "--device", "--warmup-ms", "--rep-ms",
                 "--min-reps", "--ci", "--cuda-graph", "--seed", "--db", "--commit", "--machine", "--gpus", "--workers",
-                "--shard", "--cache-dir", "--fail-on-incorrect"):
+                "--measure-timeout", "--shard", "--cache-dir", "--fail-on-incorrect"):
         assert opt in out.stdout
 
 

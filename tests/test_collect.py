@@ -121,3 +121,25 @@ def test_commit_comes_from_the_working_directory_and_the_machine_is_named(tmp_pa
     assert ours["commit_url"] == f"https://github.com/someone/kernels/commit/{sha}" and ours["git_dirty"] is False
     (other,) = [r for r in runs if r["machine"] != "rig-7"]
     assert other["git_commit"] is None and other["machine"].endswith(" CPU")
+
+
+def test_a_measurement_that_crashes_or_hangs_its_process_is_an_error_row_and_the_run_goes_on(tmp_path):
+    # fragile: torch, `crash` (aborts on M=4) and `hang` (sleeps for ever on M=3), on two shapes;
+    # then scaled, the next kernel of the same run. Each death costs a fresh worker; the run is one.
+    fragile = str(Path(__file__).resolve().parent / "fragile_kernels.py")
+    db = tmp_path / "k.duckdb"
+    out = kc("run", "fragile", "scaled", *FAST, "--kernel-module", fragile, "--mode", "fwd", "--workers", "1",
+             "--measure-timeout", "5", "--db", str(db), timeout=300)
+    assert out.returncode == 0, out.stderr
+    runs, rows = _stored(db)
+    assert [r["status"] for r in runs] == ["finished"]
+    got = {(r["kernel"], r["provider"], r["shape"]): (r["status"], r["error"]) for r in rows}
+    assert len(got) == len(rows) == 2 * 3 + 2 * 2  # every measurement once
+    a, b = "M=4,N=8", "M=3,N=5"
+    assert got["fragile", "crash", a] == ("error", "the measuring process died: signal 6 (SIGABRT)")
+    assert got["fragile", "hang", b] == ("error", "no result within 5 s")
+    # the measurements after each death, in that case and the next, and the ones before it
+    assert {got["fragile", p, s][0] for p, s in [("torch", a), ("hang", a), ("torch", b), ("crash", b)]} == {"ok"}
+    assert {s for (k, _, _), (s, _) in got.items() if k == "scaled"} == {"ok", "failed"}
+    assert len({r["seq"] for r in rows}) == len(rows)
+    assert "fragile" in out.stderr and "goes on in a fresh process" in out.stderr

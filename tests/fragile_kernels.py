@@ -1,0 +1,30 @@
+"""A kernel whose providers take their measuring process down (`--kernel-module`, tests/test_collect.py):
+on the 4-row shape `crash` aborts the process, as an LLVM assertion in a compiler does, and on the
+3-row one `hang` never returns; on the other shape each is right, as `torch` always is. Kept apart
+from planted_kernels.py, whose kernels every other run test measures."""
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # loaded by path, from a fresh process
+
+from planted_kernels import _SHAPES, _p, _spec  # noqa: E402
+
+from kcollect.spec import Provider  # noqa: E402
+
+
+def _crash(x):
+    if x.shape[0] == 4:
+        os.abort()
+    return x * 2.0
+
+
+def _hang(x):
+    while x.shape[0] == 3:
+        time.sleep(60)
+    return x * 2.0
+
+
+SPEC = _spec("fragile", (_p("torch", lambda x: x * 2.0), Provider("crash", _crash), Provider("hang", _hang)),
+             _SHAPES[:2])
