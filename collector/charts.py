@@ -23,13 +23,18 @@ def provider_colors(providers: list[str]) -> dict[str, str]:
 
 def compact(shapes: list[str]) -> tuple[list[str], str]:
     """Tick labels for named shapes and the axis title that names the dims: M=4096,N=14336 ->
-    4096×14336 under "shape (M × N)". Labels that are not all of one named form stay as they are.
-    Escaped: Plotly renders labels as a small subset of HTML, and these come from the data."""
+    4096×14336 under "shape (M × N)". Dims with one value over every shape leave the labels for the
+    title ("shape (Sq × D)" over "B=4, causal=1"), so that the labels stay short enough for a phone. Labels
+    that are not all of one named form stay as they are. Escaped: Plotly renders labels as a small
+    subset of HTML, and these come from the data."""
     parts = [[p.partition("=") for p in s.split(",")] for s in shapes]
     names = [n for n, _, _ in parts[0]] if parts else []
     if not parts or any([n for n, _, _ in p] != names or not all(eq for _, eq, _ in p) for p in parts):
         return [escape(s, quote=False) for s in shapes], "shape"
-    return ["×".join(v for _, _, v in p) for p in parts], escape(f"shape ({' × '.join(names)})", quote=False)
+    varying = [i for i in range(len(names)) if len({p[i][2] for p in parts}) > 1] or list(range(len(names)))
+    fixed = ", ".join(f"{names[i]}={parts[0][i][2]}" for i in range(len(names)) if i not in varying)
+    title = escape(f"shape ({' × '.join(names[i] for i in varying)})", quote=False)
+    return ["×".join(p[i][2] for i in varying) for p in parts], title + (f"<br>{escape(fixed, quote=False)}" if fixed else "")
 
 
 def _layout(x_title: str, y_title: str, log: bool) -> dict[str, Any]:

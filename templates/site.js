@@ -263,13 +263,18 @@
     return s.y || "log";
   }
 
-  // On a narrow screen a legend takes several rows above the plot: give the chart the height it
-  // takes, so that the plot area keeps its size and the legend never reaches over the lines.
-  function fit(layout, div, names) {
+  // On a narrow screen a legend takes several rows above the plot, and rotated category labels
+  // take their length below it: give the chart the height they take, so that the plot area keeps
+  // its size and the legend never reaches over the lines. Plotly lays a horizontal legend out in
+  // columns as wide as its longest entry.
+  function fit(layout, div, data) {
     if (div.clientWidth >= 560) return layout;
-    const wide = names.reduce((sum, n) => sum + 40 + 6 * String(n).length, 0);  // px at font size 10
-    const rows = Math.ceil(wide / Math.max(div.clientWidth - 20, 100));
-    return Object.assign({}, layout, {height: layout.height + 20 * rows + 40,
+    const names = data.filter((t) => t.visible !== false && t.showlegend !== false).map((t) => String(t.name));
+    const entry = 40 + 6 * Math.max(0, ...names.map((n) => n.length));  // px at font size 10
+    const rows = Math.ceil(names.length / Math.max(1, Math.floor((div.clientWidth - 20) / entry)));
+    const xs = data.flatMap((t) => (t.x || []).map((x) => String(x).length));
+    const ticks = layout.xaxis && layout.xaxis.type === "category" ? Math.min(300, 6 * Math.max(0, ...xs)) : 0;
+    return Object.assign({}, layout, {height: layout.height + 20 * rows + 40 + ticks,
                                       legend: Object.assign({}, layout.legend, {font: {size: 10}})});
   }
 
@@ -280,7 +285,7 @@
     if (!div._kcFig) div._kcFig = JSON.parse(document.getElementById(div.dataset.fig).textContent);
     const fig = div._kcFig;
     const data = fig.data.map((t) => Object.assign({}, t, {visible: !t.meta || providerOn(s, t.meta)}));
-    Plotly.react(div, data, fit(fig.layout, div, data.filter((t) => t.visible).map((t) => t.name)), PLOT_CONFIG);
+    Plotly.react(div, data, fit(fig.layout, div, data), PLOT_CONFIG);
   }
 
   function rgba(hex, alpha) {
@@ -405,8 +410,7 @@
     load(box.dataset.file).then((series) => {
       box.querySelectorAll(".trend").forEach((div) => {
         const fig = trendFigure(series, div.dataset.shape, s, view, marks);
-        const names = fig.data.filter((t) => t.showlegend !== false).map((t) => t.name);
-        Plotly.react(div, fig.data, fit(fig.layout, div, names), PLOT_CONFIG);
+        Plotly.react(div, fig.data, fit(fig.layout, div, fig.data), PLOT_CONFIG);
       });
     }).catch((err) => {
       box._kcKey = undefined;
@@ -478,7 +482,10 @@
     b.textContent = "";
     const out = {cmp: mode};
     if (mode === "commits") {
-      const g = groups.find((x) => x.id === s.g) || groups[0];
+      // By default the group with the longest history: its newest two commits most likely share
+      // series (a GPU measured at two commits on different kernels would show nothing).
+      const longest = groups.reduce((best, x) => (!best || x.commits.length > best.commits.length ? x : best), null);
+      const g = groups.find((x) => x.id === s.g) || longest;
       if (!g) return out;
       gsel.value = g.id;
       // Commits by their short hash (newest first), so a linked comparison survives new history.
