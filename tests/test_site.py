@@ -478,3 +478,11 @@ def test_commit_metadata_missing_from_the_store_comes_from_the_checkout(tmp_path
     assert commits[1] == {"sha": "f" * 40}  # not in the checkout: stays a bare hash
     assert commits[2]["subject"] == "recorded"  # what the store recorded wins
     assert site_git.commit_url_template("https://user:secret@gitlab.com/g/r.git") == "https://gitlab.com/g/r/-/commit/{sha}"
+
+
+def test_shape_labels_leave_constant_dims_to_the_axis_title():
+    from kcollect.charts import compact
+
+    labels, title = compact(["B=1,S=32,causal=0,window=0", "B=32,S=512,causal=1,window=0"])
+    assert labels == ["1×32×0", "32×512×1"] and title == "shape (B × S × causal)<br>window=0"
+    assert compact(["M=7,N=<b>"]) == (["7×&lt;b&gt;"], "shape (M × N)")  # one shape: every dim, escaped
