@@ -34,7 +34,7 @@ def compact(shapes: list[str]) -> tuple[list[str], str]:
     varying = [i for i in range(len(names)) if len({p[i][2] for p in parts}) > 1] or list(range(len(names)))
     fixed = ", ".join(f"{names[i]}={parts[0][i][2]}" for i in range(len(names)) if i not in varying)
     title = escape(f"shape ({' × '.join(names[i] for i in varying)})", quote=False)
-    return ["×".join(p[i][2] for i in varying) for p in parts], title + (f"<br>{escape(fixed, quote=False)}" if fixed else "")
+    return [escape("×".join(p[i][2] for i in varying), quote=False) for p in parts], title + (f"<br>{escape(fixed, quote=False)}" if fixed else "")
 
 
 def _layout(x_title: str, y_title: str, log: bool) -> dict[str, Any]:
