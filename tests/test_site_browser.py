@@ -9,12 +9,14 @@ Needs `pip install playwright` and `apt-get install chromium` (Playwright's own 
 not used); without them the module is skipped with that reason."""
 from __future__ import annotations
 
+import os
 import re
 import shutil
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 import pytest
+from filelock import FileLock
 
 import site_store
 from kcollect.site import build_site
@@ -35,12 +37,19 @@ DESKTOP, PHONE = {"width": 1440, "height": 900}, {"width": 390, "height": 844}
 
 @pytest.fixture(scope="module")
 def sites(tmp_path_factory) -> dict[str, Path]:
-    tmp = tmp_path_factory.mktemp("browser")
-    main = build_site(site_store.build_store(tmp / "k.duckdb"), tmp / "site").out
-    hostile = build_site(site_store.build_store(tmp / "h.duckdb", kernels=HOSTILE, commits=8, cpu=False,
-                                                second_gpu=False, lab=False), tmp / "hostile").out
-    history = build_site(site_store.history_store(tmp / "history.duckdb"), tmp / "history").out
-    return {"main": main, "hostile": hostile, "history": history}
+    # built once for the session: pytest-xdist's workers share the folder above their own, and
+    # the first to take the lock builds while the others wait (the pages are only read)
+    base = tmp_path_factory.getbasetemp()
+    tmp = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "browser-sites"
+    with FileLock(f"{tmp}.lock"):
+        if not (tmp / "built").exists():
+            tmp.mkdir(exist_ok=True)
+            build_site(site_store.build_store(tmp / "k.duckdb"), tmp / "site")
+            build_site(site_store.build_store(tmp / "h.duckdb", kernels=HOSTILE, commits=8, cpu=False,
+                                              second_gpu=False, lab=False), tmp / "hostile")
+            build_site(site_store.history_store(tmp / "history.duckdb"), tmp / "history")
+            (tmp / "built").touch()
+    return {"main": tmp / "site", "hostile": tmp / "hostile", "history": tmp / "history"}
 
 
 @pytest.fixture(scope="module")
