@@ -11,8 +11,10 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from kcollect import registry
+from kcollect.cli import main
 from kcollect.registry import RegistryError
 from kcollect.store import Store
 
@@ -115,8 +117,9 @@ def test_kernel_module_file_for_a_one_off(package):
 
 
 def test_a_missing_kernel_module_is_one_line_and_exit_2(tmp_path):
-    out = kc("list", "--kernel-module", str(tmp_path / "nope.py"), env=os.environ)
-    assert out.returncode == 2 and out.stderr.strip().count("\n") == 0
+    # in-process: the exit code of a real process is test_cli's test_bad_input_in_a_real_process
+    out = CliRunner().invoke(main, ["list", "--kernel-module", str(tmp_path / "nope.py")])
+    assert out.exit_code == 2 and out.stderr.strip().count("\n") == 0, (out.stderr, out.exception)
     assert "nope.py: no such file" in out.stderr
 
 

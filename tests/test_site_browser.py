@@ -9,12 +9,14 @@ Needs `pip install playwright` and `apt-get install chromium` (Playwright's own 
 not used); without them the module is skipped with that reason."""
 from __future__ import annotations
 
+import os
 import re
 import shutil
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 import pytest
+from filelock import FileLock
 
 import site_store
 from kcollect.site import build_site
@@ -35,12 +37,19 @@ DESKTOP, PHONE = {"width": 1440, "height": 900}, {"width": 390, "height": 844}
 
 @pytest.fixture(scope="module")
 def sites(tmp_path_factory) -> dict[str, Path]:
-    tmp = tmp_path_factory.mktemp("browser")
-    main = build_site(site_store.build_store(tmp / "k.duckdb"), tmp / "site").out
-    hostile = build_site(site_store.build_store(tmp / "h.duckdb", kernels=HOSTILE, commits=8, cpu=False,
-                                                second_gpu=False, lab=False), tmp / "hostile").out
-    history = build_site(site_store.history_store(tmp / "history.duckdb"), tmp / "history").out
-    return {"main": main, "hostile": hostile, "history": history}
+    # built once for the session: pytest-xdist's workers share the folder above their own, and
+    # the first to take the lock builds while the others wait (the pages are only read)
+    base = tmp_path_factory.getbasetemp()
+    tmp = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "browser-sites"
+    with FileLock(f"{tmp}.lock"):
+        if not (tmp / "built").exists():
+            tmp.mkdir(exist_ok=True)
+            build_site(site_store.build_store(tmp / "k.duckdb"), tmp / "site")
+            build_site(site_store.build_store(tmp / "h.duckdb", kernels=HOSTILE, commits=8, cpu=False,
+                                              second_gpu=False, lab=False), tmp / "hostile")
+            build_site(site_store.history_store(tmp / "history.duckdb"), tmp / "history")
+            (tmp / "built").touch()
+    return {"main": tmp / "site", "hostile": tmp / "hostile", "history": tmp / "history"}
 
 
 @pytest.fixture(scope="module")
@@ -134,8 +143,9 @@ def _links_resolve(t: Page, page: Path) -> None:
 
 def test_every_page_loads_clean_draws_its_charts_and_links_resolve(sites, tab):
     """Each page once, as a visitor on a desktop: no console error, every chart drawn (which also
-    loads the trend data files), every internal link to a file that exists, and no serious
-    accessibility violation (axe-core)."""
+    loads the trend data files), every internal link to a file that exists, no serious
+    accessibility violation (axe-core), and on the test store's site every table sortable and
+    downloadable as CSV (checked on the same visit: a page load costs seconds)."""
     visits = [("main", p, None) for p in pages_of(sites["main"])]
     visits += [("hostile", p, None) for p in pages_of(sites["hostile"])]
     visits += [("history", p, 3) for p in some_pages(sites["history"])]
@@ -149,6 +159,8 @@ def test_every_page_loads_clean_draws_its_charts_and_links_resolve(sites, tab):
             assert n >= 3, f"{page}: only {n} charts"
             assert tab.page.locator(".chart:visible svg.main-svg").count() >= n
         _links_resolve(tab, page)
+        if name == "main":
+            _tables_sort_and_download(tab, page)
         assert not tab.problems, f"{name} {page.name}: {tab.problems}"
 
 
@@ -349,38 +361,37 @@ def _ascending(keys: list) -> bool:
     return all(a <= b for a, b in zip(rank, rank[1:]))
 
 
-def test_every_table_sorts_and_downloads_as_csv(sites, tab):
-    for page in pages_of(sites["main"]):
-        tab.open(page)
-        p = tab.page
-        p.evaluate("document.querySelectorAll('details').forEach(d => d.open = true)")
-        tables = p.locator("table")
-        assert tables.count() == p.locator("table.data").count()  # every table is enhanced
-        for i in range(tables.count()):
-            table = tables.nth(i)
-            if not table.is_visible():
-                continue
-            where = f"{page.name} table {i}"
-            assert table.locator("caption").count() == 1, where
-            assert table.locator("thead th:not([scope=col])").count() == 0, where
-            # sort by the last column holding numbers: ascending, with blanks last
-            nums = table.evaluate("""t => [...t.tHead.rows[0].cells].map((th, i) => th.classList.contains('num'))""")
-            col = max((j for j, is_num in enumerate(nums) if is_num), default=0)
-            table.locator("thead th").nth(col).locator("button.sort").click()
-            assert table.locator("thead th").nth(col).get_attribute("aria-sort") == "ascending", where
-            assert _ascending(_sort_keys(table, col)), (where, _sort_keys(table, col))
-            table.locator("thead th").nth(col).locator("button.sort").click()
-            assert table.locator("thead th").nth(col).get_attribute("aria-sort") == "descending", where
-            with p.expect_download() as info:
-                table.locator("caption button.csv").click()
-            download = info.value
-            assert download.suggested_filename.endswith(".csv"), where
-            lines = Path(download.path()).read_text().splitlines()
-            shown = table.locator("tbody tr:visible").count()
-            assert len(lines) == shown + 1, (where, len(lines), shown)
-            header = table.locator("thead th:visible").all_inner_texts()
-            assert lines[0].split(",")[0] == header[0].replace("↕", "").replace("↑", "").replace("↓", "").strip(), where
-        assert not tab.problems, f"{page.name}: {tab.problems}"
+def _tables_sort_and_download(tab: Page, page: Path) -> None:
+    """Every table of the page as shown: a caption, column headers, sorting by its last column of
+    numbers both ways, and a CSV download of the rows shown."""
+    p = tab.page
+    p.evaluate("document.querySelectorAll('details').forEach(d => d.open = true)")
+    tables = p.locator("table")
+    assert tables.count() == p.locator("table.data").count()  # every table is enhanced
+    for i in range(tables.count()):
+        table = tables.nth(i)
+        if not table.is_visible():
+            continue
+        where = f"{page.name} table {i}"
+        assert table.locator("caption").count() == 1, where
+        assert table.locator("thead th:not([scope=col])").count() == 0, where
+        # sort by the last column holding numbers: ascending, with blanks last
+        nums = table.evaluate("""t => [...t.tHead.rows[0].cells].map((th, i) => th.classList.contains('num'))""")
+        col = max((j for j, is_num in enumerate(nums) if is_num), default=0)
+        table.locator("thead th").nth(col).locator("button.sort").click()
+        assert table.locator("thead th").nth(col).get_attribute("aria-sort") == "ascending", where
+        assert _ascending(_sort_keys(table, col)), (where, _sort_keys(table, col))
+        table.locator("thead th").nth(col).locator("button.sort").click()
+        assert table.locator("thead th").nth(col).get_attribute("aria-sort") == "descending", where
+        with p.expect_download() as info:
+            table.locator("caption button.csv").click()
+        download = info.value
+        assert download.suggested_filename.endswith(".csv"), where
+        lines = Path(download.path()).read_text().splitlines()
+        shown = table.locator("tbody tr:visible").count()
+        assert len(lines) == shown + 1, (where, len(lines), shown)
+        header = table.locator("thead th:visible").all_inner_texts()
+        assert lines[0].split(",")[0] == header[0].replace("↕", "").replace("↑", "").replace("↓", "").strip(), where
 
 
 # -- phones and accessibility ------------------------------------------------------------------

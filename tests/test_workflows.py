@@ -66,6 +66,9 @@ def test_tests_workflow_runs_ci():
     assert "run: bash .ci/run" in text
     ci = (ROOT / ".ci" / "run").read_text()
     assert "bash scripts/setup.sh" in ci and ".venv/bin/python -m pytest -q -n auto" in ci
+    # CI runs the README's test command, word for word
+    (command,) = re.findall(r"^\.venv/bin/python -m pytest .*$", ci, re.M)
+    assert f"\n{command}\n" in (ROOT / "README.md").read_text()
 
 
 def _job(text: str, name: str) -> str:
