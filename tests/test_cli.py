@@ -165,7 +165,7 @@ def _start_slow_run(db):
     return subprocess.Popen(KCOLLECT + ["run", "doubled", "--device", "cpu", "--kernel-module", PLANTED,
                                         "--db", str(db), "--rep-ms", "1", "--warmup-ms", "0", "--min-reps", "2"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "KCOLLECT_TEST_SLEEP": "0.2"})
+                            env={**os.environ, "KCOLLECT_TEST_SLEEP": "0.3"})
 
 
 def _wait_for_second_case(proc):

@@ -80,7 +80,7 @@ def test_a_signal_stops_every_worker_and_keeps_their_rows(tmp_path, sig):
     db = tmp_path / "k.duckdb"
     proc = subprocess.Popen(KCOLLECT + ["run", "doubled", "scaled", *FAST, "--workers", "2", "--db", str(db)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "KCOLLECT_TEST_SLEEP": "0.25"})
+                            env={**os.environ, "KCOLLECT_TEST_SLEEP": "0.5"})
     deadline = time.time() + 300
     for line in proc.stderr:  # 9 of 20 measurements: a worker has finished a case (4 each)
         if line.startswith("[9/"):
