@@ -152,15 +152,14 @@ class CaptureError(RuntimeError):
     """A call could not be captured into a CUDA graph (a host sync inside it, say)."""
 
 
-def time_cuda_graph(fn: Callable[[], object], budget: Budget, flush: torch.Tensor, pool=None,
+def time_cuda_graph(fn: Callable[[], object], budget: Budget, flush: torch.Tensor,
                     clock: Callable[[], float | None] = lambda: None, on_capture=lambda seconds: None) -> Timing:
     """Captures one call into a CUDA graph and times its replays, with the same L2 flush and
     budgets as time_cuda. A replay runs exactly the device work of the call without the host's
     Python, autograd and launch overhead in between, which in training is hidden because the CPU
     runs ahead of the GPU; at small and medium shapes that overhead would otherwise be most of
-    what events measure, for every provider alike. Rows are labelled 'cuda-graph'. `pool`: a
-    memory pool handle to capture into (default: the graph's own); `on_capture` gets the
-    capture's seconds."""
+    what events measure, for every provider alike. Rows are labelled 'cuda-graph'. Each graph
+    captures into its own memory pool; `on_capture` gets the capture's seconds."""
     t0 = time.perf_counter()
     peaks: list[int] = []
     stream = torch.cuda.Stream()
@@ -171,7 +170,7 @@ def time_cuda_graph(fn: Callable[[], object], budget: Budget, flush: torch.Tenso
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
     try:
-        with torch.cuda.graph(graph, pool=pool):
+        with torch.cuda.graph(graph):
             fn()
     except Exception as e:
         # Free what the failed capture allocated before the caller falls back to events: the

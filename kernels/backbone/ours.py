@@ -14,11 +14,9 @@ from .._lib import config_record
 from ..add_rms_norm import add_rms_norm
 from ..attention import attention
 from ..attention import pick as attention_pick
-from ..lstm import lstm
-from ..lstm import pick as lstm_pick
+from ..lstm import lstm, pick as lstm_pick
 from ..rms_norm import rms_norm
-from ..selective_scan import pick as scan_pick
-from ..selective_scan import selective_scan
+from ..selective_scan import pick as scan_pick, selective_scan
 from ..swiglu import swiglu
 from .arch import EPS, N_STATE, Arch, arch_of, layer_states, stack_states
 from .blocks import causal_conv, heads, mamba_split, scan, work_dtype
