@@ -8,10 +8,11 @@ out of memory for shapes that fit many times over alone. What a case can leave b
 - torch.compile's graphs and guards for every shape it saw (dynamo's caches, per code object, for
   the whole process): reset at the end of each case that ran compile; each case is a new shape, so
   nothing reusable is lost (the on-disk caches still serve the next run);
-- a CUDA graph's private memory pool: the timing resets each graph, but PyTorch releases before
-  the fix of pytorch/pytorch#190348 never give back the pool of a capture that failed (a host sync
-  inside the call), and `empty_cache` cannot reach it. So the runner stops capturing a (kernel,
-  mode, provider) after its first failure. Each capture keeps its own pool: captures sharing one
+- a CUDA graph's private memory pool: the timing resets each graph, but PyTorch never gives back
+  the pool of a capture that failed (a host sync inside the call), and `empty_cache` cannot reach
+  it. So the runner stops capturing a (kernel, mode, provider) after its first failure, and the
+  timing keeps each failed graph object alive so that later captures do not allocate into that
+  pool (timing._FAILED_CAPTURES says why). Each capture keeps its own pool: captures sharing one
   handle broke PyTorch's allocator on the H100 (torch 2.11: a graph reset while its outputs lived
   left the pool at use count 0, and the next capture into it failed an internal assert, and so
   did every capture after it);

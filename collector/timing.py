@@ -25,6 +25,15 @@ import torch
 
 L2_FLUSH_BYTES = 256 * 1024 * 1024  # larger than any current L2 (H100 50 MB, H200 60 MB)
 
+# Graphs whose capture failed, kept (reset: a few hundred bytes each) until the process ends. A
+# failed capture never tells PyTorch's allocator that it ended, so the allocator keeps asking a
+# filter bound to that graph object whether an allocation belongs to its pool. Freed, the object's
+# address goes to the next CUDAGraph, whose capture then matches the stale filter: every later
+# capture allocated into the failed capture's pool, which is never released. On the H100 that made
+# reserved memory grow by each case's working set, from 0.3 to 78 GB over cross_entropy's grid after
+# one provider's first capture failed, until captures and references ran out of memory.
+_FAILED_CAPTURES: list = []
+
 
 @dataclass(frozen=True)
 class Budget:
@@ -179,6 +188,7 @@ def time_cuda_graph(fn: Callable[[], object], budget: Budget, flush: torch.Tenso
         message = f"{type(e).__name__}: {e}"
         with contextlib.suppress(Exception):
             graph.reset()
+        _FAILED_CAPTURES.append(graph)
         del graph, e
         raise CaptureError(message) from None
     on_capture(time.perf_counter() - t0)

@@ -7,6 +7,7 @@ each case that PyTorch's allocated and reserved bytes, and the device's free byt
 a small margin of their level before it; it prints one line per case (pytest -s) for the record.
 KCOLLECT_MEMTEST_KERNELS narrows or widens the kernels (default gelu,swiglu,rms_norm).
 """
+import gc
 import os
 
 import pytest
@@ -56,3 +57,23 @@ def test_every_case_returns_the_memory_it_found(tmp_path):
         end = _levels()
     assert not grew, f"cases that kept memory (label, kind, MiB): {grew}"
     assert all(end[k] - start[k] <= MARGIN[k] for k in start), (start, end)
+
+
+def test_captures_after_a_failed_capture_give_their_memory_back():
+    # A failed capture once left the allocator routing every later capture into its pool, which
+    # is never released: reserved memory then grew by each capture's working set (timing.py).
+    from kcollect import timing
+
+    flush = torch.empty(timing.L2_FLUSH_BYTES, dtype=torch.int8, device="cuda")
+    budget = timing.Budget(warmup_ms=1, rep_ms=5, min_reps=3)
+    x = torch.ones(1, device="cuda")
+    with pytest.raises(timing.CaptureError):
+        timing.time_cuda_graph(lambda: x.item(), budget, flush)  # a host sync cannot be captured
+    gc.collect()
+    torch.cuda.empty_cache()
+    before = torch.cuda.memory_reserved()
+    for _ in range(3):  # 1 GiB a call, captured
+        timing.time_cuda_graph(lambda: torch.empty(1 << 28, device="cuda").fill_(1.0), budget, flush)
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+    assert torch.cuda.memory_reserved() - before <= MARGIN["reserved"]
