@@ -186,10 +186,12 @@ class Runner:
                 first_ms = (time.perf_counter() - t0) * 1e3
             with self.phases("check"):
                 err = verify.error_of(spec, got, want, mode)
+                worst = verify.worst_part(spec, got, want, mode) if not err <= tol else None
                 got = None
             if not err <= tol:
+                where = f" (worst: {worst})" if worst else ""
                 return self._row(case, mode, name, status="failed", rel_err=err, tolerance=tol,
-                                 error=f"relative error {err:.3g} over the tolerance {tol:.3g}"), None
+                                 error=f"relative error {err:.3g} over the tolerance {tol:.3g}{where}"), None
             before = memory.snapshot(self.config.device)
             measured = self._time(call, (spec.name, mode, name), self.budget, estimate_ms=first_ms)
             config = json.dumps(provider.config(inputs), sort_keys=True) if provider.config else None

@@ -155,6 +155,20 @@ def error_of(spec: KernelSpec, got: tuple, want: tuple, mode: str) -> float:
     return max_error(got, want)
 
 
+def worst_part(spec: KernelSpec, got: tuple, want: tuple, mode: str) -> str | None:
+    """Which checked value has the largest error ('output 0', 'gradient of r'), so that a failed
+    row says where it is wrong; None where the parts cannot be named."""
+    if spec.compare is not None and mode == "fwd":
+        got = spec.compare(got)
+    grads = [f"gradient of {n}" for n in spec.grad_inputs] if mode != "fwd" else []
+    outputs = [f"output {i}" for i in range(len(want) - len(grads))] if mode != "bwd" else []
+    names = outputs + grads
+    if len(got) != len(want) or len(names) != len(want) or not want:
+        return None
+    errors = [rel_error(g, w) for g, w in zip(got, want)]
+    return names[max(range(len(errors)), key=errors.__getitem__)]
+
+
 @dataclass
 class CheckResult:
     error: float

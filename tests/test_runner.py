@@ -59,6 +59,7 @@ def test_gate_statuses_and_no_speed_for_failures(tmp_path):
     by = {r["provider"]: r for r in stored}
     assert by["triton"]["status"] == "ok" and by["torch"]["status"] == "ok"
     assert by["wrong"]["status"] == "failed" and by["wrong"]["rel_err"] > by["wrong"]["tolerance"]
+    assert by["wrong"]["error"].endswith("(worst: output 0)"), by["wrong"]["error"]
     assert by["nan"]["status"] == "failed" and by["nan"]["rel_err"] is None
     assert by["boom"]["status"] == "error" and "illegal memory access" in by["boom"]["error"]
     assert by["absent"]["status"] == "unavailable" and by["absent"]["error"] == "not installed here"
@@ -70,6 +71,13 @@ def test_gate_statuses_and_no_speed_for_failures(tmp_path):
     for name, word in (("wrong", "failed"), ("nan", "failed"), ("boom", "error"), ("absent", "unavailable")):
         line = next(ln for ln in table.splitlines() if f" {name} " in ln)
         assert f" {word} " in line, line
+
+
+def test_a_failed_backward_names_its_worst_gradient(tmp_path):
+    _, _, stored = _run(tmp_path, modes=("bwd",))
+    wrong = next(r for r in stored if r["provider"] == "wrong")
+    names = [f"gradient of {n}" for n in PLANTED.grad_inputs]
+    assert wrong["status"] == "failed" and wrong["error"].endswith(tuple(f"(worst: {n})" for n in names)), wrong
 
 
 def test_timed_rows_have_consistent_statistics(tmp_path):
