@@ -10,7 +10,7 @@ is what config.pick should return there.
     python -m lab.attention_tune --device cpu --limit 2   # a dry run of the script on the interpreter
 
 The search is staged, to stay within minutes: the forward's block shapes, warps and stages first;
-then the Hopper switches (TMA, warp specialisation, a persistent grid) on the best three. The
+then the Hopper switches (TMA, a persistent grid) on the best three. The
 backward tunes its dk/dv kernel (with the default dq blocks), then its dq kernel (with the best
 dk/dv), then TMA. Candidates are compiled beforehand in --jobs processes (Triton's disk cache
 keeps the binaries for the timing process).
@@ -66,12 +66,10 @@ def fwd_blocks(d: int, stage_counts=(2, 3, 4)) -> list:
 
 
 def fwd_hopper(best: list) -> list:
-    """Stage 2: TMA, TMA with warp specialisation (4 warps, which it splits), and persistent grids on the
-    best configs."""
+    """Stage 2: TMA and persistent grids on the best configs."""
     out = []
     for c in best:
-        out += [dataclasses.replace(c, tma=True), dataclasses.replace(c, tma=True, warp_specialize=True, warps=4),
-                dataclasses.replace(c, persistent=1), dataclasses.replace(c, persistent=2)]
+        out += [dataclasses.replace(c, tma=True), dataclasses.replace(c, persistent=1), dataclasses.replace(c, persistent=2)]
     return out
 
 
@@ -176,7 +174,7 @@ class Bench:
 
 
 def short(c) -> str:
-    """Blocks, warps and stages always; the switches (tma, warp_specialize, persistent) where on."""
+    """Blocks, warps and stages always; the switches (tma, persistent) where on."""
     shown = {k: v for k, v in dataclasses.asdict(c).items() if type(v) is int and k != "persistent" or v}
     return " ".join(f"{k}={v}" for k, v in shown.items())
 

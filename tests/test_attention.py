@@ -89,7 +89,7 @@ CONFIGS = {
                    lambda seed: SPEC.make_inputs(dense(1, 3, 1, 40, 40, 64, 1), F16, "cpu", seed)),
     # tensor descriptors (the interpreter runs them): zero-filled rows past each packed sequence and
     # head columns 96-127, clipped stores
-    "tma": (AttentionConfig(FwdConfig(16, 16, 4, 1, tma=True, warp_specialize=True), BwdConfig(tma=True, **{
+    "tma": (AttentionConfig(FwdConfig(16, 16, 4, 1, tma=True), BwdConfig(tma=True, **{
         f: 16 for f in ("kv_n", "kv_m", "q_m", "q_n")}, kv_stages=1, q_stages=1, kv_warps=4, q_warps=4)),
             lambda seed: packed_inputs([0, 19, 33], [0, 19, 33], 2, 1, 96, 1, 0, BF16, "cpu", seed)),
 }
@@ -172,7 +172,6 @@ ON_GPU = pytest.mark.skipif(not torch.cuda.is_available() or os.environ.get("TRI
 GPU_CONFIGS = {
     "pick": None,
     "tma": AttentionConfig(FwdConfig(tma=True), BwdConfig(tma=True)),
-    "tma_ws": AttentionConfig(FwdConfig(warps=4, tma=True, warp_specialize=True), BwdConfig()),
     "persistent": AttentionConfig(FwdConfig(persistent=1), BwdConfig(kv_n=64, kv_m=32, q_m=64, q_n=32)),
     "small": AttentionConfig(FwdConfig(64, 32, 4, 2), BwdConfig(64, 32, 4, 3, 64, 32, 4, 3)),
 }

@@ -1,14 +1,15 @@
 """Attention's tuned configs: blocks, warps and stages of the forward and of the two backward
-kernels, and the Hopper paths (TMA tensor descriptors, warp specialisation, a persistent grid)
+kernels, and the Hopper paths (TMA tensor descriptors, a persistent grid)
 as switches that stay off until a measurement says otherwise.
 
 The sm90 entries are lab/attention_tune.py's winners on the H100 (bf16, torch 2.11, Triton 3.6;
 the tune's output is in lab/results/attention_tune_h100.txt): forward at D 128, 64x64 tiles of 4
 warps beat 128x64 of 8 by 9-15% (causal 4096: 452 against 415 TFLOP/s); at D 64, 128x64 of 8 warps
 (380 against 295 for 128x128); backward 64x64 tiles of 4 warps in both kernels (causal 4096: 365
-against 298), and for GQA 32-row query steps with TMA (338 against 328 without). Warp
-specialisation failed the correctness gate there (every shape), so it stays off; persistent grids
-lost everywhere. Not tuned on the H200: there these are a guess.
+against 298), and for GQA 32-row query steps with TMA (338 against 328 without). Triton's Hopper
+warp specialisation (tl.range(warp_specialize=True)) failed the correctness gate there at every
+shape, so the kernels no longer offer it; persistent grids lost everywhere. Not tuned on the H200:
+there these are a guess.
 The CPU entries are small so that the interpreter's tests cross several blocks on tiny shapes.
 Both picks are @tunable: `kcollect.kernels._lib.forced(FwdConfig(...))` overrides them (lab/)."""
 from __future__ import annotations
@@ -27,10 +28,6 @@ class FwdConfig:
     # loads and stores through device-side tensor descriptors (sm_90+, not in the interpreter):
     # bulk copies that zero-fill past the sequence end instead of masked pointer loads
     tma: bool = False
-    # tl.range(warp_specialize=True): Triton's Hopper pass splits the warps into a producer issuing the
-    # TMA loads and consumers. It takes a kernel with a single loop, so every key block goes through
-    # the masked step then; it needs tma=True, warps=4 and no persistent grid (checked at launch)
-    warp_specialize: bool = False
     # a grid of `persistent` programs per SM striding over the tiles (heaviest causal tiles first);
     # 0: one program a tile
     persistent: int = 0

@@ -46,11 +46,11 @@ def _fwd_step(acc, l_i, m_i, q, k_src, v_src, start_n, offs_m, offs_n, offs_d, l
 def _fwd_blocks(acc, l_i, m_i, q, k_src, v_src, lo, hi, offs_m, offs_n, offs_d, len_q, len_k, shift,
                 window, stride_k, stride_v, qk_scale, D: tl.constexpr, BLOCK_D: tl.constexpr,
                 BLOCK_N: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr,
-                TMA: tl.constexpr, WARP_SPEC: tl.constexpr, PIPELINE: tl.constexpr):
+                TMA: tl.constexpr, PIPELINE: tl.constexpr):
     """Key blocks [lo, hi): a software-pipelined tl.range on the GPU, a while loop in the interpreter
     (whose range() cannot take a bound computed from program_id under NumPy >= 2.4)."""
     if PIPELINE:
-        for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPEC):
+        for start_n in tl.range(lo, hi, BLOCK_N):
             start_n = tl.multiple_of(start_n, BLOCK_N)
             acc, l_i, m_i = _fwd_step(acc, l_i, m_i, q, k_src, v_src, start_n, offs_m, offs_n, offs_d, len_q, len_k,
                                       shift, window, stride_k, stride_v, qk_scale, D, BLOCK_D, MASK, CAUSAL,
@@ -69,7 +69,7 @@ def _fwd_blocks(acc, l_i, m_i, q, k_src, v_src, lo, hi, offs_m, offs_n, offs_d, 
 def _fwd_tile(tile, Q, K, V, O, LSE, CU_Q, CU_K, sqb, sqt, sqh, skb, skt, skh, svb, svt, svh, sob, sot, soh,
               Sq, Skv, Tq, Hq, GROUP, qk_scale, window, n_mblocks, D: tl.constexpr, BLOCK_D: tl.constexpr,
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr,
-              VARLEN: tl.constexpr, TMA: tl.constexpr, WARP_SPEC: tl.constexpr, PIPELINE: tl.constexpr):
+              VARLEN: tl.constexpr, TMA: tl.constexpr, PIPELINE: tl.constexpr):
     b, h, hk, mb = query_tile(tile, n_mblocks, Hq, GROUP, CAUSAL)
     q_tok, len_q, k_tok, len_k = seq_spans(CU_Q, CU_K, b, Sq, Skv, VARLEN)
     m0 = mb * BLOCK_M
@@ -77,18 +77,18 @@ def _fwd_tile(tile, Q, K, V, O, LSE, CU_Q, CU_K, sqb, sqt, sqh, skb, skt, skh, s
         if m0 < len_q:
             _fwd_rows(m0, b, h, hk, q_tok, len_q, k_tok, len_k, Q, K, V, O, LSE, sqb, sqt, sqh, skb, skt, skh, svb,
                       svt, svh, sob, sot, soh, Sq, Tq, qk_scale, window, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL,
-                      HAS_WINDOW, VARLEN, TMA, WARP_SPEC, PIPELINE)
+                      HAS_WINDOW, VARLEN, TMA, PIPELINE)
     else:  # no branch around the loops: they stay at the kernel's top level for the compiler's passes
         _fwd_rows(m0, b, h, hk, q_tok, len_q, k_tok, len_k, Q, K, V, O, LSE, sqb, sqt, sqh, skb, skt, skh, svb, svt,
                   svh, sob, sot, soh, Sq, Tq, qk_scale, window, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL, HAS_WINDOW,
-                  VARLEN, TMA, WARP_SPEC, PIPELINE)
+                  VARLEN, TMA, PIPELINE)
 
 
 @triton.jit
 def _fwd_rows(m0, b, h, hk, q_tok, len_q, k_tok, len_k, Q, K, V, O, LSE, sqb, sqt, sqh, skb, skt, skh, svb, svt, svh,
               sob, sot, soh, Sq, Tq, qk_scale, window, D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
               BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, VARLEN: tl.constexpr,
-              TMA: tl.constexpr, WARP_SPEC: tl.constexpr, PIPELINE: tl.constexpr):
+              TMA: tl.constexpr, PIPELINE: tl.constexpr):
     """Query rows [m0, m0 + BLOCK_M) of sequence b, head h (kv head hk): output and log-sum-exp."""
     b64 = b.to(tl.int64)
     q_src = rows_src(Q, b64, q_tok, h, sqb, sqt, sqh, len_q, BLOCK_M, D, BLOCK_D, TMA)
@@ -105,22 +105,17 @@ def _fwd_rows(m0, b, h, hk, q_tok, len_q, k_tok, len_k, Q, K, V, O, LSE, sqb, sq
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-    if WARP_SPEC:  # Triton's Hopper warp specialisation takes a kernel with one loop: every block masked
-        acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_src, v_src, lo, hi, offs_m, offs_n, offs_d, len_q, len_k,
-                                    shift, window, skt, svt, qk_scale, D, BLOCK_D, BLOCK_N, True, CAUSAL, HAS_WINDOW,
-                                    TMA, True, PIPELINE)
-    else:
-        if lo < mid_lo:  # a masked edge (often empty: skipped without a call)
-            acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_src, v_src, lo, mid_lo, offs_m, offs_n, offs_d, len_q,
-                                        len_k, shift, window, skt, svt, qk_scale, D, BLOCK_D, BLOCK_N, True, CAUSAL,
-                                        HAS_WINDOW, TMA, False, PIPELINE)
-        acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_src, v_src, mid_lo, mid_hi, offs_m, offs_n, offs_d, len_q,
-                                    len_k, shift, window, skt, svt, qk_scale, D, BLOCK_D, BLOCK_N, False, CAUSAL,
-                                    HAS_WINDOW, TMA, False, PIPELINE)
-        if mid_hi < hi:  # a masked edge (often empty: skipped without a call)
-            acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_src, v_src, mid_hi, hi, offs_m, offs_n, offs_d, len_q,
-                                        len_k, shift, window, skt, svt, qk_scale, D, BLOCK_D, BLOCK_N, True, CAUSAL,
-                                        HAS_WINDOW, TMA, False, PIPELINE)
+    if lo < mid_lo:  # a masked edge (often empty: skipped without a call)
+        acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_src, v_src, lo, mid_lo, offs_m, offs_n, offs_d, len_q,
+                                    len_k, shift, window, skt, svt, qk_scale, D, BLOCK_D, BLOCK_N, True, CAUSAL,
+                                    HAS_WINDOW, TMA, PIPELINE)
+    acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_src, v_src, mid_lo, mid_hi, offs_m, offs_n, offs_d, len_q,
+                                len_k, shift, window, skt, svt, qk_scale, D, BLOCK_D, BLOCK_N, False, CAUSAL,
+                                HAS_WINDOW, TMA, PIPELINE)
+    if mid_hi < hi:  # a masked edge (often empty: skipped without a call)
+        acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_src, v_src, mid_hi, hi, offs_m, offs_n, offs_d, len_q,
+                                    len_k, shift, window, skt, svt, qk_scale, D, BLOCK_D, BLOCK_N, True, CAUSAL,
+                                    HAS_WINDOW, TMA, PIPELINE)
     empty = l_i == 0.0
     l_use = tl.where(empty, 1.0, l_i)
     o = (acc / l_use[:, None]).to(O.dtype.element_ty)
@@ -133,19 +128,19 @@ def _fwd_rows(m0, b, h, hk, q_tok, len_q, k_tok, len_k, Q, K, V, O, LSE, sqb, sq
 def _attn_fwd(Q, K, V, O, LSE, CU_Q, CU_K, sqb, sqt, sqh, skb, skt, skh, svb, svt, svh, sob, sot, soh,
               Sq, Skv, Tq, Hq, GROUP, qk_scale, window, n_mblocks, n_tiles, D: tl.constexpr,
               BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
-              HAS_WINDOW: tl.constexpr, VARLEN: tl.constexpr, TMA: tl.constexpr, WARP_SPEC: tl.constexpr,
+              HAS_WINDOW: tl.constexpr, VARLEN: tl.constexpr, TMA: tl.constexpr,
               PERSISTENT: tl.constexpr, PIPELINE: tl.constexpr):
     if PERSISTENT:  # tiles strided over a grid sized to the GPU
         tile = tl.program_id(0)
         while tile < n_tiles:
             _fwd_tile(tile, Q, K, V, O, LSE, CU_Q, CU_K, sqb, sqt, sqh, skb, skt, skh, svb, svt, svh, sob, sot, soh,
                       Sq, Skv, Tq, Hq, GROUP, qk_scale, window, n_mblocks, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL,
-                      HAS_WINDOW, VARLEN, TMA, WARP_SPEC, PIPELINE)
+                      HAS_WINDOW, VARLEN, TMA, PIPELINE)
             tile += tl.num_programs(0)
     else:
         _fwd_tile(tl.program_id(0), Q, K, V, O, LSE, CU_Q, CU_K, sqb, sqt, sqh, skb, skt, skh, svb, svt, svh, sob,
                   sot, soh, Sq, Skv, Tq, Hq, GROUP, qk_scale, window, n_mblocks, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL,
-                  HAS_WINDOW, VARLEN, TMA, WARP_SPEC, PIPELINE)
+                  HAS_WINDOW, VARLEN, TMA, PIPELINE)
 
 
 def use_tma(*tensors: torch.Tensor) -> None:
@@ -174,9 +169,6 @@ def forward(q, k, v, causal: bool, window: int, cu_q, cu_k, max_q: int, max_k: i
     o = torch.empty_like(q, memory_format=torch.contiguous_format)
     q, k, v = interpreter_operands(q, k, v)
     lse = torch.empty((hq, tq), dtype=torch.float32, device=q.device)
-    if config.warp_specialize and not (config.tma and config.warps == 4 and not config.persistent):
-        raise ValueError("warp_specialize needs tma=True, warps=4 and persistent=0 (Triton's Hopper warp "
-                         "specialisation: TMA loads, one warp group it splits, a kernel with one loop)")
     if config.tma:
         use_tma(q, k, v, o)
     n_mblocks = triton.cdiv(max_q, config.block_m)
@@ -190,6 +182,6 @@ def forward(q, k, v, causal: bool, window: int, cu_q, cu_k, max_q: int, max_k: i
         q, k, v, o, lse, cu_q, cu_k, *strides3(q, varlen), *strides3(k, varlen), *strides3(v, varlen),
         *strides3(o, varlen), max_q, max_k, tq, hq, hq // hkv, scale * 1.4426950408889634, window, n_mblocks,
         n_tiles, D=d, BLOCK_D=block_d(d), BLOCK_M=config.block_m, BLOCK_N=config.block_n, CAUSAL=causal,
-        HAS_WINDOW=window > 0, VARLEN=varlen, TMA=config.tma, WARP_SPEC=config.warp_specialize,
+        HAS_WINDOW=window > 0, VARLEN=varlen, TMA=config.tma,
         PERSISTENT=config.persistent > 0, PIPELINE=q.is_cuda, num_warps=config.warps, num_stages=config.stages)
     return o, lse
