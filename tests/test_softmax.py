@@ -355,3 +355,13 @@ def test_prefetching_paths_on_the_gpu(ahead, dims):
     dx = softmax.softmax_backward(dy, y, CoopConfig(seg, l2_ahead=ahead))
     yd, dyd = y.double(), dy.double()
     assert verify.rel_error(dx, yd * (dyd - (yd * dyd).sum(-1, keepdim=True))) <= tol
+
+
+@ON_GPU
+def test_gpu_liger_refusing_a_wide_row_is_unavailable():
+    pytest.importorskip("liger_kernel")
+    from kcollect.kernels.softmax.spec import softmax_liger
+    from kcollect.spec import Unavailable
+
+    with pytest.raises(Unavailable, match="refuses this row width"):
+        softmax_liger(torch.randn(2, 128256, device="cuda", dtype=torch.bfloat16))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from kcollect.spec import Provider, Shape, peer_available, standard_providers
+from kcollect.spec import Provider, Shape, Unavailable, peer_available, standard_providers
 
 from .._lib import config_record
 from .._lib.spec_kit import module_spec, per_element_cost
@@ -20,10 +20,16 @@ def softmax_eager(x: torch.Tensor) -> torch.Tensor:
 
 
 def softmax_liger(x: torch.Tensor) -> torch.Tensor:
-    # Liger keeps the whole row in registers: it refuses rows wider than 65536 (RuntimeError)
     from liger_kernel.ops.softmax import LigerSoftmaxFunction
 
-    return LigerSoftmaxFunction.apply(x)
+    try:
+        return LigerSoftmaxFunction.apply(x)
+    except RuntimeError as e:
+        # Liger keeps the whole row in registers and refuses wider rows itself ("n = 128256 exceeds
+        # the recommended Triton blocksize = 65536"): a shape it does not take, not a failure
+        if "exceeds the recommended Triton blocksize" in str(e):
+            raise Unavailable(f"Liger's softmax refuses this row width: {e}") from None
+        raise
 
 
 def softmax_quack(x: torch.Tensor) -> torch.Tensor:
