@@ -1,6 +1,11 @@
 """The implementations the RTU is measured against, each taking the collector's inputs (x, nu_log,
 theta_log, map1, map2, resets; see naive.py for the maps) and returning y [B, T, 2H].
 
+Every provider gets the inputs as mixed-precision training holds them: activations and input maps in
+the run's dtype, the decay parameters nu_log and theta_log in fp32. Cortex's low-rank backward (both
+its Triton and its PyTorch path) multiplies an fp32 intermediate with a bf16 input there and raises
+("expected scalar type BFloat16 but found Float"): those rows are errors with Cortex's own message.
+
 - cortex: Cortex's Triton RTU (streaming-diagonal `rtu_stream_diag_triton`, low-rank
   `rtu_sequence_triton`), as its benchmark calls them: SiLU, zero initial state. The diagonal one
   also returns the eligibility traces of Cortex's streaming credit assignment, which it computes
