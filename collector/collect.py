@@ -22,7 +22,7 @@ from typing import Any, Callable
 from .environment import Commit
 from .progress import Progress
 from .plan import Case, RunConfig
-from .runner import Runner, make_row
+from .runner import Runner, _now, make_row
 from .store import Store, StoreError
 
 
@@ -389,6 +389,8 @@ class _Parent:
             self._keep(slot, rows)
             if slot.held:
                 self.todo.insert(0, slot.held)  # for another worker, if one is left
+            if stopping and slot.run is not None:  # killed when it did not stop in time: its run was stopped
+                self.store.finish_run(slot.run.run_id, "interrupted", _now())
             slot.status = "unfinished"
             return False
         (index, only), case = slot.case, self.cases[slot.case[0]]

@@ -1,8 +1,11 @@
-"""A kernel whose providers take their measuring process down (`--kernel-module`, tests/test_collect.py):
+"""Kernels whose providers take their measuring process down (`--kernel-module`, tests/test_collect.py):
 on the 4-row shape `crash` aborts the process, as an LLVM assertion in a compiler does, and on the
-3-row one `hang` never returns; on the other shape each is right, as `torch` always is. Kept apart
+3-row one `hang` never returns; on the other shape each is right, as `torch` always is. `deaf`'s
+provider, on the 3-row shape, neither returns nor hears Ctrl-C or SIGTERM (a call stuck in native
+code does not run Python's signal handlers). Kept apart
 from planted_kernels.py, whose kernels every other run test measures."""
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -26,5 +29,14 @@ def _hang(x):
     return x * 2.0
 
 
+def _deaf(x):
+    if x.shape[0] == 3:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        while True:
+            time.sleep(60)
+    return x * 2.0
+
+
 SPEC = _spec("fragile", (_p("torch", lambda x: x * 2.0), Provider("crash", _crash), Provider("hang", _hang)),
              _SHAPES[:2])
+SPECS = (SPEC, _spec("deaf", (_p("torch", lambda x: x * 2.0), Provider("deaf", _deaf)), _SHAPES[:2]))

@@ -97,6 +97,28 @@ def test_a_signal_stops_every_worker_and_keeps_their_rows(tmp_path, sig):
     assert 4 <= len(rows) < 20
 
 
+def test_a_worker_deaf_to_the_signal_is_killed_and_its_run_still_says_interrupted(tmp_path):
+    fragile = str(Path(__file__).resolve().parent / "fragile_kernels.py")
+    db = tmp_path / "k.duckdb"
+    proc = subprocess.Popen(KCOLLECT + ["run", "deaf", *FAST, "--kernel-module", fragile, "--mode", "fwd",
+                                        "--workers", "1", "--measure-timeout", "600", "--db", str(db)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    for line in proc.stderr:  # torch on the 3-row shape is done: deaf is next, and never returns
+        if line.startswith("[3/"):
+            break
+        assert time.time() < deadline
+    time.sleep(2)
+    os.kill(proc.pid, signal.SIGTERM)
+    time.sleep(2)
+    os.kill(proc.pid, signal.SIGTERM)  # a second signal: the parent kills what has not stopped
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    runs, rows = _stored(db)
+    assert [r["status"] for r in runs] == ["interrupted"], runs
+    assert len(rows) == 3 and {r["status"] for r in rows} == {"ok"}, rows
+
+
 def _git_repo(path):
     def git(*args):
         subprocess.run(["git", "-C", str(path), *args], check=True, capture_output=True)
