@@ -7,7 +7,7 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-from kcollect.spec import KernelSpec, Shape
+from kcollect.spec import KernelSpec, Provider, Shape
 
 FWD_BWD = ("fwd", "bwd", "fwd+bwd")
 FLOATS = (torch.bfloat16, torch.float16, torch.float32)
@@ -36,11 +36,20 @@ def per_element_cost(bytes_per: Mapping[str, int], flops_per: Mapping[str, int])
     return bytes_moved, flops
 
 
-def module_spec(module: Mapping[str, Any], name: str, description: str, **fields: Any) -> KernelSpec:
+def by_mode(mode: str, fwd, bwd):
+    """A cost of `mode` from the forward's and the backward's: fwd+bwd runs both passes."""
+    return {"fwd": fwd, "bwd": bwd, "fwd+bwd": fwd + bwd}[mode]
+
+
+def module_spec(module: Mapping[str, Any], name: str, description: str, triton: Callable | None = None,
+                **fields: Any) -> KernelSpec:
     """The KernelSpec of a spec module, given its globals(): its `reference`, `make_inputs`, grids
     `QUICK` and `FULL`, cost model `bytes_moved` and `flops` and, where it defines one, `check_shape`;
     `fields` give the rest and override these and the defaults (modes fwd, bwd and fwd+bwd, baseline
-    "torch", memory-bound, the dtypes bf16, fp16 and fp32)."""
+    "torch", memory-bound, the dtypes bf16, fp16 and fp32). `triton`: our function, put first in the
+    providers as "triton" with the module's `config_of` (each row records the config it ran with)."""
+    if triton is not None:
+        fields["providers"] = (Provider("triton", triton, config=module["config_of"]), *fields.get("providers", ()))
     taken = {"reference": module["reference"], "make_inputs": module["make_inputs"],
              "grids": {"quick": module["QUICK"], "full": module["FULL"]},
              "bytes_moved": module["bytes_moved"], "flops": module["flops"],
@@ -48,3 +57,10 @@ def module_spec(module: Mapping[str, Any], name: str, description: str, **fields
     if "check_shape" in module:
         taken["check_shape"] = module["check_shape"]
     return KernelSpec(name=name, description=description, **{**taken, **fields})
+
+
+def cell_spec(module: Mapping[str, Any], name: str, description: str, **fields: Any) -> KernelSpec:
+    """module_spec of a recurrent cell (lstm, slstm, mlstm, axon): compute-bound (matrix products
+    every step) and measured in bf16 and fp32."""
+    return module_spec(module, name, description, **{"bound": "compute", "dtypes": (torch.bfloat16, torch.float32),
+                                                     **fields})

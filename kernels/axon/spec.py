@@ -18,7 +18,7 @@ from kcollect.spec import Provider, peer_available
 
 from .._lib import config_record
 from .._lib.recurrent import dims_check, keep_factor, reset_mask, shape_maker, step_loop_limit
-from .._lib.spec_kit import module_spec
+from .._lib.spec_kit import by_mode, cell_spec
 from . import axon, pick
 
 DIMS = ("B", "T", "H", "resets")
@@ -213,7 +213,7 @@ def flops(dims, mode) -> float:
     B, T, H = dims["B"], dims["T"], dims["H"]
     gemm = 2 * B * T * H * H * 4
     fwd, bwd = gemm + 60 * B * T * H, 2 * gemm + 25 * B * T * H
-    return float({"fwd": fwd, "bwd": bwd, "fwd+bwd": fwd + bwd}[mode])
+    return float(by_mode(mode, fwd, bwd))
 
 
 def bytes_moved(dims, dtype, mode) -> int:
@@ -221,15 +221,15 @@ def bytes_moved(dims, dtype, mode) -> int:
     weights = 3 * H * H + 6 * H
     fwd = B * T * H + weights + B * T * H + 10 * B * H
     bwd = 2 * B * T * H + weights + B * T * H + weights
-    return dtype.itemsize * {"fwd": fwd, "bwd": bwd, "fwd+bwd": fwd + bwd}[mode]
+    return dtype.itemsize * by_mode(mode, fwd, bwd)
 
 
-SPEC = module_spec(
+SPEC = cell_spec(
     globals(), "axon",
     "Cortex's AxonLayer (nn.Linear plus a streaming RTU over an SRHT of the input, with its "
     "eligibility traces) on a fresh state, with resets; beside nn.Linear(H, H), forward and backward",
+    triton=triton_axon,
     providers=(
-        Provider("triton", triton_axon, config=config_of),
         Provider("cortex", cortex, peer_available("cortex"),
                  note="Cortex's AxonLayer on its Triton RTU and PyTorch SRHT (its CUDA extensions build for minutes)"),
         Provider("linear", linear, reference=linear_reference, grad_inputs=("x", "w_lin", "b_lin"),
@@ -238,12 +238,10 @@ SPEC = module_spec(
     ),
     baseline="cortex",
     grad_inputs=("x", "w_lin", "b_lin", "w_out", "b_out", "nu_log", "theta_log", "w1", "w2"),
-    bound="compute",
     # About 2.5 times the PyTorch step loop's own error against float64 at B=4, T=48, H=64 on the CPU
     # (bf16: 1.1e-2 forward, 1.9e-2 backward, every step rounded to bf16; ours 2.4e-3 and 5.7e-3), and
     # 30 times in fp32 (7.6e-7 and 1.5e-6: radii within 1e-3 of 1 amplify the traces' rounding).
     tolerance={torch.bfloat16: 5e-2, torch.float32: 5e-5},
-    dtypes=(torch.bfloat16, torch.float32),
     notes="linear is nn.Linear(H, H) on the same input (Cortex's linear_vs_axon): H^2 + H parameters against "
           "AxonLayer's 3H^2 + 6H; tokens/s = B*T / time. The eligibility traces after a reset count from the "
           "reset (they are the derivatives of the state since then). eager is timed up to T=256.",

@@ -17,7 +17,7 @@ from kcollect.spec import Provider, Shape, Unavailable, peer_available
 
 from .._lib import config_record
 from .._lib.scan import reset_mask
-from .._lib.spec_kit import module_spec
+from .._lib.spec_kit import by_mode, module_spec
 from . import conv1d, pick_depthwise, pick_mix
 from .naive import eager, reference
 
@@ -110,20 +110,20 @@ def bytes_moved(dims, dtype, mode) -> int:
     resets = B * T if int(dims["resets"]) else 0
     fwd = (2 * B * T * Fc + w + Fc) * s + resets
     bwd = (3 * B * T * Fc + 2 * w + Fc) * s + resets
-    return {"fwd": fwd, "bwd": bwd, "fwd+bwd": fwd + bwd}[mode]
+    return by_mode(mode, fwd, bwd)
 
 
 def flops(dims, mode) -> float:
     fwd = 2 * dims["B"] * dims["T"] * dims["F"] * _fin(dims) * dims["K"]
-    return float({"fwd": fwd, "bwd": 2 * fwd, "fwd+bwd": 3 * fwd}[mode])
+    return float(by_mode(mode, fwd, 2 * fwd))
 
 
 SPEC = module_spec(
     globals(), "conv1d",
     "causal conv1d with per-step resets (a reset starts a new window), depthwise or channel-mixing; "
     "cudnn is F.conv1d without resets, the speed reference, measured where the shape has none",
+    triton=conv1d,
     providers=(
-        Provider("triton", conv1d, config=config_of),
         Provider("cortex", cortex, peer_available("cortex")),
         Provider("cudnn", cudnn),
         Provider("eager", eager),

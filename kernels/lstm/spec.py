@@ -13,7 +13,7 @@ from kcollect.spec import Provider, Unavailable, peer_available
 
 from .._lib import config_record
 from .._lib.recurrent import dims_check, keep_factor, reset_mask, shape_maker, step_loop_limit
-from .._lib.spec_kit import module_spec
+from .._lib.spec_kit import by_mode, cell_spec
 from . import lstm, pick
 
 DIMS = ("B", "T", "H", "resets")
@@ -139,7 +139,7 @@ def flops(dims, mode) -> float:
     B, T, H = dims["B"], dims["T"], dims["H"]
     gemm = 2 * B * T * 4 * H * (H + H)
     fwd, bwd = gemm + 20 * B * T * H, 2 * gemm + 30 * B * T * H
-    return float({"fwd": fwd, "bwd": bwd, "fwd+bwd": fwd + bwd}[mode])
+    return float(by_mode(mode, fwd, bwd))
 
 
 def bytes_moved(dims, dtype, mode) -> int:
@@ -147,13 +147,13 @@ def bytes_moved(dims, dtype, mode) -> int:
     weights = 4 * H * (2 * H + 1)
     fwd = B * T * H + weights + 2 * B * H + B * T * H + 2 * B * H
     bwd = 2 * B * T * H + weights + B * T * H + weights + 2 * B * H
-    return dtype.itemsize * {"fwd": fwd, "bwd": bwd, "fwd+bwd": fwd + bwd}[mode]
+    return dtype.itemsize * by_mode(mode, fwd, bwd)
 
 
-SPEC = module_spec(
+SPEC = cell_spec(
     globals(), "lstm", "single-layer LSTM over a sequence with per-step resets of (h, c), forward and backward",
+    triton=triton_lstm,
     providers=(
-        Provider("triton", triton_lstm, config=config_of),
         Provider("cudnn", cudnn, cudnn_available,
                  note="nn.LSTM's cuDNN kernels: no resets, so only the shapes without them"),
         Provider("eager", eager, note="the PyTorch step loop with resets"),
@@ -161,11 +161,9 @@ SPEC = module_spec(
     ),
     baseline="cudnn",
     grad_inputs=("x", "h0", "c0", "w_ih", "w_hh", "b"),
-    bound="compute",
     # About three times the PyTorch step loop's own error against float64 (bf16 backward 1.0e-2 to
     # 1.1e-2 at B=8, T=48, H=64 on the CPU; fp32 2.9e-7).
     tolerance={torch.bfloat16: 3e-2, torch.float32: 1e-5},
-    dtypes=(torch.bfloat16, torch.float32),
     notes="cudnn runs without resets: it is timed on the shapes without them. eager is timed up to T=256, "
           "cortex up to H=256 (see their rows).",
 )

@@ -14,7 +14,7 @@ from kcollect.spec import Provider, Unavailable, peer_available
 
 from .._lib import config_record
 from .._lib.recurrent import dims_check, reset_mask, shape_maker
-from .._lib.spec_kit import module_spec
+from .._lib.spec_kit import by_mode, cell_spec
 from . import mlstm, pick
 from .naive import EPS, chunkwise
 
@@ -137,7 +137,7 @@ FULL = (
 def flops(dims, mode) -> float:
     B, NH, T, DH = dims["B"], dims["NH"], dims["T"], dims["DH"]
     fwd = B * NH * (4 * T * 64 * DH + 4 * T * DH * DH)
-    return float({"fwd": fwd, "bwd": 2.5 * fwd, "fwd+bwd": 3.5 * fwd}[mode])
+    return float(by_mode(mode, fwd, 2.5 * fwd))
 
 
 def bytes_moved(dims, dtype, mode) -> int:
@@ -145,15 +145,15 @@ def bytes_moved(dims, dtype, mode) -> int:
     inputs = B * NH * T * (3 * DH + 2)
     fwd = inputs + B * NH * T * DH + B * NH * (DH * DH + DH + 1)
     bwd = B * NH * T * DH + inputs + inputs
-    return dtype.itemsize * {"fwd": fwd, "bwd": bwd, "fwd+bwd": fwd + bwd}[mode]
+    return dtype.itemsize * by_mode(mode, fwd, bwd)
 
 
-SPEC = module_spec(
+SPEC = cell_spec(
     globals(), "mlstm",
     "xLSTM's mLSTM cell (matrix memory, exponential input gate) over a sequence with resets, "
     "chunkwise-parallel, forward and backward",
+    triton=triton_mlstm,
     providers=(
-        Provider("triton", triton_mlstm, config=config_of),
         Provider("cortex", cortex, peer_available("cortex"), note="Cortex's Triton mLSTM (cortexcore)"),
         Provider("mlstm_kernels", mlstm_kernels, peer_available("mlstm_kernels"),
                  note="TFLA's chunkwise kernels (mlstm_kernels triton_xl_chunk): no resets"),
@@ -164,12 +164,10 @@ SPEC = module_spec(
     ),
     baseline="mlstm_kernels",
     grad_inputs=("q", "k", "v", "i", "f"),
-    bound="compute",
     # bf16: about three times ours against float64 at B=2, NH=2, T=96, DH=32 on the CPU (6.4e-3 forward,
     # 1.0e-2 backward). fp32: the PyTorch chunkwise form 1.2e-6 forward, 2.7e-6 backward there; ours holds
     # the stabiliser constant in the backward, up to 1.5e-5 at gates ~ N(0, 2) (tests/test_mlstm.py).
     tolerance={torch.bfloat16: 3e-2, torch.float32: 5e-5},
-    dtypes=(torch.bfloat16, torch.float32),
     notes="The final state (C_T, n_T, m_T) is returned without gradient. Our backward and TFLA's hold the "
           "stabiliser constant (it enters h only through the 1e-6 of the normaliser): about 1e-5 from the "
           "exact float64 gradient.",

@@ -12,7 +12,7 @@ from kcollect.spec import Provider, Shape, peer_available
 
 from .._lib import config_record
 from .._lib.scan import reset_mask
-from .._lib.spec_kit import module_spec
+from .._lib.spec_kit import by_mode, module_spec
 from . import pick, providers
 from .naive import reference
 
@@ -94,22 +94,22 @@ def bytes_moved(dims, dtype, mode) -> int:
     factors = 0 if R == DIAG else 4 * H * R * s
     fwd = 3 * B * T * H * s + resets + factors
     bwd = 4 * B * T * H * s + resets + 2 * factors
-    return {"fwd": fwd, "bwd": bwd, "fwd+bwd": fwd + bwd}[mode]
+    return by_mode(mode, fwd, bwd)
 
 
 def flops(dims, mode) -> float:
     B, T, H, R = dims["B"], dims["T"], dims["H"], dims["R"]
     proj = 0 if R == DIAG else H * R
     fwd, bwd = B * T * (14 * H + 8 * proj), B * T * (40 * H + 16 * proj)
-    return float({"fwd": fwd, "bwd": bwd, "fwd+bwd": fwd + bwd}[mode])
+    return float(by_mode(mode, fwd, bwd))
 
 
 SPEC = module_spec(
     globals(), "rtu",
     "Cortex's RTU: y = SiLU of a complex diagonal recurrence c_t = lambda c_{t-1} + gamma u_t "
     "with resets, diagonal or low-rank input maps; forward and backward",
+    triton=providers.triton,
     providers=(
-        Provider("triton", providers.triton, config=config_of),
         Provider("cortex", providers.cortex, peer_available("cortex")),
         Provider("cortex_torch", providers.cortex_torch, peer_available("cortex")),
         Provider("compile", providers.compile_scan),

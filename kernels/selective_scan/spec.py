@@ -13,7 +13,7 @@ from kcollect.spec import Provider, Shape, compiled
 
 from .._lib import config_record
 from .._lib.scan import first_order, log_scan
-from .._lib.spec_kit import module_spec
+from .._lib.spec_kit import by_mode, module_spec
 from . import pick, selective_scan
 from .naive import reference, selective_scan_loop
 
@@ -95,21 +95,21 @@ def bytes_moved(dims, dtype, mode) -> int:
     s, params = dtype.itemsize, 4 * (D * N + D)
     fwd = (4 * B * T * D + 2 * B * T * N) * s + params
     bwd = (7 * B * T * D + 4 * B * T * N) * s + 2 * params
-    return {"fwd": fwd, "bwd": bwd, "fwd+bwd": fwd + bwd}[mode]
+    return by_mode(mode, fwd, bwd)
 
 
 def flops(dims, mode) -> float:
     steps = dims["B"] * dims["T"] * dims["D"]
     fwd, bwd = steps * (7 * dims["N"] + 10), steps * (20 * dims["N"] + 20)
-    return float({"fwd": fwd, "bwd": bwd, "fwd+bwd": fwd + bwd}[mode])
+    return float(by_mode(mode, fwd, bwd))
 
 
 SPEC = module_spec(
     globals(), "selective_scan",
     "Mamba-1's selective scan: h_t = exp(softplus(delta_t) A) h_{t-1} + softplus(delta_t) B_t x_t, "
     "y_t = (C_t h_t + D x_t) silu(z_t); forward and backward",
+    triton=selective_scan,
     providers=(
-        Provider("triton", selective_scan, config=config_of),
         Provider("eager", eager),
         Provider("compile", compiled(log_depth)),
         Provider("mamba_ssm", mamba_ssm, mamba_available),

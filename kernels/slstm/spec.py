@@ -14,7 +14,7 @@ from kcollect.spec import Provider, Unavailable, peer_available
 
 from .._lib import config_record
 from .._lib.recurrent import dims_check, keep_factor, reset_mask, shape_maker, step_loop_limit
-from .._lib.spec_kit import module_spec
+from .._lib.spec_kit import by_mode, cell_spec
 from . import pick, slstm
 from .kernels import EPS
 
@@ -144,7 +144,7 @@ def flops(dims, mode) -> float:
     B, NH, T, DH = dims["B"], dims["NH"], dims["T"], dims["DH"]
     rec = 8 * B * T * NH * DH * DH
     fwd, bwd = rec + 30 * B * T * NH * DH, 2 * rec + 40 * B * T * NH * DH
-    return float({"fwd": fwd, "bwd": bwd, "fwd+bwd": fwd + bwd}[mode])
+    return float(by_mode(mode, fwd, bwd))
 
 
 def bytes_moved(dims, dtype, mode) -> int:
@@ -153,15 +153,15 @@ def bytes_moved(dims, dtype, mode) -> int:
     weights = 4 * NH * DH * DH + 4 * H
     fwd = 4 * B * T * H + weights + 4 * B * H + B * T * H + 3 * B * H
     bwd = B * T * H + weights + 2 * B * H + 4 * B * T * H + weights + 3 * B * H
-    return dtype.itemsize * {"fwd": fwd, "bwd": bwd, "fwd+bwd": fwd + bwd}[mode]
+    return dtype.itemsize * by_mode(mode, fwd, bwd)
 
 
-SPEC = module_spec(
+SPEC = cell_spec(
     globals(), "slstm",
     "xLSTM's sLSTM cell (exponential gating, normaliser and stabiliser, per-head recurrence) over a "
     "sequence with resets, forward and backward",
+    triton=triton_slstm,
     providers=(
-        Provider("triton", triton_slstm, config=config_of),
         Provider("cortex", cortex, peer_available("cortex"), note="Cortex's Triton sLSTM (cortexcore)"),
         Provider("xlstm", xlstm, peer_available("xlstm"), note="xLSTM's vanilla PyTorch backend: no resets"),
         Provider("xlstm_cuda", xlstm_cuda, xlstm_cuda_available, note="xLSTM's CUDA backend"),
@@ -169,13 +169,11 @@ SPEC = module_spec(
     ),
     baseline="cortex",
     grad_inputs=("wx", "r", "b", "y0", "c0", "n0"),
-    bound="compute",
     # About twice the PyTorch step loop's usual error against float64 (bf16 backward 1.6e-2 to 3.0e-2 at
     # B=4, NH=2, T=48, DH=32 on the CPU: every exp and division rounded to bf16; fp32 2.3e-7). Its tail
     # goes past this: 8 draws in 40 there, where bf16 rounds the stabiliser's max or min(exp(x), 1) to a
     # tie and autograd halves the gradient; those rows fail.
     tolerance={torch.bfloat16: 6e-2, torch.float32: 1e-5},
-    dtypes=(torch.bfloat16, torch.float32),
     notes="m_T is returned without gradient. xlstm runs without resets; eager and xlstm (step loops) are timed "
           "up to T=256.",
 )
