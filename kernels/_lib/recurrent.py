@@ -1,4 +1,4 @@
-"""What the recurrent cells share (lstm, slstm, mlstm, axon): reset masks, shape declarations, the
+"""What the recurrent cells share (lstm, slstm, mlstm, axon): reset masks, shape checks, the
 limit on the PyTorch step loops the collector times, activations and the reset factor in kernels,
 the four-gate split of a fused gate tile, and the grid-wide step barrier of a persistent recurrence."""
 from __future__ import annotations
@@ -30,18 +30,6 @@ def dims_check(op: str, names: tuple[str, ...]):
         return f"{op} needs dims {', '.join(names)}; missing {', '.join(missing)}" if missing else None
 
     return check_shape
-
-
-def shape_maker(names: tuple[str, ...]):
-    """make(*values, why) -> the Shape whose dims are `names` with those values, labelled by `why`."""
-
-    def make(*values_and_why):
-        from kcollect.spec import Shape
-
-        *values, why = values_and_why
-        return Shape(dict(zip(names, values, strict=True)), why)
-
-    return make
 
 
 def reset_mask(B: int, T: int, p: float, gen: torch.Generator, device) -> torch.Tensor | None:

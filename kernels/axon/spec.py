@@ -17,8 +17,8 @@ import torch.nn.functional as F
 from kcollect.spec import Provider, peer_available
 
 from .._lib import config_record
-from .._lib.recurrent import dims_check, keep_factor, reset_mask, shape_maker, step_loop_limit
-from .._lib.spec_kit import by_mode, cell_spec
+from .._lib.recurrent import dims_check, keep_factor, reset_mask, step_loop_limit
+from .._lib.spec_kit import by_mode, cell_spec, shape_maker
 from . import axon, pick
 
 DIMS = ("B", "T", "H", "resets")
@@ -191,7 +191,7 @@ def check_shape(dims) -> str | None:
     return None
 
 
-_s = shape_maker(DIMS)
+_s = shape_maker(*DIMS)
 
 
 QUICK = (_s(2, 3, 16, "0.2", "tiny: two rows, three steps, resets"),)

@@ -12,8 +12,8 @@ import torch
 from kcollect.spec import Provider, Unavailable, peer_available
 
 from .._lib import config_record
-from .._lib.recurrent import dims_check, keep_factor, reset_mask, shape_maker, step_loop_limit
-from .._lib.spec_kit import by_mode, cell_spec
+from .._lib.recurrent import dims_check, keep_factor, reset_mask, step_loop_limit
+from .._lib.spec_kit import by_mode, cell_spec, shape_maker
 from . import lstm, pick
 
 DIMS = ("B", "T", "H", "resets")
@@ -116,7 +116,7 @@ def make_inputs(dims, dtype, device, seed):
 check_shape = dims_check("lstm", DIMS)
 
 
-_s = shape_maker(DIMS)
+_s = shape_maker(*DIMS)
 
 
 QUICK = (_s(2, 3, 16, "0.2", "tiny: two rows, three steps, resets"),)

@@ -13,8 +13,8 @@ import torch.nn.functional as F
 from kcollect.spec import Provider, Unavailable, peer_available
 
 from .._lib import config_record
-from .._lib.recurrent import dims_check, reset_mask, shape_maker
-from .._lib.spec_kit import by_mode, cell_spec
+from .._lib.recurrent import dims_check, reset_mask
+from .._lib.spec_kit import by_mode, cell_spec, shape_maker
 from . import mlstm, pick
 from .naive import EPS, chunkwise
 
@@ -117,7 +117,7 @@ def make_inputs(dims, dtype, device, seed):
 check_shape = dims_check("mlstm", DIMS)
 
 
-_s = shape_maker(DIMS)
+_s = shape_maker(*DIMS)
 
 
 QUICK = (_s(1, 1, 20, 16, "0.2", "tiny: two chunks of 16 on the CPU (the last partial), resets"),)
