@@ -1,5 +1,6 @@
 """What the scan ops share (rtu, selective_scan, conv1d): the combine functions of first-order linear
-recurrences for tl.associative_scan, and the seeded reset masks of their inputs.
+recurrences for tl.associative_scan, the seeded reset masks of their inputs, and the autograd of a
+scan whose forward keeps its chunk states for the backward.
 
 A first-order recurrence h_t = a_t * h_{t-1} + b_t composes as pairs: applying (a1, b1) then
 (a2, b2) is (a2 * a1, a2 * b1 + b2). tl.associative_scan passes the earlier element first; with
@@ -39,6 +40,24 @@ def reset_mask(batch: int, steps: int, p: float, generator: torch.Generator) -> 
     """[batch, steps] bool: each step a reset with probability p, from `generator` (seeded by the
     caller, so that every provider of a case sees the same episodes)."""
     return torch.rand(batch, steps, generator=generator) < p
+
+
+class KeptStates(torch.autograd.Function):
+    """apply(forward, backward, config, *inputs): y from forward(*inputs, config, keep_states=True)
+    -> (y, states), which keeps the states at the chunk boundaries so that backward(dy, *inputs,
+    states, config) -> the inputs' gradients need not scan forward again."""
+
+    @staticmethod
+    def forward(ctx, forward, backward, config, *inputs):
+        y, states = forward(*inputs, config, keep_states=True)
+        ctx.save_for_backward(*inputs, states)
+        ctx.backward_fn, ctx.config = backward, config
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        *inputs, states = ctx.saved_tensors
+        return (None, None, None, *ctx.backward_fn(dy, *inputs, states, ctx.config))
 
 
 def log_scan(combine, elems: tuple, dim: int) -> tuple:

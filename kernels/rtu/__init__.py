@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from .._lib.scan import KeptStates
 from .config import RTUConfig, pick
 from .kernels import rtu_scan_backward, rtu_scan_forward
 
@@ -31,22 +32,14 @@ def _parameter_grads(sums: torch.Tensor, nu_log: torch.Tensor, theta_log: torch.
     return dnu.to(nu_log.dtype), dth.to(theta_log.dtype)
 
 
-class RTUScan(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x1, x2, w1, w2, nu_log, theta_log, resets, config):
-        y, states = rtu_scan_forward(x1, x2, w1, w2, nu_log, theta_log, resets, config, keep_states=True)
-        ctx.save_for_backward(x1, x2, w1, w2, nu_log, theta_log, resets, states)
-        ctx.config = config
-        return y
-
-    @staticmethod
-    def backward(ctx, dy):
-        x1, x2, w1, w2, nu_log, theta_log, resets, states = ctx.saved_tensors
-        dx1, dx2, sums = rtu_scan_backward(dy, x1, x2, w1, w2, nu_log, theta_log, resets, states, ctx.config)
-        dnu, dth = _parameter_grads(sums, nu_log, theta_log)
-        dw1 = sums[3].to(w1.dtype) if w1 is not None else None
-        dw2 = sums[4].to(w2.dtype) if w2 is not None else None
-        return dx1, dx2, dw1, dw2, dnu, dth, None, None
+def _backward(dy, x1, x2, w1, w2, nu_log, theta_log, resets, states, config):
+    """The gradients of (x1, x2, w1, w2, nu_log, theta_log, resets) from the scan's and the
+    parameter maps' backward."""
+    dx1, dx2, sums = rtu_scan_backward(dy, x1, x2, w1, w2, nu_log, theta_log, resets, states, config)
+    dnu, dth = _parameter_grads(sums, nu_log, theta_log)
+    dw1 = sums[3].to(w1.dtype) if w1 is not None else None
+    dw2 = sums[4].to(w2.dtype) if w2 is not None else None
+    return dx1, dx2, dw1, dw2, dnu, dth, None
 
 
 def _scan(x1, x2, w1, w2, nu_log, theta_log, resets, config):
@@ -58,7 +51,7 @@ def _scan(x1, x2, w1, w2, nu_log, theta_log, resets, config):
         resets = resets.contiguous()
     tensors = (x1, x2, w1, w2, nu_log, theta_log)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
-        return RTUScan.apply(x1, x2, w1, w2, nu_log, theta_log, resets, config)
+        return KeptStates.apply(rtu_scan_forward, _backward, config, x1, x2, w1, w2, nu_log, theta_log, resets)
     return rtu_scan_forward(x1, x2, w1, w2, nu_log, theta_log, resets, config)[0]
 
 

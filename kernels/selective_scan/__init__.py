@@ -9,24 +9,11 @@ from __future__ import annotations
 
 import torch
 
+from .._lib.scan import KeptStates
 from .config import SelectiveScanConfig, pick
 from .kernels import selective_scan_backward, selective_scan_forward
 
 __all__ = ["SelectiveScanConfig", "pick", "selective_scan", "selective_scan_backward", "selective_scan_forward"]
-
-
-class SelectiveScanFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, delta, A, B, C, D, z, config):
-        y, states = selective_scan_forward(x, delta, A, B, C, D, z, config, keep_states=True)
-        ctx.save_for_backward(x, delta, A, B, C, D, z, states)
-        ctx.config = config
-        return y
-
-    @staticmethod
-    def backward(ctx, dy):
-        *inputs, states = ctx.saved_tensors
-        return (*selective_scan_backward(dy, *inputs, states, ctx.config), None)
 
 
 def _check(x, delta, A, B, C, D, z) -> None:
@@ -47,5 +34,5 @@ def selective_scan(x, delta, A, B, C, D, z, config: SelectiveScanConfig | None =
     tensors = tuple(t.contiguous() for t in (x, delta, A, B, C, D, z))
     config = config or pick(x.shape[0], x.shape[1], x.shape[2], A.shape[1], x.device)
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-        return SelectiveScanFunction.apply(*tensors, config)
+        return KeptStates.apply(selective_scan_forward, selective_scan_backward, config, *tensors)
     return selective_scan_forward(*tensors, config)[0]
