@@ -7,26 +7,16 @@ from __future__ import annotations
 
 import torch
 
+from .._lib.gated_launch import check_pair, gated_function
 from .config import GEGLUConfig, pick
 from .kernels import geglu_backward, geglu_forward
 
 __all__ = ["GEGLUConfig", "GEGLUFunction", "geglu", "geglu_backward", "geglu_forward", "pick"]
 
 
-class GEGLUFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, a, b):
-        a, b = a.contiguous(), b.contiguous()
-        ctx.save_for_backward(a, b)
-        return geglu_forward(a, b)
-
-    @staticmethod
-    def backward(ctx, dc):
-        a, b = ctx.saved_tensors
-        return geglu_backward(dc, a, b)
+GEGLUFunction = gated_function("GEGLUFunction", geglu_forward, geglu_backward)
 
 
 def geglu(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    if a.shape != b.shape or a.dtype != b.dtype:
-        raise ValueError(f"a and b must match: {tuple(a.shape)} {a.dtype} vs {tuple(b.shape)} {b.dtype}")
+    check_pair(a, b)
     return GEGLUFunction.apply(a, b)

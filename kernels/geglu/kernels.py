@@ -8,7 +8,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .._lib import launch_elementwise
+from .._lib.gated_launch import gated_backward, gated_forward
 from ..gelu.maths import gelu_tanh_and_grad_f32, gelu_tanh_f32
 from .config import GEGLUConfig
 
@@ -58,15 +58,9 @@ def _geglu_bwd(dc_ptr, a_ptr, b_ptr, da_ptr, db_ptr, n, BLOCK: tl.constexpr, TAI
 
 
 def geglu_forward(a: torch.Tensor, b: torch.Tensor, config: GEGLUConfig | None = None) -> torch.Tensor:
-    a, b = a.contiguous(), b.contiguous()
-    c = torch.empty_like(a)
-    launch_elementwise(_geglu_fwd, a.numel(), a, b, c, config=config)
-    return c
+    return gated_forward(_geglu_fwd, a, b, config)
 
 
 def geglu_backward(dc: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
                    config: GEGLUConfig | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    dc = dc.contiguous()
-    da, db = torch.empty_like(a), torch.empty_like(b)
-    launch_elementwise(_geglu_bwd, a.numel(), dc, a, b, da, db, config=config)
-    return da, db
+    return gated_backward(_geglu_bwd, dc, a, b, config)

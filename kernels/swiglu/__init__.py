@@ -6,26 +6,16 @@ from __future__ import annotations
 
 import torch
 
+from .._lib.gated_launch import check_pair, gated_function
 from .config import SwiGLUConfig, pick
 from .kernels import swiglu_backward, swiglu_forward
 
 __all__ = ["SwiGLUConfig", "SwiGLUFunction", "pick", "swiglu", "swiglu_backward", "swiglu_forward"]
 
 
-class SwiGLUFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, a, b):
-        a, b = a.contiguous(), b.contiguous()
-        ctx.save_for_backward(a, b)
-        return swiglu_forward(a, b)
-
-    @staticmethod
-    def backward(ctx, dc):
-        a, b = ctx.saved_tensors
-        return swiglu_backward(dc, a, b)
+SwiGLUFunction = gated_function("SwiGLUFunction", swiglu_forward, swiglu_backward)
 
 
 def swiglu(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    if a.shape != b.shape or a.dtype != b.dtype:
-        raise ValueError(f"a and b must match: {tuple(a.shape)} {a.dtype} vs {tuple(b.shape)} {b.dtype}")
+    check_pair(a, b)
     return SwiGLUFunction.apply(a, b)

@@ -6,7 +6,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .._lib import launch_elementwise
+from .._lib.gated_launch import gated_backward, gated_forward
 from .config import SwiGLUConfig
 
 
@@ -57,15 +57,9 @@ def _swiglu_bwd(dc_ptr, a_ptr, b_ptr, da_ptr, db_ptr, n, BLOCK: tl.constexpr, TA
 
 
 def swiglu_forward(a: torch.Tensor, b: torch.Tensor, config: SwiGLUConfig | None = None) -> torch.Tensor:
-    a, b = a.contiguous(), b.contiguous()
-    c = torch.empty_like(a)
-    launch_elementwise(_swiglu_fwd, a.numel(), a, b, c, config=config)
-    return c
+    return gated_forward(_swiglu_fwd, a, b, config)
 
 
 def swiglu_backward(dc: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
                     config: SwiGLUConfig | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    dc = dc.contiguous()
-    da, db = torch.empty_like(a), torch.empty_like(b)
-    launch_elementwise(_swiglu_bwd, a.numel(), dc, a, b, da, db, config=config)
-    return da, db
+    return gated_backward(_swiglu_bwd, dc, a, b, config)
