@@ -178,6 +178,15 @@ def check_grids_accepted(spec):
             assert spec.check_shape(shape.dims) is None, shape
 
 
+def check_pass_bytes(spec, dims, fwd: int, bwd: int | None = None, dtype=torch.bfloat16):
+    """The spec's bytes_moved for the forward (and the backward, where given) as expected, and for
+    fwd+bwd the sum of the two passes."""
+    assert spec.bytes_moved(dims, dtype, "fwd") == fwd
+    if bwd is not None:
+        assert spec.bytes_moved(dims, dtype, "bwd") == bwd
+    assert spec.bytes_moved(dims, dtype, "fwd+bwd") == fwd + spec.bytes_moved(dims, dtype, "bwd")
+
+
 def check_case(spec, provider, mode, dtype, dims):
     """One provider against float64 on fresh random inputs: within the op's tolerance."""
     result = verify.check(spec, provider, dims, dtype, mode, seed=random.randrange(2**31))

@@ -129,14 +129,9 @@ def test_mismatched_residual_is_refused():
 
 
 def test_grid_shapes_cost_model_and_config():
-    opcheck.check_grids_accepted(SPEC)
     assert any(s.dims["N"] > C.MAX_REG_BLOCK for s in SPEC.grids["full"])
-    dims = {"M": 4096, "N": 4096}
-    fwd = SPEC.bytes_moved(dims, torch.bfloat16, "fwd")
-    bwd = SPEC.bytes_moved(dims, torch.bfloat16, "bwd")
-    assert fwd == (4 * 4096 * 4096 + 4096) * 2
-    assert bwd == (4 * 4096 * 4096 + 2 * 4096) * 2
-    assert SPEC.bytes_moved(dims, torch.bfloat16, "fwd+bwd") == fwd + bwd
+    opcheck.check_pass_bytes(SPEC, {"M": 4096, "N": 4096}, fwd=(4 * 4096 * 4096 + 4096) * 2,
+                             bwd=(4 * 4096 * 4096 + 2 * 4096) * 2)
     assert set(SPEC.tolerance) == set(SPEC.dtypes)
     # with a residual: one tile a program, whatever the width (rms_norm without one: persistent)
     record = SPEC.provider("triton").config(SPEC.make_inputs({"M": 3, "N": 100}, torch.float32, "cpu", 0))

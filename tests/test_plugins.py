@@ -1,6 +1,7 @@
 """The plugin path of docs/add-a-kernel.md, as a user walks it: the guide's code, written out as a
 package of its own, installed beside kcollect, registered by its entry point; it must be listed,
-run on the CPU, pass its own tests and get its page. Also the registry's rules for plugins."""
+run on the CPU, pass its own tests and get its page. Also the registry's rules for plugins, and the
+builtin specs' grids against their own shape checks."""
 import json
 import os
 import re
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+import opcheck
 from kcollect import registry
 from kcollect.cli import main
 from kcollect.registry import RegistryError
@@ -158,3 +160,9 @@ def test_a_broken_entry_point_does_not_stop_the_others(monkeypatch):
     reg = registry.load()
     assert set(registry.BUILTIN) <= set(reg.names())
     assert reg.errors == {"entry point bad (nowhere:SPEC)": "ImportError: No module named 'nowhere'"}
+
+
+@pytest.mark.parametrize("op", registry.BUILTIN)
+def test_builtin_grid_shapes_pass_their_own_check(op):
+    # one test for every op (an op added to BUILTIN is covered without a line of its own)
+    opcheck.check_grids_accepted(registry.builtin_spec(op))

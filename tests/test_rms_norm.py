@@ -245,14 +245,9 @@ def test_coop_launch_prefetches_only_rows_of_whole_vectors(monkeypatch):
 
 
 def test_grid_shapes_and_cost_model():
-    opcheck.check_grids_accepted(SPEC)
     assert any(s.dims["N"] > C.MAX_REG_BLOCK for s in SPEC.grids["full"])  # the wide paths are timed
-    dims = {"M": 4096, "N": 4096}
-    fwd = SPEC.bytes_moved(dims, torch.bfloat16, "fwd")
-    bwd = SPEC.bytes_moved(dims, torch.bfloat16, "bwd")
-    assert fwd == (2 * 4096 * 4096 + 4096) * 2
-    assert bwd == (3 * 4096 * 4096 + 2 * 4096) * 2
-    assert SPEC.bytes_moved(dims, torch.bfloat16, "fwd+bwd") == fwd + bwd
+    dims, fwd = {"M": 4096, "N": 4096}, (2 * 4096 * 4096 + 4096) * 2
+    opcheck.check_pass_bytes(SPEC, dims, fwd, bwd=(3 * 4096 * 4096 + 2 * 4096) * 2)
     assert SPEC.bytes_moved(dims, torch.float32, "fwd") == 2 * fwd
     assert set(SPEC.tolerance) == set(SPEC.dtypes)
 

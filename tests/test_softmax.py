@@ -58,10 +58,6 @@ def _well_conditioned_seed(dims, dtype, mode):
             return seed
 
 
-def test_grid_shapes_are_accepted():
-    opcheck.check_grids_accepted(SPEC)
-
-
 # Every path forced on small shapes (fp32: the tolerance is tight; the paths' masking does not depend
 # on the dtype), forward and backward where the path has both.
 PATHS = {
