@@ -425,7 +425,8 @@ def test_history_no_recovered_regression_is_open(history):
         if f["kind"] == "regression" and f["state"] == "open":
             # the series' last three commits, straight from the store, still sit on the slow side
             mine = [r for r in rows if (r["kernel"], r["mode"], r["provider"], r["shape"], r["dtype"]) ==
-                    (f["kernel"], f["mode"], f["provider"], f["shape"], f["dtype"]) and r["status"] == "ok"]
+                    (f["kernel"], f["mode"], f["provider"], f["shape"], f["dtype"]) and r["status"] == "ok"
+                    and f"cuda:{r['gpu_name']}" == f["gkey"]]  # the flag's GPU, not another's runs
             order = {c["sha"]: i for i, c in enumerate(data.group(f["gkey"]).commits)}
             by_commit: dict[int, list[float]] = {}
             for r in mine:
