@@ -25,13 +25,13 @@ import torch
 
 L2_FLUSH_BYTES = 256 * 1024 * 1024  # larger than any current L2 (H100 50 MB, H200 60 MB)
 
-# Graphs whose capture failed, kept (reset: a few hundred bytes each) until the process ends. A
-# failed capture never tells PyTorch's allocator that it ended, so the allocator keeps asking a
-# filter bound to that graph object whether an allocation belongs to its pool. Freed, the object's
-# address goes to the next CUDAGraph, whose capture then matches the stale filter: every later
-# capture allocated into the failed capture's pool, which is never released. On the H100 that made
-# reserved memory grow by each case's working set, from 0.3 to 78 GB over cross_entropy's grid after
-# one provider's first capture failed, until captures and references ran out of memory.
+# Graphs whose capture failed, kept (reset: they hold no device memory) until the process ends. A
+# failed capture never ends its allocation filter in PyTorch's allocator (capture_end raises before
+# it would), and that filter reads the graph object. Freed, the object's memory can go to the next
+# CUDAGraph, whose capture then matches the stale filter first and allocates into the failed
+# capture's pool, which is never released. The runs at 485b723 on the H100 showed it: after one
+# provider's first failed capture, reserved memory grew by each case's working set (0.3 to 78 GB
+# over cross_entropy's grid, allocated memory at 12 GB) until captures ran out of memory.
 _FAILED_CAPTURES: list = []
 
 
