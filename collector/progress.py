@@ -16,6 +16,9 @@ from .plan import Case
 from .schedule import case_cost, unit_cost
 
 
+OBSERVED_AFTER = 5  # measurements before the observed rate replaces the plan's estimate
+
+
 def _clock(seconds: float) -> str:
     seconds = max(0, int(round(seconds)))
     return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
@@ -32,6 +35,7 @@ class Progress:
         self.done_est = 0.0
         self.done = 0
         self.started = time.perf_counter()
+        self.first: float | None = None  # when the first measurement started (set-up done)
         self.began: dict[object, float] = {}  # worker -> when its current measurement started
 
     def plan_line(self) -> str:
@@ -39,10 +43,13 @@ class Progress:
                 f"({'one worker' if self.workers == 1 else f'{self.workers} workers'})")
 
     def eta(self) -> float:
+        """The plan's estimate until a few measurements are in, then the estimate scaled by the
+        observed rate since the first measurement began: the set-up before it (imports, the
+        ceilings, each worker's start) once made a 5-minute run announce 3 hours."""
         remaining = self.total_est - self.done_est
-        if self.done_est <= 0:
+        if self.done < OBSERVED_AFTER or self.first is None or self.done_est <= 0:
             return remaining / self.workers
-        return remaining * (time.perf_counter() - self.started) / self.done_est
+        return remaining * (time.perf_counter() - self.first) / self.done_est
 
     def event(self, kind: str, case: Case, mode: str, provider: str, worker: object = None) -> None:
         """kind 'start' or 'end' of one (case, mode, provider) measurement; the runner's other
@@ -54,6 +61,7 @@ class Progress:
         what = f"{case.label} {mode} {provider}"
         if kind == "start":
             self.began[worker] = now
+            self.first = now if self.first is None else self.first
             if self.tty:
                 self._status(f"[{self.done + 1}/{self.units}] {who}{what}")
             return

@@ -4,10 +4,11 @@ import dataclasses
 import io
 import json
 import math
+import types
 
 import pytest
 
-from kcollect import phases, schedule, stability, timing
+from kcollect import phases, progress, schedule, stability, timing
 from kcollect.progress import Progress
 from kcollect.plan import RunConfig, plan
 from kcollect.spec import Shape
@@ -78,7 +79,24 @@ def test_progress_lines_and_eta_from_the_plan():
     p.event("end", c, "fwd", "torch")
     line = out.getvalue().strip()
     assert line.startswith(f"[1/{p.units}] {c.label} fwd torch") and "ETA" in line
-    assert 0 < p.eta() and p.done_est == pytest.approx(schedule.unit_cost(c, "fwd", "torch", "cpu"))
+    assert p.done_est == pytest.approx(schedule.unit_cost(c, "fwd", "torch", "cpu"))
+    # one measurement says little (it carries the first builds): still the plan's estimate
+    assert p.eta() == pytest.approx(p.total_est - p.done_est)
+
+
+def test_eta_follows_the_observed_rate_from_the_first_measurement_not_from_the_set_up(monkeypatch):
+    clock = [100.0]
+    monkeypatch.setattr(progress, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
+    cases = _cases(2)
+    p = Progress(cases, "cpu", out=io.StringIO(), tty=False)
+    clock[0] += 60.0  # set-up: not measuring
+    pairs = [(c, m, n) for c in cases for m in c.modes for n in c.providers][:progress.OBSERVED_AFTER]
+    for c, m, n in pairs:
+        p.event("start", c, m, n)
+        clock[0] += 2 * schedule.unit_cost(c, m, n, "cpu")  # measurements take twice their estimate
+        p.event("end", c, m, n)
+    assert len(pairs) == progress.OBSERVED_AFTER
+    assert p.eta() == pytest.approx(2 * (p.total_est - p.done_est))
 
 
 def _m(median, spread=0.0, retries=0):
