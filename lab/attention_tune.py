@@ -22,10 +22,11 @@ import contextlib
 import dataclasses
 import os
 import sys
-from concurrent.futures import ProcessPoolExecutor
-from multiprocessing import get_context
 
-from kcollect.common import ALLOC_CONF, pin_ptxas
+from kcollect.common import ALLOC_CONF
+
+from . import common
+from .device import device_line, open_device
 
 os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", ALLOC_CONF)  # as `kcollect run` does, before CUDA starts
 
@@ -116,61 +117,20 @@ def _warm(job) -> str | None:
         return f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
 
 
-def _init_worker() -> None:
-    pin_ptxas()
-
-
-def precompile(pool, dims, dtype_name, mode, configs) -> dict:
-    """{config: error} of the candidates that cannot run (none known without a pool: on the CPU)."""
-    if pool is None:
-        return {}
-    errors = pool.map(_warm, [(dims, dtype_name, mode, c) for c in configs])
-    return {c: e for c, e in zip(configs, errors) if e}
-
-
 # -- checking and timing ----------------------------------------------------------------------------
 
 
-class Bench:
+class Bench(common.Bench):
     def __init__(self, dims, dtype, rep_ms: float, device: str):
-        import torch
-
-        from kcollect import timing, verify
         from kcollect.kernels.attention.spec import SPEC
 
-        self.spec, self.verify, self.timing, self.dims, self.dtype = SPEC, verify, timing, dims, dtype
-        self.device = device
-        self.inputs = SPEC.make_inputs(dims, dtype, device, 0)
-        self.answers = {m: verify.reference_answers(SPEC, self.inputs, m, 1) for m in ("fwd", "bwd")}
-        self.budget = timing.Budget(warmup_ms=rep_ms / 2, rep_ms=rep_ms, min_reps=5 if device == "cuda" else 1)
-        self.flush = torch.empty(timing.L2_FLUSH_BYTES, dtype=torch.int8, device=device) if device == "cuda" else None
-
-    def time(self, call) -> float:
-        if self.device != "cuda":
-            return self.timing.time_cpu(call, self.budget).median_ms
-        return self.timing.time_cuda_graph(call, self.budget, self.flush).median_ms
-
-    def measure(self, fn, mode: str) -> tuple[float | None, float, str]:
-        """(median ms or None, error, note) of fn(**inputs) in `mode`, gated first."""
-        from kcollect.spec import Unavailable
-
-        dys, want = self.answers[mode]
-        try:
-            call = self.verify.build_call(self.spec, fn, self.verify.clone_inputs(self.inputs), mode, dys)
-            err = self.verify.error_of(self.spec, call(), want, mode)
-        except Unavailable as e:
-            return None, float("nan"), f"unavailable: {e}"
-        except Exception as e:
-            return None, float("nan"), f"error: {type(e).__name__}: {str(e)[:120]}"
-        if not err <= self.spec.tolerance[self.dtype]:
-            return None, err, "fails the gate"
-        try:
-            return self.time(call), err, ""
-        except Exception as e:
-            return None, err, f"timing: {type(e).__name__}: {str(e)[:120]}"
+        super().__init__(SPEC, dims, dtype, rep_ms, device)
 
     def tflops(self, ms: float, mode: str) -> float:
         return self.spec.flops(self.dims, mode) / (ms * 1e9)
+
+    def row(self, label: str, mode: str, ms: float | None, err: float = float("nan"), note: str = "") -> tuple:
+        return label, ms, self.tflops(ms, mode) if ms else None, note or f"err {err:.1e}"
 
 
 def short(c) -> str:
@@ -181,26 +141,7 @@ def short(c) -> str:
 
 def run_stage(bench, pool, dtype_name, mode, configs, table, limit: int | None) -> list:
     """Check and time the candidates (the first `limit`); their (ms, config) sorted, best first."""
-    from kcollect.kernels._lib import forced
-
-    configs = configs[:limit] if limit else configs
-    triton_fn = bench.spec.provider("triton").fn
-    broken = precompile(pool, bench.dims, dtype_name, mode, configs)
-    timed = []
-    for c in configs:
-        if c in broken:
-            table.append((short(c), None, None, broken[c]))
-            continue
-
-        def fn(**inputs):
-            with forced(c):
-                return triton_fn(**inputs)
-
-        ms, err, note = bench.measure(fn, mode)
-        table.append((short(c), ms, bench.tflops(ms, mode) if ms else None, note or f"err {err:.1e}"))
-        if ms is not None:
-            timed.append((ms, c))
-    return sorted(timed, key=lambda t: t[0])
+    return common.run_stage(bench, pool, _warm, (bench.dims, dtype_name, mode), mode, configs, table, limit, short)
 
 
 def tune_shape(name, dims, dtype, dtype_name, pool, args) -> list:
@@ -232,25 +173,19 @@ def tune_shape(name, dims, dtype, dtype_name, pool, args) -> list:
             if reason:
                 table.append((p, None, None, f"unavailable: {reason}"))
                 continue
-            ms, err, note = bench.measure(provider.fn, mode)
-            table.append((p, ms, bench.tflops(ms, mode) if ms else None, note or f"err {err:.1e}"))
+            table.append(bench.row(p, mode, *bench.measure(provider.fn, mode)))
         print_table(f"{name} {mode} {dtype_name} {dims}", table)
         best = ranked[0] if ranked else (None, None)
         base_ms = {row[0]: row[1] for row in table if row[0] in BASELINES}
-        summary.append((name, mode, best[1], best[0], bench.tflops(best[0], mode) if best[0] else None, base_ms))
+        ms, tf = best[0] or float("nan"), bench.tflops(best[0], mode) if best[0] else float("nan")
+        summary.append((f"{name:<10} {mode}  {ms:8.4f} ms {tf:6.1f} TF/s", best[1], base_ms))
     del bench
-    import torch
-
-    if args.device == "cuda":
-        torch.cuda.empty_cache()
+    common.release(args.device)
     return summary
 
 
 def print_table(title: str, table: list) -> None:
-    print(f"\n== {title}")
-    print(f"  {'config':<64} {'ms':>9} {'TFLOP/s':>8}  note")
-    for label, ms, tf, note in sorted(table, key=lambda r: (r[1] is None, r[1] or 0)):
-        print(f"  {label:<64} {ms if ms is not None else float('nan'):9.4f} {tf or float('nan'):8.1f}  {note}")
+    common.print_table(title, table, 64, (("TFLOP/s", 8, 1),))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -258,41 +193,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shapes", default=None, help=f"comma-separated, of: {', '.join(SHAPES)} (default: all "
                     "but tiny on the GPU, tiny on the CPU)")
     ap.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16"))
-    ap.add_argument("--jobs", type=int, default=min(12, os.cpu_count() or 1), help="compile processes")
-    ap.add_argument("--rep-ms", type=float, default=15.0, help="timed budget per candidate")
-    ap.add_argument("--quick", action="store_true", help="fewer stage counts and Hopper variants (half the time)")
-    ap.add_argument("--limit", type=int, default=None, help="at most this many candidates a stage")
-    ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="cpu: a dry run on the interpreter")
+    common.search_options(ap, rep_ms=15.0, quick="fewer stage counts and Hopper variants (half the time)")
     args = ap.parse_args(argv)
     default = "tiny" if args.device == "cpu" else ",".join(n for n in SHAPES if n != "tiny")
     names = [s.strip() for s in (args.shapes or default).split(",") if s.strip()]
     unknown = [n for n in names if n not in SHAPES]
     if unknown:
         ap.error(f"unknown shape {', '.join(unknown)}; known: {', '.join(SHAPES)}")
-    if args.device == "cpu":
-        os.environ["TRITON_INTERPRET"] = "1"  # before any kernel is imported
-    import torch
-
-    if args.device == "cuda" and not torch.cuda.is_available():
-        print("attention_tune: no CUDA GPU here (--device cpu runs a dry run on the interpreter)", file=sys.stderr)
+    torch = open_device(args.device, "attention_tune")
+    if torch is None:
         return 2
-    pin_ptxas()
     dtype = getattr(torch, args.dtype)
-    gpu = torch.cuda.get_device_name() if args.device == "cuda" else "CPU (interpreter)"
-    print(f"{gpu}  torch {torch.__version__}  dtype {args.dtype}")
+    print(f"{device_line(torch, args.device)}  dtype {args.dtype}")
     summary = []
     with contextlib.ExitStack() as stack:
-        pool = None
-        if args.device == "cuda" and args.jobs > 0:
-            pool = stack.enter_context(ProcessPoolExecutor(args.jobs, mp_context=get_context("spawn"),
-                                                           initializer=_init_worker))
+        pool = common.compile_pool(stack, args.device, args.jobs)
         for name in names:
             summary += tune_shape(name, SHAPES[name], dtype, args.dtype, pool, args)
-    print("\n== best per shape (TFLOP/s; baselines in ms)")
-    for name, mode, cfg, ms, tf, base in summary:
-        others = "  ".join(f"{p} {v:.4f}" if v else f"{p} -" for p, v in base.items())
-        print(f"  {name:<10} {mode}  {ms or float('nan'):8.4f} ms {tf or float('nan'):6.1f} TF/s  [{others}]")
-        print(f"      {cfg!r}")
+    common.print_best("best per shape (TFLOP/s; baselines in ms)", summary)
     return 0
 
 

@@ -1,4 +1,4 @@
-"""What the GPU tuning scripts share: opening the device they time on."""
+"""What the GPU tuning scripts share: opening the device they time on, and saying what it is."""
 from __future__ import annotations
 
 import os
@@ -19,3 +19,9 @@ def open_device(device: str, prog: str):
         return None
     pin_ptxas()
     return torch
+
+
+def device_line(torch, device: str) -> str:
+    """What the timings ran on: the GPU's name (or the CPU's interpreter) and torch's version."""
+    gpu = torch.cuda.get_device_name() if device == "cuda" else "CPU (interpreter)"
+    return f"{gpu}  torch {torch.__version__}"

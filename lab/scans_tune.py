@@ -22,12 +22,11 @@ import dataclasses
 import importlib
 import os
 import sys
-from concurrent.futures import ProcessPoolExecutor
-from multiprocessing import get_context
 
-from kcollect.common import ALLOC_CONF, pin_ptxas
+from kcollect.common import ALLOC_CONF
 
-from .device import open_device
+from . import common
+from .device import device_line, open_device
 
 os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", ALLOC_CONF)  # as `kcollect run` does, before CUDA starts
 
@@ -132,69 +131,32 @@ def _unit_grads(fn, inputs) -> tuple:
         return tuple(torch.ones_like(o, dtype=torch.float64) for o in verify.as_tuple(fn(**inputs)))
 
 
-def precompile(pool, op, dims, dtype_name, mode, configs) -> dict:
-    """{config: error} of the candidates that cannot run (none known without a pool: on the CPU)."""
-    if pool is None:
-        return {}
-    errors = pool.map(_warm, [(op, dims, dtype_name, mode, c) for c in configs])
-    return {c: e for c, e in zip(configs, errors) if e}
-
-
 # -- checking and timing ----------------------------------------------------------------------------
 
 
-class Bench:
+class Bench(common.Bench):
     def __init__(self, op, dims, dtype, rep_ms: float, device: str, copy_gbps: float | None):
-        import torch
-
-        from kcollect import timing, verify
-
-        self.op, self.rep_ms = op, rep_ms
-        self.spec = importlib.import_module(f"kcollect.kernels.{op}.spec").SPEC
-        self.verify, self.timing, self.dims, self.dtype, self.device = verify, timing, dims, dtype, device
-        self.inputs = self.spec.make_inputs(dims, dtype, device, 0)
-        self.answers = {m: verify.reference_answers(self.spec, self.inputs, m, 1) for m in ("fwd", "bwd")}
-        self.budget = timing.Budget(warmup_ms=rep_ms / 2, rep_ms=rep_ms, min_reps=5 if device == "cuda" else 1)
-        self.flush = torch.empty(timing.L2_FLUSH_BYTES, dtype=torch.int8, device=device) if device == "cuda" else None
-        self.copy_gbps = copy_gbps
+        super().__init__(importlib.import_module(f"kcollect.kernels.{op}.spec").SPEC, dims, dtype, rep_ms, device)
+        self.op, self.copy_gbps = op, copy_gbps
 
     def time(self, call) -> float:
-        if self.device != "cuda":
-            return self.timing.time_cpu(call, self.budget).median_ms
         try:
-            return self.timing.time_cuda_graph(call, self.budget, self.flush).median_ms
+            return super().time(call)
         except Exception:  # not capturable (a host sync in a peer): events
             import torch
 
             torch.cuda.synchronize()
             return self.timing.time_cuda(call, self.budget, self.flush).median_ms
 
-    def measure(self, fn, mode: str) -> tuple[float | None, str]:
-        """(median ms or None, note) of fn(**inputs) in `mode`, gated first."""
-        from kcollect.spec import Unavailable
-
-        dys, want = self.answers[mode]
-        try:
-            call = self.verify.build_call(self.spec, fn, self.verify.clone_inputs(self.inputs), mode, dys)
-            err = self.verify.error_of(self.spec, call(), want, mode)
-        except Unavailable as e:
-            return None, f"unavailable: {e}"
-        except Exception as e:
-            return None, f"error: {type(e).__name__}: {str(e)[:120]}"
-        if not err <= self.spec.tolerance[self.dtype]:
-            return None, f"fails the gate: error {err:.2e}"
-        try:
-            return self.time(call), f"err {err:.1e}"
-        except Exception as e:
-            return None, f"timing: {type(e).__name__}: {str(e)[:120]}"
-
     def without_resets(self) -> "Bench":
         return Bench(self.op, dict(self.dims, resets=0, p=0), self.dtype, self.rep_ms, self.device, self.copy_gbps)
 
-    def row(self, label: str, mode: str, ms: float | None, note: str) -> tuple:
+    def row(self, label: str, mode: str, ms: float | None, err: float = float("nan"), note: str = "") -> tuple:
         gbps = self.spec.bytes_moved(self.dims, self.dtype, mode) / (ms * 1e6) if ms else None
         pct = 100 * gbps / self.copy_gbps if gbps and self.copy_gbps else None
-        return label, ms, gbps, pct, note
+        if note == common.FAILS:
+            note = f"{common.FAILS}: error {err:.2e}"
+        return label, ms, gbps, pct, note or f"err {err:.1e}"
 
 
 def short(c) -> str:
@@ -203,26 +165,8 @@ def short(c) -> str:
 
 def run_stage(bench, pool, op, dtype_name, mode, configs, table, limit: int | None) -> list:
     """Check and time the candidates (the first `limit`); their (ms, config) sorted, best first."""
-    from kcollect.kernels._lib import forced
-
-    configs = configs[:limit] if limit else configs
-    triton_fn = bench.spec.provider("triton").fn
-    broken = precompile(pool, op, bench.dims, dtype_name, mode, configs)
-    timed = []
-    for c in configs:
-        if c in broken:
-            table.append(bench.row(short(c), mode, None, broken[c]))
-            continue
-
-        def fn(**inputs):
-            with forced(c):
-                return triton_fn(**inputs)
-
-        ms, note = bench.measure(fn, mode)
-        table.append(bench.row(short(c), mode, ms, note))
-        if ms is not None:
-            timed.append((ms, c))
-    return sorted(timed, key=lambda t: t[0])
+    return common.run_stage(bench, pool, _warm, (op, bench.dims, dtype_name, mode), mode, configs, table, limit,
+                            short)
 
 
 def peers(bench, mode: str, table: list, with_compile: bool) -> dict:
@@ -234,11 +178,11 @@ def peers(bench, mode: str, table: list, with_compile: bool) -> dict:
             continue
         reason = p.available(bench.device)
         if reason:
-            table.append(bench.row(p.name, mode, None, f"unavailable: {reason}"))
+            table.append(bench.row(p.name, mode, None, note=f"unavailable: {reason}"))
             continue
         b = bench.without_resets() if p.name == "cudnn" and int(bench.dims.get("resets", 0)) else bench
-        ms, note = b.measure(p.fn, mode)
-        table.append(bench.row(p.name if b is bench else f"{p.name} (resets=0)", mode, ms, note))
+        ms, err, note = b.measure(p.fn, mode)
+        table.append(bench.row(p.name if b is bench else f"{p.name} (resets=0)", mode, ms, err, note))
         out[p.name] = ms
     return out
 
@@ -260,21 +204,15 @@ def tune_shape(op, name, dims, dtype, dtype_name, pool, args, copy_gbps) -> list
         base = peers(bench, mode, table, args.compile)
         print_table(f"{op} {name} {mode} {dtype_name} {dims}", table)
         best = ranked[0] if ranked else (None, None)
-        summary.append((op, name, mode, best[1], best[0], bench.row("", mode, best[0], "")[3], base))
+        ms, pct = best[0] or float("nan"), bench.row("", mode, best[0])[3] or float("nan")
+        summary.append((f"{op:<15} {name:<10} {mode}  {ms:8.4f} ms {pct:5.1f}%", best[1], base))
     del bench
-    if args.device == "cuda":
-        import torch
-
-        torch.cuda.empty_cache()
+    common.release(args.device)
     return summary
 
 
 def print_table(title: str, table: list) -> None:
-    print(f"\n== {title}")
-    print(f"  {'config':<110} {'ms':>9} {'GB/s':>7} {'%copy':>6}  note")
-    nan = float("nan")
-    for label, ms, gbps, pct, note in sorted(table, key=lambda r: (r[1] is None, r[1] or 0)):
-        print(f"  {label:<110} {ms if ms is not None else nan:9.4f} {gbps or nan:7.0f} {pct or nan:6.1f}  {note}")
+    common.print_table(title, table, 110, (("GB/s", 7, 0), ("%copy", 6, 1)))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -283,12 +221,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shapes", default=None, help="comma-separated shape names (default: all but tiny on the "
                     "GPU, tiny on the CPU); the names: " + "; ".join(f"{op}: {', '.join(s)}" for op, s in SHAPES.items()))
     ap.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"))
-    ap.add_argument("--jobs", type=int, default=min(12, os.cpu_count() or 1), help="compile processes")
-    ap.add_argument("--rep-ms", type=float, default=10.0, help="timed budget per candidate")
-    ap.add_argument("--quick", action="store_true", help="fewer candidates")
+    common.search_options(ap, rep_ms=10.0, quick="fewer candidates")
     ap.add_argument("--compile", action="store_true", help="also time the torch.compile providers")
-    ap.add_argument("--limit", type=int, default=None, help="at most this many candidates a stage")
-    ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="cpu: a dry run on the interpreter")
     args = ap.parse_args(argv)
     ops = [o.strip() for o in args.ops.split(",") if o.strip()]
     unknown = [o for o in ops if o not in SHAPES]
@@ -305,24 +239,16 @@ def main(argv: list[str] | None = None) -> int:
 
     dtype = getattr(torch, args.dtype)
     copy_gbps = timing.measure_ceilings(args.device)[0] if args.device == "cuda" else None
-    gpu = torch.cuda.get_device_name() if args.device == "cuda" else "CPU (interpreter)"
-    print(f"{gpu}  torch {torch.__version__}  dtype {args.dtype}  copy {copy_gbps or float('nan'):.0f} GB/s")
+    print(f"{device_line(torch, args.device)}  dtype {args.dtype}  copy {copy_gbps or float('nan'):.0f} GB/s")
     summary = []
     with contextlib.ExitStack() as stack:
-        pool = None
-        if args.device == "cuda" and args.jobs > 0:
-            pool = stack.enter_context(ProcessPoolExecutor(args.jobs, mp_context=get_context("spawn"),
-                                                           initializer=pin_ptxas))
+        pool = common.compile_pool(stack, args.device, args.jobs)
         for op in ops:
             for name, dims in SHAPES[op].items():
                 if (wanted and name not in wanted) or (not wanted and (name == "tiny") != (args.device == "cpu")):
                     continue
                 summary += tune_shape(op, name, dims, dtype, args.dtype, pool, args, copy_gbps)
-    print("\n== best per shape (% of copy; peers in ms)")
-    for op, name, mode, cfg, ms, pct, base in summary:
-        others = "  ".join(f"{p} {v:.4f}" if v else f"{p} -" for p, v in base.items())
-        print(f"  {op:<15} {name:<10} {mode}  {ms or float('nan'):8.4f} ms {pct or float('nan'):5.1f}%  [{others}]")
-        print(f"      {cfg!r}")
+    common.print_best("best per shape (% of copy; peers in ms)", summary)
     return 0
 
 

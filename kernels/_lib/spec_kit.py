@@ -3,6 +3,8 @@ defines under the same names, the defaults most ops take, a maker of labelled sh
 per-element cost model of the elementwise and row ops."""
 from __future__ import annotations
 
+import tomllib
+from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import torch
@@ -21,6 +23,22 @@ def shape_maker(*keys: str) -> Callable[..., Shape]:
         return Shape(dict(zip(keys, values, strict=True)), why)
 
     return make
+
+
+def grids_of(spec_file: str) -> dict[str, tuple[Shape, ...]]:
+    """The shape grids in grids.toml beside `spec_file` (a spec module's __file__). The file holds one
+    array per grid (`quick`, `full`), each shape an inline table of its dims, in order, with ints,
+    floats and strings as written (resets = "0.1" is a string: it is part of the label), and `why`,
+    the reason the shape is in the grid: {"quick": (Shape, ...), "full": (...)}."""
+    path = Path(spec_file).with_name("grids.toml")
+    with path.open("rb") as f:
+        tables = tomllib.load(f)
+    grids = {}
+    for name, rows in tables.items():
+        if any("why" not in row for row in rows):
+            raise ValueError(f"{path}: every shape of grid {name!r} needs a 'why'")
+        grids[name] = tuple(Shape({k: v for k, v in row.items() if k != "why"}, row["why"]) for row in rows)
+    return grids
 
 
 def per_element_cost(bytes_per: Mapping[str, int], flops_per: Mapping[str, int]):
@@ -44,14 +62,14 @@ def by_mode(mode: str, fwd, bwd):
 def module_spec(module: Mapping[str, Any], name: str, description: str, triton: Callable | None = None,
                 **fields: Any) -> KernelSpec:
     """The KernelSpec of a spec module, given its globals(): its `reference`, `make_inputs`, grids
-    `QUICK` and `FULL`, cost model `bytes_moved` and `flops` and, where it defines one, `check_shape`;
+    `GRIDS` (grids_of(__file__), from its grids.toml) or, where it builds them in code, `QUICK` and `FULL`, cost model `bytes_moved` and `flops` and, where it defines one, `check_shape`;
     `fields` give the rest and override these and the defaults (modes fwd, bwd and fwd+bwd, baseline
     "torch", memory-bound, the dtypes bf16, fp16 and fp32). `triton`: our function, put first in the
     providers as "triton" with the module's `config_of` (each row records the config it ran with)."""
     if triton is not None:
         fields["providers"] = (Provider("triton", triton, config=module["config_of"]), *fields.get("providers", ()))
     taken = {"reference": module["reference"], "make_inputs": module["make_inputs"],
-             "grids": {"quick": module["QUICK"], "full": module["FULL"]},
+             "grids": module["GRIDS"] if "GRIDS" in module else {"quick": module["QUICK"], "full": module["FULL"]},
              "bytes_moved": module["bytes_moved"], "flops": module["flops"],
              "modes": FWD_BWD, "baseline": "torch", "bound": "memory", "dtypes": FLOATS}
     if "check_shape" in module:

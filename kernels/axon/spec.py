@@ -18,7 +18,7 @@ from kcollect.spec import Provider, peer_available
 
 from .._lib import config_record
 from .._lib.recurrent import dims_check, keep_factor, reset_mask, step_loop_limit
-from .._lib.spec_kit import by_mode, cell_spec, shape_maker
+from .._lib.spec_kit import by_mode, cell_spec, grids_of
 from . import axon, pick
 
 DIMS = ("B", "T", "H", "resets")
@@ -191,18 +191,7 @@ def check_shape(dims) -> str | None:
     return None
 
 
-_s = shape_maker(*DIMS)
-
-
-QUICK = (_s(2, 3, 16, "0.2", "tiny: two rows, three steps, resets"),)
-FULL = (
-    _s(8, 512, 512, "0", "Cortex's linear_vs_axon config (8, 512, 512)"),
-    _s(8, 512, 512, "0.1", "Cortex's linear_vs_axon config (8, 512, 512) with resets p=0.1"),
-    _s(8, 256, 256, "0", "Cortex's linear_vs_axon config (8, 256, 256)"),
-    _s(1, 60, 256, "0.1", "the agent's real-time step: one environment, 60 steps, episode resets"),
-    _s(32, 60, 256, "0.1", "real-time, 32 environments"),
-    _s(64, 256, 1024, "0", "training: 64 rows, 256 steps, 1024 features"),
-)
+GRIDS = grids_of(__file__)  # grids.toml beside this file
 
 
 # Cost model (O = H outputs). GEMMs: the SRHT 2*B*T*H^2, the linear branch 2*B*T*H*O and the output

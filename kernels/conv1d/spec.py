@@ -13,15 +13,15 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from kcollect.spec import Provider, Shape, Unavailable, peer_available
+from kcollect.spec import Provider, Unavailable, peer_available
 
 from .._lib import config_record
 from .._lib.scan import reset_mask
-from .._lib.spec_kit import by_mode, module_spec
+from .._lib.spec_kit import by_mode, grids_of, module_spec
 from . import conv1d, pick_depthwise, pick_mix
 from .naive import eager, reference
 
-DEPTHWISE, MIX = "depthwise", "1"
+DEPTHWISE, MIX = "depthwise", "1"  # the values of the dim "groups"
 
 
 def make_inputs(dims, dtype, device, seed):
@@ -63,36 +63,7 @@ def cudnn(x, weight, bias=None, resets=None):
     return F.conv1d(x.transpose(1, 2), weight, bias, padding=K - 1, groups=groups)[..., :T].transpose(1, 2)
 
 
-def _s(b, t, f, k, groups, resets, p, why):
-    return Shape({"B": b, "T": t, "F": f, "K": k, "groups": groups, "resets": resets, "p": p}, why)
-
-
-QUICK = (  # seconds on the CPU interpreter (the tests cover the paths)
-    _s(1, 16, 16, 4, DEPTHWISE, 1, 0.2, "depthwise, resets"),
-    _s(1, 16, 16, 3, MIX, 0, 0, "channel-mixing, odd width, no reset mask"),
-)
-FULL = (
-    # Cortex's own configs (batch, seq_len, features, kernel): channel-mixing, with resets as its
-    # Triton kernel always takes them (all clear in its benchmark; here also at p 0.1)
-    _s(2, 128, 256, 4, MIX, 0, 0, "Cortex config (2, 128, 256, 4)"),
-    _s(4, 512, 512, 4, MIX, 0, 0, "Cortex config (4, 512, 512, 4)"),
-    _s(8, 1024, 512, 4, MIX, 0, 0, "Cortex config (8, 1024, 512, 4): its largest"),
-    _s(8, 512, 512, 8, MIX, 0, 0, "Cortex config (8, 512, 512, 8): width 8"),
-    _s(8, 1024, 512, 4, MIX, 1, 0.1, "Cortex's largest config with resets"),
-    # channel-mixing at training sizes: matrix products of 2 B T F^2 K FLOPs
-    _s(8, 2048, 1024, 4, MIX, 0, 0, "channel-mixing, training size"),
-    _s(8, 2048, 1024, 4, MIX, 1, 0.01, "channel-mixing, training size, resets"),
-    _s(4, 2048, 2048, 4, MIX, 0, 0, "channel-mixing, wide"),
-    # depthwise at training sizes (Mamba's conv: width 4 over D = 2 x d_model channels)
-    _s(8, 2048, 4096, 4, DEPTHWISE, 0, 0, "depthwise, Mamba-1.4B-like inner width"),
-    _s(8, 2048, 4096, 4, DEPTHWISE, 1, 0.01, "depthwise with resets: their cost over no resets"),
-    _s(8, 2048, 4096, 4, DEPTHWISE, 1, 0.1, "depthwise, frequent resets"),
-    _s(16, 4096, 2048, 4, DEPTHWISE, 1, 0.01, "depthwise, long sequences"),
-    _s(8, 8192, 2048, 2, DEPTHWISE, 0, 0, "depthwise, width 2, the longest sequences"),
-    _s(8, 8192, 2048, 3, DEPTHWISE, 1, 0.01, "depthwise, width 3, resets"),
-    _s(32, 60, 512, 4, DEPTHWISE, 1, 0.01, "the agent's real-time window (B 32, T 60, D 512), as its Mamba conv"),
-    _s(5, 3001, 1000, 4, DEPTHWISE, 1, 0.01, "awkward: T and F not multiples of the tiles"),
-)
+GRIDS = grids_of(__file__)  # grids.toml beside this file
 
 
 # Cost model (minimum traffic; s = bytes of an element, Fin = 1 depthwise, F channel-mixing):

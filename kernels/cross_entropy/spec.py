@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from kcollect.spec import Provider, Unavailable, peer_available, standard_providers
 
 from .._lib import config_record
-from .._lib.spec_kit import module_spec, shape_maker
+from .._lib.spec_kit import grids_of, module_spec
 from . import IGNORE_INDEX, cross_entropy, pick
 
 
@@ -90,28 +90,7 @@ def config_of(inputs) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------
-# Shape grids: tokens = batch x sequence rows of the LM head, vocab = its width; smoothing is the
-# label smoothing (a string so that the label reads e.g. 4096x128256x0.1).
-
-
-_s = shape_maker("tokens", "vocab", "smoothing")
-
-
-QUICK = (
-    _s(37, 1000, "0", "awkward: rows and vocabulary not powers of two, one masked chunk"),
-    _s(6, 20011, "0.1", "prime vocabulary wider than one 16 KB chunk: two chunks, smoothing"),
-    _s(1, 32000, "0", "one row, LLaMA-2 vocabulary"),
-)
-
-FULL = (
-    _s(1, 128256, "0", "a single row (scoring one token): latency, not bandwidth"),
-    _s(1024, 32000, "0", "LLaMA-2 / Mistral-7B vocabulary, short batch"),
-    _s(8192, 32000, "0.1", "LLaMA-2 vocabulary, 8k tokens, label smoothing"),
-    _s(4096, 128256, "0", "LLaMA-3 vocabulary, 4k tokens"),
-    _s(8192, 128256, "0", "LLaMA-3 vocabulary, 8k tokens: the headline shape (2.1 GB of bf16 logits)"),
-    _s(3000, 151936, "0.1", "Qwen2 vocabulary, awkward token count, label smoothing"),
-    _s(4096, 256000, "0", "Gemma vocabulary: 512 KB bf16 rows, rows in flight exceed L2"),
-)
+GRIDS = grids_of(__file__)  # grids.toml beside this file
 
 
 # ---------------------------------------------------------------------------------------------

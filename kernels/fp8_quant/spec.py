@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from kcollect.spec import Provider, compiled
 
 from .._lib import config_record
-from .._lib.spec_kit import module_spec, shape_maker
+from .._lib.spec_kit import grids_of, module_spec
 from . import AMAX_FLOOR, FP8_MAX, GRANULARITIES, block_shape, dequantize, fp8_quant, pick
 
 
@@ -71,30 +71,7 @@ def config_of(inputs) -> dict:
     return config_record(**{type(cfg).__name__[:-len("Config")].lower(): cfg})
 
 
-# Shape grids: M = tokens (activations) or output features (weights), N = hidden / input size.
-
-
-_s = shape_maker("M", "N", "gran")
-
-
-QUICK = (
-    _s(37, 1000, "1x128", "awkward: last group 104 wide, rows not a multiple of the row block"),
-    _s(200, 300, "128x128", "partial tiles at the right and bottom edges"),
-    _s(33, 4099, "row", "row-wise, width one past a power of two (one-pass kernel)"),
-    _s(3, 40000, "row", "row wider than ROW_MAX: the two-pass lines kernel, masked last chunk"),
-)
-
-FULL = (
-    _s(1, 7168, "1x128", "a single token (decode): launch latency dominates"),
-    _s(16384, 7168, "1x128", "DeepSeek-V3 hidden size (where the 1x128 recipe comes from), 16k tokens"),
-    _s(32768, 8192, "1x128", "LLaMA-3-70B hidden, 32k tokens: the largest (512 MiB of bf16)"),
-    _s(3000, 2880, "1x128", "awkward: gpt-oss hidden 2880 is not a multiple of 128 (half group)"),
-    _s(8192, 4096, "row", "per-token scales, LLaMA-3-8B hidden, 8k tokens"),
-    _s(1024, 16384, "row", "16k-wide rows: the widest the one-pass row kernel holds in registers"),
-    _s(1024, 128256, "row", "very wide rows (LLaMA-3 vocabulary): the two-pass kernel"),
-    _s(14336, 4096, "128x128", "LLaMA-3-8B gate/up projection weight"),
-    _s(4096, 14336, "128x128", "LLaMA-3-8B down projection weight"),
-)
+GRIDS = grids_of(__file__)  # grids.toml beside this file
 
 
 # Cost model (minimum traffic): read x once, write q once (1 byte per element) and the scales

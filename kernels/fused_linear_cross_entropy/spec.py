@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from kcollect.spec import Provider, peer_available, standard_providers
 
 from .._lib import config_record
-from .._lib.spec_kit import module_spec, shape_maker
+from .._lib.spec_kit import grids_of, module_spec
 from ..cross_entropy import IGNORE_INDEX
 from ..cross_entropy import pick as cross_entropy_pick
 from ..cross_entropy.spec import check_shape  # the label smoothing's range
@@ -79,24 +79,7 @@ def config_of(inputs) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------
-# Shape grids: tokens x hidden -> vocab. The full grid is kept to three shapes: each costs seconds
-# of cuBLAS work per provider and a float64 reference of ~40 GB at the largest.
-
-
-_s = shape_maker("tokens", "hidden", "vocab", "smoothing")
-
-
-QUICK = (
-    _s(37, 64, 1000, "0", "awkward token count and vocabulary, one chunk"),
-    _s(130, 48, 3001, "0.1", "prime vocabulary, label smoothing"),
-    _s(1, 32, 500, "0", "a single token"),
-)
-
-FULL = (
-    _s(8192, 4096, 128256, "0", "LLaMA-3-8B head, 8k tokens: the memory goal (a quarter of eager's peak)"),
-    _s(4096, 4096, 32000, "0.1", "LLaMA-2-7B / Mistral-7B head, label smoothing"),
-    _s(3000, 3584, 152064, "0", "Qwen2-7B head, awkward token count: a partial last chunk"),
-)
+GRIDS = grids_of(__file__)  # grids.toml beside this file
 
 
 # ---------------------------------------------------------------------------------------------

@@ -5,9 +5,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from kcollect.spec import Shape
-
 from .._lib.gated import gated_spec
+from .._lib.spec_kit import grids_of
 from . import geglu, pick
 
 
@@ -28,17 +27,7 @@ def reference(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return gelu * b
 
 
-# M = tokens, N = intermediate size of the (Gemma) MLP
-_s = Shape.rows
-FULL = (
-    _s(1, 16384, "a single token (decode), Gemma-2B MLP: launch latency dominates"),
-    _s(1024, 16384, "Gemma-2B MLP, short batch"),
-    _s(4096, 24576, "Gemma-7B MLP"),
-    _s(8192, 14336, "Gemma-2-9B MLP, 8k tokens"),
-    _s(16384, 16384, "Gemma-2B MLP, 16k tokens: the largest, far beyond L2"),
-    _s(3000, 13824, "awkward token count, non-power-of-two width"),
-    _s(2048, 36864, "Gemma-2-27B MLP: the widest rows"),
-)
+FULL = grids_of(__file__)["full"]  # grids.toml beside this file
 
 SPEC = gated_spec(
     "geglu", "gelu_tanh(a) * b, the GEGLU gated MLP activation, forward and backward", geglu, geglu_eager,

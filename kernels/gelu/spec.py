@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from kcollect.spec import standard_providers
 
 from .._lib import config_record
-from .._lib.spec_kit import module_spec, per_element_cost, shape_maker
+from .._lib.spec_kit import grids_of, module_spec, per_element_cost
 from . import APPROX, gelu, pick
 
 
@@ -37,26 +37,7 @@ def config_of(inputs) -> dict:
     return config_record(elementwise=pick(inputs["x"].numel(), inputs["x"].device))
 
 
-# Shape grids: M = tokens, N = MLP intermediate size, approx = the GELU variant.
-_s = shape_maker("M", "N", "approx")
-
-
-QUICK = (
-    _s(64, 1024, "tanh", "small, power of two, tanh form"),
-    _s(37, 1000, "none", "awkward: not powers of two, tail block masked, exact form"),
-    _s(1, 4099, "tanh", "one row, width one past a power of two"),
-    _s(5, 7, "none", "fewer elements than one block"),
-)
-FULL = (
-    _s(1, 3072, "tanh", "a single token (decode), GPT-2 MLP: launch latency dominates"),
-    _s(4096, 6400, "tanh", "GPT-2 XL MLP (4 x 1600), 4k tokens"),
-    _s(16384, 4096, "tanh", "GPT-2 medium MLP, 16k tokens: the published eager/compile comparison point"),
-    _s(8192, 16384, "tanh", "GPT-J-6B MLP, 8k tokens: the largest, far beyond L2"),
-    _s(1, 4099, "none", "one row, awkward width"),
-    _s(4096, 3072, "none", "BERT-base MLP (exact GELU), 4k tokens"),
-    _s(16384, 4096, "none", "BERT-large MLP, 16k tokens: erf against tanh at the same size"),
-    _s(3000, 18176, "none", "Falcon-7B MLP (4 x 4544), awkward token count"),
-)
+GRIDS = grids_of(__file__)  # grids.toml beside this file
 
 
 def check_shape(dims) -> str | None:

@@ -5,10 +5,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from kcollect.spec import Shape
-
 from .._lib import config_record
 from .._lib.norm_spec import norm_spec, quack_refusals
+from .._lib.spec_kit import grids_of
 from . import layer_norm, pick_backward, pick_forward
 
 
@@ -83,20 +82,7 @@ def config_of(inputs) -> dict:
     return config_record(fwd=pick_forward(M, N, x.dtype, x.device), bwd=pick_backward(M, N, x.dtype, x.device))
 
 
-# Shape grids: M = tokens, N = hidden size.
-_s = Shape.rows
-FULL = (
-    _s(1, 4096, "a single token (decode): launch latency dominates"),
-    _s(1024, 2048, "TinyLlama-1.1B / GPT-2-XL-sized hidden, short batch: two rows per program"),
-    _s(4096, 4096, "LLaMA-7B hidden, 4k tokens"),
-    _s(32768, 4096, "LLaMA-7B hidden, 32k tokens: 256 MB bf16, far beyond L2 (Liger's headline shape)"),
-    _s(8192, 8192, "LLaMA-70B hidden: the widest row with a fused backward"),
-    _s(3000, 5120, "awkward token count, LLaMA-13B / Qwen-14B hidden (not a power of two)"),
-    _s(4096, 16384, "LLaMA-3-405B hidden: forward in two passes of prefetched chunks (lines), "
-                    "backward in coop segments"),
-    _s(2048, 65536, "very wide rows (128 KB bf16): forward in two passes of 64 KB chunks (lines), "
-                    "backward in coop segments"),
-)
+FULL = grids_of(__file__)["full"]  # grids.toml beside this file
 
 
 # Cost model (minimum traffic; s = element size, stats are fp32):

@@ -13,7 +13,7 @@ from kcollect.spec import Provider, Unavailable, peer_available
 
 from .._lib import config_record
 from .._lib.recurrent import dims_check, keep_factor, reset_mask, step_loop_limit
-from .._lib.spec_kit import by_mode, cell_spec, shape_maker
+from .._lib.spec_kit import by_mode, cell_spec, grids_of
 from . import lstm, pick
 
 DIMS = ("B", "T", "H", "resets")
@@ -116,18 +116,7 @@ def make_inputs(dims, dtype, device, seed):
 check_shape = dims_check("lstm", DIMS)
 
 
-_s = shape_maker(*DIMS)
-
-
-QUICK = (_s(2, 3, 16, "0.2", "tiny: two rows, three steps, resets"),)
-FULL = (
-    _s(1, 60, 256, "0.1", "the agent's real-time step: one environment, 60 steps, episode resets"),
-    _s(32, 60, 512, "0", "real-time, 32 environments, against cuDNN"),
-    _s(16, 256, 128, "0", "Cortex's benchmark config (16, 256, 128)"),
-    _s(64, 256, 512, "0.1", "training, with resets"),
-    _s(64, 2048, 512, "0", "training, 2048 steps, against cuDNN"),
-    _s(64, 256, 2048, "0", "training, hidden 2048: 32 MB of bf16 recurrent weights, more than the SMs hold"),
-)
+GRIDS = grids_of(__file__)  # grids.toml beside this file
 
 
 # Cost model (I = H). Gate GEMMs: the input projection 2*B*T*I*4H and the recurrent product

@@ -14,7 +14,7 @@ from kcollect.spec import Provider, Unavailable, peer_available
 
 from .._lib import config_record
 from .._lib.recurrent import dims_check, reset_mask
-from .._lib.spec_kit import by_mode, cell_spec, shape_maker
+from .._lib.spec_kit import by_mode, cell_spec, grids_of
 from . import mlstm, pick
 from .naive import EPS, chunkwise
 
@@ -117,17 +117,7 @@ def make_inputs(dims, dtype, device, seed):
 check_shape = dims_check("mlstm", DIMS)
 
 
-_s = shape_maker(*DIMS)
-
-
-QUICK = (_s(1, 1, 20, 16, "0.2", "tiny: two chunks of 16 on the CPU (the last partial), resets"),)
-FULL = (
-    _s(8, 8, 1024, 64, "0", "Cortex's benchmark config (8, 8, 1024, 64), where it reports its best speedup"),
-    _s(2, 4, 256, 64, "0", "Cortex's benchmark config (2, 4, 256, 64)"),
-    _s(32, 4, 60, 64, "0.1", "the agent's real-time step: 32 environments, 60 steps, hidden 256, episode resets"),
-    _s(64, 8, 1024, 64, "0.1", "training, hidden 512, with resets"),
-    _s(16, 8, 2048, 64, "0", "2048 steps"),
-)
+GRIDS = grids_of(__file__)  # grids.toml beside this file
 
 
 # Cost model of the chunkwise form with chunks of L = 64 (Cortex's and TFLA's), per row and head:

@@ -5,10 +5,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from kcollect.spec import Provider, Shape
+from kcollect.spec import Provider
 
 from .._lib import config_record
 from .._lib.norm_spec import norm_spec, quack_refusals
+from .._lib.spec_kit import grids_of
 from . import pick_backward, pick_forward, rms_norm
 
 
@@ -66,20 +67,7 @@ def configs_of(x: torch.Tensor, residual: bool) -> dict:
                          bwd=pick_backward(M, N, x.dtype, residual, x.device))
 
 
-# Shape grids: M = tokens, N = hidden size.
-_s = Shape.rows
-FULL = (
-    _s(1, 4096, "a single token (decode): launch latency dominates"),
-    _s(1024, 2048, "small model (Qwen2-1.5B width), short batch: latency-bound"),
-    _s(8192, 4096, "LLaMA-3-8B, 8k tokens"),
-    _s(32768, 4096, "LLaMA-3-8B, 32k tokens: the largest, far beyond L2"),
-    _s(16384, 5120, "LLaMA-2-13B / Qwen-14B width"),
-    _s(4096, 8192, "LLaMA-3-70B width"),
-    _s(2048, 16384, "LLaMA-3-405B width: the widest row kept in registers"),
-    _s(3000, 3584, "awkward token count, Qwen2-7B width (not a power of two: masked tail)"),
-    _s(999, 5003, "odd width: rows not 16-byte aligned, no vector loads for anyone"),
-    _s(1024, 65536, "very wide rows: forward in two passes of prefetched chunks (lines), backward in coop segments"),
-)
+FULL = grids_of(__file__)["full"]  # grids.toml beside this file
 
 
 # Cost model (minimum traffic, s = element size; rstd is our own M*4-byte side output, not counted):

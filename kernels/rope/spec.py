@@ -7,7 +7,7 @@ import torch
 from kcollect.spec import Provider, peer_available, standard_providers
 
 from .._lib import config_record
-from .._lib.spec_kit import module_spec, shape_maker
+from .._lib.spec_kit import grids_of, module_spec
 from . import pick, rope
 
 POS = ("ids", "shared")
@@ -73,30 +73,7 @@ def config_of(inputs) -> dict:
     return config_record(rope=pick(inputs["q"].shape[-1], inputs["q"].device))
 
 
-# Shape grids: B = sequences, Hq/Hk = query/key-value heads, T = tokens per sequence,
-# D = head_dim, pos = "ids" (cos/sin [B, T, D] from per-sequence position ids) or "shared"
-# (cos/sin [1, T, D], positions 0..T-1 for every sequence).
-
-
-_s = shape_maker("B", "Hq", "Hk", "T", "D", "pos")
-
-
-QUICK = (
-    _s(2, 4, 2, 8, 16, "ids", "tiny GQA, per-sequence positions"),
-    _s(3, 6, 3, 5, 24, "shared", "awkward: heads 6/3 (one head per tile), T=5, half-dim 12 padded to 16"),
-    _s(1, 2, 1, 17, 64, "ids", "MQA, token count not a multiple of the token block"),
-)
-
-FULL = (
-    _s(1, 32, 8, 1, 128, "ids", "one token (decode), LLaMA-3-8B heads: launch latency dominates"),
-    _s(4, 32, 8, 4096, 128, "ids", "LLaMA-3-8B, 4 x 4k tokens: the published comparison point"),
-    _s(1, 32, 32, 4096, 128, "shared", "LLaMA-2-7B (MHA), positions shared by the batch as in Liger's benchmark"),
-    _s(2, 64, 8, 8192, 128, "ids", "LLaMA-3-70B, 2 x 8k: the largest q"),
-    _s(1, 28, 4, 32768, 128, "ids", "Qwen2-7B at 32k context: head counts not powers of two"),
-    _s(8, 14, 2, 2048, 64, "ids", "Qwen2-0.5B: head_dim 64, 14/2 heads"),
-    _s(4, 8, 1, 4096, 256, "shared", "Gemma-2B: MQA, head_dim 256"),
-    _s(3, 32, 32, 1000, 80, "ids", "awkward: head_dim 80 (half 40 padded to 64), B=3, T=1000"),
-)
+GRIDS = grids_of(__file__)  # grids.toml beside this file
 
 
 # Cost model (minimum traffic, s = element size). Counted: q and k read once and written once

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import torch
 
-from kcollect.spec import Provider, Shape, peer_available
+from kcollect.spec import Provider, peer_available
 
 from .._lib import config_record
 from .._lib.scan import reset_mask
-from .._lib.spec_kit import by_mode, module_spec
+from .._lib.spec_kit import by_mode, grids_of, module_spec
 from . import pick, providers
 from .naive import reference
 
@@ -46,38 +46,7 @@ def config_of(inputs) -> dict:
     return config_record(rtu=pick(x.shape[0], x.shape[1], x.shape[2], x.device))
 
 
-def _s(b, t, h, r, resets, p, why):
-    return Shape({"B": b, "T": t, "H": h, "R": r, "resets": resets, "p": p}, why)
-
-
-QUICK = (  # seconds on the CPU interpreter (the tests cover the paths); 256 elements keep bf16's error steady
-    _s(1, 16, 16, DIAG, 1, 0.1, "diagonal maps, resets, two chunks and two channel blocks on the CPU"),
-    _s(1, 16, 16, 4, 0, 0, "low-rank maps, no reset mask"),
-)
-FULL = (
-    # Cortex's own configs (its benchmark's low-rank RTU, (batch, seq_len, hidden, rank, resets, p))
-    _s(4, 128, 64, 8, 0, 0, "Cortex config (4, 128, 64, 8, False, 0)"),
-    _s(4, 256, 64, 8, 0, 0, "Cortex config (4, 256, 64, 8, False, 0)"),
-    _s(8, 256, 64, 16, 0, 0, "Cortex config (8, 256, 64, 16, False, 0)"),
-    _s(8, 512, 64, 16, 0, 0, "Cortex config (8, 512, 64, 16, False, 0)"),
-    _s(8, 512, 128, 16, 0, 0, "Cortex config (8, 512, 128, 16, False, 0)"),
-    _s(8, 512, 64, 16, 1, 0.1, "Cortex config (8, 512, 64, 16, True, 0.1)"),
-    _s(8, 1024, 64, 16, 1, 0.1, "Cortex config (8, 1024, 64, 16, True, 0.1): its best published speedup"),
-    # Cortex's streaming-diagonal benchmark: the same sizes without rank
-    _s(4, 128, 64, DIAG, 0, 0, "Cortex diagonal config (4, 128, 64, False, 0)"),
-    _s(8, 512, 128, DIAG, 0, 0, "Cortex diagonal config (8, 512, 128, False, 0)"),
-    _s(8, 512, 64, DIAG, 1, 0.1, "Cortex diagonal config (8, 512, 64, True, 0.1)"),
-    _s(8, 1024, 64, DIAG, 1, 0.1, "Cortex diagonal config (8, 1024, 64, True, 0.1)"),
-    # training sizes: B * T >= 64k steps, H 1024-4096
-    _s(64, 1024, 1024, DIAG, 1, 0.01, "training, T 1024: where the PyTorch loop is still measured"),
-    _s(32, 2048, 2048, DIAG, 1, 0.1, "training, frequent resets (episodes of ~10 steps)"),
-    _s(8, 8192, 1024, DIAG, 0, 0, "training, the longest sequences, no resets"),
-    _s(8, 8192, 1024, DIAG, 1, 0.01, "training, the longest sequences, episodes of ~100 steps"),
-    _s(16, 4096, 4096, DIAG, 1, 0.01, "training, the widest state: 1.6 GB of bf16 activations in and out"),
-    _s(32, 2048, 2048, 16, 0, 0, "training, low-rank maps"),
-    _s(8, 8192, 1024, 16, 1, 0.01, "training, low-rank maps, the longest sequences"),
-    _s(4, 3000, 1000, DIAG, 1, 0.01, "awkward: T not a multiple of the chunk, H not of the channel block"),
-)
+GRIDS = grids_of(__file__)  # grids.toml beside this file
 
 
 # Cost model (minimum traffic, s = bytes of an element of x; the fp32 parameters are a few H):

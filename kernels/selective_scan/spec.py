@@ -9,11 +9,11 @@ import importlib.util
 import torch
 import torch.nn.functional as F
 
-from kcollect.spec import Provider, Shape, compiled
+from kcollect.spec import Provider, compiled
 
 from .._lib import config_record
 from .._lib.scan import first_order, log_scan
-from .._lib.spec_kit import by_mode, module_spec
+from .._lib.spec_kit import by_mode, grids_of, module_spec
 from . import pick, selective_scan
 from .naive import reference, selective_scan_loop
 
@@ -68,19 +68,7 @@ def config_of(inputs) -> dict:
     return config_record(selective_scan=pick(x.shape[0], x.shape[1], x.shape[2], inputs["A"].shape[1], x.device))
 
 
-_s = lambda b, t, d, n, why: Shape({"B": b, "T": t, "D": d, "N": n}, why)  # noqa: E731
-QUICK = (  # seconds on the CPU interpreter (the tests cover the paths)
-    _s(1, 16, 16, 5, "two chunks and channel blocks on the CPU, N not a power of two"),
-)
-FULL = (
-    _s(32, 60, 512, 16, "the agent's real-time window: 32 environments, 60 steps, D 512 (budget 16.7 ms a frame)"),
-    _s(1, 60, 512, 16, "the real-time window of one environment: launch latency"),
-    _s(16, 1024, 1536, 16, "Mamba-130M's inner width, 1k steps"),
-    _s(8, 2048, 2048, 16, "training (B 8, T 2048, D 2048)"),
-    _s(8, 2048, 4096, 16, "training, the widest (D 4096)"),
-    _s(4, 4096, 2048, 16, "training, long sequences"),
-    _s(3, 1000, 1000, 16, "awkward: T and D not multiples of the tiles"),
-)
+GRIDS = grids_of(__file__)  # grids.toml beside this file
 
 
 # Cost model (minimum traffic; s = bytes of an activation element, A and D fp32 and small):

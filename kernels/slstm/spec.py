@@ -14,7 +14,7 @@ from kcollect.spec import Provider, Unavailable, peer_available
 
 from .._lib import config_record
 from .._lib.recurrent import dims_check, keep_factor, reset_mask, step_loop_limit
-from .._lib.spec_kit import by_mode, cell_spec, shape_maker
+from .._lib.spec_kit import by_mode, cell_spec, grids_of
 from . import pick, slstm
 from .kernels import EPS
 
@@ -120,18 +120,7 @@ def make_inputs(dims, dtype, device, seed):
 check_shape = dims_check("slstm", DIMS)
 
 
-_s = shape_maker(*DIMS)
-
-
-QUICK = (_s(2, 1, 3, 16, "0.2", "tiny: one head, three steps, resets"),)
-FULL = (
-    _s(2, 4, 256, 64, "0", "Cortex's benchmark config (2, 4, 256, 64), where it reports its best speedup"),
-    _s(8, 8, 1024, 64, "0", "Cortex's largest benchmark config (8, 8, 1024, 64)"),
-    _s(4, 4, 512, 128, "0", "Cortex's benchmark config (4, 4, 512, 128): 128-wide heads"),
-    _s(1, 4, 60, 64, "0.1", "the agent's real-time step: one environment, hidden 256, episode resets"),
-    _s(32, 4, 60, 64, "0.1", "real-time, 32 environments"),
-    _s(64, 16, 256, 64, "0.1", "training, hidden 1024, with resets"),
-)
+GRIDS = grids_of(__file__)  # grids.toml beside this file
 
 
 # Cost model (H = NH * DH). The recurrent product is 4 gates of [B, DH] x [DH, DH] per head and step:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from kcollect.spec import Provider, Shape, Unavailable, peer_available, standard_providers
+from kcollect.spec import Provider, Unavailable, peer_available, standard_providers
 
 from .._lib import config_record
-from .._lib.spec_kit import module_spec, per_element_cost
+from .._lib.spec_kit import grids_of, module_spec, per_element_cost
 from . import pick_backward, pick_forward, softmax
 
 
@@ -69,29 +69,7 @@ def config_of(inputs) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------
-# Shape grids: M = rows (tokens, or heads x queries), N = softmax width.
-
-
-_s = Shape.rows
-
-
-QUICK = (
-    _s(64, 1024, "small, power of two: several rows per program"),
-    _s(37, 1000, "awkward: rows and width not powers of two, width only 8-aligned"),
-    _s(3, 40000, "a few wide rows: the split path (10 segments of 4096 per row, the last partial)"),
-)
-
-FULL = (
-    _s(4096, 4096, "4k x 4k, the classic softmax benchmark shape"),
-    _s(32768, 4096, "32k rows of 4096: 256 MB bf16, far beyond L2"),
-    _s(65536, 2048, "attention scores: 32 heads x 2048 queries over 2048 keys"),
-    _s(3000, 5000, "awkward: rows and width not powers of two, width only 8-aligned"),
-    _s(4096, 32000, "LLaMA-2 / Mistral vocabulary over 4k tokens: one 32768 block in registers (bf16)"),
-    _s(2048, 65536, "65536-wide rows, where torch.compile falls to half its bandwidth"),
-    _s(2048, 128256, "LLaMA-3 vocabulary over 2k tokens (250 KB rows in bf16)"),
-    _s(1024, 262144, "262144-wide rows (512 KB bf16): far wider than any one program can hold"),
-    _s(1, 128256, "one row: a single decode step over the LLaMA-3 vocabulary (the split path)"),
-)
+GRIDS = grids_of(__file__)  # grids.toml beside this file
 
 
 # ---------------------------------------------------------------------------------------------
