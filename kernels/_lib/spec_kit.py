@@ -62,7 +62,8 @@ def by_mode(mode: str, fwd, bwd):
 def module_spec(module: Mapping[str, Any], name: str, description: str, triton: Callable | None = None,
                 **fields: Any) -> KernelSpec:
     """The KernelSpec of a spec module, given its globals(): its `reference`, `make_inputs`, grids
-    `GRIDS` (grids_of(__file__), from its grids.toml) or, where it builds them in code, `QUICK` and `FULL`, cost model `bytes_moved` and `flops` and, where it defines one, `check_shape`;
+    `GRIDS` (grids_of(__file__), from its grids.toml) or, where it builds them in code, `QUICK` and
+    `FULL`, cost model `bytes_moved` and `flops` and, where it defines one, `check_shape`;
     `fields` give the rest and override these and the defaults (modes fwd, bwd and fwd+bwd, baseline
     "torch", memory-bound, the dtypes bf16, fp16 and fp32). `triton`: our function, put first in the
     providers as "triton" with the module's `config_of` (each row records the config it ran with)."""
