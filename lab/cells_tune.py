@@ -17,6 +17,8 @@ import os
 
 from kcollect.common import ALLOC_CONF
 
+from .device import open_device
+
 os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", ALLOC_CONF)  # as `kcollect run` does, before CUDA starts
 
 SHAPES = {  # op -> shapes (the full grid's training and real-time ones)
@@ -120,14 +122,13 @@ def main(argv=None) -> int:
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     parser.add_argument("--limit", type=int, default=None, help="candidate configs per shape (default: all)")
     args = parser.parse_args(argv)
-    if args.device == "cpu":
-        os.environ.setdefault("TRITON_INTERPRET", "1")
-    import torch
-
     ops = args.ops.split(",")
     unknown = [o for o in ops if o not in SHAPES]
     if unknown:
         parser.error(f"unknown op {', '.join(unknown)}; known: {', '.join(SHAPES)}")
+    torch = open_device(args.device, "cells_tune")
+    if torch is None:
+        return 2
     for op in ops:
         quick = importlib.import_module(f"kcollect.kernels.{op}.spec").SPEC.grid("quick")[0].label
         for shape in SHAPES[op] if args.device == "cuda" else (quick,):
