@@ -185,10 +185,11 @@ class Runner:
                 got = call()
                 first_ms = (time.perf_counter() - t0) * 1e3
             with self.phases("check"):
-                err = verify.error_of(spec, got, want, mode)
-                worst = verify.worst_part(spec, got, want, mode) if not err <= tol else None
+                errors = verify.part_errors(spec, got, want, mode)
+                err = verify.largest(errors)
                 got = None
             if not err <= tol:
+                worst = verify.worst_part(spec, errors, mode)
                 where = f" (worst: {worst})" if worst else ""
                 return self._row(case, mode, name, status="failed", rel_err=err, tolerance=tol,
                                  error=f"relative error {err:.3g} over the tolerance {tol:.3g}{where}"), None

@@ -144,28 +144,38 @@ def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
 
 
 def max_error(got: tuple, want: tuple) -> float:
+    return largest(None if len(got) != len(want) else [rel_error(g, w) for g, w in zip(got, want)])
+
+
+def largest(errors: list[float] | None) -> float:
+    """The error a row is gated on: its worst part's; inf when the parts did not match."""
+    return float("inf") if errors is None else max(errors, default=0.0)
+
+
+def part_errors(spec: KernelSpec, got: tuple, want: tuple, mode: str) -> list[float] | None:
+    """Each checked value's relative error (outputs, then gradients); None when `got` has a
+    different number of values than `want`."""
+    if spec.compare is not None and mode == "fwd":
+        got = spec.compare(got)
     if len(got) != len(want):
-        return float("inf")
-    return max((rel_error(g, w) for g, w in zip(got, want)), default=0.0)
+        return None
+    return [rel_error(g, w) for g, w in zip(got, want)]
 
 
 def error_of(spec: KernelSpec, got: tuple, want: tuple, mode: str) -> float:
-    if spec.compare is not None and mode == "fwd":
-        got = spec.compare(got)
-    return max_error(got, want)
+    return largest(part_errors(spec, got, want, mode))
 
 
-def worst_part(spec: KernelSpec, got: tuple, want: tuple, mode: str) -> str | None:
-    """Which checked value has the largest error ('output 0', 'gradient of r'), so that a failed
-    row says where it is wrong; None where the parts cannot be named."""
-    if spec.compare is not None and mode == "fwd":
-        got = spec.compare(got)
-    grads = [f"gradient of {n}" for n in spec.grad_inputs] if mode != "fwd" else []
-    outputs = [f"output {i}" for i in range(len(want) - len(grads))] if mode != "bwd" else []
-    names = outputs + grads
-    if len(got) != len(want) or len(names) != len(want) or not want:
+def worst_part(spec: KernelSpec, errors: list[float] | None, mode: str) -> str | None:
+    """Which checked value has the largest of `errors` (part_errors'): 'output 0', 'gradient of r',
+    so that a failed row says where it is wrong; None where the parts cannot be named."""
+    if not errors:
         return None
-    errors = [rel_error(g, w) for g, w in zip(got, want)]
+    grads = [f"gradient of {n}" for n in spec.grad_inputs] if mode != "fwd" else []
+    outputs = [f"output {i}" for i in range(len(errors) - len(grads))] if mode != "bwd" else []
+    names = outputs + grads
+    if len(names) != len(errors):
+        return None
     return names[max(range(len(errors)), key=errors.__getitem__)]
 
 
