@@ -8,14 +8,14 @@ out of memory for shapes that fit many times over alone. What a case can leave b
 - torch.compile's graphs and guards for every shape it saw (dynamo's caches, per code object, for
   the whole process): reset at the end of each case that ran compile; each case is a new shape, so
   nothing reusable is lost (the on-disk caches still serve the next run);
-- a CUDA graph's private memory pool: the timing resets each graph, but PyTorch never gives back
-  the pool of a capture that failed (a host sync inside the call), and `empty_cache` cannot reach
-  it. So the runner stops capturing a (kernel, mode, provider) after its first failure, and the
-  timing keeps each failed graph object alive so that later captures do not allocate into that
-  pool (timing._FAILED_CAPTURES says why). Each capture keeps its own pool: captures sharing one
-  handle broke PyTorch's allocator on the H100 (torch 2.11: a graph reset while its outputs lived
-  left the pool at use count 0, and the next capture into it failed an internal assert, and so
-  did every capture after it);
+- a CUDA graph's private memory pool: the timing resets each graph, which releases its pool. A
+  capture that fails (a host sync inside the call) is the exception torch.cuda.graph leaves behind:
+  its allocator routing stays on and its pool is never released, so every later capture allocated
+  into it (timing._capture ends both), and the runner stops capturing a (kernel, mode, provider)
+  after its first failure. Each capture keeps its own pool: captures sharing one handle broke
+  PyTorch's allocator on the H100 (torch 2.11: a graph reset while its outputs lived left the pool
+  at use count 0, and the next capture into it failed an internal assert, and so did every capture
+  after it);
 - cuBLAS workspaces (one per stream it ran on, from PyTorch's pool) and the blocks PyTorch's
   allocator caches: given back after each provider and each case, so that the next one (and the
   memory outside PyTorch: CUDA context, Triton modules) sees the device as the run found it.

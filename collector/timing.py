@@ -25,14 +25,6 @@ import torch
 
 L2_FLUSH_BYTES = 256 * 1024 * 1024  # larger than any current L2 (H100 50 MB, H200 60 MB)
 
-# Graphs whose capture failed, kept (reset: they hold no device memory) until the process ends. A
-# failed capture never ends its allocation filter in PyTorch's allocator (capture_end raises before
-# it would), and that filter reads the graph object. Freed, the object's memory can go to the next
-# CUDAGraph, whose capture then matches the stale filter first and allocates into the failed
-# capture's pool, which is never released. The runs at 485b723 on the H100 showed it: after one
-# provider's first failed capture, reserved memory grew by each case's working set (0.3 to 78 GB
-# over cross_entropy's grid, allocated memory at 12 GB) until captures ran out of memory.
-_FAILED_CAPTURES: list = []
 
 
 @dataclass(frozen=True)
@@ -177,26 +169,48 @@ def time_cuda_graph(fn: Callable[[], object], budget: Budget, flush: torch.Tenso
         for _ in range(3):  # warm the allocator and autograd on a side stream, as capture requires
             fn()
     torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    try:
-        with torch.cuda.graph(graph):
-            fn()
-    except Exception as e:
-        # Free what the failed capture allocated before the caller falls back to events: the
-        # exception's traceback would otherwise keep this frame, the graph and its memory alive.
-        # The caller gets the message, without the frames.
-        message = f"{type(e).__name__}: {e}"
-        with contextlib.suppress(Exception):
-            graph.reset()
-        _FAILED_CAPTURES.append(graph)
-        del graph, e
-        raise CaptureError(message) from None
+    graph = _capture(fn)
     on_capture(time.perf_counter() - t0)
     try:
         t = time_cuda(graph.replay, budget, flush, clock=clock, peak=False)
         return dataclasses.replace(t, method="cuda-graph", peak_bytes=peaks[0])
     finally:
         graph.reset()  # frees the graph's memory now, not whenever it is collected
+
+
+def _capture(fn: Callable[[], object]) -> torch.cuda.CUDAGraph:
+    """One call of `fn` captured into a CUDA graph with its own memory pool, as torch.cuda.graph
+    does, except when the capture fails. There, torch.cuda.graph's capture_end raises before it
+    ends the allocator's routing of the capture stream's allocations into the graph's pool, and
+    before it leaves the capture stream: every later capture on that (shared) stream then allocated
+    into the failed pool, which nothing releases. On the H100 at 485b723, after one provider's
+    failed capture, reserved memory grew by each case's working set until captures ran out of
+    memory. Here a failed capture ends the routing, releases its pool and leaves its stream."""
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    graph = torch.cuda.CUDAGraph()
+    pool = torch.cuda.graph_pool_handle()
+    error = None
+    with torch.cuda.stream(torch.cuda.Stream()):
+        graph.capture_begin(pool=pool)
+        try:
+            fn()
+        except Exception as e:  # only its message: its frames would keep the call's tensors alive
+            error = f"{type(e).__name__}: {e}"
+        try:
+            graph.capture_end()
+        except Exception as e:
+            error = error or f"{type(e).__name__}: {e}"
+            device = torch.cuda.current_device()
+            with contextlib.suppress(RuntimeError):
+                torch._C._cuda_endAllocateToPool(device, pool)
+            with contextlib.suppress(RuntimeError):
+                torch._C._cuda_releasePool(device, pool)
+    if error is not None:
+        with contextlib.suppress(Exception):
+            graph.reset()  # a capture that ended (the error was Python's) releases its pool here
+        raise CaptureError(error)
+    return graph
 
 
 def time_cpu(fn: Callable[[], object], budget: Budget, estimate_ms: float | None = None) -> Timing:

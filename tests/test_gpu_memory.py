@@ -9,6 +9,8 @@ KCOLLECT_MEMTEST_KERNELS narrows or widens the kernels (default gelu,swiglu,rms_
 """
 import gc
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -28,7 +30,16 @@ def _levels():
 
 
 def test_every_case_returns_the_memory_it_found(tmp_path):
-    os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+    if os.environ.get("KCOLLECT_MEMTEST_CHILD") != "1":
+        # In a fresh process, configured as `kcollect run` configures PyTorch's allocator
+        # (expandable segments): in this one, earlier tests started CUDA without it.
+        env = {**os.environ, "KCOLLECT_MEMTEST_CHILD": "1", "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+        out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider",
+                              f"{__file__}::test_every_case_returns_the_memory_it_found"],
+                             env=env, capture_output=True, text=True)
+        print(out.stdout[-20000:], out.stderr[-5000:])
+        assert out.returncode == 0, out.stdout[-3000:]
+        return
     from kcollect.registry import load
     from kcollect.runner import Runner, RunConfig, plan
     from kcollect.store import Store
