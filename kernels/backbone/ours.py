@@ -14,12 +14,15 @@ from .._lib import config_record
 from ..add_rms_norm import add_rms_norm
 from ..attention import attention
 from ..attention import pick as attention_pick
+from ..conv1d.step import causal_conv_step
 from ..lstm import lstm, pick as lstm_pick
+from ..lstm.step import lstm_step
 from ..rms_norm import rms_norm
 from ..selective_scan import pick as scan_pick, selective_scan
+from ..selective_scan.step import selective_state_update
 from ..swiglu import swiglu
 from .arch import EPS, N_STATE, Arch, arch_of, layer_states, stack_states
-from .blocks import causal_conv, heads, mamba_split, scan, work_dtype
+from .blocks import causal_conv, heads, mamba_split, work_dtype
 
 
 def mlp(x, w, i):
@@ -27,7 +30,10 @@ def mlp(x, w, i):
 
 
 def lstm_mixer(x, w, j, state, a: Arch):
-    h0, c0 = state if state is not None else (x.new_zeros(a.B, a.H), x.new_zeros(a.B, a.H))
+    if state is not None:  # one streamed frame: a cell step, no persistent launch
+        h, c = lstm_step(x[:, 0], state[0], state[1], w["lstm_w_ih"][j], w["lstm_w_hh"][j], w["lstm_b"][j])
+        return h[:, None], (h, c)
+    h0, c0 = x.new_zeros(a.B, a.H), x.new_zeros(a.B, a.H)
     y, h, c = lstm(x, h0, c0, w["lstm_w_ih"][j], w["lstm_w_hh"][j], w["lstm_b"][j])
     return y, (h, c)
 
@@ -42,17 +48,17 @@ def attention_mixer(x, w, j, state, a: Arch):
 
 def mamba_mixer(x, w, j, state, a: Arch):
     xi, z = F.linear(x, w["m_in"][j]).chunk(2, dim=-1)
-    xc, conv = causal_conv(xi, None if state is None else state[0], w["m_conv_w"][j], w["m_conv_b"][j])
+    if state is not None:  # one streamed frame: the conv window and the scan's state each move a step
+        xc, conv = causal_conv_step(state[0], xi[:, 0], w["m_conv_w"][j], w["m_conv_b"][j])
+        dt_in, Bm, Cm = mamba_split(F.linear(xc, w["m_x"][j]), a.R, N_STATE)
+        delta = F.linear(dt_in, w["m_dt_w"][j], w["m_dt_b"][j])
+        y, h = selective_state_update(state[1], xc, delta, w["m_A_log"][j], Bm, Cm, w["m_D"][j], z[:, 0], A_log=True)
+        return F.linear(y, w["m_out"][j])[:, None], (conv, h)
+    xc, _ = causal_conv(xi, None, w["m_conv_w"][j], w["m_conv_b"][j])
     dt_in, Bm, Cm = mamba_split(F.linear(xc, w["m_x"][j]), a.R, N_STATE)
     delta = F.linear(dt_in, w["m_dt_w"][j], w["m_dt_b"][j])
-    work = work_dtype(x)
-    A = -torch.exp(w["m_A_log"][j].to(work))
-    if state is None:
-        return F.linear(selective_scan(xc, delta, A, Bm, Cm, w["m_D"][j], z), w["m_out"][j]), None
-    # one frame from a carried state: the scan op takes no initial state, so the step is PyTorch's
-    y, h = scan(xc, F.softplus(delta.to(work)), A, Bm, Cm, w["m_D"][j], state[1])
-    y = (y * F.silu(z.to(work))).to(x.dtype)
-    return F.linear(y, w["m_out"][j]), (conv, h)
+    A = -torch.exp(w["m_A_log"][j].to(work_dtype(x)))
+    return F.linear(selective_scan(xc, delta, A, Bm, Cm, w["m_D"][j], z), w["m_out"][j]), None
 
 
 MIXERS = {"lstm": lstm_mixer, "attention": attention_mixer, "mamba": mamba_mixer}
@@ -84,10 +90,10 @@ def kcollect(**inputs):
 
 
 def config_of(inputs) -> dict:
-    """The configs our attention, LSTM and selective scan launch with (the scan only over a window:
-    a streamed frame steps the carried state in PyTorch)."""
+    """The configs our attention, LSTM and selective scan launch with (the LSTM and the scan only
+    over a window: a streamed frame takes their one-step kernels, which have no config)."""
     a, device = arch_of(inputs), inputs["x"].device
     return config_record(
         attention=attention_pick(a.hd, True, a.frames, device, 1).fwd if "attention" in a.layout else None,
-        lstm=lstm_pick(a.B, a.H, device) if "lstm" in a.layout else None,
+        lstm=lstm_pick(a.B, a.H, device) if "lstm" in a.layout and not a.stream else None,
         selective_scan=scan_pick(a.B, a.T, a.Di, N_STATE, device) if "mamba" in a.layout and not a.stream else None)

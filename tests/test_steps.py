@@ -1,0 +1,114 @@
+"""The one-step kernels of streamed inference (a frame from a carried state) against float64 maths
+on the CPU interpreter: the selective scan's state update, the depthwise conv window and the LSTM
+cell. Channels not a multiple of the block (masked), N and window widths not powers of two,
+inputs that are views into wider rows (as a model's chunks and splits give them), fp32 and bf16;
+in fp32 the error is held to the PyTorch step's own error, and the carried state is left unchanged."""
+import random
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from kcollect import verify
+from kcollect.kernels.backbone.blocks import causal_conv, scan
+from kcollect.kernels.conv1d.step import causal_conv_step
+from kcollect.kernels.lstm.spec import step_loop
+from kcollect.kernels.lstm.step import lstm_step
+from kcollect.kernels.selective_scan.step import selective_state_update
+
+F32, BF16, F64 = torch.float32, torch.bfloat16, torch.float64
+BOUND = {F32: 1e-5, BF16: 1e-2}  # bf16: the output's own rounding (2^-8) with room for the sums
+
+
+def gen():
+    return torch.Generator().manual_seed(random.randrange(2**31))
+
+
+def within(got, want, eager, dtype):
+    err = verify.rel_error(got, want)
+    assert err <= BOUND[dtype], f"error {err:.3g} > {BOUND[dtype]:.3g}"
+    if dtype == F32:  # as accurate as the PyTorch step in fp32 (a floor for when both are exact)
+        assert err <= 2 * verify.rel_error(eager, want) + 1e-7, (err, verify.rel_error(eager, want))
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16])
+@pytest.mark.parametrize("b, d, n", [(3, 37, 5), (1, 16, 16), (2, 300, 16)])
+def test_selective_state_update(dtype, b, d, n):
+    g = gen()
+    wide = torch.randn(b, 3 * d + 7, generator=g).to(dtype)  # x, delta, z as column slices of one row
+    x, delta, z = wide[:, :d], wide[:, d:2 * d] - 1.0, wide[:, 2 * d + 7:]
+    bc = torch.randn(b, 2 * n + 3, generator=g).to(dtype)
+    Bm, Cm = bc[:, 3:3 + n], bc[:, 3 + n:]
+    A_log = (torch.rand(d, n, generator=g) * 2 - 1).to(dtype)
+    D = torch.randn(d, generator=g).to(dtype)
+    h = torch.randn(b, d, n, generator=g)
+    h_before = h.clone()
+
+    def pytorch(work):
+        A = -torch.exp(A_log.to(work))
+        y, hn = scan(x[:, None].to(work), F.softplus(delta[:, None].to(work)), A, Bm[:, None].to(work),
+                     Cm[:, None].to(work), D.to(work), h.to(work))
+        return (y[:, 0] * F.silu(z.to(work))), hn
+
+    want_y, want_h = pytorch(F64)
+    eager_y, eager_h = pytorch(F32)
+    y, hn = selective_state_update(h, x, delta, A_log, Bm, Cm, D, z, A_log=True)
+    assert y.dtype == dtype and hn.dtype == F32 and torch.equal(h, h_before)
+    within(y.double(), want_y, eager_y.to(dtype).double(), dtype)
+    within(hn.double(), want_h, eager_h.double(), F32)  # the state is fp32 whatever the inputs
+    y2, _ = selective_state_update(h, x, delta, -torch.exp(A_log.float()), Bm, Cm, D, z)
+    assert verify.rel_error(y2.double(), y.double()) <= BOUND[dtype]
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16])
+@pytest.mark.parametrize("b, d, k", [(3, 37, 4), (1, 20, 2), (2, 130, 3)])
+def test_causal_conv_step(dtype, b, d, k):
+    g = gen()
+    xz = torch.randn(b, 2 * d, generator=g).to(dtype)
+    x = xz[:, :d]  # a chunk of the in-projection, as Mamba takes it
+    state = torch.randn(b, d, k - 1, generator=g).to(dtype)
+    w, bias = torch.randn(d, k, generator=g).to(dtype), torch.randn(d, generator=g).to(dtype)
+    before = state.clone()
+
+    def pytorch(work):
+        out, window = causal_conv(x[:, None].to(work), state.to(work), w.to(work), bias.to(work))
+        return out[:, 0], window
+
+    want, want_state = pytorch(F64)
+    eager, _ = pytorch(F32)
+    y, sn = causal_conv_step(state, x, w, bias)
+    assert y.dtype == dtype and sn.dtype == dtype and torch.equal(state, before)
+    within(y.double(), want, eager.to(dtype).double(), dtype)
+    assert torch.equal(sn.double(), want_state)  # the window moves: exact
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16])
+@pytest.mark.parametrize("b, i, h", [(3, 24, 20), (1, 64, 64), (5, 7, 130)])
+def test_lstm_step(dtype, b, i, h):
+    g = gen()
+    x, h0, c0 = (torch.randn(*s, generator=g).to(dtype) for s in ((b, i), (b, h), (b, h)))
+    w_ih, w_hh = (torch.randn(4 * h, n, generator=g).div(n ** 0.5).to(dtype) for n in (i, h))
+    bias = torch.randn(4 * h, generator=g).to(dtype)
+
+    def pytorch(work):
+        _, hn, cn = step_loop(*(t.to(work) for t in (x[:, None], h0, c0, w_ih, w_hh, bias)))
+        return hn, cn
+
+    want_h, want_c = pytorch(F64)
+    eager_h, eager_c = pytorch(F32)
+    hn, cn = lstm_step(x, h0, c0, w_ih, w_hh, bias)
+    assert hn.dtype == dtype and cn.dtype == dtype
+    within(hn.double(), want_h, eager_h.to(dtype).double(), dtype)
+    within(cn.double(), want_c, eager_c.to(dtype).double(), dtype)
+
+
+def test_mismatched_inputs_are_refused():
+    h = torch.randn(2, 8, 4)
+    with pytest.raises(ValueError, match="x must be"):
+        selective_state_update(h, torch.randn(2, 9), torch.randn(2, 8), torch.randn(8, 4), torch.randn(2, 4),
+                               torch.randn(2, 4), torch.randn(8), torch.randn(2, 8))
+    with pytest.raises(ValueError, match="weight"):
+        causal_conv_step(torch.randn(2, 8, 3), torch.randn(2, 8), torch.randn(8, 3), torch.randn(8))
+    with pytest.raises(ValueError, match="lstm_step"):
+        lstm_step(torch.randn(2, 5), torch.randn(2, 4), torch.randn(2, 4), torch.randn(16, 5), torch.randn(16, 5),
+                  torch.randn(16))
