@@ -18,6 +18,7 @@ class RunConfig:
     modes: tuple[str, ...] | None = None  # None: each kernel's own modes
     providers: tuple[str, ...] | None = None  # None: all of each kernel's providers
     dtypes: tuple[str, ...] | None = None  # None: each kernel's bench dtypes
+    where: tuple[tuple[str, str], ...] = ()  # (dim, value): only the grid's shapes with these dims
     warmup_ms: float = 10.0
     rep_ms: float = 40.0
     min_reps: int = 10
@@ -61,6 +62,17 @@ def plan(specs: list[KernelSpec], config: RunConfig) -> list[Case]:
         if not (modes and providers and dtypes):
             continue
         for shape in spec.grid(config.grid):
+            if not matches(shape.dims, config.where):
+                continue
             for dtype in dtypes:
                 cases.append(Case(spec, shape, dtype, modes, providers))
     return cases
+
+
+def matches(dims, where: tuple[tuple[str, str], ...]) -> bool:
+    """Whether a shape's dims pass --where: every named dim equal to one of the values given for
+    it (values compared as text, so 'stream=1' matches the integer 1)."""
+    wanted: dict[str, set[str]] = {}
+    for name, value in where:
+        wanted.setdefault(name, set()).add(value)
+    return all(name in dims and str(dims[name]) in values for name, values in wanted.items())

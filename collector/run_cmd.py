@@ -41,6 +41,9 @@ CPU_COMPILE = ("compile", "on the CPU torch.compile builds C++, not the Triton c
               help="Only these providers (repeatable), e.g. triton, torch, compile, liger.")
 @click.option("--dtype", "dtypes", multiple=True,
               help=f"Only these dtypes (repeatable): {', '.join(DTYPES)}. Default: each kernel's bench dtypes.")
+@click.option("--where", "where", multiple=True, metavar="DIM=VALUE",
+              help="Only the grid's shapes whose DIM equals VALUE (repeatable; values of one DIM are "
+                   "alternatives, different DIMs must all match), e.g. --where stream=1 --where B=1.")
 @click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto", show_default=True,
               help="Where to run; cpu uses Triton's interpreter and marks the rows so.")
 @click.option("--warmup-ms", default="10", metavar="MS", show_default=True,
@@ -88,7 +91,7 @@ CPU_COMPILE = ("compile", "on the CPU torch.compile builds C++, not the Triton c
 @click.option("--fail-on-incorrect", is_flag=True,
               help="Exit 1 when any row failed its correctness gate or raised an error.")
 @kernel_module_option
-def run(names, all_, quick, modes, providers, dtypes, device, warmup_ms, rep_ms, min_reps, ci_pct, cuda_graph, recheck,
+def run(names, all_, quick, modes, providers, dtypes, where, device, warmup_ms, rep_ms, min_reps, ci_pct, cuda_graph, recheck,
         seed, db, commit, commit_time, machine, gpus, workers, measure_timeout, shard, cache_dir, fail_on_incorrect,
         kernel_modules) -> None:
     """Run kernels against their baselines, gate on correctness, time, and store one row per
@@ -130,10 +133,11 @@ def run(names, all_, quick, modes, providers, dtypes, device, warmup_ms, rep_ms,
     specs = list(registry.specs) if all_ else [registry.get(n) for n in dict.fromkeys(names)]
     check_choices("provider", providers, dict.fromkeys(p for s in specs for p in s.provider_names))
     grid = ("quick" if device == "cpu" else "full") if quick is None else ("quick" if quick else "full")
+    where = _where(where, specs, grid)
     from .plan import RunConfig, plan
 
     config = RunConfig(kernels=tuple(s.name for s in specs), grid=grid, device=device, modes=modes or None,
-                       providers=providers or None, dtypes=dtypes or None, cuda_graph=cuda_graph,
+                       providers=providers or None, dtypes=dtypes or None, where=where, cuda_graph=cuda_graph,
                        recheck=device == "cuda" if recheck is None else recheck,
                        seed=random.randrange(2**31) if seed is None else seed,
                        alloc_conf=os.environ["PYTORCH_CUDA_ALLOC_CONF"], ptxas=ptxas, machine=machine,
@@ -141,13 +145,28 @@ def run(names, all_, quick, modes, providers, dtypes, device, warmup_ms, rep_ms,
                        unavailable=(CPU_COMPILE,) if device == "cpu" and "compile" not in providers else (), **budget)
     cases = plan(specs, config)
     if not cases:
-        fail("the selection leaves nothing to run (check --mode/--provider/--dtype against `kcollect list`)")
+        fail("the selection leaves nothing to run (check --mode/--provider/--dtype/--where against `kcollect list`)")
     if found.sha is None:
         click.echo(f"kcollect: warning: {Path.cwd()} is not in a git checkout: the run records no commit "
                    "(run from the checkout, or give --commit and --commit-time)", err=True)
     from .session import execute
 
     execute(config, found, cases, shard_kn, pool, kernel_modules, open_store(db), fail_on_incorrect, started)
+
+
+def _where(pairs: tuple[str, ...], specs, grid: str) -> tuple[tuple[str, str], ...]:
+    """--where DIM=VALUE pairs, each DIM one the selected kernels' grid shapes have."""
+    dims = {d for s in specs for shape in s.grid(grid) for d in shape.dims}
+    out = []
+    for pair in pairs:
+        name, sep, value = (p.strip() for p in pair.partition("="))
+        if not sep or not name or not value:
+            fail(f"--where {pair!r}: must be DIM=VALUE, e.g. --where stream=1")
+        if name not in dims:
+            fail(f"--where {pair!r}: no shape of the selected kernels' {grid} grid has the dim {name!r} "
+                 f"(they have: {', '.join(sorted(dims))})")
+        out.append((name, value))
+    return tuple(out)
 
 
 def _number(name: str, text: str, minimum: float, open_: bool = False, integer: bool = False) -> float:

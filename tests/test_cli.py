@@ -1,4 +1,5 @@
 """The command line as a user meets it: real processes, a real DuckDB file, the CPU interpreter."""
+import dataclasses
 import os
 import re
 import signal
@@ -38,6 +39,9 @@ def kc(*args, timeout=600, env=None):
     (["run", "swiglu", "--gpus", "all", "--device", "cpu"], "--gpus needs a CUDA device"),
     (["run", "swiglu", "--workers", "0"], "--workers '0': must be a whole number >= 1"),
     (["run", "swiglu", "--measure-timeout", "0"], "--measure-timeout '0': must be a finite number > 0"),
+    (["run", "swiglu", "--where", "M"], "--where 'M': must be DIM=VALUE"),
+    (["run", "swiglu", "--where", "stream=1"], "no shape of the selected kernels' quick grid has the dim 'stream'"),
+    (["run", "swiglu", "--where", "M=7"], "the selection leaves nothing to run"),
 ])
 def test_bad_input_exits_2_with_one_line(args, words, tmp_path):
     # in-process (a fresh interpreter per case costs seconds); test_bad_input_in_a_real_process
@@ -78,7 +82,7 @@ def test_help_explains_every_run_option():
     assert out.exit_code == 0, out.exception
     for opt in ("--all", "--quick", "--mode", "--provider", "--dtype", "--device", "--warmup-ms", "--rep-ms",
                 "--min-reps", "--ci", "--cuda-graph", "--seed", "--db", "--commit", "--machine", "--gpus", "--workers",
-                "--measure-timeout", "--shard", "--cache-dir", "--fail-on-incorrect"):
+                "--measure-timeout", "--shard", "--cache-dir", "--fail-on-incorrect", "--where"):
         assert opt in out.stdout
 
 
@@ -191,3 +195,22 @@ def test_killed_run_keeps_finished_rows(tmp_path, sig, status, code):
     assert runs == [{"status": status}]
     kept = {r["shape"] for r in rows}
     assert "M=4,N=8" in kept and len(kept) < 3, kept  # the first case survived, the run did not finish
+
+
+def test_where_keeps_only_the_matching_shapes():
+    from kcollect.plan import RunConfig, plan
+    from kcollect.registry import load
+
+    spec = load().get("backbone")
+    config = RunConfig(kernels=("backbone",), grid="full", device="cpu")
+    every = plan([spec], config)
+
+    def picked(*where):
+        return [c.shape.dims for c in plan([spec], dataclasses.replace(config, where=where))]
+
+    streamed = picked(("stream", "1"))
+    assert streamed and all(d["stream"] == 1 for d in streamed)
+    assert len(streamed) < len(every)
+    both = picked(("stream", "1"), ("net", "lstm"), ("net", "mamba"))  # one dim's values are alternatives
+    assert both and {d["net"] for d in both} == {"lstm", "mamba"} and all(d["stream"] == 1 for d in both)
+    assert len(both) == len([d for d in streamed if d["net"] in ("lstm", "mamba")])
