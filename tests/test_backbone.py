@@ -122,7 +122,7 @@ def test_config_says_what_ran():
     assert set(record) == {"attention", "selective_scan"} and "block_m" in record["attention"]
     assert "chunk" in record["selective_scan"]
     streamed = SPEC.provider("kcollect").config(make_inputs({**dims, "stream": 1}, torch.bfloat16, "cpu", 0))
-    assert set(streamed) == {"attention"}
+    assert not streamed  # a streamed frame runs the one-step kernels, which have no config
     lstm = SPEC.provider("kcollect").config(make_inputs({**dims, "net": "lstm"}, torch.bfloat16, "cpu", 0))
     assert set(lstm) == {"lstm"}
 

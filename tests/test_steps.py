@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from kcollect import verify
+from kcollect.kernels.attention.decode import attention_decode
 from kcollect.kernels.backbone.blocks import causal_conv, scan
 from kcollect.kernels.conv1d.step import causal_conv_step
 from kcollect.kernels.lstm.spec import step_loop
@@ -112,3 +113,37 @@ def test_mismatched_inputs_are_refused():
     with pytest.raises(ValueError, match="lstm_step"):
         lstm_step(torch.randn(2, 5), torch.randn(2, 4), torch.randn(2, 4), torch.randn(16, 5), torch.randn(16, 5),
                   torch.randn(16))
+
+
+def _decode_reference(q, kc, vc, k, v, window):
+    """float64 softmax over the visible cache keys and the new key."""
+    B, Hq, D = q.shape
+    G = Hq // kc.shape[2]
+    keys = torch.cat([kc, k[:, None]], 1).double().repeat_interleave(G, dim=2)  # [B, S + 1, Hq, D]
+    values = torch.cat([vc, v[:, None]], 1).double().repeat_interleave(G, dim=2)
+    if window:
+        keys, values = keys[:, -window:], values[:, -window:]
+    s = torch.einsum("bhd,bjhd->bhj", q.double(), keys) * D ** -0.5
+    return torch.einsum("bhj,bjhd->bhd", s.softmax(-1), values)
+
+
+@pytest.mark.parametrize("dtype", [BF16, torch.float16])
+@pytest.mark.parametrize("b, s, hkv, g, d, window", [
+    (3, 37, 2, 3, 40, 0),  # GQA with 3 query heads a kv head, head dim not a power of two
+    (2, 70, 1, 1, 64, 9),  # a window: the new key and the last 8 of the cache
+    (1, 0, 2, 2, 16, 0),  # an empty cache: the new key alone
+    (4, 59, 8, 1, 64, 60),  # the agent's attention layer: the whole window
+])
+def test_attention_decode(dtype, b, s, hkv, g, d, window):
+    gen_ = gen()
+    qkv = torch.randn(b, 3, hkv * g, d, generator=gen_).to(dtype)  # q, k, v as views of one projection
+    q, k, v = qkv[:, 0], qkv[:, 1, :hkv], qkv[:, 2, :hkv]
+    kc, vc = (torch.randn(b, s, hkv, d, generator=gen_).to(dtype) for _ in range(2))
+    want = _decode_reference(q, kc, vc, k, v, window)
+    got = attention_decode(q, kc, vc, k, v, window=window)
+    assert got.dtype == dtype and got.shape == q.shape
+    assert verify.rel_error(got.double(), want) <= 8e-3  # the output's rounding (bf16: 2^-8)
+    if window and s >= window:  # keys outside the window are not read
+        kc2 = kc.clone()
+        kc2[:, : s - window + 1] = float("nan")
+        assert torch.equal(attention_decode(q, kc2, vc, k, v, window=window), got)

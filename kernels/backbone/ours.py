@@ -14,6 +14,7 @@ from .._lib import config_record
 from ..add_rms_norm import add_rms_norm
 from ..attention import attention
 from ..attention import pick as attention_pick
+from ..attention.decode import attention_decode
 from ..conv1d.step import causal_conv_step
 from ..lstm import lstm, pick as lstm_pick
 from ..lstm.step import lstm_step
@@ -40,9 +41,10 @@ def lstm_mixer(x, w, j, state, a: Arch):
 
 def attention_mixer(x, w, j, state, a: Arch):
     q, k, v = heads(F.linear(x, w["attn_qkv"][j]), a.heads)
-    keys, values = (k, v) if state is None else (torch.cat([state[0], k], 1), torch.cat([state[1], v], 1))
-    # window = T: the frames of the window; a streamed frame (aligned at the end) sees all T keys
-    o = attention(q, keys, values, causal=True, window=a.T)
+    if state is not None:  # one streamed frame over the cached T - 1 and itself, the cache read in place
+        o = attention_decode(q[:, 0], state[0], state[1], k[:, 0], v[:, 0], window=a.T)
+    else:  # window = T: the frames of the window
+        o = attention(q, k, v, causal=True, window=a.T)
     return F.linear(o.reshape(x.shape), w["attn_out"][j]), (k, v)
 
 
@@ -90,10 +92,11 @@ def kcollect(**inputs):
 
 
 def config_of(inputs) -> dict:
-    """The configs our attention, LSTM and selective scan launch with (the LSTM and the scan only
-    over a window: a streamed frame takes their one-step kernels, which have no config)."""
+    """The configs our attention, LSTM and selective scan launch with, over a window (a streamed
+    frame takes their one-step kernels, which have no config)."""
     a, device = arch_of(inputs), inputs["x"].device
     return config_record(
-        attention=attention_pick(a.hd, True, a.frames, device, 1).fwd if "attention" in a.layout else None,
+        attention=attention_pick(a.hd, True, a.frames, device, 1).fwd if "attention" in a.layout and not a.stream
+        else None,
         lstm=lstm_pick(a.B, a.H, device) if "lstm" in a.layout and not a.stream else None,
         selective_scan=scan_pick(a.B, a.T, a.Di, N_STATE, device) if "mamba" in a.layout and not a.stream else None)
