@@ -143,15 +143,17 @@ def _links_resolve(t: Page, page: Path) -> None:
 
 def test_every_page_loads_clean_draws_its_charts_and_links_resolve(sites, tab):
     """Each page once, as a visitor on a desktop: no console error, every chart drawn (which also
-    loads the trend data files), every internal link to a file that exists, no serious
-    accessibility violation (axe-core), and on the test store's site every table sortable and
-    downloadable as CSV (checked on the same visit: a page load costs seconds)."""
+    loads the trend data files), every internal link to a file that exists, and on the test store's
+    site (every template, every kind of row) no serious accessibility violation (axe-core) and every
+    table sortable and downloadable as CSV (checked on the same visit: a page load costs seconds).
+    The committed history's pages are checked for scale without axe, whose run over their tens of
+    thousands of elements took longer than everything else here."""
     visits = [("main", p, None) for p in pages_of(sites["main"])]
     visits += [("hostile", p, None) for p in pages_of(sites["hostile"])]
     visits += [("history", p, 3) for p in some_pages(sites["history"])]
     for name, page, limit in visits:
         tab.open(page)
-        if name != "hostile":  # as the page opens: the charts in view drawn, the rest waiting
+        if name == "main":  # as the page opens: the charts in view drawn, the rest waiting
             found = tab.axe()
             assert not found, f"{name} {page.name}: {found}"
         n = tab.draw_all_charts(limit)
@@ -403,13 +405,14 @@ def _overlap(a: dict, b: dict) -> bool:
 
 
 def test_phone_width_no_page_wider_than_the_screen(sites, phone):
-    """At 390 px: no page wider than the screen, a header under a quarter of it, legends beside
-    the plot area and never over the lines, and no serious accessibility violation."""
+    """At 390 px: no page wider than the screen (the committed history's pages too: real data has
+    widened a page before), a header under a quarter of it, legends beside the plot area and never
+    over the lines, and no serious accessibility violation (on the test store's site, as above)."""
     for name, site in (("main", sites["main"]), ("history", sites["history"])):
         for page in pages_of(site):
             phone.open(page)
             p = phone.page
-            if name == "main" or page in some_pages(site):
+            if name == "main":
                 found = phone.axe()
                 assert not found, f"{name} {page.name} at 390 px: {found}"
             width = p.evaluate("document.documentElement.scrollWidth")
