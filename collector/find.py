@@ -28,7 +28,7 @@ import click
 from .common import fail, kernel_module_option
 from .formats import format_option, render
 from .shapes import ShapeError, parse_label
-from .spec import DTYPES, MODES
+from .names import DTYPE_CHOICES as DTYPES, MODES
 
 # GOOD and BAD closer than this leave nothing to find: the rule that marks a change significant
 # elsewhere (compare's default threshold) would not flag it either.

@@ -12,7 +12,7 @@ import click
 
 from .common import (ALLOC_CONF, DEFAULT_DB, check_choices, fail, kernel_module_option, load_registry, open_store,
                      pin_ptxas, resolve_device)
-from .spec import DTYPES, MODES
+from .names import DTYPE_CHOICES as DTYPES, MODES
 
 # Defaults where the device decides. The CPU interpreter takes 0.1-1 s a call and its rows are a
 # check that everything runs, never compared with GPU numbers: fewer repeats, and one worker per

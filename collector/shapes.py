@@ -7,9 +7,10 @@ new point, which must name exactly the kernel's dimensions and pass its `check_s
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
-from .spec import KernelSpec, Shape, shape_label
+if TYPE_CHECKING:  # (spec imports torch, which `kcollect find` needs only once it measures)
+    from .spec import KernelSpec, Shape
 
 
 class ShapeError(ValueError):
@@ -37,6 +38,8 @@ def known_shapes(spec: KernelSpec) -> dict[str, Shape]:
 
 
 def shape_for(spec: KernelSpec, label: str) -> Shape:
+    from .spec import Shape, shape_label
+
     dims = parse_label(label)
     known = known_shapes(spec)
     if shape_label(dims) in known:

@@ -10,14 +10,10 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-MODES = ("fwd", "bwd", "fwd+bwd")
+from .names import DTYPE_CHOICES, MODES
 
 # Names used on the command line and in the store, mapped to torch dtypes.
-DTYPES: dict[str, torch.dtype] = {
-    "bfloat16": torch.bfloat16,
-    "float16": torch.float16,
-    "float32": torch.float32,
-}
+DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in DTYPE_CHOICES}
 DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
 
 Inputs = dict[str, Any]  # tensors and plain parameters (eps, ignore_index, ...), passed as keywords
