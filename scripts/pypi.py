@@ -60,7 +60,7 @@ def dry_run(requirements: list[str], *options: str, python_version: str | None =
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.json"
         cmd = [sys.executable, "-m", "pip", "install", "--isolated", "--dry-run", "--ignore-installed",
-               "--disable-pip-version-check", "--quiet", "--index-url", index, "--report", str(report), *options]
+               "--disable-pip-version-check", "--no-cache-dir", "--quiet", "--index-url", index, "--report", str(report), *options]
         if python_version:
             cmd += ["--target", str(Path(tmp) / "target"), "--python-version", python_version,
                     "--only-binary=:all:", *(f"--platform={p}" for p in LINUX_X86_64)]
