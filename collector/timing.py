@@ -26,7 +26,6 @@ import torch
 L2_FLUSH_BYTES = 256 * 1024 * 1024  # larger than any current L2 (H100 50 MB, H200 60 MB)
 
 
-
 @dataclass(frozen=True)
 class Budget:
     warmup_ms: float
@@ -183,9 +182,10 @@ def _capture(fn: Callable[[], object]) -> torch.cuda.CUDAGraph:
     does, except when the capture fails. There, torch.cuda.graph's capture_end raises before it
     ends the allocator's routing of the capture stream's allocations into the graph's pool, and
     before it leaves the capture stream: every later capture on that (shared) stream then allocated
-    into the failed pool, which nothing releases. On the H100 at 485b723, after one provider's
-    failed capture, reserved memory grew by each case's working set until captures ran out of
-    memory. Here a failed capture ends the routing, releases its pool and leaves its stream."""
+    into the failed pool, which nothing releases. On the H100 at 485b723 and the H200 at 64f7be9,
+    after one provider's failed capture, reserved memory grew by each case's working set until
+    captures ran out of memory. Here a failed capture ends the routing, releases its pool and
+    leaves its stream."""
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
     graph = torch.cuda.CUDAGraph()
