@@ -1,11 +1,12 @@
 """GPU only: each case of a multi-kernel full grid gives the device back as it found it.
 
 On an 80 GB H100 the full grid once crept from 16 to 81 GB within gelu's cases and rows went out of
-memory for shapes that fit alone. This runs the full grids of several kernels (every mode, the
+memory for shapes that fit alone. This runs the full grids of several kernels (fwd+bwd, the
 standard providers and any peer installed) through the runner, case by case, and asserts after
 each case that PyTorch's allocated and reserved bytes, and the device's free bytes, are back within
 a small margin of their level before it; it prints one line per case (pytest -s) for the record.
-KCOLLECT_MEMTEST_KERNELS narrows or widens the kernels (default gelu,swiglu,rms_norm).
+A planted provider whose capture fails goes first. KCOLLECT_MEMTEST_KERNELS narrows or widens the
+kernels (default gelu,rms_norm; fwd+bwd, the mode with the most memory).
 """
 import gc
 import os
@@ -44,11 +45,15 @@ def test_every_case_returns_the_memory_it_found(tmp_path):
     from kcollect.runner import Runner, RunConfig, plan
     from kcollect.store import Store
 
-    names = tuple(os.environ.get("KCOLLECT_MEMTEST_KERNELS", "gelu,swiglu,rms_norm").split(","))
+    names = tuple(os.environ.get("KCOLLECT_MEMTEST_KERNELS", "gelu,rms_norm").split(","))
     registry = load()
-    specs = [registry.get(n) for n in names]
-    config = RunConfig(kernels=names, grid="full", device="cuda", warmup_ms=2, rep_ms=10, min_reps=5, seed=0)
+    # first a provider whose capture fails (a host sync), as peers' do: every later capture of
+    # the grid must still give its memory back (a failed capture once made them all leak)
+    specs = [_syncing(), *(registry.get(n) for n in names)]
+    config = RunConfig(kernels=(specs[0].name, *names), grid="full", device="cuda", modes=("fwd+bwd",), warmup_ms=2,
+                       rep_ms=10, min_reps=5, seed=0)
     cases = plan(specs, config)
+    assert cases[0].spec.name == "syncing"
     grew = []
     with Store(tmp_path / "mem.duckdb") as store:
         runner = Runner(config, store, device_index=0)
@@ -68,6 +73,23 @@ def test_every_case_returns_the_memory_it_found(tmp_path):
         end = _levels()
     assert not grew, f"cases that kept memory (label, kind, MiB): {grew}"
     assert all(end[k] - start[k] <= MARGIN[k] for k in start), (start, end)
+
+
+def _syncing():
+    """A planted kernel whose `sync` provider reads a value back to the host inside the call, so
+    that its capture fails, on one shape of 8192 x 8192."""
+    from dataclasses import replace
+
+    sys.path.insert(0, os.path.dirname(__file__))
+    from planted_kernels import _p, _spec
+
+    from kcollect.spec import Shape
+
+    def sync(x):
+        return x * 2.0 if x.sum().item() is not None else x
+
+    spec = _spec("syncing", (_p("torch", lambda x: x * 2.0), _p("sync", sync)), (Shape.rows(8192, 8192, "large"),))
+    return replace(spec, modes=("fwd", "bwd", "fwd+bwd"))
 
 
 def test_captures_after_a_failed_capture_give_their_memory_back():
