@@ -34,8 +34,11 @@ WITH v AS (
 @dataclass
 class BudgetData:
     tail: str  # the column pass/fail is judged on: 'p99_ms' where the store has it, else 'p80_ms'
-    latest: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # gkey -> rows of its latest run
-    runs: dict[str, dict[str, Any]] = field(default_factory=dict)  # gkey -> that run (commit, date)
+    # gkey -> for each (configuration, dtype), the rows of the latest run that measured it (a run
+    # measures a configuration's providers together; a run of part of the grid, --where or one
+    # stopped early, hides none of the others)
+    latest: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    runs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # gkey -> those runs, newest first
     # (gkey, shape, dtype, provider) -> the tail per commit, oldest first (passing rows only)
     trends: dict[tuple[str, str, str, str], list[float]] = field(default_factory=dict)
     cpu_rows: int = 0  # interpreter rows left out
@@ -46,14 +49,18 @@ def load(store: Store) -> BudgetData:
     data = BudgetData(tail="p99_ms" if "p99_ms" in columns else "p80_ms")
     tail = data.tail
     rows = store.query(SERIES + f"""
-        , latest AS (SELECT gkey, arg_max(run_id, (ctime, started_at)) AS run_id FROM v GROUP BY gkey)
+        , latest AS (SELECT gkey, shape, dtype, arg_max(run_id, (ctime, started_at)) AS run_id FROM v GROUP BY ALL)
         SELECT v.gkey, v.run_id, v.commit, v.ctime, v.started_at, v.provider, v.shape, v.dims, v.dtype, v.status,
                v.error, v.rel_err, v.timing, v.median_ms, v.{tail} AS tail_ms
-        FROM v JOIN latest USING (gkey, run_id) ORDER BY v.gkey, v.seq""", [KERNEL])
+        FROM v JOIN latest USING (gkey, shape, dtype, run_id) ORDER BY v.gkey, v.seq""", [KERNEL])
+    runs: dict[str, dict[str, dict[str, Any]]] = {}
     for r in rows:
         r["dims"] = json.loads(r["dims"] or "{}")
         data.latest.setdefault(r["gkey"], []).append(r)
-        data.runs.setdefault(r["gkey"], {"commit": r["commit"], "ctime": r["ctime"], "run_id": r["run_id"]})
+        runs.setdefault(r["gkey"], {}).setdefault(r["run_id"], {
+            "commit": r["commit"], "ctime": r["ctime"], "started_at": r["started_at"], "run_id": r["run_id"]})
+    data.runs = {g: sorted(by.values(), key=lambda u: (u["ctime"], u["started_at"]), reverse=True)
+                 for g, by in runs.items()}
     trend_rows = store.con.execute(SERIES + f"""
         SELECT gkey, shape, dtype, provider, list(t ORDER BY ctime, commit)
         FROM (SELECT gkey, shape, dtype, provider, commit, min(ctime) AS ctime, median({tail}) AS t
@@ -118,10 +125,10 @@ def _section(g, data: BudgetData, providers: list[str]) -> dict[str, Any]:
     for line in rows.values():
         passing = [(c["tail"], p) for p, c in line["cells"].items() if c["ok"]]
         line["best"] = min(passing)[1] if passing else None
-    run = data.runs[g.key]
+    runs = [{"commit": u["commit"][:8], "commit_full": u["commit"], "run": u["run_id"][:8],
+             "date": u["ctime"].strftime("%Y-%m-%d %H:%M") if u["ctime"] else ""} for u in data.runs[g.key]]
     return {"group": g, "providers": [p for p in providers if any(p in l["cells"] for l in rows.values())],
-            "rows": list(rows.values()), "commit": run["commit"][:8], "commit_full": run["commit"],
-            "date": run["ctime"].strftime("%Y-%m-%d %H:%M") if run["ctime"] else "", "run": run["run_id"][:8]}
+            "rows": list(rows.values()), "runs": runs}
 
 
 def _glance(sections: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -99,7 +99,7 @@ def test_latest_run_per_gpu_and_trends(store):
     assert data.tail == "p80_ms" and data.cpu_rows == 2 * 9
     h100 = "cuda:" + H100_LABEL
     assert set(data.latest) == {h100, "cuda:" + site_store.H200.gpu_name}  # the CPU interpreter left out
-    assert data.runs[h100]["commit"] == site_store.sha(COMMITS - 1)
+    assert [u["commit"] for u in data.runs[h100]] == [site_store.sha(COMMITS - 1)]
     assert {r["kernel"] if "kernel" in r else "backbone" for r in data.latest[h100]} == {"backbone"}
     assert len(data.latest[h100]) == 9
     trend = data.trends[(h100, _label(MAMBA), "bfloat16", "kcollect")]
@@ -186,3 +186,33 @@ def test_hostile_names_are_escaped_and_an_empty_store_says_so(tmp_path):
     con.execute("DELETE FROM results WHERE kernel = 'backbone'")
     con.close()
     assert "No GPU run of the backbone benchmark yet" in build(db, tmp_path / "site2")
+
+
+def test_a_run_of_part_of_the_grid_hides_none_of_the_rest(tmp_path):
+    # a later H100 run of the streamed LSTM configuration alone (kcollect run backbone --where
+    # stream=1): its row is the newest; mamba's and attention's stay, from the run before, and the
+    # page names both runs
+    db = write_store(tmp_path / "k.duckdb")
+    late = COMMITS + 1
+    with Store(db) as store:
+        run_id = f"{site_store.H100.env_id}-bb-{late:03d}".ljust(36, "0")
+        started = site_store.T0 + timedelta(days=late, hours=1)
+        store.start_run(Run(run_id=run_id, env_id=site_store.H100.env_id, started_at=started, finished_at=None,
+                            status="unfinished", git_commit=site_store.sha(late),
+                            commit_time=site_store.T0 + timedelta(days=late), git_dirty=False, grid="full",
+                            copy_gbps=3000.0, matmul_tflops=700.0, config="{}"))
+        store.add_results([_row(run_id, LSTM, p, 0.25, i) for i, p in enumerate(("kcollect", "eager"))])
+        store.finish_run(run_id, "finished", started + timedelta(minutes=1))
+    with Store(db, read_only=True) as s:
+        data = site_budgets.load(s)
+    h100 = "cuda:" + H100_LABEL
+    by_shape = {}
+    for r in data.latest[h100]:
+        by_shape.setdefault(r["shape"], set()).add(r["commit"])
+    assert by_shape == {_label(LSTM): {site_store.sha(late)}, _label(MAMBA): {site_store.sha(COMMITS - 1)},
+                        _label(ATTN): {site_store.sha(COMMITS - 1)}}
+    assert [u["commit"] for u in data.runs[h100]] == [site_store.sha(late), site_store.sha(COMMITS - 1)]
+    html = build(db, tmp_path / "site")
+    section = html.split(f'id="g-')[1]
+    assert "from the latest backbone run that measured it" in section
+    assert site_store.sha(late)[:8] in section and site_store.sha(COMMITS - 1)[:8] in section
