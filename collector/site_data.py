@@ -97,7 +97,7 @@ class SiteData:
     trends: dict[tuple[str, str, str, str], dict[str, dict[str, list]]]  # 4 significant digits
     exact_trends: dict[tuple[str, str, str, str], dict[str, dict[str, list]]]  # as measured
     conditions: dict[int, dict[str, Any]]  # condition id -> machine, timing, env fields, peers
-    last_ci: dict[tuple[str, str], int]  # (gkey, kernel) -> index of the commit of its latest run
+    last_ci: dict[tuple[str, str, str, str], int]  # (gkey, kernel, shape, dtype) -> its latest run's commit index
     sparks: dict[tuple[str, str, str, str, str], list[float]]  # (gkey, kernel, provider, mode|*, dtype|*) -> values
     environments: list[dict[str, Any]]
     runs: list[dict[str, Any]]
@@ -147,7 +147,7 @@ def load(store: Store) -> SiteData:
         modes=_ordered({r["mode"] for r in all_rows}, MODE_ORDER),
         dtypes=_ordered({r["dtype"] for r in all_rows}, DTYPE_ORDER),
         latest=latest, trends=trends, exact_trends=exact_trends, conditions=conditions,
-        last_ci={key: run_ci[rows[0]["run_id"]] for key, rows in latest.items()},
+        last_ci={(*key, r["shape"], r["dtype"]): run_ci[r["run_id"]] for key, rows in latest.items() for r in rows},
         sparks=_sparks(store), environments=_environments(store), runs=runs, lab=_lab(store))
 
 
@@ -204,15 +204,17 @@ def _clean(r: dict[str, Any]) -> dict[str, Any]:
 
 
 def _latest(store: Store) -> dict[tuple[str, str], list[dict[str, Any]]]:
-    """The rows of the latest run of each (group, kernel): a run that measured a kernel measured all
-    its providers together, so speedups are taken within one run."""
+    """The rows of each (group, kernel), each case (shape, dtype) from the latest run that measured
+    it: a run measures a case's modes and providers together, so speedups are taken within one run,
+    and a run of part of the grid (--where, or stopped early) hides none of the other cases."""
     rows = store.query(RUNS_CTE + f""",
-        lk AS (SELECT rc.gkey, k.kernel, k.run_id,
-                      row_number() OVER (PARTITION BY rc.gkey, k.kernel ORDER BY rc.ci DESC, rc.started_at DESC) AS rn
-               FROM (SELECT DISTINCT run_id, kernel FROM results) k JOIN rc USING (run_id))
+        lk AS (SELECT rc.gkey, k.kernel, k.shape, k.dtype, k.run_id,
+                      row_number() OVER (PARTITION BY rc.gkey, k.kernel, k.shape, k.dtype
+                                         ORDER BY rc.ci DESC, rc.started_at DESC) AS rn
+               FROM (SELECT DISTINCT run_id, kernel, shape, dtype FROM results) k JOIN rc USING (run_id))
         SELECT lk.gkey, {', '.join('v.' + c.strip() for c in LATEST_COLUMNS.split(','))}
-        FROM lk JOIN results_v v USING (run_id, kernel) WHERE lk.rn = 1
-        ORDER BY lk.gkey, v.kernel, v.seq""")
+        FROM lk JOIN results_v v USING (run_id, kernel, shape, dtype) WHERE lk.rn = 1
+        ORDER BY lk.gkey, v.kernel, v.started_at DESC, v.seq""")
     out: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in rows:
         out.setdefault((r["gkey"], r["kernel"]), []).append(_clean(r))

@@ -127,8 +127,8 @@ def state(ci: list[int], med: list[float], step: Step, last_ci: int | None) -> t
     condition where that moved nothing): a regression is 'open' while the level now (the median of
     the last PERSIST points) stays on the slow side of halfway between the levels before and after
     it, 'recovered' once it is back on the fast side (from the first point after which it stays
-    there), and 'ended' when the series is no longer measured (its kernel's latest run has no point
-    of it). An improvement is 'held' or 'lost' alike."""
+    there), and 'ended' when the series is no longer measured (the latest run of its case has no
+    point of it). An improvement is 'held' or 'lost' alike."""
     mid = (math.log(step.before_ms) + math.log(step.after_ms)) / 2
     sign = 1 if step.kind == "regression" else -1
     logs = [math.log(v) for v in med]
@@ -184,7 +184,7 @@ def _flags(data: SiteData, b: Base, cond: int, steps: list[Step], noise: float |
            ext: list[int]) -> list[dict[str, Any]]:
     """The flags of one series' steps; `ext`: the indexes of its points, continued (see above)."""
     ci, med = [b.ci[j] for j in ext], [b.med[j] for j in ext]
-    last_ci = data.last_ci.get((b.gkey, b.kernel))
+    last_ci = data.last_ci.get((b.gkey, b.kernel, b.shape, b.dtype))
     commits = data.group(b.gkey).commits
     out, regressions = [], []
     for step in steps:

@@ -218,8 +218,8 @@ def kernel_page(data: SiteData, kernel: str, slugs: dict[str, str], rows_of_flag
                        rows_of_flags)
                  for mode, dtype in _combos(rows, data.modes, data.dtypes)]
         latest = next(r for r in data.runs if r["run_id"] == run["run_id"])
-        sections.append({"group": g, "latest": _run_info(latest, g), "ceiling": ceiling,
-                         "ceiling_name": ceiling_name, "parts": parts})
+        sections.append({"group": g, "latest": _run_info(latest, g), "older": _older_runs(data, rows),
+                         "ceiling": ceiling, "ceiling_name": ceiling_name, "parts": parts})
     groups = [g for g in data.groups if kernel in g.kernels]
     return {"name": kernel, "slug": slugs[kernel], "info": info, "sections": sections,
             "flags": rows_of_flags, "colors": colors,
@@ -227,6 +227,16 @@ def kernel_page(data: SiteData, kernel: str, slugs: dict[str, str], rows_of_flag
             "conditions": {str(i): _condition_label(c) for i, c in data.conditions.items()},
             "marks": [{k: f[k] for k in ("kind", "state", "label", "gid", "mode", "dtype", "provider", "shape",
                                          "after_ci", "after_ms", "change", "what")} for f in rows_of_flags]}
+
+
+def _older_runs(data: SiteData, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The runs other than the newest that the rows' cases come from (a later run measured only
+    part of the grid), newest first, with how many cases each gives."""
+    cases: dict[str, set] = {}
+    for r in rows:
+        cases.setdefault(r["run_id"], set()).add((r["shape"], r["dtype"]))
+    by_id = {r["run_id"]: r for r in data.runs}
+    return [{"run": rid[:8], "commit": by_id[rid]["commit"][:8], "cases": len(c)} for rid, c in list(cases.items())[1:]]
 
 
 def _part(data: SiteData, g: Group, kernel: str, mode: str, dtype: str, rows: list[dict[str, Any]],

@@ -487,3 +487,37 @@ def test_shape_labels_leave_constant_dims_to_the_axis_title():
     labels, title = compact(["B=1,S=32,causal=0,window=0", "B=32,S=512,causal=1,window=0"])
     assert labels == ["1×32×0", "32×512×1"] and title == "shape (B × S × causal)<br>window=0"
     assert compact(["M=7,N=<b>"]) == (["7×&lt;b&gt;"], "shape (M × N)")  # one shape: every dim, escaped
+
+
+def test_a_run_of_part_of_the_grid_hides_none_of_the_other_cases(tmp_path):
+    # a later H100 run that measured one case of alpha (kcollect run alpha --where ..., or a run
+    # stopped early): that case comes from it, every other case still from the run before, and the
+    # page says which run each comes from
+    from dataclasses import replace
+    from datetime import timedelta
+
+    db = site_store.build_store(tmp_path / "k.duckdb")
+    with Store(db) as store:
+        before = store.query("""SELECT r.* FROM results r JOIN runs u USING (run_id)
+                                WHERE r.kernel = 'alpha' AND u.env_id = ? ORDER BY u.started_at DESC, r.seq""",
+                             [site_store.H100_NEW.env_id])
+        old_run = before[0]["run_id"]
+        rows = [r for r in before if r["run_id"] == old_run]
+        case = (rows[0]["shape"], rows[0]["dtype"])
+        later = site_store._run(site_store.H100_NEW, site_store.COMMITS, 0)
+        later = replace(later, run_id="partial-" + later.run_id[8:],
+                        started_at=later.started_at + timedelta(days=1), commit_time=later.commit_time + timedelta(days=1))
+        store.start_run(later)
+        store.add_results([{**r, "run_id": later.run_id, "median_ms": r["median_ms"] and r["median_ms"] * 0.5}
+                           for r in rows if (r["shape"], r["dtype"]) == case])
+        store.finish_run(later.run_id, "finished", later.started_at + timedelta(minutes=1))
+        data = site_data.load(store)
+    gkey = next(g.key for g in data.groups if g.key.endswith(site_store.H100.gpu_name))
+    got = data.latest[(gkey, "alpha")]
+    assert {r["run_id"] for r in got if (r["shape"], r["dtype"]) == case} == {later.run_id}
+    assert {(r["shape"], r["dtype"]) for r in got if r["run_id"] == old_run} == \
+        {(r["shape"], r["dtype"]) for r in rows} - {case}
+    assert got[0]["run_id"] == later.run_id  # the newest run first: the page's header and ceiling
+    build_site(db, tmp_path / "site")
+    page = section(read(tmp_path / "site", "kernels/alpha.html"), H100)
+    assert "That run measured part of the grid" in page and old_run[:8] in page
