@@ -2,7 +2,9 @@
 on the CPU interpreter: the selective scan's state update, the depthwise conv window and the LSTM
 cell. Channels not a multiple of the block (masked), N and window widths not powers of two,
 inputs that are views into wider rows (as a model's chunks and splits give them), fp32 and bf16;
-in fp32 the error is held to the PyTorch step's own error, and the carried state is left unchanged."""
+in fp32 the error is held to the PyTorch step's own error, and the carried state is left unchanged.
+On a GPU (TRITON_INTERPRET=0) the same tests run compiled on CUDA, with `gpu` in their ids."""
+import os
 import random
 
 import pytest
@@ -21,6 +23,11 @@ F32, BF16, F64 = torch.float32, torch.bfloat16, torch.float64
 BOUND = {F32: 1e-5, BF16: 1e-2}  # bf16: the output's own rounding (2^-8) with room for the sums
 
 
+ON_GPU = torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1"
+DEVICES = [pytest.param("cuda", id="gpu")] if ON_GPU else [pytest.param("cpu", id="cpu")]
+device = pytest.mark.parametrize("dev", DEVICES)
+
+
 def gen():
     return torch.Generator().manual_seed(random.randrange(2**31))
 
@@ -32,17 +39,18 @@ def within(got, want, eager, dtype):
         assert err <= 2 * verify.rel_error(eager, want) + 1e-7, (err, verify.rel_error(eager, want))
 
 
+@device
 @pytest.mark.parametrize("dtype", [F32, BF16])
 @pytest.mark.parametrize("b, d, n", [(3, 37, 5), (1, 16, 16), (2, 300, 16)])
-def test_selective_state_update(dtype, b, d, n):
+def test_selective_state_update(dev, dtype, b, d, n):
     g = gen()
-    wide = torch.randn(b, 3 * d + 7, generator=g).to(dtype)  # x, delta, z as column slices of one row
+    wide = torch.randn(b, 3 * d + 7, generator=g).to(dev, dtype)  # x, delta, z as column slices of one row
     x, delta, z = wide[:, :d], wide[:, d:2 * d] - 1.0, wide[:, 2 * d + 7:]
-    bc = torch.randn(b, 2 * n + 3, generator=g).to(dtype)
+    bc = torch.randn(b, 2 * n + 3, generator=g).to(dev, dtype)
     Bm, Cm = bc[:, 3:3 + n], bc[:, 3 + n:]
-    A_log = (torch.rand(d, n, generator=g) * 2 - 1).to(dtype)
-    D = torch.randn(d, generator=g).to(dtype)
-    h = torch.randn(b, d, n, generator=g)
+    A_log = (torch.rand(d, n, generator=g) * 2 - 1).to(dev, dtype)
+    D = torch.randn(d, generator=g).to(dev, dtype)
+    h = torch.randn(b, d, n, generator=g).to(dev)
     h_before = h.clone()
 
     def pytorch(work):
@@ -61,14 +69,15 @@ def test_selective_state_update(dtype, b, d, n):
     assert verify.rel_error(y2.double(), y.double()) <= BOUND[dtype]
 
 
+@device
 @pytest.mark.parametrize("dtype", [F32, BF16])
 @pytest.mark.parametrize("b, d, k", [(3, 37, 4), (1, 20, 2), (2, 130, 3)])
-def test_causal_conv_step(dtype, b, d, k):
+def test_causal_conv_step(dev, dtype, b, d, k):
     g = gen()
-    xz = torch.randn(b, 2 * d, generator=g).to(dtype)
+    xz = torch.randn(b, 2 * d, generator=g).to(dev, dtype)
     x = xz[:, :d]  # a chunk of the in-projection, as Mamba takes it
-    state = torch.randn(b, d, k - 1, generator=g).to(dtype)
-    w, bias = torch.randn(d, k, generator=g).to(dtype), torch.randn(d, generator=g).to(dtype)
+    state = torch.randn(b, d, k - 1, generator=g).to(dev, dtype)
+    w, bias = torch.randn(d, k, generator=g).to(dev, dtype), torch.randn(d, generator=g).to(dev, dtype)
     before = state.clone()
 
     def pytorch(work):
@@ -83,13 +92,14 @@ def test_causal_conv_step(dtype, b, d, k):
     assert torch.equal(sn.double(), want_state)  # the window moves: exact
 
 
+@device
 @pytest.mark.parametrize("dtype", [F32, BF16])
 @pytest.mark.parametrize("b, i, h", [(3, 24, 20), (1, 64, 64), (5, 7, 130)])
-def test_lstm_step(dtype, b, i, h):
+def test_lstm_step(dev, dtype, b, i, h):
     g = gen()
-    x, h0, c0 = (torch.randn(*s, generator=g).to(dtype) for s in ((b, i), (b, h), (b, h)))
-    w_ih, w_hh = (torch.randn(4 * h, n, generator=g).div(n ** 0.5).to(dtype) for n in (i, h))
-    bias = torch.randn(4 * h, generator=g).to(dtype)
+    x, h0, c0 = (torch.randn(*s, generator=g).to(dev, dtype) for s in ((b, i), (b, h), (b, h)))
+    w_ih, w_hh = (torch.randn(4 * h, n, generator=g).div(n ** 0.5).to(dev, dtype) for n in (i, h))
+    bias = torch.randn(4 * h, generator=g).to(dev, dtype)
 
     def pytorch(work):
         _, hn, cn = step_loop(*(t.to(work) for t in (x[:, None], h0, c0, w_ih, w_hh, bias)))
@@ -127,6 +137,7 @@ def _decode_reference(q, kc, vc, k, v, window):
     return torch.einsum("bhj,bjhd->bhd", s.softmax(-1), values)
 
 
+@device
 @pytest.mark.parametrize("dtype", [BF16, torch.float16])
 @pytest.mark.parametrize("b, s, hkv, g, d, window", [
     (3, 37, 2, 3, 40, 0),  # GQA with 3 query heads a kv head, head dim not a power of two
@@ -134,11 +145,11 @@ def _decode_reference(q, kc, vc, k, v, window):
     (1, 0, 2, 2, 16, 0),  # an empty cache: the new key alone
     (4, 59, 8, 1, 64, 60),  # the agent's attention layer: the whole window
 ])
-def test_attention_decode(dtype, b, s, hkv, g, d, window):
+def test_attention_decode(dev, dtype, b, s, hkv, g, d, window):
     gen_ = gen()
-    qkv = torch.randn(b, 3, hkv * g, d, generator=gen_).to(dtype)  # q, k, v as views of one projection
+    qkv = torch.randn(b, 3, hkv * g, d, generator=gen_).to(dev, dtype)  # q, k, v as views of one projection
     q, k, v = qkv[:, 0], qkv[:, 1, :hkv], qkv[:, 2, :hkv]
-    kc, vc = (torch.randn(b, s, hkv, d, generator=gen_).to(dtype) for _ in range(2))
+    kc, vc = (torch.randn(b, s, hkv, d, generator=gen_).to(dev, dtype) for _ in range(2))
     want = _decode_reference(q, kc, vc, k, v, window)
     got = attention_decode(q, kc, vc, k, v, window=window)
     assert got.dtype == dtype and got.shape == q.shape
