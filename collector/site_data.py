@@ -208,13 +208,13 @@ def _latest(store: Store) -> dict[tuple[str, str], list[dict[str, Any]]]:
     it: a run measures a case's modes and providers together, so speedups are taken within one run,
     and a run of part of the grid (--where, or stopped early) hides none of the other cases."""
     rows = store.query(RUNS_CTE + f""",
-        lk AS (SELECT rc.gkey, k.kernel, k.shape, k.dtype, k.run_id,
+        lk AS (SELECT rc.gkey, k.kernel, k.shape, k.dtype, k.run_id, rc.ci,
                       row_number() OVER (PARTITION BY rc.gkey, k.kernel, k.shape, k.dtype
                                          ORDER BY rc.ci DESC, rc.started_at DESC) AS rn
                FROM (SELECT DISTINCT run_id, kernel, shape, dtype FROM results) k JOIN rc USING (run_id))
         SELECT lk.gkey, {', '.join('v.' + c.strip() for c in LATEST_COLUMNS.split(','))}
         FROM lk JOIN results_v v USING (run_id, kernel, shape, dtype) WHERE lk.rn = 1
-        ORDER BY lk.gkey, v.kernel, v.started_at DESC, v.seq""")
+        ORDER BY lk.gkey, v.kernel, lk.ci DESC, v.started_at DESC, v.seq""")
     out: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in rows:
         out.setdefault((r["gkey"], r["kernel"]), []).append(_clean(r))
