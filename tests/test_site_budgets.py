@@ -66,15 +66,20 @@ def write_store(path: Path) -> Path:
         for env, commits, scale in plans:
             store.add_environment(env)
             for c in commits:
-                run_id = f"{env.env_id}-bb-{c:03d}".ljust(36, "0")
-                started = site_store.T0 + timedelta(days=c, hours=1)
-                store.start_run(Run(run_id=run_id, env_id=env.env_id, started_at=started, finished_at=None,
-                                    status="unfinished", git_commit=site_store.sha(c),
-                                    commit_time=site_store.T0 + timedelta(days=c), git_dirty=False, grid="full",
-                                    copy_gbps=3000.0, matmul_tflops=700.0, config="{}"))
-                store.add_results(_rows(run_id, c, scale))
-                store.finish_run(run_id, "finished", started + timedelta(minutes=5))
+                _add_run(store, env, c, lambda run_id: _rows(run_id, c, scale))
     return path
+
+
+def _add_run(store: Store, env, commit: int, rows) -> str:
+    """A finished run of `env` at commit index `commit`, with rows(run_id) as its results."""
+    run_id = f"{env.env_id}-bb-{commit:03d}".ljust(36, "0")
+    started = site_store.T0 + timedelta(days=commit, hours=1)
+    store.start_run(Run(run_id=run_id, env_id=env.env_id, started_at=started, finished_at=None, status="unfinished",
+                        git_commit=site_store.sha(commit), commit_time=site_store.T0 + timedelta(days=commit),
+                        git_dirty=False, grid="full", copy_gbps=3000.0, matmul_tflops=700.0, config="{}"))
+    store.add_results(rows(run_id))
+    store.finish_run(run_id, "finished", started + timedelta(minutes=5))
+    return run_id
 
 
 def build(db: Path, out: Path) -> str:
@@ -195,14 +200,8 @@ def test_a_run_of_part_of_the_grid_hides_none_of_the_rest(tmp_path):
     db = write_store(tmp_path / "k.duckdb")
     late = COMMITS + 1
     with Store(db) as store:
-        run_id = f"{site_store.H100.env_id}-bb-{late:03d}".ljust(36, "0")
-        started = site_store.T0 + timedelta(days=late, hours=1)
-        store.start_run(Run(run_id=run_id, env_id=site_store.H100.env_id, started_at=started, finished_at=None,
-                            status="unfinished", git_commit=site_store.sha(late),
-                            commit_time=site_store.T0 + timedelta(days=late), git_dirty=False, grid="full",
-                            copy_gbps=3000.0, matmul_tflops=700.0, config="{}"))
-        store.add_results([_row(run_id, LSTM, p, 0.25, i) for i, p in enumerate(("kcollect", "eager"))])
-        store.finish_run(run_id, "finished", started + timedelta(minutes=1))
+        _add_run(store, site_store.H100, late, lambda run_id: [_row(run_id, LSTM, p, 0.25, i)
+                                                               for i, p in enumerate(("kcollect", "eager"))])
     with Store(db, read_only=True) as s:
         data = site_budgets.load(s)
     h100 = "cuda:" + H100_LABEL

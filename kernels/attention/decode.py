@@ -18,7 +18,6 @@ import triton
 import triton.language as tl
 
 
-
 @triton.jit
 def _decode(Q, KC, VC, KN, VN, O, S, start, G, D, qk_scale, sqb, sqh, skb, sks, skh, svb, svs, svh, snb, snh,
             smb, smh, sob, soh, BG: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr):

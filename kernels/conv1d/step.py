@@ -26,7 +26,7 @@ def _conv_step(X, S, W, Bias, Y, SN, Dn, KS, sx, sy, BD: tl.constexpr, BK: tl.co
     w_now = tl.load(W + d * (KS + 1) + KS, mask=md, other=0.0).to(tl.float32)
     out = tl.sum(w * s, axis=1) + w_now * x + tl.load(Bias + d, mask=md, other=0.0).to(tl.float32)
     if SILU:
-        out = out / (1.0 + tl.exp(-out))
+        out = out * tl.sigmoid(out)
     tl.store(Y + b * sy + d, out.to(Y.dtype.element_ty), mask=md)
     # the window moves by one: slot k takes slot k + 1, the last slot takes x
     nxt = tl.load(S + window + 1, mask=mk & (k[None, :] < KS - 1), other=0.0)

@@ -37,7 +37,7 @@ def _state_update(X, DL, A, Bm, Cm, Dk, Z, H, Y, HN, Dn, N, sx, sdl, sb, sc, sz,
     h = tl.exp(dt[:, None] * a) * h + (dt * x)[:, None] * bn[None, :]
     tl.store(HN + state, h, mask=m2)
     y = tl.sum(h * cn[None, :], axis=1) + skip * x
-    y = y * z / (1.0 + tl.exp(-z))
+    y = y * z * tl.sigmoid(z)
     tl.store(Y + b * sy + d, y.to(Y.dtype.element_ty), mask=md)
 
 
