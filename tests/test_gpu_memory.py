@@ -35,11 +35,13 @@ def test_every_case_returns_the_memory_it_found(tmp_path):
         # In a fresh process, configured as `kcollect run` configures PyTorch's allocator
         # (expandable segments): in this one, earlier tests started CUDA without it.
         env = {**os.environ, "KCOLLECT_MEMTEST_CHILD": "1", "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
-        out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider",
-                              f"{__file__}::test_every_case_returns_the_memory_it_found"],
+        # no log capture: torch's debug records would bury the case lines and the failure
+        out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "-p", "no:logging",
+                              "--tb=short", f"{__file__}::test_every_case_returns_the_memory_it_found"],
                              env=env, capture_output=True, text=True)
-        print(out.stdout[-20000:], out.stderr[-5000:])
-        assert out.returncode == 0, out.stdout[-3000:]
+        lines = out.stdout.splitlines()
+        print("\n".join(line for line in lines if " MiB" in line), out.stderr[-3000:])
+        assert out.returncode == 0, "\n".join([line for line in lines if line.startswith("E ")][-40:]) or out.stdout[-3000:]
         return
     from kcollect.registry import load
     from kcollect.runner import Runner, RunConfig, plan
