@@ -229,3 +229,39 @@ def test_a_provider_with_its_own_reference_is_gated_on_it(tmp_path):
     by = {(r["mode"], r["provider"]): r["status"] for r in rows}
     assert by == {(m, p): s for m in ("fwd", "bwd") for p, s in (("other", "ok"), ("ungated", "failed"),
                                                                   ("torch", "ok"))}
+
+
+def test_a_case_is_released_after_its_tensors_are_gone(tmp_path, monkeypatch):
+    # The allocator can only give back blocks nothing holds: a release while the case's inputs,
+    # float64 answers or upstream gradients were still referenced kept them cached until the
+    # next case (the GPU memory test caught it on the H200).
+    import weakref
+
+    from kcollect import runner as runner_module
+
+    made = []
+
+    def inputs(dims, dtype, device, seed):
+        out = planted_kernels._inputs(dims, dtype, device, seed)
+        made.extend(weakref.ref(t) for t in out.values())
+        return out
+
+    def reference(x):
+        out = x * 2.0
+        made.append(weakref.ref(out))
+        return out
+
+    alive = []
+    monkeypatch.setattr(runner_module.memory, "release",
+                        lambda device, compiled=False: alive.append(sum(r() is not None for r in made)))
+    spec = dataclasses.replace(planted_kernels.SPECS[0], make_inputs=inputs, reference=reference)
+    config = RunConfig(kernels=(spec.name,), grid="quick", device="cpu", modes=("fwd", "bwd"), warmup_ms=1,
+                       rep_ms=2, min_reps=3, seed=1, recheck=True)
+    with Store(tmp_path / "k.duckdb") as store:
+        runner = Runner(config, store)
+        runner.start(ROOT)
+        for case in plan([spec], config):
+            made.clear()
+            runner.run_case(case)
+            assert made and alive[-1] == 0, f"{alive[-1]} of the case's tensors alive at its release"
+        runner.finish("finished")
