@@ -220,7 +220,10 @@ SPEC = cell_spec(
     triton=triton_axon,
     providers=(
         Provider("cortex", cortex, peer_available("cortex"),
-                 note="Cortex's AxonLayer on its Triton RTU and PyTorch SRHT (its CUDA extensions build for minutes)"),
+                 note="Cortex's AxonLayer on its Triton RTU and PyTorch SRHT (its CUDA extensions build for minutes). "
+                      "That SRHT's butterfly (_fwht_) overwrites a with a + b before it computes a - b, so it "
+                      "returns [a + b, a], not the Hadamard transform: every row fails the gate (its output 3.5% "
+                      "off in fp32 at B8 T256 H256 on the H200); in bf16 its nu traces also overflow"),
         Provider("linear", linear, reference=linear_reference, grad_inputs=("x", "w_lin", "b_lin"),
                  note="nn.Linear(H, H), the layer AxonLayer replaces: H^2 + H parameters against 3H^2 + 6H"),
         Provider("eager", eager, note="the PyTorch step loop"),
