@@ -301,7 +301,8 @@ def _maker(spec, fn, inputs, mode, dys) -> Callable[[], Callable]:
 
 def _put_timing(row: dict, t: timing.Timing) -> None:
     row.update(timing=t.method, median_ms=t.median_ms, p20_ms=t.p20_ms, p80_ms=t.p80_ms, mean_ms=t.mean_ms,
-               std_ms=t.std_ms, min_ms=t.min_ms, reps=t.reps, peak_mem_bytes=t.peak_bytes, clock_mhz=t.clock_mhz)
+               std_ms=t.std_ms, min_ms=t.min_ms, reps=t.reps, peak_mem_bytes=t.peak_bytes, clock_mhz=t.clock_mhz,
+               p99_ms=t.p99_ms, max_ms=t.max_ms)
 
 
 def _finite(x: float | None) -> float | None:

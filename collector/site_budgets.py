@@ -3,9 +3,10 @@ which provider and how much headroom.
 
 Reads the store alone (results_v rows of the kernel 'backbone'), never a kernel. `load` queries,
 `page` builds the page model (pure, so the tests can check what the page will say), `render`
-writes budgets.html through the site's writer. Pass or fail is judged on the highest quantile the
-store keeps: p80 (the store has no p99 column; where it gains one, p99 is used, and the page says
-which). CPU-interpreter rows are left out: their times say nothing about a frame on a GPU.
+writes budgets.html through the site's writer. Pass or fail is judged on a row's p99 (schema 4 on),
+or on its p80 where the row is older (the page marks those). The sparklines draw the p80, which
+every row has, so a trend does not jump where the store began to keep p99. CPU-interpreter rows
+are left out: their times say nothing about a frame on a GPU.
 """
 from __future__ import annotations
 
@@ -33,26 +34,29 @@ WITH v AS (
 
 @dataclass
 class BudgetData:
-    tail: str  # the column pass/fail is judged on: 'p99_ms' where the store has it, else 'p80_ms'
+    tail: str  # what pass/fail is judged on: 'p99_ms' where any shown row has it, else 'p80_ms'
     # gkey -> for each (configuration, dtype), the rows of the latest run that measured it (a run
     # measures a configuration's providers together; a run of part of the grid, --where or one
     # stopped early, hides none of the others)
     latest: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     runs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # gkey -> those runs, newest first
-    # (gkey, shape, dtype, provider) -> the tail per commit, oldest first (passing rows only)
+    # (gkey, shape, dtype, provider) -> the p80 per commit, oldest first (passing rows only)
     trends: dict[tuple[str, str, str, str], list[float]] = field(default_factory=dict)
     cpu_rows: int = 0  # interpreter rows left out
 
 
 def load(store: Store) -> BudgetData:
     columns = {row[0] for row in store.con.execute("DESCRIBE results_v").fetchall()}
-    data = BudgetData(tail="p99_ms" if "p99_ms" in columns else "p80_ms")
-    tail = data.tail
+    # a store older than schema 4 (opened read-only, unmigrated) has no p99 column
+    p99 = "v.p99_ms" if "p99_ms" in columns else "NULL"
     rows = store.query(SERIES + f"""
         , latest AS (SELECT gkey, shape, dtype, arg_max(run_id, (ctime, started_at)) AS run_id FROM v GROUP BY ALL)
         SELECT v.gkey, v.run_id, v.commit, v.ctime, v.started_at, v.provider, v.shape, v.dims, v.dtype, v.status,
-               v.error, v.rel_err, v.timing, v.median_ms, v.{tail} AS tail_ms
+               v.error, v.rel_err, v.timing, v.median_ms, coalesce({p99}, v.p80_ms) AS tail_ms,
+               CASE WHEN {p99} IS NULL THEN 'p80' ELSE 'p99' END AS tail_q
         FROM v JOIN latest USING (gkey, shape, dtype, run_id) ORDER BY v.gkey, v.seq""", [KERNEL])
+    shown = {r["tail_q"] for r in rows if r["status"] == "ok"}
+    data = BudgetData(tail="p99_ms" if "p99" in shown else "p80_ms")
     runs: dict[str, dict[str, dict[str, Any]]] = {}
     for r in rows:
         r["dims"] = json.loads(r["dims"] or "{}")
@@ -63,8 +67,8 @@ def load(store: Store) -> BudgetData:
                  for g, by in runs.items()}
     trend_rows = store.con.execute(SERIES + f"""
         SELECT gkey, shape, dtype, provider, list(t ORDER BY ctime, commit)
-        FROM (SELECT gkey, shape, dtype, provider, commit, min(ctime) AS ctime, median({tail}) AS t
-              FROM v WHERE status = 'ok' AND {tail} > 0 GROUP BY ALL)
+        FROM (SELECT gkey, shape, dtype, provider, commit, min(ctime) AS ctime, median(p80_ms) AS t
+              FROM v WHERE status = 'ok' AND p80_ms > 0 GROUP BY ALL)
         GROUP BY ALL""", [KERNEL]).fetchall()
     data.trends = {tuple(r[:4]): list(r[4])[-TREND_POINTS:] for r in trend_rows}
     data.cpu_rows = store.con.execute("SELECT count(*) FROM results_v WHERE kernel = ? AND device_kind = 'cpu'",
@@ -110,7 +114,8 @@ def _cell(r: dict[str, Any], trend: list[float]) -> dict[str, Any]:
     """A provider's cell: times and fit only where the row passed the correctness gate."""
     if r["status"] != "ok" or not r["tail_ms"]:
         return {"ok": False, "status": r["status"], "reason": r["error"] or r["status"]}
-    return {"ok": True, "status": "ok", "median": r["median_ms"], "tail": r["tail_ms"], "timing": r["timing"],
+    return {"ok": True, "status": "ok", "median": r["median_ms"], "tail": r["tail_ms"], "q": r["tail_q"],
+            "timing": r["timing"],
             "fit": fit(r["tail_ms"]), "spark": charts.sparkline(trend),
             "spark_title": f"{len(trend)} commits: {trend[0]:.3g} → {trend[-1]:.3g} ms" if trend else ""}
 

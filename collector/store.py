@@ -23,7 +23,7 @@ from typing import Any, Iterable, Sequence
 
 import duckdb
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 APP = "kcollect"
 
 
@@ -114,6 +114,8 @@ RESULT_COLUMNS = {
     "bytes": "BIGINT",
     "flops": "DOUBLE",
     "seq": "INTEGER",  # order of measurement within the run
+    "p99_ms": "DOUBLE",  # (schema 4) the slowest percent of the timed calls starts here
+    "max_ms": "DOUBLE",  # (schema 4) the slowest timed call
 }
 RESULT_KEY = ("run_id", "kernel", "mode", "provider", "shape", "dtype")
 
@@ -142,7 +144,8 @@ FROM results r JOIN runs u USING (run_id) JOIN environments e USING (env_id)
 ADDED = {1: {"environments": ["peers"],
              "runs": ["machine", "commit_subject", "commit_author", "commit_url", "phases", "shard", "device_index"],
              "results": ["config", "recheck_ms", "free_mem_bytes", "clock_mhz"]},
-         2: {"results": ["alloc_mem_bytes", "reserved_mem_bytes"]}}
+         2: {"results": ["alloc_mem_bytes", "reserved_mem_bytes"]},
+         3: {"results": ["p99_ms", "max_ms"]}}
 
 
 def relabel_shapes(con, run_ids: str | Sequence[str] | None = None) -> None:
@@ -170,7 +173,8 @@ def _add_columns(version: int):
 
 
 MIGRATIONS: dict[int, list] = {1: ["DROP VIEW IF EXISTS results_v", *_add_columns(1), relabel_shapes],
-                               2: ["DROP VIEW IF EXISTS results_v", *_add_columns(2)]}
+                               2: ["DROP VIEW IF EXISTS results_v", *_add_columns(2)],
+                               3: ["DROP VIEW IF EXISTS results_v", *_add_columns(3)]}
 
 
 @dataclass

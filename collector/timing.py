@@ -47,6 +47,8 @@ class Timing:
     reps: int
     peak_bytes: int | None = None  # what one call allocates beyond what existed before it (CUDA)
     clock_mhz: float | None = None  # SM clock read while the timed calls ran
+    p99_ms: float | None = None  # the tail a frame budget is judged on (each sample is one call)
+    max_ms: float | None = None
 
 
 def quantile(sorted_xs: list[float], q: float) -> float:
@@ -67,6 +69,8 @@ def summarize(method: str, samples_ms: list[float]) -> Timing:
         std_ms=statistics.pstdev(xs),
         min_ms=xs[0],
         reps=len(xs),
+        p99_ms=quantile(xs, 0.99),
+        max_ms=xs[-1],
     )
 
 

@@ -85,7 +85,7 @@ def test_timed_rows_have_consistent_statistics(tmp_path):
                         modes=("fwd", "bwd"))
     assert {(r["mode"], r["provider"]) for r in stored} == {(m, p) for m in ("fwd", "bwd") for p in ("triton", "torch")}
     for r in stored:
-        assert r["min_ms"] <= r["p20_ms"] <= r["median_ms"] <= r["p80_ms"]
+        assert r["min_ms"] <= r["p20_ms"] <= r["median_ms"] <= r["p80_ms"] <= r["p99_ms"] <= r["max_ms"]
         assert r["reps"] >= 3 and r["timing"] == "cpu-clock" and r["bytes"] > 0
         assert r["shape"] == "M=33,N=515" and r["baseline"] == "torch"
 
@@ -105,6 +105,7 @@ def test_quantiles_and_summary():
     t = timing.summarize("cpu-clock", [5.0, 1.0, 3.0, 2.0, 4.0])
     assert (t.min_ms, t.median_ms, t.mean_ms, t.reps) == (1.0, 3.0, 3.0, 5)
     assert t.p20_ms == pytest.approx(1.8) and t.p80_ms == pytest.approx(4.2)
+    assert t.p99_ms == pytest.approx(4.96) and t.max_ms == 5.0
 
 
 def test_the_gate_fails_an_error_just_over_the_tolerance():
