@@ -119,7 +119,7 @@ def _rows(run_id: str, env: Environment, kernels: dict, commit: int, rerun: int,
                                    dims=json.dumps(dims_of(shape)) if "=" in shape else "{}", dtype=dtype,
                                    baseline="torch", bound=k["bound"], status="ok", error=None, rel_err=2e-3,
                                    tolerance=1.6e-2, timing=timing, median_ms=ms, p20_ms=ms * 0.995, p80_ms=ms * 1.01,
-                                   mean_ms=ms, std_ms=ms * 0.01, min_ms=ms * 0.99, reps=100 + seq,
+                                   mean_ms=ms, std_ms=ms * 0.01, min_ms=ms * 0.99, p99_ms=ms * 1.05, max_ms=ms * 1.25, reps=100 + seq,
                                    peak_mem_bytes=(s_i + 1) * 3 * 2**20 if env is not CPU else None,
                                    config=json.dumps(CONFIG) if p == "triton" else None,
                                    bytes=nbytes, flops=nbytes * 50.0 if k["bound"] == "compute" else float(nbytes), seq=seq)

@@ -131,6 +131,11 @@ def test_kernel_table_shows_config_memory_reps_and_tolerance(built):
     assert "block: BLOCK=1024 num_warps=4" in row  # the plan this number came from
     assert "MiB" in row and re.search(r'<td class="num">1\d\d</td>', row)  # peak memory, repetitions
     assert "/ 1.6e-02" in row  # the tolerance beside the error, not in a tooltip
+    # the latency distribution of the timed calls on the p20-p80 cell
+    spread = re.search(r'title="of 1\d\d timed calls: mean ([\d.]+), std [^,]+, min ([\d.]+), p99 ([\d.]+), '
+                       r'max ([\d.]+) ms"', row)
+    mean, low, p99, top = map(float, spread.groups())
+    assert low < mean < p99 < top
     assert "<caption>" in h100 and 'scope="col"' in h100
     assert 'data-fig="s1p1-mem"' in read(built, "kernels/alpha.html")  # memory against shape beside time
 
@@ -275,7 +280,8 @@ def test_page_json_carries_the_data(built):
     alpha = json.loads(read(built, "json/kernels/alpha.json"))
     rows = [r for s in alpha["sections"] for p in s["parts"] for r in p["rows"]]
     assert {r["status"] for r in rows} >= {"ok", "failed", "error"}
-    assert all(r["median_ms"] is None for r in rows if r["status"] != "ok")
+    assert all(r["median_ms"] is None and r["max_ms"] is None for r in rows if r["status"] != "ok")
+    assert all(r["p99_ms"] > r["median_ms"] for r in rows if r["status"] == "ok")
 
 
 # -- escaping, the output folder, the store ----------------------------------------------------
