@@ -185,13 +185,10 @@ LATEST_COLUMNS = ("kernel, mode, provider, shape, dims, dtype, baseline, bound, 
                   "timing, median_ms, p20_ms, p80_ms, reps, bytes, flops, seq, gbps, tflops, frac_of_peak, "
                   "copy_gbps, matmul_tflops, run_id, git_commit, started_at, machine, config, peak_mem_bytes, "
                   "recheck_ms, clock_mhz, mean_ms, std_ms, min_ms, p99_ms, max_ms")
-# the latency distribution beside the median (p99 and max: rows since schema 4)
-SPREAD_COLUMNS = ("mean_ms", "std_ms", "min_ms", "p99_ms", "max_ms")
-FLOAT_COLUMNS = ("median_ms", "p20_ms", "p80_ms", "gbps", "tflops", "frac_of_peak", "rel_err", "recheck_ms",
-                 *SPREAD_COLUMNS)
-
-
-TIME_COLUMNS = ("median_ms", "p20_ms", "p80_ms", "gbps", "tflops", "frac_of_peak", "recheck_ms", *SPREAD_COLUMNS)
+# times and rates, with the latency distribution beside the median (p99 and max: rows since schema 4)
+TIME_COLUMNS = ("median_ms", "p20_ms", "p80_ms", "gbps", "tflops", "frac_of_peak", "recheck_ms",
+                "mean_ms", "std_ms", "min_ms", "p99_ms", "max_ms")
+FLOAT_COLUMNS = (*TIME_COLUMNS, "rel_err")
 
 
 def _clean(r: dict[str, Any]) -> dict[str, Any]:

@@ -187,10 +187,12 @@ def check_pass_bytes(spec, dims, fwd: int, bwd: int | None = None, dtype=torch.b
     assert spec.bytes_moved(dims, dtype, "fwd+bwd") == fwd + spec.bytes_moved(dims, dtype, "bwd")
 
 
-def check_case(spec, provider, mode, dtype, dims):
-    """One provider against float64 on fresh random inputs: within the op's tolerance."""
+def check_case(spec, provider, mode, dtype, dims, factor: float = 1.0):
+    """One provider against float64 on fresh random inputs: within the op's tolerance (times
+    `factor`, where a test says why the interpreter needs more)."""
     result = verify.check(spec, provider, dims, dtype, mode, seed=random.randrange(2**31))
-    assert result.ok, f"{provider} {mode} {dtype} {dims}: error {result.error:.3g} > {result.tolerance:.3g}"
+    assert result.error <= factor * result.tolerance, (
+        f"{provider} {mode} {dtype} {dims}: error {result.error:.3g} > {factor} x {result.tolerance:.3g}")
     return result
 
 
