@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from .environment import Commit
+from .profiling import profiled
 from .progress import Progress
 from .plan import Case, RunConfig
 from .runner import Runner, _now, make_row
@@ -47,7 +48,13 @@ def _measure(runner: Runner, open_run: Callable[[], Any], cases: list[Case], nex
              signals: list[int], current: list[int], resuming: bool = False) -> str:
     """Open the run once there is a case for it (a worker left without work writes no run; one
     that continues a run opens it at once, to finish it whatever is left), measure cases until
-    there are none (or a signal), finish it; the status."""
+    there are none (or a signal), finish it; the status. Profiled with --profile."""
+    with profiled(runner.config.profile, lambda: runner.run_id):
+        return _measure_run(runner, open_run, cases, next_task, signals, current, resuming)
+
+
+def _measure_run(runner: Runner, open_run: Callable[[], Any], cases: list[Case],
+                 next_task: Callable[[], Task | None], signals: list[int], current: list[int], resuming: bool) -> str:
     status, started = "unfinished", False
     try:
         if resuming:

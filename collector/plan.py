@@ -34,6 +34,7 @@ class RunConfig:
     caches: str | None = None  # folder of the persistent Triton and inductor caches (caches.py)
     measure_timeout: float | None = None  # seconds a worker may spend on one measurement (collect.py)
     unavailable: tuple[tuple[str, str], ...] = ()  # (provider, why) this run does not measure here
+    profile: str | None = None  # folder for a cProfile of each measuring process (collect.profiled)
 
 
 @dataclass(frozen=True)

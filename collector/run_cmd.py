@@ -88,12 +88,15 @@ CPU_COMPILE = ("compile", "on the CPU torch.compile builds C++, not the Triton c
 @click.option("--cache-dir", default=None, metavar="DIR",
               help="Folder of the persistent Triton and torch.compile caches. Default: $KCOLLECT_CACHE_DIR, "
                    "else ~/.cache/kcollect.")
+@click.option("--profile", "profile_dir", default=None, metavar="DIR",
+              help="Write a cProfile of each measuring process to DIR: RUN_ID.prof (pstats) and RUN_ID.txt (the "
+                   "functions with the most cumulative time), for overhead the run's breakdown does not name.")
 @click.option("--fail-on-incorrect", is_flag=True,
               help="Exit 1 when any row failed its correctness gate or raised an error.")
 @kernel_module_option
 def run(names, all_, quick, modes, providers, dtypes, where, device, warmup_ms, rep_ms, min_reps, ci_pct, cuda_graph, recheck,
-        seed, db, commit, commit_time, machine, gpus, workers, measure_timeout, shard, cache_dir, fail_on_incorrect,
-        kernel_modules) -> None:
+        seed, db, commit, commit_time, machine, gpus, workers, measure_timeout, shard, cache_dir, profile_dir,
+        fail_on_incorrect, kernel_modules) -> None:
     """Run kernels against their baselines, gate on correctness, time, and store one row per
     (kernel, mode, provider, shape, dtype). PyTorch's CUDA allocator runs with expandable segments
     unless PYTORCH_CUDA_ALLOC_CONF is set, and every Triton kernel is built by the torch wheel's
@@ -142,7 +145,8 @@ def run(names, all_, quick, modes, providers, dtypes, where, device, warmup_ms, 
                        seed=random.randrange(2**31) if seed is None else seed,
                        alloc_conf=os.environ["PYTORCH_CUDA_ALLOC_CONF"], ptxas=ptxas, machine=machine,
                        shard=shard, workers=max(1, len(pool)), caches=caches, measure_timeout=timeout,
-                       unavailable=(CPU_COMPILE,) if device == "cpu" and "compile" not in providers else (), **budget)
+                       unavailable=(CPU_COMPILE,) if device == "cpu" and "compile" not in providers else (),
+                       profile=_profile_dir(profile_dir), **budget)
     cases = plan(specs, config)
     if not cases:
         fail("the selection leaves nothing to run (check --mode/--provider/--dtype/--where against `kcollect list`)")
@@ -152,6 +156,18 @@ def run(names, all_, quick, modes, providers, dtypes, where, device, warmup_ms, 
     from .session import execute
 
     execute(config, found, cases, shard_kn, pool, kernel_modules, open_store(db), fail_on_incorrect, started)
+
+
+def _profile_dir(folder: str | None) -> str | None:
+    """--profile's folder, made now (absolute: workers may run elsewhere), or a one-line error."""
+    if folder is None:
+        return None
+    path = Path(folder).resolve()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        fail(f"--profile: cannot use {folder}: {e.strerror or e}")
+    return str(path)
 
 
 def _where(pairs: tuple[str, ...], specs, grid: str) -> tuple[tuple[str, str], ...]:

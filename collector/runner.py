@@ -216,7 +216,8 @@ class Runner:
         finally:
             call = got = None
             if self.config.device == "cuda":  # the next provider finds the device as this one did
-                memory.release("cuda")
+                with self.phases("release"):
+                    memory.release("cuda")
 
     def _settle(self, row: dict, make: Callable[[], Callable], t1: stability.Measured) -> None:
         """The stability rule (stability.py) on one ok row: recheck, and re-measure if need be."""
@@ -238,7 +239,8 @@ class Runner:
         finally:
             call = None
             if self.config.device == "cuda":
-                memory.release("cuda")
+                with self.phases("release"):
+                    memory.release("cuda")
         row.update(status=verdict.status, error=verdict.error, recheck_ms=verdict.recheck_ms)
         _put_timing(row, verdict.timing)
 

@@ -82,18 +82,22 @@ def test_help_explains_every_run_option():
     assert out.exit_code == 0, out.exception
     for opt in ("--all", "--quick", "--mode", "--provider", "--dtype", "--device", "--warmup-ms", "--rep-ms",
                 "--min-reps", "--ci", "--cuda-graph", "--seed", "--db", "--commit", "--machine", "--gpus", "--workers",
-                "--measure-timeout", "--shard", "--cache-dir", "--fail-on-incorrect", "--where"):
+                "--measure-timeout", "--shard", "--cache-dir", "--fail-on-incorrect", "--where", "--profile"):
         assert opt in out.stdout
 
 
 def test_run_summary_export_import(tmp_path):
     db = tmp_path / "k.duckdb"
     out = kc("run", "swiglu", "--mode", "fwd", "--provider", "triton", "--provider", "torch", "--db", str(db),
-             "--rep-ms", "5", "--warmup-ms", "1")
+             "--rep-ms", "5", "--warmup-ms", "1", "--profile", str(tmp_path / "prof"))
     assert out.returncode == 0, out.stderr
     assert "swiglu" in out.stdout and "triton" in out.stdout and "1.00x" in out.stdout
     with Store(db, read_only=True) as s:
         rows = s.query("SELECT * FROM results_v")
+    # --profile: one profile per measuring process, named by its run, naming the measuring code
+    (run_id,) = {r["run_id"] for r in rows}
+    assert sorted(p.name for p in (tmp_path / "prof").iterdir()) == [f"{run_id}.prof", f"{run_id}.txt"]
+    assert "_measure_case" in (tmp_path / "prof" / f"{run_id}.txt").read_text()
     assert rows and {r["status"] for r in rows} == {"ok"}
     assert {r["device_kind"] for r in rows} == {"cpu"} and all(r["interpreted"] for r in rows)
     assert {r["run_status"] for r in rows} == {"finished"}
