@@ -126,7 +126,7 @@ class Runner:
             return self._measure_case(case, only)
         finally:
             with self.phases("release"):
-                memory.release(self.config.device, compiled="compile" in case.providers)
+                memory.release(self.config.device, compiled="compile" in case.providers, case_end=True)
 
     def _measure_case(self, case: Case, only: frozenset[tuple[str, str]] | None) -> list[dict[str, Any]]:
         device, seed = self.config.device, self.config.seed + self.seq

@@ -218,3 +218,19 @@ def test_where_keeps_only_the_matching_shapes():
     both = picked(("stream", "1"), ("net", "lstm"), ("net", "mamba"))  # one dim's values are alternatives
     assert both and {d["net"] for d in both} == {"lstm", "mamba"} and all(d["stream"] == 1 for d in both)
     assert len(both) == len([d for d in streamed if d["net"] in ("lstm", "mamba")])
+
+
+def test_caches_go_under_one_folder_unless_the_user_set_them(tmp_path, monkeypatch):
+    # every compiler whose artefacts a warm run reuses (Triton, inductor, the CuTe DSL peers) gets
+    # its folder under --cache-dir; one the user pointed elsewhere keeps the user's
+    from kcollect import caches
+
+    for var in (*caches.VARIABLES, *caches.SWITCHES):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("QUACK_CACHE_DIR", str(tmp_path / "mine"))
+    described = caches.use(tmp_path / "root")
+    for var, sub in caches.VARIABLES.items():
+        want = tmp_path / ("mine" if var == "QUACK_CACHE_DIR" else f"root/{sub}")
+        assert os.environ[var] == str(want) and f"{var}={want}" in described
+        assert var == "QUACK_CACHE_DIR" or want.is_dir()
+    assert os.environ["FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED"] == "1"

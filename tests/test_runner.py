@@ -254,7 +254,7 @@ def test_a_case_is_released_after_its_tensors_are_gone(tmp_path, monkeypatch):
 
     alive = []
     monkeypatch.setattr(runner_module.memory, "release",
-                        lambda device, compiled=False: alive.append(sum(r() is not None for r in made)))
+                        lambda device, compiled=False, case_end=False: alive.append(sum(r() is not None for r in made)))
     spec = dataclasses.replace(planted_kernels.SPECS[0], make_inputs=inputs, reference=reference)
     config = RunConfig(kernels=(spec.name,), grid="quick", device="cpu", modes=("fwd", "bwd"), warmup_ms=1,
                        rep_ms=2, min_reps=3, seed=1, recheck=True)
@@ -266,3 +266,35 @@ def test_a_case_is_released_after_its_tensors_are_gone(tmp_path, monkeypatch):
             runner.run_case(case)
             assert made and alive[-1] == 0, f"{alive[-1]} of the case's tensors alive at its release"
         runner.finish("finished")
+
+
+def test_release_collects_cycles_made_before_and_after_a_case_ends():
+    # After each provider, a collection scans only what was made since the last case ended (the
+    # rest is frozen): cyclic garbage made since then goes at once, and a frozen object that
+    # becomes cyclic garbage goes at the next case's end.
+    import gc
+    import weakref
+
+    from kcollect import memory
+
+    class Node:
+        pass
+
+    def cycle():
+        a, b = Node(), Node()
+        a.other, b.other = b, a
+        return a
+
+    try:
+        old = cycle()
+        memory.release("cpu", case_end=True)  # `old` is alive: frozen
+        assert gc.get_freeze_count() > 0
+        gone = weakref.ref(old)
+        old = None
+        new = weakref.ref(cycle())  # garbage at once
+        memory.release("cpu")
+        assert new() is None and gone() is not None  # frozen: not scanned after a provider
+        memory.release("cpu", case_end=True)
+        assert gone() is None
+    finally:
+        gc.unfreeze()

@@ -10,11 +10,12 @@ import torch
 from kcollect.spec import KernelSpec, Provider, Shape, peer_available, standard_providers
 
 from .config import config_record
-from .spec_kit import per_element_cost
+from .spec_kit import drawn_on_device, per_element_cost
 
 
+@drawn_on_device
 def make_inputs(dims, dtype, device, seed):
-    g = torch.Generator(device="cpu").manual_seed(seed)
+    g = torch.Generator(device=device).manual_seed(seed)
     shape = (dims["M"], dims["N"])
     a = torch.randn(shape, generator=g, dtype=torch.float32) * 2.0  # gate pre-activations span the curve and both tails
     b = torch.randn(shape, generator=g, dtype=torch.float32)

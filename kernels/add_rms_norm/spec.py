@@ -7,6 +7,7 @@ import torch
 from kcollect.spec import Shape
 
 from .._lib.norm_spec import norm_spec, quack_refusals
+from .._lib.spec_kit import drawn_on_device
 from ..rms_norm.spec import FULL as RMS_NORM_FULL
 from ..rms_norm.spec import configs_of, rms_norm_eager
 from ..rms_norm.spec import reference as rms_norm_reference
@@ -44,8 +45,9 @@ def reference(x: torch.Tensor, residual: torch.Tensor, w: torch.Tensor, eps: flo
     return h, rms_norm_reference(h, w, eps)
 
 
+@drawn_on_device
 def make_inputs(dims, dtype, device, seed):
-    g = torch.Generator(device="cpu").manual_seed(seed)
+    g = torch.Generator(device=device).manual_seed(seed)
     m, n = dims["M"], dims["N"]
     # the residual stream's scale grows with depth and differs between tokens; the sublayer
     # output added to it is smaller

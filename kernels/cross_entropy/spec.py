@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from kcollect.spec import Provider, Unavailable, peer_available, standard_providers
 
 from .._lib import config_record
-from .._lib.spec_kit import grids_of, module_spec
+from .._lib.spec_kit import drawn_on_device, grids_of, module_spec
 from . import IGNORE_INDEX, cross_entropy, pick
 
 
@@ -63,8 +63,9 @@ def reference(logits: torch.Tensor, target: torch.Tensor, ignore_index: int = IG
 # Inputs
 
 
+@drawn_on_device
 def make_inputs(dims, dtype, device, seed):
-    g = torch.Generator(device="cpu").manual_seed(seed)
+    g = torch.Generator(device=device).manual_seed(seed)
     n, v = dims["tokens"], dims["vocab"]
     logits = torch.randn((n, v), generator=g, dtype=torch.float32) * 2.0
     target = torch.randint(0, v, (n,), generator=g)

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from kcollect.spec import Provider, compiled
 
 from .._lib import config_record
-from .._lib.spec_kit import grids_of, module_spec
+from .._lib.spec_kit import drawn_on_device, grids_of, module_spec
 from . import AMAX_FLOOR, FP8_MAX, GRANULARITIES, block_shape, dequantize, fp8_quant, pick
 
 
@@ -52,8 +52,9 @@ def reference(x: torch.Tensor, gran: str) -> torch.Tensor:
 
 
 
+@drawn_on_device
 def make_inputs(dims, dtype, device, seed):
-    g = torch.Generator(device="cpu").manual_seed(seed)
+    g = torch.Generator(device=device).manual_seed(seed)
     M, N = dims["M"], dims["N"]
     x = torch.randn((M, N), generator=g, dtype=torch.float32)
     if dims["gran"] == "128x128":

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from kcollect.spec import Provider, peer_available, standard_providers
 
 from .._lib import config_record
-from .._lib.spec_kit import grids_of, module_spec
+from .._lib.spec_kit import drawn_on_device, grids_of, module_spec
 from ..cross_entropy import IGNORE_INDEX
 from ..cross_entropy import pick as cross_entropy_pick
 from ..cross_entropy.spec import check_shape  # the label smoothing's range
@@ -50,8 +50,9 @@ def reference(x: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, ignor
 # Inputs
 
 
+@drawn_on_device
 def make_inputs(dims, dtype, device, seed):
-    g = torch.Generator(device="cpu").manual_seed(seed)
+    g = torch.Generator(device=device).manual_seed(seed)
     t, h, v = dims["tokens"], dims["hidden"], dims["vocab"]
     # Hidden states after the final RMSNorm are O(1) per element; W ~ N(0, 4 / H) gives logits of
     # standard deviation ~2, the spread of a trained LM head.

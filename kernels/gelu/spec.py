@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from kcollect.spec import standard_providers
 
 from .._lib import config_record
-from .._lib.spec_kit import grids_of, module_spec, per_element_cost
+from .._lib.spec_kit import drawn_on_device, grids_of, module_spec, per_element_cost
 from . import APPROX, gelu, pick
 
 
@@ -26,8 +26,9 @@ def reference(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
     return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))
 
 
+@drawn_on_device
 def make_inputs(dims, dtype, device, seed):
-    g = torch.Generator(device="cpu").manual_seed(seed)
+    g = torch.Generator(device=device).manual_seed(seed)
     # MLP pre-activations; the scale 2 spans the curved part and both tails (x << 0 -> 0, x >> 0 -> x)
     x = torch.randn((dims["M"], dims["N"]), generator=g, dtype=torch.float32) * 2.0
     return {"x": x.to(device=device, dtype=dtype), "approximate": dims["approx"]}

@@ -7,7 +7,7 @@ import torch.nn.functional as F
 
 from .._lib import config_record
 from .._lib.norm_spec import norm_spec, quack_refusals
-from .._lib.spec_kit import grids_of
+from .._lib.spec_kit import drawn_on_device, grids_of
 from . import layer_norm, pick_backward, pick_forward
 
 
@@ -58,8 +58,9 @@ def reference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: fl
     return (x - mean) / torch.sqrt(var + eps) * weight + bias
 
 
+@drawn_on_device
 def make_inputs(dims, dtype, device, seed):
-    g = torch.Generator(device="cpu").manual_seed(seed)
+    g = torch.Generator(device=device).manual_seed(seed)
     m, n = dims["M"], dims["N"]
     # residual-stream-like activations: each row has its own offset and scale, so centring and
     # scaling both matter; weight near 1 and a small bias, as a trained LayerNorm has

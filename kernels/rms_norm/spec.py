@@ -9,7 +9,7 @@ from kcollect.spec import Provider
 
 from .._lib import config_record
 from .._lib.norm_spec import norm_spec, quack_refusals
-from .._lib.spec_kit import grids_of
+from .._lib.spec_kit import drawn_on_device, grids_of
 from . import pick_backward, pick_forward, rms_norm
 
 
@@ -48,8 +48,9 @@ def reference(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6) -> torch.Tens
     return x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps) * w
 
 
+@drawn_on_device
 def make_inputs(dims, dtype, device, seed):
-    g = torch.Generator(device="cpu").manual_seed(seed)
+    g = torch.Generator(device=device).manual_seed(seed)
     m, n = dims["M"], dims["N"]
     # hidden states: unit-scale features with a per-token scale spread over two orders of magnitude
     # (rstd differs from row to row, as between tokens of a real residual stream)

@@ -7,7 +7,7 @@ import torch
 from kcollect.spec import Provider, peer_available, standard_providers
 
 from .._lib import config_record
-from .._lib.spec_kit import grids_of, module_spec
+from .._lib.spec_kit import drawn_on_device, grids_of, module_spec
 from . import pick, rope
 
 POS = ("ids", "shared")
@@ -50,8 +50,9 @@ def reference(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Te
 ROPE_THETA = 500000.0  # LLaMA-3
 
 
+@drawn_on_device
 def make_inputs(dims, dtype, device, seed):
-    g = torch.Generator(device="cpu").manual_seed(seed)
+    g = torch.Generator(device=device).manual_seed(seed)
     B, hq, hk, T, D = dims["B"], dims["Hq"], dims["Hk"], dims["T"], dims["D"]
     # HF layout: the projections give [B, T, H, D]; attention views them as [B, H, T, D].
     q = torch.randn((B, T, hq, D), generator=g, dtype=torch.float32).transpose(1, 2)

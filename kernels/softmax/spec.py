@@ -7,7 +7,7 @@ import torch
 from kcollect.spec import Provider, Unavailable, peer_available, standard_providers
 
 from .._lib import config_record
-from .._lib.spec_kit import grids_of, module_spec, per_element_cost
+from .._lib.spec_kit import drawn_on_device, grids_of, module_spec, per_element_cost
 from . import pick_backward, pick_forward, softmax
 
 
@@ -53,8 +53,9 @@ def reference(x: torch.Tensor) -> torch.Tensor:
 # Inputs
 
 
+@drawn_on_device
 def make_inputs(dims, dtype, device, seed):
-    g = torch.Generator(device="cpu").manual_seed(seed)
+    g = torch.Generator(device=device).manual_seed(seed)
     m, n = dims["M"], dims["N"]
     # logits / attention scores: each row with its own spread (std 1 to 4), so some rows are flat
     # and some are dominated by a few entries
