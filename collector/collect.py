@@ -176,7 +176,7 @@ class _PipeSink:
 
 
 def _worker(spec: WorkerSpec, config: RunConfig, commit: Commit, kernel_modules, conn, resume=None) -> None:
-    """Measures the tasks its parent hands it, one kernel's at a time, asking for more ("want")
+    """Measures the tasks its parent hands it, one at a time, asking for more ("want")
     until it gets None. `resume`: (run, seq) of the run a dead predecessor opened, to continue."""
     started = time.perf_counter()
     if spec.visible is not None:  # before anything touches CUDA in this process
@@ -222,8 +222,8 @@ def _worker(spec: WorkerSpec, config: RunConfig, commit: Commit, kernel_modules,
 def run_workers(config: RunConfig, commit: Commit, cases: list[Case], tasks_: list[list[int]], store: Store,
                 progress: Progress, warn: Callable[[str], None], workers: list[WorkerSpec], kernel_modules,
                 grace_s: float = 60.0) -> Outcome:
-    """Each worker is handed one kernel's case indices at a time (largest kernel first, see
-    schedule.groups) until none is left. A worker that dies inside a case, or that says nothing
+    """Each worker is handed the next task (a case, or a whole kernel where it works alone: see
+    schedule.tasks) until none is left. A worker that dies inside a case, or that says nothing
     for config.measure_timeout seconds there (then it is killed), leaves an `error` row for the
     measurement it was in; its rows so far are kept, and a fresh process continues its run with
     the rest. Ctrl-C or SIGTERM here is forwarded to every worker, which marks its run

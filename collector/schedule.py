@@ -41,14 +41,22 @@ def parse_shard(text: str) -> tuple[int, int]:
 
 
 def groups(indices: list[int], cases: list[Case], device: str) -> list[list[int]]:
-    """The indices grouped by kernel, largest estimated cost first (ties: plan order). A kernel's
-    cases stay together, in one run: a kernel's page shows the latest run that measured it, so a
-    kernel split over two runs would show half its shapes."""
+    """The indices grouped by kernel, largest estimated cost first (ties: plan order)."""
     by: dict[str, list[int]] = {}
     for i in indices:
         by.setdefault(cases[i].spec.name, []).append(i)
     cost = {k: sum(case_cost(cases[i], device) for i in v) for k, v in by.items()}
     return [by[k] for k in sorted(by, key=lambda k: (-cost[k], by[k][0]))]
+
+
+def tasks(indices: list[int], cases: list[Case], device: str, workers: int) -> list[list[int]]:
+    """What the workers of one host take, in order: with one worker, whole kernels (groups); with
+    several, one case at a time, kernel by kernel, so that they all end within a case of each other.
+    Handing out whole kernels left one of two H200s idle for a third of a 3-kernel run. A kernel
+    measured by two workers is two runs; the site shows each case from the latest run that
+    measured it."""
+    by_kernel = groups(indices, cases, device)
+    return by_kernel if workers <= 1 else [[i] for g in by_kernel for i in g]
 
 
 def shard(cases: list[Case], k: int, n: int, device: str) -> list[int]:

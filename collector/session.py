@@ -13,7 +13,7 @@ from .environment import Commit
 from .progress import Progress
 from .report import table_lines
 from .plan import Case, RunConfig
-from .schedule import groups, shard
+from .schedule import shard, tasks
 from .store import Store
 
 
@@ -22,8 +22,8 @@ def execute(config: RunConfig, commit: Commit, cases: list[Case], shard_kn: tupl
     """`started`: when the command began (perf_counter), so that imports count in the breakdown."""
     indices = shard(cases, *shard_kn, config.device) if shard_kn else list(range(len(cases)))
     mine = [cases[i] for i in indices]
-    tasks = groups(indices, cases, config.device)
-    pool = pool[:max(1, len(tasks))]  # a worker per kernel at most
+    todo = tasks(indices, cases, config.device, len(pool))
+    pool = pool[:max(1, len(todo))]  # a worker per task at most
     if len(pool) == 1 and config.device == "cpu" and config.measure_timeout is None:
         pool = []  # one CPU worker, nothing to watch for: measure in this process
     config = replace(config, workers=max(1, len(pool)))
@@ -37,7 +37,7 @@ def execute(config: RunConfig, commit: Commit, cases: list[Case], shard_kn: tupl
     progress.say("measuring the device's ceilings (copy bandwidth, bf16 matmul)...")
     try:
         if pool:
-            out = run_workers(config, commit, cases, tasks, store, progress, warn, pool, kernel_modules)
+            out = run_workers(config, commit, cases, todo, store, progress, warn, pool, kernel_modules)
         else:
             index = 0 if config.device == "cuda" else None
             out = run_here(config, commit, cases, indices, store, progress, warn, index, started)

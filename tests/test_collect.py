@@ -28,12 +28,12 @@ def _stored(db):
         return s.query("SELECT * FROM runs ORDER BY device_index, started_at"), s.query("SELECT * FROM results")
 
 
-def test_two_workers_measure_the_plan_once_each_kernel_in_one_run(tmp_path):
+def test_two_workers_measure_the_plan_once_case_by_case(tmp_path):
     db = tmp_path / "k.duckdb"
     out = kc("run", "doubled", "scaled", *FAST, "--workers", "2", "--db", str(db))
     assert out.returncode == 0, out.stderr
     runs, rows = _stored(db)
-    # a worker pulls kernels until none is left, and opens its run with its first: a worker that
+    # a worker pulls cases until none is left, and opens its run with its first: a worker that
     # starts late (imports under load) may find nothing left, and then writes no run
     assert len(runs) in (1, 2) and {r["status"] for r in runs} == {"finished"}
     assert all(r["phases"] and r["config"] for r in runs) and len({r["env_id"] for r in runs}) == 1
@@ -41,7 +41,7 @@ def test_two_workers_measure_the_plan_once_each_kernel_in_one_run(tmp_path):
     assert len(keys) == len(set(keys)) == 2 * 2 * (3 + 2)  # every row of the plan, once
     run_of = {}
     for r in rows:
-        assert run_of.setdefault(r["kernel"], r["run_id"]) == r["run_id"]  # a kernel is in one run
+        assert run_of.setdefault((r["kernel"], r["shape"]), r["run_id"]) == r["run_id"]  # a case is in one run
     assert set(run_of.values()) == {r["run_id"] for r in runs}
     assert ("cpu0: run" in out.stderr or "cpu1: run" in out.stderr) and "where the time went" in out.stderr
 
@@ -50,7 +50,7 @@ def test_shards_of_a_plan_merge_by_import_into_the_whole(tmp_path):
     dbs = []
     for k in (1, 2):
         db = tmp_path / f"s{k}.duckdb"
-        out = kc("run", "doubled", "scaled", *FAST, "--shard", f"{k}/2", "--db", str(db))
+        out = kc("run", "doubled", "scaled", *FAST, "--shard", f"{k}/2", "--workers", "1", "--db", str(db))
         assert out.returncode == 0, out.stderr
         dbs.append(db)
     whole = tmp_path / "whole.duckdb"
@@ -135,7 +135,7 @@ def _git_repo(path):
 def test_commit_comes_from_the_working_directory_and_the_machine_is_named(tmp_path):
     sha = _git_repo(tmp_path / "repo")
     db = tmp_path / "k.duckdb"
-    args = ["run", "scaled", *FAST, "--mode", "fwd", "--provider", "torch", "--db", str(db)]
+    args = ["run", "scaled", *FAST, "--mode", "fwd", "--provider", "torch", "--workers", "1", "--db", str(db)]
     inside = subprocess.run(KCOLLECT + args + ["--machine", "rig-7"], capture_output=True, text=True,
                             cwd=tmp_path / "repo")
     outside = subprocess.run(KCOLLECT + args, capture_output=True, text=True, cwd=tmp_path)

@@ -154,3 +154,11 @@ def test_breakdown_records():
     by = {r["phase"]: r for r in records}
     assert by["wall"]["share"] == 1 and by["other"]["seconds"] == pytest.approx(by["wall"]["seconds"] - 8, abs=0.01)
     assert phases.breakdown(None) == [] and json.loads(recorded.to_json())["timed_work"] == 1.0
+
+
+def test_several_workers_take_cases_one_by_one_kernel_by_kernel():
+    cases = _cases()
+    alone = schedule.tasks(list(range(len(cases))), cases, "cpu", 1)
+    assert alone == schedule.groups(list(range(len(cases))), cases, "cpu")
+    shared = schedule.tasks(list(range(len(cases))), cases, "cpu", 2)
+    assert shared == [[i] for g in alone for i in g]
