@@ -292,7 +292,7 @@ def make_row(run_id: str, seq: int, case: Case, mode: str, provider: str, *, sta
                 dims=json.dumps(dict(dims)), dtype=DTYPE_NAMES[case.dtype], baseline=spec.baseline,
                 bound=spec.bound, status=status, error=error, rel_err=_finite(rel_err), tolerance=tolerance,
                 bytes=int(spec.bytes_moved(dims, case.dtype, mode)), flops=float(spec.flops(dims, mode)),
-                config=config, seq=seq)
+                config=config, seq=seq, tokens=int(spec.tokens(dims)) if spec.tokens else None)
 
 
 def _maker(spec, fn, inputs, mode, dys) -> Callable[[], Callable]:

@@ -118,6 +118,16 @@ def _bytecode_cache() -> jinja2.BytecodeCache | None:
         return None
 
 
+def _count(v: float | None) -> str:
+    """A large count per second, three figures and an SI prefix (tokens/s): 12.3M."""
+    if v is None:
+        return "—"
+    for scale, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if v >= scale:
+            return f"{v / scale:.3g}{prefix}"
+    return f"{v:.3g}"
+
+
 def environment() -> jinja2.Environment:
     # Autoescape everything: kernel names, shapes, error messages and GPU names come from the data.
     # The compiled templates are kept in Jinja's per-user cache in the temporary folder (keyed by
@@ -128,7 +138,7 @@ def environment() -> jinja2.Environment:
     env.filters.update({
         "ms": _fmt(".4g"), "num": _fmt(",.0f"), "sci": _fmt(".1e"),
         "rate": lambda v: "—" if v is None else (format(v, ",.0f") if v >= 100 else format(v, ".3g")),
-        "pct": _pct, "x": _speedup,
+        "pct": _pct, "x": _speedup, "count": _count,
         "signed_pct": lambda v: "—" if v is None else f"{100 * v:+.1f}%",
         "gib": lambda v: "—" if not v else f"{v / 2**30:.0f} GiB",
         "mib": lambda v: "—" if v is None else f"{v / 2**20:,.3g} MiB" if v < 2**30 else f"{v / 2**30:,.3g} GiB",

@@ -184,7 +184,7 @@ def _groups(runs: list[dict[str, Any]]) -> list[Group]:
 LATEST_COLUMNS = ("kernel, mode, provider, shape, dims, dtype, baseline, bound, status, error, rel_err, tolerance, "
                   "timing, median_ms, p20_ms, p80_ms, reps, bytes, flops, seq, gbps, tflops, frac_of_peak, "
                   "copy_gbps, matmul_tflops, run_id, git_commit, started_at, machine, config, peak_mem_bytes, "
-                  "recheck_ms, clock_mhz, mean_ms, std_ms, min_ms, p99_ms, max_ms")
+                  "recheck_ms, clock_mhz, mean_ms, std_ms, min_ms, p99_ms, max_ms, tokens")
 # times and rates, with the latency distribution beside the median (p99 and max: rows since schema 4)
 TIME_COLUMNS = ("median_ms", "p20_ms", "p80_ms", "gbps", "tflops", "frac_of_peak", "recheck_ms",
                 "mean_ms", "std_ms", "min_ms", "p99_ms", "max_ms")
@@ -363,6 +363,7 @@ def annotate(rows: list[dict[str, Any]], baseline: str | None = None) -> list[di
     for r in rows:
         ok = r["status"] == "ok" and r["median_ms"]
         r["rate"] = (r["tflops"] if r["bound"] == "compute" else r["gbps"]) if ok else None
+        r["tokens_per_s"] = r["tokens"] * 1e3 / r["median_ms"] if ok and r.get("tokens") else None
         r["vs_base"] = r["vs_best"] = None
         r["vs_base_mixed"] = r["vs_best_mixed"] = None
         if not ok:

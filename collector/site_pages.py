@@ -255,6 +255,7 @@ def _part(data: SiteData, g: Group, kernel: str, mode: str, dtype: str, rows: li
     return {
         "mode": mode, "dtype": dtype, "rows": table, "shapes": shapes,
         "has_config": any(r["config_text"] for r in table),
+        "has_tokens": any(r.get("tokens") for r in table),
         "figure": charts.shape_figure(sel, shapes, data.providers, colors, info["unit"], ceiling, ceiling_name),
         "memory": charts.memory_figure(sel, shapes, data.providers, colors),
         "trend_file": trend_files.get((g.key, kernel, mode, dtype)), "trend_shapes": trend_shapes,

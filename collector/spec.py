@@ -99,6 +99,9 @@ class KernelSpec:
     # maps a provider's (tuple) output to what is compared with the reference (e.g. dequantise)
     compare: Callable[[tuple], tuple] | None = None
     notes: str = ""
+    # dims -> the tokens (query positions) one call processes, where the op has them: each row
+    # stores it and the site shows tokens/s beside the rate
+    tokens: Callable[[Mapping[str, Any]], int] | None = None
 
     def provider(self, name: str) -> Provider:
         for p in self.providers:

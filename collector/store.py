@@ -23,7 +23,7 @@ from typing import Any, Iterable, Sequence
 
 import duckdb
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 APP = "kcollect"
 
 
@@ -116,6 +116,7 @@ RESULT_COLUMNS = {
     "seq": "INTEGER",  # order of measurement within the run
     "p99_ms": "DOUBLE",  # (schema 4) the slowest percent of the timed calls starts here
     "max_ms": "DOUBLE",  # (schema 4) the slowest timed call
+    "tokens": "BIGINT",  # (schema 5) tokens one call processes, where the op has them (spec.tokens)
 }
 RESULT_KEY = ("run_id", "kernel", "mode", "provider", "shape", "dtype")
 
@@ -145,7 +146,8 @@ ADDED = {1: {"environments": ["peers"],
              "runs": ["machine", "commit_subject", "commit_author", "commit_url", "phases", "shard", "device_index"],
              "results": ["config", "recheck_ms", "free_mem_bytes", "clock_mhz"]},
          2: {"results": ["alloc_mem_bytes", "reserved_mem_bytes"]},
-         3: {"results": ["p99_ms", "max_ms"]}}
+         3: {"results": ["p99_ms", "max_ms"]},
+         4: {"results": ["tokens"]}}
 
 
 def relabel_shapes(con, run_ids: str | Sequence[str] | None = None) -> None:
@@ -174,7 +176,8 @@ def _add_columns(version: int):
 
 MIGRATIONS: dict[int, list] = {1: ["DROP VIEW IF EXISTS results_v", *_add_columns(1), relabel_shapes],
                                2: ["DROP VIEW IF EXISTS results_v", *_add_columns(2)],
-                               3: ["DROP VIEW IF EXISTS results_v", *_add_columns(3)]}
+                               3: ["DROP VIEW IF EXISTS results_v", *_add_columns(3)],
+                               4: ["DROP VIEW IF EXISTS results_v", *_add_columns(4)]}
 
 
 @dataclass

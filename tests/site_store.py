@@ -44,7 +44,7 @@ MACHINE = "h100-a"
 KERNELS = {
     "alpha": dict(bound="memory", modes=("fwd", "bwd"), dtypes=("bfloat16",),
                   shapes=("M=64,N=1024", "M=37,N=1000", "M=4096,N=14336"), providers=("triton", "torch", "compile", "liger")),
-    "beta": dict(bound="compute", modes=("fwd",), dtypes=("bfloat16", "float16"),
+    "beta": dict(bound="compute", modes=("fwd",), dtypes=("bfloat16", "float16"), tokens=True,
                  shapes=("M=1024,N=1024,K=1024", "M=4096,N=4096,K=4096"), providers=("triton", "torch", "compile")),
 }
 SPEED = {"triton": 2.0, "torch": 1.0, "compile": 1.25, "liger": 1.6}  # over torch, the baseline
@@ -122,7 +122,8 @@ def _rows(run_id: str, env: Environment, kernels: dict, commit: int, rerun: int,
                                    mean_ms=ms, std_ms=ms * 0.01, min_ms=ms * 0.99, p99_ms=ms * 1.05, max_ms=ms * 1.25, reps=100 + seq,
                                    peak_mem_bytes=(s_i + 1) * 3 * 2**20 if env is not CPU else None,
                                    config=json.dumps(CONFIG) if p == "triton" else None,
-                                   bytes=nbytes, flops=nbytes * 50.0 if k["bound"] == "compute" else float(nbytes), seq=seq)
+                                   bytes=nbytes, flops=nbytes * 50.0 if k["bound"] == "compute" else float(nbytes), seq=seq,
+                                   tokens=dims_of(shape)["M"] if k.get("tokens") else None)
                         if env is CPU and p == "liger":
                             row.update(status="unavailable", error="liger_kernel needs a CUDA GPU", median_ms=None,
                                        p20_ms=None, p80_ms=None, rel_err=None, timing=None)

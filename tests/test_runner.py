@@ -183,6 +183,15 @@ def test_rows_carry_evidence_and_the_run_its_breakdown(tmp_path):
     assert [r["phase"] for r in phases.breakdown(run["phases"])][-1] == "wall"
 
 
+def test_rows_store_the_tokens_of_a_spec_that_counts_them(tmp_path):
+    # attention's rows carry B * Sq tokens (the site shows tokens/s); a spec without tokens, NULL
+    counted = dataclasses.replace(PLANTED, providers=swiglu.SPEC.providers[:1], tokens=lambda dims: dims["M"] * 2)
+    _, _, stored = _run(tmp_path, spec=counted)
+    assert [r["tokens"] for r in stored] == [66]
+    _, _, plain = _run(tmp_path / "plain", spec=dataclasses.replace(counted, tokens=None))
+    assert [r["tokens"] for r in plain] == [None]
+
+
 def _planted_times(monkeypatch, runner, medians):
     """runner._time answers these medians in turn (the recheck, then the re-measurement)."""
     from kcollect import stability

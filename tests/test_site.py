@@ -138,6 +138,16 @@ def test_kernel_table_shows_config_memory_reps_and_tolerance(built):
     assert low < mean < p99 < top
     assert "<caption>" in h100 and 'scope="col"' in h100
     assert 'data-fig="s1p1-mem"' in read(built, "kernels/alpha.html")  # memory against shape beside time
+    assert "tokens/s" not in h100  # alpha's rows carry no tokens
+
+
+def test_kernel_table_shows_tokens_per_second_where_rows_have_tokens(built):
+    beta = section(read(built, "kernels/beta.html"), H100)
+    assert "tokens/s</abbr>" in beta
+    row = re.search(r'<tr data-f data-provider="triton" class="ok first">.*?</tr>', beta, re.S).group(0)
+    median = float(re.search(r'<td class="num" data-v="([\d.e-]+)">', row).group(1))
+    shown = float(re.search(r'<td class="num" data-v="([\d.e+]+)">[\d.]+[kMG]</td>', row).group(1))
+    assert shown == pytest.approx(1024 * 1e3 / median)  # M=1024 tokens over the median time
 
 
 def test_failed_and_unstable_rows_never_show_a_speed(built):

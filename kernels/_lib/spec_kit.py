@@ -78,7 +78,7 @@ def module_spec(module: Mapping[str, Any], name: str, description: str, triton: 
                 **fields: Any) -> KernelSpec:
     """The KernelSpec of a spec module, given its globals(): its `reference`, `make_inputs`, grids
     `GRIDS` (grids_of(__file__), from its grids.toml) or, where it builds them in code, `QUICK` and
-    `FULL`, cost model `bytes_moved` and `flops` and, where it defines one, `check_shape`;
+    `FULL`, cost model `bytes_moved` and `flops` and, where it defines them, `check_shape` and `tokens`;
     `fields` give the rest and override these and the defaults (modes fwd, bwd and fwd+bwd, baseline
     "torch", memory-bound, the dtypes bf16, fp16 and fp32). `triton`: our function, put first in the
     providers as "triton" with the module's `config_of` (each row records the config it ran with)."""
@@ -88,8 +88,9 @@ def module_spec(module: Mapping[str, Any], name: str, description: str, triton: 
              "grids": module["GRIDS"] if "GRIDS" in module else {"quick": module["QUICK"], "full": module["FULL"]},
              "bytes_moved": module["bytes_moved"], "flops": module["flops"],
              "modes": FWD_BWD, "baseline": "torch", "bound": "memory", "dtypes": FLOATS}
-    if "check_shape" in module:
-        taken["check_shape"] = module["check_shape"]
+    for optional in ("check_shape", "tokens"):
+        if optional in module:
+            taken[optional] = module[optional]
     return KernelSpec(name=name, description=description, **{**taken, **fields})
 
 

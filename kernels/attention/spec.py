@@ -76,6 +76,11 @@ def config_of(inputs) -> dict:
     return config_record(fwd=c.fwd, bwd=c.bwd)
 
 
+def tokens(dims) -> int:
+    """Query tokens a call processes: B * Sq, packed or not (varlen lengths sum to it)."""
+    return dims["B"] * dims["Sq"]
+
+
 def check_shape(dims) -> str | None:
     missing = [n for n in DIMS if n not in dims]
     if missing:
