@@ -94,8 +94,13 @@ def module_spec(module: Mapping[str, Any], name: str, description: str, triton: 
     return KernelSpec(name=name, description=description, **{**taken, **fields})
 
 
+def sequence_tokens(dims: Mapping[str, Any]) -> int:
+    """Tokens of a batch of B sequences of T steps (the recurrent ops' spec.tokens)."""
+    return dims["B"] * dims["T"]
+
+
 def cell_spec(module: Mapping[str, Any], name: str, description: str, **fields: Any) -> KernelSpec:
     """module_spec of a recurrent cell (lstm, slstm, mlstm, axon): compute-bound (matrix products
-    every step) and measured in bf16 and fp32."""
+    every step), measured in bf16 and fp32, B * T tokens a call."""
     return module_spec(module, name, description, **{"bound": "compute", "dtypes": (torch.bfloat16, torch.float32),
-                                                     **fields})
+                                                     "tokens": sequence_tokens, **fields})

@@ -17,7 +17,7 @@ from kcollect.spec import Provider, Unavailable, peer_available
 
 from .._lib import config_record
 from .._lib.scan import reset_mask
-from .._lib.spec_kit import by_mode, grids_of, module_spec
+from .._lib.spec_kit import by_mode, grids_of, module_spec, sequence_tokens
 from . import conv1d, pick_depthwise, pick_mix
 from .naive import eager, reference
 
@@ -108,4 +108,5 @@ SPEC = module_spec(
     # should; ours take three TF32 products (tf32x3).
     tolerance={torch.bfloat16: 1.2e-2, torch.float32: 2e-6},
     dtypes=(torch.bfloat16, torch.float32),
+    tokens=sequence_tokens,
 )

@@ -12,7 +12,7 @@ from kcollect.spec import Provider, peer_available
 
 from .._lib import config_record
 from .._lib.scan import reset_mask
-from .._lib.spec_kit import by_mode, grids_of, module_spec
+from .._lib.spec_kit import by_mode, grids_of, module_spec, sequence_tokens
 from . import pick, providers
 from .naive import reference
 
@@ -95,4 +95,5 @@ SPEC = module_spec(
     dtypes=(torch.bfloat16, torch.float32),
     notes="Cortex's PyTorch and Triton RTUs zero the adjoint at the reset step itself instead of the step after "
           "it, so their gradients with resets fail the gate; their forwards pass.",
+    tokens=sequence_tokens,
 )

@@ -13,7 +13,7 @@ from kcollect.spec import Provider, compiled
 
 from .._lib import config_record
 from .._lib.scan import first_order, log_scan
-from .._lib.spec_kit import by_mode, grids_of, module_spec
+from .._lib.spec_kit import by_mode, grids_of, module_spec, sequence_tokens
 from . import pick, selective_scan
 from .naive import reference, selective_scan_loop
 
@@ -109,4 +109,5 @@ SPEC = module_spec(
     # sums over every step, the largest); a few times above, for sums over B * T up to 32k steps.
     tolerance={torch.bfloat16: 1e-2, torch.float32: 1e-5},
     dtypes=(torch.bfloat16, torch.float32),
+    tokens=sequence_tokens,
 )
