@@ -222,7 +222,7 @@ def _worker(spec: WorkerSpec, config: RunConfig, commit: Commit, kernel_modules,
 def run_workers(config: RunConfig, commit: Commit, cases: list[Case], tasks_: list[list[int]], store: Store,
                 progress: Progress, warn: Callable[[str], None], workers: list[WorkerSpec], kernel_modules,
                 grace_s: float = 60.0) -> Outcome:
-    """Each worker is handed the next task (a case, or a whole kernel where it works alone: see
+    """Each worker is handed the next task (a case on several GPUs, otherwise a whole kernel: see
     schedule.tasks) until none is left. A worker that dies inside a case, or that says nothing
     for config.measure_timeout seconds there (then it is killed), leaves an `error` row for the
     measurement it was in; its rows so far are kept, and a fresh process continues its run with

@@ -50,13 +50,14 @@ def groups(indices: list[int], cases: list[Case], device: str) -> list[list[int]
 
 
 def tasks(indices: list[int], cases: list[Case], device: str, workers: int) -> list[list[int]]:
-    """What the workers of one host take, in order: with one worker, whole kernels (groups); with
-    several, one case at a time, kernel by kernel, so that they all end within a case of each other.
-    Handing out whole kernels left one of two H200s idle for a third of a 3-kernel run. A kernel
-    measured by two workers is two runs; the site shows each case from the latest run that
-    measured it."""
+    """What the workers of one host take, in order: on several GPUs, one case at a time, kernel by
+    kernel, so that they all end within a case of each other (handing out whole kernels left one
+    of two H200s idle for a third of a 3-kernel run; a kernel measured by two GPUs is two runs, and
+    the site shows each case from the latest run that measured it). Otherwise whole kernels
+    (groups): CPU workers are many kernels' worth of cases apart in speed anyway, and one kernel
+    stays one run, measured in this process when it is all there is."""
     by_kernel = groups(indices, cases, device)
-    return by_kernel if workers <= 1 else [[i] for g in by_kernel for i in g]
+    return [[i] for g in by_kernel for i in g] if workers > 1 and device == "cuda" else by_kernel
 
 
 def shard(cases: list[Case], k: int, n: int, device: str) -> list[int]:

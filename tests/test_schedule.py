@@ -156,9 +156,10 @@ def test_breakdown_records():
     assert phases.breakdown(None) == [] and json.loads(recorded.to_json())["timed_work"] == 1.0
 
 
-def test_several_workers_take_cases_one_by_one_kernel_by_kernel():
+def test_several_gpus_take_cases_one_by_one_kernel_by_kernel():
     cases = _cases()
-    alone = schedule.tasks(list(range(len(cases))), cases, "cpu", 1)
-    assert alone == schedule.groups(list(range(len(cases))), cases, "cpu")
-    shared = schedule.tasks(list(range(len(cases))), cases, "cpu", 2)
-    assert shared == [[i] for g in alone for i in g]
+    every = list(range(len(cases)))
+    alone = schedule.tasks(every, cases, "cuda", 1)
+    assert alone == schedule.groups(every, cases, "cuda")
+    assert schedule.tasks(every, cases, "cpu", 2) == schedule.groups(every, cases, "cpu")  # CPU workers: kernels
+    assert schedule.tasks(every, cases, "cuda", 2) == [[i] for g in alone for i in g]  # GPUs: case by case

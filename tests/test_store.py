@@ -282,3 +282,15 @@ def test_build_site_builds_from_the_whole_folders(tmp_path):
     assert "imported 1 run(s)" in r.output and (tmp_path / "site" / "index.html").is_file()
     assert [p.name for p, _ in history.problem_folders(tmp_path / "runs")] == sorted(
         [bad.name, partial.name + ".partial"])
+
+
+def test_rows_are_stored_in_any_number_and_the_last_of_one_key_wins(tmp_path):
+    # rows go in a statement per 64 (executemany ran one per row); a key sent twice keeps the
+    # later row, as a re-measured row must
+    with Store(tmp_path / "k.duckdb") as s:
+        s.add_environment(_env())
+        s.start_run(_run("r1"))
+        rows = [_result("r1", provider=f"p{i}", median=float(i)) for i in range(150)]
+        s.add_results(rows + [_result("r1", provider="p7", median=70.0)])
+        got = {r["provider"]: r["median_ms"] for r in s.query("SELECT provider, median_ms FROM results")}
+    assert len(got) == 150 and got["p7"] == 70.0 and got["p149"] == 149.0
