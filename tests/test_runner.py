@@ -296,14 +296,14 @@ def test_release_collects_cycles_made_before_and_after_a_case_ends():
 
     try:
         old = cycle()
-        memory.release("cpu", case_end=True)  # `old` is alive: frozen
+        memory.release("cpu", case_end=True, everything=True)  # `old` is alive: frozen
         assert gc.get_freeze_count() > 0
         gone = weakref.ref(old)
         old = None
         new = weakref.ref(cycle())  # garbage at once
         memory.release("cpu")
         assert new() is None and gone() is not None  # frozen: not scanned after a provider
-        memory.release("cpu", case_end=True)
+        memory.release("cpu", case_end=True, everything=True)  # as on a GPU
         assert gone() is None
     finally:
         gc.unfreeze()
