@@ -3,6 +3,7 @@ defines under the same names, the defaults most ops take, a maker of labelled sh
 per-element cost model of the elementwise and row ops."""
 from __future__ import annotations
 
+import functools
 import tomllib
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -21,12 +22,11 @@ def drawn_on_device(make_inputs: Callable) -> Callable:
     On the CPU the draws are those of a CPU generator, as before; on a GPU, the full memory-bound
     grid's inputs drawn on the CPU took 67 s of an H100 run."""
 
+    @functools.wraps(make_inputs)
     def make(dims, dtype, device, seed):
         with torch.device(device):
             return make_inputs(dims, dtype, device, seed)
 
-    make.__wrapped__ = make_inputs
-    make.__doc__ = make_inputs.__doc__
     return make
 
 
