@@ -29,9 +29,14 @@ def _hang(x):
     return x * 2.0
 
 
+DEAF = "deaf: SIGINT and SIGTERM blocked"  # on stderr, for the test to signal at the right moment
+
+
 def _deaf(x):
     if x.shape[0] == 3:
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        sys.stderr.write(DEAF + "\n")
+        sys.stderr.flush()
         while True:
             time.sleep(60)
     return x * 2.0

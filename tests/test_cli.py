@@ -20,6 +20,15 @@ def kc(*args, timeout=600, env=None):
     return subprocess.run(KCOLLECT + list(args), capture_output=True, text=True, timeout=timeout, env=env)
 
 
+def _invoke(args):
+    environ = dict(os.environ)
+    try:
+        return CliRunner().invoke(main, args)
+    finally:  # what the command may have set stays out of the other tests
+        os.environ.clear()
+        os.environ.update(environ)
+
+
 @pytest.mark.parametrize("args, words", [
     (["run", "nope"], "unknown kernel 'nope'; valid: "),
     (["run", "swiglu", "--mode", "sideways"], "unknown mode 'sideways'; valid: fwd, bwd, fwd+bwd"),
@@ -46,12 +55,7 @@ def kc(*args, timeout=600, env=None):
 def test_bad_input_exits_2_with_one_line(args, words, tmp_path):
     # in-process (a fresh interpreter per case costs seconds); test_bad_input_in_a_real_process
     # checks that the exit code and the one line reach a real process's caller the same way
-    environ = dict(os.environ)
-    try:
-        result = CliRunner().invoke(main, [*args, "--db", str(tmp_path / "k.duckdb")])
-    finally:  # what the command may have set stays out of the other tests
-        os.environ.clear()
-        os.environ.update(environ)
+    result = _invoke([*args, "--db", str(tmp_path / "k.duckdb")])
     assert result.exit_code == 2, (result.stderr, result.exception)
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and words in lines[0], result.stderr
@@ -86,18 +90,31 @@ def test_help_explains_every_run_option():
         assert opt in out.stdout
 
 
-def test_run_summary_export_import(tmp_path):
-    db = tmp_path / "k.duckdb"
-    out = kc("run", "swiglu", "--mode", "fwd", "--provider", "triton", "--provider", "torch", "--db", str(db),
-             "--rep-ms", "5", "--warmup-ms", "1", "--profile", str(tmp_path / "prof"))
+# the variables a run records when the user has not set them (test_run_records_the_cuda_allocator_and_ptxas)
+UNSET = {k: v for k, v in os.environ.items() if k not in ("PYTORCH_CUDA_ALLOC_CONF", "TRITON_PTXAS_PATH")}
+
+
+@pytest.fixture(scope="module")
+def swiglu_run(tmp_path_factory):
+    """One real run of swiglu (our Triton kernel, interpreted, and torch) for the tests below:
+    (its folder, the process's result)."""
+    tmp = tmp_path_factory.mktemp("swiglu-run")
+    out = kc("run", "swiglu", "--mode", "fwd", "--provider", "triton", "--provider", "torch", "--db",
+             str(tmp / "k.duckdb"), "--rep-ms", "5", "--warmup-ms", "1", "--profile", str(tmp / "prof"), env=UNSET)
+    return tmp, out
+
+
+def test_run_summary_export_import(swiglu_run, tmp_path):
+    folder, out = swiglu_run
+    db = folder / "k.duckdb"
     assert out.returncode == 0, out.stderr
     assert "swiglu" in out.stdout and "triton" in out.stdout and "1.00x" in out.stdout
     with Store(db, read_only=True) as s:
         rows = s.query("SELECT * FROM results_v")
     # --profile: one profile per measuring process, named by its run, naming the measuring code
     (run_id,) = {r["run_id"] for r in rows}
-    assert sorted(p.name for p in (tmp_path / "prof").iterdir()) == [f"{run_id}.prof", f"{run_id}.txt"]
-    assert "_measure_case" in (tmp_path / "prof" / f"{run_id}.txt").read_text()
+    assert sorted(p.name for p in (folder / "prof").iterdir()) == [f"{run_id}.prof", f"{run_id}.txt"]
+    assert "_measure_case" in (folder / "prof" / f"{run_id}.txt").read_text()
     assert rows and {r["status"] for r in rows} == {"ok"}
     assert {r["device_kind"] for r in rows} == {"cpu"} and all(r["interpreted"] for r in rows)
     assert {r["run_status"] for r in rows} == {"finished"}
@@ -114,22 +131,23 @@ def test_run_summary_export_import(tmp_path):
     assert "1 run(s) imported" in first.stdout and "0 run(s) imported, 1 already present" in again.stdout
 
 
-def test_run_records_the_cuda_allocator_and_ptxas(tmp_path):
+def test_run_records_the_cuda_allocator_and_ptxas(swiglu_run, tmp_path):
     # expandable segments unless the user set PYTORCH_CUDA_ALLOC_CONF, which is then kept; a
     # TRITON_PTXAS_PATH the user set is kept too, and otherwise the CPU wheel has no
-    # torch/bin/ptxas, so Triton's own stays ("")
+    # torch/bin/ptxas, so Triton's own stays (""). Unset: swiglu_run's; set: the planted kernels,
+    # since what is measured does not matter here
     import json
 
     db = tmp_path / "k.duckdb"
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTORCH_CUDA_ALLOC_CONF", "TRITON_PTXAS_PATH")}
     preset = {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:256", "TRITON_PTXAS_PATH": "/opt/cuda/bin/ptxas"}
-    for run_env in (env, {**env, **preset}):  # the planted kernels: what is measured does not matter here
-        out = kc("run", "doubled", "--device", "cpu", "--kernel-module", PLANTED, "--mode", "fwd",
-                 "--provider", "torch", "--dtype", "float32", "--db", str(db), "--rep-ms", "1",
-                 "--warmup-ms", "0", "--min-reps", "2", env=run_env)
-        assert out.returncode == 0, out.stderr
-    with Store(db, read_only=True) as s:
-        confs = [json.loads(r["config"]) for r in s.query("SELECT config FROM runs ORDER BY started_at")]
+    out = kc("run", "doubled", "--device", "cpu", "--kernel-module", PLANTED, "--mode", "fwd", "--provider", "torch",
+             "--dtype", "float32", "--db", str(db), "--rep-ms", "1", "--warmup-ms", "0", "--min-reps", "2",
+             env={**UNSET, **preset})
+    assert out.returncode == 0, out.stderr
+    confs = []
+    for path in (swiglu_run[0] / "k.duckdb", db):
+        with Store(path, read_only=True) as s:
+            confs += [json.loads(r["config"]) for r in s.query("SELECT config FROM runs")]
     assert [(c["alloc_conf"], c["ptxas"]) for c in confs] == [("expandable_segments:True", ""),
                                                              ("max_split_size_mb:256", "/opt/cuda/bin/ptxas")]
 
@@ -159,8 +177,8 @@ def test_pin_ptxas_takes_torchs_bundled_ptxas(tmp_path, monkeypatch):
 def test_corrupt_db_exits_2_and_is_untouched(tmp_path):
     db = tmp_path / "k.duckdb"
     db.write_bytes(b"garbage" * 1000)
-    out = kc("run", "swiglu", "--provider", "torch", "--db", str(db))
-    assert out.returncode == 2  # a file this kcollect cannot use, like any bad input
+    out = _invoke(["run", "swiglu", "--provider", "torch", "--db", str(db)])  # in-process, as above
+    assert out.exit_code == 2, out.exception  # a file this kcollect cannot use, like any bad input
     assert "not a readable DuckDB file" in out.stderr and len(out.stderr.strip().splitlines()) == 1
     assert db.read_bytes() == b"garbage" * 1000
 

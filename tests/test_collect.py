@@ -1,5 +1,6 @@
 """`kcollect run` over worker processes and shards, on the CPU with the planted kernels
 (tests/planted_kernels.py): plain torch providers, so each run takes seconds, not minutes."""
+import faulthandler
 import os
 import signal
 import subprocess
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+import fragile_kernels
 from kcollect.cli import main
 from kcollect.store import Store
 
@@ -18,9 +20,24 @@ KCOLLECT = [sys.executable, "-m", "kcollect.cli"]
 FAST = ["--device", "cpu", "--kernel-module", PLANTED, "--rep-ms", "1", "--warmup-ms", "0", "--min-reps", "2"]
 
 
-def kc(*args, env=None, timeout=600):
-    return subprocess.run(KCOLLECT + list(args), capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})})
+def kc_here(*args, cwd=None, timeout=300):
+    """`kcollect` in this process (an interpreter's start and imports cost seconds; the workers of
+    a run are processes all the same), for what needs no signal sent to it; the environment,
+    signal handlers and working directory are put back. A command still running after `timeout`
+    seconds ends this process with every thread's traceback, as a subprocess's timeout would fail."""
+    environ, here = dict(os.environ), os.getcwd()
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    faulthandler.dump_traceback_later(timeout, exit=True)
+    try:
+        os.chdir(cwd or here)
+        return CliRunner().invoke(main, list(args))
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+        os.chdir(here)
+        os.environ.clear()
+        os.environ.update(environ)
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
 
 
 def _stored(db):
@@ -30,8 +47,8 @@ def _stored(db):
 
 def test_two_workers_measure_the_plan_once_each_kernel_in_one_run(tmp_path):
     db = tmp_path / "k.duckdb"
-    out = kc("run", "doubled", "scaled", *FAST, "--workers", "2", "--db", str(db))
-    assert out.returncode == 0, out.stderr
+    out = kc_here("run", "doubled", "scaled", *FAST, "--workers", "2", "--db", str(db))
+    assert out.exit_code == 0, (out.stderr, out.exception)
     runs, rows = _stored(db)
     # a worker pulls kernels until none is left, and opens its run with its first: a worker that
     # starts late (imports under load) may find nothing left, and then writes no run
@@ -50,29 +67,18 @@ def test_shards_of_a_plan_merge_by_import_into_the_whole(tmp_path):
     dbs = []
     for k in (1, 2):
         db = tmp_path / f"s{k}.duckdb"
-        out = kc("run", "doubled", "scaled", *FAST, "--shard", f"{k}/2", "--workers", "1", "--db", str(db))
-        assert out.returncode == 0, out.stderr
+        out = kc_here("run", "doubled", "scaled", *FAST, "--shard", f"{k}/2", "--workers", "1", "--db", str(db))
+        assert out.exit_code == 0, (out.stderr, out.exception)
         dbs.append(db)
     whole = tmp_path / "whole.duckdb"
-    for db in dbs:  # in-process: `kcollect import` in a real process is test_cli's
-        result = CliRunner().invoke(main, ["import", str(db), "--db", str(whole)])
+    for db in dbs:  # `kcollect import` in a real process is test_cli's
+        result = kc_here("import", str(db), "--db", str(whole))
         assert result.exit_code == 0, (result.output, result.exception)
     runs, rows = _stored(whole)
     assert sorted(r["shard"] for r in runs) == ["1/2", "2/2"]
     assert len({(r["kernel"], r["mode"], r["provider"], r["shape"]) for r in rows}) == 20
     kernels = [{r["kernel"] for r in rows if r["run_id"] == run["run_id"]} for run in runs]
     assert kernels[0].isdisjoint(kernels[1])
-
-
-def test_fail_on_incorrect_exits_1(tmp_path):
-    # without the flag the same failures exit 0: the run of `scaled` in
-    # test_a_measurement_that_crashes_or_hangs_its_process_is_an_error_row_and_the_run_goes_on
-    db = tmp_path / "k.duckdb"
-    strict = kc("run", "scaled", *FAST, "--db", str(db), "--fail-on-incorrect")
-    assert strict.returncode == 1, strict.stderr
-    assert "failed or errored" in strict.stderr
-    _, rows = _stored(db)
-    assert {r["status"] for r in rows} == {"ok", "failed"}  # the run is stored all the same
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
@@ -104,16 +110,16 @@ def test_a_worker_deaf_to_the_signal_is_killed_and_its_run_still_says_interrupte
                                         "--workers", "1", "--measure-timeout", "600", "--db", str(db)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 300
-    for line in proc.stderr:  # torch on the 3-row shape is done: deaf is next, and never returns
-        if line.startswith("[3/"):
+    for line in proc.stderr:  # deaf's call on the 3-row shape says so once it has blocked the signals
+        if line.startswith(fragile_kernels.DEAF):
             break
         assert time.time() < deadline
-    time.sleep(2)
-    os.kill(proc.pid, signal.SIGTERM)
-    time.sleep(2)
+    os.kill(proc.pid, signal.SIGTERM)  # forwarded to the worker, which does not hear it
+    time.sleep(0.5)
     os.kill(proc.pid, signal.SIGTERM)  # a second signal: the parent kills what has not stopped
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
+    assert "signal 9 (SIGKILL)" in err, err  # killed, not stopped by the first signal
     runs, rows = _stored(db)
     assert [r["status"] for r in runs] == ["interrupted"], runs
     assert len(rows) == 3 and {r["status"] for r in rows} == {"ok"}, rows
@@ -132,14 +138,33 @@ def _git_repo(path):
     return subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
 
 
-def test_commit_comes_from_the_working_directory_and_the_machine_is_named(tmp_path):
-    sha = _git_repo(tmp_path / "repo")
-    db = tmp_path / "k.duckdb"
-    args = ["run", "scaled", *FAST, "--mode", "fwd", "--provider", "torch", "--workers", "1", "--db", str(db)]
-    inside = subprocess.run(KCOLLECT + args + ["--machine", "rig-7"], capture_output=True, text=True,
-                            cwd=tmp_path / "repo")
-    outside = subprocess.run(KCOLLECT + args, capture_output=True, text=True, cwd=tmp_path)
-    assert inside.returncode == 0 and outside.returncode == 0, inside.stderr + outside.stderr
+@pytest.fixture(scope="module")
+def inside_and_outside(tmp_path_factory):
+    """One store, two runs of `scaled` fwd: in a git checkout with --machine, with torch alone;
+    outside any checkout with --fail-on-incorrect, `wrong` included. (sha, db, inside, outside)"""
+    tmp = tmp_path_factory.mktemp("commit")
+    sha = _git_repo(tmp / "repo")
+    db = tmp / "k.duckdb"
+    args = ["run", "scaled", *FAST, "--mode", "fwd", "--workers", "1", "--db", str(db)]
+    inside = kc_here(*args, "--provider", "torch", "--machine", "rig-7", cwd=tmp / "repo")
+    outside = kc_here(*args, "--fail-on-incorrect", cwd=tmp)
+    return sha, db, inside, outside
+
+
+def test_fail_on_incorrect_exits_1(inside_and_outside):
+    # without the flag the same failures exit 0: the run of `scaled` in
+    # test_a_measurement_that_crashes_or_hangs_its_process_is_an_error_row_and_the_run_goes_on
+    _, db, _, strict = inside_and_outside
+    assert strict.exit_code == 1, (strict.stderr, strict.exception)
+    assert "failed or errored" in strict.stderr
+    runs, rows = _stored(db)
+    (run,) = [r for r in runs if r["machine"] != "rig-7"]
+    assert {r["status"] for r in rows if r["run_id"] == run["run_id"]} == {"ok", "failed"}  # stored all the same
+
+
+def test_commit_comes_from_the_working_directory_and_the_machine_is_named(inside_and_outside):
+    sha, db, inside, outside = inside_and_outside
+    assert inside.exit_code == 0, (inside.stderr, inside.exception)
     assert "not in a git checkout" in outside.stderr and "not in a git checkout" not in inside.stderr
     runs, _ = _stored(db)
     by = {r["machine"]: r for r in runs}
@@ -148,7 +173,7 @@ def test_commit_comes_from_the_working_directory_and_the_machine_is_named(tmp_pa
                                                                                  "Ada <ada@example.com>")
     assert ours["commit_url"] == f"https://github.com/someone/kernels/commit/{sha}" and ours["git_dirty"] is False
     (other,) = [r for r in runs if r["machine"] != "rig-7"]
-    assert other["git_commit"] is None and other["machine"].endswith(" CPU")
+    assert other["git_commit"] is None and other["machine"].endswith(" CPU") and other["status"] == "finished"
 
 
 def test_a_measurement_that_crashes_or_hangs_its_process_is_an_error_row_and_the_run_goes_on(tmp_path):
@@ -156,9 +181,9 @@ def test_a_measurement_that_crashes_or_hangs_its_process_is_an_error_row_and_the
     # then scaled, the next kernel of the same run. Each death costs a fresh worker; the run is one.
     fragile = str(Path(__file__).resolve().parent / "fragile_kernels.py")
     db = tmp_path / "k.duckdb"
-    out = kc("run", "fragile", "scaled", *FAST, "--kernel-module", fragile, "--mode", "fwd", "--workers", "1",
-             "--measure-timeout", "5", "--db", str(db), timeout=300)
-    assert out.returncode == 0, out.stderr
+    out = kc_here("run", "fragile", "scaled", *FAST, "--kernel-module", fragile, "--mode", "fwd", "--workers", "1",
+                  "--measure-timeout", "5", "--db", str(db))
+    assert out.exit_code == 0, (out.stderr, out.exception)
     runs, rows = _stored(db)
     assert [r["status"] for r in runs] == ["finished"]
     got = {(r["kernel"], r["provider"], r["shape"]): (r["status"], r["error"]) for r in rows}

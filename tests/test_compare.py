@@ -2,6 +2,7 @@
 import csv
 import io
 import json
+import shutil
 import subprocess
 import sys
 
@@ -17,8 +18,15 @@ H100 = "NVIDIA H100 80GB HBM3"
 
 
 @pytest.fixture
-def db(tmp_path):
-    return make_db(tmp_path / "k.duckdb", [
+def db(store, tmp_path):
+    # a copy per test: some damage theirs (written once through the Store API, half a second)
+    shutil.copyfile(store, tmp_path / "k.duckdb")
+    return str(tmp_path / "k.duckdb")
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    return make_db(tmp_path_factory.mktemp("compare") / "k.duckdb", [
         # C1 on the H100, measured twice (a rerun is one point)
         ("h100", C1, 0, [ok("triton", 1.00), ok("torch", 2.00), ok("compile", 1.50), ok("liger", 1.2)]),
         ("h100", C1, 0, [ok("triton", 1.01), ok("torch", 2.02), ok("compile", 1.49), ok("liger", 1.2)]),

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+import site_store
 from kcollect import regress
 from kcollect.compare import Sides, code_changes, noise_before
-from kcollect.history import import_path
 from kcollect.store import Store
 from kcollect.verdicts import compare
 
@@ -26,9 +26,10 @@ def git(*args):
 def history(tmp_path_factory):
     if not RUNS.is_dir():
         pytest.skip("no committed history in data/runs")
-    with Store(tmp_path_factory.mktemp("replay") / "k.duckdb") as store:
-        assert import_path(store, RUNS)[0] > 0
+    # imported once per process for this module, test_site's and the browser's
+    with Store(site_store.history_store(tmp_path_factory.mktemp("replay") / "k.duckdb"), read_only=True) as store:
         rows = store.query(regress.QUERY)
+    assert rows
     commits = {r["git_commit"] for r in rows}
     if any(git("cat-file", "-e", f"{c}^{{commit}}").returncode for c in commits):
         pytest.skip("the history's commits are not in this clone (shallow?)")

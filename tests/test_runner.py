@@ -101,6 +101,24 @@ def test_plan_respects_filters_and_claimed_dtypes():
     assert plan([fp8_only], config) == []
 
 
+def test_dynamos_recompile_limit_is_raised_where_compile_is_measured():
+    # compile specialises on each shape; past dynamo's default of 8 graphs it falls back to eager
+    import torch._dynamo
+
+    cfg = torch._dynamo.config
+    name = "recompile_limit" if hasattr(cfg, "recompile_limit") else "cache_size_limit"  # older torch
+    config = RunConfig(kernels=("swiglu",), grid="quick", device="cpu")
+    before = getattr(cfg, name)
+    try:
+        setattr(cfg, name, 8)
+        Runner(dataclasses.replace(config, unavailable=(("compile", "not here"),)), None)._prepare()
+        assert getattr(cfg, name) == 8  # left alone, and dynamo's import with it
+        Runner(config, None)._prepare()
+        assert getattr(cfg, name) == 4096
+    finally:
+        setattr(cfg, name, before)
+
+
 def test_quantiles_and_summary():
     t = timing.summarize("cpu-clock", [5.0, 1.0, 3.0, 2.0, 4.0])
     assert (t.min_ms, t.median_ms, t.mean_ms, t.reps) == (1.0, 3.0, 3.0, 5)
