@@ -125,11 +125,13 @@ class Runner:
         _measure_case has returned, when its frame (inputs, float64 answers, the last provider's
         upstream gradients and call) is gone: released inside it, that memory stayed cached until
         the next case (on the H200, up to 2.5 GB more reserved after a case than before it)."""
+        level = memory.allocated(self.config.device)
         try:
             return self._measure_case(case, only)
         finally:
             with self.phases("release"):
-                memory.release(self.config.device, compiled="compile" in case.providers, case_end=True)
+                memory.release(self.config.device, compiled="compile" in case.providers, case_end=True,
+                               level=level)
 
     def _measure_case(self, case: Case, only: frozenset[tuple[str, str]] | None) -> list[dict[str, Any]]:
         device, seed = self.config.device, self.config.seed + self.seq
@@ -186,7 +188,7 @@ class Runner:
         reason = dict(self.config.unavailable).get(name) or provider.available(self.config.device)
         if reason:
             return self._row(case, mode, name, status="unavailable", error=reason), None
-        call = None
+        call, level = None, memory.allocated(self.config.device)
         try:
             with self.phases("first_call"):
                 call = verify.build_call(spec, provider.fn, verify.clone_inputs(inputs), mode, dys)
@@ -220,11 +222,12 @@ class Runner:
             call = got = None
             if self.config.device == "cuda":  # the next provider finds the device as this one did
                 with self.phases("release"):
-                    memory.release("cuda")
+                    memory.release("cuda", level=level)
 
     def _settle(self, row: dict, make: Callable[[], Callable], t1: stability.Measured) -> None:
         """The stability rule (stability.py) on one ok row: recheck, and re-measure if need be."""
         key = (row["kernel"], row["mode"], row["provider"])
+        level = memory.allocated(self.config.device)
         try:
             with self.phases("recheck"):
                 call = make()
@@ -243,7 +246,7 @@ class Runner:
             call = None
             if self.config.device == "cuda":
                 with self.phases("release"):
-                    memory.release("cuda")
+                    memory.release("cuda", level=level)
         row.update(status=verdict.status, error=verdict.error, recheck_ms=verdict.recheck_ms)
         _put_timing(row, verdict.timing)
 

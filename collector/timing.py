@@ -86,10 +86,19 @@ def median_ci_rel(samples_ms: list[float]) -> float:
     return (xs[hi] - xs[lo]) / 2 / med if med > 0 else math.inf
 
 
+# The floor of min_reps timed calls gives way, down to SLOW_REPS, where it would take longer than
+# SLOW_MS: the step-by-step PyTorch references (Cortex's RTU, the eager selective scan: up to
+# 1.4-1.7 s a call on the H200) took 53 of the 56 s of timed calls of the rtu grid and 36 of the
+# 43 s of the scans' grid, on rows 10-1000x slower than the providers they stand beside, which a
+# few calls pin down well enough.
+SLOW_MS, SLOW_REPS = 1000.0, 3
+
+
 def _counts(estimate_ms: float, budget: Budget) -> tuple[int, int]:
     est = max(estimate_ms, 1e-3)
     warmup = max(1, int(budget.warmup_ms / est))
-    reps = min(budget.max_reps, max(budget.min_reps, int(budget.rep_ms / est)))
+    floor = min(budget.min_reps, max(SLOW_REPS, int(SLOW_MS / est)))
+    reps = min(budget.max_reps, max(floor, int(budget.rep_ms / est)))
     return warmup, reps
 
 
@@ -121,16 +130,25 @@ def time_cuda(fn: Callable[[], object], budget: Budget, flush: torch.Tensor,
     """`clock` is read while the first chunk runs (the GPU busy, not idling between calls)."""
     torch.cuda.synchronize()
     peaks: list[int] = []
-    # Estimate with a few flushed calls (the first call already ran: compile is out of the way).
+    # Estimate with a flushed call (the first call already ran: compile is out of the way), and
+    # two more where one is short beside the budget
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     with _peak(peaks) if peak else contextlib.nullcontext():
         start.record()
-        for _ in range(3):
+        flush.zero_()
+        fn()
+        end.record()
+    torch.cuda.synchronize()
+    estimate_ms = start.elapsed_time(end)
+    if estimate_ms < budget.rep_ms:
+        start.record()
+        for _ in range(2):
             flush.zero_()
             fn()
         end.record()
-    torch.cuda.synchronize()
-    warmup, reps = _counts(start.elapsed_time(end) / 3, budget)
+        torch.cuda.synchronize()
+        estimate_ms = (estimate_ms + start.elapsed_time(end)) / 3
+    warmup, reps = _counts(estimate_ms, budget)
     for _ in range(warmup):
         fn()
     clocks: list[float | None] = []

@@ -142,6 +142,17 @@ def test_cpu_timing_is_in_milliseconds():
     assert 15 <= t.min_ms and t.median_ms < 200, t
 
 
+def test_the_floor_of_timed_calls_gives_way_only_for_calls_slower_than_the_budget():
+    budget = timing.Budget(warmup_ms=10, rep_ms=40, min_reps=10)
+    assert timing._counts(0.01, budget)[1] == budget.max_reps
+    assert timing._counts(5.0, budget)[1] == 10  # the budget alone would give 8
+    assert timing._counts(timing.SLOW_MS / 10, budget)[1] == 10  # the floor still fits in SLOW_MS
+    assert timing._counts(timing.SLOW_MS / 5, budget)[1] == 5
+    assert timing._counts(10 * timing.SLOW_MS, budget)[1] == timing.SLOW_REPS
+    # a floor set below SLOW_REPS (the CPU's 2) stays where it was set
+    assert timing._counts(10 * timing.SLOW_MS, timing.Budget(0, 40, min_reps=2))[1] == 2
+
+
 def test_every_timed_cuda_call_follows_an_l2_flush(monkeypatch):
     # CUDA's timing without a GPU: events and synchronize record what happens, in order. Every
     # timed call (between its start and end events) must come right after a write of the flush
@@ -281,7 +292,7 @@ def test_a_case_is_released_after_its_tensors_are_gone(tmp_path, monkeypatch):
 
     alive = []
     monkeypatch.setattr(runner_module.memory, "release",
-                        lambda device, compiled=False, case_end=False: alive.append(sum(r() is not None for r in made)))
+                        lambda device, compiled=False, case_end=False, level=None: alive.append(sum(r() is not None for r in made)))
     spec = dataclasses.replace(planted_kernels.SPECS[0], make_inputs=inputs, reference=reference)
     config = RunConfig(kernels=(spec.name,), grid="quick", device="cpu", modes=("fwd", "bwd"), warmup_ms=1,
                        rep_ms=2, min_reps=3, seed=1, recheck=True)
@@ -314,14 +325,21 @@ def test_release_collects_cycles_made_before_and_after_a_case_ends():
 
     try:
         old = cycle()
-        memory.release("cpu", case_end=True, everything=True)  # `old` is alive: frozen
+        memory.release("cpu", case_end=True, collect=True)  # `old` is alive: frozen
         assert gc.get_freeze_count() > 0
         gone = weakref.ref(old)
         old = None
         new = weakref.ref(cycle())  # garbage at once
-        memory.release("cpu")
+        memory.release("cpu", collect=True)  # as after a provider that left device memory held
         assert new() is None and gone() is not None  # frozen: not scanned after a provider
-        memory.release("cpu", case_end=True, everything=True)  # as on a GPU
+        memory.release("cpu", case_end=True, collect=True)  # as on a GPU, memory still held
         assert gone() is None
+        # device memory back at its level (the CPU's default): only what the case made is scanned
+        old = cycle()
+        memory.release("cpu", case_end=True)
+        gone, old = weakref.ref(old), None
+        new = weakref.ref(cycle())
+        memory.release("cpu", case_end=True)
+        assert new() is None and gone() is not None
     finally:
         gc.unfreeze()
