@@ -14,8 +14,11 @@ from pathlib import Path
 VARIABLES = {"TRITON_CACHE_DIR": "triton", "TORCHINDUCTOR_CACHE_DIR": "inductor", "QUACK_CACHE_DIR": "quack",
              "CUTE_DSL_CACHE_DIR": "cute_dsl", "FLASH_ATTENTION_CUTE_DSL_CACHE_DIR": "fa4"}
 # FlashAttention-4 keeps its compiled kernels on disk only when asked to (off by default); on an
-# H100 the CuTe DSL peers' first calls were 33 s of a memory-bound run's 270 s of first calls
-SWITCHES = {"FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED": "1"}
+# H100 the CuTe DSL peers' first calls were 33 s of a memory-bound run's 270 s of first calls.
+# Triton's autotuner keeps its choices (keyed by the kernel's source, the GPU target and the tuning
+# arguments) only when asked to: otherwise a peer that autotunes (fla) benchmarks its configs again
+# in every run; on four H100s with warm caches fla's mlstm rows took 98 s, 30 s for the first.
+SWITCHES = {"FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED": "1", "TRITON_CACHE_AUTOTUNING": "1"}
 
 
 def default_root() -> Path:

@@ -234,8 +234,9 @@ def run_workers(config: RunConfig, commit: Commit, cases: list[Case], tasks_: li
 
     ctx = mp.get_context("spawn")  # CUDA cannot be used in a forked child
     parent = _Parent(store, progress, cases, warn, [[(i, None) for i in g] for g in tasks_], len(workers) > 1)
-    signals: list[int] = []
-    _trap(signals.append)  # the parent never raises: it forwards, then keeps writing what arrives
+    signals: list[float] = []  # when each came
+    # the parent never raises: it forwards, then keeps writing what arrives
+    _trap(lambda signum: signals.append(time.monotonic()))
 
     def start(slot: _Slot) -> None:
         if slot.proc is not None:  # a fresh process in the place of one that died
@@ -257,7 +258,7 @@ def run_workers(config: RunConfig, commit: Commit, cases: list[Case], tasks_: li
         if signals and forwarded_at is None:
             forwarded_at = time.monotonic()
             _signal_all(live, signal.SIGTERM)
-        if forwarded_at is not None and (len(signals) > 1 or time.monotonic() - forwarded_at > grace_s):
+        if forwarded_at is not None and (_repeated(signals) or time.monotonic() - forwarded_at > grace_s):
             _signal_all(live, signal.SIGKILL)
         for slot in live if not signals else ():
             slot.overdue(config.measure_timeout)
@@ -270,13 +271,25 @@ def run_workers(config: RunConfig, commit: Commit, cases: list[Case], tasks_: li
                     start(slot)
             except StoreError as e:
                 parent.out.errors.append(str(e))
-                signals.append(signal.SIGTERM)
+                signals.append(time.monotonic())
     for slot in slots:
         slot.proc.join(timeout=5)
     out = parent.out
     out.status = ("interrupted" if signals and not out.errors else
                   "finished" if all(s.status == "finished" for s in slots) else "unfinished")
     return out
+
+
+# Signals this close to the first are one signal sent twice: `timeout` (and a job scheduler) signals
+# the whole process group, and a wrapper script that forwards it to its child adds a second copy
+# within milliseconds. Counted as a second signal, it killed the workers of a run on four H100s
+# before they could mark their runs interrupted with their breakdowns.
+REPEAT_S = 0.25
+
+
+def _repeated(signals: list[float]) -> bool:
+    """Whether a second signal came (REPEAT_S or more after the first): kill what has not stopped."""
+    return any(t - signals[0] >= REPEAT_S for t in signals[1:])
 
 
 def _signal_all(slots: list[_Slot], sig) -> None:

@@ -251,4 +251,4 @@ def test_caches_go_under_one_folder_unless_the_user_set_them(tmp_path, monkeypat
         want = tmp_path / ("mine" if var == "QUACK_CACHE_DIR" else f"root/{sub}")
         assert os.environ[var] == str(want) and f"{var}={want}" in described
         assert var == "QUACK_CACHE_DIR" or want.is_dir()
-    assert os.environ["FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED"] == "1"
+    assert os.environ["FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED"] == "1" and os.environ["TRITON_CACHE_AUTOTUNING"] == "1"

@@ -79,7 +79,7 @@ def test_complex_scan_adapter_matches_reference():
 
 def test_cortex_torch_refuses_long_sequences():
     x = {"x": torch.zeros(1, providers.CORTEX_TORCH_MAX_STEPS + 1, 2)}
-    with pytest.raises(providers.Unavailable, match="T=2048"):
+    with pytest.raises(providers.Unavailable, match=f"T={providers.CORTEX_TORCH_MAX_STEPS}"):
         providers.cortex_torch(x["x"], None, None, None, None)
 
 

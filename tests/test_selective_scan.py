@@ -10,7 +10,8 @@ import torch
 from kcollect import verify
 from kcollect.kernels._lib import forced
 from kcollect.kernels.selective_scan import SelectiveScanConfig, selective_scan
-from kcollect.kernels.selective_scan.spec import SPEC, eager, log_depth, mamba_available
+from kcollect.kernels.selective_scan.spec import EAGER_MAX_T, SPEC, eager, log_depth, mamba_available
+from kcollect.spec import Unavailable
 
 BF16, F32 = torch.bfloat16, torch.float32
 
@@ -78,3 +79,9 @@ def test_grids_and_cost_model():
         assert set(shape.dims) == {"B", "T", "D", "N"} and shape.why
     d = dims(2, 3, 4, 5)
     assert SPEC.bytes_moved(d, BF16, "fwd") == (4 * 24 + 2 * 30) * 2 + 4 * (20 + 4)
+
+
+def test_the_loop_refuses_sequences_past_its_limit():
+    x = torch.randn(1, EAGER_MAX_T + 1, 2)
+    with pytest.raises(Unavailable, match=f"T={EAGER_MAX_T}"):
+        eager(x, x, None, None, None, None, x)

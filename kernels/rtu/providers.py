@@ -31,8 +31,10 @@ from . import rtu, rtu_lowrank
 from .naive import injections, is_diagonal, lowrank_factors
 
 # Cortex's PyTorch RTU launches some 40 kernels a time step, forward and backward alike: beyond this
-# many steps one call takes seconds, and its rows at T <= 2048 already give the comparison
-CORTEX_TORCH_MAX_STEPS = 2048
+# many steps one call takes seconds (at T = 2048 on an H100 its two shapes' rows took 150 s of a warm
+# full grid's collection), and its rows at Cortex's configs and the T = 1024 training shape already
+# give the comparison
+CORTEX_TORCH_MAX_STEPS = 1024
 
 
 def triton(x, nu_log, theta_log, map1, map2, resets=None):

@@ -9,7 +9,7 @@ import importlib.util
 import torch
 import torch.nn.functional as F
 
-from kcollect.spec import Provider, compiled
+from kcollect.spec import Provider, Unavailable, compiled
 
 from .._lib import config_record
 from .._lib.scan import first_order, log_scan
@@ -35,8 +35,16 @@ def make_inputs(dims, dtype, device, seed):
             "B": act(B, T, N), "C": act(B, T, N), "D": torch.randn(D, generator=g).to(device), "z": act(B, T, D)}
 
 
+# The sequential loop launches several kernels a time step: past this many steps one call takes
+# seconds (on an H100 its rows at T = 2048 and 4096 took 177 s of a warm full grid's collection);
+# its rows at the real-time windows and the 1k-step shapes give the comparison
+EAGER_MAX_T = 1024
+
+
 def eager(x, delta, A, B, C, D, z):
     """The sequential loop, state and maths in fp32 (as mamba_ssm's selective_scan_ref)."""
+    if x.shape[1] > EAGER_MAX_T:
+        raise Unavailable(f"the sequential loop launches several kernels a step: measured up to T={EAGER_MAX_T}")
     return selective_scan_loop(x, delta, A, B, C, D, z)
 
 
