@@ -5,3 +5,6 @@ live in `kcollect.registry`.
 Importing an op defines Triton kernels, so whoever wants Triton's CPU interpreter must set
 TRITON_INTERPRET=1 before the first import (the CLI and tests/conftest.py do).
 """
+from ._lib.interpreter import round_to_nearest
+
+round_to_nearest()  # under the interpreter, bf16 casts round as on the GPU (_lib/interpreter.py)
