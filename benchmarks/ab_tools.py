@@ -1,4 +1,6 @@
-"""Helpers shared by the GPU A/B scripts (benchmarks/*_ab.py) and their offline compile reports."""
+"""What the GPU scripts that run kernels outside the collector share (lab/fingerprint.py,
+benchmarks/power_probe.py, benchmarks/compile_report.py): the collector's ptxas and allocator, and
+`recorded`, which records launches instead of running them."""
 from __future__ import annotations
 
 import contextlib
