@@ -108,7 +108,10 @@ def _m(median, spread=0.0, retries=0):
 def test_stability_rule():
     assert stability.first_verdict(_m(1.0), _m(1.03), "cuda").status == "ok"
     assert stability.first_verdict(_m(1.0), _m(1.2), "cuda") is None  # a re-measurement decides
-    assert stability.first_verdict(_m(1.0, spread=0.2), _m(1.2), "cuda").status == "ok"  # within its noise
+    assert stability.first_verdict(_m(1.0, spread=0.2), _m(1.2, spread=0.2), "cuda").status == "ok"  # their noise
+    # a disturbance widens the measurement it hits: its own spread cannot vouch for it, either way
+    assert stability.first_verdict(_m(9.0, spread=16.0), _m(1.0), "cuda") is None
+    assert stability.first_verdict(_m(1.0), _m(1.8, spread=1.0), "cuda") is None
     assert stability.first_verdict(_m(1.0), _m(1.0, retries=3), "cuda") is None  # allocator retried
     # the first measurement was disturbed; the recheck and the re-measurement agree: ok, T2's numbers
     v = stability.second_verdict(_m(6.0), _m(1.0), _m(1.02), "cuda")
