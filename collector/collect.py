@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
+import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -25,6 +27,7 @@ from .progress import Progress
 from .plan import Case, RunConfig
 from .runner import Runner, _now, make_row
 from .store import Store, StoreError
+from .worker_log import Tail, redirect, written
 
 
 @dataclass
@@ -175,10 +178,13 @@ class _PipeSink:
         self.send("finish", (run_id, status, finished_at, phases))
 
 
-def _worker(spec: WorkerSpec, config: RunConfig, commit: Commit, kernel_modules, conn, resume=None) -> None:
+def _worker(spec: WorkerSpec, config: RunConfig, commit: Commit, kernel_modules, conn, resume=None,
+            stderr_path: str | None = None) -> None:
     """Measures the tasks its parent hands it, one at a time, asking for more ("want")
     until it gets None. `resume`: (run, seq) of the run a dead predecessor opened, to continue."""
     started = time.perf_counter()
+    if stderr_path is not None:  # the parent forwards it, and quotes its end if this process dies
+        redirect(stderr_path)
     if spec.visible is not None:  # before anything touches CUDA in this process
         os.environ["CUDA_VISIBLE_DEVICES"] = spec.visible
     out = _PipeSink(conn)
@@ -199,7 +205,12 @@ def _worker(spec: WorkerSpec, config: RunConfig, commit: Commit, kernel_modules,
         current = [0]
         runner = Runner(config, out, spec.device_index, started)
         runner.warn = lambda message: out.send("warn", message)
-        runner.progress = lambda kind, case, mode, prov: out.send("progress", (kind, current[0], mode, prov))
+        def progress(kind, case, mode, prov):
+            if kind == "case" and stderr_path is not None:  # where its output about this case begins
+                out.send("mark", written())
+            out.send("progress", (kind, current[0], mode, prov))
+
+        runner.progress = progress
         runner.on_row = lambda row: out.send("row", row)
         pending: list[Task] = []
 
@@ -238,14 +249,17 @@ def run_workers(config: RunConfig, commit: Commit, cases: list[Case], tasks_: li
     # the parent never raises: it forwards, then keeps writing what arrives
     _trap(lambda signum: signals.append(time.monotonic()))
 
+    logs = tempfile.mkdtemp(prefix="kcollect-workers-")
+
     def start(slot: _Slot) -> None:
         if slot.proc is not None:  # a fresh process in the place of one that died
             slot.proc.join()
             slot.conn.close()
         mine, theirs = ctx.Pipe()
         resume = (slot.run, slot.seq) if slot.run is not None else None
-        slot.proc = ctx.Process(target=_worker, args=(slot.spec, config, commit, kernel_modules, theirs, resume),
-                                name=f"kcollect-{slot.spec.name}")
+        slot.tail = slot.tail or Tail(os.path.join(logs, f"{slot.spec.name}.stderr"))
+        slot.proc = ctx.Process(target=_worker, name=f"kcollect-{slot.spec.name}",
+                                args=(slot.spec, config, commit, kernel_modules, theirs, resume, slot.tail.path))
         slot.proc.start()
         theirs.close()  # so that the worker's death reads as the end of the pipe
         slot.conn, slot.killed = mine, None
@@ -264,6 +278,7 @@ def run_workers(config: RunConfig, commit: Commit, cases: list[Case], tasks_: li
             slot.overdue(config.measure_timeout)
         wait([s.conn for s in live] + [s.proc.sentinel for s in live], timeout=0.5)
         for slot in live:
+            slot.tail.forward()
             alive = slot.proc.is_alive()  # before reading: what it sent before it ended is read now
             try:
                 parent.drain(slot)
@@ -274,6 +289,8 @@ def run_workers(config: RunConfig, commit: Commit, cases: list[Case], tasks_: li
                 signals.append(time.monotonic())
     for slot in slots:
         slot.proc.join(timeout=5)
+        slot.tail.forward()
+    shutil.rmtree(logs, ignore_errors=True)
     out = parent.out
     out.status = ("interrupted" if signals and not out.errors else
                   "finished" if all(s.status == "finished" for s in slots) else "unfinished")
@@ -311,6 +328,7 @@ class _Slot:
     rows: list[dict[str, Any]] = field(default_factory=list)  # that case's rows so far
     doing: tuple[str, str, str] | None = None  # ('start' or 'recheck', mode, provider) in progress
     since: float = 0.0  # when it last said what it is doing
+    tail: Tail | None = None  # its standard error (worker_log.py)
     killed: str | None = None  # why the parent killed it
     status: str | None = None  # how it ended
 
@@ -326,10 +344,13 @@ def _death(slot: _Slot) -> str:
         return slot.killed
     if code is not None and code < 0:
         try:
-            return f"the measuring process died: signal {-code} ({signal.Signals(-code).name})"
+            reason = f"the measuring process died: signal {-code} ({signal.Signals(-code).name})"
         except ValueError:
-            return f"the measuring process died: signal {-code}"
-    return f"the measuring process died: exit code {code}"
+            reason = f"the measuring process died: signal {-code}"
+    else:
+        reason = f"the measuring process died: exit code {code}"
+    said = slot.tail.last_line() if slot.tail is not None else None
+    return f"{reason}; its last words: {said}" if said else reason
 
 
 class _Parent:
@@ -366,6 +387,8 @@ class _Parent:
             self.progress.event(event, self.cases[index], mode, provider, worker=who)
         elif kind == "row":
             slot.rows.append(payload)
+        elif kind == "mark":
+            slot.tail.mark(payload)
         elif kind == "want":
             if not slot.held and self.todo:
                 slot.held = self.todo.pop(0)

@@ -194,7 +194,10 @@ def test_a_measurement_that_crashes_or_hangs_its_process_is_an_error_row_and_the
     got = {(r["kernel"], r["provider"], r["shape"]): (r["status"], r["error"]) for r in rows}
     assert len(got) == len(rows) == 2 * 3 + 2 * 2  # every measurement once
     a, b = "M=4,N=8", "M=3,N=5"
-    assert got["fragile", "crash", a] == ("error", "the measuring process died: signal 6 (SIGABRT)")
+    # the row quotes what the process said last (from its standard error, which reaches ours too)
+    assert got["fragile", "crash", a] == ("error", "the measuring process died: signal 6 (SIGABRT); its last "
+                                          f"words: python3: {fragile_kernels.CRASH}")
+    assert fragile_kernels.CRASH in out.stderr
     assert got["fragile", "hang", b] == ("error", "no result within 5 s")
     # the measurements after each death, in that case and the next, and the ones before it
     assert {got["fragile", p, s][0] for p, s in [("torch", a), ("hang", a), ("torch", b), ("crash", b)]} == {"ok"}
