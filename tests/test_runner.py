@@ -142,6 +142,14 @@ def test_cpu_timing_is_in_milliseconds():
     assert 15 <= t.min_ms and t.median_ms < 200, t
 
 
+def test_an_error_row_says_what_went_wrong_in_one_plain_line():
+    from kcollect.runner import _error_text
+
+    # QuACK's CuTe DSL colours its compile errors for a terminal; a row is read on a page or in CSV
+    e = RuntimeError("\x1b[91m\x1b[1merror[INTERNAL]:\x1b[0m could not build valid IR.\n  at line 3")
+    assert _error_text(e) == "RuntimeError: error[INTERNAL]: could not build valid IR."
+
+
 def test_the_floor_of_timed_calls_gives_way_only_for_calls_slower_than_the_budget():
     budget = timing.Budget(warmup_ms=10, rep_ms=40, min_reps=10)
     assert timing._counts(0.01, budget)[1] == budget.max_reps
