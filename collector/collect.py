@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from .environment import Commit
+from .phases import combined, of_lifetime
 from .profiling import profiled
 from .progress import Progress
 from .plan import Case, RunConfig
@@ -215,6 +216,7 @@ def _worker(spec: WorkerSpec, config: RunConfig, commit: Commit, kernel_modules,
         pending: list[Task] = []
 
         def next_task() -> Task | None:
+            out.send("phases", runner.phases.to_json())  # the breakdown so far, should this process die
             if not pending:
                 out.send("want")
                 pending.extend(conn.recv() or ())
@@ -262,7 +264,7 @@ def run_workers(config: RunConfig, commit: Commit, cases: list[Case], tasks_: li
                                 args=(slot.spec, config, commit, kernel_modules, theirs, resume, slot.tail.path))
         slot.proc.start()
         theirs.close()  # so that the worker's death reads as the end of the pipe
-        slot.conn, slot.killed = mine, None
+        slot.conn, slot.killed, slot.born, slot.phases = mine, None, time.monotonic(), None
 
     slots = [_Slot(w) for w in workers]
     for slot in slots:
@@ -329,6 +331,9 @@ class _Slot:
     doing: tuple[str, str, str] | None = None  # ('start' or 'recheck', mode, provider) in progress
     since: float = 0.0  # when it last said what it is doing
     tail: Tail | None = None  # its standard error (worker_log.py)
+    born: float = 0.0  # when its process started
+    phases: str | None = None  # the breakdown its process last reported
+    dead: list[dict[str, float]] = field(default_factory=list)  # the breakdowns of its dead processes
     killed: str | None = None  # why the parent killed it
     status: str | None = None  # how it ended
 
@@ -387,6 +392,8 @@ class _Parent:
             self.progress.event(event, self.cases[index], mode, provider, worker=who)
         elif kind == "row":
             slot.rows.append(payload)
+        elif kind == "phases":
+            slot.phases = payload
         elif kind == "mark":
             slot.tail.mark(payload)
         elif kind == "want":
@@ -404,7 +411,7 @@ class _Parent:
             self._keep(slot, payload)
         elif kind == "finish":
             run_id, status, finished_at, phases = payload
-            phases = _with_store_seconds(phases, self.store_s.get(name, 0.0))
+            phases = _with_store_seconds(combined(phases, slot.dead), self.store_s.get(name, 0.0))
             self.out.phases[run_id] = phases
             self.store.finish_run(run_id, status, finished_at, phases)
         elif kind == "warn":
@@ -427,13 +434,16 @@ class _Parent:
         """Rows for a worker that ended without a word; whether a fresh process takes its place
         (it died inside a case, and the run is not being stopped)."""
         reason, rows, slot.rows = _death(slot), slot.rows, []
+        if slot.run is not None:  # what it did counts in the run's breakdown, which others continue
+            slot.dead.append(of_lifetime(slot.phases, time.monotonic() - slot.born))
         if slot.case is None or stopping:
             self.warn(f"{slot.spec.name} ended without a word ({reason}); its rows so far are kept")
             self._keep(slot, rows)
             if slot.held:
                 self.todo.insert(0, slot.held)  # for another worker, if one is left
             if stopping and slot.run is not None:  # killed when it did not stop in time: its run was stopped
-                self.store.finish_run(slot.run.run_id, "interrupted", _now())
+                phases = _with_store_seconds(combined(None, slot.dead), self.store_s.get(slot.spec.name, 0.0))
+                self.store.finish_run(slot.run.run_id, "interrupted", _now(), phases)
             slot.status = "unfinished"
             return False
         (index, only), case = slot.case, self.cases[slot.case[0]]

@@ -80,3 +80,24 @@ def lines(phases_json: str | None) -> list[str]:
     for r in breakdown(phases_json):
         out.append(f"  {r['phase']:<11} {r['seconds']:8.1f} s  {100 * r['share']:5.1f}%  {r['what']}")
     return out
+
+
+def of_lifetime(phases_json: str | None, lifetime: float) -> dict[str, float]:
+    """The breakdown of a process that died, from its last report (at the end of its last whole
+    case), over the `lifetime` its parent saw: what it did after that report, its last case
+    included, counts as "other"."""
+    secs = {k: v for k, v in json.loads(phases_json or "{}").items() if k not in ("other", "wall")}
+    claimed = sum(v for k, v in secs.items() if k not in NOT_WALL)
+    return {**secs, "other": max(0.0, lifetime - claimed), "wall": lifetime}
+
+
+def combined(phases_json: str | None, earlier: list[dict[str, float]]) -> str | None:
+    """One run's breakdown over every process that measured it: the last one's (phases_json)
+    plus those of the processes that died before it (of_lifetime's)."""
+    if not earlier:
+        return phases_json
+    total: dict[str, float] = {}
+    for part in [*earlier, json.loads(phases_json or "{}")]:
+        for k, v in part.items():
+            total[k] = total.get(k, 0.0) + v
+    return json.dumps({k: round(v, 3) for k, v in total.items()}, sort_keys=True)

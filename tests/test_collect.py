@@ -204,3 +204,8 @@ def test_a_measurement_that_crashes_or_hangs_its_process_is_an_error_row_and_the
     assert {s for (k, _, _), (s, _) in got.items() if k == "scaled"} == {"ok", "failed"}
     assert len({r["seq"] for r in rows}) == len(rows)
     assert "fragile" in out.stderr and "goes on in a fresh process" in out.stderr
+    # the run's breakdown covers its three processes, the hung one's 5 s among them
+    import json
+
+    spent = json.loads(runs[0]["phases"])
+    assert spent["wall"] >= 5 and spent["setup"] > 0 and spent["first_call"] > 0, spent
