@@ -84,6 +84,15 @@ MUTATIONS = (
     Mutation("--fail-on-incorrect ignored", "collector/run_cmd.py",
              "open_store(db), fail_on_incorrect, started)", "open_store(db), False, started)",
              "tests/test_collect.py::test_fail_on_incorrect_exits_1"),
+    Mutation("stability rule vouched for by the noisier measurement", "collector/stability.py",
+             "2 * min(a.spread, b.spread)", "2 * max(a.spread, b.spread)",
+             "tests/test_schedule.py::test_stability_rule"),
+    Mutation("interpreter truncates bf16 again", "kernels/__init__.py",
+             "\nround_to_nearest()", "\nround_to_nearest = None",
+             "tests/test_interpreter.py::test_kernels_round_fp32_to_bf16_to_nearest_even_as_pytorch_does"),
+    Mutation("a dead worker's breakdown dropped", "collector/collect.py",
+             "combined(phases, slot.dead)", "combined(phases, [])",
+             "tests/test_collect.py::test_a_measurement_that_crashes_or_hangs_its_process_is_an_error_row_and_the_run_goes_on"),
 )
 
 
