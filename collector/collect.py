@@ -206,6 +206,7 @@ def _worker(spec: WorkerSpec, config: RunConfig, commit: Commit, kernel_modules,
         current = [0]
         runner = Runner(config, out, spec.device_index, started)
         runner.warn = lambda message: out.send("warn", message)
+
         def progress(kind, case, mode, prov):
             if kind == "case" and stderr_path is not None:  # where its output about this case begins
                 out.send("mark", written())
