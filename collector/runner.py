@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import socket
 import time
 import uuid
@@ -18,6 +17,7 @@ import torch
 
 from . import memory, stability, timing, verify
 from .environment import Commit, fingerprint, resolve_commit
+from .names import plain
 from .phases import Phases
 from .plan import Case, RunConfig, plan  # noqa: F401  (plan: imported from here by benchmarks)
 from .spec import DTYPE_NAMES, Unavailable
@@ -33,13 +33,8 @@ class Sink(Protocol):
     def finish_run(self, run_id: str, status: str, finished_at: Any, phases: str | None = None) -> None: ...
 
 
-# a terminal's colour codes, which some compilers put in their messages (the CuTe DSL's
-# "\x1b[91merror[INTERNAL]:\x1b[0m ..."): a row's error is read on pages and in CSV, not a terminal
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-
-
 def _error_text(e: BaseException) -> str:
-    first = (_ANSI.sub("", str(e)).strip().splitlines() or [""])[0]
+    first = (plain(str(e)).strip().splitlines() or [""])[0]
     if isinstance(e, torch.cuda.OutOfMemoryError):
         return "out of memory: " + first[:300]
     return f"{type(e).__name__}: {first[:300]}"

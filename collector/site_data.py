@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from .names import plain
 from .store import Store
 
 CPU_LABEL = "CPU (Triton interpreter)"
@@ -200,6 +201,7 @@ def _clean(r: dict[str, Any]) -> dict[str, Any]:
     if r["status"] != "ok":
         for k in TIME_COLUMNS:
             r[k] = None
+    r["error"] = plain(r.get("error"))  # rows stored before runner._error_text dropped colour codes
     return r
 
 

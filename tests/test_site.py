@@ -537,3 +537,11 @@ def test_a_run_of_part_of_the_grid_hides_none_of_the_other_cases(tmp_path):
     build_site(db, tmp_path / "site")
     page = section(read(tmp_path / "site", "kernels/alpha.html"), H100)
     assert "That run measured part of the grid" in page and old_run[:8] in page
+
+
+def test_a_row_stored_with_terminal_colour_codes_reads_plain_on_the_site():
+    # rows stored before the runner dropped them (QuACK's CuTe DSL errors) are cleaned for the pages
+    from kcollect.site_data import _clean
+
+    row = _clean({"status": "error", "error": "DSLRuntimeError: \x1b[91m\x1b[1merror[INTERNAL]:\x1b[0m no IR"})
+    assert row["error"] == "DSLRuntimeError: error[INTERNAL]: no IR" and row["median_ms"] is None
