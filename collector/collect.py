@@ -179,13 +179,13 @@ class _PipeSink:
         self.send("finish", (run_id, status, finished_at, phases))
 
 
-def _worker(spec: WorkerSpec, config: RunConfig, commit: Commit, kernel_modules, conn, resume=None,
-            stderr_path: str | None = None) -> None:
+def _worker(spec: WorkerSpec, config: RunConfig, commit: Commit, kernel_modules, conn, resume,
+            stderr_path: str) -> None:
     """Measures the tasks its parent hands it, one at a time, asking for more ("want")
-    until it gets None. `resume`: (run, seq) of the run a dead predecessor opened, to continue."""
+    until it gets None. `resume`: (run, seq) of the run a dead predecessor opened, to continue, or
+    None. `stderr_path`: the file its standard error goes to (worker_log.py)."""
     started = time.perf_counter()
-    if stderr_path is not None:  # the parent forwards it, and quotes its end if this process dies
-        redirect(stderr_path)
+    redirect(stderr_path)  # the parent forwards it, and quotes its end if this process dies
     if spec.visible is not None:  # before anything touches CUDA in this process
         os.environ["CUDA_VISIBLE_DEVICES"] = spec.visible
     out = _PipeSink(conn)
@@ -208,7 +208,7 @@ def _worker(spec: WorkerSpec, config: RunConfig, commit: Commit, kernel_modules,
         runner.warn = lambda message: out.send("warn", message)
 
         def progress(kind, case, mode, prov):
-            if kind == "case" and stderr_path is not None:  # where its output about this case begins
+            if kind == "case":  # where its output about this case begins
                 out.send("mark", written())
             out.send("progress", (kind, current[0], mode, prov))
 
