@@ -22,6 +22,14 @@ urllib.request.urlopen(urllib.request.Request(sys.argv[1] + "/torch/", method="H
 EOF
 }
 
+# Headless Chromium for the site's browser tests (Debian/Ubuntu package; Playwright drives it),
+# installed in the background while pip works: the two downloads overlap.
+browser=
+if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) &
+  browser=$!
+fi
+
 pins=()
 if ! command -v nvidia-smi >/dev/null 2>&1; then
   pins=(-c requirements/cpu.txt)
@@ -33,8 +41,7 @@ if ! command -v nvidia-smi >/dev/null 2>&1; then
   fi
 fi
 "${pip[@]}" "${pins[@]}" -e ".[test]"
-# Headless Chromium for the site's browser tests (Debian/Ubuntu package; Playwright drives it).
-if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-  (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) || echo "setup: chromium not installed; browser tests will be skipped" >&2
+if [ -n "$browser" ] && ! wait "$browser"; then
+  echo "setup: chromium not installed; browser tests will be skipped" >&2
 fi
 .venv/bin/python -c 'from importlib.metadata import version as v; print("setup: done (.venv: torch", v("torch") + ", triton", v("triton") + ")")'
