@@ -399,36 +399,37 @@
     return {data, layout};
   }
 
-  function drawTrends(box, s) {
+  // One trend chart, from its box's data file (loaded once for all the box's charts).
+  function drawTrend(div, s) {
     const key = (s.provider || "") + "|" + yMode(s);
-    if (box._kcKey === key) return;
-    box._kcKey = key;
+    if (div._kcKey === key) return;
+    div._kcKey = key;
+    const box = div.closest(".trends");
     const page = pageData();
     const view = Object.assign({}, page, {commitsOf: page.commits[box.dataset.gid] || []});
     const marks = (page.marks || []).filter((f) => f.gid === box.dataset.gid && f.mode === box.dataset.mode &&
                                                     f.dtype === box.dataset.dtype);
     load(box.dataset.file).then((series) => {
-      box.querySelectorAll(".trend").forEach((div) => {
-        const fig = trendFigure(series, div.dataset.shape, s, view, marks);
-        Plotly.react(div, fig.data, fit(fig.layout, div, fig.data), PLOT_CONFIG);
-      });
+      const fig = trendFigure(series, div.dataset.shape, s, view, marks);
+      Plotly.react(div, fig.data, fit(fig.layout, div, fig.data), PLOT_CONFIG);
     }).catch((err) => {
-      box._kcKey = undefined;
-      box.textContent = err.message;
+      div._kcKey = undefined;
+      div.textContent = err.message;
       console.error(err);
     });
   }
 
-  const chartEls = [...document.querySelectorAll(".shape-chart, .trends")];
+  const chartEls = [...document.querySelectorAll(".shape-chart, .trend")];
   let current = readState();
 
   function refresh(el) {
     if (!window.Plotly || !visible(el)) return;
     if (el.classList.contains("shape-chart")) drawShape(el, current);
-    else drawTrends(el, current);
+    else drawTrend(el, current);
   }
 
-  // Charts are drawn when they come near the viewport: a kernel page can hold a hundred of them.
+  // Charts are drawn when they come near the viewport, each on its own: a kernel page can hold
+  // hundreds of them, and a part's trends dozens.
   const observer = "IntersectionObserver" in window ? new IntersectionObserver((entries) => {
     for (const e of entries) {
       if (e.isIntersecting) {
