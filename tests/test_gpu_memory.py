@@ -6,7 +6,8 @@ standard providers and any peer installed) through the runner, case by case, and
 each case that PyTorch's allocated and reserved bytes, and the device's free bytes, are back within
 a small margin of their level before it; it prints one line per case (pytest -s) for the record.
 A planted provider whose capture fails goes first. KCOLLECT_MEMTEST_KERNELS narrows or widens the
-kernels (default gelu,rms_norm; fwd+bwd, the mode with the most memory).
+kernels (default gelu,rms_norm; fwd+bwd, the mode with the most memory). It compiles with the
+caches `kcollect run` keeps (cold, torch.compile's graphs of two full grids take minutes).
 """
 import gc
 import os
@@ -43,8 +44,11 @@ def test_every_case_returns_the_memory_it_found(tmp_path):
         print("\n".join(line for line in lines if " MiB" in line), out.stderr[-3000:])
         assert out.returncode == 0, "\n".join([line for line in lines if line.startswith("E ")][-40:]) or out.stdout[-3000:]
         return
+    from kcollect import caches
     from kcollect.registry import load
     from kcollect.runner import Runner, RunConfig, plan
+
+    caches.use()  # the compile caches `kcollect run` keeps: after a run, its graphs are not rebuilt
     from kcollect.store import Store
 
     names = tuple(os.environ.get("KCOLLECT_MEMTEST_KERNELS", "gelu,rms_norm").split(","))
