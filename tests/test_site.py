@@ -431,7 +431,8 @@ def history(tmp_path_factory):
     with Store(db, read_only=True) as store:
         data = site_data.load(store)
         rows = store.query("SELECT kernel, mode, provider, shape, dtype, gpu_name, git_commit, timing, env_id, "
-                           "machine, median_ms, status FROM results_v WHERE device_kind = 'cuda'")
+                           "machine, median_ms, status, driver, cuda, torch, triton, python, peers FROM results_v "
+                           "WHERE device_kind = 'cuda'")
     return data, site_flags.analyse(data), rows
 
 
@@ -455,13 +456,22 @@ def test_history_no_recovered_regression_is_open(history):
     assert swiglu and all(f["state"] == "recovered" for f in swiglu)  # the issue's "+5.3%" at fea1ddc4
 
 
+def _condition(row: dict) -> tuple:
+    """What a row was measured under, read from the store: timing method, machine, the software
+    stack, and the installed peers' versions for a peer's own rows (ours, eager and compile run on
+    the stack alone: the peers installed beside them are not theirs)."""
+    stack = row["provider"] in ("triton", "torch", "compile") or row["provider"].startswith(("triton[", "torch_"))
+    return (row["timing"], row["machine"], row["driver"], row["cuda"], row["torch"], row["triton"], row["python"],
+            None if stack else row["peers"])
+
+
 def test_history_no_flag_comes_from_a_change_of_method_or_environment(history):
     data, a, rows = history
     assert a.flags
     for f in a.flags:
         commits = data.group(f["gkey"]).commits
         before, after = commits[f["before_ci"]]["sha"], commits[f["after_ci"]]["sha"]
-        seen = {(r["timing"], r["env_id"], r["machine"]) for r in rows if r["status"] == "ok"
+        seen = {_condition(r) for r in rows if r["status"] == "ok"
                 and r["git_commit"] in (before, after)
                 and (r["kernel"], r["mode"], r["provider"], r["shape"], r["dtype"]) ==
                 (f["kernel"], f["mode"], f["provider"], f["shape"], f["dtype"])}
