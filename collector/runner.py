@@ -52,8 +52,10 @@ class Runner:
         self.sink = sink
         self.device_index = device_index
         self.budget = timing.Budget(config.warmup_ms, config.rep_ms, config.min_reps, ci_rel=config.ci_rel)
-        # the recheck: a quarter of the budget, half the repeats (steady rows stop early anyway)
-        self.short = replace(self.budget, rep_ms=config.rep_ms / 4, min_reps=max(1, config.min_reps // 2))
+        # the recheck: a quarter of the budget and of the warm-up (it follows the case's other
+        # measurements on a busy device), half the repeats (steady rows stop early anyway)
+        self.short = replace(self.budget, warmup_ms=config.warmup_ms / 4, rep_ms=config.rep_ms / 4,
+                             min_reps=max(1, config.min_reps // 2))
         self.flush = None
         self.seq = 0
         self.run_id = str(uuid.uuid4())
