@@ -50,8 +50,9 @@ def groups(indices: list[int], cases: list[Case], device: str) -> list[list[int]
 
 
 def tasks(indices: list[int], cases: list[Case], device: str, workers: int) -> list[list[int]]:
-    """What the workers of one host take, in order: on several GPUs, one case at a time, kernel by
-    kernel, so that they all end within a case of each other (handing out whole kernels left one
+    """What the workers of one host take: on several GPUs, one case at a time, kernel by kernel
+    (the parent keeps each worker on its kernel while it has cases: collect._Parent._next_for), so
+    that they all end within a case of each other (handing out whole kernels left one
     of two H200s idle for a third of a 3-kernel run; a kernel measured by two GPUs is two runs, and
     the site shows each case from the latest run that measured it). Otherwise whole kernels
     (groups): CPU workers are many kernels' worth of cases apart in speed anyway, and one kernel

@@ -93,6 +93,9 @@ MUTATIONS = (
     Mutation("a dead worker's breakdown dropped", "collector/collect.py",
              "combined(phases, slot.dead)", "combined(phases, [])",
              "tests/test_collect.py::test_a_measurement_that_crashes_or_hangs_its_process_is_an_error_row_and_the_run_goes_on"),
+    Mutation("GPU workers dealt cases in plan order, not kept on their kernel", "collector/collect.py",
+             "self.todo.pop(self._next_for(slot))", "self.todo.pop(0)",
+             "tests/test_collect.py::test_gpu_workers_stay_on_their_kernel_and_share_only_the_last"),
 )
 
 

@@ -63,6 +63,40 @@ def test_two_workers_measure_the_plan_once_each_kernel_in_one_run(tmp_path):
     assert ("cpu0: run" in out.stderr or "cpu1: run" in out.stderr) and "where the time went" in out.stderr
 
 
+def test_gpu_workers_stay_on_their_kernel_and_share_only_the_last():
+    # On several GPUs the tasks are single cases in kernel order; each worker takes the next case
+    # of its kernel, then a kernel nobody is on, and only then shares one (a kernel's first calls,
+    # paid by every worker that takes it up, are paid once where they can be)
+    from types import SimpleNamespace
+
+    from kcollect.collect import _Parent, _Slot
+
+    kernels = ["a"] * 4 + ["b"] * 3 + ["c"] * 2
+    cases = [SimpleNamespace(spec=SimpleNamespace(name=k)) for k in kernels]
+    parent = _Parent(None, None, cases, lambda m: None, [[(i, None)] for i in range(len(cases))], True)
+    sent = {}
+    slots = parent.slots = [_Slot(SimpleNamespace(name=n)) for n in ("gpu0", "gpu1")]
+    for slot in slots:
+        slot.conn = SimpleNamespace(send=lambda tasks, name=slot.spec.name: sent.setdefault(name, []).append(tasks))
+
+    def take(slot) -> str:
+        parent.dispatch(slot, "want", None)
+        task = slot.held.pop(0)  # begun, as the worker's "case" progress event does
+        return kernels[task[0]]
+
+    g0, g1 = slots
+    assert [take(g0), take(g1)] == ["a", "b"]  # the two costliest kernels first, one each
+    assert [take(g0), take(g0), take(g1)] == ["a", "a", "b"]
+    assert [take(g0), take(g0)] == ["a", "c"]  # a done: c, which nobody is on, not b
+    assert [take(g1), take(g0)] == ["b", "c"]
+    parent.dispatch(g1, "want", None)
+    assert sent["gpu1"][-1] is None and not parent.todo  # nothing left
+    # the last kernel is shared: a worker whose kernel is done helps with the one still going
+    parent.todo = [[(i, None)] for i in (0, 1, 2, 4)]  # a, a, a, b
+    g0.kernel = g1.kernel = None
+    assert [take(g0), take(g1), take(g1), take(g0)] == ["a", "b", "a", "a"] and not parent.todo
+
+
 def test_shards_of_a_plan_merge_by_import_into_the_whole(tmp_path):
     dbs = []
     for k in (1, 2):
