@@ -47,9 +47,9 @@ def test_every_case_returns_the_memory_it_found(tmp_path):
     from kcollect import caches
     from kcollect.registry import load
     from kcollect.runner import Runner, RunConfig, plan
+    from kcollect.store import Store
 
     caches.use()  # the compile caches `kcollect run` keeps: after a run, its graphs are not rebuilt
-    from kcollect.store import Store
 
     names = tuple(os.environ.get("KCOLLECT_MEMTEST_KERNELS", "gelu,rms_norm").split(","))
     registry = load()
