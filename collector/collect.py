@@ -379,12 +379,11 @@ class _Parent:
         first calls (loading its builds, torch.compile's first trace), so the kernels are shared
         only at the end: on two H100s with warm caches, cases dealt out in plan order had both
         workers pay them for every kernel (first calls 24 s each, 34 s for one worker alone)."""
-        kernel = lambda k: self.cases[self.todo[k][0][0]].spec.name  # noqa: E731
-        mine = next((k for k in range(len(self.todo)) if kernel(k) == slot.kernel), None)
-        if mine is not None:
-            return mine
+        kernels = [self.cases[task[0][0]].spec.name for task in self.todo]
+        if slot.kernel in kernels:
+            return kernels.index(slot.kernel)
         busy = {s.kernel for s in self.slots if s is not slot}
-        return next((k for k in range(len(self.todo)) if kernel(k) not in busy), 0)
+        return next((k for k, name in enumerate(kernels) if name not in busy), 0)
 
     def drain(self, slot: _Slot) -> None:
         while slot.status is None:
