@@ -34,6 +34,7 @@ def use(root: str | os.PathLike | None = None) -> str:
     compiles anything; returns a description for the run's config. Raises OSError when the folder
     cannot be made."""
     root = Path(root) if root else default_root()
+    os.environ["KCOLLECT_CACHE_DIR"] = str(root)  # for what else keeps its state there (precompile.py)
     for var, sub in VARIABLES.items():
         if not os.environ.get(var):
             (root / sub).mkdir(parents=True, exist_ok=True)

@@ -101,11 +101,15 @@ def _raise_once(signals: list[int]) -> Callable[[int], None]:
 
 def run_here(config: RunConfig, commit: Commit, cases: list[Case], indices: list[int], store: Store,
              progress: Progress, warn: Callable[[str], None], device_index: int | None,
-             started: float | None = None) -> Outcome:
+             started: float | None = None, ahead_s: float = 0.0) -> Outcome:
+    """`ahead_s`: seconds the precompile pass took since `started` (its own line in the breakdown)."""
     out = Outcome()
     signals: list[int] = []
     _trap(_raise_once(signals))
     runner = Runner(config, _Recording(store, out, progress), device_index, started)
+    if ahead_s:  # not set-up: its own line
+        runner.phases.add("setup", -ahead_s)
+        runner.phases.add("precompile", ahead_s)
     runner.warn = warn
     runner.progress = progress.event
     todo = iter([(i, None) for i in indices])
@@ -235,19 +239,21 @@ def _worker(spec: WorkerSpec, config: RunConfig, commit: Commit, kernel_modules,
 
 def run_workers(config: RunConfig, commit: Commit, cases: list[Case], tasks_: list[list[int]], store: Store,
                 progress: Progress, warn: Callable[[str], None], workers: list[WorkerSpec], kernel_modules,
-                grace_s: float = 60.0) -> Outcome:
+                grace_s: float = 60.0, ahead_s: float = 0.0) -> Outcome:
     """Each worker is handed the next task (a case on several GPUs, otherwise a whole kernel: see
     schedule.tasks) until none is left. A worker that dies inside a case, or that says nothing
     for config.measure_timeout seconds there (then it is killed), leaves an `error` row for the
     measurement it was in; its rows so far are kept, and a fresh process continues its run with
     the rest. Ctrl-C or SIGTERM here is forwarded to every worker, which marks its run
     interrupted; what they send meanwhile is still written; a worker that has not ended `grace_s`
-    after (or at a second signal) is killed, its rows so far kept."""
+    after (or at a second signal) is killed, its rows so far kept. `ahead_s`: the seconds the
+    precompile pass took before the workers started, added to each run's breakdown and wall time."""
     import multiprocessing as mp
     from multiprocessing.connection import wait
 
     ctx = mp.get_context("spawn")  # CUDA cannot be used in a forked child
     parent = _Parent(store, progress, cases, warn, [[(i, None) for i in g] for g in tasks_], len(workers) > 1)
+    parent.ahead_s = ahead_s
     signals: list[float] = []  # when each came
     # the parent never raises: it forwards, then keeps writing what arrives
     _trap(lambda signum: signals.append(time.monotonic()))
@@ -371,6 +377,10 @@ class _Parent:
         self.named = named  # progress lines name the worker (several of them)
         self.out = Outcome()
         self.store_s: dict[str, float] = {}  # worker -> seconds spent writing its rows here
+        self.ahead_s = 0.0  # the precompile pass's seconds, before any worker started
+
+    def _with_mine(self, phases: str | None, worker: str) -> str | None:
+        return _with_parent_seconds(phases, self.store_s.get(worker, 0.0), self.ahead_s)
 
     def _next_for(self, slot: _Slot) -> int:
         """Which task of the to-do list a worker takes: the next case of the kernel it is on; else
@@ -428,7 +438,7 @@ class _Parent:
             self._keep(slot, payload)
         elif kind == "finish":
             run_id, status, finished_at, phases = payload
-            phases = _with_store_seconds(combined(phases, slot.dead), self.store_s.get(name, 0.0))
+            phases = self._with_mine(combined(phases, slot.dead), name)
             self.out.phases[run_id] = phases
             self.store.finish_run(run_id, status, finished_at, phases)
         elif kind == "warn":
@@ -459,7 +469,7 @@ class _Parent:
             if slot.held:
                 self.todo.insert(0, slot.held)  # for another worker, if one is left
             if stopping and slot.run is not None:  # killed when it did not stop in time: its run was stopped
-                phases = _with_store_seconds(combined(None, slot.dead), self.store_s.get(slot.spec.name, 0.0))
+                phases = self._with_mine(combined(None, slot.dead), slot.spec.name)
                 self.store.finish_run(slot.run.run_id, "interrupted", _now(), phases)
             slot.status = "unfinished"
             return False
@@ -487,10 +497,14 @@ class _Parent:
         return True
 
 
-def _with_store_seconds(phases: str | None, seconds: float) -> str | None:
-    """A worker's breakdown plus the parent's seconds writing its rows (spent while it measured)."""
+def _with_parent_seconds(phases: str | None, store_s: float, ahead_s: float) -> str | None:
+    """A worker's breakdown plus the parent's seconds writing its rows (spent while it measured)
+    and building ahead (before it started: added to its wall time too)."""
     if not phases:
         return phases
     data = json.loads(phases)
-    data["store"] = round(data.get("store", 0.0) + seconds, 3)
+    data["store"] = round(data.get("store", 0.0) + store_s, 3)
+    if ahead_s:
+        data["precompile"] = round(ahead_s, 3)
+        data["wall"] = round(data.get("wall", 0.0) + ahead_s, 3)
     return json.dumps(data, sort_keys=True)

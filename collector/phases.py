@@ -14,6 +14,7 @@ from typing import Any, Iterator
 
 # In the order they are printed; "other" is the wall time no phase claimed (Python, bookkeeping).
 PHASES = {
+    "precompile": "builds made ahead in parallel processes, before anything is measured (cold caches)",
     "setup": "imports, environment, the device's ceilings",
     "inputs": "random inputs of each case",
     "reference": "float64 reference answers (once per case)",

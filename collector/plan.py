@@ -35,6 +35,7 @@ class RunConfig:
     measure_timeout: float | None = None  # seconds a worker may spend on one measurement (collect.py)
     unavailable: tuple[tuple[str, str], ...] = ()  # (provider, why) this run does not measure here
     profile: str | None = None  # folder for a cProfile of each measuring process (collect.profiled)
+    precompile: int = 0  # processes that build the plan's kernels before it is measured (precompile.py)
 
 
 @dataclass(frozen=True)

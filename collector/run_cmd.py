@@ -88,6 +88,10 @@ CPU_COMPILE = ("compile", "on the CPU torch.compile builds C++, not the Triton c
 @click.option("--cache-dir", default=None, metavar="DIR",
               help="Folder of the persistent Triton and torch.compile caches. Default: $KCOLLECT_CACHE_DIR, "
                    "else ~/.cache/kcollect.")
+@click.option("--precompile", default="auto", metavar="N|auto", show_default=True,
+              help="Before measuring, build the plan's kernels (Triton, torch.compile, CuTe DSL) into the caches in N "
+                   "parallel processes, where the caches lack them; 0: build each as the run meets it. auto: on CUDA "
+                   "one process per two cores (2 to 8), on the CPU 0 (the interpreter builds nothing to keep).")
 @click.option("--profile", "profile_dir", default=None, metavar="DIR",
               help="Write a cProfile of each measuring process to DIR: RUN_ID.prof (pstats) and RUN_ID.txt (the "
                    "functions with the most cumulative time), for overhead the run's breakdown does not name.")
@@ -95,8 +99,8 @@ CPU_COMPILE = ("compile", "on the CPU torch.compile builds C++, not the Triton c
               help="Exit 1 when any row failed its correctness gate or raised an error.")
 @kernel_module_option
 def run(names, all_, quick, modes, providers, dtypes, where, device, warmup_ms, rep_ms, min_reps, ci_pct, cuda_graph, recheck,
-        seed, db, commit, commit_time, machine, gpus, workers, measure_timeout, shard, cache_dir, profile_dir,
-        fail_on_incorrect, kernel_modules) -> None:
+        seed, db, commit, commit_time, machine, gpus, workers, measure_timeout, shard, cache_dir, precompile,
+        profile_dir, fail_on_incorrect, kernel_modules) -> None:
     """Run kernels against their baselines, gate on correctness, time, and store one row per
     (kernel, mode, provider, shape, dtype). PyTorch's CUDA allocator runs with expandable segments
     unless PYTORCH_CUDA_ALLOC_CONF is set, and every Triton kernel is built by the torch wheel's
@@ -146,7 +150,7 @@ def run(names, all_, quick, modes, providers, dtypes, where, device, warmup_ms, 
                        alloc_conf=os.environ["PYTORCH_CUDA_ALLOC_CONF"], ptxas=ptxas, machine=machine,
                        shard=shard, workers=max(1, len(pool)), caches=caches, measure_timeout=timeout,
                        unavailable=(CPU_COMPILE,) if device == "cpu" and "compile" not in providers else (),
-                       profile=_profile_dir(profile_dir), **budget)
+                       profile=_profile_dir(profile_dir), precompile=_precompile(precompile, device), **budget)
     cases = plan(specs, config)
     if not cases:
         fail("the selection leaves nothing to run (check --mode/--provider/--dtype/--where against `kcollect list`)")
@@ -156,6 +160,16 @@ def run(names, all_, quick, modes, providers, dtypes, where, device, warmup_ms, 
     from .session import execute
 
     execute(config, found, cases, shard_kn, pool, kernel_modules, open_store(db), fail_on_incorrect, started)
+
+
+def _precompile(text: str, device: str) -> int:
+    from .precompile import default_procs
+
+    if text == "auto":
+        return default_procs(device)
+    if not text.isdigit():
+        fail(f"--precompile {text!r}: must be auto or a whole number >= 0")
+    return int(text)
 
 
 def _profile_dir(folder: str | None) -> str | None:

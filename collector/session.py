@@ -8,6 +8,7 @@ from dataclasses import replace
 import click
 
 from . import phases as phase_report
+from . import precompile
 from .collect import Outcome, run_here, run_workers
 from .environment import Commit
 from .progress import Progress
@@ -34,13 +35,22 @@ def execute(config: RunConfig, commit: Commit, cases: list[Case], shard_kn: tupl
 
     where = f"shard {config.shard}: {len(mine)} of {len(cases)} cases" if shard_kn else f"{len(cases)} cases"
     progress.say(f"{where}, grid {config.grid}; {progress.plan_line()}")
+    try:
+        visible = [w.visible for w in pool] or [None]
+        ahead = precompile.run(config, cases, indices, kernel_modules, config.precompile, visible, progress.say,
+                               config.measure_timeout).seconds
+    except KeyboardInterrupt:
+        progress.close()
+        store.close()
+        click.echo("kcollect: interrupted while building ahead; nothing was measured", err=True)
+        sys.exit(130)
     progress.say("measuring the device's ceilings (copy bandwidth, bf16 matmul)...")
     try:
         if pool:
-            out = run_workers(config, commit, cases, todo, store, progress, warn, pool, kernel_modules)
+            out = run_workers(config, commit, cases, todo, store, progress, warn, pool, kernel_modules, ahead_s=ahead)
         else:
             index = 0 if config.device == "cuda" else None
-            out = run_here(config, commit, cases, indices, store, progress, warn, index, started)
+            out = run_here(config, commit, cases, indices, store, progress, warn, index, started, ahead)
     finally:
         progress.close()
         store.close()

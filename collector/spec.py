@@ -71,6 +71,9 @@ class Provider:
     reference: Callable[..., Any] | None = None
     grad_inputs: tuple[str, ...] | None = None
     note: str = ""
+    # whether its first call builds code that a disk cache keeps (Triton, torch.compile, the CuTe
+    # DSL): the precompile pass calls only these (precompile.py); False for native PyTorch
+    builds: bool = True
 
 
 @dataclass(frozen=True)
@@ -136,7 +139,7 @@ def standard_providers(triton_fn: Callable[..., Any], eager_fn: Callable[..., An
     the same eager code."""
     return (
         Provider("triton", triton_fn, config=config),
-        Provider("torch", eager_fn),
+        Provider("torch", eager_fn, builds=False),
         Provider("compile", compiled(eager_fn)),
     )
 

@@ -52,6 +52,15 @@ def _grad_outputs(outs: tuple, seed: int) -> tuple:
     return tuple(dys)
 
 
+def upstream(spec: KernelSpec, fn: Callable[..., Any], inputs: Inputs, seed: int) -> tuple:
+    """Upstream gradients drawn as reference_modes draws them, shaped by a forward of `fn` itself:
+    for a call that is built without the reference's answers (the precompile pass)."""
+    inputs = clone_inputs(inputs)
+    for n in spec.grad_inputs:
+        inputs[n].requires_grad_(True)
+    return _grad_outputs(_differentiable(as_tuple(fn(**inputs))), seed)
+
+
 def reference_answers(spec: KernelSpec, inputs: Inputs, mode: str, seed: int) -> tuple[tuple, tuple]:
     """(upstream gradients, what the reference answers) for one (inputs, mode), from a single
     float64 forward (and backward): computed once and shared by all providers. fwd -> outputs;

@@ -1,6 +1,7 @@
 """`kcollect run` over worker processes and shards, on the CPU with the planted kernels
 (tests/planted_kernels.py): plain torch providers, so each run takes seconds, not minutes."""
 import faulthandler
+import json
 import os
 import signal
 import subprocess
@@ -220,11 +221,14 @@ def test_commit_comes_from_the_working_directory_and_the_machine_is_named(inside
 def test_a_measurement_that_crashes_or_hangs_its_process_is_an_error_row_and_the_run_goes_on(tmp_path):
     # fragile: torch, `crash` (aborts on M=4) and `hang` (sleeps for ever on M=3), on two shapes;
     # then scaled, the next kernel of the same run. Each death costs a fresh worker; the run is one.
+    # The precompile pass meets them first: it loses their cases to the run, and builds scaled's.
     fragile = str(Path(__file__).resolve().parent / "fragile_kernels.py")
-    db = tmp_path / "k.duckdb"
+    db, cache = tmp_path / "k.duckdb", tmp_path / "cache"
     out = kc_here("run", "fragile", "scaled", *FAST, "--kernel-module", fragile, "--mode", "fwd", "--workers", "1",
-                  "--measure-timeout", "5", "--db", str(db))
+                  "--measure-timeout", "5", "--precompile", "2", "--cache-dir", str(cache), "--db", str(db))
     assert out.exit_code == 0, (out.stderr, out.exception)
+    assert "precompile: 4 of 10 built in" in out.stderr and "6 left to the run" in out.stderr
+    assert len(json.loads((cache / "built.json").read_text())) == 4
     runs, rows = _stored(db)
     assert [r["status"] for r in runs] == ["finished"]
     got = {(r["kernel"], r["provider"], r["shape"]): (r["status"], r["error"]) for r in rows}
@@ -240,8 +244,7 @@ def test_a_measurement_that_crashes_or_hangs_its_process_is_an_error_row_and_the
     assert {s for (k, _, _), (s, _) in got.items() if k == "scaled"} == {"ok", "failed"}
     assert len({r["seq"] for r in rows}) == len(rows)
     assert "fragile" in out.stderr and "goes on in a fresh process" in out.stderr
-    # the run's breakdown covers its three processes, the hung one's 5 s among them
-    import json
-
+    # the run's breakdown covers its three processes, the hung one's 5 s among them, and the
+    # precompile pass before them (which waited 5 s for the hung case too)
     spent = json.loads(runs[0]["phases"])
-    assert spent["wall"] >= 5 and spent["setup"] > 0 and spent["first_call"] > 0, spent
+    assert spent["wall"] >= 10 and spent["precompile"] >= 5 and spent["setup"] > 0 and spent["first_call"] > 0, spent

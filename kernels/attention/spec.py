@@ -160,12 +160,12 @@ def bytes_moved(dims, dtype, mode) -> int:
 
 PROVIDERS = (
     Provider("triton", triton_attention, config=config_of),
-    Provider("sdpa_flash", sdpa("flash"), cuda_only("sdpa_flash")),
-    Provider("sdpa_cudnn", sdpa("cudnn"), cuda_only("sdpa_cudnn")),
-    Provider("sdpa_efficient", sdpa("efficient"), cuda_only("sdpa_efficient")),
-    Provider("sdpa_math", sdpa("math")),
+    Provider("sdpa_flash", sdpa("flash"), cuda_only("sdpa_flash"), builds=False),
+    Provider("sdpa_cudnn", sdpa("cudnn"), cuda_only("sdpa_cudnn"), builds=False),
+    Provider("sdpa_efficient", sdpa("efficient"), cuda_only("sdpa_efficient"), builds=False),
+    Provider("sdpa_math", sdpa("math"), builds=False),
     Provider("flex", flex, cuda_only("flex (compiled)")),
-    Provider("eager", eager),
+    Provider("eager", eager, builds=False),
     Provider("fla", fla, importable("fla.ops.attn")),
     Provider("fa4", fa4, importable("flash_attn.cute")),
 )

@@ -225,8 +225,9 @@ SPEC = cell_spec(
                       "returns [a + b, a], not the Hadamard transform: every row fails the gate (its output 3.5% "
                       "off in fp32 at B8 T256 H256 on the H200); in bf16 its nu traces also overflow"),
         Provider("linear", linear, reference=linear_reference, grad_inputs=("x", "w_lin", "b_lin"),
-                 note="nn.Linear(H, H), the layer AxonLayer replaces: H^2 + H parameters against 3H^2 + 6H"),
-        Provider("eager", eager, note="the PyTorch step loop"),
+                 note="nn.Linear(H, H), the layer AxonLayer replaces: H^2 + H parameters against 3H^2 + 6H",
+                 builds=False),
+        Provider("eager", eager, note="the PyTorch step loop", builds=False),
     ),
     baseline="cortex",
     grad_inputs=("x", "w_lin", "b_lin", "w_out", "b_out", "nu_log", "theta_log", "w1", "w2"),

@@ -69,7 +69,7 @@ FULL = (
 # so all three providers are timed by one method. max-autotune's GEMM templates are left out:
 # minutes of autotuning per shape for matrices this small.
 PROVIDERS = (
-    Provider("eager", eager),
+    Provider("eager", eager, builds=False),
     Provider("compile", compiled()),
     Provider("kcollect", kcollect, config=config_of),
 )

@@ -96,8 +96,8 @@ SPEC = module_spec(
     triton=conv1d,
     providers=(
         Provider("cortex", cortex, peer_available("cortex")),
-        Provider("cudnn", cudnn),
-        Provider("eager", eager),
+        Provider("cudnn", cudnn, builds=False),
+        Provider("eager", eager, builds=False),
     ),
     baseline="eager",
     grad_inputs=("x", "weight", "bias"),

@@ -106,7 +106,7 @@ SPEC = module_spec(
     modes=("fwd",),
     providers=(
         Provider("triton", fp8_quant, _triton_available, config_of),
-        Provider("torch", fp8_quant_eager),
+        Provider("torch", fp8_quant_eager, builds=False),
         Provider("compile", compiled(fp8_quant_eager)),
     ),
     grad_inputs=(),

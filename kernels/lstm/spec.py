@@ -144,8 +144,8 @@ SPEC = cell_spec(
     triton=triton_lstm,
     providers=(
         Provider("cudnn", cudnn, cudnn_available,
-                 note="nn.LSTM's cuDNN kernels: no resets, so only the shapes without them"),
-        Provider("eager", eager, note="the PyTorch step loop with resets"),
+                 note="nn.LSTM's cuDNN kernels: no resets, so only the shapes without them", builds=False),
+        Provider("eager", eager, note="the PyTorch step loop with resets", builds=False),
         Provider("cortex", cortex, peer_available("cortex"), note="Cortex's Triton LSTM (cortexcore)"),
     ),
     baseline="cudnn",

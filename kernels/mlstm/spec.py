@@ -150,7 +150,7 @@ SPEC = cell_spec(
         Provider("fla", fla, peer_available("fla"),
                  note="fla's fused_chunk_simple_gla with the input gate folded into the keys unstabilised and "
                       "the normaliser as a value column: the same maths while exp(i) stays in range; no resets"),
-        Provider("eager", eager, note="the chunkwise form in PyTorch ops"),
+        Provider("eager", eager, note="the chunkwise form in PyTorch ops", builds=False),
     ),
     baseline="mlstm_kernels",
     grad_inputs=("q", "k", "v", "i", "f"),

@@ -80,7 +80,7 @@ SPEC = module_spec(
     triton=providers.triton,
     providers=(
         Provider("cortex", providers.cortex, peer_available("cortex")),
-        Provider("cortex_torch", providers.cortex_torch, peer_available("cortex")),
+        Provider("cortex_torch", providers.cortex_torch, peer_available("cortex"), builds=False),
         Provider("compile", providers.compile_scan),
         Provider("accelerated_scan", providers.accelerated_scan, peer_available("accelerated_scan")),
     ),

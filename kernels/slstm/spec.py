@@ -152,9 +152,10 @@ SPEC = cell_spec(
     triton=triton_slstm,
     providers=(
         Provider("cortex", cortex, peer_available("cortex"), note="Cortex's Triton sLSTM (cortexcore)"),
-        Provider("xlstm", xlstm, peer_available("xlstm"), note="xLSTM's vanilla PyTorch backend: no resets"),
+        Provider("xlstm", xlstm, peer_available("xlstm"), note="xLSTM's vanilla PyTorch backend: no resets",
+                 builds=False),
         Provider("xlstm_cuda", xlstm_cuda, xlstm_cuda_available, note="xLSTM's CUDA backend"),
-        Provider("eager", eager, note="the PyTorch step loop with resets"),
+        Provider("eager", eager, note="the PyTorch step loop with resets", builds=False),
     ),
     baseline="cortex",
     grad_inputs=("wx", "r", "b", "y0", "c0", "n0"),

@@ -1,0 +1,342 @@
+"""Cold caches filled in parallel before a run measures anything (`kcollect run --precompile`).
+
+A cold run spends most of its wall time in first calls: on one H100, 251 s of a 338 s run of the
+memory-bound grid were torch.compile, Triton and CuTe DSL builds, made one after another by the
+one process that measures. The builds land in the persistent caches (caches.py), so several
+processes can make them first: each takes whole cases and calls every provider that builds code
+(Provider.builds) once per mode, then drops the result (no check, no timing). The measuring pass
+then finds its builds on disk. Nothing is timed while these processes run: they end before the
+run measures its ceilings.
+
+Nothing tuned here is kept. The processes share the GPU, so a choice timed under their load
+(Triton's autotuner in the peers that use it, inductor's pick among a kernel's configs) could be a
+worse one; the measuring pass makes those choices on a quiet GPU, as without this pass, from
+builds that are already on disk.
+
+A manifest in the cache folder (built.json) names each (kernel, mode, provider, shape, dtype)
+built so far, keyed by the GPUs, torch and Triton, and the source of the kernel's folder (so a
+change to a kernel builds that kernel again). A plan that is all in it (a warm run) starts no
+process. A peer upgraded under the same torch is not seen: its builds are then made by the
+measuring pass, one by one, as without this pass. A build that fails or crashes here is left to
+the measuring pass, which records what goes wrong as a row.
+"""
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import os
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Callable
+
+from .plan import Case, RunConfig
+
+PROCS_MAX = 8
+# Fewer units than this per process: not worth a process's start (imports, CUDA), seconds each.
+UNITS_PER_PROC = 2
+MANIFEST = "built.json"
+
+
+@dataclass
+class Report:
+    seconds: float = 0.0
+    planned: int = 0  # units the plan builds
+    todo: int = 0  # of which not in the manifest
+    built: int = 0
+    lost: int = 0  # in a process that died or hung
+
+
+def default_procs(device: str) -> int:
+    """On a GPU, a process per two cores up to PROCS_MAX; on the CPU none (its interpreter builds
+    nothing that a cache keeps)."""
+    if device != "cuda":
+        return 0
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 2)
+    return max(2, min(PROCS_MAX, cores // 2))
+
+
+def units(cases: list[Case], indices: list[int], config: RunConfig) -> dict[int, list[tuple[str, str]]]:
+    """case index -> the (mode, provider) pairs whose first call builds code."""
+    off = dict(config.unavailable)
+    out = {}
+    for i in indices:
+        case = cases[i]
+        pairs = [(m, p) for m in case.modes for p in case.providers
+                 if p not in off and case.spec.provider(p).builds]
+        if pairs:
+            out[i] = pairs
+    return out
+
+
+def manifest_path() -> Path:
+    from .caches import default_root
+
+    return default_root() / MANIFEST
+
+
+def _read(path: Path) -> set[str]:
+    try:
+        return set(json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError):
+        return set()
+
+
+def _write(path: Path, keys: set[str]) -> None:
+    """Adds keys to the manifest (another run may have added some meanwhile), atomically."""
+    keys = keys | _read(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".built-")
+    with os.fdopen(fd, "w") as f:
+        json.dump(sorted(keys), f)
+    os.replace(tmp, path)
+
+
+def stack(device: str) -> str:
+    """What every build depends on: the GPUs (by name, without touching CUDA here), torch, Triton."""
+    gpus = "cpu"
+    if device == "cuda":
+        try:
+            names = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                                   text=True, timeout=30).stdout.split("\n")
+            gpus = "+".join(sorted({n.strip() for n in names if n.strip()})) or "cuda"
+        except (OSError, subprocess.SubprocessError):
+            gpus = "cuda"
+    versions = []
+    for dist in ("torch", "triton", "pytorch-triton"):
+        try:
+            versions.append(f"{dist} {metadata.version(dist)}")
+        except metadata.PackageNotFoundError:
+            pass
+    return f"{gpus} | {', '.join(versions)}"
+
+
+COLLECTOR = Path(__file__).resolve().parent
+
+
+def source_hash(case: Case, memo: dict[str, str]) -> str:
+    """A hash of the .py files of the folders the kernel's code is in (kernels/<op>/, and the
+    shared _lib beside it), found from its reference, inputs and providers; the collector's own
+    folder (where torch.compile's wrapper lives) is left out: a change there builds nothing anew."""
+    spec = case.spec
+    if spec.name not in memo:
+        folders = set()
+        for fn in (spec.reference, spec.make_inputs, *(p.fn for p in spec.providers)):
+            try:
+                folder = Path(inspect.getfile(fn)).resolve().parent
+            except TypeError:  # a builtin or a partial: no source of its own
+                continue
+            if folder != COLLECTOR:
+                folders.update({folder} | ({folder.parent / "_lib"} if (folder.parent / "_lib").is_dir() else set()))
+        h = hashlib.sha1()
+        for folder in sorted(folders):
+            for f in sorted(folder.glob("*.py")):
+                h.update(f.name.encode() + f.read_bytes())
+        memo[spec.name] = h.hexdigest()[:16]
+    return memo[spec.name]
+
+
+def key(case: Case, mode: str, provider: str, stack_: str, memo: dict[str, str]) -> str:
+    from .spec import DTYPE_NAMES
+
+    return (f"{stack_} | {source_hash(case, memo)} | {case.spec.name} {mode} {provider} {case.shape.label} "
+            f"{DTYPE_NAMES[case.dtype]}")
+
+
+def run(config: RunConfig, cases: list[Case], indices: list[int], kernel_modules, procs: int,
+        visible: list[str | None], say: Callable[[str], None], timeout: float | None = None) -> Report:
+    """Builds what the manifest lacks of the plan's units in `procs` processes, spread over the
+    `visible` devices (CUDA_VISIBLE_DEVICES values; None: this process's own), each case at most
+    `timeout` seconds. Ctrl-C or SIGTERM stops every process and raises KeyboardInterrupt."""
+    t0 = time.perf_counter()
+    report = Report()
+    todo_units = units(cases, indices, config)
+    report.planned = sum(len(v) for v in todo_units.values())
+    if procs <= 0 or not todo_units:
+        return report
+    path = manifest_path()
+    stack_ = stack(config.device)
+    done = _read(path)
+    memo: dict[str, str] = {}
+    todo = {}
+    for i, pairs in todo_units.items():
+        left = [(m, p) for m, p in pairs if key(cases[i], m, p, stack_, memo) not in done]
+        if left:
+            todo[i] = left
+    report.todo = sum(len(v) for v in todo.values())
+    if report.todo < UNITS_PER_PROC * procs:
+        if report.todo:
+            say(f"precompile: {report.todo} of {report.planned} builds not in the caches; "
+                "the run makes them as it meets them")
+        return report
+    order = _interleaved(cases, todo, config.device)
+    procs = min(procs, len(order))
+    say(f"precompile: {report.todo} of {report.planned} builds not in the caches; building them in {procs} "
+        f"process{'es' if procs > 1 else ''} before measuring")
+    built: set[str] = set()
+    try:
+        for index, pairs in _pool(config, kernel_modules, procs, visible, order, todo, timeout, report, say, t0):
+            built.update(key(cases[index], m, p, stack_, memo) for m, p in pairs)
+    finally:
+        if built:
+            try:
+                _write(path, built)
+            except OSError as e:
+                say(f"precompile: cannot write {path}: {e}")
+        report.seconds = time.perf_counter() - t0
+    report.built = len(built)
+    say(f"precompile: {report.built} of {report.todo} built in {report.seconds:.1f} s"
+        + (f"; {report.todo - report.built} left to the run" if report.built < report.todo else ""))
+    return report
+
+
+def _interleaved(cases: list[Case], todo, device: str) -> list[int]:
+    """The cases kernel by kernel in turn, each kernel's costliest first: the processes work on
+    different kernels at once (one kernel's largest cases together could fill the device), and
+    the last cases to finish are short ones."""
+    from itertools import chain, zip_longest
+
+    from .schedule import case_cost
+
+    by: dict[str, list[int]] = {}
+    for i in sorted(todo, key=lambda i: -case_cost(cases[i], device)):
+        by.setdefault(cases[i].spec.name, []).append(i)
+    return [i for i in chain.from_iterable(zip_longest(*by.values())) if i is not None]
+
+
+def _pool(config, kernel_modules, procs, visible, order, todo, timeout, report, say, t0):
+    """Yields (case index, pairs built) as the processes finish cases; a process that dies or runs
+    past `timeout` on a case loses that case and is replaced."""
+    import multiprocessing as mp
+    from multiprocessing.connection import wait
+
+    ctx = mp.get_context("spawn")  # CUDA cannot be used in a forked child
+    threads = max(1, (os.cpu_count() or 2) // procs)
+    queue = list(order)
+    signals: list[int] = []
+    handlers = {s: signal.signal(s, lambda signum, _f: signals.append(signum)) for s in (signal.SIGINT,
+                                                                                          signal.SIGTERM)}
+    slots: list[dict] = []
+
+    def start(n: int) -> dict:
+        mine, theirs = ctx.Pipe()
+        dev = visible[n % len(visible)] if visible else None
+        proc = ctx.Process(target=_worker, args=(config, kernel_modules, dev, threads, theirs),
+                           name=f"kcollect-precompile{n}", daemon=True)
+        proc.start()
+        theirs.close()
+        return dict(n=n, proc=proc, conn=mine, case=None, since=time.monotonic())
+
+    def give(slot: dict) -> None:
+        slot["case"] = queue.pop(0) if queue else None
+        slot["since"] = time.monotonic()
+        slot["conn"].send((slot["case"], todo[slot["case"]]) if slot["case"] is not None else None)
+
+    last_say = time.monotonic()
+    finished = 0
+    try:
+        slots = [start(n) for n in range(procs)]
+        for slot in slots:
+            give(slot)
+        while live := [s for s in slots if s["case"] is not None]:
+            if signals:
+                raise KeyboardInterrupt
+            wait([s["conn"] for s in live] + [s["proc"].sentinel for s in live], timeout=0.5)
+            for slot in live:
+                try:
+                    got = slot["conn"].recv() if slot["conn"].poll() else None
+                except (EOFError, OSError):
+                    got = None
+                if got is not None:
+                    finished += 1
+                    yield slot["case"], got
+                    give(slot)
+                    continue
+                late = timeout is not None and time.monotonic() - slot["since"] > timeout
+                if slot["proc"].is_alive() and not late:
+                    continue
+                slot["proc"].kill()  # it died or hangs: the case is the measuring pass's
+                slot["proc"].join()
+                report.lost += len(todo[slot["case"]])
+                finished += 1
+                fresh = start(slot["n"])
+                slot.update(fresh)
+                give(slot)
+            if time.monotonic() - last_say > 15:
+                last_say = time.monotonic()
+                say(f"precompile: {finished}/{len(order)} cases, {time.perf_counter() - t0:.0f} s")
+    finally:
+        for slot in slots:
+            if slot["proc"].is_alive():
+                if slot["case"] is None:
+                    slot["proc"].join(timeout=5)
+                slot["proc"].kill()
+            slot["proc"].join()
+        for s, h in handlers.items():
+            signal.signal(s, h)
+
+
+def _worker(config: RunConfig, kernel_modules, visible: str | None, threads: int, conn) -> None:
+    """Builds the cases it is sent, (index, pairs) at a time, answering with the pairs whose first
+    call ran, until it is sent None. Its output goes to a null device: a failure here is the
+    measuring pass's to report."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops it
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+    if visible is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = visible
+    os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = str(threads)
+    os.environ["TRITON_CACHE_AUTOTUNING"] = "0"  # tuned under load: not kept (see the module's docstring)
+    from .common import load_registry
+    from .plan import plan
+
+    registry = load_registry(config.device, kernel_modules)
+    cases = plan([registry.get(n) for n in config.kernels], config)
+    if config.device == "cuda":
+        from torch._inductor import config as inductor
+
+        from .runner import _raise_recompile_limit
+
+        _raise_recompile_limit()
+        inductor.autotune_local_cache = False  # its choice among a kernel's configs, made under load
+    while (task := conn.recv()) is not None:
+        index, pairs = task
+        conn.send(_build(cases[index], pairs, config))
+
+
+def _build(case: Case, pairs: list[tuple[str, str]], config: RunConfig) -> list[tuple[str, str]]:
+    import torch
+
+    from . import memory, verify
+    from .spec import Unavailable
+
+    device = config.device
+    inputs = case.spec.make_inputs(case.shape.dims, case.dtype, device, config.seed)
+    ok = []
+    for mode, name in pairs:
+        provider = case.spec.provider(name)
+        call = None
+        try:
+            if provider.available(device):
+                continue
+            spec = verify.gated_spec(case.spec, provider)
+            dys = () if mode == "fwd" else verify.upstream(spec, provider.fn, inputs, config.seed)
+            call = verify.build_call(spec, provider.fn, verify.clone_inputs(inputs), mode, dys)
+            call()
+            if device == "cuda":
+                torch.cuda.synchronize()
+            ok.append((mode, name))
+        except Unavailable:  # refused these inputs: nothing to build
+            ok.append((mode, name))
+        except Exception:  # the measuring pass meets it again, and records it
+            pass
+        finally:
+            call = None
+            memory.release(device)
+    memory.release(device, compiled=True, case_end=True)
+    return ok

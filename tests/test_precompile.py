@@ -1,0 +1,91 @@
+"""The precompile pass (`kcollect run --precompile N`, collector/precompile.py) on the CPU with the
+planted kernels: what it builds, what it remembers, and Ctrl-C while it works (a crash and a hang
+in it: test_collect's fragile-run test)."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from test_collect import FAST, KCOLLECT, PLANTED, _stored, kc_here
+
+from kcollect import precompile
+from kcollect.plan import RunConfig, plan
+from kcollect.kernels.rms_norm.spec import SPEC as RMS_NORM
+
+FRAGILE = str(Path(__file__).resolve().parent / "fragile_kernels.py")
+
+
+def _phases(db):
+    runs, _ = _stored(db)
+    return [json.loads(r["phases"]) for r in runs]
+
+
+def test_precompile_builds_each_unit_once_and_again_when_the_kernel_source_changes(tmp_path):
+    module = tmp_path / "mine" / "planted_kernels.py"
+    module.parent.mkdir()
+    shutil.copy(PLANTED, module)
+    cache, db = tmp_path / "cache", tmp_path / "k.duckdb"
+    fast = [a if a != PLANTED else str(module) for a in FAST]  # the copy instead of the original
+    args = ("run", "scaled", *fast, "--precompile", "2", "--cache-dir", str(cache),
+            "--db", str(db))
+    out = kc_here(*args)
+    assert out.exit_code == 0, (out.stderr, out.exception)
+    assert "precompile: 8 of 8 builds not in the caches; building them in 2 processes" in out.stderr
+    assert "precompile: 8 of 8 built in" in out.stderr
+    keys = json.loads((cache / "built.json").read_text())
+    assert len(keys) == 8 and all(k.startswith("cpu | torch ") for k in keys)
+    assert {k.split(" | ")[-1].split()[2] for k in keys} == {"torch", "wrong"}
+    (first,) = _phases(db)
+    assert 0 < first["precompile"] < first["wall"]
+    # warm: no process, no line, no phase; the same rows
+    out = kc_here(*args)
+    assert out.exit_code == 0 and "precompile:" not in out.stderr, out.stderr
+    assert "precompile" not in _phases(db)[1]
+    # a change to the kernel's file builds its units again
+    module.write_text(module.read_text() + "\n# changed\n")
+    out = kc_here(*args)
+    assert "precompile: 8 of 8 builds not in the caches" in out.stderr, out.stderr
+    assert len(json.loads((cache / "built.json").read_text())) == 16
+    _, rows = _stored(db)
+    assert len(rows) == 3 * 8
+
+
+def test_ctrl_c_while_building_ahead_stops_every_process_and_measures_nothing(tmp_path):
+    db = tmp_path / "k.duckdb"
+    proc = subprocess.Popen(KCOLLECT + ["run", "fragile", *FAST, "--kernel-module", FRAGILE, "--where", "M=3", "--precompile", "2", "--measure-timeout", "120",
+                                        "--cache-dir", str(tmp_path / "cache"), "--db", str(db)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.time() + 120
+    for line in proc.stderr:
+        if "building them in" in line:
+            break
+        assert time.time() < deadline
+    time.sleep(3)  # the processes are up, one of them in `hang`
+    started = time.time()
+    os.killpg(proc.pid, signal.SIGINT)  # as Ctrl-C does: the whole process group
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted while building ahead; nothing was measured" in err
+    assert time.time() - started < 20
+    assert not db.exists() or _stored(db) == ([], [])
+    ps = subprocess.run(["pgrep", "-f", "kcollect-precompile"], capture_output=True, text=True).stdout
+    assert not ps.strip(), ps
+
+
+def test_the_pass_builds_only_providers_that_build_code():
+    config = RunConfig(kernels=("rms_norm",), grid="quick", device="cpu")
+    cases = plan([RMS_NORM], config)
+    units = precompile.units(cases, list(range(len(cases))), config)
+    providers = {p for pairs in units.values() for _, p in pairs}
+    assert providers == {"triton", "compile", "liger", "quack"}  # not torch, torch_fused (native PyTorch)
+    assert sum(len(v) for v in units.values()) == len(cases) * 3 * 4
+
+
+def test_precompile_takes_auto_or_a_count(tmp_path):
+    out = kc_here("run", "scaled", *FAST, "--precompile", "some", "--db", str(tmp_path / "k.duckdb"))
+    assert out.exit_code == 2
+    assert out.stderr.strip().splitlines()[-1] == "kcollect: error: --precompile 'some': must be auto or a whole number >= 0"
+    assert precompile.default_procs("cpu") == 0 and 2 <= precompile.default_procs("cuda") <= precompile.PROCS_MAX
