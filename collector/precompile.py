@@ -10,8 +10,9 @@ run measures its ceilings.
 
 Nothing tuned here is kept. The processes share the GPU, so a choice timed under their load
 (Triton's autotuner in the peers that use it, inductor's pick among a kernel's configs) could be a
-worse one; the measuring pass makes those choices on a quiet GPU, as without this pass, from
-builds that are already on disk.
+worse one: Triton's is not saved here, and inductor's saved picks are deleted at the end
+(forget_tuning). The measuring pass makes those choices on a quiet GPU, as without this pass,
+from builds that are already on disk.
 
 A manifest in the cache folder (built.json) names each (kernel, mode, provider, shape, dtype)
 built so far, keyed by the GPUs, torch and Triton, and the source of the kernel's folder (so a
@@ -178,10 +179,12 @@ def run(config: RunConfig, cases: list[Case], indices: list[int], kernel_modules
     say(f"precompile: {report.todo} of {report.planned} builds not in the caches; building them in {procs} "
         f"process{'es' if procs > 1 else ''} before measuring")
     built: set[str] = set()
+    started = time.time()
     try:
         for index, pairs in _pool(config, kernel_modules, procs, visible, order, todo, timeout, report, say, t0):
             built.update(key(cases[index], m, p, stack_, memo) for m, p in pairs)
     finally:
+        forget_tuning(started)
         if built:
             try:
                 _write(path, built)
@@ -192,6 +195,24 @@ def run(config: RunConfig, cases: list[Case], indices: list[int], kernel_modules
     say(f"precompile: {report.built} of {report.todo} built in {report.seconds:.1f} s"
         + (f"; {report.todo - report.built} left to the run" if report.built < report.todo else ""))
     return report
+
+
+def forget_tuning(since: float) -> int:
+    """Deletes the choices inductor's kernels saved among their configs (.best_config files beside
+    them) since `since` (time.time()): made under the pass's load, the measuring pass makes them
+    again. (Switching the saving off in the pass instead would not do: inductor writes that switch
+    into the kernels' generated code, which the cache keeps, and the measuring pass's kernels then
+    never saved their choice: their first calls took 1.6x longer in every warm run.) How many."""
+    root = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    gone = 0
+    for f in Path(root).rglob("*.best_config") if root and Path(root).is_dir() else ():
+        try:
+            if f.stat().st_mtime >= since:
+                f.unlink()
+                gone += 1
+        except OSError:
+            pass
+    return gone
 
 
 def _interleaved(cases: list[Case], todo, device: str) -> list[int]:
@@ -298,12 +319,9 @@ def _worker(config: RunConfig, kernel_modules, visible: str | None, threads: int
     registry = load_registry(config.device, kernel_modules)
     cases = plan([registry.get(n) for n in config.kernels], config)
     if config.device == "cuda":
-        from torch._inductor import config as inductor
-
         from .runner import _raise_recompile_limit
 
         _raise_recompile_limit()
-        inductor.autotune_local_cache = False  # its choice among a kernel's configs, made under load
     while (task := conn.recv()) is not None:
         index, pairs = task
         conn.send(_build(cases[index], pairs, config))

@@ -89,3 +89,16 @@ def test_precompile_takes_auto_or_a_count(tmp_path):
     assert out.exit_code == 2
     assert out.stderr.strip().splitlines()[-1] == "kcollect: error: --precompile 'some': must be auto or a whole number >= 0"
     assert precompile.default_procs("cpu") == 0 and 2 <= precompile.default_procs("cuda") <= precompile.PROCS_MAX
+
+
+def test_tuning_saved_during_the_pass_is_forgotten_and_older_tuning_kept(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    old, new = tmp_path / "ab" / "old.best_config", tmp_path / "cd" / "new.best_config"
+    for f in (old, new, tmp_path / "cd" / "new.py"):
+        f.parent.mkdir(exist_ok=True)
+        f.write_text("{}")
+    since = time.time()
+    os.utime(old, (since - 60, since - 60))
+    os.utime(new, (since + 1, since + 1))
+    assert precompile.forget_tuning(since) == 1
+    assert old.exists() and not new.exists() and (tmp_path / "cd" / "new.py").exists()
