@@ -10,9 +10,14 @@ it only pays where programs would otherwise leave SMs idle). The forward keeps t
 chunk's end for the backward, which recomputes each chunk from it instead of storing the
 pre-activations: the backward's chunk is the forward's.
 
-The sm90 values are starting points for lab/scans_tune.py (16 bf16 channels = one 32-byte sector
-a time step, the narrowest tile that keeps loads whole), not measured winners yet; the CPU ones are
-small so that the interpreter's tests cross several chunks, segments and channel blocks."""
+The sm90 values are lab/scans_tune.py's on the H100 (bf16, torch 2.11, Triton 3.6; its output is in
+lab/results/scans_tune_h100.txt). The backward's chunk is the forward's, so they were chosen
+together: 32-step chunks of 16 channels (one 32-byte sector a time step), 4 warps both ways. Against
+the first guess (64 steps, backward 8 warps): B8 T8192 H1024 forward 0.915 -> 0.600 ms, backward
+2.911 -> 2.233; B32 T2048 H2048 forward 1.278 -> 1.071, backward 5.766 -> 3.451. Splitting time
+into segments lost wherever batch x channel blocks already fill the GPU (0.59 -> 1.02 ms), and won
+at Cortex's B8 H64. Not tuned on the H200: there these are a guess. The CPU values are small so that
+the interpreter's tests cross several chunks, segments and channel blocks."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -25,12 +30,12 @@ from .._lib.device import sm_count
 
 @dataclass(frozen=True)
 class RTUConfig:
-    chunk: int = 64  # time steps a scan (and the backward's checkpoint interval)
+    chunk: int = 32  # time steps a scan (and the backward's checkpoint interval)
     block_h: int = 16  # channels a program (forward)
     warps: int = 4
     segments: int = 1  # time splits of the forward (1: one program walks the whole sequence)
     bwd_block_h: int = 16
-    bwd_warps: int = 8
+    bwd_warps: int = 4
     bwd_segments: int = 1
 
 
@@ -51,8 +56,6 @@ def pick(batch: int, steps: int, channels: int, device) -> RTUConfig:
     if arch(device) == "cpu":
         return RTUConfig(8, 8, 1, split(batch, steps, channels, 8, 8, device), 8, 1,
                          split(batch, steps, channels, 8, 8, device))
-    # sm_90 compiles (Triton 3.6): 16 channels x 64 steps take 153 registers a thread forward at 4
-    # warps, 174 backward at 8 (255, spilling, at 4); 32 channels 203 forward
     c = RTUConfig()
     return RTUConfig(c.chunk, c.block_h, c.warps, split(batch, steps, channels, c.block_h, c.chunk, device),
                      c.bwd_block_h, c.bwd_warps, split(batch, steps, channels, c.bwd_block_h, c.chunk, device))

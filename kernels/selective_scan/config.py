@@ -4,8 +4,9 @@ one sequence and walks time in chunks of `chunk` steps, each chunk one tl.associ
 which recomputes each chunk from it: the backward's chunk is the forward's (fp32 states: at
 chunk 16 and N 16, four bytes a step and channel, as much as two bf16 activations).
 
-The sm90 values are starting points for lab/scans_tune.py, not measured winners yet; the CPU ones
-are small so that the interpreter's tests cross several chunks and channel blocks."""
+The sm90 values are lab/scans_tune.py's on the H100 at one training shape (see pick); not tuned on
+the H200. The CPU ones are small so that the interpreter's tests cross several chunks and channel
+blocks."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ class SelectiveScanConfig:
     chunk: int = 16
     block_d: int = 16
     warps: int = 4
-    bwd_block_d: int = 8
+    bwd_block_d: int = 16
     bwd_warps: int = 4
 
 
@@ -27,6 +28,8 @@ def pick(batch: int, steps: int, channels: int, states: int, device) -> Selectiv
     """The config for B sequences of T steps, D channels of N states, on `device`'s architecture."""
     if arch(device) == "cpu":
         return SelectiveScanConfig(chunk=8, block_d=8, warps=1, bwd_block_d=8, bwd_warps=1)
-    # sm_90 compiles (Triton 3.6): forward 16 steps x 16 channels x 16 states, 4 warps: 121 registers
-    # a thread (32 steps: 239); backward 8 channels, 4 warps: 215 without spilling (16: 255, spilling)
+    # lab/scans_tune.py on the H100 at B8 T2048 D2048 N16 (lab/results/scans_tune_h100.txt): the
+    # forward's first guess was within 2% of the best candidate (1.496 against 1.473 ms); the
+    # backward at 16 channels a program, 4 warps, 10.43 ms against 13.72 at 8, though ptxas reports
+    # 255 registers a thread there and spills (8 channels: 215, none)
     return SelectiveScanConfig()
