@@ -18,8 +18,9 @@ A manifest in the cache folder (built.json) names each (kernel, mode, provider, 
 built so far, keyed by the GPUs, torch and Triton, and the source of the kernel's folder (so a
 change to a kernel builds that kernel again). A plan that is all in it (a warm run) starts no
 process. A peer upgraded under the same torch is not seen: its builds are then made by the
-measuring pass, one by one, as without this pass. A build that fails or crashes here is left to
-the measuring pass, which records what goes wrong as a row.
+measuring pass, one by one, as without this pass. A call that fails here counts as done (it
+would fail again); one that crashes or hangs its process does not. Either way the measuring pass
+calls it again and records what goes wrong as a row.
 """
 from __future__ import annotations
 
@@ -302,8 +303,8 @@ def _pool(config, kernel_modules, procs, visible, order, todo, timeout, report, 
 
 
 def _worker(config: RunConfig, kernel_modules, visible: str | None, threads: int, conn) -> None:
-    """Builds the cases it is sent, (index, pairs) at a time, answering with the pairs whose first
-    call ran, until it is sent None. Its output goes to a null device: a failure here is the
+    """Builds the cases it is sent, (index, pairs) at a time, answering with the pairs it called,
+    until it is sent None. Its output goes to a null device: a failure here is the
     measuring pass's to report."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops it
     devnull = os.open(os.devnull, os.O_WRONLY)
@@ -328,33 +329,31 @@ def _worker(config: RunConfig, kernel_modules, visible: str | None, threads: int
 
 
 def _build(case: Case, pairs: list[tuple[str, str]], config: RunConfig) -> list[tuple[str, str]]:
+    """Calls each pair once; returns them all when done. One that fails is done too: a build that
+    fails fails again (the manifest's key changes with the kernel's source and the versions), and
+    a failure would otherwise bring the pass back in every run (a peer unavailable on a GPU, or
+    Cortex's dtype errors: 74 of the scans' 291 units)."""
     import torch
 
     from . import memory, verify
-    from .spec import Unavailable
 
     device = config.device
     inputs = case.spec.make_inputs(case.shape.dims, case.dtype, device, config.seed)
-    ok = []
     for mode, name in pairs:
         provider = case.spec.provider(name)
         call = None
         try:
-            if provider.available(device):
-                continue
-            spec = verify.gated_spec(case.spec, provider)
-            dys = () if mode == "fwd" else verify.upstream(spec, provider.fn, inputs, config.seed)
-            call = verify.build_call(spec, provider.fn, verify.clone_inputs(inputs), mode, dys)
-            call()
-            if device == "cuda":
-                torch.cuda.synchronize()
-            ok.append((mode, name))
-        except Unavailable:  # refused these inputs: nothing to build
-            ok.append((mode, name))
-        except Exception:  # the measuring pass meets it again, and records it
+            if provider.available(device) is None:
+                spec = verify.gated_spec(case.spec, provider)
+                dys = () if mode == "fwd" else verify.upstream(spec, provider.fn, inputs, config.seed)
+                call = verify.build_call(spec, provider.fn, verify.clone_inputs(inputs), mode, dys)
+                call()
+                if device == "cuda":
+                    torch.cuda.synchronize()
+        except Exception:  # refused, or failed: the measuring pass meets it again and records it
             pass
         finally:
             call = None
             memory.release(device)
     memory.release(device, compiled=True, case_end=True)
-    return ok
+    return pairs

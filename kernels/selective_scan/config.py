@@ -11,6 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import triton
+
+from .._lib import sm_count
 from .._lib.config import arch, tunable
 
 
@@ -31,5 +34,9 @@ def pick(batch: int, steps: int, channels: int, states: int, device) -> Selectiv
     # lab/scans_tune.py on the H100 at B8 T2048 D2048 N16 (lab/results/scans_tune_h100.txt): the
     # forward's first guess was within 2% of the best candidate (1.496 against 1.473 ms); the
     # backward at 16 channels a program, 4 warps, 10.43 ms against 13.72 at 8, though ptxas reports
-    # 255 registers a thread there and spills (8 channels: 215, none)
+    # 255 registers a thread there and spills (8 channels: 215, none). Where 16-channel programs
+    # would not fill the GPU twice over, 8: the real-time B1 D512 backward took 0.102 ms with 32
+    # programs of 16 against 0.064 with 64 of 8 (full-grid runs a7847f59 and 7952664d)
+    if batch * triton.cdiv(channels, 16) < 2 * sm_count(device):
+        return SelectiveScanConfig(bwd_block_d=8)
     return SelectiveScanConfig()
