@@ -120,6 +120,8 @@ def _warm(job) -> str | None:
         return None
     except Exception as e:  # out of resources, a compile error: the candidate is dropped
         return f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+    finally:  # each of the --jobs processes kept ~6 GB cached on the H100: the timing process ran out
+        torch.cuda.empty_cache()
 
 
 def _unit_grads(fn, inputs) -> tuple:
