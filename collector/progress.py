@@ -2,8 +2,9 @@
 
 On a terminal one status line is rewritten as each provider starts and ends; elsewhere (CI logs,
 a device's captured output) one line per finished measurement, with its seconds, so that a log
-shows where the time went. The ETA starts from the plan's estimates (schedule.py) and is rescaled
-by the ratio of observed to estimated time as measurements finish.
+shows where the time went. The ETA starts from the estimates (schedule.estimator: each
+measurement's seconds in the last run on this machine, else the plan's) and is rescaled by the
+ratio of observed to estimated time as measurements finish.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import time
 from typing import TextIO
 
 from .plan import Case
-from .schedule import case_cost, unit_cost
+from .schedule import Cost, unit_cost
 
 
 OBSERVED_AFTER = 5  # measurements before the observed rate replaces the plan's estimate
@@ -26,11 +27,15 @@ def _clock(seconds: float) -> str:
 
 class Progress:
     def __init__(self, cases: list[Case], device: str, workers: int = 1, out: TextIO | None = None,
-                 tty: bool | None = None):
+                 tty: bool | None = None, cost: Cost | None = None, known: int = 0):
+        """`cost`: each measurement's estimated seconds (default: the plan's); `known`: how many of
+        them come from a past run."""
         self.device, self.workers = device, max(1, workers)
         self.out = out or sys.stderr
         self.tty = self.out.isatty() if tty is None else tty
-        self.total_est = sum(case_cost(c, device) for c in cases)
+        self.cost = cost or (lambda case, mode, provider: unit_cost(case, mode, provider, device))
+        self.known = known
+        self.total_est = sum(self.cost(c, m, p) for c in cases for m in c.modes for p in c.providers)
         self.units = sum(len(c.modes) * len(c.providers) for c in cases)
         self.done_est = 0.0
         self.done = 0
@@ -39,8 +44,9 @@ class Progress:
         self.began: dict[object, float] = {}  # worker -> when its current measurement started
 
     def plan_line(self) -> str:
+        past = f", {self.known} of them from the last run here" if self.known else ""
         return (f"{self.units} measurements; estimated {_clock(self.total_est / self.workers)} "
-                f"({'one worker' if self.workers == 1 else f'{self.workers} workers'})")
+                f"({'one worker' if self.workers == 1 else f'{self.workers} workers'}{past})")
 
     def eta(self) -> float:
         """The plan's estimate until a few measurements are in, then the estimate scaled by the
@@ -66,7 +72,7 @@ class Progress:
                 self._status(f"[{self.done + 1}/{self.units}] {who}{what}")
             return
         self.done += 1
-        self.done_est += unit_cost(case, mode, provider, self.device)
+        self.done_est += self.cost(case, mode, provider)
         took = now - self.began.pop(worker, now)
         tail = f"{_clock(now - self.started)} elapsed, ETA {_clock(self.eta())}"
         if self.tty:

@@ -156,7 +156,9 @@ class Runner:
                 continue
             dys, want = answer[mode]
             self.progress("start", case, mode, name)
+            t0 = time.perf_counter()
             row, measured = self._provider(case, mode, spec.provider(name), inputs, dys, want, spec)
+            row["seconds"] = time.perf_counter() - t0
             rows.append(row)
             self.on_row(row)
             if measured is not None:
@@ -164,7 +166,9 @@ class Runner:
             self.progress("end", case, mode, name)
         for row, make, measured in done if self.config.recheck else ():
             self.progress("recheck", case, row["mode"], row["provider"])
+            t0 = time.perf_counter()
             self._settle(row, make, measured)
+            row["seconds"] += time.perf_counter() - t0
         return rows
 
     def _answers(self, spec, case: Case, inputs, seed: int):

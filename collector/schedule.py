@@ -6,6 +6,9 @@ progress rescales them by what it observes (progress.py).
 """
 from __future__ import annotations
 
+import socket
+from typing import Callable
+
 from .plan import Case
 
 # Seconds per (mode, provider) measurement. On a GPU it is mostly the fixed timing budget and
@@ -27,6 +30,46 @@ def unit_cost(case: Case, mode: str, provider: str, device: str) -> float:
 
 def case_cost(case: Case, device: str) -> float:
     return sum(unit_cost(case, m, p, device) for m in case.modes for p in case.providers)
+
+
+Cost = Callable[[Case, str, str], float]  # (case, mode, provider) -> estimated seconds
+
+
+def past_seconds(store, device: str, machine: str | None) -> dict[tuple, float]:
+    """{(kernel, mode, provider, shape, dtype): seconds} of each measurement in the latest run on
+    this machine that made it (results.seconds): `machine` as given to --machine, else this host's
+    runs on `device` (a machine's default name is its host name and its GPU's, or CPU)."""
+    if machine:
+        where, args = "u.machine = ?", [machine]
+    else:
+        host = socket.gethostname()
+        where = "u.machine LIKE ? AND u.machine " + ("=" if device == "cpu" else "<>") + " ?"
+        args = [f"{host} %", f"{host} CPU"]
+    rows = store.query("SELECT r.kernel, r.mode, r.provider, r.shape, r.dtype, r.seconds FROM results r "
+                       f"JOIN runs u ON r.run_id = u.run_id WHERE r.seconds IS NOT NULL AND {where} "
+                       "ORDER BY u.started_at", args)
+    return {(r["kernel"], r["mode"], r["provider"], r["shape"], r["dtype"]): r["seconds"] for r in rows}
+
+
+def estimator(cases: list[Case], device: str, past: dict[tuple, float]) -> tuple[Cost, int]:
+    """The cost of each measurement: its seconds in the last run here where there is one, else the
+    plan's estimate scaled by how the measured ones compared with theirs (the plan's constants are
+    one guess for every machine: on the CPU a kernel took 0.08x to 6x of it). Also how many of the
+    plan's measurements have a past."""
+    from .spec import DTYPE_NAMES
+
+    def key(case: Case, mode: str, provider: str) -> tuple:
+        return case.spec.name, mode, provider, case.shape.label, DTYPE_NAMES[case.dtype]
+
+    known = [(past[key(c, m, p)], unit_cost(c, m, p, device)) for c in cases for m in c.modes for p in c.providers
+             if key(c, m, p) in past]
+    scale = sum(s for s, _ in known) / sum(e for _, e in known) if known else 1.0
+
+    def cost(case: Case, mode: str, provider: str) -> float:
+        seen = past.get(key(case, mode, provider))
+        return seen if seen is not None else scale * unit_cost(case, mode, provider, device)
+
+    return cost, len(known)
 
 
 def parse_shard(text: str) -> tuple[int, int]:

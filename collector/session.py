@@ -14,7 +14,7 @@ from .environment import Commit
 from .progress import Progress
 from .report import table_lines
 from .plan import Case, RunConfig
-from .schedule import shard, tasks
+from .schedule import estimator, past_seconds, shard, tasks
 from .store import Store
 
 
@@ -28,7 +28,8 @@ def execute(config: RunConfig, commit: Commit, cases: list[Case], shard_kn: tupl
     if len(pool) == 1 and config.device == "cpu" and config.measure_timeout is None:
         pool = []  # one CPU worker, nothing to watch for: measure in this process
     config = replace(config, workers=max(1, len(pool)))
-    progress = Progress(mine, config.device, workers=max(1, len(pool)))
+    cost, known = estimator(mine, config.device, past_seconds(store, config.device, config.machine))
+    progress = Progress(mine, config.device, workers=max(1, len(pool)), cost=cost, known=known)
 
     def warn(message: str) -> None:
         progress.say(f"kcollect: warning: {message}")

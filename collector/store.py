@@ -23,7 +23,7 @@ from typing import Any, Iterable, Sequence
 
 import duckdb
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 APP = "kcollect"
 
 
@@ -117,6 +117,7 @@ RESULT_COLUMNS = {
     "p99_ms": "DOUBLE",  # (schema 4) the slowest percent of the timed calls starts here
     "max_ms": "DOUBLE",  # (schema 4) the slowest timed call
     "tokens": "BIGINT",  # (schema 5) tokens one call processes, where the op has them (spec.tokens)
+    "seconds": "DOUBLE",  # (schema 6) wall seconds its measurement took, recheck included: the next ETA
 }
 RESULT_KEY = ("run_id", "kernel", "mode", "provider", "shape", "dtype")
 
@@ -147,7 +148,8 @@ ADDED = {1: {"environments": ["peers"],
              "results": ["config", "recheck_ms", "free_mem_bytes", "clock_mhz"]},
          2: {"results": ["alloc_mem_bytes", "reserved_mem_bytes"]},
          3: {"results": ["p99_ms", "max_ms"]},
-         4: {"results": ["tokens"]}}
+         4: {"results": ["tokens"]},
+         5: {"results": ["seconds"]}}
 
 
 def relabel_shapes(con, run_ids: str | Sequence[str] | None = None) -> None:

@@ -248,3 +248,19 @@ def test_a_measurement_that_crashes_or_hangs_its_process_is_an_error_row_and_the
     # precompile pass before them (which waited 5 s for the hung case too)
     spent = json.loads(runs[0]["phases"])
     assert spent["wall"] >= 10 and spent["precompile"] >= 5 and spent["setup"] > 0 and spent["first_call"] > 0, spent
+
+
+def test_each_row_keeps_its_seconds_and_the_next_run_here_estimates_from_them(tmp_path, monkeypatch):
+    monkeypatch.setenv("KCOLLECT_TEST_SLEEP", "0.05")  # each call: so that a measurement takes a while
+    db = tmp_path / "k.duckdb"
+    args = ("run", "scaled", *FAST, "--workers", "1", "--db", str(db))
+    out = kc_here(*args)
+    assert out.exit_code == 0 and "from the last run here" not in out.stderr, out.stderr
+    _, rows = _stored(db)
+    assert all(r["seconds"] >= 0.05 for r in rows), [r["seconds"] for r in rows]
+    out = kc_here(*args)
+    first = out.stderr.splitlines()[0]
+    assert first.endswith("(one worker, 8 of them from the last run here)"), first
+    estimated = sum(r["seconds"] for r in rows)
+    shown = first.split("estimated ")[1].split(" ")[0]
+    assert shown == f"{round(estimated)}s", (shown, estimated)

@@ -166,3 +166,20 @@ def test_several_gpus_take_cases_one_by_one_kernel_by_kernel():
     assert alone == schedule.groups(every, cases, "cuda")
     assert schedule.tasks(every, cases, "cpu", 2) == schedule.groups(every, cases, "cpu")  # CPU workers: kernels
     assert schedule.tasks(every, cases, "cuda", 2) == [[i] for g in alone for i in g]  # GPUs: case by case
+
+
+def test_the_estimate_takes_each_measurement_from_the_last_run_here_and_scales_the_rest():
+    cases = _cases(2)
+    units = [(c, m, n) for c in cases for m in c.modes for n in c.providers]
+    (c0, m0, n0), (c1, m1, n1) = units[:2]
+    plan0 = schedule.unit_cost(c0, m0, n0, "cpu")
+    past = {(c0.spec.name, m0, n0, c0.shape.label, "bfloat16"): 10 * plan0, ("gone", "fwd", "x", "M=1", "bfloat16"): 5.0}
+    cost, known = schedule.estimator(cases, "cpu", past)
+    assert known == 1  # the plan's measurement with a past; a kernel no longer planned does not count
+    assert cost(c0, m0, n0) == pytest.approx(10 * plan0)
+    assert cost(c1, m1, n1) == pytest.approx(10 * schedule.unit_cost(c1, m1, n1, "cpu"))
+    p = Progress(cases, "cpu", out=io.StringIO(), tty=False, cost=cost, known=known)
+    assert p.total_est == pytest.approx(10 * sum(schedule.unit_cost(c, m, n, "cpu") for c, m, n in units))
+    assert p.plan_line().endswith("(one worker, 1 of them from the last run here)")
+    cost, known = schedule.estimator(cases, "cpu", {})
+    assert known == 0 and cost(c1, m1, n1) == schedule.unit_cost(c1, m1, n1, "cpu")
