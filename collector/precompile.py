@@ -51,7 +51,6 @@ class Report:
     planned: int = 0  # units the plan builds
     todo: int = 0  # of which not in the manifest
     built: int = 0
-    lost: int = 0  # in a process that died or hung
 
 
 def default_procs(device: str) -> int:
@@ -182,7 +181,7 @@ def run(config: RunConfig, cases: list[Case], indices: list[int], kernel_modules
     built: set[str] = set()
     started = time.time()
     try:
-        for index, pairs in _pool(config, kernel_modules, procs, visible, order, todo, timeout, report, say, t0):
+        for index, pairs in _pool(config, kernel_modules, procs, visible, order, todo, timeout, say, t0):
             built.update(key(cases[index], m, p, stack_, memo) for m, p in pairs)
     finally:
         forget_tuning(started)
@@ -230,9 +229,10 @@ def _interleaved(cases: list[Case], todo, device: str) -> list[int]:
     return [i for i in chain.from_iterable(zip_longest(*by.values())) if i is not None]
 
 
-def _pool(config, kernel_modules, procs, visible, order, todo, timeout, report, say, t0):
+def _pool(config, kernel_modules, procs, visible, order, todo, timeout, say, t0):
     """Yields (case index, pairs built) as the processes finish cases; a process that dies or runs
-    past `timeout` on a case loses that case and is replaced."""
+    past `timeout` on a case loses that case and is replaced, unless as many have died as there
+    are processes and none has finished a case (they cannot start here: the pass ends)."""
     import multiprocessing as mp
     from multiprocessing.connection import wait
 
@@ -259,7 +259,8 @@ def _pool(config, kernel_modules, procs, visible, order, todo, timeout, report, 
         slot["conn"].send((slot["case"], todo[slot["case"]]) if slot["case"] is not None else None)
 
     last_say = time.monotonic()
-    finished = 0
+    finished = deaths = 0
+    built_any = False
     try:
         slots = [start(n) for n in range(procs)]
         for slot in slots:
@@ -275,6 +276,7 @@ def _pool(config, kernel_modules, procs, visible, order, todo, timeout, report, 
                     got = None
                 if got is not None:
                     finished += 1
+                    built_any = True
                     yield slot["case"], got
                     give(slot)
                     continue
@@ -283,8 +285,11 @@ def _pool(config, kernel_modules, procs, visible, order, todo, timeout, report, 
                     continue
                 slot["proc"].kill()  # it died or hangs: the case is the measuring pass's
                 slot["proc"].join()
-                report.lost += len(todo[slot["case"]])
                 finished += 1
+                deaths += 1
+                if deaths >= procs and not built_any:
+                    say("precompile: its processes died before building anything; the run builds as it goes")
+                    return
                 fresh = start(slot["n"])
                 slot.update(fresh)
                 give(slot)

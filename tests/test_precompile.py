@@ -55,7 +55,8 @@ def test_precompile_builds_each_unit_once_and_again_when_the_kernel_source_chang
 
 def test_ctrl_c_while_building_ahead_stops_every_process_and_measures_nothing(tmp_path):
     db = tmp_path / "k.duckdb"
-    proc = subprocess.Popen(KCOLLECT + ["run", "fragile", *FAST, "--kernel-module", FRAGILE, "--where", "M=3", "--precompile", "2", "--measure-timeout", "120",
+    proc = subprocess.Popen(KCOLLECT + ["run", "fragile", *FAST, "--kernel-module", FRAGILE, "--where", "M=3",
+                                        "--precompile", "2", "--measure-timeout", "120",
                                         "--cache-dir", str(tmp_path / "cache"), "--db", str(db)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     deadline = time.time() + 120
@@ -87,7 +88,8 @@ def test_the_pass_builds_only_providers_that_build_code():
 def test_precompile_takes_auto_or_a_count(tmp_path):
     out = kc_here("run", "scaled", *FAST, "--precompile", "some", "--db", str(tmp_path / "k.duckdb"))
     assert out.exit_code == 2
-    assert out.stderr.strip().splitlines()[-1] == "kcollect: error: --precompile 'some': must be auto or a whole number >= 0"
+    last = out.stderr.strip().splitlines()[-1]
+    assert last == "kcollect: error: --precompile 'some': must be auto or a whole number >= 0"
     assert precompile.default_procs("cpu") == 0 and 2 <= precompile.default_procs("cuda") <= precompile.PROCS_MAX
 
 
@@ -102,3 +104,26 @@ def test_tuning_saved_during_the_pass_is_forgotten_and_older_tuning_kept(tmp_pat
     os.utime(new, (since + 1, since + 1))
     assert precompile.forget_tuning(since) == 1
     assert old.exists() and not new.exists() and (tmp_path / "cd" / "new.py").exists()
+
+
+def test_the_pass_ends_when_its_processes_cannot_start(tmp_path, monkeypatch):
+    # a kernel module that cannot be loaded in the pass's processes (as an op whose import crashes
+    # there would): each dies at once; after as many deaths as processes, the pass gives up and the
+    # run measures everything itself
+    module = tmp_path / "late.py"
+    die = ('import multiprocessing\nimport os\n'
+           'if os.environ.get("KCOLLECT_TEST_DIE") and \\\n'
+           '        multiprocessing.current_process().name.startswith("kcollect-pre"):\n'
+           '    os._exit(3)\n')
+    module.write_text(Path(PLANTED).read_text().replace("import os\n", die, 1))
+    fast = [a if a != PLANTED else str(module) for a in FAST]
+    db = tmp_path / "k.duckdb"
+    out = kc_here("run", "doubled", *fast, "--precompile", "2", "--cache-dir", str(tmp_path / "cache"), "--db", str(db))
+    assert out.exit_code == 0 and "building them in 2 processes" in out.stderr, out.stderr
+    monkeypatch.setenv("KCOLLECT_TEST_DIE", "1")  # the pass's processes die as they load it
+    module.write_text(module.read_text() + "\n# changed: builds again\n")
+    out = kc_here("run", "doubled", *fast, "--precompile", "2", "--cache-dir", str(tmp_path / "cache"), "--db", str(db))
+    assert out.exit_code == 0, out.stderr
+    assert "precompile: its processes died before building anything; the run builds as it goes" in out.stderr
+    runs, rows = _stored(db)
+    assert [r["status"] for r in runs] == ["finished", "finished"] and len(rows) == 2 * 12

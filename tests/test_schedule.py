@@ -173,7 +173,8 @@ def test_the_estimate_takes_each_measurement_from_the_last_run_here_and_scales_t
     units = [(c, m, n) for c in cases for m in c.modes for n in c.providers]
     (c0, m0, n0), (c1, m1, n1) = units[:2]
     plan0 = schedule.unit_cost(c0, m0, n0, "cpu")
-    past = {(c0.spec.name, m0, n0, c0.shape.label, "bfloat16"): 10 * plan0, ("gone", "fwd", "x", "M=1", "bfloat16"): 5.0}
+    past = {(c0.spec.name, m0, n0, c0.shape.label, "bfloat16"): 10 * plan0,
+            ("gone", "fwd", "x", "M=1", "bfloat16"): 5.0}
     cost, known = schedule.estimator(cases, "cpu", past)
     assert known == 1  # the plan's measurement with a past; a kernel no longer planned does not count
     assert cost(c0, m0, n0) == pytest.approx(10 * plan0)
