@@ -3,7 +3,6 @@ planted kernels: what it builds, what it remembers, and Ctrl-C while it works (a
 in it: test_collect's fragile-run test)."""
 import json
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -23,11 +22,29 @@ def _phases(db):
     return [json.loads(r["phases"]) for r in runs]
 
 
-def test_precompile_builds_each_unit_once_and_again_when_the_kernel_source_changes(tmp_path):
+# Each call in the pass's processes saves a tuning choice where inductor saves its own.
+MARK = '''
+
+def _tuned():
+    import multiprocessing
+    if multiprocessing.current_process().name.startswith("kcollect-pre"):
+        with open(os.path.join(os.environ["TORCHINDUCTOR_CACHE_DIR"], "k.best_config"), "w") as f:
+            f.write("{}")
+'''
+
+
+def test_precompile_builds_each_unit_once_and_again_when_the_kernel_source_changes(tmp_path, monkeypatch):
     module = tmp_path / "mine" / "planted_kernels.py"
     module.parent.mkdir()
-    shutil.copy(PLANTED, module)
+    module.write_text(Path(PLANTED).read_text().replace("    def call(x):\n", "    def call(x):\n        _tuned()\n")
+                      + MARK)
     cache, db = tmp_path / "cache", tmp_path / "k.duckdb"
+    inductor = tmp_path / "inductor"
+    inductor.mkdir()
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(inductor))
+    older = inductor / "older.best_config"  # a pick from before the pass: kept
+    older.write_text("{}")
+    os.utime(older, (time.time() - 60, time.time() - 60))
     fast = [a if a != PLANTED else str(module) for a in FAST]  # the copy instead of the original
     args = ("run", "scaled", *fast, "--precompile", "2", "--cache-dir", str(cache),
             "--db", str(db))
@@ -40,6 +57,7 @@ def test_precompile_builds_each_unit_once_and_again_when_the_kernel_source_chang
     assert {k.split(" | ")[-1].split()[2] for k in keys} == {"torch", "wrong"}
     (first,) = _phases(db)
     assert 0 < first["precompile"] < first["wall"]
+    assert older.exists() and not (inductor / "k.best_config").exists()  # the pass's picks are forgotten
     # warm: no process, no line, no phase; the same rows
     out = kc_here(*args)
     assert out.exit_code == 0 and "precompile:" not in out.stderr, out.stderr
