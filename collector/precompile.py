@@ -40,6 +40,9 @@ from typing import Callable
 from .plan import Case, RunConfig
 
 PROCS_MAX = 8
+# A margin, not a measurement: each process holds torch, inductor and the peers' compilers (the
+# H100 hosts this was run on had 128 GiB for 8); a 32 GiB workstation gets 4.
+HOST_GIB_PER_PROC = 8
 # Fewer units than this per process: not worth a process's start (imports, CUDA), seconds each.
 UNITS_PER_PROC = 2
 MANIFEST = "built.json"
@@ -54,12 +57,16 @@ class Report:
 
 
 def default_procs(device: str) -> int:
-    """On a GPU, a process per two cores up to PROCS_MAX; on the CPU none (its interpreter builds
-    nothing that a cache keeps)."""
+    """On a GPU, a process per two cores and per HOST_GIB_PER_PROC of memory, 2 to PROCS_MAX; on
+    the CPU none (its interpreter builds nothing that a cache keeps)."""
     if device != "cuda":
         return 0
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 2)
-    return max(2, min(PROCS_MAX, cores // 2))
+    try:
+        gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (ValueError, OSError, AttributeError):
+        gib = HOST_GIB_PER_PROC * PROCS_MAX
+    return max(2, min(PROCS_MAX, cores // 2, int(gib // HOST_GIB_PER_PROC)))
 
 
 def units(cases: list[Case], indices: list[int], config: RunConfig) -> dict[int, list[tuple[str, str]]]:
