@@ -238,8 +238,8 @@ def _interleaved(cases: list[Case], todo, device: str) -> list[int]:
 
 def _pool(config, kernel_modules, procs, visible, order, todo, timeout, say, t0):
     """Yields (case index, pairs built) as the processes finish cases; a process that dies or runs
-    past `timeout` on a case loses that case and is replaced, unless as many have died as there
-    are processes and none has finished a case (they cannot start here: the pass ends)."""
+    past `timeout` on a case loses that case and is replaced, unless as many have died before they
+    were ready as there are processes (they cannot start here: the pass ends)."""
     import multiprocessing as mp
     from multiprocessing.connection import wait
 
@@ -258,7 +258,7 @@ def _pool(config, kernel_modules, procs, visible, order, todo, timeout, say, t0)
                            name=f"kcollect-precompile{n}", daemon=True)
         proc.start()
         theirs.close()
-        return dict(n=n, proc=proc, conn=mine, case=None, since=time.monotonic())
+        return dict(n=n, proc=proc, conn=mine, case=None, since=time.monotonic(), ready=False)
 
     def give(slot: dict) -> None:
         slot["case"] = queue.pop(0) if queue else None
@@ -266,8 +266,7 @@ def _pool(config, kernel_modules, procs, visible, order, todo, timeout, say, t0)
         slot["conn"].send((slot["case"], todo[slot["case"]]) if slot["case"] is not None else None)
 
     last_say = time.monotonic()
-    finished = deaths = 0
-    built_any = False
+    finished = unborn = 0
     try:
         slots = [start(n) for n in range(procs)]
         for slot in slots:
@@ -279,11 +278,13 @@ def _pool(config, kernel_modules, procs, visible, order, todo, timeout, say, t0)
             for slot in live:
                 try:
                     got = slot["conn"].recv() if slot["conn"].poll() else None
+                    if got == "ready":
+                        slot["ready"] = True
+                        got = slot["conn"].recv() if slot["conn"].poll() else None
                 except (EOFError, OSError):
                     got = None
                 if got is not None:
                     finished += 1
-                    built_any = True
                     yield slot["case"], got
                     give(slot)
                     continue
@@ -293,9 +294,9 @@ def _pool(config, kernel_modules, procs, visible, order, todo, timeout, say, t0)
                 slot["proc"].kill()  # it died or hangs: the case is the measuring pass's
                 slot["proc"].join()
                 finished += 1
-                deaths += 1
-                if deaths >= procs and not built_any:
-                    say("precompile: its processes died before building anything; the run builds as it goes")
+                unborn += not slot["ready"]
+                if unborn >= procs:
+                    say("precompile: its processes die before they are ready; the run builds as it goes")
                     return
                 fresh = start(slot["n"])
                 slot.update(fresh)
@@ -335,6 +336,7 @@ def _worker(config: RunConfig, kernel_modules, visible: str | None, threads: int
         from .runner import _raise_recompile_limit
 
         _raise_recompile_limit()
+    conn.send("ready")
     while (task := conn.recv()) is not None:
         index, pairs = task
         conn.send(_build(cases[index], pairs, config))

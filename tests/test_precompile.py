@@ -142,6 +142,6 @@ def test_the_pass_ends_when_its_processes_cannot_start(tmp_path, monkeypatch):
     module.write_text(module.read_text() + "\n# changed: builds again\n")
     out = kc_here("run", "doubled", *fast, "--precompile", "2", "--cache-dir", str(tmp_path / "cache"), "--db", str(db))
     assert out.exit_code == 0, out.stderr
-    assert "precompile: its processes died before building anything; the run builds as it goes" in out.stderr
+    assert "precompile: its processes die before they are ready; the run builds as it goes" in out.stderr
     runs, rows = _stored(db)
     assert [r["status"] for r in runs] == ["finished", "finished"] and len(rows) == 2 * 12
