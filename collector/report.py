@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from .formats import render
+from .phases import NOT_WALL
 
 COLUMNS = ("kernel", "mode", "provider", "shape", "dtype", "gpu", "machine",
            "median_ms", "p20_ms", "p80_ms", "rate", "unit", "pct_peak", "vs_base", "rel_err",
@@ -102,14 +103,17 @@ def phase_lines(run: dict[str, Any], fmt: str) -> list[str]:
     if not run.get("phases") or fmt in ("csv", "json"):
         return []
     phases = {k: float(v) for k, v in json.loads(run["phases"]).items()}
-    wall = None
-    if run.get("finished_at") and run.get("started_at"):
+    # a run's own breakdown carries its wall time and parts of phases (timed_work, within timing):
+    # neither is a phase of its own to add up
+    wall = phases.pop("wall", None)
+    parts = {k: phases.pop(k) for k in NOT_WALL if k in phases}
+    if wall is None and run.get("finished_at") and run.get("started_at"):
         wall = (run["finished_at"] - run["started_at"]).total_seconds()
     total = wall if wall and wall >= sum(phases.values()) else sum(phases.values())
     if wall and wall > sum(phases.values()):
-        phases["other"] = wall - sum(phases.values())
+        phases["other"] = phases.get("other", 0.0) + wall - sum(phases.values())
     recs = [{"phase": k, "seconds": v, "share": 100 * v / total if total else None}
-            for k, v in sorted(phases.items(), key=lambda kv: -kv[1])]
+            for k, v in sorted({**phases, **parts}.items(), key=lambda kv: -kv[1])]
     text = [{"seconds": f"{r['seconds']:.1f}", "share": "-" if r["share"] is None else f"{r['share']:.0f}%"}
             for r in recs]
     title = f"wall time {total:.1f} s" + ("" if wall else " (sum of the phases; the run did not finish)")

@@ -179,7 +179,8 @@ def _add_columns(version: int):
 MIGRATIONS: dict[int, list] = {1: ["DROP VIEW IF EXISTS results_v", *_add_columns(1), relabel_shapes],
                                2: ["DROP VIEW IF EXISTS results_v", *_add_columns(2)],
                                3: ["DROP VIEW IF EXISTS results_v", *_add_columns(3)],
-                               4: ["DROP VIEW IF EXISTS results_v", *_add_columns(4)]}
+                               4: ["DROP VIEW IF EXISTS results_v", *_add_columns(4)],
+                               5: ["DROP VIEW IF EXISTS results_v", *_add_columns(5)]}
 
 
 @dataclass

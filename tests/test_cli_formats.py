@@ -186,3 +186,13 @@ def test_preview_on_a_port_in_use_exits_2(tmp_path):
         busy.listen()
         out = invoke("preview", "--dir", tmp_path, "--port", busy.getsockname()[1])
     assert out.exit_code == 2 and "the port is in use" in out.stderr
+
+
+def test_the_breakdown_of_a_run_that_recorded_its_wall_time_adds_up_to_it():
+    from kcollect.report import phase_lines
+
+    phases = {"precompile": 60.0, "first_call": 20.0, "timing": 12.0, "timed_work": 8.0, "other": 8.0, "wall": 100.0}
+    text = "\n".join(phase_lines({"phases": json.dumps(phases)}, "table"))
+    assert "wall time 100.0 s:" in text and not re.search(r"^wall\s+\d", text, re.M)
+    assert re.search(r"precompile\s+60\.0\s+60%", text) and re.search(r"other\s+8\.0\s+8%", text)
+    assert re.search(r"timed_work\s+8\.0\s+8%", text)  # a part of timing, shown, not added

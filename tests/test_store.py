@@ -5,7 +5,7 @@ import duckdb
 import pytest
 
 from kcollect import history
-from kcollect.store import SCHEMA_VERSION, Environment, Run, Store, StoreError
+from kcollect.store import ADDED, SCHEMA_VERSION, Environment, Run, Store, StoreError
 
 
 def _env(env_id="e1", gpu="NVIDIA H200"):
@@ -91,6 +91,25 @@ def test_newer_schema_is_refused(tmp_path):
     con.close()
     with pytest.raises(StoreError, match="newer than this kcollect"):
         Store(path)
+
+
+@pytest.mark.parametrize("version", range(2, SCHEMA_VERSION))
+def test_a_store_of_an_older_version_is_migrated_with_its_rows(tmp_path, version):
+    # the columns added since `version` dropped again (v1's relabelling has a test of its own below)
+    path = _fill(tmp_path / "k.duckdb")
+    con = duckdb.connect(str(path))
+    con.execute("DROP VIEW results_v")
+    for v in range(version, SCHEMA_VERSION):
+        for table, columns in ADDED[v].items():
+            for column in columns:
+                con.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
+    con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(version)])
+    con.close()
+    with Store(path) as s:
+        assert s.query("SELECT value FROM meta WHERE key = 'schema_version'") == [{"value": str(SCHEMA_VERSION)}]
+        rows = s.query("SELECT provider, median_ms, seconds FROM results_v ORDER BY provider")
+    assert rows == [{"provider": "torch", "median_ms": 2.0, "seconds": None},
+                    {"provider": "triton", "median_ms": 1.0, "seconds": None}]
 
 
 def test_uncreatable_path_is_explained(tmp_path):
