@@ -163,19 +163,21 @@ def run(config: RunConfig, cases: list[Case], indices: list[int], kernel_modules
     `timeout` seconds. Ctrl-C or SIGTERM stops every process and raises KeyboardInterrupt."""
     t0 = time.perf_counter()
     report = Report()
-    todo_units = units(cases, indices, config)
-    report.planned = sum(len(v) for v in todo_units.values())
-    if procs <= 0 or not todo_units:
+    if procs <= 0:
+        return report
+    planned = units(cases, indices, config)
+    report.planned = sum(len(v) for v in planned.values())
+    if not planned:
         return report
     path = manifest_path()
     stack_ = stack(config.device)
-    done = _read(path)
     memo: dict[str, str] = {}
-    todo = {}
-    for i, pairs in todo_units.items():
-        left = [(m, p) for m, p in pairs if key(cases[i], m, p, stack_, memo) not in done]
-        if left:
-            todo[i] = left
+    keys = {(i, m, p): key(cases[i], m, p, stack_, memo) for i, pairs in planned.items() for m, p in pairs}
+    done = _read(path)
+    todo: dict[int, list[tuple[str, str]]] = {}
+    for (i, m, p), k in keys.items():
+        if k not in done:
+            todo.setdefault(i, []).append((m, p))
     report.todo = sum(len(v) for v in todo.values())
     if report.todo < UNITS_PER_PROC * procs:
         if report.todo:
@@ -189,8 +191,8 @@ def run(config: RunConfig, cases: list[Case], indices: list[int], kernel_modules
     built: set[str] = set()
     started = time.time()
     try:
-        for index, pairs in _pool(config, kernel_modules, procs, visible, order, todo, timeout, say, t0):
-            built.update(key(cases[index], m, p, stack_, memo) for m, p in pairs)
+        for index in _pool(config, kernel_modules, procs, visible, order, todo, timeout, say, t0):
+            built.update(keys[index, m, p] for m, p in todo[index])
     finally:
         forget_tuning(started)
         if built:
@@ -238,7 +240,7 @@ def _interleaved(cases: list[Case], todo, device: str) -> list[int]:
 
 
 def _pool(config, kernel_modules, procs, visible, order, todo, timeout, say, t0):
-    """Yields (case index, pairs built) as the processes finish cases; a process that dies or runs
+    """Yields each case's index as a process finishes it; a process that dies or runs
     past `timeout` on a case loses that case and is replaced, unless as many have died before they
     were ready as there are processes (they cannot start here: the pass ends)."""
     import multiprocessing as mp
@@ -286,7 +288,7 @@ def _pool(config, kernel_modules, procs, visible, order, todo, timeout, say, t0)
                     got = None
                 if got is not None:
                     finished += 1
-                    yield slot["case"], got
+                    yield slot["case"]
                     give(slot)
                     continue
                 late = timeout is not None and time.monotonic() - slot["since"] > timeout
@@ -317,7 +319,7 @@ def _pool(config, kernel_modules, procs, visible, order, todo, timeout, say, t0)
 
 
 def _worker(config: RunConfig, kernel_modules, visible: str | None, threads: int, conn) -> None:
-    """Builds the cases it is sent, (index, pairs) at a time, answering with the pairs it called,
+    """Builds the cases it is sent, (index, pairs) at a time, answering with the index when done,
     until it is sent None. Its output goes to a null device: a failure here is the
     measuring pass's to report."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops it
@@ -340,11 +342,12 @@ def _worker(config: RunConfig, kernel_modules, visible: str | None, threads: int
     conn.send("ready")
     while (task := conn.recv()) is not None:
         index, pairs = task
-        conn.send(_build(cases[index], pairs, config))
+        _build(cases[index], pairs, config)
+        conn.send(index)
 
 
-def _build(case: Case, pairs: list[tuple[str, str]], config: RunConfig) -> list[tuple[str, str]]:
-    """Calls each pair once; returns them all when done. One that fails is done too: a build that
+def _build(case: Case, pairs: list[tuple[str, str]], config: RunConfig) -> None:
+    """Calls each pair once. One that fails is done too: a build that
     fails fails again (the manifest's key changes with the kernel's source and the versions), and
     a failure would otherwise bring the pass back in every run (a peer unavailable on a GPU, or
     Cortex's dtype errors: 74 of the scans' 291 units)."""
@@ -371,4 +374,3 @@ def _build(case: Case, pairs: list[tuple[str, str]], config: RunConfig) -> list[
             call = None
             memory.release(device)
     memory.release(device, compiled=True, case_end=True)
-    return pairs

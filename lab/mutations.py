@@ -97,7 +97,7 @@ MUTATIONS = (
              "self.todo.pop(self._next_for(slot))", "self.todo.pop(0)",
              "tests/test_collect.py::test_gpu_workers_stay_on_their_kernel_and_share_only_the_last"),
     Mutation("precompile ignores what the caches hold (every run builds ahead again)", "collector/precompile.py",
-             "key(cases[i], m, p, stack_, memo) not in done", "True",
+             "        if k not in done:\n", "        if True:\n",
              "tests/test_precompile.py::test_precompile_builds_each_unit_once_and_again_when_the_kernel_source_changes"),
     Mutation("precompile keeps the tuning its processes made under load", "collector/precompile.py",
              "        forget_tuning(started)\n", "",
