@@ -47,6 +47,9 @@ HOST_GIB_PER_PROC = 8
 # Fewer units than this per process: not worth a process's start (imports, CUDA), seconds each.
 UNITS_PER_PROC = 2
 MANIFEST = "built.json"
+# A process's start (torch, the registry, CUDA) is not its case's time: `timeout` counts from its
+# "ready", and the start gets at least this (a loaded 2-core machine takes more than 5 s for it).
+STARTUP_S = 300.0
 
 
 @dataclass
@@ -160,7 +163,7 @@ def run(config: RunConfig, cases: list[Case], indices: list[int], kernel_modules
         visible: list[str | None], say: Callable[[str], None], timeout: float | None = None) -> Report:
     """Builds what the manifest lacks of the plan's units in `procs` processes, spread over the
     `visible` devices (CUDA_VISIBLE_DEVICES values; None: this process's own), each case at most
-    `timeout` seconds. Ctrl-C or SIGTERM stops every process and raises KeyboardInterrupt."""
+    `timeout` seconds per build in it. Ctrl-C or SIGTERM stops every process and raises KeyboardInterrupt."""
     t0 = time.perf_counter()
     report = Report()
     if procs <= 0:
@@ -241,7 +244,7 @@ def _interleaved(cases: list[Case], todo, device: str) -> list[int]:
 
 def _pool(config, kernel_modules, procs, visible, order, todo, timeout, say, t0):
     """Yields each case's index as a process finishes it; a process that dies or runs
-    past `timeout` on a case loses that case and is replaced, unless as many have died before they
+    past `timeout` per build on a case loses that case and is replaced, unless as many have died before they
     were ready as there are processes (they cannot start here: the pass ends)."""
     import multiprocessing as mp
     from multiprocessing.connection import wait
@@ -281,8 +284,8 @@ def _pool(config, kernel_modules, procs, visible, order, todo, timeout, say, t0)
             for slot in live:
                 try:
                     got = slot["conn"].recv() if slot["conn"].poll() else None
-                    if got == "ready":
-                        slot["ready"] = True
+                    if got == "ready":  # its case's time counts from here
+                        slot["ready"], slot["since"] = True, time.monotonic()
                         got = slot["conn"].recv() if slot["conn"].poll() else None
                 except (EOFError, OSError):
                     got = None
@@ -291,7 +294,10 @@ def _pool(config, kernel_modules, procs, visible, order, todo, timeout, say, t0)
                     yield slot["case"]
                     give(slot)
                     continue
-                late = timeout is not None and time.monotonic() - slot["since"] > timeout
+                limit = None if timeout is None else timeout * len(todo[slot["case"]])  # as many as measuring
+                if limit is not None and not slot["ready"]:
+                    limit = max(limit, STARTUP_S)
+                late = limit is not None and time.monotonic() - slot["since"] > limit
                 if slot["proc"].is_alive() and not late:
                     continue
                 slot["proc"].kill()  # it died or hangs: the case is the measuring pass's
