@@ -47,13 +47,14 @@ def step_loop(x, w_lin, b_lin, w_out, b_out, nu_log, theta_log, w1, w2, signs, p
     c1 = c2 = x.new_zeros(B, H)
     e = [x.new_zeros(B, H) for _ in range(8)]
     outs = []
+    xs = xhat.unbind(1)  # views taken once: the backward of xhat[:, t] would fill an xhat-sized zero tensor a step
     for t in range(T):
         keep = keep_factor(resets, t, x)
         if keep is not None:
             c1, c2, e = c1 * keep, c2 * keep, [v * keep for v in e]
-        u1, u2 = w1 * xhat[:, t], w2 * xhat[:, t]
+        u1, u2 = w1 * xs[t], w2 * xs[t]
         with torch.no_grad():
-            e = _traces(e, c1, c2, u1, u2, xhat[:, t], g, phi, gamma, e_nu, r, theta)
+            e = _traces(e, c1, c2, u1, u2, xs[t], g, phi, gamma, e_nu, r, theta)
         c1, c2 = g * c1 - phi * c2 + gamma * u1, g * c2 + phi * c1 + gamma * u2
         outs.append(torch.cat((c1, c2), -1))
     y = x @ w_lin.t() + b_lin + torch.stack(outs, 1) @ w_out.t() + b_out

@@ -15,9 +15,11 @@ REFERENCE_STEPS_KEPT = 128
 def _steps(h, x, dt, A, B, C, D):
     """The loop over the steps of x [B, t, D] from state h: (last state, outputs before the gate)."""
     ys = []
-    for t in range(x.shape[1]):
-        h = torch.exp(dt[:, t, :, None] * A) * h + (dt[:, t] * x[:, t])[:, :, None] * B[:, t, None, :]
-        ys.append((h * C[:, t, None, :]).sum(-1) + D * x[:, t])
+    # the steps as views taken once (unbind): the backward of an index x[:, t] writes its gradient
+    # into zeros of x's whole size at every step, quadratic in the steps
+    for xt, dtt, Bt, Ct in zip(x.unbind(1), dt.unbind(1), B.unbind(1), C.unbind(1)):
+        h = torch.exp(dtt[:, :, None] * A) * h + (dtt * xt)[:, :, None] * Bt[:, None, :]
+        ys.append((h * Ct[:, None, :]).sum(-1) + D * xt)
     return h, torch.stack(ys, dim=1)
 
 

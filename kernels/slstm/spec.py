@@ -27,12 +27,13 @@ def step_loop(wx, r, b, y0, c0, n0, m0, resets=None):
     T = wx.shape[1]
     y, c, n, m = y0, c0, n0, m0
     ys = []
+    wxs = wx.unbind(1)  # views taken once: the backward of wx[:, t] would fill a wx-sized zero tensor a step
     for t in range(T):
         keep = keep_factor(resets, t, wx)
         if keep is not None:
             keep = keep[:, :, None]
             y, c, n, m = y * keep, c * keep, n * keep, m * keep
-        i, f, z, o = (wx[:, t] + torch.einsum("bhi,ghoi->bgho", y, r) + b).unbind(1)
+        i, f, z, o = (wxs[t] + torch.einsum("bhi,ghoi->bgho", y, r) + b).unbind(1)
         logfm = m + F.logsigmoid(f)
         m_new = torch.where(n == 0, i, torch.maximum(i, logfm))
         ig = torch.minimum(torch.exp(i - m_new), torch.ones_like(i))
