@@ -56,9 +56,10 @@ def list_cmd(device: str, kernel_modules, fmt: str) -> None:
 @format_option
 @click.option("--markdown", is_flag=True, help="Same as --format markdown.")
 def summary(db, run_id, fmt, markdown) -> None:
-    """Print the summary table of one run and, where the run recorded it, where its wall time went."""
+    """Print the summary table of one run and, where the run recorded them, where its wall time went
+    and how the rows' own seconds split over its kernels."""
     from .regress import device as device_label
-    from .report import lines, phase_lines, records
+    from .report import cost_lines, lines, phase_lines, records
 
     fmt = "markdown" if markdown else fmt
     store = open_store(db, read_only=True)
@@ -75,7 +76,7 @@ def summary(db, run_id, fmt, markdown) -> None:
     click.echo(f"run {run['run_id'][:8]} ({run['status']}), commit {commit}, grid {run['grid']}, "
                f"{len(rows)} rows", err=True)
     recs = records(rows, run["copy_gbps"], run["matmul_tflops"], gpu=device_label(run), machine=run["machine"])
-    click.echo("\n".join(lines(recs, fmt) + phase_lines(run, fmt)))
+    click.echo("\n".join(lines(recs, fmt) + phase_lines(run, fmt) + cost_lines(rows, fmt)))
 
 
 @main.command("export")

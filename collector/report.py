@@ -118,3 +118,29 @@ def phase_lines(run: dict[str, Any], fmt: str) -> list[str]:
             for r in recs]
     title = f"wall time {total:.1f} s" + ("" if wall else " (sum of the phases; the run did not finish)")
     return ["", title + ":", *render(recs, fmt, text=text, right=("seconds", "share"))]
+
+
+def cost_lines(rows: list[dict[str, Any]], fmt: str) -> list[str]:
+    """Where the rows' own seconds went (results.seconds: each row's first call, check, timing and
+    recheck; a case's inputs and float64 reference are not in them), kernel by kernel, largest
+    first: the timed work inside them (median x reps) and the provider that took the most."""
+    if fmt in ("csv", "json") or not any(r.get("seconds") for r in rows):
+        return []
+    by: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        k = by.setdefault(r["kernel"], {"kernel": r["kernel"], "rows": 0, "seconds": 0.0, "timed": 0.0, "of": {}})
+        s = r.get("seconds") or 0.0
+        k["rows"] += 1
+        k["seconds"] += s
+        k["timed"] += (r.get("median_ms") or 0.0) * (r.get("reps") or 0) / 1e3
+        k["of"][r["provider"]] = k["of"].get(r["provider"], 0.0) + s
+    total = sum(k["seconds"] for k in by.values())
+    recs = sorted(by.values(), key=lambda k: -k["seconds"])
+    for k in recs:
+        name, s = max(k.pop("of").items(), key=lambda kv: kv[1])
+        k.update(share=100 * k["seconds"] / total if total else None, costliest=f"{name} ({s:.1f} s)")
+    text = [{"seconds": f"{k['seconds']:.1f}", "timed": f"{k['timed']:.1f}",
+             "share": "-" if k["share"] is None else f"{k['share']:.0f}%"} for k in recs]
+    title = f"the rows' own {total:.1f} s by kernel (first calls, checks, timing, rechecks; timed: median x reps)"
+    return ["", title + ":", *render(recs, fmt, ("kernel", "rows", "seconds", "share", "timed", "costliest"),
+                                      text=text, right=("rows", "seconds", "share", "timed"))]

@@ -57,6 +57,14 @@ def store(tmp_path_factory):
         s.add_results([row("triton", 0.12, run_id="gpu-run-0002", seq=1), row("torch", 0.36, run_id="gpu-run-0002", seq=2),
                        row("compile", 0.2, status="failed", rel_err=0.5, run_id="gpu-run-0002", seq=3,
                            error="relative error 0.5 over the tolerance 0.008")])
+        # an earlier run whose rows kept their seconds (schema 6): two kernels, one of them costlier
+        s.start_run(Run(run_id="cost-run-0003", env_id="env-h100", started_at=T0, finished_at=T0 + timedelta(seconds=60),
+                        status="finished", git_commit="c" * 40, commit_time=T0, git_dirty=False, grid="full",
+                        copy_gbps=3000.0, matmul_tflops=700.0, config="{}"))
+        s.add_results([row("triton", 0.12, run_id="cost-run-0003", seq=1, seconds=0.5),
+                       row("compile", 0.2, run_id="cost-run-0003", seq=2, seconds=9.5),
+                       row("triton", 0.3, run_id="cost-run-0003", seq=3, seconds=20.0, kernel="rtu", reps=1000),
+                       row("eager", None, status="failed", run_id="cost-run-0003", seq=4, seconds=10.0, kernel="rtu")])
     return db
 
 
@@ -94,6 +102,18 @@ def test_summary_table_and_markdown_show_the_wall_time_breakdown(store):
 
     # the machine formats carry no breakdown: one list of records
     assert "wall time" not in invoke("summary", "--db", store, "--format", "csv").stdout
+
+
+def test_summary_splits_the_rows_seconds_by_kernel(store):
+    out = invoke("summary", "--db", store, "--run", "cost-run")
+    assert out.exit_code == 0, out.output
+    part = out.stdout[out.stdout.index("the rows' own 40.0 s by kernel"):]
+    rtu, swiglu = (next(line for line in part.splitlines() if line.startswith(k)) for k in ("rtu", "swiglu"))
+    assert part.index("rtu") < part.index("swiglu")  # the costlier first
+    assert rtu.split()[:5] == ["rtu", "2", "30.0", "75%", "0.3"] and rtu.endswith("triton (20.0 s)")
+    assert swiglu.split()[:5] == ["swiglu", "2", "10.0", "25%", "0.0"] and swiglu.endswith("compile (9.5 s)")
+    assert "by kernel" not in invoke("summary", "--db", store, "--run", "cost-run", "--format", "json").stdout
+    assert "by kernel" not in invoke("summary", "--db", store).stdout  # its rows kept no seconds
 
 
 def test_summary_of_a_run_without_phases_or_machine(store):
