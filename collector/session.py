@@ -12,7 +12,7 @@ from . import precompile
 from .collect import Outcome, run_here, run_workers
 from .environment import Commit
 from .progress import Progress
-from .report import table_lines
+from .report import cost_lines, table_lines
 from .plan import Case, RunConfig
 from .schedule import estimator, past_seconds, shard, tasks
 from .store import Store
@@ -68,6 +68,8 @@ def _report(out: Outcome, store: Store, fail_on_incorrect: bool) -> None:
         if out.phases.get(run_id):
             click.echo(f"where the time went (run {run_id[:8]}):", err=True)
             click.echo("\n".join(phase_report.lines(out.phases[run_id])), err=True)
+        if len({r["kernel"] for r in rows}) > 1:  # with one kernel, the breakdown above says it
+            click.echo("\n".join(cost_lines(rows, "table")[1:]), err=True)
     bad = sum(r["status"] in ("failed", "error") for r in out.rows)
     unstable = sum(r["status"] == "unstable" for r in out.rows)
     ids = ", ".join(r[:8] for r in out.runs) or "none started"
