@@ -102,6 +102,12 @@ MUTATIONS = (
     Mutation("precompile keeps the tuning its processes made under load", "collector/precompile.py",
              "        forget_tuning(started)\n", "",
              "tests/test_precompile.py::test_precompile_builds_each_unit_once_and_again_when_the_kernel_source_changes"),
+    Mutation("the RTU reference indexes its drive step by step (a backward quadratic in T)", "kernels/rtu/naive.py",
+             "for t, d in enumerate(drive.unbind(1)):", "for t, d in ((t, drive[:, t]) for t in range(x.shape[1])):",
+             "tests/test_references.py::test_a_references_backward_grows_linearly_with_the_steps[rtu]"),
+    Mutation("precompile's time limit counts the process's start", "collector/precompile.py",
+             'slot["ready"], slot["since"] = True, time.monotonic()', 'slot["ready"] = True',
+             "tests/test_precompile.py::test_a_case_s_time_limit_counts_from_ready"),
 )
 
 

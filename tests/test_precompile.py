@@ -71,6 +71,20 @@ def test_precompile_builds_each_unit_once_and_again_when_the_kernel_source_chang
     assert len(rows) == 3 * 8
 
 
+def test_a_case_s_time_limit_counts_from_ready(tmp_path):
+    # the pass's processes take 6 s to start (a loaded machine's imports), more than the 2 s a build
+    # may take: their cases are built all the same
+    module = tmp_path / "slow_start" / "planted_kernels.py"
+    module.parent.mkdir()
+    module.write_text(Path(PLANTED).read_text() + "\n\nimport multiprocessing as _mp\n"
+                      "if _mp.current_process().name.startswith('kcollect-pre'):\n    time.sleep(6)\n")
+    fast = [a if a != PLANTED else str(module) for a in FAST]
+    out = kc_here("run", "scaled", *fast, "--precompile", "2", "--measure-timeout", "2",
+                  "--cache-dir", str(tmp_path / "cache"), "--db", str(tmp_path / "k.duckdb"))
+    assert out.exit_code == 0, (out.stderr, out.exception)
+    assert "precompile: 8 of 8 built in" in out.stderr, out.stderr
+
+
 def test_ctrl_c_while_building_ahead_stops_every_process_and_measures_nothing(tmp_path):
     db = tmp_path / "k.duckdb"
     proc = subprocess.Popen(KCOLLECT + ["run", "fragile", *FAST, "--kernel-module", FRAGILE, "--where", "M=3",
