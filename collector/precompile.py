@@ -163,7 +163,8 @@ def run(config: RunConfig, cases: list[Case], indices: list[int], kernel_modules
         visible: list[str | None], say: Callable[[str], None], timeout: float | None = None) -> Report:
     """Builds what the manifest lacks of the plan's units in `procs` processes, spread over the
     `visible` devices (CUDA_VISIBLE_DEVICES values; None: this process's own), each case at most
-    `timeout` seconds per build in it. Ctrl-C or SIGTERM stops every process and raises KeyboardInterrupt."""
+    `timeout` seconds per build in it. Ctrl-C or SIGTERM stops every process and raises
+    KeyboardInterrupt."""
     t0 = time.perf_counter()
     report = Report()
     if procs <= 0:
@@ -243,9 +244,9 @@ def _interleaved(cases: list[Case], todo, device: str) -> list[int]:
 
 
 def _pool(config, kernel_modules, procs, visible, order, todo, timeout, say, t0):
-    """Yields each case's index as a process finishes it; a process that dies or runs
-    past `timeout` per build on a case loses that case and is replaced, unless as many have died before they
-    were ready as there are processes (they cannot start here: the pass ends)."""
+    """Yields each case's index as a process finishes it; a process that dies or runs past
+    `timeout` per build on a case loses that case and is replaced, unless as many have died before
+    they were ready as there are processes (they cannot start here: the pass ends)."""
     import multiprocessing as mp
     from multiprocessing.connection import wait
 
@@ -294,10 +295,10 @@ def _pool(config, kernel_modules, procs, visible, order, todo, timeout, say, t0)
                     yield slot["case"]
                     give(slot)
                     continue
-                limit = None if timeout is None else timeout * len(todo[slot["case"]])  # as many as measuring
-                if limit is not None and not slot["ready"]:
-                    limit = max(limit, STARTUP_S)
-                late = limit is not None and time.monotonic() - slot["since"] > limit
+                late = False
+                if timeout is not None:  # each build the time a measurement gets; a start at least STARTUP_S
+                    limit = timeout * len(todo[slot["case"]])
+                    late = time.monotonic() - slot["since"] > (limit if slot["ready"] else max(limit, STARTUP_S))
                 if slot["proc"].is_alive() and not late:
                     continue
                 slot["proc"].kill()  # it died or hangs: the case is the measuring pass's
