@@ -38,6 +38,7 @@ class Outcome:
     runs: dict[str, Any] = field(default_factory=dict)  # run_id -> Run
     phases: dict[str, str] = field(default_factory=dict)  # run_id -> phases JSON
     errors: list[str] = field(default_factory=list)
+    envs: dict[str, Any] = field(default_factory=dict)  # env_id -> Environment of its runs
 
 
 def _trap(on_signal: Callable[[int], None]) -> None:
@@ -127,6 +128,7 @@ class _Recording:
         self.store, self.out, self.progress = store, out, progress
 
     def add_environment(self, env) -> None:
+        self.out.envs[env.env_id] = env
         self.store.add_environment(env)
 
     def start_run(self, run) -> None:
@@ -428,6 +430,7 @@ class _Parent:
                 slot.kernel = self.cases[slot.held[0][0]].spec.name
             slot.conn.send(list(slot.held) or None)
         elif kind == "env":
+            self.out.envs[payload.env_id] = payload
             self.store.add_environment(payload)
         elif kind == "start":
             slot.run = self.out.runs[payload.run_id] = payload
