@@ -1,5 +1,8 @@
 """The command line as a user meets it: real processes, a real DuckDB file, the CPU interpreter."""
+import csv
 import dataclasses
+import io
+import json
 import os
 import re
 import signal
@@ -188,7 +191,7 @@ PLANTED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "planted_kern
 
 def _start_slow_run(db):
     # The planted kernels, each call sleeping, so the run can be hit midway (4 measurements a case).
-    return subprocess.Popen(KCOLLECT + ["run", "doubled", "--device", "cpu", "--kernel-module", PLANTED,
+    return subprocess.Popen(KCOLLECT + ["run", "doubled", "--device", "cpu", "--kernel-module", PLANTED, "--verbose",
                                         "--db", str(db), "--rep-ms", "1", "--warmup-ms", "0", "--min-reps", "2"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "KCOLLECT_TEST_SLEEP": "0.3"})
@@ -252,3 +255,98 @@ def test_caches_go_under_one_folder_unless_the_user_set_them(tmp_path, monkeypat
         assert os.environ[var] == str(want) and f"{var}={want}" in described
         assert var == "QUACK_CACHE_DIR" or want.is_dir()
     assert os.environ["FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED"] == "1" and os.environ["TRITON_CACHE_AUTOTUNING"] == "1"
+
+
+# A kernel of ours (provider `triton`, as regress.OURS names it) that is wrong by an amount that
+# depends on its inputs, beside a correct baseline: float32, so that the error of a row is the same
+# to the last bit when its inputs are (and differs when they are not).
+OURS = '''\
+import torch
+
+from kcollect.spec import KernelSpec, Provider, Shape
+
+
+def make_inputs(dims, dtype, device, seed):
+    g = torch.Generator().manual_seed(seed)
+    return {"x": torch.randn(dims["M"], dims["N"], generator=g).to(device=device, dtype=dtype)}
+
+
+SHAPES = tuple(Shape.rows(m, n, "small") for m, n in ((4, 8), (3, 5), (2, 7)))
+SPEC = KernelSpec(
+    name="mine", description="2x, ours off by a constant", modes=("fwd",),
+    providers=(Provider("torch", lambda x: x * 2), Provider("triton", lambda x: x * 2 + 0.25)),
+    baseline="torch", reference=lambda x: x * 2, make_inputs=make_inputs, grad_inputs=(),
+    grids={"quick": SHAPES, "full": SHAPES},
+    bytes_moved=lambda dims, dtype, mode: 2 * dims["M"] * dims["N"] * dtype.itemsize,
+    flops=lambda dims, mode: float(dims["M"] * dims["N"]), bound="memory",
+    tolerance={torch.float32: 1e-5}, dtypes=(torch.float32,), bench_dtypes=(torch.float32,))
+'''
+TINY = ["--device", "cpu", "--rep-ms", "1", "--warmup-ms", "0", "--min-reps", "2"]
+
+
+def test_a_failing_row_of_ours_exits_3_and_its_command_measures_it_again_alone(tmp_path):
+    module = tmp_path / "mine.py"
+    module.write_text(OURS)
+    db = tmp_path / "k.duckdb"
+    out = kc("run", "mine", "--kernel-module", str(module), *TINY, "--seed", "11", "--db", str(db), "--format", "json")
+    assert out.returncode == 3, out.stderr  # README, run --help: a row of ours failed its gate
+    rows = json.loads(out.stdout)  # --format json: the command's rows, on stdout
+    assert {(r["provider"], r["status"]) for r in rows} == {("torch", "ok"), ("triton", "failed")} and len(rows) == 6
+    assert "3 failed or errored (3 of ours)" in out.stderr
+    assert not re.search(r"^\[\d+/6\] mine ", out.stderr, re.M)  # quiet: no line per measurement
+    alone = [line.split("; alone: ", 1)[1] for line in out.stderr.splitlines() if "ours failed: mine" in line]
+    assert len(alone) == 3
+    # the last case's command: the same inputs as in the whole run (its seed does not depend on the
+    # cases before it), so the same error to the last bit
+    last = rows[-1]
+    command = next(c for c in alone if f"--shape {last['shape']}" in c)
+    assert command == (f"kcollect run mine --shape {last['shape']} --dtype float32 --mode fwd --provider triton "
+                       "--seed 11 --device cpu")
+    again = kc(*command.split()[1:], "--kernel-module", str(module), "--db", str(db), "--format", "csv", "--verbose",
+               "--rep-ms", "1", "--warmup-ms", "0", "--min-reps", "2")
+    assert again.returncode == 3, again.stderr
+    (row,) = list(csv.DictReader(io.StringIO(again.stdout)))
+    assert (row["shape"], row["provider"], row["status"]) == (last["shape"], "triton", "failed")
+    assert float(row["rel_err"]) == last["rel_err"]
+    assert re.search(r"^\[1/1\] mine ", again.stderr, re.M)  # --verbose: a line per measurement
+    with Store(db, read_only=True) as s:
+        assert len(s.query("SELECT * FROM runs")) == 2 and len(s.query("SELECT * FROM results")) == 7
+
+
+def test_a_failing_row_that_is_not_ours_does_not_fail_the_run(tmp_path):
+    module = tmp_path / "mine.py"
+    module.write_text(OURS.replace('Provider("torch", lambda x: x * 2), Provider("triton", lambda x: x * 2 + 0.25)',
+                                   'Provider("torch", lambda x: x * 2), Provider("peer", lambda x: x * 2 + 0.25)'))
+    out = _invoke(["run", "mine", "--kernel-module", str(module), *TINY, "--db", str(tmp_path / "k.duckdb"),
+                   "--shape", "M=4,N=8"])
+    assert out.exit_code == 0, (out.stderr, out.exception)
+    assert "2 rows" in out.stderr and "1 failed or errored (0 of ours)" in out.stderr
+
+
+def test_dry_run_prints_the_plan_and_measures_nothing(tmp_path):
+    module = tmp_path / "mine.py"
+    module.write_text(OURS)
+    db = tmp_path / "k.duckdb"
+    out = _invoke(["run", "mine", "swiglu", "--kernel-module", str(module), *TINY, "--db", str(db), "--dry-run",
+                   "--format", "json"])
+    assert out.exit_code == 0, (out.stderr, out.exception)
+    plan = {r["kernel"]: r for r in json.loads(out.stdout)}
+    assert plan["mine"]["cases"] == 3 and plan["mine"]["rows"] == 6 and plan["mine"]["seconds"] > 0
+    # swiglu's quick grid on the CPU: its bench dtype, every mode, its providers (compile among them)
+    assert plan["swiglu"]["rows"] == plan["swiglu"]["cases"] * 3 * len(plan["swiglu"]["providers"].split(","))
+    table = _invoke(["run", "mine", "--kernel-module", str(module), *TINY, "--db", str(db), "--dry-run"])
+    assert re.search(r"3 cases, grid quick; 6 measurements; estimated \d+s", table.stdout), table.stdout
+    assert not db.exists()  # no store, no measurement
+
+
+def test_shape_picks_shapes_by_label_and_refuses_what_the_kernel_cannot_take(tmp_path):
+    from kcollect.plan import RunConfig, plan
+    from kcollect.registry import load
+
+    spec = load().get("swiglu")
+    quick = [s.label for s in spec.grid("quick")]
+    config = RunConfig(kernels=("swiglu",), grid="quick", device="cpu", shapes=(quick[1],))
+    assert [c.shape.label for c in plan([spec], config)] == [quick[1]]
+    out = _invoke(["run", "swiglu", "--shape", "M=3", "--db", str(tmp_path / "k.duckdb")])
+    assert out.exit_code == 2 and out.stderr.count("\n") == 1
+    assert "--shape: swiglu has no dimensions M; valid: M,N" in out.stderr
