@@ -76,12 +76,11 @@ def summary(db, run_id, fmt, markdown) -> None:
     from .report import cost_lines, lines, phase_lines, run_records
 
     fmt = "markdown" if markdown else fmt
-    store = open_store(db, read_only=True)
-    picked = _pick_runs(store.query("SELECT u.*, e.device_kind, e.gpu_name FROM runs u LEFT JOIN environments e "
-                                    "USING (env_id) ORDER BY started_at DESC"), run_id, db)
-    ids = [r["run_id"] for r in picked]
-    rows = store.query(f"SELECT * FROM results WHERE run_id IN ({', '.join('?' * len(ids))}) ORDER BY seq", ids)
-    store.close()
+    with open_store(db, read_only=True) as store:  # closed on a one-line error too (in-process callers)
+        picked = _pick_runs(store.query("SELECT u.*, e.device_kind, e.gpu_name FROM runs u LEFT JOIN environments "
+                                        "e USING (env_id) ORDER BY started_at DESC"), run_id, db)
+        ids = [r["run_id"] for r in picked]
+        rows = store.query(f"SELECT * FROM results WHERE run_id IN ({', '.join('?' * len(ids))}) ORDER BY seq", ids)
     run = picked[0]
     commit = (run["git_commit"] or "no commit")[:12]
     what = (f"run {run['run_id'][:8]} ({run['status']})" if len(picked) == 1 else
@@ -119,18 +118,18 @@ def export_cmd(db, out, run_ids) -> None:
     """Write runs as Parquet folders (the history kept in git); runs already exported are skipped."""
     from .history import export_runs
 
-    store = open_store(db, read_only=True)
-    known = store.run_ids()
-    full_ids = []
-    for rid in run_ids:
-        match = [k for k in known if k.startswith(rid)]
-        if len(match) != 1:
-            fail(f"run {rid!r} matches {len(match)} runs in {db}")
-        full_ids.append(match[0])
-    try:
-        written = export_runs(store, Path(out), full_ids or None)
-    except OSError as e:
-        fail(f"cannot write to {out}: {e.strerror or e}", code=1)
+    with open_store(db, read_only=True) as store:
+        known = store.run_ids()
+        full_ids = []
+        for rid in run_ids:
+            match = [k for k in known if k.startswith(rid)]
+            if len(match) != 1:
+                fail(f"run {rid!r} matches {len(match)} runs in {db}")
+            full_ids.append(match[0])
+        try:
+            written = export_runs(store, Path(out), full_ids or None)
+        except OSError as e:
+            fail(f"cannot write to {out}: {e.strerror or e}", code=1)
     for w in written:
         click.echo(f"wrote {w}")
     click.echo(f"{len(written)} run(s) exported to {out}", err=True)

@@ -29,9 +29,8 @@ def runs_cmd(db: str, fmt: str) -> None:
     """List the runs in the store, newest first: id, start time, commit (and whether its checkout had
     uncommitted changes), GPU, machine, grid, status, rows, and the `kcollect run` it belongs to
     (its workers' runs share that id; `summary --run` takes either)."""
-    store = open_store(db, read_only=True)
-    recs = run_records(store)
-    store.close()
+    with open_store(db, read_only=True) as store:
+        recs = run_records(store)
     short = fmt in ("table", "markdown")
     text = [{"run": r["run"][:8], "commit": (r["commit"] or "-")[:12], "invocation": (r["invocation"] or "-")[:8],
              "started": r["started"].strftime("%Y-%m-%d %H:%M:%S") if r["started"] else "-",
@@ -52,25 +51,22 @@ def rm_cmd(run_ids: tuple[str, ...], db: str, yes: bool, runs_dir: str) -> None:
     from the store. Without --yes it lists what it would delete and exits 2. An exported run's
     folder under data/runs is left alone: delete it there too (git rm -r), or `kcollect import`
     and `build-site` bring the run back."""
-    store = open_store(db, read_only=not yes)
-    known = store.query("SELECT u.run_id, u.git_commit, u.status, (SELECT count(*) FROM results r "
-                        "WHERE r.run_id = u.run_id) AS n_rows FROM runs u ORDER BY u.started_at")
-    picked = {}
-    for rid in run_ids:
-        match = [r for r in known if r["run_id"].startswith(rid)]
-        if len(match) != 1:
-            store.close()
-            fail(f"run {rid!r} matches {len(match)} runs in {db}; give more of its id (`kcollect runs` lists them)"
-                 if match else f"no run {rid!r} in {db} (`kcollect runs` lists them)")
-        picked[match[0]["run_id"]] = match[0]
-    rows = sum(r["n_rows"] for r in picked.values())
-    for r in picked.values():
-        click.echo(f"{r['run_id']}  commit {(r['git_commit'] or '-')[:12]}  {r['status']}  {r['n_rows']} rows")
-    if not yes:
-        store.close()
-        fail(f"would delete {len(picked)} run(s) and {rows} rows from {db}; add --yes to delete them")
-    store.delete_runs(list(picked))
-    store.close()
+    with open_store(db, read_only=not yes) as store:  # closed on a one-line error too (in-process callers)
+        known = store.query("SELECT u.run_id, u.git_commit, u.status, (SELECT count(*) FROM results r "
+                            "WHERE r.run_id = u.run_id) AS n_rows FROM runs u ORDER BY u.started_at")
+        picked = {}
+        for rid in run_ids:
+            match = [r for r in known if r["run_id"].startswith(rid)]
+            if len(match) != 1:
+                fail(f"run {rid!r} matches {len(match)} runs in {db}; give more of its id (`kcollect runs` lists "
+                     f"them)" if match else f"no run {rid!r} in {db} (`kcollect runs` lists them)")
+            picked[match[0]["run_id"]] = match[0]
+        rows = sum(r["n_rows"] for r in picked.values())
+        for r in picked.values():
+            click.echo(f"{r['run_id']}  commit {(r['git_commit'] or '-')[:12]}  {r['status']}  {r['n_rows']} rows")
+        if not yes:
+            fail(f"would delete {len(picked)} run(s) and {rows} rows from {db}; add --yes to delete them")
+        store.delete_runs(list(picked))
     click.echo(f"deleted {len(picked)} run(s) and {rows} rows from {db}", err=True)
     folders = Path(runs_dir)
     for rid in picked:

@@ -122,6 +122,9 @@ def test_run_summary_export_import(swiglu_run, tmp_path):
     assert {r["device_kind"] for r in rows} == {"cpu"} and all(r["interpreted"] for r in rows)
     assert {r["run_status"] for r in rows} == {"finished"}
     assert all(r["git_commit"] for r in rows)
+    # run from its own checkout (an editable install): keyed to the code that ran, its state known
+    assert all(r["kcollect_commit"] == r["git_commit"] and r["git_dirty"] is not None and r["kcollect_version"]
+               for r in rows)
 
     summary = kc("summary", "--db", str(db), "--markdown")
     assert summary.returncode == 0 and summary.stdout.startswith("| kernel |")
