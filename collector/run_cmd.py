@@ -166,7 +166,7 @@ def run(names, all_, quick, modes, providers, dtypes, where, shapes, device, war
     except ValueError as e:
         fail(str(e))
     pool = _workers(device, gpus, workers)
-    caches = _caches(cache_dir)
+    caches = None if dry_run else _caches(cache_dir)  # a dry run makes no folder
     registry = load_registry(device, kernel_modules)
     check_choices("kernel", names, registry.names())
     specs = list(registry.specs) if all_ else [registry.get(n) for n in dict.fromkeys(names)]
@@ -184,7 +184,7 @@ def run(names, all_, quick, modes, providers, dtypes, where, shapes, device, war
                        alloc_conf=os.environ["PYTORCH_CUDA_ALLOC_CONF"], ptxas=ptxas, machine=machine,
                        shard=shard, workers=max(1, len(pool)), caches=caches, measure_timeout=timeout,
                        unavailable=(CPU_COMPILE,) if device == "cpu" and "compile" not in providers else (),
-                       profile=_profile_dir(profile_dir), precompile=_precompile(precompile, device), **budget)
+                       profile=None if dry_run else _profile_dir(profile_dir), precompile=_precompile(precompile, device), **budget)
     cases = plan(specs, config)
     if not cases:
         fail("the selection leaves nothing to run (check --mode/--provider/--dtype/--where/--shape against "

@@ -115,10 +115,21 @@ def test_benchmark_workflow_on_push_order_and_always_export():
     assert "if: always()" in export  # a run cut short by a time limit still exports its rows
     upload = job[job.index("actions/upload-artifact"):job.index("kcollect compare")]
     assert "if: always()" in upload and "name: runs" in upload
-    run_limit = int(re.search(r"timeout-minutes: (\d+)\n\s+run: kcollect run --all", job).group(1))
+    run_limit = int(re.search(r"timeout-minutes: (\d+)\n\s+run: \|\n(?:\s+.*\n)*?\s+kcollect run --all", job).group(1))
     job_limit = int(re.search(r"^    timeout-minutes: (\d+)", job, re.M).group(1))
     assert run_limit < job_limit  # ... which the job's own limit would not leave time for
     assert "--markdown" in job
+
+
+def test_a_failing_row_of_ours_is_compared_and_then_fails_the_job():
+    # `kcollect run` exits 3 for it: the run step lets the comparison run, a last step fails the job
+    text = read("benchmark.yml")
+    for name in ("benchmark", "pull-request"):
+        job = _job(text, name)
+        step = job[job.index("kcollect run --all"):]
+        assert re.search(r'echo "rc=\$rc" >> "\$GITHUB_OUTPUT"\n\s+\[ "\$rc" -eq 0 \] \|\| \[ "\$rc" -eq 3 \]', step)
+        last = job[job.rindex("- name:"):]
+        assert "if: always() && steps.run.outputs.rc == '3'" in last and "exit 1" in last, name
 
 
 def test_the_job_that_runs_the_code_cannot_write_and_the_one_that_writes_runs_none():
