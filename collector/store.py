@@ -280,10 +280,10 @@ assert [f.name for f in fields(Run)] == list(RUN_COLUMNS)
 
 class Store:
     """A kcollect DuckDB file. `read_only` opens without a write lock (for build-site, export).
-    `create_folder`: make the file's folder where it is missing (the default --db's data/); any
-    other --db in a folder that does not exist is refused (a typo must not make directories)."""
+    `create_folder`: make the file's folder where it is missing; the commands pass False for any
+    --db but the default (a typo must not make directories: common.open_store)."""
 
-    def __init__(self, path: str | os.PathLike, read_only: bool = False, create_folder: bool = False):
+    def __init__(self, path: str | os.PathLike, read_only: bool = False, create_folder: bool = True):
         self.path = Path(path)
         if read_only and not self.path.exists():
             raise StoreError(f"no store at {self.path}: run `kcollect run` or `kcollect import` first")

@@ -116,7 +116,7 @@ def test_uncreatable_path_is_explained(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")
     with pytest.raises(StoreError, match="cannot create"):
-        Store(blocker / "k.duckdb", create_folder=True)
+        Store(blocker / "k.duckdb")
 
 
 def test_a_db_in_a_missing_folder_is_refused_and_nothing_is_made(tmp_path):
@@ -126,10 +126,11 @@ def test_a_db_in_a_missing_folder_is_refused_and_nothing_is_made(tmp_path):
 
     db = tmp_path / "nowhere" / "deeper" / "k.duckdb"
     with pytest.raises(StoreError, match="does not exist") as e:
-        Store(db)
+        Store(db, create_folder=False)
     assert e.value.code == 2
     (folder,) = _folders(tmp_path, n=1)
-    for args in (["import", str(folder)], ["run", "swiglu", "--device", "cpu", "--mode", "fwd", "--provider", "torch"]):
+    for args in (["import", str(folder)], ["run", "swiglu", "--device", "cpu", "--mode", "fwd", "--provider", "torch"],
+                 ["build-site", "--out", str(tmp_path / "site"), "--data", str(folder.parent)]):
         r = CliRunner().invoke(main, args + ["--db", str(db)])
         assert r.exit_code == 2, (args, r.output)
         assert r.output.count("\n") == 1 and "does not exist" in r.output, (args, r.output)
