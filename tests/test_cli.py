@@ -353,3 +353,32 @@ def test_shape_picks_shapes_by_label_and_refuses_what_the_kernel_cannot_take(tmp
     out = _invoke(["run", "swiglu", "--shape", "M=3", "--db", str(tmp_path / "k.duckdb")])
     assert out.exit_code == 2 and out.stderr.count("\n") == 1
     assert "--shape: swiglu has no dimensions M; valid: M,N" in out.stderr
+
+
+def test_progress_without_a_terminal_is_a_line_every_30_s_unless_verbose(monkeypatch):
+    # a full grid is over a thousand measurements: a log gets a line every SPARSE_S seconds and one
+    # at the end; --verbose, one per measurement
+    import types
+
+    from kcollect import progress
+    from kcollect.plan import RunConfig, plan
+    from kcollect.registry import load
+
+    clock = [0.0]
+    monkeypatch.setattr(progress, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
+    spec = load([PLANTED], plugins=False).get("doubled")
+    cases = plan([spec], RunConfig(kernels=("doubled",), grid="quick", device="cpu"))
+    units = [(c, m, p) for c in cases for m in c.modes for p in c.providers]
+    logs = {}
+    for verbose in (False, True):
+        out = io.StringIO()
+        p = progress.Progress(cases, "cpu", out=out, tty=False, verbose=verbose)
+        for c, m, n in units:
+            p.event("start", c, m, n)
+            clock[0] += 10.0
+            p.event("end", c, m, n)
+        logs[verbose] = out.getvalue().splitlines()
+    assert len(units) == 12
+    # ends at 10, 20, ..., 120 s: lines at 30, 60, 90, 120 s (the last)
+    assert [ln.split(" |")[0] for ln in logs[False]] == ["[3/12] 25%", "[6/12] 50%", "[9/12] 75%", "[12/12] 100%"]
+    assert len(logs[True]) == 12 and logs[True][0].startswith("[1/12] doubled ")
