@@ -184,7 +184,8 @@ def run(names, all_, quick, modes, providers, dtypes, where, shapes, device, war
                        alloc_conf=os.environ["PYTORCH_CUDA_ALLOC_CONF"], ptxas=ptxas, machine=machine,
                        shard=shard, workers=max(1, len(pool)), caches=caches, measure_timeout=timeout,
                        unavailable=(CPU_COMPILE,) if device == "cpu" and "compile" not in providers else (),
-                       profile=None if dry_run else _profile_dir(profile_dir), precompile=_precompile(precompile, device), **budget)
+                       profile=None if dry_run else _profile_dir(profile_dir),
+                       precompile=_precompile(precompile, device), **budget)
     cases = plan(specs, config)
     if not cases:
         fail("the selection leaves nothing to run (check --mode/--provider/--dtype/--where/--shape against "
