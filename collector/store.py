@@ -129,7 +129,9 @@ RESULT_COLUMNS = {
     "p99_ms": "DOUBLE",  # (schema 4) the slowest percent of the timed calls starts here
     "max_ms": "DOUBLE",  # (schema 4) the slowest timed call
     "tokens": "BIGINT",  # (schema 5) tokens one call processes, where the op has them (spec.tokens)
-    "seconds": "DOUBLE",  # (schema 6) wall seconds its measurement took, recheck included: the next ETA
+    # (schema 6) wall seconds its measurement took, recheck and its share of the case's inputs,
+    # references and release included: what the next run's estimate is fitted on (cost.py)
+    "seconds": "DOUBLE",
 }
 RESULT_KEY = ("run_id", "kernel", "mode", "provider", "shape", "dtype")
 
