@@ -107,7 +107,6 @@ class Code:
     version: str | None = None
     commit: str | None = None  # full SHA
     dirty: bool | None = None
-    installed: bool = False  # a copy (site-packages), not a checkout's own files
 
 
 BUILD_STAMP = "_build.json"  # written into the package by setup.py's build: {commit, dirty}
@@ -130,8 +129,8 @@ def code_identity(package: Path = PACKAGE) -> Code:
     try:
         built = json.loads((package / BUILD_STAMP).read_text())
     except (OSError, ValueError):
-        return Code(ver, installed=True)
-    return Code(ver, built.get("commit") or None, built.get("dirty"), installed=True)
+        return Code(ver)
+    return Code(ver, built.get("commit") or None, built.get("dirty"))
 
 
 def key_commit(found: Commit, code: Code, given: str | None, root: Path) -> tuple[Commit, str | None]:
@@ -142,8 +141,8 @@ def key_commit(found: Commit, code: Code, given: str | None, root: Path) -> tupl
     another repository (a user's own kernels) keys its runs by its own commit, as before."""
     keyed = replace(found, kcollect_version=code.version, kcollect_commit=code.commit)
     if code.commit is None or found.sha is None or found.sha == code.commit:
-        if found.sha is not None and found.sha == code.commit:  # the dirty state of the code that runs: the
-            keyed = replace(keyed, dirty=code.dirty)  # build's for a copy, also known with --commit
+        if found.sha is not None and found.sha == code.commit:  # the dirty state of the code that runs
+            keyed = replace(keyed, dirty=code.dirty)  # (the build's, for a copy), known with --commit too
         return keyed, None
     if _git(root, "cat-file", "-e", code.commit + "^{commit}") is None:
         return keyed, None  # not this repository's code: a checkout of one's own kernels

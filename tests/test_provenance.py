@@ -109,3 +109,17 @@ def test_a_run_from_the_installed_commit_records_its_dirty_state(installed):
         (run,) = s.query("SELECT git_commit, git_dirty, kcollect_commit FROM runs")
     # the build's state (committed, clean), not unknown
     assert run == {"git_commit": a, "git_dirty": False, "kcollect_commit": a}
+
+
+def test_a_checkout_of_another_repository_or_unknown_code_keeps_its_own_commit(tmp_path):
+    # a user's own kernels in a repository of theirs: git there does not know kcollect's commit, so
+    # the run is keyed by theirs (kcollect's own identity recorded beside it); and where kcollect
+    # cannot say what it was built from, the checkout's commit and dirty state stand
+    from kcollect.environment import Code, Commit, key_commit
+
+    git(tmp_path, "init", "-q")
+    found = Commit(sha="a" * 40, dirty=True)
+    for code in (Code("0.1.0", "b" * 40, False), Code("0.1.0", None, None)):
+        keyed, warning = key_commit(found, code, None, tmp_path)
+        assert (keyed.sha, keyed.dirty, keyed.kcollect_version, keyed.kcollect_commit, warning) == (
+            "a" * 40, True, "0.1.0", code.commit, None)
