@@ -19,6 +19,7 @@ from . import memory, stability, timing, verify
 from .environment import Commit, fingerprint, resolve_commit
 from .names import plain
 from .phases import Phases
+from .seeds import case_seed
 from .plan import Case, RunConfig, plan  # noqa: F401  (plan: imported from here by benchmarks)
 from .spec import DTYPE_NAMES, Unavailable
 from .store import Environment, Run, config_json
@@ -99,7 +100,8 @@ class Runner:
                   git_commit=commit.sha, commit_time=commit.time, git_dirty=commit.dirty, grid=cfg.grid,
                   copy_gbps=copy_gbps, matmul_tflops=matmul_tflops, config=config_json(cfg), machine=machine,
                   commit_subject=commit.subject, commit_author=commit.author, commit_url=commit.url,
-                  shard=cfg.shard, device_index=self.device_index)
+                  shard=cfg.shard, device_index=self.device_index, invocation=commit.invocation,
+                  kcollect_version=commit.kcollect_version, kcollect_commit=commit.kcollect_commit)
         with self.phases("store"):
             self.sink.add_environment(env)
             self.sink.start_run(run)
@@ -151,7 +153,7 @@ class Runner:
             _share_case_seconds(rows, time.perf_counter() - t0)
 
     def _measure_case(self, case: Case, only: frozenset[tuple[str, str]] | None) -> list[dict[str, Any]]:
-        device, seed = self.config.device, self.config.seed + self.seq
+        device, seed = self.config.device, case_seed(self.config.seed, case)  # not its place in the plan
         rows: list[dict[str, Any]] = []
         done: list[tuple[dict, Callable[[], Callable], stability.Measured]] = []
         pairs = [(m, n) for m in case.modes for n in case.providers if only is None or (m, n) in only]

@@ -286,8 +286,10 @@ def import_history(db: Path, data_dir: Path | None) -> tuple[int, list[tuple[str
 
     if data_dir is None or not data_dir.is_dir() or not run_folders(data_dir):
         return 0, []
+    from .common import DEFAULT_DB
+
     problems: list = []
-    with Store(db) as store:
+    with Store(db, create_folder=str(db) == DEFAULT_DB) as store:  # another --db's folder must exist
         added, _ = import_path(store, data_dir, problems)
     return added, [(str(folder), why) for folder, why in problems]
 
