@@ -28,7 +28,7 @@ PACKED_LENGTHS = (0, 0, 1, 2, 7, 16, 17, 40, 100)
 PACKED_LENGTHS_CPU = (0, 0, 1, 2, 7, 17)
 CACHE_LENGTHS = (0, 1, 5, 17, 100, 300)
 CACHE_LENGTHS_CPU = (0, 1, 5, 17)
-POOL_SIZE = {"dense": 48, "varlen": 24, "decode": 16}
+POOL_SIZE = {"dense": 28, "varlen": 14, "decode": 10}
 POOL_SIZE_CPU = {"dense": 12, "varlen": 6, "decode": 4}
 PATHS = ("dense", "dense", "dense", "varlen", "varlen", "decode")
 # q and k this many times larger: scores of a spread of ~150, a softmax one-hot to fp32's resolution,
@@ -136,8 +136,10 @@ def _varlen_inputs(case, device):
     tq, tk = sum(d["lens_q"]), sum(d["lens_k"])
     t = _tensors(case, {"q": (tq, d["Hq"], d["D"]), "k": (tk, d["Hkv"], d["D"]), "v": (tk, d["Hkv"], d["D"])}, device)
     given = case["options"]["max_given"]
-    return {**t, "causal": bool(d["causal"]), "window": d["window"],
-            "cu_seqlens_q": cu_seqlens(d["lens_q"], device), "cu_seqlens_k": cu_seqlens(d["lens_k"], device),
+    cu_q, cu_k = cu_seqlens(d["lens_q"], device), cu_seqlens(d["lens_k"], device)
+    if case["options"]["layout"] == "padded":  # cumulative lengths as strided views too
+        cu_q, cu_k = common.every_other(cu_q), common.every_other(cu_k)
+    return {**t, "causal": bool(d["causal"]), "window": d["window"], "cu_seqlens_q": cu_q, "cu_seqlens_k": cu_k,
             "max_seqlen_q": max(d["lens_q"]) if given else None, "max_seqlen_k": max(d["lens_k"]) if given else None}
 
 

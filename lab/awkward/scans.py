@@ -28,7 +28,7 @@ STATES = (1, 2, 3, 4, 5, 7, 8, 16)
 MIX_PAIRS = ((1, 3), (3, 1), (1, 1), (2, 5), (5, 5), (16, 17), (33, 20), (3, 64))
 MIX_PAIRS_CPU = ((1, 3), (3, 1), (1, 1), (2, 5), (5, 5), (17, 9))
 RESETS = ("none", "clear", "first", "last", "every", "random", "edges")
-POOL_SIZE, POOL_SIZE_CPU = 40, 10
+POOL_SIZE, POOL_SIZE_CPU = 28, 10
 
 
 def _rtu_shape(r: random.Random, cpu: bool) -> dict:

@@ -141,6 +141,7 @@ class Sweep:
             p.join(timeout=5)
             if p.is_alive():
                 p.kill()
+        self.tasks.cancel_join_thread()  # batches left after a time limit: do not wait to flush them
 
     def _watch(self) -> None:
         now = time.monotonic()
