@@ -213,3 +213,16 @@ def test_conv1d_picked_tiles_fall_back_where_they_do_not_fit_shared_memory(monke
     x = torch.randn(1, 8, 5)
     with pytest.raises(ValueError, match="shared memory"):
         conv1d(x, torch.randn(4, 5, 3), config=MixConfig(16, 16, 16, 1, 2, 16, 16, 16, 1, 2))
+
+
+def test_sweep_writes_verdicts_and_a_summary(tmp_path):
+    """python -m lab.awkward on the interpreter: a JSONL line per case with its verdict, and the table."""
+    from lab.awkward import sweep
+
+    assert sweep.main(["--family", "scans", "--cases", "2", "--seed", str(SEED), "--device", "cpu", "--out",
+                       str(tmp_path), "--workers", "1"]) == 0
+    lines = [json.loads(line) for line in (tmp_path / "scans.jsonl").read_text().splitlines()]
+    assert len(lines) == 2 and all(v["verdict"]["status"] in common.STATUSES for v in lines), lines
+    summary = (tmp_path / "summary.txt").read_text()
+    assert "fp32>2x_eager" in summary and "\nscans " in summary, summary
+    assert sweep.main(["--family", "nope", "--out", str(tmp_path)]) == 2

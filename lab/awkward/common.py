@@ -23,7 +23,9 @@ every call gives the same values in the same layout). `verdict(subject)` then
     wrong_shape     an output or gradient of another shape than the reference's, or a missing one
     inplace         an input or an incoming gradient changed by the call
     over_tolerance  some output or gradient over its gate: fp32 more than FP32_FACTOR x eager's
-                    error (and over one fp32 rounding, FP32_FLOOR); bf16/fp16 over the spec's
+                    error, and than FP32_FACTOR x the part's own spread under one fp32 rounding of
+                    the inputs (an ill-conditioned part), and than FP32_FLOOR (a few fp32
+                    roundings); bf16/fp16 over the spec's
                     tolerance and over FP32_FACTOR x eager's (eager over the tolerance as well means
                     the shape's own rounding does: too few elements to average, see `gate`)
     refused         a ValueError for an input past a documented limit, naming it (Subject.refusal)
@@ -50,7 +52,9 @@ STATUSES = ("crash", "wrong_shape", "inplace", "over_tolerance", "refused", "ok"
 # The fp32 bar (issue 40's "done"): ours within 2x of eager's error against float64, output by
 # output. Below a few roundings of fp32 (8 units of 2^-23, relative, in norm) an error is the last
 # bits' noise, where eager's can be lucky (a sum whose roundings cancel): there the ratio is not
-# held against us; the verdict says so (`floor_only`), and the sweep's summary counts those cases.
+# held against us, nor where the part's float64 answer itself moves that much under one fp32
+# rounding of the inputs (`_spread`); the verdict names the parts that pass only so (`floor_only`),
+# and the sweep's summary counts those cases.
 FP32_FACTOR = 2.0
 FP32_FLOOR = 2.0 ** -20
 LOW_PRECISION = (torch.bfloat16, torch.float16)
@@ -183,6 +187,27 @@ def _reference(subject: Subject) -> tuple[tuple, tuple, tuple | None]:
     return tuple(o.detach() for o in outs), grads, dys
 
 
+def _spread(subject: Subject, dys: tuple | None, want: tuple) -> list[float]:
+    """How far the float64 answer itself moves, part by part, when every floating input moves by
+    one fp32 rounding (relative, uniform in +-2^-24): the error an fp32 computation of an
+    ill-conditioned part cannot avoid (a sum whose terms cancel, a gradient through a saturated
+    gate), whoever computes it. An fp32 part within FP32_FACTOR x this passes as eager's does."""
+    inputs = verify.upcast(subject.make_inputs())
+    gen = torch.Generator().manual_seed(subject.seed + 2)
+    for k, v in inputs.items():
+        if torch.is_tensor(v) and v.is_floating_point():
+            nudge = (torch.rand(v.shape, generator=gen, dtype=torch.float64) * 2 - 1).to(v.device)
+            inputs[k] = v * (1 + 2.0 ** -24 * nudge)
+    leaves = [inputs[n].requires_grad_(True) for n in subject.grad_inputs]
+    outs = verify.as_tuple(subject.reference(**inputs))
+    grads = ()
+    if dys is not None:
+        diff = [o for o in outs if torch.is_tensor(o) and o.requires_grad]
+        grads = torch.autograd.grad(diff, leaves, dys, allow_unused=True)
+        grads = tuple(torch.zeros_like(x) if g is None else g for g, x in zip(grads, leaves))
+    return [verify.rel_error(g.detach(), w) for g, w in zip((*outs, *grads), want)]
+
+
 def _shapes_of(run: _Run) -> list:
     return [list(t.shape) if torch.is_tensor(t) else None for t in (*run.outs, *(run.grads or ()))]
 
@@ -196,15 +221,16 @@ def _errors(run: _Run, want: tuple) -> list[float] | None:
     return [verify.rel_error(g, w) for g, w in zip(got, want)]
 
 
-def gate(dtype: torch.dtype, tolerance: float, eager: float | None) -> float:
-    """The largest error a part may have: fp32 FP32_FACTOR x eager's (at least FP32_FLOOR; the
-    tolerance where eager has no finite answer); bf16/fp16 the tolerance, or FP32_FACTOR x eager's where
-    eager itself is over it (the shape's own roundings do not average out)."""
+def gate(dtype: torch.dtype, tolerance: float, eager: float | None, spread: float = 0.0) -> float:
+    """The largest error a part may have: fp32 FP32_FACTOR x eager's or x the part's `spread`
+    (_spread: its own sensitivity to one fp32 rounding), at least FP32_FLOOR; the tolerance where
+    eager has no finite answer; bf16/fp16 the tolerance, or FP32_FACTOR x eager's where eager itself
+    is over it (the shape's own roundings do not average out)."""
     if eager is None or not math.isfinite(eager):
         return tolerance
     if dtype in LOW_PRECISION:
         return max(tolerance, FP32_FACTOR * eager)
-    return max(FP32_FACTOR * eager, FP32_FLOOR)
+    return max(FP32_FACTOR * eager, FP32_FACTOR * spread, FP32_FLOOR)
 
 
 def _crash(e: BaseException, trace: str) -> dict:
@@ -217,7 +243,7 @@ def _crash(e: BaseException, trace: str) -> dict:
 
 def verdict(subject: Subject) -> dict:
     """Run one case (module docstring) and classify it: {status, message, error, eager_error, gate,
-    parts: [{name, ours, eager, gate}], changed: [names], seconds}."""
+    parts: [{name, ours, eager, spread, gate}], changed: [names], floor_only: [names], seconds}."""
     start = time.perf_counter()
     result = _verdict(subject)
     result["seconds"] = round(time.perf_counter() - start, 3)
@@ -249,12 +275,14 @@ def _verdict(subject: Subject) -> dict:
     eager = _run(subject.eager, subject, dys) if subject.eager is not None else None
     eager_errors = _errors(eager, want) if eager is not None else None
     errors = _errors(ours, want)
+    spreads = _spread(subject, dys, want) if subject.dtype not in LOW_PRECISION else [0.0] * len(want)
     parts = []
     for i, (name, err) in enumerate(zip(names, errors)):
         e = eager_errors[i] if eager_errors is not None else None
         if not torch.isfinite(want[i]).all():
             continue  # the float64 answer itself overflowed: nothing to hold either to
-        parts.append({"name": name, "ours": err, "eager": e, "gate": gate(subject.dtype, subject.tolerance, e)})
+        parts.append({"name": name, "ours": err, "eager": e, "spread": spreads[i],
+                      "gate": gate(subject.dtype, subject.tolerance, e, spreads[i])})
     over = [p for p in parts if not p["ours"] <= p["gate"]]
     floor_only = [p["name"] for p in parts if p["eager"] is not None and subject.dtype not in LOW_PRECISION
                   and FP32_FACTOR * p["eager"] < p["ours"] <= p["gate"]]
@@ -269,9 +297,13 @@ def _verdict(subject: Subject) -> dict:
         return {"status": "inplace", "message": "written by the call: " + ", ".join(ours.changed), **result}
     if over:
         return {"status": "over_tolerance", "message": "; ".join(
-            f"{p['name']} {p['ours']:.3g} > {p['gate']:.3g} (eager {p['eager'] if p['eager'] is None else format(p['eager'], '.3g')})"
+            f"{p['name']} {p['ours']:.3g} > {p['gate']:.3g} (eager {_g(p['eager'])}, spread {_g(p['spread'])})"
             for p in over), **result}
     return {"status": "ok", **result}
+
+
+def _g(x: float | None) -> str:
+    return "none" if x is None else f"{x:.3g}"
 
 
 def _shape_off(got, want) -> bool:

@@ -207,7 +207,7 @@ def _worst(family: str, cases: list[dict], verdicts: dict, n: int = 15) -> list[
 
     bad.sort(key=lambda vc: (STATUSES.index(vc[0]["status"]) if vc[0]["status"] in STATUSES else 0,
                              -(vc[0].get("error") or 0) / (vc[0].get("gate") or 1)))
-    return [f"  {v['status']}: {json.dumps({k: c[k] for k in c if k not in ('index',)})} -> {v.get('message', '')[:300]}"
+    return [f"  {v['status']}: {json.dumps({k: c[k] for k in c if k != 'index'})} -> {v.get('message', '')[:300]}"
             for v, c in bad[:n]]
 
 
@@ -224,13 +224,25 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     families = [f for f in args.family.split(",") if f]
     unknown = [f for f in families if f not in FAMILIES]
-    if unknown or args.cases < 1:
-        print(f"python -m lab.awkward: unknown family {', '.join(unknown)} (valid: {', '.join(FAMILIES)}); "
-              f"--cases >= 1" if unknown else "python -m lab.awkward: --cases must be at least 1", file=sys.stderr)
+    if unknown or not families or args.cases < 1:
+        why = (f"unknown family {', '.join(unknown)}" if unknown else "no family" if not families
+               else f"--cases {args.cases}")
+        print(f"python -m lab.awkward: {why}; valid: --family from {', '.join(FAMILIES)}, --cases >= 1",
+              file=sys.stderr)
         return 2
     args.workers = args.workers or min(16, os.cpu_count() or 1)
     if args.device == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"
+    else:
+        import torch
+
+        from kcollect.common import pin_ptxas
+
+        if not torch.cuda.is_available():
+            print("python -m lab.awkward: no CUDA GPU here (--device cpu checks the cases on the interpreter)",
+                  file=sys.stderr)
+            return 2
+        pin_ptxas()  # the collector's ptxas, for every worker (they inherit the environment)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     started = time.time()
