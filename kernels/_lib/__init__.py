@@ -2,7 +2,7 @@
 online log-sum-exp. Ops import the names from here (one place, like Liger's ops/utils.py)."""
 from .coop import (MAX_SPINS, coop_plan, coop_program, last_to_arrive, publish, publish2, wait_slots2, wait_total,
                    wait_total2)
-from .device import l2_bytes, on_sm90, resident_programs, sm_count
+from .device import first_fit, l2_bytes, on_sm90, resident_programs, shared_bytes, shared_limit, sm_count
 from .launch import (LINES_CHUNK_BYTES, LINES_CHUNK_BYTES_WIDE, LINES_NARROW_ROW_BYTES, LINES_PROGRAMS_PER_SM,
                      LINES_PROGRAMS_PER_SM_WIDE, MAX_FUSED_SIZE, ElementwiseConfig, elementwise_config, launch_elementwise, lines_launch,
                      row_settings)

@@ -68,3 +68,65 @@ def l2_bytes(device) -> int:
     return 50 << 20
 
 
+# ---------------------------------------------------------------------------------------------
+# Whether a picked config fits the device it runs on. A config's shared memory (pipelined tiles,
+# layout conversions, scan scratch) is known exactly only once compiled, so the check compiles:
+# Kernel.warmup builds the very variant the launch then takes from the JIT's cache. Answers are
+# cached per kernel, launch keywords, argument dtypes and the JIT's specialisation of the
+# arguments (16-byte alignment, ints divisible by 16 or equal to 1), which decide the compiled code.
+
+_SHARED: dict[tuple, int] = {}
+
+
+def shared_limit(device) -> int:
+    """Bytes of shared memory one program may use on a CUDA device (the opt-in limit a launch
+    checks); on the CPU interpreter an H100's, so that the CPU takes the branches the GPU takes."""
+    import torch
+
+    if torch.device(device).type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        return getattr(props, "shared_memory_per_block_optin", 232448)
+    return 232448
+
+
+def _spec_key(a):
+    import torch
+
+    if torch.is_tensor(a):
+        return (a.dtype, a.data_ptr() % 16 == 0)
+    if isinstance(a, bool) or a is None:
+        return a
+    if isinstance(a, int):
+        return (a % 16 == 0, a == 1)
+    return type(a).__name__
+
+
+def shared_bytes(kernel, args: tuple, meta: dict, device) -> int | None:
+    """Shared memory of `kernel` compiled for `args` and launch keywords `meta` (constexprs,
+    num_warps, num_stages); None on the CPU interpreter, which has none."""
+    import torch
+
+    device = torch.device(device)
+    if device.type != "cuda":
+        return None
+    key = (kernel.fn.__name__, id(kernel), tuple(sorted(meta.items())), tuple(_spec_key(a) for a in args),
+           device.index)
+    if key not in _SHARED:
+        _SHARED[key] = kernel.warmup(*args, grid=(1,), **meta).metadata.shared
+    return _SHARED[key]
+
+
+def first_fit(kernel, args: tuple, device, candidates: list[dict]) -> dict:
+    """The first of `candidates` (launch keywords of `kernel` over `args`, best first) whose
+    compiled kernel fits the device's shared memory: what a launcher calls with its picked config
+    and the smaller ones to fall back to. ValueError, naming the limit, where none fits (a config
+    the caller forced that the device cannot run). On the CPU interpreter: the first."""
+    limit = shared_limit(device)
+    needs = []
+    for meta in candidates:
+        n = shared_bytes(kernel, args, meta, device)
+        if n is None or n <= limit:
+            return meta
+        needs.append(n)
+    raise ValueError(f"{kernel.fn.__name__}: the config needs {min(needs)} bytes of shared memory, more than the "
+                     f"{limit} bytes a program may use on this device; pick a smaller config (or config=None)")

@@ -9,7 +9,11 @@ bf16 and fp16, head dims up to 128 (non-powers of two padded with masks). Which 
 (causal, sliding window of `window` keys, Sq != Skv aligned at the end) is documented in naive.py.
 
 `attention_forward` / `attention_backward` are the raw launches, each with `config=None`
-(config.pick's choice) or a FwdConfig / BwdConfig to force.
+(config.pick's choice) or a FwdConfig / BwdConfig to force. A picked config that the inputs or the
+device cannot take (TMA on tensors whose rows are not 16-byte aligned, as head dim 33 in fp16; tiles
+past the device's shared memory) falls back by itself to one they can; a forced one raises
+ValueError naming the limit. Upstream gradients of any layout are taken (an expanded or
+transposed one is copied).
 """
 from __future__ import annotations
 
@@ -50,6 +54,11 @@ def _check(q, k, v, causal, window, cu_q, cu_k) -> None:
         raise ValueError("cu_seqlens_q and cu_seqlens_k must be int32 tensors of the same length B + 1")
 
 
+def _vector(cu):
+    """cu_seqlens as the kernels read it: a vector of stride 1 (a strided view is copied)."""
+    return cu if cu is None else cu.contiguous()
+
+
 def _lengths(q, k, cu_q, cu_k, max_q, max_k) -> tuple[int, int]:
     if cu_q is None:
         return q.shape[1], k.shape[1]
@@ -64,27 +73,37 @@ def attention_forward(q, k, v, causal=False, window=0, cu_seqlens_q=None, cu_seq
                       max_seqlen_k=None, scale=None, config: FwdConfig | None = None):
     """(o, lse): o like q, lse [Hq, tokens] fp32, the rows' log-sum-exp in log2 units (+inf: no key)."""
     _check(q, k, v, causal, window, cu_seqlens_q, cu_seqlens_k)
+    cu_seqlens_q, cu_seqlens_k = _vector(cu_seqlens_q), _vector(cu_seqlens_k)
     max_q, max_k = _lengths(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
+    picked = config is None
     config = config or pick_fwd(q.shape[-1], causal, max_q, q.device)
-    return fwd.forward(q, k, v, bool(causal), int(window), cu_seqlens_q, cu_seqlens_k, max_q, max_k, scale, config)
+    return fwd.forward(q, k, v, bool(causal), int(window), cu_seqlens_q, cu_seqlens_k, max_q, max_k, scale, config,
+                       fallback=picked)
 
 
 def attention_backward(do, q, k, v, o, lse, causal=False, window=0, cu_seqlens_q=None, cu_seqlens_k=None,
-                       max_seqlen_q=None, max_seqlen_k=None, scale=None, config: BwdConfig | None = None):
-    """(dq, dk, dv) from the upstream gradient and what attention_forward returned."""
+                       max_seqlen_q=None, max_seqlen_k=None, scale=None, config: BwdConfig | None = None,
+                       _picked: bool = False):
+    """(dq, dk, dv) from the upstream gradient and what attention_forward returned. A picked config
+    (config=None) falls back to a smaller one where the tensors or the device cannot take it; a
+    forced one raises ValueError then (`_picked`: the autograd function's config, picked at the
+    forward)."""
+    cu_seqlens_q, cu_seqlens_k = _vector(cu_seqlens_q), _vector(cu_seqlens_k)
     max_q, max_k = _lengths(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
+    picked = _picked or config is None
     config = config or pick_bwd(q.shape[-1], causal, max_q, q.device, q.shape[-2] // k.shape[-2])
     # the gradients are allocated like q, k, v and written with their strides: contiguous ones
     q, k, v = (x.contiguous() for x in (q, k, v))
     return bwd.backward(do, q, k, v, o, lse, bool(causal), int(window), cu_seqlens_q, cu_seqlens_k, max_q, max_k,
-                        scale, config)
+                        scale, config, fallback=picked)
 
 
 class AttentionFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, causal, window, cu_q, cu_k, max_q, max_k, scale, config):
+        cu_q, cu_k = _vector(cu_q), _vector(cu_k)
         o, lse = attention_forward(q, k, v, causal, window, cu_q, cu_k, max_q, max_k, scale,
                                    config.fwd if config else None)
         max_q, max_k = _lengths(q, k, cu_q, cu_k, max_q, max_k)
@@ -93,14 +112,15 @@ class AttentionFunction(torch.autograd.Function):
         bwd_config = config.bwd if config else pick_bwd(q.shape[-1], causal, max_q, q.device,
                                                         q.shape[-2] // k.shape[-2])
         ctx.save_for_backward(q, k, v, o, lse, cu_q, cu_k)
-        ctx.args = (causal, window, max_q, max_k, scale, bwd_config)
+        ctx.args = (causal, window, max_q, max_k, scale, bwd_config, config is None)
         return o
 
     @staticmethod
     def backward(ctx, do):
         q, k, v, o, lse, cu_q, cu_k = ctx.saved_tensors
-        causal, window, max_q, max_k, scale, config = ctx.args
-        dq, dk, dv = attention_backward(do, q, k, v, o, lse, causal, window, cu_q, cu_k, max_q, max_k, scale, config)
+        causal, window, max_q, max_k, scale, config, picked = ctx.args
+        dq, dk, dv = attention_backward(do, q, k, v, o, lse, causal, window, cu_q, cu_k, max_q, max_k, scale, config,
+                                        _picked=picked)
         return dq, dk, dv, None, None, None, None, None, None, None, None
 
 

@@ -13,10 +13,11 @@ import torch
 import triton
 import triton.language as tl
 
+from .._lib import first_fit
 from .common import (block_d, interpreter_operands, key_blocks, load_tile, lse_offset, query_blocks, query_tile,
                      rows_src, seq_spans, store_tile, visible)
 from .config import BwdConfig
-from .fwd import strides3, use_tma
+from .fwd import fallbacks, strides3, use_tma, with_tma_if_ready
 
 
 @triton.jit
@@ -249,16 +250,29 @@ def _dq_rows(m0, b, h, hk, q_tok, len_q, k_tok, len_k, Q, K, V, DO, LSE, DELTA, 
     store_tile(dq_dst, (dq * scale).to(DQ.dtype.element_ty), m0, len_q, sqt, offs_r, offs_d, D, TMA)
 
 
+def _fits(kernel, args, device, block_a: int, block_b: int, warps: int, stages: int, fallback: bool, names,
+          flags) -> dict:
+    """The launch keywords of a backward kernel: its config's blocks, or with `fallback` the first of
+    fwd.fallbacks that fits the device's shared memory."""
+    shapes = [(block_a, block_b, warps, stages)] + (fallbacks(block_a, block_b, warps, stages) if fallback else [])
+    return first_fit(kernel, args, device, [dict(zip(names, (a, b)), num_warps=w, num_stages=s, **flags)
+                                            for a, b, w, s in shapes])
+
+
 def backward(do, q, k, v, o, lse, causal: bool, window: int, cu_q, cu_k, max_q: int, max_k: int, scale: float,
-             config: BwdConfig) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(dq, dk, dv) like (q, k, v). q, k, v, o contiguous; lse from forward()."""
+             config: BwdConfig, fallback: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq, dk, dv) like (q, k, v). q, k, v, o contiguous; lse from forward(). `fallback`: the config
+    was picked, not forced (see fwd.forward)."""
     varlen = cu_q is not None
     batch = cu_q.numel() - 1 if varlen else q.shape[0]
     hq, hkv, d = q.shape[-2], k.shape[-2], q.shape[-1]
     tq = lse.shape[1]
+    if do.stride(-1) != 1:  # the kernels read a head's row as contiguous (an expanded or transposed gradient)
+        do = do.contiguous()
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     q, k, v, do = interpreter_operands(q, k, v, do)
     delta = torch.empty_like(lse)
+    config = with_tma_if_ready(config, fallback, q, k, v, do, dq, dk, dv)
     if config.tma:
         use_tma(q, k, v, do, dq, dk, dv)
     if tq == 0 or batch == 0:
@@ -272,12 +286,14 @@ def backward(do, q, k, v, o, lse, causal: bool, window: int, cu_q, cu_k, max_q: 
     flags = dict(D=d, BLOCK_D=bd, CAUSAL=causal, HAS_WINDOW=window > 0, VARLEN=varlen, TMA=config.tma,
                  PIPELINE=q.is_cuda)
     qk_scale = scale * 1.4426950408889634
-    n_nblocks = triton.cdiv(max_k, config.kv_n)
-    _bwd_dkdv[(n_nblocks * batch * hkv,)](q, k, v, do, lse, delta, dk, dv, *common, hkv, hq // hkv, scale, qk_scale,
-                                          window, n_nblocks, BLOCK_N=config.kv_n, BLOCK_M=config.kv_m, **flags,
-                                          num_warps=config.kv_warps, num_stages=config.kv_stages)
-    n_mblocks = triton.cdiv(max_q, config.q_m)
-    _bwd_dq[(n_mblocks * batch * hq,)](q, k, v, do, lse, delta, dq, *common, hq, hq // hkv, scale, qk_scale, window,
-                                       n_mblocks, BLOCK_M=config.q_m, BLOCK_N=config.q_n, **flags,
-                                       num_warps=config.q_warps, num_stages=config.q_stages)
+    args = (q, k, v, do, lse, delta, dk, dv, *common, hkv, hq // hkv, scale, qk_scale, window)
+    launch = _fits(_bwd_dkdv, (*args, triton.cdiv(max_k, config.kv_n)), q.device, config.kv_n, config.kv_m,
+                   config.kv_warps, config.kv_stages, fallback, ("BLOCK_N", "BLOCK_M"), flags)
+    n_nblocks = triton.cdiv(max_k, launch["BLOCK_N"])
+    _bwd_dkdv[(n_nblocks * batch * hkv,)](*args, n_nblocks, **launch)
+    args = (q, k, v, do, lse, delta, dq, *common, hq, hq // hkv, scale, qk_scale, window)
+    launch = _fits(_bwd_dq, (*args, triton.cdiv(max_q, config.q_m)), q.device, config.q_m, config.q_n,
+                   config.q_warps, config.q_stages, fallback, ("BLOCK_M", "BLOCK_N"), flags)
+    n_mblocks = triton.cdiv(max_q, launch["BLOCK_M"])
+    _bwd_dq[(n_mblocks * batch * hq,)](*args, n_mblocks, **launch)
     return dq, dk, dv

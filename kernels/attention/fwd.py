@@ -9,11 +9,13 @@ backward's exp2(s - lse) is 0 there instead of NaN.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 import triton
 import triton.language as tl
 
-from .._lib import sm_count
+from .._lib import first_fit, sm_count
 from .common import (block_d, interpreter_operands, key_blocks, load_tile, lse_offset, query_tile, rows_src, seq_spans,
                      store_tile, visible)
 from .config import FwdConfig
@@ -143,12 +145,29 @@ def _attn_fwd(Q, K, V, O, LSE, CU_Q, CU_K, sqb, sqt, sqh, skb, skt, skh, svb, sv
                   HAS_WINDOW, VARLEN, TMA, PIPELINE)
 
 
+def tma_ready(*tensors: torch.Tensor) -> bool:
+    """Whether tensor descriptors can take these tensors: 16-byte aligned bases and strides (every
+    stride but the last, contiguous one). Not so for head dims whose rows are not a multiple of 16
+    bytes (D 33 in fp16) or views that start off the alignment."""
+    return all(t.data_ptr() % 16 == 0 and all(s * t.element_size() % 16 == 0 for s in t.stride()[:-1])
+               for t in tensors)
+
+
+def with_tma_if_ready(config, fallback: bool, *tensors: torch.Tensor):
+    """`config`, or where it asks for TMA and the tensors are not aligned for it: the same config
+    without TMA when it was picked (`fallback`: a library call never asks for a config), a
+    ValueError naming the limit when the caller forced it."""
+    if not config.tma or tma_ready(*tensors):
+        return config
+    if fallback:
+        return dataclasses.replace(config, tma=False)
+    raise ValueError("this config's TMA path needs 16-byte aligned tensors and strides (head dim x element size a "
+                     "multiple of 16 bytes); force a config with tma=False, or pass config=None")
+
+
 def use_tma(*tensors: torch.Tensor) -> None:
-    """Ready the TMA path: tensor descriptors need 16-byte aligned bases and row strides, and the
-    descriptors built on the device need scratch memory from an allocator on the tensors' device."""
-    for t in tensors:
-        if t.data_ptr() % 16 or any(s * t.element_size() % 16 for s in t.stride()[:-1]):
-            raise ValueError("the TMA path needs 16-byte aligned tensors and strides; use a config with tma=False")
+    """Ready the TMA path (on tensors tma_ready accepts): the descriptors built on the device need
+    scratch memory from an allocator on the tensors' device."""
     device = tensors[0].device
     triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8, device=device))
 
@@ -158,9 +177,22 @@ def strides3(x: torch.Tensor, varlen: bool) -> tuple[int, int, int]:
     return (0, x.stride(0), x.stride(1)) if varlen else (x.stride(0), x.stride(1), x.stride(2))
 
 
+def fallbacks(block_m: int, block_n: int, warps: int, stages: int) -> list[tuple[int, int, int, int]]:
+    """(block_m, block_n, warps, stages) to fall back to, in order, where a picked config does not
+    fit the device's shared memory: fewer stages, then blocks halved down to 16 rows (4 warps or
+    fewer, one stage: a few KB at D 128, which any device holds)."""
+    out = [(block_m, block_n, warps, s) for s in range(stages - 1, 0, -1)]
+    while block_m > 16 or block_n > 16:
+        block_m, block_n = max(16, block_m // 2), max(16, block_n // 2)
+        out.append((block_m, block_n, min(warps, 4), 1))
+    return out
+
+
 def forward(q, k, v, causal: bool, window: int, cu_q, cu_k, max_q: int, max_k: int, scale: float,
-            config: FwdConfig) -> tuple[torch.Tensor, torch.Tensor]:
-    """(o like q, lse [Hq, tokens of q] fp32 in log2 units). Inputs already checked by the caller."""
+            config: FwdConfig, fallback: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """(o like q, lse [Hq, tokens of q] fp32 in log2 units). Inputs already checked by the caller.
+    `fallback`: the config was picked, not forced: where the tensors or the device cannot take it,
+    run a smaller one (no TMA; fewer stages or smaller blocks, as `fallbacks`)."""
     varlen = cu_q is not None
     batch = cu_q.numel() - 1 if varlen else q.shape[0]
     hq, d = q.shape[-2], q.shape[-1]
@@ -169,19 +201,23 @@ def forward(q, k, v, causal: bool, window: int, cu_q, cu_k, max_q: int, max_k: i
     o = torch.empty_like(q, memory_format=torch.contiguous_format)
     q, k, v = interpreter_operands(q, k, v)
     lse = torch.empty((hq, tq), dtype=torch.float32, device=q.device)
+    config = with_tma_if_ready(config, fallback, q, k, v, o)
     if config.tma:
         use_tma(q, k, v, o)
-    n_mblocks = triton.cdiv(max_q, config.block_m)
-    n_tiles = n_mblocks * batch * hq
-    if n_tiles == 0:
+    if batch * hq * max_q == 0:
         return o, lse
+    args = (q, k, v, o, lse, cu_q, cu_k, *strides3(q, varlen), *strides3(k, varlen), *strides3(v, varlen),
+            *strides3(o, varlen), max_q, max_k, tq, hq, hq // hkv, scale * 1.4426950408889634, window)
+    flags = dict(D=d, BLOCK_D=block_d(d), CAUSAL=causal, HAS_WINDOW=window > 0, VARLEN=varlen, TMA=config.tma,
+                 PERSISTENT=config.persistent > 0, PIPELINE=q.is_cuda)
+    shapes = [(config.block_m, config.block_n, config.warps, config.stages)]
+    shapes += fallbacks(*shapes[0]) if fallback else []
+    n_mblocks = lambda m: triton.cdiv(max_q, m)  # noqa: E731
+    launch = first_fit(_attn_fwd, (*args, n_mblocks(shapes[0][0]), n_mblocks(shapes[0][0]) * batch * hq), q.device,
+                       [dict(BLOCK_M=m, BLOCK_N=n, num_warps=w, num_stages=s, **flags) for m, n, w, s in shapes])
+    n_tiles = n_mblocks(launch["BLOCK_M"]) * batch * hq
     grid = n_tiles
     if config.persistent:
         grid = min(n_tiles, config.persistent * sm_count(q.device))
-    _attn_fwd[(grid,)](
-        q, k, v, o, lse, cu_q, cu_k, *strides3(q, varlen), *strides3(k, varlen), *strides3(v, varlen),
-        *strides3(o, varlen), max_q, max_k, tq, hq, hq // hkv, scale * 1.4426950408889634, window, n_mblocks,
-        n_tiles, D=d, BLOCK_D=block_d(d), BLOCK_M=config.block_m, BLOCK_N=config.block_n, CAUSAL=causal,
-        HAS_WINDOW=window > 0, VARLEN=varlen, TMA=config.tma,
-        PERSISTENT=config.persistent > 0, PIPELINE=q.is_cuda, num_warps=config.warps, num_stages=config.stages)
+    _attn_fwd[(grid,)](*args, n_mblocks(launch["BLOCK_M"]), n_tiles, **launch)
     return o, lse

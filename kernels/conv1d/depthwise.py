@@ -88,7 +88,9 @@ def _dw_bwd(X, W, R, DY, DX, PART, T, F, n_span, K: tl.constexpr, K_P2: tl.const
     tl.store(part + K * F, acc_b, mask=mf)
 
 
-def depthwise_forward(x, weight, bias, resets, config: DepthwiseConfig | None = None):
+def depthwise_forward(x, weight, bias, resets, config: DepthwiseConfig | None = None, fallback: bool = False):
+    """y [B, T, F]. (`fallback`, as mix_forward's, has nothing to do here: the depthwise kernels use
+    no shared memory, compiled for sm_90 at the default tiles and widths 4 and 8.)"""
     B, T, F = x.shape
     K = weight.shape[-1]
     cfg = config or pick_depthwise(B, T, F, K, x.device)
@@ -100,7 +102,7 @@ def depthwise_forward(x, weight, bias, resets, config: DepthwiseConfig | None = 
     return y
 
 
-def depthwise_backward(dy, x, weight, resets, config: DepthwiseConfig | None = None):
+def depthwise_backward(dy, x, weight, resets, config: DepthwiseConfig | None = None, fallback: bool = False):
     """(dx, dweight like weight, dbias [F] fp32 sums)."""
     B, T, F = x.shape
     K = weight.shape[-1]

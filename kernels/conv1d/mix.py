@@ -17,6 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .._lib import first_fit
 from ..attention.common import interpreter_operands
 from .config import MixConfig, pick_mix
 
@@ -98,37 +99,59 @@ def _segments(resets):
     return None if resets is None else torch.cumsum(resets, dim=1, dtype=torch.int32)
 
 
-def _gemm(src, wk, bias, seg, shift: int, f_out: int, cfg: MixConfig):
+def _tiles(a: int, b: int, c: int, warps: int, stages: int, fallback: bool) -> list[tuple]:
+    """The tiles (three blocks, warps, stages) to try in order: the config's, then, for a picked
+    config (`fallback`), fewer stages and smaller blocks, for a device whose shared memory the
+    config does not fit (the fp32 forward's 128 x 128 x 64 tiles in 3 stages, compiled for sm_90:
+    131584 bytes; an sm_86 or sm_89 program may use 101376)."""
+    out = [(a, b, c, warps, stages)]
+    if fallback:
+        out += [(a, b, c, warps, s) for s in range(stages - 1, 0, -1)]
+        out += [(min(a, n), min(b, n), min(c, n), min(warps, 4), 1) for n in (64, 32, 16)]
+    return list(dict.fromkeys(out))
+
+
+def _gemm(src, wk, bias, seg, shift: int, f_out: int, cfg: MixConfig, fallback: bool = False):
     B, T, F_red = src.shape
     out = torch.empty(B, T, f_out, device=src.device, dtype=src.dtype)
     src, wk = interpreter_operands(src, wk)
-    grid = (B * triton.cdiv(T, cfg.block_t), triton.cdiv(f_out, cfg.block_o))
-    _mix_gemm[grid](src, wk, bias if bias is not None else src, seg if seg is not None else src, out, T,
-                    F_RED=F_red, F_OUT=f_out, K=wk.shape[0], SHIFT=shift, BLOCK_T=cfg.block_t, BLOCK_O=cfg.block_o,
-                    BLOCK_I=cfg.block_i, STAGES=cfg.stages, HAS_BIAS=bias is not None, HAS_R=seg is not None,
-                    PREC=_precision(src.dtype), num_warps=cfg.warps)
+    args = (src, wk, bias if bias is not None else src, seg if seg is not None else src, out, T)
+    flags = dict(F_RED=F_red, F_OUT=f_out, K=wk.shape[0], SHIFT=shift, HAS_BIAS=bias is not None,
+                 HAS_R=seg is not None, PREC=_precision(src.dtype))
+    tiles = _tiles(cfg.block_t, cfg.block_o, cfg.block_i, cfg.warps, cfg.stages, fallback)
+    launch = first_fit(_mix_gemm, args, src.device, [dict(BLOCK_T=t, BLOCK_O=o, BLOCK_I=i, STAGES=s, num_warps=w,
+                                                          **flags) for t, o, i, w, s in tiles])
+    grid = (B * triton.cdiv(T, launch["BLOCK_T"]), triton.cdiv(f_out, launch["BLOCK_O"]))
+    _mix_gemm[grid](*args, **launch)
     return out
 
 
-def mix_forward(x, weight, bias, resets, config: MixConfig | None = None):
+def mix_forward(x, weight, bias, resets, config: MixConfig | None = None, fallback: bool = False):
+    """y [B, T, F_out]. `fallback`: the config was picked, not forced: smaller tiles where the device
+    cannot take its own (config=None is picked here, and falls back)."""
     B, T, F = x.shape
+    fallback = fallback or config is None
     cfg = config or pick_mix(B, T, F, weight.shape[-1], x.device)
-    return _gemm(x, weight.permute(2, 1, 0).contiguous(), bias, _segments(resets), -1, weight.shape[0], cfg)
+    return _gemm(x, weight.permute(2, 1, 0).contiguous(), bias, _segments(resets), -1, weight.shape[0], cfg, fallback)
 
 
-def mix_backward(dy, x, weight, resets, config: MixConfig | None = None):
-    """(dx, dweight like weight, dbias [F_out] fp32)."""
+def mix_backward(dy, x, weight, resets, config: MixConfig | None = None, fallback: bool = False):
+    """(dx, dweight like weight, dbias [F_out] fp32); `fallback` as mix_forward's."""
     B, T, F = x.shape
     F_out, F_in, K = weight.shape
+    fallback = fallback or config is None
     cfg = config or pick_mix(B, T, F, K, x.device)
     dy = dy.contiguous()
     seg = _segments(resets)
-    dx = _gemm(dy, weight.permute(2, 0, 1).contiguous(), None, seg, 1, F_in, cfg)
+    dx = _gemm(dy, weight.permute(2, 0, 1).contiguous(), None, seg, 1, F_in, cfg, fallback)
     dw = torch.empty_like(weight)
     x, dy = interpreter_operands(x, dy)
-    steps = B * triton.cdiv(T, cfg.dw_block_t)
-    grid = (K * triton.cdiv(F_out, cfg.dw_block_o) * triton.cdiv(F_in, cfg.dw_block_i),)
-    _mix_dw[grid](x, dy, seg if seg is not None else x, dw, T, F_IN=F_in, F_OUT=F_out, K=K, STEPS=steps,
-                  BLOCK_O=cfg.dw_block_o, BLOCK_I=cfg.dw_block_i, BLOCK_T=cfg.dw_block_t, STAGES=cfg.dw_stages,
-                  HAS_R=seg is not None, PREC=_precision(x.dtype), num_warps=cfg.dw_warps)
+    tiles = _tiles(cfg.dw_block_o, cfg.dw_block_i, cfg.dw_block_t, cfg.dw_warps, cfg.dw_stages, fallback)
+    flags = dict(F_IN=F_in, F_OUT=F_out, K=K, HAS_R=seg is not None, PREC=_precision(x.dtype))
+    args = (x, dy, seg if seg is not None else x, dw, T)
+    launch = first_fit(_mix_dw, args, x.device,
+                       [dict(BLOCK_O=o, BLOCK_I=i, BLOCK_T=t, STAGES=s, num_warps=w, STEPS=B * triton.cdiv(T, t),
+                             **flags) for o, i, t, w, s in tiles])
+    grid = (K * triton.cdiv(F_out, launch["BLOCK_O"]) * triton.cdiv(F_in, launch["BLOCK_I"]),)
+    _mix_dw[grid](*args, **launch)
     return dx, dw, dy.sum(dim=(0, 1), dtype=torch.float32)

@@ -18,7 +18,7 @@ from kcollect.spec import Provider, Unavailable, peer_available
 from .._lib import config_record
 from .._lib.scan import reset_mask
 from .._lib.spec_kit import by_mode, grids_of, module_spec, sequence_tokens
-from . import conv1d, pick_depthwise, pick_mix
+from . import conv1d, is_depthwise, pick_depthwise, pick_mix
 from .naive import eager, reference
 
 DEPTHWISE, MIX = "depthwise", "1"  # the values of the dim "groups"
@@ -39,12 +39,12 @@ def make_inputs(dims, dtype, device, seed):
 
 def config_of(inputs) -> dict:
     x, w = inputs["x"], inputs["weight"]
-    pick = pick_depthwise if w.shape[1] == 1 else pick_mix
+    pick = pick_depthwise if is_depthwise(x, w) else pick_mix
     return config_record(conv1d=pick(x.shape[0], x.shape[1], x.shape[2], w.shape[-1], x.device))
 
 
 def cortex(x, weight, bias=None, resets=None):
-    if weight.shape[1] == 1:
+    if is_depthwise(x, weight):
         raise Unavailable("Cortex's Triton conv1d takes groups=1 only")
     from cortex.kernels.triton.conv1d import causal_conv1d_triton
 
@@ -59,7 +59,7 @@ def cudnn(x, weight, bias=None, resets=None):
     if resets is not None:
         raise Unavailable("F.conv1d has no resets: the speed reference is timed at the same shape with resets=0")
     K, T = weight.shape[-1], x.shape[1]
-    groups = x.shape[2] if weight.shape[1] == 1 else 1
+    groups = x.shape[2] if is_depthwise(x, weight) else 1
     return F.conv1d(x.transpose(1, 2), weight, bias, padding=K - 1, groups=groups)[..., :T].transpose(1, 2)
 
 

@@ -22,11 +22,13 @@ __all__ = ["RTUConfig", "pick", "rtu", "rtu_lowrank", "rtu_scan_backward", "rtu_
 def _parameter_grads(sums: torch.Tensor, nu_log: torch.Tensor, theta_log: torch.Tensor):
     """d nu_log and d theta_log from the sums of dL/dg, dL/dp, dL/dgamma (g = r cos(theta),
     p = r sin(theta), gamma = sqrt(1 - r^2), r = exp(-exp(nu_log)), theta = exp(theta_log))."""
-    dg, dp, dgam = sums[0], sums[1], sums[2]
-    e, ang = torch.exp(nu_log.float()), torch.exp(theta_log.float())
+    dg, dp, dgam = sums[0].double(), sums[1].double(), sums[2].double()
+    # in fp64 (H values), as the kernels' dynamics: d gamma / d nu = e r^2 / gamma, with gamma from
+    # expm1, finite and exact for memories as long as fp32's r cannot tell from 1
+    e, ang = torch.exp(nu_log.double()), torch.exp(theta_log.double())
     r = torch.exp(-e)
     g, p = r * torch.cos(ang), r * torch.sin(ang)
-    gam = torch.sqrt(torch.clamp(1.0 - r * r, min=0.0))
+    gam = torch.sqrt(-torch.expm1(-2.0 * e))
     dnu = -e * (dg * g + dp * p) + e * (r * r / gam) * dgam
     dth = ang * (dp * g - dg * p)
     return dnu.to(nu_log.dtype), dth.to(theta_log.dtype)
@@ -43,6 +45,7 @@ def _backward(dy, x1, x2, w1, w2, nu_log, theta_log, resets, states, config):
 
 
 def _scan(x1, x2, w1, w2, nu_log, theta_log, resets, config):
+    nu_log, theta_log = nu_log.contiguous(), theta_log.contiguous()  # read by the kernels as vectors of stride 1
     B, T, H = x1.shape
     config = config or pick(B, T, H, x1.device)
     if resets is not None:
@@ -70,7 +73,7 @@ def _check(x, nu_log, theta_log, maps, shapes) -> None:
 def rtu(x, nu_log, theta_log, w1, w2, resets=None, config: RTUConfig | None = None) -> torch.Tensor:
     """Diagonal input maps (D == H): u1 = x * w1, u2 = x * w2."""
     _check(x, nu_log, theta_log, (w1, w2), lambda H, R: [(H,)] * 2)
-    return _scan(x.contiguous(), None, w1, w2, nu_log, theta_log, resets, config)
+    return _scan(x.contiguous(), None, w1.contiguous(), w2.contiguous(), nu_log, theta_log, resets, config)
 
 
 def rtu_lowrank(x, nu_log, theta_log, U1, U2, V1, V2, resets=None, config: RTUConfig | None = None) -> torch.Tensor:

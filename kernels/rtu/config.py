@@ -45,7 +45,7 @@ _FILL = 2
 
 def split(batch: int, steps: int, channels: int, block_h: int, chunk: int, device) -> int:
     """Segments that bring batch x channel blocks up to _FILL programs an SM, at most one a chunk."""
-    programs = batch * triton.cdiv(channels, block_h)
+    programs = max(1, batch * triton.cdiv(channels, block_h))  # (an empty batch: no split)
     want = triton.cdiv(_FILL * sm_count(device), programs)
     return max(1, min(want, triton.cdiv(steps, chunk)))
 

@@ -21,15 +21,27 @@ from .config import RTUConfig, pick
 
 
 @triton.jit
+def one_minus_exp(a):
+    """1 - exp(-a) for a >= 0 (fp64), without cancellation where a is small: the series' first
+    terms below 1e-4 (truncation ~a^4/24, under fp64's rounding there)."""
+    series = a * (1.0 - a * (0.5 - a / 6.0))
+    return tl.where(a < 1e-4, series, 1.0 - tl.exp(-a))
+
+
+@triton.jit
 def _dynamics(NU, TH, W1, W2, h, mh, BLOCK_H: tl.constexpr, HAS_W: tl.constexpr):
-    """g, p (lambda's real and imaginary parts), gamma, and the input weights w1, w2 (1 without)."""
-    nu = tl.load(NU + h, mask=mh, other=0.0).to(tl.float32)
-    th = tl.load(TH + h, mask=mh, other=0.0).to(tl.float32)
-    r = tl.exp(-tl.exp(nu))
+    """g, p (lambda's real and imaginary parts), gamma, and the input weights w1, w2 (1 without).
+    Computed in fp64 (once a program, not a step) and rounded once: in fp32, 1 - r^2 cancels for
+    long memories (r = 0.999: 1e-4 relative error in gamma; r within 6e-8 of 1: gamma 0, the input
+    lost) and exp(theta_log) rounds the angle itself (a phase error growing with t)."""
+    nu = tl.load(NU + h, mask=mh, other=0.0).to(tl.float64)
+    th = tl.load(TH + h, mask=mh, other=0.0).to(tl.float64)
+    e = tl.exp(nu)
+    r = tl.exp(-e)
     ang = tl.exp(th)
-    g = r * tl.cos(ang)
-    p = r * tl.sin(ang)
-    gam = tl.sqrt(tl.maximum(1.0 - r * r, 0.0))
+    g = (r * tl.cos(ang)).to(tl.float32)
+    p = (r * tl.sin(ang)).to(tl.float32)
+    gam = tl.sqrt(one_minus_exp(2.0 * e)).to(tl.float32)
     if HAS_W:
         w1 = tl.load(W1 + h, mask=mh, other=0.0).to(tl.float32)
         w2 = tl.load(W2 + h, mask=mh, other=0.0).to(tl.float32)
@@ -280,9 +292,12 @@ def rtu_scan_forward(x1, x2, w1, w2, nu_log, theta_log, resets, config: RTUConfi
     maps, whose projections are x1 and x2). resets: [B, T] bool or None."""
     B, T, H = x1.shape
     cfg = config or pick(B, T, H, x1.device)
-    n_chunks, per_seg, n_seg = _plan(T, cfg.chunk, cfg.segments)
+    n_chunks = triton.cdiv(T, cfg.chunk)
     y = torch.empty(B, T, 2 * H, device=x1.device, dtype=x1.dtype)
     ck = torch.empty(B, n_chunks, 2, H, device=x1.device, dtype=torch.float32) if keep_states else None
+    if y.numel() == 0:  # no step, row or channel: nothing to scan
+        return y, ck
+    n_chunks, per_seg, n_seg = _plan(T, cfg.chunk, cfg.segments)
     ends = torch.empty(B, n_seg, 4, H, device=x1.device, dtype=torch.float32) if n_seg > 1 else None
     r = resets.view(torch.uint8) if resets is not None else None
     args = [x1, x1 if x2 is None else x2, w1 if w1 is not None else nu_log, w2 if w2 is not None else nu_log,
@@ -302,12 +317,14 @@ def rtu_scan_backward(dy, x1, x2, w1, w2, nu_log, theta_log, resets, states, con
     the upstream gradient and the states rtu_scan_forward kept (with the same config's chunk)."""
     B, T, H = x1.shape
     cfg = config or pick(B, T, H, x1.device)
-    n_chunks, per_seg, n_seg = _plan(T, cfg.chunk, cfg.bwd_segments)
-    if states.shape[1] != n_chunks:
+    if states.shape[1] != triton.cdiv(T, cfg.chunk):
         raise ValueError(f"states kept every {triton.cdiv(T, states.shape[1])} steps, the backward's chunk is {cfg.chunk}")
     dy = dy.contiguous()
     dx1 = torch.empty_like(x1)
     dx2 = torch.empty_like(x2) if x2 is not None else None
+    if x1.numel() == 0:  # no step, row or channel: nothing to scan
+        return dx1, dx2, torch.zeros(5, H, device=x1.device, dtype=torch.float32)
+    n_chunks, per_seg, n_seg = _plan(T, cfg.chunk, cfg.bwd_segments)
     part = torch.empty(B, n_seg, 5, H, device=x1.device, dtype=torch.float32)
     ends = torch.empty(B, n_seg, 4, H, device=x1.device, dtype=torch.float32) if n_seg > 1 else None
     r = resets.view(torch.uint8) if resets is not None else None

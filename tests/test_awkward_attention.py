@@ -1,0 +1,152 @@
+"""attention on awkward inputs (issue 40), on the CPU interpreter, through the lab's harness
+(lab/awkward/attention.py, common.py): head dims that are not multiples of 16 (1, 33, 100), batch 1,
+Sq != Skv both ways (rows that see no key), windows of one key and longer than the keys,
+grouped-query, packed batches with empty sequences and keys of other lengths than the queries,
+one-frame decoding over empty and windowed caches, rows padded off the 16-byte alignment, strided
+cumulative lengths, non-contiguous upstream gradients; each case checks the output and dq, dk, dv
+against float64, and that no input and no incoming gradient is written; inputs past the limits are
+refused with a ValueError naming them. Then one test per defect found, each failing on the code
+before its fix. Seeds are drawn afresh and printed."""
+import json
+import random
+
+import pytest
+import torch
+
+from kcollect import verify
+from kcollect.kernels import _lib
+from kcollect.kernels.attention import FwdConfig, attention, attention_forward, config as attention_config
+from kcollect.kernels.attention.naive import reference
+from kcollect.kernels.attention.spec import SPEC
+from lab.awkward import attention as family
+
+SEED = random.randrange(2**31)
+
+
+def case(path, dims, dtype="float16", refusal=None, **options):
+    base = {"scale": 1.0, "layout": "contiguous", "grad_layout": "contiguous", "max_given": False}
+    return {"op": "attention", "path": path, "dtype": dtype, "dims": dims, "options": {**base, **options},
+            "refusal": refusal, "seed": random.randrange(2**31)}
+
+
+def dense(b, hq, hkv, sq, sk, d, causal=1, window=0):
+    return {"B": b, "Hq": hq, "Hkv": hkv, "Sq": sq, "Skv": sk, "D": d, "causal": causal, "window": window}
+
+
+def verify_case(c: dict, want: str = "ok") -> dict:
+    v = family.check(c, "cpu")
+    assert v["status"] == want, f"case {json.dumps(c)}: {v['status']}: {v.get('message')}\n{v.get('trace', '')}"
+    return v
+
+
+# CPU configs: 16 x 16 tiles, so these lengths cross several blocks with masked edges
+COVER = [
+    case("dense", dense(1, 4, 2, 33, 50, 33, window=5), layout="padded"),  # the issue's D 33, GQA, window
+    case("dense", dense(2, 3, 1, 17, 5, 100), "bfloat16", grad_layout="strided"),  # Sq > Skv: rows without keys
+    case("dense", dense(1, 2, 2, 1, 16, 1, window=1), layout="offset"),  # one query, head dim 1, window 1
+    case("dense", dense(1, 1, 1, 31, 31, 128, causal=0), "bfloat16", scale=2.0),
+    case("dense", dense(2, 2, 1, 16, 17, 24, window=1000), scale=family.PEAKY),  # window past the keys; peaky
+    case("varlen", {"lens_q": [0, 7, 1, 17], "lens_k": [5, 0, 1, 17], "Hq": 2, "Hkv": 1, "D": 33, "causal": 1,
+                    "window": 0}, layout="padded", grad_layout="strided"),  # empty sequences either side
+    case("varlen", {"lens_q": [2, 17], "lens_k": [2, 17], "Hq": 3, "Hkv": 3, "D": 8, "causal": 1, "window": 2},
+         "bfloat16", max_given=True),
+    case("decode", {"B": 2, "Hq": 4, "Hkv": 2, "S": 0, "D": 33, "window": 0}),  # an empty cache
+    case("decode", {"B": 1, "Hq": 3, "Hkv": 1, "S": 17, "D": 100, "window": 7}, "bfloat16", layout="offset"),
+]
+
+
+@pytest.mark.parametrize("c", COVER, ids=lambda c: f"{c['path']}-{c['dtype']}-" + "-".join(
+    f"{k}{v}" for k, v in c["dims"].items() if not isinstance(v, list)))
+def test_awkward_case(c):
+    verify_case(c)
+
+
+@pytest.mark.parametrize("path", ["dense", "varlen", "decode"])
+def test_drawn_cases(path):
+    """Two cases of the sweep's own draw per path, from a fresh seed (magnitudes up to 2: the
+    gradients of a softmax peakier than that are below bf16's resolution, see family.PEAKY)."""
+    rng = random.Random(SEED)
+    drawn = [c for c in (family.draw(rng, "cpu") for _ in range(40)) if c["path"] == path and not c["refusal"]]
+    for c in drawn[:2]:
+        c["options"]["scale"] = min(c["options"]["scale"], 2.0) if c["options"]["scale"] < family.PEAKY else 1.0
+        verify_case(c)
+
+
+@pytest.mark.parametrize("dims, dtype, limit", [
+    (dense(1, 2, 1, 5, 5, 129), "float16", "head dim"),
+    ({"lens_q": [3, 0], "lens_k": [3, 0], "Hq": 1, "Hkv": 1, "D": 160, "causal": 0, "window": 0}, "bfloat16",
+     "head dim"),
+    (dense(1, 1, 1, 4, 4, 16), "float32", "bfloat16"),
+])
+def test_refuses_inputs_past_its_limits(dims, dtype, limit):
+    verify_case(case("varlen" if "lens_q" in dims else "dense", dims, dtype, refusal=limit), "refused")
+
+
+# ---------------------------------------------------------------------------------------------
+# One test per defect, each failing on the code before its fix.
+
+
+def _fwd_bwd_error(dims, dtype, seed, fn=None):
+    inputs = SPEC.make_inputs(dims, dtype, "cpu", seed)
+    dys, want = verify.reference_answers(SPEC, inputs, "fwd+bwd", seed + 1)
+    got = verify.build_call(SPEC, fn or SPEC.provider("triton").fn, verify.clone_inputs(inputs), "fwd+bwd", dys)()
+    return verify.max_error(got, want)
+
+
+def test_picked_tma_config_falls_back_on_rows_not_16_byte_aligned(monkeypatch):
+    """The issue's case: head dim 33 in fp16 (66-byte rows), causal, window 5, Sq 100 < Skv 150,
+    grouped-query, with the configs an H100 picks (the backward's: TMA). The backward raised
+    "the TMA path needs 16-byte aligned tensors and strides; use a config with tma=False"."""
+    monkeypatch.setattr(attention_config, "arch", lambda device: "sm90")
+    assert attention_config.pick_bwd(33, True, 100, "cpu", 2).tma
+    seed = random.randrange(2**31)
+    dims = {"B": 1, "Hq": 2, "Hkv": 1, "Sq": 100, "Skv": 150, "D": 33, "causal": 1, "window": 5, "varlen": 0}
+    err = _fwd_bwd_error(dims, torch.float16, seed)
+    assert err <= SPEC.tolerance[torch.float16], f"seed {seed}: error {err:.3g}"
+
+
+def test_forced_tma_config_on_unaligned_rows_is_refused_naming_the_limit():
+    q = torch.randn(1, 8, 1, 33, dtype=torch.float16)
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        attention_forward(q, q, q, config=FwdConfig(16, 16, 4, 1, tma=True))
+
+
+@pytest.mark.parametrize("layout", ["expanded", "transposed"])
+def test_takes_upstream_gradients_of_any_layout(layout):
+    """loss = o.sum() hands the backward an expanded gradient (every stride 0), a loss over a
+    transposed o one whose head dim is not contiguous: the kernels read rows of it as contiguous
+    (NaN and 140% wrong gradients)."""
+    seed = random.randrange(2**31)
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(1, 20, 2, 16, generator=g).half() for _ in range(3))
+    w = torch.randn(1, 20, 16, 2, generator=g, dtype=torch.float64)
+    loss = (lambda o: o.sum()) if layout == "expanded" else (lambda o: (o.transpose(-1, -2) * w.to(o.dtype)).sum())
+    ours = [t.clone().requires_grad_(True) for t in (q, k, v)]
+    got = torch.autograd.grad(loss(attention(*ours, True)), ours)
+    ref = [t.double().requires_grad_(True) for t in (q, k, v)]
+    want = torch.autograd.grad(loss(reference(*ref, True, 0)), ref)
+    for name, a, b in zip("qkv", got, want):
+        err = ((a.double() - b).norm() / b.norm()).item()
+        assert err < SPEC.tolerance[torch.float16], f"seed {seed}: d{name} error {err:.3g}"
+
+
+def test_picked_config_falls_back_where_it_does_not_fit_shared_memory(monkeypatch):
+    """A device whose shared memory the picked tiles do not fit (pretended: any launch of two or
+    more stages needs more than it has): the launch takes fewer stages instead of raising
+    Triton's OutOfResources; a forced config raises ValueError naming the limit."""
+    monkeypatch.setattr(attention_config, "arch", lambda device: "sm90")
+    asked = []
+
+    def shared_bytes(kernel, args, meta, device):
+        asked.append(meta)
+        return 10 ** 6 if meta.get("num_stages", 1) > 1 else 1024
+
+    monkeypatch.setattr(_lib.device, "shared_bytes", shared_bytes)
+    seed = random.randrange(2**31)
+    dims = {"B": 1, "Hq": 2, "Hkv": 2, "Sq": 20, "Skv": 20, "D": 16, "causal": 1, "window": 0, "varlen": 0}
+    err = _fwd_bwd_error(dims, torch.float16, seed)
+    assert err <= SPEC.tolerance[torch.float16], f"seed {seed}: error {err:.3g}"
+    assert any(m["num_stages"] > 1 for m in asked) and any(m["num_stages"] == 1 for m in asked), asked
+    q = torch.randn(1, 8, 1, 16, dtype=torch.float16)
+    with pytest.raises(ValueError, match="shared memory"):
+        attention_forward(q, q, q, config=FwdConfig(16, 16, 4, 2))

@@ -1,0 +1,228 @@
+"""rtu, selective_scan and conv1d on awkward inputs (issue 40), on the CPU interpreter, through the
+lab's harness (lab/awkward/scans.py, common.py): T = 1 and T not a multiple of any chunk, odd sizes,
+batch 1, reset masks with resets at the first, the last and every step, extreme gates, strided
+inputs and parameters, non-contiguous upstream gradients; each case checks the outputs and every
+gradient against float64, and that no input and no incoming gradient is written. Then one test per
+defect found, each failing on the code before its fix. Seeds are drawn afresh and printed."""
+import json
+import random
+
+import pytest
+import torch
+
+from kcollect.kernels.conv1d import conv1d
+from kcollect.kernels.conv1d.naive import reference as conv_reference
+from kcollect.kernels.rtu import rtu
+from kcollect.kernels.rtu.naive import reference as rtu_reference
+from kcollect.kernels.selective_scan import selective_scan
+from lab.awkward import common, scans
+
+SEED = random.randrange(2**31)
+
+
+def verify_case(case: dict) -> dict:
+    """The harness's verdict, held to CI's bar: no crash, wrong shape or write into an input or an
+    incoming gradient, and every output and gradient within the op's tolerance or the harness's gate
+    (fp32: 2x eager's; the GPU sweep holds fp32 to that alone, where shapes are large enough for
+    it to be steady)."""
+    v = scans.check(case, "cpu")
+    where = f"case {json.dumps(case)}"
+    assert v["status"] in ("ok", "over_tolerance"), f"{where}: {v['status']}: {v.get('message')}\n{v.get('trace', '')}"
+    tolerance = scans.subject(case, "cpu").tolerance
+    over = [p for p in v["parts"] if p["ours"] > max(p["gate"], tolerance)]
+    assert not over, f"{where}: over the tolerance {tolerance:.3g}: {over}"
+    return v
+
+
+def case(op, dims, dtype="float32", **options):
+    base = {"resets": "none", "x_scale": 1.0, "layout": "contiguous", "grad_layout": "contiguous",
+            "radius": "typical", "angle": "typical", "step": "typical", "decay": "typical", "gate": "typical",
+            "bias": True}
+    if op == "selective_scan":
+        del base["resets"]
+    return {"op": op, "dtype": dtype, "dims": dims, "options": {**base, **options}, "refusal": None,
+            "seed": random.randrange(2**31)}
+
+
+# Each a few awkward features at once, so that every one is covered in a handful of cases. The CPU
+# configs: rtu chunks of 8 steps and blocks of 8 channels, selective_scan chunks of 8 and 8
+# channels, conv1d depthwise tiles of 8 steps x 16 channels, channel-mixing 16 x 16.
+COVER = [
+    case("rtu", {"B": 1, "T": 1, "H": 5, "R": "diag"}, resets="first", radius="long", angle="large"),
+    case("rtu", {"B": 3, "T": 9, "H": 9, "R": "diag"}, "bfloat16", resets="edges", radius="mixed",
+         layout="strided", grad_layout="strided"),
+    case("rtu", {"B": 2, "T": 17, "H": 3, "R": 3}, resets="every", radius="short", angle="tiny", x_scale=10.0),
+    case("rtu", {"B": 2, "T": 8, "H": 8, "R": 1}, resets="last", layout="strided"),
+    case("rtu", {"B": 1, "T": 33, "H": 1, "R": "diag"}, resets="clear", radius="long", grad_layout="strided"),
+    case("selective_scan", {"B": 1, "T": 1, "D": 5, "N": 3}, step="large", decay="strong"),
+    case("selective_scan", {"B": 2, "T": 17, "D": 9, "N": 5}, "bfloat16", step="mixed", gate="large",
+         layout="strided", grad_layout="strided"),
+    case("selective_scan", {"B": 3, "T": 9, "D": 1, "N": 1}, step="tiny", decay="weak", x_scale=0.01),
+    case("conv1d", {"B": 2, "T": 3, "K": 5, "groups": "depthwise", "F": 17, "F_out": 17}, resets="every"),
+    case("conv1d", {"B": 1, "T": 1, "K": 1, "groups": "depthwise", "F": 3, "F_out": 3}, "bfloat16", bias=False),
+    case("conv1d", {"B": 2, "T": 17, "K": 4, "groups": "1", "F": 1, "F_out": 3}, resets="random", layout="strided"),
+    case("conv1d", {"B": 3, "T": 9, "K": 2, "groups": "1", "F": 3, "F_out": 1}, "bfloat16", resets="edges",
+         grad_layout="strided"),
+    case("conv1d", {"B": 1, "T": 16, "K": 3, "groups": "1", "F": 17, "F_out": 9}, resets="last", bias=False),
+]
+
+
+@pytest.mark.parametrize("c", COVER, ids=lambda c: f"{c['op']}-{c['dtype']}-" + "-".join(
+    f"{k}{v}" for k, v in c["dims"].items()))
+def test_awkward_case(c):
+    verify_case(c)
+
+
+@pytest.mark.parametrize("op", scans.OPS)
+def test_drawn_cases(op):
+    """Two cases of the sweep's own draw per op, from a fresh seed."""
+    rng = random.Random(SEED)
+    drawn = [c for c in (scans.draw(rng, "cpu") for _ in range(60)) if c["op"] == op][:2]
+    for c in drawn:
+        verify_case(c)
+
+
+def test_empty_inputs_give_empty_outputs():
+    """No step or no row: outputs and gradients of the right (empty) shapes, no error (the RTU's
+    launch split 0 steps into segments: ZeroDivisionError)."""
+    for B, T in ((1, 0), (0, 5)):
+        x = torch.randn(B, T, 4, requires_grad=True)
+        params = [torch.randn(4, requires_grad=True) for _ in range(4)]
+        y = rtu(x, *params)
+        assert y.shape == (B, T, 8)
+        grads = torch.autograd.grad(y.sum(), [x, *params])
+        assert grads[0].shape == x.shape and all((g == 0).all() for g in grads[1:])
+        args = [torch.randn(B, T, 4), torch.randn(B, T, 4), -torch.rand(4, 3), torch.randn(B, T, 3),
+                torch.randn(B, T, 3), torch.randn(4), torch.randn(B, T, 4)]
+        assert selective_scan(*args).shape == (B, T, 4)
+        for w in (torch.randn(4, 1, 3), torch.randn(5, 4, 3)):
+            assert conv1d(x, w).shape == (B, T, w.shape[0])
+
+
+# ---------------------------------------------------------------------------------------------
+# One test per defect, each failing on the code before its fix.
+
+
+def test_conv1d_one_input_feature_mixes_into_every_output():
+    """weight [3, 1, K] over 1 input feature is channel-mixing (3 outputs), not depthwise: the
+    output had 1 feature instead of 3 and the backward failed on the shape."""
+    seed = random.randrange(2**31)
+    g = torch.Generator().manual_seed(seed)
+    for dtype, tol in ((torch.float32, 2e-6), (torch.bfloat16, 1.2e-2)):
+        x = torch.randn(2, 129, 1, generator=g).to(dtype).requires_grad_(True)
+        w = (torch.randn(3, 1, 4, generator=g) * 0.5).to(dtype).requires_grad_(True)
+        resets = torch.rand(2, 129, generator=g) < 0.5
+        y = conv1d(x, w, None, resets)
+        assert y.shape == (2, 129, 3), f"seed {seed}: {tuple(y.shape)}"
+        want = conv_reference(x.double(), w.double(), None, resets)
+        dy = torch.randn(y.shape, generator=g, dtype=torch.float64)
+        dx, dw = torch.autograd.grad(y, (x, w), dy.to(dtype))
+        xd, wd = x.detach().double().requires_grad_(True), w.detach().double().requires_grad_(True)
+        want_dx, want_dw = torch.autograd.grad(conv_reference(xd, wd, None, resets), (xd, wd), dy)
+        for got, ref in ((y, want), (dx, want_dx), (dw, want_dw)):
+            err = ((got.double() - ref).norm() / ref.norm()).item()
+            assert err < tol, f"seed {seed} {dtype}: error {err:.3g}"
+
+
+def test_conv1d_takes_a_strided_bias():
+    """A bias that is a strided view (bias[::2]) was read as contiguous: 60-100% wrong."""
+    seed = random.randrange(2**31)
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(2, 9, 5, generator=g)
+    for w in (torch.randn(5, 1, 3, generator=g) * 0.3, torch.randn(4, 5, 3, generator=g) * 0.2):
+        bias = torch.randn(2 * w.shape[0], generator=g)[::2]
+        y = conv1d(x, w, bias)
+        want = conv_reference(x.double(), w.double(), bias.double())
+        assert ((y.double() - want).norm() / want.norm()).item() < 2e-6, f"seed {seed}, weight {tuple(w.shape)}"
+
+
+def test_conv1d_refuses_a_weight_of_another_dtype():
+    x = torch.randn(1, 4, 3)
+    with pytest.raises(ValueError, match="share a dtype"):
+        conv1d(x, torch.randn(2, 3, 2, dtype=torch.float64))
+
+
+def test_rtu_takes_strided_parameters():
+    """nu_log, theta_log and the diagonal weights as strided views were read as contiguous."""
+    c = case("rtu", {"B": 2, "T": 8, "H": 9, "R": "diag"}, layout="strided")
+    v = scans.check(c, "cpu")
+    assert v["status"] == "ok", f"case {json.dumps(c)}: {v.get('message')}"
+
+
+def test_rtu_keeps_its_input_at_memories_fp32_cannot_tell_from_one():
+    """|lambda| = exp(-exp(nu_log)) within 1e-7 of 1 (nu_log -17 and below): in fp32 r rounds to 1
+    and gamma = sqrt(1 - r^2) to 0, which dropped the input altogether (output 0, error 1; eager's
+    fp32 maths too); the kernels take their dynamics in fp64 and the gradients their maps, within
+    the tolerance of float64's answer."""
+    seed = random.randrange(2**31)
+    g = torch.Generator().manual_seed(seed)
+    H = 6
+    x = torch.randn(2, 40, H, generator=g, requires_grad=True)
+    nu_log = torch.full((H,), -20.0).requires_grad_(True)
+    theta_log = torch.log(torch.rand(H, generator=g) * 3 + 0.01).requires_grad_(True)
+    w1, w2 = (torch.randn(H, generator=g).requires_grad_(True) for _ in range(2))
+    y = rtu(x, nu_log, theta_log, w1, w2)
+    ins = [t.detach().double().requires_grad_(True) for t in (x, nu_log, theta_log, w1, w2)]
+    want = rtu_reference(*ins)
+    dy = torch.randn(y.shape, generator=g, dtype=torch.float64)
+    got = (y, *torch.autograd.grad(y, (x, nu_log, theta_log, w1, w2), dy.float()))
+    ref = (want, *torch.autograd.grad(want, ins, dy))
+    for name, a, b in zip(("y", "dx", "dnu_log", "dtheta_log", "dw1", "dw2"), got, ref):
+        err = ((a.double() - b).norm() / b.norm()).item()
+        assert err < 2e-4, f"seed {seed}: {name} error {err:.3g}"
+
+
+def test_harness_flags_writes_into_an_incoming_gradient():
+    """The check itself: a backward that scales its incoming gradient in place is caught."""
+
+    class Scaled(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, dy):
+            return dy.mul_(2)
+
+    g = common.seeded(random.randrange(2**31))
+    x = torch.randn(3, 5, generator=g)
+    subject = common.Subject(lambda: {"x": x.clone()}, Scaled.apply, lambda x: x * 2, lambda x: x * 2, ("x",),
+                             torch.float32, 1e-6)
+    v = common.verdict(subject)
+    assert v["status"] == "inplace" and "upstream gradient" in v["message"], v
+
+
+def test_conv1d_picked_tiles_fall_back_where_they_do_not_fit_shared_memory(monkeypatch):
+    """A device whose shared memory the picked channel-mixing tiles do not fit (pretended: any tile
+    of two or more stages needs more than it has): the launches take a single stage instead of
+    raising Triton's OutOfResources; a forced config raises ValueError naming the limit."""
+    from kcollect.kernels import _lib
+    from kcollect.kernels.conv1d import MixConfig
+
+    asked = []
+
+    def shared_bytes(kernel, args, meta, device):
+        asked.append(meta["STAGES"])
+        return 10 ** 6 if meta["STAGES"] > 1 else 1024
+
+    monkeypatch.setattr(_lib.device, "shared_bytes", shared_bytes)
+    c = case("conv1d", {"B": 2, "T": 17, "K": 3, "groups": "1", "F": 5, "F_out": 4}, resets="random")
+    with _lib.forced(MixConfig(16, 16, 16, 1, 2, 16, 16, 16, 1, 2)):  # a pick of 2 stages
+        verify_case(c)
+    assert 2 in asked and 1 in asked, asked
+    x = torch.randn(1, 8, 5)
+    with pytest.raises(ValueError, match="shared memory"):
+        conv1d(x, torch.randn(4, 5, 3), config=MixConfig(16, 16, 16, 1, 2, 16, 16, 16, 1, 2))
+
+
+def test_sweep_writes_verdicts_and_a_summary(tmp_path):
+    """python -m lab.awkward on the interpreter: a JSONL line per case with its verdict, and the table."""
+    from lab.awkward import sweep
+
+    assert sweep.main(["--family", "scans", "--cases", "2", "--seed", str(SEED), "--device", "cpu", "--out",
+                       str(tmp_path), "--workers", "1"]) == 0
+    lines = [json.loads(line) for line in (tmp_path / "scans.jsonl").read_text().splitlines()]
+    assert len(lines) == 2 and all(v["verdict"]["status"] in common.STATUSES for v in lines), lines
+    summary = (tmp_path / "summary.txt").read_text()
+    assert "fp32>2x_eager" in summary and "\nscans " in summary, summary
+    assert sweep.main(["--family", "nope", "--out", str(tmp_path)]) == 2
