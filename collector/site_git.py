@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 SHA = re.compile(r"[0-9a-f]{40}")
+HASH = re.compile(r"[0-9a-f]{7,40}")  # a commit's hash, whole or abbreviated (runs of copies without .git)
 
 
 def _git(root: Path, *args: str, stdin: str | None = None) -> str | None:
@@ -60,3 +61,24 @@ def fill(commits: list[dict[str, Any]], root: Path) -> int:
             c["url"] = template.format(sha=c["sha"])
         filled += 1
     return filled
+
+
+def check_template(template: str) -> None:
+    """Raises SiteError unless template is a web address with {sha} in it and no other field."""
+    from .site import SiteError
+
+    example = "e.g. https://github.com/OWNER/REPO/commit/{sha}"
+    if not re.match(r"https?://[^\s\"'<>]+$", template) or "{sha}" not in template:
+        raise SiteError(f"--commit-url {template!r} must be an http(s) address with {{sha}} in it, {example}")
+    try:
+        template.format(sha="0" * 40)
+    except (KeyError, IndexError, ValueError):
+        raise SiteError(f"--commit-url {template!r} may hold no field but {{sha}}, {example}") from None
+
+
+def apply_template(commits: list[dict[str, Any]], template: str) -> None:
+    """Links every commit of git (a hash, not a run outside git) to the page the template names: an
+    explicit template wins over the links runs recorded."""
+    for c in commits:
+        if HASH.fullmatch(c["sha"]):
+            c["url"] = template.format(sha=c["sha"])
