@@ -15,6 +15,7 @@ with a note on why.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from collections import Counter, deque
 from pathlib import Path
@@ -216,6 +217,9 @@ def _reachable(roots: set[str], refs: dict[str, set[str]]) -> set[str]:
     return seen
 
 
+_MEMO: dict[str, bytes] = {}  # this process's partial bundles, by key: a test session builds many sites
+
+
 def build(full: Path, cache: Path | None) -> tuple[bytes, str | None]:
     """(the partial bundle, None) from the full one, or (the full one, why) where its layout is not
     the one partial() reads. Kept in `cache` (a folder) by the full bundle's hash: the tokenizer
@@ -223,15 +227,19 @@ def build(full: Path, cache: Path | None) -> tuple[bytes, str | None]:
     data = full.read_bytes()
     key = hashlib.sha256(data + Path(__file__).read_bytes()).hexdigest()[:20]
     hit = cache / f"plotly-partial-{key}.js" if cache else None
+    if key in _MEMO:
+        return _MEMO[key], None
     if hit and hit.is_file():
-        return hit.read_bytes(), None
+        _MEMO[key] = hit.read_bytes()
+        return _MEMO[key], None
     try:
         out = partial(data.decode()).encode()
     except (BundleLayoutError, UnicodeDecodeError) as e:
         return data, f"plotly.min.js shipped whole: {e}"
+    _MEMO[key] = out
     if hit:
         hit.parent.mkdir(parents=True, exist_ok=True)
-        tmp = hit.with_suffix(".tmp")
+        tmp = hit.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_bytes(out)
         tmp.replace(hit)
     return out, None

@@ -14,6 +14,15 @@ from .site_pages import OURS, _combos, _run_info, commit_info, needs_attention, 
 OPEN_LISTED = 8  # open regressions on the overview; the regressions page has them all
 
 
+def raised_by_latest(r: dict[str, Any], data: SiteData, last: int) -> bool:
+    """Whether the latest commit raised this flag: its series was measured there, and the step is
+    no more points behind than the detector needs to decide one (regress.PERSIST)."""
+    from . import regress
+
+    return (data.last_ci.get((r["gkey"], r["kernel"], r["shape"], r["dtype"])) == last
+            and r["n_after"] is not None and r["n_after"] <= regress.PERSIST)
+
+
 def latest_commits(data: SiteData, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per GPU: its newest commit, the kernels measured there, and the regressions of our kernels
     that commit raised that nobody has acknowledged yet."""
@@ -24,7 +33,7 @@ def latest_commits(data: SiteData, rows: list[dict[str, Any]]) -> list[dict[str,
         last = len(g.commits) - 1
         kernels = sorted({k for (gk, k), rs in data.latest.items() if gk == g.key
                           and any(data.run_ci.get(r["run_id"]) == last for r in rs)})
-        new = sorted((r for r in rows if r["gkey"] == g.key and r["after_ci"] == last and needs_attention(r)),
+        new = sorted((r for r in rows if r["gkey"] == g.key and needs_attention(r) and raised_by_latest(r, data, last)),
                      key=lambda r: -severity(r))
         out.append({"group": g, "commit": commit_info(g.commits[last]), "kernels": kernels, "new": new,
                     "run": _run_info(g.latest, g)})

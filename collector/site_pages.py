@@ -120,14 +120,14 @@ def flag_rows(data: SiteData, flags: list[dict[str, Any]], changes: list[dict[st
             "end": commit_info(end) if end else None, "end_ci": f["end_ci"],
             "order": STATE_ORDER.get((f["kind"], f["state"], f["ours"]), 6),
             "undoes": commit_info(g.commits[f["undoes"]]) if f.get("undoes") is not None else None,
-            "undoes_ci": f.get("undoes")})
+            "undoes_ci": f.get("undoes"), "n_after": len(f["values"]) - f["step_at"]})
     for c in changes:
         if c["kernel"] not in slugs:
             continue
         rows.append(_row(data, c, slugs) | {
             "id": None, "kind": c["kind"], "state": "condition", "filter_kind": c["kind"],
             "label": f"{c['kind']} change", "z": None, "noise": None, "spark": None, "end": None, "end_ci": None,
-            "undoes": None, "undoes_ci": None, "what": c["what"], "ours": c["provider"] == OURS, "order": 7})
+            "undoes": None, "undoes_ci": None, "n_after": None, "what": c["what"], "ours": c["provider"] == OURS, "order": 7})
     rows.sort(key=lambda r: (r["order"], -severity(r), r["kernel"], r["shape"]))
     return rows
 
