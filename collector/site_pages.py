@@ -262,7 +262,8 @@ def kernel_page(data: SiteData, kernel: str, slugs: dict[str, str], rows_of_flag
                   "trend_file": trend_files.get((g.key, kernel, m, d)),
                   "trend_shapes": _trend_shapes(data, g, kernel, m, d, rows),
                   "trend_providers": [p for p in data.providers if p in data.trends.get((g.key, kernel, m, d), {})],
-                  "n_rows": sum(r["mode"] == m and r["dtype"] == d for r in rows)}
+                  "n_rows": sum(r["mode"] == m and r["dtype"] == d for r in rows),
+                  "has_memory": any(r["peak_mem_bytes"] is not None for r in rows if r["mode"] == m and r["dtype"] == d)}
                  for m, d in _combos(rows, data.modes, data.dtypes)]
         sections.append({"group": g, "latest": _run_info(latest, g), "older": _older_runs(data, rows), "parts": parts})
     return {"name": kernel, "slug": slugs[kernel], "info": info, "sections": sections, "colors": colors,

@@ -249,7 +249,7 @@
   // a cell that shows several numbers; data-v: the number a cell shows as 1.23× or 8%), else its text.
   function cellValues(c, head) {
     if (c.dataset.csv) return JSON.parse(c.dataset.csv);
-    if (c.dataset.v !== undefined && !head) return [c.dataset.v];
+    if (c.dataset.v !== undefined && !(head && head.dataset.csv)) return [c.dataset.v];
     const width = head && head.dataset.csv ? JSON.parse(head.dataset.csv).length : 1;
     return [text(c).replace(/[↕↑↓]$/, "").trim(), ...Array(width - 1).fill("")];
   }
@@ -446,6 +446,7 @@
     sortBy(i) {
       this.dir = this.sortCol === i ? -this.dir : 1;
       this.sortCol = i;
+      this.page = 0; // a new order starts from its top
       this.ths.forEach((th, j) => (j === i ? th.setAttribute("aria-sort", this.dir > 0 ? "ascending" : "descending")
                                            : th.removeAttribute("aria-sort")));
       this.update(current);
