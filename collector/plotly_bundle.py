@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from collections import Counter, deque
+from collections import deque
 from pathlib import Path
 
 HEAD = "var Plotly=(()=>{"

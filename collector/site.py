@@ -16,7 +16,6 @@ import hashlib
 import importlib
 import json
 import shutil
-import sys
 import time
 from dataclasses import dataclass
 from datetime import date, datetime, timezone
@@ -51,6 +50,7 @@ class BuildResult:
     seconds: float
     imported: int
     notes: list[str]  # what the caller should tell: a config entry that matches nothing, a plotly shipped whole
+    unchanged: bool = False  # nothing it reads changed since the build that wrote `out`: left as it was
 
 
 # -- the output folder ------------------------------------------------------------------------
@@ -200,16 +200,21 @@ def data_js(name: str, payload: Any) -> str:
     return f"KC.put({json.dumps(name)},{json.dumps(payload, default=_plain, separators=(',', ':'))});\n"
 
 
-def _trend_payload(series: dict[str, dict[str, list]], noise: dict[tuple, float | None], key: tuple) -> dict:
-    """A trend file: provider -> shape -> [commit indexes, median, p20, p80, condition ids,
-    {condition id: relative noise}]."""
+def _trend_payload(series: dict[str, dict[str, list]], noise: dict[tuple, float | None], key: tuple,
+                   marks: list[dict[str, Any]]) -> dict:
+    """A trend file: {"series": provider -> shape -> [commit indexes, median, p20, p80, condition ids,
+    {condition id: relative noise}], "marks": the flags and changes of conditions the charts mark}."""
     out: dict[str, dict[str, list]] = {}
     for provider, shapes in series.items():
         out[provider] = {}
         for shape, (ci, med, p20, p80, cond) in shapes.items():
             n = {k: noise.get((*key, provider, shape, k)) for k in set(cond)}
             out[provider][shape] = [ci, med, p20, p80, cond, {k: round(v, 5) for k, v in n.items() if v is not None}]
-    return out
+    return {"series": out, "marks": marks}
+
+
+MARK_FIELDS = ("kind", "state", "label", "provider", "shape", "after_ci", "change", "what")
+COMMITS_FILE = "data/commits.js"  # each group's commits [short, date, subject, url], for every page's scripts
 
 
 # -- what each page offers as JSON: its data, without the drawing material (sparklines)
@@ -246,13 +251,18 @@ def render(data: site_data.SiteData, analysis: site_flags.Analysis, staging: Pat
         "threshold": site_pages.detector_threshold(), "min_z": site_pages.detector_min_z(),
     }
     w = Writer(staging, environment(), common)
+    w.write(COMMITS_FILE, data_js(COMMITS_FILE, site_pages.commit_lists(data)))
+    marks: dict[tuple, list] = {}
+    for r in rows:
+        marks.setdefault((r["gkey"], r["kernel"], r["mode"], r["dtype"]), []).append(
+            {k: site_pages.sig(r[k]) if k == "change" else r[k] for k in MARK_FIELDS})
     trend_files: dict[tuple[str, str, str, str], str] = {}
     for n, (key, series) in enumerate(sorted(data.trends.items())):
         gkey, kernel = key[0], key[1]
         if kernel not in slugs:
             continue
         rel = f"data/{slugs[kernel]}.{ids[gkey]}.{n}.js"
-        w.write(rel, data_js(rel, _trend_payload(series, analysis.noise, (gkey, kernel, key[2], key[3]))))
+        w.write(rel, data_js(rel, _trend_payload(series, analysis.noise, key, marks.get(key, []))))
         trend_files[key] = rel
     m = site_index.model(data, rows, slugs, config.other_function, analysis.noise)
     w.page("index.html", "overview.html", _index_json(m, count), title="Overview", m=m, counts=count)
@@ -321,6 +331,35 @@ def import_history(db: Path, data_dir: Path | None, cache: site_cache.Cache | No
     return added, listed
 
 
+def _inputs(db: Path, config: Path | None, commit_url: str | None, git_root: Path | None,
+            problems: list[tuple[str, str]]) -> str:
+    """A digest of everything a build reads: the store file, the config, the options, this
+    kcollect's code and templates, the plotly package, the checkout's remote (commit links)."""
+    code = sorted([*Path(__file__).parent.glob("*.py"), *TEMPLATES.iterdir()])
+    h = hashlib.sha256()
+    for f in code:
+        if f.is_file():
+            h.update(f.name.encode() + f.read_bytes())
+    st, pl = db.stat(), plotly_js().stat()
+    remote = site_git.remote(git_root) if git_root is not None else None
+    h.update(repr([st.st_size, st.st_mtime_ns, pl.st_size, pl.st_mtime_ns, config.read_bytes() if config else None,
+                   commit_url, remote, sorted(problems)]).encode())
+    return h.hexdigest()
+
+
+def _unchanged(out: Path, inputs: str) -> tuple[int, int] | None:
+    """(pages, files) of the site at out where its build read exactly these inputs, else None."""
+    try:
+        lines = (out / MARKER).read_text().splitlines()
+    except OSError:
+        return None
+    fields = dict(line.split(": ", 1) for line in lines[1:] if ": " in line)
+    files = sum(1 for f in out.rglob("*") if f.is_file())
+    if fields.get("inputs") != inputs or fields.get("files") != str(files):
+        return None
+    return int(fields.get("pages", 0)), files
+
+
 def partial_plotly(cache: site_cache.Cache | None) -> tuple[bytes, str | None]:
     return plotly_bundle.build(plotly_js(), cache.root if cache else None)
 
@@ -348,8 +387,14 @@ def build_site(db: str | Path, out: str | Path, data_dir: str | Path | None = No
     except site_config.ConfigError as e:
         raise SiteError(str(e)) from None
     cache = site_cache.Cache(Path(cache_dir)) if cache_dir is not None else None
-    plotly, plotly_note = partial_plotly(cache)
     imported, skipped = import_history(db, Path(data_dir) if data_dir else None, cache)
+    inputs = (_inputs(db, Path(config) if config is not None else None, commit_url, git_root,
+                      [*(problems or []), *skipped]) if db.is_file() else "")  # no store: Store says why below
+    same = _unchanged(out, inputs) if cache is not None and inputs else None
+    if same is not None:
+        return BuildResult(out=out, files=same[1], pages=same[0], largest=("", 0), seconds=time.perf_counter() - t0,
+                           imported=imported, notes=[], unchanged=True)
+    plotly, plotly_note = partial_plotly(cache)
     with Store(db, read_only=True) as store:
         data = site_data.load(store)
         budgets = site_budgets.load(store)
@@ -364,7 +409,6 @@ def build_site(db: str | Path, out: str | Path, data_dir: str | Path | None = No
         shutil.rmtree(staging)
     staging.mkdir(parents=True)
     try:
-        (staging / MARKER).write_text("Written by `kcollect build-site`, which wipes and rewrites this folder.\n")
         (staging / ".nojekyll").write_text("")  # GitHub Pages: serve the files as they are
         (staging / "assets").mkdir()
         (staging / "assets" / "plotly.min.js").write_bytes(plotly)
@@ -372,6 +416,9 @@ def build_site(db: str | Path, out: str | Path, data_dir: str | Path | None = No
             shutil.copyfile(TEMPLATES / name, staging / "assets" / name)
         w, warnings = render(data, analysis, staging, db, [*(problems or []), *skipped], cfg)
         site_budgets.render(w, budgets, data.groups)
+        files = sum(1 for f in staging.rglob("*") if f.is_file()) + 1
+        (staging / MARKER).write_text("Written by `kcollect build-site`, which wipes and rewrites this folder.\n"
+                                      f"inputs: {inputs}\npages: {w.pages}\nfiles: {files}\n")
         _swap(staging, out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -423,6 +470,10 @@ def build_site_cmd(db: str, out: str, data_dir: str, use_git: bool, commit_url: 
         click.echo(f"kcollect: note: {note}", err=True)
     if result.imported:
         click.echo(f"imported {result.imported} run(s) from {data_dir} into {db}", err=True)
+    if result.unchanged:
+        click.echo(f"site in {result.out}/ is up to date: nothing it is built from changed since its last build "
+                   f"({result.pages} pages, {result.files} files); open {result.out}/index.html")
+        return
     rel, size = result.largest
     click.echo(f"site written to {result.out}/ ({result.pages} pages, {result.files} files, largest "
                f"{rel} {size / 1024:.0f} KiB) in {result.seconds:.1f} s; open {result.out}/index.html")

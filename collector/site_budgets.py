@@ -65,7 +65,7 @@ def load(store: Store) -> BudgetData:
             "commit": r["commit"], "ctime": r["ctime"], "started_at": r["started_at"], "run_id": r["run_id"]})
     data.runs = {g: sorted(by.values(), key=lambda u: (u["ctime"], u["started_at"]), reverse=True)
                  for g, by in runs.items()}
-    trend_rows = store.con.execute(SERIES + f"""
+    trend_rows = store.con.execute(SERIES + """
         SELECT gkey, shape, dtype, provider, list(t ORDER BY ctime, commit)
         FROM (SELECT gkey, shape, dtype, provider, commit, min(ctime) AS ctime, median(p80_ms) AS t
               FROM v WHERE status = 'ok' AND p80_ms > 0 GROUP BY ALL)

@@ -11,7 +11,6 @@ file changed since the import that last wrote it.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import pickle
 from dataclasses import replace
@@ -57,13 +56,14 @@ class Cache:
 def _part_digest(data: SiteData, key: tuple, providers: dict[str, dict[str, list]]) -> str:
     gkey, kernel, _, dtype = key
     g = data.group(gkey)
-    conds = sorted({c for shapes in providers.values() for s in shapes.values() for c in s[4]})
-    top = max((i for shapes in providers.values() for s in shapes.values() for i in s[0]), default=-1)
-    shapes = sorted({s for ss in providers.values() for s in ss})
-    payload = [ENGINE, key, g.kind, providers, [[c, data.conditions[c]] for c in conds],
+    series = sorted((p, s, v) for p, shapes in providers.items() for s, v in shapes.items())
+    conds = sorted({c for *_, v in series for c in v[4]})
+    top = max((i for *_, v in series for i in v[0]), default=-1)
+    payload = [ENGINE, key, g.kind, series, [[c, sorted(data.conditions[c].items(), key=str)] for c in conds],
                [c["sha"] for c in g.commits[:top + 1]],
-               [data.last_ci.get((gkey, kernel, s, dtype)) for s in shapes]]
-    return hashlib.sha256(json.dumps(payload, default=str, sort_keys=True).encode()).hexdigest()
+               [data.last_ci.get((gkey, kernel, s, dtype)) for s in sorted({s for _, s, _ in series})]]
+    # pickle of plain lists in a sorted order: the same bytes for the same inputs, and fast
+    return hashlib.sha256(pickle.dumps(payload, protocol=4)).hexdigest()
 
 
 def analyse(data: SiteData, cache: Cache | None) -> site_flags.Analysis:

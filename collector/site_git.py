@@ -35,6 +35,11 @@ def commit_url_template(remote: str | None) -> str | None:
     return f"https://{host}/{path}/{'-/' if 'gitlab' in host else ''}commit/{{sha}}"
 
 
+def remote(root: Path) -> str | None:
+    """The URL of the checkout's origin, where it has one."""
+    return (_git(root, "remote", "get-url", "origin") or "").strip() or None
+
+
 def fill(commits: list[dict[str, Any]], root: Path) -> int:
     """Fills subject, author and url of the commits (dicts with 'sha') that have none, from the
     checkout at root. Returns how many were filled."""
@@ -46,7 +51,7 @@ def fill(commits: list[dict[str, Any]], root: Path) -> int:
     if not shas:
         return 0
     log = _git(root, "log", "--no-walk=unsorted", "--format=%H%x00%s%x00%an", *shas) or ""
-    template = commit_url_template((_git(root, "remote", "get-url", "origin") or "").strip())
+    template = commit_url_template(remote(root))
     meta = {}
     for line in log.splitlines():
         sha, _, rest = line.partition("\0")

@@ -223,8 +223,7 @@ def flag_table(data: SiteData, rows: list[dict[str, Any]]) -> dict[str, Any]:
                     r["what"], r["spark"] or None, r["order"],
                     {"state": ack["state"], "reason": ack["reason"], "by": ack.get("by")} if ack else None,
                     r["filter_kind"]])
-    return {"cols": FLAG_COLUMNS, "rows": out, "commits": commit_lists(data),
-            "labels": {g.id: g.label for g in data.groups}}
+    return {"cols": FLAG_COLUMNS, "rows": out, "labels": {g.id: g.label for g in data.groups}}
 
 
 def commit_lists(data: SiteData) -> dict[str, list[list]]:
@@ -269,10 +268,7 @@ def kernel_page(data: SiteData, kernel: str, slugs: dict[str, str], rows_of_flag
     return {"name": kernel, "slug": slugs[kernel], "info": info, "sections": sections, "colors": colors,
             "opened": opened[:OPEN_ON_KERNEL], "n_opened": len(opened), "n_steps": len(steps),
             "n_conditions": len(rows_of_flags) - len(steps),
-            "commits": {g.id: c for g, c in zip(data.groups, commit_lists(data).values()) if kernel in g.kernels},
-            "conditions": {str(i): _condition_label(c) for i, c in data.conditions.items()},
-            "marks": [{k: f[k] for k in ("kind", "state", "label", "gid", "mode", "dtype", "provider", "shape",
-                                         "after_ci", "after_ms", "change", "what")} for f in rows_of_flags]}
+            "conditions": {str(i): _condition_label(c) for i, c in data.conditions.items()}}
 
 
 def _trend_shapes(data: SiteData, g: Group, kernel: str, mode: str, dtype: str, rows: list[dict[str, Any]]) -> list[str]:

@@ -41,6 +41,10 @@
     });
   }
 
+  // Each group's commits ([short, date, subject, url]): one file for every page that needs them.
+  let commitsOf = {};
+  const commitsReady = () => load("data/commits.js").then((c) => (commitsOf = c));
+
   let pageCache = null;
   function pageData() {
     if (!pageCache) {
@@ -598,7 +602,7 @@
 
   function showPart(section) {
     if (section._kc) return section._kc;
-    section._kc = load(section.dataset.part).then((part) => {
+    section._kc = Promise.all([load(section.dataset.part), commitsReady()]).then(([part]) => {
       const page = pageData();
       const host = section.querySelector(".jtable");
       part.objects = partRows(part);
@@ -626,7 +630,7 @@
 
   // -- flags: the regressions table, and each kernel page's folded list ------------------------
   function flagColumns(data) {
-    const commits = data.commits;
+    const commits = commitsOf;
     const c = (r, ci) => (ci === null || ci === undefined ? null : (commits[r.gid] || [])[ci]);
     return [
       {label: "state", value: (r) => r.order, csvHead: ["state", "decision", "reason"],
@@ -706,7 +710,7 @@
 
   function showFlags(host) {
     if (host._kc) return host._kc;
-    host._kc = load("data/flags.js").then((data) => {
+    host._kc = Promise.all([load("data/flags.js"), commitsReady()]).then(([data]) => {
       const only = host.dataset.kernel; // a kernel page: its own steps, never the changes of conditions
       const rows = objects(data).filter((r) => !only || (r.kernel === only && r.state !== "condition"));
       const t = new DataTable(host, {
@@ -770,7 +774,7 @@
   }
 
   function commitUrl(gid, ci) {
-    const c = ((pageData().commits || {})[gid] || [])[ci];
+    const c = (commitsOf[gid] || [])[ci];
     return (c && c[3]) || "";
   }
 
@@ -954,12 +958,9 @@
     if (div._kcKey === key) return;
     div._kcKey = key;
     const box = div.closest(".trends");
-    const page = pageData();
-    const view = Object.assign({}, page, {commitsOf: page.commits[box.dataset.gid] || []});
-    const marks = (page.marks || []).filter((f) => f.gid === box.dataset.gid && f.mode === box.dataset.mode &&
-                                                    f.dtype === box.dataset.dtype);
-    load(box.dataset.file).then((series) => {
-      const fig = trendFigure(series, div.dataset.shape, s, view, marks);
+    Promise.all([load(box.dataset.file), commitsReady()]).then(([trend]) => {
+      const view = Object.assign({}, pageData(), {commitsOf: commitsOf[box.dataset.gid] || []});
+      const fig = trendFigure(trend.series, div.dataset.shape, s, view, trend.marks);
       return Plotly.react(div, fig.data, fit(fig.layout, div, fig.data), PLOT_CONFIG);
     }).then(() => clickable(div)).catch((err) => {
       div._kcKey = undefined;
@@ -1138,7 +1139,7 @@
         const ia = commits.findIndex((c) => c[0] === s.a);
         const ib = commits.findIndex((c) => c[0] === s.b);
         for (const e of entries) {
-          const series = loaded[e.f];
+          const series = loaded[e.f].series;
           for (const p of Object.keys(series)) {
             if (!providerOn(s, p)) continue;
             for (const [shape, [ci, med, , , cond]] of Object.entries(series[p])) {
@@ -1151,7 +1152,7 @@
       } else {
         const last = {};
         for (const e of entries) {
-          const series = loaded[e.f];
+          const series = loaded[e.f].series;
           for (const p of Object.keys(series)) {
             if (!providerOn(s, p)) continue;
             for (const [shape, [, med]] of Object.entries(series[p])) {

@@ -44,6 +44,12 @@ def analysed(tmp_path_factory) -> site_data.SiteData:
     return data, site_flags.analyse(data)
 
 
+@pytest.fixture(autouse=True)
+def _own_cache(tmp_path, monkeypatch):
+    """The command's cache (its default under the user's home) goes to each test's own folder."""
+    monkeypatch.setenv("KCOLLECT_CACHE_DIR", str(tmp_path / "kcollect-cache"))
+
+
 def read(site: Path, rel: str) -> str:
     return (site / rel).read_text()
 
@@ -274,7 +280,7 @@ def test_cpu_rows_are_a_separate_group(built):
 
 def test_regressions_page_orders_open_recovered_improvements_then_conditions(built):
     rows = flag_rows(built)
-    commits = data_file(built / "data" / "flags.js")["commits"]
+    commits = data_file(built / "data" / "commits.js")
     kinds = [r["filter_kind"] for r in rows]
     # the changes of conditions last, the largest move first
     assert kinds == ["open", "recovered", "improvement", "method"] + ["environment"] * 4, kinds
@@ -741,7 +747,7 @@ def test_commit_url_template_links_every_commit(tmp_path):
     db = site_store.build_store(tmp_path / "k.duckdb", cpu=False, second_gpu=False, lab=False)
     template = "https://github.com/owner/repo/commit/{sha}"
     out = build_site(db, tmp_path / "site", commit_url=template).out
-    commits = data_file(out / "data" / "flags.js")["commits"][H100]
+    commits = data_file(out / "data" / "commits.js")[H100]
     assert [c[3] for c in commits] == [f"https://github.com/owner/repo/commit/{site_store.sha(i)}"
                                        for i in range(site_store.COMMITS)]  # the template wins over the store's
     assert f'href="https://github.com/owner/repo/commit/{site_store.sha(6)}"' in read(out, "index.html")

@@ -25,7 +25,7 @@ import pytest
 from filelock import FileLock
 
 import site_store
-from kcollect import charts, regress, site_data, site_flags, site_pages
+from kcollect import charts, regress, site_data, site_flags
 from kcollect.site import build_site
 from kcollect.store import Store
 

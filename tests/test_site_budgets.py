@@ -225,6 +225,6 @@ def test_a_run_of_part_of_the_grid_hides_none_of_the_rest(tmp_path):
                         _label(ATTN): {site_store.sha(COMMITS - 1)}}
     assert [u["commit"] for u in data.runs[h100]] == [site_store.sha(late), site_store.sha(COMMITS - 1)]
     html = build(db, tmp_path / "site")
-    section = html.split(f'id="g-')[1]
+    section = html.split('id="g-')[1]
     assert "from the latest backbone run that measured it" in section
     assert site_store.sha(late)[:8] in section and site_store.sha(COMMITS - 1)[:8] in section
