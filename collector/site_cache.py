@@ -2,9 +2,9 @@
 cache, `site/` in it): the regression analysis of each part of the history, and whether the run
 folders changed since the last import.
 
-The analysis is run per (GPU, kernel, mode, dtype), each part keyed by a digest of everything it
-reads (its series' points and conditions, the commits they point into, the rows' latest commits)
-and of the analysis code itself; a rebuild analyses only the parts whose history changed. The
+The analysis is run series by series, each keyed by a digest of everything it reads (its points
+and their conditions, the commits they point into, the commit of its case's latest run) and of the
+analysis code itself; a rebuild analyses only the series whose history changed. The
 import of data/runs is skipped when neither the run folders (names, sizes, times) nor the store
 file changed since the import that last wrote it.
 """
@@ -53,43 +53,45 @@ class Cache:
 # -- the analysis, part by part ---------------------------------------------------------------
 
 
-def _part_digest(data: SiteData, key: tuple, providers: dict[str, dict[str, list]]) -> str:
+def _series_digest(data: SiteData, key: tuple, provider: str, shape: str, points: list) -> str:
     gkey, kernel, _, dtype = key
     g = data.group(gkey)
-    series = sorted((p, s, v) for p, shapes in providers.items() for s, v in shapes.items())
-    conds = sorted({c for *_, v in series for c in v[4]})
-    top = max((i for *_, v in series for i in v[0]), default=-1)
-    payload = [ENGINE, key, g.kind, series, [[c, sorted(data.conditions[c].items(), key=str)] for c in conds],
-               [c["sha"] for c in g.commits[:top + 1]],
-               [data.last_ci.get((gkey, kernel, s, dtype)) for s in sorted({s for _, s, _ in series})]]
-    # pickle of plain lists in a sorted order: the same bytes for the same inputs, and fast
+    conds = sorted(set(points[4]))
+    payload = [ENGINE, key, provider, shape, g.kind, points,
+               [[c, sorted(data.conditions[c].items(), key=str)] for c in conds],
+               [g.commits[i]["sha"] for i in sorted(set(points[0]))], data.last_ci.get((gkey, kernel, shape, dtype))]
     return hashlib.sha256(pickle.dumps(payload, protocol=4)).hexdigest()
 
 
 def analyse(data: SiteData, cache: Cache | None) -> site_flags.Analysis:
-    """site_flags.analyse over the whole history, its parts taken from the cache where their inputs
-    did not change. The parts are independent: each series (and each change of its conditions) is
-    analysed on its own points only."""
+    """site_flags.analyse over the whole history, series by series, each taken from the cache where
+    its inputs did not change: its points and their conditions, the commits they point into (their
+    hashes, so that a commit inserted before them counts), the commit of its case's latest run. The
+    series are independent: each one (and each change of its conditions) is analysed on its own
+    points only, which test_site checks against the analysis of the whole."""
     if cache is None:
         return site_flags.analyse(data)
     name = f"analysis-{ENGINE}.pickle"
     old = cache.read(name) or {}
     new, parts = {}, []
     for key, providers in data.exact_trends.items():
-        digest = _part_digest(data, key, providers)
-        part = old.get(digest)
-        if part is None:
-            part = site_flags.analyse(replace(data, exact_trends={key: providers}))
-        new[digest] = part
-        parts.append(part)
+        for provider, shapes in providers.items():
+            for shape, points in shapes.items():
+                digest = _series_digest(data, key, provider, shape, points)
+                part = old.get(digest)
+                if part is None:
+                    part = site_flags.analyse(replace(data, exact_trends={key: {provider: {shape: points}}}))
+                new[digest] = part
+                parts.append(part)
     if new.keys() != old.keys():
-        cache.write(name, new)  # only the parts this history has: the file does not grow forever
+        cache.write(name, new)  # only the series this history has: the file does not grow forever
     return merge(parts)
 
 
 def merge(parts: list[site_flags.Analysis]) -> site_flags.Analysis:
-    """One Analysis from those of disjoint parts of the history, as site_flags.analyse would give
-    for the whole: a change of conditions at one commit counts the series of every part it touched."""
+    """One Analysis from those of disjoint parts of the history (series), as site_flags.analyse would
+    give for the whole: a change of conditions at one commit counts the series of every part it
+    touched."""
     out = site_flags.Analysis([], {}, [], [])
     events: dict[tuple, dict[str, Any]] = {}
     for p in parts:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import shutil
 from pathlib import Path
 from statistics import median
 
@@ -166,6 +167,16 @@ def test_leaderboard_sets_ours_against_the_best_other_provider(built):
     # five cases, and 1.6x compile in the one where liger errs in the latest run
     assert rival == "liger" and speedup == pytest.approx((1.25**5 * 1.6) ** (1 / 6), rel=0.01) and ahead == measured == 6
     assert 0 < sol < 2
+
+
+def test_leaderboard_never_sets_ours_against_another_function(tmp_path):
+    db = site_store.build_store(tmp_path / "k.duckdb", cpu=False, lab=False)
+    config = _config(tmp_path, '[other_function.alpha]\nliger = "pretend: another function"\n')
+    html = read(build_site(db, tmp_path / "site", config=config).out, "index.html")
+    alpha = re.search(r'<tr><th scope="row"><a href="kernels/alpha.html">.*?</tr>', html, re.S).group(0)
+    assert "liger: another function" in alpha
+    rivals = [json.loads(c)[1] for c in re.findall(r"data-csv='([^']+)'", alpha)]
+    assert rivals == ["compile", "compile"]  # liger was the fastest other; compile is the next
 
 
 def test_standing_counts_cases_and_leaves_other_functions_out():
@@ -779,10 +790,12 @@ def test_the_feed_lists_regressions_of_ours_newest_first(built):
 # -- what a rebuild reuses -----------------------------------------------------------------------
 
 
-def test_the_analysis_by_parts_is_the_analysis_of_the_whole(analysed, history):
+def test_the_analysis_series_by_series_is_the_analysis_of_the_whole(analysed, history):
+    from dataclasses import replace
+
     for data, whole in (analysed, history[:2]):
-        parts = site_cache.merge([site_flags.analyse(__import__("dataclasses").replace(data, exact_trends={k: v}))
-                                  for k, v in data.exact_trends.items()])
+        parts = site_cache.merge([site_flags.analyse(replace(data, exact_trends={k: {p: {s: v}}}))
+                                  for k, ps in data.exact_trends.items() for p, ss in ps.items() for s, v in ss.items()])
         key = lambda f: (f["gkey"], f["kernel"], f["mode"], f["dtype"], f["provider"], f["shape"], f["after_ci"])  # noqa: E731
         assert sorted(parts.flags, key=key) == sorted(whole.flags, key=key)
         assert parts.noise == whole.noise and parts.events == whole.events
@@ -793,12 +806,19 @@ def test_a_rebuild_analyses_only_what_changed_and_skips_an_unchanged_import(tmp_
     src = site_store.build_store(tmp_path / "src.duckdb", cpu=False, lab=False)
     with Store(src, read_only=True) as store:
         export_runs(store, tmp_path / "runs")
+        gpu_series = {(k, p, s) for k, ps in site_data.load(store).exact_trends.items() for p, ss in ps.items()
+                      for s in ss}
     db, cache = tmp_path / "k.duckdb", tmp_path / "cache"
     calls = []
     real = site_flags.analyse
-    monkeypatch.setattr(site_flags, "analyse", lambda data, *a: calls.append(set(data.exact_trends)) or real(data, *a))
+
+    def counted(data, *args):
+        calls.extend((k, p, s) for k, ps in data.exact_trends.items() for p, ss in ps.items() for s in ss)
+        return real(data, *args)
+
+    monkeypatch.setattr(site_flags, "analyse", counted)
     first = build_site(db, tmp_path / "site", tmp_path / "runs", cache_dir=cache)
-    assert first.imported == site_store.COMMITS + 1 + 4 and len(calls) == 2 * (2 + 2)  # every part: 2 GPUs x (alpha fwd, bwd; beta bf16, fp16)
+    assert first.imported == site_store.COMMITS + 1 + 4 and sorted(calls) == sorted(gpu_series)  # each series once
     calls.clear()
     import kcollect.history
 
@@ -807,11 +827,14 @@ def test_a_rebuild_analyses_only_what_changed_and_skips_an_unchanged_import(tmp_
 
     monkeypatch.setattr(kcollect.history, "import_path", no_import)
     again = build_site(db, tmp_path / "site", tmp_path / "runs", cache_dir=cache)
-    assert again.imported == 0 and calls == []  # nothing changed: no import, no analysis
+    assert again.unchanged and again.imported == 0 and calls == []  # nothing changed: no import, no analysis
     assert read(again.out, "regressions.atom") == read(first.out, "regressions.atom")
+    shutil.rmtree(again.out)  # the same history into a new folder: built, every series from the cache
+    rebuilt = build_site(db, tmp_path / "site", tmp_path / "runs", cache_dir=cache)
+    assert not rebuilt.unchanged and calls == [] and flag_rows(rebuilt.out) == flag_rows(first.out)
     monkeypatch.undo()
-    monkeypatch.setattr(site_flags, "analyse", lambda data, *a: calls.append(set(data.exact_trends)) or real(data, *a))
-    with Store(db) as store:  # one more H200 run of beta: only the H200's beta parts change
+    monkeypatch.setattr(site_flags, "analyse", counted)
+    with Store(db) as store:  # one more H200 run of beta: only the H200's beta series change
         run = site_store._run(site_store.H200, site_store.COMMITS, 0)
         store.start_run(run)
         rows = site_store._rows(run.run_id, site_store.H200, {"beta": site_store.KERNELS["beta"]}, site_store.COMMITS,
@@ -819,7 +842,7 @@ def test_a_rebuild_analyses_only_what_changed_and_skips_an_unchanged_import(tmp_
         store.add_results(rows)
         store.finish_run(run.run_id, "finished", run.started_at)
     build_site(db, tmp_path / "site", cache_dir=cache)
-    assert sorted(k for c in calls for k in c) == [("cuda:NVIDIA H200", "beta", "fwd", d) for d in ("bfloat16", "float16")]
+    assert sorted(calls) == sorted(k for k in gpu_series if k[0][:2] == ("cuda:NVIDIA H200", "beta"))
 
 
 def test_the_site_of_the_committed_history_weighs_under_10_mb(tmp_path):
