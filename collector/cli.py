@@ -25,7 +25,19 @@ def _version() -> str:
         return "unknown"
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Main(click.Group):
+    """The command group; a store found damaged while a command reads it (StoreError, raised from
+    Store.query where DuckDB's own checks find what the checksums at opening did not) ends any
+    command with its one line and exit code, never a traceback."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except StoreError as e:
+            fail(str(e), code=e.code)
+
+
+@click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(_version(), "--version", "-V", prog_name="kcollect", message="%(prog)s %(version)s")
 def main() -> None:
     """Benchmark Triton kernels against their baselines, store results in DuckDB, publish a site."""
@@ -52,31 +64,50 @@ def list_cmd(device: str, kernel_modules, fmt: str) -> None:
 
 @main.command()
 @click.option("--db", default=DEFAULT_DB, show_default=True, help="DuckDB file to read.")
-@click.option("--run", "run_id", default=None, help="Run id (or a prefix). Default: the latest run.")
+@click.option("--run", "run_id", default=None,
+              help="Run id, or the id of a `kcollect run` (its workers' runs together), or a prefix of one. "
+                   "Default: the latest `kcollect run`, all its runs.")
 @format_option
 @click.option("--markdown", is_flag=True, help="Same as --format markdown.")
 def summary(db, run_id, fmt, markdown) -> None:
-    """Print the summary table of one run and, where the run recorded them, where its wall time went
-    and how the rows' own seconds split over its kernels."""
-    from .regress import device as device_label
-    from .report import cost_lines, lines, phase_lines, records
+    """Print the summary table of one run (every row of a `kcollect run`, whose workers each write a
+    run of their own) and, where the runs recorded them, where their wall time went and how the
+    rows' own seconds split over the kernels."""
+    from .report import cost_lines, lines, phase_lines, run_records
 
     fmt = "markdown" if markdown else fmt
-    store = open_store(db, read_only=True)
-    runs = store.query("SELECT u.*, e.device_kind, e.gpu_name FROM runs u JOIN environments e USING (env_id) "
-                       "ORDER BY started_at DESC")
-    if run_id:
-        runs = [r for r in runs if r["run_id"].startswith(run_id)]
-    if not runs:
-        fail(f"no run {'matching ' + repr(run_id) + ' ' if run_id else ''}in {db}", code=2 if run_id else 1)
-    run = runs[0]
-    rows = store.query("SELECT * FROM results WHERE run_id = ? ORDER BY seq", [run["run_id"]])
-    store.close()
+    with open_store(db, read_only=True) as store:  # closed on a one-line error too (in-process callers)
+        picked = _pick_runs(store.query("SELECT u.*, e.device_kind, e.gpu_name FROM runs u LEFT JOIN environments "
+                                        "e USING (env_id) ORDER BY started_at DESC"), run_id, db)
+        ids = [r["run_id"] for r in picked]
+        rows = store.query(f"SELECT * FROM results WHERE run_id IN ({', '.join('?' * len(ids))}) ORDER BY seq", ids)
+    run = picked[0]
     commit = (run["git_commit"] or "no commit")[:12]
-    click.echo(f"run {run['run_id'][:8]} ({run['status']}), commit {commit}, grid {run['grid']}, "
-               f"{len(rows)} rows", err=True)
-    recs = records(rows, run["copy_gbps"], run["matmul_tflops"], gpu=device_label(run), machine=run["machine"])
-    click.echo("\n".join(lines(recs, fmt) + phase_lines(run, fmt) + cost_lines(rows, fmt)))
+    what = (f"run {run['run_id'][:8]} ({run['status']})" if len(picked) == 1 else
+            f"runs {', '.join(i[:8] for i in ids)} of one `kcollect run` ({', '.join(r['status'] for r in picked)})")
+    click.echo(f"{what}, commit {commit}, grid {run['grid']}, {len(rows)} rows", err=True)
+    out = lines(run_records(picked, rows), fmt)
+    for r in picked:
+        phases = phase_lines(r, fmt)
+        out += phases[:1] + ([f"run {r['run_id'][:8]} ({r['machine']}):"] if phases and len(picked) > 1 else []) \
+            + phases[1:]
+    click.echo("\n".join(out + cost_lines(rows, fmt)))
+
+
+def _pick_runs(runs: list[dict], run_id: str | None, db: str) -> list[dict]:
+    """The runs `summary` shows, in the order they started: the run whose id begins with run_id
+    (the latest such), else every run of the `kcollect run` whose id begins with it; by default
+    every run of the latest `kcollect run` (older stores, without invocation ids: the latest run)."""
+    if run_id:
+        picked = [r for r in runs if r["run_id"].startswith(run_id)][:1] or \
+            [r for r in runs if (r.get("invocation") or "").startswith(run_id)]
+    else:
+        latest = runs[:1]
+        picked = [r for r in runs if latest and latest[0]["invocation"]
+                  and r["invocation"] == latest[0]["invocation"]] or latest
+    if not picked:
+        fail(f"no run {'matching ' + repr(run_id) + ' ' if run_id else ''}in {db}", code=2 if run_id else 1)
+    return picked[::-1]
 
 
 @main.command("export")
@@ -87,18 +118,18 @@ def export_cmd(db, out, run_ids) -> None:
     """Write runs as Parquet folders (the history kept in git); runs already exported are skipped."""
     from .history import export_runs
 
-    store = open_store(db, read_only=True)
-    known = store.run_ids()
-    full_ids = []
-    for rid in run_ids:
-        match = [k for k in known if k.startswith(rid)]
-        if len(match) != 1:
-            fail(f"run {rid!r} matches {len(match)} runs in {db}")
-        full_ids.append(match[0])
-    try:
-        written = export_runs(store, Path(out), full_ids or None)
-    except OSError as e:
-        fail(f"cannot write to {out}: {e.strerror or e}", code=1)
+    with open_store(db, read_only=True) as store:
+        known = store.run_ids()
+        full_ids = []
+        for rid in run_ids:
+            match = [k for k in known if k.startswith(rid)]
+            if len(match) != 1:
+                fail(f"run {rid!r} matches {len(match)} runs in {db}")
+            full_ids.append(match[0])
+        try:
+            written = export_runs(store, Path(out), full_ids or None)
+        except OSError as e:
+            fail(f"cannot write to {out}: {e.strerror or e}", code=1)
     for w in written:
         click.echo(f"wrote {w}")
     click.echo(f"{len(written)} run(s) exported to {out}", err=True)
@@ -151,6 +182,12 @@ main.add_command(build_site_cmd)
 from .compare import compare_cmd  # noqa: E402
 
 main.add_command(compare_cmd)
+
+# runs lists the store's runs and rm deletes some (runs_cmd.py).
+from .runs_cmd import rm_cmd, runs_cmd  # noqa: E402
+
+main.add_command(runs_cmd)
+main.add_command(rm_cmd)
 
 # find bisects with `kcollect run` in git worktrees; preview serves the built site.
 from .find import find_cmd  # noqa: E402

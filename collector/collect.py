@@ -27,6 +27,7 @@ from .profiling import profiled
 from .progress import Progress
 from .plan import Case, RunConfig
 from .runner import Runner, _now, make_row
+from .spawn import start_quietly
 from .store import Store, StoreError
 from .worker_log import Tail, redirect, written
 
@@ -38,6 +39,7 @@ class Outcome:
     runs: dict[str, Any] = field(default_factory=dict)  # run_id -> Run
     phases: dict[str, str] = field(default_factory=dict)  # run_id -> phases JSON
     errors: list[str] = field(default_factory=list)
+    envs: dict[str, Any] = field(default_factory=dict)  # env_id -> Environment of its runs
 
 
 def _trap(on_signal: Callable[[int], None]) -> None:
@@ -127,6 +129,7 @@ class _Recording:
         self.store, self.out, self.progress = store, out, progress
 
     def add_environment(self, env) -> None:
+        self.out.envs[env.env_id] = env
         self.store.add_environment(env)
 
     def start_run(self, run) -> None:
@@ -269,7 +272,7 @@ def run_workers(config: RunConfig, commit: Commit, cases: list[Case], tasks_: li
         slot.tail = slot.tail or Tail(os.path.join(logs, f"{slot.spec.name}.stderr"))
         slot.proc = ctx.Process(target=_worker, name=f"kcollect-{slot.spec.name}",
                                 args=(slot.spec, config, commit, kernel_modules, theirs, resume, slot.tail.path))
-        slot.proc.start()
+        start_quietly(slot.proc)  # no traceback from its start-up on a Ctrl-C (spawn.py)
         theirs.close()  # so that the worker's death reads as the end of the pipe
         slot.conn, slot.killed, slot.born, slot.phases = mine, None, time.monotonic(), None
 
@@ -428,6 +431,7 @@ class _Parent:
                 slot.kernel = self.cases[slot.held[0][0]].spec.name
             slot.conn.send(list(slot.held) or None)
         elif kind == "env":
+            self.out.envs[payload.env_id] = payload
             self.store.add_environment(payload)
         elif kind == "start":
             slot.run = self.out.runs[payload.run_id] = payload
@@ -464,7 +468,8 @@ class _Parent:
         if slot.run is not None:  # what it did counts in the run's breakdown, which others continue
             slot.dead.append(of_lifetime(slot.phases, time.monotonic() - slot.born))
         if slot.case is None or stopping:
-            self.warn(f"{slot.spec.name} ended without a word ({reason}); its rows so far are kept")
+            if not (stopping and slot.run is None):  # stopped before it began: nothing to say
+                self.warn(f"{slot.spec.name} ended without a word ({reason}); its rows so far are kept")
             self._keep(slot, rows)
             if slot.held:
                 self.todo.insert(0, slot.held)  # for another worker, if one is left

@@ -74,8 +74,10 @@ kernel_module_option = click.option(
 
 
 def open_store(path: str, read_only: bool = False) -> Store:
+    """The store at --db, or a one-line error. Only the default's folder (data/) is made where it
+    is missing: another --db in a folder that does not exist is a mistake to report."""
     try:
-        return Store(path, read_only=read_only)
+        return Store(path, read_only=read_only, create_folder=path == DEFAULT_DB)
     except StoreError as e:
         fail(str(e), code=e.code)
 

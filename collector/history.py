@@ -66,13 +66,17 @@ def export_runs(store: Store, out_dir: Path, run_ids: Iterable[str] | None = Non
 PARTIAL = ".partial"  # the suffix of a folder being written (export renames it when complete)
 
 
+def _is_run_folder(path: Path) -> bool:
+    return path.name.endswith(PARTIAL) or any((path / f"{part}.parquet").exists() for part in PARTS)
+
+
 def run_folders(path: Path) -> list[Path]:
     """The run folders at path (itself, or its sub-folders), whole or not: every folder that holds
-    a run.parquet or is named *.partial, so that a broken one is reported, never silently passed."""
-    if (path / "run.parquet").exists() or path.name.endswith(PARTIAL):
+    one of a run's Parquet files or is named *.partial, so that a broken one (run.parquet lost,
+    say) is reported, never silently passed."""
+    if _is_run_folder(path):
         return [path]
-    return sorted(p for p in path.iterdir()
-                  if p.is_dir() and ((p / "run.parquet").exists() or p.name.endswith(PARTIAL)))
+    return sorted(p for p in path.iterdir() if p.is_dir() and _is_run_folder(p))
 
 
 _run_folders = run_folders  # the name build-site imports

@@ -19,6 +19,7 @@ class RunConfig:
     providers: tuple[str, ...] | None = None  # None: all of each kernel's providers
     dtypes: tuple[str, ...] | None = None  # None: each kernel's bench dtypes
     where: tuple[tuple[str, str], ...] = ()  # (dim, value): only the grid's shapes with these dims
+    shapes: tuple[str, ...] = ()  # labels (run --shape): just these shapes, the grid's or new (shapes.restrict)
     warmup_ms: float = 10.0
     rep_ms: float = 40.0
     min_reps: int = 10
@@ -53,8 +54,12 @@ class Case:
 
 def plan(specs: list[KernelSpec], config: RunConfig) -> list[Case]:
     """The (kernel, shape, dtype) cases of a run, with the modes and providers each one gets."""
+    from .shapes import restrict
+
     cases = []
     for spec in specs:
+        if config.shapes:  # the CLI has checked that each kernel can take them
+            spec = restrict(spec, config.shapes)
         modes = tuple(m for m in spec.modes if config.modes is None or m in config.modes)
         providers = tuple(p for p in spec.provider_names if config.providers is None or p in config.providers)
         if config.dtypes is None:

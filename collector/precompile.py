@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Callable
 
 from .plan import Case, RunConfig
+from .spawn import start_quietly
 
 PROCS_MAX = 8
 # A margin, not a measurement: each process holds torch, inductor and the peers' compilers (the
@@ -263,7 +264,7 @@ def _pool(config, kernel_modules, procs, visible, order, todo, timeout, say, t0)
         dev = visible[n % len(visible)] if visible else None
         proc = ctx.Process(target=_worker, args=(config, kernel_modules, dev, threads, theirs),
                            name=f"kcollect-precompile{n}", daemon=True)
-        proc.start()
+        start_quietly(proc)  # no traceback from its start-up on a Ctrl-C (spawn.py)
         theirs.close()
         return dict(n=n, proc=proc, conn=mine, case=None, since=time.monotonic(), ready=False)
 

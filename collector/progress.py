@@ -1,8 +1,9 @@
 """Progress of a run, per provider measurement, with an ETA from the plan's estimated costs.
 
 On a terminal one status line is rewritten as each provider starts and ends; elsewhere (CI logs,
-a device's captured output) one line per finished measurement, with its seconds, so that a log
-shows where the time went. The ETA starts from the estimates (schedule.estimator: each
+a device's captured output) a line every SPARSE_S seconds. Verbose (`kcollect run --verbose`), one
+line per finished measurement as well, with its seconds, so that a log shows where the time went
+(a full grid is over a thousand of them). The ETA starts from the estimates (schedule.estimator: each
 measurement's seconds in the last run on this machine, else the plan's) and is rescaled by the
 ratio of observed to estimated time as measurements finish.
 """
@@ -18,6 +19,7 @@ from .schedule import Cost, unit_cost
 
 
 OBSERVED_AFTER = 5  # measurements before the observed rate replaces the plan's estimate
+SPARSE_S = 30.0  # without a terminal and --verbose: a progress line at most this often
 
 
 def _clock(seconds: float) -> str:
@@ -27,10 +29,10 @@ def _clock(seconds: float) -> str:
 
 class Progress:
     def __init__(self, cases: list[Case], device: str, workers: int = 1, out: TextIO | None = None,
-                 tty: bool | None = None, cost: Cost | None = None, known: int = 0):
+                 tty: bool | None = None, cost: Cost | None = None, known: int = 0, verbose: bool = True):
         """`cost`: each measurement's estimated seconds (default: the plan's); `known`: how many of
-        them come from a past run."""
-        self.device, self.workers = device, max(1, workers)
+        them come from a past run; `verbose`: a line per finished measurement."""
+        self.device, self.workers, self.verbose = device, max(1, workers), verbose
         self.out = out or sys.stderr
         self.tty = self.out.isatty() if tty is None else tty
         self.cost = cost or (lambda case, mode, provider: unit_cost(case, mode, provider, device))
@@ -40,6 +42,7 @@ class Progress:
         self.done_est = 0.0
         self.done = 0
         self.started = time.perf_counter()
+        self.said = self.started  # when the last sparse line was printed
         self.first: float | None = None  # when the first measurement started (set-up done)
         self.began: dict[object, float] = {}  # worker -> when its current measurement started
 
@@ -75,10 +78,13 @@ class Progress:
         self.done_est += self.cost(case, mode, provider)
         took = now - self.began.pop(worker, now)
         tail = f"{_clock(now - self.started)} elapsed, ETA {_clock(self.eta())}"
+        if self.verbose:
+            self.say(f"[{self.done}/{self.units}] {who}{what}  {took:.1f} s | {tail}")
+        elif not self.tty and (now - self.said >= SPARSE_S or self.done == self.units):
+            self.said = now
+            self.say(f"[{self.done}/{self.units}] {100 * self.done // self.units}% | {tail}")
         if self.tty:
             self._status(f"[{self.done}/{self.units}] {who}{what} | {tail}")
-        else:
-            print(f"[{self.done}/{self.units}] {who}{what}  {took:.1f} s | {tail}", file=self.out, flush=True)
 
     def run_started(self, run, worker: object = None) -> None:
         """The line that says a run began, on which machine, and its measured ceilings."""

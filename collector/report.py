@@ -68,6 +68,27 @@ def records(rows: list[dict[str, Any]], copy_gbps: float | None, matmul_tflops: 
     return out
 
 
+def is_ours(row: dict[str, Any]) -> bool:
+    """Whether a row measured our own code, whose failing gate fails `kcollect run`: the row's
+    `ours` where the store has it (declared on the provider, Provider.ours), else the providers
+    regress.OURS names. The one place the run's exit code asks it."""
+    from .regress import OURS
+
+    return bool(row["ours"]) if row.get("ours") is not None else row["provider"] in OURS
+
+
+def run_records(runs: list[dict[str, Any]], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records of several runs' rows (the workers' runs of one `kcollect run`), each against
+    its own run's ceilings and labelled with its GPU and machine; in the order of `runs`."""
+    from .regress import device
+
+    out = []
+    for run in runs:
+        mine = [r for r in rows if r["run_id"] == run["run_id"]]
+        out += records(mine, run["copy_gbps"], run["matmul_tflops"], gpu=device(run), machine=run.get("machine"))
+    return out
+
+
 def _display(rec: dict[str, Any]) -> dict[str, str]:
     """The table and Markdown forms of the cells whose plain form would be hard to read."""
     def num(key, fmt):

@@ -6,12 +6,15 @@ import math
 import os
 import random
 import time
+import uuid
+from dataclasses import replace
 from pathlib import Path
 
 import click
 
 from .common import (ALLOC_CONF, DEFAULT_DB, check_choices, fail, kernel_module_option, load_registry, open_store,
                      pin_ptxas, resolve_device)
+from .formats import format_option
 from .names import DTYPE_CHOICES as DTYPES, MODES
 
 # Defaults where the device decides. The CPU interpreter takes 0.1-1 s a call and its rows are a
@@ -44,6 +47,9 @@ CPU_COMPILE = ("compile", "on the CPU torch.compile builds C++, not the Triton c
 @click.option("--where", "where", multiple=True, metavar="DIM=VALUE",
               help="Only the grid's shapes whose DIM equals VALUE (repeatable; values of one DIM are "
                    "alternatives, different DIMs must all match), e.g. --where stream=1 --where B=1.")
+@click.option("--shape", "shapes", multiple=True, metavar="LABEL",
+              help="Only this shape (repeatable), by its label as `summary` prints it, e.g. --shape M=4096,N=8192: "
+                   "a shape of the grid, or a new one with the kernel's dimensions.")
 @click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto", show_default=True,
               help="Where to run; cpu uses Triton's interpreter and marks the rows so.")
 @click.option("--warmup-ms", default="10", metavar="MS", show_default=True,
@@ -64,11 +70,16 @@ CPU_COMPILE = ("compile", "on the CPU torch.compile builds C++, not the Triton c
               help="Measure every row again at the end of its case and store it as `unstable` when the two "
                    "disagree (collector/stability.py). Default: on CUDA; off on the CPU, whose interpreted rows "
                    "are never compared and whose shared cores would flag most of them.")
-@click.option("--seed", type=int, default=None, help="Seed for the random inputs. Default: a fresh one per run.")
+@click.option("--seed", type=int, default=None,
+              help="Seed of the run's random inputs (each case's comes from it and the case's kernel, shape and "
+                   "dtype, so --seed S with --shape, --dtype, --mode and --provider measures one row of a run of "
+                   "seed S again on the same inputs). Default: a fresh one per run, recorded in its config.")
 @click.option("--db", default=DEFAULT_DB, show_default=True, help="DuckDB file the rows are appended to.")
 @click.option("--commit", default=None,
               help="Git commit to record (default: HEAD of the git checkout in the working directory); its time, "
-                   "subject and author come from git where it is known here, otherwise give --commit-time.")
+                   "subject and author come from git where it is known here, otherwise give --commit-time and the "
+                   "full SHA. A run whose kcollect was built from another commit of the same repository (a stale "
+                   "or non-editable install) is refused unless --commit names the commit to key it by.")
 @click.option("--commit-time", default=None, help="ISO time of --commit (UTC unless it has an offset).")
 @click.option("--machine", default=None,
               help="Name of this machine in the history. Default: host name and GPU name.")
@@ -96,15 +107,29 @@ CPU_COMPILE = ("compile", "on the CPU torch.compile builds C++, not the Triton c
               help="Write a cProfile of each measuring process to DIR: RUN_ID.prof (pstats) and RUN_ID.txt (the "
                    "functions with the most cumulative time), for overhead the run's breakdown does not name.")
 @click.option("--fail-on-incorrect", is_flag=True,
-              help="Exit 1 when any row failed its correctness gate or raised an error.")
+              help="Exit 1 when any row (a peer's or a baseline's too) failed its correctness gate or raised an error.")
+@click.option("--verbose", "-v", is_flag=True,
+              help="A line per finished measurement, and where each run's time went, on stderr.")
+@click.option("--dry-run", is_flag=True,
+              help="Print the plan (kernels, cases, rows, estimated seconds) and its estimated time; measure nothing.")
+@format_option
 @kernel_module_option
-def run(names, all_, quick, modes, providers, dtypes, where, device, warmup_ms, rep_ms, min_reps, ci_pct, cuda_graph, recheck,
-        seed, db, commit, commit_time, machine, gpus, workers, measure_timeout, shard, cache_dir, precompile,
-        profile_dir, fail_on_incorrect, kernel_modules) -> None:
+def run(names, all_, quick, modes, providers, dtypes, where, shapes, device, warmup_ms, rep_ms, min_reps, ci_pct,
+        cuda_graph, recheck, seed, db, commit, commit_time, machine, gpus, workers, measure_timeout, shard, cache_dir,
+        precompile, profile_dir, fail_on_incorrect, verbose, dry_run, fmt, kernel_modules) -> None:
     """Run kernels against their baselines, gate on correctness, time, and store one row per
-    (kernel, mode, provider, shape, dtype). PyTorch's CUDA allocator runs with expandable segments
-    unless PYTORCH_CUDA_ALLOC_CONF is set, and every Triton kernel is built by the torch wheel's
-    ptxas unless TRITON_PTXAS_PATH is set (README, "What a run does")."""
+    (kernel, mode, provider, shape, dtype). Progress goes to stderr (one line rewritten on a
+    terminal; elsewhere a line every 30 s; --verbose: a line per measurement), then the table of
+    the command's rows to stdout (--format csv or json for scripts).
+
+    Exit status: 0; 3 when a row of ours (our own kernels' providers) failed its correctness gate or
+    raised (each is named with the command that measures it again alone); 1 when the run did not
+    finish (or, with --fail-on-incorrect, any row failed); 2 for bad input or a store this kcollect
+    cannot use; 130 when interrupted (Ctrl-C, SIGTERM), its rows kept.
+
+    PyTorch's CUDA allocator runs with expandable segments unless PYTORCH_CUDA_ALLOC_CONF is set,
+    and every Triton kernel is built by the torch wheel's ptxas unless TRITON_PTXAS_PATH is set
+    (README, "What a run does")."""
     started = time.perf_counter()
     # Before anything touches CUDA: the allocator reads this when it starts (see ALLOC_CONF).
     os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", ALLOC_CONF)
@@ -117,12 +142,19 @@ def run(names, all_, quick, modes, providers, dtypes, where, device, warmup_ms, 
     check_choices("dtype", dtypes, DTYPES)
     budget = dict(warmup_ms=_number("--warmup-ms", warmup_ms, 0), rep_ms=_number("--rep-ms", rep_ms, 0, open_=True),
                   ci_rel=_number("--ci", ci_pct, 0) / 100)
-    from .environment import CommitError, resolve_commit
+    from .environment import CommitError, code_identity, key_commit, resolve_commit
 
     try:  # before any measurement: a bad time must not cost the ceilings
         found = resolve_commit(Path.cwd(), commit, commit_time)
     except CommitError as e:
         fail(str(e))
+    try:
+        found, warning = key_commit(found, code_identity(), commit, Path.cwd())
+    except CommitError as e:
+        if not dry_run:  # a dry run keys nothing
+            fail(str(e))
+        warning = None
+    found = replace(found, invocation=str(uuid.uuid4()))
     device = resolve_device(device)
     timeout = MEASURE_TIMEOUT[device] if measure_timeout is None else _number("--measure-timeout", measure_timeout, 0,
                                                                                open_=True)
@@ -134,32 +166,56 @@ def run(names, all_, quick, modes, providers, dtypes, where, device, warmup_ms, 
     except ValueError as e:
         fail(str(e))
     pool = _workers(device, gpus, workers)
-    caches = _caches(cache_dir)
+    caches = None if dry_run else _caches(cache_dir)  # a dry run makes no folder
     registry = load_registry(device, kernel_modules)
     check_choices("kernel", names, registry.names())
     specs = list(registry.specs) if all_ else [registry.get(n) for n in dict.fromkeys(names)]
     check_choices("provider", providers, dict.fromkeys(p for s in specs for p in s.provider_names))
     grid = ("quick" if device == "cpu" else "full") if quick is None else ("quick" if quick else "full")
+    specs = _shapes(shapes, specs)
     where = _where(where, specs, grid)
     from .plan import RunConfig, plan
 
     config = RunConfig(kernels=tuple(s.name for s in specs), grid=grid, device=device, modes=modes or None,
-                       providers=providers or None, dtypes=dtypes or None, where=where, cuda_graph=cuda_graph,
+                       providers=providers or None, dtypes=dtypes or None, where=where,
+                       shapes=tuple(dict.fromkeys(shapes)), cuda_graph=cuda_graph,
                        recheck=device == "cuda" if recheck is None else recheck,
                        seed=random.randrange(2**31) if seed is None else seed,
                        alloc_conf=os.environ["PYTORCH_CUDA_ALLOC_CONF"], ptxas=ptxas, machine=machine,
                        shard=shard, workers=max(1, len(pool)), caches=caches, measure_timeout=timeout,
                        unavailable=(CPU_COMPILE,) if device == "cpu" and "compile" not in providers else (),
-                       profile=_profile_dir(profile_dir), precompile=_precompile(precompile, device), **budget)
+                       profile=None if dry_run else _profile_dir(profile_dir),
+                       precompile=_precompile(precompile, device), **budget)
     cases = plan(specs, config)
     if not cases:
-        fail("the selection leaves nothing to run (check --mode/--provider/--dtype/--where against `kcollect list`)")
+        fail("the selection leaves nothing to run (check --mode/--provider/--dtype/--where/--shape against "
+             "`kcollect list`)")
+    from .session import Output, dry_run as plan_lines, execute
+
+    if dry_run:  # the store only for the seconds of past runs, read, never made
+        store = open_store(db, read_only=True) if Path(db).exists() else None
+        click.echo("\n".join(plan_lines(config, cases, shard_kn, pool, store, fmt)))
+        return
+    if warning:
+        click.echo(f"kcollect: warning: {warning}", err=True)
     if found.sha is None:
         click.echo(f"kcollect: warning: {Path.cwd()} is not in a git checkout: the run records no commit "
                    "(run from the checkout, or give --commit and --commit-time)", err=True)
-    from .session import execute
+    execute(config, found, cases, shard_kn, pool, kernel_modules, open_store(db),
+            Output(fmt, verbose, fail_on_incorrect), started)
 
-    execute(config, found, cases, shard_kn, pool, kernel_modules, open_store(db), fail_on_incorrect, started)
+
+def _shapes(labels: tuple[str, ...], specs: list) -> list:
+    """The specs with their grids restricted to --shape's labels (as the workers' plan does), or a
+    one-line error naming the kernel that cannot take one and what it can."""
+    if not labels:
+        return specs
+    from .shapes import ShapeError, restrict
+
+    try:
+        return [restrict(s, labels) for s in specs]
+    except ShapeError as e:
+        fail(f"--shape: {e}")
 
 
 def _precompile(text: str, device: str) -> int:

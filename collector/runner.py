@@ -19,6 +19,7 @@ from . import memory, stability, timing, verify
 from .environment import Commit, fingerprint, resolve_commit
 from .names import plain
 from .phases import Phases
+from .seeds import case_seed
 from .plan import Case, RunConfig, plan  # noqa: F401  (plan: imported from here by benchmarks)
 from .spec import DTYPE_NAMES, Unavailable
 from .store import Environment, Run, config_json
@@ -38,6 +39,17 @@ def _error_text(e: BaseException) -> str:
     if isinstance(e, torch.cuda.OutOfMemoryError):
         return "out of memory: " + first[:300]
     return f"{type(e).__name__}: {first[:300]}"
+
+
+def _share_case_seconds(rows: list[dict[str, Any]], case_s: float) -> None:
+    """Spread what a case spent outside its measurements (inputs, float64 references, releasing its
+    memory) evenly over its rows' seconds, so that a run's rows add up to its measuring time: the
+    seconds are what the next run's estimate is fitted on (cost.py), and the references alone can
+    be most of a recurrent case's cost."""
+    timed = [r for r in rows if r.get("seconds") is not None]
+    extra = case_s - sum(r["seconds"] for r in timed)
+    for r in timed:
+        r["seconds"] += max(0.0, extra) / len(timed)
 
 
 def _now() -> datetime:
@@ -88,7 +100,8 @@ class Runner:
                   git_commit=commit.sha, commit_time=commit.time, git_dirty=commit.dirty, grid=cfg.grid,
                   copy_gbps=copy_gbps, matmul_tflops=matmul_tflops, config=config_json(cfg), machine=machine,
                   commit_subject=commit.subject, commit_author=commit.author, commit_url=commit.url,
-                  shard=cfg.shard, device_index=self.device_index)
+                  shard=cfg.shard, device_index=self.device_index, invocation=commit.invocation,
+                  kcollect_version=commit.kcollect_version, kcollect_commit=commit.kcollect_commit)
         with self.phases("store"):
             self.sink.add_environment(env)
             self.sink.start_run(run)
@@ -128,16 +141,19 @@ class Runner:
         _measure_case has returned, when its frame (inputs, float64 answers, the last provider's
         upstream gradients and call) is gone: released inside it, that memory stayed cached until
         the next case (on the H200, up to 2.5 GB more reserved after a case than before it)."""
-        level = memory.allocated(self.config.device)
+        level, t0 = memory.allocated(self.config.device), time.perf_counter()
+        rows: list[dict[str, Any]] = []
         try:
-            return self._measure_case(case, only)
+            rows = self._measure_case(case, only)
+            return rows
         finally:
             with self.phases("release"):
                 memory.release(self.config.device, compiled="compile" in case.providers, case_end=True,
                                level=level)
+            _share_case_seconds(rows, time.perf_counter() - t0)
 
     def _measure_case(self, case: Case, only: frozenset[tuple[str, str]] | None) -> list[dict[str, Any]]:
-        device, seed = self.config.device, self.config.seed + self.seq
+        device, seed = self.config.device, case_seed(self.config.seed, case)  # not its place in the plan
         rows: list[dict[str, Any]] = []
         done: list[tuple[dict, Callable[[], Callable], stability.Measured]] = []
         pairs = [(m, n) for m in case.modes for n in case.providers if only is None or (m, n) in only]

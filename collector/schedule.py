@@ -1,21 +1,22 @@
 """The plan's cost, its split over machines (--shard K/N) and the order workers take cases in.
 
-Costs are estimates in seconds from the plan alone (no clock), so that every machine of a sharded
-run computes the same split, and so that the progress has an ETA before anything is measured. The
-progress rescales them by what it observes (progress.py).
+Costs are estimates in seconds from the plan and the committed cost model (cost.py) alone (no
+clock), so that every machine of a sharded run computes the same split, and so that the progress has
+an ETA before anything is measured. The progress rescales them by what it observes (progress.py).
 """
 from __future__ import annotations
 
 import socket
 from typing import Callable
 
+from . import cost
 from .plan import Case
 
-# Seconds per (mode, provider) measurement. On a GPU it is mostly the fixed timing budget and
-# Python, plus torch.compile's first call per shape and mode. On the CPU the Triton interpreter's
-# cost grows with the data (about 10 s of CPU per MB moved on the quick grid: each program of a
-# launch costs milliseconds of Python), while the other providers are native code; torch.compile
-# does not run there by default (run_cmd.CPU_COMPILE).
+# Seconds per (mode, provider) measurement where the fitted model (cost.py) has no term for it
+# (a new kernel, a plugin's). On a GPU it is mostly the fixed timing budget and Python, plus
+# torch.compile's first call per shape and mode. On the CPU the Triton interpreter's cost grows with
+# the data (each program of a launch costs milliseconds of Python), while the other providers are
+# native code; torch.compile does not run there by default (run_cmd.CPU_COMPILE).
 BASE_S = {"cuda": 0.4, "cpu": 0.1}
 COMPILE_S = {"cuda": 2.0, "cpu": 0.0}
 PER_GB_S = {"cuda": 0.5, "cpu": 0.0}
@@ -24,6 +25,9 @@ INTERPRETED_PER_GB_S = 10000.0
 
 def unit_cost(case: Case, mode: str, provider: str, device: str) -> float:
     gb = case.spec.bytes_moved(case.shape.dims, case.dtype, mode) / 1e9
+    fitted = cost.committed().seconds(device, case.spec.name, provider, mode, gb)
+    if fitted is not None:
+        return fitted
     per_gb = INTERPRETED_PER_GB_S if device == "cpu" and provider == "triton" else PER_GB_S[device]
     return BASE_S[device] + (COMPILE_S[device] if provider == "compile" else 0.0) + per_gb * gb
 

@@ -1,9 +1,11 @@
 """One `kcollect run` from its plan to its exit code: the shard, the workers or this process, the
-progress, and the report at the end (summary table, where the time went, what failed)."""
+progress, and the report at the end (the table of the command's rows, what failed)."""
 from __future__ import annotations
 
+import shlex
 import sys
-from dataclasses import replace
+import time
+from dataclasses import asdict, dataclass, replace
 
 import click
 
@@ -11,34 +13,72 @@ from . import phases as phase_report
 from . import precompile
 from .collect import Outcome, run_here, run_workers
 from .environment import Commit
-from .progress import Progress
-from .report import cost_lines, table_lines
+from .progress import Progress, _clock
+from .report import cost_lines, is_ours, lines, run_records
+from .formats import render
 from .plan import Case, RunConfig
 from .schedule import estimator, past_seconds, shard, tasks
+from .spec import DTYPE_NAMES
 from .store import Store
 
+# The exit status of a run in which a row of ours failed its correctness gate or raised (README,
+# `run --help`): apart from 1 (the run did not finish, or --fail-on-incorrect), 2 (bad input) and
+# 130 (interrupted), so that CI can tell our kernel's failure from the rest.
+OURS_FAILED = 3
+SHOWN_FAILURES = 10  # failing rows of ours named one by one at the end of a run
 
-def execute(config: RunConfig, commit: Commit, cases: list[Case], shard_kn: tuple[int, int] | None, pool: list,
-            kernel_modules, store: Store, fail_on_incorrect: bool, started: float | None = None) -> None:
-    """`started`: when the command began (perf_counter), so that imports count in the breakdown."""
+
+@dataclass(frozen=True)
+class Output:
+    """How a run reports: the format of its table of rows (stdout), a line per measurement, and
+    whether any failing row (not only ours) fails it."""
+    fmt: str = "table"
+    verbose: bool = False
+    fail_on_incorrect: bool = False
+
+
+@dataclass
+class Layout:
+    """What this process measures of a plan, and with how many workers."""
+    indices: list[int]  # the cases of this shard, into the plan
+    todo: list[list[int]]  # the tasks the workers take
+    pool: list  # the worker processes ([]: this process)
+    config: RunConfig
+
+
+def layout(config: RunConfig, cases: list[Case], shard_kn: tuple[int, int] | None, pool: list) -> Layout:
     indices = shard(cases, *shard_kn, config.device) if shard_kn else list(range(len(cases)))
-    mine = [cases[i] for i in indices]
     todo = tasks(indices, cases, config.device, len(pool))
     pool = pool[:max(1, len(todo))]  # a worker per task at most
     if len(pool) == 1 and config.device == "cpu" and config.measure_timeout is None:
         pool = []  # one CPU worker, nothing to watch for: measure in this process
-    config = replace(config, workers=max(1, len(pool)))
-    cost, known = estimator(mine, config.device, past_seconds(store, config.device, config.machine))
-    progress = Progress(mine, config.device, workers=max(1, len(pool)), cost=cost, known=known)
+    return Layout(indices, todo, pool, replace(config, workers=max(1, len(pool))))
+
+
+def _progress(lay: Layout, cases: list[Case], store: Store | None, verbose: bool = False) -> Progress:
+    mine = [cases[i] for i in lay.indices]
+    config = lay.config
+    past = past_seconds(store, config.device, config.machine) if store is not None else {}
+    cost, known = estimator(mine, config.device, past)
+    return Progress(mine, config.device, workers=config.workers, cost=cost, known=known, verbose=verbose)
+
+
+def execute(config: RunConfig, commit: Commit, cases: list[Case], shard_kn: tuple[int, int] | None, pool: list,
+            kernel_modules, store: Store, output: Output, started: float | None = None) -> None:
+    """`started`: when the command began (perf_counter), so that imports count in the breakdown."""
+    lay = layout(config, cases, shard_kn, pool)
+    config, pool = lay.config, lay.pool
+    progress = _progress(lay, cases, store, output.verbose)
 
     def warn(message: str) -> None:
         progress.say(f"kcollect: warning: {message}")
 
-    where = f"shard {config.shard}: {len(mine)} of {len(cases)} cases" if shard_kn else f"{len(cases)} cases"
+    where = (f"shard {config.shard}: {len(lay.indices)} of {len(cases)} cases" if shard_kn
+             else f"{len(cases)} cases")
     progress.say(f"{where}, grid {config.grid}; {progress.plan_line()}")
     try:
         visible = [w.visible for w in pool] or [None]
-        ahead = precompile.run(config, cases, indices, kernel_modules, config.precompile, visible, progress.say,
+        ahead = precompile.run(config, cases, lay.indices, kernel_modules, config.precompile, visible, progress.say,
                                config.measure_timeout).seconds
     except KeyboardInterrupt:
         progress.close()
@@ -48,35 +88,99 @@ def execute(config: RunConfig, commit: Commit, cases: list[Case], shard_kn: tupl
     progress.say("measuring the device's ceilings (copy bandwidth, bf16 matmul)...")
     try:
         if pool:
-            out = run_workers(config, commit, cases, todo, store, progress, warn, pool, kernel_modules, ahead_s=ahead)
+            out = run_workers(config, commit, cases, lay.todo, store, progress, warn, pool, kernel_modules,
+                              ahead_s=ahead)
         else:
             index = 0 if config.device == "cuda" else None
-            out = run_here(config, commit, cases, indices, store, progress, warn, index, started, ahead)
+            out = run_here(config, commit, cases, lay.indices, store, progress, warn, index, started, ahead)
     finally:
         progress.close()
         store.close()
-    _report(out, store, fail_on_incorrect)
+    wall = time.perf_counter() - (started if started is not None else progress.started)
+    sys.exit(_report(out, config, store, output, wall))
 
 
-def _report(out: Outcome, store: Store, fail_on_incorrect: bool) -> None:
+def _report(out: Outcome, config: RunConfig, store: Store, output: Output, wall: float) -> int:
+    """Prints the end of a run (the rows on stdout, the rest on stderr); its exit status."""
     for error in out.errors:
         click.echo(f"kcollect: error: {error}", err=True)
-    for run_id, run in out.runs.items():
-        rows = [r for r in out.rows if r["run_id"] == run_id]
-        if rows:
-            click.echo("\n".join(table_lines(rows, run.copy_gbps, run.matmul_tflops)))
-        if out.phases.get(run_id):
-            click.echo(f"where the time went (run {run_id[:8]}):", err=True)
-            click.echo("\n".join(phase_report.lines(out.phases[run_id])), err=True)
+    runs = [{**asdict(run), **_device(out.envs.get(run.env_id))} for run in out.runs.values()]
+    order = {k: i for i, k in enumerate(config.kernels)}
+    rows = out.rows
+    # the kernels in the order asked for, whichever worker measured them (stable: as measured within)
+    recs = sorted(run_records(runs, rows), key=lambda r: order.get(r["kernel"], len(order)))
+    if output.fmt in ("table", "markdown") and len({(r["gpu"], r["machine"]) for r in recs}) == 1:
+        for r in recs:  # one device: the run line above names it
+            r["gpu"] = r["machine"] = None
+    if recs or output.fmt in ("csv", "json"):
+        click.echo("\n".join(lines(recs, output.fmt)))
+    if output.verbose:
+        for run_id, phases in out.phases.items():
+            if phases:
+                click.echo(f"where the time went (run {run_id[:8]}):", err=True)
+                click.echo("\n".join(phase_report.lines(phases)), err=True)
         if len({r["kernel"] for r in rows}) > 1:  # with one kernel, the breakdown above says it
             click.echo("\n".join(cost_lines(rows, "table")[1:]), err=True)
-    bad = sum(r["status"] in ("failed", "error") for r in out.rows)
-    unstable = sum(r["status"] == "unstable" for r in out.rows)
+    bad = [r for r in rows if r["status"] in ("failed", "error")]
+    ours = [r for r in bad if is_ours(r)]
+    unstable = sum(r["status"] == "unstable" for r in rows)
     ids = ", ".join(r[:8] for r in out.runs) or "none started"
-    click.echo(f"{len(out.rows)} rows in {store.path} (run {ids}, {out.status})"
-               + (f"; {bad} failed or errored" if bad else "") + (f"; {unstable} unstable" if unstable else ""),
+    click.echo(f"{len(rows)} rows in {store.path} (run {ids}, {out.status}) in {_clock(wall)}"
+               + (f"; {len(bad)} failed or errored ({len(ours)} of ours)" if bad else "")
+               + (f"; {unstable} unstable" if unstable else "")
+               + ("" if output.verbose else "; `kcollect summary` (or --verbose) shows where the time went"),
                err=True)
+    for r in ours[:SHOWN_FAILURES]:
+        click.echo(f"kcollect: error: ours failed: {r['kernel']} {r['mode']} {r['provider']} {r['shape']} "
+                   f"{r['dtype']} is {r['status']} ({r.get('error') or 'no reason'}); alone: "
+                   f"{reproduce(r, config)}", err=True)
+    if len(ours) > SHOWN_FAILURES:
+        click.echo(f"kcollect: error: ... and {len(ours) - SHOWN_FAILURES} more rows of ours failed", err=True)
     if out.status == "interrupted":
-        sys.exit(130)
-    if out.status != "finished" or (fail_on_incorrect and bad):
-        sys.exit(1)
+        return 130
+    if out.status != "finished":
+        return 1
+    if ours:
+        return OURS_FAILED
+    return 1 if output.fail_on_incorrect and bad else 0
+
+
+def _device(env) -> dict:
+    return {"device_kind": env.device_kind, "gpu_name": env.gpu_name} if env is not None else {}
+
+
+def reproduce(row: dict, config: RunConfig) -> str:
+    """The command that measures this one row again, on the same inputs (the case's seed comes
+    from the run's and the row's identity alone: seeds.case_seed)."""
+    args = ["kcollect", "run", row["kernel"], "--shape", row["shape"], "--dtype", row["dtype"], "--mode", row["mode"],
+            "--provider", row["provider"], "--seed", str(config.seed)]
+    if config.device == "cpu":
+        args += ["--device", "cpu"]
+    return " ".join(shlex.quote(a) for a in args)
+
+
+def dry_run(config: RunConfig, cases: list[Case], shard_kn: tuple[int, int] | None, pool: list,
+            store: Store | None, fmt: str) -> list[str]:
+    """The plan, kernel by kernel (cases, rows, estimated seconds), and its estimated wall time,
+    as the run would announce it; nothing is built or measured."""
+    lay = layout(config, cases, shard_kn, pool)
+    progress = _progress(lay, cases, store)
+    by: dict[str, dict] = {}
+    for i in lay.indices:
+        c = cases[i]
+        k = by.setdefault(c.spec.name, {"kernel": c.spec.name, "cases": 0, "rows": 0, "seconds": 0.0,
+                                        "dtypes": set(), "modes": c.modes, "providers": c.providers})
+        k["cases"] += 1
+        k["rows"] += len(c.modes) * len(c.providers)
+        k["seconds"] += sum(progress.cost(c, m, p) for m in c.modes for p in c.providers)
+        k["dtypes"].add(DTYPE_NAMES[c.dtype])
+    recs = [{**k, "dtypes": ",".join(sorted(k["dtypes"])), "modes": ",".join(k["modes"]),
+             "providers": ",".join(k["providers"])} for k in by.values()]
+    columns = ("kernel", "cases", "rows", "seconds", "modes", "providers", "dtypes")
+    text = [{"seconds": f"{r['seconds']:.1f}"} for r in recs]
+    out = render(recs, fmt, columns, text, right=("cases", "rows", "seconds"))
+    if fmt in ("table", "markdown"):
+        where = f"shard {config.shard}: " if shard_kn else ""
+        out += ["", f"{where}{len(lay.indices)} cases, grid {config.grid}; {progress.plan_line()}; "
+                    "seconds: each kernel's estimated measuring time, one worker"]
+    return out

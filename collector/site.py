@@ -316,6 +316,7 @@ def import_history(db: Path, data_dir: Path | None, cache: site_cache.Cache | No
     it nor the store changed since the last import (the cache knows).
     -> (runs added, [(folder, why)] for the run folders that could not be imported): the site
     names those on a page of their own and builds from the rest."""
+    from .common import DEFAULT_DB
     from .history import import_path, run_folders
 
     if data_dir is None or not data_dir.is_dir() or not run_folders(data_dir):
@@ -324,7 +325,7 @@ def import_history(db: Path, data_dir: Path | None, cache: site_cache.Cache | No
     if known is not None:
         return 0, [tuple(p) for p in known]
     problems: list = []
-    with Store(db) as store:
+    with Store(db, create_folder=str(db) == DEFAULT_DB) as store:  # another --db's folder must exist
         added, _ = import_path(store, data_dir, problems)
     listed = [(str(folder), why) for folder, why in problems]
     site_cache.imported(cache, db, stamp, listed)

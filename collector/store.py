@@ -10,8 +10,9 @@ Tables
 
 Everything that writes goes through `Store`; opening problems become `StoreError` with one clear
 sentence. The CLI prints it and exits with its `code`: 2 for a file this kcollect cannot use as it is
-(corrupt, truncated, of another program, of a newer schema), 1 for the rest (in use, not writable,
-missing).
+(corrupt, truncated, of another program, of a newer schema) and for a --db whose folder does not
+exist, 1 for the rest (in use, not writable, missing). Every block of a file is checked against its
+checksum when it is opened, so that damage is found before a command reads or writes anything.
 """
 from __future__ import annotations
 
@@ -22,8 +23,9 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 import duckdb
+import numpy as np
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 APP = "kcollect"
 
 
@@ -56,6 +58,9 @@ ENV_COLUMNS = {
     "python": "VARCHAR",
     "interpreted": "BOOLEAN",
     "peers": "VARCHAR",  # JSON {package: version} of the peer packages installed (liger-kernel, ...)
+    # (schema 7) JSON {distribution: version} of the packages whose kcollect.kernels entry points
+    # were loaded (a user's own kernels); None where there are none
+    "plugins": "VARCHAR",
 }
 
 RUN_COLUMNS = {
@@ -79,6 +84,13 @@ RUN_COLUMNS = {
     "phases": "VARCHAR",  # JSON {phase: seconds} of where the run's wall time went
     "shard": "VARCHAR",  # 'K/N' when the plan was split over machines (--shard), else None
     "device_index": "INTEGER",  # the CUDA device the run measured on (one run per GPU of a host)
+    # (schema 7) one id for every run of one `kcollect run` (its workers' runs, one per GPU or CPU
+    # worker), so that `summary` shows the whole command's rows
+    "invocation": "VARCHAR",
+    "kcollect_version": "VARCHAR",  # (schema 7) the installed kcollect that measured
+    # (schema 7) the full SHA of the commit the installed kcollect was built from (None where unknown:
+    # an install from a tree without git); git_commit is the commit the rows are keyed by
+    "kcollect_commit": "VARCHAR",
 }
 
 RESULT_COLUMNS = {
@@ -117,9 +129,41 @@ RESULT_COLUMNS = {
     "p99_ms": "DOUBLE",  # (schema 4) the slowest percent of the timed calls starts here
     "max_ms": "DOUBLE",  # (schema 4) the slowest timed call
     "tokens": "BIGINT",  # (schema 5) tokens one call processes, where the op has them (spec.tokens)
-    "seconds": "DOUBLE",  # (schema 6) wall seconds its measurement took, recheck included: the next ETA
+    # (schema 6) wall seconds its measurement took, recheck and its share of the case's inputs,
+    # references and release included: what the next run's estimate is fitted on (cost.py)
+    "seconds": "DOUBLE",
 }
 RESULT_KEY = ("run_id", "kernel", "mode", "provider", "shape", "dtype")
+
+
+def is_damage(e: duckdb.Error) -> bool:
+    """Whether DuckDB's error says the file is damaged (as it read a block): a plain duckdb.Error
+    ("Corrupt database file", "Corrupted DICT_FSST segment"), an I/O, internal or serialization
+    error; not a wrong query or value, which is kcollect's own mistake."""
+    return type(e) is duckdb.Error or isinstance(e, (duckdb.IOException, duckdb.InternalException,
+                                                         duckdb.SerializationException))
+
+
+HEADER_BYTES = 3 * 4096  # a DuckDB file's three header blocks, before its data blocks
+CHECKSUM_FACTOR = np.uint64(0xBF58476D1CE4E5B9)
+
+
+def damaged_blocks(path: Path, block_size: int, blocks: int) -> list[int]:
+    """The blocks of a DuckDB file whose stored checksum does not match their content. Free blocks
+    are checked too: they keep what was last written there, checksum included; those past the end
+    of the file (cut off on checkpoint) are not there to check. Where no block matches, the file's
+    format is not the one this knows (a DuckDB of another block layout): [] (nothing can be said;
+    DuckDB's own checks still apply when blocks are read)."""
+    data = np.fromfile(path, dtype=np.uint8, count=HEADER_BYTES + block_size * blocks)
+    blocks = min(blocks, (len(data) - HEADER_BYTES) // block_size)
+    bad = []
+    for b in range(blocks):
+        block = data[HEADER_BYTES + b * block_size: HEADER_BYTES + (b + 1) * block_size]
+        with np.errstate(over="ignore"):
+            computed = np.bitwise_xor.reduce(block[8:].view(np.uint64) * CHECKSUM_FACTOR) ^ np.uint64(5381)
+        if computed != block[:8].view(np.uint64)[0]:
+            bad.append(b)
+    return [] if blocks and len(bad) == blocks else bad
 
 
 def _create(columns: dict[str, str], table: str, key: Sequence[str] = ()) -> str:
@@ -132,7 +176,7 @@ RESULTS_VIEW = """
 CREATE OR REPLACE VIEW results_v AS
 SELECT r.*, u.started_at, u.finished_at, u.status AS run_status, u.git_commit, u.commit_time,
        u.git_dirty, u.grid, u.copy_gbps, u.matmul_tflops, u.machine, u.commit_subject, u.commit_author,
-       u.commit_url, u.shard, u.device_index, e.*,
+       u.commit_url, u.shard, u.device_index, u.invocation, u.kcollect_version, u.kcollect_commit, e.*,
        CASE WHEN r.status = 'ok' THEN r.bytes / (r.median_ms * 1e6) END AS gbps,
        CASE WHEN r.status = 'ok' THEN r.flops / (r.median_ms * 1e9) END AS tflops,
        CASE WHEN r.status <> 'ok' THEN NULL
@@ -149,7 +193,8 @@ ADDED = {1: {"environments": ["peers"],
          2: {"results": ["alloc_mem_bytes", "reserved_mem_bytes"]},
          3: {"results": ["p99_ms", "max_ms"]},
          4: {"results": ["tokens"]},
-         5: {"results": ["seconds"]}}
+         5: {"results": ["seconds"]},
+         6: {"environments": ["plugins"], "runs": ["invocation", "kcollect_version", "kcollect_commit"]}}
 
 
 def relabel_shapes(con, run_ids: str | Sequence[str] | None = None) -> None:
@@ -180,7 +225,8 @@ MIGRATIONS: dict[int, list] = {1: ["DROP VIEW IF EXISTS results_v", *_add_column
                                2: ["DROP VIEW IF EXISTS results_v", *_add_columns(2)],
                                3: ["DROP VIEW IF EXISTS results_v", *_add_columns(3)],
                                4: ["DROP VIEW IF EXISTS results_v", *_add_columns(4)],
-                               5: ["DROP VIEW IF EXISTS results_v", *_add_columns(5)]}
+                               5: ["DROP VIEW IF EXISTS results_v", *_add_columns(5)],
+                               6: ["DROP VIEW IF EXISTS results_v", *_add_columns(6)]}
 
 
 @dataclass
@@ -197,6 +243,7 @@ class Environment:
     python: str
     interpreted: bool
     peers: str | None = None
+    plugins: str | None = None
 
 
 @dataclass
@@ -220,6 +267,9 @@ class Run:
     phases: str | None = None
     shard: str | None = None
     device_index: int | None = None
+    invocation: str | None = None
+    kcollect_version: str | None = None
+    kcollect_commit: str | None = None
 
 
 def _values(obj: Any) -> list[Any]:
@@ -231,22 +281,40 @@ assert [f.name for f in fields(Run)] == list(RUN_COLUMNS)
 
 
 class Store:
-    """A kcollect DuckDB file. `read_only` opens without a write lock (for build-site, export)."""
+    """A kcollect DuckDB file. `read_only` opens without a write lock (for build-site, export).
+    `create_folder`: make the file's folder where it is missing; the commands pass False for any
+    --db but the default (a typo must not make directories: common.open_store)."""
 
-    def __init__(self, path: str | os.PathLike, read_only: bool = False):
+    def __init__(self, path: str | os.PathLike, read_only: bool = False, create_folder: bool = True):
         self.path = Path(path)
         if read_only and not self.path.exists():
             raise StoreError(f"no store at {self.path}: run `kcollect run` or `kcollect import` first")
         if not read_only:
             parent = self.path.parent
+            if not parent.is_dir() and not create_folder:
+                raise StoreError(f"the folder {parent} of the store {self.path} does not exist (create it, or "
+                                 "choose another --db)", code=2)
             try:
                 parent.mkdir(parents=True, exist_ok=True)
             except OSError as e:
                 raise StoreError(f"cannot create the folder {parent}: {e.strerror}") from None
             if not os.access(parent, os.W_OK) or (self.path.exists() and not os.access(self.path, os.W_OK)):
                 raise StoreError(f"cannot write the store {self.path}: permission denied (choose another --db)")
+        if self.path.exists():
+            self._check_file()
+        self.con = self._connect(read_only)
         try:
-            self.con = duckdb.connect(str(self.path), read_only=read_only)
+            self._check_or_init(read_only)
+        except StoreError:
+            self.con.close()
+            raise
+        except duckdb.Error as e:  # a damaged catalog or meta table shows only when read
+            self.con.close()
+            raise BadStoreFile(f"{self.path} is a damaged DuckDB file ({str(e).splitlines()[0]})") from None
+
+    def _connect(self, read_only: bool):
+        try:
+            return duckdb.connect(str(self.path), read_only=read_only)
         except duckdb.IOException as e:
             msg = str(e)
             if "lock" in msg.lower():
@@ -257,35 +325,52 @@ class Store:
             raise BadStoreFile(f"{self.path} is not a readable DuckDB file ({msg.splitlines()[0]})") from None
         except duckdb.Error as e:
             raise BadStoreFile(f"{self.path} is not a readable DuckDB file ({str(e).splitlines()[0]})") from None
-        try:
-            self._check_size()
-            self._check_or_init(read_only)
-        except StoreError:
-            self.con.close()
-            raise
-        except duckdb.Error as e:  # a damaged catalog or meta table shows only when read
-            self.con.close()
-            raise BadStoreFile(f"{self.path} is a damaged DuckDB file ({str(e).splitlines()[0]})") from None
 
-    def _check_size(self) -> None:
+    def _check_file(self) -> None:
+        """The file whole, before a command reads or writes anything: its length, then every block
+        against its checksum. Done through a connection of its own, closed before the store's opens:
+        this process reading the file while DuckDB holds its lock would drop the lock (POSIX locks
+        go with any descriptor of the file that the process closes)."""
+        con = self._connect(read_only=True)
+        try:
+            block_size, blocks = self._check_size(con)
+        except duckdb.Error as e:  # a damaged catalog shows here
+            raise BadStoreFile(f"{self.path} is a damaged DuckDB file ({str(e).splitlines()[0]})") from None
+        finally:
+            con.close()
+        self._check_blocks(block_size, blocks)
+
+    def _check_size(self, con) -> tuple[int, int]:
         """A truncated file opens, and fails only when a missing block is read (mid-way through a
         command): compare the file's length with the blocks its header says are in use and the last
-        block its tables' data sits in (free blocks at the end are cut off the file on checkpoint)."""
-        if not self.path.exists():
-            return
-        row = self.con.execute("PRAGMA database_size").fetchone()
-        block_size, used = int(row[2]), int(row[4])
+        block its tables' data sits in (free blocks at the end are cut off the file on checkpoint).
+        -> (block size, blocks in the header's count)."""
+        row = con.execute("PRAGMA database_size").fetchone()
+        block_size, total, used = int(row[2]), int(row[3]), int(row[4])
         last = -1
-        for (table,) in self.con.execute("SELECT table_name FROM information_schema.tables "
-                                         "WHERE table_schema = 'main' AND table_type = 'BASE TABLE'").fetchall():
-            found = self.con.execute("SELECT max(block_id) FROM pragma_storage_info(?) WHERE block_id >= 0",
-                                     [table]).fetchone()[0]
+        for (table,) in con.execute("SELECT table_name FROM information_schema.tables "
+                                    "WHERE table_schema = 'main' AND table_type = 'BASE TABLE'").fetchall():
+            found = con.execute("SELECT max(block_id) FROM pragma_storage_info(?) WHERE block_id >= 0",
+                                [table]).fetchone()[0]
             last = max(last, -1 if found is None else int(found))
-        expected = 3 * 4096 + block_size * max(used, last + 1)  # three header blocks, then the blocks
+        expected = HEADER_BYTES + block_size * max(used, last + 1)
         actual = self.path.stat().st_size
         if actual < expected:
             raise BadStoreFile(f"{self.path} is truncated ({actual} of at least {expected} bytes); restore it "
                                "from a backup or rebuild it with `kcollect import data/runs`")
+        return block_size, total
+
+    def _check_blocks(self, block_size: int, blocks: int) -> None:
+        """A damaged block (a disk error, a bad copy) is found by DuckDB only when a query reads it:
+        a command would fail half-way (a traceback in `summary`, or `run` writing its rows into
+        the file). So every block is checked first: DuckDB keeps a checksum in the first 8 bytes of
+        each block (checksum.cpp: 5381 XOR, over the block's other 64-bit words, each word times
+        0xbf58476d1ce4e5b9); about 30 ms for a 14 MB store."""
+        bad = damaged_blocks(self.path, block_size, blocks)
+        if bad:
+            raise BadStoreFile(f"{self.path} is damaged: block {bad[0]} of {blocks} fails its checksum"
+                               f"{f' (and {len(bad) - 1} more)' if len(bad) > 1 else ''}; restore it from a "
+                               "backup or rebuild it with `kcollect import data/runs`")
 
     def _tables(self) -> set[str]:
         rows = self.con.execute("SELECT table_name FROM information_schema.tables WHERE table_schema = 'main'").fetchall()
@@ -359,9 +444,13 @@ class Store:
                 fn()
             # Checkpoint so that what was just written is in the main file, not only in the WAL.
             self.con.execute("CHECKPOINT")
-        except duckdb.IOException as e:
-            raise StoreError(f"could not write to {self.path} ({str(e).splitlines()[0]}); "
-                             "rows written before this are kept") from None
+        except duckdb.Error as e:
+            if not is_damage(e):
+                raise
+            first = str(e).splitlines()[0]
+            code = 2 if "corrupt" in first.lower() or not isinstance(e, duckdb.IOException) else 1
+            raise StoreError(f"could not write to {self.path} ({first}); rows written before this are kept",
+                             code=code) from None
 
     def add_environment(self, env: Environment) -> None:
         def go():
@@ -398,10 +487,27 @@ class Store:
 
         self._write(insert)
 
+    def delete_runs(self, run_ids: Sequence[str]) -> None:
+        """The runs, their rows, and the environments no other run uses."""
+        marks = ", ".join("?" * len(run_ids))
+
+        def go() -> None:
+            self.con.execute(f"DELETE FROM results WHERE run_id IN ({marks})", list(run_ids))
+            self.con.execute(f"DELETE FROM runs WHERE run_id IN ({marks})", list(run_ids))
+            self.con.execute("DELETE FROM environments WHERE env_id NOT IN (SELECT env_id FROM runs)")
+
+        self._write(go)
+
     # -- reading --------------------------------------------------------------------------------
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
-        cur = self.con.execute(sql, list(params))
+        try:
+            cur = self.con.execute(sql, list(params))
+        except duckdb.Error as e:  # damage the checksums cannot see (DuckDB's own checks, as it reads)
+            if not is_damage(e):
+                raise
+            self.con.close()  # of no further use
+            raise BadStoreFile(f"{self.path} is a damaged DuckDB file ({str(e).splitlines()[0]})") from None
         names = [d[0] for d in cur.description]
         return [dict(zip(names, row)) for row in cur.fetchall()]
 

@@ -4,10 +4,13 @@
 # Without an NVIDIA GPU: the CPU build of torch and the Triton release pinned in
 # requirements/cpu.txt (the one torch's CUDA build of that version requires; the tests run its
 # interpreter). The CPU build comes from PyTorch's CPU index where that is reachable, otherwise
-# from wherever pip's own configuration finds torch (on plain PyPI that is the CUDA build, several
-# GB). TORCH_INDEX=URL picks another index for it; TORCH_INDEX= skips the index.
+# from wherever pip's own configuration finds torch (on plain PyPI that is the CUDA build with its
+# CUDA libraries, several GB: said before it starts). TORCH_INDEX=URL picks another index for it;
+# TORCH_INDEX= skips the index. A torch of the pinned version already in .venv is kept.
 # With a GPU: the torch and Triton already in .venv stay, or pip chooses them. The benchmark
 # runner's locked environment is requirements/gpu.txt (`pip install -c requirements/gpu.txt ...`).
+# KCOLLECT_BROWSER=1: also Chromium for the site's browser tests (Debian/Ubuntu, as root; they skip
+# themselves without it). Asked for only: it is a system package, installed with apt-get.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -23,11 +26,18 @@ EOF
 }
 
 # Headless Chromium for the site's browser tests (Debian/Ubuntu package; Playwright drives it),
-# installed in the background while pip works: the two downloads overlap.
+# when asked for, installed in the background while pip works: the two downloads overlap.
 browser=
-if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-  (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) &
-  browser=$!
+if ! command -v chromium >/dev/null 2>&1; then
+  if [ "${KCOLLECT_BROWSER:-}" != 1 ]; then
+    echo "setup: no chromium: the browser tests will be skipped (KCOLLECT_BROWSER=1 installs it with apt-get)" >&2
+  elif command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    echo "setup: installing chromium with apt-get (KCOLLECT_BROWSER=1)" >&2
+    (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) &
+    browser=$!
+  else
+    echo "setup: KCOLLECT_BROWSER=1, but chromium can be installed here only as root with apt-get: install it yourself" >&2
+  fi
 fi
 
 pins=()
@@ -36,7 +46,12 @@ if ! command -v nvidia-smi >/dev/null 2>&1; then
   if reachable "$TORCH_INDEX"; then
     "${pip[@]}" "${pins[@]}" --index-url "$TORCH_INDEX" torch
   else
-    [ -z "$TORCH_INDEX" ] || echo "setup: $TORCH_INDEX is unreachable; torch comes from pip's own index" >&2
+    [ -z "$TORCH_INDEX" ] || cat >&2 <<EOF
+setup: $TORCH_INDEX is unreachable; torch comes from pip's own index. On plain PyPI that is
+setup: torch's CUDA build with its CUDA libraries (nvidia-* wheels, several GB), not the CPU build.
+setup: To avoid it: TORCH_INDEX=URL (a reachable mirror of PyTorch's CPU index), or install the CPU
+setup: build of the torch pinned in requirements/cpu.txt into .venv first (setup.sh keeps it).
+EOF
     "${pip[@]}" "${pins[@]}" torch
   fi
 fi

@@ -1,5 +1,8 @@
 """The command line as a user meets it: real processes, a real DuckDB file, the CPU interpreter."""
+import csv
 import dataclasses
+import io
+import json
 import os
 import re
 import signal
@@ -44,6 +47,9 @@ def _invoke(args):
     (["run", "swiglu", "--ci", "abc"], "--ci 'abc': must be a finite number >= 0"),
     (["run", "swiglu", "--commit-time", "yesterday"], "--commit-time 'yesterday' is not an ISO time"),
     (["run", "swiglu", "--commit", "0123abcd"], "--commit '0123abcd' is not a commit of the git checkout"),
+    (["run", "swiglu", "--commit", "0123abcd", "--commit-time", "2026-01-02T03:04:05Z"],
+     "--commit '0123abcd': git here does not know it, so give its full 40-character SHA"),
+    (["run", "swiglu", "--shape", "M=3,K=4"], "--shape: swiglu has no dimensions M,K; valid: M,N"),
     (["run", "swiglu", "--shard", "3/2"], "--shard '3/2': K must be between 1 and N"),
     (["run", "swiglu", "--gpus", "all", "--device", "cpu"], "--gpus needs a CUDA device"),
     (["run", "swiglu", "--workers", "0"], "--workers '0': must be a whole number >= 1"),
@@ -119,6 +125,9 @@ def test_run_summary_export_import(swiglu_run, tmp_path):
     assert {r["device_kind"] for r in rows} == {"cpu"} and all(r["interpreted"] for r in rows)
     assert {r["run_status"] for r in rows} == {"finished"}
     assert all(r["git_commit"] for r in rows)
+    # run from its own checkout (an editable install): keyed to the code that ran, its state known
+    assert all(r["kcollect_commit"] == r["git_commit"] and r["git_dirty"] is not None and r["kcollect_version"]
+               for r in rows)
 
     summary = kc("summary", "--db", str(db), "--markdown")
     assert summary.returncode == 0 and summary.stdout.startswith("| kernel |")
@@ -188,7 +197,7 @@ PLANTED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "planted_kern
 
 def _start_slow_run(db):
     # The planted kernels, each call sleeping, so the run can be hit midway (4 measurements a case).
-    return subprocess.Popen(KCOLLECT + ["run", "doubled", "--device", "cpu", "--kernel-module", PLANTED,
+    return subprocess.Popen(KCOLLECT + ["run", "doubled", "--device", "cpu", "--kernel-module", PLANTED, "--verbose",
                                         "--db", str(db), "--rep-ms", "1", "--warmup-ms", "0", "--min-reps", "2"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "KCOLLECT_TEST_SLEEP": "0.3"})
@@ -252,3 +261,127 @@ def test_caches_go_under_one_folder_unless_the_user_set_them(tmp_path, monkeypat
         assert os.environ[var] == str(want) and f"{var}={want}" in described
         assert var == "QUACK_CACHE_DIR" or want.is_dir()
     assert os.environ["FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED"] == "1" and os.environ["TRITON_CACHE_AUTOTUNING"] == "1"
+
+
+# A kernel of ours (provider `triton`, as regress.OURS names it) that is wrong by an amount that
+# depends on its inputs, beside a correct baseline: float32, so that the error of a row is the same
+# to the last bit when its inputs are (and differs when they are not).
+OURS = '''\
+import torch
+
+from kcollect.spec import KernelSpec, Provider, Shape
+
+
+def make_inputs(dims, dtype, device, seed):
+    g = torch.Generator().manual_seed(seed)
+    return {"x": torch.randn(dims["M"], dims["N"], generator=g).to(device=device, dtype=dtype)}
+
+
+SHAPES = tuple(Shape.rows(m, n, "small") for m, n in ((4, 8), (3, 5), (2, 7)))
+SPEC = KernelSpec(
+    name="mine", description="2x, ours off by a constant", modes=("fwd",),
+    providers=(Provider("torch", lambda x: x * 2), Provider("triton", lambda x: x * 2 + 0.25)),
+    baseline="torch", reference=lambda x: x * 2, make_inputs=make_inputs, grad_inputs=(),
+    grids={"quick": SHAPES, "full": SHAPES},
+    bytes_moved=lambda dims, dtype, mode: 2 * dims["M"] * dims["N"] * dtype.itemsize,
+    flops=lambda dims, mode: float(dims["M"] * dims["N"]), bound="memory",
+    tolerance={torch.float32: 1e-5}, dtypes=(torch.float32,), bench_dtypes=(torch.float32,))
+'''
+TINY = ["--device", "cpu", "--rep-ms", "1", "--warmup-ms", "0", "--min-reps", "2"]
+
+
+def test_a_failing_row_of_ours_exits_3_and_its_command_measures_it_again_alone(tmp_path):
+    module = tmp_path / "mine.py"
+    module.write_text(OURS)
+    db = tmp_path / "k.duckdb"
+    out = kc("run", "mine", "--kernel-module", str(module), *TINY, "--seed", "11", "--db", str(db), "--format", "json")
+    assert out.returncode == 3, out.stderr  # README, run --help: a row of ours failed its gate
+    rows = json.loads(out.stdout)  # --format json: the command's rows, on stdout
+    assert {(r["provider"], r["status"]) for r in rows} == {("torch", "ok"), ("triton", "failed")} and len(rows) == 6
+    assert "3 failed or errored (3 of ours)" in out.stderr
+    assert not re.search(r"^\[\d+/6\] mine ", out.stderr, re.M)  # quiet: no line per measurement
+    alone = [line.split("; alone: ", 1)[1] for line in out.stderr.splitlines() if "ours failed: mine" in line]
+    assert len(alone) == 3
+    # the last case's command: the same inputs as in the whole run (its seed does not depend on the
+    # cases before it), so the same error to the last bit
+    last = rows[-1]
+    command = next(c for c in alone if f"--shape {last['shape']}" in c)
+    assert command == (f"kcollect run mine --shape {last['shape']} --dtype float32 --mode fwd --provider triton "
+                       "--seed 11 --device cpu")
+    again = kc(*command.split()[1:], "--kernel-module", str(module), "--db", str(db), "--format", "csv", "--verbose",
+               "--rep-ms", "1", "--warmup-ms", "0", "--min-reps", "2")
+    assert again.returncode == 3, again.stderr
+    (row,) = list(csv.DictReader(io.StringIO(again.stdout)))
+    assert (row["shape"], row["provider"], row["status"]) == (last["shape"], "triton", "failed")
+    assert float(row["rel_err"]) == last["rel_err"]
+    assert re.search(r"^\[1/1\] mine ", again.stderr, re.M)  # --verbose: a line per measurement
+    with Store(db, read_only=True) as s:
+        assert len(s.query("SELECT * FROM runs")) == 2 and len(s.query("SELECT * FROM results")) == 7
+
+
+def test_a_failing_row_that_is_not_ours_does_not_fail_the_run(tmp_path):
+    module = tmp_path / "mine.py"
+    module.write_text(OURS.replace('Provider("torch", lambda x: x * 2), Provider("triton", lambda x: x * 2 + 0.25)',
+                                   'Provider("torch", lambda x: x * 2), Provider("peer", lambda x: x * 2 + 0.25)'))
+    out = _invoke(["run", "mine", "--kernel-module", str(module), *TINY, "--db", str(tmp_path / "k.duckdb"),
+                   "--shape", "M=4,N=8"])
+    assert out.exit_code == 0, (out.stderr, out.exception)
+    assert "2 rows" in out.stderr and "1 failed or errored (0 of ours)" in out.stderr
+
+
+def test_dry_run_prints_the_plan_and_measures_nothing(tmp_path):
+    module = tmp_path / "mine.py"
+    module.write_text(OURS)
+    db = tmp_path / "k.duckdb"
+    out = _invoke(["run", "mine", "swiglu", "--kernel-module", str(module), *TINY, "--db", str(db), "--dry-run",
+                   "--format", "json"])
+    assert out.exit_code == 0, (out.stderr, out.exception)
+    plan = {r["kernel"]: r for r in json.loads(out.stdout)}
+    assert plan["mine"]["cases"] == 3 and plan["mine"]["rows"] == 6 and plan["mine"]["seconds"] > 0
+    # swiglu's quick grid on the CPU: its bench dtype, every mode, its providers (compile among them)
+    assert plan["swiglu"]["rows"] == plan["swiglu"]["cases"] * 3 * len(plan["swiglu"]["providers"].split(","))
+    table = _invoke(["run", "mine", "--kernel-module", str(module), *TINY, "--db", str(db), "--dry-run"])
+    assert re.search(r"3 cases, grid quick; 6 measurements; estimated \d+s", table.stdout), table.stdout
+    assert not db.exists()  # no store, no measurement
+
+
+def test_shape_picks_shapes_by_label_and_refuses_what_the_kernel_cannot_take(tmp_path):
+    from kcollect.plan import RunConfig, plan
+    from kcollect.registry import load
+
+    spec = load().get("swiglu")
+    quick = [s.label for s in spec.grid("quick")]
+    config = RunConfig(kernels=("swiglu",), grid="quick", device="cpu", shapes=(quick[1],))
+    assert [c.shape.label for c in plan([spec], config)] == [quick[1]]
+    out = _invoke(["run", "swiglu", "--shape", "M=3", "--db", str(tmp_path / "k.duckdb")])
+    assert out.exit_code == 2 and out.stderr.count("\n") == 1
+    assert "--shape: swiglu has no dimensions M; valid: M,N" in out.stderr
+
+
+def test_progress_without_a_terminal_is_a_line_every_30_s_unless_verbose(monkeypatch):
+    # a full grid is over a thousand measurements: a log gets a line every SPARSE_S seconds and one
+    # at the end; --verbose, one per measurement
+    import types
+
+    from kcollect import progress
+    from kcollect.plan import RunConfig, plan
+    from kcollect.registry import load
+
+    clock = [0.0]
+    monkeypatch.setattr(progress, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
+    spec = load([PLANTED], plugins=False).get("doubled")
+    cases = plan([spec], RunConfig(kernels=("doubled",), grid="quick", device="cpu"))
+    units = [(c, m, p) for c in cases for m in c.modes for p in c.providers]
+    logs = {}
+    for verbose in (False, True):
+        out = io.StringIO()
+        p = progress.Progress(cases, "cpu", out=out, tty=False, verbose=verbose)
+        for c, m, n in units:
+            p.event("start", c, m, n)
+            clock[0] += 10.0
+            p.event("end", c, m, n)
+        logs[verbose] = out.getvalue().splitlines()
+    assert len(units) == 12
+    # ends at 10, 20, ..., 120 s: lines at 30, 60, 90, 120 s (the last)
+    assert [ln.split(" |")[0] for ln in logs[False]] == ["[3/12] 25%", "[6/12] 50%", "[9/12] 75%", "[12/12] 100%"]
+    assert len(logs[True]) == 12 and logs[True][0].startswith("[1/12] doubled ")

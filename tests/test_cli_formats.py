@@ -159,6 +159,9 @@ def test_version():
     (["summary", "--db", "{db}", "--format", "yaml"], "Invalid value for '--format'"),
     (["list", "--format", "xml"], "Invalid value for '--format'"),
     (["export", "--db", "{db}", "--run", "zzz"], "run 'zzz' matches 0 runs"),
+    (["rm", "zzz", "--db", "{db}", "--yes"], "no run 'zzz' in"),
+    (["rm", "gpu-run-0002", "zzz", "--db", "{db}", "--yes"], "no run 'zzz' in"),
+    (["runs", "--db", "{db}", "--format", "xml"], "Invalid value for '--format'"),
     (["preview", "--dir", "{tmp}/nosite"], "no site in {tmp}/nosite/"),
     (["list", "--device", "cuda"], "no CUDA device is visible here"),
 ])
@@ -216,3 +219,64 @@ def test_the_breakdown_of_a_run_that_recorded_its_wall_time_adds_up_to_it():
     assert "wall time 100.0 s:" in text and not re.search(r"^wall\s+\d", text, re.M)
     assert re.search(r"precompile\s+60\.0\s+60%", text) and re.search(r"other\s+8\.0\s+8%", text)
     assert re.search(r"timed_work\s+8\.0\s+8%", text)  # a part of timing, shown, not added
+
+
+def test_runs_lists_every_run_newest_first(store):
+    table = invoke("runs", "--db", store)
+    assert table.exit_code == 0, table.output
+    lines = table.stdout.splitlines()
+    assert lines[0].split() == ["run", "started", "commit", "dirty", "gpu", "machine", "grid", "status", "rows",
+                                "invocation"]
+    assert [ln.split()[0] for ln in lines[2:]] == ["gpu-run-", "cost-run", "cpu-run-"]
+    gpu = lines[2].split()
+    assert gpu[3] == "b" * 12 and gpu[4] == "no" and "lab-h100-1" in lines[2] and gpu[-2] == "3"
+    js = json.loads(invoke("runs", "--db", store, "--format", "json").stdout)
+    assert [r["run"] for r in js] == ["gpu-run-0002", "cost-run-0003", "cpu-run-0001"]
+    assert js[0]["commit"] == "b" * 40 and js[0]["gpu"] == "NVIDIA H100 80GB HBM3" and js[2]["gpu"] == "cpu"
+    assert [r["rows"] for r in js] == [3, 4, 1] and js[0]["status"] == "finished"
+    md = invoke("runs", "--db", store, "--format", "markdown").stdout
+    assert md.startswith("| run | started | commit |")
+
+
+def test_rm_asks_for_yes_then_deletes_the_run_and_its_rows(store, tmp_path):
+    import shutil
+
+    db = tmp_path / "k.duckdb"
+    shutil.copy(store, db)
+    (tmp_path / "runs" / "20260301T130000-nvidia-h100-80gb-hbm3-gpu-run-").mkdir(parents=True)
+    asked = invoke("rm", "gpu-run", "--db", db)
+    assert asked.exit_code == 2 and "add --yes to delete them" in asked.stderr and "3 rows" in asked.stdout
+    assert db.read_bytes() == store.read_bytes()  # nothing deleted
+    ambiguous = invoke("rm", "c", "--db", db, "--yes")
+    assert ambiguous.exit_code == 2 and "matches 2 runs" in ambiguous.stderr
+    done = invoke("rm", "gpu-run", "--db", db, "--yes", "--runs-dir", tmp_path / "runs")
+    assert done.exit_code == 0, done.output
+    assert "deleted 1 run(s) and 3 rows" in done.stderr and "would bring it back" in done.stderr
+    with Store(db, read_only=True) as s:
+        assert s.run_ids() == {"cpu-run-0001", "cost-run-0003"}
+        assert s.query("SELECT count(*) AS n FROM results WHERE run_id = 'gpu-run-0002'") == [{"n": 0}]
+        assert {r["env_id"] for r in s.query("SELECT env_id FROM environments")} == {"env-cpu", "env-h100"}
+    assert invoke("rm", "cpu-run", "--db", db, "--yes").exit_code == 0
+    with Store(db, read_only=True) as s:  # the environment no run uses any more goes with it
+        assert {r["env_id"] for r in s.query("SELECT env_id FROM environments")} == {"env-h100"}
+
+
+def test_summary_shows_every_run_of_the_latest_kcollect_run(tmp_path):
+    # the runs of one `kcollect run` (one per worker) share its invocation id: summary shows them
+    # together by default, one of them with --run RUN, all with --run INVOCATION
+    db = tmp_path / "k.duckdb"
+    with Store(db) as s:
+        s.add_environment(GPU)
+        for i, rid in enumerate(("inv-a-gpu0", "inv-a-gpu1", "older-run")):
+            s.start_run(Run(run_id=rid, env_id="env-h100", started_at=T0 + timedelta(minutes=10 - 5 * (i // 2)),
+                            finished_at=None, status="finished", git_commit="b" * 40, commit_time=T0, git_dirty=False,
+                            grid="full", copy_gbps=3000.0, matmul_tflops=700.0, config="{}", device_index=i,
+                            invocation=None if rid == "older-run" else "invocation-1"))
+            s.add_results([row("triton", 0.1 + i, run_id=rid, seq=1, shape=f"M={i},N=8")])
+    both = json.loads(invoke("summary", "--db", db, "--format", "json").stdout)
+    assert sorted(r["shape"] for r in both) == ["M=0,N=8", "M=1,N=8"]
+    assert [r["shape"] for r in json.loads(invoke("summary", "--db", db, "--run", "inv-a-gpu1", "--format",
+                                                  "json").stdout)] == ["M=1,N=8"]
+    assert len(json.loads(invoke("summary", "--db", db, "--run", "invocation", "--format", "json").stdout)) == 2
+    out = invoke("summary", "--db", db)
+    assert "runs inv-a-gp, inv-a-gp of one `kcollect run`" in out.stderr

@@ -3,6 +3,7 @@
 import faulthandler
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -61,7 +62,34 @@ def test_two_workers_measure_the_plan_once_each_kernel_in_one_run(tmp_path):
     for r in rows:
         assert run_of.setdefault(r["kernel"], r["run_id"]) == r["run_id"]  # a kernel is in one run (CPU workers)
     assert set(run_of.values()) == {r["run_id"] for r in runs}
-    assert ("cpu0: run" in out.stderr or "cpu1: run" in out.stderr) and "where the time went" in out.stderr
+    assert "cpu0: run" in out.stderr or "cpu1: run" in out.stderr
+    # one table of every row of the command, whichever worker measured it, at its end and in `summary`
+    # (which, by default, shows every run of the latest `kcollect run`)
+    assert len({r["invocation"] for r in runs}) == 1 and runs[0]["invocation"]
+    table = [line for line in out.stdout.splitlines() if line.startswith(("doubled ", "scaled "))]
+    assert len(table) == len(rows)
+    summary = kc_here("summary", "--db", str(db), "--format", "json")
+    assert summary.exit_code == 0, summary.output
+    assert sorted((r["kernel"], r["mode"], r["provider"], r["shape"]) for r in json.loads(summary.stdout)) == sorted(keys)
+    # quiet by default: no line per measurement (--verbose has them)
+    assert not re.search(r"^\[\d+/20\] (doubled|scaled) ", out.stderr, re.M), out.stderr
+
+
+def test_ctrl_c_while_the_workers_start_prints_no_traceback(tmp_path):
+    # Ctrl-C reaches the whole process group, the workers too, while they import kcollect and torch
+    db = tmp_path / "k.duckdb"
+    proc = subprocess.Popen(KCOLLECT + ["run", "doubled", "scaled", *FAST, "--workers", "2", "--db", str(db)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    seen = []
+    for line in proc.stderr:  # printed just before the workers are started
+        seen.append(line)
+        if line.startswith("measuring the device's ceilings"):
+            break
+    time.sleep(0.3)  # the workers are starting: a fresh interpreter takes seconds to import torch
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, "".join(seen) + err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
 
 
 def test_gpu_workers_stay_on_their_kernel_and_share_only_the_last():
@@ -121,7 +149,7 @@ def test_a_signal_stops_every_worker_and_keeps_their_rows(tmp_path):
     # killed-run test sends it to a real run
     sig = signal.SIGTERM
     db = tmp_path / "k.duckdb"
-    proc = subprocess.Popen(KCOLLECT + ["run", "doubled", "scaled", *FAST, "--workers", "2", "--db", str(db)],
+    proc = subprocess.Popen(KCOLLECT + ["run", "doubled", "scaled", *FAST, "--workers", "2", "--verbose", "--db", str(db)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "KCOLLECT_TEST_SLEEP": "0.5"})
     deadline = time.time() + 300

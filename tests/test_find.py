@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -12,7 +13,7 @@ from click.testing import CliRunner
 
 from kcollect import find
 from kcollect.cli import main
-from kcollect.find import FindError, Point
+from kcollect.find import Point
 
 KCOLLECT = [sys.executable, "-m", "kcollect.cli"]
 
@@ -81,47 +82,84 @@ def test_find_names_the_commit_that_planted_the_delay(planted):
     repo, shas = planted
     out = kc_find(repo, "planted", "M=4,N=64", shas[0], shas[-1], "--provider", "torch", "--device", "cpu",
                   "--kernel-module", "ops.py", "--warmup-ms", "0", "--rep-ms", "1", "--min-reps", "3",
-                  "--format", "json")
+                  "--samples", "2", "--format", "json")
     assert out.returncode == 0, out.stderr[-3000:]
     recs = json.loads(out.stdout)
     by_commit = {r["commit"]: r for r in recs}
     assert by_commit[shas[2]]["verdict"] == "first bad" and by_commit[shas[2]]["subject"] == "a slower op"
     assert by_commit[shas[0]]["verdict"] == "good" and by_commit[shas[-1]]["verdict"] == "bad"
-    assert by_commit[shas[0]]["median_ms"] < 10 < by_commit[shas[-1]]["median_ms"]
+    assert by_commit[shas[0]]["max_ms"] < 10 < by_commit[shas[-1]]["min_ms"]
     assert len(recs) == 4  # GOOD, BAD and two midpoints: a bisection, not a walk over every commit
+    assert all(r["runs"] == 2 for r in recs)  # --samples runs at each
+    # only the shape asked for was run (run --shape), never the grid's other one
+    assert "M=8,N=64" not in out.stderr and "1 cases" in out.stderr
     # every worktree is gone again
     assert git(repo, "worktree", "list").count("\n") == 0
 
 
+def test_find_between_commits_that_change_no_kernel_is_not_significant(planted):
+    # the last three commits change only a note: runs of one code differ by noise, and find says
+    # so rather than name a commit (with one run each and a 5% rule, noise could name one)
+    repo, shas = planted
+    out = kc_find(repo, "planted", "M=4,N=64", shas[2], shas[4], "--provider", "torch", "--device", "cpu",
+                  "--kernel-module", "ops.py", "--warmup-ms", "0", "--rep-ms", "1", "--min-reps", "3",
+                  "--samples", "2")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.count("not significant") == 3  # GOOD's and BAD's verdicts, and the conclusion
+    assert "nothing to bisect" in out.stdout and "over 2 runs each" in out.stdout
+    assert "first bad" not in out.stdout
+
+
+def test_the_readme_example_is_a_series_of_the_cpu_grid():
+    # checked before anything is measured: the README's example as written must pass on the CPU
+    import re
+
+    from kcollect.find import Series, check_series
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    (example,) = re.findall(r"`kcollect find (rms_norm \S+ GOOD BAD[^`]*)`", readme)
+    kernel, shape, _, _, *rest = example.split()
+    opts = dict(zip(rest[::2], rest[1::2]))
+    root = Path(__file__).resolve().parent.parent
+    got = check_series(Series(kernel, shape, opts.get("--mode", "fwd"), "triton", None), "quick", "cpu", (), root,
+                       "HEAD")
+    assert got == Series(kernel, shape, opts.get("--mode", "fwd"), "triton", "bfloat16")
+
+
 @pytest.mark.parametrize("args, words", [
-    (["planted", "M=4,N=64", "HEAD", "HEAD~2"], "is not an ancestor of"),
-    (["planted", "M=4,N=64", "nope", "HEAD"], "'nope' is not a commit"),
-    (["planted", "M=4,N=64", "HEAD", "HEAD"], "the same commit"),
-    (["planted", "4x64", "HEAD~1", "HEAD"], "is not NAME=VALUE"),
-    (["planted", "M=4,N=64", "HEAD~1", "HEAD", "--mode", "up"], "unknown mode 'up'"),
+    (["planted", "M=5,N=64"], "planted has no shape M=5,N=64 in its quick grid (this machine's default; --quick or "
+                              "--full picks); valid: M=4,N=64, M=8,N=64"),
+    (["planted", "M=4,N=64", "--provider", "triton"], "planted has no provider 'triton'; valid: torch"),
+    (["planted", "M=4,N=64", "--mode", "bwd"], "planted has no mode 'bwd'; valid: fwd"),
+    (["nope", "M=4,N=64"], "unknown kernel 'nope'"),
+    (["planted", "M=4,N=64", "--kernel-module", "other.py"], "--kernel-module other.py: not in the tree of"),
 ])
-def test_bad_input_is_one_line_and_exit_2(planted, args, words):
+def test_the_series_is_checked_before_anything_is_measured(planted, args, words):
     repo, _ = planted
-    out = CliRunner().invoke(main, ["find", *args, "--repo", str(repo)])
+    modules = [] if "--kernel-module" in args else ["--kernel-module", "ops.py"]
+    provider = [] if "--provider" in args else ["--provider", "torch"]
+    out = CliRunner().invoke(main, ["find", *args[:2], "HEAD~1", "HEAD", *args[2:], "--device", "cpu", *modules,
+                                    *provider, "--repo", str(repo)])
     assert out.exit_code == 2, out.output
-    assert out.stderr.strip().count("\n") == 0 and words in out.stderr
-
-
-def test_outside_a_git_repository_exits_2(tmp_path):
-    out = CliRunner().invoke(main, ["find", "planted", "M=4,N=64", "HEAD~1", "HEAD", "--repo", str(tmp_path)])
-    assert out.exit_code == 2 and "not a git repository" in out.stderr.lower()
+    assert out.stderr.strip().count("\n") == 0 and words in out.stderr, out.stderr
+    assert "find: run" not in out.stderr
 
 
 # -- the bisection rule ---------------------------------------------------------------------------
 
-def fake(times):
+def fake(times, noise=(1.0, 1.01, 0.99)):
+    """sample(i): the i-th commit's time, times a cycle of small run-to-run factors."""
     calls = []
 
-    def measure(i):
+    def sample(i):
         calls.append(i)
-        return Point(f"c{i}", f"subject {i}", times[i])
+        return times[i] * noise[calls.count(i) % len(noise)]
 
-    return measure, calls
+    return sample, calls
+
+
+def subject(i):
+    return f"subject {i}"
 
 
 @pytest.mark.parametrize("times, first_bad", [
@@ -131,22 +169,34 @@ def fake(times):
     ([2.0, 2.0, 1.0, 1.0, 1.0], 2),  # an improvement is found the same way
 ])
 def test_bisect_finds_the_step(times, first_bad):
-    measure, calls = fake(times)
-    found, seen = find.bisect([f"c{i}" for i in range(len(times))], measure)
-    assert found == first_bad
-    assert len(calls) == len(set(calls)) <= 2 + max(1, (len(times) - 1).bit_length())
+    sample, calls = fake(times)
+    found = find.bisect([f"c{i}" for i in range(len(times))], sample, subject, samples=3)
+    assert found.first_bad == first_bad and found.p < find.ALPHA
+    assert len(set(calls)) <= 2 + max(1, (len(times) - 1).bit_length())
+    assert all(calls.count(i) == 3 for i in set(calls))  # three runs at every commit measured
+    assert calls[:6] == [0, len(times) - 1] * 3  # GOOD's and BAD's runs interleaved
 
 
-def test_bisect_refuses_ends_that_do_not_differ():
-    measure, calls = fake([1.0, 1.5, 1.02])
-    with pytest.raises(FindError, match="differ by less than 5%"):
-        find.bisect(["a", "b", "c"], measure)
-    assert calls == [0, 2]
+def test_bisect_does_not_name_a_commit_for_noise():
+    # BAD 8% over GOOD on average, but runs of one commit spread over 20%: not significant
+    sample, calls = fake([1.0, 1.5, 1.08], noise=(1.0, 1.2, 0.9))
+    found = find.bisect(["a", "b", "c"], sample, subject, samples=3)
+    assert found.first_bad is None and found.p >= find.ALPHA
+    assert sorted(set(calls)) == [0, 2]  # nothing bisected
+    lines = find.report(["a", "b", "c"], found, "table")
+    assert lines[-1].startswith("not significant: BAD") and "nothing to bisect" in lines[-1]
+
+
+def test_bisect_does_not_name_a_commit_for_a_change_under_min_change():
+    # steady runs, 2% apart: significant to the t-test, too small to be what find looks for
+    sample, _ = fake([1.0, 1.5, 1.02], noise=(1.0, 1.001, 0.999))
+    assert find.bisect(["a", "b", "c"], sample, subject).first_bad is None
 
 
 def test_report_names_the_first_bad_commit():
-    seen = {0: Point("a" * 40, "start", 1.0), 2: Point("b" * 40, "slow", 2.0), 3: Point("c" * 40, "end", 2.0)}
-    lines = find.report(["a" * 40, "x" * 40, "b" * 40, "c" * 40], 2, seen, "table")
+    seen = {0: Point("a" * 40, "start", [1.0, 1.0]), 2: Point("b" * 40, "slow", [2.0, 2.0]),
+            3: Point("c" * 40, "end", [2.0, 2.0])}
+    lines = find.report(["a" * 40, "x" * 40, "b" * 40, "c" * 40], find.Found(2, seen, 1e-6), "table")
     assert lines[-1].startswith("first bad commit: " + "b" * 40 + " 'slow': 2 ms, against 1 ms")
     assert "+100.0%" in lines[-1]
 

@@ -88,6 +88,10 @@ def test_installed_plugin_is_listed_runs_and_gets_its_page(package):
     assert ran.returncode == 0, ran.stderr
     with Store(db, read_only=True) as s:
         rows = s.query("SELECT mode, provider, shape, status FROM results")
+        (env,) = s.query("SELECT plugins FROM environments")
+    # the plugin's distribution and version are in the run's environment: its rows are traceable to it
+    meta = tomllib.loads((package["src"] / "pyproject.toml").read_text())["project"]
+    assert json.loads(env["plugins"]) == {meta["name"]: meta["version"]}
     assert {(r["mode"], r["provider"]) for r in rows} == {(m, p) for m in ("fwd", "bwd", "fwd+bwd")
                                                           for p in ("triton", "torch")}
     assert {r["shape"] for r in rows} == {"M=8,N=1024", "M=3,N=1001"}

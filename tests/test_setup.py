@@ -1,6 +1,8 @@
 """The set-up: what scripts/setup.sh installs on each kind of machine (run against a stub Python,
 so no network is needed), that the pinned sets agree with pyproject.toml, and, where PyPI can be
 reached, that pip resolves them against plain PyPI (no local wheels, no configuration)."""
+import os
+import re
 import shutil
 import subprocess
 import sys
@@ -29,15 +31,23 @@ exit 0
 """
 
 
-def run_setup(tmp_path, gpu=False, **env):
-    """setup.sh in a copy of the repository layout; returns (the stub's calls, stderr)."""
+APT = """#!/usr/bin/env bash
+printf 'apt-get %s\\n' "$*" >> "$LOG"
+"""
+
+
+def run_setup(tmp_path, gpu=False, chromium=True, root=False, **env):
+    """setup.sh in a copy of the repository layout; returns (the stub's calls, stderr). Without
+    `chromium` on PATH there is an apt-get stub (logged like the Python's), and `id -u` says 0 when
+    `root`."""
     repo = tmp_path / "repo"
     (repo / "scripts").mkdir(parents=True)
     shutil.copy(ROOT / "scripts" / "setup.sh", repo / "scripts" / "setup.sh")
     bins = tmp_path / "bin"
     bins.mkdir()
-    for name, body in [(".venv/bin/python", STUB), ("bin/chromium", "#!/bin/sh\n")] + \
-            ([("bin/nvidia-smi", "#!/bin/sh\n")] if gpu else []):
+    stubs = [(".venv/bin/python", STUB)] + ([("bin/chromium", "#!/bin/sh\n")] if chromium else
+                                            [("bin/apt-get", APT), ("bin/id", f"#!/bin/sh\necho {0 if root else 1000}\n")])
+    for name, body in stubs + ([("bin/nvidia-smi", "#!/bin/sh\n")] if gpu else []):
         path = (repo if name.startswith(".venv") else tmp_path) / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(body)
@@ -71,7 +81,31 @@ def test_without_a_gpu_and_no_cpu_index_torch_comes_from_pips_own_index(tmp_path
     calls, err = run_setup(tmp_path, REACHABLE_RC="1")
     assert calls[1] == f"{PIP} -c requirements/cpu.txt torch"
     assert calls[2] == f"{PIP} -c requirements/cpu.txt -e .[test]"
+    # said before the download: what comes instead of the CPU build, and how to avoid it
     assert f"{CPU_INDEX} is unreachable" in err
+    assert "torch's CUDA build with its CUDA libraries" in err and "several GB" in err
+    assert "TORCH_INDEX=URL" in err and "requirements/cpu.txt into .venv first" in err
+
+
+def test_chromium_is_installed_only_when_asked(tmp_path):
+    calls, err = run_setup(tmp_path / "a", chromium=False, root=True)
+    assert not any(c.startswith("apt-get") for c in calls)
+    assert "no chromium: the browser tests will be skipped (KCOLLECT_BROWSER=1 installs it" in err
+    calls, err = run_setup(tmp_path / "b", chromium=False, root=True, KCOLLECT_BROWSER="1")
+    assert [c for c in calls if c.startswith("apt-get")] == ["apt-get update -qq", "apt-get install -y -qq chromium"]
+    assert "installing chromium with apt-get" in err
+    calls, err = run_setup(tmp_path / "c", chromium=False, root=False, KCOLLECT_BROWSER="1")
+    assert not any(c.startswith("apt-get") for c in calls) and "install it yourself" in err
+
+
+def test_ci_asks_for_the_browser_and_has_it():
+    # CI must run the browser tests, which skip themselves without chromium: .ci/run asks for it,
+    # and under it (KCOLLECT_BROWSER=1 in the environment) a missing chromium is a failure here
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert re.search(r"^export KCOLLECT_BROWSER=1$", ci, re.M)
+    assert ci.index("KCOLLECT_BROWSER=1") < ci.index("bash scripts/setup.sh")
+    if os.environ.get("KCOLLECT_BROWSER") == "1":
+        assert shutil.which("chromium") or shutil.which("chromium-browser"), "KCOLLECT_BROWSER=1, no chromium on PATH"
 
 
 def test_torch_index_can_be_chosen_or_skipped(tmp_path):

@@ -492,6 +492,7 @@ def test_clean_checkout_builds_from_the_parquet_history(tmp_path):
     with Store(src, read_only=True) as store:
         export_runs(store, tmp_path / "runs")
     db, out = tmp_path / "fresh" / "k.duckdb", tmp_path / "site"
+    db.parent.mkdir()  # a --db's folder must exist (only the default's data/ is made)
     result = CliRunner().invoke(main, ["build-site", "--db", str(db), "--out", str(out), "--data",
                                        str(tmp_path / "runs")])
     assert result.exit_code == 0, result.output

@@ -119,6 +119,24 @@ def test_uncreatable_path_is_explained(tmp_path):
         Store(blocker / "k.duckdb")
 
 
+def test_a_db_in_a_missing_folder_is_refused_and_nothing_is_made(tmp_path):
+    from click.testing import CliRunner
+
+    from kcollect.cli import main
+
+    db = tmp_path / "nowhere" / "deeper" / "k.duckdb"
+    with pytest.raises(StoreError, match="does not exist") as e:
+        Store(db, create_folder=False)
+    assert e.value.code == 2
+    (folder,) = _folders(tmp_path, n=1)
+    for args in (["import", str(folder)], ["run", "swiglu", "--device", "cpu", "--mode", "fwd", "--provider", "torch"],
+                 ["build-site", "--out", str(tmp_path / "site"), "--data", str(folder.parent)]):
+        r = CliRunner().invoke(main, args + ["--db", str(db)])
+        assert r.exit_code == 2, (args, r.output)
+        assert r.output.count("\n") == 1 and "does not exist" in r.output, (args, r.output)
+    assert not (tmp_path / "nowhere").exists()
+
+
 def test_missing_store_read_only(tmp_path):
     with pytest.raises(StoreError, match="no store"):
         Store(tmp_path / "none.duckdb", read_only=True)
@@ -229,6 +247,20 @@ def test_import_skips_incomplete_and_corrupt_folders_and_names_them(tmp_path):
         assert d.query("SELECT count(*) AS n FROM results")[0]["n"] == 1
 
 
+def test_import_names_a_run_folder_missing_a_file(tmp_path):
+    # a folder whose run.parquet is lost is not passed over in silence
+    good, lost, _ = _folders(tmp_path)
+    (lost / "run.parquet").unlink()
+    from click.testing import CliRunner
+
+    from kcollect.cli import main
+
+    r = CliRunner().invoke(main, ["import", str(tmp_path / "runs"), "--db", str(tmp_path / "k.duckdb")])
+    assert r.exit_code == 1, r.output
+    assert f"kcollect: error: skipped {lost}: incomplete: no run.parquet" in r.stderr
+    assert "2 run(s) imported, 0 already present, 1 folder(s) skipped" in r.stdout
+
+
 def test_import_command_exit_codes(tmp_path):
     from click.testing import CliRunner
 
@@ -285,6 +317,78 @@ def test_every_command_refuses_a_damaged_store_with_one_line_and_exit_2(tmp_path
         assert r.output.count("\n") == 1 and r.output.startswith("kcollect: error: "), (args, r.output)
         assert ("truncated" if damage == "truncated" else "newer than this kcollect") in r.output
     assert path.read_bytes() == before
+
+
+def _damage_a_block(path, table="results", seed=46):
+    """Random bytes over part of one of the table's data blocks, the file's size and header kept:
+    a disk error or a bad copy, which only DuckDB's reading of that block would otherwise find."""
+    import random
+
+    from kcollect.store import HEADER_BYTES
+
+    con = duckdb.connect(str(path), read_only=True)
+    block_size = con.execute("PRAGMA database_size").fetchone()[2]
+    block = con.execute("SELECT min(block_id) FROM pragma_storage_info(?) WHERE block_id >= 0", [table]).fetchone()[0]
+    con.close()
+    size = path.stat().st_size
+    with open(path, "r+b") as f:
+        f.seek(HEADER_BYTES + block * block_size + 64)
+        f.write(random.Random(seed).randbytes(256))
+    assert path.stat().st_size == size
+    return block
+
+
+def test_every_command_refuses_a_store_with_a_damaged_block(tmp_path):
+    # a real store, one data block of its results damaged: every command that reads or writes a
+    # store says so in one line and exits 2, and writes nothing (no rows, no site, no folders)
+    from click.testing import CliRunner
+
+    from kcollect.cli import main
+
+    path = _fill(tmp_path / "k.duckdb")
+    with Store(path, read_only=True) as s:  # it was whole: the rows read
+        assert len(s.query("SELECT * FROM results")) == 2
+    block = _damage_a_block(path)
+    before = path.read_bytes()
+    (tmp_path / "other").mkdir()
+    (folder,) = _folders(tmp_path / "other", n=1)
+    db = ["--db", str(path)]
+    commands = (["summary"], ["runs"], ["rm", "r-0000001", "--yes"], ["compare", "abc", "def"],
+                ["build-site", "--out", str(tmp_path / "site"), "--data", str(folder.parent)],
+                ["export", "--out", str(tmp_path / "runs")], ["import", str(folder)],
+                ["run", "swiglu", "--device", "cpu", "--mode", "fwd", "--provider", "torch"],
+                ["run", "swiglu", "--device", "cpu", "--dry-run"])
+    for args in commands:
+        r = CliRunner().invoke(main, args + db)
+        assert r.exit_code == 2, (args, r.output, r.exception)
+        assert r.output.count("\n") == 1 and r.output.startswith("kcollect: error: "), (args, r.output)
+        assert f"block {block} of" in r.output and "fails its checksum" in r.output, (args, r.output)
+    # another store given to import is checked the same way, and the store it would go into is untouched
+    dst = _fill(tmp_path / "dst.duckdb", run_id="r-dst")
+    whole = dst.read_bytes()
+    r = CliRunner().invoke(main, ["import", str(path), "--db", str(dst)])
+    assert r.exit_code == 2 and "fails its checksum" in r.output and r.output.count("\n") == 1, r.output
+    assert dst.read_bytes() == whole
+    assert path.read_bytes() == before and not path.with_name(path.name + ".wal").exists()
+    assert not (tmp_path / "site").exists() and not (tmp_path / "runs").exists()
+
+
+def test_free_blocks_and_rewritten_stores_raise_no_false_alarm(tmp_path):
+    # runs added and deleted leave free blocks (some cut off the end of the file): none is damage
+    path = tmp_path / "k.duckdb"
+    for i in range(4):
+        with Store(path) as s:
+            s.add_environment(_env())
+            s.start_run(_run(f"run-{i}"))
+            s.add_results([_result(f"run-{i}", provider=f"p{j}", shape=f"M={i},N={j}") for j in range(800)])
+            if i % 2:
+                s.delete_runs([f"run-{i - 1}"])
+    con = duckdb.connect(str(path), read_only=True)
+    free = con.execute("PRAGMA database_size").fetchone()[5]
+    con.close()
+    assert free > 0
+    with Store(path, read_only=True) as s:
+        assert s.run_ids() == {"run-1", "run-3"}
 
 
 def test_build_site_builds_from_the_whole_folders(tmp_path):

@@ -59,6 +59,31 @@ def test_actions_are_pinned_by_commit_sha():
             assert re.fullmatch(r"\s+# v\d+(\.\d+)*", rest), f"{f.name}: {action} has no '# vX.Y.Z' comment"
 
 
+def _github_reachable() -> bool:
+    import urllib.request
+
+    try:
+        urllib.request.urlopen(urllib.request.Request("https://github.com", method="HEAD"), timeout=15)
+        return True
+    except OSError:
+        return False
+
+
+def test_each_pin_is_the_commit_of_its_release_tag():
+    # what the comment names is what runs: the tag's commit (an annotated tag's peeled line) as
+    # GitHub lists it now; where github.com cannot be reached (CI can), this is not checked
+    if not _github_reachable():
+        pytest.skip("github.com cannot be reached from here: the pins' tags are not checked")
+    for f in sorted(WORKFLOWS.glob("*.yml")):
+        for action, tag in re.findall(r"^\s*(?:- )?uses: (\S+)\s+# (v[\d.]+)$", f.read_text(), re.M):
+            repo, sha = "/".join(action.split("@")[0].split("/")[:2]), action.split("@")[1]
+            out = subprocess.run(["git", "ls-remote", "--tags", f"https://github.com/{repo}", tag], capture_output=True,
+                                 text=True, timeout=60)
+            refs = dict(reversed(line.split("\t")) for line in out.stdout.splitlines())
+            commit = refs.get(f"refs/tags/{tag}^{{}}") or refs.get(f"refs/tags/{tag}")
+            assert commit == sha, f"{f.name}: {repo} {tag} is {commit}, the pin says {sha}"
+
+
 def test_tests_workflow_runs_ci():
     text = read("tests.yml")
     assert re.search(r"^  push:", text, re.M) and re.search(r"^  pull_request:", text, re.M)
@@ -83,15 +108,67 @@ def test_benchmark_workflow_on_push_order_and_always_export():
     job = _job(text, "benchmark")
     assert "runs-on: [self-hosted, gpu]" in job and "fetch-depth: 0" in job
     assert "-c requirements/gpu.txt" in job and "pip freeze" in job and "GITHUB_STEP_SUMMARY" in job
-    steps = ["kcollect import", "kcollect run --all", "kcollect export", "git push", "kcollect compare"]
+    steps = ["kcollect import", "kcollect run --all", "kcollect export", "actions/upload-artifact", "kcollect compare"]
     where = [job.index(s) for s in steps]
     assert where == sorted(where), dict(zip(steps, where))
     export = job[job.rindex("- name:", 0, job.index("kcollect export")):job.index("kcollect export")]
     assert "if: always()" in export  # a run cut short by a time limit still exports its rows
-    run_limit = int(re.search(r"timeout-minutes: (\d+)\n\s+run: kcollect run --all", job).group(1))
+    upload = job[job.index("actions/upload-artifact"):job.index("kcollect compare")]
+    assert "if: always()" in upload and "name: runs" in upload
+    run_limit = int(re.search(r"timeout-minutes: (\d+)\n\s+run: \|\n(?:\s+.*\n)*?\s+kcollect run --all", job).group(1))
     job_limit = int(re.search(r"^    timeout-minutes: (\d+)", job, re.M).group(1))
     assert run_limit < job_limit  # ... which the job's own limit would not leave time for
-    assert "--markdown" in job and re.search(r"permissions:\n\s+contents: write", job)
+    assert "--markdown" in job
+
+
+def test_a_failing_row_of_ours_is_compared_and_then_fails_the_job():
+    # `kcollect run` exits 3 for it: the run step lets the comparison run, a last step fails the job
+    text = read("benchmark.yml")
+    for name in ("benchmark", "pull-request"):
+        job = _job(text, name)
+        step = job[job.index("kcollect run --all"):]
+        assert re.search(r'echo "rc=\$rc" >> "\$GITHUB_OUTPUT"\n\s+\[ "\$rc" -eq 0 \] \|\| \[ "\$rc" -eq 3 \]', step)
+        last = job[job.rindex("- name:"):]
+        assert "if: always() && steps.run.outputs.rc == '3'" in last and "exit 1" in last, name
+
+
+def test_the_job_that_runs_the_code_cannot_write_and_the_one_that_writes_runs_none():
+    # the push job holds contents: write; it downloads the exported run folders and pushes them,
+    # with no install and no kcollect of its own; the benchmark job only reads
+    text = read("benchmark.yml")
+    bench, publish = _job(text, "benchmark"), _job(text, "publish")
+    assert ": write" not in bench and "git push" not in bench and "persist-credentials: false" in bench
+    assert re.search(r"permissions:\n\s+contents: write", publish) and text.count("contents: write") == 1
+    assert "needs: benchmark" in publish and "if: always()" in publish and "runs-on: ubuntu-latest" in publish
+    assert "actions/download-artifact@" in publish and "name: runs" in publish and "git push" in publish
+    for code in ("kcollect", "pip install", "setup-python", "python"):
+        assert code not in publish.replace("kcollect/", ""), code
+
+
+def _concurrency(job: str) -> tuple[str, str]:
+    m = re.search(r"concurrency:\n\s+group: (\S+).*\n\s+cancel-in-progress: (\w+)", job)
+    return m.group(1), m.group(2)
+
+
+def test_pull_requests_never_cancel_a_main_benchmark_and_caches_are_per_branch():
+    # one group for both let a newer pull request's run replace a pending main benchmark; and pull
+    # request code shared main's compile caches
+    text = read("benchmark.yml")
+    assert not re.search(r"^concurrency:", text, re.M)  # no group for the whole workflow
+    main, pr = _job(text, "benchmark"), _job(text, "pull-request")
+    assert _concurrency(main) == ("benchmark-main", "false")
+    assert _concurrency(pr) == ("benchmark-pr-${{", "true") and "github.event.pull_request.number }}" in pr
+    caches = [re.search(r'KCOLLECT_CACHE_DIR=(\S+)" >> "\$GITHUB_ENV"', job).group(1) for job in (main, pr)]
+    assert caches == ["$HOME/.cache/kcollect/main", "$HOME/.cache/kcollect/pr-$PR_NUMBER"]
+    for job in (main, pr):  # set before anything is built
+        assert job.index("KCOLLECT_CACHE_DIR") < job.index("kcollect run --all")
+
+
+def test_pages_builds_from_the_full_history():
+    # a shallow clone has one commit: the site then lacks every other commit's subject and author
+    build = _job(read("pages.yml"), "build")
+    checkout = build[build.index("actions/checkout@"):build.index("- uses:", build.index("actions/checkout@"))]
+    assert "fetch-depth: 0" in checkout
 
 
 def test_benchmark_workflow_pull_request_mode():

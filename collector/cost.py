@@ -1,0 +1,82 @@
+"""The cost model: the seconds one (kernel, mode, provider) measurement takes, fitted on the stored
+runs' own per-row seconds (results.seconds: the measurement, its recheck and its share of the case's
+inputs, references and release).
+
+Each term is `fixed + per_gb * GB moved`, fitted by least squares (the estimate of a whole run is a
+sum, so it must be right on average, not in the median), at four levels from the most specific:
+(device, kernel, provider, mode), (device, kernel, provider), (device, provider, mode),
+(device, provider). A measurement takes the most specific term fitted on at least MIN_ROWS rows.
+The fitted terms are committed (`cost_model.json`, written by `benchmarks/fit_cost.py` from
+data/runs), so that every machine of a sharded run computes the same split from the same numbers.
+"""
+from __future__ import annotations
+
+import functools
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Iterable, Mapping
+
+MODEL_FILE = Path(__file__).with_name("cost_model.json")
+MIN_ROWS = 3
+ANY = "*"
+
+
+def _keys(device: str, kernel: str, provider: str, mode: str) -> list[str]:
+    """The terms a measurement may take, most specific first."""
+    return ["|".join(k) for k in ((device, kernel, provider, mode), (device, kernel, provider, ANY),
+                                  (device, ANY, provider, mode), (device, ANY, provider, ANY))]
+
+
+def _fit_line(points: list[tuple[float, float]]) -> tuple[float, float]:
+    """(fixed, per_gb) >= 0 minimising the squared error of seconds over (gb, seconds) points."""
+    n = len(points)
+    mean_g = sum(g for g, _ in points) / n
+    mean_s = sum(s for _, s in points) / n
+    var_g = sum((g - mean_g) ** 2 for g, _ in points)
+    slope = sum((g - mean_g) * (s - mean_s) for g, s in points) / var_g if var_g > 0 else 0.0
+    if slope <= 0:
+        return mean_s, 0.0
+    fixed = mean_s - slope * mean_g
+    if fixed < 0:  # through the origin instead
+        return 0.0, sum(g * s for g, s in points) / sum(g * g for g, _ in points)
+    return fixed, slope
+
+
+def fit(rows: Iterable[Mapping]) -> dict[str, list[float]]:
+    """{term key: [fixed_s, per_gb_s, rows]} from rows with device ('cuda'/'cpu'), kernel, provider,
+    mode, bytes and seconds."""
+    groups: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for r in rows:
+        if r.get("seconds") is None:
+            continue
+        point = ((r.get("bytes") or 0) / 1e9, float(r["seconds"]))
+        for key in _keys(r["device"], r["kernel"], r["provider"], r["mode"]):
+            groups[key].append(point)
+    return {k: [*(round(x, 6) for x in _fit_line(v)), len(v)] for k, v in sorted(groups.items()) if len(v) >= MIN_ROWS}
+
+
+class Model:
+    def __init__(self, terms: Mapping[str, list[float]]):
+        self.terms = dict(terms)
+
+    def seconds(self, device: str, kernel: str, provider: str, mode: str, gb: float) -> float | None:
+        """The fitted estimate, or None where no term covers the measurement."""
+        for key in _keys(device, kernel, provider, mode):
+            if key in self.terms:
+                fixed, per_gb = self.terms[key][:2]
+                return fixed + per_gb * gb
+        return None
+
+
+@functools.cache
+def committed() -> Model:
+    """The model committed beside this module (empty if there is none)."""
+    try:
+        return Model(json.loads(MODEL_FILE.read_text())["terms"])
+    except FileNotFoundError:
+        return Model({})
+
+
+def save(terms: Mapping[str, list[float]], fitted_on: Mapping, path: Path = MODEL_FILE) -> None:
+    path.write_text(json.dumps({"fitted_on": fitted_on, "terms": terms}, indent=1, sort_keys=True) + "\n")
