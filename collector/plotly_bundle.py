@@ -1,11 +1,12 @@
 """A partial plotly.js for the site: the installed plotly package's bundle with only the trace types the
-site draws (scatter, which plotly's core registers itself), a sixth of its size.
+site draws (scatter, which plotly's core registers itself), under a quarter of its size.
 
 plotly.js (3.x and 4.x, built with esbuild) defines each module lazily, as `var NAME=W((e,t)=>{...});`
 inside one function, and ends with `CORE.register([TRACE(), ...])`, which pulls in every other trace
 type (bar, pie, 3D, maps, WebGL...). This rewrites that call to register none, then drops every lazy
-module that nothing left refers to, repeatedly: the same code, fewer modules. No JavaScript tooling is
-needed, so the build stays Python-only.
+module (and ES module initialiser, export table and function declaration at the top level) that
+nothing kept refers to, directly or through other kept code: the same code, fewer modules. No
+JavaScript tooling is needed, so the build stays Python-only.
 
 The references are found with a small JavaScript tokenizer (strings, template literals, regular
 expressions and comments are skipped, property names after a dot are not references); what it cannot
@@ -40,8 +41,10 @@ _TOKEN = re.compile(r"""
 """, re.S | re.X)
 _REGEX = re.compile(r"/(?:[^/\\\[\n]|\\.|\[(?:[^\]\\\n]|\\.)*\])+/[A-Za-z]*")
 _TEMPLATE_PART = re.compile(r"(?:[^`\\$]|\\.|\$(?!\{))*", re.S)
-# after these a slash is a division, after anything else it starts a regular expression
-_VALUE_KEYWORDS = frozenset({"this", "super", "null", "true", "false", "undefined"})
+# after a value (a name, a number, a string, a closing bracket) a slash divides, except after these
+# words; after anything else it starts a regular expression
+_KEYWORDS = frozenset({"return", "typeof", "case", "do", "else", "in", "of", "new", "delete", "void", "throw",
+                       "instanceof", "yield", "await"})
 _OPEN, _CLOSE = "([{", ")]}"
 
 
@@ -104,12 +107,8 @@ def _division(prev: tuple[str, str] | None) -> bool:
     if kind in ("num", "str", "regex"):
         return True
     if kind == "id":
-        return text in _VALUE_KEYWORDS or not text.isidentifier() or text not in _KEYWORDS
+        return text not in _KEYWORDS
     return text in (")", "]", "}")
-
-
-_KEYWORDS = frozenset({"return", "typeof", "case", "do", "else", "in", "of", "new", "delete", "void", "throw",
-                       "instanceof", "yield", "await"})
 
 
 def _template(src: str, pos: int, stack: list[str]) -> int:

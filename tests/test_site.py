@@ -97,6 +97,29 @@ def test_every_page_its_json_and_the_assets_are_written(built):
                 assert not re.match(r"^(https?:|//|/)", ref.group(1)), (page, tag)  # file:// and Pages
 
 
+def test_the_partial_bundle_keeps_what_is_reached_and_drops_the_rest():
+    """plotly_bundle on a bundle laid out as esbuild writes plotly.js: regular expressions, template
+    literals and strings that hold brackets do not confuse it; what the core reaches stays."""
+    from kcollect import plotly_bundle
+
+    src = ('/* head */var Plotly=(()=>{var W=(e,t)=>()=>{try{return t||e((t={exports:{}}).exports,t),t.exports}'
+           'catch(r){throw t=0,r}},Ea=(e,t,r)=>()=>{if(r)throw r[0];try{return e&&(t=e(e=0)),t}catch(i){throw r=[i],i}},'
+           'Fp=(e,t)=>{for(var r in t)S6(e,r,{get:t[r],enumerable:!0})};'
+           'var A=W((e,t)=>{t.exports=/a\\/b[/]/.test("x")?1:2/3});'
+           'var B=W((e,t)=>{t.exports=`${A()}}`+"})"+(4)/2});'
+           'var C=W((e,t)=>{t.exports="a 3D trace, unused"});'
+           'var x,D=Ea(()=>{x=C()});var N={};Fp(N,{d:()=>D});function helper(){return N}'
+           'var Core=W((e,t)=>{t.exports={register:()=>0,b:B()}});'
+           'var R=W((e,t)=>{var c=Core();c.register([C(),D()]);t.exports=c});return R();})();')
+    out = plotly_bundle.partial(src)
+    for kept in ("var A=W(", "var B=W(", "var Core=W(", "var R=W(", "c.register([])", "var x;"):
+        assert kept in out, kept
+    for gone in ("a 3D trace", "var x,D=Ea(", "var N={}", "Fp(N,", "function helper"):
+        assert gone not in out, gone
+    with pytest.raises(plotly_bundle.BundleLayoutError):
+        plotly_bundle.partial("window.Plotly = {}; /* a webpack bundle */")
+
+
 def test_internal_links_point_at_files(built):
     for page in built.rglob("*.html"):
         for ref in re.findall(r'(?:src|href)="([^"#]+)', page.read_text()):
