@@ -105,7 +105,7 @@ def test_the_partial_bundle_keeps_what_is_reached_and_drops_the_rest():
     src = ('/* head */var Plotly=(()=>{var W=(e,t)=>()=>{try{return t||e((t={exports:{}}).exports,t),t.exports}'
            'catch(r){throw t=0,r}},Ea=(e,t,r)=>()=>{if(r)throw r[0];try{return e&&(t=e(e=0)),t}catch(i){throw r=[i],i}},'
            'Fp=(e,t)=>{for(var r in t)S6(e,r,{get:t[r],enumerable:!0})};'
-           'var A=W((e,t)=>{t.exports=/a\\/b[/]/.test("x")?1:2/3});'
+           'var A=W((e,t)=>{t.exports=/a\\/b[/({]/.test("x")?1:2/3});'
            'var B=W((e,t)=>{t.exports=`${A()}}`+"})"+(4)/2});'
            'var C=W((e,t)=>{t.exports="a 3D trace, unused"});'
            'var x,D=Ea(()=>{x=C()});var N={};Fp(N,{d:()=>D});function helper(){return N}'
