@@ -41,16 +41,19 @@ def remote(root: Path) -> str | None:
 
 
 def fill(commits: list[dict[str, Any]], root: Path) -> int:
-    """Fills subject, author and url of the commits (dicts with 'sha') that have none, from the
-    checkout at root. Returns how many were filled."""
-    missing = sorted({c["sha"] for c in commits if not c.get("subject") and SHA.fullmatch(c["sha"])})
+    """Fills subject, author and url of the commits (dicts with 'sha', whole or abbreviated: runs
+    of a copy without .git record what they were given) that have none, from the checkout at root.
+    Returns how many were filled."""
+    missing = sorted({c["sha"] for c in commits if not c.get("subject") and HASH.fullmatch(c["sha"])})
     if not missing:
         return 0
     known = _git(root, "cat-file", "--batch-check=%(objectname) %(objecttype)", stdin="\n".join(missing) + "\n")
-    shas = [line.split()[0] for line in (known or "").splitlines() if line.endswith(" commit")]
-    if not shas:
+    # one answer a line, in the order asked: "<full hash> commit", or "<what was asked> missing"
+    full = {asked: line.split()[0] for asked, line in zip(missing, (known or "").splitlines())
+            if line.endswith(" commit")}
+    if not full:
         return 0
-    log = _git(root, "log", "--no-walk=unsorted", "--format=%H%x00%s%x00%an", *shas) or ""
+    log = _git(root, "log", "--no-walk=unsorted", "--format=%H%x00%s%x00%an", *sorted(set(full.values()))) or ""
     template = commit_url_template(remote(root))
     meta = {}
     for line in log.splitlines():
@@ -59,11 +62,12 @@ def fill(commits: list[dict[str, Any]], root: Path) -> int:
         meta[sha] = (subject, author)
     filled = 0
     for c in commits:
-        if c.get("subject") or c["sha"] not in meta:
+        sha = full.get(c["sha"])
+        if c.get("subject") or sha not in meta:
             continue
-        c["subject"], c["author"] = meta[c["sha"]]
+        c["subject"], c["author"] = meta[sha]
         if not c.get("url") and template:
-            c["url"] = template.format(sha=c["sha"])
+            c["url"] = template.format(sha=sha)
         filled += 1
     return filled
 

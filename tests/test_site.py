@@ -644,8 +644,10 @@ def test_commit_metadata_missing_from_the_store_comes_from_the_checkout(tmp_path
         "-m", "Fix the tail of the last block")
     git("remote", "add", "origin", "git@github.com:example/kcollect.git")
     sha = git("rev-parse", "HEAD")
-    commits = [{"sha": sha}, {"sha": "f" * 40}, {"sha": sha, "subject": "recorded", "url": None}]
-    assert site_git.fill(commits, tmp_path) == 1
+    commits = [{"sha": sha}, {"sha": "f" * 40}, {"sha": sha, "subject": "recorded", "url": None}, {"sha": sha[:7]}]
+    assert site_git.fill(commits, tmp_path) == 2
+    assert commits[3]["subject"] == "Fix the tail of the last block"  # an abbreviated hash, as a copy's run records it
+    assert commits[3]["url"] == f"https://github.com/example/kcollect/commit/{sha}"
     assert commits[0] == {"sha": sha, "subject": "Fix the tail of the last block", "author": "Grace Hopper",
                           "url": f"https://github.com/example/kcollect/commit/{sha}"}
     assert commits[1] == {"sha": "f" * 40}  # not in the checkout: stays a bare hash
