@@ -427,7 +427,7 @@ def build_site(db: str | Path, out: str | Path, data_dir: str | Path | None = No
     for name in (*STATIC, "plotly.min.js"):
         w.sizes["assets/" + name] = (out / "assets" / name).stat().st_size
     largest = max(((k, v) for k, v in w.sizes.items() if k != "assets/plotly.min.js"), key=lambda kv: kv[1])
-    return BuildResult(out=out, files=len(w.sizes) + 1, pages=w.pages, largest=largest,
+    return BuildResult(out=out, files=files, pages=w.pages, largest=largest,
                        seconds=time.perf_counter() - t0, imported=imported,
                        notes=[*([plotly_note] if plotly_note else []), *(f"{config}: {x}" for x in warnings)])
 
