@@ -8,6 +8,7 @@ process, and its CPU time (user + system, its children included) comes from the 
 
     python benchmarks/site_history8.py                 # writes lab/results/site_build.txt
     python benchmarks/site_history8.py --copies 4 --out -
+    python benchmarks/site_history8.py --compare ../main/.venv/bin/kcollect   # and an older build-site
 
 Builds of each history, in this order: cold (an empty cache folder: the partial plotly.js is made,
 every part of the history analysed); rendered again with the analysis cached (the output folder
@@ -58,12 +59,14 @@ def history(db: Path, copies: int) -> int:
         return con.execute("SELECT count(*) FROM runs").fetchone()[0]
 
 
-def build(db: Path, out: Path, cache: Path) -> tuple[float, float]:
-    """(CPU seconds, wall seconds) of one `kcollect build-site` process."""
+def build(db: Path, out: Path, cache: Path, kcollect: str | None = None) -> tuple[float, float]:
+    """(CPU seconds, wall seconds) of one `kcollect build-site` process (`kcollect`: another
+    installation's command, given the options every version takes)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
-    subprocess.run([str(Path(sys.executable).with_name("kcollect")), "build-site", "--db", str(db), "--out", str(out),
-                    "--data", "", "--no-git", "--config", str(ROOT / "data" / "site.toml")],
+    ours = ["--config", str(ROOT / "data" / "site.toml")] if kcollect is None else []
+    subprocess.run([kcollect or str(Path(sys.executable).with_name("kcollect")), "build-site", "--db", str(db),
+                    "--out", str(out), "--data", "", "--no-git", *ours],
                    check=True, stdout=subprocess.DEVNULL, env=dict(os.environ, KCOLLECT_CACHE_DIR=str(cache)))
     wall = time.perf_counter() - t
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -99,7 +102,7 @@ def weight(out: Path) -> list[str]:
             "  largest files: " + ", ".join(f"{p} {s / 2**10:.0f} KiB" for s, p in big)]
 
 
-def measure(copies: int, work: Path) -> list[str]:
+def measure(copies: int, work: Path, compare: str | None) -> list[str]:
     db, out = work / f"h{copies}.duckdb", work / f"site{copies}"
     t = time.perf_counter()
     n = history(db, copies)
@@ -117,6 +120,10 @@ def measure(copies: int, work: Path) -> list[str]:
               f"  output removed, analysis cached: {rendered[0]:.2f} s CPU, {rendered[1]:.2f} s wall",
               f"  unchanged rebuild: {again[0]:.2f} s CPU, {again[1]:.2f} s wall",
               f"  after one more run: {more[0]:.2f} s CPU, {more[1]:.2f} s wall", *size]
+    if compare:
+        other = work / f"other{copies}"
+        cpu, wall = build(db, other, work / f"cache-other{copies}", compare)
+        lines += [f"  {compare} on the same store: {cpu:.2f} s CPU, {wall:.2f} s wall", *weight(other)]
     return lines
 
 
@@ -124,6 +131,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--copies", type=int, default=8)
     ap.add_argument("--out", default=str(ROOT / "lab" / "results" / "site_build.txt"), help="'-' for stdout")
+    ap.add_argument("--compare", metavar="KCOLLECT", help="another installation's kcollect command, timed on the same stores")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         lines = [f"`python benchmarks/site_history8.py --copies {args.copies}` on {os.cpu_count()} cores "
@@ -131,7 +139,7 @@ def main() -> None:
                  + subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                                   text=True).stdout.strip(), ""]
         for copies in (1, args.copies):
-            lines += measure(copies, Path(tmp))
+            lines += measure(copies, Path(tmp), args.compare)
             lines.append("")
     text = "\n".join(lines)
     print(text)
