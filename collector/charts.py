@@ -1,101 +1,77 @@
-"""Chart material for the site: Plotly figure dicts (plain JSON, not plotly.graph_objects, whose
-validation would cost seconds over hundreds of figures) and sparkline SVG points.
-
-The trend charts are drawn in the browser from the per-kernel data files (site.js), because their
-data is loaded only when a section is shown; the figures here are the small ones a page carries.
-Legends sit above the plot area, never over the lines, and every axis has a title with its unit.
+"""Chart material for the site: each provider's colour, short shape labels, the y axis a chart needs,
+and sparkline SVG points. The charts themselves are drawn in the browser (site.js) from the pages'
+data files, loaded when a chart comes into view.
 """
 from __future__ import annotations
 
-from html import escape
+import colorsys
+import math
+import re
 from typing import Any
 
-# One colour per provider, fixed across every chart of the site (Plotly's default cycle).
-PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
-           "#bcbd22", "#17becf")
-LEGEND = {"orientation": "h", "x": 0, "xanchor": "left", "y": 1.02, "yanchor": "bottom", "font": {"size": 11}}
-MIB = 2**20
+OURS = "triton"
+# Our kernels: always this colour, drawn thicker and on top, on every chart of the site.
+OURS_COLOR = "#d62728"
+# Every other provider: one colour each, in the site's provider order, the same on every page of a
+# build. 24 colours picked greedily for the largest smallest CIELAB distance (26.6) from each other
+# and from OURS_COLOR, among colours with a contrast of at least 3:1 on white (a thin line stays
+# visible).
+PALETTE = ("#1f77b4", "#049f04", "#0606ef", "#ef06b5", "#5c4e23", "#40037c", "#049f85", "#94385e",
+           "#c78605", "#0667ef", "#c806ef", "#788b18", "#23585c", "#7c2c03", "#23285c", "#ef0667",
+           "#136c29", "#a843b1", "#ef6706", "#439fb1", "#0525c7", "#b17a43", "#5c2823", "#6c1365")
 
 
 def provider_colors(providers: list[str]) -> dict[str, str]:
-    return {p: PALETTE[i % len(PALETTE)] for i, p in enumerate(providers)}
+    """provider -> colour, distinct for every provider given (past the palette, evenly spaced hues
+    that skip red)."""
+    out, n = {}, 0
+    for p in providers:
+        if p == OURS:
+            out[p] = OURS_COLOR
+            continue
+        out[p] = PALETTE[n] if n < len(PALETTE) else _extra(n - len(PALETTE))
+        n += 1
+    return out
+
+
+def _extra(i: int) -> str:
+    hue = (0.08 + 0.618034 * i) % 1.0 * 0.84 + 0.08  # golden-angle steps over the hues apart from red
+    r, g, b = colorsys.hls_to_rgb(hue, 0.3 + 0.06 * (i % 2), 0.75)
+    return f"#{round(r * 255):02x}{round(g * 255):02x}{round(b * 255):02x}"
+
+
+def log_axis(values: list[float | None]) -> bool:
+    """Whether a chart of these values needs a log axis: they span more than a decade."""
+    vals = [v for v in values if v is not None and v > 0 and math.isfinite(v)]
+    return bool(vals) and max(vals) > 10 * min(vals)
+
+
+LABEL_MAX = 14  # characters of a tick label; longer labels number the shapes instead
+
+
+def _short(value: str) -> str:
+    """4096 -> 4k, 14336 -> 14k, 131072 -> 128k: whole multiples of 1024 past 1024."""
+    return f"{int(value) // 1024}k" if re.fullmatch(r"\d{4,}", value) and int(value) % 1024 == 0 else value
 
 
 def compact(shapes: list[str]) -> tuple[list[str], str]:
-    """Tick labels for named shapes and the axis title that names the dims: M=4096,N=14336 ->
-    4096×14336 under "shape (M × N)". Dims with one value over every shape leave the labels for the
-    title ("shape (Sq × D)" over "B=4, causal=1"), so that the labels stay short enough for a phone. Labels
-    that are not all of one named form stay as they are. Escaped: Plotly renders labels as a small
-    subset of HTML, and these come from the data."""
+    """Tick labels for named shapes and the axis title that names the dims: M=4096,N=14336 -> 4k×14k
+    under "shape (M × N)". Dims with one value over every shape go to the title ("shape (Sq × D)"
+    over "B=4, causal=1"), so that the labels stay short. Where the labels would still be long (many
+    dims vary), the shapes are numbered in grid order and a point's hover names its dims. Labels are
+    plain text: site.js escapes them for Plotly."""
     parts = [[p.partition("=") for p in s.split(",")] for s in shapes]
     names = [n for n, _, _ in parts[0]] if parts else []
     if not parts or any([n for n, _, _ in p] != names or not all(eq for _, eq, _ in p) for p in parts):
-        return [escape(s, quote=False) for s in shapes], "shape"
-    varying = [i for i in range(len(names)) if len({p[i][2] for p in parts}) > 1] or list(range(len(names)))
-    fixed = ", ".join(f"{names[i]}={parts[0][i][2]}" for i in range(len(names)) if i not in varying)
-    title = escape(f"shape ({' × '.join(names[i] for i in varying)})", quote=False)
-    return [escape("×".join(p[i][2] for i in varying), quote=False) for p in parts], title + (f"<br>{escape(fixed, quote=False)}" if fixed else "")
-
-
-def _layout(x_title: str, y_title: str, log: bool) -> dict[str, Any]:
-    return {"height": 340, "margin": {"l": 64, "r": 10, "t": 10, "b": 10},
-            "legend": LEGEND, "hovermode": "closest",
-            "xaxis": {"title": {"text": x_title}, "type": "category", "automargin": True},
-            "yaxis": {"title": {"text": y_title}, "type": "log" if log else "linear", "automargin": True}}
-
-
-def shape_figure(rows: list[dict[str, Any]], shapes: list[str], providers: list[str], colors: dict[str, str],
-                 unit: str, ceiling: float | None, ceiling_name: str) -> dict[str, Any]:
-    """The metric (GB/s or TFLOP/s) of every provider against shape, with the measured ceiling as
-    the roof. Rows that did not pass the gate have no point: a gap, never a speed."""
-    ticks, axis_title = compact(shapes)
-    traces = []
-    by = {(r["provider"], r["shape"]): r for r in rows}
-    for p in providers:
-        cells = [by.get((p, s)) for s in shapes]
-        if not any(c and c["rate"] is not None for c in cells):
-            continue
-        y = [c["rate"] if c else None for c in cells]
-        text = [_hover(c, unit) for c in cells]
-        traces.append({"type": "scatter", "mode": "lines+markers", "name": escape(p, quote=False), "meta": p,
-                       "x": ticks, "y": y, "text": text, "hovertemplate": "%{text}<extra>" + escape(p, quote=False) + "</extra>",
-                       "line": {"color": colors[p]}, "marker": {"size": 7}})
-    if ceiling:
-        traces.append({"type": "scatter", "mode": "lines", "name": f"measured {ceiling_name} ({ceiling:,.0f} {unit})",
-                       "x": ticks, "y": [ceiling] * len(shapes), "hoverinfo": "skip",
-                       "line": {"color": "#444", "dash": "dash", "width": 1.5}})
-    return {"data": traces, "layout": _layout(axis_title, f"{unit} (higher is faster)", log=False)}
-
-
-def memory_figure(rows: list[dict[str, Any]], shapes: list[str], providers: list[str],
-                  colors: dict[str, str]) -> dict[str, Any] | None:
-    """Peak memory one call allocates beyond what existed before it, against shape; None when no
-    row of the part recorded it."""
-    ticks, axis_title = compact(shapes)
-    by = {(r["provider"], r["shape"]): r for r in rows}
-    traces = []
-    for p in providers:
-        y = [(by[(p, s)]["peak_mem_bytes"] / MIB if (p, s) in by and by[(p, s)].get("peak_mem_bytes") is not None
-              else None) for s in shapes]
-        if all(v is None for v in y):
-            continue
-        traces.append({"type": "scatter", "mode": "lines+markers", "name": escape(p, quote=False), "meta": p,
-                       "x": ticks, "y": y, "text": [escape(s, quote=False) for s in shapes],
-                       "hovertemplate": "%{text}: %{y:,.4g} MiB<extra>" + escape(p, quote=False) + "</extra>",
-                       "line": {"color": colors[p]}, "marker": {"size": 7}})
-    if not traces:
-        return None
-    return {"data": traces, "layout": _layout(axis_title, "peak memory per call (MiB)", log=False)}
-
-
-def _hover(row: dict[str, Any] | None, unit: str) -> str:
-    if row is None:
-        return ""
-    shape = escape(row["shape"], quote=False)
-    if row["rate"] is None:
-        return f"{shape}: {row['status']}"
-    frac = f", {100 * row['frac_of_peak']:.0f}% of ceiling" if row["frac_of_peak"] is not None else ""
-    return f"{shape}: {row['rate']:,.4g} {unit}, {row['median_ms']:.4g} ms{frac}"
+        labels, title = list(shapes), "shape"
+    else:
+        varying = [i for i in range(len(names)) if len({p[i][2] for p in parts}) > 1] or list(range(len(names)))
+        fixed = ", ".join(f"{names[i]}={parts[0][i][2]}" for i in range(len(names)) if i not in varying)
+        labels = ["×".join(_short(p[i][2]) for i in varying) for p in parts]
+        title = f"shape ({' × '.join(names[i] for i in varying)})" + (f"\n{fixed}" if fixed else "")
+    if max(map(len, labels), default=0) > LABEL_MAX:
+        return [f"#{i + 1}" for i in range(len(shapes))], "shape (# in grid order; hover a point for its dims)"
+    return labels, title
 
 
 def sparkline(values: list[float], width: int = 100, height: int = 24, mark: int | None = None) -> dict[str, Any] | str:

@@ -16,7 +16,6 @@ import hashlib
 import importlib
 import json
 import shutil
-import sys
 import time
 from dataclasses import dataclass
 from datetime import date, datetime, timezone
@@ -27,13 +26,15 @@ import click
 import jinja2
 import markupsafe
 
-from . import site_budgets, site_data, site_flags, site_git, site_pages
+from . import charts, plotly_bundle, site_budgets, site_cache, site_config, site_data, site_flags, site_git, site_index, site_pages
+from .common import fail
 from .store import Store, StoreError
 
 MARKER = ".kcollect-site"  # written into every output; a folder without it is never wiped
 # kcollect.templates is the repository's templates/ folder (see pyproject's package-dir).
 TEMPLATES = Path(importlib.import_module("kcollect.templates").__file__).resolve().parent
 STATIC = ("style.css", "site.js")
+DEFAULT_CONFIG = "data/site.toml"
 
 
 class SiteError(Exception):
@@ -45,9 +46,11 @@ class BuildResult:
     out: Path
     files: int
     pages: int
-    largest: tuple[str, int]  # the largest file other than plotly.min.js: (relative path, bytes)
+    largest: tuple[str, int]  # the largest file other than plotly.js: (relative path, bytes)
     seconds: float
     imported: int
+    notes: list[str]  # what the caller should tell: a config entry that matches nothing, a plotly shipped whole
+    unchanged: bool = False  # nothing it reads changed since the build that wrote `out`: left as it was
 
 
 # -- the output folder ------------------------------------------------------------------------
@@ -143,9 +146,12 @@ def environment() -> jinja2.Environment:
         "gib": lambda v: "—" if not v else f"{v / 2**30:.0f} GiB",
         "mib": lambda v: "—" if v is None else f"{v / 2**20:,.3g} MiB" if v < 2**30 else f"{v / 2**30:,.3g} GiB",
         "when": lambda v: "—" if v is None else v.strftime("%Y-%m-%d %H:%M"),
+        "iso": lambda v: (v or datetime(1970, 1, 1)).strftime("%Y-%m-%dT%H:%M:%SZ"),  # the store's times are UTC
         "noise": lambda v: "—" if v is None else f"±{100 * v:.2g}%",
         # shape labels (M=4096,N=14336) may wrap after a comma, never inside a number
         "wrap": lambda v: markupsafe.Markup(",<wbr>").join(str(v).split(",")),
+        # and kernel names (fused_linear_cross_entropy) after an underscore
+        "wrap_words": lambda v: markupsafe.Markup("_<wbr>").join(str(v).split("_")),
     })
     return env
 
@@ -191,78 +197,101 @@ def _plain(obj: Any) -> Any:
 
 def data_js(name: str, payload: Any) -> str:
     """A data file: one call that hands the payload to site.js under its path."""
-    return f"KC.put({json.dumps(name)},{json.dumps(payload, separators=(',', ':'))});\n"
+    return f"KC.put({json.dumps(name)},{json.dumps(payload, default=_plain, separators=(',', ':'))});\n"
 
 
-def analyse(data: site_data.SiteData) -> site_flags.Analysis:
-    return site_flags.analyse(data)
-
-
-def _trend_payload(series: dict[str, dict[str, list]], noise: dict[tuple, float | None], key: tuple) -> dict:
-    """A trend file: provider -> shape -> [commit indexes, median, p20, p80, condition ids,
-    {condition id: relative noise}]."""
+def _trend_payload(series: dict[str, dict[str, list]], noise: dict[tuple, float | None], key: tuple,
+                   marks: list[dict[str, Any]]) -> dict:
+    """A trend file: {"series": provider -> shape -> [commit indexes, median, p20, p80, condition ids,
+    {condition id: relative noise}], "marks": the flags and changes of conditions the charts mark}."""
     out: dict[str, dict[str, list]] = {}
     for provider, shapes in series.items():
         out[provider] = {}
         for shape, (ci, med, p20, p80, cond) in shapes.items():
             n = {k: noise.get((*key, provider, shape, k)) for k in set(cond)}
             out[provider][shape] = [ci, med, p20, p80, cond, {k: round(v, 5) for k, v in n.items() if v is not None}]
-    return out
+    return {"series": out, "marks": marks}
 
 
-# -- what each page offers as JSON: its data, without the drawing material (figures, sparklines)
+MARK_FIELDS = ("kind", "state", "label", "provider", "shape", "after_ci", "change", "what")
+COMMITS_FILE = "data/commits.js"  # each group's commits [short, date, subject, url], for every page's scripts
 
 
-def _overview_json(sections: list[dict[str, Any]], opened: list[dict[str, Any]], count: dict[str, int]) -> dict:
-    return {"counts": count, "open_regressions": [_without(f, "spark", "values") for f in opened],
+# -- what each page offers as JSON: its data, without the drawing material (sparklines)
+
+
+def _index_json(m: dict[str, Any], count: dict[str, int]) -> dict:
+    return {"counts": count,
+            "latest": [{"gpu": x["group"].label, "commit": x["commit"], "kernels": x["kernels"],
+                        "new_regressions": [_without(f, "spark") for f in x["new"]]} for x in m["latest"]],
+            "open_regressions": [_without(f, "spark") for f in m["opened"]], "n_open": m["n_opened"],
+            "leaderboard": m["board"]["rows"], "trust": dict(m["trust"], gpus=[
+                dict(_without(x, "group"), gpu=x["group"].label) for x in m["trust"]["gpus"]]),
             "groups": [dict(_without(s, "kernels"), kernels=[
                 dict(k, lines=[dict(line, cells={p: _without(c, "spark") for p, c in line["cells"].items()})
-                               for line in k["lines"]]) for k in s["kernels"]]) for s in sections]}
-
-
-def _kernel_json(model: dict[str, Any]) -> dict:
-    return {"name": model["name"], "info": model["info"],
-            "flags": [_without(f, "spark", "values") for f in model["flags"]],
-            "sections": [dict(_without(s, "parts"), parts=[_without(p, "figure", "memory") for p in s["parts"]])
-                         for s in model["sections"]]}
+                               for line in k["lines"]]) for k in s["kernels"]]) for s in m["grids"]]}
 
 
 def render(data: site_data.SiteData, analysis: site_flags.Analysis, staging: Path, db: Path,
-           problems: list[tuple[str, str]]) -> Writer:
+           problems: list[tuple[str, str]], config: site_config.SiteConfig) -> tuple[Writer, list[str]]:
+    """Writes every page but the budgets into staging. Returns the writer and the config's
+    warnings (entries that match no flag)."""
     slugs = site_pages.kernel_slugs(data.kernels)
     ids = {g.key: g.id for g in data.groups}
     rows = site_pages.flag_rows(data, analysis.flags, analysis.changes, slugs)
+    warnings = site_config.apply(config, rows)
     count = site_pages.counts(rows)
+    colors = charts.provider_colors(data.providers)
+    now = datetime.now(timezone.utc)
     common = {
-        "built": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "db_name": db.name,
+        "built": now.strftime("%Y-%m-%d %H:%M UTC"), "built_iso": now.strftime("%Y-%m-%dT%H:%M:%SZ"), "db_name": db.name,
         "kernels": [(k, slugs[k]) for k in data.kernels], "groups": site_pages.group_options(data.groups),
-        "modes": data.modes, "dtypes": data.dtypes, "providers": data.providers,
+        "modes": data.modes, "dtypes": data.dtypes, "providers": data.providers, "colors": colors,
         "n_runs": len(data.runs), "n_open": count["open_ours"], "n_problems": len(problems),
+        "threshold": site_pages.detector_threshold(), "min_z": site_pages.detector_min_z(),
     }
     w = Writer(staging, environment(), common)
+    w.write(COMMITS_FILE, data_js(COMMITS_FILE, site_pages.commit_lists(data)))
+    marks: dict[tuple, list] = {}
+    for r in rows:
+        marks.setdefault((r["gkey"], r["kernel"], r["mode"], r["dtype"]), []).append(
+            {k: site_pages.sig(r[k]) if k == "change" else r[k] for k in MARK_FIELDS})
     trend_files: dict[tuple[str, str, str, str], str] = {}
     for n, (key, series) in enumerate(sorted(data.trends.items())):
         gkey, kernel = key[0], key[1]
         if kernel not in slugs:
             continue
         rel = f"data/{slugs[kernel]}.{ids[gkey]}.{n}.js"
-        w.write(rel, data_js(rel, _trend_payload(series, analysis.noise, (gkey, kernel, key[2], key[3]))))
+        w.write(rel, data_js(rel, _trend_payload(series, analysis.noise, key, marks.get(key, []))))
         trend_files[key] = rel
-    sections = site_pages.overview(data, slugs)
-    opened = site_pages.open_regressions(rows)
-    w.page("index.html", "overview.html", _overview_json(sections, opened, count),
-           title="Overview", sections=sections, opened=opened[:site_pages.OPEN_LISTED], n_opened=len(opened),
-           counts=count)
+    m = site_index.model(data, rows, slugs, config.other_function, analysis.noise)
+    w.page("index.html", "overview.html", _index_json(m, count), title="Overview", m=m, counts=count)
     for k in data.kernels:
-        model = site_pages.kernel_page(data, k, slugs, [r for r in rows if r["kernel"] == k], trend_files)
-        w.page(f"kernels/{slugs[k]}.html", "kernel.html", _kernel_json(model), title=k, k=model)
+        part_files, parts_json = {}, []
+        for g in data.groups:
+            if k not in g.kernels:
+                continue
+            for mode, dtype in site_pages._combos(data.latest[(g.key, k)], data.modes, data.dtypes):
+                rel = f"data/{slugs[k]}.{g.id}.{len(part_files)}.part.js"
+                payload = site_pages.part_data(data, g, k, mode, dtype)
+                w.write(rel, data_js(rel, payload))
+                part_files[(g.key, k, mode, dtype)] = rel
+                parts_json.append({"gpu": g.label, "mode": mode, "dtype": dtype, "cols": payload["cols"],
+                                   "rows": payload["rows"]})
+        model = site_pages.kernel_page(data, k, slugs, [r for r in rows if r["kernel"] == k], trend_files, colors,
+                                       part_files)
+        w.page(f"kernels/{slugs[k]}.html", "kernel.html",
+               {"name": k, "info": model["info"], "open_flags": [_without(f, "spark") for f in model["opened"]],
+                "parts": parts_json}, title=k, k=model)
     machines = sorted({r["machine"] or site_pages.NOT_RECORDED for r in data.runs if r["device_kind"] != "cpu"})
     events = site_pages.event_rows(data, analysis.events)
-    w.page("regressions.html", "regressions.html",
-           {"counts": count, "rows": [_without(r, "spark") for r in rows], "events": events},
-           title="Regressions", rows=rows, events=events, counts=count, machines=machines,
-           n_gpu_groups=sum(g.kind == "gpu" for g in data.groups),
-           has_cpu=any(g.kind == "cpu" for g in data.groups))
+    table = site_pages.flag_table(data, rows)
+    w.write(FLAGS_FILE, data_js(FLAGS_FILE, table))
+    w.page("regressions.html", "regressions.html", {"counts": count, "flags": table, "events": events},
+           title="Regressions", events=events, counts=count, machines=machines, n_rows=len(rows),
+           n_gpu_groups=sum(g.kind == "gpu" for g in data.groups), has_cpu=any(g.kind == "cpu" for g in data.groups))
+    w.write("regressions.atom", w.env.get_template("feed.atom").render(
+        **common, entries=site_pages.feed_entries(data, rows)))
     cmp = site_pages.compare_page(data, trend_files, slugs)
     w.page("compare.html", "compare.html", cmp, title="Compare", cmp=cmp)
     lab = site_pages.experiments(data)
@@ -271,70 +300,136 @@ def render(data: site_data.SiteData, analysis: site_flags.Analysis, staging: Pat
     w.page("environments.html", "environments.html", envs, title="Environments", sections=envs)
     listed = [{"folder": f, "reason": why} for f, why in problems]
     w.page("imports.html", "imports.html", listed, title="Import problems", problems=listed)
-    return w
+    return w, warnings
+
+
+FLAGS_FILE = "data/flags.js"  # every flag row, for the regressions table and each kernel's folded flags
 
 
 # -- the build --------------------------------------------------------------------------------
 
 
-def import_history(db: Path, data_dir: Path | None) -> tuple[int, list[tuple[str, str]]]:
+def import_history(db: Path, data_dir: Path | None, cache: site_cache.Cache | None = None
+                   ) -> tuple[int, list[tuple[str, str]]]:
     """Folds the Parquet history into the store (idempotent), so that a clean checkout builds the
-    site from data/ with one command. Nothing to do when the folder holds no runs.
+    site from data/ with one command. Nothing to do when the folder holds no runs, or when neither
+    it nor the store changed since the last import (the cache knows).
     -> (runs added, [(folder, why)] for the run folders that could not be imported): the site
     names those on a page of their own and builds from the rest."""
+    from .common import DEFAULT_DB
     from .history import import_path, run_folders
 
     if data_dir is None or not data_dir.is_dir() or not run_folders(data_dir):
         return 0, []
-    from .common import DEFAULT_DB
-
+    stamp, known = site_cache.import_unchanged(cache, db, data_dir)
+    if known is not None:
+        return 0, [tuple(p) for p in known]
     problems: list = []
     with Store(db, create_folder=str(db) == DEFAULT_DB) as store:  # another --db's folder must exist
         added, _ = import_path(store, data_dir, problems)
-    return added, [(str(folder), why) for folder, why in problems]
+    listed = [(str(folder), why) for folder, why in problems]
+    site_cache.imported(cache, db, stamp, listed)
+    return added, listed
+
+
+def _inputs(db: Path, config: Path | None, commit_url: str | None, git_root: Path | None,
+            problems: list[tuple[str, str]]) -> str:
+    """A digest of everything a build reads: the store file, the config, the options, this
+    kcollect's code and templates, the plotly package, the checkout's remote (commit links)."""
+    code = sorted([*Path(__file__).parent.glob("*.py"), *TEMPLATES.iterdir()])
+    h = hashlib.sha256()
+    for f in code:
+        if f.is_file():
+            h.update(f.name.encode() + f.read_bytes())
+    st, pl = db.stat(), plotly_js().stat()
+    remote = site_git.remote(git_root) if git_root is not None else None
+    h.update(repr([st.st_size, st.st_mtime_ns, pl.st_size, pl.st_mtime_ns, config.read_bytes() if config else None,
+                   commit_url, remote, sorted(problems)]).encode())
+    return h.hexdigest()
+
+
+def _unchanged(out: Path, inputs: str) -> tuple[int, int] | None:
+    """(pages, files) of the site at out where its build read exactly these inputs, else None."""
+    try:
+        lines = (out / MARKER).read_text().splitlines()
+    except OSError:
+        return None
+    fields = dict(line.split(": ", 1) for line in lines[1:] if ": " in line)
+    files = sum(1 for f in out.rglob("*") if f.is_file())
+    if fields.get("inputs") != inputs or fields.get("files") != str(files):
+        return None
+    return int(fields.get("pages", 0)), files
+
+
+def partial_plotly(cache: site_cache.Cache | None) -> tuple[bytes, str | None]:
+    return plotly_bundle.build(plotly_js(), cache.root if cache else None)
 
 
 def build_site(db: str | Path, out: str | Path, data_dir: str | Path | None = None,
-               problems: list[tuple[str, str]] | None = None, git_root: Path | None = None) -> BuildResult:
+               problems: list[tuple[str, str]] | None = None, git_root: Path | None = None,
+               commit_url: str | None = None, config: str | Path | None = None,
+               cache_dir: str | Path | None = None) -> BuildResult:
     """Builds the site from the store at db into out. `problems`: run folders that could not be
     imported, with why, listed on the import page beside those this build met itself. `git_root`:
     a checkout that fills in the commit subjects, authors and links the store lacks.
+    `commit_url`: a template of a commit's web page ({sha} is replaced), which every commit's link
+    then follows. `config`: the site's TOML (site_config), None for none. `cache_dir`: where a
+    rebuild finds what it can reuse (None: nothing is cached).
     Raises StoreError or SiteError."""
     t0 = time.perf_counter()
     db, out = Path(db), Path(out)
     if out.is_symlink():
         out = out.resolve()
     check_out(out)
-    plotly = plotly_js()
-    imported, skipped = import_history(db, Path(data_dir) if data_dir else None)
+    if commit_url is not None:
+        site_git.check_template(commit_url)
+    try:
+        cfg = site_config.load(Path(config) if config is not None else None)
+    except site_config.ConfigError as e:
+        raise SiteError(str(e)) from None
+    cache = site_cache.Cache(Path(cache_dir)) if cache_dir is not None else None
+    imported, skipped = import_history(db, Path(data_dir) if data_dir else None, cache)
+    inputs = (_inputs(db, Path(config) if config is not None else None, commit_url, git_root,
+                      [*(problems or []), *skipped]) if db.is_file() else "")  # no store: Store says why below
+    same = _unchanged(out, inputs) if cache is not None and inputs else None
+    if same is not None:
+        return BuildResult(out=out, files=same[1], pages=same[0], largest=("", 0), seconds=time.perf_counter() - t0,
+                           imported=imported, notes=[], unchanged=True)
+    plotly, plotly_note = partial_plotly(cache)
     with Store(db, read_only=True) as store:
         data = site_data.load(store)
         budgets = site_budgets.load(store)
+    commits = [c for g in data.groups for c in g.commits]
     if git_root is not None:
-        site_git.fill([c for g in data.groups for c in g.commits], git_root)
-    analysis = analyse(data)
+        site_git.fill(commits, git_root)
+    if commit_url is not None:
+        site_git.apply_template(commits, commit_url)
+    analysis = site_cache.analyse(data, cache)
     staging = out.with_name(f".{out.name}.kcollect-staging")
     if staging.exists():
         shutil.rmtree(staging)
     staging.mkdir(parents=True)
     try:
-        (staging / MARKER).write_text("Written by `kcollect build-site`, which wipes and rewrites this folder.\n")
         (staging / ".nojekyll").write_text("")  # GitHub Pages: serve the files as they are
         (staging / "assets").mkdir()
-        shutil.copyfile(plotly, staging / "assets" / "plotly.min.js")
+        (staging / "assets" / "plotly.min.js").write_bytes(plotly)
         for name in STATIC:
             shutil.copyfile(TEMPLATES / name, staging / "assets" / name)
-        w = render(data, analysis, staging, db, [*(problems or []), *skipped])
+        w, warnings = render(data, analysis, staging, db, [*(problems or []), *skipped], cfg)
         site_budgets.render(w, budgets, data.groups)
+        files = sum(1 for f in staging.rglob("*") if f.is_file()) + 1
+        (staging / MARKER).write_text("Written by `kcollect build-site`, which wipes and rewrites this folder.\n"
+                                      f"inputs: {inputs}\npages: {w.pages}\nfiles: {files}\n")
         _swap(staging, out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    for name in STATIC:
+    for name in (*STATIC, "plotly.min.js"):
         w.sizes["assets/" + name] = (out / "assets" / name).stat().st_size
-    largest = max(w.sizes.items(), key=lambda kv: kv[1])
-    return BuildResult(out=out, files=len(w.sizes) + 1, pages=w.pages, largest=largest,
-                       seconds=time.perf_counter() - t0, imported=imported)
+    largest = max(((k, v) for k, v in w.sizes.items() if k != "assets/plotly.min.js"), key=lambda kv: kv[1])
+    return BuildResult(out=out, files=files, pages=w.pages, largest=largest,
+                       seconds=time.perf_counter() - t0, imported=imported,
+                       notes=[*([plotly_note] if plotly_note else []), *(f"{config}: {x}" for x in warnings)])
 
 
 @click.command("build-site")
@@ -345,19 +440,41 @@ def build_site(db: str | Path, out: str | Path, data_dir: str | Path | None = No
               help="Parquet history folded into --db first when it holds runs; '' to skip.")
 @click.option("--git/--no-git", "use_git", default=True, show_default=True,
               help="Fill in commit subjects, authors and links the store lacks from the git checkout here.")
-def build_site_cmd(db: str, out: str, data_dir: str, use_git: bool) -> None:
-    """Render the static dashboard (overview, one page per kernel, regressions, compare,
-    experiments, environments) from the store into --out."""
+@click.option("--commit-url", default=None, metavar="TEMPLATE",
+              help="Link every commit to this page, {sha} replaced by its hash "
+                   "(e.g. https://github.com/OWNER/REPO/commit/{sha}).")
+@click.option("--config", "config", default=None, metavar="FILE",
+              help=f"The site's decisions: acknowledged or ignored flags, providers of another function "
+                   f"[default: {DEFAULT_CONFIG} where it exists].")
+@click.option("--cache/--no-cache", "use_cache", default=True, show_default=True,
+              help="Reuse the analysis of unchanged history and skip an import of unchanged run folders "
+                   "(kept under $KCOLLECT_CACHE_DIR, else ~/.cache/kcollect).")
+def build_site_cmd(db: str, out: str, data_dir: str, use_git: bool, commit_url: str | None, config: str | None,
+                   use_cache: bool) -> None:
+    """Render the static dashboard (overview, one page per kernel, regressions and their feed,
+    compare, budgets, experiments, environments) from the store into --out."""
+    from .caches import default_root
+
+    if config is None and Path(DEFAULT_CONFIG).is_file():
+        config = DEFAULT_CONFIG
     try:
-        result = build_site(db, out, data_dir or None, git_root=Path.cwd() if use_git else None)
+        result = build_site(db, out, data_dir or None, git_root=Path.cwd() if use_git else None,
+                            commit_url=commit_url, config=config,
+                            cache_dir=default_root() / "site" if use_cache else None)
     except StoreError as e:
-        click.echo(f"kcollect: error: {e}", err=True)
-        sys.exit(e.code)
+        fail(str(e), e.code)
     except SiteError as e:
-        click.echo(f"kcollect: error: {e}", err=True)
-        sys.exit(2)
+        fail(str(e))
+    except OSError as e:
+        fail(f"cannot write the site: {e.strerror or e}", 1)
+    for note in result.notes:
+        click.echo(f"kcollect: note: {note}", err=True)
     if result.imported:
         click.echo(f"imported {result.imported} run(s) from {data_dir} into {db}", err=True)
+    if result.unchanged:
+        click.echo(f"site in {result.out}/ is up to date: nothing it is built from changed since its last build "
+                   f"({result.pages} pages, {result.files} files); open {result.out}/index.html")
+        return
     rel, size = result.largest
     click.echo(f"site written to {result.out}/ ({result.pages} pages, {result.files} files, largest "
                f"{rel} {size / 1024:.0f} KiB) in {result.seconds:.1f} s; open {result.out}/index.html")

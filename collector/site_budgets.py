@@ -65,7 +65,7 @@ def load(store: Store) -> BudgetData:
             "commit": r["commit"], "ctime": r["ctime"], "started_at": r["started_at"], "run_id": r["run_id"]})
     data.runs = {g: sorted(by.values(), key=lambda u: (u["ctime"], u["started_at"]), reverse=True)
                  for g, by in runs.items()}
-    trend_rows = store.con.execute(SERIES + f"""
+    trend_rows = store.con.execute(SERIES + """
         SELECT gkey, shape, dtype, provider, list(t ORDER BY ctime, commit)
         FROM (SELECT gkey, shape, dtype, provider, commit, min(ctime) AS ctime, median(p80_ms) AS t
               FROM v WHERE status = 'ok' AND p80_ms > 0 GROUP BY ALL)
@@ -98,15 +98,17 @@ def _row_key(r: dict[str, Any]) -> tuple:
 
 
 def fit(tail_ms: float) -> list[dict[str, Any]]:
-    """Against each budget: does it fit, the headroom (budget - tail) in ms and as a share of the
-    budget, and the text the page shows."""
+    """Against each budget: does it fit, the share of the frame it takes, the headroom (budget -
+    tail: what the frame leaves for everything else, the sensor input, other models, rendering) in
+    ms and as a share, the badge and the text the page shows."""
     out = []
     for fps, budget in BUDGETS:
-        room = budget - tail_ms
-        text = (f"{room:.2f} ms left ({room / budget:.0%})" if room >= 0
-                else f"{-room:.2f} ms over ({tail_ms / budget:.1f}× the budget)")
+        room, used = budget - tail_ms, tail_ms / budget
+        badge = (f"{used:.0%} of the frame" if used >= 0.01 else "<1% of the frame") if room >= 0 else f"{used:.1f}× the frame"
+        text = (f"{room:.2f} ms left for the rest of the frame ({room / budget:.0%})" if room >= 0
+                else f"{-room:.2f} ms over ({used:.1f}× the budget)")
         out.append({"fps": fps, "budget": budget, "ok": room >= 0, "room_ms": room, "room": room / budget,
-                    "text": text})
+                    "used": used, "badge": badge, "text": text})
     return out
 
 

@@ -78,7 +78,7 @@ class Group:
     id: str  # slug, used in URLs (filters) and file names
     label: str
     kind: str  # 'gpu' or 'cpu'
-    # in order: sha, short, date, subject, author, url, runs
+    # in order: sha, short, date, time (datetime), subject, author, url, runs
     commits: list[dict[str, Any]] = field(default_factory=list)
     latest: dict[str, Any] | None = None  # the group's latest run
     kernels: list[str] = field(default_factory=list)
@@ -103,6 +103,7 @@ class SiteData:
     environments: list[dict[str, Any]]
     runs: list[dict[str, Any]]
     lab: list[dict[str, Any]] = field(default_factory=list)  # lab runs, newest first, each with its rows
+    run_ci: dict[str, int] = field(default_factory=dict)  # run id -> the index of its commit in its group
 
     def group(self, key: str) -> Group:
         return next(g for g in self.groups if g.key == key)
@@ -149,7 +150,7 @@ def load(store: Store) -> SiteData:
         dtypes=_ordered({r["dtype"] for r in all_rows}, DTYPE_ORDER),
         latest=latest, trends=trends, exact_trends=exact_trends, conditions=conditions,
         last_ci={(*key, r["shape"], r["dtype"]): run_ci[r["run_id"]] for key, rows in latest.items() for r in rows},
-        sparks=_sparks(store), environments=_environments(store), runs=runs, lab=_lab(store))
+        sparks=_sparks(store), environments=_environments(store), runs=runs, lab=_lab(store), run_ci=run_ci)
 
 
 def _groups(runs: list[dict[str, Any]]) -> list[Group]:
@@ -171,7 +172,7 @@ def _groups(runs: list[dict[str, Any]]) -> list[Group]:
             g.machines.append(r["machine"])
         c = commits[r["gkey"]].setdefault(r["ci"], {
             "sha": r["commit"], "short": r["commit"][:8], "runs": 0,
-            "date": r["ctime"].strftime("%Y-%m-%d %H:%M") if r["ctime"] else "",
+            "date": r["ctime"].strftime("%Y-%m-%d %H:%M") if r["ctime"] else "", "time": r["ctime"],
             "subject": None, "author": None, "url": None})
         c["runs"] += 1
         for k in ("subject", "author", "url"):  # any run of the commit that recorded it

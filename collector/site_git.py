@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 SHA = re.compile(r"[0-9a-f]{40}")
+HASH = re.compile(r"[0-9a-f]{7,40}")  # a commit's hash, whole or abbreviated (runs of copies without .git)
 
 
 def _git(root: Path, *args: str, stdin: str | None = None) -> str | None:
@@ -34,18 +35,26 @@ def commit_url_template(remote: str | None) -> str | None:
     return f"https://{host}/{path}/{'-/' if 'gitlab' in host else ''}commit/{{sha}}"
 
 
+def remote(root: Path) -> str | None:
+    """The URL of the checkout's origin, where it has one."""
+    return (_git(root, "remote", "get-url", "origin") or "").strip() or None
+
+
 def fill(commits: list[dict[str, Any]], root: Path) -> int:
-    """Fills subject, author and url of the commits (dicts with 'sha') that have none, from the
-    checkout at root. Returns how many were filled."""
-    missing = sorted({c["sha"] for c in commits if not c.get("subject") and SHA.fullmatch(c["sha"])})
+    """Fills subject, author and url of the commits (dicts with 'sha', whole or abbreviated: runs
+    of a copy without .git record what they were given) that have none, from the checkout at root.
+    Returns how many were filled."""
+    missing = sorted({c["sha"] for c in commits if not c.get("subject") and HASH.fullmatch(c["sha"])})
     if not missing:
         return 0
     known = _git(root, "cat-file", "--batch-check=%(objectname) %(objecttype)", stdin="\n".join(missing) + "\n")
-    shas = [line.split()[0] for line in (known or "").splitlines() if line.endswith(" commit")]
-    if not shas:
+    # one answer a line, in the order asked: "<full hash> commit", or "<what was asked> missing"
+    full = {asked: line.split()[0] for asked, line in zip(missing, (known or "").splitlines())
+            if line.endswith(" commit")}
+    if not full:
         return 0
-    log = _git(root, "log", "--no-walk=unsorted", "--format=%H%x00%s%x00%an", *shas) or ""
-    template = commit_url_template((_git(root, "remote", "get-url", "origin") or "").strip())
+    log = _git(root, "log", "--no-walk=unsorted", "--format=%H%x00%s%x00%an", *sorted(set(full.values()))) or ""
+    template = commit_url_template(remote(root))
     meta = {}
     for line in log.splitlines():
         sha, _, rest = line.partition("\0")
@@ -53,10 +62,32 @@ def fill(commits: list[dict[str, Any]], root: Path) -> int:
         meta[sha] = (subject, author)
     filled = 0
     for c in commits:
-        if c.get("subject") or c["sha"] not in meta:
+        sha = full.get(c["sha"])
+        if c.get("subject") or sha not in meta:
             continue
-        c["subject"], c["author"] = meta[c["sha"]]
+        c["subject"], c["author"] = meta[sha]
         if not c.get("url") and template:
-            c["url"] = template.format(sha=c["sha"])
+            c["url"] = template.format(sha=sha)
         filled += 1
     return filled
+
+
+def check_template(template: str) -> None:
+    """Raises SiteError unless template is a web address with {sha} in it and no other field."""
+    from .site import SiteError
+
+    example = "e.g. https://github.com/OWNER/REPO/commit/{sha}"
+    if not re.match(r"https?://[^\s\"'<>]+$", template) or "{sha}" not in template:
+        raise SiteError(f"--commit-url {template!r} must be an http(s) address with {{sha}} in it, {example}")
+    try:
+        template.format(sha="0" * 40)
+    except (KeyError, IndexError, ValueError):
+        raise SiteError(f"--commit-url {template!r} may hold no field but {{sha}}, {example}") from None
+
+
+def apply_template(commits: list[dict[str, Any]], template: str) -> None:
+    """Links every commit of git (a hash, not a run outside git) to the page the template names: an
+    explicit template wins over the links runs recorded."""
+    for c in commits:
+        if HASH.fullmatch(c["sha"]):
+            c["url"] = template.format(sha=c["sha"])

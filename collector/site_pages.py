@@ -8,11 +8,15 @@ what does not match the filters in the URL.
 from __future__ import annotations
 
 import json
+import math
 import re
+from datetime import datetime
 from typing import Any
 
 from . import charts
-from .site_data import SPARK_POINTS, Group, SiteData, annotate, cell, downsample
+from .site_data import SPARK_POINTS, Group, SiteData, annotate, downsample
+
+OURS = charts.OURS
 
 NOT_RECORDED = "(not recorded)"  # the machine of runs from before machines were recorded
 
@@ -85,46 +89,6 @@ def config_text(config: str | None) -> tuple[str, str]:
     return str(value), config
 
 
-# -- overview ---------------------------------------------------------------------------------
-
-OPEN_LISTED = 8  # open regressions on the overview; the regressions page has them all
-
-
-def overview(data: SiteData, slugs: dict[str, str]) -> list[dict[str, Any]]:
-    sections = []
-    for g in data.groups:
-        providers = [p for p in data.providers
-                     if any(r["provider"] == p for k in g.kernels for r in data.latest[(g.key, k)])]
-        kernels = []
-        for k in g.kernels:
-            rows = annotate(data.latest[(g.key, k)])
-            levels = [("*", "*")] + _combos(rows, data.modes, data.dtypes)
-            lines = []
-            for mode, dtype in levels:
-                sel = [r for r in rows if mode == "*" or (r["mode"] == mode and r["dtype"] == dtype)]
-                cells = {}
-                for p in providers:
-                    mine = [r for r in sel if r["provider"] == p]
-                    if mine:
-                        c = cell(mine)
-                        spark = data.sparks.get((g.key, k, p, mode, dtype), [])
-                        c["spark"] = charts.sparkline(spark)
-                        c["spark_first"], c["spark_last"] = (spark[0], spark[-1]) if spark else (None, None)
-                        cells[p] = c
-                lines.append({"mode": mode, "dtype": dtype, "detail": mode != "*", "cells": cells})
-            kernels.append({"name": k, "slug": slugs[k], "baseline": data.kernel_info[k]["baseline"],
-                            "lines": lines})
-        sections.append({"group": g, "latest": _run_info(g.latest, g), "providers": providers, "kernels": kernels,
-                         "n_commits": len(g.commits)})
-    return sections
-
-
-def open_regressions(flags: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Open regressions of our kernels, newest first (then the largest against its noise)."""
-    mine = [f for f in flags if f["kind"] == "regression" and f["state"] == "open" and f["ours"]]
-    return sorted(mine, key=lambda f: (-f["after_ci"], -(f["z"] or 0)))
-
-
 # -- regressions ------------------------------------------------------------------------------
 
 # The order of the regressions page: what needs someone first, what is settled last.
@@ -140,8 +104,8 @@ KIND_FILTER = {"open": "open", "ended": "recovered", "recovered": "recovered", "
 def flag_rows(data: SiteData, flags: list[dict[str, Any]], changes: list[dict[str, Any]],
               slugs: dict[str, str]) -> list[dict[str, Any]]:
     """One row per step and per change of measuring conditions, in the page's order: open
-    regressions (ours first, newest first), then regressions that recovered or are no longer
-    measured, then improvements, then changes of method, machine or environment."""
+    regressions (ours first, the most severe first), then regressions that recovered or are no
+    longer measured, then improvements, then changes of method, machine or environment."""
     rows = []
     for f in flags:
         if f["kernel"] not in slugs:
@@ -153,16 +117,18 @@ def flag_rows(data: SiteData, flags: list[dict[str, Any]], changes: list[dict[st
         rows.append(_row(data, f, slugs) | {
             "filter_kind": KIND_FILTER[f["state"]], "label": STATE_LABEL[f["state"]],
             "z": f["z"], "noise": f["noise"], "spark": charts.sparkline(values, mark=mark),
-            "end": commit_info(end) if end else None, "order": STATE_ORDER.get((f["kind"], f["state"], f["ours"]), 6),
-            "undoes": commit_info(g.commits[f["undoes"]]) if f.get("undoes") is not None else None})
+            "end": commit_info(end) if end else None, "end_ci": f["end_ci"],
+            "order": STATE_ORDER.get((f["kind"], f["state"], f["ours"]), 6),
+            "undoes": commit_info(g.commits[f["undoes"]]) if f.get("undoes") is not None else None,
+            "undoes_ci": f.get("undoes"), "n_after": len(f["values"]) - f["step_at"]})
     for c in changes:
         if c["kernel"] not in slugs:
             continue
         rows.append(_row(data, c, slugs) | {
             "id": None, "kind": c["kind"], "state": "condition", "filter_kind": c["kind"],
-            "label": f"{c['kind']} change", "z": None, "noise": None, "spark": None, "end": None, "undoes": None,
-            "what": c["what"], "ours": c["provider"] == "triton", "order": 7})
-    rows.sort(key=lambda r: (r["order"], -r["after_ci"], -(r["z"] or 0), r["kernel"], r["shape"]))
+            "label": f"{c['kind']} change", "z": None, "noise": None, "spark": None, "end": None, "end_ci": None,
+            "undoes": None, "undoes_ci": None, "n_after": None, "what": c["what"], "ours": c["provider"] == OURS, "order": 7})
+    rows.sort(key=lambda r: (r["order"], -severity(r), r["kernel"], r["shape"]))
     return rows
 
 
@@ -179,6 +145,44 @@ def _row(data: SiteData, f: dict[str, Any], slugs: dict[str, str]) -> dict[str, 
         "change": f["change"], "what": f.get("what"), "timing": f.get("timing")}
 
 
+def confidence(z: float | None) -> float:
+    """How sure a step is: the chance that its true size clears the detector's bar (MIN_Z standard
+    errors), its measured size being z with an error of one: Phi(z - MIN_Z). A step just at the
+    bar is a coin toss (0.5); two standard errors past it, 0.98."""
+    return 0.0 if z is None else 0.5 * (1 + math.erf((z - detector_min_z()) / math.sqrt(2)))
+
+
+def severity(r: dict[str, Any]) -> float:
+    """The order of the open regressions, across GPUs: how much slower (the log of the time ratio)
+    times how sure; a change of conditions (no z) by its size alone."""
+    return abs(math.log1p(r["change"])) * (confidence(r["z"]) if r["z"] is not None else 1.0)
+
+
+def detector_threshold() -> float:
+    """The smallest relative step the regression detector flags: its own constant, read here so
+    that no page restates it."""
+    from . import regress
+
+    return regress.DEFAULT_THRESHOLD
+
+
+def detector_min_z() -> float:
+    """The detector's bar in standard errors of a step (its own constant)."""
+    from . import regress
+
+    return regress.MIN_Z
+
+
+def needs_attention(r: dict[str, Any]) -> bool:
+    """An open regression of our kernels that nobody has acknowledged or ignored."""
+    return r["kind"] == "regression" and r["state"] == "open" and bool(r["ours"]) and "ack" not in r
+
+
+def open_regressions(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The open regressions of our kernels that need someone, most severe first, across GPUs."""
+    return sorted((r for r in rows if needs_attention(r)), key=lambda r: -severity(r))
+
+
 def event_rows(data: SiteData, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for e in events:
@@ -192,41 +196,85 @@ def counts(rows: list[dict[str, Any]]) -> dict[str, int]:
     def n(pred) -> int:
         return sum(1 for r in rows if pred(r))
 
-    return {"open_ours": n(lambda r: r["state"] == "open" and r["ours"]),
-            "open_other": n(lambda r: r["state"] == "open" and not r["ours"]),
+    return {"open_ours": n(needs_attention),
+            "open_other": n(lambda r: r["state"] == "open" and not r["ours"] and "ack" not in r),
+            "acknowledged": n(lambda r: r["state"] == "open" and "ack" in r),
             "recovered": n(lambda r: r["state"] in ("recovered", "ended")),
             "improvements": n(lambda r: r["kind"] == "improvement"),
             "conditions": n(lambda r: r["state"] == "condition")}
 
 
+# The regressions table's columns, as its data file carries them (site.js draws the rows).
+FLAG_COLUMNS = ("id", "state", "kind", "label", "ours", "kernel", "slug", "gid", "machine", "mode", "dtype",
+                "provider", "shape", "b", "a", "end", "undoes", "n_commits", "before_ms", "after_ms", "change",
+                "z", "noise", "what", "spark", "order", "ack", "filter_kind")
+
+
+def flag_table(data: SiteData, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The regressions table as data: columns, one list per row, and each GPU's commits
+    [short, date, subject, url] that the rows point into."""
+    out = []
+    for r in rows:
+        ack = r.get("ack")
+        out.append([r["id"], r["state"], r["kind"], r["label"], bool(r["ours"]), r["kernel"], r["slug"], r["gid"],
+                    r["machine"], r["mode"], r["dtype"], r["provider"], r["shape"], r["before_ci"], r["after_ci"],
+                    r["end_ci"], r["undoes_ci"], r["n_commits"],
+                    sig(r["before_ms"]), sig(r["after_ms"]), sig(r["change"]), sig(r["z"]), sig(r["noise"]),
+                    r["what"], r["spark"] or None, r["order"],
+                    {"state": ack["state"], "reason": ack["reason"], "by": ack.get("by")} if ack else None,
+                    r["filter_kind"]])
+    return {"cols": FLAG_COLUMNS, "rows": out, "labels": {g.id: g.label for g in data.groups}}
+
+
+def commit_lists(data: SiteData) -> dict[str, list[list]]:
+    """Each group's commits for the scripts: [short, date, subject, url]."""
+    return {g.id: [[c["short"], c["date"], c.get("subject") or "", safe_url(c.get("url")) or ""] for c in g.commits]
+            for g in data.groups}
+
+
+def sig(v: float | None, digits: int = 6) -> float | None:
+    """A number for a data file: 6 significant digits, past any measurement's precision."""
+    return None if v is None else float(f"{v:.{digits}g}")
+
+
 # -- one kernel -------------------------------------------------------------------------------
+
+OPEN_ON_KERNEL = 5  # open flags listed above a kernel page's results; the rest are one click away
 
 
 def kernel_page(data: SiteData, kernel: str, slugs: dict[str, str], rows_of_flags: list[dict[str, Any]],
-                trend_files: dict[tuple[str, str, str, str], str]) -> dict[str, Any]:
+                trend_files: dict[tuple[str, str, str, str], str], colors: dict[str, str],
+                part_files: dict[tuple[str, str, str, str], str]) -> dict[str, Any]:
+    """The page model: its sections and parts (their rows are in the part files), its open flags,
+    and what its scripts need (colours, commits, the trend marks)."""
     info = data.kernel_info[kernel]
-    colors = charts.provider_colors(data.providers)
+    steps = [r for r in rows_of_flags if r["state"] != "condition"]
+    opened = sorted((r for r in steps if r["state"] == "open" and "ack" not in r),
+                    key=lambda r: (not r["ours"], -severity(r)))
     sections = []
     for g in data.groups:
         if kernel not in g.kernels:
             continue
-        rows = annotate(data.latest[(g.key, kernel)])
-        run = rows[0]
-        ceiling = run["matmul_tflops"] if info["bound"] == "compute" else run["copy_gbps"]
-        ceiling_name = "bf16 matmul" if info["bound"] == "compute" else "copy bandwidth"
-        parts = [_part(data, g, kernel, mode, dtype, rows, colors, info, ceiling, ceiling_name, trend_files,
-                       rows_of_flags)
-                 for mode, dtype in _combos(rows, data.modes, data.dtypes)]
-        latest = next(r for r in data.runs if r["run_id"] == run["run_id"])
-        sections.append({"group": g, "latest": _run_info(latest, g), "older": _older_runs(data, rows),
-                         "ceiling": ceiling, "ceiling_name": ceiling_name, "parts": parts})
-    groups = [g for g in data.groups if kernel in g.kernels]
-    return {"name": kernel, "slug": slugs[kernel], "info": info, "sections": sections,
-            "flags": rows_of_flags, "colors": colors,
-            "commits": {g.id: [[c["short"], c["date"], c.get("subject") or ""] for c in g.commits] for g in groups},
-            "conditions": {str(i): _condition_label(c) for i, c in data.conditions.items()},
-            "marks": [{k: f[k] for k in ("kind", "state", "label", "gid", "mode", "dtype", "provider", "shape",
-                                         "after_ci", "after_ms", "change", "what")} for f in rows_of_flags]}
+        rows = data.latest[(g.key, kernel)]
+        latest = next(r for r in data.runs if r["run_id"] == rows[0]["run_id"])
+        parts = [{"mode": m, "dtype": d, "file": part_files[(g.key, kernel, m, d)],
+                  "trend_file": trend_files.get((g.key, kernel, m, d)),
+                  "trend_shapes": _trend_shapes(data, g, kernel, m, d, rows),
+                  "trend_providers": [p for p in data.providers if p in data.trends.get((g.key, kernel, m, d), {})],
+                  "n_rows": sum(r["mode"] == m and r["dtype"] == d for r in rows),
+                  "has_memory": any(r["peak_mem_bytes"] is not None for r in rows if r["mode"] == m and r["dtype"] == d)}
+                 for m, d in _combos(rows, data.modes, data.dtypes)]
+        sections.append({"group": g, "latest": _run_info(latest, g), "older": _older_runs(data, rows), "parts": parts})
+    return {"name": kernel, "slug": slugs[kernel], "info": info, "sections": sections, "colors": colors,
+            "opened": opened[:OPEN_ON_KERNEL], "n_opened": len(opened), "n_steps": len(steps),
+            "n_conditions": len(rows_of_flags) - len(steps),
+            "conditions": {str(i): _condition_label(c) for i, c in data.conditions.items()}}
+
+
+def _trend_shapes(data: SiteData, g: Group, kernel: str, mode: str, dtype: str, rows: list[dict[str, Any]]) -> list[str]:
+    shapes = _shapes([r for r in rows if r["mode"] == mode and r["dtype"] == dtype])
+    older = {s for ser in data.trends.get((g.key, kernel, mode, dtype), {}).values() for s in ser} - set(shapes)
+    return shapes + sorted(older)
 
 
 def _older_runs(data: SiteData, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -239,28 +287,37 @@ def _older_runs(data: SiteData, rows: list[dict[str, Any]]) -> list[dict[str, An
     return [{"run": rid[:8], "commit": by_id[rid]["commit"][:8], "cases": len(c)} for rid, c in list(cases.items())[1:]]
 
 
-def _part(data: SiteData, g: Group, kernel: str, mode: str, dtype: str, rows: list[dict[str, Any]],
-          colors: dict[str, str], info: dict[str, Any], ceiling: float | None, ceiling_name: str,
-          trend_files: dict, flags: list[dict[str, Any]]) -> dict[str, Any]:
-    sel = [r for r in rows if r["mode"] == mode and r["dtype"] == dtype]
+# One part's table, as its data file carries it (site.js draws the table and the charts from it).
+PART_COLUMNS = ("shape", "provider", "status", "median_ms", "p20_ms", "p80_ms", "reps", "rate", "frac_of_peak",
+                "tokens_per_s", "vs_base", "vs_best", "peak_mem_bytes", "rel_err", "tolerance", "config",
+                "mean_ms", "std_ms", "min_ms", "p99_ms", "max_ms", "timing", "mixed", "error", "ci")
+
+
+def part_data(data: SiteData, g: Group, kernel: str, mode: str, dtype: str) -> dict[str, Any]:
+    """One (GPU, mode, dtype) of a kernel: its latest rows (shape by shape, in grid order, the
+    providers in the site's order) and what its charts need."""
+    info = data.kernel_info[kernel]
+    sel = [r for r in annotate(data.latest[(g.key, kernel)]) if r["mode"] == mode and r["dtype"] == dtype]
     shapes = _shapes(sel)
     order = {p: i for i, p in enumerate(data.providers)}
     index = {s: i for i, s in enumerate(shapes)}
     table = sorted(sel, key=lambda r: (index[r["shape"]], order.get(r["provider"], 99)))
-    for i, r in enumerate(table):
-        r["config_text"], r["config_json"] = config_text(r.get("config"))
-        r["first"] = i == 0 or r["shape"] != table[i - 1]["shape"]
-    trend_shapes = list(dict.fromkeys(shapes + sorted(
-        {s for ser in data.trends.get((g.key, kernel, mode, dtype), {}).values() for s in ser} - set(shapes))))
-    return {
-        "mode": mode, "dtype": dtype, "rows": table, "shapes": shapes,
-        "has_config": any(r["config_text"] for r in table),
-        "has_tokens": any(r.get("tokens") for r in table),
-        "figure": charts.shape_figure(sel, shapes, data.providers, colors, info["unit"], ceiling, ceiling_name),
-        "memory": charts.memory_figure(sel, shapes, data.providers, colors),
-        "trend_file": trend_files.get((g.key, kernel, mode, dtype)), "trend_shapes": trend_shapes,
-        "flags": [f for f in flags if f["gkey"] == g.key and f["mode"] == mode and f["dtype"] == dtype],
-    }
+    run = sel[0]
+    ceiling = run["matmul_tflops"] if info["bound"] == "compute" else run["copy_gbps"]
+    ticks, title = charts.compact(shapes)
+    rows = [[r["shape"], r["provider"], r["status"], *(sig(r[k]) for k in (
+        "median_ms", "p20_ms", "p80_ms")), r["reps"], *(sig(r[k]) for k in (
+        "rate", "frac_of_peak", "tokens_per_s", "vs_base", "vs_best")), r["peak_mem_bytes"], sig(r["rel_err"]),
+        sig(r["tolerance"]), config_text(r.get("config"))[0] or None,
+        *(sig(r[k]) for k in ("mean_ms", "std_ms", "min_ms", "p99_ms", "max_ms")), r["timing"],
+        r["vs_base_mixed"] or r["vs_best_mixed"], r["error"] if r["status"] != "ok" else None,
+        data.run_ci.get(r["run_id"])] for r in table]
+    return {"cols": PART_COLUMNS, "rows": rows, "shapes": shapes, "ticks": ticks, "xtitle": title,
+            "ylog": charts.log_axis([r["rate"] for r in sel]),
+            "memlog": charts.log_axis([r["peak_mem_bytes"] for r in sel]),
+            "unit": info["unit"], "baseline": info["baseline"], "ceiling": sig(ceiling),
+            "ceiling_name": "bf16 matmul" if info["bound"] == "compute" else "copy bandwidth",
+            "has_tokens": any(r.get("tokens") for r in sel), "has_config": any(r.get("config") for r in sel)}
 
 
 def _condition_label(c: dict[str, Any]) -> str:
@@ -269,16 +326,31 @@ def _condition_label(c: dict[str, Any]) -> str:
     return "; ".join(x for x in (c["timing"], c["machine"], env, peers) if x)
 
 
+# -- the feed ---------------------------------------------------------------------------------
+
+FEED_ENTRIES = 50
+
+
+def feed_entries(data: SiteData, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The newest regressions of our kernels (by the date of the commit they happened at), the
+    ignored ones left out, each with the state it is in now."""
+    picked = [r for r in rows if r["kind"] == "regression" and r["ours"] and
+              (r.get("ack") or {}).get("state") != "ignored"]
+    when = {id(r): data.group(r["gkey"]).commits[r["after_ci"]].get("time") for r in picked}
+    picked.sort(key=lambda r: (when[id(r)] or datetime.min, -severity(r)), reverse=True)
+    return [dict(r, updated=when[id(r)]) for r in picked[:FEED_ENTRIES]]
+
+
 # -- compare ----------------------------------------------------------------------------------
 
 
 def compare_page(data: SiteData, trend_files: dict[tuple[str, str, str, str], str],
                  slugs: dict[str, str]) -> dict[str, Any]:
-    groups = [{"id": g.id, "label": g.label, "kind": g.kind,
-               "commits": [[c["short"], c["date"], c.get("subject") or ""] for c in g.commits]} for g in data.groups]
+    commits = commit_lists(data)
+    groups = [{"id": g.id, "label": g.label, "kind": g.kind, "commits": commits[g.id]} for g in data.groups]
     ids = {g.key: g.id for g in data.groups}
     manifest = [{"g": ids[gk], "k": k, "s": slugs[k], "m": m, "d": d, "f": f} for (gk, k, m, d), f in sorted(trend_files.items())]
-    return {"groups": groups, "manifest": manifest}
+    return {"groups": groups, "manifest": manifest, "threshold": detector_threshold()}
 
 
 # -- experiments (lab runs) -------------------------------------------------------------------

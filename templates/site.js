@@ -1,7 +1,8 @@
-/* kcollect site: filters kept in the URL hash (so a view can be linked), sortable tables that
-   download as CSV, charts drawn with the local plotly.js, trend data loaded from data/*.js with
-   <script> tags (fetch() of local files is blocked under file://). Text from the data is always
-   set with textContent, never as HTML; Plotly's labels are escaped first. */
+/* kcollect site: filters kept in the URL hash (so a view can be linked), tables drawn from the pages'
+   data files (sortable, paginated, downloadable as CSV with the raw numbers), charts drawn with the
+   local plotly.js when they come into view. Data files are loaded with <script> tags (fetch() of
+   local files is blocked under file://). Text from the data is always set with textContent, never
+   as HTML; Plotly's labels are escaped first. */
 "use strict";
 (function () {
   const root = document.body.dataset.root || "";
@@ -9,7 +10,8 @@
   const PLOT_CONFIG = {responsive: true, displaylogo: false, modeBarButtonsToRemove: ["select2d", "lasso2d"]};
   const FILTER_KEYS = ["gpu", "mode", "dtype", "provider", "kind", "kernel", "machine", "y"];
   const SELECTS = ["gpu", "mode", "dtype", "kind", "kernel", "machine"];
-  const NARROW = window.matchMedia("(max-width: 700px)");
+  const PAGE_ROWS = 50; // rows a table shows at once: the rest is a click away, and the page stays light
+  const OURS = "triton";
 
   // -- data files ------------------------------------------------------------------------------
   const loaded = {};
@@ -39,6 +41,10 @@
     });
   }
 
+  // Each group's commits ([short, date, subject, url]): one file for every page that needs them.
+  let commitsOf = {};
+  const commitsReady = () => load("data/commits.js").then((c) => (commitsOf = c));
+
   let pageCache = null;
   function pageData() {
     if (!pageCache) {
@@ -51,6 +57,28 @@
   // Plotly renders trace names and hover text as a small HTML subset: escape what came from data.
   function esc(text) {
     return String(text).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
+  }
+
+  // -- numbers as the templates print them -------------------------------------------------------
+  const none = (v) => v === null || v === undefined || Number.isNaN(v);
+  const sig = (v, n) => String(Number(Number(v).toPrecision(n)));
+  const ms = (v) => (none(v) ? "—" : sig(v, 4));
+  const rate = (v) => (none(v) ? "—" : v >= 100 ? Math.round(v).toLocaleString("en-US") : sig(v, 3));
+  const pct = (v) => (none(v) ? "—" : v >= 0.01 || v === 0 ? `${Math.round(100 * v)}%` : `${sig(100 * v, 1)}%`);
+  const times = (v) => (none(v) ? "—" : v >= 100 ? `${Math.round(v)}×` : v >= 10 ? `${v.toFixed(1)}×` : v >= 0.1 ? `${v.toFixed(2)}×` : `${sig(v, 2)}×`);
+  const signed = (v) => (none(v) ? "—" : `${v >= 0 ? "+" : ""}${(100 * v).toFixed(1)}%`);
+  const sci = (v) => (none(v) ? "—" : Number(v).toExponential(1));
+  const noiseText = (v) => (none(v) ? "—" : `±${sig(100 * v, 2)}%`);
+  function count(v) {
+    if (none(v)) return "—";
+    for (const [scale, prefix] of [[1e12, "T"], [1e9, "G"], [1e6, "M"], [1e3, "k"]]) {
+      if (v >= scale) return sig(v / scale, 3) + prefix;
+    }
+    return sig(v, 3);
+  }
+  function mib(v) {
+    if (none(v)) return "—";
+    return v < 2 ** 30 ? `${sig(v / 2 ** 20, 3)} MiB` : `${sig(v / 2 ** 30, 3)} GiB`;
   }
 
   // -- state in the URL hash -------------------------------------------------------------------
@@ -86,7 +114,9 @@
   function syncLinks(s) {
     const hash = hashOf(s, FILTER_KEYS);
     document.querySelectorAll("a.keep").forEach((a) => {
-      a.setAttribute("href", a.getAttribute("href").split("#")[0] + (hash ? "#" + hash : ""));
+      const href = a.getAttribute("href");
+      if (href.includes("#") && !a.dataset.base) a.dataset.base = href; // a link that names its own view keeps it
+      a.setAttribute("href", a.dataset.base || href.split("#")[0] + (hash ? "#" + hash : ""));
     });
   }
 
@@ -103,6 +133,9 @@
       form.querySelectorAll("input[name=provider]").forEach((box) => {
         box.checked = !s.providers.length || s.providers.includes(box.value);
       });
+      const active = SELECTS.filter((k) => s[k] && form.elements.namedItem(k)).length + (s.providers.length ? 1 : 0);
+      const mark = document.getElementById("kc-active");
+      if (mark) mark.textContent = active ? `(${active} on)` : "";
     }
     if (axisForm) axisForm.elements.namedItem("y").value = s.y || "log";
   }
@@ -123,6 +156,10 @@
     return s;
   }
 
+  function providerOn(s, p) {
+    return !s.providers.length || s.providers.includes(p);
+  }
+
   function matches(el, s) {
     const d = el.dataset;
     const narrowed = Boolean(s.mode || s.dtype);
@@ -135,7 +172,7 @@
       return false;
     }
     if ("dtype" in d && d.dtype !== "*" && s.dtype && d.dtype !== s.dtype) return false;
-    if ("provider" in d && s.providers.length && !s.providers.includes(d.provider)) return false;
+    if ("provider" in d && !providerOn(s, d.provider)) return false;
     for (const key of ["kind", "kernel", "machine"]) {
       if (key in d && s[key] && d[key] !== s[key]) return false;
     }
@@ -150,14 +187,15 @@
     document.querySelectorAll("[data-f]").forEach((el) => {
       el.hidden = !matches(el, s);
     });
+    tables.forEach((t) => t.update(s));
     const nothing = document.getElementById("kc-nothing");
     if (nothing) {
-      const items = document.querySelectorAll("main tbody tr[data-f], main section.part");
-      nothing.hidden = [...items].some((el) => !el.hidden && (!el.closest("[hidden]")));
+      const items = document.querySelectorAll("main tbody tr[data-f], main section.part, main section.group");
+      nothing.hidden = !items.length || [...items].some((el) => !el.hidden && !el.closest("[hidden]"));
     }
   }
 
-  // -- tables: sort by any column, download what is shown as CSV ------------------------------
+  // -- server-rendered tables: sort by any column, download as CSV -----------------------------
   function cellAt(row, col) {
     let c = 0;
     for (const cell of row.cells) {
@@ -205,14 +243,29 @@
   }
 
   function csvValue(v) {
+    v = v === null || v === undefined ? "" : String(v);
     // A cell that a spreadsheet would run as a formula is quoted as text.
     if (/^[=@\t\r]/.test(v) || (/^[+-]/.test(v) && !/^[+-][\d.]/.test(v))) v = "'" + v;
     return /[",\n]/.test(v) ? '"' + v.replace(/"/g, '""') + '"' : v;
   }
 
+  // What a cell gives a CSV: its raw values where the page says them (data-csv: a JSON list, for
+  // a cell that shows several numbers; data-v: the number a cell shows as 1.23× or 8%), else its text.
+  function cellValues(c, head) {
+    if (c.dataset.csv) return JSON.parse(c.dataset.csv);
+    if (c.dataset.v !== undefined && !(head && head.dataset.csv)) return [c.dataset.v];
+    const width = head && head.dataset.csv ? JSON.parse(head.dataset.csv).length : 1;
+    return [text(c).replace(/[↕↑↓]$/, "").trim(), ...Array(width - 1).fill("")];
+  }
+
   function tableCSV(table) {
-    const rows = [...(table.tHead ? table.tHead.rows : []), ...table.tBodies[0].rows].filter((r) => !r.hidden);
-    return rows.map((r) => [...r.cells].filter((c) => !c.hidden).map((c) => csvValue(text(c))).join(",")).join("\n") + "\n";
+    const heads = [...table.tHead.rows[table.tHead.rows.length - 1].cells].filter((c) => !c.hidden);
+    const lines = [heads.flatMap((h) => (h.dataset.csv ? JSON.parse(h.dataset.csv) : [text(h).replace(/[↕↑↓]$/, "").trim()]))];
+    for (const r of table.tBodies[0].rows) {
+      if (r.hidden) continue;
+      lines.push([...r.cells].filter((c) => !c.hidden).flatMap((c, i) => cellValues(c, heads[i])));
+    }
+    return lines.map((l) => l.map(csvValue).join(",")).join("\n") + "\n";
   }
 
   function download(name, body, type) {
@@ -225,6 +278,28 @@
     setTimeout(() => URL.revokeObjectURL(a.href), 5000);
   }
 
+  function csvButton(caption, name, body) {
+    const csv = document.createElement("button");
+    csv.type = "button";
+    csv.className = "csv";
+    csv.textContent = "CSV";
+    csv.setAttribute("aria-label", "Download this table as CSV: " + (text(caption) || "table"));
+    csv.addEventListener("click", () => download(name + ".csv", body(), "text/csv"));
+    const tools = document.createElement("span");
+    tools.className = "table-tools";
+    tools.appendChild(csv);
+    caption.appendChild(tools);
+  }
+
+  function sortButton(th, onClick) {
+    const b = document.createElement("button");
+    b.type = "button";
+    b.className = "sort";
+    while (th.firstChild) b.appendChild(th.firstChild);
+    th.appendChild(b);
+    b.addEventListener("click", onClick);
+  }
+
   function enhanceTable(table) {
     if (table._kc || !table.tHead || !table.tBodies.length) return;
     table._kc = true;
@@ -234,67 +309,537 @@
     for (const th of head.cells) {
       const here = col;
       col += th.colSpan;
-      const b = document.createElement("button");
-      b.type = "button";
-      b.className = "sort";
-      while (th.firstChild) b.appendChild(th.firstChild);
-      th.appendChild(b);
-      b.addEventListener("click", () => sortTable(table, here, th));
+      sortButton(th, () => sortTable(table, here, th));
     }
-    const caption = table.caption || table.createCaption();
-    const csv = document.createElement("button");
-    csv.type = "button";
-    csv.className = "csv";
-    csv.textContent = "CSV";
-    csv.setAttribute("aria-label", "Download this table as CSV: " + (text(caption) || "table"));
-    csv.addEventListener("click", () => download((table.dataset.name || "table") + ".csv", tableCSV(table), "text/csv"));
-    const tools = document.createElement("span");
-    tools.className = "table-tools";
-    tools.appendChild(csv);
-    caption.appendChild(tools);
+    csvButton(table.caption || table.createCaption(), table.dataset.name || "table", () => tableCSV(table));
+  }
+
+  // -- tables drawn from data: sorted and filtered over every row, shown a page at a time -------
+  function el(tag, cls, value) {
+    const e = document.createElement(tag);
+    if (cls) e.className = cls;
+    if (value !== undefined && value !== null) e.textContent = value;
+    return e;
+  }
+
+  function shapeCode(shape) {
+    // shape labels (M=4096,N=14336) may wrap after a comma, never inside a number
+    const code = el("code");
+    String(shape).split(",").forEach((part, i) => {
+      if (i) {
+        code.appendChild(document.createTextNode(","));
+        code.appendChild(document.createElement("wbr"));
+      }
+      code.appendChild(document.createTextNode(part));
+    });
+    return code;
+  }
+
+  function swatch(p) {
+    const s = el("span", "swatch");
+    s.style.background = (pageData().colors || {})[p] || "#777";
+    return s;
+  }
+
+  function commitLink(c) {
+    // c: [short, date, subject, url]
+    if (!c) return el("code", "commit", "?");
+    const code = el("code", null, c[0]);
+    const title = [c[0], c[2], c[1]].filter(Boolean).join("\n");
+    if (!c[3]) {
+      code.className = "commit";
+      code.title = title;
+      return code;
+    }
+    const a = el("a", "ext commit");
+    a.href = c[3];
+    a.title = title;
+    a.appendChild(code);
+    return a;
+  }
+
+  function spark(sp) {
+    if (!sp || !sp.points) return null;
+    const ns = "http://www.w3.org/2000/svg";
+    const svg = document.createElementNS(ns, "svg");
+    svg.setAttribute("class", "spark");
+    svg.setAttribute("viewBox", "0 0 100 24");
+    svg.setAttribute("preserveAspectRatio", "none");
+    svg.setAttribute("aria-hidden", "true");
+    const line = document.createElementNS(ns, "polyline");
+    line.setAttribute("points", sp.points);
+    svg.appendChild(line);
+    if (sp.x !== null) {
+      const dot = document.createElementNS(ns, "circle");
+      dot.setAttribute("cx", sp.x);
+      dot.setAttribute("cy", sp.y);
+      dot.setAttribute("r", "2.5");
+      svg.appendChild(dot);
+    }
+    return svg;
+  }
+
+  const tables = [];
+
+  // A table over data rows (objects). spec: {name, caption, note, columns, rows, filter(row, s),
+  // row(row, tr)}; a column: {label, title, num, value(row) (sorts; the CSV's value), cell(row, td),
+  // span(row) (columns a cell covers), csvHead [names], csv(row) -> [values]}.
+  class DataTable {
+    constructor(host, spec) {
+      this.spec = spec;
+      this.page = 0;
+      this.sortCol = null;
+      this.dir = 1;
+      this.shown = spec.rows;
+      host.textContent = "";
+      const wrap = el("div", "table-wrap");
+      const t = (this.table = el("table", "data " + (spec.cls || "")));
+      t.dataset.name = spec.name;
+      const cap = t.createCaption();
+      cap.appendChild(document.createTextNode(spec.caption + " "));
+      if (spec.note) cap.appendChild(el("span", "small", spec.note + " "));
+      this.countEl = cap.appendChild(el("span", "small"));
+      csvButton(cap, spec.name, () => this.csv());
+      const head = t.createTHead().insertRow();
+      this.ths = spec.columns.map((c, i) => {
+        const th = el("th", c.num ? "num" : "", c.label);
+        th.scope = "col";
+        if (c.title) th.title = c.title;
+        head.appendChild(th);
+        sortButton(th, () => this.sortBy(i));
+        return th;
+      });
+      this.body = t.createTBody();
+      wrap.appendChild(t);
+      host.appendChild(wrap);
+      const pager = (this.pager = el("nav", "pager"));
+      pager.setAttribute("aria-label", "pages of " + spec.caption);
+      this.prev = pager.appendChild(el("button", null, "‹ previous"));
+      this.where = pager.appendChild(el("span", "small"));
+      this.next = pager.appendChild(el("button", null, "next ›"));
+      this.prev.type = this.next.type = "button";
+      this.prev.addEventListener("click", () => this.go(this.page - 1));
+      this.next.addEventListener("click", () => this.go(this.page + 1));
+      host.appendChild(pager);
+      tables.push(this);
+    }
+
+    update(s) {
+      const keep = this.spec.filter || (() => true);
+      this.shown = this.spec.rows.filter((r) => keep(r, s));
+      this.order();
+      this.page = Math.min(this.page, Math.max(0, Math.ceil(this.shown.length / PAGE_ROWS) - 1));
+      this.render();
+    }
+
+    order() {
+      if (this.sortCol === null) return;
+      const c = this.spec.columns[this.sortCol];
+      const key = (r) => {
+        const v = c.value(r);
+        return v === null || v === undefined || v === "" ? null : typeof v === "string" ? v.toLowerCase() : v;
+      };
+      const keyed = this.shown.map((r, i) => [key(r), i, r]);
+      keyed.sort((x, y) => {
+        const k = compareKeys(x[0], y[0]);
+        return (x[0] === null || y[0] === null ? k : this.dir * k) || x[1] - y[1];
+      });
+      this.shown = keyed.map((x) => x[2]);
+    }
+
+    sortBy(i) {
+      this.dir = this.sortCol === i ? -this.dir : 1;
+      this.sortCol = i;
+      this.page = 0; // a new order starts from its top
+      this.ths.forEach((th, j) => (j === i ? th.setAttribute("aria-sort", this.dir > 0 ? "ascending" : "descending")
+                                           : th.removeAttribute("aria-sort")));
+      this.update(current);
+    }
+
+    go(page) {
+      this.page = Math.max(0, Math.min(page, Math.ceil(this.shown.length / PAGE_ROWS) - 1));
+      this.render();
+    }
+
+    render() {
+      const {columns} = this.spec;
+      const from = this.page * PAGE_ROWS;
+      const rows = this.shown.slice(from, from + PAGE_ROWS);
+      this.body.textContent = "";
+      const group = this.spec.group || (() => null);
+      rows.forEach((r, j) => {
+        // the first row of a run of rows of one group (a shape's providers) leads it: only it names the group
+        const lead = j === 0 || group(r) === null || group(r) !== group(rows[j - 1]);
+        const tr = this.body.insertRow();
+        tr._row = r;
+        if (this.spec.row) this.spec.row(r, tr, lead);
+        for (let i = 0; i < columns.length; i++) {
+          const c = columns[i];
+          const td = tr.insertCell();
+          if (c.num) td.className = "num";
+          td.dataset.label = c.label; // the card layout of a narrow screen names each cell
+          c.cell(r, td, lead);
+          const span = c.span ? c.span(r) : 1;
+          if (span > 1) {
+            td.colSpan = span;
+            i += span - 1;
+          }
+        }
+      });
+      const n = this.shown.length;
+      const total = this.spec.rows.length;
+      this.countEl.textContent = n === total ? `(${n} rows)` : `(${n} of ${total} rows shown by the filters)`;
+      this.where.textContent = n ? `rows ${from + 1}–${from + rows.length} of ${n}` : "no row matches these filters";
+      this.pager.hidden = n <= PAGE_ROWS;
+      this.prev.disabled = this.page === 0;
+      this.next.disabled = from + PAGE_ROWS >= n;
+    }
+
+    // The table row of a data row, after turning to its page; null where the filters hide it.
+    reveal(pred) {
+      const i = this.shown.findIndex(pred);
+      if (i < 0) return null;
+      this.go(Math.floor(i / PAGE_ROWS));
+      return [...this.body.rows].find((tr) => pred(tr._row)) || null;
+    }
+
+    csv() {
+      const cols = this.spec.columns;
+      const lines = [cols.flatMap((c) => c.csvHead || [c.label])];
+      for (const r of this.shown) lines.push(cols.flatMap((c) => (c.csv ? c.csv(r) : [c.value(r)])));
+      return lines.map((l) => l.map(csvValue).join(",")).join("\n") + "\n";
+    }
+  }
+
+  function objects(data) {
+    return data.rows.map((row) => Object.fromEntries(data.cols.map((c, i) => [c, row[i]])));
+  }
+
+  // -- a kernel's results, part by part (one GPU, mode and dtype) ------------------------------
+  function partColumns(part, baseline, unit) {
+    const okCols = 8 + (part.has_tokens ? 1 : 0); // median .. vs best other: one cell with the reason where not ok
+    const numCell = (f, key) => (r, td) => {
+      td.textContent = f(r[key]);
+      if (!none(r[key])) td.dataset.v = r[key];
+    };
+    const ratioCell = (key) => (r, td) => {
+      td.textContent = times(r[key]);
+      if (!none(r[key]) && Math.abs(Math.log(r[key])) >= 0.005) td.classList.add(r[key] > 1 ? "good" : "bad");
+      if (r[key] !== null && r.mixed) {
+        const sup = el("sup", "mixed", "≠");
+        sup.title = r.mixed;
+        td.appendChild(sup);
+      }
+    };
+    const cols = [
+      {label: "shape", value: (r) => r._i, csv: (r) => [r.shape], cell: (r, td, lead) => {
+        td.className = "shape";
+        if (lead) td.appendChild(shapeCode(r.shape));
+      }},
+      {label: "provider", value: (r) => r.provider, cell: (r, td) => {
+        td.className = "provider";
+        td.appendChild(swatch(r.provider));
+        td.appendChild(document.createTextNode(r.provider));
+        if (r.provider === baseline) td.appendChild(el("span", "small", " (baseline)"));
+      }},
+      {label: "median ms", num: true, value: (r) => r.median_ms, span: (r) => (r.status === "ok" ? 1 : okCols), cell: (r, td) => {
+        if (r.status !== "ok") {
+          td.className = "";
+          td.appendChild(el("span", "why", (r.error || r.status).slice(0, 160)));
+          return;
+        }
+        td.textContent = ms(r.median_ms);
+        if (r.timing === "cuda-events") {
+          const ab = el("abbr", "small", " ev");
+          ab.title = "CUDA-graph capture failed for this provider: timed with CUDA events, host overhead included";
+          td.appendChild(ab);
+        }
+      }},
+      {label: "p20–p80 ms", num: true, title: "a cell's tooltip: mean, std, min, p99 and max of the timed calls",
+       value: (r) => r.p20_ms, csvHead: ["p20 ms", "p80 ms"], csv: (r) => [r.p20_ms, r.p80_ms], cell: (r, td) => {
+        td.textContent = `${ms(r.p20_ms)}–${ms(r.p80_ms)}`;
+        if (!none(r.mean_ms)) {
+          td.title = `of ${r.reps} timed calls: mean ${ms(r.mean_ms)}, std ${ms(r.std_ms)}, min ${ms(r.min_ms)}` +
+            (none(r.p99_ms) ? "" : `, p99 ${ms(r.p99_ms)}, max ${ms(r.max_ms)}`) + " ms";
+        }
+      }},
+      {label: "reps", num: true, value: (r) => r.reps, cell: numCell((v) => (none(v) ? "—" : String(v)), "reps")},
+      {label: unit, num: true, value: (r) => r.rate, cell: numCell(rate, "rate")},
+      {label: "% of ceiling", num: true, value: (r) => r.frac_of_peak, csvHead: ["fraction of ceiling"], cell: numCell(pct, "frac_of_peak")},
+    ];
+    if (part.has_tokens) {
+      cols.push({label: "tokens/s", num: true, title: "tokens one call processes / median time", value: (r) => r.tokens_per_s,
+                 cell: numCell(count, "tokens_per_s")});
+    }
+    cols.push(
+      {label: "vs " + baseline, num: true, value: (r) => r.vs_base, cell: ratioCell("vs_base")},
+      {label: "vs best other", num: true, title: "time of the fastest other provider / this time", value: (r) => r.vs_best,
+       cell: ratioCell("vs_best")},
+      {label: "peak memory", num: true, value: (r) => r.peak_mem_bytes, csvHead: ["peak memory bytes"], cell: numCell(mib, "peak_mem_bytes")},
+      {label: "rel. error / tolerance", num: true, value: (r) => r.rel_err, csvHead: ["rel. error", "tolerance"],
+       csv: (r) => [r.rel_err, r.tolerance], cell: (r, td) => (td.textContent = `${sci(r.rel_err)} / ${sci(r.tolerance)}`)},
+    );
+    if (part.has_config) {
+      cols.push({label: "config", value: (r) => r.config, cell: (r, td) => {
+        td.className = "config";
+        if (r.config) {
+          const code = el("code", null, r.config.length > 60 ? r.config.slice(0, 57) + "..." : r.config);
+          code.title = r.config;
+          td.appendChild(code);
+        }
+      }});
+    }
+    cols.push({label: "status", value: (r) => r.status, csvHead: ["status", "error"], csv: (r) => [r.status, r.error],
+               cell: (r, td) => td.appendChild(el("span", "badge " + r.status, r.status))});
+    return cols;
+  }
+
+  function partRows(part) {
+    const rows = objects(part);
+    rows.forEach((r) => (r._i = part.shapes.indexOf(r.shape)));
+    return rows;
+  }
+
+  function showPart(section) {
+    if (section._kc) return section._kc;
+    section._kc = Promise.all([load(section.dataset.part), commitsReady()]).then(([part]) => {
+      const page = pageData();
+      const host = section.querySelector(".jtable");
+      part.objects = partRows(part);
+      const t = new DataTable(host, {
+        name: host.dataset.name, caption: host.dataset.caption, cls: "results",
+        note: "rel. error against the float64 reference, beside the tolerance it must stay under",
+        columns: partColumns(part, page.baseline, page.unit), rows: part.objects,
+        filter: (r, s) => providerOn(s, r.provider), group: (r) => r.shape,
+        row: (r, tr, lead) => {
+          tr.className = r.status + (lead ? " first" : "");
+          tr.dataset.provider = r.provider;
+        },
+      });
+      t.update(current);
+      section._part = part;
+      section.querySelectorAll(".shape-chart").forEach(refresh);
+      return part;
+    });
+    section._kc.catch((err) => {
+      section.querySelector(".jtable").textContent = err.message;
+      console.error(err);
+    });
+    return section._kc;
+  }
+
+  // -- flags: the regressions table, and each kernel page's folded list ------------------------
+  function flagColumns(data) {
+    const commits = commitsOf;
+    const c = (r, ci) => (ci === null || ci === undefined ? null : (commits[r.gid] || [])[ci]);
+    return [
+      {label: "state", value: (r) => r.order, csvHead: ["state", "decision", "reason"],
+       csv: (r) => [r.label, r.ack ? r.ack.state : "", r.ack ? r.ack.reason : ""], cell: (r, td) => {
+        td.appendChild(el("span", `badge ${r.kind} ${r.state}`, r.label));
+        if (r.end !== null) {
+          const d = td.appendChild(el("div", "small", (r.state === "recovered" ? "back" : "lost") + " at "));
+          d.appendChild(commitLink(c(r, r.end)));
+        }
+        if (r.undoes !== null) {
+          const d = td.appendChild(el("div", "small", "undoes the regression at "));
+          d.appendChild(commitLink(c(r, r.undoes)));
+        }
+        if (r.ack) {
+          const d = td.appendChild(el("div", "ack"));
+          d.appendChild(el("strong", null, r.ack.state + ": "));
+          d.appendChild(document.createTextNode(r.ack.reason + (r.ack.by ? ` (${r.ack.by})` : "")));
+        }
+      }},
+      {label: "kernel", value: (r) => r.kernel, cell: (r, td) => {
+        const a = el("a", null, r.kernel);
+        const q = new URLSearchParams({gpu: r.gid, mode: r.mode, dtype: r.dtype, shape: r.shape});
+        a.href = `${root}kernels/${r.slug}.html#${q}`;
+        td.appendChild(a);
+      }},
+      {label: "mode · dtype", value: (r) => r.mode + " " + r.dtype, csvHead: ["mode", "dtype"], csv: (r) => [r.mode, r.dtype],
+       cell: (r, td) => (td.textContent = `${r.mode} · ${r.dtype}`)},
+      {label: "provider", value: (r) => r.provider, cell: (r, td) => {
+        td.textContent = r.provider;
+        if (r.ours) td.appendChild(el("span", "small", " (ours)"));
+      }},
+      {label: "shape", value: (r) => r.shape, cell: (r, td) => td.appendChild(shapeCode(r.shape))},
+      {label: "GPU · machine", value: (r) => (data.labels[r.gid] || r.gid) + " " + r.machine, csvHead: ["GPU", "machine"],
+       csv: (r) => [data.labels[r.gid] || r.gid, r.machine], cell: (r, td) => {
+        td.textContent = data.labels[r.gid] || r.gid;
+        td.appendChild(el("span", "small", " · " + r.machine));
+      }},
+      {label: "commits", value: (r) => (c(r, r.a) || [])[1] || null, csvHead: ["before commit", "after commit", "date", "subject or what changed"],
+       csv: (r) => [(c(r, r.b) || [])[0], (c(r, r.a) || [])[0], (c(r, r.a) || [])[1], r.what || (c(r, r.a) || [])[2]],
+       cell: (r, td) => {
+        td.className = "commits";
+        const after = c(r, r.a) || [];
+        td.appendChild(commitLink(c(r, r.b)));
+        td.appendChild(document.createTextNode(" → "));
+        td.appendChild(commitLink(after));
+        if (r.n_commits > 1) td.appendChild(el("span", "small", ` (${r.n_commits} commits)`));
+        td.appendChild(el("span", "small", " " + (after[1] || "")));
+        const why = td.appendChild(el("div", "why"));
+        if (r.what) {
+          why.appendChild(el("strong", null, "not a kernel change: "));
+          why.appendChild(document.createTextNode(r.what));
+        } else if (after[2]) {
+          why.appendChild(el("span", "subject", after[2].length > 140 ? after[2].slice(0, 137) + "..." : after[2]));
+        }
+      }},
+      {label: "before ms", num: true, value: (r) => r.before_ms, cell: (r, td) => (td.textContent = ms(r.before_ms))},
+      {label: "after ms", num: true, value: (r) => r.after_ms, cell: (r, td) => (td.textContent = ms(r.after_ms))},
+      {label: "change", num: true, value: (r) => r.change, cell: (r, td) => {
+        td.textContent = signed(r.change);
+        td.classList.add(r.change > 0 ? "bad" : "good");
+      }},
+      {label: "× noise (series noise)", num: true, value: (r) => r.z, csvHead: ["z (standard errors)", "series noise"],
+       csv: (r) => [r.z, r.noise], cell: (r, td) => {
+        if (none(r.z)) {
+          td.textContent = "—";
+          return;
+        }
+        td.textContent = `${r.z.toFixed(1)}× `;
+        td.appendChild(el("span", "small", `(${noiseText(r.noise)})`));
+      }},
+      {label: "trend", value: () => null, csvHead: [], csv: () => [], cell: (r, td) => {
+        const s = spark(r.spark);
+        if (s) td.appendChild(s);
+      }},
+    ];
+  }
+
+  function showFlags(host) {
+    if (host._kc) return host._kc;
+    host._kc = Promise.all([load("data/flags.js"), commitsReady()]).then(([data]) => {
+      const only = host.dataset.kernel; // a kernel page: its own steps, never the changes of conditions
+      const rows = objects(data).filter((r) => !only || (r.kernel === only && r.state !== "condition"));
+      const t = new DataTable(host, {
+        name: host.dataset.name, caption: host.dataset.caption, cls: "flags-table",
+        note: "open regressions first (ours, the most severe first), then recovered ones, improvements, and changes of timing method, machine or environment",
+        columns: flagColumns(data), rows,
+        filter: (r, s) => (only || ((!s.kind || r.filter_kind === s.kind) && (!s.kernel || r.kernel === s.kernel) &&
+                                    (!s.machine || r.machine === s.machine))) &&
+          (!s.gpu || r.gid === s.gpu) && (!s.mode || r.mode === s.mode) && (!s.dtype || r.dtype === s.dtype) &&
+          providerOn(s, r.provider),
+        row: (r, tr) => {
+          tr.className = `${r.kind} ${r.state}${r.ack ? " acked" : ""}`;
+          if (r.id) tr.id = "flag-" + r.id;
+        },
+      });
+      t.update(current);
+      host._table = t;
+      return t;
+    });
+    host._kc.catch((err) => {
+      host.textContent = err.message;
+      console.error(err);
+    });
+    return host._kc;
   }
 
   // -- charts ----------------------------------------------------------------------------------
-  function providerOn(s, p) {
-    return !s.providers.length || s.providers.includes(p);
-  }
-
   function yMode(s) {
     return s.y || "log";
   }
 
-  // On a narrow screen a legend takes several rows above the plot, and rotated category labels
-  // take their length below it: give the chart the height they take, so that the plot area keeps
-  // its size and the legend never reaches over the lines. Plotly lays a horizontal legend out in
-  // columns as wide as its longest entry.
+  // Beside the plot on a wide screen, above it on a narrow one: never over the lines.
+  function legendAt(div) {
+    return div.clientWidth >= 560
+      ? {orientation: "v", x: 1.02, xanchor: "left", y: 1, yanchor: "top", font: {size: 11}}
+      : {orientation: "h", x: 0, xanchor: "left", y: 1.02, yanchor: "bottom", font: {size: 10}};
+  }
+
+  // On a narrow screen a legend takes several rows above the plot, and category labels take their
+  // length below it: give the chart the height they take, so that the plot area keeps its size.
+  // Plotly lays a horizontal legend out in columns as wide as its longest entry.
   function fit(layout, div, data) {
-    if (div.clientWidth >= 560) return layout;
+    layout = Object.assign({}, layout, {legend: legendAt(div)});
+    if (div.clientWidth >= 560 || layout.showlegend === false) return layout;
     const names = data.filter((t) => t.visible !== false && t.showlegend !== false).map((t) => String(t.name));
-    const entry = 40 + 6 * Math.max(0, ...names.map((n) => n.length));  // px at font size 10
+    const entry = 40 + 6 * Math.max(0, ...names.map((n) => n.length)); // px at font size 10
     const rows = Math.ceil(names.length / Math.max(1, Math.floor((div.clientWidth - 20) / entry)));
     const xs = data.flatMap((t) => (t.x || []).map((x) => String(x).length));
     const ticks = layout.xaxis && layout.xaxis.type === "category" ? Math.min(300, 6 * Math.max(0, ...xs)) : 0;
-    return Object.assign({}, layout, {height: layout.height + 20 * rows + 40 + ticks,
-                                      legend: Object.assign({}, layout.legend, {font: {size: 10}})});
+    return Object.assign(layout, {height: layout.height + 20 * rows + 40 + ticks});
+  }
+
+  // A click on a point opens its commit, where the point knows one (customdata).
+  function clickable(div) {
+    if (div._kcClick) return;
+    div._kcClick = true;
+    div.on("plotly_click", (ev) => {
+      const url = ev.points && ev.points[0] && ev.points[0].customdata;
+      if (url) window.open(url, "_blank", "noopener");
+    });
+  }
+
+  function commitUrl(gid, ci) {
+    const c = (commitsOf[gid] || [])[ci];
+    return (c && c[3]) || "";
+  }
+
+  // ours last, so that its thick line is drawn over the others
+  function drawOrder(names) {
+    return names.filter((p) => p !== OURS).concat(names.filter((p) => p === OURS));
+  }
+
+  function lineOf(p, color) {
+    const ours = p === OURS;
+    return {line: {color, width: ours ? 3.5 : 1.5}, marker: {size: ours ? 9 : 6, color}};
+  }
+
+  function shapeFigure(part, metric, gid, s) {
+    const page = pageData();
+    const by = {};
+    for (const r of part.objects) (by[r.provider] = by[r.provider] || {})[r.shape] = r;
+    const providers = (page.providers || []).filter((p) => p in by);
+    const traces = [];
+    for (const p of drawOrder(providers)) {
+      const rows = part.shapes.map((sh) => by[p][sh]);
+      const y = rows.map((r) => (!r ? null : metric === "rate" ? r.rate : none(r.peak_mem_bytes) ? null : r.peak_mem_bytes / 2 ** 20));
+      if (y.every(none)) continue;
+      const text = rows.map((r, i) => !r ? "" : esc(part.shapes[i]) + ": " + (metric === "memory" ? `${sig(y[i], 4)} MiB`
+        : r.status !== "ok" ? esc(r.status)
+          : `${sig(r.rate, 4)} ${esc(part.unit)}, ${ms(r.median_ms)} ms` + (none(r.frac_of_peak) ? "" : `, ${pct(r.frac_of_peak)} of ceiling`)));
+      traces.push(Object.assign({type: "scatter", mode: "lines+markers", name: esc(p), meta: p, x: part.ticks, y, text,
+        customdata: rows.map((r) => (r ? commitUrl(gid, r.ci) : "")), visible: providerOn(s, p),
+        hovertemplate: "%{text}<extra>" + esc(p) + "</extra>"}, lineOf(p, page.colors[p] || "#777")));
+    }
+    if (!traces.length) return null;
+    if (metric === "rate" && part.ceiling) {
+      traces.push({type: "scatter", mode: "lines", name: `measured ${part.ceiling_name} (${rate(part.ceiling)} ${esc(part.unit)})`,
+                   x: part.ticks, y: part.ticks.map(() => part.ceiling), hoverinfo: "skip",
+                   line: {color: "#444", dash: "dash", width: 1.5}});
+    }
+    const log = metric === "rate" ? part.ylog : part.memlog;
+    const yTitle = metric === "rate" ? `${esc(part.unit)} (higher is faster)` : "peak memory per call (MiB)";
+    return {data: traces, layout: {
+      height: 340, margin: {l: 64, r: 10, t: 10, b: 10}, hovermode: "closest",
+      xaxis: {title: {text: esc(part.xtitle).replace(/\n/g, "<br>")}, type: "category", automargin: true},
+      yaxis: {title: {text: yTitle + (log ? ", log scale" : "")}, type: log ? "log" : "linear", automargin: true}}};
   }
 
   function drawShape(div, s) {
+    const section = div.closest("section.part");
+    const part = section && section._part;
+    if (!part) {
+      if (section) showPart(section);
+      return;
+    }
     const key = s.provider || "";
     if (div._kcKey === key) return;
     div._kcKey = key;
-    if (!div._kcFig) div._kcFig = JSON.parse(document.getElementById(div.dataset.fig).textContent);
-    const fig = div._kcFig;
-    const data = fig.data.map((t) => Object.assign({}, t, {visible: !t.meta || providerOn(s, t.meta)}));
-    Plotly.react(div, data, fit(fig.layout, div, data), PLOT_CONFIG);
+    const fig = shapeFigure(part, div.dataset.kind, section.closest("section.group").dataset.gpu, s);
+    if (!fig) {
+      div.closest("figure").hidden = true; // nothing recorded (peak memory on old rows)
+      return;
+    }
+    Plotly.react(div, fig.data, fit(fig.layout, div, fig.data), PLOT_CONFIG).then(() => clickable(div));
   }
 
   function rgba(hex, alpha) {
     const n = parseInt(hex.slice(1), 16);
     return `rgba(${(n >> 16) & 255},${(n >> 8) & 255},${n & 255},${alpha})`;
-  }
-
-  function fmt(v) {
-    return v === null || v === undefined ? "—" : Number(v).toPrecision(4);
   }
 
   // y values of one provider's series in the chosen view: times, or ratios to its first point or
@@ -331,7 +876,7 @@
     const data = [];
     const shapes = [];
     const providers = page.providers || [];
-    const order = providers.filter((p) => p in series).concat(Object.keys(series).filter((p) => !providers.includes(p)));
+    const order = drawOrder(providers.filter((p) => p in series).concat(Object.keys(series).filter((p) => !providers.includes(p))));
     const yOf = {};
     order.forEach((p) => {
       const ser = series[p][shape];
@@ -355,10 +900,13 @@
                    showlegend: false, legendgroup: p});
         data.push({type: "scatter", x, y: pick(t.p80), mode: "lines", line: {width: 0, color}, fill: "tonexty",
                    fillcolor: rgba(color, 0.2), hoverinfo: "skip", showlegend: false, legendgroup: p});
-        data.push({type: "scatter", x, y: pick(t.med), mode: x.length > 1 ? "lines+markers" : "markers", name: esc(p),
-                   legendgroup: p, showlegend: n === 0, line: {color, width: 1.5, dash: n % 2 ? "dot" : "solid"},
-                   marker: {size: 5, color, symbol: n % 2 ? "circle-open" : "circle"}, text,
-                   hovertemplate: "%{text}<extra>" + esc(p) + "</extra>"});
+        const look = lineOf(p, color);
+        look.line.dash = n % 2 ? "dot" : "solid";
+        look.marker.size -= 1;
+        look.marker.symbol = n % 2 ? "circle-open" : "circle";
+        data.push(Object.assign({type: "scatter", x, y: pick(t.med), mode: x.length > 1 ? "lines+markers" : "markers", name: esc(p),
+                   legendgroup: p, showlegend: n === 0, text, customdata: x.map((c) => (commits[c] || [])[3] || ""),
+                   hovertemplate: "%{text}<extra>" + esc(p) + "</extra>"}, look));
       });
     });
     const mine = marks.filter((f) => f.shape === shape && yOf[f.provider]);
@@ -378,6 +926,7 @@
       }
       data.push({type: "scatter", mode: "markers", name, x: fl.map((f) => f.after_ci), y,
                  marker: {symbol, size: 11, color, line: {width: 1, color: "#000"}},
+                 customdata: fl.map((f) => (commits[f.after_ci] || [])[3] || ""),
                  text: fl.map((f) => esc(`${f.provider}: ${f.label}, ${(100 * f.change).toFixed(1)}%` + (f.what ? ` (${f.what})` : ""))),
                  hovertemplate: "%{text}<extra></extra>"});
     }
@@ -387,9 +936,9 @@
     for (let i = 0; i < n; i += step) ticks.push(i);
     if (n && ticks[ticks.length - 1] !== n - 1) ticks.push(n - 1);
     const yTitle = mode === "first" ? "time / first commit's time" : mode.startsWith("vs:") ? `time / ${esc(mode.slice(3))}'s time` : "median time (ms)";
+    // no legend: the part's key above the charts names the colours, the same on every chart of the site
     const layout = {
-      height: 280, margin: {l: 60, r: 10, t: 10, b: 10}, showlegend: true,
-      legend: {orientation: "h", x: 0, xanchor: "left", y: 1.02, yanchor: "bottom", font: {size: 10}},
+      height: 260, margin: {l: 60, r: 10, t: 10, b: 10}, showlegend: false,
       xaxis: {title: {text: "commit (oldest → newest)", font: {size: 11}}, tickmode: "array", tickvals: ticks,
               ticktext: ticks.map((i) => esc(commits[i][0])), tickfont: {size: 9}, automargin: true,
               range: [-0.5, Math.max(n - 0.5, 0.5)], zeroline: false},
@@ -399,20 +948,21 @@
     return {data, layout};
   }
 
+  function fmt(v) {
+    return v === null || v === undefined ? "—" : Number(v).toPrecision(4);
+  }
+
   // One trend chart, from its box's data file (loaded once for all the box's charts).
   function drawTrend(div, s) {
     const key = (s.provider || "") + "|" + yMode(s);
     if (div._kcKey === key) return;
     div._kcKey = key;
     const box = div.closest(".trends");
-    const page = pageData();
-    const view = Object.assign({}, page, {commitsOf: page.commits[box.dataset.gid] || []});
-    const marks = (page.marks || []).filter((f) => f.gid === box.dataset.gid && f.mode === box.dataset.mode &&
-                                                    f.dtype === box.dataset.dtype);
-    load(box.dataset.file).then((series) => {
-      const fig = trendFigure(series, div.dataset.shape, s, view, marks);
-      Plotly.react(div, fig.data, fit(fig.layout, div, fig.data), PLOT_CONFIG);
-    }).catch((err) => {
+    Promise.all([load(box.dataset.file), commitsReady()]).then(([trend]) => {
+      const view = Object.assign({}, pageData(), {commitsOf: commitsOf[box.dataset.gid] || []});
+      const fig = trendFigure(trend.series, div.dataset.shape, s, view, trend.marks);
+      return Plotly.react(div, fig.data, fit(fig.layout, div, fig.data), PLOT_CONFIG);
+    }).then(() => clickable(div)).catch((err) => {
       div._kcKey = undefined;
       div.textContent = err.message;
       console.error(err);
@@ -422,26 +972,28 @@
   const chartEls = [...document.querySelectorAll(".shape-chart, .trend")];
   let current = readState();
 
-  function refresh(el) {
-    if (!window.Plotly || !visible(el)) return;
-    if (el.classList.contains("shape-chart")) drawShape(el, current);
-    else drawTrend(el, current);
+  function refresh(chart) {
+    if (!window.Plotly || !visible(chart)) return;
+    if (chart.classList.contains("shape-chart")) drawShape(chart, current);
+    else drawTrend(chart, current);
   }
 
-  // Charts are drawn when they come near the viewport, each on its own: a kernel page can hold
-  // hundreds of them, and a part's trends dozens.
+  // Parts, flag tables and charts load and draw when they come near the viewport, each on its own:
+  // a kernel page can hold hundreds of charts, and a part's trends dozens.
   const observer = "IntersectionObserver" in window ? new IntersectionObserver((entries) => {
     for (const e of entries) {
-      if (e.isIntersecting) {
-        e.target._kcSeen = true;
-        refresh(e.target);
-      }
+      if (!e.isIntersecting) continue;
+      const t = e.target;
+      t._kcSeen = true;
+      if (t.matches("section.part")) showPart(t);
+      else if (t.matches("[data-flags]")) showFlags(t);
+      else refresh(t);
     }
-  }, {rootMargin: "400px 0px"}) : null;
+  }, {rootMargin: "600px 0px"}) : null;
 
   function drawCharts() {
-    for (const el of chartEls) {
-      if (!observer || el._kcSeen) refresh(el);
+    for (const chart of chartEls) {
+      if (!observer || chart._kcSeen) refresh(chart);
     }
   }
 
@@ -451,15 +1003,28 @@
       const trend = [...document.querySelectorAll(".trend")].find((d) => d.dataset.shape === s.shape && visible(d));
       target = trend && trend.closest(".trend-box");
     } else if (s.flag) {
-      target = document.getElementById("flag-" + s.flag);
-      if (target && target.hidden) update({providers: [], flag: s.flag}); // a filter hid what the link asks for
+      const host = document.querySelector("[data-flags]");
+      if (!host) return;
+      const fold = host.closest("details");
+      if (fold) fold.open = true;
+      showFlags(host).then((t) => {
+        let row = t.reveal((r) => r.id === s.flag);
+        if (!row && t.spec.rows.some((r) => r.id === s.flag)) {
+          update({providers: [], flag: s.flag}); // a filter hid what the link asks for
+          row = t.reveal((r) => r.id === s.flag);
+        }
+        if (row) {
+          row.classList.add("focus");
+          row.scrollIntoView({block: "center"});
+        }
+      });
+      return;
     }
     if (target) {
       target.classList.add("focus");
       target.scrollIntoView({block: "center"});
     }
   }
-
   // -- compare ---------------------------------------------------------------------------------
   const cmpForm = document.getElementById("kc-compare");
 
@@ -544,7 +1109,8 @@
 
   function changeCell(ratio) {
     const change = ratio - 1;
-    const cls = "num" + (change > 0.05 ? " bad" : change < -0.05 ? " good" : "");
+    const t = pageData().threshold || 0;
+    const cls = "num" + (change > t ? " bad" : change < -t ? " good" : "");
     const td = cellEl("td", `${change >= 0 ? "+" : ""}${(100 * change).toFixed(1)}%`, cls);
     td.dataset.v = String(change);
     return td;
@@ -573,7 +1139,7 @@
         const ia = commits.findIndex((c) => c[0] === s.a);
         const ib = commits.findIndex((c) => c[0] === s.b);
         for (const e of entries) {
-          const series = loaded[e.f];
+          const series = loaded[e.f].series;
           for (const p of Object.keys(series)) {
             if (!providerOn(s, p)) continue;
             for (const [shape, [ci, med, , , cond]] of Object.entries(series[p])) {
@@ -586,7 +1152,7 @@
       } else {
         const last = {};
         for (const e of entries) {
-          const series = loaded[e.f];
+          const series = loaded[e.f].series;
           for (const p of Object.keys(series)) {
             if (!providerOn(s, p)) continue;
             for (const [shape, [, med]] of Object.entries(series[p])) {
@@ -617,11 +1183,12 @@
       return;
     }
     const like = rows.filter((r) => r.same);
-    const worse = like.filter((r) => r.b / r.a > 1.05).length;
-    const better = like.filter((r) => r.b / r.a < 1 / 1.05).length;
+    const t = page.threshold;
+    const worse = like.filter((r) => r.b / r.a > 1 + t).length;
+    const better = like.filter((r) => r.b / r.a < 1 / (1 + t)).length;
     const other = rows.length - like.length;
-    status.textContent = `A = ${names[0]}, B = ${names[1]}: ${rows.length} series, ${worse} slower by more than 5%, ` +
-      `${better} faster by more than 5%` + (other ? `; ${other} changed timing method or environment in between ` +
+    status.textContent = `A = ${names[0]}, B = ${names[1]}: ${rows.length} series, ${worse} slower by more than ${pct(t)}, ` +
+      `${better} faster by more than ${pct(t)}` + (other ? `; ${other} changed timing method or environment in between ` +
       "(marked, and left out of these counts)." : ".");
     const groups = {};
     for (const r of like) {
@@ -713,11 +1280,39 @@
     target.focus();
     target.scrollIntoView({block: "start"});
   });
-  // On a phone the kernel list and the filters start folded: the header must not take the screen.
-  if (NARROW.matches) document.querySelectorAll("details.fold").forEach((d) => (d.open = false));
+  // The header's menus (kernels, filters): one open at a time, closed by Escape or a click elsewhere.
+  const drops = [...document.querySelectorAll("details.drop")];
+  drops.forEach((d) => d.addEventListener("toggle", () => {
+    if (d.open) drops.forEach((o) => o !== d && (o.open = false));
+  }));
+  document.addEventListener("click", (ev) => {
+    drops.forEach((d) => d.open && !d.contains(ev.target) && (d.open = false));
+  });
+  document.addEventListener("keydown", (ev) => {
+    if (ev.key !== "Escape") return;
+    const open = drops.find((d) => d.open);
+    if (open) {
+      open.open = false;
+      open.querySelector("summary").focus();
+    }
+  });
+  // Folded content draws when it is unfolded: its charts, its tables.
+  document.querySelectorAll("main details").forEach((d) => d.addEventListener("toggle", () => {
+    if (!d.open) return;
+    d.querySelectorAll("[data-flags]").forEach(showFlags);
+    drawCharts();
+  }));
 
   document.querySelectorAll("table.data").forEach(enhanceTable);
   update(current);
-  if (observer) chartEls.forEach((el) => observer.observe(el));
+  if (observer) {
+    chartEls.forEach((c) => observer.observe(c));
+    document.querySelectorAll("section.part, [data-flags]").forEach((x) => {
+      if (!x.closest("details:not([open])")) observer.observe(x);
+    });
+  } else {
+    document.querySelectorAll("section.part").forEach(showPart);
+    document.querySelectorAll("[data-flags]").forEach(showFlags);
+  }
   focusTarget(current);
 })();

@@ -21,6 +21,7 @@ from __future__ import annotations
 import atexit
 import json
 import math
+import re
 import shutil
 import tempfile
 import uuid
@@ -242,3 +243,31 @@ def history_store(path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(_CACHE["history"], path)
     return path
+
+
+def data_file(path: Path):
+    """The payload of one of the site's data files (`KC.put("name", payload);`)."""
+    text = path.read_text()
+    head = f"KC.put({json.dumps(path.relative_to(path.parent.parent).as_posix())},"
+    assert text.startswith(head) and text.endswith(");\n"), path
+    return json.loads(text[len(head):-3])
+
+
+def table_rows(payload: dict) -> list[dict]:
+    """A data file's table ({cols, rows}) as one dict per row."""
+    return [dict(zip(payload["cols"], row)) for row in payload["rows"]]
+
+
+def part_rows(site: Path, kernel: str, gid: str, mode: str, dtype: str) -> tuple[dict, list[dict]]:
+    """(the part's data, its rows as dicts) of one kernel's (GPU, mode, dtype) table."""
+    html = (site / "kernels" / f"{kernel}.html").read_text()
+    files = re.findall(r'data-mode="([^"]+)" data-dtype="([^"]+)" id="[^"]+" data-part="([^"]+)"', html)
+    for m, d, rel in files:
+        if (m, d) == (mode, dtype) and f".{gid}." in rel:
+            payload = data_file(site / rel)
+            return payload, table_rows(payload)
+    raise KeyError((kernel, gid, mode, dtype, files))
+
+
+def flag_rows(site: Path) -> list[dict]:
+    return table_rows(data_file(site / "data" / "flags.js"))

@@ -1,11 +1,14 @@
-"""kcollect build-site: the output folder, what the pages say, escaping, CPU/GPU separation, failed
-and unstable rows, the regression analysis (states, changes of conditions), the page data as JSON,
-and the committed history. Browser behaviour is in test_site_browser.py."""
+"""kcollect build-site: the output folder, what the pages and their data files say, escaping, CPU/GPU
+separation, failed and unstable rows, the regression analysis (states, changes of conditions) and
+its cache, the overview's ranking and leaderboard, the site's config (acknowledged flags, providers
+of another function), commit links, the feed, the partial plotly.js, the page data as JSON, and the
+committed history. Browser behaviour is in test_site_browser.py."""
 from __future__ import annotations
 
 import json
 import math
 import re
+import shutil
 from pathlib import Path
 from statistics import median
 
@@ -14,11 +17,12 @@ import pytest
 from click.testing import CliRunner
 
 import site_store
-from kcollect import charts, regress, site_data, site_flags
+from kcollect import charts, regress, site_cache, site_config, site_data, site_flags, site_index, site_pages
 from kcollect.cli import main
 from kcollect.history import export_runs
 from kcollect.site import MARKER, SiteError, build_site, plotly_js
 from kcollect.store import Store
+from site_store import data_file, flag_rows, part_rows
 
 H100 = "nvidia-h100-80gb-hbm3"
 PAGES = ("index.html", "kernels/alpha.html", "kernels/beta.html", "regressions.html", "compare.html",
@@ -41,6 +45,12 @@ def analysed(tmp_path_factory) -> site_data.SiteData:
     return data, site_flags.analyse(data)
 
 
+@pytest.fixture(autouse=True)
+def _own_cache(tmp_path, monkeypatch):
+    """The command's cache (its default under the user's home) goes to each test's own folder."""
+    monkeypatch.setenv("KCOLLECT_CACHE_DIR", str(tmp_path / "kcollect-cache"))
+
+
 def read(site: Path, rel: str) -> str:
     return (site / rel).read_text()
 
@@ -52,9 +62,9 @@ def section(html: str, group_id: str) -> str:
     return html[start:end if end >= 0 else len(html)]
 
 
-def rows_of(html: str) -> list[str]:
-    table = html[html.index('<table class="flags-table'):]
-    return re.findall(r'<tr data-f[^>]*data-kind=.*?</tr>', table[:table.index("</table>")], re.S)
+def first_box(html: str) -> str:
+    start = html.index('<section class="box')
+    return html[start:html.index("</section>", start)]
 
 
 # -- the output --------------------------------------------------------------------------------
@@ -67,8 +77,13 @@ def test_every_page_its_json_and_the_assets_are_written(built):
         data = json.loads(read(built, "json/" + rel.replace(".html", ".json")))
         assert data is not None
         assert f'json/{rel.replace(".html", ".json")}"' in read(built, rel)
-    # plotly.js is the package's own file, copied once, and every page loads assets locally.
-    assert (built / "assets/plotly.min.js").read_bytes() == plotly_js().read_bytes()
+    # plotly.js is the package's own bundle with the scatter trace only, shipped once (a fifth of it,
+    # or less), and every page loads assets locally
+    partial, full = (built / "assets/plotly.min.js").read_bytes(), plotly_js().read_bytes()
+    assert partial.startswith(full[:200]) and len(partial) < len(full) / 4
+    assert b".register([])" in partial  # no trace type but scatter, which the core registers itself
+    for gone in (b"AttributionControl", b"Aksai Chin", b"parcoords"):  # maps, their country data, parcoords
+        assert gone in full and gone not in partial, gone
     assert len(list(built.rglob("plotly*.js"))) == 1
     for page in built.rglob("*.html"):
         html = page.read_text()
@@ -80,6 +95,29 @@ def test_every_page_its_json_and_the_assets_are_written(built):
                 assert ref.group(1).startswith(site_store.URL.split("/commit/")[0]), (page, tag)
             else:
                 assert not re.match(r"^(https?:|//|/)", ref.group(1)), (page, tag)  # file:// and Pages
+
+
+def test_the_partial_bundle_keeps_what_is_reached_and_drops_the_rest():
+    """plotly_bundle on a bundle laid out as esbuild writes plotly.js: regular expressions, template
+    literals and strings that hold brackets do not confuse it; what the core reaches stays."""
+    from kcollect import plotly_bundle
+
+    src = ('/* head */var Plotly=(()=>{var W=(e,t)=>()=>{try{return t||e((t={exports:{}}).exports,t),t.exports}'
+           'catch(r){throw t=0,r}},Ea=(e,t,r)=>()=>{if(r)throw r[0];try{return e&&(t=e(e=0)),t}catch(i){throw r=[i],i}},'
+           'Fp=(e,t)=>{for(var r in t)S6(e,r,{get:t[r],enumerable:!0})};'
+           'var A=W((e,t)=>{t.exports=/a\\/b[/({]/.test("x")?1:2/3});'
+           'var B=W((e,t)=>{t.exports=`${A()}}`+"})"+(4)/2});'
+           'var C=W((e,t)=>{t.exports="a 3D trace, unused"});'
+           'var x,D=Ea(()=>{x=C()});var N={};Fp(N,{d:()=>D});function helper(){return N}'
+           'var Core=W((e,t)=>{t.exports={register:()=>0,b:B()}});'
+           'var R=W((e,t)=>{var c=Core();c.register([C(),D()]);t.exports=c});return R();})();')
+    out = plotly_bundle.partial(src)
+    for kept in ("var A=W(", "var B=W(", "var Core=W(", "var R=W(", "c.register([])", "var x;"):
+        assert kept in out, kept
+    for gone in ("a 3D trace", "var x,D=Ea(", "var N={}", "Fp(N,", "function helper"):
+        assert gone not in out, gone
+    with pytest.raises(plotly_bundle.BundleLayoutError):
+        plotly_bundle.partial("window.Plotly = {}; /* a webpack bundle */")
 
 
 def test_internal_links_point_at_files(built):
@@ -94,6 +132,7 @@ def test_internal_links_point_at_files(built):
 
 def test_overview_shows_speedup_sol_and_latest_run(built):
     html = read(built, "index.html")
+    assert html.index('id="grids"') > html.index('id="board-h"')  # every provider's grid comes after the answers
     h100 = section(html, H100)
     # triton is 2x torch on beta, and torch 12% slower since the torch upgrade: 2.24x
     assert re.search(r">2\.2[345]×<", h100)
@@ -110,58 +149,148 @@ def test_overview_shows_speedup_sol_and_latest_run(built):
 
 def test_overview_leads_with_the_open_regression_of_our_kernel(built):
     html = read(built, "index.html")
-    box = html[html.index('class="open-box'):html.index('</section>', html.index('class="open-box'))]
-    items = re.findall(r"<li .*?</li>", box, re.S)
+    box = first_box(html)
+    assert "What regressed" in box
+    latest = re.findall(r"<li data-f data-gpu=.*?</li>", box[:box.index('<ol class="open-list">')], re.S)
+    assert len(latest) == 2 and site_store.sha(11)[:8] in latest[0] and "none new" in latest[0]
+    items = re.findall(r"<li .*?</li>", box[box.index('<ol class="open-list">'):], re.S)
     assert len(items) == 1  # the recovered regression is not open, the others are not ours
     assert "alpha" in items[0] and "+25." in items[0] and "Unroll alpha&#39;s inner loop twice" in items[0]
-    assert re.search(r"\d+\.\d× its noise \(±0\.\d+%\)", items[0])
+    assert re.search(r"\(\d+\.\d× noise\)", items[0]) and "2026-03-07" in items[0]  # the commit's date
     assert re.search(r'href="regressions.html#flag=[0-9a-f]{10}"', items[0])
+    assert f'href="{site_store.URL}{site_store.sha(6)}"' in items[0]  # its commit, linked
     assert re.search(r'<span class="count"[^>]*>1<', html)  # the nav badge counts open regressions of ours
     read_box = html[html.index('id="read"'):]
     for words in ("measured on the same run", "Over 100%", "not like for like", "unstable"):
         assert words in read_box
 
 
+def test_a_commit_that_raised_a_regression_says_so(tmp_path):
+    # the step at STEP_AT is decided with the commit after it: that commit raised it
+    db = site_store.build_store(tmp_path / "k.duckdb", commits=site_store.STEP_AT + regress.PERSIST, cpu=False,
+                                lab=False)
+    html = read(build_site(db, tmp_path / "site").out, "index.html")
+    h100 = next(li for li in re.findall(r"<li data-f data-gpu=.*?</li>", first_box(html), re.S) if H100 in li)
+    assert site_store.sha(site_store.STEP_AT + regress.PERSIST - 1)[:8] in h100 and "1 new regression</strong>" in h100
+    assert "alpha fwd</a>" in h100 and "+25." in h100
+    db = site_store.build_store(tmp_path / "k2.duckdb", commits=site_store.STEP_AT + regress.PERSIST + 1, cpu=False,
+                                lab=False)
+    html = read(build_site(db, tmp_path / "site2").out, "index.html")
+    assert "new regression" not in first_box(html)  # a commit later, it is no longer new
+
+
+def test_leaderboard_sets_ours_against_the_best_other_provider(built):
+    html = read(built, "index.html")
+    board = html[html.index('id="board-h"'):html.index("</section>", html.index('id="board-h"'))]
+    alpha = re.search(r'<tr><th scope="row"><a href="kernels/alpha.html">.*?</tr>', board, re.S).group(0)
+    cells = re.findall(r'<td data-f data-gpu="([^"]+)"[^>]*data-csv=\'([^\']+)\'', alpha)
+    assert [g for g, _ in cells] == [H100, "nvidia-h200"]  # the GPUs side by side
+    speedup, rival, ahead, measured, sol = json.loads(cells[1][1])
+    # on the H200: triton 2x torch, liger 1.6x, compile 1.25x: ours is 1.25x liger, the fastest other, in
+    # five cases, and 1.6x compile in the one where liger errs in the latest run
+    assert rival == "liger" and speedup == pytest.approx((1.25**5 * 1.6) ** (1 / 6), rel=0.01) and ahead == measured == 6
+    assert 0 < sol < 2
+
+
+def test_leaderboard_never_sets_ours_against_another_function(tmp_path):
+    db = site_store.build_store(tmp_path / "k.duckdb", cpu=False, lab=False)
+    config = _config(tmp_path, '[other_function.alpha]\nliger = "pretend: another function"\n')
+    html = read(build_site(db, tmp_path / "site", config=config).out, "index.html")
+    alpha = re.search(r'<tr><th scope="row"><a href="kernels/alpha.html">.*?</tr>', html, re.S).group(0)
+    assert "liger: another function" in alpha
+    rivals = [json.loads(c)[1] for c in re.findall(r"data-csv='([^']+)'", alpha)]
+    assert rivals == ["compile", "compile"]  # liger was the fastest other; compile is the next
+
+
+def test_standing_counts_cases_and_leaves_other_functions_out():
+    def row(p, shape, ms, status="ok", frac=0.5):
+        return dict(provider=p, mode="fwd", shape=shape, dtype="bfloat16", status=status, median_ms=ms, frac_of_peak=frac)
+
+    rows = [row("triton", "a", 1.0, frac=0.9), row("torch", "a", 2.0), row("liger", "a", 0.8), row("linear", "a", 0.1),
+            row("triton", "b", 1.0, frac=0.7), row("torch", "b", 1.5), row("liger", "b", 1.2), row("linear", "b", 0.1),
+            row("triton", "c", 1.0, "failed"), row("torch", "c", 3.0),
+            row("triton", "d", 1.0, frac=0.8), row("triton[wide]", "d", 0.5)]
+    got = site_index.standing(rows, excluded={"linear"})
+    # a: liger is faster (0.8), b: ours ahead of liger (1.2); c failed; d has no other provider
+    assert got["measured"] == 2 and got["ahead"] == 1 and got["rival"] == "liger"
+    assert got["speedup"] == pytest.approx(math.sqrt(0.8 * 1.2)) and got["sol"] == pytest.approx(0.8)
+    assert site_index.standing(rows, excluded=set())["rival"] == "linear"  # what the exclusion prevents
+    assert site_index.standing([row("triton", "a", 1.0, "failed")], set())["status"] == "failed"
+
+
+def test_open_regressions_rank_by_size_times_confidence_across_gpus():
+    def flag(change, z, ci, gpu):
+        return dict(kind="regression", state="open", ours=True, change=change, z=z, after_ci=ci, gkey=gpu)
+
+    big_new, small_sure, big_unsure = flag(0.30, 5.0, 3, "a"), flag(0.05, 40.0, 40, "b"), flag(0.35, 3.0, 1, "a")
+    ranked = site_pages.open_regressions([small_sure, big_unsure, big_new])
+    assert ranked == [big_new, big_unsure, small_sure]  # never by a GPU's own commit index
+    assert site_pages.confidence(regress.MIN_Z) == pytest.approx(0.5)
+    assert site_pages.confidence(2 * regress.MIN_Z) > 0.99 and site_pages.confidence(None) == 0
+    acked = dict(big_new, ack={"state": "acknowledged", "reason": "known"})
+    assert site_pages.open_regressions([acked, small_sure]) == [small_sure]
+
+
+def test_the_stated_threshold_is_the_detectors(tmp_path, monkeypatch):
+    db = site_store.build_store(tmp_path / "k.duckdb", cpu=False, second_gpu=False, lab=False)
+    pct = f"{100 * regress.DEFAULT_THRESHOLD:.0f}%"
+    for threshold, shown in ((regress.DEFAULT_THRESHOLD, pct), (0.07, "7%")):
+        monkeypatch.setattr(regress, "DEFAULT_THRESHOLD", threshold)
+        out = build_site(db, tmp_path / f"site{threshold}").out
+        for page in ("index.html", "regressions.html", "kernels/alpha.html", "compare.html"):
+            html = read(out, page)
+            assert shown in html and not re.search(r"(?<![\d.])5%", html), page
+        assert json.loads(read(out, "json/compare.json"))["threshold"] == threshold
+
+
 # -- kernel pages ------------------------------------------------------------------------------
 
 
 def test_kernel_table_shows_config_memory_reps_and_tolerance(built):
-    h100 = section(read(built, "kernels/alpha.html"), H100)
-    row = re.search(r'<tr data-f data-provider="triton" class="ok first">.*?</tr>', h100, re.S).group(0)
-    assert "block: BLOCK=1024 num_warps=4" in row  # the plan this number came from
-    assert "MiB" in row and re.search(r'<td class="num">1\d\d</td>', row)  # peak memory, repetitions
-    assert "/ 1.6e-02" in row  # the tolerance beside the error, not in a tooltip
-    # the latency distribution of the timed calls on the p20-p80 cell
-    spread = re.search(r'title="of 1\d\d timed calls: mean ([\d.]+), std [^,]+, min ([\d.]+), p99 ([\d.]+), '
-                       r'max ([\d.]+) ms"', row)
-    mean, low, p99, top = map(float, spread.groups())
-    assert low < mean < p99 < top
-    assert "<caption>" in h100 and 'scope="col"' in h100
-    assert 'data-fig="s1p1-mem"' in read(built, "kernels/alpha.html")  # memory against shape beside time
-    assert "tokens/s" not in h100  # alpha's rows carry no tokens
+    part, rows = part_rows(built, "alpha", H100, "fwd", "bfloat16")
+    row = next(r for r in rows if r["provider"] == "triton" and r["shape"] == "M=64,N=1024")
+    assert row["config"] == "block: BLOCK=1024 num_warps=4"  # the plan this number came from
+    assert row["peak_mem_bytes"] == 3 * 2**20 and 100 < row["reps"] < 200
+    assert row["tolerance"] == pytest.approx(1.6e-2) and row["rel_err"] == pytest.approx(2e-3)
+    # the latency distribution of the timed calls beside the median
+    assert row["min_ms"] < row["mean_ms"] < row["p99_ms"] < row["max_ms"]
+    assert row["p20_ms"] < row["median_ms"] < row["p80_ms"]
+    assert part["shapes"] == list(site_store.KERNELS["alpha"]["shapes"])  # in grid order
+    assert [r["provider"] for r in rows[:4]] == ["triton", "torch", "compile", "liger"]  # the site's provider order
+    assert part["has_config"] and not part["has_tokens"]  # alpha's rows carry no tokens
+    assert part["ticks"] == ["64×1k", "37×1000", "4k×14k"] and part["xtitle"] == "shape (M × N)"
+    assert part["ylog"] is False and part["unit"] == "GB/s"
+    html = read(built, "kernels/alpha.html")
+    assert 'data-kind="memory"' in html and 'data-kind="rate"' in html  # memory against shape beside the rate
+    # results first: the first part's table comes before every flag of the kernel but the open ones
+    assert html.index('class="jtable results"') < html.index('id="all-flags"')
+    assert html.index('class="box open-box"') < html.index('class="jtable results"')
 
 
 def test_kernel_table_shows_tokens_per_second_where_rows_have_tokens(built):
-    beta = section(read(built, "kernels/beta.html"), H100)
-    assert "tokens/s</abbr>" in beta
-    row = re.search(r'<tr data-f data-provider="triton" class="ok first">.*?</tr>', beta, re.S).group(0)
-    median = float(re.search(r'<td class="num" data-v="([\d.e-]+)">', row).group(1))
-    shown = float(re.search(r'<td class="num" data-v="([\d.e+]+)">[\d.]+[kMG]</td>', row).group(1))
-    assert shown == pytest.approx(1024 * 1e3 / median)  # M=1024 tokens over the median time
+    part, rows = part_rows(built, "beta", H100, "fwd", "bfloat16")
+    row = next(r for r in rows if r["provider"] == "triton" and r["status"] == "ok")
+    assert part["has_tokens"] and part["unit"] == "TFLOP/s"
+    assert row["tokens_per_s"] == pytest.approx(1024 * 1e3 / row["median_ms"], rel=1e-5)  # M=1024 tokens
 
 
 def test_failed_and_unstable_rows_never_show_a_speed(built):
     text = "".join(p.read_text() for p in built.rglob("*") if p.suffix in (".html", ".js", ".json"))
     assert "0.04242" not in text and "0.03131" not in text  # the times stored on those rows appear nowhere
-    alpha = section(read(built, "kernels/alpha.html"), H100)
-    row = re.search(r'<tr data-f data-provider="compile" class="failed[^"]*">.*?</tr>', alpha, re.S).group(0)
-    assert "M=37,<wbr>N=1000" in row and 'badge failed' in row and "5.0e-02" in row
-    assert "×" not in row and "GB/s" not in row  # no speedup, no rate
-    err = re.search(r'<tr data-f data-provider="liger" class="error[^"]*">.*?</tr>', alpha, re.S).group(0)
-    assert "OutOfMemoryError" in err and "×" not in err
-    beta = section(read(built, "kernels/beta.html"), H100)
-    unstable = re.search(r'<tr data-f data-provider="triton" class="unstable[^"]*">.*?</tr>', beta, re.S).group(0)
-    assert "disturbed while timed" in unstable and "×" not in unstable
+    _, alpha = part_rows(built, "alpha", H100, "fwd", "bfloat16")
+    failed = next(r for r in alpha if r["provider"] == "compile" and r["shape"] == "M=37,N=1000")
+    assert failed["status"] == "failed" and failed["rel_err"] == pytest.approx(0.05)
+    speeds = ("median_ms", "rate", "vs_base", "vs_best", "frac_of_peak", "p20_ms", "p80_ms", "max_ms")
+    assert all(failed[k] is None for k in speeds)
+    _, bwd = part_rows(built, "alpha", H100, "bwd", "bfloat16")
+    err = next(r for r in bwd if r["provider"] == "liger" and r["status"] == "error")
+    assert "OutOfMemoryError" in err["error"] and all(err[k] is None for k in speeds)
+    _, beta = part_rows(built, "beta", H100, "fwd", "float16")
+    unstable = next(r for r in beta if r["status"] == "unstable")
+    assert "disturbed while timed" in unstable["error"] and all(unstable[k] is None for k in speeds)
+    # and no other row compares itself with them
+    others = [r for r in beta if r["shape"] == unstable["shape"] and r["status"] == "ok"]
+    assert others and all(r["vs_best"] is not None for r in others)
 
 
 def test_cpu_rows_are_a_separate_group(built):
@@ -169,42 +298,50 @@ def test_cpu_rows_are_a_separate_group(built):
     cpu = section(overview, "cpu-interpreter")
     assert "CPU (Triton interpreter)" in cpu and "not GPU numbers" in cpu
     assert 'class="group cpu"' in overview
-    for page in ("index.html", "kernels/alpha.html"):
-        html = read(built, page)
-        gpu_part = section(html, H100) + section(html, "nvidia-h200")
-        assert "123.4" not in gpu_part and "61.7" not in gpu_part  # CPU times (CPU_MS / speed)
-    assert "123.4" in section(read(built, "kernels/alpha.html"), "cpu-interpreter")
-    # its trend data lives in files of its own
-    cpu_files = list((built / "data").glob("*.cpu-interpreter.*.js"))
-    assert cpu_files and all("123.4" in f.read_text() or "61.7" in f.read_text() for f in cpu_files)
-    for f in (built / "data").glob("*.nvidia-*.js"):
-        assert "123.4" not in f.read_text()
+    alpha = read(built, "kernels/alpha.html")
+    assert "not GPU numbers" in section(alpha, "cpu-interpreter")
+    # each group's numbers live in files of its own: the CPU's times (around CPU_MS) never in a GPU's
+    for name, slow in (("cpu-interpreter", True), ("nvidia-h100-80gb-hbm3", False), ("nvidia-h200", False)):
+        parts = [site_store.table_rows(data_file(f)) for f in (built / "data").glob(f"*.{name}.*.part.js")]
+        times = [r["median_ms"] for rows in parts for r in rows if r["median_ms"] is not None]
+        assert parts and times and all((t > site_store.CPU_MS / 10) == slow for t in times), name
+    leaderboard = overview[overview.index('id="board-h"'):overview.index('id="trust-h"')]
+    assert "CPU" not in leaderboard  # GPUs only
 
 
 # -- regressions -------------------------------------------------------------------------------
 
 
 def test_regressions_page_orders_open_recovered_improvements_then_conditions(built):
-    html = read(built, "regressions.html")
-    rows = rows_of(html)
-    kinds = [re.search(r'data-kind="([^"]+)"', r).group(1) for r in rows]
-    assert kinds == ["open", "recovered", "improvement"] + ["environment"] * 4 + ["method"], kinds
+    rows = flag_rows(built)
+    commits = data_file(built / "data" / "commits.js")
+    kinds = [r["filter_kind"] for r in rows]
+    # the changes of conditions last, the largest move first
+    assert kinds == ["open", "recovered", "improvement", "method"] + ["environment"] * 4, kinds
     opened, recovered, fix = rows[:3]
-    assert 'data-kernel="alpha"' in opened and 'data-mode="fwd"' in opened and "+25.1%" in opened
-    assert f'href="{site_store.URL}{site_store.sha(6)}"' in opened  # the commit, linked
-    assert "Unroll alpha&#39;s inner loop twice" in opened and "Ada Lovelace" in opened
-    assert f"/compare/{site_store.sha(5)}...{site_store.sha(6)}" in opened  # the range's diff
-    assert "kernels/alpha.html#gpu=nvidia-h100-80gb-hbm3&amp;mode=fwd&amp;dtype=bfloat16&amp;shape=M%3D4096%2CN%3D14336" in opened
-    assert re.search(r"\d+\.\d× <span class=\"small\">\(±0\.\d+%\)", opened)  # size against the series' noise
-    assert 'data-mode="bwd"' in recovered and "recovered regression" in recovered
-    assert re.search(r"back at <a [^>]*><code>" + site_store.sha(6)[:8], recovered)
-    assert "undoes the regression at" in fix and site_store.sha(3)[:8] in fix
-    method = rows[-1]
-    assert 'data-provider="compile"' in method and "not a kernel change" in method and "cuda-events → cuda-graph" in method
-    assert all("torch 2.11.0 → 2.12.0" in r and 'data-provider="torch"' in r for r in rows[3:-1])
+    assert (opened["kernel"], opened["mode"], opened["gid"], opened["machine"]) == ("alpha", "fwd", H100, "h100-a")
+    assert opened["change"] == pytest.approx(0.25, abs=0.01) and opened["z"] > regress.MIN_Z and opened["noise"] > 0
+    short, date, subject, url = commits[H100][opened["a"]]
+    assert url == site_store.URL + site_store.sha(6) and subject == site_store.subject(6) and date.startswith("2026-03-07")
+    assert commits[H100][opened["b"]][0] == site_store.sha(5)[:8]
+    assert opened["spark"]["points"] and opened["slug"] == "alpha"
+    assert recovered["mode"] == "bwd" and recovered["label"] == "recovered regression"
+    assert commits[H100][recovered["end"]][0] == site_store.sha(6)[:8]  # back at
+    assert fix["kind"] == "improvement" and commits[H100][fix["undoes"]][0] == site_store.sha(3)[:8]
+    method = rows[3]
+    assert method["provider"] == "compile" and method["state"] == "condition" and "cuda-events → cuda-graph" in method["what"]
+    assert all("torch 2.11.0 → 2.12.0" in r["what"] and r["provider"] == "torch" for r in rows[4:])
     # the CPU series' 50% step is not analysed, the A/A rerun and the H200 raise nothing
-    assert "cpu-interpreter" not in "".join(rows) and 'data-gpu="nvidia-h200"' not in "".join(rows)
-    assert 'data-machine="h100-a"' in opened
+    assert {r["gid"] for r in rows} == {H100}
+    html = read(built, "regressions.html")
+    assert 'data-flags data-name="regressions"' in html and "8 rows" in html
+    # the kernel page lists its open flag above the results, folds the rest, and leaves the changes of
+    # conditions to this page
+    alpha = read(built, "kernels/alpha.html")
+    assert alpha.count('class="flag-link"') == 1 and 'data-flags data-kernel="alpha"' in alpha
+    beta = read(built, "kernels/beta.html")
+    assert "5 series of beta moved where their timing method, machine or environment" in beta
+    assert "No step in any series of beta" in beta
 
 
 def test_no_flag_spans_a_change_of_conditions(analysed):
@@ -286,12 +423,16 @@ def test_environments_show_machines_and_peer_versions(built):
 
 def test_page_json_carries_the_data(built):
     reg = json.loads(read(built, "json/regressions.json"))
-    assert reg["counts"]["open_ours"] == 1 and reg["rows"][0]["after"]["subject"] == site_store.subject(6)
+    assert reg["counts"]["open_ours"] == 1 and reg["flags"]["rows"][0][reg["flags"]["cols"].index("kernel")] == "alpha"
     alpha = json.loads(read(built, "json/kernels/alpha.json"))
-    rows = [r for s in alpha["sections"] for p in s["parts"] for r in p["rows"]]
+    rows = [dict(zip(p["cols"], r)) for p in alpha["parts"] for r in p["rows"]]
     assert {r["status"] for r in rows} >= {"ok", "failed", "error"}
     assert all(r["median_ms"] is None and r["max_ms"] is None for r in rows if r["status"] != "ok")
     assert all(r["p99_ms"] > r["median_ms"] for r in rows if r["status"] == "ok")
+    assert len(alpha["open_flags"]) == 1
+    index = json.loads(read(built, "json/index.json"))
+    assert index["n_open"] == 1 and [x["gpu"] for x in index["latest"]] == [site_store.H100_NAME, "NVIDIA H200"]
+    assert {r["kernel"] for r in index["leaderboard"]} == {"alpha", "beta"}
 
 
 # -- escaping, the output folder, the store ----------------------------------------------------
@@ -315,6 +456,10 @@ def test_hostile_names_are_escaped(tmp_path):
         assert "<script>alert" not in html and "<img src=x" not in html and "javascript:" not in html, page
         assert "<b>bold" not in html, page
     assert "&lt;script&gt;alert(" in read(result.out, "index.html")
+    # the data files carry the names as JSON strings, which site.js sets as text; no link to script
+    assert not any("javascript:" in f.read_text() for f in (result.out / "data").iterdir())
+    feed = read(result.out, "regressions.atom")
+    assert "<script>" not in feed and "<b>" not in feed
 
 
 def test_rebuild_wipes_the_previous_output(tmp_path):
@@ -499,8 +644,10 @@ def test_commit_metadata_missing_from_the_store_comes_from_the_checkout(tmp_path
         "-m", "Fix the tail of the last block")
     git("remote", "add", "origin", "git@github.com:example/kcollect.git")
     sha = git("rev-parse", "HEAD")
-    commits = [{"sha": sha}, {"sha": "f" * 40}, {"sha": sha, "subject": "recorded", "url": None}]
-    assert site_git.fill(commits, tmp_path) == 1
+    commits = [{"sha": sha}, {"sha": "f" * 40}, {"sha": sha, "subject": "recorded", "url": None}, {"sha": sha[:7]}]
+    assert site_git.fill(commits, tmp_path) == 2
+    assert commits[3]["subject"] == "Fix the tail of the last block"  # an abbreviated hash, as a copy's run records it
+    assert commits[3]["url"] == f"https://github.com/example/kcollect/commit/{sha}"
     assert commits[0] == {"sha": sha, "subject": "Fix the tail of the last block", "author": "Grace Hopper",
                           "url": f"https://github.com/example/kcollect/commit/{sha}"}
     assert commits[1] == {"sha": "f" * 40}  # not in the checkout: stays a bare hash
@@ -508,12 +655,23 @@ def test_commit_metadata_missing_from_the_store_comes_from_the_checkout(tmp_path
     assert site_git.commit_url_template("https://user:secret@gitlab.com/g/r.git") == "https://gitlab.com/g/r/-/commit/{sha}"
 
 
-def test_shape_labels_leave_constant_dims_to_the_axis_title():
+def test_shape_labels_are_short():
     from kcollect.charts import compact
 
-    labels, title = compact(["B=1,S=32,causal=0,window=0", "B=32,S=512,causal=1,window=0"])
-    assert labels == ["1×32×0", "32×512×1"] and title == "shape (B × S × causal)<br>window=0"
-    assert compact(["M=7,N=<b>"]) == (["7×&lt;b&gt;"], "shape (M × N)")  # one shape: every dim, escaped
+    labels, title = compact(["B=1,S=32,causal=0,window=0", "B=32,S=4096,causal=1,window=0"])
+    assert labels == ["1×32×0", "32×4k×1"] and title == "shape (B × S × causal)\nwindow=0"
+    assert compact(["M=7,N=<b>"]) == (["7×<b>"], "shape (M × N)")  # plain text: site.js escapes it
+    many = ["B=1,Hq=1,Hkv=1,Sq=64,Skv=64,D=64", "B=16,Hq=32,Hkv=8,Sq=16384,Skv=16384,D=128"]
+    assert compact(many) == (["#1", "#2"], "shape (# in grid order; hover a point for its dims)")
+
+
+def test_every_provider_has_its_own_colour_and_ours_always_the_same():
+    names = ["torch", "compile", "triton", *(f"peer{i}" for i in range(40))]
+    colors = charts.provider_colors(names)
+    assert len(set(colors.values())) == len(names) and colors["triton"] == charts.OURS_COLOR
+    assert charts.provider_colors(["triton"])["triton"] == charts.OURS_COLOR
+    assert all(re.fullmatch(r"#[0-9a-f]{6}", c) for c in colors.values())
+    assert charts.log_axis([0.5, 4.9]) is False and charts.log_axis([0.5, 5.01, None]) is True
 
 
 def test_a_run_of_part_of_the_grid_hides_none_of_the_other_cases(tmp_path):
@@ -556,3 +714,164 @@ def test_a_row_stored_with_terminal_colour_codes_reads_plain_on_the_site():
 
     row = _clean({"status": "error", "error": "DSLRuntimeError: \x1b[91m\x1b[1merror[INTERNAL]:\x1b[0m no IR"})
     assert row["error"] == "DSLRuntimeError: error[INTERNAL]: no IR" and row["median_ms"] is None
+
+
+# -- the site's config: acknowledged flags, providers of another function ----------------------
+
+
+def _config(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "site.toml"
+    path.write_text(text)
+    return path
+
+
+def test_an_acknowledged_regression_stays_listed_and_no_longer_counts_as_open(tmp_path):
+    db = site_store.build_store(tmp_path / "k.duckdb", cpu=False, lab=False)
+    config = _config(tmp_path, f"""
+[[flag]]
+commit = "{site_store.sha(site_store.STEP_AT)[:8]}"
+kernel = "alpha"
+state = "acknowledged"
+reason = "unrolled for the H200; the H100 pays 25%"
+by = "Ada"
+
+[[flag]]
+flag = "0123456789"
+state = "ignored"
+reason = "a flag long gone"
+""")
+    result = build_site(db, tmp_path / "site", config=config)
+    assert result.notes == [f"{config}: [[flag]] entry 2 (0123456789) matches no flag"]
+    index = read(result.out, "index.html")
+    assert "None: no series of our kernels stands on a slower level than before that nobody has acknowledged" in index
+    assert '<span class="count"' not in index and "1 acknowledged or ignored" in index
+    row = next(r for r in flag_rows(result.out) if r["state"] == "open")
+    assert row["ack"] == {"state": "acknowledged", "reason": "unrolled for the H200; the H100 pays 25%", "by": "Ada"}
+    feed = read(result.out, "regressions.atom")
+    assert "Acknowledged: unrolled for the H200" in feed  # acknowledged: still in the feed, with its reason
+
+
+@pytest.mark.parametrize("text, says", [
+    ('[[flag]]\ncommit = "0006ccc"\nstate = "acknowledged"\n', "has no reason"),
+    ('[[flag]]\ncommit = "0006ccc"\nstate = "fine"\nreason = "x"\n', "state must be one of acknowledged, ignored"),
+    ('[[flag]]\nkernel = "alpha"\nstate = "ignored"\nreason = "x"\n', "names no flag"),
+    ('[[flag]]\nflag = "x"\ncolour = "red"\nstate = "ignored"\nreason = "x"\n', "unknown key(s) colour; valid: flag, commit"),
+    ('[flags]\n', "unknown section(s) flags; valid: flag, other_function"),
+    ('[[flag]\n', "is not valid TOML"),
+    ('[other_function]\naxon = "linear"\n', "one table per kernel"),
+])
+def test_a_bad_site_config_exits_2_with_one_line(tmp_path, text, says):
+    db = site_store.build_store(tmp_path / "k.duckdb", cpu=False, second_gpu=False, lab=False)
+    result = CliRunner().invoke(main, ["build-site", "--db", str(db), "--out", str(tmp_path / "site"), "--data", "",
+                                       "--no-cache", "--config", str(_config(tmp_path, text))])
+    assert result.exit_code == 2 and result.output.count("\n") == 1, result.output
+    assert result.output.startswith("kcollect: error: ") and says in result.output, result.output
+    assert not (tmp_path / "site").exists()
+
+
+def test_the_site_config_names_every_provider_of_another_function_and_only_those():
+    """data/site.toml's [other_function] must say what the registry's specs say (Provider.reference):
+    the site reads the store alone, so the config carries it."""
+    from kcollect.registry import load
+
+    specs = load(plugins=False).specs
+    declared = {s.name: {p.name for p in s.providers if p.reference is not None} for s in specs}
+    config = site_config.load(Path(__file__).resolve().parent.parent / "data" / "site.toml")
+    assert {k: set(v) for k, v in config.other_function.items()} == {k: v for k, v in declared.items() if v}
+
+
+def test_commit_url_template_links_every_commit(tmp_path):
+    db = site_store.build_store(tmp_path / "k.duckdb", cpu=False, second_gpu=False, lab=False)
+    template = "https://github.com/owner/repo/commit/{sha}"
+    out = build_site(db, tmp_path / "site", commit_url=template).out
+    commits = data_file(out / "data" / "commits.js")[H100]
+    assert [c[3] for c in commits] == [f"https://github.com/owner/repo/commit/{site_store.sha(i)}"
+                                       for i in range(site_store.COMMITS)]  # the template wins over the store's
+    assert f'href="https://github.com/owner/repo/commit/{site_store.sha(6)}"' in read(out, "index.html")
+    for bad, says in (("ftp://x/{sha}", "must be an http(s) address with {sha}"),
+                      ("https://x/commit/", "must be an http(s) address with {sha}"),
+                      ("https://x/{sha}/{ref}", "no field but {sha}")):
+        result = CliRunner().invoke(main, ["build-site", "--db", str(db), "--out", str(tmp_path / "s2"), "--data", "",
+                                           "--no-cache", "--commit-url", bad])
+        assert result.exit_code == 2 and result.output.count("\n") == 1 and says in result.output, result.output
+
+
+def test_the_feed_lists_regressions_of_ours_newest_first(built):
+    import xml.etree.ElementTree as ET
+
+    ns = {"a": "http://www.w3.org/2005/Atom"}
+    feed = ET.fromstring(read(built, "regressions.atom"))
+    entries = feed.findall("a:entry", ns)
+    titles = [e.find("a:title", ns).text for e in entries]
+    # the open regression at commit 6 and the recovered one at commit 3 (ours); not the improvement
+    assert len(entries) == 2 and titles[0].startswith("alpha fwd bfloat16 +25.") and "open regression" in titles[0]
+    assert "recovered regression" in titles[1]
+    assert entries[0].find("a:updated", ns).text == "2026-03-07T12:00:00Z"
+    assert entries[0].find("a:link[@rel='alternate']", ns).get("href").startswith("regressions.html#flag=")
+    assert entries[0].find("a:link[@rel='related']", ns).get("href") == site_store.URL + site_store.sha(6)
+    assert feed.find("a:updated", ns).text == "2026-03-07T12:00:00Z"
+    assert 'rel="alternate" type="application/atom+xml"' in read(built, "index.html")
+
+
+# -- what a rebuild reuses -----------------------------------------------------------------------
+
+
+def test_the_analysis_series_by_series_is_the_analysis_of_the_whole(analysed, history):
+    from dataclasses import replace
+
+    for data, whole in (analysed, history[:2]):
+        parts = site_cache.merge([site_flags.analyse(replace(data, exact_trends={k: {p: {s: v}}}))
+                                  for k, ps in data.exact_trends.items() for p, ss in ps.items() for s, v in ss.items()])
+        key = lambda f: (f["gkey"], f["kernel"], f["mode"], f["dtype"], f["provider"], f["shape"], f["after_ci"])  # noqa: E731
+        assert sorted(parts.flags, key=key) == sorted(whole.flags, key=key)
+        assert parts.noise == whole.noise and parts.events == whole.events
+        assert sorted(parts.changes, key=key) == sorted(whole.changes, key=key)
+
+
+def test_a_rebuild_analyses_only_what_changed_and_skips_an_unchanged_import(tmp_path, monkeypatch):
+    src = site_store.build_store(tmp_path / "src.duckdb", cpu=False, lab=False)
+    with Store(src, read_only=True) as store:
+        export_runs(store, tmp_path / "runs")
+        gpu_series = {(k, p, s) for k, ps in site_data.load(store).exact_trends.items() for p, ss in ps.items()
+                      for s in ss}
+    db, cache = tmp_path / "k.duckdb", tmp_path / "cache"
+    calls = []
+    real = site_flags.analyse
+
+    def counted(data, *args):
+        calls.extend((k, p, s) for k, ps in data.exact_trends.items() for p, ss in ps.items() for s in ss)
+        return real(data, *args)
+
+    monkeypatch.setattr(site_flags, "analyse", counted)
+    first = build_site(db, tmp_path / "site", tmp_path / "runs", cache_dir=cache)
+    assert first.imported == site_store.COMMITS + 1 + 4 and sorted(calls) == sorted(gpu_series)  # each series once
+    calls.clear()
+    import kcollect.history
+
+    def no_import(*args, **kwargs):
+        raise AssertionError("imported again")
+
+    monkeypatch.setattr(kcollect.history, "import_path", no_import)
+    again = build_site(db, tmp_path / "site", tmp_path / "runs", cache_dir=cache)
+    assert again.unchanged and again.imported == 0 and calls == []  # nothing changed: no import, no analysis
+    assert read(again.out, "regressions.atom") == read(first.out, "regressions.atom")
+    shutil.rmtree(again.out)  # the same history into a new folder: built, every series from the cache
+    rebuilt = build_site(db, tmp_path / "site", tmp_path / "runs", cache_dir=cache)
+    assert not rebuilt.unchanged and calls == [] and flag_rows(rebuilt.out) == flag_rows(first.out)
+    monkeypatch.undo()
+    monkeypatch.setattr(site_flags, "analyse", counted)
+    with Store(db) as store:  # one more H200 run of beta: only the H200's beta series change
+        run = site_store._run(site_store.H200, site_store.COMMITS, 0)
+        store.start_run(run)
+        rows = site_store._rows(run.run_id, site_store.H200, {"beta": site_store.KERNELS["beta"]}, site_store.COMMITS,
+                                0, last=False)
+        store.add_results(rows)
+        store.finish_run(run.run_id, "finished", run.started_at)
+    build_site(db, tmp_path / "site", cache_dir=cache)
+    assert sorted(calls) == sorted(k for k in gpu_series if k[0][:2] == ("cuda:NVIDIA H200", "beta"))
+
+
+def test_the_site_of_the_committed_history_weighs_under_10_mb(tmp_path):
+    out = build_site(site_store.history_store(tmp_path / "h.duckdb"), tmp_path / "site").out
+    total = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
+    assert total <= 10 * 2**20, f"{total / 2**20:.1f} MiB"

@@ -114,8 +114,10 @@ def test_latest_run_per_gpu_and_trends(store):
 
 def test_fit_and_headroom_against_each_budget():
     sixty, onetwenty = site_budgets.fit(12.0)
-    assert sixty["ok"] and sixty["room_ms"] == pytest.approx(1000 / 60 - 12) and "4.67 ms left (28%)" in sixty["text"]
-    assert not onetwenty["ok"] and "3.67 ms over (1.4× the budget)" in onetwenty["text"]
+    assert sixty["ok"] and sixty["room_ms"] == pytest.approx(1000 / 60 - 12)
+    assert sixty["badge"] == "72% of the frame" and sixty["text"] == "4.67 ms left for the rest of the frame (28%)"
+    assert not onetwenty["ok"] and onetwenty["badge"] == "1.4× the frame" and "3.67 ms over (1.4× the budget)" in onetwenty["text"]
+    assert site_budgets.fit(0.05)[0]["badge"] == "<1% of the frame"  # a small backbone: the badge says how small
     assert all(f["ok"] for f in site_budgets.fit(1000 / 120))  # exactly at the budget fits
 
 
@@ -142,11 +144,12 @@ def test_page_says_what_fits_and_never_shows_a_failed_time(html):
     h100 = html[html.index(f'id="g-{site_data.slug(H100_LABEL, set())}"'):]
     mamba = re.search(r"<tr[^>]*><th>mamba</th>.*?</tr>", h100, re.S).group(0)
     assert ">4 ms<" in mamba and "12 ms" in mamba and "badge failed" in mamba and "relative error 0.05" in mamba
-    assert "4.67 ms left (28%)" in mamba  # eager at 60 FPS
-    assert "3.67 ms over (1.4× the budget)" in mamba  # eager at 120 FPS
+    assert ">72% of the frame</span> <span class=\"small\">4.67 ms left for the rest of the frame (28%)" in mamba  # eager, 60 FPS
+    assert ">1.4× the frame</span> <span class=\"small\">3.67 ms over (1.4× the budget)" in mamba  # eager at 120 FPS
+    assert mamba.count('<abbr class="q older"') == 2  # each time names its quantile: p80 on these older rows
     attention = re.search(r"<tr[^>]*><th>attention</th>.*?</tr>", h100, re.S).group(0)
     # eager is over both budgets, kcollect (9 ms) over 120 FPS's alone
-    assert "OutOfMemoryError" in attention and attention.count("badge failed\">over") == 3
+    assert "OutOfMemoryError" in attention and attention.count('class="badge failed" title="over') == 3
     assert 'class="spark"' in mamba and "5 commits: 5.86 → 4 ms" in mamba
 
 
@@ -158,7 +161,7 @@ def test_budget_toggle_shows_sixty_by_default(html):
 
 
 def test_page_names_its_quantile_and_leaves_the_cpu_out(html):
-    assert "before kcollect kept p99" in html and "<strong>p80</strong>" in html
+    assert "before kcollect kept p99" in html and "<strong>p80</strong>" in html and "These rows were measured" in html
     assert "18 rows from the CPU interpreter" in html
     assert "CPU (Triton interpreter)</th>" not in html  # no CPU column in the glance table
     for ref in re.findall(r'(?:src|href)="([^"]*)"', html):
@@ -183,9 +186,9 @@ def test_p99_is_judged_where_a_row_has_it_and_p80_is_marked_where_not(store, tmp
     assert cells[(h100, _label(MAMBA), "kcollect")] == ("p80", pytest.approx(4.0))
     assert cells[(h200, _label(MAMBA), "kcollect")] == ("p99", pytest.approx(4.0 * 0.7 * 4))
     page = build(db, tmp_path / "site")
-    assert "<strong>p99</strong>" in page and "judged on its p80" in page
-    assert ">11.2 ms</span>" in page  # the H200's mamba kcollect p99: 16.67 ms budget kept, 8.33 missed
-    assert '>4 ms</span> <span class="small">p80</span>' in page  # the H100's, marked
+    assert "Rows are judged on p99 where they have it" in page
+    assert re.search(r'>p99</abbr> <span class="x best">11.2 ms</span>', page)  # the H200's mamba kcollect p99
+    assert re.search(r'<abbr class="q older"[^>]*>p80</abbr> <span class="x best">4 ms</span>', page)  # the H100's, marked
     # the sparkline stays on the p80 of every commit: no jump where p99 begins
     assert data.trends[(h200, _label(MAMBA), "bfloat16", "kcollect")][-1] == pytest.approx(4.0 * 0.7)
 
@@ -222,6 +225,6 @@ def test_a_run_of_part_of_the_grid_hides_none_of_the_rest(tmp_path):
                         _label(ATTN): {site_store.sha(COMMITS - 1)}}
     assert [u["commit"] for u in data.runs[h100]] == [site_store.sha(late), site_store.sha(COMMITS - 1)]
     html = build(db, tmp_path / "site")
-    section = html.split(f'id="g-')[1]
+    section = html.split('id="g-')[1]
     assert "from the latest backbone run that measured it" in section
     assert site_store.sha(late)[:8] in section and site_store.sha(COMMITS - 1)[:8] in section
