@@ -150,3 +150,25 @@ def test_picked_config_falls_back_where_it_does_not_fit_shared_memory(monkeypatc
     q = torch.randn(1, 8, 1, 16, dtype=torch.float16)
     with pytest.raises(ValueError, match="shared memory"):
         attention_forward(q, q, q, config=FwdConfig(16, 16, 4, 2))
+
+
+def test_a_window_that_hides_the_whole_cache_launches_no_loop(monkeypatch):
+    """One key in the cache and a window of 1 (the query sees only its new key): the kernel got
+    S = start = 1, which Triton 3.6 specialises as two constants and whose coalescing pass then
+    failed on the dead loop ("PassManager::run failed", 34 of 353 decode cases on an H200, sweep
+    of 0938e38). The launch now says there is no cache to read; the answer is unchanged."""
+    from kcollect.kernels.attention import decode
+
+    launched = []
+    kernel = decode._decode
+
+    class Spy:
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                launched.append(args[6:8])  # S, start
+                return kernel[grid](*args, **kwargs)
+            return launch
+
+    monkeypatch.setattr(decode, "_decode", Spy())
+    verify_case(case("decode", {"B": 2, "Hq": 2, "Hkv": 2, "S": 1, "D": 72, "window": 1}, "bfloat16"))
+    assert launched and all(start < s or s == 0 for s, start in launched), (SEED, launched)

@@ -72,6 +72,8 @@ def attention_decode(q, k_cache, v_cache, k, v, window: int = 0, scale: float | 
         raise ValueError(f"window={window}: 0 (every key) or a positive number of keys")
     scale = D ** -0.5 if scale is None else float(scale)
     start = max(0, S - (window - 1)) if window else 0
+    if start >= S:  # the window hides the whole cache: no loop at all (S = start = 1 would be two
+        S = start = 0  # constants to Triton 3.6, whose coalescing pass then fails on the dead loop)
     o = torch.empty((B, Hq, D), dtype=q.dtype, device=q.device)
     G = Hq // Hkv
     BG, BD = triton.next_power_of_2(G), triton.next_power_of_2(D)
