@@ -85,7 +85,7 @@ MUTATIONS = (
              "open_store(db), fail_on_incorrect, started)", "open_store(db), False, started)",
              "tests/test_collect.py::test_fail_on_incorrect_exits_1"),
     Mutation("stability rule vouched for by the noisier measurement", "collector/stability.py",
-             "2 * min(a.spread, b.spread)", "2 * max(a.spread, b.spread)",
+             "tolerance(min(a.spread, b.spread), device)", "tolerance(max(a.spread, b.spread), device)",
              "tests/test_schedule.py::test_stability_rule"),
     Mutation("interpreter truncates bf16 again", "kernels/__init__.py",
              "\nround_to_nearest()", "\nround_to_nearest = None",

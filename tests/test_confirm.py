@@ -30,7 +30,7 @@ def ours(x):
 
 SPEC = KernelSpec(
     name="planted", description="x*2 after a planted sleep", modes=("fwd",),
-    providers=(Provider("triton", ours), Provider("torch", lambda x: x * 2)), baseline="torch",
+    providers=(Provider("triton", ours, ours=True), Provider("torch", lambda x: x * 2)), baseline="torch",
     reference=lambda x: x * 2,
     make_inputs=lambda dims, dtype, device, seed: {{"x": torch.randn(dims["N"], dtype=dtype, device=device)}},
     grad_inputs=("x",), grids={{"quick": (Shape({{"N": 64}}, "tiny"),), "full": ()}},
