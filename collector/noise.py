@@ -8,16 +8,18 @@ measurement (0.01 = 1%). It is measured from differences between measurements th
 - consecutive points of one segment: same code, same method and same conditions between them.
 
 Two measurements of spread s differ by s*sqrt(2). The spread is the root mean square of the
-differences, each clipped at CLIP times their median (the calibration below chose it over the median
-absolute difference, which reads a bimodal series, whose runs are mostly alike and sometimes 20%
-apart, as quiet: see docs/regressions.md). A short history says little about its noise, so the
+differences, each counted at most as CLIP (a measurement twice another is a disturbance, not noise).
+Not the median absolute difference: it reads a bimodal series, whose runs are mostly alike and now
+and then 20% apart (torch.compile's rebuilt kernels, launches of a few microseconds), as quiet, and
+every flip then looks like a step; on the calibration history the largest standardised same-code
+change was 40 with it and 8.4 with this (docs/regressions.md). A short history says little about its noise, so the
 estimate is shrunk towards the pool's: the median noise of the series measured in like conditions
 (same GPU, machine and timing method, and the same duration class: launches under 20 us are
 noisier). The pool counts as PRIOR_WEIGHT differences.
 
 Even so a standardised difference of the same code is not normal: its tails are those of a Student
-t with few degrees of freedom (TAIL_DF and TAIL_SCALE, fitted to the same-code differences of the
-calibration history). A verdict's p-value comes from that t, with no more degrees of freedom than
+t with few degrees of freedom (GATE_TAIL and PERSISTENT_TAIL, matched to the same-code changes of
+the calibration history). A verdict's p-value comes from that t, with no more degrees of freedom than
 the differences behind the series' noise (honest for a short history), and the lines of one
 comparison are decided together at a false-discovery rate (Benjamini-Hochberg), so that the chance
 that a comparison of unchanged code fails at all is bounded, not each line's.
@@ -36,14 +38,17 @@ from scipy.stats import t as student_t
 SIGMA_FLOOR = 0.001  # 0.1%: identical repeated values must not make every change infinitely significant
 PRIOR_WEIGHT = 4  # the pooled estimate counts as this many differences of the series' own
 DEFAULT_SIGMA = 0.01  # 1%: a series with no history in a pool with none either
-CLIP = 4.0  # a difference counts at most this many times the median difference (one wild rerun)
+CLIP = math.log(2)  # a difference counts at most as a factor of 2: beyond, a disturbance, not noise
 DURATION_CLASSES = ((0.02, "under 20 us"), (0.2, "20-200 us"), (math.inf, "over 200 us"))
-# The tail of standardised same-code differences: Student t with TAIL_DF degrees of freedom, scaled
-# by TAIL_SCALE. Fitted (maximum likelihood) on the calibration history: see docs/regressions.md
-# and `python benchmarks/regress_eval.py --calibrate`.
-TAIL_DF = 3.0
-TAIL_SCALE = 0.6
-
+MAD_TO_SIGMA = 1.482602218505602  # median |x| of a normal sample -> its sigma (1 / Phi^-1(3/4))
+# The tails of standardised same-code changes, each a Student t (degrees of freedom, scale) matched
+# to the 99th and 99.9th percentiles of |z| on the calibration history (the H200's runs; `python
+# benchmarks/regress_eval.py` prints the fit; docs/regressions.md): ONE point against the one before
+# (the gate), whose tail is heavy (a bimodal series flips now and then), and a level of two to KMAX
+# points that all stay beyond halfway (regress's persistence test), whose tail is far lighter, since
+# one flip cannot make it.
+GATE_TAIL = (2.59, 0.393)
+PERSISTENT_TAIL = (8.70, 1.24)
 
 @dataclass(frozen=True)
 class Noise:
@@ -70,14 +75,19 @@ def sigma_of_differences(diffs: Iterable[float]) -> float | None:
 
 
 def _scale(d: Sequence[float]) -> float | None:
-    """The clipped root mean square of sorted absolute differences, over sqrt(2)."""
+    """The root mean square of absolute differences, each clipped at CLIP, over sqrt(2)."""
     if not d:
         return None
-    m = len(d)
-    cap = CLIP * (d[(m - 1) // 2] + d[m // 2]) / 2
-    if cap <= 0:
-        return 0.0
-    return math.sqrt(sum(min(x, cap) ** 2 for x in d) / m / 2)
+    return math.sqrt(sum(min(x, CLIP) ** 2 for x in d) / len(d) / 2)
+
+
+def typical(diffs: Iterable[float]) -> float | None:
+    """The spread of one measurement that most differences show (the median absolute difference,
+    scaled to a normal sigma): for a floor, which one wild series must not raise for all."""
+    d = sorted(abs(x) for x in diffs if math.isfinite(x))
+    if not d:
+        return None
+    return MAD_TO_SIGMA * (d[(len(d) - 1) // 2] + d[len(d) // 2]) / 2 / math.sqrt(2)
 
 
 def combine(own: float | None, n: int, pooled: float | None) -> Noise:
@@ -107,13 +117,13 @@ def pool(estimates: Iterable[tuple[tuple, float | None, int]], min_differences: 
     return {k: max(median(v), SIGMA_FLOOR) for k, v in by_key.items()}
 
 
-def p_values(z: Sequence[float], df: Sequence[float]) -> list[float]:
-    """Two-sided p-values of standardised differences under the calibrated tail, each with at most
-    its df degrees of freedom (one vectorised call: the history asks for thousands)."""
+def p_values(z: Sequence[float], df: Sequence[float], tail: tuple[float, float] = GATE_TAIL) -> list[float]:
+    """Two-sided p-values of standardised differences under a calibrated tail, each with at most its
+    df degrees of freedom (one vectorised call: the history asks for thousands)."""
     if not len(z):
         return []
-    za = np.abs(np.asarray(z, dtype=float)) / TAIL_SCALE
-    dfa = np.minimum(TAIL_DF, np.maximum(np.asarray(df, dtype=float), 1.0))
+    za = np.abs(np.asarray(z, dtype=float)) / tail[1]
+    dfa = np.minimum(tail[0], np.maximum(np.asarray(df, dtype=float), 1.0))
     return [float(p) for p in np.where(np.isfinite(za), 2 * student_t.sf(np.nan_to_num(za, posinf=0.0), dfa), 0.0)]
 
 

@@ -8,10 +8,11 @@ commit in commit order, and at each commit X:
    previous benchmarked commit> X` judges them. Each line's noise is what the series' history told
    before X, with X's own reruns and rechecks. A significant change is a flag decided at X.
 2. Persistence: a step the gate could not tell from noise with one point (a noisy series) is
-   looked for again with up to KMAX points after it: the median of points j..X against the median
-   of up to WINDOW points of its segment before j, every point after beyond halfway (all but one
-   from four on), so that one outlier is never a step; the best candidate of each series (p-values
-   times the candidates tried) is judged with the other series' at the same false-discovery rate.
+   looked for again with 2 to KMAX points after it: each of the points j..X against the median of
+   up to WINDOW points of its segment before j, the least of them in standard errors (so one
+   outlier, or one flip of a bimodal series, is never a step); the best candidate of each series
+   (p-values times the candidates tried, under the persistence tail) is judged with the other
+   series' at the same false-discovery rate.
 3. Drift: each commit's machine drift (per GPU and machine, from the lines whose code did not
    change) is chained into a level that every series is corrected by, so that the levels of
    several commits can be compared.
@@ -29,16 +30,17 @@ from dataclasses import dataclass, replace
 from statistics import median
 from typing import Iterable, Protocol, Sequence
 
-from .noise import Noise, RunningDifferences, combine, duration_class, fdr, p_values, pool, sigma_of_differences
-from .series import (COLUMNS, QUERY, Point, SeriesKey, describe_env_change, device, group_series, order_key,
+from .noise import (PERSISTENT_TAIL, Noise, RunningDifferences, combine, duration_class, fdr, p_values, pool,
+                    sigma_of_differences)
+from .series import (COLUMNS, QUERY, Point, SeriesKey, commit_rank, describe_env_change, device, group_series,
                      points_from_rows, series_key)
 from .verdicts import CHANGED, METHOD, Q, UNCHANGED, UNKNOWN, WITH_ENV, Line, Side, can_gate, env_change, judge
 
 __all__ = ["COLUMNS", "QUERY", "Point", "SeriesKey", "describe_env_change", "device", "points_from_rows",
-           "series_key", "analyse", "detect", "detect_all", "Flag", "SeriesResult", "Slide"]
+           "series_key", "analyse", "walk", "detect", "detect_all", "Flag", "SeriesResult", "Slide"]
 
 DEFAULT_THRESHOLD = 0.03
-WINDOW = 10  # points before a step that set the level it is measured from
+WINDOW = 3  # points before a step that set the level it is measured from
 PERSIST = 2  # points in a row that make a recovery
 KMAX = 5  # a step is looked for with at most this many points after it
 SLIDE_SPAN = 10  # points over which a slow slide is measured
@@ -102,7 +104,7 @@ class SeriesResult:
     ours: bool = False
     noise_at: tuple[Noise, ...] = ()  # per point: the noise its line was judged with
     noise_before: tuple[Noise, ...] = ()  # per point: what the history before it told
-    verdicts: tuple[str | None, ...] = ()  # per point: the gate's verdict of its line (None: first point)
+    lines: tuple[Line | None, ...] = ()  # per point: the gate's judged line ending there (None: the first)
     slides: tuple[Slide, ...] = ()  # per point where a slide ended there
 
 
@@ -121,6 +123,24 @@ def pool_key(key: SeriesKey, points: Sequence[Point]) -> tuple:
 def within(p: Point) -> list[float]:
     """The differences inside one point: its reruns, and each run against its recheck."""
     return [math.log(b / a) for a, b in zip(p.runs_ms, p.runs_ms[1:])] + list(p.rechecks)
+
+
+def priors(series: dict[SeriesKey, list[Point]], ours: set[SeriesKey]) -> dict[SeriesKey, float | None]:
+    """{series: the noise its own estimate is shrunk towards}: the same series on the other machines
+    of its GPU model (a kernel's noise is its own: a bimodal one is bimodal on every host), itself
+    shrunk towards the pool of like references (pooled_noise); the pool alone where it has none."""
+    pooled = pooled_noise(series, ours)
+    siblings: dict[tuple, list[tuple[SeriesKey, list[float]]]] = {}
+    for key, points in series.items():
+        diffs = [d for p in points for d in within(p)]
+        diffs += [math.log(b.median_ms / a.median_ms) for a, b in zip(points, points[1:]) if a.env == b.env]
+        siblings.setdefault(key._replace(machine=None), []).append((key, diffs))
+    out = {}
+    for key, points in series.items():
+        pool_sigma = pooled.get(pool_key(key, points))
+        diffs = [d for other, ds in siblings[key._replace(machine=None)] if other != key for d in ds]
+        out[key] = combine(sigma_of_differences(diffs), len(diffs), pool_sigma).sigma if diffs else pool_sigma
+    return out
 
 
 def pooled_noise(series: dict[SeriesKey, list[Point]], ours: set[SeriesKey]) -> dict[tuple, float]:
@@ -147,14 +167,14 @@ class _State:
     prior: float | None
     diffs: RunningDifferences
     y: list[float]  # log times, corrected for the drift as it became known
-    cuts: list[int]  # indexes where a segment starts: flags, and changes of code, method or conditions
-    flag_cuts: list[int]  # indexes where a segment for slides starts: flags, changes of method or conditions
+    cuts: list[int]  # indexes where a segment starts: flags, and changes of method or conditions (a
+    # change of our code too small to flag does not start one: the level either side is one level)
     added: dict[int, float]  # index -> the consecutive difference added to the noise there
     steps: list[tuple]  # (j, i, z, verdict, code, cause)
     code: list[str | None]
     noise_at: list[Noise]
     noise_before: list[Noise]
-    verdicts: list[str | None]
+    lines: list[Line | None]
     slides: list[Slide]
 
 
@@ -162,29 +182,21 @@ class _Walk:
     def __init__(self, series: dict[SeriesKey, list[Point]], ours: set[SeriesKey], thresholds: dict[str, float],
                  code: CodeChanges | None, q: float):
         self.thresholds, self.code, self.q = thresholds, code, q
-        pooled = pooled_noise(series, ours)
-        self.state = {k: _State(pts, k in ours, pooled.get(pool_key(k, pts)), RunningDifferences(), [], [0], [0], {},
+        prior = priors(series, ours)
+        self.state = {k: _State(pts, k in ours, prior[k], RunningDifferences(), [], [0], {},
                                 [], [], [], [], [], []) for k, pts in series.items()}
         self.level: dict[tuple, float] = {}  # (gpu, machine) -> the chained drift so far
+        self.record: list | None = None  # persistence candidates, kept for the calibration
         self.commit_drift: dict[tuple, dict[str, float]] = {}
 
     def threshold_of(self, kernel: str) -> float:
         return self.thresholds.get(kernel, DEFAULT_THRESHOLD)
 
     def code_of(self, key: SeriesKey, ours: bool, a: str, b: str) -> str:
-        if self.code is None:
-            return UNKNOWN if ours else UNCHANGED
-        if ours:
-            status = self.code.status(key.kernel, a, b)
-            return UNKNOWN if status is None else status
-        return METHOD if self.code.method_changed(key.kernel, a, b) else UNCHANGED
+        return code_status(self.code, key.kernel, ours, a, b)
 
     def run(self) -> None:
-        when: dict[str, tuple] = {}
-        for s in self.state.values():
-            for p in s.points:
-                when[p.commit] = min(when.get(p.commit, order_key(p)), order_key(p))
-        rank = {c: n for n, c in enumerate(sorted(when, key=when.get))}
+        rank = commit_rank(s.points for s in self.state.values())
         at: dict[str, list[tuple[SeriesKey, int]]] = {}
         for key, s in self.state.items():
             s.points.sort(key=lambda p: rank[p.commit])  # one commit order for every series
@@ -204,7 +216,7 @@ class _Walk:
             s.noise_at.append(combine(*s.diffs.sigma(), s.prior))
             if i == 0:
                 s.code.append(None)
-                s.verdicts.append(None)
+                s.lines.append(None)
                 continue
             prev = s.points[i - 1]
             code = self.code_of(key, s.ours, prev.commit, p.commit)
@@ -225,20 +237,18 @@ class _Walk:
         self._slides([(key, i) for key, i in members])
 
     def _gate(self, s: _State, i: int, ln: Line) -> None:
-        s.verdicts.append(ln.verdict)
+        s.lines.append(ln)
         if ln.verdict in STEPS:
             s.steps.append((i, i, ln.z, ln.verdict, ln.code, _cause(ln)))
             s.cuts.append(i)
-            s.flag_cuts.append(i)
             return
         if env_change(ln) or ln.code == METHOD:
             s.cuts.append(i)
-            s.flag_cuts.append(i)
-        elif ln.code != UNCHANGED:
-            s.cuts.append(i)
-        else:  # the same code, method and conditions: their difference is noise
-            s.added[i] = s.y[i] - s.y[i - 1]
-            s.diffs.add(s.added[i])
+            return
+        # no step, one method and one set of conditions: their difference is noise, even where our
+        # code changed (a change too small to flag is as good as none; ours changes at most commits)
+        s.added[i] = s.y[i] - s.y[i - 1]
+        s.diffs.add(s.added[i])
 
     def _persistence(self, members: list[tuple[SeriesKey, int]]) -> None:
         found = []
@@ -248,7 +258,7 @@ class _Walk:
             if best:
                 found.append((key, i, best))
         lines = [f[2][1] for f in found]
-        zs = p_values([ln.z for ln in lines], [ln.noise.df for ln in lines])
+        zs = p_values([ln.z for ln in lines], [ln.noise.df for ln in lines], PERSISTENT_TAIL)
         ps = [min(1.0, p * f[2][2]) for p, f in zip(zs, found)]
         families = ([k for k, ln in enumerate(lines) if can_gate(ln)], [k for k, ln in enumerate(lines) if not can_gate(ln)])
         for family in families:
@@ -259,7 +269,6 @@ class _Walk:
                 s = self.state[key]
                 s.steps.append((j, i, ln.z, ln.verdict, ln.code, _cause(ln)))
                 s.cuts.append(j)
-                s.flag_cuts.append(j)
                 if j in s.added:  # it straddles the step: change, not noise
                     s.diffs.remove(s.added.pop(j))
 
@@ -276,13 +285,17 @@ class _Walk:
             before, after = s.y[lo:j], s.y[j:i + 1]
             tried += 1
             lb, la = median(before), median(after)
-            d = la - lb
-            mid, sign = (la + lb) / 2, math.copysign(1.0, d)
-            beyond = sum((v - mid) * sign > 0 for v in after)
-            if abs(d) < log_t or beyond < (len(after) if len(after) < 4 else len(after) - 1):
-                continue
+            sign = math.copysign(1.0, la - lb)
             noise = combine(*s.diffs.sigma(without=s.added.get(j)), s.prior)
-            z = d / (noise.sigma * math.sqrt(_factor(len(after)) / len(after) + _factor(len(before)) / len(before)))
+            # every point after the step stands beyond the level before: the least of them, in
+            # standard errors of one point against that level (one flip of a noisy series cannot
+            # make it, which is why its tail is so much lighter than the gate's)
+            z = sign * max(0.0, min((v - lb) * sign for v in after)) / (
+                noise.sigma * math.sqrt(1 + _factor(len(before)) / len(before)))
+            if self.record is not None:  # the calibration's null: same code over the window
+                self.record.append((key, s.ours, j, i, z, s.code[lo + 1:i + 1]))
+            if abs(la - lb) < log_t or z == 0:
+                continue
             if best is None or abs(z) > abs(best[1]):
                 best = (j, z, noise, lb, la)
         if best is None:
@@ -300,7 +313,7 @@ class _Walk:
         tests = []
         for key, i in members:
             s = self.state[key]
-            lo = max(max(c for c in s.flag_cuts if c <= i), i - SLIDE_SPAN + 1)
+            lo = max(max(c for c in s.cuts if c <= i), i - SLIDE_SPAN + 1)
             if i - lo + 1 < 2 * SLIDE_ENDS + 1:
                 continue
             start, end = median(s.y[lo:lo + SLIDE_ENDS]), median(s.y[i - SLIDE_ENDS + 1:i + 1])
@@ -309,7 +322,7 @@ class _Walk:
             noise = s.noise_at[i]
             z = (end - start) / (noise.sigma * math.sqrt(2 * _factor(SLIDE_ENDS) / SLIDE_ENDS))
             tests.append((s, lo, i, end - start, z, noise.df))
-        ps = p_values([t[4] for t in tests], [t[5] for t in tests])
+        ps = p_values([t[4] for t in tests], [t[5] for t in tests], PERSISTENT_TAIL)
         for (s, lo, i, d, z, _), p in zip(tests, ps):
             if p * len(members) <= self.q:  # Bonferroni over the series of the commit
                 s.slides.append(Slide(lo, i, s.points[lo].commit, s.points[i].commit, math.expm1(d), z))
@@ -323,13 +336,26 @@ class _Walk:
             out[key] = SeriesResult(key=key, points=s.points, noise=combine(sigma_of_differences(diffs), len(diffs),
                                                                               s.prior),
                                     flags=flags, drift=drift, prior=s.prior, ours=s.ours, noise_at=tuple(s.noise_at),
-                                    noise_before=tuple(s.noise_before), verdicts=tuple(s.verdicts),
+                                    noise_before=tuple(s.noise_before), lines=tuple(s.lines),
                                     slides=tuple(s.slides))
         return out
 
 
+def code_status(code: CodeChanges | None, kernel: str, ours: bool, a: str | None, b: str | None) -> str:
+    """A provider's code of a kernel from commit a to b: ours as git says (UNKNOWN where it cannot
+    tell); any other provider's never changes, but its method may (spec.py, grids)."""
+    if a is not None and a == b:
+        return UNCHANGED
+    if code is None:
+        return UNKNOWN if ours else UNCHANGED
+    if ours:
+        status = code.status(kernel, a, b)
+        return UNKNOWN if status is None else status
+    return METHOD if code.method_changed(kernel, a, b) else UNCHANGED
+
+
 def _side(key: SeriesKey, p: Point) -> Side:
-    return Side(p, "ok", key.timing, key.gpu, key.machine, p.partial)
+    return Side(p, "ok", key.timing, key.gpu, key.machine, p.partial, p.commit)
 
 
 def _factor(n: int) -> float:
@@ -402,9 +428,18 @@ def analyse(rows: Iterable[dict], thresholds: dict[str, float] | None = None, co
     (DEFAULT_THRESHOLD otherwise); `code`: whose code changed between two commits (a
     codechange.Repo; None: git is not asked, and our code counts as changed at every commit)."""
     series, ours = group_series(rows)
-    walk = _Walk(series, ours, thresholds or {}, code, q)
-    walk.run()
-    return walk.results()
+    return walk(series, ours, thresholds, code, q)
+
+
+def walk(series: dict[SeriesKey, list[Point]], ours: set[SeriesKey], thresholds: dict[str, float] | None = None,
+         code: CodeChanges | None = None, q: float = Q, record: list | None = None) -> dict[SeriesKey, SeriesResult]:
+    """analyse() on series already made of points (the evaluation plants steps in them). `record`:
+    a list that receives every persistence candidate (series, ours, j, i, z, code statuses of its
+    window), for the calibration."""
+    w = _Walk({k: list(v) for k, v in series.items()}, set(ours), thresholds or {}, code, q)
+    w.record = record
+    w.run()
+    return w.results()
 
 
 def detect(points: Sequence[Point], threshold: float = DEFAULT_THRESHOLD, prior: float | None = None,
@@ -415,11 +450,11 @@ def detect(points: Sequence[Point], threshold: float = DEFAULT_THRESHOLD, prior:
         points = [replace(p, median_ms=p.median_ms * math.exp(-d),
                           runs_ms=tuple(v * math.exp(-d) for v in p.runs_ms)) for p, d in zip(points, drift)]
     key = SeriesKey("k", "fwd", "ours" if ours else "ref", "s", "dtype", "gpu", None, "cuda-graph")
-    walk = _Walk({key: list(points)}, {key} if ours else set(), {"k": threshold}, None, Q)
+    w = _Walk({key: list(points)}, {key} if ours else set(), {"k": threshold}, None, Q)
     if prior is not None:
-        walk.state[key].prior = prior
-    walk.run()
-    return walk.results()[key].flags
+        w.state[key].prior = prior
+    w.run()
+    return w.results()[key].flags
 
 
 def detect_all(rows: Iterable[dict], thresholds: dict[str, float] | None = None,

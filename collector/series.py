@@ -161,13 +161,37 @@ def order_key(p: Point) -> tuple:
     return (p.commit_time or first, first, p.commit)
 
 
+def full_commits(commits: Iterable[str | None]) -> dict[str, str]:
+    """{commit as stored: the commit it stands for}: a short SHA (older runs stored 7 characters) is
+    the one longer SHA it begins, where there is exactly one, so that both are one commit."""
+    known = {c for c in commits if c}
+    out = {}
+    for c in known:
+        longer = [k for k in known if len(k) > len(c) and k.startswith(c)] if len(c) < 40 else []
+        out[c] = longer[0] if len(longer) == 1 else c
+    return out
+
+
 def group_series(rows: Iterable[dict]) -> tuple[dict[SeriesKey, list[Point]], set[SeriesKey]]:
     """Rows -> ({series key: its points}, the keys of our providers' series)."""
+    rows = list(rows)
+    full = full_commits(r.get("git_commit") for r in rows)
     groups: dict[SeriesKey, list[dict]] = {}
     ours = set()
     for r in rows:
+        if r.get("git_commit") in full and full[r["git_commit"]] != r["git_commit"]:
+            r = {**r, "git_commit": full[r["git_commit"]]}
         key = series_key(r)
         groups.setdefault(key, []).append(r)
         if r.get("ours"):
             ours.add(key)
     return {k: pts for k, g in groups.items() if (pts := points_from_rows(g))}, ours
+
+
+def commit_rank(series: Iterable[list[Point]]) -> dict[str, int]:
+    """{commit: its place in the one commit order of every series} (see order_key)."""
+    when: dict[str, tuple] = {}
+    for points in series:
+        for p in points:
+            when[p.commit] = min(when.get(p.commit, order_key(p)), order_key(p))
+    return {c: n for n, c in enumerate(sorted(when, key=when.get))}

@@ -35,7 +35,7 @@ from datetime import datetime
 from statistics import median
 from typing import Callable, Iterable
 
-from .noise import PRIOR_WEIGHT, Noise, combine, duration_class, fdr, p_values, sigma_of_differences
+from .noise import PRIOR_WEIGHT, Noise, combine, duration_class, fdr, p_values, typical
 from .series import Point, SeriesKey, describe_env_change, device, is_time, points_from_rows
 
 MATCH = ("kernel", "mode", "provider", "shape", "dtype")
@@ -65,6 +65,7 @@ class Side:
     gpu: str
     machine: str | None
     partial: bool = False  # its rows come from interrupted or unfinished runs only
+    commit: str | None = None  # the commit its rows are of
 
 
 @dataclass(frozen=True)
@@ -122,7 +123,7 @@ def sides(rows: Iterable[dict], where_in_key: bool) -> dict[tuple, tuple[Side, b
         status = "ok" if points else ("unstable" if disturbed else latest.get("status"))
         partial = all(r.get("run_status", "finished") not in ("finished", None) for r in group)
         side = Side(points[0] if points else None, status, latest.get("timing"), device(latest),
-                    latest.get("machine"), partial)
+                    latest.get("machine"), partial, latest.get("git_commit"))
         out[key] = (side, any(r.get("ours") for r in group))
     return out
 
@@ -163,8 +164,9 @@ def _log_change(ln: Line) -> float:
 
 def machine_drift(lines: list[Line]) -> tuple[dict[tuple, float], dict[tuple, int], dict[tuple, float]]:
     """Per (gpu, machine): the median log change of the lines whose code and conditions did not
-    change (None-free only with MIN_REFERENCES of them); the count; and per (gpu, machine, timing,
-    duration class) the noise their scatter around it implies (a floor for like series)."""
+    change (only with MIN_REFERENCES of them); the count; and per (gpu, machine, timing, duration
+    class) the noise their typical scatter around it implies (a floor for like series: today's
+    points may be noisier than the history)."""
     by_where: dict[tuple, list[tuple[Line, float]]] = {}
     for ln in lines:
         if ln.code == UNCHANGED and not env_change(ln):
@@ -178,7 +180,7 @@ def machine_drift(lines: list[Line]) -> tuple[dict[tuple, float], dict[tuple, in
         by_class: dict[tuple, list[float]] = {}
         for ln, d in pairs:
             by_class.setdefault((*where, ln.a.timing, duration_class(ln.a.point.median_ms)), []).append(d - drift[where])
-        floor.update({c: sigma_of_differences(v) for c, v in by_class.items() if len(v) >= MIN_REFERENCES})
+        floor.update({c: typical(v) for c, v in by_class.items() if len(v) >= MIN_REFERENCES})
     return drift, count, floor
 
 
@@ -294,18 +296,18 @@ def _notes(lines: list[Line], drift: dict[tuple, float], count: dict[tuple, int]
 
 
 def compare(a_rows: list[dict], b_rows: list[dict], threshold_of: Callable[[str], float], where_in_key: bool,
-            noise_of: Callable[[SeriesKey], Noise | None], code_of: Callable[[str], str],
+            noise_of: Callable[[SeriesKey], Noise | None], code_of: Callable[[str, bool, str | None, str | None], str],
             across: bool = False, q: float = Q) -> Comparison:
     """The series present on both sides, with their verdicts. `noise_of(series key)`: the series'
-    noise from its history (None: unknown); `code_of(kernel)`: CHANGED, UNCHANGED, METHOD or UNKNOWN
-    for our code of that kernel between the sides (providers that are not ours never change)."""
+    noise from its history (None: unknown); `code_of(kernel, ours, commit a, commit b)`: CHANGED,
+    UNCHANGED, METHOD or UNKNOWN for that provider's code of that kernel between the sides
+    (regress.code_status)."""
     sa, sb = sides(a_rows, where_in_key), sides(b_rows, where_in_key)
     lines = []
     for key in sorted(sa.keys() & sb.keys(), key=lambda k: tuple(str(x) for x in k)):
         (a, ours_a), (b, ours_b) = sa[key], sb[key]
         ours = ours_a or ours_b
-        code = code_of(key[0])
-        code = code if ours or code == METHOD else UNCHANGED
+        code = code_of(key[0], ours, a.commit, b.commit)
         noise = noise_of(SeriesKey(*key[:5], b.gpu, b.machine, b.timing))
         lines.append(Line(key=key[:5], a=a, b=b, code=code, verdict="n/a", ours=ours, noise=noise))
     return judge(lines, threshold_of, q, across)
