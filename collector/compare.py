@@ -363,6 +363,10 @@ def compare_sides(s: Sides, h: History | None, how: str, threshold: float, force
         return compare(s.a_rows, s.b_rows, threshold_of, False, noise, code_of(h, how, force_code))
     cmp = compare(last_measured(h, s), s.b_rows, threshold_of, True, noise_lookup(h, s.commits[1]),
                   code_of(h, how, force_code))
+    ca = s.commits[0]
+    cmp = replace(cmp, lines=[ln if not ln.a.commit or ln.a.commit == ca else replace(
+        ln, note="; ".join(x for x in (f"A side: {ln.a.commit[:8]}, the last commit that measured it", ln.note) if x))
+        for ln in cmp.lines])
     return with_history(cmp, h, s)
 
 

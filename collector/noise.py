@@ -8,11 +8,14 @@ measurement (0.01 = 1%). It is measured from differences between measurements th
 - consecutive points of one segment: same code, same method and same conditions between them.
 
 Two measurements of spread s differ by s*sqrt(2). The spread is the root mean square of the
-differences, each counted at most as CLIP (a measurement twice another is a disturbance, not noise).
-Not the median absolute difference: it reads a bimodal series, whose runs are mostly alike and now
-and then 20% apart (torch.compile's rebuilt kernels, launches of a few microseconds), as quiet, and
-every flip then looks like a step; on the calibration history the largest standardised same-code
-change was 40 with it and 8.4 with this (docs/regressions.md). A short history says little about its noise, so the
+differences, each counted at most as the 90th percentile of them (WINSOR) and as a factor of 2
+(CLIP: beyond, a disturbance, not noise). Every difference of one method and one set of conditions
+counts but a step that our code's change explains (regress.py): a series that flips between two
+levels at more than a tenth of its commits is that noisy, and the flips count in full, where a
+rarer step counts only as much as the series' ordinary differences. Not the median absolute difference: it reads a bimodal
+series, whose runs are mostly alike and now and then 20% apart (torch.compile's rebuilt kernels,
+launches of a few microseconds), as quiet, and every flip then looks like a step
+(docs/regressions.md). A short history says little about its noise, so the
 estimate is shrunk towards the pool's: the median noise of the series measured in like conditions
 (same GPU, machine and timing method, and the same duration class: launches under 20 us are
 noisier). The pool counts as PRIOR_WEIGHT differences.
@@ -39,6 +42,7 @@ SIGMA_FLOOR = 0.001  # 0.1%: identical repeated values must not make every chang
 PRIOR_WEIGHT = 4  # the pooled estimate counts as this many differences of the series' own
 DEFAULT_SIGMA = 0.01  # 1%: a series with no history in a pool with none either
 CLIP = math.log(2)  # a difference counts at most as a factor of 2: beyond, a disturbance, not noise
+WINSOR = 0.9  # and at most as the 90th percentile of the series' differences (see the module docstring)
 DURATION_CLASSES = ((0.02, "under 20 us"), (0.2, "20-200 us"), (math.inf, "over 200 us"))
 MAD_TO_SIGMA = 1.482602218505602  # median |x| of a normal sample -> its sigma (1 / Phi^-1(3/4))
 # The tails of standardised same-code changes, each a Student t (degrees of freedom, scale) matched
@@ -75,10 +79,12 @@ def sigma_of_differences(diffs: Iterable[float]) -> float | None:
 
 
 def _scale(d: Sequence[float]) -> float | None:
-    """The root mean square of absolute differences, each clipped at CLIP, over sqrt(2)."""
+    """The root mean square of sorted absolute differences, each held to the WINSOR quantile of
+    them and to CLIP, over sqrt(2)."""
     if not d:
         return None
-    return math.sqrt(sum(min(x, CLIP) ** 2 for x in d) / len(d) / 2)
+    cap = min(CLIP, d[min(len(d) - 1, int(WINSOR * len(d)))])
+    return math.sqrt(sum(min(x, cap) ** 2 for x in d) / len(d) / 2)
 
 
 def typical(diffs: Iterable[float]) -> float | None:
@@ -157,20 +163,13 @@ class RunningDifferences:
             insort(self._sorted, abs(diff))
 
     def remove(self, diff: float) -> None:
-        """Drop one difference found, later, to straddle a step (it was change, not noise)."""
+        """Drop one difference found, later, to be a step (change, not noise)."""
         k = bisect_left(self._sorted, abs(diff))
         if k < len(self._sorted) and self._sorted[k] == abs(diff):
             del self._sorted[k]
 
-    def sigma(self, without: float | None = None) -> tuple[float | None, int]:
-        """(own sigma, differences it rests on), leaving out one difference (`without`: the one that
-        straddles the step under test) if it is among them."""
-        values = self._sorted
-        if without is not None and math.isfinite(without):
-            k = bisect_left(values, abs(without))
-            if k < len(values) and values[k] == abs(without):
-                values = values[:k] + values[k + 1:]
-        return _scale(values), len(values)
+    def sigma(self) -> tuple[float | None, int]:
+        """(own sigma, differences it rests on)."""
+        return _scale(self._sorted), len(self._sorted)
 
-    def values(self) -> list[float]:
-        return list(self._sorted)
+

@@ -31,7 +31,7 @@ from statistics import median
 from typing import Iterable, Protocol, Sequence
 
 from .noise import (PERSISTENT_TAIL, Noise, RunningDifferences, combine, duration_class, fdr, p_values, pool,
-                    sigma_of_differences)
+                    typical)
 from .series import (COLUMNS, QUERY, Point, SeriesKey, commit_rank, describe_env_change, device, group_series,
                      points_from_rows, series_key)
 from .verdicts import CHANGED, METHOD, Q, UNCHANGED, UNKNOWN, WITH_ENV, Line, Side, can_gate, env_change, judge
@@ -40,12 +40,15 @@ __all__ = ["COLUMNS", "QUERY", "Point", "SeriesKey", "describe_env_change", "dev
            "series_key", "analyse", "walk", "detect", "detect_all", "Flag", "SeriesResult", "Slide"]
 
 DEFAULT_THRESHOLD = 0.03
-WINDOW = 3  # points before a step that set the level it is measured from
+WINDOW = 3  # points before a step that set the level persistence measures it from (a level that
+# wanders over days would bias a longer one)
+LEVELS = 10  # points either side of a flag whose median is the level it reports
 PERSIST = 2  # points in a row that make a recovery
 KMAX = 5  # a step is looked for with at most this many points after it
 SLIDE_SPAN = 10  # points over which a slow slide is measured
 SLIDE_ENDS = 3  # points whose median is each end of a slide
 STEPS = ("regression", "improvement", "moved", "method changed", "environment changed", WITH_ENV, "partial run")
+EXPLAINED = ("regression", "improvement", WITH_ENV, "partial run")  # steps our code (may have) made
 
 
 class CodeChanges(Protocol):
@@ -63,7 +66,7 @@ class Flag:
     index: int  # the first point after the step
     before_commit: str
     after_commit: str
-    before_ms: float  # the levels either side (medians of up to WINDOW points), corrected for the drift
+    before_ms: float  # the levels either side (medians of up to LEVELS points), corrected for the drift
     after_ms: float
     change: float  # after / before - 1
     noise_sigmas: float  # the step in standard errors
@@ -126,9 +129,11 @@ def within(p: Point) -> list[float]:
 
 
 def priors(series: dict[SeriesKey, list[Point]], ours: set[SeriesKey]) -> dict[SeriesKey, float | None]:
-    """{series: the noise its own estimate is shrunk towards}: the same series on the other machines
-    of its GPU model (a kernel's noise is its own: a bimodal one is bimodal on every host), itself
-    shrunk towards the pool of like references (pooled_noise); the pool alone where it has none."""
+    """{series: the noise its own estimate is shrunk towards}: the typical difference of the same
+    series on the other machines of its GPU model (a kernel's noise is its own: a bimodal one is
+    bimodal on every host), itself shrunk towards the pool of like references (pooled_noise); the
+    pool alone where it has none. Typical (the median difference), not the series' own estimate: a
+    whole history, steps and all, is read here."""
     pooled = pooled_noise(series, ours)
     siblings: dict[tuple, list[tuple[SeriesKey, list[float]]]] = {}
     for key, points in series.items():
@@ -139,19 +144,20 @@ def priors(series: dict[SeriesKey, list[Point]], ours: set[SeriesKey]) -> dict[S
     for key, points in series.items():
         pool_sigma = pooled.get(pool_key(key, points))
         diffs = [d for other, ds in siblings[key._replace(machine=None)] if other != key for d in ds]
-        out[key] = combine(sigma_of_differences(diffs), len(diffs), pool_sigma).sigma if diffs else pool_sigma
+        out[key] = combine(typical(diffs), len(diffs), pool_sigma).sigma if diffs else pool_sigma
     return out
 
 
 def pooled_noise(series: dict[SeriesKey, list[Point]], ours: set[SeriesKey]) -> dict[tuple, float]:
     """{pool key: the median noise of the reference series in it}: providers that are not ours,
-    whose code does not change between our commits, over their whole history in one environment."""
+    whose code does not change between our commits, each the typical difference over its whole
+    history in one environment."""
     estimates = []
     for key, points in series.items():
         if key not in ours and points:
             diffs = [d for p in points for d in within(p)]
             diffs += [math.log(b.median_ms / a.median_ms) for a, b in zip(points, points[1:]) if a.env == b.env]
-            estimates.append((pool_key(key, points), sigma_of_differences(diffs), len(diffs)))
+            estimates.append((pool_key(key, points), typical(diffs), len(diffs)))
     return pool(estimates)
 
 
@@ -169,7 +175,7 @@ class _State:
     y: list[float]  # log times, corrected for the drift as it became known
     cuts: list[int]  # indexes where a segment starts: flags, and changes of method or conditions (a
     # change of our code too small to flag does not start one: the level either side is one level)
-    added: dict[int, float]  # index -> the consecutive difference added to the noise there
+    added: dict[int, float]  # index -> the difference with the point before, where it counted as noise
     steps: list[tuple]  # (j, i, z, verdict, code, cause)
     code: list[str | None]
     noise_at: list[Noise]
@@ -241,14 +247,13 @@ class _Walk:
         if ln.verdict in STEPS:
             s.steps.append((i, i, ln.z, ln.verdict, ln.code, _cause(ln)))
             s.cuts.append(i)
-            return
-        if env_change(ln) or ln.code == METHOD:
+        elif env_change(ln) or ln.code == METHOD:
             s.cuts.append(i)
-            return
-        # no step, one method and one set of conditions: their difference is noise, even where our
-        # code changed (a change too small to flag is as good as none; ours changes at most commits)
-        s.added[i] = s.y[i] - s.y[i - 1]
-        s.diffs.add(s.added[i])
+        if not (env_change(ln) or ln.code == METHOD or ln.verdict in EXPLAINED):
+            # one method and one set of conditions, and no step that our code explains: their
+            # difference tells the noise (a flip of a bimodal series too, flagged or not)
+            s.added[i] = s.y[i] - s.y[i - 1]
+            s.diffs.add(s.added[i])
 
     def _persistence(self, members: list[tuple[SeriesKey, int]]) -> None:
         found = []
@@ -269,7 +274,7 @@ class _Walk:
                 s = self.state[key]
                 s.steps.append((j, i, ln.z, ln.verdict, ln.code, _cause(ln)))
                 s.cuts.append(j)
-                if j in s.added:  # it straddles the step: change, not noise
+                if ln.verdict in EXPLAINED and j in s.added:  # our code's step, found late: not noise
                     s.diffs.remove(s.added.pop(j))
 
     def _candidate(self, key: SeriesKey, s: _State, i: int) -> tuple[int, Line, int] | None:
@@ -286,7 +291,7 @@ class _Walk:
             tried += 1
             lb, la = median(before), median(after)
             sign = math.copysign(1.0, la - lb)
-            noise = combine(*s.diffs.sigma(without=s.added.get(j)), s.prior)
+            noise = combine(*s.diffs.sigma(), s.prior)
             # every point after the step stands beyond the level before: the least of them, in
             # standard errors of one point against that level (one flip of a noisy series cannot
             # make it, which is why its tail is so much lighter than the gate's)
@@ -332,9 +337,7 @@ class _Walk:
         for key, s in self.state.items():
             drift = tuple(self.commit_drift[(key.gpu, key.machine)][p.commit] for p in s.points)
             flags = _flags(s, self.threshold_of(key.kernel))
-            diffs = [d for p in s.points for d in within(p)] + list(s.added.values())
-            out[key] = SeriesResult(key=key, points=s.points, noise=combine(sigma_of_differences(diffs), len(diffs),
-                                                                              s.prior),
+            out[key] = SeriesResult(key=key, points=s.points, noise=combine(*s.diffs.sigma(), s.prior),
                                     flags=flags, drift=drift, prior=s.prior, ours=s.ours, noise_at=tuple(s.noise_at),
                                     noise_before=tuple(s.noise_before), lines=tuple(s.lines),
                                     slides=tuple(s.slides))
@@ -397,15 +400,15 @@ def _recovered(y: list[float], i: int, before: float, after: float, log_t: float
 
 def _flags(s: _State, threshold: float) -> list[Flag]:
     """Flags in point order, each with its status. The levels either side are the medians of up to
-    WINDOW points of the segments around the step (between flags), so they sharpen as points arrive;
+    LEVELS points of the segments around the step (between flags), so they sharpen as points arrive;
     whether there is a step, where, and its z are what was decided."""
     flags = []
     steps = sorted(s.steps)
     bounds = [0] + [st[0] for st in steps] + [len(s.y)]
     log_t = math.log1p(threshold)
     for q, (j, i, z, verdict, code, cause) in enumerate(steps):
-        before = median(s.y[max(bounds[q], j - WINDOW):j])
-        after = median(s.y[j:min(bounds[q + 2], j + WINDOW)])
+        before = median(s.y[max(bounds[q], j - LEVELS):j])
+        after = median(s.y[j:min(bounds[q + 2], j + LEVELS)])
         rec = _recovered(s.y, i, before, median(s.y[j:i + 1]), log_t)  # with the levels it was decided on
         before_ms, after_ms = math.exp(before), math.exp(after)
         flags.append(Flag(kind="regression" if z > 0 else "improvement", index=j,
@@ -443,14 +446,15 @@ def walk(series: dict[SeriesKey, list[Point]], ours: set[SeriesKey], thresholds:
 
 
 def detect(points: Sequence[Point], threshold: float = DEFAULT_THRESHOLD, prior: float | None = None,
-           drift: Sequence[float] | None = None, ours: bool = True) -> list[Flag]:
+           drift: Sequence[float] | None = None, ours: bool = True, q: float = Q) -> list[Flag]:
     """The flags of one series on its own (points in commit order): its own noise, shrunk towards
-    `prior`; `drift` (log units, per point) is removed first."""
+    `prior`; `drift` (log units, per point) is removed first; `q`: the false-discovery rate (a
+    series alone is a family of one: Q / n is how one of n lines of a commit is judged)."""
     if drift is not None:
         points = [replace(p, median_ms=p.median_ms * math.exp(-d),
                           runs_ms=tuple(v * math.exp(-d) for v in p.runs_ms)) for p, d in zip(points, drift)]
     key = SeriesKey("k", "fwd", "ours" if ours else "ref", "s", "dtype", "gpu", None, "cuda-graph")
-    w = _Walk({key: list(points)}, {key} if ours else set(), {"k": threshold}, None, Q)
+    w = _Walk({key: list(points)}, {key} if ours else set(), {"k": threshold}, None, q)
     if prior is not None:
         w.state[key].prior = prior
     w.run()

@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import series
 from .names import plain
 from .store import Store
 
@@ -103,6 +104,8 @@ class SiteData:
     environments: list[dict[str, Any]]
     runs: list[dict[str, Any]]
     lab: list[dict[str, Any]] = field(default_factory=list)  # lab runs, newest first, each with its rows
+    # every row the verdict engine reads (series.QUERY: no lab run), for site_flags
+    history: list[dict[str, Any]] = field(default_factory=list)
 
     def group(self, key: str) -> Group:
         return next(g for g in self.groups if g.key == key)
@@ -149,7 +152,8 @@ def load(store: Store) -> SiteData:
         dtypes=_ordered({r["dtype"] for r in all_rows}, DTYPE_ORDER),
         latest=latest, trends=trends, exact_trends=exact_trends, conditions=conditions,
         last_ci={(*key, r["shape"], r["dtype"]): run_ci[r["run_id"]] for key, rows in latest.items() for r in rows},
-        sparks=_sparks(store), environments=_environments(store), runs=runs, lab=_lab(store))
+        sparks=_sparks(store), environments=_environments(store), runs=runs, lab=_lab(store),
+        history=store.query(series.QUERY))
 
 
 def _groups(runs: list[dict[str, Any]]) -> list[Group]:

@@ -161,7 +161,7 @@ def flag_rows(data: SiteData, flags: list[dict[str, Any]], changes: list[dict[st
         rows.append(_row(data, c, slugs) | {
             "id": None, "kind": c["kind"], "state": "condition", "filter_kind": c["kind"],
             "label": f"{c['kind']} change", "z": None, "noise": None, "spark": None, "end": None, "undoes": None,
-            "what": c["what"], "ours": c["provider"] == "triton", "order": 7})
+            "what": c["what"], "ours": c.get("ours", False), "order": 7})
     rows.sort(key=lambda r: (r["order"], -r["after_ci"], -(r["z"] or 0), r["kernel"], r["shape"]))
     return rows
 
