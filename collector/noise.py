@@ -51,8 +51,8 @@ MAD_TO_SIGMA = 1.482602218505602  # median |x| of a normal sample -> its sigma (
 # (the gate), whose tail is heavy (a bimodal series flips now and then), and a level of two to KMAX
 # points that all stay beyond halfway (regress's persistence test), whose tail is far lighter, since
 # one flip cannot make it.
-GATE_TAIL = (2.59, 0.393)
-PERSISTENT_TAIL = (8.70, 1.24)
+GATE_TAIL = (2.66, 0.419)
+PERSISTENT_TAIL = (23.6, 1.11)
 
 @dataclass(frozen=True)
 class Noise:

@@ -75,7 +75,7 @@ MUTATIONS = (
     Mutation("L2 flush skipped before timed calls", "collector/timing.py",
              "            flush.zero_()\n            starts[i].record()", "            starts[i].record()",
              "tests/test_runner.py::test_every_timed_cuda_call_follows_an_l2_flush"),
-    Mutation("dtype dropped from the series key", "collector/regress.py",
+    Mutation("dtype dropped from the series key", "collector/series.py",
              'row["shape"], row["dtype"], device(row)', 'row["shape"], None, device(row)',
              "tests/test_regress.py::test_every_field_of_a_row_keeps_its_series_apart"),
     Mutation("Jinja autoescape off", "collector/site.py",
