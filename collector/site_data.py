@@ -45,9 +45,9 @@ cm AS (
 rc AS (SELECT rk.* EXCLUDE (ctime), cm.ci, cm.ctime FROM rk JOIN cm USING (gkey, commit))
 """
 
-# Providers that run on the stack alone (ours, eager torch and its variants, torch.compile): a peer
-# package's version is part of the measuring conditions only for the peers themselves.
-STACK_PROVIDER = "(provider = 'triton' OR provider LIKE 'triton[%' OR provider = 'torch' OR provider LIKE 'torch\\_%' ESCAPE '\\' OR provider = 'compile')"
+# Providers that run on the stack alone (ours, as each row says, eager torch and its variants,
+# torch.compile): a peer package's version is part of the measuring conditions only for the peers.
+STACK_PROVIDER = "(coalesce(ours, false) OR provider = 'torch' OR provider LIKE 'torch\\_%' ESCAPE '\\' OR provider = 'compile')"
 
 # What a point was measured under: the machine, the timing method and the software. Two points
 # with different conditions are two series; a step between them is a change of conditions, never a
