@@ -350,7 +350,8 @@ def main() -> None:
     rows = load(args.runs)
     gpus = sorted({regress.device(r) for r in rows} - {"cpu"})
     held_out = [g for g in gpus if g != args.calibration]
-    print(f"history {args.runs}: {len({r['run_id'] for r in rows})} runs; calibration: {args.calibration}; "
+    shown = args.runs.relative_to(ROOT) if args.runs.is_relative_to(ROOT) else args.runs
+    print(f"history {shown}: {len({r['run_id'] for r in rows})} runs; calibration: {args.calibration}; "
           f"held out: {', '.join(held_out)}; threshold {args.threshold:.0%}, Q {regress.Q:.0%}")
     cal_rows = [r for r in rows if regress.device(r) == args.calibration]
     print(f"\n1. calibration on {args.calibration} (the engine's constants: GATE_TAIL {noise.GATE_TAIL}, "
