@@ -39,7 +39,6 @@ import sys
 import tempfile
 import time
 from collections import Counter, defaultdict
-from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
 

@@ -34,7 +34,7 @@ from .noise import (PERSISTENT_TAIL, Noise, RunningDifferences, combine, duratio
                     typical)
 from .series import (COLUMNS, QUERY, Point, SeriesKey, commit_rank, describe_env_change, device, group_series,
                      points_from_rows, series_key)
-from .verdicts import CHANGED, METHOD, Q, UNCHANGED, UNKNOWN, WITH_ENV, Line, Side, can_gate, env_change, judge
+from .verdicts import METHOD, Q, UNCHANGED, UNKNOWN, WITH_ENV, Line, Side, can_gate, env_change, judge, verdict_of
 
 __all__ = ["COLUMNS", "QUERY", "Point", "SeriesKey", "describe_env_change", "device", "points_from_rows",
            "series_key", "analyse", "walk", "detect", "detect_all", "Flag", "SeriesResult", "Slide"]
@@ -310,9 +310,7 @@ class _Walk:
         b = replace(s.points[j], median_ms=math.exp(la), runs_ms=())
         ln = Line(key=key[:5], a=_side(key, a), b=_side(key, b), code=s.code[j] or UNKNOWN, verdict="n/a",
                   ours=s.ours, noise=noise, change=math.expm1(la - lb), corrected=math.expm1(la - lb), z=z)
-        from .verdicts import _name  # the gate's names for what changed
-
-        return j, _name(ln, True, log_t), tried
+        return j, verdict_of(ln, True, log_t), tried
 
     def _slides(self, members: list[tuple[SeriesKey, int]]) -> None:
         tests = []

@@ -202,8 +202,10 @@ def can_gate(ln: Line) -> bool:
             and not (ln.a.point.partial or ln.b.point.partial))
 
 
-def _name(ln: Line, significant: bool, log_t: float) -> Line:
-    """The verdict of a measured line."""
+def verdict_of(ln: Line, significant: bool, log_t: float) -> Line:
+    """The line with its verdict, from its corrected change, whether its family found it
+    significant, and what changed (see the module docstring); the history's persistence test names
+    its steps with it too."""
     dc = math.log1p(ln.corrected)
     env = env_change(ln)
     note = "; ".join(x for x in (ln.note, env and f"environment: {env}",
@@ -254,7 +256,7 @@ def judge(lines: list[Line], threshold_of: Callable[[str], float], q: float = Q,
     for i, ln in enumerate(out):
         log_t = math.log1p(threshold_of(ln.key[0]))
         if i in significant:
-            out[i] = (_name(ln, significant[i], log_t) if not across else
+            out[i] = (verdict_of(ln, significant[i], log_t) if not across else
                       replace(ln, verdict="same" if abs(math.log1p(ln.change)) < log_t else
                               ("slower" if ln.change > 0 else "faster")))
         elif "unstable" in (ln.a.status, ln.b.status):
