@@ -28,6 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import duckdb
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -91,6 +93,24 @@ def one_more_run(db: Path) -> None:
         con.execute("CHECKPOINT")
 
 
+def readable_by(db: Path, kcollect: str) -> Path:
+    """The store as another installation can open it: where its schema is older, a copy labelled
+    with its version (the columns added since stay: a reader of the older schema leaves them alone)."""
+    from kcollect.store import SCHEMA_VERSION
+
+    python = Path(kcollect).with_name("python")
+    theirs = int(subprocess.run([str(python), "-c", "from kcollect.store import SCHEMA_VERSION; print(SCHEMA_VERSION)"],
+                                check=True, capture_output=True, text=True).stdout)
+    if theirs >= SCHEMA_VERSION:
+        return db
+    copy = db.with_name(f"{db.stem}-schema{theirs}.duckdb")
+    shutil.copyfile(db, copy)
+    con = duckdb.connect(str(copy))
+    con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(theirs)])
+    con.close()
+    return copy
+
+
 def weight(out: Path) -> list[str]:
     files = [f for f in out.rglob("*") if f.is_file()]
     total = sum(f.stat().st_size for f in files)
@@ -122,7 +142,7 @@ def measure(copies: int, work: Path, compare: str | None) -> list[str]:
               f"  after one more run: {more[0]:.2f} s CPU, {more[1]:.2f} s wall", *size]
     if compare:
         other = work / f"other{copies}"
-        cpu, wall = build(db, other, work / f"cache-other{copies}", compare)
+        cpu, wall = build(readable_by(db, compare), other, work / f"cache-other{copies}", compare)
         lines += [f"  {compare} on the same store: {cpu:.2f} s CPU, {wall:.2f} s wall", *weight(other)]
     return lines
 

@@ -1,26 +1,43 @@
 """Whose code changed between two commits, from git: the gate's question "could this be ours?".
 
-Providers other than ours run code that never changes between our commits (torch, torch.compile,
-peers), so their times moving says something about the machine, never about a commit. Our own
-provider's code changed for a kernel when a file of its op changed (`kernels/<op>/` or, in the
-older flat layout, `kernels/<op>.py`), a file the ops share (`kernels/_lib/`, `kernels/_utils.py`,
-`kernels/__init__.py`), or the code of an op it imports (add_rms_norm imports rms_norm's kernels).
-Where git cannot tell (no repository, a commit it does not have, a kernel that does not live under
-kernels/), the answer is None and callers treat the code as changed.
+For each kernel (op) the files under kernels/ fall in two sets, found by following imports module
+by module at each commit:
+
+- its CODE: every Python file of the op's folder but spec.py (or, in the older flat layout, the op's
+  single file `kernels/<op>.py`), and every module they import, transitively: a shared module of
+  `kernels/_lib/` is the code of the ops that import it, not of every op;
+- its METHOD: spec.py, the other files of its folder (grids.toml), and the modules only spec.py
+  imports (the shared input, grid and cost-model helpers): what is measured and on which inputs.
+
+Between two commits a kernel is 'changed' when a file of its code differs, 'method' when only files
+of its method differ (its series may move, every provider's alike, and that is not a regression of
+ours), 'unchanged' otherwise. Imports are followed as written: `from .._lib import sm_count` is
+the module that defines sm_count (through the package's re-export), `from .._lib.rows import x`
+is rows.py; a package's __init__ counts only where it is imported by name (Python runs it on any
+import of the package, but what it defines is reached only by name). Where git cannot tell (no
+repository, a commit it does not have, a kernel that does not live under kernels/), the answer is
+None and callers treat our code as changed.
+
+Providers other than ours run code that never changes between our commits; callers decide that
+from the row's `ours` flag, never from a provider's name.
 """
 from __future__ import annotations
 
-import re
+import ast
 import subprocess
+from functools import lru_cache
 from pathlib import Path
 
 KERNELS = "kernels"
-IMPORT = re.compile(r"^\s*from\s+(\.+|kcollect\.kernels\.|kernels\.)(\w+)")
+PACKAGES = ("kcollect.kernels", "kernels")  # absolute spellings of the kernels package
+
+CHANGED, METHOD, UNCHANGED = "changed", "method", "unchanged"
 
 
-def git(root: str | Path, *args: str) -> str | None:
+def git(root: str | Path, *args: str, stdin: str | None = None) -> str | None:
     try:
-        out = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=60)
+        out = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=60,
+                             input=stdin)
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout if out.returncode == 0 else None
@@ -35,51 +52,208 @@ def _op_of(path: str) -> str | None:
     return None if name.startswith("_") else name
 
 
-class CodeChanges:
-    """The kernels whose code changed from commit a to commit b (see the module docstring)."""
+class Tree:
+    """The files under kernels/ at one commit, with the import edges between its Python modules."""
 
-    def __init__(self, root: str | Path, b: str, ops: frozenset[str], changed_files: tuple[str, ...]):
-        self.root, self.b, self.ops, self.changed_files = root, b, ops, changed_files
-        self.touched = {_op_of(p) for p in changed_files}
-        self._imports: dict[str, set[str]] | None = None
+    def __init__(self, commit: str, blobs: dict[str, str], texts: dict[str, str]):
+        self.commit, self.blobs = commit, blobs
+        self.statements = {path: _statements(blobs[path], text) for path, text in texts.items()}
+        self.edges = {path: self._imports(path) for path in texts}
+        self.ops = frozenset(op for p in blobs if (op := _op_of(p)))
 
-    def imports(self) -> dict[str, set[str]]:
-        """op -> the ops its files import, at b (read only when an answer depends on it)."""
-        if self._imports is None:
-            self._imports = {}
-            for line in (git(self.root, "grep", "-I", "-E", r"^\s*from\s", self.b, "--", KERNELS) or "").splitlines():
-                _, _, rest = line.partition(":")  # <commit>:<path>:<text>
-                path, _, text = rest.partition(":")
-                op, m = _op_of(path), IMPORT.match(text)
-                if op and m and m.group(2) in self.ops and m.group(2) != op:
-                    self._imports.setdefault(op, set()).add(m.group(2))
-        return self._imports
-
-    def changed(self, kernel: str) -> bool | None:
-        if kernel not in self.ops:
-            return None
-        if None in self.touched:  # a shared file
-            return True
-        if not self.touched:
-            return False
-        seen, todo = set(), [kernel]
+    def closure(self, roots) -> set[str]:
+        seen, todo = set(), list(roots)
         while todo:
-            op = todo.pop()
-            if op in self.touched:
-                return True
-            seen.add(op)
-            todo += [d for d in self.imports().get(op, ()) if d not in seen]
-        return False
+            path = todo.pop()
+            if path not in seen:
+                seen.add(path)
+                todo += self.edges.get(path, ())
+        return seen
 
-    def changed_kernels(self) -> list[str]:
-        return sorted(op for op in self.ops if self.changed(op))
+    def parts(self, op: str) -> tuple[set[str], set[str]]:
+        """(code files, method files) of one op (see the module docstring)."""
+        flat = f"{KERNELS}/{op}.py"
+        if flat in self.blobs:
+            return self.closure([flat]), set()
+        folder = f"{KERNELS}/{op}/"
+        mine = [p for p in self.blobs if p.startswith(folder)]
+        spec = folder + "spec.py"
+        code = self.closure(p for p in mine if p.endswith(".py") and p != spec)
+        method = ({p for p in mine if p not in code} | self.closure([spec] if spec in self.blobs else [])) - code
+        return code, method
+
+    def _module(self, parts: list[str]) -> tuple[str | None, bool]:
+        """The file of a dotted module under kernels/ -> (path, is a package) or (None, False)."""
+        base = "/".join(parts)
+        if base + ".py" in self.blobs:
+            return base + ".py", False
+        if base + "/__init__.py" in self.blobs:
+            return base + "/__init__.py", True
+        return None, False
+
+    def _imports(self, path: str) -> set[str]:
+        """The files under kernels/ that one module imports (see the module docstring)."""
+        package = path.split("/")[:-1]
+        out: set[str] = set()
+        for level, module, names in self.statements[path]:
+            if names is None:  # `import kcollect.kernels.x`
+                parts = _absolute(module)
+                found = self._module(parts)[0] if parts else None
+                out |= {found} if found else set()
+                continue
+            if level:
+                base = package[:len(package) - level + 1] + (module.split(".") if module else [])
+            else:
+                base = _absolute(module or "")
+            for name in names.values() if base else ():
+                out |= self._resolve(base, name, set())
+        return out - {path}
+
+    def _resolve(self, base: list[str], name: str, seen: set) -> set[str]:
+        """The file that `from <base> import <name>` reaches: a submodule, the module that a
+        package's __init__ re-exports the name from, or the module (or __init__) that defines it."""
+        sub = self._module(base + [name])[0]
+        if sub:
+            return {sub}
+        path, package = self._module(base)
+        if path is None:
+            return set()
+        if not package or (path, name) in seen:
+            return {path}
+        seen.add((path, name))
+        for level, module, names in self.statements.get(path, ()):  # `from .sub import name` in __init__
+            if level == 1 and names and name in names:
+                return self._resolve(base + (module.split(".") if module else []), names[name], seen)
+        return {path}
 
 
-def between(a: str, b: str, root: str | Path = ".") -> CodeChanges | None:
-    """The code changes from commit a to commit b in the repository at root; None where git cannot tell."""
-    files = git(root, "ls-tree", "-r", "--name-only", b, "--", KERNELS)
-    diff = git(root, "diff", "--name-only", a, b, "--", KERNELS)
-    if files is None or diff is None:
+@lru_cache(maxsize=8192)
+def _statements(blob: str, text: str) -> tuple:
+    """The import statements of one file: (level, module, {name as bound: name in its module}, or
+    None for `import x`); cached by blob, since most files are alike between commits."""
+    out = []
+    for node in _import_nodes(text):
+        if isinstance(node, ast.Import):
+            out += [(0, alias.name, None) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            out.append((node.level, node.module, {(a.asname or a.name): a.name for a in node.names}))
+    return tuple(out)
+
+
+def _import_nodes(text: str):
+    """Each import statement of a file, parsed on its own (whole files took seconds over a long
+    history): a line that starts like one, with its parenthesised continuation lines; a line of
+    prose that only looks like one does not parse and is skipped."""
+    lines = text.splitlines()
+    k = 0
+    while k < len(lines):
+        line = lines[k].strip()
+        k += 1
+        if line.startswith(("from ", "import ")):
+            while line.count("(") > line.count(")") and k < len(lines):
+                line += " " + lines[k].strip()
+                k += 1
+            try:
+                yield from ast.parse(line.split("#")[0]).body
+            except SyntaxError:
+                continue
+
+
+def _absolute(module: str) -> list[str] | None:
+    for prefix in PACKAGES:
+        if module == prefix or module.startswith(prefix + "."):
+            return [KERNELS] + [p for p in module[len(prefix):].split(".") if p]
+    return None
+
+
+class Repo:
+    """Code changes between commits of the repository at root, cached per commit."""
+
+    def __init__(self, root: str | Path = "."):
+        self.root = root
+        self._trees: dict[str, Tree | None] = {}
+        self._parts: dict[tuple[str, str], tuple[set[str], set[str]]] = {}
+
+    def tree(self, commit: str) -> Tree | None:
+        if commit not in self._trees:
+            self._trees[commit] = _load(self.root, commit)
+        return self._trees[commit]
+
+    def _op_parts(self, tree: Tree, op: str) -> tuple[set[str], set[str]]:
+        key = (tree.commit, op)
+        if key not in self._parts:
+            self._parts[key] = tree.parts(op)
+        return self._parts[key]
+
+    def status(self, kernel: str, a: str | None, b: str | None) -> str | None:
+        """'changed', 'method' or 'unchanged' for one kernel from commit a to commit b; None where
+        git cannot tell."""
+        if a and a == b:
+            return UNCHANGED
+        ta, tb = (self.tree(c) if c else None for c in (a, b))
+        if ta is None or tb is None or kernel not in (ta.ops | tb.ops):
+            return None
+        changed = {p for p in ta.blobs.keys() | tb.blobs.keys() if ta.blobs.get(p) != tb.blobs.get(p)}
+        if not changed:
+            return UNCHANGED
+        code, method = set(), set()
+        for t in (ta, tb):
+            if kernel in t.ops:
+                c, m = self._op_parts(t, kernel)
+                code |= c
+                method |= m
+        if changed & code:
+            return CHANGED
+        return METHOD if changed & method else UNCHANGED
+
+    def method_changed(self, kernel: str, a: str | None, b: str | None) -> bool:
+        """Whether a file of the kernel's method differs (whatever its code did): every provider's
+        series of the kernel may move."""
+        if not a or not b or a == b:
+            return False
+        ta, tb = self.tree(a), self.tree(b)
+        if ta is None or tb is None:
+            return False
+        changed = {p for p in ta.blobs.keys() | tb.blobs.keys() if ta.blobs.get(p) != tb.blobs.get(p)}
+        return any(changed & self._op_parts(t, kernel)[1] for t in (ta, tb) if kernel in t.ops)
+
+    def changed_kernels(self, a: str, b: str) -> dict[str, str] | None:
+        """{kernel: 'changed' or 'method'} between two commits (kernels of b); None where git cannot tell."""
+        tb = self.tree(b)
+        if tb is None or self.tree(a) is None:
+            return None
+        out = {op: self.status(op, a, b) for op in sorted(tb.ops)}
+        return {op: s for op, s in out.items() if s in (CHANGED, METHOD)}
+
+
+def _load(root: str | Path, commit: str) -> Tree | None:
+    listing = git(root, "ls-tree", "-r", commit, "--", KERNELS)
+    if listing is None:
         return None
-    ops = frozenset(op for p in files.split() if (op := _op_of(p)))
-    return CodeChanges(root, b, ops, tuple(diff.split()))
+    blobs = {}
+    for line in listing.splitlines():
+        meta, _, path = line.partition("\t")
+        blobs[path] = meta.split()[2]
+    texts = _texts(root, tuple(sorted((p, b) for p, b in blobs.items() if p.endswith(".py"))))
+    return Tree(commit, blobs, texts) if texts is not None else None
+
+
+@lru_cache(maxsize=64)
+def _texts(root, files: tuple[tuple[str, str], ...]) -> dict[str, str] | None:
+    """{path: text} of the given (path, blob) pairs, read in one `git cat-file --batch`."""
+    if not files:
+        return {}
+    try:
+        out = subprocess.run(["git", "-C", str(root), "cat-file", "--batch"], capture_output=True, timeout=120,
+                             input="".join(b + "\n" for _, b in files).encode())
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None
+    data, pos, texts = out.stdout, 0, {}
+    for path, _ in files:
+        header_end = data.index(b"\n", pos)
+        size = int(data[pos:header_end].split()[2])
+        texts[path] = data[header_end + 1:header_end + 1 + size].decode("utf-8", "replace")
+        pos = header_end + 1 + size + 1
+    return texts

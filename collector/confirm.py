@@ -4,7 +4,8 @@ A verdict from the history compares two runs made at different times, maybe in d
 environments; this measures the two commits now, on this machine, one after the other:
 
 1. the cases: each line of ours (code changed, or git cannot tell) that is a regression, or slower
-   by the threshold but within noise or measured in another environment or timing method;
+   by the threshold but within noise, changed with the environment, from an interrupted run, or
+   measured in another environment or timing method;
 2. a git worktree of each commit (in a temporary folder, removed at the end) and, in each, one
    worker process (kcollect.confirm_worker) that runs that commit's `kcollect run` for just those
    cases each time it is told to;
@@ -29,11 +30,11 @@ from statistics import median
 from typing import Callable
 
 from .store import Store
-from .verdicts import Comparison, Line
+from .verdicts import WITH_ENV, Comparison, Line
 
 ALPHA = 0.05
 WORKER = Path(__file__).with_name("confirm_worker.py")
-DOUBTFUL = ("within noise", "environment changed", "timing changed")
+DOUBTFUL = ("within noise", "environment changed", WITH_ENV, "partial run", "timing changed")
 
 
 class ConfirmError(Exception):
@@ -45,7 +46,7 @@ def candidates(lines: list[Line], threshold: float) -> list[Line]:
         change = ln.corrected if ln.corrected is not None else ln.change
         return change is not None and change >= threshold
 
-    return [ln for ln in lines if ln.code != "unchanged" and ln.a.point and ln.b.point
+    return [ln for ln in lines if ln.ours and ln.code not in ("unchanged", "method") and ln.a.point and ln.b.point
             and (ln.verdict == "regression" or (ln.verdict in DOUBTFUL and slower(ln)))]
 
 

@@ -13,7 +13,8 @@ from typing import Iterable
 
 import duckdb
 
-from .store import ENV_COLUMNS, RESULT_COLUMNS, RUN_COLUMNS, SCHEMA_VERSION, Store, StoreError, relabel_shapes
+from .store import (ENV_COLUMNS, RESULT_COLUMNS, RUN_COLUMNS, SCHEMA_VERSION, Store, StoreError, legacy_ours,
+                    relabel_shapes)
 
 PARTS = {"environment": ENV_COLUMNS, "run": RUN_COLUMNS, "results": RESULT_COLUMNS}
 
@@ -117,9 +118,33 @@ def check_folder(con, folder: Path) -> tuple[str, int]:
         ids = con.execute(f"SELECT DISTINCT run_id FROM read_parquet({_sql_str(folder / 'run.parquet')})").fetchall()
         if len(ids) != 1:
             raise FolderError(f"run.parquet holds {len(ids)} runs, not one")
-        return ids[0][0], _folder_version(con, folder)
+        run_id = ids[0][0]
+        _check_rows(con, folder, run_id)
+        return run_id, _folder_version(con, folder)
     except duckdb.Error as e:
         raise FolderError(f"unreadable ({str(e).splitlines()[0][:200]})") from None
+
+
+TIMES = ("median_ms", "p20_ms", "p80_ms", "min_ms", "mean_ms")
+
+
+def _check_rows(con, folder: Path, run_id: str) -> None:
+    """A folder is named after its run (run_folder_name) and holds that run's rows only, and an `ok`
+    row carries a time: anything else is a folder edited or assembled by hand, refused whole."""
+    if not folder.name.endswith("-" + str(run_id)[:8]):
+        raise FolderError(f"its run is {run_id}, which does not match the folder's name (expected it to end "
+                          f"in -{str(run_id)[:8]}): a run folder holds the run it is named after")
+    src = f"read_parquet({_sql_str(folder / 'results.parquet')})"
+    have = {r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {src}").fetchall()}
+    others = con.execute(f"SELECT count(*) FROM {src} WHERE run_id IS DISTINCT FROM ?", [run_id]).fetchone()[0]
+    if others:
+        raise FolderError(f"results.parquet holds {others} row(s) of another run than {run_id}")
+    times = [c for c in TIMES if c in have]
+    bad = " OR ".join(f"{c} < 0" for c in times) + " OR median_ms IS NULL OR NOT isfinite(median_ms)"
+    n = con.execute(f"SELECT count(*) FROM {src} WHERE status = 'ok' AND ({bad})").fetchone()[0]
+    if n:
+        raise FolderError(f"{n} 'ok' row(s) in results.parquet with a negative, missing or infinite time "
+                          f"({', '.join(times)}): an ok row is a measurement")
 
 
 def problem_folders(path: Path) -> list[tuple[Path, str]]:
@@ -200,6 +225,7 @@ def _insert(con, new: dict[str, tuple[Path, int]]) -> None:
         verb = "INSERT OR IGNORE" if table == "environments" else "INSERT"
         con.execute(f"{verb} INTO {table} ({cols}) SELECT {cols} FROM {src}")
     relabel_shapes(con, [run_id for run_id, (_, version) in new.items() if version < 2])
+    legacy_ours(con, [run_id for run_id, (_, version) in new.items() if version < 8])
 
 
 def _import_duckdb(store: Store, path: Path) -> tuple[int, int]:

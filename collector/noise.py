@@ -1,36 +1,62 @@
-"""Run-to-run noise of a benchmark series, measured from its own history.
+"""Run-to-run noise of a benchmark series, and the statistics the verdicts are decided with.
 
-A series' noise is the spread of log(time) between measurements of the same code: the relative
-spread of one point (0.01 = 1%). It is estimated from differences between measurements that should
-agree, namely consecutive points of one segment (no step and no change of environment between them)
-and reruns of one commit. Two independent measurements of spread s differ by s*sqrt(2); the median
-absolute difference, scaled to a normal sigma (the MAD about zero), is not moved by the odd outlier
-or by the one difference that straddles a step.
+A series' noise is the spread of log(time) of one run of the same code: the relative spread of one
+measurement (0.01 = 1%). It is measured from differences between measurements that should agree:
 
-A short history says little about its noise, so its estimate is shrunk towards the pool's: the
-median noise of the series measured in like conditions (same GPU, machine and timing method, and
-of the same duration class: launches under 20 us are noisier). The pooled value counts as
-PRIOR_WEIGHT differences, so a series with 3 points leans on the pool and one with 30 on itself.
+- reruns of one commit (two runs of the same code, maybe on another GPU of the host);
+- each row against its recheck (a second, short measurement at the end of its case);
+- consecutive points of one segment: same code, same method and same conditions between them.
+
+Two measurements of spread s differ by s*sqrt(2). The spread is the root mean square of the
+differences, each counted at most as the 90th percentile of them (WINSOR) and as a factor of 2
+(CLIP: beyond, a disturbance, not noise). Every difference of one method and one set of conditions
+counts but a step that our code's change explains (regress.py): a series that flips between two
+levels at more than a tenth of its commits is that noisy, and the flips count in full, where a
+rarer step counts only as much as the series' ordinary differences. Not the median absolute difference: it reads a bimodal
+series, whose runs are mostly alike and now and then 20% apart (torch.compile's rebuilt kernels,
+launches of a few microseconds), as quiet, and every flip then looks like a step
+(docs/regressions.md). A short history says little about its noise, so the
+estimate is shrunk towards the pool's: the median noise of the series measured in like conditions
+(same GPU, machine and timing method, and the same duration class: launches under 20 us are
+noisier). The pool counts as PRIOR_WEIGHT differences.
+
+Even so a standardised difference of the same code is not normal: its tails are those of a Student
+t with few degrees of freedom (GATE_TAIL and PERSISTENT_TAIL, matched to the same-code changes of
+the calibration history). A verdict's p-value comes from that t, with no more degrees of freedom than
+the differences behind the series' noise (honest for a short history), and the lines of one
+comparison are decided together at a false-discovery rate (Benjamini-Hochberg), so that the chance
+that a comparison of unchanged code fails at all is bounded, not each line's.
 """
 from __future__ import annotations
 
 import math
-from bisect import bisect_left, insort
+from bisect import bisect_left, bisect_right
+from itertools import chain, islice, repeat
 from dataclasses import dataclass
 from statistics import median
-from typing import Iterable
+from typing import Iterable, Sequence
+
+import numpy as np
 
 SIGMA_FLOOR = 0.001  # 0.1%: identical repeated values must not make every change infinitely significant
 PRIOR_WEIGHT = 4  # the pooled estimate counts as this many differences of the series' own
-DEFAULT_SIGMA = 0.005  # 0.5%, about the median series of the committed history: for a series with no
-# history in a pool with none either
-MAD_TO_SIGMA = 1.482602218505602  # median |x| of a normal sample -> its sigma (1 / Phi^-1(3/4))
+DEFAULT_SIGMA = 0.01  # 1%: a series with no history in a pool with none either
+CLIP = math.log(2)  # a difference counts at most as a factor of 2: beyond, a disturbance, not noise
+WINSOR = 0.9  # and at most as the 90th percentile of the series' differences (see the module docstring)
 DURATION_CLASSES = ((0.02, "under 20 us"), (0.2, "20-200 us"), (math.inf, "over 200 us"))
-
+MAD_TO_SIGMA = 1.482602218505602  # median |x| of a normal sample -> its sigma (1 / Phi^-1(3/4))
+# The tails of standardised same-code changes, each a Student t (degrees of freedom, scale) matched
+# to the 99th and 99.9th percentiles of |z| on the calibration history (the H200's runs; `python
+# benchmarks/regress_eval.py` prints the fit; docs/regressions.md): ONE point against the one before
+# (the gate), whose tail is heavy (a bimodal series flips now and then), and a level of two to KMAX
+# points that all stay beyond halfway (regress's persistence test), whose tail is far lighter, since
+# one flip cannot make it.
+GATE_TAIL = (2.66, 0.419)
+PERSISTENT_TAIL = (23.6, 1.11)
 
 @dataclass(frozen=True)
 class Noise:
-    """The noise of one point of a series, in log(time) (about a relative spread)."""
+    """The noise of one run of a series, in log(time) (about a relative spread)."""
 
     sigma: float
     n: int  # differences of the series' own history behind it (0: the pool's value alone)
@@ -40,13 +66,38 @@ class Noise:
     def percent(self) -> float:
         return 100 * self.sigma
 
+    @property
+    def df(self) -> float:
+        """Degrees of freedom of a t-test with this noise: its differences and the pool's weight."""
+        return self.n + PRIOR_WEIGHT
+
 
 def sigma_of_differences(diffs: Iterable[float]) -> float | None:
     """The noise of one measurement from differences of pairs of them; None when there are none."""
-    d = [abs(x) for x in diffs if math.isfinite(x)]
+    d = sorted(abs(x) for x in diffs if math.isfinite(x))
+    return _scale(d)
+
+
+def _scale(d: Sequence[float], squares: Sequence[float] | None = None) -> float | None:
+    """The root mean square of sorted absolute differences, each held to the WINSOR quantile of
+    them and to CLIP, over sqrt(2). `squares`: each difference ** 2, where the caller keeps them
+    (the same terms in the same order, summed in C: the history asks a million times)."""
     if not d:
         return None
-    return MAD_TO_SIGMA * median(d) / math.sqrt(2)
+    cap = min(CLIP, d[min(len(d) - 1, int(WINSOR * len(d)))])
+    if squares is None:
+        return math.sqrt(sum(min(x, cap) ** 2 for x in d) / len(d) / 2)
+    held = bisect_left(d, cap)  # the differences below the cap count as themselves, the rest as it
+    return math.sqrt(sum(chain(islice(squares, held), repeat(cap ** 2, len(d) - held))) / len(d) / 2)
+
+
+def typical(diffs: Iterable[float]) -> float | None:
+    """The spread of one measurement that most differences show (the median absolute difference,
+    scaled to a normal sigma): for a floor, which one wild series must not raise for all."""
+    d = sorted(abs(x) for x in diffs if math.isfinite(x))
+    if not d:
+        return None
+    return MAD_TO_SIGMA * (d[(len(d) - 1) // 2] + d[len(d) // 2]) / 2 / math.sqrt(2)
 
 
 def combine(own: float | None, n: int, pooled: float | None) -> Noise:
@@ -76,40 +127,61 @@ def pool(estimates: Iterable[tuple[tuple, float | None, int]], min_differences: 
     return {k: max(median(v), SIGMA_FLOOR) for k, v in by_key.items()}
 
 
+def p_values(z: Sequence[float], df: Sequence[float], tail: tuple[float, float] = GATE_TAIL) -> list[float]:
+    """Two-sided p-values of standardised differences under a calibrated tail, each with at most its
+    df degrees of freedom (one vectorised call: the history asks for thousands)."""
+    if not len(z):
+        return []
+    from scipy.stats import t as student_t  # here: an unchanged site rebuild never needs scipy's import
+
+    za = np.abs(np.asarray(z, dtype=float)) / tail[1]
+    dfa = np.minimum(tail[0], np.maximum(np.asarray(df, dtype=float), 1.0))
+    return [float(p) for p in np.where(np.isfinite(za), 2 * student_t.sf(np.nan_to_num(za, posinf=0.0), dfa), 0.0)]
+
+
+def fdr(pvalues: Sequence[float], q: float) -> list[bool]:
+    """Benjamini-Hochberg at false-discovery rate q: which hypotheses are rejected. When every
+    hypothesis is true, the chance of rejecting any is at most q."""
+    m = len(pvalues)
+    order = sorted(range(m), key=lambda i: pvalues[i])
+    cut = 0
+    for rank, i in enumerate(order, 1):
+        if pvalues[i] <= q * rank / m:
+            cut = rank
+    rejected = [False] * m
+    for i in order[:cut]:
+        rejected[i] = True
+    return rejected
+
+
 class RunningDifferences:
     """Absolute differences collected one by one, with the noise they give at any moment (the
     detector's estimate must use only what was known when it decided: see regress.py)."""
 
     def __init__(self) -> None:
         self._sorted: list[float] = []
+        self._squares: list[float] = []  # each ** 2, in the same order
+        self._sigma: tuple[float | None, int] | None = None  # sigma() until the next change
 
     def __len__(self) -> int:
         return len(self._sorted)
 
     def add(self, diff: float) -> None:
         if math.isfinite(diff):
-            insort(self._sorted, abs(diff))
+            k = bisect_right(self._sorted, abs(diff))
+            self._sorted.insert(k, abs(diff))
+            self._squares.insert(k, abs(diff) ** 2)
+            self._sigma = None
 
     def remove(self, diff: float) -> None:
+        """Drop one difference found, later, to be a step (change, not noise)."""
         k = bisect_left(self._sorted, abs(diff))
         if k < len(self._sorted) and self._sorted[k] == abs(diff):
-            del self._sorted[k]
+            del self._sorted[k], self._squares[k]
+            self._sigma = None
 
-    def sigma(self, without: float | None = None) -> tuple[float | None, int]:
-        """(own sigma, differences it rests on), leaving out one difference (`without`, the one that
-        straddles the step under test) if it is among them."""
-        values = self._sorted
-        skip = None
-        if without is not None and math.isfinite(without):
-            k = bisect_left(values, abs(without))
-            if k < len(values) and values[k] == abs(without):
-                skip = k
-        m = len(values) - (skip is not None)
-        if m == 0:
-            return None, 0
-
-        def at(q: int) -> float:  # the q-th value with `skip` left out
-            return values[q if skip is None or q < skip else q + 1]
-
-        med = (at((m - 1) // 2) + at(m // 2)) / 2
-        return MAD_TO_SIGMA * med / math.sqrt(2), m
+    def sigma(self) -> tuple[float | None, int]:
+        """(own sigma, differences it rests on)."""
+        if self._sigma is None:
+            self._sigma = _scale(self._sorted, self._squares), len(self._sorted)
+        return self._sigma

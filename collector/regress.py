@@ -1,79 +1,63 @@
-"""Regression detection over the history: pure functions, no I/O (docs/regressions.md has the long form).
+"""The history of every series, commit by commit, as the gate met it: the flags the site shows.
 
-A series is one (kernel, mode, provider, shape, dtype, GPU, machine, timing method), with its `ok`
-rows only (an `unstable` row, disturbed while timed, is never a point), in commit order; all runs of
-one commit are one point, so an A/A rerun can never look like a step. Everything happens on
-log(time), so a 5% slowdown and a 1.05x speed-up are the same distance.
+Pure functions, no I/O (docs/regressions.md has the long form). The history is walked commit by
+commit in commit order, and at each commit X:
 
-The detector runs through a series point by point, as CI meets the commits, and decides each step
-with only the points up to the commit where it decides it. A flag once raised therefore stays raised
-however many commits follow, and a short plateau (slower for two or three commits, then reverted)
-stays in the history as "regressed at X, recovered at Y".
+1. The gate: every series measured at X and before is one line (its previous point, its point at
+   X), and the lines are judged together by verdicts.judge, exactly as `kcollect compare <the
+   previous benchmarked commit> X` judges them. Each line's noise is what the series' history told
+   before X, with X's own reruns and rechecks. A significant change is a flag decided at X.
+2. Persistence: a step the gate could not tell from noise with one point (a noisy series) is
+   looked for again with 2 to KMAX points after it: each of the points j..X against the median of
+   up to WINDOW points of its segment before j, the least of them in standard errors (so one
+   outlier, or one flip of a bimodal series, is never a step); the best candidate of each series
+   (p-values times the candidates tried, under the persistence tail) is judged with the other
+   series' at the same false-discovery rate.
+3. Drift: each commit's machine drift (per GPU and machine, from the lines whose code did not
+   change) is chained into a level that every series is corrected by, so that the levels of
+   several commits can be compared.
+4. Slides: a level that moved by the threshold over the last SLIDE_SPAN points of a segment (code
+   changes included, since each step was too small to flag) is a slow slide, reported as such.
 
-1. Machine drift: per GPU and machine, each commit's drift is the median, over the series of
-   providers that are not ours (their code does not change between our commits), of how far each
-   sits from its own recent level; every series is corrected by it, so a clock that sticks slow for
-   a few runs moves no series on its own.
-2. Noise: each series' run-to-run noise is measured from its own differences up to that commit
-   (kcollect.noise), leaning on the pooled noise of like series while its history is short.
-3. A step at point j, decided at point i (PERSIST to KMAX points after it): the level after is the
-   median of points j..i, the level before the median of up to WINDOW points of the current segment
-   before j. It needs all of: |change| at least log(1 + threshold); at least MIN_Z standard errors
-   of the difference of the two levels; every point after it beyond the halfway level (all but one
-   from four points on), so one outlier is never a step. Of the candidates that pass, the one with
-   the largest z is flagged and a new segment starts at it.
-4. A change of environment (torch, Triton, driver, CUDA, peer versions) starts a new segment: a move
-   across it is flagged with `cause` naming the change, never as the series' own regression. A change
-   of timing method or machine is a different series.
-5. Status: a flag is 'recovered' once PERSIST points in a row after it are back: nearer the level
-   before the step than the level after, and within the threshold of the level before (a revert, a
-   fix, or a slow return); else 'open'.
+A flag, decided with what was known at its commit, stays raised however many commits follow. It
+is 'recovered' once PERSIST points in a row after it are back: nearer the level before than the
+level after, and within the threshold of the level before; else 'open'.
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, replace
-from datetime import datetime
 from statistics import median
-from typing import Iterable, NamedTuple, Sequence
+from typing import Iterable, Protocol, Sequence
 
-from .noise import Noise, RunningDifferences, combine, duration_class, pool, sigma_of_differences
+from .noise import (PERSISTENT_TAIL, Noise, RunningDifferences, combine, duration_class, fdr, p_values, pool,
+                    typical)
+from .series import (COLUMNS, QUERY, Point, SeriesKey, commit_rank, describe_env_change, device, group_series,
+                     points_from_rows, series_key)
+from .verdicts import METHOD, Q, UNCHANGED, UNKNOWN, WITH_ENV, Line, Side, can_gate, env_change, judge, verdict_of
 
-OURS = frozenset({"triton"})  # providers whose code is this repository's: every other one is a reference
+__all__ = ["COLUMNS", "QUERY", "Point", "SeriesKey", "describe_env_change", "device", "points_from_rows",
+           "series_key", "analyse", "walk", "detect", "detect_all", "Flag", "SeriesResult", "Slide"]
+
 DEFAULT_THRESHOLD = 0.03
-WINDOW = 10  # points before a step that set the level it is measured from
-PERSIST = 2  # points a new level must last before it is a step: one outlier never is
-KMAX = 5  # a step is decided with at most this many points after it
-MIN_Z = 3.0  # step / its standard error; chosen with benchmarks/regress_eval.py on the real history's noise
-MIN_REFERENCES = 5  # reference series a commit's drift needs; with fewer it is taken as 0
-ENV_FIELDS = ("torch", "triton", "driver", "cuda", "peers")
-COLUMNS = ("kernel", "mode", "provider", "shape", "dtype", "status", "median_ms", "p20_ms", "p80_ms", "timing",
-           "git_commit", "commit_time", "started_at", "run_id", "device_kind", "gpu_name", "machine") + ENV_FIELDS
-QUERY = f"SELECT {', '.join(COLUMNS)} FROM results_v"  # what analyse() needs of each row
+WINDOW = 3  # points before a step that set the level persistence measures it from (a level that
+# wanders over days would bias a longer one)
+LEVELS = 10  # points either side of a flag whose median is the level it reports
+PERSIST = 2  # points in a row that make a recovery
+KMAX = 5  # a step is looked for with at most this many points after it
+SLIDE_SPAN = 10  # points over which a slow slide is measured
+SLIDE_ENDS = 3  # points whose median is each end of a slide
+STEPS = ("regression", "improvement", "moved", "method changed", "environment changed", WITH_ENV, "partial run")
+EXPLAINED = ("regression", "improvement", WITH_ENV, "partial run")  # steps our code (may have) made
 
 
-class SeriesKey(NamedTuple):
-    kernel: str
-    mode: str
-    provider: str
-    shape: str
-    dtype: str
-    gpu: str  # the GPU's name, or 'cpu' for interpreted rows (never mixed with a GPU's)
-    machine: str | None
-    timing: str | None  # 'cuda-graph', 'cuda-events' or 'cpu-clock'
+class CodeChanges(Protocol):
+    """What codechange.Repo answers: our code's status for a kernel between two commits (None where
+    git cannot tell), and whether its method changed."""
 
+    def status(self, kernel: str, a: str | None, b: str | None) -> str | None: ...
 
-@dataclass(frozen=True)
-class Point:
-    commit: str
-    commit_time: datetime | None
-    median_ms: float
-    p20_ms: float
-    p80_ms: float
-    runs: int
-    env: tuple[tuple[str, str | None], ...] | None = None  # ENV_FIELDS of its runs (None: unknown)
-    runs_ms: tuple[float, ...] = ()  # each run's median, when the commit was measured more than once
+    def method_changed(self, kernel: str, a: str | None, b: str | None) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -82,333 +66,404 @@ class Flag:
     index: int  # the first point after the step
     before_commit: str
     after_commit: str
-    before_ms: float  # the levels either side (medians of up to WINDOW points), corrected for the drift
+    before_ms: float  # the levels either side (medians of up to LEVELS points), corrected for the drift
     after_ms: float
     change: float  # after / before - 1
-    noise_sigmas: float  # the step in standard errors of the two levels' difference
-    cause: str | None = None  # None: the series' own step; else what else changed ('environment: ...')
+    noise_sigmas: float  # the step in standard errors
+    cause: str | None = None  # None: the series' own step; else what else changed (see _cause)
     status: str = "open"  # 'open', or 'recovered': later points are back near the level before
     recovered_commit: str | None = None  # the first commit back
     recovered_index: int | None = None
-    decided_index: int | None = None  # the point at which the step was decided (index + 1 at best)
+    decided_index: int | None = None  # the point at which it was decided (index: by the gate)
+    verdict: str = ""  # the verdict that raised it (verdicts.MARK)
+    code: str | None = None  # our code between the points either side of the step (verdicts.CHANGED, ...)
+    p: float | None = None  # the p-value it was decided with (the gate's, or persistence's times its candidates)
+
+    @property
+    def by_gate(self) -> bool:
+        """Decided at its own commit, as `compare` decides it; else found later, with more points."""
+        return self.decided_index == self.index
+
+
+@dataclass(frozen=True)
+class Slide:
+    """A slow slide: the level moved by `change` from `start_commit` to `end_commit`, with no flag."""
+
+    start_index: int
+    end_index: int
+    start_commit: str
+    end_commit: str
+    change: float
+    z: float
 
 
 @dataclass(frozen=True)
 class SeriesResult:
     key: SeriesKey
     points: list[Point]
-    noise: Noise  # of one point, from the whole history
+    noise: Noise  # of one run, from the whole history
     flags: list[Flag]
     drift: tuple[float, ...]  # per point, the machine drift removed (log units; 0.01 ~ 1% slower)
     prior: float | None = None  # the pooled noise of like series it leans on
-
-
-# -- rows -> points ----------------------------------------------------------------------------------
-
-
-def device(row: dict) -> str:
-    # CPU (interpreted) rows are their own device, so they never meet GPU rows.
-    return row.get("gpu_name") or "cpu" if row.get("device_kind") == "cuda" else "cpu"
-
-
-def series_key(row: dict) -> SeriesKey:
-    return SeriesKey(row["kernel"], row["mode"], row["provider"], row["shape"], row["dtype"], device(row),
-                     row.get("machine"), row.get("timing"))
-
-
-def env_of(row: dict) -> tuple[tuple[str, str | None], ...] | None:
-    if "torch" not in row:
-        return None
-    return tuple((f, row.get(f)) for f in ENV_FIELDS)
-
-
-def describe_env_change(a, b) -> str:
-    """'torch 2.11.0 -> 2.12.0, liger-kernel 0.5.2 -> 0.6.0': what differs between two environments."""
-    parts = []
-    for (name, va), (_, vb) in zip(a or (), b or ()):
-        if va == vb:
-            continue
-        if name == "peers":
-            pa, pb = (json.loads(v) if v else {} for v in (va, vb))
-            parts += [f"{p} {pa.get(p, 'none')} -> {pb.get(p, 'none')}" for p in sorted(pa.keys() | pb.keys())
-                      if pa.get(p) != pb.get(p)]
-        else:
-            parts.append(f"{name} {va or 'unknown'} -> {vb or 'unknown'}")
-    return ", ".join(parts) or "unknown"
-
-
-def points_from_rows(rows: Iterable[dict]) -> list[Point]:
-    """Rows of ONE series (results_v columns) -> one point per commit, in commit order.
-
-    A commit's point is the median of its runs' medians; its band runs from the median of their p20s
-    to the median of their p80s, widened to hold every run's median, so disagreeing reruns show as
-    spread. Rows without a time (status other than 'ok') are left out; a run without a commit is its
-    own point."""
-    groups: dict[str, list[dict]] = {}
-    for r in rows:
-        ms = r.get("median_ms")
-        if r.get("status", "ok") != "ok" or not ms or not math.isfinite(ms) or ms <= 0:
-            continue
-        key = r.get("git_commit") or f"run:{str(r.get('run_id', ''))[:8]}"
-        groups.setdefault(key, []).append(r)
-    points = []
-    for commit, runs in groups.items():
-        if len(runs) > 1:
-            runs.sort(key=lambda r: r.get("started_at") or datetime.min)
-        medians = [r["median_ms"] for r in runs]
-        p20 = median([r.get("p20_ms") or r["median_ms"] for r in runs])
-        p80 = median([r.get("p80_ms") or r["median_ms"] for r in runs])
-        times = [r.get("commit_time") for r in runs if r.get("commit_time") is not None]
-        points.append((_order_key(runs), Point(
-            commit=commit, commit_time=min(times) if times else None, median_ms=median(medians),
-            p20_ms=min(p20, *medians), p80_ms=max(p80, *medians), runs=len(runs), env=env_of(runs[-1]),
-            runs_ms=tuple(medians) if len(medians) > 1 else ())))
-    points.sort(key=lambda kp: kp[0])
-    return [p for _, p in points]
-
-
-def _order_key(runs: list[dict]) -> tuple:
-    # By commit time, then by when it was measured; a run without a commit time falls back to its start.
-    started = [r["started_at"] for r in runs if r.get("started_at") is not None]
-    first_start = min(started) if started else datetime.min
-    times = [r["commit_time"] for r in runs if r.get("commit_time") is not None]
-    return (min(times) if times else first_start, first_start)
-
-
-# -- one series ---------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Step:
-    j: int  # first point after
-    i: int  # decided at
-    before: float  # log levels
-    after: float
-    z: float
-    cause: str | None = None
-
-
-def _spread_factor(n: int) -> float:
-    # variance of a median of n normal values over that of one value, times n: 1 up to two values
-    # (their mean), pi/2 beyond
-    return 1.0 if n <= 2 else math.pi / 2
-
-
-def _test(y: list[float], lo: int, j: int, i: int, sigma: float, log_t: float) -> _Step | None:
-    before, after = y[lo:j], y[j:i + 1]
-    lb, la = median(before), median(after)
-    d = la - lb
-    if abs(d) < log_t:
-        return None
-    se = sigma * math.sqrt(_spread_factor(len(after)) / len(after) + _spread_factor(len(before)) / len(before))
-    z = abs(d) / se
-    if z < MIN_Z:
-        return None
-    mid, sign = (la + lb) / 2, math.copysign(1.0, d)
-    beyond = sum((v - mid) * sign > 0 for v in after)
-    if beyond < (len(after) if len(after) < 4 else len(after) - 1):
-        return None
-    return _Step(j=j, i=i, before=lb, after=la, z=z)
-
-
-def _steps(y: list[float], points: Sequence[Point], log_t: float, prior: float | None) -> list[_Step]:
-    """The online pass: steps in the order they were decided (see the module docstring)."""
-    diffs = RunningDifferences()
-    seg, pending, steps = 0, None, []  # pending: (environment boundary, start of the segment before it)
-    for i in range(len(y)):
-        for a, b in zip(points[i].runs_ms, points[i].runs_ms[1:]):  # reruns of one commit: pure noise
-            diffs.add(math.log(b / a))
-        if i > 0 and points[i].env != points[i - 1].env and points[i].env and points[i - 1].env:
-            pending, seg = (i, seg), i
-        elif i > 0:
-            diffs.add(y[i] - y[i - 1])
-        if pending and i - pending[0] + 1 >= PERSIST:
-            b, prev = pending
-            sigma = combine(*diffs.sigma(), prior).sigma
-            step = _test(y, max(prev, b - WINDOW), b, i, sigma, log_t)
-            if step:
-                steps.append(replace(step, cause="environment: " + describe_env_change(points[b - 1].env,
-                                                                                       points[b].env)))
-            if step or i - b + 1 >= KMAX:
-                pending = None
-        best = None
-        for k in range(PERSIST, KMAX + 1):
-            j = i - k + 1
-            if j <= seg:
-                break
-            sigma = combine(*diffs.sigma(without=y[j] - y[j - 1]), prior).sigma
-            step = _test(y, max(seg, j - WINDOW), j, i, sigma, log_t)
-            if step and (best is None or step.z > best.z):
-                best = step
-        if best:
-            steps.append(best)
-            diffs.remove(y[best.j] - y[best.j - 1])  # it straddles the step: not noise
-            seg = best.j
-    return steps
-
-
-def _recovered(y: list[float], s: _Step, log_t: float) -> int | None:
-    """The first point from which PERSIST points in a row are back: nearer the level before the step
-    than the level after it, and within the threshold of the level before."""
-    sign = 1.0 if s.after > s.before else -1.0
-    mid = (s.before + s.after) / 2
-    run = 0
-    for r in range(s.i + 1, len(y)):
-        back = (y[r] - mid) * sign < 0 and (y[r] - s.before) * sign < log_t
-        run = run + 1 if back else 0
-        if run == PERSIST:
-            return r - PERSIST + 1
-    return None
-
-
-def _flags(points: Sequence[Point], y: list[float], steps: list[_Step], log_t: float) -> list[Flag]:
-    """Flags in point order, each with its status (see _recovered). The levels either side are the
-    medians of up to WINDOW points of the segments around the step, so they sharpen as points
-    arrive; whether there is a step, where, and its z are what was decided."""
-    flags = []
-    steps = sorted(steps, key=lambda s: s.j)
-    bounds = [0] + [s.j for s in steps] + [len(y)]
-    for q, s in enumerate(steps):
-        rec = _recovered(y, s, log_t)
-        before = median(y[max(bounds[q], s.j - WINDOW):s.j])
-        after = median(y[s.j:min(bounds[q + 2], s.j + WINDOW)])
-        before_ms, after_ms = math.exp(before), math.exp(after)
-        flags.append(Flag(kind="regression" if s.after > s.before else "improvement", index=s.j,
-                          before_commit=points[s.j - 1].commit, after_commit=points[s.j].commit,
-                          before_ms=before_ms, after_ms=after_ms, change=after_ms / before_ms - 1,
-                          noise_sigmas=round(s.z, 2), cause=s.cause,
-                          status="open" if rec is None else "recovered",
-                          recovered_commit=points[rec].commit if rec is not None else None,
-                          recovered_index=rec, decided_index=s.i))
-    return flags
-
-
-def _log_times(points: Sequence[Point], drift: Sequence[float] | None) -> list[float]:
-    y = [math.log(p.median_ms) for p in points]
-    return [v - d for v, d in zip(y, drift)] if drift is not None else y
-
-
-def detect(points: Sequence[Point], threshold: float = DEFAULT_THRESHOLD, prior: float | None = None,
-           drift: Sequence[float] | None = None) -> list[Flag]:
-    """Steps in one series (points in commit order), earliest first. `prior`: the pooled noise the
-    series leans on while short (default noise.DEFAULT_SIGMA); `drift`: per point, the machine drift
-    to remove (log units)."""
-    if len(points) < PERSIST + 1:
-        return []
-    y = _log_times(points, drift)
-    log_t = math.log1p(threshold)
-    return _flags(points, y, _steps(y, points, log_t, prior), log_t)
-
-
-def own_differences(points: Sequence[Point], flags: Sequence[Flag] = (), drift: Sequence[float] | None = None
-                    ) -> list[float]:
-    """The differences that measure a series' noise: consecutive points with no flagged step and no
-    change of environment between them, and reruns of one commit."""
-    y = _log_times(points, drift)
-    cuts = {f.index for f in flags}
-    out = [y[i] - y[i - 1] for i in range(1, len(points))
-           if i not in cuts and points[i].env == points[i - 1].env]
-    for p in points:
-        out += [math.log(b / a) for a, b in zip(p.runs_ms, p.runs_ms[1:])]
-    return out
-
-
-def series_noise(points: Sequence[Point], flags: Sequence[Flag] = (), prior: float | None = None,
-                 drift: Sequence[float] | None = None) -> Noise:
-    diffs = own_differences(points, flags, drift)
-    return combine(sigma_of_differences(diffs), len(diffs), prior)
+    ours: bool = False
+    noise_at: tuple[Noise, ...] = ()  # per point: the noise its line was judged with
+    noise_before: tuple[Noise, ...] = ()  # per point: what the history before it told
+    lines: tuple[Line | None, ...] = ()  # per point: the gate's judged line ending there (None: the first)
+    slides: tuple[Slide, ...] = ()  # per point where a slide ended there
 
 
 def noise_until(result: SeriesResult, end: int) -> Noise:
-    """A series' noise as known from its points before index `end` (compare uses the points before
-    the later of its two commits, so that the change it judges is not taken for noise)."""
-    return series_noise(result.points[:end], [f for f in result.flags if f.index < end], result.prior,
-                        result.drift[:end])
+    """A series' noise as the gate knew it at point `end` (its reruns and rechecks included)."""
+    return result.noise_at[min(end, len(result.noise_at) - 1)]
 
 
-# -- every series -------------------------------------------------------------------------------------
+# -- pooled noise -----------------------------------------------------------------------------------
 
 
 def pool_key(key: SeriesKey, points: Sequence[Point]) -> tuple:
     return (key.gpu, key.machine, key.timing, duration_class(median(p.median_ms for p in points)))
 
 
-def pooled_noise(series: dict[SeriesKey, list[Point]], ours: frozenset[str] = OURS) -> dict[tuple, float]:
-    """{pool key: the median noise of the reference series in it} (see kcollect.noise). Only the
-    providers that are not ours: their code does not change between our commits, so their
-    differences are noise, where ours may hold the steps being looked for."""
+def within(p: Point) -> list[float]:
+    """The differences inside one point: its reruns, and each run against its recheck."""
+    return [math.log(b / a) for a, b in zip(p.runs_ms, p.runs_ms[1:])] + list(p.rechecks)
+
+
+def priors(series: dict[SeriesKey, list[Point]], ours: set[SeriesKey]) -> dict[SeriesKey, float | None]:
+    """{series: the noise its own estimate is shrunk towards}: the typical difference of the same
+    series on the other machines of its GPU model (a kernel's noise is its own: a bimodal one is
+    bimodal on every host), itself shrunk towards the pool of like references (pooled_noise); the
+    pool alone where it has none. Typical (the median difference), not the series' own estimate: a
+    whole history, steps and all, is read here."""
+    pooled = pooled_noise(series, ours)
+    siblings: dict[tuple, list[tuple[SeriesKey, list[float]]]] = {}
+    for key, points in series.items():
+        diffs = [d for p in points for d in within(p)]
+        diffs += [math.log(b.median_ms / a.median_ms) for a, b in zip(points, points[1:]) if a.env == b.env]
+        siblings.setdefault(key._replace(machine=None), []).append((key, diffs))
+    out = {}
+    for key, points in series.items():
+        pool_sigma = pooled.get(pool_key(key, points))
+        diffs = [d for other, ds in siblings[key._replace(machine=None)] if other != key for d in ds]
+        out[key] = combine(typical(diffs), len(diffs), pool_sigma).sigma if diffs else pool_sigma
+    return out
+
+
+def pooled_noise(series: dict[SeriesKey, list[Point]], ours: set[SeriesKey]) -> dict[tuple, float]:
+    """{pool key: the median noise of the reference series in it}: providers that are not ours,
+    whose code does not change between our commits, each the typical difference over its whole
+    history in one environment."""
     estimates = []
     for key, points in series.items():
-        if points and key.provider not in ours:
-            diffs = own_differences(points)
-            estimates.append((pool_key(key, points), sigma_of_differences(diffs), len(diffs)))
+        if key not in ours and points:
+            diffs = [d for p in points for d in within(p)]
+            diffs += [math.log(b.median_ms / a.median_ms) for a, b in zip(points, points[1:]) if a.env == b.env]
+            estimates.append((pool_key(key, points), typical(diffs), len(diffs)))
     return pool(estimates)
 
 
-def machine_drift(series: dict[SeriesKey, list[Point]], ours: frozenset[str] = OURS) -> dict[tuple, dict[str, float]]:
-    """{(gpu, machine): {commit: drift}}. Commit by commit, each reference series (a provider not in
-    `ours`) says how far its point sits from the median of its up to WINDOW previous points in the
-    same environment, those corrected by the drift already found for their commits (so a clock stuck
-    slow for several commits in a row does not become the level the next commits are measured
-    against); the commit's drift is the median of what they say, or 0 where fewer than
-    MIN_REFERENCES say anything. Like the detector, it uses only earlier commits."""
-    out: dict[tuple, dict[str, float]] = {}
-    groups: dict[tuple, list[list[Point]]] = {}
-    for key, points in series.items():
-        if key.provider not in ours:
-            groups.setdefault((key.gpu, key.machine), []).append(points)
-    for group, members in groups.items():
-        at_commit: dict[str, list[tuple[int, int]]] = {}  # commit -> (member, point index)
-        when: dict[str, tuple] = {}  # commit -> its place: by commit time, else by its index in a series
-        for m, points in enumerate(members):
-            for i, p in enumerate(points):
-                at_commit.setdefault(p.commit, []).append((m, i))
-                when[p.commit] = min(when.get(p.commit, (True,)), (p.commit_time is None, p.commit_time or i))
-        order = sorted(at_commit, key=lambda c: when[c])
-        corrected = [[math.nan] * len(points) for points in members]
-        drift = out.setdefault(group, {})
-        for commit in order:
-            said = []
-            for m, i in at_commit[commit]:
-                points, y = members[m], corrected[m]
-                start = i
-                while start > 0 and i - start < WINDOW and points[start - 1].env == points[i].env:
-                    start -= 1
-                if start < i:
-                    said.append(math.log(points[i].median_ms) - median(y[start:i]))
-            drift[commit] = median(said) if len(said) >= MIN_REFERENCES else 0.0
-            for m, i in at_commit[commit]:
-                corrected[m][i] = math.log(members[m][i].median_ms) - drift[commit]
-    return out
+# -- the walk -----------------------------------------------------------------------------------------
 
 
-def group_series(rows: Iterable[dict]) -> dict[SeriesKey, list[Point]]:
-    groups: dict[SeriesKey, list[dict]] = {}
-    for r in rows:
-        if r.get("status") == "ok":
-            groups.setdefault(series_key(r), []).append(r)
-    return {k: pts for k, g in groups.items() if (pts := points_from_rows(g))}
+@dataclass
+class _State:
+    """One series during the walk."""
+
+    points: list[Point]
+    ours: bool
+    prior: float | None
+    diffs: RunningDifferences
+    y: list[float]  # log times, corrected for the drift as it became known
+    cuts: list[int]  # indexes where a segment starts: flags, and changes of method or conditions (a
+    # change of our code too small to flag does not start one: the level either side is one level)
+    added: dict[int, float]  # index -> the difference with the point before, where it counted as noise
+    steps: list[tuple]  # (j, i, z, verdict, code, cause, p)
+    code: list[str | None]
+    noise_at: list[Noise]
+    noise_before: list[Noise]
+    lines: list[Line | None]
+    slides: list[Slide]
 
 
-def analyse(rows: Iterable[dict], thresholds: dict[str, float] | None = None,
-            ours: frozenset[str] = OURS) -> dict[SeriesKey, SeriesResult]:
-    """Rows of results_v (at least COLUMNS) -> every series' points, noise, drift and flags.
-    `thresholds`: kernel -> relative threshold (DEFAULT_THRESHOLD otherwise)."""
-    series = group_series(rows)
-    pooled = pooled_noise(series, ours)
-    drifts = machine_drift(series, ours)
-    thresholds = thresholds or {}
-    out = {}
-    for key, points in series.items():
-        per_commit = drifts.get((key.gpu, key.machine), {})
-        drift = tuple(per_commit.get(p.commit, 0.0) for p in points)
-        prior = pooled.get(pool_key(key, points))
-        flags = detect(points, thresholds.get(key.kernel, DEFAULT_THRESHOLD), prior, drift)
-        out[key] = SeriesResult(key=key, points=points, noise=series_noise(points, flags, prior, drift),
-                                flags=flags, drift=drift, prior=prior)
-    return out
+class _Walk:
+    def __init__(self, series: dict[SeriesKey, list[Point]], ours: set[SeriesKey], thresholds: dict[str, float],
+                 code: CodeChanges | None, q: float):
+        self.thresholds, self.code, self.q = thresholds, code, q
+        prior = priors(series, ours)
+        self.state = {k: _State(pts, k in ours, prior[k], RunningDifferences(), [], [0], {},
+                                [], [], [], [], [], []) for k, pts in series.items()}
+        self.level: dict[tuple, float] = {}  # (gpu, machine) -> the chained drift so far
+        self.record: list | None = None  # persistence candidates, kept for the calibration
+        self.commit_drift: dict[tuple, dict[str, float]] = {}
+
+    def threshold_of(self, kernel: str) -> float:
+        return self.thresholds.get(kernel, DEFAULT_THRESHOLD)
+
+    def code_of(self, key: SeriesKey, ours: bool, a: str, b: str) -> str:
+        return code_status(self.code, key.kernel, ours, a, b)
+
+    def run(self) -> None:
+        rank = commit_rank(s.points for s in self.state.values())
+        at: dict[str, list[tuple[SeriesKey, int]]] = {}
+        for key, s in self.state.items():
+            s.points.sort(key=lambda p: rank[p.commit])  # one commit order for every series
+            for i, p in enumerate(s.points):
+                at.setdefault(p.commit, []).append((key, i))
+        for commit in sorted(at, key=rank.get):
+            self.commit(commit, at[commit])
+
+    def commit(self, commit: str, members: list[tuple[SeriesKey, int]]) -> None:
+        lines, where = [], []
+        for key, i in members:
+            s = self.state[key]
+            p = s.points[i]
+            s.noise_before.append(combine(*s.diffs.sigma(), s.prior))
+            for d in within(p):
+                s.diffs.add(d)
+            s.noise_at.append(combine(*s.diffs.sigma(), s.prior))
+            if i == 0:
+                s.code.append(None)
+                s.lines.append(None)
+                continue
+            prev = s.points[i - 1]
+            code = self.code_of(key, s.ours, prev.commit, p.commit)
+            s.code.append(code)
+            lines.append(Line(key=key[:5], a=_side(key, prev), b=_side(key, p), code=code, verdict="n/a",
+                              ours=s.ours, noise=s.noise_at[i]))
+            where.append((key, i))
+        cmp = judge(lines, self.threshold_of, self.q)
+        for group in {(k.gpu, k.machine) for k, _ in members}:
+            self.level[group] = self.level.get(group, 0.0) + cmp.drift.get(group, 0.0)
+            self.commit_drift.setdefault(group, {})[commit] = self.level[group]
+        for key, i in members:
+            s = self.state[key]
+            s.y.append(math.log(s.points[i].median_ms) - self.level[(key.gpu, key.machine)])
+        for (key, i), ln in zip(where, cmp.lines):
+            self._gate(self.state[key], i, ln)
+        self._persistence([(key, i) for key, i in members if i >= 2])
+        self._slides([(key, i) for key, i in members])
+
+    def _gate(self, s: _State, i: int, ln: Line) -> None:
+        s.lines.append(ln)
+        if ln.verdict in STEPS:
+            s.steps.append((i, i, ln.z, ln.verdict, ln.code, _cause(ln), ln.p))
+            s.cuts.append(i)
+        elif env_change(ln) or ln.code == METHOD:
+            s.cuts.append(i)
+        if not (env_change(ln) or ln.code == METHOD or ln.verdict in EXPLAINED):
+            # one method and one set of conditions, and no step that our code explains: their
+            # difference tells the noise (a flip of a bimodal series too, flagged or not)
+            s.added[i] = s.y[i] - s.y[i - 1]
+            s.diffs.add(s.added[i])
+
+    def _persistence(self, members: list[tuple[SeriesKey, int]]) -> None:
+        found = []
+        for key, i in members:
+            s = self.state[key]
+            best = self._candidate(key, s, i)
+            if best:
+                found.append((key, i, best))
+        lines = [f[2][1] for f in found]
+        zs = p_values([ln.z for ln in lines], [ln.noise.df for ln in lines], PERSISTENT_TAIL)
+        ps = [min(1.0, p * f[2][2]) for p, f in zip(zs, found)]
+        families = ([k for k, ln in enumerate(lines) if can_gate(ln)], [k for k, ln in enumerate(lines) if not can_gate(ln)])
+        for family in families:
+            for k, rejected in zip(family, fdr([ps[k] for k in family], self.q)):
+                if not rejected:
+                    continue
+                key, i, (j, ln, _) = found[k]
+                s = self.state[key]
+                s.steps.append((j, i, ln.z, ln.verdict, ln.code, _cause(ln), ps[k]))
+                s.cuts.append(j)
+                if ln.verdict in EXPLAINED and j in s.added:  # our code's step, found late: not noise
+                    s.diffs.remove(s.added.pop(j))
+
+    def _candidate(self, key: SeriesKey, s: _State, i: int) -> tuple[int, Line, int] | None:
+        """The best step of one series decided at point i with 2..KMAX points after it: (its index,
+        its line named as the gate would name it, the candidates tried)."""
+        log_t = math.log1p(self.threshold_of(key.kernel))
+        best, tried = None, 0
+        noise = combine(*s.diffs.sigma(), s.prior)
+        last_cut = max(c for c in s.cuts if c <= i)
+        last_step = max((step[0] for step in s.steps), default=-1)
+        for j in range(max(1, i - KMAX + 1, last_cut, last_step + 1), i):
+            # from last_cut on, the points after j are all one code and one condition, with no step
+            lo = max([c for c in s.cuts if c < j] + [0])
+            lo = max(lo, j - WINDOW)
+            before, after = s.y[lo:j], s.y[j:i + 1]
+            tried += 1
+            lb, la = median(before), median(after)
+            if self.record is None and abs(la - lb) < log_t:
+                continue  # too small to be a step (z is computed below only for the calibration's record)
+            sign = math.copysign(1.0, la - lb)
+            # every point after the step stands beyond the level before: the least of them, in
+            # standard errors of one point against that level (one flip of a noisy series cannot
+            # make it, which is why its tail is so much lighter than the gate's)
+            z = sign * max(0.0, min((v - lb) * sign for v in after)) / (
+                noise.sigma * math.sqrt(1 + _factor(len(before)) / len(before)))
+            if self.record is not None:  # the calibration's null: same code over the window
+                self.record.append((key, s.ours, j, i, z, s.code[lo + 1:i + 1]))
+            if abs(la - lb) < log_t or z == 0:
+                continue
+            if best is None or abs(z) > abs(best[1]):
+                best = (j, z, noise, lb, la)
+        if best is None:
+            return None
+        j, z, noise, lb, la = best
+        a = replace(s.points[j - 1], median_ms=math.exp(lb), runs_ms=())
+        b = replace(s.points[j], median_ms=math.exp(la), runs_ms=())
+        ln = Line(key=key[:5], a=_side(key, a), b=_side(key, b), code=s.code[j] or UNKNOWN, verdict="n/a",
+                  ours=s.ours, noise=noise, change=math.expm1(la - lb), corrected=math.expm1(la - lb), z=z)
+        return j, verdict_of(ln, True, log_t), tried
+
+    def _slides(self, members: list[tuple[SeriesKey, int]]) -> None:
+        tests = []
+        for key, i in members:
+            s = self.state[key]
+            lo = max(max(c for c in s.cuts if c <= i), i - SLIDE_SPAN + 1)
+            if i - lo + 1 < 2 * SLIDE_ENDS + 1:
+                continue
+            start, end = median(s.y[lo:lo + SLIDE_ENDS]), median(s.y[i - SLIDE_ENDS + 1:i + 1])
+            if abs(end - start) < math.log1p(self.threshold_of(key.kernel)):
+                continue
+            noise = s.noise_at[i]
+            z = (end - start) / (noise.sigma * math.sqrt(2 * _factor(SLIDE_ENDS) / SLIDE_ENDS))
+            tests.append((s, lo, i, end - start, z, noise.df))
+        ps = p_values([t[4] for t in tests], [t[5] for t in tests], PERSISTENT_TAIL)
+        for (s, lo, i, d, z, _), p in zip(tests, ps):
+            if p * len(members) <= self.q:  # Bonferroni over the series of the commit
+                s.slides.append(Slide(lo, i, s.points[lo].commit, s.points[i].commit, math.expm1(d), z))
+
+    def results(self) -> dict[SeriesKey, SeriesResult]:
+        out = {}
+        for key, s in self.state.items():
+            drift = tuple(self.commit_drift[(key.gpu, key.machine)][p.commit] for p in s.points)
+            flags = _flags(s, self.threshold_of(key.kernel))
+            out[key] = SeriesResult(key=key, points=s.points, noise=combine(*s.diffs.sigma(), s.prior),
+                                    flags=flags, drift=drift, prior=s.prior, ours=s.ours, noise_at=tuple(s.noise_at),
+                                    noise_before=tuple(s.noise_before), lines=tuple(s.lines),
+                                    slides=tuple(s.slides))
+        return out
 
 
-def detect_all(rows: Iterable[dict], thresholds: dict[str, float] | None = None) -> dict[SeriesKey, list[Flag]]:
+def code_status(code: CodeChanges | None, kernel: str, ours: bool, a: str | None, b: str | None) -> str:
+    """A provider's code of a kernel from commit a to b: ours as git says (UNKNOWN where it cannot
+    tell); any other provider's never changes, but its method may (spec.py, grids)."""
+    if a is not None and a == b:
+        return UNCHANGED
+    if code is None:
+        return UNKNOWN if ours else UNCHANGED
+    if ours:
+        status = code.status(kernel, a, b)
+        return UNKNOWN if status is None else status
+    return METHOD if code.method_changed(kernel, a, b) else UNCHANGED
+
+
+def _side(key: SeriesKey, p: Point) -> Side:
+    return Side(p, "ok", key.timing, key.gpu, key.machine, p.partial, p.commit)
+
+
+def _factor(n: int) -> float:
+    # variance of a median of n normal values over that of one value, times n: 1 up to two values
+    # (their mean), pi/2 beyond
+    return 1.0 if n <= 2 else math.pi / 2
+
+
+def _cause(ln: Line) -> str | None:
+    """What else changed where a series stepped: None when it is the series' own step (ours whose
+    code changed, or a reference's move)."""
+    env = env_change(ln)
+    if ln.verdict == WITH_ENV:
+        return f"environment: {env}; our code changed too: confirm"
+    if ln.verdict == "environment changed":
+        return f"environment: {env}"
+    if ln.verdict == "method changed":
+        return "method: how the inputs are drawn or what is measured changed"
+    if ln.verdict == "partial run":
+        return "partial run: confirm"
+    if ln.verdict == "moved" and ln.ours:
+        return "our code did not change"
+    return None
+
+
+def _recovered(y: list[float], i: int, before: float, after: float, log_t: float) -> int | None:
+    """The first point from which PERSIST points in a row are back: nearer the level before the step
+    than the level after it, and within the threshold of the level before."""
+    sign = 1.0 if after > before else -1.0
+    mid = (before + after) / 2
+    run = 0
+    for r in range(i + 1, len(y)):
+        back = (y[r] - mid) * sign < 0 and (y[r] - before) * sign < log_t
+        run = run + 1 if back else 0
+        if run == PERSIST:
+            return r - PERSIST + 1
+    return None
+
+
+def _flags(s: _State, threshold: float) -> list[Flag]:
+    """Flags in point order, each with its status. The levels either side are the medians of up to
+    LEVELS points of the segments around the step (between flags), so they sharpen as points arrive;
+    whether there is a step, where, and its z are what was decided."""
+    flags = []
+    steps = sorted(s.steps)
+    bounds = [0] + [st[0] for st in steps] + [len(s.y)]
+    log_t = math.log1p(threshold)
+    for q, (j, i, z, verdict, code, cause, p) in enumerate(steps):
+        before = median(s.y[max(bounds[q], j - LEVELS):j])
+        after = median(s.y[j:min(bounds[q + 2], j + LEVELS)])
+        rec = _recovered(s.y, i, before, median(s.y[j:i + 1]), log_t)  # with the levels it was decided on
+        before_ms, after_ms = math.exp(before), math.exp(after)
+        flags.append(Flag(kind="regression" if z > 0 else "improvement", index=j,
+                          before_commit=s.points[j - 1].commit, after_commit=s.points[j].commit,
+                          before_ms=before_ms, after_ms=after_ms, change=after_ms / before_ms - 1,
+                          noise_sigmas=round(abs(z), 2) if math.isfinite(z) else math.inf, cause=cause,
+                          status="open" if rec is None else "recovered",
+                          recovered_commit=s.points[rec].commit if rec is not None else None,
+                          recovered_index=rec, decided_index=i, verdict=verdict, code=code, p=p))
+    return flags
+
+
+# -- entry points -----------------------------------------------------------------------------------
+
+
+def analyse(rows: Iterable[dict], thresholds: dict[str, float] | None = None, code: CodeChanges | None = None,
+            q: float = Q) -> dict[SeriesKey, SeriesResult]:
+    """Rows of results_v (at least COLUMNS, e.g. `store.query(QUERY)`) -> every series' points,
+    noise, drift, gate verdicts, flags and slides. `thresholds`: kernel -> relative threshold
+    (DEFAULT_THRESHOLD otherwise); `code`: whose code changed between two commits (a
+    codechange.Repo; None: git is not asked, and our code counts as changed at every commit)."""
+    series, ours = group_series(rows)
+    return walk(series, ours, thresholds, code, q)
+
+
+def walk(series: dict[SeriesKey, list[Point]], ours: set[SeriesKey], thresholds: dict[str, float] | None = None,
+         code: CodeChanges | None = None, q: float = Q, record: list | None = None) -> dict[SeriesKey, SeriesResult]:
+    """analyse() on series already made of points (the evaluation plants steps in them). `record`:
+    a list that receives every persistence candidate (series, ours, j, i, z, code statuses of its
+    window), for the calibration."""
+    w = _Walk({k: list(v) for k, v in series.items()}, set(ours), thresholds or {}, code, q)
+    w.record = record
+    w.run()
+    return w.results()
+
+
+def detect(points: Sequence[Point], threshold: float = DEFAULT_THRESHOLD, prior: float | None = None,
+           drift: Sequence[float] | None = None, ours: bool = True, q: float = Q) -> list[Flag]:
+    """The flags of one series on its own (points in commit order): its own noise, shrunk towards
+    `prior`; `drift` (log units, per point) is removed first; `q`: the false-discovery rate (a
+    series alone is a family of one: Q / n is how one of n lines of a commit is judged)."""
+    if drift is not None:
+        points = [replace(p, median_ms=p.median_ms * math.exp(-d),
+                          runs_ms=tuple(v * math.exp(-d) for v in p.runs_ms)) for p, d in zip(points, drift)]
+    key = SeriesKey("k", "fwd", "ours" if ours else "ref", "s", "dtype", "gpu", None, "cuda-graph")
+    w = _Walk({key: list(points)}, {key} if ours else set(), {"k": threshold}, None, q)
+    if prior is not None:
+        w.state[key].prior = prior
+    w.run()
+    return w.results()[key].flags
+
+
+def detect_all(rows: Iterable[dict], thresholds: dict[str, float] | None = None,
+               code: CodeChanges | None = None) -> dict[SeriesKey, list[Flag]]:
     """{series key: flags} for the series with at least one flag (analyse() has everything)."""
-    return {k: r.flags for k, r in analyse(rows, thresholds).items() if r.flags}
+    return {k: r.flags for k, r in analyse(rows, thresholds, code).items() if r.flags}

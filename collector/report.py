@@ -70,11 +70,9 @@ def records(rows: list[dict[str, Any]], copy_gbps: float | None, matmul_tflops: 
 
 def is_ours(row: dict[str, Any]) -> bool:
     """Whether a row measured our own code, whose failing gate fails `kcollect run`: the row's
-    `ours` where the store has it (declared on the provider, Provider.ours), else the providers
-    regress.OURS names. The one place the run's exit code asks it."""
-    from .regress import OURS
-
-    return bool(row["ours"]) if row.get("ours") is not None else row["provider"] in OURS
+    `ours` (declared on the provider, Provider.ours; the store keeps it since schema 8, and gives
+    older rows it on import). The one place the run's exit code asks it."""
+    return bool(row.get("ours"))
 
 
 def run_records(runs: list[dict[str, Any]], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -317,7 +317,9 @@ def make_row(run_id: str, seq: int, case: Case, mode: str, provider: str, *, sta
              rel_err: float | None = None, tolerance: float | None = None, config: str | None = None) -> dict[str, Any]:
     """A result row without timings (those are added when it is timed)."""
     spec, dims = case.spec, case.shape.dims
+    declared = spec.provider(provider)
     return dict(run_id=run_id, kernel=spec.name, mode=mode, provider=provider, shape=case.shape.label,
+                ours=declared.ours, package=declared.package,
                 dims=json.dumps(dict(dims)), dtype=DTYPE_NAMES[case.dtype], baseline=spec.baseline,
                 bound=spec.bound, status=status, error=error, rel_err=_finite(rel_err), tolerance=tolerance,
                 bytes=int(spec.bytes_moved(dims, case.dtype, mode)), flops=float(spec.flops(dims, mode)),

@@ -248,7 +248,7 @@ def render(data: site_data.SiteData, analysis: site_flags.Analysis, staging: Pat
         "kernels": [(k, slugs[k]) for k in data.kernels], "groups": site_pages.group_options(data.groups),
         "modes": data.modes, "dtypes": data.dtypes, "providers": data.providers, "colors": colors,
         "n_runs": len(data.runs), "n_open": count["open_ours"], "n_problems": len(problems),
-        "threshold": site_pages.detector_threshold(), "min_z": site_pages.detector_min_z(),
+        "threshold": site_pages.detector_threshold(), "fdr": site_pages.detector_fdr(),
     }
     w = Writer(staging, environment(), common)
     w.write(COMMITS_FILE, data_js(COMMITS_FILE, site_pages.commit_lists(data)))
@@ -335,16 +335,17 @@ def import_history(db: Path, data_dir: Path | None, cache: site_cache.Cache | No
 def _inputs(db: Path, config: Path | None, commit_url: str | None, git_root: Path | None,
             problems: list[tuple[str, str]]) -> str:
     """A digest of everything a build reads: the store file, the config, the options, this
-    kcollect's code and templates, the plotly package, the checkout's remote (commit links)."""
+    kcollect's code and templates, the plotly package, the checkout's remote (commit links) and
+    refs (the commits it knows: their subjects, and whose code changed)."""
     code = sorted([*Path(__file__).parent.glob("*.py"), *TEMPLATES.iterdir()])
     h = hashlib.sha256()
     for f in code:
         if f.is_file():
             h.update(f.name.encode() + f.read_bytes())
     st, pl = db.stat(), plotly_js().stat()
-    remote = site_git.remote(git_root) if git_root is not None else None
+    remote, refs = (site_git.remote(git_root), site_git.refs(git_root)) if git_root is not None else (None, None)
     h.update(repr([st.st_size, st.st_mtime_ns, pl.st_size, pl.st_mtime_ns, config.read_bytes() if config else None,
-                   commit_url, remote, sorted(problems)]).encode())
+                   commit_url, remote, refs, sorted(problems)]).encode())
     return h.hexdigest()
 
 
@@ -371,7 +372,8 @@ def build_site(db: str | Path, out: str | Path, data_dir: str | Path | None = No
                cache_dir: str | Path | None = None) -> BuildResult:
     """Builds the site from the store at db into out. `problems`: run folders that could not be
     imported, with why, listed on the import page beside those this build met itself. `git_root`:
-    a checkout that fills in the commit subjects, authors and links the store lacks.
+    a checkout that fills in the commit subjects, authors and links the store lacks, and says whose
+    code changed at each commit (None: our code counts as changed at every commit).
     `commit_url`: a template of a commit's web page ({sha} is replaced), which every commit's link
     then follows. `config`: the site's TOML (site_config), None for none. `cache_dir`: where a
     rebuild finds what it can reuse (None: nothing is cached).
@@ -404,7 +406,7 @@ def build_site(db: str | Path, out: str | Path, data_dir: str | Path | None = No
         site_git.fill(commits, git_root)
     if commit_url is not None:
         site_git.apply_template(commits, commit_url)
-    analysis = site_cache.analyse(data, cache)
+    analysis = site_cache.analyse(data, cache, git_root)
     staging = out.with_name(f".{out.name}.kcollect-staging")
     if staging.exists():
         shutil.rmtree(staging)
@@ -439,7 +441,8 @@ def build_site(db: str | Path, out: str | Path, data_dir: str | Path | None = No
 @click.option("--data", "data_dir", default="data/runs", show_default=True,
               help="Parquet history folded into --db first when it holds runs; '' to skip.")
 @click.option("--git/--no-git", "use_git", default=True, show_default=True,
-              help="Fill in commit subjects, authors and links the store lacks from the git checkout here.")
+              help="Read the git checkout here: the commit subjects, authors and links the store lacks, and "
+                   "whose code changed at each commit (without git, our code counts as changed at every commit).")
 @click.option("--commit-url", default=None, metavar="TEMPLATE",
               help="Link every commit to this page, {sha} replaced by its hash "
                    "(e.g. https://github.com/OWNER/REPO/commit/{sha}).")

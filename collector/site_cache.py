@@ -1,10 +1,12 @@
 """What a rebuild of the site can reuse, kept in a cache folder (by default the user's kcollect
-cache, `site/` in it): the regression analysis of each part of the history, and whether the run
-folders changed since the last import.
+cache, `site/` in it): the regression analysis of the history, and whether the run folders changed
+since the last import.
 
-The analysis is run series by series, each keyed by a digest of everything it reads (its points
-and their conditions, the commits they point into, the commit of its case's latest run) and of the
-analysis code itself; a rebuild analyses only the series whose history changed. The
+The analysis is cached whole, keyed by a digest of everything it reads: the engine's rows (a digest
+the store computes, site_data.HISTORY_DIGEST), the site's trend points, conditions and commits, what
+git knows of the history's commits, and the analysis code itself. Not series by series: the verdict
+engine judges the series of one commit together (machine drift, false-discovery rate) and shrinks
+each series' noise towards its siblings', so one new run can change any series' verdicts. The
 import of data/runs is skipped when neither the run folders (names, sizes, times) nor the store
 file changed since the import that last wrote it.
 """
@@ -13,15 +15,15 @@ from __future__ import annotations
 import hashlib
 import os
 import pickle
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from . import noise, regress, site_flags
+from . import codechange, noise, regress, series, site_data, site_flags, stability, verdicts
 from .site_data import SiteData
 
-# The code whose answers are cached: a change to any of it invalidates every part.
-ENGINE = hashlib.sha256(b"".join(Path(m.__file__).read_bytes() for m in (site_flags, regress, noise))
+# The code whose answers are cached: a change to any of it invalidates the cache.
+ENGINE = hashlib.sha256(b"".join(Path(m.__file__).read_bytes() for m in (site_flags, regress, noise, verdicts, series,
+                                                                        stability, codechange, site_data))
                         + Path(__file__).read_bytes()).hexdigest()[:16]
 
 
@@ -50,66 +52,45 @@ class Cache:
         return hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:16]
 
 
-# -- the analysis, part by part ---------------------------------------------------------------
+# -- the analysis -------------------------------------------------------------------------------
 
 
-def _series_digest(data: SiteData, key: tuple, provider: str, shape: str, points: list) -> str:
-    gkey, kernel, _, dtype = key
-    g = data.group(gkey)
-    conds = sorted(set(points[4]))
-    payload = [ENGINE, key, provider, shape, g.kind, points,
-               [[c, sorted(data.conditions[c].items(), key=str)] for c in conds],
-               [g.commits[i]["sha"] for i in sorted(set(points[0]))], data.last_ci.get((gkey, kernel, shape, dtype))]
-    return hashlib.sha256(pickle.dumps(payload, protocol=4)).hexdigest()
+def git_known(git_root: str | Path | None, commits) -> str | None:
+    """What git at git_root says of each commit (its full name, or missing), in one `git cat-file
+    --batch-check`: all the engine's code changes depend on. None without git."""
+    if git_root is None:
+        return None
+    names = sorted({c for c in commits if c})
+    return codechange.git(git_root, "cat-file", "--batch-check", stdin="".join(c + "\n" for c in names)) or "no git"
 
 
-def analyse(data: SiteData, cache: Cache | None) -> site_flags.Analysis:
-    """site_flags.analyse over the whole history, series by series, each taken from the cache where
-    its inputs did not change: its points and their conditions, the commits they point into (their
-    hashes, so that a commit inserted before them counts), the commit of its case's latest run. The
-    series are independent: each one (and each change of its conditions) is analysed on its own
-    points only, which test_site checks against the analysis of the whole."""
+def _items(d: dict) -> list:
+    """A dict's items at every depth, sorted by key: equal dicts give one text, whatever order the
+    store returned their rows in."""
+    return sorted((k, _items(v) if isinstance(v, dict) else v) for k, v in d.items())
+
+
+def digest(data: SiteData, git_root: str | Path | None) -> str:
+    """The key of one analysis: everything site_flags.analyse reads (see the module docstring)."""
+    groups = [(g.key, g.kind, [c["sha"] for c in g.commits]) for g in data.groups]
+    payload = [ENGINE, data.history_digest, _items(data.exact_trends), _items(data.conditions), _items(data.last_ci),
+               groups, git_known(git_root, (r["git_commit"] for r in data.history))]
+    return hashlib.sha256(repr(payload).encode()).hexdigest()
+
+
+def analyse(data: SiteData, cache: Cache | None, git_root: str | Path | None = None) -> site_flags.Analysis:
+    """site_flags.analyse of the whole history, from the cache where nothing it reads changed.
+    `git_root`: the checkout that says whose code changed (None: git is not asked)."""
     if cache is None:
-        return site_flags.analyse(data)
-    name = f"analysis-{ENGINE}.pickle"
-    old = cache.read(name) or {}
-    new, parts = {}, []
-    for key, providers in data.exact_trends.items():
-        for provider, shapes in providers.items():
-            for shape, points in shapes.items():
-                digest = _series_digest(data, key, provider, shape, points)
-                part = old.get(digest)
-                if part is None:
-                    part = site_flags.analyse(replace(data, exact_trends={key: {provider: {shape: points}}}))
-                new[digest] = part
-                parts.append(part)
-    if new.keys() != old.keys():
-        cache.write(name, new)  # only the series this history has: the file does not grow forever
-    return merge(parts)
-
-
-def merge(parts: list[site_flags.Analysis]) -> site_flags.Analysis:
-    """One Analysis from those of disjoint parts of the history (series), as site_flags.analyse would
-    give for the whole: a change of conditions at one commit counts the series of every part it
-    touched."""
-    out = site_flags.Analysis([], {}, [], [])
-    events: dict[tuple, dict[str, Any]] = {}
-    for p in parts:
-        out.flags += p.flags
-        out.noise.update(p.noise)
-        out.changes += p.changes
-        for e in p.events:
-            k = (e["gkey"], e["ci"], e["kind"], e["what"])
-            if k not in events:
-                events[k] = dict(e, kernels=set(e["kernels"]))
-            else:
-                events[k]["series"] += e["series"]
-                events[k]["moved"] += e["moved"]
-                events[k]["kernels"].update(e["kernels"])
-    for e in events.values():
-        e["kernels"] = sorted(e["kernels"])
-    out.events = sorted(events.values(), key=lambda e: (e["gkey"], -e["ci"], e["kind"]))
-    return out
+        return site_flags.analyse(data, git_root=git_root)
+    name = "analysis.pickle"
+    key = digest(data, git_root)
+    old = cache.read(name)
+    if old is not None and old[0] == key:
+        return old[1]
+    analysis = site_flags.analyse(data, git_root=git_root)
+    cache.write(name, (key, analysis))  # one analysis kept: the file does not grow
+    return analysis
 
 
 # -- the import of data/runs ------------------------------------------------------------------

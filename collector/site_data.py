@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import series
 from .names import plain
 from .store import Store
 
@@ -44,9 +45,14 @@ cm AS (
 rc AS (SELECT rk.* EXCLUDE (ctime), cm.ci, cm.ctime FROM rk JOIN cm USING (gkey, commit))
 """
 
-# Providers that run on the stack alone (ours, eager torch and its variants, torch.compile): a peer
-# package's version is part of the measuring conditions only for the peers themselves.
-STACK_PROVIDER = "(provider = 'triton' OR provider LIKE 'triton[%' OR provider = 'torch' OR provider LIKE 'torch\\_%' ESCAPE '\\' OR provider = 'compile')"
+# A digest of the engine's rows, computed by the store (milliseconds, where pickling the rows in
+# Python takes seconds): their count and the exclusive or of each row's hash. Rows are unique by
+# their key, so no two cancel; any changed value changes it.
+HISTORY_DIGEST = f"SELECT count(*) AS n, bit_xor(hash({', '.join(series.COLUMNS)})) AS h FROM ({series.QUERY})"
+
+# Providers that run on the stack alone (ours, as each row says, eager torch and its variants,
+# torch.compile): a peer package's version is part of the measuring conditions only for the peers.
+STACK_PROVIDER = "(coalesce(ours, false) OR provider = 'torch' OR provider LIKE 'torch\\_%' ESCAPE '\\' OR provider = 'compile')"
 
 # What a point was measured under: the machine, the timing method and the software. Two points
 # with different conditions are two series; a step between them is a change of conditions, never a
@@ -104,6 +110,9 @@ class SiteData:
     runs: list[dict[str, Any]]
     lab: list[dict[str, Any]] = field(default_factory=list)  # lab runs, newest first, each with its rows
     run_ci: dict[str, int] = field(default_factory=dict)  # run id -> the index of its commit in its group
+    # every row the verdict engine reads (series.QUERY: no lab run), for site_flags
+    history: list[dict[str, Any]] = field(default_factory=list)
+    history_digest: tuple = ()  # HISTORY_DIGEST of those rows: the analysis cache's key (site_cache)
 
     def group(self, key: str) -> Group:
         return next(g for g in self.groups if g.key == key)
@@ -150,7 +159,8 @@ def load(store: Store) -> SiteData:
         dtypes=_ordered({r["dtype"] for r in all_rows}, DTYPE_ORDER),
         latest=latest, trends=trends, exact_trends=exact_trends, conditions=conditions,
         last_ci={(*key, r["shape"], r["dtype"]): run_ci[r["run_id"]] for key, rows in latest.items() for r in rows},
-        sparks=_sparks(store), environments=_environments(store), runs=runs, lab=_lab(store), run_ci=run_ci)
+        sparks=_sparks(store), environments=_environments(store), runs=runs, lab=_lab(store), run_ci=run_ci,
+        history=store.query(series.QUERY), history_digest=tuple(store.query(HISTORY_DIGEST)[0].values()))
 
 
 def _groups(runs: list[dict[str, Any]]) -> list[Group]:
@@ -186,7 +196,7 @@ def _groups(runs: list[dict[str, Any]]) -> list[Group]:
 LATEST_COLUMNS = ("kernel, mode, provider, shape, dims, dtype, baseline, bound, status, error, rel_err, tolerance, "
                   "timing, median_ms, p20_ms, p80_ms, reps, bytes, flops, seq, gbps, tflops, frac_of_peak, "
                   "copy_gbps, matmul_tflops, run_id, git_commit, started_at, machine, config, peak_mem_bytes, "
-                  "recheck_ms, clock_mhz, mean_ms, std_ms, min_ms, p99_ms, max_ms, tokens")
+                  "recheck_ms, clock_mhz, mean_ms, std_ms, min_ms, p99_ms, max_ms, tokens, ours")
 # times and rates, with the latency distribution beside the median (p99 and max: rows since schema 4)
 TIME_COLUMNS = ("median_ms", "p20_ms", "p80_ms", "gbps", "tflops", "frac_of_peak", "recheck_ms",
                 "mean_ms", "std_ms", "min_ms", "p99_ms", "max_ms")

@@ -7,20 +7,13 @@ changed). Commits the checkout does not hold stay bare hashes; what the store re
 from __future__ import annotations
 
 import re
-import subprocess
 from pathlib import Path
 from typing import Any
 
+from .codechange import git as _git
+
 SHA = re.compile(r"[0-9a-f]{40}")
 HASH = re.compile(r"[0-9a-f]{7,40}")  # a commit's hash, whole or abbreviated (runs of copies without .git)
-
-
-def _git(root: Path, *args: str, stdin: str | None = None) -> str | None:
-    try:
-        out = subprocess.run(["git", "-C", str(root), *args], input=stdin, capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout if out.returncode == 0 else None
 
 
 def commit_url_template(remote: str | None) -> str | None:
@@ -38,6 +31,11 @@ def commit_url_template(remote: str | None) -> str | None:
 def remote(root: Path) -> str | None:
     """The URL of the checkout's origin, where it has one."""
     return (_git(root, "remote", "get-url", "origin") or "").strip() or None
+
+
+def refs(root: Path) -> str | None:
+    """The checkout's HEAD and refs: what it knows changes only with them (a fetch, a commit)."""
+    return _git(root, "show-ref", "--head")
 
 
 def fill(commits: list[dict[str, Any]], root: Path) -> int:

@@ -9,18 +9,15 @@ from typing import Any
 
 from . import charts
 from .site_data import SiteData, annotate, cell, geomean, median
-from .site_pages import OURS, _combos, _run_info, commit_info, needs_attention, open_regressions, severity
+from .site_pages import _combos, _run_info, commit_info, needs_attention, open_regressions, severity
 
 OPEN_LISTED = 8  # open regressions on the overview; the regressions page has them all
 
 
-def raised_by_latest(r: dict[str, Any], data: SiteData, last: int) -> bool:
-    """Whether the latest commit raised this flag: its series was measured there, and the step is
-    no more points behind than the detector needs to decide one (regress.PERSIST)."""
-    from . import regress
-
-    return (data.last_ci.get((r["gkey"], r["kernel"], r["shape"], r["dtype"])) == last
-            and r["n_after"] is not None and r["n_after"] <= regress.PERSIST)
+def raised_by_latest(r: dict[str, Any], last: int) -> bool:
+    """Whether the latest commit raised this flag: the verdict engine decided it there (at its own
+    commit, as compare's gate, or with the points up to it)."""
+    return r["decided_ci"] == last
 
 
 def latest_commits(data: SiteData, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -33,23 +30,20 @@ def latest_commits(data: SiteData, rows: list[dict[str, Any]]) -> list[dict[str,
         last = len(g.commits) - 1
         kernels = sorted({k for (gk, k), rs in data.latest.items() if gk == g.key
                           and any(data.run_ci.get(r["run_id"]) == last for r in rs)})
-        new = sorted((r for r in rows if r["gkey"] == g.key and needs_attention(r) and raised_by_latest(r, data, last)),
+        new = sorted((r for r in rows if r["gkey"] == g.key and needs_attention(r) and raised_by_latest(r, last)),
                      key=lambda r: -severity(r))
         out.append({"group": g, "commit": commit_info(g.commits[last]), "kernels": kernels, "new": new,
                     "run": _run_info(g.latest, g)})
     return out
 
 
-# Our kernels' provider: `triton`, and `kcollect` in the backbone benchmark (models built from them).
-OURS_NAMES = (OURS, "kcollect")
-
-
 def standing(rows: list[dict[str, Any]], excluded: set[str]) -> dict[str, Any]:
     """Ours against the fastest other provider of the same function, case by case (mode, shape,
     dtype) over the latest rows of one kernel on one GPU: how many cases ours is ahead in, the
     geometric mean of (that provider's time / ours), the provider that is fastest most often, and
-    the median % of the speed of light of ours. Only rows that passed and were steady count."""
-    ours = next((p for p in OURS_NAMES if any(r["provider"] == p for r in rows)), OURS)
+    the median % of the speed of light of ours (the provider whose rows say `ours`). Only rows that
+    passed and were steady count."""
+    ours = next((r["provider"] for r in rows if r.get("ours")), None)
     cases: dict[tuple, dict[str, float]] = {}
     mine = [r for r in rows if r["provider"] == ours]
     for r in rows:
@@ -57,8 +51,10 @@ def standing(rows: list[dict[str, Any]], excluded: set[str]) -> dict[str, Any]:
             cases.setdefault((r["mode"], r["shape"], r["dtype"]), {})[r["provider"]] = r["median_ms"]
     ratios, rivals, ahead = [], Counter(), 0
     for times in cases.values():
+        if ours not in times:
+            continue
         peers = {p: t for p, t in times.items() if p != ours and p not in excluded and not p.startswith(ours + "[")}
-        if ours not in times or not peers:
+        if not peers:
             continue
         best = min(peers, key=peers.get)
         ratios.append(peers[best] / times[ours])
@@ -130,7 +126,8 @@ def trust(data: SiteData, noise: dict[tuple, float | None]) -> dict[str, Any]:
         status = Counter(r["status"] for r in rows)
         gpus.append({"group": g, "rows": len(rows), "status": dict(status), "machines": g.machines,
                      "runs": sum(r["gkey"] == g.key for r in data.runs), "commits": len(g.commits)})
-    ours = [v for k, v in noise.items() if k[4] == OURS and v is not None]
+    mine = {(gk, r["kernel"], r["provider"]) for (gk, _), rs in data.latest.items() for r in rs if r.get("ours")}
+    ours = [v for k, v in noise.items() if (k[0], k[1], k[4]) in mine and v is not None]
     return {"gpus": gpus, "noise": median(ours), "n_series": len(ours)}
 
 

@@ -116,18 +116,19 @@ def flag_rows(data: SiteData, flags: list[dict[str, Any]], changes: list[dict[st
         end = g.commits[f["end_ci"]] if f["end_ci"] is not None else None
         rows.append(_row(data, f, slugs) | {
             "filter_kind": KIND_FILTER[f["state"]], "label": STATE_LABEL[f["state"]],
-            "z": f["z"], "noise": f["noise"], "spark": charts.sparkline(values, mark=mark),
+            "z": f["z"], "p": f["p"], "noise": f["noise"], "spark": charts.sparkline(values, mark=mark),
             "end": commit_info(end) if end else None, "end_ci": f["end_ci"],
             "order": STATE_ORDER.get((f["kind"], f["state"], f["ours"]), 6),
             "undoes": commit_info(g.commits[f["undoes"]]) if f.get("undoes") is not None else None,
-            "undoes_ci": f.get("undoes"), "n_after": len(f["values"]) - f["step_at"]})
+            "undoes_ci": f.get("undoes"), "n_after": len(f["values"]) - f["step_at"], "decided_ci": f["decided_ci"]})
     for c in changes:
         if c["kernel"] not in slugs:
             continue
         rows.append(_row(data, c, slugs) | {
             "id": None, "kind": c["kind"], "state": "condition", "filter_kind": c["kind"],
-            "label": f"{c['kind']} change", "z": None, "noise": None, "spark": None, "end": None, "end_ci": None,
-            "undoes": None, "undoes_ci": None, "n_after": None, "what": c["what"], "ours": c["provider"] == OURS, "order": 7})
+            "label": f"{c['kind']} change", "z": None, "p": None, "noise": None, "spark": None, "end": None,
+            "end_ci": None, "undoes": None, "undoes_ci": None, "n_after": None, "decided_ci": None, "what": c["what"],
+            "ours": c.get("ours", False), "order": 7})
     rows.sort(key=lambda r: (r["order"], -severity(r), r["kernel"], r["shape"]))
     return rows
 
@@ -145,17 +146,17 @@ def _row(data: SiteData, f: dict[str, Any], slugs: dict[str, str]) -> dict[str, 
         "change": f["change"], "what": f.get("what"), "timing": f.get("timing")}
 
 
-def confidence(z: float | None) -> float:
-    """How sure a step is: the chance that its true size clears the detector's bar (MIN_Z standard
-    errors), its measured size being z with an error of one: Phi(z - MIN_Z). A step just at the
-    bar is a coin toss (0.5); two standard errors past it, 0.98."""
-    return 0.0 if z is None else 0.5 * (1 + math.erf((z - detector_min_z()) / math.sqrt(2)))
+def confidence(p: float | None) -> float:
+    """How sure the verdict engine is of a step: 1 - the p-value it decided it with (the gate's
+    calibrated tail, or for a step found with more points the persistence test's, times the
+    candidates it tried; regress.Flag.p). A change of conditions has none: 1."""
+    return 1.0 if p is None else max(0.0, 1.0 - p)
 
 
 def severity(r: dict[str, Any]) -> float:
     """The order of the open regressions, across GPUs: how much slower (the log of the time ratio)
-    times how sure; a change of conditions (no z) by its size alone."""
-    return abs(math.log1p(r["change"])) * (confidence(r["z"]) if r["z"] is not None else 1.0)
+    times how sure the engine is (confidence)."""
+    return abs(math.log1p(r["change"])) * confidence(r.get("p"))
 
 
 def detector_threshold() -> float:
@@ -166,11 +167,12 @@ def detector_threshold() -> float:
     return regress.DEFAULT_THRESHOLD
 
 
-def detector_min_z() -> float:
-    """The detector's bar in standard errors of a step (its own constant)."""
-    from . import regress
+def detector_fdr() -> float:
+    """The false-discovery rate at which the detector decides the series of one commit together
+    (verdicts.Q, its own constant)."""
+    from . import verdicts
 
-    return regress.MIN_Z
+    return verdicts.Q
 
 
 def needs_attention(r: dict[str, Any]) -> bool:

@@ -5,6 +5,7 @@ does everything else (inputs on the device, the correctness gate, timing, units,
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
@@ -74,6 +75,18 @@ class Provider:
     # whether its first call builds code that a disk cache keeps (Triton, torch.compile, the CuTe
     # DSL): the precompile pass calls only these (precompile.py); False for native PyTorch
     builds: bool = True
+    # whether its code is this repository's (our kernels): stored on every row, it decides which
+    # series can fail the regression gate; every other provider is a reference whose code does not
+    # change between our commits
+    ours: bool = False
+
+    @property
+    def package(self) -> str:
+        """The distribution of the peer package it runs ('liger-kernel'), '' for any other provider:
+        stored on every row, so that a peer's upgrade is a change of conditions for that peer's
+        series only. A peer's availability check (peer_available) names the module it imports."""
+        module = getattr(self.available, "module", None)
+        return _distribution(module) if module else ""
 
 
 @dataclass(frozen=True)
@@ -135,10 +148,10 @@ def compiled(eager_fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def standard_providers(triton_fn: Callable[..., Any], eager_fn: Callable[..., Any],
                        config: Callable[[Inputs], Mapping[str, Any]] | None = None) -> tuple[Provider, ...]:
-    """ours (with the function that names its tuned config), PyTorch eager, and torch.compile of
-    the same eager code."""
+    """ours (with the function that names its tuned config, `ours=True`), PyTorch eager, and
+    torch.compile of the same eager code."""
     return (
-        Provider("triton", triton_fn, config=config),
+        Provider("triton", triton_fn, config=config, ours=True),
         Provider("torch", eager_fn, builds=False),
         Provider("compile", compiled(eager_fn)),
     )
@@ -164,4 +177,15 @@ def peer_available(module: str) -> Callable[[str], str | None]:
             return f"{module} cannot be imported: {type(e).__name__}: {str(e).splitlines()[0][:200]}"
         return None
 
+    check.module = module  # Provider.package reads it
     return check
+
+
+@functools.lru_cache(maxsize=None)
+def _distribution(module: str) -> str:
+    """The installed distribution that provides a top-level module ('liger_kernel' -> 'liger-kernel'),
+    or the module's own name where none is installed (the row is then 'unavailable' anyway)."""
+    from importlib.metadata import packages_distributions
+
+    found = packages_distributions().get(module.split(".")[0])
+    return found[0] if found else module

@@ -7,18 +7,25 @@ speedup or a regression. So every timed row is measured twice, apart in time:
 1. the measurement (T1), when the provider's turn comes;
 2. a short re-measurement (R) at the end of its case, after the other providers ran.
 
-The row is `ok` when T1 and R agree: their medians differ by at most max(FLOOR[device], 2 x the
-narrower of their p20-p80 spreads, relative to T1's median), and the allocator did not have to
-retry (free its caches and call cudaMalloc again, which synchronises the device) during either.
-The narrower spread, because a disturbance widens the spread of the measurement it hits: with the
-wider one, a disturbed measurement vouched for itself. On four H100s, a 7.4 us RMSNorm forward
-whose samples a disturbance spread from 23 to 142 us (p20-p80) was stored `ok` at a median of 69
-us beside its recheck's 7.4 us, 9x off; in that grid's two runs 22 rows were stored `ok` 1.5-9x
-away from their rechecks.
+The row is `ok` when T1 and R agree: the ratio of their medians is within 1 + max(FLOOR[device],
+2 x the narrower of their p20-p80 spreads relative to the median, at most 2 x MAX_SPREAD) either
+way, and the allocator did not have to retry (free its caches and call cudaMalloc again, which
+synchronises the device) during either. The narrower spread, because a disturbance widens the
+spread of the measurement it hits: with the wider one, a disturbed measurement vouched for itself.
+On four H100s, a 7.4 us RMSNorm forward whose samples a disturbance spread from 23 to 142 us
+(p20-p80) was stored `ok` at a median of 69 us beside its recheck's 7.4 us, 9x off; in that grid's
+two runs 22 rows were stored `ok` 1.5-9x away from their rechecks. A ratio, not a difference
+relative to T1: relative to a disturbed (slow) T1 no recheck ever differs by more than 100%.
+And at most MAX_SPREAD of spread counts, so that two disturbed measurements cannot vouch for each
+other by being wide alike.
 Otherwise the provider is measured once more in full (T2), at once; the row is `ok` with T2's
 numbers when T2 agrees with T1 or with R (two of three measurements tell the same story), and
 `unstable` with T2's numbers otherwise, the error saying what disagreed. An unstable row has no
 rate in results_v and is never shown as a speedup or a regression.
+
+Rows stored before this rule (the committed history has 75 of them `ok` beside a recheck that
+disagrees) are judged by the same rule when they are analysed (`disagrees`, with the one spread a
+row keeps: its own), and never count as a time.
 
 The SM clock and the free device memory are recorded with each row as evidence, but do not decide:
 a clock sample is a moment (NVML's last period), and a clock that moved without moving the time
@@ -26,15 +33,21 @@ did not matter. The times are the evidence that does.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from .timing import Timing
+if TYPE_CHECKING:  # a type only: the analysis reads this rule without importing torch
+    from .timing import Timing
 
 # Smallest relative disagreement that counts as a disturbance. On a GPU, graph replays of one call
 # repeat within about 1%, and two runs of one commit within 2% at the median row: 5% is beyond
 # what steady conditions give. The CPU interpreter shares its cores with everything else on the
 # machine; its rows are never compared with GPU rows and only a gross disturbance is flagged.
 FLOOR = {"cuda": 0.05, "cpu": 0.25}
+# The widest p20-p80 spread (relative to the median) that widens the tolerance: beyond it the
+# measurement was disturbed itself, and two such measurements may agree by accident.
+MAX_SPREAD = 0.5
 
 
 @dataclass(frozen=True)
@@ -48,11 +61,29 @@ class Measured:
         return (t.p80_ms - t.p20_ms) / t.median_ms if t.median_ms > 0 else float("inf")
 
 
+def tolerance(spread: float, device: str) -> float:
+    """The largest log ratio of two medians that still agree, given the narrower spread."""
+    return math.log1p(max(FLOOR.get(device, FLOOR["cpu"]), 2 * min(spread, MAX_SPREAD)))
+
+
 def agree(a: Measured, b: Measured, device: str) -> bool:
     if a.retries or b.retries:
         return False
-    tol = max(FLOOR.get(device, FLOOR["cpu"]), 2 * min(a.spread, b.spread))
-    return abs(b.timing.median_ms - a.timing.median_ms) <= tol * a.timing.median_ms
+    ratio = b.timing.median_ms / a.timing.median_ms if a.timing.median_ms > 0 else math.inf
+    return ratio > 0 and abs(math.log(ratio)) <= tolerance(min(a.spread, b.spread), device)
+
+
+def disagrees(row: dict) -> bool:
+    """Whether a stored `ok` row and its recheck disagree by the rule above, judged with the row's
+    own spread (the recheck's is not stored; the narrower one can only be narrower): such a row was
+    disturbed and is no time. Rows without a recheck cannot be judged and pass."""
+    ms, recheck = row.get("median_ms"), row.get("recheck_ms")
+    if not ms or not recheck or ms <= 0 or recheck <= 0:
+        return False
+    p20, p80 = row.get("p20_ms"), row.get("p80_ms")
+    spread = (p80 - p20) / ms if p20 is not None and p80 is not None else 0.0
+    device = "cuda" if row.get("device_kind") == "cuda" else "cpu"
+    return abs(math.log(ms / recheck)) > tolerance(spread, device)
 
 
 @dataclass(frozen=True)

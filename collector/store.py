@@ -25,7 +25,7 @@ from typing import Any, Iterable, Sequence
 import duckdb
 import numpy as np
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 APP = "kcollect"
 
 
@@ -132,6 +132,13 @@ RESULT_COLUMNS = {
     # (schema 6) wall seconds its measurement took, recheck and its share of the case's inputs,
     # references and release included: what the next run's estimate is fitted on (cost.py)
     "seconds": "DOUBLE",
+    # (schema 8) the provider's code is this repository's (spec.Provider.ours): only these series can
+    # fail the regression gate. Rows from before schema 8 are given it on import (legacy_ours).
+    "ours": "BOOLEAN",
+    # (schema 8) the peer distribution the provider runs ('liger-kernel'), '' for any other provider:
+    # its version (environments.peers) is a condition of that provider's series only. NULL before
+    # schema 8: unknown, so every peer version counts for the rows of providers that are not ours.
+    "package": "VARCHAR",
 }
 RESULT_KEY = ("run_id", "kernel", "mode", "provider", "shape", "dtype")
 
@@ -194,7 +201,8 @@ ADDED = {1: {"environments": ["peers"],
          3: {"results": ["p99_ms", "max_ms"]},
          4: {"results": ["tokens"]},
          5: {"results": ["seconds"]},
-         6: {"environments": ["plugins"], "runs": ["invocation", "kcollect_version", "kcollect_commit"]}}
+         6: {"environments": ["plugins"], "runs": ["invocation", "kcollect_version", "kcollect_commit"]},
+         7: {"results": ["ours", "package"]}}
 
 
 def relabel_shapes(con, run_ids: str | Sequence[str] | None = None) -> None:
@@ -216,6 +224,17 @@ def relabel_shapes(con, run_ids: str | Sequence[str] | None = None) -> None:
     con.execute("DROP TABLE kc_labels")
 
 
+def legacy_ours(con, run_ids: Sequence[str] | None = None) -> None:
+    """Rows stored before schema 8 did not say whose code they timed. Until then our kernels were
+    always the provider named 'triton', and the backbones' own was 'kcollect': every row, or these
+    runs' rows, gets `ours` from that rule (rows written since carry Provider.ours)."""
+    where = f"AND run_id IN ({', '.join('?' * len(run_ids))})" if run_ids else ""
+    if run_ids is not None and not run_ids:
+        return
+    con.execute("UPDATE results SET ours = (provider = 'triton' OR (kernel = 'backbone' AND provider = 'kcollect')) "
+                f"WHERE ours IS NULL {where}", list(run_ids or ()))
+
+
 def _add_columns(version: int):
     tables = {"environments": ENV_COLUMNS, "runs": RUN_COLUMNS, "results": RESULT_COLUMNS}
     return [f"ALTER TABLE {t} ADD COLUMN {c} {tables[t][c]}" for t, cols in ADDED[version].items() for c in cols]
@@ -226,7 +245,8 @@ MIGRATIONS: dict[int, list] = {1: ["DROP VIEW IF EXISTS results_v", *_add_column
                                3: ["DROP VIEW IF EXISTS results_v", *_add_columns(3)],
                                4: ["DROP VIEW IF EXISTS results_v", *_add_columns(4)],
                                5: ["DROP VIEW IF EXISTS results_v", *_add_columns(5)],
-                               6: ["DROP VIEW IF EXISTS results_v", *_add_columns(6)]}
+                               6: ["DROP VIEW IF EXISTS results_v", *_add_columns(6)],
+                               7: ["DROP VIEW IF EXISTS results_v", *_add_columns(7), legacy_ours]}
 
 
 @dataclass

@@ -1,19 +1,31 @@
-"""The verdicts of `kcollect compare`, as pure functions of the two sides' rows (no I/O, no git).
+"""The verdict engine: one comparison of two points per series, decided together.
 
-One line per series present on both sides. A change of ours is significant when it exceeds both
-the relative threshold and COMPARE_Z standard errors of the difference of the two points, the
-standard error coming from the series' run-to-run noise measured from its history (kcollect.noise,
-never below what today's pair of runs shows for like series). Before that, the change is corrected
-for the machine's drift between the two sides: the median change of the series whose code did not
-change (every provider but ours, and ours where git says its kernel was not touched).
+`kcollect compare` (the CI gate) and the history behind the site (regress.analyse, which asks this
+module at every commit what the gate would have said) decide with the same function, `judge`, on
+lines built the same way, so the site and compare cannot disagree.
 
-What is never a regression, whatever the numbers:
-- a series whose code did not change between the two sides (it informs the drift and the noise);
-- a change of timing method, environment (torch, Triton, driver, CUDA, peer versions) or machine:
-  reported as such;
-- a row disturbed while timed (status 'unstable'): not compared;
-- a case that failed for every provider at B (the reference out of memory, say): not our kernel's;
-- CPU (interpreted) rows: shown, but they never decide the exit status.
+A line is one series on both sides: its point before (A) and after (B). Its change is log(B/A),
+corrected for the machine's drift: the median change of the lines whose code did not change, on
+the same GPU and machine. Its standard error comes from the series' run-to-run noise (kcollect.noise:
+reruns, rechecks and same-code history, never below the scatter that today's pair of points shows
+for like series), widened where a point's own runs disagree; its p-value from the calibrated
+Student t (noise.p_values). The lines are then decided in two families at a false-discovery rate Q
+(Benjamini-Hochberg): the lines that can fail the gate (ours, code changed or unknown, measured
+alike on a GPU), and every other line. A line is a change when its family rejects it AND its
+corrected change is at least the threshold.
+
+What a significant change is called:
+- ours, code changed (or git cannot tell): 'regression' or 'improvement'; only these can fail;
+- the kernel's method changed (only how inputs are drawn or what is measured: spec.py, grids):
+  'method changed', whoever's series it is;
+- the conditions changed (torch, Triton, driver, CUDA, or the peer's own package): 'environment
+  changed', and for ours whose code changed too and got slower 'changed with the environment:
+  confirm' (shown, and re-measured by --confirm, never dropped);
+- code that did not change (every provider but ours, and ours where git says so): 'moved';
+- a point whose every run was interrupted: a slowdown of ours is 'partial run: confirm'.
+Never compared: a change of timing method or of machine ('timing changed', 'other machine'), a side
+disturbed while timed ('unstable'). A newly failing gate is 'failing' (ours: it gates), or 'case
+failed' where every provider of the case failed at B (the reference out of memory, say).
 """
 from __future__ import annotations
 
@@ -23,29 +35,37 @@ from datetime import datetime
 from statistics import median
 from typing import Callable, Iterable
 
-from .noise import MAD_TO_SIGMA, Noise, duration_class
-from .regress import MIN_REFERENCES, Point, SeriesKey, describe_env_change, device, points_from_rows
+from .noise import PRIOR_WEIGHT, Noise, combine, duration_class, fdr, p_values, typical
+from .series import Point, SeriesKey, describe_env_change, device, is_time, points_from_rows
 
 MATCH = ("kernel", "mode", "provider", "shape", "dtype")
-COMPARE_Z = 4.0  # one pair of points and no persistence to lean on: stricter than the history's detector
+Q = 0.01  # false-discovery rate of each family of one comparison: an A/A comparison fails at most this often
+MIN_REFERENCES = 5  # lines a drift (or a pair-noise floor) needs; with fewer it is taken as 0 (none)
 FAILING = ("failed", "error")  # a newly failing gate or crash is a regression; 'unavailable' is not
 GATING = ("regression", "failing")
+CHANGED, UNCHANGED, METHOD, UNKNOWN = "changed", "unchanged", "method", "unknown"
+WITH_ENV = "changed with the environment"
 MARK = {"regression": "REGRESSION", "failing": "NOW FAILING", "improvement": "faster", "fixed": "fixed",
         "within noise": "no (noise)", "same": "no", "moved": "moved, code unchanged",
-        "unstable": "unstable, not compared", "timing changed": "timing method changed",
-        "environment changed": "environment changed", "other machine": "other machine",
-        "case failed": "every provider failed", "slower": "slower", "faster": "faster", "not confirmed": "not confirmed", "n/a": "-"}
+        "method changed": "method changed", "unstable": "unstable, not compared",
+        "timing changed": "timing method changed", "environment changed": "environment changed",
+        WITH_ENV: "changed with the environment: confirm", "partial run": "partial run: confirm",
+        "other machine": "other machine", "case failed": "every provider failed", "slower": "slower",
+        "faster": "faster", "not confirmed": "not confirmed", "n/a": "-"}
+QUIET = ("same", "within noise", "n/a")  # what `compare --only-changed` leaves out
 
 
 @dataclass(frozen=True)
 class Side:
-    """One series on one side: its point (None without an 'ok' row) and what it was measured with."""
+    """One series on one side: its point (None without a time) and what it was measured with."""
 
     point: Point | None
     status: str  # 'ok', 'unstable', or the latest row's status
     timing: str | None
     gpu: str
     machine: str | None
+    partial: bool = False  # its rows come from interrupted or unfinished runs only
+    commit: str | None = None  # the commit its rows are of
 
 
 @dataclass(frozen=True)
@@ -53,32 +73,43 @@ class Line:
     key: tuple  # MATCH values
     a: Side
     b: Side
-    code: str  # 'changed', 'unchanged' or 'unknown' (git could not tell: treated as changed)
+    code: str  # CHANGED, UNCHANGED, METHOD, or UNKNOWN (git could not tell: treated as changed)
     verdict: str
+    ours: bool = False  # the provider's code is ours (the row's `ours`)
     noise: Noise | None = None
     change: float | None = None  # b / a - 1, as measured
     corrected: float | None = None  # the change with the machine drift removed
     z: float | None = None  # the corrected change in standard errors
+    p: float | None = None
     note: str = ""
 
     @property
     def gates(self) -> bool:
-        """Whether this line fails the gate: ours (or unknown), on a GPU, regressed or newly failing."""
-        return self.verdict in GATING and self.code != "unchanged" and self.a.gpu != "cpu" and self.b.gpu != "cpu"
+        """Whether this line fails the gate: ours, code changed (or unknown), on a GPU, regressed or
+        newly failing."""
+        return (self.verdict in GATING and self.ours and self.code in (CHANGED, UNKNOWN)
+                and "cpu" not in (self.a.gpu, self.b.gpu))
+
+    @property
+    def series(self) -> SeriesKey:
+        return SeriesKey(*self.key, self.b.gpu, self.b.machine, self.b.timing)
 
 
 @dataclass(frozen=True)
 class Comparison:
     lines: list[Line]
-    drift: float | None  # log b/a of the series whose code did not change (None: too few of them)
-    drift_series: int
+    drift: dict[tuple, float]  # (gpu, machine) -> log b/a of the lines whose code did not change
+    drift_series: dict[tuple, int]
     notes: list[str]
 
 
-def sides(rows: Iterable[dict], where_in_key: bool) -> dict[tuple, Side]:
-    """Rows of one side -> {match key: Side}. With where_in_key (a comparison of commits) the GPU and
-    machine are part of the key; otherwise (two runs, two GPUs) they are the side's attributes. Where a
-    side holds several timing methods of one series, its latest run's counts."""
+# -- rows -> sides -----------------------------------------------------------------------------------
+
+
+def sides(rows: Iterable[dict], where_in_key: bool) -> dict[tuple, tuple[Side, bool]]:
+    """Rows of one side -> {match key: (Side, ours)}. With where_in_key (a comparison of commits)
+    the GPU and machine are part of the key; otherwise (two runs, two GPUs) they are the side's
+    attributes. Where a side holds several timing methods of one series, its latest run's counts."""
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
         key = tuple(r[c] for c in MATCH) + ((device(r), r.get("machine")) if where_in_key else ())
@@ -88,116 +119,199 @@ def sides(rows: Iterable[dict], where_in_key: bool) -> dict[tuple, Side]:
         latest = max(group, key=lambda r: r.get("started_at") or datetime.min)
         group = [r for r in group if r.get("timing") == latest.get("timing") or r.get("status") != "ok"]
         points = points_from_rows(group)
-        statuses = {r.get("status") for r in group}
-        status = "ok" if points else ("unstable" if "unstable" in statuses else latest.get("status"))
-        out[key] = Side(points[0] if points else None, status, latest.get("timing"), device(latest),
-                        latest.get("machine"))
+        disturbed = any(r.get("status") == "unstable" or (r.get("status") == "ok" and not is_time(r)) for r in group)
+        status = "ok" if points else ("unstable" if disturbed else latest.get("status"))
+        partial = all(r.get("run_status", "finished") not in ("finished", None) for r in group)
+        side = Side(points[0] if points else None, status, latest.get("timing"), device(latest),
+                    latest.get("machine"), partial, latest.get("git_commit"))
+        out[key] = (side, any(r.get("ours") for r in group))
     return out
 
 
-def _what_differs(a: Side, b: Side) -> tuple[str, str] | None:
-    """(verdict, note) when the two points were not measured alike, else None."""
+# -- judging ----------------------------------------------------------------------------------------
+
+
+def point_variance(p: Point, sigma: float) -> float:
+    """Variance of a point's log time: its runs' mean (median from three on) of spread sigma, with
+    sigma shrunk towards what its own runs show (PRIOR_WEIGHT against their n - 1): one disturbed
+    run of two widens its point instead of moving it alone."""
+    logs = [math.log(v) for v in p.runs_ms] or [math.log(p.median_ms)]
+    n = len(logs)
+    mean = sum(logs) / n
+    own = sum((x - mean) ** 2 for x in logs)
+    var = (PRIOR_WEIGHT * sigma * sigma + own) / (PRIOR_WEIGHT + n - 1)
+    return var * (1.0 if n <= 2 else math.pi / 2) / n
+
+
+def conditions_differ(ln: Line) -> tuple[str, str] | None:
+    """(verdict, note) when the two points were not measured by one method on one machine."""
+    a, b = ln.a, ln.b
     if a.timing != b.timing:
         return "timing changed", f"timing {a.timing} -> {b.timing}"
     if (a.gpu, a.machine) != (b.gpu, b.machine):
         return "other machine", f"{a.gpu} {a.machine or ''} -> {b.gpu} {b.machine or ''}".replace("  ", " ")
-    if a.point.env and b.point.env and a.point.env != b.point.env:
-        return "environment changed", describe_env_change(a.point.env, b.point.env)
     return None
 
 
-def _drift_and_pair_noise(pairs: list[tuple[Line, float]]) -> tuple[float | None, int, dict[tuple, float]]:
-    """From the lines whose code did not change: the median log change (the machine's drift) and,
-    per (timing, duration class), the noise their scatter around it implies."""
-    if len(pairs) < MIN_REFERENCES:
-        return None, len(pairs), {}
-    drift = median(d for _, d in pairs)
-    by_class: dict[tuple, list[float]] = {}
-    for ln, d in pairs:
-        by_class.setdefault((ln.a.timing, duration_class(ln.a.point.median_ms)), []).append(abs(d - drift))
-    noise = {c: MAD_TO_SIGMA * median(v) / math.sqrt(2) for c, v in by_class.items() if len(v) >= MIN_REFERENCES}
-    return drift, len(pairs), noise
+def env_change(ln: Line) -> str | None:
+    ea, eb = ln.a.point.env, ln.b.point.env
+    return describe_env_change(ea, eb) if ea and eb and ea != eb else None
 
 
-def _judge(ln: Line, drift: float | None, pair_noise: dict[tuple, float], log_t: float, across: bool) -> Line:
+def _log_change(ln: Line) -> float:
+    return math.log(ln.b.point.median_ms / ln.a.point.median_ms)
+
+
+def machine_drift(lines: list[Line]) -> tuple[dict[tuple, float], dict[tuple, int], dict[tuple, float]]:
+    """Per (gpu, machine): the median log change of the lines whose code and conditions did not
+    change (only with MIN_REFERENCES of them); the count; and per (gpu, machine, timing, duration
+    class) the noise their typical scatter around it implies (a floor for like series: today's
+    points may be noisier than the history)."""
+    by_where: dict[tuple, list[tuple[Line, float]]] = {}
+    for ln in lines:
+        if ln.code == UNCHANGED and not env_change(ln):
+            by_where.setdefault((ln.b.gpu, ln.b.machine), []).append((ln, _log_change(ln)))
+    drift, count, floor = {}, {}, {}
+    for where, pairs in by_where.items():
+        count[where] = len(pairs)
+        if len(pairs) < MIN_REFERENCES:
+            continue
+        drift[where] = median(d for _, d in pairs)
+        by_class: dict[tuple, list[float]] = {}
+        for ln, d in pairs:
+            by_class.setdefault((*where, ln.a.timing, duration_class(ln.a.point.median_ms)), []).append(d - drift[where])
+        floor.update({c: typical(v) for c, v in by_class.items() if len(v) >= MIN_REFERENCES})
+    return drift, count, floor
+
+
+def _measure(ln: Line, drift: dict, floor: dict) -> dict:
+    """The line's change, corrected change, z and noise (see the module docstring), as fields."""
     a, b = ln.a.point, ln.b.point
-    d = math.log(b.median_ms / a.median_ms)
-    ln = replace(ln, change=math.expm1(d))
-    if across:  # two GPUs: which is faster, by the threshold alone
-        return replace(ln, verdict="same" if abs(d) < log_t else ("slower" if d > 0 else "faster"))
-    differs = _what_differs(ln.a, ln.b)
-    if differs:
-        return replace(ln, verdict=differs[0], note=differs[1])
-    dc = d - (drift or 0.0)
-    sigma = max(ln.noise.sigma if ln.noise else 0.0,
-                pair_noise.get((ln.a.timing, duration_class(a.median_ms)), 0.0)) or None
-    z = abs(dc) / (sigma * math.sqrt(1 / a.runs + 1 / b.runs)) if sigma else math.inf
-    ln = replace(ln, corrected=math.expm1(dc), z=z, noise=replace(ln.noise, sigma=sigma) if ln.noise and sigma else ln.noise)
+    d = _log_change(ln)
+    dc = d - drift.get((ln.b.gpu, ln.b.machine), 0.0)
+    noise = ln.noise or combine(None, 0, None)  # no history: the default noise, and few degrees of freedom
+    sigma = max(noise.sigma, floor.get((ln.b.gpu, ln.b.machine, ln.a.timing, duration_class(a.median_ms))) or 0.0)
+    z = dc / math.sqrt(point_variance(a, sigma) + point_variance(b, sigma))
+    return dict(change=math.expm1(d), corrected=math.expm1(dc), z=z, noise=replace(noise, sigma=sigma))
+
+
+def can_gate(ln: Line) -> bool:
+    """The family whose lines can fail the gate: ours, code changed or unknown, measured alike
+    (one method, machine and environment) on a GPU, both points from runs that finished."""
+    return (ln.ours and ln.code in (CHANGED, UNKNOWN) and ln.b.gpu != "cpu" and not env_change(ln)
+            and not (ln.a.point.partial or ln.b.point.partial))
+
+
+def verdict_of(ln: Line, significant: bool, log_t: float) -> Line:
+    """The line with its verdict, from its corrected change, whether its family found it
+    significant, and what changed (see the module docstring); the history's persistence test names
+    its steps with it too."""
+    env = env_change(ln)
+    note = "; ".join(x for x in (ln.note, env and f"environment: {env}",
+                                 ln.code == METHOD and "method changed (inputs or what is measured)") if x)
+    return replace(ln, note=note, verdict=_verdict(ln, significant, log_t, env))
+
+
+def _verdict(ln: Line, significant: bool, log_t: float, env: str | None) -> str:
+    dc = math.log1p(ln.corrected)
     if abs(dc) < log_t:
-        return replace(ln, verdict="same")
-    if z < COMPARE_Z:
-        return replace(ln, verdict="within noise")
-    if ln.code == "unchanged":
-        return replace(ln, verdict="moved")
-    return replace(ln, verdict="regression" if dc > 0 else "improvement")
+        return "same"
+    if not significant:
+        return "within noise"
+    slower = dc > 0
+    if ln.code == METHOD:
+        return "method changed"
+    if env:
+        mine = ln.ours and ln.code in (CHANGED, UNKNOWN) and slower
+        return WITH_ENV if mine else "environment changed"
+    if not ln.ours or ln.code == UNCHANGED:
+        return "moved"
+    if (ln.a.point.partial or ln.b.point.partial) and slower:
+        return "partial run"
+    return "regression" if slower else "improvement"
 
 
-def compare(a_rows: list[dict], b_rows: list[dict], threshold: float, where_in_key: bool,
-            noise_of: Callable[[SeriesKey], Noise | None], code_changed: Callable[[str, str], bool | None],
-            across: bool = False) -> Comparison:
-    """The series present on both sides, with their verdicts. `noise_of(series key)`: the series'
-    noise from its history (None: unknown); `code_changed(kernel, provider)`: whether that provider's
-    code for that kernel changed between the sides (None: cannot tell); `across`: the sides are two
-    GPUs, so changes are 'slower'/'faster' and nothing gates."""
-    sa, sb = sides(a_rows, where_in_key), sides(b_rows, where_in_key)
-    lines: list[Line] = []
-    unchanged: list[tuple[Line, float]] = []
-    for key in sorted(sa.keys() & sb.keys(), key=lambda k: tuple(str(x) for x in k)):
-        a, b = sa[key], sb[key]
-        changed = code_changed(key[0], key[2])
-        code = "unknown" if changed is None else ("changed" if changed else "unchanged")
-        noise = noise_of(SeriesKey(*key[:5], b.gpu, b.machine, b.timing))
-        ln = Line(key=key[:5], a=a, b=b, code=code, verdict="n/a", noise=noise)
-        if a.point and b.point and not across and code == "unchanged" and not _what_differs(a, b):
-            unchanged.append((ln, math.log(b.point.median_ms / a.point.median_ms)))
-        lines.append(ln)
-    drift, n_drift, pair_noise = _drift_and_pair_noise(unchanged)
-    log_t = math.log1p(threshold)
-    # cases (kernel, mode, shape, dtype on one GPU) where some provider still has a time at B, or
-    # that have one provider only: a failure there is that provider's; where every one of several
-    # failed, the case did (out of memory in the reference, say), which says nothing of our kernel
+def judge(lines: list[Line], threshold_of: Callable[[str], float], q: float = Q,
+          across: bool = False) -> Comparison:
+    """Every line's verdict (see the module docstring). `threshold_of(kernel)`: its relative
+    threshold; `across`: the sides are two GPUs, so changes are 'slower'/'faster' by the threshold
+    alone and nothing gates."""
     providers: dict[tuple, int] = {}
     for ln in lines:
         providers[_case(ln)] = providers.get(_case(ln), 0) + 1
+    # cases where some provider still has a time at B, or with one provider only: a failure there is
+    # that provider's; where every one of several failed, the case did (the reference out of memory)
     alive = {_case(ln) for ln in lines if ln.b.point} | {c for c, n in providers.items() if n < 2}
-    out = []
-    for ln in lines:
-        if "unstable" in (ln.a.status, ln.b.status):
-            ln = replace(ln, verdict="unstable")
+    timed = [i for i, ln in enumerate(lines) if ln.a.point and ln.b.point and "unstable" not in (ln.a.status, ln.b.status)
+             and (across or not conditions_differ(ln))]
+    drift, count, floor = ({}, {}, {}) if across else machine_drift([lines[i] for i in timed])
+    out = list(lines)
+    measured = [_measure(lines[i], drift, floor) for i in timed]
+    ps = p_values([m["z"] for m in measured], [m["noise"].df for m in measured])
+    for i, m, p in zip(timed, measured, ps):
+        out[i] = replace(lines[i], **m, p=p)
+    families = ([i for i in timed if can_gate(out[i])], [i for i in timed if not can_gate(out[i])])
+    significant: dict[int, bool] = {}
+    for family in families:
+        for i, rejected in zip(family, fdr([out[i].p for i in family], q)):
+            significant[i] = rejected
+    for i, ln in enumerate(out):
+        log_t = math.log1p(threshold_of(ln.key[0]))
+        if i in significant:
+            out[i] = (verdict_of(ln, significant[i], log_t) if not across else
+                      replace(ln, verdict="same" if abs(math.log1p(ln.change)) < log_t else
+                              ("slower" if ln.change > 0 else "faster")))
+        elif "unstable" in (ln.a.status, ln.b.status):
+            out[i] = replace(ln, verdict="unstable")
         elif ln.a.point and ln.b.point:
-            ln = _judge(ln, drift, pair_noise, log_t, across)
+            verdict, note = conditions_differ(ln)
+            out[i] = replace(ln, verdict=verdict, note=note, change=math.expm1(_log_change(ln)))
         elif ln.a.point and ln.b.status in FAILING:
-            ln = replace(ln, verdict="failing" if _case(ln) in alive else "case failed")
+            failing = "partial run" if ln.b.partial else "failing"
+            out[i] = replace(ln, verdict=failing if _case(ln) in alive else "case failed")
         elif ln.b.point and ln.a.status in FAILING:
-            ln = replace(ln, verdict="fixed")
-        out.append(ln)
-    return Comparison(out, drift, n_drift, _notes(out, drift, n_drift))
+            out[i] = replace(ln, verdict="fixed")
+    return Comparison(out, drift, count, _notes(out, drift, count))
 
 
 def _case(ln: Line) -> tuple:
     return (ln.key[0], ln.key[1], ln.key[3], ln.key[4], ln.b.gpu, ln.b.machine)
 
 
-def _notes(lines: list[Line], drift: float | None, n: int) -> list[str]:
+def _notes(lines: list[Line], drift: dict[tuple, float], count: dict[tuple, int]) -> list[str]:
     notes = []
-    if drift is not None:
-        notes.append(f"machine drift {math.expm1(drift):+.2%} (median of {n} series whose code did not change); "
-                     "changes of ours are corrected for it")
-    envs = sorted({ln.note for ln in lines if ln.verdict == "environment changed"})
+    for (gpu, machine), d in sorted(drift.items(), key=lambda kv: str(kv[0])):
+        where = f" on {gpu}" + (f" ({machine})" if machine else "") if len(drift) > 1 else ""
+        notes.append(f"machine drift{where} {math.expm1(d):+.2%} (median of {count[(gpu, machine)]} series whose "
+                     "code did not change); changes are corrected for it")
+    envs = sorted({env_change(ln) for ln in lines if ln.verdict in ("environment changed", WITH_ENV)})
     if envs:
-        notes.append(f"environment changed ({'; '.join(envs)}): its series are reported as such, never as "
-                     "a regression; `--confirm` measures both commits here in one environment")
+        notes.append(f"environment changed ({'; '.join(envs)}): a move of those series is the environment's; a "
+                     "slowdown of ours whose code changed too is shown 'changed with the environment: confirm'; "
+                     "`--confirm` measures both commits here in one environment")
+    partial = sum(ln.b.partial or ln.a.partial for ln in lines)
+    if partial:
+        notes.append(f"{partial} series come from runs that were interrupted or did not finish (partial runs): "
+                     "a slowdown there is shown 'partial run: confirm' and never fails on its own")
     cpu = sum(ln.a.gpu == "cpu" for ln in lines)
     if cpu:
         notes.append(f"{cpu} CPU (interpreted) series are shown but never decide the exit status")
     return notes
+
+
+def compare(a_rows: list[dict], b_rows: list[dict], threshold_of: Callable[[str], float], where_in_key: bool,
+            noise_of: Callable[[SeriesKey], Noise | None], code_of: Callable[[str, bool, str | None, str | None], str],
+            across: bool = False, q: float = Q) -> Comparison:
+    """The series present on both sides, with their verdicts. `noise_of(series key)`: the series'
+    noise from its history (None: unknown); `code_of(kernel, ours, commit a, commit b)`: CHANGED,
+    UNCHANGED, METHOD or UNKNOWN for that provider's code of that kernel between the sides
+    (regress.code_status)."""
+    sa, sb = sides(a_rows, where_in_key), sides(b_rows, where_in_key)
+    lines = []
+    for key in sorted(sa.keys() & sb.keys(), key=lambda k: tuple(str(x) for x in k)):
+        (a, ours_a), (b, ours_b) = sa[key], sb[key]
+        ours = ours_a or ours_b
+        code = code_of(key[0], ours, a.commit, b.commit)
+        noise = noise_of(SeriesKey(*key[:5], b.gpu, b.machine, b.timing))
+        lines.append(Line(key=key[:5], a=a, b=b, code=code, verdict="n/a", ours=ours, noise=noise))
+    return judge(lines, threshold_of, q, across)

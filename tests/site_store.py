@@ -117,6 +117,7 @@ def _rows(run_id: str, env: Environment, kernels: dict, commit: int, rerun: int,
                         timing = "cpu-clock" if env is CPU else (
                             "cuda-events" if (key == METHOD and commit < METHOD_UNTIL) or p == "liger" else "cuda-graph")
                         row = dict(run_id=run_id, kernel=kernel, mode=mode, provider=p, shape=shape,
+                                   ours=p == "triton", package="liger-kernel" if p == "liger" else "",
                                    dims=json.dumps(dims_of(shape)) if "=" in shape else "{}", dtype=dtype,
                                    baseline="torch", bound=k["bound"], status="ok", error=None, rel_err=2e-3,
                                    tolerance=1.6e-2, timing=timing, median_ms=ms, p20_ms=ms * 0.995, p80_ms=ms * 1.01,
@@ -219,7 +220,7 @@ def _lab_rows(run_id: str) -> list[dict]:
     for seq, (shape, (variant, (factor, block))) in enumerate(
             (s, v) for s in KERNELS["alpha"]["shapes"] for v in LAB_VARIANTS.items()):
         ms = 0.0077 * factor
-        rows.append(dict(run_id=run_id, kernel="alpha", mode="fwd", provider=variant, shape=shape,
+        rows.append(dict(run_id=run_id, kernel="alpha", mode="fwd", provider=variant, shape=shape, ours=True,
                          dims=json.dumps(dims_of(shape)), dtype="bfloat16", baseline="triton[default]",
                          bound="memory", status="ok", rel_err=1e-3, tolerance=1.6e-2, timing="cuda-graph",
                          median_ms=ms, p20_ms=ms * 0.99, p80_ms=ms * 1.01, reps=200, peak_mem_bytes=2**20, seq=seq,

@@ -263,7 +263,7 @@ def test_caches_go_under_one_folder_unless_the_user_set_them(tmp_path, monkeypat
     assert os.environ["FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED"] == "1" and os.environ["TRITON_CACHE_AUTOTUNING"] == "1"
 
 
-# A kernel of ours (provider `triton`, as regress.OURS names it) that is wrong by an amount that
+# A kernel of ours (its provider declared `ours=True`) that is wrong by an amount that
 # depends on its inputs, beside a correct baseline: float32, so that the error of a row is the same
 # to the last bit when its inputs are (and differs when they are not).
 OURS = '''\
@@ -280,7 +280,7 @@ def make_inputs(dims, dtype, device, seed):
 SHAPES = tuple(Shape.rows(m, n, "small") for m, n in ((4, 8), (3, 5), (2, 7)))
 SPEC = KernelSpec(
     name="mine", description="2x, ours off by a constant", modes=("fwd",),
-    providers=(Provider("torch", lambda x: x * 2), Provider("triton", lambda x: x * 2 + 0.25)),
+    providers=(Provider("torch", lambda x: x * 2), Provider("triton", lambda x: x * 2 + 0.25, ours=True)),
     baseline="torch", reference=lambda x: x * 2, make_inputs=make_inputs, grad_inputs=(),
     grids={"quick": SHAPES, "full": SHAPES},
     bytes_moved=lambda dims, dtype, mode: 2 * dims["M"] * dims["N"] * dtype.itemsize,
@@ -321,7 +321,7 @@ def test_a_failing_row_of_ours_exits_3_and_its_command_measures_it_again_alone(t
 
 def test_a_failing_row_that_is_not_ours_does_not_fail_the_run(tmp_path):
     module = tmp_path / "mine.py"
-    module.write_text(OURS.replace('Provider("torch", lambda x: x * 2), Provider("triton", lambda x: x * 2 + 0.25)',
+    module.write_text(OURS.replace('Provider("torch", lambda x: x * 2), Provider("triton", lambda x: x * 2 + 0.25, ours=True)',
                                    'Provider("torch", lambda x: x * 2), Provider("peer", lambda x: x * 2 + 0.25)'))
     out = _invoke(["run", "mine", "--kernel-module", str(module), *TINY, "--db", str(tmp_path / "k.duckdb"),
                    "--shape", "M=4,N=8"])

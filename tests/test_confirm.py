@@ -30,7 +30,7 @@ def ours(x):
 
 SPEC = KernelSpec(
     name="planted", description="x*2 after a planted sleep", modes=("fwd",),
-    providers=(Provider("triton", ours), Provider("torch", lambda x: x * 2)), baseline="torch",
+    providers=(Provider("triton", ours, ours=True), Provider("torch", lambda x: x * 2)), baseline="torch",
     reference=lambda x: x * 2,
     make_inputs=lambda dims, dtype, device, seed: {{"x": torch.randn(dims["N"], dtype=dtype, device=device)}},
     grad_inputs=("x",), grids={{"quick": (Shape({{"N": 64}}, "tiny"),), "full": ()}},
@@ -39,17 +39,19 @@ SPEC = KernelSpec(
 '''
 
 
-def line(verdict="regression", code="changed", change=0.2, gpu="NVIDIA H100"):
+def line(verdict="regression", code="changed", change=0.2, gpu="NVIDIA H100", ours=True):
     p = Point(commit="c", commit_time=None, median_ms=1.0, p20_ms=1.0, p80_ms=1.0, runs=1)
     side = Side(p, "ok", "cuda-graph", gpu, None)
     return Line(key=("k", "fwd", "triton", "N=64", "float32"), a=side, b=side, code=code, verdict=verdict,
-                change=change, corrected=change)
+                change=change, corrected=change, ours=ours)
 
 
 def test_candidates_are_ours_and_doubtful_or_regressed():
     lines = [line(), line("within noise", change=0.05), line("within noise", change=0.01),
-             line("regression", code="unchanged"), line("environment changed", change=0.1), line("same", change=0.0)]
-    assert confirm.candidates(lines, 0.03) == [lines[0], lines[1], lines[4]]
+             line("regression", code="unchanged"), line("environment changed", change=0.1), line("same", change=0.0),
+             line("changed with the environment", change=0.2), line("partial run", change=0.2),
+             line("method changed", code="method", change=0.2), line(ours=False)]
+    assert confirm.candidates(lines, 0.03) == [lines[0], lines[1], lines[4], lines[6], lines[7]]
 
 
 def test_decision_on_interleaved_samples():

@@ -107,9 +107,10 @@ def test_a_store_of_an_older_version_is_migrated_with_its_rows(tmp_path, version
     con.close()
     with Store(path) as s:
         assert s.query("SELECT value FROM meta WHERE key = 'schema_version'") == [{"value": str(SCHEMA_VERSION)}]
-        rows = s.query("SELECT provider, median_ms, seconds FROM results_v ORDER BY provider")
-    assert rows == [{"provider": "torch", "median_ms": 2.0, "seconds": None},
-                    {"provider": "triton", "median_ms": 1.0, "seconds": None}]
+        rows = s.query("SELECT provider, median_ms, seconds, ours, package FROM results_v ORDER BY provider")
+    # rows from before schema 8 get `ours` from the one rule of their time (legacy_ours), no package
+    assert rows == [{"provider": "torch", "median_ms": 2.0, "seconds": None, "ours": False, "package": None},
+                    {"provider": "triton", "median_ms": 1.0, "seconds": None, "ours": True, "package": None}]
 
 
 def test_uncreatable_path_is_explained(tmp_path):
@@ -292,6 +293,43 @@ def test_schema_1_folder_is_migrated_on_import(tmp_path):
     with Store(tmp_path / "k.duckdb") as d:
         assert history.import_path(d, tmp_path / "runs") == (1, 0)
         assert d.query("SELECT shape, machine FROM results_v") == [{"shape": "M=4096,N=4096", "machine": None}]
+
+
+@pytest.mark.parametrize("version", range(1, SCHEMA_VERSION))
+def test_a_run_folder_of_every_older_version_is_imported(tmp_path, version):
+    (folder,) = _folders(tmp_path, n=1)
+    con = duckdb.connect()
+    for part, table in (("environment", "environments"), ("run", "runs"), ("results", "results")):
+        # the columns added since `version` dropped, and the version it was written with
+        gone = [c for v in range(version, SCHEMA_VERSION) for c in ADDED[v].get(table, [])]
+        gone += ["schema_version"] if part == "run" else []
+        path = folder / f"{part}.parquet"
+        stamp = f", {version} AS schema_version" if part == "run" and version > 1 else ""
+        con.execute(f"COPY (SELECT * EXCLUDE ({', '.join(gone)}){stamp} FROM read_parquet('{path}')) "
+                    f"TO '{folder / 'old.parquet'}' (FORMAT parquet)" if gone else
+                    f"COPY (SELECT *{stamp} FROM read_parquet('{path}')) TO '{folder / 'old.parquet'}' (FORMAT parquet)")
+        (folder / "old.parquet").replace(path)
+    with Store(tmp_path / "k.duckdb") as d:
+        assert history.import_path(d, tmp_path / "runs") == (1, 0)
+        (row,) = d.query("SELECT shape, ours, package, invocation, plugins FROM results_v")
+    shape = "M=4096,N=4096" if version == 1 else "4096x4096"  # v1's bare labels are named from dims
+    assert row == {"shape": shape, "ours": True, "package": None, "invocation": None, "plugins": None}
+
+
+def test_every_committed_run_folder_is_imported(tmp_path):
+    from pathlib import Path
+
+    runs = Path(__file__).resolve().parent.parent / "data" / "runs"
+    folders = history.run_folders(runs)
+    with Store(tmp_path / "k.duckdb") as d:
+        assert history.import_path(d, runs) == (len(folders), 0)
+        # every row says whose code it timed: older folders by the rule of their time (legacy_ours)
+        assert d.query("SELECT count(*) AS n FROM results WHERE ours IS NULL") == [{"n": 0}]
+        ours = {(r["kernel"], r["provider"]) for r in d.query("SELECT DISTINCT kernel, provider FROM results WHERE ours")}
+        # schema 7's provenance kept where its folders carry it
+        kept = d.query("SELECT count(*) AS n FROM runs WHERE invocation IS NOT NULL AND kcollect_commit IS NOT NULL")
+    assert {p for _, p in ours} == {"triton", "kcollect"} and all(k == "backbone" for k, p in ours if p == "kcollect")
+    assert kept[0]["n"] >= 3
 
 
 @pytest.mark.parametrize("damage", ["truncated", "newer"])

@@ -83,7 +83,7 @@ def module_spec(module: Mapping[str, Any], name: str, description: str, triton: 
     "torch", memory-bound, the dtypes bf16, fp16 and fp32). `triton`: our function, put first in the
     providers as "triton" with the module's `config_of` (each row records the config it ran with)."""
     if triton is not None:
-        fields["providers"] = (Provider("triton", triton, config=module["config_of"]), *fields.get("providers", ()))
+        fields["providers"] = (Provider("triton", triton, config=module["config_of"], ours=True), *fields.get("providers", ()))
     taken = {"reference": module["reference"], "make_inputs": module["make_inputs"],
              "grids": module["GRIDS"] if "GRIDS" in module else {"quick": module["QUICK"], "full": module["FULL"]},
              "bytes_moved": module["bytes_moved"], "flops": module["flops"],

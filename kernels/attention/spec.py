@@ -159,7 +159,7 @@ def bytes_moved(dims, dtype, mode) -> int:
 
 
 PROVIDERS = (
-    Provider("triton", triton_attention, config=config_of),
+    Provider("triton", triton_attention, config=config_of, ours=True),
     Provider("sdpa_flash", sdpa("flash"), cuda_only("sdpa_flash"), builds=False),
     Provider("sdpa_cudnn", sdpa("cudnn"), cuda_only("sdpa_cudnn"), builds=False),
     Provider("sdpa_efficient", sdpa("efficient"), cuda_only("sdpa_efficient"), builds=False),

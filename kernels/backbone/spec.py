@@ -71,7 +71,7 @@ FULL = (
 PROVIDERS = (
     Provider("eager", eager, builds=False),
     Provider("compile", compiled()),
-    Provider("kcollect", kcollect, config=config_of),
+    Provider("kcollect", kcollect, config=config_of, ours=True),
 )
 
 SPEC = module_spec(

@@ -105,7 +105,7 @@ SPEC = module_spec(
     globals(), "fp8_quant", "bf16 -> float8_e4m3fn with float32 scales per row, 1x128 group or 128x128 tile",
     modes=("fwd",),
     providers=(
-        Provider("triton", fp8_quant, _triton_available, config_of),
+        Provider("triton", fp8_quant, _triton_available, config_of, ours=True),
         Provider("torch", fp8_quant_eager, builds=False),
         Provider("compile", compiled(fp8_quant_eager)),
     ),

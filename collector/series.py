@@ -1,0 +1,199 @@
+"""Rows of the store -> benchmark series and their points: what the verdict engine reads.
+
+A series is one (kernel, mode, provider, shape, dtype, GPU, machine, timing method): a change of
+timing method or of machine starts another series, so it can never look like a step. CPU
+(interpreted) rows form series of their own (GPU 'cpu'). A point is one commit of a series: every
+run of that commit that timed it. Only rows that are a time count: status 'ok', a positive finite
+median, and a recheck that agrees with it by the stability rule (stability.disagrees: rows stored
+before that rule was enforced are judged by it here). Lab (A/B) runs are never read.
+
+A point's value is the median of its runs' medians in log time (for two runs, their geometric
+mean); how far its runs disagree is kept (`runs_ms`), and the verdicts widen the point's standard
+error by it, so one disturbed run of two cannot make a step on its own. A point is `partial` when
+every run behind it was interrupted or did not finish.
+
+The conditions a point was measured under (`env`): torch, Triton, driver and CUDA for every series,
+and for a provider that is not ours the version of the peer package it runs (the row's `package`;
+every peer version where the row does not say which, as rows before schema 8 do not).
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from datetime import datetime
+from functools import lru_cache
+from statistics import median
+from typing import Iterable, NamedTuple
+
+from .stability import disagrees
+
+STACK = ("torch", "triton", "driver", "cuda")
+LAB_GRID = "lab"
+FINISHED = "finished"
+COLUMNS = ("kernel", "mode", "provider", "shape", "dtype", "status", "median_ms", "p20_ms", "p80_ms", "recheck_ms",
+           "timing", "ours", "package", "git_commit", "commit_time", "started_at", "run_id", "run_status",
+           "device_kind", "gpu_name", "machine", *STACK, "peers")
+# what the engine needs of each row; lab runs are experiments, never part of a series
+QUERY = f"SELECT {', '.join(COLUMNS)} FROM results_v WHERE grid IS DISTINCT FROM '{LAB_GRID}'"
+
+
+class SeriesKey(NamedTuple):
+    kernel: str
+    mode: str
+    provider: str
+    shape: str
+    dtype: str
+    gpu: str  # the GPU's name, or 'cpu' for interpreted rows (never mixed with a GPU's)
+    machine: str | None
+    timing: str | None  # 'cuda-graph', 'cuda-events' or 'cpu-clock'
+
+
+Env = tuple[tuple[str, str | None], ...]
+
+
+@dataclass(frozen=True)
+class Point:
+    commit: str
+    commit_time: datetime | None
+    median_ms: float
+    p20_ms: float
+    p80_ms: float
+    runs: int
+    env: Env | None = None  # the conditions of its runs (None: unknown)
+    runs_ms: tuple[float, ...] = ()  # each run's median, in the order measured
+    rechecks: tuple[float, ...] = ()  # log(median / recheck) of each run that has a recheck
+    partial: bool = False  # every run behind it was interrupted or unfinished
+    started_at: datetime | None = None  # its first run's start
+
+
+def device(row: dict) -> str:
+    # CPU (interpreted) rows are their own device, so they never meet GPU rows.
+    return row.get("gpu_name") or "cpu" if row.get("device_kind") == "cuda" else "cpu"
+
+
+def series_key(row: dict) -> SeriesKey:
+    return SeriesKey(row["kernel"], row["mode"], row["provider"], row["shape"], row["dtype"], device(row),
+                     row.get("machine"), row.get("timing"))
+
+
+def is_time(row: dict) -> bool:
+    """Whether a row is a time: 'ok', a positive finite median, no disagreeing recheck."""
+    ms = row.get("median_ms")
+    return (row.get("status") == "ok" and ms is not None and math.isfinite(ms) and ms > 0
+            and not disagrees(row))
+
+
+def _peers(text: str | None) -> dict[str, str]:
+    try:
+        value = json.loads(text) if text else {}
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def env_of(row: dict) -> Env | None:
+    """The conditions a row was measured under (see the module docstring)."""
+    if "torch" not in row:
+        return None
+    env = tuple((f, row.get(f)) for f in STACK)
+    if row.get("ours"):
+        return env
+    package = row.get("package")
+    if package is None:  # not recorded: every peer's version counts
+        return env + (("peers", row.get("peers")),)
+    return env + ((package, _peers(row.get("peers")).get(package)),) if package else env
+
+
+@lru_cache(maxsize=4096)  # the history asks of the same few pairs of conditions at every commit
+def describe_env_change(a: Env | None, b: Env | None) -> str:
+    """'torch 2.11.0 -> 2.12.0, liger-kernel 0.5.2 -> 0.6.0': what differs between two conditions."""
+    da, db = dict(a or ()), dict(b or ())
+    parts = []
+    for name in dict.fromkeys([*da, *db]):
+        va, vb = da.get(name), db.get(name)
+        if va == vb:
+            continue
+        if name == "peers":
+            pa, pb = _peers(va), _peers(vb)
+            parts += [f"{p} {pa.get(p, 'none')} -> {pb.get(p, 'none')}" for p in sorted(pa.keys() | pb.keys())
+                      if pa.get(p) != pb.get(p)]
+        else:
+            parts.append(f"{name} {va or 'none'} -> {vb or 'none'}")
+    return ", ".join(parts) or "unknown"
+
+
+def log_median(values: Iterable[float]) -> float:
+    """exp(median(log v)): the median, and for an even count the geometric mean of the middle two."""
+    return math.exp(median(math.log(v) for v in values))
+
+
+def points_from_rows(rows: Iterable[dict]) -> list[Point]:
+    """Rows of ONE series -> one point per commit, in commit order (then by when measured). Rows
+    that are no time (is_time) are left out; a run without a commit is its own point. The band runs
+    from the median of the runs' p20s to the median of their p80s, widened to hold every run's
+    median, so disagreeing runs show as spread."""
+    groups: dict[str, list[dict]] = {}
+    for r in rows:
+        if is_time(r):
+            groups.setdefault(r.get("git_commit") or f"run:{str(r.get('run_id', ''))[:8]}", []).append(r)
+    points = []
+    for commit, runs in groups.items():
+        runs.sort(key=lambda r: r.get("started_at") or datetime.min)
+        medians = [r["median_ms"] for r in runs]
+        p20 = median([r.get("p20_ms") or r["median_ms"] for r in runs])
+        p80 = median([r.get("p80_ms") or r["median_ms"] for r in runs])
+        times = [r.get("commit_time") for r in runs if r.get("commit_time") is not None]
+        starts = [r["started_at"] for r in runs if r.get("started_at") is not None]
+        points.append(Point(
+            commit=commit, commit_time=min(times) if times else None, median_ms=log_median(medians),
+            p20_ms=min(p20, *medians), p80_ms=max(p80, *medians), runs=len(runs), env=env_of(runs[-1]),
+            runs_ms=tuple(medians),
+            rechecks=tuple(math.log(r["median_ms"] / r["recheck_ms"]) for r in runs if (r.get("recheck_ms") or 0) > 0),
+            partial=all(r.get("run_status", FINISHED) not in (FINISHED, None) for r in runs),
+            started_at=min(starts) if starts else None))
+    points.sort(key=order_key)
+    return points
+
+
+def order_key(p: Point) -> tuple:
+    """Commit order: by commit time, then by when it was first measured (a run without a commit
+    time falls back to its start)."""
+    first = p.started_at or datetime.min
+    return (p.commit_time or first, first, p.commit)
+
+
+def full_commits(commits: Iterable[str | None]) -> dict[str, str]:
+    """{commit as stored: the commit it stands for}: a short SHA (older runs stored 7 characters) is
+    the one longer SHA it begins, where there is exactly one, so that both are one commit."""
+    known = {c for c in commits if c}
+    out = {}
+    for c in known:
+        longer = [k for k in known if len(k) > len(c) and k.startswith(c)] if len(c) < 40 else []
+        out[c] = longer[0] if len(longer) == 1 else c
+    return out
+
+
+def group_series(rows: Iterable[dict]) -> tuple[dict[SeriesKey, list[Point]], set[SeriesKey]]:
+    """Rows -> ({series key: its points}, the keys of our providers' series)."""
+    rows = list(rows)
+    full = full_commits(r.get("git_commit") for r in rows)
+    groups: dict[SeriesKey, list[dict]] = {}
+    ours = set()
+    for r in rows:
+        if r.get("git_commit") in full and full[r["git_commit"]] != r["git_commit"]:
+            r = {**r, "git_commit": full[r["git_commit"]]}
+        key = series_key(r)
+        groups.setdefault(key, []).append(r)
+        if r.get("ours"):
+            ours.add(key)
+    return {k: pts for k, g in groups.items() if (pts := points_from_rows(g))}, ours
+
+
+def commit_rank(series: Iterable[list[Point]]) -> dict[str, int]:
+    """{commit: its place in the one commit order of every series} (see order_key)."""
+    when: dict[str, tuple] = {}
+    for points in series:
+        for p in points:
+            when[p.commit] = min(when.get(p.commit, order_key(p)), order_key(p))
+    return {c: n for n, c in enumerate(sorted(when, key=when.get))}
