@@ -93,14 +93,27 @@ def one_more_run(db: Path) -> None:
         con.execute("CHECKPOINT")
 
 
+def _ask(kcollect: str, code: str) -> str:
+    """What another installation's Python prints for `code`."""
+    python = Path(kcollect).with_name("python")
+    return subprocess.run([str(python), "-c", code], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def installation(kcollect: str) -> str:
+    """Another kcollect named by the commit of the checkout it is installed from (never its path:
+    the results name nothing outside the repository)."""
+    where = _ask(kcollect, "import kcollect, pathlib; print(pathlib.Path(kcollect.__file__).resolve().parent)")
+    commit = subprocess.run(["git", "-C", where, "describe", "--always", "--dirty"], capture_output=True,
+                            text=True).stdout.strip()
+    return f"the kcollect of commit {commit or '(unknown)'}"
+
+
 def readable_by(db: Path, kcollect: str) -> Path:
     """The store as another installation can open it: where its schema is older, a copy labelled
     with its version (the columns added since stay: a reader of the older schema leaves them alone)."""
     from kcollect.store import SCHEMA_VERSION
 
-    python = Path(kcollect).with_name("python")
-    theirs = int(subprocess.run([str(python), "-c", "from kcollect.store import SCHEMA_VERSION; print(SCHEMA_VERSION)"],
-                                check=True, capture_output=True, text=True).stdout)
+    theirs = int(_ask(kcollect, "from kcollect.store import SCHEMA_VERSION; print(SCHEMA_VERSION)"))
     if theirs >= SCHEMA_VERSION:
         return db
     copy = db.with_name(f"{db.stem}-schema{theirs}.duckdb")
@@ -143,7 +156,7 @@ def measure(copies: int, work: Path, compare: str | None) -> list[str]:
     if compare:
         other = work / f"other{copies}"
         cpu, wall = build(readable_by(db, compare), other, work / f"cache-other{copies}", compare)
-        lines += [f"  {compare} on the same store: {cpu:.2f} s CPU, {wall:.2f} s wall", *weight(other)]
+        lines += [f"  {installation(compare)} on the same store: {cpu:.2f} s CPU, {wall:.2f} s wall", *weight(other)]
     return lines
 
 
