@@ -37,6 +37,8 @@ class RTUConfig:
     bwd_block_h: int = 16
     bwd_warps: int = 4
     bwd_segments: int = 1
+    path: str = "tiles"  # the forward's kernels: "tiles" (kernels.py) or "lanes" (lanes.py)
+    bwd_path: str = "tiles"  # the backward's (either reads the states either forward kept)
 
 
 # programs per SM below which a split over time pays for its extra read
