@@ -24,6 +24,9 @@ class SelectiveScanConfig:
     warps: int = 4
     bwd_block_d: int = 16
     bwd_warps: int = 4
+    path: str = "tiles"  # the forward's kernel: "tiles" (kernels.py) or "lanes" (lanes.py; block_d = 32 * warps * vec)
+    steps: int = 8  # time steps a lanes tile (chunk must be a multiple: the states kept for the backward)
+    segments: int = 1  # time splits of the lanes forward (1: one program walks the whole sequence)
 
 
 @tunable
