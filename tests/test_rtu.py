@@ -1,8 +1,11 @@
 """rtu against its float64 reference on the CPU interpreter: diagonal and low-rank input maps, resets
 at the first step, at chunk boundaries and back to back, several chunks, channel blocks (one
 masked) and time segments (forward and backward), forward (inference) and forward+backward, bf16
-and fp32; the PyTorch providers' own code (the log-depth scan, the adapter around
-accelerated_scan's complex scan) and the input checks."""
+and fp32; the same for the lanes path (forced by config) on the awkward cases of lab/awkward (T = 1,
+T not a multiple of the chunk, one sequence, odd H, resets at the first, last and every step,
+strided inputs, extreme memories), and each path's states read by the other's backward; the
+PyTorch providers' own code (the log-depth scan, the adapter around accelerated_scan's complex
+scan) and the input checks."""
 import random
 
 import pytest
@@ -13,6 +16,8 @@ from kcollect.kernels._lib import forced
 from kcollect.kernels.rtu import RTUConfig, providers, rtu
 from kcollect.kernels.rtu.naive import reference
 from kcollect.kernels.rtu.spec import SPEC
+from test_awkward_scans import case as awkward_case
+from test_awkward_scans import verify_case
 
 BF16, F32 = torch.bfloat16, torch.float32
 
@@ -55,6 +60,46 @@ def test_inference_forward_matches_reference():
     # no gradient wanted: the launch that keeps no states
     with forced(RTUConfig(8, 8, 1, 2, 8, 1, 1)):
         check(inputs(2, 19, 8, 2, F32, (0, 8), 0.2), F32, mode="fwd")
+
+
+# The lanes path at the CPU's chunk of 8 steps and blocks of 8 channels, time in segments both ways
+def lanes(segments=3, bwd_segments=3, path="lanes", bwd_path="lanes"):
+    return RTUConfig(8, 8, 1, segments, 8, 1, bwd_segments, path, bwd_path)
+
+
+LANES_CASES = [  # (case of lab/awkward, config)
+    (awkward_case("rtu", {"B": 1, "T": 1, "H": 5, "R": "diag"}, resets="first", radius="long", angle="large"),
+     lanes()),  # one step, odd H, memories of 1e6 steps
+    (awkward_case("rtu", {"B": 3, "T": 9, "H": 9, "R": "diag"}, "bfloat16", resets="edges", radius="mixed",
+                  layout="strided", grad_layout="strided"), lanes(2, 2)),
+    (awkward_case("rtu", {"B": 2, "T": 17, "H": 3, "R": 3}, resets="every", radius="short", angle="tiny",
+                  x_scale=10.0), lanes()),  # low-rank maps, a reset at every step
+    (awkward_case("rtu", {"B": 2, "T": 8, "H": 8, "R": 1}, resets="last", layout="strided"), lanes()),  # whole blocks
+    (awkward_case("rtu", {"B": 1, "T": 41, "H": 17, "R": "diag"}, resets="last", radius="long"),
+     lanes(6, 6)),  # 6 segments: the ends of more than one group of 4 combined, both ways, every one mattering
+    (awkward_case("rtu", {"B": 2, "T": 24, "H": 16, "R": "diag"}, "bfloat16", resets="none"),
+     lanes(2, 3)),  # no reset mask; whole chunks and channel blocks
+    (awkward_case("rtu", {"B": 2, "T": 19, "H": 6, "R": "diag"}, resets="random"),
+     lanes(path="tiles", bwd_segments=1)),  # the tiles forward's states, the lanes backward in one segment
+    (awkward_case("rtu", {"B": 2, "T": 19, "H": 6, "R": 2}, resets="random"),
+     lanes(bwd_path="tiles")),  # the lanes forward's states, the tiles backward
+]
+
+
+@pytest.mark.parametrize("case, config", LANES_CASES, ids=[f"{c['dtype']}-" + "-".join(
+    f"{k}{v}" for k, v in c["dims"].items()) + f"-{cfg.path}-{cfg.bwd_path}" for c, cfg in LANES_CASES])
+def test_lanes_path_matches_reference(case, config):
+    # outputs and every gradient against float64: fp32 within twice eager's error, bf16 the tolerance
+    with forced(config):
+        verify_case(case)
+
+
+def test_lanes_inference_forward_matches_reference():
+    # no gradient wanted: the launch that keeps no states; one segment, and several
+    for segments in (1, 3):
+        with forced(lanes(segments)):
+            check(inputs(2, 19, 8, 2, F32, (0, 8), 0.2), F32, mode="fwd")
+            check(inputs(1, 16, 16, "diag", BF16, (15,), 0.1), BF16, mode="fwd")
 
 
 def test_log_depth_scan_matches_reference():

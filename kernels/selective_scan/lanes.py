@@ -82,7 +82,7 @@ def _ss_fwd_lanes(X, DL, A, Bm, Cm, Dk, Z, Y, CK, EH, EDT, T, D: tl.constexpr, N
     """Program (sequence x channel block, segment). ENDS_PASS: the segment from a zero state,
     keeping its end state and sum of steps; otherwise from the state the earlier segments' ends
     combine to, writing y and, with STORE_CK, the state after every ck_every tiles. Steps past T
-    take dt = 0: the state passes them unchanged."""
+    (zero inputs) only change the states after the last tile, which no one reads."""
     b, d = _lanes(D, BLOCK_D, VEC)
     n = tl.max_contiguous(tl.arange(0, N_P2), 1)
     md = d < D
@@ -126,10 +126,7 @@ def _ss_fwd_lanes(X, DL, A, Bm, Cm, Dk, Z, Y, CK, EH, EDT, T, D: tl.constexpr, N
             z, ct = zn.to(tl.float32), widen(cn, WIDEN)
             zn = _rows(Z + at + STEPS * D, offs, t + STEPS, T, md, live, EVEN)
             cn = _per_step(Cm, b, t + STEPS, n, T, N, live, EVEN_N)
-        if EVEN:
-            dt = softplus(dl)
-        else:
-            dt = tl.where((t < T)[:, None], softplus(dl), 0.0)
+        dt = softplus(dl)
         decay = tl.exp2(dt[:, :, None] * a2)
         inj = (dt * x)[:, :, None] * bt[:, None, :]
         inj = tl.where(head, inj + decay * h, inj)  # the carried state enters at the first step
