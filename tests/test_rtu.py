@@ -94,6 +94,21 @@ def test_lanes_path_matches_reference(case, config):
         verify_case(case)
 
 
+def test_pick_switches_to_lanes_from_the_thresholds(monkeypatch):
+    from kcollect.kernels.rtu import config
+
+    assert config.LANES_FWD_FROM is None and config.LANES_BWD_FROM is None  # the tiles path until measured
+    assert (config.pick(8, 8192, 1024, "cpu").path, config.pick(8, 8192, 1024, "cpu").bwd_path) == ("tiles", "tiles")
+    monkeypatch.setattr(config, "LANES_FWD_FROM", 1000)
+    assert (config.pick(2, 50, 10, "cpu").path, config.pick(2, 50, 10, "cpu").bwd_path) == ("lanes", "tiles")
+    assert config.pick(2, 49, 10, "cpu").path == "tiles"
+    monkeypatch.setattr(config, "LANES_BWD_FROM", 1000)
+    both = config.pick(2, 50, 10, "cpu")
+    assert both == config.lanes(2, 50, 10, "cpu") and both.bwd_path == "lanes"
+    monkeypatch.setattr(config, "LANES_FWD_FROM", None)
+    assert (config.pick(2, 50, 10, "cpu").path, config.pick(2, 50, 10, "cpu").bwd_path) == ("tiles", "lanes")
+
+
 def test_lanes_inference_forward_matches_reference():
     # no gradient wanted: the launch that keeps no states; one segment, and several
     for segments in (1, 3):

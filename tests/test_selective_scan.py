@@ -83,6 +83,15 @@ def test_lanes_inference_forward_matches_reference():
             check(dims(1, 16, 16, 16), BF16, mode="fwd")
 
 
+def test_pick_switches_to_lanes_from_the_threshold(monkeypatch):
+    from kcollect.kernels.selective_scan import config
+
+    assert config.LANES_FROM is None and config.pick(8, 2048, 2048, 16, "cpu").path == "tiles"  # until measured
+    monkeypatch.setattr(config, "LANES_FROM", 1000)
+    assert config.pick(2, 50, 10, 16, "cpu") == config.lanes(2, 50, 10, "cpu")
+    assert config.pick(2, 49, 10, 16, "cpu").path == "tiles"
+
+
 def test_lanes_tile_must_divide_the_chunk():
     with forced(lanes(3)), pytest.raises(ValueError, match="a multiple of its tile"):
         selective_scan(**SPEC.make_inputs(dims(1, 4, 3, 2), F32, "cpu", 0))
