@@ -82,12 +82,12 @@ def candidates(op: str, mode: str, dims: dict, device: str) -> list[tuple[str, o
             out.append(("tiles tuned", dataclasses.replace(pick, **TILES_TUNED[op, mode])))
         if device != "cuda":
             return out
-        top = -(-dims["T"] // 16)
+        top = -(-dims["T"] // 16)  # chunks of the backward
         if mode == "fwd":
-            for chunk in (16, 32):
+            for tile in (16, 32):
                 for block_h, warps in ((64, 1), (32, 1), (128, 2), (256, 4)):
-                    for segs in _around(heur.segments * block_h // (64 * warps), top):
-                        out.append(("lanes", dataclasses.replace(heur, chunk=chunk, block_h=block_h, warps=warps,
+                    for segs in _around(heur.segments * block_h // (64 * warps), -(-dims["T"] // tile)):
+                        out.append(("lanes", dataclasses.replace(heur, steps=tile, block_h=block_h, warps=warps,
                                                                  segments=segs)))
         else:
             for chunk, block_h, warps in ((16, 32, 1), (16, 64, 1), (16, 64, 2), (16, 128, 4), (32, 32, 1)):

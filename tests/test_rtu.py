@@ -63,8 +63,8 @@ def test_inference_forward_matches_reference():
 
 
 # The lanes path at the CPU's chunk of 8 steps and blocks of 8 channels, time in segments both ways
-def lanes(segments=3, bwd_segments=3, path="lanes", bwd_path="lanes"):
-    return RTUConfig(8, 8, 1, segments, 8, 1, bwd_segments, path, bwd_path)
+def lanes(segments=3, bwd_segments=3, path="lanes", bwd_path="lanes", steps=0):
+    return RTUConfig(8, 8, 1, segments, 8, 1, bwd_segments, path, bwd_path, steps)
 
 
 LANES_CASES = [  # (case of lab/awkward, config)
@@ -83,6 +83,10 @@ LANES_CASES = [  # (case of lab/awkward, config)
      lanes(path="tiles", bwd_segments=1)),  # the tiles forward's states, the lanes backward in one segment
     (awkward_case("rtu", {"B": 2, "T": 19, "H": 6, "R": 2}, resets="random"),
      lanes(bwd_path="tiles")),  # the lanes forward's states, the tiles backward
+    (awkward_case("rtu", {"B": 2, "T": 37, "H": 8, "R": "diag"}, resets="first", radius="long"),
+     lanes(2, 2, steps=16)),  # forward tiles of 16 steps: two states kept a tile (the last one past T)
+    (awkward_case("rtu", {"B": 1, "T": 30, "H": 9, "R": "diag"}, "bfloat16", resets="edges", radius="long"),
+     lanes(3, 1, steps=4)),  # forward tiles of 4 steps: a state kept every other tile
 ]
 
 
@@ -107,6 +111,12 @@ def test_pick_switches_to_lanes_from_the_thresholds(monkeypatch):
     assert both == config.lanes(2, 50, 10, "cpu") and both.bwd_path == "lanes"
     monkeypatch.setattr(config, "LANES_FWD_FROM", None)
     assert (config.pick(2, 50, 10, "cpu").path, config.pick(2, 50, 10, "cpu").bwd_path) == ("tiles", "lanes")
+
+
+def test_lanes_forward_tile_must_fit_the_chunk():
+    x = inputs(1, 4, 3, "diag", F32)
+    with forced(lanes(steps=12)), pytest.raises(ValueError, match="multiple or a divisor of the chunk"):
+        rtu(x["x"], x["nu_log"], x["theta_log"], x["map1"], x["map2"])
 
 
 def test_lanes_inference_forward_matches_reference():

@@ -43,6 +43,7 @@ class RTUConfig:
     bwd_segments: int = 1
     path: str = "tiles"  # the forward's kernels: "tiles" (kernels.py) or "lanes" (lanes.py)
     bwd_path: str = "tiles"  # the backward's (either reads the states either forward kept)
+    steps: int = 0  # the lanes forward's tile (0: chunk; a multiple or a divisor of chunk)
 
 
 # programs per SM below which a split over time pays for its extra read
@@ -65,21 +66,21 @@ def split(batch: int, steps: int, channels: int, block_h: int, chunk: int, devic
 
 
 def lanes(batch: int, steps: int, channels: int, device, chunk: int | None = None) -> RTUConfig:
-    """The lanes path's config: chunks of 16 steps (or `chunk`); the forward 64 channels a one-warp
-    program (2 a thread), the backward 32 (1 a thread: its chunk's states, kept states, SiLU',
-    adjoint and inputs fit the registers at 16 steps a thread, sm_90 compile: 210 registers, where 32
-    steps spilled); as many segments as bring the grid to _LANES_WARPS_PER_SM warps an SM. On the
-    CPU chunks and blocks of 8, as the tiles path's."""
+    """The lanes path's config. The forward in tiles of 32 steps of 64 channels a one-warp program
+    (2 a thread: 64 values in registers, 128 registers a thread at sm_90, and a tile's loads, 4 KB a
+    warp, in flight while the one before is scanned), keeping the state every `chunk` steps; the
+    backward in chunks of 16 steps (or `chunk`) of 32 channels (1 a thread: its chunk's states,
+    kept states, SiLU', adjoint and inputs fit the registers at 16 steps, 210 registers, where 32
+    steps spilled). Time in as many segments as bring each grid to _LANES_WARPS_PER_SM warps an SM.
+    On the CPU tiles, chunks and blocks of 8, as the tiles path's."""
     if arch(device) == "cpu":
-        fwd, bwd = 8, 8
-        chunk = chunk or 8
+        fwd, bwd, tile, chunk = 8, 8, 8, chunk or 8
     else:
-        fwd, bwd = 64, 32
-        chunk = chunk or 16
+        fwd, bwd, tile, chunk = 64, 32, 32, chunk or 16
     want = _LANES_WARPS_PER_SM * sm_count(device)
-    segs = [max(1, min(triton.cdiv(want, max(1, batch * triton.cdiv(channels, b))), triton.cdiv(steps, chunk)))
-            for b in (fwd, bwd)]
-    return RTUConfig(chunk, fwd, 1, segs[0], bwd, 1, segs[1], "lanes", "lanes")
+    segs = [max(1, min(triton.cdiv(want, max(1, batch * triton.cdiv(channels, b))), triton.cdiv(steps, t)))
+            for b, t in ((fwd, tile), (bwd, chunk))]
+    return RTUConfig(chunk, fwd, 1, segs[0], bwd, 1, segs[1], "lanes", "lanes", tile)
 
 
 @tunable

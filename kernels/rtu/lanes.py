@@ -123,14 +123,15 @@ def _with_previous(ar1, ai1, kr1, ki1, br1, bi1, qr1, qi1, ar2, ai2, kr2, ki2, b
 
 
 @triton.jit
-def _fwd(X1, X2, W1, W2, NU, TH, R, Y, CK, ENDS, T, H: tl.constexpr, n_chunks, per_seg, n_seg,
-         BLOCK_H: tl.constexpr, VEC: tl.constexpr, CHUNK: tl.constexpr, SAME_X: tl.constexpr,
+def _fwd(X1, X2, W1, W2, NU, TH, R, Y, CK, ENDS, T, H: tl.constexpr, n_tiles, per_seg, n_seg, n_kept,
+         BLOCK_H: tl.constexpr, VEC: tl.constexpr, CHUNK: tl.constexpr, KEEP: tl.constexpr, SAME_X: tl.constexpr,
          HAS_W: tl.constexpr, HAS_R: tl.constexpr, STORE_CK: tl.constexpr, ENDS_PASS: tl.constexpr,
          EVEN: tl.constexpr, ASM: tl.constexpr):
-    """Program (sequence x channel block, segment). ENDS_PASS: the segment from a zero state, keeping
-    its transition and end; otherwise from the state the earlier segments' ends combine to, writing
-    y and, with STORE_CK, the state at each chunk's end. Steps past T run on (zero input, no reset):
-    only the last chunk has them, and neither its end state nor the last segment's ends is read."""
+    """Program (sequence x channel block, segment), in tiles of CHUNK steps. ENDS_PASS: the segment
+    from a zero state, keeping its transition and end; otherwise from the state the earlier
+    segments' ends combine to, writing y and, with STORE_CK, the state after every KEEP steps (the
+    backward's chunk: a multiple or a divisor of CHUNK). Steps past T run on (zero input, no reset):
+    only the last tile has them, and neither the last state kept nor the last segment's ends is read."""
     b, h, mh = _lanes(H, BLOCK_H, VEC)
     g, p, gam, w1, w2 = dynamics(NU, TH, W1, W2, h, mh, BLOCK_H, HAS_W)
     k1 = (gam * w1)[None, :]
@@ -140,7 +141,7 @@ def _fwd(X1, X2, W1, W2, NU, TH, R, Y, CK, ENDS, T, H: tl.constexpr, n_chunks, p
     base = b.to(tl.int64) * T * H
     seg = tl.program_id(1)
     c = seg * per_seg
-    end = tl.minimum(c + per_seg, n_chunks)
+    end = tl.minimum(c + per_seg, n_tiles)
     if ENDS_PASS:
         cr = tl.zeros([BLOCK_H], tl.float32)
         ci = tl.zeros([BLOCK_H], tl.float32)
@@ -177,9 +178,16 @@ def _fwd(X1, X2, W1, W2, NU, TH, R, Y, CK, ENDS, T, H: tl.constexpr, n_chunks, p
             tl.store(y, (c1 * sigmoid(c1, ASM)).to(Y.dtype.element_ty), mask=mask)
             tl.store(y + H, (c2 * sigmoid(c2, ASM)).to(Y.dtype.element_ty), mask=mask)
             if STORE_CK:
-                ck = CK + ((b * n_chunks + c) * 2) * H + h
-                tl.store(ck, cr, mask=mh)
-                tl.store(ck + H, ci, mask=mh)
+                if CHUNK >= KEEP:  # the states at rows KEEP - 1, 2 KEEP - 1, ... of the tile
+                    for k in tl.static_range(CHUNK // KEEP):
+                        j = c * (CHUNK // KEEP) + k
+                        ck = CK + ((b * n_kept + j) * 2) * H + h
+                        tl.store(ck, row_of(c1, rows[:, None], (k + 1) * KEEP - 1), mask=mh & (j < n_kept))
+                        tl.store(ck + H, row_of(c2, rows[:, None], (k + 1) * KEEP - 1), mask=mh & (j < n_kept))
+                elif (c + 1) % (KEEP // CHUNK) == 0:  # the state after every KEEP // CHUNK tiles
+                    ck = CK + ((b * n_kept + (c + 1) // (KEEP // CHUNK) - 1) * 2) * H + h
+                    tl.store(ck, cr, mask=mh)
+                    tl.store(ck + H, ci, mask=mh)
         at += CHUNK * H
         c += 1
     if ENDS_PASS:
@@ -356,16 +364,21 @@ def vec_of(block_h: int, warps: int) -> int:
 
 
 def forward(x1, x2, w1, w2, nu_log, theta_log, r, y, ck, T, H, cfg, flags: dict) -> None:
-    """Fill y (and ck, where given) from x1, x2 [B, T, H] (r: the reset mask as uint8, or None)."""
+    """Fill y (and ck, where given: the states every cfg.chunk steps) from x1, x2 [B, T, H] (r: the
+    reset mask as uint8, or None), in tiles of cfg.steps steps (0: cfg.chunk)."""
     B = x1.shape[0]
-    n_chunks, per_seg, n_seg = plan(T, cfg.chunk, cfg.segments)
+    tile = cfg.steps or cfg.chunk
+    if tile % cfg.chunk and cfg.chunk % tile:
+        raise ValueError(f"the lanes forward's tile of steps = {tile} must be a multiple or a divisor of the chunk "
+                         f"= {cfg.chunk} (every chunk steps it keeps the state for the backward)")
+    n_tiles, per_seg, n_seg = plan(T, tile, cfg.segments)
     ends = torch.empty(B, n_seg, 4, H, device=x1.device, dtype=torch.float32)  # (unread with one segment)
     args = [x1, x1 if x2 is None else x2, w1 if w1 is not None else nu_log, w2 if w2 is not None else nu_log,
             nu_log, theta_log, r if r is not None else nu_log, y, ck if ck is not None else y, ends,
-            T, H, n_chunks, per_seg, n_seg]
+            T, H, n_tiles, per_seg, n_seg, triton.cdiv(T, cfg.chunk)]
     chains = B * triton.cdiv(H, cfg.block_h)
-    meta = dict(BLOCK_H=cfg.block_h, VEC=vec_of(cfg.block_h, cfg.warps), CHUNK=cfg.chunk, STORE_CK=ck is not None,
-                EVEN=T % cfg.chunk == 0 and H % cfg.block_h == 0, ASM=x1.device.type == "cuda", num_warps=cfg.warps,
+    meta = dict(BLOCK_H=cfg.block_h, VEC=vec_of(cfg.block_h, cfg.warps), CHUNK=tile, KEEP=cfg.chunk,
+                STORE_CK=ck is not None, EVEN=T % tile == 0 and H % cfg.block_h == 0, ASM=x1.device.type == "cuda", num_warps=cfg.warps,
                 **flags)
     if n_seg > 1:  # the last segment's ends are never read
         _fwd[(chains, n_seg - 1)](*args, ENDS_PASS=True, **meta)
