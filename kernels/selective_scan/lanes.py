@@ -78,7 +78,7 @@ def _carry_in(EH, EDT, a2, b, d3, n3, d, md3, md, D, N_P2, n_seg, count, BLOCK_D
 def _ss_fwd_lanes(X, DL, A, Bm, Cm, Dk, Z, Y, CK, EH, EDT, T, D: tl.constexpr, N, n_tiles, per_seg, n_seg, ck_every,
                   BLOCK_D: tl.constexpr, VEC: tl.constexpr, N_P2: tl.constexpr, STEPS: tl.constexpr,
                   STORE_CK: tl.constexpr, ENDS_PASS: tl.constexpr, EVEN: tl.constexpr, EVEN_N: tl.constexpr,
-                  ASM: tl.constexpr, WIDEN: tl.constexpr):
+                  ASM: tl.constexpr, WIDEN: tl.constexpr, FAST_SOFTPLUS: tl.constexpr):
     """Program (sequence x channel block, segment). ENDS_PASS: the segment from a zero state,
     keeping its end state and sum of steps; otherwise from the state the earlier segments' ends
     combine to, writing y and, with STORE_CK, the state after every ck_every tiles. Steps past T
@@ -126,7 +126,7 @@ def _ss_fwd_lanes(X, DL, A, Bm, Cm, Dk, Z, Y, CK, EH, EDT, T, D: tl.constexpr, N
             z, ct = zn.to(tl.float32), widen(cn, WIDEN)
             zn = _rows(Z + at + STEPS * D, offs, t + STEPS, T, md, live, EVEN)
             cn = _per_step(Cm, b, t + STEPS, n, T, N, live, EVEN_N)
-        dt = softplus(dl)
+        dt = softplus(dl, FAST_SOFTPLUS)
         decay = tl.exp2(dt[:, :, None] * a2)
         inj = (dt * x)[:, :, None] * bt[:, None, :]
         inj = tl.where(head, inj + decay * h, inj)  # the carried state enters at the first step
@@ -172,7 +172,7 @@ def forward(x, delta, A, B, C, D, z, y, ck, cfg, n_p2: int) -> None:
             cfg.chunk // cfg.steps]
     meta = dict(BLOCK_D=cfg.block_d, VEC=vec, N_P2=n_p2, STEPS=cfg.steps, STORE_CK=ck is not None,
                 EVEN=T % cfg.steps == 0 and Dm % cfg.block_d == 0, EVEN_N=N == n_p2, ASM=x.device.type == "cuda",
-                WIDEN=widen_asm(B) and widen_asm(C),
+                WIDEN=widen_asm(B) and widen_asm(C), FAST_SOFTPLUS=widen_asm(delta),
                 num_warps=cfg.warps)
     chains = Bsz * triton.cdiv(Dm, cfg.block_d)
     if n_seg > 1:  # the last segment's ends are never read
