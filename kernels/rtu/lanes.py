@@ -1,21 +1,22 @@
-"""The RTU's lanes path (config path "lanes"; the recurrence is in kernels.py).
+"""The RTU's lanes path (config path / bwd_path "lanes"; the recurrence is in kernels.py).
 
-Each thread owns `vec` neighbouring channels and holds a whole chunk of their time steps in its
-registers: a [chunk, block_h] tile with block_h = 32 * warps * vec puts every lane and warp on the
-channel axis, so a chunk's tl.associative_scan is a loop over the thread's own registers (about four
+Each thread owns `vec` neighbouring channels and holds a tile of their time steps in its
+registers: a [steps, block_h] tile with block_h = 32 * warps * vec puts every lane and warp on the
+channel axis, so a tile's tl.associative_scan is a loop over the thread's own registers (about four
 instructions a step and channel: no shuffle, no shared memory, no barrier), where the tiles path
-spreads time over lanes and warps. Reverse scans flip the chunk (free in registers) rather than pass
-reverse=True, which Triton 3.6 lowers with shuffles even along registers.
+spreads time over lanes and warps. Reverse scans flip the tile (free in registers) rather than pass
+reverse=True, which Triton 3.6 lowers with shuffles even along registers. H is a constexpr: with a
+runtime H the compiler kept a 64-bit pointer per element across the loop (255 registers, spills).
 
 Time is split into segments so that few channels still fill the GPU: a first launch scans every
 segment from a zero state and keeps its transition and end (ENDS_PASS; the segment whose ends no
 one reads is skipped), the second starts each segment from the ends of those before it (after it,
 for the adjoint), combined in order, and writes the outputs: the inputs are read twice, the
-outputs written once. Within a segment the next chunk's loads are issued before the current chunk is
-scanned. The backward recomputes each chunk's states from the state the forward kept at the end of
-the chunk before (so its chunk is the forward's), the state before each step carried in the same
-scan, and sums the parameters' gradients per program; one small launch adds the sums up and maps
-them to nu_log, theta_log and the weights in fp64."""
+outputs written once. Within a segment the next tile's loads are issued before the current one is
+scanned. The forward keeps the state every `chunk` steps (its tile `steps` a multiple or a divisor
+of it); the backward, in tiles of `chunk`, recomputes each one's states from the state kept before
+it, the state before each step carried in the same scan, and sums the parameters' gradients per
+program; one small launch adds the sums up and maps them to nu_log, theta_log and the weights."""
 from __future__ import annotations
 
 import torch
