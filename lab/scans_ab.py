@@ -11,9 +11,14 @@ config.LANES_*_FROM that the measurements support. Rows also go to --out as JSON
     python -m lab.scans_ab --device cpu               # a dry run on the interpreter at tiny shapes
 
 Candidates: the tiles path's pick and the best of lab/results/scans_tune_h100.txt where it differs;
-the lanes path's own heuristic (config.lanes) and a grid around it (chunk, channels a program,
-warps, segments). A backward candidate is a whole config: the bwd mode's forward (untimed) keeps
-the states at its chunk. The selective scan's backward is the tiles path's either way: forward only.
+the lanes path's own heuristic (config.lanes) and a grid around it (tile, chunk, channels a
+program, warps, segments). A backward candidate is a whole config: the bwd mode's forward
+(untimed) keeps the states at its chunk. The selective scan's backward is the tiles path's either
+way: forward only.
+
+Acting on it: the last block says which LANES_*_FROM each op's config.py should get (the smallest
+B*T*H, or B*T*D, from which the lanes heuristic beat the tiles pick by 2% at every larger measured
+shape); where a grid row beat the heuristic's by more, config.lanes is the place to follow it.
 """
 from __future__ import annotations
 
