@@ -80,7 +80,7 @@ def candidates(op: str, mode: str, dims: dict, device: str) -> list[tuple[str, o
     cfg = importlib.import_module(f"kcollect.kernels.{op}.config")
     work = (dims["B"], dims["T"], dims["H"] if op == "rtu" else dims["D"])
     if op == "rtu":
-        pick = cfg._tiles(*work, device)
+        pick = cfg.tiles(*work, device)
         heur = cfg.lanes(*work, device)
         out = [("tiles pick", pick), ("lanes heuristic", heur)]
         if (op, mode) in TILES_TUNED:
@@ -100,7 +100,7 @@ def candidates(op: str, mode: str, dims: dict, device: str) -> list[tuple[str, o
                     out.append(("lanes", dataclasses.replace(heur, chunk=chunk, bwd_block_h=block_h, bwd_warps=warps,
                                                              bwd_segments=segs)))
     else:
-        pick = cfg._tiles(dims["B"], work[2], device)
+        pick = cfg.tiles(dims["B"], work[2], device)
         heur = cfg.lanes(*work, device)
         out = [("tiles pick", pick), ("lanes heuristic", heur)]
         if device != "cuda":

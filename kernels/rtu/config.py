@@ -89,21 +89,21 @@ def pick(batch: int, steps: int, channels: int, device) -> RTUConfig:
     path's, with the lanes path's forward and/or backward from LANES_FWD_FROM / LANES_BWD_FROM on.
     The chunk, which the two directions share, is the backward's path's (the lanes backward's 16,
     under which the tiles forward was not tuned; the tiles backward's 32)."""
-    tiles = _tiles(batch, steps, channels, device)
+    tiled = tiles(batch, steps, channels, device)
     work = batch * steps * channels
     fwd = LANES_FWD_FROM is not None and work >= LANES_FWD_FROM
     bwd = LANES_BWD_FROM is not None and work >= LANES_BWD_FROM
     if bwd:
         ln = lanes(batch, steps, channels, device)
-        return ln if fwd else replace(ln, block_h=tiles.block_h, warps=tiles.warps, segments=tiles.segments,
+        return ln if fwd else replace(ln, block_h=tiled.block_h, warps=tiled.warps, segments=tiled.segments,
                                       path="tiles")
     if fwd:
-        ln = lanes(batch, steps, channels, device, tiles.chunk)
-        return replace(tiles, block_h=ln.block_h, warps=ln.warps, segments=ln.segments, path="lanes")
-    return tiles
+        ln = lanes(batch, steps, channels, device, tiled.chunk)
+        return replace(tiled, block_h=ln.block_h, warps=ln.warps, segments=ln.segments, path="lanes", steps=ln.steps)
+    return tiled
 
 
-def _tiles(batch: int, steps: int, channels: int, device) -> RTUConfig:
+def tiles(batch: int, steps: int, channels: int, device) -> RTUConfig:
     """The tiles path's config."""
     if arch(device) == "cpu":
         return RTUConfig(8, 8, 1, split(batch, steps, channels, 8, 8, device), 8, 1,

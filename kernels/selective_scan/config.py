@@ -46,7 +46,7 @@ def pick(batch: int, steps: int, channels: int, states: int, device) -> Selectiv
     """The config for B sequences of T steps, D channels of N states, on `device`'s architecture."""
     if LANES_FROM is not None and batch * steps * channels >= LANES_FROM:
         return lanes(batch, steps, channels, device)
-    return _tiles(batch, channels, device)
+    return tiles(batch, channels, device)
 
 
 def lanes(batch: int, steps: int, channels: int, device) -> SelectiveScanConfig:
@@ -56,11 +56,11 @@ def lanes(batch: int, steps: int, channels: int, device) -> SelectiveScanConfig:
     config and chunk (8 channels a program on the CPU)."""
     block_d = 8 if arch(device) == "cpu" else 32
     want = triton.cdiv(_LANES_WARPS_PER_SM * sm_count(device), max(1, batch * triton.cdiv(channels, block_d)))
-    return replace(_tiles(batch, channels, device), block_d=block_d, warps=1, path="lanes", steps=4,
+    return replace(tiles(batch, channels, device), block_d=block_d, warps=1, path="lanes", steps=4,
                    segments=max(1, min(want, triton.cdiv(steps, 4))))
 
 
-def _tiles(batch: int, channels: int, device) -> SelectiveScanConfig:
+def tiles(batch: int, channels: int, device) -> SelectiveScanConfig:
     """The tiles path's config."""
     if arch(device) == "cpu":
         return SelectiveScanConfig(chunk=8, block_d=8, warps=1, bwd_block_d=8, bwd_warps=1)
