@@ -6,10 +6,15 @@ chunk 16 and N 16, four bytes a step and channel, as much as two bf16 activation
 
 The sm90 values are lab/scans_tune.py's on the H100 at one training shape (see pick); not tuned on
 the H200. The CPU ones are small so that the interpreter's tests cross several chunks and channel
-blocks."""
+blocks.
+
+The lanes forward (lanes.py, path "lanes") keeps time and states in each thread's registers;
+`lanes` is its config, which `pick` returns from LANES_FROM steps x channels (B * T * D) on: None
+(never) until lab/scans_ab.py has measured both forwards on the GPU. The backward is the tiles
+path's either way (it reads the states the lanes forward keeps every `chunk` steps)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import triton
 
@@ -24,11 +29,39 @@ class SelectiveScanConfig:
     warps: int = 4
     bwd_block_d: int = 16
     bwd_warps: int = 4
+    path: str = "tiles"  # the forward's kernel: "tiles" (kernels.py) or "lanes" (lanes.py; block_d = 32 * warps * vec)
+    steps: int = 8  # time steps a lanes tile (chunk must be a multiple: the states kept for the backward)
+    segments: int = 1  # time splits of the lanes forward (1: one program walks the whole sequence)
+
+
+# B * T * D from which pick returns the lanes forward (None: never)
+LANES_FROM: int | None = None
+# Lanes programs are one warp of 32 channels; time is cut into segments until the grid holds this
+# many warps an SM (a segment more costs one more read of x and delta, and their exponentials)
+_LANES_WARPS_PER_SM = 8
 
 
 @tunable
 def pick(batch: int, steps: int, channels: int, states: int, device) -> SelectiveScanConfig:
     """The config for B sequences of T steps, D channels of N states, on `device`'s architecture."""
+    if LANES_FROM is not None and batch * steps * channels >= LANES_FROM:
+        return lanes(batch, steps, channels, device)
+    return tiles(batch, channels, device)
+
+
+def lanes(batch: int, steps: int, channels: int, device) -> SelectiveScanConfig:
+    """The lanes forward's config: one-warp programs of 32 channels (1 a thread, with its N states
+    and 4 steps in registers: sm_90 compile at N 16, 168 registers, no spill; at 8 steps 252), time
+    in as many segments as bring the grid to _LANES_WARPS_PER_SM warps an SM; the tiles backward's
+    config and chunk (8 channels a program on the CPU)."""
+    block_d = 8 if arch(device) == "cpu" else 32
+    want = triton.cdiv(_LANES_WARPS_PER_SM * sm_count(device), max(1, batch * triton.cdiv(channels, block_d)))
+    return replace(tiles(batch, channels, device), block_d=block_d, warps=1, path="lanes", steps=4,
+                   segments=max(1, min(want, triton.cdiv(steps, 4))))
+
+
+def tiles(batch: int, channels: int, device) -> SelectiveScanConfig:
+    """The tiles path's config."""
     if arch(device) == "cpu":
         return SelectiveScanConfig(chunk=8, block_d=8, warps=1, bwd_block_d=8, bwd_warps=1)
     # lab/scans_tune.py on the H100 at B8 T2048 D2048 N16 (lab/results/scans_tune_h100.txt): the
