@@ -15,6 +15,7 @@ before the next step. A persistent launch runs the whole sequence; a stepped lau
 fallback where a group's programs could not all be resident."""
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 
 import torch
@@ -207,13 +208,14 @@ def _shared(config: LSTMConfig, dtype, H: int, device) -> int:
 def _floor(config: LSTMConfig, dtype, H: int, device) -> int:
     """Shared memory the kernels need at least: a program's tile of recurrent weights, which the
     products stage there, in their operand type (what fits under it is compiled to be sure)."""
-    size = 4 if dot_f32(dtype, device) else torch.tensor([], dtype=dtype).element_size()
+    size = 4 if dot_f32(dtype, device) else dtype.itemsize
     fwd, bwd = _fwd_meta(config, H, dtype, device), _bwd_meta(config, H, dtype, device)
     rows_fwd = fwd["HP"] if config.resident else fwd["BK"]
     rows_bwd = bwd["GP"] if config.resident_bwd else bwd["BK"]
     return max(rows_fwd * 4 * config.hb, rows_bwd * config.hb_bwd) * size
 
 
+@functools.lru_cache(maxsize=None)  # a launch's check is then one lookup
 def fitted(config: LSTMConfig, dtype, H: int, device, picked: bool) -> LSTMConfig:
     """The config to launch: `config` where the device's shared memory holds it; a picked one that
     does not (fp32 with many batch groups: a program's weight tile 64 x 4*hb), with thinner weight

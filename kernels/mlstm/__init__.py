@@ -12,6 +12,7 @@ Forward (fwd.py): a scan over chunks for the chunk-start states, then all chunks
 Backward (bwd.py): a reverse scan for the states' gradients, then all chunks' gradients at once."""
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 
 import torch
@@ -26,6 +27,7 @@ from .naive import EPS
 __all__ = ["MLSTMConfig", "MLSTMFunction", "fitted", "mlstm", "pick"]
 
 
+@functools.lru_cache(maxsize=None)  # a launch's check is then one lookup
 def fitted(config: MLSTMConfig, dtype, DH: int, device, picked: bool) -> MLSTMConfig:
     """The config to launch: `config` where the device's shared memory holds its four kernels; a
     picked one that does not, with narrower value blocks, then shorter chunks; ValueError naming the

@@ -41,7 +41,8 @@ def shared_limit(device) -> int | None:
     device = torch.device(device)
     if device.type != "cuda":
         return None
-    return torch.cuda.get_device_properties(device).shared_memory_per_block_optin
+    props = torch.cuda.get_device_properties(device)
+    return getattr(props, "shared_memory_per_block_optin", props.shared_memory_per_block)
 
 
 def shared_bytes(kernel, args: tuple, meta: dict, device) -> int:

@@ -11,6 +11,7 @@ same way in reverse and carries the stabiliser's gradient too: y depends on m on
 of its normaliser, but the final states c_T and n_T are stabilised by m_T."""
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 
 import torch
@@ -219,10 +220,11 @@ def _floor(config: SLSTMConfig, dtype, DH: int, device) -> int:
     it). What fits under it is compiled to be sure; what does not is not (a 256-wide fp32 head
     compiles for minutes)."""
     dp = max(16, triton.next_power_of_2(DH))
-    size = 4 if dot_f32(dtype, device) else torch.tensor([], dtype=dtype).element_size()
+    size = 4 if dot_f32(dtype, device) else dtype.itemsize
     return (1 if config.split and not config.resident else 4) * dp * dp * size
 
 
+@functools.lru_cache(maxsize=None)  # a launch's check is then one lookup
 def fitted(config: SLSTMConfig, dtype, DH: int, device, picked: bool) -> SLSTMConfig:
     """The config to launch: `config` where the device's shared memory holds it; a picked one that
     does not, with its weights re-read one gate's block at a time (fp32 heads past 64, bf16 past 128);
