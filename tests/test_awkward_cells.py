@@ -181,6 +181,15 @@ def test_mlstm_stabiliser_in_fp32(case):
     assert verdict["status"] == "ok", f"{json.dumps(case)}: {verdict.get('message')}"
 
 
+def test_mlstm_fp16_range():
+    # fp16 cannot hold the normaliser's inverse (1e5 here: tiny q and k, large input gates) that the
+    # backward's products took in fp16: every gradient was inf
+    case = _case("mlstm", "float16", {"B": 2, "NH": 1, "T": 1, "DH": 16}, resets="random", gates="large_and_strong",
+                 x_scale=0.01) | {"seed": 710600703}
+    verdict = cells.check(case, "cpu")
+    assert verdict["status"] == "ok", f"{json.dumps(case)}: {verdict.get('message')}"
+
+
 @pytest.mark.parametrize("op", ["lstm", "slstm"])
 def test_small_tanh_in_fp32(op):
     # tanh was 2 sigmoid(2x) - 1, whose absolute error of an fp32 rounding is all of a small tanh's
@@ -202,3 +211,17 @@ def test_axon_long_memories_in_fp32():
 
     errors = errors_against_reference(reference, axon.axon, inputs, ("x", "w_out", "nu_log", "theta_log", "w1", "w2"))
     assert max(errors) < 2e-6, f"{json.dumps(case)}: {errors}"
+
+
+@pytest.mark.parametrize("op", ["lstm", "slstm", "mlstm", "axon"])
+def test_dtypes_past_the_kernels_are_refused(op):
+    # float64, or operands of two dtypes, reached the kernels (a compile error or a wrong read)
+    dims = {"lstm": {"B": 2, "T": 3, "H": 16, "I": 16}, "slstm": {"B": 2, "NH": 1, "T": 3, "DH": 16},
+            "mlstm": {"B": 2, "NH": 1, "T": 3, "DH": 16}, "axon": {"B": 2, "T": 3, "H": 16, "O": 16}}[op]
+    subject = cells.subject(_case(op, "float32", dims), "cpu")
+    inputs = subject.make_inputs()
+    first = next(k for k, v in inputs.items() if torch.is_tensor(v) and v.is_floating_point())
+    wide = {k: v.double() if torch.is_tensor(v) and v.is_floating_point() else v for k, v in inputs.items()}
+    for bad, word in ((wide, "float64"), (dict(inputs, **{first: inputs[first].bfloat16()}), "one dtype")):
+        with pytest.raises(ValueError, match=word):
+            subject.ours(**bad)

@@ -22,6 +22,20 @@ def step_loop_limit(name: str, T: int) -> None:
                           f"steps, T={T} would take seconds a call")
 
 
+DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def check_dtypes(op: str, **tensors) -> torch.dtype:
+    """The dtype `tensors` share (those an op's products read in one type; states and gates it
+    converts may differ); ValueError unless they agree and it is one of DTYPES."""
+    dtypes = {name: t.dtype for name, t in tensors.items()}
+    first = next(iter(dtypes.values()))
+    if first not in DTYPES or any(d != first for d in dtypes.values()):
+        raise ValueError(f"{op}: the inputs must share one dtype of float32, bfloat16 or float16, got "
+                         + ", ".join(f"{n} {str(d)[6:]}" for n, d in dtypes.items()))
+    return first
+
+
 def dims_check(op: str, names: tuple[str, ...]):
     """A spec's check_shape for shapes that must name every one of `names`."""
 

@@ -19,6 +19,7 @@ import math
 
 import torch
 
+from .._lib.recurrent import check_dtypes
 from .config import AxonConfig, pick
 from .kernels import axon_scan_bwd, axon_scan_fwd, channel_constants
 
@@ -92,6 +93,7 @@ def axon(x, w_lin, b_lin, w_out, b_out, nu_log, theta_log, w1, w2, signs, perm, 
     for name, t in zip(expect, (w_lin, b_lin, w_out, b_out, nu_log, theta_log, w1, w2, signs, perm)):
         if tuple(t.shape) != expect[name]:
             raise ValueError(f"axon: {name} must be {expect[name]} for x {tuple(x.shape)}, got {tuple(t.shape)}")
+    check_dtypes("axon", x=x, w_lin=w_lin, b_lin=b_lin, w_out=w_out, b_out=b_out)
     if resets is not None and (tuple(resets.shape) != (B, T) or resets.dtype != torch.bool):
         raise ValueError(f"axon: resets must be a bool [B, T] = ({B}, {T}) mask, got {resets.dtype} "
                          f"{tuple(resets.shape)}")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from .._lib.recurrent import unit_major
+from .._lib.recurrent import check_dtypes, unit_major
 from .config import LSTMConfig, pick
 from .kernels import fitted, lstm_bwd, lstm_fwd
 
@@ -61,6 +61,7 @@ def lstm(x, h0, c0, w_ih, w_hh, b, resets=None, config: LSTMConfig | None = None
         if tuple(t.shape) != expect[name]:
             raise ValueError(f"lstm: {name} must be {expect[name]} for x {tuple(x.shape)} and H={H}, "
                              f"got {tuple(t.shape)}")
+    check_dtypes("lstm", x=x, w_ih=w_ih, w_hh=w_hh, b=b)
     if resets is not None and (tuple(resets.shape) != (B, T) or resets.dtype != torch.bool):
         raise ValueError(f"lstm: resets must be a bool [B, T] = ({B}, {T}) mask, got {resets.dtype} "
                          f"{tuple(resets.shape)}")

@@ -17,7 +17,7 @@ from dataclasses import replace
 
 import torch
 
-from .._lib.recurrent import dot_f32
+from .._lib.recurrent import check_dtypes, dot_f32
 from ..slstm.config import shared_limit
 from .bwd import mlstm_bwd, shared_bwd
 from .config import MLSTMConfig, pick
@@ -86,5 +86,10 @@ def mlstm(q, k, v, i, f, resets=None, config: MLSTMConfig | None = None):
     if resets is not None and (tuple(resets.shape) != (B, T) or resets.dtype != torch.bool):
         raise ValueError(f"mlstm: resets must be a bool [B, T] = ({B}, {T}) mask, got {resets.dtype} "
                          f"{tuple(resets.shape)}")
+    if check_dtypes("mlstm", q=q, k=k, v=v) == torch.float16:
+        # fp16's range (65504) cannot hold the normaliser's inverse (up to 1e6) that the backward's
+        # products take in: the fp32 kernels, as eager computes fp16
+        out = mlstm(q.float(), k.float(), v.float(), i.float(), f.float(), resets, config)
+        return tuple(o.half() for o in out)
     resets = resets.contiguous() if resets is not None else None  # the kernels read it as [B, T]
     return MLSTMFunction.apply(*(x.contiguous() for x in (q, k, v, i, f)), resets, config)

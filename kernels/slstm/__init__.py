@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import torch
 
+from .._lib.recurrent import check_dtypes
 from .config import SLSTMConfig, pick
 from .kernels import fitted, slstm_bwd, slstm_fwd
 
@@ -60,6 +61,7 @@ def slstm(wx, r, b, y0, c0, n0, m0, resets=None, config: SLSTMConfig | None = No
     for name, t in zip(expect, (r, b, y0, c0, n0, m0)):
         if tuple(t.shape) != expect[name]:
             raise ValueError(f"slstm: {name} must be {expect[name]} for wx {tuple(wx.shape)}, got {tuple(t.shape)}")
+    check_dtypes("slstm", wx=wx, r=r, b=b)
     if resets is not None and (tuple(resets.shape) != (B, T) or resets.dtype != torch.bool):
         raise ValueError(f"slstm: resets must be a bool [B, T] = ({B}, {T}) mask, got {resets.dtype} "
                          f"{tuple(resets.shape)}")
