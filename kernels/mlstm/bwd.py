@@ -27,16 +27,16 @@ from .fwd import meta_of
 
 @triton.jit
 def _stabiliser_grad(dmj_ptr, bh, c, T, ig, it, A, seg, tm, m_c, dm_next, L: tl.constexpr):
-    """The stabiliser's gradient in chunk c. m_t is the larger of the chunk start's (m_c + A_t) and
-    the steps' (i~_s + A_t - A_s: the input gate, or at a reset the zeroed stabiliser a_s > i_s).
-    Where an input gate won, the chunk kernel adds the gradient to that weight's own (as autograd
-    does: its value less those of the row's other weights, which cancel exactly where one weight
-    is all of h). Here: the other rows' (the closed form dm_t), and at the chunk's last step dm_next,
-    that of the next chunk's start (the same running max), each to its source. Returns (d i, d a,
-    dm_c, the winning input gate of each row or -1)."""
+    """The stabiliser's gradient in chunk c, sent to where each m_t came from: m_t is the largest of
+    the chunk start's m_c + A_t and the steps' i~_s + A_t - A_s (an input gate, or at a reset the
+    zeroed stabiliser: a_s > i_s). Rows whose m_t is an input gate's are left to the chunk kernel,
+    which adds it to that weight's own gradient as autograd would (minus the row's weight gradients:
+    exactly 0 where one weight is all of h). Here: the other rows' closed form dm_t, and at the
+    chunk's last step dm_next, the next chunk start's (the same running max). Returns (d i, d a,
+    dm_c, each row's winning input gate or -1)."""
     j = tl.arange(0, L)
     valid = (j[None, :] <= j[:, None]) & (seg[None, :] == seg[:, None])
-    X = tl.where(valid, it[None, :] + gaps(A), NEG)  # the forward's sums, to the bit
+    X = tl.where(valid, it[None, :] + gaps(A), NEG)  # as the forward sums them
     src = tl.argmax(X, 1, tie_break_left=True)
     from_start = (seg == 0) & (m_c + A.to(tl.float32) >= tl.max(X, 1))
     to_a = it > ig  # the zeroed stabiliser of a reset won over the input gate
@@ -52,8 +52,7 @@ def _stabiliser_grad(dmj_ptr, bh, c, T, ig, it, A, seg, tm, m_c, dm_next, L: tl.
 @triton.jit(do_not_specialize=["NH", "T", "NC", "has_resets"])
 def _mlstm_dstates(q_ptr, dh_ptr, qinv_ptr, dden_ptr, dmj_ptr, i_ptr, f_ptr, rs_ptr, ms_ptr, mo_ptr, dcs_ptr, dns_ptr,
                    dim_ptr, dam_ptr, src_ptr, NH, T, DH, NC, has_resets, L: tl.constexpr, DP: tl.constexpr,
-                   BV: tl.constexpr,
-                   DOT_F32: tl.constexpr, PRECISE: tl.constexpr):
+                   BV: tl.constexpr, DOT_F32: tl.constexpr, PRECISE: tl.constexpr):
     """dcs[c] = the gradient of the state at the start of chunk c: its own chunk's outputs' plus the
     next chunk start's through the chunk's decay (the state after the last chunk has none). The
     first value block's program also carries the stabiliser's gradient back over the chunks (it

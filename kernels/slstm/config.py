@@ -3,7 +3,9 @@
 Heads are independent (the recurrent weights are block-diagonal per head), so one program runs the
 whole sequence of one head for `bb` batch rows, with no waiting on other programs. Its four
 [DH, DH] recurrent blocks stay in registers across timesteps when they are small (`resident`),
-otherwise they are re-read every step (from L1, where the 128 KB of a 128-wide head fit)."""
+otherwise they are re-read every step (from L1, where the 128 KB of a 128-wide head fit), all four
+at once or, where the four do not fit the shared memory the products stage them in, one at a time
+(`split`: kernels.fitted picks it)."""
 from __future__ import annotations
 
 from dataclasses import dataclass

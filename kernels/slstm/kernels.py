@@ -39,7 +39,7 @@ def _block(r_ptr, g, h, NH, DH, u, k, TRANS: tl.constexpr):
 @triton.jit
 def _product(a, w, r_ptr, g, h, NH, DH, u, acc, TRANS: tl.constexpr, SPLIT: tl.constexpr, DOT_F32: tl.constexpr):
     """acc + a @ (recurrent block g): w itself, or with SPLIT the block read here, so that one block
-    at a time sits in shared memory (the four at once do not fit past 64-wide fp32 heads)."""
+    at a time sits in shared memory (the four at once do not fit past 64-wide fp32 heads, 128-wide bf16)."""
     if SPLIT:
         w = _block(r_ptr, g, h, NH, DH, u, u, TRANS)
     return dot(a, w, acc, DOT_F32)
