@@ -101,8 +101,10 @@ def test_lanes_path_matches_reference(case, config):
 def test_pick_switches_to_lanes_from_the_thresholds(monkeypatch):
     from kcollect.kernels.rtu import config
 
-    assert config.LANES_FWD_FROM is None and config.LANES_BWD_FROM is None  # the tiles path until measured
-    assert (config.pick(8, 8192, 1024, "cpu").path, config.pick(8, 8192, 1024, "cpu").bwd_path) == ("tiles", "tiles")
+    # the measured thresholds: the lanes path both ways from B4 T128 H64 on, the tiles path below
+    assert (config.pick(4, 128, 64, "cpu").path, config.pick(4, 128, 64, "cpu").bwd_path) == ("lanes", "lanes")
+    assert (config.pick(4, 127, 64, "cpu").path, config.pick(4, 127, 64, "cpu").bwd_path) == ("tiles", "tiles")
+    monkeypatch.setattr(config, "LANES_BWD_FROM", None)
     monkeypatch.setattr(config, "LANES_FWD_FROM", 1000)
     assert (config.pick(2, 50, 10, "cpu").path, config.pick(2, 50, 10, "cpu").bwd_path) == ("lanes", "tiles")
     assert config.pick(2, 49, 10, "cpu").path == "tiles"
@@ -180,3 +182,17 @@ def test_grids_and_cost_model():
     d = {"B": 2, "T": 3, "H": 4, "R": "diag", "resets": 1, "p": 0.1}
     assert SPEC.bytes_moved(d, BF16, "fwd") == 3 * 24 * 2 + 6  # x in, y out (2H), the reset mask
     assert len({s.label for s in SPEC.grid("full")}) == len(SPEC.grid("full"))
+
+
+def test_lanes_backward_segments_count_its_two_warps(monkeypatch):
+    """On an H100-like GPU the lanes backward runs 64 channels over two warps, and cuts time only
+    until the grid holds _LANES_WARPS_PER_SM warps an SM, counting warps: at B32 T2048 H2048 (1024
+    two-warp programs) one segment; counted as programs it split in two, 1.40x slower on the H200."""
+    import opcheck
+    from kcollect.kernels.rtu import config
+
+    device = opcheck.fake_gpu(monkeypatch)
+    wide = config.lanes(32, 2048, 2048, device)
+    assert (wide.bwd_block_h, wide.bwd_warps, wide.bwd_segments) == (64, 2, 1)
+    target = config.lanes(8, 8192, 1024, device)  # 128 programs of 2 warps: 1056 / 256 -> 5 segments
+    assert (target.bwd_segments, target.segments) == (5, 9)

@@ -86,7 +86,8 @@ def test_lanes_inference_forward_matches_reference():
 def test_pick_switches_to_lanes_from_the_threshold(monkeypatch):
     from kcollect.kernels.selective_scan import config
 
-    assert config.LANES_FROM is None and config.pick(8, 2048, 2048, 16, "cpu").path == "tiles"  # until measured
+    # the measured threshold: the lanes forward from B1 T60 D512 on, the tiles path below
+    assert config.pick(1, 60, 512, 16, "cpu").path == "lanes" and config.pick(1, 59, 512, 16, "cpu").path == "tiles"
     monkeypatch.setattr(config, "LANES_FROM", 1000)
     assert config.pick(2, 50, 10, 16, "cpu") == config.lanes(2, 50, 10, "cpu")
     assert config.pick(2, 49, 10, 16, "cpu").path == "tiles"
@@ -137,3 +138,16 @@ def test_the_loop_refuses_sequences_past_its_limit():
     x = torch.randn(1, EAGER_MAX_T + 1, 2)
     with pytest.raises(Unavailable, match=f"T={EAGER_MAX_T}"):
         eager(x, x, None, None, None, None, x)
+
+
+def test_lanes_walks_time_whole_where_the_grid_fills_the_gpu(monkeypatch):
+    """On an H100-like GPU (132 SMs): 8 steps a tile; one segment once the grid holds 2 warps an SM
+    (B8 D2048: 512 programs), as measured on the H200; segments up to 8 warps an SM below that."""
+    import opcheck
+    from kcollect.kernels.selective_scan import config
+
+    device = opcheck.fake_gpu(monkeypatch)
+    full = config.lanes(8, 2048, 2048, device)
+    assert (full.steps, full.segments, full.block_d) == (8, 1, 32)
+    assert config.lanes(3, 1000, 1000, device).segments == 11  # 96 programs: 1056 / 96 warps
+    assert config.lanes(1, 60, 512, device).segments == 8  # capped by the sequence's 8 tiles

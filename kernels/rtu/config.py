@@ -21,7 +21,10 @@ the interpreter's tests cross several chunks, segments and channel blocks.
 
 The lanes path (lanes.py, path / bwd_path "lanes") keeps time in each thread's registers instead;
 `lanes` is its config, which `pick` returns from LANES_FWD_FROM / LANES_BWD_FROM steps x channels
-(B * T * H) on: None (never) until lab/scans_ab.py has measured both paths on the GPU."""
+(B * T * H) on. lab/scans_ab.py on an H200 (lab/results/scans_ab_h200.txt): the lanes path was
+faster at every shape measured, B4 T128 H64 (32768) the smallest: forward 0.86x to 0.16x the
+tiles pick's time, backward 0.77x to 0.11x (B8 T8192 H1024 with resets: forward 0.951 -> 0.177 ms,
+backward 2.338 -> 0.510)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -51,8 +54,8 @@ _FILL = 2
 
 # B * T * H from which pick returns the lanes path, forward and backward (None: never); each path's
 # kept states serve the other's backward, so the two switch independently
-LANES_FWD_FROM: int | None = None
-LANES_BWD_FROM: int | None = None
+LANES_FWD_FROM: int | None = 32768
+LANES_BWD_FROM: int | None = 32768
 # Lanes programs are one warp; time is cut into segments until the grid holds this many warps an
 # SM: a segment more costs one more read of its inputs (the ends pass), too few leave latency bare
 _LANES_WARPS_PER_SM = 8
@@ -71,16 +74,19 @@ def lanes(batch: int, steps: int, channels: int, device, chunk: int | None = Non
     warp, in flight while the one before is scanned), keeping the state every `chunk` steps; the
     backward in chunks of 16 steps (or `chunk`) of 32 channels (1 a thread: its chunk's states,
     kept states, SiLU', adjoint and inputs fit the registers at 16 steps, 210 registers, where 32
-    steps spilled). Time in as many segments as bring each grid to _LANES_WARPS_PER_SM warps an SM.
+    steps spilled), two warps a program: on the H200 64 channels over 2 warps took 0.88x to 0.91x
+    the time of 32 over one at B8 T8192 H1024, B32 T2048 H2048 and B64 T1024 H1024. Time in as many
+    segments as bring each grid to _LANES_WARPS_PER_SM warps an SM (warps, not programs: counted as
+    programs, the two-warp backward at B32 T2048 H2048 split in two and took 1.40x as long).
     On the CPU tiles, chunks and blocks of 8, as the tiles path's."""
     if arch(device) == "cpu":
-        fwd, bwd, tile, chunk = 8, 8, 8, chunk or 8
+        fwd, bwd, bwd_warps, tile, chunk = 8, 8, 1, 8, chunk or 8
     else:
-        fwd, bwd, tile, chunk = 64, 32, 32, chunk or 16
+        fwd, bwd, bwd_warps, tile, chunk = 64, 64, 2, 32, chunk or 16
     want = _LANES_WARPS_PER_SM * sm_count(device)
-    segs = [max(1, min(triton.cdiv(want, max(1, batch * triton.cdiv(channels, b))), triton.cdiv(steps, t)))
-            for b, t in ((fwd, tile), (bwd, chunk))]
-    return RTUConfig(chunk, fwd, 1, segs[0], bwd, 1, segs[1], "lanes", "lanes", tile)
+    segs = [max(1, min(triton.cdiv(want, w * max(1, batch * triton.cdiv(channels, b))), triton.cdiv(steps, t)))
+            for b, w, t in ((fwd, 1, tile), (bwd, bwd_warps, chunk))]
+    return RTUConfig(chunk, fwd, 1, segs[0], bwd, bwd_warps, segs[1], "lanes", "lanes", tile)
 
 
 @tunable

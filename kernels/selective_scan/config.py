@@ -9,9 +9,11 @@ the H200. The CPU ones are small so that the interpreter's tests cross several c
 blocks.
 
 The lanes forward (lanes.py, path "lanes") keeps time and states in each thread's registers;
-`lanes` is its config, which `pick` returns from LANES_FROM steps x channels (B * T * D) on: None
-(never) until lab/scans_ab.py has measured both forwards on the GPU. The backward is the tiles
-path's either way (it reads the states the lanes forward keeps every `chunk` steps)."""
+`lanes` is its config, which `pick` returns from LANES_FROM steps x channels (B * T * D) on. lab/
+scans_ab.py on an H200 (lab/results/scans_ab_h200.txt): faster than the tiles pick at every shape
+measured, B1 T60 D512 (30720) the smallest, 0.59x to 0.18x its time (B8 T2048 D2048 N16: 1.519 ->
+0.266 ms with the config below). The backward is the tiles path's either way (it reads the states
+the lanes forward keeps every `chunk` steps)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -35,9 +37,14 @@ class SelectiveScanConfig:
 
 
 # B * T * D from which pick returns the lanes forward (None: never)
-LANES_FROM: int | None = None
-# Lanes programs are one warp of 32 channels; time is cut into segments until the grid holds this
-# many warps an SM (a segment more costs one more read of x and delta, and their exponentials)
+LANES_FROM: int | None = 30720
+# Lanes programs are one warp of 32 channels. A grid of _LANES_FULL warps an SM or more walks time
+# whole (a segment more costs one more read of x and delta, and their exponentials: on the H200 one
+# segment against the 2-3 that 8 warps an SM asked for, 0.266 against 0.363 ms at B8 T2048 D2048,
+# 0.449 against 0.648 at B8 T2048 D4096, 0.015 against 0.021 at B32 T60 D512); a smaller one is cut
+# into segments until it holds _LANES_WARPS_PER_SM (B3 T1000 D1000: 11 segments, 0.049 ms, against
+# 0.070 with 5)
+_LANES_FULL = 2
 _LANES_WARPS_PER_SM = 8
 
 
@@ -51,13 +58,17 @@ def pick(batch: int, steps: int, channels: int, states: int, device) -> Selectiv
 
 def lanes(batch: int, steps: int, channels: int, device) -> SelectiveScanConfig:
     """The lanes forward's config: one-warp programs of 32 channels (1 a thread, with its N states
-    and 4 steps in registers: sm_90 compile at N 16, 168 registers, no spill; at 8 steps 252), time
-    in as many segments as bring the grid to _LANES_WARPS_PER_SM warps an SM; the tiles backward's
-    config and chunk (8 channels a program on the CPU)."""
-    block_d = 8 if arch(device) == "cpu" else 32
-    want = triton.cdiv(_LANES_WARPS_PER_SM * sm_count(device), max(1, batch * triton.cdiv(channels, block_d)))
-    return replace(tiles(batch, channels, device), block_d=block_d, warps=1, path="lanes", steps=4,
-                   segments=max(1, min(want, triton.cdiv(steps, 4))))
+    and 8 steps in registers: sm_90 compile at N 16, 252 registers, no spill; faster than 4 steps
+    at every H200 shape but B3 T1000 D1000, 2% slower there), time whole or in segments (see
+    _LANES_FULL); the tiles backward's config and chunk (8 channels a program and 4 steps on the
+    CPU)."""
+    cpu = arch(device) == "cpu"
+    block_d, tile = (8, 4) if cpu else (32, 8)
+    programs = max(1, batch * triton.cdiv(channels, block_d))
+    want = 1 if programs >= _LANES_FULL * sm_count(device) else \
+        triton.cdiv(_LANES_WARPS_PER_SM * sm_count(device), programs)
+    return replace(tiles(batch, channels, device), block_d=block_d, warps=1, path="lanes", steps=tile,
+                   segments=max(1, min(want, triton.cdiv(steps, tile))))
 
 
 def tiles(batch: int, channels: int, device) -> SelectiveScanConfig:
