@@ -70,9 +70,9 @@ def unit_major(n_units: int, n_gates: int, device) -> torch.Tensor:
 
 
 def dot_f32(dtype: torch.dtype, device) -> bool:
-    """Whether the kernels' tl.dot takes fp32 operands (in full fp32, not TF32): for fp32 inputs, whose
-    recurrences would lose 13 mantissa bits a step to TF32, and on the CPU interpreter, whose tl.dot
-    multiplies bf16 operands as their uint16 bit patterns (Triton 3.6)."""
+    """Whether the kernels' tl.dot takes fp32 operands (as TF32x3, about fp32's accuracy: see dot):
+    for fp32 inputs, whose recurrences would lose 13 mantissa bits a step to TF32, and on the CPU
+    interpreter, whose tl.dot multiplies bf16 operands as their uint16 bit patterns (Triton 3.6)."""
     return dtype == torch.float32 or torch.device(device).type != "cuda"
 
 
@@ -186,9 +186,13 @@ def keep_rows(rs_ptr, rows, mask, t, T, has_resets):
 
 @triton.jit
 def dot(a, b, acc, DOT_F32: tl.constexpr):
-    """acc + a @ b on tensor cores, with fp32 operands where dot_f32 says so."""
+    """acc + a @ b on tensor cores, with fp32 operands where dot_f32 says so: as three TF32 products
+    (each operand a TF32 part and the TF32 remainder; the remainders' product is left out, about
+    2^-22 of the terms), where "ieee" ran on the CUDA cores: compiled for sm_90 the mLSTM's fp32
+    backward chunk kernel then kept a 44 KB stack a thread (7 KB with TF32x3), which the GPU
+    reserves for every thread it holds."""
     if DOT_F32:
-        return tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="tf32x3")
     else:
         return tl.dot(a, b, acc)
 
