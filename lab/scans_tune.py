@@ -62,7 +62,7 @@ def candidates(op: str, mode: str, dims: dict, quick: bool, device) -> list[list
     so stages after the first are functions of the best configs)."""
     mod = importlib.import_module(f"kcollect.kernels.{op}")
     if op == "rtu":
-        base = mod.pick(dims["B"], dims["T"], dims["H"], device)
+        base = mod.config.tiles(dims["B"], dims["T"], dims["H"], device)  # this search is the tiles path's
         if mode == "fwd":
             first = _grid(mod.RTUConfig, base, chunk=(32, 64) if quick else (32, 64, 128), block_h=(16, 32),
                           warps=(4,) if quick else (2, 4, 8))
@@ -72,7 +72,7 @@ def candidates(op: str, mode: str, dims: dict, quick: bool, device) -> list[list
                       bwd_warps=(4, 8))
         return [first, lambda best: _grid(mod.RTUConfig, best[0], bwd_segments=(1, 2, 4, 8))]
     if op == "selective_scan":
-        base = mod.pick(dims["B"], dims["T"], dims["D"], dims["N"], device)
+        base = mod.config.tiles(dims["B"], dims["D"], device)
         if mode == "fwd":
             return [_grid(mod.SelectiveScanConfig, base, chunk=(16, 32, 64), block_d=(8, 16) if quick else (8, 16, 32),
                           warps=(4, 8))]

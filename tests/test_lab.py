@@ -40,3 +40,11 @@ def test_every_mutation_applies_to_this_tree():
     for m in mutations.MUTATIONS:
         assert m.search != m.replace and "::" in m.test, m.name
     assert len({m.name for m in mutations.MUTATIONS}) == len(mutations.MUTATIONS)
+
+
+def test_scans_ab_threshold_is_where_lanes_wins_from_on():
+    from lab.scans_ab import lanes_from
+
+    assert lanes_from([(10, 1.2), (100, 0.9), (1000, 0.5)]) == 100
+    assert lanes_from([(10, 0.5), (100, 1.0), (1000, 0.5)]) == 1000  # a loss between: from past it
+    assert lanes_from([(10, 0.5), (1000, 0.99)]) is None  # within the margin at the largest: never

@@ -1,8 +1,11 @@
 """rtu against its float64 reference on the CPU interpreter: diagonal and low-rank input maps, resets
 at the first step, at chunk boundaries and back to back, several chunks, channel blocks (one
 masked) and time segments (forward and backward), forward (inference) and forward+backward, bf16
-and fp32; the PyTorch providers' own code (the log-depth scan, the adapter around
-accelerated_scan's complex scan) and the input checks."""
+and fp32; the same for the lanes path (forced by config) on the awkward cases of lab/awkward (T = 1,
+T not a multiple of the chunk, one sequence, odd H, resets at the first, last and every step,
+strided inputs, extreme memories), and each path's states read by the other's backward; the
+PyTorch providers' own code (the log-depth scan, the adapter around accelerated_scan's complex
+scan) and the input checks."""
 import random
 
 import pytest
@@ -13,6 +16,8 @@ from kcollect.kernels._lib import forced
 from kcollect.kernels.rtu import RTUConfig, providers, rtu
 from kcollect.kernels.rtu.naive import reference
 from kcollect.kernels.rtu.spec import SPEC
+from test_awkward_scans import case as awkward_case
+from test_awkward_scans import verify_case
 
 BF16, F32 = torch.bfloat16, torch.float32
 
@@ -55,6 +60,73 @@ def test_inference_forward_matches_reference():
     # no gradient wanted: the launch that keeps no states
     with forced(RTUConfig(8, 8, 1, 2, 8, 1, 1)):
         check(inputs(2, 19, 8, 2, F32, (0, 8), 0.2), F32, mode="fwd")
+
+
+# The lanes path at the CPU's chunk of 8 steps and blocks of 8 channels, time in segments both ways
+def lanes(segments=3, bwd_segments=3, path="lanes", bwd_path="lanes", steps=0):
+    return RTUConfig(8, 8, 1, segments, 8, 1, bwd_segments, path, bwd_path, steps)
+
+
+LANES_CASES = [  # (case of lab/awkward, config)
+    (awkward_case("rtu", {"B": 1, "T": 1, "H": 5, "R": "diag"}, resets="first", radius="long", angle="large"),
+     lanes()),  # one step, odd H, memories of 1e6 steps
+    (awkward_case("rtu", {"B": 3, "T": 9, "H": 9, "R": "diag"}, "bfloat16", resets="edges", radius="mixed",
+                  layout="strided", grad_layout="strided"), lanes(2, 2)),
+    (awkward_case("rtu", {"B": 2, "T": 17, "H": 3, "R": 3}, resets="every", radius="short", angle="tiny",
+                  x_scale=10.0), lanes()),  # low-rank maps, a reset at every step
+    (awkward_case("rtu", {"B": 2, "T": 8, "H": 8, "R": 1}, resets="last", layout="strided"), lanes()),  # whole blocks
+    (awkward_case("rtu", {"B": 1, "T": 41, "H": 17, "R": "diag"}, resets="last", radius="long"),
+     lanes(6, 6)),  # 6 segments: the ends of more than one group of 4 combined, both ways, every one mattering
+    (awkward_case("rtu", {"B": 2, "T": 24, "H": 16, "R": "diag"}, "bfloat16", resets="none"),
+     lanes(2, 3)),  # no reset mask; whole chunks and channel blocks
+    (awkward_case("rtu", {"B": 2, "T": 19, "H": 6, "R": "diag"}, resets="random"),
+     lanes(path="tiles", bwd_segments=1)),  # the tiles forward's states, the lanes backward in one segment
+    (awkward_case("rtu", {"B": 2, "T": 19, "H": 6, "R": 2}, resets="random"),
+     lanes(bwd_path="tiles")),  # the lanes forward's states, the tiles backward
+    (awkward_case("rtu", {"B": 2, "T": 37, "H": 8, "R": "diag"}, resets="first", radius="long"),
+     lanes(2, 2, steps=16)),  # forward tiles of 16 steps: two states kept a tile (the last one past T)
+    (awkward_case("rtu", {"B": 1, "T": 30, "H": 9, "R": "diag"}, "bfloat16", resets="edges", radius="long"),
+     lanes(3, 1, steps=4)),  # forward tiles of 4 steps: a state kept every other tile
+]
+
+
+@pytest.mark.parametrize("case, config", LANES_CASES, ids=[f"{c['dtype']}-" + "-".join(
+    f"{k}{v}" for k, v in c["dims"].items()) + f"-{cfg.path}-{cfg.bwd_path}" for c, cfg in LANES_CASES])
+def test_lanes_path_matches_reference(case, config):
+    # outputs and every gradient against float64: fp32 within twice eager's error, bf16 the tolerance
+    with forced(config):
+        verify_case(case)
+
+
+def test_pick_switches_to_lanes_from_the_thresholds(monkeypatch):
+    from kcollect.kernels.rtu import config
+
+    # the measured thresholds: the lanes path both ways from B4 T128 H64 on, the tiles path below
+    assert (config.pick(4, 128, 64, "cpu").path, config.pick(4, 128, 64, "cpu").bwd_path) == ("lanes", "lanes")
+    assert (config.pick(4, 127, 64, "cpu").path, config.pick(4, 127, 64, "cpu").bwd_path) == ("tiles", "tiles")
+    monkeypatch.setattr(config, "LANES_BWD_FROM", None)
+    monkeypatch.setattr(config, "LANES_FWD_FROM", 1000)
+    assert (config.pick(2, 50, 10, "cpu").path, config.pick(2, 50, 10, "cpu").bwd_path) == ("lanes", "tiles")
+    assert config.pick(2, 49, 10, "cpu").path == "tiles"
+    monkeypatch.setattr(config, "LANES_BWD_FROM", 1000)
+    both = config.pick(2, 50, 10, "cpu")
+    assert both == config.lanes(2, 50, 10, "cpu") and both.bwd_path == "lanes"
+    monkeypatch.setattr(config, "LANES_FWD_FROM", None)
+    assert (config.pick(2, 50, 10, "cpu").path, config.pick(2, 50, 10, "cpu").bwd_path) == ("tiles", "lanes")
+
+
+def test_lanes_forward_tile_must_fit_the_chunk():
+    x = inputs(1, 4, 3, "diag", F32)
+    with forced(lanes(steps=12)), pytest.raises(ValueError, match="multiple or a divisor of the chunk"):
+        rtu(x["x"], x["nu_log"], x["theta_log"], x["map1"], x["map2"])
+
+
+def test_lanes_inference_forward_matches_reference():
+    # no gradient wanted: the launch that keeps no states; one segment, and several
+    for segments in (1, 3):
+        with forced(lanes(segments)):
+            check(inputs(2, 19, 8, 2, F32, (0, 8), 0.2), F32, mode="fwd")
+            check(inputs(1, 16, 16, "diag", BF16, (15,), 0.1), BF16, mode="fwd")
 
 
 def test_log_depth_scan_matches_reference():
@@ -110,3 +182,17 @@ def test_grids_and_cost_model():
     d = {"B": 2, "T": 3, "H": 4, "R": "diag", "resets": 1, "p": 0.1}
     assert SPEC.bytes_moved(d, BF16, "fwd") == 3 * 24 * 2 + 6  # x in, y out (2H), the reset mask
     assert len({s.label for s in SPEC.grid("full")}) == len(SPEC.grid("full"))
+
+
+def test_lanes_backward_segments_count_its_two_warps(monkeypatch):
+    """On an H100-like GPU the lanes backward runs 64 channels over two warps, and cuts time only
+    until the grid holds _LANES_WARPS_PER_SM warps an SM, counting warps: at B32 T2048 H2048 (1024
+    two-warp programs) one segment; counted as programs it split in two, 1.40x slower on the H200."""
+    import opcheck
+    from kcollect.kernels.rtu import config
+
+    device = opcheck.fake_gpu(monkeypatch)
+    wide = config.lanes(32, 2048, 2048, device)
+    assert (wide.bwd_block_h, wide.bwd_warps, wide.bwd_segments) == (64, 2, 1)
+    target = config.lanes(8, 8192, 1024, device)  # 128 programs of 2 warps: 1056 / 256 -> 5 segments
+    assert (target.bwd_segments, target.segments) == (5, 9)

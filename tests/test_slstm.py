@@ -65,4 +65,4 @@ def test_mismatched_inputs_are_refused():
 
 def test_config_is_recorded():
     record = SPEC.provider("triton").config(SPEC.make_inputs(SMALL, torch.float32, "cpu", 0))
-    assert record == {"slstm": {"bb": 16, "resident": True, "warps": 4, "warps_bwd": 4}}
+    assert record == {"slstm": {"bb": 16, "resident": True, "warps": 4, "warps_bwd": 4, "split": False}}

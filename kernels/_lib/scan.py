@@ -30,6 +30,26 @@ def first_order_complex(ar1, ai1, br1, bi1, ar2, ai2, br2, bi2):
 
 
 @triton.jit
+def approx(x, OP: tl.constexpr):
+    """OP.approx.ftz.f32 of fp32 x in PTX (OP: "ex2", "lg2", "rcp"): one MUFU instruction, where
+    Triton's exp2, log2 and division fix up denormal inputs and outputs around it. GPU only."""
+    return tl.inline_asm_elementwise(OP + ".approx.ftz.f32 $0, $1;", "=f,f", [x], dtype=tl.float32, is_pure=True,
+                                     pack=1)
+
+
+@triton.jit
+def sigmoid(x, ASM: tl.constexpr):
+    """1 / (1 + exp(-x)) in fp32. ASM (on the GPU): ex2 and rcp.approx.ftz, four instructions where
+    tl.sigmoid takes about twelve (its exp and division fix up denormal inputs and huge divisors,
+    which change nothing here: exp(-x) below 2^-126 leaves 1 + exp(-x) = 1, and a divisor past 2^126
+    gives 0 either way); each rounding within two ulps. The interpreter cannot run PTX: launchers
+    pass ASM for CUDA tensors only."""
+    if ASM:
+        return approx(1.0 + approx(x * -1.4426950408889634, "ex2"), "rcp")
+    return tl.sigmoid(x)
+
+
+@triton.jit
 def row_of(x, rows, i):
     """Row i of a tile whose first axis is indexed by `rows` (a register tile has no dynamic
     indexing: a masked sum over that axis)."""

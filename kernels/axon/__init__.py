@@ -19,6 +19,7 @@ import math
 
 import torch
 
+from .._lib.recurrent import check_dtypes
 from .config import AxonConfig, pick
 from .kernels import axon_scan_bwd, axon_scan_fwd, channel_constants
 
@@ -45,11 +46,14 @@ class AxonFunction(torch.autograd.Function):
         B, T, H = x.shape
         config = config or pick(B, H, x.device)
         scale = 1.0 / math.sqrt(H)
-        m = srht_matrix(signs, perm, x.dtype)
+        # fp32: the SRHT's sums of H signed inputs in float64, rounded once (in fp32, H roundings each,
+        # 9 units of the last place at H = 1024 where eager's butterfly rounds log2(H) times)
+        m = srht_matrix(signs, perm, torch.float64 if x.dtype == torch.float32 else x.dtype)
         x2 = x.reshape(B * T, H)
-        xh = (x2 @ m).view(B, T, H)
+        xh = (x2.to(m.dtype) @ m).to(x.dtype).view(B, T, H)
         par = channel_constants(nu_log, theta_log, w1, w2)
         y2h, state = axon_scan_fwd(xh, par, resets, scale, config)
+        w_lin, w_out = w_lin.contiguous(), w_out.contiguous()  # (the CPU's addmm of a strided one rounds worse)
         y = torch.addmm(torch.addmm(b_lin + b_out, x2, w_lin.t()), y2h.view(B * T, 2 * H), w_out.t())
         ctx.save_for_backward(x, xh, y2h, par, m, w_lin, w_out, resets)
         ctx.config, ctx.scale = config, scale
@@ -65,10 +69,13 @@ class AxonFunction(torch.autograd.Function):
         db = dy2.sum(0, dtype=torch.float32).to(dy.dtype)
         dy2h = (dy2 @ w_out).view(B, T, 2 * H)
         dxh, acc = axon_scan_bwd(dy2h, xh, y2h, par, resets, ctx.scale, ctx.config)
-        dx = torch.addmm(dy2 @ w_lin, dxh.view(B * T, H), m.t()).view(B, T, H)
+        if m.dtype == dy.dtype:
+            dx = torch.addmm(dy2 @ w_lin, dxh.view(B * T, H), m.t()).view(B, T, H)
+        else:
+            dx = (dy2 @ w_lin + (dxh.view(B * T, H).to(m.dtype) @ m.t()).to(dy.dtype)).view(B, T, H)
         dnu = (acc[0] * par[5] + acc[1] * par[6] + acc[2] * par[7]).to(dy.dtype)
         dth = (acc[0] * par[8] + acc[1] * par[9]).to(dy.dtype)
-        return (dx, dy2.t() @ x.reshape(B * T, H), db, dy2.t() @ y2h.view(B * T, 2 * H), db, dnu, dth,
+        return (dx, dy2.t() @ x.reshape(B * T, H), db, dy2.t() @ y2h.view(B * T, 2 * H), db.clone(), dnu, dth,
                 acc[3].to(dy.dtype), acc[4].to(dy.dtype), None, None, None, None)
 
 
@@ -86,8 +93,10 @@ def axon(x, w_lin, b_lin, w_out, b_out, nu_log, theta_log, w1, w2, signs, perm, 
     for name, t in zip(expect, (w_lin, b_lin, w_out, b_out, nu_log, theta_log, w1, w2, signs, perm)):
         if tuple(t.shape) != expect[name]:
             raise ValueError(f"axon: {name} must be {expect[name]} for x {tuple(x.shape)}, got {tuple(t.shape)}")
+    check_dtypes("axon", x=x, w_lin=w_lin, b_lin=b_lin, w_out=w_out, b_out=b_out)
     if resets is not None and (tuple(resets.shape) != (B, T) or resets.dtype != torch.bool):
         raise ValueError(f"axon: resets must be a bool [B, T] = ({B}, {T}) mask, got {resets.dtype} "
                          f"{tuple(resets.shape)}")
+    resets = resets.contiguous() if resets is not None else None  # the scans read it as [B, T]
     return AxonFunction.apply(x.contiguous(), w_lin, b_lin, w_out, b_out, nu_log, theta_log, w1, w2, signs, perm,
                               resets, config)

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import torch
 
-from .._lib.recurrent import unit_major
+from .._lib.recurrent import check_dtypes, unit_major
 from .config import LSTMConfig, pick
-from .kernels import lstm_bwd, lstm_fwd
+from .kernels import fitted, lstm_bwd, lstm_fwd
 
 __all__ = ["LSTMConfig", "LSTMFunction", "lstm", "pick"]
 
@@ -25,7 +25,7 @@ class LSTMFunction(torch.autograd.Function):
     def forward(ctx, x, h0, c0, w_ih, w_hh, b, resets, config, save):
         B, T, I = x.shape
         H = w_hh.shape[1]
-        config = config or pick(B, H, x.device)
+        config = fitted(config or pick(B, H, x.device), x.dtype, H, x.device, picked=config is None)
         perm = unit_major(H, 4, x.device)
         w_ih_p, w_hh_p = w_ih[perm], w_hh[perm].contiguous()
         gx = torch.addmm(b[perm], x.reshape(B * T, I), w_ih_p.t()).view(B, T, 4 * H)
@@ -61,9 +61,11 @@ def lstm(x, h0, c0, w_ih, w_hh, b, resets=None, config: LSTMConfig | None = None
         if tuple(t.shape) != expect[name]:
             raise ValueError(f"lstm: {name} must be {expect[name]} for x {tuple(x.shape)} and H={H}, "
                              f"got {tuple(t.shape)}")
+    check_dtypes("lstm", x=x, w_ih=w_ih, w_hh=w_hh, b=b)
     if resets is not None and (tuple(resets.shape) != (B, T) or resets.dtype != torch.bool):
         raise ValueError(f"lstm: resets must be a bool [B, T] = ({B}, {T}) mask, got {resets.dtype} "
                          f"{tuple(resets.shape)}")
     # what the backward reads is kept only when a gradient will be asked for
     save = torch.is_grad_enabled() and any(t.requires_grad for t in (x, h0, c0, w_ih, w_hh, b))
+    resets = resets.contiguous() if resets is not None else None  # the kernels read it as [B, T]
     return LSTMFunction.apply(x.contiguous(), h0.contiguous(), c0.contiguous(), w_ih, w_hh, b, resets, config, save)

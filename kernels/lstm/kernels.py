@@ -15,12 +15,16 @@ before the next step. A persistent launch runs the whole sequence; a stepped lau
 fallback where a group's programs could not all be resident."""
 from __future__ import annotations
 
+import functools
+from dataclasses import replace
+
 import torch
 import triton
 import triton.language as tl
 
 from .._lib import resident_programs
-from .._lib.recurrent import arrive, dot, dot_f32, join4, keep_rows, split4, tanh, wait
+from .._lib.recurrent import arrive, dot, dot_f32, join4, keep_rows, precise, sigmoid_f32, split4, tanh_f32, wait
+from ..slstm.config import shared_bytes, shared_limit
 from .config import LSTMConfig
 
 
@@ -48,7 +52,7 @@ def _rec_fwd(hrow, wt_ptr, w, row_ok, n, n_ok, H, BB: tl.constexpr, HB: tl.const
 @triton.jit(do_not_specialize=["B", "T", "cs_steps", "t_lo", "n_steps", "has_resets", "save"])
 def _lstm_fwd(gx_ptr, wt_ptr, ys_ptr, cs_ptr, act_ptr, cn_ptr, rs_ptr, cnt_ptr, B, T, H, cs_steps, t_lo, n_steps,
               has_resets, save, BB: tl.constexpr, HB: tl.constexpr, BK: tl.constexpr, HP: tl.constexpr,
-              RESIDENT: tl.constexpr, SYNC: tl.constexpr, DOT_F32: tl.constexpr):
+              RESIDENT: tl.constexpr, SYNC: tl.constexpr, DOT_F32: tl.constexpr, PRECISE: tl.constexpr):
     pid_h, pid_b, n_h = tl.program_id(0), tl.program_id(1), tl.num_programs(0)
     rows = pid_b * BB + tl.arange(0, BB)
     row_ok = rows < B
@@ -74,10 +78,10 @@ def _lstm_fwd(gx_ptr, wt_ptr, ys_ptr, cs_ptr, act_ptr, cn_ptr, rs_ptr, cnt_ptr, 
         acc = _rec_fwd(ys_ptr + r64 * (T + 1) * H + t * H, wt_ptr, w, row_ok, n, n_ok, H, BB, HB, BK, HP, RESIDENT,
                        DOT_F32)
         acc = acc * keep + tl.load(gx_ptr + r64 * T * 4 * H + t * 4 * H + n[None, :], mask=m_n, other=0.0)
-        act = tl.where(tanh_col, tanh(acc), tl.sigmoid(acc))
+        act = tl.where(tanh_col, tanh_f32(acc, PRECISE), sigmoid_f32(acc, PRECISE))
         ig, fg, gg, og = split4(act, BB, HB)
         c = fg * c * keep + ig * gg
-        h = tl.where(ok, og * tanh(c), float("nan"))
+        h = tl.where(ok, og * tanh_f32(c, PRECISE), float("nan"))
         tl.store(ys_ptr + r64 * (T + 1) * H + (t + 1) * H + u[None, :], h.to(ys_ptr.dtype.element_ty), mask=m_u)
         tl.store(cs_ptr + r64 * cs_steps * H + (t + 1) * H + u[None, :], c, mask=m_u & (save != 0))
         tl.store(act_ptr + r64 * T * 4 * H + t * 4 * H + n[None, :], act.to(act_ptr.dtype.element_ty),
@@ -112,7 +116,8 @@ def _rec_bwd(drow, w_ptr, w, mask_row, u, u_ok, H, BB: tl.constexpr, HB: tl.cons
 @triton.jit(do_not_specialize=["B", "T", "t_hi", "n_steps", "has_resets"])
 def _lstm_bwd(dy_ptr, dhn_ptr, w_ptr, act_ptr, cs_ptr, rs_ptr, dg_ptr, dcb_ptr, dh0_ptr, cnt_ptr, B, T, H, t_hi,
               n_steps, has_resets, BB: tl.constexpr, HB: tl.constexpr, BK: tl.constexpr, GP: tl.constexpr,
-              RESIDENT: tl.constexpr, SYNC: tl.constexpr, FINAL: tl.constexpr, DOT_F32: tl.constexpr):
+              RESIDENT: tl.constexpr, SYNC: tl.constexpr, FINAL: tl.constexpr, DOT_F32: tl.constexpr,
+              PRECISE: tl.constexpr):
     """Steps t_hi, t_hi - 1, ... (n_steps of them) of the reverse scan; dcb holds dc between launches
     (dc_T on entry). FINAL: also dh0 (and dc0 in dcb) once step 0's dG is complete."""
     pid_h, pid_b, n_h = tl.program_id(0), tl.program_id(1), tl.num_programs(0)
@@ -146,7 +151,7 @@ def _lstm_bwd(dy_ptr, dhn_ptr, w_ptr, act_ptr, cs_ptr, rs_ptr, dg_ptr, dcb_ptr, 
                                         other=0.0).to(tl.float32), BB, HB)
         keep = keep_rows(rs_ptr, rows, row_ok, t, T, has_resets)[:, None]
         c_prev = tl.load(cs_ptr + r64 * (T + 1) * H + t * H + u[None, :], mask=m_u, other=0.0) * keep
-        tc = tanh(tl.load(cs_ptr + r64 * (T + 1) * H + (t + 1) * H + u[None, :], mask=m_u, other=0.0))
+        tc = tanh_f32(tl.load(cs_ptr + r64 * (T + 1) * H + (t + 1) * H + u[None, :], mask=m_u, other=0.0), PRECISE)
         dc += dh * og * (1.0 - tc * tc)
         d = join4(dc * gg * ig * (1.0 - ig), dc * c_prev * fg * (1.0 - fg), dc * ig * (1.0 - gg * gg),
                   dh * tc * og * (1.0 - og), BB, HB)
@@ -179,6 +184,61 @@ def _persistent(kernel, args: tuple, meta: dict, config: LSTMConfig, grid: tuple
     return resident_programs(kernel, args, meta, config.warps, device, strict=True) >= grid[0] * grid[1]
 
 
+def _fwd_meta(config: LSTMConfig, H: int, dtype, device) -> dict:
+    hp = max(16, triton.next_power_of_2(H))
+    return dict(BB=config.bb, HB=config.hb, BK=min(config.bk, hp), HP=hp, RESIDENT=config.resident,
+                DOT_F32=dot_f32(dtype, device), PRECISE=precise(dtype), num_warps=config.warps)
+
+
+def _bwd_meta(config: LSTMConfig, H: int, dtype, device) -> dict:
+    gp = max(16, triton.next_power_of_2(4 * H))
+    return dict(BB=config.bb, HB=config.hb_bwd, BK=min(config.bk, gp), GP=gp, RESIDENT=config.resident_bwd,
+                DOT_F32=dot_f32(dtype, device), PRECISE=precise(dtype), num_warps=config.warps)
+
+
+def _shared(config: LSTMConfig, dtype, H: int, device) -> int:
+    """The shared memory of the forward and the backward kernel (persistent variants), the larger."""
+    f32, u8, i32 = torch.float32, torch.uint8, torch.int32
+    fwd = (dtype, dtype, dtype, f32, dtype, dtype, u8, i32, 1, 1, H, 1, 1, 1, 1, 1)
+    bwd = (dtype, dtype, dtype, dtype, f32, u8, dtype, f32, dtype, i32, 1, 1, H, 1, 1, 1)
+    return max(shared_bytes(_lstm_fwd, fwd, dict(_fwd_meta(config, H, dtype, device), SYNC=True), device),
+               shared_bytes(_lstm_bwd, bwd, dict(_bwd_meta(config, H, dtype, device), SYNC=True, FINAL=True), device))
+
+
+def _floor(config: LSTMConfig, dtype, H: int, device) -> int:
+    """Shared memory the kernels need at least: a program's tile of recurrent weights, which the
+    products stage there, in their operand type (what fits under it is compiled to be sure)."""
+    size = 4 if dot_f32(dtype, device) else dtype.itemsize
+    fwd, bwd = _fwd_meta(config, H, dtype, device), _bwd_meta(config, H, dtype, device)
+    rows_fwd = fwd["HP"] if config.resident else fwd["BK"]
+    rows_bwd = bwd["GP"] if config.resident_bwd else bwd["BK"]
+    return max(rows_fwd * 4 * config.hb, rows_bwd * config.hb_bwd) * size
+
+
+@functools.lru_cache(maxsize=None)  # a launch's check is then one lookup
+def fitted(config: LSTMConfig, dtype, H: int, device, picked: bool) -> LSTMConfig:
+    """The config to launch: `config` where the device's shared memory holds it; a picked one that
+    does not (fp32 with many batch groups: a program's weight tile 64 x 4*hb), with thinner weight
+    tiles, then fewer units a program (more programs: the stepped launches where they cannot all be
+    resident); ValueError naming the limit where none fits (a forced config is not changed)."""
+    limit = shared_limit(device)
+    if limit is None:
+        return config
+    candidates, c = [config], config
+    while picked and (c.bk > 16 or c.hb > 4 or c.hb_bwd > 16):
+        c = replace(c, bk=c.bk // 2) if c.bk > 16 else replace(c, hb=max(4, c.hb // 2), hb_bwd=max(16, c.hb_bwd // 2),
+                                                                 resident=False, resident_bwd=False)
+        candidates.append(c)
+    for c in candidates:
+        need = _floor(c, dtype, H, device)
+        need = need if need > limit else _shared(c, dtype, H, device)
+        if need <= limit:
+            return c
+    raise ValueError(f"lstm: the config needs at least {need} bytes of shared memory a program (H={H}, "
+                     f"{str(dtype)[6:]}), "
+                     f"more than the {limit} bytes this GPU allows")
+
+
 def lstm_fwd(gx, wt, h0, c0, resets, save: bool, config: LSTMConfig):
     """(ys, cs, act, cn) for gx [B, T, 4H], wt [H, 4H]; cs and act only when `save` (the stepped path
     keeps cs whatever `save` says)."""
@@ -188,9 +248,7 @@ def lstm_fwd(gx, wt, h0, c0, resets, save: bool, config: LSTMConfig):
     ys = torch.empty(B, T + 1, H, device=dev, dtype=dt)
     ys[:, 0] = h0
     grid = (triton.cdiv(H, config.hb), triton.cdiv(B, config.bb))
-    hp = max(16, triton.next_power_of_2(H))
-    meta = dict(BB=config.bb, HB=config.hb, BK=min(config.bk, hp), HP=hp, RESIDENT=config.resident,
-                DOT_F32=dot_f32(dt, dev), num_warps=config.warps)
+    meta = _fwd_meta(config, H, dt, dev)
     rs = resets.view(torch.uint8) if resets is not None else ys
     cn = torch.empty(B, H, device=dev, dtype=dt)
     cnt = torch.zeros(grid[1], device=dev, dtype=torch.int32)
@@ -218,12 +276,10 @@ def lstm_bwd(dy, dhn, dcn, w, act, cs, resets, config: LSTMConfig):
     H = G // 4
     dev, dt = act.device, act.dtype
     dg = torch.empty(B, T, G, device=dev, dtype=dt)
-    dcb = dcn.to(torch.float32).contiguous()
+    dcb = dcn.to(torch.float32, memory_format=torch.contiguous_format, copy=True)  # the kernel writes it: never dcn
     dh0 = torch.empty(B, H, device=dev, dtype=dt)
     grid = (triton.cdiv(H, config.hb_bwd), triton.cdiv(B, config.bb))
-    gp = max(16, triton.next_power_of_2(G))
-    meta = dict(BB=config.bb, HB=config.hb_bwd, BK=min(config.bk, gp), GP=gp, RESIDENT=config.resident_bwd,
-                DOT_F32=dot_f32(dt, dev), num_warps=config.warps)
+    meta = _bwd_meta(config, H, dt, dev)
     rs = resets.view(torch.uint8) if resets is not None else dg
     cnt = torch.zeros(grid[1], device=dev, dtype=torch.int32)
     args = (dy.contiguous(), dhn.contiguous(), w, act, cs, rs, dg, dcb, dh0, cnt, B, T, H)

@@ -15,6 +15,7 @@ from .._lib import config_record
 from .._lib.recurrent import dims_check, keep_factor, reset_mask, step_loop_limit
 from .._lib.spec_kit import by_mode, cell_spec, grids_of
 from . import lstm, pick
+from .kernels import fitted
 
 DIMS = ("B", "T", "H", "resets")
 
@@ -95,8 +96,8 @@ def triton_lstm(x, h0, c0, w_ih, w_hh, b, resets=None):
 
 
 def config_of(inputs) -> dict:
-    x = inputs["x"]
-    return config_record(lstm=pick(x.shape[0], inputs["w_hh"].shape[1], x.device))
+    x, H = inputs["x"], inputs["w_hh"].shape[1]
+    return config_record(lstm=fitted(pick(x.shape[0], H, x.device), x.dtype, H, x.device, picked=True))
 
 
 def make_inputs(dims, dtype, device, seed):

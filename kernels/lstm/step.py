@@ -9,22 +9,22 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from .._lib.recurrent import tanh
+from .._lib.recurrent import precise, sigmoid_f32, tanh_f32
 
 
 @triton.jit
-def _cell(G, C, HN, CN, H, sg, BH: tl.constexpr):
+def _cell(G, C, HN, CN, H, sg, BH: tl.constexpr, PRECISE: tl.constexpr):
     b = tl.program_id(0)
     u = tl.program_id(1) * BH + tl.arange(0, BH)
     m = u < H
     row = G + b * sg + u
-    i = tl.sigmoid(tl.load(row, mask=m, other=0.0).to(tl.float32))
-    f = tl.sigmoid(tl.load(row + H, mask=m, other=0.0).to(tl.float32))
-    g = tanh(tl.load(row + 2 * H, mask=m, other=0.0).to(tl.float32))
-    o = tl.sigmoid(tl.load(row + 3 * H, mask=m, other=0.0).to(tl.float32))
+    i = sigmoid_f32(tl.load(row, mask=m, other=0.0).to(tl.float32), PRECISE)
+    f = sigmoid_f32(tl.load(row + H, mask=m, other=0.0).to(tl.float32), PRECISE)
+    g = tanh_f32(tl.load(row + 2 * H, mask=m, other=0.0).to(tl.float32), PRECISE)
+    o = sigmoid_f32(tl.load(row + 3 * H, mask=m, other=0.0).to(tl.float32), PRECISE)
     c = f * tl.load(C + b * H + u, mask=m, other=0.0).to(tl.float32) + i * g
     tl.store(CN + b * H + u, c.to(CN.dtype.element_ty), mask=m)
-    tl.store(HN + b * H + u, (o * tanh(c)).to(HN.dtype.element_ty), mask=m)
+    tl.store(HN + b * H + u, (o * tanh_f32(c, PRECISE)).to(HN.dtype.element_ty), mask=m)
 
 
 def lstm_step(x, h, c, w_ih, w_hh, b):
@@ -40,5 +40,5 @@ def lstm_step(x, h, c, w_ih, w_hh, b):
     c = c.contiguous()
     hn, cn = torch.empty_like(h, memory_format=torch.contiguous_format), torch.empty_like(c)
     BH = max(16, min(triton.next_power_of_2(H), 1024))
-    _cell[(Bt, triton.cdiv(H, BH))](gates, c, hn, cn, H, gates.stride(0), BH=BH)
+    _cell[(Bt, triton.cdiv(H, BH))](gates, c, hn, cn, H, gates.stride(0), BH=BH, PRECISE=precise(gates.dtype))
     return hn, cn

@@ -12,22 +12,47 @@ Forward (fwd.py): a scan over chunks for the chunk-start states, then all chunks
 Backward (bwd.py): a reverse scan for the states' gradients, then all chunks' gradients at once."""
 from __future__ import annotations
 
+import functools
+from dataclasses import replace
+
 import torch
 
-from .._lib.recurrent import dot_f32
-from .bwd import mlstm_bwd
+from .._lib.recurrent import check_dtypes, dot_f32
+from ..slstm.config import shared_limit
+from .bwd import mlstm_bwd, shared_bwd
 from .config import MLSTMConfig, pick
-from .fwd import mlstm_fwd
+from .fwd import mlstm_fwd, shared_fwd
 from .naive import EPS
 
-__all__ = ["MLSTMConfig", "MLSTMFunction", "mlstm", "pick"]
+__all__ = ["MLSTMConfig", "MLSTMFunction", "fitted", "mlstm", "pick"]
+
+
+@functools.lru_cache(maxsize=None)  # a launch's check is then one lookup
+def fitted(config: MLSTMConfig, dtype, DH: int, device, picked: bool) -> MLSTMConfig:
+    """The config to launch: `config` where the device's shared memory holds its four kernels; a
+    picked one that does not, with narrower value blocks, then shorter chunks; ValueError naming the
+    limit where none fits (a forced config is not changed)."""
+    limit = shared_limit(device)
+    if limit is None:
+        return config
+    candidates, c = [config], config
+    while picked and (c.bv > 16 or c.chunk > 16):
+        c = replace(c, bv=c.bv // 2) if c.bv > 16 else replace(c, chunk=c.chunk // 2)
+        candidates.append(c)
+    fast = dot_f32(dtype, device)
+    for c in candidates:
+        need = max(shared_fwd(c, dtype, DH, fast, device), shared_bwd(c, dtype, DH, fast, device))
+        if need <= limit:
+            return c
+    raise ValueError(f"mlstm: heads of DH={DH} in {str(dtype)[6:]} need {need} bytes of shared memory a program, "
+                     f"more than the {limit} bytes this GPU allows")
 
 
 class MLSTMFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, i, f, resets, config):
         B, NH, T, DH = q.shape
-        config = config or pick(T, DH, q.device)
+        config = fitted(config or pick(T, DH, q.device), q.dtype, DH, q.device, picked=config is None)
         flat = [x.reshape(B * NH, T, DH) for x in (q, k, v)] + [x.reshape(B * NH, T) for x in (i, f)]
         fast = dot_f32(q.dtype, q.device)
         h, cs, ns, ms, mo, den = mlstm_fwd(*flat, resets, NH, config, fast, EPS)
@@ -61,4 +86,10 @@ def mlstm(q, k, v, i, f, resets=None, config: MLSTMConfig | None = None):
     if resets is not None and (tuple(resets.shape) != (B, T) or resets.dtype != torch.bool):
         raise ValueError(f"mlstm: resets must be a bool [B, T] = ({B}, {T}) mask, got {resets.dtype} "
                          f"{tuple(resets.shape)}")
+    if check_dtypes("mlstm", q=q, k=k, v=v) == torch.float16:
+        # fp16's range (65504) cannot hold the normaliser's inverse (up to 1e6) that the backward's
+        # products take in: the fp32 kernels, as eager computes fp16
+        out = mlstm(q.float(), k.float(), v.float(), i.float(), f.float(), resets, config)
+        return tuple(o.half() for o in out)
+    resets = resets.contiguous() if resets is not None else None  # the kernels read it as [B, T]
     return MLSTMFunction.apply(*(x.contiguous() for x in (q, k, v, i, f)), resets, config)

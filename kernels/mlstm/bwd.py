@@ -1,9 +1,15 @@
 """The mLSTM's backward: the gradients of the chunk-start states (a reverse scan over chunks), then
-every chunk's input and gate gradients in parallel. The stabiliser m is held constant: the outputs
-depend on it only through the 1e-6 of the normaliser (h = q C~ / (max(|q n~|, 1) + 1e-6 exp(m)) in
-the unstabilised state), as in TFLA's kernels; the final state is returned without gradient.
+every chunk's input and gate gradients in parallel.
 
-With dnum = dh / N and dden = -(dh . h) / N * sign(den) where |den| > exp(-m) (N the normaliser),
+The outputs depend on the stabiliser m only through the 1e-6 of the normaliser: in the unstabilised
+state, h = q C~ / (max(|q n~|, 1) + 1e-6 exp(m)). The bulk of the backward holds m constant (as
+TFLA's kernels do); the stabiliser's own gradient, dm_t = -1e-6 (dh_t . h_t) / N_t (N the
+normaliser), then goes where m_t came from: m_t is a running max, the input gate of one step s
+plus the log forget gates since (i~_s + A_t - A_s), or the chunk-start stabiliser plus those of the
+chunk (m_c + A_t). It is small where the input gates are (exp(m) << 1e6) and all of the gradient
+where they are large or where every step resets (then f enters h only through m).
+
+With dnum = dh / N and dden = -(dh . h) / N * sign(den) where |den| > exp(-m),
 the output of step t is the linear map of (v_s, 1) by weights P_ts (q_t . k'_s) plus the start
 state's w_t q_t [C | n]; the gate gradients are those of its log-weights (A the running sum of log
 forget gates: logP_ts = i_s + A_t - A_s, log w_t = m_c + A_t, and the chunk's state update)."""
@@ -13,67 +19,103 @@ import torch
 import triton
 import triton.language as tl
 
-from .._lib.recurrent import dot
-from .chunk import NEG, chunk_gates, load_state, load_tile, scan_program, store_state
+from .._lib.recurrent import dot, exp_f32, sigmoid_f32
+from ..slstm.config import shared_bytes
+from .chunk import NEG, chunk_gates, gaps, load_state, load_tile, scan_program, store_state, to_end
+from .fwd import meta_of
+
+
+@triton.jit
+def _stabiliser_grad(dmj_ptr, bh, c, T, ig, it, A, seg, tm, m_c, dm_next, L: tl.constexpr):
+    """The stabiliser's gradient in chunk c, sent to where each m_t came from: m_t is the largest of
+    the chunk start's m_c + A_t and the steps' i~_s + A_t - A_s (an input gate, or at a reset the
+    zeroed stabiliser: a_s > i_s). Rows whose m_t is an input gate's are left to the chunk kernel,
+    which adds it to that weight's own gradient as autograd would (minus the row's weight gradients:
+    exactly 0 where one weight is all of h). Here: the other rows' closed form dm_t, and at the
+    chunk's last step dm_next, the next chunk start's (the same running max). Returns (d i, d a,
+    dm_c, each row's winning input gate or -1)."""
+    j = tl.arange(0, L)
+    valid = (j[None, :] <= j[:, None]) & (seg[None, :] == seg[:, None])
+    X = tl.where(valid, it[None, :] + gaps(A), NEG)  # as the forward sums them
+    src = tl.argmax(X, 1, tie_break_left=True)
+    from_start = (seg == 0) & (m_c + A.to(tl.float32) >= tl.max(X, 1))
+    to_a = it > ig  # the zeroed stabiliser of a reset won over the input gate
+    won = (src[:, None] == j[None, :]) & ~from_start[:, None]
+    by_gate = tl.max(tl.where(won & ~to_a[None, :], 1, 0), 1) > 0
+    g = tl.load(dmj_ptr + bh * T + c * L + j, mask=tm & ~by_gate, other=0.0) + tl.where(j == L - 1, dm_next, 0.0)
+    d_it = tl.sum(tl.where(won, g[:, None], 0.0), 0)  # over the steps t whose m_t came from s
+    dA = g - d_it  # + A_t in every source, - A_s in step s's
+    da = tl.cumsum(dA, 0, reverse=True) + tl.where(to_a, d_it, 0.0)  # a_l enters every A_t, t >= l
+    return tl.where(to_a, 0.0, d_it), da, tl.sum(tl.where(from_start, g, 0.0), 0), tl.where(by_gate, src, -1)
 
 
 @triton.jit(do_not_specialize=["NH", "T", "NC", "has_resets"])
-def _mlstm_dstates(q_ptr, dh_ptr, qinv_ptr, dden_ptr, i_ptr, f_ptr, rs_ptr, ms_ptr, mo_ptr, dcs_ptr, dns_ptr, NH, T,
-                   DH, NC, has_resets, L: tl.constexpr, DP: tl.constexpr, BV: tl.constexpr,
-                   DOT_F32: tl.constexpr):
+def _mlstm_dstates(q_ptr, dh_ptr, qinv_ptr, dden_ptr, dmj_ptr, i_ptr, f_ptr, rs_ptr, ms_ptr, mo_ptr, dcs_ptr, dns_ptr,
+                   dim_ptr, dam_ptr, src_ptr, NH, T, DH, NC, has_resets, L: tl.constexpr, DP: tl.constexpr,
+                   BV: tl.constexpr, DOT_F32: tl.constexpr, PRECISE: tl.constexpr):
     """dcs[c] = the gradient of the state at the start of chunk c: its own chunk's outputs' plus the
-    next chunk start's through the chunk's decay (the state after the last chunk has none)."""
+    next chunk start's through the chunk's decay (the state after the last chunk has none). The
+    first value block's program also carries the stabiliser's gradient back over the chunks (it
+    is one number a chunk start) and writes its input and forget gate parts (dim, dam)."""
     bh, b, d, e, first_block = scan_program(NH, DP, BV)
     dC = tl.zeros((DP, BV), tl.float32)
     dn = tl.zeros((DP,), tl.float32)
+    dm_next = tl.sum(tl.zeros((L,), tl.float32), 0)
     c = NC
     while c >= 0:
         if c < NC:
-            ig, it, A, seg, _, tm = chunk_gates(i_ptr, f_ptr, rs_ptr, bh, b, c * L, T, has_resets, L)
-            A_end, seg_end = tl.max(tl.where(tl.arange(0, L) == L - 1, A, NEG), 0), tl.max(seg, 0)
+            ig, it, A, seg, _, tm = chunk_gates(i_ptr, f_ptr, rs_ptr, bh, b, c * L, T, has_resets, L, PRECISE)
+            A_end, _ = to_end(A, L)
+            seg_end = tl.max(seg, 0)
             row = bh * (NC + 1) + c
             m_c, m_next = tl.load(ms_ptr + row), tl.load(ms_ptr + row + 1)
-            kappa = tl.where(seg_end == 0, tl.exp(m_c + A_end - m_next), 0.0)
+            kappa = tl.where(seg_end == 0, exp_f32((m_c - m_next) + A_end, PRECISE), 0.0)
             t = c * L + tl.arange(0, L)
             mj = tl.load(mo_ptr + bh * T + t, mask=tm, other=0.0)
-            w = tl.where((seg == 0) & tm, tl.exp(m_c + A - mj), 0.0)
+            w = tl.where((seg == 0) & tm, exp_f32((m_c - mj) + A.to(tl.float32), PRECISE), 0.0)
             qw = load_tile(q_ptr, bh, c * L, T, DH, d, L).to(tl.float32) * w[:, None]
             dnum = load_tile(dh_ptr, bh, c * L, T, DH, e, L).to(tl.float32) \
                 * tl.load(qinv_ptr + bh * T + t, mask=tm, other=0.0)[:, None]
             dC = dot(tl.trans(qw.to(dh_ptr.dtype.element_ty)), dnum.to(dh_ptr.dtype.element_ty), dC * kappa, DOT_F32)
             dn = dn * kappa + tl.sum(qw * tl.load(dden_ptr + bh * T + t, mask=tm, other=0.0)[:, None], 0)
+            if first_block:
+                dim, dam, dm_next, src = _stabiliser_grad(dmj_ptr, bh, c, T, ig, it, A, seg, tm, m_c, dm_next, L)
+                tl.store(dim_ptr + bh * T + t, dim, mask=tm)
+                tl.store(dam_ptr + bh * T + t, dam, mask=tm)
+                tl.store(src_ptr + bh * T + t, src, mask=tm)
         row = bh * (NC + 1) + c
         store_state(dcs_ptr, dns_ptr, row, dC, dn, DH, d, e, first_block)
         c -= 1
 
 
 @triton.jit(do_not_specialize=["NH", "T", "NC", "has_resets"])
-def _mlstm_dchunk(q_ptr, k_ptr, v_ptr, i_ptr, f_ptr, rs_ptr, dh_ptr, qinv_ptr, dden_ptr, cs_ptr, ns_ptr, ms_ptr, mo_ptr,
-                  dcs_ptr, dns_ptr, dq_ptr, dk_ptr, dv_ptr, di_ptr, df_ptr, NH, T, DH, NC, scale, has_resets,
-                  L: tl.constexpr, DP: tl.constexpr, BV: tl.constexpr, DOT_F32: tl.constexpr):
+def _mlstm_dchunk(q_ptr, k_ptr, v_ptr, i_ptr, f_ptr, rs_ptr, dh_ptr, qinv_ptr, den_ptr, cs_ptr, ns_ptr, ms_ptr, mo_ptr,
+                  dcs_ptr, dns_ptr, dim_ptr, dam_ptr, src_ptr, dq_ptr, dk_ptr, dv_ptr, di_ptr, df_ptr, NH, T, DH, NC,
+                  scale, has_resets, L: tl.constexpr, DP: tl.constexpr, BV: tl.constexpr, DOT_F32: tl.constexpr,
+                  PRECISE: tl.constexpr):
     c, bh = tl.program_id(0), tl.program_id(1).to(tl.int64)
     b = bh // NH
     j = tl.arange(0, L)
     d = tl.arange(0, DP)
     t = c * L + j
-    ig, it, A, seg, f, tm = chunk_gates(i_ptr, f_ptr, rs_ptr, bh, b, c * L, T, has_resets, L)
-    A_end, seg_end = tl.max(tl.where(j == L - 1, A, NEG), 0), tl.max(seg, 0)
+    ig, it, A, seg, f, tm = chunk_gates(i_ptr, f_ptr, rs_ptr, bh, b, c * L, T, has_resets, L, PRECISE)
+    A_end, rest = to_end(A, L)
+    seg_end = tl.max(seg, 0)
     row = bh * (NC + 1) + c
     m_c, m_next = tl.load(ms_ptr + row), tl.load(ms_ptr + row + 1)
     mj = tl.load(mo_ptr + bh * T + t, mask=tm, other=0.0)
     n_c = tl.load(ns_ptr + row * DH + d, mask=d < DH, other=0.0)
     dn_next = tl.load(dns_ptr + (row + 1) * DH + d, mask=d < DH, other=0.0)
     qinv = tl.load(qinv_ptr + bh * T + t, mask=tm, other=0.0)
-    dden = tl.load(dden_ptr + bh * T + t, mask=tm, other=0.0)
     q = load_tile(q_ptr, bh, c * L, T, DH, d, L)
     k = load_tile(k_ptr, bh, c * L, T, DH, d, L)
     ty = q.dtype
     S = dot(q, tl.trans(k), tl.zeros((L, L), tl.float32), DOT_F32) * scale
     valid = (j[None, :] <= j[:, None]) & (seg[None, :] == seg[:, None])
-    P = tl.where(valid, tl.exp(ig[None, :] + A[:, None] - A[None, :] - mj[:, None]), 0.0)
-    w = tl.where((seg == 0) & tm, tl.exp(m_c + A - mj), 0.0)
-    beta = tl.where((seg == seg_end) & tm, tl.exp(ig + A_end - A - m_next), 0.0)
-    kappa = tl.where(seg_end == 0, tl.exp(m_c + A_end - m_next), 0.0)
+    P = tl.where(valid, exp_f32((ig[None, :] - mj[:, None]) + gaps(A), PRECISE), 0.0)  # as the forward's
+    w = tl.where((seg == 0) & tm, exp_f32((m_c - mj) + A.to(tl.float32), PRECISE), 0.0)
+    beta = tl.where((seg == seg_end) & tm, exp_f32((ig - m_next) + rest, PRECISE), 0.0)
+    kappa = tl.where(seg_end == 0, exp_f32((m_c - m_next) + A_end, PRECISE), 0.0)
     PS = (P * S).to(ty)
     G = tl.zeros((L, L), tl.float32)
     dq_state = tl.zeros((L, DP), tl.float32)  # dnum C^T, over the value blocks
@@ -97,6 +139,13 @@ def _mlstm_dchunk(q_ptr, k_ptr, v_ptr, i_ptr, f_ptr, rs_ptr, dh_ptr, qinv_ptr, d
         dv = dot(tl.trans(PS), dnum, beta[:, None] * kdC, DOT_F32)
         tl.store(dv_ptr + (bh * T + t)[:, None] * DH + e[None, :], dv.to(dv_ptr.dtype.element_ty),
                  mask=tm[:, None] & (e < DH)[None, :])
+    # dh . h from the very sums h was made of (not from h, rounded to bf16 on its way out): where one
+    # weight is all of h, dden cancels G to a part in 1e6, and rounded h would leave its rounding
+    dh_h = tl.sum(P * S * G, 1) + w * dlogw
+    den = tl.load(den_ptr + bh * T + t, mask=tm, other=0.0)
+    floor = exp_f32(-mj, PRECISE)
+    dden = tl.where(tl.abs(den) >= floor, tl.where(den < 0.0, dh_h, -dh_h) * qinv, 0.0)
+    fl = tl.where(tl.abs(den) >= floor, 0.0, dh_h * qinv * floor)  # the stabiliser's through the floor
     PG = P * (G + dden[:, None])
     dq = dot(PG.to(ty), k, tl.zeros((L, DP), tl.float32), DOT_F32) * scale \
         + w[:, None] * (dq_state + dden[:, None] * n_c[None, :])
@@ -105,15 +154,31 @@ def _mlstm_dchunk(q_ptr, k_ptr, v_ptr, i_ptr, f_ptr, rs_ptr, dh_ptr, qinv_ptr, d
     dlogw = w * (dlogw + dden * tl.sum(q.to(tl.float32) * n_c[None, :], 1))
     dlogb = beta * (dlogb + tl.sum(k.to(tl.float32) * dn_next[None, :], 1) * scale)
     Z = PG * S
+    # where the input gate of step s set m_t: the stabiliser's gradient on that weight (see _stabiliser_grad)
+    src = tl.load(src_ptr + bh * T + t, mask=tm, other=-1)
+    own = fl - tl.sum(Z, 1) - dlogw
+    Z += tl.where(src[:, None] == j[None, :], own[:, None], 0.0)
     col = tl.sum(Z, 0)
     dA = tl.sum(Z, 1) - col + dlogw - dlogb
     dA += tl.where(j == L - 1, tl.sum(dlogb, 0) + kappa * kap, 0.0)  # A_end: the chunk's state update
-    da = tl.sum(dA, 0) - tl.cumsum(dA, 0) + dA  # a_l enters every A_t with t >= l
+    da = tl.cumsum(dA, 0, reverse=True)  # a_l enters every A_t with t >= l
+    da += tl.load(dam_ptr + bh * T + t, mask=tm, other=0.0)  # the stabiliser's parts
     m2 = tm[:, None] & (d < DH)[None, :]
     tl.store(dq_ptr + (bh * T + t)[:, None] * DH + d[None, :], dq.to(dq_ptr.dtype.element_ty), mask=m2)
     tl.store(dk_ptr + (bh * T + t)[:, None] * DH + d[None, :], dk.to(dk_ptr.dtype.element_ty), mask=m2)
-    tl.store(di_ptr + bh * T + t, (col + dlogb).to(di_ptr.dtype.element_ty), mask=tm)
-    tl.store(df_ptr + bh * T + t, (da * tl.sigmoid(-f)).to(df_ptr.dtype.element_ty), mask=tm)
+    di = col + dlogb + tl.load(dim_ptr + bh * T + t, mask=tm, other=0.0)
+    tl.store(di_ptr + bh * T + t, di.to(di_ptr.dtype.element_ty), mask=tm)
+    tl.store(df_ptr + bh * T + t, (da * sigmoid_f32(-f, PRECISE)).to(df_ptr.dtype.element_ty), mask=tm)
+
+
+def shared_bwd(config, dtype, DH: int, dot_f32: bool, device) -> int:
+    """The backward kernels' shared memory, the larger (arguments as mlstm_bwd passes them)."""
+    f32, u8, i32, meta = torch.float32, torch.uint8, torch.int32, meta_of(config, DH, dtype, dot_f32)
+    dstates = (dtype, dtype, f32, f32, f32, dtype, dtype, u8, f32, f32, f32, f32, f32, f32, i32, 1, 1, DH, 1, 1)
+    dchunk = (dtype, dtype, dtype, dtype, dtype, u8, dtype, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, i32,
+              dtype, dtype, dtype, dtype, dtype, 1, 1, DH, 1, 1.0, 1)
+    return max(shared_bytes(_mlstm_dstates, dstates, dict(meta, num_warps=config.state_warps), device),
+               shared_bytes(_mlstm_dchunk, dchunk, dict(meta, num_warps=config.warps), device))
 
 
 def mlstm_bwd(dh, q, k, v, i, f, resets, NH: int, h, saved, config, dot_f32: bool, eps: float):
@@ -126,16 +191,20 @@ def mlstm_bwd(dh, q, k, v, i, f, resets, NH: int, h, saved, config, dot_f32: boo
     bv = min(config.bv, dp)
     floor = torch.exp(-mo)
     qinv = 1.0 / (torch.maximum(den.abs(), floor) + eps)
-    dden = -(dh.float() * h.float()).sum(-1) * qinv * torch.sign(den) * (den.abs() >= floor)
+    dh_h = (dh.float() * h.float()).sum(-1)
+    dden = -dh_h * qinv * torch.sign(den) * (den.abs() >= floor)
+    dmj = -eps * dh_h * qinv  # the stabiliser's: h = q C~ / (max(|q n~|, 1) + eps exp(m))
     dh = dh.contiguous()
     dcs, dns = torch.empty_like(cs), torch.empty_like(ns)
     rs = resets.view(torch.uint8) if resets is not None else mo
-    meta = dict(L=L, DP=dp, BV=bv, DOT_F32=dot_f32)
+    meta = meta_of(config, DH, q.dtype, dot_f32)
+    dim, dam = torch.empty_like(mo), torch.empty_like(mo)  # the stabiliser's parts of di and of d logsigmoid(f)
+    src = torch.empty(BH, T, device=q.device, dtype=torch.int32)
     has_resets = int(resets is not None)
-    _mlstm_dstates[(BH, dp // bv)](q, dh, qinv, dden, i, f, rs, ms, mo, dcs, dns, NH, T, DH, NC, has_resets,
-                                   num_warps=config.state_warps, **meta)
+    _mlstm_dstates[(BH, dp // bv)](q, dh, qinv, dden, dmj, i, f, rs, ms, mo, dcs, dns, dim, dam, src, NH, T, DH, NC,
+                                   has_resets, num_warps=config.state_warps, **meta)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     di, df = torch.empty_like(i), torch.empty_like(f)
-    _mlstm_dchunk[(NC, BH)](q, k, v, i, f, rs, dh, qinv, dden, cs, ns, ms, mo, dcs, dns, dq, dk, dv, di, df, NH, T,
-                            DH, NC, DH ** -0.5, has_resets, num_warps=config.warps, **meta)
+    _mlstm_dchunk[(NC, BH)](q, k, v, i, f, rs, dh, qinv, den, cs, ns, ms, mo, dcs, dns, dim, dam, src, dq, dk, dv, di,
+                            df, NH, T, DH, NC, DH ** -0.5, has_resets, num_warps=config.warps, **meta)
     return dq, dk, dv, di, df

@@ -3,24 +3,44 @@ segments between resets), tile loads, the state scans' program and their stores.
 import triton
 import triton.language as tl
 
-from .._lib.recurrent import logsigmoid
+from .._lib.recurrent import logsigmoid_f32
 
 NEG = tl.constexpr(-1e30)  # the log-weight of what does not exist (a padded step, a pair across a reset)
 
 
 @triton.jit
-def chunk_gates(i_ptr, f_ptr, rs_ptr, bh, b, t0, T, has_resets, L: tl.constexpr):
+def chunk_gates(i_ptr, f_ptr, rs_ptr, bh, b, t0, T, has_resets, L: tl.constexpr, PRECISE: tl.constexpr):
     """(i, i~, A, seg, f, in-range) of the chunk's L steps from t0: A the running sum of the log forget
     gates, seg the running count of resets, i~ the input gate where a reset at that step lets the
-    zeroed stabiliser (log-weight a_t) win the max. Steps past T: no input (i = NEG), no decay."""
+    zeroed stabiliser (log-weight a_t) win the max. Steps past T: no input (i = NEG), no decay.
+    PRECISE (fp32): A in float64. The weights need A_t - A_s, and with strong forget gates A runs to
+    hundreds within a chunk, where fp32's rounding (3e-5 at 300) would be the weights' error;
+    `gaps` and `to_end` take the differences in float64 and round them once."""
     t = t0 + tl.arange(0, L)
     tm = t < T
     i = tl.load(i_ptr + bh * T + t, mask=tm, other=NEG).to(tl.float32)
     f = tl.load(f_ptr + bh * T + t, mask=tm, other=0.0).to(tl.float32)
-    a = tl.where(tm, logsigmoid(f), 0.0)
+    a = tl.where(tm, logsigmoid_f32(f, PRECISE), 0.0)
     r = tl.load(rs_ptr + b * T + t, mask=tm & (has_resets != 0), other=0).to(tl.int32)
     it = tl.where(r > 0, tl.maximum(i, a), i)
-    return i, it, tl.cumsum(a, 0), tl.cumsum(r, 0), f, tm
+    if PRECISE:
+        A = tl.cumsum(a.to(tl.float64), 0)
+    else:
+        A = tl.cumsum(a, 0)
+    return i, it, A, tl.cumsum(r, 0), f, tm
+
+
+@triton.jit
+def gaps(A):
+    """[L, L] fp32: A_t - A_s (row t, column s)."""
+    return (A[:, None] - A[None, :]).to(tl.float32)
+
+
+@triton.jit
+def to_end(A, L: tl.constexpr):
+    """(A_end, A_end - A) in fp32: the chunk's whole log decay, and each step's to the chunk's end."""
+    A_end = tl.sum(tl.where(tl.arange(0, L) == L - 1, A, 0.0), 0)
+    return A_end.to(tl.float32), (A_end - A).to(tl.float32)
 
 
 @triton.jit

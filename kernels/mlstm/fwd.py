@@ -10,14 +10,15 @@ import torch
 import triton
 import triton.language as tl
 
-from .._lib.recurrent import dot
-from .chunk import NEG, chunk_gates, load_state, load_tile, scan_program, store_state
+from .._lib.recurrent import div_f32, dot, exp_f32, precise
+from ..slstm.config import shared_bytes
+from .chunk import NEG, chunk_gates, gaps, load_state, load_tile, scan_program, store_state, to_end
 
 
 @triton.jit(do_not_specialize=["NH", "T", "NC", "has_resets"])
 def _mlstm_states(k_ptr, v_ptr, i_ptr, f_ptr, rs_ptr, cs_ptr, ns_ptr, ms_ptr, NH, T, DH, NC, scale,
                   has_resets, L: tl.constexpr, DP: tl.constexpr, BV: tl.constexpr,
-                  DOT_F32: tl.constexpr):
+                  DOT_F32: tl.constexpr, PRECISE: tl.constexpr):
     """One (row, head) and BV value columns: C [DP, BV], n and m carried over the chunks. A chunk
     adds its keys that no later reset cuts off, exp(i_s + A_end - A_s - m') k'_s v_s^T, to the carried
     state decayed by exp(m + A_end - m') (zero when the chunk holds a reset)."""
@@ -31,13 +32,14 @@ def _mlstm_states(k_ptr, v_ptr, i_ptr, f_ptr, rs_ptr, cs_ptr, ns_ptr, ms_ptr, NH
         store_state(cs_ptr, ns_ptr, row, C, n, DH, d, e, first_block)
         tl.store(ms_ptr + row, m, mask=first_block)
         if c < NC:
-            ig, it, A, seg, _, _ = chunk_gates(i_ptr, f_ptr, rs_ptr, bh, b, c * L, T, has_resets, L)
-            A_end, seg_end = tl.max(tl.where(tl.arange(0, L) == L - 1, A, NEG), 0), tl.max(seg, 0)
+            ig, it, A, seg, _, _ = chunk_gates(i_ptr, f_ptr, rs_ptr, bh, b, c * L, T, has_resets, L, PRECISE)
+            A_end, rest = to_end(A, L)
+            seg_end = tl.max(seg, 0)
             survive = seg == seg_end
             carry = tl.where(seg_end == 0, m + A_end, NEG)
-            m_next = tl.maximum(carry, tl.max(tl.where(survive, it + A_end - A, NEG), 0))
-            beta = tl.where(survive, tl.exp(ig + A_end - A - m_next), 0.0) * scale
-            kappa = tl.where(seg_end == 0, tl.exp(carry - m_next), 0.0)
+            m_next = tl.maximum(carry, tl.max(tl.where(survive, it + rest, NEG), 0))
+            beta = tl.where(survive, exp_f32((ig - m_next) + rest, PRECISE), 0.0) * scale
+            kappa = tl.where(seg_end == 0, exp_f32((m - m_next) + A_end, PRECISE), 0.0)
             kb = load_tile(k_ptr, bh, c * L, T, DH, d, L).to(tl.float32) * beta[:, None]
             v = load_tile(v_ptr, bh, c * L, T, DH, e, L)
             C = dot(tl.trans(kb.to(v.dtype)), v, C * kappa, DOT_F32)
@@ -49,26 +51,26 @@ def _mlstm_states(k_ptr, v_ptr, i_ptr, f_ptr, rs_ptr, cs_ptr, ns_ptr, ms_ptr, NH
 @triton.jit(do_not_specialize=["NH", "T", "NC", "has_resets"])
 def _mlstm_out(q_ptr, k_ptr, v_ptr, i_ptr, f_ptr, rs_ptr, cs_ptr, ns_ptr, ms_ptr, h_ptr, mo_ptr, den_ptr, NH, T, DH,
                NC, scale, has_resets, L: tl.constexpr, DP: tl.constexpr, BV: tl.constexpr,
-               DOT_F32: tl.constexpr, EPS: tl.constexpr):
+               DOT_F32: tl.constexpr, EPS: tl.constexpr, PRECISE: tl.constexpr):
     """One chunk of one (row, head): h = (intra-chunk pairs + the chunk-start state) / normaliser."""
     c, bh = tl.program_id(0), tl.program_id(1).to(tl.int64)
     b = bh // NH
     j = tl.arange(0, L)
     d = tl.arange(0, DP)
-    ig, it, A, seg, _, tm = chunk_gates(i_ptr, f_ptr, rs_ptr, bh, b, c * L, T, has_resets, L)
+    ig, it, A, seg, _, tm = chunk_gates(i_ptr, f_ptr, rs_ptr, bh, b, c * L, T, has_resets, L, PRECISE)
     row = bh * (NC + 1) + c
     m_c = tl.load(ms_ptr + row)
     n_c = tl.load(ns_ptr + row * DH + d, mask=d < DH, other=0.0)
     q = load_tile(q_ptr, bh, c * L, T, DH, d, L)
     S = dot(q, tl.trans(load_tile(k_ptr, bh, c * L, T, DH, d, L)), tl.zeros((L, L), tl.float32), DOT_F32) * scale
     valid = (j[None, :] <= j[:, None]) & (seg[None, :] == seg[:, None])
-    gap = A[:, None] - A[None, :]
-    base = tl.where(seg == 0, m_c + A, NEG)
+    gap = gaps(A)
+    base = tl.where(seg == 0, m_c + A.to(tl.float32), NEG)
     mj = tl.maximum(base, tl.max(tl.where(valid, it[None, :] + gap, NEG), 1))
-    E = tl.where(valid, tl.exp(ig[None, :] + gap - mj[:, None]), 0.0) * S
-    w = tl.where(seg == 0, tl.exp(base - mj), 0.0)
+    E = tl.where(valid, exp_f32((ig[None, :] - mj[:, None]) + gap, PRECISE), 0.0) * S
+    w = tl.where(seg == 0, exp_f32((m_c - mj) + A.to(tl.float32), PRECISE), 0.0)
     den = tl.sum(E, 1) + w * tl.sum(q.to(tl.float32) * n_c[None, :], 1)
-    norm = tl.maximum(tl.abs(den), tl.exp(-mj)) + EPS
+    norm = tl.maximum(tl.abs(den), exp_f32(-mj, PRECISE)) + EPS
     t = c * L + j
     tl.store(mo_ptr + bh * T + t, mj, mask=tm)
     tl.store(den_ptr + bh * T + t, den, mask=tm)
@@ -78,8 +80,24 @@ def _mlstm_out(q_ptr, k_ptr, v_ptr, i_ptr, f_ptr, rs_ptr, cs_ptr, ns_ptr, ms_ptr
         num = dot(E.to(v.dtype), v, tl.zeros((L, BV), tl.float32), DOT_F32)
         state = load_state(cs_ptr, row, DH, d, e).to(q.dtype)
         num += w[:, None] * dot(q, state, tl.zeros((L, BV), tl.float32), DOT_F32)
-        tl.store(h_ptr + (bh * T + t)[:, None] * DH + e[None, :], (num / norm[:, None]).to(h_ptr.dtype.element_ty),
+        h = div_f32(num, norm[:, None], PRECISE)
+        tl.store(h_ptr + (bh * T + t)[:, None] * DH + e[None, :], h.to(h_ptr.dtype.element_ty),
                  mask=tm[:, None] & (e < DH)[None, :])
+
+
+def meta_of(config, DH: int, dtype, dot_f32: bool) -> dict:
+    """The chunk kernels' constexprs (forward and backward)."""
+    dp = max(16, triton.next_power_of_2(DH))
+    return dict(L=config.chunk, DP=dp, BV=min(config.bv, dp), DOT_F32=dot_f32, PRECISE=precise(dtype))
+
+
+def shared_fwd(config, dtype, DH: int, dot_f32: bool, device) -> int:
+    """The forward kernels' shared memory, the larger (arguments as mlstm_fwd passes them)."""
+    f32, u8, meta = torch.float32, torch.uint8, meta_of(config, DH, dtype, dot_f32)
+    states = (dtype, dtype, dtype, dtype, u8, f32, f32, f32, 1, 1, DH, 1, 1.0, 1)
+    out = (dtype, dtype, dtype, dtype, dtype, u8, f32, f32, f32, dtype, f32, f32, 1, 1, DH, 1, 1.0, 1)
+    return max(shared_bytes(_mlstm_states, states, dict(meta, num_warps=config.state_warps), device),
+               shared_bytes(_mlstm_out, out, dict(meta, EPS=1e-6, num_warps=config.warps), device))
 
 
 def mlstm_fwd(q, k, v, i, f, resets, NH: int, config, dot_f32: bool, eps: float):
@@ -97,7 +115,7 @@ def mlstm_fwd(q, k, v, i, f, resets, NH: int, config, dot_f32: bool, eps: float)
     mo = torch.empty(BH, T, device=dev, dtype=torch.float32)
     den = torch.empty(BH, T, device=dev, dtype=torch.float32)
     rs = resets.view(torch.uint8) if resets is not None else mo
-    meta = dict(L=L, DP=dp, BV=bv, DOT_F32=dot_f32)
+    meta = meta_of(config, DH, q.dtype, dot_f32)
     scale = DH ** -0.5
     has_resets = int(resets is not None)
     _mlstm_states[(BH, dp // bv)](k, v, i, f, rs, cs, ns, ms, NH, T, DH, NC, scale, has_resets,

@@ -14,9 +14,9 @@ import torch
 
 from .._lib.scan import KeptStates
 from .config import RTUConfig, pick
-from .kernels import rtu_scan_backward, rtu_scan_forward
+from .kernels import rtu_lanes_backward, rtu_scan_backward, rtu_scan_forward
 
-__all__ = ["RTUConfig", "pick", "rtu", "rtu_lowrank", "rtu_scan_backward", "rtu_scan_forward"]
+__all__ = ["RTUConfig", "pick", "rtu", "rtu_lanes_backward", "rtu_lowrank", "rtu_scan_backward", "rtu_scan_forward"]
 
 
 def _parameter_grads(sums: torch.Tensor, nu_log: torch.Tensor, theta_log: torch.Tensor):
@@ -37,6 +37,9 @@ def _parameter_grads(sums: torch.Tensor, nu_log: torch.Tensor, theta_log: torch.
 def _backward(dy, x1, x2, w1, w2, nu_log, theta_log, resets, states, config):
     """The gradients of (x1, x2, w1, w2, nu_log, theta_log, resets) from the scan's and the
     parameter maps' backward."""
+    if config.bwd_path == "lanes":
+        dx1, dx2, dw1, dw2, dnu, dth = rtu_lanes_backward(dy, x1, x2, w1, w2, nu_log, theta_log, resets, states, config)
+        return dx1, dx2, dw1, dw2, dnu, dth, None
     dx1, dx2, sums = rtu_scan_backward(dy, x1, x2, w1, w2, nu_log, theta_log, resets, states, config)
     dnu, dth = _parameter_grads(sums, nu_log, theta_log)
     dw1 = sums[3].to(w1.dtype) if w1 is not None else None

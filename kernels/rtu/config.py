@@ -17,10 +17,17 @@ the first guess (64 steps, backward 8 warps): B8 T8192 H1024 forward 0.915 -> 0.
 2.911 -> 2.233; B32 T2048 H2048 forward 1.278 -> 1.071, backward 5.766 -> 3.451. Splitting time
 into segments lost wherever batch x channel blocks already fill the GPU (0.59 -> 1.02 ms), and won
 at Cortex's B8 H64. Not tuned on the H200: there these are a guess. The CPU values are small so that
-the interpreter's tests cross several chunks, segments and channel blocks."""
+the interpreter's tests cross several chunks, segments and channel blocks.
+
+The lanes path (lanes.py, path / bwd_path "lanes") keeps time in each thread's registers instead;
+`lanes` is its config, which `pick` returns from LANES_FWD_FROM / LANES_BWD_FROM steps x channels
+(B * T * H) on. lab/scans_ab.py on an H200 (lab/results/scans_ab_h200.txt): the lanes path was
+faster at every shape measured, B4 T128 H64 (32768) the smallest: forward 0.86x to 0.16x the
+tiles pick's time, backward 0.77x to 0.11x (B8 T8192 H1024 with resets: forward 0.951 -> 0.177 ms,
+backward 2.338 -> 0.510)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import triton
 
@@ -37,10 +44,21 @@ class RTUConfig:
     bwd_block_h: int = 16
     bwd_warps: int = 4
     bwd_segments: int = 1
+    path: str = "tiles"  # the forward's kernels: "tiles" (kernels.py) or "lanes" (lanes.py)
+    bwd_path: str = "tiles"  # the backward's (either reads the states either forward kept)
+    steps: int = 0  # the lanes forward's tile (0: chunk; a multiple or a divisor of chunk)
 
 
 # programs per SM below which a split over time pays for its extra read
 _FILL = 2
+
+# B * T * H from which pick returns the lanes path, forward and backward (None: never); each path's
+# kept states serve the other's backward, so the two switch independently
+LANES_FWD_FROM: int | None = 32768
+LANES_BWD_FROM: int | None = 32768
+# Lanes programs are one warp; time is cut into segments until the grid holds this many warps an
+# SM: a segment more costs one more read of its inputs (the ends pass), too few leave latency bare
+_LANES_WARPS_PER_SM = 8
 
 
 def split(batch: int, steps: int, channels: int, block_h: int, chunk: int, device) -> int:
@@ -50,9 +68,49 @@ def split(batch: int, steps: int, channels: int, block_h: int, chunk: int, devic
     return max(1, min(want, triton.cdiv(steps, chunk)))
 
 
+def lanes(batch: int, steps: int, channels: int, device, chunk: int | None = None) -> RTUConfig:
+    """The lanes path's config. The forward in tiles of 32 steps of 64 channels a one-warp program
+    (2 a thread: 64 values in registers, 128 registers a thread at sm_90, and a tile's loads, 4 KB a
+    warp, in flight while the one before is scanned), keeping the state every `chunk` steps; the
+    backward in chunks of 16 steps (or `chunk`) of 32 channels (1 a thread: its chunk's states,
+    kept states, SiLU', adjoint and inputs fit the registers at 16 steps, 210 registers, where 32
+    steps spilled), two warps a program: on the H200 64 channels over 2 warps took 0.88x to 0.91x
+    the time of 32 over one at B8 T8192 H1024, B32 T2048 H2048 and B64 T1024 H1024. Time in as many
+    segments as bring each grid to _LANES_WARPS_PER_SM warps an SM (warps, not programs: counted as
+    programs, the two-warp backward at B32 T2048 H2048 split in two and took 1.40x as long).
+    On the CPU tiles, chunks and blocks of 8, as the tiles path's."""
+    if arch(device) == "cpu":
+        fwd, bwd, bwd_warps, tile, chunk = 8, 8, 1, 8, chunk or 8
+    else:
+        fwd, bwd, bwd_warps, tile, chunk = 64, 64, 2, 32, chunk or 16
+    want = _LANES_WARPS_PER_SM * sm_count(device)
+    segs = [max(1, min(triton.cdiv(want, w * max(1, batch * triton.cdiv(channels, b))), triton.cdiv(steps, t)))
+            for b, w, t in ((fwd, 1, tile), (bwd, bwd_warps, chunk))]
+    return RTUConfig(chunk, fwd, 1, segs[0], bwd, bwd_warps, segs[1], "lanes", "lanes", tile)
+
+
 @tunable
 def pick(batch: int, steps: int, channels: int, device) -> RTUConfig:
-    """The config for B sequences of T steps and H channels on `device`'s architecture."""
+    """The config for B sequences of T steps and H channels on `device`'s architecture: the tiles
+    path's, with the lanes path's forward and/or backward from LANES_FWD_FROM / LANES_BWD_FROM on.
+    The chunk, which the two directions share, is the backward's path's (the lanes backward's 16,
+    under which the tiles forward was not tuned; the tiles backward's 32)."""
+    tiled = tiles(batch, steps, channels, device)
+    work = batch * steps * channels
+    fwd = LANES_FWD_FROM is not None and work >= LANES_FWD_FROM
+    bwd = LANES_BWD_FROM is not None and work >= LANES_BWD_FROM
+    if bwd:
+        ln = lanes(batch, steps, channels, device)
+        return ln if fwd else replace(ln, block_h=tiled.block_h, warps=tiled.warps, segments=tiled.segments,
+                                      path="tiles")
+    if fwd:
+        ln = lanes(batch, steps, channels, device, tiled.chunk)
+        return replace(tiled, block_h=ln.block_h, warps=ln.warps, segments=ln.segments, path="lanes", steps=ln.steps)
+    return tiled
+
+
+def tiles(batch: int, steps: int, channels: int, device) -> RTUConfig:
+    """The tiles path's config."""
     if arch(device) == "cpu":
         return RTUConfig(8, 8, 1, split(batch, steps, channels, 8, 8, device), 8, 1,
                          split(batch, steps, channels, 8, 8, device))

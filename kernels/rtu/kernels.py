@@ -17,38 +17,9 @@ import triton
 import triton.language as tl
 
 from .._lib.scan import first_order_complex, row_of
+from . import lanes
 from .config import RTUConfig, pick
-
-
-@triton.jit
-def one_minus_exp(a):
-    """1 - exp(-a) for a >= 0 (fp64), without cancellation where a is small: the series' first
-    terms below 1e-4 (truncation ~a^4/24, under fp64's rounding there)."""
-    series = a * (1.0 - a * (0.5 - a / 6.0))
-    return tl.where(a < 1e-4, series, 1.0 - tl.exp(-a))
-
-
-@triton.jit
-def _dynamics(NU, TH, W1, W2, h, mh, BLOCK_H: tl.constexpr, HAS_W: tl.constexpr):
-    """g, p (lambda's real and imaginary parts), gamma, and the input weights w1, w2 (1 without).
-    Computed in fp64 (once a program, not a step) and rounded once: in fp32, 1 - r^2 cancels for
-    long memories (r = 0.999: 1e-4 relative error in gamma; r within 6e-8 of 1: gamma 0, the input
-    lost) and exp(theta_log) rounds the angle itself (a phase error growing with t)."""
-    nu = tl.load(NU + h, mask=mh, other=0.0).to(tl.float64)
-    th = tl.load(TH + h, mask=mh, other=0.0).to(tl.float64)
-    e = tl.exp(nu)
-    r = tl.exp(-e)
-    ang = tl.exp(th)
-    g = (r * tl.cos(ang)).to(tl.float32)
-    p = (r * tl.sin(ang)).to(tl.float32)
-    gam = tl.sqrt(one_minus_exp(2.0 * e)).to(tl.float32)
-    if HAS_W:
-        w1 = tl.load(W1 + h, mask=mh, other=0.0).to(tl.float32)
-        w2 = tl.load(W2 + h, mask=mh, other=0.0).to(tl.float32)
-    else:
-        w1 = tl.full([BLOCK_H], 1.0, tl.float32)
-        w2 = w1
-    return g, p, gam, w1, w2
+from .dynamics import dynamics, silu_grad
 
 
 @triton.jit
@@ -74,18 +45,12 @@ def _inputs(X1, X2, base, t, h, T, H, mh, SAME_X: tl.constexpr):
 
 
 @triton.jit
-def _silu_grad(c):
-    s = tl.sigmoid(c)
-    return s * (1.0 + c * (1.0 - s))
-
-
-@triton.jit
 def _program(NU, TH, W1, W2, H, BLOCK_H: tl.constexpr, HAS_W: tl.constexpr):
     """This program's sequence b, channels h (and their mask), and their dynamics."""
     n_hb = tl.cdiv(H, BLOCK_H)
     h = (tl.program_id(0) % n_hb) * BLOCK_H + tl.arange(0, BLOCK_H)
     mh = h < H
-    g, p, gam, w1, w2 = _dynamics(NU, TH, W1, W2, h, mh, BLOCK_H, HAS_W)
+    g, p, gam, w1, w2 = dynamics(NU, TH, W1, W2, h, mh, BLOCK_H, HAS_W)
     return tl.program_id(0) // n_hb, h, mh, g, p, gam, w1, w2
 
 
@@ -235,8 +200,8 @@ def _rtu_bwd(X1, X2, W1, W2, NU, TH, R, DY, CK, ENDS, DX1, DX2, PART, T, H, n_ch
                                  x1, x2, keep, CHUNK, SAME_X, HAS_R)
         mask = (t < T)[:, None] & mh[None, :]
         dy = DY + 2 * base + t[:, None] * (2 * H) + h[None, :]
-        e1 = _silu_grad(c1) * tl.load(dy, mask=mask, other=0.0).to(tl.float32)
-        e2 = _silu_grad(c2) * tl.load(dy + H, mask=mask, other=0.0).to(tl.float32)
+        e1 = silu_grad(c1) * tl.load(dy, mask=mask, other=0.0).to(tl.float32)
+        e2 = silu_grad(c2) * tl.load(dy + H, mask=mask, other=0.0).to(tl.float32)
         kn = _keep(R, b, t + 1, T, HAS_R)[:, None]
         Ar, Ai, Sr, Si = tl.associative_scan((g[None, :] * kn, -p[None, :] * kn, e1, e2), 0, first_order_complex,
                                              reverse=True)
@@ -297,6 +262,10 @@ def rtu_scan_forward(x1, x2, w1, w2, nu_log, theta_log, resets, config: RTUConfi
     ck = torch.empty(B, n_chunks, 2, H, device=x1.device, dtype=torch.float32) if keep_states else None
     if y.numel() == 0:  # no step, row or channel: nothing to scan
         return y, ck
+    if cfg.path == "lanes":
+        r = resets.view(torch.uint8) if resets is not None else None
+        lanes.forward(x1, x2, w1, w2, nu_log, theta_log, r, y, ck, T, H, cfg, _flags(x2, w1, resets))
+        return y, ck
     n_chunks, per_seg, n_seg = _plan(T, cfg.chunk, cfg.segments)
     ends = torch.empty(B, n_seg, 4, H, device=x1.device, dtype=torch.float32) if n_seg > 1 else None
     r = resets.view(torch.uint8) if resets is not None else None
@@ -338,3 +307,20 @@ def rtu_scan_backward(dy, x1, x2, w1, w2, nu_log, theta_log, resets, states, con
         _rtu_bwd[grid](*args, ENDS_PASS=True, **meta)
     _rtu_bwd[grid](*args, ENDS_PASS=False, **meta)
     return dx1, dx2, part.sum(dim=(0, 1))
+
+
+def rtu_lanes_backward(dy, x1, x2, w1, w2, nu_log, theta_log, resets, states, config: RTUConfig):
+    """The lanes path's backward (config.bwd_path "lanes"): (dx1, dx2 or None, dw1, dw2 (None
+    without weights), dnu_log, dtheta_log), the parameters' sums added up and mapped on the GPU."""
+    B, T, H = x1.shape
+    if states.shape[1] != triton.cdiv(T, config.chunk):
+        raise ValueError(f"states kept every {triton.cdiv(T, states.shape[1])} steps, the backward's chunk is {config.chunk}")
+    dx1 = torch.empty_like(x1)
+    dx2 = torch.empty_like(x2) if x2 is not None else None
+    if x1.numel() == 0:  # no step, row or channel: nothing to scan
+        zero = lambda t: torch.zeros_like(t) if t is not None else None  # noqa: E731
+        return dx1, dx2, zero(w1), zero(w2), zero(nu_log), zero(theta_log)
+    r = resets.view(torch.uint8) if resets is not None else None
+    dw1, dw2, dnu, dth = lanes.backward(dy.contiguous(), x1, x2, w1, w2, nu_log, theta_log, r, states, dx1, dx2,
+                                        T, H, config, _flags(x2, w1, resets))
+    return dx1, dx2, dw1, dw2, dnu, dth

@@ -6,10 +6,17 @@ chunk 16 and N 16, four bytes a step and channel, as much as two bf16 activation
 
 The sm90 values are lab/scans_tune.py's on the H100 at one training shape (see pick); not tuned on
 the H200. The CPU ones are small so that the interpreter's tests cross several chunks and channel
-blocks."""
+blocks.
+
+The lanes forward (lanes.py, path "lanes") keeps time and states in each thread's registers;
+`lanes` is its config, which `pick` returns from LANES_FROM steps x channels (B * T * D) on. lab/
+scans_ab.py on an H200 (lab/results/scans_ab_h200.txt): faster than the tiles pick at every shape
+measured, B1 T60 D512 (30720) the smallest, 0.59x to 0.18x its time (B8 T2048 D2048 N16: 1.519 ->
+0.266 ms with the config below). The backward is the tiles path's either way (it reads the states
+the lanes forward keeps every `chunk` steps)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import triton
 
@@ -24,11 +31,48 @@ class SelectiveScanConfig:
     warps: int = 4
     bwd_block_d: int = 16
     bwd_warps: int = 4
+    path: str = "tiles"  # the forward's kernel: "tiles" (kernels.py) or "lanes" (lanes.py; block_d = 32 * warps * vec)
+    steps: int = 8  # time steps a lanes tile (chunk must be a multiple: the states kept for the backward)
+    segments: int = 1  # time splits of the lanes forward (1: one program walks the whole sequence)
+
+
+# B * T * D from which pick returns the lanes forward (None: never)
+LANES_FROM: int | None = 30720
+# Lanes programs are one warp of 32 channels. A grid of _LANES_FULL warps an SM or more walks time
+# whole (a segment more costs one more read of x and delta, and their exponentials: on the H200 one
+# segment against the 2-3 that 8 warps an SM asked for, 0.266 against 0.363 ms at B8 T2048 D2048,
+# 0.449 against 0.648 at B8 T2048 D4096, 0.015 against 0.021 at B32 T60 D512); a smaller one is cut
+# into segments until it holds _LANES_WARPS_PER_SM (B3 T1000 D1000: 11 segments, 0.049 ms, against
+# 0.070 with 5)
+_LANES_FULL = 2
+_LANES_WARPS_PER_SM = 8
 
 
 @tunable
 def pick(batch: int, steps: int, channels: int, states: int, device) -> SelectiveScanConfig:
     """The config for B sequences of T steps, D channels of N states, on `device`'s architecture."""
+    if LANES_FROM is not None and batch * steps * channels >= LANES_FROM:
+        return lanes(batch, steps, channels, device)
+    return tiles(batch, channels, device)
+
+
+def lanes(batch: int, steps: int, channels: int, device) -> SelectiveScanConfig:
+    """The lanes forward's config: one-warp programs of 32 channels (1 a thread, with its N states
+    and 8 steps in registers: sm_90 compile at N 16, 252 registers, no spill; faster than 4 steps
+    at every H200 shape but B3 T1000 D1000, 2% slower there), time whole or in segments (see
+    _LANES_FULL); the tiles backward's config and chunk (8 channels a program and 4 steps on the
+    CPU)."""
+    cpu = arch(device) == "cpu"
+    block_d, tile = (8, 4) if cpu else (32, 8)
+    programs = max(1, batch * triton.cdiv(channels, block_d))
+    want = 1 if programs >= _LANES_FULL * sm_count(device) else \
+        triton.cdiv(_LANES_WARPS_PER_SM * sm_count(device), programs)
+    return replace(tiles(batch, channels, device), block_d=block_d, warps=1, path="lanes", steps=tile,
+                   segments=max(1, min(want, triton.cdiv(steps, tile))))
+
+
+def tiles(batch: int, channels: int, device) -> SelectiveScanConfig:
+    """The tiles path's config."""
     if arch(device) == "cpu":
         return SelectiveScanConfig(chunk=8, block_d=8, warps=1, bwd_block_d=8, bwd_warps=1)
     # lab/scans_tune.py on the H100 at B8 T2048 D2048 N16 (lab/results/scans_tune_h100.txt): the

@@ -19,24 +19,16 @@ import triton.language as tl
 
 from .._lib import LOG2E
 from .._lib.scan import first_order, row_of
+from . import lanes
 from .config import SelectiveScanConfig, pick
-
-
-@triton.jit
-def _softplus(v):
-    """log(1 + e^v), accurate for small results too: log1p(u) as log(w) * u / (w - 1), w = 1 + u,
-    where w - 1 is exact (the identity holds to an ulp where log1p itself is not available)."""
-    u = tl.exp(-tl.abs(v))
-    w = 1.0 + u
-    log1p = tl.where(w == 1.0, u, tl.log(w) * u / (w - 1.0))
-    return tl.maximum(v, 0.0) + log1p
+from .softplus import softplus
 
 
 @triton.jit
 def _dt(DL, offs, m2):
     """delta and softplus(delta) (0 where masked: a decay of 1 and no input)."""
     dl = tl.load(DL + offs, mask=m2, other=0.0).to(tl.float32)
-    return dl, tl.where(m2, _softplus(dl), 0.0)
+    return dl, tl.where(m2, softplus(dl), 0.0)
 
 
 @triton.jit
@@ -165,6 +157,10 @@ def selective_scan_forward(x, delta, A, B, C, D, z, config: SelectiveScanConfig 
     n_chunks = triton.cdiv(T, cfg.chunk)
     y = torch.empty_like(x)
     ck = torch.empty(Bsz, n_chunks, Dm, _n_p2(N), device=x.device, dtype=torch.float32) if keep_states else None
+    if cfg.path == "lanes":
+        if y.numel():
+            lanes.forward(x, delta, A, B, C, D, z, y, ck, cfg, _n_p2(N))
+        return y, ck
     grid = (Bsz * triton.cdiv(Dm, cfg.block_d),)
     _ss_fwd[grid](x, delta, A, B, C, D, z, y, ck if ck is not None else y, T, Dm, N, BLOCK_D=cfg.block_d,
                   N_P2=_n_p2(N), CHUNK=cfg.chunk, STORE_CK=keep_states, num_warps=cfg.warps)

@@ -12,7 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .kernels import _softplus
+from .softplus import softplus
 
 
 @triton.jit
@@ -24,7 +24,7 @@ def _state_update(X, DL, A, Bm, Cm, Dk, Z, H, Y, HN, Dn, N, sx, sdl, sb, sc, sz,
     md, mn = d < Dn, n < N
     m2 = md[:, None] & mn[None, :]
     x = tl.load(X + b * sx + d, mask=md, other=0.0).to(tl.float32)
-    dt = _softplus(tl.load(DL + b * sdl + d, mask=md, other=0.0).to(tl.float32))
+    dt = softplus(tl.load(DL + b * sdl + d, mask=md, other=0.0).to(tl.float32))
     z = tl.load(Z + b * sz + d, mask=md, other=0.0).to(tl.float32)
     skip = tl.load(Dk + d, mask=md, other=0.0).to(tl.float32)
     bn = tl.load(Bm + b * sb + n, mask=mn, other=0.0).to(tl.float32)

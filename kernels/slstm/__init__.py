@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import torch
 
+from .._lib.recurrent import check_dtypes
 from .config import SLSTMConfig, pick
-from .kernels import slstm_bwd, slstm_fwd
+from .kernels import fitted, slstm_bwd, slstm_fwd
 
 __all__ = ["SLSTMConfig", "SLSTMFunction", "pick", "slstm"]
 
@@ -27,7 +28,7 @@ class SLSTMFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, wx, r, b, y0, c0, n0, m0, resets, config, save):
         B, T, _, NH, DH = wx.shape
-        config = config or pick(B, NH, DH, wx.device)
+        config = fitted(config or pick(B, NH, DH, wx.device), wx.dtype, DH, wx.device, picked=config is None)
         states = torch.stack((y0, c0, n0, m0)).to(wx.dtype)
         ys, saved, last = slstm_fwd(wx, r, b, states, resets, save, config)
         if save:
@@ -60,9 +61,11 @@ def slstm(wx, r, b, y0, c0, n0, m0, resets=None, config: SLSTMConfig | None = No
     for name, t in zip(expect, (r, b, y0, c0, n0, m0)):
         if tuple(t.shape) != expect[name]:
             raise ValueError(f"slstm: {name} must be {expect[name]} for wx {tuple(wx.shape)}, got {tuple(t.shape)}")
+    check_dtypes("slstm", wx=wx, r=r, b=b)
     if resets is not None and (tuple(resets.shape) != (B, T) or resets.dtype != torch.bool):
         raise ValueError(f"slstm: resets must be a bool [B, T] = ({B}, {T}) mask, got {resets.dtype} "
                          f"{tuple(resets.shape)}")
     # what the backward reads is kept only when a gradient will be asked for
     save = torch.is_grad_enabled() and any(t.requires_grad for t in (wx, r, b, y0, c0, n0, m0))
+    resets = resets.contiguous() if resets is not None else None  # the kernels read it as [B, T]
     return SLSTMFunction.apply(wx.contiguous(), r.contiguous(), b.contiguous(), y0, c0, n0, m0, resets, config, save)

@@ -11,12 +11,16 @@ same way in reverse and carries the stabiliser's gradient too: y depends on m on
 of its normaliser, but the final states c_T and n_T are stabilised by m_T."""
 from __future__ import annotations
 
+import functools
+from dataclasses import replace
+
 import torch
 import triton
 import triton.language as tl
 
-from .._lib.recurrent import dot, dot_f32, keep_rows, logsigmoid, tanh
-from .config import SLSTMConfig
+from .._lib.recurrent import (div_f32, dot, dot_f32, exp_f32, keep_rows, logsigmoid_f32, precise, sigmoid_f32,
+                              tanh_f32)
+from .config import SLSTMConfig, shared_bytes, shared_limit
 
 EPS = 1e-6  # Cortex's: y = o * c / (n + eps)
 
@@ -33,6 +37,15 @@ def _block(r_ptr, g, h, NH, DH, u, k, TRANS: tl.constexpr):
 
 
 @triton.jit
+def _product(a, w, r_ptr, g, h, NH, DH, u, acc, TRANS: tl.constexpr, SPLIT: tl.constexpr, DOT_F32: tl.constexpr):
+    """acc + a @ (recurrent block g): w itself, or with SPLIT the block read here, so that one block
+    at a time sits in shared memory (the four at once do not fit past 64-wide fp32 heads, 128-wide bf16)."""
+    if SPLIT:
+        w = _block(r_ptr, g, h, NH, DH, u, u, TRANS)
+    return dot(a, w, acc, DOT_F32)
+
+
+@triton.jit
 def _program(B, NH, DH, BB: tl.constexpr, DP: tl.constexpr):
     """(head h, rows, row_ok, units u, the [BB, DP] mask, int64 rows [BB, 1], the [B, NH, DH] index of
     the program's states, the size of one state plane) of a program: one head, BB batch rows."""
@@ -45,20 +58,20 @@ def _program(B, NH, DH, BB: tl.constexpr, DP: tl.constexpr):
 
 
 @triton.jit
-def _gates(rawi, rawf, rawz, rawo, m_prev, first):
+def _gates(rawi, rawf, rawz, rawo, m_prev, first, PRECISE: tl.constexpr):
     """(ig, fg, zt, og, m_new, sigmoid(-f)) of a step: exponential input and forget gates stabilised by
     m (the first step of a row, n = 0, takes m = the input gate)."""
-    logfm = m_prev + logsigmoid(rawf)
+    logfm = m_prev + logsigmoid_f32(rawf, PRECISE)
     m_new = tl.where(first, rawi, tl.maximum(rawi, logfm))
-    ig = tl.minimum(tl.exp(rawi - m_new), 1.0)
-    fg = tl.minimum(tl.exp(logfm - m_new), 1.0)
-    return ig, fg, tanh(rawz), tl.sigmoid(rawo), m_new, tl.sigmoid(-rawf)
+    ig = tl.minimum(exp_f32(rawi - m_new, PRECISE), 1.0)
+    fg = tl.minimum(exp_f32(logfm - m_new, PRECISE), 1.0)
+    return (ig, fg, tanh_f32(rawz, PRECISE), sigmoid_f32(rawo, PRECISE), m_new, sigmoid_f32(-rawf, PRECISE))
 
 
 @triton.jit(do_not_specialize=["B", "T", "NH", "has_resets", "save"])
 def _slstm_fwd(wx_ptr, r_ptr, b_ptr, st_ptr, ys_ptr, cs_ptr, ns_ptr, ms_ptr, raw_ptr, last_ptr, rs_ptr, B, T, NH, DH,
-               has_resets, save, BB: tl.constexpr, DP: tl.constexpr, RESIDENT: tl.constexpr, DOT_F32: tl.constexpr,
-               EPS: tl.constexpr):
+               has_resets, save, BB: tl.constexpr, DP: tl.constexpr, RESIDENT: tl.constexpr, SPLIT: tl.constexpr,
+               DOT_F32: tl.constexpr, EPS: tl.constexpr, PRECISE: tl.constexpr):
     h, rows, row_ok, u, m2, r64, sidx, plane = _program(B, NH, DH, BB, DP)
     y = tl.load(st_ptr + sidx, mask=m2, other=0.0).to(tl.float32)
     c = tl.load(st_ptr + plane + sidx, mask=m2, other=0.0).to(tl.float32)
@@ -79,19 +92,25 @@ def _slstm_fwd(wx_ptr, r_ptr, b_ptr, st_ptr, ys_ptr, cs_ptr, ns_ptr, ms_ptr, raw
         y, c, n, m = y * keep, c * keep, n * keep, m * keep
         if RESIDENT:
             wi, wf, wz, wo = ri, rf, rz, ro
+        elif SPLIT:
+            wi, wf, wz, wo = 0, 0, 0, 0  # read by _product, one at a time
         else:
             wi, wf = _block(r_ptr, 0, h, NH, DH, u, u, True), _block(r_ptr, 1, h, NH, DH, u, u, True)
             wz, wo = _block(r_ptr, 2, h, NH, DH, u, u, True), _block(r_ptr, 3, h, NH, DH, u, u, True)
         yd = y.to(ys_ptr.dtype.element_ty)
         gx = wx_ptr + (((r64 * T + t) * 4) * NH + h) * DH + u[None, :]  # gate g at + g * NH * DH
-        rawi = dot(yd, wi, tl.load(gx, mask=m2, other=0.0).to(tl.float32) + bi, DOT_F32)
-        rawf = dot(yd, wf, tl.load(gx + NH * DH, mask=m2, other=0.0).to(tl.float32) + bf, DOT_F32)
-        rawz = dot(yd, wz, tl.load(gx + 2 * NH * DH, mask=m2, other=0.0).to(tl.float32) + bz, DOT_F32)
-        rawo = dot(yd, wo, tl.load(gx + 3 * NH * DH, mask=m2, other=0.0).to(tl.float32) + bo, DOT_F32)
-        ig, fg, zt, og, m, _ = _gates(rawi, rawf, rawz, rawo, m, n == 0.0)
+        rawi = _product(yd, wi, r_ptr, 0, h, NH, DH, u, tl.load(gx, mask=m2, other=0.0).to(tl.float32) + bi, True,
+                        SPLIT, DOT_F32)
+        rawf = _product(yd, wf, r_ptr, 1, h, NH, DH, u,
+                        tl.load(gx + NH * DH, mask=m2, other=0.0).to(tl.float32) + bf, True, SPLIT, DOT_F32)
+        rawz = _product(yd, wz, r_ptr, 2, h, NH, DH, u,
+                        tl.load(gx + 2 * NH * DH, mask=m2, other=0.0).to(tl.float32) + bz, True, SPLIT, DOT_F32)
+        rawo = _product(yd, wo, r_ptr, 3, h, NH, DH, u,
+                        tl.load(gx + 3 * NH * DH, mask=m2, other=0.0).to(tl.float32) + bo, True, SPLIT, DOT_F32)
+        ig, fg, zt, og, m, _ = _gates(rawi, rawf, rawz, rawo, m, n == 0.0, PRECISE)
         c = fg * c + ig * zt
         n = fg * n + ig
-        y = og * c / (n + EPS)
+        y = og * div_f32(c, n + EPS, PRECISE)
         step = (r64 * (T + 1) + t + 1) * NH * DH + h * DH + u[None, :]  # [B, T+1, NH, DH] at t + 1
         tl.store(ys_ptr + step, y.to(ys_ptr.dtype.element_ty), mask=m2)
         ms2 = m2 & (save != 0)
@@ -111,8 +130,8 @@ def _slstm_fwd(wx_ptr, r_ptr, b_ptr, st_ptr, ys_ptr, cs_ptr, ns_ptr, ms_ptr, raw
 
 @triton.jit(do_not_specialize=["B", "T", "NH", "has_resets"])
 def _slstm_bwd(dy_ptr, dlast_ptr, r_ptr, raw_ptr, cs_ptr, ns_ptr, ms_ptr, rs_ptr, dwx_ptr, dst_ptr, B, T, NH, DH,
-               has_resets, BB: tl.constexpr, DP: tl.constexpr, RESIDENT: tl.constexpr, DOT_F32: tl.constexpr,
-               EPS: tl.constexpr):
+               has_resets, BB: tl.constexpr, DP: tl.constexpr, RESIDENT: tl.constexpr, SPLIT: tl.constexpr,
+               DOT_F32: tl.constexpr, EPS: tl.constexpr, PRECISE: tl.constexpr):
     h, rows, row_ok, u, m2, r64, sidx, plane = _program(B, NH, DH, BB, DP)
     dc = tl.load(dlast_ptr + sidx, mask=m2, other=0.0).to(tl.float32)
     dn = tl.load(dlast_ptr + plane + sidx, mask=m2, other=0.0).to(tl.float32)
@@ -137,20 +156,21 @@ def _slstm_bwd(dy_ptr, dlast_ptr, r_ptr, raw_ptr, cs_ptr, ns_ptr, ms_ptr, rs_ptr
         rawi = tl.load(rw, mask=m2, other=0.0)
         first = n_prev == 0.0
         ig, fg, zt, og, _, sig_nf = _gates(rawi, rawf, tl.load(rw + 2 * NH * DH, mask=m2, other=0.0),
-                                           tl.load(rw + 3 * NH * DH, mask=m2, other=0.0), m_prev, first)
+                                           tl.load(rw + 3 * NH * DH, mask=m2, other=0.0), m_prev, first, PRECISE)
         nd = n + EPS
-        dc += dy * og / nd
-        dn -= dy * og * c / (nd * nd)
+        y_c = div_f32(og, nd, PRECISE)  # dy / dc
+        dc += dy * y_c
+        dn -= dy * y_c * div_f32(c, nd, PRECISE)
         dig = (dc * zt + dn) * ig  # through exp(i - m')
         dlogfm = (dc * c_prev + dn * n_prev) * fg  # through exp(f' + m - m')
         dm -= dig + dlogfm  # m' = i (first step, or i the larger) or f' + m
-        i_wins = first | (rawi >= m_prev + logsigmoid(rawf))
+        i_wins = first | (rawi >= m_prev + logsigmoid_f32(rawf, PRECISE))
         di = dig + tl.where(i_wins, dm, 0.0)
         dlogfm += tl.where(i_wins, 0.0, dm)
         df = dlogfm * sig_nf
         dm = dlogfm * keep
         dz = dc * ig * (1.0 - zt * zt)
-        do = dy * c / nd * og * (1.0 - og)
+        do = dy * div_f32(c, nd, PRECISE) * og * (1.0 - og)
         dw = dwx_ptr + (((r64 * T + t) * 4) * NH + h) * DH + u[None, :]
         ty = dwx_ptr.dtype.element_ty
         tl.store(dw, di.to(ty), mask=m2)
@@ -160,13 +180,15 @@ def _slstm_bwd(dy_ptr, dlast_ptr, r_ptr, raw_ptr, cs_ptr, ns_ptr, ms_ptr, rs_ptr
         dc, dn = dc * fg * keep, dn * fg * keep
         if RESIDENT:
             wi, wf, wz, wo = ri, rf, rz, ro
+        elif SPLIT:
+            wi, wf, wz, wo = 0, 0, 0, 0  # read by _product, one at a time
         else:
             wi, wf = _block(r_ptr, 0, h, NH, DH, u, u, False), _block(r_ptr, 1, h, NH, DH, u, u, False)
             wz, wo = _block(r_ptr, 2, h, NH, DH, u, u, False), _block(r_ptr, 3, h, NH, DH, u, u, False)
-        dyr = dot(di.to(ty), wi, tl.zeros((BB, DP), tl.float32), DOT_F32)
-        dyr = dot(df.to(ty), wf, dyr, DOT_F32)
-        dyr = dot(dz.to(ty), wz, dyr, DOT_F32)
-        dyr = dot(do.to(ty), wo, dyr, DOT_F32) * keep
+        dyr = _product(di.to(ty), wi, r_ptr, 0, h, NH, DH, u, tl.zeros((BB, DP), tl.float32), False, SPLIT, DOT_F32)
+        dyr = _product(df.to(ty), wf, r_ptr, 1, h, NH, DH, u, dyr, False, SPLIT, DOT_F32)
+        dyr = _product(dz.to(ty), wz, r_ptr, 2, h, NH, DH, u, dyr, False, SPLIT, DOT_F32)
+        dyr = _product(do.to(ty), wo, r_ptr, 3, h, NH, DH, u, dyr, False, SPLIT, DOT_F32) * keep
         t -= 1
     ty = dst_ptr.dtype.element_ty
     tl.store(dst_ptr + sidx, dyr.to(ty), mask=m2)
@@ -178,7 +200,47 @@ def _slstm_bwd(dy_ptr, dlast_ptr, r_ptr, raw_ptr, cs_ptr, ns_ptr, ms_ptr, rs_ptr
 def _meta(B, NH, DH, dtype, device, config: SLSTMConfig, warps: int) -> tuple[tuple, dict]:
     grid = (NH, triton.cdiv(B, config.bb))
     return grid, dict(BB=config.bb, DP=max(16, triton.next_power_of_2(DH)), RESIDENT=config.resident,
-                      DOT_F32=dot_f32(dtype, device), EPS=EPS, num_warps=warps)
+                      SPLIT=config.split and not config.resident, DOT_F32=dot_f32(dtype, device), EPS=EPS,
+                      PRECISE=precise(dtype), num_warps=warps)
+
+
+def _shared(config: SLSTMConfig, dtype, DH: int, device) -> int:
+    """The shared memory of the forward and the backward kernel, the larger (their arguments as
+    the launchers pass them: states and gate pre-activations fp32, resets uint8)."""
+    f32, u8 = torch.float32, torch.uint8
+    fwd = (dtype, dtype, dtype, dtype, dtype, f32, f32, f32, f32, dtype, u8, 1, 1, 1, DH, 1, 1)
+    bwd = (dtype, dtype, dtype, f32, f32, f32, f32, u8, dtype, dtype, 1, 1, 1, DH, 1)
+    return max(shared_bytes(_slstm_fwd, fwd, _meta(1, 1, DH, dtype, device, config, config.warps)[1], device),
+               shared_bytes(_slstm_bwd, bwd, _meta(1, 1, DH, dtype, device, config, config.warps_bwd)[1], device))
+
+
+def _floor(config: SLSTMConfig, dtype, DH: int, device) -> int:
+    """Shared memory the kernels need at least: the recurrent blocks their products stage there at once
+    (four, one with split), in the products' operand type (every compile measured so far is above
+    it). What fits under it is compiled to be sure; what does not is not (a 256-wide fp32 head
+    compiles for minutes)."""
+    dp = max(16, triton.next_power_of_2(DH))
+    size = 4 if dot_f32(dtype, device) else dtype.itemsize
+    return (1 if config.split and not config.resident else 4) * dp * dp * size
+
+
+@functools.lru_cache(maxsize=None)  # a launch's check is then one lookup
+def fitted(config: SLSTMConfig, dtype, DH: int, device, picked: bool) -> SLSTMConfig:
+    """The config to launch: `config` where the device's shared memory holds it; a picked one that
+    does not, with its weights re-read one gate's block at a time (fp32 heads past 64, bf16 past 128);
+    ValueError naming the limit where neither fits (a forced config is not changed)."""
+    limit = shared_limit(device)
+    if limit is None:
+        return config
+    candidates = [config] + ([replace(config, resident=False, split=True)] if picked and not config.split else [])
+    for c in candidates:
+        need = _floor(c, dtype, DH, device)
+        need = need if need > limit else _shared(c, dtype, DH, device)
+        if need <= limit:
+            return c
+    raise ValueError(f"slstm: heads of DH={DH} in {str(dtype)[6:]} need at least {need} bytes of shared memory a "
+                     f"program ({'the config given' if not picked else 'one gate block at a time'}), more than the "
+                     f"{limit} bytes this GPU allows")
 
 
 def slstm_fwd(wx, r, b, states, resets, save: bool, config: SLSTMConfig):

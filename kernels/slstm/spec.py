@@ -16,7 +16,7 @@ from .._lib import config_record
 from .._lib.recurrent import dims_check, keep_factor, reset_mask, step_loop_limit
 from .._lib.spec_kit import by_mode, cell_spec, grids_of
 from . import pick, slstm
-from .kernels import EPS
+from .kernels import EPS, fitted
 
 DIMS = ("B", "NH", "T", "DH", "resets")
 
@@ -98,8 +98,9 @@ def xlstm_cuda(**_):
 
 
 def config_of(inputs) -> dict:
-    B, _, _, NH, DH = inputs["wx"].shape
-    return config_record(slstm=pick(B, NH, DH, inputs["wx"].device))
+    wx = inputs["wx"]
+    B, _, _, NH, DH = wx.shape
+    return config_record(slstm=fitted(pick(B, NH, DH, wx.device), wx.dtype, DH, wx.device, picked=True))
 
 
 def make_inputs(dims, dtype, device, seed):
