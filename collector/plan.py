@@ -20,6 +20,8 @@ class RunConfig:
     dtypes: tuple[str, ...] | None = None  # None: each kernel's bench dtypes
     where: tuple[tuple[str, str], ...] = ()  # (dim, value): only the grid's shapes with these dims
     shapes: tuple[str, ...] = ()  # labels (run --shape): just these shapes, the grid's or new (shapes.restrict)
+    # (kernel, labels): those kernels at just those shapes of their grids (run --changed's sentinels)
+    kernel_shapes: tuple[tuple[str, tuple[str, ...]], ...] = ()
     warmup_ms: float = 10.0
     rep_ms: float = 40.0
     min_reps: int = 10
@@ -57,9 +59,12 @@ def plan(specs: list[KernelSpec], config: RunConfig) -> list[Case]:
     from .shapes import restrict
 
     cases = []
+    only = dict(config.kernel_shapes)
     for spec in specs:
         if config.shapes:  # the CLI has checked that each kernel can take them
             spec = restrict(spec, config.shapes)
+        if spec.name in only:
+            spec = restrict(spec, only[spec.name])
         modes = tuple(m for m in spec.modes if config.modes is None or m in config.modes)
         providers = tuple(p for p in spec.provider_names if config.providers is None or p in config.providers)
         if config.dtypes is None:

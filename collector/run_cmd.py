@@ -36,6 +36,11 @@ CPU_COMPILE = ("compile", "on the CPU torch.compile builds C++, not the Triton c
 @click.command("run")
 @click.argument("names", nargs=-1)
 @click.option("--all", "all_", is_flag=True, help="Run every kernel in the registry.")
+@click.option("--changed", "changed", is_flag=False, flag_value="", default=None, metavar="[=REF]",
+              help="Instead of naming kernels: those whose code or method changed since REF (default: the last "
+                   "commit this machine benchmarked that HEAD descends from, from the store), each over its whole "
+                   "grid, plus a few fixed sentinel series that measure the machine's drift. Give REF as "
+                   "--changed=REF.")
 @click.option("--quick/--full", "quick", default=None,
               help="Shape grid: quick (seconds) or full (realistic model shapes). Default: full on CUDA, "
                    "quick on the CPU (Triton interpreter).")
@@ -114,7 +119,7 @@ CPU_COMPILE = ("compile", "on the CPU torch.compile builds C++, not the Triton c
               help="Print the plan (kernels, cases, rows, estimated seconds) and its estimated time; measure nothing.")
 @format_option
 @kernel_module_option
-def run(names, all_, quick, modes, providers, dtypes, where, shapes, device, warmup_ms, rep_ms, min_reps, ci_pct,
+def run(names, all_, changed, quick, modes, providers, dtypes, where, shapes, device, warmup_ms, rep_ms, min_reps, ci_pct,
         cuda_graph, recheck, seed, db, commit, commit_time, machine, gpus, workers, measure_timeout, shard, cache_dir,
         precompile, profile_dir, fail_on_incorrect, verbose, dry_run, fmt, kernel_modules) -> None:
     """Run kernels against their baselines, gate on correctness, time, and store one row per
@@ -134,10 +139,10 @@ def run(names, all_, quick, modes, providers, dtypes, where, shapes, device, war
     # Before anything touches CUDA: the allocator reads this when it starts (see ALLOC_CONF).
     os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", ALLOC_CONF)
     ptxas = pin_ptxas()  # before any Triton kernel is compiled
-    if not names and not all_:
-        fail("name at least one kernel, or pass --all (see `kcollect list`)")
-    if names and all_:
-        fail("give kernel names or --all, not both")
+    if (names, all_, changed) == ((), False, None):
+        fail("name at least one kernel, or pass --all or --changed (see `kcollect list`)")
+    if sum((bool(names), all_, changed is not None)) > 1:
+        fail("give kernel names, --all or --changed, only one of them")
     check_choices("mode", modes, MODES)
     check_choices("dtype", dtypes, DTYPES)
     budget = dict(warmup_ms=_number("--warmup-ms", warmup_ms, 0), rep_ms=_number("--rep-ms", rep_ms, 0, open_=True),
@@ -169,16 +174,21 @@ def run(names, all_, quick, modes, providers, dtypes, where, shapes, device, war
     caches = None if dry_run else _caches(cache_dir)  # a dry run makes no folder
     registry = load_registry(device, kernel_modules)
     check_choices("kernel", names, registry.names())
+    grid = ("quick" if device == "cpu" else "full") if quick is None else ("quick" if quick else "full")
+    sentinels = ()
+    if changed is not None:
+        selection = _changed(changed, found.sha, registry, grid, db, device, machine)
+        click.echo(f"kcollect: {selection.note}", err=True)
+        names, sentinels = tuple(selection.names), selection.sentinels
     specs = list(registry.specs) if all_ else [registry.get(n) for n in dict.fromkeys(names)]
     check_choices("provider", providers, dict.fromkeys(p for s in specs for p in s.provider_names))
-    grid = ("quick" if device == "cpu" else "full") if quick is None else ("quick" if quick else "full")
     specs = _shapes(shapes, specs)
     where = _where(where, specs, grid)
     from .plan import RunConfig, plan
 
     config = RunConfig(kernels=tuple(s.name for s in specs), grid=grid, device=device, modes=modes or None,
                        providers=providers or None, dtypes=dtypes or None, where=where,
-                       shapes=tuple(dict.fromkeys(shapes)), cuda_graph=cuda_graph,
+                       shapes=tuple(dict.fromkeys(shapes)), kernel_shapes=sentinels, cuda_graph=cuda_graph,
                        recheck=device == "cuda" if recheck is None else recheck,
                        seed=random.randrange(2**31) if seed is None else seed,
                        alloc_conf=os.environ["PYTORCH_CUDA_ALLOC_CONF"], ptxas=ptxas, machine=machine,
@@ -216,6 +226,27 @@ def _shapes(labels: tuple[str, ...], specs: list) -> list:
         return [restrict(s, labels) for s in specs]
     except ShapeError as e:
         fail(f"--shape: {e}")
+
+
+def _changed(ref: str, head: str | None, registry, grid: str, db: str, device: str, machine: str | None):
+    """run --changed's selection (changed.py), REF resolved by git; one line and exit 2 for a REF or
+    a checkout git does not know."""
+    from .changed import last_benchmarked, select
+    from .codechange import git
+
+    if not head:
+        fail("--changed needs the git checkout of the commit being run (no commit found here)")
+    if ref:
+        full = git(".", "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+        if not full:
+            fail(f"--changed={ref}: no such commit in this checkout")
+        return select(registry.specs, full.strip(), head, grid)
+    store = open_store(db, read_only=True) if Path(db).exists() else None
+    try:
+        return select(registry.specs, last_benchmarked(store, head, device, machine), head, grid)
+    finally:
+        if store is not None:
+            store.close()
 
 
 def _precompile(text: str, device: str) -> int:

@@ -43,16 +43,21 @@ def past_seconds(store, device: str, machine: str | None) -> dict[tuple, float]:
     """{(kernel, mode, provider, shape, dtype): seconds} of each measurement in the latest run on
     this machine that made it (results.seconds): `machine` as given to --machine, else this host's
     runs on `device` (a machine's default name is its host name and its GPU's, or CPU)."""
-    if machine:
-        where, args = "u.machine = ?", [machine]
-    else:
-        host = socket.gethostname()
-        where = "u.machine LIKE ? AND u.machine " + ("=" if device == "cpu" else "<>") + " ?"
-        args = [f"{host} %", f"{host} CPU"]
+    where, args = machine_filter(device, machine)
     rows = store.query("SELECT r.kernel, r.mode, r.provider, r.shape, r.dtype, r.seconds FROM results r "
                        f"JOIN runs u ON r.run_id = u.run_id WHERE r.seconds IS NOT NULL AND {where} "
                        "ORDER BY u.started_at", args)
     return {(r["kernel"], r["mode"], r["provider"], r["shape"], r["dtype"]): r["seconds"] for r in rows}
+
+
+def machine_filter(device: str, machine: str | None) -> tuple[str, list[str]]:
+    """SQL condition (on runs as `u`) and its arguments for the runs of this machine: `machine` as
+    given to --machine, else this host's runs on `device` (a machine's default name is its host name
+    and its GPU's, or CPU)."""
+    if machine:
+        return "u.machine = ?", [machine]
+    host = socket.gethostname()
+    return "u.machine LIKE ? AND u.machine " + ("=" if device == "cpu" else "<>") + " ?", [f"{host} %", f"{host} CPU"]
 
 
 def estimator(cases: list[Case], device: str, past: dict[tuple, float]) -> tuple[Cost, int]:

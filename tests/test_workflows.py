@@ -108,14 +108,18 @@ def test_benchmark_workflow_on_push_order_and_always_export():
     job = _job(text, "benchmark")
     assert "runs-on: [self-hosted, gpu]" in job and "fetch-depth: 0" in job
     assert "-c requirements/gpu.txt" in job and "pip freeze" in job and "GITHUB_STEP_SUMMARY" in job
-    steps = ["kcollect import", "kcollect run --all", "kcollect export", "actions/upload-artifact", "kcollect compare"]
+    steps = ["kcollect import", "kcollect run --changed", "kcollect export", "actions/upload-artifact", "kcollect compare"]
     where = [job.index(s) for s in steps]
     assert where == sorted(where), dict(zip(steps, where))
     export = job[job.rindex("- name:", 0, job.index("kcollect export")):job.index("kcollect export")]
     assert "if: always()" in export  # a run cut short by a time limit still exports its rows
     upload = job[job.index("actions/upload-artifact"):job.index("kcollect compare")]
     assert "if: always()" in upload and "name: runs" in upload
-    run_limit = int(re.search(r"timeout-minutes: (\d+)\n\s+run: \|\n(?:\s+.*\n)*?\s+kcollect run --all", job).group(1))
+    # a push measures what changed, the nightly schedule and a dispatch every kernel, in one step
+    step = job[job.rindex("- name:", 0, job.index("kcollect run --changed")):job.index("kcollect export")]
+    assert 'if [ "$GITHUB_EVENT_NAME" = push ]; then kcollect run --changed; else kcollect run --all; fi' in step
+    assert re.search(r"schedule:\n\s+- cron: ", text)
+    run_limit = int(re.search(r"timeout-minutes: (\d+)", step).group(1))
     job_limit = int(re.search(r"^    timeout-minutes: (\d+)", job, re.M).group(1))
     assert run_limit < job_limit  # ... which the job's own limit would not leave time for
     assert "--markdown" in job
