@@ -167,13 +167,8 @@ def _mlstm_dchunk(q_ptr, k_ptr, v_ptr, i_ptr, f_ptr, rs_ptr, dh_ptr, qinv_ptr, d
     own = fl - tl.sum(Z, 1) - dlogw
     Z += tl.where(src[:, None] == j[None, :], own[:, None], 0.0)
     col = tl.sum(Z, 0)
-    # terms that do not depend on A are left out of dA rather than added and taken off again (where
-    # they dominate, the rounding of their sum would be all of a small dA): a pair's own step
-    # (P_tt: A_t - A_t), and the last step's key in the state update (beta_{L-1}: A_end - A_{L-1})
-    Zx = tl.where(j[:, None] == j[None, :], 0.0, Z)
-    last = j == L - 1
-    dA = tl.sum(Zx, 1) - tl.sum(Zx, 0) + dlogw - tl.where(last, 0.0, dlogb)
-    dA += tl.where(last, tl.sum(tl.where(last, 0.0, dlogb), 0) + kappa * kap, 0.0)  # A_end: the state update
+    dA = tl.sum(Z, 1) - col + dlogw - dlogb
+    dA += tl.where(j == L - 1, tl.sum(dlogb, 0) + kappa * kap, 0.0)  # A_end: the chunk's state update
     da = tl.cumsum(dA, 0, reverse=True)  # a_l enters every A_t with t >= l
     da += tl.load(dam_ptr + bh * T + t, mask=tm, other=0.0)  # the stabiliser's parts
     m2 = tm[:, None] & (d < DH)[None, :]
