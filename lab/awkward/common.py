@@ -261,7 +261,7 @@ def _verdict(subject: Subject) -> dict:
     except Exception as e:  # noqa: BLE001 (the reference must run: a failure is the harness's)
         return {"status": "invalid", "message": f"the float64 reference failed: {type(e).__name__}: {e}"[:500],
                 "trace": traceback.format_exc(limit=6)[-1500:], "fatal": False}
-    beyond = _beyond_range(subject, (*want_outs, *want_grads))
+    beyond = _beyond_range(subject, want_outs, want_grads)
     if beyond:
         return {"status": "invalid", "message": beyond, "fatal": False}
     ours = _run(subject.ours, subject, dys)
@@ -310,15 +310,15 @@ def _verdict(subject: Subject) -> dict:
     return {"status": "ok", **result}
 
 
-def _beyond_range(subject: Subject, want: tuple) -> str | None:
+def _beyond_range(subject: Subject, want_outs: tuple, want_grads: tuple) -> str | None:
     """For bf16/fp16: the first float64 answer (outputs, then gradients) with a finite value past the
     dtype's largest, named with it; None where every answer fits (fp32: always None)."""
     if subject.dtype not in LOW_PRECISION:
         return None
     largest = torch.finfo(subject.dtype).max
-    names = [f"output {i}" for i in range(len(want) - len(subject.grad_inputs))] + \
-        [f"d{n}" for n in subject.grad_inputs]
-    for name, w in zip(names, want):
+    named = [*((f"output {i}", w) for i, w in enumerate(want_outs)),
+             *((f"d{n}", w) for n, w in zip(subject.grad_inputs, want_grads))]
+    for name, w in named:
         if not torch.is_tensor(w) or not w.is_floating_point():
             continue
         top = w.detach().abs().nan_to_num(nan=0.0, posinf=0.0).max().item() if w.numel() else 0.0
