@@ -263,7 +263,8 @@ def _fits(kernel, args, device, block_a: int, block_b: int, warps: int, stages: 
 
 
 def backward(do, q, k, v, o, lse, causal: bool, window: int, cu_q, cu_k, max_q: int, max_k: int, scale: float,
-             config: BwdConfig, fallback: bool = False, residual=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+             config: BwdConfig, fallback: bool = False,
+             residual=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv) like (q, k, v). q, k, v, o contiguous; lse (and `residual`, o's rounding, where
     kept) from forward(). `fallback`: the config was picked, not forced (see fwd.forward)."""
     varlen = cu_q is not None
