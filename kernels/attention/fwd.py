@@ -218,7 +218,8 @@ def forward(q, k, v, causal: bool, window: int, cu_q, cu_k, max_q: int, max_k: i
     if batch * hq * max_q == 0:
         return done
     args = (q, k, v, o, r if residual else o, lse, cu_q, cu_k, *strides3(q, varlen), *strides3(k, varlen),
-            *strides3(v, varlen), *strides3(o, varlen), max_q, max_k, tq, hq, hq // hkv, scale * 1.4426950408889634, window)
+            *strides3(v, varlen), *strides3(o, varlen), max_q, max_k, tq, hq, hq // hkv, scale * 1.4426950408889634,
+            window)
     flags = dict(D=d, BLOCK_D=block_d(d), CAUSAL=causal, HAS_WINDOW=window > 0, VARLEN=varlen, TMA=config.tma,
                  PERSISTENT=config.persistent > 0, PIPELINE=q.is_cuda, RESIDUAL=residual)
     shapes = [(config.block_m, config.block_n, config.warps, config.stages)]
