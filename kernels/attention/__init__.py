@@ -103,10 +103,8 @@ def attention_backward(do, q, k, v, o, lse, causal=False, window=0, cu_seqlens_q
 
 class AttentionFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, causal, window, cu_q, cu_k, max_q, max_k, scale, config):
+    def forward(ctx, q, k, v, causal, window, cu_q, cu_k, max_q, max_k, scale, config, residual):
         cu_q, cu_k = _vector(cu_q), _vector(cu_k)
-        # bf16/fp16: o's rounding is kept for the backward's delta when a gradient will be asked for
-        residual = q.dtype != torch.float32 and any(ctx.needs_input_grad[:3])
         o, lse, *r = attention_forward(q, k, v, causal, window, cu_q, cu_k, max_q, max_k, scale,
                                        config.fwd if config else None, _residual=residual)
         max_q, max_k = _lengths(q, k, cu_q, cu_k, max_q, max_k)
@@ -124,11 +122,14 @@ class AttentionFunction(torch.autograd.Function):
         causal, window, max_q, max_k, scale, config, picked = ctx.args
         dq, dk, dv = attention_backward(do, q, k, v, o, lse, causal, window, cu_q, cu_k, max_q, max_k, scale, config,
                                         _picked=picked, _residual=r[0] if r else None)
-        return dq, dk, dv, None, None, None, None, None, None, None, None
+        return dq, dk, dv, None, None, None, None, None, None, None, None, None
 
 
 def attention(q, k, v, causal=False, window=0, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
               max_seqlen_k=None, scale=None, config: AttentionConfig | None = None) -> torch.Tensor:
     """softmax(scale * q k^T, masked) v, differentiable in q, k and v (see the module docstring)."""
+    # bf16/fp16: the forward keeps o's rounding for the backward's delta when a gradient will be
+    # asked for (not at inference, nor under no_grad)
+    residual = q.dtype != torch.float32 and torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
     return AttentionFunction.apply(q, k, v, causal, window, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                                   scale, config)
+                                   scale, config, residual)
