@@ -80,6 +80,7 @@ class Subject:
                    (a refusal is then the right answer; None: any ValueError is a crash)
     grad_layout    'contiguous', or 'strided' (each upstream gradient a view of every other
                    element of a wider buffer: not contiguous, as autograd may hand one over)
+    upstream       the spec's map of the random upstream gradients (KernelSpec.upstream), or None
     """
 
     make_inputs: Callable[[], dict]
@@ -92,6 +93,7 @@ class Subject:
     refusal: str | None = None
     grad_layout: str = "contiguous"
     seed: int = 0
+    upstream: Callable[[tuple, tuple], tuple] | None = None
 
 
 @dataclass
@@ -187,6 +189,9 @@ def _reference(subject: Subject) -> tuple[tuple, tuple, tuple | None]:
         return tuple(o.detach() for o in outs), (), None
     gen = torch.Generator(device=diff[0].device).manual_seed(subject.seed + 1)
     dys = tuple(torch.randn(o.shape, generator=gen, dtype=torch.float64, device=o.device) for o in diff)
+    if subject.upstream is not None:
+        with torch.no_grad():
+            dys = subject.upstream(tuple(o.detach() for o in diff), dys)
     grads = torch.autograd.grad(diff, leaves, dys, allow_unused=True)
     grads = tuple(torch.zeros_like(x) if g is None else g for g, x in zip(grads, leaves))
     return tuple(o.detach() for o in outs), grads, dys
