@@ -10,8 +10,9 @@ calibration runs too. Sections:
 
 1. calibration: the standardised changes z of every line the gate judged in the calibration history
    whose code, method and conditions did not change (the references' commit-to-commit changes, and
-   ours where git says our code did not change), and of every A/A pair of runs there; a Student t
-   (scale and degrees of freedom) fitted to them by maximum likelihood.
+   ours where git says our code did not change), and of every A/A pair of runs there, and the
+   persistence statistics of the candidates in a window of one code; a Student t (scale and degrees
+   of freedom) matched to the 99th and 99.9th percentiles of each.
 2. A/A: every pair of runs of one commit on one GPU that share a series, compared as if our code
    had changed (`compare --run`, with every line of ours counted as changed): how many comparisons
    would fail. Pairs where a run was interrupted are counted apart (their lines never gate).
@@ -25,7 +26,8 @@ calibration runs too. Sections:
    +1": within 2 commits) or the one after ("by +2"); a plateau counts when its regression is found
    and, at the end, marked recovered; a slide when one is reported. False flags: any flag on a
    noise-only or sticky-clock series, per series per commit; gate failures: regressions of ours the
-   gate flagged, per series.
+   gate flagged, per series. Steps and plateaus are broken down by the target's own noise, beside
+   the ceiling: what a test that knew that noise and took it as normal would find at the same rate.
 4. the committed history: the gate on the named pairs (the swiglu +11% at fea1ddc4, the backbone's
    own provider, the input-generation pairs f2cc07b on the H100 and 291df4e5 on the H200).
 """
