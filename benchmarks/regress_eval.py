@@ -129,8 +129,8 @@ def persistent_z(record: list) -> list[tuple[float, int]]:
 def by_history(zn: list[tuple[float, int]], short: int = 6) -> None:
     """The tail of candidates whose noise rests on a short history (mostly the pool's value) against
     the others': whether a short history needs a heavier tail (regress._persistence says why not)."""
-    for name, keep in ((f"fewer than {short} differences", lambda n: n < short), (f"{short} or more", lambda n: n >= short)):
-        az = np.abs([z for z, n in zn if keep(n)])
+    for name, is_short in ((f"fewer than {short} differences", True), (f"{short} or more", False)):
+        az = np.abs([z for z, n in zn if (n < short) == is_short])
         print(f"    series' noise from {name}: {len(az)} candidates, |z| 99%: {np.percentile(az, 99):.2f}, "
               f"99.9%: {np.percentile(az, 99.9):.2f}, max {az.max():.1f}")
 

@@ -310,7 +310,8 @@ class _Walk:
             # much lighter than the gate's)
             var_before = _factor(len(before)) / len(before) ** 2 * sum(
                 point_variance(p, noise.sigma) for p in s.points[lo:j])
-            z = sign * max(0.0, min((s.y[k] - lb) * sign / math.sqrt(point_variance(s.points[k], noise.sigma) + var_before)
+            z = sign * max(0.0, min((s.y[k] - lb) * sign
+                                    / math.sqrt(point_variance(s.points[k], noise.sigma) + var_before)
                                     for k in range(j, i + 1)))
             if self.record is not None:  # the calibration's null: same code over the window
                 self.record.append((key, s.ours, j, i, z, s.code[lo + 1:i + 1], noise.n))
