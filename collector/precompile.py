@@ -129,12 +129,14 @@ def stack(device: str) -> str:
 
 
 COLLECTOR = Path(__file__).resolve().parent
+SHARED = ("_jit", "_host", "_spec")  # what several ops of kernels/ share, beside their folders
 
 
 def source_hash(case: Case, memo: dict[str, str]) -> str:
     """A hash of the .py files of the folders the kernel's code is in (kernels/<op>/, and the
-    shared _lib beside it), found from its reference, inputs and providers; the collector's own
-    folder (where torch.compile's wrapper lives) is left out: a change there builds nothing anew."""
+    shared folders beside it: _jit, _host, _spec), found from its reference, inputs and providers;
+    the collector's own folder (where torch.compile's wrapper lives) is left out: a change there
+    builds nothing anew."""
     spec = case.spec
     if spec.name not in memo:
         folders = set()
@@ -144,7 +146,7 @@ def source_hash(case: Case, memo: dict[str, str]) -> str:
             except TypeError:  # a builtin or a partial: no source of its own
                 continue
             if folder != COLLECTOR:
-                folders.update({folder} | ({folder.parent / "_lib"} if (folder.parent / "_lib").is_dir() else set()))
+                folders.update({folder, *(d for d in map(folder.parent.joinpath, SHARED) if d.is_dir())})
         h = hashlib.sha1()
         for folder in sorted(folders):
             for f in sorted(folder.glob("*.py")):

@@ -220,8 +220,8 @@ def test_default_configs():
 
 
 def test_a_forced_config_is_picked_on_its_path_only():
-    # the lab's A/B forces configs through the tunable pick (kcollect.kernels._lib.forced)
-    from kcollect.kernels._lib import forced
+    # the lab's A/B forces configs through the tunable pick (kcollect.kernels._host.config.forced)
+    from kcollect.kernels._host.config import forced
 
     tiles = fp8_quant.TilesConfig(warps=8)
     with forced(tiles):

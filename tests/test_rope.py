@@ -8,7 +8,7 @@ import torch
 import opcheck
 from kcollect import verify
 from kcollect.kernels import rope
-from kcollect.kernels.rope import kernels as K
+from kcollect.kernels.rope import fwd as K
 from kcollect.kernels.rope.spec import POS, SPEC, make_inputs, reference
 
 SHAPES = [shape.dims for shape in SPEC.grids["quick"]]
@@ -168,8 +168,8 @@ def test_default_launch(monkeypatch):
 
 
 def test_a_forced_config_reaches_the_launch(monkeypatch):
-    # the lab's A/B forces configs through the tunable pick (kcollect.kernels._lib.forced)
-    from kcollect.kernels._lib import forced
+    # the lab's A/B forces configs through the tunable pick (kcollect.kernels._host.config.forced)
+    from kcollect.kernels._host.config import forced
 
     x = _inputs()
     with forced(rope.RoPEConfig(max_heads=1, warps=8)):

@@ -190,6 +190,16 @@ def test_every_timed_cuda_call_follows_an_l2_flush(monkeypatch):
     assert all(log[i - 2] == "flush" for i in timed), log
 
 
+def test_the_l2_flush_is_larger_than_the_l2_it_flushes():
+    # Writing the flush buffer evicts what a call would otherwise find in L2 only when the buffer is
+    # well beyond the L2 (its replacement is not strict LRU): twice this device's L2 at least (on
+    # the CPU, the H100's 50 MB that kernels/_host/device.py stands in with).
+    from kcollect.kernels._host.device import l2_bytes
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    assert timing.L2_FLUSH_BYTES >= 2 * l2_bytes(device), (timing.L2_FLUSH_BYTES, l2_bytes(device))
+
+
 def test_reference_runs_once_per_case_for_every_mode(tmp_path):
     calls = []
 

@@ -13,11 +13,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from kcollect.spec import Provider, Unavailable, peer_available
+from kcollect.spec import MODES, KernelSpec, Provider, Unavailable, peer_available
 
-from .._lib import config_record
-from .._lib.scan import reset_mask
-from .._lib.spec_kit import by_mode, grids_of, module_spec, sequence_tokens
+from .._host.config import config_record
+from .._spec.scans import reset_mask
+from .._spec.kit import by_mode, grids_of, sequence_tokens
 from . import conv1d, is_depthwise, pick_depthwise, pick_mix
 from .naive import eager, reference
 
@@ -89,12 +89,13 @@ def flops(dims, mode) -> float:
     return float(by_mode(mode, fwd, 2 * fwd))
 
 
-SPEC = module_spec(
-    globals(), "conv1d",
-    "causal conv1d with per-step resets (a reset starts a new window), depthwise or channel-mixing; "
+SPEC = KernelSpec(
+    name="conv1d",
+    description="causal conv1d with per-step resets (a reset starts a new window), depthwise or channel-mixing; "
     "cudnn is F.conv1d without resets, the speed reference, measured where the shape has none",
-    triton=conv1d,
+    modes=MODES,
     providers=(
+        Provider("triton", conv1d, config=config_of, ours=True),
         Provider("cortex", cortex, peer_available("cortex")),
         Provider("cudnn", cudnn, builds=False),
         Provider("eager", eager, builds=False),
@@ -109,4 +110,10 @@ SPEC = module_spec(
     tolerance={torch.bfloat16: 1.2e-2, torch.float32: 2e-6},
     dtypes=(torch.bfloat16, torch.float32),
     tokens=sequence_tokens,
+    reference=reference,
+    make_inputs=make_inputs,
+    grids=GRIDS,
+    bytes_moved=bytes_moved,
+    flops=flops,
+    bound="memory",
 )

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import torch
 
-from kcollect.spec import Provider, peer_available
+from kcollect.spec import MODES, KernelSpec, Provider, peer_available
 
-from .._lib import config_record
-from .._lib.scan import reset_mask
-from .._lib.spec_kit import by_mode, grids_of, module_spec, sequence_tokens
+from .._host.config import config_record
+from .._spec.scans import reset_mask
+from .._spec.kit import by_mode, grids_of, sequence_tokens
 from . import pick, providers
 from .naive import reference
 
@@ -73,12 +73,13 @@ def flops(dims, mode) -> float:
     return float(by_mode(mode, fwd, bwd))
 
 
-SPEC = module_spec(
-    globals(), "rtu",
-    "Cortex's RTU: y = SiLU of a complex diagonal recurrence c_t = lambda c_{t-1} + gamma u_t "
+SPEC = KernelSpec(
+    name="rtu",
+    description="Cortex's RTU: y = SiLU of a complex diagonal recurrence c_t = lambda c_{t-1} + gamma u_t "
     "with resets, diagonal or low-rank input maps; forward and backward",
-    triton=providers.triton,
+    modes=MODES,
     providers=(
+        Provider("triton", providers.triton, config=config_of, ours=True),
         Provider("cortex", providers.cortex, peer_available("cortex")),
         Provider("cortex_torch", providers.cortex_torch, peer_available("cortex"), builds=False),
         Provider("compile", providers.compile_scan),
@@ -96,4 +97,10 @@ SPEC = module_spec(
     notes="Cortex's PyTorch and Triton RTUs zero the adjoint at the reset step itself instead of the step after "
           "it, so their gradients with resets fail the gate; their forwards pass.",
     tokens=sequence_tokens,
+    reference=reference,
+    make_inputs=make_inputs,
+    grids=GRIDS,
+    bytes_moved=bytes_moved,
+    flops=flops,
+    bound="memory",
 )
