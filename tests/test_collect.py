@@ -20,6 +20,7 @@ from kcollect.store import Store
 PLANTED = str(Path(__file__).resolve().parent / "planted_kernels.py")
 KCOLLECT = [sys.executable, "-m", "kcollect.cli"]
 FAST = ["--device", "cpu", "--kernel-module", PLANTED, "--rep-ms", "1", "--warmup-ms", "0", "--min-reps", "2"]
+pytestmark = pytest.mark.e2e  # whole `kcollect run` processes
 
 
 def kc_here(*args, cwd=None, timeout=300):

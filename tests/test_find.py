@@ -78,6 +78,7 @@ def kc_find(repo, *args):
                           timeout=900)
 
 
+@pytest.mark.e2e
 def test_find_names_the_commit_that_planted_the_delay(planted):
     repo, shas = planted
     out = kc_find(repo, "planted", "M=4,N=64", shas[0], shas[-1], "--provider", "torch", "--device", "cpu",
@@ -97,6 +98,7 @@ def test_find_names_the_commit_that_planted_the_delay(planted):
     assert git(repo, "worktree", "list").count("\n") == 0
 
 
+@pytest.mark.e2e
 def test_find_between_commits_that_change_no_kernel_is_not_significant(planted):
     # the last three commits change only a note: runs of one code differ by noise, and find says
     # so rather than name a commit (with one run each and a 5% rule, noise could name one)

@@ -8,6 +8,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
 from test_collect import FAST, KCOLLECT, PLANTED, _stored, kc_here
 
 from kcollect import precompile
@@ -15,6 +16,7 @@ from kcollect.plan import RunConfig, plan
 from kcollect.kernels.rms_norm.spec import SPEC as RMS_NORM
 
 FRAGILE = str(Path(__file__).resolve().parent / "fragile_kernels.py")
+pytestmark = pytest.mark.e2e  # whole `kcollect run` processes with their precompile pass
 
 
 def _phases(db):

@@ -232,7 +232,8 @@ def test_rows_carry_evidence_and_the_run_its_breakdown(tmp_path):
 
 def test_rows_store_the_tokens_of_a_spec_that_counts_them(tmp_path):
     # attention's rows carry B * Sq tokens (the site shows tokens/s); a spec without tokens, NULL
-    counted = dataclasses.replace(PLANTED, providers=swiglu.SPEC.providers[:1], tokens=lambda dims: dims["M"] * 2)
+    counted = dataclasses.replace(PLANTED, providers=swiglu.SPEC.providers[:1], baseline="triton",
+                                  tokens=lambda dims: dims["M"] * 2)
     _, _, stored = _run(tmp_path, spec=counted)
     assert [r["tokens"] for r in stored] == [66]
     _, _, plain = _run(tmp_path / "plain", spec=dataclasses.replace(counted, tokens=None))
