@@ -66,22 +66,13 @@ def make_inputs(dims, dtype, device, seed):
 bytes_moved, flops = norm_cost(traffic={"fwd": (4, 1, 0), "bwd": (4, 2, 0)}, flops_per={"fwd": 5, "bwd": 10})
 
 SPEC = KernelSpec(
-    name="add_rms_norm",
-    description="h = x + residual, y = rms_norm(h) * w, returning (h, y), forward and backward",
-    modes=MODES,
+    name="add_rms_norm", modes=MODES, baseline="torch", bound="memory",
+    description="h = x + residual, y = rms_norm(h) * w, returning (h, y), forward and backward", reference=reference,
+    make_inputs=make_inputs, grad_inputs=("x", "residual", "w"), grids=grids_of(__file__), bytes_moved=bytes_moved,
+    flops=flops, dtypes=FLOATS,
     providers=norm_providers(add_rms_norm, add_rms_norm_eager, lambda inputs: configs_of(inputs["x"], True),
                              add_rms_norm_liger, add_rms_norm_quack),
-    baseline="torch",
-    reference=reference,
-    make_inputs=make_inputs,
-    grad_inputs=("x", "residual", "w"),
-    grids=grids_of(__file__),
-    bytes_moved=bytes_moved,
-    flops=flops,
-    bound="memory",
     # rms_norm's: the same maths plus one rounding of h, which every provider does. Measured worst
     # over seeds and the test shapes: bf16 4.2e-3 (ours, interpreter), 3.9e-3 (eager); fp16 4.8e-4;
     # fp32 1.4e-7.
-    tolerance={torch.bfloat16: 1e-2, torch.float16: 1.5e-3, torch.float32: 1e-5},
-    dtypes=FLOATS,
-)
+    tolerance={torch.bfloat16: 1e-2, torch.float16: 1.5e-3, torch.float32: 1e-5})

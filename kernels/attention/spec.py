@@ -138,25 +138,13 @@ PROVIDERS = (
 )
 
 SPEC = KernelSpec(
-    name="attention",
+    name="attention", modes=MODES, baseline="sdpa_flash", bound="compute",
     description="softmax(q k^T / sqrt(D)) v: causal, sliding-window, grouped-query and packed batches, fwd and bwd",
-    modes=MODES,
-    providers=PROVIDERS,
-    baseline="sdpa_flash",
-    reference=reference,
-    make_inputs=make_inputs,
-    grad_inputs=("q", "k", "v"),
-    grids=grids_of(__file__),
-    bytes_moved=bytes_moved,
-    flops=flops,
-    bound="compute",
+    reference=reference, make_inputs=make_inputs, grad_inputs=("q", "k", "v"), grids=grids_of(__file__),
+    check_shape=check_shape, tokens=tokens, bytes_moved=bytes_moved, flops=flops,
+    dtypes=(torch.bfloat16, torch.float16), bench_dtypes=(torch.bfloat16, torch.float16), providers=PROVIDERS,
     # Three times the worst error of eager attention (matmul, softmax, matmul in the dtype) against
     # float64, measured on the CPU over S 60-1024, D 64/96/128, causal, windowed and GQA shapes,
     # fwd and bwd: bf16 6.6e-3, fp16 8.2e-4 (sdpa_math, which upcasts to fp32: 2.6e-3, 3.1e-4;
     # flash kernels, which round P to the dtype before p @ v, sit in between).
-    tolerance={torch.bfloat16: 2e-2, torch.float16: 2.5e-3},
-    dtypes=(torch.bfloat16, torch.float16),
-    bench_dtypes=(torch.bfloat16, torch.float16),
-    check_shape=check_shape,
-    tokens=tokens,
-)
+    tolerance={torch.bfloat16: 2e-2, torch.float16: 2.5e-3})

@@ -149,10 +149,13 @@ def bytes_moved(dims, dtype, mode) -> int:
 
 
 SPEC = KernelSpec(
-    name="axon",
+    name="axon", modes=MODES, baseline="cortex", bound="compute",
     description="Cortex's AxonLayer (nn.Linear plus a streaming RTU over an SRHT of the input, with its "
     "eligibility traces) on a fresh state, with resets; beside nn.Linear(H, H), forward and backward",
-    modes=MODES,
+    reference=reference, make_inputs=make_inputs,
+    grad_inputs=("x", "w_lin", "b_lin", "w_out", "b_out", "nu_log", "theta_log", "w1", "w2"), grids=GRIDS,
+    check_shape=check_shape, tokens=sequence_tokens, bytes_moved=bytes_moved, flops=flops,
+    dtypes=(torch.bfloat16, torch.float32),
     providers=(
         Provider("triton", triton_axon, config=config_of, ours=True),
         Provider("cortex", cortex, peer_available("cortex"),
@@ -165,22 +168,10 @@ SPEC = KernelSpec(
                  builds=False),
         Provider("eager", eager, note="the PyTorch step loop", builds=False),
     ),
-    baseline="cortex",
-    grad_inputs=("x", "w_lin", "b_lin", "w_out", "b_out", "nu_log", "theta_log", "w1", "w2"),
     # About 2.5 times the PyTorch step loop's own error against float64 at B=4, T=48, H=64 on the CPU
     # (bf16: 1.1e-2 forward, 1.9e-2 backward, every step rounded to bf16; ours 2.4e-3 and 5.7e-3), and
     # 30 times in fp32 (7.6e-7 and 1.5e-6: radii within 1e-3 of 1 amplify the traces' rounding).
     tolerance={torch.bfloat16: 5e-2, torch.float32: 5e-5},
     notes="linear is nn.Linear(H, H) on the same input (Cortex's linear_vs_axon): H^2 + H parameters against "
           "AxonLayer's 3H^2 + 6H; tokens/s = B*T / time. The eligibility traces after a reset count from the "
-          "reset (they are the derivatives of the state since then). eager is timed up to T=256.",
-    reference=reference,
-    make_inputs=make_inputs,
-    grids=GRIDS,
-    bytes_moved=bytes_moved,
-    flops=flops,
-    bound="compute",
-    dtypes=(torch.bfloat16, torch.float32),
-    check_shape=check_shape,
-    tokens=sequence_tokens,
-)
+          "reset (they are the derivatives of the state since then). eager is timed up to T=256.")

@@ -104,26 +104,15 @@ PROVIDERS = (
 )
 
 SPEC = KernelSpec(
-    name="backbone",
+    name="backbone", modes=("fwd",), baseline="eager", bound="compute",
     description="inference forward of a sequence backbone (mlp, lstm, attention, mamba, jamba) over a window of "
                 "frames or one streamed frame",
-    modes=("fwd",),
-    providers=PROVIDERS,
-    baseline="eager",
-    reference=reference,
-    make_inputs=make_inputs,
-    grad_inputs=(),
-    grids=grids_of(__file__),
-    bytes_moved=bytes_moved,
-    flops=flops,
-    bound="compute",
+    reference=reference, make_inputs=make_inputs, grad_inputs=(), grids=grids_of(__file__), check_shape=check,
+    bytes_moved=bytes_moved, flops=flops, dtypes=(torch.bfloat16, torch.float32), providers=PROVIDERS,
     # bf16: about 3x the worst error of the eager modules against float64, measured on the CPU over
     # every backbone at H 512, L 4, T 60, window and stream (4.3e-3 mlp to 6.3e-3 lstm; ours 4.5e-3
     # to 6.6e-3 on the quick grid): one rounding per sublayer output, over 8-12 sublayers. fp32:
     # the CPU gives 2e-7 to 4e-7, but on the GPU PyTorch lets cuDNN run fp32 RNNs and convolutions
     # in TF32 by default (torch.backends.cudnn.allow_tf32; 10-bit mantissa, 5e-4 a rounding), which
     # the eager and compile LSTM and conv take: the tolerance holds that, not fp32's own error.
-    tolerance={torch.bfloat16: 2e-2, torch.float32: 3e-3},
-    dtypes=(torch.bfloat16, torch.float32),
-    check_shape=check,
-)
+    tolerance={torch.bfloat16: 2e-2, torch.float32: 3e-3})

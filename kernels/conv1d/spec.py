@@ -90,30 +90,20 @@ def flops(dims, mode) -> float:
 
 
 SPEC = KernelSpec(
-    name="conv1d",
+    name="conv1d", modes=MODES, baseline="eager", bound="memory",
     description="causal conv1d with per-step resets (a reset starts a new window), depthwise or channel-mixing; "
     "cudnn is F.conv1d without resets, the speed reference, measured where the shape has none",
-    modes=MODES,
+    reference=reference, make_inputs=make_inputs, grad_inputs=("x", "weight", "bias"), grids=GRIDS,
+    tokens=sequence_tokens, bytes_moved=bytes_moved, flops=flops, dtypes=(torch.bfloat16, torch.float32),
     providers=(
         Provider("triton", conv1d, config=config_of, ours=True),
         Provider("cortex", cortex, peer_available("cortex")),
         Provider("cudnn", cudnn, builds=False),
         Provider("eager", eager, builds=False),
     ),
-    baseline="eager",
-    grad_inputs=("x", "weight", "bias"),
     # eager against float64 on the CPU, over fresh draws: bf16 2.9e-3 to 3.8e-3 (one rounding of y and
     # of each gradient), fp32 4e-8 to 1.1e-7 over reductions of up to 60 products; bf16 about 3x above,
     # fp32 ~20x for sums of up to F * K = 8192 products at the training sizes. fp32 products in TF32
     # (cuDNN's default for convolutions, Cortex's tl.dot) err by ~1e-3 and fail fp32's gate, as they
     # should; ours take three TF32 products (tf32x3).
-    tolerance={torch.bfloat16: 1.2e-2, torch.float32: 2e-6},
-    dtypes=(torch.bfloat16, torch.float32),
-    tokens=sequence_tokens,
-    reference=reference,
-    make_inputs=make_inputs,
-    grids=GRIDS,
-    bytes_moved=bytes_moved,
-    flops=flops,
-    bound="memory",
-)
+    tolerance={torch.bfloat16: 1.2e-2, torch.float32: 2e-6})

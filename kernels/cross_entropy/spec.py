@@ -106,26 +106,16 @@ def check_shape(dims) -> str | None:
 
 
 SPEC = KernelSpec(
-    name="cross_entropy",
+    name="cross_entropy", modes=("fwd", "fwd+bwd"), baseline="torch", bound="memory",
     description="mean cross-entropy of LM logits with ignore_index and label smoothing; gradient fused into the forward",
-    modes=("fwd", "fwd+bwd"),
+    reference=reference, make_inputs=make_inputs, grad_inputs=("logits",), grids=grids_of(__file__),
+    check_shape=check_shape, bytes_moved=bytes_moved, flops=flops, dtypes=FLOATS,
     providers=standard_providers(cross_entropy, cross_entropy_eager, config_of)
     + (Provider("liger", cross_entropy_liger, peer_available("liger_kernel")),
        Provider("quack", cross_entropy_quack, peer_available("quack"))),
-    baseline="torch",
-    reference=reference,
-    make_inputs=make_inputs,
-    grad_inputs=("logits",),
-    grids=grids_of(__file__),
-    bytes_moved=bytes_moved,
-    flops=flops,
-    bound="memory",
     # Relative error of (loss, dlogits). bf16/fp16: the gradient is rounded once to the logits' dtype
     # and again when scaled by the upstream gradient (ours and Liger's), eager rounds log_softmax
     # before picking the target; seen up to 1e-2 / 1.8e-3 under the interpreter (whose bf16 cast
     # truncates). fp32: ours ~3e-7, but eager's log_softmax backward of the smoothing term cancels
     # over the row (seen 1.4e-5 at vocab 20k), and it is a legitimate fp32 implementation.
-    tolerance={torch.bfloat16: 1.5e-2, torch.float16: 4e-3, torch.float32: 5e-5},
-    dtypes=FLOATS,
-    check_shape=check_shape,
-)
+    tolerance={torch.bfloat16: 1.5e-2, torch.float16: 4e-3, torch.float32: 5e-5})

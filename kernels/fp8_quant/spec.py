@@ -93,30 +93,19 @@ def check_shape(dims) -> str | None:
 
 
 SPEC = KernelSpec(
-    name="fp8_quant",
-    description="bf16 -> float8_e4m3fn with float32 scales per row, 1x128 group or 128x128 tile",
-    modes=("fwd",),
+    name="fp8_quant", modes=("fwd",), baseline="torch", bound="memory",
+    description="bf16 -> float8_e4m3fn with float32 scales per row, 1x128 group or 128x128 tile", reference=reference,
+    make_inputs=make_inputs, grad_inputs=(), grids=grids_of(__file__), check_shape=check_shape, compare=compare,
+    bytes_moved=bytes_moved, flops=flops, dtypes=FLOATS,
     providers=(
         Provider("triton", fp8_quant, _triton_available, config_of, ours=True),
         Provider("torch", fp8_quant_eager, builds=False),
         Provider("compile", compiled(fp8_quant_eager)),
     ),
-    baseline="torch",
-    reference=reference,
-    make_inputs=make_inputs,
-    grad_inputs=(),
-    grids=grids_of(__file__),
-    bytes_moved=bytes_moved,
-    flops=flops,
-    bound="memory",
     # The gate compares q * scale with x. e4m3 keeps 3 mantissa bits: round-to-nearest errs by at
     # most 2^-4 relative per element, and by about 2^-3 / sqrt(12) ~ 3.6% of the binade's lower
     # end in RMS, i.e. ~2.2-2.6% in Frobenius norm on these inputs whatever the input dtype (the
     # input's own rounding is not in the error: the reference is the input). 3.2% passes that with
     # margin yet fails round-toward-zero (~4.5%) or a misplaced scale.
     tolerance={torch.bfloat16: 3.2e-2, torch.float16: 3.2e-2, torch.float32: 3.2e-2},
-    dtypes=FLOATS,
-    check_shape=check_shape,
-    compare=compare,
-    notes="q rounds to nearest even; equal to the eager code's q and scales up to the sign of zero",
-)
+    notes="q rounds to nearest even; equal to the eager code's q and scales up to the sign of zero")

@@ -88,24 +88,14 @@ def flops(dims, mode) -> float:
 
 
 SPEC = KernelSpec(
-    name="fused_linear_cross_entropy",
+    name="fused_linear_cross_entropy", modes=("fwd+bwd",), baseline="torch", bound="compute",
     description="cross-entropy of x @ W.T without materialising the logits: chunked cuBLAS + the cross_entropy kernel in place",
-    modes=("fwd+bwd",),
+    reference=reference, make_inputs=make_inputs, grad_inputs=("x", "weight"), grids=grids_of(__file__),
+    check_shape=check_shape, bytes_moved=bytes_moved, flops=flops, dtypes=FLOATS,
     providers=standard_providers(fused_linear_cross_entropy, fused_linear_cross_entropy_eager, config_of)
     + (Provider("liger", fused_linear_cross_entropy_liger, peer_available("liger_kernel")),),
-    baseline="torch",
-    reference=reference,
-    make_inputs=make_inputs,
-    grad_inputs=("x", "weight"),
-    grids=grids_of(__file__),
-    bytes_moved=bytes_moved,
-    flops=flops,
-    bound="compute",
     # Relative error of (loss, dx, dW). bf16: dx and dW are rounded three times (dlogits, the matmul
     # output, the upstream scaling; eager: twice), seen up to 1.5e-2 at one token under the
     # interpreter, whose casts truncate; Liger adds a bf16 dW accumulation over its chunks. fp16 has
     # 8x the mantissa. fp32: as cross_entropy (eager's smoothing backward cancels over the row).
-    tolerance={torch.bfloat16: 2e-2, torch.float16: 4e-3, torch.float32: 5e-5},
-    dtypes=FLOATS,
-    check_shape=check_shape,
-)
+    tolerance={torch.bfloat16: 2e-2, torch.float16: 4e-3, torch.float32: 5e-5})

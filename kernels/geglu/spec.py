@@ -37,19 +37,10 @@ def config_of(inputs) -> dict:
 bytes_moved, flops = per_element_cost(gated.BYTES_PER, {"fwd": 9, "bwd": 16, "fwd+bwd": 25})
 
 SPEC = KernelSpec(
-    name="geglu",
-    description="gelu_tanh(a) * b, the GEGLU gated MLP activation, forward and backward",
-    modes=MODES,
+    name="geglu", modes=MODES, baseline="torch", bound="memory",
+    description="gelu_tanh(a) * b, the GEGLU gated MLP activation, forward and backward", reference=reference,
+    make_inputs=gated.make_inputs, grad_inputs=("a", "b"), grids=grids_of(__file__), bytes_moved=bytes_moved,
+    flops=flops, dtypes=FLOATS,
     providers=standard_providers(geglu, geglu_eager, config_of)
     + (Provider("liger", geglu_liger, peer_available("liger_kernel")),),
-    baseline="torch",
-    reference=reference,
-    make_inputs=gated.make_inputs,
-    grad_inputs=("a", "b"),
-    grids=grids_of(__file__),
-    bytes_moved=bytes_moved,
-    flops=flops,
-    bound="memory",
-    tolerance=gated.TOLERANCE,
-    dtypes=FLOATS,
-)
+    tolerance=gated.TOLERANCE)

@@ -46,22 +46,12 @@ bytes_moved, flops = per_element_cost({"fwd": 2, "bwd": 3, "fwd+bwd": 5}, {"fwd"
 
 
 SPEC = KernelSpec(
-    name="gelu",
-    description="GELU, exact (erf) and tanh approximation, forward and backward",
-    modes=MODES,
+    name="gelu", modes=MODES, baseline="torch", bound="memory",
+    description="GELU, exact (erf) and tanh approximation, forward and backward", reference=reference,
+    make_inputs=make_inputs, grad_inputs=("x",), grids=grids_of(__file__), check_shape=check_shape,
+    bytes_moved=bytes_moved, flops=flops, dtypes=FLOATS,
     providers=standard_providers(gelu, gelu_eager, config_of),  # Liger has no plain GELU
-    baseline="torch",
-    reference=reference,
-    make_inputs=make_inputs,
-    grad_inputs=("x",),
-    grids=grids_of(__file__),
-    bytes_moved=bytes_moved,
-    flops=flops,
-    bound="memory",
     # One rounding of the output (eager and compile also compute in fp32 and round once), plus the
     # rounding of dy to the dtype in bwd: ~2^-9 relative for bf16 (x1.5 under the interpreter's
     # truncating cast), ~2^-12 for fp16; fp32: exp/erf/division rounding only.
-    tolerance={torch.bfloat16: 8e-3, torch.float16: 1e-3, torch.float32: 1e-5},
-    dtypes=FLOATS,
-    check_shape=check_shape,
-)
+    tolerance={torch.bfloat16: 8e-3, torch.float16: 1e-3, torch.float32: 1e-5})

@@ -90,22 +90,13 @@ def config_of(inputs) -> dict:
 bytes_moved, flops = norm_cost(traffic={"fwd": (2, 2, 8), "bwd": (3, 3, 8)}, flops_per={"fwd": 8, "bwd": 13})
 
 SPEC = KernelSpec(
-    name="layer_norm",
+    name="layer_norm", modes=MODES, baseline="torch", bound="memory",
     description="LayerNorm over the last dim with weight and bias (eps 1e-5), forward and backward",
-    modes=MODES,
+    reference=reference, make_inputs=make_inputs, grad_inputs=("x", "weight", "bias"), grids=grids_of(__file__),
+    bytes_moved=bytes_moved, flops=flops, dtypes=FLOATS,
     providers=norm_providers(layer_norm, layer_norm_eager, config_of, layer_norm_liger, layer_norm_quack),
-    baseline="torch",
-    reference=reference,
-    make_inputs=make_inputs,
-    grad_inputs=("x", "weight", "bias"),
-    grids=grids_of(__file__),
-    bytes_moved=bytes_moved,
-    flops=flops,
-    bound="memory",
     # Ours sums statistics and gradients in fp32: one rounding of each output to the storage dtype
     # (bf16 measured <= 5.2e-3 under the interpreter's truncating casts, fp16 <= 5e-4). PyTorch's CPU
     # kernel rounds more in its bf16/fp16 backward (measured up to 7.7e-3 / 9.6e-4), hence the
     # headroom. fp32: rounding of the sums over N and over M rows (measured ~1e-7).
-    tolerance={torch.bfloat16: 1.6e-2, torch.float16: 3e-3, torch.float32: 1e-5},
-    dtypes=FLOATS,
-)
+    tolerance={torch.bfloat16: 1.6e-2, torch.float16: 3e-3, torch.float32: 1e-5})

@@ -120,9 +120,11 @@ def bytes_moved(dims, dtype, mode) -> int:
 
 
 SPEC = KernelSpec(
-    name="lstm",
+    name="lstm", modes=MODES, baseline="cudnn", bound="compute",
     description="single-layer LSTM over a sequence with per-step resets of (h, c), forward and backward",
-    modes=MODES,
+    reference=reference, make_inputs=make_inputs, grad_inputs=("x", "h0", "c0", "w_ih", "w_hh", "b"), grids=GRIDS,
+    check_shape=check_shape, tokens=sequence_tokens, bytes_moved=bytes_moved, flops=flops,
+    dtypes=(torch.bfloat16, torch.float32),
     providers=(
         Provider("triton", triton_lstm, config=config_of, ours=True),
         Provider("cudnn", cudnn, cudnn_available,
@@ -130,20 +132,8 @@ SPEC = KernelSpec(
         Provider("eager", eager, note="the PyTorch step loop with resets", builds=False),
         Provider("cortex", cortex, peer_available("cortex"), note="Cortex's Triton LSTM (cortexcore)"),
     ),
-    baseline="cudnn",
-    grad_inputs=("x", "h0", "c0", "w_ih", "w_hh", "b"),
     # About three times the PyTorch step loop's own error against float64 (bf16 backward 1.0e-2 to
     # 1.1e-2 at B=8, T=48, H=64 on the CPU; fp32 2.9e-7).
     tolerance={torch.bfloat16: 3e-2, torch.float32: 1e-5},
     notes="cudnn runs without resets: it is timed on the shapes without them. eager is timed up to T=256, "
-          "cortex up to H=256 (see their rows).",
-    reference=reference,
-    make_inputs=make_inputs,
-    grids=GRIDS,
-    bytes_moved=bytes_moved,
-    flops=flops,
-    bound="compute",
-    dtypes=(torch.bfloat16, torch.float32),
-    check_shape=check_shape,
-    tokens=sequence_tokens,
-)
+          "cortex up to H=256 (see their rows).")

@@ -133,10 +133,12 @@ def bytes_moved(dims, dtype, mode) -> int:
 
 
 SPEC = KernelSpec(
-    name="mlstm",
+    name="mlstm", modes=MODES, baseline="mlstm_kernels", bound="compute",
     description="xLSTM's mLSTM cell (matrix memory, exponential input gate) over a sequence with resets, "
     "chunkwise-parallel, forward and backward",
-    modes=MODES,
+    reference=reference, make_inputs=make_inputs, grad_inputs=("q", "k", "v", "i", "f"), grids=GRIDS,
+    check_shape=check_shape, tokens=sequence_tokens, bytes_moved=bytes_moved, flops=flops,
+    dtypes=(torch.bfloat16, torch.float32),
     providers=(
         Provider("triton", triton_mlstm, config=config_of, ours=True),
         Provider("cortex", cortex, peer_available("cortex"), note="Cortex's Triton mLSTM (cortexcore)"),
@@ -147,22 +149,10 @@ SPEC = KernelSpec(
                       "the normaliser as a value column: the same maths while exp(i) stays in range; no resets"),
         Provider("eager", eager, note="the chunkwise form in PyTorch ops", builds=False),
     ),
-    baseline="mlstm_kernels",
-    grad_inputs=("q", "k", "v", "i", "f"),
     # bf16: about three times ours against float64 at B=2, NH=2, T=96, DH=32 on the CPU (6.4e-3 forward,
     # 1.0e-2 backward). fp32: the PyTorch chunkwise form 1.2e-6 forward, 2.7e-6 backward there; ours
     # 2.5e-7 forward and up to 9.2e-7 backward at gates ~ N(0, 2) (B=3, T=20, DH=32, resets at the edges).
     tolerance={torch.bfloat16: 3e-2, torch.float32: 5e-5},
     notes="The final state (C_T, n_T, m_T) is returned without gradient. The stabiliser enters h only through the "
           "1e-6 of the normaliser: our backward carries its gradient, TFLA's holds it constant (about 1e-5 of "
-          "the gradients at gates ~ N(0, 2); all of di and df where every step resets or input gates are large).",
-    reference=reference,
-    make_inputs=make_inputs,
-    grids=GRIDS,
-    bytes_moved=bytes_moved,
-    flops=flops,
-    bound="compute",
-    dtypes=(torch.bfloat16, torch.float32),
-    check_shape=check_shape,
-    tokens=sequence_tokens,
-)
+          "the gradients at gates ~ N(0, 2); all of di and df where every step resets or input gates are large).")

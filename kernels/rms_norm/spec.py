@@ -75,23 +75,14 @@ def configs_of(x: torch.Tensor, residual: bool) -> dict:
 bytes_moved, flops = norm_cost(traffic={"fwd": (2, 1, 0), "bwd": (3, 2, 0)}, flops_per={"fwd": 4, "bwd": 9})
 
 SPEC = KernelSpec(
-    name="rms_norm",
-    description="x * rsqrt(mean(x^2) + eps) * w over the last dimension, forward and backward",
-    modes=MODES,
+    name="rms_norm", modes=MODES, baseline="torch", bound="memory",
+    description="x * rsqrt(mean(x^2) + eps) * w over the last dimension, forward and backward", reference=reference,
+    make_inputs=make_inputs, grad_inputs=("x", "w"), grids=grids_of(__file__), bytes_moved=bytes_moved, flops=flops,
+    dtypes=FLOATS,
     providers=norm_providers(rms_norm, rms_norm_eager, lambda inputs: configs_of(inputs["x"], False), rms_norm_liger,
                              rms_norm_quack, peers=(Provider("torch_fused", rms_norm_torch_fused, builds=False),)),
-    baseline="torch",
-    reference=reference,
-    make_inputs=make_inputs,
-    grad_inputs=("x", "w"),
-    grids=grids_of(__file__),
-    bytes_moved=bytes_moved,
-    flops=flops,
-    bound="memory",
     # Measured worst over seeds and the test shapes: bf16 3.9e-3 (ours in the interpreter, whose
     # fp32->bf16 cast truncates; eager 3.4e-3: it rounds h before the weight, then dy * w, ...),
     # fp16 4.4e-4, fp32 1.2e-7. bf16/fp16 ~2.5-3x above that; fp32 leaves room for the longer
     # fp32 sums of the full grid (65536-wide rows, dw over 32k rows) in every provider.
-    tolerance={torch.bfloat16: 1e-2, torch.float16: 1.5e-3, torch.float32: 1e-5},
-    dtypes=FLOATS,
-)
+    tolerance={torch.bfloat16: 1e-2, torch.float16: 1.5e-3, torch.float32: 1e-5})

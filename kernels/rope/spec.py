@@ -96,23 +96,13 @@ def flops(dims, mode) -> float:
 
 
 SPEC = KernelSpec(
-    name="rope",
+    name="rope", modes=MODES, baseline="torch", bound="memory",
     description="rotary position embedding of q and k (HF rotate_half, GQA) in one launch, forward and backward",
-    modes=MODES,
+    reference=reference, make_inputs=make_inputs, grad_inputs=("q", "k"), grids=grids_of(__file__),
+    check_shape=check_shape, bytes_moved=bytes_moved, flops=flops, dtypes=FLOATS,
     providers=standard_providers(rope, rope_eager, config_of)
     + (Provider("liger", rope_liger, peer_available("liger_kernel")),),
-    baseline="torch",
-    reference=reference,
-    make_inputs=make_inputs,
-    grad_inputs=("q", "k"),
-    grids=grids_of(__file__),
-    bytes_moved=bytes_moved,
-    flops=flops,
-    bound="memory",
     # About 2-3x the error one rounding of the output gives (bf16 eps 2^-8, fp16 2^-11; doubled by
     # the CPU interpreter's truncation); cos and sin are rounded to the dtype in the inputs, which
     # the float64 reference sees too. Eager rounds q*cos and rotate_half(q)*sin before the sum.
-    tolerance={torch.bfloat16: 8e-3, torch.float16: 1e-3, torch.float32: 1e-5},
-    dtypes=FLOATS,
-    check_shape=check_shape,
-)
+    tolerance={torch.bfloat16: 8e-3, torch.float16: 1e-3, torch.float32: 1e-5})

@@ -74,10 +74,11 @@ def flops(dims, mode) -> float:
 
 
 SPEC = KernelSpec(
-    name="rtu",
+    name="rtu", modes=MODES, baseline="cortex_torch", bound="memory",
     description="Cortex's RTU: y = SiLU of a complex diagonal recurrence c_t = lambda c_{t-1} + gamma u_t "
     "with resets, diagonal or low-rank input maps; forward and backward",
-    modes=MODES,
+    reference=reference, make_inputs=make_inputs, grad_inputs=("x", "nu_log", "theta_log", "map1", "map2"),
+    grids=GRIDS, tokens=sequence_tokens, bytes_moved=bytes_moved, flops=flops, dtypes=(torch.bfloat16, torch.float32),
     providers=(
         Provider("triton", providers.triton, config=config_of, ours=True),
         Provider("cortex", providers.cortex, peer_available("cortex")),
@@ -85,22 +86,11 @@ SPEC = KernelSpec(
         Provider("compile", providers.compile_scan),
         Provider("accelerated_scan", providers.accelerated_scan, peer_available("accelerated_scan")),
     ),
-    baseline="cortex_torch",
-    grad_inputs=("x", "nu_log", "theta_log", "map1", "map2"),
     # The PyTorch paths with their state in fp32 (log_depth, and a step loop) against float64 at
     # T 2048 on the CPU, forward and backward over fresh draws: bf16 2.9e-3 to 4.0e-3 (one rounding
     # of y, x's own rounding in dx); fp32 y and dx below 2.5e-6, but theta_log's gradient up to
     # 6.5e-5 (for both paths: a sum of terms as large as t * |c| that cancel); about 3x above,
     # for growth with T to 8192.
     tolerance={torch.bfloat16: 1e-2, torch.float32: 2e-4},
-    dtypes=(torch.bfloat16, torch.float32),
     notes="Cortex's PyTorch and Triton RTUs zero the adjoint at the reset step itself instead of the step after "
-          "it, so their gradients with resets fail the gate; their forwards pass.",
-    tokens=sequence_tokens,
-    reference=reference,
-    make_inputs=make_inputs,
-    grids=GRIDS,
-    bytes_moved=bytes_moved,
-    flops=flops,
-    bound="memory",
-)
+          "it, so their gradients with resets fail the gate; their forwards pass.")

@@ -102,28 +102,18 @@ def flops(dims, mode) -> float:
 
 
 SPEC = KernelSpec(
-    name="selective_scan",
+    name="selective_scan", modes=MODES, baseline="eager", bound="memory",
     description="Mamba-1's selective scan: h_t = exp(softplus(delta_t) A) h_{t-1} + softplus(delta_t) B_t x_t, "
     "y_t = (C_t h_t + D x_t) silu(z_t); forward and backward",
-    modes=MODES,
+    reference=reference, make_inputs=make_inputs, grad_inputs=("x", "delta", "A", "B", "C", "D", "z"), grids=GRIDS,
+    tokens=sequence_tokens, bytes_moved=bytes_moved, flops=flops, dtypes=(torch.bfloat16, torch.float32),
     providers=(
         Provider("triton", selective_scan, config=config_of, ours=True),
         Provider("eager", eager, builds=False),
         Provider("compile", compiled(log_depth)),
         Provider("mamba_ssm", mamba_ssm, mamba_available),
     ),
-    baseline="eager",
-    grad_inputs=("x", "delta", "A", "B", "C", "D", "z"),
     # eager (the fp32 loop) and the log-depth scan against float64, over fresh draws at T 64 and 1024:
     # bf16 1.5e-3 to 3.0e-3 (one rounding of each output and gradient), fp32 6e-8 to 9e-7 (dA and dD,
     # sums over every step, the largest); a few times above, for sums over B * T up to 32k steps.
-    tolerance={torch.bfloat16: 1e-2, torch.float32: 1e-5},
-    dtypes=(torch.bfloat16, torch.float32),
-    tokens=sequence_tokens,
-    reference=reference,
-    make_inputs=make_inputs,
-    grids=GRIDS,
-    bytes_moved=bytes_moved,
-    flops=flops,
-    bound="memory",
-)
+    tolerance={torch.bfloat16: 1e-2, torch.float32: 1e-5})

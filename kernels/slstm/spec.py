@@ -119,10 +119,12 @@ def bytes_moved(dims, dtype, mode) -> int:
 
 
 SPEC = KernelSpec(
-    name="slstm",
+    name="slstm", modes=MODES, baseline="cortex", bound="compute",
     description="xLSTM's sLSTM cell (exponential gating, normaliser and stabiliser, per-head recurrence) over a "
     "sequence with resets, forward and backward",
-    modes=MODES,
+    reference=reference, make_inputs=make_inputs, grad_inputs=("wx", "r", "b", "y0", "c0", "n0"), grids=GRIDS,
+    check_shape=check_shape, tokens=sequence_tokens, bytes_moved=bytes_moved, flops=flops,
+    dtypes=(torch.bfloat16, torch.float32),
     providers=(
         Provider("triton", triton_slstm, config=config_of, ours=True),
         Provider("cortex", cortex, peer_available("cortex"), note="Cortex's Triton sLSTM (cortexcore)"),
@@ -131,22 +133,10 @@ SPEC = KernelSpec(
         Provider("xlstm_cuda", xlstm_cuda, xlstm_cuda_available, note="xLSTM's CUDA backend"),
         Provider("eager", eager, note="the PyTorch step loop with resets", builds=False),
     ),
-    baseline="cortex",
-    grad_inputs=("wx", "r", "b", "y0", "c0", "n0"),
     # About twice the PyTorch step loop's usual error against float64 (bf16 backward 1.6e-2 to 3.0e-2 at
     # B=4, NH=2, T=48, DH=32 on the CPU: every exp and division rounded to bf16; fp32 2.3e-7). Its tail
     # goes past this: 8 draws in 40 there, where bf16 rounds the stabiliser's max or min(exp(x), 1) to a
     # tie and autograd halves the gradient; those rows fail.
     tolerance={torch.bfloat16: 6e-2, torch.float32: 1e-5},
     notes="m_T is returned without gradient. xlstm runs without resets; eager and xlstm (step loops) are timed "
-          "up to T=256.",
-    reference=reference,
-    make_inputs=make_inputs,
-    grids=GRIDS,
-    bytes_moved=bytes_moved,
-    flops=flops,
-    bound="compute",
-    dtypes=(torch.bfloat16, torch.float32),
-    check_shape=check_shape,
-    tokens=sequence_tokens,
-)
+          "up to T=256.")

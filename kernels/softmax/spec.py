@@ -73,26 +73,17 @@ bytes_moved, flops = per_element_cost({"fwd": 2, "bwd": 3, "fwd+bwd": 5}, {"fwd"
 
 
 SPEC = KernelSpec(
-    name="softmax",
-    description="row softmax over the last dim (rows up to 262144 wide), forward and backward",
-    modes=MODES,
+    name="softmax", modes=MODES, baseline="torch", bound="memory",
+    description="row softmax over the last dim (rows up to 262144 wide), forward and backward", reference=reference,
+    make_inputs=make_inputs, grad_inputs=("x",), grids=grids_of(__file__), bytes_moved=bytes_moved, flops=flops,
+    dtypes=FLOATS,
     providers=standard_providers(softmax, softmax_eager, config_of)
     + (Provider("liger", softmax_liger, peer_available("liger_kernel")),
        Provider("quack", softmax_quack, peer_available("quack"))),
-    baseline="torch",
-    reference=reference,
-    make_inputs=make_inputs,
-    grad_inputs=("x",),
-    grids=grids_of(__file__),
-    bytes_moved=bytes_moved,
-    flops=flops,
-    bound="memory",
     # One rounding of the output to the storage dtype; the backward also inherits the rounding of
     # the saved y. Measured on the CPU: bf16 <= 4.7e-3 fwd, 8.1e-3 bwd for ours (the interpreter
     # truncates on every cast, ~2x round-to-nearest) and 4.6e-3 for PyTorch's; fp16 <= 5.6e-4;
     # fp32 <= 3e-7 for ours, 2e-6 for PyTorch's CPU kernel (its vectorised exp) forward; PyTorch's
     # fp32 backward at 40000-wide rows reached 1.01e-5 in CI (y * (dy - sum(dy * y)) cancels: the
     # error grows with the row), so fp32 allows 4e-5: 250x under a 1% mistake.
-    tolerance={torch.bfloat16: 1.6e-2, torch.float16: 2e-3, torch.float32: 4e-5},
-    dtypes=FLOATS,
-)
+    tolerance={torch.bfloat16: 1.6e-2, torch.float16: 2e-3, torch.float32: 4e-5})

@@ -35,19 +35,10 @@ def config_of(inputs) -> dict:
 bytes_moved, flops = per_element_cost(gated.BYTES_PER, {"fwd": 6, "bwd": 12, "fwd+bwd": 18})
 
 SPEC = KernelSpec(
-    name="swiglu",
-    description="silu(a) * b, the gated MLP activation, forward and backward",
-    modes=MODES,
+    name="swiglu", modes=MODES, baseline="torch", bound="memory",
+    description="silu(a) * b, the gated MLP activation, forward and backward", reference=reference,
+    make_inputs=gated.make_inputs, grad_inputs=("a", "b"), grids=grids_of(__file__), bytes_moved=bytes_moved,
+    flops=flops, dtypes=FLOATS,
     providers=standard_providers(swiglu, swiglu_eager, config_of)
     + (Provider("liger", swiglu_liger, peer_available("liger_kernel")),),
-    baseline="torch",
-    reference=reference,
-    make_inputs=gated.make_inputs,
-    grad_inputs=("a", "b"),
-    grids=grids_of(__file__),
-    bytes_moved=bytes_moved,
-    flops=flops,
-    bound="memory",
-    tolerance=gated.TOLERANCE,
-    dtypes=FLOATS,
-)
+    tolerance=gated.TOLERANCE)
