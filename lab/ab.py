@@ -27,6 +27,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable
 
 from kcollect.common import ALLOC_CONF, DEFAULT_DB, pin_ptxas
+from kcollect.names import DTYPE_CHOICES, MODES
 
 os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", ALLOC_CONF)  # as `kcollect run` does, before CUDA starts
 
@@ -86,8 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m lab.ab", description=__doc__.split("\n\n")[0])
     ap.add_argument("op")
     ap.add_argument("--shape", action="append", required=True, help="NAME=VALUE,... (repeatable)")
-    ap.add_argument("--mode", default="fwd", choices=("fwd", "bwd", "fwd+bwd"))
-    ap.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"))
+    ap.add_argument("--mode", default="fwd", choices=MODES)
+    ap.add_argument("--dtype", default="bfloat16", choices=DTYPE_CHOICES)
     ap.add_argument("--variant", action="append", default=[], help="NAME=EXPR (repeatable)")
     ap.add_argument("--provider", action="append", default=[], help="another provider of the op (repeatable)")
     ap.add_argument("--rounds", type=int, default=5)
