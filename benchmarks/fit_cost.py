@@ -1,7 +1,10 @@
 """Fit the cost model (collector/cost.py) on the run folders' per-row seconds, and say how well it
 predicts runs it was not fitted on.
 
-    python benchmarks/fit_cost.py [--runs data/runs] [--write]
+    python benchmarks/fit_cost.py [--runs data/runs --runs lab/results/cost_runs] [--write]
+
+The run folders are the history's (data/runs: GPU runs) and lab/results/cost_runs (runs made only
+to fit the model, such as a CPU run of the quick grid: the site never shows them).
 
 Held out: the newest run of each machine that has per-row seconds (results.seconds, schema 6 on) is
 predicted by a model fitted on every other run; the table gives each held-out run's predicted and
@@ -24,20 +27,25 @@ from kcollect import cost
 QUERY = """
 SELECT r.run_id, u.machine, u.started_at, e.device_kind AS device, r.kernel, r.provider, r.mode,
        r.bytes, r.seconds
-FROM read_parquet('{runs}/*/results.parquet', union_by_name=true) r
-JOIN read_parquet('{runs}/*/run.parquet', union_by_name=true) u USING (run_id)
-JOIN (SELECT DISTINCT env_id, device_kind FROM read_parquet('{runs}/*/environment.parquet', union_by_name=true)) e
-  USING (env_id)
+FROM read_parquet({results}, union_by_name=true) r
+JOIN read_parquet({runs}, union_by_name=true) u USING (run_id)
+JOIN (SELECT DISTINCT env_id, device_kind FROM read_parquet({envs}, union_by_name=true)) e USING (env_id)
 """
 
 
-def load_rows(runs: Path) -> list[dict]:
+def load_rows(folders: list[Path]) -> list[dict]:
+    folders = [f for f in folders if f.is_dir()]
+    if not folders:
+        return []
+    files = {name: "[" + ", ".join(f"'{f}/*/{name}.parquet'" for f in folders) + "]"
+             for name in ("results", "run", "environment")}
     con = duckdb.connect()
-    columns = {c[0] for c in con.execute(f"DESCRIBE SELECT * FROM read_parquet('{runs}/*/results.parquet', "
+    columns = {c[0] for c in con.execute(f"DESCRIBE SELECT * FROM read_parquet({files['results']}, "
                                          "union_by_name=true)").fetchall()}
     if "seconds" not in columns:
         return []
-    cur = con.execute(QUERY.format(runs=runs) + " WHERE r.seconds IS NOT NULL ORDER BY u.started_at, r.seq")
+    query = QUERY.format(results=files["results"], runs=files["run"], envs=files["environment"])
+    cur = con.execute(query + " WHERE r.seconds IS NOT NULL ORDER BY u.started_at, r.seq")
     names = [d[0] for d in cur.description]
     return [dict(zip(names, row)) for row in cur.fetchall()]
 
@@ -65,12 +73,14 @@ def holdout(rows: list[dict]) -> list[str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--runs", type=Path, default=ROOT / "data" / "runs", help="folder of run folders")
+    ap.add_argument("--runs", type=Path, action="append",
+                    help="folder of run folders (repeatable; default data/runs and lab/results/cost_runs)")
     ap.add_argument("--write", action="store_true", help="write collector/cost_model.json from every run")
     args = ap.parse_args()
-    rows = load_rows(args.runs)
+    folders = args.runs or [ROOT / "data" / "runs", ROOT / "lab" / "results" / "cost_runs"]
+    rows = load_rows(folders)
     if not rows:
-        sys.exit(f"fit_cost: no run under {args.runs} has per-row seconds")
+        sys.exit(f"fit_cost: no run under {', '.join(map(str, folders))} has per-row seconds")
     print("\n".join(holdout(rows)))
     if args.write:
         runs = sorted({r["run_id"] for r in rows})

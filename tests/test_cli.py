@@ -38,7 +38,7 @@ def _invoke(args):
     (["run", "swiglu", "--dtype", "int3"], "unknown dtype 'int3'; valid: bfloat16, float16, float32"),
     (["run", "swiglu", "--provider", "magic"], "unknown provider 'magic'; valid: triton, torch, compile"),
     (["run"], "name at least one kernel, or pass --all"),
-    (["run", "swiglu", "--all"], "not both"),
+    (["run", "swiglu", "--all"], "only one of them"),
     (["run", "swiglu", "--rep-ms", "nan"], "--rep-ms 'nan': must be a finite number > 0"),
     (["run", "swiglu", "--rep-ms", "inf"], "--rep-ms 'inf': must be a finite number > 0"),
     (["run", "swiglu", "--rep-ms", "0"], "--rep-ms '0': must be a finite number > 0"),
