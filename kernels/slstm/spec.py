@@ -17,7 +17,7 @@ from .._spec.cells import dims_check, resets_or_none, step_loop_limit
 from .._spec.kit import by_mode, grids_of, sequence_tokens
 from . import pick, slstm
 from .naive import reference, step_loop
-from .sequence import fitted
+from .sequence import EPS, fitted
 
 DIMS = ("B", "NH", "T", "DH", "resets")
 
