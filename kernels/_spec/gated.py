@@ -1,10 +1,11 @@
 """What the specs of the gated MLP activations share (swiglu: silu(a) * b, geglu: gelu_tanh(a) * b,
-a = x @ W_gate, b = x @ W_up): the inputs, the traffic of the cost model and the tolerance. Each op's
-spec.py declares its KernelSpec with them."""
+a = x @ W_gate, b = x @ W_up): the inputs, the config each row records, the traffic of the cost
+model and the tolerance. Each op's spec.py declares its KernelSpec with them."""
 from __future__ import annotations
 
 import torch
 
+from .._host.config import config_record
 from .kit import drawn_on_device
 
 
@@ -30,3 +31,13 @@ BYTES_PER = {"fwd": 3, "bwd": 5, "fwd+bwd": 8}
 # also dc * b) before the multiply: 2-3 roundings, still well inside on the GPU. fp32:
 # exp/reciprocal rounding (3e-7).
 TOLERANCE = {torch.bfloat16: 8e-3, torch.float16: 1e-3, torch.float32: 1e-5}
+
+
+def config_of(pick):
+    """The spec's config_of for an op whose elementwise launch `pick(numel, device)` chooses: the
+    launch our call makes, recorded with each row."""
+
+    def config(inputs) -> dict:
+        return config_record(elementwise=pick(inputs["a"].numel(), inputs["a"].device))
+
+    return config

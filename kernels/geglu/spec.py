@@ -8,7 +8,6 @@ import torch.nn.functional as F
 
 from kcollect.spec import MODES, KernelSpec, Provider, peer_available, standard_providers
 
-from .._host.config import config_record
 from .._spec import gated
 from .._spec.kit import FLOATS, grids_of, per_element_cost
 from . import geglu, pick
@@ -26,11 +25,6 @@ def geglu_liger(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return LigerGELUMulFunction.apply(a, b)
 
 
-def config_of(inputs) -> dict:
-    """The elementwise launch our call makes (recorded with each row)."""
-    return config_record(elementwise=pick(inputs["a"].numel(), inputs["a"].device))
-
-
 # Cost model: the gated activations' traffic (gated.BYTES_PER: M x N tensors a mode); FLOPs per
 # element, rough (the tanh form's polynomial, an exp and a few multiply-adds): negligible next to
 # the bytes.
@@ -41,6 +35,6 @@ SPEC = KernelSpec(
     description="gelu_tanh(a) * b, the GEGLU gated MLP activation, forward and backward", reference=reference,
     make_inputs=gated.make_inputs, grad_inputs=("a", "b"), grids=grids_of(__file__), bytes_moved=bytes_moved,
     flops=flops, dtypes=FLOATS,
-    providers=standard_providers(geglu, geglu_eager, config_of)
+    providers=standard_providers(geglu, geglu_eager, gated.config_of(pick))
     + (Provider("liger", geglu_liger, peer_available("liger_kernel")),),
     tolerance=gated.TOLERANCE)

@@ -8,7 +8,6 @@ import torch.nn.functional as F
 
 from kcollect.spec import MODES, KernelSpec, Provider, peer_available, standard_providers
 
-from .._host.config import config_record
 from .._spec import gated
 from .._spec.kit import FLOATS, grids_of, per_element_cost
 from . import pick, swiglu
@@ -25,11 +24,6 @@ def swiglu_liger(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return LigerSiLUMulFunction.apply(a, b)
 
 
-def config_of(inputs) -> dict:
-    """The elementwise launch our call makes (recorded with each row)."""
-    return config_record(elementwise=pick(inputs["a"].numel(), inputs["a"].device))
-
-
 # Cost model: the gated activations' traffic (gated.BYTES_PER: M x N tensors a mode); FLOPs per
 # element, rough (an exp and a few multiply-adds): negligible next to the bytes.
 bytes_moved, flops = per_element_cost(gated.BYTES_PER, {"fwd": 6, "bwd": 12, "fwd+bwd": 18})
@@ -39,6 +33,6 @@ SPEC = KernelSpec(
     description="silu(a) * b, the gated MLP activation, forward and backward", reference=reference,
     make_inputs=gated.make_inputs, grad_inputs=("a", "b"), grids=grids_of(__file__), bytes_moved=bytes_moved,
     flops=flops, dtypes=FLOATS,
-    providers=standard_providers(swiglu, swiglu_eager, config_of)
+    providers=standard_providers(swiglu, swiglu_eager, gated.config_of(pick))
     + (Provider("liger", swiglu_liger, peer_available("liger_kernel")),),
     tolerance=gated.TOLERANCE)
