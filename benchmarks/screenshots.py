@@ -19,6 +19,7 @@ import tempfile
 from pathlib import Path
 
 from kcollect import site_pages
+from kcollect.common import DEFAULT_DB
 from kcollect.site import build_site
 
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -43,7 +44,7 @@ def draw_charts(page, height: int) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--db", default="data/kbench.duckdb")
+    ap.add_argument("--db", default=DEFAULT_DB)
     ap.add_argument("--data", default="data/runs", help="Parquet history folded in first ('' to skip)")
     ap.add_argument("--config", default="data/site.toml", help="the site's config ('' for none)")
     ap.add_argument("--kernel", default="rms_norm", help="kernel page to capture (default: rms_norm, else the first)")

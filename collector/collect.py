@@ -287,7 +287,7 @@ def run_workers(config: RunConfig, commit: Commit, cases: list[Case], tasks_: li
         if forwarded_at is not None and (_repeated(signals) or time.monotonic() - forwarded_at > grace_s):
             _signal_all(live, signal.SIGKILL)
         for slot in live if not signals else ():
-            slot.overdue(config.measure_timeout)
+            slot.overdue(config.measure_timeout, time.monotonic())
         wait([s.conn for s in live] + [s.proc.sentinel for s in live], timeout=0.5)
         for slot in live:
             slot.tail.forward()
@@ -348,8 +348,9 @@ class _Slot:
     killed: str | None = None  # why the parent killed it
     status: str | None = None  # how it ended
 
-    def overdue(self, limit: float | None) -> None:
-        if limit and self.case is not None and self.killed is None and time.monotonic() - self.since > limit:
+    def overdue(self, limit: float | None, now: float) -> None:
+        """Kills the process if it has said nothing for `limit` seconds at `now` (time.monotonic's)."""
+        if limit and self.case is not None and self.killed is None and now - self.since > limit:
             self.killed = f"no result within {limit:g} s"
             os.kill(self.proc.pid, signal.SIGKILL)
 

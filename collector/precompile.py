@@ -51,6 +51,8 @@ MANIFEST = "built.json"
 # A process's start (torch, the registry, CUDA) is not its case's time: `timeout` counts from its
 # "ready", and the start gets at least this (a loaded 2-core machine takes more than 5 s for it).
 STARTUP_S = 300.0
+# The pass's clock (seconds); tests inject their own to check the time limits without waiting.
+clock = time.monotonic
 
 
 @dataclass
@@ -129,12 +131,14 @@ def stack(device: str) -> str:
 
 
 COLLECTOR = Path(__file__).resolve().parent
+SHARED = ("_jit", "_host", "_spec")  # what several ops of kernels/ share, beside their folders
 
 
 def source_hash(case: Case, memo: dict[str, str]) -> str:
     """A hash of the .py files of the folders the kernel's code is in (kernels/<op>/, and the
-    shared _lib beside it), found from its reference, inputs and providers; the collector's own
-    folder (where torch.compile's wrapper lives) is left out: a change there builds nothing anew."""
+    shared folders beside it: _jit, _host, _spec), found from its reference, inputs and providers;
+    the collector's own folder (where torch.compile's wrapper lives) is left out: a change there
+    builds nothing anew."""
     spec = case.spec
     if spec.name not in memo:
         folders = set()
@@ -144,7 +148,7 @@ def source_hash(case: Case, memo: dict[str, str]) -> str:
             except TypeError:  # a builtin or a partial: no source of its own
                 continue
             if folder != COLLECTOR:
-                folders.update({folder} | ({folder.parent / "_lib"} if (folder.parent / "_lib").is_dir() else set()))
+                folders.update({folder, *(d for d in map(folder.parent.joinpath, SHARED) if d.is_dir())})
         h = hashlib.sha1()
         for folder in sorted(folders):
             for f in sorted(folder.glob("*.py")):
@@ -266,14 +270,14 @@ def _pool(config, kernel_modules, procs, visible, order, todo, timeout, say, t0)
                            name=f"kcollect-precompile{n}", daemon=True)
         start_quietly(proc)  # no traceback from its start-up on a Ctrl-C (spawn.py)
         theirs.close()
-        return dict(n=n, proc=proc, conn=mine, case=None, since=time.monotonic(), ready=False)
+        return dict(n=n, proc=proc, conn=mine, case=None, since=clock(), ready=False)
 
     def give(slot: dict) -> None:
         slot["case"] = queue.pop(0) if queue else None
-        slot["since"] = time.monotonic()
+        slot["since"] = clock()
         slot["conn"].send((slot["case"], todo[slot["case"]]) if slot["case"] is not None else None)
 
-    last_say = time.monotonic()
+    last_say = clock()
     finished = unborn = 0
     try:
         slots = [start(n) for n in range(procs)]
@@ -286,8 +290,8 @@ def _pool(config, kernel_modules, procs, visible, order, todo, timeout, say, t0)
             for slot in live:
                 try:
                     got = slot["conn"].recv() if slot["conn"].poll() else None
-                    if got == "ready":  # its case's time counts from here
-                        slot["ready"], slot["since"] = True, time.monotonic()
+                    if got == "ready":
+                        ready(slot, clock())
                         got = slot["conn"].recv() if slot["conn"].poll() else None
                 except (EOFError, OSError):
                     got = None
@@ -296,11 +300,8 @@ def _pool(config, kernel_modules, procs, visible, order, todo, timeout, say, t0)
                     yield slot["case"]
                     give(slot)
                     continue
-                late = False
-                if timeout is not None:  # each build the time a measurement gets; a start at least STARTUP_S
-                    limit = timeout * len(todo[slot["case"]])
-                    late = time.monotonic() - slot["since"] > (limit if slot["ready"] else max(limit, STARTUP_S))
-                if slot["proc"].is_alive() and not late:
+                limit = None if timeout is None else timeout * len(todo[slot["case"]])  # each build a measurement's
+                if slot["proc"].is_alive() and not late(slot, clock(), limit):
                     continue
                 slot["proc"].kill()  # it died or hangs: the case is the measuring pass's
                 slot["proc"].join()
@@ -312,8 +313,8 @@ def _pool(config, kernel_modules, procs, visible, order, todo, timeout, say, t0)
                 fresh = start(slot["n"])
                 slot.update(fresh)
                 give(slot)
-            if time.monotonic() - last_say > 15:
-                last_say = time.monotonic()
+            if clock() - last_say > 15:
+                last_say = clock()
                 say(f"precompile: {finished}/{len(order)} cases, {time.perf_counter() - t0:.0f} s")
     finally:
         for slot in slots:
@@ -324,6 +325,19 @@ def _pool(config, kernel_modules, procs, visible, order, todo, timeout, say, t0)
             slot["proc"].join()
         for s, h in handlers.items():
             signal.signal(s, h)
+
+
+def ready(slot: dict, now: float) -> None:
+    """A process said it is ready: its case's time counts from `now` (its start is not its case's)."""
+    slot["ready"], slot["since"] = True, now
+
+
+def late(slot: dict, now: float, limit: float | None) -> bool:
+    """Whether a process has had its time at `now`: `limit` seconds from its ready (None: no limit),
+    and at least STARTUP_S from its start while it is not ready yet."""
+    if limit is None:
+        return False
+    return now - slot["since"] > (limit if slot["ready"] else max(limit, STARTUP_S))
 
 
 def _worker(config: RunConfig, kernel_modules, visible: str | None, threads: int, conn) -> None:

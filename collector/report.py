@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from .formats import render
+from .names import RATES
 from .phases import NOT_WALL
 
 COLUMNS = ("kernel", "mode", "provider", "shape", "dtype", "gpu", "machine",
@@ -22,9 +23,8 @@ def metric(row: dict[str, Any]) -> tuple[float, str] | None:
     """(value, unit) of the row's rate: GB/s for memory-bound kernels, TFLOP/s for compute-bound."""
     if row.get("status") != "ok" or not row.get("median_ms"):
         return None
-    if row["bound"] == "compute":
-        return row["flops"] / (row["median_ms"] * 1e9), "TFLOP/s"
-    return row["bytes"] / (row["median_ms"] * 1e6), "GB/s"
+    column, scale, unit = RATES["compute" if row["bound"] == "compute" else "memory"]
+    return row[column] / (row["median_ms"] * scale), unit
 
 
 def fraction_of_peak(row: dict[str, Any], copy_gbps: float | None, matmul_tflops: float | None) -> float | None:

@@ -123,6 +123,11 @@ class KernelSpec:
     # no model's loss has (the sLSTM's stabilised final states)
     upstream: Callable[[tuple, tuple], tuple] | None = None
 
+    def __post_init__(self) -> None:
+        problem = spec_problem(self)
+        if problem:
+            raise ValueError(f"KernelSpec {self.name!r}: {problem}")
+
     def provider(self, name: str) -> Provider:
         for p in self.providers:
             if p.name == name:
@@ -135,6 +140,34 @@ class KernelSpec:
 
     def grid(self, name: str) -> tuple[Shape, ...]:
         return self.grids[name]
+
+
+BOUNDS = ("memory", "compute")
+
+
+def spec_problem(spec: KernelSpec) -> str | None:
+    """What is wrong with a spec's declaration, in one sentence (None: nothing): the mistakes that
+    would otherwise surface deep in a run, or never (a baseline that is not a provider gives no
+    speedup column; a dtype without a tolerance has no gate)."""
+    names = [p.name for p in spec.providers]
+    bad_modes = [m for m in spec.modes if m not in MODES]
+    no_tolerance = [DTYPE_NAMES.get(d, str(d)) for d in spec.dtypes if d not in spec.tolerance]
+    checks = (
+        (not spec.name or not isinstance(spec.name, str), "its name must be a non-empty string"),
+        (not spec.modes or bad_modes, f"modes must be some of {', '.join(MODES)}, got {spec.modes!r}"),
+        (not names, "it declares no provider"),
+        (len(set(names)) < len(names), f"provider names repeat: {', '.join(names)}"),
+        (spec.baseline not in names, f"baseline {spec.baseline!r} is not one of its providers ({', '.join(names)})"),
+        (spec.bound not in BOUNDS, f"bound must be one of {', '.join(BOUNDS)}, got {spec.bound!r}"),
+        (not spec.dtypes, "it claims no dtype"),
+        (bool(no_tolerance), f"no tolerance for {', '.join(no_tolerance)} (a tolerance per dtype it claims)"),
+        (any(not t > 0 for t in spec.tolerance.values()), "every tolerance must be a positive number"),
+        (isinstance(spec.grad_inputs, str), f"grad_inputs must be a tuple of names, got the string "
+                                            f"{spec.grad_inputs!r}"),
+        (not spec.grids or any(not all(isinstance(s, Shape) for s in g) for g in spec.grids.values()),
+         "grids must map each grid's name to its Shapes"),
+    )
+    return next((why for bad, why in checks if bad), None)
 
 
 def compiled(eager_fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -25,6 +25,8 @@ from typing import Any, Iterable, Sequence
 import duckdb
 import numpy as np
 
+from .names import rate_sql
+
 SCHEMA_VERSION = 8
 APP = "kcollect"
 
@@ -179,16 +181,16 @@ def _create(columns: dict[str, str], table: str, key: Sequence[str] = ()) -> str
     return f"CREATE TABLE IF NOT EXISTS {table} ({cols}{pk})"
 
 
-RESULTS_VIEW = """
+RESULTS_VIEW = f"""
 CREATE OR REPLACE VIEW results_v AS
 SELECT r.*, u.started_at, u.finished_at, u.status AS run_status, u.git_commit, u.commit_time,
        u.git_dirty, u.grid, u.copy_gbps, u.matmul_tflops, u.machine, u.commit_subject, u.commit_author,
        u.commit_url, u.shard, u.device_index, u.invocation, u.kcollect_version, u.kcollect_commit, e.*,
-       CASE WHEN r.status = 'ok' THEN r.bytes / (r.median_ms * 1e6) END AS gbps,
-       CASE WHEN r.status = 'ok' THEN r.flops / (r.median_ms * 1e9) END AS tflops,
+       CASE WHEN r.status = 'ok' THEN {rate_sql("memory")} END AS gbps,
+       CASE WHEN r.status = 'ok' THEN {rate_sql("compute")} END AS tflops,
        CASE WHEN r.status <> 'ok' THEN NULL
-            WHEN r.bound = 'compute' THEN r.flops / (r.median_ms * 1e9) / u.matmul_tflops
-            ELSE r.bytes / (r.median_ms * 1e6) / u.copy_gbps END AS frac_of_peak
+            WHEN r.bound = 'compute' THEN {rate_sql("compute")} / u.matmul_tflops
+            ELSE {rate_sql("memory")} / u.copy_gbps END AS frac_of_peak
 FROM results r JOIN runs u USING (run_id) JOIN environments e USING (env_id)
 """
 

@@ -6,7 +6,7 @@ collector's timing, and stored as a run of grid 'lab' whose rows the site's expe
         --variant "wide=RMSNormFwdConfig(warps=16)" --variant "narrow=RMSNormFwdConfig(warps=4)"
 
 A variant is NAME=EXPR, EXPR a Python expression evaluated in the op's config module (its config
-classes), forced with kcollect.kernels._lib.forced while the op's `triton` provider runs; the
+classes), forced with kcollect.kernels._host.config.forced while the op's `triton` provider runs; the
 variant `default` (the heuristic's own pick) is always there. `--provider NAME` adds a provider of
 the spec (a peer, eager) to the same interleaved rounds. Rows: provider `triton[NAME]`, the forced
 config in the `config` column. Why interleaved rounds: a clock or thermal drift during the A/B then
@@ -27,6 +27,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable
 
 from kcollect.common import ALLOC_CONF, DEFAULT_DB, pin_ptxas
+from kcollect.names import DTYPE_CHOICES, MODES
 
 os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", ALLOC_CONF)  # as `kcollect run` does, before CUDA starts
 
@@ -58,7 +59,7 @@ def forcing(fn: Callable[..., Any], config: Any) -> Callable[..., Any]:
     """fn with `config` forced while it runs (nothing forced for None)."""
     if config is None:
         return fn
-    from kcollect.kernels._lib import forced
+    from kcollect.kernels._host.config import forced
 
     def call(**inputs: Any) -> Any:
         with forced(config):
@@ -86,8 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m lab.ab", description=__doc__.split("\n\n")[0])
     ap.add_argument("op")
     ap.add_argument("--shape", action="append", required=True, help="NAME=VALUE,... (repeatable)")
-    ap.add_argument("--mode", default="fwd", choices=("fwd", "bwd", "fwd+bwd"))
-    ap.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"))
+    ap.add_argument("--mode", default="fwd", choices=MODES)
+    ap.add_argument("--dtype", default="bfloat16", choices=DTYPE_CHOICES)
     ap.add_argument("--variant", action="append", default=[], help="NAME=EXPR (repeatable)")
     ap.add_argument("--provider", action="append", default=[], help="another provider of the op (repeatable)")
     ap.add_argument("--rounds", type=int, default=5)
@@ -180,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _record(config: Any) -> str | None:
     """The `config` column of a forced variant's rows (None: the heuristic's own pick)."""
-    from kcollect.kernels._lib import config_record
+    from kcollect.kernels._host.config import config_record
 
     return json.dumps(config_record(forced=config)) if config is not None else None
 

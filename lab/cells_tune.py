@@ -74,7 +74,7 @@ def run_shape(op, shape, modes, dtype, device, limit):
     import torch
 
     from kcollect import timing, verify
-    from kcollect.kernels._lib import forced
+    from kcollect.kernels._host.config import forced
     from lab.ab import parse_shape
 
     spec = importlib.import_module(f"kcollect.kernels.{op}.spec").SPEC

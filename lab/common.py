@@ -74,7 +74,7 @@ def run_stage(bench: Bench, pool, warm: Callable, key: tuple, mode: str, configs
               limit: int | None, short: Callable) -> list:
     """Check and time the candidates (the first `limit`), a row of `table` each (labelled short(config));
     their (ms, config) sorted, best first. `warm` and `key`: see precompile."""
-    from kcollect.kernels._lib import forced
+    from kcollect.kernels._host.config import forced
 
     configs = configs[:limit] if limit else configs
     triton_fn = bench.spec.provider("triton").fn

@@ -1,4 +1,4 @@
-"""Launch fingerprints without a GPU: what an op's `triton` provider launches on an emulated sm_90
+"""Launch fingerprints without a GPU: what an op's own provider (`ours`) launches on an emulated sm_90
 GPU (kernel, grid, scalar arguments, tensor shapes and dtypes, constexprs, warps, stages, register
 cap) and, per launch, the registers, shared memory, stack and a hash of the SASS its binary
 compiles to for sm_90 offline (addresses and the kernel's own name stripped). Two trees whose
@@ -113,13 +113,23 @@ def _on_meta(factory):
 _FACTORIES = ("empty", "empty_strided", "zeros", "ones", "full", "arange", "tensor")
 
 
+def _occupancy_cache() -> dict:
+    """resident_programs' answers (kernels/_host/device.py; kernels/_lib/device.py in a tree from before
+    the shared code was split by layer, which --tree may name)."""
+    for name in ("kcollect.kernels._host.device", "kcollect.kernels._lib.device"):
+        try:
+            return importlib.import_module(name)._RESIDENT
+        except ModuleNotFoundError:
+            continue
+    raise ModuleNotFoundError("kcollect.kernels._host.device")
+
+
 @contextmanager
 def emulated(gpu: str):
     """Fake CUDA tensors on an emulated `gpu` (a key of GPUS) whose kernels compile offline."""
     props = types.SimpleNamespace(**GPUS[gpu], **_SM90)
-    from kcollect.kernels._lib import device
-
-    device._RESIDENT.clear()
+    resident = _occupancy_cache()
+    resident.clear()
     with ExitStack() as stack:
         patches = [(torch.cuda, "get_device_properties", lambda d=None: props),
                    (torch.cuda, "get_device_capability", lambda d=None: (9, 0)),
@@ -130,7 +140,7 @@ def emulated(gpu: str):
         for owner, name, value in patches:
             stack.enter_context(mock.patch.object(owner, name, value))
         yield
-    device._RESIDENT.clear()
+    resident.clear()
 
 
 def fake_inputs(spec, dims, dtype) -> dict:
@@ -143,9 +153,9 @@ def fake_inputs(spec, dims, dtype) -> dict:
 
 
 def mode_launches(spec, mode: str, dims, dtype) -> list:
-    """The Triton launches (fn, grid, args, kwargs) of one collector call of the triton provider in
-    `mode`, inside `emulated`."""
-    fn = spec.provider("triton").fn
+    """The Triton launches (fn, grid, args, kwargs) of one collector call of our provider in `mode`,
+    inside `emulated`."""
+    fn = next(p for p in spec.providers if p.ours).fn
     inputs = fake_inputs(spec, dims, dtype)
     calls: list = []
     with recorded(calls):

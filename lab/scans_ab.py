@@ -124,7 +124,7 @@ def time_shape(op, label, dims, mode, dtype, pool, args, copy_gbps, log) -> list
     import torch
 
     from kcollect import timing, verify
-    from kcollect.kernels._lib import forced
+    from kcollect.kernels._host.config import forced
 
     spec = importlib.import_module(f"kcollect.kernels.{op}.spec").SPEC
     cands = candidates(op, mode, dims, args.device)

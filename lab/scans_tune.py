@@ -104,7 +104,7 @@ def _warm(job) -> str | None:
     import torch
 
     from kcollect import verify
-    from kcollect.kernels._lib import forced
+    from kcollect.kernels._host.config import forced
 
     spec = importlib.import_module(f"kcollect.kernels.{op}.spec").SPEC
     key = (op, tuple(dims.items()), dtype_name)

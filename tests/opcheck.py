@@ -93,12 +93,16 @@ def lean_reference_cases(spec, shapes, ours: str = "triton"):
     reused), and fwd+bwd in fp32 on each other shape (the paths its width takes; fp32: the tightest
     tolerance, gated on any size); every other provider the CPU runs, except torch.compile
     (PyTorch's code on the eager function), in fwd+bwd once per dtype on the first shape, so that
-    the tolerance is shown to hold for the baselines too."""
+    the tolerance is shown to hold for the baselines too. An op without fwd+bwd (fp8_quant) takes
+    its last mode where these take fwd+bwd."""
     f32 = torch.float32
-    cases = [(ours, mode, dtype, shapes[0]) for dtype in spec.dtypes for mode in ("fwd", "fwd+bwd")]
-    cases += [(ours, "bwd", f32, shapes[0])] + [(ours, "fwd+bwd", f32, dims) for dims in shapes[1:]]
+    whole = "fwd+bwd" if "fwd+bwd" in spec.modes else spec.modes[-1]  # an op without a backward: its own
+    cases = [(ours, mode, dtype, shapes[0]) for dtype in spec.dtypes for mode in dict.fromkeys(("fwd", whole))
+             if mode in spec.modes]
+    cases += [(ours, "bwd", f32, shapes[0])] if "bwd" in spec.modes else []
+    cases += [(ours, whole, f32, dims) for dims in shapes[1:]]
     others = [p.name for p in spec.providers if p.name not in (ours, "compile") and p.available("cpu") is None]
-    cases += [(name, "fwd+bwd", dtype, shapes[0]) for name in others for dtype in spec.dtypes]
+    cases += [(name, whole, dtype, shapes[0]) for name in others for dtype in spec.dtypes]
     return [pytest.param(*case, id=f"{case[0]}-{case[1]}-{str(case[2])[6:]}-{shape_id(case[3])}") for case in cases
             if not too_few_for_bf16(case[3], case[2])]
 

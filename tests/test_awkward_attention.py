@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from kcollect import verify
-from kcollect.kernels import _lib
+from kcollect.kernels._host import config as host_config, device as host_device
 from kcollect.kernels.attention import FwdConfig, attention, attention_forward, config as attention_config
 from kcollect.kernels.attention.naive import reference
 from kcollect.kernels.attention.spec import SPEC
@@ -141,7 +141,7 @@ def test_picked_config_falls_back_where_it_does_not_fit_shared_memory(monkeypatc
         asked.append(meta)
         return 10 ** 6 if meta.get("num_stages", 1) > 1 else 1024
 
-    monkeypatch.setattr(_lib.device, "shared_bytes", shared_bytes)
+    monkeypatch.setattr(host_device, "shared_bytes", shared_bytes)
     seed = random.randrange(2**31)
     dims = {"B": 1, "Hq": 2, "Hkv": 2, "Sq": 20, "Skv": 20, "D": 16, "causal": 1, "window": 0, "varlen": 0}
     err = _fwd_bwd_error(dims, torch.float16, seed)
@@ -157,10 +157,10 @@ def test_a_window_that_hides_the_whole_cache_launches_no_loop(monkeypatch):
     S = start = 1, which Triton 3.6 specialises as two constants and whose coalescing pass then
     failed on the dead loop ("PassManager::run failed", 34 of 353 decode cases on an H200, sweep
     of 0938e38). The launch now says there is no cache to read; the answer is unchanged."""
-    from kcollect.kernels.attention import decode
+    from kcollect.kernels.attention import step
 
     launched = []
-    kernel = decode._decode
+    kernel = step._decode
 
     class Spy:
         def __getitem__(self, grid):
@@ -169,6 +169,6 @@ def test_a_window_that_hides_the_whole_cache_launches_no_loop(monkeypatch):
                 return kernel[grid](*args, **kwargs)
             return launch
 
-    monkeypatch.setattr(decode, "_decode", Spy())
+    monkeypatch.setattr(step, "_decode", Spy())
     verify_case(case("decode", {"B": 2, "Hq": 2, "Hkv": 2, "S": 1, "D": 72, "window": 1}, "bfloat16"))
     assert launched and all(start < s or s == 0 for s, start in launched), (SEED, launched)

@@ -97,18 +97,18 @@ _SM90 = """
 import inspect, json
 import torch
 from benchmarks.compile_report import compile_sm90
-import kcollect.kernels.lstm.kernels as lstm_kernels
+import kcollect.kernels.lstm.sequence as lstm_kernels
 import kcollect.kernels.mlstm as mlstm
 import kcollect.kernels.mlstm.bwd as mlstm_bwd
 import kcollect.kernels.mlstm.fwd as mlstm_fwd
 import kcollect.kernels.slstm.config as slstm_config
-import kcollect.kernels.slstm.kernels as slstm_kernels
+import kcollect.kernels.slstm.sequence as slstm_kernels
 
 TY = {torch.float32: "*fp32", torch.bfloat16: "*bf16", torch.uint8: "*u8", torch.int32: "*i32"}
 seen = {}
 
 
-def offline(kernel, args, meta, device):  # shared_bytes, compiled for sm_90 on the CPU
+def offline(kernel, args, meta, device):  # shared_bytes_for_types, compiled for sm_90 on the CPU
     names = list(inspect.signature(kernel.fn).parameters)
     meta = dict(meta)
     warps = meta.pop("num_warps")
@@ -123,8 +123,8 @@ def offline(kernel, args, meta, device):  # shared_bytes, compiled for sm_90 on 
 for module in (slstm_config, slstm_kernels, lstm_kernels, mlstm, mlstm_fwd, mlstm_bwd):
     module.arch = lambda device: "sm90"
     module.sm_count = lambda device: 132
-    module.shared_limit = lambda device: 232448
-    module.shared_bytes = offline
+    module.fit_limit = lambda device: 232448
+    module.shared_bytes_for_types = offline
     module.dot_f32 = lambda dtype, device: dtype == torch.float32
 out = {}
 # slstm, fp32 heads of 128 (the issue's B1 NH1 T1 DH128)

@@ -196,7 +196,7 @@ def test_conv1d_picked_tiles_fall_back_where_they_do_not_fit_shared_memory(monke
     """A device whose shared memory the picked channel-mixing tiles do not fit (pretended: any tile
     of two or more stages needs more than it has): the launches take a single stage instead of
     raising Triton's OutOfResources; a forced config raises ValueError naming the limit."""
-    from kcollect.kernels import _lib
+    from kcollect.kernels._host import config as host_config, device as host_device
     from kcollect.kernels.conv1d import MixConfig
 
     asked = []
@@ -205,9 +205,9 @@ def test_conv1d_picked_tiles_fall_back_where_they_do_not_fit_shared_memory(monke
         asked.append(meta["STAGES"])
         return 10 ** 6 if meta["STAGES"] > 1 else 1024
 
-    monkeypatch.setattr(_lib.device, "shared_bytes", shared_bytes)
+    monkeypatch.setattr(host_device, "shared_bytes", shared_bytes)
     c = case("conv1d", {"B": 2, "T": 17, "K": 3, "groups": "1", "F": 5, "F_out": 4}, resets="random")
-    with _lib.forced(MixConfig(16, 16, 16, 1, 2, 16, 16, 16, 1, 2)):  # a pick of 2 stages
+    with host_config.forced(MixConfig(16, 16, 16, 1, 2, 16, 16, 16, 1, 2)):  # a pick of 2 stages
         verify_case(c)
     assert 2 in asked and 1 in asked, asked
     x = torch.randn(1, 8, 5)

@@ -13,7 +13,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 import opcheck
 from kcollect import timing, verify
-from kcollect.kernels.backbone import arch, eager
+from kcollect.kernels.backbone import common as arch, naive as eager
 from kcollect.kernels.backbone.spec import SPEC, make_inputs
 from kcollect.spec import Unavailable
 

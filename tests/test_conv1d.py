@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from kcollect import verify
-from kcollect.kernels._lib import forced
+from kcollect.kernels._host.config import forced
 from kcollect.kernels.conv1d import DepthwiseConfig, MixConfig, conv1d
 from kcollect.kernels.conv1d.spec import DEPTHWISE, MIX, SPEC, cortex, cudnn
 from kcollect.spec import Unavailable

@@ -12,7 +12,7 @@ from triton.runtime.jit import KernelInterface
 import opcheck
 from kcollect import verify
 from kcollect.kernels import cross_entropy as ce
-from kcollect.kernels._lib import prefetch
+from kcollect.kernels._host import prefetch
 from kcollect.kernels.cross_entropy import RowsConfig, SplitConfig
 from kcollect.kernels.cross_entropy.spec import SPEC
 

@@ -18,18 +18,27 @@ from kcollect.find import Point
 KCOLLECT = [sys.executable, "-m", "kcollect.cli"]
 
 OPS = '''\
-"""x * 2, with a delay that one commit plants."""
-import time
-
+"""x * 2, with a delay that one commit plants, on a virtual clock injected into the CPU timing: a
+call takes exactly DELAY plus 0.1 ms whatever the machine's load (a real sleep does not)."""
 import torch
 
+from kcollect import timing
 from kcollect.spec import KernelSpec, Provider, Shape
 
 DELAY = {delay}
+NOW = [0.0]
+
+
+def virtual_clock():
+    NOW[0] += 5e-5  # each reading 0.05 ms on
+    return NOW[0]
 
 
 def double(x):
-    time.sleep(DELAY)
+    # from the first call on, the timing reads the virtual clock (the device's ceilings, measured
+    # before any case, read the real one)
+    timing.clock = virtual_clock
+    NOW[0] += DELAY
     return x * 2
 
 
@@ -78,6 +87,7 @@ def kc_find(repo, *args):
                           timeout=900)
 
 
+@pytest.mark.e2e
 def test_find_names_the_commit_that_planted_the_delay(planted):
     repo, shas = planted
     out = kc_find(repo, "planted", "M=4,N=64", shas[0], shas[-1], "--provider", "torch", "--device", "cpu",
@@ -97,6 +107,7 @@ def test_find_names_the_commit_that_planted_the_delay(planted):
     assert git(repo, "worktree", "list").count("\n") == 0
 
 
+@pytest.mark.e2e
 def test_find_between_commits_that_change_no_kernel_is_not_significant(planted):
     # the last three commits change only a note: runs of one code differ by noise, and find says
     # so rather than name a commit (with one run each and a 5% rule, noise could name one)

@@ -1,5 +1,5 @@
 """Under Triton's interpreter, float32 -> bfloat16 casts round to nearest even, as the GPU's do
-(kernels/_lib/interpreter.py): the interpreter's own cast truncates, which doubled every bf16
+(kernels/_interpreter_patch.py): the interpreter's own cast truncates, which doubled every bf16
 kernel's error on the CPU."""
 import numpy as np
 import torch
@@ -7,7 +7,7 @@ import triton
 import triton.language as tl
 
 import kcollect.kernels  # noqa: F401  (patches the interpreter, as any use of our kernels does)
-from kcollect.kernels._lib.interpreter import bf16_bits
+from kcollect.kernels._interpreter_patch import bf16_bits
 
 
 @triton.jit

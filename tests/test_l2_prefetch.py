@@ -1,11 +1,11 @@
-"""The L2 prefetch of the wide-row kernels (_lib.prefetch_l2): where it may run at all. Where each
+"""The L2 prefetch of the wide-row kernels (kernels/_jit/prefetch.py: prefetch_l2): where it may run at all. Where each
 op's launches turn it on, that its kernels compile for sm_90 with it and that the results are right
 with it on a GPU: each op's tests (test_rms_norm.py, test_layer_norm.py, test_softmax.py, ...)."""
 import types
 
 import torch
 
-from kcollect.kernels._lib.prefetch import l2_prefetch_ok
+from kcollect.kernels._host.prefetch import l2_prefetch_ok
 
 
 def fake(shape, dtype, device="cuda"):

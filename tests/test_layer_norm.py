@@ -11,7 +11,7 @@ import torch
 import opcheck
 from kcollect import verify
 from kcollect.kernels import layer_norm as K
-from kcollect.kernels._lib.rows import align
+from kcollect.kernels._host.rows import align
 from kcollect.kernels.layer_norm import bwd
 from kcollect.kernels.layer_norm import config as C
 from kcollect.kernels.layer_norm.spec import SPEC, reference
@@ -211,7 +211,7 @@ def test_prefetch_reaches_the_kernels_only_for_rows_of_whole_vectors(monkeypatch
     # rows of whole 16-byte vectors), else 0
     from triton.runtime.jit import KernelInterface
 
-    from kcollect.kernels._lib import prefetch
+    from kcollect.kernels._host import prefetch
 
     got = []
     monkeypatch.setattr(KernelInterface, "__getitem__", lambda self, grid: lambda *a, **k: got.append(k))

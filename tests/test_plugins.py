@@ -74,6 +74,7 @@ def test_the_guide_blocks_are_what_the_test_builds():
     assert '[project.entry-points."kcollect.kernels"]' in text
 
 
+@pytest.mark.e2e
 def test_installed_plugin_is_listed_runs_and_gets_its_page(package):
     env, tmp = package["env"], package["tmp"]
     listed = kc("list", "--device", "cpu", "--format", "json", env=env)
@@ -105,6 +106,7 @@ def test_installed_plugin_is_listed_runs_and_gets_its_page(package):
     assert page.is_file() and "squared_relu" in page.read_text()
 
 
+@pytest.mark.e2e
 def test_the_guides_own_tests_pass(package):
     out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"],
                          cwd=package["src"], env=package["env"], capture_output=True, text=True, timeout=600)
@@ -112,6 +114,7 @@ def test_the_guides_own_tests_pass(package):
     assert "6 passed" in out.stdout
 
 
+@pytest.mark.e2e
 def test_kernel_module_file_for_a_one_off(package):
     # The spec file named directly, without the package installed (its own imports on PYTHONPATH).
     env = {**os.environ, "PYTHONPATH": str(package["src"])}

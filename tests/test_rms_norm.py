@@ -10,7 +10,7 @@ import torch
 
 import opcheck
 from kcollect.kernels import rms_norm as K
-from kcollect.kernels._lib.rows import persistent_grid
+from kcollect.kernels._host.rows import persistent_grid
 from kcollect.kernels.rms_norm import config as C
 from kcollect.kernels.rms_norm.spec import SPEC, reference
 
@@ -225,7 +225,7 @@ class Launched(Exception):
 def test_coop_launch_prefetches_only_rows_of_whole_vectors(monkeypatch):
     # the config's L2 prefetch distance reaches the kernel where the rows allow it (l2_prefetch_ok:
     # sm_90, rows of whole 16-byte vectors), else 0
-    from kcollect.kernels._lib import prefetch
+    from kcollect.kernels._host import prefetch
     from kcollect.kernels.rms_norm import bwd
 
     asked = []

@@ -1,5 +1,6 @@
-"""rope against its float64 reference: every provider, mode and dtype, on awkward shapes; layouts,
-cos/sin forms, GQA head counts, one launch for q and k, the configs the heuristic picks and others."""
+"""rope against its float64 reference: each provider, mode and dtype once on awkward shapes
+(opcheck.lean_reference_cases); layouts, cos/sin forms, GQA head counts, one launch for q and k,
+the configs the heuristic picks and others."""
 import random
 
 import pytest
@@ -8,7 +9,7 @@ import torch
 import opcheck
 from kcollect import verify
 from kcollect.kernels import rope
-from kcollect.kernels.rope import kernels as K
+from kcollect.kernels.rope import fwd as K
 from kcollect.kernels.rope.spec import POS, SPEC, make_inputs, reference
 
 SHAPES = [shape.dims for shape in SPEC.grids["quick"]]
@@ -16,7 +17,7 @@ SHAPES = [shape.dims for shape in SPEC.grids["quick"]]
 
 # torch.compile of the eager code left out: PyTorch's, gated on every collector run, and each
 # case costs seconds of CPU compile
-@pytest.mark.parametrize("provider, mode, dtype, dims", opcheck.reference_cases(SPEC, SHAPES, compile_shapes=0))
+@pytest.mark.parametrize("provider, mode, dtype, dims", opcheck.lean_reference_cases(SPEC, SHAPES))
 def test_matches_reference(provider, mode, dtype, dims):
     opcheck.check_case(SPEC, provider, mode, dtype, dims)
 
@@ -168,8 +169,8 @@ def test_default_launch(monkeypatch):
 
 
 def test_a_forced_config_reaches_the_launch(monkeypatch):
-    # the lab's A/B forces configs through the tunable pick (kcollect.kernels._lib.forced)
-    from kcollect.kernels._lib import forced
+    # the lab's A/B forces configs through the tunable pick (kcollect.kernels._host.config.forced)
+    from kcollect.kernels._host.config import forced
 
     x = _inputs()
     with forced(rope.RoPEConfig(max_heads=1, warps=8)):

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from kcollect import verify
-from kcollect.kernels._lib import forced
+from kcollect.kernels._host.config import forced
 from kcollect.kernels.rtu import RTUConfig, providers, rtu
 from kcollect.kernels.rtu.naive import reference
 from kcollect.kernels.rtu.spec import SPEC

@@ -190,6 +190,16 @@ def test_every_timed_cuda_call_follows_an_l2_flush(monkeypatch):
     assert all(log[i - 2] == "flush" for i in timed), log
 
 
+def test_the_l2_flush_is_larger_than_the_l2_it_flushes():
+    # Writing the flush buffer evicts what a call would otherwise find in L2 only when the buffer is
+    # well beyond the L2 (its replacement is not strict LRU): twice this device's L2 at least (on
+    # the CPU, the H100's 50 MB that kernels/_host/device.py stands in with).
+    from kcollect.kernels._host.device import l2_bytes
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    assert timing.L2_FLUSH_BYTES >= 2 * l2_bytes(device), (timing.L2_FLUSH_BYTES, l2_bytes(device))
+
+
 def test_reference_runs_once_per_case_for_every_mode(tmp_path):
     calls = []
 
@@ -222,7 +232,8 @@ def test_rows_carry_evidence_and_the_run_its_breakdown(tmp_path):
 
 def test_rows_store_the_tokens_of_a_spec_that_counts_them(tmp_path):
     # attention's rows carry B * Sq tokens (the site shows tokens/s); a spec without tokens, NULL
-    counted = dataclasses.replace(PLANTED, providers=swiglu.SPEC.providers[:1], tokens=lambda dims: dims["M"] * 2)
+    counted = dataclasses.replace(PLANTED, providers=swiglu.SPEC.providers[:1], baseline="triton",
+                                  tokens=lambda dims: dims["M"] * 2)
     _, _, stored = _run(tmp_path, spec=counted)
     assert [r["tokens"] for r in stored] == [66]
     _, _, plain = _run(tmp_path / "plain", spec=dataclasses.replace(counted, tokens=None))

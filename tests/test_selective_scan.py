@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from kcollect import verify
-from kcollect.kernels._lib import forced
+from kcollect.kernels._host.config import forced
 from kcollect.kernels.selective_scan import SelectiveScanConfig, selective_scan
 from kcollect.kernels.selective_scan.spec import EAGER_MAX_T, SPEC, eager, log_depth, mamba_available
 from kcollect.spec import Unavailable

@@ -166,6 +166,7 @@ def pypi_online():
         pytest.skip("pypi.org cannot be reached from here: the set-up's resolution against plain PyPI is not checked")
 
 
+@pytest.mark.network
 def test_the_setup_resolves_against_plain_pypi(pypi_online):
     # What setup.sh asks for, on plain PyPI, where torch==X is the CUDA build: its own Triton pin
     # must be requirements/cpu.txt's (a different one ends in ResolutionImpossible).
@@ -179,6 +180,7 @@ def test_the_setup_resolves_against_plain_pypi(pypi_online):
     assert all("files.pythonhosted.org" in i["download_info"]["url"] for i in found)  # nothing local
 
 
+@pytest.mark.network
 def test_the_gpu_lock_is_consistent_on_plain_pypi(pypi_online):
     # What torch, Triton and the peer require (Linux, Python 3.12), the lock meets: torch's exact
     # Triton and CUDA library pins above all. The lock itself comes from pip's resolver
@@ -201,6 +203,7 @@ def test_the_gpu_lock_is_consistent_on_plain_pypi(pypi_online):
                 f"{meta['name']} needs {text}; the lock has {pins[name]}"
 
 
+@pytest.mark.network
 def test_the_cpu_index_serves_the_pinned_torch():
     if not reachable(CPU_INDEX + "/torch/"):
         pytest.skip(f"{CPU_INDEX} cannot be reached from here: setup.sh falls back to pip's own index")

@@ -32,7 +32,8 @@ from kcollect.store import Store
 sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright for Python is not installed "
                                                              "(pip install playwright)")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH (apt-get install chromium)")
+pytestmark = [pytest.mark.browser,
+              pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH (apt-get install chromium)")]
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update", "--disable-sync"]
 AXE = Path(__file__).resolve().parent / "vendor" / "axe-core" / "axe.min.js"

@@ -13,7 +13,7 @@ from triton.runtime.jit import KernelInterface
 import opcheck
 from kcollect import verify
 from kcollect.kernels import softmax
-from kcollect.kernels._lib import prefetch
+from kcollect.kernels._host import prefetch
 from kcollect.kernels.softmax import CoopConfig, LinesConfig, RowsConfig, SplitConfig, StreamConfig
 from kcollect.kernels.softmax import config as C
 from kcollect.kernels.softmax import wide
@@ -274,7 +274,7 @@ for name, (fn, sig, const, warps, cap) in cases.items():
 
 @ON_GPU
 def test_sm90_binaries_assemble_as_measured_on_the_gpu():
-    # The packed bf16 widening (_lib.widen) and the L2 prefetch are PTX: compiled offline for sm_90
+    # The packed bf16 widening (kernels/_jit/widen.py) and the L2 prefetch are PTX: compiled offline for sm_90
     # (its own process, without TRITON_INTERPRET; run with the GPU tests, ~6 s of CPU), they must
     # assemble, at the occupancy the defaults were measured at: the packed backward's 32768
     # block without spills (unpacked it spills 8 registers a thread); the backward coop within its

@@ -12,10 +12,10 @@ import torch
 import torch.nn.functional as F
 
 from kcollect import verify
-from kcollect.kernels.attention.decode import attention_decode
-from kcollect.kernels.backbone.blocks import causal_conv, scan
+from kcollect.kernels.attention.step import attention_decode
+from kcollect.kernels.backbone.common import causal_conv, scan
 from kcollect.kernels.conv1d.step import causal_conv_step
-from kcollect.kernels.lstm.spec import step_loop
+from kcollect.kernels.lstm.naive import step_loop
 from kcollect.kernels.lstm.step import lstm_step
 from kcollect.kernels.selective_scan.step import selective_state_update
 

@@ -69,6 +69,7 @@ def _github_reachable() -> bool:
         return False
 
 
+@pytest.mark.network
 def test_each_pin_is_the_commit_of_its_release_tag():
     # what the comment names is what runs: the tag's commit (an annotated tag's peeled line) as
     # GitHub lists it now; where github.com cannot be reached (CI can), this is not checked

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import torch
 
-from kcollect.spec import Shape
+from kcollect.spec import MODES, KernelSpec
 
-from .._lib.norm_spec import norm_spec, quack_refusals
-from .._lib.spec_kit import drawn_on_device
-from ..rms_norm.spec import FULL as RMS_NORM_FULL
+from .._spec.kit import FLOATS, drawn_on_device, grids_of
+from .._spec.norms import norm_cost, norm_providers, quack_refusals
 from ..rms_norm.spec import configs_of, rms_norm_eager
-from ..rms_norm.spec import reference as rms_norm_reference
 from . import add_rms_norm
+from .naive import reference
 
 
 def add_rms_norm_eager(x: torch.Tensor, residual: torch.Tensor, w: torch.Tensor, eps: float = 1e-6):
@@ -39,12 +38,6 @@ def add_rms_norm_quack(x: torch.Tensor, residual: torch.Tensor, w: torch.Tensor,
     return h, y
 
 
-def reference(x: torch.Tensor, residual: torch.Tensor, w: torch.Tensor, eps: float = 1e-6):
-    """Plain maths in float64 (the tests import it)."""
-    h = x + residual
-    return h, rms_norm_reference(h, w, eps)
-
-
 @drawn_on_device
 def make_inputs(dims, dtype, device, seed):
     g = torch.Generator(device=device).manual_seed(seed)
@@ -62,14 +55,6 @@ def make_inputs(dims, dtype, device, seed):
     }
 
 
-# Shape grids: M = tokens, N = hidden size. rms_norm's full grid leaner (the same
-# kernels, timed there on more shapes: not 1024x2048 and 16384x5120 here), the widest rows' forward
-# in one program's registers (bf16) with a residual.
-_LEFT_OUT = {"M=1024,N=2048", "M=16384,N=5120", "M=1024,N=65536"}
-FULL = tuple(s for s in RMS_NORM_FULL if s.label not in _LEFT_OUT) + (
-    Shape.rows(1024, 65536, "very wide rows: forward in one program's registers (bf16), backward in coop segments"),)
-
-
 # Cost model (minimum traffic, s = element size; rstd, our M*4-byte side output, not counted):
 #   fwd:      read x, residual, w; write h, y              -> (4*M*N + N) * s
 #   bwd:      read h, dy, dh, w; write dx (= dresidual), dw -> (4*M*N + 2*N) * s
@@ -78,14 +63,16 @@ FULL = tuple(s for s in RMS_NORM_FULL if s.label not in _LEFT_OUT) + (
 # it is written once. Beyond the minimum, as in rms_norm: the bwd's fp32 dw partials (in L2); where
 # the backward takes the cols path it reads h and dy twice (6*M*N*s instead of 4*M*N*s).
 # FLOPs: fwd 5 per element (the add, then rms_norm's 4); bwd 10 (rms_norm's 9, plus dh).
-SPEC = norm_spec(
-    "add_rms_norm", "h = x + residual, y = rms_norm(h) * w, returning (h, y), forward and backward",
-    fn=add_rms_norm, eager=add_rms_norm_eager, liger=add_rms_norm_liger, quack=add_rms_norm_quack,
-    config_of=lambda inputs: configs_of(inputs["x"], True),
-    reference=reference, make_inputs=make_inputs, grad_inputs=("x", "residual", "w"),
-    full=FULL, traffic={"fwd": (4, 1, 0), "bwd": (4, 2, 0)}, flops_per={"fwd": 5, "bwd": 10},
+bytes_moved, flops = norm_cost(traffic={"fwd": (4, 1, 0), "bwd": (4, 2, 0)}, flops_per={"fwd": 5, "bwd": 10})
+
+SPEC = KernelSpec(
+    name="add_rms_norm", modes=MODES, baseline="torch", bound="memory",
+    description="h = x + residual, y = rms_norm(h) * w, returning (h, y), forward and backward", reference=reference,
+    make_inputs=make_inputs, grad_inputs=("x", "residual", "w"), grids=grids_of(__file__), bytes_moved=bytes_moved,
+    flops=flops, dtypes=FLOATS,
+    providers=norm_providers(add_rms_norm, add_rms_norm_eager, lambda inputs: configs_of(inputs["x"], True),
+                             add_rms_norm_liger, add_rms_norm_quack),
     # rms_norm's: the same maths plus one rounding of h, which every provider does. Measured worst
     # over seeds and the test shapes: bf16 4.2e-3 (ours, interpreter), 3.9e-3 (eager); fp16 4.8e-4;
     # fp32 1.4e-7.
-    tolerance={torch.bfloat16: 1e-2, torch.float16: 1.5e-3, torch.float32: 1e-5},
-)
+    tolerance={torch.bfloat16: 1e-2, torch.float16: 1.5e-3, torch.float32: 1e-5})

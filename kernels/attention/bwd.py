@@ -13,9 +13,10 @@ import torch
 import triton
 import triton.language as tl
 
-from .._lib import first_fit
-from .common import (block_d, interpreter_operands, key_blocks, load_tile, lse_offset, query_blocks, query_tile,
-                     rows_src, seq_spans, store_tile, visible)
+from .._host.device import first_fit
+from .._host.dot import interpreter_operands
+from .common import (block_d, key_blocks, load_tile, lse_offset, query_blocks, query_tile, rows_src, seq_spans,
+                     store_tile, visible)
 from .config import BwdConfig
 from .fwd import fallbacks, strides3, use_tma, with_tma_if_ready
 

@@ -9,7 +9,6 @@ next one with masked loads (D 96 -> 128): the padded columns are zeros and add n
 """
 from __future__ import annotations
 
-import torch
 import triton
 import triton.language as tl
 
@@ -148,16 +147,6 @@ def store_tile(dst, x, row0, length, stride, offs_r, offs_d, D: tl.constexpr, TM
         rows = row0 + offs_r
         tl.store(dst + rows[:, None] * stride + offs_d[None, :], x,
                  mask=(rows < length)[:, None] & (offs_d < D)[None, :])
-
-
-def interpreter_operands(*xs):
-    """The tensors the kernels read: as given on the GPU; on the CPU interpreter bf16 ones as fp32,
-    since Triton 3.6's interpreter keeps bf16 as uint16 and its tl.dot multiplies those integers.
-    fp32 holds every bf16 value exactly; what changes there is only that P and dS are not rounded
-    to bf16 before their products (outputs are still stored in the inputs' dtype)."""
-    if xs[0].is_cuda or xs[0].dtype != torch.bfloat16:
-        return xs
-    return tuple(x.float() for x in xs)
 
 
 def block_d(head_dim: int) -> int:

@@ -11,12 +11,12 @@ warp specialisation (tl.range(warp_specialize=True)) failed the correctness gate
 shape, so the kernels no longer offer it; persistent grids lost everywhere. Not tuned on the H200:
 there these are a guess.
 The CPU entries are small so that the interpreter's tests cross several blocks on tiny shapes.
-Both picks are @tunable: `kcollect.kernels._lib.forced(FwdConfig(...))` overrides them (lab/)."""
+Both picks are @tunable: `kcollect.kernels._host.config.forced(FwdConfig(...))` overrides them (lab/)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .._lib.config import arch, tunable
+from .._host.config import arch, tunable
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,9 @@ import torch
 import triton
 import triton.language as tl
 
-from .._lib import first_fit, sm_count
-from .common import (block_d, interpreter_operands, key_blocks, load_tile, lse_offset, query_tile, rows_src, seq_spans,
+from .._host.device import first_fit, sm_count
+from .._host.dot import interpreter_operands
+from .common import (block_d, key_blocks, load_tile, lse_offset, query_tile, rows_src, seq_spans,
                      store_tile, visible)
 from .config import FwdConfig
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import torch
 
-from kcollect.spec import Provider, Shape
+from kcollect.spec import MODES, KernelSpec, Provider
 
-from .._lib import config_record
-from .._lib.spec_kit import module_spec
+from .._host.config import config_record
+from .._spec.kit import grids_of
 from . import attention, pick
 from .naive import reference, visible_pairs
 from .providers import cuda_only, eager, fa4, fla, flex, importable, sdpa
@@ -94,39 +94,6 @@ def check_shape(dims) -> str | None:
     return None
 
 
-def _s(b, hq, hkv, sq, sk, d, causal, why, window=0, varlen=0) -> Shape:
-    return Shape({"B": b, "Hq": hq, "Hkv": hkv, "Sq": sq, "Skv": sk, "D": d, "causal": causal, "window": window,
-                  "varlen": varlen}, why)
-
-
-QUICK = (  # the pipeline end to end on the CPU interpreter, every feature once, two blocks at most
-    _s(1, 2, 2, 24, 24, 64, 0, "non-causal, length not a multiple of the block"),
-    _s(1, 2, 1, 20, 28, 96, 1, "causal, grouped-query 2:1, head dim 96 padded to 128, fewer queries than keys"),
-    _s(1, 2, 2, 30, 30, 64, 1, "sliding window of 8 keys: masked blocks at both edges", window=8),
-    _s(2, 2, 2, 12, 12, 128, 1, "packed batch of 2 sequences of random lengths, head dim 128", varlen=1),
-)
-
-_SUITE = "the attention suite's own config"
-FULL = (
-    _s(1, 1, 1, 32, 32, 64, 0, _SUITE), _s(1, 1, 1, 64, 64, 64, 0, _SUITE), _s(1, 1, 1, 128, 128, 64, 0, _SUITE),
-    _s(1, 1, 1, 256, 256, 64, 0, _SUITE), _s(1, 1, 1, 512, 512, 64, 0, _SUITE), _s(2, 4, 4, 128, 128, 64, 0, _SUITE),
-    _s(1, 8, 8, 60, 60, 64, 1, "real-time inference window, one stream: latency"),
-    _s(32, 8, 8, 60, 60, 64, 1, "real-time inference window, 32 streams"),
-    # training, 16k tokens a batch, sequence length swept at D 128 (the site's TFLOP/s-vs-S chart)
-    *(_s(16384 // s, 16, 16, s, s, 128, c, "training, 16k tokens a batch, D 128")
-      for s in (512, 1024, 2048, 4096, 8192, 16384) for c in (1, 0)),
-    # and at D 64 with 32 heads
-    *(_s(16384 // s, 32, 32, s, s, 64, 1, "training, 16k tokens a batch, D 64, 32 heads") for s in (512, 2048, 8192)),
-    _s(16, 16, 16, 1024, 1024, 64, 0, "16k tokens, D 64, non-causal (BERT-like encoder)"),
-    _s(4, 32, 8, 4096, 4096, 128, 1, "grouped-query 32:8 (Llama-3-8B), 16k tokens"),
-    _s(4, 32, 8, 4096, 4096, 128, 0, "grouped-query 32:8, non-causal"),
-    _s(8, 16, 16, 2048, 2048, 128, 1, "packed batch: 8 sequences of random lengths, 16k tokens", varlen=1),
-    _s(2, 16, 16, 8192, 8192, 128, 1, "sliding window of 1024 keys (Mistral-like), 16k tokens", window=1024),
-    _s(4, 16, 16, 4096, 4096, 96, 1, "head dim 96, not a power of two"),
-    _s(4, 16, 16, 1024, 4096, 128, 1, "chunked prefill: 1024 queries over 4096 keys, aligned at the end"),
-)
-
-
 def visible_total(dims) -> float:
     """Visible (query, key) pairs of one head over the batch. Dense causal Sq == Skv without a
     window: B * Sq * Skv / 2, the convention of FlashAttention's benchmarks (so TFLOP/s compare
@@ -170,18 +137,14 @@ PROVIDERS = (
     Provider("fa4", fa4, importable("flash_attn.cute")),
 )
 
-SPEC = module_spec(
-    globals(), "attention",
-    "softmax(q k^T / sqrt(D)) v: causal, sliding-window, grouped-query and packed batches, fwd and bwd",
-    providers=PROVIDERS,
-    baseline="sdpa_flash",
-    grad_inputs=("q", "k", "v"),
-    bound="compute",
+SPEC = KernelSpec(
+    name="attention", modes=MODES, baseline="sdpa_flash", bound="compute",
+    description="softmax(q k^T / sqrt(D)) v: causal, sliding-window, grouped-query and packed batches, fwd and bwd",
+    reference=reference, make_inputs=make_inputs, grad_inputs=("q", "k", "v"), grids=grids_of(__file__),
+    check_shape=check_shape, tokens=tokens, bytes_moved=bytes_moved, flops=flops,
+    dtypes=(torch.bfloat16, torch.float16), bench_dtypes=(torch.bfloat16, torch.float16), providers=PROVIDERS,
     # Three times the worst error of eager attention (matmul, softmax, matmul in the dtype) against
     # float64, measured on the CPU over S 60-1024, D 64/96/128, causal, windowed and GQA shapes,
     # fwd and bwd: bf16 6.6e-3, fp16 8.2e-4 (sdpa_math, which upcasts to fp32: 2.6e-3, 3.1e-4;
     # flash kernels, which round P to the dtype before p @ v, sit in between).
-    tolerance={torch.bfloat16: 2e-2, torch.float16: 2.5e-3},
-    dtypes=(torch.bfloat16, torch.float16),
-    bench_dtypes=(torch.bfloat16, torch.float16),
-)
+    tolerance={torch.bfloat16: 2e-2, torch.float16: 2.5e-3})

@@ -5,7 +5,7 @@
     y = x @ w_lin.T + b_lin + [c1 | c2] @ w_out.T + b_out
 
 x [B, T, H] (H a power of two), w_lin [O, H], w_out [O, 2H], b_lin and b_out [O]; (c1, c2) [B, T, H]
-the streaming RTU of kernels.py over xhat = SRHT(x) = H_d (signs * x[..., perm]) / sqrt(H) (H_d the
+the streaming RTU of scan.py over xhat = SRHT(x) = H_d (signs * x[..., perm]) / sqrt(H) (H_d the
 Sylvester-Hadamard matrix, signs [H] of +-1 and perm [H] fixed buffers), with nu_log, theta_log, w1,
 w2 [H] its per-channel parameters; resets [B, T] bool. state [10, B, H] is what the layer carries to
 the next chunk, without gradient: c1 and c2 after the last step and the eight eligibility traces.
@@ -19,9 +19,9 @@ import math
 
 import torch
 
-from .._lib.recurrent import check_dtypes
+from .._host.cells import check_dtypes
 from .config import AxonConfig, pick
-from .kernels import axon_scan_bwd, axon_scan_fwd, channel_constants
+from .scan import axon_scan_bwd, axon_scan_fwd, channel_constants
 
 __all__ = ["AxonConfig", "AxonFunction", "axon", "pick", "srht_matrix"]
 

@@ -1,22 +1,25 @@
 """What the collector needs to measure the backbones: providers, the float64 reference, inputs,
 grids, the cost model and the tolerance.
 
-A row is one inference forward of a whole backbone (arch.py): over the window of T frames
+A row is one inference forward of a whole backbone (common.py): over the window of T frames
 (stream=0: what an agent that recomputes its window pays per frame) or of one new frame with the
 state the T - 1 frames before it left (stream=1: what a streaming agent pays). The site's budgets
 page compares these times with a frame's budget (16.67 ms at 60 FPS).
 """
 from __future__ import annotations
 
+import math
+from typing import Mapping
+
 import torch
 
-from kcollect.spec import Provider, Shape
+from kcollect.spec import KernelSpec, Provider
 
-from .._lib.spec_kit import module_spec
-
-from .arch import NETS, Arch, bytes_moved, check, flops, make_weights
-from .eager import compiled, eager, prefill, reference
-from .ours import config_of, kcollect
+from .._spec.kit import grids_of
+from .common import N_STATE, NETS, Arch, make_weights, state_shapes, weight_shapes
+from .config import config_of
+from .fwd import kcollect
+from .naive import compiled, eager, prefill, reference
 
 
 def make_inputs(dims, dtype, device, seed):
@@ -39,29 +42,55 @@ def make_inputs(dims, dtype, device, seed):
     return inputs
 
 
-def _s(net, b, t, h, layers, stream, why) -> Shape:
-    return Shape({"net": net, "B": b, "T": t, "H": h, "L": layers, "stream": stream}, why)
+def check(dims: Mapping) -> str | None:
+    missing = [n for n in ("net", "B", "T", "H", "L", "stream") if n not in dims]
+    if missing:
+        return f"backbone needs the dims net, B, T, H, L, stream; missing {', '.join(missing)}"
+    if dims["net"] not in NETS:
+        return f"net={dims['net']!r}: one of {', '.join(NETS)}"
+    if min(dims["B"], dims["T"], dims["H"], dims["L"]) < 1 or dims["stream"] not in (0, 1):
+        return "B, T, H, L must be positive and stream 0 or 1"
+    if dims["stream"] and dims["T"] < 2:
+        return "stream=1 needs T >= 2 (a state from the frames before the new one)"
+    if dims["net"] == "jamba" and dims["L"] < 2:
+        return "jamba needs L >= 2 (Mamba layers around one attention layer)"
+    if dims["H"] > 64 and dims["H"] % 64:
+        return f"H={dims['H']}: above 64, a multiple of 64 (heads of 64)"
+    return None
 
 
-QUICK = (  # every backbone, window and stream, on shapes the CPU interpreter runs in seconds
-    _s("mlp", 3, 5, 32, 1, 0, "MLP window: one layer"), _s("mlp", 4, 5, 32, 2, 1, "MLP, one frame"),
-    _s("lstm", 3, 5, 16, 2, 0, "LSTM window, two layers"), _s("lstm", 4, 5, 32, 1, 1, "LSTM step from a state"),
-    _s("attention", 2, 6, 32, 2, 0, "causal attention over the window"),
-    _s("attention", 4, 6, 32, 1, 1, "one frame over the cached window"),
-    _s("mamba", 2, 5, 16, 2, 0, "Mamba window: the scan, conv from zeros"),
-    _s("mamba", 4, 5, 32, 1, 1, "Mamba step: conv window and SSM state carried"),
-    _s("jamba", 2, 5, 32, 2, 0, "Mamba then attention"), _s("jamba", 4, 5, 16, 3, 1, "jamba step, 3 layers"),
-)
+# Cost model: FLOPs of the matmuls, 2 per multiply-add, per frame computed (B * frames of them):
+#   MLP        gate, up, down                          6 H F
+#   LSTM       input and recurrent gate GEMMs          16 H^2
+#   attention  qkv, out projections                    8 H^2, plus 4 H per (query, key) pair
+#              (q k^T and p v); the pairs: causal T (T + 1) / 2 over a window, T per streamed frame
+#   Mamba      in_proj 4 H Di, x_proj 2 Di (R + 2N), dt_proj 2 R Di, out_proj 2 Di H, and the
+#              readout C . h of the scan, 2 Di N (a batched matvec)
+# The scan's recurrence, the conv, norms and activations are elementwise: not counted.
+def flops(dims, mode) -> float:
+    a = Arch.of(dims)
+    H, Di, N = a.H, a.Di, N_STATE
+    per_frame = a.L * 6 * H * a.F
+    per_frame += a.count("lstm") * 16 * H * H
+    per_frame += a.count("attention") * 8 * H * H
+    per_frame += a.count("mamba") * (4 * H * Di + 2 * Di * (a.R + 2 * N) + 2 * a.R * Di + 2 * Di * H + 2 * Di * N)
+    pairs = a.T if a.stream else a.T * (a.T + 1) / 2
+    total = a.B * a.frames * per_frame + a.count("attention") * a.B * pairs * 4 * H
+    return float(total)
 
-FULL = (
-    # the agent's model: hidden 512, 4 layers, a 60-frame window; one game (B 1) and batched
-    # self-play (B 32); recomputing the window against streaming one frame with the state
-    *(_s(n, b, 60, 512, 4, st, f"agent model, {'stream' if st else 'window'}, {b} stream(s)")
-      for n in NETS for b in (1, 32) for st in (0, 1)),
-    # the small model (hidden 256, 2 layers) for one game
-    *(_s(n, 1, 60, 256, 2, st, f"small model, {'stream' if st else 'window'}, one game")
-      for n in NETS for st in (0, 1)),
-)
+def bytes_moved(dims, dtype, mode) -> int:
+    """Weights read once, frames in and out, the state read and written (the SSM state in fp32)."""
+    a = Arch.of(dims)
+    s = dtype.itemsize
+    weights = sum(math.prod(v) for v in weight_shapes(a).values()) * s
+    frames = 2 * a.B * a.frames * a.H * s
+    state = 0
+    for name, shape in state_shapes(a).items():
+        per = 4 if name == "ssm_state" else s
+        # a streamed attention layer reads its cache and writes one frame's k and v
+        state += math.prod(shape) * per * (1 if name in ("k_cache", "v_cache") else 2)
+    return int(weights + frames + (state if a.stream else 0))
+
 
 # Plain torch.compile (inductor's default mode), not mode="reduce-overhead": the collector times
 # every provider as a CUDA-graph replay of its call, which removes the launch overhead that
@@ -74,22 +103,16 @@ PROVIDERS = (
     Provider("kcollect", kcollect, config=config_of, ours=True),
 )
 
-SPEC = module_spec(
-    globals(), "backbone",
-    "inference forward of a sequence backbone (mlp, lstm, attention, mamba, jamba) over a window of "
-    "frames or one streamed frame",
-    modes=("fwd",),
-    providers=PROVIDERS,
-    baseline="eager",
-    grad_inputs=(),
-    bound="compute",
+SPEC = KernelSpec(
+    name="backbone", modes=("fwd",), baseline="eager", bound="compute",
+    description="inference forward of a sequence backbone (mlp, lstm, attention, mamba, jamba) over a window of "
+                "frames or one streamed frame",
+    reference=reference, make_inputs=make_inputs, grad_inputs=(), grids=grids_of(__file__), check_shape=check,
+    bytes_moved=bytes_moved, flops=flops, dtypes=(torch.bfloat16, torch.float32), providers=PROVIDERS,
     # bf16: about 3x the worst error of the eager modules against float64, measured on the CPU over
     # every backbone at H 512, L 4, T 60, window and stream (4.3e-3 mlp to 6.3e-3 lstm; ours 4.5e-3
     # to 6.6e-3 on the quick grid): one rounding per sublayer output, over 8-12 sublayers. fp32:
     # the CPU gives 2e-7 to 4e-7, but on the GPU PyTorch lets cuDNN run fp32 RNNs and convolutions
     # in TF32 by default (torch.backends.cudnn.allow_tf32; 10-bit mantissa, 5e-4 a rounding), which
     # the eager and compile LSTM and conv take: the tolerance holds that, not fp32's own error.
-    tolerance={torch.bfloat16: 2e-2, torch.float32: 3e-3},
-    dtypes=(torch.bfloat16, torch.float32),
-    check_shape=check,
-)
+    tolerance={torch.bfloat16: 2e-2, torch.float32: 3e-3})

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .._lib.config import arch, tunable
+from .._host.config import arch, tunable
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .._lib import first_fit
-from ..attention.common import interpreter_operands
+from .._host.device import first_fit
+from .._host.dot import interpreter_operands
 from .config import MixConfig, pick_mix
 
 

@@ -13,11 +13,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from kcollect.spec import Provider, Unavailable, peer_available
+from kcollect.spec import MODES, KernelSpec, Provider, Unavailable, peer_available
 
-from .._lib import config_record
-from .._lib.scan import reset_mask
-from .._lib.spec_kit import by_mode, grids_of, module_spec, sequence_tokens
+from .._host.config import config_record
+from .._spec.scans import reset_mask
+from .._spec.kit import by_mode, grids_of, sequence_tokens
 from . import conv1d, is_depthwise, pick_depthwise, pick_mix
 from .naive import eager, reference
 
@@ -89,24 +89,21 @@ def flops(dims, mode) -> float:
     return float(by_mode(mode, fwd, 2 * fwd))
 
 
-SPEC = module_spec(
-    globals(), "conv1d",
-    "causal conv1d with per-step resets (a reset starts a new window), depthwise or channel-mixing; "
+SPEC = KernelSpec(
+    name="conv1d", modes=MODES, baseline="eager", bound="memory",
+    description="causal conv1d with per-step resets (a reset starts a new window), depthwise or channel-mixing; "
     "cudnn is F.conv1d without resets, the speed reference, measured where the shape has none",
-    triton=conv1d,
+    reference=reference, make_inputs=make_inputs, grad_inputs=("x", "weight", "bias"), grids=GRIDS,
+    tokens=sequence_tokens, bytes_moved=bytes_moved, flops=flops, dtypes=(torch.bfloat16, torch.float32),
     providers=(
+        Provider("triton", conv1d, config=config_of, ours=True),
         Provider("cortex", cortex, peer_available("cortex")),
         Provider("cudnn", cudnn, builds=False),
         Provider("eager", eager, builds=False),
     ),
-    baseline="eager",
-    grad_inputs=("x", "weight", "bias"),
     # eager against float64 on the CPU, over fresh draws: bf16 2.9e-3 to 3.8e-3 (one rounding of y and
     # of each gradient), fp32 4e-8 to 1.1e-7 over reductions of up to 60 products; bf16 about 3x above,
     # fp32 ~20x for sums of up to F * K = 8192 products at the training sizes. fp32 products in TF32
     # (cuDNN's default for convolutions, Cortex's tl.dot) err by ~1e-3 and fail fp32's gate, as they
     # should; ours take three TF32 products (tf32x3).
-    tolerance={torch.bfloat16: 1.2e-2, torch.float32: 2e-6},
-    dtypes=(torch.bfloat16, torch.float32),
-    tokens=sequence_tokens,
-)
+    tolerance={torch.bfloat16: 1.2e-2, torch.float32: 2e-6})

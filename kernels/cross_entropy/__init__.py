@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from .config import RowsConfig, SplitConfig, pick
-from .launch import cross_entropy_forward, cross_entropy_rows
+from .fwd import cross_entropy_forward, cross_entropy_rows
 from .rows import finish_mean, scale_
 
 __all__ = ["IGNORE_INDEX", "CrossEntropyFunction", "RowsConfig", "SplitConfig", "cross_entropy",

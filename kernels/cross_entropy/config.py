@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import triton
 
-from .._lib import arch
+from .._host.config import arch
 
 # Split path: 1x128256 7.8 / 10.5 us (fwd / fwd+bwd) against 19.5 / 21.1 on the rows path
 # (torch.compile 13.2 / 18.1); 16x128256 1.9x / 1.6x faster, 64x128256 1.2x / 1.2x (the most rows

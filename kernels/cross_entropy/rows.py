@@ -25,8 +25,11 @@ import torch
 import triton
 import triton.language as tl
 
-from .._lib import LOG2E, lse2_combine, lse_update, prefetch_ahead, prefetch_chunk, sm_count
-from .._lib.lse import max_log2sum
+from .._host.device import sm_count
+from .._host.prefetch import prefetch_ahead
+from .._jit.lse import LOG2E, lse2_combine, lse_update
+from .._jit.prefetch import prefetch_chunk
+from .._jit.lse import max_log2sum
 from .config import RowsConfig
 
 LN2 = tl.constexpr(0.6931471805599453)

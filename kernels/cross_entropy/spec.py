@@ -5,11 +5,12 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from kcollect.spec import Provider, Unavailable, peer_available, standard_providers
+from kcollect.spec import KernelSpec, Provider, Unavailable, peer_available, standard_providers
 
-from .._lib import config_record
-from .._lib.spec_kit import drawn_on_device, grids_of, module_spec
+from .._host.config import config_record
+from .._spec.kit import FLOATS, drawn_on_device, grids_of
 from . import IGNORE_INDEX, cross_entropy, pick
+from .naive import reference
 
 
 # ---------------------------------------------------------------------------------------------
@@ -40,23 +41,6 @@ def cross_entropy_quack(logits: torch.Tensor, target: torch.Tensor, ignore_index
     import quack
 
     return quack.cross_entropy(logits, target, ignore_index=ignore_index, reduction="mean")
-
-
-# ---------------------------------------------------------------------------------------------
-# Reference: plain maths, float64
-
-
-def reference(logits: torch.Tensor, target: torch.Tensor, ignore_index: int = IGNORE_INDEX,
-              label_smoothing: float = 0.0) -> torch.Tensor:
-    # loss_i = (1 - eps) * (lse_i - x_i[y_i]) + eps * mean_j (lse_i - x_ij), mean over valid rows.
-    # logsumexp rather than log_softmax: no [N, V] float64 output to keep (memory at 8192 x 128k).
-    valid = target != ignore_index
-    lse = torch.logsumexp(logits, dim=-1)
-    x_y = logits.gather(1, torch.where(valid, target, 0).unsqueeze(1)).squeeze(1)
-    per_row = lse - (1.0 - label_smoothing) * x_y
-    if label_smoothing:
-        per_row = per_row - label_smoothing * logits.mean(dim=-1)
-    return torch.where(valid, per_row, 0.0).sum() / valid.sum()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -91,10 +75,6 @@ def config_of(inputs) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------
-GRIDS = grids_of(__file__)  # grids.toml beside this file
-
-
-# ---------------------------------------------------------------------------------------------
 # Cost model (minimum traffic; s = bytes per logit, targets are int64):
 #   fwd:      read logits once, read targets                       -> N * V * s + 8 * N
 #   fwd+bwd:  read logits once, write dlogits, read targets        -> 2 * N * V * s + 8 * N
@@ -125,18 +105,17 @@ def check_shape(dims) -> str | None:
     return None
 
 
-SPEC = module_spec(
-    globals(), "cross_entropy",
-    "mean cross-entropy of LM logits with ignore_index and label smoothing; gradient fused into the forward",
-    modes=("fwd", "fwd+bwd"),
+SPEC = KernelSpec(
+    name="cross_entropy", modes=("fwd", "fwd+bwd"), baseline="torch", bound="memory",
+    description="mean cross-entropy of LM logits with ignore_index and label smoothing; gradient fused into the forward",
+    reference=reference, make_inputs=make_inputs, grad_inputs=("logits",), grids=grids_of(__file__),
+    check_shape=check_shape, bytes_moved=bytes_moved, flops=flops, dtypes=FLOATS,
     providers=standard_providers(cross_entropy, cross_entropy_eager, config_of)
     + (Provider("liger", cross_entropy_liger, peer_available("liger_kernel")),
        Provider("quack", cross_entropy_quack, peer_available("quack"))),
-    grad_inputs=("logits",),
     # Relative error of (loss, dlogits). bf16/fp16: the gradient is rounded once to the logits' dtype
     # and again when scaled by the upstream gradient (ours and Liger's), eager rounds log_softmax
     # before picking the target; seen up to 1e-2 / 1.8e-3 under the interpreter (whose bf16 cast
     # truncates). fp32: ours ~3e-7, but eager's log_softmax backward of the smoothing term cancels
     # over the row (seen 1.4e-5 at vocab 20k), and it is a legitimate fp32 implementation.
-    tolerance={torch.bfloat16: 1.5e-2, torch.float16: 4e-3, torch.float32: 5e-5},
-)
+    tolerance={torch.bfloat16: 1.5e-2, torch.float16: 4e-3, torch.float32: 5e-5})

@@ -23,8 +23,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .._lib import LOG2E, lse2_combine
-from .._lib.lse import max_log2sum
+from .._jit.lse import LOG2E, lse2_combine
+from .._jit.lse import max_log2sum
 from .config import SplitConfig
 from .rows import LN2, _count_valid, exact_loss, log2_softmax
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 
 from .config import GROUP, ROW_MAX, GroupsConfig, LinesConfig, TilesConfig, pick
-from .kernels import AMAX_FLOOR, FP8_MAX, GRANULARITIES, block_shape, fp8_quant_forward
+from .fwd import AMAX_FLOOR, FP8_MAX, GRANULARITIES, block_shape, fp8_quant_forward
 
 __all__ = ["AMAX_FLOOR", "FP8_MAX", "GRANULARITIES", "GROUP", "ROW_MAX", "GroupsConfig", "LinesConfig", "TilesConfig",
            "block_shape", "dequantize", "fp8_quant", "fp8_quant_forward", "pick"]

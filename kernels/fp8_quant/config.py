@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 import triton
 
-from .._lib import lines_launch, tunable
+from .._host.config import tunable
+from .._host.launch import lines_launch
 
 GROUP = 128  # the block edge of "1x128" and "128x128"
 ROW_MAX = 16384  # widest row kept in registers by the one-pass row kernel
@@ -39,7 +40,7 @@ class GroupsConfig:
 class LinesConfig:
     """"row" wider than ROW_MAX: two passes over each row (the amax, then the re-read from L2 and the
     store) in chunks of `chunk` elements as [chunk // vec, vec] lines, `programs` per SM or "rows"
-    (one program a row). The defaults of _lib.lines_launch (wide rows: 64 KB chunks of 32 warps,
+    (one program a row). The defaults of _host.launch.lines_launch (wide rows: 64 KB chunks of 32 warps,
     one program a row) with 16 elements a line (two 16-byte loads, one 16-byte store of e4m3):
     1024x128256 86.7% (8 elements a line 84.9-85.8%, one program per SM 83.6-84.0%, 32 KB chunks of
     16 warps 73.5-74.8%; a persistent kernel of chunk pairs 79.3-79.5%)."""

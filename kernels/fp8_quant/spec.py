@@ -5,11 +5,12 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from kcollect.spec import Provider, compiled
+from kcollect.spec import KernelSpec, Provider, compiled
 
-from .._lib import config_record
-from .._lib.spec_kit import drawn_on_device, grids_of, module_spec
+from .._host.config import config_record
+from .._spec.kit import FLOATS, drawn_on_device, grids_of
 from . import AMAX_FLOOR, FP8_MAX, GRANULARITIES, block_shape, dequantize, fp8_quant, pick
+from .naive import reference
 
 
 def _triton_available(device: str) -> str | None:
@@ -45,13 +46,6 @@ def compare(out: tuple) -> tuple:
     return (dequantize(q, scales),)
 
 
-def reference(x: torch.Tensor, gran: str) -> torch.Tensor:
-    """Quantisation approximates its input, so the float64 input itself is the reference for the
-    dequantised output."""
-    return x
-
-
-
 @drawn_on_device
 def make_inputs(dims, dtype, device, seed):
     g = torch.Generator(device=device).manual_seed(seed)
@@ -70,9 +64,6 @@ def config_of(inputs) -> dict:
     x = inputs["x"]
     cfg = pick(*x.shape, inputs["gran"], x.element_size(), x.device)
     return config_record(**{type(cfg).__name__[:-len("Config")].lower(): cfg})
-
-
-GRIDS = grids_of(__file__)  # grids.toml beside this file
 
 
 # Cost model (minimum traffic): read x once, write q once (1 byte per element) and the scales
@@ -101,21 +92,20 @@ def check_shape(dims) -> str | None:
     return None
 
 
-SPEC = module_spec(
-    globals(), "fp8_quant", "bf16 -> float8_e4m3fn with float32 scales per row, 1x128 group or 128x128 tile",
-    modes=("fwd",),
+SPEC = KernelSpec(
+    name="fp8_quant", modes=("fwd",), baseline="torch", bound="memory",
+    description="bf16 -> float8_e4m3fn with float32 scales per row, 1x128 group or 128x128 tile", reference=reference,
+    make_inputs=make_inputs, grad_inputs=(), grids=grids_of(__file__), check_shape=check_shape, compare=compare,
+    bytes_moved=bytes_moved, flops=flops, dtypes=FLOATS,
     providers=(
         Provider("triton", fp8_quant, _triton_available, config_of, ours=True),
         Provider("torch", fp8_quant_eager, builds=False),
         Provider("compile", compiled(fp8_quant_eager)),
     ),
-    grad_inputs=(),
     # The gate compares q * scale with x. e4m3 keeps 3 mantissa bits: round-to-nearest errs by at
     # most 2^-4 relative per element, and by about 2^-3 / sqrt(12) ~ 3.6% of the binade's lower
     # end in RMS, i.e. ~2.2-2.6% in Frobenius norm on these inputs whatever the input dtype (the
     # input's own rounding is not in the error: the reference is the input). 3.2% passes that with
     # margin yet fails round-toward-zero (~4.5%) or a misplaced scale.
     tolerance={torch.bfloat16: 3.2e-2, torch.float16: 3.2e-2, torch.float32: 3.2e-2},
-    compare=compare,
-    notes="q rounds to nearest even; equal to the eager code's q and scales up to the sign of zero",
-)
+    notes="q rounds to nearest even; equal to the eager code's q and scales up to the sign of zero")

@@ -1,7 +1,7 @@
 """Fused linear + cross-entropy: mean cross-entropy of x @ W.T (x [T, H], W [V, H]) without the
 [T, V] logits ever existing at once: the LM head and its loss in one step, gradients for x and W
 computed in the forward (Liger's design; backward only scales them by the upstream scalar). No
-Triton kernels of its own: chunks of cuBLAS matmuls around cross_entropy's kernel (chunks.py).
+Triton kernels of its own: chunks of cuBLAS matmuls around cross_entropy's kernel (fwd.py).
 
 No "fwd" or "bwd" mode: the op exists for training, and its backward does no work of its own (see
 cross_entropy).
@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from ..cross_entropy import IGNORE_INDEX, scale_
-from .chunks import fused_linear_cross_entropy_forward
+from .fwd import fused_linear_cross_entropy_forward
 from .config import FLCEConfig, pick
 
 __all__ = ["FLCEConfig", "FusedLinearCrossEntropyFunction", "fused_linear_cross_entropy",

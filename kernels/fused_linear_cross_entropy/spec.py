@@ -5,15 +5,15 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from kcollect.spec import Provider, peer_available, standard_providers
+from kcollect.spec import KernelSpec, Provider, peer_available, standard_providers
 
-from .._lib import config_record
-from .._lib.spec_kit import drawn_on_device, grids_of, module_spec
+from .._host.config import config_record
+from .._spec.kit import FLOATS, drawn_on_device, grids_of
 from ..cross_entropy import IGNORE_INDEX
 from ..cross_entropy import pick as cross_entropy_pick
 from ..cross_entropy.spec import check_shape  # the label smoothing's range
-from ..cross_entropy.spec import reference as cross_entropy_reference
 from . import fused_linear_cross_entropy, pick
+from .naive import reference
 
 
 # ---------------------------------------------------------------------------------------------
@@ -35,15 +35,6 @@ def fused_linear_cross_entropy_liger(x: torch.Tensor, weight: torch.Tensor, targ
 
     return LigerFusedLinearCrossEntropyFunction.apply(x, weight, target, None, None, ignore_index, 0.0,
                                                       label_smoothing, "mean")[0]
-
-
-# ---------------------------------------------------------------------------------------------
-# Reference: plain maths, float64
-
-
-def reference(x: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, ignore_index: int = IGNORE_INDEX,
-              label_smoothing: float = 0.0) -> torch.Tensor:
-    return cross_entropy_reference(x @ weight.T, target, ignore_index, label_smoothing)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -80,10 +71,6 @@ def config_of(inputs) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------
-GRIDS = grids_of(__file__)  # grids.toml beside this file
-
-
-# ---------------------------------------------------------------------------------------------
 # Cost model. Compute-bound: the three matmuls (logits, dx, dW), 2 T H V flops each:
 #   flops = 6 * T * H * V                      (the CE itself, ~10 T V, is noise next to it)
 # Bytes (minimum: read x and W, write dx and dW, read targets), for the record only:
@@ -100,17 +87,15 @@ def flops(dims, mode) -> float:
     return 6.0 * dims["tokens"] * dims["hidden"] * dims["vocab"]
 
 
-SPEC = module_spec(
-    globals(), "fused_linear_cross_entropy",
-    "cross-entropy of x @ W.T without materialising the logits: chunked cuBLAS + the cross_entropy kernel in place",
-    modes=("fwd+bwd",),
+SPEC = KernelSpec(
+    name="fused_linear_cross_entropy", modes=("fwd+bwd",), baseline="torch", bound="compute",
+    description="cross-entropy of x @ W.T without materialising the logits: chunked cuBLAS + the cross_entropy kernel in place",
+    reference=reference, make_inputs=make_inputs, grad_inputs=("x", "weight"), grids=grids_of(__file__),
+    check_shape=check_shape, bytes_moved=bytes_moved, flops=flops, dtypes=FLOATS,
     providers=standard_providers(fused_linear_cross_entropy, fused_linear_cross_entropy_eager, config_of)
     + (Provider("liger", fused_linear_cross_entropy_liger, peer_available("liger_kernel")),),
-    grad_inputs=("x", "weight"),
-    bound="compute",
     # Relative error of (loss, dx, dW). bf16: dx and dW are rounded three times (dlogits, the matmul
     # output, the upstream scaling; eager: twice), seen up to 1.5e-2 at one token under the
     # interpreter, whose casts truncate; Liger adds a bf16 dW accumulation over its chunks. fp16 has
     # 8x the mantissa. fp32: as cross_entropy (eager's smoothing backward cancels over the row).
-    tolerance={torch.bfloat16: 2e-2, torch.float16: 4e-3, torch.float32: 5e-5},
-)
+    tolerance={torch.bfloat16: 2e-2, torch.float16: 4e-3, torch.float32: 5e-5})

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import torch
 
-from .._lib.gated_launch import check_pair, gated_function
+from .._host.gated import check_pair, gated_function
 from .config import GEGLUConfig, pick
-from .kernels import geglu_backward, geglu_forward
+from .bwd import geglu_backward
+from .fwd import geglu_forward
 
 __all__ = ["GEGLUConfig", "GEGLUFunction", "geglu", "geglu_backward", "geglu_forward", "pick"]
 

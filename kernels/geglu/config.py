@@ -1,5 +1,5 @@
 """GEGLU's tuned config: the flat elementwise launch (one config for every size and GPU measured)."""
-from .._lib.launch import ElementwiseConfig as GEGLUConfig
-from .._lib.launch import elementwise_config as pick
+from .._host.launch import ElementwiseConfig as GEGLUConfig
+from .._host.launch import elementwise_config as pick
 
 __all__ = ["GEGLUConfig", "pick"]

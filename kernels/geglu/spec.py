@@ -1,13 +1,17 @@
-"""What the collector needs to measure geglu: providers, the float64 reference, grids and FLOPs;
-the rest (inputs, quick grid, cost model, tolerance) is shared with swiglu (_lib/gated.py)."""
+"""What the collector needs to measure geglu: the providers, the float64 reference, inputs, grids,
+the cost model and the tolerance (inputs, traffic and tolerance are the gated activations', shared
+with swiglu: kernels/_spec/gated.py)."""
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 
-from .._lib.gated import gated_spec
-from .._lib.spec_kit import grids_of
+from kcollect.spec import MODES, KernelSpec, Provider, peer_available, standard_providers
+
+from .._spec import gated
+from .._spec.kit import FLOATS, grids_of, per_element_cost
 from . import geglu, pick
+from .naive import reference
 
 
 def geglu_eager(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -21,14 +25,16 @@ def geglu_liger(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return LigerGELUMulFunction.apply(a, b)
 
 
-def reference(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Plain maths in float64 (the tests import it)."""
-    gelu = 0.5 * a * (1.0 + torch.tanh(0.7978845608028654 * (a + 0.044715 * a**3)))  # sqrt(2/pi)
-    return gelu * b
+# Cost model: the gated activations' traffic (gated.BYTES_PER: M x N tensors a mode); FLOPs per
+# element, rough (the tanh form's polynomial, an exp and a few multiply-adds): negligible next to
+# the bytes.
+bytes_moved, flops = per_element_cost(gated.BYTES_PER, {"fwd": 9, "bwd": 16, "fwd+bwd": 25})
 
-
-FULL = grids_of(__file__)["full"]  # grids.toml beside this file
-
-SPEC = gated_spec(
-    "geglu", "gelu_tanh(a) * b, the GEGLU gated MLP activation, forward and backward", geglu, geglu_eager,
-    geglu_liger, reference, FULL, flops_per={"fwd": 9, "bwd": 16, "fwd+bwd": 25}, pick=pick)
+SPEC = KernelSpec(
+    name="geglu", modes=MODES, baseline="torch", bound="memory",
+    description="gelu_tanh(a) * b, the GEGLU gated MLP activation, forward and backward", reference=reference,
+    make_inputs=gated.make_inputs, grad_inputs=("a", "b"), grids=grids_of(__file__), bytes_moved=bytes_moved,
+    flops=flops, dtypes=FLOATS,
+    providers=standard_providers(geglu, geglu_eager, gated.config_of(pick))
+    + (Provider("liger", geglu_liger, peer_available("liger_kernel")),),
+    tolerance=gated.TOLERANCE)

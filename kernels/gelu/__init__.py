@@ -2,13 +2,14 @@
 
 `gelu(x, approximate)` is differentiable (`approximate` as F.gelu's: "none" or "tanh");
 `gelu_forward` / `gelu_backward` are the raw launches, each with `config=None` (config.pick's
-choice) or a GELUConfig to force. The GELU maths (maths.py) is shared with geglu."""
+choice) or a GELUConfig to force. The GELU maths (kernels/_jit/gelu.py) is shared with geglu."""
 from __future__ import annotations
 
 import torch
 
 from .config import GELUConfig, pick
-from .kernels import APPROX, check_approx, gelu_backward, gelu_forward
+from .bwd import gelu_backward
+from .fwd import APPROX, check_approx, gelu_forward
 
 __all__ = ["APPROX", "GELUConfig", "GELUFunction", "gelu", "gelu_backward", "gelu_forward", "pick"]
 

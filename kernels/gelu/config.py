@@ -1,5 +1,5 @@
 """GELU's tuned config: the flat elementwise launch (one config for every size and GPU measured)."""
-from .._lib.launch import ElementwiseConfig as GELUConfig
-from .._lib.launch import elementwise_config as pick
+from .._host.launch import ElementwiseConfig as GELUConfig
+from .._host.launch import elementwise_config as pick
 
 __all__ = ["GELUConfig", "pick"]

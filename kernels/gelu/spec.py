@@ -3,27 +3,19 @@ cost model and the tolerance. The variant is part of the shape (dims["approx"] =
 the names of F.gelu's `approximate`), so both variants sit in both grids and are timed side by side."""
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 
-from kcollect.spec import standard_providers
+from kcollect.spec import MODES, KernelSpec, standard_providers
 
-from .._lib import config_record
-from .._lib.spec_kit import drawn_on_device, grids_of, module_spec, per_element_cost
+from .._host.config import config_record
+from .._spec.kit import FLOATS, drawn_on_device, grids_of, per_element_cost
 from . import APPROX, gelu, pick
+from .naive import reference
 
 
 def gelu_eager(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
     return F.gelu(x, approximate=approximate)
-
-
-def reference(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
-    """Plain maths in float64 (the tests import it)."""
-    if approximate == "tanh":
-        return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
-    return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))
 
 
 @drawn_on_device
@@ -36,9 +28,6 @@ def make_inputs(dims, dtype, device, seed):
 
 def config_of(inputs) -> dict:
     return config_record(elementwise=pick(inputs["x"].numel(), inputs["x"].device))
-
-
-GRIDS = grids_of(__file__)  # grids.toml beside this file
 
 
 def check_shape(dims) -> str | None:
@@ -56,12 +45,13 @@ def check_shape(dims) -> str | None:
 bytes_moved, flops = per_element_cost({"fwd": 2, "bwd": 3, "fwd+bwd": 5}, {"fwd": 8, "bwd": 14, "fwd+bwd": 22})
 
 
-SPEC = module_spec(
-    globals(), "gelu", "GELU, exact (erf) and tanh approximation, forward and backward",
+SPEC = KernelSpec(
+    name="gelu", modes=MODES, baseline="torch", bound="memory",
+    description="GELU, exact (erf) and tanh approximation, forward and backward", reference=reference,
+    make_inputs=make_inputs, grad_inputs=("x",), grids=grids_of(__file__), check_shape=check_shape,
+    bytes_moved=bytes_moved, flops=flops, dtypes=FLOATS,
     providers=standard_providers(gelu, gelu_eager, config_of),  # Liger has no plain GELU
-    grad_inputs=("x",),
     # One rounding of the output (eager and compile also compute in fp32 and round once), plus the
     # rounding of dy to the dtype in bwd: ~2^-9 relative for bf16 (x1.5 under the interpreter's
     # truncating cast), ~2^-12 for fp16; fp32: exp/erf/division rounding only.
-    tolerance={torch.bfloat16: 8e-3, torch.float16: 1e-3, torch.float32: 1e-5},
-)
+    tolerance={torch.bfloat16: 8e-3, torch.float16: 1e-3, torch.float32: 1e-5})

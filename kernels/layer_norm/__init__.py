@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from .._lib.rows import LinesConfig
+from .._host.rows import LinesConfig
 from .bwd import layer_norm_backward
 from .config import BwdRowsConfig, ColsConfig, CoopConfig, RowsConfig, TileConfig, pick_backward, pick_forward
 from .fwd import layer_norm_forward

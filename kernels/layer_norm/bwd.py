@@ -11,9 +11,13 @@ import torch
 import triton
 import triton.language as tl
 
-from .._lib import (coop_plan, coop_program, prefetch_ahead, prefetch_rows, prefetch_segment, publish2,
-                    resident_programs, sm_count, wait_total2)
-from .._lib.rows import align, col_mask, persistent_grid, row_start
+from .._host.coop import coop_plan
+from .._host.device import resident_programs, sm_count
+from .._host.prefetch import prefetch_ahead
+from .._jit.coop import coop_program, publish2, wait_total2
+from .._jit.prefetch import prefetch_rows, prefetch_segment
+from .._host.rows import align, persistent_grid
+from .._jit.rows import col_mask, row_start
 from .config import SUM_BLOCK_C, SUM_BLOCK_G, BackwardConfig, BwdRowsConfig, ColsConfig, CoopConfig, pick_backward
 from .fwd import load_rows
 
@@ -50,7 +54,7 @@ def _ln_bwd_rows(x_ptr, dy_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, part_ptr, M, 
         rows = pid * ROWS + i * step + tl.arange(0, ROWS)
         i += 1
         rmask = rows < M
-        if L2_AHEAD:  # the tile L2_AHEAD past the next one into L2 (_lib.prefetch_l2)
+        if L2_AHEAD:  # the tile L2_AHEAD past the next one into L2 (_jit.prefetch.prefetch_l2)
             prefetch_rows(x_ptr, pid * ROWS + (i + L2_AHEAD) * step, ROWS, M, N)
             prefetch_rows(dy_ptr, pid * ROWS + (i + L2_AHEAD) * step, ROWS, M, N)
         # past the last tile the rows are >= M: fully masked, no traffic
@@ -90,7 +94,7 @@ def _ln_bwd_rows(x_ptr, dy_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, part_ptr, M, 
 def _ln_bwd_coop(x_ptr, dy_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, part_ptr, slot_ptr, M, N, S, iters,
                  SEG: tl.constexpr, S_BLOCK: tl.constexpr, N_ALIGN: tl.constexpr, L2_AHEAD: tl.constexpr = 0):
     # Wide rows on the GPU, one launch: rms_norm's _bwd_coop with layer_norm's two row sums (c1, c2,
-    # _lib.publish2 / wait_total2). Program (group g, segment s) keeps columns [s*SEG, (s+1)*SEG)
+    # _jit.coop.publish2 / wait_total2). Program (group g, segment s) keeps columns [s*SEG, (s+1)*SEG)
     # of x and dy for rows g, g+G, ...; in step i it loads row i+1, publishes row i's partial sums
     # and finishes row i-1 (still in registers: re-read from L2 as rms_norm's coop does, it lost
     # here) with the totals published a step ago. Its dw and db partials stay in fp32 registers and
@@ -114,7 +118,7 @@ def _ln_bwd_coop(x_ptr, dy_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, part_ptr, slo
         nxt = row_start(row + G, N, N_ALIGN) + cols
         x_next = tl.load(x_ptr + nxt, mask=cm & (row + G < M), other=0.0)
         dy_next = tl.load(dy_ptr + nxt, mask=cm & (row + G < M), other=0.0)
-        if L2_AHEAD:  # the row L2_AHEAD steps past x_next into L2 (_lib.prefetch_l2)
+        if L2_AHEAD:  # the row L2_AHEAD steps past x_next into L2 (_jit.prefetch.prefetch_l2)
             prefetch_segment(x_ptr, row + (1 + L2_AHEAD) * G, M, N, seg, SEG)
             prefetch_segment(dy_ptr, row + (1 + L2_AHEAD) * G, M, N, seg, SEG)
         mean = tl.load(mean_ptr + row, mask=row < M, other=0.0)
@@ -249,7 +253,7 @@ def _rows(config: BwdRowsConfig, dy, x, weight, mean, rstd, dx, out) -> None:
 
 
 def _coop(config: CoopConfig, dy, x, weight, mean, rstd, dx, out) -> bool:
-    """False where not even one group of its programs fits (see _lib.coop_plan)."""
+    """False where not even one group of its programs fits (see _host.coop.coop_plan)."""
     M, N = x.shape
     # (mean: an fp32 stand-in for the dw/db partials, sized by the plan)
     plan = coop_plan(_ln_bwd_coop, (x, dy, weight, mean, rstd, dx, mean), M, N, config.seg, config.seg,

@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 import torch
 import triton
 
-from .._lib import arch, l2_bytes, tunable
-from .._lib.rows import LinesConfig, lines_config
+from .._host.config import arch, tunable
+from .._host.device import l2_bytes
+from .._host.rows import lines_config, LinesConfig
 
 # Forward, rows up to FWD_MAX_BLOCK (next power of two) in registers: tiles of FWD_TILE_BYTES of x a
 # program, FWD_PER_THREAD elements a thread (half the warps of 16: 32768x4096 82% -> 91% of copy,

@@ -4,7 +4,7 @@ flight to cover DRAM latency, and amortise the loads of w and b), mean and varia
 reductions over the registers (exact two-pass variance, no E[x^2] - E[x]^2 cancellation). Wider
 rows: two passes of chunks (the lines kernel), the second re-reading the row from L2.
 
-Row starts and column masks go through row_start / col_mask with N_ALIGN (_lib.rows): rows of 1000
+Row starts and column masks go through row_start / col_mask with N_ALIGN (_jit.rows): rows of 1000
 or 5000 elements then still get 16-byte loads. Loops with runtime bounds are `while` loops: under
 NumPy 2.4 the interpreter cannot turn its 1-element scalars into a `range` bound."""
 from __future__ import annotations
@@ -13,8 +13,9 @@ import torch
 import triton
 import triton.language as tl
 
-from .._lib import resident_programs
-from .._lib.rows import LinesConfig, align, col_mask, lines_grid, persistent_grid, row_start
+from .._host.device import resident_programs
+from .._host.rows import align, lines_grid, LinesConfig, persistent_grid
+from .._jit.rows import col_mask, row_start
 from .config import ForwardConfig, RowsConfig, TileConfig, pick_forward
 
 
@@ -173,7 +174,7 @@ def _check_tile(config, N: int) -> None:
 def layer_norm_forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float,
                        config: ForwardConfig | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """x [M, N] contiguous -> (y, mean, rstd); mean and rstd in fp32, kept for the backward.
-    `config`: the launch (a config of .config or _lib.rows.LinesConfig); None: pick_forward's."""
+    `config`: the launch (a config of .config or _host.rows.LinesConfig); None: pick_forward's."""
     M, N = x.shape
     y = torch.empty_like(x)
     mean = torch.empty(M, dtype=torch.float32, device=x.device)

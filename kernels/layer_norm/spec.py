@@ -5,10 +5,13 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .._lib import config_record
-from .._lib.norm_spec import norm_spec, quack_refusals
-from .._lib.spec_kit import drawn_on_device, grids_of
+from kcollect.spec import MODES, KernelSpec
+
+from .._host.config import config_record
+from .._spec.kit import FLOATS, drawn_on_device, grids_of
+from .._spec.norms import norm_cost, norm_providers, quack_refusals
 from . import layer_norm, pick_backward, pick_forward
+from .naive import reference
 
 
 def layer_norm_eager(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
@@ -51,13 +54,6 @@ def layer_norm_quack(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, 
     return y.view(x.shape)
 
 
-def reference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
-    """Plain maths in float64 (the tests import it)."""
-    mean = x.mean(dim=-1, keepdim=True)
-    var = ((x - mean) ** 2).mean(dim=-1, keepdim=True)
-    return (x - mean) / torch.sqrt(var + eps) * weight + bias
-
-
 @drawn_on_device
 def make_inputs(dims, dtype, device, seed):
     g = torch.Generator(device=device).manual_seed(seed)
@@ -83,9 +79,6 @@ def config_of(inputs) -> dict:
     return config_record(fwd=pick_forward(M, N, x.dtype, x.device), bwd=pick_backward(M, N, x.dtype, x.device))
 
 
-FULL = grids_of(__file__)["full"]  # grids.toml beside this file
-
-
 # Cost model (minimum traffic; s = element size, stats are fp32):
 #   fwd:      read x, w, b; write y, mean, rstd            -> (2*M*N + 2*N) * s + 8*M
 #   bwd:      read dy, x, w, mean, rstd; write dx, dw, db   -> (3*M*N + 3*N) * s + 8*M
@@ -94,14 +87,16 @@ FULL = grids_of(__file__)["full"]  # grids.toml beside this file
 # dy twice, (5*M*N) * s, as PyTorch's does; it is still charged the minimum. FLOPs, approximately per
 # element: fwd 8 (two sums, centre, square, scale, affine), bwd 13 (xhat, w*dy, two row sums, dx, dw
 # and db accumulation).
-SPEC = norm_spec(
-    "layer_norm", "LayerNorm over the last dim with weight and bias (eps 1e-5), forward and backward",
-    fn=layer_norm, eager=layer_norm_eager, liger=layer_norm_liger, quack=layer_norm_quack, config_of=config_of,
-    reference=reference, make_inputs=make_inputs, grad_inputs=("x", "weight", "bias"),
-    full=FULL, traffic={"fwd": (2, 2, 8), "bwd": (3, 3, 8)}, flops_per={"fwd": 8, "bwd": 13},
+bytes_moved, flops = norm_cost(traffic={"fwd": (2, 2, 8), "bwd": (3, 3, 8)}, flops_per={"fwd": 8, "bwd": 13})
+
+SPEC = KernelSpec(
+    name="layer_norm", modes=MODES, baseline="torch", bound="memory",
+    description="LayerNorm over the last dim with weight and bias (eps 1e-5), forward and backward",
+    reference=reference, make_inputs=make_inputs, grad_inputs=("x", "weight", "bias"), grids=grids_of(__file__),
+    bytes_moved=bytes_moved, flops=flops, dtypes=FLOATS,
+    providers=norm_providers(layer_norm, layer_norm_eager, config_of, layer_norm_liger, layer_norm_quack),
     # Ours sums statistics and gradients in fp32: one rounding of each output to the storage dtype
     # (bf16 measured <= 5.2e-3 under the interpreter's truncating casts, fp16 <= 5e-4). PyTorch's CPU
     # kernel rounds more in its bf16/fp16 backward (measured up to 7.7e-3 / 9.6e-4), hence the
     # headroom. fp32: rounding of the sums over N and over M rows (measured ~1e-7).
-    tolerance={torch.bfloat16: 1.6e-2, torch.float16: 3e-3, torch.float32: 1e-5},
-)
+    tolerance={torch.bfloat16: 1.6e-2, torch.float16: 3e-3, torch.float32: 1e-5})

@@ -7,15 +7,15 @@ its two biases summed), resets [B, T] bool: where True, row b's h and c are zero
 (an episode boundary inside the sequence). y [B, T, H] the hidden states, h_n and c_n the last.
 
 Forward: the input projection of all timesteps as one GEMM, then one persistent launch for the
-recurrence (kernels.py). Backward: a reverse persistent launch for the gate gradients, then the
+recurrence (sequence.py). Backward: a reverse persistent launch for the gate gradients, then the
 weight and input gradients as three GEMMs over all timesteps."""
 from __future__ import annotations
 
 import torch
 
-from .._lib.recurrent import check_dtypes, unit_major
+from .._host.cells import check_dtypes, unit_major
 from .config import LSTMConfig, pick
-from .kernels import fitted, lstm_bwd, lstm_fwd
+from .sequence import fitted, lstm_bwd, lstm_fwd
 
 __all__ = ["LSTMConfig", "LSTMFunction", "lstm", "pick"]
 

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import triton
 
-from .._lib import arch, sm_count, tunable
+from .._host.config import arch, tunable
+from .._host.device import sm_count
 
 RESIDENT_BYTES = 32 * 1024  # a slice of weights (or of h) a program keeps in registers, 8 warps
 

@@ -9,37 +9,16 @@ import math
 
 import torch
 
-from kcollect.spec import Provider, Unavailable, peer_available
+from kcollect.spec import MODES, KernelSpec, Provider, Unavailable, peer_available
 
-from .._lib import config_record
-from .._lib.recurrent import dims_check, keep_factor, reset_mask, step_loop_limit
-from .._lib.spec_kit import by_mode, cell_spec, grids_of
+from .._host.config import config_record
+from .._spec.cells import dims_check, resets_or_none, step_loop_limit
+from .._spec.kit import by_mode, grids_of, sequence_tokens
 from . import lstm, pick
-from .kernels import fitted
+from .naive import reference, step_loop
+from .sequence import fitted
 
 DIMS = ("B", "T", "H", "resets")
-
-
-def step_loop(x, h0, c0, w_ih, w_hh, b, resets=None):
-    """The LSTM as a PyTorch user writes it: the input projection at once, then one step at a time,
-    zeroing the rows that restart. In float64 it is the reference."""
-    B, T, _ = x.shape
-    gx = (x @ w_ih.t() + b).unbind(1)
-    h, c, ys = h0, c0, []
-    for t in range(T):
-        keep = keep_factor(resets, t, x)
-        if keep is not None:
-            h, c = h * keep, c * keep
-        i, f, g, o = (gx[t] + h @ w_hh.t()).chunk(4, dim=1)
-        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
-        h = torch.sigmoid(o) * torch.tanh(c)
-        ys.append(h)
-    return torch.stack(ys, 1), h, c
-
-
-def reference(x, h0, c0, w_ih, w_hh, b, resets=None):
-    """Plain maths in float64 (the tests import it)."""
-    return step_loop(x, h0, c0, w_ih, w_hh, b, resets)
 
 
 def eager(x, h0, c0, w_ih, w_hh, b, resets=None):
@@ -111,7 +90,7 @@ def make_inputs(dims, dtype, device, seed):
 
     return {"x": torch.randn(B, T, H, generator=g).to(device=device, dtype=dtype), "h0": uniform(B, H),
             "c0": uniform(B, H), "w_ih": uniform(4 * H, H, scale=bound), "w_hh": uniform(4 * H, H, scale=bound),
-            "b": uniform(4 * H, scale=2 * bound), "resets": reset_mask(B, T, float(dims["resets"]), g, device)}
+            "b": uniform(4 * H, scale=2 * bound), "resets": resets_or_none(B, T, float(dims["resets"]), g, device)}
 
 
 check_shape = dims_check("lstm", DIMS)
@@ -140,20 +119,21 @@ def bytes_moved(dims, dtype, mode) -> int:
     return dtype.itemsize * by_mode(mode, fwd, bwd)
 
 
-SPEC = cell_spec(
-    globals(), "lstm", "single-layer LSTM over a sequence with per-step resets of (h, c), forward and backward",
-    triton=triton_lstm,
+SPEC = KernelSpec(
+    name="lstm", modes=MODES, baseline="cudnn", bound="compute",
+    description="single-layer LSTM over a sequence with per-step resets of (h, c), forward and backward",
+    reference=reference, make_inputs=make_inputs, grad_inputs=("x", "h0", "c0", "w_ih", "w_hh", "b"), grids=GRIDS,
+    check_shape=check_shape, tokens=sequence_tokens, bytes_moved=bytes_moved, flops=flops,
+    dtypes=(torch.bfloat16, torch.float32),
     providers=(
+        Provider("triton", triton_lstm, config=config_of, ours=True),
         Provider("cudnn", cudnn, cudnn_available,
                  note="nn.LSTM's cuDNN kernels: no resets, so only the shapes without them", builds=False),
         Provider("eager", eager, note="the PyTorch step loop with resets", builds=False),
         Provider("cortex", cortex, peer_available("cortex"), note="Cortex's Triton LSTM (cortexcore)"),
     ),
-    baseline="cudnn",
-    grad_inputs=("x", "h0", "c0", "w_ih", "w_hh", "b"),
     # About three times the PyTorch step loop's own error against float64 (bf16 backward 1.0e-2 to
     # 1.1e-2 at B=8, T=48, H=64 on the CPU; fp32 2.9e-7).
     tolerance={torch.bfloat16: 3e-2, torch.float32: 1e-5},
     notes="cudnn runs without resets: it is timed on the shapes without them. eager is timed up to T=256, "
-          "cortex up to H=256 (see their rows).",
-)
+          "cortex up to H=256 (see their rows).")

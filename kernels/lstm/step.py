@@ -9,7 +9,8 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from .._lib.recurrent import precise, sigmoid_f32, tanh_f32
+from .._host.cells import precise
+from .._jit.recurrent import sigmoid_f32, tanh_f32
 
 
 @triton.jit

@@ -17,8 +17,9 @@ from dataclasses import replace
 
 import torch
 
-from .._lib.recurrent import check_dtypes, dot_f32
-from ..slstm.config import shared_limit
+from .._host.cells import check_dtypes
+from .._host.dot import dot_f32
+from .._host.cells import fit_limit
 from .bwd import mlstm_bwd, shared_bwd
 from .config import MLSTMConfig, pick
 from .fwd import mlstm_fwd, shared_fwd
@@ -32,7 +33,7 @@ def fitted(config: MLSTMConfig, dtype, DH: int, device, picked: bool) -> MLSTMCo
     """The config to launch: `config` where the device's shared memory holds its four kernels; a
     picked one that does not, with narrower value blocks, then shorter chunks; ValueError naming the
     limit where none fits (a forced config is not changed)."""
-    limit = shared_limit(device)
+    limit = fit_limit(device)
     if limit is None:
         return config
     candidates, c = [config], config

@@ -19,8 +19,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .._lib.recurrent import dot, exp_f32, sigmoid_f32
-from ..slstm.config import shared_bytes
+from .._jit.recurrent import dot, exp_f32, sigmoid_f32
+from .._host.cells import shared_bytes_for_types
 from .chunk import NEG, chunk_gates, gaps, load_state, load_tile, scan_program, store_state, to_end
 from .fwd import meta_of
 
@@ -185,8 +185,8 @@ def shared_bwd(config, dtype, DH: int, dot_f32: bool, device) -> int:
     dstates = (dtype, dtype, f32, f32, f32, dtype, dtype, u8, f32, f32, f32, f32, f32, f32, i32, 1, 1, DH, 1, 1)
     dchunk = (dtype, dtype, dtype, dtype, dtype, u8, dtype, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, i32,
               dtype, dtype, dtype, dtype, dtype, 1, 1, DH, 1, 1.0, 1e-6, 1)
-    return max(shared_bytes(_mlstm_dstates, dstates, dict(meta, num_warps=config.state_warps), device),
-               shared_bytes(_mlstm_dchunk, dchunk, dict(meta, num_warps=config.warps), device))
+    return max(shared_bytes_for_types(_mlstm_dstates, dstates, dict(meta, num_warps=config.state_warps), device),
+               shared_bytes_for_types(_mlstm_dchunk, dchunk, dict(meta, num_warps=config.warps), device))
 
 
 def mlstm_bwd(dh, q, k, v, i, f, resets, NH: int, h, saved, config, dot_f32: bool, eps: float):

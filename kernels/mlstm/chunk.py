@@ -3,7 +3,7 @@ segments between resets), tile loads, the state scans' program and their stores.
 import triton
 import triton.language as tl
 
-from .._lib.recurrent import logsigmoid_f32
+from .._jit.recurrent import logsigmoid_f32
 
 NEG = tl.constexpr(-1e30)  # the log-weight of what does not exist (a padded step, a pair across a reset)
 

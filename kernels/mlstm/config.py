@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import triton
 
-from .._lib import arch, tunable
+from .._host.config import arch, tunable
 
 
 @dataclass(frozen=True)

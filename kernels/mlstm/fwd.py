@@ -10,8 +10,9 @@ import torch
 import triton
 import triton.language as tl
 
-from .._lib.recurrent import div_f32, dot, exp_f32, precise
-from ..slstm.config import shared_bytes
+from .._host.cells import precise
+from .._jit.recurrent import div_f32, dot, exp_f32
+from .._host.cells import shared_bytes_for_types
 from .chunk import NEG, chunk_gates, gaps, load_state, load_tile, scan_program, store_state, to_end
 
 
@@ -96,8 +97,8 @@ def shared_fwd(config, dtype, DH: int, dot_f32: bool, device) -> int:
     f32, u8, meta = torch.float32, torch.uint8, meta_of(config, DH, dtype, dot_f32)
     states = (dtype, dtype, dtype, dtype, u8, f32, f32, f32, 1, 1, DH, 1, 1.0, 1)
     out = (dtype, dtype, dtype, dtype, dtype, u8, f32, f32, f32, dtype, f32, f32, 1, 1, DH, 1, 1.0, 1)
-    return max(shared_bytes(_mlstm_states, states, dict(meta, num_warps=config.state_warps), device),
-               shared_bytes(_mlstm_out, out, dict(meta, EPS=1e-6, num_warps=config.warps), device))
+    return max(shared_bytes_for_types(_mlstm_states, states, dict(meta, num_warps=config.state_warps), device),
+               shared_bytes_for_types(_mlstm_out, out, dict(meta, EPS=1e-6, num_warps=config.warps), device))
 
 
 def mlstm_fwd(q, k, v, i, f, resets, NH: int, config, dot_f32: bool, eps: float):

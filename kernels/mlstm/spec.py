@@ -10,21 +10,15 @@ import math
 import torch
 import torch.nn.functional as F
 
-from kcollect.spec import Provider, Unavailable, peer_available
+from kcollect.spec import MODES, KernelSpec, Provider, Unavailable, peer_available
 
-from .._lib import config_record
-from .._lib.recurrent import dims_check, reset_mask
-from .._lib.spec_kit import by_mode, cell_spec, grids_of
+from .._host.config import config_record
+from .._spec.cells import dims_check, resets_or_none
+from .._spec.kit import by_mode, grids_of, sequence_tokens
 from . import fitted, mlstm, pick
-from .naive import EPS, chunkwise
+from .naive import EPS, chunkwise, reference
 
 DIMS = ("B", "NH", "T", "DH", "resets")
-
-
-def reference(q, k, v, i, f, resets=None):
-    """Plain maths in float64, chunk by chunk (naive.py; the tests check it against the step-by-step
-    recurrence, which would keep a DH x DH state per step for autograd)."""
-    return chunkwise(q, k, v, i, f, resets)
 
 
 def eager(q, k, v, i, f, resets=None):
@@ -111,7 +105,7 @@ def make_inputs(dims, dtype, device, seed):
         return torch.randn(shape, generator=g).to(device=device, dtype=dtype)
 
     return {"q": randn(B, NH, T, DH), "k": randn(B, NH, T, DH), "v": randn(B, NH, T, DH), "i": randn(B, NH, T),
-            "f": randn(B, NH, T), "resets": reset_mask(B, T, float(dims["resets"]), g, device)}
+            "f": randn(B, NH, T), "resets": resets_or_none(B, T, float(dims["resets"]), g, device)}
 
 
 check_shape = dims_check("mlstm", DIMS)
@@ -138,12 +132,15 @@ def bytes_moved(dims, dtype, mode) -> int:
     return dtype.itemsize * by_mode(mode, fwd, bwd)
 
 
-SPEC = cell_spec(
-    globals(), "mlstm",
-    "xLSTM's mLSTM cell (matrix memory, exponential input gate) over a sequence with resets, "
+SPEC = KernelSpec(
+    name="mlstm", modes=MODES, baseline="mlstm_kernels", bound="compute",
+    description="xLSTM's mLSTM cell (matrix memory, exponential input gate) over a sequence with resets, "
     "chunkwise-parallel, forward and backward",
-    triton=triton_mlstm,
+    reference=reference, make_inputs=make_inputs, grad_inputs=("q", "k", "v", "i", "f"), grids=GRIDS,
+    check_shape=check_shape, tokens=sequence_tokens, bytes_moved=bytes_moved, flops=flops,
+    dtypes=(torch.bfloat16, torch.float32),
     providers=(
+        Provider("triton", triton_mlstm, config=config_of, ours=True),
         Provider("cortex", cortex, peer_available("cortex"), note="Cortex's Triton mLSTM (cortexcore)"),
         Provider("mlstm_kernels", mlstm_kernels, peer_available("mlstm_kernels"),
                  note="TFLA's chunkwise kernels (mlstm_kernels triton_xl_chunk): no resets"),
@@ -152,13 +149,10 @@ SPEC = cell_spec(
                       "the normaliser as a value column: the same maths while exp(i) stays in range; no resets"),
         Provider("eager", eager, note="the chunkwise form in PyTorch ops", builds=False),
     ),
-    baseline="mlstm_kernels",
-    grad_inputs=("q", "k", "v", "i", "f"),
     # bf16: about three times ours against float64 at B=2, NH=2, T=96, DH=32 on the CPU (6.4e-3 forward,
     # 1.0e-2 backward). fp32: the PyTorch chunkwise form 1.2e-6 forward, 2.7e-6 backward there; ours
     # 2.5e-7 forward and up to 9.2e-7 backward at gates ~ N(0, 2) (B=3, T=20, DH=32, resets at the edges).
     tolerance={torch.bfloat16: 3e-2, torch.float32: 5e-5},
     notes="The final state (C_T, n_T, m_T) is returned without gradient. The stabiliser enters h only through the "
           "1e-6 of the normaliser: our backward carries its gradient, TFLA's holds it constant (about 1e-5 of "
-          "the gradients at gates ~ N(0, 2); all of di and df where every step resets or input gates are large).",
-)
+          "the gradients at gates ~ N(0, 2); all of di and df where every step resets or input gates are large).")

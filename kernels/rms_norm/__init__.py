@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from .._lib.rows import LinesConfig
+from .._host.rows import LinesConfig
 from .bwd import rms_norm_backward
 from .config import (BwdRowsConfig, ColsConfig, CoopConfig, PackedConfig, RowsConfig, SplitConfig, pick_backward,
                      pick_forward)

@@ -9,8 +9,12 @@ import torch
 import triton
 import triton.language as tl
 
-from .._lib import coop_plan, coop_program, prefetch_ahead, prefetch_segment, publish, resident_programs, wait_total
-from .._lib.rows import persistent_grid
+from .._host.coop import coop_plan
+from .._host.device import resident_programs
+from .._host.prefetch import prefetch_ahead
+from .._jit.coop import coop_program, publish, wait_total
+from .._jit.prefetch import prefetch_segment
+from .._host.rows import persistent_grid
 from .config import SUM_ROWS, BackwardConfig, BwdRowsConfig, ColsConfig, CoopConfig, pick_backward
 from .fwd import as_rows, load_tile, store_tile
 
@@ -88,7 +92,7 @@ def _bwd_rows(x_ptr, w_ptr, dy_ptr, dh_ptr, rstd_ptr, dx_ptr, part_ptr, M, N, it
 @triton.jit(do_not_specialize=["iters"])
 def _bwd_coop(x_ptr, w_ptr, dy_ptr, dh_ptr, rstd_ptr, dx_ptr, dwp_ptr, slot_ptr, M, N, S, iters,
               SEG: tl.constexpr, S_BLOCK: tl.constexpr, HAS_DH: tl.constexpr, L2_AHEAD: tl.constexpr = 0):
-    # Wide rows held by S co-resident programs (_lib.publish / wait_total): program (group g,
+    # Wide rows held by S co-resident programs (_jit.coop.publish / wait_total): program (group g,
     # segment s) keeps columns [s*SEG, (s+1)*SEG) of x and dy for rows g, g+G, g+2G, ... (G groups).
     # In step i it loads row i+1's segment, publishes row i's partial of sum(m * xhat) and then
     # finishes row i-1, re-reading its x and dy from L2 (loaded a step ago; the loads are issued
@@ -109,7 +113,7 @@ def _bwd_coop(x_ptr, w_ptr, dy_ptr, dh_ptr, rstd_ptr, dx_ptr, dwp_ptr, slot_ptr,
         nxt = (row + G).to(tl.int64) * N + cols
         x_next = tl.load(x_ptr + nxt, mask=cm & (row + G < M), other=0.0)
         dy_next = tl.load(dy_ptr + nxt, mask=cm & (row + G < M), other=0.0)
-        if L2_AHEAD:  # the row L2_AHEAD steps past x_next into L2 (_lib.prefetch_l2)
+        if L2_AHEAD:  # the row L2_AHEAD steps past x_next into L2 (_jit.prefetch.prefetch_l2)
             prefetch_segment(x_ptr, row + (1 + L2_AHEAD) * G, M, N, seg, SEG)
             prefetch_segment(dy_ptr, row + (1 + L2_AHEAD) * G, M, N, seg, SEG)
             if HAS_DH:

@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 import torch
 import triton
 
-from .._lib import arch, sm_count, tunable
-from .._lib.rows import LinesConfig, lines_config
+from .._host.config import arch, tunable
+from .._host.device import sm_count
+from .._host.rows import lines_config, LinesConfig
 
 # Widest row (next power of two) a program keeps in registers: 32 warps x 32 threads x 16 elements.
 MAX_REG_BLOCK = 16384

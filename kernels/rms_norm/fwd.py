@@ -11,8 +11,10 @@ import torch
 import triton
 import triton.language as tl
 
-from .._lib import last_to_arrive, resident_programs, widen, widen_asm
-from .._lib.rows import LinesConfig, lines_grid, persistent_grid
+from .._host.device import resident_programs, widen_asm
+from .._jit.coop import last_to_arrive
+from .._jit.widen import widen
+from .._host.rows import lines_grid, LinesConfig, persistent_grid
 from .config import ForwardConfig, PackedConfig, RowsConfig, SplitConfig, pick_forward
 
 
@@ -196,7 +198,7 @@ def _fwd_lines(x_ptr, r_ptr, h_ptr, w_ptr, y_ptr, rstd_ptr, M, N, eps, N_FULL: t
 @triton.jit
 def _fwd_split(x_ptr, r_ptr, h_ptr, w_ptr, y_ptr, rstd_ptr, part_ptr, count_ptr, N, eps, S,
                SEG: tl.constexpr, S_BLOCK: tl.constexpr, HAS_RES: tl.constexpr, STORE_RSTD: tl.constexpr):
-    # Wide rows, one launch (see _lib.last_to_arrive): program (row, segment) loads its SEG
+    # Wide rows, one launch (see _jit.coop.last_to_arrive): program (row, segment) loads its SEG
     # elements (x, or with a residual h = x + r, stored here), stores their sum of squares, and the
     # last of the row's S programs computes rstd and writes the whole row of y from L2.
     pid = tl.program_id(0)
@@ -241,7 +243,7 @@ def _fwd_split(x_ptr, r_ptr, h_ptr, w_ptr, y_ptr, rstd_ptr, part_ptr, count_ptr,
 def _fwd_packed(x_ptr, r_ptr, h_ptr, w_ptr, y_ptr, rstd_ptr, N, eps, BLOCK: tl.constexpr,
                 HAS_RES: tl.constexpr, STORE_RSTD: tl.constexpr, ASM: tl.constexpr):
     # Wide rows (up to 65536) in registers, one row per program, held in their own dtype (x, or
-    # with a residual h = x + r, stored here) and widened at each use (ASM: _lib.widen; a 64K bf16
+    # with a residual h = x + r, stored here) and widened at each use (ASM: _jit.widen.widen; a 64K bf16
     # row is then 32 registers a thread at 32 warps, half of what fp32 would take).
     row = tl.program_id(0)
     base = row.to(tl.int64) * N
@@ -293,7 +295,7 @@ def rms_norm_forward(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6, residu
                      need_rstd: bool = True, config: ForwardConfig | None = None):
     """(y, h, rstd). With a residual, h = x + residual (returned, and normalised in place of x);
     otherwise h is None. rstd: fp32 [rows], None unless need_rstd. `config`: the launch (a config of
-    .config or _lib.rows.LinesConfig); None: pick_forward's."""
+    .config or _host.rows.LinesConfig); None: pick_forward's."""
     check_inputs(x, w, residual)
     N = x.shape[-1]
     x2 = as_rows(x, N)

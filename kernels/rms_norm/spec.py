@@ -5,12 +5,13 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from kcollect.spec import Provider
+from kcollect.spec import MODES, KernelSpec, Provider
 
-from .._lib import config_record
-from .._lib.norm_spec import norm_spec, quack_refusals
-from .._lib.spec_kit import drawn_on_device, grids_of
+from .._host.config import config_record
+from .._spec.kit import FLOATS, drawn_on_device, grids_of
+from .._spec.norms import norm_cost, norm_providers, quack_refusals
 from . import pick_backward, pick_forward, rms_norm
+from .naive import reference
 
 
 def rms_norm_eager(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -43,11 +44,6 @@ def rms_norm_quack(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6) -> torch
     return quack.rmsnorm(x, w, eps=eps)
 
 
-def reference(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    """Plain maths in float64 (the tests import it)."""
-    return x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps) * w
-
-
 @drawn_on_device
 def make_inputs(dims, dtype, device, seed):
     g = torch.Generator(device=device).manual_seed(seed)
@@ -68,9 +64,6 @@ def configs_of(x: torch.Tensor, residual: bool) -> dict:
                          bwd=pick_backward(M, N, x.dtype, residual, x.device))
 
 
-FULL = grids_of(__file__)["full"]  # grids.toml beside this file
-
-
 # Cost model (minimum traffic, s = element size; rstd is our own M*4-byte side output, not counted):
 #   fwd:      read x, w; write y                     -> (2*M*N + N) * s
 #   bwd:      read x, dy, w; write dx, dw            -> (3*M*N + 2*N) * s
@@ -79,15 +72,17 @@ FULL = grids_of(__file__)["full"]  # grids.toml beside this file
 # summed while in L2); where the backward takes the cols path (the CPU, or rows too wide for a coop
 # group) it reads x and dy twice (5*M*N*s instead of 3*M*N*s).
 # FLOPs: fwd 4 per element (square, sum, scale, weight); bwd 9 (xhat, m, dot, dx, dw).
-SPEC = norm_spec(
-    "rms_norm", "x * rsqrt(mean(x^2) + eps) * w over the last dimension, forward and backward",
-    fn=rms_norm, eager=rms_norm_eager, liger=rms_norm_liger, quack=rms_norm_quack, config_of=lambda inputs: configs_of(inputs["x"], False),
-    peers=(Provider("torch_fused", rms_norm_torch_fused, builds=False),),
-    reference=reference, make_inputs=make_inputs, grad_inputs=("x", "w"), full=FULL,
-    traffic={"fwd": (2, 1, 0), "bwd": (3, 2, 0)}, flops_per={"fwd": 4, "bwd": 9},
+bytes_moved, flops = norm_cost(traffic={"fwd": (2, 1, 0), "bwd": (3, 2, 0)}, flops_per={"fwd": 4, "bwd": 9})
+
+SPEC = KernelSpec(
+    name="rms_norm", modes=MODES, baseline="torch", bound="memory",
+    description="x * rsqrt(mean(x^2) + eps) * w over the last dimension, forward and backward", reference=reference,
+    make_inputs=make_inputs, grad_inputs=("x", "w"), grids=grids_of(__file__), bytes_moved=bytes_moved, flops=flops,
+    dtypes=FLOATS,
+    providers=norm_providers(rms_norm, rms_norm_eager, lambda inputs: configs_of(inputs["x"], False), rms_norm_liger,
+                             rms_norm_quack, peers=(Provider("torch_fused", rms_norm_torch_fused, builds=False),)),
     # Measured worst over seeds and the test shapes: bf16 3.9e-3 (ours in the interpreter, whose
     # fp32->bf16 cast truncates; eager 3.4e-3: it rounds h before the weight, then dy * w, ...),
     # fp16 4.4e-4, fp32 1.2e-7. bf16/fp16 ~2.5-3x above that; fp32 leaves room for the longer
     # fp32 sums of the full grid (65536-wide rows, dw over 32k rows) in every provider.
-    tolerance={torch.bfloat16: 1e-2, torch.float16: 1.5e-3, torch.float32: 1e-5},
-)
+    tolerance={torch.bfloat16: 1e-2, torch.float16: 1.5e-3, torch.float32: 1e-5})

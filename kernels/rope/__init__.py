@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from .config import RoPEConfig, pick
-from .kernels import rope_apply
+from .fwd import rope_apply
 
 __all__ = ["RoPEConfig", "RoPEFunction", "pick", "rope", "rope_apply"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .._lib import tunable
+from .._host.config import tunable
 
 POLICIES = ("", "evict_first", "evict_last")
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import torch
 
-from kcollect.spec import Provider, peer_available, standard_providers
+from kcollect.spec import MODES, KernelSpec, Provider, peer_available, standard_providers
 
-from .._lib import config_record
-from .._lib.spec_kit import drawn_on_device, grids_of, module_spec
+from .._host.config import config_record
+from .._spec.kit import FLOATS, drawn_on_device, grids_of
 from . import pick, rope
+from .naive import reference
 
 POS = ("ids", "shared")
 
@@ -31,20 +32,6 @@ def rope_liger(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.T
     from liger_kernel.ops.rope import LigerRopeFunction
 
     return LigerRopeFunction.apply(q, k, cos, sin)
-
-
-def reference(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
-    """Plain maths in float64 (the tests import it)."""
-    c = cos if cos.dim() == 3 else cos[None]
-    s = sin if sin.dim() == 3 else sin[None]
-    c, s = c[:, None], s[:, None]  # [B or 1, 1, T, D]: the same rotation for every head
-    half = q.shape[-1] // 2
-
-    def rotate(x):
-        x1, x2 = x[..., :half], x[..., half:]
-        return torch.cat((x1 * c[..., :half] - x2 * s[..., :half], x2 * c[..., half:] + x1 * s[..., half:]), dim=-1)
-
-    return rotate(q), rotate(k)
 
 
 ROPE_THETA = 500000.0  # LLaMA-3
@@ -72,9 +59,6 @@ def make_inputs(dims, dtype, device, seed):
 
 def config_of(inputs) -> dict:
     return config_record(rope=pick(inputs["q"].shape[-1], inputs["q"].device))
-
-
-GRIDS = grids_of(__file__)  # grids.toml beside this file
 
 
 # Cost model (minimum traffic, s = element size). Counted: q and k read once and written once
@@ -111,14 +95,14 @@ def flops(dims, mode) -> float:
     return float(3 * qk * (2 if mode == "fwd+bwd" else 1))
 
 
-SPEC = module_spec(
-    globals(), "rope",
-    "rotary position embedding of q and k (HF rotate_half, GQA) in one launch, forward and backward",
+SPEC = KernelSpec(
+    name="rope", modes=MODES, baseline="torch", bound="memory",
+    description="rotary position embedding of q and k (HF rotate_half, GQA) in one launch, forward and backward",
+    reference=reference, make_inputs=make_inputs, grad_inputs=("q", "k"), grids=grids_of(__file__),
+    check_shape=check_shape, bytes_moved=bytes_moved, flops=flops, dtypes=FLOATS,
     providers=standard_providers(rope, rope_eager, config_of)
     + (Provider("liger", rope_liger, peer_available("liger_kernel")),),
-    grad_inputs=("q", "k"),
     # About 2-3x the error one rounding of the output gives (bf16 eps 2^-8, fp16 2^-11; doubled by
     # the CPU interpreter's truncation); cos and sin are rounded to the dtype in the inputs, which
     # the float64 reference sees too. Eager rounds q*cos and rotate_half(q)*sin before the sum.
-    tolerance={torch.bfloat16: 8e-3, torch.float16: 1e-3, torch.float32: 1e-5},
-)
+    tolerance={torch.bfloat16: 8e-3, torch.float16: 1e-3, torch.float32: 1e-5})

@@ -1,5 +1,5 @@
 """Cortex's RTU (recurrent trace unit) sequence kernel in Triton: the diagonal complex-valued linear
-recurrence with per-step resets, forward and backward (semantics in kernels.py).
+recurrence with per-step resets, forward and backward (semantics in scan.py).
 
 `rtu(x, nu_log, theta_log, w1, w2, resets=None)`: x [B, T, H], diagonal input maps (the weights
 w1, w2 [H], Cortex's streaming-diagonal RTU); `rtu_lowrank(x, nu_log, theta_log, U1, U2, V1, V2,
@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import torch
 
-from .._lib.scan import KeptStates
+from .._host.scan import KeptStates
 from .config import RTUConfig, pick
-from .kernels import rtu_lanes_backward, rtu_scan_backward, rtu_scan_forward
+from .scan import rtu_lanes_backward, rtu_scan_backward, rtu_scan_forward
 
 __all__ = ["RTUConfig", "pick", "rtu", "rtu_lanes_backward", "rtu_lowrank", "rtu_scan_backward", "rtu_scan_forward"]
 

@@ -31,8 +31,8 @@ from dataclasses import dataclass, replace
 
 import triton
 
-from .._lib.config import arch, tunable
-from .._lib.device import sm_count
+from .._host.config import arch, tunable
+from .._host.device import sm_count
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ class RTUConfig:
     bwd_block_h: int = 16
     bwd_warps: int = 4
     bwd_segments: int = 1
-    path: str = "tiles"  # the forward's kernels: "tiles" (kernels.py) or "lanes" (lanes.py)
+    path: str = "tiles"  # the forward's kernels: "tiles" (scan.py) or "lanes" (lanes.py)
     bwd_path: str = "tiles"  # the backward's (either reads the states either forward kept)
     steps: int = 0  # the lanes forward's tile (0: chunk; a multiple or a divisor of chunk)
 

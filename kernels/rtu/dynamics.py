@@ -5,7 +5,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .._lib.scan import sigmoid
+from .._jit.scan import sigmoid
 
 
 @triton.jit

@@ -1,4 +1,4 @@
-"""The RTU's lanes path (config path / bwd_path "lanes"; the recurrence is in kernels.py).
+"""The RTU's lanes path (config path / bwd_path "lanes"; the recurrence is in scan.py).
 
 Each thread owns `vec` neighbouring channels and holds a tile of their time steps in its
 registers: a [steps, block_h] tile with block_h = 32 * warps * vec puts every lane and warp on the
@@ -23,7 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .._lib.scan import first_order_complex, row_of, sigmoid
+from .._jit.scan import first_order_complex, row_of, sigmoid
 from .dynamics import dynamics, one_minus_exp, silu_grad
 
 # segments combined per round trip when a segment gathers the ends of the others (their loads are

@@ -26,7 +26,8 @@ import torch.nn.functional as F
 
 from kcollect.spec import Unavailable, compiled
 
-from .._lib.scan import first_order_complex, log_scan
+from .._jit.scan import first_order_complex
+from .._spec.scans import log_scan
 from . import rtu, rtu_lowrank
 from .naive import injections, is_diagonal, lowrank_factors
 

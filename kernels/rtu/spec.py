@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import torch
 
-from kcollect.spec import Provider, peer_available
+from kcollect.spec import MODES, KernelSpec, Provider, peer_available
 
-from .._lib import config_record
-from .._lib.scan import reset_mask
-from .._lib.spec_kit import by_mode, grids_of, module_spec, sequence_tokens
+from .._host.config import config_record
+from .._spec.scans import reset_mask
+from .._spec.kit import by_mode, grids_of, sequence_tokens
 from . import pick, providers
 from .naive import reference
 
@@ -73,27 +73,24 @@ def flops(dims, mode) -> float:
     return float(by_mode(mode, fwd, bwd))
 
 
-SPEC = module_spec(
-    globals(), "rtu",
-    "Cortex's RTU: y = SiLU of a complex diagonal recurrence c_t = lambda c_{t-1} + gamma u_t "
+SPEC = KernelSpec(
+    name="rtu", modes=MODES, baseline="cortex_torch", bound="memory",
+    description="Cortex's RTU: y = SiLU of a complex diagonal recurrence c_t = lambda c_{t-1} + gamma u_t "
     "with resets, diagonal or low-rank input maps; forward and backward",
-    triton=providers.triton,
+    reference=reference, make_inputs=make_inputs, grad_inputs=("x", "nu_log", "theta_log", "map1", "map2"),
+    grids=GRIDS, tokens=sequence_tokens, bytes_moved=bytes_moved, flops=flops, dtypes=(torch.bfloat16, torch.float32),
     providers=(
+        Provider("triton", providers.triton, config=config_of, ours=True),
         Provider("cortex", providers.cortex, peer_available("cortex")),
         Provider("cortex_torch", providers.cortex_torch, peer_available("cortex"), builds=False),
         Provider("compile", providers.compile_scan),
         Provider("accelerated_scan", providers.accelerated_scan, peer_available("accelerated_scan")),
     ),
-    baseline="cortex_torch",
-    grad_inputs=("x", "nu_log", "theta_log", "map1", "map2"),
     # The PyTorch paths with their state in fp32 (log_depth, and a step loop) against float64 at
     # T 2048 on the CPU, forward and backward over fresh draws: bf16 2.9e-3 to 4.0e-3 (one rounding
     # of y, x's own rounding in dx); fp32 y and dx below 2.5e-6, but theta_log's gradient up to
     # 6.5e-5 (for both paths: a sum of terms as large as t * |c| that cancel); about 3x above,
     # for growth with T to 8192.
     tolerance={torch.bfloat16: 1e-2, torch.float32: 2e-4},
-    dtypes=(torch.bfloat16, torch.float32),
     notes="Cortex's PyTorch and Triton RTUs zero the adjoint at the reset step itself instead of the step after "
-          "it, so their gradients with resets fail the gate; their forwards pass.",
-    tokens=sequence_tokens,
-)
+          "it, so their gradients with resets fail the gate; their forwards pass.")

@@ -1,4 +1,4 @@
-"""Mamba-1's selective scan in Triton, forward and backward (semantics in kernels.py).
+"""Mamba-1's selective scan in Triton, forward and backward (semantics in scan.py).
 
 `selective_scan(x, delta, A, B, C, D, z)`: x, delta (before softplus), z [B, T, D]; A [D, N];
 B, C [B, T, N] (one per step, shared by the channels); D [D]. Returns y [B, T, D] like x, the
@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import torch
 
-from .._lib.scan import KeptStates
+from .._host.scan import KeptStates
 from .config import SelectiveScanConfig, pick
-from .kernels import selective_scan_backward, selective_scan_forward
+from .scan import selective_scan_backward, selective_scan_forward
 
 __all__ = ["SelectiveScanConfig", "pick", "selective_scan", "selective_scan_backward", "selective_scan_forward"]
 

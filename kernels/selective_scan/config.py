@@ -20,8 +20,8 @@ from dataclasses import dataclass, replace
 
 import triton
 
-from .._lib import sm_count
-from .._lib.config import arch, tunable
+from .._host.device import sm_count
+from .._host.config import arch, tunable
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,7 @@ class SelectiveScanConfig:
     warps: int = 4
     bwd_block_d: int = 16
     bwd_warps: int = 4
-    path: str = "tiles"  # the forward's kernel: "tiles" (kernels.py) or "lanes" (lanes.py; block_d = 32 * warps * vec)
+    path: str = "tiles"  # the forward's kernel: "tiles" (scan.py) or "lanes" (lanes.py; block_d = 32 * warps * vec)
     steps: int = 8  # time steps a lanes tile (chunk must be a multiple: the states kept for the backward)
     segments: int = 1  # time splits of the lanes forward (1: one program walks the whole sequence)
 

@@ -1,4 +1,4 @@
-"""The selective scan's lanes forward (config path "lanes"; the recurrence is in kernels.py).
+"""The selective scan's lanes forward (config path "lanes"; the recurrence is in scan.py).
 
 Each thread owns `vec` neighbouring channels with all their N states, and holds `steps` time steps
 of them in registers: [steps, block_d, N] tiles with block_d = 32 * warps * vec put every lane and
@@ -12,16 +12,17 @@ segment (but the last) from a zero state and keeps its end state [D, N] and the 
 softplus(delta) [D] (its transition is exp(A * that sum)); the second starts each segment from the
 ends of those before it, combined in order, and writes y. The next tile's loads are issued before
 the current one is scanned. With keep_states, the state at the end of every `chunk` steps is kept
-as kernels.py's forward keeps it, for its backward."""
+as scan.py's forward keeps it, for its backward."""
 from __future__ import annotations
 
 import torch
 import triton
 import triton.language as tl
 
-from .._lib import LOG2E
-from .._lib.scan import first_order, sigmoid
-from .._lib.widen import widen, widen_asm
+from .._jit.lse import LOG2E
+from .._jit.scan import first_order, sigmoid
+from .._host.device import widen_asm
+from .._jit.widen import widen
 from .softplus import softplus
 
 _ENDS_GROUP = tl.constexpr(4)  # segments combined per round trip (their loads are independent)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .._lib.scan import approx
+from .._jit.scan import approx
 
 
 @triton.jit

@@ -9,11 +9,12 @@ import importlib.util
 import torch
 import torch.nn.functional as F
 
-from kcollect.spec import Provider, Unavailable, compiled
+from kcollect.spec import MODES, KernelSpec, Provider, Unavailable, compiled
 
-from .._lib import config_record
-from .._lib.scan import first_order, log_scan
-from .._lib.spec_kit import by_mode, grids_of, module_spec, sequence_tokens
+from .._host.config import config_record
+from .._jit.scan import first_order
+from .._spec.scans import log_scan
+from .._spec.kit import by_mode, grids_of, sequence_tokens
 from . import pick, selective_scan
 from .naive import reference, selective_scan_loop
 
@@ -100,22 +101,19 @@ def flops(dims, mode) -> float:
     return float(by_mode(mode, fwd, bwd))
 
 
-SPEC = module_spec(
-    globals(), "selective_scan",
-    "Mamba-1's selective scan: h_t = exp(softplus(delta_t) A) h_{t-1} + softplus(delta_t) B_t x_t, "
+SPEC = KernelSpec(
+    name="selective_scan", modes=MODES, baseline="eager", bound="memory",
+    description="Mamba-1's selective scan: h_t = exp(softplus(delta_t) A) h_{t-1} + softplus(delta_t) B_t x_t, "
     "y_t = (C_t h_t + D x_t) silu(z_t); forward and backward",
-    triton=selective_scan,
+    reference=reference, make_inputs=make_inputs, grad_inputs=("x", "delta", "A", "B", "C", "D", "z"), grids=GRIDS,
+    tokens=sequence_tokens, bytes_moved=bytes_moved, flops=flops, dtypes=(torch.bfloat16, torch.float32),
     providers=(
+        Provider("triton", selective_scan, config=config_of, ours=True),
         Provider("eager", eager, builds=False),
         Provider("compile", compiled(log_depth)),
         Provider("mamba_ssm", mamba_ssm, mamba_available),
     ),
-    baseline="eager",
-    grad_inputs=("x", "delta", "A", "B", "C", "D", "z"),
     # eager (the fp32 loop) and the log-depth scan against float64, over fresh draws at T 64 and 1024:
     # bf16 1.5e-3 to 3.0e-3 (one rounding of each output and gradient), fp32 6e-8 to 9e-7 (dA and dD,
     # sums over every step, the largest); a few times above, for sums over B * T up to 32k steps.
-    tolerance={torch.bfloat16: 1e-2, torch.float32: 1e-5},
-    dtypes=(torch.bfloat16, torch.float32),
-    tokens=sequence_tokens,
-)
+    tolerance={torch.bfloat16: 1e-2, torch.float32: 1e-5})

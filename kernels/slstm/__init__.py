@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import torch
 
-from .._lib.recurrent import check_dtypes
+from .._host.cells import check_dtypes
 from .config import SLSTMConfig, pick
-from .kernels import fitted, slstm_bwd, slstm_fwd
+from .sequence import fitted, slstm_bwd, slstm_fwd
 
 __all__ = ["SLSTMConfig", "SLSTMFunction", "pick", "slstm"]
 

@@ -5,14 +5,15 @@ whole sequence of one head for `bb` batch rows, with no waiting on other program
 [DH, DH] recurrent blocks stay in registers across timesteps when they are small (`resident`),
 otherwise they are re-read every step (from L1, where the 128 KB of a 128-wide head fit), all four
 at once or, where the four do not fit the shared memory the products stage them in, one at a time
-(`split`: kernels.fitted picks it)."""
+(`split`: fitted, in __init__.py, picks it)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import triton
 
-from .._lib import arch, sm_count, tunable
+from .._host.config import arch, tunable
+from .._host.device import sm_count
 
 RESIDENT_BYTES = 32 * 1024
 
@@ -24,39 +25,6 @@ class SLSTMConfig:
     warps: int = 4
     warps_bwd: int = 8  # the backward holds more per step: at 4 warps it spills (sm_90, 64-wide heads)
     split: bool = False  # re-read weights one gate's block at a time: a quarter of the shared memory
-
-
-# ---------------------------------------------------------------------------------------------
-# Whether a config fits the device's shared memory. What a compiled kernel needs (the dot operands'
-# staging, layout conversions) is known exactly only once compiled, so the check compiles, with
-# Kernel.warmup on the arguments' dtypes: the very variant the launch then takes from the JIT's
-# cache. The recurrent cells' launchers share these two (lstm's and mlstm's import them).
-
-_SHARED: dict[tuple, int] = {}
-
-
-def shared_limit(device) -> int | None:
-    """Bytes of shared memory a program may use on a CUDA device (the opt-in limit a launch checks;
-    227 KB on Hopper); None on the CPU interpreter, which has no limit."""
-    import torch
-
-    device = torch.device(device)
-    if device.type != "cuda":
-        return None
-    props = torch.cuda.get_device_properties(device)
-    return getattr(props, "shared_memory_per_block_optin", props.shared_memory_per_block)
-
-
-def shared_bytes(kernel, args: tuple, meta: dict, device) -> int:
-    """Shared memory of `kernel` compiled for `args` (tensors given as their dtypes, ints as the
-    launch passes them: the JIT specialises on their divisibility by 16) and launch keywords `meta`."""
-    import torch
-
-    key = (kernel.fn.__name__, id(kernel), args, tuple(sorted(meta.items())), torch.device(device).index)
-    if key not in _SHARED:
-        with torch.cuda.device(device):
-            _SHARED[key] = kernel.warmup(*args, grid=(1,), **meta).metadata.shared
-    return _SHARED[key]
 
 
 @tunable

@@ -10,45 +10,16 @@ import math
 import torch
 import torch.nn.functional as F
 
-from kcollect.spec import Provider, Unavailable, peer_available
+from kcollect.spec import MODES, KernelSpec, Provider, Unavailable, peer_available
 
-from .._lib import config_record
-from .._lib.recurrent import dims_check, keep_factor, reset_mask, step_loop_limit
-from .._lib.spec_kit import by_mode, cell_spec, grids_of
+from .._host.config import config_record
+from .._spec.cells import dims_check, resets_or_none, step_loop_limit
+from .._spec.kit import by_mode, grids_of, sequence_tokens
 from . import pick, slstm
-from .kernels import EPS, fitted
+from .naive import reference, step_loop
+from .sequence import EPS, fitted
 
 DIMS = ("B", "NH", "T", "DH", "resets")
-
-
-def step_loop(wx, r, b, y0, c0, n0, m0, resets=None):
-    """Cortex's sLSTM sequence as a PyTorch user writes it, one step at a time (see the package
-    docstring for the maths). In float64 it is the reference."""
-    T = wx.shape[1]
-    y, c, n, m = y0, c0, n0, m0
-    ys = []
-    wxs = wx.unbind(1)  # views taken once: the backward of wx[:, t] would fill a wx-sized zero tensor a step
-    for t in range(T):
-        keep = keep_factor(resets, t, wx)
-        if keep is not None:
-            keep = keep[:, :, None]
-            y, c, n, m = y * keep, c * keep, n * keep, m * keep
-        i, f, z, o = (wxs[t] + torch.einsum("bhi,ghoi->bgho", y, r) + b).unbind(1)
-        logfm = m + F.logsigmoid(f)
-        m_new = torch.where(n == 0, i, torch.maximum(i, logfm))
-        ig = torch.minimum(torch.exp(i - m_new), torch.ones_like(i))
-        fg = torch.minimum(torch.exp(logfm - m_new), torch.ones_like(i))
-        c = fg * c + ig * torch.tanh(z)
-        n = fg * n + ig
-        y = torch.sigmoid(o) * c / (n + EPS)
-        m = m_new
-        ys.append(y)
-    return torch.stack(ys, 1), c, n, m.detach()
-
-
-def reference(wx, r, b, y0, c0, n0, m0, resets=None):
-    """Plain maths in float64 (the tests import it)."""
-    return step_loop(wx, r, b, y0, c0, n0, m0, resets)
 
 
 def eager(wx, r, b, y0, c0, n0, m0, resets=None):
@@ -130,7 +101,7 @@ def make_inputs(dims, dtype, device, seed):
     return {"wx": rnd(B, T, 4, NH, DH), "r": rnd(4, NH, DH, DH, scale=1 / math.sqrt(DH), uniform=True),
             "b": rnd(4, NH, DH), "y0": rnd(B, NH, DH, scale=0.5), "c0": rnd(B, NH, DH),
             "n0": rnd(B, NH, DH, scale=0.5, shift=1.5, uniform=True), "m0": rnd(B, NH, DH, scale=0.5),
-            "resets": reset_mask(B, T, float(dims["resets"]), g, device)}
+            "resets": resets_or_none(B, T, float(dims["resets"]), g, device)}
 
 
 check_shape = dims_check("slstm", DIMS)
@@ -161,20 +132,21 @@ def bytes_moved(dims, dtype, mode) -> int:
     return dtype.itemsize * by_mode(mode, fwd, bwd)
 
 
-SPEC = cell_spec(
-    globals(), "slstm",
-    "xLSTM's sLSTM cell (exponential gating, normaliser and stabiliser, per-head recurrence) over a "
+SPEC = KernelSpec(
+    name="slstm", modes=MODES, baseline="cortex", bound="compute",
+    description="xLSTM's sLSTM cell (exponential gating, normaliser and stabiliser, per-head recurrence) over a "
     "sequence with resets, forward and backward",
-    triton=triton_slstm,
+    reference=reference, make_inputs=make_inputs, grad_inputs=("wx", "r", "b", "y0", "c0", "n0"), grids=GRIDS,
+    check_shape=check_shape, tokens=sequence_tokens, bytes_moved=bytes_moved, flops=flops,
+    dtypes=(torch.bfloat16, torch.float32),
     providers=(
+        Provider("triton", triton_slstm, config=config_of, ours=True),
         Provider("cortex", cortex, peer_available("cortex"), note="Cortex's Triton sLSTM (cortexcore)"),
         Provider("xlstm", xlstm, peer_available("xlstm"), note="xLSTM's vanilla PyTorch backend: no resets",
                  builds=False),
         Provider("xlstm_cuda", xlstm_cuda, xlstm_cuda_available, note="xLSTM's CUDA backend"),
         Provider("eager", eager, note="the PyTorch step loop with resets", builds=False),
     ),
-    baseline="cortex",
-    grad_inputs=("wx", "r", "b", "y0", "c0", "n0"),
     # About twice the PyTorch step loop's usual error against float64 (bf16 backward 1.6e-2 to 3.0e-2 at
     # B=4, NH=2, T=48, DH=32 on the CPU: every exp and division rounded to bf16; fp32 2.3e-7). With the
     # final states checked through c/n (invariant_upstream), over 40 case seeds there eager's bf16
@@ -183,5 +155,4 @@ SPEC = cell_spec(
     tolerance={torch.bfloat16: 6e-2, torch.float32: 1e-5},
     upstream=invariant_upstream,
     notes="m_T is returned without gradient. xlstm runs without resets; eager and xlstm (step loops) are timed "
-          "up to T=256.",
-)
+          "up to T=256.")

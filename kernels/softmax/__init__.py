@@ -9,7 +9,8 @@ from __future__ import annotations
 import torch
 
 from .config import CoopConfig, LinesConfig, RowsConfig, SplitConfig, StreamConfig, pick_backward, pick_forward
-from .launch import softmax_backward, softmax_forward
+from .bwd import softmax_backward
+from .fwd import softmax_forward
 
 __all__ = ["CoopConfig", "LinesConfig", "RowsConfig", "SoftmaxFunction", "SplitConfig", "StreamConfig",
            "pick_backward", "pick_forward", "softmax", "softmax_backward", "softmax_forward"]

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 import torch
 import triton
 
-from .._lib import LINES_NARROW_ROW_BYTES, arch, lines_launch
+from .._host.config import arch
+from .._host.launch import lines_launch, LINES_NARROW_ROW_BYTES
 
 # Widest row kept in registers, in bytes of one input row: 32768 bf16 (16384 fp32) elements, one
 # program of 32 warps, 32 elements a thread. At 4096x32000 this took the forward from 44% of copy
@@ -54,7 +55,7 @@ class RowsConfig:
     """Tiles of `rows` whole rows of `block` (next_pow2(N)) elements per program, `warps` warps.
     persist (forward): a persistent grid of this many programs per SM, each loading its next tile
     before it reduces the current one (0: one tile a program). packed (backward): bf16 y and dy
-    kept packed across the reduction (_lib.widen; PTX, a GPU only)."""
+    kept packed across the reduction (_jit.widen.widen; PTX, a GPU only)."""
 
     block: int
     rows: int

@@ -11,8 +11,10 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .._lib import sm_count, widen, widen_asm
-from .._lib.rows import align, col_mask, row_start
+from .._host.device import sm_count, widen_asm
+from .._jit.widen import widen
+from .._host.rows import align
+from .._jit.rows import col_mask, row_start
 from .config import RowsConfig
 
 
@@ -63,7 +65,7 @@ def _softmax_fwd_persist(x_ptr, y_ptr, M, N, iters, ROWS: tl.constexpr, BLOCK_N:
 @triton.jit
 def _softmax_bwd(y_ptr, dy_ptr, dx_ptr, M, N, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
                  N_ALIGN: tl.constexpr, PACKED: tl.constexpr = False):
-    # PACKED: y and dy stay packed bf16 across the reduction, widened at each use (_lib.widen)
+    # PACKED: y and dy stay packed bf16 across the reduction, widened at each use (_jit.widen.widen)
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK_N)
     mask = (rows < M)[:, None] & col_mask(cols, N, N_ALIGN)[None, :]

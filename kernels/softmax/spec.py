@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import torch
 
-from kcollect.spec import Provider, Unavailable, peer_available, standard_providers
+from kcollect.spec import MODES, KernelSpec, Provider, Unavailable, peer_available, standard_providers
 
-from .._lib import config_record
-from .._lib.spec_kit import drawn_on_device, grids_of, module_spec, per_element_cost
+from .._host.config import config_record
+from .._spec.kit import FLOATS, drawn_on_device, grids_of, per_element_cost
 from . import pick_backward, pick_forward, softmax
+from .naive import reference
 
 
 # ---------------------------------------------------------------------------------------------
@@ -39,17 +40,6 @@ def softmax_quack(x: torch.Tensor) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------------------------------------
-# Reference: plain maths, float64
-
-
-def reference(x: torch.Tensor) -> torch.Tensor:
-    # Shifting by a per-row constant changes nothing mathematically (detached, it adds no gradient
-    # path) and keeps exp finite for any logits.
-    e = torch.exp(x - x.max(dim=-1, keepdim=True).values.detach())
-    return e / e.sum(dim=-1, keepdim=True)
-
-
-# ---------------------------------------------------------------------------------------------
 # Inputs
 
 
@@ -70,10 +60,6 @@ def config_of(inputs) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------
-GRIDS = grids_of(__file__)  # grids.toml beside this file
-
-
-# ---------------------------------------------------------------------------------------------
 # Cost model (minimum traffic; s = element size):
 #   fwd:      read x; write y                -> 2 * M * N * s
 #   bwd:      read y, dy; write dx           -> 3 * M * N * s
@@ -86,17 +72,18 @@ GRIDS = grids_of(__file__)  # grids.toml beside this file
 bytes_moved, flops = per_element_cost({"fwd": 2, "bwd": 3, "fwd+bwd": 5}, {"fwd": 5, "bwd": 4, "fwd+bwd": 9})
 
 
-SPEC = module_spec(
-    globals(), "softmax", "row softmax over the last dim (rows up to 262144 wide), forward and backward",
+SPEC = KernelSpec(
+    name="softmax", modes=MODES, baseline="torch", bound="memory",
+    description="row softmax over the last dim (rows up to 262144 wide), forward and backward", reference=reference,
+    make_inputs=make_inputs, grad_inputs=("x",), grids=grids_of(__file__), bytes_moved=bytes_moved, flops=flops,
+    dtypes=FLOATS,
     providers=standard_providers(softmax, softmax_eager, config_of)
     + (Provider("liger", softmax_liger, peer_available("liger_kernel")),
        Provider("quack", softmax_quack, peer_available("quack"))),
-    grad_inputs=("x",),
     # One rounding of the output to the storage dtype; the backward also inherits the rounding of
     # the saved y. Measured on the CPU: bf16 <= 4.7e-3 fwd, 8.1e-3 bwd for ours (the interpreter
     # truncates on every cast, ~2x round-to-nearest) and 4.6e-3 for PyTorch's; fp16 <= 5.6e-4;
     # fp32 <= 3e-7 for ours, 2e-6 for PyTorch's CPU kernel (its vectorised exp) forward; PyTorch's
     # fp32 backward at 40000-wide rows reached 1.01e-5 in CI (y * (dy - sum(dy * y)) cancels: the
     # error grows with the row), so fp32 allows 4e-5: 250x under a 1% mistake.
-    tolerance={torch.bfloat16: 1.6e-2, torch.float16: 2e-3, torch.float32: 4e-5},
-)
+    tolerance={torch.bfloat16: 1.6e-2, torch.float16: 2e-3, torch.float32: 4e-5})

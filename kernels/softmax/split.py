@@ -18,7 +18,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .._lib.rows import align, col_mask, row_start
+from .._host.rows import align
+from .._jit.rows import col_mask, row_start
 from .config import SPLIT_MAX_SEGMENTS, SplitConfig
 
 

@@ -1,14 +1,14 @@
 """Softmax's paths for rows too wide for registers.
 
 lines (forward): one program a row reads it twice in chunks of [BLOCK // VEC, VEC], one 16-byte
-vector a line. Pass 1 keeps max and sum of exp per line (_lib.lse_update), so its loop has no
+vector a line. Pass 1 keeps max and sum of exp per line (_jit.lse.lse_update), so its loop has no
 cross-thread reduction or barrier, and combines the lines once per row; both passes issue the next
 chunk's load before using the current one. The row is N_FULL unmasked chunks and, if TAIL, one
 masked chunk, which pass 1 takes first and pass 2 last. Pass 1 loads evict_last, pass 2's loads
 and the stores evict_first; pass 2 runs newest chunk first (the likeliest still in L2).
 
 coop (both directions, a GPU): a row's segments held in the registers of co-resident programs that
-wait for each other's partials (_lib.publish / wait_total, publish2 / wait_slots2). Program
+wait for each other's partials (_jit.coop.publish / wait_total, publish2 / wait_slots2). Program
 (group g, segment s) keeps columns [s*SEG, (s+1)*SEG) of rows g, g+G, ...; in step i it loads row
 i+1, publishes row i's partials and finishes row i-1, still in registers, with what its partners
 published a step ago. x (y, dy) crosses HBM once.
@@ -27,9 +27,14 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .._lib import (LOG2E, coop_plan, coop_program, lse_update, prefetch_ahead, prefetch_chunk, prefetch_segment,
-                    publish, publish2, sm_count, wait_slots2, wait_total)
-from .._lib.rows import align, col_mask, row_start
+from .._host.coop import coop_plan
+from .._host.device import sm_count
+from .._host.prefetch import prefetch_ahead
+from .._jit.coop import coop_program, publish, publish2, wait_slots2, wait_total
+from .._jit.lse import LOG2E, lse_update
+from .._jit.prefetch import prefetch_chunk, prefetch_segment
+from .._host.rows import align
+from .._jit.rows import col_mask, row_start
 from .config import CoopConfig, LinesConfig, StreamConfig
 from .split import _finite_or_zero
 
@@ -133,7 +138,7 @@ def _softmax_fwd_coop(x_ptr, y_ptr, slot_ptr, M, N, S, iters,
         row = g + i * G
         x_next = tl.load(x_ptr + row_start(row + G, N, N_ALIGN) + cols, mask=cm & (row + G < M),
                          other=-float("inf"))
-        if L2_AHEAD:  # the row L2_AHEAD steps past x_next into L2 (_lib.prefetch_l2)
+        if L2_AHEAD:  # the row L2_AHEAD steps past x_next into L2 (_jit.prefetch.prefetch_l2)
             prefetch_segment(x_ptr, row + (1 + L2_AHEAD) * G, M, N, seg, SEG)
         xf = x.to(tl.float32)
         m_j = tl.max(xf, axis=0)
@@ -209,7 +214,7 @@ def stream_backward(y, dy, dx, config: StreamConfig) -> None:
 
 
 def _coop(kernel, partials: int, tensors, config: CoopConfig) -> bool:
-    """The coop launch (_lib.coop_plan sizes the grid to what the GPU holds); False, launching
+    """The coop launch (_host.coop.coop_plan sizes the grid to what the GPU holds); False, launching
     nothing, where not even one group of a row's programs fits on the GPU at once."""
     M, N = tensors[0].shape
     inputs = tensors[:-1]  # what the kernel reads (and prefetches); the last tensor is its output

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import torch
 
-from .._lib.gated_launch import check_pair, gated_function
+from .._host.gated import check_pair, gated_function
 from .config import SwiGLUConfig, pick
-from .kernels import swiglu_backward, swiglu_forward
+from .bwd import swiglu_backward
+from .fwd import swiglu_forward
 
 __all__ = ["SwiGLUConfig", "SwiGLUFunction", "pick", "swiglu", "swiglu_backward", "swiglu_forward"]
 

@@ -166,7 +166,7 @@ def decode_maths(q, k_cache, v_cache, k, v, window):
 
 def subject(case: dict, device: str) -> common.Subject:
     from kcollect.kernels.attention import naive, providers
-    from kcollect.kernels.attention.decode import attention_decode
+    from kcollect.kernels.attention.step import attention_decode
     from kcollect.kernels.attention.spec import SPEC, triton_attention
 
     dtype = common.dtype_of(case["dtype"])
