@@ -26,7 +26,7 @@ level after, and within the threshold of the level before; else 'open'.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from statistics import median
 from typing import Iterable, Protocol, Sequence
 
@@ -183,6 +183,16 @@ class _State:
     noise_before: list[Noise]
     lines: list[Line | None]
     slides: list[Slide]
+    sides: list[Side] = field(default_factory=list)  # per point met so far, as a line's side
+    memo: tuple = (None, None)  # (diffs.sigma() it was computed from, the noise): see _noise
+
+    def noise(self) -> Noise:
+        """combine(*diffs.sigma(), prior), computed again only when a difference came or went
+        (RunningDifferences.sigma() returns the same object until then)."""
+        sigma = self.diffs.sigma()
+        if self.memo[0] is not sigma:
+            self.memo = (sigma, combine(*sigma, self.prior))
+        return self.memo[1]
 
 
 class _Walk:
@@ -217,10 +227,11 @@ class _Walk:
         for key, i in members:
             s = self.state[key]
             p = s.points[i]
-            s.noise_before.append(combine(*s.diffs.sigma(), s.prior))
+            s.noise_before.append(s.noise())
             for d in within(p):
                 s.diffs.add(d)
-            s.noise_at.append(combine(*s.diffs.sigma(), s.prior))
+            s.noise_at.append(s.noise())
+            s.sides.append(_side(key, p))
             if i == 0:
                 s.code.append(None)
                 s.lines.append(None)
@@ -228,7 +239,7 @@ class _Walk:
             prev = s.points[i - 1]
             code = self.code_of(key, s.ours, prev.commit, p.commit)
             s.code.append(code)
-            lines.append(Line(key=key[:5], a=_side(key, prev), b=_side(key, p), code=code, verdict="n/a",
+            lines.append(Line(key=key[:5], a=s.sides[i - 1], b=s.sides[i], code=code, verdict="n/a",
                               ours=s.ours, noise=s.noise_at[i]))
             where.append((key, i))
         cmp = judge(lines, self.threshold_of, self.q)
@@ -245,12 +256,13 @@ class _Walk:
 
     def _gate(self, s: _State, i: int, ln: Line) -> None:
         s.lines.append(ln)
+        env = env_change(ln)
         if ln.verdict in STEPS:
             s.steps.append((i, i, ln.z, ln.verdict, ln.code, _cause(ln), ln.p))
             s.cuts.append(i)
-        elif env_change(ln) or ln.code == METHOD:
+        elif env or ln.code == METHOD:
             s.cuts.append(i)
-        if not (env_change(ln) or ln.code == METHOD or ln.verdict in EXPLAINED):
+        if not (env or ln.code == METHOD or ln.verdict in EXPLAINED):
             # one method and one set of conditions, and no step that our code explains: their
             # difference tells the noise (a flip of a bimodal series too, flagged or not)
             s.added[i] = s.y[i] - s.y[i - 1]
@@ -283,7 +295,7 @@ class _Walk:
         its line named as the gate would name it, the candidates tried)."""
         log_t = math.log1p(self.threshold_of(key.kernel))
         best, tried = None, 0
-        noise = combine(*s.diffs.sigma(), s.prior)
+        noise = s.noise()
         last_cut = max(c for c in s.cuts if c <= i)
         last_step = max((step[0] for step in s.steps), default=-1)
         for j in range(max(1, i - KMAX + 1, last_cut, last_step + 1), i):
@@ -339,7 +351,7 @@ class _Walk:
         for key, s in self.state.items():
             drift = tuple(self.commit_drift[(key.gpu, key.machine)][p.commit] for p in s.points)
             flags = _flags(s, self.threshold_of(key.kernel))
-            out[key] = SeriesResult(key=key, points=s.points, noise=combine(*s.diffs.sigma(), s.prior),
+            out[key] = SeriesResult(key=key, points=s.points, noise=s.noise(),
                                     flags=flags, drift=drift, prior=s.prior, ours=s.ours, noise_at=tuple(s.noise_at),
                                     noise_before=tuple(s.noise_before), lines=tuple(s.lines),
                                     slides=tuple(s.slides))

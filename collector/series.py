@@ -22,7 +22,7 @@ import json
 import math
 from dataclasses import dataclass
 from datetime import datetime
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from statistics import median
 from typing import Iterable, NamedTuple
 
@@ -66,6 +66,13 @@ class Point:
     partial: bool = False  # every run behind it was interrupted or unfinished
     started_at: datetime | None = None  # its first run's start
 
+    @cached_property  # the history reads each point's spread at two commits
+    def spread(self) -> tuple[int, float]:
+        """(runs, sum of squared deviations of their log times from the mean): what its runs show."""
+        logs = [math.log(v) for v in self.runs_ms] or [math.log(self.median_ms)]
+        mean = sum(logs) / len(logs)
+        return len(logs), sum((x - mean) ** 2 for x in logs)
+
 
 def device(row: dict) -> str:
     # CPU (interpreted) rows are their own device, so they never meet GPU rows.
@@ -93,16 +100,20 @@ def _peers(text: str | None) -> dict[str, str]:
 
 
 def env_of(row: dict) -> Env | None:
-    """The conditions a row was measured under (see the module docstring)."""
+    """The conditions a row was measured under (see the module docstring); equal conditions are one
+    object, which the history compares by identity first."""
     if "torch" not in row:
         return None
     env = tuple((f, row.get(f)) for f in STACK)
-    if row.get("ours"):
-        return env
     package = row.get("package")
-    if package is None:  # not recorded: every peer's version counts
-        return env + (("peers", row.get("peers")),)
-    return env + ((package, _peers(row.get("peers")).get(package)),) if package else env
+    if not row.get("ours") and package is None:  # not recorded: every peer's version counts
+        env += (("peers", row.get("peers")),)
+    elif not row.get("ours") and package:
+        env += ((package, _peers(row.get("peers")).get(package)),)
+    return _ENVS.setdefault(env, env)
+
+
+_ENVS: dict[Env, Env] = {}  # every condition met, once (a handful)
 
 
 @lru_cache(maxsize=4096)  # the history asks of the same few pairs of conditions at every commit

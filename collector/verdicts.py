@@ -131,14 +131,19 @@ def sides(rows: Iterable[dict], where_in_key: bool) -> dict[tuple, tuple[Side, b
 # -- judging ----------------------------------------------------------------------------------------
 
 
+def _evolve(obj, **changes):
+    """dataclasses.replace for the frozen Line and Noise (no __post_init__, no cached values): their
+    fields copied as they are, without __init__'s checks (the history replaces a million lines)."""
+    new = object.__new__(type(obj))
+    new.__dict__.update(obj.__dict__, **changes)
+    return new
+
+
 def point_variance(p: Point, sigma: float) -> float:
     """Variance of a point's log time: its runs' mean (median from three on) of spread sigma, with
     sigma shrunk towards what its own runs show (PRIOR_WEIGHT against their n - 1): one disturbed
     run of two widens its point instead of moving it alone."""
-    logs = [math.log(v) for v in p.runs_ms] or [math.log(p.median_ms)]
-    n = len(logs)
-    mean = sum(logs) / n
-    own = sum((x - mean) ** 2 for x in logs)
+    n, own = p.spread
     var = (PRIOR_WEIGHT * sigma * sigma + own) / (PRIOR_WEIGHT + n - 1)
     return var * (1.0 if n <= 2 else math.pi / 2) / n
 
@@ -155,7 +160,7 @@ def conditions_differ(ln: Line) -> tuple[str, str] | None:
 
 def env_change(ln: Line) -> str | None:
     ea, eb = ln.a.point.env, ln.b.point.env
-    return describe_env_change(ea, eb) if ea and eb and ea != eb else None
+    return describe_env_change(ea, eb) if ea is not eb and ea and eb and ea != eb else None
 
 
 def _log_change(ln: Line) -> float:
@@ -192,7 +197,7 @@ def _measure(ln: Line, drift: dict, floor: dict) -> dict:
     noise = ln.noise or combine(None, 0, None)  # no history: the default noise, and few degrees of freedom
     sigma = max(noise.sigma, floor.get((ln.b.gpu, ln.b.machine, ln.a.timing, duration_class(a.median_ms))) or 0.0)
     z = dc / math.sqrt(point_variance(a, sigma) + point_variance(b, sigma))
-    return dict(change=math.expm1(d), corrected=math.expm1(dc), z=z, noise=replace(noise, sigma=sigma))
+    return dict(change=math.expm1(d), corrected=math.expm1(dc), z=z, noise=_evolve(noise, sigma=sigma))
 
 
 def can_gate(ln: Line) -> bool:
@@ -209,7 +214,7 @@ def verdict_of(ln: Line, significant: bool, log_t: float) -> Line:
     env = env_change(ln)
     note = "; ".join(x for x in (ln.note, env and f"environment: {env}",
                                  ln.code == METHOD and "method changed (inputs or what is measured)") if x)
-    return replace(ln, note=note, verdict=_verdict(ln, significant, log_t, env))
+    return _evolve(ln, note=note, verdict=_verdict(ln, significant, log_t, env))
 
 
 def _verdict(ln: Line, significant: bool, log_t: float, env: str | None) -> str:
@@ -249,7 +254,7 @@ def judge(lines: list[Line], threshold_of: Callable[[str], float], q: float = Q,
     measured = [_measure(lines[i], drift, floor) for i in timed]
     ps = p_values([m["z"] for m in measured], [m["noise"].df for m in measured])
     for i, m, p in zip(timed, measured, ps):
-        out[i] = replace(lines[i], **m, p=p)
+        out[i] = _evolve(lines[i], **m, p=p)
     families = ([i for i in timed if can_gate(out[i])], [i for i in timed if not can_gate(out[i])])
     significant: dict[int, bool] = {}
     for family in families:
