@@ -26,6 +26,7 @@ level after, and within the threshold of the level before; else 'open'.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, insort
 from dataclasses import dataclass, field, replace
 from statistics import median
 from typing import Iterable, Protocol, Sequence
@@ -186,6 +187,10 @@ class _State:
     sides: list[Side] = field(default_factory=list)  # per point met so far, as a line's side
     memo: tuple = (None, None)  # (diffs.sigma() it was computed from, the noise): see _noise
 
+    def cut_before(self, j: int) -> int:
+        """The last cut before index j (cuts are kept sorted; the first is 0)."""
+        return self.cuts[max(bisect_left(self.cuts, j) - 1, 0)]
+
     def noise(self) -> Noise:
         """combine(*diffs.sigma(), prior), computed again only when a difference came or went
         (RunningDifferences.sigma() returns the same object until then)."""
@@ -205,9 +210,16 @@ class _Walk:
         self.level: dict[tuple, float] = {}  # (gpu, machine) -> the chained drift so far
         self.record: list | None = None  # persistence candidates, kept for the calibration
         self.commit_drift: dict[tuple, dict[str, float]] = {}
+        self._log_t: dict[str, float] = {}
 
     def threshold_of(self, kernel: str) -> float:
         return self.thresholds.get(kernel, DEFAULT_THRESHOLD)
+
+    def log_t(self, kernel: str) -> float:
+        """log1p(threshold_of(kernel)), computed once per kernel."""
+        if kernel not in self._log_t:
+            self._log_t[kernel] = math.log1p(self.threshold_of(kernel))
+        return self._log_t[kernel]
 
     def code_of(self, key: SeriesKey, ours: bool, a: str, b: str) -> str:
         return code_status(self.code, key.kernel, ours, a, b)
@@ -259,9 +271,9 @@ class _Walk:
         env = env_change(ln)
         if ln.verdict in STEPS:
             s.steps.append((i, i, ln.z, ln.verdict, ln.code, _cause(ln), ln.p))
-            s.cuts.append(i)
+            insort(s.cuts, i)
         elif env or ln.code == METHOD:
-            s.cuts.append(i)
+            insort(s.cuts, i)
         if not (env or ln.code == METHOD or ln.verdict in EXPLAINED):
             # one method and one set of conditions, and no step that our code explains: their
             # difference tells the noise (a flip of a bimodal series too, flagged or not)
@@ -286,25 +298,24 @@ class _Walk:
                 key, i, (j, ln, _) = found[k]
                 s = self.state[key]
                 s.steps.append((j, i, ln.z, ln.verdict, ln.code, _cause(ln), ps[k]))
-                s.cuts.append(j)
+                insort(s.cuts, j)
                 if ln.verdict in EXPLAINED and j in s.added:  # our code's step, found late: not noise
                     s.diffs.remove(s.added.pop(j))
 
     def _candidate(self, key: SeriesKey, s: _State, i: int) -> tuple[int, Line, int] | None:
         """The best step of one series decided at point i with 2..KMAX points after it: (its index,
         its line named as the gate would name it, the candidates tried)."""
-        log_t = math.log1p(self.threshold_of(key.kernel))
+        log_t = self.log_t(key.kernel)
         best, tried = None, 0
         noise = s.noise()
-        last_cut = max(c for c in s.cuts if c <= i)
+        last_cut = s.cut_before(i + 1)
         last_step = max((step[0] for step in s.steps), default=-1)
         for j in range(max(1, i - KMAX + 1, last_cut, last_step + 1), i):
             # from last_cut on, the points after j are all one code and one condition, with no step
-            lo = max([c for c in s.cuts if c < j] + [0])
-            lo = max(lo, j - WINDOW)
+            lo = max(s.cut_before(j), j - WINDOW)
             before, after = s.y[lo:j], s.y[j:i + 1]
             tried += 1
-            lb, la = median(before), median(after)
+            lb, la = _median(before), _median(after)
             if self.record is None and abs(la - lb) < log_t:
                 continue  # too small to be a step (z is computed below only for the calibration's record)
             sign = math.copysign(1.0, la - lb)
@@ -332,11 +343,11 @@ class _Walk:
         tests = []
         for key, i in members:
             s = self.state[key]
-            lo = max(max(c for c in s.cuts if c <= i), i - SLIDE_SPAN + 1)
+            lo = max(s.cut_before(i + 1), i - SLIDE_SPAN + 1)
             if i - lo + 1 < 2 * SLIDE_ENDS + 1:
                 continue
-            start, end = median(s.y[lo:lo + SLIDE_ENDS]), median(s.y[i - SLIDE_ENDS + 1:i + 1])
-            if abs(end - start) < math.log1p(self.threshold_of(key.kernel)):
+            start, end = _median(s.y[lo:lo + SLIDE_ENDS]), _median(s.y[i - SLIDE_ENDS + 1:i + 1])
+            if abs(end - start) < self.log_t(key.kernel):
                 continue
             noise = s.noise_at[i]
             z = (end - start) / (noise.sigma * math.sqrt(2 * _factor(SLIDE_ENDS) / SLIDE_ENDS))
@@ -373,6 +384,13 @@ def code_status(code: CodeChanges | None, kernel: str, ours: bool, a: str | None
 
 def _side(key: SeriesKey, p: Point) -> Side:
     return Side(p, "ok", key.timing, key.gpu, key.machine, p.partial, p.commit)
+
+
+def _median(values: list[float]) -> float:
+    """statistics.median, the same arithmetic without its checks (the walk takes a million)."""
+    data = sorted(values)
+    n = len(data)
+    return data[n // 2] if n % 2 else (data[n // 2 - 1] + data[n // 2]) / 2
 
 
 def _factor(n: int) -> float:

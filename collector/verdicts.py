@@ -241,12 +241,13 @@ def judge(lines: list[Line], threshold_of: Callable[[str], float], q: float = Q,
     """Every line's verdict (see the module docstring). `threshold_of(kernel)`: its relative
     threshold; `across`: the sides are two GPUs, so changes are 'slower'/'faster' by the threshold
     alone and nothing gates."""
+    cases = [_case(ln) for ln in lines]
     providers: dict[tuple, int] = {}
-    for ln in lines:
-        providers[_case(ln)] = providers.get(_case(ln), 0) + 1
+    for case in cases:
+        providers[case] = providers.get(case, 0) + 1
     # cases where some provider still has a time at B, or with one provider only: a failure there is
     # that provider's; where every one of several failed, the case did (the reference out of memory)
-    alive = {_case(ln) for ln in lines if ln.b.point} | {c for c, n in providers.items() if n < 2}
+    alive = {case for case, ln in zip(cases, lines) if ln.b.point} | {c for c, n in providers.items() if n < 2}
     timed = [i for i, ln in enumerate(lines) if ln.a.point and ln.b.point and "unstable" not in (ln.a.status, ln.b.status)
              and (across or not conditions_differ(ln))]
     drift, count, floor = ({}, {}, {}) if across else machine_drift([lines[i] for i in timed])
@@ -255,13 +256,17 @@ def judge(lines: list[Line], threshold_of: Callable[[str], float], q: float = Q,
     ps = p_values([m["z"] for m in measured], [m["noise"].df for m in measured])
     for i, m, p in zip(timed, measured, ps):
         out[i] = _evolve(lines[i], **m, p=p)
-    families = ([i for i in timed if can_gate(out[i])], [i for i in timed if not can_gate(out[i])])
+    gates = {i: can_gate(out[i]) for i in timed}
+    families = ([i for i in timed if gates[i]], [i for i in timed if not gates[i]])
     significant: dict[int, bool] = {}
     for family in families:
         for i, rejected in zip(family, fdr([out[i].p for i in family], q)):
             significant[i] = rejected
+    log_ts: dict[str, float] = {}  # kernel -> log1p(its threshold)
     for i, ln in enumerate(out):
-        log_t = math.log1p(threshold_of(ln.key[0]))
+        if ln.key[0] not in log_ts:
+            log_ts[ln.key[0]] = math.log1p(threshold_of(ln.key[0]))
+        log_t = log_ts[ln.key[0]]
         if i in significant:
             out[i] = (verdict_of(ln, significant[i], log_t) if not across else
                       replace(ln, verdict="same" if abs(math.log1p(ln.change)) < log_t else
@@ -273,7 +278,7 @@ def judge(lines: list[Line], threshold_of: Callable[[str], float], q: float = Q,
             out[i] = replace(ln, verdict=verdict, note=note, change=math.expm1(_log_change(ln)))
         elif ln.a.point and ln.b.status in FAILING:
             failing = "partial run" if ln.b.partial else "failing"
-            out[i] = replace(ln, verdict=failing if _case(ln) in alive else "case failed")
+            out[i] = replace(ln, verdict=failing if cases[i] in alive else "case failed")
         elif ln.b.point and ln.a.status in FAILING:
             out[i] = replace(ln, verdict="fixed")
     return Comparison(out, drift, count, _notes(out, drift, count))
