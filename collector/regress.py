@@ -127,6 +127,8 @@ def pool_key(key: SeriesKey, points: Sequence[Point]) -> tuple:
 
 def within(p: Point) -> list[float]:
     """The differences inside one point: its reruns, and each run against its recheck."""
+    if len(p.runs_ms) < 2:  # most points: one run (asked for each point three times)
+        return list(p.rechecks)
     return [math.log(b / a) for a, b in zip(p.runs_ms, p.runs_ms[1:])] + list(p.rechecks)
 
 
