@@ -33,8 +33,8 @@ from typing import Iterable, Protocol, Sequence
 
 from .noise import (PERSISTENT_TAIL, Noise, RunningDifferences, combine, duration_class, fdr, p_values, pool,
                     typical)
-from .series import (COLUMNS, QUERY, Point, SeriesKey, commit_rank, describe_env_change, device, group_series,
-                     points_from_rows, series_key)
+from .series import (COLUMNS, QUERY, Point, SeriesKey, commit_rank, describe_env_change, device, fast_median,
+                     group_series, points_from_rows, series_key)
 from .verdicts import METHOD, Q, UNCHANGED, UNKNOWN, WITH_ENV, Line, Side, can_gate, env_change, judge, verdict_of
 
 __all__ = ["COLUMNS", "QUERY", "Point", "SeriesKey", "describe_env_change", "device", "points_from_rows",
@@ -317,7 +317,7 @@ class _Walk:
             lo = max(s.cut_before(j), j - WINDOW)
             before, after = s.y[lo:j], s.y[j:i + 1]
             tried += 1
-            lb, la = _median(before), _median(after)
+            lb, la = fast_median(before), fast_median(after)
             if self.record is None and abs(la - lb) < log_t:
                 continue  # too small to be a step (z is computed below only for the calibration's record)
             sign = math.copysign(1.0, la - lb)
@@ -348,7 +348,7 @@ class _Walk:
             lo = max(s.cut_before(i + 1), i - SLIDE_SPAN + 1)
             if i - lo + 1 < 2 * SLIDE_ENDS + 1:
                 continue
-            start, end = _median(s.y[lo:lo + SLIDE_ENDS]), _median(s.y[i - SLIDE_ENDS + 1:i + 1])
+            start, end = fast_median(s.y[lo:lo + SLIDE_ENDS]), fast_median(s.y[i - SLIDE_ENDS + 1:i + 1])
             if abs(end - start) < self.log_t(key.kernel):
                 continue
             noise = s.noise_at[i]
@@ -386,13 +386,6 @@ def code_status(code: CodeChanges | None, kernel: str, ours: bool, a: str | None
 
 def _side(key: SeriesKey, p: Point) -> Side:
     return Side(p, "ok", key.timing, key.gpu, key.machine, p.partial, p.commit)
-
-
-def _median(values: list[float]) -> float:
-    """statistics.median, the same arithmetic without its checks (the walk takes a million)."""
-    data = sorted(values)
-    n = len(data)
-    return data[n // 2] if n % 2 else (data[n // 2 - 1] + data[n // 2]) / 2
 
 
 def _factor(n: int) -> float:
