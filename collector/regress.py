@@ -308,11 +308,17 @@ class _Walk:
         """The best step of one series decided at point i with 2..KMAX points after it: (its index,
         its line named as the gate would name it, the candidates tried)."""
         log_t = self.log_t(key.kernel)
-        best, tried = None, 0
-        noise = s.noise()
         last_cut = s.cut_before(i + 1)
         last_step = max((step[0] for step in s.steps), default=-1)
-        for j in range(max(1, i - KMAX + 1, last_cut, last_step + 1), i):
+        first = max(1, i - KMAX + 1, last_cut, last_step + 1)
+        if first >= i:
+            return None
+        window = s.y[max(s.cut_before(first), first - WINDOW):i + 1]  # every point the medians below read
+        if self.record is None and max(window) - min(window) < log_t:
+            return None  # no two medians within it can be log_t apart (the answer without the work)
+        best, tried = None, 0
+        noise = s.noise()
+        for j in range(first, i):
             # from last_cut on, the points after j are all one code and one condition, with no step
             lo = max(s.cut_before(j), j - WINDOW)
             before, after = s.y[lo:j], s.y[j:i + 1]
