@@ -368,7 +368,8 @@ class _Walk:
     def results(self) -> dict[SeriesKey, SeriesResult]:
         out = {}
         for key, s in self.state.items():
-            drift = tuple(self.commit_drift[(key.gpu, key.machine)][p.commit] for p in s.points)
+            level = self.commit_drift[(key.gpu, key.machine)]
+            drift = tuple([level[p.commit] for p in s.points])
             flags = _flags(s, self.threshold_of(key.kernel))
             out[key] = SeriesResult(key=key, points=s.points, noise=s.noise(),
                                     flags=flags, drift=drift, prior=s.prior, ours=s.ours, noise_at=tuple(s.noise_at),
