@@ -118,6 +118,10 @@ class KernelSpec:
     # dims -> the tokens (query positions) one call processes, where the op has them: each row
     # stores it and the site shows tokens/s beside the rate
     tokens: Callable[[Mapping[str, Any]], int] | None = None
+    # (the differentiable outputs, in float64; their random upstream gradients) -> the upstream
+    # gradients the check uses, for an op where some random ones would differentiate a kink that
+    # no model's loss has (the sLSTM's stabilised final states)
+    upstream: Callable[[tuple, tuple], tuple] | None = None
 
     def provider(self, name: str) -> Provider:
         for p in self.providers:

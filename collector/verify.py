@@ -58,7 +58,16 @@ def upstream(spec: KernelSpec, fn: Callable[..., Any], inputs: Inputs, seed: int
     inputs = clone_inputs(inputs)
     for n in spec.grad_inputs:
         inputs[n].requires_grad_(True)
-    return _grad_outputs(_differentiable(as_tuple(fn(**inputs))), seed)
+    return _upstream_of(spec, _differentiable(as_tuple(fn(**inputs))), seed)
+
+
+def _upstream_of(spec: KernelSpec, diff: tuple, seed: int) -> tuple:
+    """The random upstream gradients of `diff`, through the spec's own map where it has one."""
+    dys = _grad_outputs(diff, seed)
+    if spec.upstream is None:
+        return dys
+    with torch.no_grad():
+        return spec.upstream(tuple(o.detach().to(torch.float64) for o in diff), dys)
 
 
 def reference_answers(spec: KernelSpec, inputs: Inputs, mode: str, seed: int) -> tuple[tuple, tuple]:
@@ -79,7 +88,7 @@ def reference_modes(spec: KernelSpec, inputs: Inputs, modes: tuple[str, ...],
     leaves = [ref_in[n].requires_grad_(True) for n in spec.grad_inputs]
     outs = as_tuple(spec.reference(**ref_in))
     diff = _differentiable(outs)
-    dys = _grad_outputs(diff, seed)
+    dys = _upstream_of(spec, diff, seed)
     grads = torch.autograd.grad(diff, leaves, dys)
     outs = tuple(o.detach() if torch.is_tensor(o) else o for o in outs)
     answers = {"fwd": ((), outs), "bwd": (dys, grads), "fwd+bwd": (dys, outs + grads)}

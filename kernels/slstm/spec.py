@@ -97,6 +97,20 @@ def xlstm_cuda(**_):
     raise Unavailable(XLSTM_CUDA)
 
 
+def invariant_upstream(outs, dys):
+    """The checked loss takes the final c and n through c/n. They are stabilised states: (c, n, m)
+    stands for (c e^m, n e^m), and m is a max() whose side rounding decides, so the gradient of c
+    or n alone jumps where the max() switches, while c/n (and every later step of a model that
+    carries the states on) does not. Random upstream gradients on c and n made bf16 rows of every
+    provider, eager included, fail at 1 case seed in 20 on the quick grid, by differentiating that
+    jump; with g random, dc = g/(n+EPS) and dn = -g c/(n+EPS)^2 still reach both inputs of the
+    backward (y's upstream is untouched)."""
+    _, c, n = outs
+    gy, g, _ = dys
+    d = n + EPS
+    return gy, g / d, -g * c / (d * d)
+
+
 def config_of(inputs) -> dict:
     wx = inputs["wx"]
     B, _, _, NH, DH = wx.shape
@@ -162,10 +176,12 @@ SPEC = cell_spec(
     baseline="cortex",
     grad_inputs=("wx", "r", "b", "y0", "c0", "n0"),
     # About twice the PyTorch step loop's usual error against float64 (bf16 backward 1.6e-2 to 3.0e-2 at
-    # B=4, NH=2, T=48, DH=32 on the CPU: every exp and division rounded to bf16; fp32 2.3e-7). Its tail
-    # goes past this: 8 draws in 40 there, where bf16 rounds the stabiliser's max or min(exp(x), 1) to a
-    # tie and autograd halves the gradient; those rows fail.
+    # B=4, NH=2, T=48, DH=32 on the CPU: every exp and division rounded to bf16; fp32 2.3e-7). With the
+    # final states checked through c/n (invariant_upstream), over 40 case seeds there eager's bf16
+    # backward erred 1.8e-2 to 4.6e-2 and ours 3.3e-3 to 3.9e-3; over 60 at the quick grid's B=2, T=3,
+    # DH=16, eager up to 5.6e-2 and ours at most 4.3e-3.
     tolerance={torch.bfloat16: 6e-2, torch.float32: 1e-5},
+    upstream=invariant_upstream,
     notes="m_T is returned without gradient. xlstm runs without resets; eager and xlstm (step loops) are timed "
           "up to T=256.",
 )
