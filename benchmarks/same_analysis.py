@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -55,7 +56,8 @@ def digests(checkout: Path, db: Path, git: Path | None, work: Path) -> dict[str,
         (pkg / "kcollect").symlink_to(checkout / "collector", target_is_directory=True)
     out = subprocess.run([sys.executable, "-c", DIGESTS, str(db), str(git or "")], check=True, capture_output=True,
                          text=True, env=dict(os.environ, PYTHONPATH=str(pkg))).stdout
-    return dict(line.rsplit(" ", 1) for line in out.splitlines())
+    # only the digest lines: DuckDB may draw a progress bar on stdout while a query runs long
+    return dict(line.rsplit(" ", 1) for line in out.splitlines() if re.fullmatch(r".+ [0-9a-f]{64}", line))
 
 
 def main() -> None:
