@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -34,6 +33,7 @@ from kcollect import codechange, regress, site_data, site_flags
 from kcollect.store import Store
 db, git = sys.argv[1], sys.argv[2] or None
 with Store(Path(db), read_only=True) as store:
+    store.con.execute("SET enable_progress_bar = false")  # drawn on stdout where a query runs long
     data = site_data.load(store)
 results = regress.analyse(data.history, None, codechange.Repo(git) if git else None)
 for key in sorted(results, key=repr):
@@ -56,8 +56,7 @@ def digests(checkout: Path, db: Path, git: Path | None, work: Path) -> dict[str,
         (pkg / "kcollect").symlink_to(checkout / "collector", target_is_directory=True)
     out = subprocess.run([sys.executable, "-c", DIGESTS, str(db), str(git or "")], check=True, capture_output=True,
                          text=True, env=dict(os.environ, PYTHONPATH=str(pkg))).stdout
-    # only the digest lines: DuckDB may draw a progress bar on stdout while a query runs long
-    return dict(line.rsplit(" ", 1) for line in out.splitlines() if re.fullmatch(r".+ [0-9a-f]{64}", line))
+    return dict(line.rsplit(" ", 1) for line in out.splitlines())
 
 
 def main() -> None:
