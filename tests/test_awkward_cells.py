@@ -225,3 +225,46 @@ def test_dtypes_past_the_kernels_are_refused(op):
     for bad, word in ((wide, "float64"), (dict(inputs, **{first: inputs[first].bfloat16()}), "one dtype")):
         with pytest.raises(ValueError, match=word):
             subject.ours(**bad)
+
+
+def _mlstm_case(dtype, dims, seed, **options):
+    return _case("mlstm", dtype, dims, **options) | {"seed": seed}
+
+
+def test_mlstm_dq_at_head_size_1():
+    # h_t does not depend on the scale of q_t (but for eps), so dq's terms along q_t cancel; in bf16
+    # the dot's operand P (G + dden) was rounded first: at DH = 1 (all of dq along q) dq was 20x off
+    case = _mlstm_case("bfloat16", {"B": 1, "NH": 1, "DH": 1, "T": 33}, 399746553, resets="edges",
+                       gates="large_input")
+    verdict = cells.check(case, "cpu")
+    assert verdict["status"] == "ok", f"{json.dumps(case)}: {verdict.get('message')}"
+
+
+def test_mlstm_final_state_with_wild_gates():
+    # a weight's exponent was (i_s - m) + gap: the step whose i_s + gap set the stabiliser m got
+    # exp(its rounding at the gates' magnitude), not 1; the final state (C_T, n_T) was 2e-6 off
+    # where eager's was 3e-8
+    case = _mlstm_case("float32", {"B": 1, "NH": 2, "DH": 3, "T": 5}, 1423807271, gates="wild")
+    verdict = cells.check(case, "cpu")
+    parts = {p["name"]: p for p in verdict["parts"]}
+    for name in ("output 1", "output 2"):
+        assert parts[name]["ours"] <= parts[name]["gate"], f"{json.dumps(case)}: {name} {parts[name]}"
+
+
+def _subject(dtype, answer, ours):
+    from lab.awkward import common
+
+    return common.Subject(lambda: {"x": torch.linspace(-1, 1, 8, dtype=dtype)}, ours, ours, lambda x: x * answer,
+                          ("x",), dtype=dtype, tolerance=0.03, seed=5)
+
+
+def test_answers_past_fp16_are_invalid_not_ours():
+    # fp16 cases whose true values lie past 65504 (eager inf as well) counted against the op; a true
+    # answer in range that ours turns into inf is still ours
+    from lab.awkward import common
+
+    past = common.verdict(_subject(torch.float16, 1e5, lambda x: x * 1e5))
+    assert past["status"] == "invalid" and "65504" in past["message"], past
+    inside = common.verdict(_subject(torch.float16, 1e4, lambda x: x * 1e4 * 1e4 / 1e4))
+    assert inside["status"] == "over_tolerance", inside
+    assert common.verdict(_subject(torch.bfloat16, 1e5, lambda x: x * 1e5))["status"] == "ok"

@@ -69,10 +69,10 @@ def _mlstm_dstates(q_ptr, dh_ptr, qinv_ptr, dden_ptr, dmj_ptr, i_ptr, f_ptr, rs_
             seg_end = tl.max(seg, 0)
             row = bh * (NC + 1) + c
             m_c, m_next = tl.load(ms_ptr + row), tl.load(ms_ptr + row + 1)
-            kappa = tl.where(seg_end == 0, exp_f32((m_c - m_next) + A_end, PRECISE), 0.0)
+            kappa = tl.where(seg_end == 0, exp_f32((m_c + A_end) - m_next, PRECISE), 0.0)
             t = c * L + tl.arange(0, L)
             mj = tl.load(mo_ptr + bh * T + t, mask=tm, other=0.0)
-            w = tl.where((seg == 0) & tm, exp_f32((m_c - mj) + A.to(tl.float32), PRECISE), 0.0)
+            w = tl.where((seg == 0) & tm, exp_f32((m_c + A.to(tl.float32)) - mj, PRECISE), 0.0)
             qw = load_tile(q_ptr, bh, c * L, T, DH, d, L).to(tl.float32) * w[:, None]
             dnum = load_tile(dh_ptr, bh, c * L, T, DH, e, L).to(tl.float32) \
                 * tl.load(qinv_ptr + bh * T + t, mask=tm, other=0.0)[:, None]
@@ -91,7 +91,7 @@ def _mlstm_dstates(q_ptr, dh_ptr, qinv_ptr, dden_ptr, dmj_ptr, i_ptr, f_ptr, rs_
 @triton.jit(do_not_specialize=["NH", "T", "NC", "has_resets"])
 def _mlstm_dchunk(q_ptr, k_ptr, v_ptr, i_ptr, f_ptr, rs_ptr, dh_ptr, qinv_ptr, den_ptr, cs_ptr, ns_ptr, ms_ptr, mo_ptr,
                   dcs_ptr, dns_ptr, dim_ptr, dam_ptr, src_ptr, dq_ptr, dk_ptr, dv_ptr, di_ptr, df_ptr, NH, T, DH, NC,
-                  scale, has_resets, L: tl.constexpr, DP: tl.constexpr, BV: tl.constexpr, DOT_F32: tl.constexpr,
+                  scale, eps, has_resets, L: tl.constexpr, DP: tl.constexpr, BV: tl.constexpr, DOT_F32: tl.constexpr,
                   PRECISE: tl.constexpr):
     c, bh = tl.program_id(0), tl.program_id(1).to(tl.int64)
     b = bh // NH
@@ -112,10 +112,10 @@ def _mlstm_dchunk(q_ptr, k_ptr, v_ptr, i_ptr, f_ptr, rs_ptr, dh_ptr, qinv_ptr, d
     ty = q.dtype
     S = dot(q, tl.trans(k), tl.zeros((L, L), tl.float32), DOT_F32) * scale
     valid = (j[None, :] <= j[:, None]) & (seg[None, :] == seg[:, None])
-    P = tl.where(valid, exp_f32((ig[None, :] - mj[:, None]) + gaps(A), PRECISE), 0.0)  # as the forward's
-    w = tl.where((seg == 0) & tm, exp_f32((m_c - mj) + A.to(tl.float32), PRECISE), 0.0)
-    beta = tl.where((seg == seg_end) & tm, exp_f32((ig - m_next) + rest, PRECISE), 0.0)
-    kappa = tl.where(seg_end == 0, exp_f32((m_c - m_next) + A_end, PRECISE), 0.0)
+    P = tl.where(valid, exp_f32((ig[None, :] + gaps(A)) - mj[:, None], PRECISE), 0.0)  # as the forward's
+    w = tl.where((seg == 0) & tm, exp_f32((m_c + A.to(tl.float32)) - mj, PRECISE), 0.0)
+    beta = tl.where((seg == seg_end) & tm, exp_f32((ig + rest) - m_next, PRECISE), 0.0)
+    kappa = tl.where(seg_end == 0, exp_f32((m_c + A_end) - m_next, PRECISE), 0.0)
     PS = (P * S).to(ty)
     G = tl.zeros((L, L), tl.float32)
     dq_state = tl.zeros((L, DP), tl.float32)  # dnum C^T, over the value blocks
@@ -151,6 +151,14 @@ def _mlstm_dchunk(q_ptr, k_ptr, v_ptr, i_ptr, f_ptr, rs_ptr, dh_ptr, qinv_ptr, d
         + w[:, None] * (dq_state + dden[:, None] * n_c[None, :])
     dk = (dot(tl.trans(PG.to(ty)), q, tl.zeros((L, DP), tl.float32), DOT_F32)
           + beta[:, None] * (dk_state + dn_next[None, :])) * scale
+    # h_t is invariant to the scale of q_t but for the normaliser's eps (and its floor), so
+    # q_t . dq_t = (dh_t . h_t) eps / N_t exactly (dh_t . h_t where the floor wins), while the terms
+    # of dq_t along q_t cancel: to fp32's rounding of them, and to bf16's where PG is rounded for the
+    # dot (at DH = 1 that is all of dq). Set dq's part along q to its closed form.
+    qf = q.to(tl.float32)
+    qq = tl.sum(qf * qf, 1)
+    along = tl.where(tl.abs(den) >= floor, dh_h * qinv * eps, dh_h) - tl.sum(qf * dq, 1)
+    dq += qf * tl.where(qq > 0.0, along / tl.where(qq > 0.0, qq, 1.0), 0.0)[:, None]
     dlogw = w * (dlogw + dden * tl.sum(q.to(tl.float32) * n_c[None, :], 1))
     dlogb = beta * (dlogb + tl.sum(k.to(tl.float32) * dn_next[None, :], 1) * scale)
     Z = PG * S
@@ -176,7 +184,7 @@ def shared_bwd(config, dtype, DH: int, dot_f32: bool, device) -> int:
     f32, u8, i32, meta = torch.float32, torch.uint8, torch.int32, meta_of(config, DH, dtype, dot_f32)
     dstates = (dtype, dtype, f32, f32, f32, dtype, dtype, u8, f32, f32, f32, f32, f32, f32, i32, 1, 1, DH, 1, 1)
     dchunk = (dtype, dtype, dtype, dtype, dtype, u8, dtype, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, i32,
-              dtype, dtype, dtype, dtype, dtype, 1, 1, DH, 1, 1.0, 1)
+              dtype, dtype, dtype, dtype, dtype, 1, 1, DH, 1, 1.0, 1e-6, 1)
     return max(shared_bytes(_mlstm_dstates, dstates, dict(meta, num_warps=config.state_warps), device),
                shared_bytes(_mlstm_dchunk, dchunk, dict(meta, num_warps=config.warps), device))
 
@@ -206,5 +214,5 @@ def mlstm_bwd(dh, q, k, v, i, f, resets, NH: int, h, saved, config, dot_f32: boo
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     di, df = torch.empty_like(i), torch.empty_like(f)
     _mlstm_dchunk[(NC, BH)](q, k, v, i, f, rs, dh, qinv, den, cs, ns, ms, mo, dcs, dns, dim, dam, src, dq, dk, dv, di,
-                            df, NH, T, DH, NC, DH ** -0.5, has_resets, num_warps=config.warps, **meta)
+                            df, NH, T, DH, NC, DH ** -0.5, eps, has_resets, num_warps=config.warps, **meta)
     return dq, dk, dv, di, df

@@ -38,8 +38,8 @@ def _mlstm_states(k_ptr, v_ptr, i_ptr, f_ptr, rs_ptr, cs_ptr, ns_ptr, ms_ptr, NH
             survive = seg == seg_end
             carry = tl.where(seg_end == 0, m + A_end, NEG)
             m_next = tl.maximum(carry, tl.max(tl.where(survive, it + rest, NEG), 0))
-            beta = tl.where(survive, exp_f32((ig - m_next) + rest, PRECISE), 0.0) * scale
-            kappa = tl.where(seg_end == 0, exp_f32((m - m_next) + A_end, PRECISE), 0.0)
+            beta = tl.where(survive, exp_f32((ig + rest) - m_next, PRECISE), 0.0) * scale
+            kappa = tl.where(seg_end == 0, exp_f32((m + A_end) - m_next, PRECISE), 0.0)
             kb = load_tile(k_ptr, bh, c * L, T, DH, d, L).to(tl.float32) * beta[:, None]
             v = load_tile(v_ptr, bh, c * L, T, DH, e, L)
             C = dot(tl.trans(kb.to(v.dtype)), v, C * kappa, DOT_F32)
@@ -67,8 +67,8 @@ def _mlstm_out(q_ptr, k_ptr, v_ptr, i_ptr, f_ptr, rs_ptr, cs_ptr, ns_ptr, ms_ptr
     gap = gaps(A)
     base = tl.where(seg == 0, m_c + A.to(tl.float32), NEG)
     mj = tl.maximum(base, tl.max(tl.where(valid, it[None, :] + gap, NEG), 1))
-    E = tl.where(valid, exp_f32((ig[None, :] - mj[:, None]) + gap, PRECISE), 0.0) * S
-    w = tl.where(seg == 0, exp_f32((m_c - mj) + A.to(tl.float32), PRECISE), 0.0)
+    E = tl.where(valid, exp_f32((ig[None, :] + gap) - mj[:, None], PRECISE), 0.0) * S
+    w = tl.where(seg == 0, exp_f32((m_c + A.to(tl.float32)) - mj, PRECISE), 0.0)
     den = tl.sum(E, 1) + w * tl.sum(q.to(tl.float32) * n_c[None, :], 1)
     norm = tl.maximum(tl.abs(den), exp_f32(-mj, PRECISE)) + EPS
     t = c * L + j

@@ -257,7 +257,7 @@ def subject(case: dict, device: str) -> common.Subject:
     tolerance = spec.SPEC.tolerance.get(dtype, spec.SPEC.tolerance[torch.bfloat16])  # fp16: bf16's
     return common.Subject(lambda: inputs(case, device), ours, eager, reference, spec.SPEC.grad_inputs, dtype=dtype,
                           tolerance=tolerance, refusal=case["refusal"], grad_layout=case["options"]["grad_layout"],
-                          seed=case["seed"])
+                          seed=case["seed"], upstream=spec.SPEC.upstream)
 
 
 def check(case: dict, device: str) -> dict:

@@ -30,7 +30,12 @@ every call gives the same values in the same layout). `verdict(subject)` then
                     the shape's own rounding does: too few elements to average, see `gate`)
     refused         a ValueError for an input past a documented limit, naming it (Subject.refusal)
     ok
-    invalid         the float64 reference itself failed: a defect of the case, not of the op
+    invalid         the float64 reference itself failed, or (bf16/fp16) some output or gradient of
+                    the float64 reference lies past the dtype's largest finite value (fp16's
+                    65504): the true answer is not representable in that dtype, so no
+                    computation in it can be held to it (eager overflows as well); a defect of
+                    the case, not of the op. A true answer within the range that ours turns into
+                    inf stays over_tolerance.
 
 Helpers for awkward layouts: `padded` (a copy whose rows sit in a wider buffer: strides that are
 not a multiple of 16 bytes, and optionally a data pointer off by some elements), `every_other` (a
@@ -75,6 +80,7 @@ class Subject:
                    (a refusal is then the right answer; None: any ValueError is a crash)
     grad_layout    'contiguous', or 'strided' (each upstream gradient a view of every other
                    element of a wider buffer: not contiguous, as autograd may hand one over)
+    upstream       the spec's map of the random upstream gradients (KernelSpec.upstream), or None
     """
 
     make_inputs: Callable[[], dict]
@@ -87,6 +93,7 @@ class Subject:
     refusal: str | None = None
     grad_layout: str = "contiguous"
     seed: int = 0
+    upstream: Callable[[tuple, tuple], tuple] | None = None
 
 
 @dataclass
@@ -182,6 +189,9 @@ def _reference(subject: Subject) -> tuple[tuple, tuple, tuple | None]:
         return tuple(o.detach() for o in outs), (), None
     gen = torch.Generator(device=diff[0].device).manual_seed(subject.seed + 1)
     dys = tuple(torch.randn(o.shape, generator=gen, dtype=torch.float64, device=o.device) for o in diff)
+    if subject.upstream is not None:
+        with torch.no_grad():
+            dys = subject.upstream(tuple(o.detach() for o in diff), dys)
     grads = torch.autograd.grad(diff, leaves, dys, allow_unused=True)
     grads = tuple(torch.zeros_like(x) if g is None else g for g, x in zip(grads, leaves))
     return tuple(o.detach() for o in outs), grads, dys
@@ -256,6 +266,9 @@ def _verdict(subject: Subject) -> dict:
     except Exception as e:  # noqa: BLE001 (the reference must run: a failure is the harness's)
         return {"status": "invalid", "message": f"the float64 reference failed: {type(e).__name__}: {e}"[:500],
                 "trace": traceback.format_exc(limit=6)[-1500:], "fatal": False}
+    beyond = _beyond_range(subject, want_outs, want_grads)
+    if beyond:
+        return {"status": "invalid", "message": beyond, "fatal": False}
     ours = _run(subject.ours, subject, dys)
     if isinstance(ours.error, ValueError):
         named = subject.refusal is not None and subject.refusal.lower() in str(ours.error).lower()
@@ -300,6 +313,24 @@ def _verdict(subject: Subject) -> dict:
             f"{p['name']} {p['ours']:.3g} > {p['gate']:.3g} (eager {_g(p['eager'])}, spread {_g(p['spread'])})"
             for p in over), **result}
     return {"status": "ok", **result}
+
+
+def _beyond_range(subject: Subject, want_outs: tuple, want_grads: tuple) -> str | None:
+    """For bf16/fp16: the first float64 answer (outputs, then gradients) with a finite value past the
+    dtype's largest, named with it; None where every answer fits (fp32: always None)."""
+    if subject.dtype not in LOW_PRECISION:
+        return None
+    largest = torch.finfo(subject.dtype).max
+    named = [*((f"output {i}", w) for i, w in enumerate(want_outs)),
+             *((f"d{n}", w) for n, w in zip(subject.grad_inputs, want_grads))]
+    for name, w in named:
+        if not torch.is_tensor(w) or not w.is_floating_point():
+            continue
+        top = w.detach().abs().nan_to_num(nan=0.0, posinf=0.0).max().item() if w.numel() else 0.0
+        if top > largest:
+            return (f"the float64 answer's {name} reaches {top:.3g}, past {str(subject.dtype)[6:]}'s largest "
+                    f"{largest:.6g}: not representable in that dtype")
+    return None
 
 
 def _g(x: float | None) -> str:
