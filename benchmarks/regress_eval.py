@@ -10,8 +10,9 @@ calibration runs too. Sections:
 
 1. calibration: the standardised changes z of every line the gate judged in the calibration history
    whose code, method and conditions did not change (the references' commit-to-commit changes, and
-   ours where git says our code did not change), and of every A/A pair of runs there; a Student t
-   (scale and degrees of freedom) fitted to them by maximum likelihood.
+   ours where git says our code did not change), and of every A/A pair of runs there, and the
+   persistence statistics of the candidates in a window of one code; a Student t (scale and degrees
+   of freedom) matched to the 99th and 99.9th percentiles of each.
 2. A/A: every pair of runs of one commit on one GPU that share a series, compared as if our code
    had changed (`compare --run`, with every line of ours counted as changed): how many comparisons
    would fail. Pairs where a run was interrupted are counted apart (their lines never gate).
@@ -25,7 +26,8 @@ calibration runs too. Sections:
    +1": within 2 commits) or the one after ("by +2"); a plateau counts when its regression is found
    and, at the end, marked recovered; a slide when one is reported. False flags: any flag on a
    noise-only or sticky-clock series, per series per commit; gate failures: regressions of ours the
-   gate flagged, per series.
+   gate flagged, per series. Steps and plateaus are broken down by the target's own noise, beside
+   the ceiling: what a test that knew that noise and took it as normal would find at the same rate.
 4. the committed history: the gate on the named pairs (the swiglu +11% at fea1ddc4, the backbone's
    own provider, the input-generation pairs f2cc07b on the H100 and 291df4e5 on the H200).
 """
@@ -55,6 +57,9 @@ from kcollect.verdicts import CHANGED, MIN_REFERENCES, UNCHANGED, env_change
 ROOT = Path(__file__).resolve().parent.parent
 MAX_REFERENCES = 40
 BLOCK = 5
+# the target series' own noise (the spread of one point, from its consecutive residuals), to tell
+# where steps are missed
+NOISE_CLASSES = ((0.005, "under 0.5%"), (0.01, "0.5-1%"), (0.02, "1-2%"), (math.inf, "over 2%"))
 T0 = datetime(2026, 1, 1)
 # the committed history's named pairs: (gpu, A, B, what the gate must say)
 PAIRS = [("NVIDIA H200", "98ba2b8d", "fea1ddc4", "swiglu +11% at fea1ddc4 caught"),
@@ -114,11 +119,20 @@ def null_z(h: History, rows: list[dict]) -> list[float]:
     return out
 
 
-def persistent_z(record: list) -> list[float]:
-    """The persistence statistics of candidates whose window held one code (references, and ours where
-    git says it did not change), that passed the persistence rule."""
-    return [z for key, ours, j, i, z, codes in record if math.isfinite(z) and key.provider not in REBUILT
+def persistent_z(record: list) -> list[tuple[float, int]]:
+    """(statistic, differences behind the series' noise) of the persistence candidates whose window
+    held one code (references, and ours where git says it did not change)."""
+    return [(z, n) for key, ours, j, i, z, codes, n in record if math.isfinite(z) and key.provider not in REBUILT
             and all(c in (UNCHANGED, None) for c in codes)]
+
+
+def by_history(zn: list[tuple[float, int]], short: int = 6) -> None:
+    """The tail of candidates whose noise rests on a short history (mostly the pool's value) against
+    the others': whether a short history needs a heavier tail (regress._persistence says why not)."""
+    for name, is_short in ((f"fewer than {short} differences", True), (f"{short} or more", False)):
+        az = np.abs([z for z, n in zn if (n < short) == is_short])
+        print(f"    series' noise from {name}: {len(az)} candidates, |z| 99%: {np.percentile(az, 99):.2f}, "
+              f"99.9%: {np.percentile(az, 99.9):.2f}, max {az.max():.1f}")
 
 
 def calibrate(z: list[float]) -> tuple[float, float]:
@@ -211,7 +225,8 @@ class Residuals:
 
 
 def _residual_points(r: regress.SeriesResult, col: dict[str, int]) -> list[tuple | None]:
-    """Per commit column: (log residual, the runs' medians over the point's, its rechecks) or None."""
+    """Per commit column: (log residual, the runs' medians over the point's, its rechecks, the level
+    in ms it is a residual of: a point keeps its real duration, hence its duration class) or None."""
     y = [math.log(p.median_ms) for p in r.points]
     cuts = sorted({0, len(y), *(f.index for f in r.flags),
                    *(i for i in range(1, len(y)) if r.points[i].env != r.points[i - 1].env)})
@@ -220,7 +235,7 @@ def _residual_points(r: regress.SeriesResult, col: dict[str, int]) -> list[tuple
         level = float(np.median(y[lo:hi]))
         for i in range(lo, hi):
             p = r.points[i]
-            out[col[p.commit]] = (y[i] - level, tuple(v / p.median_ms for v in p.runs_ms), p.rechecks)
+            out[col[p.commit]] = (y[i] - level, tuple(v / p.median_ms for v in p.runs_ms), p.rechecks, math.exp(level))
     return out
 
 
@@ -241,15 +256,15 @@ def _points(cells, cols, plant) -> list[Point]:
         cell = cells[c]
         if cell is None:
             continue
-        resid, runs, rechecks = cell
-        m = math.exp(resid + plant[i])
+        resid, runs, rechecks, level = cell
+        m = level * math.exp(resid + plant[i])
         pts.append(Point(commit=f"c{i}", commit_time=T0 + timedelta(hours=i), median_ms=m, p20_ms=m, p80_ms=m,
                          runs=len(runs) or 1, runs_ms=tuple(v * m for v in runs) or (m,), rechecks=rechecks))
     return pts
 
 
 def trial(res: Residuals, rng: random.Random, scenario: str, size: float, threshold: float, family: int) -> tuple:
-    """-> (found, false flags, points, gate failures of the target)"""
+    """-> (found, false flags, points, gate failures of the target, its noise class)"""
     n = rng.randint(6, 30)
     target, refs, cols = res.draw(rng, n)
     plant = [0.0] * n
@@ -283,20 +298,30 @@ def trial(res: Residuals, rng: random.Random, scenario: str, size: float, thresh
     key = SeriesKey("k", "fwd", "ours", "s", "bf16", "gpu", None, "cuda-graph")
     series = {key: _points(target, cols, plant)}
     for r, cells in enumerate(refs):
-        series[key._replace(provider="ref", shape=f"s{r}")] = _points(cells, cols, ref_plant)
+        points = _points(cells, cols, ref_plant)
+        if points:  # a reference may have measured none of the drawn commits
+            series[key._replace(provider="ref", shape=f"s{r}")] = points
     # the target is one line among `family` of ours at each commit, the others unchanged: BH then
     # rejects it where its p-value is at most Q / family
     out = regress.walk(series, {key}, {"k": threshold}, Oracle(changed), q=regress.Q / family)
     flags = out[key].flags
     gate_failures = sum(1 for f in flags if f.by_gate and f.kind == "regression" and f.cause is None)
+    # the target's own noise: the spread of its residuals' consecutive differences (flips included)
+    resid = [target[c][0] for c in cols]
+    spread = float(np.std(np.diff(resid))) / math.sqrt(2)
+    noise_class = next(name for limit, name in NOISE_CLASSES if spread < limit)
+    # the ceiling: a test that knew this noise exactly and took it as normal (no heavy tail), the
+    # level of up to WINDOW points before against the mean of the two after, at the same rate
+    se = spread * math.sqrt(1 / 2 + 1 / min(at, regress.WINDOW))
+    ceiling = float(stats.norm.sf(stats.norm.isf(regress.Q / family / 2) - math.log1p(size) / se)) if se > 0 else 1.0
     if scenario in ("step", "plateau"):
         kind = "regression" if scenario == "plateau" or sign > 0 else "improvement"
         hit = [any(f.kind == kind and f.index in (at, at + 1) and f.decided_index <= at + late
                    and (scenario == "step" or f.status == "recovered") for f in flags) for late in (1, 2)]
-        return hit, 0, n, gate_failures
+        return hit, 0, n, gate_failures, noise_class, ceiling
     if scenario == "slide":
-        return [bool(out[key].slides)] * 2, 0, n, gate_failures
-    return [False, False], len(flags), n, gate_failures
+        return [bool(out[key].slides)] * 2, 0, n, gate_failures, noise_class
+    return [False, False], len(flags), n, gate_failures, noise_class
 
 
 def planted(res: Residuals, trials: int, seed: int, threshold: float, family: int) -> None:
@@ -313,6 +338,11 @@ def planted(res: Residuals, trials: int, seed: int, threshold: float, family: in
                  if scenario in ("step", "plateau", "slide") else f"{'-':>8} {'-':>6}")
         false = sum(x[1] for x in r) / sum(x[2] for x in r)
         print(f"  {label:<44} {found} {false:>26.3%} {np.mean([x[3] for x in r]):>21.3f}")
+        if scenario in ("step", "plateau"):  # where steps are missed: by the target's own noise
+            print(f"      a test that knew each series' noise, taken as normal: {np.mean([x[5] for x in r]):.1%}")
+            print("      by +1, by the series' noise: " + "; ".join(
+                f"{name} {np.mean([x[0][0] for x in r if x[4] == name]):.1%} of {sum(x[4] == name for x in r)}"
+                for _, name in NOISE_CLASSES if any(x[4] == name for x in r)))
 
 
 # -- 4. the committed history -----------------------------------------------------------------------
@@ -359,8 +389,10 @@ def main() -> None:
     h_cal = history(cal_rows, record)
     print(" the gate: one point against the one before")
     calibrate(null_z(h_cal, cal_rows))
-    print(" persistence: two to five points, all beyond halfway")
-    calibrate(persistent_z(record))
+    print(" persistence: the two points after a step, both beyond halfway")
+    zn = persistent_z(record)
+    calibrate([z for z, n in zn])
+    by_history(zn)
     h = history(rows)
     print("\n2. A/A: pairs of runs of one commit, compared as if our code had changed")
     for gpu, c in sorted(aa(h, rows, args.threshold).items()):

@@ -22,8 +22,9 @@ noisier). The pool counts as PRIOR_WEIGHT differences.
 
 Even so a standardised difference of the same code is not normal: its tails are those of a Student
 t with few degrees of freedom (GATE_TAIL and PERSISTENT_TAIL, matched to the same-code changes of
-the calibration history). A verdict's p-value comes from that t, with no more degrees of freedom than
-the differences behind the series' noise (honest for a short history), and the lines of one
+the calibration history). The gate's p-value comes from that t, with no more degrees of freedom than
+the differences behind the series' noise (honest for a short history; persistence's from its tail
+alone, see regress.py), and the lines of one
 comparison are decided together at a false-discovery rate (Benjamini-Hochberg), so that the chance
 that a comparison of unchanged code fails at all is bounded, not each line's.
 """
@@ -48,11 +49,11 @@ MAD_TO_SIGMA = 1.482602218505602  # median |x| of a normal sample -> its sigma (
 # The tails of standardised same-code changes, each a Student t (degrees of freedom, scale) matched
 # to the 99th and 99.9th percentiles of |z| on the calibration history (the H200's runs; `python
 # benchmarks/regress_eval.py` prints the fit; docs/regressions.md): ONE point against the one before
-# (the gate), whose tail is heavy (a bimodal series flips now and then), and a level of two to KMAX
-# points that all stay beyond halfway (regress's persistence test), whose tail is far lighter, since
-# one flip cannot make it.
-GATE_TAIL = (2.66, 0.419)
-PERSISTENT_TAIL = (23.6, 1.11)
+# (the gate), whose tail is heavy (a bimodal series flips now and then), and the two points after a
+# step that both stay beyond halfway (regress's persistence test), whose tail is close to normal,
+# since one flip cannot make it.
+GATE_TAIL = (2.98, 0.444)
+PERSISTENT_TAIL = (200.0, 1.326)
 
 @dataclass(frozen=True)
 class Noise:

@@ -8,11 +8,10 @@ commit in commit order, and at each commit X:
    previous benchmarked commit> X` judges them. Each line's noise is what the series' history told
    before X, with X's own reruns and rechecks. A significant change is a flag decided at X.
 2. Persistence: a step the gate could not tell from noise with one point (a noisy series) is
-   looked for again with 2 to KMAX points after it: each of the points j..X against the median of
-   up to WINDOW points of its segment before j, the least of them in standard errors (so one
-   outlier, or one flip of a bimodal series, is never a step); the best candidate of each series
-   (p-values times the candidates tried, under the persistence tail) is judged with the other
-   series' at the same false-discovery rate.
+   looked for again with the KMAX = 2 points after it: each of them against the median of up to
+   WINDOW points of its segment before, the least of them in standard errors (so one outlier, or
+   one flip of a bimodal series, is never a step), judged under the persistence tail with the other
+   series' candidates at the same false-discovery rate.
 3. Drift: each commit's machine drift (per GPU and machine, from the lines whose code did not
    change) is chained into a level that every series is corrected by, so that the levels of
    several commits can be compared.
@@ -35,7 +34,8 @@ from .noise import (PERSISTENT_TAIL, Noise, RunningDifferences, combine, duratio
                     typical)
 from .series import (COLUMNS, QUERY, Point, SeriesKey, commit_rank, describe_env_change, device, fast_median,
                      group_series, points_from_rows, series_key)
-from .verdicts import METHOD, Q, UNCHANGED, UNKNOWN, WITH_ENV, Line, Side, can_gate, env_change, judge, verdict_of
+from .verdicts import (METHOD, Q, UNCHANGED, UNKNOWN, WITH_ENV, Line, Side, can_gate, env_change, judge, point_variance,
+                       verdict_of)
 
 __all__ = ["COLUMNS", "QUERY", "Point", "SeriesKey", "describe_env_change", "device", "points_from_rows",
            "series_key", "analyse", "walk", "detect", "detect_all", "Flag", "SeriesResult", "Slide"]
@@ -45,7 +45,11 @@ WINDOW = 3  # points before a step that set the level persistence measures it fr
 # wanders over days would bias a longer one)
 LEVELS = 10  # points either side of a flag whose median is the level it reports
 PERSIST = 2  # points in a row that make a recovery
-KMAX = 5  # a step is looked for with at most this many points after it
+KMAX = 2  # a step is looked for with at most this many points after it. Two: with more, a candidate
+# can only stand fewer standard errors out than it did with two (the least of more points, against
+# the same level), so it would be tried again at a price (the candidates tried multiply its p-value)
+# for nothing; on the held-out H100 noise two find more steps within 2 commits than 2..5 did
+# (docs/regressions.md)
 SLIDE_SPAN = 10  # points over which a slow slide is measured
 SLIDE_ENDS = 3  # points whose median is each end of a slide
 STEPS = ("regression", "improvement", "moved", "method changed", "environment changed", WITH_ENV, "partial run")
@@ -290,7 +294,11 @@ class _Walk:
             if best:
                 found.append((key, i, best))
         lines = [f[2][1] for f in found]
-        zs = p_values([ln.z for ln in lines], [ln.noise.df for ln in lines], PERSISTENT_TAIL)
+        # the calibrated tail alone, not capped by the differences behind each series' noise: on the
+        # calibration history the candidates of series with a short history are no heavier-tailed
+        # than the others (benchmarks/regress_eval.py prints both), and the cap cost most steps
+        # of the first commits of a series
+        zs = p_values([ln.z for ln in lines], [math.inf] * len(lines), PERSISTENT_TAIL)
         ps = [min(1.0, p * f[2][2]) for p, f in zip(zs, found)]
         families = ([k for k, ln in enumerate(lines) if can_gate(ln)], [k for k, ln in enumerate(lines) if not can_gate(ln)])
         for family in families:
@@ -327,13 +335,17 @@ class _Walk:
             if self.record is None and abs(la - lb) < log_t:
                 continue  # too small to be a step (z is computed below only for the calibration's record)
             sign = math.copysign(1.0, la - lb)
-            # every point after the step stands beyond the level before: the least of them, in
-            # standard errors of one point against that level (one flip of a noisy series cannot
-            # make it, which is why its tail is so much lighter than the gate's)
-            z = sign * max(0.0, min((v - lb) * sign for v in after)) / (
-                noise.sigma * math.sqrt(1 + _factor(len(before)) / len(before)))
+            # every point after the step stands beyond the level before: the least of them, each in
+            # standard errors of that point (its runs: a point of several runs is surer) against
+            # that level (one flip of a noisy series cannot make it, which is why its tail is so
+            # much lighter than the gate's)
+            var_before = _factor(len(before)) / len(before) ** 2 * sum(
+                point_variance(p, noise.sigma) for p in s.points[lo:j])
+            z = sign * max(0.0, min((s.y[k] - lb) * sign
+                                    / math.sqrt(point_variance(s.points[k], noise.sigma) + var_before)
+                                    for k in range(j, i + 1)))
             if self.record is not None:  # the calibration's null: same code over the window
-                self.record.append((key, s.ours, j, i, z, s.code[lo + 1:i + 1]))
+                self.record.append((key, s.ours, j, i, z, s.code[lo + 1:i + 1], noise.n))
             if abs(la - lb) < log_t or z == 0:
                 continue
             if best is None or abs(z) > abs(best[1]):
@@ -472,7 +484,7 @@ def walk(series: dict[SeriesKey, list[Point]], ours: set[SeriesKey], thresholds:
          code: CodeChanges | None = None, q: float = Q, record: list | None = None) -> dict[SeriesKey, SeriesResult]:
     """analyse() on series already made of points (the evaluation plants steps in them). `record`:
     a list that receives every persistence candidate (series, ours, j, i, z, code statuses of its
-    window), for the calibration."""
+    window, differences behind its noise), for the calibration."""
     w = _Walk({k: list(v) for k, v in series.items()}, set(ours), thresholds or {}, code, q)
     w.record = record
     w.run()

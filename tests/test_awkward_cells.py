@@ -251,6 +251,17 @@ def test_mlstm_final_state_with_wild_gates():
         assert parts[name]["ours"] <= parts[name]["gate"], f"{json.dumps(case)}: {name} {parts[name]}"
 
 
+def test_mlstm_stabiliser_of_forget_gates_near_one():
+    # bf16 took a = logsigmoid(f) as -log(1 + e^-f), which rounds a forget gate's -2e-9 to 0: the
+    # returned stabiliser m (the state's scale) was 0 where eager's was -2e-9 (relative error 1 in
+    # the H200 sweep of seed 2, 5 cases)
+    case = _mlstm_case("bfloat16", {"B": 2, "NH": 1, "DH": 100, "T": 1}, 2096068024, resets="first",
+                       gates="weak_forget")
+    verdict = cells.check(case, "cpu")
+    parts = {p["name"]: p for p in verdict["parts"]}
+    assert parts["output 3"]["ours"] <= parts["output 3"]["gate"], f"{json.dumps(case)}: {parts['output 3']}"
+
+
 def _subject(dtype, answer, ours):
     from lab.awkward import common
 

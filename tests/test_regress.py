@@ -60,9 +60,9 @@ def test_improvement_and_regression_have_their_signs():
 
 @pytest.mark.parametrize("seed", [3, 6, 8])
 def test_a_step_one_point_cannot_tell_is_found_with_the_next(seed):
-    # 1% noise, judged as one of 36 lines of a commit: one point does not tell this 15% step from a
+    # 1% noise, judged as one of 36 lines of a commit: one point does not tell this 12% step from a
     # flip, the next one confirms it (every point after it stands beyond the level before)
-    levels = noisy(40, 0.01, seed, steps=[(25, 1.15)])
+    levels = noisy(40, 0.01, seed, steps=[(25, 1.12)])
     (f,) = detect(points(levels), prior=0.01, q=regress.Q / 36)
     assert (f.kind, f.index, f.decided_index) == ("regression", 25, 26) and not f.by_gate
 

@@ -21,10 +21,9 @@ from .fwd import fallbacks, strides3, use_tma, with_tma_if_ready
 
 
 @triton.jit
-def _bwd_delta(O, R, DO, DELTA, sob, sot, soh, sdb, sdt, sdh, Sq, T, D: tl.constexpr, BLOCK_D: tl.constexpr,
-               BLOCK_T: tl.constexpr, VARLEN: tl.constexpr, RESIDUAL: tl.constexpr):
-    """delta[h, t] = sum_d o * do over the rows t of head h (a dense row t is sequence t // Sq);
-    RESIDUAL: o is the stored o plus its rounding R (laid out as O), o as the forward summed it."""
+def _bwd_delta(O, DO, DELTA, sob, sot, soh, sdb, sdt, sdh, Sq, T, D: tl.constexpr, BLOCK_D: tl.constexpr,
+               BLOCK_T: tl.constexpr, VARLEN: tl.constexpr):
+    """delta[h, t] = sum_d o * do over the rows t of head h (a dense row t is sequence t // Sq)."""
     t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     h = tl.program_id(1).to(tl.int64)
     t64 = t.to(tl.int64)
@@ -34,9 +33,7 @@ def _bwd_delta(O, R, DO, DELTA, sob, sot, soh, sdb, sdt, sdh, Sq, T, D: tl.const
         b, i = t64 // Sq, t64 % Sq
     offs_d = tl.arange(0, BLOCK_D)
     mask = (t < T)[:, None] & (offs_d < D)[None, :]
-    o = tl.load(O + (b * sob + i * sot + h * soh)[:, None] + offs_d[None, :], mask=mask, other=0.0).to(tl.float32)
-    if RESIDUAL:
-        o += tl.load(R + (b * sob + i * sot + h * soh)[:, None] + offs_d[None, :], mask=mask, other=0.0).to(tl.float32)
+    o = tl.load(O + (b * sob + i * sot + h * soh)[:, None] + offs_d[None, :], mask=mask, other=0.0)
     do = tl.load(DO + (b * sdb + i * sdt + h * sdh)[:, None] + offs_d[None, :], mask=mask, other=0.0)
     delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
     tl.store(DELTA + h * T + t64, delta, mask=t < T)
@@ -263,10 +260,9 @@ def _fits(kernel, args, device, block_a: int, block_b: int, warps: int, stages: 
 
 
 def backward(do, q, k, v, o, lse, causal: bool, window: int, cu_q, cu_k, max_q: int, max_k: int, scale: float,
-             config: BwdConfig, fallback: bool = False,
-             residual=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(dq, dk, dv) like (q, k, v). q, k, v, o contiguous; lse (and `residual`, o's rounding, where
-    kept) from forward(). `fallback`: the config was picked, not forced (see fwd.forward)."""
+             config: BwdConfig, fallback: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq, dk, dv) like (q, k, v). q, k, v, o contiguous; lse from forward(). `fallback`: the config
+    was picked, not forced (see fwd.forward)."""
     varlen = cu_q is not None
     batch = cu_q.numel() - 1 if varlen else q.shape[0]
     hq, hkv, d = q.shape[-2], k.shape[-2], q.shape[-1]
@@ -283,10 +279,8 @@ def backward(do, q, k, v, o, lse, causal: bool, window: int, cu_q, cu_k, max_q: 
         return dq, dk.zero_(), dv.zero_()
     bd = block_d(d)
     block_t = 64
-    _bwd_delta[(triton.cdiv(tq, block_t), hq)](o, o if residual is None else residual, do, delta, *strides3(o, varlen),
-                                               *strides3(do, varlen), max(max_q, 1), tq, D=d, BLOCK_D=bd,
-                                               BLOCK_T=block_t, VARLEN=varlen, RESIDUAL=residual is not None,
-                                               num_warps=4)
+    _bwd_delta[(triton.cdiv(tq, block_t), hq)](o, do, delta, *strides3(o, varlen), *strides3(do, varlen), max(max_q, 1),
+                                               tq, D=d, BLOCK_D=bd, BLOCK_T=block_t, VARLEN=varlen, num_warps=4)
     common = (cu_q, cu_k, *strides3(q, varlen), *strides3(k, varlen), *strides3(v, varlen), *strides3(do, varlen),
               max_q, max_k, tq)
     flags = dict(D=d, BLOCK_D=bd, CAUSAL=causal, HAS_WINDOW=window > 0, VARLEN=varlen, TMA=config.tma,

@@ -20,7 +20,10 @@ def chunk_gates(i_ptr, f_ptr, rs_ptr, bh, b, t0, T, has_resets, L: tl.constexpr,
     tm = t < T
     i = tl.load(i_ptr + bh * T + t, mask=tm, other=NEG).to(tl.float32)
     f = tl.load(f_ptr + bh * T + t, mask=tm, other=0.0).to(tl.float32)
-    a = tl.where(tm, logsigmoid_f32(f, PRECISE), 0.0)
+    # log1p's accurate form in every dtype: with a forget gate near 1 the stabiliser m is a sum of
+    # log forget gates of -1e-9 and so on, which log(1 + e) rounds to 0 (m, a returned state, was then
+    # all wrong, not just rounded); the gates are L values a chunk, beside L x DH x DH products
+    a = tl.where(tm, logsigmoid_f32(f, True), 0.0)
     r = tl.load(rs_ptr + b * T + t, mask=tm & (has_resets != 0), other=0).to(tl.int32)
     it = tl.where(r > 0, tl.maximum(i, a), i)
     if PRECISE:
