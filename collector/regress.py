@@ -25,14 +25,15 @@ level after, and within the threshold of the level before; else 'open'.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from bisect import bisect_left, insort
+from dataclasses import dataclass, field, replace
 from statistics import median
 from typing import Iterable, Protocol, Sequence
 
 from .noise import (PERSISTENT_TAIL, Noise, RunningDifferences, combine, duration_class, fdr, p_values, pool,
                     typical)
-from .series import (COLUMNS, QUERY, Point, SeriesKey, commit_rank, describe_env_change, device, group_series,
-                     points_from_rows, series_key)
+from .series import (COLUMNS, QUERY, Point, SeriesKey, commit_rank, describe_env_change, device, fast_median,
+                     group_series, points_from_rows, series_key)
 from .verdicts import (METHOD, Q, UNCHANGED, UNKNOWN, WITH_ENV, Line, Side, can_gate, env_change, judge, point_variance,
                        verdict_of)
 
@@ -130,6 +131,8 @@ def pool_key(key: SeriesKey, points: Sequence[Point]) -> tuple:
 
 def within(p: Point) -> list[float]:
     """The differences inside one point: its reruns, and each run against its recheck."""
+    if len(p.runs_ms) < 2:  # most points: one run (asked for each point three times)
+        return list(p.rechecks)
     return [math.log(b / a) for a, b in zip(p.runs_ms, p.runs_ms[1:])] + list(p.rechecks)
 
 
@@ -187,6 +190,20 @@ class _State:
     noise_before: list[Noise]
     lines: list[Line | None]
     slides: list[Slide]
+    sides: list[Side] = field(default_factory=list)  # per point met so far, as a line's side
+    memo: tuple = (None, None)  # (diffs.sigma() it was computed from, the noise): see _noise
+
+    def cut_before(self, j: int) -> int:
+        """The last cut before index j (cuts are kept sorted; the first is 0)."""
+        return self.cuts[max(bisect_left(self.cuts, j) - 1, 0)]
+
+    def noise(self) -> Noise:
+        """combine(*diffs.sigma(), prior), computed again only when a difference came or went
+        (RunningDifferences.sigma() returns the same object until then)."""
+        sigma = self.diffs.sigma()
+        if self.memo[0] is not sigma:
+            self.memo = (sigma, combine(*sigma, self.prior))
+        return self.memo[1]
 
 
 class _Walk:
@@ -199,9 +216,16 @@ class _Walk:
         self.level: dict[tuple, float] = {}  # (gpu, machine) -> the chained drift so far
         self.record: list | None = None  # persistence candidates, kept for the calibration
         self.commit_drift: dict[tuple, dict[str, float]] = {}
+        self._log_t: dict[str, float] = {}
 
     def threshold_of(self, kernel: str) -> float:
         return self.thresholds.get(kernel, DEFAULT_THRESHOLD)
+
+    def log_t(self, kernel: str) -> float:
+        """log1p(threshold_of(kernel)), computed once per kernel."""
+        if kernel not in self._log_t:
+            self._log_t[kernel] = math.log1p(self.threshold_of(kernel))
+        return self._log_t[kernel]
 
     def code_of(self, key: SeriesKey, ours: bool, a: str, b: str) -> str:
         return code_status(self.code, key.kernel, ours, a, b)
@@ -221,10 +245,11 @@ class _Walk:
         for key, i in members:
             s = self.state[key]
             p = s.points[i]
-            s.noise_before.append(combine(*s.diffs.sigma(), s.prior))
+            s.noise_before.append(s.noise())
             for d in within(p):
                 s.diffs.add(d)
-            s.noise_at.append(combine(*s.diffs.sigma(), s.prior))
+            s.noise_at.append(s.noise())
+            s.sides.append(_side(key, p))
             if i == 0:
                 s.code.append(None)
                 s.lines.append(None)
@@ -232,7 +257,7 @@ class _Walk:
             prev = s.points[i - 1]
             code = self.code_of(key, s.ours, prev.commit, p.commit)
             s.code.append(code)
-            lines.append(Line(key=key[:5], a=_side(key, prev), b=_side(key, p), code=code, verdict="n/a",
+            lines.append(Line(key=key[:5], a=s.sides[i - 1], b=s.sides[i], code=code, verdict="n/a",
                               ours=s.ours, noise=s.noise_at[i]))
             where.append((key, i))
         cmp = judge(lines, self.threshold_of, self.q)
@@ -249,12 +274,13 @@ class _Walk:
 
     def _gate(self, s: _State, i: int, ln: Line) -> None:
         s.lines.append(ln)
+        env = env_change(ln)
         if ln.verdict in STEPS:
             s.steps.append((i, i, ln.z, ln.verdict, ln.code, _cause(ln), ln.p))
-            s.cuts.append(i)
-        elif env_change(ln) or ln.code == METHOD:
-            s.cuts.append(i)
-        if not (env_change(ln) or ln.code == METHOD or ln.verdict in EXPLAINED):
+            insort(s.cuts, i)
+        elif env or ln.code == METHOD:
+            insort(s.cuts, i)
+        if not (env or ln.code == METHOD or ln.verdict in EXPLAINED):
             # one method and one set of conditions, and no step that our code explains: their
             # difference tells the noise (a flip of a bimodal series too, flagged or not)
             s.added[i] = s.y[i] - s.y[i - 1]
@@ -282,25 +308,30 @@ class _Walk:
                 key, i, (j, ln, _) = found[k]
                 s = self.state[key]
                 s.steps.append((j, i, ln.z, ln.verdict, ln.code, _cause(ln), ps[k]))
-                s.cuts.append(j)
+                insort(s.cuts, j)
                 if ln.verdict in EXPLAINED and j in s.added:  # our code's step, found late: not noise
                     s.diffs.remove(s.added.pop(j))
 
     def _candidate(self, key: SeriesKey, s: _State, i: int) -> tuple[int, Line, int] | None:
         """The best step of one series decided at point i with 2..KMAX points after it: (its index,
         its line named as the gate would name it, the candidates tried)."""
-        log_t = math.log1p(self.threshold_of(key.kernel))
-        best, tried = None, 0
-        noise = combine(*s.diffs.sigma(), s.prior)
-        last_cut = max(c for c in s.cuts if c <= i)
+        log_t = self.log_t(key.kernel)
+        last_cut = s.cut_before(i + 1)
         last_step = max((step[0] for step in s.steps), default=-1)
-        for j in range(max(1, i - KMAX + 1, last_cut, last_step + 1), i):
+        first = max(1, i - KMAX + 1, last_cut, last_step + 1)
+        if first >= i:
+            return None
+        window = s.y[max(s.cut_before(first), first - WINDOW):i + 1]  # every point the medians below read
+        if self.record is None and max(window) - min(window) < log_t:
+            return None  # no two medians within it can be log_t apart (the answer without the work)
+        best, tried = None, 0
+        noise = s.noise()
+        for j in range(first, i):
             # from last_cut on, the points after j are all one code and one condition, with no step
-            lo = max([c for c in s.cuts if c < j] + [0])
-            lo = max(lo, j - WINDOW)
+            lo = max(s.cut_before(j), j - WINDOW)
             before, after = s.y[lo:j], s.y[j:i + 1]
             tried += 1
-            lb, la = median(before), median(after)
+            lb, la = fast_median(before), fast_median(after)
             if self.record is None and abs(la - lb) < log_t:
                 continue  # too small to be a step (z is computed below only for the calibration's record)
             sign = math.copysign(1.0, la - lb)
@@ -332,11 +363,11 @@ class _Walk:
         tests = []
         for key, i in members:
             s = self.state[key]
-            lo = max(max(c for c in s.cuts if c <= i), i - SLIDE_SPAN + 1)
+            lo = max(s.cut_before(i + 1), i - SLIDE_SPAN + 1)
             if i - lo + 1 < 2 * SLIDE_ENDS + 1:
                 continue
-            start, end = median(s.y[lo:lo + SLIDE_ENDS]), median(s.y[i - SLIDE_ENDS + 1:i + 1])
-            if abs(end - start) < math.log1p(self.threshold_of(key.kernel)):
+            start, end = fast_median(s.y[lo:lo + SLIDE_ENDS]), fast_median(s.y[i - SLIDE_ENDS + 1:i + 1])
+            if abs(end - start) < self.log_t(key.kernel):
                 continue
             noise = s.noise_at[i]
             z = (end - start) / (noise.sigma * math.sqrt(2 * _factor(SLIDE_ENDS) / SLIDE_ENDS))
@@ -349,9 +380,10 @@ class _Walk:
     def results(self) -> dict[SeriesKey, SeriesResult]:
         out = {}
         for key, s in self.state.items():
-            drift = tuple(self.commit_drift[(key.gpu, key.machine)][p.commit] for p in s.points)
+            level = self.commit_drift[(key.gpu, key.machine)]
+            drift = tuple([level[p.commit] for p in s.points])
             flags = _flags(s, self.threshold_of(key.kernel))
-            out[key] = SeriesResult(key=key, points=s.points, noise=combine(*s.diffs.sigma(), s.prior),
+            out[key] = SeriesResult(key=key, points=s.points, noise=s.noise(),
                                     flags=flags, drift=drift, prior=s.prior, ours=s.ours, noise_at=tuple(s.noise_at),
                                     noise_before=tuple(s.noise_before), lines=tuple(s.lines),
                                     slides=tuple(s.slides))

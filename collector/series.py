@@ -22,8 +22,7 @@ import json
 import math
 from dataclasses import dataclass
 from datetime import datetime
-from functools import lru_cache
-from statistics import median
+from functools import cached_property, lru_cache
 from typing import Iterable, NamedTuple
 
 from .stability import disagrees
@@ -66,6 +65,13 @@ class Point:
     partial: bool = False  # every run behind it was interrupted or unfinished
     started_at: datetime | None = None  # its first run's start
 
+    @cached_property  # the history reads each point's spread at two commits
+    def spread(self) -> tuple[int, float]:
+        """(runs, sum of squared deviations of their log times from the mean): what its runs show."""
+        logs = [math.log(v) for v in self.runs_ms] or [math.log(self.median_ms)]
+        mean = sum(logs) / len(logs)
+        return len(logs), sum((x - mean) ** 2 for x in logs)
+
 
 def device(row: dict) -> str:
     # CPU (interpreted) rows are their own device, so they never meet GPU rows.
@@ -93,16 +99,20 @@ def _peers(text: str | None) -> dict[str, str]:
 
 
 def env_of(row: dict) -> Env | None:
-    """The conditions a row was measured under (see the module docstring)."""
+    """The conditions a row was measured under (see the module docstring); equal conditions are one
+    object, which the history compares by identity first."""
     if "torch" not in row:
         return None
     env = tuple((f, row.get(f)) for f in STACK)
-    if row.get("ours"):
-        return env
     package = row.get("package")
-    if package is None:  # not recorded: every peer's version counts
-        return env + (("peers", row.get("peers")),)
-    return env + ((package, _peers(row.get("peers")).get(package)),) if package else env
+    if not row.get("ours") and package is None:  # not recorded: every peer's version counts
+        env += (("peers", row.get("peers")),)
+    elif not row.get("ours") and package:
+        env += ((package, _peers(row.get("peers")).get(package)),)
+    return _ENVS.setdefault(env, env)
+
+
+_ENVS: dict[Env, Env] = {}  # every condition met, once (a handful)
 
 
 @lru_cache(maxsize=4096)  # the history asks of the same few pairs of conditions at every commit
@@ -123,9 +133,16 @@ def describe_env_change(a: Env | None, b: Env | None) -> str:
     return ", ".join(parts) or "unknown"
 
 
+def fast_median(values: Iterable[float]) -> float:
+    """statistics.median, the same arithmetic without its checks (the history takes millions)."""
+    data = sorted(values)
+    n = len(data)
+    return data[n // 2] if n % 2 else (data[n // 2 - 1] + data[n // 2]) / 2
+
+
 def log_median(values: Iterable[float]) -> float:
     """exp(median(log v)): the median, and for an even count the geometric mean of the middle two."""
-    return math.exp(median(math.log(v) for v in values))
+    return math.exp(fast_median([math.log(v) for v in values]))
 
 
 def points_from_rows(rows: Iterable[dict]) -> list[Point]:
@@ -139,10 +156,11 @@ def points_from_rows(rows: Iterable[dict]) -> list[Point]:
             groups.setdefault(r.get("git_commit") or f"run:{str(r.get('run_id', ''))[:8]}", []).append(r)
     points = []
     for commit, runs in groups.items():
-        runs.sort(key=lambda r: r.get("started_at") or datetime.min)
+        if len(runs) > 1:
+            runs.sort(key=lambda r: r.get("started_at") or datetime.min)
         medians = [r["median_ms"] for r in runs]
-        p20 = median([r.get("p20_ms") or r["median_ms"] for r in runs])
-        p80 = median([r.get("p80_ms") or r["median_ms"] for r in runs])
+        p20 = fast_median([r.get("p20_ms") or r["median_ms"] for r in runs])
+        p80 = fast_median([r.get("p80_ms") or r["median_ms"] for r in runs])
         times = [r.get("commit_time") for r in runs if r.get("commit_time") is not None]
         starts = [r["started_at"] for r in runs if r.get("started_at") is not None]
         points.append(Point(
@@ -195,5 +213,6 @@ def commit_rank(series: Iterable[list[Point]]) -> dict[str, int]:
     when: dict[str, tuple] = {}
     for points in series:
         for p in points:
-            when[p.commit] = min(when.get(p.commit, order_key(p)), order_key(p))
+            key = order_key(p)
+            when[p.commit] = min(when.get(p.commit, key), key)
     return {c: n for n, c in enumerate(sorted(when, key=when.get))}

@@ -12,6 +12,8 @@ page its data as JSON under json/, for scripts.
 """
 from __future__ import annotations
 
+import functools
+import gc
 import hashlib
 import importlib
 import json
@@ -366,6 +368,24 @@ def partial_plotly(cache: site_cache.Cache | None) -> tuple[bytes, str | None]:
     return plotly_bundle.build(plotly_js(), cache.root if cache else None)
 
 
+def _without_gc(build):
+    """Python's cycle collector paused while `build` runs: the history's analysis keeps millions of
+    small objects alive to its end, and each full pass of the collector walks all of them (on the 8x
+    history of benchmarks/site_history8.py that was a quarter of the build's CPU); whatever cycles
+    the build leaves are collected once it returns."""
+    @functools.wraps(build)
+    def wrapped(*args, **kwargs):
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return build(*args, **kwargs)
+        finally:
+            if enabled:
+                gc.enable()
+    return wrapped
+
+
+@_without_gc
 def build_site(db: str | Path, out: str | Path, data_dir: str | Path | None = None,
                problems: list[tuple[str, str]] | None = None, git_root: Path | None = None,
                commit_url: str | None = None, config: str | Path | None = None,

@@ -160,7 +160,7 @@ def load(store: Store) -> SiteData:
         latest=latest, trends=trends, exact_trends=exact_trends, conditions=conditions,
         last_ci={(*key, r["shape"], r["dtype"]): run_ci[r["run_id"]] for key, rows in latest.items() for r in rows},
         sparks=_sparks(store), environments=_environments(store), runs=runs, lab=_lab(store), run_ci=run_ci,
-        history=store.query(series.QUERY), history_digest=tuple(store.query(HISTORY_DIGEST)[0].values()))
+        history=store.query(series.QUERY, by_column=True), history_digest=tuple(store.query(HISTORY_DIGEST)[0].values()))
 
 
 def _groups(runs: list[dict[str, Any]]) -> list[Group]:

@@ -131,14 +131,19 @@ def sides(rows: Iterable[dict], where_in_key: bool) -> dict[tuple, tuple[Side, b
 # -- judging ----------------------------------------------------------------------------------------
 
 
+def _evolve(obj, **changes):
+    """dataclasses.replace for the frozen Line and Noise (no __post_init__, no cached values): their
+    fields copied as they are, without __init__'s checks (the history replaces a million lines)."""
+    new = object.__new__(type(obj))
+    new.__dict__.update(obj.__dict__, **changes)
+    return new
+
+
 def point_variance(p: Point, sigma: float) -> float:
     """Variance of a point's log time: its runs' mean (median from three on) of spread sigma, with
     sigma shrunk towards what its own runs show (PRIOR_WEIGHT against their n - 1): one disturbed
     run of two widens its point instead of moving it alone."""
-    logs = [math.log(v) for v in p.runs_ms] or [math.log(p.median_ms)]
-    n = len(logs)
-    mean = sum(logs) / n
-    own = sum((x - mean) ** 2 for x in logs)
+    n, own = p.spread
     var = (PRIOR_WEIGHT * sigma * sigma + own) / (PRIOR_WEIGHT + n - 1)
     return var * (1.0 if n <= 2 else math.pi / 2) / n
 
@@ -155,7 +160,7 @@ def conditions_differ(ln: Line) -> tuple[str, str] | None:
 
 def env_change(ln: Line) -> str | None:
     ea, eb = ln.a.point.env, ln.b.point.env
-    return describe_env_change(ea, eb) if ea and eb and ea != eb else None
+    return describe_env_change(ea, eb) if ea is not eb and ea and eb and ea != eb else None
 
 
 def _log_change(ln: Line) -> float:
@@ -192,7 +197,7 @@ def _measure(ln: Line, drift: dict, floor: dict) -> dict:
     noise = ln.noise or combine(None, 0, None)  # no history: the default noise, and few degrees of freedom
     sigma = max(noise.sigma, floor.get((ln.b.gpu, ln.b.machine, ln.a.timing, duration_class(a.median_ms))) or 0.0)
     z = dc / math.sqrt(point_variance(a, sigma) + point_variance(b, sigma))
-    return dict(change=math.expm1(d), corrected=math.expm1(dc), z=z, noise=replace(noise, sigma=sigma))
+    return dict(change=math.expm1(d), corrected=math.expm1(dc), z=z, noise=_evolve(noise, sigma=sigma))
 
 
 def can_gate(ln: Line) -> bool:
@@ -209,7 +214,7 @@ def verdict_of(ln: Line, significant: bool, log_t: float) -> Line:
     env = env_change(ln)
     note = "; ".join(x for x in (ln.note, env and f"environment: {env}",
                                  ln.code == METHOD and "method changed (inputs or what is measured)") if x)
-    return replace(ln, note=note, verdict=_verdict(ln, significant, log_t, env))
+    return _evolve(ln, note=note, verdict=_verdict(ln, significant, log_t, env))
 
 
 def _verdict(ln: Line, significant: bool, log_t: float, env: str | None) -> str:
@@ -236,12 +241,13 @@ def judge(lines: list[Line], threshold_of: Callable[[str], float], q: float = Q,
     """Every line's verdict (see the module docstring). `threshold_of(kernel)`: its relative
     threshold; `across`: the sides are two GPUs, so changes are 'slower'/'faster' by the threshold
     alone and nothing gates."""
+    cases = [_case(ln) for ln in lines]
     providers: dict[tuple, int] = {}
-    for ln in lines:
-        providers[_case(ln)] = providers.get(_case(ln), 0) + 1
+    for case in cases:
+        providers[case] = providers.get(case, 0) + 1
     # cases where some provider still has a time at B, or with one provider only: a failure there is
     # that provider's; where every one of several failed, the case did (the reference out of memory)
-    alive = {_case(ln) for ln in lines if ln.b.point} | {c for c, n in providers.items() if n < 2}
+    alive = {case for case, ln in zip(cases, lines) if ln.b.point} | {c for c, n in providers.items() if n < 2}
     timed = [i for i, ln in enumerate(lines) if ln.a.point and ln.b.point and "unstable" not in (ln.a.status, ln.b.status)
              and (across or not conditions_differ(ln))]
     drift, count, floor = ({}, {}, {}) if across else machine_drift([lines[i] for i in timed])
@@ -249,14 +255,18 @@ def judge(lines: list[Line], threshold_of: Callable[[str], float], q: float = Q,
     measured = [_measure(lines[i], drift, floor) for i in timed]
     ps = p_values([m["z"] for m in measured], [m["noise"].df for m in measured])
     for i, m, p in zip(timed, measured, ps):
-        out[i] = replace(lines[i], **m, p=p)
-    families = ([i for i in timed if can_gate(out[i])], [i for i in timed if not can_gate(out[i])])
+        out[i] = _evolve(lines[i], **m, p=p)
+    gates = {i: can_gate(out[i]) for i in timed}
+    families = ([i for i in timed if gates[i]], [i for i in timed if not gates[i]])
     significant: dict[int, bool] = {}
     for family in families:
         for i, rejected in zip(family, fdr([out[i].p for i in family], q)):
             significant[i] = rejected
+    log_ts: dict[str, float] = {}  # kernel -> log1p(its threshold)
     for i, ln in enumerate(out):
-        log_t = math.log1p(threshold_of(ln.key[0]))
+        if ln.key[0] not in log_ts:
+            log_ts[ln.key[0]] = math.log1p(threshold_of(ln.key[0]))
+        log_t = log_ts[ln.key[0]]
         if i in significant:
             out[i] = (verdict_of(ln, significant[i], log_t) if not across else
                       replace(ln, verdict="same" if abs(math.log1p(ln.change)) < log_t else
@@ -268,7 +278,7 @@ def judge(lines: list[Line], threshold_of: Callable[[str], float], q: float = Q,
             out[i] = replace(ln, verdict=verdict, note=note, change=math.expm1(_log_change(ln)))
         elif ln.a.point and ln.b.status in FAILING:
             failing = "partial run" if ln.b.partial else "failing"
-            out[i] = replace(ln, verdict=failing if _case(ln) in alive else "case failed")
+            out[i] = replace(ln, verdict=failing if cases[i] in alive else "case failed")
         elif ln.b.point and ln.a.status in FAILING:
             out[i] = replace(ln, verdict="fixed")
     return Comparison(out, drift, count, _notes(out, drift, count))
