@@ -39,8 +39,9 @@ results = regress.analyse(data.history, None, codechange.Repo(git) if git else N
 for key in sorted(results, key=repr):
     print(repr(tuple(key)), hashlib.sha256(repr(results[key]).encode()).hexdigest())
 view = site_flags.analyse(data, git_root=git)
-# an event's before_ci is the point before the change of the first series that met it, in the
-# order DuckDB returns the trends (no query fixes it): it differs between two runs of one commit
+# an event's before_ci was the point before the change of the first series that met it, in the
+# order DuckDB returns the trends (no query fixes it), in checkouts before site_flags took the
+# latest of them: left out, so that such a checkout can be compared
 view.events = [{k: v for k, v in e.items() if k != "before_ci"} for e in view.events]
 for name, value in vars(view).items():  # as sets: their order follows the store's, which no query fixes
     items = value.items() if isinstance(value, dict) else value

@@ -29,7 +29,7 @@ import jinja2
 import markupsafe
 
 from . import charts, plotly_bundle, site_budgets, site_cache, site_config, site_data, site_flags, site_git, site_index, site_pages
-from .common import fail
+from .common import DEFAULT_DB, fail
 from .store import Store, StoreError
 
 MARKER = ".kcollect-site"  # written into every output; a folder without it is never wiped
@@ -455,7 +455,7 @@ def build_site(db: str | Path, out: str | Path, data_dir: str | Path | None = No
 
 
 @click.command("build-site")
-@click.option("--db", default="data/kbench.duckdb", show_default=True, help="DuckDB store to read.")
+@click.option("--db", default=DEFAULT_DB, show_default=True, help="DuckDB store to read.")
 @click.option("--out", default="site", show_default=True,
               help="Output folder; wiped and rewritten (only if empty or written by build-site before).")
 @click.option("--data", "data_dir", default="data/runs", show_default=True,

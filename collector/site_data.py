@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import series
-from .names import plain
+from .names import MODES, plain
 from .store import Store
 
 CPU_LABEL = "CPU (Triton interpreter)"
@@ -118,7 +118,6 @@ class SiteData:
         return next(g for g in self.groups if g.key == key)
 
 
-MODE_ORDER = ("fwd", "bwd", "fwd+bwd")
 DTYPE_ORDER = ("bfloat16", "float16", "float32")
 PROVIDER_ORDER = ("triton", "torch", "compile", "liger")
 
@@ -155,7 +154,7 @@ def load(store: Store) -> SiteData:
     return SiteData(
         groups=groups, kernels=kernels, kernel_info=kinfo,
         providers=_ordered({r["provider"] for r in all_rows}, PROVIDER_ORDER),
-        modes=_ordered({r["mode"] for r in all_rows}, MODE_ORDER),
+        modes=_ordered({r["mode"] for r in all_rows}, MODES),
         dtypes=_ordered({r["dtype"] for r in all_rows}, DTYPE_ORDER),
         latest=latest, trends=trends, exact_trends=exact_trends, conditions=conditions,
         last_ci={(*key, r["shape"], r["dtype"]): run_ci[r["run_id"]] for key, rows in latest.items() for r in rows},

@@ -212,6 +212,9 @@ def _change(data: SiteData, b: Base, j: int, move: float, threshold: float, chan
     ev = events.setdefault((b.gkey, b.ci[j], kind, text), {
         "gkey": b.gkey, "ci": b.ci[j], "before_ci": b.ci[j - 1], "kind": kind, "what": text,
         "series": 0, "moved": 0, "kernels": set()})
+    # the latest commit before the change that any of its series was measured at, whatever order
+    # the series come in (the first series' own one made the event differ between builds)
+    ev["before_ci"] = max(ev["before_ci"], b.ci[j - 1])
     ev["series"] += 1
     ev["kernels"].add(b.kernel)
     cause = confirm.pop((b.gkey, b.kernel, b.mode, b.dtype, b.provider, b.shape, b.ci[j]), ("",))[0]
