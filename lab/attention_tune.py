@@ -26,7 +26,7 @@ import sys
 from kcollect.common import ALLOC_CONF
 
 from . import common
-from .device import device_line, open_device
+from .device import device_line, names_in, open_device
 
 os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", ALLOC_CONF)  # as `kcollect run` does, before CUDA starts
 
@@ -196,10 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     common.search_options(ap, rep_ms=15.0, quick="fewer stage counts and Hopper variants (half the time)")
     args = ap.parse_args(argv)
     default = "tiny" if args.device == "cpu" else ",".join(n for n in SHAPES if n != "tiny")
-    names = [s.strip() for s in (args.shapes or default).split(",") if s.strip()]
-    unknown = [n for n in names if n not in SHAPES]
-    if unknown:
-        ap.error(f"unknown shape {', '.join(unknown)}; known: {', '.join(SHAPES)}")
+    names = names_in(ap, args.shapes or default, SHAPES, "shape")
     torch = open_device(args.device, "attention_tune")
     if torch is None:
         return 2

@@ -17,7 +17,7 @@ import os
 
 from kcollect.common import ALLOC_CONF
 
-from .device import open_device
+from .device import names_in, open_device
 
 os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", ALLOC_CONF)  # as `kcollect run` does, before CUDA starts
 
@@ -122,10 +122,7 @@ def main(argv=None) -> int:
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     parser.add_argument("--limit", type=int, default=None, help="candidate configs per shape (default: all)")
     args = parser.parse_args(argv)
-    ops = args.ops.split(",")
-    unknown = [o for o in ops if o not in SHAPES]
-    if unknown:
-        parser.error(f"unknown op {', '.join(unknown)}; known: {', '.join(SHAPES)}")
+    ops = names_in(parser, args.ops, SHAPES, "op")
     torch = open_device(args.device, "cells_tune")
     if torch is None:
         return 2

@@ -1,4 +1,5 @@
-"""What the GPU tuning scripts share: opening the device they time on, and saying what it is."""
+"""What the GPU tuning scripts share: opening the device they time on, saying what it is, and the
+names they are asked to tune."""
 from __future__ import annotations
 
 import os
@@ -25,3 +26,13 @@ def device_line(torch, device: str) -> str:
     """What the timings ran on: the GPU's name (or the CPU's interpreter) and torch's version."""
     gpu = torch.cuda.get_device_name() if device == "cuda" else "CPU (interpreter)"
     return f"{gpu}  torch {torch.__version__}"
+
+
+def names_in(parser, given: str, known, what: str) -> list[str]:
+    """The comma-separated names of `given`, each one of `known` (a usage error naming the known
+    ones otherwise): the scripts' shape and op selections."""
+    names = [s.strip() for s in given.split(",") if s.strip()]
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        parser.error(f"unknown {what} {', '.join(unknown)}; known: {', '.join(known)}")
+    return names

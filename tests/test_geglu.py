@@ -63,17 +63,3 @@ def test_mismatched_inputs_are_refused():
         geglu.geglu(torch.randn(2, 3), torch.randn(3, 2))
     with pytest.raises(ValueError, match="must match"):
         geglu.geglu(torch.randn(2, 3), torch.randn(2, 3, dtype=torch.float64))
-
-
-@pytest.mark.parametrize("n", [15, 333])
-@pytest.mark.parametrize("block", [None, 64])
-def test_unaligned_tail_forward_and_backward(n, block):
-    # n % 16 != 0: the last program finishes the tail after its 16-aligned block (launch_elementwise);
-    # block=64 puts the tail behind several programs (333: 6), the default in one
-    config = geglu.GEGLUConfig(block=block) if block else None
-    opcheck.check_gated_1d(geglu.geglu_forward, geglu.geglu_backward, reference, n, config)
-
-
-def test_config_is_recorded():
-    inputs = SPEC.make_inputs({"M": 3, "N": 100}, torch.float32, "cpu", 0)
-    assert SPEC.provider("triton").config(inputs) == {"elementwise": {"block": 1024, "warps": 4}}

@@ -20,18 +20,3 @@ def test_matches_reference(provider, mode, dtype, dims):
 def test_mismatched_inputs_are_refused():
     with pytest.raises(ValueError, match="must match"):
         swiglu.swiglu(torch.randn(2, 3), torch.randn(3, 2))
-
-
-@pytest.mark.parametrize("n", [15, 4099])
-@pytest.mark.parametrize("block", [None, 64])
-def test_unaligned_tail_forward_and_backward(n, block):
-    # n % 16 != 0: the last program finishes the tail after its 16-aligned block (launch_elementwise);
-    # block=64 puts the tail behind several programs, the default in one
-    config = swiglu.SwiGLUConfig(block=block) if block else None
-    opcheck.check_gated_1d(swiglu.swiglu_forward, swiglu.swiglu_backward, reference, n, config)
-
-
-def test_config_is_recorded():
-    inputs = SPEC.make_inputs({"M": 3, "N": 100}, torch.float32, "cpu", 0)
-    record = SPEC.provider("triton").config(inputs)
-    assert record == {"elementwise": {"block": 1024, "warps": 4}}

@@ -47,7 +47,7 @@ POOLS = {  # op -> (dims without T), the GPU's
              {"B": 2, "H": 64, "O": 64}, {"B": 5, "H": 256, "O": 1}, {"B": 2, "H": 1024, "O": 1024},
              {"B": 1, "H": 3, "O": 3}, {"B": 2, "H": 24, "O": 24}, {"B": 1, "H": 100, "O": 7}],
 }
-RESETS = ("none", "clear", "first", "last", "every", "random", "edges")
+RESETS = common.RESETS
 GATES = {"lstm": ("typical", "typical", "saturated", "large_state", "tiny"),
          "slstm": ("typical", "typical", "large_input", "strong_forget", "weak_forget", "wild", "tiny"),
          "mlstm": ("typical", "typical", "large_input", "strong_forget", "large_and_strong", "weak_forget", "wild"),
@@ -108,26 +108,6 @@ def variant(case: dict) -> str:
     return f"{case['op']}-{case['dtype']}-{case['options']['resets'] == 'none'}-{sorted(dims.items())}"
 
 
-def reset_mask(mode: str, B: int, T: int, g: torch.Generator) -> torch.Tensor | None:
-    """[B, T] bool of a reset mode (RESETS); None for 'none' (no mask given), all False for 'clear'."""
-    if mode == "none":
-        return None
-    m = torch.zeros(B, T, dtype=torch.bool)
-    if mode == "first":
-        m[:, 0] = True
-    elif mode == "last":
-        m[:, -1] = True
-    elif mode == "every":
-        m[:] = True
-    elif mode == "random":
-        m = torch.rand(B, T, generator=g) < 0.3
-    elif mode == "edges":  # row 0 at the first step, row 1 twice in a row, the last row at the last step
-        m[0, 0] = True
-        m[1 % B, 1:3] = True
-        m[-1, -1] = True
-    return m
-
-
 class _Draw:
     """Seeded values drawn on the CPU (the same on every device), then cast and laid out."""
 
@@ -147,7 +127,7 @@ class _Draw:
         return common.every_other(x) if self.strided and x.dim() else x
 
     def resets(self, mode: str, B: int, T: int):
-        m = reset_mask(mode, B, T, self.g)
+        m = common.reset_mask(mode, B, T, self.g)
         return None if m is None else self.put(m, torch.bool)
 
 

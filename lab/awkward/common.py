@@ -358,3 +358,27 @@ def worst_first(results: list[dict]) -> list[dict]:
         return STATUSES.index(r["status"]), -ratio
 
     return sorted(results, key=key)
+
+
+RESETS = ("none", "clear", "first", "last", "every", "random", "edges")
+
+
+def reset_mask(mode: str, B: int, T: int, g: torch.Generator) -> torch.Tensor | None:
+    """[B, T] bool of a reset mode (RESETS) for the recurrent families; None for 'none' (no mask
+    given), all False for 'clear'."""
+    if mode == "none":
+        return None
+    m = torch.zeros(B, T, dtype=torch.bool)
+    if mode == "first":
+        m[:, 0] = True
+    elif mode == "last":
+        m[:, -1] = True
+    elif mode == "every":
+        m[:] = True
+    elif mode == "random":
+        m = torch.rand(B, T, generator=g) < 0.3
+    elif mode == "edges":  # row 0 at the first step, row 1 twice in a row, the last row at the last step
+        m[0, 0] = True
+        m[1 % B, 1:3] = True
+        m[-1, -1] = True
+    return m

@@ -27,7 +27,7 @@ WIDTHS_CPU = (1, 2, 3, 5, 8, 9, 17)
 STATES = (1, 2, 3, 4, 5, 7, 8, 16)
 MIX_PAIRS = ((1, 3), (3, 1), (1, 1), (2, 5), (5, 5), (16, 17), (33, 20), (3, 64))
 MIX_PAIRS_CPU = ((1, 3), (3, 1), (1, 1), (2, 5), (5, 5), (17, 9))
-RESETS = ("none", "clear", "first", "last", "every", "random", "edges")
+RESETS = common.RESETS
 POOL_SIZE, POOL_SIZE_CPU = 28, 10
 
 
@@ -86,26 +86,6 @@ def variant(case: dict) -> str:
     return f"{case['op']}-{case['dtype']}-{o.get('resets') == 'none'}-{o.get('bias')}-{sorted(case['dims'].items())}"
 
 
-def reset_mask(mode: str, B: int, T: int, g: torch.Generator) -> torch.Tensor | None:
-    """[B, T] bool of a reset mode (RESETS); None for 'none' (no mask given)."""
-    if mode == "none":
-        return None
-    m = torch.zeros(B, T, dtype=torch.bool)
-    if mode == "first":
-        m[:, 0] = True
-    elif mode == "last":
-        m[:, -1] = True
-    elif mode == "every":
-        m[:] = True
-    elif mode == "random":
-        m = torch.rand(B, T, generator=g) < 0.3
-    elif mode == "edges":  # row 0 at the first step, row 1 twice in a row, the last row at the last step
-        m[0, 0] = True
-        m[1 % B, 1:3] = True
-        m[-1, -1] = True
-    return m
-
-
 def _layout(t: torch.Tensor, layout: str) -> torch.Tensor:
     return common.every_other(t) if layout == "strided" else t
 
@@ -140,7 +120,7 @@ def _rtu_inputs(case, device):
         scale = torch.tensor([H ** -0.5, R ** -0.5])[:, None, None]
         params |= {"map1": (torch.randn(2, H, R, generator=g) * scale).to(dtype),
                    "map2": (torch.randn(2, H, R, generator=g) * scale).to(dtype)}
-    resets = reset_mask(o["resets"], B, T, g)
+    resets = common.reset_mask(o["resets"], B, T, g)
     return {"x": _layout(x, o["layout"]), **{k: _layout(v.to(device), o["layout"]) for k, v in params.items()},
             "resets": resets.to(device) if resets is not None else None}
 
@@ -187,7 +167,7 @@ def _conv_inputs(case, device):
     x = (torch.randn(B, T, F, generator=g) * o["x_scale"]).to(device=device, dtype=dtype)
     w = ((torch.rand(shape, generator=g) * 2 - 1) * bound).to(device=device, dtype=dtype)
     bias = ((torch.rand(F_out, generator=g) * 2 - 1) * bound).to(device=device, dtype=dtype)
-    resets = reset_mask(o["resets"], B, T, g)
+    resets = common.reset_mask(o["resets"], B, T, g)
     return {"x": _layout(x, o["layout"]), "weight": _layout(w, o["layout"]),
             "bias": _layout(bias, o["layout"]) if o["bias"] else None,
             "resets": resets.to(device) if resets is not None else None}
