@@ -112,6 +112,8 @@ def test_stability_rule():
     # a disturbance widens the measurement it hits: its own spread cannot vouch for it, either way
     assert stability.first_verdict(_m(9.0, spread=16.0), _m(1.0), "cuda") is None
     assert stability.first_verdict(_m(1.0), _m(1.8, spread=1.0), "cuda") is None
+    # both within MAX_SPREAD: the narrower spread decides, not the wider one (1.5x is past 1 + 2 x 5%)
+    assert stability.first_verdict(_m(1.0, spread=0.05), _m(1.5, spread=0.45), "cuda") is None
     assert stability.first_verdict(_m(1.0), _m(1.0, retries=3), "cuda") is None  # allocator retried
     # the first measurement was disturbed; the recheck and the re-measurement agree: ok, T2's numbers
     v = stability.second_verdict(_m(6.0), _m(1.0), _m(1.02), "cuda")
