@@ -216,16 +216,19 @@ def _clean(r: dict[str, Any]) -> dict[str, Any]:
 
 
 def _latest(store: Store) -> dict[tuple[str, str], list[dict[str, Any]]]:
-    """The rows of each (group, kernel), each case (shape, dtype) from the latest run that measured
-    it: a run measures a case's modes and providers together, so speedups are taken within one run,
-    and a run of part of the grid (--where, or stopped early) hides none of the other cases."""
+    """The rows of each (group, kernel): each (case, mode, provider) from the latest run that
+    measured it. A run of part of the grid (--where, --provider, --mode, or stopped early) hides
+    none of the others: the H200's A/A runs of ours and eager alone had made eager 'the best other'
+    (ours 8x) where the latest full run had Liger and torch.compile ahead of it. Rows of a case may
+    so come from different runs of one GPU; each keeps its run."""
     rows = store.query(RUNS_CTE + f""",
-        lk AS (SELECT rc.gkey, k.kernel, k.shape, k.dtype, k.run_id, rc.ci,
-                      row_number() OVER (PARTITION BY rc.gkey, k.kernel, k.shape, k.dtype
+        lk AS (SELECT rc.gkey, k.kernel, k.shape, k.dtype, k.mode, k.provider, k.run_id, rc.ci,
+                      row_number() OVER (PARTITION BY rc.gkey, k.kernel, k.shape, k.dtype, k.mode, k.provider
                                          ORDER BY rc.ci DESC, rc.started_at DESC) AS rn
-               FROM (SELECT DISTINCT run_id, kernel, shape, dtype FROM results) k JOIN rc USING (run_id))
+               FROM (SELECT DISTINCT run_id, kernel, shape, dtype, mode, provider FROM results) k
+               JOIN rc USING (run_id))
         SELECT lk.gkey, {', '.join('v.' + c.strip() for c in LATEST_COLUMNS.split(','))}
-        FROM lk JOIN results_v v USING (run_id, kernel, shape, dtype) WHERE lk.rn = 1
+        FROM lk JOIN results_v v USING (run_id, kernel, shape, dtype, mode, provider) WHERE lk.rn = 1
         ORDER BY lk.gkey, v.kernel, lk.ci DESC, v.started_at DESC, v.seq""")
     out: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in rows:

@@ -862,3 +862,26 @@ def test_the_site_of_the_committed_history_weighs_under_10_mb(tmp_path):
     out = build_site(site_store.history_store(tmp_path / "h.duckdb"), tmp_path / "site").out
     total = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
     assert total <= 10 * 2**20, f"{total / 2**20:.1f} MiB"
+
+
+def test_a_run_narrowed_to_some_providers_hides_none_of_the_others(tmp_path):
+    # the H200's A/A runs measured ours and eager alone: as "the latest run of each case" they made
+    # eager the best other (ours 8x) where the full run before had faster peers
+    path = site_store.build_store(tmp_path / "k.duckdb")
+    with Store(path) as store:
+        last = store.query("SELECT run_id, started_at, git_commit, commit_time FROM runs r JOIN environments e "
+                           "USING (env_id) WHERE e.gpu_name = 'NVIDIA H200' ORDER BY started_at DESC LIMIT 1")[0]
+        store.con.execute("CREATE TEMP TABLE u AS SELECT * FROM runs WHERE run_id = ?", [last["run_id"]])
+        store.con.execute("UPDATE u SET run_id = 'narrowed', started_at = started_at + INTERVAL 1 HOUR, "
+                          "config = '{\"providers\": [\"triton\"]}'")
+        store.con.execute("INSERT INTO runs SELECT * FROM u")
+        store.con.execute("CREATE TEMP TABLE n AS SELECT * FROM results WHERE run_id = ? AND provider = 'triton'",
+                          [last["run_id"]])
+        store.con.execute("UPDATE n SET run_id = 'narrowed', median_ms = median_ms * 1.01")
+        store.con.execute("INSERT INTO results SELECT * FROM n")
+        data = site_data.load(store)
+    rows = [r for (gkey, _), rs in data.latest.items() if "H200" in gkey for r in rs]
+    ours = {r["run_id"] for r in rows if r["provider"] == "triton"}
+    others = {r["provider"] for r in rows if r["provider"] != "triton"}
+    assert ours == {"narrowed"} and others, (ours, others)  # ours from the newest run, the peers kept
+    assert all(r["run_id"] == last["run_id"] for r in rows if r["provider"] != "triton")
