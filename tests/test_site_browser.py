@@ -78,7 +78,11 @@ class Page:
         self.problems: list[str] = []
         self.page.on("console", lambda m: m.type == "error" and self.problems.append(f"console: {m.text}"))
         self.page.on("pageerror", lambda e: self.problems.append(f"page error: {e}"))
-        self.page.on("requestfailed", lambda r: self.problems.append(f"failed load: {r.url}"))
+        # a load the next navigation cut short (net::ERR_ABORTED: a page's lazy data part still in
+        # flight when the test moved on, seen under load) is no fault of the page; a missing or
+        # unreadable file is (net::ERR_FILE_NOT_FOUND and the like)
+        self.page.on("requestfailed", lambda r: r.failure != "net::ERR_ABORTED"
+                     and self.problems.append(f"failed load: {r.url} ({r.failure})"))
         self.page.on("dialog", lambda d: (self.problems.append(f"dialog: {d.message}"), d.dismiss()))
 
     def open(self, path: Path, hash_: str = "") -> "Page":
