@@ -47,7 +47,6 @@ POOLS = {  # op -> (dims without T), the GPU's
              {"B": 2, "H": 64, "O": 64}, {"B": 5, "H": 256, "O": 1}, {"B": 2, "H": 1024, "O": 1024},
              {"B": 1, "H": 3, "O": 3}, {"B": 2, "H": 24, "O": 24}, {"B": 1, "H": 100, "O": 7}],
 }
-RESETS = common.RESETS
 GATES = {"lstm": ("typical", "typical", "saturated", "large_state", "tiny"),
          "slstm": ("typical", "typical", "large_input", "strong_forget", "weak_forget", "wild", "tiny"),
          "mlstm": ("typical", "typical", "large_input", "strong_forget", "large_and_strong", "weak_forget", "wild"),
@@ -89,7 +88,7 @@ def draw(rng: random.Random, device: str) -> dict:
     """One case: a pooled shape of an op, a dtype, a reset mask, gate extremes, states and layouts."""
     op = rng.choice(OPS)
     dims = dict(rng.choice(pool(op, device == "cpu")), T=rng.choice(STEPS_CPU if device == "cpu" else STEPS))
-    options = {"resets": rng.choice(RESETS), "gates": rng.choice(GATES[op]),
+    options = {"resets": rng.choice(common.RESETS), "gates": rng.choice(GATES[op]),
                "x_scale": rng.choice((1.0, 1.0, 1.0, 0.01, 10.0)),
                "layout": rng.choice(("contiguous", "contiguous", "strided")),
                "grad_layout": rng.choice(("contiguous", "contiguous", "strided"))}

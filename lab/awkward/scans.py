@@ -27,7 +27,6 @@ WIDTHS_CPU = (1, 2, 3, 5, 8, 9, 17)
 STATES = (1, 2, 3, 4, 5, 7, 8, 16)
 MIX_PAIRS = ((1, 3), (3, 1), (1, 1), (2, 5), (5, 5), (16, 17), (33, 20), (3, 64))
 MIX_PAIRS_CPU = ((1, 3), (3, 1), (1, 1), (2, 5), (5, 5), (17, 9))
-RESETS = common.RESETS
 POOL_SIZE, POOL_SIZE_CPU = 28, 10
 
 
@@ -63,7 +62,7 @@ def draw(rng: random.Random, device: str) -> dict:
     """One case: a pooled shape of an op, a dtype, a reset mask, gate extremes and layouts."""
     op = rng.choice(OPS)
     dims = dict(rng.choice(pool(op, device == "cpu")))
-    options = {"resets": rng.choice(RESETS), "x_scale": rng.choice((1.0, 1.0, 1.0, 0.01, 10.0)),
+    options = {"resets": rng.choice(common.RESETS), "x_scale": rng.choice((1.0, 1.0, 1.0, 0.01, 10.0)),
                "layout": rng.choice(("contiguous", "contiguous", "strided")),
                "grad_layout": rng.choice(("contiguous", "contiguous", "strided"))}
     if op == "rtu":
