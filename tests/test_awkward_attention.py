@@ -135,11 +135,14 @@ def test_takes_upstream_gradients_of_any_layout(layout):
         assert err < SPEC.tolerance[torch.float16], f"seed {seed}: d{name} error {err:.3g}"
 
 
-def test_picked_config_falls_back_where_it_does_not_fit_shared_memory(monkeypatch):
+@pytest.mark.parametrize("model", ["h100", "h200"])
+def test_picked_config_falls_back_where_it_does_not_fit_shared_memory(monkeypatch, model):
     """A device whose shared memory the picked tiles do not fit (pretended: any launch of two or
     more stages needs more than it has): the launch takes fewer stages instead of raising
-    Triton's OutOfResources; a forced config raises ValueError naming the limit."""
+    Triton's OutOfResources; a forced config raises ValueError naming the limit. For the picks of
+    each GPU model that has its own."""
     monkeypatch.setattr(attention_config, "arch", lambda device: "sm90")
+    monkeypatch.setattr(attention_config, "gpu_model", lambda device: model)
     asked = []
 
     def shared_bytes(kernel, args, meta, device):

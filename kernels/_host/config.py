@@ -22,6 +22,24 @@ def arch(device) -> str:
     return f"sm{major}{minor}"
 
 
+def gpu_model(device) -> str:
+    """'h200', 'h100', ... (the model word of the device's name, lower case) for a CUDA device;
+    'cpu' for the interpreter. For configs that a measurement showed to differ between GPUs of one
+    architecture (the H200's bandwidth and clocks are not the H100's)."""
+    import torch
+
+    device = torch.device(device)
+    if device.type != "cuda":
+        return "cpu"
+    return model_word(torch.cuda.get_device_name(device))
+
+
+def model_word(name: str) -> str:
+    """'NVIDIA H100 80GB HBM3' -> 'h100'; 'NVIDIA H200' -> 'h200'."""
+    words = name.lower().replace("nvidia", "").split()
+    return words[0] if words else "unknown"
+
+
 def config_record(**configs: Any) -> dict[str, Any]:
     """{name: {field: value, ...}} of the configs a call launches with (None ones left out): what a
     row's `config` column holds."""

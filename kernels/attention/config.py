@@ -8,15 +8,20 @@ warps beat 128x64 of 8 by 9-15% (causal 4096: 452 against 415 TFLOP/s); at D 64,
 (380 against 295 for 128x128); backward 64x64 tiles of 4 warps in both kernels (causal 4096: 365
 against 298), and for GQA 32-row query steps with TMA (338 against 328 without). Triton's Hopper
 warp specialisation (tl.range(warp_specialize=True)) failed the correctness gate there at every
-shape, so the kernels no longer offer it; persistent grids lost everywhere. Not tuned on the H200:
-there these are a guess.
+shape, so the kernels no longer offer it; persistent grids lost everywhere.
+On the H200 the same tune (lab/results/attention_tune_h200.txt, with a third stage count in the
+search) keeps the forward's picks, but its backward wants deeper pipelines: dq programs of 128
+query rows in 8 warps with 3 stages (causal 16384: 6.52 against 6.90 ms; causal 4096: 1.83
+against 1.88), for GQA 3 stages in the dk/dv kernel and no TMA (3.90 against 4.17 ms), at D 64
+3 stages in both kernels. Those q_stages=3 candidates were not in the H100's search, so the H100
+keeps its own measured picks.
 The CPU entries are small so that the interpreter's tests cross several blocks on tiny shapes.
 Both picks are @tunable: `kcollect.kernels._host.config.forced(FwdConfig(...))` overrides them (lab/)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .._host.config import arch, tunable
+from .._host.config import arch, gpu_model, tunable
 
 
 @dataclass(frozen=True)
@@ -75,9 +80,19 @@ def pick_bwd(head_dim: int, causal: bool, max_seqlen_q: int, device, group: int 
     """The backward's config (dk/dv kernel and dq kernel); `group`: query heads per kv head."""
     if arch(device) == "cpu":
         return _CPU.bwd
+    if gpu_model(device) == "h200":
+        return _h200_bwd(head_dim, group)
     if group > 1:  # the dk/dv program walks every query head of its group: shorter query steps
         return BwdConfig(kv_n=64, kv_m=32, kv_warps=4, q_m=64, q_n=64, q_warps=4, tma=True)
     return BwdConfig(kv_n=64, kv_m=64, kv_warps=4, q_m=64, q_n=64, q_warps=4)
+
+
+def _h200_bwd(head_dim: int, group: int) -> BwdConfig:
+    if head_dim <= 64:
+        return BwdConfig(kv_n=64, kv_m=64, kv_warps=4, kv_stages=3, q_m=64, q_n=64, q_warps=4, q_stages=3)
+    if group > 1:
+        return BwdConfig(kv_n=64, kv_m=32, kv_warps=4, kv_stages=3, q_m=128, q_n=64, q_warps=8, q_stages=3)
+    return BwdConfig(kv_n=64, kv_m=64, kv_warps=4, kv_stages=2, q_m=128, q_n=64, q_warps=8, q_stages=3)
 
 
 def pick(head_dim: int, causal: bool, max_seqlen_q: int, device, group: int = 1) -> AttentionConfig:
