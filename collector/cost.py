@@ -5,7 +5,10 @@ inputs, references and release).
 Each term is `fixed + per_gb * GB moved`, fitted by least squares (the estimate of a whole run is a
 sum, so it must be right on average, not in the median), at four levels from the most specific:
 (device, kernel, provider, mode), (device, kernel, provider), (device, provider, mode),
-(device, provider). A measurement takes the most specific term fitted on at least MIN_ROWS rows.
+(device, provider). A measurement takes the most specific term fitted on at least MIN_ROWS rows
+whose rows reach within REACH x of its size: a line fitted on three tiny shapes said 1485 s for a
+0.4 GB one (rtu, cortex_torch fwd, slope 3683 s/GB from rows under 0.001 GB) and made the plan of
+the full grid 6 hours; beyond its reach a more general term, or the plan's constants, answer.
 The fitted terms are committed (`cost_model.json`, written by `benchmarks/fit_cost.py` from
 data/runs), so that every machine of a sharded run computes the same split from the same numbers.
 """
@@ -19,6 +22,7 @@ from typing import Iterable, Mapping
 
 MODEL_FILE = Path(__file__).with_name("cost_model.json")
 MIN_ROWS = 3
+REACH = 4.0  # a term predicts sizes up to this multiple of the largest it was fitted on
 ANY = "*"
 
 
@@ -44,8 +48,8 @@ def _fit_line(points: list[tuple[float, float]]) -> tuple[float, float]:
 
 
 def fit(rows: Iterable[Mapping]) -> dict[str, list[float]]:
-    """{term key: [fixed_s, per_gb_s, rows]} from rows with device ('cuda'/'cpu'), kernel, provider,
-    mode, bytes and seconds."""
+    """{term key: [fixed_s, per_gb_s, rows, largest_gb]} from rows with device ('cuda'/'cpu'),
+    kernel, provider, mode, bytes and seconds."""
     groups: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for r in rows:
         if r.get("seconds") is None:
@@ -53,7 +57,8 @@ def fit(rows: Iterable[Mapping]) -> dict[str, list[float]]:
         point = ((r.get("bytes") or 0) / 1e9, float(r["seconds"]))
         for key in _keys(r["device"], r["kernel"], r["provider"], r["mode"]):
             groups[key].append(point)
-    return {k: [*(round(x, 6) for x in _fit_line(v)), len(v)] for k, v in sorted(groups.items()) if len(v) >= MIN_ROWS}
+    return {k: [*(round(x, 6) for x in _fit_line(v)), len(v), round(max(g for g, _ in v), 6)]
+            for k, v in sorted(groups.items()) if len(v) >= MIN_ROWS}
 
 
 class Model:
@@ -61,11 +66,13 @@ class Model:
         self.terms = dict(terms)
 
     def seconds(self, device: str, kernel: str, provider: str, mode: str, gb: float) -> float | None:
-        """The fitted estimate, or None where no term covers the measurement."""
+        """The fitted estimate, or None where no term covers the measurement (none fitted, or none
+        whose rows reach its size: REACH)."""
         for key in _keys(device, kernel, provider, mode):
-            if key in self.terms:
-                fixed, per_gb = self.terms[key][:2]
-                return fixed + per_gb * gb
+            term = self.terms.get(key)
+            if term is None or (len(term) > 3 and gb > REACH * max(term[3], 1e-6)):
+                continue
+            return term[0] + term[1] * gb
         return None
 
 

@@ -21,7 +21,7 @@ def test_fit_recovers_a_fixed_cost_and_a_cost_per_gb():
     rng = random.Random(seed)
     gbs = [rng.uniform(0.01, 4.0) for _ in range(40)]
     rows = [_row(gb=g, seconds=0.3 + 0.7 * g + rng.gauss(0, 0.01)) for g in gbs]
-    fixed, per_gb, n = cost.fit(rows)["cuda|k|triton|fwd"]
+    fixed, per_gb, n, _ = cost.fit(rows)["cuda|k|triton|fwd"]
     assert n == 40 and fixed == pytest.approx(0.3, abs=0.02) and per_gb == pytest.approx(0.7, abs=0.02), seed
 
 
@@ -39,10 +39,10 @@ def test_a_measurement_takes_the_most_specific_term_with_enough_rows():
 
 def test_a_falling_or_negative_line_never_predicts_less_than_zero():
     falling = [_row(gb=g, seconds=s) for g, s in ((0.1, 2.0), (1.0, 1.5), (2.0, 1.0))]
-    fixed, per_gb, _ = cost.fit(falling)["cuda|k|triton|fwd"]
+    fixed, per_gb, _, _ = cost.fit(falling)["cuda|k|triton|fwd"]
     assert (fixed, per_gb) == (pytest.approx(1.5), 0.0)
     steep = [_row(gb=g, seconds=s) for g, s in ((1.0, 0.1), (2.0, 2.0), (3.0, 4.0))]
-    fixed, per_gb, _ = cost.fit(steep)["cuda|k|triton|fwd"]
+    fixed, per_gb, _, _ = cost.fit(steep)["cuda|k|triton|fwd"]
     assert fixed == 0.0 and per_gb > 0
 
 
@@ -87,3 +87,17 @@ def test_a_case_s_rows_carry_its_shared_work(tmp_path):
     for shape in {r["shape"] for r in rows}:
         # without the spread, each row's seconds would be its few timed calls alone (milliseconds)
         assert sum(r["seconds"] for r in rows if r["shape"] == shape) >= 0.3, rows
+
+
+def test_a_term_does_not_reach_far_past_the_sizes_it_was_fitted_on():
+    """Three tiny shapes with a steep slope (as rtu's cortex_torch fwd rows of an interrupted run):
+    their term answers near their sizes; a shape 100x larger takes the provider's wider term."""
+    tiny = [_row(gb=g, seconds=s) for g, s in ((0.0002, 2.0), (0.0004, 4.0), (0.0008, 4.5))]
+    wide = [_row(kernel="j", gb=g, seconds=1.0 + 0.5 * g) for g in (0.01, 0.5, 1.0)]
+    model = cost.Model(cost.fit(tiny + wide))
+    near = model.seconds("cuda", "k", "triton", "fwd", 0.001)
+    assert near == pytest.approx(cost.fit(tiny)["cuda|k|triton|fwd"][0] + cost.fit(tiny)["cuda|k|triton|fwd"][1] * 0.001)
+    far = model.seconds("cuda", "k", "triton", "fwd", 0.4)
+    general = cost.fit(tiny + wide)["cuda|*|triton|fwd"]
+    assert far == pytest.approx(general[0] + general[1] * 0.4) and far < 10, far
+    assert model.seconds("cuda", "k", "triton", "fwd", 100.0) is None  # past every term's reach
