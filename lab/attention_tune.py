@@ -67,10 +67,12 @@ def fwd_blocks(d: int, stage_counts=(2, 3, 4)) -> list:
 
 
 def fwd_hopper(best: list) -> list:
-    """Stage 2: TMA and persistent grids on the best configs."""
+    """Stage 2: TMA, persistent grids, and half or all of the exponentials on the FMA pipes
+    (FwdConfig.poly) on the best configs."""
     out = []
     for c in best:
-        out += [dataclasses.replace(c, tma=True), dataclasses.replace(c, persistent=1), dataclasses.replace(c, persistent=2)]
+        out += [dataclasses.replace(c, tma=True), dataclasses.replace(c, persistent=1), dataclasses.replace(c, persistent=2),
+                dataclasses.replace(c, poly=1), dataclasses.replace(c, poly=2)]
     return out
 
 
@@ -134,8 +136,8 @@ class Bench(common.Bench):
 
 
 def short(c) -> str:
-    """Blocks, warps and stages always; the switches (tma, persistent) where on."""
-    shown = {k: v for k, v in dataclasses.asdict(c).items() if type(v) is int and k != "persistent" or v}
+    """Blocks, warps and stages always; the switches (tma, persistent, poly) where on."""
+    shown = {k: v for k, v in dataclasses.asdict(c).items() if type(v) is int and k not in ("persistent", "poly") or v}
     return " ".join(f"{k}={v}" for k, v in shown.items())
 
 
@@ -150,7 +152,7 @@ def tune_shape(name, dims, dtype, dtype_name, pool, args) -> list:
     bench = Bench(dims, dtype, args.rep_ms, args.device)
     quick, limit = args.quick, args.limit
     summary = []
-    for mode in ("fwd", "bwd"):
+    for mode in args.modes.split(","):
         table: list = []
         if mode == "fwd":
             blocks = fwd_blocks(dims["D"], (3,) if quick else (2, 3, 4))
@@ -193,6 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shapes", default=None, help=f"comma-separated, of: {', '.join(SHAPES)} (default: all "
                     "but tiny on the GPU, tiny on the CPU)")
     ap.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16"))
+    ap.add_argument("--modes", default="fwd,bwd", choices=("fwd,bwd", "fwd", "bwd"), help="what to tune")
     common.search_options(ap, rep_ms=15.0, quick="fewer stage counts and Hopper variants (half the time)")
     args = ap.parse_args(argv)
     default = "tiny" if args.device == "cpu" else ",".join(n for n in SHAPES if n != "tiny")
