@@ -67,12 +67,10 @@ def fwd_blocks(d: int, stage_counts=(2, 3, 4)) -> list:
 
 
 def fwd_hopper(best: list) -> list:
-    """Stage 2: TMA, persistent grids, and half or all of the exponentials on the FMA pipes
-    (FwdConfig.poly) on the best configs."""
+    """Stage 2: TMA and persistent grids on the best configs."""
     out = []
     for c in best:
-        out += [dataclasses.replace(c, tma=True), dataclasses.replace(c, persistent=1), dataclasses.replace(c, persistent=2),
-                dataclasses.replace(c, poly=1), dataclasses.replace(c, poly=2)]
+        out += [dataclasses.replace(c, tma=True), dataclasses.replace(c, persistent=1), dataclasses.replace(c, persistent=2)]
     return out
 
 
@@ -136,8 +134,8 @@ class Bench(common.Bench):
 
 
 def short(c) -> str:
-    """Blocks, warps and stages always; the switches (tma, persistent, poly) where on."""
-    shown = {k: v for k, v in dataclasses.asdict(c).items() if type(v) is int and k not in ("persistent", "poly") or v}
+    """Blocks, warps and stages always; the switches (tma, persistent) where on."""
+    shown = {k: v for k, v in dataclasses.asdict(c).items() if type(v) is int and k != "persistent" or v}
     return " ".join(f"{k}={v}" for k, v in shown.items())
 
 

@@ -152,34 +152,3 @@ def store_tile(dst, x, row0, length, stride, offs_r, offs_d, D: tl.constexpr, TM
 def block_d(head_dim: int) -> int:
     """The head dim's block: the next power of two, at least 16 (the smallest dot)."""
     return max(16, triton.next_power_of_2(head_dim))
-
-
-@triton.jit
-def _exp2_fma(x):
-    """2^x for x <= 0 on the FMA pipes instead of the special-function unit: 2^floor(x) from the
-    exponent bits, 2^frac from a degree-4 polynomial (relative error 5.4e-6, under a bf16 or fp16
-    probability's rounding); exactly 0 below 2^-126 (and for -inf), as exp2."""
-    y = tl.maximum(x, -126.0)
-    n = tl.floor(y)
-    f = y - n
-    p = 1.0 + f * (0.6930436891342507 + f * (0.24125623377223152 + f * (0.05232957581127942
-                                                                         + f * 0.013359789574454148)))
-    bits = p.to(tl.int32, bitcast=True) + (n.to(tl.int32) << 23)
-    return tl.where(x < -126.0, 0.0, bits.to(tl.float32, bitcast=True))
-
-
-@triton.jit
-def exp2_split(x, POLY: tl.constexpr):
-    """exp2 of a [rows, cols] tile of x <= 0. POLY 0: all on the special-function unit (MUFU); 1:
-    every other column on the FMA pipes (_exp2_fma), so that the two units share the tile's
-    exponentials, as FlashAttention-4 does; 2: all on the FMA pipes. Only for probabilities that
-    are rounded to bf16/fp16 before use."""
-    if POLY == 0:
-        return tl.math.exp2(x)
-    elif POLY == 1:
-        R: tl.constexpr = x.shape[0]
-        C: tl.constexpr = x.shape[1]
-        a, b = tl.split(tl.reshape(x, [R, C // 2, 2]))
-        return tl.reshape(tl.join(tl.math.exp2(a), _exp2_fma(b)), [R, C])
-    else:
-        return _exp2_fma(x)

@@ -36,9 +36,6 @@ class FwdConfig:
     # a grid of `persistent` programs per SM striding over the tiles (heaviest causal tiles first);
     # 0: one program a tile
     persistent: int = 0
-    # exponentials of the bf16/fp16 probabilities: 0 all on the special-function unit, 1 half of
-    # them on the FMA pipes, 2 all there (common.exp2_split); fp32 inputs always take 0
-    poly: int = 0
 
 
 @dataclass(frozen=True)

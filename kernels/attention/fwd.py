@@ -17,7 +17,7 @@ import triton.language as tl
 
 from .._host.device import first_fit, sm_count
 from .._host.dot import interpreter_operands
-from .common import (block_d, exp2_split, key_blocks, load_tile, lse_offset, query_tile, rows_src, seq_spans,
+from .common import (block_d, key_blocks, load_tile, lse_offset, query_tile, rows_src, seq_spans,
                      store_tile, visible)
 from .config import FwdConfig
 
@@ -25,7 +25,7 @@ from .config import FwdConfig
 @triton.jit
 def _fwd_step(acc, l_i, m_i, q, k_src, v_src, start_n, offs_m, offs_n, offs_d, len_q, len_k, shift, window, stride_k,
               stride_v, qk_scale, D: tl.constexpr, BLOCK_D: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr,
-              HAS_WINDOW: tl.constexpr, TMA: tl.constexpr, POLY: tl.constexpr):
+              HAS_WINDOW: tl.constexpr, TMA: tl.constexpr):
     k = load_tile(k_src, start_n, len_k, stride_k, offs_n, offs_d, D, BLOCK_D, MASK, TMA)
     qk = tl.dot(q, tl.trans(k))
     if MASK:
@@ -33,11 +33,11 @@ def _fwd_step(acc, l_i, m_i, q, k_src, v_src, start_n, offs_m, offs_n, offs_d, l
         qk = tl.where(keep, qk * qk_scale, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(qk, 1))
         m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key yet: no -inf - -inf
-        p = exp2_split(qk - m_use[:, None], POLY)
+        p = tl.math.exp2(qk - m_use[:, None])
     else:
         m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
         m_use = m_new
-        p = exp2_split(qk * qk_scale - m_use[:, None], POLY)
+        p = tl.math.exp2(qk * qk_scale - m_use[:, None])
     alpha = tl.math.exp2(m_i - m_use)
     l_i = l_i * alpha + tl.sum(p, 1)
     v = load_tile(v_src, start_n, len_k, stride_v, offs_n, offs_d, D, BLOCK_D, MASK, TMA)
@@ -49,7 +49,7 @@ def _fwd_step(acc, l_i, m_i, q, k_src, v_src, start_n, offs_m, offs_n, offs_d, l
 def _fwd_blocks(acc, l_i, m_i, q, k_src, v_src, lo, hi, offs_m, offs_n, offs_d, len_q, len_k, shift,
                 window, stride_k, stride_v, qk_scale, D: tl.constexpr, BLOCK_D: tl.constexpr,
                 BLOCK_N: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr,
-                TMA: tl.constexpr, PIPELINE: tl.constexpr, POLY: tl.constexpr):
+                TMA: tl.constexpr, PIPELINE: tl.constexpr):
     """Key blocks [lo, hi): a software-pipelined tl.range on the GPU, a while loop in the interpreter
     (whose range() cannot take a bound computed from program_id under NumPy >= 2.4)."""
     if PIPELINE:
@@ -57,13 +57,13 @@ def _fwd_blocks(acc, l_i, m_i, q, k_src, v_src, lo, hi, offs_m, offs_n, offs_d, 
             start_n = tl.multiple_of(start_n, BLOCK_N)
             acc, l_i, m_i = _fwd_step(acc, l_i, m_i, q, k_src, v_src, start_n, offs_m, offs_n, offs_d, len_q, len_k,
                                       shift, window, stride_k, stride_v, qk_scale, D, BLOCK_D, MASK, CAUSAL,
-                                      HAS_WINDOW, TMA, POLY)
+                                      HAS_WINDOW, TMA)
     else:
         start_n = lo
         while start_n < hi:
             acc, l_i, m_i = _fwd_step(acc, l_i, m_i, q, k_src, v_src, start_n, offs_m, offs_n, offs_d, len_q, len_k,
                                       shift, window, stride_k, stride_v, qk_scale, D, BLOCK_D, MASK, CAUSAL,
-                                      HAS_WINDOW, TMA, POLY)
+                                      HAS_WINDOW, TMA)
             start_n += BLOCK_N
     return acc, l_i, m_i
 
@@ -72,7 +72,7 @@ def _fwd_blocks(acc, l_i, m_i, q, k_src, v_src, lo, hi, offs_m, offs_n, offs_d, 
 def _fwd_tile(tile, Q, K, V, O, LSE, CU_Q, CU_K, sqb, sqt, sqh, skb, skt, skh, svb, svt, svh, sob, sot, soh,
               Sq, Skv, Tq, Hq, GROUP, qk_scale, window, n_mblocks, D: tl.constexpr, BLOCK_D: tl.constexpr,
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr,
-              VARLEN: tl.constexpr, TMA: tl.constexpr, PIPELINE: tl.constexpr, POLY: tl.constexpr):
+              VARLEN: tl.constexpr, TMA: tl.constexpr, PIPELINE: tl.constexpr):
     b, h, hk, mb = query_tile(tile, n_mblocks, Hq, GROUP, CAUSAL)
     q_tok, len_q, k_tok, len_k = seq_spans(CU_Q, CU_K, b, Sq, Skv, VARLEN)
     m0 = mb * BLOCK_M
@@ -80,18 +80,18 @@ def _fwd_tile(tile, Q, K, V, O, LSE, CU_Q, CU_K, sqb, sqt, sqh, skb, skt, skh, s
         if m0 < len_q:
             _fwd_rows(m0, b, h, hk, q_tok, len_q, k_tok, len_k, Q, K, V, O, LSE, sqb, sqt, sqh, skb, skt, skh, svb,
                       svt, svh, sob, sot, soh, Sq, Tq, qk_scale, window, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL,
-                      HAS_WINDOW, VARLEN, TMA, PIPELINE, POLY)
+                      HAS_WINDOW, VARLEN, TMA, PIPELINE)
     else:  # no branch around the loops: they stay at the kernel's top level for the compiler's passes
         _fwd_rows(m0, b, h, hk, q_tok, len_q, k_tok, len_k, Q, K, V, O, LSE, sqb, sqt, sqh, skb, skt, skh, svb, svt,
                   svh, sob, sot, soh, Sq, Tq, qk_scale, window, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL, HAS_WINDOW,
-                  VARLEN, TMA, PIPELINE, POLY)
+                  VARLEN, TMA, PIPELINE)
 
 
 @triton.jit
 def _fwd_rows(m0, b, h, hk, q_tok, len_q, k_tok, len_k, Q, K, V, O, LSE, sqb, sqt, sqh, skb, skt, skh, svb, svt, svh,
               sob, sot, soh, Sq, Tq, qk_scale, window, D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
               BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, VARLEN: tl.constexpr,
-              TMA: tl.constexpr, PIPELINE: tl.constexpr, POLY: tl.constexpr):
+              TMA: tl.constexpr, PIPELINE: tl.constexpr):
     """Query rows [m0, m0 + BLOCK_M) of sequence b, head h (kv head hk): output and log-sum-exp."""
     b64 = b.to(tl.int64)
     q_src = rows_src(Q, b64, q_tok, h, sqb, sqt, sqh, len_q, BLOCK_M, D, BLOCK_D, TMA)
@@ -111,14 +111,14 @@ def _fwd_rows(m0, b, h, hk, q_tok, len_q, k_tok, len_k, Q, K, V, O, LSE, sqb, sq
     if lo < mid_lo:  # a masked edge (often empty: skipped without a call)
         acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_src, v_src, lo, mid_lo, offs_m, offs_n, offs_d, len_q,
                                     len_k, shift, window, skt, svt, qk_scale, D, BLOCK_D, BLOCK_N, True, CAUSAL,
-                                    HAS_WINDOW, TMA, PIPELINE, POLY)
+                                    HAS_WINDOW, TMA, PIPELINE)
     acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_src, v_src, mid_lo, mid_hi, offs_m, offs_n, offs_d, len_q,
                                 len_k, shift, window, skt, svt, qk_scale, D, BLOCK_D, BLOCK_N, False, CAUSAL,
-                                HAS_WINDOW, TMA, PIPELINE, POLY)
+                                HAS_WINDOW, TMA, PIPELINE)
     if mid_hi < hi:  # a masked edge (often empty: skipped without a call)
         acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_src, v_src, mid_hi, hi, offs_m, offs_n, offs_d, len_q,
                                     len_k, shift, window, skt, svt, qk_scale, D, BLOCK_D, BLOCK_N, True, CAUSAL,
-                                    HAS_WINDOW, TMA, PIPELINE, POLY)
+                                    HAS_WINDOW, TMA, PIPELINE)
     empty = l_i == 0.0
     l_use = tl.where(empty, 1.0, l_i)
     o = (acc / l_use[:, None]).to(O.dtype.element_ty)
@@ -132,18 +132,18 @@ def _attn_fwd(Q, K, V, O, LSE, CU_Q, CU_K, sqb, sqt, sqh, skb, skt, skh, svb, sv
               Sq, Skv, Tq, Hq, GROUP, qk_scale, window, n_mblocks, n_tiles, D: tl.constexpr,
               BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
               HAS_WINDOW: tl.constexpr, VARLEN: tl.constexpr, TMA: tl.constexpr,
-              PERSISTENT: tl.constexpr, PIPELINE: tl.constexpr, POLY: tl.constexpr):
+              PERSISTENT: tl.constexpr, PIPELINE: tl.constexpr):
     if PERSISTENT:  # tiles strided over a grid sized to the GPU
         tile = tl.program_id(0)
         while tile < n_tiles:
             _fwd_tile(tile, Q, K, V, O, LSE, CU_Q, CU_K, sqb, sqt, sqh, skb, skt, skh, svb, svt, svh, sob, sot, soh,
                       Sq, Skv, Tq, Hq, GROUP, qk_scale, window, n_mblocks, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL,
-                      HAS_WINDOW, VARLEN, TMA, PIPELINE, POLY)
+                      HAS_WINDOW, VARLEN, TMA, PIPELINE)
             tile += tl.num_programs(0)
     else:
         _fwd_tile(tl.program_id(0), Q, K, V, O, LSE, CU_Q, CU_K, sqb, sqt, sqh, skb, skt, skh, svb, svt, svh, sob,
                   sot, soh, Sq, Skv, Tq, Hq, GROUP, qk_scale, window, n_mblocks, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL,
-                  HAS_WINDOW, VARLEN, TMA, PIPELINE, POLY)
+                  HAS_WINDOW, VARLEN, TMA, PIPELINE)
 
 
 def tma_ready(*tensors: torch.Tensor) -> bool:
@@ -210,8 +210,7 @@ def forward(q, k, v, causal: bool, window: int, cu_q, cu_k, max_q: int, max_k: i
     args = (q, k, v, o, lse, cu_q, cu_k, *strides3(q, varlen), *strides3(k, varlen), *strides3(v, varlen),
             *strides3(o, varlen), max_q, max_k, tq, hq, hq // hkv, scale * 1.4426950408889634, window)
     flags = dict(D=d, BLOCK_D=block_d(d), CAUSAL=causal, HAS_WINDOW=window > 0, VARLEN=varlen, TMA=config.tma,
-                 PERSISTENT=config.persistent > 0, PIPELINE=q.is_cuda,
-                 POLY=config.poly if q.dtype != torch.float32 else 0)
+                 PERSISTENT=config.persistent > 0, PIPELINE=q.is_cuda)
     shapes = [(config.block_m, config.block_n, config.warps, config.stages)]
     shapes += fallbacks(*shapes[0]) if fallback else []
     n_mblocks = lambda m: triton.cdiv(max_q, m)  # noqa: E731
