@@ -40,6 +40,17 @@ def dynamics(NU, TH, W1, W2, h, mh, BLOCK_H: tl.constexpr, HAS_W: tl.constexpr):
 
 
 @triton.jit
+def power(NU, TH, h, mh, n, CONJ: tl.constexpr):
+    """lambda^n (conj(lambda)^n with CONJ) from fp64: r^n e^{i n theta}, rounded once. n: a scalar,
+    or a [rows, 1] tile (a power per row and channel h)."""
+    e = tl.exp(tl.load(NU + h, mask=mh, other=0.0).to(tl.float64))
+    ang = tl.exp(tl.load(TH + h, mask=mh, other=0.0).to(tl.float64)) * n
+    rn = tl.exp(-e * n)
+    im = rn * tl.sin(ang)
+    return (rn * tl.cos(ang)).to(tl.float32), (-im if CONJ else im).to(tl.float32)
+
+
+@triton.jit
 def silu_grad(c, ASM: tl.constexpr = False):
     s = sigmoid(c, ASM)
     return s * (1.0 + c * (1.0 - s))

@@ -24,7 +24,7 @@ import triton
 import triton.language as tl
 
 from .._jit.scan import first_order_complex, row_of, sigmoid
-from .dynamics import dynamics, one_minus_exp, silu_grad
+from .dynamics import dynamics, one_minus_exp, power, silu_grad
 
 # segments combined per round trip when a segment gathers the ends of the others (their loads are
 # independent, so one wait covers the group)
@@ -44,16 +44,6 @@ def _lanes(H, BLOCK_H: tl.constexpr, VEC: tl.constexpr):
         lanes = tl.max_contiguous(tl.arange(0, BLOCK_H), VEC)
     h = (tl.program_id(0) % n_hb) * BLOCK_H + lanes
     return tl.program_id(0) // n_hb, h, h < H
-
-
-@triton.jit
-def _power(NU, TH, h, mh, n, CONJ: tl.constexpr):
-    """lambda^n (conj(lambda)^n with CONJ) from fp64: r^n e^{i n theta}, rounded once."""
-    e = tl.exp(tl.load(NU + h, mask=mh, other=0.0).to(tl.float64))
-    ang = tl.exp(tl.load(TH + h, mask=mh, other=0.0).to(tl.float64)) * n
-    rn = tl.exp(-e * n)
-    im = rn * tl.sin(ang)
-    return (rn * tl.cos(ang)).to(tl.float32), (-im if CONJ else im).to(tl.float32)
 
 
 @triton.jit
@@ -192,7 +182,7 @@ def _fwd(X1, X2, W1, W2, NU, TH, R, Y, CK, ENDS, T, H: tl.constexpr, n_tiles, pe
         at += CHUNK * H
         c += 1
     if ENDS_PASS:
-        tr, ti = _power(NU, TH, h, mh, per_seg * CHUNK, False)
+        tr, ti = power(NU, TH, h, mh, per_seg * CHUNK, False)
         _store_ends(ENDS, b, seg, n_seg, h, mh, H, tl.where(hit == 0, tr, 0.0), tl.where(hit == 0, ti, 0.0), cr, ci)
 
 
@@ -305,7 +295,7 @@ def _bwd(X1, X2, W1, W2, NU, TH, R, DY, CK, ENDS, DX1, DX2, PART, T, H: tl.const
         at -= CHUNK * H
         c -= 1
     if ENDS_PASS:
-        tr, ti = _power(NU, TH, h, mh, per_seg * CHUNK, True)
+        tr, ti = power(NU, TH, h, mh, per_seg * CHUNK, True)
         _store_ends(ENDS, b, seg, n_seg, h, mh, H, tl.where(hit == 0, tr, 0.0), tl.where(hit == 0, ti, 0.0), sr, si)
     else:
         part = PART + ((b * n_seg + seg) * 5) * H + h
