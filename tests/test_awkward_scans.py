@@ -249,12 +249,28 @@ def verify_within_eager(c: dict) -> None:
     assert v["status"] == "ok", f"case {json.dumps(c)}: {v['status']}: {v.get('message')}"
 
 
+RTU_LONG_MEMORY = fixed("rtu", {"B": 1, "T": 600, "H": 5, "R": "diag"}, 1390279603, resets="first",
+                        grad_layout="strided", radius="mixed", angle="tiny")
+
+
 def test_rtu_long_memory_keeps_eager_accuracy_over_many_chunks():
     """r = 0.9997 (a memory of 3000 steps) over T 600: the state and the adjoint crossed 75 chunks,
     each time through the scan's product of 8 fp32 lambdas, rounded alike in every chunk: dtheta_log
     1.01e-05 against eager's 6.47e-07. The carried state now enters through lambda^k rounded once."""
-    verify_within_eager(fixed("rtu", {"B": 1, "T": 600, "H": 5, "R": "diag"}, 1390279603, resets="first",
-                              grad_layout="strided", radius="mixed", angle="tiny"))
+    verify_within_eager(RTU_LONG_MEMORY)
+
+
+def test_rtu_lanes_long_memory_keeps_eager_accuracy_over_many_tiles():
+    """The same case through the lanes path in one segment (the carried state crossing 75 tiles):
+    dtheta_log 6.92e-06 against eager's 6.47e-07 before the same fix."""
+    from dataclasses import replace
+
+    from kcollect.kernels._host import config as host_config
+    from kcollect.kernels.rtu import config as rtu_config
+
+    d = RTU_LONG_MEMORY["dims"]
+    with host_config.forced(replace(rtu_config.lanes(d["B"], d["T"], d["H"], "cpu"), segments=1, bwd_segments=1)):
+        verify_within_eager(RTU_LONG_MEMORY)
 
 
 @pytest.mark.parametrize("seed, options", [

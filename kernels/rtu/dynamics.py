@@ -51,6 +51,15 @@ def power(NU, TH, h, mh, n, CONJ: tl.constexpr):
 
 
 @triton.jit
+def exact_transitions(pow_r, pow_i, keep, REVERSE: tl.constexpr):
+    """The chunk's transitions (from the chunk's start to each row; REVERSE: from each row to the
+    chunk's end) from the powers of lambda rounded once: lambda^k where no reset lies between, 0
+    where one does (keep [chunk, 1]: 0 at a reset)."""
+    fresh = tl.cumsum(1.0 - keep, axis=0, reverse=REVERSE) == 0.0
+    return tl.where(fresh, pow_r, 0.0), tl.where(fresh, pow_i, 0.0)
+
+
+@triton.jit
 def silu_grad(c, ASM: tl.constexpr = False):
     s = sigmoid(c, ASM)
     return s * (1.0 + c * (1.0 - s))

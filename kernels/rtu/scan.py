@@ -19,7 +19,7 @@ import triton.language as tl
 from .._jit.scan import accumulator, first_order_complex, row_of, sum_of_products
 from . import lanes
 from .config import RTUConfig, pick
-from .dynamics import dynamics, power, silu_grad
+from .dynamics import dynamics, exact_transitions, power, silu_grad
 
 
 @triton.jit
@@ -127,7 +127,7 @@ def _rtu_fwd(X1, X2, W1, W2, NU, TH, R, Y, CK, ENDS, T, H, n_chunks, per_seg,
         ai = tl.where(inside, p[None, :] * keep, 0.0)
         Ar, Ai, Br, Bi = tl.associative_scan((ar, ai, k1[None, :] * x1, k2[None, :] * x2), 0, first_order_complex)
         if PRECISE:
-            Ar, Ai = _exact_transitions(pow_r, pow_i, keep, False)
+            Ar, Ai = exact_transitions(pow_r, pow_i, keep, False)
         c1 = Br + Ar * cr[None, :] - Ai * ci[None, :]
         c2 = Bi + Ar * ci[None, :] + Ai * cr[None, :]
         cr = row_of(c1, rows[:, None], CHUNK - 1)
@@ -153,15 +153,6 @@ def _rtu_fwd(X1, X2, W1, W2, NU, TH, R, Y, CK, ENDS, T, H, n_chunks, per_seg,
         if PRECISE:
             tr, ti = _segment_transition(NU, TH, h, mh, (end - tl.program_id(1) * per_seg) * CHUNK, hit, False)
         _store_ends(ENDS, b, h, mh, H, tr, ti, cr, ci)
-
-
-@triton.jit
-def _exact_transitions(pow_r, pow_i, keep, REVERSE: tl.constexpr):
-    """The chunk's transitions (from the chunk's start to each row; REVERSE: from each row to the
-    chunk's end) from the powers of lambda rounded once: lambda^k where no reset lies between, 0
-    where one does (keep [chunk, 1]: 0 at a reset)."""
-    fresh = tl.cumsum(1.0 - keep, axis=0, reverse=REVERSE) == 0.0
-    return tl.where(fresh, pow_r, 0.0), tl.where(fresh, pow_i, 0.0)
 
 
 @triton.jit
@@ -246,7 +237,7 @@ def _rtu_bwd(X1, X2, W1, W2, NU, TH, R, DY, CK, ENDS, DX1, DX2, PART, T, H, n_ch
         Ar, Ai, Sr, Si = tl.associative_scan((g[None, :] * kn, -p[None, :] * kn, e1, e2), 0, first_order_complex,
                                              reverse=True)
         if PRECISE:
-            Ar, Ai = _exact_transitions(pow_r, pow_i, kn, True)
+            Ar, Ai = exact_transitions(pow_r, pow_i, kn, True)
         s1 = Sr + Ar * sr[None, :] - Ai * si[None, :]
         s2 = Si + Ar * si[None, :] + Ai * sr[None, :]
         sr = row_of(s1, rows[:, None], 0)
