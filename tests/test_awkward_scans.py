@@ -7,6 +7,7 @@ defect found, each failing on the code before its fix. Seeds are drawn afresh an
 import json
 import random
 
+import opcheck
 import pytest
 import torch
 
@@ -291,3 +292,65 @@ def test_conv1d_depthwise_bias_gradient_is_the_rounded_sum():
     against 2.03e-07). Now summed in fp64: the rounded sum of the fp32 upstream gradient."""
     verify_within_eager(fixed("conv1d", {"B": 3, "T": 17, "K": 4, "groups": "depthwise", "F": 1, "F_out": 1},
                               433991149, resets="first", x_scale=10.0))
+
+
+_SM90 = """
+import json
+import torch
+from benchmarks.ab_tools import recorded
+from benchmarks import compile_report as cr
+cr._PTR_TYPES.update({torch.float64: "*fp64", torch.uint8: "*u8"})
+from kcollect.kernels.rtu import RTUConfig, scan as rs, config as rc
+from kcollect.kernels.selective_scan import SelectiveScanConfig, scan as ss
+from kcollect.kernels.conv1d import DepthwiseConfig, depthwise_backward
+
+def launches(fn):
+    calls = []
+    with recorded(calls):
+        fn()
+    return calls
+
+out = {}
+for dtype in (torch.float32,):  # the fp32 paths' precise forms and fp64 sums (bf16 compiles as before)
+    B, T, H, N = 2, 96, 128, 16
+    x = torch.randn(B, T, H).to(dtype); w = torch.randn(H); nu = torch.randn(H); th = torch.randn(H)
+    r = torch.zeros(B, T, dtype=torch.bool)
+    tiles = RTUConfig(segments=2, bwd_segments=2)
+    lanes = RTUConfig(16, 64, 1, 2, 64, 2, 2, "lanes", "lanes", 32)
+    calls = []
+    for cfg in (tiles, lanes):
+        ck = torch.zeros(B, -(-T // cfg.chunk), 2, H)
+        calls += launches(lambda: rs.rtu_scan_forward(x, None, w, w, nu, th, r, cfg, keep_states=True))
+        if cfg.bwd_path == "lanes":
+            calls += launches(lambda: rs.rtu_lanes_backward(x.new_zeros(B, T, 2 * H), x, None, w, w, nu, th, r, ck, cfg))
+        else:
+            calls += launches(lambda: rs.rtu_scan_backward(x.new_zeros(B, T, 2 * H), x, None, w, w, nu, th, r, ck, cfg))
+    xs = [torch.randn(B, T, H).to(dtype) for _ in range(3)]
+    A = -torch.rand(H, N); Bm = torch.randn(B, T, N).to(dtype); D = torch.randn(H)
+    for cfg in (SelectiveScanConfig(), SelectiveScanConfig(block_d=32, warps=1, path="lanes", steps=8, segments=2)):
+        calls += launches(lambda: ss.selective_scan_forward(xs[0], xs[1], A, Bm, Bm, D, xs[2], cfg, keep_states=True))
+    st = torch.zeros(B, -(-T // 16), H, N)
+    calls += launches(lambda: ss.selective_scan_backward(xs[0], xs[0], xs[1], A, Bm, Bm, D, xs[2], st, SelectiveScanConfig()))
+    wd = torch.randn(H, 1, 4).to(dtype)
+    calls += launches(lambda: depthwise_backward(xs[0], xs[0], wd, r, DepthwiseConfig()))
+    for k, grid, args, kw in calls:
+        kw = dict(kw)
+        if "ASM" in kw:
+            kw["ASM"] = True  # as launched on a CUDA device
+        for flag in ("WIDEN", "FAST_SOFTPLUS"):
+            if flag in kw:
+                kw[flag] = dtype == torch.bfloat16
+        name = f"{k.fn.__name__}{'-ends' if kw.get('ENDS_PASS') else ''}-{str(dtype)[6:]}"
+        out[name] = cr.compile_launch(k, args, kw)[0]["registers"]
+print(json.dumps(out))
+"""
+
+
+def test_fp32_kernels_compile_for_the_gpu():
+    """The interpreter runs what the GPU's compiler may refuse (fp64 sums and atomics, reverse
+    cumsums, Cephes' exp): every scan kernel's fp32 launch, recorded from the host launchers with
+    the GPU's configs and compiled for sm_90 on the CPU."""
+    got = json.loads(opcheck.run_offline_compile(_SM90).strip().splitlines()[-1])
+    want = {"_rtu_fwd", "_rtu_fwd-ends", "_rtu_bwd", "_rtu_bwd-ends", "_fwd", "_fwd-ends", "_bwd", "_bwd-ends",
+            "_finish", "_ss_fwd", "_ss_fwd_lanes", "_ss_fwd_lanes-ends", "_ss_bwd", "_dw_bwd"}
+    assert {f"{k}-float32" for k in want} <= set(got), got
