@@ -322,15 +322,17 @@ for dtype in (torch.float32,):  # the fp32 paths' precise forms and fp64 sums (b
         ck = torch.zeros(B, -(-T // cfg.chunk), 2, H)
         calls += launches(lambda: rs.rtu_scan_forward(x, None, w, w, nu, th, r, cfg, keep_states=True))
         if cfg.bwd_path == "lanes":
-            calls += launches(lambda: rs.rtu_lanes_backward(x.new_zeros(B, T, 2 * H), x, None, w, w, nu, th, r, ck, cfg))
+            back = rs.rtu_lanes_backward
         else:
-            calls += launches(lambda: rs.rtu_scan_backward(x.new_zeros(B, T, 2 * H), x, None, w, w, nu, th, r, ck, cfg))
+            back = rs.rtu_scan_backward
+        calls += launches(lambda: back(x.new_zeros(B, T, 2 * H), x, None, w, w, nu, th, r, ck, cfg))
     xs = [torch.randn(B, T, H).to(dtype) for _ in range(3)]
     A = -torch.rand(H, N); Bm = torch.randn(B, T, N).to(dtype); D = torch.randn(H)
     for cfg in (SelectiveScanConfig(), SelectiveScanConfig(block_d=32, warps=1, path="lanes", steps=8, segments=2)):
         calls += launches(lambda: ss.selective_scan_forward(xs[0], xs[1], A, Bm, Bm, D, xs[2], cfg, keep_states=True))
     st = torch.zeros(B, -(-T // 16), H, N)
-    calls += launches(lambda: ss.selective_scan_backward(xs[0], xs[0], xs[1], A, Bm, Bm, D, xs[2], st, SelectiveScanConfig()))
+    calls += launches(lambda: ss.selective_scan_backward(xs[0], xs[0], xs[1], A, Bm, Bm, D, xs[2], st,
+                                                         SelectiveScanConfig()))
     wd = torch.randn(H, 1, 4).to(dtype)
     calls += launches(lambda: depthwise_backward(xs[0], xs[0], wd, r, DepthwiseConfig()))
     for k, grid, args, kw in calls:

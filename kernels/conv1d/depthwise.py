@@ -12,7 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .._jit.scan import accumulator, sum_of_products
+from .._jit.scan import accumulator, sum_dtype, sum_of_products
 from .config import DepthwiseConfig, pick_depthwise
 
 
@@ -114,7 +114,7 @@ def depthwise_backward(dy, x, weight, resets, config: DepthwiseConfig | None = N
     n_span = triton.cdiv(T, span)
     dx = torch.empty_like(x)
     acc = accumulator(x.dtype)
-    part = torch.empty(B * n_span, K + 1, F, device=x.device, dtype=torch.float64 if acc == tl.float64 else torch.float32)
+    part = torch.empty(B * n_span, K + 1, F, device=x.device, dtype=sum_dtype(x.dtype))
     grid = (B * n_span, triton.cdiv(F, cfg.bwd_block_f))
     r = resets.view(torch.uint8) if resets is not None else x
     _dw_bwd[grid](x, weight, r, dy.contiguous(), dx, part, T, F, n_span, K=K, K_P2=triton.next_power_of_2(K),

@@ -23,7 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .._jit.scan import accumulator, first_order_complex, row_of, sigmoid, sum_of_products
+from .._jit.scan import accumulator, first_order_complex, row_of, sigmoid, sum_dtype, sum_of_products
 from .dynamics import dynamics, exact_transitions, one_minus_exp, power, silu_grad
 
 # segments combined per round trip when a segment gathers the ends of the others (their loads are
@@ -401,7 +401,7 @@ def backward(dy, x1, x2, w1, w2, nu_log, theta_log, r, states, dx1, dx2, T, H, c
     B = x1.shape[0]
     n_chunks, per_seg, n_seg = plan(T, cfg.chunk, cfg.bwd_segments)
     acc = accumulator(x1.dtype)
-    part = torch.empty(B, n_seg, 5, H, device=x1.device, dtype=torch.float64 if acc == tl.float64 else torch.float32)
+    part = torch.empty(B, n_seg, 5, H, device=x1.device, dtype=sum_dtype(x1.dtype))
     ends = torch.empty(B, n_seg, 4, H, device=x1.device, dtype=torch.float32)
     args = [x1, x1 if x2 is None else x2, w1 if w1 is not None else nu_log, w2 if w2 is not None else nu_log,
             nu_log, theta_log, r if r is not None else nu_log, dy, states, ends,

@@ -16,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .._jit.scan import accumulator, first_order_complex, row_of, sum_of_products
+from .._jit.scan import accumulator, first_order_complex, row_of, sum_dtype, sum_of_products
 from . import lanes
 from .config import RTUConfig, pick
 from .dynamics import dynamics, exact_transitions, power, silu_grad
@@ -333,7 +333,7 @@ def rtu_scan_backward(dy, x1, x2, w1, w2, nu_log, theta_log, resets, states, con
         return dx1, dx2, torch.zeros(5, H, device=x1.device, dtype=torch.float32)
     n_chunks, per_seg, n_seg = _plan(T, cfg.chunk, cfg.bwd_segments)
     acc = accumulator(x1.dtype)
-    part = torch.empty(B, n_seg, 5, H, device=x1.device, dtype=torch.float64 if acc == tl.float64 else torch.float32)
+    part = torch.empty(B, n_seg, 5, H, device=x1.device, dtype=sum_dtype(x1.dtype))
     ends = torch.empty(B, n_seg, 4, H, device=x1.device, dtype=torch.float32) if n_seg > 1 else None
     r = resets.view(torch.uint8) if resets is not None else None
     args = [x1, x1 if x2 is None else x2, w1 if w1 is not None else nu_log, w2 if w2 is not None else nu_log,

@@ -19,7 +19,7 @@ import triton.language as tl
 
 from .._jit.lse import LOG2E
 from .._jit.recurrent import sigmoid_f32
-from .._jit.scan import accumulator, first_order, row_of, sum_of_products
+from .._jit.scan import accumulator, first_order, row_of, sum_dtype, sum_of_products
 from . import lanes
 from .config import SelectiveScanConfig, pick
 from .softplus import decay as decay_of, softplus
@@ -185,7 +185,7 @@ def selective_scan_backward(dy, x, delta, A, B, C, D, z, states, config: Selecti
     # the parameters' sums (dA, dD over batch and time, dB, dC over channel blocks) in fp64 for fp32
     # inputs (_jit/scan.py's accumulator: eager's error), added atomically in any order
     acc = accumulator(x.dtype)
-    sums = torch.float64 if acc == tl.float64 else torch.float32
+    sums = sum_dtype(x.dtype)
     dA = torch.empty(Bsz, Dm, N, device=x.device, dtype=sums)
     dD = torch.empty(Bsz, Dm, device=x.device, dtype=sums)
     dB = torch.zeros(Bsz, T, N, device=x.device, dtype=sums)
