@@ -23,8 +23,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .._jit.scan import accumulator, first_order_complex, row_of, sigmoid, sum_dtype, sum_of_products
-from .dynamics import dynamics, exact_transitions, one_minus_exp, power, silu_grad
+from .._jit.scan import accumulator, first_order_complex, row_of, sum_dtype, sum_of_products
+from .dynamics import dynamics, gate, one_minus_exp, power, silu_grad
 
 # segments combined per round trip when a segment gathers the ends of the others (their loads are
 # independent, so one wait covers the group)
@@ -94,10 +94,22 @@ def _resets(R, b, t, T, live, HAS_R: tl.constexpr):
 @triton.jit
 def _flip_scan(ar, ai, br, bi):
     """tl.associative_scan(..., reverse=True) of first_order_complex, as a forward scan of the
-    flipped chunk (flips are register renames here; a reverse scan is lowered with shuffles)."""
-    _, _, s1, s2 = tl.associative_scan((tl.flip(ar, 0), tl.flip(ai, 0), tl.flip(br, 0), tl.flip(bi, 0)), 0,
-                                       first_order_complex)
-    return tl.flip(s1, 0), tl.flip(s2, 0)
+    flipped chunk (flips are register renames here; a reverse scan is lowered with shuffles):
+    (transitions to the chunk's end, real and imaginary; states, real and imaginary)."""
+    a1, a2, s1, s2 = tl.associative_scan((tl.flip(ar, 0), tl.flip(ai, 0), tl.flip(br, 0), tl.flip(bi, 0)), 0,
+                                         first_order_complex)
+    return tl.flip(a1, 0), tl.flip(a2, 0), tl.flip(s1, 0), tl.flip(s2, 0)
+
+
+@triton.jit
+def _exact_carry(er, ei, lr, li, cr, ci, lam_r, lam_i, hit):
+    """The end (er, ei) of a tile into which the carried state (cr, ci) entered through the scan's
+    transition over the tile (lr, li, fp32 products of lambda, rounded alike in every tile),
+    corrected to lambda^tile rounded once (lam_r, lam_i; 0 where the tile holds a reset, `hit`):
+    the error of the scan's product would otherwise add up tile after tile for long memories."""
+    dr = tl.where(hit > 0, 0.0, lam_r) - lr
+    di = tl.where(hit > 0, 0.0, lam_i) - li
+    return er + dr * cr - di * ci, ei + dr * ci + di * cr
 
 
 @triton.jit
@@ -123,8 +135,8 @@ def _fwd(X1, X2, W1, W2, NU, TH, R, Y, CK, ENDS, T, H: tl.constexpr, n_tiles, pe
     segments' ends combine to, writing y and, with STORE_CK, the state after every KEEP steps (the
     backward's chunk: a multiple or a divisor of CHUNK). Steps past T run on (zero input, no reset):
     only the last tile has them, and neither the last state kept nor the last segment's ends is read.
-    PRECISE (fp32): the carried state enters each row through lambda^(row+1) rounded once, not
-    through the scan's products of fp32 lambdas, rounded alike in every tile (scan.py's _rtu_fwd)."""
+    PRECISE (fp32): the state carried to the next tile through lambda^CHUNK rounded once
+    (_exact_carry; a table of every row's power, as scan.py's tiles hold, would spill here)."""
     b, h, mh = _lanes(H, BLOCK_H, VEC)
     g, p, gam, w1, w2 = dynamics(NU, TH, W1, W2, h, mh, BLOCK_H, HAS_W)
     k1 = (gam * w1)[None, :]
@@ -132,7 +144,7 @@ def _fwd(X1, X2, W1, W2, NU, TH, R, Y, CK, ENDS, T, H: tl.constexpr, n_tiles, pe
     rows = tl.arange(0, CHUNK)
     head = (rows == 0)[:, None]
     if PRECISE:
-        pow_r, pow_i = power(NU, TH, h, mh, (rows + 1).to(tl.float64)[:, None], False)
+        lam_r, lam_i = power(NU, TH, h, mh, CHUNK, False)
     base = b.to(tl.int64) * T * H
     seg = tl.program_id(1)
     c = seg * per_seg
@@ -160,23 +172,23 @@ def _fwd(X1, X2, W1, W2, NU, TH, R, Y, CK, ENDS, T, H: tl.constexpr, n_tiles, pe
         ai = p[None, :] * keep
         br = k1 * x1
         bi = k2 * x2
-        if PRECISE:
-            _, _, c1, c2 = tl.associative_scan((ar, ai, br, bi), 0, first_order_complex)
-            Ar, Ai = exact_transitions(pow_r, pow_i, keep, False)
-            c1, c2 = c1 + Ar * cr[None, :] - Ai * ci[None, :], c2 + Ar * ci[None, :] + Ai * cr[None, :]
-        else:
-            br = tl.where(head, br + ar * cr[None, :] - ai * ci[None, :], br)  # the carried state enters at row 0
-            bi = tl.where(head, bi + ar * ci[None, :] + ai * cr[None, :], bi)
-            _, _, c1, c2 = tl.associative_scan((ar, ai, br, bi), 0, first_order_complex)
-        cr = row_of(c1, rows[:, None], CHUNK - 1)
-        ci = row_of(c2, rows[:, None], CHUNK - 1)
+        br = tl.where(head, br + ar * cr[None, :] - ai * ci[None, :], br)  # the carried state enters at row 0
+        bi = tl.where(head, bi + ar * ci[None, :] + ai * cr[None, :], bi)
+        tr_all, ti_all, c1, c2 = tl.associative_scan((ar, ai, br, bi), 0, first_order_complex)
+        end_r = row_of(c1, rows[:, None], CHUNK - 1)
+        end_i = row_of(c2, rows[:, None], CHUNK - 1)
+        if PRECISE:  # (the first row's transition is lambda keep: the carried state's, times lambda^(CHUNK-1))
+            lr = row_of(tr_all, rows[:, None], CHUNK - 1)
+            li = row_of(ti_all, rows[:, None], CHUNK - 1)
+            end_r, end_i = _exact_carry(end_r, end_i, lr, li, cr, ci, lam_r, lam_i, tl.max(r, axis=0))
+        cr, ci = end_r, end_i
         if ENDS_PASS:
             hit = tl.maximum(hit, tl.max(r, axis=0))
         else:
             y = Y + 2 * at + rows[:, None] * (2 * H) + h[None, :]
             mask = (t < T)[:, None] & mh[None, :]
-            tl.store(y, (c1 * sigmoid(c1, ASM)).to(Y.dtype.element_ty), mask=mask)
-            tl.store(y + H, (c2 * sigmoid(c2, ASM)).to(Y.dtype.element_ty), mask=mask)
+            tl.store(y, (c1 * gate(c1, ASM, PRECISE)).to(Y.dtype.element_ty), mask=mask)
+            tl.store(y + H, (c2 * gate(c2, ASM, PRECISE)).to(Y.dtype.element_ty), mask=mask)
             if STORE_CK:
                 if CHUNK >= KEEP:  # the states at rows KEEP - 1, 2 KEEP - 1, ... of the tile
                     for k in tl.static_range(CHUNK // KEEP):
@@ -204,15 +216,15 @@ def _bwd(X1, X2, W1, W2, NU, TH, R, DY, CK, ENDS, DX1, DX2, PART, T, H: tl.const
     (segments 1 on; segment 0's are never read): the adjoint at the segment's first step from a
     zero one after it, and the segment's transition; otherwise dx (dx1, dx2 for low-rank maps) and
     PART[b, segment] = the sums of (dg, dp, dgamma, dw1, dw2) over the segment's steps, in ACC.
-    PRECISE (fp32): the carried adjoint enters through powers of conj(lambda) rounded once (_fwd's).
-    """
+    PRECISE (fp32): the adjoint carried to the tile before through conj(lambda)^CHUNK rounded once
+    (_fwd's)."""
     b, h, mh = _lanes(H, BLOCK_H, VEC)
     g, p, gam, w1, w2 = dynamics(NU, TH, W1, W2, h, mh, BLOCK_H, HAS_W)
     k1 = (gam * w1)[None, :]
     k2 = (gam * w2)[None, :]
     rows = tl.arange(0, CHUNK)
     if PRECISE:
-        pow_r, pow_i = power(NU, TH, h, mh, (CHUNK - rows).to(tl.float64)[:, None], True)
+        lam_r, lam_i = power(NU, TH, h, mh, CHUNK, True)
     head = (rows == 0)[:, None]
     tail = (rows == CHUNK - 1)[:, None]
     base = b.to(tl.int64) * T * H
@@ -275,22 +287,22 @@ def _bwd(X1, X2, W1, W2, NU, TH, R, DY, CK, ENDS, DX1, DX2, PART, T, H: tl.const
             qr = tl.where(head, kr * pr[None, :], -0.0)
             qi = tl.where(head, kr * pi[None, :], -0.0)
             _, _, _, _, c1, c2, q1, q2 = tl.associative_scan((ar, ai, kr, ki, br, bi, qr, qi), 0, _with_previous)
-        e1 = silu_grad(c1, ASM) * dy1
-        e2 = silu_grad(c2, ASM) * dy2
+        e1 = silu_grad(c1, ASM, PRECISE) * dy1
+        e2 = silu_grad(c2, ASM, PRECISE) * dy2
         # the adjoint s_t = e_t + keep_{t+1} conj(lambda) s_{t+1}, the carried one entering at the last row
         kn = (1 - r_after).to(tl.float32)[:, None]
         gr = g[None, :] * kn
         gi = -p[None, :] * kn
+        e1 = tl.where(tail, e1 + gr * sr[None, :] - gi * si[None, :], e1)
+        e2 = tl.where(tail, e2 + gr * si[None, :] + gi * sr[None, :], e2)
+        tr_all, ti_all, s1, s2 = _flip_scan(gr, gi, e1, e2)
+        end_r = row_of(s1, rows[:, None], 0)
+        end_i = row_of(s2, rows[:, None], 0)
         if PRECISE:
-            s1, s2 = _flip_scan(gr, gi, e1, e2)
-            Ar, Ai = exact_transitions(pow_r, pow_i, kn, True)
-            s1, s2 = s1 + Ar * sr[None, :] - Ai * si[None, :], s2 + Ar * si[None, :] + Ai * sr[None, :]
-        else:
-            e1 = tl.where(tail, e1 + gr * sr[None, :] - gi * si[None, :], e1)
-            e2 = tl.where(tail, e2 + gr * si[None, :] + gi * sr[None, :], e2)
-            s1, s2 = _flip_scan(gr, gi, e1, e2)
-        sr = row_of(s1, rows[:, None], 0)
-        si = row_of(s2, rows[:, None], 0)
+            lr = row_of(tr_all, rows[:, None], 0)
+            li = row_of(ti_all, rows[:, None], 0)
+            end_r, end_i = _exact_carry(end_r, end_i, lr, li, sr, si, lam_r, lam_i, tl.max(r_after, axis=0))
+        sr, si = end_r, end_i
         if ENDS_PASS:
             hit = tl.maximum(hit, tl.max(r_after, axis=0))
         else:

@@ -19,7 +19,7 @@ import triton.language as tl
 from .._jit.scan import accumulator, first_order_complex, row_of, sum_dtype, sum_of_products
 from . import lanes
 from .config import RTUConfig, pick
-from .dynamics import dynamics, exact_transitions, power, silu_grad
+from .dynamics import dynamics, exact_transitions, gate, power, silu_grad
 
 
 @triton.jit
@@ -142,8 +142,8 @@ def _rtu_fwd(X1, X2, W1, W2, NU, TH, R, Y, CK, ENDS, T, H, n_chunks, per_seg,
         else:
             mask = inside & mh[None, :]
             y = Y + 2 * base + t[:, None] * (2 * H) + h[None, :]
-            tl.store(y, (c1 * tl.sigmoid(c1)).to(Y.dtype.element_ty), mask=mask)
-            tl.store(y + H, (c2 * tl.sigmoid(c2)).to(Y.dtype.element_ty), mask=mask)
+            tl.store(y, (c1 * gate(c1, False, PRECISE)).to(Y.dtype.element_ty), mask=mask)
+            tl.store(y + H, (c2 * gate(c2, False, PRECISE)).to(Y.dtype.element_ty), mask=mask)
             if STORE_CK:
                 ck = CK + ((b * n_chunks + c) * 2) * H + h
                 tl.store(ck, cr, mask=mh)
@@ -231,8 +231,8 @@ def _rtu_bwd(X1, X2, W1, W2, NU, TH, R, DY, CK, ENDS, DX1, DX2, PART, T, H, n_ch
                                  x1, x2, keep, CHUNK, SAME_X, HAS_R)
         mask = (t < T)[:, None] & mh[None, :]
         dy = DY + 2 * base + t[:, None] * (2 * H) + h[None, :]
-        e1 = silu_grad(c1) * tl.load(dy, mask=mask, other=0.0).to(tl.float32)
-        e2 = silu_grad(c2) * tl.load(dy + H, mask=mask, other=0.0).to(tl.float32)
+        e1 = silu_grad(c1, False, PRECISE) * tl.load(dy, mask=mask, other=0.0).to(tl.float32)
+        e2 = silu_grad(c2, False, PRECISE) * tl.load(dy + H, mask=mask, other=0.0).to(tl.float32)
         kn = _keep(R, b, t + 1, T, HAS_R)[:, None]
         Ar, Ai, Sr, Si = tl.associative_scan((g[None, :] * kn, -p[None, :] * kn, e1, e2), 0, first_order_complex,
                                              reverse=True)
