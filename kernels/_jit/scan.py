@@ -47,6 +47,30 @@ def sigmoid(x, ASM: tl.constexpr):
     return tl.sigmoid(x)
 
 
+def sum_dtype(dtype):
+    """The torch dtype in which a kernel sums a parameter's gradient over batch and time: fp64 for
+    fp32 inputs, whose users expect eager's error (an fp32 running sum of terms that cancel loses
+    digits eager's pairwise sums keep; each product of two fp32 values is exact in fp64, so the sum
+    is then good to the rounding of its terms), fp32 otherwise (the fp32 sum's error is far under
+    one rounding of bf16 or fp16 data, and the fp64 units are slower)."""
+    import torch
+
+    return torch.float64 if dtype == torch.float32 else torch.float32
+
+
+def accumulator(dtype):
+    """sum_dtype as a Triton type (a kernel's ACC constexpr)."""
+    import torch
+
+    return tl.float64 if sum_dtype(dtype) == torch.float64 else tl.float32
+
+
+@triton.jit
+def sum_of_products(a, b, ACC: tl.constexpr, AXIS: tl.constexpr = 0):
+    """The sum over AXIS of a * b, products and sum in ACC (accumulator)."""
+    return tl.sum(a.to(ACC) * b.to(ACC), axis=AXIS)
+
+
 @triton.jit
 def row_of(x, rows, i):
     """Row i of a tile whose first axis is indexed by `rows` (a register tile has no dynamic

@@ -12,6 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .._jit.scan import accumulator, sum_dtype, sum_of_products
 from .config import DepthwiseConfig, pick_depthwise
 
 
@@ -52,23 +53,25 @@ def _dw_fwd(X, W, BIAS, R, Y, T, F, K: tl.constexpr, BLOCK_T: tl.constexpr, BLOC
 
 @triton.jit
 def _dw_bwd(X, W, R, DY, DX, PART, T, F, n_span, K: tl.constexpr, K_P2: tl.constexpr, SPAN: tl.constexpr,
-            BLOCK_T: tl.constexpr, BLOCK_F: tl.constexpr, HAS_R: tl.constexpr):
+            BLOCK_T: tl.constexpr, BLOCK_F: tl.constexpr, HAS_R: tl.constexpr, ACC: tl.constexpr):
     """Program (sequence b x span of SPAN steps, channel block): dx over the span, and its sums of
-    dw (PART[.., j, f] for tap j) and dbias (PART[.., K, f])."""
+    dw (PART[.., j, f] for tap j) and dbias (PART[.., K, f]), in ACC (fp64 for fp32 inputs: an fp32
+    sum of a few dozen terms that cancel came out at 2-9x eager's error, see _jit/scan.py's
+    accumulator)."""
     b = tl.program_id(0) // n_span
     span = tl.program_id(0) % n_span
     f = tl.program_id(1) * BLOCK_F + tl.arange(0, BLOCK_F)
     mf = f < F
     base = b.to(tl.int64) * T * F
     taps = tl.arange(0, K_P2)
-    acc_w = tl.zeros([K_P2, BLOCK_F], tl.float32)
-    acc_b = tl.zeros([BLOCK_F], tl.float32)
+    acc_w = tl.zeros([K_P2, BLOCK_F], ACC)
+    acc_b = tl.zeros([BLOCK_F], ACC)
     t0 = span * SPAN
     while t0 < (span + 1) * SPAN:
         t = t0 + tl.arange(0, BLOCK_T)
         inside = t < T
         dy = _tile(DY, base, t, f, T, F, inside, mf)
-        acc_b += tl.sum(dy, axis=0)
+        acc_b += tl.sum(dy.to(ACC), axis=0)
         dx = tl.zeros([BLOCK_T, BLOCK_F], tl.float32)
         back = inside  # x_{t-k} in y_t's window
         ahead = inside  # x_t in y_{t+k}'s window
@@ -76,7 +79,7 @@ def _dw_bwd(X, W, R, DY, DX, PART, T, F, n_span, K: tl.constexpr, K_P2: tl.const
             if HAS_R and k > 0:
                 back = _no_reset(R, b, t - k + 1, T, back)
                 ahead = _no_reset(R, b, t + k, T, ahead)
-            contrib = tl.sum(dy * _tile(X, base, t - k, f, T, F, back, mf), axis=0)
+            contrib = sum_of_products(dy, _tile(X, base, t - k, f, T, F, back, mf), ACC)
             acc_w += tl.where(taps[:, None] == K - 1 - k, contrib[None, :], 0.0)
             w = tl.load(W + f * K + (K - 1 - k), mask=mf, other=0.0).to(tl.float32)
             dx += _tile(DY, base, t + k, f, T, F, ahead, mf) * w[None, :]
@@ -103,18 +106,19 @@ def depthwise_forward(x, weight, bias, resets, config: DepthwiseConfig | None = 
 
 
 def depthwise_backward(dy, x, weight, resets, config: DepthwiseConfig | None = None, fallback: bool = False):
-    """(dx, dweight like weight, dbias [F] fp32 sums)."""
+    """(dx, dweight like weight, dbias [F] sums, fp64 for fp32 x, fp32 otherwise)."""
     B, T, F = x.shape
     K = weight.shape[-1]
     cfg = config or pick_depthwise(B, T, F, K, x.device)
     span = max(cfg.bwd_block_t, min(cfg.bwd_span, triton.next_power_of_2(T)))
     n_span = triton.cdiv(T, span)
     dx = torch.empty_like(x)
-    part = torch.empty(B * n_span, K + 1, F, device=x.device, dtype=torch.float32)
+    acc = accumulator(x.dtype)
+    part = torch.empty(B * n_span, K + 1, F, device=x.device, dtype=sum_dtype(x.dtype))
     grid = (B * n_span, triton.cdiv(F, cfg.bwd_block_f))
     r = resets.view(torch.uint8) if resets is not None else x
     _dw_bwd[grid](x, weight, r, dy.contiguous(), dx, part, T, F, n_span, K=K, K_P2=triton.next_power_of_2(K),
                   SPAN=span, BLOCK_T=cfg.bwd_block_t, BLOCK_F=cfg.bwd_block_f, HAS_R=resets is not None,
-                  num_warps=cfg.bwd_warps)
+                  ACC=acc, num_warps=cfg.bwd_warps)
     sums = part.sum(0)
     return dx, sums[:K].t().reshape(weight.shape).to(weight.dtype), sums[K]

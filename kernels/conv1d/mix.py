@@ -136,7 +136,8 @@ def mix_forward(x, weight, bias, resets, config: MixConfig | None = None, fallba
 
 
 def mix_backward(dy, x, weight, resets, config: MixConfig | None = None, fallback: bool = False):
-    """(dx, dweight like weight, dbias [F_out] fp32); `fallback` as mix_forward's."""
+    """(dx, dweight like weight, dbias [F_out], fp64 for fp32 dy, fp32 otherwise); `fallback` as
+    mix_forward's."""
     B, T, F = x.shape
     F_out, F_in, K = weight.shape
     fallback = fallback or config is None
@@ -154,4 +155,5 @@ def mix_backward(dy, x, weight, resets, config: MixConfig | None = None, fallbac
                              **flags) for o, i, t, w, s in tiles])
     grid = (K * triton.cdiv(F_out, launch["BLOCK_O"]) * triton.cdiv(F_in, launch["BLOCK_I"]),)
     _mix_dw[grid](*args, **launch)
-    return dx, dw, dy.sum(dim=(0, 1), dtype=torch.float32)
+    # dbias summed in fp64 for fp32 (as the depthwise kernel's: the correctly rounded sum of dy)
+    return dx, dw, dy.sum(dim=(0, 1), dtype=torch.float64 if dy.dtype == torch.float32 else torch.float32)

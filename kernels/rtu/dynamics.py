@@ -5,6 +5,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from .._jit.recurrent import sigmoid_f32
 from .._jit.scan import sigmoid
 
 
@@ -40,6 +41,37 @@ def dynamics(NU, TH, W1, W2, h, mh, BLOCK_H: tl.constexpr, HAS_W: tl.constexpr):
 
 
 @triton.jit
-def silu_grad(c, ASM: tl.constexpr = False):
-    s = sigmoid(c, ASM)
+def power(NU, TH, h, mh, n, CONJ: tl.constexpr):
+    """lambda^n (conj(lambda)^n with CONJ) from fp64: r^n e^{i n theta}, rounded once. n: a scalar,
+    or a [rows, 1] tile (a power per row and channel h)."""
+    e = tl.exp(tl.load(NU + h, mask=mh, other=0.0).to(tl.float64))
+    ang = tl.exp(tl.load(TH + h, mask=mh, other=0.0).to(tl.float64)) * n
+    rn = tl.exp(-e * n)
+    im = rn * tl.sin(ang)
+    return (rn * tl.cos(ang)).to(tl.float32), (-im if CONJ else im).to(tl.float32)
+
+
+@triton.jit
+def exact_transitions(pow_r, pow_i, keep, REVERSE: tl.constexpr):
+    """The chunk's transitions (from the chunk's start to each row; REVERSE: from each row to the
+    chunk's end) from the powers of lambda rounded once: lambda^k where no reset lies between, 0
+    where one does (keep [chunk, 1]: 0 at a reset)."""
+    fresh = tl.cumsum(1.0 - keep, axis=0, reverse=REVERSE) == 0.0
+    return tl.where(fresh, pow_r, 0.0), tl.where(fresh, pow_i, 0.0)
+
+
+@triton.jit
+def gate(c, ASM: tl.constexpr = False, PRECISE: tl.constexpr = False):
+    """sigmoid(c): PRECISE (fp32) as _jit/recurrent.py's sigmoid_f32 (Cephes' exp, division rounded
+    to nearest), for the GPU's ex2.approx and approximate division err by about 2 ulp, which a
+    parameter's gradient summed over steps that cancel multiplies (interpreter sums are exact)."""
+    if PRECISE:
+        return sigmoid_f32(c, True)
+    else:
+        return sigmoid(c, ASM)
+
+
+@triton.jit
+def silu_grad(c, ASM: tl.constexpr = False, PRECISE: tl.constexpr = False):
+    s = gate(c, ASM, PRECISE)
     return s * (1.0 + c * (1.0 - s))

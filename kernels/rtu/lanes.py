@@ -23,8 +23,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .._jit.scan import first_order_complex, row_of, sigmoid
-from .dynamics import dynamics, one_minus_exp, silu_grad
+from .._jit.scan import accumulator, first_order_complex, row_of, sum_dtype, sum_of_products
+from .dynamics import dynamics, gate, one_minus_exp, power, silu_grad
 
 # segments combined per round trip when a segment gathers the ends of the others (their loads are
 # independent, so one wait covers the group)
@@ -44,16 +44,6 @@ def _lanes(H, BLOCK_H: tl.constexpr, VEC: tl.constexpr):
         lanes = tl.max_contiguous(tl.arange(0, BLOCK_H), VEC)
     h = (tl.program_id(0) % n_hb) * BLOCK_H + lanes
     return tl.program_id(0) // n_hb, h, h < H
-
-
-@triton.jit
-def _power(NU, TH, h, mh, n, CONJ: tl.constexpr):
-    """lambda^n (conj(lambda)^n with CONJ) from fp64: r^n e^{i n theta}, rounded once."""
-    e = tl.exp(tl.load(NU + h, mask=mh, other=0.0).to(tl.float64))
-    ang = tl.exp(tl.load(TH + h, mask=mh, other=0.0).to(tl.float64)) * n
-    rn = tl.exp(-e * n)
-    im = rn * tl.sin(ang)
-    return (rn * tl.cos(ang)).to(tl.float32), (-im if CONJ else im).to(tl.float32)
 
 
 @triton.jit
@@ -104,10 +94,22 @@ def _resets(R, b, t, T, live, HAS_R: tl.constexpr):
 @triton.jit
 def _flip_scan(ar, ai, br, bi):
     """tl.associative_scan(..., reverse=True) of first_order_complex, as a forward scan of the
-    flipped chunk (flips are register renames here; a reverse scan is lowered with shuffles)."""
-    _, _, s1, s2 = tl.associative_scan((tl.flip(ar, 0), tl.flip(ai, 0), tl.flip(br, 0), tl.flip(bi, 0)), 0,
-                                       first_order_complex)
-    return tl.flip(s1, 0), tl.flip(s2, 0)
+    flipped chunk (flips are register renames here; a reverse scan is lowered with shuffles):
+    (transitions to the chunk's end, real and imaginary; states, real and imaginary)."""
+    a1, a2, s1, s2 = tl.associative_scan((tl.flip(ar, 0), tl.flip(ai, 0), tl.flip(br, 0), tl.flip(bi, 0)), 0,
+                                         first_order_complex)
+    return tl.flip(a1, 0), tl.flip(a2, 0), tl.flip(s1, 0), tl.flip(s2, 0)
+
+
+@triton.jit
+def _exact_carry(er, ei, lr, li, cr, ci, lam_r, lam_i, hit):
+    """The end (er, ei) of a tile into which the carried state (cr, ci) entered through the scan's
+    transition over the tile (lr, li, fp32 products of lambda, rounded alike in every tile),
+    corrected to lambda^tile rounded once (lam_r, lam_i; 0 where the tile holds a reset, `hit`):
+    the error of the scan's product would otherwise add up tile after tile for long memories."""
+    dr = tl.where(hit > 0, 0.0, lam_r) - lr
+    di = tl.where(hit > 0, 0.0, lam_i) - li
+    return er + dr * cr - di * ci, ei + dr * ci + di * cr
 
 
 @triton.jit
@@ -127,18 +129,22 @@ def _with_previous(ar1, ai1, kr1, ki1, br1, bi1, qr1, qi1, ar2, ai2, kr2, ki2, b
 def _fwd(X1, X2, W1, W2, NU, TH, R, Y, CK, ENDS, T, H: tl.constexpr, n_tiles, per_seg, n_seg, n_kept,
          BLOCK_H: tl.constexpr, VEC: tl.constexpr, CHUNK: tl.constexpr, KEEP: tl.constexpr, SAME_X: tl.constexpr,
          HAS_W: tl.constexpr, HAS_R: tl.constexpr, STORE_CK: tl.constexpr, ENDS_PASS: tl.constexpr,
-         EVEN: tl.constexpr, ASM: tl.constexpr):
+         EVEN: tl.constexpr, ASM: tl.constexpr, PRECISE: tl.constexpr):
     """Program (sequence x channel block, segment), in tiles of CHUNK steps. ENDS_PASS: the segment
     from a zero state, keeping its transition and end; otherwise from the state the earlier
     segments' ends combine to, writing y and, with STORE_CK, the state after every KEEP steps (the
     backward's chunk: a multiple or a divisor of CHUNK). Steps past T run on (zero input, no reset):
-    only the last tile has them, and neither the last state kept nor the last segment's ends is read."""
+    only the last tile has them, and neither the last state kept nor the last segment's ends is read.
+    PRECISE (fp32): the state carried to the next tile through lambda^CHUNK rounded once
+    (_exact_carry; a table of every row's power, as scan.py's tiles hold, would spill here)."""
     b, h, mh = _lanes(H, BLOCK_H, VEC)
     g, p, gam, w1, w2 = dynamics(NU, TH, W1, W2, h, mh, BLOCK_H, HAS_W)
     k1 = (gam * w1)[None, :]
     k2 = (gam * w2)[None, :]
     rows = tl.arange(0, CHUNK)
     head = (rows == 0)[:, None]
+    if PRECISE:
+        lam_r, lam_i = power(NU, TH, h, mh, CHUNK, False)
     base = b.to(tl.int64) * T * H
     seg = tl.program_id(1)
     c = seg * per_seg
@@ -168,16 +174,21 @@ def _fwd(X1, X2, W1, W2, NU, TH, R, Y, CK, ENDS, T, H: tl.constexpr, n_tiles, pe
         bi = k2 * x2
         br = tl.where(head, br + ar * cr[None, :] - ai * ci[None, :], br)  # the carried state enters at row 0
         bi = tl.where(head, bi + ar * ci[None, :] + ai * cr[None, :], bi)
-        _, _, c1, c2 = tl.associative_scan((ar, ai, br, bi), 0, first_order_complex)
-        cr = row_of(c1, rows[:, None], CHUNK - 1)
-        ci = row_of(c2, rows[:, None], CHUNK - 1)
+        tr_all, ti_all, c1, c2 = tl.associative_scan((ar, ai, br, bi), 0, first_order_complex)
+        end_r = row_of(c1, rows[:, None], CHUNK - 1)
+        end_i = row_of(c2, rows[:, None], CHUNK - 1)
+        if PRECISE:  # (the first row's transition is lambda keep: the carried state's, times lambda^(CHUNK-1))
+            lr = row_of(tr_all, rows[:, None], CHUNK - 1)
+            li = row_of(ti_all, rows[:, None], CHUNK - 1)
+            end_r, end_i = _exact_carry(end_r, end_i, lr, li, cr, ci, lam_r, lam_i, tl.max(r, axis=0))
+        cr, ci = end_r, end_i
         if ENDS_PASS:
             hit = tl.maximum(hit, tl.max(r, axis=0))
         else:
             y = Y + 2 * at + rows[:, None] * (2 * H) + h[None, :]
             mask = (t < T)[:, None] & mh[None, :]
-            tl.store(y, (c1 * sigmoid(c1, ASM)).to(Y.dtype.element_ty), mask=mask)
-            tl.store(y + H, (c2 * sigmoid(c2, ASM)).to(Y.dtype.element_ty), mask=mask)
+            tl.store(y, (c1 * gate(c1, ASM, PRECISE)).to(Y.dtype.element_ty), mask=mask)
+            tl.store(y + H, (c2 * gate(c2, ASM, PRECISE)).to(Y.dtype.element_ty), mask=mask)
             if STORE_CK:
                 if CHUNK >= KEEP:  # the states at rows KEEP - 1, 2 KEEP - 1, ... of the tile
                     for k in tl.static_range(CHUNK // KEEP):
@@ -192,7 +203,7 @@ def _fwd(X1, X2, W1, W2, NU, TH, R, Y, CK, ENDS, T, H: tl.constexpr, n_tiles, pe
         at += CHUNK * H
         c += 1
     if ENDS_PASS:
-        tr, ti = _power(NU, TH, h, mh, per_seg * CHUNK, False)
+        tr, ti = power(NU, TH, h, mh, per_seg * CHUNK, False)
         _store_ends(ENDS, b, seg, n_seg, h, mh, H, tl.where(hit == 0, tr, 0.0), tl.where(hit == 0, ti, 0.0), cr, ci)
 
 
@@ -200,16 +211,20 @@ def _fwd(X1, X2, W1, W2, NU, TH, R, Y, CK, ENDS, T, H: tl.constexpr, n_tiles, pe
 def _bwd(X1, X2, W1, W2, NU, TH, R, DY, CK, ENDS, DX1, DX2, PART, T, H: tl.constexpr, n_chunks, per_seg, n_seg,
          BLOCK_H: tl.constexpr, VEC: tl.constexpr, CHUNK: tl.constexpr, SAME_X: tl.constexpr,
          HAS_W: tl.constexpr, HAS_R: tl.constexpr, ENDS_PASS: tl.constexpr, EVEN: tl.constexpr,
-         ASM: tl.constexpr):
+         ASM: tl.constexpr, PRECISE: tl.constexpr, ACC: tl.constexpr):
     """Program (sequence x channel block, segment): the segment's chunks from the last. ENDS_PASS
     (segments 1 on; segment 0's are never read): the adjoint at the segment's first step from a
     zero one after it, and the segment's transition; otherwise dx (dx1, dx2 for low-rank maps) and
-    PART[b, segment] = the sums of (dg, dp, dgamma, dw1, dw2) over the segment's steps."""
+    PART[b, segment] = the sums of (dg, dp, dgamma, dw1, dw2) over the segment's steps, in ACC.
+    PRECISE (fp32): the adjoint carried to the tile before through conj(lambda)^CHUNK rounded once
+    (_fwd's)."""
     b, h, mh = _lanes(H, BLOCK_H, VEC)
     g, p, gam, w1, w2 = dynamics(NU, TH, W1, W2, h, mh, BLOCK_H, HAS_W)
     k1 = (gam * w1)[None, :]
     k2 = (gam * w2)[None, :]
     rows = tl.arange(0, CHUNK)
+    if PRECISE:
+        lam_r, lam_i = power(NU, TH, h, mh, CHUNK, True)
     head = (rows == 0)[:, None]
     tail = (rows == CHUNK - 1)[:, None]
     base = b.to(tl.int64) * T * H
@@ -222,11 +237,11 @@ def _bwd(X1, X2, W1, W2, NU, TH, R, DY, CK, ENDS, DX1, DX2, PART, T, H: tl.const
         si = tl.zeros([BLOCK_H], tl.float32)
     else:
         sr, si = _carry_in(ENDS, b, h, mh, H, n_seg, n_seg - 1, n_seg - 1 - seg, -1, BLOCK_H)
-    acc_g = tl.zeros([BLOCK_H], tl.float32)
-    acc_p = tl.zeros([BLOCK_H], tl.float32)
-    acc_gam = tl.zeros([BLOCK_H], tl.float32)
-    acc_w1 = tl.zeros([BLOCK_H], tl.float32)
-    acc_w2 = tl.zeros([BLOCK_H], tl.float32)
+    acc_g = tl.zeros([BLOCK_H], ACC)
+    acc_p = tl.zeros([BLOCK_H], ACC)
+    acc_gam = tl.zeros([BLOCK_H], ACC)
+    acc_w1 = tl.zeros([BLOCK_H], ACC)
+    acc_w2 = tl.zeros([BLOCK_H], ACC)
     hit = 0
     c = tl.minimum(first + per_seg, n_chunks) - 1
     at = base + c.to(tl.int64) * CHUNK * H
@@ -272,17 +287,22 @@ def _bwd(X1, X2, W1, W2, NU, TH, R, DY, CK, ENDS, DX1, DX2, PART, T, H: tl.const
             qr = tl.where(head, kr * pr[None, :], -0.0)
             qi = tl.where(head, kr * pi[None, :], -0.0)
             _, _, _, _, c1, c2, q1, q2 = tl.associative_scan((ar, ai, kr, ki, br, bi, qr, qi), 0, _with_previous)
-        e1 = silu_grad(c1, ASM) * dy1
-        e2 = silu_grad(c2, ASM) * dy2
+        e1 = silu_grad(c1, ASM, PRECISE) * dy1
+        e2 = silu_grad(c2, ASM, PRECISE) * dy2
         # the adjoint s_t = e_t + keep_{t+1} conj(lambda) s_{t+1}, the carried one entering at the last row
         kn = (1 - r_after).to(tl.float32)[:, None]
         gr = g[None, :] * kn
         gi = -p[None, :] * kn
         e1 = tl.where(tail, e1 + gr * sr[None, :] - gi * si[None, :], e1)
         e2 = tl.where(tail, e2 + gr * si[None, :] + gi * sr[None, :], e2)
-        s1, s2 = _flip_scan(gr, gi, e1, e2)
-        sr = row_of(s1, rows[:, None], 0)
-        si = row_of(s2, rows[:, None], 0)
+        tr_all, ti_all, s1, s2 = _flip_scan(gr, gi, e1, e2)
+        end_r = row_of(s1, rows[:, None], 0)
+        end_i = row_of(s2, rows[:, None], 0)
+        if PRECISE:
+            lr = row_of(tr_all, rows[:, None], 0)
+            li = row_of(ti_all, rows[:, None], 0)
+            end_r, end_i = _exact_carry(end_r, end_i, lr, li, sr, si, lam_r, lam_i, tl.max(r_after, axis=0))
+        sr, si = end_r, end_i
         if ENDS_PASS:
             hit = tl.maximum(hit, tl.max(r_after, axis=0))
         else:
@@ -294,18 +314,18 @@ def _bwd(X1, X2, W1, W2, NU, TH, R, DY, CK, ENDS, DX1, DX2, PART, T, H: tl.const
             else:
                 tl.store(DX1 + dx, (gam[None, :] * s1).to(DX1.dtype.element_ty), mask=mask)
                 tl.store(DX2 + dx, (gam[None, :] * s2).to(DX2.dtype.element_ty), mask=mask)
-            acc_g += tl.sum(s1 * q1 + s2 * q2, axis=0)
-            acc_p += tl.sum(s2 * q1 - s1 * q2, axis=0)
+            acc_g += sum_of_products(s1, q1, ACC) + sum_of_products(s2, q2, ACC)
+            acc_p += sum_of_products(s2, q1, ACC) - sum_of_products(s1, q2, ACC)
             # dgamma = sum(s1 w1 x1 + s2 w2 x2), dw1 = gamma sum(s1 x1), dw2 = gamma sum(s2 x2): two sums
-            u1 = tl.sum(s1 * x1, axis=0)
-            u2 = tl.sum(s2 * x2, axis=0)
+            u1 = sum_of_products(s1, x1, ACC)
+            u2 = sum_of_products(s2, x2, ACC)
             acc_gam += w1 * u1 + w2 * u2
             acc_w1 += gam * u1
             acc_w2 += gam * u2
         at -= CHUNK * H
         c -= 1
     if ENDS_PASS:
-        tr, ti = _power(NU, TH, h, mh, per_seg * CHUNK, True)
+        tr, ti = power(NU, TH, h, mh, per_seg * CHUNK, True)
         _store_ends(ENDS, b, seg, n_seg, h, mh, H, tl.where(hit == 0, tr, 0.0), tl.where(hit == 0, ti, 0.0), sr, si)
     else:
         part = PART + ((b * n_seg + seg) * 5) * H + h
@@ -379,7 +399,8 @@ def forward(x1, x2, w1, w2, nu_log, theta_log, r, y, ck, T, H, cfg, flags: dict)
             T, H, n_tiles, per_seg, n_seg, triton.cdiv(T, cfg.chunk)]
     chains = B * triton.cdiv(H, cfg.block_h)
     meta = dict(BLOCK_H=cfg.block_h, VEC=vec_of(cfg.block_h, cfg.warps), CHUNK=tile, KEEP=cfg.chunk,
-                STORE_CK=ck is not None, EVEN=T % tile == 0 and H % cfg.block_h == 0, ASM=x1.device.type == "cuda", num_warps=cfg.warps,
+                STORE_CK=ck is not None, EVEN=T % tile == 0 and H % cfg.block_h == 0, ASM=x1.device.type == "cuda",
+                PRECISE=x1.dtype == torch.float32, num_warps=cfg.warps,
                 **flags)
     if n_seg > 1:  # the last segment's ends are never read
         _fwd[(chains, n_seg - 1)](*args, ENDS_PASS=True, **meta)
@@ -391,15 +412,16 @@ def backward(dy, x1, x2, w1, w2, nu_log, theta_log, r, states, dx1, dx2, T, H, c
     (w1, w2, nu_log, theta_log) (None for absent weights)."""
     B = x1.shape[0]
     n_chunks, per_seg, n_seg = plan(T, cfg.chunk, cfg.bwd_segments)
-    part = torch.empty(B, n_seg, 5, H, device=x1.device, dtype=torch.float32)
-    ends = torch.empty(B, n_seg, 4, H, device=x1.device, dtype=torch.float32) if n_seg > 1 else part
+    acc = accumulator(x1.dtype)
+    part = torch.empty(B, n_seg, 5, H, device=x1.device, dtype=sum_dtype(x1.dtype))
+    ends = torch.empty(B, n_seg, 4, H, device=x1.device, dtype=torch.float32)
     args = [x1, x1 if x2 is None else x2, w1 if w1 is not None else nu_log, w2 if w2 is not None else nu_log,
             nu_log, theta_log, r if r is not None else nu_log, dy, states, ends,
             dx1, dx2 if dx2 is not None else dx1, part, T, H, n_chunks, per_seg, n_seg]
     chains = B * triton.cdiv(H, cfg.bwd_block_h)
     meta = dict(BLOCK_H=cfg.bwd_block_h, VEC=vec_of(cfg.bwd_block_h, cfg.bwd_warps), CHUNK=cfg.chunk,
                 EVEN=T % cfg.chunk == 0 and H % cfg.bwd_block_h == 0, ASM=x1.device.type == "cuda",
-                num_warps=cfg.bwd_warps, **flags)
+                PRECISE=x1.dtype == torch.float32, ACC=acc, num_warps=cfg.bwd_warps, **flags)
     if n_seg > 1:  # segment 0's ends are never read
         _bwd[(chains, n_seg - 1)](*args, ENDS_PASS=True, **meta)
     _bwd[(chains, n_seg)](*args, ENDS_PASS=False, **meta)

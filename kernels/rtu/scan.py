@@ -16,10 +16,10 @@ import torch
 import triton
 import triton.language as tl
 
-from .._jit.scan import first_order_complex, row_of
+from .._jit.scan import accumulator, first_order_complex, row_of, sum_dtype, sum_of_products
 from . import lanes
 from .config import RTUConfig, pick
-from .dynamics import dynamics, silu_grad
+from .dynamics import dynamics, exact_transitions, gate, power, silu_grad
 
 
 @triton.jit
@@ -93,14 +93,21 @@ def _store_ends(ENDS, b, h, mh, H, tr, ti, cr, ci):
 @triton.jit
 def _rtu_fwd(X1, X2, W1, W2, NU, TH, R, Y, CK, ENDS, T, H, n_chunks, per_seg,
              BLOCK_H: tl.constexpr, CHUNK: tl.constexpr, SAME_X: tl.constexpr, HAS_W: tl.constexpr,
-             HAS_R: tl.constexpr, STORE_CK: tl.constexpr, ENDS_PASS: tl.constexpr, SPLIT: tl.constexpr):
+             HAS_R: tl.constexpr, STORE_CK: tl.constexpr, ENDS_PASS: tl.constexpr, SPLIT: tl.constexpr,
+             PRECISE: tl.constexpr):
     """Program (sequence b x channel block, segment): scans the segment's chunks. ENDS_PASS: from a
     zero state, storing only the segment's transition and end state; otherwise from the state the
-    earlier segments' ends combine to (SPLIT), writing y and, with STORE_CK, each chunk's end."""
+    earlier segments' ends combine to (SPLIT), writing y and, with STORE_CK, each chunk's end.
+    PRECISE (fp32): the carried state enters each row through lambda^(row+1) rounded once from fp64
+    (`powers`), not through the scan's products of fp32 lambdas, whose rounding is the same in every
+    chunk: for a memory of thousands of steps that error adds up chunk after chunk (dtheta_log 15x
+    eager's error at T 600, r 0.9997)."""
     b, h, mh, g, p, gam, w1, w2 = _program(NU, TH, W1, W2, H, BLOCK_H, HAS_W)
     k1 = gam * w1
     k2 = gam * w2
     rows = tl.arange(0, CHUNK)
+    if PRECISE:
+        pow_r, pow_i = power(NU, TH, h, mh, (rows + 1).to(tl.float64)[:, None], False)
     base = b.to(tl.int64) * T * H
     cr = tl.zeros([BLOCK_H], tl.float32)
     ci = tl.zeros([BLOCK_H], tl.float32)
@@ -108,6 +115,7 @@ def _rtu_fwd(X1, X2, W1, W2, NU, TH, R, Y, CK, ENDS, T, H, n_chunks, per_seg,
         cr, ci = _entering(ENDS, b, h, mh, H, BLOCK_H, False)
     tr = tl.full([BLOCK_H], 1.0, tl.float32)  # the segment's transition (ENDS_PASS)
     ti = tl.zeros([BLOCK_H], tl.float32)
+    hit = 0.0  # a reset in the segment (ENDS_PASS, PRECISE)
     c = tl.program_id(1) * per_seg
     end = tl.minimum(c + per_seg, n_chunks)  # the last segment may be short
     while c < end:
@@ -118,26 +126,42 @@ def _rtu_fwd(X1, X2, W1, W2, NU, TH, R, Y, CK, ENDS, T, H, n_chunks, per_seg,
         ar = tl.where(inside, g[None, :] * keep, 1.0)
         ai = tl.where(inside, p[None, :] * keep, 0.0)
         Ar, Ai, Br, Bi = tl.associative_scan((ar, ai, k1[None, :] * x1, k2[None, :] * x2), 0, first_order_complex)
+        if PRECISE:
+            Ar, Ai = exact_transitions(pow_r, pow_i, keep, False)
         c1 = Br + Ar * cr[None, :] - Ai * ci[None, :]
         c2 = Bi + Ar * ci[None, :] + Ai * cr[None, :]
         cr = row_of(c1, rows[:, None], CHUNK - 1)
         ci = row_of(c2, rows[:, None], CHUNK - 1)
         if ENDS_PASS:
-            lr = row_of(Ar, rows[:, None], CHUNK - 1)
-            li = row_of(Ai, rows[:, None], CHUNK - 1)
-            tr, ti = lr * tr - li * ti, lr * ti + li * tr
+            if PRECISE:
+                hit = tl.maximum(hit, tl.max(1.0 - keep))
+            else:
+                lr = row_of(Ar, rows[:, None], CHUNK - 1)
+                li = row_of(Ai, rows[:, None], CHUNK - 1)
+                tr, ti = lr * tr - li * ti, lr * ti + li * tr
         else:
             mask = inside & mh[None, :]
             y = Y + 2 * base + t[:, None] * (2 * H) + h[None, :]
-            tl.store(y, (c1 * tl.sigmoid(c1)).to(Y.dtype.element_ty), mask=mask)
-            tl.store(y + H, (c2 * tl.sigmoid(c2)).to(Y.dtype.element_ty), mask=mask)
+            tl.store(y, (c1 * gate(c1, False, PRECISE)).to(Y.dtype.element_ty), mask=mask)
+            tl.store(y + H, (c2 * gate(c2, False, PRECISE)).to(Y.dtype.element_ty), mask=mask)
             if STORE_CK:
                 ck = CK + ((b * n_chunks + c) * 2) * H + h
                 tl.store(ck, cr, mask=mh)
                 tl.store(ck + H, ci, mask=mh)
         c += 1
     if ENDS_PASS:
+        if PRECISE:
+            tr, ti = _segment_transition(NU, TH, h, mh, (end - tl.program_id(1) * per_seg) * CHUNK, hit, False)
         _store_ends(ENDS, b, h, mh, H, tr, ti, cr, ci)
+
+
+@triton.jit
+def _segment_transition(NU, TH, h, mh, steps, hit, CONJ: tl.constexpr):
+    """lambda^steps (CONJ: its conjugate) rounded once from fp64, or 0 where the segment holds a
+    reset (hit > 0): the transition over a segment, as the product of its chunks' transitions
+    without their roundings."""
+    tr, ti = power(NU, TH, h, mh, steps.to(tl.float64), CONJ)
+    return tl.where(hit > 0.0, 0.0, tr), tl.where(hit > 0.0, 0.0, ti)
 
 
 @triton.jit
@@ -169,15 +193,20 @@ def _states(X1, X2, CK, R, b, c, base, rows, h, mh, T, H, n_chunks, g, p, k1, k2
 @triton.jit
 def _rtu_bwd(X1, X2, W1, W2, NU, TH, R, DY, CK, ENDS, DX1, DX2, PART, T, H, n_chunks, per_seg,
              BLOCK_H: tl.constexpr, CHUNK: tl.constexpr, SAME_X: tl.constexpr, HAS_W: tl.constexpr,
-             HAS_R: tl.constexpr, ENDS_PASS: tl.constexpr, SPLIT: tl.constexpr):
+             HAS_R: tl.constexpr, ENDS_PASS: tl.constexpr, SPLIT: tl.constexpr, PRECISE: tl.constexpr,
+             ACC: tl.constexpr):
     """Program (sequence b x channel block, segment): the segment's chunks from last to first.
     ENDS_PASS: the adjoint at the segment's first step from a zero adjoint after it, and the
     segment's transition; otherwise dx (dx1, dx2 for low-rank maps) and the program's sums for
-    the parameters' gradients: PART[program] = (dg, dp, dgamma, dw1, dw2) over its steps."""
+    the parameters' gradients: PART[program] = (dg, dp, dgamma, dw1, dw2) over its steps, summed in
+    ACC (fp64 for fp32 inputs: see accumulator). PRECISE: the adjoint carried in through powers of
+    conj(lambda) rounded once, as _rtu_fwd's state."""
     b, h, mh, g, p, gam, w1, w2 = _program(NU, TH, W1, W2, H, BLOCK_H, HAS_W)
     k1 = gam * w1
     k2 = gam * w2
     rows = tl.arange(0, CHUNK)
+    if PRECISE:
+        pow_r, pow_i = power(NU, TH, h, mh, (CHUNK - rows).to(tl.float64)[:, None], True)
     base = b.to(tl.int64) * T * H
     sr = tl.zeros([BLOCK_H], tl.float32)
     si = tl.zeros([BLOCK_H], tl.float32)
@@ -185,13 +214,15 @@ def _rtu_bwd(X1, X2, W1, W2, NU, TH, R, DY, CK, ENDS, DX1, DX2, PART, T, H, n_ch
         sr, si = _entering(ENDS, b, h, mh, H, BLOCK_H, True)
     tr = tl.full([BLOCK_H], 1.0, tl.float32)
     ti = tl.zeros([BLOCK_H], tl.float32)
-    acc_g = tl.zeros([BLOCK_H], tl.float32)
-    acc_p = tl.zeros([BLOCK_H], tl.float32)
-    acc_gam = tl.zeros([BLOCK_H], tl.float32)
-    acc_w1 = tl.zeros([BLOCK_H], tl.float32)
-    acc_w2 = tl.zeros([BLOCK_H], tl.float32)
+    acc_g = tl.zeros([BLOCK_H], ACC)
+    acc_p = tl.zeros([BLOCK_H], ACC)
+    acc_gam = tl.zeros([BLOCK_H], ACC)
+    acc_w1 = tl.zeros([BLOCK_H], ACC)
+    acc_w2 = tl.zeros([BLOCK_H], ACC)
     first = tl.program_id(1) * per_seg
     c = tl.minimum(first + per_seg, n_chunks) - 1  # the last segment may be short
+    steps = (c + 1 - first) * CHUNK
+    hit = 0.0  # a reset in the segment (ENDS_PASS, PRECISE)
     while c >= first:
         t = c * CHUNK + rows
         x1, x2 = _inputs(X1, X2, base, t, h, T, H, mh, SAME_X)
@@ -200,19 +231,24 @@ def _rtu_bwd(X1, X2, W1, W2, NU, TH, R, DY, CK, ENDS, DX1, DX2, PART, T, H, n_ch
                                  x1, x2, keep, CHUNK, SAME_X, HAS_R)
         mask = (t < T)[:, None] & mh[None, :]
         dy = DY + 2 * base + t[:, None] * (2 * H) + h[None, :]
-        e1 = silu_grad(c1) * tl.load(dy, mask=mask, other=0.0).to(tl.float32)
-        e2 = silu_grad(c2) * tl.load(dy + H, mask=mask, other=0.0).to(tl.float32)
+        e1 = silu_grad(c1, False, PRECISE) * tl.load(dy, mask=mask, other=0.0).to(tl.float32)
+        e2 = silu_grad(c2, False, PRECISE) * tl.load(dy + H, mask=mask, other=0.0).to(tl.float32)
         kn = _keep(R, b, t + 1, T, HAS_R)[:, None]
         Ar, Ai, Sr, Si = tl.associative_scan((g[None, :] * kn, -p[None, :] * kn, e1, e2), 0, first_order_complex,
                                              reverse=True)
+        if PRECISE:
+            Ar, Ai = exact_transitions(pow_r, pow_i, kn, True)
         s1 = Sr + Ar * sr[None, :] - Ai * si[None, :]
         s2 = Si + Ar * si[None, :] + Ai * sr[None, :]
         sr = row_of(s1, rows[:, None], 0)
         si = row_of(s2, rows[:, None], 0)
         if ENDS_PASS:
-            lr = row_of(Ar, rows[:, None], 0)
-            li = row_of(Ai, rows[:, None], 0)
-            tr, ti = lr * tr - li * ti, lr * ti + li * tr
+            if PRECISE:
+                hit = tl.maximum(hit, tl.max(1.0 - kn))
+            else:
+                lr = row_of(Ar, rows[:, None], 0)
+                li = row_of(Ai, rows[:, None], 0)
+                tr, ti = lr * tr - li * ti, lr * ti + li * tr
         else:
             d1 = gam[None, :] * s1
             d2 = gam[None, :] * s2
@@ -222,13 +258,15 @@ def _rtu_bwd(X1, X2, W1, W2, NU, TH, R, DY, CK, ENDS, DX1, DX2, PART, T, H, n_ch
             else:
                 tl.store(dx, d1.to(DX1.dtype.element_ty), mask=mask)
                 tl.store(DX2 + base + t[:, None] * H + h[None, :], d2.to(DX2.dtype.element_ty), mask=mask)
-            acc_g += tl.sum(s1 * q1 + s2 * q2, axis=0)
-            acc_p += tl.sum(s2 * q1 - s1 * q2, axis=0)
-            acc_gam += tl.sum(s1 * w1[None, :] * x1 + s2 * w2[None, :] * x2, axis=0)
-            acc_w1 += tl.sum(d1 * x1, axis=0)
-            acc_w2 += tl.sum(d2 * x2, axis=0)
+            acc_g += sum_of_products(s1, q1, ACC) + sum_of_products(s2, q2, ACC)
+            acc_p += sum_of_products(s2, q1, ACC) - sum_of_products(s1, q2, ACC)
+            acc_gam += sum_of_products(s1 * w1[None, :], x1, ACC) + sum_of_products(s2 * w2[None, :], x2, ACC)
+            acc_w1 += sum_of_products(d1, x1, ACC)
+            acc_w2 += sum_of_products(d2, x2, ACC)
         c -= 1
     if ENDS_PASS:
+        if PRECISE:
+            tr, ti = _segment_transition(NU, TH, h, mh, steps, hit, True)
         _store_ends(ENDS, b, h, mh, H, tr, ti, sr, si)
     else:
         part = PART + ((b * tl.num_programs(1) + tl.program_id(1)) * 5) * H + h
@@ -274,7 +312,7 @@ def rtu_scan_forward(x1, x2, w1, w2, nu_log, theta_log, resets, config: RTUConfi
             ends if ends is not None else y, T, H, n_chunks, per_seg]
     grid = (B * triton.cdiv(H, cfg.block_h), n_seg)
     meta = dict(BLOCK_H=cfg.block_h, CHUNK=cfg.chunk, STORE_CK=keep_states, SPLIT=n_seg > 1,
-                num_warps=cfg.warps, **_flags(x2, w1, resets))
+                PRECISE=x1.dtype == torch.float32, num_warps=cfg.warps, **_flags(x2, w1, resets))
     if n_seg > 1:
         _rtu_fwd[grid](*args, ENDS_PASS=True, **meta)
     _rtu_fwd[grid](*args, ENDS_PASS=False, **meta)
@@ -282,7 +320,7 @@ def rtu_scan_forward(x1, x2, w1, w2, nu_log, theta_log, resets, config: RTUConfi
 
 
 def rtu_scan_backward(dy, x1, x2, w1, w2, nu_log, theta_log, resets, states, config: RTUConfig | None = None):
-    """(dx1, dx2 or None, sums [5, H] fp32 of dg, dp, dgamma, dw1, dw2 over batch and time) from
+    """(dx1, dx2 or None, sums [5, H] (fp64 for fp32 x) of dg, dp, dgamma, dw1, dw2 over batch and time) from
     the upstream gradient and the states rtu_scan_forward kept (with the same config's chunk)."""
     B, T, H = x1.shape
     cfg = config or pick(B, T, H, x1.device)
@@ -294,14 +332,16 @@ def rtu_scan_backward(dy, x1, x2, w1, w2, nu_log, theta_log, resets, states, con
     if x1.numel() == 0:  # no step, row or channel: nothing to scan
         return dx1, dx2, torch.zeros(5, H, device=x1.device, dtype=torch.float32)
     n_chunks, per_seg, n_seg = _plan(T, cfg.chunk, cfg.bwd_segments)
-    part = torch.empty(B, n_seg, 5, H, device=x1.device, dtype=torch.float32)
+    acc = accumulator(x1.dtype)
+    part = torch.empty(B, n_seg, 5, H, device=x1.device, dtype=sum_dtype(x1.dtype))
     ends = torch.empty(B, n_seg, 4, H, device=x1.device, dtype=torch.float32) if n_seg > 1 else None
     r = resets.view(torch.uint8) if resets is not None else None
     args = [x1, x1 if x2 is None else x2, w1 if w1 is not None else nu_log, w2 if w2 is not None else nu_log,
             nu_log, theta_log, r if r is not None else nu_log, dy, states, ends if ends is not None else part,
             dx1, dx2 if dx2 is not None else dx1, part, T, H, n_chunks, per_seg]
     grid = (B * triton.cdiv(H, cfg.bwd_block_h), n_seg)
-    meta = dict(BLOCK_H=cfg.bwd_block_h, CHUNK=cfg.chunk, SPLIT=n_seg > 1, num_warps=cfg.bwd_warps,
+    meta = dict(BLOCK_H=cfg.bwd_block_h, CHUNK=cfg.chunk, SPLIT=n_seg > 1, PRECISE=x1.dtype == torch.float32, ACC=acc,
+                num_warps=cfg.bwd_warps,
                 **_flags(x2, w1, resets))
     if n_seg > 1:
         _rtu_bwd[grid](*args, ENDS_PASS=True, **meta)

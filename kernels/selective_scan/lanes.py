@@ -20,10 +20,11 @@ import triton
 import triton.language as tl
 
 from .._jit.lse import LOG2E
+from .._jit.recurrent import sigmoid_f32
 from .._jit.scan import first_order, sigmoid
 from .._host.device import widen_asm
 from .._jit.widen import widen
-from .softplus import softplus
+from .softplus import decay as decay_of, softplus
 
 _ENDS_GROUP = tl.constexpr(4)  # segments combined per round trip (their loads are independent)
 
@@ -58,8 +59,8 @@ def _per_step(P, b, t, n, T, N, live, EVEN_N: tl.constexpr):
 
 
 @triton.jit
-def _carry_in(EH, EDT, a2, b, d3, n3, d, md3, md, D, N_P2, n_seg, count, BLOCK_D: tl.constexpr,
-              N_TILE: tl.constexpr):
+def _carry_in(EH, EDT, a, a2, b, d3, n3, d, md3, md, D, N_P2, n_seg, count, BLOCK_D: tl.constexpr,
+              N_TILE: tl.constexpr, PRECISE: tl.constexpr):
     """The state entering a segment: the ends of the `count` segments before it applied in order
     to a zero state, each as h <- exp(A * its sum of steps) h + its end state."""
     h = tl.zeros([1, BLOCK_D, N_TILE], tl.float32)
@@ -70,7 +71,7 @@ def _carry_in(EH, EDT, a2, b, d3, n3, d, md3, md, D, N_P2, n_seg, count, BLOCK_D
             j = b * n_seg + i + u
             e = tl.load(EH + (j * D + d3) * N_P2 + n3, mask=md3 & ok, other=0.0)
             s = tl.load(EDT + j * D + d, mask=md & ok, other=0.0)
-            h = tl.exp2(a2 * s[None, :, None]) * h + e
+            h = decay_of(s[None, :, None], a, a2, PRECISE) * h + e
         i += _ENDS_GROUP
     return h
 
@@ -79,11 +80,13 @@ def _carry_in(EH, EDT, a2, b, d3, n3, d, md3, md, D, N_P2, n_seg, count, BLOCK_D
 def _ss_fwd_lanes(X, DL, A, Bm, Cm, Dk, Z, Y, CK, EH, EDT, T, D: tl.constexpr, N, n_tiles, per_seg, n_seg, ck_every,
                   BLOCK_D: tl.constexpr, VEC: tl.constexpr, N_P2: tl.constexpr, STEPS: tl.constexpr,
                   STORE_CK: tl.constexpr, ENDS_PASS: tl.constexpr, EVEN: tl.constexpr, EVEN_N: tl.constexpr,
-                  ASM: tl.constexpr, WIDEN: tl.constexpr, FAST_SOFTPLUS: tl.constexpr):
+                  ASM: tl.constexpr, WIDEN: tl.constexpr, FAST_SOFTPLUS: tl.constexpr, PRECISE: tl.constexpr):
     """Program (sequence x channel block, segment). ENDS_PASS: the segment from a zero state,
     keeping its end state and sum of steps; otherwise from the state the earlier segments' ends
     combine to, writing y and, with STORE_CK, the state after every ck_every tiles. Steps past T
-    (zero inputs) only change the states after the last tile, which no one reads."""
+    (zero inputs) only change the states after the last tile, which no one reads. PRECISE (fp32):
+    the decays, steps and gate as softplus.py's and _jit/recurrent.py's precise forms, a segment's
+    sum of steps in fp64."""
     b, d = _lanes(D, BLOCK_D, VEC)
     n = tl.max_contiguous(tl.arange(0, N_P2), 1)
     md = d < D
@@ -91,7 +94,8 @@ def _ss_fwd_lanes(X, DL, A, Bm, Cm, Dk, Z, Y, CK, EH, EDT, T, D: tl.constexpr, N
     d3 = d[None, :, None]
     n3 = n[None, None, :]
     md3 = (d3 < D) & (n3 < N)
-    a2 = tl.load(A + d3 * N + n3, mask=md3, other=0.0).to(tl.float32) * LOG2E
+    a = tl.load(A + d3 * N + n3, mask=md3, other=0.0).to(tl.float32)
+    a2 = a * LOG2E
     rows = tl.arange(0, STEPS)
     rows3 = rows[:, None, None]
     head = rows3 == 0
@@ -101,9 +105,12 @@ def _ss_fwd_lanes(X, DL, A, Bm, Cm, Dk, Z, Y, CK, EH, EDT, T, D: tl.constexpr, N
     end = tl.minimum(c + per_seg, n_tiles)
     if ENDS_PASS:
         h = tl.zeros([1, BLOCK_D, N_P2], tl.float32)
-        dsum = tl.zeros([BLOCK_D], tl.float32)
+        if PRECISE:
+            dsum = tl.zeros([BLOCK_D], tl.float64)
+        else:
+            dsum = tl.zeros([BLOCK_D], tl.float32)
     else:
-        h = _carry_in(EH, EDT, a2, b, d3, n3, d, md3, md, D, N_P2, n_seg, seg, BLOCK_D, N_P2)
+        h = _carry_in(EH, EDT, a, a2, b, d3, n3, d, md3, md, D, N_P2, n_seg, seg, BLOCK_D, N_P2, PRECISE)
         dk = tl.load(Dk + d, mask=md, other=0.0).to(tl.float32)
     offs = rows[:, None] * D + d[None, :]
     at = base + c.to(tl.int64) * STEPS * D
@@ -127,18 +134,22 @@ def _ss_fwd_lanes(X, DL, A, Bm, Cm, Dk, Z, Y, CK, EH, EDT, T, D: tl.constexpr, N
             z, ct = zn.to(tl.float32), widen(cn, WIDEN)
             zn = _rows(Z + at + STEPS * D, offs, t + STEPS, T, md, live, EVEN)
             cn = _per_step(Cm, b, t + STEPS, n, T, N, live, EVEN_N)
-        dt = softplus(dl, FAST_SOFTPLUS)
-        decay = tl.exp2(dt[:, :, None] * a2)
+        dt = softplus(dl, FAST_SOFTPLUS, PRECISE)
+        decay = decay_of(dt[:, :, None], a, a2, PRECISE)
         inj = (dt * x)[:, :, None] * bt[:, None, :]
         inj = tl.where(head, inj + decay * h, inj)  # the carried state enters at the first step
         _, hs = tl.associative_scan((decay, inj), 0, first_order)
         h = tl.sum(tl.where(rows3 == STEPS - 1, hs, 0.0), axis=0)[None, :, :]
         if ENDS_PASS:
-            dsum += tl.sum(dt, axis=0)
+            dsum += tl.sum(dt.to(dsum.dtype), axis=0)
         else:
             yv = tl.sum(hs * ct[:, None, :], axis=2) + dk[None, :] * x
             mask = (t < T)[:, None] & md[None, :]
-            tl.store(Y + at + offs, (yv * z * sigmoid(z, ASM)).to(Y.dtype.element_ty), mask=mask)
+            if PRECISE:
+                gate = sigmoid_f32(z, True)
+            else:
+                gate = sigmoid(z, ASM)
+            tl.store(Y + at + offs, (yv * z * gate).to(Y.dtype.element_ty), mask=mask)
             if STORE_CK:
                 if (c + 1) % ck_every == 0:
                     j = b * ((n_tiles + ck_every - 1) // ck_every) + (c + 1) // ck_every - 1
@@ -148,7 +159,7 @@ def _ss_fwd_lanes(X, DL, A, Bm, Cm, Dk, Z, Y, CK, EH, EDT, T, D: tl.constexpr, N
     if ENDS_PASS:
         j = b * n_seg + seg
         tl.store(EH + (j * D + d3) * N_P2 + n3, h, mask=(d3 < D) & (n3 < N_P2))
-        tl.store(EDT + j * D + d, dsum, mask=md)
+        tl.store(EDT + j * D + d, dsum.to(tl.float32), mask=md)
 
 
 def plan(T: int, steps: int, segments: int) -> tuple[int, int, int]:
@@ -173,7 +184,7 @@ def forward(x, delta, A, B, C, D, z, y, ck, cfg, n_p2: int) -> None:
             cfg.chunk // cfg.steps]
     meta = dict(BLOCK_D=cfg.block_d, VEC=vec, N_P2=n_p2, STEPS=cfg.steps, STORE_CK=ck is not None,
                 EVEN=T % cfg.steps == 0 and Dm % cfg.block_d == 0, EVEN_N=N == n_p2, ASM=x.device.type == "cuda",
-                WIDEN=widen_asm(B) and widen_asm(C), FAST_SOFTPLUS=widen_asm(delta),
+                WIDEN=widen_asm(B) and widen_asm(C), FAST_SOFTPLUS=widen_asm(delta), PRECISE=x.dtype == torch.float32,
                 num_warps=cfg.warps)
     chains = Bsz * triton.cdiv(Dm, cfg.block_d)
     if n_seg > 1:  # the last segment's ends are never read
