@@ -125,7 +125,6 @@ for module in (slstm_config, slstm_kernels, lstm_kernels, mlstm, mlstm_fwd, mlst
     module.sm_count = lambda device: 132
     module.fit_limit = lambda device: 232448
     module.shared_bytes_for_types = offline
-    module.dot_f32 = lambda dtype, device: dtype == torch.float32
 out = {}
 # slstm, fp32 heads of 128 (the B1 NH1 T1 DH128)
 picked = slstm_config.pick(1, 1, 128, "cuda")

@@ -6,11 +6,21 @@ from __future__ import annotations
 import torch
 
 
-def dot_f32(dtype: torch.dtype, device) -> bool:
-    """Whether the kernels' tl.dot takes fp32 operands (as TF32x3, about fp32's accuracy: see dot):
+# DOT_F32 modes of kernels/_jit/recurrent.py: dot (0: the operands' own type)
+IEEE = 1  # fp32 products on the CUDA cores
+SPLIT = 2  # fp32 operands split into three TF32 parts, six tensor-core products
+
+
+def dot_f32(dtype: torch.dtype, device, split: bool = False) -> int:
+    """How the kernels' tl.dot multiplies (0, IEEE or SPLIT; 0 is the operands' own type): fp32
     for fp32 inputs, whose recurrences would lose 13 mantissa bits a step to TF32, and on the CPU
-    interpreter, whose tl.dot multiplies bf16 operands as their uint16 bit patterns (Triton 3.6)."""
-    return dtype == torch.float32 or torch.device(device).type != "cuda"
+    interpreter, whose tl.dot multiplies bf16 operands as their uint16 bit patterns (Triton 3.6;
+    it multiplies fp32 exactly whatever the mode, so there IEEE). `split`: a kernel whose IEEE
+    products take a large stack on sm_90 (see dot) takes SPLIT for fp32 on a GPU."""
+    on_gpu = torch.device(device).type == "cuda"
+    if dtype == torch.float32:
+        return SPLIT if split and on_gpu else IEEE
+    return 0 if on_gpu else IEEE
 
 
 def interpreter_operands(*xs):

@@ -52,7 +52,7 @@ class AxonFunction(torch.autograd.Function):
         x2 = x.reshape(B * T, H)
         xh = (x2.to(m.dtype) @ m).to(x.dtype).view(B, T, H)
         par = channel_constants(nu_log, theta_log, w1, w2)
-        y2h, state = axon_scan_fwd(xh, par, resets, scale, config)
+        y2h, state = axon_scan_fwd(xh, par.float(), resets, scale, config)
         w_lin, w_out = w_lin.contiguous(), w_out.contiguous()  # (the CPU's addmm of a strided one rounds worse)
         y = torch.addmm(torch.addmm(b_lin + b_out, x2, w_lin.t()), y2h.view(B * T, 2 * H), w_out.t())
         ctx.save_for_backward(x, xh, y2h, par, m, w_lin, w_out, resets)
@@ -68,7 +68,7 @@ class AxonFunction(torch.autograd.Function):
         dy2 = dy.reshape(B * T, -1)
         db = dy2.sum(0, dtype=torch.float32).to(dy.dtype)
         dy2h = (dy2 @ w_out).view(B, T, 2 * H)
-        dxh, acc = axon_scan_bwd(dy2h, xh, y2h, par, resets, ctx.scale, ctx.config)
+        dxh, acc = axon_scan_bwd(dy2h, xh, y2h, par.float(), resets, ctx.scale, ctx.config)
         if m.dtype == dy.dtype:
             dx = torch.addmm(dy2 @ w_lin, dxh.view(B * T, H), m.t()).view(B, T, H)
         else:

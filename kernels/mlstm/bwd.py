@@ -163,9 +163,13 @@ def _mlstm_dchunk(q_ptr, k_ptr, v_ptr, i_ptr, f_ptr, rs_ptr, dh_ptr, qinv_ptr, d
     dlogb = beta * (dlogb + tl.sum(k.to(tl.float32) * dn_next[None, :], 1) * scale)
     Z = PG * S
     # where the input gate of step s set m_t: the stabiliser's gradient on that weight (see _stabiliser_grad)
+    # (set to the row's closed form, fl - dlogw - the row's other entries, rather than added as
+    # fl - dlogw - the row's sum: where one weight is all of h that entry and its own rounded value
+    # would cancel, which a contracted multiply-add on the GPU leaves as its rounding error)
     src = tl.load(src_ptr + bh * T + t, mask=tm, other=-1)
-    own = fl - tl.sum(Z, 1) - dlogw
-    Z += tl.where(src[:, None] == j[None, :], own[:, None], 0.0)
+    is_src = src[:, None] == j[None, :]
+    others = tl.sum(tl.where(is_src, 0.0, Z), 1)
+    Z = tl.where(is_src, (fl - others - dlogw)[:, None], Z)
     col = tl.sum(Z, 0)
     dA = tl.sum(Z, 1) - col + dlogw - dlogb
     dA += tl.where(j == L - 1, tl.sum(dlogb, 0) + kappa * kap, 0.0)  # A_end: the chunk's state update
