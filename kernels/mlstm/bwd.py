@@ -163,9 +163,9 @@ def _mlstm_dchunk(q_ptr, k_ptr, v_ptr, i_ptr, f_ptr, rs_ptr, dh_ptr, qinv_ptr, d
     dlogb = beta * (dlogb + tl.sum(k.to(tl.float32) * dn_next[None, :], 1) * scale)
     Z = PG * S
     # where the input gate of step s set m_t: the stabiliser's gradient on that weight (see _stabiliser_grad)
-    # (set to the row's closed form, fl - dlogw - the row's other entries, rather than added as
-    # fl - dlogw - the row's sum: where one weight is all of h that entry and its own rounded value
-    # would cancel, which a contracted multiply-add on the GPU leaves as its rounding error)
+    # (set to the row's closed form, fl - dlogw - the row's other entries, rather than adding
+    # fl - dlogw - the row's sum to it: that subtracts the entry from itself, exact only where both
+    # copies are rounded alike, which a multiply-add the compiler contracts on the GPU need not keep)
     src = tl.load(src_ptr + bh * T + t, mask=tm, other=-1)
     is_src = src[:, None] == j[None, :]
     others = tl.sum(tl.where(is_src, 0.0, Z), 1)
