@@ -160,13 +160,15 @@ def _split3(x):
 def dot(a, b, acc, DOT_F32: tl.constexpr):
     """acc + a @ b on tensor cores in the operands' type (DOT_F32 0), or with fp32 operands (the
     modes of kernels/_host/dot.py): IEEE ("ieee", fp32 products on the CUDA cores) or SPLIT (each
-    operand three exact TF32 parts, the six products above 2^-30 of a term on tensor cores, the
-    smallest added first). Triton's "tf32x3" rounds each product to about 2^-21, 8x fp32's (it
-    leaves out the remainders' product and truncates the remainders to TF32): in issue 40's H200
-    sweep an LSTM of 512 units was 8x eager's error at small inputs (well conditioned: sums of 512
-    products the only roundings beyond eager's) and the mLSTM's gradients of q and k 15x. Compiled for sm_90, "ieee" costs the sLSTM and mLSTM kernels a
-    stack 3-8x TF32x3's (the mLSTM's backward chunk kernel 21 KB a thread at DH 64, which the GPU
-    reserves for every resident thread): they take SPLIT; the LSTM's is no larger with "ieee"."""
+    operand as three exact TF32 parts, six products on tensor cores, the smallest added first; left
+    out only those below 2^-32 of a term). Triton's "tf32x3" rounds each product to about 2^-21,
+    8x fp32's (it leaves out the remainders' product and truncates the remainders to TF32): in
+    issue 40's H200 sweep an LSTM of 512 units was 8x eager's error at small inputs (well
+    conditioned: its sums of 512 products the only roundings beyond eager's) and the mLSTM's
+    gradients of q and k 15x. Compiled for sm_90 (fp32, the GPU configs), "ieee" costs the sLSTM
+    and mLSTM kernels a stack 3-8x TF32x3's (the mLSTM's backward chunk kernel 21 KB a thread at
+    DH 64, which the GPU reserves for every resident thread): they take SPLIT (3.8 KB there, but
+    192 KB of shared memory against TF32x3's 64 KB); the LSTM's stack is no larger with "ieee"."""
     if DOT_F32 == 2:
         a_hi, a_mid, a_lo = _split3(a.to(tl.float32))
         b_hi, b_mid, b_lo = _split3(b.to(tl.float32))

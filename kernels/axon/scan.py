@@ -23,8 +23,9 @@ _PAR = ("g", "phi", "gamma", "w1", "w2", "dg_nu", "dphi_nu", "dgamma_nu", "dg_th
 
 
 def channel_constants(nu_log, theta_log, w1, w2) -> torch.Tensor:
-    """[10, H] float64 (the kernels take it as fp32; the backward's last products in float64): the dynamics, the input weights and the derivatives of (g, phi, gamma) with
-    respect to nu_log and theta_log that the traces need. Computed in float64 (H numbers): in fp32,
+    """[10, H] float64 (the kernels take it as fp32; the backward's last products are float64's): the
+    dynamics, the input weights and the derivatives of (g, phi, gamma) with respect to nu_log and
+    theta_log that the traces need. Computed in float64 (H numbers): in fp32,
     gamma = sqrt(1 - r^2) loses 3e-5 of itself at r = 1 - 1e-6 (a memory of a million steps) and is 0
     within 6e-8 of 1, where the input would be dropped."""
     nu, th = nu_log.double(), theta_log.double()
