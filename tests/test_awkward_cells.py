@@ -325,3 +325,13 @@ def test_conditioning_rule_judges_against_reordered_eager():
     passed = cells._rejudge(case, subject, near)
     assert passed["status"] == "ok" and passed["conditioned"] == ["dx"] and "dx" in passed["floor_only"], passed
     assert common.FP32_FACTOR * reordered == passed["parts"][0]["gate"]
+
+
+def test_mlstm_forget_gate_gradient_where_one_weight_is_all():
+    # d A_t was (row t's sum) - (column t's sum) of the weights' gradients, both holding the
+    # diagonal's entry: where one step's weight is all of h, that entry rounded away the rest of
+    # its column, and a forget gate that enters nothing (f_0 before a zero state) got the next
+    # step's input-gate gradient (the H200 sweep of seed 2: df 2.56e3 times its norm off in bf16)
+    case = _mlstm_case("bfloat16", {"B": 1, "NH": 1, "DH": 64, "T": 2}, 1391535237, gates="wild")
+    verdict = cells.check(case, "cpu")
+    assert verdict["status"] == "ok", f"{json.dumps(case)}: {verdict.get('message')}"
