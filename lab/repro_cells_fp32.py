@@ -66,13 +66,12 @@ def mlstm_details(case: dict, device: str = "cuda") -> list[str]:
     from lab.awkward import cells, common
 
     s = cells.subject(case, device)
-    want_outs, want_grads, dys = common._reference(s)
+    _, want_grads, dys = common._reference(s)
     names = list(s.grad_inputs)
     runs = {"ours": common._run(s.ours, s, dys), "eager": common._run(s.eager, s, dys)}
     inputs = s.make_inputs()
     with torch.no_grad():  # the stabiliser and normaliser our forward saves for the backward
         q, k, v, i, f = (inputs[n] for n in ("q", "k", "v", "i", "f"))
-        B, NH, T, DH = q.shape
         saved = {}
 
         class Probe(torch.autograd.function.FunctionCtx):
