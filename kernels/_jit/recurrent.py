@@ -25,8 +25,9 @@ def logsigmoid(x):
 # digits; PyTorch's fp32 kernels use expf, tanhf and IEEE division (1-2 ulp), and a recurrence
 # carries every step's error into the next. So the kernels take PRECISE (a constexpr: the tensors
 # are fp32) and use the forms below then: Cephes' expf (a range reduction by ln 2 in two exact
-# parts and a degree-7 polynomial) and tanhf, division rounded to nearest, log1p by Goldberg's
-# correction. Off (bf16, fp16), the fast forms: their error is far below one rounding of the data.
+# parts and a degree-7 polynomial), division rounded to nearest, log1p by Goldberg's correction,
+# and the gates' sigmoid and tanh in float64, rounded once. Off (bf16, fp16), the fast forms: their
+# error is far below one rounding of the data.
 # Only tl ops, so the CPU interpreter runs the same code.
 
 
