@@ -3,6 +3,7 @@ float64 beside eager's, per output and gradient, with the mLSTM's stabiliser val
 are wild.
 
     python -m lab.repro_cells_fp32 --out DIR [--fresh 24] [--seed 0] [--time-limit 170]
+        [--dot picked|ieee|split|tf32x3]
 
 Runs, on cuda, (1) the worst cases that lab/results/awkward_h200_cells_bcd216a.txt lists (read from
 that file), (2) a fresh draw of `--fresh` cells cases whose gates are wild or saturated (lab.awkward's
@@ -98,12 +99,28 @@ def mlstm_details(case: dict, device: str = "cuda") -> list[str]:
     return lines
 
 
+def _force_dot(mode: int) -> None:
+    """Every cell kernel's fp32 tl.dot in one mode (the modules' own name for kernels/_host/dot.py's
+    dot_f32, replaced)."""
+    import importlib
+
+    from kcollect.kernels._host import dot
+
+    def forced(dtype, device, split=False):
+        return mode if dtype == torch.float32 else dot.dot_f32(dtype, device, split)
+
+    for name in ("lstm.sequence", "slstm.sequence", "mlstm"):
+        importlib.import_module(f"kcollect.kernels.{name}").dot_f32 = forced
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--fresh", type=int, default=24)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--time-limit", type=float, default=170.0)
+    ap.add_argument("--dot", choices=("picked", "ieee", "split", "tf32x3"), default="picked",
+                    help="how every cell kernel's fp32 tl.dot multiplies (kernels/_host/dot.py), to compare")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("repro_cells_fp32: needs a CUDA GPU (it checks the compiled kernels)", file=sys.stderr)
@@ -119,7 +136,9 @@ def main(argv=None) -> int:
         print(line, flush=True)
         text.write(line + "\n")
 
-    say(f"repro_cells_fp32 on {torch.cuda.get_device_name()}, torch {torch.__version__}")
+    if args.dot != "picked":
+        _force_dot({"ieee": 1, "split": 2, "tf32x3": 3}[args.dot])
+    say(f"repro_cells_fp32 on {torch.cuda.get_device_name()}, torch {torch.__version__}, fp32 dot {args.dot}")
     start = time.time()
     # narrow heads first: a wide fp32 head's kernels compile for a minute or more, so they come last
     cases = sorted([("listed", c) for c in listed_cases()] + [("fresh", c) for c in fresh_cases(args.fresh, args.seed)],

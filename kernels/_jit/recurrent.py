@@ -181,6 +181,8 @@ def dot(a, b, acc, DOT_F32: tl.constexpr):
         return tl.dot(a_hi, b_hi, acc, input_precision="tf32")
     elif DOT_F32 == 1:
         return tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
+    elif DOT_F32 == 3:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="tf32x3")
     else:
         return tl.dot(a, b, acc)
 
