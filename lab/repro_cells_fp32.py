@@ -106,8 +106,8 @@ def _force_dot(mode: int) -> None:
 
     from kcollect.kernels._host import dot
 
-    def forced(dtype, device, split=False):
-        return mode if dtype == torch.float32 else dot.dot_f32(dtype, device, split)
+    def forced(dtype, device, fp32=dot.IEEE):
+        return dot.dot_f32(dtype, device, mode)
 
     for name in ("lstm.sequence", "slstm.sequence", "mlstm"):
         importlib.import_module(f"kcollect.kernels.{name}").dot_f32 = forced

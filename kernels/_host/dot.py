@@ -9,19 +9,17 @@ import torch
 # DOT_F32 modes of kernels/_jit/recurrent.py: dot (0: the operands' own type)
 IEEE = 1  # fp32 products on the CUDA cores
 SPLIT = 2  # fp32 operands split into three TF32 parts, six tensor-core products
-TF32X3 = 3  # Triton's "tf32x3" (about 2^-21 a product): no kernel's pick, kept to compare against
+TF32X3 = 3  # Triton's "tf32x3" (about 2^-21 a product)
 
 
-def dot_f32(dtype: torch.dtype, device, split: bool = False) -> int:
-    """How the kernels' tl.dot multiplies (0, IEEE or SPLIT; 0 is the operands' own type): fp32
-    for fp32 inputs, whose recurrences would lose 13 mantissa bits a step to TF32, and on the CPU
-    interpreter, whose tl.dot multiplies bf16 operands as their uint16 bit patterns (Triton 3.6;
-    it multiplies fp32 exactly whatever the mode, so there IEEE). `split`: a kernel whose IEEE
-    products take a large stack on sm_90 (see dot) takes SPLIT for fp32 on a GPU."""
-    on_gpu = torch.device(device).type == "cuda"
-    if dtype == torch.float32:
-        return SPLIT if split and on_gpu else IEEE
-    return 0 if on_gpu else IEEE
+def dot_f32(dtype: torch.dtype, device, fp32: int = IEEE) -> int:
+    """How the kernels' tl.dot multiplies (0 or a mode above): the kernel's `fp32` mode for fp32
+    inputs on a GPU, whose recurrences would lose 13 mantissa bits a step to TF32 (see dot for
+    each kernel's choice); IEEE on the CPU interpreter, whose tl.dot multiplies bf16 operands as
+    their uint16 bit patterns (Triton 3.6) and fp32 exactly whatever the mode; else 0."""
+    if torch.device(device).type != "cuda":
+        return IEEE
+    return fp32 if dtype == torch.float32 else 0
 
 
 def interpreter_operands(*xs):

@@ -168,8 +168,11 @@ def dot(a, b, acc, DOT_F32: tl.constexpr):
     conditioned: its sums of 512 products the only roundings beyond eager's) and the mLSTM's
     gradients of q and k 15x. Compiled for sm_90 (fp32, the GPU configs), "ieee" costs the sLSTM
     and mLSTM kernels a stack 3-8x TF32x3's (the mLSTM's backward chunk kernel 21 KB a thread at
-    DH 64, which the GPU reserves for every resident thread): they take SPLIT (3.8 KB there, but
-    192 KB of shared memory against TF32x3's 64 KB); the LSTM's stack is no larger with "ieee"."""
+    DH 64, which the GPU reserves for every resident thread); the LSTM's is no larger: it takes
+    IEEE. The sLSTM takes SPLIT (its shared memory as TF32x3's, stacks 0.8-3 KB). The mLSTM keeps
+    TF32X3: with SPLIT its backward chunk kernel needed 192 KB of shared memory at DH 64 (64 KB
+    with TF32x3) and 336 KB at DH 65-128, past the GPU's 227 KB down to value blocks of 16 at
+    chunks of 64 (lab/repro_cells_fp32.py --dot compares the modes' errors on the GPU)."""
     if DOT_F32 == 2:
         a_hi, a_mid, a_lo = _split3(a.to(tl.float32))
         b_hi, b_mid, b_lo = _split3(b.to(tl.float32))
