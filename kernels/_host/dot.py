@@ -6,11 +6,20 @@ from __future__ import annotations
 import torch
 
 
-def dot_f32(dtype: torch.dtype, device) -> bool:
-    """Whether the kernels' tl.dot takes fp32 operands (as TF32x3, about fp32's accuracy: see dot):
-    for fp32 inputs, whose recurrences would lose 13 mantissa bits a step to TF32, and on the CPU
-    interpreter, whose tl.dot multiplies bf16 operands as their uint16 bit patterns (Triton 3.6)."""
-    return dtype == torch.float32 or torch.device(device).type != "cuda"
+# DOT_F32 modes of kernels/_jit/recurrent.py: dot (0: the operands' own type)
+IEEE = 1  # fp32 products on the CUDA cores
+SPLIT = 2  # fp32 operands split into three TF32 parts, six tensor-core products
+TF32X3 = 3  # Triton's "tf32x3" (about 2^-21 a product)
+
+
+def dot_f32(dtype: torch.dtype, device, fp32: int = IEEE) -> int:
+    """How the kernels' tl.dot multiplies (0 or a mode above): the kernel's `fp32` mode for fp32
+    inputs on a GPU, whose recurrences would lose 13 mantissa bits a step to TF32 (see dot for
+    each kernel's choice); IEEE on the CPU interpreter, whose tl.dot multiplies bf16 operands as
+    their uint16 bit patterns (Triton 3.6) and fp32 exactly whatever the mode; else 0."""
+    if torch.device(device).type != "cuda":
+        return IEEE
+    return fp32 if dtype == torch.float32 else 0
 
 
 def interpreter_operands(*xs):

@@ -25,8 +25,9 @@ def logsigmoid(x):
 # digits; PyTorch's fp32 kernels use expf, tanhf and IEEE division (1-2 ulp), and a recurrence
 # carries every step's error into the next. So the kernels take PRECISE (a constexpr: the tensors
 # are fp32) and use the forms below then: Cephes' expf (a range reduction by ln 2 in two exact
-# parts and a degree-7 polynomial) and tanhf, division rounded to nearest, log1p by Goldberg's
-# correction. Off (bf16, fp16), the fast forms: their error is far below one rounding of the data.
+# parts and a degree-7 polynomial), division rounded to nearest, log1p by Goldberg's correction,
+# and the gates' sigmoid and tanh in float64, rounded once. Off (bf16, fp16), the fast forms: their
+# error is far below one rounding of the data.
 # Only tl ops, so the CPU interpreter runs the same code.
 
 
@@ -66,26 +67,54 @@ def div_f32(a, b, PRECISE: tl.constexpr):
 
 
 @triton.jit
+def _exp64(x):
+    """exp of float64 x clamped to +-110 (what a gate of fp32 inputs needs): k = round(x / ln 2),
+    r = x - k ln 2 in two parts (|r| <= 0.35), a degree-10 Taylor polynomial (relative error below
+    1e-12, far past fp32's rounding) and 2^k from the exponent bits. NaN stays NaN."""
+    xc = tl.minimum(tl.maximum(x, -110.0), 110.0)
+    k = tl.floor(xc * 1.4426950408889634 + 0.5)
+    r = (xc - k * 0.6931471803691238) - k * 1.9082149292705877e-10  # ln 2 = hi (exact k * hi) + lo
+    p = 1.0 / 3628800.0
+    p = p * r + 1.0 / 362880.0
+    p = p * r + 1.0 / 40320.0
+    p = p * r + 1.0 / 5040.0
+    p = p * r + 1.0 / 720.0
+    p = p * r + 1.0 / 120.0
+    p = p * r + 1.0 / 24.0
+    p = p * r + 1.0 / 6.0
+    p = p * r + 0.5
+    p = p * r + 1.0
+    p = p * r + 1.0
+    e = p * ((k.to(tl.int64) + 1023) << 52).to(tl.float64, bitcast=True)
+    return tl.where(x == x, e, x)  # NaN stays NaN
+
+
+# The gates' activations, PRECISE: in float64 and rounded once to fp32, so correctly rounded but for
+# rare ties (an fp32 expf, a sum and a division leave up to 2 ulp; PyTorch's ~1). Saturated LSTM
+# gates are where it shows: the gradient through s' = s (1 - s) keeps only what the rounding of s
+# left, and a recurrence of a hundred steps compounds it (issue 40: with the fp32 forms the
+# gradients of a saturated 8-unit LSTM over 17 steps were 4x eager's error, from the forward's
+# activations alone; the backward's arithmetic on them was within 2e-7 of float64's).
+
+
+@triton.jit
 def sigmoid_f32(x, PRECISE: tl.constexpr):
     if PRECISE:
-        return tl.div_rn(1.0, 1.0 + _exp_precise(-x))
+        return (1.0 / (1.0 + _exp64(-x.to(tl.float64)))).to(tl.float32)
     else:
         return tl.sigmoid(x)
 
 
 @triton.jit
 def tanh_f32(x, PRECISE: tl.constexpr):
-    """tanh; PRECISE: Cephes' tanhf, a polynomial below |x| = 0.625 (no cancellation near 0)."""
+    """tanh; PRECISE: in float64, its Taylor series below |x| = 0.01 (no cancellation near 0)."""
     if PRECISE:
-        z = tl.abs(x)
-        big = 1.0 - tl.div_rn(2.0, _exp_precise(2.0 * z) + 1.0)
-        z2 = x * x
-        p = -5.70498872745e-3
-        p = p * z2 + 2.06390887954e-2
-        p = p * z2 - 5.37397155531e-2
-        p = p * z2 + 1.33314422036e-1
-        p = p * z2 - 3.33332819422e-1
-        return tl.where(z > 0.625, tl.where(x < 0.0, -big, big), p * z2 * x + x)
+        x64 = x.to(tl.float64)
+        z = tl.abs(x64)
+        big = 1.0 - 2.0 / (_exp64(2.0 * z) + 1.0)
+        x2 = x64 * x64
+        small = x64 + x64 * x2 * (-1.0 / 3.0 + x2 * (2.0 / 15.0))
+        return tl.where(z < 0.01, small, tl.where(x64 < 0.0, -big, big)).to(tl.float32)
     else:
         return tanh(x)
 
@@ -112,13 +141,50 @@ def keep_rows(rs_ptr, rows, mask, t, T, has_resets):
 
 
 @triton.jit
+def _tf32(x):
+    """x rounded to TF32 (10 mantissa bits; ties away from zero, as cvt.rna.tf32.f32)."""
+    bits = x.to(tl.uint32, bitcast=True)
+    return ((bits + 0x1000) & 0xFFFFE000).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _split3(x):
+    """(hi, mid, lo) TF32 parts of fp32 x, hi + mid + lo == x exactly: hi keeps 11 bits, mid the
+    next 11, lo the last 2 (each exact in TF32, so the tensor cores take them without rounding)."""
+    hi = _tf32(x)
+    rest = x - hi
+    mid = _tf32(rest)
+    return hi, mid, rest - mid
+
+
+@triton.jit
 def dot(a, b, acc, DOT_F32: tl.constexpr):
-    """acc + a @ b on tensor cores, with fp32 operands where dot_f32 says so: as three TF32 products
-    (each operand a TF32 part and the TF32 remainder; the remainders' product is left out, about
-    2^-22 of the terms), where "ieee" ran on the CUDA cores: compiled for sm_90 the mLSTM's fp32
-    backward chunk kernel then kept a 44 KB stack a thread (7 KB with TF32x3), which the GPU
-    reserves for every thread it holds."""
-    if DOT_F32:
+    """acc + a @ b on tensor cores in the operands' type (DOT_F32 0), or with fp32 operands (the
+    modes of kernels/_host/dot.py): IEEE ("ieee", fp32 products on the CUDA cores) or SPLIT (each
+    operand as three exact TF32 parts, six products on tensor cores, the smallest added first; left
+    out only those below 2^-32 of a term). Triton's "tf32x3" rounds each product to about 2^-21,
+    8x fp32's (it leaves out the remainders' product and truncates the remainders to TF32): in
+    issue 40's H200 sweep an LSTM of 512 units was 8x eager's error at small inputs (well
+    conditioned: its sums of 512 products the only roundings beyond eager's) and the mLSTM's
+    gradients of q and k 15x. Compiled for sm_90 (fp32, the GPU configs), "ieee" costs the sLSTM
+    and mLSTM kernels a stack 3-8x TF32x3's (the mLSTM's backward chunk kernel 21 KB a thread at
+    DH 64, which the GPU reserves for every resident thread); the LSTM's is no larger: it takes
+    IEEE. The sLSTM takes SPLIT (its shared memory as TF32x3's, stacks 0.8-3 KB). The mLSTM keeps
+    TF32X3: with SPLIT its backward chunk kernel needed 192 KB of shared memory at DH 64 (64 KB
+    with TF32x3) and 336 KB at DH 65-128, past the GPU's 227 KB down to value blocks of 16 at
+    chunks of 64 (lab/repro_cells_fp32.py --dot compares the modes' errors on the GPU)."""
+    if DOT_F32 == 2:
+        a_hi, a_mid, a_lo = _split3(a.to(tl.float32))
+        b_hi, b_mid, b_lo = _split3(b.to(tl.float32))
+        acc = tl.dot(a_hi, b_lo, acc, input_precision="tf32")
+        acc = tl.dot(a_lo, b_hi, acc, input_precision="tf32")
+        acc = tl.dot(a_mid, b_mid, acc, input_precision="tf32")
+        acc = tl.dot(a_hi, b_mid, acc, input_precision="tf32")
+        acc = tl.dot(a_mid, b_hi, acc, input_precision="tf32")
+        return tl.dot(a_hi, b_hi, acc, input_precision="tf32")
+    elif DOT_F32 == 1:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
+    elif DOT_F32 == 3:
         return tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="tf32x3")
     else:
         return tl.dot(a, b, acc)

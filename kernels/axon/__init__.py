@@ -52,7 +52,7 @@ class AxonFunction(torch.autograd.Function):
         x2 = x.reshape(B * T, H)
         xh = (x2.to(m.dtype) @ m).to(x.dtype).view(B, T, H)
         par = channel_constants(nu_log, theta_log, w1, w2)
-        y2h, state = axon_scan_fwd(xh, par, resets, scale, config)
+        y2h, state = axon_scan_fwd(xh, par.float(), resets, scale, config)
         w_lin, w_out = w_lin.contiguous(), w_out.contiguous()  # (the CPU's addmm of a strided one rounds worse)
         y = torch.addmm(torch.addmm(b_lin + b_out, x2, w_lin.t()), y2h.view(B * T, 2 * H), w_out.t())
         ctx.save_for_backward(x, xh, y2h, par, m, w_lin, w_out, resets)
@@ -66,16 +66,21 @@ class AxonFunction(torch.autograd.Function):
         x, xh, y2h, par, m, w_lin, w_out, resets = ctx.saved_tensors
         B, T, H = x.shape
         dy2 = dy.reshape(B * T, -1)
-        db = dy2.sum(0, dtype=torch.float32).to(dy.dtype)
+        # the weights' and biases' sums over B x T: fp32's in float64, rounded once
+        wide = torch.float64 if dy.dtype == torch.float32 else dy.dtype
+        dyw = dy2.t().to(wide)
+        db = dy2.sum(0, dtype=torch.promote_types(wide, torch.float32)).to(dy.dtype)
         dy2h = (dy2 @ w_out).view(B, T, 2 * H)
-        dxh, acc = axon_scan_bwd(dy2h, xh, y2h, par, resets, ctx.scale, ctx.config)
+        dxh, acc = axon_scan_bwd(dy2h, xh, y2h, par.float(), resets, ctx.scale, ctx.config)
         if m.dtype == dy.dtype:
             dx = torch.addmm(dy2 @ w_lin, dxh.view(B * T, H), m.t()).view(B, T, H)
         else:
             dx = (dy2 @ w_lin + (dxh.view(B * T, H).to(m.dtype) @ m.t()).to(dy.dtype)).view(B, T, H)
         dnu = (acc[0] * par[5] + acc[1] * par[6] + acc[2] * par[7]).to(dy.dtype)
         dth = (acc[0] * par[8] + acc[1] * par[9]).to(dy.dtype)
-        return (dx, dy2.t() @ x.reshape(B * T, H), db, dy2.t() @ y2h.view(B * T, 2 * H), db.clone(), dnu, dth,
+        dw_lin = (dyw @ x.reshape(B * T, H).to(wide)).to(dy.dtype)
+        dw_out = (dyw @ y2h.view(B * T, 2 * H).to(wide)).to(dy.dtype)
+        return (dx, dw_lin, db, dw_out, db.clone(), dnu, dth,
                 acc[3].to(dy.dtype), acc[4].to(dy.dtype), None, None, None, None)
 
 

@@ -23,8 +23,9 @@ _PAR = ("g", "phi", "gamma", "w1", "w2", "dg_nu", "dphi_nu", "dgamma_nu", "dg_th
 
 
 def channel_constants(nu_log, theta_log, w1, w2) -> torch.Tensor:
-    """[10, H] fp32: the dynamics, the input weights and the derivatives of (g, phi, gamma) with
-    respect to nu_log and theta_log that the traces need. Computed in float64 (H numbers): in fp32,
+    """[10, H] float64 (the kernels take it as fp32; the backward's last products are float64's): the
+    dynamics, the input weights and the derivatives of (g, phi, gamma) with respect to nu_log and
+    theta_log that the traces need. Computed in float64 (H numbers): in fp32,
     gamma = sqrt(1 - r^2) loses 3e-5 of itself at r = 1 - 1e-6 (a memory of a million steps) and is 0
     within 6e-8 of 1, where the input would be dropped."""
     nu, th = nu_log.double(), theta_log.double()
@@ -33,7 +34,7 @@ def channel_constants(nu_log, theta_log, w1, w2) -> torch.Tensor:
     g, phi = r * torch.cos(theta), r * torch.sin(theta)
     gamma = torch.sqrt(-torch.expm1(-2.0 * e_nu))  # 1 - r^2 without the cancellation
     return torch.stack((g, phi, gamma, w1.double(), w2.double(), -e_nu * g, -e_nu * phi, e_nu * r * r / gamma,
-                        -phi * theta, g * theta)).float()
+                        -phi * theta, g * theta))
 
 
 @triton.jit
@@ -119,7 +120,9 @@ def _bwd_step(t, b, h, hm, dy2h_ptr, xh_ptr, y2h_ptr, rs_ptr, dxh_ptr, T, H, sca
 
 @triton.jit(do_not_specialize=["B", "T", "has_resets"])
 def _axon_bwd(dy2h_ptr, xh_ptr, y2h_ptr, par_ptr, rs_ptr, dxh_ptr, acc_ptr, B, T, H, scale, has_resets,
-              BH: tl.constexpr, PIPE: tl.constexpr, STAGES: tl.constexpr):
+              BH: tl.constexpr, PIPE: tl.constexpr, STAGES: tl.constexpr, ACC64: tl.constexpr):
+    """ACC64 (fp32 inputs): the parameter gradients, sums of T terms, accumulated in float64 (each
+    term rounded once in fp32): an fp32 running sum rounds T times, 5x eager's error at T = 257."""
     b = tl.program_id(1)
     h = tl.program_id(0) * BH + tl.arange(0, BH)
     hm = h < H
@@ -127,7 +130,11 @@ def _axon_bwd(dy2h_ptr, xh_ptr, y2h_ptr, par_ptr, rs_ptr, dxh_ptr, acc_ptr, B, T
          tl.load(par_ptr + 2 * H + h, mask=hm, other=0.0), tl.load(par_ptr + 3 * H + h, mask=hm, other=0.0),
          tl.load(par_ptr + 4 * H + h, mask=hm, other=0.0))
     z = tl.zeros((BH,), tl.float32)
-    l1, l2, acc = z, z, (z, z, z, z, z)
+    if ACC64:
+        a = tl.zeros((BH,), tl.float64)
+    else:
+        a = z
+    l1, l2, acc = z, z, (a, a, a, a, a)
     if PIPE:
         for s in tl.range(0, T, num_stages=STAGES):
             l1, l2, acc = _bwd_step(T - 1 - s, b, h, hm, dy2h_ptr, xh_ptr, y2h_ptr, rs_ptr, dxh_ptr, T, H, scale, p,
@@ -149,7 +156,7 @@ def _launch(B, H, device, config: AxonConfig) -> tuple[tuple, dict]:
 
 
 def axon_scan_fwd(xh, par, resets, scale: float, config: AxonConfig):
-    """(y2h [B, T, 2H] in xh's dtype, state [10, B, H] fp32)."""
+    """(y2h [B, T, 2H] in xh's dtype, state [10, B, H] fp32); par [10, H] fp32."""
     B, T, H = xh.shape
     y2h = torch.empty(B, T, 2 * H, device=xh.device, dtype=xh.dtype)
     state = torch.empty(10, B, H, device=xh.device, dtype=torch.float32)
@@ -160,11 +167,14 @@ def axon_scan_fwd(xh, par, resets, scale: float, config: AxonConfig):
 
 
 def axon_scan_bwd(dy2h, xh, y2h, par, resets, scale: float, config: AxonConfig):
-    """(d xh [B, T, H], [5, H] fp32: the gradients of g, phi, gamma, w1, w2 summed over rows and steps)."""
+    """(d xh [B, T, H], [5, H]: the gradients of g, phi, gamma, w1, w2 summed over rows and steps, in
+    float64 for fp32 inputs, else fp32); par [10, H] fp32."""
     B, T, H = xh.shape
     dxh = torch.empty_like(xh)
-    acc = torch.empty(5, B, H, device=xh.device, dtype=torch.float32)
+    acc64 = xh.dtype == torch.float32
+    acc = torch.empty(5, B, H, device=xh.device, dtype=torch.float64 if acc64 else torch.float32)
     rs = resets.view(torch.uint8) if resets is not None else xh
     grid, meta = _launch(B, H, xh.device, config)
-    _axon_bwd[grid](dy2h.contiguous(), xh, y2h, par, rs, dxh, acc, B, T, H, scale, int(resets is not None), **meta)
+    _axon_bwd[grid](dy2h.contiguous(), xh, y2h, par, rs, dxh, acc, B, T, H, scale, int(resets is not None),
+                    ACC64=acc64, **meta)
     return dxh, acc.sum(1)

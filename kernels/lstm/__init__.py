@@ -46,9 +46,13 @@ class LSTMFunction(torch.autograd.Function):
             h_prev = h_prev * (~resets).to(h_prev.dtype)[:, :, None]
         inv = torch.argsort(perm)
         dx = (dg2 @ w_ih_p).view(B, T, I)
-        dw_ih = (dg2.t() @ x.reshape(B * T, I))[inv]
-        dw_hh = (dg2.t() @ h_prev.reshape(B * T, H))[inv]
-        db = dg2.sum(0, dtype=torch.float32).to(dg.dtype)[inv]
+        # the weights' and bias's sums over B x T: fp32's in float64, rounded once (bf16's and fp16's
+        # in fp32, as their GEMMs accumulate)
+        wide = torch.float64 if dg.dtype == torch.float32 else dg.dtype
+        dgw = dg2.t().to(wide)
+        dw_ih = (dgw @ x.reshape(B * T, I).to(wide)).to(dg.dtype)[inv]
+        dw_hh = (dgw @ h_prev.reshape(B * T, H).to(wide)).to(dg.dtype)[inv]
+        db = dg2.sum(0, dtype=torch.promote_types(wide, torch.float32)).to(dg.dtype)[inv]
         return dx, dh0, dc0, dw_ih, dw_hh, db, None, None, None
 
 

@@ -18,7 +18,7 @@ from dataclasses import replace
 import torch
 
 from .._host.cells import check_dtypes
-from .._host.dot import dot_f32
+from .._host.dot import TF32X3, dot_f32
 from .._host.cells import fit_limit
 from .bwd import mlstm_bwd, shared_bwd
 from .config import MLSTMConfig, pick
@@ -40,7 +40,7 @@ def fitted(config: MLSTMConfig, dtype, DH: int, device, picked: bool) -> MLSTMCo
     while picked and (c.bv > 16 or c.chunk > 16):
         c = replace(c, bv=c.bv // 2) if c.bv > 16 else replace(c, chunk=c.chunk // 2)
         candidates.append(c)
-    fast = dot_f32(dtype, device)
+    fast = dot_f32(dtype, device, TF32X3)
     for c in candidates:
         need = max(shared_fwd(c, dtype, DH, fast, device), shared_bwd(c, dtype, DH, fast, device))
         if need <= limit:
@@ -55,7 +55,7 @@ class MLSTMFunction(torch.autograd.Function):
         B, NH, T, DH = q.shape
         config = fitted(config or pick(T, DH, q.device), q.dtype, DH, q.device, picked=config is None)
         flat = [x.reshape(B * NH, T, DH) for x in (q, k, v)] + [x.reshape(B * NH, T) for x in (i, f)]
-        fast = dot_f32(q.dtype, q.device)
+        fast = dot_f32(q.dtype, q.device, TF32X3)
         h, cs, ns, ms, mo, den = mlstm_fwd(*flat, resets, NH, config, fast, EPS)
         ctx.save_for_backward(*flat, resets, h, cs, ns, ms, mo, den)
         ctx.config, ctx.dot_f32, ctx.shape = config, fast, (B, NH)

@@ -163,11 +163,20 @@ def _mlstm_dchunk(q_ptr, k_ptr, v_ptr, i_ptr, f_ptr, rs_ptr, dh_ptr, qinv_ptr, d
     dlogb = beta * (dlogb + tl.sum(k.to(tl.float32) * dn_next[None, :], 1) * scale)
     Z = PG * S
     # where the input gate of step s set m_t: the stabiliser's gradient on that weight (see _stabiliser_grad)
+    # (set to the row's closed form, fl - dlogw - the row's other entries, rather than adding
+    # fl - dlogw - the row's sum to it: that subtracts the entry from itself, exact only where both
+    # copies are rounded alike, which a multiply-add the compiler contracts on the GPU need not keep)
     src = tl.load(src_ptr + bh * T + t, mask=tm, other=-1)
-    own = fl - tl.sum(Z, 1) - dlogw
-    Z += tl.where(src[:, None] == j[None, :], own[:, None], 0.0)
+    is_src = src[:, None] == j[None, :]
+    others = tl.sum(tl.where(is_src, 0.0, Z), 1)
+    Z = tl.where(is_src, (fl - others - dlogw)[:, None], Z)
     col = tl.sum(Z, 0)
-    dA = tl.sum(Z, 1) - col + dlogw - dlogb
+    # A_t enters every weight of row t (+) and of column t (-): the diagonal's weights, A_t - A_t, not
+    # at all, and left out here rather than added and taken away again (where one step's weight is
+    # all of h, its entry dwarfs the others of its column, whose sum it would round away: df 2.6e3
+    # times its norm off in bf16, issue 40)
+    off = tl.where(j[:, None] == j[None, :], 0.0, Z)
+    dA = tl.sum(off, 1) - tl.sum(off, 0) + dlogw - dlogb
     dA += tl.where(j == L - 1, tl.sum(dlogb, 0) + kappa * kap, 0.0)  # A_end: the chunk's state update
     da = tl.cumsum(dA, 0, reverse=True)  # a_l enters every A_t with t >= l
     da += tl.load(dam_ptr + bh * T + t, mask=tm, other=0.0)  # the stabiliser's parts

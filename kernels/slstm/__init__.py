@@ -46,8 +46,10 @@ class SLSTMFunction(torch.autograd.Function):
         y_prev = ys[:, :T]
         if resets is not None:
             y_prev = y_prev * (~resets).to(y_prev.dtype)[:, :, None, None]
-        dr = torch.einsum("btgho,bthi->ghoi", dwx, y_prev)
-        db = dwx.sum((0, 1), dtype=torch.float32).to(dwx.dtype)
+        # the recurrent weights' and bias's sums over B x T: fp32's in float64, rounded once
+        wide = torch.float64 if dwx.dtype == torch.float32 else dwx.dtype
+        dr = torch.einsum("btgho,bthi->ghoi", dwx.to(wide), y_prev.to(wide)).to(dwx.dtype)
+        db = dwx.sum((0, 1), dtype=torch.promote_types(wide, torch.float32)).to(dwx.dtype)
         return dwx, dr, db, dst[0], dst[1], dst[2], dst[3], None, None, None
 
 

@@ -11,6 +11,20 @@ path) or random; large and small inputs; inputs (reset masks included) that are 
 upstream gradients that are not contiguous. Past a documented limit (Axon's H a power of two; on a
 GPU, sLSTM heads too wide for its shared memory) the right answer is a ValueError naming it.
 
+The fp32 bar is common.verdict's (within 2x of eager's error against float64, or of the part's
+spread under one rounding of the inputs), and one more rule here, for the ill-conditioned cases
+the recurrences make (saturated LSTM gates over a hundred steps: a gradient through sigmoid'(x) =
+s (1 - s) at s near 1 keeps only the digits that the rounding of s left, and each step multiplies
+what the last one rounded): a case over that bar is run again in eager, fp32, under REORDERINGS
+random permutations of the hidden units (the same network, its sums over units in another order:
+an equally valid fp32 computation), and a part of ours within 2x of the largest of those errors
+passes, named in the verdict's `conditioned` (and counted with `floor_only`). On issue 40's
+B5 H64 I1 T129 saturated LSTM (seed 1435337957, CPU) eager's dx error was 2.7e-6 and eager's under
+ten permutations 2.7e-6 to 9.8e-6 (ours then 8.1e-6); on its chaotic sibling (seed 289823019)
+eager's h_T error under eight permutations ran from 0.0084 to 0.30 and its dx from 0.02 to 0.99,
+where one fp32 rounding of the inputs moves float64's h_T by 0.13. The rule applies to the lstm, slstm and mlstm
+(axon's units are mixed by its Hadamard transform).
+
 Shapes come from a fixed pool per op (`pool`): the GPU compiles one kernel variant per shape class,
 dtype and config, so a sweep of thousands of cases compiles a bounded number of them."""
 from __future__ import annotations
@@ -247,4 +261,82 @@ def check(case: dict, device: str) -> dict:
         except ValueError as e:
             if case["refusal"].lower() in str(e).lower():
                 return {"status": "refused", "message": str(e)[:400]}
-    return common.verdict(subject_)
+    result = common.verdict(subject_)
+    if result["status"] == "over_tolerance" and case["dtype"] == "float32" and case["op"] in _PERMUTED:
+        result = _rejudge(case, subject_, result)
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+# Eager in another, equally valid order of its sums (the conditioning rule of the module docstring)
+
+REORDERINGS = 4  # hidden-unit permutations eager is run under, for a case over the gate in fp32
+
+
+def _unit_rows(p: torch.Tensor, gates: int) -> torch.Tensor:
+    """The rows of a gate-major [gates * H, ...] weight for the unit order p."""
+    H = p.numel()
+    return torch.cat([g * H + p for g in range(gates)])
+
+
+def _lstm_permuted(eager, p):
+    def run(x, h0, c0, w_ih, w_hh, b, resets=None):
+        rows, inv = _unit_rows(p, 4), torch.argsort(p)
+        y, hn, cn = eager(x, h0[:, p], c0[:, p], w_ih[rows], w_hh[rows][:, p], b[rows], resets)
+        return y[..., inv], hn[:, inv], cn[:, inv]
+    return run
+
+
+def _slstm_permuted(eager, p):
+    def run(wx, r, b, y0, c0, n0, m0, resets=None):
+        inv = torch.argsort(p)
+        out = eager(wx[..., p], r[:, :, p][..., p], b[..., p], y0[..., p], c0[..., p], n0[..., p], m0[..., p], resets)
+        return tuple(o[..., inv] for o in out)
+    return run
+
+
+def _mlstm_permuted(eager, p):
+    def run(q, k, v, i, f, resets=None):
+        inv = torch.argsort(p)
+        h, C, n, m = eager(q[..., p], k[..., p], v[..., p], i, f, resets)
+        return h[..., inv], C[..., inv, :][..., inv], n[..., inv], m
+    return run
+
+
+_PERMUTED = {"lstm": ("H", _lstm_permuted), "slstm": ("DH", _slstm_permuted), "mlstm": ("DH", _mlstm_permuted)}
+
+
+def _rejudge(case: dict, subject_: common.Subject, result: dict) -> dict:
+    """The verdict of an fp32 case over the gate, judged again against eager under REORDERINGS
+    hidden-unit permutations (see the module docstring): a part within FP32_FACTOR x the largest
+    of those errors passes, named in `conditioned` (and counted as `floor_only`)."""
+    want_outs, want_grads, dys = common._reference(subject_)
+    want = (*want_outs, *want_grads)
+    names = [f"output {i}" for i in range(len(want_outs))] + [f"d{n}" for n in subject_.grad_inputs]
+    axis, permuted = _PERMUTED[case["op"]]
+    g = torch.Generator().manual_seed(case["seed"] + 3)
+    reordered = dict.fromkeys(names, 0.0)
+    for _ in range(REORDERINGS):
+        p = torch.randperm(case["dims"][axis], generator=g).to(want[0].device)
+        run = common._run(permuted(subject_.eager, p), subject_, dys)
+        errors = common._errors(run, want)
+        if errors is None:
+            return result
+        for name, e in zip(names, errors):
+            reordered[name] = max(reordered[name], e)
+    parts, conditioned = [], []
+    for part in result["parts"]:
+        part = dict(part, reordered=reordered[part["name"]])
+        if not part["ours"] <= part["gate"] and part["ours"] <= common.FP32_FACTOR * part["reordered"]:
+            conditioned.append(part["name"])
+            part["gate"] = common.FP32_FACTOR * part["reordered"]
+        parts.append(part)
+    over = [p for p in parts if not p["ours"] <= p["gate"]]
+    worst = max(parts, key=lambda p: p["ours"] / p["gate"] if p["gate"] else p["ours"])
+    result = dict(result, parts=parts, conditioned=conditioned, gate=worst["gate"], worst=worst["name"],
+                  floor_only=sorted(set(result.get("floor_only", [])) | set(conditioned)))
+    if over:
+        return dict(result, message="; ".join(
+            f"{p['name']} {p['ours']:.3g} > {p['gate']:.3g} (eager {common._g(p['eager'])}, reordered eager "
+            f"{p['reordered']:.3g}, spread {p['spread']:.3g})" for p in over))
+    return {k: v for k, v in dict(result, status="ok").items() if k != "message"}
