@@ -74,7 +74,7 @@ def digest(data: SiteData, git_root: str | Path | None) -> str:
     """The key of one analysis: everything site_flags.analyse reads (see the module docstring)."""
     groups = [(g.key, g.kind, [c["sha"] for c in g.commits]) for g in data.groups]
     payload = [ENGINE, data.history_digest, _items(data.exact_trends), _items(data.conditions), _items(data.last_ci),
-               groups, git_known(git_root, (r["git_commit"] for r in data.history))]
+               groups, git_known(git_root, data.history_commits)]
     return hashlib.sha256(repr(payload).encode()).hexdigest()
 
 

@@ -110,8 +110,11 @@ class SiteData:
     runs: list[dict[str, Any]]
     lab: list[dict[str, Any]] = field(default_factory=list)  # lab runs, newest first, each with its rows
     run_ci: dict[str, int] = field(default_factory=dict)  # run id -> the index of its commit in its group
-    # every row the verdict engine reads (series.QUERY: no lab run), for site_flags
-    history: list[dict[str, Any]] = field(default_factory=list)
+    # the verdict engine's series of every row it reads (series.QUERY: no lab run), for site_flags:
+    # {series key: points}, and the keys of our providers' series (series.group_series)
+    series: dict[series.SeriesKey, list[series.Point]] = field(default_factory=dict)
+    ours: set[series.SeriesKey] = field(default_factory=set)
+    history_commits: list[str] = field(default_factory=list)  # the git commits of those rows, as stored
     history_digest: tuple = ()  # HISTORY_DIGEST of those rows: the analysis cache's key (site_cache)
 
     def group(self, key: str) -> Group:
@@ -151,6 +154,7 @@ def load(store: Store) -> SiteData:
     all_rows = [r for rows in latest.values() for r in rows]
     trends, exact_trends, conditions = _trends(store)
     run_ci = {r["run_id"]: r["ci"] for r in runs}
+    engine, ours, commits = series.group_store(store.con)
     return SiteData(
         groups=groups, kernels=kernels, kernel_info=kinfo,
         providers=_ordered({r["provider"] for r in all_rows}, PROVIDER_ORDER),
@@ -159,7 +163,8 @@ def load(store: Store) -> SiteData:
         latest=latest, trends=trends, exact_trends=exact_trends, conditions=conditions,
         last_ci={(*key, r["shape"], r["dtype"]): run_ci[r["run_id"]] for key, rows in latest.items() for r in rows},
         sparks=_sparks(store), environments=_environments(store), runs=runs, lab=_lab(store), run_ci=run_ci,
-        history=store.query(series.QUERY, by_column=True), history_digest=tuple(store.query(HISTORY_DIGEST)[0].values()))
+        series=engine, ours=ours, history_commits=commits,
+        history_digest=tuple(store.query(HISTORY_DIGEST)[0].values()))
 
 
 def _groups(runs: list[dict[str, Any]]) -> list[Group]:

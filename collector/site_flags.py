@@ -49,7 +49,7 @@ def analyse(data: SiteData, thresholds: dict[str, float] | None = None, git_root
     threshold (regress.DEFAULT_THRESHOLD otherwise); `git_root`: the checkout whose history says
     whose code changed (None: git is not asked, and our code counts as changed at every commit)."""
     code = codechange.Repo(git_root) if git_root is not None else None
-    analysed = regress.analyse(data.history, thresholds, code)
+    analysed = regress.walk(data.series, data.ours, thresholds, code)
     out = Analysis([], {}, [], [])
     index = _commit_index(data)
     trends = _trend_index(data)
