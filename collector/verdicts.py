@@ -30,7 +30,7 @@ failed' where every provider of the case failed at B (the reference out of memor
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import MISSING, dataclass, fields, replace
 from datetime import datetime
 from statistics import median
 from typing import Callable, Iterable
@@ -103,6 +103,9 @@ class Comparison:
     notes: list[str]
 
 
+_DEFAULTS = {cls: {f.name: f.default for f in fields(cls) if f.default is not MISSING} for cls in (Line, Side)}
+
+
 # -- rows -> sides -----------------------------------------------------------------------------------
 
 
@@ -137,6 +140,14 @@ def _evolve(obj, **changes):
     new = object.__new__(type(obj))
     new.__dict__.update(obj.__dict__, **changes)
     return new
+
+
+def made(cls, **values):
+    """cls(**values) for the frozen Line or Side, their defaults filled in, without __init__'s
+    setattr per field (the history makes one of each per point: half the time)."""
+    obj = object.__new__(cls)
+    obj.__dict__.update(_DEFAULTS[cls], **values)
+    return obj
 
 
 def point_variance(p: Point, sigma: float) -> float:
