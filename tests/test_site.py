@@ -371,7 +371,7 @@ def test_the_adapter_shows_the_engines_flags(tmp_path):
     db = site_store.build_store(tmp_path / "k.duckdb")
     with Store(db, read_only=True) as store:
         data = site_data.load(store)
-        rows = store.query(series.QUERY)
+        rows = store.query(regress.QUERY)
     expected = {}
     for key, r in regress.analyse(rows).items():
         for f in r.flags:
