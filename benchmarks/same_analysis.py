@@ -35,7 +35,10 @@ db, git = sys.argv[1], sys.argv[2] or None
 with Store(Path(db), read_only=True) as store:
     store.con.execute("SET enable_progress_bar = false")  # drawn on stdout where a query runs long
     data = site_data.load(store)
-results = regress.analyse(data.history, None, codechange.Repo(git) if git else None)
+code = codechange.Repo(git) if git else None
+# the engine's series as the site reads them (SiteData.series; checkouts before it: its rows)
+results = (regress.walk(data.series, data.ours, None, code) if hasattr(data, "series")
+           else regress.analyse(data.history, None, code))
 for key in sorted(results, key=repr):
     print(repr(tuple(key)), hashlib.sha256(repr(results[key]).encode()).hexdigest())
 view = site_flags.analyse(data, git_root=git)

@@ -52,11 +52,23 @@ class BundleLayoutError(Exception):
     """The bundle is not laid out as this module expects."""
 
 
-def tokens(src: str, start: int, end: int):
-    """(kind, text, position, depth) of every token between start and end that is not a space or a
-    comment; depth counts the brackets and template substitutions open before it."""
-    pos, depth, prev = start, 0, None
+class _Statement:
+    """What _shake reads of one top-level statement while it is scanned: its first tokens (kind,
+    text), the texts of its tokens at depth 0, and the identifiers it uses (not after a dot)."""
+    __slots__ = ("start", "first", "top", "used")
+
+    def __init__(self, start: int):
+        self.start, self.first, self.top, self.used = start, [], [], set()
+
+
+def statements(src: str, body: int, end: int):
+    """(start, end, statement) of each statement at the top level of the function between body and
+    end (a _Statement). Tokens are scanned once, without a space or a comment; depth counts the
+    brackets and template substitutions open before a token."""
+    pos, depth, prev = body, 0, None  # prev: the last token, for _division (a regex or template too)
+    last = None  # the text of the last token kept (regular expressions and templates are not)
     stack: list[str] = []  # open brackets, and '${' for a substitution inside a template literal
+    st: _Statement | None = None
     while pos < end:
         ch = src[pos]
         if ch == "/" and not _division(prev) and not src.startswith(("//", "/*"), pos):
@@ -77,27 +89,52 @@ def tokens(src: str, start: int, end: int):
             else:
                 prev = ("str", "`")
             continue
-        m = _TOKEN.match(src, pos)
-        if not m:
-            raise BundleLayoutError(f"an unreadable character {ch!r} at {pos}")
-        kind, text = m.lastgroup, m.group()
-        pos = m.end()
-        if kind in ("ws", "comment"):
-            continue
-        if text in _OPEN:
-            yield kind, text, m.start(), depth
-            stack.append(text)
-            depth += 1
-        elif text in _CLOSE:
-            if not stack or _OPEN.index(stack.pop()) != _CLOSE.index(text):
-                raise BundleLayoutError(f"an unmatched {text!r} at {m.start()}")
-            depth -= 1
-            yield kind, text, m.start(), depth
+        # the tokens from here up to the next one that needs the scan above (a slash that may start
+        # a regular expression, a template literal), in one pass of the regex engine
+        for m in _TOKEN.finditer(src, pos):
+            at = m.start()
+            if at != pos:
+                raise BundleLayoutError(f"an unreadable character {src[pos]!r} at {pos}")
+            if at >= end:
+                break
+            kind = m.lastgroup
+            if kind == "ws" or kind == "comment":
+                pos = m.end()
+                continue
+            text = m.group()
+            if text == "`" or (text == "/" and not _division(prev)) or (text == "}" and stack and stack[-1] == "${"):
+                break  # pos stays at it: the scan above takes it
+            pos = m.end()
+            if st is None:
+                st = _Statement(at)
+            if len(st.first) < 4:
+                st.first.append((kind, text))
+            if kind == "id" and (last != "." or len(st.first) == 1):
+                st.used.add(text)
+            if text in _OPEN:
+                if depth == 0:
+                    st.top.append(text)
+                stack.append(text)
+                depth += 1
+            elif text in _CLOSE:
+                if not stack or _OPEN.index(stack.pop()) != _CLOSE.index(text):
+                    raise BundleLayoutError(f"an unmatched {text!r} at {at}")
+                depth -= 1
+                if depth == 0:
+                    st.top.append(text)
+            elif depth == 0:
+                st.top.append(text)
+            prev, last = (kind, text), text
+            if depth == 0 and (text == ";" or (text == "}" and st.first[0][1] == "function")):
+                yield st.start, pos, st
+                st = None
         else:
-            yield kind, text, m.start(), depth
-        prev = (kind, text)
+            if pos < end:
+                raise BundleLayoutError(f"an unreadable character {src[pos]!r} at {pos}")
     if stack:
         raise BundleLayoutError(f"{len(stack)} bracket(s) left open at the end")
+    if st is not None:
+        yield st.start, end, st
 
 
 def _division(prev: tuple[str, str] | None) -> bool:
@@ -139,29 +176,13 @@ def partial(src: str) -> str:
     return _shake(src, body, end, (wrapper.group(1), init.group(1)), export.group(1))
 
 
-def statements(src: str, body: int, end: int):
-    """(start, end, tokens) of each statement at the top level of the function between body and end,
-    tokens as (kind, text, depth)."""
-    toks: list[tuple[str, str, int]] = []
-    start = None
-    for kind, text, pos, depth in tokens(src, body, end):
-        if start is None:
-            start = pos
-        toks.append((kind, text, depth))
-        if depth == 0 and (text == ";" or (text == "}" and toks[0][1] == "function")):
-            yield start, pos + 1, toks
-            toks, start = [], None
-    if toks:
-        yield start, end, toks
-
-
-def _defines(toks: list[tuple[str, str, int]], lazy: tuple[str, str], export: str) -> tuple[list[str], list[str]]:
+def _defines(st: _Statement, lazy: tuple[str, str], export: str) -> tuple[list[str], list[str]]:
     """(names, bare) of a statement that defines names without running anything, else ([], []):
     - `function NAME(...){...}`;
     - `var a,b,NAME=WRAP(...);`: a lazy module or ES module initialiser, whose body runs when NAME()
       is first called and assigns the bare names a, b (esbuild calls NAME() before any use of them);
     - `var NAME={};` and `EXPORT(NAME,{x:()=>y,...});`: an ES module's namespace and its getters."""
-    top = [t for _, t, d in toks if d == 0]
+    top, toks = st.top, st.first
     if top[0] == "function" and toks[1][0] == "id":
         return [toks[1][1]], []
     if top == ["var", top[1], "=", "{", "}", ";"]:
@@ -185,9 +206,9 @@ def _shake(src: str, body: int, end: int, lazy: tuple[str, str], export: str) ->
     spans: list[tuple[int, int, list[str], list[str]]] = []
     refs: dict[str, set[str]] = {}  # defined name -> the identifiers its statements use
     roots: set[str] = set()  # identifiers the other statements use
-    for start, stop, toks in statements(src, body, end):
-        used = {t for j, (k, t, _) in enumerate(toks) if k == "id" and (j == 0 or toks[j - 1][1] != ".")}
-        names, bare = _defines(toks, lazy, export)
+    for start, stop, st in statements(src, body, end):
+        used = st.used
+        names, bare = _defines(st, lazy, export)
         if not names:
             roots |= used
             continue

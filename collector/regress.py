@@ -34,8 +34,8 @@ from .noise import (PERSISTENT_TAIL, Noise, RunningDifferences, combine, duratio
                     typical)
 from .series import (COLUMNS, QUERY, Point, SeriesKey, commit_rank, describe_env_change, device, fast_median,
                      group_series, points_from_rows, series_key)
-from .verdicts import (METHOD, Q, UNCHANGED, UNKNOWN, WITH_ENV, Line, Side, can_gate, env_change, judge, point_variance,
-                       verdict_of)
+from .verdicts import (METHOD, Q, UNCHANGED, UNKNOWN, WITH_ENV, Line, Side, can_gate, env_change, judge, made,
+                       point_variance, verdict_of)
 
 __all__ = ["COLUMNS", "QUERY", "Point", "SeriesKey", "describe_env_change", "device", "points_from_rows",
            "series_key", "analyse", "walk", "detect", "detect_all", "Flag", "SeriesResult", "Slide"]
@@ -257,7 +257,7 @@ class _Walk:
             prev = s.points[i - 1]
             code = self.code_of(key, s.ours, prev.commit, p.commit)
             s.code.append(code)
-            lines.append(Line(key=key[:5], a=s.sides[i - 1], b=s.sides[i], code=code, verdict="n/a",
+            lines.append(made(Line, key=key[:5], a=s.sides[i - 1], b=s.sides[i], code=code, verdict="n/a",
                               ours=s.ours, noise=s.noise_at[i]))
             where.append((key, i))
         cmp = judge(lines, self.threshold_of, self.q)
@@ -404,7 +404,8 @@ def code_status(code: CodeChanges | None, kernel: str, ours: bool, a: str | None
 
 
 def _side(key: SeriesKey, p: Point) -> Side:
-    return Side(p, "ok", key.timing, key.gpu, key.machine, p.partial, p.commit)
+    return made(Side, point=p, status="ok", timing=key.timing, gpu=key.gpu, machine=key.machine, partial=p.partial,
+                commit=p.commit)
 
 
 def _factor(n: int) -> float:

@@ -25,7 +25,7 @@ from datetime import datetime
 from functools import cached_property, lru_cache
 from typing import Iterable, NamedTuple
 
-from .stability import disagrees
+from .stability import disagree, disagrees
 
 STACK = ("torch", "triton", "driver", "cuda")
 LAB_GRID = "lab"
@@ -158,20 +158,34 @@ def points_from_rows(rows: Iterable[dict]) -> list[Point]:
     for commit, runs in groups.items():
         if len(runs) > 1:
             runs.sort(key=lambda r: r.get("started_at") or datetime.min)
-        medians = [r["median_ms"] for r in runs]
-        p20 = fast_median([r.get("p20_ms") or r["median_ms"] for r in runs])
-        p80 = fast_median([r.get("p80_ms") or r["median_ms"] for r in runs])
-        times = [r.get("commit_time") for r in runs if r.get("commit_time") is not None]
-        starts = [r["started_at"] for r in runs if r.get("started_at") is not None]
-        points.append(Point(
-            commit=commit, commit_time=min(times) if times else None, median_ms=log_median(medians),
-            p20_ms=min(p20, *medians), p80_ms=max(p80, *medians), runs=len(runs), env=env_of(runs[-1]),
-            runs_ms=tuple(medians),
-            rechecks=tuple(math.log(r["median_ms"] / r["recheck_ms"]) for r in runs if (r.get("recheck_ms") or 0) > 0),
-            partial=all(r.get("run_status", FINISHED) not in (FINISHED, None) for r in runs),
-            started_at=min(starts) if starts else None))
+        points.append(make_point(commit, [r["median_ms"] for r in runs], [r.get("p20_ms") for r in runs],
+                                 [r.get("p80_ms") for r in runs], [r.get("recheck_ms") for r in runs],
+                                 [r.get("commit_time") for r in runs], [r.get("started_at") for r in runs],
+                                 [r.get("run_status", FINISHED) not in (FINISHED, None) for r in runs],
+                                 env_of(runs[-1])))
     points.sort(key=order_key)
     return points
+
+
+def make_point(commit: str, medians: list[float], p20s: list, p80s: list, rechecks: list, commit_times: list,
+               starts: list, unfinished: list[bool], env: Env | None) -> Point:
+    """One point from its runs' values, in the order measured (None where a run lacks one;
+    `unfinished`: whether each run was interrupted or did not finish)."""
+    if len(medians) == 1:  # most points: the same values as below, without their lists
+        m, r = medians[0], rechecks[0]
+        return Point(commit=commit, commit_time=commit_times[0], median_ms=math.exp(math.log(m)),
+                     p20_ms=min(p20s[0] or m, m), p80_ms=max(p80s[0] or m, m), runs=1, env=env, runs_ms=(m,),
+                     rechecks=(math.log(m / r),) if (r or 0) > 0 else (), partial=all(unfinished),
+                     started_at=starts[0])
+    p20 = fast_median([a or m for a, m in zip(p20s, medians)])
+    p80 = fast_median([a or m for a, m in zip(p80s, medians)])
+    times = [t for t in commit_times if t is not None]
+    starts = [t for t in starts if t is not None]
+    return Point(
+        commit=commit, commit_time=min(times) if times else None, median_ms=log_median(medians),
+        p20_ms=min(p20, *medians), p80_ms=max(p80, *medians), runs=len(medians), env=env, runs_ms=tuple(medians),
+        rechecks=tuple(math.log(m / r) for m, r in zip(medians, rechecks) if (r or 0) > 0),
+        partial=all(unfinished), started_at=min(starts) if starts else None)
 
 
 def order_key(p: Point) -> tuple:
@@ -216,3 +230,88 @@ def commit_rank(series: Iterable[list[Point]]) -> dict[str, int]:
             key = order_key(p)
             when[p.commit] = min(when.get(p.commit, key), key)
     return {c: n for n, c in enumerate(sorted(when, key=when.get))}
+
+
+# group_series of the rows of QUERY on a long history, with the store doing the grouping: each row
+# keyed by hashes of its series, commit (as stored) and conditions, so that Python makes no object
+# per row but its numbers (rows as dicts cost more than the analysis of them).
+DEVICE_SQL = "CASE WHEN device_kind = 'cuda' THEN coalesce(nullif(gpu_name, ''), 'cpu') ELSE 'cpu' END"
+_CODED = f"""(SELECT *, {DEVICE_SQL} AS gpu, coalesce(ours, false) AS is_ours,
+               coalesce(nullif(git_commit, ''), 'run:' || left(run_id, 8)) AS raw_commit FROM ({QUERY}))"""
+_KEY = "hash(kernel, mode, provider, shape, dtype, gpu, machine, timing)"
+_ENV = "hash(torch, triton, driver, cuda, is_ours, package, peers)"
+_VALUES = f"""SELECT {_KEY} AS skey, {_ENV} AS ekey, hash(raw_commit) AS ckey, is_ours,
+    coalesce(status = 'ok', false) AS ok, coalesce(device_kind = 'cuda', false) AS on_cuda,
+    coalesce(run_status <> 'finished', false) AS unfinished, median_ms, p20_ms, p80_ms, recheck_ms, commit_time,
+    started_at FROM {_CODED}"""
+
+
+def _distinct(con, what: str, columns: str) -> dict:
+    """{hash: the values it stands for}; raises LookupError where two differ (a collision)."""
+    out: dict = {}
+    for h, *values in con.execute(f"SELECT DISTINCT {what}, {columns} FROM {_CODED}").fetchall():
+        if out.setdefault(h, values) != values:
+            raise LookupError(h)
+    return out
+
+
+def group_store(con) -> tuple[dict[SeriesKey, list[Point]], set[SeriesKey], list[str]]:
+    """group_series(the rows of QUERY) read from a DuckDB connection: (series, ours, the rows' git
+    commits as stored)."""
+    import numpy as np
+
+    try:
+        keys = {h: SeriesKey(*k) for h, k in _distinct(con, _KEY, "kernel, mode, provider, shape, dtype, gpu, "
+                                                        "machine, timing").items()}
+        envs = {h: env_of(dict(zip(("torch", "triton", "driver", "cuda", "ours", "package", "peers"), e)))
+                for h, e in _distinct(con, _ENV, "torch, triton, driver, cuda, is_ours, package, peers").items()}
+        stored = _distinct(con, "hash(raw_commit)", "raw_commit, coalesce(git_commit, '') <> ''")
+    except LookupError:  # two values of one hash: never seen, but then grouped row by row
+        rows = [dict(zip(COLUMNS, r)) for r in con.execute(QUERY).fetchall()]
+        return (*group_series(rows), [r["git_commit"] for r in rows if r["git_commit"]])
+    git = [raw for raw, is_git in stored.values() if is_git]
+    full = full_commits(git)
+    name = {h: full.get(raw, raw) if is_git else raw for h, (raw, is_git) in stored.items()}
+    cols = con.execute(_VALUES).fetchnumpy()
+
+    def data(col: str):
+        return np.ma.getdata(cols[col])
+
+    def present(col: str):
+        return ~np.ma.getmaskarray(cols[col])
+
+    ms, recheck = data("median_ms").astype(float), data("recheck_ms").astype(float)
+    ours = {keys[h] for h in np.unique(data("skey")[data("is_ours").astype(bool)]).tolist()}
+    with np.errstate(invalid="ignore"):
+        time = data("ok").astype(bool) & present("median_ms") & np.isfinite(ms) & (ms > 0)
+        judged = np.flatnonzero(time & present("recheck_ms") & (recheck != 0))  # is_time's recheck rule
+    bad = [disagree(*v, "cuda" if c else None) for *v, c in zip(
+        ms[judged].tolist(), recheck[judged].tolist(), cols["p20_ms"][judged].tolist(),
+        cols["p80_ms"][judged].tolist(), data("on_cuda")[judged].tolist())]
+    time[judged[np.asarray(bad, dtype=bool)]] = False
+    rows = np.flatnonzero(time)
+    # one number per series, in the order the store returns them (as group_series keeps them: the
+    # walk over them in that order takes a sixth less time than in the order of their hashes), and
+    # per commit (after full_commits); the rows of each point in the order they started
+    _, first, series_of = np.unique(data("skey")[rows], return_index=True, return_inverse=True)
+    series_of = np.argsort(np.argsort(first))[series_of]
+    commit_names = sorted(set(name.values()))
+    number = {c: n for n, c in enumerate(commit_names)}
+    chash, cinv = np.unique(data("ckey")[rows], return_inverse=True)
+    commit_of = np.asarray([number[name[h]] for h in chash.tolist()], dtype=np.int64)[cinv]
+    started = np.where(present("started_at"), data("started_at").view(np.int64), np.iinfo(np.int64).min)[rows]
+    order = np.lexsort((started, commit_of, series_of))  # stable: rows of one start keep the store's order
+    s_sorted, c_sorted = series_of[order], commit_of[order]
+    first = np.flatnonzero(np.r_[True, (s_sorted[1:] != s_sorted[:-1]) | (c_sorted[1:] != c_sorted[:-1])]).tolist()
+    order = rows[order]
+    v = {c: cols[c][order].tolist() for c in ("skey", "ekey", "median_ms", "p20_ms", "p80_ms", "recheck_ms",
+                                              "commit_time", "started_at", "unfinished")}
+    c_list = c_sorted.tolist()
+    series: dict[SeriesKey, list[Point]] = {}
+    for a, b in zip(first, first[1:] + [len(order)]):
+        series.setdefault(keys[v["skey"][a]], []).append(make_point(
+            commit_names[c_list[a]], v["median_ms"][a:b], v["p20_ms"][a:b], v["p80_ms"][a:b], v["recheck_ms"][a:b],
+            v["commit_time"][a:b], v["started_at"][a:b], v["unfinished"][a:b], envs[v["ekey"][b - 1]]))
+    for points in series.values():
+        points.sort(key=order_key)
+    return series, ours, git

@@ -3,7 +3,7 @@ cache, `site/` in it): the regression analysis of the history, and whether the r
 since the last import.
 
 The analysis is cached whole, keyed by a digest of everything it reads: the engine's rows (a digest
-the store computes, site_data.HISTORY_DIGEST), the site's trend points, conditions and commits, what
+the store computes, site_data.HISTORY_DIGEST), the site's trend points (site_data.POINTS_DIGEST), conditions and commits, what
 git knows of the history's commits, and the analysis code itself. Not series by series: the verdict
 engine judges the series of one commit together (machine drift, false-discovery rate) and shrinks
 each series' noise towards its siblings', so one new run can change any series' verdicts. The
@@ -73,8 +73,8 @@ def _items(d: dict) -> list:
 def digest(data: SiteData, git_root: str | Path | None) -> str:
     """The key of one analysis: everything site_flags.analyse reads (see the module docstring)."""
     groups = [(g.key, g.kind, [c["sha"] for c in g.commits]) for g in data.groups]
-    payload = [ENGINE, data.history_digest, _items(data.exact_trends), _items(data.conditions), _items(data.last_ci),
-               groups, git_known(git_root, (r["git_commit"] for r in data.history))]
+    payload = [ENGINE, data.history_digest, data.trends_digest, _items(data.conditions), _items(data.last_ci),
+               groups, git_known(git_root, data.history_commits)]
     return hashlib.sha256(repr(payload).encode()).hexdigest()
 
 

@@ -50,6 +50,11 @@ rc AS (SELECT rk.* EXCLUDE (ctime), cm.ci, cm.ctime FROM rk JOIN cm USING (gkey,
 # their key, so no two cancel; any changed value changes it.
 HISTORY_DIGEST = f"SELECT count(*) AS n, bit_xor(hash({', '.join(series.COLUMNS)})) AS h FROM ({series.QUERY})"
 
+# The same of the trends' points (kc_points, unique by series, commit and condition), from which
+# exact_trends are made: a key for them without reading them back in Python.
+POINTS_DIGEST = ("SELECT count(*) AS n, bit_xor(hash(gkey, kernel, mode, dtype, provider, shape, ci, cond, med, p20, "
+                 "p80)) AS h FROM kc_points")
+
 # Providers that run on the stack alone (ours, as each row says, eager torch and its variants,
 # torch.compile): a peer package's version is part of the measuring conditions only for the peers.
 STACK_PROVIDER = "(coalesce(ours, false) OR provider = 'torch' OR provider LIKE 'torch\\_%' ESCAPE '\\' OR provider = 'compile')"
@@ -110,9 +115,13 @@ class SiteData:
     runs: list[dict[str, Any]]
     lab: list[dict[str, Any]] = field(default_factory=list)  # lab runs, newest first, each with its rows
     run_ci: dict[str, int] = field(default_factory=dict)  # run id -> the index of its commit in its group
-    # every row the verdict engine reads (series.QUERY: no lab run), for site_flags
-    history: list[dict[str, Any]] = field(default_factory=list)
+    # the verdict engine's series of every row it reads (series.QUERY: no lab run), for site_flags:
+    # {series key: points}, and the keys of our providers' series (series.group_series)
+    series: dict[series.SeriesKey, list[series.Point]] = field(default_factory=dict)
+    ours: set[series.SeriesKey] = field(default_factory=set)
+    history_commits: list[str] = field(default_factory=list)  # the git commits of those rows, as stored
     history_digest: tuple = ()  # HISTORY_DIGEST of those rows: the analysis cache's key (site_cache)
+    trends_digest: tuple = ()  # POINTS_DIGEST of the exact trends' points: part of that key
 
     def group(self, key: str) -> Group:
         return next(g for g in self.groups if g.key == key)
@@ -149,8 +158,9 @@ def load(store: Store) -> SiteData:
                                   "unit": "TFLOP/s" if r["bound"] == "compute" else "GB/s"})
     kernels = sorted(kinfo)
     all_rows = [r for rows in latest.values() for r in rows]
-    trends, exact_trends, conditions = _trends(store)
+    trends, exact_trends, conditions, trends_digest = _trends(store)
     run_ci = {r["run_id"]: r["ci"] for r in runs}
+    engine, ours, commits = series.group_store(store.con)
     return SiteData(
         groups=groups, kernels=kernels, kernel_info=kinfo,
         providers=_ordered({r["provider"] for r in all_rows}, PROVIDER_ORDER),
@@ -159,7 +169,8 @@ def load(store: Store) -> SiteData:
         latest=latest, trends=trends, exact_trends=exact_trends, conditions=conditions,
         last_ci={(*key, r["shape"], r["dtype"]): run_ci[r["run_id"]] for key, rows in latest.items() for r in rows},
         sparks=_sparks(store), environments=_environments(store), runs=runs, lab=_lab(store), run_ci=run_ci,
-        history=store.query(series.QUERY, by_column=True), history_digest=tuple(store.query(HISTORY_DIGEST)[0].values()))
+        series=engine, ours=ours, history_commits=commits,
+        history_digest=tuple(store.query(HISTORY_DIGEST)[0].values()), trends_digest=trends_digest)
 
 
 def _groups(runs: list[dict[str, Any]]) -> list[Group]:
@@ -236,7 +247,7 @@ def _latest(store: Store) -> dict[tuple[str, str], list[dict[str, Any]]]:
     return out
 
 
-def _trends(store: Store) -> tuple[dict, dict, dict[int, dict[str, Any]]]:
+def _trends(store: Store) -> tuple[dict, dict, dict[int, dict[str, Any]], tuple]:
     """Per series, one point per commit and measuring condition, as regress.points_from_rows makes
     it: the median of the commit's runs' medians (repeated runs of a commit are repeated
     measurements of it), with a band from the median of their p20s to the median of their p80s,
@@ -244,7 +255,7 @@ def _trends(store: Store) -> tuple[dict, dict, dict[int, dict[str, Any]]]:
     have times; a failed or unstable commit is a gap, never a point.
     Returns (rounded for the data files, exact for the regression analysis), both keyed
     (gkey, kernel, mode, dtype) -> provider -> shape -> [commit indexes, median, p20, p80, condition
-    ids], and the conditions by id (small integers, in a stable order)."""
+    ids], the conditions by id (small integers, in a stable order), and POINTS_DIGEST of the points."""
     store.con.execute("CREATE OR REPLACE TEMP TABLE kc_points AS " + RUNS_CTE + f"""
         SELECT rc.gkey, r.kernel, r.mode, r.dtype, r.provider, r.shape, rc.ci, {COND_SQL} AS cond,
                median(r.median_ms) AS med,
@@ -266,8 +277,9 @@ def _trends(store: Store) -> tuple[dict, dict, dict[int, dict[str, Any]]]:
         cond = [code[c] for c in cond]
         rounded.setdefault((gkey, kernel, mode, dtype), {}).setdefault(provider, {})[shape] = [ci, med, p20, p80, cond]
         exact.setdefault((gkey, kernel, mode, dtype), {}).setdefault(provider, {})[shape] = [ci, emed, ep20, ep80, cond]
+    digest = tuple(store.query(POINTS_DIGEST)[0].values())
     store.con.execute("DROP TABLE kc_points")
-    return rounded, exact, conditions
+    return rounded, exact, conditions, digest
 
 
 def _conditions(store: Store) -> tuple[dict[int, dict[str, Any]], dict[int, int]]:

@@ -49,7 +49,7 @@ def analyse(data: SiteData, thresholds: dict[str, float] | None = None, git_root
     threshold (regress.DEFAULT_THRESHOLD otherwise); `git_root`: the checkout whose history says
     whose code changed (None: git is not asked, and our code counts as changed at every commit)."""
     code = codechange.Repo(git_root) if git_root is not None else None
-    analysed = regress.analyse(data.history, thresholds, code)
+    analysed = regress.walk(data.series, data.ours, thresholds, code)
     out = Analysis([], {}, [], [])
     index = _commit_index(data)
     trends = _trend_index(data)
@@ -65,9 +65,10 @@ def analyse(data: SiteData, thresholds: dict[str, float] | None = None, git_root
         for cond in {c for c, (machine, timing) in conds.items() if (machine, timing) == (key.machine, key.timing)}:
             out.noise[(gkey, key.kernel, key.mode, key.dtype, key.provider, key.shape, cond)] = r.noise.sigma
         regressions: list[tuple[float, dict]] = []
+        values = [p.median_ms for p in r.points]  # one list for the series' flags (and the cache's pickle)
         for f in r.flags:
             cond = next((c for c, mt in conds.items() if mt == (key.machine, key.timing)), None)
-            row = _flag(data, key, r, f, ci, gkey, cond, regressions)
+            row = _flag(data, key, r, f, ci, gkey, cond, regressions, values)
             if f.cause and (f.cause.startswith("environment") or f.cause.startswith("method")):
                 if f.cause.startswith("method"):
                     out.changes.append(_method_change(key, f, ci, gkey, data))
@@ -115,7 +116,7 @@ def _trend_index(data: SiteData) -> dict[tuple, dict[int, tuple]]:
 
 
 def _flag(data: SiteData, key, r: regress.SeriesResult, f: regress.Flag, ci: list[int], gkey: str, cond,
-          regressions: list) -> dict[str, Any]:
+          regressions: list, values: list[float]) -> dict[str, Any]:
     last_ci = data.last_ci.get((gkey, key.kernel, key.shape, key.dtype))
     ended = f.status == "open" and last_ci is not None and ci[-1] < last_ci
     if f.kind == "regression":
@@ -129,7 +130,7 @@ def _flag(data: SiteData, key, r: regress.SeriesResult, f: regress.Flag, ci: lis
            "timing": key.timing, "before_ci": ci[f.index - 1], "after_ci": ci[f.index],
            "end_ci": ci[f.recovered_index] if f.recovered_index is not None else None, "before_ms": f.before_ms,
            "after_ms": f.after_ms, "change": f.change, "z": f.noise_sigmas, "noise": r.noise.sigma,
-           "values": [p.median_ms for p in r.points], "step_at": f.index, "undoes": None, "cause": f.cause,
+           "values": values, "step_at": f.index, "undoes": None, "cause": f.cause,
            "by_gate": f.by_gate, "decided_ci": ci[f.decided_index], "p": f.p}
     mid = (math.log(f.before_ms) + math.log(f.after_ms)) / 2
     if f.kind == "regression":

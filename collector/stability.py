@@ -86,12 +86,17 @@ def disagrees(row: dict) -> bool:
     """Whether a stored `ok` row and its recheck disagree by the rule above, judged with the row's
     own spread (the recheck's is not stored; the narrower one can only be narrower): such a row was
     disturbed and is no time. Rows without a recheck cannot be judged and pass."""
-    ms, recheck = row.get("median_ms"), row.get("recheck_ms")
+    return disagree(row.get("median_ms"), row.get("recheck_ms"), row.get("p20_ms"), row.get("p80_ms"),
+                    row.get("device_kind"))
+
+
+def disagree(ms: float | None, recheck: float | None, p20: float | None, p80: float | None,
+             device_kind: str | None) -> bool:
+    """disagrees() of a row's values (the history's loader asks it of every row with a recheck)."""
     if not ms or not recheck or ms <= 0 or recheck <= 0:
         return False
-    p20, p80 = row.get("p20_ms"), row.get("p80_ms")
     spread = (p80 - p20) / ms if p20 is not None and p80 is not None else 0.0
-    device = "cuda" if row.get("device_kind") == "cuda" else "cpu"
+    device = "cuda" if device_kind == "cuda" else "cpu"
     return not steady(spread, device) or abs(math.log(ms / recheck)) > tolerance(spread, device)
 
 

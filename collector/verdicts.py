@@ -30,7 +30,7 @@ failed' where every provider of the case failed at B (the reference out of memor
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import MISSING, dataclass, fields, replace
 from datetime import datetime
 from statistics import median
 from typing import Callable, Iterable
@@ -103,6 +103,9 @@ class Comparison:
     notes: list[str]
 
 
+_DEFAULTS = {cls: {f.name: f.default for f in fields(cls) if f.default is not MISSING} for cls in (Line, Side)}
+
+
 # -- rows -> sides -----------------------------------------------------------------------------------
 
 
@@ -139,6 +142,14 @@ def _evolve(obj, **changes):
     return new
 
 
+def made(cls, **values):
+    """cls(**values) for the frozen Line or Side, their defaults filled in, without __init__'s
+    setattr per field (the history makes one of each per point: half the time)."""
+    obj = object.__new__(cls)
+    obj.__dict__.update(_DEFAULTS[cls], **values)
+    return obj
+
+
 def point_variance(p: Point, sigma: float) -> float:
     """Variance of a point's log time: its runs' mean (median from three on) of spread sigma, with
     sigma shrunk towards what its own runs show (PRIOR_WEIGHT against their n - 1): one disturbed
@@ -167,15 +178,17 @@ def _log_change(ln: Line) -> float:
     return math.log(ln.b.point.median_ms / ln.a.point.median_ms)
 
 
-def machine_drift(lines: list[Line]) -> tuple[dict[tuple, float], dict[tuple, int], dict[tuple, float]]:
+def machine_drift(lines: list[Line], envs: list[str | None] | None = None, logs: list[float] | None = None
+                  ) -> tuple[dict[tuple, float], dict[tuple, int], dict[tuple, float]]:
     """Per (gpu, machine): the median log change of the lines whose code and conditions did not
     change (only with MIN_REFERENCES of them); the count; and per (gpu, machine, timing, duration
     class) the noise their typical scatter around it implies (a floor for like series: today's
-    points may be noisier than the history)."""
+    points may be noisier than the history). `envs`, `logs`: each line's env_change and
+    _log_change, where the caller has them."""
     by_where: dict[tuple, list[tuple[Line, float]]] = {}
-    for ln in lines:
-        if ln.code == UNCHANGED and not env_change(ln):
-            by_where.setdefault((ln.b.gpu, ln.b.machine), []).append((ln, _log_change(ln)))
+    for k, ln in enumerate(lines):
+        if ln.code == UNCHANGED and not (env_change(ln) if envs is None else envs[k]):
+            by_where.setdefault((ln.b.gpu, ln.b.machine), []).append((ln, _log_change(ln) if logs is None else logs[k]))
     drift, count, floor = {}, {}, {}
     for where, pairs in by_where.items():
         count[where] = len(pairs)
@@ -189,10 +202,10 @@ def machine_drift(lines: list[Line]) -> tuple[dict[tuple, float], dict[tuple, in
     return drift, count, floor
 
 
-def _measure(ln: Line, drift: dict, floor: dict) -> dict:
-    """The line's change, corrected change, z and noise (see the module docstring), as fields."""
+def _measure(ln: Line, drift: dict, floor: dict, d: float) -> dict:
+    """The line's change, corrected change, z and noise (see the module docstring), as fields; d:
+    its _log_change."""
     a, b = ln.a.point, ln.b.point
-    d = _log_change(ln)
     dc = d - drift.get((ln.b.gpu, ln.b.machine), 0.0)
     noise = ln.noise or combine(None, 0, None)  # no history: the default noise, and few degrees of freedom
     sigma = max(noise.sigma, floor.get((ln.b.gpu, ln.b.machine, ln.a.timing, duration_class(a.median_ms))) or 0.0)
@@ -200,21 +213,28 @@ def _measure(ln: Line, drift: dict, floor: dict) -> dict:
     return dict(change=math.expm1(d), corrected=math.expm1(dc), z=z, noise=_evolve(noise, sigma=sigma))
 
 
-def can_gate(ln: Line) -> bool:
+def can_gate(ln: Line, env: str | None | bool = False) -> bool:
     """The family whose lines can fail the gate: ours, code changed or unknown, measured alike
-    (one method, machine and environment) on a GPU, both points from runs that finished."""
-    return (ln.ours and ln.code in (CHANGED, UNKNOWN) and ln.b.gpu != "cpu" and not env_change(ln)
-            and not (ln.a.point.partial or ln.b.point.partial))
+    (one method, machine and environment) on a GPU, both points from runs that finished. `env`:
+    its env_change, where the caller has it."""
+    return (ln.ours and ln.code in (CHANGED, UNKNOWN) and ln.b.gpu != "cpu"
+            and not (env_change(ln) if env is False else env) and not (ln.a.point.partial or ln.b.point.partial))
 
 
 def verdict_of(ln: Line, significant: bool, log_t: float) -> Line:
     """The line with its verdict, from its corrected change, whether its family found it
     significant, and what changed (see the module docstring); the history's persistence test names
     its steps with it too."""
-    env = env_change(ln)
+    return _named(_evolve(ln), significant, log_t, env_change(ln))
+
+
+def _named(ln: Line, significant: bool, log_t: float, env: str | None) -> Line:
+    """verdict_of, written into a line just made (no one else holds it yet: judge makes a
+    million), env its env_change."""
     note = "; ".join(x for x in (ln.note, env and f"environment: {env}",
                                  ln.code == METHOD and "method changed (inputs or what is measured)") if x)
-    return _evolve(ln, note=note, verdict=_verdict(ln, significant, log_t, env))
+    ln.__dict__.update(note=note, verdict=_verdict(ln, significant, log_t, env))
+    return ln
 
 
 def _verdict(ln: Line, significant: bool, log_t: float, env: str | None) -> str:
@@ -250,13 +270,16 @@ def judge(lines: list[Line], threshold_of: Callable[[str], float], q: float = Q,
     alive = {case for case, ln in zip(cases, lines) if ln.b.point} | {c for c, n in providers.items() if n < 2}
     timed = [i for i, ln in enumerate(lines) if ln.a.point and ln.b.point and "unstable" not in (ln.a.status, ln.b.status)
              and (across or not conditions_differ(ln))]
-    drift, count, floor = ({}, {}, {}) if across else machine_drift([lines[i] for i in timed])
+    envs = [env_change(lines[i]) for i in timed]  # each asked once: every step below reads them
+    logs = [_log_change(lines[i]) for i in timed]
+    drift, count, floor = ({}, {}, {}) if across else machine_drift([lines[i] for i in timed], envs, logs)
     out = list(lines)
-    measured = [_measure(lines[i], drift, floor) for i in timed]
+    measured = [_measure(lines[i], drift, floor, d) for i, d in zip(timed, logs)]
     ps = p_values([m["z"] for m in measured], [m["noise"].df for m in measured])
     for i, m, p in zip(timed, measured, ps):
         out[i] = _evolve(lines[i], **m, p=p)
-    gates = {i: can_gate(out[i]) for i in timed}
+    env_of = dict(zip(timed, envs))
+    gates = {i: can_gate(out[i], env_of[i]) for i in timed}
     families = ([i for i in timed if gates[i]], [i for i in timed if not gates[i]])
     significant: dict[int, bool] = {}
     for family in families:
@@ -267,8 +290,8 @@ def judge(lines: list[Line], threshold_of: Callable[[str], float], q: float = Q,
         if ln.key[0] not in log_ts:
             log_ts[ln.key[0]] = math.log1p(threshold_of(ln.key[0]))
         log_t = log_ts[ln.key[0]]
-        if i in significant:
-            out[i] = (verdict_of(ln, significant[i], log_t) if not across else
+        if i in significant:  # out[i] was made above: named where it lies
+            out[i] = (_named(ln, significant[i], log_t, env_of[i]) if not across else
                       replace(ln, verdict="same" if abs(math.log1p(ln.change)) < log_t else
                               ("slower" if ln.change > 0 else "faster")))
         elif "unstable" in (ln.a.status, ln.b.status):

@@ -572,6 +572,39 @@ def history(tmp_path_factory):
     return data, site_flags.analyse(data), rows
 
 
+def test_the_engine_reads_the_series_in_columns_as_from_rows(tmp_path):
+    """series.group_store (the site's read of the history, grouped from hashed columns) gives the
+    series, our keys and the commits that group_series gives from the same rows as dicts: on the
+    committed history with the awkward rows it lacks planted in: a run outside git, a commit
+    stored by its short SHA beside a run with the full one, an interrupted run, rows without
+    p20/p80, with a NaN or zero recheck, with no or a negative median."""
+    from kcollect import series
+
+    db = site_store.history_store(tmp_path / "h.duckdb")
+    con = duckdb.connect(str(db))
+    runs = [r for (r,) in con.execute("SELECT run_id FROM runs ORDER BY run_id").fetchall()]
+    twice = con.execute("SELECT git_commit FROM runs GROUP BY git_commit HAVING count(*) > 1 ORDER BY 1").fetchone()[0]
+    short = con.execute("SELECT min(run_id) FROM runs WHERE git_commit = ?", [twice]).fetchone()[0]
+    con.execute("UPDATE runs SET git_commit = left(git_commit, 7) WHERE run_id = ?", [short])
+    con.execute("UPDATE runs SET git_commit = NULL WHERE run_id = ?", [runs[0]])
+    con.execute("UPDATE runs SET status = 'interrupted' WHERE run_id = ?", [runs[1]])
+    for where, change in (("hash(seq) % 7 = 0", "p20_ms = NULL, p80_ms = NULL"),
+                          ("hash(seq) % 7 = 1", "recheck_ms = 'nan'::DOUBLE"), ("hash(seq) % 7 = 2", "recheck_ms = 0"),
+                          ("hash(seq) % 7 = 3", "median_ms = NULL"), ("hash(seq) % 7 = 4", "median_ms = -1")):
+        con.execute(f"UPDATE results SET {change} WHERE run_id = ? AND {where}", [runs[2]])
+    con.close()
+    with Store(db, read_only=True) as store:
+        rows = store.query(series.QUERY)
+        want, want_ours = series.group_series(rows)
+        got, got_ours, commits = series.group_store(store.con)
+    assert got_ours == want_ours and sorted(set(commits)) == sorted({r["git_commit"] for r in rows if r["git_commit"]})
+    assert any(c.startswith("run:") for pts in want.values() for c in (p.commit for p in pts))
+    assert any(p.partial for pts in want.values() for p in pts) and any(p.runs > 1 for pts in want.values() for p in pts)
+    assert got.keys() == want.keys()
+    for key, points in want.items():
+        assert repr(got[key]) == repr(points), key
+
+
 def test_history_no_recovered_regression_is_open(history):
     data, a, rows = history
     for f in a.flags:
