@@ -321,6 +321,7 @@ for dtype in (torch.float32,):  # the fp32 paths' precise forms and fp64 sums (b
     for cfg in (tiles, lanes):
         ck = torch.zeros(B, -(-T // cfg.chunk), 2, H)
         calls += launches(lambda: rs.rtu_scan_forward(x, None, w, w, nu, th, r, cfg, keep_states=True))
+        calls += launches(lambda: rs.rtu_scan_forward(x, x, None, None, nu, th, r, cfg, keep_states=True))
         if cfg.bwd_path == "lanes":
             back = rs.rtu_lanes_backward
         else:

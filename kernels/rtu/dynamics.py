@@ -55,8 +55,13 @@ def power(NU, TH, h, mh, n, CONJ: tl.constexpr):
 def exact_transitions(pow_r, pow_i, keep, REVERSE: tl.constexpr):
     """The chunk's transitions (from the chunk's start to each row; REVERSE: from each row to the
     chunk's end) from the powers of lambda rounded once: lambda^k where no reset lies between, 0
-    where one does (keep [chunk, 1]: 0 at a reset)."""
-    fresh = tl.cumsum(1.0 - keep, axis=0, reverse=REVERSE) == 0.0
+    where one does (keep [chunk, 1]: 0 at a reset). From the first (REVERSE: last) reset's row, a
+    reduction: Triton 3.6 fails to lower a cumsum over a [chunk, 1] tile (ScanOpToLLVM asserts)."""
+    rows = tl.arange(0, keep.shape[0])[:, None]
+    if REVERSE:
+        fresh = rows > tl.max(tl.where(keep < 0.5, rows, -1), axis=0)[None, :]
+    else:
+        fresh = rows < tl.min(tl.where(keep < 0.5, rows, keep.shape[0]), axis=0)[None, :]
     return tl.where(fresh, pow_r, 0.0), tl.where(fresh, pow_i, 0.0)
 
 
