@@ -52,7 +52,10 @@ class AxonFunction(torch.autograd.Function):
         x2 = x.reshape(B * T, H)
         xh = (x2.to(m.dtype) @ m).to(x.dtype).view(B, T, H)
         par = channel_constants(nu_log, theta_log, w1, w2)
-        y2h, state = axon_scan_fwd(xh, par.float(), resets, scale, config)
+        par32 = par.float()
+        y2h, state = axon_scan_fwd(xh, par32, resets, scale, config)
+        if x.dtype != torch.float32:  # float64's last products only where fp32 users expect eager's error
+            par = par32
         w_lin, w_out = w_lin.contiguous(), w_out.contiguous()  # (the CPU's addmm of a strided one rounds worse)
         y = torch.addmm(torch.addmm(b_lin + b_out, x2, w_lin.t()), y2h.view(B * T, 2 * H), w_out.t())
         ctx.save_for_backward(x, xh, y2h, par, m, w_lin, w_out, resets)
