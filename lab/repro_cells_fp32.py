@@ -3,7 +3,7 @@ float64 beside eager's, per output and gradient, with the mLSTM's stabiliser val
 are wild.
 
     python -m lab.repro_cells_fp32 --out DIR [--fresh 24] [--seed 0] [--time-limit 170]
-        [--dot picked|ieee|split|tf32x3]
+        [--dot picked|ieee|tf32x3]
 
 Runs, on cuda, (1) the worst cases that lab/results/awkward_h200_cells_bcd216a.txt lists (read from
 that file), (2) a fresh draw of `--fresh` cells cases whose gates are wild or saturated (lab.awkward's
@@ -119,7 +119,7 @@ def main(argv=None) -> int:
     ap.add_argument("--fresh", type=int, default=24)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--time-limit", type=float, default=170.0)
-    ap.add_argument("--dot", choices=("picked", "ieee", "split", "tf32x3"), default="picked",
+    ap.add_argument("--dot", choices=("picked", "ieee", "tf32x3"), default="picked",
                     help="how every cell kernel's fp32 tl.dot multiplies (kernels/_host/dot.py), to compare")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
@@ -137,7 +137,7 @@ def main(argv=None) -> int:
         text.write(line + "\n")
 
     if args.dot != "picked":
-        _force_dot({"ieee": 1, "split": 2, "tf32x3": 3}[args.dot])
+        _force_dot({"ieee": 1, "tf32x3": 3}[args.dot])
     say(f"repro_cells_fp32 on {torch.cuda.get_device_name()}, torch {torch.__version__}, fp32 dot {args.dot}")
     start = time.time()
     # narrow heads first: a wide fp32 head's kernels compile for a minute or more, so they come last

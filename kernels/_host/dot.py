@@ -8,7 +8,6 @@ import torch
 
 # DOT_F32 modes of kernels/_jit/recurrent.py: dot (0: the operands' own type)
 IEEE = 1  # fp32 products on the CUDA cores
-SPLIT = 2  # fp32 operands split into three TF32 parts, six tensor-core products
 TF32X3 = 3  # Triton's "tf32x3" (about 2^-21 a product)
 
 

@@ -141,48 +141,20 @@ def keep_rows(rs_ptr, rows, mask, t, T, has_resets):
 
 
 @triton.jit
-def _tf32(x):
-    """x rounded to TF32 (10 mantissa bits; ties away from zero, as cvt.rna.tf32.f32)."""
-    bits = x.to(tl.uint32, bitcast=True)
-    return ((bits + 0x1000) & 0xFFFFE000).to(tl.float32, bitcast=True)
-
-
-@triton.jit
-def _split3(x):
-    """(hi, mid, lo) TF32 parts of fp32 x, hi + mid + lo == x exactly: hi keeps 11 bits, mid the
-    next 11, lo the last 2 (each exact in TF32, so the tensor cores take them without rounding)."""
-    hi = _tf32(x)
-    rest = x - hi
-    mid = _tf32(rest)
-    return hi, mid, rest - mid
-
-
-@triton.jit
 def dot(a, b, acc, DOT_F32: tl.constexpr):
     """acc + a @ b on tensor cores in the operands' type (DOT_F32 0), or with fp32 operands (the
-    modes of kernels/_host/dot.py): IEEE ("ieee", fp32 products on the CUDA cores) or SPLIT (each
-    operand as three exact TF32 parts, six products on tensor cores, the smallest added first; left
-    out only those below 2^-32 of a term). Triton's "tf32x3" rounds each product to about 2^-21,
-    8x fp32's (it leaves out the remainders' product and truncates the remainders to TF32): in
-    issue 40's H200 sweep an LSTM of 512 units was 8x eager's error at small inputs (well
-    conditioned: its sums of 512 products the only roundings beyond eager's) and the mLSTM's
-    gradients of q and k 15x. Compiled for sm_90 (fp32, the GPU configs), "ieee" costs the sLSTM
-    and mLSTM kernels a stack 3-8x TF32x3's (the mLSTM's backward chunk kernel 21 KB a thread at
-    DH 64, which the GPU reserves for every resident thread); the LSTM's is no larger: it takes
-    IEEE. The sLSTM takes SPLIT (its shared memory as TF32x3's, stacks 0.8-3 KB). The mLSTM keeps
-    TF32X3: with SPLIT its backward chunk kernel needed 192 KB of shared memory at DH 64 (64 KB
-    with TF32x3) and 336 KB at DH 65-128, past the GPU's 227 KB down to value blocks of 16 at
-    chunks of 64 (lab/repro_cells_fp32.py --dot compares the modes' errors on the GPU)."""
-    if DOT_F32 == 2:
-        a_hi, a_mid, a_lo = _split3(a.to(tl.float32))
-        b_hi, b_mid, b_lo = _split3(b.to(tl.float32))
-        acc = tl.dot(a_hi, b_lo, acc, input_precision="tf32")
-        acc = tl.dot(a_lo, b_hi, acc, input_precision="tf32")
-        acc = tl.dot(a_mid, b_mid, acc, input_precision="tf32")
-        acc = tl.dot(a_hi, b_mid, acc, input_precision="tf32")
-        acc = tl.dot(a_mid, b_hi, acc, input_precision="tf32")
-        return tl.dot(a_hi, b_hi, acc, input_precision="tf32")
-    elif DOT_F32 == 1:
+    modes of kernels/_host/dot.py): IEEE ("ieee", fp32 products on the CUDA cores) or TF32X3
+    (Triton's "tf32x3": about 2^-21 a product, 8x fp32's; it leaves out the remainders' product and
+    truncates the remainders to TF32). In issue 40's H200 sweep (seed 2) an LSTM of 512 units was 8x
+    eager's error at small inputs under tf32x3 (well conditioned: its sums of 512 products the only
+    roundings beyond eager's): the LSTM takes IEEE, whose stack compiled for sm_90 is no larger.
+    "ieee" costs the sLSTM and mLSTM kernels a stack 3-8x TF32x3's (the mLSTM's backward chunk
+    kernel 21 KB a thread at DH 64, which the GPU reserves for every resident thread): they keep
+    TF32X3. Six exact TF32 products (each operand split in three TF32 parts) were tried for the
+    sLSTM and erred more on the H200 than tf32x3 (seed 3: 86 of 245 fp32 cases over 2x eager,
+    against 2 of 508 at seed 2 with tf32x3; the tensor cores' fp32 accumulation is not rounded to
+    nearest), and for the mLSTM needed 192-336 KB of shared memory."""
+    if DOT_F32 == 1:
         return tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
     elif DOT_F32 == 3:
         return tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="tf32x3")

@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 
 from .._host.cells import precise
-from .._host.dot import SPLIT as DOT_SPLIT, dot_f32
+from .._host.dot import TF32X3, dot_f32
 from .._jit.recurrent import div_f32, dot, exp_f32, keep_rows, logsigmoid_f32, sigmoid_f32, tanh_f32
 from .._host.cells import fit_limit, shared_bytes_for_types
 from .config import SLSTMConfig
@@ -202,7 +202,7 @@ def _slstm_bwd(dy_ptr, dlast_ptr, r_ptr, raw_ptr, cs_ptr, ns_ptr, ms_ptr, rs_ptr
 def _meta(B, NH, DH, dtype, device, config: SLSTMConfig, warps: int) -> tuple[tuple, dict]:
     grid = (NH, triton.cdiv(B, config.bb))
     return grid, dict(BB=config.bb, DP=max(16, triton.next_power_of_2(DH)), RESIDENT=config.resident,
-                      SPLIT=config.split and not config.resident, DOT_F32=dot_f32(dtype, device, DOT_SPLIT), EPS=EPS,
+                      SPLIT=config.split and not config.resident, DOT_F32=dot_f32(dtype, device, TF32X3), EPS=EPS,
                       PRECISE=precise(dtype), num_warps=warps)
 
 
@@ -222,7 +222,7 @@ def _floor(config: SLSTMConfig, dtype, DH: int, device) -> int:
     it). What fits under it is compiled to be sure; what does not is not (a 256-wide fp32 head
     compiles for minutes)."""
     dp = max(16, triton.next_power_of_2(DH))
-    size = 4 if dot_f32(dtype, device, DOT_SPLIT) else dtype.itemsize
+    size = 4 if dot_f32(dtype, device, TF32X3) else dtype.itemsize
     return (1 if config.split and not config.resident else 4) * dp * dp * size
 
 
