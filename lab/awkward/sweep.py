@@ -2,7 +2,7 @@
 one JSONL per family and a summary table.
 
     python -m lab.awkward --family attention,scans,cells --cases 2000 --seed 0 --device cuda --out DIR
-        [--workers 16] [--time-limit 420] [--case-timeout 240]
+        [--workers 16] [--time-limit 420] [--case-timeout 240] [--bounds]
 
 On the GPU, compiling each new kernel variant dominates (CPU-bound, one core a compile), so the cases
 of a family are sorted by what decides their compiled variants (the module's `variant`, where it has
@@ -43,12 +43,17 @@ def draw_cases(family: str, n: int, seed: int, device: str) -> list[dict]:
     return sorted(cases, key=lambda c: (key(c), c["index"]))
 
 
-def _worker(tasks, results, stop, device: str) -> None:
+def _worker(tasks, results, stop, device: str, bounds: bool = False) -> None:
     """Check batches of (family, case) until the queue is empty or the stop event is set; a fatal
-    crash (the CUDA context lost) ends the process after its report (the parent starts another)."""
+    crash (the CUDA context lost) ends the process after its report (the parent starts another).
+    bounds: every interpreted load and store checked against its launch's tensors (bounds.py)."""
     if device == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    if bounds:
+        from lab.awkward import bounds as checker
+
+        checker.install()
     import warnings
 
     warnings.filterwarnings("ignore")
@@ -93,7 +98,8 @@ class Sweep:
                 self.tasks.put([(family, c) for c in cs[i:i + BATCH]])
 
     def _start_worker(self) -> None:
-        p = self.ctx.Process(target=_worker, args=(self.tasks, self.results, self.stop, self.args.device), daemon=True)
+        p = self.ctx.Process(target=_worker, args=(self.tasks, self.results, self.stop, self.args.device,
+                                                   getattr(self.args, "bounds", False)), daemon=True)
         p.start()
         self.workers[p.pid] = p
         self.started += 1
@@ -221,6 +227,9 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", type=int, default=None, help="processes (default: the CPU cores, at most 16)")
     ap.add_argument("--time-limit", type=float, default=420.0, help="seconds after which no case starts")
     ap.add_argument("--case-timeout", type=float, default=240.0, help="seconds after which a case is a hang")
+    ap.add_argument("--bounds", action="store_true",
+                    help="with --device cpu: every load and store of the interpreted kernels checked against "
+                         "its launch's tensors (an out-of-bounds access is the case's crash)")
     args = ap.parse_args(argv)
     families = [f for f in args.family.split(",") if f]
     unknown = [f for f in families if f not in FAMILIES]
@@ -228,6 +237,10 @@ def main(argv=None) -> int:
         why = (f"unknown family {', '.join(unknown)}" if unknown else "no family" if not families
                else f"--cases {args.cases}")
         print(f"python -m lab.awkward: {why}; valid: --family from {', '.join(FAMILIES)}, --cases >= 1",
+              file=sys.stderr)
+        return 2
+    if args.bounds and args.device != "cpu":
+        print("python -m lab.awkward: --bounds checks the CPU interpreter's accesses; valid with --device cpu",
               file=sys.stderr)
         return 2
     args.workers = args.workers or min(16, os.cpu_count() or 1)
