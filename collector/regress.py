@@ -129,13 +129,6 @@ def pool_key(key: SeriesKey, points: Sequence[Point]) -> tuple:
     return (key.gpu, key.machine, key.timing, duration_class(median(p.median_ms for p in points)))
 
 
-def within(p: Point) -> list[float]:
-    """The differences inside one point: its reruns, and each run against its recheck."""
-    if len(p.runs_ms) < 2:  # most points: one run (asked for each point three times)
-        return list(p.rechecks)
-    return [math.log(b / a) for a, b in zip(p.runs_ms, p.runs_ms[1:])] + list(p.rechecks)
-
-
 def priors(series: dict[SeriesKey, list[Point]], ours: set[SeriesKey]) -> dict[SeriesKey, float | None]:
     """{series: the noise its own estimate is shrunk towards}: the typical difference of the same
     series on the other machines of its GPU model (a kernel's noise is its own: a bimodal one is
@@ -145,7 +138,7 @@ def priors(series: dict[SeriesKey, list[Point]], ours: set[SeriesKey]) -> dict[S
     pooled = pooled_noise(series, ours)
     siblings: dict[tuple, list[tuple[SeriesKey, list[float]]]] = {}
     for key, points in series.items():
-        diffs = [d for p in points for d in within(p)]
+        diffs = [d for p in points for d in p.within]
         diffs += [math.log(b.median_ms / a.median_ms) for a, b in zip(points, points[1:]) if a.env == b.env]
         siblings.setdefault(key._replace(machine=None), []).append((key, diffs))
     out = {}
@@ -163,7 +156,7 @@ def pooled_noise(series: dict[SeriesKey, list[Point]], ours: set[SeriesKey]) -> 
     estimates = []
     for key, points in series.items():
         if key not in ours and points:
-            diffs = [d for p in points for d in within(p)]
+            diffs = [d for p in points for d in p.within]
             diffs += [math.log(b.median_ms / a.median_ms) for a, b in zip(points, points[1:]) if a.env == b.env]
             estimates.append((pool_key(key, points), typical(diffs), len(diffs)))
     return pool(estimates)
@@ -232,21 +225,20 @@ class _Walk:
 
     def run(self) -> None:
         rank = commit_rank(s.points for s in self.state.values())
-        at: dict[str, list[tuple[SeriesKey, int]]] = {}
+        at: dict[str, list[tuple[SeriesKey, _State, int]]] = {}
         for key, s in self.state.items():
             s.points.sort(key=lambda p: rank[p.commit])  # one commit order for every series
             for i, p in enumerate(s.points):
-                at.setdefault(p.commit, []).append((key, i))
+                at.setdefault(p.commit, []).append((key, s, i))  # its state too: a key's hash is 8 strings
         for commit in sorted(at, key=rank.get):
             self.commit(commit, at[commit])
 
-    def commit(self, commit: str, members: list[tuple[SeriesKey, int]]) -> None:
+    def commit(self, commit: str, members: list[tuple[SeriesKey, _State, int]]) -> None:
         lines, where = [], []
-        for key, i in members:
-            s = self.state[key]
+        for key, s, i in members:
             p = s.points[i]
             s.noise_before.append(s.noise())
-            for d in within(p):
+            for d in p.within:
                 s.diffs.add(d)
             s.noise_at.append(s.noise())
             s.sides.append(_side(key, p))
@@ -259,18 +251,17 @@ class _Walk:
             s.code.append(code)
             lines.append(made(Line, key=key[:5], a=s.sides[i - 1], b=s.sides[i], code=code, verdict="n/a",
                               ours=s.ours, noise=s.noise_at[i]))
-            where.append((key, i))
+            where.append((s, i))
         cmp = judge(lines, self.threshold_of, self.q)
-        for group in {(k.gpu, k.machine) for k, _ in members}:
+        for group in {(k.gpu, k.machine) for k, _, _ in members}:
             self.level[group] = self.level.get(group, 0.0) + cmp.drift.get(group, 0.0)
             self.commit_drift.setdefault(group, {})[commit] = self.level[group]
-        for key, i in members:
-            s = self.state[key]
+        for key, s, i in members:
             s.y.append(math.log(s.points[i].median_ms) - self.level[(key.gpu, key.machine)])
-        for (key, i), ln in zip(where, cmp.lines):
-            self._gate(self.state[key], i, ln)
-        self._persistence([(key, i) for key, i in members if i >= 2])
-        self._slides([(key, i) for key, i in members])
+        for (s, i), ln in zip(where, cmp.lines):
+            self._gate(s, i, ln)
+        self._persistence([m for m in members if m[2] >= 2])
+        self._slides(members)
 
     def _gate(self, s: _State, i: int, ln: Line) -> None:
         s.lines.append(ln)
@@ -286,10 +277,9 @@ class _Walk:
             s.added[i] = s.y[i] - s.y[i - 1]
             s.diffs.add(s.added[i])
 
-    def _persistence(self, members: list[tuple[SeriesKey, int]]) -> None:
+    def _persistence(self, members: list[tuple[SeriesKey, _State, int]]) -> None:
         found = []
-        for key, i in members:
-            s = self.state[key]
+        for key, s, i in members:
             best = self._candidate(key, s, i)
             if best:
                 found.append((key, i, best))
@@ -359,10 +349,9 @@ class _Walk:
                   ours=s.ours, noise=noise, change=math.expm1(la - lb), corrected=math.expm1(la - lb), z=z)
         return j, verdict_of(ln, True, log_t), tried
 
-    def _slides(self, members: list[tuple[SeriesKey, int]]) -> None:
+    def _slides(self, members: list[tuple[SeriesKey, _State, int]]) -> None:
         tests = []
-        for key, i in members:
-            s = self.state[key]
+        for key, s, i in members:
             lo = max(s.cut_before(i + 1), i - SLIDE_SPAN + 1)
             if i - lo + 1 < 2 * SLIDE_ENDS + 1:
                 continue
