@@ -220,9 +220,6 @@ class _Walk:
             self._log_t[kernel] = math.log1p(self.threshold_of(kernel))
         return self._log_t[kernel]
 
-    def code_of(self, key: SeriesKey, ours: bool, a: str, b: str) -> str:
-        return code_status(self.code, key.kernel, ours, a, b)
-
     def run(self) -> None:
         rank = commit_rank(s.points for s in self.state.values())
         at: dict[str, list[tuple[SeriesKey, _State, int]]] = {}
@@ -237,20 +234,23 @@ class _Walk:
         lines, where = [], []
         for key, s, i in members:
             p = s.points[i]
-            s.noise_before.append(s.noise())
-            for d in p.within:
-                s.diffs.add(d)
-            s.noise_at.append(s.noise())
+            noise = s.noise()
+            s.noise_before.append(noise)
+            if p.within:  # else nothing came that the noise is made of
+                for d in p.within:
+                    s.diffs.add(d)
+                noise = s.noise()
+            s.noise_at.append(noise)
             s.sides.append(_side(key, p))
             if i == 0:
                 s.code.append(None)
                 s.lines.append(None)
                 continue
             prev = s.points[i - 1]
-            code = self.code_of(key, s.ours, prev.commit, p.commit)
+            code = code_status(self.code, key.kernel, s.ours, prev.commit, p.commit)
             s.code.append(code)
             lines.append(made(Line, key=key[:5], a=s.sides[i - 1], b=s.sides[i], code=code, verdict="n/a",
-                              ours=s.ours, noise=s.noise_at[i]))
+                              ours=s.ours, noise=noise))
             where.append((s, i))
         cmp = judge(lines, self.threshold_of, self.q)
         for group in {(k.gpu, k.machine) for k, _, _ in members}:
@@ -305,12 +305,13 @@ class _Walk:
     def _candidate(self, key: SeriesKey, s: _State, i: int) -> tuple[int, Line, int] | None:
         """The best step of one series decided at point i with 2..KMAX points after it: (its index,
         its line named as the gate would name it, the candidates tried)."""
-        log_t = self.log_t(key.kernel)
-        last_cut = s.cut_before(i + 1)
-        last_step = max((step[0] for step in s.steps), default=-1)
+        # every cut and step so far is at a point met, so at i or before; steps come in the order of
+        # their index (a candidate starts after the last step, and the gate's is at i)
+        last_cut, last_step = s.cuts[-1], s.steps[-1][0] if s.steps else -1
         first = max(1, i - KMAX + 1, last_cut, last_step + 1)
         if first >= i:
             return None
+        log_t = self.log_t(key.kernel)
         window = s.y[max(s.cut_before(first), first - WINDOW):i + 1]  # every point the medians below read
         if self.record is None and max(window) - min(window) < log_t:
             return None  # no two medians within it can be log_t apart (the answer without the work)

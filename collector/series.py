@@ -84,6 +84,9 @@ class Point:
     @_once  # the history reads each point's spread at two commits
     def spread(self) -> tuple[int, float]:
         """(runs, sum of squared deviations of their log times from the mean): what its runs show."""
+        if len(self.runs_ms) < 2:  # one time (most points): the arithmetic below, without its lists
+            x = math.log(self.runs_ms[0] if self.runs_ms else self.median_ms)
+            return 1, (x - x) ** 2
         logs = [math.log(v) for v in self.runs_ms] or [math.log(self.median_ms)]
         mean = sum(logs) / len(logs)
         return len(logs), sum((x - mean) ** 2 for x in logs)

@@ -269,13 +269,7 @@ def judge(lines: list[Line], threshold_of: Callable[[str], float], q: float = Q,
     """Every line's verdict (see the module docstring). `threshold_of(kernel)`: its relative
     threshold; `across`: the sides are two GPUs, so changes are 'slower'/'faster' by the threshold
     alone and nothing gates."""
-    cases = [_case(ln) for ln in lines]
-    providers: dict[tuple, int] = {}
-    for case in cases:
-        providers[case] = providers.get(case, 0) + 1
-    # cases where some provider still has a time at B, or with one provider only: a failure there is
-    # that provider's; where every one of several failed, the case did (the reference out of memory)
-    alive = {case for case, ln in zip(cases, lines) if ln.b.point} | {c for c, n in providers.items() if n < 2}
+    alive = None  # _alive(lines), where a line is newly failing
     timed = [i for i, ln in enumerate(lines) if ln.a.point and ln.b.point and "unstable" not in (ln.a.status, ln.b.status)
              and (across or not conditions_differ(ln))]
     envs = [env_change(lines[i]) for i in timed]  # each asked once: every step below reads them
@@ -309,10 +303,22 @@ def judge(lines: list[Line], threshold_of: Callable[[str], float], q: float = Q,
             out[i] = replace(ln, verdict=verdict, note=note, change=math.expm1(_log_change(ln)))
         elif ln.a.point and ln.b.status in FAILING:
             failing = "partial run" if ln.b.partial else "failing"
-            out[i] = replace(ln, verdict=failing if cases[i] in alive else "case failed")
+            alive = _alive(lines) if alive is None else alive
+            out[i] = replace(ln, verdict=failing if _case(ln) in alive else "case failed")
         elif ln.b.point and ln.a.status in FAILING:
             out[i] = replace(ln, verdict="fixed")
     return Comparison(out, drift, count, _notes(out, drift, count))
+
+
+def _alive(lines: list[Line]) -> set[tuple]:
+    """The cases where some provider still has a time at B, or with one provider only: a failure
+    there is that provider's; where every one of several failed, the case did (the reference out of
+    memory)."""
+    cases = [_case(ln) for ln in lines]
+    providers: dict[tuple, int] = {}
+    for case in cases:
+        providers[case] = providers.get(case, 0) + 1
+    return {case for case, ln in zip(cases, lines) if ln.b.point} | {c for c, n in providers.items() if n < 2}
 
 
 def _case(ln: Line) -> tuple:
