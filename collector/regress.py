@@ -135,11 +135,10 @@ def priors(series: dict[SeriesKey, list[Point]], ours: set[SeriesKey]) -> dict[S
     bimodal on every host), itself shrunk towards the pool of like references (pooled_noise); the
     pool alone where it has none. Typical (the median difference), not the series' own estimate: a
     whole history, steps and all, is read here."""
-    pooled = pooled_noise(series, ours)
+    history = {key: differences(points) for key, points in series.items()}
+    pooled = pooled_noise(series, ours, history)
     siblings: dict[tuple, list[tuple[SeriesKey, list[float]]]] = {}
-    for key, points in series.items():
-        diffs = [d for p in points for d in p.within]
-        diffs += [math.log(b.median_ms / a.median_ms) for a, b in zip(points, points[1:]) if a.env == b.env]
+    for key, diffs in history.items():
         siblings.setdefault(key._replace(machine=None), []).append((key, diffs))
     out = {}
     for key, points in series.items():
@@ -149,17 +148,25 @@ def priors(series: dict[SeriesKey, list[Point]], ours: set[SeriesKey]) -> dict[S
     return out
 
 
-def pooled_noise(series: dict[SeriesKey, list[Point]], ours: set[SeriesKey]) -> dict[tuple, float]:
+def pooled_noise(series: dict[SeriesKey, list[Point]], ours: set[SeriesKey],
+                 history: dict[SeriesKey, list[float]] | None = None) -> dict[tuple, float]:
     """{pool key: the median noise of the reference series in it}: providers that are not ours,
     whose code does not change between our commits, each the typical difference over its whole
-    history in one environment."""
+    history in one environment. `history`: each series' differences(), where the caller has them."""
     estimates = []
     for key, points in series.items():
         if key not in ours and points:
-            diffs = [d for p in points for d in p.within]
-            diffs += [math.log(b.median_ms / a.median_ms) for a, b in zip(points, points[1:]) if a.env == b.env]
+            diffs = history[key] if history is not None else differences(points)
             estimates.append((pool_key(key, points), typical(diffs), len(diffs)))
     return pool(estimates)
+
+
+def differences(points: Sequence[Point]) -> list[float]:
+    """Every difference a whole history shows: inside each point, and between consecutive points
+    measured in one environment (steps and all)."""
+    diffs = [d for p in points for d in p.within]
+    diffs += [math.log(b.median_ms / a.median_ms) for a, b in zip(points, points[1:]) if a.env == b.env]
+    return diffs
 
 
 # -- the walk -----------------------------------------------------------------------------------------
@@ -353,7 +360,7 @@ class _Walk:
     def _slides(self, members: list[tuple[SeriesKey, _State, int]]) -> None:
         tests = []
         for key, s, i in members:
-            lo = max(s.cut_before(i + 1), i - SLIDE_SPAN + 1)
+            lo = max(s.cuts[-1], i - SLIDE_SPAN + 1)  # the last cut: every cut is at a point met
             if i - lo + 1 < 2 * SLIDE_ENDS + 1:
                 continue
             start, end = fast_median(s.y[lo:lo + SLIDE_ENDS]), fast_median(s.y[i - SLIDE_ENDS + 1:i + 1])
