@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, bisect_right
-from itertools import chain, islice, repeat
 from dataclasses import dataclass
 from statistics import median
 from typing import Iterable, Sequence
@@ -79,7 +78,7 @@ def sigma_of_differences(diffs: Iterable[float]) -> float | None:
     return _scale(d)
 
 
-def _scale(d: Sequence[float], squares: Sequence[float] | None = None) -> float | None:
+def _scale(d: Sequence[float], squares: list[float] | None = None) -> float | None:
     """The root mean square of sorted absolute differences, each held to the WINSOR quantile of
     them and to CLIP, over sqrt(2). `squares`: each difference ** 2, where the caller keeps them
     (the same terms in the same order, summed in C: the history asks a million times)."""
@@ -89,7 +88,8 @@ def _scale(d: Sequence[float], squares: Sequence[float] | None = None) -> float 
     if squares is None:
         return math.sqrt(sum(min(x, cap) ** 2 for x in d) / len(d) / 2)
     held = bisect_left(d, cap)  # the differences below the cap count as themselves, the rest as it
-    return math.sqrt(sum(chain(islice(squares, held), repeat(cap ** 2, len(d) - held))) / len(d) / 2)
+    # one list of the same terms: sum() iterates a list faster than chained iterators
+    return math.sqrt(sum(squares[:held] + [cap ** 2] * (len(d) - held)) / len(d) / 2)
 
 
 def typical(diffs: Iterable[float]) -> float | None:

@@ -129,24 +129,16 @@ def pool_key(key: SeriesKey, points: Sequence[Point]) -> tuple:
     return (key.gpu, key.machine, key.timing, duration_class(median(p.median_ms for p in points)))
 
 
-def within(p: Point) -> list[float]:
-    """The differences inside one point: its reruns, and each run against its recheck."""
-    if len(p.runs_ms) < 2:  # most points: one run (asked for each point three times)
-        return list(p.rechecks)
-    return [math.log(b / a) for a, b in zip(p.runs_ms, p.runs_ms[1:])] + list(p.rechecks)
-
-
 def priors(series: dict[SeriesKey, list[Point]], ours: set[SeriesKey]) -> dict[SeriesKey, float | None]:
     """{series: the noise its own estimate is shrunk towards}: the typical difference of the same
     series on the other machines of its GPU model (a kernel's noise is its own: a bimodal one is
     bimodal on every host), itself shrunk towards the pool of like references (pooled_noise); the
     pool alone where it has none. Typical (the median difference), not the series' own estimate: a
     whole history, steps and all, is read here."""
-    pooled = pooled_noise(series, ours)
+    history = {key: differences(points) for key, points in series.items()}
+    pooled = pooled_noise(series, ours, history)
     siblings: dict[tuple, list[tuple[SeriesKey, list[float]]]] = {}
-    for key, points in series.items():
-        diffs = [d for p in points for d in within(p)]
-        diffs += [math.log(b.median_ms / a.median_ms) for a, b in zip(points, points[1:]) if a.env == b.env]
+    for key, diffs in history.items():
         siblings.setdefault(key._replace(machine=None), []).append((key, diffs))
     out = {}
     for key, points in series.items():
@@ -156,17 +148,25 @@ def priors(series: dict[SeriesKey, list[Point]], ours: set[SeriesKey]) -> dict[S
     return out
 
 
-def pooled_noise(series: dict[SeriesKey, list[Point]], ours: set[SeriesKey]) -> dict[tuple, float]:
+def pooled_noise(series: dict[SeriesKey, list[Point]], ours: set[SeriesKey],
+                 history: dict[SeriesKey, list[float]] | None = None) -> dict[tuple, float]:
     """{pool key: the median noise of the reference series in it}: providers that are not ours,
     whose code does not change between our commits, each the typical difference over its whole
-    history in one environment."""
+    history in one environment. `history`: each series' differences(), where the caller has them."""
     estimates = []
     for key, points in series.items():
         if key not in ours and points:
-            diffs = [d for p in points for d in within(p)]
-            diffs += [math.log(b.median_ms / a.median_ms) for a, b in zip(points, points[1:]) if a.env == b.env]
+            diffs = history[key] if history is not None else differences(points)
             estimates.append((pool_key(key, points), typical(diffs), len(diffs)))
     return pool(estimates)
+
+
+def differences(points: Sequence[Point]) -> list[float]:
+    """Every difference a whole history shows: inside each point, and between consecutive points
+    measured in one environment (steps and all)."""
+    diffs = [d for p in points for d in p.within]
+    diffs += [math.log(b.median_ms / a.median_ms) for a, b in zip(points, points[1:]) if a.env == b.env]
+    return diffs
 
 
 # -- the walk -----------------------------------------------------------------------------------------
@@ -227,50 +227,48 @@ class _Walk:
             self._log_t[kernel] = math.log1p(self.threshold_of(kernel))
         return self._log_t[kernel]
 
-    def code_of(self, key: SeriesKey, ours: bool, a: str, b: str) -> str:
-        return code_status(self.code, key.kernel, ours, a, b)
-
     def run(self) -> None:
         rank = commit_rank(s.points for s in self.state.values())
-        at: dict[str, list[tuple[SeriesKey, int]]] = {}
+        at: dict[str, list[tuple[SeriesKey, _State, int]]] = {}
         for key, s in self.state.items():
             s.points.sort(key=lambda p: rank[p.commit])  # one commit order for every series
             for i, p in enumerate(s.points):
-                at.setdefault(p.commit, []).append((key, i))
+                at.setdefault(p.commit, []).append((key, s, i))  # its state too: a key's hash is 8 strings
         for commit in sorted(at, key=rank.get):
             self.commit(commit, at[commit])
 
-    def commit(self, commit: str, members: list[tuple[SeriesKey, int]]) -> None:
+    def commit(self, commit: str, members: list[tuple[SeriesKey, _State, int]]) -> None:
         lines, where = [], []
-        for key, i in members:
-            s = self.state[key]
+        for key, s, i in members:
             p = s.points[i]
-            s.noise_before.append(s.noise())
-            for d in within(p):
-                s.diffs.add(d)
-            s.noise_at.append(s.noise())
+            noise = s.noise()
+            s.noise_before.append(noise)
+            if p.within:  # else nothing came that the noise is made of
+                for d in p.within:
+                    s.diffs.add(d)
+                noise = s.noise()
+            s.noise_at.append(noise)
             s.sides.append(_side(key, p))
             if i == 0:
                 s.code.append(None)
                 s.lines.append(None)
                 continue
             prev = s.points[i - 1]
-            code = self.code_of(key, s.ours, prev.commit, p.commit)
+            code = code_status(self.code, key.kernel, s.ours, prev.commit, p.commit)
             s.code.append(code)
             lines.append(made(Line, key=key[:5], a=s.sides[i - 1], b=s.sides[i], code=code, verdict="n/a",
-                              ours=s.ours, noise=s.noise_at[i]))
-            where.append((key, i))
+                              ours=s.ours, noise=noise))
+            where.append((s, i))
         cmp = judge(lines, self.threshold_of, self.q)
-        for group in {(k.gpu, k.machine) for k, _ in members}:
+        for group in {(k.gpu, k.machine) for k, _, _ in members}:
             self.level[group] = self.level.get(group, 0.0) + cmp.drift.get(group, 0.0)
             self.commit_drift.setdefault(group, {})[commit] = self.level[group]
-        for key, i in members:
-            s = self.state[key]
+        for key, s, i in members:
             s.y.append(math.log(s.points[i].median_ms) - self.level[(key.gpu, key.machine)])
-        for (key, i), ln in zip(where, cmp.lines):
-            self._gate(self.state[key], i, ln)
-        self._persistence([(key, i) for key, i in members if i >= 2])
-        self._slides([(key, i) for key, i in members])
+        for (s, i), ln in zip(where, cmp.lines):
+            self._gate(s, i, ln)
+        self._persistence([m for m in members if m[2] >= 2])
+        self._slides(members)
 
     def _gate(self, s: _State, i: int, ln: Line) -> None:
         s.lines.append(ln)
@@ -286,10 +284,9 @@ class _Walk:
             s.added[i] = s.y[i] - s.y[i - 1]
             s.diffs.add(s.added[i])
 
-    def _persistence(self, members: list[tuple[SeriesKey, int]]) -> None:
+    def _persistence(self, members: list[tuple[SeriesKey, _State, int]]) -> None:
         found = []
-        for key, i in members:
-            s = self.state[key]
+        for key, s, i in members:
             best = self._candidate(key, s, i)
             if best:
                 found.append((key, i, best))
@@ -315,12 +312,13 @@ class _Walk:
     def _candidate(self, key: SeriesKey, s: _State, i: int) -> tuple[int, Line, int] | None:
         """The best step of one series decided at point i with 2..KMAX points after it: (its index,
         its line named as the gate would name it, the candidates tried)."""
-        log_t = self.log_t(key.kernel)
-        last_cut = s.cut_before(i + 1)
-        last_step = max((step[0] for step in s.steps), default=-1)
+        # every cut and step so far is at a point met, so at i or before; steps come in the order of
+        # their index (a candidate starts after the last step, and the gate's is at i)
+        last_cut, last_step = s.cuts[-1], s.steps[-1][0] if s.steps else -1
         first = max(1, i - KMAX + 1, last_cut, last_step + 1)
         if first >= i:
             return None
+        log_t = self.log_t(key.kernel)
         window = s.y[max(s.cut_before(first), first - WINDOW):i + 1]  # every point the medians below read
         if self.record is None and max(window) - min(window) < log_t:
             return None  # no two medians within it can be log_t apart (the answer without the work)
@@ -359,11 +357,10 @@ class _Walk:
                   ours=s.ours, noise=noise, change=math.expm1(la - lb), corrected=math.expm1(la - lb), z=z)
         return j, verdict_of(ln, True, log_t), tried
 
-    def _slides(self, members: list[tuple[SeriesKey, int]]) -> None:
+    def _slides(self, members: list[tuple[SeriesKey, _State, int]]) -> None:
         tests = []
-        for key, i in members:
-            s = self.state[key]
-            lo = max(s.cut_before(i + 1), i - SLIDE_SPAN + 1)
+        for key, s, i in members:
+            lo = max(s.cuts[-1], i - SLIDE_SPAN + 1)  # the last cut: every cut is at a point met
             if i - lo + 1 < 2 * SLIDE_ENDS + 1:
                 continue
             start, end = fast_median(s.y[lo:lo + SLIDE_ENDS]), fast_median(s.y[i - SLIDE_ENDS + 1:i + 1])

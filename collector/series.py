@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass, fields
 from datetime import datetime
-from functools import cached_property, lru_cache
+from functools import lru_cache
 from typing import Iterable, NamedTuple
 
 from .stability import disagree, disagrees
@@ -51,6 +51,22 @@ class SeriesKey(NamedTuple):
 Env = tuple[tuple[str, str | None], ...]
 
 
+class _once:
+    """functools.cached_property without its per-instance lock (Python 3.11 takes one at each first
+    read: the history reads two of them on each of 200k points). The value goes into the instance's
+    __dict__, which later reads find first."""
+
+    def __init__(self, compute):
+        self.compute, self.name = compute, compute.__name__
+        self.__doc__ = compute.__doc__
+
+    def __get__(self, obj, cls=None):
+        if obj is None:
+            return self
+        value = obj.__dict__[self.name] = self.compute(obj)
+        return value
+
+
 @dataclass(frozen=True)
 class Point:
     commit: str
@@ -65,12 +81,36 @@ class Point:
     partial: bool = False  # every run behind it was interrupted or unfinished
     started_at: datetime | None = None  # its first run's start
 
-    @cached_property  # the history reads each point's spread at two commits
+    @_once  # the history reads each point's spread at two commits
     def spread(self) -> tuple[int, float]:
         """(runs, sum of squared deviations of their log times from the mean): what its runs show."""
+        if len(self.runs_ms) < 2:  # one time (most points): the arithmetic below, without its lists
+            x = math.log(self.runs_ms[0] if self.runs_ms else self.median_ms)
+            return 1, (x - x) ** 2
         logs = [math.log(v) for v in self.runs_ms] or [math.log(self.median_ms)]
         mean = sum(logs) / len(logs)
         return len(logs), sum((x - mean) ** 2 for x in logs)
+
+    @_once  # the history reads them three times: its priors, its pool and the walk
+    def within(self) -> tuple[float, ...]:
+        """The differences inside the point: its reruns, and each run against its recheck."""
+        if len(self.runs_ms) < 2:  # most points: one run (asked for each point three times)
+            return self.rechecks
+        return tuple([math.log(b / a) for a, b in zip(self.runs_ms, self.runs_ms[1:])]) + self.rechecks
+
+
+def made(cls, **values):
+    """cls(**values) for a frozen dataclass without __post_init__ (Point, verdicts' Line and Side),
+    its defaults filled in, without __init__'s setattr per field (the history makes one of each per
+    point: half its time)."""
+    obj = object.__new__(cls)
+    obj.__dict__.update(_defaults(cls), **values)
+    return obj
+
+
+@lru_cache(maxsize=None)
+def _defaults(cls) -> dict:
+    return {f.name: f.default for f in fields(cls) if f.default is not MISSING}
 
 
 def device(row: dict) -> str:
@@ -173,7 +213,7 @@ def make_point(commit: str, medians: list[float], p20s: list, p80s: list, rechec
     `unfinished`: whether each run was interrupted or did not finish)."""
     if len(medians) == 1:  # most points: the same values as below, without their lists
         m, r = medians[0], rechecks[0]
-        return Point(commit=commit, commit_time=commit_times[0], median_ms=math.exp(math.log(m)),
+        return made(Point, commit=commit, commit_time=commit_times[0], median_ms=math.exp(math.log(m)),
                      p20_ms=min(p20s[0] or m, m), p80_ms=max(p80s[0] or m, m), runs=1, env=env, runs_ms=(m,),
                      rechecks=(math.log(m / r),) if (r or 0) > 0 else (), partial=all(unfinished),
                      started_at=starts[0])
@@ -181,8 +221,8 @@ def make_point(commit: str, medians: list[float], p20s: list, p80s: list, rechec
     p80 = fast_median([a or m for a, m in zip(p80s, medians)])
     times = [t for t in commit_times if t is not None]
     starts = [t for t in starts if t is not None]
-    return Point(
-        commit=commit, commit_time=min(times) if times else None, median_ms=log_median(medians),
+    return made(
+        Point, commit=commit, commit_time=min(times) if times else None, median_ms=log_median(medians),
         p20_ms=min(p20, *medians), p80_ms=max(p80, *medians), runs=len(medians), env=env, runs_ms=tuple(medians),
         rechecks=tuple(math.log(m / r) for m, r in zip(medians, rechecks) if (r or 0) > 0),
         partial=all(unfinished), started_at=min(starts) if starts else None)

@@ -185,10 +185,28 @@ def boundaries(b: Base) -> list[tuple[int, float]]:
     out = []
     for j in range(1, len(b.ci)):
         if b.cond[j] != b.cond[j - 1]:
-            before = [m for m, k in zip(b.med[:j], b.cond[:j]) if k == b.cond[j - 1]][-PERSIST:]
-            after = [m for m, k in zip(b.med[j:], b.cond[j:]) if k == b.cond[j]][:PERSIST]
+            before, after = _around(b, j)
             out.append((j, math.exp(_level(after) - _level(before)) - 1))
     return out
+
+
+def _around(b: Base, j: int) -> tuple[list[float], list[float]]:
+    """The values of up to PERSIST points of the old condition before j and of the new one from j,
+    in point order: found by walking out from j (a long history has many changes of condition)."""
+    old, new = b.cond[j - 1], b.cond[j]
+    before = []
+    for k in range(j - 1, -1, -1):
+        if len(before) == PERSIST:
+            break
+        if b.cond[k] == old:
+            before.append(b.med[k])
+    after = []
+    for k in range(j, len(b.cond)):
+        if len(after) == PERSIST:
+            break
+        if b.cond[k] == new:
+            after.append(b.med[k])
+    return before[::-1], after
 
 
 def describe(a: dict[str, Any], b: dict[str, Any]) -> tuple[str, str]:
@@ -222,8 +240,7 @@ def _change(data: SiteData, b: Base, j: int, move: float, threshold: float, chan
     if abs(move) < threshold and "confirm" not in cause:
         return
     ev["moved"] += 1
-    before = [m for m, k in zip(b.med[:j], b.cond[:j]) if k == b.cond[j - 1]][-PERSIST:]
-    after = [m for m, k in zip(b.med[j:], b.cond[j:]) if k == b.cond[j]][:PERSIST]
+    before, after = _around(b, j)
     what = text + ("; our code changed in the same commit: changed with the environment, confirm"
                    if "confirm" in cause else "")
     changes.append({"kind": kind, "what": what, "gkey": b.gkey, "kernel": b.kernel, "mode": b.mode,

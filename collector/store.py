@@ -17,6 +17,7 @@ checksum when it is opened, so that damage is found before a command reads or wr
 from __future__ import annotations
 
 import json
+import mmap
 import os
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -163,8 +164,21 @@ def damaged_blocks(path: Path, block_size: int, blocks: int) -> list[int]:
     of the file (cut off on checkpoint) are not there to check. Where no block matches, the file's
     format is not the one this knows (a DuckDB of another block layout): [] (nothing can be said;
     DuckDB's own checks still apply when blocks are read)."""
-    data = np.fromfile(path, dtype=np.uint8, count=HEADER_BYTES + block_size * blocks)
-    blocks = min(blocks, (len(data) - HEADER_BYTES) // block_size)
+    blocks = min(blocks, (min(path.stat().st_size, HEADER_BYTES + block_size * blocks) - HEADER_BYTES) // block_size)
+    if blocks <= 0:
+        return []
+    # mapped, not read: checked in the page cache's own pages (a copy of a large store cost more
+    # CPU than its checksums), and unmapped before returning: a descriptor of the file left open
+    # would drop DuckDB's lock on it when closed
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), HEADER_BYTES + block_size * blocks,
+                                          access=mmap.ACCESS_READ) as mapped:
+        bad = _bad_blocks(mapped, block_size, blocks)
+    return [] if len(bad) == blocks else bad
+
+
+def _bad_blocks(mapped: mmap.mmap, block_size: int, blocks: int) -> list[int]:
+    """damaged_blocks of a mapped file (its arrays are views of the map: gone when this returns)."""
+    data = np.frombuffer(mapped, dtype=np.uint8)
     bad = []
     for b in range(blocks):
         block = data[HEADER_BYTES + b * block_size: HEADER_BYTES + (b + 1) * block_size]
@@ -172,7 +186,7 @@ def damaged_blocks(path: Path, block_size: int, blocks: int) -> list[int]:
             computed = np.bitwise_xor.reduce(block[8:].view(np.uint64) * CHECKSUM_FACTOR) ^ np.uint64(5381)
         if computed != block[:8].view(np.uint64)[0]:
             bad.append(b)
-    return [] if blocks and len(bad) == blocks else bad
+    return bad
 
 
 def _create(columns: dict[str, str], table: str, key: Sequence[str] = ()) -> str:

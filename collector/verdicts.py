@@ -30,13 +30,15 @@ failed' where every provider of the case failed at B (the reference out of memor
 from __future__ import annotations
 
 import math
-from dataclasses import MISSING, dataclass, fields, replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from statistics import median
 from typing import Callable, Iterable
 
+import numpy as np
+
 from .noise import PRIOR_WEIGHT, Noise, combine, duration_class, fdr, p_values, typical
-from .series import Point, SeriesKey, describe_env_change, device, is_time, points_from_rows
+from .series import Point, SeriesKey, describe_env_change, device, is_time, made, points_from_rows
 
 MATCH = ("kernel", "mode", "provider", "shape", "dtype")
 Q = 0.01  # false-discovery rate of each family of one comparison: an A/A comparison fails at most this often
@@ -103,9 +105,6 @@ class Comparison:
     notes: list[str]
 
 
-_DEFAULTS = {cls: {f.name: f.default for f in fields(cls) if f.default is not MISSING} for cls in (Line, Side)}
-
-
 # -- rows -> sides -----------------------------------------------------------------------------------
 
 
@@ -140,14 +139,6 @@ def _evolve(obj, **changes):
     new = object.__new__(type(obj))
     new.__dict__.update(obj.__dict__, **changes)
     return new
-
-
-def made(cls, **values):
-    """cls(**values) for the frozen Line or Side, their defaults filled in, without __init__'s
-    setattr per field (the history makes one of each per point: half the time)."""
-    obj = object.__new__(cls)
-    obj.__dict__.update(_DEFAULTS[cls], **values)
-    return obj
 
 
 def point_variance(p: Point, sigma: float) -> float:
@@ -202,15 +193,32 @@ def machine_drift(lines: list[Line], envs: list[str | None] | None = None, logs:
     return drift, count, floor
 
 
-def _measure(ln: Line, drift: dict, floor: dict, d: float) -> dict:
-    """The line's change, corrected change, z and noise (see the module docstring), as fields; d:
-    its _log_change."""
-    a, b = ln.a.point, ln.b.point
-    dc = d - drift.get((ln.b.gpu, ln.b.machine), 0.0)
-    noise = ln.noise or combine(None, 0, None)  # no history: the default noise, and few degrees of freedom
-    sigma = max(noise.sigma, floor.get((ln.b.gpu, ln.b.machine, ln.a.timing, duration_class(a.median_ms))) or 0.0)
-    z = dc / math.sqrt(point_variance(a, sigma) + point_variance(b, sigma))
-    return dict(change=math.expm1(d), corrected=math.expm1(dc), z=z, noise=_evolve(noise, sigma=sigma))
+def _measure(lines: list[Line], drift: dict, floor: dict, logs: list[float]) -> list[dict]:
+    """Each line's change, corrected change, z and noise (see the module docstring), as fields; logs:
+    their _log_change. The variances and z of all lines at once in numpy, whose +, -, *, / and sqrt
+    round as Python's do (the same floats, a commit of the history in one pass); log and expm1 stay
+    math's."""
+    default = combine(None, 0, None)  # no history: the default noise, and few degrees of freedom
+    noises, shifts = [], []
+    for ln in lines:
+        noise = ln.noise or default
+        where = (ln.b.gpu, ln.b.machine)
+        low = floor.get((*where, ln.a.timing, duration_class(ln.a.point.median_ms))) if floor else None
+        noises.append(noise if not low or low <= noise.sigma else _evolve(noise, sigma=low))
+        shifts.append(drift.get(where, 0.0))
+    sigma = np.array([n.sigma for n in noises])
+    dc = np.array(logs) - np.array(shifts)
+    var = _variances([ln.a.point for ln in lines], sigma) + _variances([ln.b.point for ln in lines], sigma)
+    z = (dc / np.sqrt(var)).tolist()
+    return [dict(change=math.expm1(d), corrected=math.expm1(c), z=zk, noise=n)
+            for d, c, zk, n in zip(logs, dc.tolist(), z, noises)]
+
+
+def _variances(points: list[Point], sigma: np.ndarray) -> np.ndarray:
+    """point_variance of each point, with its sigma, in the same operations."""
+    n, own = np.array([p.spread for p in points]).reshape(-1, 2).T
+    var = (PRIOR_WEIGHT * sigma * sigma + own) / (PRIOR_WEIGHT + n - 1)
+    return var * np.where(n <= 2, 1.0, math.pi / 2) / n
 
 
 def can_gate(ln: Line, env: str | None | bool = False) -> bool:
@@ -261,20 +269,14 @@ def judge(lines: list[Line], threshold_of: Callable[[str], float], q: float = Q,
     """Every line's verdict (see the module docstring). `threshold_of(kernel)`: its relative
     threshold; `across`: the sides are two GPUs, so changes are 'slower'/'faster' by the threshold
     alone and nothing gates."""
-    cases = [_case(ln) for ln in lines]
-    providers: dict[tuple, int] = {}
-    for case in cases:
-        providers[case] = providers.get(case, 0) + 1
-    # cases where some provider still has a time at B, or with one provider only: a failure there is
-    # that provider's; where every one of several failed, the case did (the reference out of memory)
-    alive = {case for case, ln in zip(cases, lines) if ln.b.point} | {c for c, n in providers.items() if n < 2}
+    alive = None  # _alive(lines), where a line is newly failing
     timed = [i for i, ln in enumerate(lines) if ln.a.point and ln.b.point and "unstable" not in (ln.a.status, ln.b.status)
              and (across or not conditions_differ(ln))]
     envs = [env_change(lines[i]) for i in timed]  # each asked once: every step below reads them
     logs = [_log_change(lines[i]) for i in timed]
     drift, count, floor = ({}, {}, {}) if across else machine_drift([lines[i] for i in timed], envs, logs)
     out = list(lines)
-    measured = [_measure(lines[i], drift, floor, d) for i, d in zip(timed, logs)]
+    measured = _measure([lines[i] for i in timed], drift, floor, logs)
     ps = p_values([m["z"] for m in measured], [m["noise"].df for m in measured])
     for i, m, p in zip(timed, measured, ps):
         out[i] = _evolve(lines[i], **m, p=p)
@@ -301,10 +303,22 @@ def judge(lines: list[Line], threshold_of: Callable[[str], float], q: float = Q,
             out[i] = replace(ln, verdict=verdict, note=note, change=math.expm1(_log_change(ln)))
         elif ln.a.point and ln.b.status in FAILING:
             failing = "partial run" if ln.b.partial else "failing"
-            out[i] = replace(ln, verdict=failing if cases[i] in alive else "case failed")
+            alive = _alive(lines) if alive is None else alive
+            out[i] = replace(ln, verdict=failing if _case(ln) in alive else "case failed")
         elif ln.b.point and ln.a.status in FAILING:
             out[i] = replace(ln, verdict="fixed")
     return Comparison(out, drift, count, _notes(out, drift, count))
+
+
+def _alive(lines: list[Line]) -> set[tuple]:
+    """The cases where some provider still has a time at B, or with one provider only: a failure
+    there is that provider's; where every one of several failed, the case did (the reference out of
+    memory)."""
+    cases = [_case(ln) for ln in lines]
+    providers: dict[tuple, int] = {}
+    for case in cases:
+        providers[case] = providers.get(case, 0) + 1
+    return {case for case, ln in zip(cases, lines) if ln.b.point} | {c for c, n in providers.items() if n < 2}
 
 
 def _case(ln: Line) -> tuple:
