@@ -152,8 +152,9 @@ def dot(a, b, acc, DOT_F32: tl.constexpr):
     kernel 21 KB a thread at DH 64, which the GPU reserves for every resident thread): they keep
     TF32X3. Six exact TF32 products (each operand split in three TF32 parts) were tried for the
     sLSTM and erred more on the H200 than tf32x3 (seed 3: 86 of 245 fp32 cases over 2x eager,
-    against 2 of 508 at seed 2 with tf32x3; the tensor cores' fp32 accumulation is not rounded to
-    nearest), and for the mLSTM needed 192-336 KB of shared memory."""
+    against 2 of 508 at seed 2 with tf32x3; not isolated, the tensor cores' fp32 accumulation,
+    which does not round to nearest, the likely cause), and for the mLSTM needed 192-336 KB of
+    shared memory."""
     if DOT_F32 == 1:
         return tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
     elif DOT_F32 == 3:
