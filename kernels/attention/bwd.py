@@ -62,9 +62,9 @@ def _rows_stats(LSE_h, DELTA_h, rows, len_q, MASK: tl.constexpr):
 
 
 @triton.jit
-def _dkdv_step(dk, dv, k, v, q_src, do_src, LSE_h, DELTA_h, start_m, offs_n, offs_m, offs_d, len_q, len_k, shift,
-               window, sqt, sdt, qk_scale, D: tl.constexpr, BLOCK_D: tl.constexpr, MASK: tl.constexpr,
-               CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, TMA: tl.constexpr):
+def _dkdv_step(dk, dv, k, v, q_src, do_src, LSE_h, DELTA_h, dqa, sat, start_m, offs_n, offs_m, offs_d, len_q,
+               len_k, shift, window, sqt, sdt, qk_scale, D: tl.constexpr, BLOCK_D: tl.constexpr, MASK: tl.constexpr,
+               CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, TMA: tl.constexpr, FUSED_DQ: tl.constexpr):
     q = load_tile(q_src, start_m, len_q, sqt, offs_m, offs_d, D, BLOCK_D, MASK, TMA)
     rows = start_m + offs_m
     lse, delta = _rows_stats(LSE_h, DELTA_h, rows, len_q, MASK)
@@ -74,36 +74,42 @@ def _dkdv_step(dk, dv, k, v, q_src, do_src, LSE_h, DELTA_h, start_m, offs_n, off
         p_t = tl.where(keep, p_t, 0.0)
     do = load_tile(do_src, start_m, len_q, sdt, offs_m, offs_d, D, BLOCK_D, MASK, TMA)
     dv = tl.dot(p_t.to(do.dtype), do, dv)
-    ds_t = p_t * (tl.dot(v, tl.trans(do)) - delta[None, :])
-    dk = tl.dot(ds_t.to(q.dtype), q, dk)
+    ds_t = (p_t * (tl.dot(v, tl.trans(do)) - delta[None, :])).to(q.dtype)
+    dk = tl.dot(ds_t, q, dk)
+    if FUSED_DQ:  # this key block's part of dq, added into the fp32 accumulator (no dq kernel)
+        tl.atomic_add(dqa + rows[:, None] * sat + offs_d[None, :], tl.dot(tl.trans(ds_t), k),
+                      mask=(rows < len_q)[:, None] & (offs_d < D)[None, :], sem="relaxed")
     return dk, dv
 
 
 @triton.jit
-def _dkdv_blocks(dk, dv, k, v, q_src, do_src, LSE_h, DELTA_h, lo, hi, offs_n, offs_m, offs_d, len_q, len_k, shift,
-                 window, sqt, sdt, qk_scale, D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
+def _dkdv_blocks(dk, dv, k, v, q_src, do_src, LSE_h, DELTA_h, dqa, sat, lo, hi, offs_n, offs_m, offs_d, len_q, len_k,
+                 shift, window, sqt, sdt, qk_scale, D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
                  MASK: tl.constexpr, CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, TMA: tl.constexpr,
-                 PIPELINE: tl.constexpr):
+                 PIPELINE: tl.constexpr, FUSED_DQ: tl.constexpr):
     """Query blocks [lo, hi) (tl.range on the GPU, a while loop in the interpreter: see fwd._fwd_blocks)."""
     if PIPELINE:
         for start_m in tl.range(lo, hi, BLOCK_M):
             start_m = tl.multiple_of(start_m, BLOCK_M)
-            dk, dv = _dkdv_step(dk, dv, k, v, q_src, do_src, LSE_h, DELTA_h, start_m, offs_n, offs_m, offs_d, len_q,
-                                len_k, shift, window, sqt, sdt, qk_scale, D, BLOCK_D, MASK, CAUSAL, HAS_WINDOW, TMA)
+            dk, dv = _dkdv_step(dk, dv, k, v, q_src, do_src, LSE_h, DELTA_h, dqa, sat, start_m, offs_n, offs_m,
+                                offs_d, len_q, len_k, shift, window, sqt, sdt, qk_scale, D, BLOCK_D, MASK, CAUSAL,
+                                HAS_WINDOW, TMA, FUSED_DQ)
     else:
         start_m = lo
         while start_m < hi:
-            dk, dv = _dkdv_step(dk, dv, k, v, q_src, do_src, LSE_h, DELTA_h, start_m, offs_n, offs_m, offs_d, len_q,
-                                len_k, shift, window, sqt, sdt, qk_scale, D, BLOCK_D, MASK, CAUSAL, HAS_WINDOW, TMA)
+            dk, dv = _dkdv_step(dk, dv, k, v, q_src, do_src, LSE_h, DELTA_h, dqa, sat, start_m, offs_n, offs_m,
+                                offs_d, len_q, len_k, shift, window, sqt, sdt, qk_scale, D, BLOCK_D, MASK, CAUSAL,
+                                HAS_WINDOW, TMA, FUSED_DQ)
             start_m += BLOCK_M
     return dk, dv
 
 
 @triton.jit
-def _bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, CU_Q, CU_K, sqb, sqt, sqh, skb, skt, skh, svb, svt, svh, sdb, sdt,
-              sdh, Sq, Skv, Tq, Hkv, GROUP, scale, qk_scale, window, n_nblocks, D: tl.constexpr,
+def _bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, DQA, CU_Q, CU_K, sqb, sqt, sqh, skb, skt, skh, svb, svt, svh, sdb,
+              sdt, sdh, sab, sat, sah, Sq, Skv, Tq, Hkv, GROUP, scale, qk_scale, window, n_nblocks, D: tl.constexpr,
               BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, CAUSAL: tl.constexpr,
-              HAS_WINDOW: tl.constexpr, VARLEN: tl.constexpr, TMA: tl.constexpr, PIPELINE: tl.constexpr):
+              HAS_WINDOW: tl.constexpr, VARLEN: tl.constexpr, TMA: tl.constexpr, PIPELINE: tl.constexpr,
+              FUSED_DQ: tl.constexpr):
     # dk, dv are laid out like k, v (contiguous): their strides are k's when k is contiguous,
     # which the launcher ensures
     tile = tl.program_id(0)
@@ -115,21 +121,23 @@ def _bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, CU_Q, CU_K, sqb, sqt, sqh, skb, s
     n0 = nb * BLOCK_N
     if VARLEN:  # the grid covers the longest sequence: skip the blocks past this one's end
         if n0 < len_k:
-            _dkdv_rows(n0, b, hk, q_tok, len_q, k_tok, len_k, Q, K, V, DO, LSE, DELTA, DK, DV, sqb, sqt, sqh, skb,
-                       skt, skh, svb, svt, svh, sdb, sdt, sdh, Sq, Tq, GROUP, scale, qk_scale, window, D, BLOCK_D,
-                       BLOCK_N, BLOCK_M, CAUSAL, HAS_WINDOW, VARLEN, TMA, PIPELINE)
+            _dkdv_rows(n0, b, hk, q_tok, len_q, k_tok, len_k, Q, K, V, DO, LSE, DELTA, DK, DV, DQA, sqb, sqt, sqh,
+                       skb, skt, skh, svb, svt, svh, sdb, sdt, sdh, sab, sat, sah, Sq, Tq, GROUP, scale, qk_scale,
+                       window, D, BLOCK_D, BLOCK_N, BLOCK_M, CAUSAL, HAS_WINDOW, VARLEN, TMA, PIPELINE, FUSED_DQ)
     else:  # no branch around the loops (see fwd._fwd_tile)
-        _dkdv_rows(n0, b, hk, q_tok, len_q, k_tok, len_k, Q, K, V, DO, LSE, DELTA, DK, DV, sqb, sqt, sqh, skb, skt,
-                   skh, svb, svt, svh, sdb, sdt, sdh, Sq, Tq, GROUP, scale, qk_scale, window, D, BLOCK_D, BLOCK_N,
-                   BLOCK_M, CAUSAL, HAS_WINDOW, VARLEN, TMA, PIPELINE)
+        _dkdv_rows(n0, b, hk, q_tok, len_q, k_tok, len_k, Q, K, V, DO, LSE, DELTA, DK, DV, DQA, sqb, sqt, sqh, skb,
+                   skt, skh, svb, svt, svh, sdb, sdt, sdh, sab, sat, sah, Sq, Tq, GROUP, scale, qk_scale, window, D,
+                   BLOCK_D, BLOCK_N, BLOCK_M, CAUSAL, HAS_WINDOW, VARLEN, TMA, PIPELINE, FUSED_DQ)
 
 
 @triton.jit
-def _dkdv_rows(n0, b, hk, q_tok, len_q, k_tok, len_k, Q, K, V, DO, LSE, DELTA, DK, DV, sqb, sqt, sqh, skb, skt, skh,
-               svb, svt, svh, sdb, sdt, sdh, Sq, Tq, GROUP, scale, qk_scale, window, D: tl.constexpr,
-               BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, CAUSAL: tl.constexpr,
-               HAS_WINDOW: tl.constexpr, VARLEN: tl.constexpr, TMA: tl.constexpr, PIPELINE: tl.constexpr):
-    """dk, dv of key rows [n0, n0 + BLOCK_N) of sequence b, kv head hk, over every query head of its group."""
+def _dkdv_rows(n0, b, hk, q_tok, len_q, k_tok, len_k, Q, K, V, DO, LSE, DELTA, DK, DV, DQA, sqb, sqt, sqh, skb, skt,
+               skh, svb, svt, svh, sdb, sdt, sdh, sab, sat, sah, Sq, Tq, GROUP, scale, qk_scale, window,
+               D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr,
+               CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, VARLEN: tl.constexpr, TMA: tl.constexpr,
+               PIPELINE: tl.constexpr, FUSED_DQ: tl.constexpr):
+    """dk, dv of key rows [n0, n0 + BLOCK_N) of sequence b, kv head hk, over every query head of its group
+    (FUSED_DQ: and each query head's dq from these keys, added into DQA)."""
     b64 = b.to(tl.int64)
     offs_n = n0 + tl.arange(0, BLOCK_N)
     offs_r = tl.arange(0, BLOCK_N)
@@ -152,17 +160,18 @@ def _dkdv_rows(n0, b, hk, q_tok, len_q, k_tok, len_k, Q, K, V, DO, LSE, DELTA, D
         do_src = rows_src(DO, b64, q_tok, h, sdb, sdt, sdh, len_q, BLOCK_M, D, BLOCK_D, TMA)
         row0 = lse_offset(b64, h, q_tok, Sq, Tq, VARLEN)
         lse_h, delta_h = LSE + row0, DELTA + row0
+        dqa = rows_src(DQA, b64, q_tok, h, sab, sat, sah, len_q, BLOCK_M, D, BLOCK_D, False)
         if lo < mid_lo:  # a masked edge (often empty: skipped without a call)
-            dk, dv = _dkdv_blocks(dk, dv, k, v, q_src, do_src, lse_h, delta_h, lo, mid_lo, offs_n, offs_m, offs_d,
-                                  len_q, len_k, shift, window, sqt, sdt, qk_scale, D, BLOCK_D, BLOCK_M, True,
-                                  CAUSAL, HAS_WINDOW, TMA, PIPELINE)
-        dk, dv = _dkdv_blocks(dk, dv, k, v, q_src, do_src, lse_h, delta_h, mid_lo, mid_hi, offs_n, offs_m, offs_d,
-                              len_q, len_k, shift, window, sqt, sdt, qk_scale, D, BLOCK_D, BLOCK_M, False, CAUSAL,
-                              HAS_WINDOW, TMA, PIPELINE)
+            dk, dv = _dkdv_blocks(dk, dv, k, v, q_src, do_src, lse_h, delta_h, dqa, sat, lo, mid_lo, offs_n, offs_m,
+                                  offs_d, len_q, len_k, shift, window, sqt, sdt, qk_scale, D, BLOCK_D, BLOCK_M, True,
+                                  CAUSAL, HAS_WINDOW, TMA, PIPELINE, FUSED_DQ)
+        dk, dv = _dkdv_blocks(dk, dv, k, v, q_src, do_src, lse_h, delta_h, dqa, sat, mid_lo, mid_hi, offs_n, offs_m,
+                              offs_d, len_q, len_k, shift, window, sqt, sdt, qk_scale, D, BLOCK_D, BLOCK_M, False,
+                              CAUSAL, HAS_WINDOW, TMA, PIPELINE, FUSED_DQ)
         if mid_hi < hi:  # a masked edge (often empty: skipped without a call)
-            dk, dv = _dkdv_blocks(dk, dv, k, v, q_src, do_src, lse_h, delta_h, mid_hi, hi, offs_n, offs_m, offs_d,
-                                  len_q, len_k, shift, window, sqt, sdt, qk_scale, D, BLOCK_D, BLOCK_M, True,
-                                  CAUSAL, HAS_WINDOW, TMA, PIPELINE)
+            dk, dv = _dkdv_blocks(dk, dv, k, v, q_src, do_src, lse_h, delta_h, dqa, sat, mid_hi, hi, offs_n, offs_m,
+                                  offs_d, len_q, len_k, shift, window, sqt, sdt, qk_scale, D, BLOCK_D, BLOCK_M, True,
+                                  CAUSAL, HAS_WINDOW, TMA, PIPELINE, FUSED_DQ)
         h += 1
     store_tile(dk_dst, (dk * scale).to(DK.dtype.element_ty), n0, len_k, skt, offs_r, offs_d, D, TMA)
     store_tile(dv_dst, dv.to(DV.dtype.element_ty), n0, len_k, svt, offs_r, offs_d, D, TMA)
@@ -296,11 +305,19 @@ def backward(do, q, k, v, o, lse, causal: bool, window: int, cu_q, cu_k, max_q: 
     flags = dict(D=d, BLOCK_D=bd, CAUSAL=causal, HAS_WINDOW=window > 0, VARLEN=varlen, TMA=config.tma,
                  PIPELINE=q.is_cuda)
     qk_scale = scale * 1.4426950408889634
-    args = (q, k, v, do, lse, delta, dk, dv, *common, hkv, hq // hkv, scale, qk_scale, window)
+    # fused_dq: the dk/dv kernel adds dq into fp32 (5 matmuls a block pair, not 7 with the dq kernel)
+    dqa = torch.zeros(q.shape, dtype=torch.float32, device=q.device) if config.fused_dq else dk
+    a_strides = strides3(dqa, varlen) if config.fused_dq else (0, 0, 0)
+    dkdv_common = (cu_q, cu_k, *strides3(q, varlen), *strides3(k, varlen), *strides3(v, varlen),
+                   *strides3(do, varlen), *a_strides, max_q, max_k, tq)
+    args = (q, k, v, do, lse, delta, dk, dv, dqa, *dkdv_common, hkv, hq // hkv, scale, qk_scale, window)
     launch = _fits(_bwd_dkdv, (*args, triton.cdiv(max_k, config.kv_n)), q.device, config.kv_n, config.kv_m,
-                   config.kv_warps, config.kv_stages, fallback, ("BLOCK_N", "BLOCK_M"), flags)
+                   config.kv_warps, config.kv_stages, fallback, ("BLOCK_N", "BLOCK_M"),
+                   dict(flags, FUSED_DQ=config.fused_dq))
     n_nblocks = triton.cdiv(max_k, launch["BLOCK_N"])
     _bwd_dkdv[(n_nblocks * batch * hkv,)](*args, n_nblocks, **launch)
+    if config.fused_dq:
+        return dq.copy_(dqa.mul_(scale)), dk, dv
     args = (q, k, v, do, lse, delta, dq, *common, hq, hq // hkv, scale, qk_scale, window)
     launch = _fits(_bwd_dq, (*args, triton.cdiv(max_q, config.q_m)), q.device, config.q_m, config.q_n,
                    config.q_warps, config.q_stages, fallback, ("BLOCK_M", "BLOCK_N"), flags)
