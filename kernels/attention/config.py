@@ -12,7 +12,7 @@ shape, so the kernels no longer offer it; persistent grids lost everywhere.
 On the H200 the same tune (lab/results/attention_tune_h200.txt, with a third stage count in the
 search) keeps the forward's picks, but its backward wants deeper pipelines: dq programs of 128
 query rows in 8 warps with 3 stages (causal 16384: 6.52 against 6.90 ms; causal 4096: 1.83
-against 1.88), for GQA 3 stages in the dk/dv kernel and no TMA (3.90 against 4.17 ms), at D 64
+against 1.88), for GQA 3 stages in the dk/dv kernel without TMA (3.90 ms; 2 stages: 4.17), at D 64
 3 stages in both kernels. Those q_stages=3 candidates were not in the H100's search, so the H100
 keeps its own measured picks.
 The CPU entries are small so that the interpreter's tests cross several blocks on tiny shapes.
