@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import re
 import sys
 import time
 import warnings
@@ -32,8 +31,10 @@ LISTED = ROOT / "lab" / "results" / "awkward_h200_cells_bcd216a.txt"
 
 
 def listed_cases() -> list[dict]:
-    """The cases the H200 sweep's summary names (one JSON object a line, after 'over_tolerance: ')."""
-    return [json.loads(m) for m in re.findall(r'\{"op".*?"seed": \d+\}', LISTED.read_text())]
+    """The cases the H200 sweep's summary names."""
+    from lab.awkward.sweep import worst_cases
+
+    return worst_cases(LISTED)
 
 
 def fresh_cases(n: int, seed: int) -> list[dict]:

@@ -14,25 +14,18 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import re
 import time
 from pathlib import Path
 
 from lab.awkward import scans
+from lab.awkward.sweep import worst_cases
 
 SWEEP = Path(__file__).resolve().parent / "results" / "awkward_h200_attention_scans_bcd216a.txt"
 
 
 def listed_cases(path: Path = SWEEP) -> list[dict]:
-    """The scans cases of a sweep summary's 'worst cases' list, as drawn (dtype, dims, options, seed)."""
-    cases = []
-    for line in path.read_text().splitlines():
-        m = re.search(r"over_tolerance: (\{.*\}) -> ", line)
-        if m:
-            case = json.loads(m.group(1))
-            if case["op"] in scans.OPS:
-                cases.append(case)
-    return cases
+    """The scans cases of a sweep summary's worst cases, as drawn (dtype, dims, options, seed)."""
+    return [c for c in worst_cases(path) if c["op"] in scans.OPS]
 
 
 def fresh_cases(n: int, seed: int) -> list[dict]:

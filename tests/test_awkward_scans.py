@@ -357,3 +357,16 @@ def test_fp32_kernels_compile_for_the_gpu():
     want = {"_rtu_fwd", "_rtu_fwd-ends", "_rtu_bwd", "_rtu_bwd-ends", "_fwd", "_fwd-ends", "_bwd", "_bwd-ends",
             "_finish", "_ss_fwd", "_ss_fwd_lanes", "_ss_fwd_lanes-ends", "_ss_bwd", "_dw_bwd"}
     assert {f"{k}-float32" for k in want} <= set(got), got
+
+
+def test_a_summary_s_worst_cases_read_back_as_drawn(tmp_path):
+    """sweep.worst_cases parses what _worst writes, messages with braces and arrows included (the GPU
+    repro scripts rerun a summary's worst cases from it)."""
+    from lab.awkward import sweep
+
+    cases = [dict(scans.draw(random.Random(SEED + i), "cpu"), index=i) for i in range(3)]
+    verdicts = {("scans", c["index"]): {"status": s, "message": m, "error": 1.0, "gate": 0.5}
+                for c, s, m in zip(cases, ("crash", "over_tolerance", "ok"), ("{a} -> b", "dx 2 > 1", ""))}
+    summary = tmp_path / "summary.txt"
+    summary.write_text("\n".join(["header", "scans:", *sweep._worst("scans", cases, verdicts)]) + "\n")
+    assert sweep.worst_cases(summary) == [{k: v for k, v in c.items() if k != "index"} for c in cases[:2]]

@@ -32,6 +32,26 @@ def precise(dtype: torch.dtype) -> bool:
     return dtype == torch.float32
 
 
+# The weights' and biases' gradients sum over B x T steps: for fp32 in float64, rounded once, since
+# fp32 users expect eager's error and a long fp32 sum rounds at every step; bf16/fp16 in their own
+# GEMMs (which accumulate in fp32) and fp32 sums.
+def wide(dtype: torch.dtype) -> torch.dtype:
+    """The dtype the products of a weight's gradient are summed in."""
+    return torch.float64 if dtype == torch.float32 else dtype
+
+
+def weight_grads(dg_t: torch.Tensor, *xs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """dg_t @ x for each x (the sum over B x T rows), in `wide` and returned in dg_t's dtype."""
+    w = wide(dg_t.dtype)
+    d = dg_t.to(w)
+    return tuple((d @ x.to(w)).to(dg_t.dtype) for x in xs)
+
+
+def bias_grad(dg: torch.Tensor, dims) -> torch.Tensor:
+    """dg summed over `dims`, in float64 for fp32 and fp32 otherwise, returned in dg's dtype."""
+    return dg.sum(dims, dtype=torch.promote_types(wide(dg.dtype), torch.float32)).to(dg.dtype)
+
+
 # ---------------------------------------------------------------------------------------------
 # Whether a config fits the device's shared memory. What a compiled kernel needs (the dot operands'
 # staging, layout conversions) is known exactly only once compiled, so the check compiles, with

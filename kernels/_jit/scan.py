@@ -10,6 +10,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from .recurrent import sigmoid_f32
+
 
 @triton.jit
 def first_order(a1, b1, a2, b2):
@@ -36,12 +38,16 @@ def approx(x, OP: tl.constexpr):
 
 
 @triton.jit
-def sigmoid(x, ASM: tl.constexpr):
+def sigmoid(x, ASM: tl.constexpr, PRECISE: tl.constexpr = False):
     """1 / (1 + exp(-x)) in fp32. ASM (on the GPU): ex2 and rcp.approx.ftz, four instructions where
     tl.sigmoid takes about twelve (its exp and division fix up denormal inputs and huge divisors,
     which change nothing here: exp(-x) below 2^-126 leaves 1 + exp(-x) = 1, and a divisor past 2^126
     gives 0 either way); each rounding within two ulps. The interpreter cannot run PTX: launchers
-    pass ASM for CUDA tensors only."""
+    pass ASM for CUDA tensors only. PRECISE (fp32 tensors) overrides ASM: recurrent.py's
+    sigmoid_f32, correctly rounded, for the GPU's two-ulp forms err by more than eager where a
+    parameter's gradient sums steps that cancel."""
+    if PRECISE:
+        return sigmoid_f32(x, True)
     if ASM:
         return approx(1.0 + approx(x * -1.4426950408889634, "ex2"), "rcp")
     return tl.sigmoid(x)

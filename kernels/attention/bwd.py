@@ -62,7 +62,7 @@ def _rows_stats(LSE_h, DELTA_h, rows, len_q, MASK: tl.constexpr):
 
 
 @triton.jit
-def _dkdv_step(dk, dv, k, v, q_src, do_src, LSE_h, DELTA_h, dqa, sat, start_m, offs_n, offs_m, offs_d, len_q,
+def _dkdv_step(dk, dv, k, v, q_src, do_src, LSE_h, DELTA_h, dqa, start_m, offs_n, offs_m, offs_d, len_q,
                len_k, shift, window, sqt, sdt, qk_scale, D: tl.constexpr, BLOCK_D: tl.constexpr, MASK: tl.constexpr,
                CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, TMA: tl.constexpr, FUSED_DQ: tl.constexpr):
     q = load_tile(q_src, start_m, len_q, sqt, offs_m, offs_d, D, BLOCK_D, MASK, TMA)
@@ -77,13 +77,13 @@ def _dkdv_step(dk, dv, k, v, q_src, do_src, LSE_h, DELTA_h, dqa, sat, start_m, o
     ds_t = (p_t * (tl.dot(v, tl.trans(do)) - delta[None, :])).to(q.dtype)
     dk = tl.dot(ds_t, q, dk)
     if FUSED_DQ:  # this key block's part of dq, added into the fp32 accumulator (no dq kernel)
-        tl.atomic_add(dqa + rows[:, None] * sat + offs_d[None, :], tl.dot(tl.trans(ds_t), k),
+        tl.atomic_add(dqa + rows[:, None] * sqt + offs_d[None, :], tl.dot(tl.trans(ds_t), k),
                       mask=(rows < len_q)[:, None] & (offs_d < D)[None, :], sem="relaxed")
     return dk, dv
 
 
 @triton.jit
-def _dkdv_blocks(dk, dv, k, v, q_src, do_src, LSE_h, DELTA_h, dqa, sat, lo, hi, offs_n, offs_m, offs_d, len_q, len_k,
+def _dkdv_blocks(dk, dv, k, v, q_src, do_src, LSE_h, DELTA_h, dqa, lo, hi, offs_n, offs_m, offs_d, len_q, len_k,
                  shift, window, sqt, sdt, qk_scale, D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
                  MASK: tl.constexpr, CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, TMA: tl.constexpr,
                  PIPELINE: tl.constexpr, FUSED_DQ: tl.constexpr):
@@ -91,13 +91,13 @@ def _dkdv_blocks(dk, dv, k, v, q_src, do_src, LSE_h, DELTA_h, dqa, sat, lo, hi, 
     if PIPELINE:
         for start_m in tl.range(lo, hi, BLOCK_M):
             start_m = tl.multiple_of(start_m, BLOCK_M)
-            dk, dv = _dkdv_step(dk, dv, k, v, q_src, do_src, LSE_h, DELTA_h, dqa, sat, start_m, offs_n, offs_m,
+            dk, dv = _dkdv_step(dk, dv, k, v, q_src, do_src, LSE_h, DELTA_h, dqa, start_m, offs_n, offs_m,
                                 offs_d, len_q, len_k, shift, window, sqt, sdt, qk_scale, D, BLOCK_D, MASK, CAUSAL,
                                 HAS_WINDOW, TMA, FUSED_DQ)
     else:
         start_m = lo
         while start_m < hi:
-            dk, dv = _dkdv_step(dk, dv, k, v, q_src, do_src, LSE_h, DELTA_h, dqa, sat, start_m, offs_n, offs_m,
+            dk, dv = _dkdv_step(dk, dv, k, v, q_src, do_src, LSE_h, DELTA_h, dqa, start_m, offs_n, offs_m,
                                 offs_d, len_q, len_k, shift, window, sqt, sdt, qk_scale, D, BLOCK_D, MASK, CAUSAL,
                                 HAS_WINDOW, TMA, FUSED_DQ)
             start_m += BLOCK_M
@@ -106,7 +106,7 @@ def _dkdv_blocks(dk, dv, k, v, q_src, do_src, LSE_h, DELTA_h, dqa, sat, lo, hi, 
 
 @triton.jit
 def _bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, DQA, CU_Q, CU_K, sqb, sqt, sqh, skb, skt, skh, svb, svt, svh, sdb,
-              sdt, sdh, sab, sat, sah, Sq, Skv, Tq, Hkv, GROUP, scale, qk_scale, window, n_nblocks, D: tl.constexpr,
+              sdt, sdh, Sq, Skv, Tq, Hkv, GROUP, scale, qk_scale, window, n_nblocks, D: tl.constexpr,
               BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, CAUSAL: tl.constexpr,
               HAS_WINDOW: tl.constexpr, VARLEN: tl.constexpr, TMA: tl.constexpr, PIPELINE: tl.constexpr,
               FUSED_DQ: tl.constexpr):
@@ -122,17 +122,17 @@ def _bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, DQA, CU_Q, CU_K, sqb, sqt, sqh, s
     if VARLEN:  # the grid covers the longest sequence: skip the blocks past this one's end
         if n0 < len_k:
             _dkdv_rows(n0, b, hk, q_tok, len_q, k_tok, len_k, Q, K, V, DO, LSE, DELTA, DK, DV, DQA, sqb, sqt, sqh,
-                       skb, skt, skh, svb, svt, svh, sdb, sdt, sdh, sab, sat, sah, Sq, Tq, GROUP, scale, qk_scale,
+                       skb, skt, skh, svb, svt, svh, sdb, sdt, sdh, Sq, Tq, GROUP, scale, qk_scale,
                        window, D, BLOCK_D, BLOCK_N, BLOCK_M, CAUSAL, HAS_WINDOW, VARLEN, TMA, PIPELINE, FUSED_DQ)
     else:  # no branch around the loops (see fwd._fwd_tile)
         _dkdv_rows(n0, b, hk, q_tok, len_q, k_tok, len_k, Q, K, V, DO, LSE, DELTA, DK, DV, DQA, sqb, sqt, sqh, skb,
-                   skt, skh, svb, svt, svh, sdb, sdt, sdh, sab, sat, sah, Sq, Tq, GROUP, scale, qk_scale, window, D,
+                   skt, skh, svb, svt, svh, sdb, sdt, sdh, Sq, Tq, GROUP, scale, qk_scale, window, D,
                    BLOCK_D, BLOCK_N, BLOCK_M, CAUSAL, HAS_WINDOW, VARLEN, TMA, PIPELINE, FUSED_DQ)
 
 
 @triton.jit
 def _dkdv_rows(n0, b, hk, q_tok, len_q, k_tok, len_k, Q, K, V, DO, LSE, DELTA, DK, DV, DQA, sqb, sqt, sqh, skb, skt,
-               skh, svb, svt, svh, sdb, sdt, sdh, sab, sat, sah, Sq, Tq, GROUP, scale, qk_scale, window,
+               skh, svb, svt, svh, sdb, sdt, sdh, Sq, Tq, GROUP, scale, qk_scale, window,
                D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr,
                CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, VARLEN: tl.constexpr, TMA: tl.constexpr,
                PIPELINE: tl.constexpr, FUSED_DQ: tl.constexpr):
@@ -160,16 +160,16 @@ def _dkdv_rows(n0, b, hk, q_tok, len_q, k_tok, len_k, Q, K, V, DO, LSE, DELTA, D
         do_src = rows_src(DO, b64, q_tok, h, sdb, sdt, sdh, len_q, BLOCK_M, D, BLOCK_D, TMA)
         row0 = lse_offset(b64, h, q_tok, Sq, Tq, VARLEN)
         lse_h, delta_h = LSE + row0, DELTA + row0
-        dqa = rows_src(DQA, b64, q_tok, h, sab, sat, sah, len_q, BLOCK_M, D, BLOCK_D, False)
+        dqa = rows_src(DQA, b64, q_tok, h, sqb, sqt, sqh, len_q, BLOCK_M, D, BLOCK_D, False)
         if lo < mid_lo:  # a masked edge (often empty: skipped without a call)
-            dk, dv = _dkdv_blocks(dk, dv, k, v, q_src, do_src, lse_h, delta_h, dqa, sat, lo, mid_lo, offs_n, offs_m,
+            dk, dv = _dkdv_blocks(dk, dv, k, v, q_src, do_src, lse_h, delta_h, dqa, lo, mid_lo, offs_n, offs_m,
                                   offs_d, len_q, len_k, shift, window, sqt, sdt, qk_scale, D, BLOCK_D, BLOCK_M, True,
                                   CAUSAL, HAS_WINDOW, TMA, PIPELINE, FUSED_DQ)
-        dk, dv = _dkdv_blocks(dk, dv, k, v, q_src, do_src, lse_h, delta_h, dqa, sat, mid_lo, mid_hi, offs_n, offs_m,
+        dk, dv = _dkdv_blocks(dk, dv, k, v, q_src, do_src, lse_h, delta_h, dqa, mid_lo, mid_hi, offs_n, offs_m,
                               offs_d, len_q, len_k, shift, window, sqt, sdt, qk_scale, D, BLOCK_D, BLOCK_M, False,
                               CAUSAL, HAS_WINDOW, TMA, PIPELINE, FUSED_DQ)
         if mid_hi < hi:  # a masked edge (often empty: skipped without a call)
-            dk, dv = _dkdv_blocks(dk, dv, k, v, q_src, do_src, lse_h, delta_h, dqa, sat, mid_hi, hi, offs_n, offs_m,
+            dk, dv = _dkdv_blocks(dk, dv, k, v, q_src, do_src, lse_h, delta_h, dqa, mid_hi, hi, offs_n, offs_m,
                                   offs_d, len_q, len_k, shift, window, sqt, sdt, qk_scale, D, BLOCK_D, BLOCK_M, True,
                                   CAUSAL, HAS_WINDOW, TMA, PIPELINE, FUSED_DQ)
         h += 1
@@ -305,12 +305,10 @@ def backward(do, q, k, v, o, lse, causal: bool, window: int, cu_q, cu_k, max_q: 
     flags = dict(D=d, BLOCK_D=bd, CAUSAL=causal, HAS_WINDOW=window > 0, VARLEN=varlen, TMA=config.tma,
                  PIPELINE=q.is_cuda)
     qk_scale = scale * 1.4426950408889634
-    # fused_dq: the dk/dv kernel adds dq into fp32 (5 matmuls a block pair, not 7 with the dq kernel)
+    # fused_dq: the dk/dv kernel adds dq into fp32 (5 matmuls a block pair, not 7 with the dq kernel),
+    # laid out like q (contiguous), so that q's strides address it
     dqa = torch.zeros(q.shape, dtype=torch.float32, device=q.device) if config.fused_dq else dk
-    a_strides = strides3(dqa, varlen) if config.fused_dq else (0, 0, 0)
-    dkdv_common = (cu_q, cu_k, *strides3(q, varlen), *strides3(k, varlen), *strides3(v, varlen),
-                   *strides3(do, varlen), *a_strides, max_q, max_k, tq)
-    args = (q, k, v, do, lse, delta, dk, dv, dqa, *dkdv_common, hkv, hq // hkv, scale, qk_scale, window)
+    args = (q, k, v, do, lse, delta, dk, dv, dqa, *common, hkv, hq // hkv, scale, qk_scale, window)
     launch = _fits(_bwd_dkdv, (*args, triton.cdiv(max_k, config.kv_n)), q.device, config.kv_n, config.kv_m,
                    config.kv_warps, config.kv_stages, fallback, ("BLOCK_N", "BLOCK_M"),
                    dict(flags, FUSED_DQ=config.fused_dq))

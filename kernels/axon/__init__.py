@@ -19,7 +19,7 @@ import math
 
 import torch
 
-from .._host.cells import check_dtypes
+from .._host.cells import bias_grad, check_dtypes, weight_grads
 from .config import AxonConfig, pick
 from .scan import axon_scan_bwd, axon_scan_fwd, channel_constants
 
@@ -69,10 +69,7 @@ class AxonFunction(torch.autograd.Function):
         x, xh, y2h, par, m, w_lin, w_out, resets = ctx.saved_tensors
         B, T, H = x.shape
         dy2 = dy.reshape(B * T, -1)
-        # the weights' and biases' sums over B x T: fp32's in float64, rounded once
-        wide = torch.float64 if dy.dtype == torch.float32 else dy.dtype
-        dyw = dy2.t().to(wide)
-        db = dy2.sum(0, dtype=torch.promote_types(wide, torch.float32)).to(dy.dtype)
+        db = bias_grad(dy2, 0)
         dy2h = (dy2 @ w_out).view(B, T, 2 * H)
         dxh, acc = axon_scan_bwd(dy2h, xh, y2h, par.float(), resets, ctx.scale, ctx.config)
         if m.dtype == dy.dtype:
@@ -81,8 +78,7 @@ class AxonFunction(torch.autograd.Function):
             dx = (dy2 @ w_lin + (dxh.view(B * T, H).to(m.dtype) @ m.t()).to(dy.dtype)).view(B, T, H)
         dnu = (acc[0] * par[5] + acc[1] * par[6] + acc[2] * par[7]).to(dy.dtype)
         dth = (acc[0] * par[8] + acc[1] * par[9]).to(dy.dtype)
-        dw_lin = (dyw @ x.reshape(B * T, H).to(wide)).to(dy.dtype)
-        dw_out = (dyw @ y2h.view(B * T, 2 * H).to(wide)).to(dy.dtype)
+        dw_lin, dw_out = weight_grads(dy2.t(), x.reshape(B * T, H), y2h.view(B * T, 2 * H))
         return (dx, dw_lin, db, dw_out, db.clone(), dnu, dth,
                 acc[3].to(dy.dtype), acc[4].to(dy.dtype), None, None, None, None)
 

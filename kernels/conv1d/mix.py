@@ -19,6 +19,7 @@ import triton.language as tl
 
 from .._host.device import first_fit
 from .._host.dot import interpreter_operands
+from .._jit.scan import sum_dtype
 from .config import MixConfig, pick_mix
 
 
@@ -155,5 +156,4 @@ def mix_backward(dy, x, weight, resets, config: MixConfig | None = None, fallbac
                              **flags) for o, i, t, w, s in tiles])
     grid = (K * triton.cdiv(F_out, launch["BLOCK_O"]) * triton.cdiv(F_in, launch["BLOCK_I"]),)
     _mix_dw[grid](*args, **launch)
-    # dbias summed in fp64 for fp32 (as the depthwise kernel's: the correctly rounded sum of dy)
-    return dx, dw, dy.sum(dim=(0, 1), dtype=torch.float64 if dy.dtype == torch.float32 else torch.float32)
+    return dx, dw, dy.sum(dim=(0, 1), dtype=sum_dtype(dy.dtype))  # fp64 for fp32, as the depthwise kernel's

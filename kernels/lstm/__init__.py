@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from .._host.cells import check_dtypes, unit_major
+from .._host.cells import bias_grad, check_dtypes, unit_major, weight_grads
 from .config import LSTMConfig, pick
 from .sequence import fitted, lstm_bwd, lstm_fwd
 
@@ -46,14 +46,8 @@ class LSTMFunction(torch.autograd.Function):
             h_prev = h_prev * (~resets).to(h_prev.dtype)[:, :, None]
         inv = torch.argsort(perm)
         dx = (dg2 @ w_ih_p).view(B, T, I)
-        # the weights' and bias's sums over B x T: fp32's in float64, rounded once (bf16's and fp16's
-        # in fp32, as their GEMMs accumulate)
-        wide = torch.float64 if dg.dtype == torch.float32 else dg.dtype
-        dgw = dg2.t().to(wide)
-        dw_ih = (dgw @ x.reshape(B * T, I).to(wide)).to(dg.dtype)[inv]
-        dw_hh = (dgw @ h_prev.reshape(B * T, H).to(wide)).to(dg.dtype)[inv]
-        db = dg2.sum(0, dtype=torch.promote_types(wide, torch.float32)).to(dg.dtype)[inv]
-        return dx, dh0, dc0, dw_ih, dw_hh, db, None, None, None
+        dw_ih, dw_hh = weight_grads(dg2.t(), x.reshape(B * T, I), h_prev.reshape(B * T, H))
+        return dx, dh0, dc0, dw_ih[inv], dw_hh[inv], bias_grad(dg2, 0)[inv], None, None, None
 
 
 def lstm(x, h0, c0, w_ih, w_hh, b, resets=None, config: LSTMConfig | None = None):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .._jit.recurrent import sigmoid_f32
 from .._jit.scan import sigmoid
 
 
@@ -66,17 +65,6 @@ def exact_transitions(pow_r, pow_i, keep, REVERSE: tl.constexpr):
 
 
 @triton.jit
-def gate(c, ASM: tl.constexpr = False, PRECISE: tl.constexpr = False):
-    """sigmoid(c): PRECISE (fp32) as _jit/recurrent.py's sigmoid_f32 (Cephes' exp, division rounded
-    to nearest), for the GPU's ex2.approx and approximate division err by about 2 ulp, which a
-    parameter's gradient summed over steps that cancel multiplies (interpreter sums are exact)."""
-    if PRECISE:
-        return sigmoid_f32(c, True)
-    else:
-        return sigmoid(c, ASM)
-
-
-@triton.jit
 def silu_grad(c, ASM: tl.constexpr = False, PRECISE: tl.constexpr = False):
-    s = gate(c, ASM, PRECISE)
+    s = sigmoid(c, ASM, PRECISE)
     return s * (1.0 + c * (1.0 - s))

@@ -23,8 +23,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .._jit.scan import accumulator, first_order_complex, row_of, sum_dtype, sum_of_products
-from .dynamics import dynamics, gate, one_minus_exp, power, silu_grad
+from .._jit.scan import accumulator, first_order_complex, row_of, sigmoid, sum_dtype, sum_of_products
+from .dynamics import dynamics, one_minus_exp, power, silu_grad
 
 # segments combined per round trip when a segment gathers the ends of the others (their loads are
 # independent, so one wait covers the group)
@@ -187,8 +187,8 @@ def _fwd(X1, X2, W1, W2, NU, TH, R, Y, CK, ENDS, T, H: tl.constexpr, n_tiles, pe
         else:
             y = Y + 2 * at + rows[:, None] * (2 * H) + h[None, :]
             mask = (t < T)[:, None] & mh[None, :]
-            tl.store(y, (c1 * gate(c1, ASM, PRECISE)).to(Y.dtype.element_ty), mask=mask)
-            tl.store(y + H, (c2 * gate(c2, ASM, PRECISE)).to(Y.dtype.element_ty), mask=mask)
+            tl.store(y, (c1 * sigmoid(c1, ASM, PRECISE)).to(Y.dtype.element_ty), mask=mask)
+            tl.store(y + H, (c2 * sigmoid(c2, ASM, PRECISE)).to(Y.dtype.element_ty), mask=mask)
             if STORE_CK:
                 if CHUNK >= KEEP:  # the states at rows KEEP - 1, 2 KEEP - 1, ... of the tile
                     for k in tl.static_range(CHUNK // KEEP):

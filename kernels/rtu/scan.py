@@ -16,10 +16,10 @@ import torch
 import triton
 import triton.language as tl
 
-from .._jit.scan import accumulator, first_order_complex, row_of, sum_dtype, sum_of_products
+from .._jit.scan import accumulator, first_order_complex, row_of, sigmoid, sum_dtype, sum_of_products
 from . import lanes
 from .config import RTUConfig, pick
-from .dynamics import dynamics, exact_transitions, gate, power, silu_grad
+from .dynamics import dynamics, exact_transitions, power, silu_grad
 
 
 @triton.jit
@@ -142,8 +142,8 @@ def _rtu_fwd(X1, X2, W1, W2, NU, TH, R, Y, CK, ENDS, T, H, n_chunks, per_seg,
         else:
             mask = inside & mh[None, :]
             y = Y + 2 * base + t[:, None] * (2 * H) + h[None, :]
-            tl.store(y, (c1 * gate(c1, False, PRECISE)).to(Y.dtype.element_ty), mask=mask)
-            tl.store(y + H, (c2 * gate(c2, False, PRECISE)).to(Y.dtype.element_ty), mask=mask)
+            tl.store(y, (c1 * sigmoid(c1, False, PRECISE)).to(Y.dtype.element_ty), mask=mask)
+            tl.store(y + H, (c2 * sigmoid(c2, False, PRECISE)).to(Y.dtype.element_ty), mask=mask)
             if STORE_CK:
                 ck = CK + ((b * n_chunks + c) * 2) * H + h
                 tl.store(ck, cr, mask=mh)
@@ -332,7 +332,6 @@ def rtu_scan_backward(dy, x1, x2, w1, w2, nu_log, theta_log, resets, states, con
     if x1.numel() == 0:  # no step, row or channel: nothing to scan
         return dx1, dx2, torch.zeros(5, H, device=x1.device, dtype=torch.float32)
     n_chunks, per_seg, n_seg = _plan(T, cfg.chunk, cfg.bwd_segments)
-    acc = accumulator(x1.dtype)
     part = torch.empty(B, n_seg, 5, H, device=x1.device, dtype=sum_dtype(x1.dtype))
     ends = torch.empty(B, n_seg, 4, H, device=x1.device, dtype=torch.float32) if n_seg > 1 else None
     r = resets.view(torch.uint8) if resets is not None else None
@@ -340,9 +339,8 @@ def rtu_scan_backward(dy, x1, x2, w1, w2, nu_log, theta_log, resets, states, con
             nu_log, theta_log, r if r is not None else nu_log, dy, states, ends if ends is not None else part,
             dx1, dx2 if dx2 is not None else dx1, part, T, H, n_chunks, per_seg]
     grid = (B * triton.cdiv(H, cfg.bwd_block_h), n_seg)
-    meta = dict(BLOCK_H=cfg.bwd_block_h, CHUNK=cfg.chunk, SPLIT=n_seg > 1, PRECISE=x1.dtype == torch.float32, ACC=acc,
-                num_warps=cfg.bwd_warps,
-                **_flags(x2, w1, resets))
+    meta = dict(BLOCK_H=cfg.bwd_block_h, CHUNK=cfg.chunk, SPLIT=n_seg > 1, PRECISE=x1.dtype == torch.float32,
+                ACC=accumulator(x1.dtype), num_warps=cfg.bwd_warps, **_flags(x2, w1, resets))
     if n_seg > 1:
         _rtu_bwd[grid](*args, ENDS_PASS=True, **meta)
     _rtu_bwd[grid](*args, ENDS_PASS=False, **meta)

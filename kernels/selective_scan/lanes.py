@@ -20,7 +20,6 @@ import triton
 import triton.language as tl
 
 from .._jit.lse import LOG2E
-from .._jit.recurrent import sigmoid_f32
 from .._jit.scan import first_order, sigmoid
 from .._host.device import widen_asm
 from .._jit.widen import widen
@@ -145,11 +144,7 @@ def _ss_fwd_lanes(X, DL, A, Bm, Cm, Dk, Z, Y, CK, EH, EDT, T, D: tl.constexpr, N
         else:
             yv = tl.sum(hs * ct[:, None, :], axis=2) + dk[None, :] * x
             mask = (t < T)[:, None] & md[None, :]
-            if PRECISE:
-                gate = sigmoid_f32(z, True)
-            else:
-                gate = sigmoid(z, ASM)
-            tl.store(Y + at + offs, (yv * z * gate).to(Y.dtype.element_ty), mask=mask)
+            tl.store(Y + at + offs, (yv * z * sigmoid(z, ASM, PRECISE)).to(Y.dtype.element_ty), mask=mask)
             if STORE_CK:
                 if (c + 1) % ck_every == 0:
                     j = b * ((n_tiles + ck_every - 1) // ck_every) + (c + 1) // ck_every - 1

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from .._host.cells import check_dtypes
+from .._host.cells import bias_grad, check_dtypes, wide
 from .config import SLSTMConfig, pick
 from .sequence import fitted, slstm_bwd, slstm_fwd
 
@@ -46,11 +46,9 @@ class SLSTMFunction(torch.autograd.Function):
         y_prev = ys[:, :T]
         if resets is not None:
             y_prev = y_prev * (~resets).to(y_prev.dtype)[:, :, None, None]
-        # the recurrent weights' and bias's sums over B x T: fp32's in float64, rounded once
-        wide = torch.float64 if dwx.dtype == torch.float32 else dwx.dtype
-        dr = torch.einsum("btgho,bthi->ghoi", dwx.to(wide), y_prev.to(wide)).to(dwx.dtype)
-        db = dwx.sum((0, 1), dtype=torch.promote_types(wide, torch.float32)).to(dwx.dtype)
-        return dwx, dr, db, dst[0], dst[1], dst[2], dst[3], None, None, None
+        w = wide(dwx.dtype)  # the recurrent weights' sums over B x T (cells.py)
+        dr = torch.einsum("btgho,bthi->ghoi", dwx.to(w), y_prev.to(w)).to(dwx.dtype)
+        return dwx, dr, bias_grad(dwx, (0, 1)), dst[0], dst[1], dst[2], dst[3], None, None, None
 
 
 def slstm(wx, r, b, y0, c0, n0, m0, resets=None, config: SLSTMConfig | None = None):

@@ -332,11 +332,9 @@ def _rejudge(case: dict, subject_: common.Subject, result: dict) -> dict:
             part["gate"] = common.FP32_FACTOR * part["reordered"]
         parts.append(part)
     over = [p for p in parts if not p["ours"] <= p["gate"]]
-    worst = max(parts, key=lambda p: p["ours"] / p["gate"] if p["gate"] else p["ours"])
+    worst = common.worst_part(parts)
     result = dict(result, parts=parts, conditioned=conditioned, gate=worst["gate"], worst=worst["name"],
                   floor_only=sorted(set(result.get("floor_only", [])) | set(conditioned)))
     if over:
-        return dict(result, message="; ".join(
-            f"{p['name']} {p['ours']:.3g} > {p['gate']:.3g} (eager {common._g(p['eager'])}, reordered eager "
-            f"{p['reordered']:.3g}, spread {p['spread']:.3g})" for p in over))
+        return dict(result, message=common.over_message(over))
     return {k: v for k, v in dict(result, status="ok").items() if k != "message"}

@@ -299,7 +299,7 @@ def _verdict(subject: Subject) -> dict:
     over = [p for p in parts if not p["ours"] <= p["gate"]]
     floor_only = [p["name"] for p in parts if p["eager"] is not None and subject.dtype not in LOW_PRECISION
                   and FP32_FACTOR * p["eager"] < p["ours"] <= p["gate"]]
-    worst = max(parts, key=lambda p: p["ours"] / p["gate"] if p["gate"] else p["ours"], default=None)
+    worst = worst_part(parts)
     result = {"error": max((p["ours"] for p in parts), default=0.0),
               "eager_error": None if eager_errors is None else max((p["eager"] for p in parts), default=0.0),
               "gate": worst["gate"] if worst else subject.tolerance, "worst": worst["name"] if worst else None,
@@ -309,10 +309,21 @@ def _verdict(subject: Subject) -> dict:
     if ours.changed:
         return {"status": "inplace", "message": "written by the call: " + ", ".join(ours.changed), **result}
     if over:
-        return {"status": "over_tolerance", "message": "; ".join(
-            f"{p['name']} {p['ours']:.3g} > {p['gate']:.3g} (eager {_g(p['eager'])}, spread {_g(p['spread'])})"
-            for p in over), **result}
+        return {"status": "over_tolerance", "message": over_message(over), **result}
     return {"status": "ok", **result}
+
+
+def worst_part(parts: list[dict]) -> dict | None:
+    """The part nearest its gate or furthest past it."""
+    return max(parts, key=lambda p: p["ours"] / p["gate"] if p["gate"] else p["ours"], default=None)
+
+
+def over_message(over: list[dict]) -> str:
+    """The parts over their gates, each with eager's error (and eager's under reordered sums, where
+    cells.py judged it) and its spread."""
+    return "; ".join(f"{p['name']} {p['ours']:.3g} > {p['gate']:.3g} (eager {_g(p['eager'])}"
+                     + (f", reordered eager {_g(p['reordered'])}" if "reordered" in p else "")
+                     + f", spread {_g(p['spread'])})" for p in over)
 
 
 def _beyond_range(subject: Subject, want_outs: tuple, want_grads: tuple) -> str | None:

@@ -99,7 +99,7 @@ class Sweep:
 
     def _start_worker(self) -> None:
         p = self.ctx.Process(target=_worker, args=(self.tasks, self.results, self.stop, self.args.device,
-                                                   getattr(self.args, "bounds", False)), daemon=True)
+                                                   self.args.bounds), daemon=True)
         p.start()
         self.workers[p.pid] = p
         self.started += 1
@@ -215,6 +215,16 @@ def _worst(family: str, cases: list[dict], verdicts: dict, n: int = 15) -> list[
                              -(vc[0].get("error") or 0) / (vc[0].get("gate") or 1)))
     return [f"  {v['status']}: {json.dumps({k: c[k] for k in c if k != 'index'})} -> {v.get('message', '')[:300]}"
             for v, c in bad[:n]]
+
+
+def worst_cases(summary: Path) -> list[dict]:
+    """The cases a summary.txt lists under its worst cases (_worst's lines), as drawn."""
+    cases = []
+    for line in summary.read_text().splitlines():
+        start = line.find("{") if line.startswith("  ") and ": {" in line else -1
+        if start >= 0:
+            cases.append(json.JSONDecoder().raw_decode(line, start)[0])
+    return cases
 
 
 def main(argv=None) -> int:
