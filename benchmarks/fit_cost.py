@@ -1,32 +1,36 @@
-"""Fit the cost model (collector/cost.py) on the run folders' per-row seconds, and say how well it
-predicts runs it was not fitted on.
+"""Fit the cost model (collector/cost.py) on the run folders' per-row seconds and breakdowns, and say
+how well it predicts the wall time of runs it was not fitted on.
 
     python benchmarks/fit_cost.py [--runs data/runs --runs lab/results/cost_runs] [--write]
 
 The run folders are the history's (data/runs: GPU runs) and lab/results/cost_runs (runs made only
 to fit the model, such as a CPU run of the quick grid: the site never shows them).
 
-Held out: the newest run of each machine that has per-row seconds (results.seconds, schema 6 on) is
-predicted by a model fitted on every other run; the table gives each held-out run's predicted and
-measured seconds (the sum of its rows' seconds, i.e. its measuring time) and the error of the sum.
-`--write` then fits on every run and writes collector/cost_model.json, the terms the plan's estimates
-and the shards use.
+Held out: the newest finished run of each machine that has per-row seconds (results.seconds, schema
+6 on) is predicted by a model fitted on every other run; then each finished run in turn. The tables
+give each held-out run's measured wall time (runs.phases: precompile and start-up included), the
+ETA as it was (the sum of its rows' estimates) and as it is now (rows + precompile pass + start-up),
+each with its error. A run with a precompile pass had cold caches: all of its builds counted as
+missing from them. `--write` then fits on every run and writes collector/cost_model.json, the terms
+the plan's estimates and the shards use.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from collections import defaultdict
 from pathlib import Path
 
 import duckdb
 
 ROOT = Path(__file__).resolve().parent.parent
 
-from kcollect import cost
+from kcollect import cost, schedule
 
 QUERY = """
-SELECT r.run_id, u.machine, u.started_at, e.device_kind AS device, r.kernel, r.provider, r.mode,
-       r.bytes, r.seconds
+SELECT r.run_id, u.machine, u.started_at, u.status, u.phases, u.config, e.device_kind AS device, r.kernel,
+       r.provider, r.mode, r.shape, r.dtype, r.bytes, r.seconds
 FROM read_parquet({results}, union_by_name=true) r
 JOIN read_parquet({runs}, union_by_name=true) u USING (run_id)
 JOIN (SELECT DISTINCT env_id, device_kind FROM read_parquet({envs}, union_by_name=true)) e USING (env_id)
@@ -50,24 +54,66 @@ def load_rows(folders: list[Path]) -> list[dict]:
     return [dict(zip(names, row)) for row in cur.fetchall()]
 
 
-def holdout(rows: list[dict]) -> list[str]:
-    newest: dict[str, tuple] = {}
+def builder(device: str):
+    """(kernel, provider) -> whether its first call builds code (Provider.builds), from the
+    registry; a kernel or provider it no longer has counts as building unless it is eager."""
+    from kcollect.common import load_registry
+
+    registry = load_registry(device)
+
+    def builds(kernel: str, provider: str) -> bool:
+        try:
+            return registry.get(kernel).provider(provider).builds
+        except Exception:  # gone since the run: the registry's own error types vary
+            return provider not in ("torch", "eager")
+    return builds
+
+
+def run_records(rows: list[dict]) -> list[dict]:
+    """The finished runs with a breakdown, each with what cost.fit_runs needs; of several workers'
+    runs, only those without a pass (a pass builds every worker's cases: not one run's rows)."""
+    by: dict[str, list[dict]] = defaultdict(list)
     for r in rows:
-        newest[r["machine"]] = max(newest.get(r["machine"], (r["started_at"], r["run_id"])),
-                                   (r["started_at"], r["run_id"]))
-    held = {run for _, run in newest.values()}
-    model = cost.Model(cost.fit(r for r in rows if r["run_id"] not in held))
-    lines = ["| machine | run | rows | predicted s | measured s | error |", "| --- | --- | --- | --- | --- | --- |"]
-    for machine, (_, run) in sorted(newest.items()):
-        mine = [r for r in rows if r["run_id"] == run]
-        guesses = [model.seconds(r["device"], r["kernel"], r["provider"], r["mode"], (r["bytes"] or 0) / 1e9)
-                   for r in mine]
-        if any(g is None for g in guesses):
-            lines.append(f"| {machine} | {run[:8]} | {len(mine)} | no term for {sum(g is None for g in guesses)} rows "
-                         "| | |")
+        by[r["run_id"]].append(r)
+    builds = builder("cpu")
+    out = []
+    for run, mine in by.items():
+        first = mine[0]
+        phases, config = json.loads(first["phases"] or "{}"), json.loads(first["config"] or "{}")
+        if first["status"] != "finished" or "wall" not in phases or (config.get("workers", 1) != 1
+                                                                      and "precompile" in phases):
             continue
-        got, want = sum(guesses), sum(r["seconds"] for r in mine)
-        lines.append(f"| {machine} | {run[:8]} | {len(mine)} | {got:.1f} | {want:.1f} | {got / want - 1:+.1%} |")
+        built = [r for r in mine if builds(r["kernel"], r["provider"])]
+        cases = len({(r["kernel"], r["shape"], r["dtype"]) for r in built})
+        out.append(dict(run_id=run, machine=first["machine"], started_at=first["started_at"], device=first["device"],
+                        rows=len(mine), wall=phases["wall"], precompile_s=phases.get("precompile", 0.0),
+                        rows_s=sum(r["seconds"] for r in mine), builds=len(built),
+                        procs=min(config.get("precompile") or 0, cases)))
+    return sorted(out, key=lambda r: (r["started_at"], r["run_id"]))
+
+
+def predict(model: cost.Model, run: dict, rows: list[dict]) -> tuple[float, float, float]:
+    """(rows, precompile, start-up) seconds of a run as the plan would estimate them."""
+    measuring = 0.0
+    for r in rows:
+        gb = (r["bytes"] or 0) / 1e9
+        fitted = model.seconds(r["device"], r["kernel"], r["provider"], r["mode"], gb)
+        measuring += schedule.constant_cost(r["device"], r["provider"], gb) if fitted is None else fitted
+    cold = run["builds"] if run["precompile_s"] else 0
+    return measuring, model.precompile(run["device"], cold, run["procs"]) or 0.0, model.startup(run["device"]) or 0.0
+
+
+def holdout(rows: list[dict], runs: list[dict], held: list[dict]) -> list[str]:
+    lines = ["| machine | run | rows | caches | measured wall s | ETA before s | error | "
+             "ETA now s (rows + precompile + start-up) | error |", "| --- " * 9 + "|"]
+    for run in held:
+        model = cost.Model(cost.fit(r for r in rows if r["run_id"] != run["run_id"]),
+                           cost.fit_runs(r for r in runs if r["run_id"] != run["run_id"]))
+        parts = predict(model, run, [r for r in rows if r["run_id"] == run["run_id"]])
+        before, now, want = parts[0], sum(parts), run["wall"]
+        lines.append(f"| {run['machine']} | {run['run_id'][:8]} | {run['rows']} | "
+                     f"{'cold' if run['precompile_s'] else 'warm'} | {want:.1f} | {before:.1f} | {before / want - 1:+.1%} | "
+                     f"{now:.1f} ({parts[0]:.1f} + {parts[1]:.1f} + {parts[2]:.1f}) | {now / want - 1:+.1%} |")
     return lines
 
 
@@ -81,12 +127,18 @@ def main() -> None:
     rows = load_rows(folders)
     if not rows:
         sys.exit(f"fit_cost: no run under {', '.join(map(str, folders))} has per-row seconds")
-    print("\n".join(holdout(rows)))
+    runs = run_records(rows)
+    newest = {r["machine"]: r for r in runs}  # runs are oldest first
+    print("The newest finished run of each machine, held out:\n")
+    print("\n".join(holdout(rows, runs, list(newest.values()))))
+    print("\nEach finished run, held out in turn:\n")
+    print("\n".join(holdout(rows, runs, runs)))
     if args.write:
-        runs = sorted({r["run_id"] for r in rows})
-        terms = cost.fit(rows)
-        cost.save(terms, {"runs": runs, "rows": len(rows)})
-        print(f"wrote {cost.MODEL_FILE.relative_to(ROOT)}: {len(terms)} terms from {len(rows)} rows of {len(runs)} runs")
+        ids = sorted({r["run_id"] for r in rows})
+        terms, run_terms = cost.fit(rows), cost.fit_runs(runs)
+        cost.save(terms, run_terms, {"runs": ids, "rows": len(rows)})
+        print(f"\nwrote {cost.MODEL_FILE.relative_to(ROOT)}: {len(terms)} terms from {len(rows)} rows of {len(ids)} "
+              f"runs; run terms {json.dumps(run_terms)}")
 
 
 if __name__ == "__main__":

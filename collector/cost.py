@@ -11,6 +11,12 @@ whose rows reach within REACH x of its size: a line fitted on three tiny shapes 
 the full grid 6 hours; beyond its reach a more general term, or the plan's constants, answer.
 The fitted terms are committed (`cost_model.json`, written by `benchmarks/fit_cost.py` from
 data/runs), so that every machine of a sharded run computes the same split from the same numbers.
+
+A run's wall time is more than its rows' seconds: the precompile pass before it (precompile.py) and
+its start-up (imports, the device's ceilings). Those are fitted per device kind on the finished
+runs' breakdowns (runs.phases): the start-up as the mean of wall - precompile - rows' seconds, the
+pass as `fixed + per_build * builds / processes` (builds: the plan's units that build code, all of
+them in a run that made the pass: its caches were cold), both on one-worker runs.
 """
 from __future__ import annotations
 
@@ -22,6 +28,7 @@ from typing import Iterable, Mapping
 
 MODEL_FILE = Path(__file__).with_name("cost_model.json")
 MIN_ROWS = 3
+MIN_RUNS = 2  # runs behind a run term (cost.fit_runs)
 REACH = 4.0  # a term predicts sizes up to this multiple of the largest it was fitted on
 ANY = "*"
 
@@ -47,6 +54,24 @@ def _fit_line(points: list[tuple[float, float]]) -> tuple[float, float]:
     return fixed, slope
 
 
+def fit_runs(runs: Iterable[Mapping]) -> dict[str, dict[str, list[float]]]:
+    """{device: {"startup": [seconds, runs], "precompile": [fixed_s, per_build_s, runs]}} from runs
+    with device, wall, precompile_s (0 without a pass), rows_s, builds and procs (the pass's)."""
+    by: dict[str, list[Mapping]] = defaultdict(list)
+    for r in runs:
+        by[r["device"]].append(r)
+    out: dict[str, dict[str, list[float]]] = {}
+    for device, mine in sorted(by.items()):
+        terms = out.setdefault(device, {})
+        rest = [r["wall"] - r["precompile_s"] - r["rows_s"] for r in mine]
+        if len(rest) >= MIN_RUNS:
+            terms["startup"] = [round(max(0.0, sum(rest) / len(rest)), 3), len(rest)]
+        points = [(r["builds"] / r["procs"], r["precompile_s"]) for r in mine if r["precompile_s"] and r["procs"]]
+        if len(points) >= MIN_RUNS:
+            terms["precompile"] = [*(round(x, 4) for x in _fit_line(points)), len(points)]
+    return out
+
+
 def fit(rows: Iterable[Mapping]) -> dict[str, list[float]]:
     """{term key: [fixed_s, per_gb_s, rows, largest_gb]} from rows with device ('cuda'/'cpu'),
     kernel, provider, mode, bytes and seconds."""
@@ -62,8 +87,22 @@ def fit(rows: Iterable[Mapping]) -> dict[str, list[float]]:
 
 
 class Model:
-    def __init__(self, terms: Mapping[str, list[float]]):
+    def __init__(self, terms: Mapping[str, list[float]], runs: Mapping[str, Mapping] | None = None):
         self.terms = dict(terms)
+        self.runs = dict(runs or {})
+
+    def startup(self, device: str) -> float | None:
+        """A run's seconds outside its rows and its precompile pass; None where none was fitted."""
+        term = self.runs.get(device, {}).get("startup")
+        return None if term is None else term[0]
+
+    def precompile(self, device: str, builds: int, procs: int) -> float | None:
+        """The precompile pass's seconds for `builds` made by `procs` processes (0 when there is no
+        pass); None where none was fitted."""
+        if not (builds and procs):
+            return 0.0
+        term = self.runs.get(device, {}).get("precompile")
+        return None if term is None else term[0] + term[1] * builds / procs
 
     def seconds(self, device: str, kernel: str, provider: str, mode: str, gb: float) -> float | None:
         """The fitted estimate, or None where no term covers the measurement (none fitted, or none
@@ -80,10 +119,13 @@ class Model:
 def committed() -> Model:
     """The model committed beside this module (empty if there is none)."""
     try:
-        return Model(json.loads(MODEL_FILE.read_text())["terms"])
+        data = json.loads(MODEL_FILE.read_text())
     except FileNotFoundError:
         return Model({})
+    return Model(data["terms"], data.get("runs"))
 
 
-def save(terms: Mapping[str, list[float]], fitted_on: Mapping, path: Path = MODEL_FILE) -> None:
-    path.write_text(json.dumps({"fitted_on": fitted_on, "terms": terms}, indent=1, sort_keys=True) + "\n")
+def save(terms: Mapping[str, list[float]], runs: Mapping[str, Mapping], fitted_on: Mapping,
+         path: Path = MODEL_FILE) -> None:
+    data = {"fitted_on": fitted_on, "terms": terms, "runs": runs}
+    path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")

@@ -174,27 +174,17 @@ def run(config: RunConfig, cases: list[Case], indices: list[int], kernel_modules
     report = Report()
     if procs <= 0:
         return report
-    planned = units(cases, indices, config)
-    report.planned = sum(len(v) for v in planned.values())
-    if not planned:
-        return report
-    path = manifest_path()
-    stack_ = stack(config.device)
-    memo: dict[str, str] = {}
-    keys = {(i, m, p): key(cases[i], m, p, stack_, memo) for i, pairs in planned.items() for m, p in pairs}
-    done = _read(path)
-    todo: dict[int, list[tuple[str, str]]] = {}
-    for (i, m, p), k in keys.items():
-        if k not in done:
-            todo.setdefault(i, []).append((m, p))
+    keys, todo = pending(config, cases, indices)
+    report.planned = len(keys)
     report.todo = sum(len(v) for v in todo.values())
-    if report.todo < UNITS_PER_PROC * procs:
+    procs = processes(todo, procs)
+    if not procs:
         if report.todo:
             say(f"precompile: {report.todo} of {report.planned} builds not in the caches; "
                 "the run makes them as it meets them")
         return report
+    path = manifest_path()
     order = _interleaved(cases, todo, config.device)
-    procs = min(procs, len(order))
     say(f"precompile: {report.todo} of {report.planned} builds not in the caches; building them in {procs} "
         f"process{'es' if procs > 1 else ''} before measuring")
     built: set[str] = set()
@@ -214,6 +204,31 @@ def run(config: RunConfig, cases: list[Case], indices: list[int], kernel_modules
     say(f"precompile: {report.built} of {report.todo} built in {report.seconds:.1f} s"
         + (f"; {report.todo - report.built} left to the run" if report.built < report.todo else ""))
     return report
+
+
+def pending(config: RunConfig, cases: list[Case], indices: list[int]) -> tuple[dict, dict[int, list[tuple[str, str]]]]:
+    """The plan's builds, {(case index, mode, provider): manifest key}, and those of them the
+    manifest lacks (the caches' cold part), case index -> (mode, provider) pairs."""
+    planned = units(cases, indices, config)
+    if not planned:
+        return {}, {}
+    stack_ = stack(config.device)
+    memo: dict[str, str] = {}
+    keys = {(i, m, p): key(cases[i], m, p, stack_, memo) for i, pairs in planned.items() for m, p in pairs}
+    done = _read(manifest_path())
+    todo: dict[int, list[tuple[str, str]]] = {}
+    for (i, m, p), k in keys.items():
+        if k not in done:
+            todo.setdefault(i, []).append((m, p))
+    return keys, todo
+
+
+def processes(todo: dict[int, list], procs: int) -> int:
+    """How many processes the pass starts for `todo` with `procs` allowed: none where there are too
+    few builds to be worth their start (the run makes them as it meets them), at most one a case."""
+    if procs <= 0 or sum(len(v) for v in todo.values()) < UNITS_PER_PROC * procs:
+        return 0
+    return min(procs, len(todo))
 
 
 def forget_tuning(since: float) -> int:

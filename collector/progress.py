@@ -29,14 +29,17 @@ def _clock(seconds: float) -> str:
 
 class Progress:
     def __init__(self, cases: list[Case], device: str, workers: int = 1, out: TextIO | None = None,
-                 tty: bool | None = None, cost: Cost | None = None, known: int = 0, verbose: bool = True):
+                 tty: bool | None = None, cost: Cost | None = None, known: int = 0, verbose: bool = True,
+                 overhead: dict[str, tuple[float | None, str]] | None = None):
         """`cost`: each measurement's estimated seconds (default: the plan's); `known`: how many of
-        them come from a past run; `verbose`: a line per finished measurement."""
+        them come from a past run; `verbose`: a line per finished measurement; `overhead`: the
+        run's parts outside its measurements (schedule.overhead), for the plan's line."""
         self.device, self.workers, self.verbose = device, max(1, workers), verbose
         self.out = out or sys.stderr
         self.tty = self.out.isatty() if tty is None else tty
         self.cost = cost or (lambda case, mode, provider: unit_cost(case, mode, provider, device))
         self.known = known
+        self.overhead = overhead or {}
         self.total_est = sum(self.cost(c, m, p) for c in cases for m in c.modes for p in c.providers)
         self.units = sum(len(c.modes) * len(c.providers) for c in cases)
         self.done_est = 0.0
@@ -47,9 +50,15 @@ class Progress:
         self.began: dict[object, float] = {}  # worker -> when its current measurement started
 
     def plan_line(self) -> str:
+        """The estimated wall time and its parts: measuring, then the overhead's."""
         past = f", {self.known} of them from the last run here" if self.known else ""
-        return (f"{self.units} measurements; estimated {_clock(self.total_est / self.workers)} "
-                f"({'one worker' if self.workers == 1 else f'{self.workers} workers'}{past})")
+        measuring = self.total_est / self.workers
+        parts = [f"measuring {_clock(measuring)} ({'one worker' if self.workers == 1 else f'{self.workers} workers'}"
+                 f"{past})"]
+        parts += [f"{name} {'not estimated' if s is None else _clock(s)} ({what})"
+                  for name, (s, what) in self.overhead.items()]
+        total = measuring + sum(s or 0.0 for s, _ in self.overhead.values())
+        return f"{self.units} measurements; estimated {_clock(total)}: {', '.join(parts)}"
 
     def eta(self) -> float:
         """The plan's estimate until a few measurements are in, then the estimate scaled by the

@@ -172,6 +172,8 @@ def run(names, all_, changed, quick, modes, providers, dtypes, where, shapes, de
         fail(str(e))
     pool = _workers(device, gpus, workers)
     caches = None if dry_run else _caches(cache_dir)  # a dry run makes no folder
+    if dry_run and cache_dir:  # but reads its manifest of builds (precompile.pending)
+        os.environ["KCOLLECT_CACHE_DIR"] = cache_dir
     registry = load_registry(device, kernel_modules)
     check_choices("kernel", names, registry.names())
     grid = ("quick" if device == "cpu" else "full") if quick is None else ("quick" if quick else "full")

@@ -26,8 +26,11 @@ INTERPRETED_PER_GB_S = 10000.0
 def unit_cost(case: Case, mode: str, provider: str, device: str) -> float:
     gb = case.spec.bytes_moved(case.shape.dims, case.dtype, mode) / 1e9
     fitted = cost.committed().seconds(device, case.spec.name, provider, mode, gb)
-    if fitted is not None:
-        return fitted
+    return constant_cost(device, provider, gb) if fitted is None else fitted
+
+
+def constant_cost(device: str, provider: str, gb: float) -> float:
+    """The plan's constants, for a measurement no fitted term covers."""
     per_gb = INTERPRETED_PER_GB_S if device == "cpu" and provider == "triton" else PER_GB_S[device]
     return BASE_S[device] + (COMPILE_S[device] if provider == "compile" else 0.0) + per_gb * gb
 
@@ -79,6 +82,28 @@ def estimator(cases: list[Case], device: str, past: dict[tuple, float]) -> tuple
         return seen if seen is not None else scale * unit_cost(case, mode, provider, device)
 
     return cost, len(known)
+
+
+def overhead(config, cases: list[Case], indices: list[int]) -> dict[str, tuple[float | None, str]]:
+    """A run's estimated seconds outside its measurements, {part: (seconds or None where no run
+    fitted it, what)}: the precompile pass over the builds the caches lack (their manifest) and the
+    start-up, from the committed run terms (cost.py)."""
+    from . import precompile
+
+    model = cost.committed()
+    todo = precompile.pending(config, cases, indices)[1] if config.precompile > 0 else {}
+    procs = precompile.processes(todo, config.precompile)
+    builds = sum(len(v) for v in todo.values())
+    if config.precompile <= 0:
+        what = "no pass"
+    elif procs:
+        what = f"{builds} builds the caches lack, in {procs} processes"
+    elif builds:
+        what = f"no pass: {builds} builds, made as the run meets them"
+    else:
+        what = "the caches hold every build"
+    return {"precompile": (model.precompile(config.device, builds if procs else 0, procs), what),
+            "start-up": (model.startup(config.device), "imports, the device's ceilings")}
 
 
 def parse_shard(text: str) -> tuple[int, int]:

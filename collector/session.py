@@ -17,7 +17,7 @@ from .progress import Progress, _clock
 from .report import cost_lines, is_ours, lines, run_records
 from .formats import render
 from .plan import Case, RunConfig
-from .schedule import estimator, past_seconds, shard, tasks
+from .schedule import estimator, overhead, past_seconds, shard, tasks
 from .spec import DTYPE_NAMES
 from .store import Store
 
@@ -60,7 +60,8 @@ def _progress(lay: Layout, cases: list[Case], store: Store | None, verbose: bool
     config = lay.config
     past = past_seconds(store, config.device, config.machine) if store is not None else {}
     cost, known = estimator(mine, config.device, past)
-    return Progress(mine, config.device, workers=config.workers, cost=cost, known=known, verbose=verbose)
+    return Progress(mine, config.device, workers=config.workers, cost=cost, known=known, verbose=verbose,
+                    overhead=overhead(config, cases, lay.indices))
 
 
 def execute(config: RunConfig, commit: Commit, cases: list[Case], shard_kn: tuple[int, int] | None, pool: list,

@@ -101,3 +101,80 @@ def test_a_term_does_not_reach_far_past_the_sizes_it_was_fitted_on():
     general = cost.fit(tiny + wide)["cuda|*|triton|fwd"]
     assert far == pytest.approx(general[0] + general[1] * 0.4) and far < 10, far
     assert model.seconds("cuda", "k", "triton", "fwd", 100.0) is None  # past every term's reach
+
+
+def _run(wall, rows_s, precompile_s=0.0, builds=0, procs=0, device="cuda"):
+    return dict(device=device, wall=wall, rows_s=rows_s, precompile_s=precompile_s, builds=builds, procs=procs)
+
+
+def test_run_terms_fit_the_start_up_and_the_precompile_pass():
+    seed = random.randrange(2**31)
+    rng = random.Random(seed)
+    runs = []
+    for _ in range(8):  # start-up 6 s; a pass of 20 s + 0.5 s per build per process, where there was one
+        builds, procs, rows_s = rng.randrange(10, 800), rng.choice((2, 4, 8)), rng.uniform(10, 200)
+        pass_s = 20 + 0.5 * builds / procs + rng.gauss(0, 0.1) if rng.random() < 0.6 else 0.0
+        runs.append(_run(6 + rows_s + pass_s + rng.gauss(0, 0.1), rows_s, pass_s, builds, procs))
+    runs += [_run(6 + 30 + 20 + 0.5 * 100 / 4, 30, 20 + 0.5 * 100 / 4, 100, 4), _run(16, 10, device="cpu")]
+    model = cost.Model({}, cost.fit_runs(runs))
+    assert model.startup("cuda") == pytest.approx(6.0, abs=0.5), seed
+    assert model.precompile("cuda", 400, 4) == pytest.approx(20 + 0.5 * 100, abs=2.0), seed
+    assert model.precompile("cuda", 0, 4) == 0.0 and model.precompile("cuda", 400, 0) == 0.0  # no pass
+    assert model.startup("cpu") is None and model.precompile("cpu", 400, 4) is None  # one run: no term
+
+
+def _config(**kw):
+    return RunConfig(kernels=("gelu",), grid="quick", device="cpu", unavailable=(("compile", "cpu"),), **kw)
+
+
+def test_the_estimate_of_a_run_reacts_to_its_caches_being_cold_or_warm(tmp_path, monkeypatch):
+    """A real cache folder: its manifest, written as the precompile pass writes it, decides the
+    precompile part of the estimate; the measuring part does not depend on it."""
+    from kcollect import precompile
+
+    monkeypatch.setenv("KCOLLECT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cost, "committed", lambda: cost.Model({}, {"cpu": {"precompile": [20.0, 0.5, 3],
+                                                                           "startup": [1.0, 3]}}))
+    spec = builtin_spec("gelu")
+    config = _config(precompile=2)
+    cases = plan([spec], config)
+    everything = list(range(len(cases)))
+    builds = 3 * len(cases)  # fwd, bwd and fwd+bwd of triton: compile is not measured on the CPU
+    cold = schedule.overhead(config, cases, everything)
+    assert cold["precompile"] == (pytest.approx(20 + 0.5 * builds / 2), f"{builds} builds the caches lack, in 2 processes")
+    assert cold["start-up"][0] == 1.0
+    keys, _ = precompile.pending(config, cases, everything)
+    precompile._write(precompile.manifest_path(), {k for (i, _, _), k in keys.items() if i != 0})
+    part = schedule.overhead(config, cases, everything)["precompile"]
+    assert part == (0.0, "no pass: 3 builds, made as the run meets them")  # too few for the pass's processes
+    precompile._write(precompile.manifest_path(), set(keys.values()))
+    assert schedule.overhead(config, cases, everything)["precompile"] == (0.0, "the caches hold every build")
+    assert schedule.overhead(_config(), cases, everything)["precompile"] == (0.0, "no pass")
+
+
+def test_dry_run_prints_the_estimate_s_parts_from_the_cache_it_would_use(tmp_path, monkeypatch):
+    monkeypatch.setenv("KCOLLECT_CACHE_DIR", str(tmp_path / "elsewhere"))
+    cache = tmp_path / "cache"
+    args = ["run", "gelu", "--device", "cpu", "--dry-run", "--precompile", "2", "--cache-dir", str(cache)]
+    out = kc_here(*args, "--db", str(tmp_path / "k.duckdb"))
+    assert out.exit_code == 0, out.stderr
+    line = out.stdout.strip().splitlines()[-1]
+    assert "; estimated " in line and ": measuring " in line and ", start-up " in line, line
+    assert "builds the caches lack, in 2 processes" in line, line
+    assert not cache.exists()  # a dry run makes no folder
+    bad = kc_here("run", "gelu", "--device", "cpu", "--dry-run", "--precompile", "-1")
+    assert bad.exit_code == 2 and bad.stderr.count("\n") == 1, bad.stderr
+    assert "--precompile '-1': must be auto or a whole number >= 0" in bad.stderr
+
+
+def test_the_plan_line_adds_the_parts_outside_the_measurements():
+    from kcollect.progress import Progress, _clock
+
+    case = plan([builtin_spec("gelu")], _config())[0]
+    bare = Progress([case], "cpu")
+    parts = {"precompile": (65.0, "9 builds"), "start-up": (None, "not fitted")}
+    line = Progress([case], "cpu", overhead=parts).plan_line()
+    assert line.startswith(f"{bare.units} measurements; estimated ")
+    assert "precompile 1m05s (9 builds), start-up not estimated (not fitted)" in line
+    total = line.split("estimated ")[1].split(":")[0]
+    assert total == _clock(bare.total_est + 65.0)
