@@ -111,8 +111,9 @@ def holdout(rows: list[dict], runs: list[dict], held: list[dict]) -> list[str]:
                            cost.fit_runs(r for r in runs if r["run_id"] != run["run_id"]))
         parts = predict(model, run, [r for r in rows if r["run_id"] == run["run_id"]])
         before, now, want = parts[0], sum(parts), run["wall"]
-        lines.append(f"| {run['machine']} | {run['run_id'][:8]} | {run['rows']} | "
-                     f"{'cold' if run['precompile_s'] else 'warm'} | {want:.1f} | {before:.1f} | {before / want - 1:+.1%} | "
+        caches = "cold" if run["precompile_s"] else "warm"
+        lines.append(f"| {run['machine']} | {run['run_id'][:8]} | {run['rows']} | {caches} | {want:.1f} | "
+                     f"{before:.1f} | {before / want - 1:+.1%} | "
                      f"{now:.1f} ({parts[0]:.1f} + {parts[1]:.1f} + {parts[2]:.1f}) | {now / want - 1:+.1%} |")
     return lines
 

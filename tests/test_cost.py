@@ -141,7 +141,8 @@ def test_the_estimate_of_a_run_reacts_to_its_caches_being_cold_or_warm(tmp_path,
     everything = list(range(len(cases)))
     builds = 3 * len(cases)  # fwd, bwd and fwd+bwd of triton: compile is not measured on the CPU
     cold = schedule.overhead(config, cases, everything)
-    assert cold["precompile"] == (pytest.approx(20 + 0.5 * builds / 2), f"{builds} builds the caches lack, in 2 processes")
+    want = f"{builds} builds the caches lack, in 2 processes"
+    assert cold["precompile"] == (pytest.approx(20 + 0.5 * builds / 2), want)
     assert cold["start-up"][0] == 1.0
     keys, _ = precompile.pending(config, cases, everything)
     precompile._write(precompile.manifest_path(), {k for (i, _, _), k in keys.items() if i != 0})
