@@ -33,7 +33,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Callable
@@ -61,6 +61,9 @@ class Report:
     planned: int = 0  # units the plan builds
     todo: int = 0  # of which not in the manifest
     built: int = 0
+    # seconds of each build made: {(kernel, mode, provider, shape label, dtype): s}, for where a
+    # cold pass's time goes (the slowest are named at its end)
+    times: dict = field(default_factory=dict)
 
 
 def default_procs(device: str) -> int:
@@ -190,10 +193,13 @@ def run(config: RunConfig, cases: list[Case], indices: list[int], kernel_modules
     built: set[str] = set()
     started = time.time()
     try:
-        for index in _pool(config, kernel_modules, procs, visible, order, todo, timeout, say, t0):
+        for index, seconds in _pool(config, kernel_modules, procs, visible, order, todo, timeout, say, t0, cases):
             built.update(keys[index, m, p] for m, p in todo[index])
+            report.times.update(((*_label(cases[index]), m, p), s) for (m, p), s in zip(todo[index], seconds))
     finally:
         forget_tuning(started)
+        if report.times:
+            say(slowest(report.times))
         if built:
             try:
                 _write(path, built)
@@ -204,6 +210,23 @@ def run(config: RunConfig, cases: list[Case], indices: list[int], kernel_modules
     say(f"precompile: {report.built} of {report.todo} built in {report.seconds:.1f} s"
         + (f"; {report.todo - report.built} left to the run" if report.built < report.todo else ""))
     return report
+
+
+def _label(case: Case) -> tuple[str, str, str]:
+    from .spec import DTYPE_NAMES
+
+    return case.spec.name, case.shape.label, DTYPE_NAMES[case.dtype]
+
+
+def slowest(times: dict, n: int = 5) -> str:
+    """One line: the builds' seconds by kernel, largest first, and the n slowest builds."""
+    by: dict[str, float] = {}
+    for (kernel, *_), s in times.items():
+        by[kernel] = by.get(kernel, 0.0) + s
+    kernels = ", ".join(f"{k} {s:.0f} s" for k, s in sorted(by.items(), key=lambda kv: -kv[1]))
+    builds = "; ".join(f"{k} {m} {p} {shape} {dt} {s:.0f} s" for (k, shape, dt, m, p), s in
+                       sorted(times.items(), key=lambda kv: -kv[1])[:n])
+    return f"precompile: build seconds by kernel: {kernels}; slowest: {builds}"
 
 
 def pending(config: RunConfig, cases: list[Case], indices: list[int]) -> tuple[dict, dict[int, list[tuple[str, str]]]]:
@@ -263,8 +286,8 @@ def _interleaved(cases: list[Case], todo, device: str) -> list[int]:
     return [i for i in chain.from_iterable(zip_longest(*by.values())) if i is not None]
 
 
-def _pool(config, kernel_modules, procs, visible, order, todo, timeout, say, t0):
-    """Yields each case's index as a process finishes it; a process that dies or runs past
+def _pool(config, kernel_modules, procs, visible, order, todo, timeout, say, t0, cases):
+    """Yields (case index, each build's seconds) as a process finishes a case; a process that dies or runs past
     `timeout` per build on a case loses that case and is replaced, unless as many have died before
     they were ready as there are processes (they cannot start here: the pass ends)."""
     import multiprocessing as mp
@@ -312,7 +335,7 @@ def _pool(config, kernel_modules, procs, visible, order, todo, timeout, say, t0)
                     got = None
                 if got is not None:
                     finished += 1
-                    yield slot["case"]
+                    yield slot["case"], got[1]
                     give(slot)
                     continue
                 limit = None if timeout is None else timeout * len(todo[slot["case"]])  # each build a measurement's
@@ -330,7 +353,7 @@ def _pool(config, kernel_modules, procs, visible, order, todo, timeout, say, t0)
                 give(slot)
             if clock() - last_say > 15:
                 last_say = clock()
-                say(f"precompile: {finished}/{len(order)} cases, {time.perf_counter() - t0:.0f} s")
+                say(f"precompile: {finished}/{len(order)} cases, {time.perf_counter() - t0:.0f} s{_oldest(slots, cases)}")
     finally:
         for slot in slots:
             if slot["proc"].is_alive():
@@ -340,6 +363,15 @@ def _pool(config, kernel_modules, procs, visible, order, todo, timeout, say, t0)
             slot["proc"].join()
         for s, h in handlers.items():
             signal.signal(s, h)
+
+
+def _oldest(slots: list[dict], cases: list[Case]) -> str:
+    """The case a process has been building longest, for a pass that seems stuck on one."""
+    busy = [s for s in slots if s["case"] is not None and s["ready"]]
+    if not busy:
+        return ""
+    slot = min(busy, key=lambda s: s["since"])
+    return f" (longest: {' '.join(_label(cases[slot['case']]))} for {clock() - slot['since']:.0f} s)"
 
 
 def ready(slot: dict, now: float) -> None:
@@ -379,12 +411,11 @@ def _worker(config: RunConfig, kernel_modules, visible: str | None, threads: int
     conn.send("ready")
     while (task := conn.recv()) is not None:
         index, pairs = task
-        _build(cases[index], pairs, config)
-        conn.send(index)
+        conn.send((index, _build(cases[index], pairs, config)))
 
 
-def _build(case: Case, pairs: list[tuple[str, str]], config: RunConfig) -> None:
-    """Calls each pair once. One that fails is done too: a build that
+def _build(case: Case, pairs: list[tuple[str, str]], config: RunConfig) -> list[float]:
+    """Calls each pair once; each one's seconds. One that fails is done too: a build that
     fails fails again (the manifest's key changes with the kernel's source and the versions), and
     a failure would otherwise bring the pass back in every run (a peer unavailable on a GPU, or
     Cortex's dtype errors: 74 of the scans' 291 units)."""
@@ -394,9 +425,11 @@ def _build(case: Case, pairs: list[tuple[str, str]], config: RunConfig) -> None:
 
     device = config.device
     inputs = case.spec.make_inputs(case.shape.dims, case.dtype, device, config.seed)
+    seconds = []
     for mode, name in pairs:
         provider = case.spec.provider(name)
         call = None
+        t0 = time.perf_counter()
         try:
             if provider.available(device) is None:
                 spec = verify.gated_spec(case.spec, provider)
@@ -410,4 +443,6 @@ def _build(case: Case, pairs: list[tuple[str, str]], config: RunConfig) -> None:
         finally:
             call = None
             memory.release(device)
+            seconds.append(time.perf_counter() - t0)
     memory.release(device, compiled=True, case_end=True)
+    return seconds

@@ -54,6 +54,9 @@ def test_precompile_builds_each_unit_once_and_again_when_the_kernel_source_chang
     assert out.exit_code == 0, (out.stderr, out.exception)
     assert "precompile: 8 of 8 builds not in the caches; building them in 2 processes" in out.stderr
     assert "precompile: 8 of 8 built in" in out.stderr
+    # where the pass's time went: seconds by kernel and the slowest builds, each measured
+    line = next(x for x in out.stderr.splitlines() if x.startswith("precompile: build seconds by kernel: scaled "))
+    assert line.count(" s; ") + line.count(" s") >= 6 and "slowest: scaled " in line, line
     keys = json.loads((cache / "built.json").read_text())
     assert len(keys) == 8 and all(k.startswith("cpu | torch ") for k in keys)
     assert {k.split(" | ")[-1].split()[2] for k in keys} == {"torch", "wrong"}
