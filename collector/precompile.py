@@ -170,8 +170,8 @@ def key(case: Case, mode: str, provider: str, stack_: str, memo: dict[str, str])
 def run(config: RunConfig, cases: list[Case], indices: list[int], kernel_modules, procs: int,
         visible: list[str | None], say: Callable[[str], None], timeout: float | None = None) -> Report:
     """Builds what the manifest lacks of the plan's units in `procs` processes, spread over the
-    `visible` devices (CUDA_VISIBLE_DEVICES values; None: this process's own), each case at most
-    `timeout` seconds per build in it. Ctrl-C or SIGTERM stops every process and raises
+    `visible` devices (CUDA_VISIBLE_DEVICES values; None: this process's own), each build at most
+    `timeout` seconds (a hung peer's build costs that, not the whole case's share). Ctrl-C or SIGTERM stops every process and raises
     KeyboardInterrupt."""
     t0 = time.perf_counter()
     report = Report()
@@ -287,8 +287,8 @@ def _interleaved(cases: list[Case], todo, device: str) -> list[int]:
 
 
 def _pool(config, kernel_modules, procs, visible, order, todo, timeout, say, t0, cases):
-    """Yields (case index, each build's seconds) as a process finishes a case; a process that dies or runs past
-    `timeout` per build on a case loses that case and is replaced, unless as many have died before
+    """Yields (case index, each build's seconds) as a process finishes a case; a process that dies,
+    or spends more than `timeout` on one build, loses that case and is replaced, unless as many have died before
     they were ready as there are processes (they cannot start here: the pass ends)."""
     import multiprocessing as mp
     from multiprocessing.connection import wait
@@ -326,20 +326,13 @@ def _pool(config, kernel_modules, procs, visible, order, todo, timeout, say, t0,
                 raise KeyboardInterrupt
             wait([s["conn"] for s in live] + [s["proc"].sentinel for s in live], timeout=0.5)
             for slot in live:
-                try:
-                    got = slot["conn"].recv() if slot["conn"].poll() else None
-                    if got == "ready":
-                        ready(slot, clock())
-                        got = slot["conn"].recv() if slot["conn"].poll() else None
-                except (EOFError, OSError):
-                    got = None
+                got = _messages(slot)
                 if got is not None:
                     finished += 1
                     yield slot["case"], got[1]
                     give(slot)
                     continue
-                limit = None if timeout is None else timeout * len(todo[slot["case"]])  # each build a measurement's
-                if slot["proc"].is_alive() and not late(slot, clock(), limit):
+                if slot["proc"].is_alive() and not late(slot, clock(), timeout):  # each build a measurement's
                     continue
                 slot["proc"].kill()  # it died or hangs: the case is the measuring pass's
                 slot["proc"].join()
@@ -372,6 +365,21 @@ def _oldest(slots: list[dict], cases: list[Case]) -> str:
         return ""
     slot = min(busy, key=lambda s: s["since"])
     return f" (longest: {' '.join(_label(cases[slot['case']]))} for {clock() - slot['since']:.0f} s)"
+
+
+def _messages(slot: dict):
+    """Reads what a process said since: "ready" and "build" (a build starts: its limit counts from
+    now) update the slot; a finished case's (index, seconds) is returned, else None."""
+    try:
+        while slot["conn"].poll():
+            got = slot["conn"].recv()
+            if got in ("ready", "build"):
+                ready(slot, clock())
+            else:
+                return got
+    except (EOFError, OSError):
+        pass
+    return None
 
 
 def ready(slot: dict, now: float) -> None:
@@ -411,10 +419,10 @@ def _worker(config: RunConfig, kernel_modules, visible: str | None, threads: int
     conn.send("ready")
     while (task := conn.recv()) is not None:
         index, pairs = task
-        conn.send((index, _build(cases[index], pairs, config)))
+        conn.send((index, _build(cases[index], pairs, config, lambda: conn.send("build"))))
 
 
-def _build(case: Case, pairs: list[tuple[str, str]], config: RunConfig) -> list[float]:
+def _build(case: Case, pairs: list[tuple[str, str]], config: RunConfig, starting=lambda: None) -> list[float]:
     """Calls each pair once; each one's seconds. One that fails is done too: a build that
     fails fails again (the manifest's key changes with the kernel's source and the versions), and
     a failure would otherwise bring the pass back in every run (a peer unavailable on a GPU, or
@@ -429,6 +437,7 @@ def _build(case: Case, pairs: list[tuple[str, str]], config: RunConfig) -> list[
     for mode, name in pairs:
         provider = case.spec.provider(name)
         call = None
+        starting()  # the parent's limit on this build counts from here
         t0 = time.perf_counter()
         try:
             if provider.available(device) is None:
