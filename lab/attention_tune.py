@@ -12,9 +12,8 @@ is what config.pick should return there.
 The search is staged, to stay within minutes: the forward's block shapes, warps and stages first;
 then the Hopper switches (TMA, a persistent grid) on the best three. The
 backward tunes its dk/dv kernel (with the default dq blocks), then its dq kernel (with the best
-dk/dv), then TMA and dq added by the dk/dv kernel (BwdConfig.fused_dq, at 4 and 8 warps).
-Candidates are compiled beforehand in --jobs processes (Triton's disk cache keeps the binaries for
-the timing process).
+dk/dv), then TMA. Candidates are compiled beforehand in --jobs processes (Triton's disk cache
+keeps the binaries for the timing process).
 """
 from __future__ import annotations
 
@@ -166,9 +165,7 @@ def tune_shape(name, dims, dtype, dtype_name, pool, args) -> list:
             ranked += run_stage(bench, pool, dtype_name, mode, bwd_q(best_kv, stages), table, limit)
             ranked.sort(key=lambda t: t[0])
             best = ranked[0][1] if ranked else base
-            hopper = [dataclasses.replace(best, tma=True), dataclasses.replace(best, fused_dq=True),
-                      dataclasses.replace(best, fused_dq=True, kv_warps=8)]
-            ranked += run_stage(bench, pool, dtype_name, mode, hopper, table, limit)
+            ranked += run_stage(bench, pool, dtype_name, mode, [dataclasses.replace(best, tma=True)], table, limit)
         ranked.sort(key=lambda t: t[0])
         for p in BASELINES:
             provider = bench.spec.provider(p)

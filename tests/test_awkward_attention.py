@@ -8,7 +8,6 @@ against float64, and that no input and no incoming gradient is written; inputs p
 refused with a ValueError naming them. Then one test per defect found, each failing on the code
 before its fix. Data seeds come from the session's seed (conftest: printed on failure); the drawn cases
 from a fixed draw (SEED)."""
-import dataclasses
 import json
 import random
 
@@ -181,19 +180,3 @@ def test_a_window_that_hides_the_whole_cache_launches_no_loop(monkeypatch):
     monkeypatch.setattr(step, "_decode", Spy())
     verify_case(case("decode", {"B": 2, "Hq": 2, "Hkv": 2, "S": 1, "D": 72, "window": 1}, "bfloat16"))
     assert launched and all(start < s or s == 0 for s, start in launched), (SEED, launched)
-
-
-@pytest.mark.parametrize("dims", [
-    {"B": 2, "Hq": 4, "Hkv": 2, "Sq": 37, "Skv": 53, "D": 24, "causal": 1, "window": 0, "varlen": 0},
-    {"B": 3, "Hq": 2, "Hkv": 2, "Sq": 40, "Skv": 40, "D": 64, "causal": 1, "window": 7, "varlen": 1},
-])
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_dq_added_by_the_dkdv_kernel_matches_the_reference(dims, dtype):
-    """BwdConfig(fused_dq=True): dq summed by the dk/dv programs with atomic adds (grouped query
-    heads, a query length that is no multiple of the block, a packed batch under a window), where
-    each query row's dq gathers parts from several key blocks."""
-    seed = random.randrange(2**31)
-    config = dataclasses.replace(attention_config._CPU.bwd, fused_dq=True)
-    with host_config.forced(config):
-        err = _fwd_bwd_error(dims, dtype, seed)
-    assert err <= SPEC.tolerance[dtype], f"seed {seed}: error {err:.3g}"

@@ -5,7 +5,8 @@ element), dP = do v^T and dS = P * (dP - delta): dv = P^T do, dk = scale * dS^T 
 dq = scale * dS k. The dk/dv kernel holds a key block of one kv head and walks the query blocks
 of every query head of its group, so grouped-query attention sums dk and dv over the group in
 registers, with no atomics and no [Hq]-sized buffers. The dq kernel holds a query block and walks
-its key blocks. Both split their walk into masked edges and a mask-free middle (common.py).
+its key blocks: it recomputes P and dP (7 matmuls a block pair in all, not 5), yet dq added by the
+dk/dv kernel with fp32 atomics was 1.7-2.3x slower on an H200 (lab/results/attention_fused_dq_h200.txt). Both split their walk into masked edges and a mask-free middle (common.py).
 
 delta comes from the stored o, rounded to bf16/fp16, as in FlashAttention-2/3's backward: where
 dP - delta cancels (a row whose probability sits almost all on one key, as few keys under a tight
@@ -62,9 +63,9 @@ def _rows_stats(LSE_h, DELTA_h, rows, len_q, MASK: tl.constexpr):
 
 
 @triton.jit
-def _dkdv_step(dk, dv, k, v, q_src, do_src, LSE_h, DELTA_h, dqa, start_m, offs_n, offs_m, offs_d, len_q,
-               len_k, shift, window, sqt, sdt, qk_scale, D: tl.constexpr, BLOCK_D: tl.constexpr, MASK: tl.constexpr,
-               CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, TMA: tl.constexpr, FUSED_DQ: tl.constexpr):
+def _dkdv_step(dk, dv, k, v, q_src, do_src, LSE_h, DELTA_h, start_m, offs_n, offs_m, offs_d, len_q, len_k, shift,
+               window, sqt, sdt, qk_scale, D: tl.constexpr, BLOCK_D: tl.constexpr, MASK: tl.constexpr,
+               CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, TMA: tl.constexpr):
     q = load_tile(q_src, start_m, len_q, sqt, offs_m, offs_d, D, BLOCK_D, MASK, TMA)
     rows = start_m + offs_m
     lse, delta = _rows_stats(LSE_h, DELTA_h, rows, len_q, MASK)
@@ -74,42 +75,36 @@ def _dkdv_step(dk, dv, k, v, q_src, do_src, LSE_h, DELTA_h, dqa, start_m, offs_n
         p_t = tl.where(keep, p_t, 0.0)
     do = load_tile(do_src, start_m, len_q, sdt, offs_m, offs_d, D, BLOCK_D, MASK, TMA)
     dv = tl.dot(p_t.to(do.dtype), do, dv)
-    ds_t = (p_t * (tl.dot(v, tl.trans(do)) - delta[None, :])).to(q.dtype)
-    dk = tl.dot(ds_t, q, dk)
-    if FUSED_DQ:  # this key block's part of dq, added into the fp32 accumulator (no dq kernel)
-        tl.atomic_add(dqa + rows[:, None] * sqt + offs_d[None, :], tl.dot(tl.trans(ds_t), k),
-                      mask=(rows < len_q)[:, None] & (offs_d < D)[None, :], sem="relaxed")
+    ds_t = p_t * (tl.dot(v, tl.trans(do)) - delta[None, :])
+    dk = tl.dot(ds_t.to(q.dtype), q, dk)
     return dk, dv
 
 
 @triton.jit
-def _dkdv_blocks(dk, dv, k, v, q_src, do_src, LSE_h, DELTA_h, dqa, lo, hi, offs_n, offs_m, offs_d, len_q, len_k,
-                 shift, window, sqt, sdt, qk_scale, D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
+def _dkdv_blocks(dk, dv, k, v, q_src, do_src, LSE_h, DELTA_h, lo, hi, offs_n, offs_m, offs_d, len_q, len_k, shift,
+                 window, sqt, sdt, qk_scale, D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
                  MASK: tl.constexpr, CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, TMA: tl.constexpr,
-                 PIPELINE: tl.constexpr, FUSED_DQ: tl.constexpr):
+                 PIPELINE: tl.constexpr):
     """Query blocks [lo, hi) (tl.range on the GPU, a while loop in the interpreter: see fwd._fwd_blocks)."""
     if PIPELINE:
         for start_m in tl.range(lo, hi, BLOCK_M):
             start_m = tl.multiple_of(start_m, BLOCK_M)
-            dk, dv = _dkdv_step(dk, dv, k, v, q_src, do_src, LSE_h, DELTA_h, dqa, start_m, offs_n, offs_m,
-                                offs_d, len_q, len_k, shift, window, sqt, sdt, qk_scale, D, BLOCK_D, MASK, CAUSAL,
-                                HAS_WINDOW, TMA, FUSED_DQ)
+            dk, dv = _dkdv_step(dk, dv, k, v, q_src, do_src, LSE_h, DELTA_h, start_m, offs_n, offs_m, offs_d, len_q,
+                                len_k, shift, window, sqt, sdt, qk_scale, D, BLOCK_D, MASK, CAUSAL, HAS_WINDOW, TMA)
     else:
         start_m = lo
         while start_m < hi:
-            dk, dv = _dkdv_step(dk, dv, k, v, q_src, do_src, LSE_h, DELTA_h, dqa, start_m, offs_n, offs_m,
-                                offs_d, len_q, len_k, shift, window, sqt, sdt, qk_scale, D, BLOCK_D, MASK, CAUSAL,
-                                HAS_WINDOW, TMA, FUSED_DQ)
+            dk, dv = _dkdv_step(dk, dv, k, v, q_src, do_src, LSE_h, DELTA_h, start_m, offs_n, offs_m, offs_d, len_q,
+                                len_k, shift, window, sqt, sdt, qk_scale, D, BLOCK_D, MASK, CAUSAL, HAS_WINDOW, TMA)
             start_m += BLOCK_M
     return dk, dv
 
 
 @triton.jit
-def _bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, DQA, CU_Q, CU_K, sqb, sqt, sqh, skb, skt, skh, svb, svt, svh, sdb,
-              sdt, sdh, Sq, Skv, Tq, Hkv, GROUP, scale, qk_scale, window, n_nblocks, D: tl.constexpr,
+def _bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, CU_Q, CU_K, sqb, sqt, sqh, skb, skt, skh, svb, svt, svh, sdb, sdt,
+              sdh, Sq, Skv, Tq, Hkv, GROUP, scale, qk_scale, window, n_nblocks, D: tl.constexpr,
               BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, CAUSAL: tl.constexpr,
-              HAS_WINDOW: tl.constexpr, VARLEN: tl.constexpr, TMA: tl.constexpr, PIPELINE: tl.constexpr,
-              FUSED_DQ: tl.constexpr):
+              HAS_WINDOW: tl.constexpr, VARLEN: tl.constexpr, TMA: tl.constexpr, PIPELINE: tl.constexpr):
     # dk, dv are laid out like k, v (contiguous): their strides are k's when k is contiguous,
     # which the launcher ensures
     tile = tl.program_id(0)
@@ -121,23 +116,21 @@ def _bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, DQA, CU_Q, CU_K, sqb, sqt, sqh, s
     n0 = nb * BLOCK_N
     if VARLEN:  # the grid covers the longest sequence: skip the blocks past this one's end
         if n0 < len_k:
-            _dkdv_rows(n0, b, hk, q_tok, len_q, k_tok, len_k, Q, K, V, DO, LSE, DELTA, DK, DV, DQA, sqb, sqt, sqh,
-                       skb, skt, skh, svb, svt, svh, sdb, sdt, sdh, Sq, Tq, GROUP, scale, qk_scale,
-                       window, D, BLOCK_D, BLOCK_N, BLOCK_M, CAUSAL, HAS_WINDOW, VARLEN, TMA, PIPELINE, FUSED_DQ)
+            _dkdv_rows(n0, b, hk, q_tok, len_q, k_tok, len_k, Q, K, V, DO, LSE, DELTA, DK, DV, sqb, sqt, sqh, skb,
+                       skt, skh, svb, svt, svh, sdb, sdt, sdh, Sq, Tq, GROUP, scale, qk_scale, window, D, BLOCK_D,
+                       BLOCK_N, BLOCK_M, CAUSAL, HAS_WINDOW, VARLEN, TMA, PIPELINE)
     else:  # no branch around the loops (see fwd._fwd_tile)
-        _dkdv_rows(n0, b, hk, q_tok, len_q, k_tok, len_k, Q, K, V, DO, LSE, DELTA, DK, DV, DQA, sqb, sqt, sqh, skb,
-                   skt, skh, svb, svt, svh, sdb, sdt, sdh, Sq, Tq, GROUP, scale, qk_scale, window, D,
-                   BLOCK_D, BLOCK_N, BLOCK_M, CAUSAL, HAS_WINDOW, VARLEN, TMA, PIPELINE, FUSED_DQ)
+        _dkdv_rows(n0, b, hk, q_tok, len_q, k_tok, len_k, Q, K, V, DO, LSE, DELTA, DK, DV, sqb, sqt, sqh, skb, skt,
+                   skh, svb, svt, svh, sdb, sdt, sdh, Sq, Tq, GROUP, scale, qk_scale, window, D, BLOCK_D, BLOCK_N,
+                   BLOCK_M, CAUSAL, HAS_WINDOW, VARLEN, TMA, PIPELINE)
 
 
 @triton.jit
-def _dkdv_rows(n0, b, hk, q_tok, len_q, k_tok, len_k, Q, K, V, DO, LSE, DELTA, DK, DV, DQA, sqb, sqt, sqh, skb, skt,
-               skh, svb, svt, svh, sdb, sdt, sdh, Sq, Tq, GROUP, scale, qk_scale, window,
-               D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr,
-               CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, VARLEN: tl.constexpr, TMA: tl.constexpr,
-               PIPELINE: tl.constexpr, FUSED_DQ: tl.constexpr):
-    """dk, dv of key rows [n0, n0 + BLOCK_N) of sequence b, kv head hk, over every query head of its group
-    (FUSED_DQ: and each query head's dq from these keys, added into DQA)."""
+def _dkdv_rows(n0, b, hk, q_tok, len_q, k_tok, len_k, Q, K, V, DO, LSE, DELTA, DK, DV, sqb, sqt, sqh, skb, skt, skh,
+               svb, svt, svh, sdb, sdt, sdh, Sq, Tq, GROUP, scale, qk_scale, window, D: tl.constexpr,
+               BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, CAUSAL: tl.constexpr,
+               HAS_WINDOW: tl.constexpr, VARLEN: tl.constexpr, TMA: tl.constexpr, PIPELINE: tl.constexpr):
+    """dk, dv of key rows [n0, n0 + BLOCK_N) of sequence b, kv head hk, over every query head of its group."""
     b64 = b.to(tl.int64)
     offs_n = n0 + tl.arange(0, BLOCK_N)
     offs_r = tl.arange(0, BLOCK_N)
@@ -160,18 +153,17 @@ def _dkdv_rows(n0, b, hk, q_tok, len_q, k_tok, len_k, Q, K, V, DO, LSE, DELTA, D
         do_src = rows_src(DO, b64, q_tok, h, sdb, sdt, sdh, len_q, BLOCK_M, D, BLOCK_D, TMA)
         row0 = lse_offset(b64, h, q_tok, Sq, Tq, VARLEN)
         lse_h, delta_h = LSE + row0, DELTA + row0
-        dqa = rows_src(DQA, b64, q_tok, h, sqb, sqt, sqh, len_q, BLOCK_M, D, BLOCK_D, False)
         if lo < mid_lo:  # a masked edge (often empty: skipped without a call)
-            dk, dv = _dkdv_blocks(dk, dv, k, v, q_src, do_src, lse_h, delta_h, dqa, lo, mid_lo, offs_n, offs_m,
-                                  offs_d, len_q, len_k, shift, window, sqt, sdt, qk_scale, D, BLOCK_D, BLOCK_M, True,
-                                  CAUSAL, HAS_WINDOW, TMA, PIPELINE, FUSED_DQ)
-        dk, dv = _dkdv_blocks(dk, dv, k, v, q_src, do_src, lse_h, delta_h, dqa, mid_lo, mid_hi, offs_n, offs_m,
-                              offs_d, len_q, len_k, shift, window, sqt, sdt, qk_scale, D, BLOCK_D, BLOCK_M, False,
-                              CAUSAL, HAS_WINDOW, TMA, PIPELINE, FUSED_DQ)
+            dk, dv = _dkdv_blocks(dk, dv, k, v, q_src, do_src, lse_h, delta_h, lo, mid_lo, offs_n, offs_m, offs_d,
+                                  len_q, len_k, shift, window, sqt, sdt, qk_scale, D, BLOCK_D, BLOCK_M, True,
+                                  CAUSAL, HAS_WINDOW, TMA, PIPELINE)
+        dk, dv = _dkdv_blocks(dk, dv, k, v, q_src, do_src, lse_h, delta_h, mid_lo, mid_hi, offs_n, offs_m, offs_d,
+                              len_q, len_k, shift, window, sqt, sdt, qk_scale, D, BLOCK_D, BLOCK_M, False, CAUSAL,
+                              HAS_WINDOW, TMA, PIPELINE)
         if mid_hi < hi:  # a masked edge (often empty: skipped without a call)
-            dk, dv = _dkdv_blocks(dk, dv, k, v, q_src, do_src, lse_h, delta_h, dqa, mid_hi, hi, offs_n, offs_m,
-                                  offs_d, len_q, len_k, shift, window, sqt, sdt, qk_scale, D, BLOCK_D, BLOCK_M, True,
-                                  CAUSAL, HAS_WINDOW, TMA, PIPELINE, FUSED_DQ)
+            dk, dv = _dkdv_blocks(dk, dv, k, v, q_src, do_src, lse_h, delta_h, mid_hi, hi, offs_n, offs_m, offs_d,
+                                  len_q, len_k, shift, window, sqt, sdt, qk_scale, D, BLOCK_D, BLOCK_M, True,
+                                  CAUSAL, HAS_WINDOW, TMA, PIPELINE)
         h += 1
     store_tile(dk_dst, (dk * scale).to(DK.dtype.element_ty), n0, len_k, skt, offs_r, offs_d, D, TMA)
     store_tile(dv_dst, dv.to(DV.dtype.element_ty), n0, len_k, svt, offs_r, offs_d, D, TMA)
@@ -305,17 +297,11 @@ def backward(do, q, k, v, o, lse, causal: bool, window: int, cu_q, cu_k, max_q: 
     flags = dict(D=d, BLOCK_D=bd, CAUSAL=causal, HAS_WINDOW=window > 0, VARLEN=varlen, TMA=config.tma,
                  PIPELINE=q.is_cuda)
     qk_scale = scale * 1.4426950408889634
-    # fused_dq: the dk/dv kernel adds dq into fp32 (5 matmuls a block pair, not 7 with the dq kernel),
-    # laid out like q (contiguous), so that q's strides address it
-    dqa = torch.zeros(q.shape, dtype=torch.float32, device=q.device) if config.fused_dq else dk
-    args = (q, k, v, do, lse, delta, dk, dv, dqa, *common, hkv, hq // hkv, scale, qk_scale, window)
+    args = (q, k, v, do, lse, delta, dk, dv, *common, hkv, hq // hkv, scale, qk_scale, window)
     launch = _fits(_bwd_dkdv, (*args, triton.cdiv(max_k, config.kv_n)), q.device, config.kv_n, config.kv_m,
-                   config.kv_warps, config.kv_stages, fallback, ("BLOCK_N", "BLOCK_M"),
-                   dict(flags, FUSED_DQ=config.fused_dq))
+                   config.kv_warps, config.kv_stages, fallback, ("BLOCK_N", "BLOCK_M"), flags)
     n_nblocks = triton.cdiv(max_k, launch["BLOCK_N"])
     _bwd_dkdv[(n_nblocks * batch * hkv,)](*args, n_nblocks, **launch)
-    if config.fused_dq:
-        return dq.copy_(dqa.mul_(scale)), dk, dv
     args = (q, k, v, do, lse, delta, dq, *common, hq, hq // hkv, scale, qk_scale, window)
     launch = _fits(_bwd_dq, (*args, triton.cdiv(max_q, config.q_m)), q.device, config.q_m, config.q_n,
                    config.q_warps, config.q_stages, fallback, ("BLOCK_M", "BLOCK_N"), flags)

@@ -52,9 +52,6 @@ class BwdConfig:
     q_warps: int = 8
     q_stages: int = 2
     tma: bool = False  # as FwdConfig.tma, for both kernels
-    # dq added by the dk/dv kernel into an fp32 buffer with atomic adds (FlashAttention-2's
-    # backward), no dq kernel: 5 matmuls a block pair instead of 7, for atomics' traffic
-    fused_dq: bool = False
 
 
 @dataclass(frozen=True)
