@@ -49,6 +49,18 @@ def test_value_blocks_and_resets():
     assert max(errors) < SPEC.tolerance[torch.float32], errors
 
 
+def test_a_short_sequence_in_a_long_chunk_with_large_input_gates():
+    # the GPU's chunks of 64 over 17 steps: 47 padded rows, whose stabiliser is not stored; input
+    # gates ~ 95 + N(0, 5) would overflow their weights (exp(i - 0)) to inf and every sum over rows
+    # (dk, dv, di, df) to inf or NaN, as the H200 sweep found (seed 4)
+    inputs = _inputs(3, 1, 17, 24)
+    g = torch.Generator().manual_seed(23)
+    inputs["i"] = 95 + 5 * torch.randn(inputs["i"].shape, generator=g)
+    errors = errors_against_reference(recurrent, mlstm.mlstm, inputs, GRADS,
+                                      config=mlstm.MLSTMConfig(chunk=64, bv=32))
+    assert max(errors) < SPEC.tolerance[torch.float32], errors
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="compiled kernels need a GPU")
 @pytest.mark.parametrize("dh", [64, 128])
 def test_gpu_chunks_of_64(dh):

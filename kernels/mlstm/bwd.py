@@ -111,7 +111,10 @@ def _mlstm_dchunk(q_ptr, k_ptr, v_ptr, i_ptr, f_ptr, rs_ptr, dh_ptr, qinv_ptr, d
     k = load_tile(k_ptr, bh, c * L, T, DH, d, L)
     ty = q.dtype
     S = dot(q, tl.trans(k), tl.zeros((L, L), tl.float32), DOT_F32) * scale
-    valid = (j[None, :] <= j[:, None]) & (seg[None, :] == seg[:, None])
+    # rows past T too: their m_t is not stored (read as 0), so a large input gate of a real step
+    # would overflow their weights to inf, and inf times their zero gradients is NaN in every sum
+    # over rows (dk, dv, di, df; seen on the GPU, whose chunks of 64 pad a sequence of 17)
+    valid = (j[None, :] <= j[:, None]) & (seg[None, :] == seg[:, None]) & tm[:, None]
     P = tl.where(valid, exp_f32((ig[None, :] + gaps(A)) - mj[:, None], PRECISE), 0.0)  # as the forward's
     w = tl.where((seg == 0) & tm, exp_f32((m_c + A.to(tl.float32)) - mj, PRECISE), 0.0)
     beta = tl.where((seg == seg_end) & tm, exp_f32((ig + rest) - m_next, PRECISE), 0.0)
