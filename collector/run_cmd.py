@@ -107,7 +107,7 @@ CPU_COMPILE = ("compile", "on the CPU torch.compile builds C++, not the Triton c
 @click.option("--precompile", default="auto", metavar="N|auto", show_default=True,
               help="Before measuring, build the plan's kernels (Triton, torch.compile, CuTe DSL) into the caches in N "
                    "parallel processes, where the caches lack them; 0: build each as the run meets it. auto: on CUDA "
-                   "one process per two cores and per 8 GiB of memory (2 to 8), on the CPU 0 (the interpreter builds nothing to keep).")
+                   "one process per two cores and per 8 GiB of memory (2 to 8 per GPU of the run), on the CPU 0 (the interpreter builds nothing to keep).")
 @click.option("--profile", "profile_dir", default=None, metavar="DIR",
               help="Write a cProfile of each measuring process to DIR: RUN_ID.prof (pstats) and RUN_ID.txt (the "
                    "functions with the most cumulative time), for overhead the run's breakdown does not name.")
@@ -197,7 +197,7 @@ def run(names, all_, changed, quick, modes, providers, dtypes, where, shapes, de
                        shard=shard, workers=max(1, len(pool)), caches=caches, measure_timeout=timeout,
                        unavailable=(CPU_COMPILE,) if device == "cpu" and "compile" not in providers else (),
                        profile=None if dry_run else _profile_dir(profile_dir),
-                       precompile=_precompile(precompile, device), **budget)
+                       precompile=_precompile(precompile, device, len(pool)), **budget)
     cases = plan(specs, config)
     if not cases:
         fail("the selection leaves nothing to run (check --mode/--provider/--dtype/--where/--shape against "
@@ -251,11 +251,11 @@ def _changed(ref: str, head: str | None, registry, grid: str, db: str, device: s
             store.close()
 
 
-def _precompile(text: str, device: str) -> int:
+def _precompile(text: str, device: str, gpus: int = 1) -> int:
     from .precompile import default_procs
 
     if text == "auto":
-        return default_procs(device)
+        return default_procs(device, gpus)
     if not text.isdigit():
         fail(f"--precompile {text!r}: must be auto or a whole number >= 0")
     return int(text)
