@@ -173,8 +173,8 @@ def run(config: RunConfig, cases: list[Case], indices: list[int], kernel_modules
         visible: list[str | None], say: Callable[[str], None], timeout: float | None = None) -> Report:
     """Builds what the manifest lacks of the plan's units in `procs` processes, spread over the
     `visible` devices (CUDA_VISIBLE_DEVICES values; None: this process's own), each build at most
-    `timeout` seconds (a hung peer's build costs that, not the whole case's share). Ctrl-C or SIGTERM stops every process and raises
-    KeyboardInterrupt."""
+    `timeout` seconds (a hung peer's build costs that, not the whole case's share). Ctrl-C or
+    SIGTERM stops every process and raises KeyboardInterrupt."""
     t0 = time.perf_counter()
     report = Report()
     if procs <= 0:
