@@ -348,7 +348,8 @@ def _pool(config, kernel_modules, procs, visible, order, todo, timeout, say, t0,
                 give(slot)
             if clock() - last_say > 15:
                 last_say = clock()
-                say(f"precompile: {finished}/{len(order)} cases, {time.perf_counter() - t0:.0f} s{_oldest(slots, cases)}")
+                say(f"precompile: {finished}/{len(order)} cases, {time.perf_counter() - t0:.0f} s"
+                    + _oldest(slots, cases))
     finally:
         for slot in slots:
             if slot["proc"].is_alive():

@@ -6,7 +6,9 @@ dq = scale * dS k. The dk/dv kernel holds a key block of one kv head and walks t
 of every query head of its group, so grouped-query attention sums dk and dv over the group in
 registers, with no atomics and no [Hq]-sized buffers. The dq kernel holds a query block and walks
 its key blocks: it recomputes P and dP (7 matmuls a block pair in all, not 5), yet dq added by the
-dk/dv kernel with fp32 atomics was 1.7-2.3x slower on an H200 (lab/results/attention_fused_dq_h200.txt). Both split their walk into masked edges and a mask-free middle (common.py).
+dk/dv kernel with fp32 atomics was 1.7-2.3x slower on an H200
+(lab/results/attention_fused_dq_h200.txt). Both split their walk into masked edges and a mask-free
+middle (common.py).
 
 delta comes from the stored o, rounded to bf16/fp16, as in FlashAttention-2/3's backward: where
 dP - delta cancels (a row whose probability sits almost all on one key, as few keys under a tight
