@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import MISSING, dataclass, fields
 from datetime import datetime
 from functools import lru_cache
@@ -130,6 +131,13 @@ def is_time(row: dict) -> bool:
             and not disagrees(row))
 
 
+def canonical(distribution: str) -> str:
+    """A distribution's name as the environment's peers list it ('liger_kernel' -> 'liger-kernel'):
+    rows name the peer by what importlib's packages_distributions reports, which is the wheel's
+    own spelling (PEP 503: case and runs of -, _ and . do not count)."""
+    return re.sub(r"[-_.]+", "-", distribution).lower()
+
+
 def _peers(text: str | None) -> dict[str, str]:
     try:
         value = json.loads(text) if text else {}
@@ -148,7 +156,8 @@ def env_of(row: dict) -> Env | None:
     if not row.get("ours") and package is None:  # not recorded: every peer's version counts
         env += (("peers", row.get("peers")),)
     elif not row.get("ours") and package:
-        env += ((package, _peers(row.get("peers")).get(package)),)
+        name = canonical(package)
+        env += ((name, _peers(row.get("peers")).get(name)),)
     return _ENVS.setdefault(env, env)
 
 

@@ -224,5 +224,7 @@ def _distribution(module: str) -> str:
     or the module's own name where none is installed (the row is then 'unavailable' anyway)."""
     from importlib.metadata import packages_distributions
 
+    from .series import canonical
+
     found = packages_distributions().get(module.split(".")[0])
-    return found[0] if found else module
+    return canonical(found[0]) if found else module

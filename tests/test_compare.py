@@ -9,6 +9,7 @@ import sys
 import pytest
 from click.testing import CliRunner
 
+import compare_store
 from compare_store import commit_files, make_db, ok
 from kcollect.compare import compare_cmd
 from kcollect.formats import IDENTITY
@@ -157,9 +158,12 @@ def test_environment_change_is_reported_as_such_and_never_hides_ours(tmp_path):
     assert "changed with the environment: confirm" in table.stdout
 
 
-def test_a_peer_upgrade_is_a_change_for_that_peer_only(tmp_path):
+@pytest.mark.parametrize("spelling", ["liger-kernel", "liger_kernel"])
+def test_a_peer_upgrade_is_a_change_for_that_peer_only(tmp_path, monkeypatch, spelling):
     # liger-kernel 0.5 -> 0.6 between the commits: liger's own series changed conditions; ours and
-    # torch did not, so ours' +20% is judged as usual (and fails)
+    # torch did not, so ours' +20% is judged as usual (and fails). Rows name the peer as its wheel
+    # spells it (Liger's: liger_kernel), the environment's list by its canonical name.
+    monkeypatch.setitem(compare_store.PACKAGES, "liger", spelling)
     peers = ('{"liger-kernel": "0.5.0", "quack-kernels": "0.1"}', '{"liger-kernel": "0.6.0", "quack-kernels": "0.1"}')
     shapes = [f"M={m},N=64" for m in range(1, 7)]
     rows = lambda f: ([ok("torch", 1.0, shape=x) for x in shapes] + [ok("liger", 1.0 * f, shape=x) for x in shapes]  # noqa: E731

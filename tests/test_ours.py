@@ -19,7 +19,7 @@ def test_standard_providers_and_peers():
     assert (mine.ours, eager.ours, compiled.ours) == (True, False, False)
     assert eager.package == "" and compiled.package == ""
     # a peer names the distribution of the module it imports (Jinja2 installs the module jinja2)
-    assert Provider("peer", lambda x: x, peer_available("jinja2")).package == "Jinja2"
+    assert Provider("peer", lambda x: x, peer_available("jinja2")).package == "jinja2"
 
 
 def test_rows_carry_ours_and_the_peer_package():
@@ -33,4 +33,4 @@ def test_rows_carry_ours_and_the_peer_package():
     case = Case(spec, Shape({"N": 4}, "tiny"), torch.float32, ("fwd",), ("mine", "torch", "peer"))
     rows = {p: make_row("r", 1, case, "fwd", p, status="ok") for p in ("mine", "torch", "peer")}
     assert {p: (r["ours"], r["package"]) for p, r in rows.items()} == {
-        "mine": (True, ""), "torch": (False, ""), "peer": (False, "Jinja2")}
+        "mine": (True, ""), "torch": (False, ""), "peer": (False, "jinja2")}
