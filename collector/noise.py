@@ -120,6 +120,12 @@ def duration_class(median_ms: float) -> str:
     return DURATION_CLASSES[-1][1]
 
 
+def duration_classes(median_ms: np.ndarray) -> np.ndarray:
+    """duration_class of each median, as its index in DURATION_CLASSES."""
+    limits = np.array([limit for limit, _ in DURATION_CLASSES])
+    return np.minimum(np.searchsorted(limits, median_ms, side="right"), len(limits) - 1)
+
+
 def pool(estimates: Iterable[tuple[tuple, float | None, int]], min_differences: int = 3) -> dict[tuple, float]:
     """{pool key: pooled sigma} from (pool key, own sigma, differences) of many series: the median of
     the series with at least `min_differences` behind their own estimate."""

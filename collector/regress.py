@@ -30,12 +30,15 @@ from dataclasses import dataclass, field, replace
 from statistics import median
 from typing import Iterable, Protocol, Sequence
 
-from .noise import (PERSISTENT_TAIL, Noise, RunningDifferences, combine, duration_class, fdr, p_values, pool,
+import numpy as np
+
+from .noise import (DURATION_CLASSES, PERSISTENT_TAIL, Noise, RunningDifferences, combine, duration_class, fdr, p_values, pool,
                     typical)
 from .series import (COLUMNS, QUERY, Point, SeriesKey, commit_rank, describe_env_change, device, fast_median,
                      group_series, points_from_rows, series_key)
-from .verdicts import (METHOD, Q, UNCHANGED, UNKNOWN, WITH_ENV, Line, Side, can_gate, env_change, judge, made,
-                       point_variance, verdict_of)
+from .verdicts import (METHOD, Q, UNCHANGED, UNKNOWN, WITH_ENV, Columns, Line, Side, can_gate, env_between, env_change,
+                       floor_classes, is_reference, made, measure, note_of, point_variance, spreads, verdict_name,
+                       verdict_of)
 
 __all__ = ["COLUMNS", "QUERY", "Point", "SeriesKey", "describe_env_change", "device", "points_from_rows",
            "series_key", "analyse", "walk", "detect", "detect_all", "Flag", "SeriesResult", "Slide"]
@@ -190,7 +193,8 @@ class _State:
     noise_before: list[Noise]
     lines: list[Line | None]
     slides: list[Slide]
-    sides: list[Side] = field(default_factory=list)  # per point met so far, as a line's side
+    sides: list[Side] = field(default_factory=list)  # per point, as a line's side
+    row: int = 0  # the walk's Columns row of the line ending at point i is row + i
     memo: tuple = (None, None)  # (diffs.sigma() it was computed from, the noise): see _noise
 
     def cut_before(self, j: int) -> int:
@@ -234,11 +238,50 @@ class _Walk:
             s.points.sort(key=lambda p: rank[p.commit])  # one commit order for every series
             for i, p in enumerate(s.points):
                 at.setdefault(p.commit, []).append((key, s, i))  # its state too: a key's hash is 8 strings
+        self._lines()
         for commit in sorted(at, key=rank.get):
             self.commit(commit, at[commit])
 
+    def _lines(self) -> None:
+        """Every series' sides and the gate's line between each two of its points, made once, with
+        what judging a line reads but its noise (verdicts.Columns, built series by series here as
+        verdicts.columns builds it line by line): each commit judges its rows of that table."""
+        wheres: dict[tuple, int] = {}
+        timed: dict[tuple, int] = {}
+        lines, envs, logs, where, timing, a_ms, points, a_idx = [], [], [], [], [], [], [], []
+        for key, s in self.state.items():
+            pts = s.points
+            n = len(pts) - 1
+            s.row = len(lines) - 1  # the line ending at point i is row s.row + i
+            s.sides = [_side(key, p) for p in pts]
+            s.code = [None] + [code_status(self.code, key.kernel, s.ours, a.commit, b.commit)
+                               for a, b in zip(pts, pts[1:])]
+            ms = [p.median_ms for p in pts]
+            d = [math.log(b / a) for a, b in zip(ms, ms[1:])]  # log_change
+            env = [env_between(a.env, b.env) for a, b in zip(pts, pts[1:])]
+            s.lines = [None] + [made(Line, key=key[:5], a=a, b=b, code=code, verdict="n/a", ours=s.ours,
+                                     change=math.expm1(x))
+                                for a, b, code, x in zip(s.sides, s.sides[1:], s.code[1:], d)]
+            lines += s.lines[1:]
+            envs += env
+            logs += d
+            where += [wheres.setdefault((key.gpu, key.machine), len(wheres))] * n
+            timing += [timed.setdefault((key.gpu, key.machine, key.timing), len(timed))] * n
+            a_ms += ms[:-1]
+            a_idx += range(len(points), len(points) + n)  # each line's point before, in `points`
+            points += pts
+        for k in [k for k, ln in enumerate(lines) if envs[k] or ln.code == METHOD]:  # else no note
+            lines[k].__dict__["note"] = note_of(lines[k], envs[k])
+        spread, a_idx = spreads(points), np.array(a_idx, dtype=np.int64)
+        self.envs = envs
+        self.columns = Columns(np.array(logs, dtype=float), np.array(where, dtype=np.int64), floor_classes(timing, a_ms),
+                               np.array([is_reference(ln, e) for ln, e in zip(lines, envs)], dtype=bool),
+                               spread[a_idx], spread[a_idx + 1],
+                               np.array([can_gate(ln, e) for ln, e in zip(lines, envs)], dtype=bool), list(wheres),
+                               len(timed) * len(DURATION_CLASSES))
+
     def commit(self, commit: str, members: list[tuple[SeriesKey, _State, int]]) -> None:
-        lines, where = [], []
+        rows, noises, where = [], [], []
         for key, s, i in members:
             p = s.points[i]
             noise = s.noise()
@@ -248,31 +291,25 @@ class _Walk:
                     s.diffs.add(d)
                 noise = s.noise()
             s.noise_at.append(noise)
-            s.sides.append(_side(key, p))
-            if i == 0:
-                s.code.append(None)
-                s.lines.append(None)
-                continue
-            prev = s.points[i - 1]
-            code = code_status(self.code, key.kernel, s.ours, prev.commit, p.commit)
-            s.code.append(code)
-            lines.append(made(Line, key=key[:5], a=s.sides[i - 1], b=s.sides[i], code=code, verdict="n/a",
-                              ours=s.ours, noise=noise))
-            where.append((s, i))
-        cmp = judge(lines, self.threshold_of, self.q)
+            if i:
+                rows.append(s.row + i)
+                noises.append(noise)
+                where.append((s, i))
+        m = measure(self.columns.take(np.array(rows, dtype=np.int64)), noises, self.q)
         for group in {(k.gpu, k.machine) for k, _, _ in members}:
-            self.level[group] = self.level.get(group, 0.0) + cmp.drift.get(group, 0.0)
+            self.level[group] = self.level.get(group, 0.0) + m.drift.get(group, 0.0)
             self.commit_drift.setdefault(group, {})[commit] = self.level[group]
         for key, s, i in members:
             s.y.append(math.log(s.points[i].median_ms) - self.level[(key.gpu, key.machine)])
-        for (s, i), ln in zip(where, cmp.lines):
-            self._gate(s, i, ln)
+        for k, (s, i) in enumerate(where):
+            ln, env = s.lines[i], self.envs[rows[k]]
+            ln.__dict__.update(corrected=math.expm1(m.dc[k]), z=m.z[k], noise=m.noises[k], p=m.p[k])
+            ln.__dict__["verdict"] = verdict_name(ln, m.significant[k], self.log_t(ln.key[0]), env)
+            self._gate(s, i, ln, env)
         self._persistence([m for m in members if m[2] >= 2])
         self._slides(members)
 
-    def _gate(self, s: _State, i: int, ln: Line) -> None:
-        s.lines.append(ln)
-        env = env_change(ln)
+    def _gate(self, s: _State, i: int, ln: Line, env: str | None) -> None:
         if ln.verdict in STEPS:
             s.steps.append((i, i, ln.z, ln.verdict, ln.code, _cause(ln), ln.p))
             insort(s.cuts, i)
