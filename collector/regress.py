@@ -195,6 +195,7 @@ class _State:
     slides: list[Slide]
     sides: list[Side] = field(default_factory=list)  # per point, as a line's side
     row: int = 0  # the walk's Columns row of the line ending at point i is row + i
+    first: int = 0  # the place of its first point in the walk's y
     memo: tuple = (None, None)  # (diffs.sigma() it was computed from, the noise): see _noise
 
     def cut_before(self, j: int) -> int:
@@ -240,7 +241,9 @@ class _Walk:
                 at.setdefault(p.commit, []).append((key, s, i))  # its state too: a key's hash is 8 strings
         self._lines()
         for commit in sorted(at, key=rank.get):
-            self.commit(commit, at[commit])
+            members = at[commit]
+            self.commit(commit, members, np.array([s.first + i for _, s, i in members], dtype=np.int64),
+                        np.array([s.first for _, s, _ in members], dtype=np.int64))
 
     def _lines(self) -> None:
         """Every series' sides and the gate's line between each two of its points, made once, with
@@ -268,19 +271,24 @@ class _Walk:
             where += [wheres.setdefault((key.gpu, key.machine), len(wheres))] * n
             timing += [timed.setdefault((key.gpu, key.machine, key.timing), len(timed))] * n
             a_ms += ms[:-1]
-            a_idx += range(len(points), len(points) + n)  # each line's point before, in `points`
+            s.first = len(points)  # its points' place in `points` (and self.y)
+            a_idx += range(s.first, s.first + n)  # each line's point before
             points += pts
         for k in [k for k, ln in enumerate(lines) if envs[k] or ln.code == METHOD]:  # else no note
             lines[k].__dict__["note"] = note_of(lines[k], envs[k])
         spread, a_idx = spreads(points), np.array(a_idx, dtype=np.int64)
         self.envs = envs
+        self.y = np.zeros(len(points))  # every series' s.y, where persistence and slides look first
         self.columns = Columns(np.array(logs, dtype=float), np.array(where, dtype=np.int64), floor_classes(timing, a_ms),
                                np.array([is_reference(ln, e) for ln, e in zip(lines, envs)], dtype=bool),
                                spread[a_idx], spread[a_idx + 1],
                                np.array([can_gate(ln, e) for ln, e in zip(lines, envs)], dtype=bool), list(wheres),
                                len(timed) * len(DURATION_CLASSES))
 
-    def commit(self, commit: str, members: list[tuple[SeriesKey, _State, int]]) -> None:
+    def commit(self, commit: str, members: list[tuple[SeriesKey, _State, int]], at: np.ndarray,
+               first: np.ndarray) -> None:
+        """The gate, persistence and slides at one commit. `at`, `first`: where each member's point
+        and its series' first point are in self.y."""
         rows, noises, where = [], [], []
         for key, s, i in members:
             p = s.points[i]
@@ -299,15 +307,28 @@ class _Walk:
         for group in {(k.gpu, k.machine) for k, _, _ in members}:
             self.level[group] = self.level.get(group, 0.0) + m.drift.get(group, 0.0)
             self.commit_drift.setdefault(group, {})[commit] = self.level[group]
-        for key, s, i in members:
-            s.y.append(math.log(s.points[i].median_ms) - self.level[(key.gpu, key.machine)])
+        y = [math.log(s.points[i].median_ms) - self.level[(key.gpu, key.machine)] for key, s, i in members]
+        for (_, s, _), v in zip(members, y):
+            s.y.append(v)
+        self.y[at] = y
         for k, (s, i) in enumerate(where):
             ln, env = s.lines[i], self.envs[rows[k]]
             ln.__dict__.update(corrected=math.expm1(m.dc[k]), z=m.z[k], noise=m.noises[k], p=m.p[k])
             ln.__dict__["verdict"] = verdict_name(ln, m.significant[k], self.log_t(ln.key[0]), env)
             self._gate(s, i, ln, env)
-        self._persistence([m for m in members if m[2] >= 2])
-        self._slides(members)
+        log_t = np.array([self.log_t(key.kernel) for key, _, _ in members])
+        self._persistence(self._moved(members, at, first, KMAX + WINDOW, log_t, 2))
+        self._slides(self._moved(members, at, first, SLIDE_SPAN, log_t, 2 * SLIDE_ENDS), len(members))
+
+    def _moved(self, members: list, at: np.ndarray, first: np.ndarray, span: int, log_t: np.ndarray, least: int
+               ) -> list:
+        """The members with `least` points before this one whose last `span` points (as many as
+        there are) are log_t apart or more: a step or a slide needs that (every window persistence
+        and slides read lies in them), so the others are not looked at (all are for the calibration)."""
+        idx = np.maximum(at[:, None] - np.arange(span), first[:, None])
+        y = self.y[idx]
+        keep = (at - first >= least) & ((y.max(axis=1) - y.min(axis=1) >= log_t) | (self.record is not None))
+        return [members[k] for k in np.flatnonzero(keep).tolist()]
 
     def _gate(self, s: _State, i: int, ln: Line, env: str | None) -> None:
         if ln.verdict in STEPS:
@@ -394,7 +415,8 @@ class _Walk:
                   ours=s.ours, noise=noise, change=math.expm1(la - lb), corrected=math.expm1(la - lb), z=z)
         return j, verdict_of(ln, True, log_t), tried
 
-    def _slides(self, members: list[tuple[SeriesKey, _State, int]]) -> None:
+    def _slides(self, members: list[tuple[SeriesKey, _State, int]], n: int) -> None:
+        """Slides ending at one commit's members (of n series measured there)."""
         tests = []
         for key, s, i in members:
             lo = max(s.cuts[-1], i - SLIDE_SPAN + 1)  # the last cut: every cut is at a point met
@@ -408,7 +430,7 @@ class _Walk:
             tests.append((s, lo, i, end - start, z, noise.df))
         ps = p_values([t[4] for t in tests], [t[5] for t in tests], PERSISTENT_TAIL)
         for (s, lo, i, d, z, _), p in zip(tests, ps):
-            if p * len(members) <= self.q:  # Bonferroni over the series of the commit
+            if p * n <= self.q:  # Bonferroni over the series of the commit
                 s.slides.append(Slide(lo, i, s.points[lo].commit, s.points[i].commit, math.expm1(d), z))
 
     def results(self) -> dict[SeriesKey, SeriesResult]:
