@@ -196,6 +196,8 @@ class _State:
     sides: list[Side] = field(default_factory=list)  # per point, as a line's side
     row: int = 0  # the walk's Columns row of the line ending at point i is row + i
     first: int = 0  # the place of its first point in the walk's y
+    where: int = 0  # its (gpu, machine) in the walk's list of them
+    log_t: float = 0.0  # log1p of its kernel's threshold
     memo: tuple = (None, None)  # (diffs.sigma() it was computed from, the noise): see _noise
 
     def cut_before(self, j: int) -> int:
@@ -209,6 +211,22 @@ class _State:
         if self.memo[0] is not sigma:
             self.memo = (sigma, combine(*sigma, self.prior))
         return self.memo[1]
+
+
+class _Commit:
+    """One commit's members (series, its state, the index of its point there) and where the walk's
+    arrays hold them: each point in the walk's y (`at`), its series' first point (`first`), and the
+    Columns rows of the lines ending there (`rows`, for the members `judged`: all but first points)."""
+
+    def __init__(self, members: list[tuple[SeriesKey, _State, int]]):
+        self.members = members
+        self.at = np.array([s.first + i for _, s, i in members], dtype=np.int64)
+        self.first = np.array([s.first for _, s, _ in members], dtype=np.int64)
+        self.where = np.array([s.where for _, s, _ in members], dtype=np.int64)
+        self.log_t = np.array([s.log_t for _, s, _ in members])
+        self.judged = [(s, i) for _, s, i in members if i]
+        self.rows_list = [s.row + i for s, i in self.judged]
+        self.rows = np.array(self.rows_list, dtype=np.int64)
 
 
 class _Walk:
@@ -241,9 +259,7 @@ class _Walk:
                 at.setdefault(p.commit, []).append((key, s, i))  # its state too: a key's hash is 8 strings
         self._lines()
         for commit in sorted(at, key=rank.get):
-            members = at[commit]
-            self.commit(commit, members, np.array([s.first + i for _, s, i in members], dtype=np.int64),
-                        np.array([s.first for _, s, _ in members], dtype=np.int64))
+            self.commit(commit, _Commit(at[commit]))
 
     def _lines(self) -> None:
         """Every series' sides and the gate's line between each two of its points, made once, with
@@ -251,7 +267,7 @@ class _Walk:
         verdicts.columns builds it line by line): each commit judges its rows of that table."""
         wheres: dict[tuple, int] = {}
         timed: dict[tuple, int] = {}
-        lines, envs, logs, where, timing, a_ms, points, a_idx = [], [], [], [], [], [], [], []
+        lines, envs, logs, where, timing, a_ms, points, a_idx, log_ms = [], [], [], [], [], [], [], [], []
         for key, s in self.state.items():
             pts = s.points
             n = len(pts) - 1
@@ -268,29 +284,31 @@ class _Walk:
             lines += s.lines[1:]
             envs += env
             logs += d
-            where += [wheres.setdefault((key.gpu, key.machine), len(wheres))] * n
+            s.where = wheres.setdefault((key.gpu, key.machine), len(wheres))
+            s.log_t = self.log_t(key.kernel)
+            where += [s.where] * n
             timing += [timed.setdefault((key.gpu, key.machine, key.timing), len(timed))] * n
             a_ms += ms[:-1]
             s.first = len(points)  # its points' place in `points` (and self.y)
             a_idx += range(s.first, s.first + n)  # each line's point before
             points += pts
+            log_ms += [math.log(m) for m in ms]
         for k in [k for k, ln in enumerate(lines) if envs[k] or ln.code == METHOD]:  # else no note
             lines[k].__dict__["note"] = note_of(lines[k], envs[k])
         spread, a_idx = spreads(points), np.array(a_idx, dtype=np.int64)
         self.envs = envs
         self.y = np.zeros(len(points))  # every series' s.y, where persistence and slides look first
+        self.log_ms = np.array(log_ms)  # each point's log time, and the machines' levels, make its y
+        self.wheres = list(wheres)
         self.columns = Columns(np.array(logs, dtype=float), np.array(where, dtype=np.int64), floor_classes(timing, a_ms),
                                np.array([is_reference(ln, e) for ln, e in zip(lines, envs)], dtype=bool),
                                spread[a_idx], spread[a_idx + 1],
                                np.array([can_gate(ln, e) for ln, e in zip(lines, envs)], dtype=bool), list(wheres),
                                len(timed) * len(DURATION_CLASSES))
 
-    def commit(self, commit: str, members: list[tuple[SeriesKey, _State, int]], at: np.ndarray,
-               first: np.ndarray) -> None:
-        """The gate, persistence and slides at one commit. `at`, `first`: where each member's point
-        and its series' first point are in self.y."""
-        rows, noises, where = [], [], []
-        for key, s, i in members:
+    def commit(self, commit: str, c: _Commit) -> None:
+        noises = []
+        for key, s, i in c.members:
             p = s.points[i]
             noise = s.noise()
             s.noise_before.append(noise)
@@ -300,35 +318,30 @@ class _Walk:
                 noise = s.noise()
             s.noise_at.append(noise)
             if i:
-                rows.append(s.row + i)
                 noises.append(noise)
-                where.append((s, i))
-        m = measure(self.columns.take(np.array(rows, dtype=np.int64)), noises, self.q)
-        for group in {(k.gpu, k.machine) for k, _, _ in members}:
+        m = measure(self.columns.take(c.rows), noises, self.q)
+        for group in {self.wheres[w] for w in c.where.tolist()}:
             self.level[group] = self.level.get(group, 0.0) + m.drift.get(group, 0.0)
             self.commit_drift.setdefault(group, {})[commit] = self.level[group]
-        y = [math.log(s.points[i].median_ms) - self.level[(key.gpu, key.machine)] for key, s, i in members]
-        for (_, s, _), v in zip(members, y):
+        y = self.log_ms[c.at] - np.array([self.level.get(w, 0.0) for w in self.wheres])[c.where]
+        self.y[c.at] = y
+        for (_, s, _), v in zip(c.members, y.tolist()):
             s.y.append(v)
-        self.y[at] = y
-        for k, (s, i) in enumerate(where):
-            ln, env = s.lines[i], self.envs[rows[k]]
+        for k, (s, i) in enumerate(c.judged):
+            ln, env = s.lines[i], self.envs[c.rows_list[k]]
             ln.__dict__.update(corrected=math.expm1(m.dc[k]), z=m.z[k], noise=m.noises[k], p=m.p[k])
-            ln.__dict__["verdict"] = verdict_name(ln, m.significant[k], self.log_t(ln.key[0]), env)
+            ln.__dict__["verdict"] = verdict_name(ln, m.significant[k], s.log_t, env)
             self._gate(s, i, ln, env)
-        log_t = np.array([self.log_t(key.kernel) for key, _, _ in members])
-        self._persistence(self._moved(members, at, first, KMAX + WINDOW, log_t, 2))
-        self._slides(self._moved(members, at, first, SLIDE_SPAN, log_t, 2 * SLIDE_ENDS), len(members))
+        self._persistence(self._moved(c, KMAX + WINDOW, 2))
+        self._slides(self._moved(c, SLIDE_SPAN, 2 * SLIDE_ENDS), len(c.members))
 
-    def _moved(self, members: list, at: np.ndarray, first: np.ndarray, span: int, log_t: np.ndarray, least: int
-               ) -> list:
+    def _moved(self, c: _Commit, span: int, least: int) -> list[tuple[SeriesKey, _State, int]]:
         """The members with `least` points before this one whose last `span` points (as many as
         there are) are log_t apart or more: a step or a slide needs that (every window persistence
         and slides read lies in them), so the others are not looked at (all are for the calibration)."""
-        idx = np.maximum(at[:, None] - np.arange(span), first[:, None])
-        y = self.y[idx]
-        keep = (at - first >= least) & ((y.max(axis=1) - y.min(axis=1) >= log_t) | (self.record is not None))
-        return [members[k] for k in np.flatnonzero(keep).tolist()]
+        y = self.y[np.maximum(c.at[:, None] - np.arange(span), c.first[:, None])]
+        keep = (c.at - c.first >= least) & ((y.max(axis=1) - y.min(axis=1) >= c.log_t) | (self.record is not None))
+        return [c.members[k] for k in np.flatnonzero(keep).tolist()]
 
     def _gate(self, s: _State, i: int, ln: Line, env: str | None) -> None:
         if ln.verdict in STEPS:
