@@ -178,12 +178,17 @@ class RunningDifferences:
         return len(self._sorted)
 
     def add(self, diff: float) -> None:
-        if math.isfinite(diff):
-            a = abs(diff)
-            k = bisect_right(self._sorted, a)
-            self._sorted.insert(k, a)
-            self._squares.insert(k, a ** 2)
-            self._sigma = None
+        self.extend((diff,))
+
+    def extend(self, diffs: Iterable[float]) -> None:
+        """add() each of diffs (a point's reruns and rechecks: one call)."""
+        for diff in diffs:
+            if math.isfinite(diff):
+                a = abs(diff)
+                k = bisect_right(self._sorted, a)
+                self._sorted.insert(k, a)
+                self._squares.insert(k, a ** 2)
+                self._sigma = None
 
     def remove(self, diff: float) -> None:
         """Drop one difference found, later, to be a step (change, not noise)."""

@@ -34,7 +34,7 @@ import numpy as np
 
 from .noise import (DURATION_CLASSES, PERSISTENT_TAIL, Noise, RunningDifferences, combine, duration_class, fdr, p_values, pool,
                     typical)
-from .series import (COLUMNS, QUERY, Point, SeriesKey, commit_rank, describe_env_change, device, fast_median,
+from .series import (COLUMNS, QUERY, Point, SeriesKey, at_level, commit_rank, describe_env_change, device, fast_median,
                      group_series, points_from_rows, series_key)
 from .verdicts import (METHOD, Q, UNCHANGED, UNKNOWN, WITH_ENV, Columns, Line, Side, can_gate, env_between, env_change,
                        floor_classes, is_reference, made, measure, note_of, point_variance, spreads, verdict_name,
@@ -313,8 +313,7 @@ class _Walk:
             noise = s.noise()
             s.noise_before.append(noise)
             if p.within:  # else nothing came that the noise is made of
-                for d in p.within:
-                    s.diffs.add(d)
+                s.diffs.extend(p.within)
                 noise = s.noise()
             s.noise_at.append(noise)
             if i:
@@ -422,9 +421,8 @@ class _Walk:
         if best is None:
             return None
         j, z, noise, lb, la = best
-        a = replace(s.points[j - 1], median_ms=math.exp(lb), runs_ms=())
-        b = replace(s.points[j], median_ms=math.exp(la), runs_ms=())
-        ln = Line(key=key[:5], a=_side(key, a), b=_side(key, b), code=s.code[j] or UNKNOWN, verdict="n/a",
+        a, b = at_level(s.points[j - 1], math.exp(lb)), at_level(s.points[j], math.exp(la))
+        ln = made(Line, key=key[:5], a=_side(key, a), b=_side(key, b), code=s.code[j] or UNKNOWN, verdict="n/a",
                   ours=s.ours, noise=noise, change=math.expm1(la - lb), corrected=math.expm1(la - lb), z=z)
         return j, verdict_of(ln, True, log_t), tried
 

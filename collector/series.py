@@ -99,6 +99,9 @@ class Point:
         return tuple([math.log(b / a) for a, b in zip(self.runs_ms, self.runs_ms[1:])]) + self.rechecks
 
 
+_POINT_FIELDS = [f.name for f in fields(Point)]
+
+
 def made(cls, **values):
     """cls(**values) for a frozen dataclass without __post_init__ (Point, verdicts' Line and Side),
     its defaults filled in, without __init__'s setattr per field (the history makes one of each per
@@ -106,6 +109,12 @@ def made(cls, **values):
     obj = object.__new__(cls)
     obj.__dict__.update(_defaults(cls), **values)
     return obj
+
+
+def at_level(p: Point, median_ms: float) -> Point:
+    """dataclasses.replace(p, median_ms=median_ms, runs_ms=()), without __init__'s setattr per
+    field: a point at a level, without its runs (nothing it computed once is kept)."""
+    return made(Point, **{**{f: p.__dict__[f] for f in _POINT_FIELDS}, "median_ms": median_ms, "runs_ms": ()})
 
 
 @lru_cache(maxsize=None)
