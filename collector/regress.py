@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, insort
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from statistics import median
 from typing import Iterable, Protocol, Sequence
 
@@ -36,9 +36,9 @@ from .noise import (DURATION_CLASSES, PERSISTENT_TAIL, Noise, RunningDifferences
                     typical)
 from .series import (COLUMNS, QUERY, Point, SeriesKey, at_level, commit_rank, describe_env_change, device, fast_median,
                      group_series, points_from_rows, series_key)
-from .verdicts import (METHOD, Q, UNCHANGED, UNKNOWN, WITH_ENV, Columns, Line, Side, can_gate, env_between, env_change,
-                       floor_classes, is_reference, made, measure, note_of, point_variance, spreads, verdict_name,
-                       verdict_of)
+from .verdicts import (METHOD, Q, UNCHANGED, UNKNOWN, WITH_ENV, Columns, Line, Side, env_between, env_change,
+                       floor_classes, gating, is_reference, made, measure, note_of, point_variance, spreads,
+                       verdict_name, verdict_of)
 
 __all__ = ["COLUMNS", "QUERY", "Point", "SeriesKey", "describe_env_change", "device", "points_from_rows",
            "series_key", "analyse", "walk", "detect", "detect_all", "Flag", "SeriesResult", "Slide"]
@@ -188,12 +188,10 @@ class _State:
     # change of our code too small to flag does not start one: the level either side is one level)
     added: dict[int, float]  # index -> the difference with the point before, where it counted as noise
     steps: list[tuple]  # (j, i, z, verdict, code, cause, p)
-    code: list[str | None]
+    code: list[str | None]  # per point: our code since the point before (None: the first)
     noise_at: list[Noise]
     noise_before: list[Noise]
-    lines: list[Line | None]
     slides: list[Slide]
-    sides: list[Side] = field(default_factory=list)  # per point, as a line's side
     row: int = 0  # the walk's Columns row of the line ending at point i is row + i
     first: int = 0  # the place of its first point in the walk's y
     where: int = 0  # its (gpu, machine) in the walk's list of them
@@ -211,6 +209,31 @@ class _State:
         if self.memo[0] is not sigma:
             self.memo = (sigma, combine(*sigma, self.prior))
         return self.memo[1]
+
+
+class _Lines(Sequence):
+    """SeriesResult.lines, made when first read (the site never reads them): make(key, state)."""
+
+    def __init__(self, make, key: SeriesKey, state: _State):
+        self._make, self._args, self._lines = make, (key, state), None
+
+    def _all(self) -> tuple[Line | None, ...]:
+        if self._lines is None:
+            self._lines = self._make(*self._args)
+            self._make = self._args = None
+        return self._lines
+
+    def __getitem__(self, k):
+        return self._all()[k]
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+    def __eq__(self, other) -> bool:
+        return tuple(self) == tuple(other)
+
+    def __repr__(self) -> str:
+        return repr(self._all())
 
 
 class _Commit:
@@ -235,7 +258,7 @@ class _Walk:
         self.thresholds, self.code, self.q = thresholds, code, q
         prior = priors(series, ours)
         self.state = {k: _State(pts, k in ours, prior[k], RunningDifferences(), [], [0], {},
-                                [], [], [], [], [], []) for k, pts in series.items()}
+                                [], [], [], [], []) for k, pts in series.items()}
         self.level: dict[tuple, float] = {}  # (gpu, machine) -> the chained drift so far
         self.record: list | None = None  # persistence candidates, kept for the calibration
         self.commit_drift: dict[tuple, dict[str, float]] = {}
@@ -262,28 +285,26 @@ class _Walk:
             self.commit(commit, _Commit(at[commit]))
 
     def _lines(self) -> None:
-        """Every series' sides and the gate's line between each two of its points, made once, with
-        what judging a line reads but its noise (verdicts.Columns, built series by series here as
-        verdicts.columns builds it line by line): each commit judges its rows of that table."""
+        """What judging each line of the history (a series' two consecutive points) reads but its
+        noise, as verdicts.Columns (built series by series here as verdicts.columns builds it line
+        by line): each commit judges its rows of that table. The lines themselves (Line, Side) are
+        made only when a SeriesResult's are read (_Lines): the site never reads them."""
         wheres: dict[tuple, int] = {}
         timed: dict[tuple, int] = {}
-        lines, envs, logs, where, timing, a_ms, points, a_idx, log_ms = [], [], [], [], [], [], [], [], []
+        envs, logs, where, timing, a_ms, points, a_idx, log_ms, gates, refs = [], [], [], [], [], [], [], [], [], []
         for key, s in self.state.items():
             pts = s.points
             n = len(pts) - 1
-            s.row = len(lines) - 1  # the line ending at point i is row s.row + i
-            s.sides = [_side(key, p) for p in pts]
+            s.row = len(logs) - 1  # the line ending at point i is row s.row + i
             s.code = [None] + [code_status(self.code, key.kernel, s.ours, a.commit, b.commit)
                                for a, b in zip(pts, pts[1:])]
             ms = [p.median_ms for p in pts]
-            d = [math.log(b / a) for a, b in zip(ms, ms[1:])]  # log_change
+            logs += [math.log(b / a) for a, b in zip(ms, ms[1:])]  # log_change
             env = [env_between(a.env, b.env) for a, b in zip(pts, pts[1:])]
-            s.lines = [None] + [made(Line, key=key[:5], a=a, b=b, code=code, verdict="n/a", ours=s.ours,
-                                     change=math.expm1(x))
-                                for a, b, code, x in zip(s.sides, s.sides[1:], s.code[1:], d)]
-            lines += s.lines[1:]
             envs += env
-            logs += d
+            gates += [gating(s.ours, code, key.gpu, e, a.partial or b.partial)
+                      for code, e, a, b in zip(s.code[1:], env, pts, pts[1:])]
+            refs += [is_reference(code, e) for code, e in zip(s.code[1:], env)]
             s.where = wheres.setdefault((key.gpu, key.machine), len(wheres))
             s.log_t = self.log_t(key.kernel)
             where += [s.where] * n
@@ -293,18 +314,29 @@ class _Walk:
             a_idx += range(s.first, s.first + n)  # each line's point before
             points += pts
             log_ms += [math.log(m) for m in ms]
-        for k in [k for k, ln in enumerate(lines) if envs[k] or ln.code == METHOD]:  # else no note
-            lines[k].__dict__["note"] = note_of(lines[k], envs[k])
         spread, a_idx = spreads(points), np.array(a_idx, dtype=np.int64)
-        self.envs = envs
+        self.envs, self.logs = envs, logs
+        # each line's judgement, as the commit that judged it wrote it
+        self.verdicts, self.corrected = ["n/a"] * len(logs), [0.0] * len(logs)
+        self.z, self.p, self.noises = [0.0] * len(logs), [0.0] * len(logs), [None] * len(logs)
         self.y = np.zeros(len(points))  # every series' s.y, where persistence and slides look first
         self.log_ms = np.array(log_ms)  # each point's log time, and the machines' levels, make its y
         self.wheres = list(wheres)
         self.columns = Columns(np.array(logs, dtype=float), np.array(where, dtype=np.int64), floor_classes(timing, a_ms),
-                               np.array([is_reference(ln, e) for ln, e in zip(lines, envs)], dtype=bool),
-                               spread[a_idx], spread[a_idx + 1],
-                               np.array([can_gate(ln, e) for ln, e in zip(lines, envs)], dtype=bool), list(wheres),
-                               len(timed) * len(DURATION_CLASSES))
+                               np.array(refs, dtype=bool), spread[a_idx], spread[a_idx + 1],
+                               np.array(gates, dtype=bool), list(wheres), len(timed) * len(DURATION_CLASSES))
+
+    def _made_lines(self, key: SeriesKey, s: _State) -> tuple[Line | None, ...]:
+        """The series' lines as the gate judged them (None before its first point)."""
+        sides = [_side(key, p) for p in s.points]
+        out: list[Line | None] = [None]
+        for i in range(1, len(sides)):
+            r, code = s.row + i, s.code[i]
+            out.append(made(Line, key=key[:5], a=sides[i - 1], b=sides[i], code=code, verdict=self.verdicts[r],
+                            ours=s.ours, noise=self.noises[r], change=math.expm1(self.logs[r]),
+                            corrected=self.corrected[r], z=self.z[r], p=self.p[r],
+                            note=note_of("", self.envs[r], code)))
+        return tuple(out)
 
     def commit(self, commit: str, c: _Commit) -> None:
         noises = []
@@ -327,10 +359,13 @@ class _Walk:
         for (_, s, _), v in zip(c.members, y.tolist()):
             s.y.append(v)
         for k, (s, i) in enumerate(c.judged):
-            ln, env = s.lines[i], self.envs[c.rows_list[k]]
-            ln.__dict__.update(corrected=math.expm1(m.dc[k]), z=m.z[k], noise=m.noises[k], p=m.p[k])
-            ln.__dict__["verdict"] = verdict_name(ln, m.significant[k], s.log_t, env)
-            self._gate(s, i, ln, env)
+            r = c.rows_list[k]
+            env, code, corrected = self.envs[r], s.code[i], math.expm1(m.dc[k])
+            verdict = verdict_name(corrected, m.significant[k], s.log_t, env, code, s.ours,
+                                   s.points[i - 1].partial or s.points[i].partial)
+            self.verdicts[r], self.corrected[r], self.z[r], self.p[r], self.noises[r] = (
+                verdict, corrected, m.z[k], m.p[k], m.noises[k])
+            self._gate(s, i, verdict, m.z[k], code, m.p[k], env)
         self._persistence(self._moved(c, KMAX + WINDOW, 2))
         self._slides(self._moved(c, SLIDE_SPAN, 2 * SLIDE_ENDS), len(c.members))
 
@@ -342,13 +377,14 @@ class _Walk:
         keep = (c.at - c.first >= least) & ((y.max(axis=1) - y.min(axis=1) >= c.log_t) | (self.record is not None))
         return [c.members[k] for k in np.flatnonzero(keep).tolist()]
 
-    def _gate(self, s: _State, i: int, ln: Line, env: str | None) -> None:
-        if ln.verdict in STEPS:
-            s.steps.append((i, i, ln.z, ln.verdict, ln.code, _cause(ln), ln.p))
+    def _gate(self, s: _State, i: int, verdict: str, z: float, code: str, p: float, env: str | None) -> None:
+        """The gate's verdict on the line ending at point i: a step, a cut, or a difference of noise."""
+        if verdict in STEPS:
+            s.steps.append((i, i, z, verdict, code, _cause(verdict, env, s.ours), p))
             insort(s.cuts, i)
-        elif env or ln.code == METHOD:
+        elif env or code == METHOD:
             insort(s.cuts, i)
-        if not (env or ln.code == METHOD or ln.verdict in EXPLAINED):
+        if not (env or code == METHOD or verdict in EXPLAINED):
             # one method and one set of conditions, and no step that our code explains: their
             # difference tells the noise (a flip of a bimodal series too, flagged or not)
             s.added[i] = s.y[i] - s.y[i - 1]
@@ -359,22 +395,23 @@ class _Walk:
         for key, s, i in members:
             best = self._candidate(key, s, i)
             if best:
-                found.append((key, i, best))
-        lines = [f[2][1] for f in found]
+                found.append((key, s, i, best))
         # the calibrated tail alone, not capped by the differences behind each series' noise: on the
         # calibration history the candidates of series with a short history are no heavier-tailed
         # than the others (benchmarks/regress_eval.py prints both), and the cap cost most steps
         # of the first commits of a series
-        zs = p_values([ln.z for ln in lines], [math.inf] * len(lines), PERSISTENT_TAIL)
-        ps = [min(1.0, p * f[2][2]) for p, f in zip(zs, found)]
-        families = ([k for k, ln in enumerate(lines) if can_gate(ln)], [k for k, ln in enumerate(lines) if not can_gate(ln)])
+        zs = p_values([f[3][1] for f in found], [math.inf] * len(found), PERSISTENT_TAIL)
+        ps = [min(1.0, p * f[3][5]) for p, f in zip(zs, found)]
+        # a candidate's line is the gate's line at its point j at other levels: its family is that one's
+        gates = [self.columns.gates[s.row + best[0]] for _, s, _, best in found]
+        families = ([k for k in range(len(found)) if gates[k]], [k for k in range(len(found)) if not gates[k]])
         for family in families:
             for k, rejected in zip(family, fdr([ps[k] for k in family], self.q)):
                 if not rejected:
                     continue
-                key, i, (j, ln, _) = found[k]
-                s = self.state[key]
-                s.steps.append((j, i, ln.z, ln.verdict, ln.code, _cause(ln), ps[k]))
+                key, s, i, (j, z, noise, lb, la, _) = found[k]
+                ln = self._step(key, s, j, z, noise, lb, la)
+                s.steps.append((j, i, ln.z, ln.verdict, ln.code, _cause(ln.verdict, env_change(ln), ln.ours), ps[k]))
                 insort(s.cuts, j)
                 if ln.verdict in EXPLAINED and j in s.added:  # our code's step, found late: not noise
                     s.diffs.remove(s.added.pop(j))
@@ -418,13 +455,14 @@ class _Walk:
                 continue
             if best is None or abs(z) > abs(best[1]):
                 best = (j, z, noise, lb, la)
-        if best is None:
-            return None
-        j, z, noise, lb, la = best
+        return None if best is None else (*best, tried)
+
+    def _step(self, key: SeriesKey, s: _State, j: int, z: float, noise: Noise, lb: float, la: float) -> Line:
+        """A persistent step's line at j, from level lb to la, named as the gate would name it."""
         a, b = at_level(s.points[j - 1], math.exp(lb)), at_level(s.points[j], math.exp(la))
         ln = made(Line, key=key[:5], a=_side(key, a), b=_side(key, b), code=s.code[j] or UNKNOWN, verdict="n/a",
                   ours=s.ours, noise=noise, change=math.expm1(la - lb), corrected=math.expm1(la - lb), z=z)
-        return j, verdict_of(ln, True, log_t), tried
+        return verdict_of(ln, True, s.log_t)
 
     def _slides(self, members: list[tuple[SeriesKey, _State, int]], n: int) -> None:
         """Slides ending at one commit's members (of n series measured there)."""
@@ -452,7 +490,7 @@ class _Walk:
             flags = _flags(s, self.threshold_of(key.kernel))
             out[key] = SeriesResult(key=key, points=s.points, noise=s.noise(),
                                     flags=flags, drift=drift, prior=s.prior, ours=s.ours, noise_at=tuple(s.noise_at),
-                                    noise_before=tuple(s.noise_before), lines=tuple(s.lines),
+                                    noise_before=tuple(s.noise_before), lines=_Lines(self._made_lines, key, s),
                                     slides=tuple(s.slides))
         return out
 
@@ -481,19 +519,18 @@ def _factor(n: int) -> float:
     return 1.0 if n <= 2 else math.pi / 2
 
 
-def _cause(ln: Line) -> str | None:
-    """What else changed where a series stepped: None when it is the series' own step (ours whose
-    code changed, or a reference's move)."""
-    env = env_change(ln)
-    if ln.verdict == WITH_ENV:
+def _cause(verdict: str, env: str | None, ours: bool) -> str | None:
+    """What else changed where a series stepped (a line's verdict, env_change and ours): None when
+    it is the series' own step (ours whose code changed, or a reference's move)."""
+    if verdict == WITH_ENV:
         return f"environment: {env}; our code changed too: confirm"
-    if ln.verdict == "environment changed":
+    if verdict == "environment changed":
         return f"environment: {env}"
-    if ln.verdict == "method changed":
+    if verdict == "method changed":
         return "method: how the inputs are drawn or what is measured changed"
-    if ln.verdict == "partial run":
+    if verdict == "partial run":
         return "partial run: confirm"
-    if ln.verdict == "moved" and ln.ours:
+    if verdict == "moved" and ours:
         return "our code did not change"
     return None
 

@@ -37,7 +37,7 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-from .noise import DURATION_CLASSES, PRIOR_WEIGHT, Noise, combine, duration_class, duration_classes, fdr, p_values, typical
+from .noise import DURATION_CLASSES, PRIOR_WEIGHT, Noise, combine, duration_classes, fdr, p_values, typical
 from .series import Env, Point, SeriesKey, describe_env_change, device, is_time, made, points_from_rows
 
 MATCH = ("kernel", "mode", "provider", "shape", "dtype")
@@ -214,15 +214,15 @@ def columns(lines: list[Line], envs: list[str | None], logs: list[float]) -> Col
         timing.append(timed.setdefault((*w, ln.a.timing), len(timed)))
     return Columns(np.array(logs, dtype=float), np.array(where, dtype=np.int64),
                    floor_classes(timing, [ln.a.point.median_ms for ln in lines]),
-                   np.array([is_reference(ln, env) for ln, env in zip(lines, envs)], dtype=bool),
+                   np.array([is_reference(ln.code, env) for ln, env in zip(lines, envs)], dtype=bool),
                    spreads([ln.a.point for ln in lines]), spreads([ln.b.point for ln in lines]),
                    np.array([can_gate(ln, env) for ln, env in zip(lines, envs)], dtype=bool), list(wheres),
                    len(timed) * len(DURATION_CLASSES))
 
 
-def is_reference(ln: Line, env: str | None) -> bool:
+def is_reference(code: str, env: str | None) -> bool:
     """A line the machine drift is measured on: code unchanged, conditions alike (env: its env_change)."""
-    return ln.code == UNCHANGED and not env
+    return code == UNCHANGED and not env
 
 
 def spreads(points: list[Point]) -> np.ndarray:
@@ -305,8 +305,13 @@ def can_gate(ln: Line, env: str | None | bool = False) -> bool:
     """The family whose lines can fail the gate: ours, code changed or unknown, measured alike
     (one method, machine and environment) on a GPU, both points from runs that finished. `env`:
     its env_change, where the caller has it."""
-    return (ln.ours and ln.code in (CHANGED, UNKNOWN) and ln.b.gpu != "cpu"
-            and not (env_change(ln) if env is False else env) and not (ln.a.point.partial or ln.b.point.partial))
+    return gating(ln.ours, ln.code, ln.b.gpu, env_change(ln) if env is False else env,
+                  ln.a.point.partial or ln.b.point.partial)
+
+
+def gating(ours: bool, code: str, gpu: str, env: str | None, partial: bool) -> bool:
+    """can_gate of a line's facts (partial: either point is from unfinished runs only)."""
+    return ours and code in (CHANGED, UNKNOWN) and gpu != "cpu" and not env and not partial
 
 
 def verdict_of(ln: Line, significant: bool, log_t: float) -> Line:
@@ -319,32 +324,36 @@ def verdict_of(ln: Line, significant: bool, log_t: float) -> Line:
 def _named(ln: Line, significant: bool, log_t: float, env: str | None) -> Line:
     """verdict_of, written into a line just made (no one else holds it yet: judge makes a
     million), env its env_change."""
-    ln.__dict__.update(note=note_of(ln, env), verdict=verdict_name(ln, significant, log_t, env))
+    ln.__dict__.update(note=note_of(ln.note, env, ln.code), verdict=verdict_name(
+        ln.corrected, significant, log_t, env, ln.code, ln.ours, ln.a.point.partial or ln.b.point.partial))
     return ln
 
 
-def note_of(ln: Line, env: str | None) -> str:
-    """The line's note with what else changed (env: its env_change)."""
-    return "; ".join(x for x in (ln.note, env and f"environment: {env}",
-                                 ln.code == METHOD and "method changed (inputs or what is measured)") if x)
+def note_of(note: str, env: str | None, code: str) -> str:
+    """A line's note with what else changed (env: its env_change)."""
+    return "; ".join(x for x in (note, env and f"environment: {env}",
+                                 code == METHOD and "method changed (inputs or what is measured)") if x)
 
 
-def verdict_name(ln: Line, significant: bool, log_t: float, env: str | None) -> str:
-    """The verdict of a measured line (see the module docstring)."""
-    dc = math.log1p(ln.corrected)
+def verdict_name(corrected: float, significant: bool, log_t: float, env: str | None, code: str, ours: bool,
+                 partial: bool) -> str:
+    """The verdict of a line (see the module docstring) from its facts: its corrected change,
+    whether its family found it significant, its threshold's log1p, what else changed, its code,
+    whether it is ours, and whether either point is from unfinished runs only."""
+    dc = math.log1p(corrected)
     if abs(dc) < log_t:
         return "same"
     if not significant:
         return "within noise"
     slower = dc > 0
-    if ln.code == METHOD:
+    if code == METHOD:
         return "method changed"
     if env:
-        mine = ln.ours and ln.code in (CHANGED, UNKNOWN) and slower
+        mine = ours and code in (CHANGED, UNKNOWN) and slower
         return WITH_ENV if mine else "environment changed"
-    if not ln.ours or ln.code == UNCHANGED:
+    if not ours or code == UNCHANGED:
         return "moved"
-    if (ln.a.point.partial or ln.b.point.partial) and slower:
+    if partial and slower:
         return "partial run"
     return "regression" if slower else "improvement"
 
