@@ -366,7 +366,7 @@ class _Walk:
             self.verdicts[r], self.corrected[r], self.z[r], self.p[r], self.noises[r] = (
                 verdict, corrected, m.z[k], m.p[k], m.noises[k])
             self._gate(s, i, verdict, m.z[k], code, m.p[k], env)
-        self._persistence(self._moved(c, KMAX + WINDOW, 2))
+        self._persistence(self._stepped(self._moved(c, KMAX + WINDOW, 2)))
         self._slides(self._moved(c, SLIDE_SPAN, 2 * SLIDE_ENDS), len(c.members))
 
     def _moved(self, c: _Commit, span: int, least: int) -> list[tuple[SeriesKey, _State, int]]:
@@ -376,6 +376,37 @@ class _Walk:
         y = self.y[np.maximum(c.at[:, None] - np.arange(span), c.first[:, None])]
         keep = (c.at - c.first >= least) & ((y.max(axis=1) - y.min(axis=1) >= c.log_t) | (self.record is not None))
         return [c.members[k] for k in np.flatnonzero(keep).tolist()]
+
+    def _stepped(self, members: list[tuple[SeriesKey, _State, int]]) -> list[tuple[SeriesKey, _State, int]]:
+        """The members where _candidate can find a step: where, for some point j it tries, the
+        medians of the points before j and from j differ by log_t or more (the same windows and
+        medians, of all members at once), so that the others are not looked at (all are for the
+        calibration)."""
+        if self.record is not None or not members:
+            return members
+        i = np.array([m[2] for m in members])
+        first = np.maximum.reduce([np.ones_like(i), i - KMAX + 1, np.array([s.cuts[-1] for _, s, _ in members]),
+                                   np.array([s.steps[-1][0] + 1 if s.steps else 0 for _, s, _ in members])])
+        at = np.array([s.first for _, s, _ in members])  # the series' first point in self.y
+        log_t = np.array([s.log_t for _, s, _ in members])
+        found = np.zeros(len(members), dtype=bool)
+        for back in range(1, KMAX):  # j = i - back
+            tried = np.flatnonzero(i - back >= first)
+            j, start, end = i[tried] - back, at[tried], at[tried] + i[tried] + 1
+            cuts = [members[k][1].cut_before(x) for k, x in zip(tried.tolist(), j.tolist())]
+            lo = np.maximum(np.array(cuts, dtype=np.int64), j - WINDOW)
+            found[tried] |= np.abs(self._medians(start + j, end) - self._medians(start + lo, start + j)) >= log_t[tried]
+        return [members[k] for k in np.flatnonzero(found).tolist()]
+
+    def _medians(self, start: np.ndarray, stop: np.ndarray) -> np.ndarray:
+        """fast_median of self.y[start:stop] for each row (one to a few points each)."""
+        n = stop - start
+        idx = start[:, None] + np.arange(int(n.max(initial=1)))
+        y = np.where(idx < stop[:, None], self.y[np.minimum(idx, len(self.y) - 1)], np.inf)
+        y.sort(axis=1)
+        rows = np.arange(len(n))
+        upper, lower = y[rows, n // 2], y[rows, np.maximum(n // 2 - 1, 0)]
+        return np.where(n % 2 == 1, upper, (lower + upper) / 2)
 
     def _gate(self, s: _State, i: int, verdict: str, z: float, code: str, p: float, env: str | None) -> None:
         """The gate's verdict on the line ending at point i: a step, a cut, or a difference of noise."""
