@@ -129,7 +129,7 @@ def noise_until(result: SeriesResult, end: int) -> Noise:
 
 
 def pool_key(key: SeriesKey, points: Sequence[Point]) -> tuple:
-    return (key.gpu, key.machine, key.timing, duration_class(median(p.median_ms for p in points)))
+    return (key.gpu, key.machine, key.timing, duration_class(fast_median([p.median_ms for p in points])))
 
 
 def priors(series: dict[SeriesKey, list[Point]], ours: set[SeriesKey]) -> dict[SeriesKey, float | None]:
@@ -139,28 +139,31 @@ def priors(series: dict[SeriesKey, list[Point]], ours: set[SeriesKey]) -> dict[S
     pool alone where it has none. Typical (the median difference), not the series' own estimate: a
     whole history, steps and all, is read here."""
     history = {key: differences(points) for key, points in series.items()}
-    pooled = pooled_noise(series, ours, history)
+    keys = {key: pool_key(key, points) for key, points in series.items()}
+    pooled = pooled_noise(series, ours, history, keys)
     siblings: dict[tuple, list[tuple[SeriesKey, list[float]]]] = {}
     for key, diffs in history.items():
         siblings.setdefault(key._replace(machine=None), []).append((key, diffs))
     out = {}
-    for key, points in series.items():
-        pool_sigma = pooled.get(pool_key(key, points))
+    for key in series:
+        pool_sigma = pooled.get(keys[key])
         diffs = [d for other, ds in siblings[key._replace(machine=None)] if other != key for d in ds]
         out[key] = combine(typical(diffs), len(diffs), pool_sigma).sigma if diffs else pool_sigma
     return out
 
 
 def pooled_noise(series: dict[SeriesKey, list[Point]], ours: set[SeriesKey],
-                 history: dict[SeriesKey, list[float]] | None = None) -> dict[tuple, float]:
+                 history: dict[SeriesKey, list[float]] | None = None, keys: dict[SeriesKey, tuple] | None = None
+                 ) -> dict[tuple, float]:
     """{pool key: the median noise of the reference series in it}: providers that are not ours,
     whose code does not change between our commits, each the typical difference over its whole
-    history in one environment. `history`: each series' differences(), where the caller has them."""
+    history in one environment. `history`, `keys`: each series' differences() and pool_key(), where
+    the caller has them."""
     estimates = []
     for key, points in series.items():
         if key not in ours and points:
             diffs = history[key] if history is not None else differences(points)
-            estimates.append((pool_key(key, points), typical(diffs), len(diffs)))
+            estimates.append((keys[key] if keys is not None else pool_key(key, points), typical(diffs), len(diffs)))
     return pool(estimates)
 
 
