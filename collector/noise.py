@@ -173,6 +173,7 @@ class RunningDifferences:
         self._sorted: list[float] = []
         self._squares: list[float] = []  # each ** 2, in the same order
         self._sigma: tuple[float | None, int] | None = None  # sigma() until the next change
+        self._noise: tuple[float | None, Noise] | None = None  # (prior, noise()) until the next change
 
     def __len__(self) -> int:
         return len(self._sorted)
@@ -188,14 +189,20 @@ class RunningDifferences:
                 k = bisect_right(self._sorted, a)
                 self._sorted.insert(k, a)
                 self._squares.insert(k, a ** 2)
-                self._sigma = None
+                self._sigma = self._noise = None
 
     def remove(self, diff: float) -> None:
         """Drop one difference found, later, to be a step (change, not noise)."""
         k = bisect_left(self._sorted, abs(diff))
         if k < len(self._sorted) and self._sorted[k] == abs(diff):
             del self._sorted[k], self._squares[k]
-            self._sigma = None
+            self._sigma = self._noise = None
+
+    def noise(self, prior: float | None) -> Noise:
+        """combine(*sigma(), prior): the same object until a difference comes or goes."""
+        if self._noise is None or self._noise[0] is not prior:
+            self._noise = (prior, combine(*self.sigma(), prior))
+        return self._noise[1]
 
     def sigma(self) -> tuple[float | None, int]:
         """(own sigma, differences it rests on)."""

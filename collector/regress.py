@@ -37,8 +37,8 @@ from .noise import (DURATION_CLASSES, PERSISTENT_TAIL, Noise, RunningDifferences
 from .series import (COLUMNS, QUERY, Point, SeriesKey, at_level, commit_rank, describe_env_change, device, fast_median,
                      group_series, points_from_rows, series_key)
 from .verdicts import (METHOD, Q, UNCHANGED, UNKNOWN, WITH_ENV, Columns, Line, Side, env_between, env_change,
-                       floor_classes, gating, is_reference, made, measure, note_of, point_variance, spreads,
-                       verdict_name, verdict_of)
+                       floor_classes, gating, is_reference, is_same, made, measure, note_of, point_variance,
+                       spreads, verdict_name, verdict_of)
 
 __all__ = ["COLUMNS", "QUERY", "Point", "SeriesKey", "describe_env_change", "device", "points_from_rows",
            "series_key", "analyse", "walk", "detect", "detect_all", "Flag", "SeriesResult", "Slide"]
@@ -55,6 +55,7 @@ KMAX = 2  # a step is looked for with at most this many points after it. Two: wi
 # (docs/regressions.md)
 SLIDE_SPAN = 10  # points over which a slow slide is measured
 SLIDE_ENDS = 3  # points whose median is each end of a slide
+QUIET = ("same", "within noise")  # the gate's verdicts that are no step: a plain line's difference is noise
 STEPS = ("regression", "improvement", "moved", "method changed", "environment changed", WITH_ENV, "partial run")
 EXPLAINED = ("regression", "improvement", WITH_ENV, "partial run")  # steps our code (may have) made
 
@@ -199,19 +200,13 @@ class _State:
     first: int = 0  # the place of its first point in the walk's y
     where: int = 0  # its (gpu, machine) in the walk's list of them
     log_t: float = 0.0  # log1p of its kernel's threshold
-    memo: tuple = (None, None)  # (diffs.sigma() it was computed from, the noise): see _noise
 
     def cut_before(self, j: int) -> int:
         """The last cut before index j (cuts are kept sorted; the first is 0)."""
         return self.cuts[max(bisect_left(self.cuts, j) - 1, 0)]
 
     def noise(self) -> Noise:
-        """combine(*diffs.sigma(), prior), computed again only when a difference came or went
-        (RunningDifferences.sigma() returns the same object until then)."""
-        sigma = self.diffs.sigma()
-        if self.memo[0] is not sigma:
-            self.memo = (sigma, combine(*sigma, self.prior))
-        return self.memo[1]
+        return self.diffs.noise(self.prior)
 
 
 class _Lines(Sequence):
@@ -253,6 +248,12 @@ class _Commit:
         self.judged = [(s, i) for _, s, i in members if i]
         self.rows_list = [s.row + i for s, i in self.judged]
         self.rows = np.array(self.rows_list, dtype=np.int64)
+        self.at_judged = np.array([s.first + i for s, i in self.judged], dtype=np.int64)
+
+    def plan(self, plain: np.ndarray) -> "_Commit":
+        """With `plain` (per line of the walk: no change of conditions or method) of its lines."""
+        self.plain = plain[self.rows].tolist()
+        return self
 
 
 class _Walk:
@@ -285,7 +286,7 @@ class _Walk:
                 at.setdefault(p.commit, []).append((key, s, i))  # its state too: a key's hash is 8 strings
         self._lines()
         for commit in sorted(at, key=rank.get):
-            self.commit(commit, _Commit(at[commit]))
+            self.commit(commit, _Commit(at[commit]).plan(self.plain))
 
     def _lines(self) -> None:
         """What judging each line of the history (a series' two consecutive points) reads but its
@@ -294,7 +295,7 @@ class _Walk:
         made only when a SeriesResult's are read (_Lines): the site never reads them."""
         wheres: dict[tuple, int] = {}
         timed: dict[tuple, int] = {}
-        envs, logs, where, timing, a_ms, points, a_idx, log_ms, gates, refs = [], [], [], [], [], [], [], [], [], []
+        envs, logs, where, timing, a_ms, points, a_idx, log_ms, gates, refs, codes = ([] for _ in range(11))
         for key, s in self.state.items():
             pts = s.points
             n = len(pts) - 1
@@ -308,6 +309,7 @@ class _Walk:
             gates += [gating(s.ours, code, key.gpu, e, a.partial or b.partial)
                       for code, e, a, b in zip(s.code[1:], env, pts, pts[1:])]
             refs += [is_reference(code, e) for code, e in zip(s.code[1:], env)]
+            codes += s.code[1:]
             s.where = wheres.setdefault((key.gpu, key.machine), len(wheres))
             s.log_t = self.log_t(key.kernel)
             where += [s.where] * n
@@ -319,9 +321,9 @@ class _Walk:
             log_ms += [math.log(m) for m in ms]
         spread, a_idx = spreads(points), np.array(a_idx, dtype=np.int64)
         self.envs, self.logs = envs, logs
-        # each line's judgement, as the commit that judged it wrote it
-        self.verdicts, self.corrected = ["n/a"] * len(logs), [0.0] * len(logs)
-        self.z, self.p, self.noises = [0.0] * len(logs), [0.0] * len(logs), [None] * len(logs)
+        self.plain = np.array([not e and code != METHOD for e, code in zip(envs, codes)], dtype=bool)
+        self.judgements: list[tuple] = []  # each commit's (rows, verdicts, corrected, z, p, noises)
+        self.judged: list[list] | None = None  # per line: [verdict, corrected, z, p, noise], from them
         self.y = np.zeros(len(points))  # every series' s.y, where persistence and slides look first
         self.log_ms = np.array(log_ms)  # each point's log time, and the machines' levels, make its y
         self.wheres = list(wheres)
@@ -331,25 +333,30 @@ class _Walk:
 
     def _made_lines(self, key: SeriesKey, s: _State) -> tuple[Line | None, ...]:
         """The series' lines as the gate judged them (None before its first point)."""
+        if self.judged is None:
+            self.judged = [[]] * len(self.logs)
+            for rows, *values in self.judgements:
+                for r, *v in zip(rows, *values):
+                    self.judged[r] = v
         sides = [_side(key, p) for p in s.points]
         out: list[Line | None] = [None]
         for i in range(1, len(sides)):
             r, code = s.row + i, s.code[i]
-            out.append(made(Line, key=key[:5], a=sides[i - 1], b=sides[i], code=code, verdict=self.verdicts[r],
-                            ours=s.ours, noise=self.noises[r], change=math.expm1(self.logs[r]),
-                            corrected=self.corrected[r], z=self.z[r], p=self.p[r],
+            verdict, corrected, z, p, noise = self.judged[r]
+            out.append(made(Line, key=key[:5], a=sides[i - 1], b=sides[i], code=code, verdict=verdict, ours=s.ours,
+                            noise=noise, change=math.expm1(self.logs[r]), corrected=corrected, z=z, p=p,
                             note=note_of("", self.envs[r], code)))
         return tuple(out)
 
     def commit(self, commit: str, c: _Commit) -> None:
         noises = []
         for key, s, i in c.members:
-            p = s.points[i]
-            noise = s.noise()
+            p, diffs = s.points[i], s.diffs
+            noise = diffs.noise(s.prior)
             s.noise_before.append(noise)
             if p.within:  # else nothing came that the noise is made of
-                s.diffs.extend(p.within)
-                noise = s.noise()
+                diffs.extend(p.within)
+                noise = diffs.noise(s.prior)
             s.noise_at.append(noise)
             if i:
                 noises.append(noise)
@@ -361,14 +368,18 @@ class _Walk:
         self.y[c.at] = y
         for (_, s, _), v in zip(c.members, y.tolist()):
             s.y.append(v)
+        corrected = [math.expm1(x) for x in m.dc]
+        verdicts = ["same" if is_same(x, s.log_t) else verdict_name(
+            x, sig, s.log_t, self.envs[r], s.code[i], s.ours, s.points[i - 1].partial or s.points[i].partial)
+            for x, sig, (s, i), r in zip(corrected, m.significant, c.judged, c.rows_list)]
+        self.judgements.append((c.rows_list, verdicts, corrected, m.z, m.p, m.noises))
+        noise = (self.y[c.at_judged] - self.y[c.at_judged - 1]).tolist()  # each line's difference
         for k, (s, i) in enumerate(c.judged):
-            r = c.rows_list[k]
-            env, code, corrected = self.envs[r], s.code[i], math.expm1(m.dc[k])
-            verdict = verdict_name(corrected, m.significant[k], s.log_t, env, code, s.ours,
-                                   s.points[i - 1].partial or s.points[i].partial)
-            self.verdicts[r], self.corrected[r], self.z[r], self.p[r], self.noises[r] = (
-                verdict, corrected, m.z[k], m.p[k], m.noises[k])
-            self._gate(s, i, verdict, m.z[k], code, m.p[k], env)
+            if c.plain[k] and verdicts[k] in QUIET:  # the common case of _gate, without its call
+                s.added[i] = noise[k]
+                s.diffs.add(noise[k])
+            else:
+                self._gate(s, i, verdicts[k], m.z[k], s.code[i], m.p[k], self.envs[c.rows_list[k]])
         self._persistence(self._stepped(self._moved(c, KMAX + WINDOW, 2)))
         self._slides(self._moved(c, SLIDE_SPAN, 2 * SLIDE_ENDS), len(c.members))
 

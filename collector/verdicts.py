@@ -340,9 +340,9 @@ def verdict_name(corrected: float, significant: bool, log_t: float, env: str | N
     """The verdict of a line (see the module docstring) from its facts: its corrected change,
     whether its family found it significant, its threshold's log1p, what else changed, its code,
     whether it is ours, and whether either point is from unfinished runs only."""
-    dc = math.log1p(corrected)
-    if abs(dc) < log_t:
+    if is_same(corrected, log_t):
         return "same"
+    dc = math.log1p(corrected)
     if not significant:
         return "within noise"
     slower = dc > 0
@@ -356,6 +356,11 @@ def verdict_name(corrected: float, significant: bool, log_t: float, env: str | N
     if partial and slower:
         return "partial run"
     return "regression" if slower else "improvement"
+
+
+def is_same(corrected: float, log_t: float) -> bool:
+    """A corrected change below the threshold (log_t: its log1p), whatever its significance."""
+    return abs(math.log1p(corrected)) < log_t
 
 
 def judge(lines: list[Line], threshold_of: Callable[[str], float], q: float = Q,
