@@ -174,6 +174,8 @@ class RunningDifferences:
         self._squares: list[float] = []  # each ** 2, in the same order
         self._sigma: tuple[float | None, int] | None = None  # sigma() until the next change
         self._noise: tuple[float | None, Noise] | None = None  # (prior, noise()) until the next change
+        self.log: list[tuple] = []  # what came and went, in order ((True, diffs) or (False, diff)): the
+        # noise of an earlier moment can be made again (regress: each point's noise before it)
 
     def __len__(self) -> int:
         return len(self._sorted)
@@ -183,6 +185,7 @@ class RunningDifferences:
 
     def extend(self, diffs: Iterable[float]) -> None:
         """add() each of diffs (a point's reruns and rechecks: one call)."""
+        self.log.append((True, diffs))
         for diff in diffs:
             if math.isfinite(diff):
                 a = abs(diff)
@@ -193,6 +196,7 @@ class RunningDifferences:
 
     def remove(self, diff: float) -> None:
         """Drop one difference found, later, to be a step (change, not noise)."""
+        self.log.append((False, diff))
         k = bisect_left(self._sorted, abs(diff))
         if k < len(self._sorted) and self._sorted[k] == abs(diff):
             del self._sorted[k], self._squares[k]

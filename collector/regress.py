@@ -194,7 +194,7 @@ class _State:
     steps: list[tuple]  # (j, i, z, verdict, code, cause, p)
     code: list[str | None]  # per point: our code since the point before (None: the first)
     noise_at: list[Noise]
-    noise_before: list[Noise]
+    before: list[int]  # per point: the length of diffs.log before it (see _noise_before)
     slides: list[Slide]
     row: int = 0  # the walk's Columns row of the line ending at point i is row + i
     first: int = 0  # the place of its first point in the walk's y
@@ -209,13 +209,14 @@ class _State:
         return self.diffs.noise(self.prior)
 
 
-class _Lines(Sequence):
-    """SeriesResult.lines, made when first read (the site never reads them): make(key, state)."""
+class _Later(Sequence):
+    """A tuple of a SeriesResult made when first read (the site reads neither its lines nor its
+    noise_before): make(*args)."""
 
-    def __init__(self, make, key: SeriesKey, state: _State):
-        self._make, self._args, self._lines = make, (key, state), None
+    def __init__(self, make, *args):
+        self._make, self._args, self._lines = make, args, None
 
-    def _all(self) -> tuple[Line | None, ...]:
+    def _all(self) -> tuple:
         if self._lines is None:
             self._lines = self._make(*self._args)
             self._make = self._args = None
@@ -232,6 +233,17 @@ class _Lines(Sequence):
 
     def __repr__(self) -> str:
         return repr(self._all())
+
+
+def _noise_before(s: _State) -> tuple[Noise, ...]:
+    """Each point's noise before it (its reruns and rechecks not yet counted), replayed from the log."""
+    diffs, out, done = RunningDifferences(), [], 0
+    for mark in s.before:
+        for added, x in s.diffs.log[done:mark]:
+            diffs.extend(x) if added else diffs.remove(x)
+        done = mark
+        out.append(diffs.noise(s.prior))
+    return tuple(out)
 
 
 class _Commit:
@@ -292,7 +304,7 @@ class _Walk:
         """What judging each line of the history (a series' two consecutive points) reads but its
         noise, as verdicts.Columns (built series by series here as verdicts.columns builds it line
         by line): each commit judges its rows of that table. The lines themselves (Line, Side) are
-        made only when a SeriesResult's are read (_Lines): the site never reads them."""
+        made only when a SeriesResult's are read (_Later): the site never reads them."""
         wheres: dict[tuple, int] = {}
         timed: dict[tuple, int] = {}
         envs, logs, where, timing, a_ms, points, a_idx, log_ms, gates, refs, codes = ([] for _ in range(11))
@@ -352,11 +364,10 @@ class _Walk:
         noises = []
         for key, s, i in c.members:
             p, diffs = s.points[i], s.diffs
-            noise = diffs.noise(s.prior)
-            s.noise_before.append(noise)
+            s.before.append(len(diffs.log))
             if p.within:  # else nothing came that the noise is made of
                 diffs.extend(p.within)
-                noise = diffs.noise(s.prior)
+            noise = diffs.noise(s.prior)
             s.noise_at.append(noise)
             if i:
                 noises.append(noise)
@@ -535,7 +546,7 @@ class _Walk:
             flags = _flags(s, self.threshold_of(key.kernel))
             out[key] = SeriesResult(key=key, points=s.points, noise=s.noise(),
                                     flags=flags, drift=drift, prior=s.prior, ours=s.ours, noise_at=tuple(s.noise_at),
-                                    noise_before=tuple(s.noise_before), lines=_Lines(self._made_lines, key, s),
+                                    noise_before=_Later(_noise_before, s), lines=_Later(self._made_lines, key, s),
                                     slides=tuple(s.slides))
         return out
 
