@@ -236,11 +236,14 @@ def make_point(commit: str, medians: list[float], p20s: list, p80s: list, rechec
 
 def one_run(commit: str, m: float, p20: float | None, p80: float | None, recheck: float | None, commit_time,
             start, unfinished: bool, env: Env | None) -> Point:
-    """make_point of one run (most points): the same values, without their lists."""
-    return made(Point, commit=commit, commit_time=commit_time, median_ms=math.exp(math.log(m)), p20_ms=min(p20 or m, m),
-                p80_ms=max(p80 or m, m), runs=1, env=env, runs_ms=(m,),
-                rechecks=(math.log(m / recheck),) if (recheck or 0) > 0 else (), partial=bool(unfinished),
-                started_at=start)
+    """make_point of one run (most points): the same values, without their lists; with the
+    `within` and `spread` that Point computes on first use (the history reads both of every point),
+    from the same numbers."""
+    x = math.log(m)
+    rechecks = (math.log(m / recheck),) if (recheck or 0) > 0 else ()
+    return made(Point, commit=commit, commit_time=commit_time, median_ms=math.exp(x), p20_ms=min(p20 or m, m),
+                p80_ms=max(p80 or m, m), runs=1, env=env, runs_ms=(m,), rechecks=rechecks, partial=bool(unfinished),
+                started_at=start, within=rechecks, spread=(1, (x - x) ** 2))
 
 
 def order_key(p: Point) -> tuple:
