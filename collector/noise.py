@@ -147,7 +147,7 @@ def p_values(z: Sequence[float], df: Sequence[float], tail: tuple[float, float] 
 
     za = np.abs(np.asarray(z, dtype=float)) / tail[1]
     dfa = np.minimum(tail[0], np.maximum(np.asarray(df, dtype=float), 1.0))
-    return [float(p) for p in np.where(np.isfinite(za), 2 * stdtr(dfa, -np.nan_to_num(za, posinf=0.0)), 0.0)]
+    return np.where(np.isfinite(za), 2 * stdtr(dfa, -np.nan_to_num(za, posinf=0.0)), 0.0).tolist()
 
 
 def fdr(pvalues: Sequence[float], q: float) -> list[bool]:
@@ -186,12 +186,13 @@ class RunningDifferences:
     def extend(self, diffs: Iterable[float]) -> None:
         """add() each of diffs (a point's reruns and rechecks: one call)."""
         self.log.append((True, diffs))
+        values, squares = self._sorted, self._squares
         for diff in diffs:
             if math.isfinite(diff):
                 a = abs(diff)
-                k = bisect_right(self._sorted, a)
-                self._sorted.insert(k, a)
-                self._squares.insert(k, a ** 2)
+                k = bisect_right(values, a)
+                values.insert(k, a)
+                squares.insert(k, a ** 2)
                 self._sigma = self._noise = None
 
     def remove(self, diff: float) -> None:

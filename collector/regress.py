@@ -521,18 +521,25 @@ class _Walk:
         return verdict_of(ln, True, s.log_t)
 
     def _slides(self, members: list[tuple[SeriesKey, _State, int]], n: int) -> None:
-        """Slides ending at one commit's members (of n series measured there)."""
-        tests = []
-        for key, s, i in members:
-            lo = max(s.cuts[-1], i - SLIDE_SPAN + 1)  # the last cut: every cut is at a point met
-            if i - lo + 1 < 2 * SLIDE_ENDS + 1:
-                continue
-            start, end = fast_median(s.y[lo:lo + SLIDE_ENDS]), fast_median(s.y[i - SLIDE_ENDS + 1:i + 1])
-            if abs(end - start) < self.log_t(key.kernel):
-                continue
-            noise = s.noise_at[i]
-            z = (end - start) / (noise.sigma * math.sqrt(2 * _factor(SLIDE_ENDS) / SLIDE_ENDS))
-            tests.append((s, lo, i, end - start, z, noise.df))
+        """Slides ending at one commit's members (of n series measured there): the level of the last
+        SLIDE_ENDS points of a segment of SLIDE_SPAN points at most against its first ones (the
+        medians of all members at once)."""
+        if not members:
+            return
+        i = np.array([m[2] for m in members])
+        lo = np.maximum([s.cuts[-1] for _, s, _ in members], i - SLIDE_SPAN + 1)  # the last cut: at a point met
+        at = np.array([s.first for _, s, _ in members])  # the series' first point in self.y
+        long = np.flatnonzero(i - lo + 1 >= 2 * SLIDE_ENDS + 1)
+        i, lo, at = i[long], lo[long], at[long]
+        d = self._medians(at + i - SLIDE_ENDS + 1, at + i + 1) - self._medians(at + lo, at + lo + SLIDE_ENDS)
+        log_t = np.array([members[k][1].log_t for k in long.tolist()])
+        tests, moved = [], np.flatnonzero(np.abs(d) >= log_t).tolist()
+        long, lo, d = long.tolist(), lo.tolist(), d.tolist()
+        for k in moved:
+            _, s, end = members[long[k]]
+            noise = s.noise_at[end]
+            z = d[k] / (noise.sigma * math.sqrt(2 * _factor(SLIDE_ENDS) / SLIDE_ENDS))
+            tests.append((s, lo[k], end, d[k], z, noise.df))
         ps = p_values([t[4] for t in tests], [t[5] for t in tests], PERSISTENT_TAIL)
         for (s, lo, i, d, z, _), p in zip(tests, ps):
             if p * n <= self.q:  # Bonferroni over the series of the commit
