@@ -4,8 +4,8 @@ Pure functions, no I/O (docs/regressions.md has the long form). The history is w
 commit in commit order, and at each commit X:
 
 1. The gate: every series measured at X and before is one line (its previous point, its point at
-   X), and the lines are judged together by verdicts.judge, exactly as `kcollect compare <the
-   previous benchmarked commit> X` judges them. Each line's noise is what the series' history told
+   X), and the lines are judged together as verdicts.judge judges them (its measure and
+   verdict_name), exactly as `kcollect compare <the previous benchmarked commit> X` does. Each line's noise is what the series' history told
    before X, with X's own reruns and rechecks. A significant change is a flag decided at X.
 2. Persistence: a step the gate could not tell from noise with one point (a noisy series) is
    looked for again with the KMAX = 2 points after it: each of them against the median of up to
@@ -214,13 +214,13 @@ class _Later(Sequence):
     noise_before): make(*args)."""
 
     def __init__(self, make, *args):
-        self._make, self._args, self._lines = make, args, None
+        self._make, self._args, self._value = make, args, None
 
     def _all(self) -> tuple:
-        if self._lines is None:
-            self._lines = self._make(*self._args)
+        if self._value is None:
+            self._value = self._make(*self._args)
             self._make = self._args = None
-        return self._lines
+        return self._value
 
     def __getitem__(self, k):
         return self._all()[k]

@@ -1,8 +1,10 @@
 """The verdict engine: one comparison of two points per series, decided together.
 
 `kcollect compare` (the CI gate) and the history behind the site (regress.analyse, which asks this
-module at every commit what the gate would have said) decide with the same function, `judge`, on
-lines built the same way, so the site and compare cannot disagree.
+module at every commit what the gate would have said) decide with the same functions on lines built
+the same way, so the site and compare cannot disagree: `judge` is `measure` (the numbers and the
+families' decisions, over the lines as arrays: Columns) and `verdict_name` (what each line is
+called); the history makes the Columns of all its lines once and measures each commit's rows.
 
 A line is one series on both sides: its point before (A) and after (B). Its change is log(B/A),
 corrected for the machine's drift: the median change of the lines whose code did not change, on
