@@ -120,6 +120,12 @@ def duration_class(median_ms: float) -> str:
     return DURATION_CLASSES[-1][1]
 
 
+def duration_classes(median_ms: np.ndarray) -> np.ndarray:
+    """duration_class of each median, as its index in DURATION_CLASSES."""
+    limits = np.array([limit for limit, _ in DURATION_CLASSES])
+    return np.minimum(np.searchsorted(limits, median_ms, side="right"), len(limits) - 1)
+
+
 def pool(estimates: Iterable[tuple[tuple, float | None, int]], min_differences: int = 3) -> dict[tuple, float]:
     """{pool key: pooled sigma} from (pool key, own sigma, differences) of many series: the median of
     the series with at least `min_differences` behind their own estimate."""
@@ -141,7 +147,7 @@ def p_values(z: Sequence[float], df: Sequence[float], tail: tuple[float, float] 
 
     za = np.abs(np.asarray(z, dtype=float)) / tail[1]
     dfa = np.minimum(tail[0], np.maximum(np.asarray(df, dtype=float), 1.0))
-    return [float(p) for p in np.where(np.isfinite(za), 2 * stdtr(dfa, -np.nan_to_num(za, posinf=0.0)), 0.0)]
+    return np.where(np.isfinite(za), 2 * stdtr(dfa, -np.nan_to_num(za, posinf=0.0)), 0.0).tolist()
 
 
 def fdr(pvalues: Sequence[float], q: float) -> list[bool]:
@@ -167,24 +173,41 @@ class RunningDifferences:
         self._sorted: list[float] = []
         self._squares: list[float] = []  # each ** 2, in the same order
         self._sigma: tuple[float | None, int] | None = None  # sigma() until the next change
+        self._noise: tuple[float | None, Noise] | None = None  # (prior, noise()) until the next change
+        self.log: list[tuple] = []  # what came and went, in order ((True, diffs) or (False, diff)): the
+        # noise of an earlier moment can be made again (regress: each point's noise before it)
 
     def __len__(self) -> int:
         return len(self._sorted)
 
     def add(self, diff: float) -> None:
-        if math.isfinite(diff):
-            a = abs(diff)
-            k = bisect_right(self._sorted, a)
-            self._sorted.insert(k, a)
-            self._squares.insert(k, a ** 2)
-            self._sigma = None
+        self.extend((diff,))
+
+    def extend(self, diffs: Iterable[float]) -> None:
+        """add() each of diffs (a point's reruns and rechecks: one call)."""
+        self.log.append((True, diffs))
+        values, squares = self._sorted, self._squares
+        for diff in diffs:
+            if math.isfinite(diff):
+                a = abs(diff)
+                k = bisect_right(values, a)
+                values.insert(k, a)
+                squares.insert(k, a ** 2)
+                self._sigma = self._noise = None
 
     def remove(self, diff: float) -> None:
         """Drop one difference found, later, to be a step (change, not noise)."""
+        self.log.append((False, diff))
         k = bisect_left(self._sorted, abs(diff))
         if k < len(self._sorted) and self._sorted[k] == abs(diff):
             del self._sorted[k], self._squares[k]
-            self._sigma = None
+            self._sigma = self._noise = None
+
+    def noise(self, prior: float | None) -> Noise:
+        """combine(*sigma(), prior): the same object until a difference comes or goes."""
+        if self._noise is None or self._noise[0] is not prior:
+            self._noise = (prior, combine(*self.sigma(), prior))
+        return self._noise[1]
 
     def sigma(self) -> tuple[float | None, int]:
         """(own sigma, differences it rests on)."""

@@ -4,8 +4,8 @@ Pure functions, no I/O (docs/regressions.md has the long form). The history is w
 commit in commit order, and at each commit X:
 
 1. The gate: every series measured at X and before is one line (its previous point, its point at
-   X), and the lines are judged together by verdicts.judge, exactly as `kcollect compare <the
-   previous benchmarked commit> X` judges them. Each line's noise is what the series' history told
+   X), and the lines are judged together as verdicts.judge judges them (its measure and
+   verdict_name), exactly as `kcollect compare <the previous benchmarked commit> X` does. Each line's noise is what the series' history told
    before X, with X's own reruns and rechecks. A significant change is a flag decided at X.
 2. Persistence: a step the gate could not tell from noise with one point (a noisy series) is
    looked for again with the KMAX = 2 points after it: each of them against the median of up to
@@ -26,16 +26,19 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, insort
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from statistics import median
 from typing import Iterable, Protocol, Sequence
 
-from .noise import (PERSISTENT_TAIL, Noise, RunningDifferences, combine, duration_class, fdr, p_values, pool,
+import numpy as np
+
+from .noise import (DURATION_CLASSES, PERSISTENT_TAIL, Noise, RunningDifferences, combine, duration_class, fdr, p_values, pool,
                     typical)
-from .series import (COLUMNS, QUERY, Point, SeriesKey, commit_rank, describe_env_change, device, fast_median,
+from .series import (COLUMNS, QUERY, Point, SeriesKey, at_level, commit_rank, describe_env_change, device, fast_median,
                      group_series, points_from_rows, series_key)
-from .verdicts import (METHOD, Q, UNCHANGED, UNKNOWN, WITH_ENV, Line, Side, can_gate, env_change, judge, made,
-                       point_variance, verdict_of)
+from .verdicts import (METHOD, Q, UNCHANGED, UNKNOWN, WITH_ENV, Columns, Line, Side, env_between, env_change,
+                       floor_classes, gating, is_reference, is_same, made, measure, note_of, point_variance,
+                       spreads, verdict_name, verdict_of)
 
 __all__ = ["COLUMNS", "QUERY", "Point", "SeriesKey", "describe_env_change", "device", "points_from_rows",
            "series_key", "analyse", "walk", "detect", "detect_all", "Flag", "SeriesResult", "Slide"]
@@ -52,6 +55,7 @@ KMAX = 2  # a step is looked for with at most this many points after it. Two: wi
 # (docs/regressions.md)
 SLIDE_SPAN = 10  # points over which a slow slide is measured
 SLIDE_ENDS = 3  # points whose median is each end of a slide
+QUIET = ("same", "within noise")  # the gate's verdicts that are no step: a plain line's difference is noise
 STEPS = ("regression", "improvement", "moved", "method changed", "environment changed", WITH_ENV, "partial run")
 EXPLAINED = ("regression", "improvement", WITH_ENV, "partial run")  # steps our code (may have) made
 
@@ -126,7 +130,7 @@ def noise_until(result: SeriesResult, end: int) -> Noise:
 
 
 def pool_key(key: SeriesKey, points: Sequence[Point]) -> tuple:
-    return (key.gpu, key.machine, key.timing, duration_class(median(p.median_ms for p in points)))
+    return (key.gpu, key.machine, key.timing, duration_class(fast_median([p.median_ms for p in points])))
 
 
 def priors(series: dict[SeriesKey, list[Point]], ours: set[SeriesKey]) -> dict[SeriesKey, float | None]:
@@ -136,28 +140,31 @@ def priors(series: dict[SeriesKey, list[Point]], ours: set[SeriesKey]) -> dict[S
     pool alone where it has none. Typical (the median difference), not the series' own estimate: a
     whole history, steps and all, is read here."""
     history = {key: differences(points) for key, points in series.items()}
-    pooled = pooled_noise(series, ours, history)
+    keys = {key: pool_key(key, points) for key, points in series.items()}
+    pooled = pooled_noise(series, ours, history, keys)
     siblings: dict[tuple, list[tuple[SeriesKey, list[float]]]] = {}
     for key, diffs in history.items():
         siblings.setdefault(key._replace(machine=None), []).append((key, diffs))
     out = {}
-    for key, points in series.items():
-        pool_sigma = pooled.get(pool_key(key, points))
+    for key in series:
+        pool_sigma = pooled.get(keys[key])
         diffs = [d for other, ds in siblings[key._replace(machine=None)] if other != key for d in ds]
         out[key] = combine(typical(diffs), len(diffs), pool_sigma).sigma if diffs else pool_sigma
     return out
 
 
 def pooled_noise(series: dict[SeriesKey, list[Point]], ours: set[SeriesKey],
-                 history: dict[SeriesKey, list[float]] | None = None) -> dict[tuple, float]:
+                 history: dict[SeriesKey, list[float]] | None = None, keys: dict[SeriesKey, tuple] | None = None
+                 ) -> dict[tuple, float]:
     """{pool key: the median noise of the reference series in it}: providers that are not ours,
     whose code does not change between our commits, each the typical difference over its whole
-    history in one environment. `history`: each series' differences(), where the caller has them."""
+    history in one environment. `history`, `keys`: each series' differences() and pool_key(), where
+    the caller has them."""
     estimates = []
     for key, points in series.items():
         if key not in ours and points:
             diffs = history[key] if history is not None else differences(points)
-            estimates.append((pool_key(key, points), typical(diffs), len(diffs)))
+            estimates.append((keys[key] if keys is not None else pool_key(key, points), typical(diffs), len(diffs)))
     return pool(estimates)
 
 
@@ -185,25 +192,80 @@ class _State:
     # change of our code too small to flag does not start one: the level either side is one level)
     added: dict[int, float]  # index -> the difference with the point before, where it counted as noise
     steps: list[tuple]  # (j, i, z, verdict, code, cause, p)
-    code: list[str | None]
+    code: list[str | None]  # per point: our code since the point before (None: the first)
     noise_at: list[Noise]
-    noise_before: list[Noise]
-    lines: list[Line | None]
+    before: list[int]  # per point: the length of diffs.log before it (see _noise_before)
     slides: list[Slide]
-    sides: list[Side] = field(default_factory=list)  # per point met so far, as a line's side
-    memo: tuple = (None, None)  # (diffs.sigma() it was computed from, the noise): see _noise
+    row: int = 0  # the walk's Columns row of the line ending at point i is row + i
+    first: int = 0  # the place of its first point in the walk's y
+    where: int = 0  # its (gpu, machine) in the walk's list of them
+    log_t: float = 0.0  # log1p of its kernel's threshold
 
     def cut_before(self, j: int) -> int:
         """The last cut before index j (cuts are kept sorted; the first is 0)."""
         return self.cuts[max(bisect_left(self.cuts, j) - 1, 0)]
 
     def noise(self) -> Noise:
-        """combine(*diffs.sigma(), prior), computed again only when a difference came or went
-        (RunningDifferences.sigma() returns the same object until then)."""
-        sigma = self.diffs.sigma()
-        if self.memo[0] is not sigma:
-            self.memo = (sigma, combine(*sigma, self.prior))
-        return self.memo[1]
+        return self.diffs.noise(self.prior)
+
+
+class _Later(Sequence):
+    """A tuple of a SeriesResult made when first read (the site reads neither its lines nor its
+    noise_before): make(*args)."""
+
+    def __init__(self, make, *args):
+        self._make, self._args, self._value = make, args, None
+
+    def _all(self) -> tuple:
+        if self._value is None:
+            self._value = self._make(*self._args)
+            self._make = self._args = None
+        return self._value
+
+    def __getitem__(self, k):
+        return self._all()[k]
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+    def __eq__(self, other) -> bool:
+        return tuple(self) == tuple(other)
+
+    def __repr__(self) -> str:
+        return repr(self._all())
+
+
+def _noise_before(s: _State) -> tuple[Noise, ...]:
+    """Each point's noise before it (its reruns and rechecks not yet counted), replayed from the log."""
+    diffs, out, done = RunningDifferences(), [], 0
+    for mark in s.before:
+        for added, x in s.diffs.log[done:mark]:
+            diffs.extend(x) if added else diffs.remove(x)
+        done = mark
+        out.append(diffs.noise(s.prior))
+    return tuple(out)
+
+
+class _Commit:
+    """One commit's members (series, its state, the index of its point there) and where the walk's
+    arrays hold them: each point in the walk's y (`at`), its series' first point (`first`), and the
+    Columns rows of the lines ending there (`rows`, for the members `judged`: all but first points)."""
+
+    def __init__(self, members: list[tuple[SeriesKey, _State, int]]):
+        self.members = members
+        self.at = np.array([s.first + i for _, s, i in members], dtype=np.int64)
+        self.first = np.array([s.first for _, s, _ in members], dtype=np.int64)
+        self.where = np.array([s.where for _, s, _ in members], dtype=np.int64)
+        self.log_t = np.array([s.log_t for _, s, _ in members])
+        self.judged = [(s, i) for _, s, i in members if i]
+        self.rows_list = [s.row + i for s, i in self.judged]
+        self.rows = np.array(self.rows_list, dtype=np.int64)
+        self.at_judged = np.array([s.first + i for s, i in self.judged], dtype=np.int64)
+
+    def plan(self, plain: np.ndarray) -> "_Commit":
+        """With `plain` (per line of the walk: no change of conditions or method) of its lines."""
+        self.plain = plain[self.rows].tolist()
+        return self
 
 
 class _Walk:
@@ -212,7 +274,7 @@ class _Walk:
         self.thresholds, self.code, self.q = thresholds, code, q
         prior = priors(series, ours)
         self.state = {k: _State(pts, k in ours, prior[k], RunningDifferences(), [], [0], {},
-                                [], [], [], [], [], []) for k, pts in series.items()}
+                                [], [], [], [], []) for k, pts in series.items()}
         self.level: dict[tuple, float] = {}  # (gpu, machine) -> the chained drift so far
         self.record: list | None = None  # persistence candidates, kept for the calibration
         self.commit_drift: dict[tuple, dict[str, float]] = {}
@@ -234,51 +296,151 @@ class _Walk:
             s.points.sort(key=lambda p: rank[p.commit])  # one commit order for every series
             for i, p in enumerate(s.points):
                 at.setdefault(p.commit, []).append((key, s, i))  # its state too: a key's hash is 8 strings
+        self._lines()
         for commit in sorted(at, key=rank.get):
-            self.commit(commit, at[commit])
+            self.commit(commit, _Commit(at[commit]).plan(self.plain))
 
-    def commit(self, commit: str, members: list[tuple[SeriesKey, _State, int]]) -> None:
-        lines, where = [], []
-        for key, s, i in members:
-            p = s.points[i]
-            noise = s.noise()
-            s.noise_before.append(noise)
+    def _lines(self) -> None:
+        """What judging each line of the history (a series' two consecutive points) reads but its
+        noise, as verdicts.Columns (built series by series here as verdicts.columns builds it line
+        by line): each commit judges its rows of that table. The lines themselves (Line, Side) are
+        made only when a SeriesResult's are read (_Later): the site never reads them."""
+        wheres: dict[tuple, int] = {}
+        timed: dict[tuple, int] = {}
+        envs, logs, where, timing, a_ms, points, a_idx, log_ms, gates, refs, codes = ([] for _ in range(11))
+        for key, s in self.state.items():
+            pts = s.points
+            n = len(pts) - 1
+            s.row = len(logs) - 1  # the line ending at point i is row s.row + i
+            s.code = [None] + [code_status(self.code, key.kernel, s.ours, a.commit, b.commit)
+                               for a, b in zip(pts, pts[1:])]
+            ms = [p.median_ms for p in pts]
+            logs += [math.log(b / a) for a, b in zip(ms, ms[1:])]  # log_change
+            env = [env_between(a.env, b.env) for a, b in zip(pts, pts[1:])]
+            envs += env
+            gates += [gating(s.ours, code, key.gpu, e, a.partial or b.partial)
+                      for code, e, a, b in zip(s.code[1:], env, pts, pts[1:])]
+            refs += [is_reference(code, e) for code, e in zip(s.code[1:], env)]
+            codes += s.code[1:]
+            s.where = wheres.setdefault((key.gpu, key.machine), len(wheres))
+            s.log_t = self.log_t(key.kernel)
+            where += [s.where] * n
+            timing += [timed.setdefault((key.gpu, key.machine, key.timing), len(timed))] * n
+            a_ms += ms[:-1]
+            s.first = len(points)  # its points' place in `points` (and self.y)
+            a_idx += range(s.first, s.first + n)  # each line's point before
+            points += pts
+            log_ms += [math.log(m) for m in ms]
+        spread, a_idx = spreads(points), np.array(a_idx, dtype=np.int64)
+        self.envs, self.logs = envs, logs
+        self.plain = np.array([not e and code != METHOD for e, code in zip(envs, codes)], dtype=bool)
+        self.judgements: list[tuple] = []  # each commit's (rows, verdicts, corrected, z, p, noises)
+        self.judged: list[list] | None = None  # per line: [verdict, corrected, z, p, noise], from them
+        self.y = np.zeros(len(points))  # every series' s.y, where persistence and slides look first
+        self.log_ms = np.array(log_ms)  # each point's log time, and the machines' levels, make its y
+        self.wheres = list(wheres)
+        self.columns = Columns(np.array(logs, dtype=float), np.array(where, dtype=np.int64), floor_classes(timing, a_ms),
+                               np.array(refs, dtype=bool), spread[a_idx], spread[a_idx + 1],
+                               np.array(gates, dtype=bool), list(wheres), len(timed) * len(DURATION_CLASSES))
+
+    def _made_lines(self, key: SeriesKey, s: _State) -> tuple[Line | None, ...]:
+        """The series' lines as the gate judged them (None before its first point)."""
+        if self.judged is None:
+            self.judged = [[]] * len(self.logs)
+            for rows, *values in self.judgements:
+                for r, *v in zip(rows, *values):
+                    self.judged[r] = v
+        sides = [_side(key, p) for p in s.points]
+        out: list[Line | None] = [None]
+        for i in range(1, len(sides)):
+            r, code = s.row + i, s.code[i]
+            verdict, corrected, z, p, noise = self.judged[r]
+            out.append(made(Line, key=key[:5], a=sides[i - 1], b=sides[i], code=code, verdict=verdict, ours=s.ours,
+                            noise=noise, change=math.expm1(self.logs[r]), corrected=corrected, z=z, p=p,
+                            note=note_of("", self.envs[r], code)))
+        return tuple(out)
+
+    def commit(self, commit: str, c: _Commit) -> None:
+        noises = []
+        for key, s, i in c.members:
+            p, diffs = s.points[i], s.diffs
+            s.before.append(len(diffs.log))
             if p.within:  # else nothing came that the noise is made of
-                for d in p.within:
-                    s.diffs.add(d)
-                noise = s.noise()
+                diffs.extend(p.within)
+            noise = diffs.noise(s.prior)
             s.noise_at.append(noise)
-            s.sides.append(_side(key, p))
-            if i == 0:
-                s.code.append(None)
-                s.lines.append(None)
-                continue
-            prev = s.points[i - 1]
-            code = code_status(self.code, key.kernel, s.ours, prev.commit, p.commit)
-            s.code.append(code)
-            lines.append(made(Line, key=key[:5], a=s.sides[i - 1], b=s.sides[i], code=code, verdict="n/a",
-                              ours=s.ours, noise=noise))
-            where.append((s, i))
-        cmp = judge(lines, self.threshold_of, self.q)
-        for group in {(k.gpu, k.machine) for k, _, _ in members}:
-            self.level[group] = self.level.get(group, 0.0) + cmp.drift.get(group, 0.0)
+            if i:
+                noises.append(noise)
+        m = measure(self.columns.take(c.rows), noises, self.q)
+        for group in {self.wheres[w] for w in c.where.tolist()}:
+            self.level[group] = self.level.get(group, 0.0) + m.drift.get(group, 0.0)
             self.commit_drift.setdefault(group, {})[commit] = self.level[group]
-        for key, s, i in members:
-            s.y.append(math.log(s.points[i].median_ms) - self.level[(key.gpu, key.machine)])
-        for (s, i), ln in zip(where, cmp.lines):
-            self._gate(s, i, ln)
-        self._persistence([m for m in members if m[2] >= 2])
-        self._slides(members)
+        y = self.log_ms[c.at] - np.array([self.level.get(w, 0.0) for w in self.wheres])[c.where]
+        self.y[c.at] = y
+        for (_, s, _), v in zip(c.members, y.tolist()):
+            s.y.append(v)
+        corrected = [math.expm1(x) for x in m.dc]
+        verdicts = ["same" if is_same(x, s.log_t) else verdict_name(
+            x, sig, s.log_t, self.envs[r], s.code[i], s.ours, s.points[i - 1].partial or s.points[i].partial)
+            for x, sig, (s, i), r in zip(corrected, m.significant, c.judged, c.rows_list)]
+        self.judgements.append((c.rows_list, verdicts, corrected, m.z, m.p, m.noises))
+        noise = (self.y[c.at_judged] - self.y[c.at_judged - 1]).tolist()  # each line's difference
+        for k, (s, i) in enumerate(c.judged):
+            if c.plain[k] and verdicts[k] in QUIET:  # the common case of _gate, without its call
+                s.added[i] = noise[k]
+                s.diffs.add(noise[k])
+            else:
+                self._gate(s, i, verdicts[k], m.z[k], s.code[i], m.p[k], self.envs[c.rows_list[k]])
+        self._persistence(self._stepped(self._moved(c, KMAX + WINDOW, 2)))
+        self._slides(self._moved(c, SLIDE_SPAN, 2 * SLIDE_ENDS), len(c.members))
 
-    def _gate(self, s: _State, i: int, ln: Line) -> None:
-        s.lines.append(ln)
-        env = env_change(ln)
-        if ln.verdict in STEPS:
-            s.steps.append((i, i, ln.z, ln.verdict, ln.code, _cause(ln), ln.p))
+    def _moved(self, c: _Commit, span: int, least: int) -> list[tuple[SeriesKey, _State, int]]:
+        """The members with `least` points before this one whose last `span` points (as many as
+        there are) are log_t apart or more: a step or a slide needs that (every window persistence
+        and slides read lies in them), so the others are not looked at (all are for the calibration)."""
+        y = self.y[np.maximum(c.at[:, None] - np.arange(span), c.first[:, None])]
+        keep = (c.at - c.first >= least) & ((y.max(axis=1) - y.min(axis=1) >= c.log_t) | (self.record is not None))
+        return [c.members[k] for k in np.flatnonzero(keep).tolist()]
+
+    def _stepped(self, members: list[tuple[SeriesKey, _State, int]]) -> list[tuple[SeriesKey, _State, int]]:
+        """The members where _candidate can find a step: where, for some point j it tries, the
+        medians of the points before j and from j differ by log_t or more (the same windows and
+        medians, of all members at once), so that the others are not looked at (all are for the
+        calibration)."""
+        if self.record is not None or not members:
+            return members
+        i = np.array([m[2] for m in members])
+        first = np.maximum.reduce([np.ones_like(i), i - KMAX + 1, np.array([s.cuts[-1] for _, s, _ in members]),
+                                   np.array([s.steps[-1][0] + 1 if s.steps else 0 for _, s, _ in members])])
+        at = np.array([s.first for _, s, _ in members])  # the series' first point in self.y
+        log_t = np.array([s.log_t for _, s, _ in members])
+        found = np.zeros(len(members), dtype=bool)
+        for back in range(1, KMAX):  # j = i - back
+            tried = np.flatnonzero(i - back >= first)
+            j, start, end = i[tried] - back, at[tried], at[tried] + i[tried] + 1
+            cuts = [members[k][1].cut_before(x) for k, x in zip(tried.tolist(), j.tolist())]
+            lo = np.maximum(np.array(cuts, dtype=np.int64), j - WINDOW)
+            found[tried] |= np.abs(self._medians(start + j, end) - self._medians(start + lo, start + j)) >= log_t[tried]
+        return [members[k] for k in np.flatnonzero(found).tolist()]
+
+    def _medians(self, start: np.ndarray, stop: np.ndarray) -> np.ndarray:
+        """fast_median of self.y[start:stop] for each row (one to a few points each)."""
+        n = stop - start
+        idx = start[:, None] + np.arange(int(n.max(initial=1)))
+        y = np.where(idx < stop[:, None], self.y[np.minimum(idx, len(self.y) - 1)], np.inf)
+        y.sort(axis=1)
+        rows = np.arange(len(n))
+        upper, lower = y[rows, n // 2], y[rows, np.maximum(n // 2 - 1, 0)]
+        return np.where(n % 2 == 1, upper, (lower + upper) / 2)
+
+    def _gate(self, s: _State, i: int, verdict: str, z: float, code: str, p: float, env: str | None) -> None:
+        """The gate's verdict on the line ending at point i: a step, a cut, or a difference of noise."""
+        if verdict in STEPS:
+            s.steps.append((i, i, z, verdict, code, _cause(verdict, env, s.ours), p))
             insort(s.cuts, i)
-        elif env or ln.code == METHOD:
+        elif env or code == METHOD:
             insort(s.cuts, i)
-        if not (env or ln.code == METHOD or ln.verdict in EXPLAINED):
+        if not (env or code == METHOD or verdict in EXPLAINED):
             # one method and one set of conditions, and no step that our code explains: their
             # difference tells the noise (a flip of a bimodal series too, flagged or not)
             s.added[i] = s.y[i] - s.y[i - 1]
@@ -289,22 +451,23 @@ class _Walk:
         for key, s, i in members:
             best = self._candidate(key, s, i)
             if best:
-                found.append((key, i, best))
-        lines = [f[2][1] for f in found]
+                found.append((key, s, i, best))
         # the calibrated tail alone, not capped by the differences behind each series' noise: on the
         # calibration history the candidates of series with a short history are no heavier-tailed
         # than the others (benchmarks/regress_eval.py prints both), and the cap cost most steps
         # of the first commits of a series
-        zs = p_values([ln.z for ln in lines], [math.inf] * len(lines), PERSISTENT_TAIL)
-        ps = [min(1.0, p * f[2][2]) for p, f in zip(zs, found)]
-        families = ([k for k, ln in enumerate(lines) if can_gate(ln)], [k for k, ln in enumerate(lines) if not can_gate(ln)])
+        zs = p_values([f[3][1] for f in found], [math.inf] * len(found), PERSISTENT_TAIL)
+        ps = [min(1.0, p * f[3][5]) for p, f in zip(zs, found)]
+        # a candidate's line is the gate's line at its point j at other levels: its family is that one's
+        gates = [self.columns.gates[s.row + best[0]] for _, s, _, best in found]
+        families = ([k for k in range(len(found)) if gates[k]], [k for k in range(len(found)) if not gates[k]])
         for family in families:
             for k, rejected in zip(family, fdr([ps[k] for k in family], self.q)):
                 if not rejected:
                     continue
-                key, i, (j, ln, _) = found[k]
-                s = self.state[key]
-                s.steps.append((j, i, ln.z, ln.verdict, ln.code, _cause(ln), ps[k]))
+                key, s, i, (j, z, noise, lb, la, _) = found[k]
+                ln = self._step(key, s, j, z, noise, lb, la)
+                s.steps.append((j, i, ln.z, ln.verdict, ln.code, _cause(ln.verdict, env_change(ln), ln.ours), ps[k]))
                 insort(s.cuts, j)
                 if ln.verdict in EXPLAINED and j in s.added:  # our code's step, found late: not noise
                     s.diffs.remove(s.added.pop(j))
@@ -348,30 +511,38 @@ class _Walk:
                 continue
             if best is None or abs(z) > abs(best[1]):
                 best = (j, z, noise, lb, la)
-        if best is None:
-            return None
-        j, z, noise, lb, la = best
-        a = replace(s.points[j - 1], median_ms=math.exp(lb), runs_ms=())
-        b = replace(s.points[j], median_ms=math.exp(la), runs_ms=())
-        ln = Line(key=key[:5], a=_side(key, a), b=_side(key, b), code=s.code[j] or UNKNOWN, verdict="n/a",
-                  ours=s.ours, noise=noise, change=math.expm1(la - lb), corrected=math.expm1(la - lb), z=z)
-        return j, verdict_of(ln, True, log_t), tried
+        return None if best is None else (*best, tried)
 
-    def _slides(self, members: list[tuple[SeriesKey, _State, int]]) -> None:
-        tests = []
-        for key, s, i in members:
-            lo = max(s.cuts[-1], i - SLIDE_SPAN + 1)  # the last cut: every cut is at a point met
-            if i - lo + 1 < 2 * SLIDE_ENDS + 1:
-                continue
-            start, end = fast_median(s.y[lo:lo + SLIDE_ENDS]), fast_median(s.y[i - SLIDE_ENDS + 1:i + 1])
-            if abs(end - start) < self.log_t(key.kernel):
-                continue
-            noise = s.noise_at[i]
-            z = (end - start) / (noise.sigma * math.sqrt(2 * _factor(SLIDE_ENDS) / SLIDE_ENDS))
-            tests.append((s, lo, i, end - start, z, noise.df))
+    def _step(self, key: SeriesKey, s: _State, j: int, z: float, noise: Noise, lb: float, la: float) -> Line:
+        """A persistent step's line at j, from level lb to la, named as the gate would name it."""
+        a, b = at_level(s.points[j - 1], math.exp(lb)), at_level(s.points[j], math.exp(la))
+        ln = made(Line, key=key[:5], a=_side(key, a), b=_side(key, b), code=s.code[j] or UNKNOWN, verdict="n/a",
+                  ours=s.ours, noise=noise, change=math.expm1(la - lb), corrected=math.expm1(la - lb), z=z)
+        return verdict_of(ln, True, s.log_t)
+
+    def _slides(self, members: list[tuple[SeriesKey, _State, int]], n: int) -> None:
+        """Slides ending at one commit's members (of n series measured there): the level of the last
+        SLIDE_ENDS points of a segment of SLIDE_SPAN points at most against its first ones (the
+        medians of all members at once)."""
+        if not members:
+            return
+        i = np.array([m[2] for m in members])
+        lo = np.maximum([s.cuts[-1] for _, s, _ in members], i - SLIDE_SPAN + 1)  # the last cut: at a point met
+        at = np.array([s.first for _, s, _ in members])  # the series' first point in self.y
+        long = np.flatnonzero(i - lo + 1 >= 2 * SLIDE_ENDS + 1)
+        i, lo, at = i[long], lo[long], at[long]
+        d = self._medians(at + i - SLIDE_ENDS + 1, at + i + 1) - self._medians(at + lo, at + lo + SLIDE_ENDS)
+        log_t = np.array([members[k][1].log_t for k in long.tolist()])
+        tests, moved = [], np.flatnonzero(np.abs(d) >= log_t).tolist()
+        long, lo, d = long.tolist(), lo.tolist(), d.tolist()
+        for k in moved:
+            _, s, end = members[long[k]]
+            noise = s.noise_at[end]
+            z = d[k] / (noise.sigma * math.sqrt(2 * _factor(SLIDE_ENDS) / SLIDE_ENDS))
+            tests.append((s, lo[k], end, d[k], z, noise.df))
         ps = p_values([t[4] for t in tests], [t[5] for t in tests], PERSISTENT_TAIL)
         for (s, lo, i, d, z, _), p in zip(tests, ps):
-            if p * len(members) <= self.q:  # Bonferroni over the series of the commit
+            if p * n <= self.q:  # Bonferroni over the series of the commit
                 s.slides.append(Slide(lo, i, s.points[lo].commit, s.points[i].commit, math.expm1(d), z))
 
     def results(self) -> dict[SeriesKey, SeriesResult]:
@@ -382,7 +553,7 @@ class _Walk:
             flags = _flags(s, self.threshold_of(key.kernel))
             out[key] = SeriesResult(key=key, points=s.points, noise=s.noise(),
                                     flags=flags, drift=drift, prior=s.prior, ours=s.ours, noise_at=tuple(s.noise_at),
-                                    noise_before=tuple(s.noise_before), lines=tuple(s.lines),
+                                    noise_before=_Later(_noise_before, s), lines=_Later(self._made_lines, key, s),
                                     slides=tuple(s.slides))
         return out
 
@@ -411,19 +582,18 @@ def _factor(n: int) -> float:
     return 1.0 if n <= 2 else math.pi / 2
 
 
-def _cause(ln: Line) -> str | None:
-    """What else changed where a series stepped: None when it is the series' own step (ours whose
-    code changed, or a reference's move)."""
-    env = env_change(ln)
-    if ln.verdict == WITH_ENV:
+def _cause(verdict: str, env: str | None, ours: bool) -> str | None:
+    """What else changed where a series stepped (a line's verdict, env_change and ours): None when
+    it is the series' own step (ours whose code changed, or a reference's move)."""
+    if verdict == WITH_ENV:
         return f"environment: {env}; our code changed too: confirm"
-    if ln.verdict == "environment changed":
+    if verdict == "environment changed":
         return f"environment: {env}"
-    if ln.verdict == "method changed":
+    if verdict == "method changed":
         return "method: how the inputs are drawn or what is measured changed"
-    if ln.verdict == "partial run":
+    if verdict == "partial run":
         return "partial run: confirm"
-    if ln.verdict == "moved" and ln.ours:
+    if verdict == "moved" and ours:
         return "our code did not change"
     return None
 

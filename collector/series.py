@@ -100,6 +100,9 @@ class Point:
         return tuple([math.log(b / a) for a, b in zip(self.runs_ms, self.runs_ms[1:])]) + self.rechecks
 
 
+_POINT_FIELDS = [f.name for f in fields(Point)]
+
+
 def made(cls, **values):
     """cls(**values) for a frozen dataclass without __post_init__ (Point, verdicts' Line and Side),
     its defaults filled in, without __init__'s setattr per field (the history makes one of each per
@@ -107,6 +110,12 @@ def made(cls, **values):
     obj = object.__new__(cls)
     obj.__dict__.update(_defaults(cls), **values)
     return obj
+
+
+def at_level(p: Point, median_ms: float) -> Point:
+    """dataclasses.replace(p, median_ms=median_ms, runs_ms=()), without __init__'s setattr per
+    field: a point at a level, without its runs (nothing it computed once is kept)."""
+    return made(Point, **{**{f: p.__dict__[f] for f in _POINT_FIELDS}, "median_ms": median_ms, "runs_ms": ()})
 
 
 @lru_cache(maxsize=None)
@@ -220,12 +229,9 @@ def make_point(commit: str, medians: list[float], p20s: list, p80s: list, rechec
                starts: list, unfinished: list[bool], env: Env | None) -> Point:
     """One point from its runs' values, in the order measured (None where a run lacks one;
     `unfinished`: whether each run was interrupted or did not finish)."""
-    if len(medians) == 1:  # most points: the same values as below, without their lists
-        m, r = medians[0], rechecks[0]
-        return made(Point, commit=commit, commit_time=commit_times[0], median_ms=math.exp(math.log(m)),
-                     p20_ms=min(p20s[0] or m, m), p80_ms=max(p80s[0] or m, m), runs=1, env=env, runs_ms=(m,),
-                     rechecks=(math.log(m / r),) if (r or 0) > 0 else (), partial=all(unfinished),
-                     started_at=starts[0])
+    if len(medians) == 1:
+        return one_run(commit, medians[0], p20s[0], p80s[0], rechecks[0], commit_times[0], starts[0], unfinished[0],
+                       env)
     p20 = fast_median([a or m for a, m in zip(p20s, medians)])
     p80 = fast_median([a or m for a, m in zip(p80s, medians)])
     times = [t for t in commit_times if t is not None]
@@ -235,6 +241,18 @@ def make_point(commit: str, medians: list[float], p20s: list, p80s: list, rechec
         p20_ms=min(p20, *medians), p80_ms=max(p80, *medians), runs=len(medians), env=env, runs_ms=tuple(medians),
         rechecks=tuple(math.log(m / r) for m, r in zip(medians, rechecks) if (r or 0) > 0),
         partial=all(unfinished), started_at=min(starts) if starts else None)
+
+
+def one_run(commit: str, m: float, p20: float | None, p80: float | None, recheck: float | None, commit_time,
+            start, unfinished: bool, env: Env | None) -> Point:
+    """make_point of one run (most points): the same values, without their lists; with the
+    `within` and `spread` that Point computes on first use (the history reads both of every point),
+    from the same numbers."""
+    x = math.log(m)
+    rechecks = (math.log(m / recheck),) if (recheck or 0) > 0 else ()
+    return made(Point, commit=commit, commit_time=commit_time, median_ms=math.exp(x), p20_ms=min(p20 or m, m),
+                p80_ms=max(p80 or m, m), runs=1, env=env, runs_ms=(m,), rechecks=rechecks, partial=bool(unfinished),
+                started_at=start, within=rechecks, spread=(1, (x - x) ** 2))
 
 
 def order_key(p: Point) -> tuple:
@@ -357,10 +375,13 @@ def group_store(con) -> tuple[dict[SeriesKey, list[Point]], set[SeriesKey], list
                                               "commit_time", "started_at", "unfinished")}
     c_list = c_sorted.tolist()
     series: dict[SeriesKey, list[Point]] = {}
+    med, p20, p80, rc, ct, st, unf = (v[c] for c in ("median_ms", "p20_ms", "p80_ms", "recheck_ms", "commit_time",
+                                                     "started_at", "unfinished"))
     for a, b in zip(first, first[1:] + [len(order)]):
-        series.setdefault(keys[v["skey"][a]], []).append(make_point(
-            commit_names[c_list[a]], v["median_ms"][a:b], v["p20_ms"][a:b], v["p80_ms"][a:b], v["recheck_ms"][a:b],
-            v["commit_time"][a:b], v["started_at"][a:b], v["unfinished"][a:b], envs[v["ekey"][b - 1]]))
+        commit, env = commit_names[c_list[a]], envs[v["ekey"][b - 1]]
+        series.setdefault(keys[v["skey"][a]], []).append(
+            one_run(commit, med[a], p20[a], p80[a], rc[a], ct[a], st[a], unf[a], env) if b - a == 1 else
+            make_point(commit, med[a:b], p20[a:b], p80[a:b], rc[a:b], ct[a:b], st[a:b], unf[a:b], env))
     for points in series.values():
         points.sort(key=order_key)
     return series, ours, git

@@ -1,8 +1,10 @@
 """The verdict engine: one comparison of two points per series, decided together.
 
 `kcollect compare` (the CI gate) and the history behind the site (regress.analyse, which asks this
-module at every commit what the gate would have said) decide with the same function, `judge`, on
-lines built the same way, so the site and compare cannot disagree.
+module at every commit what the gate would have said) decide with the same functions on lines built
+the same way, so the site and compare cannot disagree: `judge` is `measure` (the numbers and the
+families' decisions, over the lines as arrays: Columns) and `verdict_name` (what each line is
+called); the history makes the Columns of all its lines once and measures each commit's rows.
 
 A line is one series on both sides: its point before (A) and after (B). Its change is log(B/A),
 corrected for the machine's drift: the median change of the lines whose code did not change, on
@@ -37,8 +39,8 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-from .noise import PRIOR_WEIGHT, Noise, combine, duration_class, fdr, p_values, typical
-from .series import Point, SeriesKey, describe_env_change, device, is_time, made, points_from_rows
+from .noise import DURATION_CLASSES, PRIOR_WEIGHT, Noise, combine, duration_classes, fdr, p_values, typical
+from .series import Env, Point, SeriesKey, describe_env_change, device, is_time, made, points_from_rows
 
 MATCH = ("kernel", "mode", "provider", "shape", "dtype")
 Q = 0.01  # false-discovery rate of each family of one comparison: an A/A comparison fails at most this often
@@ -161,62 +163,142 @@ def conditions_differ(ln: Line) -> tuple[str, str] | None:
 
 
 def env_change(ln: Line) -> str | None:
-    ea, eb = ln.a.point.env, ln.b.point.env
+    return env_between(ln.a.point.env, ln.b.point.env)
+
+
+def env_between(ea: Env | None, eb: Env | None) -> str | None:
+    """What changed between two points' conditions (None: nothing, or unknown)."""
     return describe_env_change(ea, eb) if ea is not eb and ea and eb and ea != eb else None
 
 
-def _log_change(ln: Line) -> float:
+def log_change(ln: Line) -> float:
     return math.log(ln.b.point.median_ms / ln.a.point.median_ms)
 
 
-def machine_drift(lines: list[Line], envs: list[str | None] | None = None, logs: list[float] | None = None
-                  ) -> tuple[dict[tuple, float], dict[tuple, int], dict[tuple, float]]:
+@dataclass
+class Columns:
+    """Timed lines as arrays: what judging them reads but their noise. `where`: each line's (gpu,
+    machine), an index into `wheres`; `klass`: its noise-floor class (gpu, machine, timing, and
+    the duration class of its point before), numbered from 0 to `classes`; `reference`: a line of
+    the drift (code unchanged, conditions alike); spreads: each point's Point.spread; `gates`:
+    can_gate. The history makes one of all its lines and judges each commit's rows of it (take),
+    so that a commit costs numpy operations, not objects."""
+
+    logs: np.ndarray  # log_change
+    where: np.ndarray
+    klass: np.ndarray
+    reference: np.ndarray
+    spread_a: np.ndarray  # (lines, 2): runs, squared deviations
+    spread_b: np.ndarray
+    gates: np.ndarray
+    wheres: list[tuple]
+    classes: int
+
+    def take(self, rows: np.ndarray) -> "Columns":
+        return Columns(self.logs[rows], self.where[rows], self.klass[rows], self.reference[rows],
+                       self.spread_a[rows], self.spread_b[rows], self.gates[rows], self.wheres, self.classes)
+
+
+def floor_classes(timed: list[int], a_ms: list[float]) -> np.ndarray:
+    """Each line's noise-floor class from its number among the (gpu, machine, timing) met (`timed`)
+    and its point before's median: one number per (gpu, machine, timing, duration class)."""
+    return np.array(timed, dtype=np.int64) * len(DURATION_CLASSES) + duration_classes(np.array(a_ms, dtype=float))
+
+
+def columns(lines: list[Line], envs: list[str | None], logs: list[float]) -> Columns:
+    """The Columns of timed lines, with each line's env_change and log_change."""
+    wheres: dict[tuple, int] = {}
+    timed: dict[tuple, int] = {}
+    where, timing = [], []
+    for ln in lines:
+        w = (ln.b.gpu, ln.b.machine)
+        where.append(wheres.setdefault(w, len(wheres)))
+        timing.append(timed.setdefault((*w, ln.a.timing), len(timed)))
+    return Columns(np.array(logs, dtype=float), np.array(where, dtype=np.int64),
+                   floor_classes(timing, [ln.a.point.median_ms for ln in lines]),
+                   np.array([is_reference(ln.code, env) for ln, env in zip(lines, envs)], dtype=bool),
+                   spreads([ln.a.point for ln in lines]), spreads([ln.b.point for ln in lines]),
+                   np.array([can_gate(ln, env) for ln, env in zip(lines, envs)], dtype=bool), list(wheres),
+                   len(timed) * len(DURATION_CLASSES))
+
+
+def is_reference(code: str, env: str | None) -> bool:
+    """A line the machine drift is measured on: code unchanged, conditions alike (env: its env_change)."""
+    return code == UNCHANGED and not env
+
+
+def spreads(points: list[Point]) -> np.ndarray:
+    return np.array([p.spread for p in points], dtype=float).reshape(-1, 2)
+
+
+def machine_drift(c: Columns) -> tuple[dict[tuple, float], dict[tuple, int], dict[tuple, float]]:
     """Per (gpu, machine): the median log change of the lines whose code and conditions did not
-    change (only with MIN_REFERENCES of them); the count; and per (gpu, machine, timing, duration
-    class) the noise their typical scatter around it implies (a floor for like series: today's
-    points may be noisier than the history). `envs`, `logs`: each line's env_change and
-    _log_change, where the caller has them."""
-    by_where: dict[tuple, list[tuple[Line, float]]] = {}
-    for k, ln in enumerate(lines):
-        if ln.code == UNCHANGED and not (env_change(ln) if envs is None else envs[k]):
-            by_where.setdefault((ln.b.gpu, ln.b.machine), []).append((ln, _log_change(ln) if logs is None else logs[k]))
+    change (only with MIN_REFERENCES of them); the count; and per noise-floor class (Columns.klass)
+    the noise their typical scatter around it implies (a floor for like series: today's points may
+    be noisier than the history)."""
+    ref = np.flatnonzero(c.reference)
     drift, count, floor = {}, {}, {}
-    for where, pairs in by_where.items():
-        count[where] = len(pairs)
-        if len(pairs) < MIN_REFERENCES:
+    where = c.where[ref]
+    for w in _first_seen(where):
+        rows = ref[where == w]
+        count[c.wheres[w]] = len(rows)
+        if len(rows) < MIN_REFERENCES:
             continue
-        drift[where] = median(d for _, d in pairs)
-        by_class: dict[tuple, list[float]] = {}
-        for ln, d in pairs:
-            by_class.setdefault((*where, ln.a.timing, duration_class(ln.a.point.median_ms)), []).append(d - drift[where])
-        floor.update({c: typical(v) for c, v in by_class.items() if len(v) >= MIN_REFERENCES})
+        level = drift[c.wheres[w]] = median(c.logs[rows].tolist())
+        scatter, klass = c.logs[rows] - level, c.klass[rows]
+        for k in _first_seen(klass):
+            if (klass == k).sum() >= MIN_REFERENCES:
+                floor[k] = typical(scatter[klass == k].tolist())
     return drift, count, floor
 
 
-def _measure(lines: list[Line], drift: dict, floor: dict, logs: list[float]) -> list[dict]:
-    """Each line's change, corrected change, z and noise (see the module docstring), as fields; logs:
-    their _log_change. The variances and z of all lines at once in numpy, whose +, -, *, / and sqrt
-    round as Python's do (the same floats, a commit of the history in one pass); log and expm1 stay
-    math's."""
-    default = combine(None, 0, None)  # no history: the default noise, and few degrees of freedom
-    noises, shifts = [], []
-    for ln in lines:
-        noise = ln.noise or default
-        where = (ln.b.gpu, ln.b.machine)
-        low = floor.get((*where, ln.a.timing, duration_class(ln.a.point.median_ms))) if floor else None
-        noises.append(noise if not low or low <= noise.sigma else _evolve(noise, sigma=low))
-        shifts.append(drift.get(where, 0.0))
+def _first_seen(ids: np.ndarray) -> list[int]:
+    """The distinct values of ids in the order they first occur (the order the lines came in)."""
+    values, first = np.unique(ids, return_index=True)
+    return values[np.argsort(first)].tolist()
+
+
+@dataclass
+class Measured:
+    """What judge decides of Columns with each line's noise: the drift, each line's noise (raised
+    to its class's floor), corrected log change, z, p-value and significance."""
+
+    drift: dict[tuple, float]
+    count: dict[tuple, int]
+    noises: list[Noise]
+    dc: list[float]
+    z: list[float]
+    p: list[float]
+    significant: list[bool]
+
+
+def measure(c: Columns, noises: list[Noise], q: float, across: bool = False) -> Measured:
+    """Each line's change (see the module docstring) and its family's decision at rate q. numpy's
+    +, -, *, / and sqrt round as Python's do (the same floats as line by line); log and expm1 stay
+    math's, in the callers."""
+    drift, count, floor = ({}, {}, {}) if across else machine_drift(c)
+    if floor:
+        low = np.array([floor.get(k, 0.0) for k in range(c.classes)])[c.klass]
+        raised = np.flatnonzero(low > np.array([n.sigma for n in noises])).tolist()
+        if raised:
+            noises = list(noises)
+            for i in raised:
+                noises[i] = _evolve(noises[i], sigma=float(low[i]))
     sigma = np.array([n.sigma for n in noises])
-    dc = np.array(logs) - np.array(shifts)
-    var = _variances([ln.a.point for ln in lines], sigma) + _variances([ln.b.point for ln in lines], sigma)
+    dc = c.logs - np.array([drift.get(w, 0.0) for w in c.wheres] or [0.0])[c.where]
+    var = _variances(c.spread_a, sigma) + _variances(c.spread_b, sigma)
     z = (dc / np.sqrt(var)).tolist()
-    return [dict(change=math.expm1(d), corrected=math.expm1(c), z=zk, noise=n)
-            for d, c, zk, n in zip(logs, dc.tolist(), z, noises)]
+    ps = p_values(z, [n.df for n in noises])
+    significant = [False] * len(ps)
+    for family in (np.flatnonzero(c.gates).tolist(), np.flatnonzero(~c.gates).tolist()):
+        for i, rejected in zip(family, fdr([ps[i] for i in family], q)):
+            significant[i] = rejected
+    return Measured(drift, count, noises, dc.tolist(), z, ps, significant)
 
 
-def _variances(points: list[Point], sigma: np.ndarray) -> np.ndarray:
-    """point_variance of each point, with its sigma, in the same operations."""
-    n, own = np.array([p.spread for p in points]).reshape(-1, 2).T
+def _variances(spreads: np.ndarray, sigma: np.ndarray) -> np.ndarray:
+    """point_variance of each point (its spread), with its sigma, in the same operations."""
+    n, own = spreads[:, 0], spreads[:, 1]
     var = (PRIOR_WEIGHT * sigma * sigma + own) / (PRIOR_WEIGHT + n - 1)
     return var * np.where(n <= 2, 1.0, math.pi / 2) / n
 
@@ -225,8 +307,13 @@ def can_gate(ln: Line, env: str | None | bool = False) -> bool:
     """The family whose lines can fail the gate: ours, code changed or unknown, measured alike
     (one method, machine and environment) on a GPU, both points from runs that finished. `env`:
     its env_change, where the caller has it."""
-    return (ln.ours and ln.code in (CHANGED, UNKNOWN) and ln.b.gpu != "cpu"
-            and not (env_change(ln) if env is False else env) and not (ln.a.point.partial or ln.b.point.partial))
+    return gating(ln.ours, ln.code, ln.b.gpu, env_change(ln) if env is False else env,
+                  ln.a.point.partial or ln.b.point.partial)
+
+
+def gating(ours: bool, code: str, gpu: str, env: str | None, partial: bool) -> bool:
+    """can_gate of a line's facts (partial: either point is from unfinished runs only)."""
+    return ours and code in (CHANGED, UNKNOWN) and gpu != "cpu" and not env and not partial
 
 
 def verdict_of(ln: Line, significant: bool, log_t: float) -> Line:
@@ -239,29 +326,43 @@ def verdict_of(ln: Line, significant: bool, log_t: float) -> Line:
 def _named(ln: Line, significant: bool, log_t: float, env: str | None) -> Line:
     """verdict_of, written into a line just made (no one else holds it yet: judge makes a
     million), env its env_change."""
-    note = "; ".join(x for x in (ln.note, env and f"environment: {env}",
-                                 ln.code == METHOD and "method changed (inputs or what is measured)") if x)
-    ln.__dict__.update(note=note, verdict=_verdict(ln, significant, log_t, env))
+    ln.__dict__.update(note=note_of(ln.note, env, ln.code), verdict=verdict_name(
+        ln.corrected, significant, log_t, env, ln.code, ln.ours, ln.a.point.partial or ln.b.point.partial))
     return ln
 
 
-def _verdict(ln: Line, significant: bool, log_t: float, env: str | None) -> str:
-    dc = math.log1p(ln.corrected)
-    if abs(dc) < log_t:
+def note_of(note: str, env: str | None, code: str) -> str:
+    """A line's note with what else changed (env: its env_change)."""
+    return "; ".join(x for x in (note, env and f"environment: {env}",
+                                 code == METHOD and "method changed (inputs or what is measured)") if x)
+
+
+def verdict_name(corrected: float, significant: bool, log_t: float, env: str | None, code: str, ours: bool,
+                 partial: bool) -> str:
+    """The verdict of a line (see the module docstring) from its facts: its corrected change,
+    whether its family found it significant, its threshold's log1p, what else changed, its code,
+    whether it is ours, and whether either point is from unfinished runs only."""
+    if is_same(corrected, log_t):
         return "same"
+    dc = math.log1p(corrected)
     if not significant:
         return "within noise"
     slower = dc > 0
-    if ln.code == METHOD:
+    if code == METHOD:
         return "method changed"
     if env:
-        mine = ln.ours and ln.code in (CHANGED, UNKNOWN) and slower
+        mine = ours and code in (CHANGED, UNKNOWN) and slower
         return WITH_ENV if mine else "environment changed"
-    if not ln.ours or ln.code == UNCHANGED:
+    if not ours or code == UNCHANGED:
         return "moved"
-    if (ln.a.point.partial or ln.b.point.partial) and slower:
+    if partial and slower:
         return "partial run"
     return "regression" if slower else "improvement"
+
+
+def is_same(corrected: float, log_t: float) -> bool:
+    """A corrected change below the threshold (log_t: its log1p), whatever its significance."""
+    return abs(math.log1p(corrected)) < log_t
 
 
 def judge(lines: list[Line], threshold_of: Callable[[str], float], q: float = Q,
@@ -273,20 +374,16 @@ def judge(lines: list[Line], threshold_of: Callable[[str], float], q: float = Q,
     timed = [i for i, ln in enumerate(lines) if ln.a.point and ln.b.point and "unstable" not in (ln.a.status, ln.b.status)
              and (across or not conditions_differ(ln))]
     envs = [env_change(lines[i]) for i in timed]  # each asked once: every step below reads them
-    logs = [_log_change(lines[i]) for i in timed]
-    drift, count, floor = ({}, {}, {}) if across else machine_drift([lines[i] for i in timed], envs, logs)
+    logs = [log_change(lines[i]) for i in timed]
+    default = combine(None, 0, None)  # no history: the default noise, and few degrees of freedom
+    m = measure(columns([lines[i] for i in timed], envs, logs), [lines[i].noise or default for i in timed], q, across)
     out = list(lines)
-    measured = _measure([lines[i] for i in timed], drift, floor, logs)
-    ps = p_values([m["z"] for m in measured], [m["noise"].df for m in measured])
-    for i, m, p in zip(timed, measured, ps):
-        out[i] = _evolve(lines[i], **m, p=p)
+    for k, i in enumerate(timed):
+        out[i] = _evolve(lines[i], change=math.expm1(logs[k]), corrected=math.expm1(m.dc[k]), z=m.z[k],
+                         noise=m.noises[k], p=m.p[k])
     env_of = dict(zip(timed, envs))
-    gates = {i: can_gate(out[i], env_of[i]) for i in timed}
-    families = ([i for i in timed if gates[i]], [i for i in timed if not gates[i]])
-    significant: dict[int, bool] = {}
-    for family in families:
-        for i, rejected in zip(family, fdr([out[i].p for i in family], q)):
-            significant[i] = rejected
+    significant = dict(zip(timed, m.significant))
+    drift, count = m.drift, m.count
     log_ts: dict[str, float] = {}  # kernel -> log1p(its threshold)
     for i, ln in enumerate(out):
         if ln.key[0] not in log_ts:
@@ -300,7 +397,7 @@ def judge(lines: list[Line], threshold_of: Callable[[str], float], q: float = Q,
             out[i] = replace(ln, verdict="unstable")
         elif ln.a.point and ln.b.point:
             verdict, note = conditions_differ(ln)
-            out[i] = replace(ln, verdict=verdict, note=note, change=math.expm1(_log_change(ln)))
+            out[i] = replace(ln, verdict=verdict, note=note, change=math.expm1(log_change(ln)))
         elif ln.a.point and ln.b.status in FAILING:
             failing = "partial run" if ln.b.partial else "failing"
             alive = _alive(lines) if alive is None else alive

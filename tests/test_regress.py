@@ -308,3 +308,23 @@ def test_a_measurement_spread_past_max_spread_vouches_for_nothing_on_a_gpu():
     assert stability.second_verdict(t1, r, measured(0.0287, 0.0281, 0.0293), "cuda").status == "ok"  # T2 and R agree
     stored = dict(median_ms=0.0254, p20_ms=0.0134, p80_ms=0.0323, recheck_ms=0.0288, device_kind="cuda")
     assert stability.disagrees(stored) and not stability.disagrees(stored | {"device_kind": "cpu"})
+
+
+def test_the_walk_skips_only_points_where_no_step_or_slide_can_end(seeded):
+    # persistence and slides are tried only where a series' last points moved by the threshold
+    # (every point is tried for the calibration's record): on noisy series with steps, reruns and
+    # rechecks, the flags and slides are those of trying every point
+    rng = np.random.default_rng(seeded)
+    rows = []
+    for s in range(16):
+        sigma = float(rng.choice([0.002, 0.01, 0.03]))
+        steps = [(int(rng.integers(3, 40)), float(rng.choice([0.9, 1.05, 1.15]))) for _ in range(2)]
+        for i, m in enumerate(noisy(45, sigma, int(rng.integers(2**31)), steps)):
+            for run in range(1 + int(rng.random() < 0.3)):  # a rerun now and then
+                ms = float(m * np.exp(rng.normal(0, sigma)))
+                rows.append(row(f"c{i:02d}", ms, i, run, shape=f"N={s}", provider=["triton", "torch"][s % 2],
+                                recheck=ms * float(np.exp(rng.normal(0, sigma))) if rng.random() < 0.5 else None))
+    series, ours = regress.group_series(rows)
+    skipping, trying = regress.walk(series, ours), regress.walk(series, ours, record=[])
+    assert {k: (r.flags, r.slides) for k, r in skipping.items()} == {k: (r.flags, r.slides) for k, r in trying.items()}
+    assert any(not f.by_gate for r in skipping.values() for f in r.flags)  # persistence found some
