@@ -13,8 +13,10 @@ error by it, so one disturbed run of two cannot make a step on its own. A point 
 every run behind it was interrupted or did not finish.
 
 The conditions a point was measured under (`env`): torch, Triton, driver and CUDA for every series,
-and for a provider that is not ours the version of the peer package it runs (the row's `package`;
-every peer version where the row does not say which, as rows before schema 8 do not).
+and for a provider that is not ours the version of the peer package it runs (the row's `package`).
+Rows stored before schema 8 do not say which: QUERY gives them the package their provider ran then
+(LEGACY_PACKAGES), so that a baseline's series does not seem to change conditions where the schema
+changed; a row read otherwise without it counts every peer's version.
 """
 from __future__ import annotations
 
@@ -34,8 +36,17 @@ FINISHED = "finished"
 COLUMNS = ("kernel", "mode", "provider", "shape", "dtype", "status", "median_ms", "p20_ms", "p80_ms", "recheck_ms",
            "timing", "ours", "package", "git_commit", "commit_time", "started_at", "run_id", "run_status",
            "device_kind", "gpu_name", "machine", *STACK, "peers")
+# The peer package of each provider that ran one before rows recorded it (schema 8); every other
+# provider of those rows ran none ('').
+LEGACY_PACKAGES = {"liger": "liger-kernel", "quack": "quack-kernels", "fa4": "flash-attn-4", "fla": "fla-core",
+                   "cortex": "cortexcore", "cortex_torch": "cortexcore", "mlstm_kernels": "mlstm-kernels",
+                   "xlstm": "xlstm", "xlstm_cuda": "xlstm", "accelerated_scan": "accelerated-scan",
+                   "mamba_ssm": "mamba-ssm"}
+_LEGACY = ("coalesce(package, CASE WHEN coalesce(ours, false) THEN '' ELSE CASE provider "
+           + " ".join(f"WHEN '{p}' THEN '{d}'" for p, d in LEGACY_PACKAGES.items()) + " ELSE '' END END) AS package")
 # what the engine needs of each row; lab runs are experiments, never part of a series
-QUERY = f"SELECT {', '.join(COLUMNS)} FROM results_v WHERE grid IS DISTINCT FROM '{LAB_GRID}'"
+QUERY = (f"SELECT {', '.join(_LEGACY if c == 'package' else c for c in COLUMNS)} FROM results_v "
+         f"WHERE grid IS DISTINCT FROM '{LAB_GRID}'")
 
 
 class SeriesKey(NamedTuple):

@@ -177,6 +177,27 @@ def test_a_peer_upgrade_is_a_change_for_that_peer_only(tmp_path, monkeypatch, sp
     assert verdicts[("triton", shapes[0])] == "regression" and r.exit_code == 1, r.output
 
 
+def test_rows_from_before_packages_were_recorded_take_their_provider_s_package(tmp_path):
+    # C1's rows predate schema 8 (package NULL) and ran beside another set of peers (cortexcore,
+    # which neither compile nor liger runs): not a change of conditions for their series, whose
+    # package LEGACY_PACKAGES names; liger's own version still counts
+    shapes = [f"M={m},N=64" for m in range(1, 7)]
+    rows = [ok(p, 1.0, shape=x) for x in shapes for p in ("compile", "liger")] + [ok("triton", 1.0, shape=shapes[0])]
+    peers = ('{"cortexcore": "0.1.6", "liger-kernel": "0.5.0"}', '{"liger-kernel": "0.5.0"}',
+             '{"liger-kernel": "0.6.0"}')
+    path = make_db(tmp_path / "k.duckdb", [("h100", C1, 0, rows, {"peers": peers[0]}),
+                                           ("h100", C2, 1, rows, {"peers": peers[1]}),
+                                           ("h100", C3, 2, rows, {"peers": peers[2]})])
+    import duckdb
+    with duckdb.connect(path) as con:
+        con.execute("UPDATE results SET package = NULL WHERE run_id LIKE 'run-0000%'")
+    r = kc(C1, C2, "--db", path, "--format", "json")
+    assert not [ln for ln in rows_of(r) if "environment" in (ln["note"] or "")], r.output
+    r = kc(C2, C3, "--db", path, "--format", "json")
+    assert {"liger-kernel 0.5.0 -> 0.6.0" in (ln["note"] or "") for ln in rows_of(r)
+            if ln["provider"] == "liger"} == {True}, r.output
+
+
 def test_two_runs_of_one_commit_never_gate(tmp_path):
     path = make_db(tmp_path / "k.duckdb", [("h100", C1, 0, [ok("triton", 1.0), ok("torch", 1.0)]),
                                            ("h100", C1, 0, [ok("triton", 1.3), ok("torch", 1.0)])])
