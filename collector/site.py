@@ -177,7 +177,7 @@ class Writer:
         """The page at rel, and beside it (under json/) the data it shows, for scripts."""
         root = "../" * rel.count("/")
         json_rel = "json/" + rel.removesuffix(".html") + ".json"
-        self.write(json_rel, json.dumps(payload, default=_plain, separators=(",", ":")))
+        self.write(json_rel, to_json(payload))
         self.write(rel, self.env.get_template(template).render(**self.common, root=root, here=rel,
                                                                 json_href=root + json_rel, **ctx))
         self.pages += 1
@@ -197,9 +197,17 @@ def _plain(obj: Any) -> Any:
     return str(obj)
 
 
+class JSONText(str):
+    """A payload already serialised (to_json), for one that a page and a data file both carry."""
+
+
+def to_json(payload: Any) -> str:
+    return payload if isinstance(payload, JSONText) else json.dumps(payload, default=_plain, separators=(",", ":"))
+
+
 def data_js(name: str, payload: Any) -> str:
     """A data file: one call that hands the payload to site.js under its path."""
-    return f"KC.put({json.dumps(name)},{json.dumps(payload, default=_plain, separators=(',', ':'))});\n"
+    return f"KC.put({json.dumps(name)},{to_json(payload)});\n"
 
 
 def _trend_payload(series: dict[str, dict[str, list]], noise: dict[tuple, float | None], key: tuple,
@@ -268,6 +276,9 @@ def render(data: site_data.SiteData, analysis: site_flags.Analysis, staging: Pat
         trend_files[key] = rel
     m = site_index.model(data, rows, slugs, config.other_function, analysis.noise)
     w.page("index.html", "overview.html", _index_json(m, count), title="Overview", m=m, counts=count)
+    rows_of: dict[str, list] = {}
+    for r in rows:
+        rows_of.setdefault(r["kernel"], []).append(r)
     for k in data.kernels:
         part_files, parts_json = {}, []
         for g in data.groups:
@@ -280,16 +291,17 @@ def render(data: site_data.SiteData, analysis: site_flags.Analysis, staging: Pat
                 part_files[(g.key, k, mode, dtype)] = rel
                 parts_json.append({"gpu": g.label, "mode": mode, "dtype": dtype, "cols": payload["cols"],
                                    "rows": payload["rows"]})
-        model = site_pages.kernel_page(data, k, slugs, [r for r in rows if r["kernel"] == k], trend_files, colors,
+        model = site_pages.kernel_page(data, k, slugs, rows_of.get(k, []), trend_files, colors,
                                        part_files)
         w.page(f"kernels/{slugs[k]}.html", "kernel.html",
                {"name": k, "info": model["info"], "open_flags": [_without(f, "spark") for f in model["opened"]],
                 "parts": parts_json}, title=k, k=model)
     machines = sorted({r["machine"] or site_pages.NOT_RECORDED for r in data.runs if r["device_kind"] != "cpu"})
     events = site_pages.event_rows(data, analysis.events)
-    table = site_pages.flag_table(data, rows)
+    table = JSONText(to_json(site_pages.flag_table(data, rows)))  # megabytes on a long history: made once
     w.write(FLAGS_FILE, data_js(FLAGS_FILE, table))
-    w.page("regressions.html", "regressions.html", {"counts": count, "flags": table, "events": events},
+    w.page("regressions.html", "regressions.html",
+           JSONText(f'{{"counts":{to_json(count)},"flags":{table},"events":{to_json(events)}}}'),
            title="Regressions", events=events, counts=count, machines=machines, n_rows=len(rows),
            n_gpu_groups=sum(g.kind == "gpu" for g in data.groups), has_cpu=any(g.kind == "cpu" for g in data.groups))
     w.write("regressions.atom", w.env.get_template("feed.atom").render(

@@ -299,7 +299,8 @@ def part_data(data: SiteData, g: Group, kernel: str, mode: str, dtype: str) -> d
     """One (GPU, mode, dtype) of a kernel: its latest rows (shape by shape, in grid order, the
     providers in the site's order) and what its charts need."""
     info = data.kernel_info[kernel]
-    sel = [r for r in annotate(data.latest[(g.key, kernel)]) if r["mode"] == mode and r["dtype"] == dtype]
+    # every provider of a case shares its mode and dtype: annotating this part's rows alone is enough
+    sel = annotate([r for r in data.latest[(g.key, kernel)] if r["mode"] == mode and r["dtype"] == dtype])
     shapes = _shapes(sel)
     order = {p: i for i, p in enumerate(data.providers)}
     index = {s: i for i, s in enumerate(shapes)}
