@@ -169,9 +169,10 @@ def key(case: Case, mode: str, provider: str, stack_: str, memo: dict[str, str])
             f"{DTYPE_NAMES[case.dtype]}")
 
 
-def run(config: RunConfig, cases: list[Case], indices: list[int], kernel_modules, procs: int,
+def run(config: RunConfig, cases: list[Case], planned: tuple[dict, dict], kernel_modules, procs: int,
         visible: list[str | None], say: Callable[[str], None], timeout: float | None = None) -> Report:
-    """Builds what the manifest lacks of the plan's units in `procs` processes, spread over the
+    """Builds `planned`'s builds that the manifest lacks (pending()'s answer for the run's cases, which
+    its estimate read too) in `procs` processes, spread over the
     `visible` devices (CUDA_VISIBLE_DEVICES values; None: this process's own), each build at most
     `timeout` seconds (a hung peer's build costs that, not the whole case's share). Ctrl-C or
     SIGTERM stops every process and raises KeyboardInterrupt."""
@@ -179,7 +180,7 @@ def run(config: RunConfig, cases: list[Case], indices: list[int], kernel_modules
     report = Report()
     if procs <= 0:
         return report
-    keys, todo = pending(config, cases, indices)
+    keys, todo = planned
     report.planned = len(keys)
     report.todo = sum(len(v) for v in todo.values())
     procs = processes(todo, procs)

@@ -5,8 +5,9 @@ commit in commit order, and at each commit X:
 
 1. The gate: every series measured at X and before is one line (its previous point, its point at
    X), and the lines are judged together as verdicts.judge judges them (its measure and
-   verdict_name), exactly as `kcollect compare <the previous benchmarked commit> X` does. Each line's noise is what the series' history told
-   before X, with X's own reruns and rechecks. A significant change is a flag decided at X.
+   verdict_name), exactly as `kcollect compare <the previous benchmarked commit> X` does. Each
+   line's noise is what the series' history told before X, with X's own reruns and rechecks. A
+   significant change is a flag decided at X.
 2. Persistence: a step the gate could not tell from noise with one point (a noisy series) is
    looked for again with the KMAX = 2 points after it: each of them against the median of up to
    WINDOW points of its segment before, the least of them in standard errors (so one outlier, or
@@ -32,8 +33,8 @@ from typing import Iterable, Protocol, Sequence
 
 import numpy as np
 
-from .noise import (DURATION_CLASSES, PERSISTENT_TAIL, Noise, RunningDifferences, combine, duration_class, fdr, p_values, pool,
-                    typical)
+from .noise import (DURATION_CLASSES, PERSISTENT_TAIL, Noise, RunningDifferences, combine, duration_class, fdr,
+                    p_values, pool, typical)
 from .series import (COLUMNS, QUERY, Point, SeriesKey, at_level, commit_rank, describe_env_change, device, fast_median,
                      group_series, points_from_rows, series_key)
 from .verdicts import (METHOD, Q, UNCHANGED, UNKNOWN, WITH_ENV, Columns, Line, Side, env_between, env_change,
@@ -339,7 +340,8 @@ class _Walk:
         self.y = np.zeros(len(points))  # every series' s.y, where persistence and slides look first
         self.log_ms = np.array(log_ms)  # each point's log time, and the machines' levels, make its y
         self.wheres = list(wheres)
-        self.columns = Columns(np.array(logs, dtype=float), np.array(where, dtype=np.int64), floor_classes(timing, a_ms),
+        self.columns = Columns(np.array(logs, dtype=float), np.array(where, dtype=np.int64),
+                               floor_classes(timing, a_ms),
                                np.array(refs, dtype=bool), spread[a_idx], spread[a_idx + 1],
                                np.array(gates, dtype=bool), list(wheres), len(timed) * len(DURATION_CLASSES))
 

@@ -84,14 +84,13 @@ def estimator(cases: list[Case], device: str, past: dict[tuple, float]) -> tuple
     return cost, len(known)
 
 
-def overhead(config, cases: list[Case], indices: list[int]) -> dict[str, tuple[float | None, str]]:
+def overhead(config, todo: dict[int, list]) -> dict[str, tuple[float | None, str]]:
     """A run's estimated seconds outside its measurements, {part: (seconds or None where no run
-    fitted it, what)}: the precompile pass over the builds the caches lack (their manifest) and the
-    start-up, from the committed run terms (cost.py)."""
+    fitted it, what)}: the precompile pass over `todo`, the builds the caches lack (precompile.pending),
+    and the start-up, from the committed run terms (cost.py)."""
     from . import precompile
 
     model = cost.committed()
-    todo = precompile.pending(config, cases, indices)[1] if config.precompile > 0 else {}
     procs = precompile.processes(todo, config.precompile)
     builds = sum(len(v) for v in todo.values())
     if config.precompile <= 0:

@@ -55,13 +55,20 @@ def layout(config: RunConfig, cases: list[Case], shard_kn: tuple[int, int] | Non
     return Layout(indices, todo, pool, replace(config, workers=max(1, len(pool))))
 
 
-def _progress(lay: Layout, cases: list[Case], store: Store | None, verbose: bool = False) -> Progress:
+def _planned(lay: Layout, cases: list[Case]) -> tuple[dict, dict]:
+    """The precompile pass's builds of the run's cases and those the caches lack (precompile.pending),
+    read once for the run's estimate and its pass."""
+    return precompile.pending(lay.config, cases, lay.indices) if lay.config.precompile > 0 else ({}, {})
+
+
+def _progress(lay: Layout, cases: list[Case], store: Store | None, planned: tuple[dict, dict],
+              verbose: bool = False) -> Progress:
     mine = [cases[i] for i in lay.indices]
     config = lay.config
     past = past_seconds(store, config.device, config.machine) if store is not None else {}
     cost, known = estimator(mine, config.device, past)
     return Progress(mine, config.device, workers=config.workers, cost=cost, known=known, verbose=verbose,
-                    overhead=overhead(config, cases, lay.indices))
+                    overhead=overhead(config, planned[1]))
 
 
 def execute(config: RunConfig, commit: Commit, cases: list[Case], shard_kn: tuple[int, int] | None, pool: list,
@@ -69,7 +76,8 @@ def execute(config: RunConfig, commit: Commit, cases: list[Case], shard_kn: tupl
     """`started`: when the command began (perf_counter), so that imports count in the breakdown."""
     lay = layout(config, cases, shard_kn, pool)
     config, pool = lay.config, lay.pool
-    progress = _progress(lay, cases, store, output.verbose)
+    planned = _planned(lay, cases)
+    progress = _progress(lay, cases, store, planned, output.verbose)
 
     def warn(message: str) -> None:
         progress.say(f"kcollect: warning: {message}")
@@ -79,7 +87,7 @@ def execute(config: RunConfig, commit: Commit, cases: list[Case], shard_kn: tupl
     progress.say(f"{where}, grid {config.grid}; {progress.plan_line()}")
     try:
         visible = [w.visible for w in pool] or [None]
-        ahead = precompile.run(config, cases, lay.indices, kernel_modules, config.precompile, visible, progress.say,
+        ahead = precompile.run(config, cases, planned, kernel_modules, config.precompile, visible, progress.say,
                                config.measure_timeout).seconds
     except KeyboardInterrupt:
         progress.close()
@@ -165,7 +173,7 @@ def dry_run(config: RunConfig, cases: list[Case], shard_kn: tuple[int, int] | No
     """The plan, kernel by kernel (cases, rows, estimated seconds), and its estimated wall time,
     as the run would announce it; nothing is built or measured."""
     lay = layout(config, cases, shard_kn, pool)
-    progress = _progress(lay, cases, store)
+    progress = _progress(lay, cases, store, _planned(lay, cases))
     by: dict[str, dict] = {}
     for i in lay.indices:
         c = cases[i]

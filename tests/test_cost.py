@@ -140,17 +140,21 @@ def test_the_estimate_of_a_run_reacts_to_its_caches_being_cold_or_warm(tmp_path,
     cases = plan([spec], config)
     everything = list(range(len(cases)))
     builds = 3 * len(cases)  # fwd, bwd and fwd+bwd of triton: compile is not measured on the CPU
-    cold = schedule.overhead(config, cases, everything)
+
+    def overhead(config):  # as the run reads it: the caches' manifest, then the estimate
+        return schedule.overhead(config, precompile.pending(config, cases, everything)[1])
+
+    cold = overhead(config)
     want = f"{builds} builds the caches lack, in 2 processes"
     assert cold["precompile"] == (pytest.approx(20 + 0.5 * builds / 2), want)
     assert cold["start-up"][0] == 1.0
     keys, _ = precompile.pending(config, cases, everything)
     precompile._write(precompile.manifest_path(), {k for (i, _, _), k in keys.items() if i != 0})
-    part = schedule.overhead(config, cases, everything)["precompile"]
+    part = overhead(config)["precompile"]
     assert part == (0.0, "no pass: 3 builds, made as the run meets them")  # too few for the pass's processes
     precompile._write(precompile.manifest_path(), set(keys.values()))
-    assert schedule.overhead(config, cases, everything)["precompile"] == (0.0, "the caches hold every build")
-    assert schedule.overhead(_config(), cases, everything)["precompile"] == (0.0, "no pass")
+    assert overhead(config)["precompile"] == (0.0, "the caches hold every build")
+    assert overhead(_config())["precompile"] == (0.0, "no pass")
 
 
 def test_dry_run_prints_the_estimate_s_parts_from_the_cache_it_would_use(tmp_path, monkeypatch):
