@@ -1,0 +1,26 @@
+"""Cells cases of issue 40 run once each on the GPU, for compute-sanitizer (memcheck) to watch:
+
+    compute-sanitizer --tool memcheck python3 -m lab.sanitize_cells '<case json>' ...
+
+Each argument is one case as lab.awkward's summaries print it; each is judged as the sweep judges
+it (lab.awkward.cells.check) and its verdict printed. An illegal access in a kernel is reported by
+the sanitizer with the kernel's name, where the sweep only saw the CUDA context break."""
+from __future__ import annotations
+
+import json
+import sys
+
+from lab.awkward import cells
+
+
+def main(argv: list[str]) -> int:
+    for text in argv:
+        case = json.loads(text)
+        verdict = cells.check(case, "cuda")
+        print(case["op"], case["dtype"], case["dims"], case["options"], "->", verdict["status"],
+              verdict.get("message", "")[:300], flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
