@@ -69,6 +69,18 @@ def test_gpu_chunks_of_64(dh):
     assert max(errors) < SPEC.tolerance[torch.bfloat16], errors
 
 
+def test_narrow_fp32_heads_multiply_in_ieee_on_the_gpu():
+    """Triton 3.6's tf32x3 backward at 16 padded columns reads shared memory out of bounds on sm_90
+    (compute-sanitizer, H200): heads of 32 columns or fewer take IEEE there, wider ones tf32x3; the
+    interpreter and 16-bit inputs are unaffected."""
+    from kcollect.kernels._host.dot import IEEE, TF32X3
+
+    assert [mlstm.dot_mode(torch.float32, "cuda", dh) for dh in (1, 3, 16, 24, 32)] == [IEEE] * 5
+    assert [mlstm.dot_mode(torch.float32, "cuda", dh) for dh in (33, 64, 128)] == [TF32X3] * 3
+    assert mlstm.dot_mode(torch.bfloat16, "cuda", 16) == 0
+    assert mlstm.dot_mode(torch.float32, "cpu", 64) == IEEE
+
+
 def test_mismatched_inputs_are_refused():
     inputs = SPEC.make_inputs(ODD, torch.float32, "cpu", 0)
     with pytest.raises(ValueError, match="v must be"):

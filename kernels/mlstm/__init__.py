@@ -18,14 +18,24 @@ from dataclasses import replace
 import torch
 
 from .._host.cells import check_dtypes
-from .._host.dot import TF32X3, dot_f32
+from .._host.dot import IEEE, TF32X3, dot_f32
 from .._host.cells import fit_limit
 from .bwd import mlstm_bwd, shared_bwd
 from .config import MLSTMConfig, pick
 from .fwd import mlstm_fwd, shared_fwd
 from .naive import EPS
 
-__all__ = ["MLSTMConfig", "MLSTMFunction", "fitted", "mlstm", "pick"]
+__all__ = ["MLSTMConfig", "MLSTMFunction", "dot_mode", "fitted", "mlstm", "pick"]
+
+
+def dot_mode(dtype, device, DH: int) -> int:
+    """How the chunk kernels' tl.dot multiplies (kernels/_host/dot.py): fp32 heads padded to 32 or
+    fewer columns take IEEE, wider ones TF32X3 (the stack IEEE costs them: _jit/recurrent.py's dot).
+    Built by Triton 3.6 for sm_90 with TF32X3 at 16 columns, the backward's chunk kernel reads
+    shared memory past its allocation (compute-sanitizer on an H200: DH 3 and 16, not 64, not with
+    IEEE; lab/results/sanitize_mlstm_h200_b8e243f.txt), which gave wrong gradients where the stray
+    values were large and broke the CUDA context once."""
+    return dot_f32(dtype, device, IEEE if DH <= 32 else TF32X3)
 
 
 @functools.lru_cache(maxsize=None)  # a launch's check is then one lookup
@@ -40,7 +50,7 @@ def fitted(config: MLSTMConfig, dtype, DH: int, device, picked: bool) -> MLSTMCo
     while picked and (c.bv > 16 or c.chunk > 16):
         c = replace(c, bv=c.bv // 2) if c.bv > 16 else replace(c, chunk=c.chunk // 2)
         candidates.append(c)
-    fast = dot_f32(dtype, device, TF32X3)
+    fast = dot_mode(dtype, device, DH)
     for c in candidates:
         need = max(shared_fwd(c, dtype, DH, fast, device), shared_bwd(c, dtype, DH, fast, device))
         if need <= limit:
@@ -55,7 +65,7 @@ class MLSTMFunction(torch.autograd.Function):
         B, NH, T, DH = q.shape
         config = fitted(config or pick(T, DH, q.device), q.dtype, DH, q.device, picked=config is None)
         flat = [x.reshape(B * NH, T, DH) for x in (q, k, v)] + [x.reshape(B * NH, T) for x in (i, f)]
-        fast = dot_f32(q.dtype, q.device, TF32X3)
+        fast = dot_mode(q.dtype, q.device, DH)
         h, cs, ns, ms, mo, den = mlstm_fwd(*flat, resets, NH, config, fast, EPS)
         ctx.save_for_backward(*flat, resets, h, cs, ns, ms, mo, den)
         ctx.config, ctx.dot_f32, ctx.shape = config, fast, (B, NH)
