@@ -99,6 +99,12 @@ def group_lines(rows: list[dict], key, label: list[str], top: int | None = None)
     return render(recs, "table", columns, text, right=columns[len(label):])
 
 
+def _wall(runs: list[dict]) -> str:
+    """The runs' wall seconds as their breakdowns say (runs.phases), summed."""
+    walls = [json.loads(r["phases"]).get("wall", 0.0) for r in runs if r.get("phases")]
+    return f"{sum(walls):.1f} s" if walls else "not stored"
+
+
 def band(row: dict) -> str:
     ms = row.get("median_ms") if row["status"] in TIMED else None
     return next(name for limit, name in BANDS if (ms is None) == (limit is None) and (ms is None or ms < limit))
@@ -123,17 +129,53 @@ def report(runs: list[dict], rows: list[dict], top: int) -> list[str]:
             "", legend]
 
 
+KEY = ("kernel", "mode", "provider", "shape", "dtype")
+
+
+def against_lines(rows: list[dict], others: list[dict]) -> list[str]:
+    """Two runs of the same plan, row by row (matched on kernel, mode, provider, shape, dtype), by
+    kernel x provider x mode: each one's seconds, and the median ratio of the rows' medians (this
+    over the other) where both timed the row."""
+    theirs = {tuple(r[k] for k in KEY): r for r in others}
+    by: dict = {}
+    for r in rows:
+        o = theirs.get(tuple(r[k] for k in KEY))
+        if o is None:
+            continue
+        g = by.setdefault((r["kernel"], r["provider"], r["mode"]), {"rows": 0, "this_s": 0.0, "other_s": 0.0, "ratios": []})
+        g["rows"] += 1
+        g["this_s"] += r.get("seconds") or 0.0
+        g["other_s"] += o.get("seconds") or 0.0
+        if r["status"] in TIMED and o["status"] in TIMED and r.get("median_ms") and o.get("median_ms"):
+            g["ratios"].append(r["median_ms"] / o["median_ms"])
+    total = {"rows": sum(g["rows"] for g in by.values()), "this_s": sum(g["this_s"] for g in by.values()),
+             "other_s": sum(g["other_s"] for g in by.values()), "ratios": [x for g in by.values() for x in g["ratios"]]}
+    recs = [{"kernel": k, "provider": p, "mode": m, **g} for (k, p, m), g in
+            sorted(by.items(), key=lambda kv: -kv[1]["other_s"])] + [{"kernel": "all", "provider": "", "mode": "", **total}]
+    text = [{"this_s": f"{r['this_s']:.1f}", "other_s": f"{r['other_s']:.1f}",
+             "median_ratio": "-" if not r["ratios"] else f"{_median(r['ratios']):.3f}",
+             "timed_both": str(len(r["ratios"]))} for r in recs]
+    columns = ["kernel", "provider", "mode", "rows", "this_s", "other_s", "timed_both", "median_ratio"]
+    return render(recs, "table", columns, text, right=columns[3:])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("folders", nargs="*", help="run folders (data/runs/...), each with run.parquet and results.parquet")
     ap.add_argument("--db", help="a kcollect DuckDB file instead of run folders")
     ap.add_argument("--since", help="with --db: only runs started at or after this time (ISO)")
     ap.add_argument("--top", type=int, default=60, help="kernel x provider x mode lines shown (default 60)")
+    ap.add_argument("--against", metavar="DB", help="with --db: another store's run of the same plan, compared row by row")
     args = ap.parse_args()
     if bool(args.folders) == bool(args.db):
         ap.error("give run folders or --db, not both")
     runs, rows = load(args.folders, args.db, args.since)
     print("\n".join(report(runs, rows, args.top)))
+    if args.against:
+        other_runs, others = load([], args.against, args.since)
+        print(f"\nthis ({args.db}: wall {_wall(runs)}) against {args.against} (wall {_wall(other_runs)}), row by row; "
+              "median_ratio: of the rows' medians, this over the other:")
+        print("\n".join(against_lines(rows, others)))
 
 
 if __name__ == "__main__":
