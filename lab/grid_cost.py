@@ -105,6 +105,36 @@ def _wall(runs: list[dict]) -> str:
     return f"{sum(walls):.1f} s" if walls else "not stored"
 
 
+def dtype_lines(rows: list[dict]) -> list[str]:
+    """For each kernel measured in several dtypes: each other dtype's timed rows against the first
+    dtype's same (mode, provider, shape), as the ratio of their medians (median, 5th and 95th
+    percentile, extremes), and the seconds the other dtype's rows cost: whether a dtype's times
+    tell anything its twin's do not."""
+    from kcollect.timing import quantile
+
+    by: dict = {}
+    for r in rows:
+        by.setdefault(r["kernel"], {}).setdefault(r["dtype"], []).append(r)
+    recs = []
+    for kernel, dtypes in sorted(by.items()):
+        first, *others = sorted(dtypes, key=lambda d: (d != "bfloat16", d))
+        base = {(r["mode"], r["provider"], r["shape"]): r for r in dtypes[first] if r["status"] in TIMED}
+        for other in others:
+            ratios = sorted(r["median_ms"] / base[k]["median_ms"] for r in dtypes[other]
+                            if r["status"] in TIMED and (k := (r["mode"], r["provider"], r["shape"])) in base)
+            if ratios:
+                recs.append({"kernel": kernel, "dtype": f"{other} / {first}", "pairs": len(ratios),
+                             "median": quantile(ratios, 0.5), "p5": quantile(ratios, 0.05),
+                             "p95": quantile(ratios, 0.95), "min": ratios[0], "max": ratios[-1],
+                             "seconds": sum(r.get("seconds") or 0.0 for r in dtypes[other])})
+    if not recs:
+        return ["(every kernel in one dtype)"]
+    fmt = {c: "{:.3f}" for c in ("median", "p5", "p95", "min", "max")} | {"seconds": "{:.1f}"}
+    text = [{c: f.format(r[c]) for c, f in fmt.items()} for r in recs]
+    columns = ["kernel", "dtype", "pairs", "median", "p5", "p95", "min", "max", "seconds"]
+    return render(recs, "table", columns, text, right=columns[2:])
+
+
 def band(row: dict) -> str:
     ms = row.get("median_ms") if row["status"] in TIMED else None
     return next(name for limit, name in BANDS if (ms is None) == (limit is None) and (ms is None or ms < limit))
@@ -126,7 +156,8 @@ def report(runs: list[dict], rows: list[dict], top: int) -> list[str]:
             "", "rows' seconds by kernel:", *group_lines(rows, lambda r: (r["kernel"],), ["kernel"]),
             "", f"rows' seconds by kernel x provider x mode (the {top} largest):",
             *group_lines(rows, lambda r: (r["kernel"], r["provider"], r["mode"]), ["kernel", "provider", "mode"], top),
-            "", legend]
+            "", legend, "", "a kernel's rows in a second dtype against the same rows in its first, ratio of medians "
+            "(seconds: the second dtype's rows'):", *dtype_lines(rows)]
 
 
 KEY = ("kernel", "mode", "provider", "shape", "dtype")
