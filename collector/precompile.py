@@ -20,8 +20,10 @@ built so far, keyed by the GPUs, torch and Triton, and the source of the kernel'
 change to a kernel builds that kernel again). A plan that is all in it (a warm run) starts no
 process. A peer upgraded under the same torch is not seen: its builds are then made by the
 measuring pass, one by one, as without this pass. A call that fails here counts as done (it
-would fail again); one that crashes or hangs its process does not. Either way the measuring pass
-calls it again and records what goes wrong as a row.
+would fail again); one that crashes or hangs its process does not. The measuring pass calls a
+crashed one again and records what goes wrong as a row. A hung one (past --measure-timeout, the
+measuring pass's own limit) it records at once as an `error` row saying so (Report.hung,
+Runner.hung), without calling it: it would wait out the limit on it a second time.
 """
 from __future__ import annotations
 
@@ -63,9 +65,12 @@ class Report:
     planned: int = 0  # units the plan builds
     todo: int = 0  # of which not in the manifest
     built: int = 0
-    # seconds of each build made: {(kernel, mode, provider, shape label, dtype): s}, for where a
+    # seconds of each build made: {(kernel, shape label, dtype, mode, provider): s}, for where a
     # cold pass's time goes (the slowest are named at its end)
     times: dict = field(default_factory=dict)
+    # the builds killed when they passed the limit, same keys: seconds each ran; the measuring pass
+    # records them as errors instead of waiting the limit out on them again (Runner.hung)
+    hung: dict = field(default_factory=dict)
 
 
 def default_procs(device: str, gpus: int = 1) -> int:
@@ -195,11 +200,14 @@ def run(config: RunConfig, cases: list[Case], planned: tuple[dict, dict], kernel
         f"process{'es' if procs > 1 else ''} before measuring")
     built: set[str] = set()
     started = time.time()
+    hung: dict[tuple[int, str, str], float] = {}
     try:
-        for index, seconds in _pool(config, kernel_modules, procs, visible, order, todo, timeout, say, t0, cases):
+        for index, seconds in _pool(config, kernel_modules, procs, visible, order, todo, timeout, say, t0, cases,
+                                    hung):
             built.update(keys[index, m, p] for m, p in todo[index])
             report.times.update(((*_label(cases[index]), m, p), s) for (m, p), s in zip(todo[index], seconds))
     finally:
+        report.hung = {(*_label(cases[i]), m, p): s for (i, m, p), s in hung.items()}
         forget_tuning(started)
         if report.times:
             say(slowest(report.times))
@@ -211,7 +219,9 @@ def run(config: RunConfig, cases: list[Case], planned: tuple[dict, dict], kernel
         report.seconds = time.perf_counter() - t0
     report.built = len(built)
     say(f"precompile: {report.built} of {report.todo} built in {report.seconds:.1f} s"
-        + (f"; {report.todo - report.built} left to the run" if report.built < report.todo else ""))
+        + (f"; {report.todo - report.built} left to the run" if report.built < report.todo else "")
+        + (f"; {len(report.hung)} hung (the run records them as errors, without calling them)"
+           if report.hung else ""))
     return report
 
 
@@ -289,10 +299,11 @@ def _interleaved(cases: list[Case], todo, device: str) -> list[int]:
     return [i for i in chain.from_iterable(zip_longest(*by.values())) if i is not None]
 
 
-def _pool(config, kernel_modules, procs, visible, order, todo, timeout, say, t0, cases):
+def _pool(config, kernel_modules, procs, visible, order, todo, timeout, say, t0, cases, hung: dict):
     """Yields (case index, each build's seconds) as a process finishes a case; a process that dies,
     or spends more than `timeout` on one build, loses that case and is replaced, unless as many have died before
-    they were ready as there are processes (they cannot start here: the pass ends)."""
+    they were ready as there are processes (they cannot start here: the pass ends). A build that
+    passed `timeout` goes into `hung`, {(case index, mode, provider): seconds it ran}."""
     import multiprocessing as mp
     from multiprocessing.connection import wait
 
@@ -311,11 +322,11 @@ def _pool(config, kernel_modules, procs, visible, order, todo, timeout, say, t0,
                            name=f"kcollect-precompile{n}", daemon=True)
         start_quietly(proc)  # no traceback from its start-up on a Ctrl-C (spawn.py)
         theirs.close()
-        return dict(n=n, proc=proc, conn=mine, case=None, since=clock(), ready=False)
+        return dict(n=n, proc=proc, conn=mine, case=None, since=clock(), ready=False, building=None)
 
     def give(slot: dict) -> None:
         slot["case"] = queue.pop(0) if queue else None
-        slot["since"] = clock()
+        slot["since"], slot["building"] = clock(), None
         slot["conn"].send((slot["case"], todo[slot["case"]]) if slot["case"] is not None else None)
 
     last_say = clock()
@@ -337,6 +348,8 @@ def _pool(config, kernel_modules, procs, visible, order, todo, timeout, say, t0,
                     continue
                 if slot["proc"].is_alive() and not late(slot, clock(), timeout):  # each build a measurement's
                     continue
+                if slot["proc"].is_alive() and slot["building"] is not None:  # hung in that build
+                    hung[slot["case"], *slot["building"]] = clock() - slot["since"]
                 slot["proc"].kill()  # it died or hangs: the case is the measuring pass's
                 slot["proc"].join()
                 finished += 1
@@ -372,13 +385,14 @@ def _oldest(slots: list[dict], cases: list[Case]) -> str:
 
 
 def _messages(slot: dict):
-    """Reads what a process said since: "ready" and "build" (a build starts: its limit counts from
-    now) update the slot; a finished case's (index, seconds) is returned, else None."""
+    """Reads what a process said since: "ready" and ("build", mode, provider) (a build starts: its
+    limit counts from now) update the slot; a finished case's (index, seconds) is returned, else None."""
     try:
         while slot["conn"].poll():
             got = slot["conn"].recv()
-            if got in ("ready", "build"):
+            if got == "ready" or got[0] == "build":
                 ready(slot, clock())
+                slot["building"] = got[1:] if got != "ready" else None
             else:
                 return got
     except (EOFError, OSError):
@@ -423,10 +437,10 @@ def _worker(config: RunConfig, kernel_modules, visible: str | None, threads: int
     conn.send("ready")
     while (task := conn.recv()) is not None:
         index, pairs = task
-        conn.send((index, _build(cases[index], pairs, config, lambda: conn.send("build"))))
+        conn.send((index, _build(cases[index], pairs, config, lambda m, p: conn.send(("build", m, p)))))
 
 
-def _build(case: Case, pairs: list[tuple[str, str]], config: RunConfig, starting=lambda: None) -> list[float]:
+def _build(case: Case, pairs: list[tuple[str, str]], config: RunConfig, starting=lambda m, p: None) -> list[float]:
     """Calls each pair once; each one's seconds. One that fails is done too: a build that
     fails fails again (the manifest's key changes with the kernel's source and the versions), and
     a failure would otherwise bring the pass back in every run (a peer unavailable on a GPU, or
@@ -441,7 +455,7 @@ def _build(case: Case, pairs: list[tuple[str, str]], config: RunConfig, starting
     for mode, name in pairs:
         provider = case.spec.provider(name)
         call = None
-        starting()  # the parent's limit on this build counts from here
+        starting(mode, name)  # the parent's limit on this build counts from here
         t0 = time.perf_counter()
         try:
             if provider.available(device) is None:

@@ -81,6 +81,9 @@ class Runner:
         self.progress: Callable[[str, Case, str, str], None] = lambda *a: None
         # each row as it is made, before its case ends: a worker's parent keeps them should it die
         self.on_row: Callable[[dict[str, Any]], None] = lambda row: None
+        # {(kernel, shape label, dtype, mode, provider): seconds}: builds the precompile pass killed
+        # past the run's time limit (precompile.Report.hung), recorded as errors, not called again
+        self.hung: dict[tuple[str, str, str, str, str], float] = {}
 
     # -- a whole run --------------------------------------------------------------------------
 
@@ -169,6 +172,13 @@ class Runner:
             if isinstance(answer, str):  # the reference itself failed: the row says so
                 rows.append(self._row(case, mode, name, status="error", error=answer))
                 self.on_row(rows[-1])
+                continue
+            hung = self.hung.get((case.spec.name, case.shape.label, DTYPE_NAMES[case.dtype], mode, name))
+            if hung is not None:  # as a measurement past the limit is recorded (collect._Parent.died)
+                rows.append(self._row(case, mode, name, status="error",
+                                      error=f"its build hung in the precompile pass for {hung:.0f} s"))
+                self.on_row(rows[-1])
+                self.progress("end", case, mode, name)
                 continue
             dys, want = answer[mode]
             self.progress("start", case, mode, name)
@@ -276,8 +286,9 @@ class Runner:
     def _time(self, call, key: tuple[str, str, str], budget: timing.Budget, phase: str = "timing",
               estimate_ms: float | None = None) -> stability.Measured:
         """One measurement, its seconds added to `phase` (its graph capture to "capture" when the
-        phase is "timing"), with the allocator retries it saw. `estimate_ms` (the CPU's): how long
-        a call took before, which spares the interpreter an estimating call."""
+        phase is "timing"), with the allocator retries it saw. `estimate_ms`: how long a call took
+        before, which spares the interpreter an estimating call, and a GPU's recheck its estimating
+        calls."""
         device = self.config.device
         before = memory.snapshot(device)
         with self.phases(phase):
@@ -288,12 +299,16 @@ class Runner:
     def _timing(self, call, key, budget, own_capture: bool, estimate_ms: float | None) -> timing.Timing:
         if self.config.device != "cuda":
             return timing.time_cpu(call, budget, estimate_ms)
+        # a recheck's estimate is the first measurement's median: it spares the estimating calls
+        # (the first measurement's own is its first call, compile and all: not an estimate there)
+        estimate_ms = None if own_capture else estimate_ms
         clock = lambda: memory.clock_mhz("cuda")  # noqa: E731
         if self.config.cuda_graph and key not in self.no_capture:
             failure = None
             try:
                 return timing.time_cuda_graph(call, budget, self.flush, clock=clock,
-                                              on_capture=self._on_capture if own_capture else lambda s: None)
+                                              on_capture=self._on_capture if own_capture else lambda s: None,
+                                              estimate_ms=estimate_ms)
             except Exception as e:  # not capturable (a host sync, say): events, and the row says so
                 failure = _error_text(e)
             # outside the except block, so that no traceback keeps the failed capture's memory;
@@ -301,7 +316,7 @@ class Runner:
             self.no_capture.add(key)
             memory.release("cuda")
             self.warn(f"CUDA-graph capture of {' '.join(key)} failed ({failure}); timed with events")
-        return timing.time_cuda(call, budget, self.flush, clock=clock)
+        return timing.time_cuda(call, budget, self.flush, clock=clock, estimate_ms=estimate_ms)
 
     def _on_capture(self, seconds: float) -> None:
         # the capture ran inside the "timing" phase: move its seconds to their own line

@@ -88,7 +88,7 @@ def execute(config: RunConfig, commit: Commit, cases: list[Case], shard_kn: tupl
     try:
         visible = [w.visible for w in pool] or [None]
         ahead = precompile.run(config, cases, planned, kernel_modules, config.precompile, visible, progress.say,
-                               config.measure_timeout).seconds
+                               config.measure_timeout)
     except KeyboardInterrupt:
         progress.close()
         store.close()
@@ -98,10 +98,10 @@ def execute(config: RunConfig, commit: Commit, cases: list[Case], shard_kn: tupl
     try:
         if pool:
             out = run_workers(config, commit, cases, lay.todo, store, progress, warn, pool, kernel_modules,
-                              ahead_s=ahead)
+                              ahead_s=ahead.seconds, hung=ahead.hung)
         else:
             index = 0 if config.device == "cuda" else None
-            out = run_here(config, commit, cases, lay.indices, store, progress, warn, index, started, ahead)
+            out = run_here(config, commit, cases, lay.indices, store, progress, warn, index, started, ahead.seconds)
     finally:
         progress.close()
         store.close()

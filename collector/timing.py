@@ -2,7 +2,8 @@
 
 Follows triton.testing.do_bench: estimate one call, derive the number of warm-up and timed calls
 from the budgets, flush L2 by writing a buffer larger than it before each call, and record an
-event pair around the call alone. Unlike do_bench it keeps every sample, so the store gets median,
+event pair around the call alone. Unlike do_bench, the estimating calls count towards the warm-up
+budget, and a measurement that knows the call's time (a recheck) makes none. Unlike do_bench it keeps every sample, so the store gets median,
 p20, p80, mean, std and min. On the CPU (interpreter) a plain clock is used and the rows say so.
 
 Samples are taken in chunks; after each chunk (and at least `min_reps` samples) timing stops once
@@ -98,9 +99,12 @@ def median_ci_rel(samples_ms: list[float]) -> float:
 SLOW_MS, SLOW_REPS = 1000.0, 3
 
 
-def _counts(estimate_ms: float, budget: Budget) -> tuple[int, int]:
+def _counts(estimate_ms: float, budget: Budget, warmed_ms: float = 0.0) -> tuple[int, int]:
+    """(warm-up calls, timed calls). `warmed_ms`: what the estimating calls just took on the device:
+    they count towards the warm-up budget (a call slower than it needs no warm-up call beside its
+    estimate), and without them one warm-up call at least."""
     est = max(estimate_ms, 1e-3)
-    warmup = max(1, int(budget.warmup_ms / est))
+    warmup = max(0 if warmed_ms > 0 else 1, int(max(0.0, budget.warmup_ms - warmed_ms) / est))
     floor = min(budget.min_reps, max(SLOW_REPS, int(SLOW_MS / est)))
     reps = min(budget.max_reps, max(floor, int(budget.rep_ms / est)))
     return warmup, reps
@@ -130,31 +134,20 @@ def _peak(out: list):
 
 
 def time_cuda(fn: Callable[[], object], budget: Budget, flush: torch.Tensor,
-              clock: Callable[[], float | None] = lambda: None, peak: bool = True) -> Timing:
-    """`clock` is read while the first chunk runs (the GPU busy, not idling between calls)."""
+              clock: Callable[[], float | None] = lambda: None, peak: bool = True,
+              estimate_ms: float | None = None) -> Timing:
+    """`clock` is read while the first chunk runs (the GPU busy, not idling between calls).
+    `estimate_ms`: a call's duration measured just before (a recheck's: the first measurement's
+    median), which spares the estimating calls; the peak memory is then read on the first warm-up."""
     torch.cuda.synchronize()
     peaks: list[int] = []
-    # Estimate with a flushed call (the first call already ran: compile is out of the way), and
-    # two more where one is short beside the budget
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    with _peak(peaks) if peak else contextlib.nullcontext():
-        start.record()
-        flush.zero_()
-        fn()
-        end.record()
-    torch.cuda.synchronize()
-    estimate_ms = start.elapsed_time(end)
-    if estimate_ms < budget.rep_ms:
-        start.record()
-        for _ in range(2):
-            flush.zero_()
-            fn()
-        end.record()
-        torch.cuda.synchronize()
-        estimate_ms = (estimate_ms + start.elapsed_time(end)) / 3
-    warmup, reps = _counts(estimate_ms, budget)
+    warmed_ms = 0.0
+    if estimate_ms is None:
+        estimate_ms, warmed_ms = _estimate(fn, budget, flush, peaks if peak else None)
+    warmup, reps = _counts(estimate_ms, budget, warmed_ms)
     for _ in range(warmup):
-        fn()
+        with _peak(peaks) if peak and not peaks else contextlib.nullcontext():
+            fn()
     clocks: list[float | None] = []
 
     def chunk(k: int) -> list[float]:
@@ -174,18 +167,45 @@ def time_cuda(fn: Callable[[], object], budget: Budget, flush: torch.Tensor,
     return dataclasses.replace(t, peak_bytes=peaks[0] if peaks else None, clock_mhz=clocks[0])
 
 
+def _estimate(fn: Callable[[], object], budget: Budget, flush: torch.Tensor,
+              peaks: list | None) -> tuple[float, float]:
+    """(one call's milliseconds, what the estimating calls took): a flushed call (the first call
+    already ran: compile is out of the way), and two more where one is short beside the budget;
+    its peak memory into `peaks`."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    with _peak(peaks) if peaks is not None else contextlib.nullcontext():
+        start.record()
+        flush.zero_()
+        fn()
+        end.record()
+    torch.cuda.synchronize()
+    estimate_ms = start.elapsed_time(end)
+    if estimate_ms < budget.rep_ms:
+        start.record()
+        for _ in range(2):
+            flush.zero_()
+            fn()
+        end.record()
+        torch.cuda.synchronize()
+        spent = estimate_ms + start.elapsed_time(end)
+        return spent / 3, spent
+    return estimate_ms, estimate_ms
+
+
 class CaptureError(RuntimeError):
     """A call could not be captured into a CUDA graph (a host sync inside it, say)."""
 
 
 def time_cuda_graph(fn: Callable[[], object], budget: Budget, flush: torch.Tensor,
-                    clock: Callable[[], float | None] = lambda: None, on_capture=lambda seconds: None) -> Timing:
+                    clock: Callable[[], float | None] = lambda: None, on_capture=lambda seconds: None,
+                    estimate_ms: float | None = None) -> Timing:
     """Captures one call into a CUDA graph and times its replays, with the same L2 flush and
     budgets as time_cuda. A replay runs exactly the device work of the call without the host's
     Python, autograd and launch overhead in between, which in training is hidden because the CPU
     runs ahead of the GPU; at small and medium shapes that overhead would otherwise be most of
     what events measure, for every provider alike. Rows are labelled 'cuda-graph'. Each graph
-    captures into its own memory pool; `on_capture` gets the capture's seconds."""
+    captures into its own memory pool; `on_capture` gets the capture's seconds; `estimate_ms`:
+    time_cuda's."""
     t0 = time.perf_counter()
     peaks: list[int] = []
     stream = torch.cuda.Stream()
@@ -197,7 +217,7 @@ def time_cuda_graph(fn: Callable[[], object], budget: Budget, flush: torch.Tenso
     graph = _capture(fn)
     on_capture(time.perf_counter() - t0)
     try:
-        t = time_cuda(graph.replay, budget, flush, clock=clock, peak=False)
+        t = time_cuda(graph.replay, budget, flush, clock=clock, peak=False, estimate_ms=estimate_ms)
         return dataclasses.replace(t, method="cuda-graph", peak_bytes=peaks[0])
     finally:
         graph.reset()  # frees the graph's memory now, not whenever it is collected

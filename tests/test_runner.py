@@ -190,6 +190,53 @@ def test_every_timed_cuda_call_follows_an_l2_flush(monkeypatch):
     assert all(log[i - 2] == "flush" for i in timed), log
 
 
+def _fake_cuda(monkeypatch, log: list, call_ms: float):
+    """CUDA's events, synchronize and memory counters without a GPU: each event pair reads
+    `call_ms` per call between them; "peak" is logged where a peak memory is read."""
+    class Event:
+        def __init__(self, enable_timing=False):
+            self.at = None
+
+        def record(self):
+            log.append("event")
+            self.at = len(log)
+
+        def elapsed_time(self, end):
+            return call_ms * log[self.at:end.at].count("call")
+
+    class Flush:
+        def zero_(self):
+            log.append("flush")
+
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda *a: 0)
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda *a: log.append("peak"))
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda *a: 64)
+    return Flush()
+
+
+def test_the_estimating_calls_count_as_warm_up_and_a_known_estimate_spares_them(monkeypatch):
+    # a 50 ms call: its estimating call is over the 10 ms warm-up budget, so the timed calls follow
+    # it at once; a recheck that knows the call's time makes no estimating call, one warm-up (where
+    # the peak memory is read) and the same timed calls
+    budget = timing.Budget(warmup_ms=10, rep_ms=40, min_reps=4, max_reps=4)
+    log = []
+    flush = _fake_cuda(monkeypatch, log, 50.0)
+    t = timing.time_cuda(lambda: log.append("call"), budget, flush)
+    assert log.count("call") == 1 + 4 and t.reps == 4 and t.median_ms == 50.0 and t.peak_bytes == 64, log
+    log.clear()
+    t = timing.time_cuda(lambda: log.append("call"), budget, flush, estimate_ms=50.0)
+    assert log[:3] == ["peak", "call", "flush"] and log.count("call") == 1 + 4, log  # warm-up, unflushed
+    assert t.reps == 4 and t.peak_bytes == 64
+    # a fast call still gets its warm-up budget beside its three estimating calls
+    log.clear()
+    flush = _fake_cuda(monkeypatch, log, 1.0)
+    timing.time_cuda(lambda: log.append("call"), budget, flush, peak=False)
+    assert log.count("call") == 3 + (10 - 3) + 4, log
+    assert timing._counts(50.0, budget) == (1, 4) and timing._counts(1.0, budget, warmed_ms=3.0) == (7, 4)
+
+
 def test_the_l2_flush_is_larger_than_the_l2_it_flushes():
     # Writing the flush buffer evicts what a call would otherwise find in L2 only when the buffer is
     # well beyond the L2 (its replacement is not strict LRU): twice this device's L2 at least (on
