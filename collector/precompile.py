@@ -20,10 +20,14 @@ built so far, keyed by the GPUs, torch and Triton, and the source of the kernel'
 change to a kernel builds that kernel again). A plan that is all in it (a warm run) starts no
 process. A peer upgraded under the same torch is not seen: its builds are then made by the
 measuring pass, one by one, as without this pass. A call that fails here counts as done (it
-would fail again); one that crashes or hangs its process does not. The measuring pass calls a
-crashed one again and records what goes wrong as a row. A hung one (past --measure-timeout, the
-measuring pass's own limit) it records at once as an `error` row saying so (Report.hung,
-Runner.hung), without calling it: it would wait out the limit on it a second time.
+would fail again); one that crashes or hangs its process does not. Such a build the measuring
+pass records at once as an `error` row saying so (Report.skips, Runner.skips), without calling it:
+a hung one (past --measure-timeout, the measuring pass's own limit) would wait out the limit a
+second time, and one that killed its process by a signal of its own (a compiler's assertion:
+SIGABRT; SIGSEGV and the like) would kill a measuring process too, each a fresh process's start
+(mlstm_kernels' builds under Triton 3.6 on an H200: 9 of them took a 75-row run past 5 minutes).
+A process killed from outside (SIGKILL: out of host memory, under the pass's load) is not one of
+those: the measuring pass calls its build again.
 """
 from __future__ import annotations
 
@@ -68,9 +72,22 @@ class Report:
     # seconds of each build made: {(kernel, shape label, dtype, mode, provider): s}, for where a
     # cold pass's time goes (the slowest are named at its end)
     times: dict = field(default_factory=dict)
-    # the builds killed when they passed the limit, same keys: seconds each ran; the measuring pass
-    # records them as errors instead of waiting the limit out on them again (Runner.hung)
+    # the builds killed when they passed the limit, same keys: seconds each ran
     hung: dict = field(default_factory=dict)
+    # the builds whose process died of a signal of its own (CRASH_SIGNALS), same keys: why
+    crashed: dict = field(default_factory=dict)
+
+    def skips(self) -> dict:
+        """{key: the error row's text} of the builds the measuring pass records without calling
+        them (Runner.skips)."""
+        out = {k: f"its build hung in the precompile pass for {s:.0f} s" for k, s in self.hung.items()}
+        out.update((k, f"its build crashed the precompile pass's process: {why}") for k, why in self.crashed.items())
+        return out
+
+
+# Deaths a build causes itself (a compiler's assertion aborts; a bad access faults), which would
+# kill a measuring process the same way
+CRASH_SIGNALS = (signal.SIGABRT, signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE)
 
 
 def default_procs(device: str, gpus: int = 1) -> int:
@@ -201,13 +218,15 @@ def run(config: RunConfig, cases: list[Case], planned: tuple[dict, dict], kernel
     built: set[str] = set()
     started = time.time()
     hung: dict[tuple[int, str, str], float] = {}
+    crashed: dict[tuple[int, str, str], str] = {}
     try:
         for index, seconds in _pool(config, kernel_modules, procs, visible, order, todo, timeout, say, t0, cases,
-                                    hung):
+                                    hung, crashed):
             built.update(keys[index, m, p] for m, p in todo[index])
             report.times.update(((*_label(cases[index]), m, p), s) for (m, p), s in zip(todo[index], seconds))
     finally:
         report.hung = {(*_label(cases[i]), m, p): s for (i, m, p), s in hung.items()}
+        report.crashed = {(*_label(cases[i]), m, p): why for (i, m, p), why in crashed.items()}
         forget_tuning(started)
         if report.times:
             say(slowest(report.times))
@@ -220,9 +239,14 @@ def run(config: RunConfig, cases: list[Case], planned: tuple[dict, dict], kernel
     report.built = len(built)
     say(f"precompile: {report.built} of {report.todo} built in {report.seconds:.1f} s"
         + (f"; {report.todo - report.built} left to the run" if report.built < report.todo else "")
-        + (f"; {len(report.hung)} hung (the run records them as errors, without calling them)"
-           if report.hung else ""))
+        + _skipped(report))
     return report
+
+
+def _skipped(report: Report) -> str:
+    """The closing line's note of the builds the run records without calling them."""
+    parts = [f"{len(report.hung)} hung"] * bool(report.hung) + [f"{len(report.crashed)} crashed"] * bool(report.crashed)
+    return f"; {' and '.join(parts)} (the run records them as errors, without calling them)" if parts else ""
 
 
 def _label(case: Case) -> tuple[str, str, str]:
@@ -299,13 +323,17 @@ def _interleaved(cases: list[Case], todo, device: str) -> list[int]:
     return [i for i in chain.from_iterable(zip_longest(*by.values())) if i is not None]
 
 
-def _pool(config, kernel_modules, procs, visible, order, todo, timeout, say, t0, cases, hung: dict):
+def _pool(config, kernel_modules, procs, visible, order, todo, timeout, say, t0, cases, hung: dict,
+          crashed: dict):
     """Yields (case index, each build's seconds) as a process finishes a case; a process that dies,
     or spends more than `timeout` on one build, loses that case and is replaced, unless as many have died before
     they were ready as there are processes (they cannot start here: the pass ends). A build that
-    passed `timeout` goes into `hung`, {(case index, mode, provider): seconds it ran}."""
+    passed `timeout` goes into `hung`, {(case index, mode, provider): seconds it ran}; one whose
+    process died of a CRASH_SIGNALS signal into `crashed`, same keys: the signal and its last words."""
     import multiprocessing as mp
     from multiprocessing.connection import wait
+
+    from .worker_log import Tail
 
     ctx = mp.get_context("spawn")  # CUDA cannot be used in a forked child
     threads = max(1, (os.cpu_count() or 2) // procs)
@@ -314,19 +342,24 @@ def _pool(config, kernel_modules, procs, visible, order, todo, timeout, say, t0,
     handlers = {s: signal.signal(s, lambda signum, _f: signals.append(signum)) for s in (signal.SIGINT,
                                                                                           signal.SIGTERM)}
     slots: list[dict] = []
+    logs = tempfile.TemporaryDirectory(prefix="kcollect-precompile-")  # each process's standard error
 
     def start(n: int) -> dict:
         mine, theirs = ctx.Pipe()
         dev = visible[n % len(visible)] if visible else None
-        proc = ctx.Process(target=_worker, args=(config, kernel_modules, dev, threads, theirs),
+        tail = Tail(os.path.join(logs.name, f"{n}-{clock()}.log"))
+        proc = ctx.Process(target=_worker, args=(config, kernel_modules, dev, threads, theirs, tail.path),
                            name=f"kcollect-precompile{n}", daemon=True)
         start_quietly(proc)  # no traceback from its start-up on a Ctrl-C (spawn.py)
         theirs.close()
-        return dict(n=n, proc=proc, conn=mine, case=None, since=clock(), ready=False, building=None)
+        return dict(n=n, proc=proc, conn=mine, case=None, since=clock(), ready=False, building=None, tail=tail)
 
     def give(slot: dict) -> None:
         slot["case"] = queue.pop(0) if queue else None
         slot["since"], slot["building"] = clock(), None
+        tail = slot["tail"]  # its last words are this case's, and only they are shown (with a crash)
+        tail.offset = os.path.getsize(tail.path)
+        tail.mark(tail.offset)
         slot["conn"].send((slot["case"], todo[slot["case"]]) if slot["case"] is not None else None)
 
     last_say = clock()
@@ -352,6 +385,8 @@ def _pool(config, kernel_modules, procs, visible, order, todo, timeout, say, t0,
                     hung[slot["case"], *slot["building"]] = clock() - slot["since"]
                 slot["proc"].kill()  # it died or hangs: the case is the measuring pass's
                 slot["proc"].join()
+                if slot["building"] is not None and -(slot["proc"].exitcode or 0) in CRASH_SIGNALS:
+                    crashed[slot["case"], *slot["building"]] = _crash(slot)
                 finished += 1
                 unborn += not slot["ready"]
                 if unborn >= procs:
@@ -373,6 +408,14 @@ def _pool(config, kernel_modules, procs, visible, order, todo, timeout, say, t0,
             slot["proc"].join()
         for s, h in handlers.items():
             signal.signal(s, h)
+        logs.cleanup()
+
+
+def _crash(slot: dict) -> str:
+    """A crashed build's signal and the last line its process wrote (a compiler's assertion)."""
+    code = -slot["proc"].exitcode
+    said = slot["tail"].last_line()
+    return f"signal {code} ({signal.Signals(code).name})" + (f"; its last words: {said}" if said else "")
 
 
 def _oldest(slots: list[dict], cases: list[Case]) -> str:
@@ -413,14 +456,17 @@ def late(slot: dict, now: float, limit: float | None) -> bool:
     return now - slot["since"] > (limit if slot["ready"] else max(limit, STARTUP_S))
 
 
-def _worker(config: RunConfig, kernel_modules, visible: str | None, threads: int, conn) -> None:
+def _worker(config: RunConfig, kernel_modules, visible: str | None, threads: int, conn, log: str) -> None:
     """Builds the cases it is sent, (index, pairs) at a time, answering with the index when done,
-    until it is sent None. Its output goes to a null device: a failure here is the
-    measuring pass's to report."""
+    until it is sent None. Its output goes to a null device, its standard error to `log` (the
+    parent quotes a crash's last line from it, and shows none of it: a failure here is the
+    measuring pass's to report)."""
+    from .worker_log import redirect
+
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops it
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
-    os.dup2(devnull, 2)
+    redirect(log)
     if visible is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = visible
     os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = str(threads)

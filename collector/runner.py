@@ -81,9 +81,9 @@ class Runner:
         self.progress: Callable[[str, Case, str, str], None] = lambda *a: None
         # each row as it is made, before its case ends: a worker's parent keeps them should it die
         self.on_row: Callable[[dict[str, Any]], None] = lambda row: None
-        # {(kernel, shape label, dtype, mode, provider): seconds}: builds the precompile pass killed
-        # past the run's time limit (precompile.Report.hung), recorded as errors, not called again
-        self.hung: dict[tuple[str, str, str, str, str], float] = {}
+        # {(kernel, shape label, dtype, mode, provider): the error row's text}: builds that hung or
+        # crashed the precompile pass's process (precompile.Report.skips), recorded, not called again
+        self.skips: dict[tuple[str, str, str, str, str], str] = {}
 
     # -- a whole run --------------------------------------------------------------------------
 
@@ -173,10 +173,9 @@ class Runner:
                 rows.append(self._row(case, mode, name, status="error", error=answer))
                 self.on_row(rows[-1])
                 continue
-            hung = self.hung.get((case.spec.name, case.shape.label, DTYPE_NAMES[case.dtype], mode, name))
-            if hung is not None:  # as a measurement past the limit is recorded (collect._Parent.died)
-                rows.append(self._row(case, mode, name, status="error",
-                                      error=f"its build hung in the precompile pass for {hung:.0f} s"))
+            skip = self.skips.get((case.spec.name, case.shape.label, DTYPE_NAMES[case.dtype], mode, name))
+            if skip is not None:  # as a measurement that hangs or kills its process is recorded (collect._death)
+                rows.append(self._row(case, mode, name, status="error", error=skip))
                 self.on_row(rows[-1])
                 self.progress("end", case, mode, name)
                 continue

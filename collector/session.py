@@ -98,10 +98,11 @@ def execute(config: RunConfig, commit: Commit, cases: list[Case], shard_kn: tupl
     try:
         if pool:
             out = run_workers(config, commit, cases, lay.todo, store, progress, warn, pool, kernel_modules,
-                              ahead_s=ahead.seconds, hung=ahead.hung)
+                              ahead_s=ahead.seconds, skips=ahead.skips())
         else:
             index = 0 if config.device == "cuda" else None
-            out = run_here(config, commit, cases, lay.indices, store, progress, warn, index, started, ahead.seconds)
+            out = run_here(config, commit, cases, lay.indices, store, progress, warn, index, started, ahead.seconds,
+                           ahead.skips())
     finally:
         progress.close()
         store.close()

@@ -1,7 +1,8 @@
 """Kernels whose providers take their measuring process down (`--kernel-module`, tests/test_collect.py):
 on the 4-row shape `crash` aborts the process, as an LLVM assertion in a compiler does, and on the
 3-row one `hang` never returns; on the other shape each is right, as `torch` always is. `stuck`
-hangs as `hang` does, but builds nothing: the precompile pass leaves it to the run. `deaf`'s
+hangs as `hang` does and `wreck` crashes as `crash` does, but they build nothing: the precompile
+pass leaves them to the run. `deaf`'s
 provider, on the 3-row shape, neither returns nor hears Ctrl-C or SIGTERM (a call stuck in native
 code does not run Python's signal handlers). Kept apart
 from planted_kernels.py, whose kernels every other run test measures."""
@@ -51,5 +52,6 @@ def _deaf(x):
 
 
 SPEC = _spec("fragile", (_p("torch", lambda x: x * 2.0), Provider("crash", _crash), Provider("hang", _hang),
-                         Provider("stuck", _hang, builds=False)), _SHAPES[:2])
+                         Provider("stuck", _hang, builds=False), Provider("wreck", _crash, builds=False)),
+                _SHAPES[:2])
 SPECS = (SPEC, _spec("deaf", (_p("torch", lambda x: x * 2.0), Provider("deaf", _deaf)), _SHAPES[:2]))

@@ -269,11 +269,12 @@ def _watchdog_clocks(monkeypatch, hangs: Path) -> None:
 
 
 def test_a_measurement_that_crashes_or_hangs_its_process_is_an_error_row_and_the_run_goes_on(tmp_path, monkeypatch):
-    # fragile: torch, `crash` (aborts on M=4), `hang` and `stuck` (sleep for ever on M=3), on two
-    # shapes; then scaled, the next kernel of the same run. Each death costs a fresh worker; the run
-    # is one. The precompile pass meets crash and hang first: it loses their cases to the run, and
-    # builds scaled's; hang's build it kills as hung, and the run records it without calling it
-    # again. `stuck` builds nothing, so the pass leaves it alone: it hangs the measuring process.
+    # fragile: torch, `crash` and `wreck` (abort on M=4), `hang` and `stuck` (sleep for ever on M=3),
+    # on two shapes; then scaled, the next kernel of the same run. Each death costs a fresh worker;
+    # the run is one. The precompile pass meets crash and hang first: it loses their cases to the
+    # run, and builds scaled's; it names crash's build as crashed and hang's as hung, and the run
+    # records them without calling them again. `wreck` and `stuck` build nothing, so the pass leaves
+    # them alone: they crash and hang the measuring process.
     fragile = str(Path(__file__).resolve().parent / "fragile_kernels.py")
     db, cache = tmp_path / "k.duckdb", tmp_path / "cache"
     (tmp_path / "hangs").mkdir()
@@ -286,22 +287,24 @@ def test_a_measurement_that_crashes_or_hangs_its_process_is_an_error_row_and_the
     runs, rows = _stored(db)
     assert [r["status"] for r in runs] == ["finished"]
     got = {(r["kernel"], r["provider"], r["shape"]): (r["status"], r["error"]) for r in rows}
-    assert len(got) == len(rows) == 2 * 4 + 2 * 2  # every measurement once
+    assert len(got) == len(rows) == 2 * 5 + 2 * 2  # every measurement once
     a, b = "M=4,N=8", "M=3,N=5"
     # the row quotes what the process said last (from its standard error, which reaches ours too)
-    assert got["fragile", "crash", a] == ("error", "the measuring process died: signal 6 (SIGABRT); its last "
+    assert got["fragile", "wreck", a] == ("error", "the measuring process died: signal 6 (SIGABRT); its last "
                                           f"words: python3: {fragile_kernels.CRASH}")
+    assert got["fragile", "crash", a] == ("error", "its build crashed the precompile pass's process: signal 6 "
+                                          f"(SIGABRT); its last words: python3: {fragile_kernels.CRASH}")
     assert fragile_kernels.CRASH in out.stderr
     assert got["fragile", "stuck", b] == ("error", "no result within 300 s")
     status, why = got["fragile", "hang", b]
     hung = re.fullmatch(r"its build hung in the precompile pass for (\d+) s", why)
     assert status == "error" and hung and int(hung[1]) >= HUNG_S, why
-    assert "1 hung (the run records them as errors, without calling them)" in out.stderr
+    assert "1 hung and 1 crashed (the run records them as errors, without calling them)" in out.stderr
     # `hang` hung once, in the pass, and `stuck` once, in the run (each leaves a file named by its pid)
     assert len(list((tmp_path / "hangs").iterdir())) == 2
     # the measurements after each death, in that case and the next, and the ones before it
     assert {got["fragile", p, s][0] for p, s in [("torch", a), ("hang", a), ("stuck", a), ("torch", b),
-                                                   ("crash", b)]} == {"ok"}
+                                                   ("crash", b), ("wreck", b)]} == {"ok"}
     assert {s for (k, _, _), (s, _) in got.items() if k == "scaled"} == {"ok", "failed"}
     assert len({r["seq"] for r in rows}) == len(rows)
     assert "fragile" in out.stderr and "goes on in a fresh process" in out.stderr
