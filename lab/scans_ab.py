@@ -119,15 +119,16 @@ def candidates(op: str, mode: str, dims: dict, device: str) -> list[tuple[str, o
     return unique
 
 
-def time_shape(op, label, dims, mode, dtype, pool, args, copy_gbps, log) -> list[dict]:
-    """Gate and time every candidate at one shape and mode: one row (a dict) each."""
+def time_shape(op, label, dims, mode, dtype, pool, args, copy_gbps, log, cands=None) -> list[dict]:
+    """Gate and time every candidate (label, config) at one shape and mode (default: candidates()):
+    one row (a dict) each."""
     import torch
 
     from kcollect import timing, verify
     from kcollect.kernels._host.config import forced
 
     spec = importlib.import_module(f"kcollect.kernels.{op}.spec").SPEC
-    cands = candidates(op, mode, dims, args.device)
+    cands = cands if cands is not None else candidates(op, mode, dims, args.device)
     broken = common.precompile(pool, _warm, (op, dims, args.dtype, mode), [c for _, c in cands])
     inputs = spec.make_inputs(dims, dtype, args.device, 0)
     dys, want = verify.reference_answers(spec, inputs, mode, 1)
