@@ -12,7 +12,9 @@ config.pick's choice ("pick"), and the lanes forward with a channel's states ove
 (1, 2, 4; block_d channels a program of `warps` warps), tiles of `steps` (4, 8), 1/`poly` of the
 decays by the FMA-pipe polynomial (0: none), time whole and in the segments that bring the grid
 to 8 warps an SM. RTU backward (bf16): config.pick's, and 32/64/128 channels on 1/2/4 warps, each
-over a few segment counts.
+over the pick's segments (rescaled to the layout's warps), half, 1.5x and twice that: whether the
+backward's 8 warps an SM should be more (B8 T8192 H1024 with resets: 10 segments beat 5 by 7%;
+without resets 5 beat 10 by 15%, lab/results/scans_ab_h200.txt).
 
 The last block: per shape the pick and the best row (ms, % of copy); per variant family (split,
 steps, poly) its time over the pick's at every selective-scan shape and their geometric mean,
@@ -92,9 +94,9 @@ def rtu_bwd_candidates(label: str, dims: dict, device: str) -> list[tuple[str, o
     out = [("pick", pick)]
     top = -(-T // pick.chunk)
     for block_h, warps in ((32, 1), (64, 2), (128, 4)):
-        # the pick's segments rescaled to this layout's warps, then half and twice that
+        # the pick's segments rescaled to this layout's warps, then half, 1.5x and twice that
         segs = max(1, min(top, pick.bwd_segments * pick.bwd_block_h * warps // (block_h * pick.bwd_warps)))
-        for s in sorted({max(1, segs // 2), segs, min(top, 2 * segs)}):
+        for s in sorted({max(1, segs // 2), segs, min(top, (3 * segs + 1) // 2), min(top, 2 * segs)}):
             out.append(("grid", dataclasses.replace(pick, bwd_block_h=block_h, bwd_warps=warps, bwd_segments=s)))
     return _unique(out)
 
