@@ -189,12 +189,12 @@ def _path(op: str, mode: str, c) -> str:
 def print_table(title: str, rows: list[dict]) -> None:
     nan = float("nan")
     print(f"\n== {title}")
-    print(f"  {'kind':<16} {'config':<118} {'ms':>8} {'rounds':>15} {'GB/s':>6} {'%copy':>6}  note")
+    print(f"  {'kind':<16} {'config':<136} {'ms':>8} {'rounds':>15} {'GB/s':>6} {'%copy':>6}  note")
     for r in sorted(rows, key=lambda r: (r["ms"] is None, r["ms"] or 0)):
         cfg = " ".join(f"{k}={v}" for k, v in r["config"].items())
         spread = f"{r['lo']:.4f}-{r['hi']:.4f}" if r["ms"] else ""
         note = r["note"] or f"err {r['err']:.1e}"
-        print(f"  {r['kind']:<16} {cfg:<118} {r['ms'] or nan:8.4f} {spread:>15} {r.get('gbps') or nan:6.0f} "
+        print(f"  {r['kind']:<16} {cfg:<136} {r['ms'] or nan:8.4f} {spread:>15} {r.get('gbps') or nan:6.0f} "
               f"{r.get('pct_copy') or nan:6.1f}  {note}")
 
 

@@ -9,9 +9,10 @@ replays, L2 flushed, the median of the rounds' medians, % of the copy bandwidth 
 
 Selective scan (forward, bf16), at the target B8 T2048 D2048 N16 and the grid's other shapes:
 config.pick's choice ("pick"), and the lanes forward with a channel's states over `split` lanes
-(1, 2, 4; block_d channels a program of `warps` warps), tiles of `steps` (4, 8), 1/`poly` of the
-decays by the FMA-pipe polynomial (0: none), time whole and in the segments that bring the grid
-to 8 warps an SM. RTU backward (bf16): config.pick's, and 32/64/128 channels on 1/2/4 warps, each
+(1, 2, 4; block_d channels a program of `warps` warps), softplus(delta) on each of a channel's
+lanes or once a channel (`share`), tiles of `steps` (4, 8), 1/`poly` of the decays by the
+FMA-pipe polynomial (0: none), time whole and in the segments that bring the grid to 8 warps an
+SM. RTU backward (bf16): config.pick's, and 32/64/128 channels on 1/2/4 warps, each
 over the pick's segments (rescaled to the layout's warps), half, 1.5x and twice that: whether the
 backward's 8 warps an SM should be more (B8 T8192 H1024 with resets: 10 segments beat 5 by 7%;
 without resets 5 beat 10 by 15%, lab/results/scans_ab_h200.txt).
@@ -73,16 +74,19 @@ def ss_candidates(label: str, dims: dict, device: str) -> list[tuple[str, object
     base = dataclasses.replace(config.lanes(B, T, D, device), split=1, poly=0)
     sms = sm_count(device)
     cpu = device != "cuda"
-    layouts = _CPU_LAYOUTS if cpu else _LAYOUTS if label == "target" else _LAYOUTS[::2]
-    polys = (0, 4) if cpu or label != "target" else (0, 4, 2)
+    target = label == "target"
+    layouts = _CPU_LAYOUTS if cpu else _LAYOUTS if target else _LAYOUTS[:2] + _LAYOUTS[3:4]
+    polys = (0, 4) if cpu or not target else (0, 4, 2)
     out = [("pick", pick)]
     for split, block_d, warps in layouts:
-        for steps in ((4,) if cpu else (4, 8)):
-            for poly in polys:
-                for segs in sorted({1, _segments(B, T, D, block_d, warps, steps, sms)}):
-                    c = dataclasses.replace(base, block_d=block_d, warps=warps, steps=steps, segments=segs,
-                                            split=split, poly=poly)
-                    out.append((f"s{split} t{steps} p{poly}", c))
+        # softplus on each of a channel's lanes or once (share); elsewhere than the target only once
+        for share in ((False,) if split == 1 else (False, True) if target or cpu else (True,)):
+            for steps in ((4,) if cpu else (4, 8)):
+                for poly in polys:
+                    for segs in sorted({1, _segments(B, T, D, block_d, warps, steps, sms)}):
+                        c = dataclasses.replace(base, block_d=block_d, warps=warps, steps=steps, segments=segs,
+                                                split=split, poly=poly, share=share)
+                        out.append((f"s{split} t{steps} p{poly}{' sh' * share}", c))
     return _unique(out)
 
 

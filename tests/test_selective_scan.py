@@ -54,8 +54,8 @@ def test_inference_forward_matches_reference():
 
 # The lanes forward at the CPU's chunk of 8 steps (the states kept for the tiles backward) and
 # blocks of 8 channels: tiles of `steps`, time in `segments`
-def lanes(steps=4, segments=3, split=1, poly=0, block_d=8, warps=1):
-    return SelectiveScanConfig(8, block_d, warps, 8, 1, "lanes", steps, segments, split, poly)
+def lanes(steps=4, segments=3, split=1, poly=0, block_d=8, warps=1, share=False):
+    return SelectiveScanConfig(8, block_d, warps, 8, 1, "lanes", steps, segments, split, poly, share)
 
 
 LANES_CASES = [  # (case of lab/awkward, config)
@@ -70,7 +70,7 @@ LANES_CASES = [  # (case of lab/awkward, config)
     (awkward_case("selective_scan", {"B": 2, "T": 17, "D": 9, "N": 5}, "bfloat16", step="mixed", gate="large",
                   layout="strided", grad_layout="strided"), lanes(2, 3, split=2, poly=2)),
     (awkward_case("selective_scan", {"B": 1, "T": 48, "D": 16, "N": 16}, decay="weak"),
-     lanes(4, 6, split=4)),  # fp32: groups of 4 states, segments' ends and the kept states by group
+     lanes(4, 6, split=4, share=True)),  # fp32: groups of 4 states, segments' ends and kept states by group
     (awkward_case("selective_scan", {"B": 3, "T": 9, "D": 1, "N": 1}, step="tiny", decay="weak", x_scale=0.01),
      lanes(8, 2, split=8)),  # more lanes asked for than states: one state a lane
 ]
@@ -92,18 +92,20 @@ def test_lanes_inference_forward_matches_reference():
             check(dims(1, 16, 16, 16), BF16, mode="fwd")
 
 
-# (split, poly, block_d, warps, segments): each state grouping, the polynomial at each share, channels
-# over two warps (the groups' partial sums meet within each warp), with and without segments
-SPLIT_CASES = [(2, 0, 8, 1, 1), (2, 4, 8, 2, 3), (4, 2, 8, 1, 2), (4, 4, 4, 1, 1), (8, 0, 8, 1, 3), (1, 8, 8, 1, 2)]
+# (split, poly, block_d, warps, segments, share): each state grouping, the polynomial at each
+# share, channels over two warps (the groups' partial sums meet within each warp), with and without
+# segments, softplus per lane and once a channel
+SPLIT_CASES = [(2, 0, 8, 1, 1, False), (2, 4, 8, 2, 3, True), (4, 2, 8, 1, 2, True), (4, 4, 4, 1, 1, False),
+               (8, 0, 8, 1, 3, True), (1, 8, 8, 1, 2, True)]
 
 
-@pytest.mark.parametrize("split, poly, block_d, warps, segments", SPLIT_CASES,
-                         ids=[f"split{c[0]}-poly{c[1]}-bd{c[2]}-w{c[3]}-seg{c[4]}" for c in SPLIT_CASES])
+@pytest.mark.parametrize("split, poly, block_d, warps, segments, share", SPLIT_CASES,
+                         ids=[f"split{c[0]}-poly{c[1]}-bd{c[2]}-w{c[3]}-seg{c[4]}{'-share' * c[5]}" for c in SPLIT_CASES])
 @pytest.mark.parametrize("dtype", [F32, BF16, torch.float16], ids=["fp32", "bf16", "fp16"])
-def test_lanes_split_and_poly_forward_match_reference(split, poly, block_d, warps, segments, dtype):
+def test_lanes_split_and_poly_forward_match_reference(split, poly, block_d, warps, segments, share, dtype):
     # D 11 (a masked channel block), N 16 and N 3 (padded to 4: split 8 falls back to 4 lanes, the
     # polynomial to none where a lane holds fewer states than 1/poly needs), T 13 (a partial tile)
-    with forced(lanes(4, segments, split, poly, block_d, warps)):
+    with forced(lanes(4, segments, split, poly, block_d, warps, share)):
         for n in (16, 3):
             check(dims(2, 13, 11, n), dtype, mode="fwd", tolerance=1e-2 if dtype == torch.float16 else None)
 

@@ -36,6 +36,7 @@ class SelectiveScanConfig:
     segments: int = 1  # time splits of the lanes forward (1: one program walks the whole sequence)
     split: int = 1  # lanes a channel's states are spread over in the lanes forward (1, 2, 4, 8)
     poly: int = 0  # the lanes forward (bf16/fp16) takes 1/poly of its decays by a polynomial (0: none; 2, 4, 8)
+    share: bool = False  # split > 1: softplus(delta) once a channel and step, handed to its lanes
 
 
 # B * T * D from which pick returns the lanes forward (None: never)

@@ -61,6 +61,14 @@ def _partials_summed(v, STEPS: tl.constexpr, BLOCK_D: tl.constexpr, SPLIT: tl.co
 
 
 @triton.jit
+def _to_lanes(v, STEPS: tl.constexpr, BLOCK_D: tl.constexpr, SPLIT: tl.constexpr, WARPS: tl.constexpr):
+    """[steps, BLOCK_D] per channel as [steps, lanes], each channel's value on its SPLIT lanes."""
+    CW: tl.constexpr = BLOCK_D // WARPS
+    v = tl.broadcast_to(tl.reshape(v, [STEPS, WARPS, 1, CW]), [STEPS, WARPS, SPLIT, CW])
+    return tl.reshape(v, [STEPS, BLOCK_D * SPLIT])
+
+
+@triton.jit
 def _rows(P, offs, t, T, md, live, EVEN: tl.constexpr):
     """The [steps, lanes] tile of P at offs (steps t), as stored: zero outside or where not live."""
     if EVEN:
@@ -118,7 +126,7 @@ def _ss_fwd_lanes(X, DL, A, Bm, Cm, Dk, Z, Y, CK, EH, EDT, T, D: tl.constexpr, N
                   BLOCK_D: tl.constexpr, VEC: tl.constexpr, N_P2: tl.constexpr, STEPS: tl.constexpr,
                   STORE_CK: tl.constexpr, ENDS_PASS: tl.constexpr, EVEN: tl.constexpr, EVEN_N: tl.constexpr,
                   ASM: tl.constexpr, WIDEN: tl.constexpr, FAST_SOFTPLUS: tl.constexpr, PRECISE: tl.constexpr,
-                  SPLIT: tl.constexpr, POLY: tl.constexpr, WARPS: tl.constexpr):
+                  SPLIT: tl.constexpr, POLY: tl.constexpr, WARPS: tl.constexpr, SHARE: tl.constexpr):
     """Program (sequence x channel block, segment). ENDS_PASS: the segment from a zero state,
     keeping its end state and sum of steps; otherwise from the state the earlier segments' ends
     combine to, writing y and, with STORE_CK, the state after every ck_every tiles. Steps past T
@@ -163,8 +171,9 @@ def _ss_fwd_lanes(X, DL, A, Bm, Cm, Dk, Z, Y, CK, EH, EDT, T, D: tl.constexpr, N
     offs_c = rows[:, None] * D + c_ch[None, :]  # y and z: one lane a channel
     at = base + c.to(tl.int64) * STEPS * D
     t0 = c * STEPS + rows
+    offs_dl = offs_c if SHARE else offs
     xn = _rows(X + at, offs, t0, T, md, True, EVEN)
-    dln = _rows(DL + at, offs, t0, T, md, True, EVEN)
+    dln = _rows(DL + at, offs_dl, t0, T, c_ch < D if SHARE else md, True, EVEN)
     bn = _per_step(Bm, b, t0, k, n3, T, N, True, EVEN_N, SPLIT)
     if not ENDS_PASS:
         zn = _rows(Z + at, offs_c, t0, T, c_ch < D, True, EVEN)
@@ -176,13 +185,16 @@ def _ss_fwd_lanes(X, DL, A, Bm, Cm, Dk, Z, Y, CK, EH, EDT, T, D: tl.constexpr, N
         # the next tile's loads go out before this one is scanned
         live = c + 1 < end
         xn = _rows(X + at + STEPS * D, offs, t + STEPS, T, md, live, EVEN)
-        dln = _rows(DL + at + STEPS * D, offs, t + STEPS, T, md, live, EVEN)
+        dln = _rows(DL + at + STEPS * D, offs_dl, t + STEPS, T, c_ch < D if SHARE else md, live, EVEN)
         bn = _per_step(Bm, b, t + STEPS, k, n3, T, N, live, EVEN_N, SPLIT)
         if not ENDS_PASS:
             z, ct = zn.to(tl.float32), widen(cn, WIDEN)
             zn = _rows(Z + at + STEPS * D, offs_c, t + STEPS, T, c_ch < D, live, EVEN)
             cn = _per_step(Cm, b, t + STEPS, k, n3, T, N, live, EVEN_N, SPLIT)
-        dt = softplus(dl, FAST_SOFTPLUS, PRECISE)
+        if SHARE:
+            dt = _to_lanes(softplus(dl, FAST_SOFTPLUS, PRECISE), STEPS, BLOCK_D, SPLIT, WARPS)
+        else:
+            dt = softplus(dl, FAST_SOFTPLUS, PRECISE)
         decay = decay_of(dt[:, :, None], a, a2, PRECISE, POLY)
         inj = (dt * x)[:, :, None] * _by_lane(bt, SPLIT)
         inj = tl.where(head, inj + decay * h, inj)  # the carried state enters at the first step
@@ -242,7 +254,7 @@ def forward(x, delta, A, B, C, D, z, y, ck, cfg, n_p2: int) -> None:
     meta = dict(BLOCK_D=cfg.block_d, VEC=vec, N_P2=n_p2, STEPS=cfg.steps, STORE_CK=ck is not None,
                 EVEN=T % cfg.steps == 0 and Dm % cfg.block_d == 0, EVEN_N=N == n_p2, ASM=x.device.type == "cuda",
                 WIDEN=widen_asm(B) and widen_asm(C), FAST_SOFTPLUS=widen_asm(delta), PRECISE=precise,
-                SPLIT=split, POLY=poly, WARPS=cfg.warps, num_warps=cfg.warps)
+                SPLIT=split, POLY=poly, WARPS=cfg.warps, SHARE=cfg.share and split > 1, num_warps=cfg.warps)
     chains = Bsz * triton.cdiv(Dm, cfg.block_d)
     if n_seg > 1:  # the last segment's ends are never read
         _ss_fwd_lanes[(chains, n_seg - 1)](*args, ENDS_PASS=True, **meta)
