@@ -13,7 +13,8 @@ The lanes forward (lanes.py, path "lanes") keeps time and states in each thread'
 scans_ab.py on an H200 (lab/results/scans_ab_h200.txt): faster than the tiles pick at every shape
 measured, B1 T60 D512 (30720) the smallest, 0.59x to 0.18x its time (B8 T2048 D2048 N16: 1.519 ->
 0.266 ms with the config below). The backward is the tiles path's either way (it reads the states
-the lanes forward keeps every `chunk` steps)."""
+the lanes forward keeps every `chunk` steps). The lanes forward's split, share and poly (lanes.py)
+are at 1, off and 0 in `lanes` until lab/ss_variants.py's GPU numbers say otherwise."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -61,7 +62,8 @@ def pick(batch: int, steps: int, channels: int, states: int, device) -> Selectiv
 
 def lanes(batch: int, steps: int, channels: int, device) -> SelectiveScanConfig:
     """The lanes forward's config: one-warp programs of 32 channels (1 a thread, with its N states
-    and 8 steps in registers: sm_90 compile at N 16, 252 registers, no spill; faster than 4 steps
+    and 8 steps in registers: sm_90 compile at N 16, 252 registers, no spill (an offline Triton 3.6
+    compile at D 2048 of this code: 255 and 36 spill loads); faster than 4 steps
     at every H200 shape but B3 T1000 D1000, 2% slower there), time whole or in segments (see
     _LANES_FULL); the tiles backward's config and chunk (8 channels a program and 4 steps on the
     CPU)."""

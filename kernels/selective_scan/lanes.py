@@ -7,6 +7,15 @@ over the thread's own registers (one exponential, two multiplies and two fused m
 step, channel and state; B_t and C_t are broadcast to the channels for free), where the tiles path
 spreads time and states over lanes.
 
+A thread's 16 states of 8 steps fill its registers (sm_90: 255 at D 2048, some spilled), so a warp
+an SM scheduler is all that runs. `split` spreads a channel's states over that many lanes of a warp
+([steps, block_d * split, N / split] tiles; each lane loads its own group's B_t and C_t): as many
+more warps, a fraction of the registers (split 2 at 8 steps: 216, at 4: 128), and y_t's sum over
+the states meets by shuffles between the groups' lanes. softplus(delta) is then worked out on each
+of a channel's lanes, or with `share` once a channel and handed to them. The decays' exponentials
+bound the kernel (16 a step and channel on the SFU, 16 results a clock an SM, against 128 for
+the FMA pipe that does the rest): `poly` moves 1/poly of them to a polynomial on the FMA pipe.
+
 Time is split into segments so that few channels still fill the GPU: a first launch scans every
 segment (but the last) from a zero state and keeps its end state [D, N] and the sum of its steps
 softplus(delta) [D] (its transition is exp(A * that sum)); the second starts each segment from the
