@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"))
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
     ap.add_argument("--out", default=None, help="folder for ss_variants.jsonl (one row a candidate)")
-    ap.add_argument("--time-limit-s", type=float, default=330.0, help="start no shape past this many seconds")
+    ap.add_argument("--time-limit-s", type=float, default=300.0, help="start no shape past this many seconds")
     common.search_options(ap, rep_ms=4.0, quick="(unused)")
     args = ap.parse_args(argv)
     shapes = CPU_SHAPES if args.device == "cpu" else SHAPES

@@ -86,7 +86,7 @@ def _rows(P, offs, t, T, md, live, EVEN: tl.constexpr):
 
 
 @triton.jit
-def _per_step(P, b, t, n, n3, T, N, live, EVEN_N: tl.constexpr, SPLIT: tl.constexpr):
+def _per_step(P, b, t, n, n3, T, N, live, EVEN_N: tl.constexpr, SPLIT: tl.constexpr, MASKED: tl.constexpr = True):
     """B_t or C_t at steps t (zero past N, past T or where not live): SPLIT 1, [steps, N_p2], which
     every thread holds whole; otherwise [steps, lanes, N_p2 / SPLIT], each lane its group's states
     n3 [1, lanes, N_p2 / SPLIT]. Loaded as [lanes, steps, states] and permuted: the coalescer puts
@@ -95,7 +95,10 @@ def _per_step(P, b, t, n, n3, T, N, live, EVEN_N: tl.constexpr, SPLIT: tl.conste
     m = (t < T) & live
     if SPLIT > 1:
         n3t = tl.permute(n3, (1, 0, 2))
-        v = tl.load(P + (b * T + t[None, :, None]) * N + n3t, mask=m[None, :, None] & (n3t < N), other=0.0)
+        if MASKED:
+            v = tl.load(P + (b * T + t[None, :, None]) * N + n3t, mask=m[None, :, None] & (n3t < N), other=0.0)
+        else:
+            v = tl.load(P + (b * T + t[None, :, None]) * N + n3t)
         v = tl.permute(v, (1, 0, 2))
     elif EVEN_N:
         v = tl.load(P + (b * T + t[:, None]) * N + n[None, :], mask=m[:, None], other=0.0)
@@ -145,6 +148,7 @@ def _ss_fwd_lanes(X, DL, A, Bm, Cm, Dk, Z, Y, CK, EH, EDT, T, D: tl.constexpr, N
     of them; y_t sums the lanes' partial sums). POLY: 1/POLY of the decays by a polynomial on the
     FMA pipe (softplus.py's exp2_mixed; not with PRECISE)."""
     NG: tl.constexpr = N_P2 // SPLIT
+    CLAMP: tl.constexpr = SPLIT > 1 and EVEN and EVEN_N
     LANES: tl.constexpr = BLOCK_D * SPLIT
     b, c_ch, d, g = _lanes(D, BLOCK_D, VEC, SPLIT, WARPS)
     md = d < D
@@ -193,13 +197,24 @@ def _ss_fwd_lanes(X, DL, A, Bm, Cm, Dk, Z, Y, CK, EH, EDT, T, D: tl.constexpr, N
         t = c * STEPS + rows
         # the next tile's loads go out before this one is scanned
         live = c + 1 < end
-        xn = _rows(X + at + STEPS * D, offs, t + STEPS, T, md, live, EVEN)
-        dln = _rows(DL + at + STEPS * D, offs_dl, t + STEPS, T, c_ch < D if SHARE else md, live, EVEN)
-        bn = _per_step(Bm, b, t + STEPS, k, n3, T, N, live, EVEN_N, SPLIT)
+        if CLAMP:  # the next tile, or past the segment this one again: in bounds, no mask
+            at_n = base + tl.minimum(c + 1, end - 1).to(tl.int64) * STEPS * D
+            t_n = tl.minimum(c + 1, end - 1) * STEPS + rows
+            xn = tl.load(X + at_n + offs)
+            dln = tl.load(DL + at_n + offs_dl)
+            bn = _per_step(Bm, b, t_n, k, n3, T, N, live, EVEN_N, SPLIT, False)
+        else:
+            xn = _rows(X + at + STEPS * D, offs, t + STEPS, T, md, live, EVEN)
+            dln = _rows(DL + at + STEPS * D, offs_dl, t + STEPS, T, c_ch < D if SHARE else md, live, EVEN)
+            bn = _per_step(Bm, b, t + STEPS, k, n3, T, N, live, EVEN_N, SPLIT)
         if not ENDS_PASS:
             z, ct = zn.to(tl.float32), widen(cn, WIDEN)
-            zn = _rows(Z + at + STEPS * D, offs_c, t + STEPS, T, c_ch < D, live, EVEN)
-            cn = _per_step(Cm, b, t + STEPS, k, n3, T, N, live, EVEN_N, SPLIT)
+            if CLAMP:
+                zn = tl.load(Z + at_n + offs_c)
+                cn = _per_step(Cm, b, t_n, k, n3, T, N, live, EVEN_N, SPLIT, False)
+            else:
+                zn = _rows(Z + at + STEPS * D, offs_c, t + STEPS, T, c_ch < D, live, EVEN)
+                cn = _per_step(Cm, b, t + STEPS, k, n3, T, N, live, EVEN_N, SPLIT)
         if SHARE:
             dt = _to_lanes(softplus(dl, FAST_SOFTPLUS, PRECISE), STEPS, BLOCK_D, SPLIT, WARPS)
         else:
