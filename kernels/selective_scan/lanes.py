@@ -108,6 +108,19 @@ def _per_step(P, b, t, n, n3, T, N, live, EVEN_N: tl.constexpr, SPLIT: tl.conste
 
 
 @triton.jit
+def _widened(v, WIDEN: tl.constexpr, PAIRS: tl.constexpr):
+    """B_t or C_t as loaded, in fp32. PAIRS: [steps, lanes, states / 2] int32, each two bf16
+    states (the first in the low half): the low one shifted up, the high one masked, each as
+    the fp32 it is the top half of, interleaved back in order."""
+    if PAIRS:
+        lo = (v << 16).to(tl.float32, bitcast=True)
+        hi = (v & -65536).to(tl.float32, bitcast=True)
+        return tl.reshape(tl.join(lo, hi), [v.shape[0], v.shape[1], 2 * v.shape[2]])
+    else:
+        return widen(v, WIDEN)
+
+
+@triton.jit
 def _by_lane(v, SPLIT: tl.constexpr):
     """B_t or C_t as a [steps, lanes, states] operand."""
     if SPLIT == 1:
@@ -138,7 +151,8 @@ def _ss_fwd_lanes(X, DL, A, Bm, Cm, Dk, Z, Y, CK, EH, EDT, T, D: tl.constexpr, N
                   BLOCK_D: tl.constexpr, VEC: tl.constexpr, N_P2: tl.constexpr, STEPS: tl.constexpr,
                   STORE_CK: tl.constexpr, ENDS_PASS: tl.constexpr, EVEN: tl.constexpr, EVEN_N: tl.constexpr,
                   ASM: tl.constexpr, WIDEN: tl.constexpr, FAST_SOFTPLUS: tl.constexpr, PRECISE: tl.constexpr,
-                  SPLIT: tl.constexpr, POLY: tl.constexpr, WARPS: tl.constexpr, SHARE: tl.constexpr):
+                  SPLIT: tl.constexpr, POLY: tl.constexpr, WARPS: tl.constexpr, SHARE: tl.constexpr,
+                  PAIRS: tl.constexpr):
     """Program (sequence x channel block, segment). ENDS_PASS: the segment from a zero state,
     keeping its end state and sum of steps; otherwise from the state the earlier segments' ends
     combine to, writing y and, with STORE_CK, the state after every ck_every tiles. Steps past T
@@ -160,6 +174,12 @@ def _ss_fwd_lanes(X, DL, A, Bm, Cm, Dk, Z, Y, CK, EH, EDT, T, D: tl.constexpr, N
     else:
         k = tl.arange(0, NG)
         n3 = g[None, :, None] * NG + k[None, None, :]
+    if PAIRS:  # B and C as int32 words of two states: [1, lanes, NG / 2] word indices, N / 2 a step
+        nb = g[None, :, None] * (NG // 2) + tl.arange(0, NG // 2)[None, None, :]
+        NB = N // 2
+    else:
+        nb = n3
+        NB = N
     md3 = (d3 < D) & (n3 < N)
     a = tl.load(A + d3 * N + n3, mask=md3, other=0.0).to(tl.float32)
     a2 = a * LOG2E
@@ -187,13 +207,13 @@ def _ss_fwd_lanes(X, DL, A, Bm, Cm, Dk, Z, Y, CK, EH, EDT, T, D: tl.constexpr, N
     offs_dl = offs_c if SHARE else offs
     xn = _rows(X + at, offs, t0, T, md, True, EVEN)
     dln = _rows(DL + at, offs_dl, t0, T, c_ch < D if SHARE else md, True, EVEN)
-    bn = _per_step(Bm, b, t0, k, n3, T, N, True, EVEN_N, SPLIT)
+    bn = _per_step(Bm, b, t0, k, nb, T, NB, True, EVEN_N, SPLIT)
     if not ENDS_PASS:
         zn = _rows(Z + at, offs_c, t0, T, c_ch < D, True, EVEN)
-        cn = _per_step(Cm, b, t0, k, n3, T, N, True, EVEN_N, SPLIT)
+        cn = _per_step(Cm, b, t0, k, nb, T, NB, True, EVEN_N, SPLIT)
     while c < end:
         # B_t and C_t widened where loaded (opaque: not after the broadcast to every thread, 4x the work)
-        x, dl, bt = xn.to(tl.float32), dln.to(tl.float32), widen(bn, WIDEN)
+        x, dl, bt = xn.to(tl.float32), dln.to(tl.float32), _widened(bn, WIDEN, PAIRS)
         t = c * STEPS + rows
         # the next tile's loads go out before this one is scanned
         live = c + 1 < end
@@ -202,19 +222,19 @@ def _ss_fwd_lanes(X, DL, A, Bm, Cm, Dk, Z, Y, CK, EH, EDT, T, D: tl.constexpr, N
             t_n = tl.minimum(c + 1, end - 1) * STEPS + rows
             xn = tl.load(X + at_n + offs)
             dln = tl.load(DL + at_n + offs_dl)
-            bn = _per_step(Bm, b, t_n, k, n3, T, N, live, EVEN_N, SPLIT, False)
+            bn = _per_step(Bm, b, t_n, k, nb, T, NB, live, EVEN_N, SPLIT, False)
         else:
             xn = _rows(X + at + STEPS * D, offs, t + STEPS, T, md, live, EVEN)
             dln = _rows(DL + at + STEPS * D, offs_dl, t + STEPS, T, c_ch < D if SHARE else md, live, EVEN)
-            bn = _per_step(Bm, b, t + STEPS, k, n3, T, N, live, EVEN_N, SPLIT)
+            bn = _per_step(Bm, b, t + STEPS, k, nb, T, NB, live, EVEN_N, SPLIT)
         if not ENDS_PASS:
-            z, ct = zn.to(tl.float32), widen(cn, WIDEN)
+            z, ct = zn.to(tl.float32), _widened(cn, WIDEN, PAIRS)
             if CLAMP:
                 zn = tl.load(Z + at_n + offs_c)
-                cn = _per_step(Cm, b, t_n, k, n3, T, N, live, EVEN_N, SPLIT, False)
+                cn = _per_step(Cm, b, t_n, k, nb, T, NB, live, EVEN_N, SPLIT, False)
             else:
                 zn = _rows(Z + at + STEPS * D, offs_c, t + STEPS, T, c_ch < D, live, EVEN)
-                cn = _per_step(Cm, b, t + STEPS, k, n3, T, N, live, EVEN_N, SPLIT)
+                cn = _per_step(Cm, b, t + STEPS, k, nb, T, NB, live, EVEN_N, SPLIT)
         if SHARE:
             dt = _to_lanes(softplus(dl, FAST_SOFTPLUS, PRECISE), STEPS, BLOCK_D, SPLIT, WARPS)
         else:
@@ -273,12 +293,15 @@ def forward(x, delta, A, B, C, D, z, y, ck, cfg, n_p2: int) -> None:
     eh = torch.empty(Bsz, n_seg, Dm, n_p2, device=x.device, dtype=torch.float32)  # (unread with one segment)
     edt = torch.empty(Bsz, n_seg, Dm, device=x.device, dtype=torch.float32)
     vec = max(1, cfg.block_d * split // (32 * cfg.warps))
-    args = [x, delta, A, B, C, D, z, y, ck if ck is not None else eh, eh, edt, T, Dm, N, n_tiles, per_seg, n_seg,
+    pairs = split > 1 and B.dtype == C.dtype == torch.bfloat16 and N == n_p2 and n_p2 // split >= 2
+    Bk, Ck = (B.view(torch.int32), C.view(torch.int32)) if pairs else (B, C)
+    args = [x, delta, A, Bk, Ck, D, z, y, ck if ck is not None else eh, eh, edt, T, Dm, N, n_tiles, per_seg, n_seg,
             cfg.chunk // cfg.steps]
     meta = dict(BLOCK_D=cfg.block_d, VEC=vec, N_P2=n_p2, STEPS=cfg.steps, STORE_CK=ck is not None,
                 EVEN=T % cfg.steps == 0 and Dm % cfg.block_d == 0, EVEN_N=N == n_p2, ASM=x.device.type == "cuda",
                 WIDEN=widen_asm(B) and widen_asm(C), FAST_SOFTPLUS=widen_asm(delta), PRECISE=precise,
-                SPLIT=split, POLY=poly, WARPS=cfg.warps, SHARE=cfg.share and split > 1, num_warps=cfg.warps)
+                SPLIT=split, POLY=poly, WARPS=cfg.warps, SHARE=cfg.share and split > 1, PAIRS=pairs,
+                num_warps=cfg.warps)
     chains = Bsz * triton.cdiv(Dm, cfg.block_d)
     if n_seg > 1:  # the last segment's ends are never read
         _ss_fwd_lanes[(chains, n_seg - 1)](*args, ENDS_PASS=True, **meta)
