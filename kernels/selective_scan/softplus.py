@@ -69,8 +69,8 @@ def exp2_poly(v):
     p = p * f + _P2
     p = p * f + _P1
     p = p * f + _P0
-    j = r.to(tl.int32, bitcast=True) - 0x4B400000  # r's bits less 1.5 * 2^23's: j
-    return (p.to(tl.int32, bitcast=True) + (j << 23)).to(tl.float32, bitcast=True)
+    # r's bits are 1.5 * 2^23's plus j, whose low 9 bits are zero: shifted by 23, j << 23 alone
+    return (p.to(tl.int32, bitcast=True) + (r.to(tl.int32, bitcast=True) << 23)).to(tl.float32, bitcast=True)
 
 
 @triton.jit
