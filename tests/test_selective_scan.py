@@ -92,22 +92,25 @@ def test_lanes_inference_forward_matches_reference():
             check(dims(1, 16, 16, 16), BF16, mode="fwd")
 
 
-# (split, poly, block_d, warps, segments, share): each state grouping, the polynomial at each
-# share, channels over two warps (the groups' partial sums meet within each warp), with and without
-# segments, softplus per lane and once a channel
-SPLIT_CASES = [(2, 0, 8, 1, 1, False), (2, 4, 8, 2, 3, True), (4, 2, 8, 1, 2, True), (4, 4, 4, 1, 1, False),
-               (8, 0, 8, 1, 3, True), (1, 8, 8, 1, 2, True)]
+# (split, poly, block_d, warps, segments, share, dtype): each state grouping, the polynomial at each
+# share (bf16 and fp16: fp32 keeps its precise decays), channels over two warps (the groups' partial
+# sums meet within each warp), with and without segments, softplus per lane and once a channel;
+# bf16 with N 16 loads B and C as pairs of states
+FP16 = torch.float16
+SPLIT_CASES = [(2, 0, 8, 1, 1, False, F32), (2, 4, 8, 2, 3, True, BF16), (4, 2, 8, 1, 2, True, BF16),
+               (4, 4, 4, 1, 1, False, FP16), (8, 0, 8, 1, 3, True, F32), (1, 8, 8, 1, 2, False, BF16),
+               (2, 2, 8, 1, 2, True, FP16)]
 
 
-@pytest.mark.parametrize("split, poly, block_d, warps, segments, share", SPLIT_CASES,
-                         ids=[f"split{c[0]}-poly{c[1]}-bd{c[2]}-w{c[3]}-seg{c[4]}{'-share' * c[5]}" for c in SPLIT_CASES])
-@pytest.mark.parametrize("dtype", [F32, BF16, torch.float16], ids=["fp32", "bf16", "fp16"])
+@pytest.mark.parametrize("split, poly, block_d, warps, segments, share, dtype", SPLIT_CASES,
+                         ids=[f"split{c[0]}-poly{c[1]}-bd{c[2]}-w{c[3]}-seg{c[4]}{'-share' * c[5]}-{str(c[6])[6:]}"
+                              for c in SPLIT_CASES])
 def test_lanes_split_and_poly_forward_match_reference(split, poly, block_d, warps, segments, share, dtype):
     # D 11 (a masked channel block), N 16 and N 3 (padded to 4: split 8 falls back to 4 lanes, the
     # polynomial to none where a lane holds fewer states than 1/poly needs), T 13 (a partial tile)
     with forced(lanes(4, segments, split, poly, block_d, warps, share)):
         for n in (16, 3):
-            check(dims(2, 13, 11, n), dtype, mode="fwd", tolerance=1e-2 if dtype == torch.float16 else None)
+            check(dims(2, 13, 11, n), dtype, mode="fwd", tolerance=1e-2 if dtype == FP16 else None)
 
 
 def test_lanes_refuses_a_split_it_cannot_lay_out():
