@@ -32,7 +32,8 @@ class SelectiveScanConfig:
     warps: int = 4
     bwd_block_d: int = 16
     bwd_warps: int = 4
-    path: str = "tiles"  # the forward's kernel: "tiles" (scan.py) or "lanes" (lanes.py; block_d * split = 32 * warps * vec)
+    # the forward's kernel: "tiles" (scan.py) or "lanes" (lanes.py; block_d * split = 32 * warps * vec)
+    path: str = "tiles"
     steps: int = 8  # time steps a lanes tile (chunk must be a multiple: the states kept for the backward)
     segments: int = 1  # time splits of the lanes forward (1: one program walks the whole sequence)
     split: int = 1  # lanes a channel's states are spread over in the lanes forward (1, 2, 4, 8)

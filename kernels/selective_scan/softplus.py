@@ -49,7 +49,8 @@ def decay(dt, a, a2, PRECISE: tl.constexpr = False, POLY: tl.constexpr = 0):
 # least squares over 4000 Chebyshev nodes; float64 9.1e-8, Horner in fp32 1.9e-7, as ex2.approx's
 # 2 ulp). p(0) = 1 exactly: decays near 1 (long memories) get no bias that tens of steps would add up
 _P0, _P1, _P2 = tl.constexpr(1.0), tl.constexpr(0.693146977598857), tl.constexpr(0.24022242085173212)
-_P3, _P4, _P5 = tl.constexpr(0.05550733743691397), tl.constexpr(0.009671512648909895), tl.constexpr(0.0013264727065173745)
+_P3, _P4 = tl.constexpr(0.05550733743691397), tl.constexpr(0.009671512648909895)
+_P5 = tl.constexpr(0.0013264727065173745)
 _ROUND = tl.constexpr(12582912.0)  # 1.5 * 2^23: v + this, in fp32, rounds v to an integer kept in the low mantissa bits
 
 
