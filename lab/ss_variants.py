@@ -82,7 +82,9 @@ def ss_candidates(label: str, dims: dict, device: str) -> list[tuple[str, object
         for share in ((False,) if split == 1 else (False, True) if target or cpu else (True,)):
             for steps in ((4,) if cpu else (4, 8)):
                 for poly in polys:
-                    for segs in sorted({1, _segments(B, T, D, block_d, warps, steps, sms)}):
+                    # at the target also 2 segments (the grid's warps doubled, an ends pass over half of time)
+                    extra = {2} if target and split > 1 and share and not poly else set()
+                    for segs in sorted({1, _segments(B, T, D, block_d, warps, steps, sms)} | extra):
                         c = dataclasses.replace(base, block_d=block_d, warps=warps, steps=steps, segments=segs,
                                                 split=split, poly=poly, share=share)
                         out.append((f"s{split} t{steps} p{poly}{' sh' * share}", c))
