@@ -119,15 +119,16 @@ def candidates(op: str, mode: str, dims: dict, device: str) -> list[tuple[str, o
     return unique
 
 
-def time_shape(op, label, dims, mode, dtype, pool, args, copy_gbps, log) -> list[dict]:
-    """Gate and time every candidate at one shape and mode: one row (a dict) each."""
+def time_shape(op, label, dims, mode, dtype, pool, args, copy_gbps, log, cands=None) -> list[dict]:
+    """Gate and time every candidate (label, config) at one shape and mode (default: candidates()):
+    one row (a dict) each."""
     import torch
 
     from kcollect import timing, verify
     from kcollect.kernels._host.config import forced
 
     spec = importlib.import_module(f"kcollect.kernels.{op}.spec").SPEC
-    cands = candidates(op, mode, dims, args.device)
+    cands = cands if cands is not None else candidates(op, mode, dims, args.device)
     broken = common.precompile(pool, _warm, (op, dims, args.dtype, mode), [c for _, c in cands])
     inputs = spec.make_inputs(dims, dtype, args.device, 0)
     dys, want = verify.reference_answers(spec, inputs, mode, 1)
@@ -188,12 +189,12 @@ def _path(op: str, mode: str, c) -> str:
 def print_table(title: str, rows: list[dict]) -> None:
     nan = float("nan")
     print(f"\n== {title}")
-    print(f"  {'kind':<16} {'config':<118} {'ms':>8} {'rounds':>15} {'GB/s':>6} {'%copy':>6}  note")
+    print(f"  {'kind':<16} {'config':<136} {'ms':>8} {'rounds':>15} {'GB/s':>6} {'%copy':>6}  note")
     for r in sorted(rows, key=lambda r: (r["ms"] is None, r["ms"] or 0)):
         cfg = " ".join(f"{k}={v}" for k, v in r["config"].items())
         spread = f"{r['lo']:.4f}-{r['hi']:.4f}" if r["ms"] else ""
         note = r["note"] or f"err {r['err']:.1e}"
-        print(f"  {r['kind']:<16} {cfg:<118} {r['ms'] or nan:8.4f} {spread:>15} {r.get('gbps') or nan:6.0f} "
+        print(f"  {r['kind']:<16} {cfg:<136} {r['ms'] or nan:8.4f} {spread:>15} {r.get('gbps') or nan:6.0f} "
               f"{r.get('pct_copy') or nan:6.1f}  {note}")
 
 

@@ -196,3 +196,17 @@ def test_lanes_backward_segments_count_its_two_warps(monkeypatch):
     assert (wide.bwd_block_h, wide.bwd_warps, wide.bwd_segments) == (64, 2, 1)
     target = config.lanes(8, 8192, 1024, device)  # 128 programs of 2 warps: 1056 / 256 -> 5 segments
     assert (target.bwd_segments, target.segments) == (5, 9)
+
+
+def test_lanes_segments_are_never_shorter_than_32_steps(monkeypatch):
+    """Cortex's B8 T1024 H64 (8 programs): the grid would want 66 segments of the backward; at most
+    32 (two 16-step chunks each: 1.6x faster than 64 of one on the H200), the forward's 32 (one
+    32-step tile each) unchanged; B4 T128 H64: 4 both ways."""
+    import opcheck
+    from kcollect.kernels.rtu import config
+
+    device = opcheck.fake_gpu(monkeypatch)
+    cortex = config.lanes(8, 1024, 64, device)
+    assert (cortex.segments, cortex.bwd_segments, cortex.chunk) == (32, 32, 16)
+    short = config.lanes(4, 128, 64, device)
+    assert (short.segments, short.bwd_segments) == (4, 4)

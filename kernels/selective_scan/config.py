@@ -13,7 +13,8 @@ The lanes forward (lanes.py, path "lanes") keeps time and states in each thread'
 scans_ab.py on an H200 (lab/results/scans_ab_h200.txt): faster than the tiles pick at every shape
 measured, B1 T60 D512 (30720) the smallest, 0.59x to 0.18x its time (B8 T2048 D2048 N16: 1.519 ->
 0.266 ms with the config below). The backward is the tiles path's either way (it reads the states
-the lanes forward keeps every `chunk` steps)."""
+the lanes forward keeps every `chunk` steps). The lanes forward's split, share and poly (lanes.py)
+are at 1, off and 0 in `lanes` until lab/ss_variants.py's GPU numbers say otherwise."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -31,9 +32,13 @@ class SelectiveScanConfig:
     warps: int = 4
     bwd_block_d: int = 16
     bwd_warps: int = 4
-    path: str = "tiles"  # the forward's kernel: "tiles" (scan.py) or "lanes" (lanes.py; block_d = 32 * warps * vec)
+    # the forward's kernel: "tiles" (scan.py) or "lanes" (lanes.py; block_d * split = 32 * warps * vec)
+    path: str = "tiles"
     steps: int = 8  # time steps a lanes tile (chunk must be a multiple: the states kept for the backward)
     segments: int = 1  # time splits of the lanes forward (1: one program walks the whole sequence)
+    split: int = 1  # lanes a channel's states are spread over in the lanes forward (1, 2, 4, 8)
+    poly: int = 0  # the lanes forward (bf16/fp16) takes 1/poly of its decays by a polynomial (0: none; 2, 4, 8)
+    share: bool = False  # split > 1: softplus(delta) once a channel and step, handed to its lanes
 
 
 # B * T * D from which pick returns the lanes forward (None: never)
@@ -58,7 +63,8 @@ def pick(batch: int, steps: int, channels: int, states: int, device) -> Selectiv
 
 def lanes(batch: int, steps: int, channels: int, device) -> SelectiveScanConfig:
     """The lanes forward's config: one-warp programs of 32 channels (1 a thread, with its N states
-    and 8 steps in registers: sm_90 compile at N 16, 252 registers, no spill; faster than 4 steps
+    and 8 steps in registers: sm_90 compile at N 16, 252 registers, no spill (an offline Triton 3.6
+    compile at D 2048 of this code: 255 and 36 spill loads); faster than 4 steps
     at every H200 shape but B3 T1000 D1000, 2% slower there), time whole or in segments (see
     _LANES_FULL); the tiles backward's config and chunk (8 channels a program and 4 steps on the
     CPU)."""

@@ -1,0 +1,196 @@
+"""The selective scan's lanes forward variants on one GPU (issue 42), and the RTU lanes backward's
+segments: every candidate is checked against the float64 reference (the collector's gate; the
+error is in each row) and timed in interleaved rounds by lab/scans_ab.py's harness (CUDA-graph
+replays, L2 flushed, the median of the rounds' medians, % of the copy bandwidth measured here).
+
+    python -m lab.ss_variants --out $OUT        # every shape, about 6 minutes on an H200
+    python -m lab.ss_variants --only selective_scan:target
+    python -m lab.ss_variants --device cpu      # a dry run on the interpreter at tiny shapes
+
+Selective scan (forward, bf16), at the target B8 T2048 D2048 N16 and the grid's other shapes:
+config.pick's choice ("pick"), and the lanes forward with a channel's states over `split` lanes
+(1, 2, 4; block_d channels a program of `warps` warps), softplus(delta) on each of a channel's
+lanes or once a channel (`share`), tiles of `steps` (4, 8), 1/`poly` of the decays by the
+FMA-pipe polynomial (0: none), time whole and in the segments that bring the grid to 8 warps an
+SM. RTU backward (bf16): config.pick's, and 32/64/128 channels on 1/2/4 warps, each
+over the pick's segments (rescaled to the layout's warps), half, 1.5x and twice that: whether the
+backward's 8 warps an SM should be more (B8 T8192 H1024 with resets: 10 segments beat 5 by 7%;
+without resets 5 beat 10 by 15%, lab/results/scans_ab_h200.txt).
+
+The last block: per shape the pick and the best row (ms, % of copy); per variant family (split,
+steps, poly) its time over the pick's at every selective-scan shape and their geometric mean,
+which is what a default (config.lanes) should follow.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import math
+import os
+import sys
+import time
+
+from kcollect.common import ALLOC_CONF
+
+from . import common
+from .device import device_line, open_device
+from .scans_ab import SHAPES as AB_SHAPES
+from .scans_ab import time_shape
+from .scans_tune import _rtu
+
+os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", ALLOC_CONF)  # as `kcollect run` does, before CUDA starts
+
+_AB = {(op, label): dims for op, label, dims, _ in AB_SHAPES}
+SS = ("target", "mamba-130m", "wide", "long", "realtime-B32", "awkward", "realtime-B1")  # the target first
+RTU_BWD = ("target", "no-resets", "cortex-B8", "awkward", "T1024", "wide")
+SHAPES = [("selective_scan", s, _AB["selective_scan", s], "fwd") for s in SS[:1]] + \
+         [("rtu", s, _AB["rtu", s], "bwd") for s in RTU_BWD[:2]] + \
+         [("selective_scan", s, _AB["selective_scan", s], "fwd") for s in SS[1:]] + \
+         [("rtu", s, _AB["rtu", s], "bwd") for s in RTU_BWD[2:]]
+CPU_SHAPES = [("selective_scan", "tiny", {"B": 2, "T": 24, "D": 16, "N": 16}, "fwd"),
+              ("rtu", "tiny", _rtu(2, 40, 16, "diag", 0.1), "bwd")]
+
+# (split, block_d, warps): 32 lanes a warp, a channel's states over `split` of them
+_LAYOUTS = ((1, 32, 1), (2, 16, 1), (2, 32, 2), (4, 8, 1), (4, 16, 2))
+_CPU_LAYOUTS = ((1, 8, 1), (2, 8, 1), (4, 4, 1))
+
+
+def _segments(batch: int, steps: int, channels: int, block_d: int, warps: int, tile: int, sms: int) -> int:
+    """config.lanes's rule for a layout: time whole once the grid holds 2 warps an SM, otherwise
+    the segments that bring it to 8 (at most one a tile)."""
+    total = max(1, batch * -(-channels // block_d)) * warps
+    want = 1 if total >= 2 * sms else -(-8 * sms // total)
+    return max(1, min(want, -(-steps // tile)))
+
+
+def ss_candidates(label: str, dims: dict, device: str) -> list[tuple[str, object]]:
+    from kcollect.kernels._host.device import sm_count
+    from kcollect.kernels.selective_scan import config
+
+    B, T, D, N = dims["B"], dims["T"], dims["D"], dims["N"]
+    pick = config.pick(B, T, D, N, device)
+    base = dataclasses.replace(config.lanes(B, T, D, device), split=1, poly=0)
+    sms = sm_count(device)
+    cpu = device != "cuda"
+    target = label == "target"
+    layouts = _CPU_LAYOUTS if cpu else _LAYOUTS if target else _LAYOUTS[:2] + _LAYOUTS[3:4]
+    polys = (0, 4) if cpu or not target else (0, 4, 2)
+    out = [("pick", pick)]
+    for split, block_d, warps in layouts:
+        # softplus on each of a channel's lanes or once (share); elsewhere than the target only once
+        for share in ((False,) if split == 1 else (False, True) if target or cpu else (True,)):
+            for steps in ((4,) if cpu else (4, 8)):
+                for poly in polys:
+                    # at the target also 2 segments (the grid's warps doubled, an ends pass over half of time)
+                    extra = {2} if target and split > 1 and share and not poly else set()
+                    for segs in sorted({1, _segments(B, T, D, block_d, warps, steps, sms)} | extra):
+                        c = dataclasses.replace(base, block_d=block_d, warps=warps, steps=steps, segments=segs,
+                                                split=split, poly=poly, share=share)
+                        out.append((f"s{split} t{steps} p{poly}{' sh' * share}", c))
+    return _unique(out)
+
+
+def rtu_bwd_candidates(label: str, dims: dict, device: str) -> list[tuple[str, object]]:
+    from kcollect.kernels.rtu import config
+
+    B, T, H = dims["B"], dims["T"], dims["H"]
+    pick = config.pick(B, T, H, device)
+    out = [("pick", pick)]
+    top = -(-T // pick.chunk)
+    for block_h, warps in ((32, 1), (64, 2), (128, 4)):
+        # the pick's segments rescaled to this layout's warps, then half, 1.5x and twice that
+        segs = max(1, min(top, pick.bwd_segments * pick.bwd_block_h * warps // (block_h * pick.bwd_warps)))
+        for s in sorted({max(1, segs // 2), segs, min(top, (3 * segs + 1) // 2), min(top, 2 * segs)}):
+            out.append(("grid", dataclasses.replace(pick, bwd_block_h=block_h, bwd_warps=warps, bwd_segments=s)))
+    return _unique(out)
+
+
+def _unique(out: list) -> list:
+    seen, unique = set(), []
+    for label, c in out:
+        if c not in seen:
+            seen.add(c)
+            unique.append((label, c))
+    return unique
+
+
+def summary(rows: list[dict]) -> None:
+    print("\n== per shape: the pick and the best row (ms, % of copy)")
+    by_shape: dict[tuple, list[dict]] = {}
+    for r in rows:
+        by_shape.setdefault((r["op"], r["shape"], r["mode"]), []).append(r)
+    for (op, shape, mode), rs in by_shape.items():
+        timed = [r for r in rs if r["ms"]]
+        pick = next((r for r in timed if r["kind"] == "pick"), None)
+        best = min(timed, key=lambda r: r["ms"], default=None)
+        cell = lambda r: f"{r['ms']:.4f} ({r.get('pct_copy') or float('nan'):.1f}%)" if r else "-"  # noqa: E731
+        gain = f"  best/pick {best['ms'] / pick['ms']:.3f}" if best and pick else ""
+        print(f"  {op:<15} {shape:<13} {mode}  pick {cell(pick)}  best {cell(best)}{gain}")
+        if best:
+            print(f"      best: {' '.join(f'{k}={v}' for k, v in best['config'].items())}")
+    print("\n== selective scan: each family's best row over the pick's, per shape (below 1: faster), and geomean")
+    fams: dict[str, dict[str, float]] = {}
+    picks = {r["shape"]: r["ms"] for r in rows if r["op"] == "selective_scan" and r["kind"] == "pick" and r["ms"]}
+    for r in rows:
+        if r["op"] == "selective_scan" and r["kind"] != "pick" and r["ms"] and r["shape"] in picks:
+            fam = fams.setdefault(r["kind"], {})
+            fam[r["shape"]] = min(fam.get(r["shape"], math.inf), r["ms"] / picks[r["shape"]])
+    for kind, per in sorted(fams.items(), key=lambda kv: _geomean(kv[1].values())):
+        cells = "  ".join(f"{s} {v:.3f}" for s, v in per.items())
+        print(f"  {kind:<12} geomean {_geomean(per.values()):.3f} over {len(per)}:  {cells}")
+
+
+def _geomean(values) -> float:
+    values = list(values)
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else math.nan
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m lab.ss_variants", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--only", default=None, help="comma-separated op:label (default: every shape); labels: "
+                    + ", ".join(f"{op}:{label}" for op, label, _, _ in SHAPES))
+    ap.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"))
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
+    ap.add_argument("--out", default=None, help="folder for ss_variants.jsonl (one row a candidate)")
+    ap.add_argument("--time-limit-s", type=float, default=300.0, help="start no shape past this many seconds")
+    common.search_options(ap, rep_ms=4.0, quick="(unused)")
+    args = ap.parse_args(argv)
+    shapes = CPU_SHAPES if args.device == "cpu" else SHAPES
+    if args.only:
+        wanted = {s.strip() for s in args.only.split(",")}
+        known = {f"{op}:{label}" for op, label, _, _ in shapes}
+        if wanted - known:
+            ap.error(f"unknown shape {', '.join(sorted(wanted - known))}; known: {', '.join(sorted(known))}")
+        shapes = [s for s in shapes if f"{s[0]}:{s[1]}" in wanted]
+    if args.rounds < 1:
+        ap.error("--rounds must be >= 1")
+    torch = open_device(args.device, "ss_variants")
+    if torch is None:
+        return 2
+    from kcollect import timing
+
+    start = time.monotonic()
+    dtype = getattr(torch, args.dtype)
+    copy_gbps = timing.measure_ceilings(args.device)[0] if args.device == "cuda" else None
+    print(f"{device_line(torch, args.device)}  dtype {args.dtype}  copy {copy_gbps or float('nan'):.0f} GB/s")
+    out_dir = args.out or "."
+    os.makedirs(out_dir, exist_ok=True)
+    rows = []
+    with open(os.path.join(out_dir, "ss_variants.jsonl"), "w") as log, contextlib.ExitStack() as stack:
+        pool = common.compile_pool(stack, args.device, args.jobs)
+        for op, label, dims, mode in shapes:
+            if time.monotonic() - start > args.time_limit_s:
+                print(f"\n(time limit: {op} {label} {mode} not run)")
+                continue
+            make = ss_candidates if op == "selective_scan" else rtu_bwd_candidates
+            rows += time_shape(op, label, dims, mode, dtype, pool, args, copy_gbps, log,
+                               cands=make(label, dims, args.device))
+            log.flush()
+    summary(rows)
+    print(f"\n{time.monotonic() - start:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
