@@ -247,36 +247,53 @@ def short_cfg(r: dict) -> str:
     return " ".join(f"{k}={v}" for k, v in r["config"].items())
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m lab.scans_ab", description=__doc__.split("\n\n")[0])
+def parse(name: str, doc: str, shapes, cpu_shapes, time_limit_s: float, argv):
+    """The options of this script and lab/ss_variants.py (`name`), and the shapes asked for
+    (argparse's error, exit 2, for an unknown one)."""
+    ap = argparse.ArgumentParser(prog=f"python -m lab.{name}", description=doc.split("\n\n")[0])
     ap.add_argument("--only", default=None, help="comma-separated op:label (default: every shape); labels: "
-                    + ", ".join(f"{op}:{label}" for op, label, _, _ in SHAPES))
+                    + ", ".join(f"{op}:{label}" for op, label, _, _ in shapes))
     ap.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"))
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
-    ap.add_argument("--out", default=None, help="folder for scans_ab.jsonl (one row a candidate)")
-    ap.add_argument("--time-limit-s", type=float, default=400.0, help="start no shape past this many seconds")
+    ap.add_argument("--out", default=None, help=f"folder for {name}.jsonl (one row a candidate)")
+    ap.add_argument("--time-limit-s", type=float, default=time_limit_s, help="start no shape past this many seconds")
     common.search_options(ap, rep_ms=4.0, quick="(unused)")
     args = ap.parse_args(argv)
-    shapes = CPU_SHAPES if args.device == "cpu" else SHAPES
+    chosen = cpu_shapes if args.device == "cpu" else shapes
     if args.only:
         wanted = {s.strip() for s in args.only.split(",")}
-        known = {f"{op}:{label}" for op, label, _, _ in shapes}
+        known = {f"{op}:{label}" for op, label, _, _ in chosen}
         if wanted - known:
             ap.error(f"unknown shape {', '.join(sorted(wanted - known))}; known: {', '.join(sorted(known))}")
-        shapes = [s for s in shapes if f"{s[0]}:{s[1]}" in wanted]
+        chosen = [s for s in chosen if f"{s[0]}:{s[1]}" in wanted]
     if args.rounds < 1:
         ap.error("--rounds must be >= 1")
-    torch = open_device(args.device, "scans_ab")
+    return args, chosen
+
+
+def begin(args, name: str):
+    """(torch, the copy bandwidth measured (None on the CPU), the output folder) with the header
+    printed; None where the device cannot be opened."""
+    torch = open_device(args.device, name)
     if torch is None:
-        return 2
+        return None
     from kcollect import timing
 
-    start = time.monotonic()
-    dtype = getattr(torch, args.dtype)
     copy_gbps = timing.measure_ceilings(args.device)[0] if args.device == "cuda" else None
     print(f"{device_line(torch, args.device)}  dtype {args.dtype}  copy {copy_gbps or float('nan'):.0f} GB/s")
     out_dir = args.out or "."
     os.makedirs(out_dir, exist_ok=True)
+    return torch, copy_gbps, out_dir
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, shapes = parse("scans_ab", __doc__, SHAPES, CPU_SHAPES, 400.0, argv)
+    start = time.monotonic()
+    opened = begin(args, "scans_ab")
+    if opened is None:
+        return 2
+    torch, copy_gbps, out_dir = opened
+    dtype = getattr(torch, args.dtype)
     rows = []
     with open(os.path.join(out_dir, "scans_ab.jsonl"), "w") as log, contextlib.ExitStack() as stack:
         pool = common.compile_pool(stack, args.device, args.jobs)

@@ -23,7 +23,6 @@ which is what a default (config.lanes) should follow.
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import math
@@ -34,9 +33,8 @@ import time
 from kcollect.common import ALLOC_CONF
 
 from . import common
-from .device import device_line, open_device
 from .scans_ab import SHAPES as AB_SHAPES
-from .scans_ab import time_shape
+from .scans_ab import begin, parse, time_shape
 from .scans_tune import _rtu
 
 os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", ALLOC_CONF)  # as `kcollect run` does, before CUDA starts
@@ -147,35 +145,13 @@ def _geomean(values) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m lab.ss_variants", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--only", default=None, help="comma-separated op:label (default: every shape); labels: "
-                    + ", ".join(f"{op}:{label}" for op, label, _, _ in SHAPES))
-    ap.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"))
-    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
-    ap.add_argument("--out", default=None, help="folder for ss_variants.jsonl (one row a candidate)")
-    ap.add_argument("--time-limit-s", type=float, default=300.0, help="start no shape past this many seconds")
-    common.search_options(ap, rep_ms=4.0, quick="(unused)")
-    args = ap.parse_args(argv)
-    shapes = CPU_SHAPES if args.device == "cpu" else SHAPES
-    if args.only:
-        wanted = {s.strip() for s in args.only.split(",")}
-        known = {f"{op}:{label}" for op, label, _, _ in shapes}
-        if wanted - known:
-            ap.error(f"unknown shape {', '.join(sorted(wanted - known))}; known: {', '.join(sorted(known))}")
-        shapes = [s for s in shapes if f"{s[0]}:{s[1]}" in wanted]
-    if args.rounds < 1:
-        ap.error("--rounds must be >= 1")
-    torch = open_device(args.device, "ss_variants")
-    if torch is None:
-        return 2
-    from kcollect import timing
-
+    args, shapes = parse("ss_variants", __doc__, SHAPES, CPU_SHAPES, 300.0, argv)
     start = time.monotonic()
+    opened = begin(args, "ss_variants")
+    if opened is None:
+        return 2
+    torch, copy_gbps, out_dir = opened
     dtype = getattr(torch, args.dtype)
-    copy_gbps = timing.measure_ceilings(args.device)[0] if args.device == "cuda" else None
-    print(f"{device_line(torch, args.device)}  dtype {args.dtype}  copy {copy_gbps or float('nan'):.0f} GB/s")
-    out_dir = args.out or "."
-    os.makedirs(out_dir, exist_ok=True)
     rows = []
     with open(os.path.join(out_dir, "ss_variants.jsonl"), "w") as log, contextlib.ExitStack() as stack:
         pool = common.compile_pool(stack, args.device, args.jobs)
