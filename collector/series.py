@@ -28,7 +28,7 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Iterable, NamedTuple
 
-from .stability import disagree, disagrees
+from .stability import FLOOR, MAX_SPREAD, disagree, disagrees
 
 STACK = ("torch", "triton", "driver", "cuda")
 LAB_GRID = "lab"
@@ -333,6 +333,17 @@ def _distinct(con, what: str, columns: str) -> dict:
     return out
 
 
+def _surely_agree(ms, recheck, spread, cuda):
+    """The rows (arrays) that stability.disagree finds in agreement with their recheck, where numpy's
+    logarithms, which may differ from math's in their last bits, could not say otherwise: steady,
+    and their log ratio below the tolerance by far more than that. The others are asked of disagree()."""
+    import numpy as np
+
+    steady = ~cuda | (spread <= MAX_SPREAD)
+    tolerance = np.log1p(np.maximum(np.where(cuda, FLOOR["cuda"], FLOOR["cpu"]), 2 * np.minimum(spread, MAX_SPREAD)))
+    return (recheck > 0) & steady & (np.abs(np.log(ms / recheck)) < tolerance - 1e-9)
+
+
 def group_store(con) -> tuple[dict[SeriesKey, list[Point]], set[SeriesKey], list[str]]:
     """group_series(the rows of QUERY) read from a DuckDB connection: (series, ours, the rows' git
     commits as stored)."""
@@ -363,10 +374,14 @@ def group_store(con) -> tuple[dict[SeriesKey, list[Point]], set[SeriesKey], list
     with np.errstate(invalid="ignore"):
         time = data("ok").astype(bool) & present("median_ms") & np.isfinite(ms) & (ms > 0)
         judged = np.flatnonzero(time & present("recheck_ms") & (recheck != 0))  # is_time's recheck rule
+    banded = present("p20_ms") & present("p80_ms")
+    with np.errstate(invalid="ignore", divide="ignore"):
+        spread = np.where(banded, (data("p80_ms").astype(float) - data("p20_ms").astype(float)) / ms, 0.0)
+        asked = judged[~_surely_agree(ms[judged], recheck[judged], spread[judged], data("on_cuda")[judged].astype(bool))]
     bad = [disagree(*v, "cuda" if c else None) for *v, c in zip(
-        ms[judged].tolist(), recheck[judged].tolist(), cols["p20_ms"][judged].tolist(),
-        cols["p80_ms"][judged].tolist(), data("on_cuda")[judged].tolist())]
-    time[judged[np.asarray(bad, dtype=bool)]] = False
+        ms[asked].tolist(), recheck[asked].tolist(), cols["p20_ms"][asked].tolist(),
+        cols["p80_ms"][asked].tolist(), data("on_cuda")[asked].tolist())]
+    time[asked[np.asarray(bad, dtype=bool)]] = False
     rows = np.flatnonzero(time)
     # one number per series, in the order the store returns them (as group_series keeps them: the
     # walk over them in that order takes a sixth less time than in the order of their hashes), and

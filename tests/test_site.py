@@ -637,7 +637,8 @@ def test_the_engine_reads_the_series_in_columns_as_from_rows(tmp_path):
     series, our keys and the commits that group_series gives from the same rows as dicts: on the
     committed history with the awkward rows it lacks planted in: a run outside git, a commit
     stored by its short SHA beside a run with the full one, an interrupted run, rows without
-    p20/p80, with a NaN or zero recheck, with no or a negative median."""
+    p20/p80, with a NaN, zero or negative recheck, with no or a negative median, with a recheck at
+    the edge of the tolerance or just inside it, unsteady."""
     from kcollect import series
 
     db = site_store.history_store(tmp_path / "h.duckdb")
@@ -652,6 +653,12 @@ def test_the_engine_reads_the_series_in_columns_as_from_rows(tmp_path):
                           ("hash(seq) % 7 = 1", "recheck_ms = 'nan'::DOUBLE"), ("hash(seq) % 7 = 2", "recheck_ms = 0"),
                           ("hash(seq) % 7 = 3", "median_ms = NULL"), ("hash(seq) % 7 = 4", "median_ms = -1")):
         con.execute(f"UPDATE results SET {change} WHERE run_id = ? AND {where}", [runs[2]])
+    tolerance = "ln(1 + greatest(0.05, 2 * least((p80_ms - p20_ms) / median_ms, 0.5)))"  # stability.tolerance on a GPU
+    for where, change in (("hash(seq) % 4 = 0", f"recheck_ms = median_ms * exp({tolerance})"),  # at the edge
+                          ("hash(seq) % 4 = 1", f"recheck_ms = median_ms / exp({tolerance} * 0.999)"),  # inside
+                          ("hash(seq) % 4 = 2", "p80_ms = p20_ms + median_ms, recheck_ms = median_ms"),  # unsteady
+                          ("hash(seq) % 4 = 3", "recheck_ms = -median_ms")):
+        con.execute(f"UPDATE results SET {change} WHERE run_id = ? AND {where} AND p20_ms IS NOT NULL", [runs[3]])
     con.close()
     with Store(db, read_only=True) as store:
         rows = store.query(series.QUERY)
