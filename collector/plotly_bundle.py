@@ -475,8 +475,8 @@ _MEMO: dict[str, bytes] = {}  # this process's partial bundles, by key: a test s
 
 def build(full: Path, cache: Path | None) -> tuple[bytes, str | None]:
     """(the partial bundle, None) from the full one, or (the full one, why) where its layout is not
-    the one partial() reads. Kept in `cache` (a folder) by the full bundle's hash: the tokenizer
-    takes seconds, and plotly changes only with its package."""
+    the one partial() reads. Kept in `cache` (a folder) by the full bundle's hash: reading it
+    takes over half a second, and plotly changes only with its package."""
     data = full.read_bytes()
     key = hashlib.sha256(data + Path(__file__).read_bytes()).hexdigest()[:20]
     hit = cache / f"plotly-partial-{key}.js" if cache else None
