@@ -247,11 +247,15 @@ def make_point(commit: str, medians: list[float], p20s: list, p80s: list, rechec
     p80 = fast_median([a or m for a, m in zip(p80s, medians)])
     times = [t for t in commit_times if t is not None]
     starts = [t for t in starts if t is not None]
+    logs = [math.log(v) for v in medians]  # log_median's, and with them the `spread` and `within` that
+    mean = sum(logs) / len(logs)  # Point computes on first use (the history reads both of every point)
+    rechecks = tuple(math.log(m / r) for m, r in zip(medians, rechecks) if (r or 0) > 0)
     return made(
-        Point, commit=commit, commit_time=min(times) if times else None, median_ms=log_median(medians),
+        Point, commit=commit, commit_time=min(times) if times else None, median_ms=math.exp(fast_median(logs)),
         p20_ms=min(p20, *medians), p80_ms=max(p80, *medians), runs=len(medians), env=env, runs_ms=tuple(medians),
-        rechecks=tuple(math.log(m / r) for m, r in zip(medians, rechecks) if (r or 0) > 0),
-        partial=all(unfinished), started_at=min(starts) if starts else None)
+        rechecks=rechecks, partial=all(unfinished), started_at=min(starts) if starts else None,
+        within=tuple([math.log(b / a) for a, b in zip(medians, medians[1:])]) + rechecks,
+        spread=(len(logs), sum((x - mean) ** 2 for x in logs)))
 
 
 def one_run(commit: str, m: float, p20: float | None, p80: float | None, recheck: float | None, commit_time,
