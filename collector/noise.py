@@ -156,15 +156,15 @@ def fdr(pvalues: Sequence[float], q: float) -> list[bool]:
     """Benjamini-Hochberg at false-discovery rate q: which hypotheses are rejected. When every
     hypothesis is true, the chance of rejecting any is at most q."""
     m = len(pvalues)
-    order = sorted(range(m), key=lambda i: pvalues[i])
-    cut = 0
-    for rank, i in enumerate(order, 1):
-        if pvalues[i] <= q * rank / m:
-            cut = rank
-    rejected = [False] * m
-    for i in order[:cut]:
-        rejected[i] = True
-    return rejected
+    if not m:
+        return []
+    p = np.asarray(pvalues, dtype=float)
+    order = np.argsort(p, kind="stable")  # as sorted(): ties in their order
+    below = np.flatnonzero(p[order] <= q * np.arange(1, m + 1) / m)  # q * rank / m, as Python computes it
+    rejected = np.zeros(m, dtype=bool)
+    if len(below):
+        rejected[order[:below[-1] + 1]] = True
+    return rejected.tolist()
 
 
 class RunningDifferences:

@@ -34,6 +34,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from datetime import datetime
+from itertools import chain
 from statistics import median
 from typing import Callable, Iterable
 
@@ -228,7 +229,8 @@ def is_reference(code: str, env: str | None) -> bool:
 
 
 def spreads(points: list[Point]) -> np.ndarray:
-    return np.array([p.spread for p in points], dtype=float).reshape(-1, 2)
+    return np.fromiter(chain.from_iterable([p.spread for p in points]), dtype=float,
+                       count=2 * len(points)).reshape(-1, 2)
 
 
 def machine_drift(c: Columns) -> tuple[dict[tuple, float], dict[tuple, int], dict[tuple, float]]:
