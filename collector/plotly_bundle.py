@@ -66,6 +66,23 @@ class _Statement:
         self.start, self.first, self.top, self.used = start, [], [], set()
 
 
+class _Counted(_Statement):
+    """A statement as statements() finds it: its identifiers are read from the text with its
+    strings, comments and regular expressions blanked (`text`) when first asked for (a module that
+    nothing keeps is never read: most of plotly.js)."""
+    __slots__ = ("_text", "_stop", "_used")
+
+    def __init__(self, start: int, text: str, a: int, stop: int):  # a, stop: the statement in text
+        self.start, self.first, self.top = start, [], []
+        self._text, self._stop, self._used = text, (a, stop), None
+
+    @property
+    def used(self) -> set[str]:
+        if self._used is None:
+            self._used = set(_USED.findall(self._text, *self._stop))
+        return self._used
+
+
 def statements_by_token(src: str, body: int, end: int):
     """statements() token by token: what it reads where the bundle holds what statements() leaves to
     it, and what the tests compare it with. Tokens are scanned once, without a space or a comment;
@@ -352,12 +369,12 @@ def _statements(src: str, body: int, end: int) -> list[tuple[int, int, _Statemen
         if k == len(starts):
             break
         a = int(starts[k])
-        st = _Statement(body + a)
         word = _TOKEN.match(src, body + a).group()
         ends = [semis[np.searchsorted(semis, a)]] if len(semis) and semis[-1] >= a else []
         if word == "function" and len(braces) and braces[-1] >= a:
             ends.append(braces[np.searchsorted(braces, a)])
         pos = int(min(ends)) + 1 if ends else n
+        st = _Counted(body + a, text, a, pos)
         for t in _TOKEN.finditer(src, body + a, body + pos):
             if t.lastgroup == "ws" or t.lastgroup == "comment":
                 continue
@@ -368,7 +385,6 @@ def _statements(src: str, body: int, end: int) -> list[tuple[int, int, _Statemen
                 break
         st.top = [t.group() for t in _TOKEN.finditer(chars[a:pos][top_level[a:pos]].tobytes().decode("utf-32-le"))
                   if t.lastgroup != "ws" and t.lastgroup != "comment"]
-        st.used = set(_USED.findall(text, a, pos))
         out.append((body + a, body + pos, st))
     return out
 
@@ -437,18 +453,17 @@ def _shake(src: str, body: int, end: int, lazy: tuple[str, str], export: str) ->
     """Drops the top-level definitions (see _defines) that nothing kept refers to. A dropped lazy
     module's bare names stay declared: kept code may name them where it never runs."""
     spans: list[tuple[int, int, list[str], list[str]]] = []
-    refs: dict[str, set[str]] = {}  # defined name -> the identifiers its statements use
+    defined: dict[str, list[_Statement]] = {}  # defined name -> the statements that define it
     roots: set[str] = set()  # identifiers the other statements use
     for start, stop, st in statements(src, body, end):
-        used = st.used
         names, bare = _defines(st, lazy, export)
         if not names:
-            roots |= used
+            roots |= st.used
             continue
         spans.append((start, stop, names, bare))
         for n in names:
-            refs.setdefault(n, set()).update(used - {n})
-    keep = _reachable(roots, refs)
+            defined.setdefault(n, []).append(st)
+    keep = _reachable(roots, defined)
     out, at = [], 0
     for a, b, names, bare in spans:
         if not any(n in keep for n in names):
@@ -458,15 +473,18 @@ def _shake(src: str, body: int, end: int, lazy: tuple[str, str], export: str) ->
     return "".join(out)
 
 
-def _reachable(roots: set[str], refs: dict[str, set[str]]) -> set[str]:
+def _reachable(roots: set[str], defined: dict[str, list[_Statement]]) -> set[str]:
+    """The names the roots use, and those their definitions use, and so on (a definition's
+    identifiers are read only once it is reached)."""
     seen = set(roots)
-    todo = deque(n for n in roots if n in refs)
+    todo = deque(n for n in roots if n in defined)
     while todo:
-        for n in refs[todo.popleft()]:
-            if n not in seen:
-                seen.add(n)
-                if n in refs:
-                    todo.append(n)
+        for st in defined[todo.popleft()]:
+            for n in st.used:
+                if n not in seen:
+                    seen.add(n)
+                    if n in defined:
+                        todo.append(n)
     return seen
 
 
