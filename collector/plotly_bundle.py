@@ -358,17 +358,18 @@ def _statements(src: str, body: int, end: int) -> list[tuple[int, int, _Statemen
     if _MISREAD.search(text) or any(_NUMBER_END.search(text, max(0, m.start() - 64), m.start() + 1)
                                     for m in _EXPONENT.finditer(text)):
         raise _Unsure
-    starts = np.flatnonzero((cls != _SPACE) & ~covered(kind == _COMMENTED))
+    token = (cls != _SPACE) & ~covered(kind == _COMMENTED)  # where a token may start
     at_top = depth == 0
     semis = np.flatnonzero((cls == _SEMICOLON) & at_top)
     braces = np.flatnonzero((cls == _CLOSE_BRACE) & at_top)
     top_level = (before == 0) | (depth == 0)  # statements_by_token's `top`: at depth 0, and the brackets there
     out, pos = [], 0
     while True:
-        k = int(np.searchsorted(starts, pos))
-        if k == len(starts):
+        if pos >= n:
             break
-        a = int(starts[k])
+        a = pos + int(np.argmax(token[pos:]))  # the next statement's first token
+        if not token[a]:
+            break
         word = _TOKEN.match(src, body + a).group()
         ends = [semis[np.searchsorted(semis, a)]] if len(semis) and semis[-1] >= a else []
         if word == "function" and len(braces) and braces[-1] >= a:
