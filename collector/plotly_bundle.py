@@ -10,10 +10,10 @@ JavaScript tooling is needed, so the build stays Python-only.
 
 The references are found with a small JavaScript tokenizer (strings, template literals, regular
 expressions and comments are skipped, property names after a dot are not references); what it cannot
-be sure of it keeps. It reads the bundle twice as fast as token by token: Python steps only over what
-makes a token ambiguous, numpy counts the brackets (statements); the token-by-token reader
-(statements_by_token) reads any bundle holding what the faster one does not read alike, and the
-tests hold the two to the same answers. A bundle of another layout (plotly.js 2.x, built with webpack) is shipped whole,
+be sure of it keeps. Python steps only over what makes a token ambiguous, numpy counts the brackets,
+and a definition's identifiers are read only once something kept reaches it (statements, _shake); a
+token-by-token reader (statements_by_token) reads any bundle holding what the faster one does not
+read alike, and the tests hold the two to the same answers. A bundle of another layout (plotly.js 2.x, built with webpack) is shipped whole,
 with a note on why.
 """
 from __future__ import annotations
