@@ -250,12 +250,14 @@ def make_point(commit: str, medians: list[float], p20s: list, p80s: list, rechec
     logs = [math.log(v) for v in medians]  # log_median's, and with them the `spread` and `within` that
     mean = sum(logs) / len(logs)  # Point computes on first use (the history reads both of every point)
     rechecks = tuple(math.log(m / r) for m, r in zip(medians, rechecks) if (r or 0) > 0)
-    return made(
-        Point, commit=commit, commit_time=min(times) if times else None, median_ms=math.exp(fast_median(logs)),
+    point = object.__new__(Point)  # made() of every field, without its defaults to fill in
+    point.__dict__.update(
+        commit=commit, commit_time=min(times) if times else None, median_ms=math.exp(fast_median(logs)),
         p20_ms=min(p20, *medians), p80_ms=max(p80, *medians), runs=len(medians), env=env, runs_ms=tuple(medians),
         rechecks=rechecks, partial=all(unfinished), started_at=min(starts) if starts else None,
         within=tuple([math.log(b / a) for a, b in zip(medians, medians[1:])]) + rechecks,
         spread=(len(logs), sum((x - mean) ** 2 for x in logs)))
+    return point
 
 
 def one_run(commit: str, m: float, p20: float | None, p80: float | None, recheck: float | None, commit_time,
@@ -265,9 +267,11 @@ def one_run(commit: str, m: float, p20: float | None, p80: float | None, recheck
     from the same numbers."""
     x = math.log(m)
     rechecks = (math.log(m / recheck),) if (recheck or 0) > 0 else ()
-    return made(Point, commit=commit, commit_time=commit_time, median_ms=math.exp(x), p20_ms=min(p20 or m, m),
-                p80_ms=max(p80 or m, m), runs=1, env=env, runs_ms=(m,), rechecks=rechecks, partial=bool(unfinished),
-                started_at=start, within=rechecks, spread=(1, (x - x) ** 2))
+    point = object.__new__(Point)  # made() of every field, without its defaults to fill in
+    point.__dict__.update(commit=commit, commit_time=commit_time, median_ms=math.exp(x), p20_ms=min(p20 or m, m),
+                          p80_ms=max(p80 or m, m), runs=1, env=env, runs_ms=(m,), rechecks=rechecks,
+                          partial=bool(unfinished), started_at=start, within=rechecks, spread=(1, (x - x) ** 2))
+    return point
 
 
 def order_key(p: Point) -> tuple:
