@@ -209,11 +209,6 @@ def fast_median(values: Iterable[float]) -> float:
     return data[n // 2] if n % 2 else (data[n // 2 - 1] + data[n // 2]) / 2
 
 
-def log_median(values: Iterable[float]) -> float:
-    """exp(median(log v)): the median, and for an even count the geometric mean of the middle two."""
-    return math.exp(fast_median([math.log(v) for v in values]))
-
-
 def points_from_rows(rows: Iterable[dict]) -> list[Point]:
     """Rows of ONE series -> one point per commit, in commit order (then by when measured). Rows
     that are no time (is_time) are left out; a run without a commit is its own point. The band runs
@@ -247,8 +242,10 @@ def make_point(commit: str, medians: list[float], p20s: list, p80s: list, rechec
     p80 = fast_median([a or m for a, m in zip(p80s, medians)])
     times = [t for t in commit_times if t is not None]
     starts = [t for t in starts if t is not None]
-    logs = [math.log(v) for v in medians]  # log_median's, and with them the `spread` and `within` that
-    mean = sum(logs) / len(logs)  # Point computes on first use (the history reads both of every point)
+    # the median in log time (for two runs, their geometric mean), and from the same logarithms the
+    # `spread` and `within` that Point computes on first use (the history reads both of every point)
+    logs = [math.log(v) for v in medians]
+    mean = sum(logs) / len(logs)
     rechecks = tuple(math.log(m / r) for m, r in zip(medians, rechecks) if (r or 0) > 0)
     point = object.__new__(Point)  # made() of every field, without its defaults to fill in
     point.__dict__.update(
