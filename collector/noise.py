@@ -31,7 +31,9 @@ that a comparison of unchanged code fails at all is bounded, not each line's.
 from __future__ import annotations
 
 import math
+from array import array
 from bisect import bisect_left, bisect_right
+from itertools import repeat
 from dataclasses import dataclass
 from statistics import median
 from typing import Iterable, Sequence
@@ -88,8 +90,8 @@ def _scale(d: Sequence[float], squares: list[float] | None = None) -> float | No
     if squares is None:
         return math.sqrt(sum(min(x, cap) ** 2 for x in d) / len(d) / 2)
     held = bisect_left(d, cap)  # the differences below the cap count as themselves, the rest as it
-    # one list of the same terms: sum() iterates a list faster than chained iterators
-    return math.sqrt(sum(squares[:held] + [cap ** 2] * (len(d) - held)) / len(d) / 2)
+    # the same terms added in the same order: those below the cap, then the cap's as often as held to it
+    return math.sqrt(sum(repeat(cap ** 2, len(d) - held), sum(squares[:held])) / len(d) / 2)
 
 
 def typical(diffs: Iterable[float]) -> float | None:
@@ -154,15 +156,15 @@ def fdr(pvalues: Sequence[float], q: float) -> list[bool]:
     """Benjamini-Hochberg at false-discovery rate q: which hypotheses are rejected. When every
     hypothesis is true, the chance of rejecting any is at most q."""
     m = len(pvalues)
-    order = sorted(range(m), key=lambda i: pvalues[i])
-    cut = 0
-    for rank, i in enumerate(order, 1):
-        if pvalues[i] <= q * rank / m:
-            cut = rank
-    rejected = [False] * m
-    for i in order[:cut]:
-        rejected[i] = True
-    return rejected
+    if not m:
+        return []
+    p = np.asarray(pvalues, dtype=float)
+    order = np.argsort(p, kind="stable")  # as sorted(): ties in their order
+    below = np.flatnonzero(p[order] <= q * np.arange(1, m + 1) / m)  # q * rank / m, as Python computes it
+    rejected = np.zeros(m, dtype=bool)
+    if len(below):
+        rejected[order[:below[-1] + 1]] = True
+    return rejected.tolist()
 
 
 class RunningDifferences:
@@ -170,8 +172,10 @@ class RunningDifferences:
     detector's estimate must use only what was known when it decided: see regress.py)."""
 
     def __init__(self) -> None:
-        self._sorted: list[float] = []
-        self._squares: list[float] = []  # each ** 2, in the same order
+        # arrays of doubles, not lists of floats: the history keeps thousands of them, and the noise
+        # reads each whole at every point (a list's floats lie all over the memory)
+        self._sorted = array("d")
+        self._squares = array("d")  # each ** 2, in the same order
         self._sigma: tuple[float | None, int] | None = None  # sigma() until the next change
         self._noise: tuple[float | None, Noise] | None = None  # (prior, noise()) until the next change
         self.log: list[tuple] = []  # what came and went, in order ((True, diffs) or (False, diff)): the
@@ -181,7 +185,14 @@ class RunningDifferences:
         return len(self._sorted)
 
     def add(self, diff: float) -> None:
-        self.extend((diff,))
+        """extend((diff,)) without its loop (the history adds one at each point of every series)."""
+        self.log.append((True, (diff,)))
+        if math.isfinite(diff):
+            a = abs(diff)
+            k = bisect_right(self._sorted, a)
+            self._sorted.insert(k, a)
+            self._squares.insert(k, a ** 2)
+            self._sigma = self._noise = None
 
     def extend(self, diffs: Iterable[float]) -> None:
         """add() each of diffs (a point's reruns and rechecks: one call)."""

@@ -28,7 +28,7 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Iterable, NamedTuple
 
-from .stability import disagree, disagrees
+from .stability import FLOOR, MAX_SPREAD, disagree, disagrees
 
 STACK = ("torch", "triton", "driver", "cuda")
 LAB_GRID = "lab"
@@ -209,11 +209,6 @@ def fast_median(values: Iterable[float]) -> float:
     return data[n // 2] if n % 2 else (data[n // 2 - 1] + data[n // 2]) / 2
 
 
-def log_median(values: Iterable[float]) -> float:
-    """exp(median(log v)): the median, and for an even count the geometric mean of the middle two."""
-    return math.exp(fast_median([math.log(v) for v in values]))
-
-
 def points_from_rows(rows: Iterable[dict]) -> list[Point]:
     """Rows of ONE series -> one point per commit, in commit order (then by when measured). Rows
     that are no time (is_time) are left out; a run without a commit is its own point. The band runs
@@ -247,11 +242,19 @@ def make_point(commit: str, medians: list[float], p20s: list, p80s: list, rechec
     p80 = fast_median([a or m for a, m in zip(p80s, medians)])
     times = [t for t in commit_times if t is not None]
     starts = [t for t in starts if t is not None]
-    return made(
-        Point, commit=commit, commit_time=min(times) if times else None, median_ms=log_median(medians),
+    # the median in log time (for two runs, their geometric mean), and from the same logarithms the
+    # `spread` and `within` that Point computes on first use (the history reads both of every point)
+    logs = [math.log(v) for v in medians]
+    mean = sum(logs) / len(logs)
+    rechecks = tuple(math.log(m / r) for m, r in zip(medians, rechecks) if (r or 0) > 0)
+    point = object.__new__(Point)  # made() of every field, without its defaults to fill in
+    point.__dict__.update(
+        commit=commit, commit_time=min(times) if times else None, median_ms=math.exp(fast_median(logs)),
         p20_ms=min(p20, *medians), p80_ms=max(p80, *medians), runs=len(medians), env=env, runs_ms=tuple(medians),
-        rechecks=tuple(math.log(m / r) for m, r in zip(medians, rechecks) if (r or 0) > 0),
-        partial=all(unfinished), started_at=min(starts) if starts else None)
+        rechecks=rechecks, partial=all(unfinished), started_at=min(starts) if starts else None,
+        within=tuple([math.log(b / a) for a, b in zip(medians, medians[1:])]) + rechecks,
+        spread=(len(logs), sum((x - mean) ** 2 for x in logs)))
+    return point
 
 
 def one_run(commit: str, m: float, p20: float | None, p80: float | None, recheck: float | None, commit_time,
@@ -261,9 +264,11 @@ def one_run(commit: str, m: float, p20: float | None, p80: float | None, recheck
     from the same numbers."""
     x = math.log(m)
     rechecks = (math.log(m / recheck),) if (recheck or 0) > 0 else ()
-    return made(Point, commit=commit, commit_time=commit_time, median_ms=math.exp(x), p20_ms=min(p20 or m, m),
-                p80_ms=max(p80 or m, m), runs=1, env=env, runs_ms=(m,), rechecks=rechecks, partial=bool(unfinished),
-                started_at=start, within=rechecks, spread=(1, (x - x) ** 2))
+    point = object.__new__(Point)  # made() of every field, without its defaults to fill in
+    point.__dict__.update(commit=commit, commit_time=commit_time, median_ms=math.exp(x), p20_ms=min(p20 or m, m),
+                          p80_ms=max(p80 or m, m), runs=1, env=env, runs_ms=(m,), rechecks=rechecks,
+                          partial=bool(unfinished), started_at=start, within=rechecks, spread=(1, (x - x) ** 2))
+    return point
 
 
 def order_key(p: Point) -> tuple:
@@ -333,6 +338,17 @@ def _distinct(con, what: str, columns: str) -> dict:
     return out
 
 
+def _surely_agree(ms, recheck, spread, cuda):
+    """The rows (arrays) that stability.disagree finds in agreement with their recheck, where numpy's
+    logarithms, which may differ from math's in their last bits, could not say otherwise: steady,
+    and their log ratio below the tolerance by far more than that. The others are asked of disagree()."""
+    import numpy as np
+
+    steady = ~cuda | (spread <= MAX_SPREAD)
+    tolerance = np.log1p(np.maximum(np.where(cuda, FLOOR["cuda"], FLOOR["cpu"]), 2 * np.minimum(spread, MAX_SPREAD)))
+    return (recheck > 0) & steady & (np.abs(np.log(ms / recheck)) < tolerance - 1e-9)
+
+
 def group_store(con) -> tuple[dict[SeriesKey, list[Point]], set[SeriesKey], list[str]]:
     """group_series(the rows of QUERY) read from a DuckDB connection: (series, ours, the rows' git
     commits as stored)."""
@@ -363,10 +379,14 @@ def group_store(con) -> tuple[dict[SeriesKey, list[Point]], set[SeriesKey], list
     with np.errstate(invalid="ignore"):
         time = data("ok").astype(bool) & present("median_ms") & np.isfinite(ms) & (ms > 0)
         judged = np.flatnonzero(time & present("recheck_ms") & (recheck != 0))  # is_time's recheck rule
+    banded = present("p20_ms") & present("p80_ms")
+    with np.errstate(invalid="ignore", divide="ignore"):
+        spread = np.where(banded, (data("p80_ms").astype(float) - data("p20_ms").astype(float)) / ms, 0.0)
+        asked = judged[~_surely_agree(ms[judged], recheck[judged], spread[judged], data("on_cuda")[judged].astype(bool))]
     bad = [disagree(*v, "cuda" if c else None) for *v, c in zip(
-        ms[judged].tolist(), recheck[judged].tolist(), cols["p20_ms"][judged].tolist(),
-        cols["p80_ms"][judged].tolist(), data("on_cuda")[judged].tolist())]
-    time[judged[np.asarray(bad, dtype=bool)]] = False
+        ms[asked].tolist(), recheck[asked].tolist(), cols["p20_ms"][asked].tolist(),
+        cols["p80_ms"][asked].tolist(), data("on_cuda")[asked].tolist())]
+    time[asked[np.asarray(bad, dtype=bool)]] = False
     rows = np.flatnonzero(time)
     # one number per series, in the order the store returns them (as group_series keeps them: the
     # walk over them in that order takes a sixth less time than in the order of their hashes), and

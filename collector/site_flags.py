@@ -58,7 +58,8 @@ def analyse(data: SiteData, thresholds: dict[str, float] | None = None, git_root
         if key.gpu == "cpu":  # CPU-interpreter timings say nothing about speed on a GPU
             continue
         gkey = f"cuda:{key.gpu}"
-        ci = [index.get((gkey, p.commit)) for p in r.points]
+        at = index.get(gkey, {})
+        ci = [at.get(p.commit) for p in r.points]
         if any(c is None for c in ci):
             continue
         conds = trends.get((gkey, key.kernel, key.mode, key.dtype, key.provider, key.shape), {})
@@ -93,14 +94,15 @@ def analyse(data: SiteData, thresholds: dict[str, float] | None = None, git_root
     return out
 
 
-def _commit_index(data: SiteData) -> dict[tuple[str, str], int]:
-    """(gkey, commit as the engine names it) -> its index in the group's commits."""
-    out = {}
+def _commit_index(data: SiteData) -> dict[str, dict[str, int]]:
+    """gkey -> commit (as the engine names it, and as stored) -> its index in the group's commits."""
+    out: dict[str, dict[str, int]] = {}
     for g in data.groups:
         full = full_commits(c["sha"] for c in g.commits)
+        at = out.setdefault(g.key, {})
         for i, c in enumerate(g.commits):
-            out[(g.key, full.get(c["sha"], c["sha"]))] = i
-            out[(g.key, c["sha"])] = i
+            at[full.get(c["sha"], c["sha"])] = i
+            at[c["sha"]] = i
     return out
 
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from datetime import datetime
+from itertools import chain
 from statistics import median
 from typing import Callable, Iterable
 
@@ -228,7 +229,8 @@ def is_reference(code: str, env: str | None) -> bool:
 
 
 def spreads(points: list[Point]) -> np.ndarray:
-    return np.array([p.spread for p in points], dtype=float).reshape(-1, 2)
+    return np.fromiter(chain.from_iterable([p.spread for p in points]), dtype=float,
+                       count=2 * len(points)).reshape(-1, 2)
 
 
 def machine_drift(c: Columns) -> tuple[dict[tuple, float], dict[tuple, int], dict[tuple, float]]:
@@ -277,18 +279,19 @@ def measure(c: Columns, noises: list[Noise], q: float, across: bool = False) -> 
     +, -, *, / and sqrt round as Python's do (the same floats as line by line); log and expm1 stay
     math's, in the callers."""
     drift, count, floor = ({}, {}, {}) if across else machine_drift(c)
+    sigma = np.array([n.sigma for n in noises], dtype=float)
     if floor:
         low = np.array([floor.get(k, 0.0) for k in range(c.classes)])[c.klass]
-        raised = np.flatnonzero(low > np.array([n.sigma for n in noises])).tolist()
+        raised = np.flatnonzero(low > sigma).tolist()
         if raised:
             noises = list(noises)
             for i in raised:
                 noises[i] = _evolve(noises[i], sigma=float(low[i]))
-    sigma = np.array([n.sigma for n in noises])
+            sigma[raised] = low[raised]
     dc = c.logs - np.array([drift.get(w, 0.0) for w in c.wheres] or [0.0])[c.where]
     var = _variances(c.spread_a, sigma) + _variances(c.spread_b, sigma)
     z = (dc / np.sqrt(var)).tolist()
-    ps = p_values(z, [n.df for n in noises])
+    ps = p_values(z, np.array([n.n for n in noises], dtype=float) + PRIOR_WEIGHT)  # each Noise.df
     significant = [False] * len(ps)
     for family in (np.flatnonzero(c.gates).tolist(), np.flatnonzero(~c.gates).tolist()):
         for i, rejected in zip(family, fdr([ps[i] for i in family], q)):

@@ -120,6 +120,66 @@ def test_the_partial_bundle_keeps_what_is_reached_and_drops_the_rest():
         plotly_bundle.partial("window.Plotly = {}; /* a webpack bundle */")
 
 
+
+# statements written as esbuild writes them, each with what makes JavaScript's tokens ambiguous: a
+# slash after a value or a keyword, regular expressions holding quotes and brackets, strings holding
+# brackets and slashes, template literals with nested substitutions, comments, `?.`, `...`, numbers
+_AWKWARD = [
+    'var A=W((e,t)=>{var r=a/b/c,s=(x)/2,u=[1]/3,q=typeof/re"/.source;t.exports=r+s});',
+    'var B=W((e,t)=>{t.exports=/[/"\']+/g.test("a/b(")?/\\//:`x${`${t?.y}`+"}"}z${{a:1}.a}`});',
+    'var C=W((e,t)=>{/* a (comment) */t.exports=o?.p?.(q)??[...r,...s.t];return;// ( "\n});',
+    'var D=W((e,t)=>{t.exports={a:1..toString(),b:.5e-3,c:0x1F,d:e.return/2,g:`${1}`/2}});',
+    'function F(a,b){if(a){return b/a}switch(b){case"(":return/x/}}',
+    'var G={};Fp(G,{f:()=>F,d:()=>D});',
+    'var n,E=Ea(()=>{n={k:`a${B()}b${[C()].map(x=>x*2/3)}c`}});',
+    'function H(){}',
+    ';',
+    'var I=W((e,t)=>{t.exports=["é",\'\\\'\',"\\"("]});',
+]
+
+
+def _bundle(statements: list[str]) -> tuple[str, int, int]:
+    head = ('var Plotly=(()=>{var W=(e,t)=>()=>{try{return t||e((t={exports:{}}).exports,t),t.exports}'
+            'catch(r){throw t=0,r}},Ea=(e,t,r)=>()=>{if(r)throw r[0];try{return e&&(t=e(e=0)),t}catch(i){throw r=[i],i}},'
+            'Fp=(e,t)=>{for(var r in t)S6(e,r,{get:t[r],enumerable:!0})};')
+    src = head + "\n".join(statements) + "return A();})();"
+    return src, len("var Plotly=(()=>{"), src.rfind("})();")
+
+
+def _read(found) -> list:
+    return [(a, b, st.first, st.top, st.used) for a, b, st in found]
+
+
+@pytest.mark.parametrize("extra", [[], ["x=1\u00a0+2;"], ["var J=/re/;"], ["a. b;"], ["f(`t`);"], ["x(/re/.test(y));"], ["x=0xe+n;"]],
+                         ids=["read-fast", "non-ascii-code", "top-level-regex", "spaced-member", "template-first", "regex-first", "exponent"])
+def test_the_bundle_statements_are_those_of_the_token_by_token_scan(extra):
+    """plotly_bundle.statements() reads the bundle as statements_by_token does (the reference: a
+    token at a time), whether it counts the brackets itself or leaves something to the reference."""
+    from kcollect import plotly_bundle
+
+    src, body, end = _bundle(_AWKWARD + extra)
+    expected = _read(plotly_bundle.statements_by_token(src, body, end))
+    assert _read(plotly_bundle.statements(src, body, end)) == expected
+    if extra:
+        with pytest.raises(plotly_bundle._Unsure):
+            plotly_bundle._statements(src, body, end)
+    else:
+        assert _read(plotly_bundle._statements(src, body, end)) == expected
+        for k, piece in enumerate(_AWKWARD):  # one statement at a time too (what each holds is compared)
+            src, body, end = _bundle([piece])
+            assert _read(plotly_bundle._statements(src, body, end)) == _read(
+                plotly_bundle.statements_by_token(src, body, end)), piece
+
+
+def test_the_partial_bundle_of_the_installed_plotly_is_the_token_by_token_scans():
+    from kcollect import plotly_bundle
+
+    src = plotly_js().read_text()
+    start = src.find(plotly_bundle.HEAD) + len(plotly_bundle.HEAD)
+    end = src.rfind("})();")
+    assert _read(plotly_bundle._statements(src, start, end)) == _read(
+        plotly_bundle.statements_by_token(src, start, end))
+
 def test_internal_links_point_at_files(built):
     for page in built.rglob("*.html"):
         for ref in re.findall(r'(?:src|href)="([^"#]+)', page.read_text()):
@@ -577,7 +637,8 @@ def test_the_engine_reads_the_series_in_columns_as_from_rows(tmp_path):
     series, our keys and the commits that group_series gives from the same rows as dicts: on the
     committed history with the awkward rows it lacks planted in: a run outside git, a commit
     stored by its short SHA beside a run with the full one, an interrupted run, rows without
-    p20/p80, with a NaN or zero recheck, with no or a negative median."""
+    p20/p80, with a NaN, zero or negative recheck, with no or a negative median, with a recheck at
+    the edge of the tolerance or just inside it, unsteady."""
     from kcollect import series
 
     db = site_store.history_store(tmp_path / "h.duckdb")
@@ -592,6 +653,12 @@ def test_the_engine_reads_the_series_in_columns_as_from_rows(tmp_path):
                           ("hash(seq) % 7 = 1", "recheck_ms = 'nan'::DOUBLE"), ("hash(seq) % 7 = 2", "recheck_ms = 0"),
                           ("hash(seq) % 7 = 3", "median_ms = NULL"), ("hash(seq) % 7 = 4", "median_ms = -1")):
         con.execute(f"UPDATE results SET {change} WHERE run_id = ? AND {where}", [runs[2]])
+    tolerance = "ln(1 + greatest(0.05, 2 * least((p80_ms - p20_ms) / median_ms, 0.5)))"  # stability.tolerance on a GPU
+    for where, change in (("hash(seq) % 4 = 0", f"recheck_ms = median_ms * exp({tolerance})"),  # at the edge
+                          ("hash(seq) % 4 = 1", f"recheck_ms = median_ms / exp({tolerance} * 0.999)"),  # inside
+                          ("hash(seq) % 4 = 2", "p80_ms = p20_ms + median_ms, recheck_ms = median_ms"),  # unsteady
+                          ("hash(seq) % 4 = 3", "recheck_ms = -median_ms")):
+        con.execute(f"UPDATE results SET {change} WHERE run_id = ? AND {where} AND p20_ms IS NOT NULL", [runs[3]])
     con.close()
     with Store(db, read_only=True) as store:
         rows = store.query(series.QUERY)
