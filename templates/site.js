@@ -1048,8 +1048,8 @@
     b.textContent = "";
     const out = {cmp: mode};
     if (mode === "commits") {
-      // By default the group with the longest history: its newest two commits most likely share
-      // series (a GPU measured at two commits on different kernels would show nothing).
+      // By default the group with the longest history, its newest commit as B and, once the data
+      // is loaded, as A the newest commit before it that shares a series with it (runCompare).
       const longest = groups.reduce((best, x) => (!best || x.commits.length > best.commits.length ? x : best), null);
       const g = groups.find((x) => x.id === s.g) || longest;
       if (!g) return out;
@@ -1116,7 +1116,23 @@
     return td;
   }
 
-  function runCompare(page, s) {
+  // The newest commit before index ib that measured a series B measured too (-1: none), among the
+  // loaded series of `entries`: the default A when B's predecessor measured other kernels only.
+  function sharedBefore(entries, s, ib) {
+    let best = -1;
+    for (const e of entries) {
+      const series = loaded[e.f].series;
+      for (const p of Object.keys(series)) {
+        if (!providerOn(s, p)) continue;
+        for (const [ci] of Object.values(series[p])) {
+          if (ci.includes(ib)) for (const c of ci) if (c < ib && c > best) best = c;
+        }
+      }
+    }
+    return best;
+  }
+
+  function runCompare(page, s, autoA) {
     const status = document.getElementById("kc-compare-status");
     const summary = document.getElementById("kc-compare-summary");
     const detail = document.getElementById("kc-compare-detail");
@@ -1136,8 +1152,15 @@
       const rows = [];
       if (s.cmp === "commits") {
         const commits = page.groups.find((x) => x.id === s.g).commits;
-        const ia = commits.findIndex((c) => c[0] === s.a);
         const ib = commits.findIndex((c) => c[0] === s.b);
+        if (autoA) {  // A not chosen: the newest commit before B that shares a series with it
+          const shared = sharedBefore(entries, s, ib);
+          if (shared >= 0 && commits[shared][0] !== s.a) {
+            s.a = cmpForm.elements.namedItem("a").value = commits[shared][0];
+            writeState(s);
+          }
+        }
+        const ia = commits.findIndex((c) => c[0] === s.a);
         for (const e of entries) {
           const series = loaded[e.f].series;
           for (const p of Object.keys(series)) {
@@ -1217,9 +1240,10 @@
 
   function compareUpdate(s) {
     const page = pageData();
+    const autoA = s.a === undefined;
     Object.assign(s, compareOptions(page, s));
     writeState(s);
-    runCompare(page, s);
+    runCompare(page, s, autoA);
   }
 
   // -- wiring ----------------------------------------------------------------------------------

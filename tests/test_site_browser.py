@@ -584,6 +584,31 @@ def test_compare_two_commits_then_two_gpus(sites, tab):
     assert not t.problems, t.problems
 
 
+def test_compare_by_default_takes_as_a_the_last_commit_that_shares_a_series_with_b(tmp_path, tab):
+    # the newest commit measured alpha only, the one before it beta only (as partial runs of a few
+    # kernels at a time leave the history): by default the comparison is the newest commit against
+    # the last one before it that measured alpha, not an empty one against its predecessor
+    last = site_store.COMMITS - 1
+    db = site_store.build_store(tmp_path / "k.duckdb", cpu=False, second_gpu=False, lab=False)
+    with Store(db) as store:
+        for commit, kernel in ((last, "beta"), (last - 1, "alpha")):
+            store.con.execute("DELETE FROM results WHERE kernel = ? AND run_id IN "
+                              "(SELECT run_id FROM runs WHERE git_commit = ?)", [kernel, site_store.sha(commit)])
+    build_site(db, tmp_path / "site")
+    t = tab.open(tmp_path / "site" / "compare.html")
+    p = t.page
+    a, b = site_store.sha(last - 2)[:8], site_store.sha(last)[:8]
+    assert p.input_value("select[name=a]") == a and p.input_value("select[name=b]") == b
+    assert f"a={a}" in t.hash() and "alpha" in p.inner_text("#kc-compare-detail tbody")
+    assert "beta" not in p.inner_text("#kc-compare-detail tbody")
+    # a commit chosen as A stays A, shared series or not
+    chosen = site_store.sha(last - 1)[:8]
+    p.goto((tmp_path / "site" / "compare.html").as_uri() + f"#cmp=commits&g={H100}&a={chosen}&b={b}")
+    p.wait_for_function("document.querySelector('#kc-compare-status').textContent.startsWith('No series')")
+    assert p.input_value("select[name=a]") == chosen
+    assert not t.problems, t.problems
+
+
 # -- tables ------------------------------------------------------------------------------------
 
 
