@@ -108,7 +108,8 @@ CPU_COMPILE = ("compile", "on the CPU torch.compile builds C++, not the Triton c
               help="Before measuring, build the plan's kernels (Triton, torch.compile, CuTe DSL) into the caches in N "
                    "parallel processes, where the caches lack them; 0: build each as the run meets it. auto: on CUDA "
                    "one process per two cores and per 8 GiB of memory (2 to 8 per GPU of the run), on the CPU 0 (the "
-                   "interpreter builds nothing to keep).")
+                   "interpreter builds nothing to keep). A build that runs past --measure-timeout there, or kills its "
+                   "process itself (a compiler's assertion), is stored as an `error` row and not called again.")
 @click.option("--profile", "profile_dir", default=None, metavar="DIR",
               help="Write a cProfile of each measuring process to DIR: RUN_ID.prof (pstats) and RUN_ID.txt (the "
                    "functions with the most cumulative time), for overhead the run's breakdown does not name.")
