@@ -13,8 +13,8 @@ expressions and comments are skipped, property names after a dot are not referen
 be sure of it keeps. Python steps only over what makes a token ambiguous, numpy counts the brackets,
 and a definition's identifiers are read only once something kept reaches it (statements, _shake); a
 token-by-token reader (statements_by_token) reads any bundle holding what the faster one does not
-read alike, and the tests hold the two to the same answers. A bundle of another layout (plotly.js 2.x, built with webpack) is shipped whole,
-with a note on why.
+read alike, and the tests hold the two to the same answers. A bundle of another layout (plotly.js
+2.x, built with webpack) is shipped whole, with a note on why.
 """
 from __future__ import annotations
 

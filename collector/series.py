@@ -382,7 +382,8 @@ def group_store(con) -> tuple[dict[SeriesKey, list[Point]], set[SeriesKey], list
     banded = present("p20_ms") & present("p80_ms")
     with np.errstate(invalid="ignore", divide="ignore"):
         spread = np.where(banded, (data("p80_ms").astype(float) - data("p20_ms").astype(float)) / ms, 0.0)
-        asked = judged[~_surely_agree(ms[judged], recheck[judged], spread[judged], data("on_cuda")[judged].astype(bool))]
+        on_cuda = data("on_cuda")[judged].astype(bool)
+        asked = judged[~_surely_agree(ms[judged], recheck[judged], spread[judged], on_cuda)]
     bad = [disagree(*v, "cuda" if c else None) for *v, c in zip(
         ms[asked].tolist(), recheck[asked].tolist(), cols["p20_ms"][asked].tolist(),
         cols["p80_ms"][asked].tolist(), data("on_cuda")[asked].tolist())]

@@ -3,8 +3,9 @@
 Follows triton.testing.do_bench: estimate one call, derive the number of warm-up and timed calls
 from the budgets, flush L2 by writing a buffer larger than it before each call, and record an
 event pair around the call alone. Unlike do_bench, the estimating calls count towards the warm-up
-budget, and a measurement that knows the call's time (a recheck) makes none. Unlike do_bench it keeps every sample, so the store gets median,
-p20, p80, mean, std and min. On the CPU (interpreter) a plain clock is used and the rows say so.
+budget, a measurement that knows the call's time (a recheck) makes none, and every sample is
+kept, so the store gets median, p20, p80, mean, std and min. On the CPU (interpreter) a plain
+clock is used and the rows say so.
 
 Samples are taken in chunks; after each chunk (and at least `min_reps` samples) timing stops once
 the 95% confidence interval of the median is within ±`ci_rel` of it: a steady fast kernel needs a

@@ -173,7 +173,8 @@ def against_lines(rows: list[dict], others: list[dict]) -> list[str]:
         o = theirs.get(tuple(r[k] for k in KEY))
         if o is None:
             continue
-        g = by.setdefault((r["kernel"], r["provider"], r["mode"]), {"rows": 0, "this_s": 0.0, "other_s": 0.0, "ratios": []})
+        g = by.setdefault((r["kernel"], r["provider"], r["mode"]),
+                          {"rows": 0, "this_s": 0.0, "other_s": 0.0, "ratios": []})
         g["rows"] += 1
         g["this_s"] += r.get("seconds") or 0.0
         g["other_s"] += o.get("seconds") or 0.0
@@ -182,7 +183,8 @@ def against_lines(rows: list[dict], others: list[dict]) -> list[str]:
     total = {"rows": sum(g["rows"] for g in by.values()), "this_s": sum(g["this_s"] for g in by.values()),
              "other_s": sum(g["other_s"] for g in by.values()), "ratios": [x for g in by.values() for x in g["ratios"]]}
     recs = [{"kernel": k, "provider": p, "mode": m, **g} for (k, p, m), g in
-            sorted(by.items(), key=lambda kv: -kv[1]["other_s"])] + [{"kernel": "all", "provider": "", "mode": "", **total}]
+            sorted(by.items(), key=lambda kv: -kv[1]["other_s"])]
+    recs.append({"kernel": "all", "provider": "", "mode": "", **total})
     text = [{"this_s": f"{r['this_s']:.1f}", "other_s": f"{r['other_s']:.1f}",
              "median_ratio": "-" if not r["ratios"] else f"{_median(r['ratios']):.3f}",
              "timed_both": str(len(r["ratios"]))} for r in recs]
@@ -196,7 +198,8 @@ def main() -> None:
     ap.add_argument("--db", help="a kcollect DuckDB file instead of run folders")
     ap.add_argument("--since", help="with --db: only runs started at or after this time (ISO)")
     ap.add_argument("--top", type=int, default=60, help="kernel x provider x mode lines shown (default 60)")
-    ap.add_argument("--against", metavar="DB", help="with --db: another store's run of the same plan, compared row by row")
+    ap.add_argument("--against", metavar="DB",
+                    help="with --db: another store's run of the same plan, compared row by row")
     args = ap.parse_args()
     if bool(args.folders) == bool(args.db):
         ap.error("give run folders or --db, not both")
