@@ -166,25 +166,8 @@ def test_every_timed_cuda_call_follows_an_l2_flush(monkeypatch):
     # timed call (between its start and end events) must come right after a write of the flush
     # buffer, or the call finds its inputs in L2 and reads faster than it would in a model.
     log = []
-
-    class Event:
-        def __init__(self, enable_timing=False):
-            self.at = None
-
-        def record(self):
-            log.append("event")
-            self.at = len(log)
-
-        def elapsed_time(self, end):
-            return 1.0
-
-    class Flush:
-        def zero_(self):
-            log.append("flush")
-
-    monkeypatch.setattr(torch.cuda, "Event", Event)
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
-    timing.time_cuda(lambda: log.append("call"), timing.Budget(0, 0, min_reps=4, max_reps=4), Flush(), peak=False)
+    flush = _fake_cuda(monkeypatch, log, 1.0)
+    timing.time_cuda(lambda: log.append("call"), timing.Budget(0, 0, min_reps=4, max_reps=4), flush, peak=False)
     timed = [i for i in range(1, len(log) - 1) if log[i - 1] == "event" and log[i] == "call" and log[i + 1] == "event"]
     assert len(timed) >= 4
     assert all(log[i - 2] == "flush" for i in timed), log
