@@ -111,12 +111,17 @@ def candidates(op: str, mode: str, dims: dict, device: str) -> list[tuple[str, o
                 for segs in _around(heur.segments * block_d // (32 * warps), top):
                     out.append(("lanes", dataclasses.replace(heur, block_d=block_d, warps=warps, steps=steps,
                                                              segments=segs)))
-    seen, unique = set(), []
+    return unique(out)
+
+
+def unique(out: list) -> list:
+    """(label, config) pairs, each config once (the first label that names it)."""
+    seen, kept = set(), []
     for label, c in out:
         if c not in seen:
             seen.add(c)
-            unique.append((label, c))
-    return unique
+            kept.append((label, c))
+    return kept
 
 
 def time_shape(op, label, dims, mode, dtype, pool, args, copy_gbps, log, cands=None) -> list[dict]:
@@ -286,27 +291,36 @@ def begin(args, name: str):
     return torch, copy_gbps, out_dir
 
 
-def main(argv: list[str] | None = None) -> int:
-    args, shapes = parse("scans_ab", __doc__, SHAPES, CPU_SHAPES, 400.0, argv)
+def sweep(name: str, doc: str, shapes, cpu_shapes, time_limit_s: float, argv, summarise,
+          cands=lambda op, label, dims, device: None) -> int:
+    """A script's whole run (this one's and lab/ss_variants.py's): its options, then every shape and
+    mode asked for (a shape's modes a tuple, or one mode) timed by time_shape with `cands`' candidates
+    (None: candidates()), rows into `name`.jsonl as they come, `summarise`(rows) at the end."""
+    args, shapes = parse(name, doc, shapes, cpu_shapes, time_limit_s, argv)
     start = time.monotonic()
-    opened = begin(args, "scans_ab")
+    opened = begin(args, name)
     if opened is None:
         return 2
     torch, copy_gbps, out_dir = opened
     dtype = getattr(torch, args.dtype)
     rows = []
-    with open(os.path.join(out_dir, "scans_ab.jsonl"), "w") as log, contextlib.ExitStack() as stack:
+    with open(os.path.join(out_dir, f"{name}.jsonl"), "w") as log, contextlib.ExitStack() as stack:
         pool = common.compile_pool(stack, args.device, args.jobs)
         for op, label, dims, modes in shapes:
-            for mode in modes:
+            for mode in (modes,) if isinstance(modes, str) else modes:
                 if time.monotonic() - start > args.time_limit_s:
                     print(f"\n(time limit: {op} {label} {mode} not run)")
                     continue
-                rows += time_shape(op, label, dims, mode, dtype, pool, args, copy_gbps, log)
+                rows += time_shape(op, label, dims, mode, dtype, pool, args, copy_gbps, log,
+                                   cands=cands(op, label, dims, args.device))
                 log.flush()
-    summary(rows)
+    summarise(rows)
     print(f"\n{time.monotonic() - start:.0f} s")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return sweep("scans_ab", __doc__, SHAPES, CPU_SHAPES, 400.0, argv, summary)
 
 
 if __name__ == "__main__":

@@ -23,18 +23,15 @@ which is what a default (config.lanes) should follow.
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 import os
 import sys
-import time
 
 from kcollect.common import ALLOC_CONF
 
-from . import common
 from .scans_ab import SHAPES as AB_SHAPES
-from .scans_ab import begin, parse, time_shape
+from .scans_ab import sweep, unique
 from .scans_tune import _rtu
 
 os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", ALLOC_CONF)  # as `kcollect run` does, before CUDA starts
@@ -86,7 +83,7 @@ def ss_candidates(label: str, dims: dict, device: str) -> list[tuple[str, object
                         c = dataclasses.replace(base, block_d=block_d, warps=warps, steps=steps, segments=segs,
                                                 split=split, poly=poly, share=share)
                         out.append((f"s{split} t{steps} p{poly}{' sh' * share}", c))
-    return _unique(out)
+    return unique(out)
 
 
 def rtu_bwd_candidates(label: str, dims: dict, device: str) -> list[tuple[str, object]]:
@@ -101,16 +98,7 @@ def rtu_bwd_candidates(label: str, dims: dict, device: str) -> list[tuple[str, o
         segs = max(1, min(top, pick.bwd_segments * pick.bwd_block_h * warps // (block_h * pick.bwd_warps)))
         for s in sorted({max(1, segs // 2), segs, min(top, (3 * segs + 1) // 2), min(top, 2 * segs)}):
             out.append(("grid", dataclasses.replace(pick, bwd_block_h=block_h, bwd_warps=warps, bwd_segments=s)))
-    return _unique(out)
-
-
-def _unique(out: list) -> list:
-    seen, unique = set(), []
-    for label, c in out:
-        if c not in seen:
-            seen.add(c)
-            unique.append((label, c))
-    return unique
+    return unique(out)
 
 
 def summary(rows: list[dict]) -> None:
@@ -144,28 +132,12 @@ def _geomean(values) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else math.nan
 
 
+def _candidates(op, label, dims, device):
+    return (ss_candidates if op == "selective_scan" else rtu_bwd_candidates)(label, dims, device)
+
+
 def main(argv: list[str] | None = None) -> int:
-    args, shapes = parse("ss_variants", __doc__, SHAPES, CPU_SHAPES, 300.0, argv)
-    start = time.monotonic()
-    opened = begin(args, "ss_variants")
-    if opened is None:
-        return 2
-    torch, copy_gbps, out_dir = opened
-    dtype = getattr(torch, args.dtype)
-    rows = []
-    with open(os.path.join(out_dir, "ss_variants.jsonl"), "w") as log, contextlib.ExitStack() as stack:
-        pool = common.compile_pool(stack, args.device, args.jobs)
-        for op, label, dims, mode in shapes:
-            if time.monotonic() - start > args.time_limit_s:
-                print(f"\n(time limit: {op} {label} {mode} not run)")
-                continue
-            make = ss_candidates if op == "selective_scan" else rtu_bwd_candidates
-            rows += time_shape(op, label, dims, mode, dtype, pool, args, copy_gbps, log,
-                               cands=make(label, dims, args.device))
-            log.flush()
-    summary(rows)
-    print(f"\n{time.monotonic() - start:.0f} s")
-    return 0
+    return sweep("ss_variants", __doc__, SHAPES, CPU_SHAPES, 300.0, argv, summary, _candidates)
 
 
 if __name__ == "__main__":
