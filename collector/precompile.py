@@ -217,16 +217,12 @@ def run(config: RunConfig, cases: list[Case], planned: tuple[dict, dict], kernel
         f"process{'es' if procs > 1 else ''} before measuring")
     built: set[str] = set()
     started = time.time()
-    hung: dict[tuple[int, str, str], float] = {}
-    crashed: dict[tuple[int, str, str], str] = {}
     try:
         for index, seconds in _pool(config, kernel_modules, procs, visible, order, todo, timeout, say, t0, cases,
-                                    hung, crashed):
+                                    report.hung, report.crashed):
             built.update(keys[index, m, p] for m, p in todo[index])
             report.times.update(((*_label(cases[index]), m, p), s) for (m, p), s in zip(todo[index], seconds))
     finally:
-        report.hung = {(*_label(cases[i]), m, p): s for (i, m, p), s in hung.items()}
-        report.crashed = {(*_label(cases[i]), m, p): why for (i, m, p), why in crashed.items()}
         forget_tuning(started)
         if report.times:
             say(slowest(report.times))
@@ -328,8 +324,8 @@ def _pool(config, kernel_modules, procs, visible, order, todo, timeout, say, t0,
     """Yields (case index, each build's seconds) as a process finishes a case; a process that dies,
     or spends more than `timeout` on one build, loses that case and is replaced, unless as many have died before
     they were ready as there are processes (they cannot start here: the pass ends). A build that
-    passed `timeout` goes into `hung`, {(case index, mode, provider): seconds it ran}; one whose
-    process died of a CRASH_SIGNALS signal into `crashed`, same keys: the signal and its last words."""
+    passed `timeout` goes into `hung` (Report.hung's keys: seconds it ran); one whose process died
+    of a CRASH_SIGNALS signal into `crashed` (the signal and its last words)."""
     import multiprocessing as mp
     from multiprocessing.connection import wait
 
@@ -382,11 +378,11 @@ def _pool(config, kernel_modules, procs, visible, order, todo, timeout, say, t0,
                 if slot["proc"].is_alive() and not late(slot, clock(), timeout):  # each build a measurement's
                     continue
                 if slot["proc"].is_alive() and slot["building"] is not None:  # hung in that build
-                    hung[slot["case"], *slot["building"]] = clock() - slot["since"]
+                    hung[*_label(cases[slot["case"]]), *slot["building"]] = clock() - slot["since"]
                 slot["proc"].kill()  # it died or hangs: the case is the measuring pass's
                 slot["proc"].join()
                 if slot["building"] is not None and -(slot["proc"].exitcode or 0) in CRASH_SIGNALS:
-                    crashed[slot["case"], *slot["building"]] = _crash(slot)
+                    crashed[*_label(cases[slot["case"]]), *slot["building"]] = _crash(slot)
                 finished += 1
                 unborn += not slot["ready"]
                 if unborn >= procs:
