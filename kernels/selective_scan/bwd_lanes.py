@@ -52,13 +52,13 @@ def _with_before(a1, b1, p1, q1, a2, b2, p2, q2):
 def _inputs(X, DL, Bm, at, offs, b, t, k, n3, T, N, md, EVEN: tl.constexpr, EVEN_N: tl.constexpr,
             WIDEN: tl.constexpr, FAST_SOFTPLUS: tl.constexpr, PRECISE: tl.constexpr):
     """x, delta, softplus(delta) [steps, lanes] and B_t [steps, 1, N_p2] of the tile at `at`
-    (steps t); zero past T, softplus(delta) too (a decay of 1: the segments' sums of steps hold
-    only the sequence's)."""
+    (steps t). Past T all are zero but softplus(delta) (log 2): those steps come after the
+    sequence's in the forward scans, and the adjoint (dy zero there) and every sum stay zero
+    through them; their decays reach only the last segment's transition, which multiplies the
+    zero adjoint entering it."""
     x = _rows(X + at, offs, t, T, md, True, EVEN).to(tl.float32)
     dl = _rows(DL + at, offs, t, T, md, True, EVEN).to(tl.float32)
     dt = softplus(dl, FAST_SOFTPLUS, PRECISE)
-    if not EVEN:
-        dt = tl.where((t < T)[:, None], dt, 0.0)
     bt = _widened(_per_step(Bm, b, t, k, n3, T, N, True, EVEN_N, 1), WIDEN, False)
     return x, dl, dt, bt[:, None, :]
 
