@@ -46,6 +46,7 @@ class SelectiveScanConfig:
     bwd_path: str = "tiles"
     bwd_steps: int = 4
     bwd_segments: int = 1
+    bwd_scatter: bool = True  # lanes backward: dB, dC summed over a warp by a reduce-scatter (bwd_lanes._warp_sums)
 
 
 # B * T * D from which pick returns the lanes forward (None: never)
