@@ -10,13 +10,15 @@ bandwidth measured here).
     python -m lab.ss_bwd --only selective_scan:target
     python -m lab.ss_bwd --device cpu           # a dry run on the interpreter at a tiny shape
 
-Lanes candidates: tiles of bwd_steps (2, 4, 8, 16) within the kept states' chunk (8, 16, 32: the
+Lanes candidates: tiles of bwd_steps (1, 2, 4, 8) within the kept states' chunk (4 to 32: the
 forward's kept states are 4 N / chunk bytes a step and channel, written by the forward and read
 here; a tile shorter than the chunk advances the kept state over the chunk's earlier tiles),
 bwd_block_d channels on bwd_warps warps (32 a warp: one a thread, or two with 64 on one warp),
 time whole or in the segments that bring the grid to 8 warps an SM (as config.lanes's forward),
-and for the first two tiles twice that. The chunk also sets the forward's writes, which this backward-only timing leaves
-out: a chunk other than the pick's (16) is a forward change as well.
+and for the first two tiles twice that; the first tile and layout also with dB and dC by one
+tl.sum over the channels (bwd_scatter off, kind "... sum") rather than the warps' reduce-scatter.
+The chunk also sets the forward's writes, which this backward-only timing leaves out: a chunk
+other than the pick's (16) is a forward change as well.
 
 The last block: per shape the tiles pick and the best lanes row (ms, % of copy), and per lanes
 family (chunk, steps, block_d, warps) its time over the pick's at every shape and their geometric
@@ -42,8 +44,11 @@ os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", ALLOC_CONF)  # as `kcollect run
 SHAPES = [("selective_scan", s, _AB["selective_scan", s], "bwd") for s in SS]  # the target first
 CPU_SHAPES = [("selective_scan", "tiny", {"B": 2, "T": 24, "D": 16, "N": 16}, "bwd")]
 
-# (chunk, bwd_steps): the target's grid; elsewhere the first three
-_TILES = ((16, 4), (16, 8), (8, 4), (16, 2), (16, 16), (8, 8), (32, 4))
+# (chunk, bwd_steps): the target's grid; elsewhere the first three. The offline sm_90 compile (Triton
+# 3.6, bf16, N 16, D 2048): 2 steps a tile 251-255 registers and no spill on 1, 2 and 4 warps; 4
+# steps spill (808 bytes of stack), 8 steps more (3584); 1 step 211, no spill, but its 16 values a
+# tile are too few for the reduce-scatter (a tl.sum: 160 shuffles a step against 31)
+_TILES = ((16, 2), (8, 2), (4, 2), (16, 4), (32, 2), (8, 4), (16, 1), (16, 8))
 _LAYOUTS = ((32, 1), (64, 2), (128, 4), (64, 1))  # (bwd_block_d, bwd_warps)
 _CPU_TILES = ((8, 4), (8, 2))
 _CPU_LAYOUTS = ((8, 1),)
@@ -80,6 +85,8 @@ def candidates(label: str, dims: dict, device: str) -> list[tuple[str, object]]:
                 c = dataclasses.replace(fwd, bwd_path="lanes", bwd_steps=steps, bwd_block_d=block_d, bwd_warps=warps,
                                         bwd_segments=s)
                 out.append((f"c{chunk} t{steps} bd{block_d} w{warps}", c))
+                if (chunk, steps, block_d, warps) == (*tiles[0], *layouts[0]) and s == segs:
+                    out.append((f"c{chunk} t{steps} bd{block_d} w{warps} sum", dataclasses.replace(c, bwd_scatter=False)))
     return _unique(out)
 
 

@@ -49,6 +49,64 @@ def _with_before(a1, b1, p1, q1, a2, b2, p2, q2):
 
 
 @triton.jit
+def _xor_lanes(v, m: tl.constexpr, ASM: tl.constexpr):
+    """v [lanes, K] (lanes 32 a warp, one channel each) from the lane `m` away (lane ^ m): one
+    shfl.sync.bfly a value on the GPU; on the interpreter the same permutation of the lane axis."""
+    if ASM:
+        w = tl.inline_asm_elementwise(f"shfl.sync.bfly.b32 $0, $1, {m}, 0x1f, -1;", "=r,r", [v.to(tl.int32, bitcast=True)],
+                                      dtype=tl.int32, is_pure=True, pack=1)
+        return w.to(tl.float32, bitcast=True)
+    else:
+        return tl.reshape(tl.flip(tl.reshape(v, [v.shape[0] // (2 * m), 2, m, v.shape[1]]), 1), v.shape)
+
+
+@triton.jit
+def _halved(w, idx, lane, m: tl.constexpr, ASM: tl.constexpr):
+    """A round of _warp_sums: of w [lanes, K] (and its indices idx) a lane keeps one half, sends
+    the other to the lane m away and adds what that one sent: [lanes, K / 2]. The two lanes agree
+    on every earlier round's choice (those lanes were 2m, 4m, ... away), so they hold the same
+    indices and keep opposite halves."""
+    lo, hi = tl.split(tl.reshape(w, [w.shape[0], w.shape[1] // 2, 2]))
+    ilo, ihi = tl.split(tl.reshape(idx, [w.shape[0], w.shape[1] // 2, 2]))
+    upper = ((lane // m) % 2 == 1)[:, None]
+    return tl.where(upper, hi, lo) + _xor_lanes(tl.where(upper, lo, hi), m, ASM), tl.where(upper, ihi, ilo)
+
+
+@triton.jit
+def _warp_sums(v, lane, ASM: tl.constexpr):
+    """The sums over each warp's 32 lanes of v [steps, lanes, N_p2] (fp32, steps * N_p2 >= 32) as
+    (sums, their flat step * N_p2 + state indices), both [lanes, steps * N_p2 / 32]: a reduce-scatter
+    by halves (_halved at m = 16, 8, 4, 2, 1), steps * N_p2 * 31 / 32 shuffles a lane where a tl.sum
+    per value takes 5 each."""
+    L: tl.constexpr = v.shape[1]
+    M: tl.constexpr = v.shape[0] * v.shape[2]
+    w = tl.reshape(tl.permute(v, (1, 0, 2)), [L, M])
+    idx = tl.broadcast_to(tl.arange(0, M)[None, :], [L, M])
+    w, idx = _halved(w, idx, lane, 16, ASM)
+    w, idx = _halved(w, idx, lane, 8, ASM)
+    w, idx = _halved(w, idx, lane, 4, ASM)
+    w, idx = _halved(w, idx, lane, 2, ASM)
+    return _halved(w, idx, lane, 1, ASM)
+
+
+@triton.jit
+def _add_sums(P, v, b, t0, k, lane, T, N, N_P2: tl.constexpr, ACC: tl.constexpr, SCATTER: tl.constexpr,
+              ASM: tl.constexpr):
+    """P[b, t0 + s, n] += v[s, :, n] summed over the program's channels (atomically: other programs
+    add theirs). SCATTER: by _warp_sums, each lane adding its share of each warp's sums; otherwise
+    one tl.sum (in ACC) over the channels."""
+    if SCATTER:
+        w, idx = _warp_sums(v, lane, ASM)
+        t = t0 + idx // N_P2
+        n = idx % N_P2
+        tl.atomic_add(P + (b * T + t) * N + n, w, mask=(t < T) & (n < N))
+    else:
+        t = t0 + tl.arange(0, v.shape[0])
+        tl.atomic_add(P + (b * T + t[:, None]) * N + k[None, :], tl.sum(v.to(ACC), axis=1),
+                      mask=(t < T)[:, None] & (k < N)[None, :])
+
+
+@triton.jit
 def _inputs(X, DL, Bm, at, offs, b, t, k, n3, T, N, md, EVEN: tl.constexpr, EVEN_N: tl.constexpr,
             WIDEN: tl.constexpr, FAST_SOFTPLUS: tl.constexpr, PRECISE: tl.constexpr):
     """x, delta, softplus(delta) [steps, lanes] and B_t [steps, 1, N_p2] of the tile at `at`
@@ -81,14 +139,15 @@ def _ss_bwd_lanes(X, DL, A, Bm, Cm, Dk, Z, DY, CK, QE, QDT, DX, DDL, DZ, DA, DD,
                   n_chunks, n_tiles, per_seg, n_seg, BLOCK_D: tl.constexpr, VEC: tl.constexpr, WARPS: tl.constexpr,
                   N_P2: tl.constexpr, STEPS: tl.constexpr, CHUNK: tl.constexpr, ENDS_PASS: tl.constexpr,
                   EVEN: tl.constexpr, EVEN_N: tl.constexpr, ASM: tl.constexpr, WIDEN: tl.constexpr,
-                  FAST_SOFTPLUS: tl.constexpr, PRECISE: tl.constexpr, ACC: tl.constexpr):
+                  FAST_SOFTPLUS: tl.constexpr, PRECISE: tl.constexpr, ACC: tl.constexpr, SCATTER: tl.constexpr):
     """Program (sequence x channel block, segment of per_seg chunks). ENDS_PASS: segment
     program_id(1) + 1 from a zero adjoint, keeping its carry out (QE) and sum of steps (QDT);
     otherwise from the ends of the segments after it, writing dx, ddelta, dz, the program's dA
     and dD sums, and adding its channels' dB and dC."""
     K: tl.constexpr = CHUNK // STEPS  # tiles a kept state
-    b, _, d, _ = _lanes(D, BLOCK_D, VEC, 1, WARPS)
+    b, d, _d, _g = _lanes(D, BLOCK_D, VEC, 1, WARPS)  # (SPLIT 1: its two channel vectors are one)
     md = d < D
+    lane = tl.arange(0, BLOCK_D) % 32
     d3 = d[None, :, None]
     k = tl.max_contiguous(tl.arange(0, N_P2), 1)
     n3 = k[None, None, :]
@@ -133,7 +192,7 @@ def _ss_bwd_lanes(X, DL, A, Bm, Cm, Dk, Z, DY, CK, QE, QDT, DX, DDL, DZ, DA, DD,
         e = gy[:, :, None] * ct
         one = tl.full(decay.shape, 1.0, tl.float32)
         ub = tl.where(tail, decay * (e + q), decay * e)
-        _, u, _, u_after = tl.associative_scan((tl.flip(decay, 0), tl.flip(ub, 0), tl.flip(tl.where(tail, 0.0, one), 0),
+        _ua, u, _up, u_after = tl.associative_scan((tl.flip(decay, 0), tl.flip(ub, 0), tl.flip(tl.where(tail, 0.0, one), 0),
                                                 tl.flip(tl.where(tail, q, 0.0), 0)), 0, _with_before)
         g = e + tl.flip(u_after, 0)
         q = tl.sum(tl.where(tail, u, 0.0), axis=0)[None, :, :]  # u at the tile's first step
@@ -150,7 +209,7 @@ def _ss_bwd_lanes(X, DL, A, Bm, Cm, Dk, Z, DY, CK, QE, QDT, DX, DDL, DZ, DA, DD,
                 j += 1
             # the states h_t and before them h_{t-1}
             inj = (dt * x)[:, :, None] * bt
-            _, hs, _, hp = tl.associative_scan((decay, tl.where(head, inj + decay * h, inj), tl.where(head, 0.0, one),
+            _ha, hs, _hp, hp = tl.associative_scan((decay, tl.where(head, inj + decay * h, inj), tl.where(head, 0.0, one),
                                                 tl.where(head, h, 0.0)), 0, _with_before)
             mask = (t < T)[:, None] & md[None, :]
             yv = tl.sum(hs * ct, axis=2) + dk[None, :] * x
@@ -163,10 +222,8 @@ def _ss_bwd_lanes(X, DL, A, Bm, Cm, Dk, Z, DY, CK, QE, QDT, DX, DDL, DZ, DA, DD,
             acc_a += sum_of_products(gdh, dt[:, :, None], ACC)
             acc_d += sum_of_products(gy, x, ACC)
             # dB_t and dC_t: the program's channels summed, every step and state of the tile at once
-            mtn = (t < T)[:, None] & (k < N)[None, :]
-            sums = (b * T + t[:, None]) * N + k[None, :]
-            tl.atomic_add(DB + sums, sum_of_products(g, (dt * x)[:, :, None], ACC, 1), mask=mtn)
-            tl.atomic_add(DC + sums, sum_of_products(gy[:, :, None], hs, ACC, 1), mask=mtn)
+            _add_sums(DB, g * (dt * x)[:, :, None], b, i * STEPS, k, lane, T, N, N_P2, ACC, SCATTER, ASM)
+            _add_sums(DC, gy[:, :, None] * hs, b, i * STEPS, k, lane, T, N, N_P2, ACC, SCATTER, ASM)
         i -= 1
     if ENDS_PASS:
         j = b * n_seg + seg
@@ -176,6 +233,14 @@ def _ss_bwd_lanes(X, DL, A, Bm, Cm, Dk, Z, DY, CK, QE, QDT, DX, DDL, DZ, DA, DD,
         j = b * n_seg + seg
         tl.store(DA + (j * D + d[:, None]) * N + k[None, :], acc_a, mask=md[:, None] & (k < N)[None, :])
         tl.store(DD + j * D + d, acc_d, mask=md)
+
+
+def scatter(cfg, n_p2: int, dtype) -> bool:
+    """Whether dB and dC are summed by _warp_sums: asked for (cfg.bwd_scatter), one channel a
+    lane on every lane of the program's warps, 32 values a tile at least, fp32 sums (fp32 inputs
+    sum in fp64: one tl.sum)."""
+    return (cfg.bwd_scatter and cfg.bwd_block_d == 32 * cfg.bwd_warps and cfg.bwd_steps * n_p2 >= 32
+            and sum_dtype(dtype) == torch.float32)
 
 
 def backward(dy, x, delta, A, B, C, D, z, states, dx, ddl, dz, cfg, n_p2: int):
@@ -204,7 +269,7 @@ def backward(dy, x, delta, A, B, C, D, z, states, dx, ddl, dz, cfg, n_p2: int):
                 N_P2=n_p2, STEPS=cfg.bwd_steps, CHUNK=cfg.chunk, EVEN=T % cfg.bwd_steps == 0 and Dm % cfg.bwd_block_d == 0,
                 EVEN_N=N == n_p2, ASM=x.device.type == "cuda", WIDEN=widen_asm(B) and widen_asm(C),
                 FAST_SOFTPLUS=widen_asm(delta), PRECISE=x.dtype == torch.float32, ACC=accumulator(x.dtype),
-                num_warps=cfg.bwd_warps)
+                SCATTER=scatter(cfg, n_p2, x.dtype), num_warps=cfg.bwd_warps)
     chains = Bsz * triton.cdiv(Dm, cfg.bwd_block_d)
     if n_seg > 1:  # segment 0's ends are never read
         _ss_bwd_lanes[(chains, n_seg - 1)](*args, ENDS_PASS=True, **meta)
