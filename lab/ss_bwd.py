@@ -86,7 +86,8 @@ def candidates(label: str, dims: dict, device: str) -> list[tuple[str, object]]:
                                         bwd_segments=s)
                 out.append((f"c{chunk} t{steps} bd{block_d} w{warps}", c))
                 if (chunk, steps, block_d, warps) == (*tiles[0], *layouts[0]) and s == segs:
-                    out.append((f"c{chunk} t{steps} bd{block_d} w{warps} sum", dataclasses.replace(c, bwd_scatter=False)))
+                    out.append((f"c{chunk} t{steps} bd{block_d} w{warps} sum",
+                                dataclasses.replace(c, bwd_scatter=False)))
     return _unique(out)
 
 

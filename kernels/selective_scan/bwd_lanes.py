@@ -53,8 +53,8 @@ def _xor_lanes(v, m: tl.constexpr, ASM: tl.constexpr):
     """v [lanes, K] (lanes 32 a warp, one channel each) from the lane `m` away (lane ^ m): one
     shfl.sync.bfly a value on the GPU; on the interpreter the same permutation of the lane axis."""
     if ASM:
-        w = tl.inline_asm_elementwise(f"shfl.sync.bfly.b32 $0, $1, {m}, 0x1f, -1;", "=r,r", [v.to(tl.int32, bitcast=True)],
-                                      dtype=tl.int32, is_pure=True, pack=1)
+        w = tl.inline_asm_elementwise(f"shfl.sync.bfly.b32 $0, $1, {m}, 0x1f, -1;", "=r,r",
+                                      [v.to(tl.int32, bitcast=True)], dtype=tl.int32, is_pure=True, pack=1)
         return w.to(tl.float32, bitcast=True)
     else:
         return tl.reshape(tl.flip(tl.reshape(v, [v.shape[0] // (2 * m), 2, m, v.shape[1]]), 1), v.shape)
@@ -192,8 +192,9 @@ def _ss_bwd_lanes(X, DL, A, Bm, Cm, Dk, Z, DY, CK, QE, QDT, DX, DDL, DZ, DA, DD,
         e = gy[:, :, None] * ct
         one = tl.full(decay.shape, 1.0, tl.float32)
         ub = tl.where(tail, decay * (e + q), decay * e)
-        _ua, u, _up, u_after = tl.associative_scan((tl.flip(decay, 0), tl.flip(ub, 0), tl.flip(tl.where(tail, 0.0, one), 0),
-                                                tl.flip(tl.where(tail, q, 0.0), 0)), 0, _with_before)
+        p_in, q_in = tl.where(tail, 0.0, one), tl.where(tail, q, 0.0)
+        flipped = (tl.flip(decay, 0), tl.flip(ub, 0), tl.flip(p_in, 0), tl.flip(q_in, 0))
+        _ua, u, _up, u_after = tl.associative_scan(flipped, 0, _with_before)
         g = e + tl.flip(u_after, 0)
         q = tl.sum(tl.where(tail, u, 0.0), axis=0)[None, :, :]  # u at the tile's first step
         if ENDS_PASS:
@@ -209,8 +210,9 @@ def _ss_bwd_lanes(X, DL, A, Bm, Cm, Dk, Z, DY, CK, QE, QDT, DX, DDL, DZ, DA, DD,
                 j += 1
             # the states h_t and before them h_{t-1}
             inj = (dt * x)[:, :, None] * bt
-            _ha, hs, _hp, hp = tl.associative_scan((decay, tl.where(head, inj + decay * h, inj), tl.where(head, 0.0, one),
-                                                tl.where(head, h, 0.0)), 0, _with_before)
+            inj = tl.where(head, inj + decay * h, inj)
+            _ha, hs, _hp, hp = tl.associative_scan((decay, inj, tl.where(head, 0.0, one), tl.where(head, h, 0.0)), 0,
+                                                   _with_before)
             mask = (t < T)[:, None] & md[None, :]
             yv = tl.sum(hs * ct, axis=2) + dk[None, :] * x
             tl.store(DZ + at + offs, (dy * yv * sz * (1.0 + z * (1.0 - sz))).to(DZ.dtype.element_ty), mask=mask)
@@ -266,7 +268,8 @@ def backward(dy, x, delta, A, B, C, D, z, states, dx, ddl, dz, cfg, n_p2: int):
     args = [x, delta, A, B, C, D, z, dy, states, qe, qdt, dx, ddl, dz, dA, dD, dB, dC, T, Dm, N, n_chunks,
             triton.cdiv(T, cfg.bwd_steps), per_seg, n_seg]
     meta = dict(BLOCK_D=cfg.bwd_block_d, VEC=max(1, cfg.bwd_block_d // (32 * cfg.bwd_warps)), WARPS=cfg.bwd_warps,
-                N_P2=n_p2, STEPS=cfg.bwd_steps, CHUNK=cfg.chunk, EVEN=T % cfg.bwd_steps == 0 and Dm % cfg.bwd_block_d == 0,
+                N_P2=n_p2, STEPS=cfg.bwd_steps, CHUNK=cfg.chunk,
+                EVEN=T % cfg.bwd_steps == 0 and Dm % cfg.bwd_block_d == 0,
                 EVEN_N=N == n_p2, ASM=x.device.type == "cuda", WIDEN=widen_asm(B) and widen_asm(C),
                 FAST_SOFTPLUS=widen_asm(delta), PRECISE=x.dtype == torch.float32, ACC=accumulator(x.dtype),
                 SCATTER=scatter(cfg, n_p2, x.dtype), num_warps=cfg.bwd_warps)
