@@ -5,6 +5,7 @@ lab/awkward (T = 1, T not a multiple of the tile, odd D and N, strided inputs, e
 decays) with the tiles backward reading the states it kept; the PyTorch providers' code (the
 loop, the log-depth scan), the reference against the recurrence by hand, mamba_ssm's reason, and
 the input checks."""
+import dataclasses
 import random
 
 import pytest
@@ -82,6 +83,53 @@ def test_lanes_forward_matches_reference(case, config):
     # outputs and every gradient against float64: fp32 within twice eager's error, bf16 the tolerance
     with forced(config):
         verify_case(case)
+
+
+# The lanes backward (bwd_path "lanes") at the CPU's chunk of 8 steps, after either forward: tiles
+# of bwd_steps (8: one a kept state; 4 and 2: the chunk's later tiles advance the kept state over
+# its earlier ones), time in bwd_segments, blocks of bwd_block_d channels on bwd_warps
+def lanes_bwd(steps=4, segments=1, block_d=8, warps=1, fwd="lanes"):
+    first = lanes(4, 2) if fwd == "lanes" else SelectiveScanConfig(8, 8, 1)
+    return dataclasses.replace(first, bwd_path="lanes", bwd_steps=steps, bwd_segments=segments, bwd_block_d=block_d,
+                               bwd_warps=warps)
+
+
+LANES_BWD_CASES = [  # (case of lab/awkward, config)
+    (awkward_case("selective_scan", {"B": 1, "T": 1, "D": 5, "N": 3}, step="large", decay="strong"),
+     lanes_bwd(4, 3)),  # one step: one tile, one segment
+    (awkward_case("selective_scan", {"B": 2, "T": 17, "D": 9, "N": 5}, "bfloat16", step="mixed", gate="large",
+                  layout="strided", grad_layout="strided"), lanes_bwd(2, 2)),  # 4 tiles a chunk, the last partial
+    (awkward_case("selective_scan", {"B": 3, "T": 9, "D": 1, "N": 1}, step="tiny", decay="weak", x_scale=0.01),
+     lanes_bwd(8, 2, fwd="tiles")),
+    # fp32, whole tiles, blocks and N; 5 segments: the ends of more than one group of 4 after a segment
+    (awkward_case("selective_scan", {"B": 1, "T": 40, "D": 16, "N": 16}, decay="weak"), lanes_bwd(4, 5)),
+]
+
+
+@pytest.mark.parametrize("case, config", LANES_BWD_CASES, ids=[f"{c['dtype']}-" + "-".join(
+    f"{k}{v}" for k, v in c["dims"].items()) for c, _ in LANES_BWD_CASES])
+def test_lanes_backward_matches_reference(case, config):
+    # outputs and every gradient against float64: fp32 within twice eager's error, bf16 the tolerance
+    with forced(config):
+        verify_case(case)
+
+
+@pytest.mark.parametrize("dtype, n, config", [(F32, 3, lanes_bwd(2, 2)), (BF16, 16, lanes_bwd(4, 3, 64, 2, "tiles")),
+                                              (torch.float16, 16, lanes_bwd(8, 1, 32))],
+                         ids=["fp32-N3-seg2", "bf16-N16-w2-seg3", "fp16-N16"])
+def test_lanes_backward_dtypes_match_reference(dtype, n, config):
+    # D 11 (a masked channel block), T 21 (a partial chunk and tile); fp16 (not in the grid's dtypes)
+    # at bf16's tolerance. bf16 and fp16 at 32 channels a warp: dB and dC by the warps' reduce-scatter
+    # (bwd_lanes._warp_sums; on two warps at bf16), fp32 by tl.sum
+    with forced(config):
+        check(dims(2, 21, 11, n), dtype, tolerance=1e-2 if dtype == torch.float16 else None)
+
+
+def test_lanes_backward_tile_must_divide_the_chunk():
+    x = SPEC.make_inputs(dims(1, 4, 3, 2), F32, "cpu", 0)
+    x["x"].requires_grad_()
+    with forced(lanes_bwd(3)), pytest.raises(ValueError, match="must divide the chunk"):
+        selective_scan(**x).sum().backward()
 
 
 def test_lanes_inference_forward_matches_reference():

@@ -12,9 +12,11 @@ The lanes forward (lanes.py, path "lanes") keeps time and states in each thread'
 `lanes` is its config, which `pick` returns from LANES_FROM steps x channels (B * T * D) on. lab/
 scans_ab.py on an H200 (lab/results/scans_ab_h200.txt): faster than the tiles pick at every shape
 measured, B1 T60 D512 (30720) the smallest, 0.59x to 0.18x its time (B8 T2048 D2048 N16: 1.519 ->
-0.266 ms with the config below). The backward is the tiles path's either way (it reads the states
+0.266 ms with the config below). The picked backward is the tiles path's either way (it reads the states
 the lanes forward keeps every `chunk` steps). The lanes forward's split, share and poly (lanes.py)
-are at 1, off and 0 in `lanes` until lab/ss_variants.py's GPU numbers say otherwise."""
+are at 1, off and 0 in `lanes` until lab/ss_variants.py's GPU numbers say otherwise. The lanes
+backward (bwd_lanes.py, bwd_path "lanes") is not picked: lab/ss_bwd.py times it against the tiles
+backward on the GPU first."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -39,6 +41,12 @@ class SelectiveScanConfig:
     split: int = 1  # lanes a channel's states are spread over in the lanes forward (1, 2, 4, 8)
     poly: int = 0  # the lanes forward (bf16/fp16) takes 1/poly of its decays by a polynomial (0: none; 2, 4, 8)
     share: bool = False  # split > 1: softplus(delta) once a channel and step, handed to its lanes
+    # the backward's kernel: "tiles" (scan.py: bwd_block_d channels a program) or "lanes" (bwd_lanes.py:
+    # bwd_block_d = 32 * bwd_warps * vec channels, bwd_steps a tile, a divisor of chunk; time in bwd_segments)
+    bwd_path: str = "tiles"
+    bwd_steps: int = 4
+    bwd_segments: int = 1
+    bwd_scatter: bool = True  # lanes backward: dB, dC summed over a warp by a reduce-scatter (bwd_lanes._warp_sums)
 
 
 # B * T * D from which pick returns the lanes forward (None: never)

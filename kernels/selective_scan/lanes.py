@@ -129,16 +129,17 @@ def _by_lane(v, SPLIT: tl.constexpr):
 
 
 @triton.jit
-def _carry_in(EH, EDT, a, a2, b, d3, n3, d, md3, md, D, N_P2, n_seg, count, LANES: tl.constexpr,
+def _carry_in(EH, EDT, a, a2, b, d3, n3, d, md3, md, D, N_P2, n_seg, first, count, step, LANES: tl.constexpr,
               N_TILE: tl.constexpr, PRECISE: tl.constexpr):
-    """The state entering a segment: the ends of the `count` segments before it applied in order
-    to a zero state, each as h <- exp(A * its sum of steps) h + its end state."""
+    """The state entering a segment: the ends of segments first, first + step, ... (`count` of
+    them) applied in that order to a zero state, each as h <- exp(A * its sum of steps) h + its
+    end state (the forward: from segment 0 up; bwd_lanes.py's adjoint: from the last down)."""
     h = tl.zeros([1, LANES, N_TILE], tl.float32)
     i = 0
     while i < count:
         for u in tl.static_range(_ENDS_GROUP):
             ok = i + u < count
-            j = b * n_seg + i + u
+            j = b * n_seg + first + (i + u) * step
             e = tl.load(EH + (j * D + d3) * N_P2 + n3, mask=md3 & ok, other=0.0)
             s = tl.load(EDT + j * D + d, mask=md & ok, other=0.0)
             h = decay_of(s[None, :, None], a, a2, PRECISE) * h + e
@@ -197,7 +198,7 @@ def _ss_fwd_lanes(X, DL, A, Bm, Cm, Dk, Z, Y, CK, EH, EDT, T, D: tl.constexpr, N
         else:
             dsum = tl.zeros([LANES], tl.float32)
     else:
-        h = _carry_in(EH, EDT, a, a2, b, d3, n3, d, md3, md, D, N_P2, n_seg, seg, LANES, NG, PRECISE)
+        h = _carry_in(EH, EDT, a, a2, b, d3, n3, d, md3, md, D, N_P2, n_seg, 0, seg, 1, LANES, NG, PRECISE)
         # the skip term D x_t joins one lane's partial sum of the channel's states
         dk = tl.load(Dk + d, mask=md & (g == 0), other=0.0).to(tl.float32)
     offs = rows[:, None] * D + d[None, :]

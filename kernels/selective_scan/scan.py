@@ -20,7 +20,7 @@ import triton.language as tl
 from .._jit.lse import LOG2E
 from .._jit.recurrent import sigmoid_f32
 from .._jit.scan import accumulator, first_order, row_of, sum_dtype, sum_of_products
-from . import lanes
+from . import bwd_lanes, lanes
 from .config import SelectiveScanConfig, pick
 from .softplus import decay as decay_of, softplus
 
@@ -182,6 +182,9 @@ def selective_scan_backward(dy, x, delta, A, B, C, D, z, states, config: Selecti
         raise ValueError(f"states kept every {triton.cdiv(T, states.shape[1])} steps, the backward's chunk is {cfg.chunk}")
     dy = dy.contiguous()
     dx, ddl, dz = torch.empty_like(x), torch.empty_like(delta), torch.empty_like(z)
+    if cfg.bwd_path == "lanes":
+        dA, dB, dC, dD = bwd_lanes.backward(dy, x, delta, A, B, C, D, z, states, dx, ddl, dz, cfg, _n_p2(N))
+        return dx, ddl, dA, dB, dC, dD, dz
     # the parameters' sums (dA, dD over batch and time, dB, dC over channel blocks) in fp64 for fp32
     # inputs (_jit/scan.py's accumulator: eager's error), added atomically in any order
     acc = accumulator(x.dtype)

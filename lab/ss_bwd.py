@@ -1,0 +1,144 @@
+"""The selective scan's lanes backward (kernels/selective_scan/bwd_lanes.py, config bwd_path "lanes")
+against the tiles backward that config.pick chooses, on one GPU (issue 42): at the target B8 T2048
+D2048 N16 and the grid's other shapes, every candidate is checked against the float64 reference
+(the collector's gate; the error is in each row) and the backward alone (mode bwd: the forward,
+untimed, keeps the states every `chunk` steps) timed in interleaved rounds by lab/scans_ab.py's
+harness (CUDA-graph replays, L2 flushed, the median of the rounds' medians, % of the copy
+bandwidth measured here).
+
+    python -m lab.ss_bwd --out $OUT             # every shape, about 5 minutes on an H200
+    python -m lab.ss_bwd --only selective_scan:target
+    python -m lab.ss_bwd --device cpu           # a dry run on the interpreter at a tiny shape
+
+Lanes candidates: tiles of bwd_steps (1, 2, 4, 8) within the kept states' chunk (4 to 32: the
+forward's kept states are 4 N / chunk bytes a step and channel, written by the forward and read
+here; a tile shorter than the chunk advances the kept state over the chunk's earlier tiles),
+bwd_block_d channels on bwd_warps warps (32 a warp: one a thread, or two with 64 on one warp),
+time whole or in the segments that bring the grid to 8 warps an SM (as config.lanes's forward),
+and for the first two tiles twice that; the first tile and layout also with dB and dC by one
+tl.sum over the channels (bwd_scatter off, kind "... sum") rather than the warps' reduce-scatter.
+The chunk also sets the forward's writes, which this backward-only timing leaves out: a chunk
+other than the pick's (16) is a forward change as well.
+
+The last block: per shape the tiles pick and the best lanes row (ms, % of copy), and per lanes
+family (chunk, steps, block_d, warps) its time over the pick's at every shape and their geometric
+mean, which is what a default (config.lanes's bwd_* fields) should follow.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import os
+import sys
+import time
+
+from kcollect.common import ALLOC_CONF
+
+from . import common
+from .scans_ab import begin, parse, time_shape
+from .ss_variants import SS, _AB, _geomean, _unique
+
+os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", ALLOC_CONF)  # as `kcollect run` does, before CUDA starts
+
+SHAPES = [("selective_scan", s, _AB["selective_scan", s], "bwd") for s in SS]  # the target first
+CPU_SHAPES = [("selective_scan", "tiny", {"B": 2, "T": 24, "D": 16, "N": 16}, "bwd")]
+
+# (chunk, bwd_steps): the target's grid; elsewhere the first three. The offline sm_90 compile (Triton
+# 3.6, bf16, N 16, D 2048): 2 steps a tile 251-255 registers and no spill on 1, 2 and 4 warps; 4
+# steps spill (808 bytes of stack), 8 steps more (3584); 1 step 211, no spill, but its 16 values a
+# tile are too few for the reduce-scatter (a tl.sum: 160 shuffles a step against 31)
+_TILES = ((16, 2), (8, 2), (4, 2), (16, 4), (32, 2), (8, 4), (16, 1), (16, 8))
+_LAYOUTS = ((32, 1), (64, 2), (128, 4), (64, 1))  # (bwd_block_d, bwd_warps)
+_CPU_TILES = ((8, 4), (8, 2))
+_CPU_LAYOUTS = ((8, 1),)
+
+
+def _segments(batch: int, steps: int, channels: int, block_d: int, warps: int, chunk: int, sms: int) -> int:
+    """Time whole once the grid holds 2 warps an SM, otherwise the segments that bring it to 8 (at
+    most one a chunk): config.lanes's rule for the forward."""
+    total = max(1, batch * -(-channels // block_d)) * warps
+    want = 1 if total >= 2 * sms else -(-8 * sms // total)
+    return max(1, min(want, -(-steps // chunk)))
+
+
+def candidates(label: str, dims: dict, device: str) -> list[tuple[str, object]]:
+    from kcollect.kernels._host.device import sm_count
+    from kcollect.kernels.selective_scan import config
+
+    B, T, D, N = dims["B"], dims["T"], dims["D"], dims["N"]
+    pick = config.pick(B, T, D, N, device)
+    out = [("pick", pick)]
+    cpu = device != "cuda"
+    target = label == "target"
+    tiles = _CPU_TILES if cpu else _TILES if target else _TILES[:3]
+    layouts = _CPU_LAYOUTS if cpu else _LAYOUTS if target else _LAYOUTS[:2]
+    sms = sm_count(device)
+    for chunk, steps in tiles:
+        # the forward must keep its states at this chunk: its tile (pick.steps) a divisor of it
+        fwd = dataclasses.replace(pick, chunk=chunk, steps=math.gcd(pick.steps, chunk)) if pick.path == "lanes" \
+            else dataclasses.replace(pick, chunk=chunk)
+        for block_d, warps in layouts:
+            segs = _segments(B, T, D, block_d, warps, chunk, sms)
+            doubled = min(2 * segs, -(-T // chunk)) if (chunk, steps) in tiles[:2] else segs
+            for s in sorted({segs, doubled}):
+                c = dataclasses.replace(fwd, bwd_path="lanes", bwd_steps=steps, bwd_block_d=block_d, bwd_warps=warps,
+                                        bwd_segments=s)
+                out.append((f"c{chunk} t{steps} bd{block_d} w{warps}", c))
+                if (chunk, steps, block_d, warps) == (*tiles[0], *layouts[0]) and s == segs:
+                    out.append((f"c{chunk} t{steps} bd{block_d} w{warps} sum",
+                                dataclasses.replace(c, bwd_scatter=False)))
+    return _unique(out)
+
+
+def summary(rows: list[dict]) -> None:
+    print("\n== per shape: the tiles pick and the best lanes row (ms, % of copy)")
+    by_shape: dict[str, list[dict]] = {}
+    for r in rows:
+        by_shape.setdefault(r["shape"], []).append(r)
+    cell = lambda r: f"{r['ms']:.4f} ({r.get('pct_copy') or float('nan'):.1f}%)" if r else "-"  # noqa: E731
+    for shape, rs in by_shape.items():
+        timed = [r for r in rs if r["ms"]]
+        pick = next((r for r in timed if r["kind"] == "pick"), None)
+        best = min((r for r in timed if r["kind"] != "pick"), key=lambda r: r["ms"], default=None)
+        gain = f"  best/pick {best['ms'] / pick['ms']:.3f}" if best and pick else ""
+        print(f"  {shape:<13} pick {cell(pick)}  lanes best {cell(best)}{gain}")
+        if best:
+            print(f"      best: {' '.join(f'{k}={v}' for k, v in best['config'].items())}  err {best['err']:.1e}")
+    print("\n== lanes families: best row over the pick's, per shape (below 1: faster), and geomean")
+    fams: dict[str, dict[str, float]] = {}
+    picks = {r["shape"]: r["ms"] for r in rows if r["kind"] == "pick" and r["ms"]}
+    for r in rows:
+        if r["kind"] != "pick" and r["ms"] and r["shape"] in picks:
+            fam = fams.setdefault(r["kind"], {})
+            fam[r["shape"]] = min(fam.get(r["shape"], math.inf), r["ms"] / picks[r["shape"]])
+    for kind, per in sorted(fams.items(), key=lambda kv: _geomean(kv[1].values())):
+        cells = "  ".join(f"{s} {v:.3f}" for s, v in per.items())
+        print(f"  {kind:<20} geomean {_geomean(per.values()):.3f} over {len(per)}:  {cells}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, shapes = parse("ss_bwd", __doc__, SHAPES, CPU_SHAPES, 300.0, argv)
+    start = time.monotonic()
+    opened = begin(args, "ss_bwd")
+    if opened is None:
+        return 2
+    torch, copy_gbps, out_dir = opened
+    dtype = getattr(torch, args.dtype)
+    rows = []
+    with open(os.path.join(out_dir, "ss_bwd.jsonl"), "w") as log, contextlib.ExitStack() as stack:
+        pool = common.compile_pool(stack, args.device, args.jobs)
+        for op, label, dims, mode in shapes:
+            if time.monotonic() - start > args.time_limit_s:
+                print(f"\n(time limit: {op} {label} {mode} not run)")
+                continue
+            rows += time_shape(op, label, dims, mode, dtype, pool, args, copy_gbps, log,
+                               cands=candidates(label, dims, args.device))
+            log.flush()
+    summary(rows)
+    print(f"\n{time.monotonic() - start:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
