@@ -19,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .._jit.recurrent import dot, exp_f32, sigmoid_f32
+from .._jit.recurrent import div_f32, dot, exp_f32, sigmoid_f32
 from .._host.cells import shared_bytes_for_types
 from .chunk import NEG, chunk_gates, gaps, load_state, load_tile, scan_program, store_state, to_end
 from .fwd import meta_of
@@ -191,6 +191,29 @@ def _mlstm_dchunk(q_ptr, k_ptr, v_ptr, i_ptr, f_ptr, rs_ptr, dh_ptr, qinv_ptr, d
     tl.store(df_ptr + bh * T + t, (da * sigmoid_f32(-f, PRECISE)).to(df_ptr.dtype.element_ty), mask=tm)
 
 
+@triton.jit
+def _mlstm_dprep(dh_ptr, h_ptr, mo_ptr, den_ptr, qinv_ptr, dden_ptr, dmj_ptr, R, DH, eps, BR: tl.constexpr,
+                 DP: tl.constexpr, PRECISE: tl.constexpr):
+    """Per step (a row of the BH * T): the normaliser's inverse qinv = 1 / (max(|den|, exp(-m)) + eps),
+    dden = -(dh . h) qinv sign(den) where |den| >= exp(-m) (else 0), and the stabiliser's
+    dmj = -eps (dh . h) qinv; one launch where a dozen element-wise PyTorch ops each took one (at
+    small shapes their launches were most of the backward)."""
+    r = tl.program_id(0) * BR + tl.arange(0, BR)
+    d = tl.arange(0, DP)
+    mr = r < R
+    m2 = mr[:, None] & (d < DH)[None, :]
+    offs = r.to(tl.int64)[:, None] * DH + d[None, :]
+    dh = tl.load(dh_ptr + offs, mask=m2, other=0.0).to(tl.float32)
+    dh_h = tl.sum(dh * tl.load(h_ptr + offs, mask=m2, other=0.0).to(tl.float32), 1)
+    den = tl.load(den_ptr + r, mask=mr, other=1.0)
+    floor = exp_f32(-tl.load(mo_ptr + r, mask=mr, other=0.0), PRECISE)
+    qinv = div_f32(1.0, tl.maximum(tl.abs(den), floor) + eps, PRECISE)
+    sign = tl.where(den > 0.0, 1.0, tl.where(den < 0.0, -1.0, 0.0))
+    tl.store(qinv_ptr + r, qinv, mask=mr)
+    tl.store(dden_ptr + r, tl.where(tl.abs(den) >= floor, -dh_h * qinv * sign, 0.0), mask=mr)
+    tl.store(dmj_ptr + r, -eps * dh_h * qinv, mask=mr)
+
+
 def shared_bwd(config, dtype, DH: int, dot_f32: bool, device) -> int:
     """The backward kernels' shared memory, the larger (arguments as mlstm_bwd passes them)."""
     f32, u8, i32, meta = torch.float32, torch.uint8, torch.int32, meta_of(config, DH, dtype, dot_f32)
@@ -209,15 +232,15 @@ def mlstm_bwd(dh, q, k, v, i, f, resets, NH: int, h, saved, config, dot_f32: boo
     NC = triton.cdiv(T, L)
     dp = max(16, triton.next_power_of_2(DH))
     bv = min(config.bv, dp)
-    floor = torch.exp(-mo)
-    qinv = 1.0 / (torch.maximum(den.abs(), floor) + eps)
-    dh_h = (dh.float() * h.float()).sum(-1)
-    dden = -dh_h * qinv * torch.sign(den) * (den.abs() >= floor)
-    dmj = -eps * dh_h * qinv  # the stabiliser's: h = q C~ / (max(|q n~|, 1) + eps exp(m))
     dh = dh.contiguous()
+    meta = meta_of(config, DH, q.dtype, dot_f32)
+    # the stabiliser's dmj: h = q C~ / (max(|q n~|, 1) + eps exp(m))
+    qinv, dden, dmj = torch.empty_like(mo), torch.empty_like(mo), torch.empty_like(mo)
+    rows = max(1, 4096 // dp)
+    _mlstm_dprep[(triton.cdiv(BH * T, rows),)](dh, h, mo, den, qinv, dden, dmj, BH * T, DH, eps, BR=rows, DP=dp,
+                                                 PRECISE=meta["PRECISE"], num_warps=4)
     dcs, dns = torch.empty_like(cs), torch.empty_like(ns)
     rs = resets.view(torch.uint8) if resets is not None else mo
-    meta = meta_of(config, DH, q.dtype, dot_f32)
     dim, dam = torch.empty_like(mo), torch.empty_like(mo)  # the stabiliser's parts of di and of d logsigmoid(f)
     src = torch.empty(BH, T, device=q.device, dtype=torch.int32)
     has_resets = int(resets is not None)
