@@ -43,6 +43,11 @@ SHAPES = {
     "causal16k": _d(1, 16, 16, 16384, 128, 1),
     "gqa": _d(4, 32, 8, 4096, 128, 1),
     "window": _d(2, 16, 16, 8192, 128, 1, window=1024),
+    # short spans of keys a query block visits, where the H200's deeper backward picks lost
+    "s512": _d(32, 16, 16, 512, 128, 1),
+    "s1k": _d(16, 16, 16, 1024, 128, 1),
+    "d64s512": _d(32, 32, 32, 512, 64, 1),
+    "d64long": _d(2, 32, 32, 8192, 64, 1),
     "realtime": _d(32, 8, 8, 60, 64, 1),
     "tiny": _d(1, 2, 1, 24, 64, 1),  # the CPU dry run's
 }
