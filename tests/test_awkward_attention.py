@@ -160,6 +160,30 @@ def test_picked_config_falls_back_where_it_does_not_fit_shared_memory(monkeypatc
         attention_forward(q, q, q, config=FwdConfig(16, 16, 4, 2))
 
 
+def test_the_h200_backward_pick_follows_the_keys_a_query_sees(monkeypatch):
+    """On the H200 the deep dq pipeline is picked only where a query sees many keys: with a window
+    of 1024 at S 4096 the short-span config, without it the deep one, in the recorded config
+    (spec.config_of) as in the pick; and the autograd function asks the pick with the window's keys."""
+    import kcollect.kernels.attention as package
+    from kcollect.kernels.attention import spec
+
+    asked, real = [], package.pick_bwd
+    monkeypatch.setattr(package, "pick_bwd", lambda *args: asked.append(args) or real(*args))
+    q, k, v = (torch.randn(1, 20, 2, 16, dtype=torch.float16, requires_grad=True) for _ in range(3))
+    attention(q, k, v, True, 5).sum().backward()
+    assert asked and all(a[5] == 5 for a in asked), asked
+    monkeypatch.setattr(attention_config, "arch", lambda device: "sm90")
+    monkeypatch.setattr(attention_config, "gpu_model", lambda device: "h200")
+    recorded = {}
+    for window in (0, 1024):
+        dims = {"B": 1, "Hq": 1, "Hkv": 1, "Sq": 4096, "Skv": 4096, "D": 128, "causal": 1, "window": window,
+                "varlen": 0}
+        recorded[window] = spec.config_of(SPEC.make_inputs(dims, torch.float16, "cpu", 0))
+        pick = attention_config.pick_bwd(128, True, 4096, "cpu", 1, attention_config.keys_seen(window, 4096))
+        assert pick.q_m == (64 if window else 128), (window, pick)
+    assert recorded[0] != recorded[1024], recorded
+
+
 def test_a_window_that_hides_the_whole_cache_launches_no_loop(monkeypatch):
     """One key in the cache and a window of 1 (the query sees only its new key): the kernel got
     S = start = 1, which Triton 3.6 specialises as two constants and whose coalescing pass then

@@ -20,10 +20,10 @@ from __future__ import annotations
 import torch
 
 from . import bwd, fwd
-from .config import AttentionConfig, BwdConfig, FwdConfig, pick, pick_bwd, pick_fwd
+from .config import AttentionConfig, BwdConfig, FwdConfig, keys_seen, pick, pick_bwd, pick_fwd
 
 __all__ = ["AttentionConfig", "BwdConfig", "FwdConfig", "attention", "attention_backward", "attention_forward",
-           "pick", "pick_bwd", "pick_fwd"]
+           "keys_seen", "pick", "pick_bwd", "pick_fwd"]
 
 DTYPES = (torch.bfloat16, torch.float16)
 MAX_HEAD_DIM = 128
@@ -93,7 +93,8 @@ def attention_backward(do, q, k, v, o, lse, causal=False, window=0, cu_seqlens_q
     max_q, max_k = _lengths(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
     picked = _picked or config is None
-    config = config or pick_bwd(q.shape[-1], causal, max_q, q.device, q.shape[-2] // k.shape[-2])
+    config = config or pick_bwd(q.shape[-1], causal, max_q, q.device, q.shape[-2] // k.shape[-2],
+                                keys_seen(window, max_k))
     # the gradients are allocated like q, k, v and written with their strides: contiguous ones
     q, k, v = (x.contiguous() for x in (q, k, v))
     return bwd.backward(do, q, k, v, o, lse, bool(causal), int(window), cu_seqlens_q, cu_seqlens_k, max_q, max_k,
@@ -110,7 +111,7 @@ class AttentionFunction(torch.autograd.Function):
         # the backward's config is chosen with the forward's (a config forced around the call holds
         # for both)
         bwd_config = config.bwd if config else pick_bwd(q.shape[-1], causal, max_q, q.device,
-                                                        q.shape[-2] // k.shape[-2])
+                                                        q.shape[-2] // k.shape[-2], keys_seen(window, max_k))
         ctx.save_for_backward(q, k, v, o, lse, cu_q, cu_k)
         ctx.args = (causal, window, max_q, max_k, scale, bwd_config, config is None)
         return o

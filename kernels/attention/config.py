@@ -14,7 +14,11 @@ search) keeps the forward's picks, but its backward wants deeper pipelines: dq p
 query rows in 8 warps with 3 stages (causal 16384: 6.52 against 6.90 ms; causal 4096: 1.83
 against 1.88), for GQA 3 stages in the dk/dv kernel without TMA (3.90 ms; 2 stages: 4.17), at D 64
 3 stages in both kernels. Those q_stages=3 candidates were not in the H100's search, so the H100
-keeps its own measured picks.
+keeps its own measured picks. The deeper dq pipeline pays only where a query sees many keys: with a
+window of 1024 it took 1.22 ms against 1.06 for the H100's pick, causal at S 1024 0.690 against
+0.685, and at S 512 0.487 against 0.464 for 64-row dq programs of 4 warps after 32-row dk/dv steps
+(lab/results/attention_tune_h200_short.txt); at D 64 the causal shapes want 2 dk/dv stages (S 8192:
+3.97 against 4.30 ms; S 512: 0.492 against 0.525), the non-causal S 1024 3.
 The CPU entries are small so that the interpreter's tests cross several blocks on tiny shapes.
 Both picks are @tunable: `kcollect.kernels._host.config.forced(FwdConfig(...))` overrides them (lab/)."""
 from __future__ import annotations
@@ -76,25 +80,34 @@ def pick_fwd(head_dim: int, causal: bool, max_seqlen_q: int, device) -> FwdConfi
 
 
 @tunable
-def pick_bwd(head_dim: int, causal: bool, max_seqlen_q: int, device, group: int = 1) -> BwdConfig:
-    """The backward's config (dk/dv kernel and dq kernel); `group`: query heads per kv head."""
+def pick_bwd(head_dim: int, causal: bool, max_seqlen_q: int, device, group: int = 1, keys: int = 0) -> BwdConfig:
+    """The backward's config (dk/dv kernel and dq kernel); `group`: query heads per kv head; `keys`:
+    the most keys one query sees (the window, else the key length; 0: unknown, taken as many)."""
     if arch(device) == "cpu":
         return _CPU.bwd
     if gpu_model(device) == "h200":
-        return _h200_bwd(head_dim, group)
+        return _h200_bwd(head_dim, causal, group, keys)
     if group > 1:  # the dk/dv program walks every query head of its group: shorter query steps
         return BwdConfig(kv_n=64, kv_m=32, kv_warps=4, q_m=64, q_n=64, q_warps=4, tma=True)
     return BwdConfig(kv_n=64, kv_m=64, kv_warps=4, q_m=64, q_n=64, q_warps=4)
 
 
-def _h200_bwd(head_dim: int, group: int) -> BwdConfig:
+def _h200_bwd(head_dim: int, causal: bool, group: int, keys: int) -> BwdConfig:
     if head_dim <= 64:
-        return BwdConfig(kv_n=64, kv_m=64, kv_warps=4, kv_stages=3, q_m=64, q_n=64, q_warps=4, q_stages=3)
+        return BwdConfig(kv_n=64, kv_m=64, kv_warps=4, kv_stages=2 if causal else 3, q_m=64, q_n=64, q_warps=4,
+                         q_stages=3)
     if group > 1:
         return BwdConfig(kv_n=64, kv_m=32, kv_warps=4, kv_stages=3, q_m=128, q_n=64, q_warps=8, q_stages=3)
+    if 0 < keys < 2048:
+        return BwdConfig(kv_n=64, kv_m=32 if keys <= 512 else 64, kv_warps=4, q_m=64, q_n=64, q_warps=4)
     return BwdConfig(kv_n=64, kv_m=64, kv_warps=4, kv_stages=2, q_m=128, q_n=64, q_warps=8, q_stages=3)
 
 
-def pick(head_dim: int, causal: bool, max_seqlen_q: int, device, group: int = 1) -> AttentionConfig:
+def keys_seen(window: int, max_seqlen_k: int) -> int:
+    """The most keys one query sees: the window where there is one, else the key length."""
+    return min(int(window), int(max_seqlen_k)) if window else int(max_seqlen_k)
+
+
+def pick(head_dim: int, causal: bool, max_seqlen_q: int, device, group: int = 1, keys: int = 0) -> AttentionConfig:
     return AttentionConfig(pick_fwd(head_dim, causal, max_seqlen_q, device),
-                           pick_bwd(head_dim, causal, max_seqlen_q, device, group))
+                           pick_bwd(head_dim, causal, max_seqlen_q, device, group, keys))

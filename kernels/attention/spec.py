@@ -14,7 +14,7 @@ from kcollect.spec import MODES, KernelSpec, Provider
 
 from .._host.config import config_record
 from .._spec.kit import grids_of
-from . import attention, pick
+from . import attention, keys_seen, pick
 from .naive import reference, visible_pairs
 from .providers import cuda_only, eager, fa4, fla, flex, importable, sdpa
 
@@ -71,8 +71,11 @@ def triton_attention(q, k, v, causal, window, cu_seqlens_q=None, cu_seqlens_k=No
 
 def config_of(inputs) -> dict:
     q = inputs["q"]
-    max_q = inputs["max_seqlen_q"] if inputs["cu_seqlens_q"] is not None else q.shape[1]
-    c = pick(q.shape[-1], inputs["causal"], max_q, q.device, q.shape[-2] // inputs["k"].shape[-2])
+    packed = inputs["cu_seqlens_q"] is not None
+    max_q = inputs["max_seqlen_q"] if packed else q.shape[1]
+    max_k = inputs["max_seqlen_k"] if packed else inputs["k"].shape[1]
+    c = pick(q.shape[-1], inputs["causal"], max_q, q.device, q.shape[-2] // inputs["k"].shape[-2],
+             keys_seen(inputs["window"], max_k))
     return config_record(fwd=c.fwd, bwd=c.bwd)
 
 
