@@ -59,11 +59,13 @@ LANES_BWD_FROM: int | None = 32768
 # Lanes programs are one warp; time is cut into segments until the grid holds this many warps an
 # SM: a segment more costs one more read of its inputs (the ends pass), too few leave latency bare
 _LANES_WARPS_PER_SM = 8
-# and no segment shorter than this many steps (a tile of the forward; two chunks of the backward):
+# and no segment shorter than this many steps (the forward's: a tile; the backward's: four chunks):
 # at B8 T1024 H64 (8 two-warp programs) the backward in 64 segments of one chunk took 1.6x the time
-# of 32 segments of two (lab/results/scans_ab_h200.txt: 86 against 54 GB/s), where the ends pass
-# and the carry of every earlier segment's ends cost as much as the chunk itself
+# of 32 segments of two (lab/results/scans_ab_h200.txt: 86 against 54 GB/s), and those 32 took 1.28x
+# the time of 16 segments of four (lab/results/scans_ab_h200_ca178fa.txt: 0.0491 against 0.0384
+# ms), where the ends pass and the carry of every earlier segment's ends cost as much as the chunk
 _LANES_MIN_SEGMENT = 32
+_LANES_MIN_SEGMENT_BWD = 64
 
 
 def split(batch: int, steps: int, channels: int, block_h: int, chunk: int, device) -> int:
@@ -83,16 +85,18 @@ def lanes(batch: int, steps: int, channels: int, device, chunk: int | None = Non
     the time of 32 over one at B8 T8192 H1024, B32 T2048 H2048 and B64 T1024 H1024. Time in as many
     segments as bring each grid to _LANES_WARPS_PER_SM warps an SM (warps, not programs: counted as
     programs, the two-warp backward at B32 T2048 H2048 split in two and took 1.40x as long).
-    No segment shorter than _LANES_MIN_SEGMENT steps. On the CPU tiles, chunks and blocks of 8, as
-    the tiles path's, and segments down to one of them (the tests cross segments at few steps)."""
+    No segment shorter than _LANES_MIN_SEGMENT (_BWD) steps. On the CPU tiles, chunks and blocks of
+    8, as the tiles path's, and segments down to one of them (the tests cross segments at few
+    steps)."""
     if arch(device) == "cpu":
-        fwd, bwd, bwd_warps, tile, chunk, least = 8, 8, 1, 8, chunk or 8, 1
+        fwd, bwd, bwd_warps, tile, chunk, least = 8, 8, 1, 8, chunk or 8, (1, 1)
     else:
-        fwd, bwd, bwd_warps, tile, chunk, least = 64, 64, 2, 32, chunk or 16, _LANES_MIN_SEGMENT
+        fwd, bwd, bwd_warps, tile, chunk = 64, 64, 2, 32, chunk or 16
+        least = (_LANES_MIN_SEGMENT, _LANES_MIN_SEGMENT_BWD)
     want = _LANES_WARPS_PER_SM * sm_count(device)
     segs = [max(1, min(triton.cdiv(want, w * max(1, batch * triton.cdiv(channels, b))),
-                       triton.cdiv(steps, max(t, least))))
-            for b, w, t in ((fwd, 1, tile), (bwd, bwd_warps, chunk))]
+                       triton.cdiv(steps, max(t, shortest))))
+            for b, w, t, shortest in ((fwd, 1, tile, least[0]), (bwd, bwd_warps, chunk, least[1]))]
     return RTUConfig(chunk, fwd, 1, segs[0], bwd, bwd_warps, segs[1], "lanes", "lanes", tile)
 
 
