@@ -18,6 +18,8 @@ from __future__ import annotations
 import math
 
 import torch
+import triton
+import triton.language as tl
 
 from .._host.cells import bias_grad, check_dtypes, weight_grads
 from .config import AxonConfig, pick
@@ -28,16 +30,28 @@ __all__ = ["AxonConfig", "AxonFunction", "axon", "pick", "srht_matrix"]
 
 def srht_matrix(signs: torch.Tensor, perm: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """M [H, H] of +-1 with x @ M / sqrt(H) = SRHT(x): row perm[k] of M is signs[k] times row k of the
-    Hadamard matrix, whose entry (k, j) is (-1)^popcount(k & j)."""
+    Hadamard matrix, whose entry (k, j) is (-1)^popcount(k & j). One launch (as PyTorch ops, a dozen
+    over the H x H entries)."""
     H = signs.shape[0]
-    i = torch.arange(H, device=signs.device, dtype=torch.int32)
-    v = i[:, None] & i[None, :]
-    for shift in (16, 8, 4, 2, 1):
-        v = v ^ (v >> shift)
-    hadamard = 1 - 2 * (v & 1)
+    signs, perm = signs.contiguous(), perm.contiguous()  # read as [H]
     m = torch.empty(H, H, device=signs.device, dtype=dtype)
-    m[perm] = (signs[:, None] * hadamard).to(dtype)
+    rows, cols = min(32, triton.next_power_of_2(max(H, 1))), min(256, triton.next_power_of_2(max(H, 1)))
+    _srht[(triton.cdiv(H, rows), triton.cdiv(H, cols))](signs, perm, m, H, BK=rows, BJ=cols)
     return m
+
+
+@triton.jit
+def _srht(signs_ptr, perm_ptr, m_ptr, H, BK: tl.constexpr, BJ: tl.constexpr):
+    k = tl.program_id(0) * BK + tl.arange(0, BK)
+    j = tl.program_id(1) * BJ + tl.arange(0, BJ)
+    km, jm = k < H, j < H
+    v = k[:, None] & j[None, :]
+    for shift in tl.static_range(5):  # the parity of v's bits: fold 16, 8, 4, 2 and 1 bits onto bit 0
+        v = v ^ (v >> (16 >> shift))
+    sign = tl.load(signs_ptr + k, mask=km, other=0).to(tl.float32)
+    value = sign[:, None] * (1 - 2 * (v & 1)).to(tl.float32)
+    row = tl.load(perm_ptr + k, mask=km, other=0).to(tl.int64)
+    tl.store(m_ptr + row[:, None] * H + j[None, :], value.to(m_ptr.dtype.element_ty), mask=km[:, None] & jm[None, :])
 
 
 class AxonFunction(torch.autograd.Function):
@@ -51,11 +65,10 @@ class AxonFunction(torch.autograd.Function):
         m = srht_matrix(signs, perm, torch.float64 if x.dtype == torch.float32 else x.dtype)
         x2 = x.reshape(B * T, H)
         xh = (x2.to(m.dtype) @ m).to(x.dtype).view(B, T, H)
-        par = channel_constants(nu_log, theta_log, w1, w2)
-        par32 = par.float()
-        y2h, state = axon_scan_fwd(xh, par32, resets, scale, config)
-        if x.dtype != torch.float32:  # float64's last products only where fp32 users expect eager's error
-            par = par32
+        # float64's last products only where fp32 users expect eager's error
+        wide = torch.float64 if x.dtype == torch.float32 else torch.float32
+        par = channel_constants(nu_log, theta_log, w1, w2, wide)
+        y2h, state = axon_scan_fwd(xh, par.float(), resets, scale, config)
         w_lin, w_out = w_lin.contiguous(), w_out.contiguous()  # (the CPU's addmm of a strided one rounds worse)
         y = torch.addmm(torch.addmm(b_lin + b_out, x2, w_lin.t()), y2h.view(B * T, 2 * H), w_out.t())
         ctx.save_for_backward(x, xh, y2h, par, m, w_lin, w_out, resets)
