@@ -26,18 +26,15 @@ mean, which is what a default (config.lanes's bwd_* fields) should follow.
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 import os
 import sys
-import time
 
 from kcollect.common import ALLOC_CONF
 
-from . import common
-from .scans_ab import begin, parse, time_shape
-from .ss_variants import SS, _AB, _geomean, _unique
+from .scans_ab import sweep, unique
+from .ss_variants import SS, _AB, _geomean
 
 os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", ALLOC_CONF)  # as `kcollect run` does, before CUDA starts
 
@@ -88,7 +85,7 @@ def candidates(label: str, dims: dict, device: str) -> list[tuple[str, object]]:
                 if (chunk, steps, block_d, warps) == (*tiles[0], *layouts[0]) and s == segs:
                     out.append((f"c{chunk} t{steps} bd{block_d} w{warps} sum",
                                 dataclasses.replace(c, bwd_scatter=False)))
-    return _unique(out)
+    return unique(out)
 
 
 def summary(rows: list[dict]) -> None:
@@ -118,27 +115,8 @@ def summary(rows: list[dict]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args, shapes = parse("ss_bwd", __doc__, SHAPES, CPU_SHAPES, 300.0, argv)
-    start = time.monotonic()
-    opened = begin(args, "ss_bwd")
-    if opened is None:
-        return 2
-    torch, copy_gbps, out_dir = opened
-    dtype = getattr(torch, args.dtype)
-    rows = []
-    with open(os.path.join(out_dir, "ss_bwd.jsonl"), "w") as log, contextlib.ExitStack() as stack:
-        pool = common.compile_pool(stack, args.device, args.jobs)
-        for op, label, dims, mode in shapes:
-            if time.monotonic() - start > args.time_limit_s:
-                print(f"\n(time limit: {op} {label} {mode} not run)")
-                continue
-            rows += time_shape(op, label, dims, mode, dtype, pool, args, copy_gbps, log,
-                               cands=candidates(label, dims, args.device))
-            log.flush()
-    summary(rows)
-    print(f"\n{time.monotonic() - start:.0f} s")
-    return 0
-
+    return sweep("ss_bwd", __doc__, SHAPES, CPU_SHAPES, 300.0, argv, summary,
+                 cands=lambda op, label, dims, device: candidates(label, dims, device))
 
 if __name__ == "__main__":
     sys.exit(main())
