@@ -32,7 +32,7 @@ def channel_constants(nu_log, theta_log, w1, w2, dtype=torch.float64) -> torch.T
     H = nu_log.shape[0]
     nu_log, theta_log, w1, w2 = (t.contiguous() for t in (nu_log, theta_log, w1, w2))  # read as [H]
     out = torch.empty(10, H, device=nu_log.device, dtype=dtype)
-    block = min(1024, triton.next_power_of_2(max(H, 1)))
+    block = min(256, triton.next_power_of_2(max(H, 1)))  # (1024 in float64 broke Triton 3.6's layout pass)
     _constants[(triton.cdiv(H, block),)](nu_log, theta_log, w1, w2, out, H, BH=block)
     return out
 
