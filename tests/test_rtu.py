@@ -198,15 +198,17 @@ def test_lanes_backward_segments_count_its_two_warps(monkeypatch):
     assert (target.bwd_segments, target.segments) == (5, 9)
 
 
-def test_lanes_segments_are_never_shorter_than_32_steps(monkeypatch):
+def test_lanes_segments_are_never_shorter_than_32_steps_nor_64_in_the_backward(monkeypatch):
     """Cortex's B8 T1024 H64 (8 programs): the grid would want 66 segments of the backward; at most
-    32 (two 16-step chunks each: 1.6x faster than 64 of one on the H200), the forward's 32 (one
-    32-step tile each) unchanged; B4 T128 H64: 4 both ways."""
+    16 (64 steps each: 1.28x faster than 32 of 32 on the H200), the forward's 32 (one 32-step tile
+    each) unchanged; B8 T512 H128: 8 backward segments; B4 T128 H64: 4 both ways (the backward's
+    floor of 4 segments where 32-step ones allow)."""
     import opcheck
     from kcollect.kernels.rtu import config
 
     device = opcheck.fake_gpu(monkeypatch)
     cortex = config.lanes(8, 1024, 64, device)
-    assert (cortex.segments, cortex.bwd_segments, cortex.chunk) == (32, 32, 16)
+    assert (cortex.segments, cortex.bwd_segments, cortex.chunk) == (32, 16, 16)
+    assert config.lanes(8, 512, 128, device).bwd_segments == 8
     short = config.lanes(4, 128, 64, device)
     assert (short.segments, short.bwd_segments) == (4, 4)

@@ -59,13 +59,17 @@ LANES_BWD_FROM: int | None = 32768
 # Lanes programs are one warp; time is cut into segments until the grid holds this many warps an
 # SM: a segment more costs one more read of its inputs (the ends pass), too few leave latency bare
 _LANES_WARPS_PER_SM = 8
-# and no segment shorter than this many steps (the forward's: a tile; the backward's: four chunks):
+# and no segment shorter than this many steps (a tile of the forward; two chunks of the backward):
 # at B8 T1024 H64 (8 two-warp programs) the backward in 64 segments of one chunk took 1.6x the time
-# of 32 segments of two (lab/results/scans_ab_h200.txt: 86 against 54 GB/s), and those 32 took 1.28x
-# the time of 16 segments of four (lab/results/scans_ab_h200_ca178fa.txt: 0.0491 against 0.0384
-# ms), where the ends pass and the carry of every earlier segment's ends cost as much as the chunk
+# of 32 segments of two (lab/results/scans_ab_h200.txt: 86 against 54 GB/s), where the ends pass
+# and the carry of every earlier segment's ends cost as much as the chunk itself
 _LANES_MIN_SEGMENT = 32
-_LANES_MIN_SEGMENT_BWD = 64
+# The backward's segments are longer still, 64 steps, but at least 4 where segments of 32 steps
+# allow: on the H200 16 of 64 steps took 0.0384 ms against 0.0491 for 32 of 32 at B8 T1024 H64
+# (lab/results/scans_ab_h200_ca178fa.txt), 8 of 64 0.035 against 0.041 for 16 at B8 T512 H128, but
+# at B4 T128 H64 2 of 64 0.023 against 0.020 for 4 of 32 (full-grid runs at 6642749 and 96d2d99)
+_LANES_BWD_SEGMENT = 64
+_LANES_BWD_SEGMENTS = 4
 
 
 def split(batch: int, steps: int, channels: int, block_h: int, chunk: int, device) -> int:
@@ -85,18 +89,20 @@ def lanes(batch: int, steps: int, channels: int, device, chunk: int | None = Non
     the time of 32 over one at B8 T8192 H1024, B32 T2048 H2048 and B64 T1024 H1024. Time in as many
     segments as bring each grid to _LANES_WARPS_PER_SM warps an SM (warps, not programs: counted as
     programs, the two-warp backward at B32 T2048 H2048 split in two and took 1.40x as long).
-    No segment shorter than _LANES_MIN_SEGMENT (_BWD) steps. On the CPU tiles, chunks and blocks of
-    8, as the tiles path's, and segments down to one of them (the tests cross segments at few
-    steps)."""
+    No segment shorter than _LANES_MIN_SEGMENT steps, nor in the backward _LANES_BWD_SEGMENT (but
+    _LANES_BWD_SEGMENTS where that allows). On the CPU tiles, chunks and blocks of 8, as the tiles
+    path's, and segments down to one of them (the tests cross segments at few steps)."""
     if arch(device) == "cpu":
-        fwd, bwd, bwd_warps, tile, chunk, least = 8, 8, 1, 8, chunk or 8, (1, 1)
+        fwd, bwd, bwd_warps, tile, chunk = 8, 8, 1, 8, chunk or 8
+        most = (triton.cdiv(steps, tile), triton.cdiv(steps, chunk))
     else:
         fwd, bwd, bwd_warps, tile, chunk = 64, 64, 2, 32, chunk or 16
-        least = (_LANES_MIN_SEGMENT, _LANES_MIN_SEGMENT_BWD)
+        most = (triton.cdiv(steps, max(tile, _LANES_MIN_SEGMENT)),
+                max(triton.cdiv(steps, _LANES_BWD_SEGMENT),
+                    min(_LANES_BWD_SEGMENTS, triton.cdiv(steps, max(chunk, _LANES_MIN_SEGMENT)))))
     want = _LANES_WARPS_PER_SM * sm_count(device)
-    segs = [max(1, min(triton.cdiv(want, w * max(1, batch * triton.cdiv(channels, b))),
-                       triton.cdiv(steps, max(t, shortest))))
-            for b, w, t, shortest in ((fwd, 1, tile, least[0]), (bwd, bwd_warps, chunk, least[1]))]
+    segs = [max(1, min(triton.cdiv(want, w * max(1, batch * triton.cdiv(channels, b))), cap))
+            for b, w, cap in ((fwd, 1, most[0]), (bwd, bwd_warps, most[1]))]
     return RTUConfig(chunk, fwd, 1, segs[0], bwd, bwd_warps, segs[1], "lanes", "lanes", tile)
 
 
