@@ -12,11 +12,12 @@ The lanes forward (lanes.py, path "lanes") keeps time and states in each thread'
 `lanes` is its config, which `pick` returns from LANES_FROM steps x channels (B * T * D) on. lab/
 scans_ab.py on an H200 (lab/results/scans_ab_h200.txt): faster than the tiles pick at every shape
 measured, B1 T60 D512 (30720) the smallest, 0.59x to 0.18x its time (B8 T2048 D2048 N16: 1.519 ->
-0.266 ms with the config below). The picked backward is the tiles path's either way (it reads the states
-the lanes forward keeps every `chunk` steps). The lanes forward's split, share and poly (lanes.py)
-are at 1, off and 0 in `lanes` until lab/ss_variants.py's GPU numbers say otherwise. The lanes
-backward (bwd_lanes.py, bwd_path "lanes") is not picked: lab/ss_bwd.py times it against the tiles
-backward on the GPU first."""
+0.266 ms with the config below). The lanes forward's split, share and poly (lanes.py) are at 1,
+off and 0 in `lanes` (lab/results/ss_variants_h200_f927bdc.txt: slower). With the lanes forward
+comes the lanes backward (bwd_lanes.py, bwd_path "lanes"), which reads the states the forward keeps
+every `chunk` steps: lab/ss_bwd.py on an H200 (lab/results/ss_bwd_h200_96d2d99.txt) measured it at
+0.13x to 0.48x the tiles backward's time at its seven shapes (B8 T2048 D2048 N16: 10.63 -> 2.91 ms
+with the config below)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -59,6 +60,13 @@ LANES_FROM: int | None = 30720
 # 0.070 with 5)
 _LANES_FULL = 2
 _LANES_WARPS_PER_SM = 8
+# The lanes backward's one-warp programs walk time whole from 4 warps an SM on; below, in twice the
+# segments of the forward's rule (2 from 2 warps an SM on): lab/ss_bwd.py on the H200 (tiles of 2
+# steps, 32 channels a warp), B8 T2048 D2048 (512 warps) 2 segments 2.91 ms against 4.55 whole,
+# B32 T60 D512 (512) 0.114 against 0.149, B4 T4096 D2048 (256) 10 against 5 3.12 against 3.99, B3
+# T1000 D1000 (96) 22 against 11; B16 T1024 D1536 (768) whole 2.43 against 2.65 in 2, B8 T2048
+# D4096 (1024) 4.99 against 5.34
+_LANES_BWD_WHOLE = 4
 
 
 @tunable
@@ -74,15 +82,19 @@ def lanes(batch: int, steps: int, channels: int, device) -> SelectiveScanConfig:
     and 8 steps in registers: sm_90 compile at N 16, 252 registers, no spill (an offline Triton 3.6
     compile at D 2048 of this code: 255 and 36 spill loads); faster than 4 steps
     at every H200 shape but B3 T1000 D1000, 2% slower there), time whole or in segments (see
-    _LANES_FULL); the tiles backward's config and chunk (8 channels a program and 4 steps on the
-    CPU)."""
+    _LANES_FULL); the tiles path's chunk; the lanes backward in tiles of 2 steps of one warp's 32
+    channels, its segments by _LANES_BWD_WHOLE (on the CPU 8 channels a program and tiles of 4 and
+    2 steps)."""
     cpu = arch(device) == "cpu"
-    block_d, tile = (8, 4) if cpu else (32, 8)
+    block_d, tile, bwd_tile = (8, 4, 2) if cpu else (32, 8, 2)
+    sms = sm_count(device)
     programs = max(1, batch * triton.cdiv(channels, block_d))
-    want = 1 if programs >= _LANES_FULL * sm_count(device) else \
-        triton.cdiv(_LANES_WARPS_PER_SM * sm_count(device), programs)
-    return replace(tiles(batch, channels, device), block_d=block_d, warps=1, path="lanes", steps=tile,
-                   segments=max(1, min(want, triton.cdiv(steps, tile))))
+    want = 1 if programs >= _LANES_FULL * sms else triton.cdiv(_LANES_WARPS_PER_SM * sms, programs)
+    bwd_want = 1 if programs >= _LANES_BWD_WHOLE * sms else 2 if programs >= _LANES_FULL * sms else 2 * want
+    base = tiles(batch, channels, device)
+    return replace(base, block_d=block_d, warps=1, path="lanes", steps=tile,
+                   segments=max(1, min(want, triton.cdiv(steps, tile))), bwd_path="lanes", bwd_block_d=block_d,
+                   bwd_warps=1, bwd_steps=bwd_tile, bwd_segments=max(1, min(bwd_want, triton.cdiv(steps, base.chunk))))
 
 
 def tiles(batch: int, channels: int, device) -> SelectiveScanConfig:
