@@ -14,7 +14,7 @@ search) keeps the forward's picks, but its backward wants deeper pipelines: dq p
 query rows in 8 warps with 3 stages (causal 16384: 6.52 against 6.90 ms; causal 4096: 1.83
 against 1.88), for GQA 3 stages in the dk/dv kernel without TMA (3.90 ms; 2 stages: 4.17), at D 64
 3 stages in both kernels. Those q_stages=3 candidates were not in the H100's search, so the H100
-keeps its own measured picks. The deeper dq pipeline pays only where a query sees many keys: with a
+keeps its own measured picks. The deeper dq pipeline pays only where a causal query sees many keys: with a
 window of 1024 it took 1.22 ms against 1.06 for the H100's pick, causal at S 1024 0.690 against
 0.685, and at S 512 0.487 against 0.464 for 64-row dq programs of 4 warps after 32-row dk/dv steps
 (lab/results/attention_tune_h200_short.txt); at D 64 the causal shapes want 2 dk/dv stages (S 8192:
@@ -98,7 +98,7 @@ def _h200_bwd(head_dim: int, causal: bool, group: int, keys: int) -> BwdConfig:
                          q_stages=3)
     if group > 1:
         return BwdConfig(kv_n=64, kv_m=32, kv_warps=4, kv_stages=3, q_m=128, q_n=64, q_warps=8, q_stages=3)
-    if 0 < keys < 2048:
+    if causal and 0 < keys < 2048:  # (non-causal S 512 took 0.689 ms with it against 0.617: runs at 96d2d99)
         return BwdConfig(kv_n=64, kv_m=32 if keys <= 512 else 64, kv_warps=4, q_m=64, q_n=64, q_warps=4)
     return BwdConfig(kv_n=64, kv_m=64, kv_warps=4, kv_stages=2, q_m=128, q_n=64, q_warps=8, q_stages=3)
 
