@@ -54,6 +54,10 @@ KMAX = 2  # a step is looked for with at most this many points after it. Two: wi
 # the same level), so it would be tried again at a price (the candidates tried multiply its p-value)
 # for nothing; on the held-out H100 noise two find more steps within 2 commits than 2..5 did
 # (docs/regressions.md)
+JOINT_FLOOR = 0.005  # persistence's joint test counts no series as quieter than 0.5%: without the
+# step's own difference, the noise of a short quiet history can rest on a few near-equal differences,
+# and on the calibration history (the H200's runs) same-code candidates of 1-2% then stood up to
+# 11.2 standard errors out (8.4 with the floor; 6.1 with the floor and _joint's rule on the level)
 SLIDE_SPAN = 10  # points over which a slow slide is measured
 SLIDE_ENDS = 3  # points whose median is each end of a slide
 QUIET = ("same", "within noise")  # the gate's verdicts that are no step: a plain line's difference is noise
@@ -586,18 +590,21 @@ def _factor(n: int) -> float:
 
 
 def _joint(s: _State, j: int, i: int, lo: int, dev: list[float]) -> float:
-    """The joint test of a step at j: the mean of the points after it (to i) against the level
-    before (WINDOW points from lo), in standard errors of the series' noise without the step's own
-    difference (a step is no noise of the series: counted, it hides itself in a short history).
-    0 where a point after stands less than half that mean beyond the level (one flip is no step),
-    or where the segment before has fewer than WINDOW points (a level just after a cut is the
-    least sure: there its null tail on the calibration history was the heaviest)."""
+    """Persistence's joint test of a step at j: the mean of the points after it (to i) against the
+    level of the WINDOW points before (from lo), in standard errors of the series' noise without the
+    step's own difference (a step is no noise of the series: counted, it hides itself in a short
+    history), that noise held to JOINT_FLOOR. 0 where it does not apply: a point after stands less
+    than half that mean beyond the level (one flip is no step), or the points before are fewer than
+    WINDOW or span the threshold (no level to measure a step from: a series just after a cut, or a
+    wild one)."""
     mean = sum(dev) / len(dev)
-    if j - lo < WINDOW or mean <= 0 or min(dev) < mean / 2:
+    before = s.y[lo:j]
+    if j - lo < WINDOW or mean <= 0 or min(dev) < mean / 2 or max(before) - min(before) >= s.log_t:
         return 0.0
     noise = s.diffs.noise_without(s.added[j], s.prior) if j in s.added else s.noise()
-    var_after = sum(point_variance(s.points[k], noise.sigma) for k in range(j, i + 1)) / len(dev) ** 2
-    var_before = _factor(j - lo) / (j - lo) ** 2 * sum(point_variance(p, noise.sigma) for p in s.points[lo:j])
+    sigma = max(noise.sigma, JOINT_FLOOR)
+    var_after = sum(point_variance(s.points[k], sigma) for k in range(j, i + 1)) / len(dev) ** 2
+    var_before = _factor(j - lo) / (j - lo) ** 2 * sum(point_variance(p, sigma) for p in s.points[lo:j])
     return mean / math.sqrt(var_after + var_before)
 
 
