@@ -55,7 +55,7 @@ MAD_TO_SIGMA = 1.482602218505602  # median |x| of a normal sample -> its sigma (
 # since one flip cannot make it.
 GATE_TAIL = (2.98, 0.444)
 PERSISTENT_TAIL = (200.0, 1.326)
-JOINT_TAIL = (200.0, 1.545)  # persistence's joint test: the mean of the two points after a step
+JOINT_TAIL = (200.0, 1.444)  # persistence's joint test: the mean of the two points after a step
 # against the level before, in the series' noise without the step's own difference (regress._joint)
 
 @dataclass(frozen=True)

@@ -57,7 +57,7 @@ KMAX = 2  # a step is looked for with at most this many points after it. Two: wi
 JOINT_FLOOR = 0.005  # persistence's joint test counts no series as quieter than 0.5%: without the
 # step's own difference, the noise of a short quiet history can rest on a few near-equal differences,
 # and on the calibration history (the H200's runs) same-code candidates of 1-2% then stood up to
-# 11.2 standard errors out (8.4 with the floor; 6.1 with the floor and _joint's rule on the level)
+# 11.2 standard errors out (8.4 with the floor; 5.9 with the floor and _joint's rule on the level)
 SLIDE_SPAN = 10  # points over which a slow slide is measured
 SLIDE_ENDS = 3  # points whose median is each end of a slide
 QUIET = ("same", "within noise")  # the gate's verdicts that are no step: a plain line's difference is noise
@@ -595,11 +595,11 @@ def _joint(s: _State, j: int, i: int, lo: int, dev: list[float]) -> float:
     step's own difference (a step is no noise of the series: counted, it hides itself in a short
     history), that noise held to JOINT_FLOOR. 0 where it does not apply: a point after stands less
     than half that mean beyond the level (one flip is no step), or the points before are fewer than
-    WINDOW or span the threshold (no level to measure a step from: a series just after a cut, or a
-    wild one)."""
+    WINDOW or span the threshold or half that mean (no level to measure a step from: a series just
+    after a cut, a wild one, a slow slide)."""
     mean = sum(dev) / len(dev)
     before = s.y[lo:j]
-    if j - lo < WINDOW or mean <= 0 or min(dev) < mean / 2 or max(before) - min(before) >= s.log_t:
+    if j - lo < WINDOW or mean <= 0 or min(dev) < mean / 2 or max(before) - min(before) >= min(s.log_t, mean / 2):
         return 0.0
     noise = s.diffs.noise_without(s.added[j], s.prior) if j in s.added else s.noise()
     sigma = max(noise.sigma, JOINT_FLOOR)
