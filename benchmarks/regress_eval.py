@@ -2,17 +2,19 @@
 the other's.
 
     python benchmarks/regress_eval.py [--calibration "NVIDIA H200"] [--trials 1000] [--seed 0]
+        [--calibration-only] [--scenarios step,plateau]   (while tuning: the calibration GPU alone)
 
 The history (data/runs) is imported into a temporary store and split by GPU: the calibration runs
-(the H200's, by default) fit the tails of the null distribution (noise.GATE_TAIL, noise.PERSISTENT_TAIL);
+(the H200's, by default) fit the tails of the null distribution (noise.GATE_TAIL, PERSISTENT_TAIL, JOINT_TAIL);
 every rate is then measured on the held-out runs (the H100's) and, for comparison, on the
 calibration runs too. Sections:
 
 1. calibration: the standardised changes z of every line the gate judged in the calibration history
    whose code, method and conditions did not change (the references' commit-to-commit changes, and
    ours where git says our code did not change), and of every A/A pair of runs there, and the
-   persistence statistics of the candidates in a window of one code; a Student t (scale and degrees
-   of freedom) matched to the 99th and 99.9th percentiles of each.
+   persistence statistics (the least point's and the joint mean's) of the candidates in a window of
+   one code; a Student t (scale and degrees of freedom) matched to the 99th and 99.9th percentiles
+   of each.
 2. A/A: every pair of runs of one commit on one GPU that share a series, compared as if our code
    had changed (`compare --run`, with every line of ours counted as changed): how many comparisons
    would fail. Pairs where a run was interrupted are counted apart (their lines never gate).

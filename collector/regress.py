@@ -9,10 +9,12 @@ commit in commit order, and at each commit X:
    line's noise is what the series' history told before X, with X's own reruns and rechecks. A
    significant change is a flag decided at X.
 2. Persistence: a step the gate could not tell from noise with one point (a noisy series) is
-   looked for again with the KMAX = 2 points after it: each of them against the median of up to
-   WINDOW points of its segment before, the least of them in standard errors (so one outlier, or
-   one flip of a bimodal series, is never a step), judged under the persistence tail with the other
-   series' candidates at the same false-discovery rate.
+   looked for again with the KMAX = 2 points after it, by two tests against the median of up to
+   WINDOW points of its segment before: the least of the points in standard errors (so one
+   outlier, or one flip of a bimodal series, is never a step), and their mean in standard errors
+   of the noise without the step's own difference (_joint: the second point's evidence, which the
+   least of them throws away); the better of the two, its p-value doubled, under each test's
+   calibrated tail, judged with the other series' candidates at the same false-discovery rate.
 3. Drift: each commit's machine drift (per GPU and machine, from the lines whose code did not
    change) is chained into a level that every series is corrected by, so that the levels of
    several commits can be compared.
