@@ -384,7 +384,8 @@ def main() -> None:
                     help="lines of ours a commit's gate decides together (36: the median on the H200 history)")
     ap.add_argument("--skip-steps", action="store_true")
     ap.add_argument("--scenarios", default="", help="comma-separated planted scenarios to run (default: all of "
-                    + ", ".join(dict.fromkeys(s for s, _, _ in SCENARIOS)) + "); a scenario left out changes the series drawn for those after it")
+                    + ", ".join(dict.fromkeys(s for s, _, _ in SCENARIOS))
+                    + "); a scenario left out changes the series drawn for those after it")
     ap.add_argument("--calibration-only", action="store_true",
                     help="plant steps in the calibration GPU's noise only (while tuning: the held-out rates are "
                          "looked at once, at the end)")

@@ -22,9 +22,9 @@ noisier). The pool counts as PRIOR_WEIGHT differences.
 
 Even so a standardised difference of the same code is not normal: its tails are those of a Student
 t with few degrees of freedom (GATE_TAIL, PERSISTENT_TAIL and JOINT_TAIL, matched to the same-code
-changes of the calibration history). The gate's p-value comes from that t, with no more degrees of freedom than
-the differences behind the series' noise (honest for a short history; persistence's from its tail
-alone, see regress.py), and the lines of one
+changes of the calibration history). The gate's p-value comes from that t, with no more degrees of
+freedom than the differences behind the series' noise (honest for a short history; persistence's
+from its tails alone, see regress.py), and the lines of one
 comparison are decided together at a false-discovery rate (Benjamini-Hochberg), so that the chance
 that a comparison of unchanged code fails at all is bounded, not each line's.
 """

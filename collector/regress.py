@@ -35,8 +35,8 @@ from typing import Iterable, Protocol, Sequence
 
 import numpy as np
 
-from .noise import (DURATION_CLASSES, JOINT_TAIL, PERSISTENT_TAIL, Noise, RunningDifferences, combine, duration_class, fdr,
-                    p_values, pool, typical)
+from .noise import (DURATION_CLASSES, JOINT_TAIL, PERSISTENT_TAIL, Noise, RunningDifferences, combine,
+                    duration_class, fdr, p_values, pool, typical)
 from .series import (COLUMNS, QUERY, Point, SeriesKey, at_level, commit_rank, describe_env_change, device, fast_median,
                      group_series, points_from_rows, series_key)
 from .verdicts import (METHOD, Q, UNCHANGED, UNKNOWN, WITH_ENV, Columns, Line, Side, env_between, env_change,
@@ -601,7 +601,8 @@ def _joint(s: _State, j: int, i: int, lo: int, dev: list[float]) -> float:
     after a cut, a wild one, a slow slide)."""
     mean = sum(dev) / len(dev)
     before = s.y[lo:j]
-    if j - lo < WINDOW or mean <= 0 or min(dev) < mean / 2 or max(before) - min(before) >= min(s.log_t, mean / 2):
+    if (j - lo < WINDOW or mean <= 0 or min(dev) < mean / 2
+            or max(before) - min(before) >= min(s.log_t, mean / 2)):
         return 0.0
     noise = s.diffs.noise_without(s.added[j], s.prior) if j in s.added else s.noise()
     sigma = max(noise.sigma, JOINT_FLOOR)
