@@ -2,17 +2,19 @@
 the other's.
 
     python benchmarks/regress_eval.py [--calibration "NVIDIA H200"] [--trials 1000] [--seed 0]
+        [--calibration-only] [--scenarios step,plateau]   (while tuning: the calibration GPU alone)
 
 The history (data/runs) is imported into a temporary store and split by GPU: the calibration runs
-(the H200's, by default) fit the tails of the null distribution (noise.GATE_TAIL, noise.PERSISTENT_TAIL);
+(the H200's, by default) fit the tails of the null distribution (noise.GATE_TAIL, PERSISTENT_TAIL, JOINT_TAIL);
 every rate is then measured on the held-out runs (the H100's) and, for comparison, on the
 calibration runs too. Sections:
 
 1. calibration: the standardised changes z of every line the gate judged in the calibration history
    whose code, method and conditions did not change (the references' commit-to-commit changes, and
    ours where git says our code did not change), and of every A/A pair of runs there, and the
-   persistence statistics of the candidates in a window of one code; a Student t (scale and degrees
-   of freedom) matched to the 99th and 99.9th percentiles of each.
+   persistence statistics (the least point's and the joint mean's) of the candidates in a window of
+   one code; a Student t (scale and degrees of freedom) matched to the 99th and 99.9th percentiles
+   of each.
 2. A/A: every pair of runs of one commit on one GPU that share a series, compared as if our code
    had changed (`compare --run`, with every line of ours counted as changed): how many comparisons
    would fail. Pairs where a run was interrupted are counted apart (their lines never gate).
@@ -119,18 +121,19 @@ def null_z(h: History, rows: list[dict]) -> list[float]:
     return out
 
 
-def persistent_z(record: list) -> list[tuple[float, int]]:
-    """(statistic, differences behind the series' noise) of the persistence candidates whose window
-    held one code (references, and ours where git says it did not change)."""
-    return [(z, n) for key, ours, j, i, z, codes, n in record if math.isfinite(z) and key.provider not in REBUILT
-            and all(c in (UNCHANGED, None) for c in codes)]
+def persistent_z(record: list) -> list[tuple[float, int, float]]:
+    """(the least point's statistic, differences behind the series' noise, the joint mean's
+    statistic) of the persistence candidates whose window held one code (references, and ours where
+    git says it did not change)."""
+    return [(z, n, z2) for key, ours, j, i, z, codes, n, z2 in record if math.isfinite(z) and math.isfinite(z2)
+            and key.provider not in REBUILT and all(c in (UNCHANGED, None) for c in codes)]
 
 
-def by_history(zn: list[tuple[float, int]], short: int = 6) -> None:
+def by_history(zn: list[tuple[float, int, float]], short: int = 6) -> None:
     """The tail of candidates whose noise rests on a short history (mostly the pool's value) against
     the others': whether a short history needs a heavier tail (regress._persistence says why not)."""
     for name, is_short in ((f"fewer than {short} differences", True), (f"{short} or more", False)):
-        az = np.abs([z for z, n in zn if (n < short) == is_short])
+        az = np.abs([z for z, n, _ in zn if (n < short) == is_short])
         print(f"    series' noise from {name}: {len(az)} candidates, |z| 99%: {np.percentile(az, 99):.2f}, "
               f"99.9%: {np.percentile(az, 99.9):.2f}, max {az.max():.1f}")
 
@@ -324,15 +327,21 @@ def trial(res: Residuals, rng: random.Random, scenario: str, size: float, thresh
     return [False, False], len(flags), n, gate_failures, noise_class
 
 
-def planted(res: Residuals, trials: int, seed: int, threshold: float, family: int) -> None:
+SCENARIOS = (("step", 0.10, "10% step"), ("step", 0.05, "5% step"),
+             ("plateau", 0.20, "+20% plateau of 2-3 commits, reverted"),
+             ("sticky", 0.0, "sticky clock (all series 5-20%, 2-4 commits)"),
+             ("none", 0.0, "noise only"),
+             ("slide", 0.01, "slow slide +1%/commit over 10 (reported)"))
+
+
+def planted(res: Residuals, trials: int, seed: int, threshold: float, family: int, only: set[str] | None = None
+            ) -> None:
     rng = random.Random(seed)
     print(f"  {'scenario':<44} {'by +1':>8} {'by +2':>6} {'false flags/series/commit':>26} "
           f"{'gate failures/series':>21}")
-    for scenario, size, label in (("step", 0.10, "10% step"), ("step", 0.05, "5% step"),
-                                  ("plateau", 0.20, "+20% plateau of 2-3 commits, reverted"),
-                                  ("sticky", 0.0, "sticky clock (all series 5-20%, 2-4 commits)"),
-                                  ("none", 0.0, "noise only"),
-                                  ("slide", 0.01, "slow slide +1%/commit over 10 (reported)")):
+    for scenario, size, label in SCENARIOS:
+        if only and scenario not in only:
+            continue
         r = [trial(res, rng, scenario, size, threshold, family) for _ in range(trials)]
         found = (f"{np.mean([x[0][0] for x in r]):8.1%} {np.mean([x[0][1] for x in r]):6.1%}"
                  if scenario in ("step", "plateau", "slide") else f"{'-':>8} {'-':>6}")
@@ -374,6 +383,12 @@ def main() -> None:
     ap.add_argument("--family", type=int, default=36,
                     help="lines of ours a commit's gate decides together (36: the median on the H200 history)")
     ap.add_argument("--skip-steps", action="store_true")
+    ap.add_argument("--scenarios", default="", help="comma-separated planted scenarios to run (default: all of "
+                    + ", ".join(dict.fromkeys(s for s, _, _ in SCENARIOS))
+                    + "); a scenario left out changes the series drawn for those after it")
+    ap.add_argument("--calibration-only", action="store_true",
+                    help="plant steps in the calibration GPU's noise only (while tuning: the held-out rates are "
+                         "looked at once, at the end)")
     args = ap.parse_args()
     t0 = time.perf_counter()
     rows = load(args.runs)
@@ -384,26 +399,29 @@ def main() -> None:
           f"held out: {', '.join(held_out)}; threshold {args.threshold:.0%}, Q {regress.Q:.0%}")
     cal_rows = [r for r in rows if regress.device(r) == args.calibration]
     print(f"\n1. calibration on {args.calibration} (the engine's constants: GATE_TAIL {noise.GATE_TAIL}, "
-          f"PERSISTENT_TAIL {noise.PERSISTENT_TAIL})")
+          f"PERSISTENT_TAIL {noise.PERSISTENT_TAIL}, JOINT_TAIL {noise.JOINT_TAIL})")
     record: list = []
     h_cal = history(cal_rows, record)
     print(" the gate: one point against the one before")
     calibrate(null_z(h_cal, cal_rows))
     print(" persistence: the two points after a step, both beyond halfway")
     zn = persistent_z(record)
-    calibrate([z for z, n in zn])
+    calibrate([z for z, n, _ in zn])
     by_history(zn)
+    print(" persistence, joint: the mean of the two points after a step, each beyond half of it")
+    calibrate([z2 for _, _, z2 in zn])
     h = history(rows)
     print("\n2. A/A: pairs of runs of one commit, compared as if our code had changed")
     for gpu, c in sorted(aa(h, rows, args.threshold).items()):
         role = "calibration" if gpu == args.calibration else "held out"
         print(f"  {gpu} ({role}): " + ", ".join(f"{k} {v}" for k, v in sorted(c.items())))
     if not args.skip_steps:
-        for gpu in held_out + [args.calibration]:
+        for gpu in ([] if args.calibration_only else held_out) + [args.calibration]:
             role = "calibration" if gpu == args.calibration else "held out"
             print(f"\n3. planted steps in the real noise of {gpu} ({role}), {args.trials} series (6-30 points) "
                   f"per scenario, each one of {args.family} lines of ours at its commits, seed {args.seed}")
-            planted(Residuals(h, gpu), args.trials, args.seed, args.threshold, args.family)
+            planted(Residuals(h, gpu), args.trials, args.seed, args.threshold, args.family,
+                    set(filter(None, args.scenarios.split(","))))
     print("\n4. the committed history")
     named_pairs(h, rows, args.threshold)
     print(f"\nevaluation took {time.perf_counter() - t0:.0f} s")

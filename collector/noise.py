@@ -21,10 +21,10 @@ estimate is shrunk towards the pool's: the median noise of the series measured i
 noisier). The pool counts as PRIOR_WEIGHT differences.
 
 Even so a standardised difference of the same code is not normal: its tails are those of a Student
-t with few degrees of freedom (GATE_TAIL and PERSISTENT_TAIL, matched to the same-code changes of
-the calibration history). The gate's p-value comes from that t, with no more degrees of freedom than
-the differences behind the series' noise (honest for a short history; persistence's from its tail
-alone, see regress.py), and the lines of one
+t with few degrees of freedom (GATE_TAIL, PERSISTENT_TAIL and JOINT_TAIL, matched to the same-code
+changes of the calibration history). The gate's p-value comes from that t, with no more degrees of
+freedom than the differences behind the series' noise (honest for a short history; persistence's
+from its tails alone, see regress.py), and the lines of one
 comparison are decided together at a false-discovery rate (Benjamini-Hochberg), so that the chance
 that a comparison of unchanged code fails at all is bounded, not each line's.
 """
@@ -55,6 +55,8 @@ MAD_TO_SIGMA = 1.482602218505602  # median |x| of a normal sample -> its sigma (
 # since one flip cannot make it.
 GATE_TAIL = (2.98, 0.444)
 PERSISTENT_TAIL = (200.0, 1.326)
+JOINT_TAIL = (200.0, 1.444)  # persistence's joint test: the mean of the two points after a step
+# against the level before, in the series' noise without the step's own difference (regress._joint)
 
 @dataclass(frozen=True)
 class Noise:
@@ -219,6 +221,15 @@ class RunningDifferences:
         if self._noise is None or self._noise[0] is not prior:
             self._noise = (prior, combine(*self.sigma(), prior))
         return self._noise[1]
+
+    def noise_without(self, diff: float, prior: float | None) -> Noise:
+        """noise(prior) as it would be without one of its differences (that of a candidate step:
+        a step is no noise of the series)."""
+        k = bisect_left(self._sorted, abs(diff))
+        if not (k < len(self._sorted) and self._sorted[k] == abs(diff)):
+            return self.noise(prior)
+        d, squares = self._sorted[:k] + self._sorted[k + 1:], self._squares[:k] + self._squares[k + 1:]
+        return combine(_scale(d, list(squares)), len(d), prior)
 
     def sigma(self) -> tuple[float | None, int]:
         """(own sigma, differences it rests on)."""

@@ -9,10 +9,12 @@ commit in commit order, and at each commit X:
    line's noise is what the series' history told before X, with X's own reruns and rechecks. A
    significant change is a flag decided at X.
 2. Persistence: a step the gate could not tell from noise with one point (a noisy series) is
-   looked for again with the KMAX = 2 points after it: each of them against the median of up to
-   WINDOW points of its segment before, the least of them in standard errors (so one outlier, or
-   one flip of a bimodal series, is never a step), judged under the persistence tail with the other
-   series' candidates at the same false-discovery rate.
+   looked for again with the KMAX = 2 points after it, by two tests against the median of up to
+   WINDOW points of its segment before: the least of the points in standard errors (so one
+   outlier, or one flip of a bimodal series, is never a step), and their mean in standard errors
+   of the noise without the step's own difference (_joint: the second point's evidence, which the
+   least of them throws away); the better of the two, its p-value doubled, under each test's
+   calibrated tail, judged with the other series' candidates at the same false-discovery rate.
 3. Drift: each commit's machine drift (per GPU and machine, from the lines whose code did not
    change) is chained into a level that every series is corrected by, so that the levels of
    several commits can be compared.
@@ -33,8 +35,8 @@ from typing import Iterable, Protocol, Sequence
 
 import numpy as np
 
-from .noise import (DURATION_CLASSES, PERSISTENT_TAIL, Noise, RunningDifferences, combine, duration_class, fdr,
-                    p_values, pool, typical)
+from .noise import (DURATION_CLASSES, JOINT_TAIL, PERSISTENT_TAIL, Noise, RunningDifferences, combine,
+                    duration_class, fdr, p_values, pool, typical)
 from .series import (COLUMNS, QUERY, Point, SeriesKey, at_level, commit_rank, describe_env_change, device, fast_median,
                      group_series, points_from_rows, series_key)
 from .verdicts import (METHOD, Q, UNCHANGED, UNKNOWN, WITH_ENV, Columns, Line, Side, env_between, env_change,
@@ -54,6 +56,10 @@ KMAX = 2  # a step is looked for with at most this many points after it. Two: wi
 # the same level), so it would be tried again at a price (the candidates tried multiply its p-value)
 # for nothing; on the held-out H100 noise two find more steps within 2 commits than 2..5 did
 # (docs/regressions.md)
+JOINT_FLOOR = 0.005  # persistence's joint test counts no series as quieter than 0.5%: without the
+# step's own difference, the noise of a short quiet history can rest on a few near-equal differences,
+# and on the calibration history (the H200's runs) same-code candidates of 1-2% then stood up to
+# 11.2 standard errors out (8.4 with the floor; 5.9 with the floor and _joint's rule on the level)
 SLIDE_SPAN = 10  # points over which a slow slide is measured
 SLIDE_ENDS = 3  # points whose median is each end of a slide
 QUIET = ("same", "within noise")  # the gate's verdicts that are no step: a plain line's difference is noise
@@ -458,8 +464,7 @@ class _Walk:
         # calibration history the candidates of series with a short history are no heavier-tailed
         # than the others (benchmarks/regress_eval.py prints both), and the cap cost most steps
         # of the first commits of a series
-        zs = p_values([f[3][1] for f in found], [math.inf] * len(found), PERSISTENT_TAIL)
-        ps = [min(1.0, p * f[3][5]) for p, f in zip(zs, found)]
+        ps = [min(1.0, f[3][5] * f[3][6]) for f in found]
         # a candidate's line is the gate's line at its point j at other levels: its family is that one's
         gates = [self.columns.gates[s.row + best[0]] for _, s, _, best in found]
         families = ([k for k in range(len(found)) if gates[k]], [k for k in range(len(found)) if not gates[k]])
@@ -467,7 +472,7 @@ class _Walk:
             for k, rejected in zip(family, fdr([ps[k] for k in family], self.q)):
                 if not rejected:
                     continue
-                key, s, i, (j, z, noise, lb, la, _) = found[k]
+                key, s, i, (j, z, noise, lb, la, _, _) = found[k]
                 ln = self._step(key, s, j, z, noise, lb, la)
                 s.steps.append((j, i, ln.z, ln.verdict, ln.code, _cause(ln.verdict, env_change(ln), ln.ours), ps[k]))
                 insort(s.cuts, j)
@@ -504,15 +509,17 @@ class _Walk:
             # much lighter than the gate's)
             var_before = _factor(len(before)) / len(before) ** 2 * sum(
                 point_variance(p, noise.sigma) for p in s.points[lo:j])
-            z = sign * max(0.0, min((s.y[k] - lb) * sign
-                                    / math.sqrt(point_variance(s.points[k], noise.sigma) + var_before)
-                                    for k in range(j, i + 1)))
+            dev = [(s.y[k] - lb) * sign for k in range(j, i + 1)]
+            z = sign * max(0.0, min(d / math.sqrt(point_variance(s.points[k], noise.sigma) + var_before)
+                                    for k, d in zip(range(j, i + 1), dev)))
+            z2 = sign * _joint(s, j, i, lo, dev)
             if self.record is not None:  # the calibration's null: same code over the window
-                self.record.append((key, s.ours, j, i, z, s.code[lo + 1:i + 1], noise.n))
-            if abs(la - lb) < log_t or z == 0:
+                self.record.append((key, s.ours, j, i, z, s.code[lo + 1:i + 1], noise.n, z2))
+            if abs(la - lb) < log_t or (z == 0 and z2 == 0):
                 continue
-            if best is None or abs(z) > abs(best[1]):
-                best = (j, z, noise, lb, la)
+            p, decided = _persistence_p(z, z2)
+            if best is None or p < best[5]:
+                best = (j, decided, noise, lb, la, p)
         return None if best is None else (*best, tried)
 
     def _step(self, key: SeriesKey, s: _State, j: int, z: float, noise: Noise, lb: float, la: float) -> Line:
@@ -582,6 +589,34 @@ def _factor(n: int) -> float:
     # variance of a median of n normal values over that of one value, times n: 1 up to two values
     # (their mean), pi/2 beyond
     return 1.0 if n <= 2 else math.pi / 2
+
+
+def _joint(s: _State, j: int, i: int, lo: int, dev: list[float]) -> float:
+    """Persistence's joint test of a step at j: the mean of the points after it (to i) against the
+    level of the WINDOW points before (from lo), in standard errors of the series' noise without the
+    step's own difference (a step is no noise of the series: counted, it hides itself in a short
+    history), that noise held to JOINT_FLOOR. 0 where it does not apply: a point after stands less
+    than half that mean beyond the level (one flip is no step), or the points before are fewer than
+    WINDOW or span the threshold or half that mean (no level to measure a step from: a series just
+    after a cut, a wild one, a slow slide)."""
+    mean = sum(dev) / len(dev)
+    before = s.y[lo:j]
+    if (j - lo < WINDOW or mean <= 0 or min(dev) < mean / 2
+            or max(before) - min(before) >= min(s.log_t, mean / 2)):
+        return 0.0
+    noise = s.diffs.noise_without(s.added[j], s.prior) if j in s.added else s.noise()
+    sigma = max(noise.sigma, JOINT_FLOOR)
+    var_after = sum(point_variance(s.points[k], sigma) for k in range(j, i + 1)) / len(dev) ** 2
+    var_before = _factor(j - lo) / (j - lo) ** 2 * sum(point_variance(p, sigma) for p in s.points[lo:j])
+    return mean / math.sqrt(var_after + var_before)
+
+
+def _persistence_p(z: float, z2: float) -> tuple[float, float]:
+    """(a candidate's p-value, the z that decided it): the smaller of its two tests' (the least
+    point's and the joint mean's), each under its own calibrated tail, times the two tests tried."""
+    least, = p_values([z], [math.inf], PERSISTENT_TAIL)
+    joint, = p_values([z2], [math.inf], JOINT_TAIL)
+    return min(1.0, 2 * min(least, joint)), (z if least <= joint else z2)
 
 
 def _cause(verdict: str, env: str | None, ours: bool) -> str | None:

@@ -67,6 +67,25 @@ def test_a_step_one_point_cannot_tell_is_found_with_the_next(seed):
     assert (f.kind, f.index, f.decided_index) == ("regression", 25, 26) and not f.by_gate
 
 
+@pytest.mark.parametrize("seed", range(8))
+def test_a_step_two_points_confirm_together_is_found_within_two_commits(seed):
+    # 0.5% noise, a 5% step after 6 points, judged as one of 36 lines of a commit: one point is not
+    # enough at the gate's heavy tail, nor is the least of the two after it in a noise that counts
+    # the step's own difference; the mean of the two, in the noise without it, is (regress._joint)
+    levels = noisy(8, 0.005, seed, steps=[(6, 1.05)])
+    flags = detect(points(levels), prior=0.005, q=regress.Q / 36)
+    assert [(f.kind, f.index) for f in flags] == [("regression", 6)], f"seed {seed}: {flags}"
+    assert flags[0].decided_index <= 7, f"seed {seed}"
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_joint_test_flags_no_noise(seed):
+    # series without a step, quiet to noisy (moves past the 3% threshold are common at 1-2%): nothing
+    for sigma in (0.003, 0.01, 0.02):
+        levels = noisy(40, sigma, seed)
+        assert detect(points(levels), prior=sigma, q=regress.Q / 36) == [], f"seed {seed}, sigma {sigma}"
+
+
 @pytest.mark.parametrize("length", [2, 3])
 def test_short_plateau_stays_flagged_as_recovered(length):
     levels = noisy(40, 0.003, 4, steps=[(20, 1.2), (20 + length, 1 / 1.2)])
