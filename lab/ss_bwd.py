@@ -34,7 +34,7 @@ import sys
 from kcollect.common import ALLOC_CONF
 
 from .scans_ab import sweep, unique
-from .ss_variants import SS, _AB, _geomean
+from .ss_variants import SS, _AB, _geomean, _segments
 
 os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", ALLOC_CONF)  # as `kcollect run` does, before CUDA starts
 
@@ -49,14 +49,6 @@ _TILES = ((16, 2), (8, 2), (4, 2), (16, 4), (32, 2), (8, 4), (16, 1), (16, 8))
 _LAYOUTS = ((32, 1), (64, 2), (128, 4), (64, 1))  # (bwd_block_d, bwd_warps)
 _CPU_TILES = ((8, 4), (8, 2))
 _CPU_LAYOUTS = ((8, 1),)
-
-
-def _segments(batch: int, steps: int, channels: int, block_d: int, warps: int, chunk: int, sms: int) -> int:
-    """Time whole once the grid holds 2 warps an SM, otherwise the segments that bring it to 8 (at
-    most one a chunk): config.lanes's rule for the forward."""
-    total = max(1, batch * -(-channels // block_d)) * warps
-    want = 1 if total >= 2 * sms else -(-8 * sms // total)
-    return max(1, min(want, -(-steps // chunk)))
 
 
 def candidates(label: str, dims: dict, device: str) -> list[tuple[str, object]]:

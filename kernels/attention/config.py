@@ -14,11 +14,12 @@ search) keeps the forward's picks, but its backward wants deeper pipelines: dq p
 query rows in 8 warps with 3 stages (causal 16384: 6.52 against 6.90 ms; causal 4096: 1.83
 against 1.88), for GQA 3 stages in the dk/dv kernel without TMA (3.90 ms; 2 stages: 4.17), at D 64
 3 stages in both kernels. Those q_stages=3 candidates were not in the H100's search, so the H100
-keeps its own measured picks. The deeper dq pipeline pays only where a causal query sees many keys: with a
-window of 1024 it took 1.22 ms against 1.06 for the H100's pick, causal at S 1024 0.690 against
-0.685, and at S 512 0.487 against 0.464 for 64-row dq programs of 4 warps after 32-row dk/dv steps
-(lab/results/attention_tune_h200_short.txt); at D 64 the causal shapes want 2 dk/dv stages (S 8192:
-3.97 against 4.30 ms; S 512: 0.492 against 0.525), the non-causal S 1024 3.
+keeps its own measured picks. The deeper dq pipeline pays only where a causal query sees many
+keys: with a window of 1024 it took 1.22 ms against 1.06 for the H100's pick, causal at S 1024
+0.690 against 0.685, and at S 512 0.487 against 0.464 for 64-row dq programs of 4 warps after
+32-row dk/dv steps (lab/results/attention_tune_h200_short.txt); not causal, S 512 kept the deep
+pick (0.617 ms against 0.689 with the short one, full-grid runs). At D 64 the causal shapes want 2
+dk/dv stages (S 8192: 3.97 against 4.30 ms; S 512: 0.492 against 0.525), non-causal S 1024 3.
 The CPU entries are small so that the interpreter's tests cross several blocks on tiny shapes.
 Both picks are @tunable: `kcollect.kernels._host.config.forced(FwdConfig(...))` overrides them (lab/)."""
 from __future__ import annotations
