@@ -34,7 +34,7 @@ import sys
 from kcollect.common import ALLOC_CONF
 
 from .scans_ab import sweep, unique
-from .ss_variants import SS, _AB, _geomean, _segments
+from .ss_variants import SS, _AB, _segments, print_families, print_shape
 
 os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", ALLOC_CONF)  # as `kcollect run` does, before CUDA starts
 
@@ -85,25 +85,9 @@ def summary(rows: list[dict]) -> None:
     by_shape: dict[str, list[dict]] = {}
     for r in rows:
         by_shape.setdefault(r["shape"], []).append(r)
-    cell = lambda r: f"{r['ms']:.4f} ({r.get('pct_copy') or float('nan'):.1f}%)" if r else "-"  # noqa: E731
     for shape, rs in by_shape.items():
-        timed = [r for r in rs if r["ms"]]
-        pick = next((r for r in timed if r["kind"] == "pick"), None)
-        best = min((r for r in timed if r["kind"] != "pick"), key=lambda r: r["ms"], default=None)
-        gain = f"  best/pick {best['ms'] / pick['ms']:.3f}" if best and pick else ""
-        print(f"  {shape:<13} pick {cell(pick)}  lanes best {cell(best)}{gain}")
-        if best:
-            print(f"      best: {' '.join(f'{k}={v}' for k, v in best['config'].items())}  err {best['err']:.1e}")
-    print("\n== lanes families: best row over the pick's, per shape (below 1: faster), and geomean")
-    fams: dict[str, dict[str, float]] = {}
-    picks = {r["shape"]: r["ms"] for r in rows if r["kind"] == "pick" and r["ms"]}
-    for r in rows:
-        if r["kind"] != "pick" and r["ms"] and r["shape"] in picks:
-            fam = fams.setdefault(r["kind"], {})
-            fam[r["shape"]] = min(fam.get(r["shape"], math.inf), r["ms"] / picks[r["shape"]])
-    for kind, per in sorted(fams.items(), key=lambda kv: _geomean(kv[1].values())):
-        cells = "  ".join(f"{s} {v:.3f}" for s, v in per.items())
-        print(f"  {kind:<20} geomean {_geomean(per.values()):.3f} over {len(per)}:  {cells}")
+        print_shape(f"{shape:<13}", rs, "lanes best", others_only=True, err=True)
+    print_families(rows, 20, "lanes families: best row over the pick's")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -107,24 +107,37 @@ def summary(rows: list[dict]) -> None:
     for r in rows:
         by_shape.setdefault((r["op"], r["shape"], r["mode"]), []).append(r)
     for (op, shape, mode), rs in by_shape.items():
-        timed = [r for r in rs if r["ms"]]
-        pick = next((r for r in timed if r["kind"] == "pick"), None)
-        best = min(timed, key=lambda r: r["ms"], default=None)
-        cell = lambda r: f"{r['ms']:.4f} ({r.get('pct_copy') or float('nan'):.1f}%)" if r else "-"  # noqa: E731
-        gain = f"  best/pick {best['ms'] / pick['ms']:.3f}" if best and pick else ""
-        print(f"  {op:<15} {shape:<13} {mode}  pick {cell(pick)}  best {cell(best)}{gain}")
-        if best:
-            print(f"      best: {' '.join(f'{k}={v}' for k, v in best['config'].items())}")
-    print("\n== selective scan: each family's best row over the pick's, per shape (below 1: faster), and geomean")
+        print_shape(f"{op:<15} {shape:<13} {mode} ", rs, "best")
+    print_families([r for r in rows if r["op"] == "selective_scan"], 12,
+                   "selective scan: each family's best row over the pick's")
+
+
+def print_shape(label: str, rs: list[dict], best_label: str, others_only: bool = False, err: bool = False) -> None:
+    """One shape's pick and best timed row (of the rows not the pick's with others_only), with the
+    best row's config (and error, with err)."""
+    timed = [r for r in rs if r["ms"]]
+    pick = next((r for r in timed if r["kind"] == "pick"), None)
+    best = min((r for r in timed if not others_only or r["kind"] != "pick"), key=lambda r: r["ms"], default=None)
+    cell = lambda r: f"{r['ms']:.4f} ({r.get('pct_copy') or float('nan'):.1f}%)" if r else "-"  # noqa: E731
+    gain = f"  best/pick {best['ms'] / pick['ms']:.3f}" if best and pick else ""
+    print(f"  {label} pick {cell(pick)}  {best_label} {cell(best)}{gain}")
+    if best:
+        tail = f"  err {best['err']:.1e}" if err else ""
+        print(f"      best: {' '.join(f'{k}={v}' for k, v in best['config'].items())}{tail}")
+
+
+def print_families(rows: list[dict], width: int, title: str) -> None:
+    """Each candidate family's (kind's) best row over the pick's, per shape, and their geomean."""
+    print(f"\n== {title}, per shape (below 1: faster), and geomean")
     fams: dict[str, dict[str, float]] = {}
-    picks = {r["shape"]: r["ms"] for r in rows if r["op"] == "selective_scan" and r["kind"] == "pick" and r["ms"]}
+    picks = {r["shape"]: r["ms"] for r in rows if r["kind"] == "pick" and r["ms"]}
     for r in rows:
-        if r["op"] == "selective_scan" and r["kind"] != "pick" and r["ms"] and r["shape"] in picks:
+        if r["kind"] != "pick" and r["ms"] and r["shape"] in picks:
             fam = fams.setdefault(r["kind"], {})
             fam[r["shape"]] = min(fam.get(r["shape"], math.inf), r["ms"] / picks[r["shape"]])
     for kind, per in sorted(fams.items(), key=lambda kv: _geomean(kv[1].values())):
         cells = "  ".join(f"{s} {v:.3f}" for s, v in per.items())
-        print(f"  {kind:<12} geomean {_geomean(per.values()):.3f} over {len(per)}:  {cells}")
+        print(f"  {kind:<{width}} geomean {_geomean(per.values()):.3f} over {len(per)}:  {cells}")
 
 
 def _geomean(values) -> float:
