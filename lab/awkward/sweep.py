@@ -2,15 +2,16 @@
 one JSONL per family and a summary table.
 
     python -m lab.awkward --family attention,scans,cells --cases 2000 --seed 0 --device cuda --out DIR
-        [--workers 16] [--time-limit 420] [--case-timeout 240] [--bounds]
+        [--workers 16] [--time-limit 420] [--grace 20] [--case-timeout 240] [--bounds]
 
 On the GPU, compiling each new kernel variant dominates (CPU-bound, one core a compile), so the cases
 of a family are sorted by what decides their compiled variants (the module's `variant`, where it has
 one) and handed out in small batches to --workers processes, which share Triton's disk cache. A
 worker whose case crashes the CUDA context (an illegal address) or dies is replaced, its case
 recorded as a crash; a case past --case-timeout is a crash too ('hung'). After --time-limit seconds
-no further case starts (the summary counts them as not run), so that the sweep ends within its
-machine's budget with everything it did written.
+no further case starts (the summary counts them as not run), and --grace seconds later the cases
+still running are abandoned (not run too), so that the sweep ends within its machine's budget with
+everything it did written.
 
 Files under DIR: <family>.jsonl (one line a case: the case and its verdict), summary.txt (the table)
 and summary.json (the same numbers)."""
@@ -135,6 +136,12 @@ class Sweep:
             if not self.stop.is_set() and time.monotonic() - start > self.args.time_limit:
                 print(f"time limit {self.args.time_limit} s: no further case starts", flush=True)
                 self.stop.set()
+            if self.stop.is_set() and time.monotonic() - start > self.args.time_limit + self.args.grace:
+                print(f"{self.args.grace} s past the time limit: {len(self.running)} running cases left "
+                      "unchecked (not run)", flush=True)
+                for p in self.workers.values():
+                    p.kill()
+                break
             try:
                 self._take(self.results.get(timeout=1.0))
             except queue.Empty:
@@ -236,6 +243,9 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True, help="folder for the JSONL files and the summary")
     ap.add_argument("--workers", type=int, default=None, help="processes (default: the CPU cores, at most 16)")
     ap.add_argument("--time-limit", type=float, default=420.0, help="seconds after which no case starts")
+    ap.add_argument("--grace", type=float, default=20.0,
+                    help="seconds after --time-limit that running cases may take to finish; then their workers "
+                         "are killed and the cases count as not run, so that the files are always written")
     ap.add_argument("--case-timeout", type=float, default=240.0, help="seconds after which a case is a hang")
     ap.add_argument("--bounds", action="store_true",
                     help="with --device cpu: every load and store of the interpreted kernels checked against "
