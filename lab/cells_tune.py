@@ -7,6 +7,7 @@ table per (op, shape, mode) with ms, the error against float64 and the speedup o
     python -m lab.cells_tune                         # all four ops, about 2-4 minutes on an H100
     python -m lab.cells_tune --ops lstm,mlstm --modes fwd
     python -m lab.cells_tune --device cpu --ops axon --limit 2   # a dry run on the interpreter
+    python -m lab.cells_tune --ops lstm --modes bwd --shape B=32,T=60,H=512,resets=0 --only default,bk=
 """
 from __future__ import annotations
 
@@ -36,7 +37,11 @@ def candidates(op: str, default) -> dict:
     """{name: config}: the default pick and one-field changes of it."""
     r = dataclasses.replace
     if op == "lstm":
-        out = {f"hb={h}": r(default, hb=h) for h in (4, 8, 16, 32) if h != default.hb}
+        # the weight and h (dG) tiles a step reads at a time: fewer, longer dependent loads a step
+        out = {f"bk={k}": r(default, bk=k) for k in (128, 256, 512) if k != default.bk}
+        out.update({f"bk={k},warps=8": r(default, bk=k, warps=8) for k in (128, 256)})
+        out.update({"bb=32,hb*2": r(default, bb=32, hb=2 * default.hb, hb_bwd=2 * default.hb_bwd)})
+        out.update({f"hb={h}": r(default, hb=h) for h in (4, 8, 16, 32) if h != default.hb})
         out.update({f"bb={b}": r(default, bb=b) for b in (16, 32, 64) if b != default.bb})
         out.update({"resident": r(default, resident=not default.resident, resident_bwd=not default.resident_bwd),
                     f"warps={12 - default.warps}": r(default, warps=12 - default.warps),
@@ -70,7 +75,7 @@ def measure(spec, fn, inputs, dtype, mode, bench):
         return None, float("nan"), f"{type(e).__name__}: {str(e).splitlines()[0][:90] if str(e) else ''}"
 
 
-def run_shape(op, shape, modes, dtype, device, limit):
+def run_shape(op, shape, modes, dtype, device, limit, only=()):
     import torch
 
     from kcollect import timing, verify
@@ -92,7 +97,8 @@ def run_shape(op, shape, modes, dtype, device, limit):
     configs = candidates(op, importlib.import_module(f"kcollect.kernels.{op}").pick(*_pick_args(op, dims), device))
     for mode in modes:
         rows = []
-        for name, config in list(configs.items())[:limit]:
+        chosen = [(n, c) for n, c in configs.items() if not only or any(n.startswith(o) for o in only)]
+        for name, config in chosen[:limit]:
             def fn(config=config, **kw):
                 with forced(config):
                     return triton.fn(**kw)
@@ -121,6 +127,10 @@ def main(argv=None) -> int:
     parser.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"))
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     parser.add_argument("--limit", type=int, default=None, help="candidate configs per shape (default: all)")
+    parser.add_argument("--only", default="", help="comma-separated prefixes of the candidates' names to measure "
+                                                   "(e.g. default,bk=); default: all")
+    parser.add_argument("--shape", action="append", default=[], help="a shape label instead of the op's tuning "
+                                                                     "shapes (repeatable)")
     args = parser.parse_args(argv)
     ops = names_in(parser, args.ops, SHAPES, "op")
     torch = open_device(args.device, "cells_tune")
@@ -128,8 +138,10 @@ def main(argv=None) -> int:
         return 2
     for op in ops:
         quick = importlib.import_module(f"kcollect.kernels.{op}.spec").SPEC.grid("quick")[0].label
-        for shape in SHAPES[op] if args.device == "cuda" else (quick,):
-            run_shape(op, shape, args.modes.split(","), getattr(torch, args.dtype), args.device, args.limit)
+        shapes = args.shape or (SHAPES[op] if args.device == "cuda" else (quick,))
+        only = tuple(o for o in args.only.split(",") if o)
+        for shape in shapes:
+            run_shape(op, shape, args.modes.split(","), getattr(torch, args.dtype), args.device, args.limit, only)
     return 0
 
 
