@@ -75,7 +75,7 @@ def measure(spec, fn, inputs, dtype, mode, bench):
         return None, float("nan"), f"{type(e).__name__}: {str(e).splitlines()[0][:90] if str(e) else ''}"
 
 
-def run_shape(op, shape, modes, dtype, device, limit, only=()):
+def run_shape(op, shape, modes, dtype, device, limit, only=(), peers=None):
     import torch
 
     from kcollect import timing, verify
@@ -103,7 +103,7 @@ def run_shape(op, shape, modes, dtype, device, limit, only=()):
                 with forced(config):
                     return triton.fn(**kw)
             rows.append((f"triton[{name}]",) + measure(spec, fn, inputs, dtype, mode, bench))
-        for peer in PEERS[op]:
+        for peer in PEERS[op] if peers is None else [p for p in PEERS[op] if p in peers]:
             p = spec.provider(peer)
             reason = p.available(device)
             rows.append((peer, None, float("nan"), reason) if reason else
@@ -129,6 +129,8 @@ def main(argv=None) -> int:
     parser.add_argument("--limit", type=int, default=None, help="candidate configs per shape (default: all)")
     parser.add_argument("--only", default="", help="comma-separated prefixes of the candidates' names to measure "
                                                    "(e.g. default,bk=); default: all")
+    parser.add_argument("--peers", default=None, help="comma-separated peers to measure beside ours (default: all "
+                                                      "of the op's; '' for none)")
     parser.add_argument("--shape", action="append", default=[], help="a shape label instead of the op's tuning "
                                                                      "shapes (repeatable)")
     args = parser.parse_args(argv)
@@ -141,7 +143,8 @@ def main(argv=None) -> int:
         shapes = args.shape or (SHAPES[op] if args.device == "cuda" else (quick,))
         only = tuple(o for o in args.only.split(",") if o)
         for shape in shapes:
-            run_shape(op, shape, args.modes.split(","), getattr(torch, args.dtype), args.device, args.limit, only)
+            run_shape(op, shape, args.modes.split(","), getattr(torch, args.dtype), args.device, args.limit, only,
+                      None if args.peers is None else args.peers.split(","))
     return 0
 
 
