@@ -38,6 +38,35 @@ def test_hidden_split_over_programs_and_batch_groups():
     assert max(errors) < 1e-5, errors
 
 
+def test_backward_tiles_apart_from_the_forward():
+    # the backward streams its weight and dG tiles in its own length (32 rows: 4 tiles of the 128
+    # padded gate rows at H 20) while the forward keeps 16-row tiles (the H200's pick differs so)
+    from kcollect.kernels.lstm import sequence
+
+    config = lstm.LSTMConfig(bb=16, hb=32, hb_bwd=32, bk=16, bk_bwd=32, warps_bwd=8)
+    cpu = torch.device("cpu")
+    assert sequence._bwd_meta(config, 20, torch.float32, cpu)["BK"] == 32
+    assert sequence._fwd_meta(config, 20, torch.float32, cpu)["BK"] == 16
+    errors = _errors(_inputs(3, 3, 20), config)
+    assert max(errors) < 1e-5, errors
+
+
+def test_fitting_shrinks_the_backward_tiles_too():
+    # a picked config whose tiles do not fit a device's shared memory loses rows in both kernels'
+    # tiles alike (an fp32 backward tile of 64 x 256 in 3 stages is more than an H100 or H200 holds)
+    from kcollect.kernels.lstm import sequence
+
+    config = lstm.LSTMConfig(bb=64, hb=16, hb_bwd=16, bk=128, bk_bwd=256, warps_bwd=8)
+    shrunk = []
+    c = config
+    while True:
+        c = sequence.shrink(c)
+        if c is None:
+            break
+        shrunk.append((c.bk, c.bk_bwd))
+    assert shrunk[:3] == [(64, 128), (32, 64), (16, 32)] and shrunk[3] == (16, 16), shrunk
+
+
 def test_resident_weights():
     # the weights held in registers for the whole sequence, forward and backward
     config = lstm.LSTMConfig(bb=16, hb=32, hb_bwd=32, bk=16, resident=True, resident_bwd=True)

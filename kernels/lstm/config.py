@@ -5,14 +5,16 @@ each other at every step), the batch rows over groups of programs that never wai
 A forward program owns `hb` units (4*hb gate columns of the recurrent weights), a backward program
 `hb_bwd` (its dh slice, 16 at least: the N side of tl.dot). Weights are held in registers across
 the whole sequence where the slice is small (`resident`), otherwise read in `bk`-row tiles every
-step, from L1 when the slice fits there and from L2 when not (H = 2048: 32 MB of bf16 weights)."""
+step, from L1 when the slice fits there and from L2 when not (H = 2048: 32 MB of bf16 weights);
+the backward's tiles (of the weights and of the next step's dG) and warps may differ (`bk_bwd`,
+`warps_bwd`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import triton
 
-from .._host.config import arch, tunable
+from .._host.config import arch, gpu_model, tunable
 from .._host.device import sm_count
 
 RESIDENT_BYTES = 32 * 1024  # a slice of weights (or of h) a program keeps in registers, 8 warps
@@ -24,9 +26,11 @@ class LSTMConfig:
     hb: int = 8  # hidden units a forward program owns
     hb_bwd: int = 16  # hidden units a backward program owns
     bk: int = 64  # rows of the weight tile a streamed step reads at a time
+    bk_bwd: int = 0  # the same for the backward's weight and dG tiles; 0: bk
     resident: bool = False  # forward weights held in registers across timesteps
     resident_bwd: bool = False
     warps: int = 4
+    warps_bwd: int = 0  # the backward's warps; 0: warps
     persistent: bool = True  # one launch for the whole sequence; False: one launch per step
 
 
@@ -55,5 +59,11 @@ def pick(B: int, H: int, device) -> LSTMConfig:
     fits = bb * hp * 2 <= RESIDENT_BYTES
     resident = fits and 4 * hb * hp * 2 <= RESIDENT_BYTES
     resident_bwd = bb * 4 * hp * 2 <= RESIDENT_BYTES and 4 * hp * hb_bwd * 2 <= RESIDENT_BYTES
+    warps = 8 if resident or resident_bwd else 4
+    if gpu_model(device) == "h200":  # lab/results/lstm_tune_h200.txt: streamed tiles of 128 rows forward,
+        # 256 in 8 warps backward (B64 T256 H2048: fwd 4.34 -> 3.78 ms, bwd 13.25 -> 8.86; B32 T60 H512 bwd
+        # 0.780 -> 0.696); fewer dependent loads a step. Not measured on an H100: it keeps 64 rows
+        return LSTMConfig(bb=bb, hb=hb, hb_bwd=hb_bwd, bk=128, bk_bwd=256, resident=resident,
+                          resident_bwd=resident_bwd, warps=warps, warps_bwd=8)
     return LSTMConfig(bb=bb, hb=hb, hb_bwd=hb_bwd, bk=64, resident=resident, resident_bwd=resident_bwd,
-                      warps=8 if resident or resident_bwd else 4)
+                      warps=warps)

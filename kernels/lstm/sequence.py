@@ -183,8 +183,9 @@ def _persistent(kernel, args: tuple, meta: dict, config: LSTMConfig, grid: tuple
         return False
     if device.type != "cuda":
         return grid[0] == 1
-    meta = {k: v for k, v in meta.items() if k != "num_warps"}
-    return resident_programs(kernel, args, meta, config.warps, device, strict=True) >= grid[0] * grid[1]
+    meta = dict(meta)
+    warps = meta.pop("num_warps")
+    return resident_programs(kernel, args, meta, warps, device, strict=True) >= grid[0] * grid[1]
 
 
 def _fwd_meta(config: LSTMConfig, H: int, dtype, device) -> dict:
@@ -195,8 +196,9 @@ def _fwd_meta(config: LSTMConfig, H: int, dtype, device) -> dict:
 
 def _bwd_meta(config: LSTMConfig, H: int, dtype, device) -> dict:
     gp = max(16, triton.next_power_of_2(4 * H))
-    return dict(BB=config.bb, HB=config.hb_bwd, BK=min(config.bk, gp), GP=gp, RESIDENT=config.resident_bwd,
-                DOT_F32=dot_f32(dtype, device), PRECISE=precise(dtype), num_warps=config.warps)
+    return dict(BB=config.bb, HB=config.hb_bwd, BK=min(config.bk_bwd or config.bk, gp), GP=gp,
+                RESIDENT=config.resident_bwd, DOT_F32=dot_f32(dtype, device), PRECISE=precise(dtype),
+                num_warps=config.warps_bwd or config.warps)
 
 
 def _shared(config: LSTMConfig, dtype, H: int, device) -> int:
@@ -218,6 +220,16 @@ def _floor(config: LSTMConfig, dtype, H: int, device) -> int:
     return max(rows_fwd * 4 * config.hb, rows_bwd * config.hb_bwd) * size
 
 
+def shrink(c: LSTMConfig) -> LSTMConfig | None:
+    """The next smaller config `fitted` tries: thinner weight tiles (both kernels' halved together,
+    16 rows at least), then fewer units a program; None past the smallest."""
+    if max(c.bk, c.bk_bwd) > 16:
+        return replace(c, bk=max(16, c.bk // 2), bk_bwd=max(16, c.bk_bwd // 2) if c.bk_bwd else 0)
+    if c.hb > 4 or c.hb_bwd > 16:
+        return replace(c, hb=max(4, c.hb // 2), hb_bwd=max(16, c.hb_bwd // 2), resident=False, resident_bwd=False)
+    return None
+
+
 @functools.lru_cache(maxsize=None)  # a launch's check is then one lookup
 def fitted(config: LSTMConfig, dtype, H: int, device, picked: bool) -> LSTMConfig:
     """The config to launch: `config` where the device's shared memory holds it; a picked one that
@@ -228,9 +240,7 @@ def fitted(config: LSTMConfig, dtype, H: int, device, picked: bool) -> LSTMConfi
     if limit is None:
         return config
     candidates, c = [config], config
-    while picked and (c.bk > 16 or c.hb > 4 or c.hb_bwd > 16):
-        c = replace(c, bk=c.bk // 2) if c.bk > 16 else replace(c, hb=max(4, c.hb // 2), hb_bwd=max(16, c.hb_bwd // 2),
-                                                                 resident=False, resident_bwd=False)
+    while picked and (c := shrink(c)) is not None:
         candidates.append(c)
     for c in candidates:
         need = _floor(c, dtype, H, device)
