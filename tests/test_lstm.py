@@ -5,6 +5,7 @@ import torch
 
 import opcheck
 from cells_check import cast, errors_against_reference, reference_cases, with_resets
+from kcollect import verify
 from kcollect.kernels import lstm
 from kcollect.kernels.lstm.spec import SPEC, reference
 
@@ -72,6 +73,29 @@ def test_resident_weights():
     config = lstm.LSTMConfig(bb=16, hb=32, hb_bwd=32, bk=16, resident=True, resident_bwd=True)
     errors = _errors(_inputs(3, 3, 32), config)
     assert max(errors) < 1e-5, errors
+
+
+@pytest.mark.parametrize("resident, units", [(False, 3.0), (True, 6.0)])
+def test_fp32_recurrent_sums_are_blocked(resident, units):
+    # Issue 40 (H200 sweep, seed 1424997840, H 512): dh0 1.3e-6 where eager's was 4.5e-7. The GPU's
+    # fp32 dot is one FMA chain over K from its accumulator (tests/gpu_dot.py makes the interpreter's
+    # so), and the streamed tiles handed it on: dh0 = dG_0 W summed 4H = 1024 terms in one chain.
+    # Weights of one sign (partial sums that grow with K), T = 1: dh0 is that sum alone, checked
+    # against float64 of the kernel's own dG. Measured in units of 2^-24: one chain 8.1-8.8 (either
+    # path); tiles of 64 summed 1.1-1.2; resident halves (chains of 512) 4.1.
+    import gpu_dot
+    from kcollect.kernels.lstm.sequence import lstm_bwd
+
+    B, H, seed = 1, 256, 11
+    g = torch.Generator().manual_seed(seed)
+    w = torch.rand(4 * H, H, generator=g)
+    act, cs = torch.rand(B, 1, 4 * H, generator=g), torch.randn(B, 2, H, generator=g)
+    dy, dhn, dcn = torch.rand(B, 1, H, generator=g), torch.rand(B, H, generator=g), torch.rand(B, H, generator=g)
+    config = lstm.LSTMConfig(bb=16, hb=16, hb_bwd=16, bk=64, resident=resident, resident_bwd=resident)
+    with gpu_dot.fma_chain():
+        dg, dh0, _ = lstm_bwd(dy, dhn, dcn, w, act, cs, None, config)
+    error = verify.rel_error(dh0, dg[:, 0].double() @ w.double()) / 2 ** -24
+    assert error < units, f"seed {seed}: dh0 {error:.2f} units of 2^-24 off float64 of the kernel's own dG"
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the persistent grid barrier needs co-resident programs")

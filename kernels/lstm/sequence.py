@@ -31,31 +31,70 @@ from .._host.cells import fit_limit, shared_bytes_for_types
 from .config import LSTMConfig
 
 
+# The recurrent products are sums over H (forward) or 4H (backward) terms. On a GPU an fp32 tl.dot
+# ("ieee") is one chain of fused multiply-adds over K from its accumulator, so a product handed on as
+# the next one's accumulator sums all of K in one fp32 chain, whose rounding grows with K: issue 40's
+# H200 sweep found dh0 of an LSTM of 512 units (4H = 2048 terms) at 1.3e-6 against float64 where
+# eager's cuBLAS erred 4.5e-7. In fp32 the sums are therefore blocked: each BK-row tile of a
+# streamed product starts from zero and is added to the total (a chain of BK, then one of K / BK:
+# one [BB, N] add a tile, beside its BB x BK x N products), and resident weights are held in two
+# halves of rows (chains of K / 2: at most 512, the picker holding weights resident up to KP = 1024). bf16 and
+# fp16 keep one chain: their operands' rounding is far larger than the accumulation's.
 @triton.jit
-def _rec_fwd(hrow, wt_ptr, w, row_ok, n, n_ok, H, BB: tl.constexpr, HB: tl.constexpr, BK: tl.constexpr,
-             HP: tl.constexpr, RESIDENT: tl.constexpr, DOT_F32: tl.constexpr):
-    """h_prev @ W[:, this program's gate columns]: [BB, 4*HB] fp32. h rows at hrow (loaded past L1:
-    other SMs wrote them this step)."""
-    acc = tl.zeros((BB, 4 * HB), tl.float32)
-    if RESIDENT:
-        k = tl.arange(0, HP)
-        h = tl.load(hrow + k[None, :], mask=row_ok[:, None] & (k[None, :] < H), other=0.0, cache_modifier=".cg")
-        acc = dot(h, w, acc, DOT_F32)
+def _weights(w_ptr, k0, cols, cols_ok, K, stride, ROWS: tl.constexpr):
+    """Rows k0 .. k0 + ROWS of the recurrent weights (rows past K zero), this program's columns."""
+    k = k0 + tl.arange(0, ROWS)
+    return tl.load(w_ptr + k[:, None] * stride + cols[None, :], mask=(k[:, None] < K) & cols_ok[None, :], other=0.0)
+
+
+@triton.jit
+def _vector(row_ptr, row_ok, k0, K, COLS: tl.constexpr):
+    """Columns k0 .. k0 + COLS of the [BB, K] rows at row_ptr, loaded past L1 (other SMs wrote them
+    this step)."""
+    k = k0 + tl.arange(0, COLS)
+    return tl.load(row_ptr + k[None, :], mask=row_ok[:, None] & (k[None, :] < K), other=0.0, cache_modifier=".cg")
+
+
+@triton.jit
+def _resident(w_ptr, cols, cols_ok, K, stride, KP: tl.constexpr, HALVES: tl.constexpr):
+    """(w, w2) the weights a program holds across steps: rows 0 .. KP (w2 unused), or with HALVES
+    the two halves of them."""
+    if HALVES:
+        return (_weights(w_ptr, 0, cols, cols_ok, K, stride, KP // 2),
+                _weights(w_ptr, KP // 2, cols, cols_ok, K, stride, KP // 2))
     else:
-        for k0 in range(0, HP, BK):
-            k = k0 + tl.arange(0, BK)
-            h = tl.load(hrow + k[None, :], mask=row_ok[:, None] & (k[None, :] < H), other=0.0,
-                        cache_modifier=".cg")
-            wk = tl.load(wt_ptr + k[:, None] * (4 * H) + n[None, :], mask=(k[:, None] < H) & n_ok[None, :],
-                         other=0.0)
-            acc = dot(h, wk, acc, DOT_F32)
+        return _weights(w_ptr, 0, cols, cols_ok, K, stride, KP), 0
+
+
+@triton.jit
+def _rec(row_ptr, row_ok, w_ptr, w, w2, cols, cols_ok, K, stride, BB: tl.constexpr, N: tl.constexpr,
+         BK: tl.constexpr, KP: tl.constexpr, RESIDENT: tl.constexpr, HALVES: tl.constexpr,
+         DOT_F32: tl.constexpr):
+    """The [BB, K] rows at row_ptr times the weights' rows 0 .. K at this program's N columns: [BB, N]
+    fp32; fp32 sums blocked (see above)."""
+    acc = tl.zeros((BB, N), tl.float32)
+    if RESIDENT:
+        if HALVES:
+            acc = dot(_vector(row_ptr, row_ok, 0, K, KP // 2), w, acc, DOT_F32)
+            acc += dot(_vector(row_ptr, row_ok, KP // 2, K, KP // 2), w2, tl.zeros((BB, N), tl.float32), DOT_F32)
+        else:
+            acc = dot(_vector(row_ptr, row_ok, 0, K, KP), w, acc, DOT_F32)
+    else:
+        for k0 in range(0, KP, BK):
+            v = _vector(row_ptr, row_ok, k0, K, BK)
+            wk = _weights(w_ptr, k0, cols, cols_ok, K, stride, BK)
+            if DOT_F32 != 0:
+                acc += dot(v, wk, tl.zeros((BB, N), tl.float32), DOT_F32)
+            else:
+                acc = dot(v, wk, acc, DOT_F32)
     return acc
 
 
 @triton.jit(do_not_specialize=["B", "T", "cs_steps", "t_lo", "n_steps", "has_resets", "save"])
 def _lstm_fwd(gx_ptr, wt_ptr, ys_ptr, cs_ptr, act_ptr, cn_ptr, rs_ptr, cnt_ptr, B, T, H, cs_steps, t_lo, n_steps,
               has_resets, save, BB: tl.constexpr, HB: tl.constexpr, BK: tl.constexpr, HP: tl.constexpr,
-              RESIDENT: tl.constexpr, SYNC: tl.constexpr, DOT_F32: tl.constexpr, PRECISE: tl.constexpr):
+              RESIDENT: tl.constexpr, HALVES: tl.constexpr, SYNC: tl.constexpr, DOT_F32: tl.constexpr,
+              PRECISE: tl.constexpr):
     pid_h, pid_b, n_h = tl.program_id(0), tl.program_id(1), tl.num_programs(0)
     rows = pid_b * BB + tl.arange(0, BB)
     row_ok = rows < B
@@ -66,10 +105,9 @@ def _lstm_fwd(gx_ptr, wt_ptr, ys_ptr, cs_ptr, act_ptr, cn_ptr, rs_ptr, cnt_ptr, 
     n_ok = n < 4 * H
     m_n = row_ok[:, None] & n_ok[None, :]
     tanh_col = (tl.arange(0, 4 * HB) % 4 == 2)[None, :]  # gate 2 (the cell input) is a tanh
-    w = 0
+    w, w2 = 0, 0
     if RESIDENT:
-        k = tl.arange(0, HP)
-        w = tl.load(wt_ptr + k[:, None] * (4 * H) + n[None, :], mask=(k[:, None] < H) & n_ok[None, :], other=0.0)
+        w, w2 = _resident(wt_ptr, n, n_ok, H, 4 * H, HP, HALVES)
     c = tl.load(cs_ptr + r64 * cs_steps * H + t_lo * H + u[None, :], mask=m_u, other=0.0)
     ok = pid_h >= 0
     s = 0
@@ -78,8 +116,8 @@ def _lstm_fwd(gx_ptr, wt_ptr, ys_ptr, cs_ptr, act_ptr, cn_ptr, rs_ptr, cnt_ptr, 
         if SYNC:
             ok = wait(cnt_ptr + pid_b, n_h * s, ok)
         keep = keep_rows(rs_ptr, rows, row_ok, t, T, has_resets)[:, None]
-        acc = _rec_fwd(ys_ptr + r64 * (T + 1) * H + t * H, wt_ptr, w, row_ok, n, n_ok, H, BB, HB, BK, HP, RESIDENT,
-                       DOT_F32)
+        acc = _rec(ys_ptr + r64 * (T + 1) * H + t * H, row_ok, wt_ptr, w, w2, n, n_ok, H, 4 * H, BB, 4 * HB, BK, HP,
+                   RESIDENT, HALVES, DOT_F32)
         acc = acc * keep + tl.load(gx_ptr + r64 * T * 4 * H + t * 4 * H + n[None, :], mask=m_n, other=0.0)
         act = tl.where(tanh_col, tanh_f32(acc, PRECISE), sigmoid_f32(acc, PRECISE))
         ig, fg, gg, og = split4(act, BB, HB)
@@ -96,31 +134,11 @@ def _lstm_fwd(gx_ptr, wt_ptr, ys_ptr, cs_ptr, act_ptr, cn_ptr, rs_ptr, cnt_ptr, 
         tl.store(cn_ptr + r64 * H + u[None, :], c.to(cn_ptr.dtype.element_ty), mask=m_u)
 
 
-@triton.jit
-def _rec_bwd(drow, w_ptr, w, mask_row, u, u_ok, H, BB: tl.constexpr, HB: tl.constexpr, BK: tl.constexpr,
-             GP: tl.constexpr, RESIDENT: tl.constexpr, DOT_F32: tl.constexpr):
-    """dG[step] @ W[:, this program's units]: [BB, HB] fp32, the gradient the step hands its h input."""
-    acc = tl.zeros((BB, HB), tl.float32)
-    if RESIDENT:
-        k = tl.arange(0, GP)
-        d = tl.load(drow + k[None, :], mask=mask_row[:, None] & (k[None, :] < 4 * H), other=0.0,
-                    cache_modifier=".cg")
-        acc = dot(d, w, acc, DOT_F32)
-    else:
-        for k0 in range(0, GP, BK):
-            k = k0 + tl.arange(0, BK)
-            d = tl.load(drow + k[None, :], mask=mask_row[:, None] & (k[None, :] < 4 * H), other=0.0,
-                        cache_modifier=".cg")
-            wk = tl.load(w_ptr + k[:, None] * H + u[None, :], mask=(k[:, None] < 4 * H) & u_ok[None, :], other=0.0)
-            acc = dot(d, wk, acc, DOT_F32)
-    return acc
-
-
 @triton.jit(do_not_specialize=["B", "T", "t_hi", "n_steps", "has_resets"])
 def _lstm_bwd(dy_ptr, dhn_ptr, w_ptr, act_ptr, cs_ptr, rs_ptr, dg_ptr, dcb_ptr, dh0_ptr, cnt_ptr, B, T, H, t_hi,
               n_steps, has_resets, BB: tl.constexpr, HB: tl.constexpr, BK: tl.constexpr, GP: tl.constexpr,
-              RESIDENT: tl.constexpr, SYNC: tl.constexpr, FINAL: tl.constexpr, DOT_F32: tl.constexpr,
-              PRECISE: tl.constexpr):
+              RESIDENT: tl.constexpr, HALVES: tl.constexpr, SYNC: tl.constexpr, FINAL: tl.constexpr,
+              DOT_F32: tl.constexpr, PRECISE: tl.constexpr):
     """Steps t_hi, t_hi - 1, ... (n_steps of them) of the reverse scan; dcb holds dc between launches
     (dc_T on entry). FINAL: also dh0 (and dc0 in dcb) once step 0's dG is complete."""
     pid_h, pid_b, n_h = tl.program_id(0), tl.program_id(1), tl.num_programs(0)
@@ -132,10 +150,9 @@ def _lstm_bwd(dy_ptr, dhn_ptr, w_ptr, act_ptr, cs_ptr, rs_ptr, dg_ptr, dcb_ptr, 
     m_u = row_ok[:, None] & u_ok[None, :]
     n = pid_h * 4 * HB + tl.arange(0, 4 * HB)
     m_n = row_ok[:, None] & (n < 4 * H)[None, :]
-    w = 0
+    w, w2 = 0, 0
     if RESIDENT:
-        k = tl.arange(0, GP)
-        w = tl.load(w_ptr + k[:, None] * H + u[None, :], mask=(k[:, None] < 4 * H) & u_ok[None, :], other=0.0)
+        w, w2 = _resident(w_ptr, u, u_ok, 4 * H, H, GP, HALVES)
     dc = tl.load(dcb_ptr + r64 * H + u[None, :], mask=m_u, other=0.0)
     ok = pid_h >= 0
     s = 0
@@ -145,8 +162,8 @@ def _lstm_bwd(dy_ptr, dhn_ptr, w_ptr, act_ptr, cs_ptr, rs_ptr, dg_ptr, dcb_ptr, 
             ok = wait(cnt_ptr + pid_b, n_h * s, ok)
         # from step t + 1 (nothing past the last step): its dG through the weights, cut where it restarted
         later = row_ok & (t + 1 < T)
-        dh = _rec_bwd(dg_ptr + r64 * T * 4 * H + (t + 1) * 4 * H, w_ptr, w, later, u, u_ok, H, BB, HB, BK, GP,
-                      RESIDENT, DOT_F32)
+        dh = _rec(dg_ptr + r64 * T * 4 * H + (t + 1) * 4 * H, later, w_ptr, w, w2, u, u_ok, 4 * H, H, BB, HB, BK, GP,
+                  RESIDENT, HALVES, DOT_F32)
         dh = dh * keep_rows(rs_ptr, rows, later, t + 1, T, has_resets)[:, None]
         dh += tl.load(dy_ptr + r64 * T * H + t * H + u[None, :], mask=m_u, other=0.0).to(tl.float32)
         dh += tl.load(dhn_ptr + r64 * H + u[None, :], mask=m_u & (t == T - 1), other=0.0).to(tl.float32)
@@ -167,7 +184,8 @@ def _lstm_bwd(dy_ptr, dhn_ptr, w_ptr, act_ptr, cs_ptr, rs_ptr, dg_ptr, dcb_ptr, 
     if FINAL:
         if SYNC:
             ok = wait(cnt_ptr + pid_b, n_h * n_steps, ok)
-        dh0 = _rec_bwd(dg_ptr + r64 * T * 4 * H, w_ptr, w, row_ok, u, u_ok, H, BB, HB, BK, GP, RESIDENT, DOT_F32)
+        dh0 = _rec(dg_ptr + r64 * T * 4 * H, row_ok, w_ptr, w, w2, u, u_ok, 4 * H, H, BB, HB, BK, GP, RESIDENT, HALVES,
+                   DOT_F32)
         dh0 = dh0 * keep_rows(rs_ptr, rows, row_ok, 0, T, has_resets)[:, None]
         tl.store(dh0_ptr + r64 * H + u[None, :], tl.where(ok, dh0, float("nan")).to(dh0_ptr.dtype.element_ty),
                  mask=m_u)
@@ -188,17 +206,26 @@ def _persistent(kernel, args: tuple, meta: dict, config: LSTMConfig, grid: tuple
     return resident_programs(kernel, args, meta, warps, device, strict=True) >= grid[0] * grid[1]
 
 
+def _halves(resident: bool, kp: int, fast: int) -> bool:
+    """Whether resident weights are held in two halves of rows (fp32 sums blocked; 64 rows and up:
+    a chain of 32 is a few roundings, and each half stays 16 rows at least for tl.dot)."""
+    return resident and fast != 0 and kp >= 64
+
+
 def _fwd_meta(config: LSTMConfig, H: int, dtype, device) -> dict:
     hp = max(16, triton.next_power_of_2(H))
+    fast = dot_f32(dtype, device)
     return dict(BB=config.bb, HB=config.hb, BK=min(config.bk, hp), HP=hp, RESIDENT=config.resident,
-                DOT_F32=dot_f32(dtype, device), PRECISE=precise(dtype), num_warps=config.warps)
+                HALVES=_halves(config.resident, hp, fast), DOT_F32=fast, PRECISE=precise(dtype),
+                num_warps=config.warps)
 
 
 def _bwd_meta(config: LSTMConfig, H: int, dtype, device) -> dict:
     gp = max(16, triton.next_power_of_2(4 * H))
+    fast = dot_f32(dtype, device)
     return dict(BB=config.bb, HB=config.hb_bwd, BK=min(config.bk_bwd or config.bk, gp), GP=gp,
-                RESIDENT=config.resident_bwd, DOT_F32=dot_f32(dtype, device), PRECISE=precise(dtype),
-                num_warps=config.warps_bwd or config.warps)
+                RESIDENT=config.resident_bwd, HALVES=_halves(config.resident_bwd, gp, fast), DOT_F32=fast,
+                PRECISE=precise(dtype), num_warps=config.warps_bwd or config.warps)
 
 
 def _shared(config: LSTMConfig, dtype, H: int, device) -> int:

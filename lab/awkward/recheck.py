@@ -1,0 +1,41 @@
+"""Check again, on this machine, the worst cases a sweep's results file lists (its "worst cases"
+lines), op by op: python -m lab.awkward.recheck FILE OP... [--device cuda]. Prints each case's
+status and its parts' errors against float64 (ours / eager); exits 1 when any is not ok."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from . import cells
+
+
+def worst_cases(path: str, ops: set[str]) -> list[dict]:
+    """The case dicts of FILE's "  STATUS: {case} -> ..." lines whose op is in `ops`."""
+    cases = []
+    for line in open(path):
+        head, _, rest = line.strip().partition(": ")
+        if head in cells.common.STATUSES and rest.startswith("{"):
+            case = json.loads(rest.split(" -> ")[0])
+            if case["op"] in ops:
+                cases.append(case)
+    return cases
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(prog="python -m lab.awkward.recheck", description=__doc__.split("\n\n")[0])
+    ap.add_argument("file")
+    ap.add_argument("ops", nargs="+", choices=cells.OPS)
+    ap.add_argument("--device", default="cuda")
+    args = ap.parse_args()
+    bad = 0
+    for case in worst_cases(args.file, set(args.ops)):
+        verdict = cells.check(case, args.device)
+        bad += verdict["status"] not in ("ok", "refused")
+        parts = " ".join(f"{p['name']} {p['ours']:.3g}/{p['eager']:.3g}" for p in verdict.get("parts", []))
+        print(f"{verdict['status']}: {json.dumps(case)}\n    {parts}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
