@@ -7,19 +7,14 @@ import argparse
 import json
 import sys
 
-from . import cells
+from pathlib import Path
+
+from . import cells, sweep
 
 
 def worst_cases(path: str, ops: set[str]) -> list[dict]:
-    """The case dicts of FILE's "  STATUS: {case} -> ..." lines whose op is in `ops`."""
-    cases = []
-    for line in open(path):
-        head, _, rest = line.strip().partition(": ")
-        if head in cells.common.STATUSES and rest.startswith("{"):
-            case = json.loads(rest.split(" -> ")[0])
-            if case["op"] in ops:
-                cases.append(case)
-    return cases
+    """The case dicts FILE lists under its worst cases (sweep.worst_cases) whose op is in `ops`."""
+    return [c for c in sweep.worst_cases(Path(path)) if c.get("op") in ops]
 
 
 def main() -> int:
