@@ -1,0 +1,75 @@
+"""A/B of the recurrent kernels' fast (bf16/fp16) tanh on a GPU: each variant replaces
+kernels/_jit/recurrent.py's `tanh` before any kernel compiles, in its own process (Triton keys its
+caches by the source of what a kernel calls, so each variant compiles its own), and times our
+kernels at a few shapes through lab.cells_tune (the collector's gate against float64, then its
+CUDA-graph timing). Rounds of every variant in turn, so that a drift moves them alike.
+
+    python -m lab.tanh_ab --rounds 2 --ops slstm,lstm     # on a GPU machine
+
+Variants: `series` (main: the Taylor series below |x| = 0.1, else 2 sigmoid(2x) - 1), `sigmoid`
+(2 sigmoid(2x) - 1 everywhere: before e10d61d, whose absolute error wiped out small tanh values)
+and `approx` (the GPU's tanh.approx.f32, one MUFU instruction, relative error about 2^-11)."""
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+
+import triton
+import triton.language as tl
+
+SHAPES = {"slstm": ("B=2,NH=4,T=256,DH=64,resets=0", "B=8,NH=8,T=1024,DH=64,resets=0"),
+          "lstm": ("B=64,T=256,H=512,resets=0.1",)}
+
+
+@triton.jit
+def _sigmoid_form(x):
+    return 2.0 * tl.sigmoid(2.0 * x) - 1.0
+
+
+@triton.jit
+def _approx(x):
+    return tl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=r,r", [x], dtype=tl.float32, is_pure=True,
+                                     pack=1)
+
+
+VARIANTS = {"series": None, "sigmoid": _sigmoid_form, "approx": _approx}
+
+
+def child(variant: str, ops: list[str], modes: str) -> int:
+    from kcollect.kernels._jit import recurrent
+
+    if VARIANTS[variant] is not None:
+        recurrent.tanh = VARIANTS[variant]
+    from lab import cells_tune
+
+    for op in ops:
+        argv = ["--ops", op, "--modes", modes, "--only", "default", "--peers", ""]
+        for shape in SHAPES[op]:
+            argv += ["--shape", shape]
+        print(f"## variant {variant}", flush=True)
+        cells_tune.main(argv)
+    return 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m lab.tanh_ab", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--ops", default="slstm,lstm")
+    ap.add_argument("--modes", default="fwd,bwd")
+    ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    ops = [o for o in args.ops.split(",") if o]
+    if args.child:
+        return child(args.child, ops, args.modes)
+    for r in range(args.rounds):
+        for variant in args.variants.split(","):
+            print(f"# round {r + 1}, variant {variant}", flush=True)
+            subprocess.run([sys.executable, "-m", "lab.tanh_ab", "--child", variant, "--ops", args.ops,
+                            "--modes", args.modes], check=False)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
