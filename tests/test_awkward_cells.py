@@ -212,7 +212,8 @@ def _tanh_kernel(X, Y, n, BLOCK: tl.constexpr):
 
 def test_fast_tanh_keeps_the_digits_of_small_values():
     # the bf16/fp16 kernels' tanh (PRECISE off) was 2 sigmoid(2x) - 1, exact only to an absolute
-    # fp32 rounding: tanh(1e-8) came out 0. The lstm and slstm take their gates and tanh(c) from it
+    # fp32 rounding: tanh(1e-8) came out 0. The lstm and slstm take their gates and tanh(c) from it.
+    # The interpreter's form (on the GPU: tanh.approx.f32, relative to the value by construction)
     x = torch.logspace(-30, 1, 120, dtype=torch.float32)
     x = torch.cat([x, -x, torch.zeros(1)])
     y = torch.empty_like(x)

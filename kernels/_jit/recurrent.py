@@ -6,17 +6,31 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
+from triton import knobs
+
+
+# The GPU's tanh.approx.f32 is PTX, which the CPU interpreter cannot run (TRITON_INTERPRET, read as
+# kernels are defined, is Triton's own switch too): there the series form of `tanh`.
+_PTX = tl.constexpr(not knobs.runtime.interpret)
 
 
 @triton.jit
 def tanh(x):
-    """tanh in fp32, accurate relative to itself everywhere: 2 sigmoid(2x) - 1 alone has an absolute
-    error of an fp32 rounding (~1e-7), which is all of a small tanh's digits (a bf16 LSTM's cell
-    state of 1e-8 right after a reset gave h = 0), so below |x| = 0.1 its Taylor series to x^5,
-    whose first term left out (17 x^7 / 315) is under 6e-8 of tanh there."""
-    x2 = x * x
-    small = x + x * x2 * (-1.0 / 3.0 + x2 * (2.0 / 15.0))
-    return tl.where(tl.abs(x) < 0.1, small, 2.0 * tl.sigmoid(2.0 * x) - 1.0)
+    """tanh in fp32 for the bf16/fp16 kernels, accurate relative to itself everywhere. On the GPU the
+    tanh.approx.f32 instruction (one MUFU op; relative error about 2^-11 over its whole range, small
+    values included, beside bf16's 2^-9 and fp16's 2^-11 roundings of the data): on one H200 it took
+    the sLSTM forward 8-9% under the series form below and its backward 2-3.5% (lab/tanh_ab.py,
+    lab/results/tanh_ab_h200.txt). 2 sigmoid(2x) - 1 alone has an absolute error of an fp32 rounding
+    (~1e-7), all of a small tanh's digits (a bf16 LSTM's cell state of 1e-8 right after a reset gave
+    h = 0), so the interpreter's form takes its Taylor series below |x| = 0.1, whose first term left
+    out (17 x^7 / 315) is under 6e-8 of tanh there."""
+    if _PTX:
+        return tl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=f,f", [x], dtype=tl.float32, is_pure=True,
+                                         pack=1)
+    else:
+        x2 = x * x
+        small = x + x * x2 * (-1.0 / 3.0 + x2 * (2.0 / 15.0))
+        return tl.where(tl.abs(x) < 0.1, small, 2.0 * tl.sigmoid(2.0 * x) - 1.0)
 
 
 @triton.jit
@@ -27,15 +41,15 @@ def logsigmoid(x):
 # ---------------------------------------------------------------------------------------------
 # fp32 maths as accurate as PyTorch's. On a GPU, tl.exp is ex2.approx of x * log2(e) (the rounding
 # of that product grows with |x|: 8 ulp at x = -10), tl.sigmoid and `/` divide with div.full (2 ulp),
-# and tanh above errs by a few of those roundings of 2 sigmoid(2x) - 1 (above |x| = 0.1; below,
-# its series); PyTorch's fp32 kernels use expf, tanhf and IEEE division (1-2 ulp), and a recurrence
-# carries every step's error into the next. So the kernels take PRECISE (a constexpr: the tensors
-# are fp32) and use the forms below then: Cephes' expf (a range reduction by ln 2 in two exact
-# parts and a degree-7 polynomial), division rounded to nearest, log1p by Goldberg's correction,
-# and the gates' sigmoid and tanh in float64, rounded once. Off (bf16, fp16), the fast forms: their
-# error relative to the value (not only in absolute terms: see tanh) is far below one rounding of
-# the data.
-# Only tl ops, so the CPU interpreter runs the same code.
+# and tanh above is tanh.approx (on the interpreter, a few of those roundings of 2 sigmoid(2x) - 1
+# above |x| = 0.1 and its series below); PyTorch's fp32 kernels use expf, tanhf and IEEE division
+# (1-2 ulp), and a recurrence carries every step's error into the next. So the kernels take PRECISE
+# (a constexpr: the tensors are fp32) and use the forms below then: Cephes' expf (a range reduction
+# by ln 2 in two exact parts and a degree-7 polynomial), division rounded to nearest, log1p by
+# Goldberg's correction, and the gates' sigmoid and tanh in float64, rounded once. Off (bf16, fp16),
+# the fast forms: their error relative to the value (not only in absolute terms: see tanh) is far
+# below one rounding of the data.
+# Only tl ops (but the GPU's fast tanh above), so the CPU interpreter runs the same code.
 
 
 @triton.jit
