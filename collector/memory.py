@@ -19,7 +19,9 @@ out of memory for shapes that fit many times over alone. What a case can leave b
   after it);
 - cuBLAS workspaces (one per stream it ran on, from PyTorch's pool) and the blocks PyTorch's
   allocator caches: given back after each provider and each case, so that the next one (and the
-  memory outside PyTorch: CUDA context, Triton modules) sees the device as the run found it.
+  memory outside PyTorch: CUDA context, Triton modules) sees the device as the run found it. (A
+  graph kept for its recheck still replays into its own workspace: that was allocated during its
+  capture, on the capture's new stream, so it lies in the graph's pool, which stays with the graph.)
 
 Each row records free, allocated and reserved bytes when it was timed, so a creep shows in the store.
 """

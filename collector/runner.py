@@ -3,6 +3,7 @@ timed, checked for steady conditions, and handed to a sink (the store, or a work
 parent that writes the store) as each (kernel, shape, dtype) finishes."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -249,9 +250,9 @@ class Runner:
                                  error=f"relative error {err:.3g} over the tolerance {tol:.3g}{where}"), None, None
             before = memory.snapshot(self.config.device)
             key = (spec.name, mode, name)
-            with self.phases("capture"):
+            with self.phases("capture") if self.config.device == "cuda" else contextlib.nullcontext():
                 timer = self._timer(call, key)
-            measured = self._time(timer, key, self.budget, estimate_ms=first_ms)
+            measured = self._time(timer, key, self.budget, estimate_ms=first_ms, since=before)
             config = json.dumps(provider.config(inputs), sort_keys=True) if provider.config else None
             row = self._row(case, mode, name, status="ok", rel_err=err, tolerance=tol, config=config)
             row.update(free_mem_bytes=before.free, alloc_mem_bytes=before.allocated,
@@ -281,7 +282,7 @@ class Runner:
         if self.config.recheck:
             device = self.config.device
             if device == "cuda":
-                timer.held = memory.allocated(device) - level + (timer.graph.pool_bytes if timer.graph else 0)
+                timer.held = max(0, memory.allocated(device) - level) + (timer.graph.pool_bytes if timer.graph else 0)
             else:
                 timer.held = memory.tensor_bytes(inputs.values())
             if memory.may_keep(held, timer.held, memory.free_bytes(device)):
@@ -295,13 +296,14 @@ class Runner:
         `make` on fresh copies of the inputs, captured anew (and released after)."""
         key = (row["kernel"], row["mode"], row["provider"])
         level = memory.allocated(self.config.device)
-        timer = kept
+        timer, since = kept, None
         try:
             if timer is None:
+                since = memory.snapshot(self.config.device)
                 with self.phases("recheck"), self.phases("recheck_fresh"):
                     timer = self._timer(make(), key)
             est = t1.timing.median_ms
-            r = self._time(timer, key, self.short, "recheck", est)
+            r = self._time(timer, key, self.short, "recheck", est, since)
             verdict = stability.first_verdict(t1, r, self.config.device)
             if verdict is None:
                 t2 = self._time(timer, key, self.budget, "recheck", est)
@@ -340,13 +342,14 @@ class Runner:
         return _Timer(call)
 
     def _time(self, timer: "_Timer", key: tuple[str, str, str], budget: timing.Budget, phase: str = "timing",
-              estimate_ms: float | None = None) -> stability.Measured:
+              estimate_ms: float | None = None, since: memory.Snapshot | None = None) -> stability.Measured:
         """One measurement of `timer`'s call (its graph's replays where it has one), its seconds
-        added to `phase`, with the allocator retries it saw. `estimate_ms`: how long a call took
-        before, which spares the interpreter an estimating call, and a GPU's recheck its estimating
-        calls."""
+        added to `phase`, with the allocator retries it saw since `since` (taken before the graph
+        was captured, whose eager calls are where a measurement allocates; default: now).
+        `estimate_ms`: how long a call took before, which spares the interpreter an estimating call,
+        and a GPU's recheck its estimating calls."""
         device = self.config.device
-        before = memory.snapshot(device)
+        before = since or memory.snapshot(device)
         with self.phases(phase):
             t = self._timing(timer, budget, phase == "timing", estimate_ms)
         self.phases.add("timed_work", t.reps * t.median_ms / 1e3)

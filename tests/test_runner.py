@@ -276,7 +276,7 @@ def _planted_times(monkeypatch, runner, medians):
 
     seq = iter(medians)
 
-    def fake(timer, key, budget, phase="timing", estimate_ms=None):
+    def fake(timer, key, budget, phase="timing", estimate_ms=None, since=None):
         m = next(seq)
         return stability.Measured(timing.Timing("cpu-clock", m, m, m, m, 0.0, m, 5))
 
@@ -372,7 +372,8 @@ def test_a_recheck_measures_again_and_catches_a_disturbed_first_measurement(tmp_
     rows, _, builds, _ = _recorded(tmp_path, monkeypatch, delay=lambda event: 5e-3 if event == "start" else 1e-3)
     assert builds.count("recheck") == 0  # every call was kept, and replayed
     for r in rows:
-        assert r["status"] == "ok" and r["median_ms"] == pytest.approx(1.05) and r["recheck_ms"] == pytest.approx(1.05), r
+        assert r["status"] == "ok", r
+        assert r["median_ms"] == pytest.approx(1.05) and r["recheck_ms"] == pytest.approx(1.05), r
 
 
 def test_calls_are_kept_for_the_recheck_within_an_eighth_of_the_free_memory():
@@ -448,6 +449,13 @@ def test_a_case_is_released_after_its_tensors_are_gone(tmp_path, monkeypatch):
         made.append(weakref.ref(out))
         return out
 
+    def copies(inputs):  # the providers' copies, kept for the recheck since: gone by the case's end too
+        out = clone(inputs)
+        made.extend(weakref.ref(t) for t in out.values())
+        return out
+
+    clone = verify.clone_inputs
+    monkeypatch.setattr(verify, "clone_inputs", copies)
     alive = []
     monkeypatch.setattr(runner_module.memory, "release",
                         lambda device, compiled=False, case_end=False, level=None: alive.append(sum(r() is not None for r in made)))
