@@ -171,36 +171,36 @@ class Runner:
         # a provider that computes another function (Provider.reference) has its own answers
         gated = {n: verify.gated_spec(case.spec, case.spec.provider(n)) for n in dict.fromkeys(n for _, n in pairs)}
         own = {n: self._answers(g, case, inputs, seed) for n, g in gated.items() if g is not case.spec}
-        for mode, name in pairs:
-            spec, answer = gated[name], own.get(name, answers)
-            if isinstance(answer, str):  # the reference itself failed: the row says so
-                rows.append(self._row(case, mode, name, status="error", error=answer))
-                self.on_row(rows[-1])
-                continue
-            skip = self.skips.get((case.spec.name, case.shape.label, DTYPE_NAMES[case.dtype], mode, name))
-            if skip is not None:  # as a measurement that hangs or kills its process is recorded (collect._death)
-                rows.append(self._row(case, mode, name, status="error", error=skip))
-                self.on_row(rows[-1])
-                self.progress("end", case, mode, name)
-                continue
-            dys, want = answer[mode]
-            self.progress("start", case, mode, name)
-            t0 = time.perf_counter()
-            held = sum(kept.held for *_, kept in done if kept is not None)
-            row, measured, kept = self._provider(case, mode, spec.provider(name), inputs, dys, want, spec, held)
-            row["seconds"] = time.perf_counter() - t0
-            rows.append(row)
-            self.on_row(row)
-            if measured is not None:
-                done.append((row, _maker(spec, spec.provider(name).fn, inputs, mode, dys), measured, kept))
-            self.progress("end", case, mode, name)
         try:
+            for mode, name in pairs:
+                spec, answer = gated[name], own.get(name, answers)
+                if isinstance(answer, str):  # the reference itself failed: the row says so
+                    rows.append(self._row(case, mode, name, status="error", error=answer))
+                    self.on_row(rows[-1])
+                    continue
+                skip = self.skips.get((case.spec.name, case.shape.label, DTYPE_NAMES[case.dtype], mode, name))
+                if skip is not None:  # as a measurement that hangs or kills its process is recorded (collect._death)
+                    rows.append(self._row(case, mode, name, status="error", error=skip))
+                    self.on_row(rows[-1])
+                    self.progress("end", case, mode, name)
+                    continue
+                dys, want = answer[mode]
+                self.progress("start", case, mode, name)
+                t0 = time.perf_counter()
+                held = sum(kept.held for *_, kept in done if kept is not None)
+                row, measured, kept = self._provider(case, mode, spec.provider(name), inputs, dys, want, spec, held)
+                row["seconds"] = time.perf_counter() - t0
+                rows.append(row)
+                self.on_row(row)
+                if measured is not None:
+                    done.append((row, _maker(spec, spec.provider(name).fn, inputs, mode, dys), measured, kept))
+                self.progress("end", case, mode, name)
             for row, make, measured, kept in done if self.config.recheck else ():
                 self.progress("recheck", case, row["mode"], row["provider"])
                 t0 = time.perf_counter()
                 self._settle(row, kept, make, measured)
                 row["seconds"] += time.perf_counter() - t0
-        finally:  # what a recheck that raised (Ctrl-C) did not get to
+        finally:  # the kept calls a recheck did not get to (an exception, Ctrl-C)
             for *_, kept in done:
                 if kept is not None:
                     kept.close()
