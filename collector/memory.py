@@ -8,7 +8,8 @@ out of memory for shapes that fit many times over alone. What a case can leave b
 - torch.compile's graphs and guards for every shape it saw (dynamo's caches, per code object, for
   the whole process): reset at the end of each case that ran compile; each case is a new shape, so
   nothing reusable is lost (the on-disk caches still serve the next run);
-- a CUDA graph's private memory pool: the timing resets each graph, which releases its pool. A
+- a CUDA graph's private memory pool: each graph is reset once timed, or once its row was
+  rechecked where it was kept for the recheck (KEEP_SHARE, below), which releases its pool. A
   capture that fails (a host sync inside the call) is the exception torch.cuda.graph leaves behind:
   its allocator routing stays on and its pool is never released, so every later capture allocated
   into it (timing._capture ends both), and the runner stops capturing a (kernel, mode, provider)
@@ -18,13 +19,16 @@ out of memory for shapes that fit many times over alone. What a case can leave b
   after it);
 - cuBLAS workspaces (one per stream it ran on, from PyTorch's pool) and the blocks PyTorch's
   allocator caches: given back after each provider and each case, so that the next one (and the
-  memory outside PyTorch: CUDA context, Triton modules) sees the device as the run found it.
+  memory outside PyTorch: CUDA context, Triton modules) sees the device as the run found it. (A
+  graph kept for its recheck still replays into its own workspace: that was allocated during its
+  capture, on the capture's new stream, so it lies in the graph's pool, which stays with the graph.)
 
 Each row records free, allocated and reserved bytes when it was timed, so a creep shows in the store.
 """
 from __future__ import annotations
 
 import gc
+import os
 from dataclasses import dataclass
 
 import torch
@@ -45,6 +49,39 @@ def snapshot(device: str) -> Snapshot:
     stats = torch.cuda.memory_stats()
     return Snapshot(int(free), int(torch.cuda.memory_allocated()), int(torch.cuda.memory_reserved()),
                     int(stats.get("num_alloc_retries", 0)))
+
+
+# The share of the memory a case would find free without them that the calls it keeps for their
+# rows' recheck (runner.py: their copies of the inputs, a bwd mode's forward graph, their CUDA
+# graphs' pools) may hold together. A kept call's recheck only replays it; beyond the share a row's
+# recheck copies its inputs and builds and captures a fresh call. An eighth: each later provider of
+# the case still finds 7/8 of the memory it would have found, and one that needs more was at the
+# edge of running out (or of the allocator's retries, which make a row unstable) anyway. On the
+# H200's memory-bound grid (run 46566b68) the case that allocated the most, cross_entropy at
+# tokens 8192 x vocab 128256, summed 10.5 GB of peaks over its four rows, 10% of the 105 GB free.
+KEEP_SHARE = 1 / 8
+
+
+def may_keep(held: int, more: int, free: int | None) -> bool:
+    """Whether a measured call holding `more` bytes may be kept until its row's recheck, beside
+    the `held` bytes of the calls its case keeps already, with `free` bytes free now (those kept
+    and this one allocated; None: not known, and nothing is kept)."""
+    return free is not None and held + more <= KEEP_SHARE * (free + held + more)
+
+
+def free_bytes(device: str) -> int | None:
+    """Bytes free for new allocations: the GPU's (every process's use counted), or the host's."""
+    if device == "cuda":
+        return int(torch.cuda.mem_get_info()[0])
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):  # not a POSIX system that counts its pages
+        return None
+
+
+def tensor_bytes(values) -> int:
+    """Bytes of the tensors among `values` (a case's inputs, say)."""
+    return sum(v.nbytes for v in values if torch.is_tensor(v))
 
 
 def allocated(device: str) -> int | None:

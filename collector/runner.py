@@ -3,12 +3,13 @@ timed, checked for steady conditions, and handed to a sink (the store, or a work
 parent that writes the store) as each (kernel, shape, dtype) finishes."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
 import time
 import uuid
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Protocol
@@ -74,6 +75,8 @@ class Runner:
         self.phases = Phases(started)
         if started is not None:
             self.phases.add("setup", time.perf_counter() - started)
+        if config.recheck:  # present, so that 0 says every row's recheck replayed its measured call
+            self.phases.add("recheck_fresh", 0.0)
         self.no_capture: set[tuple[str, str, str]] = set()  # (kernel, mode, provider) that failed capture
         self.warn: Callable[[str], None] = lambda message: None  # the CLI prints these
         # (event, case, mode, provider): 'case' as a case begins (mode and provider ''), 'start'
@@ -158,7 +161,8 @@ class Runner:
     def _measure_case(self, case: Case, only: frozenset[tuple[str, str]] | None) -> list[dict[str, Any]]:
         device, seed = self.config.device, case_seed(self.config.seed, case)  # not its place in the plan
         rows: list[dict[str, Any]] = []
-        done: list[tuple[dict, Callable[[], Callable], stability.Measured]] = []
+        # (row, a fresh call's maker, the measurement, the call kept for the recheck or None)
+        done: list[tuple[dict, Callable[[], Callable], stability.Measured, _Timer | None]] = []
         pairs = [(m, n) for m in case.modes for n in case.providers if only is None or (m, n) in only]
         self.progress("case", case, "", "")
         with self.phases("inputs"):
@@ -167,33 +171,39 @@ class Runner:
         # a provider that computes another function (Provider.reference) has its own answers
         gated = {n: verify.gated_spec(case.spec, case.spec.provider(n)) for n in dict.fromkeys(n for _, n in pairs)}
         own = {n: self._answers(g, case, inputs, seed) for n, g in gated.items() if g is not case.spec}
-        for mode, name in pairs:
-            spec, answer = gated[name], own.get(name, answers)
-            if isinstance(answer, str):  # the reference itself failed: the row says so
-                rows.append(self._row(case, mode, name, status="error", error=answer))
-                self.on_row(rows[-1])
-                continue
-            skip = self.skips.get((case.spec.name, case.shape.label, DTYPE_NAMES[case.dtype], mode, name))
-            if skip is not None:  # as a measurement that hangs or kills its process is recorded (collect._death)
-                rows.append(self._row(case, mode, name, status="error", error=skip))
-                self.on_row(rows[-1])
+        try:
+            for mode, name in pairs:
+                spec, answer = gated[name], own.get(name, answers)
+                if isinstance(answer, str):  # the reference itself failed: the row says so
+                    rows.append(self._row(case, mode, name, status="error", error=answer))
+                    self.on_row(rows[-1])
+                    continue
+                skip = self.skips.get((case.spec.name, case.shape.label, DTYPE_NAMES[case.dtype], mode, name))
+                if skip is not None:  # as a measurement that hangs or kills its process is recorded (collect._death)
+                    rows.append(self._row(case, mode, name, status="error", error=skip))
+                    self.on_row(rows[-1])
+                    self.progress("end", case, mode, name)
+                    continue
+                dys, want = answer[mode]
+                self.progress("start", case, mode, name)
+                t0 = time.perf_counter()
+                held = sum(kept.held for *_, kept in done if kept is not None)
+                row, measured, kept = self._provider(case, mode, spec.provider(name), inputs, dys, want, spec, held)
+                row["seconds"] = time.perf_counter() - t0
+                rows.append(row)
+                self.on_row(row)
+                if measured is not None:
+                    done.append((row, _maker(spec, spec.provider(name).fn, inputs, mode, dys), measured, kept))
                 self.progress("end", case, mode, name)
-                continue
-            dys, want = answer[mode]
-            self.progress("start", case, mode, name)
-            t0 = time.perf_counter()
-            row, measured = self._provider(case, mode, spec.provider(name), inputs, dys, want, spec)
-            row["seconds"] = time.perf_counter() - t0
-            rows.append(row)
-            self.on_row(row)
-            if measured is not None:
-                done.append((row, _maker(spec, spec.provider(name).fn, inputs, mode, dys), measured))
-            self.progress("end", case, mode, name)
-        for row, make, measured in done if self.config.recheck else ():
-            self.progress("recheck", case, row["mode"], row["provider"])
-            t0 = time.perf_counter()
-            self._settle(row, make, measured)
-            row["seconds"] += time.perf_counter() - t0
+            for row, make, measured, kept in done if self.config.recheck else ():
+                self.progress("recheck", case, row["mode"], row["provider"])
+                t0 = time.perf_counter()
+                self._settle(row, kept, make, measured)
+                row["seconds"] += time.perf_counter() - t0
+        finally:  # the kept calls a recheck did not get to (an exception, Ctrl-C)
+            for *_, kept in done:
+                if kept is not None:
+                    kept.close()
         return rows
 
     def _answers(self, spec, case: Case, inputs, seed: int):
@@ -212,15 +222,17 @@ class Runner:
                     return "reference failed: " + _error_text(e)
                 memory.release(self.config.device)
 
-    def _provider(self, case, mode, provider, inputs, dys, want, spec):
-        """(row, the measurement) of one provider, gated with `spec`; the measurement is None for
-        any row but ok."""
+    def _provider(self, case, mode, provider, inputs, dys, want, spec, held: int = 0):
+        """(row, the measurement, the measured call kept for the recheck) of one provider, gated
+        with `spec`; the measurement is None for any row but ok, the call None where it is not
+        kept (`held`: the bytes the calls its case keeps already hold; memory.may_keep)."""
         dtype, name = case.dtype, provider.name
         tol = spec.tolerance[dtype]
         reason = dict(self.config.unavailable).get(name) or provider.available(self.config.device)
         if reason:
-            return self._row(case, mode, name, status="unavailable", error=reason), None
-        call, level = None, memory.allocated(self.config.device)
+            return self._row(case, mode, name, status="unavailable", error=reason), None, None
+        call = timer = kept = None
+        level = memory.allocated(self.config.device)
         try:
             with self.phases("first_call"):
                 call = verify.build_call(spec, provider.fn, verify.clone_inputs(inputs), mode, dys)
@@ -235,39 +247,66 @@ class Runner:
                 worst = verify.worst_part(spec, errors, mode)
                 where = f" (worst: {worst})" if worst else ""
                 return self._row(case, mode, name, status="failed", rel_err=err, tolerance=tol,
-                                 error=f"relative error {err:.3g} over the tolerance {tol:.3g}{where}"), None
+                                 error=f"relative error {err:.3g} over the tolerance {tol:.3g}{where}"), None, None
             before = memory.snapshot(self.config.device)
-            measured = self._time(call, (spec.name, mode, name), self.budget, estimate_ms=first_ms)
+            key = (spec.name, mode, name)
+            with self.phases("capture") if self.config.device == "cuda" else contextlib.nullcontext():
+                timer = self._timer(call, key)
+            measured = self._time(timer, key, self.budget, estimate_ms=first_ms, since=before)
             config = json.dumps(provider.config(inputs), sort_keys=True) if provider.config else None
             row = self._row(case, mode, name, status="ok", rel_err=err, tolerance=tol, config=config)
             row.update(free_mem_bytes=before.free, alloc_mem_bytes=before.allocated,
                        reserved_mem_bytes=before.reserved)
             _put_timing(row, measured.timing)
-            return row, measured
+            kept, timer = self._keep(timer, level, inputs, held), None
+            return row, measured, kept
         except (KeyboardInterrupt, SystemExit):
             raise
         except Unavailable as e:  # the provider refused these inputs (a backend's shape limits)
-            return self._row(case, mode, name, status="unavailable", error=str(e)), None
+            return self._row(case, mode, name, status="unavailable", error=str(e)), None, None
         except Exception as e:  # CUDA errors, out of memory, compile failures: a row, the run goes on
-            return self._row(case, mode, name, status="error", error=_error_text(e), tolerance=tol), None
+            return self._row(case, mode, name, status="error", error=_error_text(e), tolerance=tol), None, None
         finally:
-            call = got = None
+            if timer is not None:
+                timer.close()
+            call = got = timer = None
             if self.config.device == "cuda":  # the next provider finds the device as this one did
-                with self.phases("release"):
-                    memory.release("cuda", level=level)
+                with self.phases("release"):  # (what a kept call holds stays: no collection for it)
+                    memory.release("cuda", level=level if kept is None else memory.allocated("cuda"))
 
-    def _settle(self, row: dict, make: Callable[[], Callable], t1: stability.Measured) -> None:
-        """The stability rule (stability.py) on one ok row: recheck, and re-measure if need be."""
+    def _keep(self, timer: "_Timer", level: int | None, inputs, held: int) -> "_Timer | None":
+        """`timer`, kept for its row's recheck where the case's memory allows (memory.may_keep),
+        else closed (None). The bytes it holds: on a GPU, what was allocated since the provider
+        began (its copy of the inputs, a bwd mode's forward graph) and its graph's pool; on the
+        CPU, which counts no allocations, its copy of the inputs."""
+        if self.config.recheck:
+            device = self.config.device
+            if device == "cuda":
+                timer.held = max(0, memory.allocated(device) - level) + (timer.graph.pool_bytes if timer.graph else 0)
+            else:
+                timer.held = memory.tensor_bytes(inputs.values())
+            if memory.may_keep(held, timer.held, memory.free_bytes(device)):
+                return timer
+        timer.close()
+        return None
+
+    def _settle(self, row: dict, kept: "_Timer | None", make: Callable[[], Callable], t1: stability.Measured) -> None:
+        """The stability rule (stability.py) on one ok row: recheck, and re-measure if need be.
+        `kept`: the measured call (and its CUDA graph), replayed again; None: a fresh call from
+        `make` on fresh copies of the inputs, captured anew (and released after)."""
         key = (row["kernel"], row["mode"], row["provider"])
         level = memory.allocated(self.config.device)
+        timer, since = kept, None
         try:
-            with self.phases("recheck"):
-                call = make()
+            if timer is None:
+                since = memory.snapshot(self.config.device)
+                with self.phases("recheck"), self.phases("recheck_fresh"):
+                    timer = self._timer(make(), key)
             est = t1.timing.median_ms
-            r = self._time(call, key, self.short, "recheck", est)
+            r = self._time(timer, key, self.short, "recheck", est, since)
             verdict = stability.first_verdict(t1, r, self.config.device)
             if verdict is None:
-                t2 = self._time(call, key, self.budget, "recheck", est)
+                t2 = self._time(timer, key, self.budget, "recheck", est)
                 verdict = stability.second_verdict(t1, r, t2, self.config.device)
         except (KeyboardInterrupt, SystemExit):
             raise
@@ -275,39 +314,24 @@ class Runner:
             row.update(status="unstable", error="recheck failed: " + _error_text(e))
             return
         finally:
-            call = None
-            if self.config.device == "cuda":
+            if timer is not None:
+                timer.close()
+            timer = None
+            # a kept call's memory goes back with the case's (its pool and copies are the
+            # allocator's cache now, nothing new was allocated): no release per row
+            if self.config.device == "cuda" and kept is None:
                 with self.phases("release"):
                     memory.release("cuda", level=level)
         row.update(status=verdict.status, error=verdict.error, recheck_ms=verdict.recheck_ms)
         _put_timing(row, verdict.timing)
 
-    def _time(self, call, key: tuple[str, str, str], budget: timing.Budget, phase: str = "timing",
-              estimate_ms: float | None = None) -> stability.Measured:
-        """One measurement, its seconds added to `phase` (its graph capture to "capture" when the
-        phase is "timing"), with the allocator retries it saw. `estimate_ms`: how long a call took
-        before, which spares the interpreter an estimating call, and a GPU's recheck its estimating
-        calls."""
-        device = self.config.device
-        before = memory.snapshot(device)
-        with self.phases(phase):
-            t = self._timing(call, key, budget, phase == "timing", estimate_ms)
-        self.phases.add("timed_work", t.reps * t.median_ms / 1e3)
-        return stability.Measured(t, memory.snapshot(device).retries - before.retries)
-
-    def _timing(self, call, key, budget, own_capture: bool, estimate_ms: float | None) -> timing.Timing:
-        if self.config.device != "cuda":
-            return timing.time_cpu(call, budget, estimate_ms)
-        # a recheck's estimate is the first measurement's median: it spares the estimating calls
-        # (the first measurement's own is its first call, compile and all: not an estimate there)
-        estimate_ms = None if own_capture else estimate_ms
-        clock = lambda: memory.clock_mhz("cuda")  # noqa: E731
-        if self.config.cuda_graph and key not in self.no_capture:
+    def _timer(self, call: Callable[[], object], key: tuple[str, str, str]) -> "_Timer":
+        """What times `call`: on a GPU its CUDA graph, captured now (unless --no-cuda-graph, or its
+        (kernel, mode, provider) failed capture before); else the call itself."""
+        if self.config.device == "cuda" and self.config.cuda_graph and key not in self.no_capture:
             failure = None
             try:
-                return timing.time_cuda_graph(call, budget, self.flush, clock=clock,
-                                              on_capture=self._on_capture if own_capture else lambda s: None,
-                                              estimate_ms=estimate_ms)
+                return _Timer(call, timing.Graph.capture(call))
             except Exception as e:  # not capturable (a host sync, say): events, and the row says so
                 failure = _error_text(e)
             # outside the except block, so that no traceback keeps the failed capture's memory;
@@ -315,12 +339,32 @@ class Runner:
             self.no_capture.add(key)
             memory.release("cuda")
             self.warn(f"CUDA-graph capture of {' '.join(key)} failed ({failure}); timed with events")
-        return timing.time_cuda(call, budget, self.flush, clock=clock, estimate_ms=estimate_ms)
+        return _Timer(call)
 
-    def _on_capture(self, seconds: float) -> None:
-        # the capture ran inside the "timing" phase: move its seconds to their own line
-        self.phases.add("capture", seconds)
-        self.phases.add("timing", -seconds)
+    def _time(self, timer: "_Timer", key: tuple[str, str, str], budget: timing.Budget, phase: str = "timing",
+              estimate_ms: float | None = None, since: memory.Snapshot | None = None) -> stability.Measured:
+        """One measurement of `timer`'s call (its graph's replays where it has one), its seconds
+        added to `phase`, with the allocator retries it saw since `since` (taken before the graph
+        was captured, whose eager calls are where a measurement allocates; default: now).
+        `estimate_ms`: how long a call took before, which spares the interpreter an estimating call,
+        and a GPU's recheck its estimating calls."""
+        device = self.config.device
+        before = since or memory.snapshot(device)
+        with self.phases(phase):
+            t = self._timing(timer, budget, phase == "timing", estimate_ms)
+        self.phases.add("timed_work", t.reps * t.median_ms / 1e3)
+        return stability.Measured(t, memory.snapshot(device).retries - before.retries)
+
+    def _timing(self, timer: "_Timer", budget, first: bool, estimate_ms: float | None) -> timing.Timing:
+        if self.config.device != "cuda":
+            return timing.time_cpu(timer.call, budget, estimate_ms)
+        # a recheck's estimate is the first measurement's median: it spares the estimating calls
+        # (the first measurement's own is its first call, compile and all: not an estimate there)
+        estimate_ms = None if first else estimate_ms
+        clock = lambda: memory.clock_mhz("cuda")  # noqa: E731
+        if timer.graph is not None:
+            return timer.graph.time(budget, self.flush, clock=clock, estimate_ms=estimate_ms)
+        return timing.time_cuda(timer.call, budget, self.flush, clock=clock, estimate_ms=estimate_ms)
 
     def _row(self, case: Case, mode: str, provider: str, **fields) -> dict[str, Any]:
         self.seq += 1
@@ -340,9 +384,25 @@ def make_row(run_id: str, seq: int, case: Case, mode: str, provider: str, *, sta
                 config=config, seq=seq, tokens=int(spec.tokens(dims)) if spec.tokens else None)
 
 
+@dataclass
+class _Timer:
+    """How one call is timed, as often as asked: its CUDA graph's replays, or the call itself
+    (CUDA events where it cannot be captured, the CPU's clock). Kept from a row's measurement to its
+    recheck where the case's memory allows (Runner._keep), so that the recheck only replays."""
+    call: Callable[[], object] | None  # holds its copy of the inputs (and a bwd mode's forward graph)
+    graph: timing.Graph | None = None
+    held: int = 0  # the bytes it holds while kept
+
+    def close(self) -> None:
+        """Its graph's pool and its call's tensors back to the allocator (each close after the first: nothing)."""
+        if self.graph is not None:
+            self.graph.close()
+        self.call = self.graph = None
+
+
 def _maker(spec, fn, inputs, mode, dys) -> Callable[[], Callable]:
-    """A fresh call on fresh copies of the inputs, for the recheck at the end of the case (the
-    measured call itself is not kept: its inputs and saved graph would hold memory meanwhile)."""
+    """A fresh call on fresh copies of the inputs, for the recheck at the end of the case of a row
+    whose measured call was not kept (Runner._keep: its memory would have been too much)."""
     return lambda: verify.build_call(spec, fn, verify.clone_inputs(inputs), mode, dys)
 
 

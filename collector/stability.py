@@ -5,7 +5,11 @@ allocator into retries, a clock that dropped) looks like any other and would be 
 speedup or a regression. So every timed row is measured twice, apart in time:
 
 1. the measurement (T1), when the provider's turn comes;
-2. a short re-measurement (R) at the end of its case, after the other providers ran.
+2. a short re-measurement (R) at the end of its case, after the other providers ran: the same
+   device work timed again, the same way (each replay after an L2 flush). On a GPU it replays the
+   CUDA graph captured for T1, kept with its inputs until then where the case's memory allows
+   (memory.KEEP_SHARE); otherwise a fresh call on fresh copies of the inputs is captured for it.
+   Either way it times new replays: what a disturbance did to T1's samples is not in R's.
 
 The row is `ok` when T1 and R agree: the ratio of their medians is within 1 + max(FLOOR[device],
 2 x the narrower of their p20-p80 spreads relative to the median, at most 2 x MAX_SPREAD) either
@@ -18,9 +22,9 @@ two runs 22 rows were stored `ok` 1.5-9x away from their rechecks. A ratio, not 
 relative to T1: relative to a disturbed (slow) T1 no recheck ever differs by more than 100%.
 And at most MAX_SPREAD of spread counts, so that two disturbed measurements cannot vouch for each
 other by being wide alike; on a GPU a measurement spread wider than that agrees with nothing.
-Otherwise the provider is measured once more in full (T2), at once; the row is `ok` with T2's
-numbers when T2 agrees with T1 or with R (two of three measurements tell the same story), and
-`unstable` with T2's numbers otherwise, the error saying what disagreed. An unstable row has no
+Otherwise the provider is measured once more in full (T2), at once (R's graph, replayed again);
+the row is `ok` with T2's numbers when T2 agrees with T1 or with R (two of three measurements tell
+the same story), and `unstable` with T2's numbers otherwise, the error saying what disagreed. An unstable row has no
 rate in results_v and is never shown as a speedup or a regression.
 
 Rows stored before this rule (the committed history has 75 of them `ok` beside a recheck that

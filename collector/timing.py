@@ -21,7 +21,7 @@ import math
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
@@ -198,43 +198,65 @@ class CaptureError(RuntimeError):
 
 
 def time_cuda_graph(fn: Callable[[], object], budget: Budget, flush: torch.Tensor,
-                    clock: Callable[[], float | None] = lambda: None, on_capture=lambda seconds: None,
-                    estimate_ms: float | None = None) -> Timing:
+                    clock: Callable[[], float | None] = lambda: None, estimate_ms: float | None = None) -> Timing:
     """Captures one call into a CUDA graph and times its replays, with the same L2 flush and
     budgets as time_cuda. A replay runs exactly the device work of the call without the host's
     Python, autograd and launch overhead in between, which in training is hidden because the CPU
     runs ahead of the GPU; at small and medium shapes that overhead would otherwise be most of
     what events measure, for every provider alike. Rows are labelled 'cuda-graph'. Each graph
-    captures into its own memory pool; `on_capture` gets the capture's seconds; `estimate_ms`:
-    time_cuda's."""
-    t0 = time.perf_counter()
-    peaks: list[int] = []
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with _peak(peaks), torch.cuda.stream(stream):
-        for _ in range(3):  # warm the allocator and autograd on a side stream, as capture requires
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = _capture(fn)
-    on_capture(time.perf_counter() - t0)
+    captures into its own memory pool, freed before this returns; `estimate_ms`: time_cuda's."""
+    graph = Graph.capture(fn)
     try:
-        t = time_cuda(graph.replay, budget, flush, clock=clock, peak=False, estimate_ms=estimate_ms)
-        return dataclasses.replace(t, method="cuda-graph", peak_bytes=peaks[0])
+        return graph.time(budget, flush, clock, estimate_ms)
     finally:
-        graph.reset()  # frees the graph's memory now, not whenever it is collected
+        graph.close()
 
 
-def _capture(fn: Callable[[], object]) -> torch.cuda.CUDAGraph:
+@dataclass
+class Graph:
+    """One call captured into a CUDA graph with its own memory pool, replayed until closed: timed
+    once when captured, and (the runner) again at the end of its case, where the recheck replays
+    it instead of copying the inputs and capturing a new call."""
+    graph: Any  # torch.cuda.CUDAGraph (a stand-in in the CPU tests)
+    peak_bytes: int  # what one eager call allocated beyond what existed before it
+    pool_bytes: int  # what the graph's memory pool holds while the graph lives
+
+    @classmethod
+    def capture(cls, fn: Callable[[], object]) -> "Graph":
+        peaks: list[int] = []
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with _peak(peaks), torch.cuda.stream(stream):
+            for _ in range(3):  # warm the allocator and autograd on a side stream, as capture requires
+                fn()
+        torch.cuda.current_stream().wait_stream(stream)
+        graph, pool_bytes = _capture(fn)
+        return cls(graph, peaks[0], pool_bytes)
+
+    def time(self, budget: Budget, flush: torch.Tensor, clock: Callable[[], float | None] = lambda: None,
+             estimate_ms: float | None = None) -> Timing:
+        """The replays timed as time_cuda times a call, each after an L2 flush."""
+        t = time_cuda(self.graph.replay, budget, flush, clock=clock, peak=False, estimate_ms=estimate_ms)
+        return dataclasses.replace(t, method="cuda-graph", peak_bytes=self.peak_bytes)
+
+    def close(self) -> None:
+        """Frees the graph's memory pool now, not whenever the graph is collected."""
+        self.graph.reset()
+
+
+def _capture(fn: Callable[[], object]) -> tuple[torch.cuda.CUDAGraph, int]:
     """One call of `fn` captured into a CUDA graph with its own memory pool, as torch.cuda.graph
-    does, except when the capture fails. There, torch.cuda.graph's capture_end raises before it
-    ends the allocator's routing of the capture stream's allocations into the graph's pool, and
-    before it leaves the capture stream: every later capture on that (shared) stream then allocated
-    into the failed pool, which nothing releases. On the H100 at 485b723 and the H200 at 64f7be9,
-    after one provider's failed capture, reserved memory grew by each case's working set until
-    captures ran out of memory. Here a failed capture ends the routing, releases its pool and
-    leaves its stream."""
+    does, with the bytes the pool reserved (the cache is emptied before the capture: the reserve
+    grows by the pool alone), except when the capture fails. There, torch.cuda.graph's capture_end
+    raises before it ends the allocator's routing of the capture stream's allocations into the
+    graph's pool, and before it leaves the capture stream: every later capture on that (shared)
+    stream then allocated into the failed pool, which nothing releases. On the H100 at 485b723 and
+    the H200 at 64f7be9, after one provider's failed capture, reserved memory grew by each case's
+    working set until captures ran out of memory. Here a failed capture ends the routing, releases
+    its pool and leaves its stream."""
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
+    reserved = torch.cuda.memory_reserved()
     graph = torch.cuda.CUDAGraph()
     pool = torch.cuda.graph_pool_handle()
     error = None
@@ -257,7 +279,7 @@ def _capture(fn: Callable[[], object]) -> torch.cuda.CUDAGraph:
         with contextlib.suppress(Exception):
             graph.reset()  # a capture that ended (the error was Python's) releases its pool here
         raise CaptureError(error)
-    return graph
+    return graph, torch.cuda.memory_reserved() - reserved
 
 
 def time_cpu(fn: Callable[[], object], budget: Budget, estimate_ms: float | None = None) -> Timing:

@@ -116,3 +116,28 @@ def test_captures_after_a_failed_capture_give_their_memory_back():
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
     assert torch.cuda.memory_reserved() - before <= MARGIN["reserved"]
+
+
+def test_a_kept_graph_holds_its_pool_until_it_is_closed():
+    # The runner keeps a row's graph from its measurement to its recheck, across the case's other
+    # providers and their releases: emptying the allocator's cache must leave the kept graph's pool
+    # (its replays write there), the pool's size must be what the runner counts against the case's
+    # share (Graph.pool_bytes), and closing the graph must give it back.
+    from kcollect import timing
+
+    flush = torch.empty(timing.L2_FLUSH_BYTES, dtype=torch.int8, device="cuda")
+    budget = timing.Budget(warmup_ms=1, rep_ms=5, min_reps=3)
+    x = torch.ones(1 << 26, device="cuda")  # 256 MiB; x * 2 allocates as much again inside the pool
+    gc.collect()
+    torch.cuda.empty_cache()
+    before = torch.cuda.memory_reserved()
+    graph = timing.Graph.capture(lambda: x * 2.0)
+    assert graph.pool_bytes >= x.nbytes
+    first = graph.time(budget, flush)
+    torch.cuda.empty_cache()  # as a release after the measurement does
+    assert torch.cuda.memory_reserved() - before >= x.nbytes
+    again = graph.time(budget, flush, estimate_ms=first.median_ms)
+    assert first.method == again.method == "cuda-graph" and again.reps >= 3
+    graph.close()
+    torch.cuda.empty_cache()
+    assert torch.cuda.memory_reserved() - before <= MARGIN["reserved"]

@@ -276,7 +276,7 @@ def _planted_times(monkeypatch, runner, medians):
 
     seq = iter(medians)
 
-    def fake(call, key, budget, phase="timing", estimate_ms=None):
+    def fake(timer, key, budget, phase="timing", estimate_ms=None, since=None):
         m = next(seq)
         return stability.Measured(timing.Timing("cpu-clock", m, m, m, m, 0.0, m, 5))
 
@@ -296,9 +296,119 @@ def test_settle_rechecks_and_remeasures_once(tmp_path, monkeypatch, medians, sta
         _planted_times(monkeypatch, runner, medians)
         row = {"kernel": "swiglu", "mode": "fwd", "provider": "torch", "status": "ok", "median_ms": 1.0}
         first = stability.Measured(timing.Timing("cpu-clock", 1.0, 1.0, 1.0, 1.0, 0.0, 1.0, 5))
-        runner._settle(row, lambda: (lambda: ()), first)
+        runner._settle(row, None, lambda: (lambda: ()), first)
     assert row["status"] == status and row["median_ms"] == stored_ms
     assert row["recheck_ms"] == medians[0] and (row["error"] is None) == (status == "ok")
+
+
+def _recorded(tmp_path, monkeypatch, delay=lambda event: 0.0):
+    """A planted kernel (fwd and fwd+bwd, two providers, one shape) run on the CPU with its recheck,
+    recording each build of a call and each call of a provider (with the input tensor it got) under
+    the progress event ('start': the first measurement, 'recheck'), and the rows. Each call takes
+    `delay(event)` seconds more on the CPU timing's clock, a virtual one."""
+    now = ["", ""]  # the progress event and mode under way
+    calls, builds = [], []
+    clock = [0.0]
+
+    def virtual():
+        clock[0] += 5e-5
+        return clock[0]
+
+    def provider(name, fn):
+        def call(x):
+            calls.append((now[0], now[1], name, x))
+            timing.clock = virtual  # from the first call on (the ceilings, measured before, read the real one)
+            clock[0] += delay(now[0])
+            return fn(x)
+
+        return Provider(name, call)
+
+    build = verify.build_call
+    monkeypatch.setattr(verify, "build_call", lambda *a: builds.append(now[0]) or build(*a))
+    monkeypatch.setattr(timing, "clock", timing.clock)  # put back after the test
+    spec = dataclasses.replace(planted_kernels._spec(
+        "recorded", (provider("torch", lambda x: x * 2.0), provider("add", lambda x: x + x)),
+        (Shape.rows(3, 5, "small"),)), modes=("fwd", "fwd+bwd"))
+    config = RunConfig(kernels=(spec.name,), grid="quick", device="cpu", dtypes=("float32",), warmup_ms=1,
+                       rep_ms=2, min_reps=3, seed=1, recheck=True)
+    with Store(tmp_path / "k.duckdb") as store:
+        runner = Runner(config, store)
+        runner.progress = lambda event, case, mode, name: now.__setitem__(slice(None), [event, mode])
+        runner.start(ROOT)
+        rows = [r for case in plan([spec], config) for r in runner.run_case(case)]
+        runner.finish("finished")
+    return rows, calls, builds, runner.phases.seconds
+
+
+@pytest.mark.parametrize("free, kept", [
+    (None, 0),  # the free memory is not known: every recheck builds a fresh call
+    (600, 1),  # 60 bytes of inputs a call: one fits in an eighth of 600 + 60, two do not
+    ("host's", 4),  # the host's own free memory: every call is kept
+])
+def test_the_recheck_replays_the_measured_call_where_memory_allows(tmp_path, monkeypatch, free, kept):
+    from kcollect import memory
+
+    if free != "host's":
+        monkeypatch.setattr(memory, "free_bytes", lambda device: free)
+    rows, calls, builds, spent = _recorded(tmp_path, monkeypatch)
+    assert len(rows) == 4 and all(r["status"] == "ok" and r["recheck_ms"] > 0 for r in rows)
+    replayed = 0
+    for mode in ("fwd", "fwd+bwd"):
+        for name in ("torch", "add"):
+            first = {id(x): x for e, m, n, x in calls if (e, m, n) == ("start", mode, name)}
+            again = {id(x): x for e, m, n, x in calls if (e, m, n) == ("recheck", mode, name)}
+            assert len(first) == 1 and len(again) == 1, (mode, name)  # and the recheck called it
+            replayed += first.keys() == again.keys()  # the very call measured first, on its inputs
+            assert torch.equal(*first.values(), *again.values())  # else fresh copies of them
+    assert replayed == kept and builds.count("recheck") == 4 - kept
+    assert (spent["recheck_fresh"] > 0) == (kept < 4)  # the run's breakdown shows what fresh calls cost
+
+
+def test_a_recheck_measures_again_and_catches_a_disturbed_first_measurement(tmp_path, monkeypatch):
+    # Each call takes 5 ms while its row is first measured (a disturbance), 1 ms from its recheck on.
+    # The recheck, replaying the measured call, must measure it again, not hand back what the
+    # first measurement found: it disagrees with it, a re-measurement agrees with it, and the rows
+    # keep the re-measurement's time (a recheck that passed on the first numbers would store 5 ms).
+    rows, _, builds, _ = _recorded(tmp_path, monkeypatch, delay=lambda event: 5e-3 if event == "start" else 1e-3)
+    assert builds.count("recheck") == 0  # every call was kept, and replayed
+    for r in rows:
+        assert r["status"] == "ok", r
+        assert r["median_ms"] == pytest.approx(1.05) and r["recheck_ms"] == pytest.approx(1.05), r
+
+
+def test_calls_are_kept_for_the_recheck_within_an_eighth_of_the_free_memory():
+    from kcollect import memory
+
+    assert memory.KEEP_SHARE == 1 / 8
+    # free: what is free with the calls kept so far and this one allocated
+    assert memory.may_keep(0, 125, 875) and not memory.may_keep(0, 126, 874)
+    assert memory.may_keep(100, 25, 875) and not memory.may_keep(100, 26, 874)
+    assert not memory.may_keep(0, 1, None)
+    assert memory.tensor_bytes([torch.ones(3, 5), torch.ones(2, dtype=torch.float16), 7]) == 64
+
+
+def test_a_kept_graph_is_replayed_after_an_l2_flush_until_it_is_closed(monkeypatch):
+    # The measurement and the recheck time the same captured graph: each timed replay follows a
+    # write of the flush buffer, and its pool is released only when it is closed.
+    log = []
+    flush = _fake_cuda(monkeypatch, log, 1.0)
+
+    class Captured:
+        def replay(self):
+            log.append("call")
+
+        def reset(self):
+            log.append("reset")
+
+    graph = timing.Graph(Captured(), peak_bytes=64, pool_bytes=0)
+    for _ in range(2):
+        log.clear()
+        t = graph.time(timing.Budget(0, 0, min_reps=4, max_reps=4), flush, estimate_ms=1.0)
+        timed = [i for i in range(1, len(log) - 1) if log[i - 1:i + 2] == ["event", "call", "event"]]
+        assert len(timed) == 4 and all(log[i - 2] == "flush" for i in timed), log
+        assert t.method == "cuda-graph" and t.peak_bytes == 64 and t.median_ms == 1.0 and "reset" not in log
+    graph.close()
+    assert log[-1] == "reset"
 
 
 def test_a_provider_with_its_own_reference_is_gated_on_it(tmp_path):
@@ -339,6 +449,13 @@ def test_a_case_is_released_after_its_tensors_are_gone(tmp_path, monkeypatch):
         made.append(weakref.ref(out))
         return out
 
+    def copies(inputs):  # the providers' copies, kept for the recheck since: gone by the case's end too
+        out = clone(inputs)
+        made.extend(weakref.ref(t) for t in out.values())
+        return out
+
+    clone = verify.clone_inputs
+    monkeypatch.setattr(verify, "clone_inputs", copies)
     alive = []
     monkeypatch.setattr(runner_module.memory, "release",
                         lambda device, compiled=False, case_end=False, level=None: alive.append(sum(r() is not None for r in made)))
