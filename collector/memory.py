@@ -111,12 +111,9 @@ def release(device: str, compiled: bool = False, case_end: bool = False, level: 
     if device == "cuda":
         torch.cuda.synchronize()
         # cuBLAS keeps a workspace per stream it ran on, allocated from PyTorch's pool; each
-        # capture runs on a side stream, so they would add up over a run. Given back only at a
-        # case's end: PyTorch recycles its side streams, so a graph may capture a workspace made
-        # before it (outside its pool), and a graph the case keeps for its recheck then replayed
-        # freed memory (an H200 at d12112f: 4 LSTM backward rechecks died of illegal addresses)
+        # capture runs on a side stream, so they would add up over a run
         clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
-        if clear is not None and case_end:
+        if clear is not None:
             clear()
         if collect is None:
             collect = level is None or torch.cuda.memory_allocated() > level
