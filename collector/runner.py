@@ -275,12 +275,12 @@ class Runner:
                     memory.release("cuda", level=level if kept is None else memory.allocated("cuda"))
 
     def _keep(self, timer: "_Timer", level: int | None, inputs, held: int) -> "_Timer | None":
-        """`timer`, kept for its row's recheck where the case's memory allows (memory.may_keep),
-        else closed (None). The bytes it holds: on a GPU, what was allocated since the provider
-        began (its copy of the inputs, a bwd mode's forward graph) and its graph's pool; on the
-        CPU, which counts no allocations, its copy of the inputs."""
-        if self.config.recheck:
-            device = self.config.device
+        """`timer`, kept for its row's recheck where the case's memory allows (memory.may_keep; on
+        a GPU only with memory.KEEP_ON_GPU), else closed (None). The bytes it holds: on a GPU, what
+        was allocated since the provider began (its copy of the inputs, a bwd mode's forward graph)
+        and its graph's pool; on the CPU, which counts no allocations, its copy of the inputs."""
+        device = self.config.device
+        if self.config.recheck and (device != "cuda" or memory.KEEP_ON_GPU):
             if device == "cuda":
                 timer.held = max(0, memory.allocated(device) - level) + (timer.graph.pool_bytes if timer.graph else 0)
             else:

@@ -6,10 +6,10 @@ speedup or a regression. So every timed row is measured twice, apart in time:
 
 1. the measurement (T1), when the provider's turn comes;
 2. a short re-measurement (R) at the end of its case, after the other providers ran: the same
-   device work timed again, the same way (each replay after an L2 flush). On a GPU it replays the
-   CUDA graph captured for T1, kept with its inputs until then where the case's memory allows
-   (memory.KEEP_SHARE); otherwise a fresh call on fresh copies of the inputs is captured for it.
-   Either way it times new replays: what a disturbance did to T1's samples is not in R's.
+   device work timed again, the same way (each replay after an L2 flush): a fresh call on fresh
+   copies of the inputs captured for it, or the call measured for T1 where it was kept until then
+   (memory.KEEP_SHARE, memory.KEEP_ON_GPU). Either way it times new replays: what a disturbance did
+   to T1's samples is not in R's.
 
 The row is `ok` when T1 and R agree: the ratio of their medians is within 1 + max(FLOOR[device],
 2 x the narrower of their p20-p80 spreads relative to the median, at most 2 x MAX_SPREAD) either

@@ -387,6 +387,21 @@ def test_calls_are_kept_for_the_recheck_within_an_eighth_of_the_free_memory():
     assert memory.tensor_bytes([torch.ones(3, 5), torch.ones(2, dtype=torch.float16), 7]) == 64
 
 
+def test_a_gpu_keeps_no_measured_call_for_its_recheck_yet(monkeypatch):
+    # memory.KEEP_ON_GPU: kept graphs died in LSTM backward rechecks on an H200; until a GPU run
+    # confirms a fix, a GPU's recheck captures a fresh call, whatever memory is free
+    from types import SimpleNamespace
+
+    from kcollect import memory
+
+    monkeypatch.setattr(memory, "free_bytes", lambda device: 1 << 50)
+    assert memory.KEEP_ON_GPU is False
+    runner = Runner(RunConfig(kernels=("swiglu",), grid="quick", device="cuda", recheck=True), None)
+    closed = []
+    timer = SimpleNamespace(close=lambda: closed.append(True), graph=None, held=0)
+    assert runner._keep(timer, 0, {}, 0) is None and closed == [True]
+
+
 def test_a_kept_graph_is_replayed_after_an_l2_flush_until_it_is_closed(monkeypatch):
     # The measurement and the recheck time the same captured graph: each timed replay follows a
     # write of the flush buffer, and its pool is released only when it is closed.
