@@ -28,6 +28,14 @@ SIGABRT; SIGSEGV and the like) would kill a measuring process too, each a fresh 
 (mlstm_kernels' builds under Triton 3.6 on an H200: 9 of them took a 75-row run past 5 minutes).
 A process killed from outside (SIGKILL: out of host memory, under the pass's load) is not one of
 those: the measuring pass calls its build again.
+
+The pass waits on no process without a bound, so that its progress lines go on and its limits hold
+whatever a build does: a killed process is reaped once it is gone (one inside the GPU driver goes
+only when the driver lets it), and at the end each gets REAP_S before it is named and left behind.
+`--precompile-limit` bounds the whole pass, for a run with a time budget: what it has not built by
+then, the builds in flight included, the measuring pass builds as it meets them, each within its
+own --measure-timeout (such a build is not counted as hung: it may only have been slow). Ctrl-C or
+SIGTERM in the pass names each build in flight and for how long, so that a stuck one is seen.
 """
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """The precompile pass (`kcollect run --precompile N`, collector/precompile.py) on the CPU with the
 planted kernels: what it builds, what it remembers, and Ctrl-C while it works (a crash and a hang
-in it: test_collect's fragile-run test)."""
+in it: test_collect's fragile-run test); with stalling_kernels.py, a build that never ends there:
+its process not going when killed, SIGTERM while it is in flight, and --precompile-limit."""
 import json
 import os
 import re
