@@ -375,6 +375,11 @@ def _pool(config, kernel_modules, procs, visible, order, todo, timeout, say, t0,
         except OSError:  # it has just died (a signal to the process group): the loop finds it dead
             pass
 
+    def interrupted(live: list[dict]) -> None:
+        if signals:
+            say(f"precompile: interrupted; in flight: {_in_flight(live, cases) or 'none'}")
+            raise KeyboardInterrupt
+
     began = last_say = clock()
     finished = unborn = 0
     try:
@@ -382,14 +387,15 @@ def _pool(config, kernel_modules, procs, visible, order, todo, timeout, say, t0,
         for slot in slots:
             give(slot)
         while live := [s for s in slots if s["case"] is not None]:
-            if signals:
-                say(f"precompile: interrupted; in flight: {_in_flight(live, cases)}")
-                raise KeyboardInterrupt
+            interrupted(live)
             if limit is not None and clock() - began > limit:
                 say(f"precompile: stopped at its limit (--precompile-limit {limit:g} s); left to the run: "
                     f"{_in_flight(live, cases)}" + (f" and {len(queue)} cases not begun" if queue else ""))
                 return  # the processes are stopped below; their builds are the measuring pass's
             wait([s["conn"] for s in live] + [s["proc"].sentinel for s in live], timeout=0.5)
+            # before reading the deaths: a signal to the process group (`timeout`, Ctrl-C) kills the
+            # processes too, and its builds in flight are the ones they died in
+            interrupted(live)
             killed[:] = [p for p in killed if p.is_alive()]  # is_alive reaps, without waiting
             for slot in live:
                 got = _messages(slot)
@@ -424,6 +430,7 @@ def _pool(config, kernel_modules, procs, visible, order, todo, timeout, say, t0,
                 last_say, oldest = clock(), _oldest(slots)
                 say(f"precompile: {finished}/{len(order)} cases, {time.perf_counter() - t0:.0f} s"
                     + (f" (longest: {_in_flight([oldest], cases)})" if oldest else ""))
+        interrupted([])  # one that came as the last case ended: not lost (the run would go on measuring)
     finally:
         _stop(slots, killed, say)
         for s, h in handlers.items():
