@@ -39,6 +39,7 @@ class RunConfig:
     unavailable: tuple[tuple[str, str], ...] = ()  # (provider, why) this run does not measure here
     profile: str | None = None  # folder for a cProfile of each measuring process (collect.profiled)
     precompile: int = 0  # processes that build the plan's kernels before it is measured (precompile.py)
+    precompile_limit: float | None = None  # seconds that pass may take in all (None: no limit)
 
 
 @dataclass(frozen=True)

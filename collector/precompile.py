@@ -28,6 +28,14 @@ SIGABRT; SIGSEGV and the like) would kill a measuring process too, each a fresh 
 (mlstm_kernels' builds under Triton 3.6 on an H200: 9 of them took a 75-row run past 5 minutes).
 A process killed from outside (SIGKILL: out of host memory, under the pass's load) is not one of
 those: the measuring pass calls its build again.
+
+The pass waits on no process without a bound, so that its progress lines go on and its limits hold
+whatever a build does: a killed process is reaped once it is gone (one inside the GPU driver goes
+only when the driver lets it), and at the end each gets REAP_S before it is named and left behind.
+`--precompile-limit` bounds the whole pass, for a run with a time budget: what it has not built by
+then, the builds in flight included, the measuring pass builds as it meets them, each within its
+own --measure-timeout (such a build is not counted as hung: it may only have been slow). Ctrl-C or
+SIGTERM in the pass names each build in flight and for how long, so that a stuck one is seen.
 """
 from __future__ import annotations
 
@@ -196,8 +204,9 @@ def run(config: RunConfig, cases: list[Case], planned: tuple[dict, dict], kernel
     """Builds `planned`'s builds that the manifest lacks (pending()'s answer for the run's cases, which
     its estimate read too) in `procs` processes, spread over the
     `visible` devices (CUDA_VISIBLE_DEVICES values; None: this process's own), each build at most
-    `timeout` seconds (a hung peer's build costs that, not the whole case's share). Ctrl-C or
-    SIGTERM stops every process and raises KeyboardInterrupt."""
+    `timeout` seconds (a hung peer's build costs that, not the whole case's share), the whole pass
+    at most config.precompile_limit seconds (what it has not built then is the run's to build).
+    Ctrl-C or SIGTERM stops every process, names the builds in flight and raises KeyboardInterrupt."""
     t0 = time.perf_counter()
     report = Report()
     if procs <= 0:
@@ -219,7 +228,7 @@ def run(config: RunConfig, cases: list[Case], planned: tuple[dict, dict], kernel
     started = time.time()
     try:
         for index, seconds in _pool(config, kernel_modules, procs, visible, order, todo, timeout, say, t0, cases,
-                                    report.hung, report.crashed):
+                                    report.hung, report.crashed, config.precompile_limit):
             built.update(keys[index, m, p] for m, p in todo[index])
             report.times.update(((*_label(cases[index]), m, p), s) for (m, p), s in zip(todo[index], seconds))
     finally:
@@ -320,12 +329,15 @@ def _interleaved(cases: list[Case], todo, device: str) -> list[int]:
 
 
 def _pool(config, kernel_modules, procs, visible, order, todo, timeout, say, t0, cases, hung: dict,
-          crashed: dict):
+          crashed: dict, limit: float | None = None):
     """Yields (case index, each build's seconds) as a process finishes a case; a process that dies,
-    or spends more than `timeout` on one build, loses that case and is replaced, unless as many have died before
-    they were ready as there are processes (they cannot start here: the pass ends). A build that
-    passed `timeout` goes into `hung` (Report.hung's keys: seconds it ran); one whose process died
-    of a CRASH_SIGNALS signal into `crashed` (the signal and its last words)."""
+    or spends more than `timeout` on one build, loses that case and is replaced while cases are
+    left, unless as many have died before they were ready as there are processes (they cannot start
+    here: the pass ends). A build that passed `timeout` goes into `hung` (Report.hung's keys:
+    seconds it ran); one whose process died of a CRASH_SIGNALS signal into `crashed` (the signal and
+    its last words). Past `limit` seconds in all the pass stops, its builds in flight left to the
+    run. Nothing here waits on a process without a bound (see REAP_S), so that the progress lines go
+    on and every limit is kept whatever a build does."""
     import multiprocessing as mp
     from multiprocessing.connection import wait
 
@@ -338,6 +350,7 @@ def _pool(config, kernel_modules, procs, visible, order, todo, timeout, say, t0,
     handlers = {s: signal.signal(s, lambda signum, _f: signals.append(signum)) for s in (signal.SIGINT,
                                                                                           signal.SIGTERM)}
     slots: list[dict] = []
+    killed: list = []  # processes killed while the pass goes on, reaped when they are gone
     logs = tempfile.TemporaryDirectory(prefix="kcollect-precompile-")  # each process's standard error
 
     def start(n: int) -> dict:
@@ -351,23 +364,39 @@ def _pool(config, kernel_modules, procs, visible, order, todo, timeout, say, t0,
         return dict(n=n, proc=proc, conn=mine, case=None, since=clock(), ready=False, building=None, tail=tail)
 
     def give(slot: dict) -> None:
+        # (a send does not block: a process holds one task at a time, far below a pipe's buffer)
         slot["case"] = queue.pop(0) if queue else None
         slot["since"], slot["building"] = clock(), None
         tail = slot["tail"]  # its last words are this case's, and only they are shown (with a crash)
         tail.offset = os.path.getsize(tail.path)
         tail.mark(tail.offset)
-        slot["conn"].send((slot["case"], todo[slot["case"]]) if slot["case"] is not None else None)
+        try:
+            slot["conn"].send((slot["case"], todo[slot["case"]]) if slot["case"] is not None else None)
+        except OSError:  # it has just died (a signal to the process group): the loop finds it dead
+            pass
 
-    last_say = clock()
+    def interrupted(live: list[dict]) -> None:
+        if signals:
+            say(f"precompile: interrupted; in flight: {_in_flight(live, cases) or 'none'}")
+            raise KeyboardInterrupt
+
+    began = last_say = clock()
     finished = unborn = 0
     try:
         slots = [start(n) for n in range(procs)]
         for slot in slots:
             give(slot)
         while live := [s for s in slots if s["case"] is not None]:
-            if signals:
-                raise KeyboardInterrupt
+            interrupted(live)
+            if limit is not None and clock() - began > limit:
+                say(f"precompile: stopped at its limit (--precompile-limit {limit:g} s); left to the run: "
+                    f"{_in_flight(live, cases)}" + (f" and {len(queue)} cases not begun" if queue else ""))
+                return  # the processes are stopped below; their builds are the measuring pass's
             wait([s["conn"] for s in live] + [s["proc"].sentinel for s in live], timeout=0.5)
+            # before reading the deaths: a signal to the process group (`timeout`, Ctrl-C) kills the
+            # processes too, and its builds in flight are the ones they died in
+            interrupted(live)
+            killed[:] = [p for p in killed if p.is_alive()]  # is_alive reaps, without waiting
             for slot in live:
                 got = _messages(slot)
                 if got is not None:
@@ -375,36 +404,69 @@ def _pool(config, kernel_modules, procs, visible, order, todo, timeout, say, t0,
                     yield slot["case"], got[1]
                     give(slot)
                     continue
-                if slot["proc"].is_alive() and not late(slot, clock(), timeout):  # each build a measurement's
+                alive = slot["proc"].is_alive()
+                if alive and not late(slot, clock(), timeout):  # each build a measurement's
                     continue
-                if slot["proc"].is_alive() and slot["building"] is not None:  # hung in that build
-                    hung[*_label(cases[slot["case"]]), *slot["building"]] = clock() - slot["since"]
-                slot["proc"].kill()  # it died or hangs: the case is the measuring pass's
-                slot["proc"].join()
-                if slot["building"] is not None and -(slot["proc"].exitcode or 0) in CRASH_SIGNALS:
-                    crashed[*_label(cases[slot["case"]]), *slot["building"]] = _crash(slot)
-                finished += 1
+                if slot["building"] is not None:
+                    where = (*_label(cases[slot["case"]]), *slot["building"])
+                    if alive:  # hung in that build
+                        hung[where] = clock() - slot["since"]
+                    elif -(slot["proc"].exitcode or 0) in CRASH_SIGNALS:
+                        crashed[where] = _crash(slot)
+                if alive:  # it hangs: killed, not waited for (a process in the GPU driver goes when it can)
+                    slot["proc"].kill()
+                    killed.append(slot["proc"])
+                finished += 1  # the case is the measuring pass's
                 unborn += not slot["ready"]
                 if unborn >= procs:
                     say("precompile: its processes die before they are ready; the run builds as it goes")
                     return
-                fresh = start(slot["n"])
-                slot.update(fresh)
-                give(slot)
+                if queue:
+                    slot.update(start(slot["n"]))
+                    give(slot)
+                else:  # nothing left to give: no fresh process (its start is seconds of imports)
+                    slot["case"] = None
             if clock() - last_say > 15:
-                last_say = clock()
+                last_say, oldest = clock(), _oldest(slots)
                 say(f"precompile: {finished}/{len(order)} cases, {time.perf_counter() - t0:.0f} s"
-                    + _oldest(slots, cases))
+                    + (f" (longest: {_in_flight([oldest], cases)})" if oldest else ""))
+        interrupted([])  # one that came as the last case ended: not lost (the run would go on measuring)
     finally:
-        for slot in slots:
-            if slot["proc"].is_alive():
-                if slot["case"] is None:
-                    slot["proc"].join(timeout=5)
-                slot["proc"].kill()
-            slot["proc"].join()
+        _stop(slots, killed, say)
         for s, h in handlers.items():
             signal.signal(s, h)
         logs.cleanup()
+
+
+# Seconds the pass waits at its end for the processes it stopped to be gone. A SIGKILL is not
+# instant for a process inside the GPU driver (it goes once the driver lets it); one still there
+# after this is named and left behind, so that the run goes on to measure.
+REAP_S = 5.0
+
+
+def _stop(slots: list[dict], killed: list, say) -> None:
+    """Ends the pass's processes: those told there is nothing left get REAP_S to exit on their own
+    (their compilers' pools end cleanly), the others are killed; none is waited for past REAP_S."""
+    idle = [s["proc"] for s in slots if s["case"] is None and s["proc"] not in killed]
+    busy = [s for s in slots if s["case"] is not None]
+    for slot in busy:
+        if slot["proc"].is_alive():
+            slot["proc"].kill()
+    for proc in _gone(idle, REAP_S):
+        proc.kill()
+    left = _gone(idle + killed + [s["proc"] for s in busy], REAP_S)
+    if left:
+        say(f"precompile: {len(left)} of its processes still there {REAP_S:g} s after they were killed "
+            f"(pid {', '.join(str(p.pid) for p in left)}: a build stuck in a driver?); the run goes on without them")
+
+
+def _gone(procs: list, seconds: float) -> list:
+    """Waits up to `seconds` for `procs` to end; those still running. (Not join(): its wait on a
+    process's sentinel also waits for any child it left holding that pipe.)"""
+    deadline = time.monotonic() + seconds
+    while (left := [p for p in procs if p.is_alive()]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return left
 
 
 def _crash(slot: dict) -> str:
@@ -414,18 +476,31 @@ def _crash(slot: dict) -> str:
     return f"signal {code} ({signal.Signals(code).name})" + (f"; its last words: {said}" if said else "")
 
 
-def _oldest(slots: list[dict], cases: list[Case]) -> str:
-    """The case a process has been building longest, for a pass that seems stuck on one."""
+def _oldest(slots: list[dict]) -> dict | None:
+    """The process that has been on its current build longest, for a pass that seems stuck on one."""
     busy = [s for s in slots if s["case"] is not None and s["ready"]]
-    if not busy:
-        return ""
-    slot = min(busy, key=lambda s: s["since"])
-    return f" (longest: {' '.join(_label(cases[slot['case']]))} for {clock() - slot['since']:.0f} s)"
+    return min(busy, key=lambda s: s["since"]) if busy else None
+
+
+def _in_flight(slots: list[dict], cases: list[Case]) -> str:
+    """What each process is on and for how long: its build (kernel mode provider shape dtype, as the
+    closing line of slowest builds names it), else its case and why no build yet."""
+    now, parts = clock(), []
+    for slot in slots:
+        kernel, shape, dtype = _label(cases[slot["case"]])
+        if slot["building"] is not None:
+            what = f"{kernel} {' '.join(slot['building'])} {shape} {dtype}"
+        else:
+            what = f"{kernel} {shape} {dtype} ({'between builds' if slot['ready'] else 'its process starting'})"
+        parts.append(f"{what} for {now - slot['since']:.0f} s")
+    return "; ".join(parts)
 
 
 def _messages(slot: dict):
     """Reads what a process said since: "ready" and ("build", mode, provider) (a build starts: its
-    limit counts from now) update the slot; a finished case's (index, seconds) is returned, else None."""
+    limit counts from now) update the slot; a finished case's (index, seconds) is returned, else None.
+    (recv() after poll() does not wait: each message is far below a pipe's atomic write, so a
+    readable pipe holds it whole.)"""
     try:
         while slot["conn"].poll():
             got = slot["conn"].recv()

@@ -110,6 +110,11 @@ CPU_COMPILE = ("compile", "on the CPU torch.compile builds C++, not the Triton c
                    "one process per two cores and per 8 GiB of memory (2 to 8 per GPU of the run), on the CPU 0 (the "
                    "interpreter builds nothing to keep). A build that runs past --measure-timeout there, or kills its "
                    "process itself (a compiler's assertion), is stored as an `error` row and not called again.")
+@click.option("--precompile-limit", default=None, metavar="SECONDS",
+              help="Stop the precompile pass after SECONDS in all (default: no limit); the builds it has not made "
+                   "by then, those in flight included, are made by the run as it meets them, each within "
+                   "--measure-timeout. For a run with a time budget: a build stuck in the pass then costs at most "
+                   "SECONDS there, and the run goes on to measure (and store) the rest.")
 @click.option("--profile", "profile_dir", default=None, metavar="DIR",
               help="Write a cProfile of each measuring process to DIR: RUN_ID.prof (pstats) and RUN_ID.txt (the "
                    "functions with the most cumulative time), for overhead the run's breakdown does not name.")
@@ -123,7 +128,7 @@ CPU_COMPILE = ("compile", "on the CPU torch.compile builds C++, not the Triton c
 @kernel_module_option
 def run(names, all_, changed, quick, modes, providers, dtypes, where, shapes, device, warmup_ms, rep_ms, min_reps, ci_pct,
         cuda_graph, recheck, seed, db, commit, commit_time, machine, gpus, workers, measure_timeout, shard, cache_dir,
-        precompile, profile_dir, fail_on_incorrect, verbose, dry_run, fmt, kernel_modules) -> None:
+        precompile, precompile_limit, profile_dir, fail_on_incorrect, verbose, dry_run, fmt, kernel_modules) -> None:
     """Run kernels against their baselines, gate on correctness, time, and store one row per
     (kernel, mode, provider, shape, dtype). Progress goes to stderr (one line rewritten on a
     terminal; elsewhere a line every 30 s; --verbose: a line per measurement), then the table of
@@ -199,7 +204,9 @@ def run(names, all_, changed, quick, modes, providers, dtypes, where, shapes, de
                        shard=shard, workers=max(1, len(pool)), caches=caches, measure_timeout=timeout,
                        unavailable=(CPU_COMPILE,) if device == "cpu" and "compile" not in providers else (),
                        profile=None if dry_run else _profile_dir(profile_dir),
-                       precompile=_precompile(precompile, device, len(pool)), **budget)
+                       precompile=_precompile(precompile, device, len(pool)),
+                       precompile_limit=None if precompile_limit is None else _number(
+                           "--precompile-limit", precompile_limit, 0, open_=True), **budget)
     cases = plan(specs, config)
     if not cases:
         fail("the selection leaves nothing to run (check --mode/--provider/--dtype/--where/--shape against "

@@ -1,8 +1,10 @@
 """The precompile pass (`kcollect run --precompile N`, collector/precompile.py) on the CPU with the
 planted kernels: what it builds, what it remembers, and Ctrl-C while it works (a crash and a hang
-in it: test_collect's fragile-run test)."""
+in it: test_collect's fragile-run test); with stalling_kernels.py, a build that never ends there:
+its process not going when killed, SIGTERM while it is in flight, and --precompile-limit."""
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -202,3 +204,89 @@ def test_the_pass_ends_when_its_processes_cannot_start(tmp_path, monkeypatch):
     assert "precompile: its processes die before they are ready; the run builds as it goes" in out.stderr
     runs, rows = _stored(db)
     assert [r["status"] for r in runs] == ["finished", "finished"] and len(rows) == 2 * 12
+
+
+STALLING = str(Path(__file__).resolve().parent / "stalling_kernels.py")
+
+
+def _stall_run(tmp_path, *extra, env=None):
+    """`kcollect run stall` fwd (two cases, `sticky`'s on M=3 stuck for ever in the pass) in its own
+    process group; (process, folder of the stuck processes' files)."""
+    stuck = tmp_path / "stuck"
+    stuck.mkdir()
+    args = ["run", "stall", *FAST, "--kernel-module", STALLING, "--mode", "fwd", "--precompile", "2",
+            "--cache-dir", str(tmp_path / "cache"), "--db", str(tmp_path / "k.duckdb"), *extra]
+    proc = subprocess.Popen(KCOLLECT + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, env={**os.environ, "KCOLLECT_TEST_STUCK": str(stuck), **(env or {})})
+    return proc, stuck
+
+
+def _finish(proc, stuck, timeout=120) -> str:
+    """The run's standard error once it ends; whatever it left stuck is killed (a failing test's too)."""
+    try:
+        _, err = proc.communicate(timeout=timeout)
+        return err
+    finally:
+        for f in stuck.iterdir():
+            try:
+                os.kill(int(f.name), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+
+
+def test_a_build_whose_process_does_not_go_when_killed_does_not_hold_the_pass(tmp_path):
+    # `sticky` hangs past its limit (its watchdog's clock jumps: stalling_kernels.py) and its process
+    # does not go at SIGKILL (as one inside the GPU driver): the pass names it hung, waits REAP_S for it at its end, names it and goes on; the
+    # run measures every row (a pass that waited for it never ended: the run was killed, nothing stored)
+    proc, stuck = _stall_run(tmp_path, "--measure-timeout", "300", env={"KCOLLECT_TEST_HOLD_KILL": "1"})
+    err = _finish(proc, stuck)
+    assert proc.returncode == 0, err
+    assert "precompile: 1 of its processes still there 1 s after they were killed" in err, err
+    assert "1 hung (the run records them as errors, without calling them)" in err, err
+    _, rows = _stored(tmp_path / "k.duckdb")
+    got = {(r["provider"], r["shape"]): (r["status"], r["error"]) for r in rows}
+    assert len(rows) == 4 and got["sticky", "M=4,N=8"][0] == got["torch", "M=3,N=5"][0] == "ok", got
+    status, why = got["sticky", "M=3,N=5"]
+    assert status == "error" and why.startswith("its build hung in the precompile pass for "), why
+
+
+def test_sigterm_in_the_pass_names_the_builds_in_flight(tmp_path):
+    proc, stuck = _stall_run(tmp_path, "--measure-timeout", "300")
+    try:
+        deadline = time.time() + 120
+        while not any(stuck.iterdir()):  # the pass's process is in sticky's build
+            assert time.time() < deadline and proc.poll() is None
+            time.sleep(0.1)
+        time.sleep(1)
+        os.killpg(proc.pid, signal.SIGTERM)  # as `timeout` does: the whole process group
+    finally:
+        err = _finish(proc, stuck)
+    assert proc.returncode == 130, err
+    # each process's build and how long it has been on it (the other case may still be building too)
+    head = "precompile: interrupted; in flight: "
+    line = next((x for x in err.splitlines() if x.startswith(head)), err)
+    assert "stall fwd sticky M=3,N=5 bfloat16" in line, line
+    assert all(re.fullmatch(r"stall (fwd \w+ )?M=\d,N=\d bfloat16( \(.+\))? for \d+ s", part)
+               for part in line[len(head):].split("; ")), line
+    assert "interrupted while building ahead; nothing was measured" in err
+
+
+def test_the_pass_stops_at_its_limit_and_the_run_builds_the_rest(tmp_path):
+    # sticky's build never ends in the pass; past --precompile-limit the pass stops (wherever its
+    # processes are: a loaded machine may still be starting them) and the run makes every build
+    # itself, sticky's included (it is not a hang of the pass's limit: called again, it answers)
+    proc, stuck = _stall_run(tmp_path, "--measure-timeout", "300", "--precompile-limit", "3")
+    err = _finish(proc, stuck)
+    assert proc.returncode == 0, err
+    assert "precompile: stopped at its limit (--precompile-limit 3 s); left to the run: " in err, err
+    _, rows = _stored(tmp_path / "k.duckdb")
+    assert len(rows) == 4 and {r["status"] for r in rows} == {"ok"}, rows
+
+
+def test_precompile_limit_takes_seconds(tmp_path):
+    out = kc_here("run", "scaled", *FAST, "--precompile-limit", "-1", "--db", str(tmp_path / "k.duckdb"))
+    assert out.exit_code == 2
+    assert out.stderr.strip().splitlines()[-1] == "kcollect: error: --precompile-limit '-1': must be a finite number > 0"
