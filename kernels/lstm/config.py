@@ -60,9 +60,10 @@ def pick(B: int, H: int, device) -> LSTMConfig:
     resident = fits and 4 * hb * hp * 2 <= RESIDENT_BYTES
     resident_bwd = bb * 4 * hp * 2 <= RESIDENT_BYTES and 4 * hp * hb_bwd * 2 <= RESIDENT_BYTES
     warps = 8 if resident or resident_bwd else 4
-    if gpu_model(device) == "h200":  # lab/results/lstm_tune_h200.txt: streamed tiles of 128 rows forward,
-        # 256 in 8 warps backward (B64 T256 H2048: fwd 4.34 -> 3.78 ms, bwd 13.25 -> 8.86; B32 T60 H512 bwd
-        # 0.780 -> 0.696); fewer dependent loads a step. Not measured on an H100: it keeps 64 rows
+    # On the H200, streamed tiles of 128 rows forward and 256 in 8 warps backward: fewer dependent
+    # loads a step (lab/results/lstm_tune_h200.txt; B64 T256 H2048: fwd 4.34 -> 3.78 ms, bwd 13.25 ->
+    # 8.86; B32 T60 H512 bwd 0.780 -> 0.696). Not measured on an H100, which keeps 64 rows.
+    if gpu_model(device) == "h200":
         return LSTMConfig(bb=bb, hb=hb, hb_bwd=hb_bwd, bk=128, bk_bwd=256, resident=resident,
                           resident_bwd=resident_bwd, warps=warps, warps_bwd=8)
     return LSTMConfig(bb=bb, hb=hb, hb_bwd=hb_bwd, bk=64, resident=resident, resident_bwd=resident_bwd,
