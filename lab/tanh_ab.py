@@ -5,6 +5,8 @@ kernels at a few shapes through lab.cells_tune (the collector's gate against flo
 CUDA-graph timing). Rounds of every variant in turn, so that a drift moves them alike.
 
     python -m lab.tanh_ab --rounds 2 --ops slstm,lstm     # on a GPU machine
+    python -m lab.tanh_ab --ops slstm --modes bwd --variants main,series,sigmoid \
+        --shape B=32,NH=4,T=60,DH=64,resets=0.1 --shape B=64,NH=16,T=256,DH=64,resets=0.1
 
 Variants: `main` (recurrent.tanh as it is), `series` (the Taylor series below |x| = 0.1, else
 2 sigmoid(2x) - 1: main from e10d61d to 9333553), `sigmoid` (2 sigmoid(2x) - 1 everywhere: before
@@ -43,7 +45,7 @@ def _approx(x):
 VARIANTS = {"main": None, "series": _series, "sigmoid": _sigmoid_form, "approx": _approx}
 
 
-def child(variant: str, ops: list[str], modes: str) -> int:
+def child(variant: str, ops: list[str], modes: str, shapes: list[str]) -> int:
     from kcollect.kernels._jit import recurrent
 
     if VARIANTS[variant] is not None:
@@ -52,7 +54,7 @@ def child(variant: str, ops: list[str], modes: str) -> int:
 
     for op in ops:
         argv = ["--ops", op, "--modes", modes, "--only", "default", "--peers", ""]
-        for shape in SHAPES[op]:
+        for shape in shapes or SHAPES[op]:
             argv += ["--shape", shape]
         print(f"## variant {variant}", flush=True)
         cells_tune.main(argv)
@@ -65,16 +67,19 @@ def main(argv=None) -> int:
     ap.add_argument("--ops", default="slstm,lstm")
     ap.add_argument("--modes", default="fwd,bwd")
     ap.add_argument("--variants", default="series,sigmoid,approx")
+    ap.add_argument("--shape", action="append", default=[], help="a shape label instead of the op's shapes "
+                                                                     "above (repeatable; with one op)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     ops = [o for o in args.ops.split(",") if o]
     if args.child:
-        return child(args.child, ops, args.modes)
+        return child(args.child, ops, args.modes, args.shape)
     for r in range(args.rounds):
         for variant in args.variants.split(","):
             print(f"# round {r + 1}, variant {variant}", flush=True)
+            shapes = [a for shape in args.shape for a in ("--shape", shape)]
             subprocess.run([sys.executable, "-m", "lab.tanh_ab", "--child", variant, "--ops", args.ops,
-                            "--modes", args.modes], check=False)
+                            "--modes", args.modes, *shapes], check=False)
     return 0
 
 
