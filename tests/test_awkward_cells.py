@@ -373,3 +373,32 @@ def test_mlstm_forget_gate_gradient_where_one_weight_is_all():
     case = _mlstm_case("bfloat16", {"B": 1, "NH": 1, "DH": 64, "T": 2}, 1391535237, gates="wild")
     verdict = cells.check(case, "cpu")
     assert verdict["status"] == "ok", f"{json.dumps(case)}: {verdict.get('message')}"
+
+
+def test_mlstm_scores_rounded_once_in_fp32():
+    # h_t is a ratio of S-weighted sums (S = q k^T / sqrt(DH)), and where the normaliser cancels the
+    # gradients amplify S's rounding. The GPU's fp32 dot (IEEE: one FMA chain over DH, which
+    # gpu_dot.fma_chain gives the interpreter) left S 1-2 ulp off: on an H200 this case's di was
+    # 1.43e-6 and df 1.39e-6 (eager 1.1e-7, 1.7e-7); here 1.1e-6 before S was summed in float64
+    # and rounded once (chunk.scores64), 1.6e-7 after
+    import gpu_dot
+
+    case = _mlstm_case("float32", {"B": 3, "NH": 1, "DH": 24, "T": 3}, 1343288220, resets="edges", x_scale=10.0)
+    with gpu_dot.fma_chain():
+        verdict = cells.check(case, "cpu")
+    worst = max(p["ours"] for p in verdict["parts"])
+    assert worst < 2 ** -21, f"{json.dumps(case)}: {verdict['parts']}"
+
+
+def test_mlstm_scores_rounded_once_in_wide_fp32_heads(monkeypatch):
+    # the same class at the GPU's chunks of 64 and heads of 128 (TF32x3 there; the interpreter's
+    # exact products show it too): output 2.35e-5 on an H200 (eager 5.7e-6); here the worst part
+    # was 3.2e-5 before (eager's 1.8e-5), 1.3e-6 after
+    import kcollect.kernels.mlstm as mlstm_module
+
+    monkeypatch.setattr(mlstm_module, "pick", lambda T, DH, device: mlstm_module.MLSTMConfig(chunk=64, bv=64))
+    case = _mlstm_case("float32", {"B": 1, "NH": 1, "DH": 128, "T": 65}, 366648189, resets="last",
+                       gates="weak_forget", x_scale=10.0)
+    verdict = cells.check(case, "cpu")
+    ours, eager = (max(p[k] for p in verdict["parts"]) for k in ("ours", "eager"))
+    assert ours < eager, f"{json.dumps(case)}: {verdict['parts']}"
