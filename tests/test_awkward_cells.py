@@ -373,3 +373,63 @@ def test_mlstm_forget_gate_gradient_where_one_weight_is_all():
     case = _mlstm_case("bfloat16", {"B": 1, "NH": 1, "DH": 64, "T": 2}, 1391535237, gates="wild")
     verdict = cells.check(case, "cpu")
     assert verdict["status"] == "ok", f"{json.dumps(case)}: {verdict.get('message')}"
+
+
+def test_mlstm_scores_rounded_once_in_fp32():
+    # h_t is a ratio of S-weighted sums (S = q k^T / sqrt(DH)), and where the normaliser cancels the
+    # gradients amplify S's rounding. The GPU's fp32 dot (IEEE: one FMA chain over DH, which
+    # gpu_dot.fma_chain gives the interpreter) left S 1-2 ulp off: on an H200 this case's di was
+    # 1.43e-6 and df 1.39e-6 (eager 1.1e-7, 1.7e-7); here 1.1e-6 before S was summed in float64
+    # and rounded once (chunk.scores64), 1.6e-7 after
+    import gpu_dot
+
+    case = _mlstm_case("float32", {"B": 3, "NH": 1, "DH": 24, "T": 3}, 1343288220, resets="edges", x_scale=10.0)
+    with gpu_dot.fma_chain():
+        verdict = cells.check(case, "cpu")
+    worst = max(p["ours"] for p in verdict["parts"])
+    assert worst < 2 ** -21, f"{json.dumps(case)}: {verdict['parts']}"
+
+
+def test_mlstm_scores_rounded_once_in_wide_fp32_heads(monkeypatch):
+    # the same class at the GPU's chunks of 64 and heads of 128 (TF32x3 there; the interpreter's
+    # exact products show it too): output 2.35e-5 on an H200 (eager 5.7e-6); here the worst part
+    # was 3.2e-5 before (eager's 1.8e-5), 1.3e-6 after
+    import kcollect.kernels.mlstm as mlstm_module
+
+    monkeypatch.setattr(mlstm_module, "pick", lambda T, DH, device: mlstm_module.MLSTMConfig(chunk=64, bv=64))
+    case = _mlstm_case("float32", {"B": 1, "NH": 1, "DH": 128, "T": 65}, 366648189, resets="last",
+                       gates="weak_forget", x_scale=10.0)
+    verdict = cells.check(case, "cpu")
+    ours, eager = (max(p[k] for p in verdict["parts"]) for k in ("ours", "eager"))
+    assert ours < eager, f"{json.dumps(case)}: {verdict['parts']}"
+
+
+def test_axon_parameter_gradients_from_float64_state_in_fp32():
+    # the gradients of nu_log and theta_log are sums over T x B of the adjoint times the state, which
+    # cancel; fp32 scans run with g and phi rounded to fp32 drift from float64's recurrence (radius
+    # 0.97 here), and those sums kept it: on an H200 this case's dnu_log was 2.95e-6 (eager 6.2e-7).
+    # Over twelve upstream draws here ours was up to 13x eager's (theta_log 1.6e-6, eager 1.2e-7, at
+    # draw 4; 2.7x at draw 6); with the state and the adjoint in float64 at most 0.61x (ours 2e-8 to
+    # 4.6e-7). The two draws where it was worst (the interpreter's scans take 2 s a pass)
+    from kcollect.kernels.axon.naive import step_loop
+
+    case = _case("axon", "float32", {"B": 3, "H": 4, "O": 4, "T": 257}, resets="first", gates="mixed") \
+        | {"seed": 1195872260}
+    subject = cells.subject(case, "cpu")
+    inputs = subject.make_inputs()
+    names = subject.grad_inputs
+    ref = verify.upcast(inputs)
+    leaves = [ref[n].requires_grad_(True) for n in names]
+    y64 = step_loop(**ref)[0]
+
+    runs = []
+    for fn in (axon.axon, step_loop):  # one forward each, a backward per upstream draw
+        mine = {k: v.detach().clone().requires_grad_(k in names) if torch.is_tensor(v) else v for k, v in inputs.items()}
+        runs.append((fn(**mine)[0], [mine[n] for n in names]))
+    for seed in (4, 6):
+        dy = torch.randn(y64.shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+        want = dict(zip(names, torch.autograd.grad(y64, leaves, dy, retain_graph=True)))
+        ours, eager = (dict(zip(names, torch.autograd.grad(y, xs, dy.float(), retain_graph=True))) for y, xs in runs)
+        for n in ("nu_log", "theta_log"):
+            mine, theirs = verify.rel_error(ours[n], want[n]), verify.rel_error(eager[n], want[n])
+            assert mine <= theirs, f"{json.dumps(case)}, upstream seed {seed}: d{n} {mine:.2e} > eager's {theirs:.2e}"

@@ -68,7 +68,7 @@ class AxonFunction(torch.autograd.Function):
         # float64's last products only where fp32 users expect eager's error
         wide = torch.float64 if x.dtype == torch.float32 else torch.float32
         par = channel_constants(nu_log, theta_log, w1, w2, wide)
-        y2h, state = axon_scan_fwd(xh, par.float(), resets, scale, config)
+        y2h, state = axon_scan_fwd(xh, par, resets, scale, config)  # float64 par: a float64 state (fp32)
         w_lin, w_out = w_lin.contiguous(), w_out.contiguous()  # (the CPU's addmm of a strided one rounds worse)
         y = torch.addmm(torch.addmm(b_lin + b_out, x2, w_lin.t()), y2h.view(B * T, 2 * H), w_out.t())
         ctx.save_for_backward(x, xh, y2h, par, m, w_lin, w_out, resets)
@@ -84,7 +84,7 @@ class AxonFunction(torch.autograd.Function):
         dy2 = dy.reshape(B * T, -1)
         db = bias_grad(dy2, 0)
         dy2h = (dy2 @ w_out).view(B, T, 2 * H)
-        dxh, acc = axon_scan_bwd(dy2h, xh, y2h, par.float(), resets, ctx.scale, ctx.config)
+        dxh, acc = axon_scan_bwd(dy2h, xh, y2h, par, resets, ctx.scale, ctx.config)
         if m.dtype == dy.dtype:
             dx = torch.addmm(dy2 @ w_lin, dxh.view(B * T, H), m.t()).view(B, T, H)
         else:

@@ -8,8 +8,9 @@ Per channel h the state is a complex number c = (c1, c2) turned by lambda = r e^
 with (c1, c2) zeroed before the steps where a row resets. The forward also carries the eight
 eligibility traces Cortex's AxonCell hands to the next chunk (forward-mode derivatives of c with
 respect to nu_log, theta_log, w1 and w2 since the row's last reset), and returns them with the final
-state. Layouts: xh [B, T, H] the SRHT-mixed input before its 1/sqrt(H) scale; par [10, H] fp32 the
-per-channel constants (_PAR below); y2h [B, T, 2H] (c1 | c2); state [10, B, H] (c1, c2, then the
+state. Layouts: xh [B, T, H] the SRHT-mixed input before its 1/sqrt(H) scale; par [10, H] the
+per-channel constants (_PAR below; float64 for fp32 inputs, whose state and adjoint the scans
+then carry in float64); y2h [B, T, 2H] (c1 | c2); state [10, B, H] (c1, c2, then the
 traces E_nu_c1, E_nu_c2, E_th_c1, E_th_c2, E_w1_c1, E_w1_c2, E_w2_c1, E_w2_c2, Cortex's order)."""
 from __future__ import annotations
 
@@ -63,6 +64,8 @@ def _keep(rs_ptr, b, t, T, has_resets):
 
 @triton.jit
 def _fwd_step(t, b, h, hm, xh_ptr, y2h_ptr, rs_ptr, T, H, scale, p, c1, c2, e, has_resets):
+    """One step: the state (c1, c2) in p's dtype (float64 for fp32 inputs: see _axon_fwd), the traces
+    in fp32 (from the state rounded to fp32)."""
     g, phi, gamma, w1, w2, dg_nu, dphi_nu, dgamma_nu, dg_th, dphi_th = p
     enu1, enu2, eth1, eth2, ew11, ew12, ew21, ew22 = e
     keep = _keep(rs_ptr, b, t, T, has_resets)
@@ -72,6 +75,10 @@ def _fwd_step(t, b, h, hm, xh_ptr, y2h_ptr, rs_ptr, T, H, scale, p, c1, c2, e, h
     u1, u2 = w1 * xhat, w2 * xhat
     n1 = g * c1 - phi * c2 + gamma * u1
     n2 = g * c2 + phi * c1 + gamma * u2
+    f32 = tl.float32  # (casts of fp32 values are none)
+    g, phi, gamma, dg_nu, dphi_nu = g.to(f32), phi.to(f32), gamma.to(f32), dg_nu.to(f32), dphi_nu.to(f32)
+    dgamma_nu, dg_th, dphi_th = dgamma_nu.to(f32), dg_th.to(f32), dphi_th.to(f32)
+    c1, c2, u1, u2 = c1.to(f32), c2.to(f32), u1.to(f32), u2.to(f32)
     tl.store(y2h_ptr + row * 2 * H + h, n1.to(y2h_ptr.dtype.element_ty), mask=hm)
     tl.store(y2h_ptr + row * 2 * H + H + h, n2.to(y2h_ptr.dtype.element_ty), mask=hm)
     enu1, enu2 = enu1 * keep, enu2 * keep
@@ -89,6 +96,12 @@ def _fwd_step(t, b, h, hm, xh_ptr, y2h_ptr, rs_ptr, T, H, scale, p, c1, c2, e, h
 @triton.jit(do_not_specialize=["B", "T", "has_resets"])
 def _axon_fwd(xh_ptr, par_ptr, rs_ptr, y2h_ptr, st_ptr, B, T, H, scale, has_resets, BH: tl.constexpr,
               PIPE: tl.constexpr, STAGES: tl.constexpr):
+    """The state in par's dtype: float64 for fp32 inputs (rounded once to fp32 where stored). The
+    parameter gradients are sums over T x B of the adjoint times the stored state, which cancel
+    (the issue 40 H200 sweep: B3 H4 T257, dnu_log 2.95e-6 where eager's was 6.2e-7), and an fp32
+    recurrence run with g and phi rounded to fp32 drifts from float64's by 16 of the state's
+    roundings (radius 0.97 there): on the interpreter most of those gradients' error, 1e-7 to 2e-6
+    over upstream draws, where the float64 recurrence rounded once gave 1e-8 to 3e-7."""
     b = tl.program_id(1)
     h = tl.program_id(0) * BH + tl.arange(0, BH)
     hm = h < H
@@ -98,7 +111,8 @@ def _axon_fwd(xh_ptr, par_ptr, rs_ptr, y2h_ptr, st_ptr, B, T, H, scale, has_rese
          tl.load(par_ptr + 6 * H + h, mask=hm, other=0.0), tl.load(par_ptr + 7 * H + h, mask=hm, other=0.0),
          tl.load(par_ptr + 8 * H + h, mask=hm, other=0.0), tl.load(par_ptr + 9 * H + h, mask=hm, other=0.0))
     z = tl.zeros((BH,), tl.float32)
-    c1, c2, e = z, z, (z, z, z, z, z, z, z, z)
+    zc = tl.zeros((BH,), par_ptr.dtype.element_ty)
+    c1, c2, e = zc, zc, (z, z, z, z, z, z, z, z)
     if PIPE:
         for t in tl.range(0, T, num_stages=STAGES):
             c1, c2, e = _fwd_step(t, b, h, hm, xh_ptr, y2h_ptr, rs_ptr, T, H, scale, p, c1, c2, e, has_resets)
@@ -109,8 +123,8 @@ def _axon_fwd(xh_ptr, par_ptr, rs_ptr, y2h_ptr, st_ptr, B, T, H, scale, has_rese
             t += 1
     plane = B * H
     out = st_ptr + b.to(tl.int64) * H + h
-    tl.store(out, c1, mask=hm)
-    tl.store(out + plane, c2, mask=hm)
+    tl.store(out, c1.to(tl.float32), mask=hm)
+    tl.store(out + plane, c2.to(tl.float32), mask=hm)
     for i in tl.static_range(8):
         tl.store(out + (2 + i) * plane, e[i], mask=hm)
 
@@ -140,15 +154,17 @@ def _bwd_step(t, b, h, hm, dy2h_ptr, xh_ptr, y2h_ptr, rs_ptr, dxh_ptr, T, H, sca
 @triton.jit(do_not_specialize=["B", "T", "has_resets"])
 def _axon_bwd(dy2h_ptr, xh_ptr, y2h_ptr, par_ptr, rs_ptr, dxh_ptr, acc_ptr, B, T, H, scale, has_resets,
               BH: tl.constexpr, PIPE: tl.constexpr, STAGES: tl.constexpr, ACC64: tl.constexpr):
-    """ACC64 (fp32 inputs): the parameter gradients, sums of T terms, accumulated in float64 (each
-    term rounded once in fp32): an fp32 running sum rounds T times, 5x eager's error at T = 257."""
+    """ACC64 (fp32 inputs): the parameter gradients, sums of T terms, accumulated in float64: an fp32
+    running sum rounds T times, 5x eager's error at T = 257. The adjoint in par's dtype (float64 for
+    fp32 inputs, as the forward's state): in fp32 with g and phi rounded to fp32 it drifted as the
+    forward's did, and the gradient of theta_log kept 1e-6 of that."""
     b = tl.program_id(1)
     h = tl.program_id(0) * BH + tl.arange(0, BH)
     hm = h < H
     p = (tl.load(par_ptr + h, mask=hm, other=0.0), tl.load(par_ptr + H + h, mask=hm, other=0.0),
          tl.load(par_ptr + 2 * H + h, mask=hm, other=0.0), tl.load(par_ptr + 3 * H + h, mask=hm, other=0.0),
          tl.load(par_ptr + 4 * H + h, mask=hm, other=0.0))
-    z = tl.zeros((BH,), tl.float32)
+    z = tl.zeros((BH,), par_ptr.dtype.element_ty)
     if ACC64:
         a = tl.zeros((BH,), tl.float64)
     else:
@@ -175,7 +191,7 @@ def _launch(B, H, device, config: AxonConfig) -> tuple[tuple, dict]:
 
 
 def axon_scan_fwd(xh, par, resets, scale: float, config: AxonConfig):
-    """(y2h [B, T, 2H] in xh's dtype, state [10, B, H] fp32); par [10, H] fp32."""
+    """(y2h [B, T, 2H] in xh's dtype, state [10, B, H] fp32); par [10, H] fp32, or float64 (fp32 xh)."""
     B, T, H = xh.shape
     y2h = torch.empty(B, T, 2 * H, device=xh.device, dtype=xh.dtype)
     state = torch.empty(10, B, H, device=xh.device, dtype=torch.float32)
@@ -187,7 +203,7 @@ def axon_scan_fwd(xh, par, resets, scale: float, config: AxonConfig):
 
 def axon_scan_bwd(dy2h, xh, y2h, par, resets, scale: float, config: AxonConfig):
     """(d xh [B, T, H], [5, H]: the gradients of g, phi, gamma, w1, w2 summed over rows and steps, in
-    float64 for fp32 inputs, else fp32); par [10, H] fp32."""
+    float64 for fp32 inputs, else fp32); par [10, H] as axon_scan_fwd's."""
     B, T, H = xh.shape
     dxh = torch.empty_like(xh)
     acc64 = xh.dtype == torch.float32

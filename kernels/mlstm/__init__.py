@@ -30,7 +30,8 @@ __all__ = ["MLSTMConfig", "MLSTMFunction", "dot_mode", "fitted", "mlstm", "pick"
 
 def dot_mode(dtype, device, DH: int) -> int:
     """How the chunk kernels' tl.dot multiplies (kernels/_host/dot.py): fp32 heads padded to 32 or
-    fewer columns take IEEE, wider ones TF32X3 (the stack IEEE costs them: _jit/recurrent.py's dot).
+    fewer columns take IEEE, wider ones TF32X3 (the stack IEEE costs them: _jit/recurrent.py's dot);
+    but for S = q k^T, which fp32 sums in float64 whatever the width (chunk.scores64).
     Built by Triton 3.6 for sm_90 with TF32X3 at 16 columns, the backward's chunk kernel reads
     shared memory past its allocation (compute-sanitizer on an H200: DH 3 and 16, not 64, not with
     IEEE; lab/results/sanitize_mlstm_h200_b8e243f.txt), which gave wrong gradients where the stray

@@ -21,7 +21,7 @@ import triton.language as tl
 
 from .._jit.recurrent import div_f32, dot, exp_f32, sigmoid_f32
 from .._host.cells import shared_bytes_for_types
-from .chunk import NEG, chunk_gates, gaps, load_state, load_tile, scan_program, store_state, to_end
+from .chunk import NEG, chunk_gates, gaps, load_state, load_tile, scan_program, scores64, store_state, to_end
 from .fwd import meta_of
 
 
@@ -110,7 +110,10 @@ def _mlstm_dchunk(q_ptr, k_ptr, v_ptr, i_ptr, f_ptr, rs_ptr, dh_ptr, qinv_ptr, d
     q = load_tile(q_ptr, bh, c * L, T, DH, d, L)
     k = load_tile(k_ptr, bh, c * L, T, DH, d, L)
     ty = q.dtype
-    S = dot(q, tl.trans(k), tl.zeros((L, L), tl.float32), DOT_F32) * scale
+    if PRECISE:
+        S = scores64(q_ptr, k_ptr, bh, c * L, T, DH, scale, L)  # the forward's
+    else:
+        S = dot(q, tl.trans(k), tl.zeros((L, L), tl.float32), DOT_F32) * scale
     # rows past T too: their m_t is not stored (read as 0), so a large input gate of a real step
     # would overflow their weights to inf, and inf times their zero gradients is NaN in every sum
     # over rows (dk, dv, di, df; seen on the GPU, whose chunks of 64 pad a sequence of 17)

@@ -74,3 +74,23 @@ def store_state(cs_ptr, ns_ptr, row, C, n, DH, d, e, first):
     """The [DP, BV] block C of the state `row` of a [*, DH, DH] tensor, and n [DP] where `first`."""
     tl.store(cs_ptr + row * DH * DH + d[:, None] * DH + e[None, :], C, mask=(d < DH)[:, None] & (e < DH)[None, :])
     tl.store(ns_ptr + row * DH + d, n, mask=(d < DH) & first)
+
+
+@triton.jit
+def scores64(q_ptr, k_ptr, bh, t0, T, DH, scale, L: tl.constexpr):
+    """[L, L] fp32: scale q_t . k_s of the chunk's steps from t0, summed in float64 and rounded once
+    (the fp32 kernels' S). h_t is a ratio of sums weighted by S, and where those sums cancel, the
+    gradients of i and f amplify S's rounding: an fp32 chain of DH fused multiply-adds (the GPU's
+    IEEE tl.dot) leaves 1-2 ulp, which put di and df of issue 40's B3 DH24 T3 case (x_scale 10)
+    at 1.4e-6 on an H200 (eager 1.1e-7); a correctly rounded S, the same in the forward and the
+    backward, takes it to eager's (tests/test_mlstm.py). One column of q and of k a step: DH rank-1
+    updates of L x L float64 products."""
+    t = t0 + tl.arange(0, L)
+    tm = t < T
+    rows = (bh * T + t) * DH
+    acc = tl.zeros((L, L), tl.float64)
+    for d in range(DH):
+        qd = tl.load(q_ptr + rows + d, mask=tm, other=0.0).to(tl.float64)
+        kd = tl.load(k_ptr + rows + d, mask=tm, other=0.0).to(tl.float64)
+        acc += qd[:, None] * kd[None, :]
+    return (acc * scale).to(tl.float32)

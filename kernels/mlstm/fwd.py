@@ -13,7 +13,7 @@ import triton.language as tl
 from .._host.cells import precise
 from .._jit.recurrent import div_f32, dot, exp_f32
 from .._host.cells import shared_bytes_for_types
-from .chunk import NEG, chunk_gates, gaps, load_state, load_tile, scan_program, store_state, to_end
+from .chunk import NEG, chunk_gates, gaps, load_state, load_tile, scan_program, scores64, store_state, to_end
 
 
 @triton.jit(do_not_specialize=["NH", "T", "NC", "has_resets"])
@@ -63,7 +63,10 @@ def _mlstm_out(q_ptr, k_ptr, v_ptr, i_ptr, f_ptr, rs_ptr, cs_ptr, ns_ptr, ms_ptr
     m_c = tl.load(ms_ptr + row)
     n_c = tl.load(ns_ptr + row * DH + d, mask=d < DH, other=0.0)
     q = load_tile(q_ptr, bh, c * L, T, DH, d, L)
-    S = dot(q, tl.trans(load_tile(k_ptr, bh, c * L, T, DH, d, L)), tl.zeros((L, L), tl.float32), DOT_F32) * scale
+    if PRECISE:
+        S = scores64(q_ptr, k_ptr, bh, c * L, T, DH, scale, L)
+    else:
+        S = dot(q, tl.trans(load_tile(k_ptr, bh, c * L, T, DH, d, L)), tl.zeros((L, L), tl.float32), DOT_F32) * scale
     valid = (j[None, :] <= j[:, None]) & (seg[None, :] == seg[:, None])
     gap = gaps(A)
     base = tl.where(seg == 0, m_c + A.to(tl.float32), NEG)
