@@ -83,7 +83,7 @@ def scores64(q_ptr, k_ptr, bh, t0, T, DH, scale, L: tl.constexpr):
     gradients of i and f amplify S's rounding: an fp32 chain of DH fused multiply-adds (the GPU's
     IEEE tl.dot) leaves 1-2 ulp, which put di and df of issue 40's B3 DH24 T3 case (x_scale 10)
     at 1.4e-6 on an H200 (eager 1.1e-7); a correctly rounded S, the same in the forward and the
-    backward, takes it to eager's (tests/test_mlstm.py). One column of q and of k a step: DH rank-1
+    backward, takes it to eager's (tests/test_awkward_cells.py). One column of q and of k a step: DH rank-1
     updates of L x L float64 products."""
     t = t0 + tl.arange(0, L)
     tm = t < T
