@@ -8,10 +8,11 @@ CUDA-graph timing). Rounds of every variant in turn, so that a drift moves them 
     python -m lab.tanh_ab --ops slstm --modes bwd --variants main,series,sigmoid \
         --shape B=32,NH=4,T=60,DH=64,resets=0.1 --shape B=64,NH=16,T=256,DH=64,resets=0.1
 
-Variants: `main` (recurrent.tanh as it is), `series` (the Taylor series below |x| = 0.1, else
-2 sigmoid(2x) - 1: main from e10d61d to 9333553), `sigmoid` (2 sigmoid(2x) - 1 everywhere: before
-e10d61d, whose absolute error wiped out small tanh values) and `approx` (the GPU's tanh.approx.f32,
-one MUFU instruction, relative error about 2^-11: main since 9333553)."""
+Variants: `main` (recurrent.tanh as it is: on the GPU since 9333553 its tanh.approx.f32, one MUFU
+instruction, relative error about 2^-11; `approx` in lab/results/tanh_ab_h200.txt), `series`
+(recurrent.tanh_series, the interpreter's form: main on the GPU from e10d61d to 9333553) and
+`sigmoid` (2 sigmoid(2x) - 1 everywhere: before e10d61d, whose absolute error wiped out small tanh
+values)."""
 from __future__ import annotations
 
 import argparse
@@ -21,14 +22,10 @@ import sys
 import triton
 import triton.language as tl
 
+from kcollect.kernels._jit import recurrent
+
 SHAPES = {"slstm": ("B=2,NH=4,T=256,DH=64,resets=0", "B=8,NH=8,T=1024,DH=64,resets=0"),
           "lstm": ("B=64,T=256,H=512,resets=0.1",)}
-
-
-@triton.jit
-def _series(x):
-    x2 = x * x
-    return tl.where(tl.abs(x) < 0.1, x + x * x2 * (-1.0 / 3.0 + x2 * (2.0 / 15.0)), 2.0 * tl.sigmoid(2.0 * x) - 1.0)
 
 
 @triton.jit
@@ -36,18 +33,10 @@ def _sigmoid_form(x):
     return 2.0 * tl.sigmoid(2.0 * x) - 1.0
 
 
-@triton.jit
-def _approx(x):
-    return tl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=r,r", [x], dtype=tl.float32, is_pure=True,
-                                     pack=1)
-
-
-VARIANTS = {"main": None, "series": _series, "sigmoid": _sigmoid_form, "approx": _approx}
+VARIANTS = {"main": None, "series": recurrent.tanh_series, "sigmoid": _sigmoid_form}
 
 
 def child(variant: str, ops: list[str], modes: str, shapes: list[str]) -> int:
-    from kcollect.kernels._jit import recurrent
-
     if VARIANTS[variant] is not None:
         recurrent.tanh = VARIANTS[variant]
     from lab import cells_tune
@@ -66,7 +55,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--ops", default="slstm,lstm")
     ap.add_argument("--modes", default="fwd,bwd")
-    ap.add_argument("--variants", default="series,sigmoid,approx")
+    ap.add_argument("--variants", default="series,sigmoid,main")
     ap.add_argument("--shape", action="append", default=[], help="a shape label instead of the op's shapes "
                                                                      "above (repeatable; with one op)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
