@@ -60,7 +60,10 @@ def dry_run(requirements: list[str], *options: str, python_version: str | None =
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.json"
         cmd = [sys.executable, "-m", "pip", "install", "--isolated", "--dry-run", "--ignore-installed",
-               "--disable-pip-version-check", "--no-cache-dir", "--quiet", "--index-url", index, "--report", str(report), *options]
+               "--disable-pip-version-check", "--no-cache-dir", "--quiet", "--index-url", index, "--report", str(report),
+               # Metadata by HTTP range requests: an index without PEP 658 metadata files would
+               # otherwise have pip download every wheel (the CUDA set is ~3 GB) to a temporary folder.
+               "--use-feature=fast-deps", *options]
         if python_version:
             cmd += ["--target", str(Path(tmp) / "target"), "--python-version", python_version,
                     "--only-binary=:all:", *(f"--platform={p}" for p in LINUX_X86_64)]
