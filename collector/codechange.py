@@ -7,7 +7,10 @@ by module at each commit:
   single file `kernels/<op>.py`), and every module they import, transitively: a shared module of
   `kernels/_lib/` is the code of the ops that import it, not of every op;
 - its METHOD: spec.py, the other files of its folder (grids.toml), and the modules only spec.py
-  imports (the shared input, grid and cost-model helpers): what is measured and on which inputs.
+  imports (the shared input, grid and cost-model helpers): what is measured and on which inputs;
+  and the collector's modules that decide how any case is timed (HARNESS): a new ruler. On the H200
+  history every same-code line beyond 6 standard errors came at a commit that edited them (eager's
+  M=1 layer_norm +32% at d12112f), and no other commit made one.
 
 Between two commits a kernel is 'changed' when a file of its code differs, 'method' when only files
 of its method differ (its series may move, every provider's alike, and that is not a regression of
@@ -32,6 +35,9 @@ KERNELS = "kernels"
 PACKAGES = ("kcollect.kernels", "kernels")  # absolute spellings of the kernels package
 
 CHANGED, METHOD, UNCHANGED = "changed", "method", "unchanged"
+# How a case is timed: the timers, the runner's warm-up, capture and recheck, and what it does with
+# memory and the L2 between calls. An edit of one is a change of every kernel's method.
+HARNESS = ("collector/timing.py", "collector/runner.py", "collector/memory.py")
 
 
 def git(root: str | Path, *args: str, stdin: str | None = None) -> str | None:
@@ -73,14 +79,15 @@ class Tree:
     def parts(self, op: str) -> tuple[set[str], set[str]]:
         """(code files, method files) of one op (see the module docstring)."""
         flat = f"{KERNELS}/{op}.py"
+        harness = {p for p in HARNESS if p in self.blobs}
         if flat in self.blobs:
-            return self.closure([flat]), set()
+            return self.closure([flat]), harness
         folder = f"{KERNELS}/{op}/"
         mine = [p for p in self.blobs if p.startswith(folder)]
         spec = folder + "spec.py"
         code = self.closure(p for p in mine if p.endswith(".py") and p != spec)
         method = ({p for p in mine if p not in code} | self.closure([spec] if spec in self.blobs else [])) - code
-        return code, method
+        return code, method | harness
 
     def _module(self, parts: list[str]) -> tuple[str | None, bool]:
         """The file of a dotted module under kernels/ -> (path, is a package) or (None, False)."""
@@ -227,14 +234,14 @@ class Repo:
 
 
 def _load(root: str | Path, commit: str) -> Tree | None:
-    listing = git(root, "ls-tree", "-r", commit, "--", KERNELS)
+    listing = git(root, "ls-tree", "-r", commit, "--", KERNELS, *HARNESS)
     if listing is None:
         return None
     blobs = {}
     for line in listing.splitlines():
         meta, _, path = line.partition("\t")
         blobs[path] = meta.split()[2]
-    texts = _texts(root, tuple(sorted((p, b) for p, b in blobs.items() if p.endswith(".py"))))
+    texts = _texts(root, tuple(sorted((p, b) for p, b in blobs.items() if p.endswith(".py") and p.startswith(KERNELS))))
     return Tree(commit, blobs, texts) if texts is not None else None
 
 

@@ -60,6 +60,20 @@ def test_a_spec_only_edit_is_a_change_of_method_and_nothing_changed_means_sentin
     assert dict(same.sentinels)["rms_norm"] == (builtin_spec("rms_norm").grid("quick")[0].label,)
 
 
+def test_an_edit_of_how_cases_are_timed_is_a_change_of_every_kernels_method(repo):
+    # the timer is the ruler: every series may move with it (eager's M=1 layer_norm moved +32% at a
+    # runner edit on the H200), so every kernel's method changed; a kernel edited with it changed
+    root, first = repo
+    harness = commit(root, {"collector/timing.py": "WARMUP = 2\n", "collector/site.py": "X = 1\n"}, "timer")
+    assert changed.select(SPECS, first, harness, root=root).kernels == {"gelu": "method", "swiglu": "method"}
+    both = commit(root, {"collector/runner.py": "R = 1\n", "kernels/gelu/kernels.py": "def gelu(x):\n    return x\n"},
+                  "runner and gelu")
+    assert changed.select(SPECS, harness, both, root=root).kernels == {"gelu": "changed", "swiglu": "method"}
+    # the collector's other modules are not the ruler
+    other = commit(root, {"collector/site.py": "X = 2\n"}, "site")
+    assert changed.select(SPECS, both, other, root=root).kernels == {}
+
+
 def test_without_a_benchmarked_ancestor_every_kernel_runs(repo):
     root, first = repo
     got = changed.select(SPECS, None, first, root=root)
