@@ -54,36 +54,113 @@ def _fit_line(points: list[tuple[float, float]]) -> tuple[float, float]:
     return fixed, slope
 
 
-def fit_runs(runs: Iterable[Mapping]) -> dict[str, dict[str, list[float]]]:
-    """{device: {"startup": [seconds, runs], "precompile": [fixed_s, per_build_s, runs]}} from runs
-    with device, wall, precompile_s (0 without a pass), rows_s, builds and procs (the pass's)."""
+def fit_runs(runs: Iterable[Mapping]) -> dict[str, dict]:
+    """{device: {"startup": [seconds, runs], "precompile": {...}}} from runs with device, wall,
+    precompile_s (0 without a pass), rows_s, procs (the pass's) and builds ({kernel: the builds the
+    pass made for it}). The start-up is the median of wall - precompile - rows' seconds: a run
+    whose measuring process died and started again (d74bff50: 72 s against 5-8 s) must not move
+    every run's estimate. The pass: fit_pass."""
     by: dict[str, list[Mapping]] = defaultdict(list)
     for r in runs:
         by[r["device"]].append(r)
-    out: dict[str, dict[str, list[float]]] = {}
+    out: dict[str, dict] = {}
     for device, mine in sorted(by.items()):
         terms = out.setdefault(device, {})
-        rest = [r["wall"] - r["precompile_s"] - r["rows_s"] for r in mine]
+        rest = sorted(r["wall"] - r["precompile_s"] - r["rows_s"] for r in mine)
         if len(rest) >= MIN_RUNS:
-            terms["startup"] = [round(max(0.0, sum(rest) / len(rest)), 3), len(rest)]
-        points = [(r["builds"] / r["procs"], r["precompile_s"]) for r in mine if r["precompile_s"] and r["procs"]]
-        if len(points) >= MIN_RUNS:
-            terms["precompile"] = [*(round(x, 4) for x in _fit_line(points)), len(points)]
+            mid = len(rest) // 2
+            median = rest[mid] if len(rest) % 2 else (rest[mid - 1] + rest[mid]) / 2
+            terms["startup"] = [round(max(0.0, median), 3), len(rest)]
+        passes = [r for r in mine if r["precompile_s"] and r["procs"]]
+        if len(passes) >= MIN_RUNS:
+            terms["precompile"] = fit_pass(passes)
     return out
 
 
-def fit(rows: Iterable[Mapping]) -> dict[str, list[float]]:
+def fit_pass(runs: list[Mapping]) -> dict:
+    """The precompile pass as `fixed + sum over kernels of per_build[kernel] * builds / processes`:
+    {"fixed": s, "runs": n, "per_build": {kernel or "*": [s, runs]}}. A build's cost depends on the
+    kernel (attention's builds cost several times a memory-bound kernel's), but a run records one
+    time for its whole pass and most kernels were built by one or two runs: each kernel's cost is
+    drawn toward a common one ("*", fitted with them) as if one more run, of that kernel's mean
+    builds per process, had measured it at the common cost. A kernel no run built takes the common
+    cost. Least squares, every cost >= 0."""
+    import numpy as np
+    from scipy.optimize import nnls
+
+    per_proc = [{k: n / r["procs"] for k, n in r["builds"].items() if n} for r in runs]
+    kernels = sorted({k for x in per_proc for k in x})
+    # unknowns: fixed, the common cost, each kernel's; a row per run, then one per kernel
+    a = np.zeros((len(runs) + len(kernels), 2 + len(kernels)))
+    b = np.zeros(len(runs) + len(kernels))
+    for i, (x, r) in enumerate(zip(per_proc, runs)):
+        a[i, 0], b[i] = 1.0, r["precompile_s"]
+        for k, v in x.items():
+            a[i, 2 + kernels.index(k)] = v
+    for j, k in enumerate(kernels):
+        mine = [x[k] for x in per_proc if k in x]
+        a[len(runs) + j, 1], a[len(runs) + j, 2 + j] = -sum(mine) / len(mine), sum(mine) / len(mine)
+    solution, _ = nnls(a, b)
+    counts = {k: sum(k in x for x in per_proc) for k in kernels}
+    per_build = {k: [round(float(c), 4), counts[k]] for k, c in zip(kernels, solution[2:])}
+    per_build[ANY] = [round(float(solution[1]), 4), len(runs)]
+    return {"fixed": round(float(solution[0]), 4), "runs": len(runs), "per_build": per_build}
+
+
+def fit_cold(rows: Iterable[Mapping]) -> dict[str, dict[str, list[float]]]:
+    """{device: {provider or "*": [seconds, pairs]}}: how much longer a row whose provider builds
+    code takes in a run whose caches were cold (the precompile pass made its builds just before:
+    the measuring pass reads them from disk and makes inductor's picks again) than in a warm run.
+    Measured on pairs, the same (kernel, provider, mode, shape, dtype) in both kinds of run: the
+    mean difference per pair, per provider where MIN_ROWS pairs have it, and over every provider
+    ("*") for the others. Rows carry device, kernel, provider, mode, shape, dtype, seconds, builds
+    (whether the provider builds code) and cold (whether the run made the pass; None: not known,
+    as for a run that left no breakdown)."""
+    seen: dict[tuple, dict[bool, list[float]]] = defaultdict(lambda: {True: [], False: []})
+    for r in rows:
+        if r.get("builds") and r.get("seconds") is not None and r.get("cold") is not None:
+            key = (r["device"], r["kernel"], r["provider"], r["mode"], r["shape"], r["dtype"])
+            seen[key][bool(r["cold"])].append(float(r["seconds"]))
+    diffs: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for key, pair in seen.items():
+        if pair[True] and pair[False]:
+            diff = sum(pair[True]) / len(pair[True]) - sum(pair[False]) / len(pair[False])
+            diffs[key[0]][key[2]].append(diff)
+            diffs[key[0]][ANY].append(diff)
+    return {device: {p: [round(max(0.0, sum(d) / len(d)), 6), len(d)] for p, d in sorted(by.items())
+                     if len(d) >= MIN_ROWS}
+            for device, by in sorted(diffs.items())}
+
+
+def fit(rows: Iterable[Mapping], cold: Mapping[str, Mapping[str, list[float]]] | None = None
+        ) -> dict[str, list[float]]:
     """{term key: [fixed_s, per_gb_s, rows, largest_gb]} from rows with device ('cuda'/'cpu'),
-    kernel, provider, mode, bytes and seconds."""
+    kernel, provider, mode, bytes and seconds. With `cold` (fit_cold's), a row of a cold run whose
+    provider builds counts without its cold excess (as in a warm run): the plan adds the excess
+    only where the caches lack the builds (Model.cold)."""
+    model = Model({}, {d: {"cold": c} for d, c in (cold or {}).items()})
     groups: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for r in rows:
         if r.get("seconds") is None:
             continue
-        point = ((r.get("bytes") or 0) / 1e9, float(r["seconds"]))
+        seconds = float(r["seconds"])
+        if r.get("cold") and r.get("builds"):
+            seconds = max(0.0, seconds - (model.cold(r["device"], {r["provider"]: 1}) or 0.0))
+        point = ((r.get("bytes") or 0) / 1e9, seconds)
         for key in _keys(r["device"], r["kernel"], r["provider"], r["mode"]):
             groups[key].append(point)
     return {k: [*(round(x, 6) for x in _fit_line(v)), len(v), round(max(g for g, _ in v), 6)]
             for k, v in sorted(groups.items()) if len(v) >= MIN_ROWS}
+
+
+def fit_all(rows: list[Mapping], runs: list[Mapping]) -> tuple[dict, dict]:
+    """(terms, run terms) from rows (fit, fit_cold) and run records (fit_runs), as committed."""
+    cold = fit_cold(rows)
+    run_terms = fit_runs(runs)
+    for device, terms in cold.items():
+        if terms:
+            run_terms.setdefault(device, {})["cold"] = terms
+    return fit(rows, cold), run_terms
 
 
 class Model:
@@ -96,13 +173,26 @@ class Model:
         term = self.runs.get(device, {}).get("startup")
         return None if term is None else term[0]
 
-    def precompile(self, device: str, builds: int, procs: int) -> float | None:
-        """The precompile pass's seconds for `builds` made by `procs` processes (0 when there is no
-        pass); None where none was fitted."""
-        if not (builds and procs):
+    def precompile(self, device: str, builds: Mapping[str, int], procs: int) -> float | None:
+        """The precompile pass's seconds for `builds` ({kernel: builds}) made by `procs` processes
+        (0 when there is no pass); None where none was fitted."""
+        if not (sum(builds.values()) and procs):
             return 0.0
         term = self.runs.get(device, {}).get("precompile")
-        return None if term is None else term[0] + term[1] * builds / procs
+        if term is None:
+            return None
+        cost = term["per_build"]
+        return term["fixed"] + sum(cost.get(k, cost[ANY])[0] * n for k, n in builds.items()) / procs
+
+    def cold(self, device: str, builds: Mapping[str, int]) -> float | None:
+        """The measuring pass's extra seconds for reading `builds` ({provider: builds}) that a
+        precompile pass has just made (fit_cold); None where no pair of runs measured it."""
+        term = self.runs.get(device, {}).get("cold", {})
+        if not builds:
+            return 0.0
+        if ANY not in term:
+            return None
+        return sum(term.get(p, term[ANY])[0] * n for p, n in builds.items())
 
     def seconds(self, device: str, kernel: str, provider: str, mode: str, gb: float) -> float | None:
         """The fitted estimate, or None where no term covers the measurement (none fitted, or none
