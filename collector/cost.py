@@ -55,11 +55,19 @@ def _fit_line(points: list[tuple[float, float]]) -> tuple[float, float]:
 
 
 def fit_runs(runs: Iterable[Mapping]) -> dict[str, dict]:
-    """{device: {"startup": [seconds, runs], "precompile": {...}}} from runs with device, wall,
-    precompile_s (0 without a pass), rows_s, procs (the pass's) and builds ({kernel: the builds the
-    pass made for it}). The start-up is the median of wall - precompile - rows' seconds: a run
-    whose measuring process died and started again (d74bff50: 72 s against 5-8 s) must not move
-    every run's estimate. The pass: fit_pass."""
+    """{device: {"startup": [seconds, runs], "precompile": {...}, "share": {...}}} from runs with
+    device, wall, precompile_s (0 without a pass), rows_s, shared_s (the measuring pass's inputs,
+    references and release), cases ({kernel: cases measured}), procs (the pass's) and builds
+    ({kernel: the builds the pass made for it}). The start-up is the median of wall - precompile -
+    rows' seconds: a run whose measuring process died and started again (d74bff50: 72 s against
+    5-8 s) must not move every run's estimate.
+
+    The pass: `fixed + sum over kernels of per[kernel] * builds / processes`. A build's cost depends
+    on the kernel (attention's cost several times a memory-bound kernel's), but a run records one
+    time for its whole pass. The share: `sum over kernels of per[kernel] * cases`, the seconds a
+    case spends outside its measurements (inputs, float64 references, release), which the runner
+    spreads over the case's rows (runner._share_case_seconds): fitted apart, a case of 2 rows
+    carries it as a case of 27 does (attention's tiny cases of a65a4214: 0.5 s of inputs each)."""
     by: dict[str, list[Mapping]] = defaultdict(list)
     for r in runs:
         by[r["device"]].append(r)
@@ -73,38 +81,40 @@ def fit_runs(runs: Iterable[Mapping]) -> dict[str, dict]:
             terms["startup"] = [round(max(0.0, median), 3), len(rest)]
         passes = [r for r in mine if r["precompile_s"] and r["procs"]]
         if len(passes) >= MIN_RUNS:
-            terms["precompile"] = fit_pass(passes)
+            terms["precompile"] = fit_shrunk([({k: n / r["procs"] for k, n in r["builds"].items()}, r["precompile_s"])
+                                              for r in passes], fixed=True)
+        shared = [(r["cases"], r["shared_s"]) for r in mine if r.get("cases")]
+        if len(shared) >= MIN_RUNS:
+            terms["share"] = fit_shrunk(shared, fixed=False)
     return out
 
 
-def fit_pass(runs: list[Mapping]) -> dict:
-    """The precompile pass as `fixed + sum over kernels of per_build[kernel] * builds / processes`:
-    {"fixed": s, "runs": n, "per_build": {kernel or "*": [s, runs]}}. A build's cost depends on the
-    kernel (attention's builds cost several times a memory-bound kernel's), but a run records one
-    time for its whole pass and most kernels were built by one or two runs: each kernel's cost is
-    drawn toward a common one ("*", fitted with them) as if one more run, of that kernel's mean
-    builds per process, had measured it at the common cost. A kernel no run built takes the common
-    cost. Least squares, every cost >= 0."""
+def fit_shrunk(points: list[tuple[Mapping[str, float], float]], fixed: bool) -> dict:
+    """{"fixed": s, "runs": n, "per": {kernel or "*": [s, runs]}} minimising the squared error of
+    `fixed + sum over kernels of per[kernel] * x[kernel]` over (x, seconds) points, one per run,
+    every cost >= 0 (fixed 0 unless `fixed`). Most kernels were in one or two runs, several always
+    together: each kernel's cost is drawn toward a common one ("*", fitted with them) as if one
+    more run, with that kernel's mean x, had measured it at the common cost. A kernel no run
+    measured takes the common cost."""
     import numpy as np
     from scipy.optimize import nnls
 
-    per_proc = [{k: n / r["procs"] for k, n in r["builds"].items() if n} for r in runs]
-    kernels = sorted({k for x in per_proc for k in x})
+    kernels = sorted({k for x, _ in points for k, v in x.items() if v})
     # unknowns: fixed, the common cost, each kernel's; a row per run, then one per kernel
-    a = np.zeros((len(runs) + len(kernels), 2 + len(kernels)))
-    b = np.zeros(len(runs) + len(kernels))
-    for i, (x, r) in enumerate(zip(per_proc, runs)):
-        a[i, 0], b[i] = 1.0, r["precompile_s"]
+    a = np.zeros((len(points) + len(kernels), 2 + len(kernels)))
+    b = np.zeros(len(points) + len(kernels))
+    for i, (x, seconds) in enumerate(points):
+        a[i, 0], b[i] = float(fixed), seconds
         for k, v in x.items():
-            a[i, 2 + kernels.index(k)] = v
+            if v:
+                a[i, 2 + kernels.index(k)] = v
     for j, k in enumerate(kernels):
-        mine = [x[k] for x in per_proc if k in x]
-        a[len(runs) + j, 1], a[len(runs) + j, 2 + j] = -sum(mine) / len(mine), sum(mine) / len(mine)
+        mine = [x[k] for x, _ in points if x.get(k)]
+        a[len(points) + j, 1], a[len(points) + j, 2 + j] = -sum(mine) / len(mine), sum(mine) / len(mine)
     solution, _ = nnls(a, b)
-    counts = {k: sum(k in x for x in per_proc) for k in kernels}
-    per_build = {k: [round(float(c), 4), counts[k]] for k, c in zip(kernels, solution[2:])}
-    per_build[ANY] = [round(float(solution[1]), 4), len(runs)]
-    return {"fixed": round(float(solution[0]), 4), "runs": len(runs), "per_build": per_build}
+    per = {k: [round(float(c), 4), sum(bool(x.get(k)) for x, _ in points)] for k, c in zip(kernels, solution[2:])}
+    per[ANY] = [round(float(solution[1]), 4), len(points)]
+    return {"fixed": round(float(solution[0]), 4) if fixed else 0.0, "runs": len(points), "per": per}
 
 
 def fit_cold(rows: Iterable[Mapping]) -> dict[str, dict[str, list[float]]]:
@@ -132,21 +142,23 @@ def fit_cold(rows: Iterable[Mapping]) -> dict[str, dict[str, list[float]]]:
             for device, by in sorted(diffs.items())}
 
 
-def fit(rows: Iterable[Mapping], cold: Mapping[str, Mapping[str, list[float]]] | None = None
-        ) -> dict[str, list[float]]:
+def fit(rows: Iterable[Mapping], run_terms: Mapping[str, Mapping] | None = None) -> dict[str, list[float]]:
     """{term key: [fixed_s, per_gb_s, rows, largest_gb]} from rows with device ('cuda'/'cpu'),
-    kernel, provider, mode, bytes and seconds. With `cold` (fit_cold's), a row of a cold run whose
-    provider builds counts without its cold excess (as in a warm run): the plan adds the excess
-    only where the caches lack the builds (Model.cold)."""
-    model = Model({}, {d: {"cold": c} for d, c in (cold or {}).items()})
+    kernel, provider, mode, bytes and seconds. With `run_terms` (fit_all's), a row counts as the
+    measurement alone in a warm run: less its cold excess where its run was cold (cold) and its
+    provider builds (builds), and less its part of its case's share (case_rows: the rows of its
+    case in its run); the plan adds both back where they apply (Model.cold, Model.row)."""
+    model = Model({}, run_terms)
     groups: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for r in rows:
         if r.get("seconds") is None:
             continue
         seconds = float(r["seconds"])
         if r.get("cold") and r.get("builds"):
-            seconds = max(0.0, seconds - (model.cold(r["device"], {r["provider"]: 1}) or 0.0))
-        point = ((r.get("bytes") or 0) / 1e9, seconds)
+            seconds -= model.cold(r["device"], {r["provider"]: 1}) or 0.0
+        if r.get("case_rows"):
+            seconds -= (model.share(r["device"], r["kernel"]) or 0.0) / r["case_rows"]
+        point = ((r.get("bytes") or 0) / 1e9, max(0.0, seconds))
         for key in _keys(r["device"], r["kernel"], r["provider"], r["mode"]):
             groups[key].append(point)
     return {k: [*(round(x, 6) for x in _fit_line(v)), len(v), round(max(g for g, _ in v), 6)]
@@ -154,13 +166,12 @@ def fit(rows: Iterable[Mapping], cold: Mapping[str, Mapping[str, list[float]]] |
 
 
 def fit_all(rows: list[Mapping], runs: list[Mapping]) -> tuple[dict, dict]:
-    """(terms, run terms) from rows (fit, fit_cold) and run records (fit_runs), as committed."""
-    cold = fit_cold(rows)
+    """(terms, run terms) from rows (fit_cold, then fit) and run records (fit_runs), as committed."""
     run_terms = fit_runs(runs)
-    for device, terms in cold.items():
+    for device, terms in fit_cold(rows).items():
         if terms:
             run_terms.setdefault(device, {})["cold"] = terms
-    return fit(rows, cold), run_terms
+    return fit(rows, run_terms), run_terms
 
 
 class Model:
@@ -181,8 +192,13 @@ class Model:
         term = self.runs.get(device, {}).get("precompile")
         if term is None:
             return None
-        cost = term["per_build"]
-        return term["fixed"] + sum(cost.get(k, cost[ANY])[0] * n for k, n in builds.items()) / procs
+        return _sum(term, builds) / procs + term["fixed"]
+
+    def share(self, device: str, kernel: str) -> float | None:
+        """The seconds one case of `kernel` spends outside its measurements (fit_runs); None where
+        none was fitted."""
+        term = self.runs.get(device, {}).get("share")
+        return None if term is None else _sum(term, {kernel: 1})
 
     def cold(self, device: str, builds: Mapping[str, int]) -> float | None:
         """The measuring pass's extra seconds for reading `builds` ({provider: builds}) that a
@@ -194,6 +210,14 @@ class Model:
             return None
         return sum(term.get(p, term[ANY])[0] * n for p, n in builds.items())
 
+    def row(self, device: str, kernel: str, provider: str, mode: str, gb: float, case_rows: int) -> float | None:
+        """A measurement's estimate with its part of its case's share (`case_rows`: the measurements
+        of its case), or None where no term covers it (seconds)."""
+        fitted = self.seconds(device, kernel, provider, mode, gb)
+        if fitted is None:
+            return None
+        return fitted + (self.share(device, kernel) or 0.0) / max(1, case_rows)
+
     def seconds(self, device: str, kernel: str, provider: str, mode: str, gb: float) -> float | None:
         """The fitted estimate, or None where no term covers the measurement (none fitted, or none
         whose rows reach its size: REACH)."""
@@ -203,6 +227,12 @@ class Model:
                 continue
             return term[0] + term[1] * gb
         return None
+
+
+def _sum(term: Mapping, counts: Mapping[str, float]) -> float:
+    """sum of per[kernel] * count over a fit_shrunk term, the common cost for a kernel it lacks."""
+    per = term["per"]
+    return sum(per.get(k, per[ANY])[0] * n for k, n in counts.items())
 
 
 @functools.cache
