@@ -25,7 +25,8 @@ INTERPRETED_PER_GB_S = 10000.0
 
 def unit_cost(case: Case, mode: str, provider: str, device: str) -> float:
     gb = case.spec.bytes_moved(case.shape.dims, case.dtype, mode) / 1e9
-    fitted = cost.committed().seconds(device, case.spec.name, provider, mode, gb)
+    # the case's share (inputs, references, release) spread over its measurements, as the runner does
+    fitted = cost.committed().row(device, case.spec.name, provider, mode, gb, len(case.modes) * len(case.providers))
     return constant_cost(device, provider, gb) if fitted is None else fitted
 
 

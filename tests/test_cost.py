@@ -103,24 +103,101 @@ def test_a_term_does_not_reach_far_past_the_sizes_it_was_fitted_on():
     assert model.seconds("cuda", "k", "triton", "fwd", 100.0) is None  # past every term's reach
 
 
-def _run(wall, rows_s, precompile_s=0.0, builds=0, procs=0, device="cuda"):
-    return dict(device=device, wall=wall, rows_s=rows_s, precompile_s=precompile_s, builds=builds, procs=procs)
+def _run(wall, rows_s, precompile_s=0.0, builds=None, procs=0, device="cuda", shared_s=0.0, cases=None):
+    return dict(device=device, wall=wall, rows_s=rows_s, precompile_s=precompile_s, builds=builds or {},
+                procs=procs, shared_s=shared_s, cases=cases or {})
 
 
-def test_run_terms_fit_the_start_up_and_the_precompile_pass():
+PASS_S = {"heavy": 2.0, "light": 0.2}  # seconds per build and process, beside a fixed 15 s
+
+
+def _pass_runs(rng, n=30):
+    """Runs whose pass takes 15 s + each kernel's cost per build and process (some runs have no
+    pass: warm), and whose start-up is 6 s; one run's start-up 60 s more (its measuring process
+    died and started again)."""
+    runs = []
+    for i in range(n):
+        builds = {k: rng.randrange(20, 300) for k in PASS_S if rng.random() < 0.7} or {"light": 50}
+        procs, rows_s = rng.choice((2, 4, 8)), rng.uniform(10, 200)
+        pass_s = 15 + sum(PASS_S[k] * b for k, b in builds.items()) / procs + rng.gauss(0, 0.1) if i % 4 else 0.0
+        runs.append(_run(6 + rows_s + pass_s + rng.gauss(0, 0.1) + (60 if i == 1 else 0), rows_s, pass_s,
+                         builds, procs))
+    return runs
+
+
+def test_run_terms_fit_the_start_up_and_each_kernel_s_pass():
+    seed = random.randrange(2**31)
+    runs = _pass_runs(random.Random(seed)) + [_run(16, 10, device="cpu")]
+    model = cost.Model({}, cost.fit_runs(runs))
+    assert model.startup("cuda") == pytest.approx(6.0, abs=0.5), seed  # the median: the dead process's run left out
+    # over 20-odd runs the pull toward the common cost is a few percent
+    assert model.precompile("cuda", {"heavy": 400}, 4) == pytest.approx(15 + 2.0 * 100, rel=0.08), seed
+    assert model.precompile("cuda", {"light": 400}, 4) == pytest.approx(15 + 0.2 * 100, rel=0.08), seed
+    assert model.precompile("cuda", {}, 4) == 0.0 and model.precompile("cuda", {"heavy": 400}, 0) == 0.0  # no pass
+    # a kernel no run built: the common cost, between the two
+    new = model.precompile("cuda", {"new": 400}, 4)
+    assert 15 + 0.2 * 100 < new < 15 + 2.0 * 100, (seed, new)
+    assert model.startup("cpu") is None and model.precompile("cpu", {"heavy": 400}, 4) is None  # one run: no term
+
+
+def test_a_kernel_of_one_run_is_drawn_toward_the_common_cost():
+    """Many runs fix the common cost; a kernel that one run built, alone, costs between what that
+    run says and the common cost: one run is one point against the prior's one."""
     seed = random.randrange(2**31)
     rng = random.Random(seed)
+    runs = [_run(0, 0, 10 + 1.0 * b / 4 + rng.gauss(0, 0.05), {k: b}, 4)
+            for k in ("a", "b", "c", "d") for b in (rng.randrange(40, 400), rng.randrange(40, 400))]
+    runs.append(_run(0, 0, 10 + 3.0 * 200 / 4, {"rare": 200}, 4))
+    per = cost.fit_runs(runs)["cuda"]["precompile"]["per"]
+    assert per["a"][0] == pytest.approx(1.0, abs=0.05) and per["*"][0] == pytest.approx(1.0, abs=0.3), (seed, per)
+    assert 1.3 < per["rare"][0] < 2.7 and per["rare"][1] == 1, (seed, per)
+
+
+def test_a_case_s_share_is_fitted_per_kernel_and_spread_over_its_rows():
+    seed = random.randrange(2**31)
+    rng = random.Random(seed)
+    share = {"attention": 0.7, "softmax": 0.02}
     runs = []
-    for _ in range(8):  # start-up 6 s; a pass of 20 s + 0.5 s per build per process, where there was one
-        builds, procs, rows_s = rng.randrange(10, 800), rng.choice((2, 4, 8)), rng.uniform(10, 200)
-        pass_s = 20 + 0.5 * builds / procs + rng.gauss(0, 0.1) if rng.random() < 0.6 else 0.0
-        runs.append(_run(6 + rows_s + pass_s + rng.gauss(0, 0.1), rows_s, pass_s, builds, procs))
-    runs += [_run(6 + 30 + 20 + 0.5 * 100 / 4, 30, 20 + 0.5 * 100 / 4, 100, 4), _run(16, 10, device="cpu")]
-    model = cost.Model({}, cost.fit_runs(runs))
-    assert model.startup("cuda") == pytest.approx(6.0, abs=0.5), seed
-    assert model.precompile("cuda", 400, 4) == pytest.approx(20 + 0.5 * 100, abs=2.0), seed
-    assert model.precompile("cuda", 0, 4) == 0.0 and model.precompile("cuda", 400, 0) == 0.0  # no pass
-    assert model.startup("cpu") is None and model.precompile("cpu", 400, 4) is None  # one run: no term
+    for _ in range(6):
+        cases = {k: rng.randrange(5, 90) for k in share if rng.random() < 0.8} or {"softmax": 9}
+        runs.append(_run(0, 0, shared_s=sum(share[k] * n for k, n in cases.items()) + rng.gauss(0, 0.01), cases=cases))
+    model = cost.Model({"cuda|attention|triton|fwd": [0.1, 0.0, 9]}, cost.fit_runs(runs))
+    assert model.share("cuda", "attention") == pytest.approx(0.7, abs=0.02), seed
+    assert model.share("cuda", "softmax") == pytest.approx(0.02, abs=0.02), seed
+    # a case of 2 measurements carries half its share in each; of 20, a twentieth
+    assert model.row("cuda", "attention", "triton", "fwd", 0.0, 2) == pytest.approx(0.1 + 0.7 / 2, abs=0.02), seed
+    assert model.row("cuda", "attention", "triton", "fwd", 0.0, 20) == pytest.approx(0.1 + 0.7 / 20, abs=0.01), seed
+    assert model.row("cuda", "attention", "torch", "fwd", 0.0, 2) is None  # no term: the plan's constants
+
+
+def _pair_rows(rng, excess):
+    """The same measurements in a warm run and in two cold ones: a cold row of a provider that
+    builds takes excess[provider] more; eager rows build nothing and are the same."""
+    rows = []
+    for shape in range(6):
+        for provider, builds in (("triton", True), ("liger", True), ("torch", False)):
+            warm = rng.uniform(0.05, 1.0)
+            for cold in (False, True, True, None):  # None: a run that left no breakdown
+                seconds = warm + (excess[provider] if cold and builds else 0.0) + (5.0 if cold is None else 0.0)
+                rows.append(dict(device="cuda", kernel="k", provider=provider, mode="fwd", shape=str(shape),
+                                 dtype="float32", bytes=shape * 1e8, seconds=seconds, builds=builds, cold=cold))
+    return rows
+
+
+def test_a_cold_run_s_first_calls_are_fitted_on_pairs_and_left_out_of_the_terms():
+    seed = random.randrange(2**31)
+    rows = _pair_rows(random.Random(seed), {"triton": 0.05, "liger": 0.0, "torch": 0.3})
+    terms = cost.fit_cold(rows)["cuda"]
+    assert terms["triton"] == [pytest.approx(0.05), 6] and terms["liger"] == [pytest.approx(0.0), 6], terms
+    assert terms["*"] == [pytest.approx(0.025), 12] and "torch" not in terms, terms
+    model = cost.Model({}, {"cuda": {"cold": terms}})
+    assert model.cold("cuda", {"triton": 10, "liger": 4, "fa4": 2}) == pytest.approx(10 * 0.05 + 2 * 0.025)
+    assert model.cold("cuda", {}) == 0.0 and model.cold("cpu", {"triton": 1}) is None
+    # the terms are the warm rows' terms: a cold row counts without its excess
+    known = [r for r in rows if r["cold"] is not None]
+    fitted, _ = cost.fit_all(known, [])
+    warm = cost.fit([r for r in known if not r["cold"]])
+    assert fitted["cuda|k|triton|fwd"][:2] == pytest.approx(warm["cuda|k|triton|fwd"][:2], abs=1e-5), seed
 
 
 def _config(**kw):
