@@ -7,12 +7,14 @@ The run folders are the history's (data/runs: GPU runs) and lab/results/cost_run
 to fit the model, such as a CPU run of the quick grid: the site never shows them).
 
 Held out: the newest finished run of each machine that has per-row seconds (results.seconds, schema
-6 on) is predicted by a model fitted on every other run; then each finished run in turn. The tables
-give each held-out run's measured wall time (runs.phases: precompile and start-up included), the
-ETA as it was (the sum of its rows' estimates) and as it is now (rows + precompile pass + start-up),
-each with its error. A run with a precompile pass had cold caches: all of its builds counted as
-missing from them. `--write` then fits on every run and writes collector/cost_model.json, the terms
-the plan's estimates and the shards use.
+6 on) is predicted by a model fitted on every other run (its rows and its breakdown left out of
+every term); then each finished run in turn. The tables give each held-out run's measured wall time
+(runs.phases: precompile and start-up included), the ETA of the model before (baseline: commit
+663dd57's, rows + one line for the pass + the mean start-up) and of the model now (rows with their
+cases' shares + the cold first calls + the pass per kernel + the median start-up), each with its
+error, and how many of them are within WITHIN. A run with a precompile pass had cold caches: all of
+its builds counted as missing from them. `--write` then fits on every run and writes
+collector/cost_model.json, the terms the plan's estimates and the shards use.
 """
 from __future__ import annotations
 
@@ -147,7 +149,8 @@ def predict(model: cost.Model, run: dict, rows: list[dict], cold: bool) -> tuple
 
 def holdout(rows: list[dict], runs: list[dict], held: list[dict]) -> tuple[list[str], int, int]:
     """The table of the held-out runs, and how many of them each ETA had within WITHIN."""
-    lines = ["| machine | run | rows | caches | measured wall s | ETA before s (rows + precompile + start-up) "
+    lines = ["| machine | run | rows | caches | measured wall s (rows + precompile + rest) "
+             "| ETA before s (rows + precompile + start-up) "
              "| error | ETA now s (rows + cold first calls + precompile + start-up) | error |", "| --- " * 9 + "|"]
     hits = [0, 0]
     for run in held:
@@ -164,7 +167,9 @@ def holdout(rows: list[dict], runs: list[dict], held: list[dict]) -> tuple[list[
             shown = parts[:1] + parts[2:] if i == 0 else parts
             cells.append(f"{sum(parts):.1f} ({' + '.join(f'{p:.1f}' for p in shown)}) | {error:+.1%}")
         caches = "cold" if run["precompile_s"] else "warm"
-        lines.append(f"| {run['machine']} | {run['run_id'][:8]} | {run['rows']} | {caches} | {want:.1f} | "
+        rest_s = want - run["rows_s"] - run["precompile_s"]
+        measured = f"{want:.1f} ({run['rows_s']:.1f} + {run['precompile_s']:.1f} + {rest_s:.1f})"
+        lines.append(f"| {run['machine']} | {run['run_id'][:8]} | {run['rows']} | {caches} | {measured} | "
                      f"{' | '.join(cells)} |")
     return lines, hits[0], hits[1]
 

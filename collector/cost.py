@@ -12,11 +12,21 @@ the full grid 6 hours; beyond its reach a more general term, or the plan's const
 The fitted terms are committed (`cost_model.json`, written by `benchmarks/fit_cost.py` from
 data/runs), so that every machine of a sharded run computes the same split from the same numbers.
 
-A run's wall time is more than its rows' seconds: the precompile pass before it (precompile.py) and
-its start-up (imports, the device's ceilings). Those are fitted per device kind on the finished
-runs' breakdowns (runs.phases): the start-up as the mean of wall - precompile - rows' seconds, the
-pass as `fixed + per_build * builds / processes` (builds: the plan's units that build code, all of
-them in a run that made the pass: its caches were cold), both on one-worker runs.
+A row's seconds are more than its measurement's warm seconds, and a run's wall time more than its
+rows' seconds; each of these parts is fitted apart, per device kind, so that the plan adds each only
+where it applies (schedule.unit_cost, schedule.overhead):
+- the case's share: what a case spends outside its measurements (inputs, float64 references,
+  release; runs.phases), per case of each kernel, spread over the case's measurements as the runner
+  spreads it (a case of 2 measurements carries half in each, one of 27 a 27th);
+- the cold first calls: a measurement whose provider builds code takes longer in a run whose caches
+  were cold (the precompile pass made its builds just before) than in a warm one, per provider,
+  from pairs of the same measurement in both kinds of run;
+- the precompile pass (precompile.py), `fixed + per_build[kernel] * builds / processes`;
+- the start-up (imports, the device's ceilings), the median of wall - precompile - rows' seconds.
+The row terms are fitted on the rows' seconds less their case's share and their cold excess: the
+seconds of one measurement in a warm run. The kernels' costs (the pass, the share) are drawn toward
+a common one where few runs measured them (fit_shrunk). The runs' parts are fitted on one-worker
+runs (a pass builds for all of a run's workers at once).
 """
 from __future__ import annotations
 
@@ -59,8 +69,8 @@ def fit_runs(runs: Iterable[Mapping]) -> dict[str, dict]:
     device, wall, precompile_s (0 without a pass), rows_s, shared_s (the measuring pass's inputs,
     references and release), cases ({kernel: cases measured}), procs (the pass's) and builds
     ({kernel: the builds the pass made for it}). The start-up is the median of wall - precompile -
-    rows' seconds: a run whose measuring process died and started again (d74bff50: 72 s against
-    5-8 s) must not move every run's estimate.
+    rows' seconds: a run whose measuring process died and started again (d74bff50: 71.5 s against
+    4.7-8.5 s for the others) must not move every run's estimate.
 
     The pass: `fixed + sum over kernels of per[kernel] * builds / processes`. A build's cost depends
     on the kernel (attention's cost several times a memory-bound kernel's), but a run records one
