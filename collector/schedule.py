@@ -7,6 +7,7 @@ an ETA before anything is measured. The progress rescales them by what it observ
 from __future__ import annotations
 
 import socket
+from collections import Counter
 from typing import Callable
 
 from . import cost
@@ -90,8 +91,6 @@ def overhead(config, todo: dict[int, list], cases: list[Case]) -> dict[str, tupl
     where no run fitted it, what)}: the precompile pass over `todo` (precompile.pending: case index
     in `cases` -> the (mode, provider) builds the caches lack), the measuring pass's first calls of
     what the pass has just built, and the start-up, from the committed run terms (cost.py)."""
-    from collections import Counter
-
     from . import precompile
 
     model = cost.committed()
