@@ -154,11 +154,12 @@ def holdout(rows: list[dict], runs: list[dict], held: list[dict]) -> tuple[list[
              "| error | ETA now s (rows + cold first calls + precompile + start-up) | error |", "| --- " * 9 + "|"]
     hits = [0, 0]
     for run in held:
-        rest = [r for r in rows if r["run_id"] != run["run_id"]]
-        others = [r for r in runs if r["run_id"] != run["run_id"]]
+        # fitted without the run: none of its rows, nor its breakdown
+        other_rows = [r for r in rows if r["run_id"] != run["run_id"]]
+        other_runs = [r for r in runs if r["run_id"] != run["run_id"]]
         mine = [r for r in rows if r["run_id"] == run["run_id"]]
-        old = predict(baseline(rest, others), run, mine, cold=False)
-        new = predict(cost.Model(*cost.fit_all(rest, others)), run, mine, cold=True)
+        old = predict(baseline(other_rows, other_runs), run, mine, cold=False)
+        new = predict(cost.Model(*cost.fit_all(other_rows, other_runs)), run, mine, cold=True)
         want = run["wall"]
         cells = []
         for i, parts in enumerate((old, new)):
