@@ -7,6 +7,7 @@ an ETA before anything is measured. The progress rescales them by what it observ
 from __future__ import annotations
 
 import socket
+from collections import Counter
 from typing import Callable
 
 from . import cost
@@ -25,7 +26,8 @@ INTERPRETED_PER_GB_S = 10000.0
 
 def unit_cost(case: Case, mode: str, provider: str, device: str) -> float:
     gb = case.spec.bytes_moved(case.shape.dims, case.dtype, mode) / 1e9
-    fitted = cost.committed().seconds(device, case.spec.name, provider, mode, gb)
+    # the case's share (inputs, references, release) spread over its measurements, as the runner does
+    fitted = cost.committed().row(device, case.spec.name, provider, mode, gb, len(case.modes) * len(case.providers))
     return constant_cost(device, provider, gb) if fitted is None else fitted
 
 
@@ -84,14 +86,20 @@ def estimator(cases: list[Case], device: str, past: dict[tuple, float]) -> tuple
     return cost, len(known)
 
 
-def overhead(config, todo: dict[int, list]) -> dict[str, tuple[float | None, str]]:
-    """A run's estimated seconds outside its measurements, {part: (seconds or None where no run
-    fitted it, what)}: the precompile pass over `todo`, the builds the caches lack (precompile.pending),
-    and the start-up, from the committed run terms (cost.py)."""
+def overhead(config, todo: dict[int, list], cases: list[Case]) -> dict[str, tuple[float | None, str]]:
+    """A run's estimated seconds outside its measurements' warm seconds, {part: (seconds or None
+    where no run fitted it, what)}: the precompile pass over `todo` (precompile.pending: case index
+    in `cases` -> the (mode, provider) builds the caches lack), the measuring pass's first calls of
+    what the pass has just built, and the start-up, from the committed run terms (cost.py)."""
     from . import precompile
 
     model = cost.committed()
     procs = precompile.processes(todo, config.precompile)
+    kernels: Counter = Counter()
+    providers: Counter = Counter()
+    for i, pairs in todo.items() if procs else ():
+        kernels[cases[i].spec.name] += len(pairs)
+        providers.update(p for _, p in pairs)
     builds = sum(len(v) for v in todo.values())
     if config.precompile <= 0:
         what = "no pass"
@@ -101,7 +109,10 @@ def overhead(config, todo: dict[int, list]) -> dict[str, tuple[float | None, str
         what = f"no pass: {builds} builds, made as the run meets them"
     else:
         what = "the caches hold every build"
-    return {"precompile": (model.precompile(config.device, builds if procs else 0, procs), what),
+    first = model.cold(config.device, providers)
+    return {"precompile": (model.precompile(config.device, kernels, procs), what),
+            "first calls": (None if first is None else first / max(1, config.workers),
+                            f"{builds} builds just made by the pass" if procs else "no pass"),
             "start-up": (model.startup(config.device), "imports, the device's ceilings")}
 
 

@@ -68,7 +68,7 @@ def _progress(lay: Layout, cases: list[Case], store: Store | None, planned: tupl
     past = past_seconds(store, config.device, config.machine) if store is not None else {}
     cost, known = estimator(mine, config.device, past)
     return Progress(mine, config.device, workers=config.workers, cost=cost, known=known, verbose=verbose,
-                    overhead=overhead(config, planned[1]))
+                    overhead=overhead(config, planned[1], cases))
 
 
 def execute(config: RunConfig, commit: Commit, cases: list[Case], shard_kn: tuple[int, int] | None, pool: list,

@@ -2,6 +2,7 @@
 the rows' seconds it is fitted on (a case's shared work spread over its rows)."""
 import random
 import textwrap
+from dataclasses import replace
 
 import pytest
 
@@ -103,24 +104,107 @@ def test_a_term_does_not_reach_far_past_the_sizes_it_was_fitted_on():
     assert model.seconds("cuda", "k", "triton", "fwd", 100.0) is None  # past every term's reach
 
 
-def _run(wall, rows_s, precompile_s=0.0, builds=0, procs=0, device="cuda"):
-    return dict(device=device, wall=wall, rows_s=rows_s, precompile_s=precompile_s, builds=builds, procs=procs)
+def _run(wall, rows_s, precompile_s=0.0, builds=None, procs=0, device="cuda", shared_s=0.0, cases=None):
+    return dict(device=device, wall=wall, rows_s=rows_s, precompile_s=precompile_s, builds=builds or {},
+                procs=procs, shared_s=shared_s, cases=cases or {})
 
 
-def test_run_terms_fit_the_start_up_and_the_precompile_pass():
+PASS_S = {"heavy": 2.0, "light": 0.2}  # seconds per build and process, beside a fixed 15 s
+
+
+def _pass_runs(rng, n=30):
+    """Runs whose pass takes 15 s + each kernel's cost per build and process (some runs have no
+    pass: warm), and whose start-up is 6 s; one run's start-up 60 s more (its measuring process
+    died and started again)."""
+    runs = []
+    for i in range(n):
+        builds = {k: rng.randrange(20, 300) for k in PASS_S if rng.random() < 0.7} or {"light": 50}
+        procs, rows_s = rng.choice((2, 4, 8)), rng.uniform(10, 200)
+        pass_s = 15 + sum(PASS_S[k] * b for k, b in builds.items()) / procs + rng.gauss(0, 0.1) if i % 4 else 0.0
+        runs.append(_run(6 + rows_s + pass_s + rng.gauss(0, 0.1) + (60 if i == 1 else 0), rows_s, pass_s,
+                         builds, procs))
+    return runs
+
+
+def test_run_terms_fit_the_start_up_and_each_kernel_s_pass():
+    seed = random.randrange(2**31)
+    runs = _pass_runs(random.Random(seed)) + [_run(16, 10, device="cpu")]
+    terms = cost.fit_runs(runs)
+    model = cost.Model({}, terms)
+    assert model.startup("cuda") == pytest.approx(6.0, abs=0.5), seed  # the median: the dead process's run left out
+    fit = terms["cuda"]["precompile"]
+    per = {k: c for k, (c, _) in fit["per"].items()}
+    # each kernel its own cost; the light one drawn up toward the common cost (one run's pull)
+    assert 1.8 < per["heavy"] <= 2.05 and 0.19 < per["light"] < 0.5, (seed, fit)
+    assert per["light"] < per["*"] < per["heavy"], (seed, fit)
+    assert model.precompile("cuda", {"heavy": 400, "light": 80}, 4) == pytest.approx(
+        fit["fixed"] + (per["heavy"] * 400 + per["light"] * 80) / 4), seed
+    assert model.precompile("cuda", {"new": 400}, 4) == pytest.approx(fit["fixed"] + per["*"] * 100)  # never built
+    assert model.precompile("cuda", {}, 4) == 0.0 and model.precompile("cuda", {"heavy": 400}, 0) == 0.0  # no pass
+    assert model.startup("cpu") is None and model.precompile("cpu", {"heavy": 400}, 4) is None  # one run: no term
+
+
+def test_a_kernel_of_one_run_is_drawn_toward_the_common_cost():
+    """Many runs fix the common cost; a kernel that one run built, alone, costs between what that
+    run says and the common cost: one run is one point against the prior's one."""
     seed = random.randrange(2**31)
     rng = random.Random(seed)
+    runs = [_run(0, 0, 10 + 1.0 * b / 4 + rng.gauss(0, 0.05), {k: b}, 4)
+            for k in ("a", "b", "c", "d") for b in [rng.randrange(40, 400) for _ in range(8)]]
+    runs.append(_run(0, 0, 10 + 3.0 * 200 / 4, {"rare": 200}, 4))
+    per = cost.fit_runs(runs)["cuda"]["precompile"]["per"]
+    assert per["a"][0] == pytest.approx(1.0, abs=0.1) and per["*"][0] == pytest.approx(1.0, abs=0.3), (seed, per)
+    assert 1.3 < per["rare"][0] < 2.7 and per["rare"][1] == 1, (seed, per)
+
+
+def test_a_case_s_share_is_fitted_per_kernel_and_spread_over_its_rows():
+    seed = random.randrange(2**31)
+    rng = random.Random(seed)
+    share = {"attention": 0.7, "softmax": 0.02}
     runs = []
-    for _ in range(8):  # start-up 6 s; a pass of 20 s + 0.5 s per build per process, where there was one
-        builds, procs, rows_s = rng.randrange(10, 800), rng.choice((2, 4, 8)), rng.uniform(10, 200)
-        pass_s = 20 + 0.5 * builds / procs + rng.gauss(0, 0.1) if rng.random() < 0.6 else 0.0
-        runs.append(_run(6 + rows_s + pass_s + rng.gauss(0, 0.1), rows_s, pass_s, builds, procs))
-    runs += [_run(6 + 30 + 20 + 0.5 * 100 / 4, 30, 20 + 0.5 * 100 / 4, 100, 4), _run(16, 10, device="cpu")]
-    model = cost.Model({}, cost.fit_runs(runs))
-    assert model.startup("cuda") == pytest.approx(6.0, abs=0.5), seed
-    assert model.precompile("cuda", 400, 4) == pytest.approx(20 + 0.5 * 100, abs=2.0), seed
-    assert model.precompile("cuda", 0, 4) == 0.0 and model.precompile("cuda", 400, 0) == 0.0  # no pass
-    assert model.startup("cpu") is None and model.precompile("cpu", 400, 4) is None  # one run: no term
+    for _ in range(12):
+        cases = {k: rng.randrange(5, 90) for k in share if rng.random() < 0.8} or {"softmax": 9}
+        runs.append(_run(0, 0, shared_s=sum(share[k] * n for k, n in cases.items()) + rng.gauss(0, 0.01), cases=cases))
+    model = cost.Model({"cuda|attention|triton|fwd": [0.1, 0.0, 9]}, cost.fit_runs(runs))
+    fitted = model.share("cuda", "attention")
+    # each kernel its own share, drawn toward the other's by the prior's one run
+    assert 0.55 < fitted < 0.71 and model.share("cuda", "softmax") < fitted / 4, (seed, fitted)
+    # a case of 2 measurements carries half its share in each; of 20, a twentieth
+    assert model.row("cuda", "attention", "triton", "fwd", 0.0, 2) == pytest.approx(0.1 + fitted / 2)
+    assert model.row("cuda", "attention", "triton", "fwd", 0.0, 20) == pytest.approx(0.1 + fitted / 20)
+    assert model.row("cuda", "attention", "torch", "fwd", 0.0, 2) is None  # no term: the plan's constants
+    assert cost.Model({"cuda|attention|triton|fwd": [0.1, 0.0, 9]}).row("cuda", "attention", "triton", "fwd",
+                                                                        0.0, 2) == pytest.approx(0.1)  # no share fitted
+
+
+def _pair_rows(rng, excess):
+    """The same measurements in a warm run and in two cold ones: a cold row of a provider that
+    builds takes excess[provider] more; eager rows build nothing and are the same."""
+    rows = []
+    for shape in range(6):
+        for provider, builds in (("triton", True), ("liger", True), ("torch", False)):
+            warm = rng.uniform(0.05, 1.0)
+            for cold in (False, True, True, None):  # None: a run that left no breakdown
+                seconds = warm + (excess[provider] if cold and builds else 0.0) + (5.0 if cold is None else 0.0)
+                rows.append(dict(device="cuda", kernel="k", provider=provider, mode="fwd", shape=str(shape),
+                                 dtype="float32", bytes=shape * 1e8, seconds=seconds, builds=builds, cold=cold))
+    return rows
+
+
+def test_a_cold_run_s_first_calls_are_fitted_on_pairs_and_left_out_of_the_terms():
+    seed = random.randrange(2**31)
+    rows = _pair_rows(random.Random(seed), {"triton": 0.05, "liger": 0.0, "torch": 0.3})
+    terms = cost.fit_cold(rows)["cuda"]
+    assert terms["triton"] == [pytest.approx(0.05), 6] and terms["liger"] == [pytest.approx(0.0), 6], terms
+    assert terms["*"] == [pytest.approx(0.025), 12] and "torch" not in terms, terms
+    model = cost.Model({}, {"cuda": {"cold": terms}})
+    assert model.cold("cuda", {"triton": 10, "liger": 4, "fa4": 2}) == pytest.approx(10 * 0.05 + 2 * 0.025)
+    assert model.cold("cuda", {}) == 0.0 and model.cold("cpu", {"triton": 1}) is None
+    # the terms are the warm rows' terms: a cold row counts without its excess
+    known = [r for r in rows if r["cold"] is not None]
+    fitted, _ = cost.fit_all(known, [])
+    warm = cost.fit([r for r in known if not r["cold"]])
+    assert fitted["cuda|k|triton|fwd"][:2] == pytest.approx(warm["cuda|k|triton|fwd"][:2], abs=1e-5), seed
 
 
 def _config(**kw):
@@ -129,12 +213,15 @@ def _config(**kw):
 
 def test_the_estimate_of_a_run_reacts_to_its_caches_being_cold_or_warm(tmp_path, monkeypatch):
     """A real cache folder: its manifest, written as the precompile pass writes it, decides the
-    precompile part of the estimate; the measuring part does not depend on it."""
+    precompile part of the estimate and the cold first calls; the measuring part does not depend
+    on it."""
     from kcollect import precompile
 
     monkeypatch.setenv("KCOLLECT_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(cost, "committed", lambda: cost.Model({}, {"cpu": {"precompile": [20.0, 0.5, 3],
-                                                                           "startup": [1.0, 3]}}))
+    pass_terms = {"fixed": 20.0, "runs": 3, "per": {"gelu": [0.5, 3], "*": [9.0, 3]}}
+    cold_terms = {"triton": [0.25, 9], "*": [0.1, 9]}
+    monkeypatch.setattr(cost, "committed", lambda: cost.Model({}, {"cpu": {
+        "precompile": pass_terms, "cold": cold_terms, "startup": [1.0, 3]}}))
     spec = builtin_spec("gelu")
     config = _config(precompile=2)
     cases = plan([spec], config)
@@ -142,16 +229,22 @@ def test_the_estimate_of_a_run_reacts_to_its_caches_being_cold_or_warm(tmp_path,
     builds = 3 * len(cases)  # fwd, bwd and fwd+bwd of triton: compile is not measured on the CPU
 
     def overhead(config):  # as the run reads it: the caches' manifest, then the estimate
-        return schedule.overhead(config, precompile.pending(config, cases, everything)[1])
+        return schedule.overhead(config, precompile.pending(config, cases, everything)[1], cases)
 
     cold = overhead(config)
     want = f"{builds} builds the caches lack, in 2 processes"
-    assert cold["precompile"] == (pytest.approx(20 + 0.5 * builds / 2), want)
+    assert cold["precompile"] == (pytest.approx(20 + 0.5 * builds / 2), want)  # gelu's own cost, not "*"
+    assert cold["first calls"] == (pytest.approx(0.25 * builds), f"{builds} builds just made by the pass")
     assert cold["start-up"][0] == 1.0
+    two = schedule.overhead(replace(config, workers=2), precompile.pending(config, cases, everything)[1], cases)
+    assert two["first calls"][0] == pytest.approx(0.25 * builds / 2)  # the workers share the measuring
+    assert two["precompile"] == cold["precompile"]  # one pass for all of them
     keys, _ = precompile.pending(config, cases, everything)
     precompile._write(precompile.manifest_path(), {k for (i, _, _), k in keys.items() if i != 0})
-    part = overhead(config)["precompile"]
-    assert part == (0.0, "no pass: 3 builds, made as the run meets them")  # too few for the pass's processes
+    part = overhead(config)
+    # too few for the pass's processes
+    assert part["precompile"] == (0.0, "no pass: 3 builds, made as the run meets them")
+    assert part["first calls"] == (0.0, "no pass")
     precompile._write(precompile.manifest_path(), set(keys.values()))
     assert overhead(config)["precompile"] == (0.0, "the caches hold every build")
     assert overhead(_config())["precompile"] == (0.0, "no pass")
