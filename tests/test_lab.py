@@ -48,3 +48,19 @@ def test_scans_ab_threshold_is_where_lanes_wins_from_on():
     assert lanes_from([(10, 1.2), (100, 0.9), (1000, 0.5)]) == 100
     assert lanes_from([(10, 0.5), (100, 1.0), (1000, 0.5)]) == 1000  # a loss between: from past it
     assert lanes_from([(10, 0.5), (1000, 0.99)]) is None  # within the margin at the largest: never
+
+
+def test_flush_variants_write_or_only_read_the_buffer():
+    # lab/flush_ab.py: `read` must leave the buffer as it was (no dirty lines), `write` and `clean` zero it
+    import torch
+
+    from lab import flush_ab
+
+    for variant, zeroed in (("write", True), ("clean", True), ("read", False)):
+        buf = torch.randint(1, 100, (4096,), dtype=torch.int8)
+        before = buf.clone()
+        flush_ab._Flush(buf, variant).zero_()
+        assert torch.equal(buf, torch.zeros_like(buf)) if zeroed else torch.equal(buf, before), variant
+    with pytest.raises(SystemExit) as e:
+        flush_ab.main(["--variants", "write,cold"])
+    assert e.value.code == 2
