@@ -113,8 +113,9 @@ def main(argv=None) -> int:
         for v in variants:
             db = out / f"{v}_{r}.duckdb"
             with open(out / f"{v}_{r}.log", "w") as log:
-                rc = subprocess.run([sys.executable, "-m", "lab.flush_ab", "--child", v, "--", *run_args,
-                                     "--db", str(db), "--format", "csv"], stdout=log, stderr=subprocess.STDOUT).returncode
+                cmd = [sys.executable, "-m", "lab.flush_ab", "--child", v, "--", *run_args, "--db", str(db),
+                       "--format", "csv"]
+                rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode
             print(f"round {r} {v}: exit {rc}", flush=True)
             if db.exists():
                 runs[v].append(rows(db))
