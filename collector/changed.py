@@ -5,7 +5,8 @@ other providers' code never changes between our commits, so their points say how
 (its drift) at a commit whose own kernels did not all run, and the verdicts correct by it.
 
 Whose code changed is decided as the verdicts decide it (codechange.Repo: the files a kernel's
-providers import, and its spec's method files). Where git cannot tell, every kernel runs.
+providers import, and its spec's method files; an edit of the timing harness, codechange.HARNESS,
+changes every kernel's method, so every kernel runs). Where git cannot tell, every kernel runs.
 """
 from __future__ import annotations
 
