@@ -260,7 +260,7 @@ def code_note(h: History | None, s: Sides, how: str) -> str | None:
     if not code and not method:
         return "no kernel's code changed between the two sides"
     return "; ".join(x for x in (code and f"kernels whose code changed: {', '.join(code)}",
-                                 method and f"kernels whose method only changed (inputs or what is measured): "
+                                 method and f"kernels whose method only changed (inputs, what is measured or how it is timed): "
                                             f"{', '.join(method)}") if x)
 
 

@@ -337,7 +337,7 @@ def _named(ln: Line, significant: bool, log_t: float, env: str | None) -> Line:
 def note_of(note: str, env: str | None, code: str) -> str:
     """A line's note with what else changed (env: its env_change)."""
     return "; ".join(x for x in (note, env and f"environment: {env}",
-                                 code == METHOD and "method changed (inputs or what is measured)") if x)
+                                 code == METHOD and "method changed (inputs, what is measured or how it is timed)") if x)
 
 
 def verdict_name(corrected: float, significant: bool, log_t: float, env: str | None, code: str, ours: bool,

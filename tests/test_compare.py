@@ -326,7 +326,7 @@ def test_git_decides_whose_code_changed(tmp_path, monkeypatch):
     # baz's spec and a module only its spec imports: a change of method, every provider of baz alike, never ours
     assert verdicts[c5][("baz", "triton")] == ("method", "method changed")
     assert verdicts[c5][("baz", "torch")] == ("method", "method changed")
-    assert "kernels whose method only changed (inputs or what is measured): baz" in kc(c4, c5, "--db", path).stderr
+    assert "kernels whose method only changed (inputs, what is measured or how it is timed): baz" in kc(c4, c5, "--db", path).stderr
 
 
 def test_git_revisions_and_data_only_commits(tmp_path, monkeypatch):
