@@ -64,3 +64,12 @@ def test_flush_variants_write_or_only_read_the_buffer():
     with pytest.raises(SystemExit) as e:
         flush_ab.main(["--variants", "write,cold"])
     assert e.value.code == 2
+
+
+def test_capture_spread_refuses_a_bad_case_or_k():
+    from lab import capture_spread
+
+    for argv in (["softmax:M=1"], ["--k", "1", "softmax:M=1,N=64:fwd"], ["--variants", "hot", "softmax:M=1,N=64:fwd"]):
+        with pytest.raises(SystemExit) as e:
+            capture_spread.main(argv)
+        assert e.value.code == 2, argv
