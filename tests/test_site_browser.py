@@ -693,6 +693,20 @@ def test_sticky_table_headers(sites, tab):
     assert not tab.problems, tab.problems
 
 
+def test_a_cases_rows_read_as_one_block_with_a_line_above_it(sites, tab):
+    # collapsed borders: a line under a case's first row (its providers then look like the case
+    # above's) came from that row's own bottom border, which the group's top border cannot override
+    p = tab.open(sites["history"] / "kernels" / "lstm.html").page
+    table = p.locator("table.results").first
+    styles = table.evaluate("""t => [...t.querySelectorAll('tbody tr')].map(r => [r.classList.contains('first'),
+        getComputedStyle(r.cells[r.cells.length - 1]).borderBottomStyle,
+        getComputedStyle(r.cells[r.cells.length - 1]).borderTopStyle])""")
+    assert sum(first for first, _, _ in styles) >= 2 and len(styles) > sum(first for first, _, _ in styles)
+    assert {bottom for _, bottom, _ in styles} == {"none"}, styles
+    assert all(top == "solid" for first, _, top in styles if first)
+    assert not tab.problems, tab.problems
+
+
 # -- phones and accessibility ------------------------------------------------------------------
 
 
