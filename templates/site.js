@@ -650,6 +650,11 @@
           d.appendChild(document.createTextNode(r.ack.reason + (r.ack.by ? ` (${r.ack.by})` : "")));
         }
       }},
+      // the change next to the state: the answer in view without scrolling a wide table
+      {label: "change", num: true, value: (r) => r.change, cell: (r, td) => {
+        td.textContent = signed(r.change);
+        td.classList.add(r.change > 0 ? "bad" : "good");
+      }},
       {label: "kernel", value: (r) => r.kernel, cell: (r, td) => {
         const a = el("a", null, r.kernel);
         const q = new URLSearchParams({gpu: r.gid, mode: r.mode, dtype: r.dtype, shape: r.shape});
@@ -688,10 +693,6 @@
       }},
       {label: "before ms", num: true, value: (r) => r.before_ms, cell: (r, td) => (td.textContent = ms(r.before_ms))},
       {label: "after ms", num: true, value: (r) => r.after_ms, cell: (r, td) => (td.textContent = ms(r.after_ms))},
-      {label: "change", num: true, value: (r) => r.change, cell: (r, td) => {
-        td.textContent = signed(r.change);
-        td.classList.add(r.change > 0 ? "bad" : "good");
-      }},
       {label: "× noise (series noise)", num: true, value: (r) => r.z, csvHead: ["z (standard errors)", "series noise"],
        csv: (r) => [r.z, r.noise], cell: (r, td) => {
         if (none(r.z)) {
