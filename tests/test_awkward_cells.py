@@ -166,7 +166,7 @@ def test_kernels_compile_for_the_gpu():
     # the interpreter runs what the GPU's compiler refuses (a nested tuple target broke the JIT's
     # cache key): each kernel compiled for sm_90, fp32 and bf16 (their paths differ)
     want = {"_lstm_fwd", "_lstm_bwd", "_slstm_fwd", "_slstm_bwd", "_mlstm_states", "_mlstm_out", "_mlstm_dstates",
-            "_mlstm_dchunk"}
+            "_mlstm_dchunk", "_mlstm_dlinks"}
     assert want <= set(_sm90()["compiled"]), _sm90()
 
 
@@ -433,3 +433,25 @@ def test_axon_parameter_gradients_from_float64_state_in_fp32():
         for n in ("nu_log", "theta_log"):
             mine, theirs = verify.rel_error(ours[n], want[n]), verify.rel_error(eager[n], want[n])
             assert mine <= theirs, f"{json.dumps(case)}, upstream seed {seed}: d{n} {mine:.2e} > eager's {theirs:.2e}"
+
+
+# Where one weight is all of h_t, the gradients of the log-weights of row t cancel to the other
+# weights' share: summed as they come, they keep fp32's rounding of dh . h. The rows whose weight
+# was one input gate's took the closed form already; those whose weight was the chunk start's
+# (w_t = 1) and the chunk's whole decay A_end (the next start state's scale, where that state is
+# all of the next chunk's outputs) did not, nor the key whose input gate set the next chunk start's
+# stabiliser (beta_s = 1). All three cross a chunk boundary (16 steps on the CPU). Before / after:
+# fp16 df 0.0424 / 0.00026 (eager 0.00026; issue 40's CPU sweep, seed 1129), fp32 DH3 df 6.1e-4 /
+# 1.6e-6 (eager 2.3e-6), fp32 DH1 di 2.4e-5 / 3.8e-7 (eager 2.2e-6)
+MLSTM_ONE_WEIGHT = [
+    _mlstm_case("float16", {"B": 1, "NH": 1, "DH": 16, "T": 17}, 1196297164, gates="wild", x_scale=10.0,
+                layout="strided", grad_layout="strided"),
+    _mlstm_case("float32", {"B": 1, "NH": 1, "DH": 3, "T": 17}, 1927728186, gates="wild", x_scale=10.0),
+    _mlstm_case("float32", {"B": 1, "NH": 1, "DH": 1, "T": 17}, 1347535308, gates="wild"),
+]
+
+
+@pytest.mark.parametrize("case", MLSTM_ONE_WEIGHT, ids=["fp16-chunk-start", "fp32-chunk-start", "fp32-next-start"])
+def test_mlstm_gate_gradients_where_one_weight_is_all_across_chunks(case):
+    verdict = cells.check(case, "cpu")
+    assert verdict["status"] == "ok", f"{json.dumps(case)}: {verdict.get('message')}"

@@ -26,14 +26,14 @@ from .fwd import meta_of
 
 
 @triton.jit
-def _stabiliser_grad(dmj_ptr, bh, c, T, ig, it, A, seg, tm, m_c, dm_next, L: tl.constexpr):
+def _stabiliser_grad(dmj_ptr, bh, c, T, ig, it, A, seg, tm, m_c, dm_next, L: tl.constexpr, PRECISE: tl.constexpr):
     """The stabiliser's gradient in chunk c, sent to where each m_t came from: m_t is the largest of
     the chunk start's m_c + A_t and the steps' i~_s + A_t - A_s (an input gate, or at a reset the
     zeroed stabiliser: a_s > i_s). Rows whose m_t is an input gate's are left to the chunk kernel,
     which adds it to that weight's own gradient as autograd would (minus the row's weight gradients:
     exactly 0 where one weight is all of h). Here: the other rows' closed form dm_t, and at the
     chunk's last step dm_next, the next chunk start's (the same running max). Returns (d i, d a,
-    dm_c, each row's winning input gate or -1)."""
+    dm_c, each row's winning input gate, else -1; PRECISE: -2 where the chunk start's won)."""
     j = tl.arange(0, L)
     valid = (j[None, :] <= j[:, None]) & (seg[None, :] == seg[:, None])
     X = tl.where(valid, it[None, :] + gaps(A), NEG)  # as the forward sums them
@@ -46,7 +46,11 @@ def _stabiliser_grad(dmj_ptr, bh, c, T, ig, it, A, seg, tm, m_c, dm_next, L: tl.
     d_it = tl.sum(tl.where(won, g[:, None], 0.0), 0)  # over the steps t whose m_t came from s
     dA = g - d_it  # + A_t in every source, - A_s in step s's
     da = tl.cumsum(dA, 0, reverse=True) + tl.where(to_a, d_it, 0.0)  # a_l enters every A_t, t >= l
-    return tl.where(to_a, 0.0, d_it), da, tl.sum(tl.where(from_start, g, 0.0), 0), tl.where(by_gate, src, -1)
+    if PRECISE:
+        src = tl.where(by_gate, src, tl.where(from_start, -2, -1))
+    else:
+        src = tl.where(by_gate, src, -1)
+    return tl.where(to_a, 0.0, d_it), da, tl.sum(tl.where(from_start, g, 0.0), 0), src
 
 
 @triton.jit(do_not_specialize=["NH", "T", "NC", "has_resets"])
@@ -79,7 +83,8 @@ def _mlstm_dstates(q_ptr, dh_ptr, qinv_ptr, dden_ptr, dmj_ptr, i_ptr, f_ptr, rs_
             dC = dot(tl.trans(qw.to(dh_ptr.dtype.element_ty)), dnum.to(dh_ptr.dtype.element_ty), dC * kappa, DOT_F32)
             dn = dn * kappa + tl.sum(qw * tl.load(dden_ptr + bh * T + t, mask=tm, other=0.0)[:, None], 0)
             if first_block:
-                dim, dam, dm_next, src = _stabiliser_grad(dmj_ptr, bh, c, T, ig, it, A, seg, tm, m_c, dm_next, L)
+                dim, dam, dm_next, src = _stabiliser_grad(dmj_ptr, bh, c, T, ig, it, A, seg, tm, m_c, dm_next, L,
+                                                                PRECISE)
                 tl.store(dim_ptr + bh * T + t, dim, mask=tm)
                 tl.store(dam_ptr + bh * T + t, dam, mask=tm)
                 tl.store(src_ptr + bh * T + t, src, mask=tm)
@@ -90,7 +95,8 @@ def _mlstm_dstates(q_ptr, dh_ptr, qinv_ptr, dden_ptr, dmj_ptr, i_ptr, f_ptr, rs_
 
 @triton.jit(do_not_specialize=["NH", "T", "NC", "has_resets"])
 def _mlstm_dchunk(q_ptr, k_ptr, v_ptr, i_ptr, f_ptr, rs_ptr, dh_ptr, qinv_ptr, den_ptr, cs_ptr, ns_ptr, ms_ptr, mo_ptr,
-                  dcs_ptr, dns_ptr, dim_ptr, dam_ptr, src_ptr, dq_ptr, dk_ptr, dv_ptr, di_ptr, df_ptr, NH, T, DH, NC,
+                  dcs_ptr, dns_ptr, dim_ptr, dam_ptr, src_ptr, links_ptr, dq_ptr, dk_ptr, dv_ptr, di_ptr, df_ptr, NH, T,
+                  DH, NC,
                   scale, eps, has_resets, L: tl.constexpr, DP: tl.constexpr, BV: tl.constexpr, DOT_F32: tl.constexpr,
                   PRECISE: tl.constexpr):
     c, bh = tl.program_id(0), tl.program_id(1).to(tl.int64)
@@ -163,7 +169,8 @@ def _mlstm_dchunk(q_ptr, k_ptr, v_ptr, i_ptr, f_ptr, rs_ptr, dh_ptr, qinv_ptr, d
     # dot (at DH = 1 that is all of dq). Set dq's part along q to its closed form.
     qf = q.to(tl.float32)
     qq = tl.sum(qf * qf, 1)
-    along = tl.where(tl.abs(den) >= floor, dh_h * qinv * eps, dh_h) - tl.sum(qf * dq, 1)
+    R = tl.where(tl.abs(den) >= floor, dh_h * qinv * eps, dh_h)  # the sum of the row's log-weights' gradients
+    along = R - tl.sum(qf * dq, 1)
     dq += qf * tl.where(qq > 0.0, along / tl.where(qq > 0.0, qq, 1.0), 0.0)[:, None]
     dlogw = w * (dlogw + dden * tl.sum(q.to(tl.float32) * n_c[None, :], 1))
     dlogb = beta * (dlogb + tl.sum(k.to(tl.float32) * dn_next[None, :], 1) * scale)
@@ -173,6 +180,12 @@ def _mlstm_dchunk(q_ptr, k_ptr, v_ptr, i_ptr, f_ptr, rs_ptr, dh_ptr, qinv_ptr, d
     # fl - dlogw - the row's sum to it: that subtracts the entry from itself, exact only where both
     # copies are rounded alike, which a multiply-add the compiler contracts on the GPU need not keep)
     src = tl.load(src_ptr + bh * T + t, mask=tm, other=-1)
+    if PRECISE:
+        # where the chunk start's weight set m_t (w_t = 1), its gradient the same way: the row's closed
+        # form R less its other entries. Summed as it comes, q C_c . dnum + dden q . n_c cancels to the
+        # other weights' share of h (1e-6 on issue 40's fp16 wild-gates case), leaving fp32's rounding
+        # of dh . h: df 1% off where eager's was 1e-5
+        dlogw = tl.where(src == -2, R - tl.sum(Z, 1), dlogw)
     is_src = src[:, None] == j[None, :]
     others = tl.sum(tl.where(is_src, 0.0, Z), 1)
     Z = tl.where(is_src, (fl - others - dlogw)[:, None], Z)
@@ -183,7 +196,11 @@ def _mlstm_dchunk(q_ptr, k_ptr, v_ptr, i_ptr, f_ptr, rs_ptr, dh_ptr, qinv_ptr, d
     # times its norm off in bf16, issue 40)
     off = tl.where(j[:, None] == j[None, :], 0.0, Z)
     dA = tl.sum(off, 1) - tl.sum(off, 0) + dlogw - dlogb
-    dA += tl.where(j == L - 1, tl.sum(dlogb, 0) + kappa * kap, 0.0)  # A_end: the chunk's state update
+    if PRECISE:  # A_end: the chunk's state update, added by _mlstm_dlinks
+        _store_link(links_ptr, bh, c, NC, ig, it, rest, seg, seg_end, tm, m_c + A_end, dlogw, dlogb, kappa * kap,
+                    L)
+    else:
+        dA += tl.where(j == L - 1, tl.sum(dlogb, 0) + kappa * kap, 0.0)  # A_end: the chunk's state update
     da = tl.cumsum(dA, 0, reverse=True)  # a_l enters every A_t with t >= l
     da += tl.load(dam_ptr + bh * T + t, mask=tm, other=0.0)  # the stabiliser's parts
     m2 = tm[:, None] & (d < DH)[None, :]
@@ -192,6 +209,50 @@ def _mlstm_dchunk(q_ptr, k_ptr, v_ptr, i_ptr, f_ptr, rs_ptr, dh_ptr, qinv_ptr, d
     di = col + dlogb + tl.load(dim_ptr + bh * T + t, mask=tm, other=0.0)
     tl.store(di_ptr + bh * T + t, di.to(di_ptr.dtype.element_ty), mask=tm)
     tl.store(df_ptr + bh * T + t, (da * sigmoid_f32(-f, PRECISE)).to(df_ptr.dtype.element_ty), mask=tm)
+
+
+@triton.jit
+def _store_link(links_ptr, bh, c, NC, ig, it, rest, seg, seg_end, tm, carry, dlogw, dlogb, dlogk, L: tl.constexpr):
+    """What _mlstm_dlinks needs of chunk c (PRECISE): X, the gradient of the log-scale of its start
+    state through its own outputs; Y, its keys' log-weights' into the next state (sum dlogb); K,
+    the carried state's (log kappa); and what set the next start's stabiliser: -1 the carried state,
+    s the input gate of step s, L a reset's zeroed stabiliser (as the forward's _mlstm_states)."""
+    top = tl.where((seg == seg_end) & tm, it + rest, NEG)
+    s = tl.argmax(top, 0, tie_break_left=True)
+    by_reset = tl.sum(tl.where((tl.arange(0, L) == s) & (it > ig), 1, 0), 0) > 0
+    kind = tl.where((seg_end == 0) & (carry >= tl.max(top, 0)), -1, tl.where(by_reset, L, s))
+    p = links_ptr + (bh * NC + c) * 4
+    tl.store(p, tl.sum(dlogw, 0))
+    tl.store(p + 1, tl.sum(dlogb, 0))
+    tl.store(p + 2, dlogk)
+    tl.store(p + 3, kind.to(tl.float32))
+
+
+@triton.jit(do_not_specialize=["T", "NC"])
+def _mlstm_dlinks(links_ptr, f_ptr, di_ptr, df_ptr, T, NC, L: tl.constexpr):
+    """The fp32 backward's gradient of each chunk's whole log decay A_end (it scales the next start
+    state: the gradient of that state's log-scale, D), by a reverse scan over chunks of one (row,
+    head): D_c = X_c + (D_{c+1} - Y_c where the carried state set the next stabiliser (kappa = 1),
+    else K_c). Summed as it comes, <C, dC> + <n, dn> cancels as the rows' dlogw do (see
+    _mlstm_dchunk), where the state is all of the next chunk's outputs. Where step s's key set it
+    (beta_s = 1), s's share takes the difference, as is_src rows do (di_s, and A_s's part); after a
+    reset's zeroed one the chunk keeps the sum as it comes. a_l enters A_end for every l of the chunk."""
+    bh = tl.program_id(0).to(tl.int64)
+    j = tl.arange(0, L)
+    D = tl.sum(tl.zeros((L,), tl.float32), 0)
+    c = NC - 1
+    while c >= 0:
+        p = links_ptr + (bh * NC + c) * 4
+        X, Y, K, kind = tl.load(p), tl.load(p + 1), tl.load(p + 2), tl.load(p + 3).to(tl.int32)
+        delta = D - Y - K  # the accurate gradient of A_end less the one summed as it comes
+        t = bh * T + c * L + j
+        tm = c * L + j < T
+        f = tl.load(f_ptr + t, mask=tm, other=0.0)
+        tl.store(df_ptr + t, tl.load(df_ptr + t, mask=tm, other=0.0)
+                 + (D - tl.where(j <= kind, delta, 0.0)) * sigmoid_f32(-f, True), mask=tm)
+        tl.store(di_ptr + t, tl.load(di_ptr + t, mask=tm, other=0.0) + tl.where(j == kind, delta, 0.0), mask=tm)
+        D = X + tl.where(kind < 0, D - Y, K)
+        c -= 1
 
 
 @triton.jit
@@ -222,9 +283,13 @@ def shared_bwd(config, dtype, DH: int, dot_f32: bool, device) -> int:
     f32, u8, i32, meta = torch.float32, torch.uint8, torch.int32, meta_of(config, DH, dtype, dot_f32)
     dstates = (dtype, dtype, f32, f32, f32, dtype, dtype, u8, f32, f32, f32, f32, f32, f32, i32, 1, 1, DH, 1, 1)
     dchunk = (dtype, dtype, dtype, dtype, dtype, u8, dtype, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, i32,
-              dtype, dtype, dtype, dtype, dtype, 1, 1, DH, 1, 1.0, 1e-6, 1)
-    return max(shared_bytes_for_types(_mlstm_dstates, dstates, dict(meta, num_warps=config.state_warps), device),
+              f32, dtype, dtype, dtype, dtype, dtype, 1, 1, DH, 1, 1.0, 1e-6, 1)
+    need = max(shared_bytes_for_types(_mlstm_dstates, dstates, dict(meta, num_warps=config.state_warps), device),
                shared_bytes_for_types(_mlstm_dchunk, dchunk, dict(meta, num_warps=config.warps), device))
+    if meta["PRECISE"]:
+        links = (f32, f32, f32, f32, 1, 1)
+        need = max(need, shared_bytes_for_types(_mlstm_dlinks, links, dict(L=meta["L"], num_warps=1), device))
+    return need
 
 
 def mlstm_bwd(dh, q, k, v, i, f, resets, NH: int, h, saved, config, dot_f32: bool, eps: float):
@@ -251,6 +316,9 @@ def mlstm_bwd(dh, q, k, v, i, f, resets, NH: int, h, saved, config, dot_f32: boo
                                    has_resets, num_warps=config.state_warps, **meta)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     di, df = torch.empty_like(i), torch.empty_like(f)
-    _mlstm_dchunk[(NC, BH)](q, k, v, i, f, rs, dh, qinv, den, cs, ns, ms, mo, dcs, dns, dim, dam, src, dq, dk, dv, di,
-                            df, NH, T, DH, NC, DH ** -0.5, eps, has_resets, num_warps=config.warps, **meta)
+    links = torch.empty(BH, NC, 4, device=q.device, dtype=torch.float32) if meta["PRECISE"] else mo
+    _mlstm_dchunk[(NC, BH)](q, k, v, i, f, rs, dh, qinv, den, cs, ns, ms, mo, dcs, dns, dim, dam, src, links, dq, dk,
+                            dv, di, df, NH, T, DH, NC, DH ** -0.5, eps, has_resets, num_warps=config.warps, **meta)
+    if meta["PRECISE"]:
+        _mlstm_dlinks[(BH,)](links, f, di, df, T, NC, L=L, num_warps=1)
     return dq, dk, dv, di, df
