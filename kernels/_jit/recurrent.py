@@ -134,6 +134,30 @@ def sigmoid_f32(x, PRECISE: tl.constexpr):
 
 
 @triton.jit
+def dsigmoid_f32(x, PRECISE: tl.constexpr):
+    """sigmoid'(x) = s (1 - s); PRECISE: e / (1 + e)^2 with e = exp(-|x|), in float64 and rounded
+    once. From s rounded to fp32, 1 - s keeps only what that rounding left of it (s = 0.8: 4 ulp)."""
+    if PRECISE:
+        e = _exp64(-tl.abs(x.to(tl.float64)))
+        return (e / ((1.0 + e) * (1.0 + e))).to(tl.float32)
+    else:
+        s = tl.sigmoid(x)
+        return s * (1.0 - s)
+
+
+@triton.jit
+def dtanh_f32(x, PRECISE: tl.constexpr):
+    """tanh'(x) = 1 - tanh(x)^2; PRECISE: 4 e / (1 + e)^2 with e = exp(-2|x|), in float64 and rounded
+    once (1 - t^2 of a rounded t near +-1 keeps only what its rounding left)."""
+    if PRECISE:
+        e = _exp64(-2.0 * tl.abs(x.to(tl.float64)))
+        return (4.0 * e / ((1.0 + e) * (1.0 + e))).to(tl.float32)
+    else:
+        t = tanh(x)
+        return 1.0 - t * t
+
+
+@triton.jit
 def tanh_f32(x, PRECISE: tl.constexpr):
     """tanh; PRECISE: in float64, its Taylor series below |x| = 0.01 (no cancellation near 0)."""
     if PRECISE:
