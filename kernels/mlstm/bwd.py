@@ -12,7 +12,13 @@ where they are large or where every step resets (then f enters h only through m)
 With dnum = dh / N and dden = -(dh . h) / N * sign(den) where |den| > exp(-m),
 the output of step t is the linear map of (v_s, 1) by weights P_ts (q_t . k'_s) plus the start
 state's w_t q_t [C | n]; the gate gradients are those of its log-weights (A the running sum of log
-forget gates: logP_ts = i_s + A_t - A_s, log w_t = m_c + A_t, and the chunk's state update)."""
+forget gates: logP_ts = i_s + A_t - A_s, log w_t = m_c + A_t, and the chunk's state update).
+
+Where one weight is all of a row's h (a large input gate, a reset at every step), the gradients
+that reach it cancel to the other weights' share, and summed as they come keep the rounding of
+the whole: fp32 takes them in closed form instead, from the others' (the entry of PG,
+_dominant_entry; the log-weight of the input gate or of the chunk start that set m_t; the chunk's
+whole decay A_end, by a last reverse scan over chunks, _mlstm_dlinks)."""
 from __future__ import annotations
 
 import torch
