@@ -15,7 +15,7 @@ import opcheck
 from cells_check import errors_against_reference
 from kcollect import verify
 from kcollect.kernels import axon, lstm
-from kcollect.kernels._jit.recurrent import dsigmoid_f32, dtanh_f32, tanh_f32
+from kcollect.kernels._jit.recurrent import sigmoid_grad_f32, sigmoid_f32, tanh_f32, tanh_grad_f32
 from lab.awkward import cells
 
 RNG = random.Random(40)  # the seeds of the cases below; each case (seed included) is in its failure message
@@ -461,14 +461,20 @@ def test_mlstm_gate_gradients_where_one_weight_is_all_across_chunks(case):
 def _derivative_kernel(X, Y, n, TANH: tl.constexpr, BLOCK: tl.constexpr):
     i = tl.arange(0, BLOCK)
     x = tl.load(X + i, mask=i < n)
-    tl.store(Y + i, dtanh_f32(x, True) if TANH else dsigmoid_f32(x, True), mask=i < n)
+    if TANH:
+        y, dy = tanh_grad_f32(x)
+        want = tanh_f32(x, True)
+    else:
+        y, dy = sigmoid_grad_f32(x)
+        want = sigmoid_f32(x, True)
+    tl.store(Y + i, tl.where(y == want, dy, float("nan")), mask=i < n)  # the value as the forward's
 
 
 @pytest.mark.parametrize("tanh", [False, True], ids=["sigmoid", "tanh"])
 def test_activation_derivatives_rounded_once_in_fp32(tanh):
     # s (1 - s) of s rounded to fp32 keeps of 1 - s only what that rounding left: at sigmoid(x) = 0.8
     # 4 ulp, at 0.9997 (x = 8) 3e3; 1 - t^2 of tanh alike. The fp32 kernels take them from the
-    # pre-activation instead (slstm's o and z gates)
+    # pre-activation instead (slstm's o and z gates), with the value itself as the forward has it
     x = torch.linspace(-30, 30, 241, dtype=torch.float32)
     y = torch.empty_like(x)
     _derivative_kernel[(1,)](x, y, x.numel(), TANH=tanh, BLOCK=256)

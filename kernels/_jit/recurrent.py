@@ -134,27 +134,30 @@ def sigmoid_f32(x, PRECISE: tl.constexpr):
 
 
 @triton.jit
-def dsigmoid_f32(x, PRECISE: tl.constexpr):
-    """sigmoid'(x) = s (1 - s); PRECISE: e / (1 + e)^2 with e = exp(-|x|), in float64 and rounded
-    once. From s rounded to fp32, 1 - s keeps only what that rounding left of it (s = 0.8: 4 ulp)."""
-    if PRECISE:
-        e = _exp64(-tl.abs(x.to(tl.float64)))
-        return (e / ((1.0 + e) * (1.0 + e))).to(tl.float32)
-    else:
-        s = tl.sigmoid(x)
-        return s * (1.0 - s)
+def sigmoid_grad_f32(x):
+    """(sigmoid(x), sigmoid'(x)) for fp32 x: e = exp(-|x|) and r = 1 / (1 + e) in float64, rounded once
+    (one exp and one division, as sigmoid_f32 alone). s (1 - s) of an s rounded to fp32 keeps of
+    1 - s only what that rounding left: 4 ulp at s = 0.8, none of it at saturation."""
+    x64 = x.to(tl.float64)
+    e = _exp64(-tl.abs(x64))
+    r = 1.0 / (1.0 + e)
+    return tl.where(x64 >= 0.0, r, e * r).to(tl.float32), (e * r * r).to(tl.float32)
 
 
 @triton.jit
-def dtanh_f32(x, PRECISE: tl.constexpr):
-    """tanh'(x) = 1 - tanh(x)^2; PRECISE: 4 e / (1 + e)^2 with e = exp(-2|x|), in float64 and rounded
-    once (1 - t^2 of a rounded t near +-1 keeps only what its rounding left)."""
-    if PRECISE:
-        e = _exp64(-2.0 * tl.abs(x.to(tl.float64)))
-        return (4.0 * e / ((1.0 + e) * (1.0 + e))).to(tl.float32)
-    else:
-        t = tanh(x)
-        return 1.0 - t * t
+def tanh_grad_f32(x):
+    """(tanh(x), tanh'(x)) for fp32 x: e = exp(-2|x|), |tanh| = (1 - e) / (1 + e) (tanh_f32's series below
+    |x| = 0.01) and 1 - tanh^2 = 4 e / (1 + e)^2, in float64, rounded once (1 - t^2 of a t rounded near
+    +-1 keeps only what its rounding left)."""
+    x64 = x.to(tl.float64)
+    z = tl.abs(x64)
+    e = _exp64(-2.0 * z)
+    r = 1.0 / (1.0 + e)
+    x2 = x64 * x64
+    small = x64 + x64 * x2 * (-1.0 / 3.0 + x2 * (2.0 / 15.0))
+    big = (1.0 - e) * r
+    t = tl.where(z < 0.01, small, tl.where(x64 < 0.0, -big, big))
+    return t.to(tl.float32), (4.0 * e * r * r).to(tl.float32)
 
 
 @triton.jit

@@ -20,8 +20,8 @@ import triton.language as tl
 
 from .._host.cells import precise
 from .._host.dot import TF32X3, dot_f32
-from .._jit.recurrent import (div_f32, dot, dsigmoid_f32, dtanh_f32, exp_f32, keep_rows, logsigmoid_f32, sigmoid_f32,
-                               tanh_f32)
+from .._jit.recurrent import (div_f32, dot, exp_f32, keep_rows, logsigmoid_f32, sigmoid_f32, sigmoid_grad_f32, tanh_f32,
+                               tanh_grad_f32)
 from .._host.cells import fit_limit, shared_bytes_for_types
 from .config import SLSTMConfig
 
@@ -160,10 +160,9 @@ def _slstm_bwd(dy_ptr, dlast_ptr, r_ptr, raw_ptr, cs_ptr, ns_ptr, ms_ptr, rs_ptr
         first = n_prev == 0.0
         rawz, rawo = tl.load(rw + 2 * NH * DH, mask=m2, other=0.0), tl.load(rw + 3 * NH * DH, mask=m2, other=0.0)
         ig, fg, zt, og, _, sig_nf = _gates(rawi, rawf, rawz, rawo, m_prev, first, PRECISE)
-        if PRECISE:  # from the pre-activations: og (1 - og) of og rounded to fp32 is 4 ulp off at og = 0.8
-            dog, dzt = dsigmoid_f32(rawo, True), dtanh_f32(rawz, True)
-        else:
-            dog, dzt = og * (1.0 - og), 1.0 - zt * zt
+        if PRECISE:  # with their derivatives from the pre-activations (_gates' zt and og then go unused)
+            zt, dzt = tanh_grad_f32(rawz)
+            og, dog = sigmoid_grad_f32(rawo)
         nd = n + EPS
         y_c = div_f32(og, nd, PRECISE)  # dy / dc
         dc += dy * y_c
@@ -176,8 +175,12 @@ def _slstm_bwd(dy_ptr, dlast_ptr, r_ptr, raw_ptr, cs_ptr, ns_ptr, ms_ptr, rs_ptr
         dlogfm += tl.where(i_wins, 0.0, dm)
         df = dlogfm * sig_nf
         dm = dlogfm * keep
-        dz = dc * ig * dzt
-        do = dy * div_f32(c, nd, PRECISE) * dog
+        if PRECISE:
+            dz = dc * ig * dzt
+            do = dy * div_f32(c, nd, PRECISE) * dog
+        else:
+            dz = dc * ig * (1.0 - zt * zt)
+            do = dy * div_f32(c, nd, PRECISE) * og * (1.0 - og)
         dw = dwx_ptr + (((r64 * T + t) * 4) * NH + h) * DH + u[None, :]
         ty = dwx_ptr.dtype.element_ty
         tl.store(dw, di.to(ty), mask=m2)
