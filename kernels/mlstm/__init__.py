@@ -42,7 +42,7 @@ def dot_mode(dtype, device, DH: int) -> int:
 
 @functools.lru_cache(maxsize=None)  # a launch's check is then one lookup
 def fitted(config: MLSTMConfig, dtype, DH: int, device, picked: bool) -> MLSTMConfig:
-    """The config to launch: `config` where the device's shared memory holds its four kernels; a
+    """The config to launch: `config` where the device's shared memory holds its kernels; a
     picked one that does not, with narrower value blocks, then shorter chunks; ValueError naming the
     limit where none fits (a forced config is not changed)."""
     limit = fit_limit(device)
