@@ -10,14 +10,18 @@ dk/dv kernel with fp32 atomics was 1.7-2.3x slower on an H200
 (lab/results/attention_fused_dq_h200.txt). Both split their walk into masked edges and a mask-free
 middle (common.py).
 
-delta comes from the stored o, rounded to bf16/fp16, as in FlashAttention-2/3's backward: where
-dP - delta cancels (a row whose probability sits almost all on one key, as few keys under a tight
-window with a large scale), its rounding (about |do| |o| 2^-9) can exceed the true dS, and dq/dk
-of such rows are off by more than eager's (eager's softmax backward takes delta from its own
-rounded P). The H200 sweeps met it in 3 (seed 2) and 17 (seed 3) of 2000 attention cases, all with
-few visible keys (lab/results/awkward_h200_attention_scans_*).
-Keeping o's rounding residual for the backward fixes it, at one more o-sized tensor saved per
-call and 3-6% of fwd+bwd measured: not taken.
+delta = rowsum(do * o) takes o as the forward summed it, in fp32: for bf16/fp16 the training
+forward also stores o's rounding r (o in fp32 minus o stored, in o's dtype) and _bwd_delta adds it
+back. From the rounded o alone (FlashAttention-2/3's way), the rounding (about |do| |o| 2^-9 in
+bf16) enters every dS of the row: where dP - delta cancels (a row whose probability sits almost
+all on one key: few keys, a tight window, a large scale; or values close to o), it exceeds the
+true dS, and dq/dk were 2-3x past eager's error (eager's softmax backward takes delta from its own
+rounded P, consistently). float64 replays of this backward on the CPU sweep's 10 cases over the
+gate (lab/results/awkward_cpu_seed1129_528b9e4.txt) put all the excess there: bf16 B3 Sq16 Skv2 D1
+scale 3: dq 0.14 from the rounded o, 0.0021 from o in fp32 (eager 0.044); rounding P and dS to
+the dtype before their products, as the GPU does, adds under 0.002 in any of them. The cost: r,
+one o-sized tensor written by the forward and read by _bwd_delta, kept between them; no kernel's
+loop changes. Inference (no gradient asked for) stores none.
 """
 from __future__ import annotations
 
@@ -34,9 +38,10 @@ from .fwd import fallbacks, strides3, use_tma, with_tma_if_ready
 
 
 @triton.jit
-def _bwd_delta(O, DO, DELTA, sob, sot, soh, sdb, sdt, sdh, Sq, T, D: tl.constexpr, BLOCK_D: tl.constexpr,
-               BLOCK_T: tl.constexpr, VARLEN: tl.constexpr):
-    """delta[h, t] = sum_d o * do over the rows t of head h (a dense row t is sequence t // Sq)."""
+def _bwd_delta(O, R, DO, DELTA, sob, sot, soh, sdb, sdt, sdh, Sq, T, D: tl.constexpr, BLOCK_D: tl.constexpr,
+               BLOCK_T: tl.constexpr, VARLEN: tl.constexpr, RESIDUAL: tl.constexpr):
+    """delta[h, t] = sum_d o * do over the rows t of head h (a dense row t is sequence t // Sq);
+    RESIDUAL: o is the stored o plus its rounding R (laid out as O), o as the forward summed it."""
     t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     h = tl.program_id(1).to(tl.int64)
     t64 = t.to(tl.int64)
@@ -46,7 +51,9 @@ def _bwd_delta(O, DO, DELTA, sob, sot, soh, sdb, sdt, sdh, Sq, T, D: tl.constexp
         b, i = t64 // Sq, t64 % Sq
     offs_d = tl.arange(0, BLOCK_D)
     mask = (t < T)[:, None] & (offs_d < D)[None, :]
-    o = tl.load(O + (b * sob + i * sot + h * soh)[:, None] + offs_d[None, :], mask=mask, other=0.0)
+    o = tl.load(O + (b * sob + i * sot + h * soh)[:, None] + offs_d[None, :], mask=mask, other=0.0).to(tl.float32)
+    if RESIDUAL:
+        o += tl.load(R + (b * sob + i * sot + h * soh)[:, None] + offs_d[None, :], mask=mask, other=0.0).to(tl.float32)
     do = tl.load(DO + (b * sdb + i * sdt + h * sdh)[:, None] + offs_d[None, :], mask=mask, other=0.0)
     delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
     tl.store(DELTA + h * T + t64, delta, mask=t < T)
@@ -273,9 +280,10 @@ def _fits(kernel, args, device, block_a: int, block_b: int, warps: int, stages: 
 
 
 def backward(do, q, k, v, o, lse, causal: bool, window: int, cu_q, cu_k, max_q: int, max_k: int, scale: float,
-             config: BwdConfig, fallback: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(dq, dk, dv) like (q, k, v). q, k, v, o contiguous; lse from forward(). `fallback`: the config
-    was picked, not forced (see fwd.forward)."""
+             config: BwdConfig, fallback: bool = False,
+             residual=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq, dk, dv) like (q, k, v). q, k, v, o contiguous; lse (and `residual`, o's rounding, where
+    kept) from forward(). `fallback`: the config was picked, not forced (see fwd.forward)."""
     varlen = cu_q is not None
     batch = cu_q.numel() - 1 if varlen else q.shape[0]
     hq, hkv, d = q.shape[-2], k.shape[-2], q.shape[-1]
@@ -292,8 +300,10 @@ def backward(do, q, k, v, o, lse, causal: bool, window: int, cu_q, cu_k, max_q: 
         return dq, dk.zero_(), dv.zero_()
     bd = block_d(d)
     block_t = 64
-    _bwd_delta[(triton.cdiv(tq, block_t), hq)](o, do, delta, *strides3(o, varlen), *strides3(do, varlen), max(max_q, 1),
-                                               tq, D=d, BLOCK_D=bd, BLOCK_T=block_t, VARLEN=varlen, num_warps=4)
+    _bwd_delta[(triton.cdiv(tq, block_t), hq)](o, o if residual is None else residual, do, delta, *strides3(o, varlen),
+                                               *strides3(do, varlen), max(max_q, 1), tq, D=d, BLOCK_D=bd,
+                                               BLOCK_T=block_t, VARLEN=varlen, RESIDUAL=residual is not None,
+                                               num_warps=4)
     common = (cu_q, cu_k, *strides3(q, varlen), *strides3(k, varlen), *strides3(v, varlen), *strides3(do, varlen),
               max_q, max_k, tq)
     flags = dict(D=d, BLOCK_D=bd, CAUSAL=causal, HAS_WINDOW=window > 0, VARLEN=varlen, TMA=config.tma,
