@@ -11,7 +11,7 @@ dk/dv kernel with fp32 atomics was 1.7-2.3x slower on an H200
 middle (common.py).
 
 delta = rowsum(do * o) takes o as the forward summed it, in fp32: for bf16/fp16 the training
-forward also stores o's rounding r (o in fp32 minus o stored, in o's dtype) and _bwd_delta adds it
+forward also stores o's rounding r (o in fp32 minus o stored, in bf16) and _bwd_delta adds it
 back. From the rounded o alone (FlashAttention-2/3's way), the rounding (about |do| |o| 2^-9 in
 bf16) enters every dS of the row: where dP - delta cancels (a row whose probability sits almost
 all on one key: few keys, a tight window, a large scale; or values close to o), it exceeds the
@@ -19,9 +19,15 @@ true dS, and dq/dk were 2-3x past eager's error (eager's softmax backward takes 
 rounded P, consistently). float64 replays of this backward on the CPU sweep's 10 cases over the
 gate (lab/results/awkward_cpu_seed1129_528b9e4.txt) put all the excess there: bf16 B3 Sq16 Skv2 D1
 scale 3: dq 0.14 from the rounded o, 0.0021 from o in fp32 (eager 0.044); rounding P and dS to
-the dtype before their products, as the GPU does, adds under 0.002 in any of them. The cost: r,
+the dtype before their products, as the GPU does, adds at most 0.0022 to any part. The cost: r,
 one o-sized tensor written by the forward and read by _bwd_delta, kept between them; no kernel's
 loop changes. Inference (no gradient asked for) stores none.
+What it leaves (lab/results/attention_delta_cpu_603b891.txt, 2 of the sweeps' 40 cases): the
+forward rounds each p to the dtype before p @ v, so its fp32 o is not quite the backward's P @ v
+(fp16 Sq1 Skv257 D1 window 2 scale 3: dq 0.0048 against a gate of 0.0025; a float64 replay with
+that rounding 0.0049, without it 0.0004); and rows whose second key has a probability under
+fp32's 2^-24 (1e-8 in a bf16 packed case at scale 3), whose true dS is below the fp32 rounding of
+dP and delta themselves: dq 2.13 relative, 1.3e-6 absolute against a float64 dq of 5.9e-7.
 """
 from __future__ import annotations
 
