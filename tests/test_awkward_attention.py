@@ -223,4 +223,8 @@ PEAKED = [
 
 @pytest.mark.parametrize("path, dims, dtype, seed, options", PEAKED, ids=[f"{c[0]}-{c[2]}-{c[3]}" for c in PEAKED])
 def test_delta_of_a_peaked_softmax_takes_o_before_rounding(path, dims, dtype, seed, options):
-    verify_case({**case(path, dims, dtype, **options), "seed": seed})
+    # within the gate, and more: dq and dk within eager's own error or half the tolerance (with o's
+    # rounding kept at half its size they were up to 1.6x eager's)
+    v = verify_case({**case(path, dims, dtype, **options), "seed": seed})
+    half = SPEC.tolerance[getattr(torch, dtype)] / 2
+    assert all(p["ours"] <= max(p["eager"], half) for p in v["parts"] if p["name"] in ("dq", "dk")), (seed, v["parts"])

@@ -11,18 +11,20 @@ dk/dv kernel with fp32 atomics was 1.7-2.3x slower on an H200
 middle (common.py).
 
 delta = rowsum(do * o) takes o as the forward summed it, in fp32: for bf16/fp16 the training
-forward also stores o's rounding r (o in fp32 minus o stored, in bf16) and _bwd_delta adds it
-back. From the rounded o alone (FlashAttention-2/3's way), the rounding (about |do| |o| 2^-9 in
-bf16) enters every dS of the row: where dP - delta cancels (a row whose probability sits almost
-all on one key: few keys, a tight window, a large scale; or values close to o), it exceeds the
-true dS, and dq/dk were 2-3x past eager's error (eager's softmax backward takes delta from its own
-rounded P, consistently). float64 replays of this backward on the CPU sweep's 10 cases over the
-gate (lab/results/awkward_cpu_seed1129_528b9e4.txt) put all the excess there: bf16 B3 Sq16 Skv2 D1
-scale 3: dq 0.14 from the rounded o, 0.0021 from o in fp32 (eager 0.044); rounding P and dS to
-the dtype before their products, as the GPU does, adds at most 0.0022 to any part. The cost: r,
-one o-sized tensor written by the forward and read by _bwd_delta, kept between them; no kernel's
-loop changes. Inference (no gradient asked for) stores none.
-What it leaves (lab/results/attention_delta_cpu_603b891.txt, 2 of the sweeps' 40 cases): the
+forward also stores o's rounding (o in fp32 minus o stored, as an int8 code relative to o:
+fwd.residual_scale) and _bwd_delta adds it back. From the rounded o alone (FlashAttention-2/3's
+way), the rounding (about |do| |o| 2^-9 in bf16) enters every dS of the row: where dP - delta
+cancels (a row whose probability sits almost all on one key: few keys, a tight window, a large
+scale; or values close to o), it exceeds the true dS, and dq/dk were 2-3x past eager's error
+(eager's softmax backward takes delta from its own rounded P, consistently). float64 replays of
+this backward on the CPU sweep's 10 cases over the gate (lab/results/awkward_cpu_seed1129_528b9e4.txt)
+put all the excess there: bf16 B3 Sq16 Skv2 D1 scale 3: dq 0.14 from the rounded o, 0.0021 from
+o in fp32 (eager 0.044); rounding P and dS to the dtype before their products, as the GPU does,
+adds at most 0.0022 to any part. The cost: one int8 tensor of o's shape (half o's bytes) written
+by the forward's epilogue and read by _bwd_delta, kept between them; no kernel's loop changes.
+Inference (no gradient asked for) stores none.
+
+What it leaves (lab/results/attention_delta_cpu_*.txt: 2 of the sweeps' 40 listed cases): the
 forward rounds each p to the dtype before p @ v, so its fp32 o is not quite the backward's P @ v
 (fp16 Sq1 Skv257 D1 window 2 scale 3: dq 0.0048 against a gate of 0.0025; a float64 replay with
 that rounding 0.0049, without it 0.0004); and rows whose second key has a probability under
@@ -40,14 +42,16 @@ from .._host.dot import interpreter_operands
 from .common import (block_d, key_blocks, load_tile, lse_offset, query_blocks, query_tile, rows_src, seq_spans,
                      store_tile, visible)
 from .config import BwdConfig
-from .fwd import fallbacks, strides3, use_tma, with_tma_if_ready
+from .fwd import fallbacks, residual_scale, strides3, use_tma, with_tma_if_ready
 
 
 @triton.jit
 def _bwd_delta(O, R, DO, DELTA, sob, sot, soh, sdb, sdt, sdh, Sq, T, D: tl.constexpr, BLOCK_D: tl.constexpr,
-               BLOCK_T: tl.constexpr, VARLEN: tl.constexpr, RESIDUAL: tl.constexpr):
+               BLOCK_T: tl.constexpr, VARLEN: tl.constexpr, RESIDUAL: tl.constexpr,
+               R_SCALE: tl.constexpr):
     """delta[h, t] = sum_d o * do over the rows t of head h (a dense row t is sequence t // Sq);
-    RESIDUAL: o is the stored o plus its rounding R (laid out as O), o as the forward summed it."""
+    RESIDUAL: o as the forward summed it, the stored o with its rounding's code R (laid out as O)
+    added back (fwd.residual_scale)."""
     t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     h = tl.program_id(1).to(tl.int64)
     t64 = t.to(tl.int64)
@@ -59,7 +63,8 @@ def _bwd_delta(O, R, DO, DELTA, sob, sot, soh, sdb, sdt, sdh, Sq, T, D: tl.const
     mask = (t < T)[:, None] & (offs_d < D)[None, :]
     o = tl.load(O + (b * sob + i * sot + h * soh)[:, None] + offs_d[None, :], mask=mask, other=0.0).to(tl.float32)
     if RESIDUAL:
-        o += tl.load(R + (b * sob + i * sot + h * soh)[:, None] + offs_d[None, :], mask=mask, other=0.0).to(tl.float32)
+        code = tl.load(R + (b * sob + i * sot + h * soh)[:, None] + offs_d[None, :], mask=mask, other=0)
+        o += o * (code.to(tl.float32) * (1.0 / R_SCALE))
     do = tl.load(DO + (b * sdb + i * sdt + h * sdh)[:, None] + offs_d[None, :], mask=mask, other=0.0)
     delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
     tl.store(DELTA + h * T + t64, delta, mask=t < T)
@@ -309,6 +314,7 @@ def backward(do, q, k, v, o, lse, causal: bool, window: int, cu_q, cu_k, max_q: 
     _bwd_delta[(triton.cdiv(tq, block_t), hq)](o, o if residual is None else residual, do, delta, *strides3(o, varlen),
                                                *strides3(do, varlen), max(max_q, 1), tq, D=d, BLOCK_D=bd,
                                                BLOCK_T=block_t, VARLEN=varlen, RESIDUAL=residual is not None,
+                                               R_SCALE=residual_scale(o.dtype),
                                                num_warps=4)
     common = (cu_q, cu_k, *strides3(q, varlen), *strides3(k, varlen), *strides3(v, varlen), *strides3(do, varlen),
               max_q, max_k, tq)
