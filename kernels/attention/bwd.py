@@ -21,15 +21,17 @@ this backward on the CPU sweep's 10 cases over the gate (lab/results/awkward_cpu
 put all the excess there: bf16 B3 Sq16 Skv2 D1 scale 3: dq 0.14 from the rounded o, 0.0021 from
 o in fp32 (eager 0.044); rounding P and dS to the dtype before their products, as the GPU does,
 adds at most 0.0022 to any part. The cost: one int8 tensor of o's shape (half o's bytes) written
-by the forward's epilogue and read by _bwd_delta, kept between them; no kernel's loop changes.
+by the forward's epilogue and read by _bwd_delta, kept between them; no loop changes for it.
 Inference (no gradient asked for) stores none.
 
-What it leaves (lab/results/attention_delta_cpu_*.txt: 2 of the sweeps' 40 listed cases): the
-forward rounds each p to the dtype before p @ v, so its fp32 o is not quite the backward's P @ v
-(fp16 Sq1 Skv257 D1 window 2 scale 3: dq 0.0048 against a gate of 0.0025; a float64 replay with
-that rounding 0.0049, without it 0.0004); and rows whose second key has a probability under
-fp32's 2^-24 (1e-8 in a bf16 packed case at scale 3), whose true dS is below the fp32 rounding of
-dP and delta themselves: dq 2.13 relative, 1.3e-6 absolute against a float64 dq of 5.9e-7.
+dq is taken shifted by the row's last visible key (_dq_rows, BwdConfig.dq_shift), so that what
+is left of delta's rounding, the forward's p rounded before p @ v, and dS rounded before the dot
+are not multiplied by the keys' common part (fp16 Sq1 Skv257 D1 window 2 scale 3: dq 0.0048 ->
+0.00037, gate 0.0025; a float64 replay of the GPU's roundings of a bf16 case whose two keys are
+0.0039 apart: 0.68 -> 0.0018, gate 0.02). What is left (lab/results/attention_delta_cpu_*.txt):
+rows whose second key has a probability under fp32's 2^-24 (1e-8 in a bf16 packed case at scale
+3), whose true dS is below the fp32 rounding of dP and delta themselves: dk 2.12 relative there,
+1.1e-6 off a float64 dk of norm 5.2e-7 (of keys of norm 82).
 """
 from __future__ import annotations
 
@@ -190,44 +192,46 @@ def _dkdv_rows(n0, b, hk, q_tok, len_q, k_tok, len_k, Q, K, V, DO, LSE, DELTA, D
 
 
 @triton.jit
-def _dq_step(dq, q, do, lse, delta, k_src, v_src, start_n, offs_m, offs_n, offs_d, len_q, len_k, shift, window, skt,
-             svt, qk_scale, D: tl.constexpr, BLOCK_D: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr,
-             HAS_WINDOW: tl.constexpr, TMA: tl.constexpr):
+def _dq_step(dq, e, q, do, lse, delta, k_src, v_src, start_n, offs_m, offs_n, offs_d, len_q, len_k, shift, window,
+             skt, svt, qk_scale, D: tl.constexpr, BLOCK_D: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr,
+             HAS_WINDOW: tl.constexpr, TMA: tl.constexpr, SHIFT: tl.constexpr):
     k = load_tile(k_src, start_n, len_k, skt, offs_n, offs_d, D, BLOCK_D, MASK, TMA)
     p = tl.math.exp2(tl.dot(q, tl.trans(k)) * qk_scale - lse[:, None])
     if MASK:
         keep = visible(offs_m[:, None], start_n + offs_n[None, :], len_q, len_k, shift, window, CAUSAL, HAS_WINDOW)
         p = tl.where(keep, p, 0.0)
     v = load_tile(v_src, start_n, len_k, svt, offs_n, offs_d, D, BLOCK_D, MASK, TMA)
-    ds = p * (tl.dot(do, tl.trans(v)) - delta[:, None])
-    return tl.dot(ds.to(k.dtype), k, dq)
+    ds = (p * (tl.dot(do, tl.trans(v)) - delta[:, None])).to(k.dtype)
+    if SHIFT:  # the rows' sums of dS as the dot takes it (see _dq_rows)
+        e += tl.sum(ds.to(tl.float32), 1)
+    return tl.dot(ds, k, dq), e
 
 
 @triton.jit
-def _dq_blocks(dq, q, do, lse, delta, k_src, v_src, lo, hi, offs_m, offs_n, offs_d, len_q, len_k, shift, window,
+def _dq_blocks(dq, e, q, do, lse, delta, k_src, v_src, lo, hi, offs_m, offs_n, offs_d, len_q, len_k, shift, window,
                skt, svt, qk_scale, D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
                MASK: tl.constexpr, CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, TMA: tl.constexpr,
-               PIPELINE: tl.constexpr):
+               PIPELINE: tl.constexpr, SHIFT: tl.constexpr):
     """Key blocks [lo, hi) (tl.range on the GPU, a while loop in the interpreter)."""
     if PIPELINE:
         for start_n in tl.range(lo, hi, BLOCK_N):
             start_n = tl.multiple_of(start_n, BLOCK_N)
-            dq = _dq_step(dq, q, do, lse, delta, k_src, v_src, start_n, offs_m, offs_n, offs_d, len_q, len_k, shift,
-                          window, skt, svt, qk_scale, D, BLOCK_D, MASK, CAUSAL, HAS_WINDOW, TMA)
+            dq, e = _dq_step(dq, e, q, do, lse, delta, k_src, v_src, start_n, offs_m, offs_n, offs_d, len_q, len_k,
+                             shift, window, skt, svt, qk_scale, D, BLOCK_D, MASK, CAUSAL, HAS_WINDOW, TMA, SHIFT)
     else:
         start_n = lo
         while start_n < hi:
-            dq = _dq_step(dq, q, do, lse, delta, k_src, v_src, start_n, offs_m, offs_n, offs_d, len_q, len_k, shift,
-                          window, skt, svt, qk_scale, D, BLOCK_D, MASK, CAUSAL, HAS_WINDOW, TMA)
+            dq, e = _dq_step(dq, e, q, do, lse, delta, k_src, v_src, start_n, offs_m, offs_n, offs_d, len_q, len_k,
+                             shift, window, skt, svt, qk_scale, D, BLOCK_D, MASK, CAUSAL, HAS_WINDOW, TMA, SHIFT)
             start_n += BLOCK_N
-    return dq
+    return dq, e
 
 
 @triton.jit
 def _bwd_dq(Q, K, V, DO, LSE, DELTA, DQ, CU_Q, CU_K, sqb, sqt, sqh, skb, skt, skh, svb, svt, svh, sdb, sdt, sdh,
             Sq, Skv, Tq, Hq, GROUP, scale, qk_scale, window, n_mblocks, D: tl.constexpr, BLOCK_D: tl.constexpr,
             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr,
-            VARLEN: tl.constexpr, TMA: tl.constexpr, PIPELINE: tl.constexpr):
+            VARLEN: tl.constexpr, TMA: tl.constexpr, PIPELINE: tl.constexpr, SHIFT: tl.constexpr):
     # dq is laid out like q (contiguous, as the launcher ensures)
     b, h, hk, mb = query_tile(tl.program_id(0), n_mblocks, Hq, GROUP, CAUSAL)
     q_tok, len_q, k_tok, len_k = seq_spans(CU_Q, CU_K, b, Sq, Skv, VARLEN)
@@ -236,19 +240,26 @@ def _bwd_dq(Q, K, V, DO, LSE, DELTA, DQ, CU_Q, CU_K, sqb, sqt, sqh, skb, skt, sk
         if m0 < len_q:
             _dq_rows(m0, b, h, hk, q_tok, len_q, k_tok, len_k, Q, K, V, DO, LSE, DELTA, DQ, sqb, sqt, sqh, skb, skt,
                      skh, svb, svt, svh, sdb, sdt, sdh, Sq, Tq, scale, qk_scale, window, D, BLOCK_D, BLOCK_M, BLOCK_N,
-                     CAUSAL, HAS_WINDOW, VARLEN, TMA, PIPELINE)
+                     CAUSAL, HAS_WINDOW, VARLEN, TMA, PIPELINE, SHIFT)
     else:  # no branch around the loops (see fwd._fwd_tile)
         _dq_rows(m0, b, h, hk, q_tok, len_q, k_tok, len_k, Q, K, V, DO, LSE, DELTA, DQ, sqb, sqt, sqh, skb, skt, skh,
                  svb, svt, svh, sdb, sdt, sdh, Sq, Tq, scale, qk_scale, window, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL,
-                 HAS_WINDOW, VARLEN, TMA, PIPELINE)
+                 HAS_WINDOW, VARLEN, TMA, PIPELINE, SHIFT)
 
 
 @triton.jit
 def _dq_rows(m0, b, h, hk, q_tok, len_q, k_tok, len_k, Q, K, V, DO, LSE, DELTA, DQ, sqb, sqt, sqh, skb, skt, skh, svb,
              svt, svh, sdb, sdt, sdh, Sq, Tq, scale, qk_scale, window, D: tl.constexpr, BLOCK_D: tl.constexpr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr,
-             VARLEN: tl.constexpr, TMA: tl.constexpr, PIPELINE: tl.constexpr):
-    """dq of query rows [m0, m0 + BLOCK_M) of sequence b, head h (kv head hk)."""
+             VARLEN: tl.constexpr, TMA: tl.constexpr, PIPELINE: tl.constexpr, SHIFT: tl.constexpr):
+    """dq of query rows [m0, m0 + BLOCK_M) of sequence b, head h (kv head hk).
+
+    SHIFT: dq = scale sum_j dS_j (k_j - c), c the row's last visible key, instead of scale sum_j
+    dS_j k_j: the same where the dS of a row sum to 0, as softmax's do; but the rounding of dS to
+    the dtype before the dot (and what is left of delta's) need not, and that sum times the keys'
+    common part is then dq's error, past the true dq where the row's keys nearly coincide (bf16
+    D1, two keys 0.0039 apart: dq 0.68 off in a float64 replay of the GPU's roundings, 0.0018
+    shifted). Taken as dq - e c, with e the rows' sums of dS as the dot took them."""
     b64 = b.to(tl.int64)
     offs_r = tl.arange(0, BLOCK_M)
     offs_m = m0 + offs_r
@@ -267,17 +278,26 @@ def _dq_rows(m0, b, h, hk, q_tok, len_q, k_tok, len_k, Q, K, V, DO, LSE, DELTA, 
     m_end = tl.minimum(m0 + BLOCK_M, len_q)
     lo, mid_lo, mid_hi, hi = key_blocks(m0, m_end, len_k, shift, window, BLOCK_N, CAUSAL, HAS_WINDOW)
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    e = tl.zeros([BLOCK_M], dtype=tl.float32)
     if lo < mid_lo:  # a masked edge (often empty: skipped without a call)
-        dq = _dq_blocks(dq, q, do, lse, delta, k_src, v_src, lo, mid_lo, offs_m, offs_n, offs_d, len_q, len_k,
-                        shift, window, skt, svt, qk_scale, D, BLOCK_D, BLOCK_N, True, CAUSAL, HAS_WINDOW, TMA,
-                        PIPELINE)
-    dq = _dq_blocks(dq, q, do, lse, delta, k_src, v_src, mid_lo, mid_hi, offs_m, offs_n, offs_d, len_q, len_k,
-                    shift, window, skt, svt, qk_scale, D, BLOCK_D, BLOCK_N, False, CAUSAL, HAS_WINDOW, TMA,
-                    PIPELINE)
+        dq, e = _dq_blocks(dq, e, q, do, lse, delta, k_src, v_src, lo, mid_lo, offs_m, offs_n, offs_d, len_q, len_k,
+                           shift, window, skt, svt, qk_scale, D, BLOCK_D, BLOCK_N, True, CAUSAL, HAS_WINDOW, TMA,
+                           PIPELINE, SHIFT)
+    dq, e = _dq_blocks(dq, e, q, do, lse, delta, k_src, v_src, mid_lo, mid_hi, offs_m, offs_n, offs_d, len_q, len_k,
+                       shift, window, skt, svt, qk_scale, D, BLOCK_D, BLOCK_N, False, CAUSAL, HAS_WINDOW, TMA,
+                       PIPELINE, SHIFT)
     if mid_hi < hi:  # a masked edge (often empty: skipped without a call)
-        dq = _dq_blocks(dq, q, do, lse, delta, k_src, v_src, mid_hi, hi, offs_m, offs_n, offs_d, len_q, len_k,
-                        shift, window, skt, svt, qk_scale, D, BLOCK_D, BLOCK_N, True, CAUSAL, HAS_WINDOW, TMA,
-                        PIPELINE)
+        dq, e = _dq_blocks(dq, e, q, do, lse, delta, k_src, v_src, mid_hi, hi, offs_m, offs_n, offs_d, len_q, len_k,
+                           shift, window, skt, svt, qk_scale, D, BLOCK_D, BLOCK_N, True, CAUSAL, HAS_WINDOW, TMA,
+                           PIPELINE, SHIFT)
+    if SHIFT:  # (plain pointers: a gather of one key row per query row, which descriptors do not take)
+        last = len_k - 1 + offs_m * 0
+        if CAUSAL:
+            last = tl.minimum(offs_m + shift, last)
+        seen = (offs_m < len_q) & (last >= 0)
+        c = tl.load(K + b64 * skb + (k_tok + tl.maximum(last, 0))[:, None] * skt + hk * skh + offs_d[None, :],
+                    mask=seen[:, None] & (offs_d < D)[None, :], other=0.0)
+        dq -= e[:, None] * c.to(tl.float32)
     store_tile(dq_dst, (dq * scale).to(DQ.dtype.element_ty), m0, len_q, sqt, offs_r, offs_d, D, TMA)
 
 
@@ -328,7 +348,8 @@ def backward(do, q, k, v, o, lse, causal: bool, window: int, cu_q, cu_k, max_q: 
     _bwd_dkdv[(n_nblocks * batch * hkv,)](*args, n_nblocks, **launch)
     args = (q, k, v, do, lse, delta, dq, *common, hq, hq // hkv, scale, qk_scale, window)
     launch = _fits(_bwd_dq, (*args, triton.cdiv(max_q, config.q_m)), q.device, config.q_m, config.q_n,
-                   config.q_warps, config.q_stages, fallback, ("BLOCK_M", "BLOCK_N"), flags)
+                   config.q_warps, config.q_stages, fallback, ("BLOCK_M", "BLOCK_N"),
+                   {**flags, "SHIFT": config.dq_shift})
     n_mblocks = triton.cdiv(max_q, launch["BLOCK_M"])
     _bwd_dq[(n_mblocks * batch * hq,)](*args, n_mblocks, **launch)
     return dq, dk, dv
