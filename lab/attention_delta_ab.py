@@ -1,10 +1,12 @@
-"""What keeping o's rounding for the backward's delta costs and buys on a GPU (issue 40).
+"""What the backward's two accuracy fixes of issue 40 cost and buy on a GPU.
 
-The training forward stores r = o_fp32 - o (bf16, o-sized) and the backward's delta adds it back
-(kernels/attention/bwd.py). This times fwd+bwd with it (`on`, what attention() does) and without
-(`off`, delta from the rounded o) interleaved on one GPU (the collector's CUDA-graph timing, L2
-flushed), shape by shape, then re-checks the attention cases the awkward sweeps found over the
-gate both ways (the lab's verdict: errors against float64, gate 2x eager's):
+The training forward keeps o's rounding for the backward's delta (an int8 code of o's shape, see
+kernels/attention/bwd.py), and the dq kernel shifts dq by the row's last visible key
+(BwdConfig.dq_shift: one more row sum of dS a key block). Three variants: `off` (neither: the code
+before), `residual` (o's rounding kept, no shift) and `on` (both, what attention() does). This
+times fwd+bwd of each interleaved on one GPU (the collector's CUDA-graph timing, L2 flushed),
+shape by shape, then re-checks the attention cases the awkward sweeps listed over the gate with
+each (the lab's verdict: errors against float64, gate 2x eager's):
 
     python -m lab.attention_delta_ab --out $OUT          # about 5-8 minutes on an H100/H200
     python -m lab.attention_delta_ab --device cpu --shapes tiny --rounds 1   # a dry run
@@ -35,16 +37,33 @@ SHAPES = {  # B, Hq, Hkv, S, D, causal: the shapes the reverted version was time
 }
 CASE_FILES = ("lab/results/awkward_cpu_seed1129_528b9e4.txt", "lab/results/awkward_h200_attention_scans_b8e243f.txt",
               "lab/results/awkward_h200_attention_scans_bcd216a.txt",
-              "lab/results/awkward_h200_attention_scans_ff8635d.txt", "lab/results/awkward_h200_8985dda.txt")
+              "lab/results/awkward_h200_attention_scans_ff8635d.txt", "lab/results/awkward_h200_8985dda.txt",
+              "lab/results/awkward_cpu_attention_seed4063_d6c9e33.txt")
 
 
-def attention_with(residual: bool):
-    """spec.triton_attention with o's rounding kept (True) or not for the backward."""
-    from kcollect.kernels.attention import AttentionFunction
+VARIANTS = {"off": (False, False), "residual": (True, False), "on": (True, True)}  # (o's rounding kept, dq_shift)
+
+
+def attention_with(variant: str):
+    """spec.triton_attention as a variant: o's rounding kept or not, and the picked backward config
+    with dq_shift on or off (still a pick: it falls back where the inputs or the device need)."""
+    import dataclasses
+
+    import kcollect.kernels.attention as attention
+
+    residual, shift = VARIANTS[variant]
+    picks = attention.pick_bwd
+
+    def pick_bwd(*args, **kwargs):
+        return dataclasses.replace(picks(*args, **kwargs), dq_shift=shift)
 
     def call(q, k, v, causal, window, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None):
-        return AttentionFunction.apply(q, k, v, causal, window, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                                       max_seqlen_k, None, None, residual)
+        attention.pick_bwd = pick_bwd  # the autograd function picks the backward's config at the forward
+        try:
+            return attention.AttentionFunction.apply(q, k, v, causal, window, cu_seqlens_q, cu_seqlens_k,
+                                                     max_seqlen_q, max_seqlen_k, None, None, residual)
+        finally:
+            attention.pick_bwd = picks
 
     return call
 
@@ -57,13 +76,14 @@ def timing_part(names, device, rounds, rep_ms, say) -> None:
 
     budget = timing.Budget(warmup_ms=rep_ms / 4, rep_ms=rep_ms, min_reps=10)
     flush = torch.empty(timing.L2_FLUSH_BYTES, dtype=torch.int8, device=device) if device == "cuda" else None
-    say(f"fwd+bwd bf16, {rounds} interleaved rounds; ms medians per round; on/off ratio median [min, max]")
+    say(f"fwd+bwd bf16, {rounds} interleaved rounds; ms: the median of the rounds' medians; each variant's ratio to "
+        f"off: median [min, max] of the rounds'")
     for name in names:
         b, hq, hkv, s, d, causal = SHAPES[name]
         dims = {"B": b, "Hq": hq, "Hkv": hkv, "Sq": s, "Skv": s, "D": d, "causal": causal, "window": 0, "varlen": 0}
         inputs = SPEC.make_inputs(dims, torch.bfloat16, device, 0)
         dy = (torch.randn(b, s, hq, d, generator=torch.Generator().manual_seed(1), dtype=torch.float64).to(device),)
-        calls = {v: verify.build_call(SPEC, attention_with(v == "on"), inputs, "fwd+bwd", dy) for v in ("off", "on")}
+        calls = {v: verify.build_call(SPEC, attention_with(v), inputs, "fwd+bwd", dy) for v in VARIANTS}
         for call in calls.values():
             call()  # compile outside the timing
         out = {v: [] for v in calls}
@@ -71,9 +91,12 @@ def timing_part(names, device, rounds, rep_ms, say) -> None:
             for v, call in calls.items():
                 t = timing.time_cpu(call, budget) if device != "cuda" else timing.time_cuda_graph(call, budget, flush)
                 out[v].append(t.median_ms)
-        ratios = [a / b for a, b in zip(out["on"], out["off"])]
-        say(f"{name:10s} {dims}  off {statistics.median(out['off']):.4f} ms  on {statistics.median(out['on']):.4f} ms"
-            f"  on/off {statistics.median(ratios):.4f} [{min(ratios):.4f}, {max(ratios):.4f}]")
+        line = f"{name:10s} {dims}  off {statistics.median(out['off']):.4f} ms"
+        for v in ("residual", "on"):
+            ratios = [a / b for a, b in zip(out[v], out["off"])]
+            line += (f"  {v} {statistics.median(out[v]):.4f} ms ({statistics.median(ratios):.4f} "
+                     f"[{min(ratios):.4f}, {max(ratios):.4f}])")
+        say(line)
         del inputs, calls
         if device == "cuda":
             torch.cuda.empty_cache()
@@ -90,7 +113,8 @@ def accuracy_part(device, deadline, say) -> None:
             if c.get("op") == "attention" and c["seed"] not in seen:
                 seen.add(c["seed"])
                 cases.append(c)
-    say(f"{len(cases)} attention cases the sweeps listed; per case: status off -> on, then dq dk dv ours/eager")
+    say(f"{len(cases)} attention cases the sweeps listed; per case: status off -> residual -> on, then dq dk dv "
+        f"ours/eager")
     original = spec.triton_attention
     try:
         for c in cases:
@@ -98,13 +122,13 @@ def accuracy_part(device, deadline, say) -> None:
                 say("time is up: the remaining cases not run")
                 break
             verdicts = {}
-            for v in ("off", "on"):
-                spec.triton_attention = attention_with(v == "on")
+            for v in VARIANTS:
+                spec.triton_attention = attention_with(v)
                 verdicts[v] = family.check(c, device)
             parts = lambda r: " ".join(f"{p['name']} {p['ours']:.3g}/{p['eager']:.3g}"  # noqa: E731
                                        for p in r.get("parts", []) if p["name"] != "output 0")
-            say(f"{verdicts['off']['status']} -> {verdicts['on']['status']}: {json.dumps(c)}\n"
-                f"    off: {parts(verdicts['off'])}\n    on:  {parts(verdicts['on'])}")
+            say(" -> ".join(verdicts[v]["status"] for v in VARIANTS) + f": {json.dumps(c)}"
+                + "".join(f"\n    {v + ':':9s} {parts(verdicts[v])}" for v in VARIANTS))
     finally:
         spec.triton_attention = original
 

@@ -28,10 +28,15 @@ dq is taken shifted by the row's last visible key (_dq_rows, BwdConfig.dq_shift)
 is left of delta's rounding, the forward's p rounded before p @ v, and dS rounded before the dot
 are not multiplied by the keys' common part (fp16 Sq1 Skv257 D1 window 2 scale 3: dq 0.0048 ->
 0.00037, gate 0.0025; a float64 replay of the GPU's roundings of a bf16 case whose two keys are
-0.0039 apart: 0.68 -> 0.0018, gate 0.02). What is left (lab/results/attention_delta_cpu_*.txt):
-rows whose second key has a probability under fp32's 2^-24 (1e-8 in a bf16 packed case at scale
-3), whose true dS is below the fp32 rounding of dP and delta themselves: dk 2.12 relative there,
-1.1e-6 off a float64 dk of norm 5.2e-7 (of keys of norm 82).
+0.0039 apart: 0.68 -> 0.0018, gate 0.02).
+
+What is left over the gate (2 of the 41 cases in lab/results/attention_delta_cpu_04c072d.txt), as
+no fp32 flash backward avoids it: rows whose second key has a probability under fp32's 2^-24
+(1e-8 in a bf16 packed case at scale 3), whose true dS is below the fp32 rounding of dP and delta
+themselves (dk 2.12 relative, 1.1e-6 off a float64 dk of norm 5.2e-7); and gradients that the
+rounding of the upstream gradient to the dtype alone moves past the gate (fp16 packed D33 window 5
+scale 3: the exact gradient of the fp16 do is 0.0048 from float64's, gate 0.0025; ours is 0.0030
+from that exact gradient and eager 0.0037, but eager's lands 0.0012 from float64's).
 """
 from __future__ import annotations
 
