@@ -17,12 +17,13 @@ way), the rounding (about |do| |o| 2^-9 in bf16) enters every dS of the row: whe
 cancels (a row whose probability sits almost all on one key: few keys, a tight window, a large
 scale; or values close to o), it exceeds the true dS, and dq/dk were 2-3x past eager's error
 (eager's softmax backward takes delta from its own rounded P, consistently). float64 replays of
-this backward on the CPU sweep's 10 cases over the gate (lab/results/awkward_cpu_seed1129_528b9e4.txt)
-put all the excess there: bf16 B3 Sq16 Skv2 D1 scale 3: dq 0.14 from the rounded o, 0.0021 from
-o in fp32 (eager 0.044); rounding P and dS to the dtype before their products, as the GPU does,
-adds at most 0.0022 to any part. The cost: one int8 tensor of o's shape (half o's bytes) written
-by the forward's epilogue and read by _bwd_delta, kept between them; no loop changes for it.
-Inference (no gradient asked for) stores none.
+this backward (lab/attention_replay.py) on the CPU sweep's 10 cases over the gate
+(lab/results/awkward_cpu_seed1129_528b9e4.txt) put all the excess there: bf16 B3 Sq16 Skv2 D1
+scale 3: dq 0.14 from the rounded o, 0.0021 from o in fp32 (eager 0.044); rounding P and dS to
+the dtype before their products, as the GPU does, adds at most 0.0022 to any part. The cost: one
+int8 tensor of o's shape (half o's bytes) written by the forward's epilogue and read by
+_bwd_delta, kept between them; no loop changes for it. Inference (no gradient asked for) stores
+none.
 
 dq is taken shifted by the row's last visible key (_dq_rows, BwdConfig.dq_shift), so that what
 is left of delta's rounding, the forward's p rounded before p @ v, and dS rounded before the dot
