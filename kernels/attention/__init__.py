@@ -70,8 +70,9 @@ def _lengths(q, k, cu_q, cu_k, max_q, max_k) -> tuple[int, int]:
 
 
 def attention_forward(q, k, v, causal=False, window=0, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
-                      max_seqlen_k=None, scale=None, config: FwdConfig | None = None):
-    """(o, lse): o like q, lse [Hq, tokens] fp32, the rows' log-sum-exp in log2 units (+inf: no key)."""
+                      max_seqlen_k=None, scale=None, config: FwdConfig | None = None, _residual: bool = False):
+    """(o, lse): o like q, lse [Hq, tokens] fp32, the rows' log-sum-exp in log2 units (+inf: no key).
+    `_residual` (the autograd function's): (o, lse, o's rounding), see fwd.forward."""
     _check(q, k, v, causal, window, cu_seqlens_q, cu_seqlens_k)
     cu_seqlens_q, cu_seqlens_k = _vector(cu_seqlens_q), _vector(cu_seqlens_k)
     max_q, max_k = _lengths(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
@@ -79,16 +80,16 @@ def attention_forward(q, k, v, causal=False, window=0, cu_seqlens_q=None, cu_seq
     picked = config is None
     config = config or pick_fwd(q.shape[-1], causal, max_q, q.device)
     return fwd.forward(q, k, v, bool(causal), int(window), cu_seqlens_q, cu_seqlens_k, max_q, max_k, scale, config,
-                       fallback=picked)
+                       fallback=picked, residual=_residual)
 
 
 def attention_backward(do, q, k, v, o, lse, causal=False, window=0, cu_seqlens_q=None, cu_seqlens_k=None,
                        max_seqlen_q=None, max_seqlen_k=None, scale=None, config: BwdConfig | None = None,
-                       _picked: bool = False):
+                       _picked: bool = False, _residual=None):
     """(dq, dk, dv) from the upstream gradient and what attention_forward returned. A picked config
     (config=None) falls back to a smaller one where the tensors or the device cannot take it; a
     forced one raises ValueError then (`_picked`: the autograd function's config, picked at the
-    forward)."""
+    forward; `_residual`: o's rounding, where the forward kept it, for delta = rowsum(do * o))."""
     cu_seqlens_q, cu_seqlens_k = _vector(cu_seqlens_q), _vector(cu_seqlens_k)
     max_q, max_k = _lengths(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
@@ -98,35 +99,38 @@ def attention_backward(do, q, k, v, o, lse, causal=False, window=0, cu_seqlens_q
     # the gradients are allocated like q, k, v and written with their strides: contiguous ones
     q, k, v = (x.contiguous() for x in (q, k, v))
     return bwd.backward(do, q, k, v, o, lse, bool(causal), int(window), cu_seqlens_q, cu_seqlens_k, max_q, max_k,
-                        scale, config, fallback=picked)
+                        scale, config, fallback=picked, residual=_residual)
 
 
 class AttentionFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, causal, window, cu_q, cu_k, max_q, max_k, scale, config):
+    def forward(ctx, q, k, v, causal, window, cu_q, cu_k, max_q, max_k, scale, config, residual):
         cu_q, cu_k = _vector(cu_q), _vector(cu_k)
-        o, lse = attention_forward(q, k, v, causal, window, cu_q, cu_k, max_q, max_k, scale,
-                                   config.fwd if config else None)
+        o, lse, *r = attention_forward(q, k, v, causal, window, cu_q, cu_k, max_q, max_k, scale,
+                                       config.fwd if config else None, _residual=residual)
         max_q, max_k = _lengths(q, k, cu_q, cu_k, max_q, max_k)
         # the backward's config is chosen with the forward's (a config forced around the call holds
         # for both)
         bwd_config = config.bwd if config else pick_bwd(q.shape[-1], causal, max_q, q.device,
                                                         q.shape[-2] // k.shape[-2], keys_seen(window, max_k))
-        ctx.save_for_backward(q, k, v, o, lse, cu_q, cu_k)
+        ctx.save_for_backward(q, k, v, o, lse, cu_q, cu_k, *r)
         ctx.args = (causal, window, max_q, max_k, scale, bwd_config, config is None)
         return o
 
     @staticmethod
     def backward(ctx, do):
-        q, k, v, o, lse, cu_q, cu_k = ctx.saved_tensors
+        q, k, v, o, lse, cu_q, cu_k, *r = ctx.saved_tensors
         causal, window, max_q, max_k, scale, config, picked = ctx.args
         dq, dk, dv = attention_backward(do, q, k, v, o, lse, causal, window, cu_q, cu_k, max_q, max_k, scale, config,
-                                        _picked=picked)
-        return dq, dk, dv, None, None, None, None, None, None, None, None
+                                        _picked=picked, _residual=r[0] if r else None)
+        return dq, dk, dv, None, None, None, None, None, None, None, None, None
 
 
 def attention(q, k, v, causal=False, window=0, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
               max_seqlen_k=None, scale=None, config: AttentionConfig | None = None) -> torch.Tensor:
     """softmax(scale * q k^T, masked) v, differentiable in q, k and v (see the module docstring)."""
+    # the forward keeps o's rounding for the backward's delta when a gradient will be asked for (not
+    # at inference, nor under no_grad): see bwd.py
+    residual = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
     return AttentionFunction.apply(q, k, v, causal, window, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                                   scale, config)
+                                   scale, config, residual)

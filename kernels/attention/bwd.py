@@ -10,14 +10,34 @@ dk/dv kernel with fp32 atomics was 1.7-2.3x slower on an H200
 (lab/results/attention_fused_dq_h200.txt). Both split their walk into masked edges and a mask-free
 middle (common.py).
 
-delta comes from the stored o, rounded to bf16/fp16, as in FlashAttention-2/3's backward: where
-dP - delta cancels (a row whose probability sits almost all on one key, as few keys under a tight
-window with a large scale), its rounding (about |do| |o| 2^-9) can exceed the true dS, and dq/dk
-of such rows are off by more than eager's (eager's softmax backward takes delta from its own
-rounded P). The H200 sweeps met it in 3 (seed 2) and 17 (seed 3) of 2000 attention cases, all with
-few visible keys (lab/results/awkward_h200_attention_scans_*).
-Keeping o's rounding residual for the backward fixes it, at one more o-sized tensor saved per
-call and 3-6% of fwd+bwd measured: not taken.
+delta = rowsum(do * o) takes o as the forward summed it, in fp32: for bf16/fp16 the training
+forward also stores o's rounding (o in fp32 minus o stored, as an int8 code relative to o:
+fwd.residual_scale) and _bwd_delta adds it back. From the rounded o alone (FlashAttention-2/3's
+way), the rounding (about |do| |o| 2^-9 in bf16) enters every dS of the row: where dP - delta
+cancels (a row whose probability sits almost all on one key: few keys, a tight window, a large
+scale; or values close to o), it exceeds the true dS, and dq/dk were 2-3x past eager's error
+(eager's softmax backward takes delta from its own rounded P, consistently). float64 replays of
+this backward (lab/attention_replay.py) on the CPU sweep's 10 cases over the gate
+(lab/results/awkward_cpu_seed1129_528b9e4.txt) put all the excess there: bf16 B3 Sq16 Skv2 D1
+scale 3: dq 0.14 from the rounded o, 0.0021 from o in fp32 (eager 0.044); rounding P and dS to
+the dtype before their products, as the GPU does, adds at most 0.0022 to any part. The cost: one
+int8 tensor of o's shape (half o's bytes) written by the forward's epilogue and read by
+_bwd_delta, kept between them; no loop changes for it. Inference (no gradient asked for) stores
+none.
+
+dq is taken shifted by the row's last visible key (_dq_rows, BwdConfig.dq_shift), so that what
+is left of delta's rounding, the forward's p rounded before p @ v, and dS rounded before the dot
+are not multiplied by the keys' common part (fp16 Sq1 Skv257 D1 window 2 scale 3: dq 0.0048 ->
+0.00037, gate 0.0025; a float64 replay of the GPU's roundings of a bf16 case whose two keys are
+0.0039 apart: 0.68 -> 0.0018, gate 0.02).
+
+What is left over the gate (2 of the 41 cases in lab/results/attention_delta_cpu_04c072d.txt), as
+no fp32 flash backward avoids it: rows whose second key has a probability under fp32's 2^-24
+(1e-8 in a bf16 packed case at scale 3), whose true dS is below the fp32 rounding of dP and delta
+themselves (dk 2.12 relative, 1.1e-6 off a float64 dk of norm 5.2e-7); and gradients that the
+rounding of the upstream gradient to the dtype alone moves past the gate (fp16 packed D33 window 5
+scale 3: the exact gradient of the fp16 do is 0.0048 from float64's, gate 0.0025; ours is 0.0030
+from that exact gradient and eager 0.0037, but eager's lands 0.0012 from float64's).
 """
 from __future__ import annotations
 
@@ -30,13 +50,16 @@ from .._host.dot import interpreter_operands
 from .common import (block_d, key_blocks, load_tile, lse_offset, query_blocks, query_tile, rows_src, seq_spans,
                      store_tile, visible)
 from .config import BwdConfig
-from .fwd import fallbacks, strides3, use_tma, with_tma_if_ready
+from .fwd import fallbacks, residual_scale, strides3, use_tma, with_tma_if_ready
 
 
 @triton.jit
-def _bwd_delta(O, DO, DELTA, sob, sot, soh, sdb, sdt, sdh, Sq, T, D: tl.constexpr, BLOCK_D: tl.constexpr,
-               BLOCK_T: tl.constexpr, VARLEN: tl.constexpr):
-    """delta[h, t] = sum_d o * do over the rows t of head h (a dense row t is sequence t // Sq)."""
+def _bwd_delta(O, R, DO, DELTA, sob, sot, soh, sdb, sdt, sdh, Sq, T, D: tl.constexpr, BLOCK_D: tl.constexpr,
+               BLOCK_T: tl.constexpr, VARLEN: tl.constexpr, RESIDUAL: tl.constexpr,
+               R_SCALE: tl.constexpr):
+    """delta[h, t] = sum_d o * do over the rows t of head h (a dense row t is sequence t // Sq);
+    RESIDUAL: o as the forward summed it, the stored o with its rounding's code R (laid out as O)
+    added back (fwd.residual_scale)."""
     t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     h = tl.program_id(1).to(tl.int64)
     t64 = t.to(tl.int64)
@@ -46,7 +69,10 @@ def _bwd_delta(O, DO, DELTA, sob, sot, soh, sdb, sdt, sdh, Sq, T, D: tl.constexp
         b, i = t64 // Sq, t64 % Sq
     offs_d = tl.arange(0, BLOCK_D)
     mask = (t < T)[:, None] & (offs_d < D)[None, :]
-    o = tl.load(O + (b * sob + i * sot + h * soh)[:, None] + offs_d[None, :], mask=mask, other=0.0)
+    o = tl.load(O + (b * sob + i * sot + h * soh)[:, None] + offs_d[None, :], mask=mask, other=0.0).to(tl.float32)
+    if RESIDUAL:
+        code = tl.load(R + (b * sob + i * sot + h * soh)[:, None] + offs_d[None, :], mask=mask, other=0)
+        o += o * (code.to(tl.float32) * (1.0 / R_SCALE))
     do = tl.load(DO + (b * sdb + i * sdt + h * sdh)[:, None] + offs_d[None, :], mask=mask, other=0.0)
     delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
     tl.store(DELTA + h * T + t64, delta, mask=t < T)
@@ -172,44 +198,46 @@ def _dkdv_rows(n0, b, hk, q_tok, len_q, k_tok, len_k, Q, K, V, DO, LSE, DELTA, D
 
 
 @triton.jit
-def _dq_step(dq, q, do, lse, delta, k_src, v_src, start_n, offs_m, offs_n, offs_d, len_q, len_k, shift, window, skt,
-             svt, qk_scale, D: tl.constexpr, BLOCK_D: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr,
-             HAS_WINDOW: tl.constexpr, TMA: tl.constexpr):
+def _dq_step(dq, e, q, do, lse, delta, k_src, v_src, start_n, offs_m, offs_n, offs_d, len_q, len_k, shift, window,
+             skt, svt, qk_scale, D: tl.constexpr, BLOCK_D: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr,
+             HAS_WINDOW: tl.constexpr, TMA: tl.constexpr, SHIFT: tl.constexpr):
     k = load_tile(k_src, start_n, len_k, skt, offs_n, offs_d, D, BLOCK_D, MASK, TMA)
     p = tl.math.exp2(tl.dot(q, tl.trans(k)) * qk_scale - lse[:, None])
     if MASK:
         keep = visible(offs_m[:, None], start_n + offs_n[None, :], len_q, len_k, shift, window, CAUSAL, HAS_WINDOW)
         p = tl.where(keep, p, 0.0)
     v = load_tile(v_src, start_n, len_k, svt, offs_n, offs_d, D, BLOCK_D, MASK, TMA)
-    ds = p * (tl.dot(do, tl.trans(v)) - delta[:, None])
-    return tl.dot(ds.to(k.dtype), k, dq)
+    ds = (p * (tl.dot(do, tl.trans(v)) - delta[:, None])).to(k.dtype)
+    if SHIFT:  # the rows' sums of dS as the dot takes it (see _dq_rows)
+        e += tl.sum(ds.to(tl.float32), 1)
+    return tl.dot(ds, k, dq), e
 
 
 @triton.jit
-def _dq_blocks(dq, q, do, lse, delta, k_src, v_src, lo, hi, offs_m, offs_n, offs_d, len_q, len_k, shift, window,
+def _dq_blocks(dq, e, q, do, lse, delta, k_src, v_src, lo, hi, offs_m, offs_n, offs_d, len_q, len_k, shift, window,
                skt, svt, qk_scale, D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
                MASK: tl.constexpr, CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, TMA: tl.constexpr,
-               PIPELINE: tl.constexpr):
+               PIPELINE: tl.constexpr, SHIFT: tl.constexpr):
     """Key blocks [lo, hi) (tl.range on the GPU, a while loop in the interpreter)."""
     if PIPELINE:
         for start_n in tl.range(lo, hi, BLOCK_N):
             start_n = tl.multiple_of(start_n, BLOCK_N)
-            dq = _dq_step(dq, q, do, lse, delta, k_src, v_src, start_n, offs_m, offs_n, offs_d, len_q, len_k, shift,
-                          window, skt, svt, qk_scale, D, BLOCK_D, MASK, CAUSAL, HAS_WINDOW, TMA)
+            dq, e = _dq_step(dq, e, q, do, lse, delta, k_src, v_src, start_n, offs_m, offs_n, offs_d, len_q, len_k,
+                             shift, window, skt, svt, qk_scale, D, BLOCK_D, MASK, CAUSAL, HAS_WINDOW, TMA, SHIFT)
     else:
         start_n = lo
         while start_n < hi:
-            dq = _dq_step(dq, q, do, lse, delta, k_src, v_src, start_n, offs_m, offs_n, offs_d, len_q, len_k, shift,
-                          window, skt, svt, qk_scale, D, BLOCK_D, MASK, CAUSAL, HAS_WINDOW, TMA)
+            dq, e = _dq_step(dq, e, q, do, lse, delta, k_src, v_src, start_n, offs_m, offs_n, offs_d, len_q, len_k,
+                             shift, window, skt, svt, qk_scale, D, BLOCK_D, MASK, CAUSAL, HAS_WINDOW, TMA, SHIFT)
             start_n += BLOCK_N
-    return dq
+    return dq, e
 
 
 @triton.jit
 def _bwd_dq(Q, K, V, DO, LSE, DELTA, DQ, CU_Q, CU_K, sqb, sqt, sqh, skb, skt, skh, svb, svt, svh, sdb, sdt, sdh,
             Sq, Skv, Tq, Hq, GROUP, scale, qk_scale, window, n_mblocks, D: tl.constexpr, BLOCK_D: tl.constexpr,
             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr,
-            VARLEN: tl.constexpr, TMA: tl.constexpr, PIPELINE: tl.constexpr):
+            VARLEN: tl.constexpr, TMA: tl.constexpr, PIPELINE: tl.constexpr, SHIFT: tl.constexpr):
     # dq is laid out like q (contiguous, as the launcher ensures)
     b, h, hk, mb = query_tile(tl.program_id(0), n_mblocks, Hq, GROUP, CAUSAL)
     q_tok, len_q, k_tok, len_k = seq_spans(CU_Q, CU_K, b, Sq, Skv, VARLEN)
@@ -218,19 +246,26 @@ def _bwd_dq(Q, K, V, DO, LSE, DELTA, DQ, CU_Q, CU_K, sqb, sqt, sqh, skb, skt, sk
         if m0 < len_q:
             _dq_rows(m0, b, h, hk, q_tok, len_q, k_tok, len_k, Q, K, V, DO, LSE, DELTA, DQ, sqb, sqt, sqh, skb, skt,
                      skh, svb, svt, svh, sdb, sdt, sdh, Sq, Tq, scale, qk_scale, window, D, BLOCK_D, BLOCK_M, BLOCK_N,
-                     CAUSAL, HAS_WINDOW, VARLEN, TMA, PIPELINE)
+                     CAUSAL, HAS_WINDOW, VARLEN, TMA, PIPELINE, SHIFT)
     else:  # no branch around the loops (see fwd._fwd_tile)
         _dq_rows(m0, b, h, hk, q_tok, len_q, k_tok, len_k, Q, K, V, DO, LSE, DELTA, DQ, sqb, sqt, sqh, skb, skt, skh,
                  svb, svt, svh, sdb, sdt, sdh, Sq, Tq, scale, qk_scale, window, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL,
-                 HAS_WINDOW, VARLEN, TMA, PIPELINE)
+                 HAS_WINDOW, VARLEN, TMA, PIPELINE, SHIFT)
 
 
 @triton.jit
 def _dq_rows(m0, b, h, hk, q_tok, len_q, k_tok, len_k, Q, K, V, DO, LSE, DELTA, DQ, sqb, sqt, sqh, skb, skt, skh, svb,
              svt, svh, sdb, sdt, sdh, Sq, Tq, scale, qk_scale, window, D: tl.constexpr, BLOCK_D: tl.constexpr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr,
-             VARLEN: tl.constexpr, TMA: tl.constexpr, PIPELINE: tl.constexpr):
-    """dq of query rows [m0, m0 + BLOCK_M) of sequence b, head h (kv head hk)."""
+             VARLEN: tl.constexpr, TMA: tl.constexpr, PIPELINE: tl.constexpr, SHIFT: tl.constexpr):
+    """dq of query rows [m0, m0 + BLOCK_M) of sequence b, head h (kv head hk).
+
+    SHIFT: dq = scale sum_j dS_j (k_j - c), c the row's last visible key, instead of scale sum_j
+    dS_j k_j: the same where the dS of a row sum to 0, as softmax's do; but the rounding of dS to
+    the dtype before the dot (and what is left of delta's) need not, and that sum times the keys'
+    common part is then dq's error, past the true dq where the row's keys nearly coincide (bf16
+    D1, two keys 0.0039 apart: dq 0.68 off in a float64 replay of the GPU's roundings, 0.0018
+    shifted). Taken as dq - e c, with e the rows' sums of dS as the dot took them."""
     b64 = b.to(tl.int64)
     offs_r = tl.arange(0, BLOCK_M)
     offs_m = m0 + offs_r
@@ -249,17 +284,26 @@ def _dq_rows(m0, b, h, hk, q_tok, len_q, k_tok, len_k, Q, K, V, DO, LSE, DELTA, 
     m_end = tl.minimum(m0 + BLOCK_M, len_q)
     lo, mid_lo, mid_hi, hi = key_blocks(m0, m_end, len_k, shift, window, BLOCK_N, CAUSAL, HAS_WINDOW)
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    e = tl.zeros([BLOCK_M], dtype=tl.float32)
     if lo < mid_lo:  # a masked edge (often empty: skipped without a call)
-        dq = _dq_blocks(dq, q, do, lse, delta, k_src, v_src, lo, mid_lo, offs_m, offs_n, offs_d, len_q, len_k,
-                        shift, window, skt, svt, qk_scale, D, BLOCK_D, BLOCK_N, True, CAUSAL, HAS_WINDOW, TMA,
-                        PIPELINE)
-    dq = _dq_blocks(dq, q, do, lse, delta, k_src, v_src, mid_lo, mid_hi, offs_m, offs_n, offs_d, len_q, len_k,
-                    shift, window, skt, svt, qk_scale, D, BLOCK_D, BLOCK_N, False, CAUSAL, HAS_WINDOW, TMA,
-                    PIPELINE)
+        dq, e = _dq_blocks(dq, e, q, do, lse, delta, k_src, v_src, lo, mid_lo, offs_m, offs_n, offs_d, len_q, len_k,
+                           shift, window, skt, svt, qk_scale, D, BLOCK_D, BLOCK_N, True, CAUSAL, HAS_WINDOW, TMA,
+                           PIPELINE, SHIFT)
+    dq, e = _dq_blocks(dq, e, q, do, lse, delta, k_src, v_src, mid_lo, mid_hi, offs_m, offs_n, offs_d, len_q, len_k,
+                       shift, window, skt, svt, qk_scale, D, BLOCK_D, BLOCK_N, False, CAUSAL, HAS_WINDOW, TMA,
+                       PIPELINE, SHIFT)
     if mid_hi < hi:  # a masked edge (often empty: skipped without a call)
-        dq = _dq_blocks(dq, q, do, lse, delta, k_src, v_src, mid_hi, hi, offs_m, offs_n, offs_d, len_q, len_k,
-                        shift, window, skt, svt, qk_scale, D, BLOCK_D, BLOCK_N, True, CAUSAL, HAS_WINDOW, TMA,
-                        PIPELINE)
+        dq, e = _dq_blocks(dq, e, q, do, lse, delta, k_src, v_src, mid_hi, hi, offs_m, offs_n, offs_d, len_q, len_k,
+                           shift, window, skt, svt, qk_scale, D, BLOCK_D, BLOCK_N, True, CAUSAL, HAS_WINDOW, TMA,
+                           PIPELINE, SHIFT)
+    if SHIFT:  # (plain pointers: a gather of one key row per query row, which descriptors do not take)
+        last = len_k - 1 + offs_m * 0
+        if CAUSAL:
+            last = tl.minimum(offs_m + shift, last)
+        seen = (offs_m < len_q) & (last >= 0)
+        c = tl.load(K + b64 * skb + (k_tok + tl.maximum(last, 0))[:, None] * skt + hk * skh + offs_d[None, :],
+                    mask=seen[:, None] & (offs_d < D)[None, :], other=0.0)
+        dq -= e[:, None] * c.to(tl.float32)
     store_tile(dq_dst, (dq * scale).to(DQ.dtype.element_ty), m0, len_q, sqt, offs_r, offs_d, D, TMA)
 
 
@@ -273,9 +317,10 @@ def _fits(kernel, args, device, block_a: int, block_b: int, warps: int, stages: 
 
 
 def backward(do, q, k, v, o, lse, causal: bool, window: int, cu_q, cu_k, max_q: int, max_k: int, scale: float,
-             config: BwdConfig, fallback: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(dq, dk, dv) like (q, k, v). q, k, v, o contiguous; lse from forward(). `fallback`: the config
-    was picked, not forced (see fwd.forward)."""
+             config: BwdConfig, fallback: bool = False,
+             residual=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq, dk, dv) like (q, k, v). q, k, v, o contiguous; lse (and `residual`, o's rounding, where
+    kept) from forward(). `fallback`: the config was picked, not forced (see fwd.forward)."""
     varlen = cu_q is not None
     batch = cu_q.numel() - 1 if varlen else q.shape[0]
     hq, hkv, d = q.shape[-2], k.shape[-2], q.shape[-1]
@@ -292,8 +337,11 @@ def backward(do, q, k, v, o, lse, causal: bool, window: int, cu_q, cu_k, max_q: 
         return dq, dk.zero_(), dv.zero_()
     bd = block_d(d)
     block_t = 64
-    _bwd_delta[(triton.cdiv(tq, block_t), hq)](o, do, delta, *strides3(o, varlen), *strides3(do, varlen), max(max_q, 1),
-                                               tq, D=d, BLOCK_D=bd, BLOCK_T=block_t, VARLEN=varlen, num_warps=4)
+    _bwd_delta[(triton.cdiv(tq, block_t), hq)](o, o if residual is None else residual, do, delta, *strides3(o, varlen),
+                                               *strides3(do, varlen), max(max_q, 1), tq, D=d, BLOCK_D=bd,
+                                               BLOCK_T=block_t, VARLEN=varlen, RESIDUAL=residual is not None,
+                                               R_SCALE=residual_scale(o.dtype),
+                                               num_warps=4)
     common = (cu_q, cu_k, *strides3(q, varlen), *strides3(k, varlen), *strides3(v, varlen), *strides3(do, varlen),
               max_q, max_k, tq)
     flags = dict(D=d, BLOCK_D=bd, CAUSAL=causal, HAS_WINDOW=window > 0, VARLEN=varlen, TMA=config.tma,
@@ -306,7 +354,8 @@ def backward(do, q, k, v, o, lse, causal: bool, window: int, cu_q, cu_k, max_q: 
     _bwd_dkdv[(n_nblocks * batch * hkv,)](*args, n_nblocks, **launch)
     args = (q, k, v, do, lse, delta, dq, *common, hq, hq // hkv, scale, qk_scale, window)
     launch = _fits(_bwd_dq, (*args, triton.cdiv(max_q, config.q_m)), q.device, config.q_m, config.q_n,
-                   config.q_warps, config.q_stages, fallback, ("BLOCK_M", "BLOCK_N"), flags)
+                   config.q_warps, config.q_stages, fallback, ("BLOCK_M", "BLOCK_N"),
+                   {**flags, "SHIFT": config.dq_shift})
     n_mblocks = triton.cdiv(max_q, launch["BLOCK_M"])
     _bwd_dq[(n_mblocks * batch * hq,)](*args, n_mblocks, **launch)
     return dq, dk, dv

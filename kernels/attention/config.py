@@ -57,6 +57,9 @@ class BwdConfig:
     q_warps: int = 8
     q_stages: int = 2
     tma: bool = False  # as FwdConfig.tma, for both kernels
+    # dq from dS times the keys less the row's last visible key (bwd._dq_rows: rounding of dS
+    # not amplified by the keys' common part); one more row sum of dS a key block
+    dq_shift: bool = True
 
 
 @dataclass(frozen=True)

@@ -69,30 +69,33 @@ def _fwd_blocks(acc, l_i, m_i, q, k_src, v_src, lo, hi, offs_m, offs_n, offs_d, 
 
 
 @triton.jit
-def _fwd_tile(tile, Q, K, V, O, LSE, CU_Q, CU_K, sqb, sqt, sqh, skb, skt, skh, svb, svt, svh, sob, sot, soh,
+def _fwd_tile(tile, Q, K, V, O, R, LSE, CU_Q, CU_K, sqb, sqt, sqh, skb, skt, skh, svb, svt, svh, sob, sot, soh,
               Sq, Skv, Tq, Hq, GROUP, qk_scale, window, n_mblocks, D: tl.constexpr, BLOCK_D: tl.constexpr,
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr,
-              VARLEN: tl.constexpr, TMA: tl.constexpr, PIPELINE: tl.constexpr):
+              VARLEN: tl.constexpr, TMA: tl.constexpr, PIPELINE: tl.constexpr, RESIDUAL: tl.constexpr,
+              R_SCALE: tl.constexpr):
     b, h, hk, mb = query_tile(tile, n_mblocks, Hq, GROUP, CAUSAL)
     q_tok, len_q, k_tok, len_k = seq_spans(CU_Q, CU_K, b, Sq, Skv, VARLEN)
     m0 = mb * BLOCK_M
     if VARLEN:  # the grid covers the longest sequence: skip the blocks past this one's end
         if m0 < len_q:
-            _fwd_rows(m0, b, h, hk, q_tok, len_q, k_tok, len_k, Q, K, V, O, LSE, sqb, sqt, sqh, skb, skt, skh, svb,
-                      svt, svh, sob, sot, soh, Sq, Tq, qk_scale, window, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL,
-                      HAS_WINDOW, VARLEN, TMA, PIPELINE)
+            _fwd_rows(m0, b, h, hk, q_tok, len_q, k_tok, len_k, Q, K, V, O, R, LSE, sqb, sqt, sqh, skb, skt, skh,
+                      svb, svt, svh, sob, sot, soh, Sq, Tq, qk_scale, window, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL,
+                      HAS_WINDOW, VARLEN, TMA, PIPELINE, RESIDUAL, R_SCALE)
     else:  # no branch around the loops: they stay at the kernel's top level for the compiler's passes
-        _fwd_rows(m0, b, h, hk, q_tok, len_q, k_tok, len_k, Q, K, V, O, LSE, sqb, sqt, sqh, skb, skt, skh, svb, svt,
-                  svh, sob, sot, soh, Sq, Tq, qk_scale, window, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL, HAS_WINDOW,
-                  VARLEN, TMA, PIPELINE)
+        _fwd_rows(m0, b, h, hk, q_tok, len_q, k_tok, len_k, Q, K, V, O, R, LSE, sqb, sqt, sqh, skb, skt, skh, svb,
+                  svt, svh, sob, sot, soh, Sq, Tq, qk_scale, window, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL, HAS_WINDOW,
+                  VARLEN, TMA, PIPELINE, RESIDUAL, R_SCALE)
 
 
 @triton.jit
-def _fwd_rows(m0, b, h, hk, q_tok, len_q, k_tok, len_k, Q, K, V, O, LSE, sqb, sqt, sqh, skb, skt, skh, svb, svt, svh,
-              sob, sot, soh, Sq, Tq, qk_scale, window, D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
-              BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, VARLEN: tl.constexpr,
-              TMA: tl.constexpr, PIPELINE: tl.constexpr):
-    """Query rows [m0, m0 + BLOCK_M) of sequence b, head h (kv head hk): output and log-sum-exp."""
+def _fwd_rows(m0, b, h, hk, q_tok, len_q, k_tok, len_k, Q, K, V, O, R, LSE, sqb, sqt, sqh, skb, skt, skh, svb, svt,
+              svh, sob, sot, soh, Sq, Tq, qk_scale, window, D: tl.constexpr, BLOCK_D: tl.constexpr,
+              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr,
+              VARLEN: tl.constexpr, TMA: tl.constexpr, PIPELINE: tl.constexpr, RESIDUAL: tl.constexpr,
+              R_SCALE: tl.constexpr):
+    """Query rows [m0, m0 + BLOCK_M) of sequence b, head h (kv head hk): output and log-sum-exp;
+    RESIDUAL: also the output's rounding into R (int8, laid out as O; see residual_scale)."""
     b64 = b.to(tl.int64)
     q_src = rows_src(Q, b64, q_tok, h, sqb, sqt, sqh, len_q, BLOCK_M, D, BLOCK_D, TMA)
     o_dst = rows_src(O, b64, q_tok, h, sob, sot, soh, len_q, BLOCK_M, D, BLOCK_D, TMA)
@@ -121,29 +124,38 @@ def _fwd_rows(m0, b, h, hk, q_tok, len_q, k_tok, len_k, Q, K, V, O, LSE, sqb, sq
                                     HAS_WINDOW, TMA, PIPELINE)
     empty = l_i == 0.0
     l_use = tl.where(empty, 1.0, l_i)
-    o = (acc / l_use[:, None]).to(O.dtype.element_ty)
+    o32 = acc / l_use[:, None]
+    o = o32.to(O.dtype.element_ty)
     store_tile(o_dst, o, m0, len_q, sot, tl.arange(0, BLOCK_M), offs_d, D, TMA)
+    if RESIDUAL:  # o's rounding as an int8 code (residual_scale), through plain pointers whatever TMA
+        of = o.to(tl.float32)
+        finite = (of != 0.0) & (tl.abs(of) < float("inf"))
+        frac = tl.where(finite, (o32 - of) / tl.where(finite, of, 1.0), 0.0)
+        code = tl.floor(tl.minimum(tl.maximum(frac * R_SCALE, -127.0), 127.0) + 0.5)
+        r_dst = rows_src(R, b64, q_tok, h, sob, sot, soh, len_q, BLOCK_M, D, BLOCK_D, False)
+        store_tile(r_dst, code.to(tl.int8), m0, len_q, sot, tl.arange(0, BLOCK_M), offs_d, D, False)
     lse = tl.where(empty, float("inf"), m_i + tl.math.log2(l_use))
     tl.store(LSE + lse_offset(b64, h, q_tok, Sq, Tq, VARLEN) + offs_m, lse, mask=offs_m < len_q)
 
 
 @triton.jit
-def _attn_fwd(Q, K, V, O, LSE, CU_Q, CU_K, sqb, sqt, sqh, skb, skt, skh, svb, svt, svh, sob, sot, soh,
+def _attn_fwd(Q, K, V, O, R, LSE, CU_Q, CU_K, sqb, sqt, sqh, skb, skt, skh, svb, svt, svh, sob, sot, soh,
               Sq, Skv, Tq, Hq, GROUP, qk_scale, window, n_mblocks, n_tiles, D: tl.constexpr,
               BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
               HAS_WINDOW: tl.constexpr, VARLEN: tl.constexpr, TMA: tl.constexpr,
-              PERSISTENT: tl.constexpr, PIPELINE: tl.constexpr):
+              PERSISTENT: tl.constexpr, PIPELINE: tl.constexpr, RESIDUAL: tl.constexpr,
+              R_SCALE: tl.constexpr):
     if PERSISTENT:  # tiles strided over a grid sized to the GPU
         tile = tl.program_id(0)
         while tile < n_tiles:
-            _fwd_tile(tile, Q, K, V, O, LSE, CU_Q, CU_K, sqb, sqt, sqh, skb, skt, skh, svb, svt, svh, sob, sot, soh,
-                      Sq, Skv, Tq, Hq, GROUP, qk_scale, window, n_mblocks, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL,
-                      HAS_WINDOW, VARLEN, TMA, PIPELINE)
+            _fwd_tile(tile, Q, K, V, O, R, LSE, CU_Q, CU_K, sqb, sqt, sqh, skb, skt, skh, svb, svt, svh, sob, sot,
+                      soh, Sq, Skv, Tq, Hq, GROUP, qk_scale, window, n_mblocks, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL,
+                      HAS_WINDOW, VARLEN, TMA, PIPELINE, RESIDUAL, R_SCALE)
             tile += tl.num_programs(0)
     else:
-        _fwd_tile(tl.program_id(0), Q, K, V, O, LSE, CU_Q, CU_K, sqb, sqt, sqh, skb, skt, skh, svb, svt, svh, sob,
-                  sot, soh, Sq, Skv, Tq, Hq, GROUP, qk_scale, window, n_mblocks, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL,
-                  HAS_WINDOW, VARLEN, TMA, PIPELINE)
+        _fwd_tile(tl.program_id(0), Q, K, V, O, R, LSE, CU_Q, CU_K, sqb, sqt, sqh, skb, skt, skh, svb, svt, svh,
+                  sob, sot, soh, Sq, Skv, Tq, Hq, GROUP, qk_scale, window, n_mblocks, D, BLOCK_D, BLOCK_M, BLOCK_N,
+                  CAUSAL, HAS_WINDOW, VARLEN, TMA, PIPELINE, RESIDUAL, R_SCALE)
 
 
 def tma_ready(*tensors: torch.Tensor) -> bool:
@@ -189,28 +201,43 @@ def fallbacks(block_m: int, block_n: int, warps: int, stages: int) -> list[tuple
     return out
 
 
+def residual_scale(dtype: torch.dtype) -> float:
+    """How o's rounding r = o_fp32 - o is kept for the backward: as the int8 code
+    round(r / o * residual_scale), from which o_fp32 = o * (1 + code / residual_scale). A dtype
+    of p significant bits rounds to |r / o| <= 2^-p (bf16 8, fp16 11), so the code's 127 steps
+    keep o_fp32 to about 2^-16 (bf16) and 2^-19 (fp16) of o, at half the bytes of r in o's
+    dtype (where fp16's subnormals would besides lose r for an o under 2^-3)."""
+    return 127.0 * 2.0 ** (8 if dtype == torch.bfloat16 else 11)
+
+
 def forward(q, k, v, causal: bool, window: int, cu_q, cu_k, max_q: int, max_k: int, scale: float,
-            config: FwdConfig, fallback: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    """(o like q, lse [Hq, tokens of q] fp32 in log2 units). Inputs already checked by the caller.
-    `fallback`: the config was picked, not forced: where the tensors or the device cannot take it,
-    run a smaller one (no TMA; fewer stages or smaller blocks, as `fallbacks`)."""
+            config: FwdConfig, fallback: bool = False, residual: bool = False):
+    """(o like q, lse [Hq, tokens of q] fp32 in log2 units); with `residual`, (o, lse, r): r like o,
+    o's rounding (residual_scale's int8 code), for the backward's delta (bwd.py says why). Inputs
+    already checked by the caller. `fallback`: the config was picked, not forced: where the tensors
+    or the device cannot take it, run a smaller one (no TMA; fewer stages or smaller blocks, as
+    `fallbacks`)."""
     varlen = cu_q is not None
     batch = cu_q.numel() - 1 if varlen else q.shape[0]
     hq, d = q.shape[-2], q.shape[-1]
     hkv = k.shape[-2]
     tq = q.shape[0] if varlen else q.shape[0] * q.shape[1]
     o = torch.empty_like(q, memory_format=torch.contiguous_format)
+    r = torch.empty_like(o, dtype=torch.int8) if residual else None
     q, k, v = interpreter_operands(q, k, v)
     lse = torch.empty((hq, tq), dtype=torch.float32, device=q.device)
     config = with_tma_if_ready(config, fallback, q, k, v, o)
     if config.tma:
         use_tma(q, k, v, o)
+    done = (o, lse, r) if residual else (o, lse)
     if batch * hq * max_q == 0:
-        return o, lse
-    args = (q, k, v, o, lse, cu_q, cu_k, *strides3(q, varlen), *strides3(k, varlen), *strides3(v, varlen),
-            *strides3(o, varlen), max_q, max_k, tq, hq, hq // hkv, scale * 1.4426950408889634, window)
+        return done
+    args = (q, k, v, o, r if residual else o, lse, cu_q, cu_k, *strides3(q, varlen), *strides3(k, varlen),
+            *strides3(v, varlen), *strides3(o, varlen), max_q, max_k, tq, hq, hq // hkv, scale * 1.4426950408889634,
+            window)
     flags = dict(D=d, BLOCK_D=block_d(d), CAUSAL=causal, HAS_WINDOW=window > 0, VARLEN=varlen, TMA=config.tma,
-                 PERSISTENT=config.persistent > 0, PIPELINE=q.is_cuda)
+                 PERSISTENT=config.persistent > 0, PIPELINE=q.is_cuda, RESIDUAL=residual,
+                 R_SCALE=residual_scale(o.dtype))
     shapes = [(config.block_m, config.block_n, config.warps, config.stages)]
     shapes += fallbacks(*shapes[0]) if fallback else []
     n_mblocks = lambda m: triton.cdiv(max_q, m)  # noqa: E731
@@ -221,4 +248,4 @@ def forward(q, k, v, causal: bool, window: int, cu_q, cu_k, max_q: int, max_k: i
     if config.persistent:
         grid = min(n_tiles, config.persistent * sm_count(q.device))
     _attn_fwd[(grid,)](*args, n_mblocks(launch["BLOCK_M"]), n_tiles, **launch)
-    return o, lse
+    return done
