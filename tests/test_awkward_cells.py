@@ -503,3 +503,15 @@ def test_mlstm_key_gradient_where_one_entry_is_all():
     verdict = cells.check(case, "cpu")
     dk = next(p for p in verdict["parts"] if p["name"] == "dk")
     assert verdict["status"] == "ok" and dk["ours"] < 2 ** -20, f"{json.dumps(case)}: {verdict['parts']}"
+
+
+def test_mlstm_weights_exponents_rounded_once_in_fp32():
+    # input gates near 30: a weight's exponent i_s + A_t - A_s, rounded to fp32 before m_t was taken
+    # away, was 1e-6 off (ulp 1.9e-6 at 28), and one row whose normaliser cancels 14-fold (tiny q
+    # and k) carried that into the gradients that scale as 1 / N (issue 40's CPU sweep: dk 4.1e-5,
+    # di 4.7e-5, df 4.6e-5, eager 3.7e-6, 3.3e-6, 3.3e-6). Summed in float64 and rounded once
+    # (chunk.weight): 1.4e-6 each
+    case = _mlstm_case("float32", {"B": 3, "NH": 2, "DH": 1, "T": 5}, 1557644355, resets="clear",
+                       gates="large_input", x_scale=0.01)
+    verdict = cells.check(case, "cpu")
+    assert verdict["status"] == "ok", f"{json.dumps(case)}: {verdict.get('message')}"

@@ -27,7 +27,7 @@ import triton.language as tl
 
 from .._jit.recurrent import div_f32, dot, exp_f32, sigmoid_f32
 from .._host.cells import shared_bytes_for_types
-from .chunk import NEG, chunk_gates, gaps, load_state, load_tile, scan_program, scores64, store_state, to_end
+from .chunk import NEG, chunk_gates, gaps, load_state, load_tile, scan_program, scores64, store_state, to_end, weight
 from .fwd import meta_of
 
 
@@ -82,7 +82,7 @@ def _mlstm_dstates(q_ptr, dh_ptr, qinv_ptr, dden_ptr, dmj_ptr, i_ptr, f_ptr, rs_
             kappa = tl.where(seg_end == 0, exp_f32((m_c + A_end) - m_next, PRECISE), 0.0)
             t = c * L + tl.arange(0, L)
             mj = tl.load(mo_ptr + bh * T + t, mask=tm, other=0.0)
-            w = tl.where((seg == 0) & tm, exp_f32((m_c + A.to(tl.float32)) - mj, PRECISE), 0.0)
+            w = tl.where((seg == 0) & tm, weight(m_c, A, mj, PRECISE), 0.0)
             qw = load_tile(q_ptr, bh, c * L, T, DH, d, L).to(tl.float32) * w[:, None]
             dnum = load_tile(dh_ptr, bh, c * L, T, DH, e, L).to(tl.float32) \
                 * tl.load(qinv_ptr + bh * T + t, mask=tm, other=0.0)[:, None]
@@ -130,8 +130,8 @@ def _mlstm_dchunk(q_ptr, k_ptr, v_ptr, i_ptr, f_ptr, rs_ptr, dh_ptr, qinv_ptr, d
     # would overflow their weights to inf, and inf times their zero gradients is NaN in every sum
     # over rows (dk, dv, di, df; seen on the GPU, whose chunks of 64 pad a sequence of 17)
     valid = (j[None, :] <= j[:, None]) & (seg[None, :] == seg[:, None]) & tm[:, None]
-    P = tl.where(valid, exp_f32((ig[None, :] + gaps(A)) - mj[:, None], PRECISE), 0.0)  # as the forward's
-    w = tl.where((seg == 0) & tm, exp_f32((m_c + A.to(tl.float32)) - mj, PRECISE), 0.0)
+    P = tl.where(valid, weight(ig[None, :], A[:, None] - A[None, :], mj[:, None], PRECISE), 0.0)  # as the forward's
+    w = tl.where((seg == 0) & tm, weight(m_c, A, mj, PRECISE), 0.0)
     beta = tl.where((seg == seg_end) & tm, exp_f32((ig + rest) - m_next, PRECISE), 0.0)
     kappa = tl.where(seg_end == 0, exp_f32((m_c + A_end) - m_next, PRECISE), 0.0)
     PS = (P * S).to(ty)

@@ -3,7 +3,7 @@ segments between resets), tile loads, the state scans' program and their stores.
 import triton
 import triton.language as tl
 
-from .._jit.recurrent import logsigmoid_f32
+from .._jit.recurrent import exp_f32, logsigmoid_f32
 
 NEG = tl.constexpr(-1e30)  # the log-weight of what does not exist (a padded step, a pair across a reset)
 
@@ -44,6 +44,19 @@ def to_end(A, L: tl.constexpr):
     """(A_end, A_end - A) in fp32: the chunk's whole log decay, and each step's to the chunk's end."""
     A_end = tl.sum(tl.where(tl.arange(0, L) == L - 1, A, 0.0), 0)
     return A_end.to(tl.float32), (A_end - A).to(tl.float32)
+
+
+@triton.jit
+def weight(x, decay, m, PRECISE: tl.constexpr):
+    """exp(x + decay - m), a gate weight: x an input gate or a stabiliser, decay a difference of A,
+    m the stabiliser it is taken against. PRECISE (fp32): the exponent summed in float64 and rounded
+    once. With input gates near 30, x + decay rounded to fp32 is 1e-6 off (its ulp 1.9e-6), and
+    where a row's normaliser cancels (issue 40's large-input-gate case: 14-fold) that error in the
+    weights' ratios was 10x eager's in dk, di and df; their exponents are differences of order 1."""
+    if PRECISE:
+        return exp_f32(((x.to(tl.float64) + decay.to(tl.float64)) - m.to(tl.float64)).to(tl.float32), PRECISE)
+    else:
+        return exp_f32((x + decay) - m, PRECISE)
 
 
 @triton.jit

@@ -13,7 +13,7 @@ import triton.language as tl
 from .._host.cells import precise
 from .._jit.recurrent import div_f32, dot, exp_f32
 from .._host.cells import shared_bytes_for_types
-from .chunk import NEG, chunk_gates, gaps, load_state, load_tile, scan_program, scores64, store_state, to_end
+from .chunk import NEG, chunk_gates, gaps, load_state, load_tile, scan_program, scores64, store_state, to_end, weight
 
 
 @triton.jit(do_not_specialize=["NH", "T", "NC", "has_resets"])
@@ -71,8 +71,8 @@ def _mlstm_out(q_ptr, k_ptr, v_ptr, i_ptr, f_ptr, rs_ptr, cs_ptr, ns_ptr, ms_ptr
     gap = gaps(A)
     base = tl.where(seg == 0, m_c + A.to(tl.float32), NEG)
     mj = tl.maximum(base, tl.max(tl.where(valid, it[None, :] + gap, NEG), 1))
-    E = tl.where(valid, exp_f32((ig[None, :] + gap) - mj[:, None], PRECISE), 0.0) * S
-    w = tl.where(seg == 0, exp_f32((m_c + A.to(tl.float32)) - mj, PRECISE), 0.0)
+    E = tl.where(valid, weight(ig[None, :], A[:, None] - A[None, :], mj[:, None], PRECISE), 0.0) * S
+    w = tl.where(seg == 0, weight(m_c, A, mj, PRECISE), 0.0)
     den = tl.sum(E, 1) + w * tl.sum(q.to(tl.float32) * n_c[None, :], 1)
     norm = tl.maximum(tl.abs(den), exp_f32(-mj, PRECISE)) + EPS
     t = c * L + j
