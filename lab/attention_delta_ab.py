@@ -74,6 +74,8 @@ def timing_part(names, device, rounds, rep_ms, say) -> None:
     from kcollect import timing, verify
     from kcollect.kernels.attention.spec import SPEC
 
+    from .ab import interleaved, ratio_band
+
     budget = timing.Budget(warmup_ms=rep_ms / 4, rep_ms=rep_ms, min_reps=10)
     flush = torch.empty(timing.L2_FLUSH_BYTES, dtype=torch.int8, device=device) if device == "cuda" else None
     say(f"fwd+bwd bf16, {rounds} interleaved rounds; ms: the median of the rounds' medians; each variant's ratio to "
@@ -86,16 +88,13 @@ def timing_part(names, device, rounds, rep_ms, say) -> None:
         calls = {v: verify.build_call(SPEC, attention_with(v), inputs, "fwd+bwd", dy) for v in VARIANTS}
         for call in calls.values():
             call()  # compile outside the timing
-        out = {v: [] for v in calls}
-        for _ in range(rounds):
-            for v, call in calls.items():
-                t = timing.time_cpu(call, budget) if device != "cuda" else timing.time_cuda_graph(call, budget, flush)
-                out[v].append(t.median_ms)
+        timed = interleaved(calls, rounds, lambda call: timing.time_cpu(call, budget) if device != "cuda"
+                            else timing.time_cuda_graph(call, budget, flush))
+        out = {v: [t.median_ms for t in ts] for v, ts in timed.items()}
         line = f"{name:10s} {dims}  off {statistics.median(out['off']):.4f} ms"
         for v in ("residual", "on"):
-            ratios = [a / b for a, b in zip(out[v], out["off"])]
-            line += (f"  {v} {statistics.median(out[v]):.4f} ms ({statistics.median(ratios):.4f} "
-                     f"[{min(ratios):.4f}, {max(ratios):.4f}])")
+            mid, lo, hi = ratio_band(out["off"], out[v])
+            line += f"  {v} {statistics.median(out[v]):.4f} ms ({mid:.4f} [{lo:.4f}, {hi:.4f}])"
         say(line)
         del inputs, calls
         if device == "cuda":

@@ -24,13 +24,7 @@ import statistics
 import sys
 
 from lab.ab import parse_shape
-from lab.flush_ab import VARIANTS, _Flush
-
-
-def spread(medians: list[float]) -> float:
-    """The relative spread (standard deviation of log) of medians."""
-    logs = [math.log(m) for m in medians]
-    return statistics.stdev(logs) if len(logs) > 1 else float("nan")
+from lab.flush_ab import VARIANTS, _Flush, spread
 
 
 def main(argv=None) -> int:

@@ -45,6 +45,12 @@ class _Flush:
             self.words.amax()  # reads all 256 MB; the result is dropped
 
 
+def spread(medians: list[float]) -> float:
+    """The relative spread (standard deviation of log) of medians; nan for one."""
+    logs = [math.log(m) for m in medians]
+    return float(np.std(logs, ddof=1)) if len(logs) > 1 else float("nan")
+
+
 def child(variant: str, run_args: list[str]) -> int:
     from kcollect import cli, timing
 
@@ -77,15 +83,14 @@ def report(runs: dict[str, list[dict[tuple, float]]]) -> None:
     for variant, rs in runs.items():
         by_class = defaultdict(list)
         for k in keys:
-            logs = [math.log(r[k]) for r in rs]
-            level = float(np.exp(np.mean(logs)))
+            medians = [r[k] for r in rs]
+            level = float(np.exp(np.mean(np.log(medians))))
             name = next(n for limit, n in classes if level < limit)
-            by_class[name].append((float(np.std(logs, ddof=1)) if len(logs) > 1 else float("nan"),
-                                   level / base[k] if base else float("nan")))
+            by_class[name].append((spread(medians), level / base[k] if base else float("nan")))
         for _, name in classes:
             if by_class[name]:
-                spread, ratio = zip(*by_class[name])
-                print(f"{variant:<8} {name:<12} {len(spread):>5} {np.median(spread):>17.2%} "
+                spreads, ratio = zip(*by_class[name])
+                print(f"{variant:<8} {name:<12} {len(spreads):>5} {np.median(spreads):>17.2%} "
                       f"{np.exp(np.mean(np.log(ratio))):>14.3f}x")
 
 
