@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import functools
 import json
+import statistics
 from collections import defaultdict
 from pathlib import Path
 from typing import Iterable, Mapping
@@ -84,11 +85,9 @@ def fit_runs(runs: Iterable[Mapping]) -> dict[str, dict]:
     out: dict[str, dict] = {}
     for device, mine in sorted(by.items()):
         terms = out.setdefault(device, {})
-        rest = sorted(r["wall"] - r["precompile_s"] - r["rows_s"] for r in mine)
+        rest = [r["wall"] - r["precompile_s"] - r["rows_s"] for r in mine]
         if len(rest) >= MIN_RUNS:
-            mid = len(rest) // 2
-            median = rest[mid] if len(rest) % 2 else (rest[mid - 1] + rest[mid]) / 2
-            terms["startup"] = [round(max(0.0, median), 3), len(rest)]
+            terms["startup"] = [round(max(0.0, statistics.median(rest)), 3), len(rest)]
         passes = [r for r in mine if r["precompile_s"] and r["procs"]]
         if len(passes) >= MIN_RUNS:
             terms["precompile"] = fit_shrunk([({k: n / r["procs"] for k, n in r["builds"].items()}, r["precompile_s"])
