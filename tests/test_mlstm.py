@@ -69,6 +69,23 @@ def test_gpu_chunks_of_64(dh):
     assert max(errors) < SPEC.tolerance[torch.bfloat16], errors
 
 
+def test_narrow_heads_are_padded_to_32_columns():
+    """At 16 padded columns the fp32 chunk kernels built for sm_90 gave gradients off by O(1) on an
+    H200 (kernels/mlstm/chunk.py); the interpreter did not."""
+    from kcollect.kernels.mlstm.chunk import padded
+
+    assert [padded(dh) for dh in (1, 3, 16, 17, 32, 33, 100)] == [32, 32, 32, 32, 32, 64, 128]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="compiled kernels need a GPU")
+@pytest.mark.parametrize("dh", [3, 16])
+def test_gpu_narrow_fp32_heads(dh):
+    # the H200 sweep's shape: chunks of 64 over 129 steps, resets, heads of 3 and 16 columns
+    inputs = _inputs(1, 2, 129, dh, "cuda")
+    errors = errors_against_reference(recurrent, mlstm.mlstm, inputs, GRADS)
+    assert max(errors) < SPEC.tolerance[torch.float32], errors
+
+
 def test_narrow_fp32_heads_multiply_in_ieee_on_the_gpu():
     """Triton 3.6's tf32x3 backward at 16 padded columns reads shared memory out of bounds on sm_90
     (compute-sanitizer, H200): heads of 32 columns or fewer take IEEE there, wider ones tf32x3; the

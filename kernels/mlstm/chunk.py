@@ -6,6 +6,16 @@ import triton.language as tl
 from .._jit.recurrent import exp_f32, logsigmoid_f32
 
 NEG = tl.constexpr(-1e30)  # the log-weight of what does not exist (a padded step, a pair across a reset)
+# Heads narrower than 32 columns are padded to 32: built by Triton 3.6 for sm_90 at 16 columns, the
+# fp32 chunk kernels gave gradients off by O(1) on an H200 (17 of 28 narrow-head cases, dq 0.09
+# where eager's error was 8e-7; 1 of 28 at 32, a DH 1 case where eager's is 100%), while the
+# interpreter passed the same cases (lab/results/mlstm_width_ab_h200_90e3254.txt).
+MIN_COLUMNS = 32
+
+
+def padded(DH: int) -> int:
+    """The head's columns as the kernels tile them: a power of two, at least MIN_COLUMNS."""
+    return max(MIN_COLUMNS, triton.next_power_of_2(DH))
 
 
 @triton.jit

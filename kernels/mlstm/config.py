@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import triton
-
+from . import chunk
 from .._host.config import arch, tunable
 
 
@@ -23,7 +22,7 @@ def pick(T: int, DH: int, device) -> MLSTMConfig:
     """Chunks of 64 (Cortex's and TFLA's inner block), value blocks of 64, 8 warps for the chunk
     kernels; on the CPU interpreter chunks of 16, so that the tests cross chunk boundaries on short
     sequences."""
-    dp = max(16, triton.next_power_of_2(DH))
+    dp = chunk.padded(DH)
     if arch(device) == "cpu":
         return MLSTMConfig(chunk=16, bv=min(16, dp), warps=4, state_warps=4)
     return MLSTMConfig(chunk=64, bv=min(64, dp), warps=8, state_warps=4)
