@@ -313,6 +313,20 @@ def test_answers_past_fp16_are_invalid_not_ours():
     assert common.verdict(_subject(torch.bfloat16, 1e5, lambda x: x * 1e5))["status"] == "ok"
 
 
+def test_answers_below_fp16_held_to_their_rounding():
+    # a true gradient of 1e-12 (an sLSTM's dc0 behind a reset, H200 sweep at 90e3254; eager's NaN, so
+    # the gate is the tolerance) is 0 in fp16: ours 0 is exact, not 100% off; ours nonzero is over
+    from lab.awkward import common
+
+    def subject(dtype, ours):
+        return common.Subject(lambda: {"x": torch.linspace(-1, 1, 8, dtype=dtype)}, ours, lambda x: x * float("nan"),
+                              lambda x: x * 1e-12, ("x",), dtype=dtype, tolerance=0.03, seed=5)
+
+    assert common.verdict(subject(torch.float16, lambda x: x * 0))["status"] == "ok"
+    assert common.verdict(subject(torch.float16, lambda x: x * 1e-3))["status"] == "over_tolerance"
+    assert common.verdict(subject(torch.float32, lambda x: x * 1e-3))["status"] == "over_tolerance"
+
+
 def test_lstm_saturated_gates_in_fp32():
     # the gates' activations took fp32 forms of 1-2 ulp (expf, a sum, a division); a saturated LSTM's
     # gradients through s' = s (1 - s) keep only what that rounding left, and 17 steps compound it:
