@@ -1,14 +1,17 @@
-"""What the backward's two accuracy fixes of issue 40 cost and buy on a GPU.
+"""What the backward's accuracy fixes of issue 40 cost and buy on a GPU.
 
 The training forward keeps o's rounding for the backward's delta (an int8 code of o's shape, see
-kernels/attention/bwd.py), and the dq kernel shifts dq by the row's last visible key
-(BwdConfig.dq_shift: one more row sum of dS a key block). Three variants: `off` (neither: the code
-before), `residual` (o's rounding kept, no shift) and `on` (both, what attention() does). This
+kernels/attention/bwd.py), the dq kernel shifts dq by a key of the row (BwdConfig.dq_shift: one
+more row sum of dS a key block), and rows whose probability is all on one key give dk no dS from
+it (BwdConfig.one_key: a compare and select per element a block in both kernels). Four variants:
+`off` (none: the code before), `residual` (o's rounding kept), `shift` (and dq shifted) and `on`
+(all three, what attention() does). This
 times fwd+bwd of each interleaved on one GPU (the collector's CUDA-graph timing, L2 flushed),
 shape by shape, then re-checks the attention cases the awkward sweeps listed over the gate with
 each (the lab's verdict: errors against float64, gate 2x eager's):
 
-    python -m lab.attention_delta_ab --out $OUT          # about 5-8 minutes on an H100/H200
+    python -m lab.attention_delta_ab --out $OUT          # about 7-10 minutes on an H100/H200
+    python -m lab.attention_delta_ab --out $OUT --shapes causal4k,gqa4k,d64s512 --minutes 6  # within 8
     python -m lab.attention_delta_ab --device cpu --shapes tiny --rounds 1   # a dry run
 
 Prints a table per part and writes it to OUT/attention_delta_ab.txt.
@@ -41,21 +44,23 @@ CASE_FILES = ("lab/results/awkward_cpu_seed1129_528b9e4.txt", "lab/results/awkwa
               "lab/results/awkward_cpu_attention_seed4063_d6c9e33.txt")
 
 
-VARIANTS = {"off": (False, False), "residual": (True, False), "on": (True, True)}  # (o's rounding kept, dq_shift)
+# (o's rounding kept, dq_shift, one_key)
+VARIANTS = {"off": (False, False, False), "residual": (True, False, False), "shift": (True, True, False),
+            "on": (True, True, True)}
 
 
 def attention_with(variant: str):
     """spec.triton_attention as a variant: o's rounding kept or not, and the picked backward config
-    with dq_shift on or off (still a pick: it falls back where the inputs or the device need)."""
+    with dq_shift and one_key on or off (still a pick: it falls back where the inputs or the device need)."""
     import dataclasses
 
     import kcollect.kernels.attention as attention
 
-    residual, shift = VARIANTS[variant]
+    residual, shift, one_key = VARIANTS[variant]
     picks = attention.pick_bwd
 
     def pick_bwd(*args, **kwargs):
-        return dataclasses.replace(picks(*args, **kwargs), dq_shift=shift)
+        return dataclasses.replace(picks(*args, **kwargs), dq_shift=shift, one_key=one_key)
 
     def call(q, k, v, causal, window, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None):
         attention.pick_bwd = pick_bwd  # the autograd function picks the backward's config at the forward
@@ -92,7 +97,7 @@ def timing_part(names, device, rounds, rep_ms, say) -> None:
                             else timing.time_cuda_graph(call, budget, flush))
         out = {v: [t.median_ms for t in ts] for v, ts in timed.items()}
         line = f"{name:10s} {dims}  off {statistics.median(out['off']):.4f} ms"
-        for v in ("residual", "on"):
+        for v in list(VARIANTS)[1:]:
             mid, lo, hi = ratio_band(out["off"], out[v])
             line += f"  {v} {statistics.median(out[v]):.4f} ms ({mid:.4f} [{lo:.4f}, {hi:.4f}])"
         say(line)
@@ -112,7 +117,7 @@ def accuracy_part(device, deadline, say) -> None:
             if c.get("op") == "attention" and c["seed"] not in seen:
                 seen.add(c["seed"])
                 cases.append(c)
-    say(f"{len(cases)} attention cases the sweeps listed; per case: status off -> residual -> on, then dq dk dv "
+    say(f"{len(cases)} attention cases the sweeps listed; per case: status {' -> '.join(VARIANTS)}, then dq dk dv "
         f"ours/eager")
     original = spec.triton_attention
     try:

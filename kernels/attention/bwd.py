@@ -25,11 +25,25 @@ int8 tensor of o's shape (half o's bytes) written by the forward's epilogue and 
 _bwd_delta, kept between them; no loop changes for it. Inference (no gradient asked for) stores
 none.
 
-dq is taken shifted by the row's last visible key (_dq_rows, BwdConfig.dq_shift), so that what
+dq is taken shifted by a key of the row (_dq_rows, BwdConfig.dq_shift), so that what
 is left of delta's rounding, the forward's p rounded before p @ v, and dS rounded before the dot
 are not multiplied by the keys' common part (fp16 Sq1 Skv257 D1 window 2 scale 3: dq 0.0048 ->
 0.00037, gate 0.0025; a float64 replay of the GPU's roundings of a bf16 case whose two keys are
 0.0039 apart: 0.68 -> 0.0018, gate 0.02).
+
+Rows of one key: a row that sees a single key (the first visible row of a causal sequence, a
+window of one, a sequence of one key) has softmax 1 there, and its exact dS is 0; a row whose
+other keys hold under about 2^-24 of the probability is the same to within roundings. But dS =
+p (dP - delta) takes dP from the dot and delta from o: the two differ by their roundings (about
+2^-24 |do| |v|), and where every row is such (Sq 64 over Skv 2, causal, scale 3: float64's dk is
+4e-10) dq and dk were that rounding alone, 2,100x float64's norm off on the interpreter (eager's
+exact 0 is 1x). So: a row of one key or none stores dq 0 and gives dk no dS (exact, from the
+mask's arithmetic: key_span); the dk/dv kernel gives no dS to a key whose probability is within
+ONE_HOT_ULPS |lse| of 1 (the backward's score may be some ulps off the forward's, so not p == 1);
+and the dq kernel shifts by that key where the row has one (else by the last visible key), so
+that its dS, rounding alone, is multiplied by 0. Each costs a compare and select per element a
+block (dk/dv: p against the row's bound; dq: the same, and a row max of the key's index); the dq
+kernel's gather of the shift's key is as before. BwdConfig.one_key switches all of it.
 
 What is left over the gate (2 of the 41 cases in lab/results/attention_delta_cpu_04c072d.txt), as
 no fp32 flash backward avoids it: rows whose second key has a probability under fp32's 2^-24
@@ -47,10 +61,21 @@ import triton.language as tl
 
 from .._host.device import first_fit
 from .._host.dot import interpreter_operands
-from .common import (block_d, key_blocks, load_tile, lse_offset, query_blocks, query_tile, rows_src, seq_spans,
-                     store_tile, visible)
+from .common import (block_d, key_blocks, key_span, load_tile, lse_offset, query_blocks, query_tile, rows_src,
+                     seq_spans, store_tile, visible)
 from .config import BwdConfig
 from .fwd import fallbacks, residual_scale, strides3, use_tma, with_tma_if_ready
+
+# A key whose recomputed probability is within this times the row's |lse| (log2 units, at least 1)
+# of 1 holds all of its row's to within a few fp32 roundings of its score (the backward's score of
+# the key may be some ulps off the forward's): the module docstring's rows of one key
+ONE_HOT_ULPS = tl.constexpr(2.0 ** -22)
+
+
+@triton.jit
+def _one_hot_bound(lse):
+    """The probability from which a key holds all of its row's (ONE_HOT_ULPS)."""
+    return 1.0 - ONE_HOT_ULPS * tl.maximum(tl.abs(lse), 1.0)
 
 
 @triton.jit
@@ -93,7 +118,7 @@ def _rows_stats(LSE_h, DELTA_h, rows, len_q, MASK: tl.constexpr):
 @triton.jit
 def _dkdv_step(dk, dv, k, v, q_src, do_src, LSE_h, DELTA_h, start_m, offs_n, offs_m, offs_d, len_q, len_k, shift,
                window, sqt, sdt, qk_scale, D: tl.constexpr, BLOCK_D: tl.constexpr, MASK: tl.constexpr,
-               CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, TMA: tl.constexpr):
+               CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, TMA: tl.constexpr, ONE_KEY: tl.constexpr):
     q = load_tile(q_src, start_m, len_q, sqt, offs_m, offs_d, D, BLOCK_D, MASK, TMA)
     rows = start_m + offs_m
     lse, delta = _rows_stats(LSE_h, DELTA_h, rows, len_q, MASK)
@@ -103,7 +128,12 @@ def _dkdv_step(dk, dv, k, v, q_src, do_src, LSE_h, DELTA_h, start_m, offs_n, off
         p_t = tl.where(keep, p_t, 0.0)
     do = load_tile(do_src, start_m, len_q, sdt, offs_m, offs_d, D, BLOCK_D, MASK, TMA)
     dv = tl.dot(p_t.to(do.dtype), do, dv)
-    ds_t = p_t * (tl.dot(v, tl.trans(do)) - delta[None, :])
+    p_ds = p_t
+    if ONE_KEY:  # dS 0 where the row's probability is all on one key (the module docstring's rows of one key)
+        first, last = key_span(rows, len_k, shift, window, CAUSAL, HAS_WINDOW)
+        below = tl.where(first == last, 0.0, _one_hot_bound(lse))
+        p_ds = tl.where(p_t < below[None, :], p_t, 0.0)
+    ds_t = p_ds * (tl.dot(v, tl.trans(do)) - delta[None, :])
     dk = tl.dot(ds_t.to(q.dtype), q, dk)
     return dk, dv
 
@@ -112,18 +142,20 @@ def _dkdv_step(dk, dv, k, v, q_src, do_src, LSE_h, DELTA_h, start_m, offs_n, off
 def _dkdv_blocks(dk, dv, k, v, q_src, do_src, LSE_h, DELTA_h, lo, hi, offs_n, offs_m, offs_d, len_q, len_k, shift,
                  window, sqt, sdt, qk_scale, D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
                  MASK: tl.constexpr, CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, TMA: tl.constexpr,
-                 PIPELINE: tl.constexpr):
+                 PIPELINE: tl.constexpr, ONE_KEY: tl.constexpr):
     """Query blocks [lo, hi) (tl.range on the GPU, a while loop in the interpreter: see fwd._fwd_blocks)."""
     if PIPELINE:
         for start_m in tl.range(lo, hi, BLOCK_M):
             start_m = tl.multiple_of(start_m, BLOCK_M)
             dk, dv = _dkdv_step(dk, dv, k, v, q_src, do_src, LSE_h, DELTA_h, start_m, offs_n, offs_m, offs_d, len_q,
-                                len_k, shift, window, sqt, sdt, qk_scale, D, BLOCK_D, MASK, CAUSAL, HAS_WINDOW, TMA)
+                                len_k, shift, window, sqt, sdt, qk_scale, D, BLOCK_D, MASK, CAUSAL, HAS_WINDOW, TMA,
+                                ONE_KEY)
     else:
         start_m = lo
         while start_m < hi:
             dk, dv = _dkdv_step(dk, dv, k, v, q_src, do_src, LSE_h, DELTA_h, start_m, offs_n, offs_m, offs_d, len_q,
-                                len_k, shift, window, sqt, sdt, qk_scale, D, BLOCK_D, MASK, CAUSAL, HAS_WINDOW, TMA)
+                                len_k, shift, window, sqt, sdt, qk_scale, D, BLOCK_D, MASK, CAUSAL, HAS_WINDOW, TMA,
+                                ONE_KEY)
             start_m += BLOCK_M
     return dk, dv
 
@@ -132,7 +164,8 @@ def _dkdv_blocks(dk, dv, k, v, q_src, do_src, LSE_h, DELTA_h, lo, hi, offs_n, of
 def _bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, CU_Q, CU_K, sqb, sqt, sqh, skb, skt, skh, svb, svt, svh, sdb, sdt,
               sdh, Sq, Skv, Tq, Hkv, GROUP, scale, qk_scale, window, n_nblocks, D: tl.constexpr,
               BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, CAUSAL: tl.constexpr,
-              HAS_WINDOW: tl.constexpr, VARLEN: tl.constexpr, TMA: tl.constexpr, PIPELINE: tl.constexpr):
+              HAS_WINDOW: tl.constexpr, VARLEN: tl.constexpr, TMA: tl.constexpr, PIPELINE: tl.constexpr,
+              ONE_KEY: tl.constexpr):
     # dk, dv are laid out like k, v (contiguous): their strides are k's when k is contiguous,
     # which the launcher ensures
     tile = tl.program_id(0)
@@ -146,18 +179,19 @@ def _bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, CU_Q, CU_K, sqb, sqt, sqh, skb, s
         if n0 < len_k:
             _dkdv_rows(n0, b, hk, q_tok, len_q, k_tok, len_k, Q, K, V, DO, LSE, DELTA, DK, DV, sqb, sqt, sqh, skb,
                        skt, skh, svb, svt, svh, sdb, sdt, sdh, Sq, Tq, GROUP, scale, qk_scale, window, D, BLOCK_D,
-                       BLOCK_N, BLOCK_M, CAUSAL, HAS_WINDOW, VARLEN, TMA, PIPELINE)
+                       BLOCK_N, BLOCK_M, CAUSAL, HAS_WINDOW, VARLEN, TMA, PIPELINE, ONE_KEY)
     else:  # no branch around the loops (see fwd._fwd_tile)
         _dkdv_rows(n0, b, hk, q_tok, len_q, k_tok, len_k, Q, K, V, DO, LSE, DELTA, DK, DV, sqb, sqt, sqh, skb, skt,
                    skh, svb, svt, svh, sdb, sdt, sdh, Sq, Tq, GROUP, scale, qk_scale, window, D, BLOCK_D, BLOCK_N,
-                   BLOCK_M, CAUSAL, HAS_WINDOW, VARLEN, TMA, PIPELINE)
+                   BLOCK_M, CAUSAL, HAS_WINDOW, VARLEN, TMA, PIPELINE, ONE_KEY)
 
 
 @triton.jit
 def _dkdv_rows(n0, b, hk, q_tok, len_q, k_tok, len_k, Q, K, V, DO, LSE, DELTA, DK, DV, sqb, sqt, sqh, skb, skt, skh,
                svb, svt, svh, sdb, sdt, sdh, Sq, Tq, GROUP, scale, qk_scale, window, D: tl.constexpr,
                BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, CAUSAL: tl.constexpr,
-               HAS_WINDOW: tl.constexpr, VARLEN: tl.constexpr, TMA: tl.constexpr, PIPELINE: tl.constexpr):
+               HAS_WINDOW: tl.constexpr, VARLEN: tl.constexpr, TMA: tl.constexpr, PIPELINE: tl.constexpr,
+               ONE_KEY: tl.constexpr):
     """dk, dv of key rows [n0, n0 + BLOCK_N) of sequence b, kv head hk, over every query head of its group."""
     b64 = b.to(tl.int64)
     offs_n = n0 + tl.arange(0, BLOCK_N)
@@ -184,23 +218,24 @@ def _dkdv_rows(n0, b, hk, q_tok, len_q, k_tok, len_k, Q, K, V, DO, LSE, DELTA, D
         if lo < mid_lo:  # a masked edge (often empty: skipped without a call)
             dk, dv = _dkdv_blocks(dk, dv, k, v, q_src, do_src, lse_h, delta_h, lo, mid_lo, offs_n, offs_m, offs_d,
                                   len_q, len_k, shift, window, sqt, sdt, qk_scale, D, BLOCK_D, BLOCK_M, True,
-                                  CAUSAL, HAS_WINDOW, TMA, PIPELINE)
+                                  CAUSAL, HAS_WINDOW, TMA, PIPELINE, ONE_KEY)
         dk, dv = _dkdv_blocks(dk, dv, k, v, q_src, do_src, lse_h, delta_h, mid_lo, mid_hi, offs_n, offs_m, offs_d,
                               len_q, len_k, shift, window, sqt, sdt, qk_scale, D, BLOCK_D, BLOCK_M, False, CAUSAL,
-                              HAS_WINDOW, TMA, PIPELINE)
+                              HAS_WINDOW, TMA, PIPELINE, ONE_KEY)
         if mid_hi < hi:  # a masked edge (often empty: skipped without a call)
             dk, dv = _dkdv_blocks(dk, dv, k, v, q_src, do_src, lse_h, delta_h, mid_hi, hi, offs_n, offs_m, offs_d,
                                   len_q, len_k, shift, window, sqt, sdt, qk_scale, D, BLOCK_D, BLOCK_M, True,
-                                  CAUSAL, HAS_WINDOW, TMA, PIPELINE)
+                                  CAUSAL, HAS_WINDOW, TMA, PIPELINE, ONE_KEY)
         h += 1
     store_tile(dk_dst, (dk * scale).to(DK.dtype.element_ty), n0, len_k, skt, offs_r, offs_d, D, TMA)
     store_tile(dv_dst, dv.to(DV.dtype.element_ty), n0, len_k, svt, offs_r, offs_d, D, TMA)
 
 
 @triton.jit
-def _dq_step(dq, e, q, do, lse, delta, k_src, v_src, start_n, offs_m, offs_n, offs_d, len_q, len_k, shift, window,
-             skt, svt, qk_scale, D: tl.constexpr, BLOCK_D: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr,
-             HAS_WINDOW: tl.constexpr, TMA: tl.constexpr, SHIFT: tl.constexpr):
+def _dq_step(dq, e, dom, one_hot, q, do, lse, delta, k_src, v_src, start_n, offs_m, offs_n, offs_d, len_q, len_k, shift,
+             window, skt, svt, qk_scale, D: tl.constexpr, BLOCK_D: tl.constexpr, MASK: tl.constexpr,
+             CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, TMA: tl.constexpr, SHIFT: tl.constexpr,
+             ONE_KEY: tl.constexpr):
     k = load_tile(k_src, start_n, len_k, skt, offs_n, offs_d, D, BLOCK_D, MASK, TMA)
     p = tl.math.exp2(tl.dot(q, tl.trans(k)) * qk_scale - lse[:, None])
     if MASK:
@@ -210,34 +245,39 @@ def _dq_step(dq, e, q, do, lse, delta, k_src, v_src, start_n, offs_m, offs_n, of
     ds = (p * (tl.dot(do, tl.trans(v)) - delta[:, None])).to(k.dtype)
     if SHIFT:  # the rows' sums of dS as the dot takes it (see _dq_rows)
         e += tl.sum(ds.to(tl.float32), 1)
-    return tl.dot(ds, k, dq), e
+        if ONE_KEY:  # and the key holding all of the row's probability (rows of one key)
+            dom = tl.maximum(dom, tl.max(tl.where(p >= one_hot[:, None], start_n + offs_n[None, :], -1), 1))
+    return tl.dot(ds, k, dq), e, dom
 
 
 @triton.jit
-def _dq_blocks(dq, e, q, do, lse, delta, k_src, v_src, lo, hi, offs_m, offs_n, offs_d, len_q, len_k, shift, window,
-               skt, svt, qk_scale, D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
+def _dq_blocks(dq, e, dom, one_hot, q, do, lse, delta, k_src, v_src, lo, hi, offs_m, offs_n, offs_d, len_q, len_k,
+               shift, window, skt, svt, qk_scale, D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
                MASK: tl.constexpr, CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, TMA: tl.constexpr,
-               PIPELINE: tl.constexpr, SHIFT: tl.constexpr):
+               PIPELINE: tl.constexpr, SHIFT: tl.constexpr, ONE_KEY: tl.constexpr):
     """Key blocks [lo, hi) (tl.range on the GPU, a while loop in the interpreter)."""
     if PIPELINE:
         for start_n in tl.range(lo, hi, BLOCK_N):
             start_n = tl.multiple_of(start_n, BLOCK_N)
-            dq, e = _dq_step(dq, e, q, do, lse, delta, k_src, v_src, start_n, offs_m, offs_n, offs_d, len_q, len_k,
-                             shift, window, skt, svt, qk_scale, D, BLOCK_D, MASK, CAUSAL, HAS_WINDOW, TMA, SHIFT)
+            dq, e, dom = _dq_step(dq, e, dom, one_hot, q, do, lse, delta, k_src, v_src, start_n, offs_m, offs_n,
+                                  offs_d, len_q, len_k, shift, window, skt, svt, qk_scale, D, BLOCK_D, MASK, CAUSAL,
+                                  HAS_WINDOW, TMA, SHIFT, ONE_KEY)
     else:
         start_n = lo
         while start_n < hi:
-            dq, e = _dq_step(dq, e, q, do, lse, delta, k_src, v_src, start_n, offs_m, offs_n, offs_d, len_q, len_k,
-                             shift, window, skt, svt, qk_scale, D, BLOCK_D, MASK, CAUSAL, HAS_WINDOW, TMA, SHIFT)
+            dq, e, dom = _dq_step(dq, e, dom, one_hot, q, do, lse, delta, k_src, v_src, start_n, offs_m, offs_n,
+                                  offs_d, len_q, len_k, shift, window, skt, svt, qk_scale, D, BLOCK_D, MASK, CAUSAL,
+                                  HAS_WINDOW, TMA, SHIFT, ONE_KEY)
             start_n += BLOCK_N
-    return dq, e
+    return dq, e, dom
 
 
 @triton.jit
 def _bwd_dq(Q, K, V, DO, LSE, DELTA, DQ, CU_Q, CU_K, sqb, sqt, sqh, skb, skt, skh, svb, svt, svh, sdb, sdt, sdh,
             Sq, Skv, Tq, Hq, GROUP, scale, qk_scale, window, n_mblocks, D: tl.constexpr, BLOCK_D: tl.constexpr,
             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr,
-            VARLEN: tl.constexpr, TMA: tl.constexpr, PIPELINE: tl.constexpr, SHIFT: tl.constexpr):
+            VARLEN: tl.constexpr, TMA: tl.constexpr, PIPELINE: tl.constexpr, SHIFT: tl.constexpr,
+            ONE_KEY: tl.constexpr):
     # dq is laid out like q (contiguous, as the launcher ensures)
     b, h, hk, mb = query_tile(tl.program_id(0), n_mblocks, Hq, GROUP, CAUSAL)
     q_tok, len_q, k_tok, len_k = seq_spans(CU_Q, CU_K, b, Sq, Skv, VARLEN)
@@ -246,26 +286,30 @@ def _bwd_dq(Q, K, V, DO, LSE, DELTA, DQ, CU_Q, CU_K, sqb, sqt, sqh, skb, skt, sk
         if m0 < len_q:
             _dq_rows(m0, b, h, hk, q_tok, len_q, k_tok, len_k, Q, K, V, DO, LSE, DELTA, DQ, sqb, sqt, sqh, skb, skt,
                      skh, svb, svt, svh, sdb, sdt, sdh, Sq, Tq, scale, qk_scale, window, D, BLOCK_D, BLOCK_M, BLOCK_N,
-                     CAUSAL, HAS_WINDOW, VARLEN, TMA, PIPELINE, SHIFT)
+                     CAUSAL, HAS_WINDOW, VARLEN, TMA, PIPELINE, SHIFT, ONE_KEY)
     else:  # no branch around the loops (see fwd._fwd_tile)
         _dq_rows(m0, b, h, hk, q_tok, len_q, k_tok, len_k, Q, K, V, DO, LSE, DELTA, DQ, sqb, sqt, sqh, skb, skt, skh,
                  svb, svt, svh, sdb, sdt, sdh, Sq, Tq, scale, qk_scale, window, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL,
-                 HAS_WINDOW, VARLEN, TMA, PIPELINE, SHIFT)
+                 HAS_WINDOW, VARLEN, TMA, PIPELINE, SHIFT, ONE_KEY)
 
 
 @triton.jit
 def _dq_rows(m0, b, h, hk, q_tok, len_q, k_tok, len_k, Q, K, V, DO, LSE, DELTA, DQ, sqb, sqt, sqh, skb, skt, skh, svb,
              svt, svh, sdb, sdt, sdh, Sq, Tq, scale, qk_scale, window, D: tl.constexpr, BLOCK_D: tl.constexpr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr,
-             VARLEN: tl.constexpr, TMA: tl.constexpr, PIPELINE: tl.constexpr, SHIFT: tl.constexpr):
+             VARLEN: tl.constexpr, TMA: tl.constexpr, PIPELINE: tl.constexpr, SHIFT: tl.constexpr,
+             ONE_KEY: tl.constexpr):
     """dq of query rows [m0, m0 + BLOCK_M) of sequence b, head h (kv head hk).
 
-    SHIFT: dq = scale sum_j dS_j (k_j - c), c the row's last visible key, instead of scale sum_j
-    dS_j k_j: the same where the dS of a row sum to 0, as softmax's do; but the rounding of dS to
-    the dtype before the dot (and what is left of delta's) need not, and that sum times the keys'
-    common part is then dq's error, past the true dq where the row's keys nearly coincide (bf16
-    D1, two keys 0.0039 apart: dq 0.68 off in a float64 replay of the GPU's roundings, 0.0018
-    shifted). Taken as dq - e c, with e the rows' sums of dS as the dot took them."""
+    SHIFT: dq = scale sum_j dS_j (k_j - c), c a key the row sees, instead of scale sum_j dS_j k_j:
+    the same where the dS of a row sum to 0, as softmax's do; but the rounding of dS to the dtype
+    before the dot (and what is left of delta's) need not, and that sum times the keys' common
+    part is then dq's error, past the true dq where the row's keys nearly coincide (bf16 D1, two
+    keys 0.0039 apart: dq 0.68 off in a float64 replay of the GPU's roundings, 0.0018 shifted).
+    Taken as dq - e c, with e the rows' sums of dS as the dot took them. c is the row's last
+    visible key, or with ONE_KEY the key holding all of its probability where there is one (whose
+    dS is then rounding alone: the module docstring's rows of one key). ONE_KEY: a row of one key
+    or none stores dq 0."""
     b64 = b.to(tl.int64)
     offs_r = tl.arange(0, BLOCK_M)
     offs_m = m0 + offs_r
@@ -285,25 +329,28 @@ def _dq_rows(m0, b, h, hk, q_tok, len_q, k_tok, len_k, Q, K, V, DO, LSE, DELTA, 
     lo, mid_lo, mid_hi, hi = key_blocks(m0, m_end, len_k, shift, window, BLOCK_N, CAUSAL, HAS_WINDOW)
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     e = tl.zeros([BLOCK_M], dtype=tl.float32)
+    dom = tl.full([BLOCK_M], -1, dtype=tl.int32)
+    one_hot = _one_hot_bound(lse)
     if lo < mid_lo:  # a masked edge (often empty: skipped without a call)
-        dq, e = _dq_blocks(dq, e, q, do, lse, delta, k_src, v_src, lo, mid_lo, offs_m, offs_n, offs_d, len_q, len_k,
-                           shift, window, skt, svt, qk_scale, D, BLOCK_D, BLOCK_N, True, CAUSAL, HAS_WINDOW, TMA,
-                           PIPELINE, SHIFT)
-    dq, e = _dq_blocks(dq, e, q, do, lse, delta, k_src, v_src, mid_lo, mid_hi, offs_m, offs_n, offs_d, len_q, len_k,
-                       shift, window, skt, svt, qk_scale, D, BLOCK_D, BLOCK_N, False, CAUSAL, HAS_WINDOW, TMA,
-                       PIPELINE, SHIFT)
+        dq, e, dom = _dq_blocks(dq, e, dom, one_hot, q, do, lse, delta, k_src, v_src, lo, mid_lo, offs_m,
+                                offs_n, offs_d, len_q, len_k, shift, window, skt, svt, qk_scale, D, BLOCK_D, BLOCK_N,
+                                True, CAUSAL, HAS_WINDOW, TMA, PIPELINE, SHIFT, ONE_KEY)
+    dq, e, dom = _dq_blocks(dq, e, dom, one_hot, q, do, lse, delta, k_src, v_src, mid_lo, mid_hi, offs_m,
+                            offs_n, offs_d, len_q, len_k, shift, window, skt, svt, qk_scale, D, BLOCK_D, BLOCK_N, False,
+                            CAUSAL, HAS_WINDOW, TMA, PIPELINE, SHIFT, ONE_KEY)
     if mid_hi < hi:  # a masked edge (often empty: skipped without a call)
-        dq, e = _dq_blocks(dq, e, q, do, lse, delta, k_src, v_src, mid_hi, hi, offs_m, offs_n, offs_d, len_q, len_k,
-                           shift, window, skt, svt, qk_scale, D, BLOCK_D, BLOCK_N, True, CAUSAL, HAS_WINDOW, TMA,
-                           PIPELINE, SHIFT)
+        dq, e, dom = _dq_blocks(dq, e, dom, one_hot, q, do, lse, delta, k_src, v_src, mid_hi, hi, offs_m,
+                                offs_n, offs_d, len_q, len_k, shift, window, skt, svt, qk_scale, D, BLOCK_D, BLOCK_N,
+                                True, CAUSAL, HAS_WINDOW, TMA, PIPELINE, SHIFT, ONE_KEY)
+    first, last = key_span(offs_m, len_k, shift, window, CAUSAL, HAS_WINDOW)
     if SHIFT:  # (plain pointers: a gather of one key row per query row, which descriptors do not take)
-        last = len_k - 1 + offs_m * 0
-        if CAUSAL:
-            last = tl.minimum(offs_m + shift, last)
-        seen = (offs_m < len_q) & (last >= 0)
-        c = tl.load(K + b64 * skb + (k_tok + tl.maximum(last, 0))[:, None] * skt + hk * skh + offs_d[None, :],
+        key = tl.where(dom >= 0, dom, last)
+        seen = (offs_m < len_q) & (last >= first)
+        c = tl.load(K + b64 * skb + (k_tok + tl.maximum(key, 0))[:, None] * skt + hk * skh + offs_d[None, :],
                     mask=seen[:, None] & (offs_d < D)[None, :], other=0.0)
         dq -= e[:, None] * c.to(tl.float32)
+    if ONE_KEY:
+        dq = tl.where((last > first)[:, None], dq, 0.0)
     store_tile(dq_dst, (dq * scale).to(DQ.dtype.element_ty), m0, len_q, sqt, offs_r, offs_d, D, TMA)
 
 
@@ -345,7 +392,7 @@ def backward(do, q, k, v, o, lse, causal: bool, window: int, cu_q, cu_k, max_q: 
     common = (cu_q, cu_k, *strides3(q, varlen), *strides3(k, varlen), *strides3(v, varlen), *strides3(do, varlen),
               max_q, max_k, tq)
     flags = dict(D=d, BLOCK_D=bd, CAUSAL=causal, HAS_WINDOW=window > 0, VARLEN=varlen, TMA=config.tma,
-                 PIPELINE=q.is_cuda)
+                 PIPELINE=q.is_cuda, ONE_KEY=config.one_key)
     qk_scale = scale * 1.4426950408889634
     args = (q, k, v, do, lse, delta, dk, dv, *common, hkv, hq // hkv, scale, qk_scale, window)
     launch = _fits(_bwd_dkdv, (*args, triton.cdiv(max_k, config.kv_n)), q.device, config.kv_n, config.kv_m,

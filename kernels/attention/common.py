@@ -53,6 +53,18 @@ def visible(i, j, len_q, len_k, shift, window, CAUSAL: tl.constexpr, HAS_WINDOW:
 
 
 @triton.jit
+def key_span(i, len_k, shift, window, CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr):
+    """(first, last) key that query i sees (visible's rule); last < first where it sees none."""
+    last = len_k - 1 + i * 0
+    if CAUSAL:
+        last = tl.minimum(i + shift, last)
+    first = i * 0
+    if HAS_WINDOW:
+        first = tl.maximum(i + shift - window + 1, first)
+    return first, last
+
+
+@triton.jit
 def key_blocks(m0, m_end, len_k, shift, window, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
                HAS_WINDOW: tl.constexpr):
     """Key blocks that query rows [m0, m_end) see, as (lo, mid_lo, mid_hi, hi): blocks [lo, mid_lo)
