@@ -57,18 +57,18 @@ def attention_with(variant: str):
     import kcollect.kernels.attention as attention
 
     residual, shift, one_key = VARIANTS[variant]
-    picks = attention.pick_bwd
+    accurate = attention.accurate_bwd
 
-    def pick_bwd(*args, **kwargs):
-        return dataclasses.replace(picks(*args, **kwargs), dq_shift=shift, one_key=one_key)
+    def accurate_bwd(config):
+        return dataclasses.replace(config, dq_shift=shift, one_key=one_key)
 
     def call(q, k, v, causal, window, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None):
-        attention.pick_bwd = pick_bwd  # the autograd function picks the backward's config at the forward
+        attention.accurate_bwd = accurate_bwd  # the autograd function sets the backward's config at the forward
         try:
             return attention.AttentionFunction.apply(q, k, v, causal, window, cu_seqlens_q, cu_seqlens_k,
                                                      max_seqlen_q, max_seqlen_k, None, None, residual)
         finally:
-            attention.pick_bwd = picks
+            attention.accurate_bwd = accurate
 
     return call
 

@@ -9,6 +9,7 @@ and dq were that rounding alone (1e-7, against a float64 gradient of 0 or 1e-10:
 float64's norm off, where eager's 0 is 1x). Rows without keys must give dq 0 and nothing to dk,
 dv, whatever memory the buffers come from (torch.empty on a GPU is not zeroed): the allocations
 are poisoned with NaN here."""
+import functools
 import random
 
 import pytest
@@ -44,7 +45,7 @@ def _run(q, k, v, dtype, seed, **kw):
     """Ours and float64's (o, dq, dk, dv) for these inputs in `dtype` and a seeded upstream gradient."""
     q, k, v = (t.to(dtype) for t in (q, k, v))
     do = torch.randn(q.shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
-    ours = _grads(attention, q, k, v, do, **kw)
+    ours = _grads(functools.partial(attention, accurate=True), q, k, v, do, **kw)
     want = _grads(reference, *(t.double() for t in (q, k, v)), do, **kw)
     return ours, want
 
@@ -115,14 +116,15 @@ def test_packed_rows_of_one_key_or_none(poisoned, dtype):
 
 
 def test_sweep_case_causal_queries_past_the_keys():
-    """The H200 sweep's case (seed 77 at 90e3254, index 804): causal Sq 64 over Skv 2 at scale 3, one
+    """The H200 sweep's case (seed 12 at 90e3254, index 804; attention(accurate=True)): causal Sq 64 over Skv 2 at scale 3, one
     row of one key and one whose second key is under 2^-24: dk was 2,100x float64's norm off
     (the gate: 2, eager's 0 being 1)."""
     from lab.awkward import attention as family
 
     case = {"op": "attention", "path": "dense", "dtype": "float16",
             "dims": {"B": 1, "Hq": 2, "Hkv": 2, "Sq": 64, "Skv": 2, "D": 8, "causal": 1, "window": 0},
-            "options": {"scale": 3.0, "layout": "contiguous", "grad_layout": "contiguous"}, "refusal": None,
+            "options": {"scale": 3.0, "layout": "contiguous", "grad_layout": "contiguous", "accurate": True},
+            "refusal": None,
             "seed": 1212178766}
     v = family.check(case, "cpu")
     assert v["status"] == "ok", v.get("message")
@@ -133,3 +135,25 @@ def test_float32_is_refused():
     q, k, v = _inputs((1, 3, 1, 8), (1, 2, 1, 8), 0)
     with pytest.raises(ValueError, match="bfloat16, float16"):
         attention(q, k, v, causal=True)
+
+
+def test_accurate_is_opt_in(monkeypatch):
+    """By default the forward keeps no rounding and the backward takes neither the dq shift nor the
+    rows of one key (their cost: kernels/attention/bwd.py); accurate=True takes all three."""
+    from kcollect.kernels.attention import bwd, fwd
+
+    seen = []
+    forward, backward = fwd.forward, bwd.backward
+    monkeypatch.setattr(fwd, "forward", lambda *a, **k: seen.append(("residual", k["residual"])) or forward(*a, **k))
+
+    def spy(*a, **k):
+        config = a[13]
+        seen.append(("bwd", config.dq_shift, config.one_key))
+        return backward(*a, **k)
+
+    monkeypatch.setattr(bwd, "backward", spy)
+    q, k, v = (t.to(torch.bfloat16).requires_grad_() for t in _inputs((1, 5, 2, 8), (1, 7, 2, 8), 3))
+    for accurate in (False, True):
+        seen.clear()
+        attention(q, k, v, causal=True, accurate=accurate).sum().backward()
+        assert seen == [("residual", accurate), ("bwd", accurate, accurate)], seen

@@ -14,10 +14,18 @@ device cannot take (TMA on tensors whose rows are not 16-byte aligned, as head d
 past the device's shared memory) falls back by itself to one they can; a forced one raises
 ValueError naming the limit. Upstream gradients of any layout are taken (an expanded or
 transposed one is copied).
+
+`accurate=True` buys the backward eager's accuracy on peaked rows (a few keys, or one holding all of
+a row's probability, or keys that nearly coincide), where dq and dk were up to 2,000x eager's error
+in bf16/fp16: the forward keeps o's rounding for delta, dq is shifted by a key the row sees, and rows
+of one key give no dS (bwd.py). Off by default: on an H200 it cost 19-46% of the fwd+bwd time at S
+4096 (lab/results/attention_delta_h200_7c7da98.txt), for rows that realistic inputs rarely make.
 """
 from __future__ import annotations
 
 import torch
+
+import dataclasses
 
 from . import bwd, fwd
 from .config import AttentionConfig, BwdConfig, FwdConfig, keys_seen, pick, pick_bwd, pick_fwd
@@ -102,6 +110,11 @@ def attention_backward(do, q, k, v, o, lse, causal=False, window=0, cu_seqlens_q
                         scale, config, fallback=picked, residual=_residual)
 
 
+def accurate_bwd(config: BwdConfig) -> BwdConfig:
+    """The backward's config under attention(accurate=True)."""
+    return dataclasses.replace(config, dq_shift=True, one_key=True)
+
+
 class AttentionFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, causal, window, cu_q, cu_k, max_q, max_k, scale, config, residual):
@@ -113,6 +126,8 @@ class AttentionFunction(torch.autograd.Function):
         # for both)
         bwd_config = config.bwd if config else pick_bwd(q.shape[-1], causal, max_q, q.device,
                                                         q.shape[-2] // k.shape[-2], keys_seen(window, max_k))
+        if residual:  # attention(accurate=True)
+            bwd_config = accurate_bwd(bwd_config)
         ctx.save_for_backward(q, k, v, o, lse, cu_q, cu_k, *r)
         ctx.args = (causal, window, max_q, max_k, scale, bwd_config, config is None)
         return o
@@ -127,10 +142,11 @@ class AttentionFunction(torch.autograd.Function):
 
 
 def attention(q, k, v, causal=False, window=0, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
-              max_seqlen_k=None, scale=None, config: AttentionConfig | None = None) -> torch.Tensor:
+              max_seqlen_k=None, scale=None, config: AttentionConfig | None = None,
+              accurate: bool = False) -> torch.Tensor:
     """softmax(scale * q k^T, masked) v, differentiable in q, k and v (see the module docstring)."""
-    # the forward keeps o's rounding for the backward's delta when a gradient will be asked for (not
-    # at inference, nor under no_grad): see bwd.py
-    residual = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    # accurate: the forward keeps o's rounding for the backward's delta when a gradient will be asked
+    # for (not at inference, nor under no_grad): see bwd.py
+    residual = accurate and torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
     return AttentionFunction.apply(q, k, v, causal, window, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                    scale, config, residual)

@@ -10,8 +10,13 @@ dk/dv kernel with fp32 atomics was 1.7-2.3x slower on an H200
 (lab/results/attention_fused_dq_h200.txt). Both split their walk into masked edges and a mask-free
 middle (common.py).
 
-delta = rowsum(do * o) takes o as the forward summed it, in fp32: for bf16/fp16 the training
-forward also stores o's rounding (o in fp32 minus o stored, as an int8 code relative to o:
+attention(accurate=True) adds the three measures below (o's rounding kept, dq shifted, rows of one
+key); by default there are none of them, as in FlashAttention-2/3. On an H200 (bf16 fwd+bwd, B4
+S4096 D128 causal; lab/results/attention_delta_h200_7c7da98.txt) o's rounding kept cost 13% (MHA)
+and 10% (GQA 32:8), the dq shift 4% and 3% more, and the rows of one key 24% and 5% more.
+
+With accurate=True, delta = rowsum(do * o) takes o as the forward summed it, in fp32: for bf16/fp16
+the training forward also stores o's rounding (o in fp32 minus o stored, as an int8 code relative to o:
 fwd.residual_scale) and _bwd_delta adds it back. From the rounded o alone (FlashAttention-2/3's
 way), the rounding (about |do| |o| 2^-9 in bf16) enters every dS of the row: where dP - delta
 cancels (a row whose probability sits almost all on one key: few keys, a tight window, a large
@@ -22,8 +27,8 @@ this backward (lab/attention_replay.py) on the CPU sweep's 10 cases over the gat
 scale 3: dq 0.14 from the rounded o, 0.0021 from o in fp32 (eager 0.044); rounding P and dS to
 the dtype before their products, as the GPU does, adds at most 0.0022 to any part. The cost: one
 int8 tensor of o's shape (half o's bytes) written by the forward's epilogue and read by
-_bwd_delta, kept between them; no loop changes for it. Inference (no gradient asked for) stores
-none.
+_bwd_delta, kept between them; no loop changes for it (yet the H200's times above). Inference (no
+gradient asked for) stores none.
 
 dq is taken shifted by a key of the row (_dq_rows, BwdConfig.dq_shift), so that what
 is left of delta's rounding, the forward's p rounded before p @ v, and dS rounded before the dot

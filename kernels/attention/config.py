@@ -57,12 +57,13 @@ class BwdConfig:
     q_warps: int = 8
     q_stages: int = 2
     tma: bool = False  # as FwdConfig.tma, for both kernels
+    # attention(accurate=True)'s two switches (off by default: see the module docstring of bwd.py).
     # dq from dS times the keys less a key the row sees (bwd._dq_rows: rounding of dS
     # not amplified by the keys' common part); one more row sum of dS a key block
-    dq_shift: bool = True
+    dq_shift: bool = False
     # rows whose probability is all on one key (bwd.py's rows of one key): no dS into dk from that
     # key, dq shifted by it; a compare and select per element a block in both kernels
-    one_key: bool = True
+    one_key: bool = False
 
 
 @dataclass(frozen=True)
