@@ -16,16 +16,17 @@ ValueError naming the limit. Upstream gradients of any layout are taken (an expa
 transposed one is copied).
 
 `accurate=True` buys the backward eager's accuracy on peaked rows (a few keys, or one holding all of
-a row's probability, or keys that nearly coincide), where dq and dk were up to 2,000x eager's error
-in bf16/fp16: the forward keeps o's rounding for delta, dq is shifted by a key the row sees, and rows
-of one key give no dS (bwd.py). Off by default: on an H200 it cost 19-46% of the fwd+bwd time at S
+a row's probability, or keys that nearly coincide), where dq and dk were up to 3x eager's error in
+bf16/fp16, and 2,000x the true gradient's size where it is below the dtype's resolution (eager's is
+its exact 0): the forward keeps o's rounding for delta, dq is shifted by a key the row sees, and
+rows of one key give no dS (bwd.py). Off by default: on an H200 it cost 19-46% of the fwd+bwd time at S
 4096 (lab/results/attention_delta_h200_7c7da98.txt), for rows that realistic inputs rarely make.
 """
 from __future__ import annotations
 
-import torch
-
 import dataclasses
+
+import torch
 
 from . import bwd, fwd
 from .config import AttentionConfig, BwdConfig, FwdConfig, keys_seen, pick, pick_bwd, pick_fwd
