@@ -12,6 +12,7 @@ each (the lab's verdict: errors against float64, gate 2x eager's):
 
     python -m lab.attention_delta_ab --out $OUT          # about 7-10 minutes on an H100/H200
     python -m lab.attention_delta_ab --out $OUT --shapes causal4k,gqa4k,d64s512 --minutes 6  # within 8
+    python -m lab.attention_delta_ab --out $OUT --shapes causal4k,gqa4k --minutes 0 --tma  # TMA builds
     python -m lab.attention_delta_ab --device cpu --shapes tiny --rounds 1   # a dry run
 
 Prints a table per part and writes it to OUT/attention_delta_ab.txt.
@@ -71,6 +72,17 @@ def attention_with(variant: str):
             attention.accurate_bwd = accurate
 
     return call
+
+
+def with_tma() -> None:
+    """The picks of this process with TMA (each still falls back where the tensors are not aligned)."""
+    import dataclasses
+
+    import kcollect.kernels.attention as attention
+
+    fwd_pick, bwd_pick = attention.pick_fwd, attention.pick_bwd
+    attention.pick_fwd = lambda *a, **k: dataclasses.replace(fwd_pick(*a, **k), tma=True)
+    attention.pick_bwd = lambda *a, **k: dataclasses.replace(bwd_pick(*a, **k), tma=True)
 
 
 def timing_part(names, device, rounds, rep_ms, say) -> None:
@@ -145,15 +157,23 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--rep-ms", type=float, default=25.0)
     ap.add_argument("--minutes", type=float, default=7.5, help="no accuracy case starts after this")
+    ap.add_argument("--tma", action="store_true",
+                    help="every variant with TMA builds of the picked configs (lab/results/attention_regs_cpu.txt: "
+                         "far fewer spills, which the measures add to)")
     args = ap.parse_args(argv)
     names = [s for s in args.shapes.split(",") if s]
     unknown = [s for s in names if s not in SHAPES]
+    if args.tma and args.device == "cpu":
+        print("python -m lab.attention_delta_ab: --tma needs a GPU (the interpreter has no TMA)", file=sys.stderr)
+        return 2
     if unknown or args.rounds < 1:
         print(f"python -m lab.attention_delta_ab: unknown shapes {unknown} or --rounds < 1; valid shapes: "
               f"{', '.join(SHAPES)}", file=sys.stderr)
         return 2
     if args.device == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"
+    if args.tma:
+        with_tma()
     from kcollect.common import pin_ptxas
 
     pin_ptxas()
