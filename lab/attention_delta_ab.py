@@ -20,12 +20,14 @@ Prints a table per part and writes it to OUT/attention_delta_ab.txt.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
 import sys
 import time
 from pathlib import Path
+from unittest import mock
 
 from kcollect.common import ALLOC_CONF
 
@@ -74,15 +76,17 @@ def attention_with(variant: str):
     return call
 
 
-def with_tma() -> None:
-    """The picks of this process with TMA (each still falls back where the tensors are not aligned)."""
+@contextlib.contextmanager
+def with_tma():
+    """attention()'s picks with TMA, inside (each still falls back where the tensors are not aligned)."""
     import dataclasses
 
     import kcollect.kernels.attention as attention
 
     fwd_pick, bwd_pick = attention.pick_fwd, attention.pick_bwd
-    attention.pick_fwd = lambda *a, **k: dataclasses.replace(fwd_pick(*a, **k), tma=True)
-    attention.pick_bwd = lambda *a, **k: dataclasses.replace(bwd_pick(*a, **k), tma=True)
+    with mock.patch.object(attention, "pick_fwd", lambda *a, **k: dataclasses.replace(fwd_pick(*a, **k), tma=True)), \
+            mock.patch.object(attention, "pick_bwd", lambda *a, **k: dataclasses.replace(bwd_pick(*a, **k), tma=True)):
+        yield
 
 
 def timing_part(names, device, rounds, rep_ms, say) -> None:
@@ -158,8 +162,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rep-ms", type=float, default=25.0)
     ap.add_argument("--minutes", type=float, default=7.5, help="no accuracy case starts after this")
     ap.add_argument("--tma", action="store_true",
-                    help="every variant with TMA builds of the picked configs (lab/results/attention_regs_cpu.txt: "
-                         "far fewer spills, which the measures add to)")
+                    help="every variant with TMA builds of the picked configs")
     args = ap.parse_args(argv)
     names = [s for s in args.shapes.split(",") if s]
     unknown = [s for s in names if s not in SHAPES]
@@ -172,8 +175,6 @@ def main(argv=None) -> int:
         return 2
     if args.device == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"
-    if args.tma:
-        with_tma()
     from kcollect.common import pin_ptxas
 
     pin_ptxas()
@@ -186,8 +187,9 @@ def main(argv=None) -> int:
             f.write(line + "\n")
             f.flush()
 
-        timing_part(names, args.device, args.rounds, args.rep_ms, say)
-        accuracy_part(args.device, deadline, say)
+        with with_tma() if args.tma else contextlib.nullcontext():
+            timing_part(names, args.device, args.rounds, args.rep_ms, say)
+            accuracy_part(args.device, deadline, say)
     return 0
 
 

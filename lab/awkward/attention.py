@@ -11,6 +11,7 @@ of cases compiles a bounded number of them. Each case draws its shape from the p
 (seed, magnitude) and options (dtype, layout) freely."""
 from __future__ import annotations
 
+import functools
 import random
 
 import torch
@@ -165,7 +166,7 @@ def decode_maths(q, k_cache, v_cache, k, v, window):
 
 
 def subject(case: dict, device: str) -> common.Subject:
-    from kcollect.kernels.attention import naive, providers
+    from kcollect.kernels.attention import attention, naive, providers
     from kcollect.kernels.attention.step import attention_decode
     from kcollect.kernels.attention.spec import SPEC, triton_attention
 
@@ -178,16 +179,10 @@ def subject(case: dict, device: str) -> common.Subject:
                               **kw)
     make = _dense_inputs if case["path"] == "dense" else _varlen_inputs
     grads = ("q", "k", "v") if case["options"]["scale"] < PEAKY else ()
-    ours = _accurate if case["options"].get("accurate") else triton_attention
+    # attention(accurate=True) where the case's options ask for it (the sweep's draws do not: it
+    # judges what a call with the defaults gives)
+    ours = functools.partial(attention, accurate=True) if case["options"].get("accurate") else triton_attention
     return common.Subject(lambda: make(case, device), ours, providers.eager, naive.reference, grads, **kw)
-
-
-def _accurate(q, k, v, causal, window, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None):
-    """attention(accurate=True), for a case whose options ask for it (the sweep's draws do not: it
-    judges what a call with the defaults gives)."""
-    from kcollect.kernels.attention import attention
-
-    return attention(q, k, v, causal, window, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, accurate=True)
 
 
 def check(case: dict, device: str) -> dict:
