@@ -40,11 +40,19 @@ SHAPES = {  # B, Hq, Hkv, S, D, causal: the shapes the reverted version was time
     "gqa4k": (4, 32, 8, 4096, 128, 1),
     "d64s512": (32, 32, 32, 512, 64, 1),
     "tiny": (1, 2, 1, 24, 64, 1),  # the CPU dry run's
+    # a ladder of sizes, from launch-bound to compute-bound: where do the measures start to cost?
+    "b1s128": (1, 1, 1, 128, 64, 0),
+    "b2h4s128": (2, 4, 4, 128, 64, 0),
+    "b1h8s512": (1, 8, 8, 512, 64, 1),
+    "b4h8s512": (4, 8, 8, 512, 64, 1),
+    "b1h16s1k": (1, 16, 16, 1024, 128, 1),
+    "b4h16s1k": (4, 16, 16, 1024, 128, 1),
+    "b4h16s2k": (4, 16, 16, 2048, 128, 1),
 }
 CASE_FILES = ("lab/results/awkward_cpu_seed1129_528b9e4.txt", "lab/results/awkward_h200_attention_scans_b8e243f.txt",
               "lab/results/awkward_h200_attention_scans_bcd216a.txt",
               "lab/results/awkward_h200_attention_scans_ff8635d.txt", "lab/results/awkward_h200_8985dda.txt",
-              "lab/results/awkward_cpu_attention_seed4063_d6c9e33.txt")
+              "lab/results/awkward_cpu_attention_seed4063_d6c9e33.txt", "lab/results/awkward_h200_attention_bbc84b9.txt")
 
 
 # (o's rounding kept, dq_shift, one_key)
@@ -122,13 +130,13 @@ def timing_part(names, device, rounds, rep_ms, say) -> None:
             torch.cuda.empty_cache()
 
 
-def accuracy_part(device, deadline, say) -> None:
+def accuracy_part(device, deadline, say, case_files=CASE_FILES) -> None:
     from kcollect.kernels.attention import spec
 
     from .awkward import attention as family, sweep
 
     cases, seen = [], set()
-    for f in CASE_FILES:
+    for f in case_files:
         for c in sweep.worst_cases(Path(f)):
             if c.get("op") == "attention" and c["seed"] not in seen:
                 seen.add(c["seed"])
@@ -161,6 +169,8 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--rep-ms", type=float, default=25.0)
     ap.add_argument("--minutes", type=float, default=7.5, help="no accuracy case starts after this")
+    ap.add_argument("--cases-from", default=",".join(CASE_FILES),
+                    help="comma-separated sweep summaries whose listed attention cases are re-checked")
     ap.add_argument("--tma", action="store_true",
                     help="every variant with TMA builds of the picked configs")
     args = ap.parse_args(argv)
@@ -189,7 +199,7 @@ def main(argv=None) -> int:
 
         with with_tma() if args.tma else contextlib.nullcontext():
             timing_part(names, args.device, args.rounds, args.rep_ms, say)
-            accuracy_part(args.device, deadline, say)
+            accuracy_part(args.device, deadline, say, [f for f in args.cases_from.split(",") if f])
     return 0
 
 
