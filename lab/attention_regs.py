@@ -47,7 +47,7 @@ def rows(gpu: str, dims: dict, tma: bool, precise: bool) -> list[str]:
             r = fp.describe(*launch)
             blocks = ",".join(f"{k}={v}" for k, v in r["constexprs"].items() if k.startswith("BLOCK_") and k != "BLOCK_D")
             lines.append(f"{r['kernel']:<11} {blocks:<22} w{r['num_warps']} s{r['num_stages']}: "
-                         f"{r['registers']} registers, stack {r['stack']} B")
+                         f"{r['registers']} registers, stack {r['stack']} B, {r['instructions']} instructions")
     return lines
 
 

@@ -15,7 +15,11 @@ import random
 import pytest
 import torch
 
+import triton
+import triton.language as tl
+
 from kcollect import verify
+from kcollect.kernels.attention import bwd, fwd
 from kcollect.kernels.attention import attention
 from kcollect.kernels.attention.naive import reference
 from kcollect.kernels.attention.spec import SPEC, cu_seqlens
@@ -157,3 +161,52 @@ def test_accurate_is_opt_in(monkeypatch):
         seen.clear()
         attention(q, k, v, causal=True, accurate=accurate).sum().backward()
         assert seen == [("residual", accurate), ("bwd", accurate, accurate)], seen
+
+
+
+@triton.jit
+def _kept(X, O, R, n, R_SHIFT: tl.constexpr, BLOCK: tl.constexpr):
+    """The forward's epilogue on a vector: x rounded to O's dtype, and the code of its rounding."""
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(X + i, mask=i < n)
+    o = x.to(O.dtype.element_ty)
+    tl.store(O + i, o, mask=i < n)
+    tl.store(R + i, fwd.rounding_code(x, o, R_SHIFT), mask=i < n)
+
+
+def _delta(x, dtype, do, residual: bool):
+    """bwd._bwd_delta's rowsum(o * do) of fp32 rows x [T, D], o = x rounded to dtype and, with
+    `residual`, its kept rounding added back."""
+    t, d = x.shape
+    o, r = torch.empty(x.shape, dtype=dtype), torch.empty(x.shape, dtype=torch.int8)
+    _kept[(triton.cdiv(x.numel(), 256),)](x, o, r, x.numel(), R_SHIFT=fwd.residual_shift(dtype), BLOCK=256)
+    delta = torch.empty(t)
+    bwd._bwd_delta[(triton.cdiv(t, 16), 1)](o, r, do, delta, 0, d, d, 0, d, d, t, t, D=d, BLOCK_D=32, BLOCK_T=16,
+                                           VARLEN=False, RESIDUAL=residual, R_SHIFT=fwd.residual_shift(dtype))
+    return o, delta
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_kept_rounding_gives_delta_of_o_in_fp32(dtype):
+    """accurate=True keeps o's rounding (fwd.residual_shift: an int8 count of fp32 steps from o to
+    the forward's fp32 o) and _bwd_delta adds it back: delta = rowsum(o32 * do) to 2^-17 (bf16) or
+    2^-20 (fp16) of sum |o32 do|, where o alone is off by o's rounding, 2^-9 or 2^-12. Both signs,
+    magnitudes over decades, values just under a power of two (rounded up across it), zeros, and
+    o32's that overflow fp16 (delta inf, as o's)."""
+    t, d = 67, 24
+    x = torch.randn(t, d) * torch.logspace(-4, 4, d)  # fresh draws: the test's seed
+    x[::5, 3] = 2.0 ** torch.randint(-10, 10, (14,)).float() * (1 - 2.0 ** -12)  # rounds up to 2^k
+    x[1::7, 7] = 0.0
+    do = torch.randn(t, d)
+    want = (x.double() * do.double()).sum(1)
+    size = (x.double() * do.double()).abs().sum(1)
+    o, kept = _delta(x, dtype, do, True)
+    _, plain = _delta(x, dtype, do, False)
+    assert torch.equal(o, x.to(dtype))
+    err = lambda got: ((got.double() - want).abs() / size).max().item()  # noqa: E731
+    assert err(kept) < (2.0 ** -16 if dtype == torch.bfloat16 else 2.0 ** -18), err(kept)
+    assert err(plain) > (2.0 ** -14 if dtype == torch.bfloat16 else 2.0 ** -17), err(plain)  # the test sees it
+    if dtype == torch.float16:  # past fp16's largest: o is inf, and so is delta, code or not
+        x[0, 0] = 7e4
+        do[0, 0] = 1.0
+        assert _delta(x, dtype, do, True)[1][0] == float("inf")

@@ -20,7 +20,11 @@ a row's probability, or keys that nearly coincide), where dq and dk were up to 3
 bf16/fp16, and 2,000x the true gradient's size where it is below the dtype's resolution (eager's is
 its exact 0): the forward keeps o's rounding for delta, dq is shifted by a key the row sees, and
 rows of one key give no dS (bwd.py). Off by default: on an H200 it cost 19-46% of the fwd+bwd time at S
-4096 (lab/results/attention_delta_h200_7c7da98.txt), for rows that realistic inputs rarely make.
+4096 (lab/results/attention_delta_h200_7c7da98.txt), for rows that realistic inputs rarely make;
+at bbc84b9, 9-10% at S 128-512 and 24-39% at S 512-2048 D128 (attention_delta_h200_bbc84b9.txt),
+over half of it the forward's code of o's rounding (attention_kernel_times_h200_bbc84b9.txt),
+since made integer arithmetic (fwd.residual_shift: a third fewer of the forward's instructions;
+attention_regs_cpu.txt), with the dq shift's sums on the tensor cores: not yet timed on a GPU.
 """
 from __future__ import annotations
 

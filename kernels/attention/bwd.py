@@ -13,11 +13,14 @@ middle (common.py).
 attention(accurate=True) adds the three measures below (o's rounding kept, dq shifted, rows of one
 key); by default there are none of them, as in FlashAttention-2/3. On an H200 (bf16 fwd+bwd, B4
 S4096 D128 causal; lab/results/attention_delta_h200_7c7da98.txt) o's rounding kept cost 13% (MHA)
-and 10% (GQA 32:8), the dq shift 4% and 3% more, and the rows of one key 24% and 5% more.
+and 10% (GQA 32:8), the dq shift 4% and 3% more, and the rows of one key 24% and 5% more. Since
+then the forward's code of o's rounding is integer arithmetic (fwd.residual_shift) and the dq
+shift's sums of dS a tensor-core product (_dq_step): fewer instructions and no dq spill offline
+(lab/results/attention_regs_cpu.txt), not yet timed.
 
 With accurate=True, delta = rowsum(do * o) takes o as the forward summed it, in fp32: for bf16/fp16
-the training forward also stores o's rounding (o in fp32 minus o stored, as an int8 code relative to o:
-fwd.residual_scale) and _bwd_delta adds it back. From the rounded o alone (FlashAttention-2/3's
+the training forward also stores o's rounding (o in fp32 minus o stored, as an int8 count of fp32
+steps: fwd.residual_shift) and _bwd_delta adds it back. From the rounded o alone (FlashAttention-2/3's
 way), the rounding (about |do| |o| 2^-9 in bf16) enters every dS of the row: where dP - delta
 cancels (a row whose probability sits almost all on one key: few keys, a tight window, a large
 scale; or values close to o), it exceeds the true dS, and dq/dk were 2-3x past eager's error
@@ -69,7 +72,7 @@ from .._host.dot import interpreter_operands
 from .common import (block_d, key_blocks, key_span, load_tile, lse_offset, query_blocks, query_tile, rows_src,
                      seq_spans, store_tile, visible)
 from .config import BwdConfig
-from .fwd import fallbacks, residual_scale, strides3, use_tma, with_tma_if_ready
+from .fwd import fallbacks, residual_shift, strides3, use_tma, with_tma_if_ready
 
 # A key whose recomputed probability is within this times the row's |lse| (log2 units, at least 1)
 # of 1 holds all of its row's to within a few fp32 roundings of its score (the backward's score of
@@ -86,10 +89,10 @@ def _one_hot_bound(lse):
 @triton.jit
 def _bwd_delta(O, R, DO, DELTA, sob, sot, soh, sdb, sdt, sdh, Sq, T, D: tl.constexpr, BLOCK_D: tl.constexpr,
                BLOCK_T: tl.constexpr, VARLEN: tl.constexpr, RESIDUAL: tl.constexpr,
-               R_SCALE: tl.constexpr):
+               R_SHIFT: tl.constexpr):
     """delta[h, t] = sum_d o * do over the rows t of head h (a dense row t is sequence t // Sq);
     RESIDUAL: o as the forward summed it, the stored o with its rounding's code R (laid out as O)
-    added back (fwd.residual_scale)."""
+    added back (fwd.residual_shift)."""
     t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     h = tl.program_id(1).to(tl.int64)
     t64 = t.to(tl.int64)
@@ -102,7 +105,8 @@ def _bwd_delta(O, R, DO, DELTA, sob, sot, soh, sdb, sdt, sdh, Sq, T, D: tl.const
     o = tl.load(O + (b * sob + i * sot + h * soh)[:, None] + offs_d[None, :], mask=mask, other=0.0).to(tl.float32)
     if RESIDUAL:
         code = tl.load(R + (b * sob + i * sot + h * soh)[:, None] + offs_d[None, :], mask=mask, other=0)
-        o += o * (code.to(tl.float32) * (1.0 / R_SCALE))
+        bits = o.to(tl.int32, bitcast=True) + (code.to(tl.int32) << R_SHIFT)
+        o = tl.where(tl.abs(o) < float("inf"), bits.to(tl.float32, bitcast=True), o)
     do = tl.load(DO + (b * sdb + i * sdt + h * sdh)[:, None] + offs_d[None, :], mask=mask, other=0.0)
     delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
     tl.store(DELTA + h * T + t64, delta, mask=t < T)
@@ -248,8 +252,8 @@ def _dq_step(dq, e, dom, one_hot, q, do, lse, delta, k_src, v_src, start_n, offs
         p = tl.where(keep, p, 0.0)
     v = load_tile(v_src, start_n, len_k, svt, offs_n, offs_d, D, BLOCK_D, MASK, TMA)
     ds = (p * (tl.dot(do, tl.trans(v)) - delta[:, None])).to(k.dtype)
-    if SHIFT:  # the rows' sums of dS as the dot takes it (see _dq_rows)
-        e += tl.sum(ds.to(tl.float32), 1)
+    if SHIFT:  # the rows' sums of dS as the dot takes it (see _dq_rows), by the tensor cores: column 0
+        e = tl.dot(ds, (offs_n[:, None] * 0 + tl.arange(0, 16)[None, :] == 0).to(k.dtype), e)
         if ONE_KEY:  # and the key holding all of the row's probability (rows of one key)
             dom = tl.maximum(dom, tl.max(tl.where(p >= one_hot[:, None], start_n + offs_n[None, :], -1), 1))
     return tl.dot(ds, k, dq), e, dom
@@ -333,7 +337,7 @@ def _dq_rows(m0, b, h, hk, q_tok, len_q, k_tok, len_k, Q, K, V, DO, LSE, DELTA, 
     m_end = tl.minimum(m0 + BLOCK_M, len_q)
     lo, mid_lo, mid_hi, hi = key_blocks(m0, m_end, len_k, shift, window, BLOCK_N, CAUSAL, HAS_WINDOW)
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    e = tl.zeros([BLOCK_M], dtype=tl.float32)
+    e = tl.zeros([BLOCK_M, 16], dtype=tl.float32)  # the rows' sums of dS in column 0 (_dq_step)
     dom = tl.full([BLOCK_M], -1, dtype=tl.int32)
     one_hot = _one_hot_bound(lse)
     if lo < mid_lo:  # a masked edge (often empty: skipped without a call)
@@ -353,7 +357,7 @@ def _dq_rows(m0, b, h, hk, q_tok, len_q, k_tok, len_k, Q, K, V, DO, LSE, DELTA, 
         seen = (offs_m < len_q) & (last >= first)
         c = tl.load(K + b64 * skb + (k_tok + tl.maximum(key, 0))[:, None] * skt + hk * skh + offs_d[None, :],
                     mask=seen[:, None] & (offs_d < D)[None, :], other=0.0)
-        dq -= e[:, None] * c.to(tl.float32)
+        dq -= tl.sum(e, 1)[:, None] * c.to(tl.float32)
     if ONE_KEY:
         dq = tl.where((last > first)[:, None], dq, 0.0)
     store_tile(dq_dst, (dq * scale).to(DQ.dtype.element_ty), m0, len_q, sqt, offs_r, offs_d, D, TMA)
@@ -392,7 +396,7 @@ def backward(do, q, k, v, o, lse, causal: bool, window: int, cu_q, cu_k, max_q: 
     _bwd_delta[(triton.cdiv(tq, block_t), hq)](o, o if residual is None else residual, do, delta, *strides3(o, varlen),
                                                *strides3(do, varlen), max(max_q, 1), tq, D=d, BLOCK_D=bd,
                                                BLOCK_T=block_t, VARLEN=varlen, RESIDUAL=residual is not None,
-                                               R_SCALE=residual_scale(o.dtype),
+                                               R_SHIFT=residual_shift(o.dtype),
                                                num_warps=4)
     common = (cu_q, cu_k, *strides3(q, varlen), *strides3(k, varlen), *strides3(v, varlen), *strides3(do, varlen),
               max_q, max_k, tq)
