@@ -52,7 +52,8 @@ SHAPES = {  # B, Hq, Hkv, S, D, causal: the shapes the reverted version was time
 CASE_FILES = ("lab/results/awkward_cpu_seed1129_528b9e4.txt", "lab/results/awkward_h200_attention_scans_b8e243f.txt",
               "lab/results/awkward_h200_attention_scans_bcd216a.txt",
               "lab/results/awkward_h200_attention_scans_ff8635d.txt", "lab/results/awkward_h200_8985dda.txt",
-              "lab/results/awkward_cpu_attention_seed4063_d6c9e33.txt", "lab/results/awkward_h200_attention_bbc84b9.txt")
+              "lab/results/awkward_cpu_attention_seed4063_d6c9e33.txt",
+              "lab/results/awkward_h200_attention_bbc84b9.txt")
 
 
 # (o's rounding kept, dq_shift, one_key)
@@ -163,11 +164,12 @@ def accuracy_part(device, deadline, say, case_files=CASE_FILES) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m lab.attention_delta_ab", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", default=".")
-    ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
-    ap.add_argument("--shapes", default="s512,s1k_full,causal4k,gqa4k,d64s512")
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--rep-ms", type=float, default=25.0)
+    ap.add_argument("--out", default=".", help="folder for attention_delta_ab.txt")
+    ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="cpu: the interpreter (a dry run)")
+    ap.add_argument("--shapes", default="s512,s1k_full,causal4k,gqa4k,d64s512",
+                    help=f"comma-separated, timed fwd+bwd (empty: none), of {', '.join(SHAPES)}")
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds of the variants")
+    ap.add_argument("--rep-ms", type=float, default=25.0, help="timed milliseconds per variant and round")
     ap.add_argument("--minutes", type=float, default=7.5, help="no accuracy case starts after this")
     ap.add_argument("--cases-from", default=",".join(CASE_FILES),
                     help="comma-separated sweep summaries whose listed attention cases are re-checked")

@@ -36,9 +36,9 @@ def kernel_times(call, iters: int) -> dict[str, float]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m lab.attention_kernel_times", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", default=".")
-    ap.add_argument("--shapes", default="s512,b4h16s1k")
-    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--out", default=".", help="folder for attention_kernel_times.txt")
+    ap.add_argument("--shapes", default="s512,b4h16s1k", help="comma-separated, of lab.attention_delta_ab's shapes")
+    ap.add_argument("--iters", type=int, default=20, help="profiled calls per variant (after 3 untimed)")
     args = ap.parse_args(argv)
     names = [s for s in args.shapes.split(",") if s]
     if any(s not in SHAPES for s in names) or args.iters < 1:

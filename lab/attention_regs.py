@@ -7,7 +7,8 @@ launch the kernel, its blocks, warps and stages, registers and stack (where spil
 timing run measures (the stalls) this does not see; it says where the register file overflows,
 and so which configs and code changes are worth a GPU's time:
 
-    python -m lab.attention_regs [--gpu h200] [--shape B=4,Hq=16,Hkv=16,Sq=4096,Skv=4096,D=128,causal=1,window=0,varlen=0]
+    python -m lab.attention_regs [--gpu h200] \
+        [--shape B=4,Hq=16,Hkv=16,Sq=4096,Skv=4096,D=128,causal=1,window=0,varlen=0]
 
 The GPU machine builds with Triton 3.6 and torch's ptxas, this machine perhaps with others: read
 the numbers as differences between variants.
@@ -45,7 +46,8 @@ def rows(gpu: str, dims: dict, tma: bool, precise: bool) -> list[str]:
             accurate() if precise else contextlib.nullcontext():
         for launch in fp.mode_launches(SPEC, "fwd+bwd", dims, torch.bfloat16):
             r = fp.describe(*launch)
-            blocks = ",".join(f"{k}={v}" for k, v in r["constexprs"].items() if k.startswith("BLOCK_") and k != "BLOCK_D")
+            blocks = ",".join(f"{k}={v}" for k, v in r["constexprs"].items()
+                              if k.startswith("BLOCK_") and k != "BLOCK_D")
             lines.append(f"{r['kernel']:<11} {blocks:<22} w{r['num_warps']} s{r['num_stages']}: "
                          f"{r['registers']} registers, stack {r['stack']} B, {r['instructions']} instructions")
     return lines

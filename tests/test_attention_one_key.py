@@ -120,8 +120,8 @@ def test_packed_rows_of_one_key_or_none(poisoned, dtype):
 
 
 def test_sweep_case_causal_queries_past_the_keys():
-    """The H200 sweep's case (seed 12 at 90e3254, index 804; attention(accurate=True)): causal Sq 64 over Skv 2 at scale 3, one
-    row of one key and one whose second key is under 2^-24: dk was 2,100x float64's norm off
+    """The H200 sweep's case (seed 12 at 90e3254, index 804; attention(accurate=True)): causal Sq 64
+    over Skv 2 at scale 3, one row of one key and one whose second key is under 2^-24: dk was 2,100x float64's norm off
     (the gate: 2, eager's 0 being 1)."""
     from lab.awkward import attention as family
 

@@ -19,7 +19,7 @@ from kcollect import verify
 from kcollect.kernels._host import config as host_config, device as host_device
 from kcollect.kernels.attention import FwdConfig, attention, attention_forward, config as attention_config
 from kcollect.kernels.attention.naive import reference
-from kcollect.kernels.attention.spec import SPEC
+from kcollect.kernels.attention.spec import SPEC, triton_attention
 from lab.awkward import attention as family
 
 # The drawn cases come from a fixed draw: the CPU's sweep draws cases of the classes issue 40 leaves
@@ -262,3 +262,22 @@ def test_dq_where_the_keys_a_query_sees_nearly_coincide(varlen):
     want = torch.autograd.grad(call(*ref, reference), ref[0], do)[0]
     err = verify.rel_error(got, want)
     assert err < SPEC.tolerance[torch.float16], f"seed {seed}: dq error {err:.3g}"
+
+
+def test_sweep_with_accurate_calls_attention_accurate(tmp_path):
+    """python -m lab.awkward --accurate: attention's cases record options.accurate (so that a recheck
+    calls the same) and are judged on attention(accurate=True); without it, on the defaults."""
+    from lab.awkward import sweep
+
+    seed = random.randrange(2**31)
+    assert sweep.main(["--family", "attention", "--cases", "3", "--seed", str(seed), "--device", "cpu",
+                       "--out", str(tmp_path), "--workers", "1", "--accurate"]) == 0
+    cases = [json.loads(line) for line in (tmp_path / "attention.jsonl").read_text().splitlines()]
+    assert len(cases) == 3 and all(c["options"]["accurate"] for c in cases), cases
+    assert "attention(accurate=True)" in (tmp_path / "summary.txt").read_text().splitlines()[0]
+    case = family.draw(random.Random(seed), "cpu")
+    while case["path"] == "decode":  # decode calls attention_decode, which has no backward
+        case = family.draw(random.Random(random.randrange(2**31)), "cpu")
+    ours = family.subject({**case, "options": {**case["options"], "accurate": True}}, "cpu").ours
+    assert isinstance(ours, functools.partial) and ours.keywords == {"accurate": True}, ours
+    assert family.subject(case, "cpu").ours is triton_attention

@@ -247,6 +247,8 @@ def main(argv=None) -> int:
                     help="seconds after --time-limit that running cases may take to finish; then their workers "
                          "are killed and the cases count as not run, so that the files are always written")
     ap.add_argument("--case-timeout", type=float, default=240.0, help="seconds after which a case is a hang")
+    ap.add_argument("--accurate", action="store_true",
+                    help="attention's cases call attention(accurate=True) (default: the defaults, as a user's call)")
     ap.add_argument("--bounds", action="store_true",
                     help="with --device cpu: every load and store of the interpreted kernels checked against "
                          "its launch's tensors (an out-of-bounds access is the case's crash)")
@@ -280,6 +282,8 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     started = time.time()
     cases = {f: draw_cases(f, args.cases, args.seed, args.device) for f in families}
+    for c in cases.get("attention", []) if args.accurate else []:
+        c["options"]["accurate"] = True  # in the case's JSON, so that a recheck calls the same
     sweep = Sweep(args, cases)
     sweep.run()
     for family, cs in cases.items():
@@ -290,7 +294,8 @@ def main(argv=None) -> int:
     table, numbers = summarise(cases, sweep.verdicts)
     device = _device_line(args.device)
     header = (f"awkward sweep: {', '.join(families)}, {args.cases} cases each, seed {args.seed}, {device}, "
-              f"{args.workers} workers, {time.time() - started:.0f} s")
+              f"{args.workers} workers, {time.time() - started:.0f} s" + (", attention(accurate=True)" if args.accurate
+                                                                          else ""))
     worst = [line for f, cs in cases.items() for line in [f"{f}:"] + _worst(f, cs, sweep.verdicts)]
     text = "\n".join([header, "", table, "", "worst cases (crash, wrong shape, in place, over the gate):", *worst])
     (out / "summary.txt").write_text(text + "\n")
