@@ -109,3 +109,60 @@ def test_mismatched_inputs_are_refused():
 def test_config_is_recorded():
     record = SPEC.provider("triton").config(SPEC.make_inputs(ODD, torch.float32, "cpu", 0))
     assert record == {"mlstm": {"chunk": 16, "bv": 16, "warps": 4, "state_warps": 4}}
+
+
+def _loss_mp(q, k, v, i, f, dy, resets, dps: int):
+    """sum(h * dy) of naive.recurrent's definition for one (row, head), in mpmath at `dps` digits."""
+    import mpmath as mp
+
+    T, DH = len(i), len(q[0])
+    with mp.workdps(dps):
+        ks = [[mp.mpf(x) / mp.sqrt(DH) for x in row] for row in k]
+        C, n, m, total = [[mp.mpf(0)] * DH for _ in range(DH)], [mp.mpf(0)] * DH, mp.mpf(0), mp.mpf(0)
+        for t in range(T):
+            if resets[t]:
+                C, n, m = [[mp.mpf(0)] * DH for _ in range(DH)], [mp.mpf(0)] * DH, mp.mpf(0)
+            a = -mp.log(1 + mp.exp(-f[t]))
+            m_new = max(a + m, mp.mpf(i[t]))
+            fg, ig = mp.exp(a + m - m_new), mp.exp(i[t] - m_new)
+            C = [[fg * C[r][c] + ig * ks[t][r] * v[t][c] for c in range(DH)] for r in range(DH)]
+            n = [fg * n[r] + ig * ks[t][r] for r in range(DH)]
+            m = m_new
+            den = max(abs(mp.fsum(q[t][r] * n[r] for r in range(DH))), mp.exp(-m)) + mp.mpf(1e-6)
+            total += mp.fsum(mp.fsum(q[t][r] * C[r][c] for r in range(DH)) * dy[t][c] for c in range(DH)) / den
+        return total
+
+
+def test_reference_gradient_keeps_the_gate_that_lost_the_max():
+    """naive.recurrent's float64 gradient of a forget gate where the old state set m and a new input,
+    1e-26 of it, did not (issue 40's wild-gates fp32 case, as the H200 sweep at bbc84b9 drew it):
+    autograd took exp(a + m - m') as a function of a (1 - 1) and the input's share rounded away, df 0
+    where the true one is 1e-26, and our kernels' (right) answer was 5,000x the reference's norm off.
+    Against a 60-digit central difference of the same definition, each df within 1e-6 of the largest;
+    our fp32 kernels' within 1e-4."""
+    import mpmath as mp
+
+    T, DH = 5, 4
+    q, k, v = (torch.randn(1, 1, T, DH, dtype=torch.float64) * 0.01 for _ in range(3))
+    i = (torch.tensor([-7.0, 21.0, 28.0, -35.0, -44.0]) + torch.rand(T)).double().view(1, 1, T)
+    f = (torch.tensor([-57.0, -37.0, -61.0, -5.0, 22.0]) + torch.rand(T)).double().view(1, 1, T)
+    resets = torch.tensor([[True, False, False, False, False]])
+    dy = torch.randn(1, 1, T, DH, dtype=torch.float64)
+    f.requires_grad_(True)
+    (df,) = torch.autograd.grad((recurrent(q, k, v, i, f, resets)[0] * dy).sum(), f)
+    rows = [x[0, 0].tolist() for x in (q, k, v, i, f.detach(), dy)]
+    want = []
+    with mp.workdps(60):
+        step = mp.mpf("1e-20")
+        for t in range(T):
+            up, down = [mp.mpf(x) for x in rows[4]], [mp.mpf(x) for x in rows[4]]
+            up[t], down[t] = up[t] + step, down[t] - step
+            want.append(float((_loss_mp(*rows[:4], up, rows[5], resets[0].tolist(), 60)
+                               - _loss_mp(*rows[:4], down, rows[5], resets[0].tolist(), 60)) / (2 * step)))
+    want = torch.tensor(want, dtype=torch.float64)
+    assert want[3].abs() > 0, want  # the case: a gradient the old reference rounded to 0
+    assert ((df[0, 0] - want).abs() <= 1e-6 * want.abs().max()).all(), (df[0, 0].tolist(), want.tolist())
+    x = [t.float().requires_grad_(t is f) for t in (q, k, v, i, f)]
+    (ours,) = torch.autograd.grad((mlstm.mlstm(*x, resets=resets)[0] * dy.float()).sum(), x[4])
+    err = ((ours[0, 0].double() - want).abs().max() / want.abs().max()).item()
+    assert err < 1e-4, (ours[0, 0].tolist(), want.tolist())  # and our fp32 kernels' (fp32: a few 1e-6)
