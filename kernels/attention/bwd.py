@@ -139,8 +139,12 @@ def _dkdv_step(dk, dv, k, v, q_src, do_src, LSE_h, DELTA_h, start_m, offs_n, off
     dv = tl.dot(p_t.to(do.dtype), do, dv)
     p_ds = p_t
     if ONE_KEY:  # dS 0 where the row's probability is all on one key (the module docstring's rows of one key)
-        first, last = key_span(rows, len_k, shift, window, CAUSAL, HAS_WINDOW)
-        below = tl.where(first == last, 0.0, _one_hot_bound(lse))
+        if MASK:
+            first, last = key_span(rows, len_k, shift, window, CAUSAL, HAS_WINDOW)
+            below = tl.where(first == last, 0.0, _one_hot_bound(lse))
+        else:  # each row of a mask-free block sees all of its keys, 16 or more rows: a row of one key
+            # there sees the sequence's only key (a causal row i + shift = 0, or any, where len_k is 1)
+            below = tl.where(len_k == 1, 0.0, _one_hot_bound(lse))
         p_ds = tl.where(p_t < below[None, :], p_t, 0.0)
     ds_t = p_ds * (tl.dot(v, tl.trans(do)) - delta[None, :])
     dk = tl.dot(ds_t.to(q.dtype), q, dk)
