@@ -15,8 +15,8 @@ key); by default there are none of them, as in FlashAttention-2/3. On an H200 (b
 S4096 D128 causal; lab/results/attention_delta_h200_7c7da98.txt) o's rounding kept cost 13% (MHA)
 and 10% (GQA 32:8), the dq shift 4% and 3% more, and the rows of one key 24% and 5% more. Since
 then the forward's code of o's rounding is integer arithmetic (fwd.residual_shift) and the dq
-shift's sums of dS a tensor-core product (_dq_step): fewer instructions and no dq spill offline
-(lab/results/attention_regs_cpu.txt), not yet timed.
+shift's sums of dS a tensor-core product (_dq_step), and the dk/dv kernel's mask-free blocks skip the
+key span: fewer instructions and spills offline (lab/results/attention_regs_cpu.txt), not yet timed.
 
 With accurate=True, delta = rowsum(do * o) takes o as the forward summed it, in fp32: for bf16/fp16
 the training forward also stores o's rounding (o in fp32 minus o stored, as an int8 count of fp32
@@ -256,8 +256,10 @@ def _dq_step(dq, e, dom, one_hot, q, do, lse, delta, k_src, v_src, start_n, offs
         p = tl.where(keep, p, 0.0)
     v = load_tile(v_src, start_n, len_k, svt, offs_n, offs_d, D, BLOCK_D, MASK, TMA)
     ds = (p * (tl.dot(do, tl.trans(v)) - delta[:, None])).to(k.dtype)
-    if SHIFT:  # the rows' sums of dS as the dot takes it (see _dq_rows), by the tensor cores: column 0
-        e = tl.dot(ds, (offs_n[:, None] * 0 + tl.arange(0, 16)[None, :] == 0).to(k.dtype), e)
+    if SHIFT:  # the rows' sums of dS as the dot takes it (see _dq_rows): ds @ [1 0 ... 0] on the
+        # tensor cores, each row's sum in column 0 (no conversion, add and shuffles a block)
+        first_col = (tl.arange(0, 16)[None, :] == offs_n[:, None] * 0).to(k.dtype)
+        e = tl.dot(ds, first_col, e)
         if ONE_KEY:  # and the key holding all of the row's probability (rows of one key)
             dom = tl.maximum(dom, tl.max(tl.where(p >= one_hot[:, None], start_n + offs_n[None, :], -1), 1))
     return tl.dot(ds, k, dq), e, dom

@@ -293,9 +293,9 @@ def main(argv=None) -> int:
                 fh.write(json.dumps({**c, "verdict": v}) + "\n")
     table, numbers = summarise(cases, sweep.verdicts)
     device = _device_line(args.device)
+    called = ", attention(accurate=True)" if args.accurate else ""
     header = (f"awkward sweep: {', '.join(families)}, {args.cases} cases each, seed {args.seed}, {device}, "
-              f"{args.workers} workers, {time.time() - started:.0f} s" + (", attention(accurate=True)" if args.accurate
-                                                                          else ""))
+              f"{args.workers} workers, {time.time() - started:.0f} s{called}")
     worst = [line for f, cs in cases.items() for line in [f"{f}:"] + _worst(f, cs, sweep.verdicts)]
     text = "\n".join([header, "", table, "", "worst cases (crash, wrong shape, in place, over the gate):", *worst])
     (out / "summary.txt").write_text(text + "\n")
