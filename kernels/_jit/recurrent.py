@@ -32,12 +32,17 @@ def tanh(x):
 
 
 @triton.jit
+def _tanh_taylor(x):
+    """tanh's Taylor series to x^5, in x's type: no cancellation near 0."""
+    x2 = x * x
+    return x + x * x2 * (-1.0 / 3.0 + x2 * (2.0 / 15.0))
+
+
+@triton.jit
 def tanh_series(x):
     """The interpreter's tanh (see tanh): its Taylor series to x^5 below |x| = 0.1, else
     2 sigmoid(2x) - 1."""
-    x2 = x * x
-    small = x + x * x2 * (-1.0 / 3.0 + x2 * (2.0 / 15.0))
-    return tl.where(tl.abs(x) < 0.1, small, 2.0 * tl.sigmoid(2.0 * x) - 1.0)
+    return tl.where(tl.abs(x) < 0.1, _tanh_taylor(x), 2.0 * tl.sigmoid(2.0 * x) - 1.0)
 
 
 @triton.jit
@@ -153,10 +158,8 @@ def tanh_grad_f32(x):
     z = tl.abs(x64)
     e = _exp64(-2.0 * z)
     r = 1.0 / (1.0 + e)
-    x2 = x64 * x64
-    small = x64 + x64 * x2 * (-1.0 / 3.0 + x2 * (2.0 / 15.0))
     big = (1.0 - e) * r
-    t = tl.where(z < 0.01, small, tl.where(x64 < 0.0, -big, big))
+    t = tl.where(z < 0.01, _tanh_taylor(x64), tl.where(x64 < 0.0, -big, big))
     return t.to(tl.float32), (4.0 * e * r * r).to(tl.float32)
 
 
@@ -167,9 +170,7 @@ def tanh_f32(x, PRECISE: tl.constexpr):
         x64 = x.to(tl.float64)
         z = tl.abs(x64)
         big = 1.0 - 2.0 / (_exp64(2.0 * z) + 1.0)
-        x2 = x64 * x64
-        small = x64 + x64 * x2 * (-1.0 / 3.0 + x2 * (2.0 / 15.0))
-        return tl.where(z < 0.01, small, tl.where(x64 < 0.0, -big, big)).to(tl.float32)
+        return tl.where(z < 0.01, _tanh_taylor(x64), tl.where(x64 < 0.0, -big, big)).to(tl.float32)
     else:
         return tanh(x)
 

@@ -27,8 +27,8 @@ import triton.language as tl
 
 from .._jit.recurrent import div_f32, dot, exp_f32, sigmoid_f32
 from .._host.cells import shared_bytes_for_types
-from . import chunk
-from .chunk import NEG, chunk_gates, gaps, load_state, load_tile, scan_program, scores64, store_state, to_end, weight
+from .chunk import (NEG, chunk_gates, gaps, load_state, load_tile, padded, scan_program, scores64, store_state,
+                    to_end, weight)
 from .fwd import meta_of
 
 
@@ -324,7 +324,7 @@ def mlstm_bwd(dh, q, k, v, i, f, resets, NH: int, h, saved, config, dot_f32: boo
     BH, T, DH = q.shape
     L = config.chunk
     NC = triton.cdiv(T, L)
-    dp = chunk.padded(DH)
+    dp = padded(DH)
     bv = min(config.bv, dp)
     dh = dh.contiguous()
     meta = meta_of(config, DH, q.dtype, dot_f32)

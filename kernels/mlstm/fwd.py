@@ -13,8 +13,8 @@ import triton.language as tl
 from .._host.cells import precise
 from .._jit.recurrent import div_f32, dot, exp_f32
 from .._host.cells import shared_bytes_for_types
-from . import chunk
-from .chunk import NEG, chunk_gates, gaps, load_state, load_tile, scan_program, scores64, store_state, to_end, weight
+from .chunk import (NEG, chunk_gates, gaps, load_state, load_tile, padded, scan_program, scores64, store_state,
+                    to_end, weight)
 
 
 @triton.jit(do_not_specialize=["NH", "T", "NC", "has_resets"])
@@ -92,7 +92,7 @@ def _mlstm_out(q_ptr, k_ptr, v_ptr, i_ptr, f_ptr, rs_ptr, cs_ptr, ns_ptr, ms_ptr
 
 def meta_of(config, DH: int, dtype, dot_f32: bool) -> dict:
     """The chunk kernels' constexprs (forward and backward)."""
-    dp = chunk.padded(DH)
+    dp = padded(DH)
     return dict(L=config.chunk, DP=dp, BV=min(config.bv, dp), DOT_F32=dot_f32, PRECISE=precise(dtype))
 
 
@@ -111,7 +111,7 @@ def mlstm_fwd(q, k, v, i, f, resets, NH: int, config, dot_f32: bool, eps: float)
     L = config.chunk
     NC = triton.cdiv(T, L)
     dev = q.device
-    dp = chunk.padded(DH)
+    dp = padded(DH)
     bv = min(config.bv, dp)
     cs = torch.empty(BH, NC + 1, DH, DH, device=dev, dtype=torch.float32)
     ns = torch.empty(BH, NC + 1, DH, device=dev, dtype=torch.float32)
