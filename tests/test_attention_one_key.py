@@ -20,7 +20,7 @@ import triton.language as tl
 
 from kcollect import verify
 from kcollect.kernels.attention import bwd, fwd
-from kcollect.kernels.attention import attention
+from kcollect.kernels.attention import ACCURATE_KEYS, attention
 from kcollect.kernels.attention.naive import reference
 from kcollect.kernels.attention.spec import SPEC, cu_seqlens
 
@@ -141,9 +141,10 @@ def test_float32_is_refused():
         attention(q, k, v, causal=True)
 
 
-def test_accurate_is_opt_in(monkeypatch):
-    """By default the forward keeps no rounding and the backward takes neither the dq shift nor the
-    rows of one key (their cost: kernels/attention/bwd.py); accurate=True takes all three."""
+def test_accurate_by_default_only_on_short_rows(monkeypatch):
+    """accurate=True takes all three measures (o's rounding kept, the dq shift, rows of one key) and
+    accurate=False none; the default takes them where a query sees at most ACCURATE_KEYS keys (the
+    window, else the key length), and past that leaves them off for their cost (bwd.py)."""
     from kcollect.kernels.attention import bwd, fwd
 
     seen = []
@@ -156,11 +157,18 @@ def test_accurate_is_opt_in(monkeypatch):
         return backward(*a, **k)
 
     monkeypatch.setattr(bwd, "backward", spy)
-    q, k, v = (t.to(torch.bfloat16).requires_grad_() for t in _inputs((1, 5, 2, 8), (1, 7, 2, 8), 3))
-    for accurate in (False, True):
+    n = ACCURATE_KEYS
+    for skv, window, accurate, want in ((7, 0, False, False), (7, 0, True, True), (7, 0, None, True),
+                                        (n, 0, None, True), (n + 1, 0, None, False), (n + 1, n + 5, None, False),
+                                        (n + 1, n, None, True), (3 * n, 3, None, True), (3 * n, 0, True, True)):
+        q, k, v = (t.to(torch.bfloat16).requires_grad_() for t in _inputs((1, 5, 2, 8), (1, skv, 2, 8), 3))
         seen.clear()
-        attention(q, k, v, causal=True, accurate=accurate).sum().backward()
-        assert seen == [("residual", accurate), ("bwd", accurate, accurate)], seen
+        attention(q, k, v, causal=True, window=window, accurate=accurate).sum().backward()
+        assert seen == [("residual", want), ("bwd", want, want)], (skv, window, accurate, seen)
+    with torch.no_grad():  # nothing to keep for a backward that will not come
+        seen.clear()
+        attention(q.detach(), k.detach(), v.detach(), causal=True)
+        assert seen == [("residual", False)], seen
 
 
 

@@ -15,16 +15,16 @@ past the device's shared memory) falls back by itself to one they can; a forced 
 ValueError naming the limit. Upstream gradients of any layout are taken (an expanded or
 transposed one is copied).
 
-`accurate=True` buys the backward eager's accuracy on peaked rows (a few keys, or one holding all of
-a row's probability, or keys that nearly coincide), where dq and dk were up to 3x eager's error in
+The accurate backward buys eager's accuracy on peaked rows (a few keys, or one holding all of a
+row's probability, or keys that nearly coincide), where dq and dk were up to 3x eager's error in
 bf16/fp16, and 2,000x the true gradient's size where it is below the dtype's resolution (eager's is
 its exact 0): the forward keeps o's rounding for delta, dq is shifted by a key the row sees, and
-rows of one key give no dS (bwd.py). Off by default: on an H200 it cost 19-46% of the fwd+bwd time at S
-4096 (lab/results/attention_delta_h200_7c7da98.txt), for rows that realistic inputs rarely make;
-at bbc84b9, 9-10% at S 128-512 and 24-39% at S 512-2048 D128 (attention_delta_h200_bbc84b9.txt),
-over half of it the forward's code of o's rounding (attention_kernel_times_h200_bbc84b9.txt),
-since made integer arithmetic (fwd.residual_shift: a third fewer of the forward's instructions;
-attention_regs_cpu.txt), with the dq shift's sums on the tensor cores: not yet timed on a GPU.
+rows of one key give no dS (bwd.py). `accurate=None` (the default) takes it where a query sees at
+most ACCURATE_KEYS keys, `True` and `False` everywhere and nowhere. Past those short rows it is
+left off by default for its cost: on an H200 at 6fed409, fwd+bwd bf16 D128 causal at S 512-4096,
+1.14-1.35x the fast backward's time, of which o's rounding 1.06-1.10x (1.00x at D64 B1 S512)
+and the dq shift 1-2% more, the rest the rows of one key in dk/dv
+(lab/results/attention_delta_h200_6fed409.txt, attention_kernel_times_h200_6fed409.txt).
 """
 from __future__ import annotations
 
@@ -35,11 +35,17 @@ import torch
 from . import bwd, fwd
 from .config import AttentionConfig, BwdConfig, FwdConfig, keys_seen, pick, pick_bwd, pick_fwd
 
-__all__ = ["AttentionConfig", "BwdConfig", "FwdConfig", "attention", "attention_backward", "attention_forward",
+__all__ = ["ACCURATE_KEYS", "AttentionConfig", "BwdConfig", "FwdConfig", "accurate_bwd", "attention", "attention_backward", "attention_forward",
            "keys_seen", "pick", "pick_bwd", "pick_fwd"]
 
 DTYPES = (torch.bfloat16, torch.float16)
 MAX_HEAD_DIM = 128
+# attention(accurate=None) takes the accurate backward where a query sees at most this many keys:
+# there a row's few keys cancel in dq and dk, and its rounding is not averaged away over a long row
+# (every case over the bf16/fp16 gate in the H200 sweep at bbc84b9, seed 13, saw 17 keys or fewer;
+# in the interpreter's at 20bcaba, seed 29, 33 or fewer), and the call is short, so the measures'
+# cost is small in time; past it the fast backward
+ACCURATE_KEYS = 64
 
 
 def _check(q, k, v, causal, window, cu_q, cu_k) -> None:
@@ -124,9 +130,11 @@ class AttentionFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, causal, window, cu_q, cu_k, max_q, max_k, scale, config, residual):
         cu_q, cu_k = _vector(cu_q), _vector(cu_k)
+        max_q, max_k = _lengths(q, k, cu_q, cu_k, max_q, max_k)
+        if residual is None:  # attention(accurate=None): by the keys a row sees
+            residual = keys_seen(window, max_k) <= ACCURATE_KEYS
         o, lse, *r = attention_forward(q, k, v, causal, window, cu_q, cu_k, max_q, max_k, scale,
                                        config.fwd if config else None, _residual=residual)
-        max_q, max_k = _lengths(q, k, cu_q, cu_k, max_q, max_k)
         # the backward's config is chosen with the forward's (a config forced around the call holds
         # for both)
         bwd_config = config.bwd if config else pick_bwd(q.shape[-1], causal, max_q, q.device,
@@ -148,10 +156,12 @@ class AttentionFunction(torch.autograd.Function):
 
 def attention(q, k, v, causal=False, window=0, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
               max_seqlen_k=None, scale=None, config: AttentionConfig | None = None,
-              accurate: bool = False) -> torch.Tensor:
+              accurate: bool | None = None) -> torch.Tensor:
     """softmax(scale * q k^T, masked) v, differentiable in q, k and v (see the module docstring)."""
     # accurate: the forward keeps o's rounding for the backward's delta when a gradient will be asked
-    # for (not at inference, nor under no_grad): see bwd.py
-    residual = accurate and torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    # for (not at inference, nor under no_grad): see bwd.py; None is decided in the forward, which
+    # knows the lengths
+    grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    residual = accurate if grad else False
     return AttentionFunction.apply(q, k, v, causal, window, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                    scale, config, residual)

@@ -10,13 +10,12 @@ dk/dv kernel with fp32 atomics was 1.7-2.3x slower on an H200
 (lab/results/attention_fused_dq_h200.txt). Both split their walk into masked edges and a mask-free
 middle (common.py).
 
-attention(accurate=True) adds the three measures below (o's rounding kept, dq shifted, rows of one
-key); by default there are none of them, as in FlashAttention-2/3. On an H200 (bf16 fwd+bwd, B4
-S4096 D128 causal; lab/results/attention_delta_h200_7c7da98.txt) o's rounding kept cost 13% (MHA)
-and 10% (GQA 32:8), the dq shift 4% and 3% more, and the rows of one key 24% and 5% more. Since
-then the forward's code of o's rounding is integer arithmetic (fwd.residual_shift) and the dq
-shift's sums of dS a tensor-core product (_dq_step), and the dk/dv kernel's mask-free blocks skip the
-key span: fewer instructions and spills offline (lab/results/attention_regs_cpu.txt), not yet timed.
+The accurate backward (attention's `accurate`, by default on rows of at most ACCURATE_KEYS keys)
+adds the three measures below (o's rounding kept, dq shifted, rows of one key); without them it is
+FlashAttention-2/3's. On an H200 at 6fed409 (bf16 fwd+bwd D128 causal,
+lab/results/attention_delta_h200_6fed409.txt) o's rounding kept cost 6-10% at S 512-4096, the dq
+shift 1-2% more, and the rows of one key 4-24% more (their compare and select in dk/dv: 112 -> 153
+us of 265 at B4 S1024, attention_kernel_times_h200_6fed409.txt).
 
 With accurate=True, delta = rowsum(do * o) takes o as the forward summed it, in fp32: for bf16/fp16
 the training forward also stores o's rounding (o in fp32 minus o stored, as an int8 count of fp32

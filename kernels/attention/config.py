@@ -57,7 +57,7 @@ class BwdConfig:
     q_warps: int = 8
     q_stages: int = 2
     tma: bool = False  # as FwdConfig.tma, for both kernels
-    # attention(accurate=True)'s two switches (off by default: see the module docstring of bwd.py).
+    # the accurate backward's two switches (attention's `accurate`: see the module docstring of bwd.py).
     # dq from dS times the keys less a key the row sees (bwd._dq_rows: rounding of dS
     # not amplified by the keys' common part); one more row sum of dS a key block
     dq_shift: bool = False

@@ -14,7 +14,7 @@ from kcollect.spec import MODES, KernelSpec, Provider
 
 from .._host.config import config_record
 from .._spec.kit import grids_of
-from . import attention, keys_seen, pick
+from . import ACCURATE_KEYS, accurate_bwd, attention, keys_seen, pick
 from .naive import reference, visible_pairs
 from .providers import cuda_only, eager, fa4, fla, flex, importable, sdpa
 
@@ -74,9 +74,10 @@ def config_of(inputs) -> dict:
     packed = inputs["cu_seqlens_q"] is not None
     max_q = inputs["max_seqlen_q"] if packed else q.shape[1]
     max_k = inputs["max_seqlen_k"] if packed else inputs["k"].shape[1]
-    c = pick(q.shape[-1], inputs["causal"], max_q, q.device, q.shape[-2] // inputs["k"].shape[-2],
-             keys_seen(inputs["window"], max_k))
-    return config_record(fwd=c.fwd, bwd=c.bwd)
+    keys = keys_seen(inputs["window"], max_k)
+    c = pick(q.shape[-1], inputs["causal"], max_q, q.device, q.shape[-2] // inputs["k"].shape[-2], keys)
+    # the backward attention() runs by default: the accurate one on short rows
+    return config_record(fwd=c.fwd, bwd=accurate_bwd(c.bwd) if keys <= ACCURATE_KEYS else c.bwd)
 
 
 def tokens(dims) -> int:
