@@ -187,8 +187,10 @@ def _reference(subject: Subject) -> tuple[tuple, tuple, tuple | None]:
     diff = [o for o in outs if torch.is_tensor(o) and o.requires_grad]
     if not leaves or not diff:
         return tuple(o.detach() for o in outs), (), None
-    gen = torch.Generator(device=diff[0].device).manual_seed(subject.seed + 1)
-    dys = tuple(torch.randn(o.shape, generator=gen, dtype=torch.float64, device=o.device) for o in diff)
+    # drawn on the CPU, as the inputs are: a case is the same case on every device (a GPU's
+    # generator draws other numbers, and a GPU case then did not reproduce on the interpreter)
+    gen = torch.Generator().manual_seed(subject.seed + 1)
+    dys = tuple(torch.randn(o.shape, generator=gen, dtype=torch.float64).to(o.device) for o in diff)
     if subject.upstream is not None:
         with torch.no_grad():
             dys = subject.upstream(tuple(o.detach() for o in diff), dys)
