@@ -16,7 +16,7 @@ forget gates: logP_ts = i_s + A_t - A_s, log w_t = m_c + A_t, and the chunk's st
 
 Where one weight is all of a row's h (a large input gate, a reset at every step), the gradients
 that reach it cancel to the other weights' share, and summed as they come keep the rounding of
-the whole: they are taken in closed form instead, from the others' (the entry of PG,
+the whole: fp32 takes them in closed form instead, from the others' (the entry of PG,
 _dominant_entry; the log-weight of the input gate or of the chunk start that set m_t; the chunk's
 whole decay A_end, by a last reverse scan over chunks, _mlstm_dlinks)."""
 from __future__ import annotations
@@ -40,7 +40,7 @@ def _stabiliser_grad(dmj_ptr, bh, c, T, ig, it, A, seg, tm, m_c, dm_next, L: tl.
     which adds it to that weight's own gradient as autograd would (minus the row's weight gradients:
     exactly 0 where one weight is all of h). Here: the other rows' closed form dm_t, and at the
     chunk's last step dm_next, the next chunk start's (the same running max). Returns (d i, d a,
-    dm_c, each row's winning input gate, -2 where the chunk start's won, else -1)."""
+    dm_c, each row's winning input gate, else -1; PRECISE: -2 where the chunk start's won)."""
     j = tl.arange(0, L)
     valid = (j[None, :] <= j[:, None]) & (seg[None, :] == seg[:, None])
     X = tl.where(valid, it[None, :] + gaps(A), NEG)  # as the forward sums them
@@ -53,7 +53,10 @@ def _stabiliser_grad(dmj_ptr, bh, c, T, ig, it, A, seg, tm, m_c, dm_next, L: tl.
     d_it = tl.sum(tl.where(won, g[:, None], 0.0), 0)  # over the steps t whose m_t came from s
     dA = g - d_it  # + A_t in every source, - A_s in step s's
     da = tl.cumsum(dA, 0, reverse=True) + tl.where(to_a, d_it, 0.0)  # a_l enters every A_t, t >= l
-    src = tl.where(by_gate, src, tl.where(from_start, -2, -1))
+    if PRECISE:
+        src = tl.where(by_gate, src, tl.where(from_start, -2, -1))
+    else:
+        src = tl.where(by_gate, src, -1)
     return tl.where(to_a, 0.0, d_it), da, tl.sum(tl.where(from_start, g, 0.0), 0), src
 
 
@@ -163,7 +166,8 @@ def _mlstm_dchunk(q_ptr, k_ptr, v_ptr, i_ptr, f_ptr, rs_ptr, dh_ptr, qinv_ptr, d
     dden = tl.where(tl.abs(den) >= floor, tl.where(den < 0.0, dh_h, -dh_h) * qinv, 0.0)
     fl = tl.where(tl.abs(den) >= floor, 0.0, dh_h * qinv * floor)  # the stabiliser's through the floor
     PG = P * (G + dden[:, None])
-    PG = _dominant_entry(PG, P, S, G, w, dlogw, tl.sum(q.to(tl.float32) * n_c[None, :], 1), qinv, den, floor, eps)
+    if PRECISE:
+        PG = _dominant_entry(PG, P, S, G, w, dlogw, tl.sum(q.to(tl.float32) * n_c[None, :], 1), qinv, den, floor, eps)
     dq = dot(PG.to(ty), k, tl.zeros((L, DP), tl.float32), DOT_F32) * scale \
         + w[:, None] * (dq_state + dden[:, None] * n_c[None, :])
     dk = (dot(tl.trans(PG.to(ty)), q, tl.zeros((L, DP), tl.float32), DOT_F32)
@@ -185,11 +189,12 @@ def _mlstm_dchunk(q_ptr, k_ptr, v_ptr, i_ptr, f_ptr, rs_ptr, dh_ptr, qinv_ptr, d
     # fl - dlogw - the row's sum to it: that subtracts the entry from itself, exact only where both
     # copies are rounded alike, which a multiply-add the compiler contracts on the GPU need not keep)
     src = tl.load(src_ptr + bh * T + t, mask=tm, other=-1)
-    # where the chunk start's weight set m_t (w_t = 1), its gradient the same way: the row's closed
-    # form R less its other entries. Summed as it comes, q C_c . dnum + dden q . n_c cancels to the
-    # other weights' share of h (1e-6 on issue 40's fp16 wild-gates case), leaving fp32's rounding
-    # of dh . h: df 1% off where eager's was 1e-5
-    dlogw = tl.where(src == -2, R - tl.sum(Z, 1), dlogw)
+    if PRECISE:
+        # where the chunk start's weight set m_t (w_t = 1), its gradient the same way: the row's closed
+        # form R less its other entries. Summed as it comes, q C_c . dnum + dden q . n_c cancels to the
+        # other weights' share of h (1e-6 on issue 40's fp16 wild-gates case), leaving fp32's rounding
+        # of dh . h: df 1% off where eager's was 1e-5
+        dlogw = tl.where(src == -2, R - tl.sum(Z, 1), dlogw)
     is_src = src[:, None] == j[None, :]
     others = tl.sum(tl.where(is_src, 0.0, Z), 1)
     Z = tl.where(is_src, (fl - others - dlogw)[:, None], Z)
@@ -200,8 +205,11 @@ def _mlstm_dchunk(q_ptr, k_ptr, v_ptr, i_ptr, f_ptr, rs_ptr, dh_ptr, qinv_ptr, d
     # times its norm off in bf16, issue 40)
     off = tl.where(j[:, None] == j[None, :], 0.0, Z)
     dA = tl.sum(off, 1) - tl.sum(off, 0) + dlogw - dlogb
-    # A_end, the chunk's state update: added by _mlstm_dlinks
-    _store_link(links_ptr, bh, c, NC, ig, it, rest, seg, seg_end, tm, m_c + A_end, dlogw, dlogb, kappa * kap, L)
+    if PRECISE:  # A_end: the chunk's state update, added by _mlstm_dlinks
+        _store_link(links_ptr, bh, c, NC, ig, it, rest, seg, seg_end, tm, m_c + A_end, dlogw, dlogb, kappa * kap,
+                    L)
+    else:
+        dA += tl.where(j == L - 1, tl.sum(dlogb, 0) + kappa * kap, 0.0)  # A_end: the chunk's state update
     da = tl.cumsum(dA, 0, reverse=True)  # a_l enters every A_t with t >= l
     da += tl.load(dam_ptr + bh * T + t, mask=tm, other=0.0)  # the stabiliser's parts
     m2 = tm[:, None] & (d < DH)[None, :]
@@ -231,7 +239,7 @@ def _dominant_entry(PG, P, S, G, w, qCdnum, qn, qinv, den, floor, eps):
 
 @triton.jit
 def _store_link(links_ptr, bh, c, NC, ig, it, rest, seg, seg_end, tm, carry, dlogw, dlogb, dlogk, L: tl.constexpr):
-    """What _mlstm_dlinks needs of chunk c: X, the gradient of the log-scale of its start
+    """What _mlstm_dlinks needs of chunk c (PRECISE): X, the gradient of the log-scale of its start
     state through its own outputs; Y, its keys' log-weights' into the next state (sum dlogb); K,
     the carried state's (log kappa); and what set the next start's stabiliser: -1 the carried state,
     s the input gate of step s, L a reset's zeroed stabiliser (as the forward's _mlstm_states)."""
@@ -247,8 +255,8 @@ def _store_link(links_ptr, bh, c, NC, ig, it, rest, seg, seg_end, tm, carry, dlo
 
 
 @triton.jit(do_not_specialize=["T", "NC"])
-def _mlstm_dlinks(links_ptr, f_ptr, di_ptr, df_ptr, di_out, df_out, T, NC, L: tl.constexpr):
-    """The backward's gradient of each chunk's whole log decay A_end (it scales the next start
+def _mlstm_dlinks(links_ptr, f_ptr, di_ptr, df_ptr, T, NC, L: tl.constexpr):
+    """The fp32 backward's gradient of each chunk's whole log decay A_end (it scales the next start
     state: the gradient of that state's log-scale, D), by a reverse scan over chunks of one (row,
     head): D_c = X_c + (D_{c+1} - Y_c where the carried state set the next stabiliser (kappa = 1),
     else K_c). Summed as it comes, <C, dC> + <n, dn> cancels as the rows' dlogw do (see
@@ -265,10 +273,10 @@ def _mlstm_dlinks(links_ptr, f_ptr, di_ptr, df_ptr, di_out, df_out, T, NC, L: tl
         delta = D - Y - K  # the accurate gradient of A_end less the one summed as it comes
         t = bh * T + c * L + j
         tm = c * L + j < T
-        f = tl.load(f_ptr + t, mask=tm, other=0.0).to(tl.float32)
-        tl.store(df_out + t, tl.load(df_ptr + t, mask=tm, other=0.0)
+        f = tl.load(f_ptr + t, mask=tm, other=0.0)
+        tl.store(df_ptr + t, tl.load(df_ptr + t, mask=tm, other=0.0)
                  + (D - tl.where(j <= kind, delta, 0.0)) * sigmoid_f32(-f, True), mask=tm)
-        tl.store(di_out + t, tl.load(di_ptr + t, mask=tm, other=0.0) + tl.where(j == kind, delta, 0.0), mask=tm)
+        tl.store(di_ptr + t, tl.load(di_ptr + t, mask=tm, other=0.0) + tl.where(j == kind, delta, 0.0), mask=tm)
         D = X + tl.where(kind < 0, D - Y, K)
         c -= 1
 
@@ -301,11 +309,13 @@ def shared_bwd(config, dtype, DH: int, dot_f32: bool, device) -> int:
     f32, u8, i32, meta = torch.float32, torch.uint8, torch.int32, meta_of(config, DH, dtype, dot_f32)
     dstates = (dtype, dtype, f32, f32, f32, dtype, dtype, u8, f32, f32, f32, f32, f32, f32, i32, 1, 1, DH, 1, 1)
     dchunk = (dtype, dtype, dtype, dtype, dtype, u8, dtype, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, i32,
-              f32, dtype, dtype, dtype, f32, f32, 1, 1, DH, 1, 1.0, 1e-6, 1)
+              f32, dtype, dtype, dtype, dtype, dtype, 1, 1, DH, 1, 1.0, 1e-6, 1)
     need = max(shared_bytes_for_types(_mlstm_dstates, dstates, dict(meta, num_warps=config.state_warps), device),
                shared_bytes_for_types(_mlstm_dchunk, dchunk, dict(meta, num_warps=config.warps), device))
-    links = (f32, dtype, f32, f32, dtype, dtype, 1, 1)
-    return max(need, shared_bytes_for_types(_mlstm_dlinks, links, dict(L=meta["L"], num_warps=1), device))
+    if meta["PRECISE"]:
+        links = (f32, f32, f32, f32, 1, 1)
+        need = max(need, shared_bytes_for_types(_mlstm_dlinks, links, dict(L=meta["L"], num_warps=1), device))
+    return need
 
 
 def mlstm_bwd(dh, q, k, v, i, f, resets, NH: int, h, saved, config, dot_f32: bool, eps: float):
@@ -332,10 +342,9 @@ def mlstm_bwd(dh, q, k, v, i, f, resets, NH: int, h, saved, config, dot_f32: boo
                                    has_resets, num_warps=config.state_warps, **meta)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     di, df = torch.empty_like(i), torch.empty_like(f)
-    # the chunks' di and df in fp32, rounded once by _mlstm_dlinks when it adds the chunk links'
-    di32, df32 = (di, df) if q.dtype == torch.float32 else (torch.empty_like(mo), torch.empty_like(mo))
-    links = torch.empty(BH, NC, 4, device=q.device, dtype=torch.float32)
+    links = torch.empty(BH, NC, 4, device=q.device, dtype=torch.float32) if meta["PRECISE"] else mo
     _mlstm_dchunk[(NC, BH)](q, k, v, i, f, rs, dh, qinv, den, cs, ns, ms, mo, dcs, dns, dim, dam, src, links, dq, dk,
-                            dv, di32, df32, NH, T, DH, NC, DH ** -0.5, eps, has_resets, num_warps=config.warps, **meta)
-    _mlstm_dlinks[(BH,)](links, f, di32, df32, di, df, T, NC, L=L, num_warps=1)
+                            dv, di, df, NH, T, DH, NC, DH ** -0.5, eps, has_resets, num_warps=config.warps, **meta)
+    if meta["PRECISE"]:
+        _mlstm_dlinks[(BH,)](links, f, di, df, T, NC, L=L, num_warps=1)
     return dq, dk, dv, di, df
