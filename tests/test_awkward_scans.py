@@ -370,3 +370,24 @@ def test_a_summary_s_worst_cases_read_back_as_drawn(tmp_path):
     summary = tmp_path / "summary.txt"
     summary.write_text("\n".join(["header", "scans:", *sweep._worst("scans", cases, verdicts)]) + "\n")
     assert sweep.worst_cases(summary) == [{k: v for k, v in c.items() if k != "index"} for c in cases[:2]]
+
+
+def test_recheck_runs_a_summary_s_scan_cases(tmp_path, monkeypatch, capsys):
+    """python -m lab.awkward.recheck FILE rtu ... checks the scan ops' listed cases again (their
+    family's check, on this machine); cases of other ops in the file are left out."""
+    from lab.awkward import recheck, sweep
+
+    drawn = (dict(scans.draw(random.Random(SEED + i), "cpu"), index=i) for i in range(200))
+    case = next(c for c in drawn if c["op"] == "rtu" and c["dims"]["T"] <= 20 and c["dims"]["B"] * c["dims"]["H"] <= 8)
+    other = next(c for c in (dict(scans.draw(random.Random(SEED + i), "cpu"), index=i) for i in range(200))
+                 if c["op"] == "conv1d")
+    verdicts = {("scans", c["index"]): {"status": "over_tolerance", "message": "dx 2 > 1", "error": 1.0, "gate": 0.5}
+                for c in (case, other)}
+    summary = tmp_path / "summary.txt"
+    summary.write_text("\n".join(["header", "scans:", *sweep._worst("scans", [case, other], verdicts)]) + "\n")
+    monkeypatch.setattr("sys.argv", ["recheck", str(summary), "rtu", "--device", "cpu"])
+    status = recheck.main()
+    out = capsys.readouterr().out
+    want = scans.check({k: v for k, v in case.items() if k != "index"}, "cpu")["status"]
+    assert out.startswith(f"{want}: ") and '"op": "rtu"' in out and '"conv1d"' not in out, out
+    assert status == (0 if want in ("ok", "refused") else 1)
