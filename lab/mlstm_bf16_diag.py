@@ -1,5 +1,6 @@
-"""Why a bf16 mLSTM case is over the gate on the GPU but not on the interpreter: the case under
-variants of the kernels' arithmetic, and neighbours of it under other seeds.
+"""A bf16 mLSTM case over the gate (the H200 cells sweep at bbc84b9; it looked GPU-only while the
+sweep drew upstream gradients on each device's generator: lab/results/mlstm_bf16_conditioning_cpu.txt):
+the case under variants of the kernels' arithmetic, and neighbours of it under other seeds.
 
     python -m lab.mlstm_bf16_diag [--seeds N] [--out FILE]
 
@@ -10,9 +11,9 @@ how many are over the gate under the default and under IEEE."""
 from __future__ import annotations
 
 import argparse
-import os
 import contextlib
 import json
+import os
 import random
 
 import torch

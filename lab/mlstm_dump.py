@@ -1,5 +1,7 @@
 """Every intermediate of one mLSTM case's forward and backward, saved for a comparison across
-machines (the GPU's compiled kernels against the interpreter's):
+machines (the GPU's compiled kernels against the interpreter's; it showed the bf16 case of
+lab.mlstm_bf16_diag to be the same on both but for its upstream gradients, which the sweep then
+drew on each device's generator):
 
     python -m lab.mlstm_dump --device cuda --out gpu.pt      (and --device cpu --out cpu.pt)
     python -m lab.mlstm_dump --compare gpu.pt cpu.pt
@@ -30,7 +32,8 @@ def dump(device: str, out: str) -> None:
     B, NH, T, DH = q.shape
     config = dataclasses.replace(pick(T, DH, device), chunk=64)
     fast = dot_mode(q.dtype, device, DH)
-    flat = [x.reshape(B * NH, T, DH).contiguous() for x in (q, k, v)] + [x.reshape(B * NH, T).contiguous() for x in (i, f)]
+    flat = [x.reshape(B * NH, T, DH).contiguous() for x in (q, k, v)]
+    flat += [x.reshape(B * NH, T).contiguous() for x in (i, f)]
     rs = rs.contiguous() if rs is not None else None
     h, cs, ns, ms, mo, den = mlstm_fwd(*flat, rs, NH, config, fast, EPS)
     dh = dys[0].to(q.dtype).reshape(B * NH, T, DH).contiguous()
@@ -54,7 +57,8 @@ def compare(a_path: str, b_path: str) -> None:
         if name.startswith("ref_"):
             ours = name[4:]
             for label, t in (("first", a), ("second", b)):
-                e = (t[ours] - t[name]).reshape(t[name].shape[1], -1) if t[name].dim() == 3 else (t[ours] - t[name]).reshape(-1, 1)
+                e = t[ours] - t[name]  # rows: the steps t
+                e = e.reshape(e.shape[1], -1) if e.dim() == 3 else e.reshape(-1, 1)
                 per = e.norm(dim=1) / t[name].norm()
                 top = torch.topk(per, min(3, per.numel()))
                 print(f"    {ours} vs float64, {label}: {per.norm().item():.3g}; rows " +

@@ -377,10 +377,9 @@ def test_recheck_runs_a_summary_s_scan_cases(tmp_path, monkeypatch, capsys):
     family's check, on this machine); cases of other ops in the file are left out."""
     from lab.awkward import recheck, sweep
 
-    drawn = (dict(scans.draw(random.Random(SEED + i), "cpu"), index=i) for i in range(200))
+    drawn = [dict(scans.draw(random.Random(SEED + i), "cpu"), index=i) for i in range(200)]
     case = next(c for c in drawn if c["op"] == "rtu" and c["dims"]["T"] <= 20 and c["dims"]["B"] * c["dims"]["H"] <= 8)
-    other = next(c for c in (dict(scans.draw(random.Random(SEED + i), "cpu"), index=i) for i in range(200))
-                 if c["op"] == "conv1d")
+    other = next(c for c in drawn if c["op"] == "conv1d")
     verdicts = {("scans", c["index"]): {"status": "over_tolerance", "message": "dx 2 > 1", "error": 1.0, "gate": 0.5}
                 for c in (case, other)}
     summary = tmp_path / "summary.txt"

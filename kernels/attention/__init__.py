@@ -35,8 +35,8 @@ import torch
 from . import bwd, fwd
 from .config import AttentionConfig, BwdConfig, FwdConfig, keys_seen, pick, pick_bwd, pick_fwd
 
-__all__ = ["ACCURATE_KEYS", "AttentionConfig", "BwdConfig", "FwdConfig", "accurate_bwd", "attention", "attention_backward", "attention_forward",
-           "keys_seen", "pick", "pick_bwd", "pick_fwd"]
+__all__ = ["ACCURATE_KEYS", "AttentionConfig", "BwdConfig", "FwdConfig", "accurate_bwd", "attention",
+           "attention_backward", "attention_forward", "keys_seen", "pick", "pick_bwd", "pick_fwd"]
 
 DTYPES = (torch.bfloat16, torch.float16)
 MAX_HEAD_DIM = 128
