@@ -529,3 +529,24 @@ def test_mlstm_weights_exponents_rounded_once_in_fp32():
                        gates="large_input", x_scale=0.01)
     verdict = cells.check(case, "cpu")
     assert verdict["status"] == "ok", f"{json.dumps(case)}: {verdict.get('message')}"
+
+
+def test_sweep_ops_keeps_the_whole_sweep_s_cases_of_those_ops(tmp_path, monkeypatch, capsys):
+    """python -m lab.awkward --ops slstm,axon: of the family's draws for the seed, exactly those of the
+    ops named, with their indices and seeds (the cases the whole sweep checks for them); an op the
+    families lack exits 2 with one line naming the valid ones."""
+    from lab.awkward import sweep
+
+    monkeypatch.setattr(sweep.Sweep, "run", lambda self: None)  # the cases' selection, not their checks
+    seed = random.randrange(2**31)
+    assert sweep.main(["--family", "cells", "--cases", "60", "--seed", str(seed), "--device", "cpu",
+                       "--out", str(tmp_path), "--ops", "slstm,axon"]) == 0
+    got = [json.loads(line) for line in (tmp_path / "cells.jsonl").read_text().splitlines()]
+    want = [c for c in sweep.draw_cases("cells", 60, seed, "cpu") if c["op"] in ("slstm", "axon")]
+    assert got and {c["op"] for c in got} <= {"slstm", "axon"}
+    assert sorted((c["index"], c["seed"]) for c in got) == sorted((c["index"], c["seed"]) for c in want)
+    assert "only slstm, axon" in (tmp_path / "summary.txt").read_text().splitlines()[0]
+    capsys.readouterr()
+    assert sweep.main(["--family", "cells", "--ops", "rtu", "--device", "cpu", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "unknown op rtu" in err[0] and "lstm, slstm, mlstm, axon" in err[0], err

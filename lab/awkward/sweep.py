@@ -249,6 +249,9 @@ def main(argv=None) -> int:
     ap.add_argument("--case-timeout", type=float, default=240.0, help="seconds after which a case is a hang")
     ap.add_argument("--accurate", action="store_true",
                     help="attention's cases call attention(accurate=True) (default: the defaults, as a user's call)")
+    ap.add_argument("--ops", default="",
+                    help="comma-separated ops to keep of the families' draws (e.g. slstm): the same cases as "
+                         "the whole sweep of that seed holds for them (default: every op)")
     ap.add_argument("--bounds", action="store_true",
                     help="with --device cpu: every load and store of the interpreted kernels checked against "
                          "its launch's tensors (an out-of-bounds access is the case's crash)")
@@ -260,6 +263,12 @@ def main(argv=None) -> int:
                else f"--cases {args.cases}")
         print(f"python -m lab.awkward: {why}; valid: --family from {', '.join(FAMILIES)}, --cases >= 1",
               file=sys.stderr)
+        return 2
+    ops = [o for o in args.ops.split(",") if o]
+    known = [o for f in families for o in getattr(family_module(f), "OPS", (f,))]
+    if [o for o in ops if o not in known]:
+        print(f"python -m lab.awkward: unknown op {', '.join(o for o in ops if o not in known)} for "
+              f"{', '.join(families)}; valid: --ops from {', '.join(known)}", file=sys.stderr)
         return 2
     if args.bounds and args.device != "cpu":
         print("python -m lab.awkward: --bounds checks the CPU interpreter's accesses; valid with --device cpu",
@@ -281,7 +290,8 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     started = time.time()
-    cases = {f: draw_cases(f, args.cases, args.seed, args.device) for f in families}
+    cases = {f: [c for c in draw_cases(f, args.cases, args.seed, args.device) if not ops or c["op"] in ops]
+             for f in families}
     for c in cases.get("attention", []) if args.accurate else []:
         c["options"]["accurate"] = True  # in the case's JSON, so that a recheck calls the same
     sweep = Sweep(args, cases)
@@ -293,7 +303,7 @@ def main(argv=None) -> int:
                 fh.write(json.dumps({**c, "verdict": v}) + "\n")
     table, numbers = summarise(cases, sweep.verdicts)
     device = _device_line(args.device)
-    called = ", attention(accurate=True)" if args.accurate else ""
+    called = (f", only {', '.join(ops)}" if ops else "") + (", attention(accurate=True)" if args.accurate else "")
     header = (f"awkward sweep: {', '.join(families)}, {args.cases} cases each, seed {args.seed}, {device}, "
               f"{args.workers} workers, {time.time() - started:.0f} s{called}")
     worst = [line for f, cs in cases.items() for line in [f"{f}:"] + _worst(f, cs, sweep.verdicts)]
