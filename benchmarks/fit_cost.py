@@ -159,7 +159,7 @@ def holdout(rows: list[dict], runs: list[dict], held: list[dict]) -> tuple[list[
         other_runs = [r for r in runs if r["run_id"] != run["run_id"]]
         mine = [r for r in rows if r["run_id"] == run["run_id"]]
         old = predict(baseline(other_rows, other_runs), run, mine, cold=False)
-        new = predict(cost.Model(*cost.fit_all(other_rows, other_runs)), run, mine, cold=True)
+        new = predict(cost.Model(*cost.fit_all(other_rows, other_runs, cost.RECENT_RUNS)), run, mine, cold=True)
         want = run["wall"]
         cells = []
         for i, parts in enumerate((old, new)):
@@ -196,7 +196,7 @@ def main() -> None:
         print("\n".join(lines) + "\n")
     if args.write:
         ids = sorted({r["run_id"] for r in rows})
-        terms, run_terms = cost.fit_all(rows, runs)
+        terms, run_terms = cost.fit_all(rows, runs, cost.RECENT_RUNS)
         cost.save(terms, run_terms, {"runs": ids, "rows": len(rows)})
         print(f"wrote {cost.MODEL_FILE.relative_to(ROOT)}: {len(terms)} terms from {len(rows)} rows of {len(ids)} "
               f"runs; run terms {json.dumps(run_terms)}")

@@ -9,8 +9,10 @@ sum, so it must be right on average, not in the median), at four levels from the
 whose rows reach within REACH x of its size: a line fitted on three tiny shapes said 1485 s for a
 0.4 GB one (rtu, cortex_torch fwd, slope 3683 s/GB from rows under 0.001 GB) and made the plan of
 the full grid 6 hours; beyond its reach a more general term, or the plan's constants, answer.
-The fitted terms are committed (`cost_model.json`, written by `benchmarks/fit_cost.py` from
-data/runs), so that every machine of a sharded run computes the same split from the same numbers.
+A kernel's own terms (the two most specific levels) take the rows of its newest run (RECENT_RUNS),
+the provider's terms every run's. The fitted terms are committed (`cost_model.json`, written by
+`benchmarks/fit_cost.py` from data/runs), so that every machine of a sharded run computes the same
+split from the same numbers.
 
 A row's seconds are more than its measurement's warm seconds, and a run's wall time more than its
 rows' seconds; each of these parts is fitted apart, per device kind, so that the plan adds each only
@@ -41,6 +43,12 @@ MODEL_FILE = Path(__file__).with_name("cost_model.json")
 MIN_ROWS = 3
 MIN_RUNS = 2  # runs behind a run term (cost.fit_runs)
 REACH = 4.0  # a term predicts sizes up to this multiple of the largest it was fitted on
+# A kernel's own terms are fitted on the newest run that measured it: how a measurement is made
+# changes under the rows (fla's autotuning, 30 s in each of its first rows, moved into the precompile
+# pass), and the newest run is what the next one repeats. Chosen by lab/cost_forward.py, each run
+# predicted from the runs before it: within 20% of the wall for 10 of the 14 older runs (every run:
+# 8), and on the 15 newer ones it never saw 12 (every run: 10); lab/results/cost_forward_2f05988.txt
+RECENT_RUNS = 1
 ANY = "*"
 
 
@@ -151,14 +159,18 @@ def fit_cold(rows: Iterable[Mapping]) -> dict[str, dict[str, list[float]]]:
             for device, by in sorted(diffs.items())}
 
 
-def fit(rows: Iterable[Mapping], run_terms: Mapping[str, Mapping] | None = None) -> dict[str, list[float]]:
+def fit(rows: Iterable[Mapping], run_terms: Mapping[str, Mapping] | None = None,
+        recent: int | None = None) -> dict[str, list[float]]:
     """{term key: [fixed_s, per_gb_s, rows, largest_gb]} from rows with device ('cuda'/'cpu'),
     kernel, provider, mode, bytes and seconds. With `run_terms` (fit_all's), a row counts as the
     measurement alone in a warm run: less its cold excess where its run was cold (cold) and its
     provider builds (builds), and less its part of its case's share (case_rows: the rows of its
-    case in its run); the plan adds both back where they apply (Model.cold, Model.row)."""
+    case in its run); the plan adds both back where they apply (Model.cold, Model.row). `recent`:
+    a kernel's own terms (the two most specific levels) from the rows of the newest `recent` runs
+    that measured them (rows with run_id and started_at), the general ones from every row."""
     model = Model({}, run_terms)
     groups: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    by_run: dict[str, dict] = defaultdict(dict)  # a kernel's term: {run: (its start, its points)}
     for r in rows:
         if r.get("seconds") is None:
             continue
@@ -168,19 +180,25 @@ def fit(rows: Iterable[Mapping], run_terms: Mapping[str, Mapping] | None = None)
         if r.get("case_rows"):
             seconds -= (model.share(r["device"], r["kernel"]) or 0.0) / r["case_rows"]
         point = ((r.get("bytes") or 0) / 1e9, max(0.0, seconds))
-        for key in _keys(r["device"], r["kernel"], r["provider"], r["mode"]):
-            groups[key].append(point)
+        for level, key in enumerate(_keys(r["device"], r["kernel"], r["provider"], r["mode"])):
+            if recent and level < 2 and r.get("run_id") is not None:
+                by_run[key].setdefault(r["run_id"], (str(r.get("started_at")), []))[1].append(point)
+            else:
+                groups[key].append(point)
+    for key, runs in by_run.items():
+        for _, points in sorted(runs.values(), key=lambda v: v[0])[-recent:]:
+            groups[key].extend(points)
     return {k: [*(round(x, 6) for x in _fit_line(v)), len(v), round(max(g for g, _ in v), 6)]
             for k, v in sorted(groups.items()) if len(v) >= MIN_ROWS}
 
 
-def fit_all(rows: list[Mapping], runs: list[Mapping]) -> tuple[dict, dict]:
+def fit_all(rows: list[Mapping], runs: list[Mapping], recent: int | None = None) -> tuple[dict, dict]:
     """(terms, run terms) from rows (fit_cold, then fit) and run records (fit_runs), as committed."""
     run_terms = fit_runs(runs)
     for device, terms in fit_cold(rows).items():
         if terms:
             run_terms.setdefault(device, {})["cold"] = terms
-    return fit(rows, run_terms), run_terms
+    return fit(rows, run_terms, recent), run_terms
 
 
 class Model:

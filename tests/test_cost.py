@@ -38,6 +38,23 @@ def test_a_measurement_takes_the_most_specific_term_with_enough_rows():
     assert model.seconds("cuda", "k", "torch", "fwd", 0.0) is None
 
 
+def test_recent_fits_a_kernel_s_terms_on_its_newest_runs_and_the_general_ones_on_all():
+    # a provider's first use once took 30 s in its rows (fla's autotuning, since moved into the
+    # precompile pass): a kernel's own terms follow its newest run, the provider's terms every run
+    old = [dict(_row(kernel="mlstm", provider="fla", seconds=30.0), run_id=f"old{i}", started_at=f"2026-11-2{i}")
+           for i in range(3) for _ in range(3)]
+    new = [dict(_row(kernel="mlstm", provider="fla", seconds=0.5), run_id="new", started_at="2026-11-29")] * 3
+    other = [dict(_row(kernel="rtu", provider="fla", seconds=1.0), run_id="old0", started_at="2026-11-20")] * 3
+    rows = random.sample(old + new + other, len(old + new + other))  # the order rows come in does not matter
+    recent = cost.Model(cost.fit(rows, recent=cost.RECENT_RUNS))
+    assert cost.RECENT_RUNS == 1
+    assert recent.seconds("cuda", "mlstm", "fla", "fwd", 0.0) == pytest.approx(0.5)
+    assert recent.seconds("cuda", "rtu", "fla", "fwd", 0.0) == pytest.approx(1.0)
+    every = (9 * 30.0 + 3 * 0.5 + 3 * 1.0) / 15
+    assert recent.seconds("cuda", "new_kernel", "fla", "fwd", 0.0) == pytest.approx(every)
+    assert cost.Model(cost.fit(rows)).seconds("cuda", "mlstm", "fla", "fwd", 0.0) == pytest.approx((9 * 30 + 1.5) / 12)
+
+
 def test_a_falling_or_negative_line_never_predicts_less_than_zero():
     falling = [_row(gb=g, seconds=s) for g, s in ((0.1, 2.0), (1.0, 1.5), (2.0, 1.0))]
     fixed, per_gb, _, _ = cost.fit(falling)["cuda|k|triton|fwd"]
