@@ -33,7 +33,7 @@ def errors(rows: list[dict], runs: list[dict], recent: int | None) -> dict[str, 
         if sum(r["device"] == run["device"] for r in earlier_runs) < MIN_EARLIER:
             continue
         # rows of every earlier run, finished or not (as the store holds them), none of later ones
-        earlier_rows = [r for r in rows if str(r["started_at"]) < str(run["started_at"])]
+        earlier_rows = [r for r in rows if r["started_at"] < run["started_at"]]
         mine = [r for r in rows if r["run_id"] == run["run_id"]]
         model = cost.Model(*cost.fit_all(earlier_rows, earlier_runs, recent))
         out[run["run_id"]] = sum(fit_cost.predict(model, run, mine, cold=True)) / run["wall"] - 1

@@ -10,7 +10,7 @@ import sys
 
 from pathlib import Path
 
-from . import attention, cells, scans, sweep
+from . import sweep
 
 
 def worst_cases(path: str, ops: set[str]) -> list[dict]:
@@ -21,15 +21,15 @@ def worst_cases(path: str, ops: set[str]) -> list[dict]:
 def main() -> int:
     ap = argparse.ArgumentParser(prog="python -m lab.awkward.recheck", description=__doc__.split("\n\n")[0])
     ap.add_argument("file")
-    ap.add_argument("ops", nargs="+", choices=(*cells.OPS, *scans.OPS, "attention"))
+    ap.add_argument("ops", nargs="+", choices=[o for f in sweep.FAMILIES for o in sweep.ops_of(f)])
     ap.add_argument("--device", default="cuda")
     args = ap.parse_args()
     if args.device == "cpu":  # Triton's interpreter, set before the families import the kernels
         os.environ["TRITON_INTERPRET"] = "1"
     bad = 0
     for case in worst_cases(args.file, set(args.ops)):
-        family = attention if case["op"] == "attention" else scans if case["op"] in scans.OPS else cells
-        verdict = family.check(case, args.device)
+        family = next(f for f in sweep.FAMILIES if case["op"] in sweep.ops_of(f))
+        verdict = sweep.family_module(family).check(case, args.device)
         bad += verdict["status"] not in ("ok", "refused")
         parts = " ".join(f"{p['name']} {p['ours']:.3g}/{p['eager']:.3g}" for p in verdict.get("parts", []))
         print(f"{verdict['status']}: {json.dumps(case)}\n    {parts}")

@@ -35,6 +35,11 @@ def family_module(name: str):
     return importlib.import_module(f"lab.awkward.{name}")
 
 
+def ops_of(family: str) -> tuple[str, ...]:
+    """The ops a family's cases are drawn for (attention's: attention)."""
+    return getattr(family_module(family), "OPS", (family,))
+
+
 def draw_cases(family: str, n: int, seed: int, device: str) -> list[dict]:
     """n cases of a family, indexed in draw order, sorted by compiled variant."""
     module = family_module(family)
@@ -265,7 +270,7 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 2
     ops = [o for o in args.ops.split(",") if o]
-    known = [o for f in families for o in getattr(family_module(f), "OPS", (f,))]
+    known = [o for f in families for o in ops_of(f)]
     if [o for o in ops if o not in known]:
         print(f"python -m lab.awkward: unknown op {', '.join(o for o in ops if o not in known)} for "
               f"{', '.join(families)}; valid: --ops from {', '.join(known)}", file=sys.stderr)
