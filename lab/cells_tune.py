@@ -33,16 +33,29 @@ PEERS = {"lstm": ("cudnn", "cortex"), "slstm": ("cortex", "xlstm"), "mlstm": ("c
          "axon": ("cortex", "linear")}
 
 
-def candidates(op: str, default) -> dict:
+def _splits(H: int, bb: int, B: int, sms: int = 132) -> list[tuple[int, int]]:
+    """(hb_bwd, split_bwd) pairs of the lstm backward whose programs, over the batch groups, fill 16
+    SMs to all of them at one program each; 16 gate columns a share and 4 units a program at least."""
+    groups = -(-B // bb)
+    gp = max(16, 1 << (4 * H - 1).bit_length())
+    return [(u, k) for u in (16, 32, 64, 128) for k in (2, 4, 8, 16) if 4 * k <= u <= max(16, H)
+            and gp // k >= 16 and 16 <= -(-H // u) * k * groups <= sms]
+
+
+def candidates(op: str, default, dims: dict | None = None) -> dict:
     """{name: config}: the default pick and one-field changes of it."""
     r = dataclasses.replace
     if op == "lstm":
+        from kcollect.kernels.lstm.config import with_split
+
+        H, B = dims["H"], dims["B"]
         # the weight and h (dG) tiles a step reads at a time: fewer, longer dependent loads a step
         out = {f"bk={k}": r(default, bk=k) for k in (128, 256, 512) if k != default.bk}
         out.update({f"bk={k},warps=8": r(default, bk=k, warps=8) for k in (128, 256)})
         out.update({"bb=32,hb*2": r(default, bb=32, hb=2 * default.hb, hb_bwd=2 * default.hb_bwd)})
         out.update({f"hb={h}": r(default, hb=h) for h in (4, 8, 16, 32) if h != default.hb})
         out.update({f"bb={b}": r(default, bb=b) for b in (16, 32, 64) if b != default.bb})
+        out.update({f"split={k},hb_bwd={u}": with_split(default, H, u, k) for u, k in _splits(H, default.bb, B)})
         out.update({"resident": r(default, resident=not default.resident, resident_bwd=not default.resident_bwd),
                     f"warps={12 - default.warps}": r(default, warps=12 - default.warps),
                     "stepped": r(default, persistent=False)})
@@ -94,7 +107,8 @@ def run_shape(op, shape, modes, dtype, device, limit, only=(), peers=None):
         return timing.time_cuda_graph(call, budget, flush).median_ms
 
     triton = spec.provider("triton")
-    configs = candidates(op, importlib.import_module(f"kcollect.kernels.{op}").pick(*_pick_args(op, dims), device))
+    configs = candidates(op, importlib.import_module(f"kcollect.kernels.{op}").pick(*_pick_args(op, dims), device),
+                         dims)
     for mode in modes:
         rows = []
         chosen = [(n, c) for n, c in configs.items() if not only or any(n.startswith(o) for o in only)]

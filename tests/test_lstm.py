@@ -101,9 +101,12 @@ def test_fp32_recurrent_sums_are_blocked(resident, units):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the persistent grid barrier needs co-resident programs")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("resident", [False, True])
-def test_persistent_barrier_on_gpu(dtype, resident):
-    # units split over 8 programs of 2 batch groups that wait for each other at every step
-    config = lstm.LSTMConfig(bb=32, hb=16, hb_bwd=16, bk=32, resident=resident, resident_bwd=resident)
+@pytest.mark.parametrize("split", [1, 4])
+def test_persistent_barrier_on_gpu(dtype, resident, split):
+    # units split over 4 programs (16 with the backward's product split 4 ways, which wait twice a
+    # step) of 2 batch groups that wait for each other at every step
+    config = lstm.LSTMConfig(bb=32, hb=16, hb_bwd=16, bk=32, resident=resident, resident_bwd=resident,
+                             split_bwd=split)
     errors = _errors(cast(_inputs(40, 50, 64, "cuda"), dtype), config)
     assert max(errors) < SPEC.tolerance[dtype], errors
 
@@ -120,3 +123,19 @@ def test_config_is_recorded():
     inputs = SPEC.make_inputs(SMALL, torch.float32, "cpu", 0)
     record = SPEC.provider("triton").config(inputs)
     assert record["lstm"]["hb"] == 32 and record["lstm"]["persistent"] is True
+
+
+@pytest.mark.parametrize("split, hb_bwd, H, resident", [(2, 16, 24, False), (4, 32, 20, False), (4, 32, 40, True)])
+def test_backward_product_split_over_programs(split, hb_bwd, H, resident):
+    # dh = dG W over 4H gate columns, cut in `split` shares of programs that publish partial
+    # products and sum each other's (the stepped path: a launch for the partials, one for the gates;
+    # at H 20 the last of 4 shares of the 128 padded columns holds none); resets, two batch groups
+    config = lstm.LSTMConfig(bb=16, hb=16, hb_bwd=hb_bwd, bk=16, resident_bwd=resident, split_bwd=split)
+    errors = _errors(_inputs(17, 5, H), config)
+    assert max(errors) < 1e-5, errors
+
+
+def test_split_that_does_not_divide_the_units_is_refused():
+    inputs = SPEC.make_inputs(SMALL, torch.float32, "cpu", 0)
+    with pytest.raises(ValueError, match="split_bwd"):
+        lstm.lstm(**inputs, config=lstm.LSTMConfig(bb=16, hb=16, hb_bwd=16, split_bwd=3))

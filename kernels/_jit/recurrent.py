@@ -163,6 +163,30 @@ def tanh_grad_f32(x):
     return t.to(tl.float32), (4.0 * e * r * r).to(tl.float32)
 
 
+# Gates and their derivatives from the pre-activation z, not from the rounded activation: s (1 - s)
+# of an s stored in bf16 (8 bits) or even fp32 keeps of 1 - s only what the rounding left, nothing
+# at saturation. With e = exp(-|z|) and r = 1 / (1 + e): sigmoid' = e r^2 and, with e = exp(-2|z|),
+# tanh' = 4 e r^2, both without cancellation. PRECISE (fp32 tensors): in float64, rounded once.
+@triton.jit
+def sigmoid_and_grad(z, PRECISE: tl.constexpr):
+    if PRECISE:
+        return sigmoid_grad_f32(z)
+    else:
+        e = tl.exp(-tl.abs(z))
+        r = 1.0 / (1.0 + e)
+        return tl.where(z >= 0.0, r, e * r), e * r * r
+
+
+@triton.jit
+def tanh_and_grad(z, PRECISE: tl.constexpr):
+    if PRECISE:
+        return tanh_grad_f32(z)
+    else:
+        e = tl.exp(-2.0 * tl.abs(z))
+        r = 1.0 / (1.0 + e)
+        return tanh(z), 4.0 * e * r * r
+
+
 @triton.jit
 def tanh_f32(x, PRECISE: tl.constexpr):
     """tanh; PRECISE: in float64, its Taylor series below |x| = 0.01 (no cancellation near 0)."""

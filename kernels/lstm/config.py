@@ -10,7 +10,7 @@ the backward's tiles (of the weights and of the next step's dG) and warps may di
 `warps_bwd`)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import triton
 
@@ -32,6 +32,9 @@ class LSTMConfig:
     warps: int = 4
     warps_bwd: int = 0  # the backward's warps; 0: warps
     persistent: bool = True  # one launch for the whole sequence; False: one launch per step
+    # backward programs a block of hb_bwd units (a power of two dividing hb_bwd): each multiplies a
+    # split_bwd-th of dG's gate columns and finishes the gates of hb_bwd / split_bwd units
+    split_bwd: int = 1
 
 
 def _units(H: int, groups: int, sms: int, least: int) -> int:
@@ -41,6 +44,20 @@ def _units(H: int, groups: int, sms: int, least: int) -> int:
     while triton.cdiv(H, hb) * groups > sms and hb < triton.next_power_of_2(H):
         hb *= 2
     return hb
+
+
+def resident_backward(bb: int, hp: int, hb_bwd: int, split: int) -> bool:
+    """Whether a backward program's share of the weights (4 hp / split rows of hb_bwd units) and of
+    a step's dG rows fit in registers."""
+    rows = 4 * hp // split
+    return bb * rows * 2 <= RESIDENT_BYTES and rows * hb_bwd * 2 <= RESIDENT_BYTES
+
+
+def with_split(c: LSTMConfig, H: int, hb_bwd: int, split: int) -> LSTMConfig:
+    """`c` with its backward's product over hb_bwd units split `split` ways (weights resident where
+    their share fits)."""
+    hp = max(16, triton.next_power_of_2(H))
+    return replace(c, hb_bwd=hb_bwd, split_bwd=split, resident_bwd=resident_backward(c.bb, hp, hb_bwd, split))
 
 
 @tunable
@@ -58,7 +75,7 @@ def pick(B: int, H: int, device) -> LSTMConfig:
     hb_bwd = _units(H, groups, sms, 16)
     fits = bb * hp * 2 <= RESIDENT_BYTES
     resident = fits and 4 * hb * hp * 2 <= RESIDENT_BYTES
-    resident_bwd = bb * 4 * hp * 2 <= RESIDENT_BYTES and 4 * hp * hb_bwd * 2 <= RESIDENT_BYTES
+    resident_bwd = resident_backward(bb, hp, hb_bwd, 1)
     warps = 8 if resident or resident_bwd else 4
     # On the H200, streamed tiles of 128 rows forward and 256 in 8 warps backward: fewer dependent
     # loads a step (lab/results/lstm_tune_h200.txt; B64 T256 H2048: fwd 4.34 -> 3.78 ms, bwd 13.25 ->

@@ -4,7 +4,9 @@ Layouts (unit-major gate columns, _host.cells.unit_major: column j*4 + g is gate
 gx [B, T, 4H] the input projection plus bias; wt [H, 4H] the recurrent weights transposed (forward);
 w [4H, H] the same weights untransposed (backward); ys [B, T+1, H] with the initial h in step 0
 and h_t in step t + 1 (step t reads step t's row); cs [B, T+1, H] fp32 likewise for c; act
-[B, T, 4H] the gate activations the backward reads; resets [B, T] uint8.
+[B, T, 4H] the gates' pre-activations, from which the backward takes each gate and its derivative
+(_jit.recurrent.sigmoid_and_grad: exact at saturation, where s (1 - s) of a stored s is not);
+resets [B, T] uint8.
 
 One program owns HB hidden units of BB batch rows. Each step it multiplies the whole previous h
 (read from L2, written there by all programs of its batch group) by its slice of the weights on
@@ -26,7 +28,8 @@ from .._host.device import resident_programs
 from .._host.cells import precise
 from .._host.dot import dot_f32
 from .._jit.barrier import arrive, wait
-from .._jit.recurrent import dot, join4, keep_rows, sigmoid_f32, split4, tanh_f32
+from .._jit.recurrent import (dot, join4, keep_rows, sigmoid_and_grad, sigmoid_f32, split4, tanh_and_grad,
+                               tanh_f32)
 from .._host.cells import fit_limit, shared_bytes_for_types
 from .config import LSTMConfig
 
@@ -125,7 +128,7 @@ def _lstm_fwd(gx_ptr, wt_ptr, ys_ptr, cs_ptr, act_ptr, cn_ptr, rs_ptr, cnt_ptr, 
         h = tl.where(ok, og * tanh_f32(c, PRECISE), float("nan"))
         tl.store(ys_ptr + r64 * (T + 1) * H + (t + 1) * H + u[None, :], h.to(ys_ptr.dtype.element_ty), mask=m_u)
         tl.store(cs_ptr + r64 * cs_steps * H + (t + 1) * H + u[None, :], c, mask=m_u & (save != 0))
-        tl.store(act_ptr + r64 * T * 4 * H + t * 4 * H + n[None, :], act.to(act_ptr.dtype.element_ty),
+        tl.store(act_ptr + r64 * T * 4 * H + t * 4 * H + n[None, :], acc.to(act_ptr.dtype.element_ty),
                  mask=m_n & (save != 0))
         if SYNC:
             arrive(cnt_ptr + pid_b)
@@ -135,63 +138,94 @@ def _lstm_fwd(gx_ptr, wt_ptr, ys_ptr, cs_ptr, act_ptr, cn_ptr, rs_ptr, cnt_ptr, 
 
 
 @triton.jit(do_not_specialize=["B", "T", "t_hi", "n_steps", "has_resets"])
-def _lstm_bwd(dy_ptr, dhn_ptr, w_ptr, act_ptr, cs_ptr, rs_ptr, dg_ptr, dcb_ptr, dh0_ptr, cnt_ptr, B, T, H, t_hi,
-              n_steps, has_resets, BB: tl.constexpr, HB: tl.constexpr, BK: tl.constexpr, GP: tl.constexpr,
-              RESIDENT: tl.constexpr, HALVES: tl.constexpr, SYNC: tl.constexpr, FINAL: tl.constexpr,
-              DOT_F32: tl.constexpr, PRECISE: tl.constexpr):
+def _lstm_bwd(dy_ptr, dhn_ptr, w_ptr, act_ptr, cs_ptr, rs_ptr, dg_ptr, dcb_ptr, dh0_ptr, part_ptr, cnt_ptr, B, T,
+              H, t_hi, n_steps, has_resets, BB: tl.constexpr, HB: tl.constexpr, BK: tl.constexpr,
+              GP: tl.constexpr, RESIDENT: tl.constexpr, HALVES: tl.constexpr, SYNC: tl.constexpr,
+              FINAL: tl.constexpr, DOT_F32: tl.constexpr, PRECISE: tl.constexpr, SPLIT: tl.constexpr,
+              PHASES: tl.constexpr):
     """Steps t_hi, t_hi - 1, ... (n_steps of them) of the reverse scan; dcb holds dc between launches
-    (dc_T on entry). FINAL: also dh0 (and dc0 in dcb) once step 0's dG is complete."""
-    pid_h, pid_b, n_h = tl.program_id(0), tl.program_id(1), tl.num_programs(0)
+    (dc_T on entry). FINAL: one step more, t = -1, which stores dh0 (and dc0 in dcb) from step 0's dG.
+
+    Each step, dh_t = dG_{t+1} W is a product over all 4H gate columns. SPLIT 1: a program takes
+    all of them for its HB units, reading the whole [BB, 4H] dG_{t+1} (at H 2048 each program 1 MB
+    a step, the step's bound). SPLIT > 1: the SPLIT programs of a block of HB units each take
+    GP / SPLIT of the columns, publish their partial products (part [B, SPLIT, H] fp32), wait for
+    each other, and each sums, in order, the partials of its own HB / SPLIT units, whose gates it
+    finishes. PHASES (stepped launches, where the kernel boundary is the wait): 1 the products
+    only, 2 the gates only, 3 both."""
+    pid, pid_b, n_p = tl.program_id(0), tl.program_id(1), tl.num_programs(0)
+    EU: tl.constexpr = HB // SPLIT  # units whose gates a program finishes
+    KS: tl.constexpr = GP // SPLIT  # gate columns of a program's share of the product
+    ROUNDS: tl.constexpr = 2 if SPLIT > 1 else 1  # waits a step
     rows = pid_b * BB + tl.arange(0, BB)
     row_ok = rows < B
     r64 = rows.to(tl.int64)[:, None]
-    u = pid_h * HB + tl.arange(0, HB)
+    blk, k_part = pid // SPLIT, pid % SPLIT
+    cols = blk * HB + tl.arange(0, HB)  # the product's units
+    cols_ok = cols < H
+    k_lo = k_part * KS
+    k_n = tl.minimum(KS, 4 * H - k_lo)  # this share's columns (none past 4H)
+    u = blk * HB + k_part * EU + tl.arange(0, EU)  # the units whose gates this program finishes
     u_ok = u < H
     m_u = row_ok[:, None] & u_ok[None, :]
-    n = pid_h * 4 * HB + tl.arange(0, 4 * HB)
+    n = (blk * HB + k_part * EU) * 4 + tl.arange(0, 4 * EU)
     m_n = row_ok[:, None] & (n < 4 * H)[None, :]
     w, w2 = 0, 0
     if RESIDENT:
-        w, w2 = _resident(w_ptr, u, u_ok, 4 * H, H, GP, HALVES)
+        w, w2 = _resident(w_ptr + k_lo * H, cols, cols_ok, k_n, H, KS, HALVES)
     dc = tl.load(dcb_ptr + r64 * H + u[None, :], mask=m_u, other=0.0)
-    ok = pid_h >= 0
+    ok = pid >= 0
     s = 0
-    while s < n_steps:
+    while s < n_steps + FINAL:
         t = t_hi - s
         if SYNC:
-            ok = wait(cnt_ptr + pid_b, n_h * s, ok)
-        # from step t + 1 (nothing past the last step): its dG through the weights, cut where it restarted
+            ok = wait(cnt_ptr + pid_b, n_p * ROUNDS * s, ok)
+        # from step t + 1 (nothing past the last step): its dG through the weights
         later = row_ok & (t + 1 < T)
-        dh = _rec(dg_ptr + r64 * T * 4 * H + (t + 1) * 4 * H, later, w_ptr, w, w2, u, u_ok, 4 * H, H, BB, HB, BK, GP,
-                  RESIDENT, HALVES, DOT_F32)
-        dh = dh * keep_rows(rs_ptr, rows, later, t + 1, T, has_resets)[:, None]
-        dh += tl.load(dy_ptr + r64 * T * H + t * H + u[None, :], mask=m_u, other=0.0).to(tl.float32)
-        dh += tl.load(dhn_ptr + r64 * H + u[None, :], mask=m_u & (t == T - 1), other=0.0).to(tl.float32)
-        ig, fg, gg, og = split4(tl.load(act_ptr + r64 * T * 4 * H + t * 4 * H + n[None, :], mask=m_n,
-                                        other=0.0).to(tl.float32), BB, HB)
-        keep = keep_rows(rs_ptr, rows, row_ok, t, T, has_resets)[:, None]
-        c_prev = tl.load(cs_ptr + r64 * (T + 1) * H + t * H + u[None, :], mask=m_u, other=0.0) * keep
-        tc = tanh_f32(tl.load(cs_ptr + r64 * (T + 1) * H + (t + 1) * H + u[None, :], mask=m_u, other=0.0), PRECISE)
-        dc += dh * og * (1.0 - tc * tc)
-        d = join4(dc * gg * ig * (1.0 - ig), dc * c_prev * fg * (1.0 - fg), dc * ig * (1.0 - gg * gg),
-                  dh * tc * og * (1.0 - og), BB, HB)
-        d = tl.where(ok, d, float("nan"))
-        tl.store(dg_ptr + r64 * T * 4 * H + t * 4 * H + n[None, :], d.to(dg_ptr.dtype.element_ty), mask=m_n)
-        dc = dc * fg * keep
+        dh = tl.zeros((BB, EU), tl.float32)
+        if PHASES % 2 == 1:
+            dh = _rec(dg_ptr + r64 * T * 4 * H + (t + 1) * 4 * H + k_lo, later, w_ptr + k_lo * H, w, w2, cols,
+                      cols_ok, k_n, H, BB, HB, BK, KS, RESIDENT, HALVES, DOT_F32)
+            if SPLIT > 1:
+                tl.store(part_ptr + (r64 * SPLIT + k_part) * H + cols[None, :], dh,
+                         mask=row_ok[:, None] & cols_ok[None, :])
+        if SPLIT > 1:
+            if SYNC:
+                arrive(cnt_ptr + pid_b)
+                ok = wait(cnt_ptr + pid_b, n_p * ROUNDS * s + n_p, ok)
+            if PHASES >= 2:
+                j = tl.arange(0, SPLIT)[None, :, None]
+                parts = tl.load(part_ptr + (r64[:, :, None] * SPLIT + j) * H + u[None, None, :],
+                                mask=m_u[:, None, :], other=0.0, cache_modifier=".cg")
+                dh = tl.sum(parts, axis=1)
+        if PHASES >= 2:
+            dh = dh * keep_rows(rs_ptr, rows, later, t + 1, T, has_resets)[:, None]
+            if t >= 0:
+                dh += tl.load(dy_ptr + r64 * T * H + t * H + u[None, :], mask=m_u, other=0.0).to(tl.float32)
+                dh += tl.load(dhn_ptr + r64 * H + u[None, :], mask=m_u & (t == T - 1), other=0.0).to(tl.float32)
+                zi, zf, zg, zo = split4(tl.load(act_ptr + r64 * T * 4 * H + t * 4 * H + n[None, :], mask=m_n,
+                                                other=0.0).to(tl.float32), BB, EU)
+                ig, dig = sigmoid_and_grad(zi, PRECISE)
+                fg, dfg = sigmoid_and_grad(zf, PRECISE)
+                gg, dgg = tanh_and_grad(zg, PRECISE)
+                og, dog = sigmoid_and_grad(zo, PRECISE)
+                keep = keep_rows(rs_ptr, rows, row_ok, t, T, has_resets)[:, None]
+                c_prev = tl.load(cs_ptr + r64 * (T + 1) * H + t * H + u[None, :], mask=m_u, other=0.0) * keep
+                tc, dtc = tanh_and_grad(tl.load(cs_ptr + r64 * (T + 1) * H + (t + 1) * H + u[None, :], mask=m_u,
+                                                other=0.0), PRECISE)
+                dc += dh * og * dtc
+                d = join4(dc * gg * dig, dc * c_prev * dfg, dc * ig * dgg, dh * tc * dog, BB, EU)
+                d = tl.where(ok, d, float("nan"))
+                tl.store(dg_ptr + r64 * T * 4 * H + t * 4 * H + n[None, :], d.to(dg_ptr.dtype.element_ty), mask=m_n)
+                dc = dc * fg * keep
+            else:
+                tl.store(dh0_ptr + r64 * H + u[None, :], tl.where(ok, dh, float("nan")).to(dh0_ptr.dtype.element_ty),
+                         mask=m_u)
         if SYNC:
             arrive(cnt_ptr + pid_b)
         s += 1
-    if FINAL:
-        if SYNC:
-            ok = wait(cnt_ptr + pid_b, n_h * n_steps, ok)
-        dh0 = _rec(dg_ptr + r64 * T * 4 * H, row_ok, w_ptr, w, w2, u, u_ok, 4 * H, H, BB, HB, BK, GP, RESIDENT, HALVES,
-                   DOT_F32)
-        dh0 = dh0 * keep_rows(rs_ptr, rows, row_ok, 0, T, has_resets)[:, None]
-        tl.store(dh0_ptr + r64 * H + u[None, :], tl.where(ok, dh0, float("nan")).to(dh0_ptr.dtype.element_ty),
-                 mask=m_u)
-    tl.store(dcb_ptr + r64 * H + u[None, :], dc, mask=m_u)
-
-
+    if PHASES >= 2:
+        tl.store(dcb_ptr + r64 * H + u[None, :], dc, mask=m_u)
 
 
 def _persistent(kernel, args: tuple, meta: dict, config: LSTMConfig, grid: tuple, device) -> bool:
@@ -223,18 +257,20 @@ def _fwd_meta(config: LSTMConfig, H: int, dtype, device) -> dict:
 def _bwd_meta(config: LSTMConfig, H: int, dtype, device) -> dict:
     gp = max(16, triton.next_power_of_2(4 * H))
     fast = dot_f32(dtype, device)
-    return dict(BB=config.bb, HB=config.hb_bwd, BK=min(config.bk_bwd or config.bk, gp), GP=gp,
-                RESIDENT=config.resident_bwd, HALVES=_halves(config.resident_bwd, gp, fast), DOT_F32=fast,
-                PRECISE=precise(dtype), num_warps=config.warps_bwd or config.warps)
+    ks = gp // config.split_bwd  # a program's share of the gate columns
+    return dict(BB=config.bb, HB=config.hb_bwd, BK=min(config.bk_bwd or config.bk, ks), GP=gp,
+                RESIDENT=config.resident_bwd, HALVES=_halves(config.resident_bwd, ks, fast), DOT_F32=fast,
+                PRECISE=precise(dtype), SPLIT=config.split_bwd, num_warps=config.warps_bwd or config.warps)
 
 
 def _shared(config: LSTMConfig, dtype, H: int, device) -> int:
     """The shared memory of the forward and the backward kernel (persistent variants), the larger."""
     f32, u8, i32 = torch.float32, torch.uint8, torch.int32
     fwd = (dtype, dtype, dtype, f32, dtype, dtype, u8, i32, 1, 1, H, 1, 1, 1, 1, 1)
-    bwd = (dtype, dtype, dtype, dtype, f32, u8, dtype, f32, dtype, i32, 1, 1, H, 1, 1, 1)
+    bwd = (dtype, dtype, dtype, dtype, f32, u8, dtype, f32, dtype, f32, i32, 1, 1, H, 1, 1, 1)
     return max(shared_bytes_for_types(_lstm_fwd, fwd, dict(_fwd_meta(config, H, dtype, device), SYNC=True), device),
-               shared_bytes_for_types(_lstm_bwd, bwd, dict(_bwd_meta(config, H, dtype, device), SYNC=True, FINAL=True), device))
+               shared_bytes_for_types(_lstm_bwd, bwd, dict(_bwd_meta(config, H, dtype, device), SYNC=True, FINAL=True,
+                                                            PHASES=3), device))
 
 
 def _floor(config: LSTMConfig, dtype, H: int, device) -> int:
@@ -243,7 +279,7 @@ def _floor(config: LSTMConfig, dtype, H: int, device) -> int:
     size = 4 if dot_f32(dtype, device) else dtype.itemsize
     fwd, bwd = _fwd_meta(config, H, dtype, device), _bwd_meta(config, H, dtype, device)
     rows_fwd = fwd["HP"] if config.resident else fwd["BK"]
-    rows_bwd = bwd["GP"] if config.resident_bwd else bwd["BK"]
+    rows_bwd = bwd["GP"] // bwd["SPLIT"] if config.resident_bwd else bwd["BK"]
     return max(rows_fwd * 4 * config.hb, rows_bwd * config.hb_bwd) * size
 
 
@@ -253,7 +289,8 @@ def shrink(c: LSTMConfig) -> LSTMConfig | None:
     if max(c.bk, c.bk_bwd) > 16:
         return replace(c, bk=max(16, c.bk // 2), bk_bwd=max(16, c.bk_bwd // 2) if c.bk_bwd else 0)
     if c.hb > 4 or c.hb_bwd > 16:
-        return replace(c, hb=max(4, c.hb // 2), hb_bwd=max(16, c.hb_bwd // 2), resident=False, resident_bwd=False)
+        return replace(c, hb=max(4, c.hb // 2), hb_bwd=max(16, c.hb_bwd // 2), resident=False, resident_bwd=False,
+                       split_bwd=1)
     return None
 
 
@@ -263,6 +300,11 @@ def fitted(config: LSTMConfig, dtype, H: int, device, picked: bool) -> LSTMConfi
     does not (fp32 with many batch groups: a program's weight tile 64 x 4*hb), with thinner weight
     tiles, then fewer units a program (more programs: the stepped launches where they cannot all be
     resident); ValueError naming the limit where none fits (a forced config is not changed)."""
+    shares = max(16, triton.next_power_of_2(4 * H)) // 16  # a share of the gate columns is 16 at least
+    if config.split_bwd not in [2 ** i for i in range(7)] or config.hb_bwd % config.split_bwd \
+            or config.split_bwd > shares:
+        raise ValueError(f"lstm: split_bwd must be a power of two that divides hb_bwd ({config.hb_bwd}) and is at "
+                         f"most {shares} at H={H}; got {config.split_bwd}")
     limit = fit_limit(device)
     if limit is None:
         return config
@@ -318,16 +360,20 @@ def lstm_bwd(dy, dhn, dcn, w, act, cs, resets, config: LSTMConfig):
     dg = torch.empty(B, T, G, device=dev, dtype=dt)
     dcb = dcn.to(torch.float32, memory_format=torch.contiguous_format, copy=True)  # the kernel writes it: never dcn
     dh0 = torch.empty(B, H, device=dev, dtype=dt)
-    grid = (triton.cdiv(H, config.hb_bwd), triton.cdiv(B, config.bb))
+    split = config.split_bwd
+    grid = (triton.cdiv(H, config.hb_bwd) * split, triton.cdiv(B, config.bb))
     meta = _bwd_meta(config, H, dt, dev)
     rs = resets.view(torch.uint8) if resets is not None else dg
+    part = torch.empty(B, split, H, device=dev, dtype=torch.float32) if split > 1 else dcb  # the partial products
     cnt = torch.zeros(grid[1], device=dev, dtype=torch.int32)
-    args = (dy.contiguous(), dhn.contiguous(), w, act, cs, rs, dg, dcb, dh0, cnt, B, T, H)
+    args = (dy.contiguous(), dhn.contiguous(), w, act, cs, rs, dg, dcb, dh0, part, cnt, B, T, H)
     has_resets = int(resets is not None)
-    if _persistent(_lstm_bwd, args + (T - 1, T, has_resets), dict(meta, SYNC=True, FINAL=True), config, grid, dev):
-        _lstm_bwd[grid](*args, T - 1, T, has_resets, SYNC=True, FINAL=True, **meta)
-    else:
-        for t in range(T - 1, -1, -1):
-            _lstm_bwd[grid](*args, t, 1, has_resets, SYNC=False, FINAL=False, **meta)
-        _lstm_bwd[grid](*args, -1, 0, has_resets, SYNC=False, FINAL=True, **meta)
+    if _persistent(_lstm_bwd, args + (T - 1, T, has_resets), dict(meta, SYNC=True, FINAL=True, PHASES=3), config,
+                   grid, dev):
+        _lstm_bwd[grid](*args, T - 1, T, has_resets, SYNC=True, FINAL=True, PHASES=3, **meta)
+    else:  # a launch a step (two where the product is split: its partials, then the gates)
+        phases = (1, 2) if split > 1 else (3,)
+        for t in range(T - 1, -2, -1):
+            for ph in phases:
+                _lstm_bwd[grid](*args, t, int(t >= 0), has_resets, SYNC=False, FINAL=t < 0, PHASES=ph, **meta)
     return dg, dh0, dcb.to(dt)
