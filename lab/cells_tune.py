@@ -46,7 +46,7 @@ def candidates(op: str, default, dims: dict | None = None) -> dict:
     """{name: config}: the default pick and one-field changes of it."""
     r = dataclasses.replace
     if op == "lstm":
-        from kcollect.kernels.lstm.config import with_split
+        from kcollect.kernels.lstm.config import _units, with_split
 
         H, B = dims["H"], dims["B"]
         # the weight and h (dG) tiles a step reads at a time: fewer, longer dependent loads a step
@@ -56,6 +56,7 @@ def candidates(op: str, default, dims: dict | None = None) -> dict:
         out.update({f"hb={h}": r(default, hb=h) for h in (4, 8, 16, 32) if h != default.hb})
         out.update({f"bb={b}": r(default, bb=b) for b in (16, 32, 64) if b != default.bb})
         out.update({f"split={k},hb_bwd={u}": with_split(default, H, u, k) for u, k in _splits(H, default.bb, B)})
+        out["unsplit"] = with_split(default, H, _units(H, -(-B // default.bb), 132, 16), 1)
         out.update({"resident": r(default, resident=not default.resident, resident_bwd=not default.resident_bwd),
                     f"warps={12 - default.warps}": r(default, warps=12 - default.warps),
                     "stepped": r(default, persistent=False)})

@@ -143,6 +143,8 @@ if hasattr(slstm_kernels, "fitted"):  # every kernel of the cells compiles for s
     for dtype in (torch.float32, torch.bfloat16):
         slstm_kernels.fitted(slstm_config.pick(3, 2, 16, "cuda"), dtype, 16, "cuda", True)
         lstm_kernels.fitted(lstm_kernels.LSTMConfig(bb=16, hb=16, hb_bwd=16, bk=16), dtype, 20, "cuda", False)
+        lstm_kernels.fitted(lstm_kernels.LSTMConfig(bb=16, hb=16, hb_bwd=16, bk=16, resident_bwd=True, split_bwd=2),
+                            dtype, 20, "cuda", False)
         mlstm.fitted(mlstm.MLSTMConfig(chunk=16, bv=16, warps=4, state_warps=4), dtype, 16, "cuda", False)
 out["compiled"] = sorted(seen)
 print(json.dumps(out))

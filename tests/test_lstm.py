@@ -139,3 +139,16 @@ def test_split_that_does_not_divide_the_units_is_refused():
     inputs = SPEC.make_inputs(SMALL, torch.float32, "cpu", 0)
     with pytest.raises(ValueError, match="split_bwd"):
         lstm.lstm(**inputs, config=lstm.LSTMConfig(bb=16, hb=16, hb_bwd=16, split_bwd=3))
+
+
+@pytest.mark.parametrize("B, H", [(1, 256), (32, 512), (64, 2048), (256, 512), (4096, 2048), (8, 20), (3, 8192)])
+def test_picked_backward_split(B, H):
+    # the GPU pick: every program of every batch group on its own SM (they wait for each other), a
+    # split that divides the block of units, shares of 16 gate columns at least; split from H 128 on
+    from kcollect.kernels.lstm.config import _split
+
+    groups = -(-B // min(64, max(16, 1 << (B - 1).bit_length())))
+    hb_bwd, split = _split(H, groups, 132)
+    assert -(-H // hb_bwd) * split * groups <= 132 or split == 1, (hb_bwd, split)
+    assert hb_bwd % split == 0 and max(16, 1 << (4 * H - 1).bit_length()) // split >= 16, (hb_bwd, split)
+    assert (split > 1) == (H >= 128 and -(-H // hb_bwd) * 2 * groups <= 132), (hb_bwd, split)

@@ -72,16 +72,35 @@ def pick(B: int, H: int, device) -> LSTMConfig:
     groups = triton.cdiv(B, bb)
     sms = sm_count(device)
     hb = _units(H, groups, sms, 4)
-    hb_bwd = _units(H, groups, sms, 16)
     fits = bb * hp * 2 <= RESIDENT_BYTES
     resident = fits and 4 * hb * hp * 2 <= RESIDENT_BYTES
-    resident_bwd = resident_backward(bb, hp, hb_bwd, 1)
+    hb_bwd, split = _split(H, groups, sms)
+    resident_bwd = resident_backward(bb, hp, hb_bwd, split)
     warps = 8 if resident or resident_bwd else 4
     # On the H200, streamed tiles of 128 rows forward and 256 in 8 warps backward: fewer dependent
     # loads a step (lab/results/lstm_tune_h200.txt; B64 T256 H2048: fwd 4.34 -> 3.78 ms, bwd 13.25 ->
     # 8.86; B32 T60 H512 bwd 0.780 -> 0.696). Not measured on an H100, which keeps 64 rows.
     if gpu_model(device) == "h200":
         return LSTMConfig(bb=bb, hb=hb, hb_bwd=hb_bwd, bk=128, bk_bwd=256, resident=resident,
-                          resident_bwd=resident_bwd, warps=warps, warps_bwd=8)
+                          resident_bwd=resident_bwd, warps=warps, warps_bwd=8, split_bwd=split)
     return LSTMConfig(bb=bb, hb=hb, hb_bwd=hb_bwd, bk=64, resident=resident, resident_bwd=resident_bwd,
-                      warps=warps)
+                      warps=warps, warps_bwd=8 if resident_bwd else 0, split_bwd=split)
+
+
+def _split(H: int, groups: int, sms: int) -> tuple[int, int]:
+    """(hb_bwd, split_bwd): blocks of 64 units (128 past H 1024), the product over their 4H gate
+    columns split in shares of 256 columns or more, 8 at most, and fewer where the programs of all
+    batch groups would outnumber the SMs; where no split is left (H < 128, or too many groups),
+    _units's blocks unsplit.
+    Unsplit, every program read a step's whole dG [64, 4H] (1 MB at H 2048): lab.cells_tune on the
+    H200 (lab/results/lstm_split_h200_bb0b404.txt), bwd B64 T256 H2048 9.04 -> 6.44 ms (cuDNN 6.53),
+    B32 T60 H512 0.708 -> 0.449 (cuDNN 0.526), B64 T256 H512 resets 2.92 -> 1.89, B1 T60 H256
+    0.390 -> 0.308 (there 4 ways: 8 was 0.387). Not measured on an H100."""
+    hp = max(16, triton.next_power_of_2(H))
+    hb_bwd = min(hp, 64 if H <= 1024 else 128)
+    split = max(1, min(8, 4 * hp // 256))
+    while split > 1 and triton.cdiv(H, hb_bwd) * split * groups > sms:
+        split //= 2
+    if split == 1 or triton.cdiv(H, hb_bwd) * groups > sms:
+        return _units(H, groups, sms, 16), 1
+    return hb_bwd, split
