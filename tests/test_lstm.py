@@ -152,3 +152,21 @@ def test_picked_backward_split(B, H):
     assert -(-H // hb_bwd) * split * groups <= 132 or split == 1, (hb_bwd, split)
     assert hb_bwd % split == 0 and max(16, 1 << (4 * H - 1).bit_length()) // split >= 16, (hb_bwd, split)
     assert (split > 1) == (H >= 128 and -(-H // hb_bwd) * 2 * groups <= 132), (hb_bwd, split)
+
+
+def test_fitting_shrinks_only_the_kernel_that_is_over(monkeypatch):
+    # the H200's pick at B64 H2048: Triton 3.6 gave its backward (256-row tiles of 128 units) more
+    # shared memory than a program may use, and fitting halved both kernels' tiles: the forward, which
+    # fitted, took 4.35 ms where it had taken 3.49 (full-grid run at 6bf9a6d). Now only the tiles of
+    # the kernel over the limit are halved (the compiler's answer stood in for: what each needs)
+    from kcollect.kernels.lstm import sequence
+
+    limit = 232448
+    monkeypatch.setattr(sequence, "fit_limit", lambda device: limit)
+    monkeypatch.setattr(sequence, "_needs", lambda c, dtype, H, device, limit: (
+        c.bk * 1000, limit + 1 if c.bk_bwd > 128 else limit))
+    config = lstm.LSTMConfig(bb=64, hb=16, hb_bwd=128, bk=128, bk_bwd=256, warps_bwd=8, split_bwd=8)
+    got = sequence.fitted(config, torch.bfloat16, 2048, "cuda", True)
+    assert (got.bk, got.bk_bwd, got.split_bwd) == (128, 128, 8), got
+    with pytest.raises(ValueError, match="shared memory"):  # a forced config is not changed
+        sequence.fitted(config, torch.bfloat16, 2048, "cuda", False)

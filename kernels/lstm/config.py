@@ -76,7 +76,7 @@ def pick(B: int, H: int, device) -> LSTMConfig:
     resident = fits and 4 * hb * hp * 2 <= RESIDENT_BYTES
     hb_bwd, split = _split(H, groups, sms)
     resident_bwd = resident_backward(bb, hp, hb_bwd, split)
-    warps = 8 if resident or resident_bwd else 4
+    warps = 8 if resident else 4  # the forward's; the backward's 8 where its weights are resident
     # On the H200, streamed tiles of 128 rows forward and 256 in 8 warps backward: fewer dependent
     # loads a step (lab/results/lstm_tune_h200.txt; B64 T256 H2048: fwd 4.34 -> 3.78 ms, bwd 13.25 ->
     # 8.86; B32 T60 H512 bwd 0.780 -> 0.696). Not measured on an H100, which keeps 64 rows.
@@ -88,19 +88,19 @@ def pick(B: int, H: int, device) -> LSTMConfig:
 
 
 def _split(H: int, groups: int, sms: int) -> tuple[int, int]:
-    """(hb_bwd, split_bwd): blocks of 64 units (128 past H 1024), the product over their 4H gate
-    columns split in shares of 256 columns or more, 8 at most, and fewer where the programs of all
-    batch groups would outnumber the SMs; where no split is left (H < 128, or too many groups),
-    _units's blocks unsplit.
-    Unsplit, every program read a step's whole dG [64, 4H] (1 MB at H 2048): lab.cells_tune on the
-    H200 (lab/results/lstm_split_h200_bb0b404.txt), bwd B64 T256 H2048 9.04 -> 6.44 ms (cuDNN 6.53),
-    B32 T60 H512 0.708 -> 0.449 (cuDNN 0.526), B64 T256 H512 resets 2.92 -> 1.89, B1 T60 H256
-    0.390 -> 0.308 (there 4 ways: 8 was 0.387). Not measured on an H100."""
-    hp = max(16, triton.next_power_of_2(H))
-    hb_bwd = min(hp, 64 if H <= 1024 else 128)
-    split = max(1, min(8, 4 * hp // 256))
+    """(hb_bwd, split_bwd): from H 128 on, blocks of 16 units split 4 ways (to H 256), 64 units 8
+    ways (to H 1024) or 128 units 8 ways, fewer ways where the programs of all batch groups would
+    outnumber the SMs; below H 128, or with no split left, _units's blocks unsplit. Unsplit, every
+    program read a step's whole dG [64, 4H] (1 MB at H 2048). lab.cells_tune on the H200
+    (lab/results/lstm_split_h200_bb0b404.txt, lstm_split_h200_6bf9a6d.txt), bwd in ms, unsplit ->
+    split (cuDNN): B64 T256 H2048 9.04 -> 6.44 (6.53); B64 T2048 H512 22.29 -> 13.86 (21.46); B32
+    T60 H512 0.708 -> 0.449 (0.526); B64 T256 H512 resets 2.92 -> 1.89; B16 T256 H128 1.337 -> 1.116
+    (1.388); B1 T60 H256 resets 0.390 -> 0.310. Not measured on an H100."""
+    if H < 128:
+        return _units(H, groups, sms, 16), 1
+    hb_bwd, split = (16, 4) if H <= 256 else (64, 8) if H <= 1024 else (128, 8)
     while split > 1 and triton.cdiv(H, hb_bwd) * split * groups > sms:
         split //= 2
-    if split == 1 or triton.cdiv(H, hb_bwd) * groups > sms:
+    if split == 1:
         return _units(H, groups, sms, 16), 1
     return hb_bwd, split

@@ -263,31 +263,31 @@ def _bwd_meta(config: LSTMConfig, H: int, dtype, device) -> dict:
                 PRECISE=precise(dtype), SPLIT=config.split_bwd, num_warps=config.warps_bwd or config.warps)
 
 
-def _shared(config: LSTMConfig, dtype, H: int, device) -> int:
-    """The shared memory of the forward and the backward kernel (persistent variants), the larger."""
+def _needs(config: LSTMConfig, dtype, H: int, device, limit: int) -> tuple[int, int]:
+    """Shared memory (forward, backward) of the kernels' persistent variants: a program's tile of
+    recurrent weights in the products' operand type where that alone is over `limit`, else what
+    the compiled kernel needs."""
     f32, u8, i32 = torch.float32, torch.uint8, torch.int32
-    fwd = (dtype, dtype, dtype, f32, dtype, dtype, u8, i32, 1, 1, H, 1, 1, 1, 1, 1)
-    bwd = (dtype, dtype, dtype, dtype, f32, u8, dtype, f32, dtype, f32, i32, 1, 1, H, 1, 1, 1)
-    return max(shared_bytes_for_types(_lstm_fwd, fwd, dict(_fwd_meta(config, H, dtype, device), SYNC=True), device),
-               shared_bytes_for_types(_lstm_bwd, bwd, dict(_bwd_meta(config, H, dtype, device), SYNC=True, FINAL=True,
-                                                            PHASES=3), device))
-
-
-def _floor(config: LSTMConfig, dtype, H: int, device) -> int:
-    """Shared memory the kernels need at least: a program's tile of recurrent weights, which the
-    products stage there, in their operand type (what fits under it is compiled to be sure)."""
     size = 4 if dot_f32(dtype, device) else dtype.itemsize
     fwd, bwd = _fwd_meta(config, H, dtype, device), _bwd_meta(config, H, dtype, device)
-    rows_fwd = fwd["HP"] if config.resident else fwd["BK"]
-    rows_bwd = bwd["GP"] // bwd["SPLIT"] if config.resident_bwd else bwd["BK"]
-    return max(rows_fwd * 4 * config.hb, rows_bwd * config.hb_bwd) * size
+    floor_fwd = (fwd["HP"] if config.resident else fwd["BK"]) * 4 * config.hb * size
+    floor_bwd = (bwd["GP"] // bwd["SPLIT"] if config.resident_bwd else bwd["BK"]) * config.hb_bwd * size
+    need_fwd = floor_fwd if floor_fwd > limit else shared_bytes_for_types(
+        _lstm_fwd, (dtype, dtype, dtype, f32, dtype, dtype, u8, i32, 1, 1, H, 1, 1, 1, 1, 1), dict(fwd, SYNC=True),
+        device)
+    need_bwd = floor_bwd if floor_bwd > limit else shared_bytes_for_types(
+        _lstm_bwd, (dtype, dtype, dtype, dtype, f32, u8, dtype, f32, dtype, f32, i32, 1, 1, H, 1, 1, 1),
+        dict(bwd, SYNC=True, FINAL=True, PHASES=3), device)
+    return need_fwd, need_bwd
 
 
-def shrink(c: LSTMConfig) -> LSTMConfig | None:
-    """The next smaller config `fitted` tries: thinner weight tiles (both kernels' halved together,
-    16 rows at least), then fewer units a program; None past the smallest."""
-    if max(c.bk, c.bk_bwd) > 16:
-        return replace(c, bk=max(16, c.bk // 2), bk_bwd=max(16, c.bk_bwd // 2) if c.bk_bwd else 0)
+def shrink(c: LSTMConfig, fwd: bool = True, bwd: bool = True) -> LSTMConfig | None:
+    """The next smaller config `fitted` tries, for the kernels named (those over the limit):
+    thinner weight tiles (16 rows at least), then fewer units a program (both kernels); None past
+    the smallest."""
+    bk_bwd = c.bk_bwd or c.bk
+    if fwd and c.bk > 16 or bwd and bk_bwd > 16:
+        return replace(c, bk=max(16, c.bk // 2) if fwd else c.bk, bk_bwd=max(16, bk_bwd // 2) if bwd else bk_bwd)
     if c.hb > 4 or c.hb_bwd > 16:
         return replace(c, hb=max(4, c.hb // 2), hb_bwd=max(16, c.hb_bwd // 2), resident=False, resident_bwd=False,
                        split_bwd=1)
@@ -297,8 +297,9 @@ def shrink(c: LSTMConfig) -> LSTMConfig | None:
 @functools.lru_cache(maxsize=None)  # a launch's check is then one lookup
 def fitted(config: LSTMConfig, dtype, H: int, device, picked: bool) -> LSTMConfig:
     """The config to launch: `config` where the device's shared memory holds it; a picked one that
-    does not (fp32 with many batch groups: a program's weight tile 64 x 4*hb), with thinner weight
-    tiles, then fewer units a program (more programs: the stepped launches where they cannot all be
+    does not (fp32 with many batch groups: a program's weight tile 64 x 4*hb; the H200's backward
+    tiles of 256 rows at 128 units a program), with thinner weight tiles in the kernel that is
+    over, then fewer units a program (more programs: the stepped launches where they cannot all be
     resident); ValueError naming the limit where none fits (a forced config is not changed)."""
     shares = max(16, triton.next_power_of_2(4 * H)) // 16  # a share of the gate columns is 16 at least
     if config.split_bwd not in [2 ** i for i in range(7)] or config.hb_bwd % config.split_bwd \
@@ -308,17 +309,14 @@ def fitted(config: LSTMConfig, dtype, H: int, device, picked: bool) -> LSTMConfi
     limit = fit_limit(device)
     if limit is None:
         return config
-    candidates, c = [config], config
-    while picked and (c := shrink(c)) is not None:
-        candidates.append(c)
-    for c in candidates:
-        need = _floor(c, dtype, H, device)
-        need = need if need > limit else _shared(c, dtype, H, device)
-        if need <= limit:
+    c = config
+    while True:
+        need_fwd, need_bwd = _needs(c, dtype, H, device, limit)
+        if max(need_fwd, need_bwd) <= limit:
             return c
-    raise ValueError(f"lstm: the config needs at least {need} bytes of shared memory a program (H={H}, "
-                     f"{str(dtype)[6:]}), "
-                     f"more than the {limit} bytes this GPU allows")
+        if not picked or (c := shrink(c, need_fwd > limit, need_bwd > limit)) is None:
+            raise ValueError(f"lstm: the config needs at least {max(need_fwd, need_bwd)} bytes of shared memory a "
+                             f"program (H={H}, {str(dtype)[6:]}), more than the {limit} bytes this GPU allows")
 
 
 def lstm_fwd(gx, wt, h0, c0, resets, save: bool, config: LSTMConfig):
