@@ -42,19 +42,11 @@ def _splits(H: int, bb: int, B: int, sms: int = 132) -> list[tuple[int, int]]:
             and gp // k >= 16 and 16 <= -(-H // u) * k * groups <= sms]
 
 
-def _fwd_splits(H: int, bb: int, B: int, sms: int = 132) -> list[tuple[int, int]]:
-    """(hb, split) pairs of the lstm forward, as _splits: shares of 16 of h's units at least."""
-    groups = -(-B // bb)
-    hp = max(16, 1 << (H - 1).bit_length())
-    return [(u, k) for u in (8, 16, 32, 64, 128) for k in (2, 4, 8) if k <= u <= hp and hp // k >= 16
-            and 16 <= -(-H // u) * k * groups <= sms]
-
-
 def candidates(op: str, default, dims: dict | None = None) -> dict:
     """{name: config}: the default pick and one-field changes of it."""
     r = dataclasses.replace
     if op == "lstm":
-        from kcollect.kernels.lstm.config import _units, with_fwd_split, with_split
+        from kcollect.kernels.lstm.config import _units, with_split
 
         H, B = dims["H"], dims["B"]
         # the weight and h (dG) tiles a step reads at a time: fewer, longer dependent loads a step
@@ -65,7 +57,6 @@ def candidates(op: str, default, dims: dict | None = None) -> dict:
         out.update({f"bb={b}": r(default, bb=b) for b in (16, 32, 64) if b != default.bb})
         out.update({f"split={k},hb_bwd={u}": with_split(default, H, u, k) for u, k in _splits(H, default.bb, B)})
         out["unsplit"] = with_split(default, H, _units(H, -(-B // default.bb), 132, 16), 1)
-        out.update({f"fsplit={k},hb={u}": with_fwd_split(default, H, u, k) for u, k in _fwd_splits(H, default.bb, B)})
         out.update({"resident": r(default, resident=not default.resident, resident_bwd=not default.resident_bwd),
                     f"warps={12 - default.warps}": r(default, warps=12 - default.warps),
                     "stepped": r(default, persistent=False)})

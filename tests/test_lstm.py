@@ -103,10 +103,10 @@ def test_fp32_recurrent_sums_are_blocked(resident, units):
 @pytest.mark.parametrize("resident", [False, True])
 @pytest.mark.parametrize("split", [1, 4])
 def test_persistent_barrier_on_gpu(dtype, resident, split):
-    # units split over 4 programs (16 with the products split 4 ways, which wait twice a step) of 2
-    # batch groups that wait for each other at every step
+    # units split over 4 programs (16 with the backward's product split 4 ways, which wait twice a
+    # step) of 2 batch groups that wait for each other at every step
     config = lstm.LSTMConfig(bb=32, hb=16, hb_bwd=16, bk=32, resident=resident, resident_bwd=resident,
-                             split=split, split_bwd=split)
+                             split_bwd=split)
     errors = _errors(cast(_inputs(40, 50, 64, "cuda"), dtype), config)
     assert max(errors) < SPEC.tolerance[dtype], errors
 
@@ -133,16 +133,6 @@ def test_backward_product_split_over_programs(split, hb_bwd, H, resident):
     config = lstm.LSTMConfig(bb=16, hb=16, hb_bwd=hb_bwd, bk=16, resident_bwd=resident, split_bwd=split)
     errors = _errors(_inputs(17, 5, H), config)
     assert max(errors) < 1e-5, errors
-
-
-@pytest.mark.parametrize("split, hb, H, resident", [(2, 8, 24, False), (2, 16, 20, False), (4, 16, 40, True)])
-def test_forward_product_split_over_programs(split, hb, H, resident):
-    # the gates h W over H units, cut in `split` shares (at H 20 the second of 2 shares of the 32
-    # padded units holds 4 of them); the backward unsplit and split alike
-    for split_bwd in (1, 2):
-        config = lstm.LSTMConfig(bb=16, hb=hb, hb_bwd=16, bk=16, resident=resident, split=split, split_bwd=split_bwd)
-        errors = _errors(_inputs(17, 5, H), config)
-        assert max(errors) < 1e-5, (split_bwd, errors)
 
 
 def test_split_that_does_not_divide_the_units_is_refused():

@@ -32,9 +32,6 @@ class LSTMConfig:
     warps: int = 4
     warps_bwd: int = 0  # the backward's warps; 0: warps
     persistent: bool = True  # one launch for the whole sequence; False: one launch per step
-    # forward programs a block of hb units (a power of two dividing hb): each multiplies a split-th
-    # of h's units and finishes the gates of hb / split units
-    split: int = 1
     # backward programs a block of hb_bwd units (a power of two dividing hb_bwd): each multiplies a
     # split_bwd-th of dG's gate columns and finishes the gates of hb_bwd / split_bwd units
     split_bwd: int = 1
@@ -61,14 +58,6 @@ def with_split(c: LSTMConfig, H: int, hb_bwd: int, split: int) -> LSTMConfig:
     their share fits)."""
     hp = max(16, triton.next_power_of_2(H))
     return replace(c, hb_bwd=hb_bwd, split_bwd=split, resident_bwd=resident_backward(c.bb, hp, hb_bwd, split))
-
-
-def with_fwd_split(c: LSTMConfig, H: int, hb: int, split: int) -> LSTMConfig:
-    """`c` with its forward's product over hb units split `split` ways (weights resident where their
-    share and the h tile fit in registers; 8 warps then, or for 256 gate columns and more)."""
-    rows = max(16, triton.next_power_of_2(H)) // split
-    resident = c.bb * rows * 2 <= RESIDENT_BYTES and rows * 4 * hb * 2 <= RESIDENT_BYTES
-    return replace(c, hb=hb, split=split, resident=resident, warps=8 if resident or hb >= 64 else 4)
 
 
 @tunable

@@ -94,74 +94,47 @@ def _rec(row_ptr, row_ok, w_ptr, w, w2, cols, cols_ok, K, stride, BB: tl.constex
 
 
 @triton.jit(do_not_specialize=["B", "T", "cs_steps", "t_lo", "n_steps", "has_resets", "save"])
-def _lstm_fwd(gx_ptr, wt_ptr, ys_ptr, cs_ptr, act_ptr, cn_ptr, rs_ptr, part_ptr, cnt_ptr, B, T, H, cs_steps, t_lo,
-              n_steps, has_resets, save, BB: tl.constexpr, HB: tl.constexpr, BK: tl.constexpr, HP: tl.constexpr,
+def _lstm_fwd(gx_ptr, wt_ptr, ys_ptr, cs_ptr, act_ptr, cn_ptr, rs_ptr, cnt_ptr, B, T, H, cs_steps, t_lo, n_steps,
+              has_resets, save, BB: tl.constexpr, HB: tl.constexpr, BK: tl.constexpr, HP: tl.constexpr,
               RESIDENT: tl.constexpr, HALVES: tl.constexpr, SYNC: tl.constexpr, DOT_F32: tl.constexpr,
-              PRECISE: tl.constexpr, SPLIT: tl.constexpr, PHASES: tl.constexpr):
-    """Steps t_lo .. t_lo + n_steps. SPLIT and PHASES as in _lstm_bwd: with SPLIT > 1 the SPLIT
-    programs of a block of HB units each multiply a SPLIT-th of h's units (HP / SPLIT rows of the
-    weights) for the block's 4 HB gate columns, publish the partial gates (part [B, SPLIT, 4H] fp32)
-    and, after a second wait, each finishes the HB / SPLIT units of its own from their sum."""
-    pid, pid_b, n_p = tl.program_id(0), tl.program_id(1), tl.num_programs(0)
-    EU: tl.constexpr = HB // SPLIT
-    KS: tl.constexpr = HP // SPLIT
-    ROUNDS: tl.constexpr = 2 if SPLIT > 1 else 1
+              PRECISE: tl.constexpr):
+    pid_h, pid_b, n_h = tl.program_id(0), tl.program_id(1), tl.num_programs(0)
     rows = pid_b * BB + tl.arange(0, BB)
     row_ok = rows < B
     r64 = rows.to(tl.int64)[:, None]
-    blk, k_part = pid // SPLIT, pid % SPLIT
-    n = blk * 4 * HB + tl.arange(0, 4 * HB)  # the product's gate columns
-    n_ok = n < 4 * H
-    k_lo = k_part * KS
-    k_n = tl.minimum(KS, H - k_lo)
-    u = blk * HB + k_part * EU + tl.arange(0, EU)  # the units this program finishes
+    u = pid_h * HB + tl.arange(0, HB)
+    n = pid_h * 4 * HB + tl.arange(0, 4 * HB)
     m_u = row_ok[:, None] & (u[None, :] < H)
-    ne = (blk * HB + k_part * EU) * 4 + tl.arange(0, 4 * EU)  # and their gate columns
-    m_n = row_ok[:, None] & (ne < 4 * H)[None, :]
-    tanh_col = (tl.arange(0, 4 * EU) % 4 == 2)[None, :]  # gate 2 (the cell input) is a tanh
+    n_ok = n < 4 * H
+    m_n = row_ok[:, None] & n_ok[None, :]
+    tanh_col = (tl.arange(0, 4 * HB) % 4 == 2)[None, :]  # gate 2 (the cell input) is a tanh
     w, w2 = 0, 0
     if RESIDENT:
-        w, w2 = _resident(wt_ptr + k_lo * 4 * H, n, n_ok, k_n, 4 * H, KS, HALVES)
+        w, w2 = _resident(wt_ptr, n, n_ok, H, 4 * H, HP, HALVES)
     c = tl.load(cs_ptr + r64 * cs_steps * H + t_lo * H + u[None, :], mask=m_u, other=0.0)
-    ok = pid >= 0
+    ok = pid_h >= 0
     s = 0
     while s < n_steps:
         t = t_lo + s
         if SYNC:
-            ok = wait(cnt_ptr + pid_b, n_p * ROUNDS * s, ok)
-        acc = tl.zeros((BB, 4 * EU), tl.float32)
-        if PHASES % 2 == 1:
-            acc = _rec(ys_ptr + r64 * (T + 1) * H + t * H + k_lo, row_ok, wt_ptr + k_lo * 4 * H, w, w2, n, n_ok, k_n,
-                       4 * H, BB, 4 * HB, BK, KS, RESIDENT, HALVES, DOT_F32)
-            if SPLIT > 1:
-                tl.store(part_ptr + (r64 * SPLIT + k_part) * 4 * H + n[None, :], acc,
-                         mask=row_ok[:, None] & n_ok[None, :])
-        if SPLIT > 1:
-            if SYNC:
-                arrive(cnt_ptr + pid_b)
-                ok = wait(cnt_ptr + pid_b, n_p * ROUNDS * s + n_p, ok)
-            if PHASES >= 2:
-                j = tl.arange(0, SPLIT)[None, :, None]
-                parts = tl.load(part_ptr + (r64[:, :, None] * SPLIT + j) * 4 * H + ne[None, None, :],
-                                mask=m_n[:, None, :], other=0.0, cache_modifier=".cg")
-                acc = tl.sum(parts, axis=1)
-        if PHASES >= 2:
-            keep = keep_rows(rs_ptr, rows, row_ok, t, T, has_resets)[:, None]
-            acc = acc * keep + tl.load(gx_ptr + r64 * T * 4 * H + t * 4 * H + ne[None, :], mask=m_n, other=0.0)
-            act = tl.where(tanh_col, tanh_f32(acc, PRECISE), sigmoid_f32(acc, PRECISE))
-            ig, fg, gg, og = split4(act, BB, EU)
-            c = fg * c * keep + ig * gg
-            h = tl.where(ok, og * tanh_f32(c, PRECISE), float("nan"))
-            tl.store(ys_ptr + r64 * (T + 1) * H + (t + 1) * H + u[None, :], h.to(ys_ptr.dtype.element_ty), mask=m_u)
-            tl.store(cs_ptr + r64 * cs_steps * H + (t + 1) * H + u[None, :], c, mask=m_u & (save != 0))
-            tl.store(act_ptr + r64 * T * 4 * H + t * 4 * H + ne[None, :], acc.to(act_ptr.dtype.element_ty),
-                     mask=m_n & (save != 0))
+            ok = wait(cnt_ptr + pid_b, n_h * s, ok)
+        keep = keep_rows(rs_ptr, rows, row_ok, t, T, has_resets)[:, None]
+        acc = _rec(ys_ptr + r64 * (T + 1) * H + t * H, row_ok, wt_ptr, w, w2, n, n_ok, H, 4 * H, BB, 4 * HB, BK, HP,
+                   RESIDENT, HALVES, DOT_F32)
+        acc = acc * keep + tl.load(gx_ptr + r64 * T * 4 * H + t * 4 * H + n[None, :], mask=m_n, other=0.0)
+        act = tl.where(tanh_col, tanh_f32(acc, PRECISE), sigmoid_f32(acc, PRECISE))
+        ig, fg, gg, og = split4(act, BB, HB)
+        c = fg * c * keep + ig * gg
+        h = tl.where(ok, og * tanh_f32(c, PRECISE), float("nan"))
+        tl.store(ys_ptr + r64 * (T + 1) * H + (t + 1) * H + u[None, :], h.to(ys_ptr.dtype.element_ty), mask=m_u)
+        tl.store(cs_ptr + r64 * cs_steps * H + (t + 1) * H + u[None, :], c, mask=m_u & (save != 0))
+        tl.store(act_ptr + r64 * T * 4 * H + t * 4 * H + n[None, :], acc.to(act_ptr.dtype.element_ty),
+                 mask=m_n & (save != 0))
         if SYNC:
             arrive(cnt_ptr + pid_b)
         s += 1
-    if PHASES >= 2:
-        if t_lo + n_steps == T:
-            tl.store(cn_ptr + r64 * H + u[None, :], c.to(cn_ptr.dtype.element_ty), mask=m_u)
+    if t_lo + n_steps == T:
+        tl.store(cn_ptr + r64 * H + u[None, :], c.to(cn_ptr.dtype.element_ty), mask=m_u)
 
 
 @triton.jit(do_not_specialize=["B", "T", "t_hi", "n_steps", "has_resets"])
@@ -275,11 +248,10 @@ def _halves(resident: bool, kp: int, fast: int) -> bool:
 
 def _fwd_meta(config: LSTMConfig, H: int, dtype, device) -> dict:
     hp = max(16, triton.next_power_of_2(H))
-    ks = hp // config.split  # a program's share of h's units
     fast = dot_f32(dtype, device)
-    return dict(BB=config.bb, HB=config.hb, BK=min(config.bk, ks), HP=hp, RESIDENT=config.resident,
-                HALVES=_halves(config.resident, ks, fast), DOT_F32=fast, PRECISE=precise(dtype),
-                SPLIT=config.split, num_warps=config.warps)
+    return dict(BB=config.bb, HB=config.hb, BK=min(config.bk, hp), HP=hp, RESIDENT=config.resident,
+                HALVES=_halves(config.resident, hp, fast), DOT_F32=fast, PRECISE=precise(dtype),
+                num_warps=config.warps)
 
 
 def _bwd_meta(config: LSTMConfig, H: int, dtype, device) -> dict:
@@ -298,11 +270,11 @@ def _needs(config: LSTMConfig, dtype, H: int, device, limit: int) -> tuple[int, 
     f32, u8, i32 = torch.float32, torch.uint8, torch.int32
     size = 4 if dot_f32(dtype, device) else dtype.itemsize
     fwd, bwd = _fwd_meta(config, H, dtype, device), _bwd_meta(config, H, dtype, device)
-    floor_fwd = (fwd["HP"] // fwd["SPLIT"] if config.resident else fwd["BK"]) * 4 * config.hb * size
+    floor_fwd = (fwd["HP"] if config.resident else fwd["BK"]) * 4 * config.hb * size
     floor_bwd = (bwd["GP"] // bwd["SPLIT"] if config.resident_bwd else bwd["BK"]) * config.hb_bwd * size
     need_fwd = floor_fwd if floor_fwd > limit else shared_bytes_for_types(
-        _lstm_fwd, (dtype, dtype, dtype, f32, dtype, dtype, u8, f32, i32, 1, 1, H, 1, 1, 1, 1, 1),
-        dict(fwd, SYNC=True, PHASES=3), device)
+        _lstm_fwd, (dtype, dtype, dtype, f32, dtype, dtype, u8, i32, 1, 1, H, 1, 1, 1, 1, 1), dict(fwd, SYNC=True),
+        device)
     need_bwd = floor_bwd if floor_bwd > limit else shared_bytes_for_types(
         _lstm_bwd, (dtype, dtype, dtype, dtype, f32, u8, dtype, f32, dtype, f32, i32, 1, 1, H, 1, 1, 1),
         dict(bwd, SYNC=True, FINAL=True, PHASES=3), device)
@@ -318,7 +290,7 @@ def shrink(c: LSTMConfig, fwd: bool = True, bwd: bool = True) -> LSTMConfig | No
         return replace(c, bk=max(16, c.bk // 2) if fwd else c.bk, bk_bwd=max(16, bk_bwd // 2) if bwd else bk_bwd)
     if c.hb > 4 or c.hb_bwd > 16:
         return replace(c, hb=max(4, c.hb // 2), hb_bwd=max(16, c.hb_bwd // 2), resident=False, resident_bwd=False,
-                       split=1, split_bwd=1)
+                       split_bwd=1)
     return None
 
 
@@ -329,12 +301,11 @@ def fitted(config: LSTMConfig, dtype, H: int, device, picked: bool) -> LSTMConfi
     tiles of 256 rows at 128 units a program), with thinner weight tiles in the kernel that is
     over, then fewer units a program (more programs: the stepped launches where they cannot all be
     resident); ValueError naming the limit where none fits (a forced config is not changed)."""
-    hp = max(16, triton.next_power_of_2(H))
-    for name, ways, units, rows in (("split", config.split, config.hb, hp), ("split_bwd", config.split_bwd,
-                                                                            config.hb_bwd, 4 * hp)):
-        if ways not in [2 ** i for i in range(7)] or units % ways or rows // ways < 16:  # shares of 16 rows at least
-            raise ValueError(f"lstm: {name} must be a power of two that divides its units a program ({units}) and is "
-                             f"at most {rows // 16} at H={H}; got {ways}")
+    shares = max(16, triton.next_power_of_2(4 * H)) // 16  # a share of the gate columns is 16 at least
+    if config.split_bwd not in [2 ** i for i in range(7)] or config.hb_bwd % config.split_bwd \
+            or config.split_bwd > shares:
+        raise ValueError(f"lstm: split_bwd must be a power of two that divides hb_bwd ({config.hb_bwd}) and is at "
+                         f"most {shares} at H={H}; got {config.split_bwd}")
     limit = fit_limit(device)
     if limit is None:
         return config
@@ -356,29 +327,26 @@ def lstm_fwd(gx, wt, h0, c0, resets, save: bool, config: LSTMConfig):
     dev, dt = gx.device, gx.dtype
     ys = torch.empty(B, T + 1, H, device=dev, dtype=dt)
     ys[:, 0] = h0
-    split = config.split
-    grid = (triton.cdiv(H, config.hb) * split, triton.cdiv(B, config.bb))
+    grid = (triton.cdiv(H, config.hb), triton.cdiv(B, config.bb))
     meta = _fwd_meta(config, H, dt, dev)
     rs = resets.view(torch.uint8) if resets is not None else ys
     cn = torch.empty(B, H, device=dev, dtype=dt)
-    part = torch.empty(B, split, G, device=dev, dtype=torch.float32) if split > 1 else cn  # the partial gates
     cnt = torch.zeros(grid[1], device=dev, dtype=torch.int32)
     stand_in = torch.empty(1, device=dev, dtype=torch.float32)  # cs, sized once the path is known
     flags = (int(resets is not None), int(save))
-    probe = (gx, wt, ys, stand_in, ys, cn, rs, part, cnt, B, T, H, T + 1, 0, T) + flags
-    persistent = _persistent(_lstm_fwd, probe, dict(meta, SYNC=True, PHASES=3), config, grid, dev)
+    probe = (gx, wt, ys, stand_in, ys, cn, rs, cnt, B, T, H, T + 1, 0, T) + flags
+    persistent = _persistent(_lstm_fwd, probe, dict(meta, SYNC=True), config, grid, dev)
     save = save or not persistent
     steps = T + 1 if save else 1
     cs = torch.empty(B, steps, H, device=dev, dtype=torch.float32)
     cs[:, 0] = c0
     act = torch.empty(B, T, G, device=dev, dtype=dt) if save else ys
-    args = (gx, wt, ys, cs, act, cn, rs, part, cnt, B, T, H, steps)
+    args = (gx, wt, ys, cs, act, cn, rs, cnt, B, T, H, steps)
     if persistent:
-        _lstm_fwd[grid](*args, 0, T, flags[0], int(save), SYNC=True, PHASES=3, **meta)
-    else:  # a launch a step (two where the product is split: its partials, then the gates)
+        _lstm_fwd[grid](*args, 0, T, flags[0], int(save), SYNC=True, **meta)
+    else:
         for t in range(T):
-            for ph in (1, 2) if split > 1 else (3,):
-                _lstm_fwd[grid](*args, t, 1, flags[0], 1, SYNC=False, PHASES=ph, **meta)
+            _lstm_fwd[grid](*args, t, 1, flags[0], 1, SYNC=False, **meta)
     return ys, (cs if save else None), (act if save else None), cn
 
 
