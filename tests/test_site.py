@@ -627,8 +627,8 @@ def history(tmp_path_factory):
     with Store(db, read_only=True) as store:
         data = site_data.load(store)
         rows = store.query("SELECT kernel, mode, provider, shape, dtype, gpu_name, git_commit, timing, env_id, "
-                           "machine, median_ms, status, driver, cuda, torch, triton, python, peers FROM results_v "
-                           "WHERE device_kind = 'cuda'")
+                           "machine, median_ms, status, driver, cuda, torch, triton, python, peers, package, ours "
+                           "FROM results_v WHERE device_kind = 'cuda'")
     return data, site_flags.analyse(data), rows
 
 
@@ -700,11 +700,20 @@ def test_history_no_recovered_regression_is_open(history):
 
 def _condition(row: dict) -> tuple:
     """What a row was measured under, read from the store: timing method, machine, the software
-    stack, and the installed peers' versions for a peer's own rows (ours, eager and compile run on
-    the stack alone: the peers installed beside them are not theirs)."""
-    stack = row["provider"] in ("triton", "torch", "compile") or row["provider"].startswith(("triton[", "torch_"))
-    return (row["timing"], row["machine"], row["driver"], row["cuda"], row["torch"], row["triton"], row["python"],
-            None if stack else row["peers"])
+    stack, and for a row not of ours the version of the package its provider comes from (the row's
+    `package`: '' none, the stack alone, as eager, compile and cuDNN; NULL on rows older than that
+    column, where the stack's own providers by name run on it alone and a peer's rows count every
+    installed peer's version)."""
+    stack = (row["timing"], row["machine"], row["driver"], row["cuda"], row["torch"], row["triton"], row["python"])
+    package = row["package"]
+    by_name = row["provider"] in ("triton", "torch", "compile") or row["provider"].startswith(("triton[", "torch_"))
+    if row["ours"] or package == "" or package is None and by_name:
+        return stack
+    if package is None:
+        return stack + (row["peers"],)
+    peers = json.loads(row["peers"] or "{}")
+    own = {re.sub(r"[-_.]+", "-", name).lower(): v for name, v in peers.items()}
+    return stack + (own.get(re.sub(r"[-_.]+", "-", package).lower()),)
 
 
 def test_history_no_flag_comes_from_a_change_of_method_or_environment(history):
