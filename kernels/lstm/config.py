@@ -7,7 +7,8 @@ A forward program owns `hb` units (4*hb gate columns of the recurrent weights), 
 the whole sequence where the slice is small (`resident`), otherwise read in `bk`-row tiles every
 step, from L1 when the slice fits there and from L2 when not (H = 2048: 32 MB of bf16 weights);
 the backward's tiles (of the weights and of the next step's dG) and warps may differ (`bk_bwd`,
-`warps_bwd`)."""
+`warps_bwd`). The backward's product over the 4H gate columns may be split over `split_bwd`
+programs of each block of `hb_bwd` units (_split: from H 128 on, on the GPU)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace

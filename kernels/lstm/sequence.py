@@ -12,9 +12,11 @@ One program owns HB hidden units of BB batch rows. Each step it multiplies the w
 (read from L2, written there by all programs of its batch group) by its slice of the weights on
 tensor cores, applies the resets to the rows that restart there, finishes its units' gates, and
 publishes its h slice; the group's programs then wait for each other (_jit.barrier.arrive/wait)
-before the next step. A persistent launch runs the whole sequence; a stepped launch runs one step
-(the kernel boundary is the barrier): the CPU interpreter's path when units are split, and the
-fallback where a group's programs could not all be resident."""
+before the next step. The backward's product dG W (dG [BB, 4H], four times h) can be split over
+the programs of a block of units, which then wait twice a step (see _lstm_bwd). A persistent
+launch runs the whole sequence; a stepped launch runs one step (the kernel boundary is the
+barrier): the CPU interpreter's path when units are split, and the fallback where a group's
+programs could not all be resident."""
 from __future__ import annotations
 
 import functools
