@@ -11,14 +11,7 @@
 set -u
 out=${OUT_DIR:?set OUT_DIR to the folder that comes back}
 mkdir -p "$out"
-if [ -z "${KC_INSTALLED:-}" ]; then  # set on a warm machine's next call: all is installed already
-  if compgen -G ".whl/*.whl" >/dev/null; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-      .whl/*.whl || exit 1
-  fi
-  python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null || exit 1
-fi
-[ -d /tmp/site ] && export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
+source lab/gpu_env.sh
 nvidia-smi --query-gpu=index,name,clocks.sm,temperature.gpu,memory.used --format=csv > "$out/gpus.csv" 2>&1
 
 i=0

@@ -73,3 +73,27 @@ def test_capture_spread_refuses_a_bad_case_or_k():
         with pytest.raises(SystemExit) as e:
             capture_spread.main(argv)
         assert e.value.code == 2, argv
+
+
+def test_detached_job_outlives_its_start_and_is_packed_once_done(tmp_path):
+    # lab/gpu_detached.sh: a job started in its own session (a device call ends; the job runs on),
+    # waited for later, packed with its status; an exit inside the job still records its status
+    import os
+    import subprocess
+    import tarfile
+
+    env = dict(os.environ, KC_INSTALLED="1", KC_DETACHED=str(tmp_path / "state"), OUT_DIR=str(tmp_path / "out"))
+
+    def call(*args):
+        return subprocess.run(["bash", "lab/gpu_detached.sh", *args], env=env, capture_output=True, text=True)
+
+    assert call("wait", "1").returncode == 2  # nothing started
+    started = call("start", "sleep 6; echo done > $JOB_OUT/mark; exit 4")
+    assert started.returncode == 0, started.stderr
+    assert call("wait", "1").returncode == 75 and (tmp_path / "out" / "progress.txt").exists()
+    assert call("wait", "60").returncode == 4
+    with tarfile.open(tmp_path / "out" / "results.tar.gz") as tar:
+        names = set(tar.getnames())
+        assert {"./out/mark", "./log.txt", "./status"} <= names
+        assert tar.extractfile("./out/mark").read() == b"done\n"
+    assert call("bogus").returncode == 2

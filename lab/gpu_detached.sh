@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# A job longer than one command may run on a GPU machine reached one command at a time, each with
+# a time limit (as lab/gpu_call.sh's are): started in a process session of its own, which runs on
+# after the command that started it returns, for as long as the machine is held, then waited for by
+# the next commands. For the whole grid cold on one GPU (issue 43), which takes longer than one.
+#
+#   OUT_DIR=$OUT bash lab/gpu_detached.sh start 'kcollect run --all --db $KC_DB --commit SHA --commit-time T'
+#   OUT_DIR=$OUT bash lab/gpu_detached.sh wait 540     # in the same command or the next ones
+#
+# start installs (lab/gpu_env.sh) and launches the job with KC_DB=$STATE/job.duckdb, JOB_OUT=$STATE/out
+# and its cache under /tmp/kcache0 (STATE: $KC_DETACHED, default /tmp/kc_detached, outside the tree that
+# each call replaces). wait polls (every 5 s) for up to SECONDS: once the job has ended it exports its runs
+# and packs them, its log and $JOB_OUT into $OUT_DIR/results.tar.gz and exits with the job's
+# status; while it runs it leaves the log's tail in $OUT_DIR/progress.txt and exits 75.
+set -u
+out=${OUT_DIR:?set OUT_DIR to the folder that comes back}
+state=${KC_DETACHED:-/tmp/kc_detached}
+mkdir -p "$out"
+case "${1:-}" in
+  start)
+    job=${2:?start needs a command}
+    source lab/gpu_env.sh
+    rm -rf "$state" && mkdir -p "$state/out"
+    KC_DB="$state/job.duckdb" JOB_OUT="$state/out" KCOLLECT_CACHE_DIR=/tmp/kcache0 PYTHONUNBUFFERED=1 \
+      setsid bash -c 'bash -c "$0"; echo $? > "$1"' "$job" "$state/status" > "$state/log.txt" 2>&1 < /dev/null &
+    echo "started in its own session: $job" ;;
+  wait)
+    limit=${2:?wait needs SECONDS}
+    [ -d "$state" ] || { echo "no job was started here (or the machine was given back): $state is missing"; exit 2; }
+    [ -d /tmp/site ] && export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
+    start=$SECONDS
+    while [ ! -f "$state/status" ] && [ $((SECONDS - start)) -lt "$limit" ]; do sleep 5; done
+    if [ ! -f "$state/status" ]; then
+      tail -n 40 "$state/log.txt" > "$out/progress.txt"
+      echo "still running after $((SECONDS - start)) s of waiting"; exit 75
+    fi
+    [ -f "$state/job.duckdb" ] && kcollect export --db "$state/job.duckdb" --out "$state/runs" > "$state/export.log" 2>&1
+    rm -f "$state/job.duckdb" "$state/job.duckdb.wal"
+    tar -czf "$out/results.tar.gz" -C "$state" .
+    tail -n 3 "$state/log.txt"
+    exit "$(cat "$state/status")" ;;
+  *) echo "usage: OUT_DIR=DIR bash lab/gpu_detached.sh start 'COMMAND' | wait SECONDS"; exit 2 ;;
+esac

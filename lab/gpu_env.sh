@@ -1,0 +1,11 @@
+# Sourced by lab/gpu_call.sh and lab/gpu_detached.sh on a GPU machine that reaches no registry:
+# installs the wheels carried in .whl/ and kcollect (skipped where KC_INSTALLED is set: a warm
+# machine's next call), and puts the wheels' folder on PYTHONPATH.
+if [ -z "${KC_INSTALLED:-}" ]; then
+  if compgen -G ".whl/*.whl" >/dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+      .whl/*.whl || exit 1
+  fi
+  python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null || exit 1
+fi
+[ -d /tmp/site ] && export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
