@@ -27,7 +27,7 @@ case "${1:-}" in
   wait)
     limit=${2:?wait needs SECONDS}
     [ -d "$state" ] || { echo "no job was started here (or the machine was given back): $state is missing"; exit 2; }
-    [ -d /tmp/site ] && export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
+    KC_INSTALLED=1 source lab/gpu_env.sh  # installed by start: the wheels' path only
     start=$SECONDS
     while [ ! -f "$state/status" ] && [ $((SECONDS - start)) -lt "$limit" ]; do sleep 5; done
     if [ ! -f "$state/status" ]; then

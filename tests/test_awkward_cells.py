@@ -329,23 +329,18 @@ def test_answers_below_fp16_held_to_their_rounding():
     assert common.verdict(subject(torch.float32, lambda x: x * 1e-3))["status"] == "over_tolerance"
 
 
-def test_lstm_saturated_gates_in_fp32():
-    # the gates' activations took fp32 forms of 1-2 ulp (expf, a sum, a division); a saturated LSTM's
-    # gradients through s' = s (1 - s) keep only what that rounding left, and 17 steps compound it:
-    # dx was 4x eager's error and 2x the worst of eager's under 20 permutations of the hidden units
-    case = _case("lstm", "float32", {"B": 2, "T": 17, "H": 8, "I": 1}, resets="last", gates="saturated") | {
-        "seed": 62534619}
-    verdict = cells.check(case, "cpu")
-    assert verdict["status"] == "ok", f"{json.dumps(case)}: {verdict.get('message')}"
-
-
-def test_lstm_gate_derivatives_from_pre_activations():
-    # issue 40's H200 sweep (6944626): one saturated unit, dx 2x eager's error in fp32 (1.3e-5 on the
-    # interpreter, eager 3.5e-6). The backward took s' = s (1 - s) from the stored activations,
-    # which keep of 1 - s only their rounding at saturation; it now takes each gate and its
-    # derivative from the stored pre-activation (e = exp(-|z|): s' = e / (1 + e)^2)
-    case = _case("lstm", "float32", {"B": 1, "H": 1, "I": 1, "T": 5}, resets="last", gates="saturated") | {
-        "seed": 740353385}
+# Saturated LSTM gates in fp32. The gates' activations took fp32 forms of 1-2 ulp (expf, a sum, a
+# division); the gradients through s' = s (1 - s) keep only what that rounding left, and 17 steps
+# compound it: dx was 4x eager's error and 2x the worst of eager's under 20 permutations of the
+# hidden units (B2 H8 T17). Then issue 40's H200 sweep (6944626): one saturated unit, dx 2x eager's
+# error (1.3e-5 on the interpreter, eager 3.5e-6): the backward took s (1 - s) from the stored
+# activations, which keep of 1 - s only their rounding at saturation; it now takes each gate and its
+# derivative from the stored pre-activation (e = exp(-|z|): s' = e / (1 + e)^2).
+@pytest.mark.parametrize("dims, seed", [({"B": 2, "T": 17, "H": 8, "I": 1}, 62534619),
+                                        ({"B": 1, "H": 1, "I": 1, "T": 5}, 740353385)],
+                         ids=["rounded-activations", "stored-activations"])
+def test_lstm_saturated_gates_in_fp32(dims, seed):
+    case = _case("lstm", "float32", dims, resets="last", gates="saturated") | {"seed": seed}
     verdict = cells.check(case, "cpu")
     assert verdict["status"] == "ok", f"{json.dumps(case)}: {verdict.get('message')}"
 

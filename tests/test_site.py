@@ -20,6 +20,7 @@ import site_store
 from kcollect import charts, regress, site_cache, site_config, site_data, site_flags, site_index, site_pages
 from kcollect.cli import main
 from kcollect.history import export_runs
+from kcollect.series import canonical
 from kcollect.site import MARKER, SiteError, build_site, plotly_js
 from kcollect.store import Store
 from site_store import data_file, flag_rows, part_rows
@@ -711,9 +712,8 @@ def _condition(row: dict) -> tuple:
         return stack
     if package is None:
         return stack + (row["peers"],)
-    peers = json.loads(row["peers"] or "{}")
-    own = {re.sub(r"[-_.]+", "-", name).lower(): v for name, v in peers.items()}
-    return stack + (own.get(re.sub(r"[-_.]+", "-", package).lower()),)
+    peers = {canonical(name): v for name, v in json.loads(row["peers"] or "{}").items()}
+    return stack + (peers.get(canonical(package)),)
 
 
 def test_history_no_flag_comes_from_a_change_of_method_or_environment(history):
