@@ -6,12 +6,16 @@
 #
 #   OUT_DIR=$OUT bash lab/gpu_detached.sh start 'kcollect run --all --db $KC_DB --commit SHA --commit-time T'
 #   OUT_DIR=$OUT bash lab/gpu_detached.sh wait 540     # in the same command or the next ones
+#   OUT_DIR=$OUT bash lab/gpu_detached.sh stop 60      # SIGTERM it (kcollect keeps its rows), then pack
 #
 # start installs (lab/gpu_env.sh) and launches the job with KC_DB=$STATE/job.duckdb, JOB_OUT=$STATE/out
 # and its cache under /tmp/kcache0 (STATE: $KC_DETACHED, default /tmp/kc_detached, outside the tree that
 # each call replaces). wait polls (every 5 s) for up to SECONDS: once the job has ended it exports its runs
 # and packs them, its log and $JOB_OUT into $OUT_DIR/results.tar.gz and exits with the job's
-# status; while it runs it leaves the log's tail in $OUT_DIR/progress.txt and exits 75.
+# status; while it runs it leaves the log's tail in $OUT_DIR/progress.txt and exits 75. stop, for a
+# job that would outlast the session's device time: SIGTERM to the job's process group (kcollect
+# stores the run as interrupted, its rows kept; SIGINT would not do: a shell starts a background job
+# with SIGINT ignored, for good), SIGKILL after SECONDS, then packs.
 set -u
 out=${OUT_DIR:?set OUT_DIR to the folder that comes back}
 state=${KC_DETACHED:-/tmp/kc_detached}
@@ -22,14 +26,21 @@ case "${1:-}" in
     source lab/gpu_env.sh
     rm -rf "$state" && mkdir -p "$state/out"
     KC_DB="$state/job.duckdb" JOB_OUT="$state/out" KCOLLECT_CACHE_DIR=/tmp/kcache0 PYTHONUNBUFFERED=1 \
-      setsid bash -c 'bash -c "$0"; echo $? > "$1"' "$job" "$state/status" > "$state/log.txt" 2>&1 < /dev/null &
+      setsid bash -c 'trap : TERM; bash -c "$0"; echo $? > "$1"' "$job" "$state/status" > "$state/log.txt" 2>&1 < /dev/null &
+    # the group's id: setsid execs in place (a background child leads no group). The wrapper traps
+    # SIGTERM (its child gets the default back) so that it outlives a stop and records the status
+    echo $! > "$state/pid"
     echo "started in its own session: $job" ;;
-  wait)
-    limit=${2:?wait needs SECONDS}
+  wait|stop)
+    limit=${2:?$1 needs SECONDS}
     [ -d "$state" ] || { echo "no job was started here (or the machine was given back): $state is missing"; exit 2; }
     KC_INSTALLED=1 source lab/gpu_env.sh  # installed by start: the wheels' path only
+    [ "$1" = stop ] && [ ! -f "$state/status" ] && kill -TERM -- "-$(cat "$state/pid")" 2>/dev/null
     start=$SECONDS
-    while [ ! -f "$state/status" ] && [ $((SECONDS - start)) -lt "$limit" ]; do sleep 5; done
+    while [ ! -f "$state/status" ] && [ $((SECONDS - start)) -lt "$limit" ]; do sleep 1; done
+    if [ ! -f "$state/status" ] && [ "$1" = stop ]; then
+      kill -KILL -- "-$(cat "$state/pid")" 2>/dev/null; sleep 1; echo 137 > "$state/status"
+    fi
     if [ ! -f "$state/status" ]; then
       tail -n 40 "$state/log.txt" > "$out/progress.txt"
       echo "still running after $((SECONDS - start)) s of waiting"; exit 75
@@ -39,5 +50,5 @@ case "${1:-}" in
     tar -czf "$out/results.tar.gz" -C "$state" .
     tail -n 3 "$state/log.txt"
     exit "$(cat "$state/status")" ;;
-  *) echo "usage: OUT_DIR=DIR bash lab/gpu_detached.sh start 'COMMAND' | wait SECONDS"; exit 2 ;;
+  *) echo "usage: OUT_DIR=DIR bash lab/gpu_detached.sh start 'COMMAND' | wait SECONDS | stop SECONDS"; exit 2 ;;
 esac

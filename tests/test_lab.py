@@ -81,6 +81,7 @@ def test_detached_job_outlives_its_start_and_is_packed_once_done(tmp_path):
     import os
     import subprocess
     import tarfile
+    import time
 
     env = dict(os.environ, KC_INSTALLED="1", KC_DETACHED=str(tmp_path / "state"), OUT_DIR=str(tmp_path / "out"))
 
@@ -97,3 +98,12 @@ def test_detached_job_outlives_its_start_and_is_packed_once_done(tmp_path):
         assert {"./out/mark", "./log.txt", "./status"} <= names
         assert tar.extractfile("./out/mark").read() == b"done\n"
     assert call("bogus").returncode == 2
+
+    # stop: SIGTERM to the job's process group, its own exit status packed; a job deaf to it is killed
+    assert call("start", "trap 'echo kept > $JOB_OUT/mark; exit 130' TERM; sleep 60 & wait").returncode == 0
+    time.sleep(1)  # the job's trap set
+    assert call("stop", "20").returncode == 130
+    with tarfile.open(tmp_path / "out" / "results.tar.gz") as tar:
+        assert tar.extractfile("./out/mark").read() == b"kept\n"
+    assert call("start", "trap '' TERM; sleep 60").returncode == 0
+    assert call("stop", "2").returncode == 137
