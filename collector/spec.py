@@ -23,10 +23,13 @@ Inputs = dict[str, Any]  # tensors and plain parameters (eps, ignore_index, ...)
 @dataclass(frozen=True)
 class Shape:
     """One point of a shape grid. `dims` may hold ints and short strings (a variant such as
-    approx='tanh'); `why` says why the point is in the grid."""
+    approx='tanh'); `why` says why the point is in the grid. `dtypes`: the names of the kernel's
+    bench dtypes a run measures this point in by default (None: all of them); a dtype the command
+    names (--dtype) measures every point."""
 
     dims: Mapping[str, int | str]
     why: str
+    dtypes: tuple[str, ...] | None = None
 
     @classmethod
     def rows(cls, m: int, n: int, why: str) -> "Shape":

@@ -13,7 +13,7 @@ import torch
 
 from kcollect.kernels._spec.kit import grids_of
 from kcollect.registry import BUILTIN
-from kcollect.spec import KernelSpec, Provider, Shape
+from kcollect.spec import DTYPE_NAMES, KernelSpec, Provider, Shape
 
 KERNELS = Path(importlib.import_module("kcollect.kernels").__file__).parent
 REQUIRED = ("__init__.py", "spec.py", "config.py", "grids.toml", "naive.py")
@@ -58,8 +58,20 @@ def test_grids_come_from_grids_toml_and_the_reference_from_naive_py(op):
     assert spec.name == op
     assert dict(spec.grids) == grids_of(module.__file__), f"{op}: grids not those of its grids.toml"
     assert set(spec.grids) == {"quick", "full"}, f"{op}: grids {sorted(spec.grids)}"
+    bench = {DTYPE_NAMES[d] for d in spec.bench_dtypes}
+    for shape in spec.grids["quick"] + spec.grids["full"]:
+        assert shape.dtypes is None or set(shape.dtypes) <= bench, f"{op} {shape.label}: {shape.dtypes} not benched"
     assert inspect.getmodule(spec.reference).__name__ == f"kcollect.kernels.{op}.naive", \
         f"{op}: the reference is not naive.py's"
+
+
+def test_a_grid_point_names_only_dtypes_that_exist(tmp_path):
+    (tmp_path / "grids.toml").write_text('quick = [{N = 4, dtypes = ["bfloat16"], why = "one"}]\n')
+    assert grids_of(str(tmp_path / "spec.py"))["quick"][0] == Shape({"N": 4}, "one", ("bfloat16",))
+    for bad in ('["bf16"]', "[]"):
+        (tmp_path / "grids.toml").write_text(f'quick = [{{N = 4, dtypes = {bad}, why = "one"}}]\n')
+        with pytest.raises(ValueError, match="valid: a list of bfloat16, float16, float32"):
+            grids_of(str(tmp_path / "spec.py"))
 
 
 @pytest.mark.parametrize("op", BUILTIN)

@@ -101,6 +101,18 @@ def test_plan_respects_filters_and_claimed_dtypes():
     assert plan([fp8_only], config) == []
 
 
+def test_plan_measures_a_point_in_its_own_dtypes_unless_the_command_names_them():
+    # Shape.dtypes (grids.toml's `dtypes`): a point of the grid measured in fewer of the bench dtypes
+    two = dataclasses.replace(swiglu.SPEC, bench_dtypes=(torch.bfloat16, torch.float16),
+                              grids={"quick": (Shape({"M": 3, "N": 8}, "both"),
+                                               Shape({"M": 5, "N": 8}, "one", ("float16",)))})
+    default = RunConfig(kernels=("swiglu",), grid="quick", device="cpu")
+    assert [(c.shape.dims["M"], c.dtype) for c in plan([two], default)] == \
+        [(3, torch.bfloat16), (3, torch.float16), (5, torch.float16)]
+    named = dataclasses.replace(default, dtypes=("bfloat16",))
+    assert [c.shape.dims["M"] for c in plan([two], named)] == [3, 5]
+
+
 def test_dynamos_recompile_limit_is_raised_where_compile_is_measured():
     # compile specialises on each shape; past dynamo's default of 8 graphs it falls back to eager
     import torch._dynamo

@@ -9,6 +9,7 @@ from typing import Any, Callable, Mapping
 
 import torch
 
+from kcollect.names import DTYPE_CHOICES
 from kcollect.spec import Shape
 
 FLOATS = (torch.bfloat16, torch.float16, torch.float32)
@@ -32,8 +33,9 @@ def drawn_on_device(make_inputs: Callable) -> Callable:
 def grids_of(spec_file: str) -> dict[str, tuple[Shape, ...]]:
     """The shape grids in grids.toml beside `spec_file` (a spec module's __file__). The file holds one
     array per grid (`quick`, `full`), each shape an inline table of its dims, in order, with ints,
-    floats and strings as written (resets = "0.1" is a string: it is part of the label), and `why`,
-    the reason the shape is in the grid: {"quick": (Shape, ...), "full": (...)}."""
+    floats and strings as written (resets = "0.1" is a string: it is part of the label), `why`,
+    the reason the shape is in the grid, and optionally `dtypes`, the bench dtypes it is measured in
+    by default (Shape.dtypes): {"quick": (Shape, ...), "full": (...)}."""
     path = Path(spec_file).with_name("grids.toml")
     with path.open("rb") as f:
         tables = tomllib.load(f)
@@ -41,7 +43,12 @@ def grids_of(spec_file: str) -> dict[str, tuple[Shape, ...]]:
     for name, rows in tables.items():
         if any("why" not in row for row in rows):
             raise ValueError(f"{path}: every shape of grid {name!r} needs a 'why'")
-        grids[name] = tuple(Shape({k: v for k, v in row.items() if k != "why"}, row["why"]) for row in rows)
+        for row in rows:
+            if "dtypes" in row and not (row["dtypes"] and set(row["dtypes"]) <= set(DTYPE_CHOICES)):
+                raise ValueError(f"{path}: dtypes {row['dtypes']!r} of a shape of grid {name!r}: "
+                                 f"valid: a list of {', '.join(DTYPE_CHOICES)}")
+        grids[name] = tuple(Shape({k: v for k, v in row.items() if k not in ("why", "dtypes")}, row["why"],
+                                  tuple(row["dtypes"]) if "dtypes" in row else None) for row in rows)
     return grids
 
 
