@@ -1,6 +1,11 @@
 # Sourced by lab/gpu_call.sh and lab/gpu_detached.sh on a GPU machine that reaches no registry:
 # installs the wheels carried in .whl/ and kcollect (skipped where KC_INSTALLED is set: a warm
-# machine's next call), and puts the wheels' folder on PYTHONPATH.
+# machine's next call), and puts the wheels' folder on PYTHONPATH. The machine's copy of .git is the
+# session's first commit, not the tree that runs: GIT_DIR points nowhere, so that kcollect records no
+# provenance from it (give --commit and --commit-time). Deleting .git there instead: both calls that
+# followed such a call on the same machine failed and it was given back, caches and a running job
+# lost (2026-11-29); with .git left in place, the next call ran.
+export GIT_DIR=/nonexistent/git
 if [ -z "${KC_INSTALLED:-}" ]; then
   if compgen -G ".whl/*.whl" >/dev/null; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
