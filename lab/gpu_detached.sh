@@ -10,7 +10,7 @@
 #
 # start installs (lab/gpu_env.sh) and launches the job with KC_DB=$STATE/job.duckdb, JOB_OUT=$STATE/out
 # and its cache under /tmp/kcache0 (STATE: $KC_DETACHED, default /tmp/kc_detached, outside the tree that
-# each call replaces). wait polls (every 5 s) for up to SECONDS: once the job has ended it exports its runs
+# each call replaces). wait polls (every second) for up to SECONDS: once the job has ended it exports its runs
 # and packs them, its log and $JOB_OUT into $OUT_DIR/results.tar.gz and exits with the job's
 # status; while it runs it leaves the log's tail in $OUT_DIR/progress.txt and exits 75. stop, for a
 # job that would outlast the session's device time: SIGTERM to the job's process group (kcollect
