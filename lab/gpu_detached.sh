@@ -16,6 +16,12 @@
 # job that would outlast the session's device time: SIGTERM to the job's process group (kcollect
 # stores the run as interrupted, its rows kept; SIGINT would not do: a shell starts a background job
 # with SIGINT ignored, for good), SIGKILL after SECONDS, then packs.
+#
+# Signals go to every process of the job's session, not only its process group: `timeout` puts its
+# command in a group of its own, so that a SIGTERM to the job's group ended the job's shell but not
+# the kcollect under `timeout`; the status came back at once, the export found the store still in
+# use, and the store was deleted unexported (a whole-grid H200 run lost, 2026-11-29). Packing waits
+# until no process of the session is left, and a store that does not export is packed as it is.
 set -u
 out=${OUT_DIR:?set OUT_DIR to the folder that comes back}
 state=${KC_DETACHED:-/tmp/kc_detached}
@@ -35,18 +41,35 @@ case "${1:-}" in
     limit=${2:?$1 needs SECONDS}
     [ -d "$state" ] || { echo "no job was started here (or the machine was given back): $state is missing"; exit 2; }
     KC_INSTALLED=1 source lab/gpu_env.sh  # installed by start: the wheels' path only
-    [ "$1" = stop ] && [ ! -f "$state/status" ] && kill -TERM -- "-$(cat "$state/pid")" 2>/dev/null
+    sid=$(cat "$state/pid")  # setsid made the wrapper the leader of a session: its id is the session's
+    members() {  # the session's live processes (python3 rather than procps, which a machine may
+      # lack); a zombie is not one: killed, it waits for a parent that may never reap it
+      python3 -c 'import os, sys
+for p in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        state = open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[0]
+        if os.getsid(int(p)) == int(sys.argv[1]) and state != "Z": print(p)
+    except OSError: pass' "$sid"
+    }
+    alive() { [ -n "$(members)" ]; }
+    [ "$1" = stop ] && kill -TERM $(members) 2>/dev/null
     start=$SECONDS
-    while [ ! -f "$state/status" ] && [ $((SECONDS - start)) -lt "$limit" ]; do sleep 1; done
-    if [ ! -f "$state/status" ] && [ "$1" = stop ]; then
-      kill -KILL -- "-$(cat "$state/pid")" 2>/dev/null; sleep 1; echo 137 > "$state/status"
+    while { [ ! -f "$state/status" ] || alive; } && [ $((SECONDS - start)) -lt "$limit" ]; do sleep 1; done
+    if alive && [ "$1" = stop ]; then
+      kill -KILL $(members) 2>/dev/null; sleep 1
+      [ -f "$state/status" ] || echo 137 > "$state/status"
     fi
-    if [ ! -f "$state/status" ]; then
+    if [ ! -f "$state/status" ] || alive; then
       tail -n 40 "$state/log.txt" > "$out/progress.txt"
       echo "still running after $((SECONDS - start)) s of waiting"; exit 75
     fi
-    [ -f "$state/job.duckdb" ] && kcollect export --db "$state/job.duckdb" --out "$state/runs" > "$state/export.log" 2>&1
-    rm -f "$state/job.duckdb" "$state/job.duckdb.wal"
+    if [ -f "$state/job.duckdb" ]; then
+      if kcollect export --db "$state/job.duckdb" --out "$state/runs" > "$state/export.log" 2>&1; then
+        rm -f "$state/job.duckdb" "$state/job.duckdb.wal"
+      else
+        echo "the export failed (export.log): the store is packed as it is"
+      fi
+    fi
     tar -czf "$out/results.tar.gz" -C "$state" .
     tail -n 3 "$state/log.txt"
     exit "$(cat "$state/status")" ;;

@@ -107,3 +107,12 @@ def test_detached_job_outlives_its_start_and_is_packed_once_done(tmp_path):
         assert tar.extractfile("./out/mark").read() == b"kept\n"
     assert call("start", "trap '' TERM; sleep 60").returncode == 0
     assert call("stop", "2").returncode == 137
+
+    # `timeout` runs its command in a process group of its own: stop reaches it all the same, and
+    # packs only once it has finished (a store written as it stops is not exported half-written)
+    slow_exit = "trap 'sleep 2; echo stored > $JOB_OUT/mark; exit 130' TERM; sleep 60 & wait"
+    assert call("start", f"timeout 60 bash -c \"{slow_exit}\"").returncode == 0
+    time.sleep(1)
+    assert call("stop", "20").returncode == 130
+    with tarfile.open(tmp_path / "out" / "results.tar.gz") as tar:
+        assert tar.extractfile("./out/mark").read() == b"stored\n"
