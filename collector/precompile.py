@@ -227,10 +227,10 @@ def run(config: RunConfig, cases: list[Case], planned: tuple[dict, dict], kernel
     built: set[str] = set()
     started = time.time()
     try:
-        for index, seconds in _pool(config, kernel_modules, procs, visible, order, todo, timeout, say, t0, cases,
-                                    report.hung, report.crashed, config.precompile_limit):
-            built.update(keys[index, m, p] for m, p in todo[index])
-            report.times.update(((*_label(cases[index]), m, p), s) for (m, p), s in zip(todo[index], seconds))
+        for index, pairs, seconds in _pool(config, kernel_modules, procs, visible, order, todo, timeout, say, t0,
+                                           cases, report.hung, report.crashed, config.precompile_limit):
+            built.update(keys[index, m, p] for m, p in pairs)
+            report.times.update(((*_label(cases[index]), m, p), s) for (m, p), s in zip(pairs, seconds))
     finally:
         forget_tuning(started)
         if report.times:
@@ -330,14 +330,18 @@ def _interleaved(cases: list[Case], todo, device: str) -> list[int]:
 
 def _pool(config, kernel_modules, procs, visible, order, todo, timeout, say, t0, cases, hung: dict,
           crashed: dict, limit: float | None = None):
-    """Yields (case index, each build's seconds) as a process finishes a case; a process that dies,
-    or spends more than `timeout` on one build, loses that case and is replaced while cases are
-    left, unless as many have died before they were ready as there are processes (they cannot start
-    here: the pass ends). A build that passed `timeout` goes into `hung` (Report.hung's keys:
-    seconds it ran); one whose process died of a CRASH_SIGNALS signal into `crashed` (the signal and
-    its last words). Past `limit` seconds in all the pass stops, its builds in flight left to the
-    run. Nothing here waits on a process without a bound (see REAP_S), so that the progress lines go
-    on and every limit is kept whatever a build does."""
+    """Yields (case index, the (mode, provider) pairs built, each one's seconds) as a process
+    finishes a case, or dies or hangs in one. A process that dies, or spends more than `timeout` on
+    one build, is replaced while cases are left, unless as many have died before they were ready as
+    there are processes (they cannot start here: the pass ends). A build that passed `timeout` goes
+    into `hung` (Report.hung's keys: seconds it ran); one whose process died of a CRASH_SIGNALS
+    signal into `crashed` (the signal and its last words). The builds its case had not begun go
+    back to the front of the queue, for a fresh process: left to the measuring pass, each that
+    crashes as its sibling did (mlstm_kernels' bwd and fwd+bwd under one LLVM assertion on an H200)
+    killed a measuring process, whose start is tens of seconds, 6 times in one run. Past `limit`
+    seconds in all the pass stops, its builds in flight left to the run. Nothing here waits on a
+    process without a bound (see REAP_S), so that the progress lines go on and every limit is kept
+    whatever a build does."""
     import multiprocessing as mp
     from multiprocessing.connection import wait
 
@@ -346,6 +350,7 @@ def _pool(config, kernel_modules, procs, visible, order, todo, timeout, say, t0,
     ctx = mp.get_context("spawn")  # CUDA cannot be used in a forked child
     threads = max(1, (os.cpu_count() or 2) // procs)
     queue = list(order)
+    todo = dict(todo)  # a case's entry shrinks to the builds not begun when its process is lost
     signals: list[int] = []
     handlers = {s: signal.signal(s, lambda signum, _f: signals.append(signum)) for s in (signal.SIGINT,
                                                                                           signal.SIGTERM)}
@@ -366,7 +371,7 @@ def _pool(config, kernel_modules, procs, visible, order, todo, timeout, say, t0,
     def give(slot: dict) -> None:
         # (a send does not block: a process holds one task at a time, far below a pipe's buffer)
         slot["case"] = queue.pop(0) if queue else None
-        slot["since"], slot["building"] = clock(), None
+        slot["since"], slot["building"], slot["done"] = clock(), None, []
         tail = slot["tail"]  # its last words are this case's, and only they are shown (with a crash)
         tail.offset = os.path.getsize(tail.path)
         tail.mark(tail.offset)
@@ -401,14 +406,15 @@ def _pool(config, kernel_modules, procs, visible, order, todo, timeout, say, t0,
                 got = _messages(slot)
                 if got is not None:
                     finished += 1
-                    yield slot["case"], got[1]
+                    yield slot["case"], todo[slot["case"]], got[1]
                     give(slot)
                     continue
                 alive = slot["proc"].is_alive()
                 if alive and not late(slot, clock(), timeout):  # each build a measurement's
                     continue
-                if slot["building"] is not None:
-                    where = (*_label(cases[slot["case"]]), *slot["building"])
+                index, building = slot["case"], slot["building"]
+                if building is not None:
+                    where = (*_label(cases[index]), *building)
                     if alive:  # hung in that build
                         hung[where] = clock() - slot["since"]
                     elif -(slot["proc"].exitcode or 0) in CRASH_SIGNALS:
@@ -416,7 +422,13 @@ def _pool(config, kernel_modules, procs, visible, order, todo, timeout, say, t0,
                 if alive:  # it hangs: killed, not waited for (a process in the GPU driver goes when it can)
                     slot["proc"].kill()
                     killed.append(slot["proc"])
-                finished += 1  # the case is the measuring pass's
+                if slot["done"]:
+                    yield index, [pair for pair, _ in slot["done"]], [s for _, s in slot["done"]]
+                if building is not None and (rest := todo[index][todo[index].index(building) + 1:]):
+                    todo[index] = rest  # not begun: a fresh process's
+                    queue.insert(0, index)
+                else:
+                    finished += 1  # the rest of the case is the measuring pass's
                 unborn += not slot["ready"]
                 if unborn >= procs:
                     say("precompile: its processes die before they are ready; the run builds as it goes")
@@ -498,13 +510,16 @@ def _in_flight(slots: list[dict], cases: list[Case]) -> str:
 
 def _messages(slot: dict):
     """Reads what a process said since: "ready" and ("build", mode, provider) (a build starts: its
-    limit counts from now) update the slot; a finished case's (index, seconds) is returned, else None.
+    limit counts from now; the one before it is done, into slot["done"] with its seconds) update the
+    slot; a finished case's (index, seconds) is returned, else None.
     (recv() after poll() does not wait: each message is far below a pipe's atomic write, so a
     readable pipe holds it whole.)"""
     try:
         while slot["conn"].poll():
             got = slot["conn"].recv()
             if got == "ready" or got[0] == "build":
+                if slot.get("building") is not None:
+                    slot["done"].append((slot["building"], clock() - slot["since"]))
                 ready(slot, clock())
                 slot["building"] = got[1:] if got != "ready" else None
             else:

@@ -271,8 +271,8 @@ def _watchdog_clocks(monkeypatch, hangs: Path) -> None:
 def test_a_measurement_that_crashes_or_hangs_its_process_is_an_error_row_and_the_run_goes_on(tmp_path, monkeypatch):
     # fragile: torch, `crash` and `wreck` (abort on M=4), `hang` and `stuck` (sleep for ever on M=3),
     # on two shapes; then scaled, the next kernel of the same run. Each death costs a fresh worker;
-    # the run is one. The precompile pass meets crash and hang first: it loses their cases to the
-    # run, and builds scaled's; it names crash's build as crashed and hang's as hung, and the run
+    # the run is one. The precompile pass meets crash and hang first: it loses their processes, and
+    # builds scaled's; it names crash's build as crashed and hang's as hung, and the run
     # records them without calling them again. `wreck` and `stuck` build nothing, so the pass leaves
     # them alone: they crash and hang the measuring process.
     fragile = str(Path(__file__).resolve().parent / "fragile_kernels.py")
@@ -282,8 +282,10 @@ def test_a_measurement_that_crashes_or_hangs_its_process_is_an_error_row_and_the
     out = kc_here("run", "fragile", "scaled", *FAST, "--kernel-module", fragile, "--mode", "fwd", "--workers", "1",
                   "--measure-timeout", "300", "--precompile", "2", "--cache-dir", str(cache), "--db", str(db))
     assert out.exit_code == 0, (out.stderr, out.exception)
-    assert "precompile: 4 of 10 built in" in out.stderr and "6 left to the run" in out.stderr
-    assert len(json.loads((cache / "built.json").read_text())) == 4
+    # what each of their cases held besides is built too: before the crash or hang by the lost
+    # process, after it by a fresh one; only the crashed and the hung builds are left to the run
+    assert "precompile: 8 of 10 built in" in out.stderr and "2 left to the run" in out.stderr, out.stderr
+    assert len(json.loads((cache / "built.json").read_text())) == 8
     runs, rows = _stored(db)
     assert [r["status"] for r in runs] == ["finished"]
     got = {(r["kernel"], r["provider"], r["shape"]): (r["status"], r["error"]) for r in rows}
