@@ -29,6 +29,14 @@ SIGABRT; SIGSEGV and the like) would kill a measuring process too, each a fresh 
 A process killed from outside (SIGKILL: out of host memory, under the pass's load) is not one of
 those: the measuring pass calls its build again.
 
+A hung or crashed build is remembered (lost.json beside the manifest, under the manifest's key and
+the version of the peer package it calls): a later run's pass neither builds it again nor leaves it
+to the measuring pass, which records it as an `error` row saying so, without calling it. Otherwise
+every warm run paid for it again: a warm plan leaves too few builds for the pass to start a
+process (processes()), so the measuring pass met them itself, a hung one for --measure-timeout
+(Cortex's LSTM backward at one shape: 300 s on an H200) and each crash a measuring process. A new
+peer version, kernel source, torch, Triton or GPU tries it again; so does deleting the file.
+
 The pass waits on no process without a bound, so that its progress lines go on and its limits hold
 whatever a build does: a killed process is reaped once it is gone (one inside the GPU driver goes
 only when the driver lets it), and at the end each gets REAP_S before it is named and left behind.
@@ -64,6 +72,7 @@ HOST_GIB_PER_PROC = 8
 # Fewer units than this per process: not worth a process's start (imports, CUDA), seconds each.
 UNITS_PER_PROC = 2
 MANIFEST = "built.json"
+LOST = "lost.json"  # the builds that hung or crashed the pass: {key and peer version: the error row's text}
 # A process's start (torch, the registry, CUDA) is not its case's time: `timeout` counts from its
 # "ready", and the start gets at least this (a loaded 2-core machine takes more than 5 s for it).
 STARTUP_S = 300.0
@@ -85,10 +94,14 @@ class Report:
     # the builds whose process died of a signal of its own (CRASH_SIGNALS), same keys: why
     crashed: dict = field(default_factory=dict)
 
+    # the builds that hung or crashed an earlier run's pass (lost.json), same keys: the error row's text
+    known: dict = field(default_factory=dict)
+
     def skips(self) -> dict:
         """{key: the error row's text} of the builds the measuring pass records without calling
         them (Runner.skips)."""
-        out = {k: f"its build hung in the precompile pass for {s:.0f} s" for k, s in self.hung.items()}
+        out = dict(self.known)
+        out.update((k, f"its build hung in the precompile pass for {s:.0f} s") for k, s in self.hung.items())
         out.update((k, f"its build crashed the precompile pass's process: {why}") for k, why in self.crashed.items())
         return out
 
@@ -135,6 +148,34 @@ def _read(path: Path) -> set[str]:
         return set(json.loads(path.read_text()))
     except (OSError, ValueError, TypeError):
         return set()
+
+
+def lost_key(case: Case, provider: str, key_: str) -> str:
+    """A lost build's entry: its manifest key and the version of the peer package it calls."""
+    package = case.spec.provider(provider).package
+    if not package:
+        return key_
+    try:
+        return f"{key_} | {package} {metadata.version(package)}"
+    except metadata.PackageNotFoundError:
+        return f"{key_} | {package}"
+
+
+def _read_lost(path: Path) -> dict[str, str]:
+    try:
+        got = json.loads(path.read_text())
+        return {str(k): str(v) for k, v in got.items()} if isinstance(got, dict) else {}
+    except (OSError, ValueError, TypeError, AttributeError):
+        return {}
+
+
+def _write_lost(path: Path, lost: dict[str, str]) -> None:
+    """Adds entries to lost.json (another run may have added some meanwhile), atomically."""
+    lost = {**_read_lost(path), **lost}
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".lost-")
+    with os.fdopen(fd, "w") as f:
+        json.dump(lost, f, indent=0, sort_keys=True)
+    os.replace(tmp, path)
 
 
 def _write(path: Path, keys: set[str]) -> None:
@@ -212,13 +253,17 @@ def run(config: RunConfig, cases: list[Case], planned: tuple[dict, dict], kernel
     if procs <= 0:
         return report
     keys, todo = planned
+    lost_path = manifest_path().with_name(LOST)
+    report.known = _known(cases, keys, todo, _read_lost(lost_path), lost_path)
     report.planned = len(keys)
     report.todo = sum(len(v) for v in todo.values())
     procs = processes(todo, procs)
     if not procs:
         if report.todo:
             say(f"precompile: {report.todo} of {report.planned} builds not in the caches; "
-                "the run makes them as it meets them")
+                "the run makes them as it meets them" + _skipped(report))
+        elif report.known:
+            say(f"precompile: every build in the caches{_skipped(report)}")
         return report
     path = manifest_path()
     order = _interleaved(cases, todo, config.device)
@@ -240,6 +285,12 @@ def run(config: RunConfig, cases: list[Case], planned: tuple[dict, dict], kernel
                 _write(path, built)
             except OSError as e:
                 say(f"precompile: cannot write {path}: {e}")
+        lost = _lost(cases, keys, report)
+        if lost:
+            try:
+                _write_lost(lost_path, lost)
+            except OSError as e:
+                say(f"precompile: cannot write {lost_path}: {e}")
         report.seconds = time.perf_counter() - t0
     report.built = len(built)
     say(f"precompile: {report.built} of {report.todo} built in {report.seconds:.1f} s"
@@ -248,9 +299,28 @@ def run(config: RunConfig, cases: list[Case], planned: tuple[dict, dict], kernel
     return report
 
 
+def _known(cases: list[Case], keys: dict, todo: dict, lost: dict[str, str], path: Path) -> dict:
+    """Report.known: the planned builds that lost.json names, with their error rows' text."""
+    pending_ = {(i, m, p) for i, pairs in todo.items() for m, p in pairs}
+    known = {}
+    for (i, m, p), k in keys.items():
+        why = lost.get(lost_key(cases[i], p, k)) if (i, m, p) not in pending_ else None
+        if why is not None:
+            known[(*_label(cases[i]), m, p)] = f"{why} (in an earlier run here; {path} keeps it: delete it to try again)"
+    return known
+
+
+def _lost(cases: list[Case], keys: dict, report: Report) -> dict[str, str]:
+    """lost.json's new entries: this pass's hung and crashed builds."""
+    by_label = {(*_label(cases[i]), m, p): (cases[i], p, k) for (i, m, p), k in keys.items()}
+    skips = report.skips()
+    return {lost_key(*by_label[where]): skips[where] for where in (*report.hung, *report.crashed) if where in by_label}
+
+
 def _skipped(report: Report) -> str:
     """The closing line's note of the builds the run records without calling them."""
     parts = [f"{len(report.hung)} hung"] * bool(report.hung) + [f"{len(report.crashed)} crashed"] * bool(report.crashed)
+    parts += [f"{len(report.known)} that hung or crashed an earlier pass"] * bool(report.known)
     return f"; {' and '.join(parts)} (the run records them as errors, without calling them)" if parts else ""
 
 
@@ -273,17 +343,18 @@ def slowest(times: dict, n: int = 5) -> str:
 
 def pending(config: RunConfig, cases: list[Case], indices: list[int]) -> tuple[dict, dict[int, list[tuple[str, str]]]]:
     """The plan's builds, {(case index, mode, provider): manifest key}, and those of them the
-    manifest lacks (the caches' cold part), case index -> (mode, provider) pairs."""
+    manifest lacks (the caches' cold part), case index -> (mode, provider) pairs. A build that hung
+    or crashed an earlier pass (lost.json) is not among the latter: the run records it unbuilt."""
     planned = units(cases, indices, config)
     if not planned:
         return {}, {}
     stack_ = stack(config.device)
     memo: dict[str, str] = {}
     keys = {(i, m, p): key(cases[i], m, p, stack_, memo) for i, pairs in planned.items() for m, p in pairs}
-    done = _read(manifest_path())
+    done, lost = _read(manifest_path()), _read_lost(manifest_path().with_name(LOST))
     todo: dict[int, list[tuple[str, str]]] = {}
     for (i, m, p), k in keys.items():
-        if k not in done:
+        if k not in done and lost_key(cases[i], p, k) not in lost:
             todo.setdefault(i, []).append((m, p))
     return keys, todo
 

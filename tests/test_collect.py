@@ -317,6 +317,20 @@ def test_a_measurement_that_crashes_or_hangs_its_process_is_an_error_row_and_the
     # (first_call is there but may round to 0: the planted providers' first calls take microseconds)
     assert spent["setup"] > 0 and "first_call" in spent and spent["wall"] >= spent["precompile"] + HUNG_S, spent
 
+    # the next run here remembers them (lost.json): it neither builds them again nor calls them
+    again = kc_here("run", "fragile", *FAST, "--kernel-module", fragile, "--mode", "fwd", "--workers", "1",
+                    "--provider", "crash", "--provider", "hang", "--measure-timeout", "300", "--precompile", "2",
+                    "--cache-dir", str(cache), "--db", str(db))
+    assert again.exit_code == 0, (again.stderr, again.exception)
+    assert "2 that hung or crashed an earlier pass" in again.stderr, again.stderr
+    assert len(list((tmp_path / "hangs").iterdir())) == 2 and "goes on in a fresh process" not in again.stderr
+    runs, rows = _stored(db)
+    second = {(r["provider"], r["shape"]): (r["status"], r["error"]) for r in rows if r["run_id"] == runs[-1]["run_id"]}
+    kept = f"(in an earlier run here; {cache / 'lost.json'} keeps it: delete it to try again)"
+    assert second["crash", a] == ("error", f"{got['fragile', 'crash', a][1]} {kept}")
+    assert second["hang", b][0] == "error" and second["hang", b][1].endswith(kept)
+    assert second["crash", b][0] == second["hang", a][0] == "ok"
+
 
 def test_each_row_keeps_its_seconds_and_the_next_run_here_estimates_from_them(tmp_path, monkeypatch):
     monkeypatch.setenv("KCOLLECT_TEST_SLEEP", "0.05")  # each call: so that a measurement takes a while
