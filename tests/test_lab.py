@@ -110,9 +110,13 @@ def test_detached_job_outlives_its_start_and_is_packed_once_done(tmp_path):
 
     # `timeout` runs its command in a process group of its own: stop reaches it all the same, and
     # packs only once it has finished (a store written as it stops is not exported half-written)
-    slow_exit = "trap 'sleep 2; echo stored > $JOB_OUT/mark; exit 130' TERM; sleep 60 & wait"
+    slow_exit = "trap 'sleep 2; echo stored > $JOB_OUT/mark; exit 130' TERM; touch $JOB_OUT/ready; sleep 60 & wait"
     assert call("start", f"timeout 60 bash -c \"{slow_exit}\"").returncode == 0
-    time.sleep(1)
+    ready = tmp_path / "state" / "out" / "ready"
+    for _ in range(300):  # its trap set, however loaded the machine
+        if ready.exists():
+            break
+        time.sleep(0.1)
     assert call("stop", "20").returncode == 130
     with tarfile.open(tmp_path / "out" / "results.tar.gz") as tar:
         assert tar.extractfile("./out/mark").read() == b"stored\n"
