@@ -47,6 +47,7 @@ SIGTERM in the pass names each build in flight and for how long, so that a stuck
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import json
@@ -153,12 +154,17 @@ def _read(path: Path) -> set[str]:
 def lost_key(case: Case, provider: str, key_: str) -> str:
     """A lost build's entry: its manifest key and the version of the peer package it calls."""
     package = case.spec.provider(provider).package
-    if not package:
-        return key_
+    return f"{key_} | {package} {_version(package)}".rstrip() if package else key_
+
+
+@functools.lru_cache(maxsize=None)
+def _version(package: str) -> str:
+    """A distribution's version ('' where it is not installed), once per package: every planned
+    build of a peer asks, twice a run (pending and run)."""
     try:
-        return f"{key_} | {package} {metadata.version(package)}"
+        return metadata.version(package)
     except metadata.PackageNotFoundError:
-        return f"{key_} | {package}"
+        return ""
 
 
 def _read_lost(path: Path) -> dict[str, str]:
@@ -254,7 +260,7 @@ def run(config: RunConfig, cases: list[Case], planned: tuple[dict, dict], kernel
         return report
     keys, todo = planned
     lost_path = manifest_path().with_name(LOST)
-    report.known = _known(cases, keys, todo, _read_lost(lost_path), lost_path)
+    report.known = _known(cases, keys, _read_lost(lost_path), lost_path)
     report.planned = len(keys)
     report.todo = sum(len(v) for v in todo.values())
     procs = processes(todo, procs)
@@ -299,12 +305,12 @@ def run(config: RunConfig, cases: list[Case], planned: tuple[dict, dict], kernel
     return report
 
 
-def _known(cases: list[Case], keys: dict, todo: dict, lost: dict[str, str], path: Path) -> dict:
-    """Report.known: the planned builds that lost.json names, with their error rows' text."""
-    pending_ = {(i, m, p) for i, pairs in todo.items() for m, p in pairs}
+def _known(cases: list[Case], keys: dict, lost: dict[str, str], path: Path) -> dict:
+    """Report.known: the planned builds that lost.json names (pending() left them out of the
+    builds to make), with their error rows' text."""
     known = {}
     for (i, m, p), k in keys.items():
-        why = lost.get(lost_key(cases[i], p, k)) if (i, m, p) not in pending_ else None
+        why = lost.get(lost_key(cases[i], p, k))
         if why is not None:
             known[(*_label(cases[i]), m, p)] = f"{why} (in an earlier run here; {path} keeps it: delete it to try again)"
     return known

@@ -13,7 +13,7 @@
 # each call replaces). wait polls (every second) for up to SECONDS: once the job has ended it exports its runs
 # and packs them, its log and $JOB_OUT into $OUT_DIR/results.tar.gz and exits with the job's
 # status; while it runs it leaves the log's tail in $OUT_DIR/progress.txt and exits 75. stop, for a
-# job that would outlast the session's device time: SIGTERM to the job's process group (kcollect
+# job that would outlast the session's device time: SIGTERM to every process of the job (kcollect
 # stores the run as interrupted, its rows kept; SIGINT would not do: a shell starts a background job
 # with SIGINT ignored, for good), SIGKILL after SECONDS, then packs.
 #
@@ -33,7 +33,7 @@ case "${1:-}" in
     rm -rf "$state" && mkdir -p "$state/out"
     KC_DB="$state/job.duckdb" JOB_OUT="$state/out" KCOLLECT_CACHE_DIR=/tmp/kcache0 PYTHONUNBUFFERED=1 \
       setsid bash -c 'trap : TERM; bash -c "$0"; echo $? > "$1"' "$job" "$state/status" > "$state/log.txt" 2>&1 < /dev/null &
-    # the group's id: setsid execs in place (a background child leads no group). The wrapper traps
+    # the session's id: setsid execs in place (a background child leads no session). The wrapper traps
     # SIGTERM (its child gets the default back) so that it outlives a stop and records the status
     echo $! > "$state/pid"
     echo "started in its own session: $job" ;;
