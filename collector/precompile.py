@@ -29,6 +29,9 @@ SIGABRT; SIGSEGV and the like) would kill a measuring process too, each a fresh 
 A process killed from outside (SIGKILL: out of host memory, under the pass's load) is not one of
 those: the measuring pass calls its build again.
 
+A build that repeats a hung or crashed one (FOLLOWS: the fwd+bwd of a backward that hung) is not
+begun: it would hang or crash as that one did, and is recorded beside it.
+
 A hung or crashed build is remembered (lost.json beside the manifest, under the manifest's key and
 the version of the peer package it calls): a later run's pass neither builds it again nor leaves it
 to the measuring pass, which records it as an `error` row saying so, without calling it. Otherwise
@@ -95,6 +98,8 @@ class Report:
     # the builds whose process died of a signal of its own (CRASH_SIGNALS), same keys: why
     crashed: dict = field(default_factory=dict)
 
+    # the builds not begun because one they repeat hung or crashed (FOLLOWS), same keys: the error row's text
+    follows: dict = field(default_factory=dict)
     # the builds that hung or crashed an earlier run's pass (lost.json), same keys: the error row's text
     known: dict = field(default_factory=dict)
 
@@ -104,7 +109,21 @@ class Report:
         out = dict(self.known)
         out.update((k, f"its build hung in the precompile pass for {s:.0f} s") for k, s in self.hung.items())
         out.update((k, f"its build crashed the precompile pass's process: {why}") for k, why in self.crashed.items())
+        out.update(self.follows)
         return out
+
+
+# A mode whose first call runs another's calls again, so that it hangs or crashes where that one did:
+# fwd+bwd is bwd's forward and backward. (fwd is not bwd's forward: bwd runs it with gradients.)
+# A cold H200 pass waited out Cortex's LSTM backward at one shape for --measure-timeout, then its
+# fwd+bwd, requeued to a fresh process, for as long again: 150 s of the pass's 500.
+FOLLOWS = {"bwd": ("fwd+bwd",)}
+
+
+def followers(building: tuple[str, str], rest: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The builds among `rest` that repeat the hung or crashed `building` (mode, provider)."""
+    mode, provider = building
+    return [(m, p) for m, p in rest if p == provider and m in FOLLOWS.get(mode, ())]
 
 
 # Deaths a build causes itself (a compiler's assertion aborts; a bad access faults), which would
@@ -279,7 +298,7 @@ def run(config: RunConfig, cases: list[Case], planned: tuple[dict, dict], kernel
     started = time.time()
     try:
         for index, pairs, seconds in _pool(config, kernel_modules, procs, visible, order, todo, timeout, say, t0,
-                                           cases, report.hung, report.crashed, config.precompile_limit):
+                                           cases, report, config.precompile_limit):
             built.update(keys[index, m, p] for m, p in pairs)
             report.times.update(((*_label(cases[index]), m, p), s) for (m, p), s in zip(pairs, seconds))
     finally:
@@ -320,12 +339,14 @@ def _lost(cases: list[Case], keys: dict, report: Report) -> dict[str, str]:
     """lost.json's new entries: this pass's hung and crashed builds."""
     by_label = {(*_label(cases[i]), m, p): (cases[i], p, k) for (i, m, p), k in keys.items()}
     skips = report.skips()
-    return {lost_key(*by_label[where]): skips[where] for where in (*report.hung, *report.crashed) if where in by_label}
+    return {lost_key(*by_label[where]): skips[where] for where in (*report.hung, *report.crashed, *report.follows)
+            if where in by_label}
 
 
 def _skipped(report: Report) -> str:
     """The closing line's note of the builds the run records without calling them."""
     parts = [f"{len(report.hung)} hung"] * bool(report.hung) + [f"{len(report.crashed)} crashed"] * bool(report.crashed)
+    parts += [f"{len(report.follows)} that repeat one of them"] * bool(report.follows)
     parts += [f"{len(report.known)} that hung or crashed an earlier pass"] * bool(report.known)
     return f"; {' and '.join(parts)} (the run records them as errors, without calling them)" if parts else ""
 
@@ -405,14 +426,15 @@ def _interleaved(cases: list[Case], todo, device: str) -> list[int]:
     return [i for i in chain.from_iterable(zip_longest(*by.values())) if i is not None]
 
 
-def _pool(config, kernel_modules, procs, visible, order, todo, timeout, say, t0, cases, hung: dict,
-          crashed: dict, limit: float | None = None):
+def _pool(config, kernel_modules, procs, visible, order, todo, timeout, say, t0, cases, report: Report,
+          limit: float | None = None):
     """Yields (case index, the (mode, provider) pairs built, each one's seconds) as a process
     finishes a case, or dies or hangs in one. A process that dies, or spends more than `timeout` on
     one build, is replaced while cases are left, unless as many have died before they were ready as
     there are processes (they cannot start here: the pass ends). A build that passed `timeout` goes
-    into `hung` (Report.hung's keys: seconds it ran); one whose process died of a CRASH_SIGNALS
-    signal into `crashed` (the signal and its last words). The builds its case had not begun go
+    into `report.hung` (its keys: seconds it ran); one whose process died of a CRASH_SIGNALS
+    signal into `report.crashed` (the signal and its last words), and those of its case that repeat
+    it (followers) into `report.follows`, not begun. The builds its case had not begun go
     back to the front of the queue, for a fresh process: left to the measuring pass, each that
     crashes as its sibling did (mlstm_kernels' bwd and fwd+bwd under one LLVM assertion on an H200)
     killed a measuring process, whose start is tens of seconds, 6 times in one run. Past `limit`
@@ -490,18 +512,23 @@ def _pool(config, kernel_modules, procs, visible, order, todo, timeout, say, t0,
                 if alive and not late(slot, clock(), timeout):  # each build a measurement's
                     continue
                 index, building = slot["case"], slot["building"]
+                rest = todo[index][todo[index].index(building) + 1:] if building is not None else []
                 if building is not None:
-                    where = (*_label(cases[index]), *building)
+                    where, lost = (*_label(cases[index]), *building), None
                     if alive:  # hung in that build
-                        hung[where] = clock() - slot["since"]
+                        report.hung[where], lost = clock() - slot["since"], "hung in the precompile pass"
                     elif -(slot["proc"].exitcode or 0) in CRASH_SIGNALS:
-                        crashed[where] = _crash(slot)
+                        report.crashed[where], lost = _crash(slot), "crashed the precompile pass's process"
+                    for pair in followers(building, rest) if lost else ():
+                        rest.remove(pair)
+                        report.follows[(*_label(cases[index]), *pair)] = (
+                            f"not built: its {building[0]} build {lost}, and {pair[0]} runs it again")
                 if alive:  # it hangs: killed, not waited for (a process in the GPU driver goes when it can)
                     slot["proc"].kill()
                     killed.append(slot["proc"])
                 if slot["done"]:
                     yield index, [pair for pair, _ in slot["done"]], [s for _, s in slot["done"]]
-                if building is not None and (rest := todo[index][todo[index].index(building) + 1:]):
+                if rest:
                     todo[index] = rest  # not begun: a fresh process's
                     queue.insert(0, index)
                 else:

@@ -332,6 +332,28 @@ def test_a_measurement_that_crashes_or_hangs_its_process_is_an_error_row_and_the
     assert second["crash", b][0] == second["hang", a][0] == "ok"
 
 
+def test_a_build_that_repeats_a_crashed_one_is_not_begun(tmp_path):
+    # torn's `tear` aborts in its backward on the 4-row shape: the pass loses a process to its bwd
+    # build there, and does not give its fwd+bwd (the same backward again) to a fresh one to lose
+    fragile = str(Path(__file__).resolve().parent / "fragile_kernels.py")
+    db, cache = tmp_path / "k.duckdb", tmp_path / "cache"
+    out = kc_here("run", "torn", *FAST, "--kernel-module", fragile, "--workers", "1", "--precompile", "2",
+                  "--cache-dir", str(cache), "--db", str(db))
+    assert out.exit_code == 0, (out.stderr, out.exception)
+    assert "1 crashed and 1 that repeat one of them (the run records them" in out.stderr, out.stderr
+    assert out.stderr.count(fragile_kernels.CRASH) == 1 and "goes on in a fresh process" not in out.stderr
+    _, rows = _stored(db)
+    got = {(r["provider"], r["mode"], r["shape"]): (r["status"], r["error"]) for r in rows}
+    a, b = "M=4,N=8", "M=3,N=5"
+    assert got["tear", "bwd", a][1].startswith("its build crashed the precompile pass's process: signal 6")
+    assert got["tear", "fwd+bwd", a] == ("error", "not built: its bwd build crashed the precompile pass's process, "
+                                          "and fwd+bwd runs it again")
+    assert {got["tear", m, s][0] for m, s in [("fwd", a), ("fwd", b), ("bwd", b), ("fwd+bwd", b)]} == {"ok"}
+    lost = json.loads((cache / "lost.json").read_text())
+    assert sorted(v.split(":")[0] for v in lost.values()) == ["its build crashed the precompile pass's process",
+                                                              "not built"], lost
+
+
 def test_each_row_keeps_its_seconds_and_the_next_run_here_estimates_from_them(tmp_path, monkeypatch):
     monkeypatch.setenv("KCOLLECT_TEST_SLEEP", "0.05")  # each call: so that a measurement takes a while
     db = tmp_path / "k.duckdb"
