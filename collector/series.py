@@ -94,14 +94,16 @@ class Point:
     started_at: datetime | None = None  # its first run's start
 
     @_once  # the history reads each point's spread at two commits
-    def spread(self) -> tuple[int, float]:
-        """(runs, sum of squared deviations of their log times from the mean): what its runs show."""
+    def spread(self) -> tuple[int, float, int, float]:
+        """(runs, sum of squared deviations of their log times from the mean, rechecks, half the sum
+        of their squared differences from their runs): what its own measurements show."""
+        k, rss = recheck_spread(self.rechecks)
         if len(self.runs_ms) < 2:  # one time (most points): the arithmetic below, without its lists
             x = math.log(self.runs_ms[0] if self.runs_ms else self.median_ms)
-            return 1, (x - x) ** 2
+            return 1, (x - x) ** 2, k, rss
         logs = [math.log(v) for v in self.runs_ms] or [math.log(self.median_ms)]
         mean = sum(logs) / len(logs)
-        return len(logs), sum((x - mean) ** 2 for x in logs)
+        return len(logs), sum((x - mean) ** 2 for x in logs), k, rss
 
     @_once  # the history reads them three times: its priors, its pool and the walk
     def within(self) -> tuple[float, ...]:
@@ -253,7 +255,7 @@ def make_point(commit: str, medians: list[float], p20s: list, p80s: list, rechec
         p20_ms=min(p20, *medians), p80_ms=max(p80, *medians), runs=len(medians), env=env, runs_ms=tuple(medians),
         rechecks=rechecks, partial=all(unfinished), started_at=min(starts) if starts else None,
         within=tuple([math.log(b / a) for a, b in zip(medians, medians[1:])]) + rechecks,
-        spread=(len(logs), sum((x - mean) ** 2 for x in logs)))
+        spread=(len(logs), sum((x - mean) ** 2 for x in logs), *recheck_spread(rechecks)))
     return point
 
 
@@ -267,8 +269,14 @@ def one_run(commit: str, m: float, p20: float | None, p80: float | None, recheck
     point = object.__new__(Point)  # made() of every field, without its defaults to fill in
     point.__dict__.update(commit=commit, commit_time=commit_time, median_ms=math.exp(x), p20_ms=min(p20 or m, m),
                           p80_ms=max(p80 or m, m), runs=1, env=env, runs_ms=(m,), rechecks=rechecks,
-                          partial=bool(unfinished), started_at=start, within=rechecks, spread=(1, (x - x) ** 2))
+                          partial=bool(unfinished), started_at=start, within=rechecks, spread=(1, (x - x) ** 2, *recheck_spread(rechecks)))
     return point
+
+
+def recheck_spread(rechecks: tuple[float, ...]) -> tuple[int, float]:
+    """(count, half the sum of squares) of a point's recheck differences: each is two measurements of
+    one run, whose variance it estimates with one degree of freedom (verdicts.point_variance)."""
+    return len(rechecks), sum(d * d for d in rechecks) / 2
 
 
 def order_key(p: Point) -> tuple:

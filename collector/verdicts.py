@@ -147,9 +147,13 @@ def _evolve(obj, **changes):
 def point_variance(p: Point, sigma: float) -> float:
     """Variance of a point's log time: its runs' mean (median from three on) of spread sigma, with
     sigma shrunk towards what its own runs show (PRIOR_WEIGHT against their n - 1): one disturbed
-    run of two widens its point instead of moving it alone."""
-    n, own = p.spread
-    var = (PRIOR_WEIGHT * sigma * sigma + own) / (PRIOR_WEIGHT + n - 1)
+    run of two widens its point instead of moving it alone. Its rechecks widen it too, never narrow
+    it: a run whose median and recheck disagree (a bimodal row whose median fell on the rarer
+    level: conv1d's 1.03 ms against a recheck and a rerun of 1.11 ms, an A/A pair of an H200 at
+    0adeb72) has measured itself as less certain than the series' noise says."""
+    n, own, k, rss = p.spread
+    var = max((PRIOR_WEIGHT * sigma * sigma + own) / (PRIOR_WEIGHT + n - 1),
+              (PRIOR_WEIGHT * sigma * sigma + rss) / (PRIOR_WEIGHT + k))
     return var * (1.0 if n <= 2 else math.pi / 2) / n
 
 
@@ -189,7 +193,7 @@ class Columns:
     where: np.ndarray
     klass: np.ndarray
     reference: np.ndarray
-    spread_a: np.ndarray  # (lines, 2): runs, squared deviations
+    spread_a: np.ndarray  # (lines, 4): Point.spread
     spread_b: np.ndarray
     gates: np.ndarray
     wheres: list[tuple]
@@ -230,7 +234,7 @@ def is_reference(code: str, env: str | None) -> bool:
 
 def spreads(points: list[Point]) -> np.ndarray:
     return np.fromiter(chain.from_iterable([p.spread for p in points]), dtype=float,
-                       count=2 * len(points)).reshape(-1, 2)
+                       count=4 * len(points)).reshape(-1, 4)
 
 
 def machine_drift(c: Columns) -> tuple[dict[tuple, float], dict[tuple, int], dict[tuple, float]]:
@@ -301,8 +305,9 @@ def measure(c: Columns, noises: list[Noise], q: float, across: bool = False) -> 
 
 def _variances(spreads: np.ndarray, sigma: np.ndarray) -> np.ndarray:
     """point_variance of each point (its spread), with its sigma, in the same operations."""
-    n, own = spreads[:, 0], spreads[:, 1]
-    var = (PRIOR_WEIGHT * sigma * sigma + own) / (PRIOR_WEIGHT + n - 1)
+    n, own, k, rss = spreads[:, 0], spreads[:, 1], spreads[:, 2], spreads[:, 3]
+    prior = PRIOR_WEIGHT * sigma * sigma
+    var = np.maximum((prior + own) / (PRIOR_WEIGHT + n - 1), (prior + rss) / (PRIOR_WEIGHT + k))
     return var * np.where(n <= 2, 1.0, math.pi / 2) / n
 
 
