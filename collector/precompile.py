@@ -336,7 +336,7 @@ def _known(cases: list[Case], keys: dict, lost: dict[str, str], path: Path) -> d
 
 
 def _lost(cases: list[Case], keys: dict, report: Report) -> dict[str, str]:
-    """lost.json's new entries: this pass's hung and crashed builds."""
+    """lost.json's new entries: this pass's hung and crashed builds, and those that repeat them."""
     by_label = {(*_label(cases[i]), m, p): (cases[i], p, k) for (i, m, p), k in keys.items()}
     skips = report.skips()
     return {lost_key(*by_label[where]): skips[where] for where in (*report.hung, *report.crashed, *report.follows)
@@ -346,7 +346,8 @@ def _lost(cases: list[Case], keys: dict, report: Report) -> dict[str, str]:
 def _skipped(report: Report) -> str:
     """The closing line's note of the builds the run records without calling them."""
     parts = [f"{len(report.hung)} hung"] * bool(report.hung) + [f"{len(report.crashed)} crashed"] * bool(report.crashed)
-    parts += [f"{len(report.follows)} that repeat one of them"] * bool(report.follows)
+    n = len(report.follows)
+    parts += [f"{n} that repeat{'s' * (n == 1)} one of them"] * bool(n)
     parts += [f"{len(report.known)} that hung or crashed an earlier pass"] * bool(report.known)
     return f"; {' and '.join(parts)} (the run records them as errors, without calling them)" if parts else ""
 

@@ -269,7 +269,8 @@ def one_run(commit: str, m: float, p20: float | None, p80: float | None, recheck
     point = object.__new__(Point)  # made() of every field, without its defaults to fill in
     point.__dict__.update(commit=commit, commit_time=commit_time, median_ms=math.exp(x), p20_ms=min(p20 or m, m),
                           p80_ms=max(p80 or m, m), runs=1, env=env, runs_ms=(m,), rechecks=rechecks,
-                          partial=bool(unfinished), started_at=start, within=rechecks, spread=(1, (x - x) ** 2, *recheck_spread(rechecks)))
+                          partial=bool(unfinished), started_at=start, within=rechecks,
+                          spread=(1, (x - x) ** 2, *recheck_spread(rechecks)))
     return point
 
 

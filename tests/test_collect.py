@@ -340,7 +340,7 @@ def test_a_build_that_repeats_a_crashed_one_is_not_begun(tmp_path):
     out = kc_here("run", "torn", *FAST, "--kernel-module", fragile, "--workers", "1", "--precompile", "2",
                   "--cache-dir", str(cache), "--db", str(db))
     assert out.exit_code == 0, (out.stderr, out.exception)
-    assert "1 crashed and 1 that repeat one of them (the run records them" in out.stderr, out.stderr
+    assert "1 crashed and 1 that repeats one of them (the run records them" in out.stderr, out.stderr
     assert out.stderr.count(fragile_kernels.CRASH) == 1 and "goes on in a fresh process" not in out.stderr
     _, rows = _stored(db)
     got = {(r["provider"], r["mode"], r["shape"]): (r["status"], r["error"]) for r in rows}
