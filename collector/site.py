@@ -210,6 +210,25 @@ def data_js(name: str, payload: Any) -> str:
     return f"KC.put({json.dumps(name)},{to_json(payload)});\n"
 
 
+def packed(payload: dict) -> dict:
+    """A table payload ({cols, rows}) whose columns of strings hold indexes into one list of their
+    values ("strings"; "enc": those columns), which site.js's KC.put unpacks. A shape, a config or
+    an unavailable peer's reason repeats on every row of its shape or provider: packed, the kernels'
+    data files weigh 29% less (574 of 2008 KB on the committed history)."""
+    rows = payload["rows"]
+    enc = [c for c in range(len(payload["cols"])) if any(isinstance(r[c], str) for r in rows)
+           and all(r[c] is None or isinstance(r[c], str) for r in rows)]
+    if not enc:
+        return payload
+    index: dict[str, int] = {}
+    out = [list(r) for r in rows]
+    for r in out:
+        for c in enc:
+            if r[c] is not None:
+                r[c] = index.setdefault(r[c], len(index))
+    return {**payload, "rows": out, "strings": list(index), "enc": enc}
+
+
 def _trend_payload(series: dict[str, dict[str, list]], noise: dict[tuple, float | None], key: tuple,
                    marks: list[dict[str, Any]]) -> dict:
     """A trend file: {"series": provider -> shape -> [commit indexes, median, p20, p80, condition ids,
@@ -287,7 +306,7 @@ def render(data: site_data.SiteData, analysis: site_flags.Analysis, staging: Pat
             for mode, dtype in site_pages._combos(data.latest[(g.key, k)], data.modes, data.dtypes):
                 rel = f"data/{slugs[k]}.{g.id}.{len(part_files)}.part.js"
                 payload = site_pages.part_data(data, g, k, mode, dtype)
-                w.write(rel, data_js(rel, payload))
+                w.write(rel, data_js(rel, packed(payload)))
                 part_files[(g.key, k, mode, dtype)] = rel
                 parts_json.append({"gpu": g.label, "mode": mode, "dtype": dtype, "cols": payload["cols"],
                                    "rows": payload["rows"]})

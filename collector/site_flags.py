@@ -67,9 +67,12 @@ def analyse(data: SiteData, thresholds: dict[str, float] | None = None, git_root
             out.noise[(gkey, key.kernel, key.mode, key.dtype, key.provider, key.shape, cond)] = r.noise.sigma
         regressions: list[tuple[float, dict]] = []
         values = [p.median_ms for p in r.points]  # one list for the series' flags (and the cache's pickle)
+        # the machine's level at each commit of the series, which the flags' levels are corrected for
+        drift = dict(zip(ci, r.drift))
         for f in r.flags:
             cond = next((c for c, mt in conds.items() if mt == (key.machine, key.timing)), None)
             row = _flag(data, key, r, f, ci, gkey, cond, regressions, values)
+            row["drift"] = drift
             if f.cause and (f.cause.startswith("environment") or f.cause.startswith("method")):
                 if f.cause.startswith("method"):
                     out.changes.append(_method_change(key, f, ci, gkey, data))

@@ -18,11 +18,21 @@
   const waiting = {};
   window.KC = {
     put(name, value) {
+      if (value && value.enc) unpack(value);
       loaded[name] = value;
       (waiting[name] || []).forEach((w) => w.resolve(value));
       delete waiting[name];
     },
   };
+
+  // A packed table (site.py: packed): its string columns hold indexes into value.strings.
+  function unpack(value) {
+    for (const row of value.rows) {
+      for (const c of value.enc) if (row[c] !== null) row[c] = value.strings[row[c]];
+    }
+    delete value.enc;
+    delete value.strings;
+  }
 
   function load(name) {
     if (name in loaded) return Promise.resolve(loaded[name]);

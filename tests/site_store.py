@@ -251,7 +251,12 @@ def data_file(path: Path):
     text = path.read_text()
     head = f"KC.put({json.dumps(path.relative_to(path.parent.parent).as_posix())},"
     assert text.startswith(head) and text.endswith(");\n"), path
-    return json.loads(text[len(head):-3])
+    payload = json.loads(text[len(head):-3])
+    for row in payload.get("rows", []) if "enc" in payload else ():  # unpacked as site.js does
+        for c in payload["enc"]:
+            if row[c] is not None:
+                row[c] = payload["strings"][row[c]]
+    return payload
 
 
 def table_rows(payload: dict) -> list[dict]:

@@ -690,7 +690,9 @@ def test_history_no_recovered_regression_is_open(history):
             same = (f["gkey"], f["kernel"], f["mode"], f["provider"], f["shape"], f["dtype"])
             nxt = min((g["after_ci"] for g in a.flags if g["after_ci"] > f["after_ci"] and (
                 g["gkey"], g["kernel"], g["mode"], g["provider"], g["shape"], g["dtype"]) == same), default=math.inf)
-            after = [median(v) for ci, v in sorted(by_commit.items()) if f["after_ci"] < ci < nxt]
+            # each in the scale of the flag's levels: corrected for the machine's drift at its commit
+            after = [median(v) / math.exp(f["drift"].get(ci, 0.0)) for ci, v in sorted(by_commit.items())
+                     if f["after_ci"] < ci < nxt]
             mid = math.sqrt(f["before_ms"] * f["after_ms"])
             # open: no two commits in a row after it came back below halfway (regress.PERSIST)
             assert not any(x < mid and y < mid for x, y in zip(after, after[1:])), f

@@ -521,6 +521,9 @@ def test_kernel_page_filters_redraw_the_charts(sites, tab):
     before_trend, liger = _traces(p, trend), _traces(p, trend, "liger")
     before_shape = p.locator(shape).evaluate("d => d.data.filter(t => t.visible !== false).length")
     assert liger >= 3  # median line and two band edges per condition of the series
+    # the table's strings (shape, provider) come from a packed data file (site.packed), unpacked by site.js
+    assert p.locator("section.part:visible tr[data-provider=liger]").count() > 0
+    assert "M=64,N=1024" in p.locator("section.part:visible table.results").inner_text()
     t.filters()
     p.uncheck("input[name=provider][value=liger]")
     p.wait_for_function(f"d => d.data.length === {before_trend - liger}", arg=p.locator(trend).element_handle())
