@@ -131,10 +131,28 @@ def _slstm_fwd(wx_ptr, r_ptr, b_ptr, st_ptr, ys_ptr, cs_ptr, ns_ptr, ms_ptr, raw
     tl.store(last_ptr + 2 * plane + sidx, m.to(last_ptr.dtype.element_ty), mask=m2)
 
 
+@triton.jit
+def _saved(dy_ptr, raw_ptr, cs_ptr, ns_ptr, ms_ptr, r64, h, u, m2, t, T, NH, DH):
+    """What the backward's step t reads that does not depend on the recurrence: its incoming dy, its
+    four gate pre-activations and the states before it (c, n, m as stored: before a reset); zeros at
+    t = -1."""
+    live = m2 & (t >= 0)
+    dy = tl.load(dy_ptr + ((r64 * T + t) * NH + h) * DH + u[None, :], mask=live, other=0.0).to(tl.float32)
+    rw = raw_ptr + (((r64 * T + t) * 4) * NH + h) * DH + u[None, :]
+    prev = (r64 * (T + 1) + t) * NH * DH + h * DH + u[None, :]
+    return (dy, tl.load(rw, mask=live, other=0.0), tl.load(rw + NH * DH, mask=live, other=0.0),
+            tl.load(rw + 2 * NH * DH, mask=live, other=0.0), tl.load(rw + 3 * NH * DH, mask=live, other=0.0),
+            tl.load(cs_ptr + prev, mask=live, other=0.0), tl.load(ns_ptr + prev, mask=live, other=0.0),
+            tl.load(ms_ptr + prev, mask=live, other=0.0))
+
+
 @triton.jit(do_not_specialize=["B", "T", "NH", "has_resets"])
 def _slstm_bwd(dy_ptr, dlast_ptr, r_ptr, raw_ptr, cs_ptr, ns_ptr, ms_ptr, rs_ptr, dwx_ptr, dst_ptr, B, T, NH, DH,
                has_resets, BB: tl.constexpr, DP: tl.constexpr, RESIDENT: tl.constexpr, SPLIT: tl.constexpr,
-               DOT_F32: tl.constexpr, EPS: tl.constexpr, PRECISE: tl.constexpr):
+               DOT_F32: tl.constexpr, EPS: tl.constexpr, PRECISE: tl.constexpr, PREFETCH: tl.constexpr):
+    # PREFETCH: step t-1's inputs (_saved) are loaded before step t's products, so that their latency
+    # overlaps this step's work instead of starting the next one (a `while` loop is not pipelined by
+    # Triton); c and n after step t-1 are step t's states before it, carried rather than re-read.
     h, rows, row_ok, u, m2, r64, sidx, plane = _program(B, NH, DH, BB, DP)
     dc = tl.load(dlast_ptr + sidx, mask=m2, other=0.0).to(tl.float32)
     dn = tl.load(dlast_ptr + plane + sidx, mask=m2, other=0.0).to(tl.float32)
@@ -145,20 +163,16 @@ def _slstm_bwd(dy_ptr, dlast_ptr, r_ptr, raw_ptr, cs_ptr, ns_ptr, ms_ptr, rs_ptr
         ri, rf = _block(r_ptr, 0, h, NH, DH, u, u, False), _block(r_ptr, 1, h, NH, DH, u, u, False)
         rz, ro = _block(r_ptr, 2, h, NH, DH, u, u, False), _block(r_ptr, 3, h, NH, DH, u, u, False)
     t = T - 1
+    last = (r64 * (T + 1) + T) * NH * DH + h * DH + u[None, :]
+    c, n = tl.load(cs_ptr + last, mask=m2, other=0.0), tl.load(ns_ptr + last, mask=m2, other=0.0)
+    dyx, rawi, rawf, rawz, rawo, cp, np_, mp = _saved(dy_ptr, raw_ptr, cs_ptr, ns_ptr, ms_ptr, r64, h, u, m2, t, T, NH, DH)
     while t >= 0:
         keep = keep_rows(rs_ptr, rows, row_ok, t, T, has_resets)[:, None]
-        dy = dyr + tl.load(dy_ptr + ((r64 * T + t) * NH + h) * DH + u[None, :], mask=m2, other=0.0).to(tl.float32)
-        rw = raw_ptr + (((r64 * T + t) * 4) * NH + h) * DH + u[None, :]
-        rawf = tl.load(rw + NH * DH, mask=m2, other=0.0)
-        prev = (r64 * (T + 1) + t) * NH * DH + h * DH + u[None, :]
-        now = prev + NH * DH
-        c, n = tl.load(cs_ptr + now, mask=m2, other=0.0), tl.load(ns_ptr + now, mask=m2, other=0.0)
-        c_prev = tl.load(cs_ptr + prev, mask=m2, other=0.0) * keep
-        n_prev = tl.load(ns_ptr + prev, mask=m2, other=0.0) * keep
-        m_prev = tl.load(ms_ptr + prev, mask=m2, other=0.0) * keep
-        rawi = tl.load(rw, mask=m2, other=0.0)
+        if PREFETCH:
+            ahead = _saved(dy_ptr, raw_ptr, cs_ptr, ns_ptr, ms_ptr, r64, h, u, m2, t - 1, T, NH, DH)
+        dy = dyr + dyx
+        c_prev, n_prev, m_prev = cp * keep, np_ * keep, mp * keep
         first = n_prev == 0.0
-        rawz, rawo = tl.load(rw + 2 * NH * DH, mask=m2, other=0.0), tl.load(rw + 3 * NH * DH, mask=m2, other=0.0)
         ig, fg, zt, og, _, sig_nf = _gates(rawi, rawf, rawz, rawo, m_prev, first, PRECISE)
         if PRECISE:  # with their derivatives from the pre-activations (_gates' zt and og then go unused)
             zt, dzt = tanh_grad_f32(rawz)
@@ -199,7 +213,13 @@ def _slstm_bwd(dy_ptr, dlast_ptr, r_ptr, raw_ptr, cs_ptr, ns_ptr, ms_ptr, rs_ptr
         dyr = _product(df.to(ty), wf, r_ptr, 1, h, NH, DH, u, dyr, False, SPLIT, DOT_F32)
         dyr = _product(dz.to(ty), wz, r_ptr, 2, h, NH, DH, u, dyr, False, SPLIT, DOT_F32)
         dyr = _product(do.to(ty), wo, r_ptr, 3, h, NH, DH, u, dyr, False, SPLIT, DOT_F32) * keep
+        c, n = cp, np_  # after step t-1: the states before step t, as stored (before a reset)
         t -= 1
+        if PREFETCH:
+            dyx, rawi, rawf, rawz, rawo, cp, np_, mp = ahead
+        else:
+            dyx, rawi, rawf, rawz, rawo, cp, np_, mp = _saved(dy_ptr, raw_ptr, cs_ptr, ns_ptr, ms_ptr, r64, h, u, m2,
+                                                              t, T, NH, DH)
     ty = dst_ptr.dtype.element_ty
     tl.store(dst_ptr + sidx, dyr.to(ty), mask=m2)
     tl.store(dst_ptr + plane + sidx, dc.to(ty), mask=m2)
@@ -221,7 +241,8 @@ def _shared(config: SLSTMConfig, dtype, DH: int, device) -> int:
     fwd = (dtype, dtype, dtype, dtype, dtype, f32, f32, f32, f32, dtype, u8, 1, 1, 1, DH, 1, 1)
     bwd = (dtype, dtype, dtype, f32, f32, f32, f32, u8, dtype, dtype, 1, 1, 1, DH, 1)
     return max(shared_bytes_for_types(_slstm_fwd, fwd, _meta(1, 1, DH, dtype, device, config, config.warps)[1], device),
-               shared_bytes_for_types(_slstm_bwd, bwd, _meta(1, 1, DH, dtype, device, config, config.warps_bwd)[1], device))
+               shared_bytes_for_types(_slstm_bwd, bwd, {**_meta(1, 1, DH, dtype, device, config, config.warps_bwd)[1],
+                                                         "PREFETCH": config.prefetch}, device))
 
 
 def _floor(config: SLSTMConfig, dtype, DH: int, device) -> int:
@@ -283,5 +304,5 @@ def slstm_bwd(dy, dlast, r, saved, resets, config: SLSTMConfig):
     rs = resets.view(torch.uint8) if resets is not None else dwx
     grid, meta = _meta(B, NH, DH, dt, dev, config, config.warps_bwd)
     _slstm_bwd[grid](dy.contiguous(), dlast.contiguous(), r, raw, cs, ns, ms, rs, dwx, dst, B, T, NH, DH,
-                     int(resets is not None), **meta)
+                     int(resets is not None), PREFETCH=config.prefetch, **meta)
     return dwx, dst
