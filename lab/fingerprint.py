@@ -53,7 +53,8 @@ GPUS = {
     "h200": dict(name="NVIDIA H200", multi_processor_count=132, L2_cache_size=60 << 20, total_memory=141 << 30),
 }
 _SM90 = dict(major=9, minor=0, max_threads_per_multi_processor=2048, regs_per_multiprocessor=65536,
-             shared_memory_per_multiprocessor=233472, shared_memory_per_block_optin=232448, warp_size=32)
+             shared_memory_per_multiprocessor=233472, shared_memory_per_block_optin=232448,
+             shared_memory_per_block=49152, warp_size=32)
 
 _BINARIES: dict[tuple, dict] = {}  # binary key -> what its offline compile gave
 
