@@ -7,7 +7,7 @@
 #   3. one GPU (`--gpus 0`), then 4. all GPUs again: the pair to compare, each after a whole run.
 # lab/results/gpus_all_h200x2_aac9a5c.txt is why: with only 1 and then 3 and 4's order reversed,
 # the several GPUs' run paid 84 s of first calls that the one GPU's, run after it, found cached.
-# Every run lands in $KC_DB; `python -m lab.gpus_scaling --one <3> --several <4's runs>` reads them.
+# Every run lands in $KC_DB; `python -m lab.gpus_scaling --one <3's run> --several <4's runs>` reads them.
 #   OUT_DIR=$OUT bash lab/gpu_detached.sh start 'bash benchmarks/gpus_scaling.sh SHA ISO-TIME [KERNEL...]'
 # (no kernels: the whole grid; ~26 min of a 2x H200 host for all kernels but rtu, 2026-11-29)
 set -uo pipefail

@@ -40,11 +40,11 @@ def by_pair(folders: list[str]) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--one", nargs="+", required=True, help="the one-GPU run's folder")
+    ap.add_argument("--one", required=True, help="the one-GPU run's folder")
     ap.add_argument("--several", nargs="+", required=True, help="the several GPUs' run folders")
     ap.add_argument("--top", type=int, default=15)
     a = ap.parse_args()
-    one, several = runs(a.one), runs(a.several)
+    one, several = runs([a.one]), runs(a.several)
     table = [{"run": r["run"], "device": r["device"], "rows": r["rows"], "row_s": round(r["row_s"], 1),
               **{p: round(r.get(p, 0.0), 1) for p in PHASES}} for r in one + several]
     summed = {p: sum(r.get(p, 0.0) for r in several) for p in PHASES + ("row_s",)}
@@ -54,12 +54,12 @@ def main() -> None:
     walls = max(r["wall"] for r in several)
     print(f"\nwall (the runs' own records): one GPU {one[0]['wall']:.1f} s, {len(several)} GPUs {walls:.1f} s "
           f"(the slower run): {one[0]['wall'] / walls:.2f}x")
-    a1, a2 = by_pair(a.one), by_pair(a.several)
+    a1, a2 = by_pair([a.one]), by_pair(a.several)
     diff = sorted(((a2[k][1] - a1[k][1], k) for k in a1.keys() & a2.keys()), reverse=True)
-    print(f"\n(kernel, provider) whose rows took longest beyond the one GPU's: several - one, row seconds")
-    print("\n".join(render([{"kernel": k, "provider": p, "rows": a2[(k, p)][0], "one_s": round(a1[(k, p)][1], 1),
-                   "several_s": round(a2[(k, p)][1], 1), "more_s": round(d, 1)}
-                  for d, (k, p) in diff[:a.top]], "table")))
+    print("\n(kernel, provider) whose rows took longest beyond the one GPU's: several - one, row seconds")
+    worst = [{"kernel": k, "provider": p, "rows": a2[(k, p)][0], "one_s": round(a1[(k, p)][1], 1),
+              "several_s": round(a2[(k, p)][1], 1), "more_s": round(d, 1)} for d, (k, p) in diff[:a.top]]
+    print("\n".join(render(worst, "table")))
 
 
 if __name__ == "__main__":
