@@ -75,6 +75,26 @@ def fingerprint(device: str) -> Environment:
     return Environment(env_id=env_id, **fields)
 
 
+def host_identity(device: str) -> dict[str, str | None]:
+    """Which boot of which machine and which physical GPU a run measured on, beyond the machine's
+    name (kept in the run's config as "host"). Hosts lent under one name differ: sLSTM's PyTorch step
+    loop ran 3-4% slower on one session's H200 hosts than on the last one's, every shape, with the
+    same driver and software (docs/regressions.md), so a run says which host it had. boot_id: the
+    kernel's, new at each boot (a fresh VM); gpu_uuid: the GPU this process measures on (its
+    CUDA_VISIBLE_DEVICES already narrowed to one)."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip() or None
+    except OSError:
+        boot = None
+    uuid = None
+    if device == "cuda":
+        try:
+            uuid = str(torch.cuda.get_device_properties(0).uuid)
+        except (AttributeError, RuntimeError):
+            uuid = None
+    return {"boot_id": boot, "gpu_uuid": uuid}
+
+
 def describe(env: Environment) -> str:
     d = asdict(env)
     where = d["gpu_name"] or f"CPU ({platform.processor() or platform.machine()}, Triton interpreter)"

@@ -9,7 +9,7 @@ import os
 import socket
 import time
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Protocol
@@ -17,7 +17,7 @@ from typing import Any, Callable, Protocol
 import torch
 
 from . import memory, stability, timing, verify
-from .environment import Commit, fingerprint, resolve_commit
+from .environment import Commit, fingerprint, host_identity, resolve_commit
 from .names import plain
 from .phases import Phases
 from .seeds import case_seed
@@ -104,7 +104,8 @@ class Runner:
         machine = cfg.machine or f"{socket.gethostname()} {env.gpu_name or 'CPU'}"
         run = Run(run_id=self.run_id, env_id=env.env_id, started_at=_now(), finished_at=None, status="unfinished",
                   git_commit=commit.sha, commit_time=commit.time, git_dirty=commit.dirty, grid=cfg.grid,
-                  copy_gbps=copy_gbps, matmul_tflops=matmul_tflops, config=config_json(cfg), machine=machine,
+                  copy_gbps=copy_gbps, matmul_tflops=matmul_tflops,
+                  config=config_json({**asdict(cfg), "host": host_identity(cfg.device)}), machine=machine,
                   commit_subject=commit.subject, commit_author=commit.author, commit_url=commit.url,
                   shard=cfg.shard, device_index=self.device_index, invocation=commit.invocation,
                   kcollect_version=commit.kcollect_version, kcollect_commit=commit.kcollect_commit)

@@ -57,6 +57,9 @@ def test_two_workers_measure_the_plan_once_each_kernel_in_one_run(tmp_path):
     # starts late (imports under load) may find nothing left, and then writes no run
     assert len(runs) in (1, 2) and {r["status"] for r in runs} == {"finished"}
     assert all(r["phases"] and r["config"] for r in runs) and len({r["env_id"] for r in runs}) == 1
+    # which boot of which host measured (hosts under one machine name differ): this machine's, no GPU
+    boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    assert [json.loads(r["config"])["host"] for r in runs] == [{"boot_id": boot, "gpu_uuid": None}] * len(runs)
     keys = [(r["kernel"], r["mode"], r["provider"], r["shape"]) for r in rows]
     assert len(keys) == len(set(keys)) == 2 * 2 * (3 + 2)  # every row of the plan, once
     run_of = {}
