@@ -317,8 +317,9 @@ def render(data: site_data.SiteData, analysis: site_flags.Analysis, staging: Pat
                 "parts": parts_json}, title=k, k=model)
     machines = sorted({r["machine"] or site_pages.NOT_RECORDED for r in data.runs if r["device_kind"] != "cpu"})
     events = site_pages.event_rows(data, analysis.events)
-    table = JSONText(to_json(site_pages.flag_table(data, rows)))  # megabytes on a long history: made once
-    w.write(FLAGS_FILE, data_js(FLAGS_FILE, table))
+    flags = site_pages.flag_table(data, rows)
+    table = JSONText(to_json(flags))  # megabytes on a long history: made once
+    w.write(FLAGS_FILE, data_js(FLAGS_FILE, packed(flags)))  # the page's copy packed, json/'s plain
     w.page("regressions.html", "regressions.html",
            JSONText(f'{{"counts":{to_json(count)},"flags":{table},"events":{to_json(events)}}}'),
            title="Regressions", events=events, counts=count, machines=machines, n_rows=len(rows),
