@@ -137,6 +137,13 @@ MUTATIONS = (
     Mutation("precompile's time limit counts the process's start", "collector/precompile.py",
              'slot["ready"], slot["since"] = True, now', 'slot["ready"] = True',
              "tests/test_precompile.py::test_a_case_s_time_limit_counts_from_ready_on_the_pass_s_clock"),
+    Mutation("the sLSTM backward loads two steps ahead instead of one", "kernels/slstm/sequence.py",
+             "ahead = _saved(dy_ptr, raw_ptr, cs_ptr, ns_ptr, ms_ptr, r64, h, u, m2, t - 1, T, NH, DH)",
+             "ahead = _saved(dy_ptr, raw_ptr, cs_ptr, ns_ptr, ms_ptr, r64, h, u, m2, t - 2, T, NH, DH)",
+             "tests/test_slstm.py::test_resets_and_every_gradient"),
+    Mutation("a run forgets which boot of which host measured it", "collector/runner.py",
+             '"host": host_identity(cfg.device)', '"host": {"boot_id": None, "gpu_uuid": None}',
+             "tests/test_collect.py::test_two_workers_measure_the_plan_once_each_kernel_in_one_run"),
 )
 
 
