@@ -120,3 +120,34 @@ def test_detached_job_outlives_its_start_and_is_packed_once_done(tmp_path):
     assert call("stop", "20").returncode == 130
     with tarfile.open(tmp_path / "out" / "results.tar.gz") as tar:
         assert tar.extractfile("./out/mark").read() == b"stored\n"
+
+
+def test_gpus_scaling_fills_then_warms_up_then_measures_one_gpu_and_all(tmp_path):
+    # benchmarks/gpus_scaling.sh with a stand-in kcollect: the fill is stopped once its precompile
+    # pass has built, then a whole warm-up run, one GPU, all GPUs, each into $KC_DB
+    import os
+    import stat
+    import subprocess
+
+    calls = tmp_path / "calls"
+    stub = tmp_path / "bin" / "kcollect"
+    stub.parent.mkdir()
+    stub.write_text(f"""#!/usr/bin/env bash
+echo "$*" >> {calls}
+case "$*" in
+  *fill.duckdb*) trap 'echo stopped >> {calls}; exit 130' TERM
+                 echo "precompile: 3 of 3 built in 1.0 s"; sleep 60 & wait ;;
+  *) echo "3 rows in db (run x, finished) in 1s" ;;
+esac
+""")
+    stub.chmod(stub.stat().st_mode | stat.S_IEXEC)
+    env = dict(os.environ, PATH=f"{stub.parent}:{os.environ['PATH']}", KC_DB=str(tmp_path / "job.duckdb"),
+               JOB_OUT=str(tmp_path))
+    done = subprocess.run(["bash", "benchmarks/gpus_scaling.sh", "abc123", "2026-11-29T00:00:00+00:00", "rms_norm"],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    lines = calls.read_text().splitlines()
+    assert [line.split("--gpus ")[1].split()[0] for line in lines if "--gpus" in line] == ["all", "all", "0", "all"]
+    assert "fill.duckdb" in lines[0] and lines[1] == "stopped"
+    assert all(f"--db {tmp_path / 'job.duckdb'}" in line for line in lines[2:])
+    assert all(line.startswith("run rms_norm --full") and "--commit abc123" in line for line in lines if "--gpus" in line)
