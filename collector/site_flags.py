@@ -68,7 +68,7 @@ def analyse(data: SiteData, thresholds: dict[str, float] | None = None, git_root
         regressions: list[tuple[float, dict]] = []
         values = [p.median_ms for p in r.points]  # one list for the series' flags (and the cache's pickle)
         # the machine's level at each commit of the series, which the flags' levels are corrected for
-        drift = dict(zip(ci, r.drift))
+        drift = dict(zip(ci, r.drift)) if r.flags else {}
         for f in r.flags:
             cond = next((c for c, mt in conds.items() if mt == (key.machine, key.timing)), None)
             row = _flag(data, key, r, f, ci, gkey, cond, regressions, values)

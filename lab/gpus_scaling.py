@@ -9,33 +9,27 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
-
-import duckdb
 
 from kcollect.formats import render
+from lab.grid_cost import load
 
 PHASES = ("setup", "inputs", "reference", "first_call", "check", "capture", "timing", "recheck",
           "recheck_fresh", "release", "store", "other", "timed_work", "wall")
 
 
-def runs(folders: list[str]) -> list[dict]:
-    con = duckdb.connect()
+def runs(folders: list[str]) -> tuple[list[dict], dict]:
+    """Each run's phases, rows and row seconds; and {(kernel, provider): (rows, seconds)} of them all."""
+    records, rows = load(folders, None, None)
     out = []
-    for f in folders:
-        run_id, device, phases = con.execute(
-            "SELECT run_id, device_index, phases FROM read_parquet(?)", [str(Path(f) / "run.parquet")]).fetchone()
-        n, secs = con.execute("SELECT count(*), sum(seconds) FROM read_parquet(?)",
-                              [str(Path(f) / "results.parquet")]).fetchone()
-        out.append({"run": run_id[:8], "device": device, "rows": n, "row_s": secs, **json.loads(phases)})
-    return out
-
-
-def by_pair(folders: list[str]) -> dict:
-    con = duckdb.connect()
-    rows = con.execute("SELECT kernel, provider, count(*), sum(seconds) FROM read_parquet(?) GROUP BY 1, 2",
-                       [[str(Path(f) / "results.parquet") for f in folders]]).fetchall()
-    return {(k, p): (n, s) for k, p, n, s in rows}
+    for r in records:
+        mine = [x for x in rows if x["run_id"] == r["run_id"]]
+        out.append({"run": r["run_id"][:8], "device": r["device_index"], "rows": len(mine),
+                    "row_s": sum(x["seconds"] or 0.0 for x in mine), **json.loads(r["phases"] or "{}")})
+    pairs: dict = {}
+    for x in rows:
+        n, secs = pairs.get((x["kernel"], x["provider"]), (0, 0.0))
+        pairs[(x["kernel"], x["provider"])] = (n + 1, secs + (x["seconds"] or 0.0))
+    return out, pairs
 
 
 def main() -> None:
@@ -44,7 +38,7 @@ def main() -> None:
     ap.add_argument("--several", nargs="+", required=True, help="the several GPUs' run folders")
     ap.add_argument("--top", type=int, default=15)
     a = ap.parse_args()
-    one, several = runs([a.one]), runs(a.several)
+    (one, a1), (several, a2) = runs([a.one]), runs(a.several)
     table = [{"run": r["run"], "device": r["device"], "rows": r["rows"], "row_s": round(r["row_s"], 1),
               **{p: round(r.get(p, 0.0), 1) for p in PHASES}} for r in one + several]
     summed = {p: sum(r.get(p, 0.0) for r in several) for p in PHASES + ("row_s",)}
@@ -54,7 +48,6 @@ def main() -> None:
     walls = max(r["wall"] for r in several)
     print(f"\nwall (the runs' own records): one GPU {one[0]['wall']:.1f} s, {len(several)} GPUs {walls:.1f} s "
           f"(the slower run): {one[0]['wall'] / walls:.2f}x")
-    a1, a2 = by_pair([a.one]), by_pair(a.several)
     diff = sorted(((a2[k][1] - a1[k][1], k) for k in a1.keys() & a2.keys()), reverse=True)
     print("\n(kernel, provider) whose rows took longest beyond the one GPU's: several - one, row seconds")
     worst = [{"kernel": k, "provider": p, "rows": a2[(k, p)][0], "one_s": round(a1[(k, p)][1], 1),

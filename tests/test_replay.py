@@ -2,7 +2,6 @@
 of runs of one commit (A/A), on every commit against the one before, on the issue's named pairs, and
 the site's flags against compare's verdicts for the same commits."""
 import itertools
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -19,10 +18,6 @@ RUNS = ROOT / "data" / "runs"
 H100, H200 = "NVIDIA H100 80GB HBM3", "NVIDIA H200"
 
 
-def git(*args):
-    return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True)
-
-
 @pytest.fixture(scope="module")
 def history(tmp_path_factory):
     if not RUNS.is_dir():
@@ -32,8 +27,7 @@ def history(tmp_path_factory):
     with Store(db, read_only=True) as store:
         rows = store.query(regress.QUERY)
         data = site_data.load(store)
-    commits = {r["git_commit"] for r in rows}
-    if any(git("cat-file", "-e", f"{c}^{{commit}}").returncode for c in commits):
+    if site_store.commits_missing(r["git_commit"] for r in rows):
         pytest.skip("the history's commits are not in this clone (shallow?)")
     repo = codechange.Repo(ROOT)
     analysed = regress.analyse(rows, code=repo)
