@@ -37,9 +37,10 @@ def _inputs(B, NH, T, DH, device="cpu"):
 def test_resets_and_every_gradient(resident, prefetch):
     # resets at the first, consecutive and last steps (a row's first step takes m = i); upstream
     # gradients on y and on the final c and n (stabilised by m_T: the stabiliser's gradient counts);
-    # the backward with the next step's inputs loaded ahead and without
+    # forward and backward with the next step's inputs loaded ahead and without
     errors = errors_against_reference(reference, slstm.slstm, _inputs(3, 2, 4, 16), GRADS,
-                                      config=slstm.SLSTMConfig(bb=16, resident=resident, prefetch=prefetch))
+                                      config=slstm.SLSTMConfig(bb=16, resident=resident, prefetch=prefetch,
+                                                               prefetch_bwd=prefetch))
     assert max(errors) < 1e-5, errors
 
 
@@ -70,7 +71,7 @@ def test_mismatched_inputs_are_refused():
 def test_config_is_recorded():
     record = SPEC.provider("triton").config(SPEC.make_inputs(SMALL, torch.float32, "cpu", 0))
     assert record == {"slstm": {"bb": 16, "resident": True, "warps": 4, "warps_bwd": 4, "split": False,
-                                "prefetch": True}}
+                                "prefetch": True, "prefetch_bwd": True}}
 
 
 @pytest.mark.parametrize("provider", ["triton", "eager"])

@@ -25,7 +25,8 @@ class SLSTMConfig:
     warps: int = 4
     warps_bwd: int = 8  # the backward holds more per step: at 4 warps it spills (sm_90, 64-wide heads)
     split: bool = False  # re-read weights one gate's block at a time: a quarter of the shared memory
-    prefetch: bool = True  # the backward loads step t-1's saved inputs before step t's products
+    prefetch: bool = True  # the forward loads step t+1's inputs before step t's products
+    prefetch_bwd: bool = True  # the backward loads step t-1's saved inputs before step t's products
 
 
 @tunable

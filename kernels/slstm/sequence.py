@@ -71,10 +71,23 @@ def _gates(rawi, rawf, rawz, rawo, m_prev, first, PRECISE: tl.constexpr):
     return (ig, fg, tanh_f32(rawz, PRECISE), sigmoid_f32(rawo, PRECISE), m_new, sigmoid_f32(-rawf, PRECISE))
 
 
+@triton.jit
+def _inputs(wx_ptr, rs_ptr, rows, row_ok, r64, h, u, m2, t, T, NH, DH, has_resets):
+    """What the forward's step t reads that does not depend on the recurrence: its four gate inputs
+    (in wx's type, converted where used) and the rows it resets (keep); nothing past the last step."""
+    live = m2 & (t < T)
+    gx = wx_ptr + (((r64 * T + t) * 4) * NH + h) * DH + u[None, :]  # gate g at + g * NH * DH
+    return (tl.load(gx, mask=live, other=0.0), tl.load(gx + NH * DH, mask=live, other=0.0),
+            tl.load(gx + 2 * NH * DH, mask=live, other=0.0), tl.load(gx + 3 * NH * DH, mask=live, other=0.0),
+            keep_rows(rs_ptr, rows, row_ok & (t < T), t, T, has_resets)[:, None])
+
+
 @triton.jit(do_not_specialize=["B", "T", "NH", "has_resets", "save"])
 def _slstm_fwd(wx_ptr, r_ptr, b_ptr, st_ptr, ys_ptr, cs_ptr, ns_ptr, ms_ptr, raw_ptr, last_ptr, rs_ptr, B, T, NH, DH,
                has_resets, save, BB: tl.constexpr, DP: tl.constexpr, RESIDENT: tl.constexpr, SPLIT: tl.constexpr,
-               DOT_F32: tl.constexpr, EPS: tl.constexpr, PRECISE: tl.constexpr):
+               DOT_F32: tl.constexpr, EPS: tl.constexpr, PRECISE: tl.constexpr, PREFETCH: tl.constexpr):
+    # PREFETCH: step t+1's inputs (_inputs) are loaded before step t's products, so that their latency
+    # overlaps this step's work (a `while` loop is not pipelined by Triton; the backward does the same)
     h, rows, row_ok, u, m2, r64, sidx, plane = _program(B, NH, DH, BB, DP)
     y = tl.load(st_ptr + sidx, mask=m2, other=0.0).to(tl.float32)
     c = tl.load(st_ptr + plane + sidx, mask=m2, other=0.0).to(tl.float32)
@@ -90,8 +103,10 @@ def _slstm_fwd(wx_ptr, r_ptr, b_ptr, st_ptr, ys_ptr, cs_ptr, ns_ptr, ms_ptr, raw
         ri, rf = _block(r_ptr, 0, h, NH, DH, u, u, True), _block(r_ptr, 1, h, NH, DH, u, u, True)
         rz, ro = _block(r_ptr, 2, h, NH, DH, u, u, True), _block(r_ptr, 3, h, NH, DH, u, u, True)
     t = 0
+    xi, xf, xz, xo, keep = _inputs(wx_ptr, rs_ptr, rows, row_ok, r64, h, u, m2, t, T, NH, DH, has_resets)
     while t < T:
-        keep = keep_rows(rs_ptr, rows, row_ok, t, T, has_resets)[:, None]
+        if PREFETCH:
+            ahead = _inputs(wx_ptr, rs_ptr, rows, row_ok, r64, h, u, m2, t + 1, T, NH, DH, has_resets)
         y, c, n, m = y * keep, c * keep, n * keep, m * keep
         if RESIDENT:
             wi, wf, wz, wo = ri, rf, rz, ro
@@ -101,15 +116,10 @@ def _slstm_fwd(wx_ptr, r_ptr, b_ptr, st_ptr, ys_ptr, cs_ptr, ns_ptr, ms_ptr, raw
             wi, wf = _block(r_ptr, 0, h, NH, DH, u, u, True), _block(r_ptr, 1, h, NH, DH, u, u, True)
             wz, wo = _block(r_ptr, 2, h, NH, DH, u, u, True), _block(r_ptr, 3, h, NH, DH, u, u, True)
         yd = y.to(ys_ptr.dtype.element_ty)
-        gx = wx_ptr + (((r64 * T + t) * 4) * NH + h) * DH + u[None, :]  # gate g at + g * NH * DH
-        rawi = _product(yd, wi, r_ptr, 0, h, NH, DH, u, tl.load(gx, mask=m2, other=0.0).to(tl.float32) + bi, True,
-                        SPLIT, DOT_F32)
-        rawf = _product(yd, wf, r_ptr, 1, h, NH, DH, u,
-                        tl.load(gx + NH * DH, mask=m2, other=0.0).to(tl.float32) + bf, True, SPLIT, DOT_F32)
-        rawz = _product(yd, wz, r_ptr, 2, h, NH, DH, u,
-                        tl.load(gx + 2 * NH * DH, mask=m2, other=0.0).to(tl.float32) + bz, True, SPLIT, DOT_F32)
-        rawo = _product(yd, wo, r_ptr, 3, h, NH, DH, u,
-                        tl.load(gx + 3 * NH * DH, mask=m2, other=0.0).to(tl.float32) + bo, True, SPLIT, DOT_F32)
+        rawi = _product(yd, wi, r_ptr, 0, h, NH, DH, u, xi.to(tl.float32) + bi, True, SPLIT, DOT_F32)
+        rawf = _product(yd, wf, r_ptr, 1, h, NH, DH, u, xf.to(tl.float32) + bf, True, SPLIT, DOT_F32)
+        rawz = _product(yd, wz, r_ptr, 2, h, NH, DH, u, xz.to(tl.float32) + bz, True, SPLIT, DOT_F32)
+        rawo = _product(yd, wo, r_ptr, 3, h, NH, DH, u, xo.to(tl.float32) + bo, True, SPLIT, DOT_F32)
         ig, fg, zt, og, m, _ = _gates(rawi, rawf, rawz, rawo, m, n == 0.0, PRECISE)
         c = fg * c + ig * zt
         n = fg * n + ig
@@ -126,16 +136,20 @@ def _slstm_fwd(wx_ptr, r_ptr, b_ptr, st_ptr, ys_ptr, cs_ptr, ns_ptr, ms_ptr, raw
         tl.store(rw + 2 * NH * DH, rawz, mask=ms2)
         tl.store(rw + 3 * NH * DH, rawo, mask=ms2)
         t += 1
+        if PREFETCH:
+            xi, xf, xz, xo, keep = ahead
+        else:
+            xi, xf, xz, xo, keep = _inputs(wx_ptr, rs_ptr, rows, row_ok, r64, h, u, m2, t, T, NH, DH, has_resets)
     tl.store(last_ptr + sidx, c.to(last_ptr.dtype.element_ty), mask=m2)
     tl.store(last_ptr + plane + sidx, n.to(last_ptr.dtype.element_ty), mask=m2)
     tl.store(last_ptr + 2 * plane + sidx, m.to(last_ptr.dtype.element_ty), mask=m2)
 
 
 @triton.jit
-def _saved(dy_ptr, raw_ptr, cs_ptr, ns_ptr, ms_ptr, r64, h, u, m2, t, T, NH, DH):
+def _saved(dy_ptr, raw_ptr, cs_ptr, ns_ptr, ms_ptr, rs_ptr, rows, row_ok, r64, h, u, m2, t, T, NH, DH, has_resets):
     """What the backward's step t reads that does not depend on the recurrence: its incoming dy, its
-    four gate pre-activations and the states before it (c, n, m as stored: before a reset); zeros at
-    t = -1."""
+    four gate pre-activations, the states before it (c, n, m as stored: before a reset) and the rows
+    it resets (keep); zeros (keep 1) at t = -1."""
     live = m2 & (t >= 0)
     dy = tl.load(dy_ptr + ((r64 * T + t) * NH + h) * DH + u[None, :], mask=live, other=0.0).to(tl.float32)
     rw = raw_ptr + (((r64 * T + t) * 4) * NH + h) * DH + u[None, :]
@@ -143,7 +157,8 @@ def _saved(dy_ptr, raw_ptr, cs_ptr, ns_ptr, ms_ptr, r64, h, u, m2, t, T, NH, DH)
     return (dy, tl.load(rw, mask=live, other=0.0), tl.load(rw + NH * DH, mask=live, other=0.0),
             tl.load(rw + 2 * NH * DH, mask=live, other=0.0), tl.load(rw + 3 * NH * DH, mask=live, other=0.0),
             tl.load(cs_ptr + prev, mask=live, other=0.0), tl.load(ns_ptr + prev, mask=live, other=0.0),
-            tl.load(ms_ptr + prev, mask=live, other=0.0))
+            tl.load(ms_ptr + prev, mask=live, other=0.0),
+            keep_rows(rs_ptr, rows, row_ok & (t >= 0), t, T, has_resets)[:, None])
 
 
 @triton.jit(do_not_specialize=["B", "T", "NH", "has_resets"])
@@ -165,11 +180,12 @@ def _slstm_bwd(dy_ptr, dlast_ptr, r_ptr, raw_ptr, cs_ptr, ns_ptr, ms_ptr, rs_ptr
     t = T - 1
     last = (r64 * (T + 1) + T) * NH * DH + h * DH + u[None, :]
     c, n = tl.load(cs_ptr + last, mask=m2, other=0.0), tl.load(ns_ptr + last, mask=m2, other=0.0)
-    dyx, rawi, rawf, rawz, rawo, cp, np_, mp = _saved(dy_ptr, raw_ptr, cs_ptr, ns_ptr, ms_ptr, r64, h, u, m2, t, T, NH, DH)
+    dyx, rawi, rawf, rawz, rawo, cp, np_, mp, keep = _saved(dy_ptr, raw_ptr, cs_ptr, ns_ptr, ms_ptr, rs_ptr, rows,
+                                                            row_ok, r64, h, u, m2, t, T, NH, DH, has_resets)
     while t >= 0:
-        keep = keep_rows(rs_ptr, rows, row_ok, t, T, has_resets)[:, None]
         if PREFETCH:
-            ahead = _saved(dy_ptr, raw_ptr, cs_ptr, ns_ptr, ms_ptr, r64, h, u, m2, t - 1, T, NH, DH)
+            ahead = _saved(dy_ptr, raw_ptr, cs_ptr, ns_ptr, ms_ptr, rs_ptr, rows, row_ok, r64, h, u, m2, t - 1, T, NH,
+                           DH, has_resets)
         dy = dyr + dyx
         c_prev, n_prev, m_prev = cp * keep, np_ * keep, mp * keep
         first = n_prev == 0.0
@@ -216,10 +232,11 @@ def _slstm_bwd(dy_ptr, dlast_ptr, r_ptr, raw_ptr, cs_ptr, ns_ptr, ms_ptr, rs_ptr
         c, n = cp, np_  # after step t-1: the states before step t, as stored (before a reset)
         t -= 1
         if PREFETCH:
-            dyx, rawi, rawf, rawz, rawo, cp, np_, mp = ahead
+            dyx, rawi, rawf, rawz, rawo, cp, np_, mp, keep = ahead
         else:
-            dyx, rawi, rawf, rawz, rawo, cp, np_, mp = _saved(dy_ptr, raw_ptr, cs_ptr, ns_ptr, ms_ptr, r64, h, u, m2,
-                                                              t, T, NH, DH)
+            dyx, rawi, rawf, rawz, rawo, cp, np_, mp, keep = _saved(dy_ptr, raw_ptr, cs_ptr, ns_ptr, ms_ptr, rs_ptr,
+                                                                    rows, row_ok, r64, h, u, m2, t, T, NH, DH,
+                                                                    has_resets)
     ty = dst_ptr.dtype.element_ty
     tl.store(dst_ptr + sidx, dyr.to(ty), mask=m2)
     tl.store(dst_ptr + plane + sidx, dc.to(ty), mask=m2)
@@ -240,9 +257,10 @@ def _shared(config: SLSTMConfig, dtype, DH: int, device) -> int:
     f32, u8 = torch.float32, torch.uint8
     fwd = (dtype, dtype, dtype, dtype, dtype, f32, f32, f32, f32, dtype, u8, 1, 1, 1, DH, 1, 1)
     bwd = (dtype, dtype, dtype, f32, f32, f32, f32, u8, dtype, dtype, 1, 1, 1, DH, 1)
-    return max(shared_bytes_for_types(_slstm_fwd, fwd, _meta(1, 1, DH, dtype, device, config, config.warps)[1], device),
+    return max(shared_bytes_for_types(_slstm_fwd, fwd, {**_meta(1, 1, DH, dtype, device, config, config.warps)[1],
+                                                         "PREFETCH": config.prefetch}, device),
                shared_bytes_for_types(_slstm_bwd, bwd, {**_meta(1, 1, DH, dtype, device, config, config.warps_bwd)[1],
-                                                         "PREFETCH": config.prefetch}, device))
+                                                         "PREFETCH": config.prefetch_bwd}, device))
 
 
 def _floor(config: SLSTMConfig, dtype, DH: int, device) -> int:
@@ -290,7 +308,7 @@ def slstm_fwd(wx, r, b, states, resets, save: bool, config: SLSTMConfig):
     rs = resets.view(torch.uint8) if resets is not None else ys
     grid, meta = _meta(B, NH, DH, dt, dev, config, config.warps)
     _slstm_fwd[grid](wx, r, b, states, ys, cs, ns, ms, raw, last, rs, B, T, NH, DH, int(resets is not None), int(save),
-                     **meta)
+                     PREFETCH=config.prefetch, **meta)
     return ys, ((cs, ns, ms, raw) if save else None), last
 
 
@@ -304,5 +322,5 @@ def slstm_bwd(dy, dlast, r, saved, resets, config: SLSTMConfig):
     rs = resets.view(torch.uint8) if resets is not None else dwx
     grid, meta = _meta(B, NH, DH, dt, dev, config, config.warps_bwd)
     _slstm_bwd[grid](dy.contiguous(), dlast.contiguous(), r, raw, cs, ns, ms, rs, dwx, dst, B, T, NH, DH,
-                     int(resets is not None), PREFETCH=config.prefetch, **meta)
+                     int(resets is not None), PREFETCH=config.prefetch_bwd, **meta)
     return dwx, dst
