@@ -281,7 +281,8 @@ def fitted(config: SLSTMConfig, dtype, DH: int, device, picked: bool) -> SLSTMCo
     limit = fit_limit(device)
     if limit is None:
         return config
-    candidates = [config] + ([replace(config, resident=False, split=True)] if picked and not config.split else [])
+    split = replace(config, resident=False, split=True, prefetch=False, prefetch_bwd=False)  # re-read: as pick's
+    candidates = [config] + ([split] if picked and not config.split else [])
     for c in candidates:
         need = _floor(c, dtype, DH, device)
         need = need if need > limit else _shared(c, dtype, DH, device)
