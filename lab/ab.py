@@ -6,7 +6,8 @@ collector's timing, and stored as a run of grid 'lab' whose rows the site's expe
         --variant "wide=RMSNormFwdConfig(warps=16)" --variant "narrow=RMSNormFwdConfig(warps=4)"
 
 A variant is NAME=EXPR, EXPR a Python expression evaluated in the op's config module (its config
-classes), forced with kcollect.kernels._host.config.forced while the op's `triton` provider runs; the
+classes; `changed(LSTMConfig, prefetch=False)`: each shape's own pick with that field changed),
+forced with kcollect.kernels._host.config.forced while the op's `triton` provider runs; the
 variant `default` (the heuristic's own pick) is always there. `--provider NAME` adds a provider of
 the spec (a peer, eager) to the same interleaved rounds. Rows: provider `triton[NAME]`, the forced
 config in the `config` column. Why interleaved rounds: a clock or thermal drift during the A/B then
@@ -45,13 +46,15 @@ def parse_shape(text: str) -> dict[str, Any]:
 
 def variants(op: str, specs: list[str]) -> dict[str, Any]:
     """{name: forced config or None (the default pick)} from NAME=EXPR texts."""
+    from kcollect.kernels._host.config import changed
+
     module = importlib.import_module(f"kcollect.kernels.{op}.config")
     out: dict[str, Any] = {"default": None}
     for text in specs:
         name, _, expr = text.partition("=")
         if not name or not expr:
             raise ValueError(f"bad variant {text!r}: expected NAME=EXPR, e.g. wide=RowsConfig(warps=16)")
-        out[name.strip()] = eval(expr, vars(module))  # noqa: S307 (the user's own expression, as a CLI)
+        out[name.strip()] = eval(expr, {"changed": changed, **vars(module)})  # noqa: S307 (the user's own, as a CLI)
     return out
 
 
@@ -181,8 +184,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def _record(config: Any) -> str | None:
     """The `config` column of a forced variant's rows (None: the heuristic's own pick)."""
-    from kcollect.kernels._host.config import config_record
+    from kcollect.kernels._host.config import Changed, config_record
 
+    if isinstance(config, Changed):
+        return json.dumps({"changed": {config.kind.__name__: dict(config.fields)}})
     return json.dumps(config_record(forced=config)) if config is not None else None
 
 

@@ -10,16 +10,30 @@ from lab import ab
 def test_ab_stores_each_variant_with_its_config(tmp_path):
     db = tmp_path / "lab.duckdb"
     rc = ab.main(["swiglu", "--shape", "M=5,N=37", "--dtype", "float32", "--variant", "tiny=SwiGLUConfig(block=16, warps=1)",
-                  "--provider", "torch", "--rounds", "2", "--rep-ms", "1", "--device", "cpu", "--db", str(db)])
+                  "--variant", "one=changed(SwiGLUConfig, warps=1)", "--provider", "torch", "--rounds", "2", "--rep-ms", "1", "--device", "cpu", "--db", str(db)])
     assert rc == 0
     with Store(db, read_only=True) as store:
         (run,) = store.query("SELECT * FROM runs")
         rows = {r["provider"]: r for r in store.query("SELECT * FROM results")}
     assert run["grid"] == "lab" and run["status"] == "finished"
-    assert set(rows) == {"triton[default]", "triton[tiny]", "torch"}
+    assert set(rows) == {"triton[default]", "triton[tiny]", "triton[one]", "torch"}
     assert all(r["status"] == "ok" and r["median_ms"] > 0 for r in rows.values())
     assert json.loads(rows["triton[tiny]"]["config"]) == {"forced": {"block": 16, "warps": 1}}
+    assert json.loads(rows["triton[one]"]["config"]) == {"changed": {"ElementwiseConfig": {"warps": 1}}}  # its class
     assert rows["triton[default]"]["config"] is None and rows["triton[tiny]"]["shape"] == "M=5,N=37"
+
+
+def test_a_changed_field_keeps_the_rest_of_each_shapes_pick():
+    from kcollect.kernels._host.config import changed, forced
+    from kcollect.kernels.lstm.config import LSTMConfig, pick
+
+    with forced(changed(LSTMConfig, prefetch=False)):
+        small, wide = pick(2, 16, "cpu"), pick(2, 200, "cpu")
+    assert not small.prefetch and not wide.prefetch
+    assert (small.hb, wide.hb) == (pick(2, 16, "cpu").hb, pick(2, 200, "cpu").hb) == (16, 256)
+    assert pick(2, 16, "cpu").prefetch
+    with pytest.raises(ValueError, match="no field nothing"):
+        changed(LSTMConfig, nothing=1)
 
 
 def test_bad_variant_and_shape_are_refused():

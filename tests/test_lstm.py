@@ -41,6 +41,17 @@ def test_hidden_split_over_programs_and_batch_groups():
     assert max(errors) < 1e-5, errors
 
 
+@pytest.mark.parametrize("prefetch", [True, False])
+@pytest.mark.parametrize("hb, split", [(32, 1), (16, 1), (16, 2)])
+def test_inputs_loaded_a_step_ahead(prefetch, hb, split):
+    # a step's own inputs (input projection, resets, dy, gates, c before it) loaded a step ahead of
+    # its wait, and not: one program a batch group (the persistent loop over the steps), the stepped
+    # path (a launch a step) and the split backward (partials, then gates); resets at the edges
+    config = lstm.LSTMConfig(bb=16, hb=hb, hb_bwd=hb, bk=16, split_bwd=split, prefetch=prefetch)
+    errors = _errors(_inputs(17, 5, 24), config)
+    assert max(errors) < 1e-5, errors
+
+
 def test_backward_tiles_apart_from_the_forward():
     # the backward streams its weight and dG tiles in its own length (32 rows: 4 tiles of the 128
     # padded gate rows at H 20) while the forward keeps 16-row tiles (the H200's pick differs so)

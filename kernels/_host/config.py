@@ -48,22 +48,39 @@ def config_record(**configs: Any) -> dict[str, Any]:
 
 # Forcing a config from outside (the lab's A/B harness, a user's experiment) without touching the
 # launchers: ops decorate their `pick` functions with @tunable, and inside `with forced(cfg, ...)` a
-# pick whose choice has the type of a forced config returns the forced one instead.
+# pick whose choice has the type of a forced config returns the forced one instead, or, for a
+# `changed(Type, field=value)`, its own choice with those fields changed (one field's A/B over
+# shapes whose picks differ).
 _FORCED: contextvars.ContextVar[dict[type, Any]] = contextvars.ContextVar("kcollect_forced_configs", default={})
+
+
+@dataclasses.dataclass(frozen=True)
+class Changed:
+    kind: type
+    fields: tuple[tuple[str, Any], ...]
+
+
+def changed(kind: type, **fields: Any) -> Changed:
+    """The pick of a `kind` config with `fields` changed, for `forced`."""
+    unknown = set(fields) - {f.name for f in dataclasses.fields(kind)}
+    if unknown:
+        raise ValueError(f"{kind.__name__} has no field {', '.join(sorted(unknown))}")
+    return Changed(kind, tuple(sorted(fields.items())))
 
 
 def tunable(pick: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(pick)
     def chosen(*args: Any, **kwargs: Any) -> Any:
         config = pick(*args, **kwargs)
-        return _FORCED.get().get(type(config), config)
+        force = _FORCED.get().get(type(config), config)
+        return dataclasses.replace(config, **dict(force.fields)) if isinstance(force, Changed) else force
 
     return chosen
 
 
 @contextlib.contextmanager
 def forced(*configs: Any) -> Iterator[None]:
-    token = _FORCED.set({**_FORCED.get(), **{type(c): c for c in configs}})
+    token = _FORCED.set({**_FORCED.get(), **{c.kind if isinstance(c, Changed) else type(c): c for c in configs}})
     try:
         yield
     finally:

@@ -36,6 +36,7 @@ class LSTMConfig:
     # backward programs a block of hb_bwd units (a power of two dividing hb_bwd): each multiplies a
     # split_bwd-th of dG's gate columns and finishes the gates of hb_bwd / split_bwd units
     split_bwd: int = 1
+    prefetch: bool = True  # a step's inputs that no other program writes loaded a step ahead, before the wait
 
 
 def _units(H: int, groups: int, sms: int, least: int) -> int:

@@ -95,11 +95,22 @@ def _rec(row_ptr, row_ok, w_ptr, w, w2, cols, cols_ok, K, stride, BB: tl.constex
     return acc
 
 
+@triton.jit
+def _fwd_inputs(gx_ptr, rs_ptr, rows, row_ok, r64, n, m_n, t, T, H, has_resets):
+    """What the forward's step t reads that no other program writes: its input projection (in gx's
+    type) and the rows it resets (keep); nothing past the last step."""
+    live = t < T
+    return (tl.load(gx_ptr + r64 * T * 4 * H + t * 4 * H + n[None, :], mask=m_n & live, other=0.0),
+            keep_rows(rs_ptr, rows, row_ok & live, t, T, has_resets)[:, None])
+
+
 @triton.jit(do_not_specialize=["B", "T", "cs_steps", "t_lo", "n_steps", "has_resets", "save"])
 def _lstm_fwd(gx_ptr, wt_ptr, ys_ptr, cs_ptr, act_ptr, cn_ptr, rs_ptr, cnt_ptr, B, T, H, cs_steps, t_lo, n_steps,
               has_resets, save, BB: tl.constexpr, HB: tl.constexpr, BK: tl.constexpr, HP: tl.constexpr,
               RESIDENT: tl.constexpr, HALVES: tl.constexpr, SYNC: tl.constexpr, DOT_F32: tl.constexpr,
-              PRECISE: tl.constexpr):
+              PRECISE: tl.constexpr, PREFETCH: tl.constexpr):
+    # PREFETCH: step t+1's inputs (_fwd_inputs) are loaded before step t's wait and product, so that
+    # their latency overlaps them (after the wait's acquire, a load could not start before it)
     pid_h, pid_b, n_h = tl.program_id(0), tl.program_id(1), tl.num_programs(0)
     rows = pid_b * BB + tl.arange(0, BB)
     row_ok = rows < B
@@ -116,14 +127,19 @@ def _lstm_fwd(gx_ptr, wt_ptr, ys_ptr, cs_ptr, act_ptr, cn_ptr, rs_ptr, cnt_ptr, 
     c = tl.load(cs_ptr + r64 * cs_steps * H + t_lo * H + u[None, :], mask=m_u, other=0.0)
     ok = pid_h >= 0
     s = 0
+    if PREFETCH:
+        gx, keep = _fwd_inputs(gx_ptr, rs_ptr, rows, row_ok, r64, n, m_n, t_lo, T, H, has_resets)
     while s < n_steps:
         t = t_lo + s
+        if PREFETCH:
+            ahead = _fwd_inputs(gx_ptr, rs_ptr, rows, row_ok, r64, n, m_n, t + 1, T, H, has_resets)
         if SYNC:
             ok = wait(cnt_ptr + pid_b, n_h * s, ok)
-        keep = keep_rows(rs_ptr, rows, row_ok, t, T, has_resets)[:, None]
+        if not PREFETCH:
+            gx, keep = _fwd_inputs(gx_ptr, rs_ptr, rows, row_ok, r64, n, m_n, t, T, H, has_resets)
         acc = _rec(ys_ptr + r64 * (T + 1) * H + t * H, row_ok, wt_ptr, w, w2, n, n_ok, H, 4 * H, BB, 4 * HB, BK, HP,
                    RESIDENT, HALVES, DOT_F32)
-        acc = acc * keep + tl.load(gx_ptr + r64 * T * 4 * H + t * 4 * H + n[None, :], mask=m_n, other=0.0)
+        acc = acc * keep + gx
         act = tl.where(tanh_col, tanh_f32(acc, PRECISE), sigmoid_f32(acc, PRECISE))
         ig, fg, gg, og = split4(act, BB, HB)
         c = fg * c * keep + ig * gg
@@ -135,8 +151,23 @@ def _lstm_fwd(gx_ptr, wt_ptr, ys_ptr, cs_ptr, act_ptr, cn_ptr, rs_ptr, cnt_ptr, 
         if SYNC:
             arrive(cnt_ptr + pid_b)
         s += 1
+        if PREFETCH:
+            gx, keep = ahead
     if t_lo + n_steps == T:
         tl.store(cn_ptr + r64 * H + u[None, :], c.to(cn_ptr.dtype.element_ty), mask=m_u)
+
+
+@triton.jit
+def _bwd_inputs(dy_ptr, dhn_ptr, act_ptr, cs_ptr, rs_ptr, rows, row_ok, r64, u, n, m_u, m_n, t, T, H, has_resets):
+    """What the backward's step t reads that no other program writes: the incoming gradient of h_t
+    (dy_t, plus dh_T at the last step), the gates' pre-activations (in act's type), c before the
+    step as stored (before a reset) and the rows it resets (keep); zeros (keep 1) at t = -1."""
+    live = t >= 0
+    dh = tl.load(dy_ptr + r64 * T * H + t * H + u[None, :], mask=m_u & live, other=0.0).to(tl.float32)
+    dh += tl.load(dhn_ptr + r64 * H + u[None, :], mask=m_u & (t == T - 1), other=0.0).to(tl.float32)
+    return (dh, tl.load(act_ptr + r64 * T * 4 * H + t * 4 * H + n[None, :], mask=m_n & live, other=0.0),
+            tl.load(cs_ptr + r64 * (T + 1) * H + t * H + u[None, :], mask=m_u & live, other=0.0),
+            keep_rows(rs_ptr, rows, row_ok & live, t, T, has_resets)[:, None])
 
 
 @triton.jit(do_not_specialize=["B", "T", "t_hi", "n_steps", "has_resets"])
@@ -144,7 +175,7 @@ def _lstm_bwd(dy_ptr, dhn_ptr, w_ptr, act_ptr, cs_ptr, rs_ptr, dg_ptr, dcb_ptr, 
               H, t_hi, n_steps, has_resets, BB: tl.constexpr, HB: tl.constexpr, BK: tl.constexpr,
               GP: tl.constexpr, RESIDENT: tl.constexpr, HALVES: tl.constexpr, SYNC: tl.constexpr,
               FINAL: tl.constexpr, DOT_F32: tl.constexpr, PRECISE: tl.constexpr, SPLIT: tl.constexpr,
-              PHASES: tl.constexpr):
+              PHASES: tl.constexpr, PREFETCH: tl.constexpr):
     """Steps t_hi, t_hi - 1, ... (n_steps of them) of the reverse scan; dcb holds dc between launches
     (dc_T on entry). FINAL: one step more, t = -1, which stores dh0 (and dc0 in dcb) from step 0's dG.
 
@@ -154,7 +185,8 @@ def _lstm_bwd(dy_ptr, dhn_ptr, w_ptr, act_ptr, cs_ptr, rs_ptr, dg_ptr, dcb_ptr, 
     GP / SPLIT of the columns, publish their partial products (part [B, SPLIT, H] fp32), wait for
     each other, and each sums, in order, the partials of its own HB / SPLIT units, whose gates it
     finishes. PHASES (stepped launches, where the kernel boundary is the wait): 1 the products
-    only, 2 the gates only, 3 both."""
+    only, 2 the gates only, 3 both. PREFETCH (with the gates): step t-1's inputs (_bwd_inputs) are
+    loaded before step t's waits, and c after step t-1 carried to the step before it."""
     pid, pid_b, n_p = tl.program_id(0), tl.program_id(1), tl.num_programs(0)
     EU: tl.constexpr = HB // SPLIT  # units whose gates a program finishes
     KS: tl.constexpr = GP // SPLIT  # gate columns of a program's share of the product
@@ -178,8 +210,18 @@ def _lstm_bwd(dy_ptr, dhn_ptr, w_ptr, act_ptr, cs_ptr, rs_ptr, dg_ptr, dcb_ptr, 
     dc = tl.load(dcb_ptr + r64 * H + u[None, :], mask=m_u, other=0.0)
     ok = pid >= 0
     s = 0
+    if PREFETCH:
+        if PHASES >= 2:  # c after step t_hi, the resets of the step after it, step t_hi's inputs
+            c_after = tl.load(cs_ptr + r64 * (T + 1) * H + (t_hi + 1) * H + u[None, :], mask=m_u, other=0.0)
+            keep_after = keep_rows(rs_ptr, rows, row_ok & (t_hi + 1 < T), t_hi + 1, T, has_resets)[:, None]
+            dyx, a, c_before, keep = _bwd_inputs(dy_ptr, dhn_ptr, act_ptr, cs_ptr, rs_ptr, rows, row_ok, r64, u, n,
+                                                 m_u, m_n, t_hi, T, H, has_resets)
     while s < n_steps + FINAL:
         t = t_hi - s
+        if PREFETCH:
+            if PHASES >= 2:
+                ahead = _bwd_inputs(dy_ptr, dhn_ptr, act_ptr, cs_ptr, rs_ptr, rows, row_ok, r64, u, n, m_u, m_n, t - 1,
+                                    T, H, has_resets)
         if SYNC:
             ok = wait(cnt_ptr + pid_b, n_p * ROUNDS * s, ok)
         # from step t + 1 (nothing past the last step): its dG through the weights
@@ -201,20 +243,22 @@ def _lstm_bwd(dy_ptr, dhn_ptr, w_ptr, act_ptr, cs_ptr, rs_ptr, dg_ptr, dcb_ptr, 
                                 mask=m_u[:, None, :], other=0.0, cache_modifier=".cg")
                 dh = tl.sum(parts, axis=1)
         if PHASES >= 2:
-            dh = dh * keep_rows(rs_ptr, rows, later, t + 1, T, has_resets)[:, None]
+            if not PREFETCH:
+                keep_after = keep_rows(rs_ptr, rows, later, t + 1, T, has_resets)[:, None]
+            dh = dh * keep_after
             if t >= 0:
-                dh += tl.load(dy_ptr + r64 * T * H + t * H + u[None, :], mask=m_u, other=0.0).to(tl.float32)
-                dh += tl.load(dhn_ptr + r64 * H + u[None, :], mask=m_u & (t == T - 1), other=0.0).to(tl.float32)
-                zi, zf, zg, zo = split4(tl.load(act_ptr + r64 * T * 4 * H + t * 4 * H + n[None, :], mask=m_n,
-                                                other=0.0).to(tl.float32), BB, EU)
+                if not PREFETCH:
+                    dyx, a, c_before, keep = _bwd_inputs(dy_ptr, dhn_ptr, act_ptr, cs_ptr, rs_ptr, rows, row_ok, r64,
+                                                         u, n, m_u, m_n, t, T, H, has_resets)
+                    c_after = tl.load(cs_ptr + r64 * (T + 1) * H + (t + 1) * H + u[None, :], mask=m_u, other=0.0)
+                dh += dyx
+                zi, zf, zg, zo = split4(a.to(tl.float32), BB, EU)
                 ig, dig = sigmoid_and_grad(zi, PRECISE)
                 fg, dfg = sigmoid_and_grad(zf, PRECISE)
                 gg, dgg = tanh_and_grad(zg, PRECISE)
                 og, dog = sigmoid_and_grad(zo, PRECISE)
-                keep = keep_rows(rs_ptr, rows, row_ok, t, T, has_resets)[:, None]
-                c_prev = tl.load(cs_ptr + r64 * (T + 1) * H + t * H + u[None, :], mask=m_u, other=0.0) * keep
-                tc, dtc = tanh_and_grad(tl.load(cs_ptr + r64 * (T + 1) * H + (t + 1) * H + u[None, :], mask=m_u,
-                                                other=0.0), PRECISE)
+                c_prev = c_before * keep
+                tc, dtc = tanh_and_grad(c_after, PRECISE)
                 dc += dh * og * dtc
                 d = join4(dc * gg * dig, dc * c_prev * dfg, dc * ig * dgg, dh * tc * dog, BB, EU)
                 d = tl.where(ok, d, float("nan"))
@@ -226,6 +270,10 @@ def _lstm_bwd(dy_ptr, dhn_ptr, w_ptr, act_ptr, cs_ptr, rs_ptr, dg_ptr, dcb_ptr, 
         if SYNC:
             arrive(cnt_ptr + pid_b)
         s += 1
+        if PREFETCH:
+            if PHASES >= 2:
+                c_after, keep_after = c_before, keep
+                dyx, a, c_before, keep = ahead
     if PHASES >= 2:
         tl.store(dcb_ptr + r64 * H + u[None, :], dc, mask=m_u)
 
@@ -253,7 +301,7 @@ def _fwd_meta(config: LSTMConfig, H: int, dtype, device) -> dict:
     fast = dot_f32(dtype, device)
     return dict(BB=config.bb, HB=config.hb, BK=min(config.bk, hp), HP=hp, RESIDENT=config.resident,
                 HALVES=_halves(config.resident, hp, fast), DOT_F32=fast, PRECISE=precise(dtype),
-                num_warps=config.warps)
+                PREFETCH=config.prefetch, num_warps=config.warps)
 
 
 def _bwd_meta(config: LSTMConfig, H: int, dtype, device) -> dict:
@@ -262,7 +310,8 @@ def _bwd_meta(config: LSTMConfig, H: int, dtype, device) -> dict:
     ks = gp // config.split_bwd  # a program's share of the gate columns
     return dict(BB=config.bb, HB=config.hb_bwd, BK=min(config.bk_bwd or config.bk, ks), GP=gp,
                 RESIDENT=config.resident_bwd, HALVES=_halves(config.resident_bwd, ks, fast), DOT_F32=fast,
-                PRECISE=precise(dtype), SPLIT=config.split_bwd, num_warps=config.warps_bwd or config.warps)
+                PRECISE=precise(dtype), SPLIT=config.split_bwd, PREFETCH=config.prefetch,
+                num_warps=config.warps_bwd or config.warps)
 
 
 def _needs(config: LSTMConfig, dtype, H: int, device, limit: int) -> tuple[int, int]:
