@@ -23,6 +23,21 @@ def test_ab_stores_each_variant_with_its_config(tmp_path):
     assert rows["triton[default]"]["config"] is None and rows["triton[tiny]"]["shape"] == "M=5,N=37"
 
 
+def test_a_provider_that_refuses_a_shape_or_the_device_is_stored_unavailable(tmp_path):
+    # F.conv1d takes no resets (the first shape has them, the second not); cortex is not installed here
+    db = tmp_path / "lab.duckdb"
+    rc = ab.main(["conv1d", "--shape", "B=1,T=16,F=16,K=4,groups=depthwise,resets=1,p=0.2", "--shape",
+                  "B=1,T=16,F=16,K=4,groups=depthwise,resets=0,p=0", "--dtype", "float32", "--provider", "cudnn",
+                  "--provider", "cortex", "--rounds", "1", "--rep-ms", "1", "--device", "cpu", "--db", str(db)])
+    assert rc == 0
+    with Store(db, read_only=True) as store:
+        rows = {(r["provider"], r["shape"][-3:]): r for r in store.query("SELECT * FROM results")}
+    assert rows[("cudnn", "0.2")]["status"] == "unavailable" and "no resets" in rows[("cudnn", "0.2")]["error"]
+    assert rows[("cudnn", "p=0")]["status"] == "ok"
+    assert {r["status"] for (p, _), r in rows.items() if p == "cortex"} == {"unavailable"}
+    assert {r["status"] for (p, _), r in rows.items() if p == "triton[default]"} == {"ok"}
+
+
 def test_a_changed_field_keeps_the_rest_of_each_shapes_pick():
     from kcollect.kernels._host.config import changed, forced
     from kcollect.kernels.lstm.config import LSTMConfig, pick
