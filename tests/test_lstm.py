@@ -47,7 +47,8 @@ def test_inputs_loaded_a_step_ahead(prefetch, hb, split):
     # a step's own inputs (input projection, resets, dy, gates, c before it) loaded a step ahead of
     # its wait, and not: one program a batch group (the persistent loop over the steps), the stepped
     # path (a launch a step) and the split backward (partials, then gates); resets at the edges
-    config = lstm.LSTMConfig(bb=16, hb=hb, hb_bwd=hb, bk=16, split_bwd=split, prefetch=prefetch)
+    config = lstm.LSTMConfig(bb=16, hb=hb, hb_bwd=hb, bk=16, split_bwd=split, prefetch=prefetch,
+                             prefetch_bwd=prefetch)
     errors = _errors(_inputs(17, 5, 24), config)
     assert max(errors) < 1e-5, errors
 

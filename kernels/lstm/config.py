@@ -36,7 +36,9 @@ class LSTMConfig:
     # backward programs a block of hb_bwd units (a power of two dividing hb_bwd): each multiplies a
     # split_bwd-th of dG's gate columns and finishes the gates of hb_bwd / split_bwd units
     split_bwd: int = 1
-    prefetch: bool = True  # a step's inputs that no other program writes loaded a step ahead, before the wait
+    # a step's inputs that no other program writes loaded a step ahead, before the wait (forward, backward)
+    prefetch: bool = True
+    prefetch_bwd: bool = True
 
 
 def _units(H: int, groups: int, sms: int, least: int) -> int:
@@ -79,14 +81,19 @@ def pick(B: int, H: int, device) -> LSTMConfig:
     hb_bwd, split = _split(H, groups, sms)
     resident_bwd = resident_backward(bb, hp, hb_bwd, split)
     warps = 8 if resident else 4  # the forward's; the backward's 8 where its weights are resident
+    # The next step's inputs loaded ahead: on the H200 (lab/results/lstm_prefetch_h200_06b19c6.txt)
+    # the forward 2-13% faster at 4 units a program, 2.7% slower at 16 (H 2048: a [64, 64] tile of
+    # inputs more a program, beside streamed weights); the backward 0.5-15% faster but at one shape
+    # (B64 T2048 H512, 2.2% slower). Not measured on an H100.
+    prefetch = hb < 16
     # On the H200, streamed tiles of 128 rows forward and 256 in 8 warps backward: fewer dependent
     # loads a step (lab/results/lstm_tune_h200.txt; B64 T256 H2048: fwd 4.34 -> 3.78 ms, bwd 13.25 ->
     # 8.86; B32 T60 H512 bwd 0.780 -> 0.696). Not measured on an H100, which keeps 64 rows.
     if gpu_model(device) == "h200":
         return LSTMConfig(bb=bb, hb=hb, hb_bwd=hb_bwd, bk=128, bk_bwd=256, resident=resident,
-                          resident_bwd=resident_bwd, warps=warps, warps_bwd=8, split_bwd=split)
+                          resident_bwd=resident_bwd, warps=warps, warps_bwd=8, split_bwd=split, prefetch=prefetch)
     return LSTMConfig(bb=bb, hb=hb, hb_bwd=hb_bwd, bk=64, resident=resident, resident_bwd=resident_bwd,
-                      warps=warps, warps_bwd=8 if resident_bwd else 0, split_bwd=split)
+                      warps=warps, warps_bwd=8 if resident_bwd else 0, split_bwd=split, prefetch=prefetch)
 
 
 def _split(H: int, groups: int, sms: int) -> tuple[int, int]:

@@ -136,9 +136,11 @@ def _lstm_fwd(gx_ptr, wt_ptr, ys_ptr, cs_ptr, act_ptr, cn_ptr, rs_ptr, cnt_ptr, 
         if SYNC:
             ok = wait(cnt_ptr + pid_b, n_h * s, ok)
         if not PREFETCH:
-            gx, keep = _fwd_inputs(gx_ptr, rs_ptr, rows, row_ok, r64, n, m_n, t, T, H, has_resets)
+            keep = keep_rows(rs_ptr, rows, row_ok, t, T, has_resets)[:, None]
         acc = _rec(ys_ptr + r64 * (T + 1) * H + t * H, row_ok, wt_ptr, w, w2, n, n_ok, H, 4 * H, BB, 4 * HB, BK, HP,
                    RESIDENT, HALVES, DOT_F32)
+        if not PREFETCH:  # read after the product: not live across it (H 2048's streamed weights)
+            gx = tl.load(gx_ptr + r64 * T * 4 * H + t * 4 * H + n[None, :], mask=m_n, other=0.0)
         acc = acc * keep + gx
         act = tl.where(tanh_col, tanh_f32(acc, PRECISE), sigmoid_f32(acc, PRECISE))
         ig, fg, gg, og = split4(act, BB, HB)
@@ -310,7 +312,7 @@ def _bwd_meta(config: LSTMConfig, H: int, dtype, device) -> dict:
     ks = gp // config.split_bwd  # a program's share of the gate columns
     return dict(BB=config.bb, HB=config.hb_bwd, BK=min(config.bk_bwd or config.bk, ks), GP=gp,
                 RESIDENT=config.resident_bwd, HALVES=_halves(config.resident_bwd, ks, fast), DOT_F32=fast,
-                PRECISE=precise(dtype), SPLIT=config.split_bwd, PREFETCH=config.prefetch,
+                PRECISE=precise(dtype), SPLIT=config.split_bwd, PREFETCH=config.prefetch_bwd,
                 num_warps=config.warps_bwd or config.warps)
 
 
