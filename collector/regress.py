@@ -635,10 +635,12 @@ def _cause(verdict: str, env: str | None, ours: bool) -> str | None:
     return None
 
 
-def _recovered(y: list[float], i: int, before: float, after: float, log_t: float) -> int | None:
+def _recovered(y: list[float], i: int, before: float, after: float, log_t: float, up: bool) -> int | None:
     """The first point from which PERSIST points in a row are back: nearer the level before the step
-    than the level after it, and within the threshold of the level before."""
-    sign = 1.0 if after > before else -1.0
+    than the level after it, and within the threshold of the level before. `up`: the step was a
+    regression, whose way back is down even where its levels, as the machine's drift is estimated
+    again with later commits, no longer say so (after below before)."""
+    sign = 1.0 if up else -1.0
     mid = (before + after) / 2
     run = 0
     for r in range(i + 1, len(y)):
@@ -660,7 +662,7 @@ def _flags(s: _State, threshold: float) -> list[Flag]:
     for q, (j, i, z, verdict, code, cause, p) in enumerate(steps):
         before = median(s.y[max(bounds[q], j - LEVELS):j])
         after = median(s.y[j:min(bounds[q + 2], j + LEVELS)])
-        rec = _recovered(s.y, i, before, median(s.y[j:i + 1]), log_t)  # with the levels it was decided on
+        rec = _recovered(s.y, i, before, median(s.y[j:i + 1]), log_t, z > 0)  # with the levels it was decided on
         before_ms, after_ms = math.exp(before), math.exp(after)
         flags.append(Flag(kind="regression" if z > 0 else "improvement", index=j,
                           before_commit=s.points[j - 1].commit, after_commit=s.points[j].commit,

@@ -95,6 +95,16 @@ def test_short_plateau_stays_flagged_as_recovered(length):
     assert flags[0].recovered_index == 20 + length
 
 
+def test_a_regression_recovers_downwards_even_where_its_levels_came_out_below():
+    # the machine's drift is estimated again as commits arrive, so a regression's levels as decided
+    # can come out with the level after below the level before (the H200's sLSTM step loop at
+    # 42d12b4: 10.80 ms before, 10.77 after); its way back is still down, past their middle
+    y = [math.log(v) for v in (10.80, 10.80, 10.80, 10.77, 10.77, 10.44, 10.46)]
+    before, after, log_t = math.log(10.80), math.log(10.77), math.log1p(0.03)
+    assert regress._recovered(y, 4, before, after, log_t, up=True) == 5
+    assert regress._recovered(y, 4, before, after, log_t, up=False) is None  # an improvement's way back is up
+
+
 def test_flags_never_disappear_as_commits_accumulate():
     levels = noisy(45, 0.004, 5, steps=[(8, 1.15), (10, 1 / 1.15), (25, 1.06), (35, 0.9)])
     full = detect(points(levels), prior=QUIET)
