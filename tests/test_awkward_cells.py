@@ -4,6 +4,7 @@ within 2x of eager's error, bf16/fp16 within the gate, no input or incoming grad
 refusal a ValueError naming its limit), then one regression test per defect class of the issue."""
 import functools
 import json
+import math
 import random
 
 import pytest
@@ -385,6 +386,20 @@ def test_conditioning_rule_judges_against_reordered_eager():
     passed = cells._rejudge(case, subject, near)
     assert passed["status"] == "ok" and passed["conditioned"] == ["dx"] and "dx" in passed["floor_only"], passed
     assert common.FP32_FACTOR * reordered == passed["parts"][0]["gate"]
+
+
+def test_an_order_that_overflows_sets_no_bar(monkeypatch):
+    # eager under a permutation can overflow where in its own order it does not (wild sLSTM gates
+    # in fp32, lab/rejudge_calibration.py): an infinite error as the bar would pass any of ours
+    from lab.awkward import common
+
+    case = _case("lstm", "float32", {"B": 2, "T": 5, "H": 8, "I": 1}, resets="last", gates="saturated")
+    subject = cells.subject(case, "cpu")
+    over = {"status": "over_tolerance", "message": "", "floor_only": [],
+            "parts": [{"name": "dx", "ours": 1e30, "eager": 1e-7, "spread": 0.0, "gate": 1e-6}]}
+    monkeypatch.setattr(common, "_errors", lambda run, want: [math.inf] * len(want))
+    judged = cells._rejudge(case, subject, over)
+    assert judged["status"] == "over_tolerance" and judged["parts"][0]["reordered"] == 0.0, judged
 
 
 def test_mlstm_forget_gate_gradient_where_one_weight_is_all():

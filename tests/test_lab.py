@@ -180,3 +180,18 @@ esac
     assert "fill.duckdb" in lines[0] and lines[1] == "stopped"
     assert all(f"--db {tmp_path / 'job.duckdb'}" in line for line in lines[2:])
     assert all(line.startswith("run rms_norm --full") and "--commit abc123" in line for line in lines if "--gpus" in line)
+
+
+def test_rejudge_calibration_judges_a_valid_order_of_eager():
+    # eager with its units permuted is a valid fp32 computation: on a well-conditioned case it
+    # passes the sweep's bar by far (a permutation applied wrongly would be O(1) off)
+    from lab import rejudge_calibration as rc
+
+    case = {"op": "lstm", "dtype": "float32", "dims": {"B": 2, "H": 16, "I": 16, "T": 5}, "refusal": None, "seed": 3,
+            "options": {"resets": "edges", "gates": "typical", "x_scale": 1.0, "layout": "contiguous",
+                        "grad_layout": "strided"}}
+    verdict = rc.judge(case)
+    assert set(verdict["fails"]) == set(rc.KS) and not any(verdict["fails"].values())
+    assert 0 < verdict["worst"] < 1
+    with pytest.raises(SystemExit):
+        rc.main(["--ops", "axon"])

@@ -323,7 +323,8 @@ def _rejudge(case: dict, subject_: common.Subject, result: dict) -> dict:
         if errors is None:
             return result
         for name, e in zip(names, errors):
-            reordered[name] = max(reordered[name], e)
+            if math.isfinite(e):  # an order that overflows sets no bar: as one it would pass anything
+                reordered[name] = max(reordered[name], e)
     parts, conditioned = [], []
     for part in result["parts"]:
         part = dict(part, reordered=reordered[part["name"]])
