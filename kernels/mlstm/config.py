@@ -15,6 +15,7 @@ class MLSTMConfig:
     bv: int = 64  # value columns a block (the state is DH x bv per program in the state scans)
     warps: int = 8  # chunk kernels (at 4 the backward's spills on sm_90)
     state_warps: int = 4  # the scans over chunks
+    prefetch: bool = True  # the forward's scan loads chunk c+1's inputs before chunk c's product
 
 
 @tunable

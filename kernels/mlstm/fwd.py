@@ -17,24 +17,44 @@ from .chunk import (NEG, chunk_gates, gaps, load_state, load_tile, padded, scan_
                     to_end, weight)
 
 
+@triton.jit
+def _chunk_inputs(k_ptr, v_ptr, i_ptr, f_ptr, rs_ptr, bh, b, c, T, DH, d, e, has_resets, L: tl.constexpr,
+                  PRECISE: tl.constexpr):
+    """What the scan's chunk c reads, none of it depending on the carried state: chunk_gates' (i, i~,
+    A, seg), its keys [L, DP] and values [L, BV] in their own type. A chunk from NC on starts at or
+    past T: every load is masked, nothing is read."""
+    ig, it, A, seg, _, _ = chunk_gates(i_ptr, f_ptr, rs_ptr, bh, b, c * L, T, has_resets, L, PRECISE)
+    return ig, it, A, seg, load_tile(k_ptr, bh, c * L, T, DH, d, L), load_tile(v_ptr, bh, c * L, T, DH, e, L)
+
+
 @triton.jit(do_not_specialize=["NH", "T", "NC", "has_resets"])
 def _mlstm_states(k_ptr, v_ptr, i_ptr, f_ptr, rs_ptr, cs_ptr, ns_ptr, ms_ptr, NH, T, DH, NC, scale,
                   has_resets, L: tl.constexpr, DP: tl.constexpr, BV: tl.constexpr,
-                  DOT_F32: tl.constexpr, PRECISE: tl.constexpr):
+                  DOT_F32: tl.constexpr, PRECISE: tl.constexpr, PREFETCH: tl.constexpr):
     """One (row, head) and BV value columns: C [DP, BV], n and m carried over the chunks. A chunk
     adds its keys that no later reset cuts off, exp(i_s + A_end - A_s - m') k'_s v_s^T, to the carried
-    state decayed by exp(m + A_end - m') (zero when the chunk holds a reset)."""
+    state decayed by exp(m + A_end - m') (zero when the chunk holds a reset).
+    PREFETCH: chunk c+1's inputs are loaded before chunk c's product, so that their latency overlaps
+    this chunk's maths (Triton does not pipeline a `while` loop); the arithmetic is the same."""
     bh, b, d, e, first_block = scan_program(NH, DP, BV)
     C = tl.zeros((DP, BV), tl.float32)
     n = tl.zeros((DP,), tl.float32)
     m = tl.sum(tl.zeros((L,), tl.float32), 0)
+    if PREFETCH:
+        ahead = _chunk_inputs(k_ptr, v_ptr, i_ptr, f_ptr, rs_ptr, bh, b, 0, T, DH, d, e, has_resets, L, PRECISE)
     c = 0
     while c <= NC:
         row = bh * (NC + 1) + c
         store_state(cs_ptr, ns_ptr, row, C, n, DH, d, e, first_block)
         tl.store(ms_ptr + row, m, mask=first_block)
         if c < NC:
-            ig, it, A, seg, _, _ = chunk_gates(i_ptr, f_ptr, rs_ptr, bh, b, c * L, T, has_resets, L, PRECISE)
+            if PREFETCH:
+                ig, it, A, seg, k, v = ahead
+                ahead = _chunk_inputs(k_ptr, v_ptr, i_ptr, f_ptr, rs_ptr, bh, b, c + 1, T, DH, d, e, has_resets, L,
+                                      PRECISE)
+            else:
+                ig, it, A, seg, k, v = _chunk_inputs(k_ptr, v_ptr, i_ptr, f_ptr, rs_ptr, bh, b, c, T, DH, d, e,
+                                                     has_resets, L, PRECISE)
             A_end, rest = to_end(A, L)
             seg_end = tl.max(seg, 0)
             survive = seg == seg_end
@@ -42,8 +62,7 @@ def _mlstm_states(k_ptr, v_ptr, i_ptr, f_ptr, rs_ptr, cs_ptr, ns_ptr, ms_ptr, NH
             m_next = tl.maximum(carry, tl.max(tl.where(survive, it + rest, NEG), 0))
             beta = tl.where(survive, exp_f32((ig + rest) - m_next, PRECISE), 0.0) * scale
             kappa = tl.where(seg_end == 0, exp_f32((m + A_end) - m_next, PRECISE), 0.0)
-            kb = load_tile(k_ptr, bh, c * L, T, DH, d, L).to(tl.float32) * beta[:, None]
-            v = load_tile(v_ptr, bh, c * L, T, DH, e, L)
+            kb = k.to(tl.float32) * beta[:, None]
             C = dot(tl.trans(kb.to(v.dtype)), v, C * kappa, DOT_F32)
             n = n * kappa + tl.sum(kb, 0)
             m = m_next
@@ -101,7 +120,8 @@ def shared_fwd(config, dtype, DH: int, dot_f32: bool, device) -> int:
     f32, u8, meta = torch.float32, torch.uint8, meta_of(config, DH, dtype, dot_f32)
     states = (dtype, dtype, dtype, dtype, u8, f32, f32, f32, 1, 1, DH, 1, 1.0, 1)
     out = (dtype, dtype, dtype, dtype, dtype, u8, f32, f32, f32, dtype, f32, f32, 1, 1, DH, 1, 1.0, 1)
-    return max(shared_bytes_for_types(_mlstm_states, states, dict(meta, num_warps=config.state_warps), device),
+    return max(shared_bytes_for_types(_mlstm_states, states,
+                                      dict(meta, PREFETCH=config.prefetch, num_warps=config.state_warps), device),
                shared_bytes_for_types(_mlstm_out, out, dict(meta, EPS=1e-6, num_warps=config.warps), device))
 
 
@@ -124,7 +144,7 @@ def mlstm_fwd(q, k, v, i, f, resets, NH: int, config, dot_f32: bool, eps: float)
     scale = DH ** -0.5
     has_resets = int(resets is not None)
     _mlstm_states[(BH, dp // bv)](k, v, i, f, rs, cs, ns, ms, NH, T, DH, NC, scale, has_resets,
-                                  num_warps=config.state_warps, **meta)
+                                  PREFETCH=config.prefetch, num_warps=config.state_warps, **meta)
     _mlstm_out[(NC, BH)](q, k, v, i, f, rs, cs, ns, ms, h, mo, den, NH, T, DH, NC, scale, has_resets, EPS=eps,
                          num_warps=config.warps, **meta)
     return h, cs, ns, ms, mo, den
