@@ -90,7 +90,7 @@ def format_report(label: str, r: dict) -> str:
 
 _PTR_TYPES = {torch.bfloat16: "*bf16", torch.float16: "*fp16", torch.float32: "*fp32",
               torch.float8_e4m3fn: "*fp8e4nv", torch.int8: "*i8", torch.uint8: "*u8", torch.int32: "*i32",
-              torch.int64: "*i64"}
+              torch.int64: "*i64", torch.float64: "*fp64"}
 
 
 def specialise(fn, args: tuple, kwargs: dict) -> tuple[dict, dict, dict, dict]:

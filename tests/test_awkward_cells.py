@@ -109,7 +109,7 @@ import kcollect.kernels.mlstm.fwd as mlstm_fwd
 import kcollect.kernels.slstm.config as slstm_config
 import kcollect.kernels.slstm.sequence as slstm_kernels
 
-TY = {torch.float32: "*fp32", torch.bfloat16: "*bf16", torch.uint8: "*u8", torch.int32: "*i32"}
+TY = {torch.float32: "*fp32", torch.bfloat16: "*bf16", torch.uint8: "*u8", torch.int32: "*i32", torch.float64: "*fp64"}
 seen = {}
 
 

@@ -234,9 +234,13 @@ def dot(a, b, acc, DOT_F32: tl.constexpr):
     sLSTM and erred more on the H200 than tf32x3 (seed 3: 86 of 245 fp32 cases over 2x eager,
     against 2 of 508 at seed 2 with tf32x3; not isolated, the tensor cores' fp32 accumulation,
     which does not round to nearest, the likely cause), and for the mLSTM needed 192-336 KB of
-    shared memory."""
+    shared memory. FP64 (2): the operands widened to float64 and summed into a float64 `acc` (sm_90's
+    DMMA: products exact, a sum of thousands good to far below one fp32 rounding), which the
+    caller rounds once; the LSTM's (see kernels/lstm/sequence.py: _rec)."""
     if DOT_F32 == 1:
         return tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
+    elif DOT_F32 == 2:
+        return tl.dot(a.to(tl.float64), b.to(tl.float64), acc, out_dtype=tl.float64)
     elif DOT_F32 == 3:
         return tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="tf32x3")
     else:

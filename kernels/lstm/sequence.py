@@ -28,7 +28,7 @@ import triton.language as tl
 
 from .._host.device import resident_programs
 from .._host.cells import precise
-from .._host.dot import dot_f32
+from .._host.dot import FP64, dot_f32
 from .._jit.barrier import arrive, wait
 from .._jit.recurrent import (dot, join4, keep_rows, sigmoid_and_grad, sigmoid_f32, split4, tanh_and_grad,
                                tanh_f32)
@@ -36,15 +36,13 @@ from .._host.cells import fit_limit, shared_bytes_for_types
 from .config import LSTMConfig
 
 
-# The recurrent products are sums over H (forward) or 4H (backward) terms. On a GPU an fp32 tl.dot
-# ("ieee") is one chain of fused multiply-adds over K from its accumulator, so a product handed on as
-# the next one's accumulator sums all of K in one fp32 chain, whose rounding grows with K: issue 40's
-# H200 sweep found dh0 of an LSTM of 512 units (4H = 2048 terms) at 1.3e-6 against float64 where
-# eager's cuBLAS erred 4.5e-7. In fp32 the sums are therefore blocked: each BK-row tile of a
-# streamed product starts from zero and is added to the total (a chain of BK, then one of K / BK:
-# one [BB, N] add a tile, beside its BB x BK x N products), and resident weights are held in two
-# halves of rows (chains of K / 2: at most 512, the picker holding weights resident up to KP = 1024). bf16 and
-# fp16 keep one chain: their operands' rounding is far larger than the accumulation's.
+# The recurrent products are sums over H (forward) or 4H (backward) terms. In fp32 they are taken in
+# float64 (DOT_F32 FP64: sm_90's DMMA) and rounded once: an fp32 chain of fused multiply-adds rounds at
+# every term, and the recurrence carries that into every later step. Issue 40's H200 sweeps: dh0 of
+# an LSTM of 512 units at 1.3e-6 against eager's 4.5e-7 with one chain over 4H = 2048 terms; with
+# the chains blocked in tiles, 3 of 63 saturated-gate cases still over 2x eager's error (ed3b805).
+# bf16 and fp16 multiply on the tensor cores in their own type, summed in fp32: their operands'
+# rounding is far larger than the sum's.
 @triton.jit
 def _weights(w_ptr, k0, cols, cols_ok, K, stride, ROWS: tl.constexpr):
     """Rows k0 .. k0 + ROWS of the recurrent weights (rows past K zero), this program's columns."""
@@ -61,37 +59,18 @@ def _vector(row_ptr, row_ok, k0, K, COLS: tl.constexpr):
 
 
 @triton.jit
-def _resident(w_ptr, cols, cols_ok, K, stride, KP: tl.constexpr, HALVES: tl.constexpr):
-    """(w, w2) the weights a program holds across steps: rows 0 .. KP (w2 unused), or with HALVES
-    the two halves of them."""
-    if HALVES:
-        return (_weights(w_ptr, 0, cols, cols_ok, K, stride, KP // 2),
-                _weights(w_ptr, KP // 2, cols, cols_ok, K, stride, KP // 2))
-    else:
-        return _weights(w_ptr, 0, cols, cols_ok, K, stride, KP), 0
-
-
-@triton.jit
-def _rec(row_ptr, row_ok, w_ptr, w, w2, cols, cols_ok, K, stride, BB: tl.constexpr, N: tl.constexpr,
-         BK: tl.constexpr, KP: tl.constexpr, RESIDENT: tl.constexpr, HALVES: tl.constexpr,
-         DOT_F32: tl.constexpr):
-    """The [BB, K] rows at row_ptr times the weights' rows 0 .. K at this program's N columns: [BB, N]
-    fp32; fp32 sums blocked (see above)."""
-    acc = tl.zeros((BB, N), tl.float32)
+def _rec(row_ptr, row_ok, w_ptr, w, cols, cols_ok, K, stride, BB: tl.constexpr, N: tl.constexpr,
+         BK: tl.constexpr, KP: tl.constexpr, RESIDENT: tl.constexpr, DOT_F32: tl.constexpr):
+    """The [BB, K] rows at row_ptr times the weights' rows 0 .. K at this program's N columns: [BB, N],
+    float64 under FP64 (the caller rounds it), else fp32. RESIDENT: w holds the weights' rows 0 .. KP
+    (_weights), else they are read in BK-row tiles."""
+    acc = tl.zeros((BB, N), tl.float64 if DOT_F32 == 2 else tl.float32)
     if RESIDENT:
-        if HALVES:
-            acc = dot(_vector(row_ptr, row_ok, 0, K, KP // 2), w, acc, DOT_F32)
-            acc += dot(_vector(row_ptr, row_ok, KP // 2, K, KP // 2), w2, tl.zeros((BB, N), tl.float32), DOT_F32)
-        else:
-            acc = dot(_vector(row_ptr, row_ok, 0, K, KP), w, acc, DOT_F32)
+        acc = dot(_vector(row_ptr, row_ok, 0, K, KP), w, acc, DOT_F32)
     else:
         for k0 in range(0, KP, BK):
-            v = _vector(row_ptr, row_ok, k0, K, BK)
-            wk = _weights(w_ptr, k0, cols, cols_ok, K, stride, BK)
-            if DOT_F32 != 0:
-                acc += dot(v, wk, tl.zeros((BB, N), tl.float32), DOT_F32)
-            else:
-                acc = dot(v, wk, acc, DOT_F32)
+            acc = dot(_vector(row_ptr, row_ok, k0, K, BK), _weights(w_ptr, k0, cols, cols_ok, K, stride, BK), acc,
+                      DOT_F32)
     return acc
 
 
@@ -107,8 +86,8 @@ def _fwd_inputs(gx_ptr, rs_ptr, rows, row_ok, r64, n, m_n, t, T, H, has_resets):
 @triton.jit(do_not_specialize=["B", "T", "cs_steps", "t_lo", "n_steps", "has_resets", "save"])
 def _lstm_fwd(gx_ptr, wt_ptr, ys_ptr, cs_ptr, act_ptr, cn_ptr, rs_ptr, cnt_ptr, B, T, H, cs_steps, t_lo, n_steps,
               has_resets, save, BB: tl.constexpr, HB: tl.constexpr, BK: tl.constexpr, HP: tl.constexpr,
-              RESIDENT: tl.constexpr, HALVES: tl.constexpr, SYNC: tl.constexpr, DOT_F32: tl.constexpr,
-              PRECISE: tl.constexpr, PREFETCH: tl.constexpr):
+              RESIDENT: tl.constexpr, SYNC: tl.constexpr, DOT_F32: tl.constexpr, PRECISE: tl.constexpr,
+              PREFETCH: tl.constexpr):
     # PREFETCH: step t+1's inputs (_fwd_inputs) are loaded before step t's wait and product, so that
     # their latency overlaps them (after the wait's acquire, a load could not start before it)
     pid_h, pid_b, n_h = tl.program_id(0), tl.program_id(1), tl.num_programs(0)
@@ -121,9 +100,9 @@ def _lstm_fwd(gx_ptr, wt_ptr, ys_ptr, cs_ptr, act_ptr, cn_ptr, rs_ptr, cnt_ptr, 
     n_ok = n < 4 * H
     m_n = row_ok[:, None] & n_ok[None, :]
     tanh_col = (tl.arange(0, 4 * HB) % 4 == 2)[None, :]  # gate 2 (the cell input) is a tanh
-    w, w2 = 0, 0
+    w = 0
     if RESIDENT:
-        w, w2 = _resident(wt_ptr, n, n_ok, H, 4 * H, HP, HALVES)
+        w = _weights(wt_ptr, 0, n, n_ok, H, 4 * H, HP)
     c = tl.load(cs_ptr + r64 * cs_steps * H + t_lo * H + u[None, :], mask=m_u, other=0.0)
     ok = pid_h >= 0
     s = 0
@@ -137,8 +116,8 @@ def _lstm_fwd(gx_ptr, wt_ptr, ys_ptr, cs_ptr, act_ptr, cn_ptr, rs_ptr, cnt_ptr, 
             ok = wait(cnt_ptr + pid_b, n_h * s, ok)
         if not PREFETCH:
             keep = keep_rows(rs_ptr, rows, row_ok, t, T, has_resets)[:, None]
-        acc = _rec(ys_ptr + r64 * (T + 1) * H + t * H, row_ok, wt_ptr, w, w2, n, n_ok, H, 4 * H, BB, 4 * HB, BK, HP,
-                   RESIDENT, HALVES, DOT_F32)
+        acc = _rec(ys_ptr + r64 * (T + 1) * H + t * H, row_ok, wt_ptr, w, n, n_ok, H, 4 * H, BB, 4 * HB, BK, HP,
+                   RESIDENT, DOT_F32).to(tl.float32)
         if not PREFETCH:  # read after the product: not live across it (H 2048's streamed weights)
             gx = tl.load(gx_ptr + r64 * T * 4 * H + t * 4 * H + n[None, :], mask=m_n, other=0.0)
         acc = acc * keep + gx
@@ -175,8 +154,7 @@ def _bwd_inputs(dy_ptr, dhn_ptr, act_ptr, cs_ptr, rs_ptr, rows, row_ok, r64, u, 
 @triton.jit(do_not_specialize=["B", "T", "t_hi", "n_steps", "has_resets"])
 def _lstm_bwd(dy_ptr, dhn_ptr, w_ptr, act_ptr, cs_ptr, rs_ptr, dg_ptr, dcb_ptr, dh0_ptr, part_ptr, cnt_ptr, B, T,
               H, t_hi, n_steps, has_resets, BB: tl.constexpr, HB: tl.constexpr, BK: tl.constexpr,
-              GP: tl.constexpr, RESIDENT: tl.constexpr, HALVES: tl.constexpr, SYNC: tl.constexpr,
-              FINAL: tl.constexpr, DOT_F32: tl.constexpr, PRECISE: tl.constexpr, SPLIT: tl.constexpr,
+              GP: tl.constexpr, RESIDENT: tl.constexpr, SYNC: tl.constexpr, FINAL: tl.constexpr, DOT_F32: tl.constexpr, PRECISE: tl.constexpr, SPLIT: tl.constexpr,
               PHASES: tl.constexpr, PREFETCH: tl.constexpr):
     """Steps t_hi, t_hi - 1, ... (n_steps of them) of the reverse scan; dcb holds dc between launches
     (dc_T on entry). FINAL: one step more, t = -1, which stores dh0 (and dc0 in dcb) from step 0's dG.
@@ -184,7 +162,7 @@ def _lstm_bwd(dy_ptr, dhn_ptr, w_ptr, act_ptr, cs_ptr, rs_ptr, dg_ptr, dcb_ptr, 
     Each step, dh_t = dG_{t+1} W is a product over all 4H gate columns. SPLIT 1: a program takes
     all of them for its HB units, reading the whole [BB, 4H] dG_{t+1} (at H 2048 each program 1 MB
     a step, the step's bound). SPLIT > 1: the SPLIT programs of a block of HB units each take
-    GP / SPLIT of the columns, publish their partial products (part [B, SPLIT, H] fp32), wait for
+    GP / SPLIT of the columns, publish their partial products (part [B, SPLIT, H], as _rec's), wait for
     each other, and each sums, in order, the partials of its own HB / SPLIT units, whose gates it
     finishes. PHASES (stepped launches, where the kernel boundary is the wait): 1 the products
     only, 2 the gates only, 3 both. PREFETCH (with the gates): step t-1's inputs (_bwd_inputs) are
@@ -206,9 +184,9 @@ def _lstm_bwd(dy_ptr, dhn_ptr, w_ptr, act_ptr, cs_ptr, rs_ptr, dg_ptr, dcb_ptr, 
     m_u = row_ok[:, None] & u_ok[None, :]
     n = (blk * HB + k_part * EU) * 4 + tl.arange(0, 4 * EU)
     m_n = row_ok[:, None] & (n < 4 * H)[None, :]
-    w, w2 = 0, 0
+    w = 0
     if RESIDENT:
-        w, w2 = _resident(w_ptr + k_lo * H, cols, cols_ok, k_n, H, KS, HALVES)
+        w = _weights(w_ptr + k_lo * H, 0, cols, cols_ok, k_n, H, KS)
     dc = tl.load(dcb_ptr + r64 * H + u[None, :], mask=m_u, other=0.0)
     ok = pid >= 0
     s = 0
@@ -230,11 +208,12 @@ def _lstm_bwd(dy_ptr, dhn_ptr, w_ptr, act_ptr, cs_ptr, rs_ptr, dg_ptr, dcb_ptr, 
         later = row_ok & (t + 1 < T)
         dh = tl.zeros((BB, EU), tl.float32)
         if PHASES % 2 == 1:
-            dh = _rec(dg_ptr + r64 * T * 4 * H + (t + 1) * 4 * H + k_lo, later, w_ptr + k_lo * H, w, w2, cols,
-                      cols_ok, k_n, H, BB, HB, BK, KS, RESIDENT, HALVES, DOT_F32)
-            if SPLIT > 1:
+            dh = _rec(dg_ptr + r64 * T * 4 * H + (t + 1) * 4 * H + k_lo, later, w_ptr + k_lo * H, w, cols,
+                      cols_ok, k_n, H, BB, HB, BK, KS, RESIDENT, DOT_F32)
+            if SPLIT > 1:  # (float64 under FP64: the partials are summed before the one rounding)
                 tl.store(part_ptr + (r64 * SPLIT + k_part) * H + cols[None, :], dh,
                          mask=row_ok[:, None] & cols_ok[None, :])
+            dh = dh.to(tl.float32)
         if SPLIT > 1:
             if SYNC:
                 arrive(cnt_ptr + pid_b)
@@ -243,7 +222,7 @@ def _lstm_bwd(dy_ptr, dhn_ptr, w_ptr, act_ptr, cs_ptr, rs_ptr, dg_ptr, dcb_ptr, 
                 j = tl.arange(0, SPLIT)[None, :, None]
                 parts = tl.load(part_ptr + (r64[:, :, None] * SPLIT + j) * H + u[None, None, :],
                                 mask=m_u[:, None, :], other=0.0, cache_modifier=".cg")
-                dh = tl.sum(parts, axis=1)
+                dh = tl.sum(parts, axis=1).to(tl.float32)
         if PHASES >= 2:
             if not PREFETCH:
                 keep_after = keep_rows(rs_ptr, rows, later, t + 1, T, has_resets)[:, None]
@@ -292,27 +271,18 @@ def _persistent(kernel, args: tuple, meta: dict, config: LSTMConfig, grid: tuple
     return resident_programs(kernel, args, meta, warps, device, strict=True) >= grid[0] * grid[1]
 
 
-def _halves(resident: bool, kp: int, fast: int) -> bool:
-    """Whether resident weights are held in two halves of rows (fp32 sums blocked; 64 rows and up:
-    a chain of 32 is a few roundings, and each half stays 16 rows at least for tl.dot)."""
-    return resident and fast != 0 and kp >= 64
-
-
 def _fwd_meta(config: LSTMConfig, H: int, dtype, device) -> dict:
     hp = max(16, triton.next_power_of_2(H))
-    fast = dot_f32(dtype, device)
     return dict(BB=config.bb, HB=config.hb, BK=min(config.bk, hp), HP=hp, RESIDENT=config.resident,
-                HALVES=_halves(config.resident, hp, fast), DOT_F32=fast, PRECISE=precise(dtype),
-                PREFETCH=config.prefetch, num_warps=config.warps)
+                DOT_F32=dot_f32(dtype, device, FP64), PRECISE=precise(dtype), PREFETCH=config.prefetch,
+                num_warps=config.warps)
 
 
 def _bwd_meta(config: LSTMConfig, H: int, dtype, device) -> dict:
     gp = max(16, triton.next_power_of_2(4 * H))
-    fast = dot_f32(dtype, device)
     ks = gp // config.split_bwd  # a program's share of the gate columns
     return dict(BB=config.bb, HB=config.hb_bwd, BK=min(config.bk_bwd or config.bk, ks), GP=gp,
-                RESIDENT=config.resident_bwd, HALVES=_halves(config.resident_bwd, ks, fast), DOT_F32=fast,
-                PRECISE=precise(dtype), SPLIT=config.split_bwd, PREFETCH=config.prefetch_bwd,
+                RESIDENT=config.resident_bwd, DOT_F32=dot_f32(dtype, device, FP64), PRECISE=precise(dtype), SPLIT=config.split_bwd, PREFETCH=config.prefetch_bwd,
                 num_warps=config.warps_bwd or config.warps)
 
 
@@ -321,7 +291,8 @@ def _needs(config: LSTMConfig, dtype, H: int, device, limit: int) -> tuple[int, 
     recurrent weights in the products' operand type where that alone is over `limit`, else what
     the compiled kernel needs."""
     f32, u8, i32 = torch.float32, torch.uint8, torch.int32
-    size = 4 if dot_f32(dtype, device) else dtype.itemsize
+    part = torch.float64 if dot_f32(dtype, device, FP64) == FP64 else f32  # the backward's partial products
+    size = 8 if dot_f32(dtype, device, FP64) == FP64 else dtype.itemsize  # the operands' type in the products
     fwd, bwd = _fwd_meta(config, H, dtype, device), _bwd_meta(config, H, dtype, device)
     floor_fwd = (fwd["HP"] if config.resident else fwd["BK"]) * 4 * config.hb * size
     floor_bwd = (bwd["GP"] // bwd["SPLIT"] if config.resident_bwd else bwd["BK"]) * config.hb_bwd * size
@@ -329,7 +300,7 @@ def _needs(config: LSTMConfig, dtype, H: int, device, limit: int) -> tuple[int, 
         _lstm_fwd, (dtype, dtype, dtype, f32, dtype, dtype, u8, i32, 1, 1, H, 1, 1, 1, 1, 1), dict(fwd, SYNC=True),
         device)
     need_bwd = floor_bwd if floor_bwd > limit else shared_bytes_for_types(
-        _lstm_bwd, (dtype, dtype, dtype, dtype, f32, u8, dtype, f32, dtype, f32, i32, 1, 1, H, 1, 1, 1),
+        _lstm_bwd, (dtype, dtype, dtype, dtype, f32, u8, dtype, f32, dtype, part, i32, 1, 1, H, 1, 1, 1),
         dict(bwd, SYNC=True, FINAL=True, PHASES=3), device)
     return need_fwd, need_bwd
 
@@ -415,7 +386,8 @@ def lstm_bwd(dy, dhn, dcn, w, act, cs, resets, config: LSTMConfig):
     grid = (triton.cdiv(H, config.hb_bwd) * split, triton.cdiv(B, config.bb))
     meta = _bwd_meta(config, H, dt, dev)
     rs = resets.view(torch.uint8) if resets is not None else dg
-    part = torch.empty(B, split, H, device=dev, dtype=torch.float32) if split > 1 else dcb  # the partial products
+    wide = torch.float64 if meta["DOT_F32"] == FP64 else torch.float32
+    part = torch.empty(B, split, H, device=dev, dtype=wide) if split > 1 else dcb  # the partial products
     cnt = torch.zeros(grid[1], device=dev, dtype=torch.int32)
     args = (dy.contiguous(), dhn.contiguous(), w, act, cs, rs, dg, dcb, dh0, part, cnt, B, T, H)
     has_resets = int(resets is not None)
