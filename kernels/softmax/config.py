@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import torch
 import triton
 
-from .._host.config import arch
+from .._host.config import arch, tunable
 from .._host.launch import lines_launch, LINES_NARROW_ROW_BYTES
 
 # Widest row kept in registers, in bytes of one input row: 32768 bf16 (16384 fp32) elements, one
@@ -133,6 +133,7 @@ def _rows(M: int, N: int, elt: int) -> tuple[int, int, int]:
     return block, rows, warps_for(rows * block, 32 if block > MAX_BLOCK else 16)
 
 
+@tunable
 def pick_forward(M: int, N: int, dtype, device, coop: bool | None = None):
     """The forward's config for x [M, N] of `dtype` on `device`. `coop=False`: not the coop path
     (the launcher's fallback where no group of a row's programs fits on the GPU)."""
@@ -158,6 +159,7 @@ def pick_forward(M: int, N: int, dtype, device, coop: bool | None = None):
     return LinesConfig(meta["BLOCK"], meta["VEC"], meta["num_warps"], l2_ahead=ahead)
 
 
+@tunable
 def pick_backward(M: int, N: int, dtype, device, coop: bool | None = None):
     """The backward's config for y, dy [M, N] of `dtype` on `device` (`coop` as pick_forward's)."""
     elt = dtype.itemsize
