@@ -46,21 +46,18 @@ def test_chunkwise_reference_is_the_recurrence(chunk):
 @pytest.mark.parametrize("prefetch", [True, False])
 def test_value_blocks_and_resets(prefetch):
     # a 32-wide head in two value blocks of 16 (the state scans' second program, the chunk kernels'
-    # loop over blocks), resets at the edge cases, gates ~ N(0, 2); both scans (the forward's and
-    # the backward's reverse one) with the next chunk's inputs loaded ahead and without
+    # loop over blocks), resets at the edge cases, gates ~ N(0, 2); the forward's scan with the next
+    # chunk's inputs loaded ahead and without
     errors = errors_against_reference(recurrent, mlstm.mlstm, _inputs(3, 1, 20, 32), GRADS,
-                                      config=mlstm.MLSTMConfig(chunk=16, bv=16, prefetch=prefetch,
-                                                               prefetch_bwd=prefetch))
+                                      config=mlstm.MLSTMConfig(chunk=16, bv=16, prefetch=prefetch))
     assert max(errors) < SPEC.tolerance[torch.float32], errors
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
 def test_prefetch_changes_nothing_but_when_chunks_load(dtype):
-    # the forward's outputs and saved states, then the backward's gradients, bit for bit with and
-    # without the scans' loads a chunk ahead (the forward's c+1, the backward's c-1): 41 steps in
-    # chunks of 16 (the last partial), two value blocks, resets at the first and last steps, at
-    # consecutive steps and at a chunk's first step
-    from kcollect.kernels.mlstm.bwd import mlstm_bwd
+    # the forward's outputs and saved states bit for bit with and without the scan's loads a chunk
+    # ahead: 41 steps in chunks of 16 (the last partial), two value blocks, resets at the first and
+    # last steps, at consecutive steps and at a chunk's first step
     from kcollect.kernels.mlstm.fwd import mlstm_fwd
     from kcollect.kernels.mlstm.naive import EPS
 
@@ -68,13 +65,8 @@ def test_prefetch_changes_nothing_but_when_chunks_load(dtype):
     inputs = cast(_inputs(B, NH, T, DH), dtype)
     inputs["resets"][0, 16] = True
     flat = [inputs[n].reshape(B * NH, T, DH) for n in "qkv"] + [inputs[n].reshape(B * NH, T) for n in "if"]
-    dh = torch.randn(B * NH, T, DH, generator=torch.Generator().manual_seed(5)).to(dtype)
-    fast = mlstm.dot_mode(dtype, "cpu", DH)
-    got = []
-    for prefetch in (True, False):
-        config = mlstm.MLSTMConfig(chunk=16, bv=16, prefetch=prefetch, prefetch_bwd=prefetch)
-        h, *saved = mlstm_fwd(*flat, inputs["resets"], NH, config, fast, EPS)
-        got.append([h, *saved, *mlstm_bwd(dh, *flat, inputs["resets"], NH, h, saved, config, fast, EPS)])
+    got = [mlstm_fwd(*flat, inputs["resets"], NH, mlstm.MLSTMConfig(chunk=16, bv=16, prefetch=prefetch),
+                     mlstm.dot_mode(dtype, "cpu", DH), EPS) for prefetch in (True, False)]
     for a, b in zip(*got):
         assert torch.equal(a, b)
 
@@ -88,8 +80,7 @@ def test_a_short_sequence_in_a_long_chunk_with_large_input_gates(prefetch):
     g = torch.Generator().manual_seed(23)
     inputs["i"] = 95 + 5 * torch.randn(inputs["i"].shape, generator=g)
     errors = errors_against_reference(recurrent, mlstm.mlstm, inputs, GRADS,
-                                      config=mlstm.MLSTMConfig(chunk=64, bv=32, prefetch=prefetch,
-                                                               prefetch_bwd=prefetch))
+                                      config=mlstm.MLSTMConfig(chunk=64, bv=32, prefetch=prefetch))
     assert max(errors) < SPEC.tolerance[torch.float32], errors
 
 
@@ -142,8 +133,7 @@ def test_mismatched_inputs_are_refused():
 
 def test_config_is_recorded():
     record = SPEC.provider("triton").config(SPEC.make_inputs(ODD, torch.float32, "cpu", 0))
-    assert record == {"mlstm": {"chunk": 16, "bv": 16, "warps": 4, "state_warps": 4, "prefetch": True,
-                                "prefetch_bwd": True}}
+    assert record == {"mlstm": {"chunk": 16, "bv": 16, "warps": 4, "state_warps": 4, "prefetch": True}}
 
 
 def _loss_mp(q, k, v, i, f, dy, resets, dps: int):

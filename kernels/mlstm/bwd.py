@@ -60,63 +60,35 @@ def _stabiliser_grad(dmj_ptr, bh, c, T, ig, it, A, seg, tm, m_c, dm_next, L: tl.
     return tl.where(to_a, 0.0, d_it), da, tl.sum(tl.where(from_start, g, 0.0), 0), src
 
 
-@triton.jit
-def _dstates_inputs(q_ptr, dh_ptr, qinv_ptr, dden_ptr, i_ptr, f_ptr, rs_ptr, ms_ptr, mo_ptr, bh, b, c, T, DH, NC, d, e,
-                    has_resets, L: tl.constexpr, PRECISE: tl.constexpr):
-    """What the reverse scan's chunk c reads, none of it depending on the carried gradients:
-    chunk_gates' (i, i~, A, seg, in-range), the stabilisers m_c and m_next and the steps' m_t, its
-    queries [L, DP] and dh [L, BV] in their own type, qinv and dden. A chunk before the first (c < 0)
-    is taken from step T on, so every load is masked: nothing is read."""
-    t0 = tl.where(c >= 0, c * L, T)
-    ig, it, A, seg, _, tm = chunk_gates(i_ptr, f_ptr, rs_ptr, bh, b, t0, T, has_resets, L, PRECISE)
-    row = bh * (NC + 1) + c
-    m_c = tl.load(ms_ptr + row, mask=c >= 0, other=0.0)
-    m_next = tl.load(ms_ptr + row + 1, mask=c >= 0, other=0.0)
-    t = t0 + tl.arange(0, L)
-    mj = tl.load(mo_ptr + bh * T + t, mask=tm, other=0.0)
-    qinv = tl.load(qinv_ptr + bh * T + t, mask=tm, other=0.0)
-    dden = tl.load(dden_ptr + bh * T + t, mask=tm, other=0.0)
-    return (ig, it, A, seg, tm, m_c, m_next, mj, load_tile(q_ptr, bh, t0, T, DH, d, L),
-            load_tile(dh_ptr, bh, t0, T, DH, e, L), qinv, dden)
-
-
 @triton.jit(do_not_specialize=["NH", "T", "NC", "has_resets"])
 def _mlstm_dstates(q_ptr, dh_ptr, qinv_ptr, dden_ptr, dmj_ptr, i_ptr, f_ptr, rs_ptr, ms_ptr, mo_ptr, dcs_ptr, dns_ptr,
                    dim_ptr, dam_ptr, src_ptr, NH, T, DH, NC, has_resets, L: tl.constexpr, DP: tl.constexpr,
-                   BV: tl.constexpr, DOT_F32: tl.constexpr, PRECISE: tl.constexpr, PREFETCH: tl.constexpr):
+                   BV: tl.constexpr, DOT_F32: tl.constexpr, PRECISE: tl.constexpr):
     """dcs[c] = the gradient of the state at the start of chunk c: its own chunk's outputs' plus the
     next chunk start's through the chunk's decay (the state after the last chunk has none). The
     first value block's program also carries the stabiliser's gradient back over the chunks (it
-    is one number a chunk start) and writes its input and forget gate parts (dim, dam).
-    PREFETCH: chunk c-1's inputs are loaded before chunk c's product, so that their latency overlaps
-    this chunk's maths (Triton does not pipeline a `while` loop); the arithmetic is the same."""
+    is one number a chunk start) and writes its input and forget gate parts (dim, dam)."""
     bh, b, d, e, first_block = scan_program(NH, DP, BV)
     dC = tl.zeros((DP, BV), tl.float32)
     dn = tl.zeros((DP,), tl.float32)
     dm_next = tl.sum(tl.zeros((L,), tl.float32), 0)
-    if PREFETCH:
-        ahead = _dstates_inputs(q_ptr, dh_ptr, qinv_ptr, dden_ptr, i_ptr, f_ptr, rs_ptr, ms_ptr, mo_ptr, bh, b, NC - 1,
-                                T, DH, NC, d, e, has_resets, L, PRECISE)
     c = NC
     while c >= 0:
         if c < NC:
-            if PREFETCH:
-                ig, it, A, seg, tm, m_c, m_next, mj, q, dht, qinv, dden = ahead
-                ahead = _dstates_inputs(q_ptr, dh_ptr, qinv_ptr, dden_ptr, i_ptr, f_ptr, rs_ptr, ms_ptr, mo_ptr, bh, b,
-                                        c - 1, T, DH, NC, d, e, has_resets, L, PRECISE)
-            else:
-                ig, it, A, seg, tm, m_c, m_next, mj, q, dht, qinv, dden = _dstates_inputs(
-                    q_ptr, dh_ptr, qinv_ptr, dden_ptr, i_ptr, f_ptr, rs_ptr, ms_ptr, mo_ptr, bh, b, c, T, DH, NC, d, e,
-                    has_resets, L, PRECISE)
+            ig, it, A, seg, _, tm = chunk_gates(i_ptr, f_ptr, rs_ptr, bh, b, c * L, T, has_resets, L, PRECISE)
             A_end, _ = to_end(A, L)
             seg_end = tl.max(seg, 0)
+            row = bh * (NC + 1) + c
+            m_c, m_next = tl.load(ms_ptr + row), tl.load(ms_ptr + row + 1)
             kappa = tl.where(seg_end == 0, exp_f32((m_c + A_end) - m_next, PRECISE), 0.0)
             t = c * L + tl.arange(0, L)
+            mj = tl.load(mo_ptr + bh * T + t, mask=tm, other=0.0)
             w = tl.where((seg == 0) & tm, weight(m_c, A, mj, PRECISE), 0.0)
-            qw = q.to(tl.float32) * w[:, None]
-            dnum = dht.to(tl.float32) * qinv[:, None]
+            qw = load_tile(q_ptr, bh, c * L, T, DH, d, L).to(tl.float32) * w[:, None]
+            dnum = load_tile(dh_ptr, bh, c * L, T, DH, e, L).to(tl.float32) \
+                * tl.load(qinv_ptr + bh * T + t, mask=tm, other=0.0)[:, None]
             dC = dot(tl.trans(qw.to(dh_ptr.dtype.element_ty)), dnum.to(dh_ptr.dtype.element_ty), dC * kappa, DOT_F32)
-            dn = dn * kappa + tl.sum(qw * dden[:, None], 0)
+            dn = dn * kappa + tl.sum(qw * tl.load(dden_ptr + bh * T + t, mask=tm, other=0.0)[:, None], 0)
             if first_block:
                 dim, dam, dm_next, src = _stabiliser_grad(dmj_ptr, bh, c, T, ig, it, A, seg, tm, m_c, dm_next, L,
                                                                 PRECISE)
@@ -338,8 +310,7 @@ def shared_bwd(config, dtype, DH: int, dot_f32: bool, device) -> int:
     dstates = (dtype, dtype, f32, f32, f32, dtype, dtype, u8, f32, f32, f32, f32, f32, f32, i32, 1, 1, DH, 1, 1)
     dchunk = (dtype, dtype, dtype, dtype, dtype, u8, dtype, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, i32,
               f32, dtype, dtype, dtype, dtype, dtype, 1, 1, DH, 1, 1.0, 1e-6, 1)
-    need = max(shared_bytes_for_types(_mlstm_dstates, dstates,
-                                      dict(meta, PREFETCH=config.prefetch_bwd, num_warps=config.state_warps), device),
+    need = max(shared_bytes_for_types(_mlstm_dstates, dstates, dict(meta, num_warps=config.state_warps), device),
                shared_bytes_for_types(_mlstm_dchunk, dchunk, dict(meta, num_warps=config.warps), device))
     if meta["PRECISE"]:
         links = (f32, f32, f32, f32, 1, 1)
@@ -368,7 +339,7 @@ def mlstm_bwd(dh, q, k, v, i, f, resets, NH: int, h, saved, config, dot_f32: boo
     src = torch.empty(BH, T, device=q.device, dtype=torch.int32)
     has_resets = int(resets is not None)
     _mlstm_dstates[(BH, dp // bv)](q, dh, qinv, dden, dmj, i, f, rs, ms, mo, dcs, dns, dim, dam, src, NH, T, DH, NC,
-                                   has_resets, PREFETCH=config.prefetch_bwd, num_warps=config.state_warps, **meta)
+                                   has_resets, num_warps=config.state_warps, **meta)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     di, df = torch.empty_like(i), torch.empty_like(f)
     links = torch.empty(BH, NC, 4, device=q.device, dtype=torch.float32) if meta["PRECISE"] else mo

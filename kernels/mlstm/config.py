@@ -16,7 +16,6 @@ class MLSTMConfig:
     warps: int = 8  # chunk kernels (at 4 the backward's spills on sm_90)
     state_warps: int = 4  # the scans over chunks
     prefetch: bool = True  # the forward's scan loads chunk c+1's inputs before chunk c's product
-    prefetch_bwd: bool = True  # the backward's reverse scan loads chunk c-1's inputs before chunk c's product
 
 
 @tunable
