@@ -180,10 +180,10 @@ def test_pick_on_sm90(sm90):
     # few wide rows: split, not at 16384
     assert fwd(16, 128256) == SplitConfig() == bwd(1, 32000) and isinstance(fwd(1, 16384), RowsConfig)
     # wide rows: the forward's lines up to 65536 (one chunk ahead into L2 for rows up to 128 KB),
-    # coop past it (segments of 4096, one row ahead; of 8192 in 8 warps past 131072)
+    # coop past it (segments of 4096, one row ahead; of 8192 in 8 warps from 131073 to 262144 wide)
     assert fwd(2048, 65536) == LinesConfig(8192, 8, 8, l2_ahead=1)
     assert fwd(2048, 65536, f) == LinesConfig(16384, 4, 32, l2_ahead=0)
-    assert fwd(2048, 128256) == CoopConfig(4096, 4, None, 1) == fwd(64, 131072)
+    assert fwd(2048, 128256) == CoopConfig(4096, 4, None, 1) == fwd(64, 131072) == fwd(64, 262145)
     assert fwd(1024, 262144) == CoopConfig(8192, 8, None, 1) == fwd(64, 131073)
     # the backward's coop: 4096 at 8 warps for 65537-131072 wide, else 2048 at 4 warps capped at 96
     assert bwd(2048, 65536) == CoopConfig(2048, 4, 96, 1) == bwd(1024, 262144) == bwd(17, 131073)

@@ -44,10 +44,10 @@ SPLIT_MAX_SEGMENTS = 1024
 # rows, one a program, no longer fit the L2 together): 1024x262144 79.5% against lines 71.8%,
 # 2048x128256 85.0% against 82.4%; at 65536 lines stays ahead (80.8% against 76.9%).
 FWD_COOP_FROM = 65537
-# and from rows wider than this, segments of 8192 in 8 warps (lab/results/softmax_rms_coop_ab_h200_c4e1b75.txt):
-# 1024x262144 0.920x the time of 4096 in 4 warps; at 2048x128256 they took 1.415x. Only those two
-# widths measured, on the H200.
-FWD_COOP_WIDE_FROM = 131073
+# and for rows of these widths, segments of 8192 in 8 warps (lab/results/softmax_coop_wide_h200_2620356.txt):
+# 0.91-0.93x the time of 4096 in 4 warps at 196608 and 262144 wide (256 to 4096 rows); 1.415x at
+# 128256, 1.6-2.0x at 393216 to 1048576 (why there is not known). Measured on the H200 only.
+FWD_COOP_WIDE = (131073, 262144)
 # The backward's coop segments: 4096 elements for rows of 65537-131072 (2048x128256 82.0% against
 # 77.1% with 2048), 2048 otherwise (2048x65536 83.4% against 81.1% with 4096; 1024x262144 81.3%
 # against 78.1%); why the middle widths prefer 4096 is not known.
@@ -154,7 +154,7 @@ def pick_forward(M: int, N: int, dtype, device, coop: bool | None = None):
     if gpu != "cpu" and N >= FWD_COOP_FROM and coop is not False:
         # segments of 4096 (3 programs per SM with the prefetch) against 2048: 1024x262144 79.5%
         # against 75.8%; one row ahead into L2: 2048x128256 81.7% -> 85.0%, 2 rows 82.2%
-        wide = N >= FWD_COOP_WIDE_FROM
+        wide = FWD_COOP_WIDE[0] <= N <= FWD_COOP_WIDE[1]
         return CoopConfig(seg=8192 if wide else 4096, warps=8 if wide else 4, l2_ahead=1 if gpu == "sm90" else 0)
     _, meta = lines_launch(M, N, elt, device)
     # one chunk ahead into L2 for rows up to LINES_NARROW_ROW_BYTES (16 KB chunks of 8 warps):
