@@ -58,17 +58,27 @@ def variants(op: str, specs: list[str]) -> dict[str, Any]:
     return out
 
 
-def forcing(fn: Callable[..., Any], config: Any) -> Callable[..., Any]:
-    """fn with `config` forced while it runs (nothing forced for None)."""
-    if config is None:
-        return fn
-    from kcollect.kernels._host.config import forced
+class Forcing:
+    """A variant's config forced around what runs it: the provider's function (the forward a bwd
+    measurement builds once, where ops such as the LSTM pick the backward's config too) and the
+    measured call (ops such as rms_norm pick the backward's config in the backward). `taken`: whether
+    any pick took it (kernels/_host/config.py: forced); nothing is forced for None."""
 
-    def call(**inputs: Any) -> Any:
-        with forced(config):
-            return fn(**inputs)
+    def __init__(self, config: Any):
+        self.config, self.taken = config, False
 
-    return call
+    def wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        if self.config is None:
+            return fn
+        from kcollect.kernels._host.config import forced, kind_of
+
+        def run(*args: Any, **kwargs: Any) -> Any:
+            with forced(self.config) as taken:
+                out = fn(*args, **kwargs)
+            self.taken = self.taken or kind_of(self.config) in taken
+            return out
+
+        return run
 
 
 def interleaved(calls: dict[str, Callable[[], Any]], rounds: int, time_one: Callable) -> dict[str, list]:
@@ -112,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     from kcollect import timing, verify
     from kcollect.environment import fingerprint, resolve_commit
     from kcollect.registry import load
+    from kcollect.kernels._host.config import kind_of
     from kcollect.spec import DTYPES, Unavailable, shape_label
     from kcollect.store import Run, Store
 
@@ -136,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         inputs = spec.make_inputs(dims, dtype, device, seed=0)
         dys, want = verify.reference_answers(spec, inputs, args.mode, seed=1)
         triton_fn = spec.provider("triton").fn
-        fns = {f"triton[{name}]": forcing(triton_fn, cfg) for name, cfg in chosen.items()}
+        fns = {f"triton[{name}]": triton_fn for name in chosen}
         fns.update({p: spec.provider(p).fn for p in args.provider})
         calls, errors = {}, {}
         unavailable = {p: r for p in args.provider if (r := spec.provider(p).available(device))}  # on this device
@@ -144,9 +155,14 @@ def main(argv: list[str] | None = None) -> int:
             if name in unavailable:
                 print(f"{name}: unavailable here ({unavailable[name]})", file=sys.stderr)
                 continue
+            config = chosen.get(name[7:-1]) if name.startswith("triton[") else None
             try:
-                call = verify.build_call(spec, fn, verify.clone_inputs(inputs), args.mode, dys)
+                force = Forcing(config)
+                call = force.wrap(verify.build_call(spec, force.wrap(fn), verify.clone_inputs(inputs), args.mode, dys))
                 errors[name] = verify.error_of(spec, call(), want, args.mode)
+                if config is not None and not force.taken:
+                    raise Unavailable(f"no pick took its {kind_of(config).__name__} here: the op ran another path, "
+                                      "whose config is of another class")
             except Unavailable as e:  # a peer that does not take this shape (cuDNN's LSTM with resets)
                 unavailable[name] = str(e)
                 print(f"{name}: unavailable at {shape_label(dims)} ({e})", file=sys.stderr)

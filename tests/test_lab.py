@@ -38,6 +38,24 @@ def test_a_provider_that_refuses_a_shape_or_the_device_is_stored_unavailable(tmp
     assert {r["status"] for (p, _), r in rows.items() if p == "triton[default]"} == {"ok"}
 
 
+def test_a_config_the_backward_picks_is_forced_and_one_no_pick_takes_is_unavailable(tmp_path):
+    # rms_norm picks its backward's config in the backward (not in the forward a bwd measurement
+    # builds once): the variant must be forced there too; a CoopConfig (the wide rows' backward) is
+    # taken by no pick of this narrow shape's forward, so its variant measured nothing of its own
+    db = tmp_path / "lab.duckdb"
+    rc = ab.main(["rms_norm", "--shape", "M=3,N=37", "--mode", "bwd", "--dtype", "float32", "--variant",
+                  "one=changed(BwdRowsConfig, rows=1)", "--rounds", "1", "--rep-ms", "1", "--device", "cpu", "--db", str(db)])
+    rc2 = ab.main(["rms_norm", "--shape", "M=3,N=37", "--mode", "fwd", "--dtype", "float32", "--variant",
+                   "coop=CoopConfig()", "--rounds", "1", "--rep-ms", "1", "--device", "cpu", "--db", str(db)])
+    assert rc == rc2 == 0
+    with Store(db, read_only=True) as store:
+        rows = {(r["mode"], r["provider"]): r for r in store.query("SELECT * FROM results")}
+    assert rows[("bwd", "triton[one]")]["status"] == "ok"
+    assert rows[("fwd", "triton[coop]")]["status"] == "unavailable"
+    assert "no pick took its CoopConfig" in rows[("fwd", "triton[coop]")]["error"]
+    assert rows[("fwd", "triton[default]")]["status"] == "ok"
+
+
 def test_a_changed_field_keeps_the_rest_of_each_shapes_pick():
     from kcollect.kernels._host.config import changed, forced
     from kcollect.kernels.lstm.config import LSTMConfig, pick

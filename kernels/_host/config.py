@@ -50,8 +50,10 @@ def config_record(**configs: Any) -> dict[str, Any]:
 # launchers: ops decorate their `pick` functions with @tunable, and inside `with forced(cfg, ...)` a
 # pick whose choice has the type of a forced config returns the forced one instead, or, for a
 # `changed(Type, field=value)`, its own choice with those fields changed (one field's A/B over
-# shapes whose picks differ).
+# shapes whose picks differ). `forced` yields the set of config types a pick took inside it: a forced
+# config whose type no pick chose (another path's class at that shape) changed nothing.
 _FORCED: contextvars.ContextVar[dict[type, Any]] = contextvars.ContextVar("kcollect_forced_configs", default={})
+_TAKEN: contextvars.ContextVar[set | None] = contextvars.ContextVar("kcollect_forced_taken", default=None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,16 +74,27 @@ def tunable(pick: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(pick)
     def chosen(*args: Any, **kwargs: Any) -> Any:
         config = pick(*args, **kwargs)
-        force = _FORCED.get().get(type(config), config)
+        force = _FORCED.get().get(type(config))
+        if force is None:
+            return config
+        _TAKEN.get().add(type(config))
         return dataclasses.replace(config, **dict(force.fields)) if isinstance(force, Changed) else force
 
     return chosen
 
 
+def kind_of(config: Any) -> type:
+    """The config type a forced config (or a `changed`) replaces."""
+    return config.kind if isinstance(config, Changed) else type(config)
+
+
 @contextlib.contextmanager
-def forced(*configs: Any) -> Iterator[None]:
-    token = _FORCED.set({**_FORCED.get(), **{c.kind if isinstance(c, Changed) else type(c): c for c in configs}})
+def forced(*configs: Any) -> Iterator[set]:
+    taken: set = set()
+    token = _FORCED.set({**_FORCED.get(), **{kind_of(c): c for c in configs}})
+    token_taken = _TAKEN.set(taken)
     try:
-        yield
+        yield taken
     finally:
+        _TAKEN.reset(token_taken)
         _FORCED.reset(token)
