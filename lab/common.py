@@ -37,15 +37,22 @@ class Bench:
             return self.timing.time_cpu(call, self.budget).median_ms
         return self.timing.time_cuda_graph(call, self.budget, self.flush).median_ms
 
-    def measure(self, fn, mode: str) -> tuple[float | None, float, str]:
-        """(median ms or None, error, note) of fn(**inputs) in `mode`, gated first; the note is empty
-        where it was timed."""
+    def measure(self, fn, mode: str, config=None) -> tuple[float | None, float, str]:
+        """(median ms or None, error, note) of fn(**inputs) in `mode`, gated first, with `config`
+        forced (lab.ab.Forcing: the backward included; a config no pick took is not timed); the note
+        is empty where it was timed."""
+        from kcollect.kernels._host.config import kind_of
         from kcollect.spec import Unavailable
+        from lab.ab import Forcing
 
         dys, want = self.answers[mode]
+        force = Forcing(config)
         try:
-            call = self.verify.build_call(self.spec, fn, self.verify.clone_inputs(self.inputs), mode, dys)
+            call = force.wrap(self.verify.build_call(self.spec, force.wrap(fn), self.verify.clone_inputs(self.inputs),
+                                                     mode, dys))
             err = self.verify.error_of(self.spec, call(), want, mode)
+            if config is not None and not force.taken:
+                raise Unavailable(f"no pick took its {kind_of(config).__name__}")
         except Unavailable as e:
             return None, float("nan"), f"unavailable: {e}"
         except Exception as e:
@@ -74,8 +81,6 @@ def run_stage(bench: Bench, pool, warm: Callable, key: tuple, mode: str, configs
               limit: int | None, short: Callable) -> list:
     """Check and time the candidates (the first `limit`), a row of `table` each (labelled short(config));
     their (ms, config) sorted, best first. `warm` and `key`: see precompile."""
-    from kcollect.kernels._host.config import forced
-
     configs = configs[:limit] if limit else configs
     triton_fn = bench.spec.provider("triton").fn
     broken = precompile(pool, warm, key, configs)
@@ -84,12 +89,7 @@ def run_stage(bench: Bench, pool, warm: Callable, key: tuple, mode: str, configs
         if c in broken:
             table.append(bench.row(short(c), mode, None, note=broken[c]))
             continue
-
-        def fn(**inputs):
-            with forced(c):
-                return triton_fn(**inputs)
-
-        ms, err, note = bench.measure(fn, mode)
+        ms, err, note = bench.measure(triton_fn, mode, c)
         table.append(bench.row(short(c), mode, ms, err, note))
         if ms is not None:
             timed.append((ms, c))
