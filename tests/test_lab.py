@@ -44,7 +44,8 @@ def test_a_config_the_backward_picks_is_forced_and_one_no_pick_takes_is_unavaila
     # taken by no pick of this narrow shape's forward, so its variant measured nothing of its own
     db = tmp_path / "lab.duckdb"
     rc = ab.main(["rms_norm", "--shape", "M=3,N=37", "--mode", "bwd", "--dtype", "float32", "--variant",
-                  "one=changed(BwdRowsConfig, rows=1)", "--rounds", "1", "--rep-ms", "1", "--device", "cpu", "--db", str(db)])
+                  "one=changed(BwdRowsConfig, rows=1)", "--rounds", "1", "--rep-ms", "1", "--device", "cpu",
+                  "--db", str(db)])
     rc2 = ab.main(["rms_norm", "--shape", "M=3,N=37", "--mode", "fwd", "--dtype", "float32", "--variant",
                    "coop=CoopConfig()", "--rounds", "1", "--rep-ms", "1", "--device", "cpu", "--db", str(db)])
     assert rc == rc2 == 0

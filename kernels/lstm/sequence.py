@@ -154,8 +154,9 @@ def _bwd_inputs(dy_ptr, dhn_ptr, act_ptr, cs_ptr, rs_ptr, rows, row_ok, r64, u, 
 @triton.jit(do_not_specialize=["B", "T", "t_hi", "n_steps", "has_resets"])
 def _lstm_bwd(dy_ptr, dhn_ptr, w_ptr, act_ptr, cs_ptr, rs_ptr, dg_ptr, dcb_ptr, dh0_ptr, part_ptr, cnt_ptr, B, T,
               H, t_hi, n_steps, has_resets, BB: tl.constexpr, HB: tl.constexpr, BK: tl.constexpr,
-              GP: tl.constexpr, RESIDENT: tl.constexpr, SYNC: tl.constexpr, FINAL: tl.constexpr, DOT_F32: tl.constexpr, PRECISE: tl.constexpr, SPLIT: tl.constexpr,
-              PHASES: tl.constexpr, PREFETCH: tl.constexpr):
+              GP: tl.constexpr, RESIDENT: tl.constexpr, SYNC: tl.constexpr, FINAL: tl.constexpr,
+              DOT_F32: tl.constexpr, PRECISE: tl.constexpr, SPLIT: tl.constexpr, PHASES: tl.constexpr,
+              PREFETCH: tl.constexpr):
     """Steps t_hi, t_hi - 1, ... (n_steps of them) of the reverse scan; dcb holds dc between launches
     (dc_T on entry). FINAL: one step more, t = -1, which stores dh0 (and dc0 in dcb) from step 0's dG.
 
@@ -282,8 +283,8 @@ def _bwd_meta(config: LSTMConfig, H: int, dtype, device) -> dict:
     gp = max(16, triton.next_power_of_2(4 * H))
     ks = gp // config.split_bwd  # a program's share of the gate columns
     return dict(BB=config.bb, HB=config.hb_bwd, BK=min(config.bk_bwd or config.bk, ks), GP=gp,
-                RESIDENT=config.resident_bwd, DOT_F32=dot_f32(dtype, device, FP64), PRECISE=precise(dtype), SPLIT=config.split_bwd, PREFETCH=config.prefetch_bwd,
-                num_warps=config.warps_bwd or config.warps)
+                RESIDENT=config.resident_bwd, DOT_F32=dot_f32(dtype, device, FP64), PRECISE=precise(dtype),
+                SPLIT=config.split_bwd, PREFETCH=config.prefetch_bwd, num_warps=config.warps_bwd or config.warps)
 
 
 def _needs(config: LSTMConfig, dtype, H: int, device, limit: int) -> tuple[int, int]:
@@ -291,8 +292,9 @@ def _needs(config: LSTMConfig, dtype, H: int, device, limit: int) -> tuple[int, 
     recurrent weights in the products' operand type where that alone is over `limit`, else what
     the compiled kernel needs."""
     f32, u8, i32 = torch.float32, torch.uint8, torch.int32
-    part = torch.float64 if dot_f32(dtype, device, FP64) == FP64 else f32  # the backward's partial products
-    size = 8 if dot_f32(dtype, device, FP64) == FP64 else dtype.itemsize  # the operands' type in the products
+    wide = dot_f32(dtype, device, FP64) == FP64
+    part = torch.float64 if wide else f32  # the backward's partial products
+    size = 8 if wide else dtype.itemsize  # the operands' type in the products
     fwd, bwd = _fwd_meta(config, H, dtype, device), _bwd_meta(config, H, dtype, device)
     floor_fwd = (fwd["HP"] if config.resident else fwd["BK"]) * 4 * config.hb * size
     floor_bwd = (bwd["GP"] // bwd["SPLIT"] if config.resident_bwd else bwd["BK"]) * config.hb_bwd * size
