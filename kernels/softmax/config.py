@@ -153,7 +153,8 @@ def pick_forward(M: int, N: int, dtype, device, coop: bool | None = None):
         return RowsConfig(block, rows, warps, persist=1 if block > MAX_BLOCK else 0)
     if gpu != "cpu" and N >= FWD_COOP_FROM and coop is not False:
         # segments of 4096 (3 programs per SM with the prefetch) against 2048: 1024x262144 79.5%
-        # against 75.8%; one row ahead into L2: 2048x128256 81.7% -> 85.0%, 2 rows 82.2%
+        # against 75.8% (8192 in 8 warps there: FWD_COOP_WIDE); one row ahead into L2: 2048x128256
+        # 81.7% -> 85.0%, 2 rows 82.2%
         wide = FWD_COOP_WIDE[0] <= N <= FWD_COOP_WIDE[1]
         return CoopConfig(seg=8192 if wide else 4096, warps=8 if wide else 4, l2_ahead=1 if gpu == "sm90" else 0)
     _, meta = lines_launch(M, N, elt, device)
