@@ -81,6 +81,23 @@ class Forcing:
         return run
 
 
+def checked_call(spec: Any, fn: Callable[..., Any], inputs: dict, mode: str, dys: tuple, want: Any,
+                 config: Any) -> tuple[Callable[[], Any], float]:
+    """(the measured call, its error against `want`) of fn on a copy of `inputs` in `mode`, with
+    `config` forced (Forcing); kcollect.spec.Unavailable where no pick took the config."""
+    from kcollect import verify
+    from kcollect.kernels._host.config import kind_of
+    from kcollect.spec import Unavailable
+
+    force = Forcing(config)
+    call = force.wrap(verify.build_call(spec, force.wrap(fn), verify.clone_inputs(inputs), mode, dys))
+    error = verify.error_of(spec, call(), want, mode)
+    if config is not None and not force.taken:
+        raise Unavailable(f"no pick took its {kind_of(config).__name__} here: the op ran another path, whose "
+                          "config is of another class")
+    return call, error
+
+
 def interleaved(calls: dict[str, Callable[[], Any]], rounds: int, time_one: Callable) -> dict[str, list]:
     """{name: [Timing per round]}: every call timed once per round, in the same order each round."""
     out: dict[str, list] = {name: [] for name in calls}
@@ -122,7 +139,6 @@ def main(argv: list[str] | None = None) -> int:
     from kcollect import timing, verify
     from kcollect.environment import fingerprint, resolve_commit
     from kcollect.registry import load
-    from kcollect.kernels._host.config import kind_of
     from kcollect.spec import DTYPES, Unavailable, shape_label
     from kcollect.store import Run, Store
 
@@ -157,12 +173,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             config = chosen.get(name[7:-1]) if name.startswith("triton[") else None
             try:
-                force = Forcing(config)
-                call = force.wrap(verify.build_call(spec, force.wrap(fn), verify.clone_inputs(inputs), args.mode, dys))
-                errors[name] = verify.error_of(spec, call(), want, args.mode)
-                if config is not None and not force.taken:
-                    raise Unavailable(f"no pick took its {kind_of(config).__name__} here: the op ran another path, "
-                                      "whose config is of another class")
+                call, errors[name] = checked_call(spec, fn, inputs, args.mode, dys, want, config)
             except Unavailable as e:  # a peer that does not take this shape (cuDNN's LSTM with resets)
                 unavailable[name] = str(e)
                 print(f"{name}: unavailable at {shape_label(dims)} ({e})", file=sys.stderr)

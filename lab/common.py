@@ -39,20 +39,14 @@ class Bench:
 
     def measure(self, fn, mode: str, config=None) -> tuple[float | None, float, str]:
         """(median ms or None, error, note) of fn(**inputs) in `mode`, gated first, with `config`
-        forced (lab.ab.Forcing: the backward included; a config no pick took is not timed); the note
+        forced (lab.ab.checked_call: the backward included; a config no pick took is not timed); the note
         is empty where it was timed."""
-        from kcollect.kernels._host.config import kind_of
         from kcollect.spec import Unavailable
-        from lab.ab import Forcing
+        from lab.ab import checked_call
 
         dys, want = self.answers[mode]
-        force = Forcing(config)
         try:
-            call = force.wrap(self.verify.build_call(self.spec, force.wrap(fn), self.verify.clone_inputs(self.inputs),
-                                                     mode, dys))
-            err = self.verify.error_of(self.spec, call(), want, mode)
-            if config is not None and not force.taken:
-                raise Unavailable(f"no pick took its {kind_of(config).__name__}")
+            call, err = checked_call(self.spec, fn, self.inputs, mode, dys, want, config)
         except Unavailable as e:
             return None, float("nan"), f"unavailable: {e}"
         except Exception as e:

@@ -205,9 +205,10 @@ def residual_shift(dtype: torch.dtype) -> int:
     7 stored mantissa bits) or 2^12 (fp16, 10). Rounded to multiples of 2^residual_shift it fits an
     int8 (+128 clamped to 127), and the backward adds it back to o's bits: o32 to half a multiple
     (2^-16 of o in bf16, 2^-19 in fp16), a whole one where o32 lay within 1/256 of half a step of
-    the dtype from o (the code saturates), half the bytes of o. Integer arithmetic, a few instructions an element: an
-    earlier code relative to o (a division and its guards) took the forward from 154 to 232 us at
-    B32 H16 S512 D128 causal on an H200 (lab/results/attention_kernel_times_h200_bbc84b9.txt).
+    the dtype from o (the code saturates), half the bytes of o. Integer arithmetic, a few
+    instructions an element: an earlier code relative to o (a division and its guards) took the
+    forward from 154 to 232 us at B32 H16 S512 D128 causal on an H200
+    (lab/results/attention_kernel_times_h200_bbc84b9.txt).
     Where o is not finite (fp16's overflow) the code is not used; an fp16 o among fp16's
     subnormals keeps at most 127 steps of its rounding. fp32: no rounding, shift 0."""
     mantissa = {torch.bfloat16: 7, torch.float16: 10}.get(dtype)
