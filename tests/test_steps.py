@@ -2,7 +2,8 @@
 on the CPU interpreter: the selective scan's state update, the depthwise conv window and the LSTM
 cell. Channels not a multiple of the block (masked), N and window widths not powers of two,
 inputs that are views into wider rows (as a model's chunks and splits give them), fp32 and bf16;
-in fp32 the error is held to the PyTorch step's own error, and the carried state is left unchanged.
+in fp32 the error is held to the PyTorch step's own error (pooled over several draws), and the
+carried state is left unchanged.
 On a GPU (TRITON_INTERPRET=0) the same tests run compiled on CUDA, with `gpu` in their ids."""
 import os
 import random
@@ -32,17 +33,33 @@ def gen():
     return torch.Generator().manual_seed(random.randrange(2**31))
 
 
-def within(got, want, eager, dtype):
-    err = verify.rel_error(got, want)
-    assert err <= BOUND[dtype], f"error {err:.3g} > {BOUND[dtype]:.3g}"
-    if dtype == F32:  # as accurate as the PyTorch step in fp32 (a floor for when both are exact)
-        assert err <= 2 * verify.rel_error(eager, want) + 1e-7, (err, verify.rel_error(eager, want))
+DRAWS = 8  # independent problems a test: fp32's comparison with eager is over their pooled error
+
+
+def within(draws, dtype):
+    """draws: per problem, a list of (got, want, eager) outputs. Each output within the dtype's bound;
+    in fp32 also as accurate as the PyTorch step, their errors summed over the draws (a floor of
+    1e-7 a draw for when both are exact). One draw of a few outputs is not enough: at b 1, d 16 the
+    kernel's mean error equals eager's, yet a draw where eager's roundings happen to cancel is 4x
+    lower (0.1% of draws failed a per-draw 2x)."""
+    ours = eager_sum = 0.0
+    for outputs in draws:
+        for got, want, eager in outputs:
+            err = verify.rel_error(got, want)
+            assert err <= BOUND[dtype], f"error {err:.3g} > {BOUND[dtype]:.3g}"
+            ours, eager_sum = ours + err, eager_sum + verify.rel_error(eager, want)
+    if dtype == F32:
+        assert ours <= 2 * eager_sum + 1e-7 * len(draws), (ours, eager_sum)
 
 
 @device
 @pytest.mark.parametrize("dtype", [F32, BF16])
 @pytest.mark.parametrize("b, d, n", [(3, 37, 5), (1, 16, 16), (2, 300, 16)])
 def test_selective_state_update(dev, dtype, b, d, n):
+    within([_state_update_draw(dev, dtype, b, d, n) for _ in range(DRAWS)], dtype)
+
+
+def _state_update_draw(dev, dtype, b, d, n):
     g = gen()
     wide = torch.randn(b, 3 * d + 7, generator=g).to(dev, dtype)  # x, delta, z as column slices of one row
     x, delta, z = wide[:, :d], wide[:, d:2 * d] - 1.0, wide[:, 2 * d + 7:]
@@ -63,16 +80,20 @@ def test_selective_state_update(dev, dtype, b, d, n):
     eager_y, eager_h = pytorch(F32)
     y, hn = selective_state_update(h, x, delta, A_log, Bm, Cm, D, z, A_log=True)
     assert y.dtype == dtype and hn.dtype == F32 and torch.equal(h, h_before)
-    within(y.double(), want_y, eager_y.to(dtype).double(), dtype)
-    within(hn.double(), want_h, eager_h.double(), F32)  # the state is fp32 whatever the inputs
+    within([[(hn.double(), want_h, eager_h.double())]], F32)  # the state is fp32 whatever the inputs
     y2, _ = selective_state_update(h, x, delta, -torch.exp(A_log.float()), Bm, Cm, D, z)
     assert verify.rel_error(y2.double(), y.double()) <= BOUND[dtype]
+    return [(y.double(), want_y, eager_y.to(dtype).double())]
 
 
 @device
 @pytest.mark.parametrize("dtype", [F32, BF16])
 @pytest.mark.parametrize("b, d, k", [(3, 37, 4), (1, 20, 2), (2, 130, 3)])
 def test_causal_conv_step(dev, dtype, b, d, k):
+    within([_conv_step_draw(dev, dtype, b, d, k) for _ in range(DRAWS)], dtype)
+
+
+def _conv_step_draw(dev, dtype, b, d, k):
     g = gen()
     xz = torch.randn(b, 2 * d, generator=g).to(dev, dtype)
     x = xz[:, :d]  # a chunk of the in-projection, as Mamba takes it
@@ -88,14 +109,18 @@ def test_causal_conv_step(dev, dtype, b, d, k):
     eager, _ = pytorch(F32)
     y, sn = causal_conv_step(state, x, w, bias)
     assert y.dtype == dtype and sn.dtype == dtype and torch.equal(state, before)
-    within(y.double(), want, eager.to(dtype).double(), dtype)
     assert torch.equal(sn.double(), want_state)  # the window moves: exact
+    return [(y.double(), want, eager.to(dtype).double())]
 
 
 @device
 @pytest.mark.parametrize("dtype", [F32, BF16])
 @pytest.mark.parametrize("b, i, h", [(3, 24, 20), (1, 64, 64), (5, 7, 130)])
 def test_lstm_step(dev, dtype, b, i, h):
+    within([_lstm_step_draw(dev, dtype, b, i, h) for _ in range(DRAWS)], dtype)
+
+
+def _lstm_step_draw(dev, dtype, b, i, h):
     g = gen()
     x, h0, c0 = (torch.randn(*s, generator=g).to(dev, dtype) for s in ((b, i), (b, h), (b, h)))
     w_ih, w_hh = (torch.randn(4 * h, n, generator=g).div(n ** 0.5).to(dev, dtype) for n in (i, h))
@@ -109,8 +134,7 @@ def test_lstm_step(dev, dtype, b, i, h):
     eager_h, eager_c = pytorch(F32)
     hn, cn = lstm_step(x, h0, c0, w_ih, w_hh, bias)
     assert hn.dtype == dtype and cn.dtype == dtype
-    within(hn.double(), want_h, eager_h.to(dtype).double(), dtype)
-    within(cn.double(), want_c, eager_c.to(dtype).double(), dtype)
+    return [(hn.double(), want_h, eager_h.to(dtype).double()), (cn.double(), want_c, eager_c.to(dtype).double())]
 
 
 def test_mismatched_inputs_are_refused():
