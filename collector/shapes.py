@@ -49,10 +49,34 @@ def shape_for(spec: KernelSpec, label: str) -> Shape:
         valid = " or ".join(",".join(n) for n in sorted(names))
         raise ShapeError(f"{spec.name} has no dimensions {','.join(dims)}; valid: {valid} "
                          f"(e.g. {next(iter(known))})")
+    _numbers(spec.name, dims, known)
     why = spec.check_shape(dims)
     if why:
         raise ShapeError(f"{spec.name} cannot take {label}: {why}")
     return Shape(dims, "named on the command line")
+
+
+def _numbers(kernel: str, dims: dict[str, int | str], known: Mapping[str, Shape]) -> None:
+    """Each value of a new point made the type its dimension has in the kernel's grids (in place):
+    where those are all integers, an integer; where numbers, a number (`p=0.25`); else as given
+    (`R=diag`, `approx=tanh`, the kernel's check_shape judges them). A word where a number belongs
+    is refused here: the kernel's size arithmetic would fail on it with a TypeError."""
+    kinds: dict[str, set[type]] = {}
+    for shape in known.values():
+        for name, value in shape.dims.items():
+            kinds.setdefault(name, set()).add(type(value))
+    for name, value in dims.items():
+        types = kinds.get(name, set())
+        if not isinstance(value, str) or not types or not types <= {int, float}:
+            continue
+        try:
+            number = float(value)
+        except ValueError:
+            number = None
+        if types == {int} or number is None:
+            kind = "an integer" if types == {int} else "a number"
+            raise ShapeError(f"{name} must be {kind} (as in every {kernel} shape), got {value!r}")
+        dims[name] = number
 
 
 def restrict(spec: KernelSpec, labels: Sequence[str]) -> KernelSpec:

@@ -233,6 +233,8 @@ def test_restrict_keeps_grid_shapes_and_takes_new_ones():
     ("M=3,K=4", "has no dimensions M,K"),
     ("M=3,,N=4", "is not NAME=VALUE"),
     ("M=3,M=4", "is not NAME=VALUE"),
+    ("M=abc,N=5", "M must be an integer \\(as in every swiglu shape\\), got 'abc'"),
+    ("M=3,N=2.5", "N must be an integer"),
 ])
 def test_restrict_refuses_labels_the_kernel_cannot_take(label, words):
     from kcollect.registry import builtin_spec
