@@ -167,7 +167,13 @@ class Runner:
         pairs = [(m, n) for m in case.modes for n in case.providers if only is None or (m, n) in only]
         self.progress("case", case, "", "")
         with self.phases("inputs"):
-            inputs = case.spec.make_inputs(case.shape.dims, case.dtype, device, seed)
+            try:
+                inputs = case.spec.make_inputs(case.shape.dims, case.dtype, device, seed)
+            except Exception as e:  # a plugin's inputs, or a shape it cannot take: this case's rows say so
+                rows = [self._row(case, m, n, status="error", error="inputs failed: " + _error_text(e)) for m, n in pairs]
+                for row in rows:
+                    self.on_row(row)
+                return rows
         answers = self._answers(case.spec, case, inputs, seed)
         # a provider that computes another function (Provider.reference) has its own answers
         gated = {n: verify.gated_spec(case.spec, case.spec.provider(n)) for n in dict.fromkeys(n for _, n in pairs)}

@@ -60,23 +60,30 @@ def _numbers(kernel: str, dims: dict[str, int | str], known: Mapping[str, Shape]
     """Each value of a new point made the type its dimension has in the kernel's grids (in place):
     where those are all integers, an integer; where numbers, a number (`p=0.25`); else as given
     (`R=diag`, `approx=tanh`, the kernel's check_shape judges them). A word where a number belongs
-    is refused here: the kernel's size arithmetic would fail on it with a TypeError."""
+    is refused here (the kernel's size arithmetic would fail on it with a TypeError), and so is a
+    size below 1 where the grids' sizes are all 1 or more (below 0 where some are 0)."""
     kinds: dict[str, set[type]] = {}
+    least: dict[str, float] = {}
     for shape in known.values():
         for name, value in shape.dims.items():
             kinds.setdefault(name, set()).add(type(value))
+            if isinstance(value, (int, float)):
+                least[name] = min(least.get(name, value), value)
     for name, value in dims.items():
         types = kinds.get(name, set())
-        if not isinstance(value, str) or not types or not types <= {int, float}:
-            continue
-        try:
-            number = float(value)
-        except ValueError:
-            number = None
-        if types == {int} or number is None:
-            kind = "an integer" if types == {int} else "a number"
-            raise ShapeError(f"{name} must be {kind} (as in every {kernel} shape), got {value!r}")
-        dims[name] = number
+        if isinstance(value, str) and types and types <= {int, float}:
+            try:
+                number = float(value)
+            except ValueError:
+                number = None
+            if types == {int} or number is None:
+                kind = "an integer" if types == {int} else "a number"
+                raise ShapeError(f"{name} must be {kind} (as in every {kernel} shape), got {value!r}")
+            dims[name] = value = number
+        # a size of 0 or below, where every shape of the grids has at least 1 (0: where they have 0)
+        floor = 1 if least.get(name, 0) >= 1 else 0
+        if isinstance(value, (int, float)) and name in least and least[name] >= 0 and value < floor:
+            raise ShapeError(f"{name} must be at least {floor} (as in every {kernel} shape), got {value}")
 
 
 def restrict(spec: KernelSpec, labels: Sequence[str]) -> KernelSpec:

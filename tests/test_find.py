@@ -235,6 +235,8 @@ def test_restrict_keeps_grid_shapes_and_takes_new_ones():
     ("M=3,M=4", "is not NAME=VALUE"),
     ("M=abc,N=5", "M must be an integer \\(as in every swiglu shape\\), got 'abc'"),
     ("M=3,N=2.5", "N must be an integer"),
+    ("M=0,N=5", "M must be at least 1 \\(as in every swiglu shape\\), got 0"),
+    ("M=-3,N=5", "M must be at least 1"),
 ])
 def test_restrict_refuses_labels_the_kernel_cannot_take(label, words):
     from kcollect.registry import builtin_spec

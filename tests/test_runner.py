@@ -254,6 +254,24 @@ def test_reference_runs_once_per_case_for_every_mode(tmp_path):
     assert len(calls) == 1 and {r["status"] for r in rows} == {"ok"} and len(rows) == 3
 
 
+def test_inputs_that_cannot_be_made_fail_their_case_not_the_run(tmp_path):
+    # a plugin's make_inputs that raises (here on the first of two shapes) gives that case's rows,
+    # status error and the reason; the next case is measured
+    def make_inputs(dims, dtype, device, seed):
+        if dims["M"] == 5:
+            raise RuntimeError("Trying to create tensor with negative dimension -3: [-3, 5]")
+        return swiglu.SPEC.make_inputs(dims, dtype, device, seed)
+
+    spec = dataclasses.replace(PLANTED, providers=swiglu.SPEC.providers[:2], make_inputs=make_inputs,
+                               grids={"quick": (Shape({"M": 5, "N": 7}, "raises"), Shape({"M": 3, "N": 7}, "fine")),
+                                      "full": ()})
+    _, rows, stored = _run(tmp_path, spec=spec, modes=("fwd", "bwd"))
+    bad = [r for r in stored if r["shape"] == "M=5,N=7"]
+    assert len(bad) == 4 and {r["status"] for r in bad} == {"error"}
+    assert all(r["error"].startswith("inputs failed: RuntimeError: Trying to create tensor") for r in bad), bad[0]
+    assert {r["status"] for r in stored if r["shape"] == "M=3,N=7"} == {"ok"} and len(stored) == 8
+
+
 def test_rows_carry_evidence_and_the_run_its_breakdown(tmp_path):
     import json
 
