@@ -148,6 +148,12 @@ def import_cmd(paths, db) -> None:
     if missing:
         fail(f"nothing to import at {missing[0]}: no such file or folder (give run folders, folders of "
              "them, or kcollect DuckDB files)")
+    from .history import PARTS, run_folders
+
+    empty = [p for p in paths if Path(p).is_dir() and not run_folders(Path(p))]
+    if empty:
+        fail(f"no run folder in {empty[0]}: a run folder holds {', '.join(f'{x}.parquet' for x in PARTS)} "
+             "(give run folders, folders of them, or kcollect DuckDB files)")
     store = open_store(db)
     added = skipped = 0
     problems: list = []

@@ -57,6 +57,8 @@ def _invoke(args):
     (["run", "swiglu", "--where", "M"], "--where 'M': must be DIM=VALUE"),
     (["run", "swiglu", "--where", "stream=1"], "no shape of the selected kernels' quick grid has the dim 'stream'"),
     (["run", "swiglu", "--where", "M=7"], "the selection leaves nothing to run"),
+    (["run", "swiglu", "--shape", "M=abc,N=4"], "--shape: M must be an integer (as in every swiglu shape), got 'abc'"),
+    (["import", os.path.join(os.path.dirname(__file__), "vendor")], "no run folder in "),
 ])
 def test_bad_input_exits_2_with_one_line(args, words, tmp_path):
     # in-process (a fresh interpreter per case costs seconds); test_bad_input_in_a_real_process
