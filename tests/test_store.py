@@ -347,8 +347,9 @@ def test_every_command_refuses_a_damaged_store_with_one_line_and_exit_2(tmp_path
         path.write_bytes(path.read_bytes()[:len(path.read_bytes()) // 2])
     before = path.read_bytes()
     db = ["--db", str(path)]
+    incoming = _folders(tmp_path / "incoming", n=1)[0]  # a good run folder: the store is what is wrong
     for args in (["summary"], ["compare", "abc", "def"], ["build-site", "--out", str(tmp_path / "site"), "--data", ""],
-                 ["import", str(tmp_path)], ["export", "--out", str(tmp_path / "runs")],
+                 ["import", str(incoming)], ["export", "--out", str(tmp_path / "runs")],
                  ["run", "swiglu", "--device", "cpu", "--mode", "fwd", "--provider", "torch"]):
         r = CliRunner().invoke(main, args + db)
         assert r.exit_code == 2, (args, r.output)
