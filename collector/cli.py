@@ -141,15 +141,14 @@ def export_cmd(db, out, run_ids) -> None:
 def import_cmd(paths, db) -> None:
     """Fold run folders, folders of them (default: data/runs) or other kcollect DuckDB files into the
     store. Idempotent: runs already there are skipped. A folder that is incomplete or unreadable is
-    skipped and named, and the command exits 1 after importing the rest."""
-    from .history import import_path
+    skipped and named, and the command exits 1 after importing the rest; a folder given that holds
+    no run folder at all is refused (exit 2)."""
+    from .history import PARTS, import_path, run_folders
 
     missing = [p for p in paths or (DEFAULT_RUNS,) if not Path(p).exists()]
     if missing:
         fail(f"nothing to import at {missing[0]}: no such file or folder (give run folders, folders of "
              "them, or kcollect DuckDB files)")
-    from .history import PARTS, run_folders
-
     empty = [p for p in paths if Path(p).is_dir() and not run_folders(Path(p))]
     if empty:
         fail(f"no run folder in {empty[0]}: a run folder holds {', '.join(f'{x}.parquet' for x in PARTS)} "
