@@ -130,7 +130,7 @@ def _flag(data: SiteData, key, r: regress.SeriesResult, f: regress.Flag, ci: lis
         state = "lost" if f.status == "recovered" else "held"
     commits = data.group(gkey).commits
     row = {"id": flag_id((gkey, *key[:5], cond), commits[ci[f.index]]["sha"]), "kind": f.kind, "state": state,
-           "ours": r.ours and f.cause is None, "gkey": gkey, "kernel": key.kernel, "mode": key.mode,
+           "ours": r.ours and f.cause is None, "mine": r.ours, "gkey": gkey, "kernel": key.kernel, "mode": key.mode,
            "dtype": key.dtype, "provider": key.provider, "shape": key.shape, "cond": cond, "machine": key.machine,
            "timing": key.timing, "before_ci": ci[f.index - 1], "after_ci": ci[f.index],
            "end_ci": ci[f.recovered_index] if f.recovered_index is not None else None, "before_ms": f.before_ms,

@@ -137,7 +137,7 @@ def _row(data: SiteData, f: dict[str, Any], slugs: dict[str, str]) -> dict[str, 
     g = data.group(f["gkey"])
     before, after = g.commits[f["before_ci"]], g.commits[f["after_ci"]]
     return {
-        "id": f.get("id"), "kind": f["kind"], "state": f.get("state"), "ours": f.get("ours"),
+        "id": f.get("id"), "kind": f["kind"], "state": f.get("state"), "ours": f.get("ours"), "mine": f.get("mine"),
         "kernel": f["kernel"], "slug": slugs[f["kernel"]], "gkey": g.key, "gid": g.id, "glabel": g.label,
         "machine": f.get("machine") or NOT_RECORDED, "mode": f["mode"], "dtype": f["dtype"],
         "provider": f["provider"], "shape": f["shape"], "before": commit_info(before), "after": commit_info(after),
@@ -198,8 +198,11 @@ def counts(rows: list[dict[str, Any]]) -> dict[str, int]:
     def n(pred) -> int:
         return sum(1 for r in rows if pred(r))
 
+    others = [r for r in rows if r["state"] == "open" and not r["ours"] and "ack" not in r]
     return {"open_ours": n(needs_attention),
-            "open_other": n(lambda r: r["state"] == "open" and not r["ours"] and "ack" not in r),
+            # steps of our kernels that something else may explain: a partial run, code that did not change
+            "open_confirm": sum(1 for r in others if r.get("mine")),
+            "open_other": sum(1 for r in others if not r.get("mine")),
             "acknowledged": n(lambda r: r["state"] == "open" and "ack" in r),
             "recovered": n(lambda r: r["state"] in ("recovered", "ended")),
             "improvements": n(lambda r: r["kind"] == "improvement"),

@@ -298,6 +298,18 @@ def test_open_regressions_rank_by_size_times_the_engines_confidence_across_gpus(
     assert site_pages.open_regressions([acked, small_sure]) == [small_sure]
 
 
+def test_open_steps_of_our_kernels_that_something_else_explains_are_not_counted_as_a_peers():
+    # a step of ours from a partial run, or where our code did not change, is not a regression of our
+    # code, nor one of a baseline or a peer (the committed history's mlstm bwd +63% at c7e020aa, from
+    # interrupted runs, was counted among the peers')
+    def flag(ours, mine, state="open"):
+        return dict(kind="regression", state=state, ours=ours, mine=mine)
+
+    rows = [flag(True, True), flag(False, True), flag(False, True), flag(False, False), flag(False, True, "recovered")]
+    c = site_pages.counts(rows)
+    assert (c["open_ours"], c["open_confirm"], c["open_other"], c["recovered"]) == (1, 2, 1, 1)
+
+
 def test_the_stated_threshold_is_the_detectors(tmp_path, monkeypatch):
     db = site_store.build_store(tmp_path / "k.duckdb", cpu=False, second_gpu=False, lab=False)
     pct = f"{100 * regress.DEFAULT_THRESHOLD:.0f}%"
