@@ -163,15 +163,15 @@ def main(argv: list[str] | None = None) -> int:
         inputs = spec.make_inputs(dims, dtype, device, seed=0)
         dys, want = verify.reference_answers(spec, inputs, args.mode, seed=1)
         triton_fn = spec.provider("triton").fn
-        fns = {f"triton[{name}]": triton_fn for name in chosen}
-        fns.update({p: spec.provider(p).fn for p in args.provider})
+        # label -> (function, the config forced while it runs: None for a peer)
+        fns = {f"triton[{name}]": (triton_fn, cfg) for name, cfg in chosen.items()}
+        fns.update({p: (spec.provider(p).fn, None) for p in args.provider})
         calls, errors = {}, {}
         unavailable = {p: r for p in args.provider if (r := spec.provider(p).available(device))}  # on this device
-        for name, fn in fns.items():
+        for name, (fn, config) in fns.items():
             if name in unavailable:
                 print(f"{name}: unavailable here ({unavailable[name]})", file=sys.stderr)
                 continue
-            config = chosen.get(name[7:-1]) if name.startswith("triton[") else None
             try:
                 call, errors[name] = checked_call(spec, fn, inputs, args.mode, dys, want, config)
             except Unavailable as e:  # a peer that does not take this shape (cuDNN's LSTM with resets)
@@ -191,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
                        dims=json.dumps(dims), dtype=args.dtype, baseline="triton[default]", bound=spec.bound,
                        rel_err=errors.get(name), tolerance=spec.tolerance[dtype], seq=seq,
                        bytes=int(spec.bytes_moved(dims, dtype, args.mode)), flops=float(spec.flops(dims, args.mode)),
-                       config=_record(chosen.get(name[7:-1]) if name.startswith("triton[") else None))
+                       config=_record(fns[name][1]))
             if name in unavailable:
                 row.update(status="unavailable", error=unavailable[name], rel_err=None)
                 rows.append(row)
