@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 
 from .._host.cells import precise
-from .._host.dot import TF32X3, dot_f32
+from .._host.dot import FP64, dot_f32
 from .._jit.recurrent import (div_f32, dot, exp_f32, keep_rows, logsigmoid_f32, sigmoid_f32, sigmoid_grad_f32, tanh_f32,
                                tanh_grad_f32)
 from .._host.cells import fit_limit, shared_bytes_for_types
@@ -42,9 +42,12 @@ def _block(r_ptr, g, h, NH, DH, u, k, TRANS: tl.constexpr):
 @triton.jit
 def _product(a, w, r_ptr, g, h, NH, DH, u, acc, TRANS: tl.constexpr, SPLIT: tl.constexpr, DOT_F32: tl.constexpr):
     """acc + a @ (recurrent block g): w itself, or with SPLIT the block read here, so that one block
-    at a time sits in shared memory (the four at once do not fit past 64-wide fp32 heads, 128-wide bf16)."""
+    at a time sits in shared memory (the four at once do not fit past 64-wide fp32 heads, 128-wide bf16).
+    fp32 (DOT_F32 2): acc and the result in float64, which the caller rounds once."""
     if SPLIT:
         w = _block(r_ptr, g, h, NH, DH, u, u, TRANS)
+    if DOT_F32 == 2:
+        acc = acc.to(tl.float64)
     return dot(a, w, acc, DOT_F32)
 
 
@@ -116,10 +119,10 @@ def _slstm_fwd(wx_ptr, r_ptr, b_ptr, st_ptr, ys_ptr, cs_ptr, ns_ptr, ms_ptr, raw
             wi, wf = _block(r_ptr, 0, h, NH, DH, u, u, True), _block(r_ptr, 1, h, NH, DH, u, u, True)
             wz, wo = _block(r_ptr, 2, h, NH, DH, u, u, True), _block(r_ptr, 3, h, NH, DH, u, u, True)
         yd = y.to(ys_ptr.dtype.element_ty)
-        rawi = _product(yd, wi, r_ptr, 0, h, NH, DH, u, xi.to(tl.float32) + bi, True, SPLIT, DOT_F32)
-        rawf = _product(yd, wf, r_ptr, 1, h, NH, DH, u, xf.to(tl.float32) + bf, True, SPLIT, DOT_F32)
-        rawz = _product(yd, wz, r_ptr, 2, h, NH, DH, u, xz.to(tl.float32) + bz, True, SPLIT, DOT_F32)
-        rawo = _product(yd, wo, r_ptr, 3, h, NH, DH, u, xo.to(tl.float32) + bo, True, SPLIT, DOT_F32)
+        rawi = _product(yd, wi, r_ptr, 0, h, NH, DH, u, xi.to(tl.float32) + bi, True, SPLIT, DOT_F32).to(tl.float32)
+        rawf = _product(yd, wf, r_ptr, 1, h, NH, DH, u, xf.to(tl.float32) + bf, True, SPLIT, DOT_F32).to(tl.float32)
+        rawz = _product(yd, wz, r_ptr, 2, h, NH, DH, u, xz.to(tl.float32) + bz, True, SPLIT, DOT_F32).to(tl.float32)
+        rawo = _product(yd, wo, r_ptr, 3, h, NH, DH, u, xo.to(tl.float32) + bo, True, SPLIT, DOT_F32).to(tl.float32)
         ig, fg, zt, og, m, _ = _gates(rawi, rawf, rawz, rawo, m, n == 0.0, PRECISE)
         c = fg * c + ig * zt
         n = fg * n + ig
@@ -228,7 +231,7 @@ def _slstm_bwd(dy_ptr, dlast_ptr, r_ptr, raw_ptr, cs_ptr, ns_ptr, ms_ptr, rs_ptr
         dyr = _product(di.to(ty), wi, r_ptr, 0, h, NH, DH, u, tl.zeros((BB, DP), tl.float32), False, SPLIT, DOT_F32)
         dyr = _product(df.to(ty), wf, r_ptr, 1, h, NH, DH, u, dyr, False, SPLIT, DOT_F32)
         dyr = _product(dz.to(ty), wz, r_ptr, 2, h, NH, DH, u, dyr, False, SPLIT, DOT_F32)
-        dyr = _product(do.to(ty), wo, r_ptr, 3, h, NH, DH, u, dyr, False, SPLIT, DOT_F32) * keep
+        dyr = _product(do.to(ty), wo, r_ptr, 3, h, NH, DH, u, dyr, False, SPLIT, DOT_F32).to(tl.float32) * keep
         c, n = cp, np_  # after step t-1: the states before step t, as stored (before a reset)
         t -= 1
         if PREFETCH:
@@ -247,7 +250,7 @@ def _slstm_bwd(dy_ptr, dlast_ptr, r_ptr, raw_ptr, cs_ptr, ns_ptr, ms_ptr, rs_ptr
 def _meta(B, NH, DH, dtype, device, config: SLSTMConfig, warps: int) -> tuple[tuple, dict]:
     grid = (NH, triton.cdiv(B, config.bb))
     return grid, dict(BB=config.bb, DP=max(16, triton.next_power_of_2(DH)), RESIDENT=config.resident,
-                      SPLIT=config.split and not config.resident, DOT_F32=dot_f32(dtype, device, TF32X3), EPS=EPS,
+                      SPLIT=config.split and not config.resident, DOT_F32=dot_f32(dtype, device, FP64), EPS=EPS,
                       PRECISE=precise(dtype), num_warps=warps)
 
 
@@ -269,7 +272,7 @@ def _floor(config: SLSTMConfig, dtype, DH: int, device) -> int:
     it). What fits under it is compiled to be sure; what does not is not (a 256-wide fp32 head
     compiles for minutes)."""
     dp = max(16, triton.next_power_of_2(DH))
-    size = 4 if dot_f32(dtype, device, TF32X3) else dtype.itemsize
+    size = 8 if dot_f32(dtype, device, FP64) else dtype.itemsize
     return (1 if config.split and not config.resident else 4) * dp * dp * size
 
 
