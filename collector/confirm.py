@@ -62,6 +62,7 @@ class Worker:
 
     def __init__(self, name: str, root: Path, db: Path, log: Path, cases: list[tuple], run_args: list[str]):
         self.name, self.db, self.log = name, db, log
+        self.failed, self.error = 0, ""  # rounds whose run exited non-zero; the log's last line then
         self._log = open(log, "w")
         self.proc = subprocess.Popen(
             [sys.executable, str(WORKER), "--root", str(root), "--cases", json.dumps(cases), "--", "run",
@@ -75,7 +76,12 @@ class Worker:
         if not answer.startswith("done "):
             tail = self.log.read_text().strip().splitlines()[-3:]
             raise ConfirmError(f"the worker of {self.name} stopped: {' | '.join(tail) or 'no output'}")
-        return int(answer.split()[1])
+        code = int(answer.split()[1])
+        if code:
+            self._log.flush()
+            self.failed += 1
+            self.error = (self.log.read_text().strip().splitlines() or ["no output"])[-1].strip()
+        return code
 
     def close(self) -> None:
         if self.proc.poll() is None:
@@ -88,7 +94,8 @@ class Worker:
 
 
 def _run_args(lines: list[Line], commit: str, commit_time, kernel_modules) -> list[str]:
-    args = sorted({ln.key[0] for ln in lines})
+    """`kcollect run`'s options for the lines' cases; the worker names each kernel and its shapes."""
+    args: list[str] = []
     for option, index in (("--mode", 1), ("--provider", 2), ("--dtype", 4)):
         for value in sorted({ln.key[index] for ln in lines}):
             args += [option, value]
@@ -101,8 +108,10 @@ def _run_args(lines: list[Line], commit: str, commit_time, kernel_modules) -> li
 
 
 def measure(lines: list[Line], commits: tuple[str, str], rounds: int, kernel_modules=(),
-            progress: Callable[[str], None] = lambda m: None) -> dict[tuple, tuple[list[float], list[float]]]:
-    """{line key: (A's medians, B's medians)}, one per round and side, measured here."""
+            progress: Callable[[str], None] = lambda m: None,
+            failures: dict[str, str] | None = None) -> dict[tuple, tuple[list[float], list[float]]]:
+    """{line key: (A's medians, B's medians)}, one per round and side, measured here. `failures`, where
+    given, gets a line for each side whose run failed in some round: how often, and its last words."""
     root = Path(_git(".", "rev-parse", "--show-toplevel"))
     cases = sorted({(ln.key[0], ln.key[3], ln.key[4]) for ln in lines})
     times = (lines[0].a.point.commit_time, lines[0].b.point.commit_time)
@@ -123,6 +132,8 @@ def measure(lines: list[Line], commits: tuple[str, str], rounds: int, kernel_mod
         finally:
             for w in workers:
                 w.close()
+                if w.failed and failures is not None:
+                    failures[w.name] = f"{w.name}'s run failed in {w.failed} of {rounds} rounds: {w.error}"
             for tree in trees:
                 subprocess.run(["git", "-C", str(root), "worktree", "remove", "--force", str(tree)],
                                capture_output=True, timeout=120)
@@ -143,13 +154,15 @@ def _samples(lines: list[Line], dbs: list[Path]) -> dict[tuple, tuple[list[float
     return {ln.key: (per_side[0].get(ln.key, []), per_side[1].get(ln.key, [])) for ln in lines}
 
 
-def decide(ln: Line, a: list[float], b: list[float], threshold: float) -> Line:
-    """The line's verdict from the interleaved samples (see the module docstring)."""
+def decide(ln: Line, a: list[float], b: list[float], threshold: float, why: str = "") -> Line:
+    """The line's verdict from the interleaved samples (see the module docstring); `why`: what
+    went wrong in the rounds, told where there are too few samples."""
     from scipy.stats import mannwhitneyu
 
     if min(len(a), len(b)) < 3:
         return replace(ln, note=(ln.note + "; " if ln.note else "") +
-                       f"not confirmed: too few samples ({len(a)} A, {len(b)} B): verdict kept")
+                       f"not confirmed: too few samples ({len(a)} A, {len(b)} B): verdict kept" +
+                       (f" ({why})" if why else ""))
     change = median(b) / median(a) - 1
     p = float(mannwhitneyu(b, a, alternative="greater", method="exact").pvalue)
     confirmed = math.log1p(change) >= math.log1p(threshold) and p <= ALPHA
@@ -172,6 +185,8 @@ def confirm_lines(cmp: Comparison, commits: tuple[str | None, str | None], thres
         group = [ln for ln in todo if (ln.a.gpu == "cpu") == on_cpu]
         progress(f"confirm: re-measuring {len(group)} case(s) of {', '.join(sorted({ln.key[0] for ln in group}))}, "
                  f"{rounds} rounds of A then B")
-        samples = measure(group, commits, rounds, kernel_modules, progress)
-        decided.update({id(ln): decide(ln, *samples[ln.key], threshold) for ln in group})
+        failures: dict[str, str] = {}
+        samples = measure(group, commits, rounds, kernel_modules, progress, failures)
+        why = "; ".join(failures[side] for side in sorted(failures))
+        decided.update({id(ln): decide(ln, *samples[ln.key], threshold, why) for ln in group})
     return replace(cmp, lines=[decided.get(id(ln), ln) for ln in cmp.lines])

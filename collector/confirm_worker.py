@@ -6,10 +6,14 @@ time it reads a line on stdin, and answers `done <exit status>` on stdout; every
 goes to stderr. One process per side for all rounds, so that torch, Triton and the kernels are
 imported and compiled once and the rounds stay short; the caller alternates the two sides.
 
-Only the cases being confirmed are measured: the run's plan is filtered to the (kernel, shape label,
-dtype) given with --cases, looked up in every grid of the kernel. Commits from before the named shape
-labels (schema 1) run too: the label is made from the shape's dims, and the caller migrates the
-run's store when it reads it.
+Only the cases being confirmed are measured: one `kcollect run` per kernel each round, restricted to
+the shape labels given with --cases by the commit's own `--shape` or, in commits that predate it,
+its `--where DIM=VALUE` (the labels' dims: a superset of the cases, which the caller picks by key)
+and, where the plan is made in this process (the CPU), its plan filtered to the cases. The
+measuring processes a GPU run spawns plan afresh: a filter patched into this process alone (as
+before 2026-11-30) let each round measure the kernel's whole grid. Commits from before the named
+shape labels (schema 1) run too: the label is made from the shape's dims, and the caller migrates
+the run's store when it reads it.
 
 Standalone on purpose: it must import the kcollect of the worktree, not the caller's, so it is run
 as a file and imports nothing of kcollect before it has pointed the imports at the worktree.
@@ -52,11 +56,17 @@ class Tree(importlib.abc.MetaPathFinder):
         return spec
 
 
-def filter_plan(runner, wanted: set[tuple[str, str, str]]) -> None:
-    """The run's plan: only the wanted cases, from whichever grid of the kernel holds them."""
+def filter_plan(wanted: set[tuple[str, str, str]]) -> None:
+    """This process's plan (kcollect.plan.plan, which the run imports when it plans, and the name
+    runner.py re-exports): only the wanted cases, from whichever grid of the kernel holds them."""
+    import kcollect.runner as runner
     from kcollect.spec import DTYPE_NAMES
 
-    plan = runner.plan
+    try:
+        import kcollect.plan as planning
+    except ImportError:  # commits whose runner.py made the plan
+        planning = runner
+    plan = planning.plan
 
     def only_wanted(specs, config):
         cases, seen = [], set()
@@ -71,7 +81,24 @@ def filter_plan(runner, wanted: set[tuple[str, str, str]]) -> None:
                         cases.append(case)
         return cases
 
-    runner.plan = only_wanted
+    planning.plan = runner.plan = only_wanted
+
+
+def filter_args(run_command, labels: list[str]) -> list[str]:
+    """The commit's own options that keep only these shapes: --shape each label, or, before it
+    existed, --where each of the labels' dims' values (their product may hold more shapes)."""
+    options = {o for p in run_command.params for o in getattr(p, "opts", ())}
+    if "--shape" in options:
+        return [a for label in labels for a in ("--shape", label)]
+    if "--where" not in options:
+        return []
+    values: dict[str, list[str]] = {}
+    for label in labels:
+        for part in label.split(","):
+            name, _, value = part.partition("=")
+            if value and value not in values.setdefault(name, []):
+                values[name].append(value)
+    return [a for name, vs in values.items() for v in vs for a in ("--where", f"{name}={v}")]
 
 
 def main() -> None:
@@ -86,26 +113,35 @@ def main() -> None:
     else:
         sys.path[:0] = [str(root), str(root / "src")]
     os.chdir(root)
-    run_args = [a for a in args.run_args if a != "--"]
+    run_args = [a for a in args.run_args if a != "--"]  # run, then its options (no kernel: see calls)
     if "cpu" in run_args[run_args.index("--device") + 1:run_args.index("--device") + 2]:
         os.environ["TRITON_INTERPRET"] = "1"  # before any kernel is defined
-    import kcollect.runner as runner
     from kcollect.cli import main as cli
 
-    filter_plan(runner, {tuple(c) for c in json.loads(args.cases)})
+    cases = [tuple(c) for c in json.loads(args.cases)]
+    filter_plan(set(cases))
+    labels: dict[str, list[str]] = {}
+    for kernel, label, _ in cases:
+        if label not in labels.setdefault(kernel, []):
+            labels[kernel].append(label)
+    run_command = cli.commands["run"]
+    calls = [[run_args[0], kernel, *filter_args(run_command, shapes), *run_args[1:]] for kernel, shapes in labels.items()]
     reply = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # what the run prints (and any library below it) goes to the log, not the replies
     sys.stdout = sys.stderr
     for _ in sys.stdin:
-        try:
-            cli.main(args=run_args, prog_name="kcollect", standalone_mode=False)
-            code = 0
-        except SystemExit as e:
-            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-        except Exception:
-            traceback.print_exc()
-            code = 1
-        reply.write(f"done {code}\n")
+        worst = 0
+        for call in calls:
+            try:
+                cli.main(args=call, prog_name="kcollect", standalone_mode=False)
+                code = 0
+            except SystemExit as e:
+                code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+            except Exception:
+                traceback.print_exc()
+                code = 1
+            worst = worst or code
+        reply.write(f"done {worst}\n")
         reply.flush()
 
 

@@ -8,10 +8,11 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from compare_store import commit_files, git, make_db, ok
-from kcollect import confirm
+from kcollect import confirm, confirm_worker
 from kcollect.compare import compare_cmd
 from kcollect.verdicts import Line, Side
 from kcollect.regress import Point
+from kcollect.store import Store
 
 OP = '''"""A planted kernel: ours sleeps DELAY seconds before doubling its input."""
 import time
@@ -33,7 +34,8 @@ SPEC = KernelSpec(
     providers=(Provider("triton", ours, ours=True), Provider("torch", lambda x: x * 2)), baseline="torch",
     reference=lambda x: x * 2,
     make_inputs=lambda dims, dtype, device, seed: {{"x": torch.randn(dims["N"], dtype=dtype, device=device)}},
-    grad_inputs=("x",), grids={{"quick": (Shape({{"N": 64}}, "tiny"),), "full": ()}},
+    grad_inputs=("x",), grids={{"quick": (Shape({{"N": 64}}, "tiny"), Shape({{"N": 32}}, "tinier")),
+                               "full": (Shape({{"N": 96}}, "the one to confirm"),)}},
     bytes_moved=lambda dims, dtype, mode: 8 * dims["N"], flops=lambda dims, mode: float(dims["N"]),
     bound="memory", tolerance={{torch.float32: 1e-6}}, dtypes=(torch.float32,), bench_dtypes=(torch.float32,))
 '''
@@ -97,3 +99,44 @@ def test_confirm_remeasures_both_commits_here(tmp_path, monkeypatch):
     assert "over 3 interleaved rounds, p=0.050" in result["note"]
     assert "confirm round 3/3: B done" in r.stderr
     assert git(repo, "worktree", "list").count("\n") == 0  # the worktrees are gone
+
+
+def test_the_worker_measures_only_the_cases_it_is_given(tmp_path):
+    # the run's measuring processes plan for themselves (a GPU's are spawned): only options they are
+    # given restrict them; a filter patched into the worker alone measured the kernel's default grid
+    repo = tmp_path / "repo"
+    head = commit_files(repo, {"op.py": OP.format(delay=0.0)}, "planted kernel")
+    db = tmp_path / "w.duckdb"
+    out = subprocess.run(
+        [sys.executable, str(confirm.WORKER), "--root", str(repo), "--cases", json.dumps([["planted", "N=96", "float32"]]),
+         "--", "run", "--device", "cpu", "--commit", head, "--kernel-module", "op.py", "--db", str(db)],
+        input="go\n", capture_output=True, text=True, timeout=120, cwd=repo)
+    assert out.stdout == "done 0\n", out.stderr
+    with Store(db) as store:
+        assert {r["shape"] for r in store.query("SELECT shape FROM results")} == {"N=96"}
+
+
+def test_commits_before_run_shape_are_restricted_by_where():
+    import click
+
+    old = click.Command("run", params=[click.Option(["--where"], multiple=True), click.Option(["--full"], is_flag=True)])
+    assert confirm_worker.filter_args(old, ["B=8,T=1024,resets=0", "B=4,T=1024,resets=0.1"]) == [
+        "--where", "B=8", "--where", "B=4", "--where", "T=1024", "--where", "resets=0", "--where", "resets=0.1"]
+    new = click.Command("run", params=[click.Option(["--shape", "shapes"], multiple=True), *old.params])
+    assert confirm_worker.filter_args(new, ["B=8,T=1024,resets=0"]) == ["--shape", "B=8,T=1024,resets=0"]
+    assert confirm_worker.filter_args(click.Command("run", params=[]), ["B=8"]) == []
+
+
+def test_a_side_whose_run_fails_says_why(tmp_path, monkeypatch):
+    repo = tmp_path / "repo"
+    broken = commit_files(repo, {"op.py": OP.format(delay="1 / 0  # a kernel module that cannot load")}, "broken")
+    fixed = commit_files(repo, {"op.py": OP.format(delay=0.0)}, "fixed")
+    path = make_db(tmp_path / "k.duckdb", [
+        ("cpu", c, h, [ok("triton", ms, kernel="planted", shape="N=64", dtype="float32")])
+        for c, h, ms in ((broken, 0, 0.4), (fixed, 1, 0.52))])
+    monkeypatch.chdir(repo)
+    r = CliRunner().invoke(compare_cmd, [broken, fixed, "--db", path, "--confirm", "--rounds", "3",
+                                         "--kernel-module", "op.py", "--format", "json"])
+    (result,) = json.loads(r.stdout)
+    assert "too few samples (0 A, 3 B)" in result["note"], result
+    assert "A's run failed in 3 of 3 rounds: " in result["note"] and "ZeroDivisionError" in result["note"], result
