@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import sys
 import tempfile
@@ -57,6 +58,16 @@ def _git(root: Path | str, *args: str) -> str:
     return out.stdout.strip()
 
 
+_ERROR = re.compile(r"\w+(Error|Exception|Interrupt)\b|\berror\b|Killed|Aborted", re.IGNORECASE)
+
+
+def last_error(log: str) -> str:
+    """A failed run's reason in one line: its log's last line that names an error (a traceback's
+    exception, `kcollect: error: ...`), else its last line (a run's summary says less: '0 rows in ...')."""
+    lines = [ln.strip() for ln in log.strip().splitlines() if ln.strip()]
+    return next((ln for ln in reversed(lines) if _ERROR.search(ln)), lines[-1] if lines else "no output")
+
+
 class Worker:
     """One side: a worker process in a worktree, told to run one round at a time."""
 
@@ -80,7 +91,7 @@ class Worker:
         if code:
             self._log.flush()
             self.failed += 1
-            self.error = (self.log.read_text().strip().splitlines() or ["no output"])[-1].strip()
+            self.error = last_error(self.log.read_text())
         return code
 
     def close(self) -> None:

@@ -140,3 +140,11 @@ def test_a_side_whose_run_fails_says_why(tmp_path, monkeypatch):
     (result,) = json.loads(r.stdout)
     assert "too few samples (0 A, 3 B)" in result["note"], result
     assert "A's run failed in 3 of 3 rounds: " in result["note"] and "ZeroDivisionError" in result["note"], result
+
+
+def test_a_failed_run_s_reason_is_its_last_error_line():
+    log = ("measuring the device's ceilings...\nTraceback (most recent call last):\n  File \"x.py\", line 1\n"
+           "RuntimeError: CUDA error: an illegal memory access\n0 rows in /tmp/A.duckdb (run none started, unfinished)\n")
+    assert confirm.last_error(log) == "RuntimeError: CUDA error: an illegal memory access"
+    assert confirm.last_error("kcollect: error: no such option: --shape\n") == "kcollect: error: no such option: --shape"
+    assert confirm.last_error("a\nlast words\n") == "last words" and confirm.last_error("") == "no output"
