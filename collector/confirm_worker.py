@@ -21,13 +21,16 @@ as a file and imports nothing of kcollect before it has pointed the imports at t
 from __future__ import annotations
 
 import argparse
+import atexit
 import dataclasses
 import importlib.abc
 import importlib.machinery
 import importlib.util
 import json
 import os
+import shutil
 import sys
+import tempfile
 import traceback
 from pathlib import Path
 
@@ -54,6 +57,23 @@ class Tree(importlib.abc.MetaPathFinder):
         if spec is None:
             raise ModuleNotFoundError(f"no module named {name!r} in the worktree {self.root}", name=name)
         return spec
+
+
+def shim(root: Path) -> Path:
+    """A folder holding a package `kcollect` that is the worktree's (collector/ as the package, its
+    kernels/ and templates/ beside), for processes that start without Tree: spawned children import
+    by sys.path, where the caller's editable install would otherwise answer."""
+    folder = Path(tempfile.mkdtemp(prefix="kcollect-tree-")) / "kcollect"
+    folder.mkdir()
+    (folder / "__init__.py").write_text(
+        "# kcollect as the worktree {root} has it (written by confirm_worker.shim)\n"
+        "import os as _os\n"
+        f"__path__ = [_os.path.join({str(root)!r}, 'collector'), {str(root)!r}]\n"
+        f"__file__ = _os.path.join({str(root)!r}, 'collector', '__init__.py')\n"
+        "with open(__file__) as _f:\n"
+        "    exec(compile(_f.read(), __file__, 'exec'))\n".replace("{root}", str(root)))
+    atexit.register(shutil.rmtree, folder.parent, True)
+    return folder.parent
 
 
 def filter_plan(wanted: set[tuple[str, str, str]]) -> None:
@@ -110,8 +130,13 @@ def main() -> None:
     root = Path(args.root).resolve()
     if (root / "collector" / "__init__.py").is_file():
         sys.meta_path.insert(0, Tree(root))
+        paths = [str(shim(root))]
     else:
-        sys.path[:0] = [str(root), str(root / "src")]
+        paths = [str(root), str(root / "src")]
+    # the processes the run starts (a GPU's measuring processes, the precompile pass) import kcollect
+    # afresh: through these paths they import the worktree's, not the caller's installed one
+    sys.path[:0] = paths
+    os.environ["PYTHONPATH"] = os.pathsep.join(paths + [p for p in [os.environ.get("PYTHONPATH")] if p])
     os.chdir(root)
     run_args = [a for a in args.run_args if a != "--"]  # run, then its options (no kernel: see calls)
     if "cpu" in run_args[run_args.index("--device") + 1:run_args.index("--device") + 2]:

@@ -148,3 +148,32 @@ def test_a_failed_run_s_reason_is_its_last_error_line():
     assert confirm.last_error(log) == "RuntimeError: CUDA error: an illegal memory access"
     assert confirm.last_error("kcollect: error: no such option: --shape\n") == "kcollect: error: no such option: --shape"
     assert confirm.last_error("a\nlast words\n") == "last words" and confirm.last_error("") == "no output"
+
+
+def test_the_processes_a_run_starts_measure_the_worktree_s_code(tmp_path):
+    # a GPU run (here the CPU's with --measure-timeout) measures in spawned processes, which import
+    # kcollect afresh: they must get the worktree's kernels, not the caller's installed ones
+    import shutil
+
+    repo = Path(__file__).resolve().parents[1]
+    tree = tmp_path / "tree"
+    for part in ("collector", "kernels", "templates"):
+        shutil.copytree(repo / part, tree / part, ignore=shutil.ignore_patterns("__pycache__"))
+    spec = tree / "kernels" / "gelu" / "spec.py"
+    text = spec.read_text()
+    assert "standard_providers(gelu, " in text
+    assert "\nSPEC = " in text
+    spec.write_text(text.replace("standard_providers(gelu, ", "standard_providers(_planted, ").replace(
+        "\nSPEC = ", "\ndef _planted(*args, **kwargs):\n    raise RuntimeError('planted in the worktree')\n\n\nSPEC = "))
+    db = tmp_path / "w.duckdb"
+    out = subprocess.run(
+        [sys.executable, str(confirm.WORKER), "--root", str(tree), "--cases", json.dumps([["gelu", "M=1,N=4099,approx=tanh",
+                                                                                          "float32"]]),
+         "--", "run", "--mode", "fwd", "--provider", "triton", "--dtype", "float32", "--device", "cpu",
+         "--measure-timeout", "300", "--commit", "f" * 40, "--commit-time", "2026-11-30T00:00:00", "--db", str(db)],
+        input="go\n", capture_output=True, text=True, timeout=300, cwd=tree)
+    assert out.stdout.startswith("done "), out.stderr[-2000:]  # (3: ours failed, as planted)
+    with Store(db) as store:
+        rows = store.query("SELECT shape, status, error FROM results")
+    assert [(r["shape"], r["status"]) for r in rows] == [("M=1,N=4099,approx=tanh", "error")], rows
+    assert "planted in the worktree" in rows[0]["error"]
