@@ -73,7 +73,7 @@ class Worker:
 
     def __init__(self, name: str, root: Path, db: Path, log: Path, cases: list[tuple], run_args: list[str]):
         self.name, self.db, self.log = name, db, log
-        self.failed, self.error = 0, ""  # rounds whose run exited non-zero; the log's last line then
+        self.failed, self.error = 0, ""  # rounds whose run exited non-zero; the last one's reason
         self._log = open(log, "w")
         self.proc = subprocess.Popen(
             [sys.executable, str(WORKER), "--root", str(root), "--cases", json.dumps(cases), "--", "run",

@@ -10,8 +10,8 @@ Only the cases being confirmed are measured: one `kcollect run` per kernel each 
 the shape labels given with --cases by the commit's own `--shape` or, in commits that predate it,
 its `--where DIM=VALUE` (the labels' dims: a superset of the cases, which the caller picks by key)
 and, where the plan is made in this process (the CPU), its plan filtered to the cases. The
-measuring processes a GPU run spawns plan afresh: a filter patched into this process alone (as
-before 2026-11-30) let each round measure the kernel's whole grid. Commits from before the named
+measuring processes a GPU run spawns plan afresh: a filter patched into this process alone would
+let each round measure the kernel's whole grid. Commits from before the named
 shape labels (schema 1) run too: the label is made from the shape's dims, and the caller migrates
 the run's store when it reads it.
 
@@ -65,13 +65,14 @@ def shim(root: Path) -> Path:
     by sys.path, where the caller's editable install would otherwise answer."""
     folder = Path(tempfile.mkdtemp(prefix="kcollect-tree-")) / "kcollect"
     folder.mkdir()
+    tree = str(root)
     (folder / "__init__.py").write_text(
-        "# kcollect as the worktree {root} has it (written by confirm_worker.shim)\n"
+        f"# kcollect as the worktree {tree} has it (written by confirm_worker.shim)\n"
         "import os as _os\n"
-        f"__path__ = [_os.path.join({str(root)!r}, 'collector'), {str(root)!r}]\n"
-        f"__file__ = _os.path.join({str(root)!r}, 'collector', '__init__.py')\n"
+        f"__path__ = [_os.path.join({tree!r}, 'collector'), {tree!r}]\n"
+        f"__file__ = _os.path.join({tree!r}, 'collector', '__init__.py')\n"
         "with open(__file__) as _f:\n"
-        "    exec(compile(_f.read(), __file__, 'exec'))\n".replace("{root}", str(root)))
+        "    exec(compile(_f.read(), __file__, 'exec'))\n")
     atexit.register(shutil.rmtree, folder.parent, True)
     return folder.parent
 
