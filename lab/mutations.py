@@ -202,6 +202,12 @@ MUTATIONS = (
     Mutation("a run forgets which boot of which host measured it", "collector/runner.py",
              '"host": host_identity(cfg.device)', '"host": {"boot_id": None, "gpu_uuid": None}',
              "tests/test_collect.py::test_two_workers_measure_the_plan_once_each_kernel_in_one_run"),
+    Mutation("confirm's spawned measuring processes import the caller's kcollect", "collector/confirm_worker.py",
+             'paths = [str(shim(root))]', 'paths = []',
+             "tests/test_confirm.py::test_the_processes_a_run_starts_measure_the_worktree_s_code"),
+    Mutation("confirm's worker measures the kernel's default grid", "collector/confirm_worker.py",
+             'return [a for label in labels for a in ("--shape", label)]', 'return []',
+             "tests/test_confirm.py::test_the_worker_measures_only_the_cases_it_is_given"),
 )
 
 

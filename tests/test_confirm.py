@@ -1,6 +1,7 @@
 """`kcollect compare --confirm`: the decision on interleaved samples, the worktree's imports, and one
 real confirmation on the CPU: two commits of a planted repository whose kernel got slower."""
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -102,14 +103,16 @@ def test_confirm_remeasures_both_commits_here(tmp_path, monkeypatch):
 
 
 def test_the_worker_measures_only_the_cases_it_is_given(tmp_path):
-    # the run's measuring processes plan for themselves (a GPU's are spawned): only options they are
-    # given restrict them; a filter patched into the worker alone measured the kernel's default grid
+    # the run's measuring processes plan for themselves (a GPU's are spawned, here --measure-timeout's):
+    # only options they are given restrict them; a filter patched into the worker alone measured the
+    # kernel's default grid
     repo = tmp_path / "repo"
     head = commit_files(repo, {"op.py": OP.format(delay=0.0)}, "planted kernel")
     db = tmp_path / "w.duckdb"
     out = subprocess.run(
         [sys.executable, str(confirm.WORKER), "--root", str(repo), "--cases", json.dumps([["planted", "N=96", "float32"]]),
-         "--", "run", "--device", "cpu", "--commit", head, "--kernel-module", "op.py", "--db", str(db)],
+         "--", "run", "--device", "cpu", "--measure-timeout", "120", "--commit", head, "--kernel-module", "op.py",
+         "--db", str(db)],
         input="go\n", capture_output=True, text=True, timeout=120, cwd=repo)
     assert out.stdout == "done 0\n", out.stderr
     with Store(db) as store:
@@ -171,7 +174,9 @@ def test_the_processes_a_run_starts_measure_the_worktree_s_code(tmp_path):
                                                                                           "float32"]]),
          "--", "run", "--mode", "fwd", "--provider", "triton", "--dtype", "float32", "--device", "cpu",
          "--measure-timeout", "300", "--commit", "f" * 40, "--commit-time", "2026-11-30T00:00:00", "--db", str(db)],
-        input="go\n", capture_output=True, text=True, timeout=300, cwd=tree)
+        input="go\n", capture_output=True, text=True, timeout=300, cwd=tree,
+        # as a user's shell starts it: no PYTHONPATH of a harness's own (lab/mutations.py's finder)
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
     assert out.stdout.startswith("done "), out.stderr[-2000:]  # (3: ours failed, as planted)
     with Store(db) as store:
         rows = store.query("SELECT shape, status, error FROM results")
