@@ -83,23 +83,28 @@ def test_the_worker_imports_the_worktree_s_kcollect(tmp_path):
                                        f"no module named 'kcollect.regress' in the worktree {tmp_path}"], out.stderr
 
 
-def test_confirm_remeasures_both_commits_here(tmp_path, monkeypatch):
+def confirmed(tmp_path, monkeypatch, delay_a, delay_b):
+    """`compare A B --confirm` (3 rounds, JSON) on a planted repository of two commits whose kernel
+    sleeps delay_a, then delay_b, where the history says it got 30% slower."""
     repo = tmp_path / "repo"
-    fast = commit_files(repo, {"op.py": OP.format(delay=0.0002)}, "planted kernel")
-    slow = commit_files(repo, {"op.py": OP.format(delay=0.015)}, "planted kernel, 75x slower")
-    # the history says ours got 30% slower: confirmed by measurement (it is far slower now)
+    a = commit_files(repo, {"op.py": OP.format(delay=delay_a)}, "planted kernel")
+    b = commit_files(repo, {"op.py": OP.format(delay=delay_b)}, "planted kernel changed")
     path = make_db(tmp_path / "k.duckdb", [
         ("cpu", c, h, [ok("triton", ms, kernel="planted", shape="N=64", dtype="float32")])
-        for c, h, ms in ((fast, 0, 0.4), (slow, 1, 0.52))])
+        for c, h, ms in ((a, 0, 0.4), (b, 1, 0.52))])
     monkeypatch.chdir(repo)
-    r = CliRunner().invoke(compare_cmd, [fast, slow, "--db", path, "--confirm", "--rounds", "3",
-                                         "--kernel-module", "op.py", "--format", "json"])
+    return CliRunner().invoke(compare_cmd, [a, b, "--db", path, "--confirm", "--rounds", "3",
+                                            "--kernel-module", "op.py", "--format", "json"])
+
+
+def test_confirm_remeasures_both_commits_here(tmp_path, monkeypatch):
+    r = confirmed(tmp_path, monkeypatch, 0.0002, 0.015)  # 75x slower: confirmed by measurement
     assert r.exit_code == 0, r.output  # CPU rows never gate
     (result,) = json.loads(r.stdout)
     assert result["verdict"] == "regression" and result["note"].startswith("confirmed here: "), result
     assert "over 3 interleaved rounds, p=0.050" in result["note"]
     assert "confirm round 3/3: B done" in r.stderr
-    assert git(repo, "worktree", "list").count("\n") == 0  # the worktrees are gone
+    assert git(tmp_path / "repo", "worktree", "list").count("\n") == 0  # the worktrees are gone
 
 
 def test_the_worker_measures_only_the_cases_it_is_given(tmp_path):
@@ -131,15 +136,7 @@ def test_commits_before_run_shape_are_restricted_by_where():
 
 
 def test_a_side_whose_run_fails_says_why(tmp_path, monkeypatch):
-    repo = tmp_path / "repo"
-    broken = commit_files(repo, {"op.py": OP.format(delay="1 / 0  # a kernel module that cannot load")}, "broken")
-    fixed = commit_files(repo, {"op.py": OP.format(delay=0.0)}, "fixed")
-    path = make_db(tmp_path / "k.duckdb", [
-        ("cpu", c, h, [ok("triton", ms, kernel="planted", shape="N=64", dtype="float32")])
-        for c, h, ms in ((broken, 0, 0.4), (fixed, 1, 0.52))])
-    monkeypatch.chdir(repo)
-    r = CliRunner().invoke(compare_cmd, [broken, fixed, "--db", path, "--confirm", "--rounds", "3",
-                                         "--kernel-module", "op.py", "--format", "json"])
+    r = confirmed(tmp_path, monkeypatch, "1 / 0  # a kernel module that cannot load", 0.0)
     (result,) = json.loads(r.stdout)
     assert "too few samples (0 A, 3 B)" in result["note"], result
     assert "A's run failed in 3 of 3 rounds: " in result["note"] and "ZeroDivisionError" in result["note"], result
