@@ -1151,10 +1151,20 @@
     detail.textContent = "";
     const wanted = (e) => (!s.mode || e.m === s.mode) && (!s.dtype || e.d === s.dtype);
     const groupsWanted = s.cmp === "commits" ? [s.g] : [s.a, s.b];
-    const entries = page.manifest.filter((e) => groupsWanted.includes(e.g) && wanted(e));
+    let entries = page.manifest.filter((e) => groupsWanted.includes(e.g) && wanted(e));
     if (!entries.length) {
       status.textContent = "Nothing to compare with these choices.";
       return;
+    }
+    if (s.cmp === "commits") {  // only the files with points at B (and at A, once chosen)
+      const commits = page.groups.find((x) => x.id === s.g).commits;
+      const ib = commits.findIndex((c) => c[0] === s.b);
+      const ia = commits.findIndex((c) => c[0] === s.a);
+      entries = entries.filter((e) => e.c.includes(ib) && (autoA || e.c.includes(ia)));
+      if (!entries.length) {
+        renderCompare([], s, page);
+        return;
+      }
     }
     status.textContent = "loading…";
     const token = (runCompare.token = (runCompare.token || 0) + 1);

@@ -598,12 +598,16 @@ def test_compare_by_default_takes_as_a_the_last_commit_that_shares_a_series_with
             store.con.execute("DELETE FROM results WHERE kernel = ? AND run_id IN "
                               "(SELECT run_id FROM runs WHERE git_commit = ?)", [kernel, site_store.sha(commit)])
     build_site(db, tmp_path / "site")
+    fetched: list[str] = []
+    tab.page.on("request", lambda request: fetched.append(urlparse(request.url).path.rsplit("/", 1)[-1]))
     t = tab.open(tmp_path / "site" / "compare.html")
     p = t.page
     a, b = site_store.sha(last - 2)[:8], site_store.sha(last)[:8]
     assert p.input_value("select[name=a]") == a and p.input_value("select[name=b]") == b
     assert f"a={a}" in t.hash() and "alpha" in p.inner_text("#kc-compare-detail tbody")
     assert "beta" not in p.inner_text("#kc-compare-detail tbody")
+    # only the data files with points at B were fetched: alpha's, none of beta's
+    assert any(f.startswith("alpha.") for f in fetched) and not any(f.startswith("beta.") for f in fetched), fetched
     # a commit chosen as A stays A, shared series or not
     chosen = site_store.sha(last - 1)[:8]
     p.goto((tmp_path / "site" / "compare.html").as_uri() + f"#cmp=commits&g={H100}&a={chosen}&b={b}")
