@@ -208,6 +208,9 @@ MUTATIONS = (
     Mutation("confirm's worker measures the kernel's default grid", "collector/confirm_worker.py",
              'return [a for label in labels for a in ("--shape", label)]', 'return []',
              "tests/test_confirm.py::test_the_worker_measures_only_the_cases_it_is_given"),
+    Mutation("the compare page loads every trend file of the GPU", "templates/site.js",
+             "entries = entries.filter((e) => e.c.includes(ib) && (autoA || e.c.includes(ia)));", "",
+             "tests/test_site_browser.py::test_compare_by_default_takes_as_a_the_last_commit_that_shares_a_series_with_b"),
 )
 
 
