@@ -89,7 +89,6 @@ class Worker:
             raise ConfirmError(f"the worker of {self.name} stopped: {' | '.join(tail) or 'no output'}")
         code = int(answer.split()[1])
         if code:
-            self._log.flush()
             self.failed += 1
             self.error = last_error(self.log.read_text())
         return code
@@ -119,16 +118,16 @@ def _run_args(lines: list[Line], commit: str, commit_time, kernel_modules) -> li
 
 
 def measure(lines: list[Line], commits: tuple[str, str], rounds: int, kernel_modules=(),
-            progress: Callable[[str], None] = lambda m: None,
-            failures: dict[str, str] | None = None) -> dict[tuple, tuple[list[float], list[float]]]:
-    """{line key: (A's medians, B's medians)}, one per round and side, measured here. `failures`, where
-    given, gets a line for each side whose run failed in some round: how often, and its last words."""
+            progress: Callable[[str], None] = lambda m: None
+            ) -> tuple[dict[tuple, tuple[list[float], list[float]]], dict[str, str]]:
+    """({line key: (A's medians, B's medians)}, one per round and side, measured here; {side: a line
+    saying in how many rounds its run failed, and why} for the sides whose run failed)."""
     root = Path(_git(".", "rev-parse", "--show-toplevel"))
     cases = sorted({(ln.key[0], ln.key[3], ln.key[4]) for ln in lines})
     times = (lines[0].a.point.commit_time, lines[0].b.point.commit_time)
     with tempfile.TemporaryDirectory(prefix="kcollect-confirm-") as tmp:
         tmp = Path(tmp)
-        trees, workers = [], []
+        trees, workers, failures = [], [], {}
         try:
             for name, commit, when in zip("AB", commits, times):
                 tree = tmp / name
@@ -143,12 +142,12 @@ def measure(lines: list[Line], commits: tuple[str, str], rounds: int, kernel_mod
         finally:
             for w in workers:
                 w.close()
-                if w.failed and failures is not None:
+                if w.failed:
                     failures[w.name] = f"{w.name}'s run failed in {w.failed} of {rounds} rounds: {w.error}"
             for tree in trees:
                 subprocess.run(["git", "-C", str(root), "worktree", "remove", "--force", str(tree)],
                                capture_output=True, timeout=120)
-        return _samples(lines, [w.db for w in workers])
+        return _samples(lines, [w.db for w in workers]), failures
 
 
 def _samples(lines: list[Line], dbs: list[Path]) -> dict[tuple, tuple[list[float], list[float]]]:
@@ -196,8 +195,7 @@ def confirm_lines(cmp: Comparison, commits: tuple[str | None, str | None], thres
         group = [ln for ln in todo if (ln.a.gpu == "cpu") == on_cpu]
         progress(f"confirm: re-measuring {len(group)} case(s) of {', '.join(sorted({ln.key[0] for ln in group}))}, "
                  f"{rounds} rounds of A then B")
-        failures: dict[str, str] = {}
-        samples = measure(group, commits, rounds, kernel_modules, progress, failures)
+        samples, failures = measure(group, commits, rounds, kernel_modules, progress)
         why = "; ".join(failures[side] for side in sorted(failures))
         decided.update({id(ln): decide(ln, *samples[ln.key], threshold, why) for ln in group})
     return replace(cmp, lines=[decided.get(id(ln), ln) for ln in cmp.lines])

@@ -286,7 +286,6 @@ def render(data: site_data.SiteData, analysis: site_flags.Analysis, staging: Pat
         marks.setdefault((r["gkey"], r["kernel"], r["mode"], r["dtype"]), []).append(
             {k: site_pages.sig(r[k]) if k == "change" else r[k] for k in MARK_FIELDS})
     trend_files: dict[tuple[str, str, str, str], str] = {}
-    trend_commits: dict[tuple[str, str, str, str], list[int]] = {}  # the commits each file has points at
     for n, (key, series) in enumerate(sorted(data.trends.items())):
         gkey, kernel = key[0], key[1]
         if kernel not in slugs:
@@ -294,7 +293,6 @@ def render(data: site_data.SiteData, analysis: site_flags.Analysis, staging: Pat
         rel = f"data/{slugs[kernel]}.{ids[gkey]}.{n}.js"
         w.write(rel, data_js(rel, _trend_payload(series, analysis.noise, key, marks.get(key, []))))
         trend_files[key] = rel
-        trend_commits[key] = sorted({c for shapes in series.values() for ci, *_ in shapes.values() for c in ci})
     m = site_index.model(data, rows, slugs, config.other_function, analysis.noise)
     w.page("index.html", "overview.html", _index_json(m, count), title="Overview", m=m, counts=count)
     rows_of: dict[str, list] = {}
@@ -328,7 +326,7 @@ def render(data: site_data.SiteData, analysis: site_flags.Analysis, staging: Pat
            n_gpu_groups=sum(g.kind == "gpu" for g in data.groups), has_cpu=any(g.kind == "cpu" for g in data.groups))
     w.write("regressions.atom", w.env.get_template("feed.atom").render(
         **common, entries=site_pages.feed_entries(data, rows)))
-    cmp = site_pages.compare_page(data, trend_files, slugs, trend_commits)
+    cmp = site_pages.compare_page(data, trend_files, slugs)
     w.page("compare.html", "compare.html", cmp, title="Compare", cmp=cmp)
     lab = site_pages.experiments(data)
     w.page("experiments.html", "experiments.html", lab, title="Experiments", lab=lab)

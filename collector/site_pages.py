@@ -351,7 +351,7 @@ def feed_entries(data: SiteData, rows: list[dict[str, Any]]) -> list[dict[str, A
 
 
 def compare_page(data: SiteData, trend_files: dict[tuple[str, str, str, str], str],
-                 slugs: dict[str, str], trend_commits: dict[tuple[str, str, str, str], list[int]]) -> dict[str, Any]:
+                 slugs: dict[str, str]) -> dict[str, Any]:
     """The compare page's data: each GPU's commits and a manifest of the trend files, each with the
     commits it has points at ("c"), so that comparing two commits loads only the files that hold
     them (the first load of a history of many commits stays light)."""
@@ -359,7 +359,8 @@ def compare_page(data: SiteData, trend_files: dict[tuple[str, str, str, str], st
     groups = [{"id": g.id, "label": g.label, "kind": g.kind, "commits": commits[g.id]} for g in data.groups]
     ids = {g.key: g.id for g in data.groups}
     manifest = [{"g": ids[key[0]], "k": key[1], "s": slugs[key[1]], "m": key[2], "d": key[3], "f": f,
-                 "c": trend_commits.get(key, [])} for key, f in sorted(trend_files.items())]
+                 "c": sorted({c for shapes in data.trends[key].values() for ci, *_ in shapes.values() for c in ci})}
+                for key, f in sorted(trend_files.items())]
     return {"groups": groups, "manifest": manifest, "threshold": detector_threshold()}
 
 
