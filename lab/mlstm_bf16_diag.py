@@ -37,7 +37,7 @@ def variant(name: str):
         pkg.dot_mode = lambda dtype, device, DH: 1
     forced = {"chunk32": dict(chunk=32), "chunk16": dict(chunk=16), "bv32": dict(bv=32), "warps4": dict(warps=4)}
     if name in forced:
-        pkg.pick = lambda T, DH, device: cfg.MLSTMConfig(**{**dict(chunk=64, bv=64, warps=8), **forced[name]})
+        pkg.pick = lambda T, DH, device, *_: cfg.MLSTMConfig(**{**dict(chunk=64, bv=64, warps=8), **forced[name]})
     pkg.fitted.cache_clear()
     try:
         yield

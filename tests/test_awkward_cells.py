@@ -105,6 +105,7 @@ from benchmarks.compile_report import compile_sm90
 import kcollect.kernels.lstm.sequence as lstm_kernels
 import kcollect.kernels.mlstm as mlstm
 import kcollect.kernels.mlstm.bwd as mlstm_bwd
+import kcollect.kernels.mlstm.config as mlstm_config
 import kcollect.kernels.mlstm.fwd as mlstm_fwd
 import kcollect.kernels.slstm.config as slstm_config
 import kcollect.kernels.slstm.sequence as slstm_kernels
@@ -125,7 +126,7 @@ def offline(kernel, args, meta, device):  # shared_bytes_for_types, compiled for
     return shared
 
 
-for module in (slstm_config, slstm_kernels, lstm_kernels, mlstm, mlstm_fwd, mlstm_bwd):
+for module in (slstm_config, slstm_kernels, lstm_kernels, mlstm, mlstm_config, mlstm_fwd, mlstm_bwd):
     module.arch = lambda device: "sm90"
     module.sm_count = lambda device: 132
     module.fit_limit = lambda device: 232448
@@ -147,6 +148,10 @@ if hasattr(slstm_kernels, "fitted"):  # every kernel of the cells compiles for s
         lstm_kernels.fitted(lstm_kernels.LSTMConfig(bb=16, hb=16, hb_bwd=16, bk=16, resident_bwd=True, split_bwd=2),
                             dtype, 20, "cuda", False)
         mlstm.fitted(mlstm.MLSTMConfig(chunk=16, bv=16, warps=4, state_warps=4), dtype, 16, "cuda", False)
+        # the GPU's picks of the grid's heads of 64 (B8 NH8: its scans' programs fit on the SMs; B64 NH8 not)
+        for rows in (64, 512):
+            picked = mlstm_config.pick(1024, 64, "cuda", rows, dtype)
+            out.setdefault("mlstm", {})[f"{str(dtype)[6:]} {rows}"] = str(mlstm.fitted(picked, dtype, 64, "cuda", True))
 out["compiled"] = sorted(seen)
 print(json.dumps(out))
 """
@@ -163,6 +168,16 @@ def test_slstm_picked_config_fits_the_gpu():
     # now falls back to one block at a time (compiled here for sm_90 on the CPU)
     got = _sm90()
     assert got["slstm_shared"] <= 232448, got
+
+
+def test_mlstm_backward_warps_on_the_gpu():
+    # the backward's chunk kernel in 4 warps in bf16 (8 in fp32), its scan in 8 where its programs fit
+    # on the SMs at one each; each pick compiled for sm_90 and fitting its shared memory unchanged
+    got = _sm90()["mlstm"]
+    assert "warps_bwd=4, state_warps_bwd=8" in got["bfloat16 64"], got
+    assert "warps_bwd=4, state_warps_bwd=4" in got["bfloat16 512"], got
+    assert "warps_bwd=8, state_warps_bwd=8" in got["float32 64"], got
+    assert all("chunk=64, bv=64" in c for c in got.values()), got
 
 
 def test_kernels_compile_for_the_gpu():
@@ -433,7 +448,7 @@ def test_mlstm_scores_rounded_once_in_wide_fp32_heads(monkeypatch):
     # was 3.2e-5 before (eager's 1.8e-5), 1.3e-6 after
     import kcollect.kernels.mlstm as mlstm_module
 
-    monkeypatch.setattr(mlstm_module, "pick", lambda T, DH, device: mlstm_module.MLSTMConfig(chunk=64, bv=64))
+    monkeypatch.setattr(mlstm_module, "pick", lambda T, DH, device, *_: mlstm_module.MLSTMConfig(chunk=64, bv=64))
     case = _mlstm_case("float32", {"B": 1, "NH": 1, "DH": 128, "T": 65}, 366648189, resets="last",
                        gates="weak_forget", x_scale=10.0)
     verdict = cells.check(case, "cpu")

@@ -133,7 +133,8 @@ def test_mismatched_inputs_are_refused():
 
 def test_config_is_recorded():
     record = SPEC.provider("triton").config(SPEC.make_inputs(ODD, torch.float32, "cpu", 0))
-    assert record == {"mlstm": {"chunk": 16, "bv": 16, "warps": 4, "state_warps": 4, "prefetch": True}}
+    assert record == {"mlstm": {"chunk": 16, "bv": 16, "warps": 4, "state_warps": 4, "prefetch": True,
+                                "warps_bwd": 0, "state_warps_bwd": 0}}
 
 
 def _loss_mp(q, k, v, i, f, dy, resets, dps: int):

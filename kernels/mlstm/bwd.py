@@ -304,14 +304,20 @@ def _mlstm_dprep(dh_ptr, h_ptr, mo_ptr, den_ptr, qinv_ptr, dden_ptr, dmj_ptr, R,
     tl.store(dmj_ptr + r, -eps * dh_h * qinv, mask=mr)
 
 
+def warps(config) -> tuple[int, int]:
+    """The backward's (scan, chunk kernel) warps: its own where set, else the forward's."""
+    return config.state_warps_bwd or config.state_warps, config.warps_bwd or config.warps
+
+
 def shared_bwd(config, dtype, DH: int, dot_f32: bool, device) -> int:
     """The backward kernels' shared memory, the larger (arguments as mlstm_bwd passes them)."""
     f32, u8, i32, meta = torch.float32, torch.uint8, torch.int32, meta_of(config, DH, dtype, dot_f32)
     dstates = (dtype, dtype, f32, f32, f32, dtype, dtype, u8, f32, f32, f32, f32, f32, f32, i32, 1, 1, DH, 1, 1)
     dchunk = (dtype, dtype, dtype, dtype, dtype, u8, dtype, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, i32,
               f32, dtype, dtype, dtype, dtype, dtype, 1, 1, DH, 1, 1.0, 1e-6, 1)
-    need = max(shared_bytes_for_types(_mlstm_dstates, dstates, dict(meta, num_warps=config.state_warps), device),
-               shared_bytes_for_types(_mlstm_dchunk, dchunk, dict(meta, num_warps=config.warps), device))
+    scan_warps, chunk_warps = warps(config)
+    need = max(shared_bytes_for_types(_mlstm_dstates, dstates, dict(meta, num_warps=scan_warps), device),
+               shared_bytes_for_types(_mlstm_dchunk, dchunk, dict(meta, num_warps=chunk_warps), device))
     if meta["PRECISE"]:
         links = (f32, f32, f32, f32, 1, 1)
         need = max(need, shared_bytes_for_types(_mlstm_dlinks, links, dict(L=meta["L"], num_warps=1), device))
@@ -328,6 +334,7 @@ def mlstm_bwd(dh, q, k, v, i, f, resets, NH: int, h, saved, config, dot_f32: boo
     bv = min(config.bv, dp)
     dh = dh.contiguous()
     meta = meta_of(config, DH, q.dtype, dot_f32)
+    scan_warps, chunk_warps = warps(config)
     # the stabiliser's dmj: h = q C~ / (max(|q n~|, 1) + eps exp(m))
     qinv, dden, dmj = torch.empty_like(mo), torch.empty_like(mo), torch.empty_like(mo)
     rows = max(1, 4096 // dp)
@@ -339,12 +346,12 @@ def mlstm_bwd(dh, q, k, v, i, f, resets, NH: int, h, saved, config, dot_f32: boo
     src = torch.empty(BH, T, device=q.device, dtype=torch.int32)
     has_resets = int(resets is not None)
     _mlstm_dstates[(BH, dp // bv)](q, dh, qinv, dden, dmj, i, f, rs, ms, mo, dcs, dns, dim, dam, src, NH, T, DH, NC,
-                                   has_resets, num_warps=config.state_warps, **meta)
+                                   has_resets, num_warps=scan_warps, **meta)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     di, df = torch.empty_like(i), torch.empty_like(f)
     links = torch.empty(BH, NC, 4, device=q.device, dtype=torch.float32) if meta["PRECISE"] else mo
     _mlstm_dchunk[(NC, BH)](q, k, v, i, f, rs, dh, qinv, den, cs, ns, ms, mo, dcs, dns, dim, dam, src, links, dq, dk,
-                            dv, di, df, NH, T, DH, NC, DH ** -0.5, eps, has_resets, num_warps=config.warps, **meta)
+                            dv, di, df, NH, T, DH, NC, DH ** -0.5, eps, has_resets, num_warps=chunk_warps, **meta)
     if meta["PRECISE"]:
         _mlstm_dlinks[(BH,)](links, f, di, df, T, NC, L=L, num_warps=1)
     return dq, dk, dv, di, df

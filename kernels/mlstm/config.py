@@ -5,27 +5,41 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+
 from . import chunk
 from .._host.config import arch, tunable
+from .._host.device import sm_count
 
 
 @dataclass(frozen=True)
 class MLSTMConfig:
     chunk: int = 64  # timesteps a chunk (16 at least: the sides of tl.dot)
     bv: int = 64  # value columns a block (the state is DH x bv per program in the state scans)
-    warps: int = 8  # chunk kernels (at 4 the backward's spills on sm_90)
-    state_warps: int = 4  # the scans over chunks
+    warps: int = 8  # the forward's chunk kernel
+    state_warps: int = 4  # the forward's scan over chunks
     # the forward's scan loads chunk c+1's inputs before chunk c's product (H200, bf16: 1.2-9.5% faster
     # at every shape of lab/results/mlstm_scan_prefetch_h200_d5c1472.txt; not measured on an H100)
     prefetch: bool = True
+    warps_bwd: int = 0  # the backward's chunk kernel; 0: warps
+    state_warps_bwd: int = 0  # the backward's scan over chunks; 0: state_warps
 
 
 @tunable
-def pick(T: int, DH: int, device) -> MLSTMConfig:
-    """Chunks of 64 (Cortex's and TFLA's inner block), value blocks of 64, 8 warps for the chunk
-    kernels; on the CPU interpreter chunks of 16, so that the tests cross chunk boundaries on short
-    sequences."""
+def pick(T: int, DH: int, device, rows: int = 1, dtype=torch.float32) -> MLSTMConfig:
+    """Chunks of 64 (Cortex's and TFLA's inner block), value blocks of 64, 8 warps for the forward's
+    chunk kernel; on the CPU interpreter chunks of 16, so that the tests cross chunk boundaries on
+    short sequences. `rows`: B * NH.
+    The backward, from lab/results/mlstm_bwd_warps_h200.txt (H200, bf16, kernel times): its chunk
+    kernel in 4 warps, 26-33% faster than in 8 at the grid's shapes of T 1024 and more (B8 NH8 T1024:
+    150 -> 110 us), level at the short ones; fp32 keeps 8 (not measured: its TF32x3 products need
+    the registers). Its scan in 8 warps where its programs (rows x value blocks) fit on the SMs at
+    one each: 17-20% faster there (B8 NH8 T1024 159 -> 128 us), 37% slower at B64 NH8 (512
+    programs). Not measured on an H100."""
     dp = chunk.padded(DH)
     if arch(device) == "cpu":
         return MLSTMConfig(chunk=16, bv=min(16, dp), warps=4, state_warps=4)
-    return MLSTMConfig(chunk=64, bv=min(64, dp), warps=8, state_warps=4)
+    bv = min(64, dp)
+    few = rows * (dp // bv) <= sm_count(device)
+    return MLSTMConfig(chunk=64, bv=bv, warps=8, state_warps=4, warps_bwd=4 if dtype.itemsize == 2 else 8,
+                       state_warps_bwd=8 if few else 4)

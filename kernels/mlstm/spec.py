@@ -93,7 +93,8 @@ def fla(q, k, v, i, f, resets=None):
 
 def config_of(inputs) -> dict:
     q = inputs["q"]
-    return config_record(mlstm=fitted(pick(q.shape[2], q.shape[3], q.device), q.dtype, q.shape[3], q.device, True))
+    B, NH, T, DH = q.shape
+    return config_record(mlstm=fitted(pick(T, DH, q.device, B * NH, q.dtype), q.dtype, DH, q.device, True))
 
 
 def make_inputs(dims, dtype, device, seed):
