@@ -148,10 +148,11 @@ if hasattr(slstm_kernels, "fitted"):  # every kernel of the cells compiles for s
         lstm_kernels.fitted(lstm_kernels.LSTMConfig(bb=16, hb=16, hb_bwd=16, bk=16, resident_bwd=True, split_bwd=2),
                             dtype, 20, "cuda", False)
         mlstm.fitted(mlstm.MLSTMConfig(chunk=16, bv=16, warps=4, state_warps=4), dtype, 16, "cuda", False)
-        # the GPU's picks of the grid's heads of 64 (B8 NH8: its scans' programs fit on the SMs; B64 NH8 not)
-        for rows in (64, 512):
-            picked = mlstm_config.pick(1024, 64, "cuda", rows, dtype)
-            out.setdefault("mlstm", {})[f"{str(dtype)[6:]} {rows}"] = str(mlstm.fitted(picked, dtype, 64, "cuda", True))
+        # the GPU's picks of heads of 64: B8 NH8 T1024 (16 waves of chunk programs; its scans' 64
+        # programs fit on the SMs), B64 NH8 T1024 (512 scan programs), B2 NH4 T256 (32 chunk programs)
+        for T, rows in ((1024, 64), (1024, 512), (256, 8)):
+            picked = mlstm_config.pick(T, 64, "cuda", rows)
+            out.setdefault("mlstm", {})[f"{str(dtype)[6:]} {T} {rows}"] = str(mlstm.fitted(picked, dtype, 64, "cuda", True))
 out["compiled"] = sorted(seen)
 print(json.dumps(out))
 """
@@ -171,12 +172,14 @@ def test_slstm_picked_config_fits_the_gpu():
 
 
 def test_mlstm_backward_warps_on_the_gpu():
-    # the backward's chunk kernel in 4 warps in bf16 (8 in fp32), its scan in 8 where its programs fit
-    # on the SMs at one each; each pick compiled for sm_90 and fitting its shared memory unchanged
+    # the backward's chunk kernel in 4 warps where its programs are more than two waves of the SMs,
+    # its scan in 8 where its programs fit on the SMs at one each; each pick compiled for sm_90 in
+    # bf16 and fp32 and fitting its shared memory as picked
     got = _sm90()["mlstm"]
-    assert "warps_bwd=4, state_warps_bwd=8" in got["bfloat16 64"], got
-    assert "warps_bwd=4, state_warps_bwd=4" in got["bfloat16 512"], got
-    assert "warps_bwd=8, state_warps_bwd=8" in got["float32 64"], got
+    for dtype in ("bfloat16", "float32"):
+        assert "warps_bwd=4, state_warps_bwd=8" in got[f"{dtype} 1024 64"], got
+        assert "warps_bwd=4, state_warps_bwd=4" in got[f"{dtype} 1024 512"], got
+        assert "warps_bwd=8, state_warps_bwd=8" in got[f"{dtype} 256 8"], got
     assert all("chunk=64, bv=64" in c for c in got.values()), got
 
 
