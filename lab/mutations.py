@@ -211,6 +211,13 @@ MUTATIONS = (
     Mutation("the compare page loads every trend file of the GPU", "templates/site.js",
              "entries = entries.filter((e) => e.c.includes(ib) && (autoA || e.c.includes(ia)));", "",
              "tests/test_site_browser.py::test_compare_by_default_takes_as_a_the_last_commit_that_shares_a_series_with_b"),
+    Mutation("the mLSTM backward's scan in 8 warps however many its programs", "kernels/mlstm/config.py",
+             "state_warps_bwd=8 if rows * (dp // bv) <= sms else 4", "state_warps_bwd=8",
+             "tests/test_awkward_cells.py::test_mlstm_backward_warps_on_the_gpu"),
+    Mutation("the mLSTM backward launches its chunk kernel with the forward's warps", "kernels/mlstm/bwd.py",
+             "return config.state_warps_bwd or config.state_warps, config.warps_bwd or config.warps",
+             "return config.state_warps_bwd or config.state_warps, config.warps",
+             "tests/test_mlstm.py::test_the_backward_launches_with_its_own_warps"),
 )
 
 

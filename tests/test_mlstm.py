@@ -192,3 +192,34 @@ def test_reference_gradient_keeps_the_gate_that_lost_the_max():
     (ours,) = torch.autograd.grad((mlstm.mlstm(*x, resets=resets)[0] * dy.float()).sum(), x[4])
     err = ((ours[0, 0].double() - want).abs().max() / want.abs().max()).item()
     assert err < 1e-4, (ours[0, 0].tolist(), want.tolist())  # and our fp32 kernels' (fp32: a few 1e-6)
+
+
+def test_the_backward_launches_with_its_own_warps(monkeypatch):
+    # the backward's scan and chunk kernel take the config's backward warps where set (the GPU's pick
+    # sets them apart from the forward's), else the forward's; the gradients are the same either way
+    from kcollect.kernels.mlstm import bwd
+
+    seen = {}
+
+    class Recording:
+        def __init__(self, kernel):
+            self.kernel = kernel
+
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                seen[self.kernel.fn.__name__] = kwargs["num_warps"]
+                return self.kernel[grid](*args, **kwargs)
+            return launch
+
+    for name in ("_mlstm_dstates", "_mlstm_dchunk"):
+        monkeypatch.setattr(bwd, name, Recording(getattr(bwd, name)))
+    inputs = _inputs(2, 1, 20, 16)
+    leaves = [inputs[n].requires_grad_(True) for n in GRADS]
+    grads = {}
+    for config in (mlstm.MLSTMConfig(chunk=16, bv=16, warps=4, state_warps=4),
+                   mlstm.MLSTMConfig(chunk=16, bv=16, warps=4, state_warps=4, warps_bwd=2, state_warps_bwd=8)):
+        h = mlstm.mlstm(**inputs, config=config)[0]
+        grads[config.warps_bwd] = torch.autograd.grad(h, leaves, torch.ones_like(h))
+        want = (config.state_warps_bwd or config.state_warps, config.warps_bwd or config.warps)
+        assert (seen["_mlstm_dstates"], seen["_mlstm_dchunk"]) == want
+    assert all(torch.equal(a, b) for a, b in zip(grads[0], grads[2]))
