@@ -31,16 +31,16 @@ def pick(T: int, DH: int, device, rows: int = 1) -> MLSTMConfig:
     chunk kernel; on the CPU interpreter chunks of 16, so that the tests cross chunk boundaries on
     short sequences. `rows`: B * NH.
     The backward (lab/results/mlstm_bwd_warps_h200.txt, H200): its chunk kernel in 4 warps where its
-    programs (chunks x rows) are more than two waves of the SMs, 8 where fewer: at the grid's shapes of
-    T 1024 and more 4 warps are 21-24% faster in bf16 and fp32 alike (B8 NH8 T1024 bf16 0.326 ->
-    0.257 ms), at B2 NH4 T256 (32 programs) 16% slower in fp32. Its scan in 8 warps where its
-    programs (rows x value blocks) fit on the SMs at one each: 17-20% faster there (bf16 kernel
-    times, B8 NH8 T1024 159 -> 128 us), 37% slower at B64 NH8 (512 programs). Not measured on an
-    H100."""
+    programs (chunks x rows) are more than two waves of the SMs, 8 where fewer. At the grid's shapes
+    of T 1024 and more 4 warps made the fp32 backward 23-24% faster and, with the scan's rule below,
+    the bf16 one 21-24% (B8 NH8 T1024 bf16 0.326 -> 0.257 ms); at B2 NH4 T256 (32 programs) they
+    were 16% slower in fp32. Its scan in 8 warps where its programs (rows x value blocks) fit on the
+    SMs at one each: 17-20% faster there (bf16 kernel times, B8 NH8 T1024 159 -> 128 us), 37% slower
+    at B64 NH8 (512 programs). Not measured on an H100."""
     dp = chunk.padded(DH)
     if arch(device) == "cpu":
         return MLSTMConfig(chunk=16, bv=min(16, dp), warps=4, state_warps=4)
-    bv, sms = min(64, dp), sm_count(device)
-    waves = triton.cdiv(T, 64) * rows / sms
-    return MLSTMConfig(chunk=64, bv=bv, warps=8, state_warps=4, warps_bwd=4 if waves > 2 else 8,
+    L, bv, sms = 64, min(64, dp), sm_count(device)
+    waves = triton.cdiv(T, L) * rows / sms
+    return MLSTMConfig(chunk=L, bv=bv, warps=8, state_warps=4, warps_bwd=4 if waves > 2 else 8,
                        state_warps_bwd=8 if rows * (dp // bv) <= sms else 4)
