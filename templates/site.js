@@ -19,6 +19,7 @@
   window.KC = {
     put(name, value) {
       if (value && value.enc) unpack(value);
+      if (value && value.bands) unband(value);
       loaded[name] = value;
       (waiting[name] || []).forEach((w) => w.resolve(value));
       delete waiting[name];
@@ -32,6 +33,16 @@
     }
     delete value.enc;
     delete value.strings;
+  }
+
+  // A trend file's band edges, sent as offsets from each median in 1/bands of it (site.py: BANDS).
+  function unband(value) {
+    for (const shapes of Object.values(value.series)) {
+      for (const s of Object.values(shapes)) {
+        for (const e of [2, 3]) s[e] = s[e].map((d, j) => s[1][j] * (1 + d / value.bands));
+      }
+    }
+    delete value.bands;
   }
 
   function load(name) {

@@ -266,6 +266,9 @@ def data_file(path: Path):
         for c in payload["enc"]:
             if row[c] is not None:
                 row[c] = payload["strings"][row[c]]
+    for shapes in payload["series"].values() if "bands" in payload else ():  # a trend file's band edges
+        for s in shapes.values():
+            s[2], s[3] = ([m * (1 + d / payload["bands"]) for d, m in zip(s[e], s[1])] for e in (2, 3))
     return payload
 
 

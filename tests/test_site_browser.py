@@ -547,6 +547,32 @@ def test_kernel_page_filters_redraw_the_charts(sites, tab):
     assert not t.problems, t.problems
 
 
+def test_trend_bands_are_the_runs_p20_and_p80(sites, tab):
+    # a trend file sends band edges as offsets from the median in 1/1000ths of it (site.py: BANDS);
+    # the chart draws them back as times, within that rounding of the store's p20 and p80
+    t = tab.open(sites["main"] / "kernels" / "beta.html", f"#gpu={H100}&mode=fwd&dtype=float16")
+    t.draw_all_charts()
+    chart = "section.part:visible .trend[data-shape='M=1024,N=1024,K=1024']"
+    bands = t.page.eval_on_selector(chart, """d => d.data.filter(t => t.legendgroup === 'triton' && t.hoverinfo === 'skip')
+        .map(t => [t.fill === 'tonexty' ? 'p80' : 'p20', t.x, t.y])""")
+    drawn = {}
+    for edge, xs, ys in bands:
+        drawn.setdefault(edge, []).extend(ys[i] for i in sorted(range(len(xs)), key=lambda i: xs[i]))
+    with Store(sites["main"].parent / "k.duckdb", read_only=True) as store:
+        # a commit's point as site_data makes it: the median of its runs, the median of their edges
+        rows = store.query("SELECT median(median_ms) AS median_ms, least(median(p20_ms), min(median_ms)) AS p20, "
+                           "greatest(median(p80_ms), max(median_ms)) AS p80 FROM results_v WHERE kernel = 'beta' "
+                           "AND provider = 'triton' AND mode = 'fwd' AND dtype = 'float16' AND "
+                           "shape = 'M=1024,N=1024,K=1024' AND gpu_name LIKE '%H100%' AND status = 'ok' "
+                           "GROUP BY git_commit, commit_time ORDER BY commit_time")
+    assert len(rows) > 3 and len(drawn["p20"]) == len(drawn["p80"]) == len(rows)
+    for edge in ("p20", "p80"):
+        assert any(r[edge] != r["median_ms"] for r in rows)  # bands that are not the median line
+        for got, r in zip(drawn[edge], rows):
+            assert abs(got - r[edge]) <= 6e-4 * r["median_ms"], (edge, got, r)
+    assert not t.problems, t.problems
+
+
 def test_trend_axis_log_linear_and_relative(sites, tab):
     t = tab.open(sites["main"] / "kernels" / "beta.html", f"#gpu={H100}&mode=fwd&dtype=float16")
     p = t.page
