@@ -10,8 +10,11 @@ Prints, per shape and variant, the kernels sorted by time (µs per call) and the
 from __future__ import annotations
 
 import argparse
+import importlib
+import os
 import sys
 from collections import defaultdict
+from pathlib import Path
 
 
 def main(argv: list[str]) -> int:
@@ -25,15 +28,11 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--calls", type=int, default=20)
     args = ap.parse_args(argv)
     if args.tree:
-        from pathlib import Path
-
         from kcollect.confirm_worker import shim
 
         sys.path.insert(0, str(shim(Path(args.tree))))
         for name in [m for m in sys.modules if m == "kcollect" or m.startswith("kcollect.")]:
             del sys.modules[name]
-    import os
-
     import torch
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -48,10 +47,9 @@ def main(argv: list[str]) -> int:
     chosen = variants(args.op, args.config)
     dtype = DTYPES[args.dtype]
     fn = spec.provider("triton").fn
-    import importlib
-
     where = importlib.import_module(f"kcollect.kernels.{args.op}").__file__
-    print(f"# {args.op} {args.mode} {args.dtype}, from {where}; {torch.cuda.get_device_name() if device == 'cuda' else 'cpu'}")
+    gpu = torch.cuda.get_device_name() if device == "cuda" else "cpu"
+    print(f"# {args.op} {args.mode} {args.dtype}, from {where}; {gpu}")
     for text in args.shape:
         dims = parse_shape(text)
         inputs = spec.make_inputs(dims, dtype, device, seed=0)
