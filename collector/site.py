@@ -327,7 +327,9 @@ def render(data: site_data.SiteData, analysis: site_flags.Analysis, staging: Pat
     machines = sorted({r["machine"] or site_pages.NOT_RECORDED for r in data.runs if r["device_kind"] != "cpu"})
     events = site_pages.event_rows(data, analysis.events)
     flags = site_pages.flag_table(data, rows)
-    table = JSONText(to_json(flags))  # megabytes on a long history: made once
+    spark = flags["cols"].index("spark")  # drawing material, as elsewhere under json/
+    table = JSONText(to_json({**flags, "cols": [c for c in flags["cols"] if c != "spark"],
+                              "rows": [r[:spark] + r[spark + 1:] for r in flags["rows"]]}))
     w.write(FLAGS_FILE, data_js(FLAGS_FILE, packed(flags)))  # the page's copy packed, json/'s plain
     w.page("regressions.html", "regressions.html",
            JSONText(f'{{"counts":{to_json(count)},"flags":{table},"events":{to_json(events)}}}'),

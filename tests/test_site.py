@@ -487,6 +487,7 @@ def test_environments_show_machines_and_peer_versions(built):
 def test_page_json_carries_the_data(built):
     reg = json.loads(read(built, "json/regressions.json"))
     assert reg["counts"]["open_ours"] == 1 and reg["flags"]["rows"][0][reg["flags"]["cols"].index("kernel")] == "alpha"
+    assert "spark" not in reg["flags"]["cols"] and {len(r) for r in reg["flags"]["rows"]} == {len(reg["flags"]["cols"])}
     alpha = json.loads(read(built, "json/kernels/alpha.json"))
     rows = [dict(zip(p["cols"], r)) for p in alpha["parts"] for r in p["rows"]]
     assert {r["status"] for r in rows} >= {"ok", "failed", "error"}
