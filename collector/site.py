@@ -232,7 +232,8 @@ def packed(payload: dict) -> dict:
 
 # A trend file's band edges as offsets from their median in 1/BANDS of it (-13: 1.3% below), which
 # site.js turns back into times: 2-3 characters where a time took 7, a quarter of the trend files'
-# bytes on the committed history; a band is drawn, never read as a number, and 0.1% is below a pixel
+# bytes on the committed history. A band is drawn (0.1% is below a pixel) and shown on hover to 4
+# digits, which the rounding (at most 0.05% of the median) may change in the last one
 BANDS = 1000
 
 
