@@ -144,7 +144,7 @@ def environment() -> jinja2.Environment:
         "ms": _fmt(".4g"), "num": _fmt(",.0f"), "sci": _fmt(".1e"),
         "rate": lambda v: "—" if v is None else (format(v, ",.0f") if v >= 100 else format(v, ".3g")),
         "pct": _pct, "x": _speedup, "count": _count,
-        "sig": lambda v: v if v is None else float(f"{v:.6g}"),  # a number for a CSV, to 6 significant digits
+        "sig": site_pages.sig,  # a number for a CSV, to 6 significant digits
         "signed_pct": lambda v: "—" if v is None else f"{100 * v:+.1f}%",
         "gib": lambda v: "—" if not v else f"{v / 2**30:.0f} GiB",
         "mib": lambda v: "—" if v is None else f"{v / 2**20:,.3g} MiB" if v < 2**30 else f"{v / 2**30:,.3g} GiB",
