@@ -171,15 +171,15 @@ def test_slstm_picked_config_fits_the_gpu():
     assert got["slstm_shared"] <= 232448, got
 
 
-def test_mlstm_backward_warps_on_the_gpu():
-    # the backward's chunk kernel in 4 warps where its programs are more than two waves of the SMs,
-    # its scan in 8 where its programs fit on the SMs at one each; each pick compiled for sm_90 in
-    # bf16 and fp32 and fitting its shared memory as picked
+def test_mlstm_warps_on_the_gpu():
+    # the forward's and backward's chunk kernels in 4 warps where their programs are more than two
+    # waves of the SMs, the backward's scan in 8 where its programs fit on the SMs at one each; each
+    # pick compiled for sm_90 in bf16 and fp32 and fitting its shared memory as picked
     got = _sm90()["mlstm"]
     for dtype in ("bfloat16", "float32"):
-        assert "warps_bwd=4, state_warps_bwd=8" in got[f"{dtype} 1024 64"], got
-        assert "warps_bwd=4, state_warps_bwd=4" in got[f"{dtype} 1024 512"], got
-        assert "warps_bwd=8, state_warps_bwd=8" in got[f"{dtype} 256 8"], got
+        assert "warps=4, state_warps=4, prefetch=True, warps_bwd=4, state_warps_bwd=8" in got[f"{dtype} 1024 64"], got
+        assert "warps=4, state_warps=4, prefetch=True, warps_bwd=4, state_warps_bwd=4" in got[f"{dtype} 1024 512"], got
+        assert "warps=8, state_warps=4, prefetch=True, warps_bwd=8, state_warps_bwd=8" in got[f"{dtype} 256 8"], got
     assert all("chunk=64, bv=64" in c for c in got.values()), got
 
 
