@@ -6,9 +6,11 @@ The sm90 entries are lab/attention_tune.py's winners on the H100 (bf16, torch 2.
 the tune's output is in lab/results/attention_tune_h100.txt): forward at D 128, 64x64 tiles of 4
 warps beat 128x64 of 8 by 9-15% (causal 4096: 452 against 415 TFLOP/s); at D 64, 128x64 of 8 warps
 (380 against 295 for 128x128); backward 64x64 tiles of 4 warps in both kernels (causal 4096: 365
-against 298), and for GQA 32-row query steps with TMA (338 against 328 without). Triton's Hopper
-warp specialisation (tl.range(warp_specialize=True)) failed the correctness gate there at every
-shape, so the kernels no longer offer it; persistent grids lost everywhere.
+against 298), and for GQA 32-row query steps with TMA (338 against 328 without). Persistent grids
+lost everywhere. tl.range(warp_specialize=True) is not offered: Triton 3.6 specialises warps on
+Blackwell only, on sm_90 the kernel compiles as without it, and the scores of the next key block
+issued before this block's softmax were 38-54% slower, as Triton waits for that dot at once
+(lab/results/attention_ahead_ws_h200.txt).
 On the H200 the same tune (lab/results/attention_tune_h200.txt, with a third stage count in the
 search) keeps the forward's picks, but its backward wants deeper pipelines: dq programs of 128
 query rows in 8 warps with 3 stages (causal 16384: 6.52 against 6.90 ms; causal 4096: 1.83
