@@ -151,7 +151,7 @@ if hasattr(slstm_kernels, "fitted"):  # every kernel of the cells compiles for s
         # the GPU's picks of heads of 64: B8 NH8 T1024 (16 waves of chunk programs; its scans' 64
         # programs fit on the SMs), B64 NH8 T1024 (512 scan programs), B2 NH4 T256 (32 chunk programs)
         for T, rows in ((1024, 64), (1024, 512), (256, 8)):
-            picked = mlstm_config.pick(T, 64, "cuda", rows)
+            picked = mlstm_config.pick(T, 64, "cuda", rows, dtype)
             out.setdefault("mlstm", {})[f"{str(dtype)[6:]} {T} {rows}"] = str(mlstm.fitted(picked, dtype, 64, "cuda", True))
 out["compiled"] = sorted(seen)
 print(json.dumps(out))
@@ -172,13 +172,13 @@ def test_slstm_picked_config_fits_the_gpu():
 
 
 def test_mlstm_warps_on_the_gpu():
-    # the forward's and backward's chunk kernels in 4 warps where their programs are more than two
-    # waves of the SMs, the backward's scan in 8 where its programs fit on the SMs at one each; each
-    # pick compiled for sm_90 in bf16 and fp32 and fitting its shared memory as picked
+    # the backward's chunk kernel, and in bf16 the forward's, in 4 warps where their programs are more
+    # than two waves of the SMs (the fp32 forward's in 8), the backward's scan in 8 where its programs
+    # fit on the SMs at one each; each pick compiled for sm_90 and fitting its shared memory as picked
     got = _sm90()["mlstm"]
-    for dtype in ("bfloat16", "float32"):
-        assert "warps=4, state_warps=4, prefetch=True, warps_bwd=4, state_warps_bwd=8" in got[f"{dtype} 1024 64"], got
-        assert "warps=4, state_warps=4, prefetch=True, warps_bwd=4, state_warps_bwd=4" in got[f"{dtype} 1024 512"], got
+    for dtype, warps in (("bfloat16", 4), ("float32", 8)):
+        assert f"warps={warps}, state_warps=4, prefetch=True, warps_bwd=4, state_warps_bwd=8" in got[f"{dtype} 1024 64"]
+        assert f"warps={warps}, state_warps=4, prefetch=True, warps_bwd=4, state_warps_bwd=4" in got[f"{dtype} 1024 512"]
         assert "warps=8, state_warps=4, prefetch=True, warps_bwd=8, state_warps_bwd=8" in got[f"{dtype} 256 8"], got
     assert all("chunk=64, bv=64" in c for c in got.values()), got
 

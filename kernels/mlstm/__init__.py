@@ -65,7 +65,7 @@ class MLSTMFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, i, f, resets, config):
         B, NH, T, DH = q.shape
-        config = fitted(config or pick(T, DH, q.device, B * NH), q.dtype, DH, q.device, picked=config is None)
+        config = fitted(config or pick(T, DH, q.device, B * NH, q.dtype), q.dtype, DH, q.device, picked=config is None)
         flat = [x.reshape(B * NH, T, DH) for x in (q, k, v)] + [x.reshape(B * NH, T) for x in (i, f)]
         fast = dot_mode(q.dtype, q.device, DH)
         h, cs, ns, ms, mo, den = mlstm_fwd(*flat, resets, NH, config, fast, EPS)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
 import triton
 
 from . import chunk
@@ -26,13 +27,14 @@ class MLSTMConfig:
 
 
 @tunable
-def pick(T: int, DH: int, device, rows: int = 1) -> MLSTMConfig:
+def pick(T: int, DH: int, device, rows: int = 1, dtype: torch.dtype | None = None) -> MLSTMConfig:
     """Chunks of 64 (Cortex's and TFLA's inner block), value blocks of 64; on the CPU interpreter
     chunks of 16, so that the tests cross chunk boundaries on short sequences. `rows`: B * NH.
-    The forward's chunk kernel, as the backward's, in 4 warps where its programs are more than two
-    waves of the SMs, 8 where fewer (lab/results/mlstm_fwd_warps_h200.txt, H200 bf16: 4 warps
-    14-28% faster at B8 NH8 T1024, B16 NH8 T2048 and B64 NH8 T1024, level at B2 NH4 T256 and
-    B32 NH4 T60; its scan in 8 warps 0.4-19% slower).
+    The forward's chunk kernel in 16-bit dtypes, as the backward's, in 4 warps where its programs
+    are more than two waves of the SMs, 8 where fewer; in fp32 in 8 (lab/results/
+    mlstm_fwd_warps_h200.txt, H200: in bf16 4 warps 14-28% faster at B8 NH8 T1024, B16 NH8 T2048 and
+    B64 NH8 T1024, level at B2 NH4 T256 and B32 NH4 T60; in fp32 1.9% slower at the first two, 1.2%
+    faster at the third; its scan in 8 warps 0.4-19% slower in bf16).
     The backward (lab/results/mlstm_bwd_warps_h200.txt, H200): its chunk kernel in 4 warps where its
     programs (chunks x rows) are more than two waves of the SMs, 8 where fewer. At the grid's shapes
     of T 1024 and more 4 warps made the fp32 backward 23-24% faster and, with the scan's rule below,
@@ -45,6 +47,7 @@ def pick(T: int, DH: int, device, rows: int = 1) -> MLSTMConfig:
         return MLSTMConfig(chunk=16, bv=min(16, dp), warps=4, state_warps=4)
     L, bv, sms = 64, min(64, dp), sm_count(device)
     waves = triton.cdiv(T, L) * rows / sms
-    warps = 4 if waves > 2 else 8
-    return MLSTMConfig(chunk=L, bv=bv, warps=warps, state_warps=4, warps_bwd=warps,
+    warps_bwd = 4 if waves > 2 else 8
+    warps = warps_bwd if dtype in (torch.bfloat16, torch.float16) else 8
+    return MLSTMConfig(chunk=L, bv=bv, warps=warps, state_warps=4, warps_bwd=warps_bwd,
                        state_warps_bwd=8 if rows * (dp // bv) <= sms else 4)

@@ -94,7 +94,7 @@ def fla(q, k, v, i, f, resets=None):
 def config_of(inputs) -> dict:
     q = inputs["q"]
     B, NH, T, DH = q.shape
-    return config_record(mlstm=fitted(pick(T, DH, q.device, B * NH), q.dtype, DH, q.device, True))
+    return config_record(mlstm=fitted(pick(T, DH, q.device, B * NH, q.dtype), q.dtype, DH, q.device, True))
 
 
 def make_inputs(dims, dtype, device, seed):
