@@ -13,7 +13,8 @@ by module at each commit:
   M=1 layer_norm +32% at d12112f), and no other commit made one.
 
 Between two commits a kernel is 'changed' when a file of its code differs, 'method' when only files
-of its method differ (its series may move, every provider's alike, and that is not a regression of
+of its method differ (a Python file differs only where its syntax tree, docstrings left out, does:
+an edit of comments or docstrings alone runs the same program) (its series may move, every provider's alike, and that is not a regression of
 ours), 'unchanged' otherwise. Imports are followed as written: `from .._lib import sm_count` is
 the module that defines sm_count (through the package's re-export), `from .._lib.rows import x`
 is rows.py; a package's __init__ counts only where it is imported by name (Python runs it on any
@@ -27,7 +28,9 @@ from the row's `ours` flag, never from a provider's name.
 from __future__ import annotations
 
 import ast
+import hashlib
 import subprocess
+import types
 from functools import lru_cache
 from pathlib import Path
 
@@ -180,6 +183,7 @@ class Repo:
         self.root = root
         self._trees: dict[str, Tree | None] = {}
         self._parts: dict[tuple[str, str], tuple[set[str], set[str]]] = {}
+        self._diffs: dict[tuple[str, str], set[str]] = {}
 
     def tree(self, commit: str) -> Tree | None:
         if commit not in self._trees:
@@ -200,7 +204,7 @@ class Repo:
         ta, tb = (self.tree(c) if c else None for c in (a, b))
         if ta is None or tb is None or kernel not in (ta.ops | tb.ops):
             return None
-        changed = {p for p in ta.blobs.keys() | tb.blobs.keys() if ta.blobs.get(p) != tb.blobs.get(p)}
+        changed = self._raw(ta, tb)
         if not changed:
             return UNCHANGED
         code, method = set(), set()
@@ -209,9 +213,9 @@ class Repo:
                 c, m = self._op_parts(t, kernel)
                 code |= c
                 method |= m
-        if changed & code:
+        if self._runs_differ(ta, tb, changed & code):
             return CHANGED
-        return METHOD if changed & method else UNCHANGED
+        return METHOD if self._runs_differ(ta, tb, changed & method) else UNCHANGED
 
     def method_changed(self, kernel: str, a: str | None, b: str | None) -> bool:
         """Whether a file of the kernel's method differs (whatever its code did): every provider's
@@ -221,8 +225,30 @@ class Repo:
         ta, tb = self.tree(a), self.tree(b)
         if ta is None or tb is None:
             return False
-        changed = {p for p in ta.blobs.keys() | tb.blobs.keys() if ta.blobs.get(p) != tb.blobs.get(p)}
-        return any(changed & self._op_parts(t, kernel)[1] for t in (ta, tb) if kernel in t.ops)
+        changed = self._raw(ta, tb)
+        method = set().union(*(self._op_parts(t, kernel)[1] for t in (ta, tb) if kernel in t.ops))
+        return self._runs_differ(ta, tb, changed & method)
+
+    def _raw(self, ta: Tree, tb: Tree) -> set[str]:
+        """The files whose content differs between two trees."""
+        key = (ta.commit, tb.commit)
+        if key not in self._diffs:
+            self._diffs[key] = {p for p in ta.blobs.keys() | tb.blobs.keys() if ta.blobs.get(p) != tb.blobs.get(p)}
+        return self._diffs[key]
+
+    def _runs_differ(self, ta: Tree, tb: Tree, paths: set[str]) -> bool:
+        """Whether any of these differing files runs differently: not a Python file in both trees, or
+        one whose code (_code_key) differs; an edit of its comments or docstrings alone does not. Files
+        are compared one at a time, cheapest first, until one differs."""
+        for p in sorted(paths, key=lambda p: (not p.endswith(".py") or p not in ta.blobs or p not in tb.blobs,),
+                        reverse=True):
+            a, b = ta.blobs.get(p), tb.blobs.get(p)
+            if not p.endswith(".py") or a is None or b is None:
+                return True
+            keys = _code_keys(self.root, {a, b})
+            if keys[a] is None or keys[a] != keys[b]:
+                return True
+        return False
 
     def changed_kernels(self, a: str, b: str) -> dict[str, str] | None:
         """{kernel: 'changed' or 'method'} between two commits (kernels of b); None where git cannot tell."""
@@ -243,6 +269,46 @@ def _load(root: str | Path, commit: str) -> Tree | None:
         blobs[path] = meta.split()[2]
     texts = _texts(root, tuple(sorted((p, b) for p, b in blobs.items() if p.endswith(".py") and p.startswith(KERNELS))))
     return Tree(commit, blobs, texts) if texts is not None else None
+
+
+# blob -> its code key (_code_key), over every Repo: a blob's code never changes
+_CODE_KEYS: dict[str, str | None] = {}
+
+
+def _code_keys(root, blobs: set[str]) -> dict[str, str | None]:
+    """{blob: _code_key of its text} for Python blobs, those not seen before read in one batch."""
+    todo = sorted(b for b in blobs if b not in _CODE_KEYS)
+    texts = _texts(root, tuple((b, b) for b in todo)) if todo else {}
+    for b in todo:
+        _CODE_KEYS[b] = _code_key(texts[b]) if texts is not None else None
+    return {b: _CODE_KEYS.get(b) for b in blobs}
+
+
+def _code_key(text: str) -> str | None:
+    """What a Python file runs: its bytecode, compiled without the docstrings of the module and of
+    its (nested) classes and functions, line numbers left out (comments are not compiled); None where
+    it does not compile. Compiled rather than dumped as a syntax tree: ast.dump took 8 s a site build."""
+    try:
+        tree = ast.parse(text)
+        todo = [tree]
+        while todo:
+            node = todo.pop()
+            first = node.body[0] if node.body else None
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+                node.body = node.body[1:] or [ast.copy_location(ast.Pass(), first)]
+            todo += [n for n in node.body if isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))]
+        code = compile(tree, "<kernels>", "exec", dont_inherit=True)
+    except (SyntaxError, ValueError):
+        return None
+    return hashlib.sha1(repr(_bytecode(code)).encode()).hexdigest()
+
+
+def _bytecode(code: types.CodeType) -> tuple:
+    """A code object's instructions, names and constants (nested code objects alike), not its lines."""
+    consts = tuple(_bytecode(c) if isinstance(c, types.CodeType) else c for c in code.co_consts)
+    return (code.co_code, code.co_names, code.co_varnames, code.co_freevars, code.co_cellvars, code.co_argcount,
+            code.co_posonlyargcount, code.co_kwonlyargcount, code.co_flags, code.co_name,
+            getattr(code, "co_exceptiontable", b""), consts)
 
 
 @lru_cache(maxsize=64)

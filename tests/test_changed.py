@@ -50,6 +50,19 @@ def test_a_shared_module_changes_only_the_kernels_that_import_it(repo):
     assert got.names == ["gelu", "rms_norm", "softmax"]
 
 
+def test_an_edit_of_comments_or_docstrings_only_changes_nothing_that_runs(repo):
+    root, first = repo
+    kernels = '"""Gelu."""\nfrom .._lib.shared import X  # the scale\n\n\ndef gelu(x):\n    """x times X."""\n    return x * X\n'
+    second = commit(root, {"kernels/gelu/kernels.py": kernels, "kernels/_lib/shared.py": "# shared\nX = 1\n",
+                           "kernels/swiglu/spec.py": '"""The grid."""\nGRID = 1  # one\n'}, "words")
+    assert changed.select(SPECS, first, second, root=root).kernels == {}
+    # the same words with one change of code; a file that does not parse counts as changed
+    third = commit(root, {"kernels/gelu/kernels.py": kernels.replace("x * X", "x * X * 2")}, "code")
+    assert changed.select(SPECS, second, third, root=root).kernels == {"gelu": "changed"}
+    fourth = commit(root, {"kernels/swiglu/spec.py": "GRID = (\n"}, "broken")
+    assert changed.select(SPECS, third, fourth, root=root).kernels == {"swiglu": "method"}
+
+
 def test_a_spec_only_edit_is_a_change_of_method_and_nothing_changed_means_sentinels_only(repo):
     root, first = repo
     second = commit(root, {"kernels/swiglu/spec.py": "GRID = 2\n"}, "grid")
