@@ -216,11 +216,17 @@ MUTATIONS = (
              "tests/test_site_browser.py::test_trend_bands_are_the_runs_p20_and_p80"),
     Mutation("the mLSTM backward's scan in 8 warps however many its programs", "kernels/mlstm/config.py",
              "state_warps_bwd=8 if rows * (dp // bv) <= sms else 4", "state_warps_bwd=8",
-             "tests/test_awkward_cells.py::test_mlstm_backward_warps_on_the_gpu"),
+             "tests/test_awkward_cells.py::test_mlstm_warps_on_the_gpu"),
     Mutation("the mLSTM backward launches its chunk kernel with the forward's warps", "kernels/mlstm/bwd.py",
              "return config.state_warps_bwd or config.state_warps, config.warps_bwd or config.warps",
              "return config.state_warps_bwd or config.state_warps, config.warps",
              "tests/test_mlstm.py::test_the_backward_launches_with_its_own_warps"),
+    Mutation("the mLSTM forward in 4 warps in fp32 too", "kernels/mlstm/config.py",
+             "warps = warps_bwd if dtype in (torch.bfloat16, torch.float16) else 8", "warps = warps_bwd",
+             "tests/test_awkward_cells.py::test_mlstm_warps_on_the_gpu"),
+    Mutation("an edit of docstrings counts as a change of code", "collector/codechange.py",
+             "node.body = node.body[1:] or [ast.copy_location(ast.Pass(), first)]", "pass",
+             "tests/test_changed.py::test_an_edit_of_comments_or_docstrings_only_changes_nothing_that_runs"),
 )
 
 
