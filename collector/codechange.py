@@ -13,9 +13,10 @@ by module at each commit:
   M=1 layer_norm +32% at d12112f), and no other commit made one.
 
 Between two commits a kernel is 'changed' when a file of its code differs, 'method' when only files
-of its method differ (a Python file differs only where its syntax tree, docstrings left out, does:
-an edit of comments or docstrings alone runs the same program) (its series may move, every provider's alike, and that is not a regression of
-ours), 'unchanged' otherwise. Imports are followed as written: `from .._lib import sm_count` is
+of its method differ (its series may move, every provider's alike, and that is not a regression of
+ours), 'unchanged' otherwise. A Python file differs only where its bytecode does, compiled without
+docstrings and line numbers: an edit of comments or docstrings alone runs the same program. Imports
+are followed as written: `from .._lib import sm_count` is
 the module that defines sm_count (through the package's re-export), `from .._lib.rows import x`
 is rows.py; a package's __init__ counts only where it is imported by name (Python runs it on any
 import of the package, but what it defines is reached only by name). Where git cannot tell (no
@@ -240,8 +241,7 @@ class Repo:
         """Whether any of these differing files runs differently: not a Python file in both trees, or
         one whose code (_code_key) differs; an edit of its comments or docstrings alone does not. Files
         are compared one at a time, cheapest first, until one differs."""
-        for p in sorted(paths, key=lambda p: (not p.endswith(".py") or p not in ta.blobs or p not in tb.blobs,),
-                        reverse=True):
+        for p in sorted(paths, key=lambda p: p.endswith(".py") and p in ta.blobs and p in tb.blobs):
             a, b = ta.blobs.get(p), tb.blobs.get(p)
             if not p.endswith(".py") or a is None or b is None:
                 return True
@@ -279,22 +279,25 @@ def _code_keys(root, blobs: set[str]) -> dict[str, str | None]:
     """{blob: _code_key of its text} for Python blobs, those not seen before read in one batch."""
     todo = sorted(b for b in blobs if b not in _CODE_KEYS)
     texts = _texts(root, tuple((b, b) for b in todo)) if todo else {}
+    if texts is None:  # git could not read them: unknown, so changed (and not remembered)
+        return dict.fromkeys(blobs)
     for b in todo:
-        _CODE_KEYS[b] = _code_key(texts[b]) if texts is not None else None
-    return {b: _CODE_KEYS.get(b) for b in blobs}
+        _CODE_KEYS[b] = _code_key(texts[b])
+    return {b: _CODE_KEYS[b] for b in blobs}
 
 
 def _code_key(text: str) -> str | None:
     """What a Python file runs: its bytecode, compiled without the docstrings of the module and of
     its (nested) classes and functions, line numbers left out (comments are not compiled); None where
-    it does not compile. Compiled rather than dumped as a syntax tree: ast.dump took 8 s a site build."""
+    it does not compile. compile() runs in C: a dump of the syntax tree in Python took seconds over a
+    history's files."""
     try:
         tree = ast.parse(text)
         todo = [tree]
         while todo:
             node = todo.pop()
             first = node.body[0] if node.body else None
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+            if isinstance(first, ast.Expr) and isinstance(getattr(first.value, "value", None), str):
                 node.body = node.body[1:] or [ast.copy_location(ast.Pass(), first)]
             todo += [n for n in node.body if isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))]
         code = compile(tree, "<kernels>", "exec", dont_inherit=True)

@@ -177,9 +177,10 @@ def test_mlstm_warps_on_the_gpu():
     # fit on the SMs at one each; each pick compiled for sm_90 and fitting its shared memory as picked
     got = _sm90()["mlstm"]
     for dtype, warps in (("bfloat16", 4), ("float32", 8)):
-        assert f"warps={warps}, state_warps=4, prefetch=True, warps_bwd=4, state_warps_bwd=8" in got[f"{dtype} 1024 64"]
-        assert f"warps={warps}, state_warps=4, prefetch=True, warps_bwd=4, state_warps_bwd=4" in got[f"{dtype} 1024 512"]
-        assert "warps=8, state_warps=4, prefetch=True, warps_bwd=8, state_warps_bwd=8" in got[f"{dtype} 256 8"], got
+        picks = {f"{T} {rows}": got[f"{dtype} {T} {rows}"] for T, rows in ((1024, 64), (1024, 512), (256, 8))}
+        assert f"warps={warps}, state_warps=4, prefetch=True, warps_bwd=4, state_warps_bwd=8" in picks["1024 64"], got
+        assert f"warps={warps}, state_warps=4, prefetch=True, warps_bwd=4, state_warps_bwd=4" in picks["1024 512"], got
+        assert "warps=8, state_warps=4, prefetch=True, warps_bwd=8, state_warps_bwd=8" in picks["256 8"], got
     assert all("chunk=64, bv=64" in c for c in got.values()), got
 
 
