@@ -207,21 +207,16 @@ def forward(q, k, v, causal: bool = False, scale: float | None = None, block_m: 
 def _offline(block_m, block_n, stages, warps, causal=False, D=128):
     """Compile for sm_90 on this machine, no GPU: what the kernel needs."""
     import triton
-    from triton._C.libtriton import native_specialize_impl
-    from triton.backends.compiler import BaseBackend, GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
 
-    from benchmarks.compile_report import _resource_usage
+    from benchmarks.compile_report import _TARGET, _resource_usage, specialise
 
     q = torch.empty(1, 4096, 16, D, dtype=torch.bfloat16)
     lse = torch.empty(16, 4096, dtype=torch.float32)
-    fn = _attn_fwd
     args = (*_descriptors(q, q, q, q, block_m, block_n), lse, 4096, 16, 1, 0.1)
-    sig = {p.name: native_specialize_impl(BaseBackend, a, False, True, True)[0] for p, a in zip(fn.params, args)}
-    const = {p.name: a for p, a in zip(fn.params, args) if sig[p.name] == "constexpr"}  # (an int 1)
-    const.update(BLOCK_M=block_m, BLOCK_N=block_n, D=D, STAGES=stages, WARPS=warps, CAUSAL=causal)
-    sig.update({k: "constexpr" for k in const})
-    k = triton.compile(GluonASTSource(fn, sig, const), target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
+    sig, const, attrs, options = specialise(_attn_fwd, args, dict(BLOCK_M=block_m, BLOCK_N=block_n, D=D, STAGES=stages,
+                                                                  WARPS=warps, CAUSAL=causal, num_warps=warps))
+    k = triton.compile(GluonASTSource(_attn_fwd, sig, const, attrs), target=_TARGET, options=options)
     usage = _resource_usage(k.asm["cubin"])[0]
     print(f"sm_90: block_m={block_m} block_n={block_n} stages={stages} warps={warps} causal={causal}: "
           f"{usage.get('REG')} registers, stack {usage.get('STACK', 0)}, shared {k.metadata.shared} B, "
