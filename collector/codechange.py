@@ -278,7 +278,8 @@ _CODE_KEYS: dict[str, str | None] = {}
 def _code_keys(root, blobs: set[str]) -> dict[str, str | None]:
     """{blob: _code_key of its text} for Python blobs, those not seen before read in one batch."""
     todo = sorted(b for b in blobs if b not in _CODE_KEYS)
-    texts = _texts(root, tuple((b, b) for b in todo)) if todo else {}
+    # (uncached: the keys are what is kept; a batch of blobs would only push trees out of _texts' cache)
+    texts = _texts.__wrapped__(root, tuple((b, b) for b in todo)) if todo else {}
     if texts is None:  # git could not read them: unknown, so changed (and not remembered)
         return dict.fromkeys(blobs)
     for b in todo:
