@@ -43,6 +43,9 @@ class FwdConfig:
     # a grid of `persistent` programs per SM striding over the tiles (heaviest causal tiles first);
     # 0: one program a tile
     persistent: int = 0
+    # the Gluon kernel of hopper.py (FlashAttention-3's overlap of the softmax with the matmuls) where
+    # the inputs are in its scope (hopper.refuses); elsewhere the Triton kernel with these tiles
+    gluon: bool = False
 
 
 @dataclass(frozen=True)
@@ -86,7 +89,9 @@ def pick_fwd(head_dim: int, causal: bool, max_seqlen_q: int, device) -> FwdConfi
         return FwdConfig(block_m=64, block_n=64, warps=4, stages=3)
     if head_dim <= 64:
         return FwdConfig(block_m=128, block_n=64, warps=8, stages=3)
-    return FwdConfig(block_m=64, block_n=64, warps=4, stages=3)
+    # the Gluon kernel where measured faster: the H200 at D 128 (lab/results/gluon_attention_h200.txt)
+    gluon = head_dim == 128 and gpu_model(device) == "h200"
+    return FwdConfig(block_m=64, block_n=64, warps=4, stages=3, gluon=gluon)
 
 
 @tunable

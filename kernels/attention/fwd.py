@@ -19,6 +19,7 @@ from .._host.device import first_fit, sm_count
 from .._host.dot import interpreter_operands
 from .common import (block_d, key_blocks, load_tile, lse_offset, query_tile, rows_src, seq_spans,
                      store_tile, visible)
+from . import hopper
 from .config import FwdConfig
 
 
@@ -229,7 +230,8 @@ def forward(q, k, v, causal: bool, window: int, cu_q, cu_k, max_q: int, max_k: i
     o's rounding (residual_shift's int8 code), for the backward's delta (bwd.py says why). Inputs
     already checked by the caller. `fallback`: the config was picked, not forced: where the tensors
     or the device cannot take it, run a smaller one (no TMA; fewer stages or smaller blocks, as
-    `fallbacks`)."""
+    `fallbacks`). A config with `gluon` runs hopper.py's kernel where the inputs are in its scope
+    (and no residual is asked for), the Triton kernel with the same tiles elsewhere."""
     varlen = cu_q is not None
     batch = cu_q.numel() - 1 if varlen else q.shape[0]
     hq, d = q.shape[-2], q.shape[-1]
@@ -239,6 +241,13 @@ def forward(q, k, v, causal: bool, window: int, cu_q, cu_k, max_q: int, max_k: i
     r = torch.empty_like(o, dtype=torch.int8) if residual else None
     q, k, v = interpreter_operands(q, k, v)
     lse = torch.empty((hq, tq), dtype=torch.float32, device=q.device)
+    if config.gluon:
+        if batch * hq * max_q and not residual and hopper.refuses(q, k, v, causal, window, varlen, config.block_m,
+                                                                  config.block_n) is None:
+            hopper.forward(q, k, v, o, lse, causal, scale, config.block_m, config.block_n, config.warps,
+                           config.stages)
+            return o, lse
+        config = dataclasses.replace(config, gluon=False)
     config = with_tma_if_ready(config, fallback, q, k, v, o)
     if config.tma:
         use_tma(q, k, v, o)

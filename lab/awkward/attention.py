@@ -29,9 +29,14 @@ PACKED_LENGTHS = (0, 0, 1, 2, 7, 16, 17, 40, 100)
 PACKED_LENGTHS_CPU = (0, 0, 1, 2, 7, 17)
 CACHE_LENGTHS = (0, 1, 5, 17, 100, 300)
 CACHE_LENGTHS_CPU = (0, 1, 5, 17)
-POOL_SIZE = {"dense": 28, "varlen": 14, "decode": 10}
-POOL_SIZE_CPU = {"dense": 12, "varlen": 6, "decode": 4}
+POOL_SIZE = {"dense": 28, "varlen": 14, "decode": 10, "hopper": 16}
+POOL_SIZE_CPU = {"dense": 12, "varlen": 6, "decode": 4, "hopper": 4}
 PATHS = ("dense", "dense", "dense", "varlen", "varlen", "decode")
+# on a GPU also the Gluon forward's own scope (kernels/attention/hopper.py), forced: lengths in
+# multiples of its 64-row blocks, causal with at least as many keys as queries
+GPU_PATHS = PATHS + ("hopper", "hopper")
+HOPPER_LENGTHS = (64, 128, 192, 320, 576)
+HOPPER = dict(block_m=64, block_n=64, warps=4, stages=3, gluon=True)
 # q and k this many times larger: scores of a spread of ~150, a softmax one-hot to fp32's resolution,
 # whose gradients vanish below any dtype's (their relative error measures nothing): forward only
 PEAKY = 12.0
@@ -68,7 +73,17 @@ def _decode_shape(r: random.Random, cpu: bool) -> dict:
             "D": r.choice(HEAD_DIMS_CPU if cpu else HEAD_DIMS), "window": r.choice((0, 0, 1, 2, 7, 1000))}
 
 
-_SHAPES = {"dense": _dense_shape, "varlen": _varlen_shape, "decode": _decode_shape}
+def _hopper_shape(r: random.Random, cpu: bool) -> dict:
+    hq, hkv = _heads(r)
+    sq, sk = sorted(r.choice(HOPPER_LENGTHS) for _ in range(2))
+    causal = r.random() < 0.6
+    if not causal and r.random() < 0.5:
+        sq, sk = sk, sq
+    return {"B": r.choice((1, 2, 3)), "Hq": hq, "Hkv": hkv, "Sq": sq, "Skv": sk, "D": r.choice((16, 32, 64, 128)),
+            "causal": int(causal), "window": 0}
+
+
+_SHAPES = {"dense": _dense_shape, "varlen": _varlen_shape, "decode": _decode_shape, "hopper": _hopper_shape}
 
 
 def pool(path: str, cpu: bool) -> list[dict]:
@@ -81,17 +96,17 @@ def draw(rng: random.Random, device: str) -> dict:
     """One case: a pooled shape of a path, a dtype, data and layout options; now and then a shape
     past a limit (a head dim over 128, fp32), which the op must refuse."""
     cpu = device == "cpu"
-    path = rng.choice(PATHS)
+    path = rng.choice(PATHS if cpu else GPU_PATHS)
     dims = dict(rng.choice(pool(path, cpu)))
     dtype = rng.choice(("float16", "bfloat16"))
     refusal = None
-    if path != "decode" and rng.random() < 0.03:
+    if path in ("dense", "varlen") and rng.random() < 0.03:
         if rng.random() < 0.5:
             dims["D"], refusal = rng.choice(TOO_WIDE), "head dim"
         else:
             dtype, refusal = "float32", "bfloat16"
     options = {"scale": rng.choice((1.0, 1.0, 1.0, 2.0, 3.0, PEAKY)),  # q, k magnitude: large scores, peaky softmax
-               "layout": rng.choice(("contiguous", "contiguous", "padded", "offset")),
+               "layout": rng.choice(("contiguous",) * (5 if path == "hopper" else 2) + ("padded", "offset")),
                "grad_layout": rng.choice(("contiguous", "contiguous", "strided"))}
     if path == "varlen":
         options["max_given"] = rng.random() < 0.5
@@ -177,12 +192,25 @@ def subject(case: dict, device: str) -> common.Subject:
     if case["path"] == "decode":
         return common.Subject(lambda: _decode_inputs(case, device), attention_decode, decode_maths, decode_maths, (),
                               **kw)
-    make = _dense_inputs if case["path"] == "dense" else _varlen_inputs
+    make = _varlen_inputs if case["path"] == "varlen" else _dense_inputs
     grads = ("q", "k", "v") if case["options"]["scale"] < PEAKY else ()
     # attention(accurate=True) where the case's options ask for it (the sweep's draws do not: it
     # judges what a call with the defaults gives)
     ours = functools.partial(attention, accurate=True) if case["options"].get("accurate") else triton_attention
+    if case["path"] == "hopper":
+        ours = _gluon_forced(ours)
     return common.Subject(lambda: make(case, device), ours, providers.eager, naive.reference, grads, **kw)
+
+
+def _gluon_forced(fn):
+    """fn with the Gluon forward forced in place of the forward's pick (the backward's pick kept)."""
+    from kcollect.kernels._host.config import forced
+    from kcollect.kernels.attention import FwdConfig
+
+    def call(**kw):
+        with forced(FwdConfig(**HOPPER)):
+            return fn(**kw)
+    return call
 
 
 def check(case: dict, device: str) -> dict:

@@ -1,0 +1,91 @@
+"""The Gluon forward (kernels/attention/hopper.py, FwdConfig.gluon): its scope, its fallback to the
+Triton kernel, what it compiles to for sm_90 (on the CPU), and on an sm_90 GPU its answers and
+gradients (the Triton backward on its log-sum-exp) against float64."""
+import os
+from pathlib import Path
+import random
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from kcollect.kernels._host.config import forced
+from kcollect.kernels.attention import AttentionConfig, FwdConfig, attention, hopper
+from kcollect.kernels.attention.spec import SPEC
+from test_attention import BF16, F16, ON_GPU, check, dense
+
+GLUON = FwdConfig(64, 64, 4, 3, gluon=True)
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("q_shape, keys, causal, window, why", [
+    ((2, 4096, 16, 128), 4096, True, 0, None),
+    ((2, 1024, 32, 64), 4096, True, 0, None),  # end-aligned causal, keys a multiple of the block ahead
+    ((1, 192, 4, 32), 64, False, 0, None),  # fewer keys than queries: fine without a mask
+    ((1, 192, 4, 32), 64, True, 0, "at least as many keys"),
+    ((1, 1000, 4, 128), 1000, True, 0, "multiples of its blocks"),
+    ((1, 1024, 4, 96), 1024, False, 0, "head dims"),
+    ((1, 1024, 4, 128), 1024, True, 256, "no window"),
+    ((65536, 64, 1, 64), 64, False, 0, "65535"),
+])
+def test_scope(q_shape, keys, causal, window, why):
+    got = hopper.out_of_scope(q_shape, keys, causal, window, 64, 64)
+    assert got is None if why is None else why in got
+
+
+def test_causal_scope_needs_square_blocks():
+    assert "square" in hopper.out_of_scope((1, 256, 2, 64), 256, True, 0, 128, 64)
+    assert hopper.out_of_scope((1, 256, 2, 64), 256, False, 0, 128, 64) is None
+
+
+def test_a_gluon_config_runs_the_triton_kernel_where_it_cannot(monkeypatch):
+    """On the CPU (and for packed batches, windows, ...) the forced Gluon config falls back to the
+    Triton kernel with its tiles: right answers, and hopper.forward never called."""
+    def never(*args, **kwargs):
+        raise AssertionError("hopper.forward called outside its scope")
+
+    monkeypatch.setattr(hopper, "forward", never)
+    assert hopper.refuses(*(torch.randn(1, 64, 2, 64),) * 3, False, 0, False, 64, 64) is not None
+    inputs = SPEC.make_inputs(dense(1, 2, 1, 37, 45, 64, 1), BF16, "cpu", random.randrange(2**31))
+    with forced(FwdConfig(16, 16, 4, 1, gluon=True)):
+        check(inputs, BF16)
+
+
+@pytest.mark.skipif(hopper.gluon is None, reason="this Triton has no Gluon Hopper API")
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_picked_tiles_compile_for_sm90_within_the_registers_and_shared_memory(causal):
+    # in a process of its own: this session's kernels were defined under the interpreter
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    cmd = [sys.executable, "-m", "lab.gluon_attention", "--offline", "--block-m", str(GLUON.block_m), "--block-n",
+           str(GLUON.block_n), "--stages", str(GLUON.stages), "--warps", str(GLUON.warps)] + ["--causal"] * causal
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, check=True).stdout
+    regs, stack, shared, waits = map(int, re.search(r"(\d+) registers, stack (\d+), shared (\d+) B, PTX wgmma \d+, "
+                                                    r"waits \d+ \(for one left (\d+)\)", out).groups())
+    assert stack == 0 and regs <= 168  # no spill; two programs an SM by registers
+    assert shared <= 232448 // 2  # and by shared memory (an H100's or H200's 227 KB)
+    assert waits >= 1  # the overlap: S_j and P_{j-1} V_{j-1} in flight, and a wait for S_j alone
+
+
+# -- on an sm_90 GPU (TRITON_INTERPRET=0 pytest tests/test_attention_hopper.py -k gpu) -----------------
+GPU_CASES = {
+    "gqa_causal": (dense(2, 8, 2, 1024, 1024, 128, 1), BF16),
+    "end_aligned": (dense(1, 4, 4, 256, 1088, 128, 1), F16),
+    "cross": (dense(3, 2, 1, 640, 192, 64, 0), F16),
+    "d32": (dense(2, 3, 3, 320, 320, 32, 0), BF16),
+    "one_block": (dense(1, 2, 2, 64, 64, 128, 1), BF16),
+}
+
+
+@ON_GPU
+@pytest.mark.parametrize("case", GPU_CASES)
+def test_gpu_gluon_matches_reference(case, monkeypatch):
+    dims, dtype = GPU_CASES[case]
+    calls = []
+    real = hopper.forward
+    monkeypatch.setattr(hopper, "forward", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    inputs = SPEC.make_inputs(dims, dtype, "cuda", random.randrange(2**31))
+    # accurate=False: no residual asked for, so the Gluon kernel runs even where few keys are seen
+    check(inputs, dtype, lambda **kw: attention(**kw, config=AttentionConfig(fwd=GLUON), accurate=False))
+    assert calls, "the Gluon kernel did not run"
