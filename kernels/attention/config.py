@@ -87,11 +87,15 @@ def pick_fwd(head_dim: int, causal: bool, max_seqlen_q: int, device) -> FwdConfi
         return _CPU.fwd
     if max_seqlen_q <= 64:  # real-time windows: one short block, no rows wasted on padding
         return FwdConfig(block_m=64, block_n=64, warps=4, stages=3)
+    # the Gluon kernel where measured faster, on the H200 (lab/results/gluon_attention_ab_h200.txt,
+    # gluon_attention_d64_h200.txt): at D 128 everywhere, at D 64 up to 2048 queries (S 512 causal
+    # 1.26x; at S 4096 and 8192 the Triton kernel's 128-row tiles were 3-5% faster)
+    h200 = gpu_model(device) == "h200"
     if head_dim <= 64:
+        if h200 and head_dim == 64 and 512 <= max_seqlen_q <= 2048:
+            return FwdConfig(block_m=64, block_n=64, warps=4, stages=3, gluon=True)
         return FwdConfig(block_m=128, block_n=64, warps=8, stages=3)
-    # the Gluon kernel where measured faster: the H200 at D 128 (lab/results/gluon_attention_h200.txt)
-    gluon = head_dim == 128 and gpu_model(device) == "h200"
-    return FwdConfig(block_m=64, block_n=64, warps=4, stages=3, gluon=gluon)
+    return FwdConfig(block_m=64, block_n=64, warps=4, stages=3, gluon=h200 and head_dim == 128)
 
 
 @tunable
