@@ -7,6 +7,8 @@ q [total_q, Hq, D], k and v [total_k, Hkv, D] with `cu_seqlens_q` / `cu_seqlens_
 (given, no device-to-host copy: CUDA graphs can capture the call; found from cu_seqlens otherwise).
 bf16 and fp16, head dims up to 128 (non-powers of two padded with masks). Which key a query sees
 (causal, sliding window of `window` keys, Sq != Skv aligned at the end) is documented in naive.py.
+On Hopper the forward of dense batches without a window can run a Gluon kernel (hopper.py,
+FwdConfig.gluon), picked where it measured faster (config.py); the backward is the Triton one.
 
 `attention_forward` / `attention_backward` are the raw launches, each with `config=None`
 (config.pick's choice) or a FwdConfig / BwdConfig to force. A picked config that the inputs or the
