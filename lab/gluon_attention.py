@@ -1,4 +1,5 @@
-"""The Gluon attention forward (kernels/attention/hopper.py, FwdConfig.gluon) on its own: its error
+"""The Gluon attention forwards (kernels/attention/hopper.py, FwdConfig.gluon; `--block-m 128`:
+pingpong.py's two warpgroups taking turns) on their own: the error
 against float64 at small awkward shapes, its time beside attention()'s Triton kernel and SDPA's cuDNN
 backend, and offline, what the compiler makes of it for sm_90. On a GPU:
 
@@ -32,23 +33,32 @@ def forward(q, k, v, causal: bool = False, scale: float | None = None, block_m: 
 
 
 def _offline(block_m, block_n, stages, warps, causal=False, D=128):
-    """Compile for sm_90 on this machine, no GPU: what the kernel needs."""
+    """Compile for sm_90 on this machine, no GPU: what the kernel needs (block_m 128: pingpong.py's)."""
     import triton
     from triton.experimental.gluon._runtime import GluonASTSource
 
     from benchmarks.compile_report import _TARGET, _resource_usage, specialise
+    from kcollect.kernels.attention import pingpong
 
     q = torch.empty(1, 4096, 16, D, dtype=torch.bfloat16)
     lse = torch.empty(16, 4096, dtype=torch.float32)
-    args = (*hopper.descriptors(q, q, q, q, block_m, block_n), lse, 4096, 4096, 16, 1, 0.1)
-    sig, const, attrs, options = specialise(hopper._attn_fwd, args, dict(BLOCK_M=block_m, BLOCK_N=block_n, D=D, STAGES=stages,
-                                                                  WARPS=warps, CAUSAL=causal, num_warps=warps))
-    k = triton.compile(GluonASTSource(hopper._attn_fwd, sig, const, attrs), target=_TARGET, options=options)
+    if block_m == 128:
+        fn, rows = pingpong._attn_fwd, pingpong.ROWS
+        consts = dict(BLOCK_N=block_n, STAGES=stages, CAUSAL=causal, CONSUMER_REGS=pingpong.CONSUMER_REGS, num_warps=4,
+                      maxnreg=pingpong.MAXNREG)
+    else:
+        fn, rows = hopper._attn_fwd, block_m
+        consts = dict(BLOCK_M=block_m, BLOCK_N=block_n, D=D, STAGES=stages, WARPS=warps, CAUSAL=causal,
+                      num_warps=warps)
+    args = (*hopper.descriptors(q, q, q, q, rows, block_n), lse, 4096, 4096, 16, 1, 0.1)
+    sig, const, attrs, options = specialise(fn, args, consts)
+    k = triton.compile(GluonASTSource(fn, sig, const, attrs), target=_TARGET, options=options)
     usage = _resource_usage(k.asm["cubin"])[0]
+    ptx = k.asm["ptx"]
     print(f"sm_90: block_m={block_m} block_n={block_n} stages={stages} warps={warps} causal={causal}: "
           f"{usage.get('REG')} registers, stack {usage.get('STACK', 0)}, shared {k.metadata.shared} B, "
-          f"PTX wgmma {k.asm['ptx'].count('wgmma.mma_async')}, waits {k.asm['ptx'].count('wgmma.wait_group')} "
-          f"(for one left {k.asm['ptx'].count('wgmma.wait_group.sync.aligned 1;')})")
+          f"PTX wgmma {ptx.count('wgmma.mma_async')}, waits {ptx.count('wgmma.wait_group')} "
+          f"(for one left {ptx.count('wgmma.wait_group.sync.aligned 1;')}), setmaxnreg {ptx.count('setmaxnreg')}")
     return k
 
 
@@ -86,12 +96,14 @@ def main(argv=None) -> int:
         _offline(args.block_m, args.block_n, args.stages, args.warps, args.causal)
         return 0
     if args.check:
-        for B, H, Hkv, S, Sk, D, causal, dtype in ((1, 2, 2, 64, 64, 128, True, torch.bfloat16),
-                                                   (2, 4, 1, 320, 320, 128, True, torch.float16),
-                                                   (2, 4, 2, 192, 192, 64, False, torch.bfloat16),
-                                                   (1, 3, 3, 256, 256, 128, False, torch.float16),
-                                                   (2, 2, 1, 128, 448, 128, True, torch.bfloat16),
-                                                   (1, 2, 2, 192, 64, 32, False, torch.float16)):
+        cases = ((1, 2, 2, 64, 64, 128, True, torch.bfloat16), (2, 4, 1, 320, 320, 128, True, torch.float16),
+                 (2, 4, 2, 192, 192, 64, False, torch.bfloat16), (1, 3, 3, 256, 256, 128, False, torch.float16),
+                 (2, 2, 1, 128, 448, 128, True, torch.bfloat16), (1, 2, 2, 192, 64, 32, False, torch.float16))
+        if args.block_m == 128:  # query lengths in multiples of 128
+            cases = ((1, 2, 2, 128, 128, 128, True, torch.bfloat16), (2, 4, 1, 384, 384, 128, True, torch.float16),
+                     (2, 4, 2, 256, 256, 64, False, torch.bfloat16), (1, 3, 3, 512, 512, 128, False, torch.float16),
+                     (2, 2, 1, 256, 640, 128, True, torch.bfloat16), (1, 2, 2, 256, 64, 32, False, torch.float16))
+        for B, H, Hkv, S, Sk, D, causal, dtype in cases:
             print(_check(B, H, Hkv, S, D, causal, dtype, Sk, **config), flush=True)
     dims = dict(kv.split("=") for kv in args.shape.split(","))
     B, H, S, D = (int(dims[k]) for k in "BHSD")

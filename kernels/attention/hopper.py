@@ -15,11 +15,14 @@ warpgroup can be written down:
 Keys and values stream through a ring of STAGES shared-memory buffers by TMA, one mbarrier each;
 block j+STAGES-1 is loaded into the buffer that block j-1 has just left.
 
+Programs of 128 query rows run pingpong.py's kernel instead: two such warpgroups taking turns.
+
 Scope (`refuses` says why an input is outside it, and fwd.forward then runs the Triton kernel):
 dense contiguous [B, S, H, D] bf16/fp16 tensors on sm_90, D 16-128 a power of two, Sq and Skv
-multiples of the blocks, grouped-query heads, no window; causal with square blocks and Skv >= Sq
-(aligned at the end: only a tile's last key block, the diagonal, is masked). It writes the rows'
-log-sum-exp in log2 units laid out as fwd.py's, [Hq, B * Sq], for the backward.
+multiples of the blocks (64 or 128 rows), grouped-query heads, no window; causal with Skv >= Sq
+(aligned at the end) and, at 64 query rows, square blocks (only a tile's last key block, the
+diagonal, is masked). It writes the rows' log-sum-exp in log2 units laid out as fwd.py's,
+[Hq, B * Sq], for the backward.
 """
 from __future__ import annotations
 
@@ -32,7 +35,7 @@ try:
                                                                   warpgroup_mma, warpgroup_mma_wait)
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 except ImportError:  # a Triton without Gluon's Hopper API: `refuses` says so, the Triton kernel runs
-    gluon = None
+    gluon = gl = None
 
 LOG2E = 1.4426950408889634
 HEAD_DIMS = (16, 32, 64, 128)
@@ -58,10 +61,14 @@ def out_of_scope(q_shape: tuple, keys: int, causal: bool, window: int, block_m: 
         return "takes no window"
     if D not in HEAD_DIMS:
         return f"takes head dims {HEAD_DIMS}"
+    if block_m not in (64, 128) or block_n not in (64, 128):
+        return "takes blocks of 64 or 128 rows (128 query rows: pingpong.py's two warpgroups)"
     if Sq % block_m or keys % block_n:
         return f"takes lengths that are multiples of its blocks ({block_m}, {block_n})"
-    if causal and (block_m != block_n or keys < Sq):
-        return "takes causal masks with square blocks and at least as many keys as queries"
+    if causal and keys < Sq:
+        return "takes causal masks with at least as many keys as queries"
+    if causal and block_m == 64 and block_n != 64:
+        return "takes causal masks with square blocks at 64 query rows"
     if B * H > 65535 or B * H * Sq >= 2**31:
         return "takes at most 65535 (sequence, head) pairs and 2^31 query rows in all (its 32-bit indices)"
     return None
@@ -69,7 +76,11 @@ def out_of_scope(q_shape: tuple, keys: int, causal: bool, window: int, block_m: 
 
 def forward(q, k, v, o, lse, causal: bool, scale: float, block_m: int, block_n: int, warps: int, stages: int):
     """Writes o (contiguous, like q) and lse ([Hq, B * Sq] fp32, log2 units) for inputs `refuses`
-    takes."""
+    takes: 64 query rows a program in one warpgroup here (`warps` 4), 128 in pingpong.py's."""
+    if block_m == 128:
+        from . import pingpong
+
+        return pingpong.forward(q, k, v, o, lse, causal, scale, block_n, stages)
     B, Sq, H, D = q.shape
     Sk, Hkv = k.shape[1], k.shape[2]
     _attn_fwd[(Sq // block_m, B * H)](*descriptors(q, k, v, o, block_m, block_n), lse, Sq, Sk, H, H // Hkv, scale * LOG2E, block_m, block_n, D, stages,

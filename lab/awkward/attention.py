@@ -35,8 +35,10 @@ PATHS = ("dense", "dense", "dense", "varlen", "varlen", "decode")
 # on a GPU also the Gluon forward's own scope (kernels/attention/hopper.py), forced: lengths in
 # multiples of its 64-row blocks, causal with at least as many keys as queries
 GPU_PATHS = PATHS + ("hopper", "hopper")
-HOPPER_LENGTHS = (64, 128, 192, 320, 576)
-HOPPER = dict(block_m=64, block_n=64, warps=4, stages=3, gluon=True)
+HOPPER_LENGTHS = (64, 128, 192, 256, 320, 512, 576)
+# the one-warpgroup tiles and the ping-pong's 128 rows (kernels/attention/pingpong.py), drawn per case
+HOPPER = {64: dict(block_m=64, block_n=64, warps=4, stages=3, gluon=True),
+          128: dict(block_m=128, block_n=64, warps=4, stages=4, gluon=True)}
 # q and k this many times larger: scores of a spread of ~150, a softmax one-hot to fp32's resolution,
 # whose gradients vanish below any dtype's (their relative error measures nothing): forward only
 PEAKY = 12.0
@@ -110,6 +112,8 @@ def draw(rng: random.Random, device: str) -> dict:
                "grad_layout": rng.choice(("contiguous", "contiguous", "strided"))}
     if path == "varlen":
         options["max_given"] = rng.random() < 0.5
+    if path == "hopper":
+        options["rows"] = rng.choice(tuple(HOPPER))
     return {"op": "attention", "path": path, "dtype": dtype, "dims": dims, "options": options,
             "refusal": refusal, "seed": rng.randrange(2**31)}
 
@@ -198,17 +202,18 @@ def subject(case: dict, device: str) -> common.Subject:
     # judges what a call with the defaults gives)
     ours = functools.partial(attention, accurate=True) if case["options"].get("accurate") else triton_attention
     if case["path"] == "hopper":
-        ours = _gluon_forced(ours)
+        ours = _gluon_forced(ours, case["options"].get("rows", 64))
     return common.Subject(lambda: make(case, device), ours, providers.eager, naive.reference, grads, **kw)
 
 
-def _gluon_forced(fn):
-    """fn with the Gluon forward forced in place of the forward's pick (the backward's pick kept)."""
+def _gluon_forced(fn, rows: int):
+    """fn with a Gluon forward (HOPPER[rows]) forced in place of the forward's pick (the backward's
+    pick kept)."""
     from kcollect.kernels._host.config import forced
     from kcollect.kernels.attention import FwdConfig
 
     def call(**kw):
-        with forced(FwdConfig(**HOPPER)):
+        with forced(FwdConfig(**HOPPER[rows])):
             return fn(**kw)
     return call
 
