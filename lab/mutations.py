@@ -156,6 +156,21 @@ MUTATIONS = (
     Mutation("lab.ab times a variant whose config no pick took", "lab/ab.py",
              "if config is not None and not force.taken:", "if False:",
              "tests/test_lab.py::test_a_config_the_backward_picks_is_forced_and_one_no_pick_takes_is_unavailable"),
+    Mutation("attention's Gluon forward picked at D 64 past 2048 queries", "kernels/attention/config.py",
+             "512 <= max_seqlen_q <= 2048", "512 <= max_seqlen_q <= 4096",
+             "tests/test_attention_hopper.py::"
+             "test_the_gluon_forward_is_picked_where_it_measured_faster_and_recorded_where_it_runs"),
+    Mutation("attention's record says Gluon where the Triton kernel ran", "kernels/attention/spec.py",
+             "if fwd.gluon and (packed or", "if False and (packed or",
+             "tests/test_attention_hopper.py::"
+             "test_the_gluon_forward_is_picked_where_it_measured_faster_and_recorded_where_it_runs"),
+    Mutation("attention's Gluon scope takes causal calls with fewer keys than queries", "kernels/attention/hopper.py",
+             "if causal and keys < Sq:", "if False:",
+             "tests/test_attention_hopper.py::test_scope[q_shape3-64-True-0-at least as many keys]"),
+    Mutation("the ping-pong's consumers get too few registers", "kernels/attention/pingpong.py",
+             "CONSUMER_REGS = 240", "CONSUMER_REGS = 152",
+             "tests/test_attention_hopper.py::"
+             "test_the_tiles_compile_for_sm90_within_the_registers_and_shared_memory[False-pingpong]"),
     Mutation("attention's kept rounding of o in codes twice as coarse", "kernels/attention/fwd.py",
              "return 0 if mantissa is None else 23 - mantissa - 8",
              "return 0 if mantissa is None else 23 - mantissa - 7",

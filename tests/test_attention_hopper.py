@@ -99,3 +99,21 @@ def test_gpu_gluon_matches_reference(case, tiles, monkeypatch):
     # accurate=False: no residual asked for, so the Gluon kernel runs even where few keys are seen
     check(inputs, dtype, lambda **kw: attention(**kw, config=AttentionConfig(fwd=tiles), accurate=False))
     assert calls, "the Gluon kernel did not run"
+
+
+def test_the_gluon_forward_is_picked_where_it_measured_faster_and_recorded_where_it_runs(monkeypatch):
+    from kcollect.kernels.attention import config as attention_config
+    from kcollect.kernels.attention import spec
+
+    monkeypatch.setattr(attention_config, "arch", lambda device: "sm90")
+    for model, d, s, want in (("h200", 128, 4096, True), ("h200", 128, 512, True), ("h200", 64, 512, True),
+                              ("h200", 64, 2048, True), ("h200", 64, 4096, False), ("h200", 96, 4096, False),
+                              ("h200", 128, 60, False), ("h100", 128, 4096, False)):
+        monkeypatch.setattr(attention_config, "gpu_model", lambda device, model=model: model)
+        assert attention_config.pick_fwd(d, True, s, "cpu").gluon is want, (model, d, s)
+    monkeypatch.setattr(attention_config, "gpu_model", lambda device: "h200")
+    # the record says which kernel ran: the Triton one for a window, a packed batch or a length off the blocks
+    for dims, gluon in ((dense(1, 2, 2, 1024, 1024, 128, 1), True), (dense(1, 2, 2, 1024, 1024, 128, 1, 256), False),
+                        (dense(1, 2, 2, 1000, 1000, 128, 1), False), ({**dense(2, 2, 2, 512, 512, 128, 1), "varlen": 1},
+                                                                       False)):
+        assert spec.config_of(SPEC.make_inputs(dims, BF16, "cpu", 0))["fwd"]["gluon"] is gluon, dims

@@ -59,12 +59,10 @@ if gluon is not None:
             tma.async_copy_global_to_shared(k_desc, [k_row0 + j * BLOCK_N, kv_col], bar, k_smem.index(stage))
             tma.async_copy_global_to_shared(v_desc, [k_row0 + j * BLOCK_N, kv_col], bar, v_smem.index(stage))
 
-
     @gluon.jit
     def _turn(turns, WG: gl.constexpr, k):
         """Wait for this warpgroup's k-th turn on the tensor cores (warpgroup 0 has the first)."""
         mbarrier.wait(turns.index(WG), (k & 1) ^ (1 - WG))
-
 
     @gluon.jit
     def _step(j, p, m_i, l_i, acc, q, k_smem, v_smem, kv_ready, kv_empty, turns, zero_s, qk_scale, rows, cols,
@@ -86,7 +84,6 @@ if gluon is not None:
         mbarrier.arrive(kv_empty.index(prev), count=1)  # block j-1's keys and values are no longer read here
         acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, acc.type.layout)), 1)
         return p, m_i, l_i, acc
-
 
     @gluon.jit
     def _consume(descs, bufs, bars, nums, LSE, qk_scale, WG: gl.constexpr):
@@ -144,16 +141,13 @@ if gluon is not None:
         tma.async_copy_shared_to_global(o_desc, [q_row0 + WG * _ROWS, col], q)
         tma.store_wait(0)
 
-
     @gluon.jit
     def _consumer0(descs, bufs, bars, nums, LSE, qk_scale):
         _consume(descs, bufs, bars, nums, LSE, qk_scale, 0)
 
-
     @gluon.jit
     def _consumer1(descs, bufs, bars, nums, LSE, qk_scale):
         _consume(descs, bufs, bars, nums, LSE, qk_scale, 1)
-
 
     @gluon.jit
     def _attn_fwd(q_desc, k_desc, v_desc, o_desc, LSE, SQ, SK, H, GROUP, qk_scale, BLOCK_N: gl.constexpr,
