@@ -167,6 +167,9 @@ MUTATIONS = (
     Mutation("attention's Gluon scope takes causal calls with fewer keys than queries", "kernels/attention/hopper.py",
              "if causal and keys < Sq:", "if False:",
              "tests/test_attention_hopper.py::test_scope[q_shape3-64-True-0-at least as many keys]"),
+    Mutation("attention's Gluon scope takes calls without keys (a hang on the GPU)", "kernels/attention/hopper.py",
+             "    if keys == 0:  # (its first key block", "    if False:  # (its first key block",
+             "tests/test_attention_hopper.py::test_scope[q_shape8-0-False-0-at least one key]"),
     Mutation("the ping-pong's consumers get too few registers", "kernels/attention/pingpong.py",
              "CONSUMER_REGS = 240", "CONSUMER_REGS = 152",
              "tests/test_attention_hopper.py::"

@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
     ((1, 1024, 4, 96), 1024, False, 0, "head dims"),
     ((1, 1024, 4, 128), 1024, True, 256, "no window"),
     ((65536, 64, 1, 64), 64, False, 0, "65535"),
+    ((1, 128, 2, 64), 0, False, 0, "at least one key"),  # rows of no key: the Triton kernel's zeros
 ])
 def test_scope(q_shape, keys, causal, window, why):
     got = hopper.out_of_scope(q_shape, keys, causal, window, 64, 64)

@@ -59,6 +59,8 @@ def out_of_scope(q_shape: tuple, keys: int, causal: bool, window: int, block_m: 
     B, Sq, H, D = q_shape
     if window:
         return "takes no window"
+    if keys == 0:  # (its first key block is waited for unconditionally)
+        return "takes at least one key"
     if D not in HEAD_DIMS:
         return f"takes head dims {HEAD_DIMS}"
     if block_m not in (64, 128) or block_n not in (64, 128):
