@@ -19,7 +19,7 @@ from kcollect.kernels.attention import hopper
 
 
 def forward(q, k, v, causal: bool = False, scale: float | None = None, block_m: int = 64, block_n: int = 64,
-            stages: int = 3, warps: int = 4):
+            stages: int = 3):
     """(o, lse) of hopper.py's kernel alone (no fallback): o like q, lse [H, B * Sq] in log2 units."""
     why = hopper.refuses(q, k, v, causal, 0, False, block_m, block_n)
     if why:
@@ -28,7 +28,7 @@ def forward(q, k, v, causal: bool = False, scale: float | None = None, block_m: 
     o = torch.empty_like(q)
     lse = torch.empty(H, B * Sq, device=q.device, dtype=torch.float32)
     hopper.forward(q, k, v, o, lse, causal, scale if scale is not None else 1.0 / math.sqrt(D), block_m, block_n,
-                   warps, stages)
+                   stages)
     return o, lse
 
 
@@ -87,11 +87,11 @@ def main(argv=None) -> int:
     ap.add_argument("--block-m", type=int, default=64)
     ap.add_argument("--block-n", type=int, default=64)
     ap.add_argument("--stages", type=int, default=3)
-    ap.add_argument("--warps", type=int, default=4)
+    ap.add_argument("--warps", type=int, default=4, help="--offline only: the one-warpgroup kernel's warps")
     ap.add_argument("--check", action="store_true", help="first, the error at small awkward shapes (GQA, causal, fp16)")
     ap.add_argument("--offline", action="store_true", help="compile for sm_90 without a GPU")
     args = ap.parse_args(argv)
-    config = dict(block_m=args.block_m, block_n=args.block_n, stages=args.stages, warps=args.warps)
+    config = dict(block_m=args.block_m, block_n=args.block_n, stages=args.stages)
     if args.offline:
         _offline(args.block_m, args.block_n, args.stages, args.warps, args.causal)
         return 0

@@ -44,7 +44,8 @@ class FwdConfig:
     # 0: one program a tile
     persistent: int = 0
     # the Gluon kernel of hopper.py (FlashAttention-3's overlap of the softmax with the matmuls) where
-    # the inputs are in its scope (hopper.refuses); elsewhere the Triton kernel with these tiles
+    # the inputs are in its scope (hopper.refuses); elsewhere the Triton kernel with these tiles. Its
+    # programs are one warpgroup of 64 query rows, or (block_m 128) pingpong.py's two: `warps` unread
     gluon: bool = False
 
 

@@ -244,8 +244,7 @@ def forward(q, k, v, causal: bool, window: int, cu_q, cu_k, max_q: int, max_k: i
     if config.gluon:
         if batch * hq * max_q and not residual and hopper.refuses(q, k, v, causal, window, varlen, config.block_m,
                                                                   config.block_n) is None:
-            hopper.forward(q, k, v, o, lse, causal, scale, config.block_m, config.block_n, config.warps,
-                           config.stages)
+            hopper.forward(q, k, v, o, lse, causal, scale, config.block_m, config.block_n, config.stages)
             return o, lse
         config = dataclasses.replace(config, gluon=False)
     config = with_tma_if_ready(config, fallback, q, k, v, o)

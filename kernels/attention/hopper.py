@@ -76,17 +76,17 @@ def out_of_scope(q_shape: tuple, keys: int, causal: bool, window: int, block_m: 
     return None
 
 
-def forward(q, k, v, o, lse, causal: bool, scale: float, block_m: int, block_n: int, warps: int, stages: int):
+def forward(q, k, v, o, lse, causal: bool, scale: float, block_m: int, block_n: int, stages: int):
     """Writes o (contiguous, like q) and lse ([Hq, B * Sq] fp32, log2 units) for inputs `refuses`
-    takes: 64 query rows a program in one warpgroup here (`warps` 4), 128 in pingpong.py's."""
+    takes: 64 query rows a program in one warpgroup (4 warps) here, 128 in pingpong.py's."""
     if block_m == 128:
         from . import pingpong
 
         return pingpong.forward(q, k, v, o, lse, causal, scale, block_n, stages)
     B, Sq, H, D = q.shape
     Sk, Hkv = k.shape[1], k.shape[2]
-    _attn_fwd[(Sq // block_m, B * H)](*descriptors(q, k, v, o, block_m, block_n), lse, Sq, Sk, H, H // Hkv, scale * LOG2E, block_m, block_n, D, stages,
-                                      warps, causal, num_warps=warps)
+    _attn_fwd[(Sq // block_m, B * H)](*descriptors(q, k, v, o, block_m, block_n), lse, Sq, Sk, H, H // Hkv,
+                                      scale * LOG2E, block_m, block_n, D, stages, 4, causal, num_warps=4)
 
 
 def descriptors(q, k, v, o, block_m: int, block_n: int):

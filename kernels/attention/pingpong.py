@@ -99,7 +99,8 @@ if gluon is not None:
         D: gl.constexpr = q_desc.block_type.shape[1]
         s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                            instr_shape=[16, BLOCK_N, 16])
-        o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 16])
+        o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                           instr_shape=[16, D, 16])
         p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
         rows_s: gl.constexpr = gl.SliceLayout(1, s_layout)
         q = q_smem.index(WG)
@@ -121,11 +122,11 @@ if gluon is not None:
         keep = gl.expand_dims(cols, 0) <= gl.expand_dims(seq_rows, 1)
         p, m_i, l_i, alpha = _softmax_step(s, m_i, l_i, qk_scale, keep | (first_masked > 0), True)
         for j in range(1, first_masked):
-            p, m_i, l_i, acc = _step(j, p, m_i, l_i, acc, q, k_smem, v_smem, kv_ready, kv_empty, turns, zero_s, qk_scale,
-                                     seq_rows, cols, STAGES, BLOCK_N, WG, False)
+            p, m_i, l_i, acc = _step(j, p, m_i, l_i, acc, q, k_smem, v_smem, kv_ready, kv_empty, turns, zero_s,
+                                     qk_scale, seq_rows, cols, STAGES, BLOCK_N, WG, False)
         for j in range(gl.maximum(first_masked, 1), n_blocks):
-            p, m_i, l_i, acc = _step(j, p, m_i, l_i, acc, q, k_smem, v_smem, kv_ready, kv_empty, turns, zero_s, qk_scale,
-                                     seq_rows, cols, STAGES, BLOCK_N, WG, True)
+            p, m_i, l_i, acc = _step(j, p, m_i, l_i, acc, q, k_smem, v_smem, kv_ready, kv_empty, turns, zero_s,
+                                     qk_scale, seq_rows, cols, STAGES, BLOCK_N, WG, True)
         last = (n_blocks - 1) % STAGES
         _turn(turns, WG, n_blocks)
         p_op = gl.convert_layout(p.to(dtype), p_layout)
@@ -186,6 +187,6 @@ if gluon is not None:
         # (the rows' places are shifted by SK - SQ: a query sees the keys up to its own place)
         nums = (n_blocks, first_masked, b * SQ + m0, b * SK, h * D, (h // GROUP) * D,
                 h * (gl.num_programs(1) // H) * SQ + b * SQ + m0, m0 + SK - SQ)
-        args = ((q_desc, k_desc, v_desc, o_desc), (q_smem, k_smem, v_smem), (q_bar, kv_ready, kv_empty, turns), nums, LSE,
-                qk_scale)
+        args = ((q_desc, k_desc, v_desc, o_desc), (q_smem, k_smem, v_smem), (q_bar, kv_ready, kv_empty, turns), nums,
+                LSE, qk_scale)
         gl.warp_specialize([(_consumer0, args), (_consumer1, args), (_producer, args)], [4, 1], [CONSUMER_REGS, 24])
