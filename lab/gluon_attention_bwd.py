@@ -1,6 +1,5 @@
-"""A prototype of attention's dk/dv backward kernel in Gluon for Hopper (issue 41's backward), to
-measure against kernels/attention/bwd.py's Triton `_bwd_dkdv` (which it would replace; the dq kernel
-and delta stay as they are).
+"""Prototypes of attention's backward kernels in Gluon for Hopper (issue 41's backward), dk/dv and
+dq, to measure against kernels/attention/bwd.py's Triton `_bwd_dkdv` and `_bwd_dq` (delta stays).
 
 A program holds a key block (BLOCK_N keys of one kv head: K and V in shared memory, dK and dV in
 registers) and walks the query blocks of every query head of its group, which stream through a ring
@@ -10,6 +9,9 @@ cores, then issues dV += P^T dO, takes dS^T = P^T (dP^T - delta) while dV runs, 
 dK += dS^T Q; dV and dK are waited for only at the next step, behind its S^T, so that they run
 while the next step's operands arrive. Scope: dense contiguous [B, S, H, D] bf16/fp16, one length
 S a multiple of the blocks, GQA, causal with square blocks; the fast backward (no `accurate`).
+The dq kernel holds a query block (Q and dO in shared memory, dQ in registers) and walks its key
+blocks the same way: S and dP issued together, P taken while dP runs, dQ += dS K in flight into the
+next step.
 
     python -m lab.gluon_attention_bwd --check [--causal] [--shape B=4,H=16,S=4096,D=128,Hkv=16]
     python -m lab.gluon_attention_bwd --offline [--causal]     # compile for sm_90 without a GPU
@@ -132,6 +134,111 @@ def _dkdv(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, LSE, DELTA, S, HKV,
     tma.store_wait(0)
 
 
+@gluon.jit
+def _load_kv(k_desc, v_desc, bars, k_smem, v_smem, j, stage, row0, col, BLOCK_N: gl.constexpr):
+    bar = bars.index(stage)
+    mbarrier.expect(bar, k_desc.block_type.nbytes + v_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(k_desc, [row0 + j * BLOCK_N, col], bar, k_smem.index(stage))
+    tma.async_copy_global_to_shared(v_desc, [row0 + j * BLOCK_N, col], bar, v_smem.index(stage))
+
+
+@gluon.jit
+def _dq(q_desc, k_desc, v_desc, do_desc, dq_desc, LSE, DELTA, S, H, GROUP, scale, qk_scale, BLOCK_M: gl.constexpr,
+        BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr):
+    """dQ of BLOCK_M query rows of one (sequence, head) over its key blocks: S and dP issued together,
+    P taken while dP runs, dQ += dS K carried in flight into the next step (as _dkdv's dV and dK)."""
+    pid_m = gl.program_id(0)
+    bh = gl.program_id(1)
+    b = bh // H
+    h = bh % H
+    if CAUSAL:  # the longest rows first
+        pid_m = gl.num_programs(0) - 1 - pid_m
+    m0 = pid_m * BLOCK_M
+    b_row = b * S
+    dtype: gl.constexpr = q_desc.dtype
+    D: gl.constexpr = q_desc.block_type.shape[1]
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, BLOCK_N, 16])
+    dq_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 16])
+    op_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=dq_layout, k_width=2)
+    rows_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
+    kv_col = (h // GROUP) * D
+
+    q_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, D], q_desc.layout)
+    do_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, D], do_desc.layout)
+    k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, D], k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, D], v_desc.layout)
+    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(q_bar, count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(bars.index(i), count=1)
+    fence_async_shared()
+
+    n_blocks = (m0 + BLOCK_M) // BLOCK_N if CAUSAL else S // BLOCK_N
+    mbarrier.expect(q_bar, q_desc.block_type.nbytes + do_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(q_desc, [b_row + m0, h * D], q_bar, q_smem)
+    tma.async_copy_global_to_shared(do_desc, [b_row + m0, h * D], q_bar, do_smem)
+    for i in gl.static_range(STAGES):
+        if i < n_blocks:
+            _load_kv(k_desc, v_desc, bars, k_smem, v_smem, i, i, b_row, kv_col, BLOCK_N)
+
+    rows = m0 + gl.arange(0, BLOCK_M, layout=rows_layout)
+    row = h * (gl.num_programs(1) // H) * S + b_row
+    lse = gl.load(LSE + row + rows)
+    delta = gl.load(DELTA + row + rows)
+    cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+    zero_s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
+    dq = warpgroup_mma_init(gl.zeros([BLOCK_M, D], gl.float32, dq_layout))
+    ds_op = gl.zeros([BLOCK_M, BLOCK_N], dtype, op_layout)
+    mbarrier.wait(q_bar, 0)
+    for j in range(n_blocks):
+        stage = j % STAGES
+        mbarrier.wait(bars.index(stage), (j // STAGES) & 1)
+        k = k_smem.index(stage)
+        v = v_smem.index(stage)
+        s_tok = warpgroup_mma(q_smem, k.permute((1, 0)), zero_s, use_acc=False, is_async=True)
+        dp_tok = warpgroup_mma(do_smem, v.permute((1, 0)), zero_s, use_acc=False, is_async=True)
+        s, dq, ds_op = warpgroup_mma_wait(1, deps=[s_tok, dq, ds_op, q_smem, k])[:3]
+        if j > 0:  # the previous step's dQ (issued before S) done: its buffers are free
+            if j - 1 + STAGES < n_blocks:
+                _load_kv(k_desc, v_desc, bars, k_smem, v_smem, j - 1 + STAGES, (j - 1) % STAGES, b_row, kv_col,
+                         BLOCK_N)
+        p = gl.exp2(s * qk_scale - gl.expand_dims(lse, 1))
+        if CAUSAL:
+            p = gl.where(gl.expand_dims(j * BLOCK_N + cols, 0) <= gl.expand_dims(rows, 1), p, 0.0)
+        dp = warpgroup_mma_wait(0, deps=[dp_tok, do_smem, v])[0]
+        ds = p * (dp - gl.expand_dims(delta, 1))
+        ds_op = gl.convert_layout(ds.to(dtype), op_layout)
+        dq = warpgroup_mma(ds_op, k, dq, is_async=True)
+    dq = warpgroup_mma_wait(0, deps=[dq, ds_op])[0]
+    dq = dq * scale
+    mbarrier.invalidate(q_bar)
+    for i in gl.static_range(STAGES):
+        mbarrier.invalidate(bars.index(i))
+    q_smem.store(dq.to(dtype))  # out through Q's buffer, which no matmul reads any more
+    fence_async_shared()
+    tma.async_copy_shared_to_global(dq_desc, [b_row + m0, h * D], q_smem)
+    tma.store_wait(0)
+
+
+def dq(q, k, v, do, lse, delta, causal: bool = False, scale: float | None = None, block_m: int = 64,
+       block_n: int = 64, stages: int = 2):
+    """dq like q (see dkdv for lse and delta)."""
+    B, S, H, D = q.shape
+    if S % block_n or S % block_m or (causal and block_m % block_n) or H % k.shape[2] or not all(
+            t.is_contiguous() for t in (q, k, v, do)):
+        raise ValueError("the prototype takes contiguous tensors, S a multiple of the blocks, causal with query "
+                         "blocks a multiple of the key blocks")
+    out = torch.empty_like(q)
+    scale = scale if scale is not None else 1.0 / math.sqrt(D)
+    q_desc, k_desc, v_desc, dq_desc = descriptors(q, k, v, out, block_m, block_n)
+    do_desc = descriptors(do, k, v, do, block_m, block_n)[0]
+    _dq[(S // block_m, B * H)](q_desc, k_desc, v_desc, do_desc, dq_desc, lse, delta, S, H, H // k.shape[2], scale,
+                               scale * LOG2E, block_m, block_n, stages, causal, num_warps=4)
+    return out
+
+
 def dkdv(q, k, v, do, lse, delta, causal: bool = False, scale: float | None = None, block_n: int = 64,
          block_m: int = 64, stages: int = 2):
     """(dk, dv) like k, v, from lse and delta ([H, B * S] fp32: kcollect's forward's lse in log2
@@ -160,16 +267,18 @@ def _offline(block_n, block_m, stages, causal, D=128):
     q = torch.empty(1, 4096, 16, D, dtype=torch.bfloat16)
     lse = torch.empty(16, 4096, dtype=torch.float32)
     q_desc, k_desc, v_desc, _ = descriptors(q, q, q, q, block_m, block_n)
-    args = (q_desc, k_desc, v_desc, q_desc, k_desc, v_desc, lse, lse, 4096, 16, 1, 0.1, 0.1)
-    sig, const, attrs, options = specialise(_dkdv, args, dict(BLOCK_N=block_n, BLOCK_M=block_m, STAGES=stages,
-                                                              CAUSAL=causal, num_warps=4))
-    kern = triton.compile(GluonASTSource(_dkdv, sig, const, attrs), target=_TARGET, options=options)
-    usage = _resource_usage(kern.asm["cubin"])[0]
-    ptx = kern.asm["ptx"]
-    print(f"sm_90 dk/dv: block_n={block_n} block_m={block_m} stages={stages} causal={causal}: {usage.get('REG')} "
-          f"registers, stack {usage.get('STACK', 0)}, shared {kern.metadata.shared} B, wgmma "
-          f"{ptx.count('wgmma.mma_async')}, waits {ptx.count('wgmma.wait_group')}")
-    return kern
+    launches = {"dk/dv": (_dkdv, (q_desc, k_desc, v_desc, q_desc, k_desc, v_desc, lse, lse, 4096, 16, 1, 0.1, 0.1),
+                          dict(BLOCK_N=block_n, BLOCK_M=block_m)),
+                "dq": (_dq, (q_desc, k_desc, v_desc, q_desc, q_desc, lse, lse, 4096, 16, 1, 0.1, 0.1),
+                       dict(BLOCK_M=block_m, BLOCK_N=block_n))}
+    for name, (fn, args, blocks) in launches.items():
+        sig, const, attrs, options = specialise(fn, args, dict(**blocks, STAGES=stages, CAUSAL=causal, num_warps=4))
+        kern = triton.compile(GluonASTSource(fn, sig, const, attrs), target=_TARGET, options=options)
+        usage = _resource_usage(kern.asm["cubin"])[0]
+        ptx = kern.asm["ptx"]
+        print(f"sm_90 {name}: block_n={block_n} block_m={block_m} stages={stages} causal={causal}: "
+              f"{usage.get('REG')} registers, stack {usage.get('STACK', 0)}, shared {kern.metadata.shared} B, wgmma "
+              f"{ptx.count('wgmma.mma_async')}, waits {ptx.count('wgmma.wait_group')}")
 
 
 def _inputs(B, H, Hkv, S, D, causal, dtype):
@@ -184,23 +293,24 @@ def _inputs(B, H, Hkv, S, D, causal, dtype):
 
 
 def _check(B, H, Hkv, S, D, causal, dtype, **config) -> str:
-    """dk, dv against float64 autograd of softmax(q k^T / sqrt(D)) v: max error over max |grad|."""
+    """dq, dk, dv against float64 autograd of softmax(q k^T / sqrt(D)) v: max error over max |grad|."""
     q, k, v, do, lse, delta = _inputs(B, H, Hkv, S, D, causal, dtype)
     dk, dv = dkdv(q, k, v, do, lse, delta, causal=causal, **config)
+    dq_ = dq(q, k, v, do, lse, delta, causal=causal, **config)
     q64, k64, v64 = (t.double().requires_grad_(True) for t in (q, k, v))
     kk, vv = (t.transpose(1, 2).repeat_interleave(H // Hkv, dim=1) for t in (k64, v64))
     s = q64.transpose(1, 2) @ kk.transpose(-1, -2) / math.sqrt(D)
     if causal:
         s = s.masked_fill(torch.ones(S, S, dtype=torch.bool, device="cuda").triu(1), float("-inf"))
     o = (torch.softmax(s, -1) @ vv).transpose(1, 2)
-    gk, gv = torch.autograd.grad(o, (k64, v64), do.double())
-    e_k = ((dk.double() - gk).abs().max() / gk.abs().max()).item()
-    e_v = ((dv.double() - gv).abs().max() / gv.abs().max()).item()
-    return f"B{B} H{H}/{Hkv} S{S} D{D} causal={causal} {str(dtype)[6:]}: dk error {e_k:.2e}, dv error {e_v:.2e}"
+    grads = torch.autograd.grad(o, (q64, k64, v64), do.double())
+    errs = [((g.double() - want).abs().max() / want.abs().max()).item() for g, want in zip((dq_, dk, dv), grads)]
+    return (f"B{B} H{H}/{Hkv} S{S} D{D} causal={causal} {str(dtype)[6:]}: dq error {errs[0]:.2e}, dk error "
+            f"{errs[1]:.2e}, dv error {errs[2]:.2e}")
 
 
-def _triton_dkdv_ms(q, k, v, do, causal) -> float:
-    """The Triton backward's dk/dv kernel alone, ms a call (torch.profiler over 20 backward calls)."""
+def _triton_kernel_ms(q, k, v, do, causal) -> dict:
+    """The Triton backward's kernels, ms a call each (torch.profiler over 20 backward calls)."""
     from torch.profiler import ProfilerActivity, profile
 
     from kcollect.kernels.attention import attention_backward, attention_forward
@@ -213,8 +323,8 @@ def _triton_dkdv_ms(q, k, v, do, causal) -> float:
         for _ in range(20):
             attention_backward(do, q, k, v, o, lse, causal=causal)
         torch.cuda.synchronize()
-    times = [e.device_time_total for e in prof.key_averages() if "_bwd_dkdv" in e.key]
-    return sum(times) / 20 / 1000 if times else float("nan")
+    return {name: sum(e.device_time_total for e in prof.key_averages() if name in e.key) / 20 / 1000
+            for name in ("_bwd_dkdv", "_bwd_dq", "_bwd_delta")}
 
 
 def main(argv=None) -> int:
@@ -243,11 +353,14 @@ def main(argv=None) -> int:
     q, k, v, do, lse, delta = _inputs(B, H, Hkv, S, D, args.causal, torch.bfloat16)
     import triton.testing as tt
 
-    flops = 8 * B * H * S * S * D / (2 if args.causal else 1)  # dk/dv's 4 matmuls of 2 B H S^2 D (causal: half)
-    ms = tt.do_bench(lambda: dkdv(q, k, v, do, lse, delta, causal=args.causal, **config), warmup=50, rep=300)
-    ref = _triton_dkdv_ms(q, k, v, do, args.causal)
-    print(f"{args.shape} bf16 causal={args.causal} {config}: gluon dk/dv {ms:.4f} ms ({flops / ms / 1e9:.1f} "
-          f"TFLOP/s), the Triton backward's dk/dv kernel {ref:.4f} ms (profiler)", flush=True)
+    flops = 4 * B * H * S * S * D / (2 if args.causal else 1)  # two matmuls (causal: half): dk/dv has 4, dq 3
+    run = dict(causal=args.causal, **config)
+    ms_kv = tt.do_bench(lambda: dkdv(q, k, v, do, lse, delta, **run), warmup=50, rep=300)
+    ms_q = tt.do_bench(lambda: dq(q, k, v, do, lse, delta, **run), warmup=50, rep=300)
+    ref = _triton_kernel_ms(q, k, v, do, args.causal)
+    print(f"{args.shape} bf16 causal={args.causal} {config}: gluon dk/dv {ms_kv:.4f} ms ({2 * flops / ms_kv / 1e9:.1f} "
+          f"TFLOP/s), dq {ms_q:.4f} ms ({1.5 * flops / ms_q / 1e9:.1f}); the Triton backward's kernels (profiler): "
+          + ", ".join(f"{name} {ms:.4f} ms" for name, ms in ref.items()), flush=True)
     return 0
 
 
