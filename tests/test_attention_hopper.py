@@ -1,6 +1,7 @@
-"""The Gluon forward (kernels/attention/hopper.py, FwdConfig.gluon): its scope, its fallback to the
-Triton kernel, what it compiles to for sm_90 (on the CPU), and on an sm_90 GPU its answers and
-gradients (the Triton backward on its log-sum-exp) against float64."""
+"""The Gluon forwards (FwdConfig.gluon: kernels/attention/hopper.py's one warpgroup of 64 query rows,
+pingpong.py's two): their scope, the fallback to the Triton kernel, where they are picked, what they
+compile to for sm_90 (on the CPU), and on an sm_90 GPU their answers and gradients (the Triton
+backward on their log-sum-exp) against float64."""
 import os
 from pathlib import Path
 import random

@@ -3,7 +3,8 @@ either way, windows of 1 key to more than the sequence, grouped-query, batch 1),
 (empty sequences, one-token ones, keys of another length than the queries, max_seqlen given or
 not), one-frame decoding over a cache (empty caches, windows), inputs whose rows are padded (strides
 not 16-byte aligned) or start off the alignment, upstream gradients that are not contiguous, large
-scores, and inputs past the documented limits (head dim over 128, fp32), which must be refused.
+scores, and inputs past the documented limits (head dim over 128, fp32), which must be refused;
+on a GPU also dense shapes in the Gluon forwards' scope with a Gluon config forced (`hopper`).
 
 Shapes come from a fixed pool per path (`POOL`), built once from a fixed seed out of the awkward
 sets below: the GPU compiles one kernel variant per shape, dtype and layout, so a sweep of thousands
