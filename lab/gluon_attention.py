@@ -62,18 +62,33 @@ def _offline(block_m, block_n, stages, warps, causal=False, D=128):
     return k
 
 
+def reference64(q, k, v, causal: bool):
+    """(scores [B, H, Sq, Sk], o like q) in float64 for [B, S, H, D] inputs (GQA, a causal mask
+    aligned at the end); differentiable where the inputs ask for gradients."""
+    H, Hkv, D = q.shape[2], k.shape[2], q.shape[3]
+    Sq, Sk = q.shape[1], k.shape[1]
+    kk, vv = (t.double().transpose(1, 2).repeat_interleave(H // Hkv, dim=1) for t in (k, v))
+    s = q.double().transpose(1, 2) @ kk.transpose(-1, -2) / math.sqrt(D)
+    if causal:
+        s = s.masked_fill(torch.ones(Sq, Sk, dtype=torch.bool, device=q.device).triu(Sk - Sq + 1), float("-inf"))
+    return s, (torch.softmax(s, -1) @ vv).transpose(1, 2)
+
+
+def shape_of(text: str) -> tuple[int, int, int, int, int]:
+    """(B, H, Hkv, S, D) of a --shape text: B=..,H=..,S=..,D=..[,Hkv=..] (Hkv: H by default)."""
+    from lab.ab import parse_shape
+
+    dims = parse_shape(text)
+    return dims["B"], dims["H"], dims.get("Hkv", dims["H"]), dims["S"], dims["D"]
+
+
 def _check(B, H, Hkv, S, D, causal, dtype, Sk, **config) -> str:
     """The kernel's o and lse against float64 on fresh random inputs: max errors over max |o|, |lse|;
     S queries over Sk keys, a causal mask aligned at the end."""
     q = torch.randn(B, S, H, D, device="cuda", dtype=dtype)
     k, v = (torch.randn(B, Sk, Hkv, D, device="cuda", dtype=dtype) for _ in range(2))
     o, lse = forward(q, k, v, causal=causal, **config)
-    q64, k64, v64 = (t.transpose(1, 2).double() for t in (q, k, v))
-    k64, v64 = (t.repeat_interleave(H // Hkv, dim=1) for t in (k64, v64))
-    s = q64 @ k64.transpose(-1, -2) / math.sqrt(D)
-    if causal:
-        s = s.masked_fill(torch.ones(S, Sk, dtype=torch.bool, device="cuda").triu(Sk - S + 1), float("-inf"))
-    want = (torch.softmax(s, -1) @ v64).transpose(1, 2)
+    s, want = reference64(q, k, v, causal)
     lse64 = (torch.logsumexp(s, -1) / math.log(2)).transpose(0, 1).reshape(H, B * S)
     e_o = ((o.double() - want).abs().max() / want.abs().max()).item()
     e_l = ((lse.double() - lse64).abs().max() / lse64.abs().max()).item()
@@ -105,9 +120,7 @@ def main(argv=None) -> int:
                      (2, 2, 1, 256, 640, 128, True, torch.bfloat16), (1, 2, 2, 256, 64, 32, False, torch.float16))
         for B, H, Hkv, S, Sk, D, causal, dtype in cases:
             print(_check(B, H, Hkv, S, D, causal, dtype, Sk, **config), flush=True)
-    dims = dict(kv.split("=") for kv in args.shape.split(","))
-    B, H, S, D = (int(dims[k]) for k in "BHSD")
-    Hkv = int(dims.get("Hkv", H))
+    B, H, Hkv, S, D = shape_of(args.shape)
     q = torch.randn(B, S, H, D, device="cuda", dtype=torch.bfloat16)
     k, v = (torch.randn(B, S, Hkv, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
     from torch.nn.attention import SDPBackend, sdpa_kernel

@@ -28,7 +28,8 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                               warpgroup_mma_init, warpgroup_mma_wait)
 
-from kcollect.kernels.attention.hopper import LOG2E, descriptors
+from kcollect.kernels.attention.hopper import LOG2E, _load_kv, descriptors
+from lab.gluon_attention import reference64, shape_of
 
 
 @gluon.jit
@@ -132,14 +133,6 @@ def _dkdv(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, LSE, DELTA, S, HKV,
     tma.async_copy_shared_to_global(dk_desc, [b_row + n0, hk * D], k_smem)
     tma.async_copy_shared_to_global(dv_desc, [b_row + n0, hk * D], v_smem)
     tma.store_wait(0)
-
-
-@gluon.jit
-def _load_kv(k_desc, v_desc, bars, k_smem, v_smem, j, stage, row0, col, BLOCK_N: gl.constexpr):
-    bar = bars.index(stage)
-    mbarrier.expect(bar, k_desc.block_type.nbytes + v_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(k_desc, [row0 + j * BLOCK_N, col], bar, k_smem.index(stage))
-    tma.async_copy_global_to_shared(v_desc, [row0 + j * BLOCK_N, col], bar, v_smem.index(stage))
 
 
 @gluon.jit
@@ -298,11 +291,7 @@ def _check(B, H, Hkv, S, D, causal, dtype, **config) -> str:
     dk, dv = dkdv(q, k, v, do, lse, delta, causal=causal, **config)
     dq_ = dq(q, k, v, do, lse, delta, causal=causal, **config)
     q64, k64, v64 = (t.double().requires_grad_(True) for t in (q, k, v))
-    kk, vv = (t.transpose(1, 2).repeat_interleave(H // Hkv, dim=1) for t in (k64, v64))
-    s = q64.transpose(1, 2) @ kk.transpose(-1, -2) / math.sqrt(D)
-    if causal:
-        s = s.masked_fill(torch.ones(S, S, dtype=torch.bool, device="cuda").triu(1), float("-inf"))
-    o = (torch.softmax(s, -1) @ vv).transpose(1, 2)
+    o = reference64(q64, k64, v64, causal)[1]
     grads = torch.autograd.grad(o, (q64, k64, v64), do.double())
     errs = [((g.double() - want).abs().max() / want.abs().max()).item() for g, want in zip((dq_, dk, dv), grads)]
     return (f"B{B} H{H}/{Hkv} S{S} D{D} causal={causal} {str(dtype)[6:]}: dq error {errs[0]:.2e}, dk error "
@@ -347,9 +336,7 @@ def main(argv=None) -> int:
                                                (2, 4, 2, 192, 64, False, torch.bfloat16),
                                                (1, 3, 3, 256, 128, False, torch.float16)):
             print(_check(B, H, Hkv, S, D, causal, dtype, **config), flush=True)
-    dims = dict(kv.split("=") for kv in args.shape.split(","))
-    B, H, S, D = (int(dims[k]) for k in "BHSD")
-    Hkv = int(dims.get("Hkv", H))
+    B, H, Hkv, S, D = shape_of(args.shape)
     q, k, v, do, lse, delta = _inputs(B, H, Hkv, S, D, args.causal, torch.bfloat16)
     import triton.testing as tt
 

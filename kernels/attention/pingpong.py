@@ -34,7 +34,7 @@ if gluon is not None:
     from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                                   warpgroup_mma_wait)
 
-    from .hopper import _softmax_step
+    from .hopper import _load_kv, _softmax_step
 
     _ROWS = gl.constexpr(ROWS)
 
@@ -54,10 +54,7 @@ if gluon is not None:
             stage = j % STAGES
             # a fresh mbarrier counts as its phase 1 complete: the first STAGES waits pass
             mbarrier.wait(kv_empty.index(stage), ((j // STAGES) & 1) ^ 1)
-            bar = kv_ready.index(stage)
-            mbarrier.expect(bar, k_desc.block_type.nbytes + v_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(k_desc, [k_row0 + j * BLOCK_N, kv_col], bar, k_smem.index(stage))
-            tma.async_copy_global_to_shared(v_desc, [k_row0 + j * BLOCK_N, kv_col], bar, v_smem.index(stage))
+            _load_kv(k_desc, v_desc, kv_ready, k_smem, v_smem, j, stage, k_row0, kv_col, BLOCK_N)
 
     @gluon.jit
     def _turn(turns, WG: gl.constexpr, k):
