@@ -161,9 +161,17 @@ MUTATIONS = (
              "tests/test_attention_hopper.py::"
              "test_the_gluon_forward_is_picked_where_it_measured_faster_and_recorded_where_it_runs"),
     Mutation("attention's record says Gluon where the Triton kernel ran", "kernels/attention/spec.py",
-             "if fwd.gluon and (packed or", "if False and (packed or",
+             '"packed or a residual" if packed', 'None if packed',
              "tests/test_attention_hopper.py::"
              "test_the_gluon_forward_is_picked_where_it_measured_faster_and_recorded_where_it_runs"),
+    Mutation("attention's ping-pong forward picked from 2048 keys", "kernels/attention/config.py",
+             "and keys >= 4096:", "and keys >= 2048:",
+             "tests/test_attention_hopper.py::"
+             "test_the_gluon_forward_is_picked_where_it_measured_faster_and_recorded_where_it_runs"),
+    Mutation("a picked ping-pong falls back to the Triton kernel's 128-row tiles", "kernels/attention/config.py",
+             "if picked and config.block_m == 128:", "if False:",
+             "tests/test_attention_hopper.py::"
+             "test_a_picked_pingpong_gives_way_to_the_64_row_forward_and_a_forced_one_keeps_its_tiles"),
     Mutation("attention's Gluon scope takes causal calls with fewer keys than queries", "kernels/attention/hopper.py",
              "if causal and keys < Sq:", "if False:",
              "tests/test_attention_hopper.py::test_scope[q_shape3-64-True-0-at least as many keys]"),

@@ -108,14 +108,34 @@ def test_the_gluon_forward_is_picked_where_it_measured_faster_and_recorded_where
     from kcollect.kernels.attention import spec
 
     monkeypatch.setattr(attention_config, "arch", lambda device: "sm90")
-    for model, d, s, want in (("h200", 128, 4096, True), ("h200", 128, 512, True), ("h200", 64, 512, True),
-                              ("h200", 64, 2048, True), ("h200", 64, 4096, False), ("h200", 96, 4096, False),
-                              ("h200", 128, 60, False), ("h100", 128, 4096, False)):
+    # (GPU, head dim, queries, keys): the forward picked, None for the Triton kernel
+    for model, d, s, keys, want in (
+            ("h200", 128, 4096, 4096, PINGPONG), ("h200", 128, 1024, 4096, PINGPONG), ("h200", 128, 2048, 2048, GLUON),
+            ("h200", 128, 512, 512, GLUON), ("h200", 128, 4096, 0, GLUON), ("h200", 64, 512, 512, GLUON),
+            ("h200", 64, 2048, 8192, GLUON), ("h200", 64, 4096, 4096, None), ("h200", 96, 4096, 4096, None),
+            ("h200", 128, 60, 8192, None), ("h100", 128, 4096, 4096, None)):
         monkeypatch.setattr(attention_config, "gpu_model", lambda device, model=model: model)
-        assert attention_config.pick_fwd(d, True, s, "cpu").gluon is want, (model, d, s)
+        got = attention_config.pick_fwd(d, True, s, "cpu", keys)
+        assert got == want if want else not got.gluon, (model, d, s, keys, got)
     monkeypatch.setattr(attention_config, "gpu_model", lambda device: "h200")
-    # the record says which kernel ran: the Triton one for a window, a packed batch or a length off the blocks
-    for dims, gluon in ((dense(1, 2, 2, 1024, 1024, 128, 1), True), (dense(1, 2, 2, 1024, 1024, 128, 1, 256), False),
-                        (dense(1, 2, 2, 1000, 1000, 128, 1), False), ({**dense(2, 2, 2, 512, 512, 128, 1), "varlen": 1},
-                                                                       False)):
-        assert spec.config_of(SPEC.make_inputs(dims, BF16, "cpu", 0))["fwd"]["gluon"] is gluon, dims
+    # the record says which kernel ran: the Triton one for a window, a packed batch or a length off the
+    # blocks; the 64-row Gluon one where the ping-pong's 128 rows do not divide the queries
+    for dims, want in ((dense(1, 2, 2, 1024, 1024, 128, 1), GLUON), (dense(1, 2, 2, 1024, 1024, 128, 1, 256), None),
+                       (dense(1, 2, 2, 1000, 1000, 128, 1), None), ({**dense(2, 2, 2, 512, 512, 128, 1), "varlen": 1},
+                                                                    None),
+                       (dense(1, 1, 1, 1024, 4096, 128, 1), PINGPONG), (dense(1, 1, 1, 960, 4096, 128, 1), GLUON),
+                       (dense(1, 1, 1, 4000, 4000, 128, 0), None)):
+        got = spec.config_of(SPEC.make_inputs(dims, BF16, "cpu", 0))["fwd"]
+        assert got["gluon"] is bool(want) and (not want or got["block_m"] == want.block_m), (dims, got)
+
+
+def test_a_picked_pingpong_gives_way_to_the_64_row_forward_and_a_forced_one_keeps_its_tiles():
+    from kcollect.kernels.attention.config import runnable
+
+    def at(queries):  # the scope of a causal call of `queries` over 4096 keys
+        return lambda c: hopper.out_of_scope((1, queries, 2, 128), 4096, True, 0, c.block_m, c.block_n)
+
+    assert runnable(PINGPONG, True, at(1024)) == PINGPONG
+    assert runnable(PINGPONG, True, at(960)) == GLUON
+    assert runnable(PINGPONG, True, at(1000)) == FwdConfig(64, 64, 4, 3)
+    assert runnable(PINGPONG, False, at(960)) == FwdConfig(128, 64, 4, 4)

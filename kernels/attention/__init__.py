@@ -7,8 +7,9 @@ q [total_q, Hq, D], k and v [total_k, Hkv, D] with `cu_seqlens_q` / `cu_seqlens_
 (given, no device-to-host copy: CUDA graphs can capture the call; found from cu_seqlens otherwise).
 bf16 and fp16, head dims up to 128 (non-powers of two padded with masks). Which key a query sees
 (causal, sliding window of `window` keys, Sq != Skv aligned at the end) is documented in naive.py.
-On Hopper the forward of dense batches without a window can run a Gluon kernel (hopper.py,
-FwdConfig.gluon), picked where it measured faster (config.py); the backward is the Triton one.
+On Hopper the forward of dense batches without a window can run a Gluon kernel (hopper.py's one
+warpgroup of 64 query rows, pingpong.py's two of 128: FwdConfig.gluon), picked where it measured
+faster (config.py); the backward is the Triton one.
 
 `attention_forward` / `attention_backward` are the raw launches, each with `config=None`
 (config.pick's choice) or a FwdConfig / BwdConfig to force. A picked config that the inputs or the
@@ -99,7 +100,7 @@ def attention_forward(q, k, v, causal=False, window=0, cu_seqlens_q=None, cu_seq
     max_q, max_k = _lengths(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
     picked = config is None
-    config = config or pick_fwd(q.shape[-1], causal, max_q, q.device)
+    config = config or pick_fwd(q.shape[-1], causal, max_q, q.device, keys_seen(window, max_k))
     return fwd.forward(q, k, v, bool(causal), int(window), cu_seqlens_q, cu_seqlens_k, max_q, max_k, scale, config,
                        fallback=picked, residual=_residual)
 

@@ -26,7 +26,9 @@ The CPU entries are small so that the interpreter's tests cross several blocks o
 Both picks are @tunable: `kcollect.kernels._host.config.forced(FwdConfig(...))` overrides them (lab/)."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from typing import Callable
 
 from .._host.config import arch, gpu_model, tunable
 
@@ -78,25 +80,43 @@ class AttentionConfig:
     bwd: BwdConfig = BwdConfig()
 
 
+PINGPONG = FwdConfig(block_m=128, block_n=64, warps=4, stages=4, gluon=True)  # pingpong.py's tiles
 _CPU = AttentionConfig(FwdConfig(16, 16, 4, 1), BwdConfig(16, 16, 4, 1, 16, 16, 4, 1))
 
 
 @tunable
-def pick_fwd(head_dim: int, causal: bool, max_seqlen_q: int, device) -> FwdConfig:
-    """The forward's config for a head dim, mask and query length on `device`'s architecture."""
+def pick_fwd(head_dim: int, causal: bool, max_seqlen_q: int, device, keys: int = 0) -> FwdConfig:
+    """The forward's config for a head dim, mask and query length on `device`'s architecture; `keys`:
+    the most keys one query sees (keys_seen; 0: unknown, taken as few)."""
     if arch(device) == "cpu":
         return _CPU.fwd
     if max_seqlen_q <= 64:  # real-time windows: one short block, no rows wasted on padding
         return FwdConfig(block_m=64, block_n=64, warps=4, stages=3)
-    # the Gluon kernel where measured faster, on the H200 (lab/results/gluon_attention_ab_h200.txt,
-    # gluon_attention_d64_h200.txt): at D 128 everywhere, at D 64 up to 2048 queries (S 512 causal
-    # 1.26x; at S 4096 and 8192 the Triton kernel's 128-row tiles were 3-5% faster)
+    # the Gluon kernels where measured faster, on the H200 (lab/results/gluon_attention_ab_h200.txt,
+    # gluon_attention_d64_h200.txt, gluon_pingpong_ab_h200.txt): at D 128 the ping-pong (128 rows)
+    # from 4096 keys (1.04-1.14x the 64-row one there; even at 2048, 0.87-0.93x at 512), the 64-row one below; at
+    # D 64 the 64-row one up to 2048 queries (S 512 causal 1.26x; at S 4096 and 8192 the Triton
+    # kernel's 128-row tiles were 3-5% faster). `runnable` gives way where the inputs are out of scope
     h200 = gpu_model(device) == "h200"
     if head_dim <= 64:
         if h200 and head_dim == 64 and 512 <= max_seqlen_q <= 2048:
             return FwdConfig(block_m=64, block_n=64, warps=4, stages=3, gluon=True)
         return FwdConfig(block_m=128, block_n=64, warps=8, stages=3)
+    if h200 and head_dim == 128 and keys >= 4096:
+        return PINGPONG
     return FwdConfig(block_m=64, block_n=64, warps=4, stages=3, gluon=h200 and head_dim == 128)
+
+
+def runnable(config: FwdConfig, picked: bool, refusal: Callable[[FwdConfig], str | None]) -> FwdConfig:
+    """The config that runs, given `refusal` (why a Gluon config cannot take the inputs, or None): a
+    picked ping-pong gives way to the 64-row Gluon forward, and a Gluon config to the Triton kernel
+    with its tiles (a forced ping-pong keeps its 128 rows there)."""
+    while config.gluon and refusal(config):
+        if picked and config.block_m == 128:
+            config = dataclasses.replace(config, block_m=64, stages=3)
+        else:
+            config = dataclasses.replace(config, gluon=False)
+    return config
 
 
 @tunable
@@ -129,5 +149,5 @@ def keys_seen(window: int, max_seqlen_k: int) -> int:
 
 
 def pick(head_dim: int, causal: bool, max_seqlen_q: int, device, group: int = 1, keys: int = 0) -> AttentionConfig:
-    return AttentionConfig(pick_fwd(head_dim, causal, max_seqlen_q, device),
+    return AttentionConfig(pick_fwd(head_dim, causal, max_seqlen_q, device, keys),
                            pick_bwd(head_dim, causal, max_seqlen_q, device, group, keys))

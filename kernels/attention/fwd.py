@@ -20,7 +20,7 @@ from .._host.dot import interpreter_operands
 from .common import (block_d, key_blocks, load_tile, lse_offset, query_tile, rows_src, seq_spans,
                      store_tile, visible)
 from . import hopper
-from .config import FwdConfig
+from .config import FwdConfig, runnable
 
 
 @triton.jit
@@ -241,12 +241,11 @@ def forward(q, k, v, causal: bool, window: int, cu_q, cu_k, max_q: int, max_k: i
     r = torch.empty_like(o, dtype=torch.int8) if residual else None
     q, k, v = interpreter_operands(q, k, v)
     lse = torch.empty((hq, tq), dtype=torch.float32, device=q.device)
+    config = runnable(config, fallback, lambda c: "a residual or no work" if residual or not batch * hq * max_q
+                      else hopper.refuses(q, k, v, causal, window, varlen, c.block_m, c.block_n))
     if config.gluon:
-        if batch * hq * max_q and not residual and hopper.refuses(q, k, v, causal, window, varlen, config.block_m,
-                                                                  config.block_n) is None:
-            hopper.forward(q, k, v, o, lse, causal, scale, config.block_m, config.block_n, config.stages)
-            return o, lse
-        config = dataclasses.replace(config, gluon=False)
+        hopper.forward(q, k, v, o, lse, causal, scale, config.block_m, config.block_n, config.stages)
+        return o, lse
     config = with_tma_if_ready(config, fallback, q, k, v, o)
     if config.tma:
         use_tma(q, k, v, o)

@@ -8,7 +8,6 @@ cu_seqlens, the lengths fixed by the dims so that the cost model counts them exa
 """
 from __future__ import annotations
 
-import dataclasses
 
 import torch
 
@@ -17,6 +16,7 @@ from kcollect.spec import MODES, KernelSpec, Provider
 from .._host.config import config_record
 from .._spec.kit import grids_of
 from . import ACCURATE_KEYS, accurate_bwd, attention, hopper, keys_seen, pick
+from .config import runnable
 from .naive import reference, visible_pairs
 from .providers import cuda_only, eager, fa4, fla, flex, importable, sdpa
 
@@ -80,10 +80,9 @@ def config_of(inputs) -> dict:
     max_k = inputs["max_seqlen_k"] if packed else inputs["k"].shape[1]
     keys = keys_seen(inputs["window"], max_k)
     c = pick(q.shape[-1], inputs["causal"], max_q, q.device, q.shape[-2] // inputs["k"].shape[-2], keys)
-    fwd = c.fwd
-    if fwd.gluon and (packed or keys <= ACCURATE_KEYS or hopper.out_of_scope(
-            tuple(q.shape), max_k, inputs["causal"], inputs["window"], fwd.block_m, fwd.block_n)):
-        fwd = dataclasses.replace(fwd, gluon=False)  # the Triton kernel runs these (fwd.forward): record it
+    # the kernel fwd.forward runs (the Triton one for packed batches and residuals): record it
+    fwd = runnable(c.fwd, True, lambda f: "packed or a residual" if packed or keys <= ACCURATE_KEYS else
+                   hopper.out_of_scope(tuple(q.shape), max_k, inputs["causal"], inputs["window"], f.block_m, f.block_n))
     # the backward attention() runs by default: the accurate one on short rows
     return config_record(fwd=fwd, bwd=accurate_bwd(c.bwd) if keys <= ACCURATE_KEYS else c.bwd)
 
