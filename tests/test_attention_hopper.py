@@ -1,7 +1,7 @@
 """The Gluon forwards (FwdConfig.gluon: kernels/attention/hopper.py's one warpgroup of 64 query rows,
-pingpong.py's two): their scope, the fallback to the Triton kernel, where they are picked, what they
-compile to for sm_90 (on the CPU), and on an sm_90 GPU their answers and gradients (the Triton
-backward on their log-sum-exp) against float64."""
+pingpong.py's two) and backward (BwdConfig.gluon: hopper_bwd.py's dk/dv and dq kernels): their
+scope, the fallback to the Triton kernels, where they are picked, what they compile to for sm_90 (on
+the CPU), and on an sm_90 GPU their answers and gradients against float64."""
 import os
 from pathlib import Path
 import random
@@ -13,12 +13,13 @@ import pytest
 import torch
 
 from kcollect.kernels._host.config import forced
-from kcollect.kernels.attention import AttentionConfig, FwdConfig, attention, hopper
+from kcollect.kernels.attention import AttentionConfig, BwdConfig, FwdConfig, attention, hopper, hopper_bwd
 from kcollect.kernels.attention.spec import SPEC
 from test_attention import BF16, F16, ON_GPU, check, dense
 
 GLUON = FwdConfig(64, 64, 4, 3, gluon=True)
 PINGPONG = FwdConfig(128, 64, 4, 4, gluon=True)
+GLUON_BWD = BwdConfig(64, 64, 4, 2, 64, 64, 4, 2, gluon=True)
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -57,6 +58,45 @@ def test_a_gluon_config_runs_the_triton_kernel_where_it_cannot(monkeypatch):
     inputs = SPEC.make_inputs(dense(1, 2, 1, 37, 45, 64, 1), BF16, "cpu", random.randrange(2**31))
     with forced(FwdConfig(16, 16, 4, 1, gluon=True)):
         check(inputs, BF16)
+
+
+@pytest.mark.parametrize("q_shape, keys, why", [
+    ((2, 4096, 16, 128), 4096, None),
+    ((3, 192, 5, 64), 192, None),
+    ((1, 1024, 4, 128), 4096, "as many keys as queries"),
+    ((1, 1000, 4, 128), 1000, "a multiple of 64"),
+    ((1, 256, 4, 32), 256, "head dims"),
+    ((1, 256, 4, 96), 256, "head dims"),
+    ((65536, 64, 1, 64), 64, "65535"),
+])
+def test_backward_scope(q_shape, keys, why):
+    got = hopper_bwd.out_of_scope(q_shape, keys)
+    assert got is None if why is None else why in got
+
+
+def test_a_gluon_backward_runs_the_triton_kernels_where_it_cannot(monkeypatch):
+    def never(*args, **kwargs):
+        raise AssertionError("hopper_bwd.backward called outside its scope")
+
+    monkeypatch.setattr(hopper_bwd, "backward", never)
+    t = torch.randn(1, 64, 2, 64)
+    assert hopper_bwd.refuses(t, t, t, t, False, 0, False, False) is not None
+    inputs = SPEC.make_inputs(dense(1, 2, 1, 64, 64, 64, 1), BF16, "cpu", random.randrange(2**31))
+    with forced(BwdConfig(16, 16, 4, 1, 16, 16, 4, 1, gluon=True)):
+        check(inputs, BF16)
+
+
+@pytest.mark.skipif(hopper.gluon is None, reason="this Triton has no Gluon Hopper API")
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_backward_kernels_compile_for_sm90_without_spill(causal):
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    cmd = [sys.executable, "-m", "lab.gluon_attention_bwd", "--offline"] + ["--causal"] * causal
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, check=True).stdout
+    found = re.findall(r"sm_90 (dk/dv|dq): .*: (\d+) registers, stack (\d+), shared (\d+) B", out)
+    assert {name for name, *_ in found} == {"dk/dv", "dq"}
+    for name, regs, stack, shared in found:
+        # no spill; two programs of one warpgroup an SM
+        assert int(stack) == 0 and int(regs) <= 255 and int(shared) <= 232448 // 2, (name, regs, stack, shared)
 
 
 @pytest.mark.skipif(hopper.gluon is None, reason="this Triton has no Gluon Hopper API")
@@ -103,6 +143,26 @@ def test_gpu_gluon_matches_reference(case, tiles, monkeypatch):
     assert calls, "the Gluon kernel did not run"
 
 
+BWD_CASES = {  # as many keys as queries (hopper_bwd's scope)
+    "gqa_causal": (dense(2, 8, 2, 1024, 1024, 128, 1), BF16),
+    "mha_causal_f16": (dense(1, 3, 3, 320, 320, 128, 1), F16),
+    "d64": (dense(3, 4, 2, 192, 192, 64, 0), BF16),
+    "one_block": (dense(1, 2, 2, 64, 64, 128, 0), F16),
+}
+
+
+@ON_GPU
+@pytest.mark.parametrize("case", BWD_CASES)
+def test_gpu_gluon_backward_matches_reference(case, monkeypatch):
+    dims, dtype = BWD_CASES[case]
+    calls = []
+    real = hopper_bwd.backward
+    monkeypatch.setattr(hopper_bwd, "backward", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    inputs = SPEC.make_inputs(dims, dtype, "cuda", random.randrange(2**31))
+    check(inputs, dtype, lambda **kw: attention(**kw, config=AttentionConfig(fwd=GLUON, bwd=GLUON_BWD), accurate=False))
+    assert calls, "the Gluon backward did not run"
+
+
 def test_the_gluon_forward_is_picked_where_it_measured_faster_and_recorded_where_it_runs(monkeypatch):
     from kcollect.kernels.attention import config as attention_config
     from kcollect.kernels.attention import spec
@@ -127,6 +187,13 @@ def test_the_gluon_forward_is_picked_where_it_measured_faster_and_recorded_where
                        (dense(1, 1, 1, 4000, 4000, 128, 0), None)):
         got = spec.config_of(SPEC.make_inputs(dims, BF16, "cpu", 0))["fwd"]
         assert got["gluon"] is bool(want) and (not want or got["block_m"] == want.block_m), (dims, got)
+    # the Gluon backward: picked at D 128, recorded where its scope takes the call
+    assert attention_config.pick_bwd(128, True, 4096, "cpu", 4, 4096).gluon
+    assert not attention_config.pick_bwd(64, True, 4096, "cpu", 1, 4096).gluon
+    for dims, gluon in ((dense(1, 2, 2, 1024, 1024, 128, 1), True), (dense(1, 4, 2, 512, 512, 128, 0), True),
+                        (dense(1, 2, 2, 1024, 1024, 128, 1, 256), False), (dense(1, 1, 1, 1024, 4096, 128, 1), False),
+                        ({**dense(2, 2, 2, 512, 512, 128, 1), "varlen": 1}, False), (dense(1, 2, 2, 48, 48, 128, 0), False)):
+        assert spec.config_of(SPEC.make_inputs(dims, BF16, "cpu", 0))["bwd"]["gluon"] is gluon, dims
 
 
 def test_a_picked_pingpong_gives_way_to_the_64_row_forward_and_a_forced_one_keeps_its_tiles():

@@ -8,8 +8,9 @@ q [total_q, Hq, D], k and v [total_k, Hkv, D] with `cu_seqlens_q` / `cu_seqlens_
 bf16 and fp16, head dims up to 128 (non-powers of two padded with masks). Which key a query sees
 (causal, sliding window of `window` keys, Sq != Skv aligned at the end) is documented in naive.py.
 On Hopper the forward of dense batches without a window can run a Gluon kernel (hopper.py's one
-warpgroup of 64 query rows, pingpong.py's two of 128: FwdConfig.gluon), picked where it measured
-faster (config.py); the backward is the Triton one.
+warpgroup of 64 query rows, pingpong.py's two of 128: FwdConfig.gluon), and the backward of those
+with as many keys as queries Gluon dk/dv and dq kernels (hopper_bwd.py, BwdConfig.gluon), each picked
+where it measured faster (config.py); elsewhere the Triton kernels run.
 
 `attention_forward` / `attention_backward` are the raw launches, each with `config=None`
 (config.pick's choice) or a FwdConfig / BwdConfig to force. A picked config that the inputs or the

@@ -70,6 +70,7 @@ from .._host.device import first_fit
 from .._host.dot import interpreter_operands
 from .common import (block_d, key_blocks, key_span, load_tile, lse_offset, query_blocks, query_tile, rows_src,
                      seq_spans, store_tile, visible)
+from . import hopper_bwd
 from .config import BwdConfig
 from .fwd import fallbacks, residual_shift, strides3, use_tma, with_tma_if_ready
 
@@ -403,6 +404,10 @@ def backward(do, q, k, v, o, lse, causal: bool, window: int, cu_q, cu_k, max_q: 
                                                BLOCK_T=block_t, VARLEN=varlen, RESIDUAL=residual is not None,
                                                R_SHIFT=residual_shift(o.dtype),
                                                num_warps=4)
+    if config.gluon and hopper_bwd.refuses(q, k, v, do, causal, window, varlen, residual is not None or config.one_key
+                                           or config.dq_shift) is None:
+        hopper_bwd.backward(q, k, v, do, lse, delta, dq, dk, dv, causal, scale)
+        return dq, dk, dv
     common = (cu_q, cu_k, *strides3(q, varlen), *strides3(k, varlen), *strides3(v, varlen), *strides3(do, varlen),
               max_q, max_k, tq)
     flags = dict(D=d, BLOCK_D=bd, CAUSAL=causal, HAS_WINDOW=window > 0, VARLEN=varlen, TMA=config.tma,

@@ -72,6 +72,9 @@ class BwdConfig:
     # rows whose probability is all on one key (bwd.py's rows of one key): no dS into dk from that
     # key, dq shifted by it; a compare and select per element a block in both kernels
     one_key: bool = False
+    # hopper_bwd.py's Gluon kernels (their own 64x64 tiles, one warpgroup, 2 stages) where the inputs
+    # are in their scope (hopper_bwd.refuses); elsewhere the Triton kernels with the tiles above
+    gluon: bool = False
 
 
 @dataclass(frozen=True)
@@ -126,7 +129,9 @@ def pick_bwd(head_dim: int, causal: bool, max_seqlen_q: int, device, group: int 
     if arch(device) == "cpu":
         return _CPU.bwd
     if gpu_model(device) == "h200":
-        return _h200_bwd(head_dim, causal, group, keys)
+        # the Gluon kernels at D 128: dk/dv 1.09-1.13x, dq 1.04-1.07x the Triton ones at S 4096-16384,
+        # causal and not, GQA (lab/results/gluon_attention_bwd_h200.txt)
+        return dataclasses.replace(_h200_bwd(head_dim, causal, group, keys), gluon=head_dim == 128)
     if group > 1:  # the dk/dv program walks every query head of its group: shorter query steps
         return BwdConfig(kv_n=64, kv_m=32, kv_warps=4, q_m=64, q_n=64, q_warps=4, tma=True)
     return BwdConfig(kv_n=64, kv_m=64, kv_warps=4, q_m=64, q_n=64, q_warps=4)

@@ -8,6 +8,7 @@ cu_seqlens, the lengths fixed by the dims so that the cost model counts them exa
 """
 from __future__ import annotations
 
+import dataclasses
 
 import torch
 
@@ -15,7 +16,7 @@ from kcollect.spec import MODES, KernelSpec, Provider
 
 from .._host.config import config_record
 from .._spec.kit import grids_of
-from . import ACCURATE_KEYS, accurate_bwd, attention, hopper, keys_seen, pick
+from . import ACCURATE_KEYS, accurate_bwd, attention, hopper, hopper_bwd, keys_seen, pick
 from .config import runnable
 from .naive import reference, visible_pairs
 from .providers import cuda_only, eager, fa4, fla, flex, importable, sdpa
@@ -83,8 +84,13 @@ def config_of(inputs) -> dict:
     # the kernel fwd.forward runs (the Triton one for packed batches and residuals): record it
     fwd = runnable(c.fwd, True, lambda f: "packed or a residual" if packed or keys <= ACCURATE_KEYS else
                    hopper.out_of_scope(tuple(q.shape), max_k, inputs["causal"], inputs["window"], f.block_m, f.block_n))
-    # the backward attention() runs by default: the accurate one on short rows
-    return config_record(fwd=fwd, bwd=accurate_bwd(c.bwd) if keys <= ACCURATE_KEYS else c.bwd)
+    # the backward attention() runs by default: the accurate one on short rows; the Triton kernels where
+    # the Gluon ones refuse (bwd.backward)
+    bwd = accurate_bwd(c.bwd) if keys <= ACCURATE_KEYS else c.bwd
+    if bwd.gluon and (packed or inputs["window"] or keys <= ACCURATE_KEYS or
+                      hopper_bwd.out_of_scope(tuple(q.shape), max_k)):
+        bwd = dataclasses.replace(bwd, gluon=False)
+    return config_record(fwd=fwd, bwd=bwd)
 
 
 def tokens(dims) -> int:

@@ -4,7 +4,7 @@ either way, windows of 1 key to more than the sequence, grouped-query, batch 1),
 not), one-frame decoding over a cache (empty caches, windows), inputs whose rows are padded (strides
 not 16-byte aligned) or start off the alignment, upstream gradients that are not contiguous, large
 scores, and inputs past the documented limits (head dim over 128, fp32), which must be refused;
-on a GPU also dense shapes in the Gluon forwards' scope with a Gluon config forced (`hopper`).
+on a GPU also dense shapes in the Gluon kernels' scope with a Gluon config forced (`hopper`).
 
 Shapes come from a fixed pool per path (`POOL`), built once from a fixed seed out of the awkward
 sets below: the GPU compiles one kernel variant per shape, dtype and layout, so a sweep of thousands
@@ -33,8 +33,8 @@ CACHE_LENGTHS_CPU = (0, 1, 5, 17)
 POOL_SIZE = {"dense": 28, "varlen": 14, "decode": 10, "hopper": 16}
 POOL_SIZE_CPU = {"dense": 12, "varlen": 6, "decode": 4, "hopper": 4}
 PATHS = ("dense", "dense", "dense", "varlen", "varlen", "decode")
-# on a GPU also the Gluon forward's own scope (kernels/attention/hopper.py), forced: lengths in
-# multiples of its 64-row blocks, causal with at least as many keys as queries
+# on a GPU also the Gluon kernels' own scope (kernels/attention/hopper.py, hopper_bwd.py), forced:
+# lengths in multiples of their 64-row blocks, causal with at least as many keys as queries
 GPU_PATHS = PATHS + ("hopper", "hopper")
 HOPPER_LENGTHS = (64, 128, 192, 256, 320, 512, 576)
 # the one-warpgroup tiles and the ping-pong's 128 rows (kernels/attention/pingpong.py), drawn per case
@@ -79,6 +79,8 @@ def _decode_shape(r: random.Random, cpu: bool) -> dict:
 def _hopper_shape(r: random.Random, cpu: bool) -> dict:
     hq, hkv = _heads(r)
     sq, sk = sorted(r.choice(HOPPER_LENGTHS) for _ in range(2))
+    if r.random() < 0.4:  # the Gluon backward's scope (hopper_bwd.py): as many keys as queries
+        sq = sk
     causal = r.random() < 0.6
     if not causal and r.random() < 0.5:
         sq, sk = sk, sq
@@ -208,13 +210,13 @@ def subject(case: dict, device: str) -> common.Subject:
 
 
 def _gluon_forced(fn, rows: int):
-    """fn with a Gluon forward (HOPPER[rows]) forced in place of the forward's pick (the backward's
-    pick kept)."""
-    from kcollect.kernels._host.config import forced
-    from kcollect.kernels.attention import FwdConfig
+    """fn with a Gluon forward (HOPPER[rows]) forced in place of the forward's pick, and the Gluon
+    backward (hopper_bwd.py) switched on in the backward's pick."""
+    from kcollect.kernels._host.config import changed, forced
+    from kcollect.kernels.attention import BwdConfig, FwdConfig
 
     def call(**kw):
-        with forced(FwdConfig(**HOPPER[rows])):
+        with forced(FwdConfig(**HOPPER[rows]), changed(BwdConfig, gluon=True)):
             return fn(**kw)
     return call
 
