@@ -10,6 +10,7 @@ blocks, causal with square blocks in dk/dv.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import sys
 
@@ -107,15 +108,18 @@ def _triton_kernel_ms(q, k, v, do, causal) -> dict:
     """The Triton backward's kernels, ms a call each (torch.profiler over 20 backward calls)."""
     from torch.profiler import ProfilerActivity, profile
 
-    from kcollect.kernels.attention import attention_backward, attention_forward
+    from kcollect.kernels.attention import attention_backward, attention_forward, pick_bwd
 
     o, lse = attention_forward(q, k, v, causal=causal)
+    # the pick's Triton kernels (where it picks the Gluon ones, their tiles on the Triton kernels)
+    config = dataclasses.replace(pick_bwd(q.shape[-1], causal, q.shape[1], q.device, q.shape[2] // k.shape[2],
+                                          k.shape[1]), gluon=False)
     for _ in range(3):
-        attention_backward(do, q, k, v, o, lse, causal=causal)
+        attention_backward(do, q, k, v, o, lse, causal=causal, config=config)
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(20):
-            attention_backward(do, q, k, v, o, lse, causal=causal)
+            attention_backward(do, q, k, v, o, lse, causal=causal, config=config)
         torch.cuda.synchronize()
     return {name: sum(e.device_time_total for e in prof.key_averages() if name in e.key) / 20 / 1000
             for name in ("_bwd_dkdv", "_bwd_dq", "_bwd_delta")}

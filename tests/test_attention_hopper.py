@@ -189,7 +189,9 @@ def test_the_gluon_forward_is_picked_where_it_measured_faster_and_recorded_where
         assert got["gluon"] is bool(want) and (not want or got["block_m"] == want.block_m), (dims, got)
     # the Gluon backward: picked at D 128, recorded where its scope takes the call
     assert attention_config.pick_bwd(128, True, 4096, "cpu", 4, 4096).gluon
-    assert not attention_config.pick_bwd(64, True, 4096, "cpu", 1, 4096).gluon
+    assert attention_config.pick_bwd(64, True, 4096, "cpu", 1, 4096).gluon
+    assert not attention_config.pick_bwd(64, False, 4096, "cpu", 1, 4096).gluon
+    assert not attention_config.pick_bwd(96, True, 4096, "cpu", 1, 4096).gluon
     for dims, gluon in ((dense(1, 2, 2, 1024, 1024, 128, 1), True), (dense(1, 4, 2, 512, 512, 128, 0), True),
                         (dense(1, 2, 2, 1024, 1024, 128, 1, 256), False), (dense(1, 1, 1, 1024, 4096, 128, 1), False),
                         ({**dense(2, 2, 2, 512, 512, 128, 1), "varlen": 1}, False), (dense(1, 2, 2, 48, 48, 128, 0), False)):

@@ -129,9 +129,10 @@ def pick_bwd(head_dim: int, causal: bool, max_seqlen_q: int, device, group: int 
     if arch(device) == "cpu":
         return _CPU.bwd
     if gpu_model(device) == "h200":
-        # the Gluon kernels at D 128: dk/dv 1.09-1.13x, dq 1.04-1.07x the Triton ones at S 4096-16384,
-        # causal and not, GQA (lab/results/gluon_attention_bwd_h200.txt)
-        return dataclasses.replace(_h200_bwd(head_dim, causal, group, keys), gluon=head_dim == 128)
+        # the Gluon kernels at D 128 (1.08-1.37x the Triton ones' backward at S 512-16384, causal and
+        # not, GQA) and at D 64 causal (1.02-1.17x; not causal at S 4096 even): gluon_attention_bwd_ab_h200.txt
+        gluon = head_dim == 128 or (head_dim == 64 and causal)
+        return dataclasses.replace(_h200_bwd(head_dim, causal, group, keys), gluon=gluon)
     if group > 1:  # the dk/dv program walks every query head of its group: shorter query steps
         return BwdConfig(kv_n=64, kv_m=32, kv_warps=4, q_m=64, q_n=64, q_warps=4, tma=True)
     return BwdConfig(kv_n=64, kv_m=64, kv_warps=4, q_m=64, q_n=64, q_warps=4)
