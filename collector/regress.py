@@ -36,10 +36,10 @@ from typing import Iterable, Protocol, Sequence
 import numpy as np
 
 from .noise import (DURATION_CLASSES, JOINT_TAIL, PERSISTENT_TAIL, Noise, RunningDifferences, combine,
-                    duration_class, fdr, p_values, pool, typical)
+                    duration_class, p_values, pool, typical)
 from .series import (COLUMNS, QUERY, Point, SeriesKey, at_level, commit_rank, describe_env_change, device, fast_median,
                      group_series, points_from_rows, series_key)
-from .verdicts import (METHOD, Q, UNCHANGED, UNKNOWN, WITH_ENV, Columns, Line, Side, env_between, env_change,
+from .verdicts import (METHOD, Q, UNCHANGED, UNKNOWN, WITH_ENV, Columns, Line, Side, decide, env_between, env_change,
                        floor_classes, gating, is_reference, is_same, made, measure, note_of, point_variance,
                        spreads, verdict_name, verdict_of)
 
@@ -467,17 +467,15 @@ class _Walk:
         ps = [min(1.0, f[3][5] * f[3][6]) for f in found]
         # a candidate's line is the gate's line at its point j at other levels: its family is that one's
         gates = [self.columns.gates[s.row + best[0]] for _, s, _, best in found]
-        families = ([k for k in range(len(found)) if gates[k]], [k for k in range(len(found)) if not gates[k]])
-        for family in families:
-            for k, rejected in zip(family, fdr([ps[k] for k in family], self.q)):
-                if not rejected:
-                    continue
-                key, s, i, (j, z, noise, lb, la, _, _) = found[k]
-                ln = self._step(key, s, j, z, noise, lb, la)
-                s.steps.append((j, i, ln.z, ln.verdict, ln.code, _cause(ln.verdict, env_change(ln), ln.ours), ps[k]))
-                insort(s.cuts, j)
-                if ln.verdict in EXPLAINED and j in s.added:  # our code's step, found late: not noise
-                    s.diffs.remove(s.added.pop(j))
+        for k, rejected in enumerate(decide(ps, [f[3][1] for f in found], np.array(gates, dtype=bool), self.q)):
+            if not rejected:
+                continue
+            key, s, i, (j, z, noise, lb, la, _, _) = found[k]
+            ln = self._step(key, s, j, z, noise, lb, la)
+            s.steps.append((j, i, ln.z, ln.verdict, ln.code, _cause(ln.verdict, env_change(ln), ln.ours), ps[k]))
+            insort(s.cuts, j)
+            if ln.verdict in EXPLAINED and j in s.added:  # our code's step, found late: not noise
+                s.diffs.remove(s.added.pop(j))
 
     def _candidate(self, key: SeriesKey, s: _State, i: int) -> tuple[int, Line, int] | None:
         """The best step of one series decided at point i with 2..KMAX points after it: (its index,

@@ -164,6 +164,9 @@ MUTATIONS = (
              '"packed or a residual" if packed', 'None if packed',
              "tests/test_attention_hopper.py::"
              "test_the_gluon_forward_is_picked_where_it_measured_faster_and_recorded_where_it_runs"),
+    Mutation("the gate decides slowdowns and speed-ups in one family", "collector/verdicts.py",
+             "np.where(sign[family] == way, p[family] / 2, 1 - p[family] / 2)", "p[family]",
+             "tests/test_compare.py::test_a_commits_speed_ups_do_not_lower_the_bar_for_its_slowdowns"),
     Mutation("attention's ping-pong forward picked from 2048 keys", "kernels/attention/config.py",
              "and keys >= 4096:", "and keys >= 2048:",
              "tests/test_attention_hopper.py::"
