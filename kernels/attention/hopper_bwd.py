@@ -9,7 +9,7 @@ dK += dS^T Q; dV and dK are waited for only at the next step, behind its S^T, so
 while the next step's operands arrive. A dq program holds a query block (Q and dO in shared memory,
 dQ in registers) and walks its key blocks the same way: S and dP issued together, P taken while dP
 runs, dQ += dS K in flight into the next step. One warpgroup a program, 64x64 tiles, 2 stages (3
-were 12-40% slower on the H200: lab/results/gluon_attention_bwd_h200.txt).
+were 11-43% slower on the H200: lab/results/gluon_attention_bwd_h200.txt).
 
 Scope (`refuses` says why an input is outside it; bwd.backward then runs the Triton kernels): sm_90,
 dense contiguous 16-byte aligned bf16/fp16, D 64 or 128, as many keys as queries (S a multiple of 64),
