@@ -41,17 +41,22 @@ LOG2E = 1.4426950408889634
 HEAD_DIMS = (16, 32, 64, 128)
 
 
-def refuses(q, k, v, causal: bool, window: int, varlen: bool, block_m: int, block_n: int) -> str | None:
-    """Why the Gluon forward cannot take these inputs, or None where it can."""
+def unfit(*tensors) -> str | None:
+    """Why no Gluon kernel here (this forward, hopper_bwd.py's backward) can run on these tensors
+    (this Triton, their device, their layout), or None where they can."""
     if gluon is None:
         return "needs Triton's Gluon dialect with its Hopper API (Triton 3.6)"
-    if not q.is_cuda or torch.cuda.get_device_capability(q.device) != (9, 0):
+    if not tensors[0].is_cuda or torch.cuda.get_device_capability(tensors[0].device) != (9, 0):
         return "runs on sm_90 (Hopper) only"
-    if varlen:
-        return "takes dense batches"
-    if not all(t.is_contiguous() and t.data_ptr() % 16 == 0 for t in (q, k, v)):
+    if not all(t.is_contiguous() and t.data_ptr() % 16 == 0 for t in tensors):
         return "takes contiguous, 16-byte aligned tensors"
-    return out_of_scope(tuple(q.shape), k.shape[1], causal, window, block_m, block_n)
+    return None
+
+
+def refuses(q, k, v, causal: bool, window: int, varlen: bool, block_m: int, block_n: int) -> str | None:
+    """Why the Gluon forward cannot take these inputs, or None where it can."""
+    return unfit(q, k, v) or ("takes dense batches" if varlen else None) or out_of_scope(
+        tuple(q.shape), k.shape[1], causal, window, block_m, block_n)
 
 
 def out_of_scope(q_shape: tuple, keys: int, causal: bool, window: int, block_m: int, block_n: int) -> str | None:

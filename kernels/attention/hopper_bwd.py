@@ -17,9 +17,7 @@ causal or not, no window, GQA, the fast backward (not attention(accurate=True)'s
 """
 from __future__ import annotations
 
-import torch
-
-from .hopper import LOG2E, descriptors, gl, gluon
+from .hopper import LOG2E, descriptors, gl, gluon, unfit
 
 BLOCK = 64  # query and key rows of a step (dS^T's registers: 64x64 in one warpgroup)
 STAGES = 2
@@ -34,19 +32,15 @@ if gluon is not None:
 
 def refuses(q, k, v, do, causal: bool, window: int, varlen: bool, accurate: bool) -> str | None:
     """Why the Gluon backward cannot take these inputs, or None where it can."""
-    if gluon is None:
-        return "needs Triton's Gluon dialect with its Hopper API (Triton 3.6)"
-    if not q.is_cuda or torch.cuda.get_device_capability(q.device) != (9, 0):
-        return "runs on sm_90 (Hopper) only"
+    return unfit(q, k, v, do) or out_of_scope(tuple(q.shape), k.shape[1], window, varlen, accurate)
+
+
+def out_of_scope(q_shape: tuple, keys: int, window: int = 0, varlen: bool = False,
+                 accurate: bool = False) -> str | None:
+    """Why a call of q [B, S, H, D] (packed: `varlen`) over `keys` keys is outside the kernels' scope,
+    or None; `accurate`: attention(accurate=True)'s backward is asked for."""
     if varlen or window or accurate:
         return "takes dense batches without a window, the fast backward"
-    if not all(t.is_contiguous() and t.data_ptr() % 16 == 0 for t in (q, k, v, do)):
-        return "takes contiguous, 16-byte aligned tensors"
-    return out_of_scope(tuple(q.shape), k.shape[1])
-
-
-def out_of_scope(q_shape: tuple, keys: int) -> str | None:
-    """Why a dense call of q [B, S, H, D] over `keys` keys is outside the kernels' scope, or None."""
     B, S, H, D = q_shape
     if D not in HEAD_DIMS:
         return f"takes head dims {HEAD_DIMS}"

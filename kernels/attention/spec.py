@@ -87,8 +87,8 @@ def config_of(inputs) -> dict:
     # the backward attention() runs by default: the accurate one on short rows; the Triton kernels where
     # the Gluon ones refuse (bwd.backward)
     bwd = accurate_bwd(c.bwd) if keys <= ACCURATE_KEYS else c.bwd
-    if bwd.gluon and (packed or inputs["window"] or keys <= ACCURATE_KEYS or
-                      hopper_bwd.out_of_scope(tuple(q.shape), max_k)):
+    if bwd.gluon and hopper_bwd.out_of_scope(tuple(q.shape), max_k, inputs["window"], packed,
+                                             bwd.one_key or bwd.dq_shift):
         bwd = dataclasses.replace(bwd, gluon=False)
     return config_record(fwd=fwd, bwd=bwd)
 
