@@ -9,8 +9,8 @@ state starts at zero. h [B, NH, T, DH]; C_T [B, NH, DH, DH], n_T [B, NH, DH], m_
 stabilised final state, returned without gradient (the state a next segment starts from, detached).
 
 Forward (fwd.py): a scan over chunks for the chunk-start states, then all chunks' outputs at once.
-Backward (bwd.py): a reverse scan for the states' gradients, then all chunks' gradients at once
-(fp32: then a reverse scan for the gradients of the chunks' whole decays)."""
+Backward (bwd.py): a reverse scan for the states' gradients, then all chunks' gradients at once,
+then a reverse scan for the gradients of the chunks' whole decays."""
 from __future__ import annotations
 
 import functools

@@ -17,8 +17,9 @@ forget gates: logP_ts = i_s + A_t - A_s, log w_t = m_c + A_t, and the chunk's st
 Where one weight is all of a row's h (a large input gate, a reset at every step), the gradients
 that reach it cancel to the other weights' share, and summed as they come keep the rounding of
 the whole: fp32 takes them in closed form instead, from the others' (the entry of PG,
-_dominant_entry; the log-weight of the input gate or of the chunk start that set m_t; the chunk's
-whole decay A_end, by a last reverse scan over chunks, _mlstm_dlinks)."""
+_dominant_entry; the log-weight of the input gate or of the chunk start that set m_t). Every dtype
+takes the chunk's whole decay A_end so, by a last reverse scan over chunks (_mlstm_dlinks): where
+one key is all of the next chunk's start state, bf16's did not survive the sum either."""
 from __future__ import annotations
 
 import torch
@@ -27,8 +28,8 @@ import triton.language as tl
 
 from .._jit.recurrent import div_f32, dot, exp_f32, sigmoid_f32
 from .._host.cells import shared_bytes_for_types
-from .chunk import (NEG, chunk_gates, gaps, load_state, load_tile, padded, scan_program, scores64, store_state,
-                    to_end, weight)
+from .chunk import (NEG, chunk_gates, dot_split, gaps, load_state, load_tile, padded, scan_program, scores64, split,
+                    store_state, to_end, weight)
 from .fwd import meta_of
 
 
@@ -87,7 +88,10 @@ def _mlstm_dstates(q_ptr, dh_ptr, qinv_ptr, dden_ptr, dmj_ptr, i_ptr, f_ptr, rs_
             qw = load_tile(q_ptr, bh, c * L, T, DH, d, L).to(tl.float32) * w[:, None]
             dnum = load_tile(dh_ptr, bh, c * L, T, DH, e, L).to(tl.float32) \
                 * tl.load(qinv_ptr + bh * T + t, mask=tm, other=0.0)[:, None]
-            dC = dot(tl.trans(qw.to(dh_ptr.dtype.element_ty)), dnum.to(dh_ptr.dtype.element_ty), dC * kappa, DOT_F32)
+            if PRECISE:
+                dC = dot(tl.trans(qw), dnum, dC * kappa, DOT_F32)
+            else:  # the cancellation of v.dC + dn downstream needs dC to more than bf16's rounding
+                dC = dot_split(tl.trans(qw), dnum, dC * kappa, dh_ptr.dtype.element_ty, DOT_F32)
             dn = dn * kappa + tl.sum(qw * tl.load(dden_ptr + bh * T + t, mask=tm, other=0.0)[:, None], 0)
             if first_block:
                 dim, dam, dm_next, src = _stabiliser_grad(dmj_ptr, bh, c, T, ig, it, A, seg, tm, m_c, dm_next, L,
@@ -151,9 +155,14 @@ def _mlstm_dchunk(q_ptr, k_ptr, v_ptr, i_ptr, f_ptr, rs_ptr, dh_ptr, qinv_ptr, d
         G = dot(dnum, tl.trans(v), G, DOT_F32)
         dq_state = dot(dnum, tl.trans(C.to(ty)), dq_state, DOT_F32)
         dlogw += tl.sum(dot(q, C.to(ty), tl.zeros((L, BV), tl.float32), DOT_F32) * dnum.to(tl.float32), 1)
-        kdC = dot(k, dC.to(ty), tl.zeros((L, BV), tl.float32), DOT_F32) * scale
+        if PRECISE:
+            kdC = dot(k, dC, tl.zeros((L, BV), tl.float32), DOT_F32) * scale
+            dk_state = dot(v, tl.trans(dC), dk_state, DOT_F32)
+        else:  # k and v are bf16 already: dC's two parts (see chunk.split)
+            hi, lo = split(dC, ty)
+            kdC = dot(k, lo, dot(k, hi, tl.zeros((L, BV), tl.float32), DOT_F32), DOT_F32) * scale
+            dk_state = dot(v, tl.trans(lo), dot(v, tl.trans(hi), dk_state, DOT_F32), DOT_F32)
         dlogb += tl.sum(kdC * v.to(tl.float32), 1)
-        dk_state = dot(v, tl.trans(dC.to(ty)), dk_state, DOT_F32)
         kap += tl.sum(tl.sum(C * dC, 1), 0)
         dv = dot(tl.trans(PS), dnum, beta[:, None] * kdC, DOT_F32)
         tl.store(dv_ptr + (bh * T + t)[:, None] * DH + e[None, :], dv.to(dv_ptr.dtype.element_ty),
@@ -205,11 +214,8 @@ def _mlstm_dchunk(q_ptr, k_ptr, v_ptr, i_ptr, f_ptr, rs_ptr, dh_ptr, qinv_ptr, d
     # times its norm off in bf16, issue 40)
     off = tl.where(j[:, None] == j[None, :], 0.0, Z)
     dA = tl.sum(off, 1) - tl.sum(off, 0) + dlogw - dlogb
-    if PRECISE:  # A_end: the chunk's state update, added by _mlstm_dlinks
-        _store_link(links_ptr, bh, c, NC, ig, it, rest, seg, seg_end, tm, m_c + A_end, dlogw, dlogb, kappa * kap,
-                    L)
-    else:
-        dA += tl.where(j == L - 1, tl.sum(dlogb, 0) + kappa * kap, 0.0)  # A_end: the chunk's state update
+    # A_end: the chunk's state update, added by _mlstm_dlinks
+    _store_link(links_ptr, bh, c, NC, ig, it, rest, seg, seg_end, tm, m_c + A_end, dlogw, dlogb, kappa * kap, L)
     da = tl.cumsum(dA, 0, reverse=True)  # a_l enters every A_t with t >= l
     da += tl.load(dam_ptr + bh * T + t, mask=tm, other=0.0)  # the stabiliser's parts
     m2 = tm[:, None] & (d < DH)[None, :]
@@ -239,7 +245,7 @@ def _dominant_entry(PG, P, S, G, w, qCdnum, qn, qinv, den, floor, eps):
 
 @triton.jit
 def _store_link(links_ptr, bh, c, NC, ig, it, rest, seg, seg_end, tm, carry, dlogw, dlogb, dlogk, L: tl.constexpr):
-    """What _mlstm_dlinks needs of chunk c (PRECISE): X, the gradient of the log-scale of its start
+    """What _mlstm_dlinks needs of chunk c: X, the gradient of the log-scale of its start
     state through its own outputs; Y, its keys' log-weights' into the next state (sum dlogb); K,
     the carried state's (log kappa); and what set the next start's stabiliser: -1 the carried state,
     s the input gate of step s, L a reset's zeroed stabiliser (as the forward's _mlstm_states)."""
@@ -255,14 +261,16 @@ def _store_link(links_ptr, bh, c, NC, ig, it, rest, seg, seg_end, tm, carry, dlo
 
 
 @triton.jit(do_not_specialize=["T", "NC"])
-def _mlstm_dlinks(links_ptr, f_ptr, di_ptr, df_ptr, T, NC, L: tl.constexpr):
-    """The fp32 backward's gradient of each chunk's whole log decay A_end (it scales the next start
+def _mlstm_dlinks(links_ptr, f_ptr, di_ptr, df_ptr, di_out, df_out, T, NC, L: tl.constexpr):
+    """The gradient of each chunk's whole log decay A_end (it scales the next start
     state: the gradient of that state's log-scale, D), by a reverse scan over chunks of one (row,
     head): D_c = X_c + (D_{c+1} - Y_c where the carried state set the next stabiliser (kappa = 1),
     else K_c). Summed as it comes, <C, dC> + <n, dn> cancels as the rows' dlogw do (see
     _mlstm_dchunk), where the state is all of the next chunk's outputs. Where step s's key set it
     (beta_s = 1), s's share takes the difference, as is_src rows do (di_s, and A_s's part); after a
-    reset's zeroed one the chunk keeps the sum as it comes. a_l enters A_end for every l of the chunk."""
+    reset's zeroed one the chunk keeps the sum as it comes. a_l enters A_end for every l of the chunk.
+    di, df: the chunk kernel's parts in fp32 (bf16's rounded there would be rounded again here, after
+    the link's share cancels them); di_out, df_out: the gradients, in the inputs' dtype."""
     bh = tl.program_id(0).to(tl.int64)
     j = tl.arange(0, L)
     D = tl.sum(tl.zeros((L,), tl.float32), 0)
@@ -273,10 +281,11 @@ def _mlstm_dlinks(links_ptr, f_ptr, di_ptr, df_ptr, T, NC, L: tl.constexpr):
         delta = D - Y - K  # the accurate gradient of A_end less the one summed as it comes
         t = bh * T + c * L + j
         tm = c * L + j < T
-        f = tl.load(f_ptr + t, mask=tm, other=0.0)
-        tl.store(df_ptr + t, tl.load(df_ptr + t, mask=tm, other=0.0)
-                 + (D - tl.where(j <= kind, delta, 0.0)) * sigmoid_f32(-f, True), mask=tm)
-        tl.store(di_ptr + t, tl.load(di_ptr + t, mask=tm, other=0.0) + tl.where(j == kind, delta, 0.0), mask=tm)
+        f = tl.load(f_ptr + t, mask=tm, other=0.0).to(tl.float32)
+        df = tl.load(df_ptr + t, mask=tm, other=0.0) + (D - tl.where(j <= kind, delta, 0.0)) * sigmoid_f32(-f, True)
+        tl.store(df_out + t, df.to(df_out.dtype.element_ty), mask=tm)
+        di = tl.load(di_ptr + t, mask=tm, other=0.0) + tl.where(j == kind, delta, 0.0)
+        tl.store(di_out + t, di.to(di_out.dtype.element_ty), mask=tm)
         D = X + tl.where(kind < 0, D - Y, K)
         c -= 1
 
@@ -314,14 +323,12 @@ def shared_bwd(config, dtype, DH: int, dot_f32: bool, device) -> int:
     f32, u8, i32, meta = torch.float32, torch.uint8, torch.int32, meta_of(config, DH, dtype, dot_f32)
     dstates = (dtype, dtype, f32, f32, f32, dtype, dtype, u8, f32, f32, f32, f32, f32, f32, i32, 1, 1, DH, 1, 1)
     dchunk = (dtype, dtype, dtype, dtype, dtype, u8, dtype, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, i32,
-              f32, dtype, dtype, dtype, dtype, dtype, 1, 1, DH, 1, 1.0, 1e-6, 1)
+              f32, dtype, dtype, dtype, f32, f32, 1, 1, DH, 1, 1.0, 1e-6, 1)
     scan_warps, chunk_warps = warps(config)
     need = max(shared_bytes_for_types(_mlstm_dstates, dstates, dict(meta, num_warps=scan_warps), device),
                shared_bytes_for_types(_mlstm_dchunk, dchunk, dict(meta, num_warps=chunk_warps), device))
-    if meta["PRECISE"]:
-        links = (f32, f32, f32, f32, 1, 1)
-        need = max(need, shared_bytes_for_types(_mlstm_dlinks, links, dict(L=meta["L"], num_warps=1), device))
-    return need
+    links = (f32, dtype, f32, f32, dtype, dtype, 1, 1)
+    return max(need, shared_bytes_for_types(_mlstm_dlinks, links, dict(L=meta["L"], num_warps=1), device))
 
 
 def mlstm_bwd(dh, q, k, v, i, f, resets, NH: int, h, saved, config, dot_f32: bool, eps: float):
@@ -349,9 +356,10 @@ def mlstm_bwd(dh, q, k, v, i, f, resets, NH: int, h, saved, config, dot_f32: boo
                                    has_resets, num_warps=scan_warps, **meta)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     di, df = torch.empty_like(i), torch.empty_like(f)
-    links = torch.empty(BH, NC, 4, device=q.device, dtype=torch.float32) if meta["PRECISE"] else mo
+    di_part, df_part = (di, df) if meta["PRECISE"] else (torch.empty_like(mo), torch.empty_like(mo))
+    links = torch.empty(BH, NC, 4, device=q.device, dtype=torch.float32)
     _mlstm_dchunk[(NC, BH)](q, k, v, i, f, rs, dh, qinv, den, cs, ns, ms, mo, dcs, dns, dim, dam, src, links, dq, dk,
-                            dv, di, df, NH, T, DH, NC, DH ** -0.5, eps, has_resets, num_warps=chunk_warps, **meta)
-    if meta["PRECISE"]:
-        _mlstm_dlinks[(BH,)](links, f, di, df, T, NC, L=L, num_warps=1)
+                            dv, di_part, df_part, NH, T, DH, NC, DH ** -0.5, eps, has_resets, num_warps=chunk_warps,
+                            **meta)
+    _mlstm_dlinks[(BH,)](links, f, di_part, df_part, di, df, T, NC, L=L, num_warps=1)
     return dq, dk, dv, di, df
