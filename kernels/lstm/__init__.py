@@ -6,7 +6,7 @@ x [B, T, I], h0 and c0 [B, H], w_ih [4H, I], w_hh [4H, H], b [4H] (PyTorch's gat
 its two biases summed), resets [B, T] bool: where True, row b's h and c are zeroed before step t
 (an episode boundary inside the sequence). y [B, T, H] the hidden states, h_n and c_n the last.
 
-Forward: the input projection of all timesteps as one GEMM (fp32 out), then one persistent launch for the
+Forward: the input projection of all timesteps as one GEMM, then one persistent launch for the
 recurrence (sequence.py). Backward: a reverse persistent launch for the gate gradients, then the
 weight and input gradients as three GEMMs over all timesteps."""
 from __future__ import annotations
@@ -17,18 +17,7 @@ from .._host.cells import bias_grad, check_dtypes, unit_major, weight_grads
 from .config import LSTMConfig, pick
 from .sequence import fitted, lstm_bwd, lstm_fwd
 
-__all__ = ["LSTMConfig", "LSTMFunction", "lstm", "pick", "projection"]
-
-
-def projection(x, w, b):
-    """x @ w^T + b in fp32 whatever the inputs' dtype (one rounding, the GEMM's). Saturated gates
-    are where its rounding shows: rounded to bf16, a pre-activation of 20 is 0.04 off, which moves
-    s (1 - s) by 4%, and a gradient summed over the gates (dx) with them: issue 40's one-step bf16
-    case (B1 H16 I1, gates 8 / sqrt(H), inputs x 10) had dx 0.06 off where fp32 leaves 0.016; over
-    60 draws of that case, the median error went from 0.0038 to 0.0027 (eager's: 0.018)."""
-    if x.dtype == torch.float32 or not x.is_cuda:
-        return torch.addmm(b.float(), x.float(), w.t().float())  # the CPU has no mixed-dtype GEMM
-    return torch.addmm(b.float(), x, w.t(), out_dtype=torch.float32)
+__all__ = ["LSTMConfig", "LSTMFunction", "lstm", "pick"]
 
 
 class LSTMFunction(torch.autograd.Function):
@@ -39,7 +28,7 @@ class LSTMFunction(torch.autograd.Function):
         config = fitted(config or pick(B, H, x.device), x.dtype, H, x.device, picked=config is None)
         perm = unit_major(H, 4, x.device)
         w_ih_p, w_hh_p = w_ih[perm], w_hh[perm].contiguous()
-        gx = projection(x.reshape(B * T, I), w_ih_p, b[perm]).view(B, T, 4 * H)
+        gx = torch.addmm(b[perm], x.reshape(B * T, I), w_ih_p.t()).view(B, T, 4 * H)
         ys, cs, act, cn = lstm_fwd(gx, w_hh_p.t().contiguous(), h0, c0, resets, save, config)
         ctx.save_for_backward(x, ys, cs, act, w_ih_p, w_hh_p, resets, perm)
         ctx.config = config

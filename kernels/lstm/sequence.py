@@ -1,7 +1,7 @@
 """The LSTM's Triton kernels and their launchers.
 
 Layouts (unit-major gate columns, _host.cells.unit_major: column j*4 + g is gate g of unit j):
-gx [B, T, 4H] the input projection plus bias (fp32); wt [H, 4H] the recurrent weights transposed (forward);
+gx [B, T, 4H] the input projection plus bias; wt [H, 4H] the recurrent weights transposed (forward);
 w [4H, H] the same weights untransposed (backward); ys [B, T+1, H] with the initial h in step 0
 and h_t in step t + 1 (step t reads step t's row); cs [B, T+1, H] fp32 likewise for c; act
 [B, T, 4H] the gates' pre-activations, from which the backward takes each gate and its derivative
@@ -299,7 +299,7 @@ def _needs(config: LSTMConfig, dtype, H: int, device, limit: int) -> tuple[int, 
     floor_fwd = (fwd["HP"] if config.resident else fwd["BK"]) * 4 * config.hb * size
     floor_bwd = (bwd["GP"] // bwd["SPLIT"] if config.resident_bwd else bwd["BK"]) * config.hb_bwd * size
     need_fwd = floor_fwd if floor_fwd > limit else shared_bytes_for_types(
-        _lstm_fwd, (f32, dtype, dtype, f32, dtype, dtype, u8, i32, 1, 1, H, 1, 1, 1, 1, 1), dict(fwd, SYNC=True),
+        _lstm_fwd, (dtype, dtype, dtype, f32, dtype, dtype, u8, i32, 1, 1, H, 1, 1, 1, 1, 1), dict(fwd, SYNC=True),
         device)
     need_bwd = floor_bwd if floor_bwd > limit else shared_bytes_for_types(
         _lstm_bwd, (dtype, dtype, dtype, dtype, f32, u8, dtype, f32, dtype, part, i32, 1, 1, H, 1, 1, 1),
@@ -350,7 +350,7 @@ def lstm_fwd(gx, wt, h0, c0, resets, save: bool, config: LSTMConfig):
     keeps cs whatever `save` says)."""
     B, T, G = gx.shape
     H = G // 4
-    dev, dt = gx.device, wt.dtype  # gx is fp32 (LSTMFunction: projection); the rest the weights' dtype
+    dev, dt = gx.device, gx.dtype
     ys = torch.empty(B, T + 1, H, device=dev, dtype=dt)
     ys[:, 0] = h0
     grid = (triton.cdiv(H, config.hb), triton.cdiv(B, config.bb))

@@ -28,7 +28,7 @@ import triton.language as tl
 
 from .._jit.recurrent import div_f32, dot, exp_f32, sigmoid_f32
 from .._host.cells import shared_bytes_for_types
-from .chunk import (NEG, chunk_gates, dot_split, gaps, load_state, load_tile, padded, scan_program, scores64, split,
+from .chunk import (NEG, chunk_gates, gaps, load_state, load_tile, padded, scan_program, scores64, split,
                     store_state, to_end, weight)
 from .fwd import meta_of
 
@@ -90,8 +90,11 @@ def _mlstm_dstates(q_ptr, dh_ptr, qinv_ptr, dden_ptr, dmj_ptr, i_ptr, f_ptr, rs_
                 * tl.load(qinv_ptr + bh * T + t, mask=tm, other=0.0)[:, None]
             if PRECISE:
                 dC = dot(tl.trans(qw), dnum, dC * kappa, DOT_F32)
-            else:  # the cancellation of v.dC + dn downstream needs dC to more than bf16's rounding
-                dC = dot_split(tl.trans(qw), dnum, dC * kappa, dh_ptr.dtype.element_ty, DOT_F32)
+            else:  # dnum in two parts (chunk.split): its rounding to bf16 was dC's, see _mlstm_dlinks
+                ty = dh_ptr.dtype.element_ty
+                hi, lo = split(dnum, ty)
+                qt = tl.trans(qw).to(ty)
+                dC = dot(qt, lo, dot(qt, hi, dC * kappa, DOT_F32), DOT_F32)
             dn = dn * kappa + tl.sum(qw * tl.load(dden_ptr + bh * T + t, mask=tm, other=0.0)[:, None], 0)
             if first_block:
                 dim, dam, dm_next, src = _stabiliser_grad(dmj_ptr, bh, c, T, ig, it, A, seg, tm, m_c, dm_next, L,
@@ -155,14 +158,9 @@ def _mlstm_dchunk(q_ptr, k_ptr, v_ptr, i_ptr, f_ptr, rs_ptr, dh_ptr, qinv_ptr, d
         G = dot(dnum, tl.trans(v), G, DOT_F32)
         dq_state = dot(dnum, tl.trans(C.to(ty)), dq_state, DOT_F32)
         dlogw += tl.sum(dot(q, C.to(ty), tl.zeros((L, BV), tl.float32), DOT_F32) * dnum.to(tl.float32), 1)
-        if PRECISE:
-            kdC = dot(k, dC, tl.zeros((L, BV), tl.float32), DOT_F32) * scale
-            dk_state = dot(v, tl.trans(dC), dk_state, DOT_F32)
-        else:  # k and v are bf16 already: dC's two parts (see chunk.split)
-            hi, lo = split(dC, ty)
-            kdC = dot(k, lo, dot(k, hi, tl.zeros((L, BV), tl.float32), DOT_F32), DOT_F32) * scale
-            dk_state = dot(v, tl.trans(lo), dot(v, tl.trans(hi), dk_state, DOT_F32), DOT_F32)
+        kdC = dot(k, dC.to(ty), tl.zeros((L, BV), tl.float32), DOT_F32) * scale
         dlogb += tl.sum(kdC * v.to(tl.float32), 1)
+        dk_state = dot(v, tl.trans(dC.to(ty)), dk_state, DOT_F32)
         kap += tl.sum(tl.sum(C * dC, 1), 0)
         dv = dot(tl.trans(PS), dnum, beta[:, None] * kdC, DOT_F32)
         tl.store(dv_ptr + (bh * T + t)[:, None] * DH + e[None, :], dv.to(dv_ptr.dtype.element_ty),

@@ -3,7 +3,7 @@ segments between resets), tile loads, the state scans' program and their stores.
 import triton
 import triton.language as tl
 
-from .._jit.recurrent import dot, exp_f32, logsigmoid_f32
+from .._jit.recurrent import exp_f32, logsigmoid_f32
 
 NEG = tl.constexpr(-1e30)  # the log-weight of what does not exist (a padded step, a pair across a reset)
 # Heads narrower than 32 columns are padded to 32: built by Triton 3.6 for sm_90 at 16 columns, the
@@ -120,22 +120,14 @@ def scores64(q_ptr, k_ptr, bh, t0, T, DH, scale, L: tl.constexpr):
 
 
 
+
 @triton.jit
 def split(x, ty: tl.constexpr):
     """(hi, lo): fp32 x as two parts of type ty, hi + lo good to about 2^-16 of x where hi alone
-    leaves 2^-9 (bf16). The backward's next-state gradients cancel (a state that one key is all of
-    feeds outputs that do not depend on its scale: dk and the chunk's whole decay are what is left
-    of v.dC + dn), and rounded once to bf16 for the tensor cores they kept that rounding: df 4e3
-    times its norm off on issue 40's wild-gates case, dk 13x."""
+    leaves 2^-9 (bf16): two products on the tensor cores where one would round x. The bf16
+    backward's state scan takes dnum so: where one key is all of the next chunk's start state (whose
+    outputs do not depend on its scale), the gradients of that key and of the chunk's whole decay
+    are what is left of v.dC + dn, and dC from a dnum rounded to bf16 kept that rounding (issue 40's
+    wild-gates case: df 4.2e3 times its norm off, dk 13x)."""
     hi = x.to(ty)
     return hi, (x - hi.to(tl.float32)).to(ty)
-
-
-@triton.jit
-def dot_split(a, b, acc, ty: tl.constexpr, DOT_F32: tl.constexpr):
-    """acc + a @ b for fp32 a and b, each split (see split): three products on the tensor cores."""
-    a_hi, a_lo = split(a, ty)
-    b_hi, b_lo = split(b, ty)
-    acc = dot(a_hi, b_lo, acc, DOT_F32)
-    acc = dot(a_lo, b_hi, acc, DOT_F32)
-    return dot(a_hi, b_hi, acc, DOT_F32)
