@@ -117,17 +117,3 @@ def scores64(q_ptr, k_ptr, bh, t0, T, DH, scale, L: tl.constexpr):
         kd = tl.load(k_ptr + rows + d, mask=tm, other=0.0).to(tl.float64)
         acc += qd[:, None] * kd[None, :]
     return (acc * scale).to(tl.float32)
-
-
-
-
-@triton.jit
-def split(x, ty: tl.constexpr):
-    """(hi, lo): fp32 x as two parts of type ty, hi + lo good to about 2^-16 of x where hi alone
-    leaves 2^-9 (bf16): two products on the tensor cores where one would round x. The bf16
-    backward's state scan takes dnum so: where one key is all of the next chunk's start state (whose
-    outputs do not depend on its scale), the gradients of that key and of the chunk's whole decay
-    are what is left of v.dC + dn, and dC from a dnum rounded to bf16 kept that rounding (issue 40's
-    wild-gates case: df 4.2e3 times its norm off, dk 13x)."""
-    hi = x.to(ty)
-    return hi, (x - hi.to(tl.float32)).to(ty)
