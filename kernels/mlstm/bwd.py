@@ -27,9 +27,10 @@ import triton
 import triton.language as tl
 
 from .._jit.recurrent import div_f32, dot, exp_f32, sigmoid_f32
+from .._jit.scan import first_order
 from .._host.cells import shared_bytes_for_types
-from .chunk import (NEG, chunk_gates, gaps, load_state, load_tile, padded, scan_program, scores64, split,
-                    store_state, to_end, weight)
+from .chunk import (NEG, chunk_gates, gaps, load_state, load_tile, padded, scan_program, scores64, store_state,
+                    to_end, weight)
 from .fwd import meta_of
 
 
@@ -86,15 +87,13 @@ def _mlstm_dstates(q_ptr, dh_ptr, qinv_ptr, dden_ptr, dmj_ptr, i_ptr, f_ptr, rs_
             mj = tl.load(mo_ptr + bh * T + t, mask=tm, other=0.0)
             w = tl.where((seg == 0) & tm, weight(m_c, A, mj, PRECISE), 0.0)
             qw = load_tile(q_ptr, bh, c * L, T, DH, d, L).to(tl.float32) * w[:, None]
-            dnum = load_tile(dh_ptr, bh, c * L, T, DH, e, L).to(tl.float32) \
-                * tl.load(qinv_ptr + bh * T + t, mask=tm, other=0.0)[:, None]
-            if PRECISE:
-                dC = dot(tl.trans(qw), dnum, dC * kappa, DOT_F32)
-            else:  # dnum in two parts (chunk.split): its rounding to bf16 was dC's, see _mlstm_dlinks
-                ty = dh_ptr.dtype.element_ty
-                hi, lo = split(dnum, ty)
-                qt = tl.trans(qw).to(ty)
-                dC = dot(qt, lo, dot(qt, hi, dC * kappa, DOT_F32), DOT_F32)
+            # dC = sum_t qw_t^T dh_t qinv_t, qinv on q's side: dh enters the product as it is (bf16,
+            # exact), one rounding where dnum = dh qinv was a second. Where one key is all of the next
+            # chunk's start state, whose outputs do not depend on its scale, the gradients of that key
+            # and of the chunk's whole decay are what is left of v.dC + dn: with both roundings in dC,
+            # df was 4.2e3 times its norm off on issue 40's bf16 wild-gates case, dk 13x
+            qs = (qw * tl.load(qinv_ptr + bh * T + t, mask=tm, other=0.0)[:, None]).to(dh_ptr.dtype.element_ty)
+            dC = dot(tl.trans(qs), load_tile(dh_ptr, bh, c * L, T, DH, e, L), dC * kappa, DOT_F32)
             dn = dn * kappa + tl.sum(qw * tl.load(dden_ptr + bh * T + t, mask=tm, other=0.0)[:, None], 0)
             if first_block:
                 dim, dam, dm_next, src = _stabiliser_grad(dmj_ptr, bh, c, T, ig, it, A, seg, tm, m_c, dm_next, L,
@@ -259,7 +258,8 @@ def _store_link(links_ptr, bh, c, NC, ig, it, rest, seg, seg_end, tm, carry, dlo
 
 
 @triton.jit(do_not_specialize=["T", "NC"])
-def _mlstm_dlinks(links_ptr, f_ptr, di_ptr, df_ptr, di_out, df_out, T, NC, L: tl.constexpr):
+def _mlstm_dlinks(links_ptr, f_ptr, di_ptr, df_ptr, di_out, df_out, T, NC, L: tl.constexpr, NCP: tl.constexpr,
+                  CB: tl.constexpr):
     """The gradient of each chunk's whole log decay A_end (it scales the next start
     state: the gradient of that state's log-scale, D), by a reverse scan over chunks of one (row,
     head): D_c = X_c + (D_{c+1} - Y_c where the carried state set the next stabiliser (kappa = 1),
@@ -268,24 +268,41 @@ def _mlstm_dlinks(links_ptr, f_ptr, di_ptr, df_ptr, di_out, df_out, T, NC, L: tl
     (beta_s = 1), s's share takes the difference, as is_src rows do (di_s, and A_s's part); after a
     reset's zeroed one the chunk keeps the sum as it comes. a_l enters A_end for every l of the chunk.
     di, df: the chunk kernel's parts in fp32 (bf16's rounded there would be rounded again here, after
-    the link's share cancels them); di_out, df_out: the gradients, in the inputs' dtype."""
+    the link's share cancels them); di_out, df_out: the gradients, in the inputs' dtype.
+    D_c = a_c D_{c+1} + b_c is one associative scan over the chunks (what the chunk c needs is
+    D_{c+1}: the scan of the terms shifted by one), and the chunks' steps are then updated CB chunks
+    at a time, rather than a chunk a loop turn, each waiting out its loads' latency in turn."""
     bh = tl.program_id(0).to(tl.int64)
+    c = tl.arange(0, NCP)
+    p = links_ptr + (bh * NC + c) * 4
+    nxt = c + 1 < NC  # chunk c+1's terms: a = 1 where its carried state set the stabiliser after it
+    kind1 = tl.load(p + 7, mask=nxt, other=0.0)
+    a = tl.where(nxt & (kind1 < 0), 1.0, 0.0)
+    b = tl.load(p + 4, mask=nxt, other=0.0) + tl.where(kind1 < 0, -tl.load(p + 5, mask=nxt, other=0.0),
+                                                        tl.load(p + 6, mask=nxt, other=0.0))
+    _, E = tl.associative_scan((a, b), 0, first_order, reverse=True)  # E_c = D_{c+1}
+    here = c < NC
+    delta = E - tl.load(p + 1, mask=here, other=0.0) - tl.load(p + 2, mask=here, other=0.0)
+    tl.debug_barrier()  # every lane has read the chunks' X, Y before they are overwritten
+    tl.store(p, E, mask=here)
+    tl.store(p + 1, delta, mask=here)
+    tl.debug_barrier()
     j = tl.arange(0, L)
-    D = tl.sum(tl.zeros((L,), tl.float32), 0)
-    c = NC - 1
-    while c >= 0:
-        p = links_ptr + (bh * NC + c) * 4
-        X, Y, K, kind = tl.load(p), tl.load(p + 1), tl.load(p + 2), tl.load(p + 3).to(tl.int32)
-        delta = D - Y - K  # the accurate gradient of A_end less the one summed as it comes
-        t = bh * T + c * L + j
-        tm = c * L + j < T
+    for c0 in range(0, NC, CB):
+        cc = c0 + tl.arange(0, CB)
+        q = links_ptr + (bh * NC + cc) * 4
+        cm = cc < NC
+        D, dl, kind = (tl.load(q, mask=cm, other=0.0)[:, None], tl.load(q + 1, mask=cm, other=0.0)[:, None],
+                       tl.load(q + 3, mask=cm, other=0.0).to(tl.int32)[:, None])
+        step = cc[:, None] * L + j[None, :]
+        tm = cm[:, None] & (step < T)
+        t = bh * T + step
         f = tl.load(f_ptr + t, mask=tm, other=0.0).to(tl.float32)
-        df = tl.load(df_ptr + t, mask=tm, other=0.0) + (D - tl.where(j <= kind, delta, 0.0)) * sigmoid_f32(-f, True)
+        df = tl.load(df_ptr + t, mask=tm, other=0.0) + (D - tl.where(j[None, :] <= kind, dl, 0.0)) \
+            * sigmoid_f32(-f, True)
         tl.store(df_out + t, df.to(df_out.dtype.element_ty), mask=tm)
-        di = tl.load(di_ptr + t, mask=tm, other=0.0) + tl.where(j == kind, delta, 0.0)
+        di = tl.load(di_ptr + t, mask=tm, other=0.0) + tl.where(j[None, :] == kind, dl, 0.0)
         tl.store(di_out + t, di.to(di_out.dtype.element_ty), mask=tm)
-        D = X + tl.where(kind < 0, D - Y, K)
-        c -= 1
 
 
 @triton.jit
@@ -311,6 +328,12 @@ def _mlstm_dprep(dh_ptr, h_ptr, mo_ptr, den_ptr, qinv_ptr, dden_ptr, dmj_ptr, R,
     tl.store(dmj_ptr + r, -eps * dh_h * qinv, mask=mr)
 
 
+def links_meta(L: int, NC: int) -> dict:
+    """_mlstm_dlinks' constexprs and warps: the chunks padded to a power of two, CB chunks of steps a turn."""
+    cb = max(1, 4096 // L)
+    return dict(L=L, NCP=triton.next_power_of_2(NC), CB=cb, num_warps=4)
+
+
 def warps(config) -> tuple[int, int]:
     """The backward's (scan, chunk kernel) warps: its own where set, else the forward's."""
     return config.state_warps_bwd or config.state_warps, config.warps_bwd or config.warps
@@ -326,7 +349,7 @@ def shared_bwd(config, dtype, DH: int, dot_f32: bool, device) -> int:
     need = max(shared_bytes_for_types(_mlstm_dstates, dstates, dict(meta, num_warps=scan_warps), device),
                shared_bytes_for_types(_mlstm_dchunk, dchunk, dict(meta, num_warps=chunk_warps), device))
     links = (f32, dtype, f32, f32, dtype, dtype, 1, 1)
-    return max(need, shared_bytes_for_types(_mlstm_dlinks, links, dict(L=meta["L"], num_warps=1), device))
+    return max(need, shared_bytes_for_types(_mlstm_dlinks, links, links_meta(meta["L"], 1), device))
 
 
 def mlstm_bwd(dh, q, k, v, i, f, resets, NH: int, h, saved, config, dot_f32: bool, eps: float):
@@ -359,5 +382,5 @@ def mlstm_bwd(dh, q, k, v, i, f, resets, NH: int, h, saved, config, dot_f32: boo
     _mlstm_dchunk[(NC, BH)](q, k, v, i, f, rs, dh, qinv, den, cs, ns, ms, mo, dcs, dns, dim, dam, src, links, dq, dk,
                             dv, di_part, df_part, NH, T, DH, NC, DH ** -0.5, eps, has_resets, num_warps=chunk_warps,
                             **meta)
-    _mlstm_dlinks[(BH,)](links, f, di_part, df_part, di, df, T, NC, L=L, num_warps=1)
+    _mlstm_dlinks[(BH,)](links, f, di_part, df_part, di, df, T, NC, **links_meta(L, NC))
     return dq, dk, dv, di, df
