@@ -329,9 +329,11 @@ def _mlstm_dprep(dh_ptr, h_ptr, mo_ptr, den_ptr, qinv_ptr, dden_ptr, dmj_ptr, R,
 
 
 def links_meta(L: int, NC: int) -> dict:
-    """_mlstm_dlinks' constexprs and warps: the chunks padded to a power of two, CB chunks of steps a turn."""
-    cb = max(1, 4096 // L)
-    return dict(L=L, NCP=triton.next_power_of_2(NC), CB=cb, num_warps=4)
+    """_mlstm_dlinks' constexprs and warps: the chunks padded to a power of two, CB of them a turn (the
+    tile of steps CB x L at most 4096 and no larger than the chunks), a warp per 1024 of its steps."""
+    ncp = triton.next_power_of_2(NC)
+    cb = min(ncp, max(1, 4096 // L))
+    return dict(L=L, NCP=ncp, CB=cb, num_warps=max(1, min(4, cb * L // 1024)))
 
 
 def warps(config) -> tuple[int, int]:
