@@ -223,3 +223,38 @@ def test_the_backward_launches_with_its_own_warps(monkeypatch):
         want = (config.state_warps_bwd or config.state_warps, config.warps_bwd or config.warps)
         assert (seen["_mlstm_dstates"], seen["_mlstm_dchunk"]) == want
     assert all(torch.equal(a, b) for a, b in zip(grads[0], grads[2]))
+
+
+@pytest.mark.parametrize("cb, out_dtype", [(2, torch.float32), (8, torch.bfloat16)])
+def test_link_scan_is_the_chunk_by_chunk_recurrence(cb, out_dtype):
+    """_mlstm_dlinks (one associative scan over the chunks, then CB chunks of steps a turn) against the
+    recurrence it stands for, taken a chunk at a time in float64: D = 0 after the last chunk; at chunk
+    c, delta = D - Y - K, df += (D - delta where j <= kind) sigmoid(-f), di += delta where j == kind,
+    then D = X + (D - Y where kind < 0, else K). Five chunks of 16 steps, the last partial (T 75), every
+    kind (-1, a step, L; one row -1 throughout), random terms; CB 2 takes three turns of the loop."""
+    from kcollect.kernels.mlstm.bwd import _mlstm_dlinks, links_meta
+
+    g = torch.Generator().manual_seed(int(torch.randint(2**31, ())))
+    BH, L, T = 3, 16, 75
+    NC = -(-T // L)
+    links = torch.randn(BH, NC, 4, generator=g)
+    links[..., 3] = torch.tensor([-1, 0, 7, 15, L])[torch.randint(0, 5, (BH, NC), generator=g)].float()
+    links[0, :, 3] = -1  # a row whose carried states set every stabiliser: D runs through all its chunks
+    f, di, df = (torch.randn(BH, T, generator=g) * 3 for _ in range(3))
+    want_di, want_df = di.double().clone(), df.double().clone()
+    for bh in range(BH):
+        D = 0.0
+        for c in reversed(range(NC)):
+            X, Y, K, kind = links[bh, c].double().tolist()
+            delta = D - Y - K
+            for j in range(min(L, T - c * L)):
+                t = c * L + j
+                want_df[bh, t] += (D - (delta if j <= kind else 0.0)) * torch.sigmoid(-f[bh, t].double())
+                want_di[bh, t] += delta if j == kind else 0.0
+            D = X + (D - Y if kind < 0 else K)
+    got_di, got_df = torch.empty(BH, T, dtype=out_dtype), torch.empty(BH, T, dtype=out_dtype)
+    meta = dict(links_meta(L, NC), CB=cb)
+    _mlstm_dlinks[(BH,)](links.clone(), f, di, df, got_di, got_df, T, NC, **meta)
+    tol = 1e-5 if out_dtype == torch.float32 else 1e-2
+    for got, want in ((got_di, want_di), (got_df, want_df)):
+        assert verify.rel_error(got, want) < tol, verify.rel_error(got, want)
