@@ -600,9 +600,7 @@ def test_sweep_ops_keeps_the_whole_sweep_s_cases_of_those_ops(tmp_path, monkeypa
 # decay are what is left of v.dC + dn, and dC from q w and dh qinv, each rounded to bf16, left df 4.2e3
 # times its norm off and dk 13x (kernels/mlstm/bwd.py: qinv on q's side in _mlstm_dstates, one rounding;
 # _mlstm_dlinks for every dtype). Either half alone leaves df 2.5e3-4.0e3 times off.
-MLSTM_CHUNK_LINK = {"op": "mlstm", "dtype": "bfloat16", "dims": {"B": 2, "NH": 1, "DH": 3, "T": 17},
-                    "options": {"resets": "none", "gates": "wild", "x_scale": 1.0, "layout": "contiguous",
-                                "grad_layout": "contiguous"}, "refusal": None, "seed": 2146858426}
+MLSTM_CHUNK_LINK = _mlstm_case("bfloat16", {"B": 2, "NH": 1, "DH": 3, "T": 17}, 2146858426, gates="wild")
 
 
 def test_mlstm_bf16_state_that_one_key_is_all_of():
@@ -616,9 +614,8 @@ def test_mlstm_bf16_state_that_one_key_is_all_of():
 # (CPU) ours erred median 0.0038 and eager 0.018, and eager was over ours' bar in 17 of them; the
 # projection in fp32 passes it (0.016) but cost the H200's forward 15-20% (run 86e98dc9 at db21d94).
 # Strict: a fix makes this fail, so that it becomes a plain test.
-LSTM_ONE_STEP = {"op": "lstm", "dtype": "bfloat16", "dims": {"B": 1, "H": 16, "I": 1, "T": 1},
-                 "options": {"resets": "clear", "gates": "saturated", "x_scale": 10.0, "layout": "strided",
-                             "grad_layout": "contiguous"}, "refusal": None, "seed": 689573312}
+LSTM_ONE_STEP = _case("lstm", "bfloat16", {"B": 1, "H": 16, "I": 1, "T": 1}, resets="clear", gates="saturated",
+                      x_scale=10.0, layout="strided") | {"seed": 689573312}
 
 
 @pytest.mark.xfail(strict=True, reason="issue 40: the bf16 input projection's rounding at saturation")
