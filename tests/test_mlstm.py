@@ -225,14 +225,16 @@ def test_the_backward_launches_with_its_own_warps(monkeypatch):
     assert all(torch.equal(a, b) for a, b in zip(grads[0], grads[2]))
 
 
-@pytest.mark.parametrize("cb, out_dtype", [(2, torch.float32), (8, torch.bfloat16)])
-def test_link_scan_is_the_chunk_by_chunk_recurrence(cb, out_dtype):
+@pytest.mark.parametrize("tile, out_dtype", [(dict(steps=32), torch.float32), (dict(steps=16, most=2), torch.float32),
+                                             (dict(steps=512), torch.bfloat16)])
+def test_link_scan_is_the_chunk_by_chunk_recurrence(tile, out_dtype):
     """_mlstm_dlinks (one associative scan over the chunks, then CB chunks of steps a turn) against the
     recurrence it stands for, taken a chunk at a time in float64: D = 0 after the last chunk; at chunk
     c, delta = D - Y - K, df += (D - delta where j <= kind) sigmoid(-f), di += delta where j == kind,
     then D = X + (D - Y where kind < 0, else K). Five chunks of 16 steps, the last partial (T 75), every
-    kind (-1, a step, L; one row -1 throughout), random terms; CB 2 takes three turns of the loop."""
-    from kcollect.kernels.mlstm.bwd import _mlstm_dlinks, links_meta
+    kind (-1, a step, L; one row -1 throughout), random terms. The tiles: 3 programs a row of 2 chunks
+    each (the last 1), 2 programs of 3 chunks a turn at a time, 1 program of all 5 at once."""
+    from kcollect.kernels.mlstm.bwd import dlinks
 
     g = torch.Generator().manual_seed(int(torch.randint(2**31, ())))
     BH, L, T = 3, 16, 75
@@ -253,8 +255,7 @@ def test_link_scan_is_the_chunk_by_chunk_recurrence(cb, out_dtype):
                 want_di[bh, t] += delta if j == kind else 0.0
             D = X + (D - Y if kind < 0 else K)
     got_di, got_df = torch.empty(BH, T, dtype=out_dtype), torch.empty(BH, T, dtype=out_dtype)
-    meta = dict(links_meta(L, NC), CB=cb)
-    _mlstm_dlinks[(BH,)](links.clone(), f, di, df, got_di, got_df, T, NC, **meta)
+    dlinks(links.clone(), f, di, df, got_di, got_df, L, out_dtype == torch.float32, **tile)
     tol = 1e-5 if out_dtype == torch.float32 else 1e-2
     for got, want in ((got_di, want_di), (got_df, want_df)):
         assert verify.rel_error(got, want) < tol, verify.rel_error(got, want)

@@ -257,9 +257,9 @@ def _store_link(links_ptr, bh, c, NC, ig, it, rest, seg, seg_end, tm, carry, dlo
     tl.store(p + 3, kind.to(tl.float32))
 
 
-@triton.jit(do_not_specialize=["T", "NC"])
-def _mlstm_dlinks(links_ptr, f_ptr, di_ptr, df_ptr, di_out, df_out, T, NC, L: tl.constexpr, NCP: tl.constexpr,
-                  CB: tl.constexpr):
+@triton.jit(do_not_specialize=["T", "NC", "G"])
+def _mlstm_dlinks(links_ptr, f_ptr, di_ptr, df_ptr, di_out, df_out, T, NC, G, L: tl.constexpr, NCP: tl.constexpr,
+                  CB: tl.constexpr, PRECISE: tl.constexpr):
     """The gradient of each chunk's whole log decay A_end (it scales the next start
     state: the gradient of that state's log-scale, D), by a reverse scan over chunks of one (row,
     head): D_c = X_c + (D_{c+1} - Y_c where the carried state set the next stabiliser (kappa = 1),
@@ -270,8 +270,9 @@ def _mlstm_dlinks(links_ptr, f_ptr, di_ptr, df_ptr, di_out, df_out, T, NC, L: tl
     di, df: the chunk kernel's parts in fp32 (bf16's rounded there would be rounded again here, after
     the link's share cancels them); di_out, df_out: the gradients, in the inputs' dtype.
     D_c = a_c D_{c+1} + b_c is one associative scan over the chunks (what the chunk c needs is
-    D_{c+1}: the scan of the terms shifted by one), and the chunks' steps are then updated CB chunks
-    at a time, rather than a chunk a loop turn, each waiting out its loads' latency in turn."""
+    D_{c+1}: the scan of the terms shifted by one). Every program scans all of its row's chunks (a
+    few loads a chunk) and updates the steps of G of them, CB chunks a turn: the row's steps spread
+    over programs, where one program a row left most SMs idle and each lane a long chain of work."""
     bh = tl.program_id(0).to(tl.int64)
     c = tl.arange(0, NCP)
     p = links_ptr + (bh * NC + c) * 4
@@ -281,25 +282,21 @@ def _mlstm_dlinks(links_ptr, f_ptr, di_ptr, df_ptr, di_out, df_out, T, NC, L: tl
     b = tl.load(p + 4, mask=nxt, other=0.0) + tl.where(kind1 < 0, -tl.load(p + 5, mask=nxt, other=0.0),
                                                         tl.load(p + 6, mask=nxt, other=0.0))
     _, E = tl.associative_scan((a, b), 0, first_order, reverse=True)  # E_c = D_{c+1}
-    here = c < NC
-    delta = E - tl.load(p + 1, mask=here, other=0.0) - tl.load(p + 2, mask=here, other=0.0)
-    tl.debug_barrier()  # every lane has read the chunks' X, Y before they are overwritten
-    tl.store(p, E, mask=here)
-    tl.store(p + 1, delta, mask=here)
-    tl.debug_barrier()
     j = tl.arange(0, L)
-    for c0 in range(0, NC, CB):
+    start = tl.program_id(1) * G
+    for c0 in range(start, tl.minimum(start + G, NC), CB):
         cc = c0 + tl.arange(0, CB)
-        q = links_ptr + (bh * NC + cc) * 4
         cm = cc < NC
-        D, dl, kind = (tl.load(q, mask=cm, other=0.0)[:, None], tl.load(q + 1, mask=cm, other=0.0)[:, None],
-                       tl.load(q + 3, mask=cm, other=0.0).to(tl.int32)[:, None])
+        q = links_ptr + (bh * NC + cc) * 4
+        D = tl.gather(E, tl.minimum(cc, NCP - 1), 0)
+        dl = (D - tl.load(q + 1, mask=cm, other=0.0) - tl.load(q + 2, mask=cm, other=0.0))[:, None]
+        kind = tl.load(q + 3, mask=cm, other=0.0).to(tl.int32)[:, None]
         step = cc[:, None] * L + j[None, :]
         tm = cm[:, None] & (step < T)
         t = bh * T + step
         f = tl.load(f_ptr + t, mask=tm, other=0.0).to(tl.float32)
-        df = tl.load(df_ptr + t, mask=tm, other=0.0) + (D - tl.where(j[None, :] <= kind, dl, 0.0)) \
-            * sigmoid_f32(-f, True)
+        df = tl.load(df_ptr + t, mask=tm, other=0.0) + (D[:, None] - tl.where(j[None, :] <= kind, dl, 0.0)) \
+            * sigmoid_f32(-f, PRECISE)
         tl.store(df_out + t, df.to(df_out.dtype.element_ty), mask=tm)
         di = tl.load(di_ptr + t, mask=tm, other=0.0) + tl.where(j[None, :] == kind, dl, 0.0)
         tl.store(di_out + t, di.to(di_out.dtype.element_ty), mask=tm)
@@ -328,12 +325,24 @@ def _mlstm_dprep(dh_ptr, h_ptr, mo_ptr, den_ptr, qinv_ptr, dden_ptr, dmj_ptr, R,
     tl.store(dmj_ptr + r, -eps * dh_h * qinv, mask=mr)
 
 
-def links_meta(L: int, NC: int) -> dict:
-    """_mlstm_dlinks' constexprs and warps: the chunks padded to a power of two, CB of them a turn (the
-    tile of steps CB x L at most 4096 and no larger than the chunks), a warp per 1024 of its steps."""
+def links_meta(L: int, NC: int, steps: int = 512, warps: int = 0, most: int = 8) -> dict:
+    """_mlstm_dlinks' grid (a row's chunks over cdiv(NC, G) programs) and constexprs: the chunks
+    padded to a power of two, about `steps` steps a program (G chunks; no more than `most` programs
+    a row, as each scans all of the row's chunks), CB chunks a turn (a tile of at most 4096 steps),
+    a warp per 256 of them unless `warps`."""
     ncp = triton.next_power_of_2(NC)
-    cb = min(ncp, max(1, 4096 // L))
-    return dict(L=L, NCP=ncp, CB=cb, num_warps=max(1, min(4, cb * L // 1024)))
+    cb = triton.next_power_of_2(max(1, min(steps // L, NC)))
+    cb = min(cb, max(1, 4096 // L))
+    g = max(cb, triton.cdiv(triton.cdiv(NC, most), cb) * cb)
+    return dict(G=g, L=L, NCP=ncp, CB=cb, num_warps=warps or max(1, min(4, cb * L // 256)))
+
+
+def dlinks(links, f, di_part, df_part, di, df, L: int, PRECISE: bool, **tile):
+    """_mlstm_dlinks over links (BH, NC, 4) and the (BH, T) gates: di, df written (tile: links_meta's)."""
+    BH, NC, _ = links.shape
+    meta = links_meta(L, NC, **tile)
+    _mlstm_dlinks[(BH, triton.cdiv(NC, meta["G"]))](links, f, di_part, df_part, di, df, f.shape[-1], NC,
+                                                    PRECISE=PRECISE, **meta)
 
 
 def warps(config) -> tuple[int, int]:
@@ -350,8 +359,10 @@ def shared_bwd(config, dtype, DH: int, dot_f32: bool, device) -> int:
     scan_warps, chunk_warps = warps(config)
     need = max(shared_bytes_for_types(_mlstm_dstates, dstates, dict(meta, num_warps=scan_warps), device),
                shared_bytes_for_types(_mlstm_dchunk, dchunk, dict(meta, num_warps=chunk_warps), device))
-    links = (f32, dtype, f32, f32, dtype, dtype, 1, 1)
-    return max(need, shared_bytes_for_types(_mlstm_dlinks, links, links_meta(meta["L"], 1), device))
+    links = (f32, dtype, f32, f32, dtype, dtype, 1, 1, 1)
+    links_meta1 = dict(links_meta(meta["L"], 1), PRECISE=meta["PRECISE"])
+    links_meta1.pop("G")
+    return max(need, shared_bytes_for_types(_mlstm_dlinks, links, links_meta1, device))
 
 
 def mlstm_bwd(dh, q, k, v, i, f, resets, NH: int, h, saved, config, dot_f32: bool, eps: float):
@@ -384,5 +395,5 @@ def mlstm_bwd(dh, q, k, v, i, f, resets, NH: int, h, saved, config, dot_f32: boo
     _mlstm_dchunk[(NC, BH)](q, k, v, i, f, rs, dh, qinv, den, cs, ns, ms, mo, dcs, dns, dim, dam, src, links, dq, dk,
                             dv, di_part, df_part, NH, T, DH, NC, DH ** -0.5, eps, has_resets, num_warps=chunk_warps,
                             **meta)
-    _mlstm_dlinks[(BH,)](links, f, di_part, df_part, di, df, T, NC, **links_meta(L, NC))
+    dlinks(links, f.view(BH, T), di_part, df_part, di, df, L, meta["PRECISE"])
     return dq, dk, dv, di, df
