@@ -270,35 +270,41 @@ def _mlstm_dlinks(links_ptr, f_ptr, di_ptr, df_ptr, di_out, df_out, T, NC, G, L:
     di, df: the chunk kernel's parts in fp32 (bf16's rounded there would be rounded again here, after
     the link's share cancels them); di_out, df_out: the gradients, in the inputs' dtype.
     D_c = a_c D_{c+1} + b_c is one associative scan over the chunks (what the chunk c needs is
-    D_{c+1}: the scan of the terms shifted by one). Every program scans all of its row's chunks (a
-    few loads a chunk) and updates the steps of G of them, CB chunks a turn: the row's steps spread
-    over programs, where one program a row left most SMs idle and each lane a long chain of work."""
+    D_{c+1}: the scan of the terms shifted by one). The row's steps are spread over programs of G
+    chunks, CB a turn; each turn scans all of the row's chunks (a few loads a chunk) and takes its
+    own by tl.gather, so that nothing is written between programs. One program a row (the scan's
+    results written back for the turns) left most SMs idle and each lane a long chain of work: 22 µs
+    where this takes 5 (H200, bf16, B8 NH8 T1024; lab/results/mlstm_tail_h200_*.txt)."""
     bh = tl.program_id(0).to(tl.int64)
+    j = tl.arange(0, L)
     c = tl.arange(0, NCP)
     p = links_ptr + (bh * NC + c) * 4
     nxt = c + 1 < NC  # chunk c+1's terms: a = 1 where its carried state set the stabiliser after it
-    kind1 = tl.load(p + 7, mask=nxt, other=0.0)
-    a = tl.where(nxt & (kind1 < 0), 1.0, 0.0)
-    b = tl.load(p + 4, mask=nxt, other=0.0) + tl.where(kind1 < 0, -tl.load(p + 5, mask=nxt, other=0.0),
-                                                        tl.load(p + 6, mask=nxt, other=0.0))
-    _, E = tl.associative_scan((a, b), 0, first_order, reverse=True)  # E_c = D_{c+1}
-    j = tl.arange(0, L)
     start = tl.program_id(1) * G
     for c0 in range(start, tl.minimum(start + G, NC), CB):
+        # the turn's loads first, then the scan (again each turn, a few loads a chunk): one wait for
+        # memory a turn rather than two, where most programs take one turn
         cc = c0 + tl.arange(0, CB)
         cm = cc < NC
         q = links_ptr + (bh * NC + cc) * 4
-        D = tl.gather(E, tl.minimum(cc, NCP - 1), 0)
-        dl = (D - tl.load(q + 1, mask=cm, other=0.0) - tl.load(q + 2, mask=cm, other=0.0))[:, None]
+        XK = tl.load(q + 1, mask=cm, other=0.0) + tl.load(q + 2, mask=cm, other=0.0)
         kind = tl.load(q + 3, mask=cm, other=0.0).to(tl.int32)[:, None]
         step = cc[:, None] * L + j[None, :]
         tm = cm[:, None] & (step < T)
         t = bh * T + step
         f = tl.load(f_ptr + t, mask=tm, other=0.0).to(tl.float32)
-        df = tl.load(df_ptr + t, mask=tm, other=0.0) + (D[:, None] - tl.where(j[None, :] <= kind, dl, 0.0)) \
-            * sigmoid_f32(-f, PRECISE)
+        df = tl.load(df_ptr + t, mask=tm, other=0.0)
+        di = tl.load(di_ptr + t, mask=tm, other=0.0)
+        kind1 = tl.load(p + 7, mask=nxt, other=0.0)
+        a = tl.where(nxt & (kind1 < 0), 1.0, 0.0)
+        b = tl.load(p + 4, mask=nxt, other=0.0) + tl.where(kind1 < 0, -tl.load(p + 5, mask=nxt, other=0.0),
+                                                            tl.load(p + 6, mask=nxt, other=0.0))
+        _, E = tl.associative_scan((a, b), 0, first_order, reverse=True)  # E_c = D_{c+1}
+        D = tl.gather(E, tl.minimum(cc, NCP - 1), 0)
+        dl = (D - XK)[:, None]
+        df += (D[:, None] - tl.where(j[None, :] <= kind, dl, 0.0)) * sigmoid_f32(-f, PRECISE)
         tl.store(df_out + t, df.to(df_out.dtype.element_ty), mask=tm)
-        di = tl.load(di_ptr + t, mask=tm, other=0.0) + tl.where(j[None, :] == kind, dl, 0.0)
+        di += tl.where(j[None, :] == kind, dl, 0.0)
         tl.store(di_out + t, di.to(di_out.dtype.element_ty), mask=tm)
 
 
