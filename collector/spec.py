@@ -125,6 +125,11 @@ class KernelSpec:
     # gradients the check uses, for an op where some random ones would differentiate a kink that
     # no model's loss has (the sLSTM's stabilised final states)
     upstream: Callable[[tuple, tuple], tuple] | None = None
+    # the outputs (by position) that are the log of a scale, as a stabiliser m: a recurrent cell's
+    # state is (C, n) exp(m), so an error d in m is the relative error e^d - 1 of the state it
+    # scales, whatever m's own size. Their error is absolute where |m| < 1 (verify.rel_error's
+    # log_scale), not relative to an m that rounds near zero (log sigmoid of a large forget gate)
+    log_scale: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         problem = spec_problem(self)

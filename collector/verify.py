@@ -152,8 +152,10 @@ def _forward_off_the_legacy_stream(fn: Callable[..., Any], inputs: Inputs) -> tu
     return outs
 
 
-def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
-    """||out - ref|| / ||ref|| in float64; inf for NaN/Inf or a shape mismatch."""
+def rel_error(out: torch.Tensor, ref: torch.Tensor, log_scale: bool = False) -> float:
+    """||out - ref|| / ||ref|| in float64; inf for NaN/Inf or a shape mismatch. log_scale (a log of
+    a scale, KernelSpec.log_scale): over max(||ref||, sqrt(n)), each element's error absolute where
+    the reference is under 1 in size."""
     if not torch.is_tensor(out) or tuple(out.shape) != tuple(ref.shape):
         return float("inf")
     o = out.detach().to(torch.float64)
@@ -161,6 +163,8 @@ def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
         return float("inf")
     r = ref.detach().to(torch.float64)
     denom = torch.linalg.vector_norm(r).item()
+    if log_scale:
+        denom = max(denom, r.numel() ** 0.5)
     num = torch.linalg.vector_norm(o - r).item()
     return num / denom if denom > 0 else num
 
@@ -181,7 +185,8 @@ def part_errors(spec: KernelSpec, got: tuple, want: tuple, mode: str) -> list[fl
         got = spec.compare(got)
     if len(got) != len(want):
         return None
-    return [rel_error(g, w) for g, w in zip(got, want)]
+    logs = () if mode == "bwd" else spec.log_scale  # bwd checks gradients alone
+    return [rel_error(g, w, n in logs) for n, (g, w) in enumerate(zip(got, want))]
 
 
 def error_of(spec: KernelSpec, got: tuple, want: tuple, mode: str) -> float:

@@ -6,7 +6,8 @@ drew on each device's generator):
     python -m lab.mlstm_dump --device cuda --out gpu.pt      (and --device cpu --out cpu.pt)
     python -m lab.mlstm_dump --compare gpu.pt cpu.pt
 
-The case is lab.mlstm_bf16_diag.CASE, at chunks of 64 on both (the GPU's). Saved: the forward's
+The case is lab.mlstm_bf16_diag.CASE, or --case (a sweep's case, as JSON), at chunks of 64 on both
+(the GPU's). Saved: the returned final state (C_T, n_T, m_T) beside the float64 reference's, the forward's
 states at chunk starts (cs, ns, ms), each step's stabiliser and normaliser (mo, den), h, and the
 gradients from the float64 reference's upstream gradient; the comparison prints each tensor's
 largest difference, relative to its norm, and where."""
@@ -14,19 +15,20 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 
 import torch
 
 
-def dump(device: str, out: str) -> None:
+def dump(device: str, out: str, case: dict | None = None) -> None:
     from lab.awkward import cells, common
     from lab.mlstm_bf16_diag import CASE
-    from kcollect.kernels.mlstm import dot_mode, mlstm_bwd, mlstm_fwd, pick
+    from kcollect.kernels.mlstm import dot_mode, mlstm, mlstm_bwd, mlstm_fwd, pick
     from kcollect.kernels.mlstm.naive import EPS
 
-    subject = cells.subject(CASE, device)
-    _, grads, dys = common._reference(subject)
+    subject = cells.subject(case or CASE, device)
+    outs, grads, dys = common._reference(subject)
     inputs = subject.make_inputs()
     q, k, v, i, f, rs = (inputs[n] for n in ("q", "k", "v", "i", "f", "resets"))
     B, NH, T, DH = q.shape
@@ -39,7 +41,10 @@ def dump(device: str, out: str) -> None:
     dh = dys[0].to(q.dtype).reshape(B * NH, T, DH).contiguous()
     dq, dk, dv, di, df = mlstm_bwd(dh, *flat, rs, NH, h, (cs, ns, ms, mo, den), config, fast, EPS)
     saved = dict(h=h, cs=cs, ns=ns, ms=ms, mo=mo, den=den, dq=dq, dk=dk, dv=dv, di=di, df=df)
+    final = mlstm(q, k, v, i, f, rs, config=config)[1:]
+    saved.update({n: t for n, t in zip(("C_T", "n_T", "m_T"), final)})
     saved = {n: t.detach().double().cpu() for n, t in saved.items()}
+    saved.update({f"ref_{n}": t.detach().double().cpu() for n, t in zip(("C_T", "n_T", "m_T"), outs[1:])})
     saved.update({f"ref_d{n}": g.detach().double().cpu().reshape(saved[f"d{n}"].shape)
                   for n, g in zip(subject.grad_inputs, grads)})
     torch.save(saved, out)
@@ -54,7 +59,7 @@ def compare(a_path: str, b_path: str) -> None:
         where = tuple(int(w) for w in torch.nonzero(diff == diff.max())[0]) if diff.numel() else ()
         print(f"{name:8s} {tuple(x.shape)!s:20s} rel {rel:.3g}  max |diff| {diff.max().item():.4g} at {where}: "
               f"{x[where].item():.6g} vs {y[where].item():.6g}")
-        if name.startswith("ref_"):
+        if name.startswith("ref_d"):
             ours = name[4:]
             for label, t in (("first", a), ("second", b)):
                 e = t[ours] - t[name]  # rows: the steps t
@@ -70,13 +75,14 @@ def main() -> int:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--out")
     ap.add_argument("--compare", nargs=2, metavar=("A", "B"))
+    ap.add_argument("--case", help="a sweep's case (JSON) instead of lab.mlstm_bf16_diag.CASE")
     args = ap.parse_args()
     if args.compare:
         compare(*args.compare)
         return 0
     if args.device == "cpu":  # Triton's interpreter, set before the kernels are imported
         os.environ["TRITON_INTERPRET"] = "1"
-    dump(args.device, args.out)
+    dump(args.device, args.out, json.loads(args.case) if args.case else None)
     return 0
 
 

@@ -30,7 +30,7 @@ def _errors_under(subject, dys, want, permuted, n, axis_size, seed):
     out = []
     for _ in range(n):
         p = torch.randperm(axis_size, generator=g)
-        out.append(common._errors(common._run(permuted(subject.eager, p), subject, dys), want))
+        out.append(common._errors(common._run(permuted(subject.eager, p), subject, dys), want, subject.log_scale))
     return out
 
 
@@ -40,7 +40,7 @@ def judge(case: dict) -> dict | None:
     subject = cells.subject(case, "cpu")
     want_outs, want_grads, dys = common._reference(subject)
     want = (*want_outs, *want_grads)
-    eager = common._errors(common._run(subject.eager, subject, dys), want)
+    eager = common._errors(common._run(subject.eager, subject, dys), want, subject.log_scale)
     spread = common._spread(subject, dys, want)
     axis, permuted = cells._PERMUTED[case["op"]]
     runs = _errors_under(subject, dys, want, permuted, 1 + max(KS), case["dims"][axis], case["seed"] + 5)

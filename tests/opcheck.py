@@ -145,9 +145,9 @@ def errors(spec, provider, mode, dtype, dims, seed, device="cpu") -> list[float]
     inputs = spec.make_inputs(dims, dtype, device, seed)
     dys, want = verify.reference_answers(spec, inputs, mode, seed + 1)
     got = verify.build_call(spec, spec.provider(provider).fn, verify.clone_inputs(inputs), mode, dys)()
-    if spec.compare is not None and mode == "fwd":
-        got = spec.compare(got)
-    return [verify.rel_error(g, w) for g, w in zip(got, want)]
+    errs = verify.part_errors(spec, got, want, mode)
+    assert errs is not None, f"{spec.name} {provider} {mode}: {len(got)} values, want {len(want)}"
+    return errs
 
 
 def check_as_accurate_as_eager(spec, shapes, modes=("fwd", "bwd"), dtype=torch.float32, factor: float = 2.0):

@@ -416,7 +416,7 @@ def test_an_order_that_overflows_sets_no_bar(monkeypatch):
     subject = cells.subject(case, "cpu")
     over = {"status": "over_tolerance", "message": "", "floor_only": [],
             "parts": [{"name": "dx", "ours": 1e30, "eager": 1e-7, "spread": 0.0, "gate": 1e-6}]}
-    monkeypatch.setattr(common, "_errors", lambda run, want: [math.inf] * len(want))
+    monkeypatch.setattr(common, "_errors", lambda run, want, log_scale=(): [math.inf] * len(want))
     judged = cells._rejudge(case, subject, over)
     assert judged["status"] == "over_tolerance" and judged["parts"][0]["reordered"] == 0.0, judged
 

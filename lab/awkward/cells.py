@@ -250,7 +250,7 @@ def subject(case: dict, device: str) -> common.Subject:
     tolerance = spec.SPEC.tolerance.get(dtype, spec.SPEC.tolerance[torch.bfloat16])  # fp16: bf16's
     return common.Subject(lambda: inputs(case, device), ours, eager, reference, spec.SPEC.grad_inputs, dtype=dtype,
                           tolerance=tolerance, refusal=case["refusal"], grad_layout=case["options"]["grad_layout"],
-                          seed=case["seed"], upstream=spec.SPEC.upstream)
+                          seed=case["seed"], upstream=spec.SPEC.upstream, log_scale=spec.SPEC.log_scale)
 
 
 def check(case: dict, device: str) -> dict:
@@ -319,7 +319,7 @@ def _rejudge(case: dict, subject_: common.Subject, result: dict) -> dict:
     for _ in range(REORDERINGS):
         p = torch.randperm(case["dims"][axis], generator=g).to(want[0].device)
         run = common._run(permuted(subject_.eager, p), subject_, dys)
-        errors = common._errors(run, want)
+        errors = common._errors(run, want, subject_.log_scale)
         if errors is None:
             return result
         for name, e in zip(names, errors):

@@ -94,6 +94,7 @@ class Subject:
     grad_layout: str = "contiguous"
     seed: int = 0
     upstream: Callable[[tuple, tuple], tuple] | None = None
+    log_scale: tuple[int, ...] = ()  # the spec's KernelSpec.log_scale: outputs whose error is absolute below 1
 
 
 @dataclass
@@ -217,20 +218,22 @@ def _spread(subject: Subject, dys: tuple | None, want: tuple) -> list[float]:
         diff = [o for o in outs if torch.is_tensor(o) and o.requires_grad]
         grads = torch.autograd.grad(diff, leaves, dys, allow_unused=True)
         grads = tuple(torch.zeros_like(x) if g is None else g for g, x in zip(grads, leaves))
-    return [verify.rel_error(g.detach(), w) for g, w in zip((*outs, *grads), want)]
+    got = (*outs, *grads)
+    return [verify.rel_error(g.detach(), w, n in subject.log_scale) for n, (g, w) in enumerate(zip(got, want))]
 
 
 def _shapes_of(run: _Run) -> list:
     return [list(t.shape) if torch.is_tensor(t) else None for t in (*run.outs, *(run.grads or ()))]
 
 
-def _errors(run: _Run, want: tuple) -> list[float] | None:
+def _errors(run: _Run, want: tuple, log_scale: tuple[int, ...] = ()) -> list[float] | None:
+    """Each part's error (outputs, then gradients; log_scale: Subject.log_scale)."""
     if run.error is not None or run.grads is None:
         return None
     got = (*run.outs, *run.grads)
     if len(got) != len(want):
         return None
-    return [verify.rel_error(g, w) for g, w in zip(got, want)]
+    return [verify.rel_error(g, w, n in log_scale) for n, (g, w) in enumerate(zip(got, want))]
 
 
 def gate(dtype: torch.dtype, tolerance: float, eager: float | None, spread: float = 0.0) -> float:
@@ -288,8 +291,8 @@ def _verdict(subject: Subject) -> dict:
     if ours.grads is None or len(got) != len(want) or any(_shape_off(g, w) for g, w in zip(got, want)):
         return {"status": "wrong_shape", "message": f"got {_shapes_of(ours)}, want {[list(w.shape) for w in want]}"}
     eager = _run(subject.eager, subject, dys) if subject.eager is not None else None
-    eager_errors = _errors(eager, want) if eager is not None else None
-    errors = _errors(ours, want)
+    eager_errors = _errors(eager, want, subject.log_scale) if eager is not None else None
+    errors = _errors(ours, want, subject.log_scale)
     spreads = _spread(subject, dys, want) if subject.dtype not in LOW_PRECISION else [0.0] * len(want)
     parts = []
     for i, (name, err) in enumerate(zip(names, errors)):
