@@ -5,11 +5,14 @@ import os
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 import opcheck
 from cells_check import cast, errors_against_reference, reference_cases, with_resets
 from kcollect import verify
 from kcollect.kernels import mlstm
+from kcollect.kernels.mlstm.bwd import suffix_sum
 from kcollect.kernels.mlstm.naive import chunkwise, recurrent
 from kcollect.kernels.mlstm.spec import SPEC, reference
 
@@ -259,3 +262,27 @@ def test_link_scan_is_the_chunk_by_chunk_recurrence(tile, out_dtype):
     tol = 1e-5 if out_dtype == torch.float32 else 1e-2
     for got, want in ((got_di, want_di), (got_df, want_df)):
         assert verify.rel_error(got, want) < tol, verify.rel_error(got, want)
+
+
+@triton.jit
+def _suffix_sum_of(x_ptr, out_ptr, PRECISE: tl.constexpr):
+    j = tl.arange(0, 4)
+    tl.store(out_ptr + j, suffix_sum(tl.load(x_ptr + j), PRECISE))
+
+
+@pytest.mark.parametrize("precise", [True, False])
+def test_suffix_sum_keeps_a_small_term_between_cancelling_ones(precise):
+    """bwd.suffix_sum of [a, -X, s, X] at step 1 is s: in fp32, X + s rounds s away before -X cancels X
+    (the reverse scan's order here; the GPU's tree order loses others). fp32 (precise) sums in
+    float64 and keeps s; bf16's path (not precise) is left to fp32's rounding, and loses it."""
+    g = torch.Generator().manual_seed(int(torch.randint(2**31, ())))
+    X, s = float(torch.rand((), generator=g)) * 1e4 + 1e4, float(torch.rand((), generator=g)) * 1e-4 + 1e-4
+    x = torch.tensor([0.5, -X, s, X], dtype=torch.float32)
+    out = torch.empty(4)
+    _suffix_sum_of[(1,)](x, out, precise)
+    want = x.double().flip(0).cumsum(0).flip(0)
+    if precise:
+        assert ((out.double() - want).abs() <= 2.0 ** -24 * want.abs()).all(), (out, want)  # each rounded once
+        assert abs(out[1].item() - s) < 1e-3 * s
+    else:
+        assert out[1].item() != pytest.approx(s, rel=1e-3)  # what fp32's partial sums leave
