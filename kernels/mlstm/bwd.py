@@ -292,8 +292,8 @@ def _mlstm_dlinks(links_ptr, f_ptr, di_ptr, df_ptr, di_out, df_out, T, NC, G, L:
     D_{c+1}: the scan of the terms shifted by one). The row's steps are spread over programs of G
     chunks, CB a turn; each turn scans all of the row's chunks (a few loads a chunk) and takes its
     own by tl.gather, so that nothing is written between programs. One program a row (the scan's
-    results written back for the turns) left most SMs idle and each lane a long chain of work: 22 µs
-    where this takes 5 (H200, bf16, B8 NH8 T1024; lab/results/mlstm_tail_h200_*.txt)."""
+    results written back for the turns) left most SMs idle and each lane a long chain of work: 22.2 µs
+    where this takes 2.9 (H200, bf16, B8 NH8 T1024; lab/results/mlstm_tail_h200_b383559.txt)."""
     bh = tl.program_id(0).to(tl.int64)
     j = tl.arange(0, L)
     c = tl.arange(0, NCP)
@@ -354,7 +354,7 @@ def links_meta(L: int, NC: int, steps: int = 512, warps: int = 0, most: int = 8)
     """_mlstm_dlinks' grid (a row's chunks over cdiv(NC, G) programs) and constexprs: the chunks
     padded to a power of two, about `steps` steps a program (G chunks; no more than `most` programs
     a row, as each scans all of the row's chunks), CB chunks a turn (a tile of at most 4096 steps),
-    in 4 warps unless `warps` (the fastest at every shape timed, beside 1 or 2 a tile of 512 steps)."""
+    in 4 warps unless `warps` (at 512 steps a program, faster than 1 or 2 at every shape timed)."""
     ncp = triton.next_power_of_2(NC)
     cb = triton.next_power_of_2(max(1, min(steps // L, NC)))
     cb = min(cb, max(1, 4096 // L))
@@ -403,7 +403,7 @@ def mlstm_bwd(dh, q, k, v, i, f, resets, NH: int, h, saved, config, dot_f32: boo
     scan_warps, chunk_warps = warps(config)
     # the stabiliser's dmj: h = q C~ / (max(|q n~|, 1) + eps exp(m))
     qinv, dden, dmj = torch.empty_like(mo), torch.empty_like(mo), torch.empty_like(mo)
-    rows = max(1, 2048 // dp)  # 2048 elements in 8 warps: 5-10% faster than 4096 in 4 (lab/results/mlstm_tail_h200_*)
+    rows = max(1, 2048 // dp)  # 2048 elements in 8 warps: 5-10% faster than 4096 in 4 (mlstm_tail_h200_b383559)
     _mlstm_dprep[(triton.cdiv(BH * T, rows),)](dh, h, mo, den, qinv, dden, dmj, BH * T, DH, eps, BR=rows, DP=dp,
                                                  PRECISE=meta["PRECISE"], num_warps=8)
     dcs, dns = torch.empty_like(cs), torch.empty_like(ns)
