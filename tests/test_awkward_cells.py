@@ -635,3 +635,20 @@ def test_open_defect_lstm_bf16_one_saturated_step():
 def test_mlstm_bf16_gradients_through_the_normaliser(case):
     verdict = cells.check(case, "cpu")
     assert verdict["status"] == "ok", f"{json.dumps(case)}: {verdict.get('message')}"
+
+
+def test_a_sweep_cut_short_covers_every_op_and_dtype():
+    """The cases go out grouped by compiled variant (neighbours share compiles), the groups in a seeded
+    random order: the first half of a cells sweep holds cases of every op and every dtype (in the
+    variants' name order it held no slstm case), and the order is the seed's."""
+    from lab.awkward import sweep
+
+    seed = random.randrange(2**31)
+    cases = sweep.draw_cases("cells", 400, seed, "cuda")
+    first = cases[: len(cases) // 2]
+    assert {c["op"] for c in first} == set(cells.OPS), {c["op"] for c in first}
+    assert {c["dtype"] for c in first} == {"float32", "bfloat16", "float16"}
+    keys = [cells.variant(c) for c in cases]
+    assert len({k for k, prev in zip(keys, [None] + keys) if k != prev}) == len(set(keys))  # each group whole
+    assert sorted(c["index"] for c in cases) == list(range(400))
+    assert [c["index"] for c in sweep.draw_cases("cells", 400, seed, "cuda")] == [c["index"] for c in cases]

@@ -5,8 +5,9 @@ one JSONL per family and a summary table.
         [--workers 16] [--time-limit 420] [--grace 20] [--case-timeout 240] [--bounds]
 
 On the GPU, compiling each new kernel variant dominates (CPU-bound, one core a compile), so the cases
-of a family are sorted by what decides their compiled variants (the module's `variant`, where it has
-one) and handed out in small batches to --workers processes, which share Triton's disk cache. A
+of a family are grouped by what decides their compiled variants (the module's `variant`, where it
+has one; the groups in a seeded random order, so that a sweep cut short covers every op and dtype)
+and handed out in small batches to --workers processes, which share Triton's disk cache. A
 worker whose case crashes the CUDA context (an illegal address) or dies is replaced, its case
 recorded as a crash; a case past --case-timeout is a crash too ('hung'). After --time-limit seconds
 no further case starts (the summary counts them as not run), and --grace seconds later the cases
@@ -41,12 +42,19 @@ def ops_of(family: str) -> tuple[str, ...]:
 
 
 def draw_cases(family: str, n: int, seed: int, device: str) -> list[dict]:
-    """n cases of a family, indexed in draw order, sorted by compiled variant."""
+    """n cases of a family, indexed in draw order, grouped by compiled variant, the groups in a seeded
+    random order: in the variants' name order a sweep cut short by its time limit ran one op's and one
+    dtype's cases only (seed 66 on an H200: 814 mlstm cases run, 0 of 1451 slstm; fp32 sorted last)."""
     module = family_module(family)
     rng = random.Random(f"{seed}-{family}")
     cases = [dict(module.draw(rng, device), index=i) for i in range(n)]
     key = getattr(module, "variant", lambda c: c.get("op", ""))
-    return sorted(cases, key=lambda c: (key(c), c["index"]))
+    groups: dict[str, list[dict]] = {}
+    for c in sorted(cases, key=lambda c: c["index"]):
+        groups.setdefault(key(c), []).append(c)
+    order = sorted(groups)
+    random.Random(f"{seed}-{family}-order").shuffle(order)
+    return [c for g in order for c in groups[g]]
 
 
 def _worker(tasks, results, stop, device: str, bounds: bool = False) -> None:
