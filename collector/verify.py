@@ -169,8 +169,13 @@ def rel_error(out: torch.Tensor, ref: torch.Tensor, log_scale: bool = False) -> 
     return num / denom if denom > 0 else num
 
 
+def rel_errors(got: tuple, want: tuple, log_scale: tuple[int, ...] = ()) -> list[float]:
+    """rel_error of each pair, those at the positions in log_scale as logs of a scale."""
+    return [rel_error(g, w, n in log_scale) for n, (g, w) in enumerate(zip(got, want))]
+
+
 def max_error(got: tuple, want: tuple) -> float:
-    return largest(None if len(got) != len(want) else [rel_error(g, w) for g, w in zip(got, want)])
+    return largest(None if len(got) != len(want) else rel_errors(got, want))
 
 
 def largest(errors: list[float] | None) -> float:
@@ -185,8 +190,7 @@ def part_errors(spec: KernelSpec, got: tuple, want: tuple, mode: str) -> list[fl
         got = spec.compare(got)
     if len(got) != len(want):
         return None
-    logs = () if mode == "bwd" else spec.log_scale  # bwd checks gradients alone
-    return [rel_error(g, w, n in logs) for n, (g, w) in enumerate(zip(got, want))]
+    return rel_errors(got, want, () if mode == "bwd" else spec.log_scale)  # bwd checks gradients alone
 
 
 def error_of(spec: KernelSpec, got: tuple, want: tuple, mode: str) -> float:

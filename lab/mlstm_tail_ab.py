@@ -31,9 +31,9 @@ def links_row(BH: int, T: int, L: int) -> list[tuple[float, str]]:
     row = []
     for precise, steps, warps in [(False, s, w) for s in (64, 128, 256, 512, 1024) for w in (0, 1, 4)] + [(True, 512, 0)]:
         tile = dict(steps=steps, warps=warps)
-        meta = links_meta(L, NC, **tile)
+        G, meta = links_meta(L, NC, **tile)
         us = time_us(lambda: dlinks(links, f, di, df, *out, L, precise, **tile))
-        row.append((us, f"{'f64sig ' if precise else ''}steps{steps} w{meta['num_warps']} G{meta['G']} CB{meta['CB']}"))
+        row.append((us, f"{'f64sig ' if precise else ''}steps{steps} w{meta['num_warps']} G{G} CB{meta['CB']}"))
     return sorted(row)
 
 

@@ -12,7 +12,7 @@ import opcheck
 from cells_check import cast, errors_against_reference, reference_cases, with_resets
 from kcollect import verify
 from kcollect.kernels import mlstm
-from kcollect.kernels.mlstm.bwd import suffix_sum
+from kcollect.kernels.mlstm.bwd import dlinks, suffix_sum
 from kcollect.kernels.mlstm.naive import chunkwise, recurrent
 from kcollect.kernels.mlstm.spec import SPEC, reference
 
@@ -237,8 +237,6 @@ def test_link_scan_is_the_chunk_by_chunk_recurrence(tile, out_dtype):
     then D = X + (D - Y where kind < 0, else K). Five chunks of 16 steps, the last partial (T 75), every
     kind (-1, a step, L; one row -1 throughout), random terms. The tiles: 3 programs a row of 2 chunks
     each (the last 1), 2 programs of 3 chunks a turn at a time, 1 program of all 5 at once."""
-    from kcollect.kernels.mlstm.bwd import dlinks
-
     g = torch.Generator().manual_seed(int(torch.randint(2**31, ())))
     BH, L, T = 3, 16, 75
     NC = -(-T // L)

@@ -350,8 +350,8 @@ def _mlstm_dprep(dh_ptr, h_ptr, mo_ptr, den_ptr, qinv_ptr, dden_ptr, dmj_ptr, R,
     tl.store(dmj_ptr + r, -eps * dh_h * qinv, mask=mr)
 
 
-def links_meta(L: int, NC: int, steps: int = 512, warps: int = 0, most: int = 8) -> dict:
-    """_mlstm_dlinks' grid (a row's chunks over cdiv(NC, G) programs) and constexprs: the chunks
+def links_meta(L: int, NC: int, steps: int = 512, warps: int = 0, most: int = 8) -> tuple[int, dict]:
+    """(G, _mlstm_dlinks' constexprs): a row's chunks over cdiv(NC, G) programs; the chunks
     padded to a power of two, about `steps` steps a program (G chunks; no more than `most` programs
     a row, as each scans all of the row's chunks), CB chunks a turn (a tile of at most 4096 steps),
     in 4 warps unless `warps` (at 512 steps a program, faster than 1 or 2 at every shape timed)."""
@@ -359,15 +359,15 @@ def links_meta(L: int, NC: int, steps: int = 512, warps: int = 0, most: int = 8)
     cb = triton.next_power_of_2(max(1, min(steps // L, NC)))
     cb = min(cb, max(1, 4096 // L))
     g = max(cb, triton.cdiv(triton.cdiv(NC, most), cb) * cb)
-    return dict(G=g, L=L, NCP=ncp, CB=cb, num_warps=warps or 4)
+    return g, dict(L=L, NCP=ncp, CB=cb, num_warps=warps or 4)
 
 
 def dlinks(links, f, di_part, df_part, di, df, L: int, PRECISE: bool, **tile):
     """_mlstm_dlinks over links (BH, NC, 4) and the (BH, T) gates: di, df written (tile: links_meta's)."""
     BH, NC, _ = links.shape
-    meta = links_meta(L, NC, **tile)
-    _mlstm_dlinks[(BH, triton.cdiv(NC, meta["G"]))](links, f, di_part, df_part, di, df, f.shape[-1], NC,
-                                                    PRECISE=PRECISE, **meta)
+    G, meta = links_meta(L, NC, **tile)
+    _mlstm_dlinks[(BH, triton.cdiv(NC, G))](links, f, di_part, df_part, di, df, f.shape[-1], NC, G, PRECISE=PRECISE,
+                                            **meta)
 
 
 def warps(config) -> tuple[int, int]:
@@ -385,8 +385,7 @@ def shared_bwd(config, dtype, DH: int, dot_f32: bool, device) -> int:
     need = max(shared_bytes_for_types(_mlstm_dstates, dstates, dict(meta, num_warps=scan_warps), device),
                shared_bytes_for_types(_mlstm_dchunk, dchunk, dict(meta, num_warps=chunk_warps), device))
     links = (f32, dtype, f32, f32, dtype, dtype, 1, 1, 1)
-    links_meta1 = dict(links_meta(meta["L"], 1), PRECISE=meta["PRECISE"])
-    links_meta1.pop("G")
+    links_meta1 = dict(links_meta(meta["L"], 1)[1], PRECISE=meta["PRECISE"])
     return max(need, shared_bytes_for_types(_mlstm_dlinks, links, links_meta1, device))
 
 
@@ -420,5 +419,5 @@ def mlstm_bwd(dh, q, k, v, i, f, resets, NH: int, h, saved, config, dot_f32: boo
     _mlstm_dchunk[(NC, BH)](q, k, v, i, f, rs, dh, qinv, den, cs, ns, ms, mo, dcs, dns, dim, dam, src, links, dq, dk,
                             dv, di_part, df_part, NH, T, DH, NC, DH ** -0.5, eps, has_resets, num_warps=chunk_warps,
                             **meta)
-    dlinks(links, f.view(BH, T), di_part, df_part, di, df, L, meta["PRECISE"])
+    dlinks(links, f, di_part, df_part, di, df, L, meta["PRECISE"])
     return dq, dk, dv, di, df

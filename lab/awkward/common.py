@@ -218,8 +218,7 @@ def _spread(subject: Subject, dys: tuple | None, want: tuple) -> list[float]:
         diff = [o for o in outs if torch.is_tensor(o) and o.requires_grad]
         grads = torch.autograd.grad(diff, leaves, dys, allow_unused=True)
         grads = tuple(torch.zeros_like(x) if g is None else g for g, x in zip(grads, leaves))
-    got = (*outs, *grads)
-    return [verify.rel_error(g.detach(), w, n in subject.log_scale) for n, (g, w) in enumerate(zip(got, want))]
+    return verify.rel_errors(tuple(g.detach() for g in (*outs, *grads)), want, subject.log_scale)
 
 
 def _shapes_of(run: _Run) -> list:
@@ -233,7 +232,7 @@ def _errors(run: _Run, want: tuple, log_scale: tuple[int, ...] = ()) -> list[flo
     got = (*run.outs, *run.grads)
     if len(got) != len(want):
         return None
-    return [verify.rel_error(g, w, n in log_scale) for n, (g, w) in enumerate(zip(got, want))]
+    return verify.rel_errors(got, want, log_scale)
 
 
 def gate(dtype: torch.dtype, tolerance: float, eager: float | None, spread: float = 0.0) -> float:
