@@ -47,7 +47,6 @@ class RTUConfig:
     path: str = "tiles"  # the forward's kernels: "tiles" (scan.py) or "lanes" (lanes.py)
     bwd_path: str = "tiles"  # the backward's (either reads the states either forward kept)
     steps: int = 0  # the lanes forward's tile (0: chunk; a multiple or a divisor of chunk)
-    lookback: bool = False  # the lanes path's segments in one launch each way (decoupled look-back)
 
 
 # programs per SM below which a split over time pays for its extra read

@@ -24,7 +24,6 @@ import triton
 import triton.language as tl
 
 from .._jit.scan import accumulator, first_order_complex, row_of, sigmoid, sum_dtype, sum_of_products
-from .._jit.lookback import claim, look_back, publish
 from .dynamics import dynamics, one_minus_exp, power, silu_grad
 
 # segments combined per round trip when a segment gathers the ends of the others (their loads are
@@ -33,8 +32,8 @@ _ENDS_GROUP = tl.constexpr(4)
 
 
 @triton.jit
-def _lanes(chain, H, BLOCK_H: tl.constexpr, VEC: tl.constexpr):
-    """Chain `chain`'s sequence b, its channels h (`VEC` neighbours a thread) and their mask. The
+def _lanes(H, BLOCK_H: tl.constexpr, VEC: tl.constexpr):
+    """This program's sequence b, its channels h (`VEC` neighbours a thread) and their mask. The
     hints make the compiler vectorise the loads by VEC along the channels, with lanes and warps on
     the channel axis; for VEC 1 a contiguity of 2 without alignment keeps the channel axis first
     (at equal contiguity, 1 and 1, the compiler put the lanes on time)."""
@@ -43,25 +42,23 @@ def _lanes(chain, H, BLOCK_H: tl.constexpr, VEC: tl.constexpr):
         lanes = tl.multiple_of(tl.max_contiguous(tl.arange(0, BLOCK_H), 2), 1)
     else:
         lanes = tl.max_contiguous(tl.arange(0, BLOCK_H), VEC)
-    h = (chain % n_hb) * BLOCK_H + lanes
-    return chain // n_hb, h, h < H
+    h = (tl.program_id(0) % n_hb) * BLOCK_H + lanes
+    return tl.program_id(0) // n_hb, h, h < H
 
 
 @triton.jit
-def _carry_in(ENDS, b, h, mh, H, n_seg, first, count, STEP: tl.constexpr, cr, ci):
+def _carry_in(ENDS, b, h, mh, H, n_seg, first, count, STEP: tl.constexpr, BLOCK_H: tl.constexpr):
     """The state (adjoint) entering a segment: the (transition, end) pairs of segments first,
-    first + STEP, ... (`count` of them) applied in that order to the state (cr, ci). Loaded from
-    L2 (.cg): under look-back another program of this SM may have read the lines before they were
-    published."""
+    first + STEP, ... (`count` of them) applied in that order to a zero state."""
+    cr = tl.zeros([BLOCK_H], tl.float32)
+    ci = tl.zeros([BLOCK_H], tl.float32)
     i = 0
     while i < count:
         for u in tl.static_range(_ENDS_GROUP):
             ok = mh & (i + u < count)
             e = ENDS + ((b * n_seg + first + (i + u) * STEP) * 4) * H + h
-            ar = tl.load(e, mask=ok, other=1.0, cache_modifier=".cg")
-            ai = tl.load(e + H, mask=ok, other=0.0, cache_modifier=".cg")
-            er = tl.load(e + 2 * H, mask=ok, other=0.0, cache_modifier=".cg")
-            ei = tl.load(e + 3 * H, mask=ok, other=0.0, cache_modifier=".cg")
+            ar, ai = tl.load(e, mask=ok, other=1.0), tl.load(e + H, mask=ok, other=0.0)
+            er, ei = tl.load(e + 2 * H, mask=ok, other=0.0), tl.load(e + 3 * H, mask=ok, other=0.0)
             cr, ci = ar * cr - ai * ci + er, ar * ci + ai * cr + ei
         i += _ENDS_GROUP
     return cr, ci
@@ -129,38 +126,36 @@ def _with_previous(ar1, ai1, kr1, ki1, br1, bi1, qr1, qi1, ar2, ai2, kr2, ki2, b
 
 
 @triton.jit
-def _entering(ENDS, INCL, FLAGS, chain, b, seg, n_seg, h, mh, H, STEP: tl.constexpr):
-    """Under look-back, the state (adjoint, STEP -1) entering segment seg: the nearest published
-    inclusive state before it carried through the aggregates in between; NaN if none came."""
-    d = look_back(FLAGS, chain, seg, n_seg, STEP)
-    j = seg - STEP * tl.maximum(d, 1)
-    at = INCL + ((b * n_seg + j) * 2) * H + h
-    cr = tl.load(at, mask=mh, other=0.0, cache_modifier=".cg")
-    ci = tl.load(at + H, mask=mh, other=0.0, cache_modifier=".cg")
-    cr, ci = _carry_in(ENDS, b, h, mh, H, n_seg, j + STEP, d - 1, STEP, cr, ci)
-    return tl.where(d > 0, cr, float("nan")), tl.where(d > 0, ci, float("nan"))
-
-
-@triton.jit
-def _publish_inclusive(INCL, FLAGS, chain, b, seg, n_seg, h, mh, H, cr, ci, n):
-    at = INCL + ((b * n_seg + seg) * 2) * H + h
-    tl.store(at, cr, mask=mh)
-    tl.store(at + H, ci, mask=mh)
-    publish(FLAGS, chain, seg, n_seg, n)
-
-
-@triton.jit
-def _fwd_tiles(X1, X2, R, Y, CK, b, h, mh, g, p, k1, k2, lam_r, lam_i, cr, ci, c, end, T, H: tl.constexpr,
-               n_kept, CHUNK: tl.constexpr, KEEP: tl.constexpr, SAME_X: tl.constexpr, HAS_R: tl.constexpr,
-               STORE_CK: tl.constexpr, WRITE: tl.constexpr, EVEN: tl.constexpr, ASM: tl.constexpr,
-               PRECISE: tl.constexpr):
-    """Tiles c .. end - 1 of sequence b scanned from the state (cr, ci): (the state after them,
-    whether a reset lies among them). WRITE (a constexpr or a runtime flag): y and, with STORE_CK,
-    the kept states stored."""
+def _fwd(X1, X2, W1, W2, NU, TH, R, Y, CK, ENDS, T, H: tl.constexpr, n_tiles, per_seg, n_seg, n_kept,
+         BLOCK_H: tl.constexpr, VEC: tl.constexpr, CHUNK: tl.constexpr, KEEP: tl.constexpr, SAME_X: tl.constexpr,
+         HAS_W: tl.constexpr, HAS_R: tl.constexpr, STORE_CK: tl.constexpr, ENDS_PASS: tl.constexpr,
+         EVEN: tl.constexpr, ASM: tl.constexpr, PRECISE: tl.constexpr):
+    """Program (sequence x channel block, segment), in tiles of CHUNK steps. ENDS_PASS: the segment
+    from a zero state, keeping its transition and end; otherwise from the state the earlier
+    segments' ends combine to, writing y and, with STORE_CK, the state after every KEEP steps (the
+    backward's chunk: a multiple or a divisor of CHUNK). Steps past T run on (zero input, no reset):
+    only the last tile has them, and neither the last state kept nor the last segment's ends is read.
+    PRECISE (fp32): the state carried to the next tile through lambda^CHUNK rounded once
+    (_exact_carry; a table of every row's power, as scan.py's tiles hold, would spill here)."""
+    b, h, mh = _lanes(H, BLOCK_H, VEC)
+    g, p, gam, w1, w2 = dynamics(NU, TH, W1, W2, h, mh, BLOCK_H, HAS_W)
+    k1 = (gam * w1)[None, :]
+    k2 = (gam * w2)[None, :]
     rows = tl.arange(0, CHUNK)
     head = (rows == 0)[:, None]
-    hit = 0
-    at = b.to(tl.int64) * T * H + c.to(tl.int64) * CHUNK * H
+    if PRECISE:
+        lam_r, lam_i = power(NU, TH, h, mh, CHUNK, False)
+    base = b.to(tl.int64) * T * H
+    seg = tl.program_id(1)
+    c = seg * per_seg
+    end = tl.minimum(c + per_seg, n_tiles)
+    if ENDS_PASS:
+        cr = tl.zeros([BLOCK_H], tl.float32)
+        ci = tl.zeros([BLOCK_H], tl.float32)
+    else:
+        cr, ci = _carry_in(ENDS, b, h, mh, H, n_seg, 0, seg, 1, BLOCK_H)
+    hit = 0  # a reset in the segment (ENDS_PASS): its transition is 0
+    at = base + c.to(tl.int64) * CHUNK * H
     x1n = _tile(X1 + at, rows, h, H, c * CHUNK + rows, T, mh, True, EVEN)
     x2n = x1n if SAME_X else _tile(X2 + at, rows, h, H, c * CHUNK + rows, T, mh, True, EVEN)
     rn = _resets(R, b, c * CHUNK + rows, T, True, HAS_R)
@@ -187,7 +182,9 @@ def _fwd_tiles(X1, X2, R, Y, CK, b, h, mh, g, p, k1, k2, lam_r, lam_i, cr, ci, c
             li = row_of(ti_all, rows[:, None], CHUNK - 1)
             end_r, end_i = _exact_carry(end_r, end_i, lr, li, cr, ci, lam_r, lam_i, tl.max(r, axis=0))
         cr, ci = end_r, end_i
-        if WRITE:
+        if ENDS_PASS:
+            hit = tl.maximum(hit, tl.max(r, axis=0))
+        else:
             y = Y + 2 * at + rows[:, None] * (2 * H) + h[None, :]
             mask = (t < T)[:, None] & mh[None, :]
             tl.store(y, (c1 * sigmoid(c1, ASM, PRECISE)).to(Y.dtype.element_ty), mask=mask)
@@ -203,89 +200,51 @@ def _fwd_tiles(X1, X2, R, Y, CK, b, h, mh, g, p, k1, k2, lam_r, lam_i, cr, ci, c
                     ck = CK + ((b * n_kept + (c + 1) // (KEEP // CHUNK) - 1) * 2) * H + h
                     tl.store(ck, cr, mask=mh)
                     tl.store(ck + H, ci, mask=mh)
-        else:
-            hit = tl.maximum(hit, tl.max(r, axis=0))
         at += CHUNK * H
         c += 1
-    return cr, ci, hit
+    if ENDS_PASS:
+        tr, ti = power(NU, TH, h, mh, per_seg * CHUNK, False)
+        _store_ends(ENDS, b, seg, n_seg, h, mh, H, tl.where(hit == 0, tr, 0.0), tl.where(hit == 0, ti, 0.0), cr, ci)
 
 
 @triton.jit
-def _fwd(X1, X2, W1, W2, NU, TH, R, Y, CK, ENDS, INCL, FLAGS, T, H: tl.constexpr, n_tiles, per_seg, n_seg, n_kept,
-         BLOCK_H: tl.constexpr, VEC: tl.constexpr, CHUNK: tl.constexpr, KEEP: tl.constexpr, SAME_X: tl.constexpr,
-         HAS_W: tl.constexpr, HAS_R: tl.constexpr, STORE_CK: tl.constexpr, ENDS_PASS: tl.constexpr,
-         LOOKBACK: tl.constexpr, EVEN: tl.constexpr, ASM: tl.constexpr, PRECISE: tl.constexpr):
-    """Program (sequence x channel block, segment), in tiles of CHUNK steps. ENDS_PASS: the segment
-    from a zero state, keeping its transition and end; otherwise from the state the earlier
-    segments' ends combine to, writing y and, with STORE_CK, the state after every KEEP steps (the
-    backward's chunk: a multiple or a divisor of CHUNK). LOOKBACK: both in one launch (_jit/
-    lookback.py; a 1-D grid). Steps past T run on (zero input, no reset): only the last tile has
-    them, and neither the last state kept nor the last segment's ends is read.
-    PRECISE (fp32): the state carried to the next tile through lambda^CHUNK rounded once
-    (_exact_carry; a table of every row's power, as scan.py's tiles hold, would spill here)."""
-    if LOOKBACK:
-        chain, seg = claim(FLAGS, n_seg, False)
-    else:
-        chain, seg = tl.program_id(0), tl.program_id(1)
-    b, h, mh = _lanes(chain, H, BLOCK_H, VEC)
+def _bwd(X1, X2, W1, W2, NU, TH, R, DY, CK, ENDS, DX1, DX2, PART, T, H: tl.constexpr, n_chunks, per_seg, n_seg,
+         BLOCK_H: tl.constexpr, VEC: tl.constexpr, CHUNK: tl.constexpr, SAME_X: tl.constexpr,
+         HAS_W: tl.constexpr, HAS_R: tl.constexpr, ENDS_PASS: tl.constexpr, EVEN: tl.constexpr,
+         ASM: tl.constexpr, PRECISE: tl.constexpr, ACC: tl.constexpr):
+    """Program (sequence x channel block, segment): the segment's chunks from the last. ENDS_PASS
+    (segments 1 on; segment 0's are never read): the adjoint at the segment's first step from a
+    zero one after it, and the segment's transition; otherwise dx (dx1, dx2 for low-rank maps) and
+    PART[b, segment] = the sums of (dg, dp, dgamma, dw1, dw2) over the segment's steps, in ACC.
+    PRECISE (fp32): the adjoint carried to the tile before through conj(lambda)^CHUNK rounded once
+    (_fwd's)."""
+    b, h, mh = _lanes(H, BLOCK_H, VEC)
     g, p, gam, w1, w2 = dynamics(NU, TH, W1, W2, h, mh, BLOCK_H, HAS_W)
     k1 = (gam * w1)[None, :]
     k2 = (gam * w2)[None, :]
-    if PRECISE:
-        lam_r, lam_i = power(NU, TH, h, mh, CHUNK, False)
-    else:
-        lam_r, lam_i = g, p  # (unused)
-    c = seg * per_seg
-    end = tl.minimum(c + per_seg, n_tiles)
-    cr = tl.zeros([BLOCK_H], tl.float32)
-    ci = tl.zeros([BLOCK_H], tl.float32)
-    if LOOKBACK:
-        if seg > 0:  # the segment's aggregate from a zero state, then the state entering it
-            er, ei, hit = _fwd_tiles(X1, X2, R, Y, CK, b, h, mh, g, p, k1, k2, lam_r, lam_i, cr, ci, c, end, T, H,
-                                     n_kept, CHUNK, KEEP, SAME_X, HAS_R, STORE_CK, False, EVEN, ASM, PRECISE)
-            tr, ti = power(NU, TH, h, mh, per_seg * CHUNK, False)
-            tr, ti = tl.where(hit == 0, tr, 0.0), tl.where(hit == 0, ti, 0.0)
-            _store_ends(ENDS, b, seg, n_seg, h, mh, H, tr, ti, er, ei)
-            publish(FLAGS, chain, seg, n_seg, 1)
-            cr, ci = _entering(ENDS, INCL, FLAGS, chain, b, seg, n_seg, h, mh, H, 1)
-            if seg < n_seg - 1:
-                _publish_inclusive(INCL, FLAGS, chain, b, seg, n_seg, h, mh, H, tr * cr - ti * ci + er,
-                                   tr * ci + ti * cr + ei, 1)
-        cr, ci, hit = _fwd_tiles(X1, X2, R, Y, CK, b, h, mh, g, p, k1, k2, lam_r, lam_i, cr, ci, c, end, T, H,
-                                 n_kept, CHUNK, KEEP, SAME_X, HAS_R, STORE_CK, True, EVEN, ASM, PRECISE)
-        if (seg == 0) & (n_seg > 1):
-            _publish_inclusive(INCL, FLAGS, chain, b, seg, n_seg, h, mh, H, cr, ci, 2)
-    else:
-        if not ENDS_PASS:
-            cr, ci = _carry_in(ENDS, b, h, mh, H, n_seg, 0, seg, 1, cr, ci)
-        cr, ci, hit = _fwd_tiles(X1, X2, R, Y, CK, b, h, mh, g, p, k1, k2, lam_r, lam_i, cr, ci, c, end, T, H,
-                                 n_kept, CHUNK, KEEP, SAME_X, HAS_R, STORE_CK, not ENDS_PASS, EVEN, ASM, PRECISE)
-        if ENDS_PASS:
-            tr, ti = power(NU, TH, h, mh, per_seg * CHUNK, False)
-            _store_ends(ENDS, b, seg, n_seg, h, mh, H, tl.where(hit == 0, tr, 0.0), tl.where(hit == 0, ti, 0.0),
-                        cr, ci)
-
-
-@triton.jit
-def _bwd_tiles(X1, X2, R, DY, CK, DX1, DX2, b, h, mh, g, p, gam, w1, w2, lam_r, lam_i, sr, si, c, first, T,
-               H: tl.constexpr, n_chunks, BLOCK_H: tl.constexpr, CHUNK: tl.constexpr, SAME_X: tl.constexpr,
-               HAS_R: tl.constexpr, WRITE: tl.constexpr, EVEN: tl.constexpr, ASM: tl.constexpr,
-               PRECISE: tl.constexpr, ACC: tl.constexpr):
-    """Chunks c, c - 1, ..., first of sequence b from the adjoint (sr, si) entering after chunk c:
-    (the adjoint at chunk first's first step, whether a reset lies after a step of them, and the
-    sums of (dg, dp, dgamma, dw1, dw2) over them, in ACC). WRITE: dx stored and the sums taken."""
-    k1 = (gam * w1)[None, :]
-    k2 = (gam * w2)[None, :]
     rows = tl.arange(0, CHUNK)
+    if PRECISE:
+        lam_r, lam_i = power(NU, TH, h, mh, CHUNK, True)
     head = (rows == 0)[:, None]
     tail = (rows == CHUNK - 1)[:, None]
+    base = b.to(tl.int64) * T * H
+    seg = tl.program_id(1)
+    if ENDS_PASS:
+        seg += 1
+    first = seg * per_seg
+    if ENDS_PASS:
+        sr = tl.zeros([BLOCK_H], tl.float32)
+        si = tl.zeros([BLOCK_H], tl.float32)
+    else:
+        sr, si = _carry_in(ENDS, b, h, mh, H, n_seg, n_seg - 1, n_seg - 1 - seg, -1, BLOCK_H)
     acc_g = tl.zeros([BLOCK_H], ACC)
     acc_p = tl.zeros([BLOCK_H], ACC)
     acc_gam = tl.zeros([BLOCK_H], ACC)
     acc_w1 = tl.zeros([BLOCK_H], ACC)
     acc_w2 = tl.zeros([BLOCK_H], ACC)
     hit = 0
-    at = b.to(tl.int64) * T * H + c.to(tl.int64) * CHUNK * H
+    c = tl.minimum(first + per_seg, n_chunks) - 1
+    at = base + c.to(tl.int64) * CHUNK * H
     t0 = c * CHUNK + rows
     x1n = _tile(X1 + at, rows, h, H, t0, T, mh, True, EVEN)
     x2n = x1n if SAME_X else _tile(X2 + at, rows, h, H, t0, T, mh, True, EVEN)
@@ -320,7 +279,7 @@ def _bwd_tiles(X1, X2, R, DY, CK, DX1, DX2, b, h, mh, g, p, gam, w1, w2, lam_r, 
         bi = k2 * x2
         br = tl.where(head, br + ar * pr[None, :] - ai * pi[None, :], br)
         bi = tl.where(head, bi + ar * pi[None, :] + ai * pr[None, :], bi)
-        if not WRITE:
+        if ENDS_PASS:
             _, _, c1, c2 = tl.associative_scan((ar, ai, br, bi), 0, first_order_complex)
         else:
             kr = tl.broadcast_to(keep, ar.shape)
@@ -344,7 +303,7 @@ def _bwd_tiles(X1, X2, R, DY, CK, DX1, DX2, b, h, mh, g, p, gam, w1, w2, lam_r, 
             li = row_of(ti_all, rows[:, None], 0)
             end_r, end_i = _exact_carry(end_r, end_i, lr, li, sr, si, lam_r, lam_i, tl.max(r_after, axis=0))
         sr, si = end_r, end_i
-        if not WRITE:
+        if ENDS_PASS:
             hit = tl.maximum(hit, tl.max(r_after, axis=0))
         else:
             mask = (t < T)[:, None] & mh[None, :]
@@ -365,55 +324,6 @@ def _bwd_tiles(X1, X2, R, DY, CK, DX1, DX2, b, h, mh, g, p, gam, w1, w2, lam_r, 
             acc_w2 += gam * u2
         at -= CHUNK * H
         c -= 1
-    return sr, si, hit, acc_g, acc_p, acc_gam, acc_w1, acc_w2
-
-
-@triton.jit
-def _bwd(X1, X2, W1, W2, NU, TH, R, DY, CK, ENDS, INCL, FLAGS, DX1, DX2, PART, T, H: tl.constexpr, n_chunks,
-         per_seg, n_seg, BLOCK_H: tl.constexpr, VEC: tl.constexpr, CHUNK: tl.constexpr, SAME_X: tl.constexpr,
-         HAS_W: tl.constexpr, HAS_R: tl.constexpr, ENDS_PASS: tl.constexpr, LOOKBACK: tl.constexpr,
-         EVEN: tl.constexpr, ASM: tl.constexpr, PRECISE: tl.constexpr, ACC: tl.constexpr):
-    """Program (sequence x channel block, segment): the segment's chunks from the last. ENDS_PASS
-    (segments 1 on; segment 0's are never read): the adjoint at the segment's first step from a
-    zero one after it, and the segment's transition; otherwise dx (dx1, dx2 for low-rank maps) and
-    PART[b, segment] = the sums of (dg, dp, dgamma, dw1, dw2) over the segment's steps, in ACC.
-    LOOKBACK: both in one launch, the segments claimed from the last (_jit/lookback.py; a 1-D grid).
-    PRECISE (fp32): the adjoint carried to the tile before through conj(lambda)^CHUNK rounded once
-    (_fwd's)."""
-    if LOOKBACK:
-        chain, seg = claim(FLAGS, n_seg, True)
-    else:
-        chain, seg = tl.program_id(0), tl.program_id(1)
-        if ENDS_PASS:
-            seg += 1
-    b, h, mh = _lanes(chain, H, BLOCK_H, VEC)
-    g, p, gam, w1, w2 = dynamics(NU, TH, W1, W2, h, mh, BLOCK_H, HAS_W)
-    if PRECISE:
-        lam_r, lam_i = power(NU, TH, h, mh, CHUNK, True)
-    else:
-        lam_r, lam_i = g, p  # (unused)
-    first = seg * per_seg
-    last = tl.minimum(first + per_seg, n_chunks) - 1
-    sr = tl.zeros([BLOCK_H], tl.float32)
-    si = tl.zeros([BLOCK_H], tl.float32)
-    if LOOKBACK:
-        if seg < n_seg - 1:
-            er, ei, hit, _, _, _, _, _ = _bwd_tiles(X1, X2, R, DY, CK, DX1, DX2, b, h, mh, g, p, gam, w1, w2, lam_r,
-                                                    lam_i, sr, si, last, first, T, H, n_chunks, BLOCK_H, CHUNK,
-                                                    SAME_X, HAS_R, False, EVEN, ASM, PRECISE, ACC)
-            tr, ti = power(NU, TH, h, mh, per_seg * CHUNK, True)
-            tr, ti = tl.where(hit == 0, tr, 0.0), tl.where(hit == 0, ti, 0.0)
-            _store_ends(ENDS, b, seg, n_seg, h, mh, H, tr, ti, er, ei)
-            publish(FLAGS, chain, seg, n_seg, 1)
-            sr, si = _entering(ENDS, INCL, FLAGS, chain, b, seg, n_seg, h, mh, H, -1)
-            if seg > 0:
-                _publish_inclusive(INCL, FLAGS, chain, b, seg, n_seg, h, mh, H, tr * sr - ti * si + er,
-                                   tr * si + ti * sr + ei, 1)
-    elif not ENDS_PASS:
-        sr, si = _carry_in(ENDS, b, h, mh, H, n_seg, n_seg - 1, n_seg - 1 - seg, -1, sr, si)
-    sr, si, hit, acc_g, acc_p, acc_gam, acc_w1, acc_w2 = _bwd_tiles(
-        X1, X2, R, DY, CK, DX1, DX2, b, h, mh, g, p, gam, w1, w2, lam_r, lam_i, sr, si, last, first, T, H, n_chunks,
-        BLOCK_H, CHUNK, SAME_X, HAS_R, not ENDS_PASS, EVEN, ASM, PRECISE, ACC)
     if ENDS_PASS:
         tr, ti = power(NU, TH, h, mh, per_seg * CHUNK, True)
         _store_ends(ENDS, b, seg, n_seg, h, mh, H, tl.where(hit == 0, tr, 0.0), tl.where(hit == 0, ti, 0.0), sr, si)
@@ -424,9 +334,6 @@ def _bwd(X1, X2, W1, W2, NU, TH, R, DY, CK, ENDS, INCL, FLAGS, DX1, DX2, PART, T
         tl.store(part + 2 * H, acc_gam, mask=mh)
         tl.store(part + 3 * H, acc_w1, mask=mh)
         tl.store(part + 4 * H, acc_w2, mask=mh)
-        if LOOKBACK:
-            if (seg == n_seg - 1) & (n_seg > 1):
-                _publish_inclusive(INCL, FLAGS, chain, b, seg, n_seg, h, mh, H, sr, si, 2)
 
 
 @triton.jit
@@ -477,29 +384,6 @@ def vec_of(block_h: int, warps: int) -> int:
     return max(1, block_h // (32 * warps))
 
 
-def _segment_buffers(B: int, n_seg: int, chains: int, H: int, device, lookback: bool):
-    """(ends, inclusive states, flags): the segments' (transition, end) pairs [B, n_seg, 4, H] and,
-    for look-back, their inclusive states [B, n_seg, 2, H] and the zeroed flags (_jit/lookback.py;
-    the ends stand in for both without)."""
-    ends = torch.empty(B, n_seg, 4, H, device=device, dtype=torch.float32)
-    if not (lookback and n_seg > 1):
-        return ends, ends, ends
-    return (ends, torch.empty(B, n_seg, 2, H, device=device, dtype=torch.float32),
-            torch.zeros(1 + chains * n_seg, device=device, dtype=torch.int32))
-
-
-def _launch(kernel, chains: int, n_seg: int, lookback: bool, args: list, meta: dict) -> None:
-    """One segment a program: with look-back in one launch, otherwise an ends pass over the
-    segments whose ends are read (all but the last of the forward, the first of the backward) and
-    the main pass."""
-    if lookback and n_seg > 1:
-        kernel[(chains * n_seg,)](*args, ENDS_PASS=False, LOOKBACK=True, **meta)
-        return
-    if n_seg > 1:
-        kernel[(chains, n_seg - 1)](*args, ENDS_PASS=True, LOOKBACK=False, **meta)
-    kernel[(chains, n_seg)](*args, ENDS_PASS=False, LOOKBACK=False, **meta)
-
-
 def forward(x1, x2, w1, w2, nu_log, theta_log, r, y, ck, T, H, cfg, flags: dict) -> None:
     """Fill y (and ck, where given: the states every cfg.chunk steps) from x1, x2 [B, T, H] (r: the
     reset mask as uint8, or None), in tiles of cfg.steps steps (0: cfg.chunk)."""
@@ -509,15 +393,18 @@ def forward(x1, x2, w1, w2, nu_log, theta_log, r, y, ck, T, H, cfg, flags: dict)
         raise ValueError(f"the lanes forward's tile of steps = {tile} must be a multiple or a divisor of the chunk "
                          f"= {cfg.chunk} (every chunk steps it keeps the state for the backward)")
     n_tiles, per_seg, n_seg = plan(T, tile, cfg.segments)
-    chains = B * triton.cdiv(H, cfg.block_h)
+    ends = torch.empty(B, n_seg, 4, H, device=x1.device, dtype=torch.float32)  # (unread with one segment)
     args = [x1, x1 if x2 is None else x2, w1 if w1 is not None else nu_log, w2 if w2 is not None else nu_log,
-            nu_log, theta_log, r if r is not None else nu_log, y, ck if ck is not None else y,
-            *_segment_buffers(B, n_seg, chains, H, x1.device, cfg.lookback), T, H, n_tiles, per_seg, n_seg, triton.cdiv(T, cfg.chunk)]
+            nu_log, theta_log, r if r is not None else nu_log, y, ck if ck is not None else y, ends,
+            T, H, n_tiles, per_seg, n_seg, triton.cdiv(T, cfg.chunk)]
+    chains = B * triton.cdiv(H, cfg.block_h)
     meta = dict(BLOCK_H=cfg.block_h, VEC=vec_of(cfg.block_h, cfg.warps), CHUNK=tile, KEEP=cfg.chunk,
                 STORE_CK=ck is not None, EVEN=T % tile == 0 and H % cfg.block_h == 0, ASM=x1.device.type == "cuda",
                 PRECISE=x1.dtype == torch.float32, num_warps=cfg.warps,
                 **flags)
-    _launch(_fwd, chains, n_seg, cfg.lookback, args, meta)
+    if n_seg > 1:  # the last segment's ends are never read
+        _fwd[(chains, n_seg - 1)](*args, ENDS_PASS=True, **meta)
+    _fwd[(chains, n_seg)](*args, ENDS_PASS=False, **meta)
 
 
 def backward(dy, x1, x2, w1, w2, nu_log, theta_log, r, states, dx1, dx2, T, H, cfg, flags: dict):
@@ -527,14 +414,17 @@ def backward(dy, x1, x2, w1, w2, nu_log, theta_log, r, states, dx1, dx2, T, H, c
     n_chunks, per_seg, n_seg = plan(T, cfg.chunk, cfg.bwd_segments)
     acc = accumulator(x1.dtype)
     part = torch.empty(B, n_seg, 5, H, device=x1.device, dtype=sum_dtype(x1.dtype))
-    chains = B * triton.cdiv(H, cfg.bwd_block_h)
+    ends = torch.empty(B, n_seg, 4, H, device=x1.device, dtype=torch.float32)
     args = [x1, x1 if x2 is None else x2, w1 if w1 is not None else nu_log, w2 if w2 is not None else nu_log,
-            nu_log, theta_log, r if r is not None else nu_log, dy, states, *_segment_buffers(B, n_seg, chains, H, x1.device, cfg.lookback),
+            nu_log, theta_log, r if r is not None else nu_log, dy, states, ends,
             dx1, dx2 if dx2 is not None else dx1, part, T, H, n_chunks, per_seg, n_seg]
+    chains = B * triton.cdiv(H, cfg.bwd_block_h)
     meta = dict(BLOCK_H=cfg.bwd_block_h, VEC=vec_of(cfg.bwd_block_h, cfg.bwd_warps), CHUNK=cfg.chunk,
                 EVEN=T % cfg.chunk == 0 and H % cfg.bwd_block_h == 0, ASM=x1.device.type == "cuda",
                 PRECISE=x1.dtype == torch.float32, ACC=acc, num_warps=cfg.bwd_warps, **flags)
-    _launch(_bwd, chains, n_seg, cfg.lookback, args, meta)
+    if n_seg > 1:  # segment 0's ends are never read
+        _bwd[(chains, n_seg - 1)](*args, ENDS_PASS=True, **meta)
+    _bwd[(chains, n_seg)](*args, ENDS_PASS=False, **meta)
     dnu, dth = torch.empty_like(nu_log), torch.empty_like(theta_log)
     dw1 = torch.empty_like(w1) if w1 is not None else None
     dw2 = torch.empty_like(w2) if w2 is not None else None
