@@ -13,8 +13,8 @@ import triton.language as tl
 from .._host.cells import precise
 from .._jit.recurrent import div_f32, dot, exp_f32
 from .._host.cells import shared_bytes_for_types
-from .chunk import (NEG, chunk_gates, gaps, load_state, load_tile, padded, scan_program, scores64, store_state,
-                    to_end, weight)
+from .chunk import (NEG, chunk_gates, gaps, load_state, load_tile, padded, scan_program, scores64, split_dot,
+                    store_state, to_end, weight)
 
 
 @triton.jit
@@ -63,7 +63,7 @@ def _mlstm_states(k_ptr, v_ptr, i_ptr, f_ptr, rs_ptr, cs_ptr, ns_ptr, ms_ptr, NH
             beta = tl.where(survive, exp_f32((ig + rest) - m_next, PRECISE), 0.0) * scale
             kappa = tl.where(seg_end == 0, exp_f32((m + A_end) - m_next, PRECISE), 0.0)
             kb = k.to(tl.float32) * beta[:, None]
-            C = dot(tl.trans(kb.to(v.dtype)), v, C * kappa, DOT_F32)
+            C = split_dot(tl.trans(kb), v, C * kappa, True, v.dtype, DOT_F32)
             n = n * kappa + tl.sum(kb, 0)
             m = m_next
         c += 1
