@@ -104,7 +104,7 @@ def _mlstm_dstates(q_ptr, dh_ptr, qinv_ptr, dden_ptr, dmj_ptr, i_ptr, f_ptr, rs_
             # and of the chunk's whole decay are what is left of v.dC + dn: with both roundings in dC,
             # df was 4.2e3 times its norm off on issue 40's bf16 wild-gates case, dk 13x
             qs = qw * tl.load(qinv_ptr + bh * T + t, mask=tm, other=0.0)[:, None]
-            dC = split_dot(tl.trans(qs), load_tile(dh_ptr, bh, c * L, T, DH, e, L), dC * kappa, True,
+            dC = split_dot(tl.trans(qs), load_tile(dh_ptr, bh, c * L, T, DH, e, L), dC * kappa,
                            dh_ptr.dtype.element_ty, DOT_F32)
             dn = dn * kappa + tl.sum(qw * tl.load(dden_ptr + bh * T + t, mask=tm, other=0.0)[:, None], 0)
             if first_block:
@@ -175,8 +175,8 @@ def _mlstm_dchunk(q_ptr, k_ptr, v_ptr, i_ptr, f_ptr, rs_ptr, dh_ptr, qinv_ptr, d
         G = dot(dh, tl.trans(v), G, DOT_F32)
         dq_state = dot(dh, tl.trans(C.to(ty)), dq_state, DOT_F32)
         dnum = (dh.to(tl.float32) * qinv[:, None]).to(ty).to(tl.float32)
-        dlogw += tl.sum(split_dot(q, C, tl.zeros((L, BV), tl.float32), False, ty, DOT_F32) * dnum, 1)
-        kdC = split_dot(k, dC, tl.zeros((L, BV), tl.float32), False, ty, DOT_F32) * scale
+        dlogw += tl.sum(dot(q, C.to(ty), tl.zeros((L, BV), tl.float32), DOT_F32) * dnum, 1)
+        kdC = dot(k, dC.to(ty), tl.zeros((L, BV), tl.float32), DOT_F32) * scale
         dlogb += tl.sum(kdC * v.to(tl.float32), 1)
         dk_state = dot(v, tl.trans(dC.to(ty)), dk_state, DOT_F32)
         kap += tl.sum(tl.sum(C * dC, 1), 0)

@@ -63,7 +63,7 @@ def _mlstm_states(k_ptr, v_ptr, i_ptr, f_ptr, rs_ptr, cs_ptr, ns_ptr, ms_ptr, NH
             beta = tl.where(survive, exp_f32((ig + rest) - m_next, PRECISE), 0.0) * scale
             kappa = tl.where(seg_end == 0, exp_f32((m + A_end) - m_next, PRECISE), 0.0)
             kb = k.to(tl.float32) * beta[:, None]
-            C = split_dot(tl.trans(kb), v, C * kappa, True, v.dtype, DOT_F32)
+            C = split_dot(tl.trans(kb), v, C * kappa, v.dtype, DOT_F32)
             n = n * kappa + tl.sum(kb, 0)
             m = m_next
         c += 1
