@@ -639,9 +639,9 @@ def test_mlstm_bf16_gradients_through_the_normaliser(case):
 
 # bf16 states whose terms cancel: the chunk states summed keys weighted by their gates and rounded
 # to bf16 once (the forward's C_T of one head of width 1 after 16 typical steps 17% off, eager's
-# 0.14%: seed 66 of the H200 sweep), and the backward's state gradient its weighted queries likewise
-# (seed 64: di and df 0.033 where eager's are 0.0037; dq 0.030 against 0.0023). split_dot adds what
-# the rounding left out in a second product.
+# 0.14%: seed 66 of the H200 sweep), and the gate gradients, which take the states' inner products,
+# with it (seed 64: di and df 0.033 where eager's are 0.0037; dq 0.030 against 0.0023). split_dot adds
+# what the rounding left out in a second product.
 @pytest.mark.parametrize("case", [
     _mlstm_case("bfloat16", {"B": 1, "NH": 1, "DH": 1, "T": 16}, 947267549, resets="none", gates="typical",
                 grad_layout="strided"),

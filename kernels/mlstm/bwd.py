@@ -29,8 +29,8 @@ import triton.language as tl
 from .._jit.recurrent import div_f32, dot, exp_f32, sigmoid_f32
 from .._jit.scan import first_order
 from .._host.cells import shared_bytes_for_types
-from .chunk import (NEG, chunk_gates, gaps, load_state, load_tile, padded, scan_program, scores64, split_dot,
-                    store_state, to_end, weight)
+from .chunk import (NEG, chunk_gates, gaps, load_state, load_tile, padded, scan_program, scores64, store_state,
+                    to_end, weight)
 from .fwd import meta_of
 
 
@@ -103,9 +103,8 @@ def _mlstm_dstates(q_ptr, dh_ptr, qinv_ptr, dden_ptr, dmj_ptr, i_ptr, f_ptr, rs_
             # chunk's start state, whose outputs do not depend on its scale, the gradients of that key
             # and of the chunk's whole decay are what is left of v.dC + dn: with both roundings in dC,
             # df was 4.2e3 times its norm off on issue 40's bf16 wild-gates case, dk 13x
-            qs = qw * tl.load(qinv_ptr + bh * T + t, mask=tm, other=0.0)[:, None]
-            dC = split_dot(tl.trans(qs), load_tile(dh_ptr, bh, c * L, T, DH, e, L), dC * kappa,
-                           dh_ptr.dtype.element_ty, DOT_F32)
+            qs = (qw * tl.load(qinv_ptr + bh * T + t, mask=tm, other=0.0)[:, None]).to(dh_ptr.dtype.element_ty)
+            dC = dot(tl.trans(qs), load_tile(dh_ptr, bh, c * L, T, DH, e, L), dC * kappa, DOT_F32)
             dn = dn * kappa + tl.sum(qw * tl.load(dden_ptr + bh * T + t, mask=tm, other=0.0)[:, None], 0)
             if first_block:
                 dim, dam, dm_next, src = _stabiliser_grad(dmj_ptr, bh, c, T, ig, it, A, seg, tm, m_c, dm_next, L,

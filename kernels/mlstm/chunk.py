@@ -47,13 +47,14 @@ def chunk_gates(i_ptr, f_ptr, rs_ptr, bh, b, t0, T, has_resets, L: tl.constexpr,
 def split_dot(a, b, acc, LOW: tl.constexpr, DOT_F32: tl.constexpr):
     """acc + a @ b for an fp32 `a` and `b` in the low-precision type LOW: `a` rounded to LOW, and
     (LOW not fp32) what that rounding left out in a second product, so that `a` errs by LOW's
-    rounding squared, not once. The chunk states are sums of gate-weighted keys whose terms may
-    cancel: the state of one head of width 1 after 16 steps of typical gates, 0.0073, came out
-    0.0085 with the weighted keys rounded once (eager 0.0073); in the backward's state gradient the
-    weighted queries' rounding was most of the gate gradients' error (di, df 0.033 where eager's is
-    0.0037). The second product does not depend on acc, so that in a scan over chunks it is off the
-    carried state's path. (The chunk kernel's products of the states with q and k, split alike, cost
-    its backward 15% on the H200 and passed no case of the sweeps' lists that these did not.)"""
+    rounding squared, not once. The forward's chunk states are sums of gate-weighted keys whose
+    terms may cancel: the state of one head of width 1 after 16 steps of typical gates, 0.0073,
+    came out 0.0085 with the weighted keys rounded once (eager 0.0073), and the gate gradients,
+    which take the states' inner products, followed (di, df 0.033 where eager's are 0.0037). The
+    second product does not depend on acc, off the scan's carried state: the forward's state scan
+    took no longer on the H200. (Split alike, the backward's state-gradient scan took 12% longer
+    and its chunk kernel's products with the states 15%, and they passed no listed case of the
+    H200 sweeps that this one alone did not: lab/results/mlstm_split_dot_h200_b3277e6.txt.)"""
     hi = a.to(LOW)
     if LOW != tl.float32:
         acc += dot((a - hi.to(tl.float32)).to(LOW), b, tl.zeros(acc.shape, tl.float32), DOT_F32)
