@@ -51,10 +51,9 @@ def split_dot(a, b, acc, LOW: tl.constexpr, DOT_F32: tl.constexpr):
     terms may cancel: the state of one head of width 1 after 16 steps of typical gates, 0.0073,
     came out 0.0085 with the weighted keys rounded once (eager 0.0073), and the gate gradients,
     which take the states' inner products, followed (di, df 0.033 where eager's are 0.0037). The
-    second product does not depend on acc, off the scan's carried state: the forward's state scan
-    took no longer on the H200. (Split alike, the backward's state-gradient scan took 12% longer
-    and its chunk kernel's products with the states 15%, and they passed no listed case of the
-    H200 sweeps that this one alone did not: lab/results/mlstm_split_dot_h200_b3277e6.txt.)"""
+    second product does not depend on acc, so it stays off the scan's carried state: the forward's
+    state scan took no longer on the H200. The backward's products are not split: there it cost
+    12-15% of a kernel and passed no more cases (lab/results/mlstm_split_dot_h200_b3277e6.txt)."""
     hi = a.to(LOW)
     if LOW != tl.float32:
         acc += dot((a - hi.to(tl.float32)).to(LOW), b, tl.zeros(acc.shape, tl.float32), DOT_F32)
