@@ -214,3 +214,34 @@ def test_rejudge_calibration_judges_a_valid_order_of_eager():
     assert 0 < verdict["worst"] < 1
     with pytest.raises(SystemExit):
         rc.main(["--ops", "axon"])
+
+
+def test_pair_compares_two_sweeps_case_by_case(tmp_path, capsys):
+    """lab.awkward.pair: the cases both sweeps checked, per dtype; verdicts changed, the worst part
+    over its gate (B against A), cases and parts moved by more than 10%; cases only one sweep
+    checked, or without parts (not run), left out."""
+    from lab.awkward import pair
+
+    def row(seed, dtype, status, errors, index):
+        parts = [{"name": n, "ours": e, "eager": e, "spread": 0.0, "gate": 0.03} for n, e in errors.items()]
+        case = {"op": "mlstm", "dtype": dtype, "dims": {"B": 1, "NH": 1, "DH": 3, "T": 5}, "options": {},
+                "refusal": None, "seed": seed}
+        return json.dumps(case | {"index": index, "verdict": {"status": status, "parts": parts}})
+
+    a = [row(1, "bfloat16", "ok", {"dq": 0.02, "dk": 0.01}, 0), row(2, "bfloat16", "over_tolerance", {"dq": 0.06}, 1),
+         row(3, "float32", "ok", {"dq": 1e-6}, 2), row(4, "bfloat16", "ok", {"dq": 0.01}, 3)]
+    b = [row(1, "bfloat16", "ok", {"dq": 0.02, "dk": 0.005}, 5), row(2, "bfloat16", "ok", {"dq": 0.015}, 6),
+         row(3, "float32", "ok", {"dq": 1e-6}, 7), json.dumps(json.loads(row(4, "bfloat16", "ok", {}, 8)) | {
+             "verdict": {"status": "not_run"}})]
+    (tmp_path / "a.jsonl").write_text("\n".join(a) + "\n")
+    (tmp_path / "b.jsonl").write_text("\n".join(b) + "\n")
+    rows = {r["dtype"]: r for r in pair.compare(pair.load(str(tmp_path / "a.jsonl")), pair.load(str(tmp_path / "b.jsonl")))}
+    bf = rows["bfloat16"]
+    assert (bf["cases"], bf["verdict_changed"], bf["better"], bf["worse"]) == (2, 1, 1, 0)
+    assert (bf["parts_better"], bf["parts_worse"]) == (2, 0)
+    assert bf["geomean"] == pytest.approx((1.0 * 0.25) ** 0.5)  # seed 1's worst unchanged, seed 2's a quarter
+    assert (rows["float32"]["cases"], rows["float32"]["geomean"]) == (1, 1.0)
+    assert pair.main([str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl")]) == 0
+    assert "bfloat16" in capsys.readouterr().out
+    (tmp_path / "c.jsonl").write_text(b[3] + "\n")
+    assert pair.main([str(tmp_path / "a.jsonl"), str(tmp_path / "c.jsonl")]) == 2
