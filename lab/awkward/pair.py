@@ -32,7 +32,8 @@ def _worst(verdict: dict) -> float:
 
 
 def compare(a: dict[str, dict], b: dict[str, dict]) -> list[dict]:
-    """Per dtype of the cases with parts in both: the counts compare()'s table prints."""
+    """Per dtype of the cases with parts in both sweeps: the counts that main prints, and the cases
+    with their worst part's ratio (B over A), sorted from most improved to most worsened."""
     shared = [k for k in a if k in b and a[k].get("parts") and b[k].get("parts")]
     out = []
     for dtype in sorted({json.loads(k)["dtype"] for k in shared}):
