@@ -11,6 +11,8 @@ import json
 import math
 import sys
 
+from .common import worst_part
+
 MOVED = 0.10  # a change by more than this fraction counts as better or worse
 
 
@@ -27,8 +29,9 @@ def load(path: str) -> dict[str, dict]:
 
 
 def _worst(verdict: dict) -> float:
-    """The case's largest error over its gate, across its parts."""
-    return max((p["ours"] / p["gate"] for p in verdict["parts"] if p["gate"]), default=0.0)
+    """The case's largest error over its gate, across its parts (common.worst_part's)."""
+    p = worst_part(verdict["parts"])
+    return p["ours"] / p["gate"] if p and p["gate"] else 0.0
 
 
 def compare(a: dict[str, dict], b: dict[str, dict]) -> list[dict]:
