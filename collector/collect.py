@@ -103,14 +103,16 @@ def _raise_once(signals: list[int]) -> Callable[[int], None]:
 
 def run_here(config: RunConfig, commit: Commit, cases: list[Case], indices: list[int], store: Store,
              progress: Progress, warn: Callable[[str], None], device_index: int | None,
-             started: float | None = None, ahead_s: float = 0.0, skips: dict | None = None) -> Outcome:
+             started: float | None = None, ahead_s: float = 0.0, skips: dict | None = None,
+             previous: dict | None = None) -> Outcome:
     """`ahead_s`: seconds the precompile pass took since `started` (its own line in the breakdown);
-    `skips`: Runner.skips (a build that crashed the pass would end this process)."""
+    `skips`: Runner.skips (a build that crashed the pass would end this process); `previous`:
+    Runner.previous."""
     out = Outcome()
     signals: list[int] = []
     _trap(_raise_once(signals))
     runner = Runner(config, _Recording(store, out, progress), device_index, started)
-    runner.skips = skips or {}
+    runner.skips, runner.previous = skips or {}, previous or {}
     if ahead_s:  # not set-up: its own line
         runner.phases.add("setup", -ahead_s)
         runner.phases.add("precompile", ahead_s)
@@ -189,10 +191,10 @@ class _PipeSink:
 
 
 def _worker(spec: WorkerSpec, config: RunConfig, commit: Commit, kernel_modules, conn, resume,
-            stderr_path: str, skips: dict) -> None:
+            stderr_path: str, skips: dict, previous: dict) -> None:
     """Measures the tasks its parent hands it, one at a time, asking for more ("want")
     until it gets None. `resume`: (run, seq) of the run a dead predecessor opened, to continue, or
-    None. `stderr_path`: the file its standard error goes to (worker_log.py). `skips`: Runner.skips."""
+    None. `stderr_path`: the file its standard error goes to (worker_log.py). `skips`, `previous`: Runner's."""
     started = time.perf_counter()
     redirect(stderr_path)  # the parent forwards it, and quotes its end if this process dies
     if spec.visible is not None:  # before anything touches CUDA in this process
@@ -214,7 +216,7 @@ def _worker(spec: WorkerSpec, config: RunConfig, commit: Commit, kernel_modules,
         cases = plan([registry.get(n) for n in config.kernels], config)
         current = [0]
         runner = Runner(config, out, spec.device_index, started)
-        runner.skips = skips
+        runner.skips, runner.previous = skips, previous
         runner.warn = lambda message: out.send("warn", message)
 
         def progress(kind, case, mode, prov):
@@ -245,7 +247,8 @@ def _worker(spec: WorkerSpec, config: RunConfig, commit: Commit, kernel_modules,
 
 def run_workers(config: RunConfig, commit: Commit, cases: list[Case], tasks_: list[list[int]], store: Store,
                 progress: Progress, warn: Callable[[str], None], workers: list[WorkerSpec], kernel_modules,
-                grace_s: float = 60.0, ahead_s: float = 0.0, skips: dict | None = None) -> Outcome:
+                grace_s: float = 60.0, ahead_s: float = 0.0, skips: dict | None = None,
+                previous: dict | None = None) -> Outcome:
     """Each worker is handed the next task (a case on several GPUs, otherwise a whole kernel: see
     schedule.tasks) until none is left. A worker that dies inside a case, or that says nothing
     for config.measure_timeout seconds there (then it is killed), leaves an `error` row for the
@@ -255,7 +258,7 @@ def run_workers(config: RunConfig, commit: Commit, cases: list[Case], tasks_: li
     after (or at a second signal) is killed, its rows so far kept. `ahead_s`: the seconds the
     precompile pass took before the workers started, added to each run's breakdown and wall time.
     `skips`: the builds that hung or crashed that pass's process, which the workers record as
-    errors without calling them (Runner.skips)."""
+    errors without calling them (Runner.skips); `previous`: Runner.previous."""
     import multiprocessing as mp
     from multiprocessing.connection import wait
 
@@ -277,7 +280,7 @@ def run_workers(config: RunConfig, commit: Commit, cases: list[Case], tasks_: li
         slot.tail = slot.tail or Tail(os.path.join(logs, f"{slot.spec.name}.stderr"))
         slot.proc = ctx.Process(target=_worker, name=f"kcollect-{slot.spec.name}",
                                 args=(slot.spec, config, commit, kernel_modules, theirs, resume, slot.tail.path,
-                                      skips or {}))
+                                      skips or {}, previous or {}))
         start_quietly(slot.proc)  # no traceback from its start-up on a Ctrl-C (spawn.py)
         theirs.close()  # so that the worker's death reads as the end of the pipe
         slot.conn, slot.killed, slot.born, slot.phases = mine, None, time.monotonic(), None

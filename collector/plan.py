@@ -28,6 +28,7 @@ class RunConfig:
     ci_rel: float = 0.005  # stop timing once the median's 95% interval is within ±0.5% (timing.Budget)
     cuda_graph: bool = True  # time graph replays (device work only); events where capture fails
     recheck: bool = True  # re-measure each row at the end of its case (stability.py); the CLI: GPUs only
+    recheck_all: bool = False  # also the rows their series' last time vouches for (stability.vouched)
     seed: int = 0
     alloc_conf: str | None = None  # PYTORCH_CUDA_ALLOC_CONF the run was made with (common.ALLOC_CONF)
     ptxas: str | None = None  # TRITON_PTXAS_PATH the run's Triton kernels were built with (common.pin_ptxas)

@@ -72,9 +72,13 @@ CPU_COMPILE = ("compile", "on the CPU torch.compile builds C++, not the Triton c
                    "(hidden in real training, where the CPU runs ahead) is not timed; a provider that cannot "
                    "be captured is timed with plain CUDA events. Each row records which method timed it.")
 @click.option("--recheck/--no-recheck", default=None,
-              help="Measure every row again at the end of its case and store it as `unstable` when the two "
-                   "disagree (collector/stability.py). Default: on CUDA; off on the CPU, whose interpreted rows "
-                   "are never compared and whose shared cores would flag most of them.")
+              help="Measure a row again at the end of its case and store it as `unstable` when the two "
+                   "disagree (collector/stability.py); a row within 1.5% of its series' last stored time on this "
+                   "GPU model, with a steady spread, is not measured again (see --recheck-all). Default: on CUDA; "
+                   "off on the CPU, whose interpreted rows are never compared and whose shared cores would flag "
+                   "most of them.")
+@click.option("--recheck-all", is_flag=True, default=False,
+              help="Recheck every row, also those whose series' last stored time vouches for them.")
 @click.option("--seed", type=int, default=None,
               help="Seed of the run's random inputs (each case's comes from it and the case's kernel, shape and "
                    "dtype, so --seed S with --shape, --dtype, --mode and --provider measures one row of a run of "
@@ -127,8 +131,8 @@ CPU_COMPILE = ("compile", "on the CPU torch.compile builds C++, not the Triton c
 @format_option
 @kernel_module_option
 def run(names, all_, changed, quick, modes, providers, dtypes, where, shapes, device, warmup_ms, rep_ms, min_reps, ci_pct,
-        cuda_graph, recheck, seed, db, commit, commit_time, machine, gpus, workers, measure_timeout, shard, cache_dir,
-        precompile, precompile_limit, profile_dir, fail_on_incorrect, verbose, dry_run, fmt, kernel_modules) -> None:
+        cuda_graph, recheck, recheck_all, seed, db, commit, commit_time, machine, gpus, workers, measure_timeout, shard,
+        cache_dir, precompile, precompile_limit, profile_dir, fail_on_incorrect, verbose, dry_run, fmt, kernel_modules) -> None:
     """Run kernels against their baselines, gate on correctness, time, and store one row per
     (kernel, mode, provider, shape, dtype). Progress goes to stderr (one line rewritten on a
     terminal; elsewhere a line every 30 s; --verbose: a line per measurement), then the table of
@@ -198,7 +202,7 @@ def run(names, all_, changed, quick, modes, providers, dtypes, where, shapes, de
     config = RunConfig(kernels=tuple(s.name for s in specs), grid=grid, device=device, modes=modes or None,
                        providers=providers or None, dtypes=dtypes or None, where=where,
                        shapes=tuple(dict.fromkeys(shapes)), kernel_shapes=sentinels, cuda_graph=cuda_graph,
-                       recheck=device == "cuda" if recheck is None else recheck,
+                       recheck=device == "cuda" if recheck is None else recheck, recheck_all=recheck_all,
                        seed=random.randrange(2**31) if seed is None else seed,
                        alloc_conf=os.environ["PYTORCH_CUDA_ALLOC_CONF"], ptxas=ptxas, machine=machine,
                        shard=shard, workers=max(1, len(pool)), caches=caches, measure_timeout=timeout,

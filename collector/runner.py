@@ -87,6 +87,10 @@ class Runner:
         # {(kernel, shape label, dtype, mode, provider): the error row's text}: builds that hung or
         # crashed the precompile pass's process (precompile.Report.skips), recorded, not called again
         self.skips: dict[tuple[str, str, str, str, str], str] = {}
+        # each series' last stored time per GPU model (previous.previous_times): where it vouches for
+        # a row's first measurement (stability.vouched), the row is not measured again
+        self.previous: dict[tuple, tuple] = {}
+        self.gpu: str | None = None  # this device's name, as runs' environments record it
 
     # -- a whole run --------------------------------------------------------------------------
 
@@ -124,6 +128,7 @@ class Runner:
 
     def _prepare(self) -> None:
         if self.config.device == "cuda":
+            self.gpu = torch.cuda.get_device_properties(0).name  # as environment.fingerprint names it
             self.flush = torch.empty(timing.L2_FLUSH_BYTES, dtype=torch.int8, device="cuda")
             _warm_compile_workers()
         # importing dynamo costs 1.6 s of CPU per process: skipped where compile is not measured
@@ -203,6 +208,9 @@ class Runner:
                     done.append((row, _maker(spec, spec.provider(name).fn, inputs, mode, dys), measured, kept))
                 self.progress("end", case, mode, name)
             for row, make, measured, kept in done if self.config.recheck else ():
+                if not self.config.recheck_all and stability.vouched(measured, self.previous.get(
+                        (self.gpu, row["kernel"], row["mode"], row["provider"], row["shape"], row["dtype"]))):
+                    continue  # its last time vouches for it: stored as measured, without a recheck
                 self.progress("recheck", case, row["mode"], row["provider"])
                 t0 = time.perf_counter()
                 self._settle(row, kept, make, measured)

@@ -17,6 +17,7 @@ from .progress import Progress, _clock
 from .report import cost_lines, is_ours, lines, run_records
 from .formats import render
 from .plan import Case, RunConfig
+from .previous import previous_times
 from .schedule import estimator, overhead, past_seconds, shard, tasks
 from .spec import DTYPE_NAMES
 from .store import Store
@@ -94,15 +95,16 @@ def execute(config: RunConfig, commit: Commit, cases: list[Case], shard_kn: tupl
         store.close()
         click.echo("kcollect: interrupted while building ahead; nothing was measured", err=True)
         sys.exit(130)
+    previous = previous_times(store, config.kernels) if config.recheck and not config.recheck_all else {}
     progress.say("measuring the device's ceilings (copy bandwidth, bf16 matmul)...")
     try:
         if pool:
             out = run_workers(config, commit, cases, lay.todo, store, progress, warn, pool, kernel_modules,
-                              ahead_s=ahead.seconds, skips=ahead.skips())
+                              ahead_s=ahead.seconds, skips=ahead.skips(), previous=previous)
         else:
             index = 0 if config.device == "cuda" else None
             out = run_here(config, commit, cases, lay.indices, store, progress, warn, index, started, ahead.seconds,
-                           ahead.skips())
+                           ahead.skips(), previous)
     finally:
         progress.close()
         store.close()
@@ -134,10 +136,14 @@ def _report(out: Outcome, config: RunConfig, store: Store, output: Output, wall:
     bad = [r for r in rows if r["status"] in ("failed", "error")]
     ours = [r for r in bad if is_ours(r)]
     unstable = sum(r["status"] == "unstable" for r in rows)
+    timed = [r for r in rows if r["status"] == "ok" and r.get("median_ms")]
+    vouched = sum(r.get("recheck_ms") is None for r in timed) if config.recheck else 0
     ids = ", ".join(r[:8] for r in out.runs) or "none started"
     click.echo(f"{len(rows)} rows in {store.path} (run {ids}, {out.status}) in {_clock(wall)}"
                + (f"; {len(bad)} failed or errored ({len(ours)} of ours)" if bad else "")
                + (f"; {unstable} unstable" if unstable else "")
+               + (f"; {vouched} of {len(timed)} ok rows not rechecked, their last times vouching for them"
+                  if vouched else "")
                + ("" if output.verbose else "; `kcollect summary` (or --verbose) shows where the time went"),
                err=True)
     for r in ours[:SHOWN_FAILURES]:

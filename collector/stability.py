@@ -27,6 +27,15 @@ the row is `ok` with T2's numbers when T2 agrees with T1 or with R (two of three
 the same story), and `unstable` with T2's numbers otherwise, the error saying what disagreed. An unstable row has no
 rate in results_v and is never shown as a speedup or a regression.
 
+A first measurement needs no recheck where the series' last stored time on the same GPU model
+vouches for it (`vouched`): T1 undisturbed by its own account (no allocator retry, a p20-p80
+spread within FLOOR) and within VOUCH of that time, measured the same way. That time is an
+independent measurement of the same work, as R would be, only taken in an earlier run; what a
+disturbance could have added to T1 unseen is less than half of any change a verdict names. Only the
+rows in doubt (a new series, a move, a wide spread) are measured again: on the H200's history since
+2026-11-29, 69% of the rows with a previous time came within VOUCH of it with such a spread.
+`run --recheck-all` rechecks every row.
+
 Rows stored before this rule (the committed history has 75 of them `ok` beside a recheck that
 disagrees) are judged by the same rule when they are analysed (`disagrees`, with the one spread a
 row keeps: its own), and never count as a time.
@@ -52,6 +61,9 @@ FLOOR = {"cuda": 0.05, "cpu": 0.25}
 # The widest p20-p80 spread (relative to the median) that widens the tolerance: beyond it the
 # measurement was disturbed itself, and two such measurements may agree by accident.
 MAX_SPREAD = 0.5
+# How close T1 must come to its series' last stored time for that time to vouch for it: half the
+# smallest change the verdicts name (regress.DEFAULT_THRESHOLD, 3%)
+VOUCH = 0.015
 
 
 @dataclass(frozen=True)
@@ -110,6 +122,18 @@ class Verdict:
     timing: Timing  # the numbers the row stores
     recheck_ms: float  # the median of the measurement that confirmed (or contradicted) it
     error: str | None = None
+
+
+def vouched(t1: Measured, previous: tuple | None) -> bool:
+    """Whether `previous`, the series' last stored time on this GPU model (median, p20, p80, timing
+    method: previous.previous_times), vouches for T1 in place of a recheck (see the docstring)."""
+    if previous is None or t1.retries:
+        return False
+    median, _p20, _p80, method = previous
+    t = t1.timing
+    if method != t.method or not median or median <= 0 or t.median_ms <= 0 or t1.spread > FLOOR["cuda"]:
+        return False
+    return abs(math.log(t.median_ms / median)) <= math.log1p(VOUCH)
 
 
 def first_verdict(t1: Measured, r: Measured, device: str) -> Verdict | None:

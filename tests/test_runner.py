@@ -331,7 +331,7 @@ def test_settle_rechecks_and_remeasures_once(tmp_path, monkeypatch, medians, sta
     assert row["recheck_ms"] == medians[0] and (row["error"] is None) == (status == "ok")
 
 
-def _recorded(tmp_path, monkeypatch, delay=lambda event: 0.0):
+def _recorded(tmp_path, monkeypatch, delay=lambda event: 0.0, previous=None, recheck_all=False):
     """A planted kernel (fwd and fwd+bwd, two providers, one shape) run on the CPU with its recheck,
     recording each build of a call and each call of a provider (with the input tensor it got) under
     the progress event ('start': the first measurement, 'recheck'), and the rows. Each call takes
@@ -360,9 +360,11 @@ def _recorded(tmp_path, monkeypatch, delay=lambda event: 0.0):
         "recorded", (provider("torch", lambda x: x * 2.0), provider("add", lambda x: x + x)),
         (Shape.rows(3, 5, "small"),)), modes=("fwd", "fwd+bwd"))
     config = RunConfig(kernels=(spec.name,), grid="quick", device="cpu", dtypes=("float32",), warmup_ms=1,
-                       rep_ms=2, min_reps=3, seed=1, recheck=True)
+                       rep_ms=2, min_reps=3, seed=1, recheck=True, recheck_all=recheck_all)
+    tmp_path.mkdir(exist_ok=True)
     with Store(tmp_path / "k.duckdb") as store:
         runner = Runner(config, store)
+        runner.previous = previous or {}
         runner.progress = lambda event, case, mode, name: now.__setitem__(slice(None), [event, mode])
         runner.start(ROOT)
         rows = [r for case in plan([spec], config) for r in runner.run_case(case)]
@@ -404,6 +406,24 @@ def test_a_recheck_measures_again_and_catches_a_disturbed_first_measurement(tmp_
     for r in rows:
         assert r["status"] == "ok", r
         assert r["median_ms"] == pytest.approx(1.05) and r["recheck_ms"] == pytest.approx(1.05), r
+
+
+def test_a_row_its_last_time_vouches_for_is_not_rechecked(tmp_path, monkeypatch):
+    # every call takes 1.05 ms on the virtual clock; the series' last times: two within 1.5% of
+    # that, one 2x away, one missing. Only the first two skip their recheck, unless --recheck-all.
+    slow = lambda event: 1e-3  # noqa: E731
+    key = lambda mode, provider: (None, "recorded", mode, provider, "M=3,N=5", "float32")  # noqa: E731
+    previous = {key("fwd", "torch"): (1.05, 1.05, 1.05, "cpu-clock"),
+                key("fwd+bwd", "add"): (1.04, 1.03, 1.05, "cpu-clock"),
+                key("fwd", "add"): (2.1, 2.1, 2.1, "cpu-clock")}
+    for recheck_all in (False, True):
+        rows, calls, _, _ = _recorded(tmp_path / str(recheck_all), monkeypatch, slow, previous, recheck_all)
+        rechecked = {(m, n) for e, m, n, _ in calls if e == "recheck"}
+        vouched = set() if recheck_all else {("fwd", "torch"), ("fwd+bwd", "add")}
+        assert rechecked == {(r["mode"], r["provider"]) for r in rows} - vouched
+        for r in rows:
+            assert r["status"] == "ok" and r["median_ms"] == pytest.approx(1.05), r
+            assert (r.get("recheck_ms") is None) == ((r["mode"], r["provider"]) in vouched), r
 
 
 def test_calls_are_kept_for_the_recheck_within_an_eighth_of_the_free_memory():
@@ -506,9 +526,11 @@ def test_a_case_is_released_after_its_tensors_are_gone(tmp_path, monkeypatch):
                         lambda device, compiled=False, case_end=False, level=None: alive.append(sum(r() is not None for r in made)))
     spec = dataclasses.replace(planted_kernels.SPECS[0], make_inputs=inputs, reference=reference)
     config = RunConfig(kernels=(spec.name,), grid="quick", device="cpu", modes=("fwd", "bwd"), warmup_ms=1,
-                       rep_ms=2, min_reps=3, seed=1, recheck=True)
+                       rep_ms=2, min_reps=3, seed=1, recheck=True, recheck_all=recheck_all)
+    tmp_path.mkdir(exist_ok=True)
     with Store(tmp_path / "k.duckdb") as store:
         runner = Runner(config, store)
+        runner.previous = previous or {}
         runner.start(ROOT)
         for case in plan([spec], config):
             made.clear()
