@@ -36,7 +36,12 @@ def check(x, dtype, mode="fwd+bwd", fn=None):
     dys, want = verify.reference_answers(SPEC, x, mode, seed)
     got = verify.build_call(SPEC, fn or SPEC.provider("triton").fn, verify.clone_inputs(x), mode, dys)()
     err = verify.max_error(got, want)
-    assert err <= SPEC.tolerance[dtype], f"error {err:.3g} > {SPEC.tolerance[dtype]:.3g}"
+    bound = SPEC.tolerance[dtype]
+    if dtype == BF16:  # the gate's bf16 tolerance is for the low-rank tail at T 512 (spec.py): these
+        # small cases are held to twice the PyTorch path's error on the same inputs, at least 1e-2
+        eager = verify.build_call(SPEC, providers.log_depth, verify.clone_inputs(x), mode, dys)()
+        bound = max(1e-2, 2 * verify.max_error(eager, want))
+    assert err <= bound, f"error {err:.3g} > {bound:.3g}"
 
 
 # chunk 8 on the CPU: steps 0, 8 and 16 open chunks; 8, 9 back to back; 26 the last step

@@ -91,7 +91,13 @@ SPEC = KernelSpec(
     # T 2048 on the CPU, forward and backward over fresh draws: bf16 2.9e-3 to 4.0e-3 (one rounding
     # of y, x's own rounding in dx); fp32 y and dx below 2.5e-6, but theta_log's gradient up to
     # 6.5e-5 (for both paths: a sum of terms as large as t * |c| that cancel); about 3x above,
-    # for growth with T to 8192.
-    tolerance={torch.bfloat16: 1e-2, torch.float32: 2e-4},
+    # for growth with T to 8192. With low-rank maps in bf16 the maps' products are rounded to bf16
+    # for every provider, and theta_log's cancelling sum makes that rounding a heavy tail: the
+    # PyTorch path's gradients over 200 seeds of each low-rank shape up to T 1024 reached 2.3e-2
+    # (B 8, T 512, H 64, R 16; median 4.0e-3), and a gate of 1e-2 failed every provider at 1 in
+    # 20 seeds there (lab/rtu_bf16_gate.py; an H200 run at cd54508 failed ours, compile and
+    # accelerated_scan at 1.6e-2 alike). 1.5x the largest of those draws; 200 other seeds per shape
+    # stayed below it (lab/results/rtu_bf16_gate.txt).
+    tolerance={torch.bfloat16: 3.5e-2, torch.float32: 2e-4},
     notes="Cortex's PyTorch and Triton RTUs zero the adjoint at the reset step itself instead of the step after "
           "it, so their gradients with resets fail the gate; their forwards pass.")
