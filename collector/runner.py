@@ -446,9 +446,15 @@ def _warm_compile_workers() -> None:
 
 def _raise_recompile_limit() -> None:
     """compile specialises on every shape (dynamic=False); dynamo's default limit of 8 graphs per
-    function would otherwise fall back to eager silently after the eighth shape."""
+    function would otherwise fall back to eager silently after the eighth shape. Also: no donated
+    buffers in compiled backwards, as a bwd row replays one graph's backward (retain_graph): with
+    them, AOTAutograd refuses that replay, and compile's bwd rows of the RTU and the selective scan
+    were errors at some shapes in 8 H200 runs and 1 H100 run."""
     import torch._dynamo
+    import torch._functorch.config
 
     for name in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit", "accumulated_recompile_limit"):
         if hasattr(torch._dynamo.config, name):
             setattr(torch._dynamo.config, name, 4096)
+    if hasattr(torch._functorch.config, "donated_buffer"):
+        torch._functorch.config.donated_buffer = False

@@ -576,3 +576,18 @@ def test_release_collects_cycles_made_before_and_after_a_case_ends():
         assert new() is None and gone() is not None
     finally:
         gc.unfreeze()
+
+
+def test_compiled_backwards_keep_no_donated_buffers():
+    # a bwd row replays one backward (retain_graph), which AOTAutograd refuses with donated buffers
+    import torch._functorch.config
+
+    from kcollect.runner import _raise_recompile_limit
+
+    before = torch._functorch.config.donated_buffer
+    try:
+        torch._functorch.config.donated_buffer = True
+        _raise_recompile_limit()
+        assert torch._functorch.config.donated_buffer is False
+    finally:
+        torch._functorch.config.donated_buffer = before
