@@ -73,10 +73,10 @@ CPU_COMPILE = ("compile", "on the CPU torch.compile builds C++, not the Triton c
                    "be captured is timed with plain CUDA events. Each row records which method timed it.")
 @click.option("--recheck/--no-recheck", default=None,
               help="Measure a row again at the end of its case and store it as `unstable` when the two "
-                   "disagree (collector/stability.py); a row within 1.5% of its series' last stored time on this "
-                   "GPU model, with a steady spread, is not measured again (see --recheck-all). Default: on CUDA; "
-                   "off on the CPU, whose interpreted rows are never compared and whose shared cores would flag "
-                   "most of them.")
+                   "disagree (collector/stability.py); a row not of ours within 1.5% of its series' last "
+                   "stored time on this GPU model, with a steady spread, is not measured again (see "
+                   "--recheck-all). Default: on CUDA; off on the CPU, whose interpreted rows are never "
+                   "compared and whose shared cores would flag most of them.")
 @click.option("--recheck-all", is_flag=True, default=False,
               help="Recheck every row, also those whose series' last stored time vouches for them.")
 @click.option("--seed", type=int, default=None,

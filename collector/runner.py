@@ -208,9 +208,11 @@ class Runner:
                     done.append((row, _maker(spec, spec.provider(name).fn, inputs, mode, dys), measured, kept))
                 self.progress("end", case, mode, name)
             for row, make, measured, kept in done if self.config.recheck else ():
-                if not self.config.recheck_all and stability.vouched(measured, self.previous.get(
+                # a row not of ours that its last time vouches for: stored as measured, without a
+                # recheck (ours always are: the gate's lines keep their rechecks, see stability.py)
+                if not (self.config.recheck_all or row["ours"]) and stability.vouched(measured, self.previous.get(
                         (self.gpu, row["kernel"], row["mode"], row["provider"], row["shape"], row["dtype"]))):
-                    continue  # its last time vouches for it: stored as measured, without a recheck
+                    continue
                 self.progress("recheck", case, row["mode"], row["provider"])
                 t0 = time.perf_counter()
                 self._settle(row, kept, make, measured)

@@ -137,7 +137,7 @@ def _report(out: Outcome, config: RunConfig, store: Store, output: Output, wall:
     ours = [r for r in bad if is_ours(r)]
     unstable = sum(r["status"] == "unstable" for r in rows)
     timed = [r for r in rows if r["status"] == "ok" and r.get("median_ms")]
-    vouched = sum(r.get("recheck_ms") is None for r in timed) if config.recheck else 0
+    vouched = sum(r.get("recheck_ms") is None for r in timed) if config.recheck else 0  # ours never are
     ids = ", ".join(r[:8] for r in out.runs) or "none started"
     click.echo(f"{len(rows)} rows in {store.path} (run {ids}, {out.status}) in {_clock(wall)}"
                + (f"; {len(bad)} failed or errored ({len(ours)} of ours)" if bad else "")

@@ -331,7 +331,7 @@ def test_settle_rechecks_and_remeasures_once(tmp_path, monkeypatch, medians, sta
     assert row["recheck_ms"] == medians[0] and (row["error"] is None) == (status == "ok")
 
 
-def _recorded(tmp_path, monkeypatch, delay=lambda event: 0.0, previous=None, recheck_all=False):
+def _recorded(tmp_path, monkeypatch, delay=lambda event: 0.0, previous=None, recheck_all=False, ours=()):
     """A planted kernel (fwd and fwd+bwd, two providers, one shape) run on the CPU with its recheck,
     recording each build of a call and each call of a provider (with the input tensor it got) under
     the progress event ('start': the first measurement, 'recheck'), and the rows. Each call takes
@@ -351,7 +351,7 @@ def _recorded(tmp_path, monkeypatch, delay=lambda event: 0.0, previous=None, rec
             clock[0] += delay(now[0])
             return fn(x)
 
-        return Provider(name, call)
+        return Provider(name, call, ours=name in ours)
 
     build = verify.build_call
     monkeypatch.setattr(verify, "build_call", lambda *a: builds.append(now[0]) or build(*a))
@@ -410,16 +410,19 @@ def test_a_recheck_measures_again_and_catches_a_disturbed_first_measurement(tmp_
 
 def test_a_row_its_last_time_vouches_for_is_not_rechecked(tmp_path, monkeypatch):
     # every call takes 1.05 ms on the virtual clock; the series' last times: two within 1.5% of
-    # that, one 2x away, one missing. Only the first two skip their recheck, unless --recheck-all.
+    # that, one 2x away, one missing. Only the first two skip their recheck, unless --recheck-all,
+    # or the provider is ours.
     slow = lambda event: 1e-3  # noqa: E731
     key = lambda mode, provider: (None, "recorded", mode, provider, "M=3,N=5", "float32")  # noqa: E731
     previous = {key("fwd", "torch"): (1.05, 1.05, 1.05, "cpu-clock"),
                 key("fwd+bwd", "add"): (1.04, 1.03, 1.05, "cpu-clock"),
                 key("fwd", "add"): (2.1, 2.1, 2.1, "cpu-clock")}
-    for recheck_all in (False, True):
-        rows, calls, _, _ = _recorded(tmp_path / str(recheck_all), monkeypatch, slow, previous, recheck_all)
+    for recheck_all, ours in ((False, ()), (True, ()), (False, ("add",))):  # ours: always rechecked
+        rows, calls, _, _ = _recorded(tmp_path / f"{recheck_all}-{'-'.join(ours)}", monkeypatch, slow, previous,
+                                      recheck_all, ours)
         rechecked = {(m, n) for e, m, n, _ in calls if e == "recheck"}
         vouched = set() if recheck_all else {("fwd", "torch"), ("fwd+bwd", "add")}
+        vouched = {(m, n) for m, n in vouched if n not in ours}
         assert rechecked == {(r["mode"], r["provider"]) for r in rows} - vouched
         for r in rows:
             assert r["status"] == "ok" and r["median_ms"] == pytest.approx(1.05), r
