@@ -529,11 +529,9 @@ def test_a_case_is_released_after_its_tensors_are_gone(tmp_path, monkeypatch):
                         lambda device, compiled=False, case_end=False, level=None: alive.append(sum(r() is not None for r in made)))
     spec = dataclasses.replace(planted_kernels.SPECS[0], make_inputs=inputs, reference=reference)
     config = RunConfig(kernels=(spec.name,), grid="quick", device="cpu", modes=("fwd", "bwd"), warmup_ms=1,
-                       rep_ms=2, min_reps=3, seed=1, recheck=True, recheck_all=recheck_all)
-    tmp_path.mkdir(exist_ok=True)
+                       rep_ms=2, min_reps=3, seed=1, recheck=True)
     with Store(tmp_path / "k.duckdb") as store:
         runner = Runner(config, store)
-        runner.previous = previous or {}
         runner.start(ROOT)
         for case in plan([spec], config):
             made.clear()
