@@ -29,6 +29,9 @@ from .dynamics import dynamics, one_minus_exp, power, silu_grad
 # segments combined per round trip when a segment gathers the ends of the others (their loads are
 # independent, so one wait covers the group)
 _ENDS_GROUP = tl.constexpr(4)
+# the backward's parameter sums with lambda folded in (_bwd's FOLD): None, for bf16 and fp16 inputs
+# only; True or False forces it (lab A/B)
+FOLD_SUMS: bool | None = None
 
 
 @triton.jit
@@ -211,13 +214,17 @@ def _fwd(X1, X2, W1, W2, NU, TH, R, Y, CK, ENDS, T, H: tl.constexpr, n_tiles, pe
 def _bwd(X1, X2, W1, W2, NU, TH, R, DY, CK, ENDS, DX1, DX2, PART, T, H: tl.constexpr, n_chunks, per_seg, n_seg,
          BLOCK_H: tl.constexpr, VEC: tl.constexpr, CHUNK: tl.constexpr, SAME_X: tl.constexpr,
          HAS_W: tl.constexpr, HAS_R: tl.constexpr, ENDS_PASS: tl.constexpr, EVEN: tl.constexpr,
-         ASM: tl.constexpr, PRECISE: tl.constexpr, ACC: tl.constexpr):
+         ASM: tl.constexpr, PRECISE: tl.constexpr, ACC: tl.constexpr, FOLD: tl.constexpr):
     """Program (sequence x channel block, segment): the segment's chunks from the last. ENDS_PASS
     (segments 1 on; segment 0's are never read): the adjoint at the segment's first step from a
     zero one after it, and the segment's transition; otherwise dx (dx1, dx2 for low-rank maps) and
     PART[b, segment] = the sums of (dg, dp, dgamma, dw1, dw2) over the segment's steps, in ACC.
-    PRECISE (fp32): the adjoint carried to the tile before through conj(lambda)^CHUNK rounded once
-    (_fwd's)."""
+    FOLD: the first two sums are those of lambda folded in (_finish's), from d_t = c_t - u_t =
+    lambda keep_t c_{t-1} (u_t the step's input), where the exact sums need the state before each
+    step carried through the scan as well (_with_previous: twice the scan's values, and the
+    registers they hold). d_t's cancellation costs an fp32 rounding of c_t, far under bf16's or
+    fp16's; fp32 inputs keep the exact sums. PRECISE (fp32): the adjoint carried to the tile before
+    through conj(lambda)^CHUNK rounded once (_fwd's)."""
     b, h, mh = _lanes(H, BLOCK_H, VEC)
     g, p, gam, w1, w2 = dynamics(NU, TH, W1, W2, h, mh, BLOCK_H, HAS_W)
     k1 = (gam * w1)[None, :]
@@ -279,7 +286,7 @@ def _bwd(X1, X2, W1, W2, NU, TH, R, DY, CK, ENDS, DX1, DX2, PART, T, H: tl.const
         bi = k2 * x2
         br = tl.where(head, br + ar * pr[None, :] - ai * pi[None, :], br)
         bi = tl.where(head, bi + ar * pi[None, :] + ai * pr[None, :], bi)
-        if ENDS_PASS:
+        if ENDS_PASS or FOLD:
             _, _, c1, c2 = tl.associative_scan((ar, ai, br, bi), 0, first_order_complex)
         else:
             kr = tl.broadcast_to(keep, ar.shape)
@@ -314,8 +321,14 @@ def _bwd(X1, X2, W1, W2, NU, TH, R, DY, CK, ENDS, DX1, DX2, PART, T, H: tl.const
             else:
                 tl.store(DX1 + dx, (gam[None, :] * s1).to(DX1.dtype.element_ty), mask=mask)
                 tl.store(DX2 + dx, (gam[None, :] * s2).to(DX2.dtype.element_ty), mask=mask)
-            acc_g += sum_of_products(s1, q1, ACC) + sum_of_products(s2, q2, ACC)
-            acc_p += sum_of_products(s2, q1, ACC) - sum_of_products(s1, q2, ACC)
+            if FOLD:  # d = lambda q: sum(s1 d1 + s2 d2) = dg g + dp p, sum(s2 d1 - s1 d2) = dp g - dg p
+                d1 = c1 - k1 * x1
+                d2 = c2 - k2 * x2
+                acc_g += sum_of_products(s1, d1, ACC) + sum_of_products(s2, d2, ACC)
+                acc_p += sum_of_products(s2, d1, ACC) - sum_of_products(s1, d2, ACC)
+            else:
+                acc_g += sum_of_products(s1, q1, ACC) + sum_of_products(s2, q2, ACC)
+                acc_p += sum_of_products(s2, q1, ACC) - sum_of_products(s1, q2, ACC)
             # dgamma = sum(s1 w1 x1 + s2 w2 x2), dw1 = gamma sum(s1 x1), dw2 = gamma sum(s2 x2): two sums
             u1 = sum_of_products(s1, x1, ACC)
             u2 = sum_of_products(s2, x2, ACC)
@@ -337,8 +350,10 @@ def _bwd(X1, X2, W1, W2, NU, TH, R, DY, CK, ENDS, DX1, DX2, PART, T, H: tl.const
 
 
 @triton.jit
-def _finish(PART, NU, TH, DNU, DTH, DW1, DW2, n_rows, H, BLOCK: tl.constexpr, HAS_W: tl.constexpr):
-    """The parameters' gradients from the programs' sums (n_rows of [5, H]), added in fp64:
+def _finish(PART, NU, TH, DNU, DTH, DW1, DW2, n_rows, H, BLOCK: tl.constexpr, HAS_W: tl.constexpr,
+            FOLD: tl.constexpr):
+    """The parameters' gradients from the programs' sums (n_rows of [5, H]), added in fp64
+    (FOLD: the first two are dg g + dp p and dp g - dg p, _bwd's):
     g = r cos(theta), p = r sin(theta), gamma = sqrt(1 - r^2), r = exp(-exp(nu_log)), theta =
     exp(theta_log); d gamma / d nu_log = e r^2 / gamma, gamma from expm1 (finite and exact for
     memories as long as fp32's r cannot tell from 1), as __init__._parameter_grads."""
@@ -365,8 +380,12 @@ def _finish(PART, NU, TH, DNU, DTH, DW1, DW2, n_rows, H, BLOCK: tl.constexpr, HA
     g = r * tl.cos(ang)
     p = r * tl.sin(ang)
     gam = tl.sqrt(one_minus_exp(2.0 * e))
-    tl.store(DNU + h, (-e * (dg * g + dp * p) + e * (r * r / gam) * dgam).to(DNU.dtype.element_ty), mask=mh)
-    tl.store(DTH + h, (ang * (dp * g - dg * p)).to(DTH.dtype.element_ty), mask=mh)
+    if FOLD:
+        radial, angular = dg, dp
+    else:
+        radial, angular = dg * g + dp * p, dp * g - dg * p
+    tl.store(DNU + h, (-e * radial + e * (r * r / gam) * dgam).to(DNU.dtype.element_ty), mask=mh)
+    tl.store(DTH + h, (ang * angular).to(DTH.dtype.element_ty), mask=mh)
     if HAS_W:
         tl.store(DW1 + h, dw1.to(DW1.dtype.element_ty), mask=mh)
         tl.store(DW2 + h, dw2.to(DW2.dtype.element_ty), mask=mh)
@@ -413,6 +432,7 @@ def backward(dy, x1, x2, w1, w2, nu_log, theta_log, r, states, dx1, dx2, T, H, c
     B = x1.shape[0]
     n_chunks, per_seg, n_seg = plan(T, cfg.chunk, cfg.bwd_segments)
     acc = accumulator(x1.dtype)
+    fold = x1.dtype != torch.float32 if FOLD_SUMS is None else FOLD_SUMS
     part = torch.empty(B, n_seg, 5, H, device=x1.device, dtype=sum_dtype(x1.dtype))
     ends = torch.empty(B, n_seg, 4, H, device=x1.device, dtype=torch.float32)
     args = [x1, x1 if x2 is None else x2, w1 if w1 is not None else nu_log, w2 if w2 is not None else nu_log,
@@ -421,7 +441,7 @@ def backward(dy, x1, x2, w1, w2, nu_log, theta_log, r, states, dx1, dx2, T, H, c
     chains = B * triton.cdiv(H, cfg.bwd_block_h)
     meta = dict(BLOCK_H=cfg.bwd_block_h, VEC=vec_of(cfg.bwd_block_h, cfg.bwd_warps), CHUNK=cfg.chunk,
                 EVEN=T % cfg.chunk == 0 and H % cfg.bwd_block_h == 0, ASM=x1.device.type == "cuda",
-                PRECISE=x1.dtype == torch.float32, ACC=acc, num_warps=cfg.bwd_warps, **flags)
+                PRECISE=x1.dtype == torch.float32, ACC=acc, FOLD=fold, num_warps=cfg.bwd_warps, **flags)
     if n_seg > 1:  # segment 0's ends are never read
         _bwd[(chains, n_seg - 1)](*args, ENDS_PASS=True, **meta)
     _bwd[(chains, n_seg)](*args, ENDS_PASS=False, **meta)
@@ -431,5 +451,5 @@ def backward(dy, x1, x2, w1, w2, nu_log, theta_log, r, states, dx1, dx2, T, H, c
     block = min(256, triton.next_power_of_2(H))
     _finish[(triton.cdiv(H, block),)](part, nu_log, theta_log, dnu, dth, dw1 if dw1 is not None else dnu,
                                       dw2 if dw2 is not None else dnu, B * n_seg, H, BLOCK=block,
-                                      HAS_W=w1 is not None)
+                                      HAS_W=w1 is not None, FOLD=fold)
     return dw1, dw2, dnu, dth
