@@ -1,12 +1,13 @@
-"""A/B of the lanes backwards' folded state-before (the default for bf16 and fp16; issue 42) against
-the exact path, for the RTU (lanes.FOLD_SUMS: its lambda sums from d_t = c_t - u_t) and the
-selective scan (bwd_lanes.FOLD_SUMS: h_{t-1}'s term from h_t - inj_t), where the exact path
-carries the state before each step through the scan. Folding halves the scan's values, so the
-registers drop: folded rows also try what that frees (RTU: chunks of 32 steps, two channels a
-thread, more segments; selective scan: tiles of 4 steps). Each candidate is gated against the
-float64 reference and timed as lab/scans_ab.py times (interleaved rounds of CUDA-graph replays).
+"""A/B of the RTU lanes backward's folded lambda sums (lanes.FOLD_SUMS, from d_t = c_t - u_t; the
+default for bf16 and fp16; issue 42) against the exact sums, which carry the state before each
+step through the scan. Folding halves the scan's values, so the registers drop: folded rows also
+try what that frees (one or four warps, more segments; chunks of 32 steps and two channels a
+thread lost at every shape on an H200, lab/results/fold_ab_h200.txt, which also holds the same
+fold of the selective scan's backward: slower at 3 of its 4 shapes, and taken out). Each
+candidate is gated against the float64 reference and timed as lab/scans_ab.py times
+(interleaved rounds of CUDA-graph replays).
 
-    python -m lab.fold_ab --out $OUT              # every RTU and selective-scan backward shape, minutes on an H200
+    python -m lab.fold_ab --out $OUT              # every RTU backward shape, 2 minutes on an H200
     python -m lab.fold_ab --only rtu:target       # one shape
     python -m lab.fold_ab --device cpu            # a dry run on the interpreter
 
@@ -20,13 +21,16 @@ import sys
 from kcollect.kernels._host import config as host_config
 from kcollect.kernels.rtu import config as rtu_config
 from kcollect.kernels.rtu import lanes as rtu_lanes
-from kcollect.kernels.selective_scan import bwd_lanes as ss_lanes
-from kcollect.kernels.selective_scan import config as ss_config
 
 from .scans_ab import CPU_SHAPES, SHAPES, sweep
+from .scans_tune import _rtu
 
-BWD_SHAPES = [(op, label, dims, ("bwd",)) for op, label, dims, _ in SHAPES]
-BWD_CPU_SHAPES = [(op, label, dims, ("bwd",)) for op, label, dims, _ in CPU_SHAPES]
+BWD_SHAPES = [(op, label, dims, ("bwd",)) for op, label, dims, _ in SHAPES if op == "rtu"] + [  # more of the RTU grid's
+    ("rtu", "cortex-lowrank", _rtu(8, 512, 64, 16, 0.1), ("bwd",)),
+    ("rtu", "cortex-H128", _rtu(8, 512, 128, "diag", 0.0), ("bwd",)),
+    ("rtu", "widest", _rtu(16, 4096, 4096, "diag", 0.01), ("bwd",)),
+]
+BWD_CPU_SHAPES = [(op, label, dims, ("bwd",)) for op, label, dims, _ in CPU_SHAPES if op == "rtu"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,14 +38,8 @@ class RTUFolded(rtu_config.RTUConfig):
     fold: bool = True
 
 
-@dataclasses.dataclass(frozen=True)
-class SSFolded(ss_config.SelectiveScanConfig):
-    fold: bool = True
-
-
 def _forcing(module):
-    """module.backward with its FOLD_SUMS set from the config's fold (the config: its second-last
-    argument in both ops)."""
+    """module.backward with its FOLD_SUMS set from the config's fold (its second-last argument)."""
     inner = module.backward
 
     def backward(*args, **kwargs):
@@ -54,37 +52,25 @@ def _forcing(module):
 
 
 # in this process and the precompile workers (which import this module to unpickle a config): the
-# backwards read the forced config's fold, and a folded config is forced in place of its op's pick
+# backward reads the forced config's fold, and a folded config is forced in place of the pick
 rtu_lanes.backward = _forcing(rtu_lanes)
-ss_lanes.backward = _forcing(ss_lanes)
 _kind_of = host_config.kind_of
-host_config.kind_of = lambda c: (rtu_config.RTUConfig if isinstance(c, RTUFolded) else
-                                 ss_config.SelectiveScanConfig if isinstance(c, SSFolded) else _kind_of(c))
+host_config.kind_of = lambda c: rtu_config.RTUConfig if isinstance(c, RTUFolded) else _kind_of(c)
 
 
 def candidates(op: str, label: str, dims: dict, device: str) -> list[tuple[str, object]]:
-    if op == "rtu":
-        heur, kind, top = rtu_config.lanes(dims["B"], dims["T"], dims["H"], device), RTUFolded, -(-dims["T"] // 32)
-    else:
-        heur, kind = ss_config.lanes(dims["B"], dims["T"], dims["D"], device), SSFolded
-        top = -(-dims["T"] // heur.chunk)
+    heur, top = rtu_config.lanes(dims["B"], dims["T"], dims["H"], device), -(-dims["T"] // 32)
 
     def v(fold: bool, **kw):
-        return kind(**{**dataclasses.asdict(heur), **kw}, fold=fold)
+        return RTUFolded(**{**dataclasses.asdict(heur), **kw}, fold=fold)
 
     out = [("exact heuristic", v(False)), ("fold heuristic", v(True))]
-    if device == "cuda" and op == "rtu":
-        out += [("fold chunk32", v(True, chunk=32, bwd_segments=max(1, min(heur.bwd_segments, top)))),
-                ("fold 2ch", v(True, bwd_block_h=128)),
-                ("fold 1warp", v(True, bwd_block_h=32, bwd_warps=1)),
+    if device == "cuda":
+        out += [("exact segs x2", v(False, bwd_segments=min(2 * heur.bwd_segments, 2 * top))),
+                ("exact 1warp", v(False, bwd_block_h=32, bwd_warps=1)),
                 ("fold segs x2", v(True, bwd_segments=min(2 * heur.bwd_segments, 2 * top))),
-                ("fold 2ch segs x2", v(True, bwd_block_h=128, bwd_segments=min(2 * heur.bwd_segments, 2 * top))),
+                ("fold 1warp", v(True, bwd_block_h=32, bwd_warps=1)),
                 ("fold 4warps", v(True, bwd_block_h=128, bwd_warps=4))]
-    elif device == "cuda":
-        out += [("fold steps4", v(True, bwd_steps=4)),
-                ("fold segs x2", v(True, bwd_segments=min(2 * heur.bwd_segments, top))),
-                ("fold steps4 segs x2", v(True, bwd_steps=4, bwd_segments=min(2 * heur.bwd_segments, top))),
-                ("fold 2warps", v(True, bwd_block_d=64, bwd_warps=2))]
     seen, kept = set(), []
     for name, c in out:
         if c not in seen:
@@ -111,10 +97,9 @@ def summary(rows: list[dict]) -> None:
 
 def registers() -> None:
     print("\n== compiled lanes backward kernels: registers, spills")
-    for fn in (rtu_lanes._bwd, ss_lanes._ss_bwd_lanes):
-        for cache in fn.device_caches.values():
-            for key, k in cache[0].items():
-                print(f"  {fn.__name__} warps {k.metadata.num_warps} regs {k.n_regs} spills {k.n_spills}  {str(key)[-220:]}")
+    for cache in rtu_lanes._bwd.device_caches.values():
+        for k in cache[0].values():
+            print(f"  _bwd warps {k.metadata.num_warps} regs {k.n_regs} spills {k.n_spills}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -37,10 +37,6 @@ from .._jit.scan import accumulator, first_order, sigmoid, sum_dtype, sum_of_pro
 from .lanes import _carry_in, _lanes, _per_step, _rows, _widened, plan
 from .softplus import decay as decay_of, softplus
 
-# the backward's h_{t-1} folded into h_t - inj_t (_ss_bwd_lanes's FOLD): None, for bf16 and fp16
-# inputs only; True or False forces it (lab A/B)
-FOLD_SUMS: bool | None = None
-
 
 @triton.jit
 def _with_before(a1, b1, p1, q1, a2, b2, p2, q2):
@@ -143,15 +139,11 @@ def _ss_bwd_lanes(X, DL, A, Bm, Cm, Dk, Z, DY, CK, QE, QDT, DX, DDL, DZ, DA, DD,
                   n_chunks, n_tiles, per_seg, n_seg, BLOCK_D: tl.constexpr, VEC: tl.constexpr, WARPS: tl.constexpr,
                   N_P2: tl.constexpr, STEPS: tl.constexpr, CHUNK: tl.constexpr, ENDS_PASS: tl.constexpr,
                   EVEN: tl.constexpr, EVEN_N: tl.constexpr, ASM: tl.constexpr, WIDEN: tl.constexpr,
-                  FAST_SOFTPLUS: tl.constexpr, PRECISE: tl.constexpr, ACC: tl.constexpr, SCATTER: tl.constexpr,
-                  FOLD: tl.constexpr):
+                  FAST_SOFTPLUS: tl.constexpr, PRECISE: tl.constexpr, ACC: tl.constexpr, SCATTER: tl.constexpr):
     """Program (sequence x channel block, segment of per_seg chunks). ENDS_PASS: segment
     program_id(1) + 1 from a zero adjoint, keeping its carry out (QE) and sum of steps (QDT);
     otherwise from the ends of the segments after it, writing dx, ddelta, dz, the program's dA
-    and dD sums, and adding its channels' dB and dC. FOLD: decay_t h_{t-1} taken as h_t - inj_t (the
-    step's injection), where otherwise the state before each step rides along in the scan
-    (_with_before: twice its values); the difference costs an fp32 rounding of h_t, far under
-    bf16's or fp16's, and fp32 inputs keep the exact path."""
+    and dD sums, and adding its channels' dB and dC."""
     K: tl.constexpr = CHUNK // STEPS  # tiles a kept state
     b, d, _d, _g = _lanes(D, BLOCK_D, VEC, 1, WARPS)  # (SPLIT 1: its two channel vectors are one)
     md = d < D
@@ -218,19 +210,15 @@ def _ss_bwd_lanes(X, DL, A, Bm, Cm, Dk, Z, DY, CK, QE, QDT, DX, DDL, DZ, DA, DD,
                 j += 1
             # the states h_t and before them h_{t-1}
             inj = (dt * x)[:, :, None] * bt
-            if FOLD:
-                _ha, hs = tl.associative_scan((decay, tl.where(head, inj + decay * h, inj)), 0, first_order)
-                gdh = g * (hs - inj)
-            else:
-                inj = tl.where(head, inj + decay * h, inj)
-                _ha, hs, _hp, hp = tl.associative_scan((decay, inj, tl.where(head, 0.0, one), tl.where(head, h, 0.0)),
-                                                       0, _with_before)
-                gdh = g * decay * hp
+            inj = tl.where(head, inj + decay * h, inj)
+            _ha, hs, _hp, hp = tl.associative_scan((decay, inj, tl.where(head, 0.0, one), tl.where(head, h, 0.0)), 0,
+                                                   _with_before)
             mask = (t < T)[:, None] & md[None, :]
             yv = tl.sum(hs * ct, axis=2) + dk[None, :] * x
             tl.store(DZ + at + offs, (dy * yv * sz * (1.0 + z * (1.0 - sz))).to(DZ.dtype.element_ty), mask=mask)
             gb = tl.sum(g * bt, axis=2)
             tl.store(DX + at + offs, (dt * gb + dk[None, :] * gy).to(DX.dtype.element_ty), mask=mask)
+            gdh = g * decay * hp
             ddt = x * gb + tl.sum(gdh * a, axis=2)
             tl.store(DDL + at + offs, (ddt * sigmoid(dl, ASM, PRECISE)).to(DDL.dtype.element_ty), mask=mask)
             acc_a += sum_of_products(gdh, dt[:, :, None], ACC)
@@ -284,8 +272,7 @@ def backward(dy, x, delta, A, B, C, D, z, states, dx, ddl, dz, cfg, n_p2: int):
                 EVEN=T % cfg.bwd_steps == 0 and Dm % cfg.bwd_block_d == 0,
                 EVEN_N=N == n_p2, ASM=x.device.type == "cuda", WIDEN=widen_asm(B) and widen_asm(C),
                 FAST_SOFTPLUS=widen_asm(delta), PRECISE=x.dtype == torch.float32, ACC=accumulator(x.dtype),
-                SCATTER=scatter(cfg, n_p2, x.dtype), FOLD=x.dtype != torch.float32 if FOLD_SUMS is None else FOLD_SUMS,
-                num_warps=cfg.bwd_warps)
+                SCATTER=scatter(cfg, n_p2, x.dtype), num_warps=cfg.bwd_warps)
     chains = Bsz * triton.cdiv(Dm, cfg.bwd_block_d)
     if n_seg > 1:  # segment 0's ends are never read
         _ss_bwd_lanes[(chains, n_seg - 1)](*args, ENDS_PASS=True, **meta)
