@@ -252,6 +252,27 @@ def _trend_payload(series: dict[str, dict[str, list]], noise: dict[tuple, float 
     return {"series": out, "marks": marks, "bands": BANDS}
 
 
+# The compare page's commits within this many of a GPU's newest are read from files of those points
+# only: comparing the newest commits of a whole-grid history loaded every trend file whole (1.6 MB)
+RECENT_COMMITS = 12
+
+
+def _recent(payload: dict, start: int) -> dict | None:
+    """The compare page's file of a trend file's points at commit indexes from `start` on: each
+    series' [commit indexes, medians, 0, 0, condition ids] (the page reads no bands, noise or
+    marks); None where the trend file has no point before `start` (it is as light)."""
+    out: dict[str, dict[str, list]] = {}
+    older = False
+    for provider, shapes in payload["series"].items():
+        for shape, (ci, med, _lo, _hi, cond, _noise) in shapes.items():
+            keep = [j for j, c in enumerate(ci) if c >= start]
+            older = older or len(keep) < len(ci)
+            if keep:
+                out.setdefault(provider, {})[shape] = [[ci[j] for j in keep], [med[j] for j in keep], 0, 0,
+                                                       [cond[j] for j in keep]]
+    return {"series": out} if older else None
+
+
 MARK_FIELDS = ("kind", "state", "label", "provider", "shape", "after_ci", "change", "what")
 COMMITS_FILE = "data/commits.js"  # each group's commits [short, date, subject, url], for every page's scripts
 
@@ -296,13 +317,22 @@ def render(data: site_data.SiteData, analysis: site_flags.Analysis, staging: Pat
         marks.setdefault((r["gkey"], r["kernel"], r["mode"], r["dtype"]), []).append(
             {k: site_pages.sig(r[k]) if k == "change" else r[k] for k in MARK_FIELDS})
     trend_files: dict[tuple[str, str, str, str], str] = {}
+    recent_files: dict[tuple[str, str, str, str], tuple[str, int]] = {}
+    n_commits = {g.key: len(g.commits) for g in data.groups}
     for n, (key, series) in enumerate(sorted(data.trends.items())):
         gkey, kernel = key[0], key[1]
         if kernel not in slugs:
             continue
         rel = f"data/{slugs[kernel]}.{ids[gkey]}.{n}.js"
-        w.write(rel, data_js(rel, _trend_payload(series, analysis.noise, key, marks.get(key, []))))
+        payload = _trend_payload(series, analysis.noise, key, marks.get(key, []))
+        w.write(rel, data_js(rel, payload))
         trend_files[key] = rel
+        start = n_commits[gkey] - RECENT_COMMITS
+        recent = _recent(payload, start)
+        if recent is not None:
+            rel = f"data/{slugs[kernel]}.{ids[gkey]}.{n}.recent.js"
+            w.write(rel, data_js(rel, recent))
+            recent_files[key] = (rel, start)
     m = site_index.model(data, rows, slugs, config.other_function, analysis.noise)
     w.page("index.html", "overview.html", _index_json(m, count), title="Overview", m=m, counts=count)
     rows_of: dict[str, list] = {}
@@ -338,7 +368,7 @@ def render(data: site_data.SiteData, analysis: site_flags.Analysis, staging: Pat
            n_gpu_groups=sum(g.kind == "gpu" for g in data.groups), has_cpu=any(g.kind == "cpu" for g in data.groups))
     w.write("regressions.atom", w.env.get_template("feed.atom").render(
         **common, entries=site_pages.feed_entries(data, rows)))
-    cmp = site_pages.compare_page(data, trend_files, slugs)
+    cmp = site_pages.compare_page(data, trend_files, slugs, recent_files)
     w.page("compare.html", "compare.html", cmp, title="Compare", cmp=cmp)
     lab = site_pages.experiments(data)
     w.page("experiments.html", "experiments.html", lab, title="Experiments", lab=lab)

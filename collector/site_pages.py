@@ -351,15 +351,20 @@ def feed_entries(data: SiteData, rows: list[dict[str, Any]]) -> list[dict[str, A
 
 
 def compare_page(data: SiteData, trend_files: dict[tuple[str, str, str, str], str],
-                 slugs: dict[str, str]) -> dict[str, Any]:
+                 slugs: dict[str, str], recent_files: dict[tuple[str, str, str, str], tuple[str, int]] | None = None
+                 ) -> dict[str, Any]:
     """The compare page's data: each GPU's commits and a manifest of the trend files, each with the
-    commits it has points at ("c"), so that comparing two commits loads only the files that hold
-    them (the first load of a history of many commits stays light)."""
+    commits it has points at ("c") and, where written, the file of its points from commit index
+    "rs" on ("r"), so that comparing two commits loads only the files that hold them, and of
+    recent commits only their recent points (the first load of a history of many commits stays
+    light)."""
     commits = commit_lists(data)
     groups = [{"id": g.id, "label": g.label, "kind": g.kind, "commits": commits[g.id]} for g in data.groups]
     ids = {g.key: g.id for g in data.groups}
+    recent_files = recent_files or {}
     manifest = [{"g": ids[key[0]], "k": key[1], "s": slugs[key[1]], "m": key[2], "d": key[3], "f": f,
-                 "c": sorted({c for shapes in data.trends[key].values() for ci, *_ in shapes.values() for c in ci})}
+                 "c": sorted({c for shapes in data.trends[key].values() for ci, *_ in shapes.values() for c in ci}),
+                 **({"r": recent_files[key][0], "rs": recent_files[key][1]} if key in recent_files else {})}
                 for key, f in sorted(trend_files.items())]
     return {"groups": groups, "manifest": manifest, "threshold": detector_threshold()}
 

@@ -22,7 +22,7 @@ from kcollect.kernels._host import config as host_config
 from kcollect.kernels.rtu import config as rtu_config
 from kcollect.kernels.rtu import lanes as rtu_lanes
 
-from .scans_ab import CPU_SHAPES, SHAPES, sweep
+from .scans_ab import CPU_SHAPES, SHAPES, sweep, unique
 from .scans_tune import _rtu
 
 BWD_SHAPES = [(op, label, dims, ("bwd",)) for op, label, dims, _ in SHAPES if op == "rtu"] + [  # more of the RTU grid's
@@ -71,12 +71,7 @@ def candidates(op: str, label: str, dims: dict, device: str) -> list[tuple[str, 
                 ("fold segs x2", v(True, bwd_segments=min(2 * heur.bwd_segments, 2 * top))),
                 ("fold 1warp", v(True, bwd_block_h=32, bwd_warps=1)),
                 ("fold 4warps", v(True, bwd_block_h=128, bwd_warps=4))]
-    seen, kept = set(), []
-    for name, c in out:
-        if c not in seen:
-            seen.add(c)
-            kept.append((name, c))
-    return kept
+    return unique(out)
 
 
 def summary(rows: list[dict]) -> None:

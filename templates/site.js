@@ -1140,10 +1140,10 @@
 
   // The newest commit before index ib that measured a series B measured too (-1: none), among the
   // loaded series of `entries`: the default A when B's predecessor measured other kernels only.
-  function sharedBefore(entries, s, ib) {
+  function sharedBefore(entries, fileOf, s, ib) {
     let best = -1;
     for (const e of entries) {
-      const series = loaded[e.f].series;
+      const series = loaded[fileOf.get(e)].series;
       for (const p of Object.keys(series)) {
         if (!providerOn(s, p)) continue;
         for (const [ci] of Object.values(series[p])) {
@@ -1154,7 +1154,13 @@
     return best;
   }
 
-  function runCompare(page, s, autoA) {
+  // runCompare's file of entry e: its recent points where both commits (B alone while A is not
+  // chosen) are among them, else the whole trend file (`whole`: always)
+  function compareFile(e, ia, ib, autoA, whole) {
+    return !whole && e.r && ib >= e.rs && (autoA || ia >= e.rs) ? e.r : e.f;
+  }
+
+  function runCompare(page, s, autoA, whole) {
     const status = document.getElementById("kc-compare-status");
     const summary = document.getElementById("kc-compare-summary");
     const detail = document.getElementById("kc-compare-detail");
@@ -1167,6 +1173,7 @@
       status.textContent = "Nothing to compare with these choices.";
       return;
     }
+    const fileOf = new Map(entries.map((e) => [e, e.f]));  // across GPUs: each series' last point, however old
     if (s.cmp === "commits") {  // only the files with points at B (and at A, once chosen)
       const commits = page.groups.find((x) => x.id === s.g).commits;
       const ib = commits.findIndex((c) => c[0] === s.b);
@@ -1176,17 +1183,22 @@
         renderCompare([], s, page);
         return;
       }
+      for (const e of entries) fileOf.set(e, compareFile(e, ia, ib, autoA, whole));
     }
     status.textContent = "loading…";
     const token = (runCompare.token = (runCompare.token || 0) + 1);
-    Promise.all(entries.map((e) => load(e.f))).then(() => {
+    Promise.all(entries.map((e) => load(fileOf.get(e)))).then(() => {
       if (token !== runCompare.token) return;
       const rows = [];
       if (s.cmp === "commits") {
         const commits = page.groups.find((x) => x.id === s.g).commits;
         const ib = commits.findIndex((c) => c[0] === s.b);
         if (autoA) {  // A not chosen: the newest commit before B that shares a series with it
-          const shared = sharedBefore(entries, s, ib);
+          const shared = sharedBefore(entries, fileOf, s, ib);
+          if (shared < 0 && !whole && entries.some((e) => fileOf.get(e) !== e.f)) {
+            runCompare(page, s, autoA, true);  // none among the recent points: look in the whole files
+            return;
+          }
           if (shared >= 0 && commits[shared][0] !== s.a) {
             s.a = cmpForm.elements.namedItem("a").value = commits[shared][0];
             writeState(s);
@@ -1194,7 +1206,7 @@
         }
         const ia = commits.findIndex((c) => c[0] === s.a);
         for (const e of entries) {
-          const series = loaded[e.f].series;
+          const series = loaded[fileOf.get(e)].series;
           for (const p of Object.keys(series)) {
             if (!providerOn(s, p)) continue;
             for (const [shape, [ci, med, , , cond]] of Object.entries(series[p])) {
@@ -1207,7 +1219,7 @@
       } else {
         const last = {};
         for (const e of entries) {
-          const series = loaded[e.f].series;
+          const series = loaded[fileOf.get(e)].series;
           for (const p of Object.keys(series)) {
             if (!providerOn(s, p)) continue;
             for (const [shape, [, med]] of Object.entries(series[p])) {
