@@ -12,7 +12,7 @@ candidate is gated against the float64 reference and timed as lab/scans_ab.py ti
     python -m lab.fold_ab --device cpu            # a dry run on the interpreter
 
 Acting on it: where a folded row with another config beats the folded heuristic at every shape,
-the op's config.lanes is the place to follow it."""
+rtu/config.py's lanes is the place to follow it."""
 from __future__ import annotations
 
 import dataclasses
@@ -38,22 +38,21 @@ class RTUFolded(rtu_config.RTUConfig):
     fold: bool = True
 
 
-def _forcing(module):
-    """module.backward with its FOLD_SUMS set from the config's fold (its second-last argument)."""
-    inner = module.backward
+_backward = rtu_lanes.backward
 
-    def backward(*args, **kwargs):
-        module.FOLD_SUMS = getattr(args[-2], "fold", None)
-        try:
-            return inner(*args, **kwargs)
-        finally:
-            module.FOLD_SUMS = None
-    return backward
+
+def _forced_backward(*args, **kwargs):
+    """lanes.backward with FOLD_SUMS set from the forced config's fold (its second-last argument)."""
+    rtu_lanes.FOLD_SUMS = getattr(args[-2], "fold", None)
+    try:
+        return _backward(*args, **kwargs)
+    finally:
+        rtu_lanes.FOLD_SUMS = None
 
 
 # in this process and the precompile workers (which import this module to unpickle a config): the
 # backward reads the forced config's fold, and a folded config is forced in place of the pick
-rtu_lanes.backward = _forcing(rtu_lanes)
+rtu_lanes.backward = _forced_backward
 _kind_of = host_config.kind_of
 host_config.kind_of = lambda c: rtu_config.RTUConfig if isinstance(c, RTUFolded) else _kind_of(c)
 
