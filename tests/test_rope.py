@@ -62,15 +62,16 @@ def test_inputs_have_the_hf_layout():
     assert x["cos"].shape == (2, 9, 32) and _inputs(pos="shared")["cos"].shape == (1, 9, 32)
 
 
+@pytest.mark.parametrize("kind", ["heads", "flat"])
 @pytest.mark.parametrize("layout", ["hf", "contiguous", "head_dim strided"])
-def test_layouts(layout):
+def test_layouts(layout, kind):
     x = _inputs()
     q, k = x["q"], x["k"]
     if layout == "contiguous":
         q, k = q.contiguous(), k.contiguous()
     if layout == "head_dim strided":  # copied to a contiguous head_dim first
         q, k = q.transpose(2, 3).contiguous().transpose(2, 3), k.transpose(2, 3).contiguous().transpose(2, 3)
-    _check(q, k, x["cos"], x["sin"])
+    _check(q, k, x["cos"], x["sin"], rope.RoPEConfig(layout=kind))
 
 
 def test_cos_sin_forms_agree():
@@ -106,11 +107,23 @@ def test_head_counts(hq, hk, d):
     _check(x["q"], x["k"], x["cos"], x["sin"])
 
 
+@pytest.mark.parametrize("d", [18, 24, 72])
+def test_flat_vectors_divide_the_half(d):
+    # halves of 9, 12 and 36: vectors of 1, 4 and 4 elements in fp32 and in bf16, never across
+    # the half's end
+    assert [K.flat_vec(d // 2, size) for size in (4, 2)] == {18: [1, 1], 24: [4, 4], 72: [4, 4]}[d]
+    for dtype in (torch.float32, torch.bfloat16):
+        x = _inputs(b=2, hq=3, hk=1, t=5, d=d, dtype=dtype, seed=random.randrange(2**31))
+        _check(x["q"], x["k"], x["cos"], x["sin"], rope.RoPEConfig(layout="flat", warps=1))
+
+
 # Configs the heuristic does not pick, forward and backward in every dtype: one head a thread,
 # 8 heads a thread (more than a head block), one token a program (many token blocks), 2 warps,
-# cache hints (no effect on the interpreter: that they are accepted)
+# cache hints (no effect on the interpreter: that they are accepted); the flat layout, its last
+# program part full (8x5 slots of 8 elements in bf16, 10 of 4 in fp32, against 32 and 64 a program)
 CONFIGS = [rope.RoPEConfig(max_heads=1), rope.RoPEConfig(max_heads=8, warps=2), rope.RoPEConfig(tokens=1),
-           rope.RoPEConfig(policy="evict_first", cs_policy="")]
+           rope.RoPEConfig(policy="evict_first", cs_policy=""), rope.RoPEConfig(layout="flat", warps=1),
+           rope.RoPEConfig(layout="flat", warps=1, slots=2)]
 
 
 @pytest.mark.parametrize("dtype", SPEC.dtypes, ids=str)
@@ -181,7 +194,8 @@ def test_a_forced_config_reaches_the_launch(monkeypatch):
 def test_config_is_recorded():
     inputs = make_inputs({"B": 1, "Hq": 2, "Hk": 1, "T": 3, "D": 256, "pos": "ids"}, torch.float32, "cpu", 0)
     assert SPEC.provider("triton").config(inputs) == {
-        "rope": {"warps": 4, "max_heads": 4, "tokens": None, "policy": "", "cs_policy": "evict_last"}}
+        "rope": {"warps": 4, "max_heads": 4, "tokens": None, "policy": "", "cs_policy": "evict_last", "layout": "heads",
+                 "slots": 1}}
 
 
 def test_inputs_are_not_modified():

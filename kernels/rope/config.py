@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from .._host.config import tunable
 
 POLICIES = ("", "evict_first", "evict_last")
+LAYOUTS = ("heads", "flat")
 
 
 def _is_pow2(n) -> bool:
@@ -20,18 +21,26 @@ class RoPEConfig:
     dividing the head count is used, so no lane is spent on padded heads. tokens: per program (a
     power of two); None: as many as the program's threads cover with one 16-byte vector each of
     the (padded) half of head_dim. policy / cs_policy: cache hints of the q/k and the cos/sin
-    loads ("", "evict_first", "evict_last")."""
+    loads ("", "evict_first", "evict_last"). layout: "heads", the [tokens, heads, half] tiles above;
+    "flat", programs of warps x 32 x `slots` slots walking q (then k) in memory order, a slot one
+    16-byte vector of a head's first half and its partner in the second (no padding of the half;
+    cos/sin loaded per slot, from L1 after the first head); max_heads and tokens unused there."""
 
     warps: int = 4
     max_heads: int = 2
     tokens: int | None = None
     policy: str = ""
     cs_policy: str = "evict_last"
+    layout: str = "heads"
+    slots: int = 1
 
     def __post_init__(self):
         if not (_is_pow2(self.warps) and _is_pow2(self.max_heads) and (self.tokens is None or _is_pow2(self.tokens))):
             raise ValueError(f"warps, max_heads and tokens must be powers of two, got {self.warps}, "
                              f"{self.max_heads}, {self.tokens}")
+        if self.layout not in LAYOUTS or not _is_pow2(self.slots):
+            raise ValueError(f"layout must be one of {LAYOUTS} and slots a power of two, got {self.layout!r}, "
+                             f"{self.slots}")
         if self.policy not in POLICIES or self.cs_policy not in POLICIES:
             raise ValueError(f"policy and cs_policy must be one of {POLICIES}, got {self.policy!r}, {self.cs_policy!r}")
 

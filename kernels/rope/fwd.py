@@ -87,6 +87,57 @@ def _rope_qk(q_ptr, k_ptr, qo_ptr, ko_ptr, cos_ptr, sin_ptr,
                    HALF=HALF, HB=HBK, POLICY=POLICY)
 
 
+@triton.jit
+def _flat_tile(x_ptr, y_ptr, cos_ptr, sin_ptr, s, n_tok, T, s_b, s_t, s_h, sc_b, sc_t,
+               H: tl.constexpr, HALF: tl.constexpr, VEC: tl.constexpr, BACKWARD: tl.constexpr,
+               POLICY: tl.constexpr, CS_POLICY: tl.constexpr):
+    """Slots s [SLOTS] of one tensor: slot = (token, head, vector of the first half), a thread's
+    [VEC] x1 and its x2 HALF further, with cos/sin at the same place of the token's row."""
+    VPH: tl.constexpr = HALF // VEC
+    tok = s // (H * VPH)
+    r = s - tok * (H * VPH)
+    h = r // VPH
+    v = r - h * VPH
+    bi = tok // T
+    b = bi.to(tl.int64)
+    t = (tok - bi * T).to(tl.int64)
+    e = tl.arange(0, VEC)
+    live = (tok < n_tok)[:, None]
+    xo = tl.multiple_of(b * s_b + t * s_t + h.to(tl.int64) * s_h + v * VEC, VEC)[:, None] + e[None, :]
+    co = tl.multiple_of(b * sc_b + t * sc_t + v * VEC, VEC)[:, None] + e[None, :]
+    c1 = tl.load(cos_ptr + co, mask=live, eviction_policy=CS_POLICY).to(tl.float32)
+    c2 = tl.load(cos_ptr + co + HALF, mask=live, eviction_policy=CS_POLICY).to(tl.float32)
+    s1 = tl.load(sin_ptr + co, mask=live, eviction_policy=CS_POLICY).to(tl.float32)
+    s2 = tl.load(sin_ptr + co + HALF, mask=live, eviction_policy=CS_POLICY).to(tl.float32)
+    if BACKWARD:
+        sa = -s2
+        sb = -s1
+    else:
+        sa = s1
+        sb = s2
+    x1 = tl.load(x_ptr + xo, mask=live, eviction_policy=POLICY).to(tl.float32)
+    x2 = tl.load(x_ptr + xo + HALF, mask=live, eviction_policy=POLICY).to(tl.float32)
+    tl.store(y_ptr + xo, (x1 * c1 - x2 * sa).to(y_ptr.dtype.element_ty), mask=live)
+    tl.store(y_ptr + xo + HALF, (x2 * c2 + x1 * sb).to(y_ptr.dtype.element_ty), mask=live)
+
+
+@triton.jit
+def _rope_flat(q_ptr, k_ptr, qo_ptr, ko_ptr, cos_ptr, sin_ptr, n_tok, T, n_qprog,
+               sq_b, sq_t, sq_h, sk_b, sk_t, sk_h, sc_b, sc_t,
+               HQ: tl.constexpr, HK: tl.constexpr, HALF: tl.constexpr, VEC: tl.constexpr, SLOTS: tl.constexpr,
+               BACKWARD: tl.constexpr, POLICY: tl.constexpr, CS_POLICY: tl.constexpr):
+    # programs [0, n_qprog) walk q's slots in memory order (token, head, vector), the rest k's
+    pid = tl.program_id(0)
+    if pid < n_qprog:
+        s = pid * SLOTS + tl.arange(0, SLOTS)
+        _flat_tile(q_ptr, qo_ptr, cos_ptr, sin_ptr, s, n_tok, T, sq_b, sq_t, sq_h, sc_b, sc_t,
+                   HQ, HALF, VEC, BACKWARD, POLICY, CS_POLICY)
+    else:
+        s = (pid - n_qprog) * SLOTS + tl.arange(0, SLOTS)
+        _flat_tile(k_ptr, ko_ptr, cos_ptr, sin_ptr, s, n_tok, T, sk_b, sk_t, sk_h, sc_b, sc_t,
+                   HK, HALF, VEC, BACKWARD, POLICY, CS_POLICY)
+
+
 def _same_layout(a: torch.Tensor, b: torch.Tensor) -> bool:
     return all(sa == sb for n, sa, sb in zip(a.shape, a.stride(), b.stride()) if n > 1)
 
@@ -137,12 +188,15 @@ def rope_apply(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.T
     k, ko = _with_output(k)
     cos, sin = _cos_sin(cos, sin)
     n_tok = B * T
+    sc_b = cos.stride(0) if cos.shape[0] > 1 else 0  # shared positions: every sequence reads row t
+    if config.layout == "flat" and n_tok * max(q.shape[1], k.shape[1]) * (D // 2) < 2**31:  # (int32 slots)
+        _launch_flat(q, k, qo, ko, cos, sin, n_tok, T, sc_b, backward, config)
+        return qo, ko
     hbq, hbk = heads_per_thread(hq, config.max_heads), heads_per_thread(hk, config.max_heads)
     w = triton.next_power_of_2(D // 2)
     rows = tokens_per_program(config, w, q.element_size(), n_tok)
     n_qblocks = hq // hbq
     n_blocks = n_qblocks + hk // hbk
-    sc_b = cos.stride(0) if cos.shape[0] > 1 else 0  # shared positions: every sequence reads row t
     grid = (triton.cdiv(n_tok, rows) * n_blocks,)
     _rope_qk[grid](
         q, k, qo, ko, cos, sin,
@@ -152,3 +206,26 @@ def rope_apply(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.T
         POLICY=config.policy, CS_POLICY=config.cs_policy, num_warps=config.warps,
     )
     return qo, ko
+
+
+def flat_vec(half: int, elem_size: int) -> int:
+    """The flat layout's vector: 16 bytes, halved until it divides the half of head_dim."""
+    vec = 16 // elem_size
+    while half % vec:
+        vec //= 2
+    return vec
+
+
+def _launch_flat(q, k, qo, ko, cos, sin, n_tok, T, sc_b, backward, config) -> None:
+    half = q.shape[-1] // 2
+    vec = flat_vec(half, q.element_size())
+    slots = config.warps * 32 * config.slots
+    per_tok = half // vec
+    n_qprog = triton.cdiv(n_tok * q.shape[1] * per_tok, slots)
+    n_kprog = triton.cdiv(n_tok * k.shape[1] * per_tok, slots)
+    _rope_flat[(n_qprog + n_kprog,)](
+        q, k, qo, ko, cos, sin, n_tok, T, n_qprog,
+        q.stride(0), q.stride(2), q.stride(1), k.stride(0), k.stride(2), k.stride(1), sc_b, cos.stride(1),
+        HQ=q.shape[1], HK=k.shape[1], HALF=half, VEC=vec, SLOTS=slots, BACKWARD=backward,
+        POLICY=config.policy, CS_POLICY=config.cs_policy, num_warps=config.warps,
+    )
