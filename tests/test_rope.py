@@ -5,6 +5,7 @@ import random
 
 import pytest
 import torch
+import triton
 
 import opcheck
 from kcollect import verify
@@ -100,11 +101,12 @@ def test_general_cos_sin_both_halves_are_read():
     _check(x["q"], x["k"], torch.randn(x["cos"].shape, generator=g), torch.randn(x["sin"].shape, generator=g))
 
 
+@pytest.mark.parametrize("layout", ["heads", "flat"])
 @pytest.mark.parametrize("hq,hk,d", [(12, 4, 16), (7, 1, 16), (8, 2, 256)])
-def test_head_counts(hq, hk, d):
-    # 2 heads a thread (12/4), one (odd 7, MQA's 1), 4 from head_dim 256
+def test_head_counts(hq, hk, d, layout):
+    # heads layout: 2 heads a thread (12/4), one (odd 7, MQA's 1), 4 from head_dim 256
     x = _inputs(b=1, hq=hq, hk=hk, t=3, d=d)
-    _check(x["q"], x["k"], x["cos"], x["sin"])
+    _check(x["q"], x["k"], x["cos"], x["sin"], rope.RoPEConfig(layout=layout, max_heads=4 if d == 256 else 2))
 
 
 @pytest.mark.parametrize("d", [18, 24, 72])
@@ -134,9 +136,9 @@ def test_configs_match_reference(config, dtype):
     _check(x["q"], x["k"], x["cos"], x["sin"], config)
 
 
-def _recorded_launch(monkeypatch, run, execute=True):
-    """The (grid, keywords) of each _rope_qk launch `run` makes; `execute`: run them too."""
-    real = K._rope_qk
+def _recorded_launch(monkeypatch, run, execute=True, kernel="_rope_qk"):
+    """The (grid, keywords) of each launch of `kernel` `run` makes; `execute`: run them too."""
+    real = getattr(K, kernel)
     launches = []
 
     class Recording:
@@ -146,7 +148,7 @@ def _recorded_launch(monkeypatch, run, execute=True):
                 return real[grid](*args, **kwargs) if execute else None
             return launch
 
-    monkeypatch.setattr(K, "_rope_qk", Recording())
+    monkeypatch.setattr(K, kernel, Recording())
     run()
     return launches
 
@@ -169,12 +171,23 @@ def test_one_launch_per_direction_with_the_config(monkeypatch):
 
 def test_default_launch(monkeypatch):
     # the collector's launch: 4 warps, up to 2 heads per thread (4 from head_dim 256), threads over
-    # [BT, HALF_P] once with one 16-byte vector each, cos/sin hinted evict_last, the padded half
-    x = make_inputs({"B": 3, "Hq": 32, "Hk": 8, "T": 20, "D": 80, "pos": "ids"}, torch.bfloat16, "cpu", 0)
+    # [BT, HALF_P] once with one 16-byte vector each, cos/sin hinted evict_last
+    x = make_inputs({"B": 3, "Hq": 32, "Hk": 8, "T": 20, "D": 128, "pos": "ids"}, torch.bfloat16, "cpu", 0)
     (grid, kw), = _recorded_launch(monkeypatch, lambda: rope.rope_apply(x["q"], x["k"], x["cos"], x["sin"]), False)
     assert (kw["num_warps"], kw["HBQ"], kw["HBK"], kw["ROWS"], kw["W"]) == (4, 2, 2, 16, 64)
     assert (kw["POLICY"], kw["CS_POLICY"]) == ("", "evict_last")
     assert grid == (4 * (16 + 4),)  # cdiv(60 tokens, 16) token blocks x (q + k head blocks)
+    # head_dim 80 (a half of 40, not a power of two) and 64: the flat layout, 128 slots a program of
+    # 5 and 4 vectors of 8 a head's half; q in HF's layout walks tokens outer, its gradient heads
+    for d, per_head in ((80, 5), (64, 4)):
+        x = make_inputs({"B": 3, "Hq": 32, "Hk": 8, "T": 20, "D": d, "pos": "ids"}, torch.bfloat16, "cpu", 0)
+        q, k, cos, sin = x["q"], x["k"], x["cos"], x["sin"]
+        (grid, kw), = _recorded_launch(monkeypatch, lambda: rope.rope_apply(q, k, cos, sin), False, "_rope_flat")
+        assert (kw["num_warps"], kw["SLOTS"], kw["VEC"], kw["Q_HEADS_OUTER"]) == (4, 128, 8, False)
+        assert grid == (triton.cdiv(60 * 32 * per_head, 128) + triton.cdiv(60 * 8 * per_head, 128),)
+        (_, kw), = _recorded_launch(monkeypatch, lambda: rope.rope_apply(q.contiguous(), k.contiguous(), cos, sin),
+                                    False, "_rope_flat")
+        assert kw["Q_HEADS_OUTER"] and kw["K_HEADS_OUTER"]
     x = make_inputs({"B": 2, "Hq": 8, "Hk": 2, "T": 5, "D": 256, "pos": "shared"}, torch.bfloat16, "cpu", 0)
     (grid, kw), = _recorded_launch(monkeypatch, lambda: rope.rope_apply(x["q"], x["k"], x["cos"], x["sin"]), False)
     assert (kw["num_warps"], kw["HBQ"], kw["HBK"], kw["ROWS"], kw["W"]) == (4, 4, 2, 8, 128)

@@ -53,10 +53,18 @@ class RoPEConfig:
 #   shape but one (1x28x4x32768x128 fwd, 0.999x); e.g. 2x64x8x8192x128 fwd 92% -> 95% of copy.
 # - 4 warps; 8 warps for head_dim 80 (a padded half) won 3-5% in some runs and lost 1-2% in
 #   others; q/k cache hints and tiles without padding (chunks of the half) won less or lost.
+# - the flat layout (4 warps, a slot a thread) where the half of head_dim is not a power of two (the
+#   heads layout pads it) or head_dim is 64 or less: lab.ab forward, interleaved, 1c60bb2
+#   (lab/results/rope_flat_h200.txt): head_dim 80 0.957x the heads layout's time (Liger 0.956x),
+#   64 0.983x (Liger 0.985x); at 128 it lost at 3 of 5 shapes (up to 1.09x), at 256 1.02x. H200 only.
 WIDE_HEAD = 256
+FLAT_UPTO = 64
 
 
 @tunable
 def pick(head_dim: int, device=None) -> RoPEConfig:
     """The config for a head_dim on the device's architecture (one set of choices for all so far)."""
+    half = head_dim // 2
+    if head_dim <= FLAT_UPTO or half & (half - 1):
+        return RoPEConfig(layout="flat")
     return RoPEConfig(max_heads=4 if head_dim >= WIDE_HEAD else 2)

@@ -89,20 +89,31 @@ def _rope_qk(q_ptr, k_ptr, qo_ptr, ko_ptr, cos_ptr, sin_ptr,
 
 @triton.jit
 def _flat_tile(x_ptr, y_ptr, cos_ptr, sin_ptr, s, n_tok, T, s_b, s_t, s_h, sc_b, sc_t,
-               H: tl.constexpr, HALF: tl.constexpr, VEC: tl.constexpr, BACKWARD: tl.constexpr,
-               POLICY: tl.constexpr, CS_POLICY: tl.constexpr):
-    """Slots s [SLOTS] of one tensor: slot = (token, head, vector of the first half), a thread's
-    [VEC] x1 and its x2 HALF further, with cos/sin at the same place of the token's row."""
+               H: tl.constexpr, HALF: tl.constexpr, VEC: tl.constexpr, HEADS_OUTER: tl.constexpr,
+               BACKWARD: tl.constexpr, POLICY: tl.constexpr, CS_POLICY: tl.constexpr):
+    """Slots s [SLOTS] of one tensor in its memory order: slot = (sequence, token, head, vector of
+    the first half), or with HEADS_OUTER (a [B, H, T, D] layout, as autograd's gradients are)
+    (sequence, head, token, vector); a thread's [VEC] x1 and its x2 HALF further, with cos/sin at
+    the same place of the token's row."""
     VPH: tl.constexpr = HALF // VEC
-    tok = s // (H * VPH)
-    r = s - tok * (H * VPH)
-    h = r // VPH
-    v = r - h * VPH
-    bi = tok // T
+    live = (s < n_tok * (H * VPH))[:, None]
+    if HEADS_OUTER:
+        bh = s // (T * VPH)
+        r = s - bh * (T * VPH)
+        t = r // VPH
+        v = r - t * VPH
+        bi = bh // H
+        h = bh - bi * H
+    else:
+        tok = s // (H * VPH)
+        r = s - tok * (H * VPH)
+        h = r // VPH
+        v = r - h * VPH
+        bi = tok // T
+        t = tok - bi * T
     b = bi.to(tl.int64)
-    t = (tok - bi * T).to(tl.int64)
+    t = t.to(tl.int64)
     e = tl.arange(0, VEC)
-    live = (tok < n_tok)[:, None]
     xo = tl.multiple_of(b * s_b + t * s_t + h.to(tl.int64) * s_h + v * VEC, VEC)[:, None] + e[None, :]
     co = tl.multiple_of(b * sc_b + t * sc_t + v * VEC, VEC)[:, None] + e[None, :]
     c1 = tl.load(cos_ptr + co, mask=live, eviction_policy=CS_POLICY).to(tl.float32)
@@ -125,17 +136,18 @@ def _flat_tile(x_ptr, y_ptr, cos_ptr, sin_ptr, s, n_tok, T, s_b, s_t, s_h, sc_b,
 def _rope_flat(q_ptr, k_ptr, qo_ptr, ko_ptr, cos_ptr, sin_ptr, n_tok, T, n_qprog,
                sq_b, sq_t, sq_h, sk_b, sk_t, sk_h, sc_b, sc_t,
                HQ: tl.constexpr, HK: tl.constexpr, HALF: tl.constexpr, VEC: tl.constexpr, SLOTS: tl.constexpr,
+               Q_HEADS_OUTER: tl.constexpr, K_HEADS_OUTER: tl.constexpr,
                BACKWARD: tl.constexpr, POLICY: tl.constexpr, CS_POLICY: tl.constexpr):
     # programs [0, n_qprog) walk q's slots in memory order (token, head, vector), the rest k's
     pid = tl.program_id(0)
     if pid < n_qprog:
         s = pid * SLOTS + tl.arange(0, SLOTS)
         _flat_tile(q_ptr, qo_ptr, cos_ptr, sin_ptr, s, n_tok, T, sq_b, sq_t, sq_h, sc_b, sc_t,
-                   HQ, HALF, VEC, BACKWARD, POLICY, CS_POLICY)
+                   HQ, HALF, VEC, Q_HEADS_OUTER, BACKWARD, POLICY, CS_POLICY)
     else:
         s = (pid - n_qprog) * SLOTS + tl.arange(0, SLOTS)
         _flat_tile(k_ptr, ko_ptr, cos_ptr, sin_ptr, s, n_tok, T, sk_b, sk_t, sk_h, sc_b, sc_t,
-                   HK, HALF, VEC, BACKWARD, POLICY, CS_POLICY)
+                   HK, HALF, VEC, K_HEADS_OUTER, BACKWARD, POLICY, CS_POLICY)
 
 
 def _same_layout(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -226,6 +238,7 @@ def _launch_flat(q, k, qo, ko, cos, sin, n_tok, T, sc_b, backward, config) -> No
     _rope_flat[(n_qprog + n_kprog,)](
         q, k, qo, ko, cos, sin, n_tok, T, n_qprog,
         q.stride(0), q.stride(2), q.stride(1), k.stride(0), k.stride(2), k.stride(1), sc_b, cos.stride(1),
-        HQ=q.shape[1], HK=k.shape[1], HALF=half, VEC=vec, SLOTS=slots, BACKWARD=backward,
+        HQ=q.shape[1], HK=k.shape[1], HALF=half, VEC=vec, SLOTS=slots,
+        Q_HEADS_OUTER=q.stride(1) > q.stride(2), K_HEADS_OUTER=k.stride(1) > k.stride(2), BACKWARD=backward,
         POLICY=config.policy, CS_POLICY=config.cs_policy, num_warps=config.warps,
     )
