@@ -368,7 +368,7 @@ def render(data: site_data.SiteData, analysis: site_flags.Analysis, staging: Pat
            n_gpu_groups=sum(g.kind == "gpu" for g in data.groups), has_cpu=any(g.kind == "cpu" for g in data.groups))
     w.write("regressions.atom", w.env.get_template("feed.atom").render(
         **common, entries=site_pages.feed_entries(data, rows)))
-    cmp = site_pages.compare_page(data, trend_files, slugs, recent_files)
+    cmp = site_pages.compare_page(data, trend_files, slugs, recent_files, analysis.flags)
     w.page("compare.html", "compare.html", cmp, title="Compare", cmp=cmp)
     lab = site_pages.experiments(data)
     w.page("experiments.html", "experiments.html", lab, title="Experiments", lab=lab)

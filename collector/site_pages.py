@@ -351,13 +351,14 @@ def feed_entries(data: SiteData, rows: list[dict[str, Any]]) -> list[dict[str, A
 
 
 def compare_page(data: SiteData, trend_files: dict[tuple[str, str, str, str], str],
-                 slugs: dict[str, str], recent_files: dict[tuple[str, str, str, str], tuple[str, int]] | None = None
-                 ) -> dict[str, Any]:
+                 slugs: dict[str, str], recent_files: dict[tuple[str, str, str, str], tuple[str, int]] | None = None,
+                 flags: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The compare page's data: each GPU's commits and a manifest of the trend files, each with the
     commits it has points at ("c") and, where written, the file of its points from commit index
     "rs" on ("r"), so that comparing two commits loads only the files that hold them, and of
     recent commits only their recent points (the first load of a history of many commits stays
-    light)."""
+    light); and the verdict engine's steps (`steps`), so that the page says which of the moves
+    between two commits the engine finds real, as the regressions page and `kcollect compare` do."""
     commits = commit_lists(data)
     groups = [{"id": g.id, "label": g.label, "kind": g.kind, "commits": commits[g.id]} for g in data.groups]
     ids = {g.key: g.id for g in data.groups}
@@ -366,7 +367,24 @@ def compare_page(data: SiteData, trend_files: dict[tuple[str, str, str, str], st
                  "c": sorted({c for shapes in data.trends[key].values() for ci, *_ in shapes.values() for c in ci}),
                  **({"r": recent_files[key][0], "rs": recent_files[key][1]} if key in recent_files else {})}
                 for key, f in sorted(trend_files.items())]
-    return {"groups": groups, "manifest": manifest, "threshold": detector_threshold()}
+    return {"groups": groups, "manifest": manifest, "threshold": detector_threshold(),
+            "steps": engine_steps(flags or [], ids)}
+
+
+def engine_steps(flags: list[dict[str, Any]], ids: dict[str, str]) -> dict[str, list]:
+    """The flags as steps: "series" [group id, kernel, mode, dtype, provider, shape], each once, and
+    "steps" [series index, commit index before, after, +1 slower / -1 faster, 1 if of our code]."""
+    series: list[list] = []
+    index: dict[tuple, int] = {}
+    steps = []
+    for f in flags:
+        key = (ids[f["gkey"]], f["kernel"], f["mode"], f["dtype"], f["provider"], f["shape"])
+        if key not in index:
+            index[key] = len(series)
+            series.append(list(key))
+        steps.append([index[key], f["before_ci"], f["after_ci"], 1 if f["kind"] == "regression" else -1,
+                      int(bool(f["ours"]))])
+    return {"series": series, "steps": steps}
 
 
 # -- experiments (lab runs) -------------------------------------------------------------------

@@ -1238,6 +1238,33 @@
     });
   }
 
+  // The verdict engine's steps between the two commits (as the regressions page and `kcollect
+  // compare` find them), by series: [{dir: +1 slower from A to B / -1 faster, ours, at: commit}].
+  function stepsBetween(page, s) {
+    const out = new Map();
+    if (s.cmp !== "commits" || !page.steps) return out;
+    const commits = page.groups.find((x) => x.id === s.g).commits;
+    const ia = commits.findIndex((c) => c[0] === s.a);
+    const ib = commits.findIndex((c) => c[0] === s.b);
+    const lo = Math.min(ia, ib);
+    const hi = Math.max(ia, ib);
+    const sign = ia <= ib ? 1 : -1;  // B older than A: a step up is a step down from A to B
+    for (const [si, before, after, dir, ours] of page.steps.steps) {
+      const [g, k, m, d, p, shape] = page.steps.series[si];
+      if (g !== s.g || before < lo || after > hi) continue;
+      const key = JSON.stringify([k, m, d, p, shape]);
+      (out.get(key) || out.set(key, []).get(key)).push({dir: dir * sign, ours, at: commits[after][0]});
+    }
+    return out;
+  }
+
+  function verdictText(steps) {
+    if (!steps || !steps.length) return "";
+    const net = steps.reduce((x, st) => x + st.dir, 0);
+    const what = steps.map((st) => `${st.dir > 0 ? "slower" : "faster"} at ${st.at}`).join(", ");
+    return net > 0 ? `slower (${what})` : net < 0 ? `faster (${what})` : `stepped and back (${what})`;
+  }
+
   function renderCompare(rows, s, page) {
     const status = document.getElementById("kc-compare-status");
     const summary = document.getElementById("kc-compare-summary");
@@ -1254,8 +1281,24 @@
     const worse = like.filter((r) => r.b / r.a > 1 + t).length;
     const better = like.filter((r) => r.b / r.a < 1 / (1 + t)).length;
     const other = rows.length - like.length;
-    status.textContent = `A = ${names[0]}, B = ${names[1]}: ${rows.length} series, ${worse} slower by more than ${pct(t)}, ` +
-      `${better} faster by more than ${pct(t)}` + (other ? `; ${other} changed timing method or environment in between ` +
+    const raw = `${worse} slower and ${better} faster by more than ${pct(t)}`;
+    let text = `A = ${names[0]}, B = ${names[1]}: ${rows.length} series. `;
+    if (s.cmp === "commits") {
+      // the engine's verdicts lead; the raw moves are two medians apart, most of them inside their noise
+      const steps = stepsBetween(page, s);
+      for (const r of rows) r.steps = steps.get(JSON.stringify([r.e.k, r.e.m, r.e.d, r.p, r.shape]));
+      const net = (r) => (r.steps || []).reduce((x, st) => x + st.dir, 0);
+      const count = (f) => [rows.filter((r) => f(net(r)) && r.steps.some((st) => st.ours)).length,
+                            rows.filter((r) => f(net(r))).length];
+      const [slowOurs, slow] = count((n) => n > 0);
+      const [fastOurs, fast] = count((n) => n < 0);
+      text += `The verdict engine (as on the regressions page and in kcollect compare) finds ${slow} slower ` +
+        `(${slowOurs} of our code) and ${fast} faster (${fastOurs} of ours) between them. Raw moves: ${raw}, ` +
+        "most of them within their series' noise";
+    } else {
+      text += `Raw moves of the latest medians: ${raw} (not verdicts: two GPUs differ by design)`;
+    }
+    status.textContent = text + (other ? `; ${other} changed timing method or environment in between ` +
       "(marked, and left out of these counts)." : ".");
     const groups = {};
     for (const r of like) {
@@ -1276,10 +1319,12 @@
     rows.sort((x, y) => Math.abs(Math.log(y.b / y.a)) - Math.abs(Math.log(x.b / x.a)));
     const detRows = rows.map((r) => [cellEl("td", r.e.k), cellEl("td", r.e.m), cellEl("td", r.e.d), cellEl("td", r.p),
       cellEl("td", r.shape), cellEl("td", r.a.toPrecision(4), "num"), cellEl("td", r.b.toPrecision(4), "num"),
-      changeCell(r.b / r.a), cellEl("td", r.same ? "" : "timing method or environment changed: not a kernel change")]);
+      changeCell(r.b / r.a), cellEl("td", verdictText(r.steps)),
+      cellEl("td", r.same ? "" : "timing method or environment changed: not a kernel change")]);
     detail.appendChild(cellEl("h2", "Every series, largest change first"));
     detail.appendChild(table("Every series", "compare-detail",
-                             ["kernel", "mode", "dtype", "provider", "shape", "A ms", "B ms", "change", "note"], detRows));
+                             ["kernel", "mode", "dtype", "provider", "shape", "A ms", "B ms", "change", "verdict", "note"],
+                             detRows));
   }
 
   function compareUpdate(s) {
