@@ -30,7 +30,9 @@ A process killed from outside (SIGKILL: out of host memory, under the pass's loa
 those: the measuring pass calls its build again.
 
 A build that repeats a hung or crashed one (FOLLOWS: the fwd+bwd of a backward that hung) is not
-begun: it would hang or crash as that one did, and is recorded beside it.
+begun: it would hang or crash as that one did, and is recorded beside it. Once every case has
+begun, a build in flight for TAIL_FACTOR times the longest build finished (TAIL_MIN_S at least)
+counts as hung too: the whole pass would otherwise wait on it alone, up to --measure-timeout.
 
 A hung or crashed build is remembered (lost.json beside the manifest, under the manifest's key and
 the version of the peer package it calls): a later run's pass neither builds it again nor leaves it
@@ -80,6 +82,13 @@ LOST = "lost.json"  # the builds that hung or crashed the pass: {key and peer ve
 # A process's start (torch, the registry, CUDA) is not its case's time: `timeout` counts from its
 # "ready", and the start gets at least this (a loaded 2-core machine takes more than 5 s for it).
 STARTUP_S = 300.0
+# Once every case has begun, a build in flight for TAIL_FACTOR times the longest build the pass
+# finished, and TAIL_MIN_S at least, counts as hung (as past --measure-timeout): the pass would
+# otherwise wait on it alone. A cold whole grid on an H200 (run b021ddd6, 14 processes) had every
+# case but one built by 197 s, then waited 196 s more on Cortex's LSTM backward at one shape until
+# the 300 s limit; its longest finished build took 49 s (61 s in the cold run before it).
+TAIL_FACTOR = 2.5
+TAIL_MIN_S = 120.0
 # The pass's clock (seconds); tests inject their own to check the time limits without waiting.
 clock = time.monotonic
 
@@ -487,6 +496,7 @@ def _pool(config, kernel_modules, procs, visible, order, todo, timeout, say, t0,
 
     began = last_say = clock()
     finished = unborn = 0
+    longest = 0.0  # seconds of the longest build finished
     try:
         slots = [start(n) for n in range(procs)]
         for slot in slots:
@@ -504,13 +514,16 @@ def _pool(config, kernel_modules, procs, visible, order, todo, timeout, say, t0,
             killed[:] = [p for p in killed if p.is_alive()]  # is_alive reaps, without waiting
             for slot in live:
                 got = _messages(slot)
+                longest = max([longest, *(sec for _, sec in slot["done"])])
                 if got is not None:
                     finished += 1
+                    longest = max([longest, *got[1]])
                     yield slot["case"], todo[slot["case"]], got[1]
                     give(slot)
                     continue
                 alive = slot["proc"].is_alive()
-                if alive and not late(slot, clock(), timeout):  # each build a measurement's
+                limit_now = timeout if queue else tail_limit(timeout, longest)
+                if alive and not late(slot, clock(), limit_now):  # each build a measurement's
                     continue
                 index, building = slot["case"], slot["building"]
                 rest = todo[index][todo[index].index(building) + 1:] if building is not None else []
@@ -518,6 +531,10 @@ def _pool(config, kernel_modules, procs, visible, order, todo, timeout, say, t0,
                     where, lost = (*_label(cases[index]), *building), None
                     if alive:  # hung in that build
                         report.hung[where], lost = clock() - slot["since"], "hung in the precompile pass"
+                        if limit_now != timeout:
+                            say(f"precompile: {' '.join(map(str, where))} built for {report.hung[where]:.0f} s, over "
+                                f"{TAIL_FACTOR:g} times the longest build finished ({longest:.0f} s) with every case "
+                                "begun: counted as hung")
                     elif -(slot["proc"].exitcode or 0) in CRASH_SIGNALS:
                         report.crashed[where], lost = _crash(slot), "crashed the precompile pass's process"
                     for pair in followers(building, rest) if lost else ():
@@ -637,6 +654,13 @@ def _messages(slot: dict):
 def ready(slot: dict, now: float) -> None:
     """A process said it is ready: its case's time counts from `now` (its start is not its case's)."""
     slot["ready"], slot["since"] = True, now
+
+
+def tail_limit(timeout: float | None, longest: float) -> float | None:
+    """A build's limit once every case has begun: `timeout`, or TAIL_FACTOR times the `longest`
+    build finished (TAIL_MIN_S at least) where that is less."""
+    tail = max(TAIL_MIN_S, TAIL_FACTOR * longest)
+    return tail if timeout is None or tail < timeout else timeout
 
 
 def late(slot: dict, now: float, limit: float | None) -> bool:

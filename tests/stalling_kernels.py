@@ -5,7 +5,9 @@ $KCOLLECT_TEST_HOLD_KILL set, the run's own process does not deliver its SIGKILL
 left such a file: a process inside the GPU driver goes only when the driver lets it, which the
 CPU cannot reproduce (its SIGTERM still ends it, so that nothing outlives the test); and the pass's
 watchdog reads, for such a process, a clock a day ahead from a second after it stuck (as
-test_collect's watchdog clocks do), so that its hang is found at once whatever --measure-timeout."""
+test_collect's watchdog clocks do), so that its hang is found at once whatever --measure-timeout.
+$KCOLLECT_TEST_TAIL_MIN sets the pass's TAIL_MIN_S (the floor of a build's limit once every case has
+begun) in the run's own process."""
 import multiprocessing
 import os
 import sys
@@ -50,5 +52,9 @@ def _hold_kill() -> None:
 
 if os.environ.get("KCOLLECT_TEST_HOLD_KILL") and multiprocessing.current_process().name == "MainProcess":
     _hold_kill()
+if os.environ.get("KCOLLECT_TEST_TAIL_MIN") and multiprocessing.current_process().name == "MainProcess":
+    from kcollect import precompile as _precompile
+
+    _precompile.TAIL_MIN_S = float(os.environ["KCOLLECT_TEST_TAIL_MIN"])  # the tail's floor: seconds, not minutes
 
 SPECS = (_spec("stall", (_p("torch", lambda x: x * 2.0), Provider("sticky", _sticky)), _SHAPES[:2]),)

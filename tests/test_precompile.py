@@ -89,6 +89,33 @@ def test_a_case_s_time_limit_counts_from_ready_on_the_pass_s_clock():
     assert not precompile.late(slot, 1e9, None)  # no --measure-timeout: no limit
 
 
+def test_once_every_case_has_begun_a_build_far_past_the_longest_counts_as_hung():
+    # the tail's limit: TAIL_FACTOR times the longest build finished, TAIL_MIN_S at least, never
+    # past --measure-timeout
+    assert precompile.tail_limit(300.0, 10.0) == precompile.TAIL_MIN_S
+    assert precompile.tail_limit(300.0, 100.0) == precompile.TAIL_FACTOR * 100.0
+    assert precompile.tail_limit(300.0, 1000.0) == 300.0
+    assert precompile.tail_limit(None, 100.0) == precompile.TAIL_FACTOR * 100.0
+
+
+def test_the_pass_does_not_wait_out_the_limit_on_its_last_build(tmp_path):
+    # sticky's build never ends; the other case's build takes a fraction of a second. With every
+    # case begun, sticky's counts as hung at the tail's limit (its floor set to 2 s here), not at
+    # --measure-timeout's 300 s: the run records it as an error and measures the rest
+    start = time.monotonic()
+    proc, stuck = _stall_run(tmp_path, "--measure-timeout", "300", env={"KCOLLECT_TEST_TAIL_MIN": "2"})
+    err = _finish(proc, stuck)
+    assert proc.returncode == 0, err
+    assert time.monotonic() - start < 150, err
+    assert re.search(r"precompile: stall M=3,N=5 bfloat16 fwd sticky built for \d+ s, over 2.5 times the longest "
+                     r"build finished \(\d+ s\) with every case begun: counted as hung", err), err
+    _, rows = _stored(tmp_path / "k.duckdb")
+    got = {(r["provider"], r["shape"]): (r["status"], r["error"]) for r in rows}
+    assert got["sticky", "M=4,N=8"][0] == got["torch", "M=3,N=5"][0] == "ok", got
+    status, why = got["sticky", "M=3,N=5"]
+    assert status == "error" and why.startswith("its build hung in the precompile pass for "), why
+
+
 def test_a_case_s_time_limit_counts_from_ready(tmp_path):
     # the pass's processes take 6 s to start (a loaded machine's imports): their cases are built all
     # the same (the limit's rule itself: the test above, on explicit times; the limit here is wide,
