@@ -75,6 +75,7 @@ def _well_conditioned_seed(dims, mode):
 def test_grid_shapes_are_accepted():
     opcheck.check_grids_accepted(SPEC)
     assert "outside" in SPEC.check_shape({"tokens": 2, "vocab": 8, "smoothing": "1.5"})
+    assert "at least 2" in SPEC.check_shape({"tokens": 2, "vocab": 1, "smoothing": "0.1"})
 
 
 def _reference_grad(x, y, ignore_index=ce.IGNORE_INDEX, eps=0.0):

@@ -11,7 +11,7 @@ from .._host.config import config_record
 from .._spec.kit import FLOATS, drawn_on_device, grids_of
 from ..cross_entropy import IGNORE_INDEX
 from ..cross_entropy import pick as cross_entropy_pick
-from ..cross_entropy.spec import check_shape  # the label smoothing's range
+from ..cross_entropy.spec import check_shape  # two classes at least, the label smoothing in [0, 1]
 from . import fused_linear_cross_entropy, pick
 from .naive import reference
 
