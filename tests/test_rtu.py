@@ -244,3 +244,36 @@ def test_lanes_backward_folded_sums_match_reference(monkeypatch, low_rank):
     for name, got, want in zip(("x", "nu_log", "theta_log", "map1", "map2"), leaves, exact):
         err = ((got.grad.double() - want.grad).abs().max() / want.grad.abs().max()).item()
         assert err <= 3e-5, f"d{name}: {err:.3g}"
+
+
+@pytest.mark.parametrize("dtype, bwd_segments, folded", [(torch.bfloat16, 15, True), (torch.bfloat16, 16, False),
+                                                         (torch.bfloat16, 3, True), (torch.float32, 3, False)])
+def test_lanes_backward_folds_in_low_precision_below_16_segments(monkeypatch, dtype, bwd_segments, folded):
+    # folded sums in bf16 (and fp16) unless the backward runs in 16 segments or more (slower there on
+    # the H200); fp32 keeps the exact sums; the gradients match the reference either way
+    from kcollect.kernels.rtu import lanes as lanes_module
+
+    real, folds = lanes_module._bwd, []
+
+    class Recording:
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                folds.append(kwargs["FOLD"])
+                return real[grid](*args, **kwargs)
+            return launch
+
+    monkeypatch.setattr(lanes_module, "_bwd", Recording())
+    B, T, H = 1, 8 * bwd_segments, 5  # CPU chunks of 8 steps: one chunk a segment
+    leaves = [t.requires_grad_() for t in (torch.randn(B, T, H).to(dtype), torch.randn(H) - 1, torch.randn(H) - 1,
+                                            torch.randn(H), torch.randn(H))]
+    resets = torch.rand(B, T) < 0.1
+    with forced(lanes(2, bwd_segments)):
+        y = SPEC.provider("triton").fn(x=leaves[0], nu_log=leaves[1], theta_log=leaves[2], map1=leaves[3],
+                                       map2=leaves[4], resets=resets)
+    dy = torch.randn(y.shape, dtype=torch.float64)
+    y.backward(dy.to(dtype))
+    assert folds and set(folds) == {folded}
+    exact = [t.detach().double().requires_grad_() for t in leaves]
+    reference(*exact, resets).backward(dy.to(dtype).double())
+    for name, got, want in zip(("x", "nu_log", "theta_log", "map1", "map2"), leaves, exact):
+        assert verify.rel_error(got.grad, want.grad) <= SPEC.tolerance[dtype], name

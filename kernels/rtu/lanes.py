@@ -30,10 +30,14 @@ from .dynamics import dynamics, one_minus_exp, power, silu_grad
 # independent, so one wait covers the group)
 _ENDS_GROUP = tl.constexpr(4)
 # the backward's parameter sums with lambda folded in (_bwd's FOLD): None, for bf16 and fp16 inputs
-# only; True or False forces it (lab/fold_ab.py). On an H200 (lab/results/fold_ab_h200.txt) folded
-# was faster at 9 of 10 bf16 shapes (B8 T8192 H1024: 0.496 -> 0.481 ms; B4 T3000 H1000 -15%) and
-# 6% slower at B8 T1024 H64 with resets
+# in fewer than FOLD_BELOW_SEGMENTS segments; True or False forces it (lab/fold_ab.py). On an H200
+# (lab/results/fold_ab_h200.txt, two runs) folded was faster at 9 of 10 bf16 shapes, all of them in
+# 1 to 9 segments (B8 T8192 H1024: 0.496 -> 0.481 ms; B4 T3000 H1000 -15%; B8 T512 H128, 8 segments
+# of the same 64 steps, -8%), and slower at the one in 16, B8 T1024 H64 with resets (0.0374 ->
+# 0.0404 and 0.0384 -> 0.0407 ms; the whole grids at bdc1a6a and 1c60bb2 stood +6.5% there): where
+# between 9 and 16 segments the fold stops paying was not measured
 FOLD_SUMS: bool | None = None
+FOLD_BELOW_SEGMENTS = 16
 
 
 @triton.jit
@@ -434,7 +438,7 @@ def backward(dy, x1, x2, w1, w2, nu_log, theta_log, r, states, dx1, dx2, T, H, c
     B = x1.shape[0]
     n_chunks, per_seg, n_seg = plan(T, cfg.chunk, cfg.bwd_segments)
     acc = accumulator(x1.dtype)
-    fold = x1.dtype != torch.float32 if FOLD_SUMS is None else FOLD_SUMS
+    fold = x1.dtype != torch.float32 and n_seg < FOLD_BELOW_SEGMENTS if FOLD_SUMS is None else FOLD_SUMS
     part = torch.empty(B, n_seg, 5, H, device=x1.device, dtype=sum_dtype(x1.dtype))
     ends = torch.empty(B, n_seg, 4, H, device=x1.device, dtype=torch.float32)
     args = [x1, x1 if x2 is None else x2, w1 if w1 is not None else nu_log, w2 if w2 is not None else nu_log,
