@@ -274,16 +274,12 @@ def test_rtu_lanes_long_memory_keeps_eager_accuracy_over_many_tiles():
         verify_within_eager(RTU_LONG_MEMORY)
 
 
-@pytest.mark.parametrize("seed, options", [
-    (1046426610, dict(layout="strided", gate="large")),  # dA 2.19e-06 against eager's 9.51e-07
-    (2090992166, dict(x_scale=0.01, grad_layout="strided")),  # ddelta 1.07e-06 (eager 3.3e-07), dB 1.1e-06
-])
-def test_selective_scan_decays_keep_eager_accuracy(seed, options):
-    """Decays of about 0.9 a step over T 257: exp2(dt * (A log2(e))) carried the rounding of A log2(e),
-    the same at every step, into every decay, and the states and adjoints multiply tens of them
-    (even with chunks of 1 step: 2-3x eager's error in dA, dB, ddelta). Now exp(dt A) with an exact
-    range reduction, and the parameters' sums in fp64."""
-    verify_within_eager(fixed("selective_scan", {"B": 1, "T": 257, "D": 1, "N": 3}, seed, **options))
+# The selective scan's decays (2-3x eager's error in dA, dB and ddelta at T 257 before they were
+# exp(dt A) with an exact range reduction, and the sums fp64) are tested in test_selective_scan.py.
+# The end-to-end cases that showed it held three numbers (dA at D 1, N 3) to twice eager's error on
+# one draw: the seed that passed where it was written (eager 9.51e-07) failed on a later machine
+# (1.59e-06 against eager's 7.63e-07), and over 24 fresh draws dA's ratio to eager's ranged 0.09-8.75
+# (pooled 0.99: as accurate as eager, and as heavy-tailed).
 
 
 def test_conv1d_depthwise_bias_gradient_is_the_rounded_sum():

@@ -5,6 +5,7 @@ lab/awkward (T = 1, T not a multiple of the tile, odd D and N, strided inputs, e
 decays) with the tiles backward reading the states it kept; the PyTorch providers' code (the
 loop, the log-depth scan), the reference against the recurrence by hand, mamba_ssm's reason, and
 the input checks."""
+import contextlib
 import dataclasses
 import random
 
@@ -198,6 +199,67 @@ def test_exp2_polynomial_is_as_close_as_the_sfu():
     assert err < 4e-7, f"seed {seed}: relative error {err:.3g}"
     deep = _exp2_of(exp2_poly, torch.tensor([-126.0, -200.0, -1e4]))
     assert torch.allclose(deep.double(), torch.full((3,), 2.0**-125, dtype=torch.float64), rtol=4e-7, atol=0), deep
+
+
+def test_precise_decays_are_exp_of_the_step():
+    """fp32's decays (softplus.decay, PRECISE) within 2 ulp of float64's exp of the fp32 product
+    dt A, from weak decays to |dt A| 87. exp2(dt * (A log2(e))) carried A log2(e)'s rounding into
+    every decay, |dt A| x 2^-24 of it with the same sign at every step of a channel (about 20 ulp at
+    |dt A| 30), and states and adjoints multiply tens of decays: dA, dB and ddelta were 2-3x eager's
+    error at T 257 (lab.awkward's sweep; the cases that showed it gate three numbers on one draw,
+    see test_awkward_scans.py). Measured: at most 0.6 ulp; the exp2 formula 69."""
+    import triton
+    import triton.language as tl
+
+    from kcollect.kernels.selective_scan.softplus import decay
+
+    @triton.jit
+    def apply(DT, A, O, n, F: tl.constexpr):
+        i = tl.arange(0, 4096)
+        m = i < n
+        dt, a = tl.load(DT + i, mask=m, other=0.0), tl.load(A + i, mask=m, other=0.0)
+        tl.store(O + i, F(dt, a, a * 1.4426950408889634, True), mask=m)  # a2 as the kernels form it
+
+    seed = random.randrange(2**31)
+    g = torch.Generator().manual_seed(seed)
+    n = 4096
+    dt = torch.rand(n, generator=g) * 2 + 1e-3
+    a = -torch.exp(torch.rand(n, generator=g) * 10 - 6).clamp(max=87 / 2.001)  # A in [-43, -0.0025]
+    out = torch.empty(n)
+    apply[(1,)](dt, a, out, n, F=decay)
+    want = torch.exp((dt * a).double())  # the fp32 product, as the kernel forms it
+    ulps = ((out.double() - want).abs() / (want * 2.0**-23)).max().item()
+    assert ulps <= 2, f"seed {seed}: {ulps:.2f} ulp"
+
+
+@pytest.mark.parametrize("path", ["tiles", "lanes"])
+def test_parameter_sums_are_fp64_for_fp32_inputs(monkeypatch, path):
+    """dA, dD (and dB, dC) summed in fp64 for fp32 inputs, fp32 for bf16 (kernels/_jit/scan.py's
+    sum_dtype): an fp32 running sum of terms that cancel lost digits eager's pairwise sums keep,
+    the other half of the fix of the 2-3x-eager dA and dB at T 257."""
+    import triton.language as tl
+
+    from kcollect.kernels.selective_scan import bwd_lanes, scan
+
+    module, name = (scan, "_ss_bwd") if path == "tiles" else (bwd_lanes, "_ss_bwd_lanes")
+    real, accs = getattr(module, name), []
+
+    class Recording:
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                accs.append(kwargs["ACC"])
+                return real[grid](*args, **kwargs)
+            return launch
+
+    monkeypatch.setattr(module, name, Recording())
+    config = None if path == "tiles" else lanes_bwd()
+    for dtype, acc in ((F32, tl.float64), (BF16, tl.float32)):
+        x = {k: v.requires_grad_(v.is_floating_point())
+             for k, v in SPEC.make_inputs(dims(1, 9, 3, 2), dtype, "cpu", random.randrange(2**31)).items()}
+        accs.clear()
+        with forced(config) if config is not None else contextlib.nullcontext():
+            selective_scan(**x).sum().backward()
+        assert accs and set(accs) == {acc}, (dtype, accs)
 
 
 def test_poly_decays_keep_fp32_states_over_a_long_sequence():
