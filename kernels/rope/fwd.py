@@ -37,6 +37,23 @@ from .config import RoPEConfig, pick
 
 
 @triton.jit
+def _load_cos_sin(cos_ptr, sin_ptr, off, mask, HALF: tl.constexpr, BACKWARD: tl.constexpr, CS_POLICY: tl.constexpr):
+    """(cos of the first half, cos of the second, the sines they pair with) at `off`: the backward
+    rotates by -angle, so its sines swap halves and change sign."""
+    c1 = tl.load(cos_ptr + off, mask=mask, eviction_policy=CS_POLICY).to(tl.float32)
+    c2 = tl.load(cos_ptr + off + HALF, mask=mask, eviction_policy=CS_POLICY).to(tl.float32)
+    s1 = tl.load(sin_ptr + off, mask=mask, eviction_policy=CS_POLICY).to(tl.float32)
+    s2 = tl.load(sin_ptr + off + HALF, mask=mask, eviction_policy=CS_POLICY).to(tl.float32)
+    if BACKWARD:
+        sa = -s2
+        sb = -s1
+    else:
+        sa = s1
+        sb = s2
+    return c1, c2, sa, sb
+
+
+@triton.jit
 def _rope_tile(x_ptr, y_ptr, row_off, head0, stride_h, d, mask, c1, c2, sa, sb,
                HALF: tl.constexpr, HB: tl.constexpr, POLICY: tl.constexpr):
     h = (head0 + tl.arange(0, HB)).to(tl.int64)
@@ -68,16 +85,7 @@ def _rope_qk(q_ptr, k_ptr, qo_ptr, ko_ptr, cos_ptr, sin_ptr,
     # head_dim, heads in registers), so the broadcast over heads costs nothing.
     mask = ((tok < n_tok)[:, None] & (d < HALF))[:, None, :]
     coff = ((b * sc_b + t * sc_t)[:, None] + d)[:, None, :]
-    c1 = tl.load(cos_ptr + coff, mask=mask, eviction_policy=CS_POLICY).to(tl.float32)
-    c2 = tl.load(cos_ptr + coff + HALF, mask=mask, eviction_policy=CS_POLICY).to(tl.float32)
-    s1 = tl.load(sin_ptr + coff, mask=mask, eviction_policy=CS_POLICY).to(tl.float32)
-    s2 = tl.load(sin_ptr + coff + HALF, mask=mask, eviction_policy=CS_POLICY).to(tl.float32)
-    if BACKWARD:
-        sa = -s2
-        sb = -s1
-    else:
-        sa = s1
-        sb = s2
+    c1, c2, sa, sb = _load_cos_sin(cos_ptr, sin_ptr, coff, mask, HALF, BACKWARD, CS_POLICY)
 
     if j < n_qblocks:
         _rope_tile(q_ptr, qo_ptr, b * sq_b + t * sq_t, j * HBQ, sq_h, d, mask, c1, c2, sa, sb,
@@ -116,16 +124,7 @@ def _flat_tile(x_ptr, y_ptr, cos_ptr, sin_ptr, s, n_tok, T, s_b, s_t, s_h, sc_b,
     e = tl.arange(0, VEC)
     xo = tl.multiple_of(b * s_b + t * s_t + h.to(tl.int64) * s_h + v * VEC, VEC)[:, None] + e[None, :]
     co = tl.multiple_of(b * sc_b + t * sc_t + v * VEC, VEC)[:, None] + e[None, :]
-    c1 = tl.load(cos_ptr + co, mask=live, eviction_policy=CS_POLICY).to(tl.float32)
-    c2 = tl.load(cos_ptr + co + HALF, mask=live, eviction_policy=CS_POLICY).to(tl.float32)
-    s1 = tl.load(sin_ptr + co, mask=live, eviction_policy=CS_POLICY).to(tl.float32)
-    s2 = tl.load(sin_ptr + co + HALF, mask=live, eviction_policy=CS_POLICY).to(tl.float32)
-    if BACKWARD:
-        sa = -s2
-        sb = -s1
-    else:
-        sa = s1
-        sb = s2
+    c1, c2, sa, sb = _load_cos_sin(cos_ptr, sin_ptr, co, live, HALF, BACKWARD, CS_POLICY)
     x1 = tl.load(x_ptr + xo, mask=live, eviction_policy=POLICY).to(tl.float32)
     x2 = tl.load(x_ptr + xo + HALF, mask=live, eviction_policy=POLICY).to(tl.float32)
     tl.store(y_ptr + xo, (x1 * c1 - x2 * sa).to(y_ptr.dtype.element_ty), mask=live)
