@@ -233,6 +233,25 @@ def test_sweep_writes_verdicts_and_a_summary(tmp_path):
     assert sweep.main(["--family", "nope", "--out", str(tmp_path)]) == 2
 
 
+def test_sweep_pools_fp32_errors_per_op_and_part():
+    """The summary's pooled ratio: the sum of ours over the sum of eager's per part, over the fp32
+    cases where both have an error (bf16, a case without parts and eager's missing or inf left out)."""
+    from lab.awkward import sweep
+
+    def part(name, ours, eager):
+        return {"name": name, "ours": ours, "eager": eager}
+
+    cases = {"scans": [{"index": i, "op": op, "dtype": dt} for i, (op, dt) in
+                       enumerate([("rtu", "float32"), ("rtu", "float32"), ("rtu", "bfloat16"), ("rtu", "float32"),
+                                  ("conv1d", "float32")])]}
+    verdicts = {("scans", 0): {"parts": [part("dx", 1.0, 2.0), part("dnu", 9.0, 1.0)]},
+                ("scans", 1): {"parts": [part("dx", 3.0, 2.0), part("dnu", 1.0, None)]},
+                ("scans", 2): {"parts": [part("dx", 100.0, 1.0)]},
+                ("scans", 3): {"parts": [part("dx", float("inf"), 1.0)]},
+                ("scans", 4): {"status": "crash"}}
+    assert sweep.pooled(cases, verdicts) == ["  scans/rtu (2 cases): dx 1.00, dnu 9.00"]
+
+
 # ---------------------------------------------------------------------------------------------
 # fp32 within 2x of eager's error (the H200 sweep of lab/results/awkward_h200_attention_scans_bcd216a.txt,
 # cases that reproduce on the interpreter; the GPU-only ones are lab/repro_scans_fp32.py's).
