@@ -234,8 +234,8 @@ def test_sweep_writes_verdicts_and_a_summary(tmp_path):
 
 
 def test_sweep_pools_fp32_errors_per_op_and_part():
-    """The summary's pooled ratio: the sum of ours over the sum of eager's per part, over the fp32
-    cases where both have an error (bf16, a case without parts and eager's missing or inf left out)."""
+    """The summary's pooled ratios per part, over the fp32 cases where both have an error (bf16, a
+    case without parts and eager's missing or inf left out): geometric mean and ratio of sums."""
     from lab.awkward import sweep
 
     def part(name, ours, eager):
@@ -249,7 +249,8 @@ def test_sweep_pools_fp32_errors_per_op_and_part():
                 ("scans", 2): {"parts": [part("dx", 100.0, 1.0)]},
                 ("scans", 3): {"parts": [part("dx", float("inf"), 1.0)]},
                 ("scans", 4): {"status": "crash"}}
-    assert sweep.pooled(cases, verdicts) == ["  scans/rtu (2 cases): dx 1.00, dnu 9.00"]
+    # dx: ratios 0.5 and 1.5 (geometric mean 0.87), sums 4 / 4; dnu: one case, 9
+    assert sweep.pooled(cases, verdicts) == ["  scans/rtu (2 cases): dx 0.87 (1.00), dnu 9.00 (9.00)"]
 
 
 # ---------------------------------------------------------------------------------------------
