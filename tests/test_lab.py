@@ -85,6 +85,8 @@ def test_every_mutation_applies_to_this_tree():
     from lab import mutations
 
     assert mutations.check_applies() == []
+    # node ids too: the rope mutation named test_layouts[hf] after test_layouts took a second parameter
+    assert mutations.check_tests_exist() == []
     for m in mutations.MUTATIONS:
         assert m.search != m.replace and "::" in m.test, m.name
     assert len({m.name for m in mutations.MUTATIONS}) == len(mutations.MUTATIONS)
