@@ -282,8 +282,8 @@ def check_applies(root: Path = ROOT) -> list[str]:
 
 def check_tests_exist(root: Path = ROOT) -> list[str]:
     """The mutations whose catching test pytest does not collect (a renamed test, or a parametrized
-    one whose ids changed): pytest would exit 4 on the node id, and the run would count that as
-    caught."""
+    one whose ids changed): pytest would exit 4 on the node id, and the run would report an error
+    instead of trying the mutation."""
     files = sorted({m.test.split("::")[0] for m in MUTATIONS})
     out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *files],
                          cwd=root, capture_output=True, text=True).stdout
