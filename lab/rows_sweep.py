@@ -5,10 +5,10 @@ and tests do not use, drawn at random from each op's quick-grid dims.
 
 Each case takes a quick-grid shape of a random op, replaces each size (an int above 1) with one of
 SIZES (1, primes, powers of two and their neighbours, up to 8191), keeps the elements under
---max-elements (the CPU interpreter's time; up to 200 draws an op, for ops of many dims), and checks one random mode and dtype the op claims
-with fresh inputs (collector's verify.check: the op's own tolerance). A case over the tolerance is
-checked with eager on the same inputs, so that a failure of the shape itself (eager over too) shows
-as such. Prints each failure and a count per op."""
+--max-elements (the CPU interpreter's time; up to 200 draws an op, for ops of many dims), and checks
+one random mode and dtype the op claims with fresh inputs (collector's verify.check: the op's own
+tolerance). A case over the tolerance is checked with eager on the same inputs, so that a failure of
+the shape itself (eager over too) shows as such. Prints each failure and a count per op."""
 from __future__ import annotations
 
 import argparse
@@ -25,12 +25,15 @@ OPS = ("add_rms_norm", "rms_norm", "layer_norm", "softmax", "cross_entropy", "ge
 SIZES = (1, 2, 3, 5, 7, 8, 16, 17, 31, 64, 100, 127, 128, 255, 257, 1000, 1024, 2049, 4099, 8191)
 
 
+def elements(dims: dict) -> int:
+    return math.prod(v for v in dims.values() if type(v) is int)
+
+
 def draw(rng: random.Random, spec, max_elements: int) -> dict | None:
     """A shape of the op (None where the draw is too big or the op refuses it)."""
     template = rng.choice(list(spec.grids["quick"])).dims
     dims = {k: rng.choice(SIZES) if type(v) is int and v > 1 else v for k, v in template.items()}
-    size = math.prod(v for v in dims.values() if type(v) is int)
-    return dims if size <= max_elements and spec.check_shape(dims) is None else None
+    return dims if elements(dims) <= max_elements and spec.check_shape(dims) is None else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         spec = specs[op]
         dims = next(filter(None, (draw(rng, spec, args.max_elements) for _ in range(200))), None)  # ops of many dims
         dtype, mode = rng.choice(spec.dtypes), rng.choice(spec.modes)
-        if dims is None or (dtype == torch.bfloat16 and math.prod(v for v in dims.values() if type(v) is int) < 256):
+        if dims is None or (dtype == torch.bfloat16 and elements(dims) < 256):
             continue  # bf16 under 256 elements: too few for a relative error (tests/opcheck.py)
         tried[op] += 1
         seed = rng.randrange(2**31)

@@ -62,6 +62,22 @@ def fake_gpu(monkeypatch, capability=(9, 0), l2_bytes=50 << 20, sms=132) -> str:
     return "cuda"
 
 
+def record_launches(monkeypatch, module, name: str, execute: bool = True) -> list[tuple]:
+    """Replaces the Triton kernel `module.name` for the test: each launch (kernel[grid](...)) is
+    recorded as (grid, keywords) in the list returned, and run too where `execute`."""
+    real, launches = getattr(module, name), []
+
+    class Recording:
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                launches.append((grid, kwargs))
+                return real[grid](*args, **kwargs) if execute else None
+            return launch
+
+    monkeypatch.setattr(module, name, Recording())
+    return launches
+
+
 def shape_id(dims) -> str:
     return ",".join(f"{k}={v}" for k, v in dims.items())
 

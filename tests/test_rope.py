@@ -138,17 +138,7 @@ def test_configs_match_reference(config, dtype):
 
 def _recorded_launch(monkeypatch, run, execute=True, kernel="_rope_qk"):
     """The (grid, keywords) of each launch of `kernel` `run` makes; `execute`: run them too."""
-    real = getattr(K, kernel)
-    launches = []
-
-    class Recording:
-        def __getitem__(self, grid):
-            def launch(*args, **kwargs):
-                launches.append((grid, kwargs))
-                return real[grid](*args, **kwargs) if execute else None
-            return launch
-
-    monkeypatch.setattr(K, kernel, Recording())
+    launches = opcheck.record_launches(monkeypatch, K, kernel, execute)
     run()
     return launches
 

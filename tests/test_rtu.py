@@ -11,6 +11,7 @@ import random
 import pytest
 import torch
 
+import opcheck
 from kcollect import verify
 from kcollect.kernels._host.config import forced
 from kcollect.kernels.rtu import RTUConfig, providers, rtu
@@ -193,7 +194,6 @@ def test_lanes_backward_segments_count_its_two_warps(monkeypatch):
     """On an H100-like GPU the lanes backward runs 64 channels over two warps, and cuts time only
     until the grid holds _LANES_WARPS_PER_SM warps an SM, counting warps: at B32 T2048 H2048 (1024
     two-warp programs) one segment; counted as programs it split in two, 1.40x slower on the H200."""
-    import opcheck
     from kcollect.kernels.rtu import config
 
     device = opcheck.fake_gpu(monkeypatch)
@@ -208,7 +208,6 @@ def test_lanes_segments_are_never_shorter_than_32_steps_nor_64_in_the_backward(m
     16 (64 steps each: 1.28x faster than 32 of 32 on the H200), the forward's 32 (one 32-step tile
     each) unchanged; B8 T512 H128: 8 backward segments; B4 T128 H64: 4 both ways (the backward's
     floor of 4 segments where 32-step ones allow)."""
-    import opcheck
     from kcollect.kernels.rtu import config
 
     device = opcheck.fake_gpu(monkeypatch)
@@ -253,16 +252,7 @@ def test_lanes_backward_folds_in_low_precision_below_16_segments(monkeypatch, dt
     # the H200); fp32 keeps the exact sums; the gradients match the reference either way
     from kcollect.kernels.rtu import lanes as lanes_module
 
-    real, folds = lanes_module._bwd, []
-
-    class Recording:
-        def __getitem__(self, grid):
-            def launch(*args, **kwargs):
-                folds.append(kwargs["FOLD"])
-                return real[grid](*args, **kwargs)
-            return launch
-
-    monkeypatch.setattr(lanes_module, "_bwd", Recording())
+    launches = opcheck.record_launches(monkeypatch, lanes_module, "_bwd")
     B, T, H = 1, 8 * bwd_segments, 5  # CPU chunks of 8 steps: one chunk a segment
     leaves = [t.requires_grad_() for t in (torch.randn(B, T, H).to(dtype), torch.randn(H) - 1, torch.randn(H) - 1,
                                             torch.randn(H), torch.randn(H))]
@@ -272,7 +262,7 @@ def test_lanes_backward_folds_in_low_precision_below_16_segments(monkeypatch, dt
                                        map2=leaves[4], resets=resets)
     dy = torch.randn(y.shape, dtype=torch.float64)
     y.backward(dy.to(dtype))
-    assert folds and set(folds) == {folded}
+    assert launches and {kw["FOLD"] for _, kw in launches} == {folded}
     exact = [t.detach().double().requires_grad_() for t in leaves]
     reference(*exact, resets).backward(dy.to(dtype).double())
     for name, got, want in zip(("x", "nu_log", "theta_log", "map1", "map2"), leaves, exact):

@@ -12,6 +12,7 @@ import random
 import pytest
 import torch
 
+import opcheck
 from kcollect import verify
 from kcollect.kernels._host.config import forced
 from kcollect.kernels.selective_scan import SelectiveScanConfig, selective_scan
@@ -211,14 +212,15 @@ def test_precise_decays_are_exp_of_the_step():
     import triton
     import triton.language as tl
 
+    from kcollect.kernels._jit.lse import LOG2E
     from kcollect.kernels.selective_scan.softplus import decay
 
     @triton.jit
-    def apply(DT, A, O, n, F: tl.constexpr):
+    def apply(DT, A, O, n, F: tl.constexpr, L2E: tl.constexpr):
         i = tl.arange(0, 4096)
         m = i < n
         dt, a = tl.load(DT + i, mask=m, other=0.0), tl.load(A + i, mask=m, other=0.0)
-        tl.store(O + i, F(dt, a, a * 1.4426950408889634, True), mask=m)  # a2 as the kernels form it
+        tl.store(O + i, F(dt, a, a * L2E, True), mask=m)  # a2 as the kernels form it
 
     seed = random.randrange(2**31)
     g = torch.Generator().manual_seed(seed)
@@ -226,7 +228,7 @@ def test_precise_decays_are_exp_of_the_step():
     dt = torch.rand(n, generator=g) * 2 + 1e-3
     a = -torch.exp(torch.rand(n, generator=g) * 10 - 6).clamp(max=87 / 2.001)  # A in [-43, -0.0025]
     out = torch.empty(n)
-    apply[(1,)](dt, a, out, n, F=decay)
+    apply[(1,)](dt, a, out, n, F=decay, L2E=LOG2E)
     want = torch.exp((dt * a).double())  # the fp32 product, as the kernel forms it
     ulps = ((out.double() - want).abs() / (want * 2.0**-23)).max().item()
     assert ulps <= 2, f"seed {seed}: {ulps:.2f} ulp"
@@ -242,24 +244,16 @@ def test_parameter_sums_are_fp64_for_fp32_inputs(monkeypatch, path):
     from kcollect.kernels.selective_scan import bwd_lanes, scan
 
     module, name = (scan, "_ss_bwd") if path == "tiles" else (bwd_lanes, "_ss_bwd_lanes")
-    real, accs = getattr(module, name), []
-
-    class Recording:
-        def __getitem__(self, grid):
-            def launch(*args, **kwargs):
-                accs.append(kwargs["ACC"])
-                return real[grid](*args, **kwargs)
-            return launch
-
-    monkeypatch.setattr(module, name, Recording())
+    launches = opcheck.record_launches(monkeypatch, module, name)
     config = None if path == "tiles" else lanes_bwd()
     for dtype, acc in ((F32, tl.float64), (BF16, tl.float32)):
         x = {k: v.requires_grad_(v.is_floating_point())
              for k, v in SPEC.make_inputs(dims(1, 9, 3, 2), dtype, "cpu", random.randrange(2**31)).items()}
-        accs.clear()
+        launches.clear()
         with forced(config) if config is not None else contextlib.nullcontext():
             selective_scan(**x).sum().backward()
-        assert accs and set(accs) == {acc}, (dtype, accs)
+        accs = {kw["ACC"] for _, kw in launches}
+        assert accs == {acc}, (dtype, accs)
 
 
 def test_poly_decays_keep_fp32_states_over_a_long_sequence():
@@ -348,7 +342,6 @@ def test_the_loop_refuses_sequences_past_its_limit():
 def test_lanes_walks_time_whole_where_the_grid_fills_the_gpu(monkeypatch):
     """On an H100-like GPU (132 SMs): 8 steps a tile; one segment once the grid holds 2 warps an SM
     (B8 D2048: 512 programs), as measured on the H200; segments up to 8 warps an SM below that."""
-    import opcheck
     from kcollect.kernels.selective_scan import config
 
     device = opcheck.fake_gpu(monkeypatch)

@@ -96,6 +96,12 @@ def _rope_qk(q_ptr, k_ptr, qo_ptr, ko_ptr, cos_ptr, sin_ptr,
 
 
 @triton.jit
+def _divmod(a, n):
+    q = a // n
+    return q, a - q * n
+
+
+@triton.jit
 def _flat_tile(x_ptr, y_ptr, cos_ptr, sin_ptr, s, n_tok, T, s_b, s_t, s_h, sc_b, sc_t,
                H: tl.constexpr, HALF: tl.constexpr, VEC: tl.constexpr, HEADS_OUTER: tl.constexpr,
                BACKWARD: tl.constexpr, POLICY: tl.constexpr, CS_POLICY: tl.constexpr):
@@ -106,19 +112,13 @@ def _flat_tile(x_ptr, y_ptr, cos_ptr, sin_ptr, s, n_tok, T, s_b, s_t, s_h, sc_b,
     VPH: tl.constexpr = HALF // VEC
     live = (s < n_tok * (H * VPH))[:, None]
     if HEADS_OUTER:
-        bh = s // (T * VPH)
-        r = s - bh * (T * VPH)
-        t = r // VPH
-        v = r - t * VPH
-        bi = bh // H
-        h = bh - bi * H
+        bh, r = _divmod(s, T * VPH)
+        t, v = _divmod(r, VPH)
+        bi, h = _divmod(bh, H)
     else:
-        tok = s // (H * VPH)
-        r = s - tok * (H * VPH)
-        h = r // VPH
-        v = r - h * VPH
-        bi = tok // T
-        t = tok - bi * T
+        tok, r = _divmod(s, H * VPH)
+        h, v = _divmod(r, VPH)
+        bi, t = _divmod(tok, T)
     b = bi.to(tl.int64)
     t = t.to(tl.int64)
     e = tl.arange(0, VEC)
