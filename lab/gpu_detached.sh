@@ -8,7 +8,8 @@
 #   OUT_DIR=$OUT bash lab/gpu_detached.sh wait 540     # in the same command or the next ones
 #   OUT_DIR=$OUT bash lab/gpu_detached.sh stop 60      # SIGTERM it (kcollect keeps its rows), then pack
 #
-# start installs (lab/gpu_env.sh) and launches the job with KC_DB=$STATE/job.duckdb, JOB_OUT=$STATE/out
+# start copies the tree to $STATE/tree, installs from there (lab/gpu_env.sh) and launches the job
+# in it with KC_DB=$STATE/job.duckdb, JOB_OUT=$STATE/out
 # and its cache under /tmp/kcache0 (STATE: $KC_DETACHED, default /tmp/kc_detached, outside the tree that
 # each call replaces). wait polls (every second) for up to SECONDS: once the job has ended it exports its runs
 # and packs them, its log and $JOB_OUT into $OUT_DIR/results.tar.gz and exits with the job's
@@ -29,8 +30,13 @@ mkdir -p "$out"
 case "${1:-}" in
   start)
     job=${2:?start needs a command}
+    # The job runs from a copy of the tree: each later call replaces the machine's tree, and a
+    # module imported while it was replaced was found without its files (an H200 sweep's workers,
+    # 2026-12-01: 97 cases 'cannot import name ... (unknown location)')
+    rm -rf "$state" && mkdir -p "$state/out" "$state/tree"
+    tar -cf - --exclude=./.wp . | tar -xf - -C "$state/tree"
+    cd "$state/tree" || exit 1
     source lab/gpu_env.sh
-    rm -rf "$state" && mkdir -p "$state/out"
     KC_DB="$state/job.duckdb" JOB_OUT="$state/out" KCOLLECT_CACHE_DIR=/tmp/kcache0 PYTHONUNBUFFERED=1 \
       setsid bash -c 'trap : TERM; bash -c "$0"; echo $? > "$1"' "$job" "$state/status" > "$state/log.txt" 2>&1 < /dev/null &
     # the session's id: setsid execs in place (a background child leads no session). The wrapper traps
@@ -70,7 +76,7 @@ for p in filter(str.isdigit, os.listdir("/proc")):
         echo "the export failed (export.log): the store is packed as it is"
       fi
     fi
-    tar -czf "$out/results.tar.gz" -C "$state" .
+    tar -czf "$out/results.tar.gz" -C "$state" --exclude=./tree .
     tail -n 3 "$state/log.txt"
     exit "$(cat "$state/status")" ;;
   *) echo "usage: OUT_DIR=DIR bash lab/gpu_detached.sh start 'COMMAND' | wait SECONDS | stop SECONDS"; exit 2 ;;

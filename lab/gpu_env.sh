@@ -14,3 +14,7 @@ if [ -z "${KC_INSTALLED:-}" ]; then
   python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null || exit 1
 fi
 [ -d /tmp/site ] && export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
+# The CuTe DSL (QuACK, FlashAttention-4) puts its packages on sys.path from a .pth file, which Python
+# reads in site directories only, not on PYTHONPATH: without this, 'No module named cutlass'
+dsl=/tmp/site/nvidia_cutlass_dsl/dsl_packages
+[ -d "$dsl" ] && export PYTHONPATH=$dsl:$PYTHONPATH
