@@ -17,7 +17,10 @@ commit in commit order, and at each commit X:
    calibrated tail, judged with the other series' candidates at the same false-discovery rate.
 3. Drift: each commit's machine drift (per GPU and machine, from the lines whose code did not
    change) is chained into a level that every series is corrected by, so that the levels of
-   several commits can be compared.
+   several commits can be compared. Only its level (verdicts.Drift): a commit's lines span
+   different intervals where commits measure different kernels, and the time per call fitted to
+   them, chained, wandered as a random walk (a 9 us series of the H200's history between +13% and
+   -21% while it took 8.2-9.9 us: lab/results/drift_eval.txt); the gate corrects by both.
 4. Slides: a level that moved by the threshold over the last SLIDE_SPAN points of a segment (code
    changes included, since each step was too small to flag) is a slow slide, reported as such.
 
@@ -39,9 +42,9 @@ from .noise import (DURATION_CLASSES, JOINT_TAIL, PERSISTENT_TAIL, Noise, Runnin
                     duration_class, p_values, pool, typical)
 from .series import (COLUMNS, QUERY, Point, SeriesKey, at_level, commit_rank, describe_env_change, device, fast_median,
                      group_series, points_from_rows, series_key)
-from .verdicts import (METHOD, Q, UNCHANGED, UNKNOWN, WITH_ENV, Columns, Line, Side, decide, env_between, env_change,
-                       floor_classes, gating, is_reference, is_same, made, measure, note_of, point_variance,
-                       spreads, verdict_name, verdict_of)
+from .verdicts import (METHOD, NO_DRIFT, Q, UNCHANGED, UNKNOWN, WITH_ENV, Columns, Line, Side, decide, env_between,
+                       env_change, floor_classes, gating, is_reference, is_same, made, measure, note_of,
+                       point_variance, spreads, verdict_name, verdict_of)
 
 __all__ = ["COLUMNS", "QUERY", "Point", "SeriesKey", "describe_env_change", "device", "points_from_rows",
            "series_key", "analyse", "walk", "detect", "detect_all", "Flag", "SeriesResult", "Slide"]
@@ -349,7 +352,8 @@ class _Walk:
         self.columns = Columns(np.array(logs, dtype=float), np.array(where, dtype=np.int64),
                                floor_classes(timing, a_ms),
                                np.array(refs, dtype=bool), spread[a_idx], spread[a_idx + 1],
-                               np.array(gates, dtype=bool), list(wheres), len(timed) * len(DURATION_CLASSES))
+                               np.array(gates, dtype=bool), list(wheres), len(timed) * len(DURATION_CLASSES),
+                               1.0 / np.array(a_ms, dtype=float))
 
     def _made_lines(self, key: SeriesKey, s: _State) -> tuple[Line | None, ...]:
         """The series' lines as the gate judged them (None before its first point)."""
@@ -381,7 +385,7 @@ class _Walk:
                 noises.append(noise)
         m = measure(self.columns.take(c.rows), noises, self.q)
         for group in {self.wheres[w] for w in c.where.tolist()}:
-            self.level[group] = self.level.get(group, 0.0) + m.drift.get(group, 0.0)
+            self.level[group] = self.level.get(group, 0.0) + m.drift.get(group, NO_DRIFT).level
             self.commit_drift.setdefault(group, {})[commit] = self.level[group]
         y = self.log_ms[c.at] - np.array([self.level.get(w, 0.0) for w in self.wheres])[c.where]
         self.y[c.at] = y

@@ -7,9 +7,10 @@ families' decisions, over the lines as arrays: Columns) and `verdict_name` (what
 called); the history makes the Columns of all its lines once and measures each commit's rows.
 
 A line is one series on both sides: its point before (A) and after (B). Its change is log(B/A),
-corrected for the machine's drift: the median change of the lines whose code did not change, on
-the same GPU and machine. Its standard error comes from the series' run-to-run noise (kcollect.noise:
-reruns, rechecks and same-code history, never below the scatter that today's pair of points shows
+corrected for the machine's drift, fitted to the lines whose code did not change on the same GPU
+and machine: a level (clocks: every line alike) and a time per call (the host's cost of a launch or
+a graph replay, which moves a 10 us line by a share a 1 ms line does not see: Drift). Its standard
+error comes from the series' run-to-run noise (kcollect.noise: reruns, rechecks and same-code history, never below the scatter that today's pair of points shows
 for like series), widened where a point's own runs disagree; its p-value from the calibrated
 Student t (noise.p_values). The lines are then decided in two families at a false-discovery rate Q
 (Benjamini-Hochberg): the lines that can fail the gate (ours, code changed or unknown, measured
@@ -46,6 +47,11 @@ from .series import Env, Point, SeriesKey, describe_env_change, device, is_time,
 MATCH = ("kernel", "mode", "provider", "shape", "dtype")
 Q = 0.01  # false-discovery rate of each family of one comparison: an A/A comparison fails at most this often
 MIN_REFERENCES = 5  # lines a drift (or a pair-noise floor) needs; with fewer it is taken as 0 (none)
+# The drift's time per call is fitted only where this many of its lines are under SHORT_MS (on longer
+# ones it is lost in their noise). Between H200 hosts of one machine name the lines' median moved
+# 0.0-0.4% while those under 10 us moved 4-7% (lab/results/drift_by_duration_h200.txt)
+SHORT_MS = 0.05
+MIN_SHORT = 20
 FAILING = ("failed", "error")  # a newly failing gate or crash is a regression; 'unavailable' is not
 GATING = ("regression", "failing")
 CHANGED, UNCHANGED, METHOD, UNKNOWN = "changed", "unchanged", "method", "unknown"
@@ -101,9 +107,26 @@ class Line:
 
 
 @dataclass(frozen=True)
+class Drift:
+    """A machine's drift between two points of a series, b = a exp(level) + per_call: a share of
+    every line's time (clocks) and a time per call, in ms (the host's cost of a launch or a graph
+    replay). The history chains the levels of successive commits (regress: not the times per call)."""
+
+    level: float = 0.0
+    per_call: float = 0.0
+
+    def at(self, inv_ms):
+        """The drift, log(b / a), of lines whose point before took 1 / inv_ms ms (a float or an array)."""
+        return _log_drift(self.level, self.per_call, inv_ms)
+
+
+NO_DRIFT = Drift()
+
+
+@dataclass(frozen=True)
 class Comparison:
     lines: list[Line]
-    drift: dict[tuple, float]  # (gpu, machine) -> log b/a of the lines whose code did not change
+    drift: dict[tuple, Drift]  # (gpu, machine) -> fitted to the lines whose code did not change
     drift_series: dict[tuple, int]
     notes: list[str]
 
@@ -198,10 +221,12 @@ class Columns:
     gates: np.ndarray
     wheres: list[tuple]
     classes: int
+    inv: np.ndarray  # 1 / the point before's median (ms): what the drift's time per call scales by
 
     def take(self, rows: np.ndarray) -> "Columns":
         return Columns(self.logs[rows], self.where[rows], self.klass[rows], self.reference[rows],
-                       self.spread_a[rows], self.spread_b[rows], self.gates[rows], self.wheres, self.classes)
+                       self.spread_a[rows], self.spread_b[rows], self.gates[rows], self.wheres, self.classes,
+                       self.inv[rows])
 
 
 def floor_classes(timed: list[int], a_ms: list[float]) -> np.ndarray:
@@ -224,7 +249,8 @@ def columns(lines: list[Line], envs: list[str | None], logs: list[float]) -> Col
                    np.array([is_reference(ln.code, env) for ln, env in zip(lines, envs)], dtype=bool),
                    spreads([ln.a.point for ln in lines]), spreads([ln.b.point for ln in lines]),
                    np.array([can_gate(ln, env) for ln, env in zip(lines, envs)], dtype=bool), list(wheres),
-                   len(timed) * len(DURATION_CLASSES))
+                   len(timed) * len(DURATION_CLASSES),
+                   1.0 / np.array([ln.a.point.median_ms for ln in lines], dtype=float))
 
 
 def is_reference(code: str, env: str | None) -> bool:
@@ -237,11 +263,11 @@ def spreads(points: list[Point]) -> np.ndarray:
                        count=4 * len(points)).reshape(-1, 4)
 
 
-def machine_drift(c: Columns) -> tuple[dict[tuple, float], dict[tuple, int], dict[tuple, float]]:
-    """Per (gpu, machine): the median log change of the lines whose code and conditions did not
-    change (only with MIN_REFERENCES of them); the count; and per noise-floor class (Columns.klass)
-    the noise their typical scatter around it implies (a floor for like series: today's points may
-    be noisier than the history)."""
+def machine_drift(c: Columns) -> tuple[dict[tuple, Drift], dict[tuple, int], dict[tuple, float]]:
+    """Per (gpu, machine): the Drift fitted to the lines whose code and conditions did not change
+    (only with MIN_REFERENCES of them); the count; and per noise-floor class (Columns.klass) the
+    noise their typical scatter around it implies (a floor for like series: today's points may be
+    noisier than the history)."""
     ref = np.flatnonzero(c.reference)
     drift, count, floor = {}, {}, {}
     where = c.where[ref]
@@ -250,12 +276,46 @@ def machine_drift(c: Columns) -> tuple[dict[tuple, float], dict[tuple, int], dic
         count[c.wheres[w]] = len(rows)
         if len(rows) < MIN_REFERENCES:
             continue
-        level = drift[c.wheres[w]] = median(c.logs[rows].tolist())
-        scatter, klass = c.logs[rows] - level, c.klass[rows]
+        d = drift[c.wheres[w]] = fit_drift(c.logs[rows], c.inv[rows])
+        scatter, klass = c.logs[rows] - d.at(c.inv[rows]), c.klass[rows]
         for k in _first_seen(klass):
             if (klass == k).sum() >= MIN_REFERENCES:
                 floor[k] = typical(scatter[klass == k].tolist())
     return drift, count, floor
+
+
+def fit_drift(logs: np.ndarray, inv: np.ndarray) -> Drift:
+    """The Drift of reference lines (log changes, 1 / their point before's ms): the ratios b / a =
+    share + per_call / a by least absolute deviations, one coefficient at a time (a few rounds
+    settle it), robust to the few lines that moved on their own. The time per call only with
+    MIN_SHORT lines under SHORT_MS; else the median change."""
+    level = median(logs.tolist())
+    if int((inv > 1.0 / SHORT_MS).sum()) < MIN_SHORT:
+        return Drift(level)
+    ratio, share = np.exp(logs), math.exp(level)
+    per_call = 0.0
+    for _ in range(3):
+        per_call = _weighted_median((ratio - share) / inv, inv)  # min sum |r - p x| = sum x |r / x - p|
+        share = median((ratio - per_call * inv).tolist())
+    return Drift(math.log(share), per_call) if share > 0 else Drift(level)
+
+
+def drift_at(drifts: list[Drift], where: np.ndarray, inv: np.ndarray) -> np.ndarray:
+    """Each line's drift: drifts[where] at its 1 / ms."""
+    return _log_drift(np.array([d.level for d in drifts])[where], np.array([d.per_call for d in drifts])[where], inv)
+
+
+def _log_drift(level, per_call, inv):
+    """log(exp(level) + per_call * inv), elementwise (the level itself where there is no time per call)."""
+    if not np.any(per_call):
+        return level + 0.0 * inv
+    return np.log(np.maximum(np.exp(level) + per_call * inv, 1e-9))
+
+
+def _weighted_median(values: np.ndarray, weights: np.ndarray) -> float:
+    order = np.argsort(values, kind="stable")
+    cumulative = np.cumsum(weights[order])
+    return float(values[order][np.searchsorted(cumulative, cumulative[-1] / 2)])
 
 
 def _first_seen(ids: np.ndarray) -> list[int]:
@@ -269,7 +329,7 @@ class Measured:
     """What judge decides of Columns with each line's noise: the drift, each line's noise (raised
     to its class's floor), corrected log change, z, p-value and significance."""
 
-    drift: dict[tuple, float]
+    drift: dict[tuple, Drift]
     count: dict[tuple, int]
     noises: list[Noise]
     dc: list[float]
@@ -292,7 +352,8 @@ def measure(c: Columns, noises: list[Noise], q: float, across: bool = False) -> 
             for i in raised:
                 noises[i] = _evolve(noises[i], sigma=float(low[i]))
             sigma[raised] = low[raised]
-    dc = c.logs - np.array([drift.get(w, 0.0) for w in c.wheres] or [0.0])[c.where]
+    fitted = [drift.get(w, NO_DRIFT) for w in c.wheres] or [NO_DRIFT]
+    dc = c.logs - drift_at(fitted, c.where, c.inv)
     var = _variances(c.spread_a, sigma) + _variances(c.spread_b, sigma)
     z = (dc / np.sqrt(var)).tolist()
     ps = p_values(z, np.array([n.n for n in noises], dtype=float) + PRIOR_WEIGHT)  # each Noise.df
@@ -445,12 +506,14 @@ def _case(ln: Line) -> tuple:
     return (ln.key[0], ln.key[1], ln.key[3], ln.key[4], ln.b.gpu, ln.b.machine)
 
 
-def _notes(lines: list[Line], drift: dict[tuple, float], count: dict[tuple, int]) -> list[str]:
+def _notes(lines: list[Line], drift: dict[tuple, Drift], count: dict[tuple, int]) -> list[str]:
     notes = []
     for (gpu, machine), d in sorted(drift.items(), key=lambda kv: str(kv[0])):
         where = f" on {gpu}" + (f" ({machine})" if machine else "") if len(drift) > 1 else ""
-        notes.append(f"machine drift{where} {math.expm1(d):+.2%} (median of {count[(gpu, machine)]} series whose "
-                     "code did not change); changes are corrected for it")
+        per_call = (f" and {d.per_call * 1000:+.2f} us a call ({math.expm1(d.at(100.0)):+.2%} at 10 us)"
+                    if d.per_call else "")
+        notes.append(f"machine drift{where} {math.expm1(d.level):+.2%}{per_call} (fitted to "
+                     f"{count[(gpu, machine)]} series whose code did not change); changes are corrected for it")
     envs = sorted({env_change(ln) for ln in lines if ln.verdict in ("environment changed", WITH_ENV)})
     if envs:
         notes.append(f"environment changed ({'; '.join(envs)}): a move of those series is the environment's; a "

@@ -33,8 +33,12 @@ case "${1:-}" in
     # The job runs from a copy of the tree: each later call replaces the machine's tree, and a
     # module imported while it was replaced was found without its files (an H200 sweep's workers,
     # 2026-12-01: 97 cases 'cannot import name ... (unknown location)')
+    # (the wheels are read from where they are, once, by the install below; a local store, a
+    # virtual environment and .git are left behind)
     rm -rf "$state" && mkdir -p "$state/out" "$state/tree"
-    tar -cf - --exclude=./.wp . | tar -xf - -C "$state/tree"
+    tar -cf - --exclude=./.wp --exclude=./.whl --exclude=./.venv --exclude=./.git --exclude='./data/*.duckdb*' . |
+      tar -xf - -C "$state/tree"
+    [ -d .whl ] && ln -s "$PWD/.whl" "$state/tree/.whl"
     cd "$state/tree" || exit 1
     source lab/gpu_env.sh
     KC_DB="$state/job.duckdb" JOB_OUT="$state/out" KCOLLECT_CACHE_DIR=/tmp/kcache0 PYTHONUNBUFFERED=1 \

@@ -115,7 +115,25 @@ def test_machine_drift_is_corrected_for(tmp_path):
     r = kc(C1, C2, "--db", path, "--format", "json")
     assert r.exit_code == 0, r.output
     assert {ln["verdict"] for ln in rows_of(r) if ln["provider"] == "triton"} == {"same"}
-    assert "machine drift +6.00% (median of 12 series whose code did not change)" in r.stderr
+    assert "machine drift +6.00% (fitted to 12 series whose code did not change)" in r.stderr
+
+
+def test_a_cost_per_call_is_the_machine_too(tmp_path):
+    # C2's host takes 0.5 us more a call (seen between two H200 hosts of one machine name): a 5 us
+    # line 10% slower, a 1 ms line 0.05%, ours with the others; our 6.25 us line 30% slower beyond
+    # that is still a regression. One level for all lines (their median) called ours' short lines
+    # regressions
+    times = [0.005 * 1.25 ** i for i in range(30)]  # 5 us to 3.2 ms, 11 of them under 50 us
+    shapes = [f"M={i},N=64" for i in range(30)]
+    a = [ok(p, t, shape=s) for s, t in zip(shapes, times) for p in ("torch", "compile", "triton")]
+    b = [ok(p, t + 0.0005, shape=s) for s, t in zip(shapes, times) for p in ("torch", "compile", "triton")]
+    b[3 * 1 + 2] = ok("triton", (times[1] + 0.0005) * 1.3, shape=shapes[1])
+    path = make_db(tmp_path / "k.duckdb", [("h100", C1, 0, a), ("h100", C2, 1, b)])
+    r = kc(C1, C2, "--db", path, "--format", "json")
+    verdicts = {ln["shape"]: ln["verdict"] for ln in rows_of(r) if ln["provider"] == "triton"}
+    assert verdicts.pop(shapes[1]) == "regression" and r.exit_code == 1, r.output
+    assert set(verdicts.values()) == {"same"}, verdicts
+    assert "and +0.50 us a call (+5.00% at 10 us)" in r.stderr, r.stderr
 
 
 @pytest.mark.parametrize("b_row, verdict", [

@@ -149,6 +149,13 @@ def test_detached_job_outlives_its_start_and_is_packed_once_done(tmp_path):
         assert tar.extractfile("./out/mark").read() == b"done\n"
     assert call("bogus").returncode == 2
 
+    # the job runs in a copy of the tree: a later device call replaces the tree it was started from
+    assert call("start", "pwd > $JOB_OUT/cwd; test -f lab/gpu_detached.sh").returncode == 0
+    assert call("wait", "60").returncode == 0
+    with tarfile.open(tmp_path / "out" / "results.tar.gz") as tar:
+        assert tar.extractfile("./out/cwd").read().decode().strip() == str(tmp_path / "state" / "tree")
+        assert not any(n.startswith("./tree") for n in tar.getnames())
+
     # stop: SIGTERM to the job's process group, its own exit status packed; a job deaf to it is killed
     assert call("start", "trap 'echo kept > $JOB_OUT/mark; exit 130' TERM; sleep 60 & wait").returncode == 0
     time.sleep(1)  # the job's trap set
@@ -172,9 +179,11 @@ def test_detached_job_outlives_its_start_and_is_packed_once_done(tmp_path):
         assert tar.extractfile("./out/mark").read() == b"stored\n"
 
 
-def test_gpus_scaling_fills_then_warms_up_then_measures_one_gpu_and_all(tmp_path):
-    # benchmarks/gpus_scaling.sh with a stand-in kcollect: the fill is stopped once its precompile
-    # pass has built, then a whole warm-up run, one GPU, all GPUs, each into $KC_DB
+@pytest.mark.parametrize("fill", ["0", "1"])
+def test_gpus_scaling_imports_the_history_then_measures_cold_one_gpu_and_all(tmp_path, fill):
+    # benchmarks/gpus_scaling.sh with a stand-in kcollect: the history into $KC_DB first, then a cold
+    # run on all GPUs (FILL=1: a fill stopped once its precompile pass has built, then a whole
+    # warm-up run), one GPU, all GPUs, each into $KC_DB
     import os
     import stat
     import subprocess
@@ -192,15 +201,21 @@ esac
 """)
     stub.chmod(stub.stat().st_mode | stat.S_IEXEC)
     env = dict(os.environ, PATH=f"{stub.parent}:{os.environ['PATH']}", KC_DB=str(tmp_path / "job.duckdb"),
-               JOB_OUT=str(tmp_path))
+               JOB_OUT=str(tmp_path), FILL=fill)
     done = subprocess.run(["bash", "benchmarks/gpus_scaling.sh", "abc123", "2026-11-29T00:00:00+00:00", "rms_norm"],
                           env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     lines = calls.read_text().splitlines()
-    assert [line.split("--gpus ")[1].split()[0] for line in lines if "--gpus" in line] == ["all", "all", "0", "all"]
-    assert "fill.duckdb" in lines[0] and lines[1] == "stopped"
-    assert all(f"--db {tmp_path / 'job.duckdb'}" in line for line in lines[2:])
-    assert all(line.startswith("run rms_norm --full") and "--commit abc123" in line for line in lines if "--gpus" in line)
+    assert lines[0] == f"import data/runs --db {tmp_path / 'job.duckdb'}"
+    runs = [line for line in lines if "--gpus" in line]
+    assert [line.split("--gpus ")[1].split()[0] for line in runs] == ["all"] * (fill == "1") + ["all", "0", "all"]
+    if fill == "1":
+        assert "fill.duckdb" in lines[1] and lines[2] == "stopped"
+    measured = runs[1:] if fill == "1" else runs
+    assert all(f"--db {tmp_path / 'job.duckdb'}" in line for line in measured)
+    assert all(line.startswith("run rms_norm --full") and "--commit abc123" in line for line in runs)
+    assert [line.split(" start")[0] for line in done.stdout.splitlines() if " start " in line] == (
+        ["warmup", "one", "several"] if fill == "1" else ["cold", "one", "several"])
 
 
 def test_rejudge_calibration_judges_a_valid_order_of_eager():

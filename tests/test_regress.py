@@ -281,6 +281,32 @@ def test_sticky_clock_is_the_machine_not_a_regression():
     assert detect_all(ours) != {}  # without references the same series shows the plateau
 
 
+def test_the_gate_corrects_a_host_that_costs_more_per_call():
+    # commits 12-14 ran on a host whose calls cost 0.6 us more: 10% on a 6 us series, 0.06% on the
+    # 1 ms references; 24 short references (6-60 us) move with it. Ours got 8% slower at c12, on
+    # that host. The gate corrects by the fitted time per call: ours is the one regression, by 8%,
+    # and the way off the host at c15 is no improvement. The history chains the drift's level only
+    # (a fit per commit over lines of different intervals wanders when chained): the series'
+    # recorded drift stays near 0
+    rng = np.random.default_rng(4)
+    extra = [0.0006 if 12 <= i <= 14 else 0.0 for i in range(25)]
+    durations = [0.006 * 1.1 ** k for k in range(24)] + [1.0 * (1 + 0.1 * k) for k in range(8)]
+    rows = [row(f"c{i:02d}", float(ms * np.exp(rng.normal(0, 0.003)) + x), i, 0, provider="torch", shape=f"M={k},N=8")
+            for k, ms in enumerate(durations) for i, x in enumerate(extra)]
+    ours = [row(f"c{i:02d}", float(0.006 * (1.08 if i >= 12 else 1.0) * np.exp(rng.normal(0, 0.003)) + x), i, 0)
+            for i, x in enumerate(extra)]
+    result = analyse(ours + rows)[KEY]
+    at, off = result.lines[12], result.lines[15]
+    assert at.verdict == "regression" and at.corrected == pytest.approx(0.08, abs=0.02), at
+    assert off.verdict in ("same", "within noise") and abs(off.corrected) < 0.02, off
+    assert max(abs(d) for d in result.drift) < 0.01
+    # the median change alone (the engine before the time per call) took the host for ours
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(verdicts, "MIN_SHORT", 10 ** 9)
+        before = analyse(ours + rows)[KEY]
+    assert before.lines[12].corrected > 0.13  # the host's 10% and ours' 8% as one regression
+
+
 def test_analyse_keys_noise_and_what_stays_apart():
     levels = noisy(40, 0.002, 9, steps=[(20, 1.04)])
     rows = [row(f"c{i:02d}", float(m), i, 0) for i, m in enumerate(levels)]
