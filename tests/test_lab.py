@@ -1,5 +1,6 @@
 """The lab's A/B harness (lab/ab.py) on the CPU: variants forced, gated, timed interleaved, stored."""
 import json
+from pathlib import Path
 
 import pytest
 
@@ -155,6 +156,19 @@ def test_detached_job_outlives_its_start_and_is_packed_once_done(tmp_path):
     with tarfile.open(tmp_path / "out" / "results.tar.gz") as tar:
         assert tar.extractfile("./out/cwd").read().decode().strip() == str(tmp_path / "state" / "tree")
         assert not any(n.startswith("./tree") for n in tar.getnames())
+
+    # of the runs the job's store exports, those the tree's history holds already do not come back
+    known = sorted(p.name for p in Path("data/runs").iterdir())[0]
+    stub = tmp_path / "bin" / "kcollect"
+    stub.parent.mkdir()
+    stub.write_text(f"#!/usr/bin/env bash\nout=${{@: -1}}\nmkdir -p $out/{known} $out/20991231T000000-gpu-new\n")
+    stub.chmod(0o755)
+    env["PATH"] = f"{stub.parent}:{env['PATH']}"
+    assert call("start", "touch $KC_DB").returncode == 0
+    assert call("wait", "60").returncode == 0
+    with tarfile.open(tmp_path / "out" / "results.tar.gz") as tar:
+        runs = {n for n in tar.getnames() if n.startswith("./runs/")}
+    assert runs == {"./runs/20991231T000000-gpu-new"}, runs
 
     # stop: SIGTERM to the job's process group, its own exit status packed; a job deaf to it is killed
     assert call("start", "trap 'echo kept > $JOB_OUT/mark; exit 130' TERM; sleep 60 & wait").returncode == 0
