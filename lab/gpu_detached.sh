@@ -32,9 +32,8 @@ case "${1:-}" in
     job=${2:?start needs a command}
     # The job runs from a copy of the tree: each later call replaces the machine's tree, and a
     # module imported while it was replaced was found without its files (an H200 sweep's workers,
-    # 2026-12-01: 97 cases 'cannot import name ... (unknown location)')
-    # (the wheels are read from where they are, once, by the install below; a local store, a
-    # virtual environment and .git are left behind)
+    # 2026-12-01: 97 cases 'cannot import name ... (unknown location)'). The wheels are read where
+    # they are, once, by the install below; a local store, a virtual environment and .git stay.
     rm -rf "$state" && mkdir -p "$state/out" "$state/tree"
     tar -cf - --exclude=./.wp --exclude=./.whl --exclude=./.venv --exclude=./.git --exclude='./data/*.duckdb*' . |
       tar -xf - -C "$state/tree"

@@ -17,4 +17,4 @@ fi
 # The CuTe DSL (QuACK, FlashAttention-4) puts its packages on sys.path from a .pth file, which Python
 # reads in site directories only, not on PYTHONPATH: without this, 'No module named cutlass'
 dsl=/tmp/site/nvidia_cutlass_dsl/dsl_packages
-[ -d "$dsl" ] && export PYTHONPATH=$dsl:$PYTHONPATH
+if [ -d "$dsl" ]; then export PYTHONPATH=$dsl:$PYTHONPATH; fi
