@@ -385,3 +385,18 @@ def test_the_walk_skips_only_points_where_no_step_or_slide_can_end(seeded):
     skipping, trying = regress.walk(series, ours), regress.walk(series, ours, record=[])
     assert {k: (r.flags, r.slides) for k, r in skipping.items()} == {k: (r.flags, r.slides) for k, r in trying.items()}
     assert any(not f.by_gate for r in skipping.values() for f in r.flags)  # persistence found some
+
+
+def test_the_drift_fit_holds_against_lines_that_moved_on_their_own():
+    # 300 unchanged lines, 5 us to 5 ms, on a host 1% slower with 0.4 us more a call, 0.3% noise;
+    # a tenth of them moved +30% on their own (a class of series that shifts between hosts)
+    rng = np.random.default_rng(11)
+    a = np.exp(rng.uniform(np.log(0.005), np.log(5.0), 300))
+    b = a * np.exp(0.01 + rng.normal(0, 0.003, 300)) + 0.0004
+    b[rng.permutation(300)[:30]] *= 1.3
+    d = verdicts.fit_drift(np.log(b / a), 1 / a)
+    assert d.level == pytest.approx(0.01, abs=0.002) and d.per_call == pytest.approx(0.0004, abs=0.00005), d
+    assert d.at(1 / 0.01) == pytest.approx(np.log(np.exp(0.01) + 0.04), abs=0.003)  # a 10 us line: +5.1%
+    long = a > verdicts.SHORT_MS  # too few short lines to fit a time per call: the median change alone
+    only_long = verdicts.fit_drift(np.log(b / a)[long], 1 / a[long])
+    assert only_long.per_call == 0.0 and only_long.level == pytest.approx(np.median(np.log(b / a)[long]))
