@@ -70,6 +70,8 @@ _LANES_MIN_SEGMENT = 32
 # at B4 T128 H64 2 of 64 0.023 against 0.020 for 4 of 32 (full-grid runs at 6642749 and 96d2d99)
 _LANES_BWD_SEGMENT = 64
 _LANES_BWD_SEGMENTS = 4
+# The lanes backward's chunk (its tile, and the steps between the states the forward keeps)
+LANES_CHUNK = 16
 
 
 def split(batch: int, steps: int, channels: int, block_h: int, chunk: int, device) -> int:
@@ -83,7 +85,7 @@ def lanes(batch: int, steps: int, channels: int, device, chunk: int | None = Non
     """The lanes path's config. The forward in tiles of 32 steps of 64 channels a one-warp program
     (2 a thread: 64 values in registers, 128 registers a thread at sm_90, and a tile's loads, 4 KB a
     warp, in flight while the one before is scanned), keeping the state every `chunk` steps; the
-    backward in chunks of 16 steps (or `chunk`) of 32 channels (1 a thread: its chunk's states,
+    backward in chunks of LANES_CHUNK steps (or `chunk`) of 32 channels (1 a thread: its chunk's states,
     kept states, SiLU', adjoint and inputs fit the registers at 16 steps, 210 registers, where 32
     steps spilled), two warps a program: on the H200 64 channels over 2 warps took 0.88x to 0.91x
     the time of 32 over one at B8 T8192 H1024, B32 T2048 H2048 and B64 T1024 H1024. Time in as many
@@ -96,7 +98,7 @@ def lanes(batch: int, steps: int, channels: int, device, chunk: int | None = Non
         fwd, bwd, bwd_warps, tile, chunk = 8, 8, 1, 8, chunk or 8
         most = (triton.cdiv(steps, tile), triton.cdiv(steps, chunk))
     else:
-        fwd, bwd, bwd_warps, tile, chunk = 64, 64, 2, 32, chunk or 16
+        fwd, bwd, bwd_warps, tile, chunk = 64, 64, 2, 32, chunk or LANES_CHUNK
         most = (triton.cdiv(steps, max(tile, _LANES_MIN_SEGMENT)),
                 max(triton.cdiv(steps, _LANES_BWD_SEGMENT),
                     min(_LANES_BWD_SEGMENTS, triton.cdiv(steps, max(chunk, _LANES_MIN_SEGMENT)))))

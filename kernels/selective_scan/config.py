@@ -17,7 +17,7 @@ off and 0 in `lanes` (lab/results/ss_variants_h200_f927bdc.txt: slower). With th
 comes the lanes backward (bwd_lanes.py, bwd_path "lanes"), which reads the states the forward keeps
 every `chunk` steps: lab/ss_bwd.py on an H200 (lab/results/ss_bwd_h200_96d2d99.txt) measured it at
 0.13x to 0.48x the tiles backward's time at its seven shapes (B8 T2048 D2048 N16: 10.63 -> 2.91 ms
-with the config below)."""
+with states kept every 16 steps; LANES_CHUNK says why 8 now)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -67,6 +67,15 @@ _LANES_WARPS_PER_SM = 8
 # T1000 D1000 (96) 22 against 11; B16 T1024 D1536 (768) whole 2.43 against 2.65 in 2, B8 T2048
 # D4096 (1024) 4.99 against 5.34
 _LANES_BWD_WHOLE = 4
+# The steps between the states the lanes forward keeps for the lanes backward (a multiple of the
+# forward's tile of 8 and of the backward's of 2). The backward walks a chunk's tiles from its last
+# and advances the kept state over the tiles before each one, (chunk / 2 - 1) / 2 tiles' more work
+# a tile: on the H200 (lab/ss_bwd.py, lab/results/ss_bwd_h200_96d2d99.txt, the backward alone)
+# chunk 8 took 0.80x to 0.87x chunk 16's time at 6 of 7 shapes and 0.65x at B1 T60 D512; chunk 4
+# was faster still at 4 (B16 T1024 D1536 0.70x, B1 T60 D512 0.52x) but slower at 3 (the forward's
+# tile 4 with it: 1.26x the forward's time at B8 T2048 D2048). The kept states are fp32, N of them
+# a channel every chunk: at N 16, 8 bytes a step and channel at chunk 8 (4 at 16)
+LANES_CHUNK = 8
 
 
 @tunable
@@ -82,19 +91,20 @@ def lanes(batch: int, steps: int, channels: int, device) -> SelectiveScanConfig:
     and 8 steps in registers: sm_90 compile at N 16, 252 registers, no spill (an offline Triton 3.6
     compile at D 2048 of this code: 255 and 36 spill loads); faster than 4 steps
     at every H200 shape but B3 T1000 D1000, 2% slower there), time whole or in segments (see
-    _LANES_FULL); the tiles path's chunk; the lanes backward in tiles of 2 steps of one warp's 32
-    channels, its segments by _LANES_BWD_WHOLE (on the CPU 8 channels a program and tiles of 4 and
-    2 steps)."""
+    _LANES_FULL); the states kept every LANES_CHUNK steps; the lanes backward in tiles of 2 steps
+    of one warp's 32 channels, its segments by _LANES_BWD_WHOLE (on the CPU 8 channels a program,
+    tiles of 4 and 2 steps, chunks of 8)."""
     cpu = arch(device) == "cpu"
     block_d, tile, bwd_tile = (8, 4, 2) if cpu else (32, 8, 2)
+    chunk = 8 if cpu else LANES_CHUNK
     sms = sm_count(device)
     programs = max(1, batch * triton.cdiv(channels, block_d))
     want = 1 if programs >= _LANES_FULL * sms else triton.cdiv(_LANES_WARPS_PER_SM * sms, programs)
     bwd_want = 1 if programs >= _LANES_BWD_WHOLE * sms else 2 if programs >= _LANES_FULL * sms else 2 * want
     base = tiles(batch, channels, device)
-    return replace(base, block_d=block_d, warps=1, path="lanes", steps=tile,
+    return replace(base, chunk=chunk, block_d=block_d, warps=1, path="lanes", steps=tile,
                    segments=max(1, min(want, triton.cdiv(steps, tile))), bwd_path="lanes", bwd_block_d=block_d,
-                   bwd_warps=1, bwd_steps=bwd_tile, bwd_segments=max(1, min(bwd_want, triton.cdiv(steps, base.chunk))))
+                   bwd_warps=1, bwd_steps=bwd_tile, bwd_segments=max(1, min(bwd_want, triton.cdiv(steps, chunk))))
 
 
 def tiles(batch: int, channels: int, device) -> SelectiveScanConfig:
