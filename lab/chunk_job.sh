@@ -60,7 +60,7 @@ else
   sha=$x t=$xt; echo "rtu: back to chunks of 16, runs at $sha"
 fi
 echo "awkward start $(date +%T)"
-python3 -m lab.awkward --family scans --cases 2000 --seed 82 --device cuda --workers 15 --time-limit 110 \
+python3 -m lab.awkward --family scans --cases 2000 --seed 82 --device cuda --workers 15 --time-limit 110 --out "$log/awkward" \
   --grace 20 > "$log/awkward.txt" 2>&1
 echo "awkward end $(date +%T) rc $?"
 kcollect import data/runs --db "$KC_DB" > "$log/import.log" 2>&1

@@ -15,6 +15,9 @@ if [ -z "${KC_INSTALLED:-}" ]; then
 fi
 [ -d /tmp/site ] && export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
 # The CuTe DSL (QuACK, FlashAttention-4) puts its packages on sys.path from a .pth file, which Python
-# reads in site directories only, not on PYTHONPATH: without this, 'No module named cutlass'
+# reads in site directories only, not on PYTHONPATH: without this, 'No module named cutlass'. Its
+# wheels: nvidia-cutlass-dsl, -libs-base (the MLIR bindings' Python), -libs-core (the `cutlass`
+# package itself: cute, cutlass_dsl; without it 'No module named cutlass.cutlass_dsl', as on the H200
+# at 3c3d5d4), -libs-cu13 (92 MB: carried in parts), and cuda-bindings, cuda-pathfinder, protobuf
 dsl=/tmp/site/nvidia_cutlass_dsl/dsl_packages
 if [ -d "$dsl" ]; then export PYTHONPATH=$dsl:$PYTHONPATH; fi
