@@ -70,8 +70,13 @@ _LANES_MIN_SEGMENT = 32
 # at B4 T128 H64 2 of 64 0.023 against 0.020 for 4 of 32 (full-grid runs at 6642749 and 96d2d99)
 _LANES_BWD_SEGMENT = 64
 _LANES_BWD_SEGMENTS = 4
-# The lanes backward's chunk (its tile, and the steps between the states the forward keeps)
+# The lanes backward's chunk (its tile, and the steps between the states the forward keeps): 16, and
+# 8 from LANES_CHUNK_8_FROM steps x channels (B * T * H) on. On the H200 (lab/results/
+# scans_chunk_ab_h200_3c3d5d4.txt) chunks of 8 took 0.93x the backward's time of 16 at the three
+# shapes of 67M-268M (B8 T8192 H1024, B32 T2048 H2048, B16 T4096 H4096) and 1.06x-1.12x at the three
+# of 12M and under (B4 T3000 H1000, B8 T1024 H64, B4 T128 H64): the threshold sits between the two
 LANES_CHUNK = 16
+LANES_CHUNK_8_FROM = 1 << 25
 
 
 def split(batch: int, steps: int, channels: int, block_h: int, chunk: int, device) -> int:
@@ -98,7 +103,8 @@ def lanes(batch: int, steps: int, channels: int, device, chunk: int | None = Non
         fwd, bwd, bwd_warps, tile, chunk = 8, 8, 1, 8, chunk or 8
         most = (triton.cdiv(steps, tile), triton.cdiv(steps, chunk))
     else:
-        fwd, bwd, bwd_warps, tile, chunk = 64, 64, 2, 32, chunk or LANES_CHUNK
+        large = batch * steps * channels >= LANES_CHUNK_8_FROM
+        fwd, bwd, bwd_warps, tile, chunk = 64, 64, 2, 32, chunk or (8 if large else LANES_CHUNK)
         most = (triton.cdiv(steps, max(tile, _LANES_MIN_SEGMENT)),
                 max(triton.cdiv(steps, _LANES_BWD_SEGMENT),
                     min(_LANES_BWD_SEGMENTS, triton.cdiv(steps, max(chunk, _LANES_MIN_SEGMENT)))))
