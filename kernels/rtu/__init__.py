@@ -50,7 +50,7 @@ def _backward(dy, x1, x2, w1, w2, nu_log, theta_log, resets, states, config):
 def _scan(x1, x2, w1, w2, nu_log, theta_log, resets, config):
     nu_log, theta_log = nu_log.contiguous(), theta_log.contiguous()  # read by the kernels as vectors of stride 1
     B, T, H = x1.shape
-    config = config or pick(B, T, H, x1.device)
+    config = config or pick(B, T, H, x1.device, resets is not None)
     if resets is not None:
         if resets.shape != (B, T) or resets.dtype != torch.bool:
             raise ValueError(f"resets must be bool [B, T] = [{B}, {T}]; got {resets.dtype} {tuple(resets.shape)}")

@@ -71,10 +71,13 @@ _LANES_MIN_SEGMENT = 32
 _LANES_BWD_SEGMENT = 64
 _LANES_BWD_SEGMENTS = 4
 # The lanes backward's chunk (its tile, and the steps between the states the forward keeps): 16, and
-# 8 from LANES_CHUNK_8_FROM steps x channels (B * T * H) on. On the H200 (lab/results/
-# scans_chunk_ab_h200_3c3d5d4.txt) chunks of 8 took 0.93x the backward's time of 16 at the three
-# shapes of 67M-268M (B8 T8192 H1024, B32 T2048 H2048, B16 T4096 H4096) and 1.06x-1.12x at the three
-# of 12M and under (B4 T3000 H1000, B8 T1024 H64, B4 T128 H64): the threshold sits between the two
+# 8 with resets from LANES_CHUNK_8_FROM steps x channels (B * T * H) on. On the H200 chunks of 8 took
+# 0.93x the backward's time of 16 at the three A/B'd shapes of 67M-268M with resets (B8 T8192 H1024,
+# B32 T2048 H2048, B16 T4096 H4096) and 1.06x-1.12x at the three of 12M and under (B4 T3000 H1000,
+# B8 T1024 H64, B4 T128 H64; lab/results/scans_chunk_ab_h200_3c3d5d4.txt). The rtu grid at 1b792b6
+# (chunks of 8 at every shape of 2^25 and more) against 3c3d5d4's: with resets 0.90x-0.94x at all
+# five such shapes, without resets 1.17x at B8 T8192 H1024 (0.372 -> 0.436 ms) and 0.99x at B32
+# T2048 H2048 R16 (lab/results/rtu_chunk_grid_h200_1b792b6.txt)
 LANES_CHUNK = 16
 LANES_CHUNK_8_FROM = 1 << 25
 
@@ -86,7 +89,7 @@ def split(batch: int, steps: int, channels: int, block_h: int, chunk: int, devic
     return max(1, min(want, triton.cdiv(steps, chunk)))
 
 
-def lanes(batch: int, steps: int, channels: int, device, chunk: int | None = None) -> RTUConfig:
+def lanes(batch: int, steps: int, channels: int, device, chunk: int | None = None, resets: bool = False) -> RTUConfig:
     """The lanes path's config. The forward in tiles of 32 steps of 64 channels a one-warp program
     (2 a thread: 64 values in registers, 128 registers a thread at sm_90, and a tile's loads, 4 KB a
     warp, in flight while the one before is scanned), keeping the state every `chunk` steps; the
@@ -103,8 +106,8 @@ def lanes(batch: int, steps: int, channels: int, device, chunk: int | None = Non
         fwd, bwd, bwd_warps, tile, chunk = 8, 8, 1, 8, chunk or 8
         most = (triton.cdiv(steps, tile), triton.cdiv(steps, chunk))
     else:
-        large = batch * steps * channels >= LANES_CHUNK_8_FROM
-        fwd, bwd, bwd_warps, tile, chunk = 64, 64, 2, 32, chunk or (8 if large else LANES_CHUNK)
+        eight = resets and batch * steps * channels >= LANES_CHUNK_8_FROM
+        fwd, bwd, bwd_warps, tile, chunk = 64, 64, 2, 32, chunk or (8 if eight else LANES_CHUNK)
         most = (triton.cdiv(steps, max(tile, _LANES_MIN_SEGMENT)),
                 max(triton.cdiv(steps, _LANES_BWD_SEGMENT),
                     min(_LANES_BWD_SEGMENTS, triton.cdiv(steps, max(chunk, _LANES_MIN_SEGMENT)))))
@@ -115,17 +118,18 @@ def lanes(batch: int, steps: int, channels: int, device, chunk: int | None = Non
 
 
 @tunable
-def pick(batch: int, steps: int, channels: int, device) -> RTUConfig:
-    """The config for B sequences of T steps and H channels on `device`'s architecture: the tiles
-    path's, with the lanes path's forward and/or backward from LANES_FWD_FROM / LANES_BWD_FROM on.
-    The chunk, which the two directions share, is the backward's path's (the lanes backward's 16,
-    under which the tiles forward was not tuned; the tiles backward's 32)."""
+def pick(batch: int, steps: int, channels: int, device, resets: bool = False) -> RTUConfig:
+    """The config for B sequences of T steps and H channels (`resets`: with a reset mask) on `device`'s
+    architecture: the tiles path's, with the lanes path's forward and/or backward from LANES_FWD_FROM
+    / LANES_BWD_FROM on. The chunk, which the two directions share, is the backward's path's (the
+    lanes backward's, LANES_CHUNK or 8, under which the tiles forward was not tuned; the tiles
+    backward's 32)."""
     tiled = tiles(batch, steps, channels, device)
     work = batch * steps * channels
     fwd = LANES_FWD_FROM is not None and work >= LANES_FWD_FROM
     bwd = LANES_BWD_FROM is not None and work >= LANES_BWD_FROM
     if bwd:
-        ln = lanes(batch, steps, channels, device)
+        ln = lanes(batch, steps, channels, device, resets=resets)
         return ln if fwd else replace(ln, block_h=tiled.block_h, warps=tiled.warps, segments=tiled.segments,
                                       path="tiles")
     if fwd:

@@ -294,7 +294,7 @@ def rtu_scan_forward(x1, x2, w1, w2, nu_log, theta_log, resets, config: RTUConfi
     input drives both parts (diagonal maps, gains w1 and w2); w1/w2 None: gains of 1 (low-rank
     maps, whose projections are x1 and x2). resets: [B, T] bool or None."""
     B, T, H = x1.shape
-    cfg = config or pick(B, T, H, x1.device)
+    cfg = config or pick(B, T, H, x1.device, resets is not None)
     n_chunks = triton.cdiv(T, cfg.chunk)
     y = torch.empty(B, T, 2 * H, device=x1.device, dtype=x1.dtype)
     ck = torch.empty(B, n_chunks, 2, H, device=x1.device, dtype=torch.float32) if keep_states else None
@@ -323,7 +323,7 @@ def rtu_scan_backward(dy, x1, x2, w1, w2, nu_log, theta_log, resets, states, con
     """(dx1, dx2 or None, sums [5, H] (fp64 for fp32 x) of dg, dp, dgamma, dw1, dw2 over batch and time) from
     the upstream gradient and the states rtu_scan_forward kept (with the same config's chunk)."""
     B, T, H = x1.shape
-    cfg = config or pick(B, T, H, x1.device)
+    cfg = config or pick(B, T, H, x1.device, resets is not None)
     if states.shape[1] != triton.cdiv(T, cfg.chunk):
         raise ValueError(f"states kept every {triton.cdiv(T, states.shape[1])} steps, the backward's chunk is {cfg.chunk}")
     dy = dy.contiguous()

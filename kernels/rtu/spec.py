@@ -44,7 +44,7 @@ def make_inputs(dims, dtype, device, seed):
 
 def config_of(inputs) -> dict:
     x = inputs["x"]
-    return config_record(rtu=pick(x.shape[0], x.shape[1], x.shape[2], x.device))
+    return config_record(rtu=pick(x.shape[0], x.shape[1], x.shape[2], x.device, inputs.get("resets") is not None))
 
 
 GRIDS = grids_of(__file__)  # grids.toml beside this file
