@@ -406,3 +406,18 @@ def test_recheck_runs_a_summary_s_scan_cases(tmp_path, monkeypatch, capsys):
     want = scans.check({k: v for k, v in case.items() if k != "index"}, "cpu")["status"]
     assert out.startswith(f"{want}: ") and '"op": "rtu"' in out and '"conv1d"' not in out, out
     assert status == (0 if want in ("ok", "refused") else 1)
+
+
+def test_spread_counts_the_rounding_of_the_upstream_gradients():
+    """The fp32 floor a part is judged against moves the upstream gradients by one fp32 rounding
+    too (ours and eager's get them in fp32): a bias gradient, the sum of a dy that cancels to 2^-20
+    of its terms, moves by about 2^-24 / 2^-20 of itself; from the inputs' rounding alone it would
+    not move at all (it does not depend on them)."""
+    subject = common.Subject(lambda: {"x": torch.tensor([0.3, -0.7]), "b": torch.tensor([0.5])}, ours=None,
+                             eager=None, reference=lambda x, b: x + b, grad_inputs=("x", "b"),
+                             dtype=torch.float32, tolerance=1e-5, seed=7)
+    dy = torch.tensor([1.0, -1.0 + 2.0 ** -20], dtype=torch.float64)
+    want = (torch.tensor([0.8, -0.2], dtype=torch.float64), dy, dy.sum().reshape(1))
+    out, dx, db = common._spread(subject, (dy,), want)
+    assert 1e-3 < db < 1.0
+    assert out < 1e-7 and dx < 1e-7
