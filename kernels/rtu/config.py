@@ -93,10 +93,11 @@ def lanes(batch: int, steps: int, channels: int, device, chunk: int | None = Non
     """The lanes path's config. The forward in tiles of 32 steps of 64 channels a one-warp program
     (2 a thread: 64 values in registers, 128 registers a thread at sm_90, and a tile's loads, 4 KB a
     warp, in flight while the one before is scanned), keeping the state every `chunk` steps; the
-    backward in chunks of LANES_CHUNK steps (or `chunk`) of 32 channels (1 a thread: its chunk's states,
-    kept states, SiLU', adjoint and inputs fit the registers at 16 steps, 210 registers, where 32
-    steps spilled), two warps a program: on the H200 64 channels over 2 warps took 0.88x to 0.91x
-    the time of 32 over one at B8 T8192 H1024, B32 T2048 H2048 and B64 T1024 H1024. Time in as many
+    backward in chunks of LANES_CHUNK steps (8 with resets from LANES_CHUNK_8_FROM on; or `chunk`) of
+    32 channels (1 a thread: its chunk's states, kept states, SiLU', adjoint and inputs fit the
+    registers at 16 steps, 210 registers, where 32 steps spilled), two warps a program: on the H200
+    64 channels over 2 warps took 0.88x to 0.91x the time of 32 over one at B8 T8192 H1024, B32
+    T2048 H2048 and B64 T1024 H1024. Time in as many
     segments as bring each grid to _LANES_WARPS_PER_SM warps an SM (warps, not programs: counted as
     programs, the two-warp backward at B32 T2048 H2048 split in two and took 1.40x as long).
     No segment shorter than _LANES_MIN_SEGMENT steps, nor in the backward _LANES_BWD_SEGMENT (but
