@@ -13,6 +13,8 @@
 #      series' last time can vouch for a row, as in the workflow), then warm again where DEADLINE
 #      (epoch seconds) leaves 540 s for it.
 #   OUT_DIR=$OUT bash lab/gpu_detached.sh start 'bash lab/chunk_job.sh X XTIME Y YTIME DEADLINE'
+# As run on 2026-12-01 (X 3c3d5d4, Y c13eeb2, whose rtu/config.py had LANES_CHUNK = 8 alone);
+# lab/results/scans_chunk_ab_h200_3c3d5d4.txt and full_grid_h200_3c3d5d4.txt are what it made.
 set -uo pipefail
 x=$1 xt=$2 y=$3 yt=$4 deadline=$5
 log=${JOB_OUT:-.}

@@ -75,9 +75,9 @@ _LANES_BWD_SEGMENTS = 4
 # 0.93x the backward's time of 16 at the three A/B'd shapes of 67M-268M with resets (B8 T8192 H1024,
 # B32 T2048 H2048, B16 T4096 H4096) and 1.06x-1.12x at the three of 12M and under (B4 T3000 H1000,
 # B8 T1024 H64, B4 T128 H64; lab/results/scans_chunk_ab_h200_3c3d5d4.txt). The rtu grid at 1b792b6
-# (chunks of 8 at every shape of 2^25 and more) against 3c3d5d4's: with resets 0.90x-0.94x at all
-# five such shapes, without resets 1.17x at B8 T8192 H1024 (0.372 -> 0.436 ms) and 0.99x at B32
-# T2048 H2048 R16 (lab/results/rtu_chunk_grid_h200_1b792b6.txt)
+# (chunks of 8 at every shape of 2^25 and more) against 3c3d5d4's, the backward: with resets 0.90x-
+# 0.94x at all five such shapes, without resets 1.17x at B8 T8192 H1024 (0.372 -> 0.436 ms) and 0.99x
+# at B32 T2048 H2048 R16 (lab/results/rtu_chunk_grid_h200_1b792b6.txt)
 LANES_CHUNK = 16
 LANES_CHUNK_8_FROM = 1 << 25
 
