@@ -10,12 +10,12 @@ A line is one series on both sides: its point before (A) and after (B). Its chan
 corrected for the machine's drift, fitted to the lines whose code did not change on the same GPU
 and machine: a level (clocks: every line alike) and a time per call (the host's cost of a launch or
 a graph replay, which moves a 10 us line by a share a 1 ms line does not see: Drift). Its standard
-error comes from the series' run-to-run noise (kcollect.noise: reruns, rechecks and same-code history, never below the scatter that today's pair of points shows
-for like series), widened where a point's own runs disagree; its p-value from the calibrated
-Student t (noise.p_values). The lines are then decided in two families at a false-discovery rate Q
-(Benjamini-Hochberg): the lines that can fail the gate (ours, code changed or unknown, measured
-alike on a GPU), and every other line. A line is a change when its family rejects it AND its
-corrected change is at least the threshold.
+error comes from the series' run-to-run noise (kcollect.noise: reruns, rechecks and same-code
+history, never below the scatter that today's pair of points shows for like series), widened where
+a point's own runs disagree; its p-value from the calibrated Student t (noise.p_values). The lines
+are then decided in two families at a false-discovery rate Q (Benjamini-Hochberg): the lines that
+can fail the gate (ours, code changed or unknown, measured alike on a GPU), and every other line. A
+line is a change when its family rejects it AND its corrected change is at least the threshold.
 
 What a significant change is called:
 - ours, code changed (or git cannot tell): 'regression' or 'improvement'; only these can fail;

@@ -96,12 +96,12 @@ def lanes(batch: int, steps: int, channels: int, device) -> SelectiveScanConfig:
     tiles of 4 and 2 steps, chunks of 8)."""
     cpu = arch(device) == "cpu"
     block_d, tile, bwd_tile = (8, 4, 2) if cpu else (32, 8, 2)
-    chunk = 8 if cpu else LANES_CHUNK
+    base = tiles(batch, channels, device)
+    chunk = base.chunk if cpu else LANES_CHUNK
     sms = sm_count(device)
     programs = max(1, batch * triton.cdiv(channels, block_d))
     want = 1 if programs >= _LANES_FULL * sms else triton.cdiv(_LANES_WARPS_PER_SM * sms, programs)
     bwd_want = 1 if programs >= _LANES_BWD_WHOLE * sms else 2 if programs >= _LANES_FULL * sms else 2 * want
-    base = tiles(batch, channels, device)
     return replace(base, chunk=chunk, block_d=block_d, warps=1, path="lanes", steps=tile,
                    segments=max(1, min(want, triton.cdiv(steps, tile))), bwd_path="lanes", bwd_block_d=block_d,
                    bwd_warps=1, bwd_steps=bwd_tile, bwd_segments=max(1, min(bwd_want, triton.cdiv(steps, chunk))))
