@@ -184,8 +184,9 @@ def test_a_case_s_share_is_fitted_per_kernel_and_spread_over_its_rows():
         runs.append(_run(0, 0, shared_s=sum(share[k] * n for k, n in cases.items()) + rng.gauss(0, 0.01), cases=cases))
     model = cost.Model({"cuda|attention|triton|fwd": [0.1, 0.0, 9]}, cost.fit_runs(runs))
     fitted = model.share("cuda", "attention")
-    # each kernel its own share, drawn toward the other's by the prior's one run
-    assert 0.55 < fitted < 0.71 and model.share("cuda", "softmax") < fitted / 4, (seed, fitted)
+    # each kernel its own share, drawn toward the other's by the prior's one run: over 40000 seeds
+    # attention's least was 0.46 and the least ratio of the two 1.89 (one common share would give 1)
+    assert 0.4 < fitted < 0.71 and model.share("cuda", "softmax") < fitted / 1.5, (seed, fitted)
     # a case of 2 measurements carries half its share in each; of 20, a twentieth
     assert model.row("cuda", "attention", "triton", "fwd", 0.0, 2) == pytest.approx(0.1 + fitted / 2)
     assert model.row("cuda", "attention", "triton", "fwd", 0.0, 20) == pytest.approx(0.1 + fitted / 20)
