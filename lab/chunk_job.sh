@@ -19,15 +19,7 @@ set -uo pipefail
 x=$1 xt=$2 y=$3 yt=$4 deadline=$5
 log=${JOB_OUT:-.}
 export TRITON_CACHE_DIR=$KCOLLECT_CACHE_DIR/triton  # kcollect run's own: the A/Bs' builds serve the run
-python3 - > "$log/peers.txt" 2>&1 <<'EOF'
-import importlib
-for name in ("cutlass", "quack", "flash_attn.cute", "liger_kernel", "fla", "mlstm_kernels", "xlstm", "cortex"):
-    try:
-        importlib.import_module(name)
-        print(name, "imports")
-    except Exception as e:
-        print(name, "fails:", type(e).__name__, str(e)[:300])
-EOF
+python3 -m lab.peers > "$log/peers.txt" 2>&1
 ab() { python3 -m lab.ab "$@" --db "$log/lab.duckdb"; }
 echo "ab start $(date +%T)"
 SS="--shape B=8,T=2048,D=2048,N=16 --shape B=16,T=1024,D=1536,N=16 --shape B=8,T=2048,D=4096,N=16

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The job for lab/gpu_detached.sh (issue 43): the whole full grid at one commit, cold
+# (empty caches) and then warm, on the machine's one GPU.
+#   1. which peers import here (QuACK and FlashAttention-4 need the CuTe DSL's packages: gpu_env.sh);
+#   2. the committed history is imported first, so that a series' last time can vouch for a row
+#      (as in the benchmark workflow);
+#   3. cold with PROCS processes in the precompile pass (the default is 8 on a GPU of 16 cores:
+#      precompile.default_procs; on a host of four H200s 30 processes built the grid in 150 s where
+#      8 took 366 s), then warm where DEADLINE (epoch seconds) leaves 600 s for it.
+#   OUT_DIR=$OUT bash lab/gpu_detached.sh start 'bash benchmarks/whole_grid.sh SHA TIME DEADLINE [PROCS]'
+set -uo pipefail
+sha=$1 t=$2 deadline=$3 procs=${4:-auto}
+log=${JOB_OUT:-.}
+python3 -m lab.peers > "$log/peers.txt" 2>&1
+kcollect import data/runs --db "$KC_DB" > "$log/import.log" 2>&1
+common="--all --full -v --measure-timeout 60 --commit $sha --commit-time $t --db $KC_DB"
+for step in cold warm; do
+  if [ "$step" = warm ] && [ $(($(date +%s) + 600)) -gt "$deadline" ]; then echo "warm: skipped (deadline)"; break; fi
+  echo "$step start $(date +%T)"
+  extra=""
+  [ "$step" = cold ] && extra="--precompile $procs"
+  # shellcheck disable=SC2086
+  kcollect run $common $extra > "$log/$step.log" 2>&1
+  echo "$step end $(date +%T) rc $?"
+  tail -n 1 "$log/$step.log"
+done
