@@ -151,8 +151,9 @@ def test_run_terms_fit_the_start_up_and_each_kernel_s_pass():
     assert model.startup("cuda") == pytest.approx(6.0, abs=0.5), seed  # the median: the dead process's run left out
     fit = terms["cuda"]["precompile"]
     per = {k: c for k, (c, _) in fit["per"].items()}
-    # each kernel its own cost; the light one drawn up toward the common cost (one run's pull)
-    assert 1.8 < per["heavy"] <= 2.05 and 0.19 < per["light"] < 0.5, (seed, fit)
+    # each kernel its own cost; the light one drawn up toward the common cost (one run's pull): over
+    # 20000 seeds heavy's fit spanned 1.67-2.01 and light's 0.195-0.52 (bounds of 1.8 and 0.5 failed 0.3%)
+    assert 1.6 < per["heavy"] <= 2.05 and 0.19 < per["light"] < 0.6, (seed, fit)
     assert per["light"] < per["*"] < per["heavy"], (seed, fit)
     assert model.precompile("cuda", {"heavy": 400, "light": 80}, 4) == pytest.approx(
         fit["fixed"] + (per["heavy"] * 400 + per["light"] * 80) / 4), seed
@@ -170,7 +171,9 @@ def test_a_kernel_of_one_run_is_drawn_toward_the_common_cost():
             for k in ("a", "b", "c", "d") for b in [rng.randrange(40, 400) for _ in range(8)]]
     runs.append(_run(0, 0, 10 + 3.0 * 200 / 4, {"rare": 200}, 4))
     per = cost.fit_runs(runs)["cuda"]["precompile"]["per"]
-    assert per["a"][0] == pytest.approx(1.0, abs=0.1) and per["*"][0] == pytest.approx(1.0, abs=0.3), (seed, per)
+    # the rare kernel pulls the common cost up: over 20000 seeds it spanned 1.03-1.39 (a's 0.91-1.03,
+    # rare's 1.95-2.20; a bound of 1.3 failed 0.3%)
+    assert per["a"][0] == pytest.approx(1.0, abs=0.1) and 0.95 < per["*"][0] < 1.5, (seed, per)
     assert 1.3 < per["rare"][0] < 2.7 and per["rare"][1] == 1, (seed, per)
 
 
