@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The job for lab/gpu_detached.sh (issue 43): the whole full grid at one commit, cold
-# (empty caches) and then warm, on the machine's one GPU.
+# The job for lab/gpu_detached.sh (issue 43): the whole full grid at one commit, cold and then warm,
+# on the machine's one GPU. Cold only as the first job of a fresh machine: gpu_detached.sh keeps the
+# caches in /tmp/kcache0, which a machine kept warm still holds.
 #   1. which peers import here (QuACK and FlashAttention-4 need the CuTe DSL's packages: gpu_env.sh);
 #   2. the committed history is imported first, so that a series' last time can vouch for a row
 #      (as in the benchmark workflow);
