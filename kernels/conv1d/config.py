@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import triton
+
 from .._host.config import arch, tunable
 
 
@@ -17,10 +19,11 @@ class DepthwiseConfig:
     block_t: int = 32  # time steps a tile
     block_f: int = 128  # channels a tile
     warps: int = 4
-    bwd_block_t: int = 16
+    bwd_block_t: int = 8  # time steps a tile, of each tap's shifted rows (next_pow2(K) x 8 rows)
     bwd_block_f: int = 128
     bwd_span: int = 512  # time steps a backward program walks (its dw, dbias sums added up after)
     bwd_warps: int = 4
+    bwd_stages: int = 3  # software pipelining of the backward's loop over its span
 
 
 @dataclass(frozen=True)
@@ -37,7 +40,7 @@ class MixConfig:
     dw_stages: int = 3
 
 
-_CPU_DW = DepthwiseConfig(8, 16, 1, 8, 16, 16, 1)
+_CPU_DW = DepthwiseConfig(8, 16, 1, 8, 16, 16, 1, 1)
 _CPU_MIX = MixConfig(16, 16, 16, 1, 1, 16, 16, 16, 1, 1)
 
 
@@ -45,7 +48,8 @@ _CPU_MIX = MixConfig(16, 16, 16, 1, 1, 16, 16, 16, 1, 1)
 def pick_depthwise(batch: int, steps: int, channels: int, width: int, device) -> DepthwiseConfig:
     if arch(device) == "cpu":
         return _CPU_DW
-    return DepthwiseConfig()
+    # the backward's tiles hold next_pow2(K) shifted copies of block_t steps: 32 rows in all
+    return DepthwiseConfig(bwd_block_t=max(1, min(16, 32 // triton.next_power_of_2(width))))
 
 
 @tunable

@@ -5,14 +5,15 @@
 
 (a reset at step s starts a new window at s: x_s counts, the steps before it do not). The
 backward: dx_t = sum_k w[f, K-1-k] dy_{t+k} alive(t+k, k); dw and dbias sum over batch and time,
-per program in the kernel and over programs afterwards."""
+per program in the kernel and over programs afterwards. alive(t, k) is read from the reset flags at
+steps t-k+1 .. t, a cumulative sum over the taps."""
 from __future__ import annotations
 
 import torch
 import triton
 import triton.language as tl
 
-from .._jit.scan import accumulator, sum_dtype, sum_of_products
+from .._jit.scan import accumulator, sum_dtype
 from .config import DepthwiseConfig, pick_depthwise
 
 
@@ -57,38 +58,45 @@ def _dw_bwd(X, W, R, DY, DX, PART, T, F, n_span, K: tl.constexpr, K_P2: tl.const
     """Program (sequence b x span of SPAN steps, channel block): dx over the span, and its sums of
     dw (PART[.., j, f] for tap j) and dbias (PART[.., K, f]), in ACC (fp64 for fp32 inputs: an fp32
     sum of a few dozen terms that cancel came out at 2-9x eager's error, see _jit/scan.py's
-    accumulator)."""
+    accumulator). A tile holds every tap's shifted rows at once, [taps, steps, channels], with the
+    taps in each thread's registers: dx sums over them there, and the products for dw and dbias
+    add up element by element over the span, summed across threads once at its end (a sum over
+    steps a tile took a shared-memory round trip and a barrier per tap and tile)."""
     b = tl.program_id(0) // n_span
     span = tl.program_id(0) % n_span
     f = tl.program_id(1) * BLOCK_F + tl.arange(0, BLOCK_F)
     mf = f < F
     base = b.to(tl.int64) * T * F
     taps = tl.arange(0, K_P2)
-    acc_w = tl.zeros([K_P2, BLOCK_F], ACC)
-    acc_b = tl.zeros([BLOCK_F], ACC)
-    t0 = span * SPAN
-    while t0 < (span + 1) * SPAN:
+    k3 = taps[:, None, None]
+    f3 = f[None, None, :]
+    mf3 = mf[None, None, :]
+    w3 = tl.load(W + f3 * K + (K - 1 - k3), mask=mf3 & (k3 < K), other=0.0).to(tl.float32)
+    acc_w = tl.zeros([K_P2, BLOCK_T, BLOCK_F], ACC)
+    acc_b = tl.zeros([BLOCK_T, BLOCK_F], ACC)
+    for t0 in range(span * SPAN, tl.minimum((span + 1) * SPAN, T), BLOCK_T):
         t = t0 + tl.arange(0, BLOCK_T)
-        inside = t < T
-        dy = _tile(DY, base, t, f, T, F, inside, mf)
-        acc_b += tl.sum(dy.to(ACC), axis=0)
-        dx = tl.zeros([BLOCK_T, BLOCK_F], tl.float32)
-        back = inside  # x_{t-k} in y_t's window
-        ahead = inside  # x_t in y_{t+k}'s window
-        for k in tl.static_range(K):
-            if HAS_R and k > 0:
-                back = _no_reset(R, b, t - k + 1, T, back)
-                ahead = _no_reset(R, b, t + k, T, ahead)
-            contrib = sum_of_products(dy, _tile(X, base, t - k, f, T, F, back, mf), ACC)
-            acc_w += tl.where(taps[:, None] == K - 1 - k, contrib[None, :], 0.0)
-            w = tl.load(W + f * K + (K - 1 - k), mask=mf, other=0.0).to(tl.float32)
-            dx += _tile(DY, base, t + k, f, T, F, ahead, mf) * w[None, :]
-        m = inside[:, None] & mf[None, :]
+        back = t[None, :] - taps[:, None]  # [taps, steps]: x_{t-k}, in y_t's window
+        ahead = t[None, :] + taps[:, None]  # dy_{t+k}, whose window holds x_t
+        ok_back = (taps[:, None] < K) & (back >= 0) & (t < T)[None, :]
+        ok_ahead = (taps[:, None] < K) & (ahead < T)
+        if HAS_R:  # a reset in (t-k, t] (steps t-j, j < k) ends x_{t-k}'s reach; one in (t, t+k] x_t's
+            r_back = tl.load(R + b * T + back, mask=(back >= 0) & (back < T), other=0).to(tl.int32)
+            r_ahead = tl.load(R + b * T + ahead, mask=(taps[:, None] > 0) & (ahead < T), other=0).to(tl.int32)
+            ok_back &= tl.cumsum(r_back, axis=0) - r_back == 0
+            ok_ahead &= tl.cumsum(r_ahead, axis=0) == 0
+        dy3 = tl.load(DY + base + ahead[:, :, None] * F + f3, mask=ok_ahead[:, :, None] & mf3, other=0.0)
+        x3 = tl.load(X + base + back[:, :, None] * F + f3, mask=ok_back[:, :, None] & mf3, other=0.0)
+        dy3 = dy3.to(tl.float32)
+        dx = tl.sum(dy3 * w3, axis=0)
+        dy = tl.sum(tl.where(k3 == 0, dy3, 0.0), axis=0)  # dy_t: tap 0's rows (in registers)
+        acc_b += dy.to(ACC)
+        acc_w += dy.to(ACC)[None, :, :] * x3.to(ACC)
+        m = (t < T)[:, None] & mf[None, :]
         tl.store(DX + base + t[:, None] * F + f[None, :], dx.to(DX.dtype.element_ty), mask=m)
-        t0 += BLOCK_T
     part = PART + (tl.program_id(0) * (K + 1)) * F + f
-    tl.store(part[None, :] + taps[:, None] * F, acc_w, mask=(taps < K)[:, None] & mf[None, :])
-    tl.store(part + K * F, acc_b, mask=mf)
+    tl.store(part[None, :] + (K - 1 - taps[:, None]) * F, tl.sum(acc_w, axis=1), mask=(taps < K)[:, None] & mf[None, :])
+    tl.store(part + K * F, tl.sum(acc_b, axis=0), mask=mf)
 
 
 def depthwise_forward(x, weight, bias, resets, config: DepthwiseConfig | None = None, fallback: bool = False):
@@ -119,6 +127,6 @@ def depthwise_backward(dy, x, weight, resets, config: DepthwiseConfig | None = N
     r = resets.view(torch.uint8) if resets is not None else x
     _dw_bwd[grid](x, weight, r, dy.contiguous(), dx, part, T, F, n_span, K=K, K_P2=triton.next_power_of_2(K),
                   SPAN=span, BLOCK_T=cfg.bwd_block_t, BLOCK_F=cfg.bwd_block_f, HAS_R=resets is not None,
-                  ACC=acc, num_warps=cfg.bwd_warps)
+                  ACC=acc, num_warps=cfg.bwd_warps, num_stages=cfg.bwd_stages)
     sums = part.sum(0)
     return dx, sums[:K].t().reshape(weight.shape).to(weight.dtype), sums[K]
