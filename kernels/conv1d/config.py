@@ -24,6 +24,8 @@ class DepthwiseConfig:
     bwd_span: int = 512  # time steps a backward program walks (its dw, dbias sums added up after)
     bwd_warps: int = 4
     bwd_stages: int = 3  # software pipelining of the backward's loop over its span
+    bwd_channels_first: bool = True  # programs numbered channel block first (neighbours read one row's channels)
+    channels_first: bool = False  # the forward's programs so numbered
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,8 @@ import triton.language as tl
 from .._jit.scan import accumulator, sum_dtype
 from .config import DepthwiseConfig, pick_depthwise
 
+_MOST_Y = 65535  # programs a launch grid's second axis holds
+
 
 @triton.jit
 def _tile(ptr, base, t, f, T, F, alive, mf):
@@ -32,11 +34,15 @@ def _no_reset(R, b, t, T, alive):
 
 @triton.jit
 def _dw_fwd(X, W, BIAS, R, Y, T, F, K: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_F: tl.constexpr,
-            HAS_BIAS: tl.constexpr, HAS_R: tl.constexpr):
+            HAS_BIAS: tl.constexpr, HAS_R: tl.constexpr, CHANNELS_FIRST: tl.constexpr):
+    if CHANNELS_FIRST:
+        tile, block = tl.program_id(1), tl.program_id(0)
+    else:
+        tile, block = tl.program_id(0), tl.program_id(1)
     n_tb = tl.cdiv(T, BLOCK_T)
-    b = tl.program_id(0) // n_tb
-    t = (tl.program_id(0) % n_tb) * BLOCK_T + tl.arange(0, BLOCK_T)
-    f = tl.program_id(1) * BLOCK_F + tl.arange(0, BLOCK_F)
+    b = tile // n_tb
+    t = (tile % n_tb) * BLOCK_T + tl.arange(0, BLOCK_T)
+    f = block * BLOCK_F + tl.arange(0, BLOCK_F)
     mf = f < F
     base = b.to(tl.int64) * T * F
     acc = tl.zeros([BLOCK_T, BLOCK_F], tl.float32)
@@ -54,7 +60,8 @@ def _dw_fwd(X, W, BIAS, R, Y, T, F, K: tl.constexpr, BLOCK_T: tl.constexpr, BLOC
 
 @triton.jit
 def _dw_bwd(X, W, R, DY, DX, PART, T, F, n_span, K: tl.constexpr, K_P2: tl.constexpr, SPAN: tl.constexpr,
-            BLOCK_T: tl.constexpr, BLOCK_F: tl.constexpr, HAS_R: tl.constexpr, ACC: tl.constexpr):
+            BLOCK_T: tl.constexpr, BLOCK_F: tl.constexpr, HAS_R: tl.constexpr, ACC: tl.constexpr,
+            CHANNELS_FIRST: tl.constexpr):
     """Program (sequence b x span of SPAN steps, channel block): dx over the span, and its sums of
     dw (PART[.., j, f] for tap j) and dbias (PART[.., K, f]), in ACC (fp64 for fp32 inputs: an fp32
     sum of a few dozen terms that cancel came out at 2-9x eager's error, see _jit/scan.py's
@@ -62,9 +69,13 @@ def _dw_bwd(X, W, R, DY, DX, PART, T, F, n_span, K: tl.constexpr, K_P2: tl.const
     taps in each thread's registers: dx sums over them there, and the products for dw and dbias
     add up element by element over the span, summed across threads once at its end (a sum over
     steps a tile took a shared-memory round trip and a barrier per tap and tile)."""
-    b = tl.program_id(0) // n_span
-    span = tl.program_id(0) % n_span
-    f = tl.program_id(1) * BLOCK_F + tl.arange(0, BLOCK_F)
+    if CHANNELS_FIRST:
+        seq, block = tl.program_id(1), tl.program_id(0)
+    else:
+        seq, block = tl.program_id(0), tl.program_id(1)
+    b = seq // n_span
+    span = seq % n_span
+    f = block * BLOCK_F + tl.arange(0, BLOCK_F)
     mf = f < F
     base = b.to(tl.int64) * T * F
     taps = tl.arange(0, K_P2)
@@ -94,7 +105,7 @@ def _dw_bwd(X, W, R, DY, DX, PART, T, F, n_span, K: tl.constexpr, K_P2: tl.const
         acc_w += dy.to(ACC)[None, :, :] * x3.to(ACC)
         m = (t < T)[:, None] & mf[None, :]
         tl.store(DX + base + t[:, None] * F + f[None, :], dx.to(DX.dtype.element_ty), mask=m)
-    part = PART + (tl.program_id(0) * (K + 1)) * F + f
+    part = PART + (seq * (K + 1)) * F + f
     tl.store(part[None, :] + (K - 1 - taps[:, None]) * F, tl.sum(acc_w, axis=1), mask=(taps < K)[:, None] & mf[None, :])
     tl.store(part + K * F, tl.sum(acc_b, axis=0), mask=mf)
 
@@ -107,9 +118,13 @@ def depthwise_forward(x, weight, bias, resets, config: DepthwiseConfig | None = 
     cfg = config or pick_depthwise(B, T, F, K, x.device)
     y = torch.empty_like(x)
     grid = (B * triton.cdiv(T, cfg.block_t), triton.cdiv(F, cfg.block_f))
+    first = cfg.channels_first and grid[0] <= _MOST_Y
+    if first:
+        grid = grid[::-1]
     r = resets.view(torch.uint8) if resets is not None else x
     _dw_fwd[grid](x, weight, bias if bias is not None else x, r, y, T, F, K=K, BLOCK_T=cfg.block_t,
-                  BLOCK_F=cfg.block_f, HAS_BIAS=bias is not None, HAS_R=resets is not None, num_warps=cfg.warps)
+                  BLOCK_F=cfg.block_f, HAS_BIAS=bias is not None, HAS_R=resets is not None, CHANNELS_FIRST=first,
+                  num_warps=cfg.warps)
     return y
 
 
@@ -124,9 +139,13 @@ def depthwise_backward(dy, x, weight, resets, config: DepthwiseConfig | None = N
     acc = accumulator(x.dtype)
     part = torch.empty(B * n_span, K + 1, F, device=x.device, dtype=sum_dtype(x.dtype))
     grid = (B * n_span, triton.cdiv(F, cfg.bwd_block_f))
+    first = cfg.bwd_channels_first and grid[0] <= _MOST_Y  # (a grid's second axis holds 65535 programs)
+    if first:
+        grid = grid[::-1]
     r = resets.view(torch.uint8) if resets is not None else x
     _dw_bwd[grid](x, weight, r, dy.contiguous(), dx, part, T, F, n_span, K=K, K_P2=triton.next_power_of_2(K),
                   SPAN=span, BLOCK_T=cfg.bwd_block_t, BLOCK_F=cfg.bwd_block_f, HAS_R=resets is not None,
-                  ACC=acc, num_warps=cfg.bwd_warps, num_stages=cfg.bwd_stages)
+                  ACC=acc, CHANNELS_FIRST=first, num_warps=cfg.bwd_warps,
+                  num_stages=cfg.bwd_stages)
     sums = part.sum(0)
     return dx, sums[:K].t().reshape(weight.shape).to(weight.dtype), sums[K]
