@@ -18,10 +18,10 @@ C="changed(DepthwiseConfig"
 echo "ab start $(date +%T)"
 # shellcheck disable=SC2086
 ab $DW --mode bwd --provider cudnn --provider eager \
-  --variant "tf=$C, bwd_channels_first=False)" --variant "w2f64=$C, bwd_block_f=64, bwd_warps=2)" \
-  --variant "w2f64tf=$C, bwd_block_f=64, bwd_warps=2, bwd_channels_first=False)" \
-  --variant "f64=$C, bwd_block_f=64)" --variant "t4=$C, bwd_block_t=4)" --variant "t16=$C, bwd_block_t=16)" \
-  --variant "w2f128=$C, bwd_warps=2)" --variant "f256w8=$C, bwd_block_f=256, bwd_warps=8)" \
+  --variant "tf=$C, bwd_channels_first=False)" --variant "t8=$C, bwd_block_t=8)" --variant "t32=$C, bwd_block_t=32)" \
+  --variant "w2f64=$C, bwd_block_f=64, bwd_warps=2)" --variant "t8w2f64=$C, bwd_block_t=8, bwd_block_f=64, bwd_warps=2)" \
+  --variant "f64=$C, bwd_block_f=64)" --variant "t8f64=$C, bwd_block_t=8, bwd_block_f=64)" \
+  --variant "f256w8=$C, bwd_block_f=256, bwd_warps=8)" \
   --variant "span128=$C, bwd_span=128)" --variant "span2048=$C, bwd_span=2048)" > "$log/bwd_ab.txt" 2>&1
 echo "bwd ab end $(date +%T)"
 ab --shape B=16,T=4096,F=2048,K=4,groups=depthwise,resets=1,p=0.01 \

@@ -19,7 +19,7 @@ class DepthwiseConfig:
     block_t: int = 32  # time steps a tile
     block_f: int = 128  # channels a tile
     warps: int = 4
-    bwd_block_t: int = 8  # time steps a tile, of each tap's shifted rows (next_pow2(K) x 8 rows)
+    bwd_block_t: int = 16  # time steps a tile
     bwd_block_f: int = 128
     bwd_span: int = 512  # time steps a backward program walks (its dw, dbias sums added up after)
     bwd_warps: int = 4
@@ -50,8 +50,10 @@ _CPU_MIX = MixConfig(16, 16, 16, 1, 1, 16, 16, 16, 1, 1)
 def pick_depthwise(batch: int, steps: int, channels: int, width: int, device) -> DepthwiseConfig:
     if arch(device) == "cpu":
         return _CPU_DW
-    # the backward's tiles hold next_pow2(K) shifted copies of block_t steps: 32 rows in all
-    return DepthwiseConfig(bwd_block_t=max(1, min(16, 32 // triton.next_power_of_2(width))))
+    if width <= 4:
+        return DepthwiseConfig()
+    # wider: the backward's tiles hold next_pow2(K) shifted copies of block_t steps, 32 rows in all
+    return DepthwiseConfig(bwd_block_t=max(1, 32 // triton.next_power_of_2(width)))
 
 
 @tunable

@@ -17,6 +17,7 @@ from .._jit.scan import accumulator, sum_dtype
 from .config import DepthwiseConfig, pick_depthwise
 
 _MOST_Y = 65535  # programs a launch grid's second axis holds
+_TAPS = 4  # widths up to this: _dw_bwd_taps, one accumulator a tap
 
 
 @triton.jit
@@ -110,6 +111,61 @@ def _dw_bwd(X, W, R, DY, DX, PART, T, F, n_span, K: tl.constexpr, K_P2: tl.const
     tl.store(part + K * F, tl.sum(acc_b, axis=0), mask=mf)
 
 
+@triton.jit
+def _dw_bwd_taps(X, W, R, DY, DX, PART, T, F, n_span, K: tl.constexpr, SPAN: tl.constexpr, BLOCK_T: tl.constexpr,
+                 BLOCK_F: tl.constexpr, HAS_R: tl.constexpr, ACC: tl.constexpr, CHANNELS_FIRST: tl.constexpr):
+    """_dw_bwd for K <= 4 with [steps, channels] tiles, as the forward's: each tap's products for dw
+    in an accumulator of its own (a0 .. a3), summed over steps once at the span's end."""
+    if CHANNELS_FIRST:
+        seq, block = tl.program_id(1), tl.program_id(0)
+    else:
+        seq, block = tl.program_id(0), tl.program_id(1)
+    b = seq // n_span
+    span = seq % n_span
+    f = block * BLOCK_F + tl.arange(0, BLOCK_F)
+    mf = f < F
+    base = b.to(tl.int64) * T * F
+    a0 = tl.zeros([BLOCK_T, BLOCK_F], ACC)
+    a1 = tl.zeros([BLOCK_T, BLOCK_F], ACC)
+    a2 = tl.zeros([BLOCK_T, BLOCK_F], ACC)
+    a3 = tl.zeros([BLOCK_T, BLOCK_F], ACC)
+    ab = tl.zeros([BLOCK_T, BLOCK_F], ACC)
+    for t0 in range(span * SPAN, tl.minimum((span + 1) * SPAN, T), BLOCK_T):
+        t = t0 + tl.arange(0, BLOCK_T)
+        inside = t < T
+        dy = _tile(DY, base, t, f, T, F, inside, mf)
+        ab += dy.to(ACC)
+        dx = tl.zeros([BLOCK_T, BLOCK_F], tl.float32)
+        back = inside  # x_{t-k} in y_t's window
+        ahead = inside  # x_t in y_{t+k}'s window
+        for k in tl.static_range(K):
+            if HAS_R and k > 0:
+                back = _no_reset(R, b, t - k + 1, T, back)
+                ahead = _no_reset(R, b, t + k, T, ahead)
+            p = dy.to(ACC) * _tile(X, base, t - k, f, T, F, back, mf).to(ACC)
+            if k == 0:
+                a0 += p
+            elif k == 1:
+                a1 += p
+            elif k == 2:
+                a2 += p
+            else:
+                a3 += p
+            w = tl.load(W + f * K + (K - 1 - k), mask=mf, other=0.0).to(tl.float32)
+            dx += _tile(DY, base, t + k, f, T, F, ahead, mf) * w[None, :]
+        m = inside[:, None] & mf[None, :]
+        tl.store(DX + base + t[:, None] * F + f[None, :], dx.to(DX.dtype.element_ty), mask=m)
+    part = PART + (seq * (K + 1)) * F + f
+    tl.store(part + (K - 1) * F, tl.sum(a0, axis=0), mask=mf)
+    if K > 1:
+        tl.store(part + (K - 2) * F, tl.sum(a1, axis=0), mask=mf)
+    if K > 2:
+        tl.store(part + (K - 3) * F, tl.sum(a2, axis=0), mask=mf)
+    if K > 3:
+        tl.store(part + (K - 4) * F, tl.sum(a3, axis=0), mask=mf)
+    tl.store(part + K * F, tl.sum(ab, axis=0), mask=mf)
+
+
 def depthwise_forward(x, weight, bias, resets, config: DepthwiseConfig | None = None, fallback: bool = False):
     """y [B, T, F]. (`fallback`, as mix_forward's, has nothing to do here: the depthwise kernels use
     no shared memory, compiled for sm_90 at the default tiles and widths 4 and 8.)"""
@@ -143,9 +199,12 @@ def depthwise_backward(dy, x, weight, resets, config: DepthwiseConfig | None = N
     if first:
         grid = grid[::-1]
     r = resets.view(torch.uint8) if resets is not None else x
-    _dw_bwd[grid](x, weight, r, dy.contiguous(), dx, part, T, F, n_span, K=K, K_P2=triton.next_power_of_2(K),
-                  SPAN=span, BLOCK_T=cfg.bwd_block_t, BLOCK_F=cfg.bwd_block_f, HAS_R=resets is not None,
-                  ACC=acc, CHANNELS_FIRST=first, num_warps=cfg.bwd_warps,
-                  num_stages=cfg.bwd_stages)
+    args = (x, weight, r, dy.contiguous(), dx, part, T, F, n_span)
+    meta = dict(K=K, SPAN=span, BLOCK_T=cfg.bwd_block_t, BLOCK_F=cfg.bwd_block_f, HAS_R=resets is not None, ACC=acc,
+                CHANNELS_FIRST=first, num_warps=cfg.bwd_warps, num_stages=cfg.bwd_stages)
+    if K <= _TAPS:
+        _dw_bwd_taps[grid](*args, **meta)
+    else:
+        _dw_bwd[grid](*args, K_P2=triton.next_power_of_2(K), **meta)
     sums = part.sum(0)
     return dx, sums[:K].t().reshape(weight.shape).to(weight.dtype), sums[K]
