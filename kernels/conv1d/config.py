@@ -2,9 +2,9 @@
 kernels' matrix tiles (the forward and dx are matrix products over K taps x input channels,
 dW one over batch x time per tap).
 
-The sm90 values are starting points for lab/scans_tune.py (the depthwise tiles 16-byte loads of
-bf16 along channels; the mixing ones the usual Hopper bf16 matmul tiles), not measured winners
-yet; the CPU ones are small so that the interpreter's tests cross several tiles."""
+The sm90 depthwise values are pick_depthwise's, from A/Bs on the H200 (not tuned on the H100); the
+mixing ones the usual Hopper bf16 matmul tiles, not measured winners yet; the CPU ones are
+small so that the interpreter's tests cross several tiles."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -51,7 +51,11 @@ def pick_depthwise(batch: int, steps: int, channels: int, width: int, device) ->
     if arch(device) == "cpu":
         return _CPU_DW
     if width <= 4:
-        return DepthwiseConfig()
+        # lab/results/conv1d_bwd_ab_h200.txt (lab.ab, H200, the grid's six depthwise shapes): 64
+        # channels and 2 warps a backward program took 0.93-1.00x the time of 128 and 4 at each; 8
+        # steps a tile 0.66-0.92x at width 4 but for B32 T60 (1.10x), 1.16-1.21x at widths 2 and 3.
+        # The forward's programs channel block first: 0.94-0.99x at three shapes
+        return DepthwiseConfig(channels_first=True, bwd_block_t=8 if width == 4 else 16, bwd_block_f=64, bwd_warps=2)
     # wider: the backward's tiles hold next_pow2(K) shifted copies of block_t steps, 32 rows in all
     return DepthwiseConfig(bwd_block_t=max(1, 32 // triton.next_power_of_2(width)))
 
