@@ -292,9 +292,12 @@ def test_pick_switches_to_lanes_from_the_threshold(monkeypatch):
     assert config.pick(2, 49, 10, 16, "cpu").path == "tiles"
 
 
-def test_lanes_tile_must_divide_the_chunk():
-    with forced(lanes(3)), pytest.raises(ValueError, match="a multiple of its tile"):
-        selective_scan(**SPEC.make_inputs(dims(1, 4, 3, 2), F32, "cpu", 0))
+@pytest.mark.parametrize("mode", ["fwd+bwd", "fwd"])
+def test_lanes_tile_that_does_not_divide_the_chunk(mode):
+    """Tiles of 8 steps, states kept every 4 (the GPU's pick): with states kept the forward walks
+    tiles of gcd(8, 4) = 4 (so that each kept state falls at a tile's end), without them of 8."""
+    with forced(dataclasses.replace(lanes(8, 2), chunk=4)):
+        check(dims(2, 19, 9, 5), F32, mode=mode)
 
 
 @pytest.mark.parametrize("fn", [eager, log_depth], ids=["eager", "log_depth"])

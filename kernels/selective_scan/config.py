@@ -17,7 +17,7 @@ off and 0 in `lanes` (lab/results/ss_variants_h200_f927bdc.txt: slower). With th
 comes the lanes backward (bwd_lanes.py, bwd_path "lanes"), which reads the states the forward keeps
 every `chunk` steps: lab/ss_bwd.py on an H200 (lab/results/ss_bwd_h200_96d2d99.txt) measured it at
 0.13x to 0.48x the tiles backward's time at its seven shapes (B8 T2048 D2048 N16: 10.63 -> 2.91 ms
-with states kept every 16 steps; LANES_CHUNK says why 8 now)."""
+with states kept every 16 steps; LANES_CHUNK says why 4 now)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -68,14 +68,15 @@ _LANES_WARPS_PER_SM = 8
 # D4096 (1024) 4.99 against 5.34
 _LANES_BWD_WHOLE = 4
 # The steps between the states the lanes forward keeps for the lanes backward (a multiple of the
-# forward's tile of 8 and of the backward's of 2). The backward walks a chunk's tiles from its last
-# and advances the kept state over the tiles before each one, (chunk / 2 - 1) / 2 tiles' more work
-# a tile: on the H200 (lab/ss_bwd.py, lab/results/ss_bwd_h200_96d2d99.txt, the backward alone)
-# chunk 8 took 0.80x to 0.87x chunk 16's time at 6 of 7 shapes and 0.65x at B1 T60 D512; chunk 4
-# was faster still at 4 (B16 T1024 D1536 0.70x, B1 T60 D512 0.52x) but slower at 3 (the forward's
-# tile 4 with it: 1.26x the forward's time at B8 T2048 D2048). The kept states are fp32, N of them
-# a channel every chunk: at N 16, 8 bytes a step and channel at chunk 8 (4 at 16)
-LANES_CHUNK = 8
+# backward's tile of 2; the forward keeping them walks tiles of gcd(its tile, this)). The backward
+# walks a chunk's tiles from its last and advances the kept state over the tiles before each one:
+# the shorter the chunk, the less of that. On the H200 chunks of 8 took 0.63x-0.87x 16's backward
+# at the grid's seven shapes (lab/results/scans_chunk_ab_h200_3c3d5d4.txt), and chunks of 4 (the
+# forward in tiles of 4 while it keeps them) 0.89x-0.97x 8's backward and 0.92x-0.98x its
+# forward+backward at the same seven (lab/results/ss_chunk4_ab_h200_46d29e2.txt). The inference
+# forward keeps none and walks tiles of 8. The kept states are fp32, N of them a channel every
+# chunk: at N 16, 16 bytes a step and channel
+LANES_CHUNK = 4
 
 
 @tunable
@@ -89,10 +90,10 @@ def pick(batch: int, steps: int, channels: int, states: int, device) -> Selectiv
 def lanes(batch: int, steps: int, channels: int, device) -> SelectiveScanConfig:
     """The lanes forward's config: one-warp programs of 32 channels (1 a thread, with its N states
     and 8 steps in registers: sm_90 compile at N 16, 252 registers, no spill (an offline Triton 3.6
-    compile at D 2048 of this code: 255 and 36 spill loads); faster than 4 steps
-    at every H200 shape but B3 T1000 D1000, 2% slower there), time whole or in segments (see
-    _LANES_FULL); the states kept every LANES_CHUNK steps; the lanes backward in tiles of 2 steps
-    of one warp's 32 channels, its segments by _LANES_BWD_WHOLE (on the CPU 8 channels a program,
+    compile at D 2048 of this code: 255 and 36 spill loads); faster than 4 steps at every H200
+    inference shape but B3 T1000 D1000, 2% slower there), time whole or in segments (see
+    _LANES_FULL); the states kept every LANES_CHUNK steps (in tiles of 4 while it keeps them);
+    the lanes backward in tiles of 2 steps of one warp's 32 channels, its segments by _LANES_BWD_WHOLE (on the CPU 8 channels a program,
     tiles of 4 and 2 steps, chunks of 8)."""
     cpu = arch(device) == "cpu"
     block_d, tile, bwd_tile = (8, 4, 2) if cpu else (32, 8, 2)

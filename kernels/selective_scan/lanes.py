@@ -24,6 +24,8 @@ the current one is scanned. With keep_states, the state at the end of every `chu
 as scan.py's forward keeps it, for its backward."""
 from __future__ import annotations
 
+import math
+
 import torch
 import triton
 import triton.language as tl
@@ -276,9 +278,8 @@ def forward(x, delta, A, B, C, D, z, y, ck, cfg, n_p2: int) -> None:
     """Fill y (and ck, the states every cfg.chunk steps, where given) from the contiguous inputs."""
     Bsz, T, Dm = x.shape
     N = A.shape[1]
-    if cfg.chunk % cfg.steps:
-        raise ValueError(f"the lanes path keeps states every chunk = {cfg.chunk} steps: a multiple of its tile, "
-                         f"steps = {cfg.steps}")
+    # the states kept every chunk steps fall at a tile's end: with them, tiles of gcd(steps, chunk)
+    steps = cfg.steps if ck is None else math.gcd(cfg.steps, cfg.chunk)
     if cfg.split not in (1, 2, 4, 8) or cfg.poly not in (0, 2, 4, 8):
         raise ValueError(f"the lanes path spreads a channel's states over split = 1, 2, 4 or 8 lanes (got "
                          f"{cfg.split}) and takes 1/poly of its decays by a polynomial, poly = 0, 2, 4 or 8 (got "
@@ -290,16 +291,16 @@ def forward(x, delta, A, B, C, D, z, y, ck, cfg, n_p2: int) -> None:
     precise = x.dtype == torch.float32
     # fp32 inputs keep their precise decays; fewer states a lane than 1/poly asks for: none by it
     poly = 0 if precise or n_p2 // split < cfg.poly else cfg.poly
-    n_tiles, per_seg, n_seg = plan(T, cfg.steps, cfg.segments)
+    n_tiles, per_seg, n_seg = plan(T, steps, cfg.segments)
     eh = torch.empty(Bsz, n_seg, Dm, n_p2, device=x.device, dtype=torch.float32)  # (unread with one segment)
     edt = torch.empty(Bsz, n_seg, Dm, device=x.device, dtype=torch.float32)
     vec = max(1, cfg.block_d * split // (32 * cfg.warps))
     pairs = split > 1 and B.dtype == C.dtype == torch.bfloat16 and N == n_p2 and n_p2 // split >= 2
     Bk, Ck = (B.view(torch.int32), C.view(torch.int32)) if pairs else (B, C)
     args = [x, delta, A, Bk, Ck, D, z, y, ck if ck is not None else eh, eh, edt, T, Dm, N, n_tiles, per_seg, n_seg,
-            cfg.chunk // cfg.steps]
-    meta = dict(BLOCK_D=cfg.block_d, VEC=vec, N_P2=n_p2, STEPS=cfg.steps, STORE_CK=ck is not None,
-                EVEN=T % cfg.steps == 0 and Dm % cfg.block_d == 0, EVEN_N=N == n_p2, ASM=x.device.type == "cuda",
+            cfg.chunk // steps]
+    meta = dict(BLOCK_D=cfg.block_d, VEC=vec, N_P2=n_p2, STEPS=steps, STORE_CK=ck is not None,
+                EVEN=T % steps == 0 and Dm % cfg.block_d == 0, EVEN_N=N == n_p2, ASM=x.device.type == "cuda",
                 WIDEN=widen_asm(B) and widen_asm(C), FAST_SOFTPLUS=widen_asm(delta), PRECISE=precise,
                 SPLIT=split, POLY=poly, WARPS=cfg.warps, SHARE=cfg.share and split > 1, PAIRS=pairs,
                 num_warps=cfg.warps)
