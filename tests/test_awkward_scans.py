@@ -350,8 +350,10 @@ for dtype in (torch.float32,):  # the fp32 paths' precise forms and fp64 sums (b
     st = torch.zeros(B, -(-T // 16), H, N)
     calls += launches(lambda: ss.selective_scan_backward(xs[0], xs[0], xs[1], A, Bm, Bm, D, xs[2], st,
                                                          SelectiveScanConfig()))
-    wd = torch.randn(H, 1, 4).to(dtype)
-    calls += launches(lambda: depthwise_backward(xs[0], xs[0], wd, r, DepthwiseConfig()))
+    for k, t in ((4, 8), (5, 4)):  # the GPU's picks: one accumulator a tap to width 4, [taps, steps, channels] tiles
+        wd = torch.randn(H, 1, k).to(dtype)
+        cfg = DepthwiseConfig(channels_first=True, bwd_block_t=t, bwd_block_f=64, bwd_warps=2)
+        calls += launches(lambda: depthwise_backward(xs[0], xs[0], wd, r, cfg))
     for k, grid, args, kw in calls:
         kw = dict(kw)
         if "ASM" in kw:
@@ -371,7 +373,7 @@ def test_fp32_kernels_compile_for_the_gpu():
     the GPU's configs and compiled for sm_90 on the CPU."""
     got = json.loads(opcheck.run_offline_compile(_SM90).strip().splitlines()[-1])
     want = {"_rtu_fwd", "_rtu_fwd-ends", "_rtu_bwd", "_rtu_bwd-ends", "_fwd", "_fwd-ends", "_bwd", "_bwd-ends",
-            "_finish", "_ss_fwd", "_ss_fwd_lanes", "_ss_fwd_lanes-ends", "_ss_bwd", "_dw_bwd"}
+            "_finish", "_ss_fwd", "_ss_fwd_lanes", "_ss_fwd_lanes-ends", "_ss_bwd", "_dw_bwd", "_dw_bwd_taps"}
     assert {f"{k}-float32" for k in want} <= set(got), got
 
 

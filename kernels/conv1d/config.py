@@ -56,8 +56,11 @@ def pick_depthwise(batch: int, steps: int, channels: int, width: int, device) ->
         # steps a tile 0.66-0.92x at width 4 but for B32 T60 (1.10x), 1.16-1.21x at widths 2 and 3.
         # The forward's programs channel block first: 0.94-0.99x at three shapes
         return DepthwiseConfig(channels_first=True, bwd_block_t=8 if width == 4 else 16, bwd_block_f=64, bwd_warps=2)
-    # wider: the backward's tiles hold next_pow2(K) shifted copies of block_t steps, 32 rows in all
-    return DepthwiseConfig(bwd_block_t=max(1, 32 // triton.next_power_of_2(width)))
+    # wider (no grid shape): the backward's [taps, steps, channels] tiles hold next_pow2(K) shifted
+    # copies of block_t steps, 32 rows in all, in programs of 64 channels and 2 warps (the fastest
+    # of that kernel's tiles at widths 3 and 4 in the first two A/Bs of the results file above)
+    return DepthwiseConfig(channels_first=True, bwd_block_t=max(1, 32 // triton.next_power_of_2(width)),
+                           bwd_block_f=64, bwd_warps=2)
 
 
 @tunable
