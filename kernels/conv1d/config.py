@@ -23,7 +23,6 @@ class DepthwiseConfig:
     bwd_block_f: int = 128
     bwd_span: int = 512  # time steps a backward program walks (its dw, dbias sums added up after)
     bwd_warps: int = 4
-    bwd_stages: int = 3  # software pipelining of the backward's loop over its span
     bwd_channels_first: bool = True  # programs numbered channel block first (neighbours read one row's channels)
     channels_first: bool = False  # the forward's programs so numbered
 
@@ -42,7 +41,7 @@ class MixConfig:
     dw_stages: int = 3
 
 
-_CPU_DW = DepthwiseConfig(8, 16, 1, 8, 16, 16, 1, 1)
+_CPU_DW = DepthwiseConfig(8, 16, 1, 8, 16, 16, 1)
 _CPU_MIX = MixConfig(16, 16, 16, 1, 1, 16, 16, 16, 1, 1)
 
 

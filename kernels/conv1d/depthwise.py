@@ -66,10 +66,11 @@ def _dw_bwd(X, W, R, DY, DX, PART, T, F, n_span, K: tl.constexpr, K_P2: tl.const
     """Program (sequence b x span of SPAN steps, channel block): dx over the span, and its sums of
     dw (PART[.., j, f] for tap j) and dbias (PART[.., K, f]), in ACC (fp64 for fp32 inputs: an fp32
     sum of a few dozen terms that cancel came out at 2-9x eager's error, see _jit/scan.py's
-    accumulator). A tile holds every tap's shifted rows at once, [taps, steps, channels], with the
-    taps in each thread's registers: dx sums over them there, and the products for dw and dbias
-    add up element by element over the span, summed across threads once at its end (a sum over
-    steps a tile took a shared-memory round trip and a barrier per tap and tile)."""
+    accumulator). For any width; _dw_bwd_taps is the faster one to width 4. A tile holds every
+    tap's shifted rows at once, [taps, steps, channels], with the taps in each thread's registers:
+    dx sums over them there, and the products for dw and dbias add up element by element over the
+    span, summed across threads once at its end (not a barrier and a shared-memory round trip a
+    tile and tap)."""
     if CHANNELS_FIRST:
         seq, block = tl.program_id(1), tl.program_id(0)
     else:
@@ -107,7 +108,8 @@ def _dw_bwd(X, W, R, DY, DX, PART, T, F, n_span, K: tl.constexpr, K_P2: tl.const
         m = (t < T)[:, None] & mf[None, :]
         tl.store(DX + base + t[:, None] * F + f[None, :], dx.to(DX.dtype.element_ty), mask=m)
     part = PART + (seq * (K + 1)) * F + f
-    tl.store(part[None, :] + (K - 1 - taps[:, None]) * F, tl.sum(acc_w, axis=1), mask=(taps < K)[:, None] & mf[None, :])
+    tl.store(part[None, :] + (K - 1 - taps[:, None]) * F, tl.sum(acc_w, axis=1),
+             mask=(taps < K)[:, None] & mf[None, :])
     tl.store(part + K * F, tl.sum(acc_b, axis=0), mask=mf)
 
 
@@ -115,7 +117,8 @@ def _dw_bwd(X, W, R, DY, DX, PART, T, F, n_span, K: tl.constexpr, K_P2: tl.const
 def _dw_bwd_taps(X, W, R, DY, DX, PART, T, F, n_span, K: tl.constexpr, SPAN: tl.constexpr, BLOCK_T: tl.constexpr,
                  BLOCK_F: tl.constexpr, HAS_R: tl.constexpr, ACC: tl.constexpr, CHANNELS_FIRST: tl.constexpr):
     """_dw_bwd for K <= 4 with [steps, channels] tiles, as the forward's: each tap's products for dw
-    in an accumulator of its own (a0 .. a3), summed over steps once at the span's end."""
+    in an accumulator of its own (a0 .. a3), summed over steps once at the span's end. On the H200
+    _dw_bwd took 1.3x-5x its time at widths 3 and 4, by its tiles (lab/results/conv1d_bwd_ab_h200.txt)."""
     if CHANNELS_FIRST:
         seq, block = tl.program_id(1), tl.program_id(0)
     else:
@@ -195,13 +198,13 @@ def depthwise_backward(dy, x, weight, resets, config: DepthwiseConfig | None = N
     acc = accumulator(x.dtype)
     part = torch.empty(B * n_span, K + 1, F, device=x.device, dtype=sum_dtype(x.dtype))
     grid = (B * n_span, triton.cdiv(F, cfg.bwd_block_f))
-    first = cfg.bwd_channels_first and grid[0] <= _MOST_Y  # (a grid's second axis holds 65535 programs)
+    first = cfg.bwd_channels_first and grid[0] <= _MOST_Y
     if first:
         grid = grid[::-1]
     r = resets.view(torch.uint8) if resets is not None else x
     args = (x, weight, r, dy.contiguous(), dx, part, T, F, n_span)
     meta = dict(K=K, SPAN=span, BLOCK_T=cfg.bwd_block_t, BLOCK_F=cfg.bwd_block_f, HAS_R=resets is not None, ACC=acc,
-                CHANNELS_FIRST=first, num_warps=cfg.bwd_warps, num_stages=cfg.bwd_stages)
+                CHANNELS_FIRST=first, num_warps=cfg.bwd_warps)
     if K <= _TAPS:
         _dw_bwd_taps[grid](*args, **meta)
     else:

@@ -93,8 +93,8 @@ def lanes(batch: int, steps: int, channels: int, device) -> SelectiveScanConfig:
     compile at D 2048 of this code: 255 and 36 spill loads); faster than 4 steps at every H200
     inference shape but B3 T1000 D1000, 2% slower there), time whole or in segments (see
     _LANES_FULL); the states kept every LANES_CHUNK steps (in tiles of 4 while it keeps them);
-    the lanes backward in tiles of 2 steps of one warp's 32 channels, its segments by _LANES_BWD_WHOLE (on the CPU 8 channels a program,
-    tiles of 4 and 2 steps, chunks of 8)."""
+    the lanes backward in tiles of 2 steps of one warp's 32 channels, its segments by
+    _LANES_BWD_WHOLE (on the CPU 8 channels a program, tiles of 4 and 2 steps, chunks of 8)."""
     cpu = arch(device) == "cpu"
     block_d, tile, bwd_tile = (8, 4, 2) if cpu else (32, 8, 2)
     base = tiles(batch, channels, device)
