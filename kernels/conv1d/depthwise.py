@@ -60,6 +60,17 @@ def _dw_fwd(X, W, BIAS, R, Y, T, F, K: tl.constexpr, BLOCK_T: tl.constexpr, BLOC
 
 
 @triton.jit
+def _program(T, F, n_span, BLOCK_F: tl.constexpr, CHANNELS_FIRST: tl.constexpr):
+    """A backward program's (sequence x span index, span, channels, offset of its sequence)."""
+    if CHANNELS_FIRST:
+        seq, block = tl.program_id(1), tl.program_id(0)
+    else:
+        seq, block = tl.program_id(0), tl.program_id(1)
+    b = seq // n_span
+    return seq, seq % n_span, block * BLOCK_F + tl.arange(0, BLOCK_F), b.to(tl.int64) * T * F
+
+
+@triton.jit
 def _dw_bwd(X, W, R, DY, DX, PART, T, F, n_span, K: tl.constexpr, K_P2: tl.constexpr, SPAN: tl.constexpr,
             BLOCK_T: tl.constexpr, BLOCK_F: tl.constexpr, HAS_R: tl.constexpr, ACC: tl.constexpr,
             CHANNELS_FIRST: tl.constexpr):
@@ -71,15 +82,9 @@ def _dw_bwd(X, W, R, DY, DX, PART, T, F, n_span, K: tl.constexpr, K_P2: tl.const
     dx sums over them there, and the products for dw and dbias add up element by element over the
     span, summed across threads once at its end (not a barrier and a shared-memory round trip a
     tile and tap)."""
-    if CHANNELS_FIRST:
-        seq, block = tl.program_id(1), tl.program_id(0)
-    else:
-        seq, block = tl.program_id(0), tl.program_id(1)
+    seq, span, f, base = _program(T, F, n_span, BLOCK_F, CHANNELS_FIRST)
     b = seq // n_span
-    span = seq % n_span
-    f = block * BLOCK_F + tl.arange(0, BLOCK_F)
     mf = f < F
-    base = b.to(tl.int64) * T * F
     taps = tl.arange(0, K_P2)
     k3 = taps[:, None, None]
     f3 = f[None, None, :]
@@ -119,15 +124,9 @@ def _dw_bwd_taps(X, W, R, DY, DX, PART, T, F, n_span, K: tl.constexpr, SPAN: tl.
     """_dw_bwd for K <= 4 with [steps, channels] tiles, as the forward's: each tap's products for dw
     in an accumulator of its own (a0 .. a3), summed over steps once at the span's end. On the H200
     _dw_bwd took 1.3x-5x its time at widths 3 and 4, by its tiles (lab/results/conv1d_bwd_ab_h200.txt)."""
-    if CHANNELS_FIRST:
-        seq, block = tl.program_id(1), tl.program_id(0)
-    else:
-        seq, block = tl.program_id(0), tl.program_id(1)
+    seq, span, f, base = _program(T, F, n_span, BLOCK_F, CHANNELS_FIRST)
     b = seq // n_span
-    span = seq % n_span
-    f = block * BLOCK_F + tl.arange(0, BLOCK_F)
     mf = f < F
-    base = b.to(tl.int64) * T * F
     a0 = tl.zeros([BLOCK_T, BLOCK_F], ACC)
     a1 = tl.zeros([BLOCK_T, BLOCK_F], ACC)
     a2 = tl.zeros([BLOCK_T, BLOCK_F], ACC)
