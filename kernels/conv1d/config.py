@@ -49,17 +49,17 @@ _CPU_MIX = MixConfig(16, 16, 16, 1, 1, 16, 16, 16, 1, 1)
 def pick_depthwise(batch: int, steps: int, channels: int, width: int, device) -> DepthwiseConfig:
     if arch(device) == "cpu":
         return _CPU_DW
+    # lab/results/conv1d_bwd_ab_h200.txt (lab.ab, H200, the grid's six depthwise shapes): 64 channels
+    # and 2 warps a backward program took 0.93-1.00x the time of 128 and 4 at each (and were the
+    # fastest of the [taps, steps, channels] kernel's tiles at widths 3 and 4); 8 steps a tile
+    # 0.66-0.92x at width 4 but for B32 T60 (1.10x), 1.16-1.21x at widths 2 and 3. Wider (no grid
+    # shape): that kernel's tiles hold next_pow2(K) shifted copies of its steps, 32 rows in all. The
+    # forward's programs channel block first: 0.94-0.99x at three shapes
     if width <= 4:
-        # lab/results/conv1d_bwd_ab_h200.txt (lab.ab, H200, the grid's six depthwise shapes): 64
-        # channels and 2 warps a backward program took 0.93-1.00x the time of 128 and 4 at each; 8
-        # steps a tile 0.66-0.92x at width 4 but for B32 T60 (1.10x), 1.16-1.21x at widths 2 and 3.
-        # The forward's programs channel block first: 0.94-0.99x at three shapes
-        return DepthwiseConfig(channels_first=True, bwd_block_t=8 if width == 4 else 16, bwd_block_f=64, bwd_warps=2)
-    # wider (no grid shape): the backward's [taps, steps, channels] tiles hold next_pow2(K) shifted
-    # copies of block_t steps, 32 rows in all, in programs of 64 channels and 2 warps (the fastest
-    # of that kernel's tiles at widths 3 and 4 in the first two A/Bs of the results file above)
-    return DepthwiseConfig(channels_first=True, bwd_block_t=max(1, 32 // triton.next_power_of_2(width)),
-                           bwd_block_f=64, bwd_warps=2)
+        bwd_t = 8 if width == 4 else 16
+    else:
+        bwd_t = max(1, 32 // triton.next_power_of_2(width))
+    return DepthwiseConfig(channels_first=True, bwd_block_t=bwd_t, bwd_block_f=64, bwd_warps=2)
 
 
 @tunable

@@ -61,13 +61,13 @@ def _dw_fwd(X, W, BIAS, R, Y, T, F, K: tl.constexpr, BLOCK_T: tl.constexpr, BLOC
 
 @triton.jit
 def _program(T, F, n_span, BLOCK_F: tl.constexpr, CHANNELS_FIRST: tl.constexpr):
-    """A backward program's (sequence x span index, span, channels, offset of its sequence)."""
+    """A backward program's (sequence x span index, sequence, span, channels, offset of its sequence)."""
     if CHANNELS_FIRST:
         seq, block = tl.program_id(1), tl.program_id(0)
     else:
         seq, block = tl.program_id(0), tl.program_id(1)
     b = seq // n_span
-    return seq, seq % n_span, block * BLOCK_F + tl.arange(0, BLOCK_F), b.to(tl.int64) * T * F
+    return seq, b, seq % n_span, block * BLOCK_F + tl.arange(0, BLOCK_F), b.to(tl.int64) * T * F
 
 
 @triton.jit
@@ -82,8 +82,7 @@ def _dw_bwd(X, W, R, DY, DX, PART, T, F, n_span, K: tl.constexpr, K_P2: tl.const
     dx sums over them there, and the products for dw and dbias add up element by element over the
     span, summed across threads once at its end (not a barrier and a shared-memory round trip a
     tile and tap)."""
-    seq, span, f, base = _program(T, F, n_span, BLOCK_F, CHANNELS_FIRST)
-    b = seq // n_span
+    seq, b, span, f, base = _program(T, F, n_span, BLOCK_F, CHANNELS_FIRST)
     mf = f < F
     taps = tl.arange(0, K_P2)
     k3 = taps[:, None, None]
@@ -124,8 +123,7 @@ def _dw_bwd_taps(X, W, R, DY, DX, PART, T, F, n_span, K: tl.constexpr, SPAN: tl.
     """_dw_bwd for K <= 4 with [steps, channels] tiles, as the forward's: each tap's products for dw
     in an accumulator of its own (a0 .. a3), summed over steps once at the span's end. On the H200
     _dw_bwd took 1.3x-5x its time at widths 3 and 4, by its tiles (lab/results/conv1d_bwd_ab_h200.txt)."""
-    seq, span, f, base = _program(T, F, n_span, BLOCK_F, CHANNELS_FIRST)
-    b = seq // n_span
+    seq, b, span, f, base = _program(T, F, n_span, BLOCK_F, CHANNELS_FIRST)
     mf = f < F
     a0 = tl.zeros([BLOCK_T, BLOCK_F], ACC)
     a1 = tl.zeros([BLOCK_T, BLOCK_F], ACC)
