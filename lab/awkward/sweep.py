@@ -202,7 +202,7 @@ class Sweep:
 def summarise(cases: dict[str, list[dict]], verdicts: dict) -> tuple[str, dict]:
     """(the table, its numbers): per family and op, cases and each kind of failure."""
     cols = ("cases", "ok", "refused", "crash", "wrong_shape", "inplace", "fp32>2x_eager", "lowp>gate",
-            "fp32_floor_only", "invalid", "not_run")
+            "floor_only", "invalid", "not_run")
     numbers: dict[str, dict[str, int]] = {}
     for family, cs in cases.items():
         for c in cs:
@@ -220,7 +220,7 @@ def summarise(cases: dict[str, list[dict]], verdicts: dict) -> tuple[str, dict]:
                 elif s in row:
                     row[s] += 1
                 if v.get("floor_only"):
-                    row["fp32_floor_only"] += 1
+                    row["floor_only"] += 1
     width = max((len(k) for k in numbers), default=6) + 2
     lines = ["".ljust(width) + " ".join(f"{c:>15}" for c in cols)]
     lines += [k.ljust(width) + " ".join(f"{row[c]:>15}" for c in cols) for k, row in numbers.items()]
