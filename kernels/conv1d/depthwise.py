@@ -27,6 +27,12 @@ def _tile(ptr, base, t, f, T, F, alive, mf):
 
 
 @triton.jit
+def _weight(W, f, K: tl.constexpr, k: tl.constexpr, mf):
+    """Tap k's weights (w[f, K-1-k]) as a [1, channels] row in fp32; zero for taps past the width."""
+    return tl.load(W + f[None, :] * K + (K - 1 - k), mask=mf[None, :] & (k < K), other=0.0).to(tl.float32)
+
+
+@triton.jit
 def _no_reset(R, b, t, T, alive):
     """alive, cleared where step t (inside the sequence) is a reset."""
     r = tl.load(R + b * T + t, mask=(t >= 0) & (t < T), other=0)
@@ -125,6 +131,12 @@ def _dw_bwd_taps(X, W, R, DY, DX, PART, T, F, n_span, K: tl.constexpr, SPAN: tl.
     _dw_bwd took 1.3x-5x its time at widths 3 and 4, by its tiles (lab/results/conv1d_bwd_ab_h200.txt)."""
     seq, b, span, f, base = _program(T, F, n_span, BLOCK_F, CHANNELS_FIRST)
     mf = f < F
+    # the taps' weights before the loop, [1, channels] as the tiles hold them: loaded in it, each
+    # crossed from its load's layout into the tile's through shared memory, two barriers a tap and tile
+    w0 = _weight(W, f, K, 0, mf)
+    w1 = _weight(W, f, K, 1, mf)
+    w2 = _weight(W, f, K, 2, mf)
+    w3 = _weight(W, f, K, 3, mf)
     a0 = tl.zeros([BLOCK_T, BLOCK_F], ACC)
     a1 = tl.zeros([BLOCK_T, BLOCK_F], ACC)
     a2 = tl.zeros([BLOCK_T, BLOCK_F], ACC)
@@ -145,14 +157,17 @@ def _dw_bwd_taps(X, W, R, DY, DX, PART, T, F, n_span, K: tl.constexpr, SPAN: tl.
             p = dy.to(ACC) * _tile(X, base, t - k, f, T, F, back, mf).to(ACC)
             if k == 0:
                 a0 += p
+                w = w0
             elif k == 1:
                 a1 += p
+                w = w1
             elif k == 2:
                 a2 += p
+                w = w2
             else:
                 a3 += p
-            w = tl.load(W + f * K + (K - 1 - k), mask=mf, other=0.0).to(tl.float32)
-            dx += _tile(DY, base, t + k, f, T, F, ahead, mf) * w[None, :]
+                w = w3
+            dx += _tile(DY, base, t + k, f, T, F, ahead, mf) * w
         m = inside[:, None] & mf[None, :]
         tl.store(DX + base + t[:, None] * F + f[None, :], dx.to(DX.dtype.element_ty), mask=m)
     part = PART + (seq * (K + 1)) * F + f
