@@ -267,3 +267,19 @@ def test_lanes_backward_folds_in_low_precision_below_16_segments(monkeypatch, dt
     reference(*exact, resets).backward(dy.to(dtype).double())
     for name, got, want in zip(("x", "nu_log", "theta_log", "map1", "map2"), leaves, exact):
         assert verify.rel_error(got.grad, want.grad) <= SPEC.tolerance[dtype], name
+
+
+def test_lanes_forward_walks_time_whole_from_half_the_warps_target(monkeypatch):
+    """On a GPU the lanes forward splits time until the grid holds _LANES_WARPS_PER_SM warps an SM,
+    but from half of them on it walks time whole (a second segment's ends pass reads x again):
+    with 132 SMs, 1024 programs take one segment where cdiv would ask for 2, 128 keep cdiv's 9, and
+    the backward's count is not the forward's rule."""
+    from kcollect.kernels.rtu import config
+
+    monkeypatch.setattr(config, "arch", lambda device: "sm90")
+    monkeypatch.setattr(config, "sm_count", lambda device: 132)
+    whole = config.lanes(64, 1024, 1024, "cuda", resets=True)
+    split = config.lanes(8, 8192, 1024, "cuda", resets=True)
+    assert whole.segments == 1 and split.segments == 9 and split.bwd_segments == 5
+    edge = config.lanes(33, 1024, 1024, "cuda")  # 528 programs: 4 warps an SM exactly
+    assert edge.segments == 1 and config.lanes(32, 1024, 1024, "cuda").segments == 3

@@ -59,6 +59,12 @@ LANES_BWD_FROM: int | None = 32768
 # Lanes programs are one warp; time is cut into segments until the grid holds this many warps an
 # SM: a segment more costs one more read of its inputs (the ends pass), too few leave latency bare
 _LANES_WARPS_PER_SM = 8
+# A forward grid that holds half that many warps an SM or more walks time whole: where cdiv asked for
+# 2 segments (1024 one-warp programs, 7.8 warps an SM), one took 0.867x-0.892x the forward's time on
+# the H200 at B64 T1024 H1024, B32 T2048 H2048 (diagonal and low-rank), B16 T4096 H4096: a second
+# segment's ends pass reads x again (lab/results/rtu_segments_h200_c6d5449.txt). Fewer warps keep
+# the rule's count: at B8 T8192 H1024 (128 programs) 9 segments took 0.97x the time of 8, 0.94x of 16
+_LANES_WHOLE = _LANES_WARPS_PER_SM // 2
 # and no segment shorter than this many steps (a tile of the forward; two chunks of the backward):
 # at B8 T1024 H64 (8 two-warp programs) the backward in 64 segments of one chunk took 1.6x the time
 # of 32 segments of two (lab/results/scans_ab_h200.txt: 86 against 54 GB/s), where the ends pass
@@ -100,6 +106,7 @@ def lanes(batch: int, steps: int, channels: int, device, chunk: int | None = Non
     T2048 H2048 and B64 T1024 H1024. Time in as many
     segments as bring each grid to _LANES_WARPS_PER_SM warps an SM (warps, not programs: counted as
     programs, the two-warp backward at B32 T2048 H2048 split in two and took 1.40x as long).
+    The forward walks time whole from _LANES_WHOLE warps an SM on.
     No segment shorter than _LANES_MIN_SEGMENT steps, nor in the backward _LANES_BWD_SEGMENT (but
     _LANES_BWD_SEGMENTS where that allows). On the CPU tiles, chunks and blocks of 8, as the tiles
     path's, and segments down to one of them (the tests cross segments at few steps)."""
@@ -115,6 +122,8 @@ def lanes(batch: int, steps: int, channels: int, device, chunk: int | None = Non
     want = _LANES_WARPS_PER_SM * sm_count(device)
     segs = [max(1, min(triton.cdiv(want, w * max(1, batch * triton.cdiv(channels, b))), cap))
             for b, w, cap in ((fwd, 1, most[0]), (bwd, bwd_warps, most[1]))]
+    if arch(device) != "cpu" and batch * triton.cdiv(channels, fwd) >= _LANES_WHOLE * sm_count(device):
+        segs[0] = 1
     return RTUConfig(chunk, fwd, 1, segs[0], bwd, bwd_warps, segs[1], "lanes", "lanes", tile)
 
 
