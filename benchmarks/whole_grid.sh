@@ -5,10 +5,10 @@
 #   1. which peers import here (QuACK and FlashAttention-4 need the CuTe DSL's packages: gpu_env.sh);
 #   2. the committed history is imported first, so that a series' last time can vouch for a row
 #      (as in the benchmark workflow);
-#   3. cold with PROCS processes in the precompile pass (default: precompile.default_procs, 8 on
-#      a one-GPU host of 16 cores, where the pass took 327 s of a 17m10s run at 3c3d5d4; on a host
-#      of four H200s 30 processes made the grid's 2111 builds in 150 s), then warm where DEADLINE
-#      (epoch seconds) leaves 600 s for it.
+#   3. cold with PROCS processes in the precompile pass (default: precompile.default_procs, 16 on
+#      a one-GPU host of 16 cores, where the pass took 243.5 s of a 17m01s run at 11076cc; 8 took
+#      327 s at 3c3d5d4; on a host of four H200s 30 processes made the grid's 2111 builds in 150 s),
+#      then warm where DEADLINE (epoch seconds) leaves 600 s for it.
 #   OUT_DIR=$OUT bash lab/gpu_detached.sh start 'bash benchmarks/whole_grid.sh SHA TIME DEADLINE [PROCS]'
 set -uo pipefail
 sha=$1 t=$2 deadline=$3 procs=${4:-auto}

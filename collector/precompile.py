@@ -69,12 +69,14 @@ from typing import Callable
 from .plan import Case, RunConfig
 from .spawn import start_quietly
 
-# Processes per GPU the run uses (8 to a GPU: the full grid's 2111 cold builds on a 4x H200 host
-# took 150 s in 30 processes; in 8 on three of its GPUs, 239 of 240 cases took 366 s).
-PROCS_MAX = 8
-# A margin, not a measurement: each process holds torch, inductor and the peers' compilers (the
-# H100 hosts this was run on had 128 GiB for 8); a 32 GiB workstation gets 4.
-HOST_GIB_PER_PROC = 8
+# Processes per GPU the run uses, one a core: on a one-H200 host of 16 cores the whole grid's 1847
+# cold builds took 243.5 s in 16 processes (run 54b380fd) against 326.7 s in 8 (1c1d4661); on a 4x
+# H200 host the full grid's 2111 took 150 s in 30 processes, 239 of 240 cases 366 s in 8 on three GPUs.
+PROCS_MAX = 16
+# Each process holds torch, inductor and the peers' compilers: the one-H200 host's memory in use
+# peaked at 27.7 GiB during the run with 16 (1.7 GiB a process at most); this is that, doubled and
+# rounded up, as a margin (a 32 GiB workstation gets 8).
+HOST_GIB_PER_PROC = 4
 # Fewer units than this per process: not worth a process's start (imports, CUDA), seconds each.
 UNITS_PER_PROC = 2
 MANIFEST = "built.json"
@@ -141,8 +143,8 @@ CRASH_SIGNALS = (signal.SIGABRT, signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, s
 
 
 def default_procs(device: str, gpus: int = 1) -> int:
-    """On a GPU, a process per two cores and per HOST_GIB_PER_PROC of memory, 2 to PROCS_MAX per GPU
-    of the run; on the CPU none (its interpreter builds nothing that a cache keeps)."""
+    """On a GPU, a process per core and per HOST_GIB_PER_PROC of memory, 2 to PROCS_MAX per GPU of
+    the run; on the CPU none (its interpreter builds nothing that a cache keeps)."""
     if device != "cuda":
         return 0
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 2)
@@ -150,7 +152,7 @@ def default_procs(device: str, gpus: int = 1) -> int:
         gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     except (ValueError, OSError, AttributeError):
         gib = HOST_GIB_PER_PROC * PROCS_MAX * gpus
-    return max(2, min(PROCS_MAX * max(1, gpus), cores // 2, int(gib // HOST_GIB_PER_PROC)))
+    return max(2, min(PROCS_MAX * max(1, gpus), cores, int(gib // HOST_GIB_PER_PROC)))
 
 
 def units(cases: list[Case], indices: list[int], config: RunConfig) -> dict[int, list[tuple[str, str]]]:

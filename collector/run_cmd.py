@@ -111,7 +111,7 @@ CPU_COMPILE = ("compile", "on the CPU torch.compile builds C++, not the Triton c
 @click.option("--precompile", default="auto", metavar="N|auto", show_default=True,
               help="Before measuring, build the plan's kernels (Triton, torch.compile, CuTe DSL) into the caches in N "
                    "parallel processes, where the caches lack them; 0: build each as the run meets it. auto: on CUDA "
-                   "one process per two cores and per 8 GiB of memory (2 to 8 per GPU of the run), on the CPU 0 (the "
+                   "one process per core and per 4 GiB of memory (2 to 16 per GPU of the run), on the CPU 0 (the "
                    "interpreter builds nothing to keep). A build that runs past --measure-timeout there, or kills its "
                    "process itself (a compiler's assertion), is stored as an `error` row and not called again.")
 @click.option("--precompile-limit", default=None, metavar="SECONDS",

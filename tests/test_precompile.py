@@ -191,12 +191,14 @@ def test_auto_processes_scale_with_the_run_s_gpus_within_cores_and_memory(monkey
         monkeypatch.setattr(precompile.os, "sched_getaffinity", lambda _pid: set(range(cores)))
         monkeypatch.setattr(precompile.os, "sysconf", lambda name: 4096 if name == "SC_PAGE_SIZE" else gib * 2**18)
 
-    host(64, 512)  # a 4-GPU host
-    assert [precompile.default_procs("cuda", g) for g in (1, 2, 4)] == [8, 16, 32]
-    host(16, 128)  # one GPU's share of cores and memory caps it
-    assert precompile.default_procs("cuda", 4) == 8
-    host(64, 48)
-    assert precompile.default_procs("cuda", 4) == 6
+    host(128, 512)  # a 4-GPU host
+    assert [precompile.default_procs("cuda", g) for g in (1, 2, 4)] == [16, 32, 64]
+    host(16, 128)  # one GPU's share of cores caps it
+    assert precompile.default_procs("cuda", 4) == 16
+    host(64, 48)  # and memory
+    assert precompile.default_procs("cuda", 4) == 12
+    host(2, 8)
+    assert precompile.default_procs("cuda") == 2
 
 
 def test_tuning_saved_during_the_pass_is_forgotten_and_older_tuning_kept(tmp_path, monkeypatch):
