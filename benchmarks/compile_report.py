@@ -3,7 +3,15 @@ it: registers per thread, spill stores/loads, shared memory, and counts of the S
 that matter for a memory-bound kernel (global loads/stores by width, barriers, local memory).
 
 Used as evidence for launch choices: a variant that spills, or whose loads are not 16 bytes wide,
-explains a bandwidth shortfall before any GPU time is spent.
+explains a bandwidth shortfall before any GPU time is spent. `loops` counts what each loop of the
+SASS does an iteration: a barrier and shared-memory traffic inside a time loop is a layout crossing
+the compiler left there (conv1d's backward loaded its taps' weights in its loop: 8 barriers and 36
+shared-memory loads and stores an iteration, none once they were loaded before it).
+
+Compile with the GPU's Triton: the layouts it picks differ between versions (the selective scan's
+lanes forward, sm_90: Triton 3.6 puts a warp's lanes on the channels as the kernel intends, 3.7.1
+puts 16 of them on the states). Where this machine's Triton is another, install the GPU's beside it
+(pip install --no-deps --target DIR triton==X) and run with PYTHONPATH=DIR first.
 
     from benchmarks.compile_report import report
     print(report(fn, {"x_ptr": "*bf16", "N": "i32", "BLOCK": "constexpr"}, {"BLOCK": 4096},
@@ -70,6 +78,26 @@ def _sass_counts(sass: str) -> dict:
     return dict(sorted(ops.items()))
 
 
+def loops(sass: str) -> list[dict]:
+    """Each loop of the SASS (a branch back to an earlier address), innermost first by size: its
+    first and last address, instructions, barriers, shared-memory loads and stores, global loads."""
+    body = {}
+    for line in sass.splitlines():
+        m = re.search(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]+)(.*)", line)
+        if m:
+            body[int(m.group(1), 16)] = (m.group(2), m.group(3))
+    out = []
+    for end, (op, rest) in body.items():
+        target = re.search(r"(0x[0-9a-f]+)", rest) if op == "BRA" else None
+        if target and int(target.group(1), 16) < end:
+            ops = [o for a, (o, _) in body.items() if int(target.group(1), 16) <= a <= end]
+            out.append({"start": target.group(1), "end": hex(end), "instructions": len(ops),
+                        "barriers": sum(o.startswith("BAR") for o in ops),
+                        "shared": sum(o.startswith(("LDS", "STS")) for o in ops),
+                        "global_loads": sum(o.startswith("LDG") for o in ops)})
+    return sorted(out, key=lambda r: r["instructions"])
+
+
 def report(fn, signature: dict, constexprs: dict, num_warps: int, aligned=(), num_stages: int = 3,
            sass: bool = False, maxnreg: int | None = None) -> dict:
     k = compile_sm90(fn, signature, constexprs, num_warps, aligned, num_stages, maxnreg)
@@ -133,7 +161,8 @@ def compile_launch(fn, args: tuple, kwargs: dict, sass: bool = False) -> tuple[d
     usage, text = _resource_usage(k.asm["cubin"])
     const = specialise(fn, args, kwargs)[1]
     r = {"registers": usage.get("REG"), "local_bytes": usage.get("LOCAL", 0), "stack": usage.get("STACK", 0),
-         "shared": k.metadata.shared, "num_warps": k.metadata.num_warps, "sass_ops": _sass_counts(text)}
+         "shared": k.metadata.shared, "num_warps": k.metadata.num_warps, "sass_ops": _sass_counts(text),
+         "loops": loops(text)}
     if sass:
         r["sass"] = text
     return r, const, secs

@@ -2,10 +2,13 @@
 2-4, resets at the first step, at tile boundaries and back to back, several time and channel
 tiles (masked ones), backward spans, forward (inference) and forward+backward, bf16 and fp32; the
 eager provider, cuDNN's refusal of resets, Cortex's of depthwise, and the input checks."""
+import json
 import random
 
 import pytest
 import torch
+
+import opcheck
 
 from kcollect import verify
 from kcollect.kernels._host.config import forced
@@ -92,3 +95,35 @@ def test_grids_and_cost_model():
     d = {"B": 2, "T": 3, "F": 4, "K": 2, "groups": MIX, "resets": 0, "p": 0}
     assert SPEC.flops(d, "fwd") == 2 * 2 * 3 * 4 * 4 * 2
     assert SPEC.bytes_moved(d, F32, "fwd") == (2 * 24 + 32 + 4) * 4
+
+
+_LOOP_SM90 = """
+import json
+import torch
+from benchmarks.ab_tools import recorded
+from benchmarks import compile_report as cr
+from kcollect.kernels.conv1d import DepthwiseConfig, depthwise_backward
+
+out = {}
+for K, t in ((2, 16), (3, 8), (4, 8)):  # the GPU's picks
+    for resets in (False, True):
+        x = torch.empty(2, 256, 256, dtype=torch.bfloat16)
+        w = torch.empty(256, 1, K, dtype=torch.bfloat16)
+        r = torch.zeros(2, 256, dtype=torch.bool) if resets else None
+        calls = []
+        with recorded(calls):
+            depthwise_backward(x, x, w, r, DepthwiseConfig(channels_first=True, bwd_block_t=t, bwd_block_f=64, bwd_warps=2))
+        k, _, args, kw = calls[0]
+        out[f"K{K}-{resets}"] = cr.compile_launch(k, args, kw)[0]["loops"]
+print(json.dumps(out))
+"""
+
+
+def test_depthwise_backward_time_loop_crosses_no_layout():
+    """The depthwise backward's time loop, compiled for sm_90 at the GPU's tiles: no barrier and no
+    shared-memory traffic an iteration (its taps' weights loaded inside it crossed into the tiles'
+    layout through shared memory every tile: 8 barriers and 36 loads and stores at width 4)."""
+    got = json.loads(opcheck.run_offline_compile(_LOOP_SM90).strip().splitlines()[-1])
+    for name, loops in got.items():
+        time_loop = max(loops, key=lambda lp: lp["global_loads"])
+        assert time_loop["global_loads"] >= 4 and time_loop["barriers"] == 0 and time_loop["shared"] == 0, (name, loops)
