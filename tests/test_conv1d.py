@@ -112,7 +112,8 @@ for K, t in ((2, 16), (3, 8), (4, 8)):  # the GPU's picks
         r = torch.zeros(2, 256, dtype=torch.bool) if resets else None
         calls = []
         with recorded(calls):
-            depthwise_backward(x, x, w, r, DepthwiseConfig(channels_first=True, bwd_block_t=t, bwd_block_f=64, bwd_warps=2))
+            cfg = DepthwiseConfig(channels_first=True, bwd_block_t=t, bwd_block_f=64, bwd_warps=2)
+            depthwise_backward(x, x, w, r, cfg)
         k, _, args, kw = calls[0]
         out[f"K{K}-{resets}"] = cr.compile_launch(k, args, kw)[0]["loops"]
 print(json.dumps(out))
