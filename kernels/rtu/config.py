@@ -97,9 +97,11 @@ def split(batch: int, steps: int, channels: int, block_h: int, chunk: int, devic
 
 def lanes(batch: int, steps: int, channels: int, device, chunk: int | None = None, resets: bool = False) -> RTUConfig:
     """The lanes path's config. The forward in tiles of 32 steps of 64 channels a one-warp program
-    (2 a thread: 64 values in registers, 128 registers a thread at sm_90, and a tile's loads, 4 KB a
-    warp, in flight while the one before is scanned), keeping the state every `chunk` steps; the
-    backward in chunks of LANES_CHUNK steps (8 with resets from LANES_CHUNK_8_FROM on; or `chunk`) of
+    (2 a thread: 64 values in registers, and a tile's loads, 4 KB a warp, in flight while the one
+    before is scanned; an offline sm_90 compile with Triton 3.6, the GPU's, at B8 T8192 H1024 with
+    resets: 255 registers a thread, none spilled in the time loop, so 8 warps an SM at most),
+    keeping the state every `chunk` steps; the backward in chunks of LANES_CHUNK steps (8 with
+    resets from LANES_CHUNK_8_FROM on; or `chunk`) of
     32 channels (1 a thread: its chunk's states, kept states, SiLU', adjoint and inputs fit the
     registers at 16 steps, 210 registers, where 32 steps spilled), two warps a program: on the H200
     64 channels over 2 warps took 0.88x to 0.91x the time of 32 over one at B8 T8192 H1024, B32
