@@ -101,13 +101,13 @@ def lanes(batch: int, steps: int, channels: int, device, chunk: int | None = Non
     before is scanned; an offline sm_90 compile with Triton 3.6, the GPU's, at B8 T8192 H1024 with
     resets: 255 registers a thread, none spilled in the time loop, so 8 warps an SM at most),
     keeping the state every `chunk` steps; the backward in chunks of LANES_CHUNK steps (8 with
-    resets from LANES_CHUNK_8_FROM on; or `chunk`) of
-    32 channels (1 a thread: its chunk's states, kept states, SiLU', adjoint and inputs fit the
-    registers at 16 steps, 210 registers, where 32 steps spilled), two warps a program: on the H200
-    64 channels over 2 warps took 0.88x to 0.91x the time of 32 over one at B8 T8192 H1024, B32
-    T2048 H2048 and B64 T1024 H1024. Time in as many
-    segments as bring each grid to _LANES_WARPS_PER_SM warps an SM (warps, not programs: counted as
-    programs, the two-warp backward at B32 T2048 H2048 split in two and took 1.40x as long).
+    resets from LANES_CHUNK_8_FROM on; or `chunk`) of 32 channels (1 a thread: its chunk's states,
+    kept states, SiLU', adjoint and inputs fit the registers at 16 steps, 210 registers, where 32
+    steps spilled), two warps a program: on the H200 64 channels over 2 warps took 0.88x to 0.91x
+    the time of 32 over one at B8 T8192 H1024, B32 T2048 H2048 and B64 T1024 H1024. Time in as
+    many segments as bring each grid to _LANES_WARPS_PER_SM warps an SM (warps, not programs:
+    counted as programs, the two-warp backward at B32 T2048 H2048 split in two and took 1.40x as
+    long).
     The forward walks time whole from _LANES_WHOLE warps an SM on.
     No segment shorter than _LANES_MIN_SEGMENT steps, nor in the backward _LANES_BWD_SEGMENT (but
     _LANES_BWD_SEGMENTS where that allows). On the CPU tiles, chunks and blocks of 8, as the tiles
