@@ -143,7 +143,7 @@ def _row(data: SiteData, f: dict[str, Any], slugs: dict[str, str]) -> dict[str, 
         "provider": f["provider"], "shape": f["shape"], "before": commit_info(before), "after": commit_info(after),
         "before_ci": f["before_ci"], "after_ci": f["after_ci"], "n_commits": f["after_ci"] - f["before_ci"],
         "range_url": range_url(before, after), "before_ms": f["before_ms"], "after_ms": f["after_ms"],
-        "change": f["change"], "what": f.get("what"), "timing": f.get("timing")}
+        "change": f["change"], "what": f.get("what"), "timing": f.get("timing"), "cause": f.get("cause")}
 
 
 def confidence(p: float | None) -> float:

@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 import site_store
-from kcollect import charts, regress, site_cache, site_config, site_data, site_flags, site_index, site_pages
+from kcollect import charts, regress, site, site_cache, site_config, site_data, site_flags, site_index, site_pages
 from kcollect.cli import main
 from kcollect.history import export_runs
 from kcollect.series import canonical
@@ -1055,3 +1055,18 @@ def test_compare_reads_recent_commits_from_files_of_their_points(tmp_path):
                 kept = [(c, m, k) for c, m, k in zip(ci, med, cond) if c >= e["rs"]]
                 got = part["series"].get(provider, {}).get(shape)
                 assert (list(zip(got[0], got[1], got[4])) if got else []) == kept
+
+
+def test_a_listed_step_of_ours_that_something_else_explains_says_so():
+    """A kernel page lists every open flag of its kernel. One of our provider's series whose code did
+    not change (or a partial run) is a step to confirm, not a regression of our code, and its line
+    says so with the engine's cause (conv1d's page showed +2.7% at a commit that changed no kernel,
+    as if it were ours); a regression of ours and a peer's carry no such tag."""
+    flag_line = site.environment().get_template("_macros.html").module.flag_line
+    after = {"date": "2026-12-01", "short": "135401df", "hover": "", "subject": "a script", "url": None}
+    base = dict(id="f1", kernel="conv1d", mode="bwd", dtype="bfloat16", provider="triton", shape="B=2,T=128",
+                change=0.027, glabel="NVIDIA H200", z=3.4, after=after)
+    moved = str(flag_line(dict(base, ours=False, mine=True, cause="our code did not change"), ""))
+    assert "to confirm: our code did not change" in moved
+    assert "to confirm" not in str(flag_line(dict(base, ours=True, mine=True, cause=None), ""))
+    assert "to confirm" not in str(flag_line(dict(base, ours=False, mine=False, cause=None), ""))
