@@ -101,6 +101,20 @@ KIND_FILTER = {"open": "open", "ended": "recovered", "recovered": "recovered", "
                "lost": "improvement"}
 
 
+def to_confirm(f: dict[str, Any]) -> str | None:
+    """Why a step of our provider is not counted as a regression of our code (the engine's cause:
+    our code did not change, a partial run, the environment), or None."""
+    if not f.get("mine") or f["ours"]:
+        return None
+    return (f.get("cause") or "not a step of our code").removesuffix(": confirm")
+
+
+def _label(f: dict[str, Any]) -> str:
+    """A step's label; an open regression of ours to confirm says why."""
+    why = to_confirm(f) if f["state"] == "open" else None
+    return f"open regression to confirm: {why}" if why else STATE_LABEL[f["state"]]
+
+
 def flag_rows(data: SiteData, flags: list[dict[str, Any]], changes: list[dict[str, Any]],
               slugs: dict[str, str]) -> list[dict[str, Any]]:
     """One row per step and per change of measuring conditions, in the page's order: open
@@ -115,7 +129,7 @@ def flag_rows(data: SiteData, flags: list[dict[str, Any]], changes: list[dict[st
         mark = min(f["step_at"] * len(values) // len(f["values"]), len(values) - 1)
         end = g.commits[f["end_ci"]] if f["end_ci"] is not None else None
         rows.append(_row(data, f, slugs) | {
-            "filter_kind": KIND_FILTER[f["state"]], "label": STATE_LABEL[f["state"]],
+            "filter_kind": KIND_FILTER[f["state"]], "label": _label(f),
             "z": f["z"], "p": f["p"], "noise": f["noise"], "spark": charts.sparkline(values, mark=mark),
             "end": commit_info(end) if end else None, "end_ci": f["end_ci"],
             "order": STATE_ORDER.get((f["kind"], f["state"], f["ours"]), 6),
@@ -143,7 +157,7 @@ def _row(data: SiteData, f: dict[str, Any], slugs: dict[str, str]) -> dict[str, 
         "provider": f["provider"], "shape": f["shape"], "before": commit_info(before), "after": commit_info(after),
         "before_ci": f["before_ci"], "after_ci": f["after_ci"], "n_commits": f["after_ci"] - f["before_ci"],
         "range_url": range_url(before, after), "before_ms": f["before_ms"], "after_ms": f["after_ms"],
-        "change": f["change"], "what": f.get("what"), "timing": f.get("timing"), "cause": f.get("cause")}
+        "change": f["change"], "what": f.get("what"), "timing": f.get("timing"), "confirm": to_confirm(f)}
 
 
 def confidence(p: float | None) -> float:

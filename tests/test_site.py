@@ -1066,7 +1066,13 @@ def test_a_listed_step_of_ours_that_something_else_explains_says_so():
     after = {"date": "2026-12-01", "short": "135401df", "hover": "", "subject": "a script", "url": None}
     base = dict(id="f1", kernel="conv1d", mode="bwd", dtype="bfloat16", provider="triton", shape="B=2,T=128",
                 change=0.027, glabel="NVIDIA H200", z=3.4, after=after)
-    moved = str(flag_line(dict(base, ours=False, mine=True, cause="our code did not change"), ""))
-    assert "to confirm: our code did not change" in moved
-    assert "to confirm" not in str(flag_line(dict(base, ours=True, mine=True, cause=None), ""))
-    assert "to confirm" not in str(flag_line(dict(base, ours=False, mine=False, cause=None), ""))
+    for ours, mine, cause, want in ((False, True, "our code did not change", "to confirm: our code did not change"),
+                                    (False, True, "partial run: confirm", "to confirm: partial run<"),
+                                    (True, True, None, None), (False, False, None, None)):
+        f = dict(base, ours=ours, mine=mine, cause=cause)
+        html = str(flag_line(dict(f, confirm=site_pages.to_confirm(f)), ""))
+        assert (want in html) if want else ("to confirm" not in html), html
+    # and the regressions table's label
+    assert site_pages._label(dict(state="open", ours=False, mine=True, cause="partial run: confirm")) == \
+        "open regression to confirm: partial run"
+    assert site_pages._label(dict(state="open", ours=True, mine=True, cause=None)) == "open regression"
