@@ -10,8 +10,11 @@ shared-memory loads and stores an iteration, none once they were loaded before i
 
 Compile with the GPU's Triton: the layouts it picks differ between versions (the selective scan's
 lanes forward, sm_90: Triton 3.6 puts a warp's lanes on the channels as the kernel intends, 3.7.1
-puts 16 of them on the states). Where this machine's Triton is another, install the GPU's beside it
-(pip install --no-deps --target DIR triton==X) and run with PYTHONPATH=DIR first.
+puts 16 of them on the states). Where this machine's Triton is another, install the benchmark
+runner's pin (requirements/gpu.txt) beside it and put it first on the path:
+
+    pip install --no-deps --target /tmp/triton-gpu "$(grep '^triton==' requirements/gpu.txt)"
+    PYTHONPATH=/tmp/triton-gpu:. TRITON_CACHE_DIR=/tmp/triton-gpu-cache python SCRIPT
 
     from benchmarks.compile_report import report
     print(report(fn, {"x_ptr": "*bf16", "N": "i32", "BLOCK": "constexpr"}, {"BLOCK": 4096},

@@ -9,6 +9,8 @@
 #      ends pass that reads x again);
 #   2. the scans family's awkward sweep, conv1d only, on the compiled kernels (its backward's
 #      weights now loaded before the time loop).
+# As run at c6d5449 (lab/results/rtu_segments_h200_c6d5449.txt): one segment won where cdiv asked for 2;
+# at 128 programs the pick's 9 beat 8, the second wave notwithstanding.
 #   OUT_DIR=$OUT bash lab/gpu_call.sh 'bash lab/rtu_segments_job.sh'
 set -uo pipefail
 log=${JOB_OUT:-.}
