@@ -70,25 +70,26 @@ def _resource_usage(cubin: bytes) -> dict:
     return usage, sass
 
 
-def _sass_counts(sass: str) -> dict:
-    ops = collections.Counter()
+def _instructions(sass: str) -> dict[int, tuple[str, str]]:
+    """address -> (opcode, operands) of each SASS instruction (its predicate left out)."""
+    body = {}
     for line in sass.splitlines():
-        m = re.search(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]+)", line)
+        m = re.search(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]+)(.*)", line)
         if m:
-            op = m.group(1)
-            if op.startswith(("LDG", "STG", "LDL", "STL", "BAR", "ATOMG", "RED", "LDS", "STS", "SHFL")):
-                ops[op] += 1
+            body[int(m.group(1), 16)] = (m.group(2), m.group(3))
+    return body
+
+
+def _sass_counts(sass: str) -> dict:
+    kept = ("LDG", "STG", "LDL", "STL", "BAR", "ATOMG", "RED", "LDS", "STS", "SHFL")
+    ops = collections.Counter(op for op, _ in _instructions(sass).values() if op.startswith(kept))
     return dict(sorted(ops.items()))
 
 
 def loops(sass: str) -> list[dict]:
     """Each loop of the SASS (a branch back to an earlier address), innermost first by size: its
     first and last address, instructions, barriers, shared-memory loads and stores, global loads."""
-    body = {}
-    for line in sass.splitlines():
-        m = re.search(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]+)(.*)", line)
-        if m:
-            body[int(m.group(1), 16)] = (m.group(2), m.group(3))
+    body = _instructions(sass)
     out = []
     for end, (op, rest) in body.items():
         target = re.search(r"(0x[0-9a-f]+)", rest) if op == "BRA" else None

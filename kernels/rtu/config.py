@@ -107,25 +107,23 @@ def lanes(batch: int, steps: int, channels: int, device, chunk: int | None = Non
     the time of 32 over one at B8 T8192 H1024, B32 T2048 H2048 and B64 T1024 H1024. Time in as
     many segments as bring each grid to _LANES_WARPS_PER_SM warps an SM (warps, not programs:
     counted as programs, the two-warp backward at B32 T2048 H2048 split in two and took 1.40x as
-    long).
-    The forward walks time whole from _LANES_WHOLE warps an SM on.
-    No segment shorter than _LANES_MIN_SEGMENT steps, nor in the backward _LANES_BWD_SEGMENT (but
-    _LANES_BWD_SEGMENTS where that allows). On the CPU tiles, chunks and blocks of 8, as the tiles
-    path's, and segments down to one of them (the tests cross segments at few steps)."""
+    long); the forward walks time whole from _LANES_WHOLE warps an SM on. No segment shorter than
+    _LANES_MIN_SEGMENT steps, nor in the backward _LANES_BWD_SEGMENT (but _LANES_BWD_SEGMENTS where
+    that allows). On the CPU tiles, chunks and blocks of 8, as the tiles path's, and segments down
+    to one of them (the tests cross segments at few steps)."""
     if arch(device) == "cpu":
         fwd, bwd, bwd_warps, tile, chunk = 8, 8, 1, 8, chunk or 8
         most = (triton.cdiv(steps, tile), triton.cdiv(steps, chunk))
     else:
         eight = resets and batch * steps * channels >= LANES_CHUNK_8_FROM
         fwd, bwd, bwd_warps, tile, chunk = 64, 64, 2, 32, chunk or (8 if eight else LANES_CHUNK)
-        most = (triton.cdiv(steps, max(tile, _LANES_MIN_SEGMENT)),
+        whole = batch * triton.cdiv(channels, fwd) >= _LANES_WHOLE * sm_count(device)
+        most = (1 if whole else triton.cdiv(steps, max(tile, _LANES_MIN_SEGMENT)),
                 max(triton.cdiv(steps, _LANES_BWD_SEGMENT),
                     min(_LANES_BWD_SEGMENTS, triton.cdiv(steps, max(chunk, _LANES_MIN_SEGMENT)))))
     want = _LANES_WARPS_PER_SM * sm_count(device)
     segs = [max(1, min(triton.cdiv(want, w * max(1, batch * triton.cdiv(channels, b))), cap))
             for b, w, cap in ((fwd, 1, most[0]), (bwd, bwd_warps, most[1]))]
-    if arch(device) != "cpu" and batch * triton.cdiv(channels, fwd) >= _LANES_WHOLE * sm_count(device):
-        segs[0] = 1
     return RTUConfig(chunk, fwd, 1, segs[0], bwd, bwd_warps, segs[1], "lanes", "lanes", tile)
 
 
