@@ -24,7 +24,8 @@ every call gives the same values in the same layout). `verdict(subject)` then
     inplace         an input or an incoming gradient changed by the call
     over_tolerance  some output or gradient over its gate: fp32 more than FP32_FACTOR x eager's
                     error, and than FP32_FACTOR x the part's own spread under one fp32 rounding of
-                    the inputs (an ill-conditioned part), and than FP32_FLOOR (a few fp32
+                    the inputs (an ill-conditioned part; the largest of SPREAD_DRAWS roundings
+                    for a part over its gate at the first), and than FP32_FLOOR (a few fp32
                     roundings); bf16/fp16 over the spec's tolerance, over FP32_FACTOR x eager's
                     (eager over the tolerance as well means the shape's own rounding does: too few
                     elements to average, see `gate`) and over FP32_FACTOR x the part's spread under
@@ -65,6 +66,13 @@ STATUSES = ("crash", "wrong_shape", "inplace", "over_tolerance", "refused", "ok"
 # summary counts those cases.
 FP32_FACTOR = 2.0
 FP32_FLOOR = 2.0 ** -20
+# Roundings of the inputs whose spreads a part over its gate at the first is judged by again (the
+# largest). A part of one or a few elements (a parameter's gradient at H 1) has one error, a draw
+# as random as the rounding it comes from: on the four fp32 RTU cases at H 1 an H200 sweep failed
+# (seed 97), eight fp32 roundings of the inputs moved ours', eager's and the spread from draw to
+# draw by up to 46x, 30x and 94x, ours over eager's in 53 of 184 (case, part, draw)
+# (lab/results/awkward_spread_draws_cpu.txt): judged by one draw, the luckier one fails the other.
+SPREAD_DRAWS = 4
 LOW_PRECISION = (torch.bfloat16, torch.float16)
 
 
@@ -205,7 +213,7 @@ def _reference(subject: Subject) -> tuple[tuple, tuple, tuple | None]:
     return tuple(o.detach() for o in outs), grads, dys
 
 
-def _spread(subject: Subject, dys: tuple | None, want: tuple, dy_dtypes: tuple = ()) -> list[float]:
+def _spread(subject: Subject, dys: tuple | None, want: tuple, dy_dtypes: tuple = (), draw: int = 0) -> list[float]:
     """How far the float64 answer itself moves, part by part, under the roundings every provider's
     call is handed: the error a computation of an ill-conditioned part cannot avoid (a sum whose
     terms cancel, a gradient through a saturated gate), whoever computes it.
@@ -221,12 +229,13 @@ def _spread(subject: Subject, dys: tuple | None, want: tuple, dy_dtypes: tuple =
     99 products whose sizes add up to 136x the sum, and that rounding alone moves it by 3.6%; ours,
     the exact sum of the products it was handed rounded once, was off by 3.8%, eager's sum of
     rounded products by 0.09% (its roundings happened to undo the upstream's). No gradients: no
-    spread. A part within FP32_FACTOR x this passes as eager's does."""
+    spread. A part within FP32_FACTOR x this passes as eager's does. `draw`: which rounding (fp32;
+    the bf16/fp16 spread has none to draw)."""
     low = subject.dtype in LOW_PRECISION
     if low and (dys is None or not dy_dtypes):
         return [0.0] * len(want)
     inputs = verify.upcast(subject.make_inputs())
-    gen = torch.Generator().manual_seed(subject.seed + 2)
+    gen = torch.Generator().manual_seed(subject.seed + 2 + 1009 * draw)
 
     def nudged(v: torch.Tensor) -> torch.Tensor:
         return v * (1 + 2.0 ** -24 * (torch.rand(v.shape, generator=gen, dtype=torch.float64) * 2 - 1).to(v.device))
@@ -319,6 +328,34 @@ def _verdict(subject: Subject) -> dict:
     eager_errors = _errors(eager, want, subject.log_scale) if eager is not None else None
     errors = _errors(ours, want, subject.log_scale)
     spreads = _spread(subject, dys, want, ours.dy_dtypes)
+    parts = _parts(subject, names, errors, eager_errors, spreads, want, got)
+    redrawn = []  # parts over their gate at the first rounding and within it at the largest of SPREAD_DRAWS
+    if subject.dtype not in LOW_PRECISION and any(not p["ours"] <= p["gate"] for p in parts):
+        first = {p["name"] for p in parts if not p["ours"] <= p["gate"]}
+        for draw in range(1, SPREAD_DRAWS):
+            spreads = [max(a, b) for a, b in zip(spreads, _spread(subject, dys, want, ours.dy_dtypes, draw))]
+        parts = _parts(subject, names, errors, eager_errors, spreads, want, got)
+        redrawn = [p["name"] for p in parts if p["name"] in first and p["ours"] <= p["gate"]]
+    over = [p for p in parts if not p["ours"] <= p["gate"]]
+    low = subject.dtype in LOW_PRECISION
+    floor_only = [p["name"] for p in parts if p["eager"] is not None
+                  and max(subject.tolerance if low else 0.0, FP32_FACTOR * p["eager"]) < p["ours"] <= p["gate"]]
+    worst = worst_part(parts)
+    result = {"error": max((p["ours"] for p in parts), default=0.0),
+              "eager_error": None if eager_errors is None else max((p["eager"] for p in parts), default=0.0),
+              "gate": worst["gate"] if worst else subject.tolerance, "worst": worst["name"] if worst else None,
+              "parts": parts, "changed": ours.changed, "floor_only": floor_only, "redrawn": redrawn}
+    if eager is not None and eager.error is not None:
+        result["eager_message"] = f"{type(eager.error).__name__}: {str(eager.error)[:200]}"
+    if ours.changed:
+        return {"status": "inplace", "message": "written by the call: " + ", ".join(ours.changed), **result}
+    if over:
+        return {"status": "over_tolerance", "message": over_message(over), **result}
+    return {"status": "ok", **result}
+
+
+def _parts(subject: Subject, names, errors, eager_errors, spreads, want, got) -> list[dict]:
+    """Each part's errors (ours, eager's), spread and gate."""
     parts = []
     for i, (name, err) in enumerate(zip(names, errors)):
         e = eager_errors[i] if eager_errors is not None else None
@@ -328,22 +365,7 @@ def _verdict(subject: Subject) -> dict:
             err = 0.0  # an answer below the dtype's least subnormal, and ours its rounding: exact
         parts.append({"name": name, "ours": err, "eager": e, "spread": spreads[i],
                       "gate": gate(subject.dtype, subject.tolerance, e, spreads[i])})
-    over = [p for p in parts if not p["ours"] <= p["gate"]]
-    low = subject.dtype in LOW_PRECISION
-    floor_only = [p["name"] for p in parts if p["eager"] is not None
-                  and max(subject.tolerance if low else 0.0, FP32_FACTOR * p["eager"]) < p["ours"] <= p["gate"]]
-    worst = worst_part(parts)
-    result = {"error": max((p["ours"] for p in parts), default=0.0),
-              "eager_error": None if eager_errors is None else max((p["eager"] for p in parts), default=0.0),
-              "gate": worst["gate"] if worst else subject.tolerance, "worst": worst["name"] if worst else None,
-              "parts": parts, "changed": ours.changed, "floor_only": floor_only}
-    if eager is not None and eager.error is not None:
-        result["eager_message"] = f"{type(eager.error).__name__}: {str(eager.error)[:200]}"
-    if ours.changed:
-        return {"status": "inplace", "message": "written by the call: " + ", ".join(ours.changed), **result}
-    if over:
-        return {"status": "over_tolerance", "message": over_message(over), **result}
-    return {"status": "ok", **result}
+    return parts
 
 
 def worst_part(parts: list[dict]) -> dict | None:
