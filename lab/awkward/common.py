@@ -24,13 +24,13 @@ every call gives the same values in the same layout). `verdict(subject)` then
     inplace         an input or an incoming gradient changed by the call
     over_tolerance  some output or gradient over its gate: fp32 more than FP32_FACTOR x eager's
                     error, and than FP32_FACTOR x the part's own spread under one fp32 rounding of
-                    the inputs (an ill-conditioned part; the largest of SPREAD_DRAWS roundings
-                    for a part over its gate at the first), and than FP32_FLOOR (a few fp32
+                    the inputs (an ill-conditioned part), and than FP32_FLOOR (a few fp32
                     roundings); bf16/fp16 over the spec's tolerance, over FP32_FACTOR x eager's
                     (eager over the tolerance as well means the shape's own rounding does: too few
                     elements to average, see `gate`) and over FP32_FACTOR x the part's spread under
                     the rounding of the upstream gradients to the outputs' dtype (which every
-                    provider is handed)
+                    provider is handed); an fp32 part over its gate is judged again by the
+                    medians over ROUNDINGS roundings of the inputs (named in `redrawn` if it passes)
     refused         a ValueError for an input past a documented limit, naming it (Subject.refusal)
     ok
     invalid         the float64 reference itself failed, or (bf16/fp16) some output or gradient of
@@ -46,6 +46,7 @@ copy whose last dim has stride 2); `seeded` and `dtype_of` for building a case's
 from __future__ import annotations
 
 import math
+import statistics
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -66,13 +67,14 @@ STATUSES = ("crash", "wrong_shape", "inplace", "over_tolerance", "refused", "ok"
 # summary counts those cases.
 FP32_FACTOR = 2.0
 FP32_FLOOR = 2.0 ** -20
-# Roundings of the inputs whose spreads a part over its gate at the first is judged by again (the
-# largest). A part of one or a few elements (a parameter's gradient at H 1) has one error, a draw
-# as random as the rounding it comes from: on the four fp32 RTU cases at H 1 an H200 sweep failed
-# (seed 97), eight fp32 roundings of the inputs moved ours', eager's and the spread from draw to
-# draw by up to 46x, 30x and 94x, ours over eager's in 53 of 184 (case, part, draw)
+# An fp32 part over its gate is judged again on ROUNDINGS copies of the case, every input moved by
+# one fp32 rounding (`rounded`): the median of ours' errors against FP32_FACTOR x the median of
+# eager's and of the spreads. A part of one or a few numbers (a parameter's gradient at H 1) has one
+# error, a draw as random as the roundings it comes from: on the four fp32 RTU cases at H 1 an H200
+# sweep failed (seed 97), eight roundings moved ours', eager's and the spread from draw to draw by
+# up to 46x, 30x and 94x, ours over eager's in 53 of 184 (case, part, draw)
 # (lab/results/awkward_spread_draws_cpu.txt): judged by one draw, the luckier one fails the other.
-SPREAD_DRAWS = 4
+ROUNDINGS = 8
 LOW_PRECISION = (torch.bfloat16, torch.float16)
 
 
@@ -229,8 +231,8 @@ def _spread(subject: Subject, dys: tuple | None, want: tuple, dy_dtypes: tuple =
     99 products whose sizes add up to 136x the sum, and that rounding alone moves it by 3.6%; ours,
     the exact sum of the products it was handed rounded once, was off by 3.8%, eager's sum of
     rounded products by 0.09% (its roundings happened to undo the upstream's). No gradients: no
-    spread. A part within FP32_FACTOR x this passes as eager's does. `draw`: which rounding (fp32;
-    the bf16/fp16 spread has none to draw)."""
+    spread. A part within FP32_FACTOR x this passes as eager's does. `draw` seeds the fp32 rounding
+    (the bf16/fp16 one has no draw)."""
     low = subject.dtype in LOW_PRECISION
     if low and (dys is None or not dy_dtypes):
         return [0.0] * len(want)
@@ -329,17 +331,21 @@ def _verdict(subject: Subject) -> dict:
     errors = _errors(ours, want, subject.log_scale)
     spreads = _spread(subject, dys, want, ours.dy_dtypes)
     parts = _parts(subject, names, errors, eager_errors, spreads, want, got)
-    redrawn = []  # parts over their gate at the first rounding and within it at the largest of SPREAD_DRAWS
-    if subject.dtype not in LOW_PRECISION and any(not p["ours"] <= p["gate"] for p in parts):
-        first = {p["name"] for p in parts if not p["ours"] <= p["gate"]}
-        for draw in range(1, SPREAD_DRAWS):
-            spreads = [max(a, b) for a, b in zip(spreads, _spread(subject, dys, want, ours.dy_dtypes, draw))]
-        parts = _parts(subject, names, errors, eager_errors, spreads, want, got)
-        redrawn = [p["name"] for p in parts if p["name"] in first and p["ours"] <= p["gate"]]
-    over = [p for p in parts if not p["ours"] <= p["gate"]]
+    redrawn = []  # fp32 parts over their gate that pass by the medians over ROUNDINGS roundings
+    first = [p for p in parts if not p["ours"] <= p["gate"]]
+    if subject.dtype not in LOW_PRECISION and first:
+        medians = _rounded_medians(subject, [names.index(p["name"]) for p in first])
+        for p in first:
+            m = medians.get(p["name"])
+            if m is not None:
+                p["rounded"] = m
+                if m["ours"] <= m["gate"]:
+                    redrawn.append(p["name"])
+    over = [p for p in parts if not p["ours"] <= p["gate"] and p["name"] not in redrawn]
     low = subject.dtype in LOW_PRECISION
     floor_only = [p["name"] for p in parts if p["eager"] is not None
                   and max(subject.tolerance if low else 0.0, FP32_FACTOR * p["eager"]) < p["ours"] <= p["gate"]]
+    floor_only += redrawn
     worst = worst_part(parts)
     result = {"error": max((p["ours"] for p in parts), default=0.0),
               "eager_error": None if eager_errors is None else max((p["eager"] for p in parts), default=0.0),
@@ -352,6 +358,56 @@ def _verdict(subject: Subject) -> dict:
     if over:
         return {"status": "over_tolerance", "message": over_message(over), **result}
     return {"status": "ok", **result}
+
+
+def rounded(make_inputs, draw: int):
+    """make_inputs for the `draw`th rounding of a case (0: the case as drawn): each floating input
+    element moved one fp32 step up or down, with probability 2/5 each (seeded by draw)."""
+
+    def make() -> dict:
+        base = make_inputs()
+        if not draw:
+            return base
+        g = torch.Generator().manual_seed(1000 + draw)
+        out = {}
+        for n, v in base.items():
+            if torch.is_tensor(v) and v.is_floating_point():
+                u = torch.randint(-2, 3, v.shape, generator=g).to(v.device)
+                up, down = torch.nextafter(v, torch.full_like(v, math.inf)), torch.nextafter(v, torch.full_like(v, -math.inf))
+                v = torch.where(u > 0, up, torch.where(u < 0, down, v)).detach().clone()
+            out[n] = v
+        return out
+
+    return make
+
+
+def _rounded_medians(subject: Subject, which: list[int]) -> dict[str, dict]:
+    """For the parts at indices `which` (fp32): the medians over ROUNDINGS roundings of the inputs of
+    ours' error, eager's and the spread, each against the float64 answer of its own rounding, with
+    the gate of those medians. A rounding where either call fails gives no medians (the part stays
+    judged by its first draw)."""
+    from dataclasses import replace
+
+    draws: dict[int, list[tuple]] = {i: [] for i in which}
+    for k in range(ROUNDINGS):
+        sub = replace(subject, make_inputs=rounded(subject.make_inputs, k))
+        want_outs, want_grads, dys = _reference(sub)
+        want = (*want_outs, *want_grads)
+        ours = _run(sub.ours, sub, dys)
+        o = _errors(ours, want, sub.log_scale)
+        e = _errors(_run(sub.eager, sub, dys), want, sub.log_scale) if sub.eager is not None else None
+        if o is None or e is None:
+            return {}
+        s = _spread(sub, dys, want, ours.dy_dtypes, k)
+        for i in which:
+            draws[i].append((o[i], e[i], s[i]))
+    names = [f"output {i}" for i in range(len(want_outs))] + [f"d{n}" for n in subject.grad_inputs]
+    out = {}
+    for i, xs in draws.items():
+        ours_m, eager_m, spread_m = (statistics.median(col) for col in zip(*xs))
+        out[names[i]] = {"ours": ours_m, "eager": eager_m, "spread": spread_m,
+                         "gate": gate(subject.dtype, subject.tolerance, eager_m, spread_m)}
+    return out
 
 
 def _parts(subject: Subject, names, errors, eager_errors, spreads, want, got) -> list[dict]:
@@ -369,8 +425,14 @@ def _parts(subject: Subject, names, errors, eager_errors, spreads, want, got) ->
 
 
 def worst_part(parts: list[dict]) -> dict | None:
-    """The part nearest its gate or furthest past it."""
-    return max(parts, key=lambda p: p["ours"] / p["gate"] if p["gate"] else p["ours"], default=None)
+    """The part nearest its gate or furthest past it (a part judged again over roundings of the
+    inputs, by the medians' ratio where they pass it)."""
+    def ratio(p: dict) -> float:
+        m = p.get("rounded")
+        ours, gate_ = (m["ours"], m["gate"]) if m and m["ours"] <= m["gate"] else (p["ours"], p["gate"])
+        return ours / gate_ if gate_ else ours
+
+    return max(parts, key=ratio, default=None)
 
 
 def over_message(over: list[dict]) -> str:
