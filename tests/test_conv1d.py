@@ -128,3 +128,14 @@ def test_depthwise_backward_time_loop_crosses_no_layout():
     for name, loops in got.items():
         time_loop = max(loops, key=lambda lp: lp["global_loads"])
         assert time_loop["global_loads"] >= 4 and time_loop["barriers"] == 0 and time_loop["shared"] == 0, (name, loops)
+
+
+def test_depthwise_backward_tiles_on_the_gpu(monkeypatch):
+    """The sm_90 pick's backward tiles: 8 steps at widths 3 and 4 (width 3 in 16-step tiles holds 174
+    registers since the weights left the time loop; 8 took 0.738x its time on the H200), 16 at 2,
+    and 32 rows of shifted steps over next_pow2(K) wider."""
+    from kcollect.kernels.conv1d import config
+
+    monkeypatch.setattr(config, "arch", lambda device: "sm90")
+    got = {K: config.pick_depthwise(8, 8192, 2048, K, "cuda").bwd_block_t for K in (2, 3, 4, 5, 8)}
+    assert got == {2: 16, 3: 8, 4: 8, 5: 4, 8: 4}, got

@@ -54,9 +54,12 @@ def pick_depthwise(batch: int, steps: int, channels: int, width: int, device) ->
     # fastest of the [taps, steps, channels] kernel's tiles at widths 3 and 4); 8 steps a tile
     # 0.66-0.92x at width 4 but for B32 T60 (1.10x), 1.16-1.21x at widths 2 and 3. Wider (no grid
     # shape): that kernel's tiles hold next_pow2(K) shifted copies of its steps, 32 rows in all. The
-    # forward's programs channel block first: 0.94-0.99x at three shapes
+    # forward's programs channel block first: 0.94-0.99x at three shapes. Since the taps' weights
+    # are loaded before the time loop, width 3 in 16-step tiles holds 174 registers (sm_90, Triton
+    # 3.6): 8 steps took 0.738x its time, 32 steps 0.803x; width 2 keeps 16 (8: 1.12x)
+    # (lab/results/conv1d_k3_h200_87f8f94.txt)
     if width <= 4:
-        bwd_t = 8 if width == 4 else 16
+        bwd_t = 8 if width >= 3 else 16
     else:
         bwd_t = max(1, 32 // triton.next_power_of_2(width))
     return DepthwiseConfig(channels_first=True, bwd_block_t=bwd_t, bwd_block_f=64, bwd_warps=2)
