@@ -175,6 +175,9 @@ def test_pick_on_sm90(sm90):
     # the backward's bf16 packed
     assert fwd(4096, 4096) == RowsConfig(4096, 1, 8) and bwd(4096, 4096) == RowsConfig(4096, 1, 8, packed=True)
     assert fwd(65536, 2048) == RowsConfig(2048, 2, 8)
+    # rows of 4097-8192 elements: the forward in 8 warps, the backward in 16 (16384-slot rows: 16)
+    assert fwd(3000, 5000) == RowsConfig(8192, 1, 8) and fwd(64, 8192, f).warps == 8
+    assert bwd(3000, 5000) == RowsConfig(8192, 1, 16, packed=True) and fwd(4096, 12000).warps == 16
     assert fwd(4096, 32000) == RowsConfig(32768, 1, 32, persist=1)
     assert bwd(4096, 32000) == RowsConfig(32768, 1, 32, packed=True) and not bwd(4096, 8000, f).packed
     # few wide rows: split, not at 16384
@@ -362,3 +365,4 @@ def test_gpu_liger_refusing_a_wide_row_is_unavailable():
 
     with pytest.raises(Unavailable, match="refuses this row width"):
         softmax_liger(torch.randn(2, 128256, device="cuda", dtype=torch.bfloat16))
+

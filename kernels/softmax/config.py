@@ -27,6 +27,11 @@ from .._host.launch import lines_launch, LINES_NARROW_ROW_BYTES
 # (split) to 70% and the backward from 58% to 89%; rows of 64K elements in registers spill.
 MAX_ROW_BYTES = 65536
 MAX_BLOCK = 16384  # rows up to this many elements run at most 16 warps (~16 elements a thread)
+# but the forward's rows of 4097-8192 elements: 8 warps (32 elements a thread) took 0.885-0.920x the
+# time of 16 at 5000 and 6000 wide (3000, 4096 and 16384 rows), 1.000x at 512x5000, 0.990-1.014x at
+# 8192 wide; 4 warps 0.98-1.10x. The backward measured 8 at 0.99-1.02x: it keeps 16
+# (lab/results/softmax_rows_h200_e9e4ad2.txt; 16384-element rows kept 16 warps there too)
+FWD_WARPS_8K = 8
 # 8 KB of each input per program (a 4096-wide bf16 row: one row, 8 warps), with evict_last loads
 # (rows.py), against the earlier tiles and hints: fwd 32768x4096 92.7% -> 98.5% of copy, 65536x2048
 # 85.1% -> 98.5%, 4096x32000 83.7% -> 89.7%; bwd 94% -> 101-102% (the hint: the tile did not matter).
@@ -147,6 +152,8 @@ def pick_forward(M: int, N: int, dtype, device, coop: bool | None = None):
         return SplitConfig()
     if fits_registers(N, elt):
         block, rows, warps = _rows(M, N, elt)
+        if block == 8192:
+            warps = FWD_WARPS_8K
         # Rows over MAX_BLOCK take one 32-warp program a SM (64 registers a thread): a persistent
         # grid that prefetches the next row keeps the SM loading while its one program reduces
         # (4096x32000 70% -> 84%; at 4096 wide, 2 programs per SM lost: 68% -> 64%).
