@@ -40,6 +40,18 @@ def wide(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float32 else dtype
 
 
+def fp32_product(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a @ b for 2-byte inputs with its fp32 sums kept, not rounded to the inputs' dtype: a gradient
+    that a scan then sums over time, whose terms may cancel far more than one rounding of bf16 can
+    bear. cuBLAS's fp32 output of a bf16/fp16 GEMM on CUDA (mm's out_dtype; the same tensor-core
+    work); elsewhere the inputs widened. fp32 inputs: a @ b."""
+    if a.dtype == torch.float32:
+        return a @ b
+    if a.is_cuda:
+        return torch.mm(a, b, out_dtype=torch.float32)
+    return a.float() @ b.float()
+
+
 def weight_grads(dg_t: torch.Tensor, *xs: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """dg_t @ x for each x (the sum over B x T rows), in `wide` and returned in dg_t's dtype."""
     w = wide(dg_t.dtype)
