@@ -405,6 +405,10 @@ def test_conditioning_rule_judges_against_reordered_eager():
     passed = cells._rejudge(case, subject, near)
     assert passed["status"] == "ok" and passed["conditioned"] == ["dx"] and "dx" in passed["floor_only"], passed
     assert common.FP32_FACTOR * reordered == passed["parts"][0]["gate"]
+    # a part the medians over roundings passed (common.verdict's `redrawn`) stays passed
+    redrawn = {"name": "dw_ih", "ours": 1.0, "eager": 1e-7, "spread": 0.0, "gate": 1e-6}
+    both = cells._rejudge(case, subject, dict(near, parts=[*near["parts"], redrawn], redrawn=["dw_ih"]))
+    assert both["status"] == "ok" and both["conditioned"] == ["dx"], both
 
 
 def test_an_order_that_overflows_sets_no_bar(monkeypatch):

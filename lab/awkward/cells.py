@@ -332,7 +332,7 @@ def _rejudge(case: dict, subject_: common.Subject, result: dict) -> dict:
             conditioned.append(part["name"])
             part["gate"] = common.FP32_FACTOR * part["reordered"]
         parts.append(part)
-    over = [p for p in parts if not p["ours"] <= p["gate"]]
+    over = [p for p in parts if not p["ours"] <= p["gate"] and p["name"] not in result.get("redrawn", ())]
     worst = common.worst_part(parts)
     result = dict(result, parts=parts, conditioned=conditioned, gate=worst["gate"], worst=worst["name"],
                   floor_only=sorted(set(result.get("floor_only", [])) | set(conditioned)))
