@@ -1,8 +1,9 @@
 """One error is one draw: the fp32 worst cases of an awkward sweep's results file, run again on
 inputs each moved by one fp32 rounding (lab.awkward.common.rounded; draw 0: the case as drawn),
 printing for each part, draw by draw, ours' and eager's errors against the float64 answer of those
-inputs and the part's spread there (common._spread, its own rounding drawn k), the medians the verdict judges such a part
-by (common._rounded_medians), and a summary: how often ours' error is over eager's.
+inputs and the part's spread there (common._spread, its own rounding drawn k), with each row's
+median (what common._rounded_medians judges a part over its gate by), and a summary: how often
+ours' error is over eager's.
 
     PYTHONPATH=. python -m lab.spread_draws FILE [--draws 8] [--device cpu]
 """

@@ -373,7 +373,8 @@ def rounded(make_inputs, draw: int):
         for n, v in base.items():
             if torch.is_tensor(v) and v.is_floating_point():
                 u = torch.randint(-2, 3, v.shape, generator=g).to(v.device)
-                up, down = torch.nextafter(v, torch.full_like(v, math.inf)), torch.nextafter(v, torch.full_like(v, -math.inf))
+                up = torch.nextafter(v, torch.full_like(v, math.inf))
+                down = torch.nextafter(v, torch.full_like(v, -math.inf))
                 v = torch.where(u > 0, up, torch.where(u < 0, down, v)).detach().clone()
             out[n] = v
         return out
