@@ -1,8 +1,8 @@
 """One error is one draw: the fp32 worst cases of an awkward sweep's results file, run again on
 inputs each moved by one fp32 rounding (lab.awkward.common.rounded; draw 0: the case as drawn),
 printing for each part, draw by draw, ours' and eager's errors against the float64 answer of those
-inputs and the part's spread there (common._spread, its own rounding drawn k), with each row's
-median (what common._rounded_medians judges a part over its gate by), and a summary: how often
+inputs and the part's spread there (common.draw_errors), with each row's median (what
+common._rounded_medians judges a part over its gate by), and a summary: how often
 ours' error is over eager's.
 
     PYTHONPATH=. python -m lab.spread_draws FILE [--draws 8] [--device cpu]
@@ -23,8 +23,6 @@ def main() -> None:
     args = ap.parse_args()
     if args.device == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"
-    from dataclasses import replace
-
     from lab.awkward import common, sweep
 
     over = total = 0
@@ -33,16 +31,12 @@ def main() -> None:
         s = sweep.family_module(family).subject(case, args.device)
         if s.dtype in common.LOW_PRECISION:
             continue
-        rows = []
-        for k in range(args.draws):
-            sub = replace(s, make_inputs=common.rounded(s.make_inputs, k))
-            want_outs, want_grads, dys = common._reference(sub)
-            want = (*want_outs, *want_grads)
-            rows.append((common._errors(common._run(sub.ours, sub, dys), want, sub.log_scale),
-                         common._errors(common._run(sub.eager, sub, dys), want, sub.log_scale),
-                         common._spread(sub, dys, want, (), k)))
+        rows = [common.draw_errors(s, k) for k in range(args.draws)]
         print(f"{case['op']} {case['dtype']} {case['dims']} {case['options']} seed {case['seed']}")
-        names = [f"output {i}" for i in range(len(rows[0][0]) - len(s.grad_inputs))] + [f"d{n}" for n in s.grad_inputs]
+        if any(r is None for r in rows):
+            print("  a call failed on some rounding: no draws to show")
+            continue
+        names = common.part_names(s, len(rows[0][0]) - len(s.grad_inputs))
         for i, name in enumerate(names):
             for label, j in (("ours", 0), ("eager", 1), ("spread", 2)):
                 xs = [r[j][i] for r in rows]

@@ -312,7 +312,7 @@ def _rejudge(case: dict, subject_: common.Subject, result: dict) -> dict:
     of those errors passes, named in `conditioned` (and counted as `floor_only`)."""
     want_outs, want_grads, dys = common._reference(subject_)
     want = (*want_outs, *want_grads)
-    names = [f"output {i}" for i in range(len(want_outs))] + [f"d{n}" for n in subject_.grad_inputs]
+    names = common.part_names(subject_, len(want_outs))
     axis, permuted = _PERMUTED[case["op"]]
     g = torch.Generator().manual_seed(case["seed"] + 3)
     reordered = dict.fromkeys(names, 0.0)

@@ -322,7 +322,7 @@ def _verdict(subject: Subject) -> dict:
     if ours.error is not None:
         return _crash(ours.error, ours.trace)
     want = (*want_outs, *want_grads)
-    names = [f"output {i}" for i in range(len(want_outs))] + [f"d{n}" for n in subject.grad_inputs]
+    names = part_names(subject, len(want_outs))
     got = (*ours.outs, *(ours.grads or ()))
     if ours.grads is None or len(got) != len(want) or any(_shape_off(g, w) for g, w in zip(got, want)):
         return {"status": "wrong_shape", "message": f"got {_shapes_of(ours)}, want {[list(w.shape) for w in want]}"}
@@ -331,10 +331,11 @@ def _verdict(subject: Subject) -> dict:
     errors = _errors(ours, want, subject.log_scale)
     spreads = _spread(subject, dys, want, ours.dy_dtypes)
     parts = _parts(subject, names, errors, eager_errors, spreads, want, got)
+    low = subject.dtype in LOW_PRECISION
     redrawn = []  # fp32 parts over their gate that pass by the medians over ROUNDINGS roundings
     first = [p for p in parts if not p["ours"] <= p["gate"]]
-    if subject.dtype not in LOW_PRECISION and first:
-        medians = _rounded_medians(subject, [names.index(p["name"]) for p in first])
+    if not low and first:
+        medians = _rounded_medians(subject, names, [names.index(p["name"]) for p in first])
         for p in first:
             m = medians.get(p["name"])
             if m is not None:
@@ -342,7 +343,6 @@ def _verdict(subject: Subject) -> dict:
                 if m["ours"] <= m["gate"]:
                     redrawn.append(p["name"])
     over = [p for p in parts if not p["ours"] <= p["gate"] and p["name"] not in redrawn]
-    low = subject.dtype in LOW_PRECISION
     floor_only = [p["name"] for p in parts if p["eager"] is not None
                   and max(subject.tolerance if low else 0.0, FP32_FACTOR * p["eager"]) < p["ours"] <= p["gate"]]
     floor_only += redrawn
@@ -382,27 +382,38 @@ def rounded(make_inputs, draw: int):
     return make
 
 
-def _rounded_medians(subject: Subject, which: list[int]) -> dict[str, dict]:
-    """For the parts at indices `which` (fp32): the medians over ROUNDINGS roundings of the inputs of
-    ours' error, eager's and the spread, each against the float64 answer of its own rounding, with
-    the gate of those medians. A rounding where either call fails gives no medians (the part stays
-    judged by its first draw)."""
+def part_names(subject: Subject, n_outputs: int) -> list[str]:
+    """The parts of a case, in the order its errors come: outputs, then the inputs' gradients."""
+    return [f"output {i}" for i in range(n_outputs)] + [f"d{n}" for n in subject.grad_inputs]
+
+
+def draw_errors(subject: Subject, draw: int) -> tuple[list, list, list] | None:
+    """(ours', eager's, spreads) part by part on the `draw`th rounding of the case (`rounded`), each
+    against the float64 answer of that rounding's inputs; None where either call fails."""
     from dataclasses import replace
 
+    sub = replace(subject, make_inputs=rounded(subject.make_inputs, draw))
+    want_outs, want_grads, dys = _reference(sub)
+    want = (*want_outs, *want_grads)
+    ours = _run(sub.ours, sub, dys)
+    o = _errors(ours, want, sub.log_scale)
+    e = _errors(_run(sub.eager, sub, dys), want, sub.log_scale) if sub.eager is not None else None
+    if o is None or e is None:
+        return None
+    return o, e, _spread(sub, dys, want, ours.dy_dtypes, draw)
+
+
+def _rounded_medians(subject: Subject, names: list[str], which: list[int]) -> dict[str, dict]:
+    """For the parts at indices `which` of `names` (fp32): the medians over ROUNDINGS roundings of
+    the inputs of ours' error, eager's and the spread (draw_errors), with the gate of those medians.
+    A rounding where either call fails gives no medians (the part stays judged by its first draw)."""
     draws: dict[int, list[tuple]] = {i: [] for i in which}
     for k in range(ROUNDINGS):
-        sub = replace(subject, make_inputs=rounded(subject.make_inputs, k))
-        want_outs, want_grads, dys = _reference(sub)
-        want = (*want_outs, *want_grads)
-        ours = _run(sub.ours, sub, dys)
-        o = _errors(ours, want, sub.log_scale)
-        e = _errors(_run(sub.eager, sub, dys), want, sub.log_scale) if sub.eager is not None else None
-        if o is None or e is None:
+        got = draw_errors(subject, k)
+        if got is None:
             return {}
-        s = _spread(sub, dys, want, ours.dy_dtypes, k)
         for i in which:
-            draws[i].append((o[i], e[i], s[i]))
-    names = [f"output {i}" for i in range(len(want_outs))] + [f"d{n}" for n in subject.grad_inputs]
+            draws[i].append(tuple(col[i] for col in got))
     out = {}
     for i, xs in draws.items():
         ours_m, eager_m, spread_m = (statistics.median(col) for col in zip(*xs))
