@@ -31,7 +31,7 @@ import json
 import re
 import sys
 import types
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, nullcontext
 from pathlib import Path
 from unittest import mock
 
@@ -134,6 +134,7 @@ def emulated(gpu: str):
     with ExitStack() as stack:
         patches = [(torch.cuda, "get_device_properties", lambda d=None: props),
                    (torch.cuda, "get_device_capability", lambda d=None: (9, 0)),
+                   (torch.cuda, "device", lambda d=None: nullcontext()),  # the kernels' own device switch
                    (JITFunction, "warmup", _warmup),
                    (torch.Tensor, "device", property(_kernels_device)),
                    (torch.Tensor, "is_cuda", property(_kernels_is_cuda))]
@@ -166,7 +167,7 @@ def mode_launches(spec, mode: str, dims, dtype) -> list:
             return calls
         leaves = [inputs[n].requires_grad_(True) for n in spec.grad_inputs]
         outs = fn(**inputs)
-        outs = outs if isinstance(outs, tuple) else (outs,)
+        outs = [o for o in (outs if isinstance(outs, tuple) else (outs,)) if o.requires_grad]  # (mlstm's states: not)
         first = len(calls)
         gys = [torch.ones_like(o) if o.dim() == 0 else torch.empty_like(o) for o in outs]  # a loss starts from 1
         torch.autograd.grad(outs, leaves, gys)
