@@ -294,24 +294,21 @@ def test_mlstm_dq_at_head_size_1():
     assert verdict["status"] == "ok", f"{json.dumps(case)}: {verdict.get('message')}"
 
 
-def test_mlstm_bf16_gradients_where_one_step_is_all_of_h():
-    # One step (T = 1): h = sign(q . k) v but for the normaliser's eps, so dq and dk are eps / N^2 of
-    # their terms (1e-7 of dv here). bf16 summed G + dden as they came: dq 0.98 and dk 1.0 off where
-    # eager's were 0.069 and 0.072 (the CPU sweep of seed 162). _dominant_entry's closed form, once
-    # fp32's alone, is now every dtype's
-    case = _mlstm_case("bfloat16", {"B": 2, "NH": 1, "DH": 3, "T": 1}, 835497279, gates="weak_forget",
-                       x_scale=10.0, grad_layout="strided")
-    verdict = cells.check(case, "cpu")
-    assert verdict["status"] == "ok", f"{json.dumps(case)}: {verdict.get('message')}"
-
-
-def test_mlstm_fp32_forget_gate_where_the_empty_start_state_set_the_stabiliser():
-    # One step from a zero state, the forget gate's log-weight over the input gate's: m_t is the chunk
-    # start's (0 + a_t) though the start state is empty. Its gradient taken in closed form, R less the
-    # row's other entries, was R's rounding where it is exactly 0 (df 0.026 off, eager's 0.0048: the
-    # CPU rerun of seed 162's mlstm cases); the closed form now only where the start's share leads
-    case = _mlstm_case("float32", {"B": 17, "NH": 3, "DH": 1, "T": 1}, 2128605424, resets="clear",
-                       layout="strided")
+# A closed form helps where its term leads the sum it is taken from (found by the CPU sweep of seed
+# 162 and its rerun of the mlstm cases):
+# - bf16, one step (T = 1): h = sign(q . k) v but for the normaliser's eps, so dq and dk are eps / N^2
+#   of their terms (1e-7 of dv here); summed as they came they were 0.98 and 1.0 off where eager's
+#   were 0.069 and 0.072. _dominant_entry's closed form, once fp32's alone, is every dtype's.
+# - fp32, one step from a zero state, the forget gate's log-weight over the input gate's: m_t is the
+#   chunk start's (0 + a_t) though the start state is empty. Its gradient in closed form, R less the
+#   row's other entries, was R's rounding where it is exactly 0 (df 0.026 off, eager's 0.0048); that
+#   closed form is now taken only where the start's share of the normaliser leads.
+@pytest.mark.parametrize("case", [
+    _mlstm_case("bfloat16", {"B": 2, "NH": 1, "DH": 3, "T": 1}, 835497279, gates="weak_forget", x_scale=10.0,
+                grad_layout="strided"),
+    _mlstm_case("float32", {"B": 17, "NH": 3, "DH": 1, "T": 1}, 2128605424, resets="clear", layout="strided"),
+], ids=["bf16-one-step", "fp32-empty-start"])
+def test_mlstm_closed_forms_only_where_their_term_leads(case):
     verdict = cells.check(case, "cpu")
     assert verdict["status"] == "ok", f"{json.dumps(case)}: {verdict.get('message')}"
 
