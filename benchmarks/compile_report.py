@@ -132,8 +132,9 @@ def specialise(fn, args: tuple, kwargs: dict) -> tuple[dict, dict, dict, dict]:
     launch set it."""
     sig, const, attrs = {}, {}, {}
     for i, (p, a) in enumerate(zip(fn.params, args)):
-        if torch.is_tensor(a) or isinstance(a, torch.dtype):  # (a dtype: warmup's stand-in for a tensor)
-            sig[p.name], spec = _PTR_TYPES[a if isinstance(a, torch.dtype) else a.dtype], "D"  # 16-byte aligned
+        dtype = a if isinstance(a, torch.dtype) else a.dtype if torch.is_tensor(a) else None  # (warmup passes dtypes)
+        if dtype is not None:
+            sig[p.name], spec = _PTR_TYPES[dtype], "D"  # fresh allocations: 16-byte aligned
         else:
             sig[p.name], spec = native_specialize_impl(BaseBackend, a, False, not p.do_not_specialize,
                                                        not p.do_not_specialize_on_alignment)

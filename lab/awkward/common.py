@@ -49,7 +49,7 @@ import math
 import statistics
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import torch
@@ -390,8 +390,6 @@ def part_names(subject: Subject, n_outputs: int) -> list[str]:
 def draw_errors(subject: Subject, draw: int) -> tuple[list, list, list] | None:
     """(ours', eager's, spreads) part by part on the `draw`th rounding of the case (`rounded`), each
     against the float64 answer of that rounding's inputs; None where either call fails."""
-    from dataclasses import replace
-
     sub = replace(subject, make_inputs=rounded(subject.make_inputs, draw))
     want_outs, want_grads, dys = _reference(sub)
     want = (*want_outs, *want_grads)
