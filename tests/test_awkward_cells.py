@@ -313,6 +313,16 @@ def test_mlstm_closed_forms_only_where_their_term_leads(case):
     assert verdict["status"] == "ok", f"{json.dumps(case)}: {verdict.get('message')}"
 
 
+def test_mlstm_bf16_state_dominated_by_one_key():
+    # T 65: the last chunk is one step, whose h comes from the chunk-start state, nearly all one key's
+    # (input gate 66); the query nearly orthogonal to that key, q C and q n cancel alike in h = q C /
+    # q n. With C rounded to bf16 for the product, h was 7.6% off at that step and dq 500x its size
+    # (dq 0.26, dk 0.27 off; eager's 0.002; found by the H200 sweep of seed 166): chunk.dot_state
+    case = _mlstm_case("bfloat16", {"B": 2, "NH": 2, "DH": 33, "T": 65}, 1301323496, resets="edges", gates="wild")
+    verdict = cells.check(case, "cpu")
+    assert verdict["status"] == "ok", f"{json.dumps(case)}: {verdict.get('message')}"
+
+
 def test_mlstm_final_state_with_wild_gates():
     # a weight's exponent was (i_s - m) + gap: the step whose i_s + gap set the stabiliser m got
     # exp(its rounding at the gates' magnitude), not 1; the final state (C_T, n_T) was 2e-6 off

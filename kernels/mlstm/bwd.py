@@ -31,8 +31,8 @@ import triton.language as tl
 from .._jit.recurrent import div_f32, dot, exp_f32, sigmoid_f32
 from .._jit.scan import first_order
 from .._host.cells import shared_bytes_for_types
-from .chunk import (NEG, chunk_gates, gaps, load_state, load_tile, padded, scan_program, scores64, store_state,
-                    to_end, weight)
+from .chunk import (NEG, chunk_gates, dot_state, gaps, load_state, load_tile, padded, scan_program, scores64,
+                    store_state, to_end, weight)
 from .fwd import meta_of
 
 
@@ -176,7 +176,7 @@ def _mlstm_dchunk(q_ptr, k_ptr, v_ptr, i_ptr, f_ptr, rs_ptr, dh_ptr, qinv_ptr, d
         G = dot(dh, tl.trans(v), G, DOT_F32)
         dq_state = dot(dh, tl.trans(C.to(ty)), dq_state, DOT_F32)
         dnum = (dh.to(tl.float32) * qinv[:, None]).to(ty).to(tl.float32)
-        dlogw += tl.sum(dot(q, C.to(ty), tl.zeros((L, BV), tl.float32), DOT_F32) * dnum, 1)
+        dlogw += tl.sum(dot_state(q, C, tl.zeros((L, BV), tl.float32), DOT_F32) * dnum, 1)
         kdC = dot(k, dC.to(ty), tl.zeros((L, BV), tl.float32), DOT_F32) * scale
         dlogb += tl.sum(kdC * v.to(tl.float32), 1)
         dk_state = dot(v, tl.trans(dC.to(ty)), dk_state, DOT_F32)

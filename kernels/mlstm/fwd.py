@@ -13,8 +13,8 @@ import triton.language as tl
 from .._host.cells import precise
 from .._jit.recurrent import div_f32, dot, exp_f32
 from .._host.cells import shared_bytes_for_types
-from .chunk import (NEG, chunk_gates, gaps, load_state, load_tile, padded, scan_program, scores64, split_dot,
-                    store_state, to_end, weight)
+from .chunk import (NEG, chunk_gates, dot_state, gaps, load_state, load_tile, padded, scan_program, scores64,
+                    split_dot, store_state, to_end, weight)
 
 
 @triton.jit
@@ -102,8 +102,8 @@ def _mlstm_out(q_ptr, k_ptr, v_ptr, i_ptr, f_ptr, rs_ptr, cs_ptr, ns_ptr, ms_ptr
         e = vb * BV + tl.arange(0, BV)
         v = load_tile(v_ptr, bh, c * L, T, DH, e, L)
         num = dot(E.to(v.dtype), v, tl.zeros((L, BV), tl.float32), DOT_F32)
-        state = load_state(cs_ptr, row, DH, d, e).to(q.dtype)
-        num += w[:, None] * dot(q, state, tl.zeros((L, BV), tl.float32), DOT_F32)
+        state = load_state(cs_ptr, row, DH, d, e)
+        num += w[:, None] * dot_state(q, state, tl.zeros((L, BV), tl.float32), DOT_F32)
         h = div_f32(num, norm[:, None], PRECISE)
         tl.store(h_ptr + (bh * T + t)[:, None] * DH + e[None, :], h.to(h_ptr.dtype.element_ty),
                  mask=tm[:, None] & (e < DH)[None, :])
