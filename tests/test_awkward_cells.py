@@ -378,6 +378,22 @@ def test_answers_below_fp16_held_to_their_rounding():
     assert common.verdict(subject(torch.float32, lambda x: x * 1e-3))["status"] == "over_tolerance"
 
 
+@pytest.mark.parametrize("answer, ours, status", [
+    (1e-40, 0.0, "ok"),                 # wholly subnormal in fp32: what a GPU flushes to zero
+    (1e-40, 1e-40, "ok"),               # kept, as eager on the CPU keeps it
+    (1e-40, 1e-39, "over_tolerance"),   # a subnormal answer held to the rest of its value
+    (1e-37, 0.0, "over_tolerance"),     # normal in fp32: zero is all wrong
+])
+def test_fp32_answers_below_the_least_normal(answer, ours, status):
+    # an sLSTM's dc0 and dn0 of 5.4e-40 (CPU sweep of seed 165) were 1.0 off as ours flushed them
+    from lab.awkward import common
+
+    subject = common.Subject(lambda: {"x": torch.linspace(-1, 1, 8, dtype=torch.float64).to(torch.float32)},
+                             lambda x: x * ours, lambda x: x * float("nan"), lambda x: x * answer, ("x",),
+                             dtype=torch.float32, tolerance=1e-5, seed=5)
+    assert common.verdict(subject)["status"] == status
+
+
 # Saturated LSTM gates in fp32. The gates' activations took fp32 forms of 1-2 ulp (expf, a sum, a
 # division); the gradients through s' = s (1 - s) keep only what that rounding left, and 17 steps
 # compound it: dx was 4x eager's error and 2x the worst of eager's under 20 permutations of the
