@@ -32,7 +32,7 @@ from .._jit.recurrent import div_f32, dot, exp_f32, sigmoid_f32
 from .._jit.scan import first_order
 from .._host.cells import shared_bytes_for_types
 from .chunk import (NEG, chunk_gates, dot_state, gaps, load_state, load_tile, padded, scan_program, scores64,
-                    store_state, to_end, weight)
+                    split_dot, store_state, to_end, weight)
 from .fwd import meta_of
 
 
@@ -101,12 +101,15 @@ def _mlstm_dstates(q_ptr, dh_ptr, qinv_ptr, dden_ptr, dmj_ptr, i_ptr, f_ptr, rs_
             w = tl.where((seg == 0) & tm, weight(m_c, A, mj, PRECISE), 0.0)
             qw = load_tile(q_ptr, bh, c * L, T, DH, d, L).to(tl.float32) * w[:, None]
             # dC = sum_t qw_t^T dh_t qinv_t, qinv on q's side: dh enters the product as it is (bf16,
-            # exact), one rounding where dnum = dh qinv was a second. Where one key is all of the next
+            # exact) and qs split in two of bf16 (as chunk.dot_state). Where one key is all of the next
             # chunk's start state, whose outputs do not depend on its scale, the gradients of that key
-            # and of the chunk's whole decay are what is left of v.dC + dn: with both roundings in dC,
-            # df was 4.2e3 times its norm off on issue 40's bf16 wild-gates case, dk 13x
-            qs = (qw * tl.load(qinv_ptr + bh * T + t, mask=tm, other=0.0)[:, None]).to(dh_ptr.dtype.element_ty)
-            dC = dot(tl.trans(qs), load_tile(dh_ptr, bh, c * L, T, DH, e, L), dC * kappa, DOT_F32)
+            # and of the chunk's whole decay are what is left of v.dC + dn: with dnum = dh qinv rounded
+            # and rounded again in dC, df was 4.2e3 times its norm off on issue 40's bf16 wild-gates
+            # case, dk 13x; with qs rounded once, dk 1.1 on the H200 sweep's case of seed 167
+            # (lab/results/mlstm_bf16_roundings_cpu_8a541c3.txt)
+            qs = qw * tl.load(qinv_ptr + bh * T + t, mask=tm, other=0.0)[:, None]
+            dh = load_tile(dh_ptr, bh, c * L, T, DH, e, L)
+            dC = split_dot(tl.trans(qs), dh, dC * kappa, dh.dtype, DOT_F32)
             dn = dn * kappa + tl.sum(qw * tl.load(dden_ptr + bh * T + t, mask=tm, other=0.0)[:, None], 0)
             if first_block:
                 dim, dam, dm_next, src = _stabiliser_grad(dmj_ptr, bh, c, T, ig, it, A, seg, tm, m_c, dm_next, L,
@@ -157,9 +160,10 @@ def _mlstm_dchunk(q_ptr, k_ptr, v_ptr, i_ptr, f_ptr, rs_ptr, dh_ptr, qinv_ptr, d
     # dnum = dh / N enters the products as dh, as stored, and the rows' 1 / N after them (G, dq_state)
     # or with the weights they meet (dv): rounded to bf16 for the dot, dnum was most of bf16's error
     # in the gradients where the normaliser cancels them (issue 40's CPU rechecks of the H200 sweeps of
-    # seeds 64 and 65: 9 cases over the gate, 3 so). dlogw keeps it rounded: its chunk's sum cancels
-    # in the link scan against the next start state's <C, dC>, and with dnum exact in it the case of
-    # test_mlstm_bf16_state_that_one_key_is_all_of is off again (df 0.071, its gate 0.043)
+    # seeds 64 and 65: 9 cases over the gate, 3 so). The products with the start state C and its
+    # gradient dC take them split (chunk.dot_state), and dlogw takes dnum unrounded: its chunk's sum
+    # cancels in the link scan against the next start state's <C, dC>, which the state scan's split
+    # product keeps to fp32's precision (dnum rounded in dlogw alone matched dC's rounding there)
     PS = (P * S * qinv[:, None]).to(ty)
     G = tl.zeros((L, L), tl.float32)
     dq_state = tl.zeros((L, DP), tl.float32)  # dh C^T, over the value blocks
@@ -174,12 +178,12 @@ def _mlstm_dchunk(q_ptr, k_ptr, v_ptr, i_ptr, f_ptr, rs_ptr, dh_ptr, qinv_ptr, d
         C = load_state(cs_ptr, row, DH, d, e)
         dC = load_state(dcs_ptr, row + 1, DH, d, e)
         G = dot(dh, tl.trans(v), G, DOT_F32)
-        dq_state = dot(dh, tl.trans(C.to(ty)), dq_state, DOT_F32)
-        dnum = (dh.to(tl.float32) * qinv[:, None]).to(ty).to(tl.float32)
+        dq_state = dot_state(dh, tl.trans(C), dq_state, DOT_F32)
+        dnum = dh.to(tl.float32) * qinv[:, None]
         dlogw += tl.sum(dot_state(q, C, tl.zeros((L, BV), tl.float32), DOT_F32) * dnum, 1)
-        kdC = dot(k, dC.to(ty), tl.zeros((L, BV), tl.float32), DOT_F32) * scale
+        kdC = dot_state(k, dC, tl.zeros((L, BV), tl.float32), DOT_F32) * scale
         dlogb += tl.sum(kdC * v.to(tl.float32), 1)
-        dk_state = dot(v, tl.trans(dC.to(ty)), dk_state, DOT_F32)
+        dk_state = dot_state(v, tl.trans(dC), dk_state, DOT_F32)
         kap += tl.sum(tl.sum(C * dC, 1), 0)
         dv = dot(tl.trans(PS), dh, beta[:, None] * kdC, DOT_F32)
         tl.store(dv_ptr + (bh * T + t)[:, None] * DH + e[None, :], dv.to(dv_ptr.dtype.element_ty),

@@ -54,7 +54,7 @@ def split_dot(a, b, acc, LOW: tl.constexpr, DOT_F32: tl.constexpr):
     second product does not depend on acc, so it stays off the scan's carried state: the forward's
     state scan took no longer on the H200. The backward's products are not split, all of them: there
     it cost 12-15% of a kernel and passed no more cases (lab/results/mlstm_split_dot_h200_b3277e6.txt);
-    one is, the queries' with the start state (dot_state)."""
+    those with a chunk-start state or its gradient are (dot_state)."""
     hi = a.to(LOW)
     if LOW != tl.float32:
         acc += dot((a - hi.to(tl.float32)).to(LOW), b, tl.zeros(acc.shape, tl.float32), DOT_F32)
@@ -63,12 +63,13 @@ def split_dot(a, b, acc, LOW: tl.constexpr, DOT_F32: tl.constexpr):
 
 @triton.jit
 def dot_state(q, C, acc, DOT_F32: tl.constexpr):
-    """acc + q @ C for queries q in their own type and an fp32 chunk-start state C, split as split_dot
-    splits (C's rounding to q's type, then what it left out). Where one key is nearly all of C and
-    q is nearly orthogonal to it, q C and q n (fp32) cancel alike in h = q C / q n, and C rounded to
-    bf16 once left h 7.6% off at one step, dq 500x its size (issue 40's H200 sweep of seed 166: bf16
-    dq and dk 0.26 off where eager's were 0.002; split in the forward and in the backward's
-    q C . dnum, 0.008 and 0.015)."""
+    """acc + q @ C for q in its own type and an fp32 chunk-start state C (or its gradient), split as
+    split_dot splits (C's rounding to q's type, then what it left out). Where one key is nearly all
+    of C and q is nearly orthogonal to it, q C and q n (fp32) cancel alike in h = q C / q n, and C
+    rounded to bf16 once left h 7.6% off at one step, dq 500x its size (issue 40's H200 sweep of
+    seed 166: bf16 dq and dk 0.26 off where eager's were 0.002; 0.008 and 0.015 split). The
+    backward's every product with C or dC is split so (inputs x10, seed 167: dq 1.2 off on the CPU
+    with the others rounded once, 0.006 with all split; eager's 0.004)."""
     hi = C.to(q.dtype)
     if q.dtype != tl.float32:  # into the same accumulator: no second [L, BV] tile held
         acc = dot(q, (C - hi.to(tl.float32)).to(q.dtype), acc, DOT_F32)
