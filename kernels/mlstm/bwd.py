@@ -105,8 +105,9 @@ def _mlstm_dstates(q_ptr, dh_ptr, qinv_ptr, dden_ptr, dmj_ptr, i_ptr, f_ptr, rs_
             # chunk's start state, whose outputs do not depend on its scale, the gradients of that key
             # and of the chunk's whole decay are what is left of v.dC + dn: with dnum = dh qinv rounded
             # and rounded again in dC, df was 4.2e3 times its norm off on issue 40's bf16 wild-gates
-            # case, dk 13x; with qs rounded once, dk 1.1 on the H200 sweep's case of seed 167
-            # (lab/results/mlstm_bf16_roundings_cpu_8a541c3.txt)
+            # case, dk 13x; with qs rounded once and the chunk kernel's products exact, dk was still
+            # 0.82 off on the CPU in the H200 sweep's case of seed 167 (eager's 0.004;
+            # lab/results/mlstm_bf16_roundings_cpu_8a541c3.txt)
             qs = qw * tl.load(qinv_ptr + bh * T + t, mask=tm, other=0.0)[:, None]
             dh = load_tile(dh_ptr, bh, c * L, T, DH, e, L)
             dC = split_dot(tl.trans(qs), dh, dC * kappa, dh.dtype, DOT_F32)

@@ -52,8 +52,8 @@ def split_dot(a, b, acc, LOW: tl.constexpr, DOT_F32: tl.constexpr):
     came out 0.0085 with the weighted keys rounded once (eager 0.0073), and the gate gradients,
     which take the states' inner products, followed (di, df 0.033 where eager's are 0.0037). The
     second product does not depend on acc, so it stays off the scan's carried state: the forward's
-    state scan took no longer on the H200. The backward's products are not split, all of them: there
-    it cost 12-15% of a kernel and passed no more cases (lab/results/mlstm_split_dot_h200_b3277e6.txt);
+    state scan took no longer on the H200. Not every product of the backward is split: all of them
+    cost 12-15% of a kernel and passed no more cases (lab/results/mlstm_split_dot_h200_b3277e6.txt);
     those with a chunk-start state or its gradient are (dot_state)."""
     hi = a.to(LOW)
     if LOW != tl.float32:
