@@ -352,11 +352,16 @@ def test_mlstm_stabiliser_of_forget_gates_near_one():
     assert parts["output 3"]["ours"] <= parts["output 3"]["gate"], f"{json.dumps(case)}: {parts['output 3']}"
 
 
-def _subject(dtype, answer, ours):
+def _subject(dtype, answer, ours, eager=None):
+    """ours(x) against answer * x, eager (default: ours) beside it."""
     from lab.awkward import common
 
-    return common.Subject(lambda: {"x": torch.linspace(-1, 1, 8, dtype=dtype)}, ours, ours, lambda x: x * answer,
-                          ("x",), dtype=dtype, tolerance=0.03, seed=5)
+    return common.Subject(lambda: {"x": torch.linspace(-1, 1, 8, dtype=dtype)}, ours, eager or ours,
+                          lambda x: x * answer, ("x",), dtype=dtype, tolerance=0.03, seed=5)
+
+
+def _no_eager(x):  # eager's NaN: the gate is the tolerance
+    return x * float("nan")
 
 
 def test_answers_past_fp16_are_invalid_not_ours():
@@ -377,8 +382,7 @@ def test_answers_below_fp16_held_to_their_rounding():
     from lab.awkward import common
 
     def subject(dtype, ours):
-        return common.Subject(lambda: {"x": torch.linspace(-1, 1, 8, dtype=dtype)}, ours, lambda x: x * float("nan"),
-                              lambda x: x * 1e-12, ("x",), dtype=dtype, tolerance=0.03, seed=5)
+        return _subject(dtype, 1e-12, ours, _no_eager)
 
     assert common.verdict(subject(torch.float16, lambda x: x * 0))["status"] == "ok"
     assert common.verdict(subject(torch.float16, lambda x: x * 1e-3))["status"] == "over_tolerance"
@@ -395,10 +399,7 @@ def test_fp32_answers_below_the_least_normal(answer, ours, status):
     # an sLSTM's dc0 and dn0 of 5.4e-40 (CPU sweep of seed 165) were 1.0 off as ours flushed them
     from lab.awkward import common
 
-    subject = common.Subject(lambda: {"x": torch.linspace(-1, 1, 8, dtype=torch.float64).to(torch.float32)},
-                             lambda x: x * ours, lambda x: x * float("nan"), lambda x: x * answer, ("x",),
-                             dtype=torch.float32, tolerance=1e-5, seed=5)
-    assert common.verdict(subject)["status"] == status
+    assert common.verdict(_subject(torch.float32, answer, lambda x: x * ours, _no_eager))["status"] == status
 
 
 # Saturated LSTM gates in fp32. The gates' activations took fp32 forms of 1-2 ulp (expf, a sum, a
