@@ -198,8 +198,9 @@ def test_reference_gradient_keeps_the_gate_that_lost_the_max():
 
 
 def test_the_backward_launches_with_its_own_warps(monkeypatch):
-    # the backward's scan and chunk kernel take the config's backward warps where set (the GPU's pick
-    # sets them apart from the forward's), else the forward's; the gradients are the same either way
+    # the backward's chunk-local state gradient and chunk kernel take the config's backward warps where
+    # set (the GPU's pick sets them apart from the forward's), else the forward's; the gradients are
+    # the same either way
     from kcollect.kernels.mlstm import bwd
 
     seen = {}
@@ -214,7 +215,7 @@ def test_the_backward_launches_with_its_own_warps(monkeypatch):
                 return self.kernel[grid](*args, **kwargs)
             return launch
 
-    for name in ("_mlstm_dstates", "_mlstm_dchunk"):
+    for name in ("_mlstm_dlocal", "_mlstm_dchunk"):
         monkeypatch.setattr(bwd, name, Recording(getattr(bwd, name)))
     inputs = _inputs(2, 1, 20, 16)
     leaves = [inputs[n].requires_grad_(True) for n in GRADS]
@@ -224,7 +225,7 @@ def test_the_backward_launches_with_its_own_warps(monkeypatch):
         h = mlstm.mlstm(**inputs, config=config)[0]
         grads[config.warps_bwd] = torch.autograd.grad(h, leaves, torch.ones_like(h))
         want = (config.state_warps_bwd or config.state_warps, config.warps_bwd or config.warps)
-        assert (seen["_mlstm_dstates"], seen["_mlstm_dchunk"]) == want
+        assert (seen["_mlstm_dlocal"], seen["_mlstm_dchunk"]) == want
     assert all(torch.equal(a, b) for a, b in zip(grads[0], grads[2]))
 
 

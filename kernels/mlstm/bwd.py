@@ -1,5 +1,6 @@
-"""The mLSTM's backward: the gradients of the chunk-start states (a reverse scan over chunks), then
-every chunk's input and gate gradients in parallel.
+"""The mLSTM's backward: the gradients of the chunk-start states (each chunk's own share in parallel,
+then a reverse scan over chunks that adds the next start's, element by element), then every chunk's
+input and gate gradients in parallel.
 
 The outputs depend on the stabiliser m only through the 1e-6 of the normaliser: in the unstabilised
 state, h = q C~ / (max(|q n~|, 1) + 1e-6 exp(m)). The bulk of the backward holds m constant (as
@@ -48,14 +49,16 @@ def suffix_sum(x, PRECISE: tl.constexpr):
 
 
 @triton.jit
-def _stabiliser_grad(dmj_ptr, bh, c, T, ig, it, A, seg, tm, m_c, dm_next, L: tl.constexpr, PRECISE: tl.constexpr):
+def _stabiliser_grad(dmj_ptr, bh, c, T, ig, it, A, seg, tm, m_c, L: tl.constexpr, PRECISE: tl.constexpr):
     """The stabiliser's gradient in chunk c, sent to where each m_t came from: m_t is the largest of
     the chunk start's m_c + A_t and the steps' i~_s + A_t - A_s (an input gate, or at a reset the
     zeroed stabiliser: a_s > i_s). Rows whose m_t is an input gate's are left to the chunk kernel,
     which adds it to that weight's own gradient as autograd would (minus the row's weight gradients:
-    exactly 0 where one weight is all of h). Here: the other rows' closed form dm_t, and at the
-    chunk's last step dm_next, the next chunk start's (the same running max). Returns (d i, d a,
-    dm_c, each row's winning input gate, else -1; PRECISE: -2 where the chunk start's won)."""
+    exactly 0 where one weight is all of h). Here: the other rows' closed form dm_t. The next chunk
+    start's (the same running max, through the chunk's last step) is left out: it is linear in it,
+    and the chunk kernel adds its share (_next_start_grad) once _mlstm_dscan has carried it back.
+    Returns (d i, d a, dm_c, each row's winning input gate, else -1 (PRECISE: -2 where the chunk
+    start's won), and the last step's source: its winning step, -1 where the chunk start's won)."""
     j = tl.arange(0, L)
     valid = (j[None, :] <= j[:, None]) & (seg[None, :] == seg[:, None])
     X = tl.where(valid, it[None, :] + gaps(A), NEG)  # as the forward sums them
@@ -64,69 +67,120 @@ def _stabiliser_grad(dmj_ptr, bh, c, T, ig, it, A, seg, tm, m_c, dm_next, L: tl.
     to_a = it > ig  # the zeroed stabiliser of a reset won over the input gate
     won = (src[:, None] == j[None, :]) & ~from_start[:, None]
     by_gate = tl.max(tl.where(won & ~to_a[None, :], 1, 0), 1) > 0
-    g = tl.load(dmj_ptr + bh * T + c * L + j, mask=tm & ~by_gate, other=0.0) + tl.where(j == L - 1, dm_next, 0.0)
+    g = tl.load(dmj_ptr + bh * T + c * L + j, mask=tm & ~by_gate, other=0.0)
     d_it = tl.sum(tl.where(won, g[:, None], 0.0), 0)  # over the steps t whose m_t came from s
     dA = g - d_it  # + A_t in every source, - A_s in step s's
     da = suffix_sum(dA, PRECISE) + tl.where(to_a, d_it, 0.0)  # a_l enters every A_t, t >= l
+    last = tl.sum(tl.where(j == L - 1, tl.where(from_start, -1, src), 0), 0)
     if PRECISE:
         src = tl.where(by_gate, src, tl.where(from_start, -2, -1))
     else:
         src = tl.where(by_gate, src, -1)
-    return tl.where(to_a, 0.0, d_it), da, tl.sum(tl.where(from_start, g, 0.0), 0), src
+    return tl.where(to_a, 0.0, d_it), da, tl.sum(tl.where(from_start, g, 0.0), 0), src, last
+
+
+@triton.jit
+def _next_start_grad(dm_next, last, ig, it, L: tl.constexpr):
+    """What the next chunk start's stabiliser gradient dm_next adds to _stabiliser_grad's (d i, d a) of
+    a chunk: it is the gradient of m at the chunk's last step, sent to the step `last` whose input
+    gate (or reset) set it, or to the chunk start (last = -1, whose m_c + A_t takes every a_l)."""
+    j = tl.arange(0, L)
+    on = (j == last) & (it > ig)
+    di = tl.where((j == last) & ~(it > ig), dm_next, 0.0)
+    return di, tl.where(j > last, dm_next, 0.0) + tl.where(on, dm_next, 0.0)
 
 
 @triton.jit(do_not_specialize=["NH", "T", "NC", "has_resets"])
-def _mlstm_dstates(q_ptr, dh_ptr, qinv_ptr, dden_ptr, dmj_ptr, i_ptr, f_ptr, rs_ptr, ms_ptr, mo_ptr, dcs_ptr, dns_ptr,
-                   dim_ptr, dam_ptr, src_ptr, NH, T, DH, NC, has_resets, L: tl.constexpr, DP: tl.constexpr,
-                   BV: tl.constexpr, DOT_F32: tl.constexpr, PRECISE: tl.constexpr):
-    """dcs[c] = the gradient of the state at the start of chunk c: its own chunk's outputs' plus the
-    next chunk start's through the chunk's decay (the state after the last chunk has none). The
-    first value block's program also carries the stabiliser's gradient back over the chunks (it
-    is one number a chunk start) and writes its input and forget gate parts (dim, dam)."""
-    bh, b, d, e, first_block = scan_program(NH, DP, BV)
-    dC = tl.zeros((DP, BV), tl.float32)
-    dn = tl.zeros((DP,), tl.float32)
-    dm_next = tl.sum(tl.zeros((L,), tl.float32), 0)
-    c = NC
+def _mlstm_dlocal(q_ptr, dh_ptr, qinv_ptr, dden_ptr, dmj_ptr, i_ptr, f_ptr, rs_ptr, ms_ptr, mo_ptr, dcs_ptr, dns_ptr,
+                  dms_ptr, kap_ptr, last_ptr, dim_ptr, dam_ptr, src_ptr, NH, T, DH, NC, has_resets, L: tl.constexpr,
+                  DP: tl.constexpr, BV: tl.constexpr, DOT_F32: tl.constexpr, PRECISE: tl.constexpr):
+    """Chunk c's own share of the gradient of the state at its start, through its own outputs, into
+    dcs[c] and dns[c] (_mlstm_dscan adds the next chunk start's, decayed by kappa, written here); the
+    first value block's program also its stabiliser's gradients (dim, dam, and dms[c] = dm_c but for
+    the next start's share, with `last`: the source of the last step's m). Every chunk at once: taken
+    chunk by chunk in one program a (row, head), this was 129 of the bf16 backward's 274 µs at B8 NH8
+    T1024 on an H200, at 8 µs a chunk with 64 programs on 132 SMs (mlstm_bwd_kernels_h200_f881151)."""
+    c, bh, vb = tl.program_id(0), tl.program_id(1).to(tl.int64), tl.program_id(2)
+    b = bh // NH
+    d, e, first_block = tl.arange(0, DP), vb * BV + tl.arange(0, BV), vb == 0
+    ig, it, A, seg, _, tm = chunk_gates(i_ptr, f_ptr, rs_ptr, bh, b, c * L, T, has_resets, L, PRECISE)
+    A_end, _ = to_end(A, L)
+    seg_end = tl.max(seg, 0)
+    row = bh * (NC + 1) + c
+    m_c, m_next = tl.load(ms_ptr + row), tl.load(ms_ptr + row + 1)
+    t = c * L + tl.arange(0, L)
+    mj = tl.load(mo_ptr + bh * T + t, mask=tm, other=0.0)
+    w = tl.where((seg == 0) & tm, weight(m_c, A, mj, PRECISE), 0.0)
+    qw = load_tile(q_ptr, bh, c * L, T, DH, d, L).to(tl.float32) * w[:, None]
+    # dC = sum_t qw_t^T dh_t qinv_t, qinv on q's side: dh enters the product as it is (bf16,
+    # exact) and qs split in two of bf16 (as chunk.dot_state). Where one key is all of the next
+    # chunk's start state, whose outputs do not depend on its scale, the gradients of that key
+    # and of the chunk's whole decay are what is left of v.dC + dn: with dnum = dh qinv rounded
+    # and rounded again in dC, df was 4.2e3 times its norm off on issue 40's bf16 wild-gates
+    # case, dk 13x; with qs rounded once and the chunk kernel's products exact, dk was still
+    # 0.82 off on the CPU in the H200 sweep's case of seed 167 (eager's 0.004;
+    # lab/results/mlstm_bf16_roundings_cpu_8a541c3.txt)
+    qs = qw * tl.load(qinv_ptr + bh * T + t, mask=tm, other=0.0)[:, None]
+    dh = load_tile(dh_ptr, bh, c * L, T, DH, e, L)
+    dC = split_dot(tl.trans(qs), dh, tl.zeros((DP, BV), tl.float32), dh.dtype, DOT_F32)
+    dn = tl.sum(qw * tl.load(dden_ptr + bh * T + t, mask=tm, other=0.0)[:, None], 0)
+    store_state(dcs_ptr, dns_ptr, row, dC, dn, DH, d, e, first_block)
+    if first_block:
+        kappa = tl.where(seg_end == 0, exp_f32((m_c + A_end) - m_next, PRECISE), 0.0)
+        dim, dam, dm_c, src, last = _stabiliser_grad(dmj_ptr, bh, c, T, ig, it, A, seg, tm, m_c, L, PRECISE)
+        tl.store(dim_ptr + bh * T + t, dim, mask=tm)
+        tl.store(dam_ptr + bh * T + t, dam, mask=tm)
+        tl.store(src_ptr + bh * T + t, src, mask=tm)
+        tl.store(dms_ptr + row, dm_c)
+        tl.store(kap_ptr + bh * NC + c, kappa)
+        tl.store(last_ptr + bh * NC + c, last)
+
+
+@triton.jit(do_not_specialize=["NC", "W"])
+def _mlstm_dscan(dcs_ptr, dns_ptr, dms_ptr, kap_ptr, last_ptr, DH, NC, W, BLOCK: tl.constexpr):
+    """The reverse scan over chunks of _mlstm_dlocal's shares, in place: x[c] += a_c x[c+1] from the
+    last chunk back, x[NC] = 0; for dcs and dns a_c = kappa_c (the chunk's decay of the carried
+    state), for dms a_c = 1 where the chunk start's m set the last step's (last = -1), else 0.
+    Element-wise along the rows of a (row, head): programs 0 .. W-1 take BLOCK of dcs' DH * DH each,
+    program W dns (BLOCK >= DH) and dms. Chunk c-1's share is loaded before chunk c's sum, so that
+    its latency overlaps this one's."""
+    bh, p = tl.program_id(0).to(tl.int64), tl.program_id(1)
+    o = tl.arange(0, BLOCK)
+    if p < W:
+        base = dcs_ptr + bh * (NC + 1) * DH * DH + p * BLOCK
+        width = DH * DH - p * BLOCK
+        stride = DH * DH
+    else:
+        base = dns_ptr + bh * (NC + 1) * DH
+        width = DH
+        stride = DH
+    mask = o < width
+    m_on = p == W
+    mp = dms_ptr + bh * (NC + 1)
+    x = tl.zeros((BLOCK,), tl.float32)
+    dm = tl.sum(x, 0)
+    tl.store(base + NC * stride + o, x, mask=mask)
+    tl.store(mp + NC, dm, mask=m_on)
+    c = NC - 1
+    cur = tl.load(base + c * stride + o, mask=mask, other=0.0)
+    cur_m = tl.load(mp + c, mask=m_on, other=0.0)
     while c >= 0:
-        if c < NC:
-            ig, it, A, seg, _, tm = chunk_gates(i_ptr, f_ptr, rs_ptr, bh, b, c * L, T, has_resets, L, PRECISE)
-            A_end, _ = to_end(A, L)
-            seg_end = tl.max(seg, 0)
-            row = bh * (NC + 1) + c
-            m_c, m_next = tl.load(ms_ptr + row), tl.load(ms_ptr + row + 1)
-            kappa = tl.where(seg_end == 0, exp_f32((m_c + A_end) - m_next, PRECISE), 0.0)
-            t = c * L + tl.arange(0, L)
-            mj = tl.load(mo_ptr + bh * T + t, mask=tm, other=0.0)
-            w = tl.where((seg == 0) & tm, weight(m_c, A, mj, PRECISE), 0.0)
-            qw = load_tile(q_ptr, bh, c * L, T, DH, d, L).to(tl.float32) * w[:, None]
-            # dC = sum_t qw_t^T dh_t qinv_t, qinv on q's side: dh enters the product as it is (bf16,
-            # exact) and qs split in two of bf16 (as chunk.dot_state). Where one key is all of the next
-            # chunk's start state, whose outputs do not depend on its scale, the gradients of that key
-            # and of the chunk's whole decay are what is left of v.dC + dn: with dnum = dh qinv rounded
-            # and rounded again in dC, df was 4.2e3 times its norm off on issue 40's bf16 wild-gates
-            # case, dk 13x; with qs rounded once and the chunk kernel's products exact, dk was still
-            # 0.82 off on the CPU in the H200 sweep's case of seed 167 (eager's 0.004;
-            # lab/results/mlstm_bf16_roundings_cpu_8a541c3.txt)
-            qs = qw * tl.load(qinv_ptr + bh * T + t, mask=tm, other=0.0)[:, None]
-            dh = load_tile(dh_ptr, bh, c * L, T, DH, e, L)
-            dC = split_dot(tl.trans(qs), dh, dC * kappa, dh.dtype, DOT_F32)
-            dn = dn * kappa + tl.sum(qw * tl.load(dden_ptr + bh * T + t, mask=tm, other=0.0)[:, None], 0)
-            if first_block:
-                dim, dam, dm_next, src = _stabiliser_grad(dmj_ptr, bh, c, T, ig, it, A, seg, tm, m_c, dm_next, L,
-                                                                PRECISE)
-                tl.store(dim_ptr + bh * T + t, dim, mask=tm)
-                tl.store(dam_ptr + bh * T + t, dam, mask=tm)
-                tl.store(src_ptr + bh * T + t, src, mask=tm)
-        row = bh * (NC + 1) + c
-        store_state(dcs_ptr, dns_ptr, row, dC, dn, DH, d, e, first_block)
+        kappa = tl.load(kap_ptr + bh * NC + c)
+        from_start = tl.load(last_ptr + bh * NC + c) < 0
+        nxt = tl.load(base + (c - 1) * stride + o, mask=mask & (c > 0), other=0.0)
+        nxt_m = tl.load(mp + c - 1, mask=m_on & (c > 0), other=0.0)
+        x = cur + kappa * x
+        dm = cur_m + tl.where(from_start, dm, 0.0)
+        tl.store(base + c * stride + o, x, mask=mask)
+        tl.store(mp + c, dm, mask=m_on)
+        cur, cur_m = nxt, nxt_m
         c -= 1
 
 
 @triton.jit(do_not_specialize=["NH", "T", "NC", "has_resets"])
 def _mlstm_dchunk(q_ptr, k_ptr, v_ptr, i_ptr, f_ptr, rs_ptr, dh_ptr, qinv_ptr, den_ptr, cs_ptr, ns_ptr, ms_ptr, mo_ptr,
-                  dcs_ptr, dns_ptr, dim_ptr, dam_ptr, src_ptr, links_ptr, dq_ptr, dk_ptr, dv_ptr, di_ptr, df_ptr, NH, T,
-                  DH, NC,
+                  dcs_ptr, dns_ptr, dms_ptr, last_ptr, dim_ptr, dam_ptr, src_ptr, links_ptr, dq_ptr, dk_ptr, dv_ptr,
+                  di_ptr, df_ptr, NH, T, DH, NC,
                   scale, eps, has_resets, L: tl.constexpr, DP: tl.constexpr, BV: tl.constexpr, DOT_F32: tl.constexpr,
                   PRECISE: tl.constexpr):
     c, bh = tl.program_id(0), tl.program_id(1).to(tl.int64)
@@ -244,11 +298,13 @@ def _mlstm_dchunk(q_ptr, k_ptr, v_ptr, i_ptr, f_ptr, rs_ptr, dh_ptr, qinv_ptr, d
     # A_end: the chunk's state update, added by _mlstm_dlinks
     _store_link(links_ptr, bh, c, NC, ig, it, rest, seg, seg_end, tm, m_c + A_end, dlogw, dlogb, kappa * kap, L)
     da = suffix_sum(dA, PRECISE)  # a_l enters every A_t with t >= l
-    da += tl.load(dam_ptr + bh * T + t, mask=tm, other=0.0)  # the stabiliser's parts
+    # the stabiliser's parts: the chunk's own, and the next chunk start's through the last step
+    dim_next, dam_next = _next_start_grad(tl.load(dms_ptr + row + 1), tl.load(last_ptr + bh * NC + c), ig, it, L)
+    da += tl.load(dam_ptr + bh * T + t, mask=tm, other=0.0) + dam_next
     m2 = tm[:, None] & (d < DH)[None, :]
     tl.store(dq_ptr + (bh * T + t)[:, None] * DH + d[None, :], dq.to(dq_ptr.dtype.element_ty), mask=m2)
     tl.store(dk_ptr + (bh * T + t)[:, None] * DH + d[None, :], dk.to(dk_ptr.dtype.element_ty), mask=m2)
-    di = col + dlogb + tl.load(dim_ptr + bh * T + t, mask=tm, other=0.0)
+    di = col + dlogb + (tl.load(dim_ptr + bh * T + t, mask=tm, other=0.0) + dim_next)
     tl.store(di_ptr + bh * T + t, di.to(di_ptr.dtype.element_ty), mask=tm)
     tl.store(df_ptr + bh * T + t, (da * sigmoid_f32(-f, PRECISE)).to(df_ptr.dtype.element_ty), mask=tm)
 
@@ -381,20 +437,29 @@ def dlinks(links, f, di_part, df_part, di, df, L: int, PRECISE: bool, **tile):
                                             **meta)
 
 
+def scan_block(DH: int) -> int:
+    """_mlstm_dscan's elements a program: 512 of a state's DH * DH (4 warps), at least DH (dns)."""
+    return max(512, triton.next_power_of_2(DH))
+
+
 def warps(config) -> tuple[int, int]:
-    """The backward's (scan, chunk kernel) warps: its own where set, else the forward's."""
+    """The backward's (chunk-local state gradient, chunk kernel) warps: its own where set, else the
+    forward's."""
     return config.state_warps_bwd or config.state_warps, config.warps_bwd or config.warps
 
 
 def shared_bwd(config, dtype, DH: int, dot_f32: bool, device) -> int:
     """The backward kernels' shared memory, the larger (arguments as mlstm_bwd passes them)."""
     f32, u8, i32, meta = torch.float32, torch.uint8, torch.int32, meta_of(config, DH, dtype, dot_f32)
-    dstates = (dtype, dtype, f32, f32, f32, dtype, dtype, u8, f32, f32, f32, f32, f32, f32, i32, 1, 1, DH, 1, 1)
-    dchunk = (dtype, dtype, dtype, dtype, dtype, u8, dtype, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, i32,
-              f32, dtype, dtype, dtype, f32, f32, 1, 1, DH, 1, 1.0, 1e-6, 1)
-    scan_warps, chunk_warps = warps(config)
-    need = max(shared_bytes_for_types(_mlstm_dstates, dstates, dict(meta, num_warps=scan_warps), device),
-               shared_bytes_for_types(_mlstm_dchunk, dchunk, dict(meta, num_warps=chunk_warps), device))
+    dlocal = (dtype, dtype, f32, f32, f32, dtype, dtype, u8, f32, f32, f32, f32, f32, f32, i32, f32, f32, i32, 1, 1, DH,
+              1, 1)
+    dchunk = (dtype, dtype, dtype, dtype, dtype, u8, dtype, f32, f32, f32, f32, f32, f32, f32, f32, f32, i32, f32, f32,
+              i32, f32, dtype, dtype, dtype, f32, f32, 1, 1, DH, 1, 1.0, 1e-6, 1)
+    local_warps, chunk_warps = warps(config)
+    need = max(shared_bytes_for_types(_mlstm_dlocal, dlocal, dict(meta, num_warps=local_warps), device),
+               shared_bytes_for_types(_mlstm_dchunk, dchunk, dict(meta, num_warps=chunk_warps), device),
+               shared_bytes_for_types(_mlstm_dscan, (f32, f32, f32, f32, i32, DH, 1, 1),
+                                      dict(BLOCK=scan_block(DH), num_warps=4), device))
     links = (f32, dtype, f32, f32, dtype, dtype, 1, 1, 1)
     links_meta1 = dict(links_meta(meta["L"], 1)[1], PRECISE=meta["PRECISE"])
     return max(need, shared_bytes_for_types(_mlstm_dlinks, links, links_meta1, device))
@@ -410,25 +475,30 @@ def mlstm_bwd(dh, q, k, v, i, f, resets, NH: int, h, saved, config, dot_f32: boo
     bv = min(config.bv, dp)
     dh = dh.contiguous()
     meta = meta_of(config, DH, q.dtype, dot_f32)
-    scan_warps, chunk_warps = warps(config)
+    local_warps, chunk_warps = warps(config)
     # the stabiliser's dmj: h = q C~ / (max(|q n~|, 1) + eps exp(m))
     qinv, dden, dmj = torch.empty_like(mo), torch.empty_like(mo), torch.empty_like(mo)
     rows = max(1, 2048 // dp)  # 2048 elements in 8 warps: 5-10% faster than 4096 in 4 (mlstm_tail_h200_b383559)
     _mlstm_dprep[(triton.cdiv(BH * T, rows),)](dh, h, mo, den, qinv, dden, dmj, BH * T, DH, eps, BR=rows, DP=dp,
                                                  PRECISE=meta["PRECISE"], num_warps=8)
-    dcs, dns = torch.empty_like(cs), torch.empty_like(ns)
+    dcs, dns, dms = torch.empty_like(cs), torch.empty_like(ns), torch.empty_like(ms)
+    kap = torch.empty(BH, NC, device=q.device, dtype=torch.float32)  # each chunk's decay of the carried state
+    last = torch.empty(BH, NC, device=q.device, dtype=torch.int32)  # the source of its last step's stabiliser
     rs = resets.view(torch.uint8) if resets is not None else mo
     dim, dam = torch.empty_like(mo), torch.empty_like(mo)  # the stabiliser's parts of di and of d logsigmoid(f)
     src = torch.empty(BH, T, device=q.device, dtype=torch.int32)
     has_resets = int(resets is not None)
-    _mlstm_dstates[(BH, dp // bv)](q, dh, qinv, dden, dmj, i, f, rs, ms, mo, dcs, dns, dim, dam, src, NH, T, DH, NC,
-                                   has_resets, num_warps=scan_warps, **meta)
+    _mlstm_dlocal[(NC, BH, dp // bv)](q, dh, qinv, dden, dmj, i, f, rs, ms, mo, dcs, dns, dms, kap, last, dim, dam, src,
+                                      NH, T, DH, NC, has_resets, num_warps=local_warps, **meta)
+    block = scan_block(DH)
+    W = triton.cdiv(DH * DH, block)
+    _mlstm_dscan[(BH, W + 1)](dcs, dns, dms, kap, last, DH, NC, W, BLOCK=block, num_warps=4)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     di, df = torch.empty_like(i), torch.empty_like(f)
     di_part, df_part = (di, df) if meta["PRECISE"] else (torch.empty_like(mo), torch.empty_like(mo))
     links = torch.empty(BH, NC, 4, device=q.device, dtype=torch.float32)
-    _mlstm_dchunk[(NC, BH)](q, k, v, i, f, rs, dh, qinv, den, cs, ns, ms, mo, dcs, dns, dim, dam, src, links, dq, dk,
-                            dv, di_part, df_part, NH, T, DH, NC, DH ** -0.5, eps, has_resets, num_warps=chunk_warps,
+    _mlstm_dchunk[(NC, BH)](q, k, v, i, f, rs, dh, qinv, den, cs, ns, ms, mo, dcs, dns, dms, last, dim, dam, src,
+                            links, dq, dk, dv, di_part, df_part, NH, T, DH, NC, DH ** -0.5, eps, has_resets, num_warps=chunk_warps,
                             **meta)
     dlinks(links, f, di_part, df_part, di, df, L, meta["PRECISE"])
     return dq, dk, dv, di, df

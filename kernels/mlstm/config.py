@@ -23,7 +23,7 @@ class MLSTMConfig:
     # at every shape of lab/results/mlstm_scan_prefetch_h200_d5c1472.txt; not measured on an H100)
     prefetch: bool = True
     warps_bwd: int = 0  # the backward's chunk kernel; 0: warps
-    state_warps_bwd: int = 0  # the backward's scan over chunks; 0: state_warps
+    state_warps_bwd: int = 0  # the backward's chunk-local state gradients; 0: state_warps
 
 
 @tunable
@@ -37,11 +37,10 @@ def pick(T: int, DH: int, device, rows: int = 1, dtype: torch.dtype | None = Non
     faster at the third; its scan in 8 warps 0.4-19% slower in bf16).
     The backward (lab/results/mlstm_bwd_warps_h200.txt, H200): its chunk kernel in 4 warps where its
     programs (chunks x rows) are more than two waves of the SMs, 8 where fewer. At the grid's shapes
-    of T 1024 and more 4 warps made the fp32 backward 23-24% faster and, with the scan's rule below,
-    the bf16 one 21-24% (B8 NH8 T1024 bf16 0.326 -> 0.257 ms); at B2 NH4 T256 (32 programs) they
-    were 16% slower in fp32. Its scan in 8 warps where its programs (rows x value blocks) fit on the
-    SMs at one each: 17-20% faster there (bf16 kernel times, B8 NH8 T1024 159 -> 128 us), 37% slower
-    at B64 NH8 (512 programs). Not measured on an H100."""
+    of T 1024 and more 4 warps made the fp32 backward 23-24% faster and, with its then scan over chunks
+    in 8, the bf16 one 21-24% (B8 NH8 T1024 bf16 0.326 -> 0.257 ms); at B2 NH4 T256 (32 programs) they
+    were 16% slower in fp32. Its chunk-local state gradients (as many programs, times the value
+    blocks) by the same rule. Not measured on an H100."""
     dp = chunk.padded(DH)
     if arch(device) == "cpu":
         return MLSTMConfig(chunk=16, bv=min(16, dp), warps=4, state_warps=4)
@@ -50,4 +49,4 @@ def pick(T: int, DH: int, device, rows: int = 1, dtype: torch.dtype | None = Non
     warps_bwd = 4 if waves > 2 else 8
     warps = warps_bwd if dtype in (torch.bfloat16, torch.float16) else 8
     return MLSTMConfig(chunk=L, bv=bv, warps=warps, state_warps=4, warps_bwd=warps_bwd,
-                       state_warps_bwd=8 if rows * (dp // bv) <= sms else 4)
+                       state_warps_bwd=4 if waves * (dp // bv) > 2 else 8)
