@@ -173,14 +173,18 @@ def test_slstm_picked_config_fits_the_gpu():
 
 def test_mlstm_warps_on_the_gpu():
     # the backward's chunk kernel, and in bf16 the forward's, in 4 warps where their programs are more
-    # than two waves of the SMs (the fp32 forward's in 8), the backward's chunk-local state gradients by
-    # the same rule; each pick compiled for sm_90 and fitting its shared memory as picked
+    # than two waves of the SMs (the fp32 forward's in 8), the backward's state gradients a program a
+    # chunk in 8 where a program a row would leave SMs idle, else a program a row in 4; each pick
+    # compiled for sm_90 and fitting its shared memory as picked
     got = _sm90()["mlstm"]
     for dtype, warps in (("bfloat16", 4), ("float32", 8)):
         picks = {f"{T} {rows}": got[f"{dtype} {T} {rows}"] for T, rows in ((1024, 64), (1024, 512), (256, 8))}
-        assert f"warps={warps}, state_warps=4, prefetch=True, warps_bwd=4, state_warps_bwd=4" in picks["1024 64"], got
-        assert f"warps={warps}, state_warps=4, prefetch=True, warps_bwd=4, state_warps_bwd=4" in picks["1024 512"], got
-        assert "warps=8, state_warps=4, prefetch=True, warps_bwd=8, state_warps_bwd=8" in picks["256 8"], got
+        want = {"1024 64": f"warps={warps}, state_warps=4, prefetch=True, warps_bwd=4, state_warps_bwd=8",
+                "1024 512": f"warps={warps}, state_warps=4, prefetch=True, warps_bwd=4, state_warps_bwd=4",
+                "256 8": "warps=8, state_warps=4, prefetch=True, warps_bwd=8, state_warps_bwd=8"}
+        by_chunk = {"1024 64": True, "1024 512": False, "256 8": True}
+        for key, fields in want.items():
+            assert f"{fields}, dstates_by_chunk={by_chunk[key]}" in picks[key], got
     assert all("chunk=64, bv=64" in c for c in got.values()), got
 
 

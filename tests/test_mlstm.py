@@ -56,6 +56,25 @@ def test_value_blocks_and_resets(prefetch):
     assert max(errors) < SPEC.tolerance[torch.float32], errors
 
 
+@pytest.mark.parametrize("by_chunk", [True, False], ids=["a-program-a-chunk", "a-program-a-row"])
+def test_state_gradients_by_chunk_and_by_row(by_chunk):
+    # the backward's chunk-start state gradients and the stabiliser's, a program a chunk then the scan
+    # over chunks (where the next chunk start's stabiliser gradient reaches a chunk's gates through
+    # the chunk kernel), or a program a row: 4 chunks of 16 (the last partial), two value blocks,
+    # resets at the edge cases, input gates ~ 14 + N(0, 6) and forget gates near 1, so that the
+    # stabiliser runs over chunk starts, q and k x 1e-3, so that q . n is near the normaliser's eps
+    # exp(m) and m's gradient is felt: without the next start's share in the chunk kernel, di and df
+    # were 0.40 and 0.88 off (3e-6 with it)
+    inputs = _inputs(3, 1, 57, 32)
+    inputs["q"], inputs["k"] = inputs["q"] * 1e-3, inputs["k"] * 1e-3
+    g = torch.Generator().manual_seed(29)
+    inputs["i"] = 14 + 6 * torch.randn(inputs["i"].shape, generator=g)
+    inputs["f"] = 6 + torch.randn(inputs["f"].shape, generator=g)
+    errors = errors_against_reference(recurrent, mlstm.mlstm, inputs, GRADS,
+                                      config=mlstm.MLSTMConfig(chunk=16, bv=16, dstates_by_chunk=by_chunk))
+    assert max(errors) < SPEC.tolerance[torch.float32], errors
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
 def test_prefetch_changes_nothing_but_when_chunks_load(dtype):
     # the forward's outputs and saved states bit for bit with and without the scan's loads a chunk
@@ -137,7 +156,7 @@ def test_mismatched_inputs_are_refused():
 def test_config_is_recorded():
     record = SPEC.provider("triton").config(SPEC.make_inputs(ODD, torch.float32, "cpu", 0))
     assert record == {"mlstm": {"chunk": 16, "bv": 16, "warps": 4, "state_warps": 4, "prefetch": True,
-                                "warps_bwd": 0, "state_warps_bwd": 0}}
+                                "warps_bwd": 0, "state_warps_bwd": 0, "dstates_by_chunk": True}}
 
 
 def _loss_mp(q, k, v, i, f, dy, resets, dps: int):

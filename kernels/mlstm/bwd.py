@@ -49,15 +49,16 @@ def suffix_sum(x, PRECISE: tl.constexpr):
 
 
 @triton.jit
-def _stabiliser_grad(dmj_ptr, bh, c, T, ig, it, A, seg, tm, m_c, L: tl.constexpr, PRECISE: tl.constexpr):
+def _stabiliser_grad(dmj_ptr, bh, c, T, ig, it, A, seg, tm, m_c, dm_next, L: tl.constexpr,
+                     PRECISE: tl.constexpr):
     """The stabiliser's gradient in chunk c, sent to where each m_t came from: m_t is the largest of
     the chunk start's m_c + A_t and the steps' i~_s + A_t - A_s (an input gate, or at a reset the
     zeroed stabiliser: a_s > i_s). Rows whose m_t is an input gate's are left to the chunk kernel,
     which adds it to that weight's own gradient as autograd would (minus the row's weight gradients:
-    exactly 0 where one weight is all of h). Here: the other rows' closed form dm_t. The next chunk
-    start's (the same running max, through the chunk's last step) is left out: it is linear in it,
-    and the chunk kernel adds its share (_next_start_grad) once _mlstm_dscan has carried it back.
-    Returns (d i, d a, dm_c, each row's winning input gate, else -1 (PRECISE: -2 where the chunk
+    exactly 0 where one weight is all of h). Here: the other rows' closed form dm_t, and at the
+    chunk's last step dm_next, the next chunk start's (the same running max) as far as it is known:
+    where the next chunk is another program's, the chunk kernel adds its share (_next_start_grad,
+    linear in it) once _mlstm_dscan has carried it back. Returns (d i, d a, dm_c, each row's winning input gate, else -1 (PRECISE: -2 where the chunk
     start's won), and the last step's source: its winning step, -1 where the chunk start's won)."""
     j = tl.arange(0, L)
     valid = (j[None, :] <= j[:, None]) & (seg[None, :] == seg[:, None])
@@ -67,7 +68,7 @@ def _stabiliser_grad(dmj_ptr, bh, c, T, ig, it, A, seg, tm, m_c, L: tl.constexpr
     to_a = it > ig  # the zeroed stabiliser of a reset won over the input gate
     won = (src[:, None] == j[None, :]) & ~from_start[:, None]
     by_gate = tl.max(tl.where(won & ~to_a[None, :], 1, 0), 1) > 0
-    g = tl.load(dmj_ptr + bh * T + c * L + j, mask=tm & ~by_gate, other=0.0)
+    g = tl.load(dmj_ptr + bh * T + c * L + j, mask=tm & ~by_gate, other=0.0) + tl.where(j == L - 1, dm_next, 0.0)
     d_it = tl.sum(tl.where(won, g[:, None], 0.0), 0)  # over the steps t whose m_t came from s
     dA = g - d_it  # + A_t in every source, - A_s in step s's
     da = suffix_sum(dA, PRECISE) + tl.where(to_a, d_it, 0.0)  # a_l enters every A_t, t >= l
@@ -90,24 +91,17 @@ def _next_start_grad(dm_next, last, ig, it, L: tl.constexpr):
     return di, tl.where(j > last, dm_next, 0.0) + tl.where(on, dm_next, 0.0)
 
 
-@triton.jit(do_not_specialize=["NH", "T", "NC", "has_resets"])
-def _mlstm_dlocal(q_ptr, dh_ptr, qinv_ptr, dden_ptr, dmj_ptr, i_ptr, f_ptr, rs_ptr, ms_ptr, mo_ptr, dcs_ptr, dns_ptr,
-                  dms_ptr, kap_ptr, last_ptr, dim_ptr, dam_ptr, src_ptr, NH, T, DH, NC, has_resets, L: tl.constexpr,
-                  DP: tl.constexpr, BV: tl.constexpr, DOT_F32: tl.constexpr, PRECISE: tl.constexpr):
-    """Chunk c's own share of the gradient of the state at its start, through its own outputs, into
-    dcs[c] and dns[c] (_mlstm_dscan adds the next chunk start's, decayed by kappa, written here); the
-    first value block's program also its stabiliser's gradients (dim, dam, and dms[c] = dm_c but for
-    the next start's share, with `last`: the source of the last step's m). Every chunk at once: taken
-    chunk by chunk in one program a (row, head), this was 129 of the bf16 backward's 274 µs at B8 NH8
-    T1024 on an H200, at 8 µs a chunk with 64 programs on 132 SMs (mlstm_bwd_kernels_h200_f881151)."""
-    c, bh, vb = tl.program_id(0), tl.program_id(1).to(tl.int64), tl.program_id(2)
-    b = bh // NH
-    d, e, first_block = tl.arange(0, DP), vb * BV + tl.arange(0, BV), vb == 0
+@triton.jit
+def _dlocal_chunk(q_ptr, dh_ptr, qinv_ptr, dden_ptr, dmj_ptr, i_ptr, f_ptr, rs_ptr, ms_ptr, mo_ptr, dcs_ptr, dns_ptr,
+                  dms_ptr, kap_ptr, last_ptr, dim_ptr, dam_ptr, src_ptr, bh, b, c, first, dC, dn, dm_next, d, e,
+                  first_block, T, DH, NC, has_resets, L: tl.constexpr, DOT_F32: tl.constexpr, PRECISE: tl.constexpr):
+    """_mlstm_dlocal's chunk c, with dC, dn, dm_next carried from chunk c+1 (zero where that is another
+    program's; `first`: whether c is the program's first chunk). Returns them for chunk c-1."""
     ig, it, A, seg, _, tm = chunk_gates(i_ptr, f_ptr, rs_ptr, bh, b, c * L, T, has_resets, L, PRECISE)
     A_end, _ = to_end(A, L)
-    seg_end = tl.max(seg, 0)
     row = bh * (NC + 1) + c
     m_c, m_next = tl.load(ms_ptr + row), tl.load(ms_ptr + row + 1)
+    kappa = tl.where(tl.max(seg, 0) == 0, exp_f32((m_c + A_end) - m_next, PRECISE), 0.0)
     t = c * L + tl.arange(0, L)
     mj = tl.load(mo_ptr + bh * T + t, mask=tm, other=0.0)
     w = tl.where((seg == 0) & tm, weight(m_c, A, mj, PRECISE), 0.0)
@@ -122,24 +116,62 @@ def _mlstm_dlocal(q_ptr, dh_ptr, qinv_ptr, dden_ptr, dmj_ptr, i_ptr, f_ptr, rs_p
     # lab/results/mlstm_bf16_roundings_cpu_8a541c3.txt)
     qs = qw * tl.load(qinv_ptr + bh * T + t, mask=tm, other=0.0)[:, None]
     dh = load_tile(dh_ptr, bh, c * L, T, DH, e, L)
-    dC = split_dot(tl.trans(qs), dh, tl.zeros((DP, BV), tl.float32), dh.dtype, DOT_F32)
-    dn = tl.sum(qw * tl.load(dden_ptr + bh * T + t, mask=tm, other=0.0)[:, None], 0)
+    dC = split_dot(tl.trans(qs), dh, dC * kappa, dh.dtype, DOT_F32)
+    dn = dn * kappa + tl.sum(qw * tl.load(dden_ptr + bh * T + t, mask=tm, other=0.0)[:, None], 0)
     store_state(dcs_ptr, dns_ptr, row, dC, dn, DH, d, e, first_block)
     if first_block:
-        kappa = tl.where(seg_end == 0, exp_f32((m_c + A_end) - m_next, PRECISE), 0.0)
-        dim, dam, dm_c, src, last = _stabiliser_grad(dmj_ptr, bh, c, T, ig, it, A, seg, tm, m_c, L, PRECISE)
+        dim, dam, dm_next, src, last = _stabiliser_grad(dmj_ptr, bh, c, T, ig, it, A, seg, tm, m_c, dm_next, L,
+                                                        PRECISE)
         tl.store(dim_ptr + bh * T + t, dim, mask=tm)
         tl.store(dam_ptr + bh * T + t, dam, mask=tm)
         tl.store(src_ptr + bh * T + t, src, mask=tm)
-        tl.store(dms_ptr + row, dm_c)
+        tl.store(dms_ptr + row, tl.where(first, dm_next, 0.0))
         tl.store(kap_ptr + bh * NC + c, kappa)
         tl.store(last_ptr + bh * NC + c, last)
+    return dC, dn, dm_next
+
+
+@triton.jit(do_not_specialize=["NH", "T", "NC", "has_resets"])
+def _mlstm_dlocal(q_ptr, dh_ptr, qinv_ptr, dden_ptr, dmj_ptr, i_ptr, f_ptr, rs_ptr, ms_ptr, mo_ptr, dcs_ptr, dns_ptr,
+                  dms_ptr, kap_ptr, last_ptr, dim_ptr, dam_ptr, src_ptr, NH, T, DH, NC, has_resets,
+                  BY_CHUNK: tl.constexpr, L: tl.constexpr, DP: tl.constexpr, BV: tl.constexpr,
+                  DOT_F32: tl.constexpr, PRECISE: tl.constexpr):
+    """dcs[c] = the gradient of the state at the start of chunk c through the outputs of chunks c ..
+    of this program (its own, and the next chunk start's through the chunk's decay kappa), from the
+    last back. BY_CHUNK: a program a chunk, its own share, every chunk at once, and _mlstm_dscan adds
+    the rest; else a program a row, the whole gradient chunk by chunk (a loop: its registers, 242 in
+    8 warps for sm_90, not the 128 of one chunk straight). The first value block's program also
+    carries the stabiliser's gradient back over its chunks (one number a chunk start), writes its
+    input and forget gate parts (dim, dam), and in dms[c] the part of dm_c that the previous chunk
+    has not taken (all of it at the program's first chunk, else 0), with `last`: the source of each
+    chunk's last step's m. The program of the last chunk writes the zero row NC."""
+    bh, vb = tl.program_id(1).to(tl.int64), tl.program_id(2)
+    b = bh // NH
+    d, e, first_block = tl.arange(0, DP), vb * BV + tl.arange(0, BV), vb == 0
+    dC = tl.zeros((DP, BV), tl.float32)
+    dn = tl.zeros((DP,), tl.float32)
+    dm = tl.sum(tl.zeros((L,), tl.float32), 0)
+    c = tl.program_id(0) if BY_CHUNK else NC - 1
+    if c == NC - 1:
+        store_state(dcs_ptr, dns_ptr, bh * (NC + 1) + NC, dC, dn, DH, d, e, first_block)
+        tl.store(dms_ptr + bh * (NC + 1) + NC, dm, mask=first_block)
+    if BY_CHUNK:
+        _dlocal_chunk(q_ptr, dh_ptr, qinv_ptr, dden_ptr, dmj_ptr, i_ptr, f_ptr, rs_ptr, ms_ptr, mo_ptr, dcs_ptr,
+                      dns_ptr, dms_ptr, kap_ptr, last_ptr, dim_ptr, dam_ptr, src_ptr, bh, b, c, True, dC, dn, dm, d,
+                      e, first_block, T, DH, NC, has_resets, L, DOT_F32, PRECISE)
+    else:
+        while c >= 0:
+            dC, dn, dm = _dlocal_chunk(q_ptr, dh_ptr, qinv_ptr, dden_ptr, dmj_ptr, i_ptr, f_ptr, rs_ptr, ms_ptr, mo_ptr,
+                                       dcs_ptr, dns_ptr, dms_ptr, kap_ptr, last_ptr, dim_ptr, dam_ptr, src_ptr, bh, b,
+                                       c, c == 0, dC, dn, dm, d, e, first_block, T, DH, NC, has_resets, L, DOT_F32,
+                                       PRECISE)
+            c -= 1
 
 
 @triton.jit(do_not_specialize=["NC", "W"])
 def _mlstm_dscan(dcs_ptr, dns_ptr, dms_ptr, kap_ptr, last_ptr, DH, NC, W, BLOCK: tl.constexpr):
-    """The reverse scan over chunks of _mlstm_dlocal's shares, in place: x[c] += a_c x[c+1] from the
-    last chunk back, x[NC] = 0; for dcs and dns a_c = kappa_c (the chunk's decay of the carried
+    """The reverse scan over chunks of _mlstm_dlocal's shares where it took one chunk a program, in
+    place: x[c] += a_c x[c+1] from the last chunk back (x[NC] = 0); for dcs and dns a_c = kappa_c (the chunk's decay of the carried
     state), for dms a_c = 1 where the chunk start's m set the last step's (last = -1), else 0.
     Element-wise along the rows of a (row, head): programs 0 .. W-1 take BLOCK of dcs' DH * DH each,
     program W dns (BLOCK >= DH) and dms. Chunk c-1's share is loaded before chunk c's sum, so that
@@ -157,10 +189,8 @@ def _mlstm_dscan(dcs_ptr, dns_ptr, dms_ptr, kap_ptr, last_ptr, DH, NC, W, BLOCK:
     mask = o < width
     m_on = p == W
     mp = dms_ptr + bh * (NC + 1)
-    x = tl.zeros((BLOCK,), tl.float32)
+    x = tl.zeros((BLOCK,), tl.float32)  # row NC, zero (written by _mlstm_dlocal)
     dm = tl.sum(x, 0)
-    tl.store(base + NC * stride + o, x, mask=mask)
-    tl.store(mp + NC, dm, mask=m_on)
     c = NC - 1
     cur = tl.load(base + c * stride + o, mask=mask, other=0.0)
     cur_m = tl.load(mp + c, mask=m_on, other=0.0)
@@ -456,7 +486,8 @@ def shared_bwd(config, dtype, DH: int, dot_f32: bool, device) -> int:
     dchunk = (dtype, dtype, dtype, dtype, dtype, u8, dtype, f32, f32, f32, f32, f32, f32, f32, f32, f32, i32, f32, f32,
               i32, f32, dtype, dtype, dtype, f32, f32, 1, 1, DH, 1, 1.0, 1e-6, 1)
     local_warps, chunk_warps = warps(config)
-    need = max(shared_bytes_for_types(_mlstm_dlocal, dlocal, dict(meta, num_warps=local_warps), device),
+    need = max(shared_bytes_for_types(_mlstm_dlocal, dlocal, dict(meta, BY_CHUNK=config.dstates_by_chunk,
+                                                                   num_warps=local_warps), device),
                shared_bytes_for_types(_mlstm_dchunk, dchunk, dict(meta, num_warps=chunk_warps), device),
                shared_bytes_for_types(_mlstm_dscan, (f32, f32, f32, f32, i32, DH, 1, 1),
                                       dict(BLOCK=scan_block(DH), num_warps=4), device))
@@ -488,11 +519,14 @@ def mlstm_bwd(dh, q, k, v, i, f, resets, NH: int, h, saved, config, dot_f32: boo
     dim, dam = torch.empty_like(mo), torch.empty_like(mo)  # the stabiliser's parts of di and of d logsigmoid(f)
     src = torch.empty(BH, T, device=q.device, dtype=torch.int32)
     has_resets = int(resets is not None)
-    _mlstm_dlocal[(NC, BH, dp // bv)](q, dh, qinv, dden, dmj, i, f, rs, ms, mo, dcs, dns, dms, kap, last, dim, dam, src,
-                                      NH, T, DH, NC, has_resets, num_warps=local_warps, **meta)
-    block = scan_block(DH)
-    W = triton.cdiv(DH * DH, block)
-    _mlstm_dscan[(BH, W + 1)](dcs, dns, dms, kap, last, DH, NC, W, BLOCK=block, num_warps=4)
+    by_chunk = config.dstates_by_chunk or NC == 1  # one chunk: straight, no scan
+    _mlstm_dlocal[(NC if by_chunk else 1, BH, dp // bv)](q, dh, qinv, dden, dmj, i, f, rs, ms, mo, dcs, dns, dms, kap,
+                                                         last, dim, dam, src, NH, T, DH, NC, has_resets,
+                                                         BY_CHUNK=by_chunk, num_warps=local_warps, **meta)
+    if by_chunk and NC > 1:
+        block = scan_block(DH)
+        W = triton.cdiv(DH * DH, block)
+        _mlstm_dscan[(BH, W + 1)](dcs, dns, dms, kap, last, DH, NC, W, BLOCK=block, num_warps=4)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     di, df = torch.empty_like(i), torch.empty_like(f)
     di_part, df_part = (di, df) if meta["PRECISE"] else (torch.empty_like(mo), torch.empty_like(mo))

@@ -23,7 +23,10 @@ class MLSTMConfig:
     # at every shape of lab/results/mlstm_scan_prefetch_h200_d5c1472.txt; not measured on an H100)
     prefetch: bool = True
     warps_bwd: int = 0  # the backward's chunk kernel; 0: warps
-    state_warps_bwd: int = 0  # the backward's chunk-local state gradients; 0: state_warps
+    state_warps_bwd: int = 0  # the backward's state gradients (_mlstm_dlocal); 0: state_warps
+    # the backward's state gradients a program a chunk, then a scan over chunks (True), or a program a
+    # row taking its chunks one by one (False: no scan, whose memory traffic costs where rows are many)
+    dstates_by_chunk: bool = True
 
 
 @tunable
@@ -39,8 +42,15 @@ def pick(T: int, DH: int, device, rows: int = 1, dtype: torch.dtype | None = Non
     programs (chunks x rows) are more than two waves of the SMs, 8 where fewer. At the grid's shapes
     of T 1024 and more 4 warps made the fp32 backward 23-24% faster and, with its then scan over chunks
     in 8, the bf16 one 21-24% (B8 NH8 T1024 bf16 0.326 -> 0.257 ms); at B2 NH4 T256 (32 programs) they
-    were 16% slower in fp32. Its chunk-local state gradients (as many programs, times the value
-    blocks) by the same rule. Not measured on an H100."""
+    were 16% slower in fp32. Its state gradients (_mlstm_dlocal) a program a chunk, in 8 warps, where
+    a program a row (times the value blocks) would leave SMs idle, else a program a row, in 4 (in 8
+    17-20% faster where they fit on the SMs at one each, 37% slower at B64 NH8's 512 programs). At
+    B8 NH8 T1024 (64 rows) a program a chunk took the backward from 309 to 227 us; at B64 NH8 T1024
+    (512) the chunk-local kernel took what the row programs had (429 vs 426 us) and its scan over
+    chunks added 78 us (kernel times, lab/results/mlstm_bwd_dscan_h200_d18de01.txt). A program a
+    chunk in 8 warps was 0.7-1.6% faster than in 4 at those two, and in 4 4-5% slower at B2 NH4 T256
+    and B32 NH4 T60.
+    Not measured on an H100."""
     dp = chunk.padded(DH)
     if arch(device) == "cpu":
         return MLSTMConfig(chunk=16, bv=min(16, dp), warps=4, state_warps=4)
@@ -48,5 +58,6 @@ def pick(T: int, DH: int, device, rows: int = 1, dtype: torch.dtype | None = Non
     waves = triton.cdiv(T, L) * rows / sms
     warps_bwd = 4 if waves > 2 else 8
     warps = warps_bwd if dtype in (torch.bfloat16, torch.float16) else 8
+    by_chunk = rows * (dp // bv) < sms
     return MLSTMConfig(chunk=L, bv=bv, warps=warps, state_warps=4, warps_bwd=warps_bwd,
-                       state_warps_bwd=4 if waves * (dp // bv) > 2 else 8)
+                       state_warps_bwd=8 if by_chunk else 4, dstates_by_chunk=by_chunk)
