@@ -191,8 +191,8 @@ def test_mlstm_warps_on_the_gpu():
 def test_kernels_compile_for_the_gpu():
     # the interpreter runs what the GPU's compiler refuses (a nested tuple target broke the JIT's
     # cache key): each kernel compiled for sm_90, fp32 and bf16 (their paths differ)
-    want = {"_lstm_fwd", "_lstm_bwd", "_slstm_fwd", "_slstm_bwd", "_mlstm_states", "_mlstm_out", "_mlstm_dlocal", "_mlstm_dscan",
-            "_mlstm_dchunk", "_mlstm_dlinks"}
+    want = {"_lstm_fwd", "_lstm_bwd", "_slstm_fwd", "_slstm_bwd", "_mlstm_states", "_mlstm_out", "_mlstm_dlocal",
+            "_mlstm_dscan", "_mlstm_dchunk", "_mlstm_dlinks"}
     assert want <= set(_sm90()["compiled"]), _sm90()
 
 
@@ -659,7 +659,7 @@ def test_sweep_ops_keeps_the_whole_sweep_s_cases_of_those_ops(tmp_path, monkeypa
 # mlstm, bf16, wild gates, two chunks of the interpreter's 16: where one key (input gate 43) is all of
 # the next chunk's start state, whose outputs do not depend on its scale, dk and the chunk's whole
 # decay are what is left of v.dC + dn, and dC from q w and dh qinv, each rounded to bf16, left df 4.2e3
-# times its norm off and dk 13x (kernels/mlstm/bwd.py: qinv on q's side in _mlstm_dstates, one rounding;
+# times its norm off and dk 13x (kernels/mlstm/bwd.py: qinv on q's side in _dlocal_chunk, one rounding;
 # _mlstm_dlinks for every dtype). Either half alone leaves df 2.5e3-4.0e3 times off.
 MLSTM_CHUNK_LINK = _mlstm_case("bfloat16", {"B": 2, "NH": 1, "DH": 3, "T": 17}, 2146858426, gates="wild")
 

@@ -58,8 +58,9 @@ def _stabiliser_grad(dmj_ptr, bh, c, T, ig, it, A, seg, tm, m_c, dm_next, L: tl.
     exactly 0 where one weight is all of h). Here: the other rows' closed form dm_t, and at the
     chunk's last step dm_next, the next chunk start's (the same running max) as far as it is known:
     where the next chunk is another program's, the chunk kernel adds its share (_next_start_grad,
-    linear in it) once _mlstm_dscan has carried it back. Returns (d i, d a, dm_c, each row's winning input gate, else -1 (PRECISE: -2 where the chunk
-    start's won), and the last step's source: its winning step, -1 where the chunk start's won)."""
+    linear in it) once _mlstm_dscan has carried it back. Returns (d i, d a, dm_c, each row's winning
+    input gate, else -1 (PRECISE: -2 where the chunk start's won), and the last step's source: its
+    winning step, -1 where the chunk start's won)."""
     j = tl.arange(0, L)
     valid = (j[None, :] <= j[:, None]) & (seg[None, :] == seg[:, None])
     X = tl.where(valid, it[None, :] + gaps(A), NEG)  # as the forward sums them
@@ -139,8 +140,8 @@ def _mlstm_dlocal(q_ptr, dh_ptr, qinv_ptr, dden_ptr, dmj_ptr, i_ptr, f_ptr, rs_p
     """dcs[c] = the gradient of the state at the start of chunk c through the outputs of chunks c ..
     of this program (its own, and the next chunk start's through the chunk's decay kappa), from the
     last back. BY_CHUNK: a program a chunk, its own share, every chunk at once, and _mlstm_dscan adds
-    the rest; else a program a row, the whole gradient chunk by chunk (a loop: its registers, 242 in
-    8 warps for sm_90, not the 128 of one chunk straight). The first value block's program also
+    the rest; else a program a row, the whole gradient chunk by chunk (built for sm_90 in 8 warps,
+    the loop took 242 registers, one chunk straight 124). The first value block's program also
     carries the stabiliser's gradient back over its chunks (one number a chunk start), writes its
     input and forget gate parts (dim, dam), and in dms[c] the part of dm_c that the previous chunk
     has not taken (all of it at the program's first chunk, else 0), with `last`: the source of each
@@ -171,8 +172,9 @@ def _mlstm_dlocal(q_ptr, dh_ptr, qinv_ptr, dden_ptr, dmj_ptr, i_ptr, f_ptr, rs_p
 @triton.jit(do_not_specialize=["NC", "W"])
 def _mlstm_dscan(dcs_ptr, dns_ptr, dms_ptr, kap_ptr, last_ptr, DH, NC, W, BLOCK: tl.constexpr):
     """The reverse scan over chunks of _mlstm_dlocal's shares where it took one chunk a program, in
-    place: x[c] += a_c x[c+1] from the last chunk back (x[NC] = 0); for dcs and dns a_c = kappa_c (the chunk's decay of the carried
-    state), for dms a_c = 1 where the chunk start's m set the last step's (last = -1), else 0.
+    place: x[c] += a_c x[c+1] from the last chunk back (x[NC] = 0); for dcs and dns a_c = kappa_c
+    (the chunk's decay of the carried state), for dms a_c = 1 where the chunk start's m set the last
+    step's (last = -1), else 0.
     Element-wise along the rows of a (row, head): programs 0 .. W-1 take BLOCK of dcs' DH * DH each,
     program W dns (BLOCK >= DH) and dms. Chunk c-1's share is loaded before chunk c's sum, so that
     its latency overlaps this one's."""
@@ -532,7 +534,7 @@ def mlstm_bwd(dh, q, k, v, i, f, resets, NH: int, h, saved, config, dot_f32: boo
     di_part, df_part = (di, df) if meta["PRECISE"] else (torch.empty_like(mo), torch.empty_like(mo))
     links = torch.empty(BH, NC, 4, device=q.device, dtype=torch.float32)
     _mlstm_dchunk[(NC, BH)](q, k, v, i, f, rs, dh, qinv, den, cs, ns, ms, mo, dcs, dns, dms, last, dim, dam, src,
-                            links, dq, dk, dv, di_part, df_part, NH, T, DH, NC, DH ** -0.5, eps, has_resets, num_warps=chunk_warps,
-                            **meta)
+                            links, dq, dk, dv, di_part, df_part, NH, T, DH, NC, DH ** -0.5, eps, has_resets,
+                            num_warps=chunk_warps, **meta)
     dlinks(links, f, di_part, df_part, di, df, L, meta["PRECISE"])
     return dq, dk, dv, di, df
