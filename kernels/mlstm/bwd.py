@@ -42,7 +42,7 @@ def _mlstm_dchunk(q_ptr, k_ptr, v_ptr, i_ptr, f_ptr, rs_ptr, dh_ptr, qinv_ptr, d
                   dcs_ptr, dns_ptr, dms_ptr, last_ptr, dim_ptr, dam_ptr, src_ptr, links_ptr, dq_ptr, dk_ptr, dv_ptr,
                   di_ptr, df_ptr, NH, T, DH, NC,
                   scale, eps, has_resets, L: tl.constexpr, DP: tl.constexpr, BV: tl.constexpr, DOT_F32: tl.constexpr,
-                  PRECISE: tl.constexpr):
+                  PRECISE: tl.constexpr, NEXT: tl.constexpr):
     c, bh = tl.program_id(0), tl.program_id(1).to(tl.int64)
     b = bh // NH
     j = tl.arange(0, L)
@@ -52,10 +52,9 @@ def _mlstm_dchunk(q_ptr, k_ptr, v_ptr, i_ptr, f_ptr, rs_ptr, dh_ptr, qinv_ptr, d
     A_end, rest = to_end(A, L)
     seg_end = tl.max(seg, 0)
     row = bh * (NC + 1) + c
-    m_c, m_next = tl.load(ms_ptr + row), tl.load(ms_ptr + row + 1)
+    m_c = tl.load(ms_ptr + row)
     mj = tl.load(mo_ptr + bh * T + t, mask=tm, other=0.0)
     n_c = tl.load(ns_ptr + row * DH + d, mask=d < DH, other=0.0)
-    dn_next = tl.load(dns_ptr + (row + 1) * DH + d, mask=d < DH, other=0.0)
     qinv = tl.load(qinv_ptr + bh * T + t, mask=tm, other=0.0)
     q = load_tile(q_ptr, bh, c * L, T, DH, d, L)
     k = load_tile(k_ptr, bh, c * L, T, DH, d, L)
@@ -70,8 +69,12 @@ def _mlstm_dchunk(q_ptr, k_ptr, v_ptr, i_ptr, f_ptr, rs_ptr, dh_ptr, qinv_ptr, d
     valid = (j[None, :] <= j[:, None]) & (seg[None, :] == seg[:, None]) & tm[:, None]
     P = tl.where(valid, weight(ig[None, :], A[:, None] - A[None, :], mj[:, None], PRECISE), 0.0)  # as the forward's
     w = tl.where((seg == 0) & tm, weight(m_c, A, mj, PRECISE), 0.0)
-    beta = tl.where((seg == seg_end) & tm, exp_f32((ig + rest) - m_next, PRECISE), 0.0)
-    kappa = tl.where(seg_end == 0, exp_f32((m_c + A_end) - m_next, PRECISE), 0.0)
+    if NEXT:  # else the sequence is one chunk: the final state, returned without gradient, is the next
+        m_next = tl.load(ms_ptr + row + 1)
+        dn_next = tl.load(dns_ptr + (row + 1) * DH + d, mask=d < DH, other=0.0)
+        beta = tl.where((seg == seg_end) & tm, exp_f32((ig + rest) - m_next, PRECISE), 0.0)
+        kappa = tl.where(seg_end == 0, exp_f32((m_c + A_end) - m_next, PRECISE), 0.0)
+        kap = tl.sum(n_c * dn_next, 0)
     # dnum = dh / N enters the products as dh, as stored, and the rows' 1 / N after them (G, dq_state)
     # or with the weights they meet (dv): rounded to bf16 for the dot, dnum was most of bf16's error
     # in the gradients where the normaliser cancels them (issue 40's CPU rechecks of the H200 sweeps of
@@ -83,27 +86,29 @@ def _mlstm_dchunk(q_ptr, k_ptr, v_ptr, i_ptr, f_ptr, rs_ptr, dh_ptr, qinv_ptr, d
     G = tl.zeros((L, L), tl.float32)
     dq_state = tl.zeros((L, DP), tl.float32)  # dh C^T, over the value blocks
     dk_state = tl.zeros((L, DP), tl.float32)  # v dC_next^T
-    dlogw = tl.zeros((L,), tl.float32)
     dlogb = tl.zeros((L,), tl.float32)
-    kap = tl.sum(n_c * dn_next, 0)
     for vb in tl.static_range(DP // BV):
         e = vb * BV + tl.arange(0, BV)
         v = load_tile(v_ptr, bh, c * L, T, DH, e, L)
         dh = load_tile(dh_ptr, bh, c * L, T, DH, e, L)
         C = load_state(cs_ptr, row, DH, d, e)
-        dC = load_state(dcs_ptr, row + 1, DH, d, e)
         G = dot(dh, tl.trans(v), G, DOT_F32)
         dq_state = dot_state(dh, tl.trans(C), dq_state, DOT_F32)
-        dnum = dh.to(tl.float32) * qinv[:, None]
-        dlogw += tl.sum(dot_state(q, C, tl.zeros((L, BV), tl.float32), DOT_F32) * dnum, 1)
-        kdC = dot_state(k, dC, tl.zeros((L, BV), tl.float32), DOT_F32) * scale
-        dlogb += tl.sum(kdC * v.to(tl.float32), 1)
-        dk_state = dot_state(v, tl.trans(dC), dk_state, DOT_F32)
-        kap += tl.sum(tl.sum(C * dC, 1), 0)
-        dv = dot(tl.trans(PS), dh, beta[:, None] * kdC, DOT_F32)
+        if NEXT:
+            dC = load_state(dcs_ptr, row + 1, DH, d, e)
+            kdC = dot_state(k, dC, tl.zeros((L, BV), tl.float32), DOT_F32) * scale
+            dlogb += tl.sum(kdC * v.to(tl.float32), 1)
+            dk_state = dot_state(v, tl.trans(dC), dk_state, DOT_F32)
+            kap += tl.sum(tl.sum(C * dC, 1), 0)
+            dv = dot(tl.trans(PS), dh, beta[:, None] * kdC, DOT_F32)
+        else:
+            dv = dot(tl.trans(PS), dh, tl.zeros((L, BV), tl.float32), DOT_F32)
         tl.store(dv_ptr + (bh * T + t)[:, None] * DH + e[None, :], dv.to(dv_ptr.dtype.element_ty),
                  mask=tm[:, None] & (e < DH)[None, :])
     G, dq_state = G * qinv[:, None], dq_state * qinv[:, None]  # dnum's
+    # q C . dnum (the start state's part of the numerator, against dnum) as q . (dnum C^T): the
+    # product dq takes, in the same split, rather than two more products with C a value block
+    dlogw = tl.sum(q.to(tl.float32) * dq_state, 1)
     # dh . h from the very sums h was made of (not from h, rounded to bf16 on its way out): where one
     # weight is all of h, dden cancels G to a part in 1e6, and rounded h would leave its rounding
     dh_h = tl.sum(P * S * G, 1) + w * dlogw
@@ -116,8 +121,10 @@ def _mlstm_dchunk(q_ptr, k_ptr, v_ptr, i_ptr, f_ptr, rs_ptr, dh_ptr, qinv_ptr, d
     PG = _dominant_entry(PG, P, S, G, w, dlogw, qn, qinv, den, floor, eps)
     dq = dot(PG.to(ty), k, tl.zeros((L, DP), tl.float32), DOT_F32) * scale \
         + w[:, None] * (dq_state + dden[:, None] * n_c[None, :])
-    dk = (dot(tl.trans(PG.to(ty)), q, tl.zeros((L, DP), tl.float32), DOT_F32)
-          + beta[:, None] * (dk_state + dn_next[None, :])) * scale
+    dk = dot(tl.trans(PG.to(ty)), q, tl.zeros((L, DP), tl.float32), DOT_F32)
+    if NEXT:
+        dk += beta[:, None] * (dk_state + dn_next[None, :])
+    dk *= scale
     # h_t is invariant to the scale of q_t but for the normaliser's eps (and its floor), so
     # q_t . dq_t = (dh_t . h_t) eps / N_t exactly (dh_t . h_t where the floor wins), while the terms
     # of dq_t along q_t cancel: to fp32's rounding of them, and to bf16's where PG is rounded for the
@@ -128,7 +135,8 @@ def _mlstm_dchunk(q_ptr, k_ptr, v_ptr, i_ptr, f_ptr, rs_ptr, dh_ptr, qinv_ptr, d
     along = R - tl.sum(qf * dq, 1)
     dq += qf * tl.where(qq > 0.0, along / tl.where(qq > 0.0, qq, 1.0), 0.0)[:, None]
     dlogw = w * (dlogw + dden * qn)
-    dlogb = beta * (dlogb + tl.sum(k.to(tl.float32) * dn_next[None, :], 1) * scale)
+    if NEXT:
+        dlogb = beta * (dlogb + tl.sum(k.to(tl.float32) * dn_next[None, :], 1) * scale)
     Z = PG * S
     # where the input gate of step s set m_t: the stabiliser's gradient on that weight (see _stabiliser_grad)
     # (set to the row's closed form, fl - dlogw - the row's other entries, rather than adding
@@ -155,16 +163,20 @@ def _mlstm_dchunk(q_ptr, k_ptr, v_ptr, i_ptr, f_ptr, rs_ptr, dh_ptr, qinv_ptr, d
     # times its norm off in bf16, issue 40)
     off = tl.where(j[:, None] == j[None, :], 0.0, Z)
     dA = tl.sum(off, 1) - tl.sum(off, 0) + dlogw - dlogb
-    # A_end: the chunk's state update, added by _mlstm_dlinks
-    _store_link(links_ptr, bh, c, NC, ig, it, rest, seg, seg_end, tm, m_c + A_end, dlogw, dlogb, kappa * kap, L)
     da = suffix_sum(dA, PRECISE)  # a_l enters every A_t with t >= l
     # the stabiliser's parts: the chunk's own, and the next chunk start's through the last step
-    dim_next, dam_next = _next_start_grad(tl.load(dms_ptr + row + 1), tl.load(last_ptr + bh * NC + c), ig, it, L)
-    da += tl.load(dam_ptr + bh * T + t, mask=tm, other=0.0) + dam_next
+    dim = tl.load(dim_ptr + bh * T + t, mask=tm, other=0.0)
+    dam = tl.load(dam_ptr + bh * T + t, mask=tm, other=0.0)
+    if NEXT:
+        # A_end: the chunk's state update, added by _mlstm_dlinks
+        _store_link(links_ptr, bh, c, NC, ig, it, rest, seg, seg_end, tm, m_c + A_end, dlogw, dlogb, kappa * kap, L)
+        dim_next, dam_next = _next_start_grad(tl.load(dms_ptr + row + 1), tl.load(last_ptr + bh * NC + c), ig, it, L)
+        dim, dam = dim + dim_next, dam + dam_next
+    da += dam
+    di = col + dlogb + dim
     m2 = tm[:, None] & (d < DH)[None, :]
     tl.store(dq_ptr + (bh * T + t)[:, None] * DH + d[None, :], dq.to(dq_ptr.dtype.element_ty), mask=m2)
     tl.store(dk_ptr + (bh * T + t)[:, None] * DH + d[None, :], dk.to(dk_ptr.dtype.element_ty), mask=m2)
-    di = col + dlogb + (tl.load(dim_ptr + bh * T + t, mask=tm, other=0.0) + dim_next)
     tl.store(di_ptr + bh * T + t, di.to(di_ptr.dtype.element_ty), mask=tm)
     tl.store(df_ptr + bh * T + t, (da * sigmoid_f32(-f, PRECISE)).to(df_ptr.dtype.element_ty), mask=tm)
 
@@ -311,9 +323,10 @@ def shared_bwd(config, dtype, DH: int, dot_f32: bool, device) -> int:
     dchunk = (dtype, dtype, dtype, dtype, dtype, u8, dtype, f32, f32, f32, f32, f32, f32, f32, f32, f32, i32, f32, f32,
               i32, f32, dtype, dtype, dtype, f32, f32, 1, 1, DH, 1, 1.0, 1e-6, 1)
     local_warps, chunk_warps = warps(config)
-    need = max(shared_bytes_for_types(_mlstm_dlocal, dlocal, dict(meta, BY_CHUNK=config.dstates_by_chunk,
+    # (the kernels as a sequence of more than one chunk takes them: the larger)
+    need = max(shared_bytes_for_types(_mlstm_dlocal, dlocal, dict(meta, BY_CHUNK=config.dstates_by_chunk, STATES=True,
                                                                    num_warps=local_warps), device),
-               shared_bytes_for_types(_mlstm_dchunk, dchunk, dict(meta, num_warps=chunk_warps), device),
+               shared_bytes_for_types(_mlstm_dchunk, dchunk, dict(meta, NEXT=True, num_warps=chunk_warps), device),
                shared_bytes_for_types(_mlstm_dscan, (f32, f32, f32, f32, i32, DH, 1, 1),
                                       dict(BLOCK=scan_block(DH), num_warps=4), device))
     links = (f32, dtype, f32, f32, dtype, dtype, 1, 1, 1)
@@ -344,20 +357,25 @@ def mlstm_bwd(dh, q, k, v, i, f, resets, NH: int, h, saved, config, dot_f32: boo
     dim, dam = torch.empty_like(mo), torch.empty_like(mo)  # the stabiliser's parts of di and of d logsigmoid(f)
     src = torch.empty(BH, T, device=q.device, dtype=torch.int32)
     has_resets = int(resets is not None)
-    by_chunk = config.dstates_by_chunk or NC == 1  # one chunk: straight, no scan
-    _mlstm_dlocal[(NC if by_chunk else 1, BH, dp // bv)](q, dh, qinv, dden, dmj, i, f, rs, ms, mo, dcs, dns, dms, kap,
-                                                         last, dim, dam, src, NH, T, DH, NC, has_resets,
-                                                         BY_CHUNK=by_chunk, num_warps=local_warps, **meta)
-    if by_chunk and NC > 1:
+    # One chunk: straight, no scan, and of the state gradients only the stabiliser's (no gradient
+    # comes back into the final state, returned detached, and the first start state is zero); the
+    # chunk kernel then writes di and df itself, with nothing for the link scan to add
+    after = NC > 1
+    by_chunk = config.dstates_by_chunk or not after
+    _mlstm_dlocal[(NC if by_chunk else 1, BH, dp // bv if after else 1)](
+        q, dh, qinv, dden, dmj, i, f, rs, ms, mo, dcs, dns, dms, kap, last, dim, dam, src, NH, T, DH, NC, has_resets,
+        BY_CHUNK=by_chunk, STATES=after, num_warps=local_warps, **meta)
+    if by_chunk and after:
         block = scan_block(DH)
         W = triton.cdiv(DH * DH, block)
         _mlstm_dscan[(BH, W + 1)](dcs, dns, dms, kap, last, DH, NC, W, BLOCK=block, num_warps=4)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     di, df = torch.empty_like(i), torch.empty_like(f)
-    di_part, df_part = (di, df) if meta["PRECISE"] else (torch.empty_like(mo), torch.empty_like(mo))
+    di_part, df_part = (di, df) if meta["PRECISE"] or not after else (torch.empty_like(mo), torch.empty_like(mo))
     links = torch.empty(BH, NC, 4, device=q.device, dtype=torch.float32)
     _mlstm_dchunk[(NC, BH)](q, k, v, i, f, rs, dh, qinv, den, cs, ns, ms, mo, dcs, dns, dms, last, dim, dam, src,
                             links, dq, dk, dv, di_part, df_part, NH, T, DH, NC, DH ** -0.5, eps, has_resets,
-                            num_warps=chunk_warps, **meta)
-    dlinks(links, f, di_part, df_part, di, df, L, meta["PRECISE"])
+                            NEXT=after, num_warps=chunk_warps, **meta)
+    if after:
+        dlinks(links, f, di_part, df_part, di, df, L, meta["PRECISE"])
     return dq, dk, dv, di, df

@@ -68,9 +68,12 @@ def _next_start_grad(dm_next, last, ig, it, L: tl.constexpr):
 @triton.jit
 def _dlocal_chunk(q_ptr, dh_ptr, qinv_ptr, dden_ptr, dmj_ptr, i_ptr, f_ptr, rs_ptr, ms_ptr, mo_ptr, dcs_ptr, dns_ptr,
                   dms_ptr, kap_ptr, last_ptr, dim_ptr, dam_ptr, src_ptr, bh, b, c, first, dC, dn, dm_next, d, e,
-                  first_block, T, DH, NC, has_resets, L: tl.constexpr, DOT_F32: tl.constexpr, PRECISE: tl.constexpr):
+                  first_block, T, DH, NC, has_resets, L: tl.constexpr, DOT_F32: tl.constexpr, PRECISE: tl.constexpr,
+                  STATES: tl.constexpr):
     """_mlstm_dlocal's chunk c, with dC, dn, dm_next carried from chunk c+1 (zero where that is another
-    program's; `first`: whether c is the program's first chunk). Returns them for chunk c-1."""
+    program's; `first`: whether c is the program's first chunk). Returns them for chunk c-1. STATES:
+    dC and dn too, else the stabiliser's alone (a sequence of one chunk: the chunk kernel reads the
+    gradient of the next start only, and the state before the first chunk is zero, without one)."""
     ig, it, A, seg, _, tm = chunk_gates(i_ptr, f_ptr, rs_ptr, bh, b, c * L, T, has_resets, L, PRECISE)
     A_end, _ = to_end(A, L)
     row = bh * (NC + 1) + c
@@ -78,8 +81,6 @@ def _dlocal_chunk(q_ptr, dh_ptr, qinv_ptr, dden_ptr, dmj_ptr, i_ptr, f_ptr, rs_p
     kappa = tl.where(tl.max(seg, 0) == 0, exp_f32((m_c + A_end) - m_next, PRECISE), 0.0)
     t = c * L + tl.arange(0, L)
     mj = tl.load(mo_ptr + bh * T + t, mask=tm, other=0.0)
-    w = tl.where((seg == 0) & tm, weight(m_c, A, mj, PRECISE), 0.0)
-    qw = load_tile(q_ptr, bh, c * L, T, DH, d, L).to(tl.float32) * w[:, None]
     # dC = sum_t qw_t^T dh_t qinv_t, qinv on q's side: dh enters the product as it is (bf16,
     # exact) and qs split in two of bf16 (as chunk.dot_state). Where one key is all of the next
     # chunk's start state, whose outputs do not depend on its scale, the gradients of that key
@@ -88,11 +89,14 @@ def _dlocal_chunk(q_ptr, dh_ptr, qinv_ptr, dden_ptr, dmj_ptr, i_ptr, f_ptr, rs_p
     # case, dk 13x; with qs rounded once and the chunk kernel's products exact, dk was still
     # 0.82 off on the CPU in the H200 sweep's case of seed 167 (eager's 0.004;
     # lab/results/mlstm_bf16_roundings_cpu_8a541c3.txt)
-    qs = qw * tl.load(qinv_ptr + bh * T + t, mask=tm, other=0.0)[:, None]
-    dh = load_tile(dh_ptr, bh, c * L, T, DH, e, L)
-    dC = split_dot(tl.trans(qs), dh, dC * kappa, dh.dtype, DOT_F32)
-    dn = dn * kappa + tl.sum(qw * tl.load(dden_ptr + bh * T + t, mask=tm, other=0.0)[:, None], 0)
-    store_state(dcs_ptr, dns_ptr, row, dC, dn, DH, d, e, first_block)
+    if STATES:
+        w = tl.where((seg == 0) & tm, weight(m_c, A, mj, PRECISE), 0.0)
+        qw = load_tile(q_ptr, bh, c * L, T, DH, d, L).to(tl.float32) * w[:, None]
+        qs = qw * tl.load(qinv_ptr + bh * T + t, mask=tm, other=0.0)[:, None]
+        dh = load_tile(dh_ptr, bh, c * L, T, DH, e, L)
+        dC = split_dot(tl.trans(qs), dh, dC * kappa, dh.dtype, DOT_F32)
+        dn = dn * kappa + tl.sum(qw * tl.load(dden_ptr + bh * T + t, mask=tm, other=0.0)[:, None], 0)
+        store_state(dcs_ptr, dns_ptr, row, dC, dn, DH, d, e, first_block)
     if first_block:
         dim, dam, dm_next, src, last = _stabiliser_grad(dmj_ptr, bh, c, T, ig, it, A, seg, tm, m_c, dm_next, L,
                                                         PRECISE)
@@ -109,7 +113,7 @@ def _dlocal_chunk(q_ptr, dh_ptr, qinv_ptr, dden_ptr, dmj_ptr, i_ptr, f_ptr, rs_p
 def _mlstm_dlocal(q_ptr, dh_ptr, qinv_ptr, dden_ptr, dmj_ptr, i_ptr, f_ptr, rs_ptr, ms_ptr, mo_ptr, dcs_ptr, dns_ptr,
                   dms_ptr, kap_ptr, last_ptr, dim_ptr, dam_ptr, src_ptr, NH, T, DH, NC, has_resets,
                   BY_CHUNK: tl.constexpr, L: tl.constexpr, DP: tl.constexpr, BV: tl.constexpr,
-                  DOT_F32: tl.constexpr, PRECISE: tl.constexpr):
+                  DOT_F32: tl.constexpr, PRECISE: tl.constexpr, STATES: tl.constexpr):
     """dcs[c] = the gradient of the state at the start of chunk c through the outputs of chunks c ..
     of this program (its own, and the next chunk start's through the chunk's decay kappa), from the
     last back. BY_CHUNK: a program a chunk, its own share, every chunk at once, and _mlstm_dscan adds
@@ -118,7 +122,8 @@ def _mlstm_dlocal(q_ptr, dh_ptr, qinv_ptr, dden_ptr, dmj_ptr, i_ptr, f_ptr, rs_p
     carries the stabiliser's gradient back over its chunks (one number a chunk start), writes its
     input and forget gate parts (dim, dam), and in dms[c] the part of dm_c that the previous chunk
     has not taken (all of it at the program's first chunk, else 0), with `last`: the source of each
-    chunk's last step's m. The program of the last chunk writes the zero row NC."""
+    chunk's last step's m. The program of the last chunk writes the zero row NC. Not STATES (one
+    chunk): the stabiliser's gradient alone, by the first value block's program (launch one)."""
     bh, vb = tl.program_id(1).to(tl.int64), tl.program_id(2)
     b = bh // NH
     d, e, first_block = tl.arange(0, DP), vb * BV + tl.arange(0, BV), vb == 0
@@ -126,19 +131,19 @@ def _mlstm_dlocal(q_ptr, dh_ptr, qinv_ptr, dden_ptr, dmj_ptr, i_ptr, f_ptr, rs_p
     dn = tl.zeros((DP,), tl.float32)
     dm = tl.sum(tl.zeros((L,), tl.float32), 0)
     c = tl.program_id(0) if BY_CHUNK else NC - 1
-    if c == NC - 1:
+    if STATES and c == NC - 1:
         store_state(dcs_ptr, dns_ptr, bh * (NC + 1) + NC, dC, dn, DH, d, e, first_block)
         tl.store(dms_ptr + bh * (NC + 1) + NC, dm, mask=first_block)
     if BY_CHUNK:
         _dlocal_chunk(q_ptr, dh_ptr, qinv_ptr, dden_ptr, dmj_ptr, i_ptr, f_ptr, rs_ptr, ms_ptr, mo_ptr, dcs_ptr,
                       dns_ptr, dms_ptr, kap_ptr, last_ptr, dim_ptr, dam_ptr, src_ptr, bh, b, c, True, dC, dn, dm, d,
-                      e, first_block, T, DH, NC, has_resets, L, DOT_F32, PRECISE)
+                      e, first_block, T, DH, NC, has_resets, L, DOT_F32, PRECISE, STATES)
     else:
         while c >= 0:
             dC, dn, dm = _dlocal_chunk(q_ptr, dh_ptr, qinv_ptr, dden_ptr, dmj_ptr, i_ptr, f_ptr, rs_ptr, ms_ptr, mo_ptr,
                                        dcs_ptr, dns_ptr, dms_ptr, kap_ptr, last_ptr, dim_ptr, dam_ptr, src_ptr, bh, b,
                                        c, c == 0, dC, dn, dm, d, e, first_block, T, DH, NC, has_resets, L, DOT_F32,
-                                       PRECISE)
+                                       PRECISE, STATES)
             c -= 1
 
 
