@@ -37,10 +37,10 @@ CPU_COMPILE = ("compile", "on the CPU torch.compile builds C++, not the Triton c
 @click.argument("names", nargs=-1)
 @click.option("--all", "all_", is_flag=True, help="Run every kernel in the registry.")
 @click.option("--changed", "changed", is_flag=False, flag_value="", default=None, metavar="[=REF]",
-              help="Instead of naming kernels: those whose code or method changed since REF (default: the last "
-                   "commit this machine benchmarked that HEAD descends from, from the store), each over its whole "
-                   "grid, plus a few fixed sentinel series that measure the machine's drift. Give REF as "
-                   "--changed=REF.")
+              help="Instead of naming kernels: those whose code or method changed since REF (default: each "
+                   "kernel's last commit that this machine measured on this grid and HEAD descends from, from the "
+                   "store; a kernel never measured here runs too), each over its whole grid, plus a few fixed "
+                   "sentinel series that measure the machine's drift. Give REF as --changed=REF.")
 @click.option("--quick/--full", "quick", default=None,
               help="Shape grid: quick (seconds) or full (realistic model shapes). Default: full on CUDA, "
                    "quick on the CPU (Triton interpreter).")
@@ -246,7 +246,7 @@ def _shapes(labels: tuple[str, ...], specs: list) -> list:
 def _changed(ref: str, head: str | None, registry, grid: str, db: str, device: str, machine: str | None):
     """run --changed's selection (changed.py), REF resolved by git; one line and exit 2 for a REF or
     a checkout git does not know."""
-    from .changed import last_benchmarked, select
+    from .changed import last_measured, select, select_each
     from .codechange import git
 
     if not head:
@@ -258,7 +258,7 @@ def _changed(ref: str, head: str | None, registry, grid: str, db: str, device: s
         return select(registry.specs, full.strip(), head, grid)
     store = open_store(db, read_only=True) if Path(db).exists() else None
     try:
-        return select(registry.specs, last_benchmarked(store, head, device, machine), head, grid)
+        return select_each(registry.specs, last_measured(store, head, device, machine, grid), head, grid)
     finally:
         if store is not None:
             store.close()

@@ -94,21 +94,43 @@ def test_without_a_benchmarked_ancestor_every_kernel_runs(repo):
     assert "measuring every kernel" in got.note
 
 
-def test_the_last_benchmarked_commit_is_the_newest_ancestor_measured_on_this_machine(repo, tmp_path):
+def _runs(store, runs):
+    """Runs (id, commit, machine, day, grid, [(kernel, ours)]) with one row a (kernel, provider)."""
+    for run_id, sha, machine, day, grid, rows in runs:
+        store.start_run(Run(run_id=run_id, env_id="e", started_at=datetime(2026, 1, day), finished_at=None,
+                            status="finished", git_commit=sha, commit_time=datetime(2026, 1, day), git_dirty=False,
+                            grid=grid, copy_gbps=1.0, matmul_tflops=1.0, config="{}", machine=machine))
+        store.add_results([{"run_id": run_id, "kernel": k, "mode": "fwd", "provider": "triton" if ours else "torch",
+                            "shape": "M=1", "dims": "{}", "dtype": "float32", "baseline": not ours, "ours": ours,
+                            "status": "ok", "median_ms": 1.0} for k, ours in rows])
+
+
+def test_each_kernel_is_compared_with_its_own_last_measured_commit(repo, tmp_path):
+    # a kernel a run left out is measured at the next, against the last commit that measured it
+    # (the machine's newest run measured gelu alone: swiglu's change after its own last run still runs)
     root, first = repo
-    second = commit(root, {"kernels/gelu/kernels.py": "def gelu(x):\n    return x\n"}, "gelu")
+    second = commit(root, {"kernels/swiglu/__init__.py": "def swiglu(x):\n    return x * 2\n"}, "swiglu")
+    third = commit(root, {"kernels/gelu/kernels.py": "def gelu(x):\n    return x\n"}, "gelu")
     git(root, "checkout", "-q", "-b", "side", first)
     side = commit(root, {"kernels/swiglu/spec.py": "GRID = 3\n"}, "side")
     git(root, "checkout", "-q", "-")
     with Store(tmp_path / "k.duckdb") as store:
-        for i, (sha, machine, t) in enumerate([(first, "m1", 1), (side, "m1", 3), (second, "m2", 2)]):
-            store.start_run(Run(run_id=f"r{i}", env_id="e", started_at=datetime(2026, 1, t), finished_at=None,
-                                status="finished", git_commit=sha, commit_time=datetime(2026, 1, t), git_dirty=False,
-                                grid="full", copy_gbps=1.0, matmul_tflops=1.0, config="{}", machine=machine))
-        # m1's newest run is on a branch HEAD does not contain; m2 measured HEAD itself
-        assert changed.last_benchmarked(store, second, "cuda", "m1", root=root) == first
-        assert changed.last_benchmarked(store, second, "cuda", "m2", root=root) == second
-        assert changed.last_benchmarked(store, second, "cuda", "m3", root=root) is None
+        _runs(store, [("r0", first, "m1", 1, "full", [("gelu", True), ("swiglu", True)]),
+                      ("r1", third, "m1", 3, "full", [("gelu", True), ("swiglu", False)]),  # swiglu's peer alone
+                      ("r2", side, "m1", 4, "full", [("swiglu", True)]),  # a branch HEAD does not contain
+                      ("r3", third, "m1", 5, "quick", [("swiglu", True)]),  # another grid
+                      ("r4", third, "m2", 2, "full", [("gelu", True), ("swiglu", True)])])  # another machine
+        last = changed.last_measured(store, third, "cuda", "m1", "full", root=root)
+        assert last == {"gelu": third, "swiglu": first}
+        assert changed.last_measured(store, third, "cuda", "m2", "full", root=root) == {"gelu": third, "swiglu": third}
+        assert changed.last_measured(store, third, "cuda", "m3", "full", root=root) == {}
+    got = changed.select_each(SPECS, last, third, root=root)
+    # swiglu changed since r0, gelu measured at HEAD; rms_norm and softmax never measured on m1
+    assert got.kernels == {"rms_norm": "new", "softmax": "new", "swiglu": "changed"}, got
+    assert dict(got.sentinels) == {"gelu": ("M=16384,N=4096,approx=tanh",)}
+    assert f"swiglu (code since {first[:12]})" in got.note and "rms_norm (new)" in got.note
+    # nothing measured here: every kernel, as without a benchmarked ancestor
+    assert set(changed.select_each(SPECS, {}, third, root=root).kernels) == {s.name for s in SPECS}
 
 
 def test_the_cli_plans_the_sentinels_when_nothing_changed_and_refuses_bad_input(tmp_path):
