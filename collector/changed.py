@@ -1,9 +1,9 @@
 """`kcollect run --changed [REF]`: the kernels whose code or method differs from REF (default: each
 kernel's own last commit measured on this machine, on this grid, that HEAD descends from; a kernel
-never measured here runs), each over its whole grid, plus the
-sentinels, a few fixed series of cheap kernels measured at every such run with every provider: the
-other providers' code never changes between our commits, so their points say how the machine moved
-(its drift) at a commit whose own kernels did not all run, and the verdicts correct by it.
+never measured here runs), each over its whole grid, plus the sentinels, a few fixed series of
+cheap kernels measured at every such run with every provider: the other providers' code never
+changes between our commits, so their points say how the machine moved (its drift) at a commit
+whose own kernels did not all run, and the verdicts correct by it.
 
 Whose code changed is decided as the verdicts decide it (codechange.Repo: the files a kernel's
 providers import, and its spec's method files; an edit of the timing harness, codechange.HARNESS,
