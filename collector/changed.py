@@ -77,9 +77,8 @@ def select_each(specs, last: dict[str, str], head: str, grid: str = "full", root
         status = "unknown" if changes[ref] is None else changes[ref].get(spec.name)
         if status is not None:
             kernels[spec.name] = status
-    since = ", ".join(f"{k} ({'code' if s == CHANGED else s}"
-                      + (f" since {last[k][:12]})" if k in last else ")") for k, s in kernels.items()) or "none"
-    return _with_sentinels(specs, None, kernels, grid, f"--changed since each kernel's last run here: {since}")
+    since = ", ".join(_label(k, s, f" since {last[k][:12]}" if k in last else "") for k, s in kernels.items())
+    return _with_sentinels(specs, None, kernels, grid, f"--changed since each kernel's last run here: {since or 'none'}")
 
 
 def select(specs, ref: str | None, head: str, grid: str = "full", root=".") -> Selection:
@@ -92,8 +91,13 @@ def select(specs, ref: str | None, head: str, grid: str = "full", root=".") -> S
                "no benchmarked commit of this machine that HEAD descends from")
         return Selection(ref, {k: "unknown" for k in known}, (), f"--changed: {why}; measuring every kernel")
     kernels = {k: s for k, s in changes.items() if k in known}
-    listed = ", ".join(f"{k} ({'code' if s == CHANGED else s})" for k, s in kernels.items()) or "none"
+    listed = ", ".join(_label(k, s) for k, s in kernels.items()) or "none"
     return _with_sentinels(specs, ref, kernels, grid, f"--changed since {ref[:12]}: {listed}")
+
+
+def _label(kernel: str, status: str, since: str = "") -> str:
+    """'rtu (code)', 'swiglu (method since 1a2b3c4d5e6f)': a selected kernel in the run's note."""
+    return f"{kernel} ({'code' if status == CHANGED else status}{since})"
 
 
 def _with_sentinels(specs, ref: str | None, kernels: dict[str, str], grid: str, note: str) -> Selection:
