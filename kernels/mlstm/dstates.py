@@ -80,7 +80,6 @@ def _dlocal_chunk(q_ptr, dh_ptr, qinv_ptr, dden_ptr, dmj_ptr, i_ptr, f_ptr, rs_p
     m_c, m_next = tl.load(ms_ptr + row), tl.load(ms_ptr + row + 1)
     kappa = tl.where(tl.max(seg, 0) == 0, exp_f32((m_c + A_end) - m_next, PRECISE), 0.0)
     t = c * L + tl.arange(0, L)
-    mj = tl.load(mo_ptr + bh * T + t, mask=tm, other=0.0)
     # dC = sum_t qw_t^T dh_t qinv_t, qinv on q's side: dh enters the product as it is (bf16,
     # exact) and qs split in two of bf16 (as chunk.dot_state). Where one key is all of the next
     # chunk's start state, whose outputs do not depend on its scale, the gradients of that key
@@ -90,6 +89,7 @@ def _dlocal_chunk(q_ptr, dh_ptr, qinv_ptr, dden_ptr, dmj_ptr, i_ptr, f_ptr, rs_p
     # 0.82 off on the CPU in the H200 sweep's case of seed 167 (eager's 0.004;
     # lab/results/mlstm_bf16_roundings_cpu_8a541c3.txt)
     if STATES:
+        mj = tl.load(mo_ptr + bh * T + t, mask=tm, other=0.0)
         w = tl.where((seg == 0) & tm, weight(m_c, A, mj, PRECISE), 0.0)
         qw = load_tile(q_ptr, bh, c * L, T, DH, d, L).to(tl.float32) * w[:, None]
         qs = qw * tl.load(qinv_ptr + bh * T + t, mask=tm, other=0.0)[:, None]
