@@ -139,39 +139,28 @@ def sigmoid_f32(x, PRECISE: tl.constexpr):
 
 
 @triton.jit
-def sigmoid_grad64(x64):
-    """(sigmoid(x), sigmoid'(x)) of float64 x in float64: e = exp(-|x|), r = 1 / (1 + e)."""
+def sigmoid_grad_f32(x):
+    """(sigmoid(x), sigmoid'(x)) for fp32 x: e = exp(-|x|) and r = 1 / (1 + e) in float64, rounded once
+    (one exp and one division, as sigmoid_f32 alone). s (1 - s) of an s rounded to fp32 keeps of
+    1 - s only what that rounding left: 4 ulp at s = 0.8, none of it at saturation."""
+    x64 = x.to(tl.float64)
     e = _exp64(-tl.abs(x64))
     r = 1.0 / (1.0 + e)
-    return tl.where(x64 >= 0.0, r, e * r), e * r * r
-
-
-@triton.jit
-def sigmoid_grad_f32(x):
-    """(sigmoid(x), sigmoid'(x)) for fp32 x: sigmoid_grad64, rounded once (one exp and one division,
-    as sigmoid_f32 alone). s (1 - s) of an s rounded to fp32 keeps of 1 - s only what that rounding
-    left: 4 ulp at s = 0.8, none of it at saturation."""
-    s, ds = sigmoid_grad64(x.to(tl.float64))
-    return s.to(tl.float32), ds.to(tl.float32)
-
-
-@triton.jit
-def tanh_grad64(x64):
-    """(tanh(x), tanh'(x)) of float64 x in float64: e = exp(-2|x|), |tanh| = (1 - e) / (1 + e) (the
-    Taylor series below |x| = 0.01) and 1 - tanh^2 = 4 e / (1 + e)^2 (1 - t^2 of a t rounded near
-    +-1 keeps only what its rounding left)."""
-    z = tl.abs(x64)
-    e = _exp64(-2.0 * z)
-    r = 1.0 / (1.0 + e)
-    big = (1.0 - e) * r
-    return tl.where(z < 0.01, _tanh_taylor(x64), tl.where(x64 < 0.0, -big, big)), 4.0 * e * r * r
+    return tl.where(x64 >= 0.0, r, e * r).to(tl.float32), (e * r * r).to(tl.float32)
 
 
 @triton.jit
 def tanh_grad_f32(x):
-    """(tanh(x), tanh'(x)) for fp32 x: tanh_grad64, rounded once."""
-    t, dt = tanh_grad64(x.to(tl.float64))
-    return t.to(tl.float32), dt.to(tl.float32)
+    """(tanh(x), tanh'(x)) for fp32 x: e = exp(-2|x|), |tanh| = (1 - e) / (1 + e) (tanh_f32's series below
+    |x| = 0.01) and 1 - tanh^2 = 4 e / (1 + e)^2, in float64, rounded once (1 - t^2 of a t rounded near
+    +-1 keeps only what its rounding left)."""
+    x64 = x.to(tl.float64)
+    z = tl.abs(x64)
+    e = _exp64(-2.0 * z)
+    r = 1.0 / (1.0 + e)
+    big = (1.0 - e) * r
+    t = tl.where(z < 0.01, _tanh_taylor(x64), tl.where(x64 < 0.0, -big, big))
+    return t.to(tl.float32), (4.0 * e * r * r).to(tl.float32)
 
 
 # Gates and their derivatives from the pre-activation z, not from the rounded activation: s (1 - s)

@@ -30,8 +30,8 @@ from .._host.device import resident_programs
 from .._host.cells import precise
 from .._host.dot import FP64, dot_f32
 from .._jit.barrier import arrive, wait
-from .._jit.recurrent import (dot, join4, keep_rows, sigmoid_and_grad, sigmoid_f32, sigmoid_grad64, split4,
-                               tanh_and_grad, tanh_f32, tanh_grad64)
+from .._jit.recurrent import (dot, join4, keep_rows, sigmoid_and_grad, sigmoid_f32, split4, tanh_and_grad,
+                               tanh_f32)
 from .._host.cells import fit_limit, shared_bytes_for_types
 from .config import LSTMConfig
 
@@ -151,28 +151,6 @@ def _bwd_inputs(dy_ptr, dhn_ptr, act_ptr, cs_ptr, rs_ptr, rows, row_ok, r64, u, 
             keep_rows(rs_ptr, rows, row_ok & live, t, T, has_resets)[:, None])
 
 
-@triton.jit
-def _gates_bwd(a, c_after, BB: tl.constexpr, EU: tl.constexpr, PRECISE: tl.constexpr):
-    """Step t's gates, tanh of c after it, and their derivatives, from the pre-activations a [BB, 4EU].
-    PRECISE (fp32): in float64, so the gate gradients dG, products of four or five of these and of
-    dh and dc, carry one rounding each (their store's) into dh0 = dG_0 W, where a sum of four terms
-    that nearly cancel turns a few fp32 roundings of each into many of the result."""
-    zi, zf, zg, zo = split4(a.to(tl.float32), BB, EU)
-    if PRECISE:
-        ig, dig = sigmoid_grad64(zi.to(tl.float64))
-        fg, dfg = sigmoid_grad64(zf.to(tl.float64))
-        gg, dgg = tanh_grad64(zg.to(tl.float64))
-        og, dog = sigmoid_grad64(zo.to(tl.float64))
-        tc, dtc = tanh_grad64(c_after.to(tl.float64))
-    else:
-        ig, dig = sigmoid_and_grad(zi, PRECISE)
-        fg, dfg = sigmoid_and_grad(zf, PRECISE)
-        gg, dgg = tanh_and_grad(zg, PRECISE)
-        og, dog = sigmoid_and_grad(zo, PRECISE)
-        tc, dtc = tanh_and_grad(c_after, PRECISE)
-    return ig, dig, fg, dfg, gg, dgg, og, dog, tc, dtc
-
-
 @triton.jit(do_not_specialize=["B", "T", "t_hi", "n_steps", "has_resets"])
 def _lstm_bwd(dy_ptr, dhn_ptr, w_ptr, act_ptr, cs_ptr, rs_ptr, dg_ptr, dcb_ptr, dh0_ptr, part_ptr, cnt_ptr, B, T,
               H, t_hi, n_steps, has_resets, BB: tl.constexpr, HB: tl.constexpr, BK: tl.constexpr,
@@ -210,9 +188,7 @@ def _lstm_bwd(dy_ptr, dhn_ptr, w_ptr, act_ptr, cs_ptr, rs_ptr, dg_ptr, dcb_ptr, 
     w = 0
     if RESIDENT:
         w = _weights(w_ptr + k_lo * H, 0, cols, cols_ok, k_n, H, KS)
-    # PRECISE: the step's arithmetic in float64, each dG rounded once as stored (see _gates_bwd)
-    WT: tl.constexpr = tl.float64 if PRECISE else tl.float32
-    dc = tl.load(dcb_ptr + r64 * H + u[None, :], mask=m_u, other=0.0).to(WT)
+    dc = tl.load(dcb_ptr + r64 * H + u[None, :], mask=m_u, other=0.0)
     ok = pid >= 0
     s = 0
     if PREFETCH:
@@ -231,14 +207,14 @@ def _lstm_bwd(dy_ptr, dhn_ptr, w_ptr, act_ptr, cs_ptr, rs_ptr, dg_ptr, dcb_ptr, 
             ok = wait(cnt_ptr + pid_b, n_p * ROUNDS * s, ok)
         # from step t + 1 (nothing past the last step): its dG through the weights
         later = row_ok & (t + 1 < T)
-        dh = tl.zeros((BB, EU), WT)
+        dh = tl.zeros((BB, EU), tl.float32)
         if PHASES % 2 == 1:
             dh = _rec(dg_ptr + r64 * T * 4 * H + (t + 1) * 4 * H + k_lo, later, w_ptr + k_lo * H, w, cols,
                       cols_ok, k_n, H, BB, HB, BK, KS, RESIDENT, DOT_F32)
             if SPLIT > 1:  # (float64 under FP64: the partials are summed before the one rounding)
                 tl.store(part_ptr + (r64 * SPLIT + k_part) * H + cols[None, :], dh,
                          mask=row_ok[:, None] & cols_ok[None, :])
-            dh = dh.to(WT)
+            dh = dh.to(tl.float32)
         if SPLIT > 1:
             if SYNC:
                 arrive(cnt_ptr + pid_b)
@@ -247,7 +223,7 @@ def _lstm_bwd(dy_ptr, dhn_ptr, w_ptr, act_ptr, cs_ptr, rs_ptr, dg_ptr, dcb_ptr, 
                 j = tl.arange(0, SPLIT)[None, :, None]
                 parts = tl.load(part_ptr + (r64[:, :, None] * SPLIT + j) * H + u[None, None, :],
                                 mask=m_u[:, None, :], other=0.0, cache_modifier=".cg")
-                dh = tl.sum(parts, axis=1).to(WT)
+                dh = tl.sum(parts, axis=1).to(tl.float32)
         if PHASES >= 2:
             if not PREFETCH:
                 keep_after = keep_rows(rs_ptr, rows, later, t + 1, T, has_resets)[:, None]
@@ -258,8 +234,13 @@ def _lstm_bwd(dy_ptr, dhn_ptr, w_ptr, act_ptr, cs_ptr, rs_ptr, dg_ptr, dcb_ptr, 
                                                          u, n, m_u, m_n, t, T, H, has_resets)
                     c_after = tl.load(cs_ptr + r64 * (T + 1) * H + (t + 1) * H + u[None, :], mask=m_u, other=0.0)
                 dh += dyx
-                ig, dig, fg, dfg, gg, dgg, og, dog, tc, dtc = _gates_bwd(a, c_after, BB, EU, PRECISE)
+                zi, zf, zg, zo = split4(a.to(tl.float32), BB, EU)
+                ig, dig = sigmoid_and_grad(zi, PRECISE)
+                fg, dfg = sigmoid_and_grad(zf, PRECISE)
+                gg, dgg = tanh_and_grad(zg, PRECISE)
+                og, dog = sigmoid_and_grad(zo, PRECISE)
                 c_prev = c_before * keep
+                tc, dtc = tanh_and_grad(c_after, PRECISE)
                 dc += dh * og * dtc
                 d = join4(dc * gg * dig, dc * c_prev * dfg, dc * ig * dgg, dh * tc * dog, BB, EU)
                 d = tl.where(ok, d, float("nan"))
@@ -276,7 +257,7 @@ def _lstm_bwd(dy_ptr, dhn_ptr, w_ptr, act_ptr, cs_ptr, rs_ptr, dg_ptr, dcb_ptr, 
                 c_after, keep_after = c_before, keep
                 dyx, a, c_before, keep = ahead
     if PHASES >= 2:
-        tl.store(dcb_ptr + r64 * H + u[None, :], dc.to(dcb_ptr.dtype.element_ty), mask=m_u)
+        tl.store(dcb_ptr + r64 * H + u[None, :], dc, mask=m_u)
 
 
 def _persistent(kernel, args: tuple, meta: dict, config: LSTMConfig, grid: tuple, device) -> bool:
@@ -401,13 +382,11 @@ def lstm_bwd(dy, dhn, dcn, w, act, cs, resets, config: LSTMConfig):
     H = G // 4
     dev, dt = act.device, act.dtype
     dg = torch.empty(B, T, G, device=dev, dtype=dt)
-    meta = _bwd_meta(config, H, dt, dev)
-    # dc between launches (stepped) in the width of the kernel's arithmetic; the kernel writes it: never dcn
-    dcb = dcn.to(torch.float64 if meta["PRECISE"] else torch.float32, memory_format=torch.contiguous_format,
-                 copy=True)
+    dcb = dcn.to(torch.float32, memory_format=torch.contiguous_format, copy=True)  # the kernel writes it: never dcn
     dh0 = torch.empty(B, H, device=dev, dtype=dt)
     split = config.split_bwd
     grid = (triton.cdiv(H, config.hb_bwd) * split, triton.cdiv(B, config.bb))
+    meta = _bwd_meta(config, H, dt, dev)
     rs = resets.view(torch.uint8) if resets is not None else dg
     wide = torch.float64 if meta["DOT_F32"] == FP64 else torch.float32
     part = torch.empty(B, split, H, device=dev, dtype=wide) if split > 1 else dcb  # the partial products
