@@ -42,7 +42,6 @@ class SelectiveScanConfig:
     split: int = 1  # lanes a channel's states are spread over in the lanes forward (1, 2, 4, 8)
     poly: int = 0  # the lanes forward (bf16/fp16) takes 1/poly of its decays by a polynomial (0: none; 2, 4, 8)
     share: bool = False  # split > 1: softplus(delta) once a channel and step, handed to its lanes
-    tma: int = 0  # split 1: the lanes forward's tiles loaded by TMA, software-pipelined over tma stages (0: off)
     # the backward's kernel: "tiles" (scan.py: bwd_block_d channels a program) or "lanes" (bwd_lanes.py:
     # bwd_block_d = 32 * bwd_warps * vec channels, bwd_steps a tile, a divisor of chunk; time in bwd_segments)
     bwd_path: str = "tiles"

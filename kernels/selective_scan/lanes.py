@@ -150,54 +150,12 @@ def _carry_in(EH, EDT, a, a2, b, d3, n3, d, md3, md, D, N_P2, n_seg, first, coun
 
 
 @triton.jit
-def _rows_desc(P, T, W, STEPS: tl.constexpr, BLOCK: tl.constexpr):
-    """A tensor descriptor of one sequence's contiguous [T, W] rows at P, in [STEPS, BLOCK] tiles
-    (what a tile holds past T or W reads as zero)."""
-    return tl.make_tensor_descriptor(P, shape=[T, W], strides=[W, 1], block_shape=[STEPS, BLOCK])
-
-
-@triton.jit
-def _tma_tile(xd, dld, zd, Bm, Cm, bn, cn, k, EVEN_N: tl.constexpr, N, f0, c, h, dsum, a, a2, dk, rows, rows3, head, T, D, Y, CK, base, offs_c, c_ch,
-              d3, n3, b, n_tiles, ck_every, N_P2: tl.constexpr, STEPS: tl.constexpr, STORE_CK: tl.constexpr,
-              ENDS_PASS: tl.constexpr, ASM: tl.constexpr, WIDEN: tl.constexpr, FAST_SOFTPLUS: tl.constexpr,
-              PRECISE: tl.constexpr, POLY: tl.constexpr):
-    """Tile c of the TMA loop (one lane a channel): as the register loop's tile, its inputs by
-    descriptor. Returns the state after it and the sum of steps (ENDS_PASS)."""
-    t0 = c * STEPS
-    x = xd.load([t0, f0]).to(tl.float32)
-    dt = softplus(dld.load([t0, f0]).to(tl.float32), FAST_SOFTPLUS, PRECISE)
-    # B_t and C_t (L2-resident: read by every channel block) loaded a tile ahead, widened where loaded
-    bt = widen(bn, WIDEN)
-    bn = _per_step(Bm, b, t0 + STEPS + rows, k, k, T, N, True, EVEN_N, 1)
-    decay = decay_of(dt[:, :, None], a, a2, PRECISE, POLY)
-    inj = (dt * x)[:, :, None] * bt[:, None, :]
-    inj = tl.where(head, inj + decay * h, inj)  # the carried state enters at the first step
-    _, hs = tl.associative_scan((decay, inj), 0, first_order)
-    h = tl.sum(tl.where(rows3 == STEPS - 1, hs, 0.0), axis=0)[None, :, :]
-    if ENDS_PASS:
-        dsum += tl.sum(dt.to(dsum.dtype), axis=0)
-    else:
-        z = zd.load([t0, f0]).to(tl.float32)
-        ct = widen(cn, WIDEN)
-        cn = _per_step(Cm, b, t0 + STEPS + rows, k, k, T, N, True, EVEN_N, 1)
-        yv = tl.sum(hs * ct[:, None, :], axis=2) + dk[None, :] * x
-        mask = (t0 + rows < T)[:, None] & (c_ch < D)[None, :]
-        at = base + t0.to(tl.int64) * D
-        tl.store(Y + at + offs_c, (yv * z * sigmoid(z, ASM, PRECISE)).to(Y.dtype.element_ty), mask=mask)
-        if STORE_CK:
-            if (c + 1) % ck_every == 0:
-                j = b * ((n_tiles + ck_every - 1) // ck_every) + (c + 1) // ck_every - 1
-                tl.store(CK + (j * D + d3) * N_P2 + n3, h, mask=(d3 < D) & (n3 < N_P2))
-    return h, dsum, bn, cn
-
-
-@triton.jit
 def _ss_fwd_lanes(X, DL, A, Bm, Cm, Dk, Z, Y, CK, EH, EDT, T, D: tl.constexpr, N, n_tiles, per_seg, n_seg, ck_every,
                   BLOCK_D: tl.constexpr, VEC: tl.constexpr, N_P2: tl.constexpr, STEPS: tl.constexpr,
                   STORE_CK: tl.constexpr, ENDS_PASS: tl.constexpr, EVEN: tl.constexpr, EVEN_N: tl.constexpr,
                   ASM: tl.constexpr, WIDEN: tl.constexpr, FAST_SOFTPLUS: tl.constexpr, PRECISE: tl.constexpr,
                   SPLIT: tl.constexpr, POLY: tl.constexpr, WARPS: tl.constexpr, SHARE: tl.constexpr,
-                  PAIRS: tl.constexpr, TMA: tl.constexpr = 0, PIPE: tl.constexpr = False):
+                  PAIRS: tl.constexpr):
     """Program (sequence x channel block, segment). ENDS_PASS: the segment from a zero state,
     keeping its end state and sum of steps; otherwise from the state the earlier segments' ends
     combine to, writing y and, with STORE_CK, the state after every ck_every tiles. Steps past T
@@ -245,98 +203,68 @@ def _ss_fwd_lanes(X, DL, A, Bm, Cm, Dk, Z, Y, CK, EH, EDT, T, D: tl.constexpr, N
         h = _carry_in(EH, EDT, a, a2, b, d3, n3, d, md3, md, D, N_P2, n_seg, 0, seg, 1, LANES, NG, PRECISE)
         # the skip term D x_t joins one lane's partial sum of the channel's states
         dk = tl.load(Dk + d, mask=md & (g == 0), other=0.0).to(tl.float32)
+    offs = rows[:, None] * D + d[None, :]
     offs_c = rows[:, None] * D + c_ch[None, :]  # y and z: one lane a channel
-    if TMA > 0:  # each tile's loads issued TMA stages ahead by the software pipeliner
-        xd = _rows_desc(X + base, T, D, STEPS, BLOCK_D)
-        dld = _rows_desc(DL + base, T, D, STEPS, BLOCK_D)
-        if ENDS_PASS:  # (z and D unread)
-            zd, dk = xd, tl.zeros([LANES], tl.float32)
+    at = base + c.to(tl.int64) * STEPS * D
+    t0 = c * STEPS + rows
+    offs_dl = offs_c if SHARE else offs
+    xn = _rows(X + at, offs, t0, T, md, True, EVEN)
+    dln = _rows(DL + at, offs_dl, t0, T, c_ch < D if SHARE else md, True, EVEN)
+    bn = _per_step(Bm, b, t0, k, nb, T, NB, True, EVEN_N, SPLIT)
+    if not ENDS_PASS:
+        zn = _rows(Z + at, offs_c, t0, T, c_ch < D, True, EVEN)
+        cn = _per_step(Cm, b, t0, k, nb, T, NB, True, EVEN_N, SPLIT)
+    while c < end:
+        # B_t and C_t widened where loaded (opaque: not after the broadcast to every thread, 4x the work)
+        x, dl, bt = xn.to(tl.float32), dln.to(tl.float32), _widened(bn, WIDEN, PAIRS)
+        t = c * STEPS + rows
+        # the next tile's loads go out before this one is scanned
+        live = c + 1 < end
+        if CLAMP:  # the next tile, or past the segment this one again: in bounds, no mask
+            at_n = base + tl.minimum(c + 1, end - 1).to(tl.int64) * STEPS * D
+            t_n = tl.minimum(c + 1, end - 1) * STEPS + rows
+            xn = tl.load(X + at_n + offs)
+            dln = tl.load(DL + at_n + offs_dl)
+            bn = _per_step(Bm, b, t_n, k, nb, T, NB, live, EVEN_N, SPLIT, False)
         else:
-            zd = _rows_desc(Z + base, T, D, STEPS, BLOCK_D)
-            dsum = tl.zeros([LANES], tl.float32)
-        f0 = (tl.program_id(0) % tl.cdiv(D, BLOCK_D)) * BLOCK_D  # the block's first channel
-        bn = _per_step(Bm, b, c * STEPS + rows, k, k, T, N, True, EVEN_N, 1)
-        cn = bn
+            xn = _rows(X + at + STEPS * D, offs, t + STEPS, T, md, live, EVEN)
+            dln = _rows(DL + at + STEPS * D, offs_dl, t + STEPS, T, c_ch < D if SHARE else md, live, EVEN)
+            bn = _per_step(Bm, b, t + STEPS, k, nb, T, NB, live, EVEN_N, SPLIT)
         if not ENDS_PASS:
-            cn = _per_step(Cm, b, c * STEPS + rows, k, k, T, N, True, EVEN_N, 1)
-        if PIPE:
-            for c in tl.range(c, end, num_stages=TMA):
-                h, dsum, bn, cn = _tma_tile(xd, dld, zd, Bm, Cm, bn, cn, k, EVEN_N, N, f0, c, h, dsum, a, a2, dk, rows, rows3, head, T, D, Y, CK,
-                                    base, offs_c, c_ch, d3, n3, b, n_tiles, ck_every, N_P2, STEPS, STORE_CK,
-                                    ENDS_PASS, ASM, WIDEN, FAST_SOFTPLUS, PRECISE, POLY)
-        else:  # the interpreter: a while loop (its range() takes no bound from program_id)
-            while c < end:
-                h, dsum, bn, cn = _tma_tile(xd, dld, zd, Bm, Cm, bn, cn, k, EVEN_N, N, f0, c, h, dsum, a, a2, dk, rows, rows3, head, T, D, Y, CK,
-                                    base, offs_c, c_ch, d3, n3, b, n_tiles, ck_every, N_P2, STEPS, STORE_CK,
-                                    ENDS_PASS, ASM, WIDEN, FAST_SOFTPLUS, PRECISE, POLY)
-                c += 1
-    else:
-        offs = rows[:, None] * D + d[None, :]
-        at = base + c.to(tl.int64) * STEPS * D
-        t0 = c * STEPS + rows
-        offs_dl = offs_c if SHARE else offs
-        xn = _rows(X + at, offs, t0, T, md, True, EVEN)
-        dln = _rows(DL + at, offs_dl, t0, T, c_ch < D if SHARE else md, True, EVEN)
-        bn = _per_step(Bm, b, t0, k, nb, T, NB, True, EVEN_N, SPLIT)
-        if not ENDS_PASS:
-            zn = _rows(Z + at, offs_c, t0, T, c_ch < D, True, EVEN)
-            cn = _per_step(Cm, b, t0, k, nb, T, NB, True, EVEN_N, SPLIT)
-        while c < end:
-            # B_t and C_t widened where loaded (opaque: not after the broadcast to every thread, 4x the work)
-            x, dl, bt = xn.to(tl.float32), dln.to(tl.float32), _widened(bn, WIDEN, PAIRS)
-            t = c * STEPS + rows
-            # the next tile's loads go out before this one is scanned
-            live = c + 1 < end
-            if CLAMP:  # the next tile, or past the segment this one again: in bounds, no mask
-                at_n = base + tl.minimum(c + 1, end - 1).to(tl.int64) * STEPS * D
-                t_n = tl.minimum(c + 1, end - 1) * STEPS + rows
-                xn = tl.load(X + at_n + offs)
-                dln = tl.load(DL + at_n + offs_dl)
-                bn = _per_step(Bm, b, t_n, k, nb, T, NB, live, EVEN_N, SPLIT, False)
+            z, ct = zn.to(tl.float32), _widened(cn, WIDEN, PAIRS)
+            if CLAMP:
+                zn = tl.load(Z + at_n + offs_c)
+                cn = _per_step(Cm, b, t_n, k, nb, T, NB, live, EVEN_N, SPLIT, False)
             else:
-                xn = _rows(X + at + STEPS * D, offs, t + STEPS, T, md, live, EVEN)
-                dln = _rows(DL + at + STEPS * D, offs_dl, t + STEPS, T, c_ch < D if SHARE else md, live, EVEN)
-                bn = _per_step(Bm, b, t + STEPS, k, nb, T, NB, live, EVEN_N, SPLIT)
-            if not ENDS_PASS:
-                z, ct = zn.to(tl.float32), _widened(cn, WIDEN, PAIRS)
-                if CLAMP:
-                    zn = tl.load(Z + at_n + offs_c)
-                    cn = _per_step(Cm, b, t_n, k, nb, T, NB, live, EVEN_N, SPLIT, False)
-                else:
-                    zn = _rows(Z + at + STEPS * D, offs_c, t + STEPS, T, c_ch < D, live, EVEN)
-                    cn = _per_step(Cm, b, t + STEPS, k, nb, T, NB, live, EVEN_N, SPLIT)
-            if SHARE:
-                dt = _to_lanes(softplus(dl, FAST_SOFTPLUS, PRECISE), STEPS, BLOCK_D, SPLIT, WARPS)
-            else:
-                dt = softplus(dl, FAST_SOFTPLUS, PRECISE)
-            decay = decay_of(dt[:, :, None], a, a2, PRECISE, POLY)
-            inj = (dt * x)[:, :, None] * _by_lane(bt, SPLIT)
-            inj = tl.where(head, inj + decay * h, inj)  # the carried state enters at the first step
-            _, hs = tl.associative_scan((decay, inj), 0, first_order)
-            h = tl.sum(tl.where(rows3 == STEPS - 1, hs, 0.0), axis=0)[None, :, :]
-            if ENDS_PASS:
-                dsum += tl.sum(dt.to(dsum.dtype), axis=0)
-            else:
-                yv = tl.sum(hs * _by_lane(ct, SPLIT), axis=2) + dk[None, :] * x
-                if SPLIT > 1:
-                    yv = _partials_summed(yv, STEPS, BLOCK_D, SPLIT, WARPS)
-                mask = (t < T)[:, None] & (c_ch < D)[None, :]
-                tl.store(Y + at + offs_c, (yv * z * sigmoid(z, ASM, PRECISE)).to(Y.dtype.element_ty), mask=mask)
-                if STORE_CK:
-                    if (c + 1) % ck_every == 0:
-                        j = b * ((n_tiles + ck_every - 1) // ck_every) + (c + 1) // ck_every - 1
-                        tl.store(CK + (j * D + d3) * N_P2 + n3, h, mask=(d3 < D) & (n3 < N_P2))
-            at += STEPS * D
-            c += 1
+                zn = _rows(Z + at + STEPS * D, offs_c, t + STEPS, T, c_ch < D, live, EVEN)
+                cn = _per_step(Cm, b, t + STEPS, k, nb, T, NB, live, EVEN_N, SPLIT)
+        if SHARE:
+            dt = _to_lanes(softplus(dl, FAST_SOFTPLUS, PRECISE), STEPS, BLOCK_D, SPLIT, WARPS)
+        else:
+            dt = softplus(dl, FAST_SOFTPLUS, PRECISE)
+        decay = decay_of(dt[:, :, None], a, a2, PRECISE, POLY)
+        inj = (dt * x)[:, :, None] * _by_lane(bt, SPLIT)
+        inj = tl.where(head, inj + decay * h, inj)  # the carried state enters at the first step
+        _, hs = tl.associative_scan((decay, inj), 0, first_order)
+        h = tl.sum(tl.where(rows3 == STEPS - 1, hs, 0.0), axis=0)[None, :, :]
+        if ENDS_PASS:
+            dsum += tl.sum(dt.to(dsum.dtype), axis=0)
+        else:
+            yv = tl.sum(hs * _by_lane(ct, SPLIT), axis=2) + dk[None, :] * x
+            if SPLIT > 1:
+                yv = _partials_summed(yv, STEPS, BLOCK_D, SPLIT, WARPS)
+            mask = (t < T)[:, None] & (c_ch < D)[None, :]
+            tl.store(Y + at + offs_c, (yv * z * sigmoid(z, ASM, PRECISE)).to(Y.dtype.element_ty), mask=mask)
+            if STORE_CK:
+                if (c + 1) % ck_every == 0:
+                    j = b * ((n_tiles + ck_every - 1) // ck_every) + (c + 1) // ck_every - 1
+                    tl.store(CK + (j * D + d3) * N_P2 + n3, h, mask=(d3 < D) & (n3 < N_P2))
+        at += STEPS * D
+        c += 1
     if ENDS_PASS:
         j = b * n_seg + seg
         tl.store(EH + (j * D + d3) * N_P2 + n3, h, mask=(d3 < D) & (n3 < N_P2))
         tl.store(EDT + j * D + d, dsum.to(tl.float32), mask=md & (g == 0))
-
-
-def _tma_ready(*tensors: torch.Tensor) -> bool:
-    """Whether tensor descriptors take these contiguous tensors: 16-byte aligned, rows of whole 16 bytes."""
-    return all(t.data_ptr() % 16 == 0 and t.shape[-1] * t.element_size() % 16 == 0 for t in tensors)
 
 
 def plan(T: int, steps: int, segments: int) -> tuple[int, int, int]:
@@ -368,10 +296,6 @@ def forward(x, delta, A, B, C, D, z, y, ck, cfg, n_p2: int) -> None:
     edt = torch.empty(Bsz, n_seg, Dm, device=x.device, dtype=torch.float32)
     vec = max(1, cfg.block_d * split // (32 * cfg.warps))
     pairs = split > 1 and B.dtype == C.dtype == torch.bfloat16 and N == n_p2 and n_p2 // split >= 2
-    # TMA tiles: one lane a channel, every tensor 16-byte aligned with rows of whole 16 bytes (else the register loop)
-    tma = cfg.tma if split == 1 and N == n_p2 and _tma_ready(x, delta, z, B, C) else 0
-    if tma:
-        triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8, device=x.device))
     Bk, Ck = (B.view(torch.int32), C.view(torch.int32)) if pairs else (B, C)
     args = [x, delta, A, Bk, Ck, D, z, y, ck if ck is not None else eh, eh, edt, T, Dm, N, n_tiles, per_seg, n_seg,
             cfg.chunk // steps]
@@ -379,7 +303,7 @@ def forward(x, delta, A, B, C, D, z, y, ck, cfg, n_p2: int) -> None:
                 EVEN=T % steps == 0 and Dm % cfg.block_d == 0, EVEN_N=N == n_p2, ASM=x.device.type == "cuda",
                 WIDEN=widen_asm(B) and widen_asm(C), FAST_SOFTPLUS=widen_asm(delta), PRECISE=precise,
                 SPLIT=split, POLY=poly, WARPS=cfg.warps, SHARE=cfg.share and split > 1, PAIRS=pairs,
-                TMA=tma, PIPE=x.device.type == "cuda", num_warps=cfg.warps)
+                num_warps=cfg.warps)
     chains = Bsz * triton.cdiv(Dm, cfg.block_d)
     if n_seg > 1:  # the last segment's ends are never read
         _ss_fwd_lanes[(chains, n_seg - 1)](*args, ENDS_PASS=True, **meta)
