@@ -33,6 +33,7 @@ import triton.language as tl
 
 from .._host.device import widen_asm
 from .._jit.lse import LOG2E
+from .._jit.prefetch import prefetch_each
 from .._jit.scan import accumulator, first_order, sigmoid, sum_dtype, sum_of_products
 from .lanes import _carry_in, _lanes, _per_step, _rows, _widened, plan
 from .softplus import decay as decay_of, softplus
@@ -135,12 +136,34 @@ def _advance(h, X, DL, Bm, at, offs, b, t, k, n3, a, a2, T, N, md, head, rows3, 
 
 
 @triton.jit
+def _prefetch(X, DL, Bm, Cm, Z, DY, CK, base, offs, rows, b, i, d, md, K: tl.constexpr, n_chunks, T, D, N,
+              N_P2: tl.constexpr, STEPS: tl.constexpr, ENDS_PASS: tl.constexpr, LEVEL: tl.constexpr):
+    """Ask for tile i's inputs, and the state kept before its chunk, ahead of their loads (prefetch_each
+    into L1 or L2): what the tile loads is then found in a cache, not waited for from memory."""
+    t = i * STEPS + rows
+    live = (t < T) & (i >= 0)
+    at = base + (i * STEPS).to(tl.int64) * D
+    m = live[:, None] & md[None, :]
+    prefetch_each(DL + at + offs, m, LEVEL)
+    prefetch_each(Z + at + offs, m, LEVEL)
+    prefetch_each(DY + at + offs, m, LEVEL)
+    prefetch_each(Cm + (b * T + t) * N, live, LEVEL)  # (a step's N states: one line)
+    if not ENDS_PASS:
+        prefetch_each(X + at + offs, m, LEVEL)
+        prefetch_each(Bm + (b * T + t) * N, live, LEVEL)
+        c = i // K
+        prefetch_each(CK + ((b * n_chunks + c - 1) * D + d) * N_P2, md & (c > 0) & (i >= 0), LEVEL)
+
+
+@triton.jit
 def _ss_bwd_lanes(X, DL, A, Bm, Cm, Dk, Z, DY, CK, QE, QDT, DX, DDL, DZ, DA, DD, DB, DC, T, D: tl.constexpr, N,
                   n_chunks, n_tiles, per_seg, n_seg, BLOCK_D: tl.constexpr, VEC: tl.constexpr, WARPS: tl.constexpr,
                   N_P2: tl.constexpr, STEPS: tl.constexpr, CHUNK: tl.constexpr, ENDS_PASS: tl.constexpr,
                   EVEN: tl.constexpr, EVEN_N: tl.constexpr, ASM: tl.constexpr, WIDEN: tl.constexpr,
-                  FAST_SOFTPLUS: tl.constexpr, PRECISE: tl.constexpr, ACC: tl.constexpr, SCATTER: tl.constexpr):
-    """Program (sequence x channel block, segment of per_seg chunks). ENDS_PASS: segment
+                  FAST_SOFTPLUS: tl.constexpr, PRECISE: tl.constexpr, ACC: tl.constexpr, SCATTER: tl.constexpr,
+                  AHEAD: tl.constexpr = 0, LEVEL: tl.constexpr = 1):
+    """Program (sequence x channel block, segment of per_seg chunks). AHEAD > 0: each tile asks for
+    the inputs of the tile AHEAD tiles on (prefetch_each into LEVEL's cache; GPU only). ENDS_PASS: segment
     program_id(1) + 1 from a zero adjoint, keeping its carry out (QE) and sum of steps (QDT);
     otherwise from the ends of the segments after it, writing dx, ddelta, dz, the program's dA
     and dD sums, and adding its channels' dB and dC."""
@@ -179,6 +202,9 @@ def _ss_bwd_lanes(X, DL, A, Bm, Cm, Dk, Z, DY, CK, QE, QDT, DX, DDL, DZ, DA, DD,
     while i >= first:
         t = i * STEPS + rows
         at = base + (i * STEPS).to(tl.int64) * D
+        if AHEAD > 0:
+            _prefetch(X, DL, Bm, Cm, Z, DY, CK, base, offs, rows, b, tl.where(i - AHEAD >= first, i - AHEAD, -1), d,
+                      md, K, n_chunks, T, D, N, N_P2, STEPS, ENDS_PASS, LEVEL)
         x, dl, dt, bt = _inputs(X, DL, Bm, at, offs, b, t, k, n3, T, N, md, EVEN, EVEN_N, WIDEN, FAST_SOFTPLUS,
                                 PRECISE)
         ct = _widened(_per_step(Cm, b, t, k, n3, T, N, True, EVEN_N, 1), WIDEN, False)[:, None, :]
@@ -272,7 +298,8 @@ def backward(dy, x, delta, A, B, C, D, z, states, dx, ddl, dz, cfg, n_p2: int):
                 EVEN=T % cfg.bwd_steps == 0 and Dm % cfg.bwd_block_d == 0,
                 EVEN_N=N == n_p2, ASM=x.device.type == "cuda", WIDEN=widen_asm(B) and widen_asm(C),
                 FAST_SOFTPLUS=widen_asm(delta), PRECISE=x.dtype == torch.float32, ACC=accumulator(x.dtype),
-                SCATTER=scatter(cfg, n_p2, x.dtype), num_warps=cfg.bwd_warps)
+                SCATTER=scatter(cfg, n_p2, x.dtype), AHEAD=cfg.bwd_ahead if x.device.type == "cuda" else 0,
+                LEVEL=cfg.bwd_level, num_warps=cfg.bwd_warps)
     chains = Bsz * triton.cdiv(Dm, cfg.bwd_block_d)
     if n_seg > 1:  # segment 0's ends are never read
         _ss_bwd_lanes[(chains, n_seg - 1)](*args, ENDS_PASS=True, **meta)

@@ -48,6 +48,8 @@ class SelectiveScanConfig:
     bwd_steps: int = 4
     bwd_segments: int = 1
     bwd_scatter: bool = True  # lanes backward: dB, dC summed over a warp by a reduce-scatter (bwd_lanes._warp_sums)
+    bwd_ahead: int = 0  # lanes backward: each tile prefetches the inputs of the tile this many on (0: none; GPU)
+    bwd_level: int = 1  # ... into L1 (1) or L2 (2)
 
 
 # B * T * D from which pick returns the lanes forward (None: never)
