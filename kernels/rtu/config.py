@@ -47,9 +47,6 @@ class RTUConfig:
     path: str = "tiles"  # the forward's kernels: "tiles" (scan.py) or "lanes" (lanes.py)
     bwd_path: str = "tiles"  # the backward's (either reads the states either forward kept)
     steps: int = 0  # the lanes forward's tile (0: chunk; a multiple or a divisor of chunk)
-    ahead: int = 0  # lanes forward: each tile prefetches x of the tile this many on (0: none; GPU)
-    bwd_ahead: int = 0  # lanes backward: each chunk prefetches the inputs of the chunk this many before (0: none)
-    level: int = 1  # ... into L1 (1) or L2 (2)
 
 
 # programs per SM below which a split over time pays for its extra read

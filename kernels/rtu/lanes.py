@@ -24,7 +24,6 @@ import triton
 import triton.language as tl
 
 from .._jit.scan import accumulator, first_order_complex, row_of, sigmoid, sum_dtype, sum_of_products
-from .._jit.prefetch import prefetch_each
 from .dynamics import dynamics, one_minus_exp, power, silu_grad
 
 # segments combined per round trip when a segment gathers the ends of the others (their loads are
@@ -139,10 +138,8 @@ def _with_previous(ar1, ai1, kr1, ki1, br1, bi1, qr1, qi1, ar2, ai2, kr2, ki2, b
 def _fwd(X1, X2, W1, W2, NU, TH, R, Y, CK, ENDS, T, H: tl.constexpr, n_tiles, per_seg, n_seg, n_kept,
          BLOCK_H: tl.constexpr, VEC: tl.constexpr, CHUNK: tl.constexpr, KEEP: tl.constexpr, SAME_X: tl.constexpr,
          HAS_W: tl.constexpr, HAS_R: tl.constexpr, STORE_CK: tl.constexpr, ENDS_PASS: tl.constexpr,
-         EVEN: tl.constexpr, ASM: tl.constexpr, PRECISE: tl.constexpr, AHEAD: tl.constexpr = 0,
-         LEVEL: tl.constexpr = 1):
-    """Program (sequence x channel block, segment), in tiles of CHUNK steps. AHEAD > 0: each tile asks
-    for x of the tile AHEAD on (prefetch_each into LEVEL's cache; GPU only). ENDS_PASS: the segment
+         EVEN: tl.constexpr, ASM: tl.constexpr, PRECISE: tl.constexpr):
+    """Program (sequence x channel block, segment), in tiles of CHUNK steps. ENDS_PASS: the segment
     from a zero state, keeping its transition and end; otherwise from the state the earlier
     segments' ends combine to, writing y and, with STORE_CK, the state after every KEEP steps (the
     backward's chunk: a multiple or a divisor of CHUNK). Steps past T run on (zero input, no reset):
@@ -174,12 +171,6 @@ def _fwd(X1, X2, W1, W2, NU, TH, R, Y, CK, ENDS, T, H: tl.constexpr, n_tiles, pe
     while c < end:
         x1, x2, r = x1n.to(tl.float32), x2n.to(tl.float32), rn
         t = c * CHUNK + rows
-        if AHEAD > 0:
-            m = ((t + AHEAD * CHUNK < T) & (c + AHEAD < end))[:, None] & mh[None, :]
-            ahead = at + AHEAD * CHUNK * H + rows[:, None] * H + h[None, :]
-            prefetch_each(X1 + ahead, m, LEVEL)
-            if not SAME_X:
-                prefetch_each(X2 + ahead, m, LEVEL)
         # the next chunk's loads go out before this one is scanned
         live = c + 1 < end
         x1n = _tile(X1 + at + CHUNK * H, rows, h, H, t + CHUNK, T, mh, live, EVEN)
@@ -229,10 +220,8 @@ def _fwd(X1, X2, W1, W2, NU, TH, R, Y, CK, ENDS, T, H: tl.constexpr, n_tiles, pe
 def _bwd(X1, X2, W1, W2, NU, TH, R, DY, CK, ENDS, DX1, DX2, PART, T, H: tl.constexpr, n_chunks, per_seg, n_seg,
          BLOCK_H: tl.constexpr, VEC: tl.constexpr, CHUNK: tl.constexpr, SAME_X: tl.constexpr,
          HAS_W: tl.constexpr, HAS_R: tl.constexpr, ENDS_PASS: tl.constexpr, EVEN: tl.constexpr,
-         ASM: tl.constexpr, PRECISE: tl.constexpr, ACC: tl.constexpr, FOLD: tl.constexpr, AHEAD: tl.constexpr = 0,
-         LEVEL: tl.constexpr = 1):
-    """Program (sequence x channel block, segment): the segment's chunks from the last. AHEAD > 0:
-    each chunk asks for x, dy and the kept state of the chunk AHEAD before it (prefetch_each). ENDS_PASS
+         ASM: tl.constexpr, PRECISE: tl.constexpr, ACC: tl.constexpr, FOLD: tl.constexpr):
+    """Program (sequence x channel block, segment): the segment's chunks from the last. ENDS_PASS
     (segments 1 on; segment 0's are never read): the adjoint at the segment's first step from a
     zero one after it, and the segment's transition; otherwise dx (dx1, dx2 for low-rank maps) and
     PART[b, segment] = the sums of (dg, dp, dgamma, dw1, dw2) over the segment's steps, in ACC.
@@ -283,17 +272,6 @@ def _bwd(X1, X2, W1, W2, NU, TH, R, DY, CK, ENDS, DX1, DX2, PART, T, H: tl.const
         x1, x2, dy1, dy2 = x1n.to(tl.float32), x2n.to(tl.float32), d1n.to(tl.float32), d2n.to(tl.float32)
         r, r_after, pr, pi = rn, ran, prn, pin
         t = c * CHUNK + rows
-        if AHEAD > 0:
-            live_a = c - AHEAD >= first
-            m = (live_a & (t - AHEAD * CHUNK < T))[:, None] & mh[None, :]
-            ahead = at - AHEAD * CHUNK * H + rows[:, None] * H + h[None, :]
-            prefetch_each(X1 + ahead, m, LEVEL)
-            if not SAME_X:
-                prefetch_each(X2 + ahead, m, LEVEL)
-            ahead_dy = DY + 2 * (at - AHEAD * CHUNK * H) + rows[:, None] * (2 * H) + h[None, :]
-            prefetch_each(ahead_dy, m, LEVEL)
-            prefetch_each(ahead_dy + H, m, LEVEL)
-            prefetch_each(CK + ((b * n_chunks + c - AHEAD - 1) * 2) * H + h, mh & live_a & (c - AHEAD > 0), LEVEL)
         # the chunk before: its loads go out before this one is worked on
         live = c > first
         x1n = _tile(X1 + at - CHUNK * H, rows, h, H, t - CHUNK, T, mh, live, EVEN)
@@ -448,7 +426,7 @@ def forward(x1, x2, w1, w2, nu_log, theta_log, r, y, ck, T, H, cfg, flags: dict)
     meta = dict(BLOCK_H=cfg.block_h, VEC=vec_of(cfg.block_h, cfg.warps), CHUNK=tile, KEEP=cfg.chunk,
                 STORE_CK=ck is not None, EVEN=T % tile == 0 and H % cfg.block_h == 0, ASM=x1.device.type == "cuda",
                 PRECISE=x1.dtype == torch.float32, num_warps=cfg.warps,
-                AHEAD=cfg.ahead if x1.device.type == "cuda" else 0, LEVEL=cfg.level, **flags)
+                **flags)
     if n_seg > 1:  # the last segment's ends are never read
         _fwd[(chains, n_seg - 1)](*args, ENDS_PASS=True, **meta)
     _fwd[(chains, n_seg)](*args, ENDS_PASS=False, **meta)
@@ -469,8 +447,7 @@ def backward(dy, x1, x2, w1, w2, nu_log, theta_log, r, states, dx1, dx2, T, H, c
     chains = B * triton.cdiv(H, cfg.bwd_block_h)
     meta = dict(BLOCK_H=cfg.bwd_block_h, VEC=vec_of(cfg.bwd_block_h, cfg.bwd_warps), CHUNK=cfg.chunk,
                 EVEN=T % cfg.chunk == 0 and H % cfg.bwd_block_h == 0, ASM=x1.device.type == "cuda",
-                PRECISE=x1.dtype == torch.float32, ACC=acc, FOLD=fold, num_warps=cfg.bwd_warps,
-                AHEAD=cfg.bwd_ahead if x1.device.type == "cuda" else 0, LEVEL=cfg.level, **flags)
+                PRECISE=x1.dtype == torch.float32, ACC=acc, FOLD=fold, num_warps=cfg.bwd_warps, **flags)
     if n_seg > 1:  # segment 0's ends are never read
         _bwd[(chains, n_seg - 1)](*args, ENDS_PASS=True, **meta)
     _bwd[(chains, n_seg)](*args, ENDS_PASS=False, **meta)

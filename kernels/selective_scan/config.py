@@ -49,7 +49,7 @@ class SelectiveScanConfig:
     bwd_segments: int = 1
     bwd_scatter: bool = True  # lanes backward: dB, dC summed over a warp by a reduce-scatter (bwd_lanes._warp_sums)
     bwd_ahead: int = 0  # lanes backward: each tile prefetches the inputs of the tile this many on (0: none; GPU)
-    bwd_level: int = 1  # ... into L1 (1) or L2 (2)
+    bwd_level: int = 2  # ... into L1 (1) or L2 (2)
 
 
 # B * T * D from which pick returns the lanes forward (None: never)
@@ -69,6 +69,18 @@ _LANES_WARPS_PER_SM = 8
 # T1000 D1000 (96) 22 against 11; B16 T1024 D1536 (768) whole 2.43 against 2.65 in 2, B8 T2048
 # D4096 (1024) 4.99 against 5.34
 _LANES_BWD_WHOLE = 4
+# Each lanes backward tile prefetches the inputs of the tile this many on, and the state kept before
+# its chunk, into L2 (bwd_lanes._prefetch): Nsight Compute on the H200 had 55% of the backward's stall
+# samples waiting on loads (lab/results/ncu_scans_lstm_h200_2e61fad.txt). lab/scan_prefetch.py on the
+# H200 (lab/results/scan_prefetch_h200_d3e7e33.txt): one tile ahead took 0.86x-0.95x the time at six of
+# the grid's seven shapes, 1.00x at B1 T60 D512 (L1 or L2 alike, 2 and 4 tiles ahead no better); and
+# with it twice the rule's segments, where the rule cuts time at all and the segments stay at least
+# _LANES_BWD_LONG steps: B8 T2048 D2048 4 against 2 (0.80x against 0.86x the time without prefetch,
+# both prefetching 2 ahead), B4 T4096 D2048 20 against 10 (0.78x against 0.90x); twice the segments
+# were slower where they would be shorter (B32 T60 D512 2 -> 4, B3 T1000 D1000 22 -> 44) and where
+# the rule walks time whole (B16 T1024 D1536, B8 T2048 D4096: 1 -> 2)
+LANES_BWD_AHEAD = 1
+_LANES_BWD_LONG = 128
 # The steps between the states the lanes forward keeps for the lanes backward (a multiple of the
 # backward's tile of 2; the forward keeping them walks tiles of gcd(its tile, this)). The backward
 # walks a chunk's tiles from its last and advances the kept state over the tiles before each one:
@@ -96,7 +108,8 @@ def lanes(batch: int, steps: int, channels: int, device) -> SelectiveScanConfig:
     inference shape but B3 T1000 D1000, 2% slower there), time whole or in segments (see
     _LANES_FULL); the states kept every LANES_CHUNK steps (in tiles of 4 while it keeps them);
     the lanes backward in tiles of 2 steps of one warp's 32 channels, its segments by
-    _LANES_BWD_WHOLE (on the CPU 8 channels a program, tiles of 4 and 2 steps, chunks of 8)."""
+    _LANES_BWD_WHOLE and _LANES_BWD_LONG, each tile prefetching LANES_BWD_AHEAD on (on the CPU 8
+    channels a program, tiles of 4 and 2 steps, chunks of 8, no prefetch)."""
     cpu = arch(device) == "cpu"
     block_d, tile, bwd_tile = (8, 4, 2) if cpu else (32, 8, 2)
     base = tiles(batch, channels, device)
@@ -105,9 +118,12 @@ def lanes(batch: int, steps: int, channels: int, device) -> SelectiveScanConfig:
     programs = max(1, batch * triton.cdiv(channels, block_d))
     want = 1 if programs >= _LANES_FULL * sms else triton.cdiv(_LANES_WARPS_PER_SM * sms, programs)
     bwd_want = 1 if programs >= _LANES_BWD_WHOLE * sms else 2 if programs >= _LANES_FULL * sms else 2 * want
+    if not cpu and bwd_want > 1 and steps // (2 * bwd_want) >= _LANES_BWD_LONG:
+        bwd_want *= 2
     return replace(base, chunk=chunk, block_d=block_d, warps=1, path="lanes", steps=tile,
                    segments=max(1, min(want, triton.cdiv(steps, tile))), bwd_path="lanes", bwd_block_d=block_d,
-                   bwd_warps=1, bwd_steps=bwd_tile, bwd_segments=max(1, min(bwd_want, triton.cdiv(steps, chunk))))
+                   bwd_warps=1, bwd_steps=bwd_tile, bwd_segments=max(1, min(bwd_want, triton.cdiv(steps, chunk))),
+                   bwd_ahead=LANES_BWD_AHEAD, bwd_level=2)
 
 
 def tiles(batch: int, channels: int, device) -> SelectiveScanConfig:
