@@ -48,17 +48,3 @@ def prefetch_rows(ptr, row0, ROWS: tl.constexpr, M, N):
     elt: tl.constexpr = ptr.dtype.element_ty.primitive_bitwidth // 8
     rows = tl.minimum(tl.maximum(M - row0, 0), ROWS)
     prefetch_l2(ptr + row0.to(tl.int64) * N, rows * N * elt)
-
-
-@triton.jit
-def prefetch_each(ptrs, mask, LEVEL: tl.constexpr):
-    """Each thread's own addresses in `ptrs` where `mask`, into L1 (LEVEL 1) or L2 (LEVEL 2), by
-    PTX prefetch: no destination register and nothing waits for it, so that a loop can ask for a
-    later tile's scattered rows (a warp's loads of one row coalesce, as its prefetches do) while
-    the registers the current tile fills stay as they are."""
-    if LEVEL == 1:
-        tl.inline_asm_elementwise("{ .reg .pred p; setp.ne.u32 p, $2, 0; @p prefetch.global.L1 [$1]; mov.u32 $0, 0; }",
-                                  "=r,l,r", [ptrs, mask.to(tl.int32)], dtype=tl.int32, is_pure=False, pack=1)
-    else:
-        tl.inline_asm_elementwise("{ .reg .pred p; setp.ne.u32 p, $2, 0; @p prefetch.global.L2 [$1]; mov.u32 $0, 0; }",
-                                  "=r,l,r", [ptrs, mask.to(tl.int32)], dtype=tl.int32, is_pure=False, pack=1)

@@ -33,7 +33,6 @@ import triton.language as tl
 
 from .._host.device import widen_asm
 from .._jit.lse import LOG2E
-from .._jit.prefetch import prefetch_each
 from .._jit.scan import accumulator, first_order, sigmoid, sum_dtype, sum_of_products
 from .lanes import _carry_in, _lanes, _per_step, _rows, _widened, plan
 from .softplus import decay as decay_of, softplus
@@ -133,6 +132,20 @@ def _advance(h, X, DL, Bm, at, offs, b, t, k, n3, a, a2, T, N, md, head, rows3, 
     inj = tl.where(head, inj + decay * h, inj)
     _, hs = tl.associative_scan((decay, inj), 0, first_order)
     return tl.sum(tl.where(rows3 == STEPS - 1, hs, 0.0), axis=0)[None, :, :]
+
+
+@triton.jit
+def prefetch_each(ptrs, mask, LEVEL: tl.constexpr):
+    """Each thread's own addresses in `ptrs` where `mask`, into L1 (LEVEL 1) or L2 (LEVEL 2), by
+    PTX prefetch: no destination register and nothing waits for it, so that a loop can ask for a
+    later tile's scattered rows (a warp's prefetches of one row coalesce, as its loads do) while
+    the registers the current tile fills stay as they are. GPU only."""
+    if LEVEL == 1:
+        tl.inline_asm_elementwise("{ .reg .pred p; setp.ne.u32 p, $2, 0; @p prefetch.global.L1 [$1]; mov.u32 $0, 0; }",
+                                  "=r,l,r", [ptrs, mask.to(tl.int32)], dtype=tl.int32, is_pure=False, pack=1)
+    else:
+        tl.inline_asm_elementwise("{ .reg .pred p; setp.ne.u32 p, $2, 0; @p prefetch.global.L2 [$1]; mov.u32 $0, 0; }",
+                                  "=r,l,r", [ptrs, mask.to(tl.int32)], dtype=tl.int32, is_pure=False, pack=1)
 
 
 @triton.jit
