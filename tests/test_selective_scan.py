@@ -292,6 +292,29 @@ def test_pick_switches_to_lanes_from_the_threshold(monkeypatch):
     assert config.pick(2, 49, 10, 16, "cpu").path == "tiles"
 
 
+# (B, T, D) -> the lanes backward's segments on a 132-SM Hopper GPU: the rule's (whole from 4 warps an
+# SM, 2 from 2, else twice the forward's), doubled where it cuts time and each segment keeps >= 128
+# steps (lab/results/scan_prefetch_h200_d3e7e33.txt)
+BWD_SEGMENTS = [((8, 2048, 2048), 4), ((4, 4096, 2048), 20), ((32, 60, 512), 2), ((3, 1000, 1000), 22),
+                ((16, 1024, 1536), 1), ((8, 2048, 4096), 1)]
+
+
+@pytest.mark.parametrize("shape, segments", BWD_SEGMENTS, ids=[f"B{b}-T{t}-D{d}" for (b, t, d), _ in BWD_SEGMENTS])
+def test_lanes_backward_segments_and_prefetch_on_hopper(monkeypatch, shape, segments):
+    from kcollect.kernels.selective_scan import config
+
+    monkeypatch.setattr(config, "arch", lambda device: "sm90")
+    monkeypatch.setattr(config, "sm_count", lambda device: 132)
+    cfg = config.lanes(*shape, "cuda")
+    assert (cfg.bwd_segments, cfg.bwd_ahead, cfg.bwd_level) == (segments, config.LANES_BWD_AHEAD, 2)
+
+
+def test_lanes_backward_prefetch_asked_for_on_the_interpreter():
+    # the prefetch is PTX: on the CPU the backward leaves it out and still matches the reference
+    with forced(dataclasses.replace(lanes_bwd(2, 2), bwd_ahead=2, bwd_level=1)):
+        check(dims(2, 19, 9, 5), F32, mode="fwd+bwd")
+
+
 @pytest.mark.parametrize("mode", ["fwd+bwd", "fwd"])
 def test_lanes_tile_that_does_not_divide_the_chunk(mode):
     """Tiles of 8 steps, states kept every 4 (the GPU's pick): with states kept the forward walks
