@@ -301,5 +301,5 @@ def main(cases, doc: str, argv=None) -> int:
     t = table(chosen, tuple(args.gpu or GPUS))
     print(summary(t))
     if args.out:
-        Path(args.out).write_text(json.dumps(t, indent=1, sort_keys=True))
+        Path(args.out).write_text(json.dumps(t, indent=1, sort_keys=True, default=str))
     return 0

@@ -174,7 +174,7 @@ def _ss_bwd_lanes(X, DL, A, Bm, Cm, Dk, Z, DY, CK, QE, QDT, DX, DDL, DZ, DA, DD,
                   N_P2: tl.constexpr, STEPS: tl.constexpr, CHUNK: tl.constexpr, ENDS_PASS: tl.constexpr,
                   EVEN: tl.constexpr, EVEN_N: tl.constexpr, ASM: tl.constexpr, WIDEN: tl.constexpr,
                   FAST_SOFTPLUS: tl.constexpr, PRECISE: tl.constexpr, ACC: tl.constexpr, SCATTER: tl.constexpr,
-                  AHEAD: tl.constexpr = 0, LEVEL: tl.constexpr = 1):
+                  AHEAD: tl.constexpr = 0, LEVEL: tl.constexpr = 2):
     """Program (sequence x channel block, segment of per_seg chunks). AHEAD > 0: each tile asks for
     the inputs of the tile AHEAD tiles on (prefetch_each into LEVEL's cache; GPU only). ENDS_PASS: segment
     program_id(1) + 1 from a zero adjoint, keeping its carry out (QE) and sum of steps (QDT);

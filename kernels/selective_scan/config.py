@@ -78,7 +78,10 @@ _LANES_BWD_WHOLE = 4
 # _LANES_BWD_LONG steps: B8 T2048 D2048 4 against 2 (0.80x against 0.86x the time without prefetch,
 # both prefetching 2 ahead), B4 T4096 D2048 20 against 10 (0.78x against 0.90x); twice the segments
 # were slower where they would be shorter (B32 T60 D512 2 -> 4, B3 T1000 D1000 22 -> 44) and where
-# the rule walks time whole (B16 T1024 D1536, B8 T2048 D4096: 1 -> 2)
+# the rule walks time whole (B16 T1024 D1536, B8 T2048 D4096: 1 -> 2). Around the pick that makes
+# (lab/results/scan_prefetch_h200_b612f69.txt) it was the fastest or within 1% at six of the seven,
+# and without the prefetch 1.035x-1.147x its time; B3 T1000 D1000 in half its segments (11) took
+# 0.954x (one shape: left). Measured on the H200 only
 LANES_BWD_AHEAD = 1
 _LANES_BWD_LONG = 128
 # The steps between the states the lanes forward keeps for the lanes backward (a multiple of the
