@@ -22,7 +22,7 @@ from kcollect.kernels._host import config as host_config
 from kcollect.kernels.rtu import config as rtu_config
 from kcollect.kernels.rtu import lanes as rtu_lanes
 
-from .scans_ab import CPU_SHAPES, SHAPES, sweep, unique
+from .scans_ab import CPU_SHAPES, SHAPES, by_case, sweep, unique
 from .scans_tune import _rtu
 
 BWD_SHAPES = [(op, label, dims, ("bwd",)) for op, label, dims, _ in SHAPES if op == "rtu"] + [  # more of the RTU grid's
@@ -75,10 +75,7 @@ def candidates(op: str, label: str, dims: dict, device: str) -> list[tuple[str, 
 
 def summary(rows: list[dict]) -> None:
     print("\n== exact heuristic, folded heuristic, best folded row (ms, % of copy)")
-    by_key: dict[tuple, list[dict]] = {}
-    for r in rows:
-        by_key.setdefault((r["op"], r["shape"], r["mode"]), []).append(r)
-    for (op, shape, mode), rs in by_key.items():
+    for (op, shape, mode), rs in by_case(rows).items():
         kinds = {r["kind"]: r for r in rs if r["ms"]}
         best = min((r for r in kinds.values() if r["kind"].startswith("fold")), key=lambda r: r["ms"], default=None)
         cell = lambda r: f"{r['kind']} {r['ms']:.4f} ({r.get('pct_copy') or float('nan'):.1f}%)" if r else "-"  # noqa: E731

@@ -18,7 +18,7 @@ import dataclasses
 import sys
 
 from .scans_ab import SHAPES as AB_SHAPES
-from .scans_ab import sweep, unique
+from .scans_ab import by_case, sweep, unique
 from .ss_variants import print_families, print_shape
 
 SHAPES = [(op, label, dims, "bwd") for op, label, dims, _ in AB_SHAPES if op == "selective_scan"]
@@ -42,10 +42,7 @@ def candidates(op: str, label: str, dims: dict, device: str) -> list[tuple[str, 
 
 def summary(rows: list[dict]) -> None:
     print("\n== per shape: the pick and the best prefetching row (ms, % of copy)")
-    by_shape: dict[tuple, list[dict]] = {}
-    for r in rows:
-        by_shape.setdefault((r["op"], r["shape"], r["mode"]), []).append(r)
-    for (op, shape, mode), rs in by_shape.items():
+    for (op, shape, mode), rs in by_case(rows).items():
         print_shape(f"{op:<15} {shape:<13} {mode} ", rs, "best", others_only=True)
     print_families(rows, 12, "each variant over the pick")
 

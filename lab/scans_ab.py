@@ -203,16 +203,21 @@ def print_table(title: str, rows: list[dict]) -> None:
               f"{r.get('pct_copy') or nan:6.1f}  {note}")
 
 
+def by_case(rows: list[dict]) -> dict[tuple, list[dict]]:
+    """The rows grouped by (op, shape label, mode), in the order they came."""
+    out: dict[tuple, list[dict]] = {}
+    for r in rows:
+        out.setdefault((r["op"], r["shape"], r["mode"]), []).append(r)
+    return out
+
+
 def summary(all_rows: list[dict]) -> None:
     """Per shape and mode: the best of each path, the heuristics' rows and the pick; per op and
     direction: the LANES_*_FROM the measurements support (the smallest B*T*H (B*T*D) from which the
     lanes heuristic beat the tiles pick at every measured shape; None if it lost at the largest)."""
     print("\n== best per shape (ms, % of copy); 'heur' = config.lanes, the row LANES_*_FROM would switch to")
-    by_key: dict[tuple, list[dict]] = {}
-    for r in all_rows:
-        by_key.setdefault((r["op"], r["shape"], r["mode"]), []).append(r)
     verdicts: dict[tuple, list[tuple[int, float]]] = {}
-    for (op, shape, mode), rows in by_key.items():
+    for (op, shape, mode), rows in by_case(all_rows).items():
         timed = [r for r in rows if r["ms"]]
         best = {p: min((r for r in timed if r["path"] == p), key=lambda r: r["ms"], default=None)
                 for p in ("tiles", "lanes")}

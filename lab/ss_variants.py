@@ -31,7 +31,7 @@ import sys
 from kcollect.common import ALLOC_CONF
 
 from .scans_ab import SHAPES as AB_SHAPES
-from .scans_ab import sweep, unique
+from .scans_ab import by_case, sweep, unique
 from .scans_tune import _rtu
 
 os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", ALLOC_CONF)  # as `kcollect run` does, before CUDA starts
@@ -103,10 +103,7 @@ def rtu_bwd_candidates(label: str, dims: dict, device: str) -> list[tuple[str, o
 
 def summary(rows: list[dict]) -> None:
     print("\n== per shape: the pick and the best row (ms, % of copy)")
-    by_shape: dict[tuple, list[dict]] = {}
-    for r in rows:
-        by_shape.setdefault((r["op"], r["shape"], r["mode"]), []).append(r)
-    for (op, shape, mode), rs in by_shape.items():
+    for (op, shape, mode), rs in by_case(rows).items():
         print_shape(f"{op:<15} {shape:<13} {mode} ", rs, "best")
     print_families([r for r in rows if r["op"] == "selective_scan"], 12,
                    "selective scan: each family's best row over the pick's")

@@ -126,7 +126,7 @@ def lanes(batch: int, steps: int, channels: int, device) -> SelectiveScanConfig:
     return replace(base, chunk=chunk, block_d=block_d, warps=1, path="lanes", steps=tile,
                    segments=max(1, min(want, triton.cdiv(steps, tile))), bwd_path="lanes", bwd_block_d=block_d,
                    bwd_warps=1, bwd_steps=bwd_tile, bwd_segments=max(1, min(bwd_want, triton.cdiv(steps, chunk))),
-                   bwd_ahead=LANES_BWD_AHEAD, bwd_level=2)
+                   bwd_ahead=LANES_BWD_AHEAD)
 
 
 def tiles(batch: int, channels: int, device) -> SelectiveScanConfig:
